@@ -1,0 +1,90 @@
+//===- kernels.h - actplace kernel ABI ----------------------------*- C++ -*-===//
+//
+// The one header through which generated code and the runtime reach kernels
+// (DESIGN.md section 6). Kernels know nothing of the runtime or of MLIR: each
+// entry takes a KernelContext (owned and filled by the runtime) and a small
+// args struct of pointers and shapes.
+//
+// Every op family declares its args structs and entries in its own header,
+// included at the bottom, so that this file stays the single include.
+//
+//===----------------------------------------------------------------------===//
+#ifndef ACTPLACE_KERNELS_KERNELS_H
+#define ACTPLACE_KERNELS_KERNELS_H
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+namespace ap::kernels {
+
+/// Where a kernel runs. Generated code never branches on this; the entry
+/// points dispatch on it.
+enum class Backend : int32_t { Host = 0, Cuda = 1 };
+
+/// Handed to every kernel by the runtime. Kernels never allocate: scratch comes
+/// from `workspace`, sized by the kernel's declared workspace query.
+struct KernelContext {
+  Backend backend = Backend::Host;
+  /// cudaStream_t on the cuda backend; null on host.
+  void *stream = nullptr;
+  /// 256-byte aligned scratch in the memory space of the backend.
+  void *workspace = nullptr;
+  size_t workspaceBytes = 0;
+  /// cublasLtHandle_t on the cuda backend, owned by the runtime.
+  void *cublasLt = nullptr;
+  /// Number of SMs of the device (0 on host): kernels may size grids by it,
+  /// but never by pointer values, so placement cannot change results.
+  int32_t smCount = 0;
+};
+
+/// Result of a kernel call. Kernels validate shapes and report instead of
+/// aborting; the runtime turns a non-Ok status into an error naming the op.
+enum class Status : int32_t {
+  Ok = 0,
+  InvalidArgument = 1,
+  Unsupported = 2,
+  BackendError = 3,
+};
+
+/// Element types kernels see. Storage is bf16 on the training path, f32 for
+/// statistics (rstd, LSE, gates) and master weights, f64 only in tests.
+enum class DType : int32_t { BF16 = 0, F32 = 1, F64 = 2, I32 = 3 };
+
+/// Host-side bfloat16 storage with round-to-nearest-even conversion, bit
+/// compatible with __nv_bfloat16.
+struct bf16 {
+  uint16_t bits = 0;
+
+  bf16() = default;
+  explicit bf16(float f) : bits(fromFloat(f)) {}
+  explicit operator float() const { return toFloat(bits); }
+
+  static uint16_t fromFloat(float f) {
+    uint32_t u;
+    std::memcpy(&u, &f, sizeof(u));
+    if ((u & 0x7fffffffu) > 0x7f800000u) // NaN: keep it quiet and non-zero.
+      return static_cast<uint16_t>((u >> 16) | 0x40u);
+    uint32_t roundingBias = 0x7fffu + ((u >> 16) & 1u);
+    return static_cast<uint16_t>((u + roundingBias) >> 16);
+  }
+  static float toFloat(uint16_t b) {
+    uint32_t u = static_cast<uint32_t>(b) << 16;
+    float f;
+    std::memcpy(&f, &u, sizeof(f));
+    return f;
+  }
+};
+static_assert(sizeof(bf16) == 2, "bf16 must be 2 bytes");
+
+inline float toFloat(bf16 v) { return static_cast<float>(v); }
+inline float toFloat(float v) { return v; }
+inline double toFloat(double v) { return v; }
+
+} // namespace ap::kernels
+
+#include "kernels/attention.h"
+#include "kernels/dense.h"
+#include "kernels/gdn.h"
+
+#endif // ACTPLACE_KERNELS_KERNELS_H
