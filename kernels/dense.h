@@ -1,9 +1,329 @@
-//===- dense.h - actplace dense kernels ABI -----------------------------*- C++ -*-===//
+//===- dense.h - actplace dense kernels ABI ----------------------*- C++ -*-===//
 //
 // Included from kernels/kernels.h; do not include directly.
+//
+// Dense op family (issue 6): GEMM for every linear, RMSNorm (zero-centred and
+// plain), partial rotary embedding, SwiGLU, sigmoid output gate, residual
+// add, token embedding, tied LM head + chunked cross-entropy, AdamW and the
+// global gradient norm. Formulas: shared/spec/model-math.md sections 2 and 3.
+//
+// Conventions shared by every entry below:
+//  - `dtype` is the storage type of activations and compute weights: BF16 on
+//    the training path, F32 for the tiny f32 host model, F64 in tests. The
+//    CUDA backend supports BF16 only and answers Unsupported otherwise.
+//  - The accumulation type ("acc") is F32 for BF16/F32 storage and F64 for
+//    F64 storage. Statistics (rstd, LSE), losses and main-grad buffers use
+//    it. Weight gradients ACCUMULATE (+=) into acc main-grad buffers; input
+//    gradients OVERWRITE their outputs, unless an entry says otherwise.
+//  - Pointers live in the memory of ctx.backend. Row strides are in elements;
+//    a stride of 0 means "contiguous" (the row length).
+//  - Every kernel is deterministic: fixed reduction orders, no float atomics,
+//    no choice made from pointer values; the same inputs give the same bits.
+//  - Entries dispatch on ctx.backend; with backend Cuda in a build without
+//    the CUDA kernels they return Unsupported.
 //
 //===----------------------------------------------------------------------===//
 #ifndef ACTPLACE_KERNELS_DENSE_H
 #define ACTPLACE_KERNELS_DENSE_H
+
+namespace ap::kernels {
+
+//===----------------------------------------------------------------------===//
+// GEMM (every linear layer). Weights as in HF: W is [out, in], y = x W^T.
+// CUDA: cuBLASLt, BF16 inputs, FP32 accumulation and scale, BF16 output
+// (FP32 for the weight gradient); the algorithm and workspace are chosen once
+// per (op, m, n, k) with 256-byte alignment assumed for every operand and then
+// cached, so where buffers live never changes which algorithm runs.
+//===----------------------------------------------------------------------===//
+
+struct LinearForwardArgs {
+  DType dtype = DType::BF16;
+  const void *x = nullptr; ///< [rows, in]
+  const void *w = nullptr; ///< [out, in]
+  void *y = nullptr;       ///< [rows, out], overwritten
+  int64_t rows = 0, in = 0, out = 0;
+};
+
+struct LinearBackwardArgs {
+  DType dtype = DType::BF16;
+  const void *x = nullptr;  ///< [rows, in] forward input (needed for dw)
+  const void *w = nullptr;  ///< [out, in] (needed for dx)
+  const void *dy = nullptr; ///< [rows, out]
+  void *dx = nullptr;       ///< [rows, in], overwritten; null: skip
+  void *dw = nullptr;       ///< [out, in] acc main grad, dw += dy^T x; null: skip
+  int64_t rows = 0, in = 0, out = 0;
+};
+
+/// Scratch the cuBLASLt algorithms may use; a fixed constant (32 MiB on the
+/// CUDA backend, 0 on host) so that the algorithm never depends on the
+/// workspace handed in. Calls with a smaller ctx.workspaceBytes fail.
+size_t linearWorkspaceBytes(Backend backend);
+Status linearForward(const KernelContext &ctx, const LinearForwardArgs &args);
+Status linearBackward(const KernelContext &ctx, const LinearBackwardArgs &args);
+
+//===----------------------------------------------------------------------===//
+// RMSNorm over the last dim: y = x * rstd * (1 + w) (zeroCentered, Qwen3.5
+// model norms and q_norm/k_norm) or y = x * rstd * w (plain, MLA / GDN),
+// rstd = 1 / sqrt(mean(x^2) + eps), computed in acc. q_norm/k_norm use
+// rows = tokens * heads, dim = head_dim, and strides to read the q half of
+// the gated q_proj output in place.
+//===----------------------------------------------------------------------===//
+
+struct RmsNormForwardArgs {
+  DType dtype = DType::BF16;
+  const void *x = nullptr; ///< [rows, dim] with row stride xStride
+  const void *w = nullptr; ///< [dim], storage dtype
+  void *y = nullptr;       ///< [rows, dim] with row stride yStride
+  void *rstd = nullptr;    ///< [rows] acc, saved for backward (may be null)
+  int64_t rows = 0, dim = 0;
+  int64_t xStride = 0, yStride = 0;
+  double eps = 1e-6;
+  bool zeroCentered = true;
+};
+
+struct RmsNormBackwardArgs {
+  DType dtype = DType::BF16;
+  const void *x = nullptr;    ///< [rows, dim], row stride xStride
+  const void *w = nullptr;    ///< [dim]
+  const void *rstd = nullptr; ///< [rows] acc from the forward
+  const void *dy = nullptr;   ///< [rows, dim], row stride dyStride
+  void *dx = nullptr;         ///< [rows, dim], row stride dxStride, overwritten
+  void *dw = nullptr; ///< [dim] acc main grad, += sum_rows dy*x*rstd; null: skip
+  int64_t rows = 0, dim = 0;
+  int64_t xStride = 0, dyStride = 0, dxStride = 0;
+  bool zeroCentered = true;
+};
+
+/// Scratch for the fixed-order dw reduction (per-block partial sums).
+size_t rmsNormBackwardWorkspaceBytes(Backend backend,
+                                     const RmsNormBackwardArgs &args);
+Status rmsNormForward(const KernelContext &ctx, const RmsNormForwardArgs &args);
+Status rmsNormBackward(const KernelContext &ctx,
+                       const RmsNormBackwardArgs &args);
+
+//===----------------------------------------------------------------------===//
+// Partial rotary embedding, rotate-half, positions 0..seq-1 in every batch
+// row. Within each head of headDim elements, dims [offset, offset+rotaryDim)
+// are rotated; with h = rotaryDim/2, i < h, inv_freq_i = theta^(-2i/rotaryDim),
+// a = pos * inv_freq_i (angle in double, cos/sin rounded to acc):
+//   y[i]   = x[i] cos a - x[i+h] sin a,   y[i+h] = x[i+h] cos a + x[i] sin a.
+// The other dims of the head are copied. y may equal x (in place).
+// Qwen3.5: headDim 256, offset 0, rotaryDim 64, theta 1e7. MLA: q heads of
+// 192 with offset 128, rotaryDim 64; k_pe as heads = 1, headDim 64.
+// Backward: the same map with -a (the transpose of a rotation).
+//===----------------------------------------------------------------------===//
+
+struct RopeArgs {
+  DType dtype = DType::BF16;
+  const void *x = nullptr; ///< forward: x; backward: dy. [batch, seq, heads, headDim]
+  void *y = nullptr;       ///< forward: y; backward: dx. Same layout.
+  int64_t batch = 0, seq = 0, heads = 0, headDim = 0;
+  int64_t offset = 0, rotaryDim = 0;
+  double theta = 1e7;
+};
+
+Status ropeForward(const KernelContext &ctx, const RopeArgs &args);
+Status ropeBackward(const KernelContext &ctx, const RopeArgs &args);
+
+//===----------------------------------------------------------------------===//
+// Elementwise ops over [rows, cols] views with row strides (0 = cols), so that
+// halves of fused projections can be read and written in place.
+//===----------------------------------------------------------------------===//
+
+/// SwiGLU: y = silu(gate) * up, silu(g) = g * sigmoid(g).
+struct SwiGluForwardArgs {
+  DType dtype = DType::BF16;
+  const void *gate = nullptr, *up = nullptr;
+  void *y = nullptr;
+  int64_t rows = 0, cols = 0;
+  int64_t gateStride = 0, upStride = 0, yStride = 0;
+};
+/// dgate = dy * up * s * (1 + g (1 - s)), dup = dy * silu(g), s = sigmoid(g).
+struct SwiGluBackwardArgs {
+  DType dtype = DType::BF16;
+  const void *gate = nullptr, *up = nullptr, *dy = nullptr;
+  void *dgate = nullptr, *dup = nullptr; ///< overwritten
+  int64_t rows = 0, cols = 0;
+  int64_t gateStride = 0, upStride = 0, dyStride = 0, dgateStride = 0,
+          dupStride = 0;
+};
+Status swiGluForward(const KernelContext &ctx, const SwiGluForwardArgs &args);
+Status swiGluBackward(const KernelContext &ctx, const SwiGluBackwardArgs &args);
+
+/// Sigmoid output gate (Qwen3.5 attention): y = o * sigmoid(gate). For the
+/// gated q_proj output [N, H, 2*hd] the gate view is rows = N*H, cols = hd,
+/// gate pointer at element hd, gateStride = 2*hd.
+struct SigmoidGateForwardArgs {
+  DType dtype = DType::BF16;
+  const void *o = nullptr, *gate = nullptr;
+  void *y = nullptr;
+  int64_t rows = 0, cols = 0;
+  int64_t oStride = 0, gateStride = 0, yStride = 0;
+};
+/// do = dy * s, dgate = dy * o * s * (1 - s).
+struct SigmoidGateBackwardArgs {
+  DType dtype = DType::BF16;
+  const void *o = nullptr, *gate = nullptr, *dy = nullptr;
+  void *dout = nullptr, *dgate = nullptr; ///< overwritten; either may be null
+  int64_t rows = 0, cols = 0;
+  int64_t oStride = 0, gateStride = 0, dyStride = 0, doStride = 0,
+          dgateStride = 0;
+};
+Status sigmoidGateForward(const KernelContext &ctx,
+                          const SigmoidGateForwardArgs &args);
+Status sigmoidGateBackward(const KernelContext &ctx,
+                           const SigmoidGateBackwardArgs &args);
+
+/// Residual add y = a + b over n contiguous elements (y may alias a or b),
+/// rounded once from acc. The backward routes dy to both inputs:
+/// residualAddBackward copies dy into da and db (either may be null).
+struct ResidualAddArgs {
+  DType dtype = DType::BF16;
+  const void *a = nullptr, *b = nullptr;
+  void *y = nullptr;
+  int64_t n = 0;
+};
+struct ResidualAddBackwardArgs {
+  DType dtype = DType::BF16;
+  const void *dy = nullptr;
+  void *da = nullptr, *db = nullptr;
+  int64_t n = 0;
+};
+Status residualAddForward(const KernelContext &ctx,
+                          const ResidualAddArgs &args);
+Status residualAddBackward(const KernelContext &ctx,
+                           const ResidualAddBackwardArgs &args);
+
+//===----------------------------------------------------------------------===//
+// Token embedding. Forward gathers rows of W [vocab, dim]; ids outside
+// [0, vocab) give zero rows (the host backend also returns InvalidArgument;
+// the CUDA backend cannot report without a sync). Backward: each vocab row
+// has one owner that adds dy rows of its tokens in increasing token order,
+//   dw[id] += dy[n] for n = 0..tokens-1,
+// the same order on both backends (no atomics; results are bitwise equal).
+//===----------------------------------------------------------------------===//
+
+struct EmbeddingForwardArgs {
+  DType dtype = DType::BF16;
+  const int32_t *ids = nullptr; ///< [tokens]
+  const void *w = nullptr;      ///< [vocab, dim]
+  void *y = nullptr;            ///< [tokens, dim]
+  int64_t tokens = 0, vocab = 0, dim = 0;
+};
+struct EmbeddingBackwardArgs {
+  DType dtype = DType::BF16;
+  const int32_t *ids = nullptr; ///< [tokens]
+  const void *dy = nullptr;     ///< [tokens, dim]
+  void *dw = nullptr;           ///< [vocab, dim] acc main grad, +=
+  int64_t tokens = 0, vocab = 0, dim = 0;
+};
+Status embeddingForward(const KernelContext &ctx,
+                        const EmbeddingForwardArgs &args);
+Status embeddingBackward(const KernelContext &ctx,
+                         const EmbeddingBackwardArgs &args);
+
+//===----------------------------------------------------------------------===//
+// Tied LM head + cross-entropy, in chunks of chunkTokens tokens so that the
+// [tokens, vocab] logits never exist whole: per chunk, logits = h W^T (acc),
+// lse per token, loss_n = lse_n - logit_n[label_n] for label != ignoreIndex.
+//   lossSum    = sum_n loss_n over valid tokens (acc scalar, overwritten)
+//   validCount = number of labels != ignoreIndex (int32 scalar)
+//   lse        = [tokens] acc (optional output; ignored tokens get their lse)
+// Backward (recomputes the logits chunk by chunk; also writes the outputs
+// above): dlogits = gradScale * (softmax - onehot(label)) for valid tokens, 0
+// for ignored ones, stored in the storage dtype, then
+//   dHidden = dlogits W        [tokens, dim], overwritten
+//   dWeight += dlogits^T h     [vocab, dim] acc main grad of the tied weight.
+// gradScale is the caller's loss scaling (1 / total valid tokens for a mean).
+// Labels outside [0, vocab) other than ignoreIndex are treated as ignored.
+//===----------------------------------------------------------------------===//
+
+struct LmHeadCrossEntropyArgs {
+  DType dtype = DType::BF16;
+  const void *hidden = nullptr;   ///< [tokens, dim] (after the final norm)
+  const void *weight = nullptr;   ///< [vocab, dim] tied embedding
+  const int32_t *labels = nullptr; ///< [tokens]
+  int64_t tokens = 0, dim = 0, vocab = 0;
+  int64_t chunkTokens = 1024; ///< tokens per chunk; fixes the workspace
+  int32_t ignoreIndex = -100;
+  void *lossSum = nullptr;      ///< acc scalar, overwritten
+  int32_t *validCount = nullptr; ///< scalar, overwritten (may be null)
+  void *lse = nullptr;          ///< [tokens] acc (may be null)
+  // Backward only.
+  double gradScale = 1.0;
+  void *dHidden = nullptr; ///< [tokens, dim], overwritten (may be null)
+  void *dWeight = nullptr; ///< [vocab, dim] acc main grad, += (may be null)
+};
+/// Proportional to min(chunkTokens, tokens) * vocab, independent of tokens
+/// beyond one chunk (plus the GEMM workspace on CUDA).
+size_t lmHeadCrossEntropyWorkspaceBytes(Backend backend,
+                                        const LmHeadCrossEntropyArgs &args);
+Status lmHeadCrossEntropyForward(const KernelContext &ctx,
+                                 const LmHeadCrossEntropyArgs &args);
+Status lmHeadCrossEntropyBackward(const KernelContext &ctx,
+                                  const LmHeadCrossEntropyArgs &args);
+
+//===----------------------------------------------------------------------===//
+// Optimizer. FP32 only (master weights, moments and main grads are float
+// whatever the compute dtype).
+//===----------------------------------------------------------------------===//
+
+/// One FP32 tensor (or flat range) in a gradient list.
+struct GradTensor {
+  const float *data = nullptr;
+  int64_t n = 0;
+};
+
+/// Global grad norm over a list of tensors, in list order with a fixed
+/// blocking (partial sums per fixed-size block of 65536 elements in double,
+/// then summed in index order), and the clip coefficient
+///   clipCoef = min(1, maxNorm / (norm + 1e-6))  (1 when maxNorm <= 0).
+/// Outputs are device (or host) float scalars, so no sync is needed.
+struct GradNormArgs {
+  const GradTensor *tensors = nullptr; ///< host array of numTensors
+  int64_t numTensors = 0;
+  double maxNorm = 1.0;
+  float *norm = nullptr;     ///< scalar, overwritten
+  float *clipCoef = nullptr; ///< scalar, overwritten (may be null)
+};
+size_t gradNormWorkspaceBytes(Backend backend, const GradNormArgs &args);
+Status gradNorm(const KernelContext &ctx, const GradNormArgs &args);
+
+/// AdamW (decoupled weight decay, PyTorch's formulation) over n elements,
+/// step >= 1 is the 1-based step for bias correction; g = grad * clipCoef:
+///   p  = p * (1 - lr * weightDecay)
+///   m  = beta1 m + (1 - beta1) g;  v = beta2 v + (1 - beta2) g^2
+///   p -= lr / (1 - beta1^step) * m / (sqrt(v) / sqrt(1 - beta2^step) + eps)
+/// then the compute copy (storage dtype computeDType) = round(p).
+struct AdamWArgs {
+  float *master = nullptr;           ///< [n] fp32 master weights
+  float *expAvg = nullptr;           ///< [n] first moment
+  float *expAvgSq = nullptr;         ///< [n] second moment
+  const float *grad = nullptr;       ///< [n] fp32 main grad
+  const float *clipCoef = nullptr;   ///< scalar from gradNorm; null: 1
+  void *computeCopy = nullptr;       ///< [n] refreshed copy; null: skip
+  DType computeDType = DType::BF16;  ///< BF16 or F32
+  int64_t n = 0;
+  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8,
+         weightDecay = 0.01;
+  int64_t step = 1;
+};
+Status adamWStep(const KernelContext &ctx, const AdamWArgs &args);
+
+//===----------------------------------------------------------------------===//
+// Internal: the CUDA implementations live in the actplace_kernels_cuda
+// archive and are reached from the entries above through weak references.
+// Any translation unit built with ACTPLACE_HAVE_CUDA (the runtime, tests,
+// generated code) pulls that archive member in through this anchor.
+//===----------------------------------------------------------------------===//
+namespace detail {
+extern "C" int actplaceDenseCudaAnchor;
+} // namespace detail
+#if defined(ACTPLACE_HAVE_CUDA)
+[[maybe_unused]] __attribute__((used)) static const int
+    *const actplaceDenseCudaAnchorRef = &detail::actplaceDenseCudaAnchor;
+#endif
+
+} // namespace ap::kernels
 
 #endif // ACTPLACE_KERNELS_DENSE_H
