@@ -1,0 +1,160 @@
+//===- TrainDialect.cpp - train dialect -----------------------------------===//
+
+#include "dialect/train/TrainDialect.h"
+#include "dialect/train/ModuleNames.h"
+#include "dialect/train/TrainOps.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/OpImplementation.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+using namespace mlir;
+using namespace ap::train;
+
+#include "dialect/train/TrainDialect.cpp.inc"
+#include "dialect/train/TrainEnums.cpp.inc"
+
+#define GET_ATTRDEF_CLASSES
+#include "dialect/train/TrainAttrs.cpp.inc"
+
+void TrainDialect::initialize() {
+  addAttributes<
+#define GET_ATTRDEF_LIST
+#include "dialect/train/TrainAttrs.cpp.inc"
+      >();
+  addOperations<
+#define GET_OP_LIST
+#include "dialect/train/TrainOps.cpp.inc"
+      >();
+}
+
+LogicalResult TrainDialect::verifyOperationAttribute(Operation *op,
+                                                     NamedAttribute attr) {
+  if (attr.getName() == kMicroBatchesAttrName) {
+    auto count = dyn_cast<IntegerAttr>(attr.getValue());
+    if (!isa<ModuleOp>(op))
+      return op->emitError() << "'" << kMicroBatchesAttrName
+                             << "' belongs on the module";
+    if (!count || count.getValue().getSExtValue() < 1)
+      return op->emitError()
+             << "'" << kMicroBatchesAttrName
+             << "' must be a positive integer, got " << attr.getValue();
+    return success();
+  }
+  if (attr.getName() == kModelNameAttrName) {
+    if (!isa<StringAttr>(attr.getValue()))
+      return op->emitError() << "'" << kModelNameAttrName
+                             << "' must be a string, got " << attr.getValue();
+    return success();
+  }
+  return op->emitError() << "unknown train dialect attribute '"
+                         << attr.getName().getValue() << "'";
+}
+
+//===----------------------------------------------------------------------===//
+// ScopeAttr
+//===----------------------------------------------------------------------===//
+
+Attribute ScopeAttr::parse(AsmParser &parser, Type) {
+  int64_t layer = 0;
+  std::string module;
+  if (parser.parseLess() || parser.parseInteger(layer) || parser.parseComma() ||
+      parser.parseKeywordOrString(&module) || parser.parseGreater())
+    return {};
+  return ScopeAttr::getChecked(
+      [&] { return parser.emitError(parser.getNameLoc()); },
+      parser.getContext(), layer, module);
+}
+
+void ScopeAttr::print(AsmPrinter &printer) const {
+  printer << "<" << getLayer() << ", ";
+  printer.printKeywordOrString(getModule());
+  printer << ">";
+}
+
+LogicalResult ScopeAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                                int64_t layer, StringRef module) {
+  if (!isModuleLeaf(module))
+    return emitError() << "unknown module '" << module
+                       << "' in scope; expected one of "
+                       << knownModuleNamesForDiagnostics();
+  if (isModelLevelLeaf(module) && layer != -1)
+    return emitError() << "model-level module '" << module
+                       << "' must have layer -1, got " << layer;
+  if (!isModelLevelLeaf(module) && layer < 0)
+    return emitError() << "module '" << module
+                       << "' belongs to a decoder layer: expected a layer "
+                          "index >= 0, got "
+                       << layer;
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// InitAttr
+//===----------------------------------------------------------------------===//
+
+Attribute InitAttr::parse(AsmParser &parser, Type) {
+  std::string kindName;
+  double a = 0.0, b = 0.0;
+  SMLoc kindLoc = parser.getCurrentLocation();
+  if (parser.parseLess() || parser.parseKeywordOrString(&kindName))
+    return {};
+  std::optional<InitKind> kind = symbolizeInitKind(kindName);
+  if (!kind) {
+    parser.emitError(kindLoc) << "unknown init kind '" << kindName
+                              << "'; expected zeros, ones, normal, uniform or "
+                                 "log_uniform";
+    return {};
+  }
+  if (succeeded(parser.parseOptionalComma())) {
+    if (parser.parseFloat(a) || parser.parseComma() || parser.parseFloat(b))
+      return {};
+  }
+  if (parser.parseGreater())
+    return {};
+  return InitAttr::getChecked(
+      [&] { return parser.emitError(parser.getNameLoc()); },
+      parser.getContext(), *kind, llvm::APFloat(a), llvm::APFloat(b));
+}
+
+void InitAttr::print(AsmPrinter &printer) const {
+  printer << "<" << stringifyInitKind(getKind());
+  if (getKind() != InitKind::Zeros && getKind() != InitKind::Ones) {
+    printer << ", ";
+    printer.printFloat(getA());
+    printer << ", ";
+    printer.printFloat(getB());
+  }
+  printer << ">";
+}
+
+LogicalResult InitAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                               InitKind kind, llvm::APFloat aValue,
+                               llvm::APFloat bValue) {
+  double a = aValue.convertToDouble(), b = bValue.convertToDouble();
+  switch (kind) {
+  case InitKind::Zeros:
+  case InitKind::Ones:
+    if (a != 0.0 || b != 0.0)
+      return emitError() << stringifyInitKind(kind) << " init takes no values";
+    return success();
+  case InitKind::Normal:
+    if (!(b > 0.0))
+      return emitError() << "normal init needs a positive standard deviation, "
+                            "got "
+                         << b;
+    return success();
+  case InitKind::Uniform:
+    if (!(a < b))
+      return emitError() << "uniform init needs low < high, got [" << a << ", "
+                         << b << ")";
+    return success();
+  case InitKind::LogUniform:
+    if (!(a > 0.0 && a < b))
+      return emitError() << "log_uniform init needs 0 < low < high, got [" << a
+                         << ", " << b << ")";
+    return success();
+  }
+  return success();
+}

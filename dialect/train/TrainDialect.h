@@ -1,0 +1,23 @@
+//===- TrainDialect.h - train dialect -----------------------------*- C++ -*-===//
+#ifndef ACTPLACE_DIALECT_TRAIN_TRAINDIALECT_H
+#define ACTPLACE_DIALECT_TRAIN_TRAINDIALECT_H
+
+#include "mlir/IR/Attributes.h"
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/Dialect.h"
+#include "mlir/IR/DialectImplementation.h"
+
+#include "dialect/train/TrainDialect.h.inc"
+#include "dialect/train/TrainEnums.h.inc"
+
+#define GET_ATTRDEF_CLASSES
+#include "dialect/train/TrainAttrs.h.inc"
+
+namespace ap::train {
+/// Module attribute: microbatches per training step.
+inline constexpr llvm::StringLiteral kMicroBatchesAttrName = "train.micro_batches";
+/// Module attribute: model name for reports.
+inline constexpr llvm::StringLiteral kModelNameAttrName = "train.model";
+} // namespace ap::train
+
+#endif // ACTPLACE_DIALECT_TRAIN_TRAINDIALECT_H

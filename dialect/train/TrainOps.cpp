@@ -1,0 +1,403 @@
+//===- TrainOps.cpp - train dialect operations ----------------------------===//
+//
+// Verifiers for the shape relations ODS constraints cannot express. Every
+// message names the operand (by its ODS name), the dimension, what was
+// expected and what was found, so a user reading a failed import or a
+// hand-written graph knows which value to fix.
+//
+//===----------------------------------------------------------------------===//
+
+#include "dialect/train/TrainOps.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/OpImplementation.h"
+
+using namespace mlir;
+using namespace ap::train;
+
+namespace {
+/// Largest head dimension the kernels implement (model-math.md; DESIGN.md 6).
+constexpr int64_t kMaxHeadDim = 256;
+/// The GDN chunk size the kernels implement.
+constexpr int64_t kGdnChunkSize = 64;
+/// Longest causal short convolution the kernels implement.
+constexpr int64_t kMaxConvKernel = 8;
+
+/// Small helper for dimension and element-type checks with uniform messages.
+class Checker {
+public:
+  explicit Checker(Operation *op) : op(op) {}
+
+  /// `name` dim `d` must equal `expected`; `why` says where the expectation
+  /// comes from ("the input's last dimension K").
+  LogicalResult dim(StringRef name, Type type, unsigned d, int64_t expected,
+                    StringRef why) {
+    int64_t got = cast<RankedTensorType>(type).getDimSize(d);
+    if (got == expected)
+      return success();
+    return op->emitOpError() << name << " dimension " << d << " is " << got
+                             << ", expected " << expected << " (" << why
+                             << ")";
+  }
+
+  /// The element types of `name` and `refName` must agree.
+  LogicalResult sameElement(StringRef name, Type type, StringRef refName,
+                            Type refType) {
+    Type a = cast<ShapedType>(type).getElementType();
+    Type b = cast<ShapedType>(refType).getElementType();
+    if (a == b)
+      return success();
+    return op->emitOpError() << name << " has element type " << a
+                             << ", expected " << b << " (the element type of "
+                             << refName << ")";
+  }
+
+  /// `name` must have exactly `refType`.
+  LogicalResult sameType(StringRef name, Type type, StringRef refName,
+                         Type refType) {
+    if (type == refType)
+      return success();
+    return op->emitOpError() << name << " has type " << type << ", expected "
+                             << refType << " (the type of " << refName << ")";
+  }
+
+  LogicalResult positive(StringRef attr, double value) {
+    if (value > 0.0)
+      return success();
+    return op->emitOpError() << "attribute '" << attr
+                             << "' must be positive, got " << value;
+  }
+
+private:
+  Operation *op;
+};
+
+int64_t dimOf(Value v, unsigned d) {
+  return cast<RankedTensorType>(v.getType()).getDimSize(d);
+}
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// ParamRefOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult
+ParamRefOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
+  auto param =
+      symbolTable.lookupNearestSymbolFrom<ParamOp>(*this, getParamAttr());
+  if (!param)
+    return emitOpError() << "refers to '" << getParam()
+                         << "', which is not a train.param in scope";
+  if (param.getType() != getType())
+    return emitOpError() << "result type " << getType()
+                         << " does not match the declared type "
+                         << param.getType() << " of parameter '"
+                         << getParam() << "'";
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Embedding, linear, norms
+//===----------------------------------------------------------------------===//
+
+LogicalResult EmbeddingOp::verify() {
+  Checker c(*this);
+  Type res = getType();
+  if (failed(c.sameElement("result", res, "table", getTable().getType())) ||
+      failed(c.dim("result", res, 0, dimOf(getTokens(), 0),
+                   "tokens dimension 0, the batch")) ||
+      failed(c.dim("result", res, 1, dimOf(getTokens(), 1),
+                   "tokens dimension 1, the sequence length")) ||
+      failed(c.dim("result", res, 2, dimOf(getTable(), 1),
+                   "table dimension 1, the hidden size")))
+    return failure();
+  return success();
+}
+
+LogicalResult LinearOp::verify() {
+  Checker c(*this);
+  auto in = getInput().getType();
+  auto res = getType();
+  if (in.getRank() < 1)
+    return emitOpError() << "input must have rank >= 1, got " << in;
+  int64_t k = in.getDimSize(in.getRank() - 1);
+  if (failed(c.sameElement("weight", getWeight().getType(), "input", in)) ||
+      failed(c.sameElement("result", res, "input", in)) ||
+      failed(c.dim("weight", getWeight().getType(), 1, k,
+                   "the input's last dimension K; weight is [O, K]")))
+    return failure();
+  if (res.getRank() != in.getRank())
+    return emitOpError() << "result rank " << res.getRank()
+                         << " must equal input rank " << in.getRank();
+  for (int64_t d = 0; d + 1 < in.getRank(); ++d)
+    if (failed(c.dim("result", res, d, in.getDimSize(d),
+                     "the input's leading dimensions")))
+      return failure();
+  return c.dim("result", res, res.getRank() - 1, dimOf(getWeight(), 0),
+               "weight dimension 0, the output features O");
+}
+
+/// Shared by the RMSNorm family: result type equals input type, the weight
+/// spans the last dimension, eps is positive.
+static LogicalResult verifyLastDimNorm(Operation *op, Value input, Value weight,
+                                       Type result, double eps) {
+  Checker c(op);
+  auto in = cast<RankedTensorType>(input.getType());
+  if (in.getRank() < 1)
+    return op->emitOpError() << "input must have rank >= 1, got " << in;
+  if (failed(c.sameType("result", result, "input", in)) ||
+      failed(c.sameElement("weight", weight.getType(), "input", in)) ||
+      failed(c.dim("weight", weight.getType(), 0,
+                   in.getDimSize(in.getRank() - 1),
+                   "the input's last dimension, which is normalised")))
+    return failure();
+  return c.positive("eps", eps);
+}
+
+LogicalResult RMSNormOp::verify() {
+  return verifyLastDimNorm(*this, getInput(), getWeight(), getType(),
+                           getEps().convertToDouble());
+}
+
+LogicalResult GatedRMSNormOp::verify() {
+  Checker c(*this);
+  if (failed(c.sameType("gate", getGate().getType(), "input",
+                        getInput().getType())))
+    return failure();
+  return verifyLastDimNorm(*this, getInput(), getWeight(), getType(),
+                           getEps().convertToDouble());
+}
+
+LogicalResult L2NormOp::verify() {
+  return Checker(*this).positive("eps", getEps().convertToDouble());
+}
+
+//===----------------------------------------------------------------------===//
+// GDN
+//===----------------------------------------------------------------------===//
+
+LogicalResult ShortConvOp::verify() {
+  Checker c(*this);
+  auto in = getInput().getType();
+  auto w = getWeight().getType();
+  if (failed(c.sameType("result", getType(), "input", in)) ||
+      failed(c.sameElement("weight", w, "input", in)) ||
+      failed(c.dim("weight", w, 0, in.getDimSize(2),
+                   "the input's channels C; weight is [C, Kc]")))
+    return failure();
+  int64_t kc = w.getDimSize(1);
+  if (kc < 1 || kc > kMaxConvKernel)
+    return emitOpError() << "weight dimension 1 (the kernel size Kc) is " << kc
+                         << ", expected 1 to " << kMaxConvKernel;
+  return success();
+}
+
+LogicalResult GDNGatesOp::verify() {
+  Checker c(*this);
+  auto a = getA().getType();
+  int64_t heads = a.getDimSize(2);
+  if (failed(c.sameType("b", getB().getType(), "a", a)) ||
+      failed(c.dim("A_log", getALog().getType(), 0, heads,
+                   "the value heads Hv, a's dimension 2")) ||
+      failed(c.dim("dt_bias", getDtBias().getType(), 0, heads,
+                   "the value heads Hv, a's dimension 2")))
+    return failure();
+  for (auto [name, t] : {std::pair<StringRef, RankedTensorType>{"g", getG().getType()},
+                         {"beta", getBeta().getType()}})
+    for (unsigned d = 0; d < 3; ++d)
+      if (failed(c.dim(name, t, d, a.getDimSize(d), "a's shape [B, T, Hv]")))
+        return failure();
+  return success();
+}
+
+LogicalResult GatedDeltaRuleOp::verify() {
+  Checker c(*this);
+  auto q = getQ().getType();
+  auto v = getV().getType();
+  if (failed(c.sameType("k", getK().getType(), "q", q)) ||
+      failed(c.sameElement("v", v, "q", q)) ||
+      failed(c.sameType("result", getType(), "v", v)) ||
+      failed(c.dim("v", v, 0, q.getDimSize(0), "q's batch B")) ||
+      failed(c.dim("v", v, 1, q.getDimSize(1), "q's sequence length T")))
+    return failure();
+  int64_t hk = q.getDimSize(2), dk = q.getDimSize(3);
+  int64_t hv = v.getDimSize(2), dv = v.getDimSize(3);
+  if (hv % hk != 0)
+    return emitOpError() << "value heads Hv = " << hv
+                         << " (v dimension 2) must be a multiple of key heads "
+                            "Hk = "
+                         << hk << " (q dimension 2)";
+  if (dk > kMaxHeadDim || dv > kMaxHeadDim)
+    return emitOpError() << "head dims dk = " << dk << ", dv = " << dv
+                         << " exceed the supported maximum " << kMaxHeadDim;
+  for (auto [name, t] :
+       {std::pair<StringRef, RankedTensorType>{"g", getG().getType()},
+        {"beta", getBeta().getType()}})
+    for (unsigned d = 0; d < 3; ++d)
+      if (failed(c.dim(name, t, d, v.getDimSize(d), "v's [B, T, Hv]")))
+        return failure();
+  if (getChunkSize() != kGdnChunkSize)
+    return emitOpError() << "chunk_size is " << getChunkSize() << ", expected "
+                         << kGdnChunkSize
+                         << " (the chunk size the GDN kernels implement)";
+  return c.positive("scale", getScale().convertToDouble());
+}
+
+//===----------------------------------------------------------------------===//
+// Attention
+//===----------------------------------------------------------------------===//
+
+LogicalResult RoPEOp::verify() {
+  int64_t headDim = getInput().getType().getDimSize(3);
+  int64_t rd = getRotaryDim();
+  if (rd <= 0 || rd % 2 != 0 || rd > headDim)
+    return emitOpError() << "rotary_dim is " << rd
+                         << ", expected an even number in [2, " << headDim
+                         << "] (the head dim)";
+  return Checker(*this).positive("theta", getTheta().convertToDouble());
+}
+
+LogicalResult AttentionOp::verify() {
+  Checker c(*this);
+  auto q = getQ().getType();
+  auto k = getK().getType();
+  auto v = getV().getType();
+  if (failed(c.sameElement("k", k, "q", q)) ||
+      failed(c.sameElement("v", v, "q", q)) ||
+      failed(c.sameElement("result", getType(), "q", q)))
+    return failure();
+  for (auto [name, t] : {std::pair<StringRef, RankedTensorType>{"k", k}, {"v", v}})
+    if (failed(c.dim(name, t, 0, q.getDimSize(0), "q's batch B")) ||
+        failed(c.dim(name, t, 1, q.getDimSize(1), "q's sequence length T")))
+      return failure();
+  if (failed(c.dim("v", v, 2, k.getDimSize(2), "k's heads Hkv")) ||
+      failed(c.dim("k", k, 3, q.getDimSize(3), "q's head dim Dqk")))
+    return failure();
+  int64_t hq = q.getDimSize(2), hkv = k.getDimSize(2);
+  if (hq % hkv != 0)
+    return emitOpError() << "query heads Hq = " << hq
+                         << " must be a multiple of key/value heads Hkv = "
+                         << hkv << " (grouped-query attention)";
+  if (q.getDimSize(3) > kMaxHeadDim || v.getDimSize(3) > kMaxHeadDim)
+    return emitOpError() << "head dims Dqk = " << q.getDimSize(3)
+                         << ", Dv = " << v.getDimSize(3)
+                         << " exceed the supported maximum " << kMaxHeadDim;
+  auto res = getType();
+  if (failed(c.dim("result", res, 0, q.getDimSize(0), "q's batch B")) ||
+      failed(c.dim("result", res, 1, q.getDimSize(1), "q's sequence length")) ||
+      failed(c.dim("result", res, 2, hq, "q's heads Hq")) ||
+      failed(c.dim("result", res, 3, v.getDimSize(3), "v's head dim Dv")))
+    return failure();
+  return c.positive("scale", getScale().convertToDouble());
+}
+
+//===----------------------------------------------------------------------===//
+// Views
+//===----------------------------------------------------------------------===//
+
+LogicalResult ReshapeOp::verify() {
+  Checker c(*this);
+  auto in = getInput().getType();
+  if (failed(c.sameElement("result", getType(), "input", in)))
+    return failure();
+  if (in.getNumElements() != getType().getNumElements())
+    return emitOpError() << "result has " << getType().getNumElements()
+                         << " elements, expected " << in.getNumElements()
+                         << " (the input's)";
+  return success();
+}
+
+LogicalResult SliceOp::verify() {
+  Checker c(*this);
+  auto in = getInput().getType();
+  auto res = getType();
+  int64_t dim = getDim();
+  if (dim < 0 || dim >= in.getRank())
+    return emitOpError() << "dim is " << dim << ", expected 0 to "
+                         << in.getRank() - 1;
+  if (res.getRank() != in.getRank())
+    return emitOpError() << "result rank " << res.getRank()
+                         << " must equal input rank " << in.getRank();
+  if (failed(c.sameElement("result", res, "input", in)))
+    return failure();
+  for (int64_t d = 0; d < in.getRank(); ++d)
+    if (d != dim && failed(c.dim("result", res, d, in.getDimSize(d),
+                                 "the input's extent outside the sliced dim")))
+      return failure();
+  int64_t offset = getOffset(), size = res.getDimSize(dim);
+  if (offset < 0 || offset + size > in.getDimSize(dim))
+    return emitOpError() << "slice [" << offset << ", " << offset + size
+                         << ") of dimension " << dim
+                         << " is outside the input's extent "
+                         << in.getDimSize(dim);
+  return success();
+}
+
+LogicalResult ConcatOp::verify() {
+  Checker c(*this);
+  if (getInputs().empty())
+    return emitOpError() << "needs at least one input";
+  auto res = getType();
+  int64_t dim = getDim();
+  if (dim < 0 || dim >= res.getRank())
+    return emitOpError() << "dim is " << dim << ", expected 0 to "
+                         << res.getRank() - 1;
+  int64_t total = 0;
+  for (auto [i, v] : llvm::enumerate(getInputs())) {
+    auto t = cast<RankedTensorType>(v.getType());
+    std::string name = "input #" + std::to_string(i);
+    if (t.getRank() != res.getRank())
+      return emitOpError() << name << " has rank " << t.getRank()
+                           << ", expected " << res.getRank();
+    if (failed(c.sameElement(name, t, "result", res)))
+      return failure();
+    for (int64_t d = 0; d < res.getRank(); ++d)
+      if (d != dim && failed(c.dim(name, t, d, res.getDimSize(d),
+                                   "the result's extent outside dim")))
+        return failure();
+    total += t.getDimSize(dim);
+  }
+  return c.dim("result", res, dim, total, "the sum of the inputs' extents");
+}
+
+LogicalResult ExpandOp::verify() {
+  Checker c(*this);
+  auto in = getInput().getType();
+  auto res = getType();
+  if (in.getRank() != res.getRank())
+    return emitOpError() << "result rank " << res.getRank()
+                         << " must equal input rank " << in.getRank();
+  if (failed(c.sameElement("result", res, "input", in)))
+    return failure();
+  for (int64_t d = 0; d < in.getRank(); ++d)
+    if (in.getDimSize(d) != 1 && in.getDimSize(d) != res.getDimSize(d))
+      return emitOpError() << "input dimension " << d << " is "
+                           << in.getDimSize(d) << ", expected 1 or "
+                           << res.getDimSize(d) << " (the result's)";
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Loss
+//===----------------------------------------------------------------------===//
+
+LogicalResult LMHeadCrossEntropyOp::verify() {
+  Checker c(*this);
+  auto h = getHidden().getType();
+  if (failed(c.sameElement("weight", getWeight().getType(), "hidden", h)) ||
+      failed(c.dim("weight", getWeight().getType(), 1, h.getDimSize(2),
+                   "hidden's size D; weight is [V, D]")) ||
+      failed(c.dim("labels", getLabels().getType(), 0, h.getDimSize(0),
+                   "hidden's batch B")) ||
+      failed(c.dim("labels", getLabels().getType(), 1, h.getDimSize(1),
+                   "hidden's sequence length T")))
+    return failure();
+  if (getChunkTokens() < 1)
+    return emitOpError() << "chunk_tokens is " << getChunkTokens()
+                         << ", expected at least 1";
+  return success();
+}
+
+#define GET_OP_CLASSES
+#include "dialect/train/TrainOps.cpp.inc"

@@ -1,0 +1,17 @@
+//===- TrainOps.h - train dialect operations ----------------------*- C++ -*-===//
+#ifndef ACTPLACE_DIALECT_TRAIN_TRAINOPS_H
+#define ACTPLACE_DIALECT_TRAIN_TRAINOPS_H
+
+#include "dialect/train/TrainDialect.h"
+
+#include "mlir/Bytecode/BytecodeOpInterface.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/OpDefinition.h"
+#include "mlir/IR/SymbolTable.h"
+#include "mlir/Interfaces/InferTypeOpInterface.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
+
+#define GET_OP_CLASSES
+#include "dialect/train/TrainOps.h.inc"
+
+#endif // ACTPLACE_DIALECT_TRAIN_TRAINOPS_H

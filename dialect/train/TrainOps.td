@@ -1,0 +1,436 @@
+//===- TrainOps.td - train dialect operations --------------*- tablegen -*-===//
+//
+// Forward ops of hybrid GDN / MLA / attention / MLP language models. Element
+// and rank rules are declarative type constraints; shape relations between
+// operands are checked in TrainOps.cpp with messages that name the operand,
+// the dimension, what was expected and what was found.
+//
+//===----------------------------------------------------------------------===//
+#ifndef ACTPLACE_TRAIN_OPS_TD
+#define ACTPLACE_TRAIN_OPS_TD
+
+include "dialect/train/TrainDialect.td"
+include "mlir/IR/SymbolInterfaces.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+include "mlir/Interfaces/InferTypeOpInterface.td"
+
+//===----------------------------------------------------------------------===//
+// Type constraints
+//===----------------------------------------------------------------------===//
+
+/// A statically shaped ranked tensor whose element type is one of `elts` and
+/// whose rank is one of `ranks` (any rank when empty).
+class Train_Tensor<list<Type> elts, list<int> ranks, string desc>
+    : Type<And<[
+        IsRankedTensorTypePred,
+        HasStaticShapePred,
+        !if(!empty(ranks), CPred<"true">, HasAnyRankOfPred<ranks>),
+        Concat<"[](::mlir::Type elementType) { return (",
+               SubstLeaves<"$_self", "elementType", AnyTypeOf<elts>.predicate>,
+               "); }(::llvm::cast<::mlir::ShapedType>($_self).getElementType())">
+      ]>, desc, "::mlir::RankedTensorType">;
+
+def Train_Float : AnyTypeOf<[BF16, F32]>;
+def Train_AnyFloatTensor : Train_Tensor<[BF16, F32], [], "static bf16 or f32 tensor">;
+def Train_Float1D : Train_Tensor<[BF16, F32], [1], "1-D static bf16 or f32 tensor">;
+def Train_Float2D : Train_Tensor<[BF16, F32], [2], "2-D static bf16 or f32 tensor">;
+def Train_Float3D : Train_Tensor<[BF16, F32], [3], "3-D static bf16 or f32 tensor [B, T, X]">;
+def Train_Float4D : Train_Tensor<[BF16, F32], [4], "4-D static bf16 or f32 tensor [B, T, H, d]">;
+def Train_F32_1D : Train_Tensor<[F32], [1], "1-D static f32 tensor">;
+def Train_F32_3D : Train_Tensor<[F32], [3], "3-D static f32 tensor [B, T, H]">;
+def Train_Tokens : Train_Tensor<[I32], [2], "2-D static i32 tensor [B, T] of token ids">;
+def Train_F32Scalar : Train_Tensor<[F32], [0], "0-D f32 tensor">;
+def Train_I32Scalar : Train_Tensor<[I32], [0], "0-D i32 tensor">;
+def Train_ParamType : Train_Tensor<[BF16, F32], [], "static bf16 or f32 tensor">;
+
+//===----------------------------------------------------------------------===//
+// Base classes
+//===----------------------------------------------------------------------===//
+
+class Train_Op<string mnemonic, list<Trait> traits = []>
+    : Op<Train_Dialect, mnemonic, traits>;
+
+/// A compute op: pure, carries its module scope, prints operands, the scope,
+/// remaining attributes and a functional type.
+class Train_ComputeOp<string mnemonic, list<Trait> traits = []>
+    : Train_Op<mnemonic, !listconcat(traits, [Pure])> {
+  let assemblyFormat = [{
+    operands `scope` `` $scope attr-dict `:` functional-type(operands, results)
+  }];
+}
+
+//===----------------------------------------------------------------------===//
+// Parameters
+//===----------------------------------------------------------------------===//
+
+def Train_ParamOp : Train_Op<"param", [Symbol]> {
+  let summary = "declares a trainable (or frozen) model parameter";
+  let description = [{
+    A module-level parameter: its shape and compute dtype, how it is
+    initialised and whether it is frozen (frozen parameters get no weight
+    gradient and no optimizer state). Names follow the HF checkpoint naming so
+    weights can be mapped to and from safetensors files.
+
+    ```mlir
+    train.param @model.embed_tokens.weight : tensor<248320x1024xbf16> init <normal, 0.0, 0.02>
+    train.param @model.layers.0.linear_attn.A_log : tensor<16xf32> init <log_uniform, 1.0e-02, 1.6e+01> frozen
+    ```
+  }];
+  let arguments = (ins SymbolNameAttr:$sym_name,
+                       TypeAttrOf<Train_ParamType>:$type,
+                       Train_InitAttr:$init,
+                       UnitAttr:$frozen);
+  let assemblyFormat = [{
+    $sym_name `:` $type `init` `` $init (`frozen` $frozen^)? attr-dict
+  }];
+}
+
+def Train_ParamRefOp : Train_Op<"param_ref",
+    [Pure, DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let summary = "the value of a declared parameter";
+  let description = [{
+    ```mlir
+    %w = train.param_ref @model.layers.0.mlp.down_proj.weight : tensor<1024x3584xbf16>
+    ```
+    The result type must equal the parameter's declared type.
+  }];
+  let arguments = (ins FlatSymbolRefAttr:$param);
+  let results = (outs Train_ParamType:$result);
+  let assemblyFormat = "$param attr-dict `:` type($result)";
+}
+
+//===----------------------------------------------------------------------===//
+// Embedding, linear, norms
+//===----------------------------------------------------------------------===//
+
+def Train_EmbeddingOp : Train_ComputeOp<"embedding"> {
+  let summary = "token embedding lookup";
+  let description = [{
+    `out[b, t, :] = table[tokens[b, t], :]`. Token ids outside [0, V) are a
+    data error reported by the runtime.
+
+    ```mlir
+    %h = train.embedding %tokens, %table scope<-1, embedding>
+        : (tensor<1x4096xi32>, tensor<248320x1024xbf16>) -> tensor<1x4096x1024xbf16>
+    ```
+  }];
+  let arguments = (ins Train_Tokens:$tokens, Train_Float2D:$table, Train_ScopeAttr:$scope);
+  let results = (outs Train_Float3D:$result);
+  let hasVerifier = 1;
+}
+
+def Train_LinearOp : Train_ComputeOp<"linear"> {
+  let summary = "linear layer without bias, y = x W^T";
+  let description = [{
+    `x` is [..., K] and `weight` is [O, K] (HF layout); the result is [..., O].
+    Inputs and result share the element type.
+
+    ```mlir
+    %y = train.linear %x, %w scope<0, gdn_in_proj>
+        : (tensor<1x4096x1024xbf16>, tensor<6144x1024xbf16>) -> tensor<1x4096x6144xbf16>
+    ```
+  }];
+  let arguments = (ins Train_AnyFloatTensor:$input, Train_Float2D:$weight, Train_ScopeAttr:$scope);
+  let results = (outs Train_AnyFloatTensor:$result);
+  let hasVerifier = 1;
+}
+
+def Train_RMSNormOp : Train_ComputeOp<"rms_norm"> {
+  let summary = "RMSNorm over the last dimension, plain (w) or zero-centred (1 + w)";
+  let description = [{
+    `y = x * rsqrt(mean(x^2) + eps) * w`, or `* (1 + w)` with `zero_centered`
+    (Qwen3.5's model norms, whose weights start at 0). Computed in f32.
+    Also the q/k norms over head_dim ([B, T, H, d] inputs with a [d] weight).
+
+    ```mlir
+    %n = train.rms_norm %h, %w scope<0, attn_norm> {eps = 1.0e-06 : f64, zero_centered}
+        : (tensor<1x4096x1024xbf16>, tensor<1024xbf16>) -> tensor<1x4096x1024xbf16>
+    ```
+  }];
+  let arguments = (ins Train_AnyFloatTensor:$input, Train_Float1D:$weight,
+                       F64Attr:$eps, UnitAttr:$zero_centered, Train_ScopeAttr:$scope);
+  let results = (outs Train_AnyFloatTensor:$result);
+  let hasVerifier = 1;
+}
+
+def Train_GatedRMSNormOp : Train_ComputeOp<"gated_rms_norm"> {
+  let summary = "GDN output norm: w * (o * rstd) * silu(z) per token and head";
+  let description = [{
+    `o` and `z` are [B, T, Hv, dv]; `weight` is [dv] (plain weight, init ones).
+    `rstd = 1 / sqrt(mean_dv(o^2) + eps)`, computed in f32.
+
+    ```mlir
+    %y = train.gated_rms_norm %o, %z, %w scope<0, gdn_norm_out> {eps = 1.0e-06 : f64}
+        : (tensor<1x4096x16x128xbf16>, tensor<1x4096x16x128xbf16>, tensor<128xbf16>)
+        -> tensor<1x4096x16x128xbf16>
+    ```
+  }];
+  let arguments = (ins Train_Float4D:$input, Train_Float4D:$gate, Train_Float1D:$weight,
+                       F64Attr:$eps, Train_ScopeAttr:$scope);
+  let results = (outs Train_Float4D:$result);
+  let hasVerifier = 1;
+}
+
+def Train_L2NormOp : Train_ComputeOp<"l2_norm", [SameOperandsAndResultType]> {
+  let summary = "L2 normalisation over the last dimension (GDN q and k)";
+  let description = [{
+    `y = x / sqrt(sum(x^2) + eps)`, eps inside the square root, in f32.
+
+    ```mlir
+    %qn = train.l2_norm %q scope<0, gdn_core_attn> {eps = 1.0e-06 : f64}
+        : (tensor<1x4096x16x128xbf16>) -> tensor<1x4096x16x128xbf16>
+    ```
+  }];
+  let arguments = (ins Train_Float4D:$input, F64Attr:$eps, Train_ScopeAttr:$scope);
+  let results = (outs Train_Float4D:$result);
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// GDN
+//===----------------------------------------------------------------------===//
+
+def Train_ShortConvOp : Train_ComputeOp<"short_conv"> {
+  let summary = "causal depthwise short convolution followed by SiLU";
+  let description = [{
+    `pre[b, t, c] = sum_j w[c, j] * x[b, t - (Kc - 1) + j, c]` with zeros before
+    each sequence start (every batch row is a sequence), then `y = silu(pre)`.
+    `x` is [B, T, C], `weight` is [C, Kc] with 1 <= Kc <= 8, no bias.
+
+    ```mlir
+    %y = train.short_conv %mixed, %w scope<0, gdn_prep>
+        : (tensor<1x4096x6144xbf16>, tensor<6144x4xbf16>) -> tensor<1x4096x6144xbf16>
+    ```
+  }];
+  let arguments = (ins Train_Float3D:$input, Train_Float2D:$weight, Train_ScopeAttr:$scope);
+  let results = (outs Train_Float3D:$result);
+  let hasVerifier = 1;
+}
+
+def Train_GDNGatesOp : Train_ComputeOp<"gdn_gates"> {
+  let summary = "GDN gates: beta = sigmoid(b), g = -exp(A_log) * softplus(a + dt_bias)";
+  let description = [{
+    `a` and `b` are [B, T, Hv] projections; `A_log` and `dt_bias` are [Hv]
+    f32 parameters. `g` (a log-space decay, <= 0) is f32; `beta` is bf16 or
+    f32. softplus uses threshold 20.
+
+    ```mlir
+    %g, %beta = train.gdn_gates %a, %b, %A_log, %dt_bias scope<0, gdn_core_attn>
+        : (tensor<1x4096x16xbf16>, tensor<1x4096x16xbf16>, tensor<16xf32>, tensor<16xf32>)
+        -> (tensor<1x4096x16xf32>, tensor<1x4096x16xbf16>)
+    ```
+  }];
+  let arguments = (ins Train_Float3D:$a, Train_Float3D:$b, Train_F32_1D:$A_log,
+                       Train_F32_1D:$dt_bias, Train_ScopeAttr:$scope);
+  let results = (outs Train_F32_3D:$g, Train_Float3D:$beta);
+  let hasVerifier = 1;
+}
+
+def Train_GatedDeltaRuleOp : Train_ComputeOp<"gated_delta_rule"> {
+  let summary = "the GDN recurrence (gated delta rule), chunked";
+  let description = [{
+    Per sequence and value head h (key head h / (Hv / Hk)), with state
+    S in R^{dk x dv} starting at zero:
+    `S_t = exp(g_t) (I - beta_t k_t k_t^T) S_{t-1} + beta_t k_t v_t^T`,
+    `o_t = scale * S_t^T q_t`. Inputs q, k are L2-normalised [B, T, Hk, dk],
+    v is [B, T, Hv, dv], g (f32) and beta are [B, T, Hv]. Computed in chunks of
+    `chunk_size` = 64 tokens (WY form, model-math.md 1.4); head dims up to 256;
+    Hv must be a multiple of Hk.
+
+    ```mlir
+    %o = train.gated_delta_rule %q, %k, %v, %g, %beta scope<0, gdn_core_attn>
+        {chunk_size = 64 : i64, scale = 0.088388347648318433 : f64}
+        : (tensor<1x4096x16x128xbf16>, tensor<1x4096x16x128xbf16>, tensor<1x4096x16x128xbf16>,
+           tensor<1x4096x16xf32>, tensor<1x4096x16xbf16>) -> tensor<1x4096x16x128xbf16>
+    ```
+  }];
+  let arguments = (ins Train_Float4D:$q, Train_Float4D:$k, Train_Float4D:$v,
+                       Train_F32_3D:$g, Train_Float3D:$beta,
+                       F64Attr:$scale, DefaultValuedAttr<I64Attr, "64">:$chunk_size,
+                       Train_ScopeAttr:$scope);
+  let results = (outs Train_Float4D:$result);
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Attention
+//===----------------------------------------------------------------------===//
+
+def Train_RoPEOp : Train_ComputeOp<"rope", [SameOperandsAndResultType]> {
+  let summary = "rotary position embedding (rotate-half) on the first rotary_dim dims";
+  let description = [{
+    Positions are 0..T-1 within each batch row. Dims [0, rotary_dim) of every
+    head are rotated in rotate-half pairing (i, i + rotary_dim / 2) with
+    frequencies theta^(-2i / rotary_dim); the remaining dims pass through.
+    rotary_dim must be even and at most the head dim.
+
+    ```mlir
+    %qr = train.rope %q scope<3, qkv_linear> {rotary_dim = 64 : i64, theta = 1.0e+07 : f64}
+        : (tensor<1x4096x8x256xbf16>) -> tensor<1x4096x8x256xbf16>
+    ```
+  }];
+  let arguments = (ins Train_Float4D:$input, I64Attr:$rotary_dim, F64Attr:$theta,
+                       Train_ScopeAttr:$scope);
+  let results = (outs Train_Float4D:$result);
+  let hasVerifier = 1;
+}
+
+def Train_AttentionOp : Train_ComputeOp<"attention"> {
+  let summary = "causal softmax attention with grouped-query heads";
+  let description = [{
+    `o = softmax_causal(q k^T * scale) v` per batch row, softmax in f32. q is
+    [B, T, Hq, Dqk], k is [B, T, Hkv, Dqk], v is [B, T, Hkv, Dv] with Hq a
+    multiple of Hkv (GQA); Dqk may differ from Dv (MLA: 192 and 128). Head dims
+    up to 256. An output gate, where the model has one, is a separate
+    `train.output_gate` in the `attn_proj` scope, because DESIGN.md places the
+    gate there and the attention output is then needed by both scopes.
+
+    ```mlir
+    %o = train.attention %q, %k, %v scope<3, core_attn> {scale = 6.250000e-02 : f64}
+        : (tensor<1x4096x8x256xbf16>, tensor<1x4096x2x256xbf16>, tensor<1x4096x2x256xbf16>)
+        -> tensor<1x4096x8x256xbf16>
+    ```
+  }];
+  let arguments = (ins Train_Float4D:$q, Train_Float4D:$k, Train_Float4D:$v,
+                       F64Attr:$scale, Train_ScopeAttr:$scope);
+  let results = (outs Train_Float4D:$result);
+  let hasVerifier = 1;
+}
+
+def Train_OutputGateOp : Train_ComputeOp<"output_gate", [SameOperandsAndResultType]> {
+  let summary = "sigmoid output gate: y = o * sigmoid(gate)";
+  let description = [{
+    ```mlir
+    %y = train.output_gate %o, %gate scope<3, attn_proj>
+        : (tensor<1x4096x8x256xbf16>, tensor<1x4096x8x256xbf16>) -> tensor<1x4096x8x256xbf16>
+    ```
+  }];
+  let arguments = (ins Train_AnyFloatTensor:$input, Train_AnyFloatTensor:$gate,
+                       Train_ScopeAttr:$scope);
+  let results = (outs Train_AnyFloatTensor:$result);
+}
+
+//===----------------------------------------------------------------------===//
+// MLP, residual
+//===----------------------------------------------------------------------===//
+
+def Train_SwiGLUOp : Train_ComputeOp<"swiglu", [SameOperandsAndResultType]> {
+  let summary = "SwiGLU activation: y = silu(gate) * up";
+  let description = [{
+    ```mlir
+    %a = train.swiglu %gate, %up scope<0, mlp_act>
+        : (tensor<1x4096x3584xbf16>, tensor<1x4096x3584xbf16>) -> tensor<1x4096x3584xbf16>
+    ```
+  }];
+  let arguments = (ins Train_AnyFloatTensor:$gate, Train_AnyFloatTensor:$up,
+                       Train_ScopeAttr:$scope);
+  let results = (outs Train_AnyFloatTensor:$result);
+}
+
+def Train_AddOp : Train_ComputeOp<"add", [SameOperandsAndResultType, Commutative]> {
+  let summary = "elementwise add (residual connections)";
+  let description = [{
+    ```mlir
+    %h1 = train.add %h0, %out scope<0, gdn_out_proj>
+        : (tensor<1x4096x1024xbf16>, tensor<1x4096x1024xbf16>) -> tensor<1x4096x1024xbf16>
+    ```
+  }];
+  let arguments = (ins Train_AnyFloatTensor:$lhs, Train_AnyFloatTensor:$rhs,
+                       Train_ScopeAttr:$scope);
+  let results = (outs Train_AnyFloatTensor:$result);
+}
+
+//===----------------------------------------------------------------------===//
+// Views: reshape, slice, concat, expand
+//===----------------------------------------------------------------------===//
+
+def Train_ReshapeOp : Train_ComputeOp<"reshape"> {
+  let summary = "row-major reshape (a view: no data moves)";
+  let description = [{
+    ```mlir
+    %z4 = train.reshape %z scope<0, gdn_in_proj>
+        : (tensor<1x4096x2048xbf16>) -> tensor<1x4096x16x128xbf16>
+    ```
+  }];
+  let arguments = (ins Train_AnyFloatTensor:$input, Train_ScopeAttr:$scope);
+  let results = (outs Train_AnyFloatTensor:$result);
+  let hasVerifier = 1;
+}
+
+def Train_SliceOp : Train_ComputeOp<"slice"> {
+  let summary = "contiguous slice [offset, offset + size) of one dimension";
+  let description = [{
+    The result has `size` elements in dimension `dim` and the input's extent
+    elsewhere.
+
+    ```mlir
+    %q = train.slice %qkv scope<0, gdn_prep> {dim = 2 : i64, offset = 0 : i64}
+        : (tensor<1x4096x6144xbf16>) -> tensor<1x4096x2048xbf16>
+    ```
+  }];
+  let arguments = (ins Train_AnyFloatTensor:$input, I64Attr:$dim, I64Attr:$offset,
+                       Train_ScopeAttr:$scope);
+  let results = (outs Train_AnyFloatTensor:$result);
+  let hasVerifier = 1;
+}
+
+def Train_ConcatOp : Train_ComputeOp<"concat"> {
+  let summary = "concatenation along one dimension";
+  let description = [{
+    ```mlir
+    %qf = train.concat %q_nope, %q_pe scope<0, mla_up_proj> {dim = 3 : i64}
+        : (tensor<1x64x16x128xbf16>, tensor<1x64x16x64xbf16>) -> tensor<1x64x16x192xbf16>
+    ```
+  }];
+  let arguments = (ins Variadic<Train_AnyFloatTensor>:$inputs, I64Attr:$dim,
+                       Train_ScopeAttr:$scope);
+  let results = (outs Train_AnyFloatTensor:$result);
+  let hasVerifier = 1;
+}
+
+def Train_ExpandOp : Train_ComputeOp<"expand"> {
+  let summary = "broadcast size-1 dimensions to the result shape";
+  let description = [{
+    Used for MLA's shared rotary key, [B, T, 1, dr] -> [B, T, H, dr]; its
+    gradient sums over the broadcast dimensions.
+
+    ```mlir
+    %kpe = train.expand %kpe1 scope<0, mla_up_proj>
+        : (tensor<1x64x1x64xbf16>) -> tensor<1x64x16x64xbf16>
+    ```
+  }];
+  let arguments = (ins Train_AnyFloatTensor:$input, Train_ScopeAttr:$scope);
+  let results = (outs Train_AnyFloatTensor:$result);
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Loss
+//===----------------------------------------------------------------------===//
+
+def Train_LMHeadCrossEntropyOp : Train_ComputeOp<"lm_head_cross_entropy"> {
+  let summary = "tied LM head + cross-entropy, computed in token chunks";
+  let description = [{
+    `logits = h W^T` ([B, T, V]) followed by the cross-entropy against
+    `labels`; returns the sum of the per-token losses over tokens whose label
+    is not `ignore_index`, and the number of such tokens (the step's loss is the
+    token-weighted mean over all microbatches). Lowerings compute logits in
+    chunks of `chunk_tokens` tokens so [B*T, V] is never materialised whole.
+    With tied embeddings `weight` is the embedding table.
+
+    ```mlir
+    %loss, %count = train.lm_head_cross_entropy %h, %table, %labels scope<-1, lm_head>
+        {chunk_tokens = 1024 : i64}
+        : (tensor<1x4096x1024xbf16>, tensor<248320x1024xbf16>, tensor<1x4096xi32>)
+        -> (tensor<f32>, tensor<i32>)
+    ```
+  }];
+  let arguments = (ins Train_Float3D:$hidden, Train_Float2D:$weight, Train_Tokens:$labels,
+                       DefaultValuedAttr<I64Attr, "1024">:$chunk_tokens,
+                       DefaultValuedAttr<I64Attr, "-100">:$ignore_index,
+                       Train_ScopeAttr:$scope);
+  let results = (outs Train_F32Scalar:$loss_sum, Train_I32Scalar:$token_count);
+  let hasVerifier = 1;
+}
+
+#endif // ACTPLACE_TRAIN_OPS_TD
