@@ -1,0 +1,261 @@
+//===- data.cpp - Synthetic, token-file and byte-text data sources --------===//
+#include "runtime/data.h"
+
+#include "runtime/error.h"
+#include "runtime/rng.h"
+#include "runtime/sha256.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace ap::rt {
+
+/// A read-only memory map of a whole file. Token files can be far larger than
+/// memory; mapping lets the page cache do the reading.
+class MappedFile {
+public:
+  explicit MappedFile(const std::string &path) : path_(path) {
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+      fail("data: cannot open '", path, "': ", std::strerror(errno));
+    struct stat st;
+    if (::fstat(fd, &st) != 0) {
+      int e = errno;
+      ::close(fd);
+      fail("data: cannot stat '", path, "': ", std::strerror(e));
+    }
+    size_ = size_t(st.st_size);
+    if (size_ == 0) {
+      ::close(fd);
+      fail("data: '", path, "' is empty");
+    }
+    void *p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+    int e = errno;
+    ::close(fd);
+    if (p == MAP_FAILED)
+      fail("data: cannot mmap '", path, "': ", std::strerror(e));
+    data_ = static_cast<const uint8_t *>(p);
+  }
+  ~MappedFile() { ::munmap(const_cast<uint8_t *>(data_), size_); }
+  const uint8_t *data() const { return data_; }
+  size_t size() const { return size_; }
+
+private:
+  std::string path_;
+  const uint8_t *data_ = nullptr;
+  size_t size_ = 0;
+};
+
+void parseDataSource(const std::string &spec, DataConfig &config) {
+  auto withPath = [&](const char *prefix) -> bool {
+    size_t n = std::strlen(prefix);
+    if (spec.compare(0, n, prefix) != 0)
+      return false;
+    config.path = spec.substr(n);
+    if (config.path.empty())
+      fail("data: '", spec, "' names no file");
+    return true;
+  };
+  if (spec == "synthetic") {
+    config.kind = DataSourceKind::Synthetic;
+    config.path.clear();
+  } else if (withPath("tokens:") || withPath("tokens16:")) {
+    config.kind = DataSourceKind::TokenFile;
+    config.tokenBytes = 2;
+  } else if (withPath("tokens32:")) {
+    config.kind = DataSourceKind::TokenFile;
+    config.tokenBytes = 4;
+  } else if (withPath("text:")) {
+    config.kind = DataSourceKind::ByteText;
+  } else {
+    fail("data: unknown source '", spec,
+         "' (expected synthetic, tokens:PATH, tokens16:PATH, tokens32:PATH or "
+         "text:PATH)");
+  }
+}
+
+std::string DataCursor::serialize() const {
+  return "step=" + std::to_string(step) +
+         ";microbatch=" + std::to_string(microbatch) + ";source=" + sourceId;
+}
+
+DataCursor DataCursor::deserialize(const std::string &text) {
+  DataCursor c;
+  unsigned long long step = 0;
+  unsigned mb = 0;
+  int consumed = 0;
+  if (std::sscanf(text.c_str(), "step=%llu;microbatch=%u;source=%n", &step,
+                  &mb, &consumed) != 2 ||
+      consumed == 0)
+    fail("data: malformed cursor '", text, "'");
+  c.step = step;
+  c.microbatch = mb;
+  c.sourceId = text.substr(size_t(consumed));
+  if (c.sourceId.size() != 64 ||
+      c.sourceId.find_first_not_of("0123456789abcdef") != std::string::npos)
+    fail("data: malformed cursor '", text, "' (bad source id)");
+  return c;
+}
+
+std::vector<int32_t> byteEncode(const std::string &text) {
+  std::vector<int32_t> ids(text.size());
+  for (size_t i = 0; i < text.size(); ++i)
+    ids[i] = int32_t(static_cast<unsigned char>(text[i]));
+  return ids;
+}
+
+std::string byteDecode(const int32_t *ids, size_t n) {
+  std::string s(n, '?');
+  for (size_t i = 0; i < n; ++i)
+    if (ids[i] >= 0 && ids[i] < 256)
+      s[i] = char(static_cast<unsigned char>(ids[i]));
+  return s;
+}
+
+DataLoader::DataLoader(const DataConfig &config) : config_(config) {
+  if (config_.batch <= 0 || config_.seqLen <= 0)
+    fail("data: batch (", config_.batch, ") and sequence length (",
+         config_.seqLen, ") must be positive");
+  if (config_.microbatchesPerStep == 0)
+    fail("data: microbatches per step must be positive");
+  if (config_.worldSize == 0 || config_.rank >= config_.worldSize)
+    fail("data: rank ", config_.rank, " outside world of ", config_.worldSize);
+  if (config_.vocabSize == 0 || config_.vocabSize > 0x7fffffffu)
+    fail("data: bad vocabulary size ", config_.vocabSize);
+
+  Sha256 id;
+  auto mix = [&](uint64_t v) { id.update(&v, sizeof(v)); };
+  mix(uint64_t(config_.kind));
+  mix(config_.seed);
+  mix(uint64_t(config_.batch));
+  mix(uint64_t(config_.seqLen));
+  mix(config_.microbatchesPerStep);
+  mix(config_.worldSize);
+  mix(config_.rank);
+  mix(config_.shuffle);
+  mix(config_.vocabSize);
+
+  if (config_.kind != DataSourceKind::Synthetic) {
+    if (config_.kind == DataSourceKind::ByteText) {
+      if (config_.vocabSize < 256)
+        fail("data: byte-level text needs a vocabulary of at least 256 ids, "
+             "model has ",
+             config_.vocabSize);
+      config_.tokenBytes = 1;
+    } else if (config_.tokenBytes != 2 && config_.tokenBytes != 4) {
+      fail("data: token width must be 2 or 4 bytes, got ", config_.tokenBytes);
+    }
+    file_ = std::make_unique<MappedFile>(config_.path);
+    if (file_->size() % size_t(config_.tokenBytes) != 0)
+      fail("data: '", config_.path, "' has ", file_->size(),
+           " bytes, not a multiple of the token width ", config_.tokenBytes,
+           " (wrong tokens16/tokens32?)");
+    numTokens_ = file_->size() / size_t(config_.tokenBytes);
+    if (numTokens_ < uint64_t(config_.seqLen) + 1)
+      fail("data: '", config_.path, "' holds ", numTokens_,
+           " tokens, fewer than one sequence of ", config_.seqLen + 1);
+    // Windows of T+1 tokens overlapping by one, so every token is a label
+    // exactly once per epoch.
+    numWindows_ = (numTokens_ - 1) / uint64_t(config_.seqLen);
+    mix(uint64_t(config_.tokenBytes));
+    mix(numTokens_);
+    // The leading MiB identifies the file cheaply even for huge corpora.
+    id.update(file_->data(), std::min<size_t>(file_->size(), 1 << 20));
+  }
+  cursor_.sourceId = Sha256::hex(id.finish());
+}
+
+DataLoader::~DataLoader() = default;
+
+int32_t DataLoader::fileToken(uint64_t pos) const {
+  const uint8_t *p = file_->data() + pos * uint64_t(config_.tokenBytes);
+  uint32_t v;
+  switch (config_.tokenBytes) {
+  case 1:
+    v = p[0];
+    break;
+  case 2:
+    v = uint32_t(p[0]) | uint32_t(p[1]) << 8;
+    break;
+  default:
+    v = uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 |
+        uint32_t(p[3]) << 24;
+    break;
+  }
+  if (v >= config_.vocabSize)
+    fail("data: token ", v, " at position ", pos, " of '", config_.path,
+         "' is outside the vocabulary of ", config_.vocabSize);
+  return int32_t(v);
+}
+
+void DataLoader::fillRaw(uint64_t step, uint32_t microbatch,
+                         int32_t *raw) const {
+  if (microbatch >= config_.microbatchesPerStep)
+    fail("data: microbatch ", microbatch, " of a step with ",
+         config_.microbatchesPerStep);
+  const uint64_t B = uint64_t(config_.batch), T = uint64_t(config_.seqLen);
+  RngKey key{config_.seed, step, microbatch, config_.rank, 0};
+  if (config_.kind == DataSourceKind::Synthetic) {
+    key.stream = kSyntheticTokenStream;
+    PhiloxStream(key).fillTokens(raw, size_t(B * (T + 1)), config_.vocabSize);
+    return;
+  }
+  // Global sample number: consecutive over (step, microbatch, rank, row), so
+  // the ranks of one step read disjoint consecutive windows.
+  uint64_t first =
+      ((step * config_.microbatchesPerStep + microbatch) * config_.worldSize +
+       config_.rank) *
+      B;
+  key.stream = kShuffleStream;
+  PhiloxStream shuffle(key);
+  for (uint64_t b = 0; b < B; ++b) {
+    uint64_t window = config_.shuffle
+                          ? ((uint64_t(shuffle.word(2 * b)) << 32) |
+                             shuffle.word(2 * b + 1)) %
+                                numWindows_
+                          : (first + b) % numWindows_;
+    uint64_t start = window * T;
+    for (uint64_t t = 0; t <= T; ++t)
+      raw[b * (T + 1) + t] = fileToken(start + t);
+  }
+}
+
+void DataLoader::fill(uint64_t step, uint32_t microbatch, int32_t *tokens,
+                      int32_t *labels) const {
+  const size_t B = size_t(config_.batch), T = size_t(config_.seqLen);
+  std::vector<int32_t> raw(B * (T + 1));
+  fillRaw(step, microbatch, raw.data());
+  for (size_t b = 0; b < B; ++b) {
+    std::memcpy(tokens + b * T, raw.data() + b * (T + 1), T * sizeof(int32_t));
+    std::memcpy(labels + b * T, raw.data() + b * (T + 1) + 1,
+                T * sizeof(int32_t));
+  }
+}
+
+void DataLoader::next(int32_t *tokens, int32_t *labels) {
+  fill(cursor_.step, cursor_.microbatch, tokens, labels);
+  if (++cursor_.microbatch == config_.microbatchesPerStep) {
+    cursor_.microbatch = 0;
+    ++cursor_.step;
+  }
+}
+
+void DataLoader::restore(const DataCursor &cursor) {
+  if (cursor.sourceId != cursor_.sourceId)
+    fail("data: the checkpoint's data cursor was taken over a different source "
+         "or layout (source id ",
+         cursor.sourceId, ", this run ", cursor_.sourceId,
+         "): same file, seed, batch, sequence length, microbatches and world "
+         "size are needed to resume");
+  if (cursor.microbatch >= config_.microbatchesPerStep)
+    fail("data: cursor microbatch ", cursor.microbatch, " out of range");
+  cursor_ = cursor;
+}
+
+} // namespace ap::rt

@@ -1,0 +1,227 @@
+//===- data_test.cpp - Data sources, layout, determinism, resume ----------===//
+#include "runtime/data.h"
+
+#include "runtime/error.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <unistd.h>
+#include <vector>
+
+using namespace ap::rt;
+
+namespace {
+
+std::string tempPath(const std::string &name) {
+  return ::testing::TempDir() + "/ap_data_" + std::to_string(::getpid()) + "_" +
+         name;
+}
+
+template <typename T>
+std::string writeTokens(const std::string &name, const std::vector<T> &ids) {
+  std::string p = tempPath(name);
+  std::ofstream f(p, std::ios::binary);
+  f.write(reinterpret_cast<const char *>(ids.data()), ids.size() * sizeof(T));
+  return p;
+}
+
+DataConfig baseConfig() {
+  DataConfig c;
+  c.vocabSize = 1000;
+  c.seed = 11;
+  c.batch = 3;
+  c.seqLen = 8;
+  c.microbatchesPerStep = 2;
+  return c;
+}
+
+TEST(Data, SyntheticLayoutAndDeterminism) {
+  DataLoader dl(baseConfig());
+  size_t n = dl.microbatchElements();
+  ASSERT_EQ(n, 24u);
+  std::vector<int32_t> raw(3 * 9), tok(n), lab(n), tok2(n), lab2(n);
+  dl.fillRaw(5, 1, raw.data());
+  dl.fill(5, 1, tok.data(), lab.data());
+  for (int b = 0; b < 3; ++b)
+    for (int t = 0; t < 8; ++t) {
+      EXPECT_EQ(tok[b * 8 + t], raw[b * 9 + t]);
+      EXPECT_EQ(lab[b * 8 + t], raw[b * 9 + t + 1]);
+      EXPECT_GE(tok[b * 8 + t], 0);
+      EXPECT_LT(tok[b * 8 + t], 1000);
+    }
+  // Another loader with the same config gives the same microbatch.
+  DataLoader again(baseConfig());
+  again.fill(5, 1, tok2.data(), lab2.data());
+  EXPECT_EQ(tok, tok2);
+  EXPECT_EQ(lab, lab2);
+  // Each of step, microbatch, rank and seed changes the data.
+  dl.fill(6, 1, tok2.data(), lab2.data());
+  EXPECT_NE(tok, tok2);
+  dl.fill(5, 0, tok2.data(), lab2.data());
+  EXPECT_NE(tok, tok2);
+  DataConfig r1 = baseConfig();
+  r1.rank = 1;
+  r1.worldSize = 2;
+  DataLoader(r1).fill(5, 1, tok2.data(), lab2.data());
+  EXPECT_NE(tok, tok2);
+  DataConfig s2 = baseConfig();
+  s2.seed = 12;
+  DataLoader(s2).fill(5, 1, tok2.data(), lab2.data());
+  EXPECT_NE(tok, tok2);
+  EXPECT_THROW(dl.fill(5, 2, tok2.data(), lab2.data()), Error);
+}
+
+TEST(Data, ResumeFromCursorMatchesUninterruptedRun) {
+  DataConfig c = baseConfig();
+  size_t n = size_t(c.batch * c.seqLen);
+  DataLoader full(c);
+  std::vector<std::vector<int32_t>> ref;
+  for (int i = 0; i < 10; ++i) {
+    std::vector<int32_t> t(n), l(n);
+    full.next(t.data(), l.data());
+    ref.push_back(t);
+    ref.push_back(l);
+  }
+  DataLoader first(c);
+  std::vector<int32_t> t(n), l(n);
+  for (int i = 0; i < 3; ++i)
+    first.next(t.data(), l.data());
+  DataCursor cur = first.cursor();
+  EXPECT_EQ(cur.step, 1u);
+  EXPECT_EQ(cur.microbatch, 1u);
+  std::string saved = cur.serialize();
+  DataLoader resumed(c);
+  resumed.restore(DataCursor::deserialize(saved));
+  for (int i = 3; i < 10; ++i) {
+    resumed.next(t.data(), l.data());
+    EXPECT_EQ(t, ref[2 * i]) << "microbatch " << i;
+    EXPECT_EQ(l, ref[2 * i + 1]) << "microbatch " << i;
+  }
+  // A cursor from another layout is refused.
+  DataConfig other = c;
+  other.seqLen = 9;
+  DataLoader wrong(other);
+  EXPECT_THROW(wrong.restore(cur), Error);
+  EXPECT_THROW(DataCursor::deserialize("step=1;microbatch=0"), Error);
+  EXPECT_THROW(DataCursor::deserialize("step=1;microbatch=0;source=abc"), Error);
+}
+
+TEST(Data, TokenFileSequentialWindows) {
+  // ids 0..99 as uint16: window w covers [w*T, w*T+T].
+  std::vector<uint16_t> ids(100);
+  for (int i = 0; i < 100; ++i)
+    ids[i] = uint16_t(i * 7 % 100);
+  std::string p = writeTokens("seq.bin", ids);
+  DataConfig c = baseConfig();
+  parseDataSource("tokens:" + p, c);
+  c.batch = 2;
+  c.seqLen = 10;
+  c.worldSize = 2;
+  c.rank = 1;
+  DataLoader dl(c);
+  EXPECT_EQ(dl.numTokens(), 100u);
+  std::vector<int32_t> t(20), l(20);
+  // Step 1, microbatch 1, rank 1: samples ((1*2+1)*2+1)*2 = 14, 15; 9
+  // windows per epoch ((100-1)/10) -> windows 5 and 6.
+  dl.fill(1, 1, t.data(), l.data());
+  for (int b = 0; b < 2; ++b)
+    for (int i = 0; i < 10; ++i) {
+      int start = (5 + b) * 10;
+      EXPECT_EQ(t[b * 10 + i], ids[start + i]);
+      EXPECT_EQ(l[b * 10 + i], ids[start + i + 1]);
+    }
+  // Rank 0 of the same microbatch reads the two windows before.
+  DataConfig c0 = c;
+  c0.rank = 0;
+  std::vector<int32_t> t0(20), l0(20);
+  DataLoader(c0).fill(1, 1, t0.data(), l0.data());
+  EXPECT_EQ(t0[0], ids[30]);
+  EXPECT_EQ(t0[10], ids[40]);
+  std::remove(p.c_str());
+}
+
+TEST(Data, TokenFile32AndShuffle) {
+  std::vector<uint32_t> ids(1000);
+  for (int i = 0; i < 1000; ++i)
+    ids[i] = uint32_t(70000 + i);
+  std::string p = writeTokens("u32.bin", ids);
+  DataConfig c = baseConfig();
+  c.vocabSize = 80000;
+  parseDataSource("tokens32:" + p, c);
+  c.shuffle = true;
+  DataLoader dl(c);
+  std::vector<int32_t> t(24), l(24), t2(24), l2(24);
+  dl.fill(3, 0, t.data(), l.data());
+  DataLoader(c).fill(3, 0, t2.data(), l2.data());
+  EXPECT_EQ(t, t2);
+  for (int b = 0; b < 3; ++b) {
+    // Each row is a contiguous window starting at a multiple of T.
+    int start = t[b * 8] - 70000;
+    EXPECT_EQ(start % 8, 0);
+    for (int i = 0; i < 8; ++i) {
+      EXPECT_EQ(t[b * 8 + i], 70000 + start + i);
+      EXPECT_EQ(l[b * 8 + i], 70000 + start + i + 1);
+    }
+  }
+  dl.fill(4, 0, t2.data(), l2.data());
+  EXPECT_NE(t, t2);
+  // The same file with a vocabulary that is too small: a clear error.
+  DataConfig small = c;
+  small.vocabSize = 1000;
+  DataLoader bad(small);
+  try {
+    bad.fill(0, 0, t.data(), l.data());
+    FAIL() << "expected an out-of-vocabulary error";
+  } catch (const Error &e) {
+    EXPECT_NE(std::string(e.what()).find("outside the vocabulary"),
+              std::string::npos)
+        << e.what();
+  }
+  // Reading it as uint16 works (even byte count) but a 3-byte file does not.
+  std::string odd = writeTokens("odd.bin", std::vector<uint8_t>{1, 2, 3});
+  DataConfig oc = baseConfig();
+  parseDataSource("tokens16:" + odd, oc);
+  EXPECT_THROW(DataLoader x(oc), Error);
+  std::remove(p.c_str());
+  std::remove(odd.c_str());
+}
+
+TEST(Data, ByteTextAndErrors) {
+  std::string text = "The quick brown fox jumps over the lazy dog. ";
+  std::string all;
+  for (int i = 0; i < 4; ++i)
+    all += text;
+  std::string p = tempPath("text.txt");
+  std::ofstream(p) << all;
+  DataConfig c = baseConfig();
+  parseDataSource("text:" + p, c);
+  c.batch = 1;
+  c.seqLen = 16;
+  c.microbatchesPerStep = 1;
+  DataLoader dl(c);
+  std::vector<int32_t> t(16), l(16);
+  dl.fill(0, 0, t.data(), l.data());
+  EXPECT_EQ(byteDecode(t.data(), 16), all.substr(0, 16));
+  EXPECT_EQ(byteDecode(l.data(), 16), all.substr(1, 16));
+  dl.fill(1, 0, t.data(), l.data());
+  EXPECT_EQ(byteDecode(t.data(), 16), all.substr(16, 16));
+  EXPECT_EQ(byteEncode("A\xff"), (std::vector<int32_t>{65, 255}));
+
+  DataConfig tiny = c;
+  tiny.vocabSize = 100;
+  EXPECT_THROW(DataLoader x(tiny), Error); // bytes need 256 ids
+  DataConfig missing = baseConfig();
+  parseDataSource("text:/nonexistent/file.txt", missing);
+  EXPECT_THROW(DataLoader x(missing), Error);
+  DataConfig shortFile = c;
+  shortFile.seqLen = 1000;
+  EXPECT_THROW(DataLoader x(shortFile), Error);
+  DataConfig any;
+  EXPECT_THROW(parseDataSource("csv:x", any), Error);
+  EXPECT_THROW(parseDataSource("tokens:", any), Error);
+  std::remove(p.c_str());
+}
+
+} // namespace
