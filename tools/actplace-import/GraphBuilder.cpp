@@ -1,0 +1,375 @@
+//===- GraphBuilder.cpp - model config -> train forward graph -------------===//
+
+#include "GraphBuilder.h"
+
+#include "dialect/train/TrainOps.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/Verifier.h"
+#include "llvm/ADT/StringExtras.h"
+
+#include <cmath>
+
+using namespace mlir;
+using namespace ap::train;
+using namespace ap::import;
+
+namespace {
+
+class GraphEmitter {
+public:
+  GraphEmitter(MLIRContext &ctx, const ModelConfig &cfg, const TrainShape &shape)
+      : ctx(ctx), cfg(cfg), shape(shape), b(&ctx), loc(UnknownLoc::get(&ctx)) {
+    act = shape.dtype == "f32" ? Type(b.getF32Type()) : Type(b.getBF16Type());
+    B = shape.microBatchSize;
+    T = shape.seqLen;
+    D = cfg.hiddenSize;
+  }
+
+  OwningOpRef<ModuleOp> build();
+
+private:
+  // Types and attributes.
+  RankedTensorType tensor(ArrayRef<int64_t> dims, Type elt = {}) {
+    return RankedTensorType::get(dims, elt ? elt : act);
+  }
+  ScopeAttr scope(int64_t layer, StringRef leaf) {
+    return ScopeAttr::get(&ctx, layer, leaf);
+  }
+  FloatAttr f64(double v) { return b.getF64FloatAttr(v); }
+
+  // Parameters: declared at module level, referenced where used.
+  Value param(StringRef name, ArrayRef<int64_t> dims, InitKind kind,
+              double a = 0.0, double c = 0.0, Type elt = {});
+  Value linearWeight(StringRef name, int64_t out, int64_t in) {
+    return param(name, {out, in}, InitKind::Normal, 0.0, cfg.initializerRange);
+  }
+  Value modelNormWeight(StringRef name, int64_t dim) {
+    // (1 + w) norms start at w = 0, plain norms at w = 1: both the identity.
+    return param(name, {dim},
+                 cfg.zeroCenteredNorms ? InitKind::Zeros : InitKind::Ones);
+  }
+
+  // Op helpers.
+  Value linear(Value x, Value w, int64_t layer, StringRef leaf) {
+    auto xt = cast<RankedTensorType>(x.getType());
+    SmallVector<int64_t> dims(xt.getShape());
+    dims.back() = cast<RankedTensorType>(w.getType()).getDimSize(0);
+    return LinearOp::create(b, loc, tensor(dims), x, w, scope(layer, leaf));
+  }
+  Value reshape(Value x, ArrayRef<int64_t> dims, int64_t layer,
+                StringRef leaf) {
+    return ReshapeOp::create(b, loc, tensor(dims), x, scope(layer, leaf));
+  }
+  Value slice(Value x, int64_t dim, int64_t offset, int64_t size,
+              int64_t layer, StringRef leaf) {
+    auto xt = cast<RankedTensorType>(x.getType());
+    SmallVector<int64_t> dims(xt.getShape());
+    dims[dim] = size;
+    return SliceOp::create(b, loc, tensor(dims), x, dim, offset,
+                           scope(layer, leaf));
+  }
+  Value rmsNorm(Value x, Value w, bool zeroCentered, int64_t layer,
+                StringRef leaf) {
+    return RMSNormOp::create(b, loc, x.getType(), x, w,
+                             f64(cfg.rmsNormEps),
+                             zeroCentered ? b.getUnitAttr() : UnitAttr(),
+                             scope(layer, leaf));
+  }
+  Value add(Value x, Value y, int64_t layer, StringRef leaf) {
+    return AddOp::create(b, loc, x.getType(), x, y, scope(layer, leaf));
+  }
+
+  // Blocks; each returns the new residual stream.
+  Value gdnBlock(Value h, int64_t i);
+  Value attentionBlock(Value h, int64_t i);
+  Value mlaBlock(Value h, int64_t i);
+  Value mlpBlock(Value h, int64_t i, bool afterMixer);
+
+  std::string layerName(int64_t i, StringRef rest) {
+    return ("model.layers." + llvm::Twine(i) + "." + rest).str();
+  }
+
+  MLIRContext &ctx;
+  const ModelConfig &cfg;
+  const TrainShape &shape;
+  OpBuilder b;
+  Location loc;
+  Type act;
+  int64_t B, T, D;
+  ModuleOp module;
+  /// Insertion point for parameter declarations (before the function).
+  Operation *funcOp = nullptr;
+};
+
+Value GraphEmitter::param(StringRef name, ArrayRef<int64_t> dims, InitKind kind,
+                     double a, double c, Type elt) {
+  RankedTensorType type = tensor(dims, elt);
+  bool frozen = llvm::any_of(shape.freezePrefixes, [&](const std::string &p) {
+    return name.starts_with(p);
+  });
+  {
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPoint(funcOp);
+    auto init = InitAttr::get(&ctx, kind, llvm::APFloat(a), llvm::APFloat(c));
+    ParamOp::create(b, loc, b.getStringAttr(name), TypeAttr::get(type), init,
+                    frozen ? b.getUnitAttr() : UnitAttr());
+  }
+  return ParamRefOp::create(b, loc, type,
+                            FlatSymbolRefAttr::get(&ctx, name));
+}
+
+Value GraphEmitter::gdnBlock(Value h, int64_t i) {
+  int64_t hk = cfg.linearKeyHeads, hv = cfg.linearValueHeads;
+  int64_t dk = cfg.linearKeyHeadDim, dv = cfg.linearValueHeadDim;
+  int64_t convDim = 2 * hk * dk + hv * dv;
+  std::string p = layerName(i, "linear_attn.");
+
+  Value x = rmsNorm(h, modelNormWeight(layerName(i, "input_layernorm.weight"), D),
+                    cfg.zeroCenteredNorms, i, "attn_norm");
+  Value mixed = linear(x, linearWeight(p + "in_proj_qkv.weight", convDim, D),
+                       i, "gdn_in_proj");
+  Value z = linear(x, linearWeight(p + "in_proj_z.weight", hv * dv, D), i,
+                   "gdn_in_proj");
+  z = reshape(z, {B, T, hv, dv}, i, "gdn_in_proj");
+  Value bLogits = linear(x, linearWeight(p + "in_proj_b.weight", hv, D), i,
+                         "gdn_in_proj");
+  Value aLogits = linear(x, linearWeight(p + "in_proj_a.weight", hv, D), i,
+                         "gdn_in_proj");
+
+  Value convW = param(p + "conv1d.weight", {convDim, cfg.linearConvKernel},
+                      InitKind::Normal, 0.0, cfg.initializerRange);
+  Value y = ShortConvOp::create(b, loc, mixed.getType(), mixed, convW,
+                                scope(i, "gdn_prep"));
+  Value q = reshape(slice(y, 2, 0, hk * dk, i, "gdn_prep"), {B, T, hk, dk}, i,
+                    "gdn_prep");
+  Value k = reshape(slice(y, 2, hk * dk, hk * dk, i, "gdn_prep"),
+                    {B, T, hk, dk}, i, "gdn_prep");
+  Value v = reshape(slice(y, 2, 2 * hk * dk, hv * dv, i, "gdn_prep"),
+                    {B, T, hv, dv}, i, "gdn_prep");
+
+  // The L2 norm eps sits inside the square root (model-math.md 1.2).
+  Value qn = L2NormOp::create(b, loc, q.getType(), q, f64(1e-6),
+                              scope(i, "gdn_core_attn"));
+  Value kn = L2NormOp::create(b, loc, k.getType(), k, f64(1e-6),
+                              scope(i, "gdn_core_attn"));
+  Type f32 = b.getF32Type();
+  Value aLog = param(p + "A_log", {hv}, InitKind::LogUniform, 0.01, 16.0, f32);
+  Value dtBias = param(p + "dt_bias", {hv}, InitKind::Ones, 0.0, 0.0, f32);
+  auto gates = GDNGatesOp::create(b, loc, tensor({B, T, hv}, f32),
+                                  tensor({B, T, hv}), aLogits, bLogits, aLog,
+                                  dtBias, scope(i, "gdn_core_attn"));
+  Value o = GatedDeltaRuleOp::create(
+      b, loc, v.getType(), qn, kn, v, gates.getG(), gates.getBeta(),
+      f64(1.0 / std::sqrt(static_cast<double>(dk))), b.getI64IntegerAttr(64),
+      scope(i, "gdn_core_attn"));
+
+  Value normW = param(p + "norm.weight", {dv}, InitKind::Ones);
+  Value yn = GatedRMSNormOp::create(b, loc, o.getType(), o, z, normW,
+                                    f64(cfg.rmsNormEps),
+                                    scope(i, "gdn_norm_out"));
+  yn = reshape(yn, {B, T, hv * dv}, i, "gdn_norm_out");
+  Value out = linear(yn, linearWeight(p + "out_proj.weight", D, hv * dv), i,
+                     "gdn_out_proj");
+  return add(h, out, i, "gdn_out_proj");
+}
+
+Value GraphEmitter::attentionBlock(Value h, int64_t i) {
+  int64_t hq = cfg.numHeads, hkv = cfg.numKvHeads, hd = cfg.headDim;
+  std::string p = layerName(i, "self_attn.");
+  Value x = rmsNorm(h, modelNormWeight(layerName(i, "input_layernorm.weight"), D),
+                    cfg.zeroCenteredNorms, i, "attn_norm");
+
+  // With the output gate, q_proj emits [q | gate] per head.
+  int64_t qWidth = cfg.attnOutputGate ? 2 * hd : hd;
+  Value qg = linear(x, linearWeight(p + "q_proj.weight", hq * qWidth, D), i,
+                    "qkv_linear");
+  qg = reshape(qg, {B, T, hq, qWidth}, i, "qkv_linear");
+  Value q = cfg.attnOutputGate ? slice(qg, 3, 0, hd, i, "qkv_linear") : qg;
+  Value gate = cfg.attnOutputGate ? slice(qg, 3, hd, hd, i, "qkv_linear")
+                                  : Value();
+  Value k = reshape(linear(x, linearWeight(p + "k_proj.weight", hkv * hd, D),
+                           i, "qkv_linear"),
+                    {B, T, hkv, hd}, i, "qkv_linear");
+  Value v = reshape(linear(x, linearWeight(p + "v_proj.weight", hkv * hd, D),
+                           i, "qkv_linear"),
+                    {B, T, hkv, hd}, i, "qkv_linear");
+  q = rmsNorm(q, modelNormWeight(p + "q_norm.weight", hd),
+              cfg.zeroCenteredNorms, i, "qkv_linear");
+  k = rmsNorm(k, modelNormWeight(p + "k_norm.weight", hd),
+              cfg.zeroCenteredNorms, i, "qkv_linear");
+  auto rd = b.getI64IntegerAttr(cfg.rotaryDim());
+  q = RoPEOp::create(b, loc, q.getType(), q, rd, f64(cfg.ropeTheta),
+                     scope(i, "qkv_linear"));
+  k = RoPEOp::create(b, loc, k.getType(), k, rd, f64(cfg.ropeTheta),
+                     scope(i, "qkv_linear"));
+  Value o = AttentionOp::create(b, loc, tensor({B, T, hq, hd}), q, k, v,
+                                f64(1.0 / std::sqrt(static_cast<double>(hd))),
+                                scope(i, "core_attn"));
+  if (gate)
+    o = OutputGateOp::create(b, loc, o.getType(), o, gate,
+                             scope(i, "attn_proj"));
+  o = reshape(o, {B, T, hq * hd}, i, "attn_proj");
+  Value out = linear(o, linearWeight(p + "o_proj.weight", D, hq * hd), i,
+                     "attn_proj");
+  return add(h, out, i, "attn_proj");
+}
+
+Value GraphEmitter::mlaBlock(Value h, int64_t i) {
+  int64_t n = cfg.numHeads, dn = cfg.qkNopeHeadDim, dr = cfg.qkRopeHeadDim;
+  int64_t dvh = cfg.vHeadDim, kvl = cfg.kvLoraRank;
+  std::string p = layerName(i, "self_attn.");
+  auto plainNorm = [&](StringRef name, int64_t dim) {
+    return param(name, {dim}, InitKind::Ones);
+  };
+  Value x = rmsNorm(h, modelNormWeight(layerName(i, "input_layernorm.weight"), D),
+                    cfg.zeroCenteredNorms, i, "attn_norm");
+
+  // Queries: down projection + latent norm (qkv_linear), up projection and
+  // RoPE (mla_up_proj); without q_lora a single projection.
+  Value q;
+  if (cfg.qLoraRank) {
+    Value cq = linear(x, linearWeight(p + "q_a_proj.weight", *cfg.qLoraRank, D),
+                      i, "qkv_linear");
+    cq = rmsNorm(cq, plainNorm(p + "q_a_layernorm.weight", *cfg.qLoraRank),
+                 false, i, "qkv_linear");
+    q = linear(cq, linearWeight(p + "q_b_proj.weight", n * (dn + dr),
+                                *cfg.qLoraRank),
+               i, "mla_up_proj");
+  } else {
+    q = linear(x, linearWeight(p + "q_proj.weight", n * (dn + dr), D), i,
+               "qkv_linear");
+  }
+  q = reshape(q, {B, T, n, dn + dr}, i, "mla_up_proj");
+  Value qNope = slice(q, 3, 0, dn, i, "mla_up_proj");
+  Value qPe = slice(q, 3, dn, dr, i, "mla_up_proj");
+  auto rd = b.getI64IntegerAttr(dr);
+  qPe = RoPEOp::create(b, loc, qPe.getType(), qPe, rd, f64(cfg.ropeTheta),
+                       scope(i, "mla_up_proj"));
+  Value qFull = ConcatOp::create(b, loc, tensor({B, T, n, dn + dr}),
+                                 ValueRange{qNope, qPe}, 3,
+                                 scope(i, "mla_up_proj"));
+
+  // Keys and values: compressed latent + shared rotary key (qkv_linear).
+  Value kva = linear(x, linearWeight(p + "kv_a_proj_with_mqa.weight", kvl + dr,
+                                     D),
+                     i, "qkv_linear");
+  Value ckv = slice(kva, 2, 0, kvl, i, "qkv_linear");
+  Value kPe = reshape(slice(kva, 2, kvl, dr, i, "qkv_linear"), {B, T, 1, dr},
+                      i, "qkv_linear");
+  ckv = rmsNorm(ckv, plainNorm(p + "kv_a_layernorm.weight", kvl), false, i,
+                "qkv_linear");
+  Value kv = linear(ckv, linearWeight(p + "kv_b_proj.weight", n * (dn + dvh),
+                                      kvl),
+                    i, "mla_up_proj");
+  kv = reshape(kv, {B, T, n, dn + dvh}, i, "mla_up_proj");
+  Value kNope = slice(kv, 3, 0, dn, i, "mla_up_proj");
+  Value v = slice(kv, 3, dn, dvh, i, "mla_up_proj");
+  kPe = RoPEOp::create(b, loc, kPe.getType(), kPe, rd, f64(cfg.ropeTheta),
+                       scope(i, "mla_up_proj"));
+  kPe = ExpandOp::create(b, loc, tensor({B, T, n, dr}), kPe,
+                         scope(i, "mla_up_proj"));
+  Value kFull = ConcatOp::create(b, loc, tensor({B, T, n, dn + dr}),
+                                 ValueRange{kNope, kPe}, 3,
+                                 scope(i, "mla_up_proj"));
+
+  Value o = AttentionOp::create(
+      b, loc, tensor({B, T, n, dvh}), qFull, kFull, v,
+      f64(1.0 / std::sqrt(static_cast<double>(dn + dr))),
+      scope(i, "core_attn"));
+  o = reshape(o, {B, T, n * dvh}, i, "attn_proj");
+  Value out = linear(o, linearWeight(p + "o_proj.weight", D, n * dvh), i,
+                     "attn_proj");
+  return add(h, out, i, "attn_proj");
+}
+
+Value GraphEmitter::mlpBlock(Value h, int64_t i, bool afterMixer) {
+  int64_t inter = cfg.intermediateSize;
+  std::string p = layerName(i, "mlp.");
+  // An MLP-only layer's norm is its input norm.
+  std::string normName = layerName(
+      i, afterMixer ? "post_attention_layernorm.weight" : "input_layernorm.weight");
+  Value x = rmsNorm(h, modelNormWeight(normName, D), cfg.zeroCenteredNorms, i,
+                    "mlp_norm");
+  Value gate = linear(x, linearWeight(p + "gate_proj.weight", inter, D), i,
+                      "mlp_fc1");
+  Value up = linear(x, linearWeight(p + "up_proj.weight", inter, D), i,
+                    "mlp_fc1");
+  Value a = SwiGLUOp::create(b, loc, gate.getType(), gate, up,
+                             scope(i, "mlp_act"));
+  Value out = linear(a, linearWeight(p + "down_proj.weight", D, inter), i,
+                     "mlp_fc2");
+  return add(h, out, i, "mlp_fc2");
+}
+
+OwningOpRef<ModuleOp> GraphEmitter::build() {
+  OwningOpRef<ModuleOp> owned = ModuleOp::create(loc);
+  module = *owned;
+  std::string name = !shape.modelName.empty() ? shape.modelName : cfg.name;
+  if (!name.empty())
+    module->setAttr(kModelNameAttrName, b.getStringAttr(name));
+  module->setAttr(kMicroBatchesAttrName,
+                  b.getI64IntegerAttr(shape.microBatches));
+
+  b.setInsertionPointToEnd(module.getBody());
+  auto tokensType = RankedTensorType::get({B, T}, b.getI32Type());
+  auto lossType = RankedTensorType::get({}, b.getF32Type());
+  auto countType = RankedTensorType::get({}, b.getI32Type());
+  auto func = func::FuncOp::create(
+      b, loc, "forward",
+      b.getFunctionType({tokensType, tokensType}, {lossType, countType}));
+  func.setArgAttr(0, "train.input", b.getStringAttr("tokens"));
+  func.setArgAttr(1, "train.input", b.getStringAttr("labels"));
+  funcOp = func;
+  Block *body = func.addEntryBlock();
+  b.setInsertionPointToStart(body);
+
+  Value embed = param("model.embed_tokens.weight", {cfg.vocabSize, D},
+                      InitKind::Normal, 0.0, cfg.initializerRange);
+  Value h = EmbeddingOp::create(b, loc, tensor({B, T, D}),
+                                body->getArgument(0), embed,
+                                scope(-1, "embedding"));
+  for (auto [i, layer] : llvm::enumerate(cfg.layers)) {
+    int64_t idx = static_cast<int64_t>(i);
+    switch (layer.mixer) {
+    case Mixer::GatedDeltaNet:
+      h = gdnBlock(h, idx);
+      break;
+    case Mixer::Attention:
+      h = attentionBlock(h, idx);
+      break;
+    case Mixer::Mla:
+      h = mlaBlock(h, idx);
+      break;
+    case Mixer::None:
+      break;
+    }
+    if (layer.hasMlp)
+      h = mlpBlock(h, idx, layer.mixer != Mixer::None);
+  }
+  h = rmsNorm(h, modelNormWeight("model.norm.weight", D),
+              cfg.zeroCenteredNorms, -1, "final_norm");
+  Value head = cfg.tieWordEmbeddings
+                   ? embed
+                   : param("lm_head.weight", {cfg.vocabSize, D},
+                           InitKind::Normal, 0.0, cfg.initializerRange);
+  auto ce = LMHeadCrossEntropyOp::create(
+      b, loc, lossType, countType, h, head, body->getArgument(1),
+      b.getI64IntegerAttr(shape.lossChunkTokens), b.getI64IntegerAttr(-100),
+      scope(-1, "lm_head"));
+  func::ReturnOp::create(b, loc, ValueRange{ce.getLossSum(), ce.getTokenCount()});
+
+  if (failed(verify(module)))
+    return nullptr;
+  return owned;
+}
+
+} // namespace
+
+OwningOpRef<ModuleOp> ap::import::buildForwardGraph(MLIRContext &ctx,
+                                                    const ModelConfig &cfg,
+                                                    const TrainShape &shape) {
+  ctx.loadDialect<TrainDialect, func::FuncDialect>();
+  return GraphEmitter(ctx, cfg, shape).build();
+}

@@ -1,0 +1,40 @@
+//===- GraphBuilder.h - model config -> train forward graph -------*- C++ -*-===//
+//
+// Emits the forward graph of one microbatch in the train dialect: parameter
+// declarations with HF checkpoint names, then `func.func @forward(tokens,
+// labels) -> (loss_sum, token_count)` with every op in its module scope.
+//
+//===----------------------------------------------------------------------===//
+#ifndef ACTPLACE_TOOLS_IMPORT_GRAPHBUILDER_H
+#define ACTPLACE_TOOLS_IMPORT_GRAPHBUILDER_H
+
+#include "ModelConfig.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/OwningOpRef.h"
+
+namespace ap::import {
+
+struct TrainShape {
+  int64_t seqLen = 4096;
+  int64_t microBatchSize = 1;
+  int64_t microBatches = 1;
+  /// Compute dtype of parameters and activations: "bf16" or "f32".
+  std::string dtype = "bf16";
+  /// Tokens per chunk of the LM head + cross-entropy.
+  int64_t lossChunkTokens = 1024;
+  /// Parameters whose name starts with one of these are frozen.
+  std::vector<std::string> freezePrefixes;
+  /// Overrides the config's name in the module's train.model attribute.
+  std::string modelName;
+};
+
+/// Builds the graph; returns null after emitting a diagnostic if the result
+/// does not verify (an importer bug, never a user error).
+mlir::OwningOpRef<mlir::ModuleOp> buildForwardGraph(mlir::MLIRContext &ctx,
+                                                    const ModelConfig &cfg,
+                                                    const TrainShape &shape);
+
+} // namespace ap::import
+
+#endif // ACTPLACE_TOOLS_IMPORT_GRAPHBUILDER_H
