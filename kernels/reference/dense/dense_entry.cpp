@@ -1,0 +1,335 @@
+//===- dense_entry.cpp - dense kernels: entries and dispatch ------*- C++ -*-===//
+//
+// The ABI entries of kernels/dense.h: validate the arguments, then run the
+// reference kernel (Host) or the CUDA one (Cuda). The CUDA hooks are weak
+// references: in a build without actplace_kernels_cuda they stay null and the
+// entry answers Unsupported.
+//
+//===----------------------------------------------------------------------===//
+#define AP_DENSE_CUDA_HOOK __attribute__((weak))
+#include "kernels/reference/dense/dense_internal.h"
+
+namespace ap::kernels {
+namespace {
+
+/// Calls `fn(T{})` with T the storage type named by `dtype`.
+template <class Fn> Status byDType(DType dtype, Fn &&fn) {
+  switch (dtype) {
+  case DType::BF16:
+    return fn(bf16{});
+  case DType::F32:
+    return fn(float{});
+  case DType::F64:
+    return fn(double{});
+  default:
+    return Status::InvalidArgument;
+  }
+}
+
+/// Runs the host kernel or the CUDA hook; `hook` may be a null weak symbol.
+template <class Args, class HostFn>
+Status dispatch(const KernelContext &ctx, const Args &args,
+                Status (*hook)(const KernelContext &, const Args &),
+                HostFn &&host) {
+  if (ctx.backend == Backend::Host)
+    return host();
+  if (ctx.backend == Backend::Cuda)
+    return hook ? hook(ctx, args) : Status::Unsupported;
+  return Status::InvalidArgument;
+}
+
+bool isFloatType(DType t) {
+  return t == DType::BF16 || t == DType::F32 || t == DType::F64;
+}
+bool strideOk(int64_t stride, int64_t cols) {
+  return stride == 0 || stride >= cols;
+}
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// GEMM
+//===----------------------------------------------------------------------===//
+
+size_t linearWorkspaceBytes(Backend backend) {
+  return backend == Backend::Cuda ? ref::kCudaGemmWorkspaceBytes : 0;
+}
+
+Status linearForward(const KernelContext &ctx, const LinearForwardArgs &a) {
+  if (!isFloatType(a.dtype) || !a.x || !a.w || !a.y || a.rows <= 0 ||
+      a.in <= 0 || a.out <= 0)
+    return Status::InvalidArgument;
+  return dispatch(ctx, a, &cuda::linearForward, [&] {
+    return byDType(a.dtype, [&](auto tag) {
+      using T = decltype(tag);
+      return ref::linearForward<T>(static_cast<const T *>(a.x),
+                                   static_cast<const T *>(a.w),
+                                   static_cast<T *>(a.y), a.rows, a.in, a.out);
+    });
+  });
+}
+
+Status linearBackward(const KernelContext &ctx, const LinearBackwardArgs &a) {
+  if (!isFloatType(a.dtype) || !a.dy || a.rows <= 0 || a.in <= 0 ||
+      a.out <= 0 || (a.dx && !a.w) || (a.dw && !a.x))
+    return Status::InvalidArgument;
+  return dispatch(ctx, a, &cuda::linearBackward, [&] {
+    return byDType(a.dtype, [&](auto tag) {
+      using T = decltype(tag);
+      return ref::linearBackward<T>(
+          static_cast<const T *>(a.x), static_cast<const T *>(a.w),
+          static_cast<const T *>(a.dy), static_cast<T *>(a.dx),
+          static_cast<ref::Acc<T> *>(a.dw), a.rows, a.in, a.out);
+    });
+  });
+}
+
+//===----------------------------------------------------------------------===//
+// RMSNorm
+//===----------------------------------------------------------------------===//
+
+size_t rmsNormBackwardWorkspaceBytes(Backend backend,
+                                     const RmsNormBackwardArgs &a) {
+  if (backend != Backend::Cuda || a.rows <= 0 || a.dim <= 0)
+    return 0;
+  int64_t parts =
+      (a.rows + ref::kRmsNormRowsPerPartial - 1) / ref::kRmsNormRowsPerPartial;
+  return size_t(parts) * size_t(a.dim) * sizeof(float);
+}
+
+Status rmsNormForward(const KernelContext &ctx, const RmsNormForwardArgs &a) {
+  if (!isFloatType(a.dtype) || !a.x || !a.w || !a.y || a.rows <= 0 ||
+      a.dim <= 0 || !strideOk(a.xStride, a.dim) ||
+      !strideOk(a.yStride, a.dim) || !(a.eps >= 0))
+    return Status::InvalidArgument;
+  return dispatch(ctx, a, &cuda::rmsNormForward, [&] {
+    return byDType(a.dtype, [&](auto tag) {
+      return ref::rmsNormForward<decltype(tag)>(a);
+    });
+  });
+}
+
+Status rmsNormBackward(const KernelContext &ctx,
+                       const RmsNormBackwardArgs &a) {
+  if (!isFloatType(a.dtype) || !a.x || !a.w || !a.rstd || !a.dy ||
+      a.rows <= 0 || a.dim <= 0 || !strideOk(a.xStride, a.dim) ||
+      !strideOk(a.dyStride, a.dim) || !strideOk(a.dxStride, a.dim))
+    return Status::InvalidArgument;
+  return dispatch(ctx, a, &cuda::rmsNormBackward, [&] {
+    return byDType(a.dtype, [&](auto tag) {
+      return ref::rmsNormBackward<decltype(tag)>(a);
+    });
+  });
+}
+
+//===----------------------------------------------------------------------===//
+// RoPE
+//===----------------------------------------------------------------------===//
+
+static bool ropeOk(const RopeArgs &a) {
+  return isFloatType(a.dtype) && a.x && a.y && a.batch > 0 && a.seq > 0 &&
+         a.heads > 0 && a.headDim > 0 && a.rotaryDim > 0 &&
+         a.rotaryDim % 2 == 0 && a.offset >= 0 &&
+         a.offset + a.rotaryDim <= a.headDim && a.theta > 0;
+}
+
+Status ropeForward(const KernelContext &ctx, const RopeArgs &a) {
+  if (!ropeOk(a))
+    return Status::InvalidArgument;
+  return dispatch(ctx, a, &cuda::ropeForward, [&] {
+    return byDType(a.dtype,
+                   [&](auto tag) { return ref::rope<decltype(tag)>(a, false); });
+  });
+}
+
+Status ropeBackward(const KernelContext &ctx, const RopeArgs &a) {
+  if (!ropeOk(a))
+    return Status::InvalidArgument;
+  return dispatch(ctx, a, &cuda::ropeBackward, [&] {
+    return byDType(a.dtype,
+                   [&](auto tag) { return ref::rope<decltype(tag)>(a, true); });
+  });
+}
+
+//===----------------------------------------------------------------------===//
+// Elementwise
+//===----------------------------------------------------------------------===//
+
+Status swiGluForward(const KernelContext &ctx, const SwiGluForwardArgs &a) {
+  if (!isFloatType(a.dtype) || !a.gate || !a.up || !a.y || a.rows <= 0 ||
+      a.cols <= 0 || !strideOk(a.gateStride, a.cols) ||
+      !strideOk(a.upStride, a.cols) || !strideOk(a.yStride, a.cols))
+    return Status::InvalidArgument;
+  return dispatch(ctx, a, &cuda::swiGluForward, [&] {
+    return byDType(a.dtype,
+                   [&](auto tag) { return ref::swiGluForward<decltype(tag)>(a); });
+  });
+}
+
+Status swiGluBackward(const KernelContext &ctx, const SwiGluBackwardArgs &a) {
+  if (!isFloatType(a.dtype) || !a.gate || !a.up || !a.dy || a.rows <= 0 ||
+      a.cols <= 0 || !strideOk(a.gateStride, a.cols) ||
+      !strideOk(a.upStride, a.cols) || !strideOk(a.dyStride, a.cols) ||
+      !strideOk(a.dgateStride, a.cols) || !strideOk(a.dupStride, a.cols))
+    return Status::InvalidArgument;
+  return dispatch(ctx, a, &cuda::swiGluBackward, [&] {
+    return byDType(a.dtype, [&](auto tag) {
+      return ref::swiGluBackward<decltype(tag)>(a);
+    });
+  });
+}
+
+Status sigmoidGateForward(const KernelContext &ctx,
+                          const SigmoidGateForwardArgs &a) {
+  if (!isFloatType(a.dtype) || !a.o || !a.gate || !a.y || a.rows <= 0 ||
+      a.cols <= 0 || !strideOk(a.oStride, a.cols) ||
+      !strideOk(a.gateStride, a.cols) || !strideOk(a.yStride, a.cols))
+    return Status::InvalidArgument;
+  return dispatch(ctx, a, &cuda::sigmoidGateForward, [&] {
+    return byDType(a.dtype, [&](auto tag) {
+      return ref::sigmoidGateForward<decltype(tag)>(a);
+    });
+  });
+}
+
+Status sigmoidGateBackward(const KernelContext &ctx,
+                           const SigmoidGateBackwardArgs &a) {
+  if (!isFloatType(a.dtype) || !a.o || !a.gate || !a.dy || a.rows <= 0 ||
+      a.cols <= 0 || !strideOk(a.oStride, a.cols) ||
+      !strideOk(a.gateStride, a.cols) || !strideOk(a.dyStride, a.cols) ||
+      !strideOk(a.doStride, a.cols) || !strideOk(a.dgateStride, a.cols))
+    return Status::InvalidArgument;
+  return dispatch(ctx, a, &cuda::sigmoidGateBackward, [&] {
+    return byDType(a.dtype, [&](auto tag) {
+      return ref::sigmoidGateBackward<decltype(tag)>(a);
+    });
+  });
+}
+
+Status residualAddForward(const KernelContext &ctx, const ResidualAddArgs &a) {
+  if (!isFloatType(a.dtype) || !a.a || !a.b || !a.y || a.n <= 0)
+    return Status::InvalidArgument;
+  return dispatch(ctx, a, &cuda::residualAddForward, [&] {
+    return byDType(a.dtype, [&](auto tag) {
+      return ref::residualAddForward<decltype(tag)>(a);
+    });
+  });
+}
+
+Status residualAddBackward(const KernelContext &ctx,
+                           const ResidualAddBackwardArgs &a) {
+  if (!isFloatType(a.dtype) || !a.dy || a.n <= 0)
+    return Status::InvalidArgument;
+  return dispatch(ctx, a, &cuda::residualAddBackward, [&] {
+    return byDType(a.dtype, [&](auto tag) {
+      return ref::residualAddBackward<decltype(tag)>(a);
+    });
+  });
+}
+
+//===----------------------------------------------------------------------===//
+// Embedding
+//===----------------------------------------------------------------------===//
+
+Status embeddingForward(const KernelContext &ctx,
+                        const EmbeddingForwardArgs &a) {
+  if (!isFloatType(a.dtype) || !a.ids || !a.w || !a.y || a.tokens <= 0 ||
+      a.vocab <= 0 || a.dim <= 0)
+    return Status::InvalidArgument;
+  return dispatch(ctx, a, &cuda::embeddingForward, [&] {
+    return byDType(a.dtype, [&](auto tag) {
+      return ref::embeddingForward<decltype(tag)>(a);
+    });
+  });
+}
+
+Status embeddingBackward(const KernelContext &ctx,
+                         const EmbeddingBackwardArgs &a) {
+  if (!isFloatType(a.dtype) || !a.ids || !a.dy || !a.dw || a.tokens <= 0 ||
+      a.vocab <= 0 || a.dim <= 0)
+    return Status::InvalidArgument;
+  return dispatch(ctx, a, &cuda::embeddingBackward, [&] {
+    return byDType(a.dtype, [&](auto tag) {
+      return ref::embeddingBackward<decltype(tag)>(a);
+    });
+  });
+}
+
+//===----------------------------------------------------------------------===//
+// LM head + cross-entropy
+//===----------------------------------------------------------------------===//
+
+size_t lmHeadCrossEntropyWorkspaceBytes(Backend backend,
+                                        const LmHeadCrossEntropyArgs &a) {
+  if (backend != Backend::Cuda || a.tokens <= 0 || a.vocab <= 0)
+    return 0;
+  int64_t c = a.chunkTokens < a.tokens ? a.chunkTokens : a.tokens;
+  if (c <= 0)
+    return 0;
+  auto up = [](size_t b) { return (b + 255) / 256 * 256; };
+  // fp32 logits, bf16 dlogits, per-token loss + valid flag, GEMM workspace.
+  return up(size_t(c) * size_t(a.vocab) * 4) +
+         up(size_t(c) * size_t(a.vocab) * 2) + up(size_t(c) * 8) +
+         ref::kCudaGemmWorkspaceBytes;
+}
+
+static bool ceOk(const LmHeadCrossEntropyArgs &a) {
+  return isFloatType(a.dtype) && a.hidden && a.weight && a.labels &&
+         a.lossSum && a.tokens > 0 && a.dim > 0 && a.vocab > 0 &&
+         a.chunkTokens > 0;
+}
+
+Status lmHeadCrossEntropyForward(const KernelContext &ctx,
+                                 const LmHeadCrossEntropyArgs &a) {
+  if (!ceOk(a))
+    return Status::InvalidArgument;
+  return dispatch(ctx, a, &cuda::lmHeadCrossEntropyForward, [&] {
+    return byDType(a.dtype, [&](auto tag) {
+      return ref::lmHeadCrossEntropy<decltype(tag)>(a, false);
+    });
+  });
+}
+
+Status lmHeadCrossEntropyBackward(const KernelContext &ctx,
+                                  const LmHeadCrossEntropyArgs &a) {
+  if (!ceOk(a))
+    return Status::InvalidArgument;
+  return dispatch(ctx, a, &cuda::lmHeadCrossEntropyBackward, [&] {
+    return byDType(a.dtype, [&](auto tag) {
+      return ref::lmHeadCrossEntropy<decltype(tag)>(a, true);
+    });
+  });
+}
+
+//===----------------------------------------------------------------------===//
+// Optimizer
+//===----------------------------------------------------------------------===//
+
+size_t gradNormWorkspaceBytes(Backend backend, const GradNormArgs &a) {
+  if (backend != Backend::Cuda)
+    return 0;
+  int64_t parts = 0;
+  for (int64_t t = 0; t < a.numTensors; ++t)
+    parts += (a.tensors[t].n + ref::kGradNormBlock - 1) / ref::kGradNormBlock;
+  return size_t(parts > 0 ? parts : 1) * sizeof(double);
+}
+
+Status gradNorm(const KernelContext &ctx, const GradNormArgs &a) {
+  if (!a.norm || a.numTensors < 0 || (a.numTensors > 0 && !a.tensors))
+    return Status::InvalidArgument;
+  for (int64_t t = 0; t < a.numTensors; ++t)
+    if (a.tensors[t].n < 0 || (a.tensors[t].n > 0 && !a.tensors[t].data))
+      return Status::InvalidArgument;
+  return dispatch(ctx, a, &cuda::gradNorm, [&] { return ref::gradNorm(a); });
+}
+
+Status adamWStep(const KernelContext &ctx, const AdamWArgs &a) {
+  if (!a.master || !a.expAvg || !a.expAvgSq || !a.grad || a.n < 0 ||
+      a.step < 1 ||
+      (a.computeCopy && a.computeDType != DType::BF16 &&
+       a.computeDType != DType::F32))
+    return Status::InvalidArgument;
+  return dispatch(ctx, a, &cuda::adamWStep, [&] { return ref::adamWStep(a); });
+}
+
+} // namespace ap::kernels

@@ -1,0 +1,135 @@
+//===- dense_internal.h - dense kernels: shared internals --------*- C++ -*-===//
+//
+// Declarations shared by the dense entries (reference library) and the CUDA
+// implementations: the templated reference kernels and the CUDA hooks. Not
+// part of the kernel ABI; include kernels/kernels.h for that.
+//
+//===----------------------------------------------------------------------===//
+#ifndef ACTPLACE_KERNELS_REFERENCE_DENSE_DENSE_INTERNAL_H
+#define ACTPLACE_KERNELS_REFERENCE_DENSE_DENSE_INTERNAL_H
+
+#include "kernels/kernels.h"
+
+namespace ap::kernels {
+namespace ref {
+
+/// Accumulation type of a storage type: float for bf16/float, double for
+/// double (kernels/dense.h).
+template <class T> struct AccOf {
+  using type = float;
+};
+template <> struct AccOf<double> {
+  using type = double;
+};
+template <class T> using Acc = typename AccOf<T>::type;
+
+template <class T> inline Acc<T> load(T v) {
+  return static_cast<Acc<T>>(static_cast<float>(v));
+}
+template <> inline double load<double>(double v) { return v; }
+template <class T> inline T store(Acc<T> v) { return T(v); }
+
+/// C[i][j] = sum_k A[i][k] * B[j][k] over acc arrays; `out(i, j, value)`
+/// receives each element once. Fixed summation order: 8 interleaved partial
+/// sums over k (so the loop vectorises), combined pairwise, then the tail.
+template <class A, class Out>
+void gemmNT(const A *a, const A *b, int64_t m, int64_t n, int64_t k,
+            Out &&out) {
+  constexpr int64_t kBlockN = 64;
+  for (int64_t j0 = 0; j0 < n; j0 += kBlockN) {
+    int64_t j1 = j0 + kBlockN < n ? j0 + kBlockN : n;
+    for (int64_t i = 0; i < m; ++i) {
+      const A *ai = a + i * k;
+      for (int64_t j = j0; j < j1; ++j) {
+        const A *bj = b + j * k;
+        A p[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        int64_t kk = 0;
+        for (; kk + 8 <= k; kk += 8)
+          for (int l = 0; l < 8; ++l)
+            p[l] += ai[kk + l] * bj[kk + l];
+        A s = ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
+        for (; kk < k; ++kk)
+          s += ai[kk] * bj[kk];
+        out(i, j, s);
+      }
+    }
+  }
+}
+
+template <class T>
+Status linearForward(const T *x, const T *w, T *y, int64_t rows, int64_t in,
+                     int64_t out);
+template <class T>
+Status linearBackward(const T *x, const T *w, const T *dy, T *dx, Acc<T> *dw,
+                      int64_t rows, int64_t in, int64_t out);
+
+template <class T>
+Status rmsNormForward(const RmsNormForwardArgs &a);
+template <class T>
+Status rmsNormBackward(const RmsNormBackwardArgs &a);
+template <class T>
+Status rope(const RopeArgs &a, bool backward);
+template <class T>
+Status swiGluForward(const SwiGluForwardArgs &a);
+template <class T>
+Status swiGluBackward(const SwiGluBackwardArgs &a);
+template <class T>
+Status sigmoidGateForward(const SigmoidGateForwardArgs &a);
+template <class T>
+Status sigmoidGateBackward(const SigmoidGateBackwardArgs &a);
+template <class T>
+Status residualAddForward(const ResidualAddArgs &a);
+template <class T>
+Status residualAddBackward(const ResidualAddBackwardArgs &a);
+template <class T>
+Status embeddingForward(const EmbeddingForwardArgs &a);
+template <class T>
+Status embeddingBackward(const EmbeddingBackwardArgs &a);
+template <class T>
+Status lmHeadCrossEntropy(const LmHeadCrossEntropyArgs &a, bool backward);
+Status gradNorm(const GradNormArgs &a);
+Status adamWStep(const AdamWArgs &a);
+
+/// Fixed blocking of the grad-norm reduction (both backends).
+constexpr int64_t kGradNormBlock = 65536;
+/// Rows per partial sum in the CUDA RMSNorm dw reduction.
+constexpr int64_t kRmsNormRowsPerPartial = 32;
+/// The cuBLASLt workspace: fixed so the algorithm never depends on it.
+constexpr size_t kCudaGemmWorkspaceBytes = size_t(32) << 20;
+
+} // namespace ref
+
+#ifndef AP_DENSE_CUDA_HOOK
+#define AP_DENSE_CUDA_HOOK
+#endif
+
+/// CUDA implementations (actplace_kernels_cuda). The reference library
+/// declares them weak, so a build without CUDA links and answers
+/// Unsupported.
+namespace cuda {
+#define AP_DENSE_HOOK(name, Args)                                              \
+  AP_DENSE_CUDA_HOOK Status name(const KernelContext &ctx, const Args &args);
+AP_DENSE_HOOK(linearForward, LinearForwardArgs)
+AP_DENSE_HOOK(linearBackward, LinearBackwardArgs)
+AP_DENSE_HOOK(rmsNormForward, RmsNormForwardArgs)
+AP_DENSE_HOOK(rmsNormBackward, RmsNormBackwardArgs)
+AP_DENSE_HOOK(ropeForward, RopeArgs)
+AP_DENSE_HOOK(ropeBackward, RopeArgs)
+AP_DENSE_HOOK(swiGluForward, SwiGluForwardArgs)
+AP_DENSE_HOOK(swiGluBackward, SwiGluBackwardArgs)
+AP_DENSE_HOOK(sigmoidGateForward, SigmoidGateForwardArgs)
+AP_DENSE_HOOK(sigmoidGateBackward, SigmoidGateBackwardArgs)
+AP_DENSE_HOOK(residualAddForward, ResidualAddArgs)
+AP_DENSE_HOOK(residualAddBackward, ResidualAddBackwardArgs)
+AP_DENSE_HOOK(embeddingForward, EmbeddingForwardArgs)
+AP_DENSE_HOOK(embeddingBackward, EmbeddingBackwardArgs)
+AP_DENSE_HOOK(lmHeadCrossEntropyForward, LmHeadCrossEntropyArgs)
+AP_DENSE_HOOK(lmHeadCrossEntropyBackward, LmHeadCrossEntropyArgs)
+AP_DENSE_HOOK(gradNorm, GradNormArgs)
+AP_DENSE_HOOK(adamWStep, AdamWArgs)
+#undef AP_DENSE_HOOK
+} // namespace cuda
+
+} // namespace ap::kernels
+
+#endif // ACTPLACE_KERNELS_REFERENCE_DENSE_DENSE_INTERNAL_H

@@ -1,0 +1,468 @@
+//===- dense_ref.cpp - dense kernels: CPU reference ---------------*- C++ -*-===//
+//
+// The oracle for the dense op family (kernels/dense.h) and the kernels the
+// host backend runs. Single-threaded, fixed summation orders, templated on the
+// storage type (bf16, float, double) with accumulation in Acc<T>.
+//
+//===----------------------------------------------------------------------===//
+#include "kernels/reference/dense/dense_internal.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+namespace ap::kernels::ref {
+namespace {
+
+template <class T> std::vector<Acc<T>> toAcc(const T *p, int64_t n) {
+  std::vector<Acc<T>> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i)
+    v[i] = load(p[i]);
+  return v;
+}
+
+/// Transposed acc copy of a row-major [rows, cols] matrix.
+template <class T>
+std::vector<Acc<T>> toAccT(const T *p, int64_t rows, int64_t cols) {
+  std::vector<Acc<T>> v(static_cast<size_t>(rows * cols));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c)
+      v[c * rows + r] = load(p[r * cols + c]);
+  return v;
+}
+
+template <class A> A sigmoid(A x) { return A(1) / (A(1) + std::exp(-x)); }
+
+inline int64_t strideOr(int64_t s, int64_t cols) { return s ? s : cols; }
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// GEMM
+//===----------------------------------------------------------------------===//
+
+template <class T>
+Status linearForward(const T *x, const T *w, T *y, int64_t rows, int64_t in,
+                     int64_t out) {
+  auto xa = toAcc(x, rows * in);
+  auto wa = toAcc(w, out * in);
+  gemmNT(xa.data(), wa.data(), rows, out, in,
+         [&](int64_t i, int64_t j, Acc<T> s) { y[i * out + j] = store<T>(s); });
+  return Status::Ok;
+}
+
+template <class T>
+Status linearBackward(const T *x, const T *w, const T *dy, T *dx, Acc<T> *dw,
+                      int64_t rows, int64_t in, int64_t out) {
+  if (dx) {
+    auto dya = toAcc(dy, rows * out);
+    auto wt = toAccT(w, out, in); // [in, out]
+    gemmNT(dya.data(), wt.data(), rows, in, out,
+           [&](int64_t i, int64_t j, Acc<T> s) { dx[i * in + j] = store<T>(s); });
+  }
+  if (dw) {
+    auto dyt = toAccT(dy, rows, out); // [out, rows]
+    auto xt = toAccT(x, rows, in);    // [in, rows]
+    gemmNT(dyt.data(), xt.data(), out, in, rows,
+           [&](int64_t i, int64_t j, Acc<T> s) { dw[i * in + j] += s; });
+  }
+  return Status::Ok;
+}
+
+//===----------------------------------------------------------------------===//
+// RMSNorm
+//===----------------------------------------------------------------------===//
+
+template <class T> Status rmsNormForward(const RmsNormForwardArgs &a) {
+  using A = Acc<T>;
+  const T *x = static_cast<const T *>(a.x);
+  const T *w = static_cast<const T *>(a.w);
+  T *y = static_cast<T *>(a.y);
+  A *rstd = static_cast<A *>(a.rstd);
+  int64_t xs = strideOr(a.xStride, a.dim), ys = strideOr(a.yStride, a.dim);
+  std::vector<A> weff(static_cast<size_t>(a.dim));
+  for (int64_t j = 0; j < a.dim; ++j)
+    weff[j] = a.zeroCentered ? A(1) + load(w[j]) : load(w[j]);
+  for (int64_t r = 0; r < a.rows; ++r) {
+    const T *xr = x + r * xs;
+    A ss = 0;
+    for (int64_t j = 0; j < a.dim; ++j) {
+      A v = load(xr[j]);
+      ss += v * v;
+    }
+    A rs = A(1) / std::sqrt(ss / A(a.dim) + A(a.eps));
+    if (rstd)
+      rstd[r] = rs;
+    T *yr = y + r * ys;
+    for (int64_t j = 0; j < a.dim; ++j)
+      yr[j] = store<T>(load(xr[j]) * rs * weff[j]);
+  }
+  return Status::Ok;
+}
+
+template <class T> Status rmsNormBackward(const RmsNormBackwardArgs &a) {
+  using A = Acc<T>;
+  const T *x = static_cast<const T *>(a.x);
+  const T *w = static_cast<const T *>(a.w);
+  const A *rstd = static_cast<const A *>(a.rstd);
+  const T *dy = static_cast<const T *>(a.dy);
+  T *dx = static_cast<T *>(a.dx);
+  A *dw = static_cast<A *>(a.dw);
+  int64_t xs = strideOr(a.xStride, a.dim), dys = strideOr(a.dyStride, a.dim),
+          dxs = strideOr(a.dxStride, a.dim);
+  std::vector<A> weff(static_cast<size_t>(a.dim)), dwSum(a.dim, A(0));
+  for (int64_t j = 0; j < a.dim; ++j)
+    weff[j] = a.zeroCentered ? A(1) + load(w[j]) : load(w[j]);
+  for (int64_t r = 0; r < a.rows; ++r) {
+    const T *xr = x + r * xs;
+    const T *dyr = dy + r * dys;
+    A rs = rstd[r];
+    A dot = 0;
+    for (int64_t j = 0; j < a.dim; ++j)
+      dot += load(dyr[j]) * weff[j] * load(xr[j]);
+    A c = dot * rs * rs * rs / A(a.dim);
+    for (int64_t j = 0; j < a.dim; ++j) {
+      A xv = load(xr[j]), g = load(dyr[j]);
+      if (dx)
+        dx[r * dxs + j] = store<T>(rs * weff[j] * g - c * xv);
+      dwSum[j] += g * xv * rs;
+    }
+  }
+  if (dw)
+    for (int64_t j = 0; j < a.dim; ++j)
+      dw[j] += dwSum[j];
+  return Status::Ok;
+}
+
+//===----------------------------------------------------------------------===//
+// Rotary embedding
+//===----------------------------------------------------------------------===//
+
+template <class T> Status rope(const RopeArgs &a, bool backward) {
+  using A = Acc<T>;
+  const T *x = static_cast<const T *>(a.x);
+  T *y = static_cast<T *>(a.y);
+  int64_t h = a.rotaryDim / 2;
+  // cos/sin per (position, frequency): angle in double, rounded to acc.
+  std::vector<A> cs(static_cast<size_t>(a.seq * h)), sn(cs.size());
+  for (int64_t t = 0; t < a.seq; ++t)
+    for (int64_t i = 0; i < h; ++i) {
+      double invFreq = std::pow(a.theta, -2.0 * double(i) / double(a.rotaryDim));
+      double ang = double(t) * invFreq;
+      cs[t * h + i] = A(std::cos(ang));
+      sn[t * h + i] = backward ? A(-std::sin(ang)) : A(std::sin(ang));
+    }
+  for (int64_t b = 0; b < a.batch; ++b)
+    for (int64_t t = 0; t < a.seq; ++t)
+      for (int64_t hh = 0; hh < a.heads; ++hh) {
+        int64_t base = ((b * a.seq + t) * a.heads + hh) * a.headDim;
+        if (x != y)
+          for (int64_t j = 0; j < a.headDim; ++j)
+            if (j < a.offset || j >= a.offset + a.rotaryDim)
+              y[base + j] = x[base + j];
+        const T *xr = x + base + a.offset;
+        T *yr = y + base + a.offset;
+        for (int64_t i = 0; i < h; ++i) {
+          A c = cs[t * h + i], s = sn[t * h + i];
+          A x1 = load(xr[i]), x2 = load(xr[i + h]);
+          yr[i] = store<T>(x1 * c - x2 * s);
+          yr[i + h] = store<T>(x2 * c + x1 * s);
+        }
+      }
+  return Status::Ok;
+}
+
+//===----------------------------------------------------------------------===//
+// Elementwise
+//===----------------------------------------------------------------------===//
+
+template <class T> Status swiGluForward(const SwiGluForwardArgs &a) {
+  using A = Acc<T>;
+  const T *g = static_cast<const T *>(a.gate);
+  const T *u = static_cast<const T *>(a.up);
+  T *y = static_cast<T *>(a.y);
+  int64_t gs = strideOr(a.gateStride, a.cols), us = strideOr(a.upStride, a.cols),
+          ys = strideOr(a.yStride, a.cols);
+  for (int64_t r = 0; r < a.rows; ++r)
+    for (int64_t c = 0; c < a.cols; ++c) {
+      A gv = load(g[r * gs + c]);
+      y[r * ys + c] = store<T>(gv * sigmoid(gv) * load(u[r * us + c]));
+    }
+  return Status::Ok;
+}
+
+template <class T> Status swiGluBackward(const SwiGluBackwardArgs &a) {
+  using A = Acc<T>;
+  const T *g = static_cast<const T *>(a.gate);
+  const T *u = static_cast<const T *>(a.up);
+  const T *dy = static_cast<const T *>(a.dy);
+  T *dg = static_cast<T *>(a.dgate);
+  T *du = static_cast<T *>(a.dup);
+  int64_t gs = strideOr(a.gateStride, a.cols), us = strideOr(a.upStride, a.cols),
+          dys = strideOr(a.dyStride, a.cols),
+          dgs = strideOr(a.dgateStride, a.cols),
+          dus = strideOr(a.dupStride, a.cols);
+  for (int64_t r = 0; r < a.rows; ++r)
+    for (int64_t c = 0; c < a.cols; ++c) {
+      A gv = load(g[r * gs + c]), uv = load(u[r * us + c]),
+        d = load(dy[r * dys + c]);
+      A s = sigmoid(gv);
+      if (dg)
+        dg[r * dgs + c] = store<T>(d * uv * s * (A(1) + gv * (A(1) - s)));
+      if (du)
+        du[r * dus + c] = store<T>(d * (gv * s));
+    }
+  return Status::Ok;
+}
+
+template <class T> Status sigmoidGateForward(const SigmoidGateForwardArgs &a) {
+  using A = Acc<T>;
+  const T *o = static_cast<const T *>(a.o);
+  const T *g = static_cast<const T *>(a.gate);
+  T *y = static_cast<T *>(a.y);
+  int64_t os = strideOr(a.oStride, a.cols), gs = strideOr(a.gateStride, a.cols),
+          ys = strideOr(a.yStride, a.cols);
+  for (int64_t r = 0; r < a.rows; ++r)
+    for (int64_t c = 0; c < a.cols; ++c)
+      y[r * ys + c] =
+          store<T>(load(o[r * os + c]) * sigmoid(load(g[r * gs + c])));
+  return Status::Ok;
+}
+
+template <class T>
+Status sigmoidGateBackward(const SigmoidGateBackwardArgs &a) {
+  using A = Acc<T>;
+  const T *o = static_cast<const T *>(a.o);
+  const T *g = static_cast<const T *>(a.gate);
+  const T *dy = static_cast<const T *>(a.dy);
+  T *dO = static_cast<T *>(a.dout);
+  T *dg = static_cast<T *>(a.dgate);
+  int64_t os = strideOr(a.oStride, a.cols), gs = strideOr(a.gateStride, a.cols),
+          dys = strideOr(a.dyStride, a.cols), dos = strideOr(a.doStride, a.cols),
+          dgs = strideOr(a.dgateStride, a.cols);
+  for (int64_t r = 0; r < a.rows; ++r)
+    for (int64_t c = 0; c < a.cols; ++c) {
+      A s = sigmoid(load(g[r * gs + c])), d = load(dy[r * dys + c]);
+      if (dO)
+        dO[r * dos + c] = store<T>(d * s);
+      if (dg)
+        dg[r * dgs + c] = store<T>(d * load(o[r * os + c]) * s * (A(1) - s));
+    }
+  return Status::Ok;
+}
+
+template <class T> Status residualAddForward(const ResidualAddArgs &a) {
+  const T *x = static_cast<const T *>(a.a);
+  const T *z = static_cast<const T *>(a.b);
+  T *y = static_cast<T *>(a.y);
+  for (int64_t i = 0; i < a.n; ++i)
+    y[i] = store<T>(load(x[i]) + load(z[i]));
+  return Status::Ok;
+}
+
+template <class T> Status residualAddBackward(const ResidualAddBackwardArgs &a) {
+  const T *dy = static_cast<const T *>(a.dy);
+  for (T *d : {static_cast<T *>(a.da), static_cast<T *>(a.db)})
+    if (d && d != dy)
+      std::copy(dy, dy + a.n, d);
+  return Status::Ok;
+}
+
+//===----------------------------------------------------------------------===//
+// Embedding
+//===----------------------------------------------------------------------===//
+
+template <class T> Status embeddingForward(const EmbeddingForwardArgs &a) {
+  const T *w = static_cast<const T *>(a.w);
+  T *y = static_cast<T *>(a.y);
+  Status st = Status::Ok;
+  for (int64_t n = 0; n < a.tokens; ++n) {
+    int32_t id = a.ids[n];
+    T *yr = y + n * a.dim;
+    if (id < 0 || id >= a.vocab) {
+      std::fill(yr, yr + a.dim, store<T>(Acc<T>(0)));
+      st = Status::InvalidArgument;
+      continue;
+    }
+    std::copy(w + int64_t(id) * a.dim, w + (int64_t(id) + 1) * a.dim, yr);
+  }
+  return st;
+}
+
+template <class T> Status embeddingBackward(const EmbeddingBackwardArgs &a) {
+  const T *dy = static_cast<const T *>(a.dy);
+  Acc<T> *dw = static_cast<Acc<T> *>(a.dw);
+  // Token order per vocab row: the order the CUDA owner kernel uses too.
+  for (int64_t n = 0; n < a.tokens; ++n) {
+    int32_t id = a.ids[n];
+    if (id < 0 || id >= a.vocab)
+      continue;
+    Acc<T> *row = dw + int64_t(id) * a.dim;
+    for (int64_t d = 0; d < a.dim; ++d)
+      row[d] += load(dy[n * a.dim + d]);
+  }
+  return Status::Ok;
+}
+
+//===----------------------------------------------------------------------===//
+// Tied LM head + chunked cross-entropy
+//===----------------------------------------------------------------------===//
+
+template <class T>
+Status lmHeadCrossEntropy(const LmHeadCrossEntropyArgs &a, bool backward) {
+  using A = Acc<T>;
+  const T *h = static_cast<const T *>(a.hidden);
+  const T *w = static_cast<const T *>(a.weight);
+  A *lse = static_cast<A *>(a.lse);
+  T *dh = backward ? static_cast<T *>(a.dHidden) : nullptr;
+  A *dW = backward ? static_cast<A *>(a.dWeight) : nullptr;
+  const int64_t N = a.tokens, D = a.dim, V = a.vocab;
+  const int64_t chunk = std::min<int64_t>(std::max<int64_t>(a.chunkTokens, 1), N);
+  auto wa = toAcc(w, V * D);
+  std::vector<A> wt;
+  if (dh)
+    wt = toAccT(w, V, D); // [D, V]
+  std::vector<A> logits(static_cast<size_t>(chunk * V));
+  A lossSum = 0;
+  int32_t count = 0;
+  for (int64_t n0 = 0; n0 < N; n0 += chunk) {
+    int64_t cn = std::min(chunk, N - n0);
+    auto ha = toAcc(h + n0 * D, cn * D);
+    gemmNT(ha.data(), wa.data(), cn, V, D,
+           [&](int64_t i, int64_t j, A s) { logits[i * V + j] = s; });
+    std::vector<A> rowLse(static_cast<size_t>(cn));
+    for (int64_t r = 0; r < cn; ++r) {
+      const A *l = logits.data() + r * V;
+      A mx = l[0];
+      for (int64_t v = 1; v < V; ++v)
+        mx = std::max(mx, l[v]);
+      A s = 0;
+      for (int64_t v = 0; v < V; ++v)
+        s += std::exp(l[v] - mx);
+      A ls = mx + std::log(s);
+      rowLse[r] = ls;
+      if (lse)
+        lse[n0 + r] = ls;
+      int32_t lab = a.labels[n0 + r];
+      if (lab != a.ignoreIndex && lab >= 0 && lab < V) {
+        lossSum += ls - l[lab];
+        ++count;
+      }
+    }
+    if (!dh && !dW)
+      continue;
+    // dlogits rounded to storage (what the CUDA GEMMs consume), kept in acc.
+    std::vector<A> dl(static_cast<size_t>(cn * V));
+    for (int64_t r = 0; r < cn; ++r) {
+      int32_t lab = a.labels[n0 + r];
+      bool valid = lab != a.ignoreIndex && lab >= 0 && lab < V;
+      for (int64_t v = 0; v < V; ++v) {
+        A g = valid ? A(a.gradScale) * (std::exp(logits[r * V + v] - rowLse[r]) -
+                                         (v == lab ? A(1) : A(0)))
+                    : A(0);
+        dl[r * V + v] = load(store<T>(g));
+      }
+    }
+    if (dh)
+      gemmNT(dl.data(), wt.data(), cn, D, V, [&](int64_t i, int64_t j, A s) {
+        dh[(n0 + i) * D + j] = store<T>(s);
+      });
+    if (dW) {
+      std::vector<A> dlt(static_cast<size_t>(V * cn)), hT(static_cast<size_t>(D * cn));
+      for (int64_t r = 0; r < cn; ++r) {
+        for (int64_t v = 0; v < V; ++v)
+          dlt[v * cn + r] = dl[r * V + v];
+        for (int64_t d = 0; d < D; ++d)
+          hT[d * cn + r] = ha[r * D + d];
+      }
+      gemmNT(dlt.data(), hT.data(), V, D, cn,
+             [&](int64_t i, int64_t j, A s) { dW[i * D + j] += s; });
+    }
+  }
+  *static_cast<A *>(a.lossSum) = lossSum;
+  if (a.validCount)
+    *a.validCount = count;
+  return Status::Ok;
+}
+
+//===----------------------------------------------------------------------===//
+// Optimizer
+//===----------------------------------------------------------------------===//
+
+Status gradNorm(const GradNormArgs &a) {
+  double total = 0;
+  for (int64_t t = 0; t < a.numTensors; ++t) {
+    const float *p = a.tensors[t].data;
+    int64_t n = a.tensors[t].n;
+    for (int64_t b0 = 0; b0 < n; b0 += kGradNormBlock) {
+      int64_t b1 = std::min(n, b0 + kGradNormBlock);
+      double part = 0;
+      for (int64_t i = b0; i < b1; ++i)
+        part += double(p[i]) * double(p[i]);
+      total += part;
+    }
+  }
+  double norm = std::sqrt(total);
+  *a.norm = float(norm);
+  if (a.clipCoef)
+    *a.clipCoef =
+        a.maxNorm > 0 ? float(std::min(1.0, a.maxNorm / (double(float(norm)) + 1e-6)))
+                      : 1.0f;
+  return Status::Ok;
+}
+
+Status adamWStep(const AdamWArgs &a) {
+  const double bc1 = 1.0 - std::pow(a.beta1, double(a.step));
+  const double bc2 = 1.0 - std::pow(a.beta2, double(a.step));
+  const float stepSize = float(a.lr / bc1), bc2Sqrt = float(std::sqrt(bc2));
+  const float decay = float(1.0 - a.lr * a.weightDecay);
+  const float b1 = float(a.beta1), b2 = float(a.beta2), eps = float(a.eps);
+  const float cc = a.clipCoef ? *a.clipCoef : 1.0f;
+  for (int64_t i = 0; i < a.n; ++i) {
+    float g = a.grad[i] * cc;
+    float p = a.master[i] * decay;
+    float m = b1 * a.expAvg[i] + (1.0f - b1) * g;
+    float v = b2 * a.expAvgSq[i] + (1.0f - b2) * (g * g);
+    float denom = std::sqrt(v) / bc2Sqrt + eps;
+    p = p - stepSize * (m / denom);
+    a.master[i] = p;
+    a.expAvg[i] = m;
+    a.expAvgSq[i] = v;
+    if (a.computeCopy) {
+      if (a.computeDType == DType::BF16)
+        static_cast<bf16 *>(a.computeCopy)[i] = bf16(p);
+      else
+        static_cast<float *>(a.computeCopy)[i] = p;
+    }
+  }
+  return Status::Ok;
+}
+
+//===----------------------------------------------------------------------===//
+// Explicit instantiations.
+//===----------------------------------------------------------------------===//
+
+#define AP_DENSE_INSTANTIATE(T)                                                \
+  template Status linearForward<T>(const T *, const T *, T *, int64_t,         \
+                                   int64_t, int64_t);                          \
+  template Status linearBackward<T>(const T *, const T *, const T *, T *,      \
+                                    Acc<T> *, int64_t, int64_t, int64_t);      \
+  template Status rmsNormForward<T>(const RmsNormForwardArgs &);               \
+  template Status rmsNormBackward<T>(const RmsNormBackwardArgs &);             \
+  template Status rope<T>(const RopeArgs &, bool);                             \
+  template Status swiGluForward<T>(const SwiGluForwardArgs &);                 \
+  template Status swiGluBackward<T>(const SwiGluBackwardArgs &);               \
+  template Status sigmoidGateForward<T>(const SigmoidGateForwardArgs &);       \
+  template Status sigmoidGateBackward<T>(const SigmoidGateBackwardArgs &);     \
+  template Status residualAddForward<T>(const ResidualAddArgs &);              \
+  template Status residualAddBackward<T>(const ResidualAddBackwardArgs &);     \
+  template Status embeddingForward<T>(const EmbeddingForwardArgs &);           \
+  template Status embeddingBackward<T>(const EmbeddingBackwardArgs &);         \
+  template Status lmHeadCrossEntropy<T>(const LmHeadCrossEntropyArgs &, bool);
+
+AP_DENSE_INSTANTIATE(bf16)
+AP_DENSE_INSTANTIATE(float)
+AP_DENSE_INSTANTIATE(double)
+#undef AP_DENSE_INSTANTIATE
+
+} // namespace ap::kernels::ref
