@@ -1,0 +1,233 @@
+//===- cli.cpp - Command-line flags of training binaries ----------*- C++ -*-===//
+#include "runtime/cli.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <sstream>
+
+namespace ap::rt {
+namespace {
+
+[[noreturn]] void cliFail(const std::string &message) { throw CliError(message); }
+
+std::string doubleText(double v) {
+  std::ostringstream os;
+  os << v;
+  return os.str();
+}
+
+int64_t parseInt(const std::string &flag, const std::string &text) {
+  errno = 0;
+  char *end = nullptr;
+  long long v = std::strtoll(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || errno == ERANGE)
+    cliFail("--" + flag + ": expected an integer, got '" + text + "'");
+  return v;
+}
+
+} // namespace
+
+FlagSet::FlagSet(std::string program, std::string summary)
+    : program_(std::move(program)), summary_(std::move(summary)) {}
+
+FlagSet::Flag &FlagSet::add(const std::string &name,
+                            const std::string &valueName,
+                            const std::string &help, std::string defaultText) {
+  if (find(name))
+    fail("cli: flag --", name, " defined twice");
+  flags_.push_back(Flag{name, valueName, help, std::move(defaultText)});
+  return flags_.back();
+}
+
+FlagSet::Flag *FlagSet::find(const std::string &name) {
+  for (Flag &f : flags_)
+    if (f.name == name)
+      return &f;
+  return nullptr;
+}
+const FlagSet::Flag *FlagSet::find(const std::string &name) const {
+  return const_cast<FlagSet *>(this)->find(name);
+}
+
+void FlagSet::addInt(const std::string &name, int64_t *target,
+                     const std::string &help, int64_t min, int64_t max) {
+  add(name, "N", help, std::to_string(*target)).set =
+      [name, target, min, max](const std::string &text) {
+        int64_t v = parseInt(name, text);
+        if (v < min || v > max) {
+          std::string range = "--" + name + ": " + text + " is out of range (";
+          if (max == std::numeric_limits<int64_t>::max())
+            range += "at least " + std::to_string(min) + ")";
+          else
+            range += std::to_string(min) + ".." + std::to_string(max) + ")";
+          cliFail(range);
+        }
+        *target = v;
+      };
+}
+
+void FlagSet::addUInt(const std::string &name, uint64_t *target,
+                      const std::string &help) {
+  add(name, "N", help, std::to_string(*target)).set =
+      [name, target](const std::string &text) {
+        errno = 0;
+        char *end = nullptr;
+        unsigned long long v = std::strtoull(text.c_str(), &end, 10);
+        if (text.empty() || text[0] == '-' || *end != '\0' || errno == ERANGE)
+          cliFail("--" + name + ": expected a non-negative integer, got '" +
+                  text + "'");
+        *target = v;
+      };
+}
+
+void FlagSet::addDouble(const std::string &name, double *target,
+                        const std::string &help, bool positive) {
+  add(name, "X", help, doubleText(*target)).set =
+      [name, target, positive](const std::string &text) {
+        errno = 0;
+        char *end = nullptr;
+        double v = std::strtod(text.c_str(), &end);
+        if (text.empty() || *end != '\0' || errno == ERANGE || !std::isfinite(v))
+          cliFail("--" + name + ": expected a finite number, got '" + text + "'");
+        if (positive && !(v > 0))
+          cliFail("--" + name + ": must be > 0, got " + text);
+        *target = v;
+      };
+}
+
+void FlagSet::addString(const std::string &name, std::string *target,
+                        const std::string &help, const std::string &valueName) {
+  add(name, valueName, help, *target).set = [name, target](const std::string &text) {
+    if (text.empty())
+      cliFail("--" + name + ": expected a value, got an empty string");
+    *target = text;
+  };
+}
+
+void FlagSet::addBool(const std::string &name, bool *target,
+                      const std::string &help) {
+  Flag &f = add(name, "", help, *target ? "true" : "false");
+  f.isBool = true;
+  f.set = [name, target](const std::string &text) {
+    if (text == "true" || text == "1")
+      *target = true;
+    else if (text == "false" || text == "0")
+      *target = false;
+    else
+      cliFail("--" + name + ": expected true or false, got '" + text + "'");
+  };
+}
+
+void FlagSet::addChoice(const std::string &name, std::string *target,
+                        std::vector<std::string> choices,
+                        const std::string &help) {
+  std::string joined;
+  for (const std::string &c : choices)
+    joined += (joined.empty() ? "" : "|") + c;
+  add(name, joined, help, *target).set = [name, target, choices,
+                                          joined](const std::string &text) {
+    for (const std::string &c : choices)
+      if (c == text) {
+        *target = text;
+        return;
+      }
+    cliFail("--" + name + ": expected one of " + joined + ", got '" + text + "'");
+  };
+}
+
+bool FlagSet::parse(int argc, const char *const *argv) {
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h")
+      return false;
+    if (arg.size() < 3 || arg.compare(0, 2, "--") != 0)
+      cliFail("unexpected argument '" + arg + "' (flags start with --; see --help)");
+    std::string name = arg.substr(2), value;
+    bool hasValue = false;
+    if (size_t eq = name.find('='); eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+      hasValue = true;
+    }
+    Flag *f = find(name);
+    if (!f)
+      cliFail("unknown flag --" + name + " (see --help)");
+    if (f->given)
+      cliFail("flag --" + name + " given twice");
+    f->given = true;
+    if (!hasValue) {
+      if (f->isBool) {
+        value = "true";
+      } else {
+        if (i + 1 >= argc)
+          cliFail("--" + name + ": missing value (" + f->valueName + ")");
+        value = argv[++i];
+      }
+    }
+    f->set(value);
+  }
+  return true;
+}
+
+bool FlagSet::given(const std::string &name) const {
+  const Flag *f = find(name);
+  return f && f->given;
+}
+
+std::string FlagSet::usage() const {
+  std::ostringstream os;
+  os << "usage: " << program_ << " [flags]\n";
+  if (!summary_.empty())
+    os << summary_ << "\n";
+  os << "\nflags:\n";
+  for (const Flag &f : flags_) {
+    std::string head = "  --" + f.name + (f.valueName.empty() ? "" : " " + f.valueName);
+    os << head;
+    if (head.size() < 28)
+      os << std::string(28 - head.size(), ' ');
+    else
+      os << "\n" << std::string(28, ' ');
+    os << f.help;
+    if (!f.defaultText.empty())
+      os << " (default: " << f.defaultText << ")";
+    os << "\n";
+  }
+  os << "  --help                    print this text\n";
+  return os.str();
+}
+
+TrainFlags parseTrainFlags(int argc, const char *const *argv,
+                           const TrainFlags &defaults) {
+  TrainFlags out = defaults;
+  std::string device = defaults.device ? deviceKindName(*defaults.device) : "";
+  FlagSet flags(argc > 0 ? argv[0] : "train",
+                "Runs the compiled training step (actplace).");
+  flags.addInt("steps", &out.steps, "optimizer steps to run", 1);
+  flags.addChoice("device", &device, {"cuda", "host"},
+                  "backend; without it cuda when a GPU is usable, else host");
+  flags.addUInt("seed", &out.seed, "seed of parameter init and synthetic data");
+  flags.addDouble("lr", &out.lr, "peak learning rate", /*positive=*/true);
+  flags.addString("data", &out.data,
+                  "'synthetic', a token file (.bin) or a text file", "SRC");
+  flags.addString("metrics", &out.metrics,
+                  "append one JSON line per step to PATH ('-': stdout)", "PATH");
+  flags.addBool("fingerprints", &out.fingerprints,
+                "add SHA-256 fingerprints of loss, grads, params, optimizer");
+  flags.addString("save", &out.save, "checkpoint directory to write", "DIR");
+  flags.addInt("save-every", &out.saveEvery,
+               "save every N steps (0: at the end only)", 0);
+  flags.addString("resume", &out.resume, "checkpoint to resume from", "DIR");
+  out.usage = flags.usage();
+  if (!flags.parse(argc, argv)) {
+    out.help = true;
+    return out;
+  }
+  if (!device.empty())
+    out.device = parseDeviceKind(device);
+  if (flags.given("save-every") && out.save.empty())
+    throw CliError("--save-every needs --save DIR");
+  return out;
+}
+
+} // namespace ap::rt

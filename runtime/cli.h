@@ -1,0 +1,102 @@
+//===- cli.h - Command-line flags of training binaries -----------*- C++ -*-===//
+//
+// A small flag parser for the generated `./train` binaries (and any tool of
+// the runtime): `--name value` and `--name=value`, typed values with range
+// checks, `--help`. Every mistake (unknown flag, missing or malformed value,
+// a flag given twice, a positional argument) is a CliError whose message
+// names the flag and what was expected, so the binary can print it and exit 2.
+//
+//===----------------------------------------------------------------------===//
+#ifndef ACTPLACE_RUNTIME_CLI_H
+#define ACTPLACE_RUNTIME_CLI_H
+
+#include "runtime/backend.h"
+#include "runtime/error.h"
+
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ap::rt {
+
+class CliError : public Error {
+public:
+  explicit CliError(const std::string &message) : Error(message) {}
+};
+
+class FlagSet {
+public:
+  FlagSet(std::string program, std::string summary);
+
+  void addInt(const std::string &name, int64_t *target, const std::string &help,
+              int64_t min = std::numeric_limits<int64_t>::min(),
+              int64_t max = std::numeric_limits<int64_t>::max());
+  void addUInt(const std::string &name, uint64_t *target,
+               const std::string &help);
+  /// Finite doubles; `positive` additionally requires > 0.
+  void addDouble(const std::string &name, double *target,
+                 const std::string &help, bool positive = false);
+  void addString(const std::string &name, std::string *target,
+                 const std::string &help, const std::string &valueName = "STR");
+  /// `--name` sets true; `--name=true|false|1|0` also accepted.
+  void addBool(const std::string &name, bool *target, const std::string &help);
+  void addChoice(const std::string &name, std::string *target,
+                 std::vector<std::string> choices, const std::string &help);
+
+  /// Parses argv[1..argc). Returns false when --help was given (print
+  /// usage() and exit 0); throws CliError on any mistake.
+  bool parse(int argc, const char *const *argv);
+  /// True when the flag appeared on the command line.
+  bool given(const std::string &name) const;
+  std::string usage() const;
+
+private:
+  struct Flag {
+    std::string name, valueName, help, defaultText;
+    bool isBool = false;
+    bool given = false;
+    std::function<void(const std::string &)> set;
+  };
+  Flag &add(const std::string &name, const std::string &valueName,
+            const std::string &help, std::string defaultText);
+  Flag *find(const std::string &name);
+  const Flag *find(const std::string &name) const;
+
+  std::string program_, summary_;
+  std::vector<Flag> flags_;
+};
+
+/// The flags of a generated training binary (issue 7).
+struct TrainFlags {
+  int64_t steps = 10;
+  /// nullopt: cuda when a GPU is usable, else host.
+  std::optional<DeviceKind> device;
+  uint64_t seed = 0;
+  double lr = 3e-4;
+  /// "synthetic", a token file (.bin, uint16/uint32) or a text file.
+  std::string data = "synthetic";
+  /// Metrics JSONL path, "-" for stdout, empty for none.
+  std::string metrics;
+  bool fingerprints = false;
+  /// Checkpoint directory to write, empty for none.
+  std::string save;
+  /// Save every N steps (0: only at the end, when --save is given).
+  int64_t saveEvery = 0;
+  /// Checkpoint to resume from, empty for a fresh run.
+  std::string resume;
+  /// --help was given: print the usage text and exit 0.
+  bool help = false;
+  std::string usage;
+};
+
+/// Parses the training flags over `defaults` (the compiled model's values).
+/// Throws CliError on a mistake; sets `help` and `usage` for --help.
+TrainFlags parseTrainFlags(int argc, const char *const *argv,
+                           const TrainFlags &defaults = {});
+
+} // namespace ap::rt
+
+#endif // ACTPLACE_RUNTIME_CLI_H

@@ -1,0 +1,182 @@
+//===- device.h - The runtime's device: streams, events, arena ----*- C++ -*-===//
+//
+// ap::rt::Device is what generated code talks to for everything that is not
+// pinned memory or transfers: the four streams (compute, d2h, h2d, comm),
+// events, the single device arena laid out by the compiler's memory plan,
+// kernel workspaces, the cuBLASLt handle (through the KernelContext it fills)
+// and measured device memory.
+//
+// Ordering is tracked above the backend with vector clocks (one counter per
+// stream, advanced by each event record): an event record carries the clock
+// of its stream, a wait merges it into the waiting stream, and a host
+// synchronisation merges it into the host's clock. Asking "is this record
+// ordered before what I enqueue on stream S now?" is then four integer
+// comparisons. The pinned pool and the offload engine use this to check the
+// compiled schedule's invariants on every step, at no measurable cost, and
+// the check is transitive (a slot may be reused after a chain of waits, not
+// only after a direct one).
+//
+// Threading: one host thread drives a Device. The backends' workers are
+// internal.
+//
+//===----------------------------------------------------------------------===//
+#ifndef ACTPLACE_RUNTIME_DEVICE_H
+#define ACTPLACE_RUNTIME_DEVICE_H
+
+#include "runtime/backend.h"
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ap::rt {
+
+/// Handle of an event created by Device::createEvent().
+enum class EventId : uint32_t {};
+
+/// The `generation`-th record of `event`; it was the `tick`-th record on
+/// `stream`. Identifies one completion point even after the event is
+/// recorded again.
+struct SyncPoint {
+  EventId event{};
+  uint64_t generation = 0;
+  Stream stream = Stream::Compute;
+  uint64_t tick = 0;
+};
+
+/// Buffers handed to kernels are 256-byte aligned (kernels/kernels.h).
+inline constexpr uint64_t kDeviceAlignment = 256;
+inline constexpr uint64_t alignUp(uint64_t v, uint64_t a) {
+  return (v + a - 1) / a * a;
+}
+
+struct DeviceOptions {
+  /// nullopt: cuda when a GPU is usable, else host.
+  std::optional<DeviceKind> device;
+  /// CUDA device ordinal (launchers set it from LOCAL_RANK).
+  int deviceIndex = 0;
+  /// Do not print the fallback notice on stderr (it is still in notice()).
+  bool quiet = false;
+};
+
+class Device {
+public:
+  /// Picks the backend; on a machine without a usable GPU a cuda request
+  /// falls back to host and prints notice() on stderr.
+  explicit Device(const DeviceOptions &options = {});
+  /// Uses the given backend (tests).
+  explicit Device(std::unique_ptr<Backend> backend);
+  /// Waits for all work, then frees the arena. Pinned pools and offload
+  /// engines built on this Device must be destroyed first.
+  ~Device();
+  Device(const Device &) = delete;
+  Device &operator=(const Device &) = delete;
+
+  DeviceKind kind() const { return backend_->kind(); }
+  std::string description() const { return backend_->description(); }
+  /// Why the requested backend was not used; empty when it was.
+  const std::string &notice() const { return notice_; }
+  Backend &backend() { return *backend_; }
+
+  //===--- Arena ----------------------------------------------------------===//
+  /// Allocates the one device arena: `planBytes` laid out by the compiled
+  /// memory plan, followed by `workspaceBytes` of kernel workspace for the
+  /// compute stream. Allowed once per Device: steady-state allocation is a
+  /// bug (and on cuda a synchronisation point).
+  void allocateArena(uint64_t planBytes, uint64_t workspaceBytes = 0);
+  bool hasArena() const { return arena_ != nullptr; }
+  /// Start of the planned region (256-byte aligned).
+  char *arenaBase() const { return arena_; }
+  uint64_t planBytes() const { return planBytes_; }
+  /// `arenaBase() + offset`, checked to lie in the planned region with
+  /// `bytes` after it; errors name the offset and the plan size.
+  void *at(uint64_t offset, uint64_t bytes = 0) const;
+  /// True when [ptr, ptr + bytes) lies inside the planned region.
+  bool inArena(const void *ptr, uint64_t bytes) const;
+  void *workspace() const { return workspaceBytes_ ? workspace_ : nullptr; }
+  uint64_t workspaceBytes() const { return workspaceBytes_; }
+
+  //===--- Streams and events ---------------------------------------------===//
+  EventId createEvent();
+  /// Records `event` on `stream` (after all work enqueued there so far).
+  void record(EventId event, Stream stream);
+  /// Work enqueued on `stream` later waits for the latest record of `event`.
+  /// Waiting on a never-recorded event is a no-op, as in CUDA.
+  void wait(Stream stream, EventId event);
+  void synchronize(EventId event);
+  /// True when the latest record of `event` completed.
+  bool query(EventId event);
+  void synchronize(Stream stream);
+  /// Waits for all streams; rethrows a failure of earlier asynchronous work.
+  void synchronize();
+  /// Number of records of `event` so far (0: never recorded).
+  uint64_t generation(EventId event) const;
+  /// The latest record of `event`; fails if it was never recorded.
+  SyncPoint lastRecord(EventId event) const;
+  /// True when work enqueued on `stream` from now on is ordered after
+  /// `point` by the waits and synchronisations made so far (transitively).
+  bool orderedBefore(const SyncPoint &point, Stream stream) const;
+  /// True when `point` is known to have completed (may query the backend).
+  bool completed(const SyncPoint &point);
+
+  //===--- Work -----------------------------------------------------------===//
+  void copyAsync(void *dst, const void *src, uint64_t bytes, CopyKind kind,
+                 Stream stream);
+  void memsetAsync(void *dst, int value, uint64_t bytes, Stream stream);
+  /// Runs one kernel call in `stream` order inside an NVTX range named
+  /// `name`; a non-Ok status becomes an Error naming the op (at once on
+  /// cuda, at the next synchronisation on host).
+  void launch(Stream stream, const char *name, KernelFn fn);
+  /// Runs a host function in `stream` order.
+  void hostCallback(Stream stream, std::function<void()> fn);
+  /// Copies device -> host on `stream` and waits for it (loss readback,
+  /// fingerprints): never used on the hot path.
+  void copyToHostSync(void *dst, const void *src, uint64_t bytes,
+                      Stream stream = Stream::Compute);
+  /// The context kernels receive on `stream`: backend, native stream,
+  /// cuBLASLt handle, SM count; the workspace only on the compute stream.
+  kernels::KernelContext kernelContext(Stream stream) const;
+
+  //===--- Memory statistics ----------------------------------------------===//
+  /// Samples device memory use. cuda: cudaMemGetInfo (total - free) minus the
+  /// use measured when the Device was created (so the CUDA context is not
+  /// counted, but the arena, cuBLASLt and anything a library allocates is).
+  /// host: the bytes of the arena (all "device" memory there is).
+  void sampleMemory();
+  /// Largest sampled use since creation or the last resetPeak().
+  uint64_t devicePeakBytes() const { return peakBytes_; }
+  void resetPeak() { peakBytes_ = 0; }
+
+private:
+  using Clock = std::array<uint64_t, kNumStreams>;
+  struct EventState {
+    uint64_t generation = 0;
+    Stream stream = Stream::Compute;
+    uint64_t tick = 0;
+    Clock clock{};
+  };
+  static void merge(Clock &into, const Clock &from);
+  EventState &state(EventId event);
+  const EventState &state(EventId event) const;
+  void initMemoryBaseline();
+
+  std::unique_ptr<Backend> backend_;
+  std::string notice_;
+  char *arena_ = nullptr;
+  void *allocation_ = nullptr;
+  uint64_t planBytes_ = 0;
+  char *workspace_ = nullptr;
+  uint64_t workspaceBytes_ = 0;
+  std::vector<EventState> events_;
+  std::array<Clock, kNumStreams> streamClock_{};
+  Clock hostClock_{};
+  std::optional<uint64_t> baselineBytes_;
+  uint64_t peakBytes_ = 0;
+};
+
+} // namespace ap::rt
+
+#endif // ACTPLACE_RUNTIME_DEVICE_H

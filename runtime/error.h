@@ -1,0 +1,41 @@
+//===- error.h - Runtime error type and check macros -------------*- C++ -*-===//
+//
+// Every failure the runtime detects (a CUDA call that failed, a broken
+// offload invariant, a pinned-slot ownership error, a bad flag) is reported as
+// an ap::rt::Error whose message names what was being done, so a training
+// binary dies with one readable line instead of a corrupted result.
+//
+//===----------------------------------------------------------------------===//
+#ifndef ACTPLACE_RUNTIME_ERROR_H
+#define ACTPLACE_RUNTIME_ERROR_H
+
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+namespace ap::rt {
+
+/// The runtime's one exception type. Messages start with the component
+/// ("pinned pool: ...", "offload engine: ...") so logs stay greppable.
+class Error : public std::runtime_error {
+public:
+  explicit Error(const std::string &message) : std::runtime_error(message) {}
+};
+
+namespace detail {
+/// Builds a message from stream-insertable parts; keeps call sites one line.
+template <typename... Parts> std::string concat(const Parts &...parts) {
+  std::ostringstream os;
+  (os << ... << parts);
+  return os.str();
+}
+} // namespace detail
+
+/// Throws ap::rt::Error with the concatenation of the arguments.
+template <typename... Parts> [[noreturn]] void fail(const Parts &...parts) {
+  throw Error(detail::concat(parts...));
+}
+
+} // namespace ap::rt
+
+#endif // ACTPLACE_RUNTIME_ERROR_H

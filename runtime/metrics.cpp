@@ -1,0 +1,251 @@
+//===- metrics.cpp - Per-step JSON metrics, fingerprints, progress -*- C++ -*-===//
+#include "runtime/metrics.h"
+
+#include "runtime/error.h"
+#include "runtime/sha256.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+#include <unistd.h>
+
+namespace ap::rt {
+
+std::string jsonNumber(double v) {
+  if (!std::isfinite(v))
+    return "null";
+  char buf[40];
+  // The shortest %.Ng that reads back bit-identically: exact for
+  // fingerprints-free comparisons of loss, and short for people.
+  for (int precision = 1; precision <= 17; ++precision) {
+    std::snprintf(buf, sizeof(buf), "%.*g", precision, v);
+    if (std::strtod(buf, nullptr) == v)
+      break;
+  }
+  return buf;
+}
+
+std::string jsonString(const std::string &s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    switch (c) {
+    case '"':
+      out += "\\\"";
+      break;
+    case '\\':
+      out += "\\\\";
+      break;
+    case '\n':
+      out += "\\n";
+      break;
+    case '\r':
+      out += "\\r";
+      break;
+    case '\t':
+      out += "\\t";
+      break;
+    default:
+      if (c < 0x20) {
+        char buf[8];
+        std::snprintf(buf, sizeof(buf), "\\u%04x", c);
+        out += buf;
+      } else {
+        out += static_cast<char>(c);
+      }
+    }
+  }
+  return out + "\"";
+}
+
+std::string metricsJson(const StepMetrics &m) {
+  std::ostringstream os;
+  os << "{\"step\":" << m.step << ",\"loss\":" << jsonNumber(m.loss)
+     << ",\"grad_norm\":" << jsonNumber(m.gradNorm)
+     << ",\"lr\":" << jsonNumber(m.lr)
+     << ",\"step_time_s\":" << jsonNumber(m.stepTimeS)
+     << ",\"tokens_per_s\":" << jsonNumber(m.tokensPerS)
+     << ",\"device_peak_bytes\":" << m.devicePeakBytes
+     << ",\"planned_peak_bytes\":" << m.plannedPeakBytes
+     << ",\"pinned_pool\":{\"buffers\":" << m.pinnedPool.buffers
+     << ",\"bytes\":" << m.pinnedPool.bytes
+     << ",\"in_use\":" << m.pinnedPool.inUse << "},\"transfers\":{";
+  bool first = true;
+  for (const auto &entry : m.transfers) {
+    const TransferCounters &c = entry.second;
+    os << (first ? "" : ",") << jsonString(entry.first)
+       << ":{\"d2h_count\":" << c.d2hCount << ",\"h2d_count\":" << c.h2dCount
+       << ",\"d2h_bytes\":" << c.d2hBytes << ",\"h2d_bytes\":" << c.h2dBytes
+       << "}";
+    first = false;
+  }
+  os << "}";
+  if (m.fingerprints) {
+    const Fingerprints &f = *m.fingerprints;
+    os << ",\"fingerprints\":{\"loss\":" << jsonString(f.loss)
+       << ",\"grads\":" << jsonString(f.grads)
+       << ",\"params\":" << jsonString(f.params)
+       << ",\"optimizer\":" << jsonString(f.optimizer) << "}";
+  }
+  os << "}";
+  return os.str();
+}
+
+MetricsWriter::MetricsWriter(const std::string &path) : path_(path) {
+  if (path.empty())
+    return;
+  if (path == "-") {
+    file_ = stdout;
+    return;
+  }
+  file_ = std::fopen(path.c_str(), "a");
+  if (!file_)
+    fail("metrics: cannot open '", path, "' for appending: ",
+         std::strerror(errno));
+  owned_ = true;
+}
+
+MetricsWriter::~MetricsWriter() {
+  if (owned_ && file_)
+    std::fclose(file_);
+}
+
+void MetricsWriter::write(const StepMetrics &m) {
+  if (!file_)
+    return;
+  std::string line = metricsJson(m);
+  line += '\n';
+  if (std::fwrite(line.data(), 1, line.size(), file_) != line.size() ||
+      std::fflush(file_) != 0)
+    fail("metrics: write to '", path_, "' failed: ", std::strerror(errno));
+}
+
+//===----------------------------------------------------------------------===//
+// Fingerprints
+//===----------------------------------------------------------------------===//
+
+std::string fingerprint(Device &device, PinnedPool &pool,
+                        const std::vector<ByteRange> &ranges, Stream after) {
+  // 16 MiB chunks keep the staging buffer small and reused run-long.
+  constexpr uint64_t kChunk = 16ull << 20;
+  uint64_t largestDevice = 0;
+  for (const ByteRange &r : ranges) {
+    if (r.bytes && !r.data)
+      fail("fingerprint: null range of ", r.bytes, " bytes");
+    if (r.onDevice)
+      largestDevice = std::max(largestDevice, r.bytes);
+  }
+  Sha256 sha;
+  PinnedBuffer staging;
+  if (largestDevice)
+    staging = pool.allocate(std::min(largestDevice, kChunk));
+  try {
+    for (const ByteRange &r : ranges) {
+      if (!r.onDevice) {
+        sha.update(r.data, r.bytes);
+        continue;
+      }
+      for (uint64_t done = 0; done < r.bytes; done += kChunk) {
+        uint64_t n = std::min(kChunk, r.bytes - done);
+        device.copyToHostSync(staging.data,
+                              static_cast<const char *>(r.data) + done, n,
+                              after);
+        sha.update(staging.data, n);
+      }
+    }
+  } catch (...) {
+    if (staging)
+      pool.release(staging);
+    throw;
+  }
+  if (staging)
+    pool.release(staging); // copies were synchronised above
+  return Sha256::hex(sha.finish());
+}
+
+//===----------------------------------------------------------------------===//
+// Progress
+//===----------------------------------------------------------------------===//
+
+namespace {
+std::string groupThousands(uint64_t v) {
+  std::string digits = std::to_string(v), out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i && (digits.size() - i) % 3 == 0)
+      out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
+std::string duration(double s) {
+  if (!std::isfinite(s) || s < 0)
+    return "?";
+  auto total = static_cast<uint64_t>(s + 0.5);
+  char buf[32];
+  if (total >= 3600)
+    std::snprintf(buf, sizeof(buf), "%lluh%02llum",
+                  static_cast<unsigned long long>(total / 3600),
+                  static_cast<unsigned long long>(total / 60 % 60));
+  else if (total >= 60)
+    std::snprintf(buf, sizeof(buf), "%llum%02llus",
+                  static_cast<unsigned long long>(total / 60),
+                  static_cast<unsigned long long>(total % 60));
+  else
+    std::snprintf(buf, sizeof(buf), "%llus", static_cast<unsigned long long>(total));
+  return buf;
+}
+} // namespace
+
+std::string progressText(const StepMetrics &m, int64_t totalSteps) {
+  char buf[160];
+  std::string text = "step " + std::to_string(m.step);
+  if (totalSteps > 0)
+    text += "/" + std::to_string(totalSteps);
+  std::snprintf(buf, sizeof(buf), "  loss %.4f  lr %.2e  %.3f s/step  ", m.loss,
+                m.lr, m.stepTimeS);
+  text += buf;
+  text += groupThousands(static_cast<uint64_t>(std::max(0.0, m.tokensPerS) + 0.5));
+  text += " tok/s";
+  if (totalSteps > 0 && m.step < totalSteps)
+    text += "  ETA " + duration(double(totalSteps - m.step) * m.stepTimeS);
+  return text;
+}
+
+ProgressLine::ProgressLine(int64_t totalSteps, std::FILE *out, double intervalS)
+    : totalSteps_(totalSteps), out_(out), intervalS_(intervalS),
+      tty_(out && isatty(fileno(out))) {}
+
+void ProgressLine::update(const StepMetrics &m) {
+  if (!out_)
+    return;
+  std::string text = progressText(m, totalSteps_);
+  if (tty_) {
+    // \033[K clears what a longer previous line left behind.
+    std::fprintf(out_, "\r%s\033[K", text.c_str());
+    std::fflush(out_);
+    open_ = true;
+    return;
+  }
+  auto now = std::chrono::steady_clock::now();
+  bool last = totalSteps_ > 0 && m.step >= totalSteps_;
+  if (printedAny_ && !last &&
+      std::chrono::duration<double>(now - last_).count() < intervalS_)
+    return;
+  std::fprintf(out_, "%s\n", text.c_str());
+  std::fflush(out_);
+  printedAny_ = true;
+  last_ = now;
+}
+
+void ProgressLine::finish() {
+  if (open_ && out_) {
+    std::fputc('\n', out_);
+    std::fflush(out_);
+  }
+  open_ = false;
+}
+
+} // namespace ap::rt

@@ -1,0 +1,48 @@
+//===- runtime.h - The runtime's public header set ----------------*- C++ -*-===//
+//
+// The one include of generated training steps (DESIGN.md section 2: the
+// compiler and the runtime meet only here). Everything is in ap::rt:
+//   Device         streams, events, the device arena, kernel launches
+//   PinnedPool     planned pinned slots and the staging pool
+//   OffloadEngine  D2H / H2D of saved activations with checked invariants
+//   StepMetrics    the per-step JSON line, fingerprints, progress line
+//   TrainFlags     the training binary's command line
+// plus, where present, RNG, data, checkpoints and collectives.
+//
+//===----------------------------------------------------------------------===//
+#ifndef ACTPLACE_RUNTIME_RUNTIME_H
+#define ACTPLACE_RUNTIME_RUNTIME_H
+
+#include "kernels/kernels.h"
+#include "runtime/backend.h"
+#include "runtime/cli.h"
+#include "runtime/device.h"
+#include "runtime/error.h"
+#include "runtime/metrics.h"
+#include "runtime/nvtx.h"
+#include "runtime/offload.h"
+#include "runtime/pinned_pool.h"
+
+#if __has_include("runtime/sha256.h")
+#include "runtime/sha256.h"
+#endif
+#if __has_include("runtime/rng.h")
+#include "runtime/rng.h"
+#endif
+#if __has_include("runtime/data.h")
+#include "runtime/data.h"
+#endif
+#if __has_include("runtime/safetensors.h")
+#include "runtime/safetensors.h"
+#endif
+#if __has_include("runtime/checkpoint.h")
+#include "runtime/checkpoint.h"
+#endif
+#if __has_include("runtime/collectives.h")
+#include "runtime/collectives.h"
+#endif
+#if __has_include("runtime/launch.h")
+#include "runtime/launch.h"
+#endif
+
+#endif // ACTPLACE_RUNTIME_RUNTIME_H
