@@ -1,0 +1,140 @@
+//===- checkpoint.h - Training checkpoints on safetensors --------*- C++ -*-===//
+//
+// A checkpoint holds everything a bit-exact resume needs: the compute copies
+// of the parameters (bf16), the FP32 master weights, the Adam moments, the
+// step counter, the RNG state and the data cursor (docs/checkpoint-format.md).
+// Tensors are named by the caller; the conventional prefixes are
+// "param/", "master/", "adam_m/" and "adam_v/" (see the helpers below).
+//
+// Directory layout, one folder per saved step:
+//   <dir>/step-00000100/model.safetensors                  (world of one)
+//   <dir>/step-00000100/model-rank00001-of-00004.safetensors + index.json
+//   <dir>/latest      text file naming the newest complete step folder
+// Every file is written to a temporary name, fsynced and renamed; "latest"
+// moves only after all shards are complete, so a crash or a full disk never
+// destroys the last good checkpoint.
+//
+//===----------------------------------------------------------------------===//
+#ifndef ACTPLACE_RUNTIME_CHECKPOINT_H
+#define ACTPLACE_RUNTIME_CHECKPOINT_H
+
+#include "runtime/data.h"
+#include "runtime/rng.h"
+#include "runtime/safetensors.h"
+
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ap::rt {
+
+/// A host buffer saved into or restored from a checkpoint. For saving `data`
+/// is read; for loading it is written (it must already have `bytes` bytes).
+struct CheckpointTensor {
+  std::string name;
+  StDType dtype = StDType::F32;
+  std::vector<int64_t> shape;
+  void *data = nullptr;
+  size_t bytes = 0;
+};
+
+inline std::string paramTensorName(const std::string &p) { return "param/" + p; }
+inline std::string masterTensorName(const std::string &p) { return "master/" + p; }
+inline std::string adamMTensorName(const std::string &p) { return "adam_m/" + p; }
+inline std::string adamVTensorName(const std::string &p) { return "adam_v/" + p; }
+
+/// Scalars of the training loop.
+struct TrainingState {
+  uint64_t step = 0;
+  RngState rng;
+  DataCursor data;
+  /// Anything else the caller wants back (lr schedule state, model name,
+  /// placement used, ...). Keys must not start with "actplace.".
+  std::map<std::string, std::string> extra;
+};
+
+/// This process's place in a distributed save/load.
+struct ShardInfo {
+  int rank = 0;
+  int worldSize = 1;
+  /// Called by every rank after its shard is written and before rank 0
+  /// publishes "latest"; must be a barrier over all ranks when worldSize > 1
+  /// (e.g. Communicator::barrier). Unused for a world of one.
+  std::function<void()> barrier;
+};
+
+struct SaveOptions {
+  bool sync = true;
+  /// Test hook, passed to the safetensors writer (see WriteOptions).
+  uint64_t failAfterBytes = UINT64_MAX;
+};
+
+/// Saves a checkpoint of `state.step` under `dir` and returns the step
+/// folder. Throws ap::rt::Error; on error "latest" still names the previous
+/// checkpoint.
+std::string saveCheckpoint(const std::string &dir,
+                           const std::vector<CheckpointTensor> &tensors,
+                           const TrainingState &state, const ShardInfo &shard,
+                           const SaveOptions &options = SaveOptions());
+
+/// The folder "latest" points to, or nullopt when `dir` holds no complete
+/// checkpoint.
+std::optional<std::string> latestCheckpoint(const std::string &dir);
+
+/// Loads this rank's shard of the checkpoint in `stepDir` (a folder returned
+/// by saveCheckpoint / latestCheckpoint) into `tensors` and returns the
+/// training state. Verifies the SHA-256 of the shard, the world size, that
+/// every requested tensor exists with the same dtype and shape, and that the
+/// file has no tensor that was not requested. Nothing is written into the
+/// destination buffers unless all checks pass.
+TrainingState loadCheckpoint(const std::string &stepDir,
+                             const std::vector<CheckpointTensor> &tensors,
+                             const ShardInfo &shard);
+
+/// The shard file name of `rank` in a world of `worldSize`.
+std::string checkpointShardName(int rank, int worldSize);
+
+//===----------------------------------------------------------------------===//
+// Foreign (HF-named) weights
+//===----------------------------------------------------------------------===//
+
+/// Maps external tensor names (e.g. HF "model.layers.3.mlp.up_proj.weight")
+/// to ours. Each rule is a pattern where "{i}" matches a decimal number
+/// (a layer index) that the target reuses; literal text must match exactly.
+class NameMapping {
+public:
+  void addRule(const std::string &externalPattern,
+               const std::string &internalPattern);
+  /// Parses one rule per line, "external -> internal"; '#' starts a comment.
+  /// Throws ap::rt::Error naming the line on a malformed rule.
+  static NameMapping parse(const std::string &text);
+  /// Our name for `external`, or nullopt when no rule matches.
+  std::optional<std::string> map(const std::string &external) const;
+  size_t size() const { return rules_.size(); }
+
+private:
+  std::vector<std::pair<std::string, std::string>> rules_;
+};
+
+struct MappedLoadReport {
+  std::vector<std::string> loaded;
+  /// File tensors that no rule maps (e.g. rotary caches, unused heads).
+  std::vector<std::string> unmapped;
+};
+
+/// Loads a safetensors file of externally named weights into `tensors`
+/// (named with our names). Converts BF16/F16/F32/F64 sources to the
+/// destination's BF16/F32/F64 (BF16 by round-to-nearest-even); shapes must
+/// match exactly. Throws ap::rt::Error when a destination gets no tensor, two
+/// file tensors map to the same destination, a shape differs, or (when
+/// `allowUnmapped` is false) a file tensor has no rule.
+MappedLoadReport loadMappedWeights(const std::string &path,
+                                   const NameMapping &mapping,
+                                   const std::vector<CheckpointTensor> &tensors,
+                                   bool allowUnmapped = true);
+
+} // namespace ap::rt
+
+#endif // ACTPLACE_RUNTIME_CHECKPOINT_H

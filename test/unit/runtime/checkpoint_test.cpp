@@ -1,0 +1,355 @@
+//===- checkpoint_test.cpp - Checkpoint round trip, corruption, mapping ---===//
+#include "runtime/checkpoint.h"
+
+#include "kernels/kernels.h"
+#include "runtime/error.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <iterator>
+#include <mutex>
+#include <thread>
+#include <unistd.h>
+
+using namespace ap::rt;
+using ap::kernels::bf16;
+using ap::kernels::DType;
+
+namespace {
+
+std::string freshDir(const std::string &name) {
+  std::string d = ::testing::TempDir() + "/ap_ckpt_" +
+                  std::to_string(::getpid()) + "_" + name;
+  std::string cmd = "rm -rf '" + d + "'";
+  EXPECT_EQ(std::system(cmd.c_str()), 0);
+  return d;
+}
+
+void expectError(const std::function<void()> &fn, const std::string &needle) {
+  try {
+    fn();
+    ADD_FAILURE() << "expected an error containing '" << needle << "'";
+  } catch (const Error &e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos)
+        << "message: " << e.what();
+  }
+}
+
+/// A toy model's full optimizer state: two parameters with bf16 compute
+/// copies, fp32 masters and Adam moments, filled from the Philox init.
+struct ToyState {
+  std::vector<bf16> wq, wn;
+  std::vector<float> mq, mn, aq, an, vq, vn;
+  explicit ToyState(uint64_t seed) {
+    wq.resize(6 * 4);
+    wn.resize(4);
+    mq.resize(24);
+    mn.resize(4);
+    aq.resize(24);
+    an.resize(4);
+    vq.resize(24);
+    vn.resize(4);
+    initParameter(InitSpec::normal(0, 0.02), paramInitKey(seed, "q"), DType::F32,
+                  mq.data(), 24);
+    initParameter(InitSpec::uniform(0.5, 1.5), paramInitKey(seed, "n"),
+                  DType::F32, mn.data(), 4);
+    for (size_t i = 0; i < 24; ++i) {
+      wq[i] = bf16(mq[i]);
+      aq[i] = mq[i] * 0.1f;
+      vq[i] = mq[i] * mq[i];
+    }
+    for (size_t i = 0; i < 4; ++i) {
+      wn[i] = bf16(mn[i]);
+      an[i] = -mn[i];
+      vn[i] = mn[i] * 3;
+    }
+  }
+  std::vector<CheckpointTensor> tensors() {
+    return {
+        {paramTensorName("q"), StDType::BF16, {6, 4}, wq.data(), wq.size() * 2},
+        {paramTensorName("n"), StDType::BF16, {4}, wn.data(), wn.size() * 2},
+        {masterTensorName("q"), StDType::F32, {6, 4}, mq.data(), mq.size() * 4},
+        {masterTensorName("n"), StDType::F32, {4}, mn.data(), mn.size() * 4},
+        {adamMTensorName("q"), StDType::F32, {6, 4}, aq.data(), aq.size() * 4},
+        {adamMTensorName("n"), StDType::F32, {4}, an.data(), an.size() * 4},
+        {adamVTensorName("q"), StDType::F32, {6, 4}, vq.data(), vq.size() * 4},
+        {adamVTensorName("n"), StDType::F32, {4}, vn.data(), vn.size() * 4},
+    };
+  }
+  bool operator==(const ToyState &o) const {
+    auto eqBits = [](const std::vector<bf16> &a, const std::vector<bf16> &b) {
+      if (a.size() != b.size())
+        return false;
+      for (size_t i = 0; i < a.size(); ++i)
+        if (a[i].bits != b[i].bits)
+          return false;
+      return true;
+    };
+    return eqBits(wq, o.wq) && eqBits(wn, o.wn) && mq == o.mq && mn == o.mn &&
+           aq == o.aq && an == o.an && vq == o.vq && vn == o.vn;
+  }
+};
+
+TrainingState sampleState(uint64_t step) {
+  TrainingState st;
+  st.step = step;
+  st.rng = RngState{99, step};
+  DataConfig dc;
+  DataLoader dl(dc);
+  st.data = dl.cursor();
+  st.data.step = step;
+  st.extra["lr_schedule"] = "cosine";
+  return st;
+}
+
+TEST(Checkpoint, RoundTripIsBitExact) {
+  std::string dir = freshDir("roundtrip");
+  ToyState a(1);
+  EXPECT_FALSE(latestCheckpoint(dir).has_value());
+  std::string stepDir = saveCheckpoint(dir, a.tensors(), sampleState(100), {});
+  EXPECT_EQ(latestCheckpoint(dir), stepDir);
+  EXPECT_NE(stepDir.find("step-00000100"), std::string::npos);
+
+  ToyState b(2);
+  ASSERT_FALSE(a == b);
+  TrainingState st = loadCheckpoint(*latestCheckpoint(dir), b.tensors(), {});
+  EXPECT_TRUE(a == b);
+  EXPECT_EQ(st.step, 100u);
+  EXPECT_EQ(st.rng, (RngState{99, 100}));
+  EXPECT_EQ(st.data, sampleState(100).data);
+  EXPECT_EQ(st.extra.at("lr_schedule"), "cosine");
+
+  // The file is plain safetensors with the documented names and metadata.
+  SafetensorsFile f = SafetensorsFile::open(stepDir + "/model.safetensors");
+  EXPECT_EQ(f.meta("format"), "pt");
+  EXPECT_EQ(f.meta("actplace.format"), "actplace-checkpoint-v1");
+  ASSERT_NE(f.find("train/step"), nullptr);
+  EXPECT_EQ(*reinterpret_cast<const int64_t *>(f.data(*f.find("train/step"))), 100);
+  EXPECT_EQ(f.find("param/q")->dtype, StDType::BF16);
+  EXPECT_EQ(f.find("adam_v/n")->dtype, StDType::F32);
+}
+
+TEST(Checkpoint, CorruptOrTruncatedFileIsRejectedAndBuffersUntouched) {
+  std::string dir = freshDir("corrupt");
+  ToyState a(1);
+  std::string stepDir = saveCheckpoint(dir, a.tensors(), sampleState(5), {});
+  std::string file = stepDir + "/model.safetensors";
+  std::vector<char> bytes;
+  {
+    std::ifstream in(file, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  ToyState b(2), bCopy(2);
+  // Flip one bit of the last master value.
+  std::vector<char> bad = bytes;
+  bad[bad.size() - 20] ^= 1;
+  std::ofstream(file, std::ios::binary).write(bad.data(), bad.size());
+  expectError([&] { loadCheckpoint(stepDir, b.tensors(), {}); }, "corrupt");
+  EXPECT_TRUE(b == bCopy);
+  // Truncate it.
+  std::ofstream(file, std::ios::binary).write(bytes.data(), bytes.size() / 2);
+  expectError([&] { loadCheckpoint(stepDir, b.tensors(), {}); }, "truncated");
+  EXPECT_TRUE(b == bCopy);
+}
+
+TEST(Checkpoint, FailedSaveKeepsLastGoodCheckpoint) {
+  std::string dir = freshDir("failsave");
+  ToyState a(1);
+  std::string good = saveCheckpoint(dir, a.tensors(), sampleState(10), {});
+  // Save of step 20 dies half-way: latest must still be step 10.
+  ToyState c(3);
+  SaveOptions crash;
+  crash.failAfterBytes = 300;
+  expectError([&] { saveCheckpoint(dir, c.tensors(), sampleState(20), {}, crash); },
+              "simulated failure");
+  EXPECT_EQ(latestCheckpoint(dir), good);
+  ToyState b(2);
+  loadCheckpoint(*latestCheckpoint(dir), b.tensors(), {});
+  EXPECT_TRUE(a == b);
+  // Re-saving the same step over a good checkpoint and failing keeps it too.
+  expectError([&] { saveCheckpoint(dir, c.tensors(), sampleState(10), {}, crash); },
+              "simulated failure");
+  ToyState b2(2);
+  loadCheckpoint(good, b2.tensors(), {});
+  EXPECT_TRUE(a == b2);
+}
+
+TEST(Checkpoint, MismatchedModelIsRejected) {
+  std::string dir = freshDir("mismatch");
+  ToyState a(1);
+  std::string stepDir = saveCheckpoint(dir, a.tensors(), sampleState(1), {});
+  ToyState b(2);
+  std::vector<CheckpointTensor> t = b.tensors();
+  t[0].shape = {4, 6};
+  expectError([&] { loadCheckpoint(stepDir, t, {}); }, "has shape [6,4], expected [4,6]");
+  t = b.tensors();
+  t[2].dtype = StDType::BF16;
+  t[2].bytes = 48;
+  expectError([&] { loadCheckpoint(stepDir, t, {}); }, "is F32, expected BF16");
+  t = b.tensors();
+  t.pop_back();
+  expectError([&] { loadCheckpoint(stepDir, t, {}); }, "unexpected tensor 'adam_v/n'");
+  t = b.tensors();
+  std::vector<float> extra(3);
+  t.push_back({"master/extra", StDType::F32, {3}, extra.data(), 12});
+  expectError([&] { loadCheckpoint(stepDir, t, {}); }, "missing tensor 'master/extra'");
+  ShardInfo two;
+  two.worldSize = 2;
+  two.barrier = [] {};
+  expectError([&] { loadCheckpoint(stepDir, b.tensors(), two); }, "saved by 1 rank");
+  TrainingState reserved = sampleState(1);
+  reserved.extra["actplace.step"] = "7";
+  expectError([&] { saveCheckpoint(dir, a.tensors(), reserved, {}); }, "reserved");
+}
+
+/// A reusable barrier for the in-process "ranks" below.
+class ThreadBarrier {
+public:
+  explicit ThreadBarrier(int n) : n_(n) {}
+  void arrive() {
+    std::unique_lock<std::mutex> lk(m_);
+    int gen = gen_;
+    if (++count_ == n_) {
+      count_ = 0;
+      ++gen_;
+      cv_.notify_all();
+      return;
+    }
+    cv_.wait(lk, [&] { return gen != gen_; });
+  }
+
+private:
+  std::mutex m_;
+  std::condition_variable cv_;
+  int n_, count_ = 0, gen_ = 0;
+};
+
+TEST(Checkpoint, ShardedSaveWithIndex) {
+  std::string dir = freshDir("sharded");
+  ThreadBarrier barrier(2);
+  ToyState s0(10), s1(11);
+  std::vector<std::string> stepDirs(2);
+  auto save = [&](int rank, ToyState &s) {
+    ShardInfo info{rank, 2, [&] { barrier.arrive(); }};
+    stepDirs[rank] = saveCheckpoint(dir, s.tensors(), sampleState(7), info);
+  };
+  std::thread t0(save, 0, std::ref(s0)), t1(save, 1, std::ref(s1));
+  t0.join();
+  t1.join();
+  EXPECT_EQ(stepDirs[0], stepDirs[1]);
+  std::string stepDir = *latestCheckpoint(dir);
+  JsonValue idx = parseJson(
+      std::string(std::istreambuf_iterator<char>(
+                      *std::make_unique<std::ifstream>(stepDir + "/index.json")),
+                  {}),
+      "index");
+  uint64_t ws = 0;
+  ASSERT_TRUE(idx.get("world_size")->asUInt(ws));
+  EXPECT_EQ(ws, 2u);
+  ASSERT_EQ(idx.get("shards")->items.size(), 2u);
+  EXPECT_EQ(idx.get("shards")->items[1].text, "model-rank00001-of-00002.safetensors");
+  // Each rank gets its own shard back.
+  ToyState r0(20), r1(21);
+  loadCheckpoint(stepDir, r0.tensors(), ShardInfo{0, 2, [] {}});
+  loadCheckpoint(stepDir, r1.tensors(), ShardInfo{1, 2, [] {}});
+  EXPECT_TRUE(r0 == s0);
+  EXPECT_TRUE(r1 == s1);
+  expectError([&] { loadCheckpoint(stepDir, r0.tensors(), {}); }, "saved by 2 rank");
+}
+
+TEST(NameMappingTest, Rules) {
+  NameMapping m = NameMapping::parse(R"(
+# HF Qwen-style names -> ours
+model.embed_tokens.weight -> embedding.weight
+model.layers.{i}.mlp.up_proj.weight -> layers.{i}.mlp_fc1.up.weight   # trailing comment
+model.layers.{i}.self_attn.experts.{i}.w -> layers.{i}.e{i}.w
+)");
+  EXPECT_EQ(m.size(), 3u);
+  EXPECT_EQ(m.map("model.embed_tokens.weight"), "embedding.weight");
+  EXPECT_EQ(m.map("model.layers.12.mlp.up_proj.weight"), "layers.12.mlp_fc1.up.weight");
+  EXPECT_EQ(m.map("model.layers.3.self_attn.experts.7.w"), "layers.3.e7.w");
+  EXPECT_FALSE(m.map("model.layers.x.mlp.up_proj.weight").has_value());
+  EXPECT_FALSE(m.map("model.layers.1.mlp.up_proj.weight.extra").has_value());
+  EXPECT_FALSE(m.map("lm_head.weight").has_value());
+  EXPECT_THROW(NameMapping::parse("a.{i} -> b"), Error);
+  EXPECT_THROW(NameMapping::parse("no arrow here"), Error);
+  EXPECT_THROW(NameMapping::parse("a b -> c"), Error);
+}
+
+TEST(NameMappingTest, LoadsHfNamedWeightsWithConversion) {
+  std::string dir = freshDir("hf");
+  std::string cmd = "mkdir -p '" + dir + "'";
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  // An HF-style file: bf16 embedding, f32 norm, f16 projection, plus a
+  // buffer our model does not have.
+  std::vector<bf16> emb(8);
+  for (int i = 0; i < 8; ++i)
+    emb[i] = bf16(0.25f * float(i) - 1.0f);
+  std::vector<float> norm = {1.0f, 1.0f / 3.0f, -2.5f, 1e-3f};
+  std::vector<uint16_t> proj = {0x3c00, 0xc000, 0x3555, 0x0001}; // 1, -2, ~1/3, 2^-24
+  std::vector<float> rotary(2, 9.0f);
+  SafetensorsWriter w;
+  w.add("model.embed_tokens.weight", StDType::BF16, {4, 2}, emb.data(), 16);
+  w.add("model.layers.0.input_layernorm.weight", StDType::F32, {4}, norm.data(), 16);
+  w.add("model.layers.0.mlp.up_proj.weight", StDType::F16, {2, 2}, proj.data(), 8);
+  w.add("model.rotary.inv_freq", StDType::F32, {2}, rotary.data(), 8);
+  w.setMetadata("format", "pt");
+  SafetensorsWriter::WriteOptions noSum;
+  noSum.checksumKey.clear(); // HF files carry no checksum of ours
+  std::string path = dir + "/hf.safetensors";
+  w.write(path, noSum);
+
+  NameMapping m = NameMapping::parse(
+      "model.embed_tokens.weight -> embedding\n"
+      "model.layers.{i}.input_layernorm.weight -> layers.{i}.attn_norm\n"
+      "model.layers.{i}.mlp.up_proj.weight -> layers.{i}.up\n");
+  std::vector<float> embF(8);            // bf16 -> f32 (exact)
+  std::vector<bf16> normB(4);            // f32 -> bf16 (RNE)
+  std::vector<float> projF(4);           // f16 -> f32 (exact)
+  std::vector<CheckpointTensor> dst = {
+      {"embedding", StDType::F32, {4, 2}, embF.data(), 32},
+      {"layers.0.attn_norm", StDType::BF16, {4}, normB.data(), 8},
+      {"layers.0.up", StDType::F32, {2, 2}, projF.data(), 16},
+  };
+  MappedLoadReport rep = loadMappedWeights(path, m, dst);
+  EXPECT_EQ(rep.loaded.size(), 3u);
+  ASSERT_EQ(rep.unmapped.size(), 1u);
+  EXPECT_EQ(rep.unmapped[0], "model.rotary.inv_freq");
+  for (int i = 0; i < 8; ++i)
+    EXPECT_EQ(embF[i], 0.25f * float(i) - 1.0f);
+  for (int i = 0; i < 4; ++i)
+    EXPECT_EQ(normB[i].bits, bf16(norm[i]).bits);
+  EXPECT_EQ(projF[0], 1.0f);
+  EXPECT_EQ(projF[1], -2.0f);
+  EXPECT_EQ(projF[2], 0.333251953125f);
+  EXPECT_EQ(projF[3], std::ldexp(1.0f, -24));
+
+  expectError([&] { loadMappedWeights(path, m, dst, /*allowUnmapped=*/false); },
+              "no rule maps 'model.rotary.inv_freq'");
+  std::vector<CheckpointTensor> wrongShape = dst;
+  wrongShape[2].shape = {4};
+  expectError([&] { loadMappedWeights(path, m, wrongShape); }, "has shape [2,2]");
+  std::vector<float> more(2);
+  std::vector<CheckpointTensor> missing = dst;
+  missing.push_back({"layers.0.down", StDType::F32, {2}, more.data(), 8});
+  expectError([&] { loadMappedWeights(path, m, missing); },
+              "no tensor in the file maps to 'layers.0.down'");
+  std::vector<int32_t> ints(4);
+  std::vector<CheckpointTensor> intDst = dst;
+  intDst[2] = {"layers.0.up", StDType::I32, {2, 2}, ints.data(), 16};
+  expectError([&] { loadMappedWeights(path, m, intDst); }, "cannot convert");
+  NameMapping collide = NameMapping::parse(
+      "model.embed_tokens.weight -> embedding\n"
+      "model.rotary.inv_freq -> embedding\n"
+      "model.layers.{i}.input_layernorm.weight -> layers.{i}.attn_norm\n"
+      "model.layers.{i}.mlp.up_proj.weight -> layers.{i}.up\n");
+  expectError([&] { loadMappedWeights(path, collide, dst); }, "both map to 'embedding'");
+}
+
+} // namespace
