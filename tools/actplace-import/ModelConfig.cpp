@@ -186,12 +186,52 @@ public:
     llvm::SmallVector<llvm::StringRef> parts;
     qualified.split(parts, '.');
     for (llvm::StringRef part : parts) {
-      size_t at = text.find(("\"" + part + "\"").str(), from);
+      // "layer_types[3]": the key, then the fourth element of its array.
+      auto [key, index] = part.split('[');
+      size_t at = text.find(("\"" + key + "\"").str(), from);
       if (at == llvm::StringRef::npos)
         break;
       from = at;
+      unsigned element = 0;
+      if (!index.empty() && !index.drop_back().getAsInteger(10, element))
+        from = arrayElementOffset(from, element);
     }
     return 1 + text.take_front(from).count('\n');
+  }
+
+  /// Offset of element `element` of the array that follows offset `from`.
+  size_t arrayElementOffset(size_t from, unsigned element) const {
+    size_t i = text.find('[', from);
+    if (i == llvm::StringRef::npos)
+      return from;
+    int depth = 0;
+    bool inString = false;
+    unsigned seen = 0;
+    for (; i < text.size(); ++i) {
+      char c = text[i];
+      if (inString) {
+        if (c == '\\')
+          ++i;
+        else if (c == '"')
+          inString = false;
+        continue;
+      }
+      if (c == '"') {
+        inString = true;
+        if (depth == 1 && seen == element)
+          return i;
+      } else if (c == '[' || c == '{') {
+        ++depth;
+      } else if (c == ']' || c == '}') {
+        if (--depth == 0)
+          break;
+      } else if (c == ',' && depth == 1) {
+        ++seen;
+      } else if (depth == 1 && seen == element && !llvm::isSpace(c)) {
+        return i;
+      }
+    }
+    return from;
   }
 
 private:
