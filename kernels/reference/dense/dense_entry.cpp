@@ -267,9 +267,10 @@ size_t lmHeadCrossEntropyWorkspaceBytes(Backend backend,
   if (c <= 0)
     return 0;
   auto up = [](size_t b) { return (b + 255) / 256 * 256; };
-  // fp32 logits, bf16 dlogits, per-token loss + valid flag, GEMM workspace.
+  // fp32 logits, bf16 dlogits, per-token loss, valid flag and lse, GEMM
+  // workspace.
   return up(size_t(c) * size_t(a.vocab) * 4) +
-         up(size_t(c) * size_t(a.vocab) * 2) + up(size_t(c) * 8) +
+         up(size_t(c) * size_t(a.vocab) * 2) + up(size_t(c) * 12) +
          ref::kCudaGemmWorkspaceBytes;
 }
 

@@ -216,7 +216,6 @@ template <class T> Status swiGluBackward(const SwiGluBackwardArgs &a) {
 }
 
 template <class T> Status sigmoidGateForward(const SigmoidGateForwardArgs &a) {
-  using A = Acc<T>;
   const T *o = static_cast<const T *>(a.o);
   const T *g = static_cast<const T *>(a.gate);
   T *y = static_cast<T *>(a.y);

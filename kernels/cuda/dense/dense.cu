@@ -1,0 +1,785 @@
+//===- dense.cu - dense CUDA kernels ---------------------------------*- C++ -*-===//
+//
+// CUDA implementations of the dense op family (kernels/dense.h) for bf16
+// storage: RMSNorm, RoPE, SwiGLU, sigmoid gate, residual add, embedding,
+// chunked LM-head cross-entropy, grad norm, AdamW. Deterministic throughout:
+// reductions run in a fixed order (warp butterflies, fixed shared-memory
+// trees, per-block partials summed in index order), nothing uses float
+// atomics, and no launch shape depends on pointer values.
+//
+//===----------------------------------------------------------------------===//
+#include "kernels/cuda/dense/dense_cuda.h"
+
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cmath>
+
+/// Pulled in by kernels/dense.h from every ACTPLACE_HAVE_CUDA translation
+/// unit, so that this archive member (and the hooks it defines) is linked.
+extern "C" {
+int actplaceDenseCudaAnchor = 0;
+}
+
+namespace ap::kernels::cuda {
+namespace {
+
+using bf = __nv_bfloat16;
+
+__device__ __forceinline__ float ld(const bf *p) { return __bfloat162float(*p); }
+__device__ __forceinline__ bf st(float v) { return __float2bfloat16_rn(v); }
+__device__ __forceinline__ float sigmoidf(float x) {
+  return 1.0f / (1.0f + expf(-x));
+}
+
+__device__ __forceinline__ float warpSum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1)
+    v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+inline int64_t strideOr(int64_t s, int64_t cols) { return s ? s : cols; }
+inline cudaStream_t streamOf(const KernelContext &ctx) {
+  return static_cast<cudaStream_t>(ctx.stream);
+}
+inline unsigned gridFor(int64_t n, int threads, int64_t cap = 1 << 20) {
+  return unsigned(std::max<int64_t>(1, std::min((n + threads - 1) / threads, cap)));
+}
+
+//===----------------------------------------------------------------------===//
+// RMSNorm: one warp per row.
+//===----------------------------------------------------------------------===//
+
+constexpr int kNormWarps = 8;
+
+__global__ void rmsNormFwdKernel(const bf *x, const bf *w, bf *y, float *rstd,
+                                 int64_t rows, int64_t dim, int64_t xs,
+                                 int64_t ys, float eps, bool zc) {
+  int lane = threadIdx.x & 31;
+  int64_t r = int64_t(blockIdx.x) * kNormWarps + (threadIdx.x >> 5);
+  if (r >= rows)
+    return;
+  const bf *xr = x + r * xs;
+  float ss = 0.f;
+  for (int64_t j = lane; j < dim; j += 32) {
+    float v = ld(xr + j);
+    ss += v * v;
+  }
+  ss = warpSum(ss);
+  float rs = 1.0f / sqrtf(ss / float(dim) + eps);
+  if (rstd && lane == 0)
+    rstd[r] = rs;
+  bf *yr = y + r * ys;
+  for (int64_t j = lane; j < dim; j += 32) {
+    float wv = ld(w + j);
+    float we = zc ? 1.0f + wv : wv;
+    yr[j] = st(__fmul_rn(__fmul_rn(ld(xr + j), rs), we));
+  }
+}
+
+/// dx per row (a warp each) and the partial dw of a block's 32 rows.
+__global__ void rmsNormBwdKernel(const bf *x, const bf *w, const float *rstd,
+                                 const bf *dy, bf *dx, float *partial,
+                                 int64_t rows, int64_t dim, int64_t xs,
+                                 int64_t dys, int64_t dxs, bool zc) {
+  constexpr int64_t R = ref::kRmsNormRowsPerPartial;
+  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  int64_t r0 = int64_t(blockIdx.x) * R;
+  if (dx) {
+    for (int64_t rr = warp; rr < R; rr += kNormWarps) {
+      int64_t r = r0 + rr;
+      if (r >= rows)
+        break;
+      const bf *xr = x + r * xs, *dyr = dy + r * dys;
+      float rs = rstd[r];
+      float dot = 0.f;
+      for (int64_t j = lane; j < dim; j += 32) {
+        float wv = ld(w + j);
+        float we = zc ? 1.0f + wv : wv;
+        dot += ld(dyr + j) * we * ld(xr + j);
+      }
+      dot = warpSum(dot);
+      float c = dot * rs * rs * rs / float(dim);
+      for (int64_t j = lane; j < dim; j += 32) {
+        float wv = ld(w + j);
+        float we = zc ? 1.0f + wv : wv;
+        dx[r * dxs + j] = st(rs * we * ld(dyr + j) - c * ld(xr + j));
+      }
+    }
+  }
+  if (partial) {
+    int64_t r1 = std::min<int64_t>(rows, r0 + R);
+    for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) {
+      float s = 0.f;
+      for (int64_t r = r0; r < r1; ++r)
+        s += ld(dy + r * dys + j) * ld(x + r * xs + j) * rstd[r];
+      partial[blockIdx.x * dim + j] = s;
+    }
+  }
+}
+
+/// dw[j] += sum over partial blocks in index order.
+__global__ void columnSumKernel(const float *partial, float *dw, int64_t parts,
+                                int64_t dim) {
+  int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (j >= dim)
+    return;
+  float s = 0.f;
+  for (int64_t p = 0; p < parts; ++p)
+    s += partial[p * dim + j];
+  dw[j] += s;
+}
+
+//===----------------------------------------------------------------------===//
+// RoPE: one block per (token, head) row.
+//===----------------------------------------------------------------------===//
+
+__global__ void ropeKernel(const bf *x, bf *y, int64_t rowsTotal, int64_t seq,
+                           int64_t heads, int64_t headDim, int64_t offset,
+                           int64_t rd, double theta, bool backward) {
+  int64_t row = blockIdx.x;
+  int64_t t = (row / heads) % seq;
+  const bf *xr = x + row * headDim;
+  bf *yr = y + row * headDim;
+  int64_t h = rd / 2;
+  for (int64_t j = threadIdx.x; j < headDim; j += blockDim.x) {
+    if (j >= offset && j < offset + h) {
+      int64_t i = j - offset;
+      double invFreq = pow(theta, -2.0 * double(i) / double(rd));
+      double ang = double(t) * invFreq;
+      float c = float(cos(ang)), s = float(sin(ang));
+      if (backward)
+        s = -s;
+      float x1 = ld(xr + j), x2 = ld(xr + j + h);
+      yr[j] = st(__fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, s)));
+      yr[j + h] = st(__fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, s)));
+    } else if ((j < offset || j >= offset + rd) && x != y) {
+      yr[j] = xr[j];
+    }
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Elementwise over [rows, cols] views: blockIdx.y strides rows.
+//===----------------------------------------------------------------------===//
+
+constexpr int kEwThreads = 256;
+
+__global__ void swiGluFwdKernel(const bf *g, const bf *u, bf *y, int64_t rows,
+                                int64_t cols, int64_t gs, int64_t us,
+                                int64_t ys) {
+  int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= cols)
+    return;
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+    float gv = ld(g + r * gs + c);
+    y[r * ys + c] = st(__fmul_rn(__fmul_rn(gv, sigmoidf(gv)), ld(u + r * us + c)));
+  }
+}
+
+__global__ void swiGluBwdKernel(const bf *g, const bf *u, const bf *dy,
+                                bf *dg, bf *du, int64_t rows, int64_t cols,
+                                int64_t gs, int64_t us, int64_t dys,
+                                int64_t dgs, int64_t dus) {
+  int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= cols)
+    return;
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+    float gv = ld(g + r * gs + c), uv = ld(u + r * us + c),
+          d = ld(dy + r * dys + c);
+    float s = sigmoidf(gv);
+    if (dg)
+      dg[r * dgs + c] = st(d * uv * s * (1.0f + gv * (1.0f - s)));
+    if (du)
+      du[r * dus + c] = st(d * (gv * s));
+  }
+}
+
+__global__ void gateFwdKernel(const bf *o, const bf *g, bf *y, int64_t rows,
+                              int64_t cols, int64_t os, int64_t gs,
+                              int64_t ys) {
+  int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= cols)
+    return;
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y)
+    y[r * ys + c] = st(__fmul_rn(ld(o + r * os + c), sigmoidf(ld(g + r * gs + c))));
+}
+
+__global__ void gateBwdKernel(const bf *o, const bf *g, const bf *dy, bf *dO,
+                              bf *dg, int64_t rows, int64_t cols, int64_t os,
+                              int64_t gs, int64_t dys, int64_t dos,
+                              int64_t dgs) {
+  int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= cols)
+    return;
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+    float s = sigmoidf(ld(g + r * gs + c)), d = ld(dy + r * dys + c);
+    if (dO)
+      dO[r * dos + c] = st(__fmul_rn(d, s));
+    if (dg)
+      dg[r * dgs + c] = st(d * ld(o + r * os + c) * s * (1.0f - s));
+  }
+}
+
+__global__ void addKernel(const bf *a, const bf *b, bf *y, int64_t n) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    y[i] = st(__fadd_rn(ld(a + i), ld(b + i)));
+}
+
+dim3 ewGrid(int64_t rows, int64_t cols) {
+  return dim3(unsigned((cols + kEwThreads - 1) / kEwThreads),
+              unsigned(std::min<int64_t>(rows, 32768)));
+}
+
+//===----------------------------------------------------------------------===//
+// Embedding.
+//===----------------------------------------------------------------------===//
+
+__global__ void embedFwdKernel(const int32_t *ids, const bf *w, bf *y,
+                               int64_t vocab, int64_t dim) {
+  int64_t n = blockIdx.x;
+  int32_t id = ids[n];
+  bool ok = id >= 0 && id < vocab;
+  for (int64_t d = threadIdx.x; d < dim; d += blockDim.x)
+    y[n * dim + d] = ok ? w[int64_t(id) * dim + d] : st(0.f);
+}
+
+constexpr int kEmbThreads = 256;
+constexpr int64_t kEmbRowsPerOwner = 512;
+
+/// Each block owns kEmbRowsPerOwner vocab rows. It scans the ids in token
+/// order, compacts the tokens that hit its rows (order kept), and adds their
+/// dy rows; the thread that owns column d of the block adds every term of
+/// that column, in token order, so the sums are fixed.
+__global__ void embedBwdKernel(const int32_t *ids, const bf *dy, float *dw,
+                               int64_t tokens, int64_t vocab, int64_t dim) {
+  __shared__ int32_t hits[kEmbThreads];
+  __shared__ int warpCount[kEmbThreads / 32];
+  const int64_t v0 = int64_t(blockIdx.x) * kEmbRowsPerOwner;
+  const int64_t v1 = std::min<int64_t>(vocab, v0 + kEmbRowsPerOwner);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  for (int64_t n0 = 0; n0 < tokens; n0 += kEmbThreads) {
+    int64_t n = n0 + threadIdx.x;
+    bool mine = false;
+    if (n < tokens) {
+      int32_t id = ids[n];
+      mine = id >= v0 && id < v1;
+    }
+    unsigned mask = __ballot_sync(0xffffffffu, mine);
+    if (lane == 0)
+      warpCount[warp] = __popc(mask);
+    __syncthreads();
+    int before = 0, total = 0;
+    for (int k = 0; k < kEmbThreads / 32; ++k) {
+      before += k < warp ? warpCount[k] : 0;
+      total += warpCount[k];
+    }
+    if (mine)
+      hits[before + __popc(mask & ((1u << lane) - 1u))] = int32_t(n);
+    __syncthreads();
+    for (int e = 0; e < total; ++e) {
+      int64_t tok = hits[e];
+      float *row = dw + int64_t(ids[tok]) * dim;
+      const bf *src = dy + tok * dim;
+      for (int64_t d = threadIdx.x; d < dim; d += kEmbThreads)
+        row[d] += ld(src + d);
+    }
+    __syncthreads();
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Cross-entropy pieces.
+//===----------------------------------------------------------------------===//
+
+constexpr int kCeThreads = 512;
+
+/// Online (max, sum) merge; fixed operand order.
+__device__ __forceinline__ void lseMerge(float &m, float &s, float m2,
+                                         float s2) {
+  float mn = fmaxf(m, m2);
+  if (mn == -INFINITY)
+    return;
+  s = s * expf(m - mn) + s2 * expf(m2 - mn);
+  m = mn;
+}
+
+/// One block per token row of the chunk: lse, per-token loss and validity.
+__global__ void ceLseKernel(const float *logits, const int32_t *labels,
+                            int64_t vocab, int32_t ignoreIndex, float *lseOut,
+                            float *lseChunk, float *rowLoss, int64_t rowBase) {
+  __shared__ float sm[kCeThreads / 32], ss[kCeThreads / 32];
+  const int64_t r = blockIdx.x;
+  const float *l = logits + r * vocab;
+  float m = -INFINITY, s = 0.f;
+  for (int64_t v = threadIdx.x; v < vocab; v += kCeThreads) {
+    float x = l[v];
+    if (x > m) {
+      s = s * expf(m - x) + 1.0f;
+      m = x;
+    } else {
+      s += expf(x - m);
+    }
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    float m2 = __shfl_xor_sync(0xffffffffu, m, o);
+    float s2 = __shfl_xor_sync(0xffffffffu, s, o);
+    // Both lanes of a pair must compute the same value: merge in lane order.
+    if ((threadIdx.x & o) == 0)
+      lseMerge(m, s, m2, s2);
+    else {
+      float mm = m2, sss = s2;
+      lseMerge(mm, sss, m, s);
+      m = mm;
+      s = sss;
+    }
+  }
+  int warp = threadIdx.x >> 5;
+  if ((threadIdx.x & 31) == 0) {
+    sm[warp] = m;
+    ss[warp] = s;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float M = sm[0], S = ss[0];
+    for (int k = 1; k < kCeThreads / 32; ++k)
+      lseMerge(M, S, sm[k], ss[k]);
+    float lse = M + logf(S);
+    lseChunk[r] = lse;
+    if (lseOut)
+      lseOut[rowBase + r] = lse;
+    int32_t lab = labels[rowBase + r];
+    bool valid = lab != ignoreIndex && lab >= 0 && lab < vocab;
+    rowLoss[2 * r] = valid ? lse - l[lab] : 0.f;
+    rowLoss[2 * r + 1] = valid ? 1.f : 0.f;
+  }
+}
+
+/// dlogits (bf16) = scale * (softmax - onehot), 0 for ignored tokens.
+__global__ void ceGradKernel(const float *logits, const int32_t *labels,
+                             const float *lse, bf *dl, int64_t vocab,
+                             int32_t ignoreIndex, float scale, int64_t rowBase) {
+  const int64_t r = blockIdx.y;
+  int32_t lab = labels[rowBase + r];
+  bool valid = lab != ignoreIndex && lab >= 0 && lab < vocab;
+  float ls = lse[r];
+  for (int64_t v = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; v < vocab;
+       v += int64_t(gridDim.x) * blockDim.x) {
+    float g = valid ? scale * (expf(logits[r * vocab + v] - ls) -
+                               (v == lab ? 1.0f : 0.0f))
+                    : 0.f;
+    dl[r * vocab + v] = st(g);
+  }
+}
+
+/// Sums the chunk's per-token losses and counts in a fixed tree and adds them
+/// to the running totals (the first chunk overwrites).
+__global__ void ceSumKernel(const float *rowLoss, int64_t rows, float *lossSum,
+                            int32_t *count, bool first) {
+  __shared__ float sl[1024];
+  __shared__ float sc[1024];
+  float l = 0.f, c = 0.f;
+  for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) {
+    l += rowLoss[2 * r];
+    c += rowLoss[2 * r + 1];
+  }
+  sl[threadIdx.x] = l;
+  sc[threadIdx.x] = c;
+  __syncthreads();
+  for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) {
+      sl[threadIdx.x] += sl[threadIdx.x + s];
+      sc[threadIdx.x] += sc[threadIdx.x + s];
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    *lossSum = first ? sl[0] : *lossSum + sl[0];
+    if (count)
+      *count = first ? int32_t(sc[0]) : *count + int32_t(sc[0]);
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Optimizer.
+//===----------------------------------------------------------------------===//
+
+constexpr int kNormThreads = 256;
+
+__global__ void sqPartialKernel(const float *p, int64_t n, double *partial) {
+  __shared__ double sh[kNormThreads];
+  int64_t b0 = int64_t(blockIdx.x) * ref::kGradNormBlock;
+  int64_t b1 = std::min<int64_t>(n, b0 + ref::kGradNormBlock);
+  double s = 0;
+  for (int64_t i = b0 + threadIdx.x; i < b1; i += kNormThreads) {
+    double v = p[i];
+    s += v * v;
+  }
+  sh[threadIdx.x] = s;
+  __syncthreads();
+  for (int k = kNormThreads / 2; k > 0; k >>= 1) {
+    if (threadIdx.x < k)
+      sh[threadIdx.x] += sh[threadIdx.x + k];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0)
+    partial[blockIdx.x] = sh[0];
+}
+
+__global__ void normFinishKernel(const double *partial, int64_t parts,
+                                 double maxNorm, float *norm,
+                                 float *clipCoef) {
+  __shared__ double sh[kNormThreads];
+  double s = 0;
+  for (int64_t i = threadIdx.x; i < parts; i += kNormThreads)
+    s += partial[i];
+  sh[threadIdx.x] = s;
+  __syncthreads();
+  for (int k = kNormThreads / 2; k > 0; k >>= 1) {
+    if (threadIdx.x < k)
+      sh[threadIdx.x] += sh[threadIdx.x + k];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    float nv = float(sqrt(sh[0]));
+    *norm = nv;
+    if (clipCoef)
+      *clipCoef = maxNorm > 0 ? float(fmin(1.0, maxNorm / (double(nv) + 1e-6)))
+                              : 1.0f;
+  }
+}
+
+/// Same operations, in the same order and without contraction, as the
+/// reference: the results are bitwise equal to it.
+template <bool ToBf16>
+__global__ void adamWKernel(float *master, float *m, float *v, const float *grad,
+                            const float *clipCoef, void *copy, int64_t n,
+                            float stepSize, float bc2Sqrt, float decay, float b1,
+                            float b2, float eps) {
+  const float cc = clipCoef ? *clipCoef : 1.0f;
+  const float ob1 = 1.0f - b1, ob2 = 1.0f - b2;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    float g = __fmul_rn(grad[i], cc);
+    float p = __fmul_rn(master[i], decay);
+    float mi = __fadd_rn(__fmul_rn(b1, m[i]), __fmul_rn(ob1, g));
+    float vi = __fadd_rn(__fmul_rn(b2, v[i]), __fmul_rn(ob2, __fmul_rn(g, g)));
+    float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), bc2Sqrt), eps);
+    p = __fsub_rn(p, __fmul_rn(stepSize, __fdiv_rn(mi, denom)));
+    master[i] = p;
+    m[i] = mi;
+    v[i] = vi;
+    if (copy) {
+      if (ToBf16)
+        static_cast<bf *>(copy)[i] = st(p);
+      else
+        static_cast<float *>(copy)[i] = p;
+    }
+  }
+}
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// Hooks.
+//===----------------------------------------------------------------------===//
+
+Status rmsNormForward(const KernelContext &ctx, const RmsNormForwardArgs &a) {
+  if (a.dtype != DType::BF16)
+    return Status::Unsupported;
+  rmsNormFwdKernel<<<gridFor(a.rows, kNormWarps), kNormWarps * 32, 0,
+                     streamOf(ctx)>>>(
+      static_cast<const bf *>(a.x), static_cast<const bf *>(a.w),
+      static_cast<bf *>(a.y), static_cast<float *>(a.rstd), a.rows, a.dim,
+      strideOr(a.xStride, a.dim), strideOr(a.yStride, a.dim), float(a.eps),
+      a.zeroCentered);
+  AP_CUDA_CHECK_LAUNCH(rmsNormFwdKernel);
+  return Status::Ok;
+}
+
+Status rmsNormBackward(const KernelContext &ctx,
+                       const RmsNormBackwardArgs &a) {
+  if (a.dtype != DType::BF16)
+    return Status::Unsupported;
+  const int64_t R = ref::kRmsNormRowsPerPartial;
+  const int64_t parts = (a.rows + R - 1) / R;
+  float *partial = nullptr;
+  if (a.dw) {
+    size_t need = rmsNormBackwardWorkspaceBytes(Backend::Cuda, a);
+    if (!ctx.workspace || ctx.workspaceBytes < need)
+      return Status::InvalidArgument;
+    partial = static_cast<float *>(ctx.workspace);
+  }
+  rmsNormBwdKernel<<<unsigned(parts), kNormWarps * 32, 0, streamOf(ctx)>>>(
+      static_cast<const bf *>(a.x), static_cast<const bf *>(a.w),
+      static_cast<const float *>(a.rstd), static_cast<const bf *>(a.dy),
+      static_cast<bf *>(a.dx), partial, a.rows, a.dim,
+      strideOr(a.xStride, a.dim), strideOr(a.dyStride, a.dim),
+      strideOr(a.dxStride, a.dim), a.zeroCentered);
+  AP_CUDA_CHECK_LAUNCH(rmsNormBwdKernel);
+  if (a.dw) {
+    columnSumKernel<<<gridFor(a.dim, 256), 256, 0, streamOf(ctx)>>>(
+        partial, static_cast<float *>(a.dw), parts, a.dim);
+    AP_CUDA_CHECK_LAUNCH(columnSumKernel);
+  }
+  return Status::Ok;
+}
+
+static Status ropeLaunch(const KernelContext &ctx, const RopeArgs &a,
+                         bool backward) {
+  if (a.dtype != DType::BF16)
+    return Status::Unsupported;
+  int64_t rows = a.batch * a.seq * a.heads;
+  int threads = int(std::min<int64_t>(256, (a.headDim + 31) / 32 * 32));
+  ropeKernel<<<unsigned(rows), threads, 0, streamOf(ctx)>>>(
+      static_cast<const bf *>(a.x), static_cast<bf *>(a.y), rows, a.seq,
+      a.heads, a.headDim, a.offset, a.rotaryDim, a.theta, backward);
+  AP_CUDA_CHECK_LAUNCH(ropeKernel);
+  return Status::Ok;
+}
+Status ropeForward(const KernelContext &ctx, const RopeArgs &a) {
+  return ropeLaunch(ctx, a, false);
+}
+Status ropeBackward(const KernelContext &ctx, const RopeArgs &a) {
+  return ropeLaunch(ctx, a, true);
+}
+
+Status swiGluForward(const KernelContext &ctx, const SwiGluForwardArgs &a) {
+  if (a.dtype != DType::BF16)
+    return Status::Unsupported;
+  swiGluFwdKernel<<<ewGrid(a.rows, a.cols), kEwThreads, 0, streamOf(ctx)>>>(
+      static_cast<const bf *>(a.gate), static_cast<const bf *>(a.up),
+      static_cast<bf *>(a.y), a.rows, a.cols, strideOr(a.gateStride, a.cols),
+      strideOr(a.upStride, a.cols), strideOr(a.yStride, a.cols));
+  AP_CUDA_CHECK_LAUNCH(swiGluFwdKernel);
+  return Status::Ok;
+}
+
+Status swiGluBackward(const KernelContext &ctx, const SwiGluBackwardArgs &a) {
+  if (a.dtype != DType::BF16)
+    return Status::Unsupported;
+  swiGluBwdKernel<<<ewGrid(a.rows, a.cols), kEwThreads, 0, streamOf(ctx)>>>(
+      static_cast<const bf *>(a.gate), static_cast<const bf *>(a.up),
+      static_cast<const bf *>(a.dy), static_cast<bf *>(a.dgate),
+      static_cast<bf *>(a.dup), a.rows, a.cols, strideOr(a.gateStride, a.cols),
+      strideOr(a.upStride, a.cols), strideOr(a.dyStride, a.cols),
+      strideOr(a.dgateStride, a.cols), strideOr(a.dupStride, a.cols));
+  AP_CUDA_CHECK_LAUNCH(swiGluBwdKernel);
+  return Status::Ok;
+}
+
+Status sigmoidGateForward(const KernelContext &ctx,
+                          const SigmoidGateForwardArgs &a) {
+  if (a.dtype != DType::BF16)
+    return Status::Unsupported;
+  gateFwdKernel<<<ewGrid(a.rows, a.cols), kEwThreads, 0, streamOf(ctx)>>>(
+      static_cast<const bf *>(a.o), static_cast<const bf *>(a.gate),
+      static_cast<bf *>(a.y), a.rows, a.cols, strideOr(a.oStride, a.cols),
+      strideOr(a.gateStride, a.cols), strideOr(a.yStride, a.cols));
+  AP_CUDA_CHECK_LAUNCH(gateFwdKernel);
+  return Status::Ok;
+}
+
+Status sigmoidGateBackward(const KernelContext &ctx,
+                           const SigmoidGateBackwardArgs &a) {
+  if (a.dtype != DType::BF16)
+    return Status::Unsupported;
+  gateBwdKernel<<<ewGrid(a.rows, a.cols), kEwThreads, 0, streamOf(ctx)>>>(
+      static_cast<const bf *>(a.o), static_cast<const bf *>(a.gate),
+      static_cast<const bf *>(a.dy), static_cast<bf *>(a.dout),
+      static_cast<bf *>(a.dgate), a.rows, a.cols, strideOr(a.oStride, a.cols),
+      strideOr(a.gateStride, a.cols), strideOr(a.dyStride, a.cols),
+      strideOr(a.doStride, a.cols), strideOr(a.dgateStride, a.cols));
+  AP_CUDA_CHECK_LAUNCH(gateBwdKernel);
+  return Status::Ok;
+}
+
+Status residualAddForward(const KernelContext &ctx, const ResidualAddArgs &a) {
+  if (a.dtype != DType::BF16)
+    return Status::Unsupported;
+  addKernel<<<gridFor(a.n, 256, 65536), 256, 0, streamOf(ctx)>>>(
+      static_cast<const bf *>(a.a), static_cast<const bf *>(a.b),
+      static_cast<bf *>(a.y), a.n);
+  AP_CUDA_CHECK_LAUNCH(addKernel);
+  return Status::Ok;
+}
+
+Status residualAddBackward(const KernelContext &ctx,
+                           const ResidualAddBackwardArgs &a) {
+  if (a.dtype != DType::BF16)
+    return Status::Unsupported;
+  for (void *d : {a.da, a.db})
+    if (d && d != a.dy)
+      AP_CUDA_CHECK(cudaMemcpyAsync(d, a.dy, size_t(a.n) * sizeof(bf),
+                                    cudaMemcpyDeviceToDevice, streamOf(ctx)));
+  return Status::Ok;
+}
+
+Status embeddingForward(const KernelContext &ctx,
+                        const EmbeddingForwardArgs &a) {
+  if (a.dtype != DType::BF16)
+    return Status::Unsupported;
+  embedFwdKernel<<<unsigned(a.tokens), 256, 0, streamOf(ctx)>>>(
+      a.ids, static_cast<const bf *>(a.w), static_cast<bf *>(a.y), a.vocab,
+      a.dim);
+  AP_CUDA_CHECK_LAUNCH(embedFwdKernel);
+  return Status::Ok;
+}
+
+Status embeddingBackward(const KernelContext &ctx,
+                         const EmbeddingBackwardArgs &a) {
+  if (a.dtype != DType::BF16)
+    return Status::Unsupported;
+  unsigned owners = unsigned((a.vocab + kEmbRowsPerOwner - 1) / kEmbRowsPerOwner);
+  embedBwdKernel<<<owners, kEmbThreads, 0, streamOf(ctx)>>>(
+      a.ids, static_cast<const bf *>(a.dy), static_cast<float *>(a.dw),
+      a.tokens, a.vocab, a.dim);
+  AP_CUDA_CHECK_LAUNCH(embedBwdKernel);
+  return Status::Ok;
+}
+
+static Status lmHeadCe(const KernelContext &ctx,
+                       const LmHeadCrossEntropyArgs &a, bool backward) {
+  if (a.dtype != DType::BF16)
+    return Status::Unsupported;
+  size_t need = lmHeadCrossEntropyWorkspaceBytes(Backend::Cuda, a);
+  if (!ctx.workspace || ctx.workspaceBytes < need)
+    return Status::InvalidArgument;
+  const int64_t N = a.tokens, D = a.dim, V = a.vocab;
+  const int64_t chunk = std::min(a.chunkTokens, N);
+  auto up = [](size_t b) { return (b + 255) / 256 * 256; };
+  char *ws = static_cast<char *>(ctx.workspace);
+  float *logits = reinterpret_cast<float *>(ws);
+  ws += up(size_t(chunk) * V * 4);
+  bf *dl = reinterpret_cast<bf *>(ws);
+  ws += up(size_t(chunk) * V * 2);
+  // Per chunk row: [loss, valid] pairs, then the row lse.
+  float *rowLoss = reinterpret_cast<float *>(ws);
+  float *lseChunk = rowLoss + 2 * chunk;
+  ws += up(size_t(chunk) * 12);
+  void *gemmWs = ws;
+  const bf *h = static_cast<const bf *>(a.hidden);
+  const bf *w = static_cast<const bf *>(a.weight);
+  bf *dh = backward ? static_cast<bf *>(a.dHidden) : nullptr;
+  float *dW = backward ? static_cast<float *>(a.dWeight) : nullptr;
+  float *lossSum = static_cast<float *>(a.lossSum);
+  cudaStream_t stream = streamOf(ctx);
+  for (int64_t n0 = 0; n0 < N; n0 += chunk) {
+    const int64_t cn = std::min(chunk, N - n0);
+    // logits^T (V x cn) = op_T(W stored D x V) * h^T (stored D x cn), fp32.
+    GemmShape s;
+    s.transA = true;
+    s.m = V;
+    s.n = cn;
+    s.k = D;
+    s.lda = D;
+    s.ldb = D;
+    s.ldd = V;
+    s.dType = GemmType::F32;
+    Status st = gemm(ctx, s, w, h + n0 * D, logits, gemmWs);
+    if (st != Status::Ok)
+      return st;
+    ceLseKernel<<<unsigned(cn), kCeThreads, 0, stream>>>(
+        logits, a.labels, V, a.ignoreIndex, static_cast<float *>(a.lse),
+        lseChunk, rowLoss, n0);
+    AP_CUDA_CHECK_LAUNCH(ceLseKernel);
+    ceSumKernel<<<1, 1024, 0, stream>>>(rowLoss, cn, lossSum, a.validCount,
+                                        n0 == 0);
+    AP_CUDA_CHECK_LAUNCH(ceSumKernel);
+    if (!dh && !dW)
+      continue;
+    dim3 grid(unsigned(std::min<int64_t>((V + 1023) / 1024, 64)), unsigned(cn));
+    ceGradKernel<<<grid, 1024, 0, stream>>>(logits, a.labels, lseChunk, dl,
+                                            V, a.ignoreIndex,
+                                            float(a.gradScale), n0);
+    AP_CUDA_CHECK_LAUNCH(ceGradKernel);
+    if (dh) {
+      // dh^T (D x cn) = W^T (stored D x V) * dl^T (stored V x cn).
+      GemmShape g;
+      g.m = D;
+      g.n = cn;
+      g.k = V;
+      g.lda = D;
+      g.ldb = V;
+      g.ldd = D;
+      st = gemm(ctx, g, w, dl, dh + n0 * D, gemmWs);
+      if (st != Status::Ok)
+        return st;
+    }
+    if (dW) {
+      // dW^T (D x V) += h^T (stored D x cn) * op_T(dl^T stored V x cn).
+      GemmShape g;
+      g.transB = true;
+      g.m = D;
+      g.n = V;
+      g.k = cn;
+      g.lda = D;
+      g.ldb = V;
+      g.ldd = D;
+      g.dType = GemmType::F32;
+      g.accumulate = true;
+      st = gemm(ctx, g, h + n0 * D, dl, dW, gemmWs);
+      if (st != Status::Ok)
+        return st;
+    }
+  }
+  return Status::Ok;
+}
+
+Status lmHeadCrossEntropyForward(const KernelContext &ctx,
+                                 const LmHeadCrossEntropyArgs &a) {
+  return lmHeadCe(ctx, a, false);
+}
+Status lmHeadCrossEntropyBackward(const KernelContext &ctx,
+                                  const LmHeadCrossEntropyArgs &a) {
+  return lmHeadCe(ctx, a, true);
+}
+
+Status gradNorm(const KernelContext &ctx, const GradNormArgs &a) {
+  size_t need = gradNormWorkspaceBytes(Backend::Cuda, a);
+  if (!ctx.workspace || ctx.workspaceBytes < need)
+    return Status::InvalidArgument;
+  double *partial = static_cast<double *>(ctx.workspace);
+  int64_t off = 0;
+  for (int64_t t = 0; t < a.numTensors; ++t) {
+    int64_t n = a.tensors[t].n;
+    if (n == 0)
+      continue;
+    int64_t blocks = (n + ref::kGradNormBlock - 1) / ref::kGradNormBlock;
+    sqPartialKernel<<<unsigned(blocks), kNormThreads, 0, streamOf(ctx)>>>(
+        a.tensors[t].data, n, partial + off);
+    AP_CUDA_CHECK_LAUNCH(sqPartialKernel);
+    off += blocks;
+  }
+  normFinishKernel<<<1, kNormThreads, 0, streamOf(ctx)>>>(
+      partial, off, a.maxNorm, a.norm, a.clipCoef);
+  AP_CUDA_CHECK_LAUNCH(normFinishKernel);
+  return Status::Ok;
+}
+
+Status adamWStep(const KernelContext &ctx, const AdamWArgs &a) {
+  if (a.n == 0)
+    return Status::Ok;
+  const double bc1 = 1.0 - std::pow(a.beta1, double(a.step));
+  const double bc2 = 1.0 - std::pow(a.beta2, double(a.step));
+  const float stepSize = float(a.lr / bc1), bc2Sqrt = float(std::sqrt(bc2));
+  const float decay = float(1.0 - a.lr * a.weightDecay);
+  unsigned grid = gridFor(a.n, 256, int64_t(132) * 16);
+  if (a.computeDType == DType::BF16)
+    adamWKernel<true><<<grid, 256, 0, streamOf(ctx)>>>(
+        a.master, a.expAvg, a.expAvgSq, a.grad, a.clipCoef, a.computeCopy, a.n,
+        stepSize, bc2Sqrt, decay, float(a.beta1), float(a.beta2),
+        float(a.eps));
+  else
+    adamWKernel<false><<<grid, 256, 0, streamOf(ctx)>>>(
+        a.master, a.expAvg, a.expAvgSq, a.grad, a.clipCoef, a.computeCopy, a.n,
+        stepSize, bc2Sqrt, decay, float(a.beta1), float(a.beta2),
+        float(a.eps));
+  AP_CUDA_CHECK_LAUNCH(adamWKernel);
+  return Status::Ok;
+}
+
+} // namespace ap::kernels::cuda
