@@ -87,8 +87,8 @@ size_t attentionBackwardWorkspaceBytes(const AttentionBackwardArgs &args);
 Status attentionValidate(const AttentionShape &shape, DType dtype);
 
 namespace reference {
-/// CPU reference, any of BF16/F32/F64 storage. Parallel over (batch, kv head)
-/// with std::thread; each output element is computed by one thread in a fixed
+/// CPU reference, any of BF16/F32/F64 storage. Parallel over row chunks with
+/// std::thread; each output element is computed by one thread in a fixed
 /// order, so results are independent of the thread count.
 Status attentionForward(const AttentionForwardArgs &args);
 Status attentionBackward(const AttentionBackwardArgs &args);

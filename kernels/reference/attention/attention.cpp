@@ -4,15 +4,18 @@
 // kernels/attention.h exactly: the backward recomputes P from the saved lse
 // (as the CUDA kernels do) so both backends consume the same saved tensors.
 //
-// Work is split over (batch, kv head) groups, one std::thread per group
-// chunk. A group owns the dq rows of its q heads and its own dk/dv rows, and
-// every element is reduced in a fixed order inside one thread, so the result
-// does not depend on the number of threads.
+// Work is split into items of 16 rows (query rows for o, lse and dq; key rows
+// for dk and dv) taken by std::threads from a counter. Every output element
+// is reduced by one thread in a fixed order, so the result does not depend
+// on the number of threads or on scheduling. The backward recomputes P in
+// both of its passes (as the CUDA dQ pass does) instead of sharing rows
+// between threads.
 //
 //===----------------------------------------------------------------------===//
 #include "kernels/kernels.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <thread>
 #include <vector>
@@ -43,26 +46,45 @@ std::vector<typename AccOf<T>::type> widen(const void *p, size_t n) {
   return out;
 }
 
-/// Runs fn(group) for group in [0, numGroups) over a few threads; each group
-/// is handled by exactly one thread.
-template <typename Fn> void parallelGroups(int64_t numGroups, Fn fn) {
+/// Runs fn(item) for item in [0, numItems) on a few threads that take items
+/// from a shared counter. Each item is computed whole by one thread, in a
+/// fixed order, so the result never depends on the scheduling.
+template <typename Fn> void parallelItems(int64_t numItems, Fn fn) {
   int64_t hw = std::max(1u, std::thread::hardware_concurrency());
-  int64_t nThreads = std::min<int64_t>(hw, numGroups);
+  int64_t nThreads = std::min<int64_t>(hw, numItems);
   if (nThreads <= 1) {
-    for (int64_t g = 0; g < numGroups; ++g)
-      fn(g);
+    for (int64_t i = 0; i < numItems; ++i)
+      fn(i);
     return;
   }
+  std::atomic<int64_t> next{0};
   std::vector<std::thread> threads;
   threads.reserve(nThreads);
   for (int64_t t = 0; t < nThreads; ++t)
-    threads.emplace_back([=, &fn] {
-      for (int64_t g = t; g < numGroups; g += nThreads)
-        fn(g);
+    threads.emplace_back([&] {
+      for (int64_t i = next++; i < numItems; i = next++)
+        fn(i);
     });
   for (auto &th : threads)
     th.join();
 }
+
+/// Dot product with 8 interleaved partial sums (a fixed order that compilers
+/// can vectorise without reassociating).
+template <typename Acc> Acc dot(const Acc *a, const Acc *b, int64_t n) {
+  Acc part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t d = 0;
+  for (; d + 8 <= n; d += 8)
+    for (int e = 0; e < 8; ++e)
+      part[e] += a[d + e] * b[d + e];
+  for (; d < n; ++d)
+    part[d & 7] += a[d] * b[d];
+  return ((part[0] + part[1]) + (part[2] + part[3])) +
+         ((part[4] + part[5]) + (part[6] + part[7]));
+}
+
+/// Rows per work item.
+constexpr int64_t kChunk = 16;
 
 template <typename T> Status forwardImpl(const AttentionForwardArgs &a) {
   using Acc = typename AccOf<T>::type;
@@ -76,36 +98,35 @@ template <typename T> Status forwardImpl(const AttentionForwardArgs &a) {
   std::vector<Acc> v = widen<T>(a.v, B * Tn * Hkv * Dv);
   T *o = static_cast<T *>(a.o);
   Acc *lse = static_cast<Acc *>(a.lse);
+  const int64_t chunks = (Tn + kChunk - 1) / kChunk;
 
-  parallelGroups(B * Hkv, [&](int64_t g) {
-    const int64_t b = g / Hkv, hk = g % Hkv;
+  // Items: (batch, q head, chunk of query rows); the last chunks (longest
+  // causal rows) first so the tail of the schedule is short.
+  parallelItems(B * Hq * chunks, [&](int64_t item) {
+    const int64_t c = chunks - 1 - item / (B * Hq);
+    const int64_t b = (item % (B * Hq)) / Hq, h = item % Hq;
+    const int64_t hk = h / group;
     std::vector<Acc> sc(Tn), acc(Dv);
-    for (int64_t h = hk * group; h < (hk + 1) * group; ++h) {
-      for (int64_t i = 0; i < Tn; ++i) {
-        const Acc *qi = &q[((b * Tn + i) * Hq + h) * Dqk];
-        Acc m = -INFINITY;
-        for (int64_t j = 0; j <= i; ++j) {
-          const Acc *kj = &k[((b * Tn + j) * Hkv + hk) * Dqk];
-          Acc dot = 0;
-          for (int64_t d = 0; d < Dqk; ++d)
-            dot += qi[d] * kj[d];
-          sc[j] = dot * scale;
-          m = std::max(m, sc[j]);
-        }
-        Acc l = 0;
-        std::fill(acc.begin(), acc.end(), Acc(0));
-        for (int64_t j = 0; j <= i; ++j) {
-          Acc p = std::exp(sc[j] - m);
-          l += p;
-          const Acc *vj = &v[((b * Tn + j) * Hkv + hk) * Dv];
-          for (int64_t d = 0; d < Dv; ++d)
-            acc[d] += p * vj[d];
-        }
-        T *oi = &o[((b * Tn + i) * Hq + h) * Dv];
-        for (int64_t d = 0; d < Dv; ++d)
-          oi[d] = fromAcc<T>(acc[d] / l);
-        lse[(b * Hq + h) * Tn + i] = m + std::log(l);
+    for (int64_t i = c * kChunk; i < std::min(Tn, (c + 1) * kChunk); ++i) {
+      const Acc *qi = &q[((b * Tn + i) * Hq + h) * Dqk];
+      Acc m = -INFINITY;
+      for (int64_t j = 0; j <= i; ++j) {
+        sc[j] = dot(qi, &k[((b * Tn + j) * Hkv + hk) * Dqk], Dqk) * scale;
+        m = std::max(m, sc[j]);
       }
+      Acc l = 0;
+      std::fill(acc.begin(), acc.end(), Acc(0));
+      for (int64_t j = 0; j <= i; ++j) {
+        Acc p = std::exp(sc[j] - m);
+        l += p;
+        const Acc *vj = &v[((b * Tn + j) * Hkv + hk) * Dv];
+        for (int64_t d = 0; d < Dv; ++d)
+          acc[d] += p * vj[d];
+      }
+      T *oi = &o[((b * Tn + i) * Hq + h) * Dv];
+      for (int64_t d = 0; d < Dv; ++d)
+        oi[d] = fromAcc<T>(acc[d] / l);
+      lse[(b * Hq + h) * Tn + i] = m + std::log(l);
     }
   });
   return Status::Ok;
@@ -127,55 +148,75 @@ template <typename T> Status backwardImpl(const AttentionBackwardArgs &a) {
   T *dq = static_cast<T *>(a.dq);
   T *dk = static_cast<T *>(a.dk);
   T *dv = static_cast<T *>(a.dv);
+  const int64_t chunks = (Tn + kChunk - 1) / kChunk;
 
-  parallelGroups(B * Hkv, [&](int64_t g) {
-    const int64_t b = g / Hkv, hk = g % Hkv;
-    // dK/dV of this kv head, accumulated over q heads then query rows, in
-    // increasing order.
-    std::vector<Acc> dkAcc(Tn * Dqk, Acc(0)), dvAcc(Tn * Dv, Acc(0));
-    std::vector<Acc> dqAcc(Dqk);
-    for (int64_t h = hk * group; h < (hk + 1) * group; ++h) {
-      for (int64_t i = 0; i < Tn; ++i) {
-        const Acc *qi = &q[((b * Tn + i) * Hq + h) * Dqk];
-        const Acc *oi = &o[((b * Tn + i) * Hq + h) * Dv];
-        const Acc *doi = &dO[((b * Tn + i) * Hq + h) * Dv];
-        const Acc lsei = lse[(b * Hq + h) * Tn + i];
-        Acc Di = 0;
-        for (int64_t d = 0; d < Dv; ++d)
-          Di += doi[d] * oi[d];
-        std::fill(dqAcc.begin(), dqAcc.end(), Acc(0));
-        for (int64_t j = 0; j <= i; ++j) {
-          const Acc *kj = &k[((b * Tn + j) * Hkv + hk) * Dqk];
-          const Acc *vj = &v[((b * Tn + j) * Hkv + hk) * Dv];
-          Acc dot = 0;
-          for (int64_t d = 0; d < Dqk; ++d)
-            dot += qi[d] * kj[d];
-          const Acc p = std::exp(dot * scale - lsei);
-          Acc dp = 0;
-          for (int64_t d = 0; d < Dv; ++d)
-            dp += doi[d] * vj[d];
-          const Acc ds = p * (dp - Di);
-          Acc *dvj = &dvAcc[j * Dv];
-          for (int64_t d = 0; d < Dv; ++d)
-            dvj[d] += p * doi[d];
-          Acc *dkj = &dkAcc[j * Dqk];
-          for (int64_t d = 0; d < Dqk; ++d) {
-            dqAcc[d] += ds * kj[d];
-            dkj[d] += ds * qi[d];
-          }
-        }
-        T *dqi = &dq[((b * Tn + i) * Hq + h) * Dqk];
+  // D_i = dO_i . O_i, laid out [B, Hq, T] like lse.
+  std::vector<Acc> D(B * Hq * Tn);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t i = 0; i < Tn; ++i)
+      for (int64_t h = 0; h < Hq; ++h)
+        D[(b * Hq + h) * Tn + i] = dot(&dO[((b * Tn + i) * Hq + h) * Dv],
+                                       &o[((b * Tn + i) * Hq + h) * Dv], Dv);
+  auto probs = [&](int64_t b, int64_t h, int64_t i, int64_t j, Acc &p,
+                   Acc &ds) {
+    const int64_t hk = h / group;
+    const Acc sc = dot(&q[((b * Tn + i) * Hq + h) * Dqk],
+                       &k[((b * Tn + j) * Hkv + hk) * Dqk], Dqk) *
+                   scale;
+    p = std::exp(sc - lse[(b * Hq + h) * Tn + i]);
+    const Acc dp = dot(&dO[((b * Tn + i) * Hq + h) * Dv],
+                       &v[((b * Tn + j) * Hkv + hk) * Dv], Dv);
+    ds = p * (dp - D[(b * Hq + h) * Tn + i]);
+  };
+
+  // dQ: items (batch, q head, chunk of query rows); dQ_i = scale sum_j dS_ij
+  // K_j over j ascending.
+  parallelItems(B * Hq * chunks, [&](int64_t item) {
+    const int64_t c = chunks - 1 - item / (B * Hq);
+    const int64_t b = (item % (B * Hq)) / Hq, h = item % Hq;
+    const int64_t hk = h / group;
+    std::vector<Acc> acc(Dqk);
+    for (int64_t i = c * kChunk; i < std::min(Tn, (c + 1) * kChunk); ++i) {
+      std::fill(acc.begin(), acc.end(), Acc(0));
+      for (int64_t j = 0; j <= i; ++j) {
+        Acc p, ds;
+        probs(b, h, i, j, p, ds);
+        const Acc *kj = &k[((b * Tn + j) * Hkv + hk) * Dqk];
         for (int64_t d = 0; d < Dqk; ++d)
-          dqi[d] = fromAcc<T>(scale * dqAcc[d]);
+          acc[d] += ds * kj[d];
       }
+      T *dqi = &dq[((b * Tn + i) * Hq + h) * Dqk];
+      for (int64_t d = 0; d < Dqk; ++d)
+        dqi[d] = fromAcc<T>(scale * acc[d]);
     }
-    for (int64_t j = 0; j < Tn; ++j) {
+  });
+
+  // dK, dV: items (batch, kv head, chunk of key rows); sums over the group's
+  // q heads in increasing order, then query rows ascending.
+  parallelItems(B * Hkv * chunks, [&](int64_t item) {
+    const int64_t c = item / (B * Hkv); // first chunks see the most rows
+    const int64_t b = (item % (B * Hkv)) / Hkv, hk = item % Hkv;
+    std::vector<Acc> dkAcc(Dqk), dvAcc(Dv);
+    for (int64_t j = c * kChunk; j < std::min(Tn, (c + 1) * kChunk); ++j) {
+      std::fill(dkAcc.begin(), dkAcc.end(), Acc(0));
+      std::fill(dvAcc.begin(), dvAcc.end(), Acc(0));
+      for (int64_t h = hk * group; h < (hk + 1) * group; ++h)
+        for (int64_t i = j; i < Tn; ++i) {
+          Acc p, ds;
+          probs(b, h, i, j, p, ds);
+          const Acc *qi = &q[((b * Tn + i) * Hq + h) * Dqk];
+          const Acc *doi = &dO[((b * Tn + i) * Hq + h) * Dv];
+          for (int64_t d = 0; d < Dqk; ++d)
+            dkAcc[d] += ds * qi[d];
+          for (int64_t d = 0; d < Dv; ++d)
+            dvAcc[d] += p * doi[d];
+        }
       T *dkj = &dk[((b * Tn + j) * Hkv + hk) * Dqk];
       T *dvj = &dv[((b * Tn + j) * Hkv + hk) * Dv];
       for (int64_t d = 0; d < Dqk; ++d)
-        dkj[d] = fromAcc<T>(scale * dkAcc[j * Dqk + d]);
+        dkj[d] = fromAcc<T>(scale * dkAcc[d]);
       for (int64_t d = 0; d < Dv; ++d)
-        dvj[d] = fromAcc<T>(dvAcc[j * Dv + d]);
+        dvj[d] = fromAcc<T>(dvAcc[d]);
     }
   });
   return Status::Ok;

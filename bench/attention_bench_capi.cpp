@@ -1,0 +1,83 @@
+//===- attention_bench_capi.cpp - C entry points for the Python bench ----===//
+//
+// A flat C surface over the attention ABI so that bench/attention_bench.py
+// can call the CUDA kernels through ctypes on PyTorch's current stream, and
+// time them in the same process as torch's SDPA backends.
+//
+//===----------------------------------------------------------------------===//
+#include "kernels/kernels.h"
+
+using namespace ap::kernels;
+
+// This library links only the attention kernels (kernels/cuda/attention and
+// kernels/reference/attention); kernels/dense.h makes every CUDA translation
+// unit reference the dense archive's link anchor, which is satisfied here.
+extern "C" int actplaceDenseCudaAnchor;
+int actplaceDenseCudaAnchor = 0;
+
+namespace {
+AttentionShape shapeOf(int B, int T, int Hq, int Hkv, int Dqk, int Dv,
+                       double scale) {
+  AttentionShape s;
+  s.batch = B;
+  s.seqLen = T;
+  s.numQHeads = Hq;
+  s.numKvHeads = Hkv;
+  s.headDimQk = Dqk;
+  s.headDimV = Dv;
+  s.softmaxScale = scale;
+  return s;
+}
+} // namespace
+
+extern "C" {
+
+/// Returns the Status value of the forward (0 = Ok).
+int apAttentionForward(void *stream, const void *q, const void *k,
+                       const void *v, void *o, void *lse, int B, int T,
+                       int Hq, int Hkv, int Dqk, int Dv, double scale) {
+  KernelContext ctx;
+  ctx.backend = Backend::Cuda;
+  ctx.stream = stream;
+  AttentionForwardArgs a;
+  a.shape = shapeOf(B, T, Hq, Hkv, Dqk, Dv, scale);
+  a.q = q;
+  a.k = k;
+  a.v = v;
+  a.o = o;
+  a.lse = lse;
+  return static_cast<int>(attentionForward(ctx, a));
+}
+
+size_t apAttentionBackwardWorkspaceBytes(int B, int T, int Hq, int Hkv,
+                                         int Dqk, int Dv) {
+  AttentionBackwardArgs a;
+  a.shape = shapeOf(B, T, Hq, Hkv, Dqk, Dv, 1.0);
+  return attentionBackwardWorkspaceBytes(a);
+}
+
+int apAttentionBackward(void *stream, void *workspace, size_t workspaceBytes,
+                        const void *q, const void *k, const void *v,
+                        const void *o, const void *lse, const void *dO,
+                        void *dq, void *dk, void *dv, int B, int T, int Hq,
+                        int Hkv, int Dqk, int Dv, double scale) {
+  KernelContext ctx;
+  ctx.backend = Backend::Cuda;
+  ctx.stream = stream;
+  ctx.workspace = workspace;
+  ctx.workspaceBytes = workspaceBytes;
+  AttentionBackwardArgs a;
+  a.shape = shapeOf(B, T, Hq, Hkv, Dqk, Dv, scale);
+  a.q = q;
+  a.k = k;
+  a.v = v;
+  a.o = o;
+  a.lse = lse;
+  a.dO = dO;
+  a.dq = dq;
+  a.dk = dk;
+  a.dv = dv;
+  return static_cast<int>(attentionBackward(ctx, a));
+}
+
+} // extern "C"

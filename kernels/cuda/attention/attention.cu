@@ -1,0 +1,900 @@
+//===- attention.cu - flash-style causal attention on CUDA --------*- C++ -*-===//
+//
+// Causal GQA/MLA attention, BF16 storage, FP32 accumulation and softmax,
+// mma.sync m16n8k16 tensor-core tiles (portable to sm_80+; sm_90a builds use
+// the same code). FlashAttention-2 structure:
+//
+//  forward   one block per (q tile of 64 rows, q head, batch); 4 warps own 16
+//            query rows each; K/V tiles of 64 keys stream through shared
+//            memory (cp.async; the V load overlaps Q K^T, the next K load
+//            overlaps P V); online softmax in the exp2 domain; lse saved.
+//  backward  three deterministic passes instead of FA2's atomic dQ:
+//            1. D = rowsum(dO * O) (fp32, one warp per row),
+//            2. dK/dV: one block per (kv tile, q head, batch) walks the q
+//               tiles it sees; P^T and dS^T go through shared memory so that
+//               8 warps can split the D columns of the dK/dV accumulators,
+//            3. dQ: one block per (q tile, q head, batch) walks its kv tiles
+//               and recomputes S and dP (two extra GEMMs buy the absence of
+//               float atomics).
+//            With GQA each q head writes fp32 dK/dV partials to the workspace
+//            and a last pass sums a group's partials in increasing head
+//            order, so no thread ever races on an output.
+// Blocks are ordered heaviest first (long causal rows start first) because
+// grids are dispatched in linear block order.
+//
+// Shared-memory tiles hold rows of D bf16 split into 16-byte chunks; chunk c
+// of row r is stored at chunk c ^ (r & 7), so the 8 row addresses of an
+// ldmatrix phase hit 8 distinct bank groups.
+//
+//===----------------------------------------------------------------------===//
+#include "kernels/kernels.h"
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdio>
+
+namespace ap::kernels::cuda {
+namespace {
+
+#define AP_ATTN_CUDA_CHECK(call)                                               \
+  do {                                                                         \
+    cudaError_t err_ = (call);                                                 \
+    if (err_ != cudaSuccess) {                                                 \
+      std::fprintf(stderr, "actplace attention: %s failed: %s\n", #call,       \
+                   cudaGetErrorString(err_));                                  \
+      return Status::BackendError;                                             \
+    }                                                                          \
+  } while (0)
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+//===----------------------------------------------------------------------===//
+// PTX wrappers
+//===----------------------------------------------------------------------===//
+
+__device__ __forceinline__ uint32_t smemAddr(const void *p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+/// 16-byte async copy; when !valid the destination is zero-filled (src-size
+/// 0), which is how rows past T enter the tiles.
+__device__ __forceinline__ void cpAsync16(uint32_t dst, const void *src,
+                                          bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst),
+               "l"(src), "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cpAsyncCommit() {
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+template <int N> __device__ __forceinline__ void cpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+__device__ __forceinline__ void ldsm4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile(
+      "ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+      : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+      : "r"(addr));
+}
+__device__ __forceinline__ void ldsm4t(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile(
+      "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+      : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+      : "r"(addr));
+}
+
+/// d += a * b, 16x8x16, bf16 inputs, fp32 accumulators.
+__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4],
+                                         uint32_t b0, uint32_t b1) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+               "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0),
+                 "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t packBf16(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t *>(&v);
+}
+
+//===----------------------------------------------------------------------===//
+// Swizzled shared-memory tiles
+//===----------------------------------------------------------------------===//
+
+/// Byte offset of element (r, c) in a tile whose rows hold D bf16.
+template <int D> __device__ __forceinline__ uint32_t swz(int r, int c) {
+  return r * (D * 2) + ((((c >> 3) ^ (r & 7))) << 4) + (c & 7) * 2;
+}
+
+/// A operand (16x16) at (r0, k0) of a row-major tile: rows are M, cols are K.
+template <int D>
+__device__ __forceinline__ uint32_t addrA(uint32_t base, int r0, int k0,
+                                          int lane) {
+  return base + swz<D>(r0 + (lane & 15), k0 + ((lane >> 4) << 3));
+}
+/// B operand for two n-tiles (n0, n0+8) x k16 from a tile stored [n][k]
+/// (plain ldmatrix): regs 0,1 -> n-tile n0, regs 2,3 -> n-tile n0+8.
+template <int D>
+__device__ __forceinline__ uint32_t addrBn(uint32_t base, int n0, int k0,
+                                           int lane) {
+  return base + swz<D>(n0 + ((lane >> 4) << 3) + (lane & 7),
+                       k0 + (((lane >> 3) & 1) << 3));
+}
+/// B operand for two n-tiles x k16 from a tile stored [k][n] (ldmatrix.trans).
+template <int D>
+__device__ __forceinline__ uint32_t addrBt(uint32_t base, int k0, int n0,
+                                           int lane) {
+  return base + swz<D>(k0 + (((lane >> 3) & 1) << 3) + (lane & 7),
+                       n0 + ((lane >> 4) << 3));
+}
+
+/// Async copy of `rows` rows of D bf16 (row r at g + r*stride elements) into a
+/// swizzled tile; rows at or past `valid` are zero-filled.
+template <int ROWS, int D, int NT>
+__device__ __forceinline__ void loadTile(uint32_t dst,
+                                         const __nv_bfloat16 *g,
+                                         int64_t stride, int valid, int tid) {
+  constexpr int kChunks = D / 8;
+#pragma unroll
+  for (int idx = tid; idx < ROWS * kChunks; idx += NT) {
+    int r = idx / kChunks, c = idx % kChunks;
+    bool ok = r < valid;
+    const __nv_bfloat16 *src = ok ? g + r * stride + c * 8 : g;
+    cpAsync16(dst + swz<D>(r, c * 8), src, ok);
+  }
+}
+
+struct Params {
+  const __nv_bfloat16 *q, *k, *v, *o, *dO;
+  __nv_bfloat16 *oOut, *dq, *dk, *dv;
+  float *lse;        // forward output
+  const float *lseIn; // backward input
+  float *Dd;          // [B, Hq, T]
+  float *dkPart, *dvPart; // [B, Hq, T, D] when group > 1
+  int B, T, Hq, Hkv, group;
+  float scale, scaleLog2;
+};
+
+//===----------------------------------------------------------------------===//
+// Forward
+//===----------------------------------------------------------------------===//
+
+template <int DQK, int DV> struct FwdCfg {
+  static constexpr int kThreads = 128, kBr = 64, kBc = 64;
+  static constexpr int kSmem = (kBr * DQK + kBc * DQK + kBc * DV) * 2;
+};
+
+template <int DQK, int DV>
+__global__ void __launch_bounds__(128) attnFwdKernel(Params p) {
+  using C = FwdCfg<DQK, DV>;
+  constexpr int BR = C::kBr, BC = C::kBc;
+  extern __shared__ __align__(128) unsigned char smem[];
+  const uint32_t sQ = smemAddr(smem);
+  const uint32_t sK = sQ + BR * DQK * 2;
+  const uint32_t sV = sK + BC * DQK * 2;
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, t4 = lane & 3;
+  const int bh = blockIdx.x;
+  const int b = bh / p.Hq, h = bh % p.Hq, hk = h / p.group;
+  const int numQ = (p.T + BR - 1) / BR;
+  const int qt = numQ - 1 - blockIdx.y; // heaviest tiles first
+  const int q0 = qt * BR;
+  const int T = p.T;
+
+  const int64_t qStride = int64_t(p.Hq) * DQK, kStride = int64_t(p.Hkv) * DQK,
+                vStride = int64_t(p.Hkv) * DV;
+  const __nv_bfloat16 *gQ = p.q + (int64_t(b) * T * p.Hq + h) * DQK;
+  const __nv_bfloat16 *gK = p.k + (int64_t(b) * T * p.Hkv + hk) * DQK;
+  const __nv_bfloat16 *gV = p.v + (int64_t(b) * T * p.Hkv + hk) * DV;
+
+  const int numK = min((T + BC - 1) / BC, (q0 + BR - 1) / BC + 1);
+
+  loadTile<BR, DQK, 128>(sQ, gQ + q0 * qStride, qStride, T - q0, tid);
+  loadTile<BC, DQK, 128>(sK, gK, kStride, T, tid);
+  cpAsyncCommit();
+
+  float oAcc[DV / 8][4];
+#pragma unroll
+  for (int i = 0; i < DV / 8; ++i)
+    oAcc[i][0] = oAcc[i][1] = oAcc[i][2] = oAcc[i][3] = 0.f;
+  float mRow[2] = {-INFINITY, -INFINITY}, lRow[2] = {0.f, 0.f};
+  const int rowBase = q0 + warp * 16 + g; // this thread's rows: +0, +8
+
+  for (int kt = 0; kt < numK; ++kt) {
+    const int k0 = kt * BC;
+    cpAsyncWait<0>();
+    __syncthreads(); // K tile ready; every warp is done with the last V
+    loadTile<BC, DV, 128>(sV, gV + k0 * vStride, vStride, T - k0, tid);
+    cpAsyncCommit();
+
+    float s[BC / 8][4];
+#pragma unroll
+    for (int i = 0; i < BC / 8; ++i)
+      s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < DQK / 16; ++kk) {
+      uint32_t a[4];
+      ldsm4(a, addrA<DQK>(sQ, warp * 16, kk * 16, lane));
+#pragma unroll
+      for (int nn = 0; nn < BC / 16; ++nn) {
+        uint32_t bb[4];
+        ldsm4(bb, addrBn<DQK>(sK, nn * 16, kk * 16, lane));
+        mma16816(s[2 * nn], a, bb[0], bb[1]);
+        mma16816(s[2 * nn + 1], a, bb[2], bb[3]);
+      }
+    }
+
+    if (k0 + BC - 1 > q0 + warp * 16 || k0 + BC > T) {
+#pragma unroll
+      for (int nt = 0; nt < BC / 8; ++nt)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          int col = k0 + nt * 8 + 2 * t4 + (c & 1);
+          int row = rowBase + 8 * (c >> 1);
+          if (col > row || col >= T)
+            s[nt][c] = -INFINITY;
+        }
+    }
+
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int nt = 0; nt < BC / 8; ++nt)
+        mx = fmaxf(mx, fmaxf(s[nt][2 * hf], s[nt][2 * hf + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      // Column 0 of the first tile is visible to every row, so mNew is
+      // finite from the first tile on.
+      const float mNew = fmaxf(mRow[hf], mx * p.scaleLog2);
+      const float alpha = exp2f(mRow[hf] - mNew);
+      mRow[hf] = mNew;
+      float sum = 0.f;
+#pragma unroll
+      for (int nt = 0; nt < BC / 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          float pv = exp2f(fmaf(s[nt][2 * hf + e], p.scaleLog2, -mNew));
+          s[nt][2 * hf + e] = pv;
+          sum += pv;
+        }
+      lRow[hf] = lRow[hf] * alpha + sum;
+#pragma unroll
+      for (int dt = 0; dt < DV / 8; ++dt) {
+        oAcc[dt][2 * hf] *= alpha;
+        oAcc[dt][2 * hf + 1] *= alpha;
+      }
+    }
+
+    cpAsyncWait<0>();
+    __syncthreads(); // V tile ready; every warp is done with this K
+    if (kt + 1 < numK) {
+      const int kn = k0 + BC;
+      loadTile<BC, DQK, 128>(sK, gK + kn * kStride, kStride, T - kn, tid);
+      cpAsyncCommit();
+    }
+
+#pragma unroll
+    for (int kk = 0; kk < BC / 16; ++kk) {
+      uint32_t a[4];
+      a[0] = packBf16(s[2 * kk][0], s[2 * kk][1]);
+      a[1] = packBf16(s[2 * kk][2], s[2 * kk][3]);
+      a[2] = packBf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+      a[3] = packBf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#pragma unroll
+      for (int nn = 0; nn < DV / 16; ++nn) {
+        uint32_t bb[4];
+        ldsm4t(bb, addrBt<DV>(sV, kk * 16, nn * 16, lane));
+        mma16816(oAcc[2 * nn], a, bb[0], bb[1]);
+        mma16816(oAcc[2 * nn + 1], a, bb[2], bb[3]);
+      }
+    }
+  }
+
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {
+    float l = lRow[hf];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const int row = rowBase + 8 * hf;
+    if (row < T) {
+      const float inv = 1.f / l;
+      __nv_bfloat16 *gO = p.oOut + ((int64_t(b) * T + row) * p.Hq + h) * DV;
+#pragma unroll
+      for (int dt = 0; dt < DV / 8; ++dt)
+        *reinterpret_cast<uint32_t *>(gO + dt * 8 + 2 * t4) = packBf16(
+            oAcc[dt][2 * hf] * inv, oAcc[dt][2 * hf + 1] * inv);
+      if (t4 == 0)
+        p.lse[(int64_t(b) * p.Hq + h) * T + row] = mRow[hf] * kLn2 + logf(l);
+    }
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Backward pass 1: D = rowsum(dO * O)
+//===----------------------------------------------------------------------===//
+
+template <int DV>
+__global__ void attnBwdDotKernel(Params p) {
+  const int64_t rows = int64_t(p.B) * p.T * p.Hq;
+  const int64_t row = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = threadIdx.x & 31;
+  if (row >= rows)
+    return;
+  const __nv_bfloat16 *o = p.o + row * DV, *d = p.dO + row * DV;
+  float acc = 0.f;
+  for (int c = lane * 8; c < DV; c += 32 * 8) {
+    uint4 ov = *reinterpret_cast<const uint4 *>(o + c);
+    uint4 dv = *reinterpret_cast<const uint4 *>(d + c);
+    const __nv_bfloat162 *o2 = reinterpret_cast<const __nv_bfloat162 *>(&ov);
+    const __nv_bfloat162 *d2 = reinterpret_cast<const __nv_bfloat162 *>(&dv);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      float2 of = __bfloat1622float2(o2[e]), df = __bfloat1622float2(d2[e]);
+      acc = fmaf(of.x, df.x, acc);
+      acc = fmaf(of.y, df.y, acc);
+    }
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1)
+    acc += __shfl_xor_sync(0xffffffffu, acc, off);
+  if (lane == 0) {
+    // row enumerates [B, T, Hq]; D is stored [B, Hq, T] like lse.
+    const int h = row % p.Hq;
+    const int64_t bt = row / p.Hq;
+    const int tt = bt % p.T;
+    const int64_t bb = bt / p.T;
+    p.Dd[(bb * p.Hq + h) * p.T + tt] = acc;
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Backward pass 2: dK, dV
+//===----------------------------------------------------------------------===//
+
+template <int DQK, int DV> struct BwdCfg {
+  static constexpr int kThreads = 256, kBr = 64, kBc = 64;
+  // dKdV: K, V, 2x(Q, dO), P^T, dS^T, 2x(lse, D)
+  static constexpr int kSmemKV =
+      (kBc * DQK + kBc * DV + 2 * kBr * DQK + 2 * kBr * DV + 2 * kBc * kBr) *
+          2 +
+      4 * kBr * 4;
+  // dQ: Q, dO, 2x(K, V), dS, lse, D
+  static constexpr int kSmemQ =
+      (kBr * DQK + kBr * DV + 2 * kBc * DQK + 2 * kBc * DV + kBr * kBc) * 2 +
+      2 * kBr * 4;
+};
+
+template <int DQK, int DV>
+__global__ void __launch_bounds__(256) attnBwdKVKernel(Params p) {
+  using C = BwdCfg<DQK, DV>;
+  constexpr int BR = C::kBr, BC = C::kBc;
+  extern __shared__ __align__(128) unsigned char smem[];
+  const uint32_t sK = smemAddr(smem);
+  const uint32_t sV = sK + BC * DQK * 2;
+  const uint32_t sQ0 = sV + BC * DV * 2; // two buffers of BR*DQK
+  const uint32_t sO0 = sQ0 + 2 * BR * DQK * 2; // dO: two buffers of BR*DV
+  const uint32_t sP = sO0 + 2 * BR * DV * 2;
+  const uint32_t sS = sP + BC * BR * 2;
+  float *stats = reinterpret_cast<float *>(smem + (sS + BC * BR * 2 - sK));
+  // stats: [buf][lse(BR) | D(BR)]
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, t4 = lane & 3;
+  const int wr = warp & 3, wc = warp >> 2;
+  const int bh = blockIdx.x;
+  const int b = bh / p.Hq, h = bh % p.Hq, hk = h / p.group;
+  const int kt = blockIdx.y; // low kv tiles see the most q tiles: first
+  const int k0 = kt * BC;
+  const int T = p.T;
+  const int numQ = (T + BR - 1) / BR;
+  const int qtStart = k0 / BR;
+
+  const int64_t qStride = int64_t(p.Hq) * DQK, kStride = int64_t(p.Hkv) * DQK,
+                vStride = int64_t(p.Hkv) * DV, oStride = int64_t(p.Hq) * DV;
+  const __nv_bfloat16 *gQ = p.q + (int64_t(b) * T * p.Hq + h) * DQK;
+  const __nv_bfloat16 *gdO = p.dO + (int64_t(b) * T * p.Hq + h) * DV;
+  const __nv_bfloat16 *gK = p.k + (int64_t(b) * T * p.Hkv + hk) * DQK;
+  const __nv_bfloat16 *gV = p.v + (int64_t(b) * T * p.Hkv + hk) * DV;
+  const float *gLse = p.lseIn + (int64_t(b) * p.Hq + h) * T;
+  const float *gD = p.Dd + (int64_t(b) * p.Hq + h) * T;
+
+  // lse and D rows (64 floats each) are read into registers when the next q
+  // tile is prefetched and stored to shared memory at the end of the step,
+  // so their global latency hides under the step's math like cp.async does.
+  auto loadQ = [&](int qt, int buf) {
+    const int q0 = qt * BR;
+    loadTile<BR, DQK, 256>(sQ0 + buf * BR * DQK * 2, gQ + q0 * qStride,
+                           qStride, T - q0, tid);
+    loadTile<BR, DV, 256>(sO0 + buf * BR * DV * 2, gdO + q0 * oStride, oStride,
+                          T - q0, tid);
+  };
+  auto loadStat = [&](int qt) {
+    const int r = qt * BR + (tid & (BR - 1));
+    if (tid >= 2 * BR || r >= T)
+      return 0.f;
+    return tid < BR ? gLse[r] : gD[r];
+  };
+
+  loadTile<BC, DQK, 256>(sK, gK + k0 * kStride, kStride, T - k0, tid);
+  loadTile<BC, DV, 256>(sV, gV + k0 * vStride, vStride, T - k0, tid);
+  loadQ(qtStart, 0);
+  cpAsyncCommit();
+  if (tid < 2 * BR)
+    stats[tid] = loadStat(qtStart); // buffer 0: [lse | D]
+
+  constexpr int NK = DQK / 2 / 8, NV = DV / 2 / 8; // n-tiles per warp
+  float dkAcc[NK][4], dvAcc[NV][4];
+#pragma unroll
+  for (int i = 0; i < NK; ++i)
+    dkAcc[i][0] = dkAcc[i][1] = dkAcc[i][2] = dkAcc[i][3] = 0.f;
+#pragma unroll
+  for (int i = 0; i < NV; ++i)
+    dvAcc[i][0] = dvAcc[i][1] = dvAcc[i][2] = dvAcc[i][3] = 0.f;
+
+  for (int qt = qtStart; qt < numQ; ++qt) {
+    const int buf = (qt - qtStart) & 1;
+    const int q0 = qt * BR;
+    float statNext = 0.f;
+    if (qt + 1 < numQ) {
+      loadQ(qt + 1, buf ^ 1);
+      cpAsyncCommit();
+      statNext = loadStat(qt + 1);
+      cpAsyncWait<1>();
+    } else {
+      cpAsyncWait<0>();
+    }
+    __syncthreads();
+    const uint32_t sQ = sQ0 + buf * BR * DQK * 2;
+    const uint32_t sO = sO0 + buf * BR * DV * 2;
+    const float *sLse = stats + buf * 2 * BR;
+    const float *sD = sLse + BR;
+
+    // Phase 1: S^T and dP^T for kv rows wr*16.., q cols wc*32..
+    float st[4][4], dpt[4][4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int c = 0; c < 4; ++c)
+        st[i][c] = dpt[i][c] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < DQK / 16; ++kk) {
+      uint32_t a[4];
+      ldsm4(a, addrA<DQK>(sK, wr * 16, kk * 16, lane));
+#pragma unroll
+      for (int nn = 0; nn < 2; ++nn) {
+        uint32_t bb[4];
+        ldsm4(bb, addrBn<DQK>(sQ, wc * 32 + nn * 16, kk * 16, lane));
+        mma16816(st[2 * nn], a, bb[0], bb[1]);
+        mma16816(st[2 * nn + 1], a, bb[2], bb[3]);
+      }
+    }
+#pragma unroll
+    for (int kk = 0; kk < DV / 16; ++kk) {
+      uint32_t a[4];
+      ldsm4(a, addrA<DV>(sV, wr * 16, kk * 16, lane));
+#pragma unroll
+      for (int nn = 0; nn < 2; ++nn) {
+        uint32_t bb[4];
+        ldsm4(bb, addrBn<DV>(sO, wc * 32 + nn * 16, kk * 16, lane));
+        mma16816(dpt[2 * nn], a, bb[0], bb[1]);
+        mma16816(dpt[2 * nn + 1], a, bb[2], bb[3]);
+      }
+    }
+    unsigned char *smemBase = smem;
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt) {
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        const int r = wr * 16 + g + 8 * hf; // kv row in tile
+        const int kv = k0 + r;
+        float pv[2], ds[2];
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int c = wc * 32 + nt * 8 + 2 * t4 + e; // q col in tile
+          const int qi = q0 + c;
+          const bool keep = kv <= qi && qi < T;
+          const float lse2 = sLse[c] * kLog2e;
+          float pe = exp2f(fmaf(st[nt][2 * hf + e], p.scaleLog2, -lse2));
+          pe = keep ? pe : 0.f;
+          pv[e] = pe;
+          ds[e] = keep ? pe * (dpt[nt][2 * hf + e] - sD[c]) : 0.f;
+        }
+        const int c0 = wc * 32 + nt * 8 + 2 * t4;
+        *reinterpret_cast<uint32_t *>(smemBase + (sP - sK) + swz<BR>(r, c0)) =
+            packBf16(pv[0], pv[1]);
+        *reinterpret_cast<uint32_t *>(smemBase + (sS - sK) + swz<BR>(r, c0)) =
+            packBf16(ds[0], ds[1]);
+      }
+    }
+    __syncthreads();
+
+    // Phase 2: dV += P^T dO, dK += dS^T Q for kv rows wr*16.., column half wc.
+#pragma unroll
+    for (int kk = 0; kk < BR / 16; ++kk) {
+      uint32_t a[4];
+      ldsm4(a, addrA<BR>(sP, wr * 16, kk * 16, lane));
+#pragma unroll
+      for (int nn = 0; nn < NV / 2; ++nn) {
+        uint32_t bb[4];
+        ldsm4t(bb, addrBt<DV>(sO, kk * 16, wc * (DV / 2) + nn * 16, lane));
+        mma16816(dvAcc[2 * nn], a, bb[0], bb[1]);
+        mma16816(dvAcc[2 * nn + 1], a, bb[2], bb[3]);
+      }
+      ldsm4(a, addrA<BR>(sS, wr * 16, kk * 16, lane));
+#pragma unroll
+      for (int nn = 0; nn < NK / 2; ++nn) {
+        uint32_t bb[4];
+        ldsm4t(bb, addrBt<DQK>(sQ, kk * 16, wc * (DQK / 2) + nn * 16, lane));
+        mma16816(dkAcc[2 * nn], a, bb[0], bb[1]);
+        mma16816(dkAcc[2 * nn + 1], a, bb[2], bb[3]);
+      }
+    }
+    if (tid < 2 * BR)
+      stats[(buf ^ 1) * 2 * BR + tid] = statNext; // last read one step ago
+    __syncthreads(); // buffers of this step are reused two steps on
+  }
+
+  // Epilogue: rows kv = k0 + wr*16 + g (+8).
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {
+    const int kv = k0 + wr * 16 + g + 8 * hf;
+    if (kv >= T)
+      continue;
+    if (p.group == 1) {
+      __nv_bfloat16 *dk = p.dk + ((int64_t(b) * T + kv) * p.Hkv + hk) * DQK;
+      __nv_bfloat16 *dv = p.dv + ((int64_t(b) * T + kv) * p.Hkv + hk) * DV;
+#pragma unroll
+      for (int nt = 0; nt < NK; ++nt)
+        *reinterpret_cast<uint32_t *>(dk + wc * (DQK / 2) + nt * 8 + 2 * t4) =
+            packBf16(dkAcc[nt][2 * hf] * p.scale,
+                     dkAcc[nt][2 * hf + 1] * p.scale);
+#pragma unroll
+      for (int nt = 0; nt < NV; ++nt)
+        *reinterpret_cast<uint32_t *>(dv + wc * (DV / 2) + nt * 8 + 2 * t4) =
+            packBf16(dvAcc[nt][2 * hf], dvAcc[nt][2 * hf + 1]);
+    } else {
+      float *dk = p.dkPart + ((int64_t(b) * p.Hq + h) * T + kv) * DQK;
+      float *dv = p.dvPart + ((int64_t(b) * p.Hq + h) * T + kv) * DV;
+#pragma unroll
+      for (int nt = 0; nt < NK; ++nt)
+        *reinterpret_cast<float2 *>(dk + wc * (DQK / 2) + nt * 8 + 2 * t4) =
+            make_float2(dkAcc[nt][2 * hf] * p.scale,
+                        dkAcc[nt][2 * hf + 1] * p.scale);
+#pragma unroll
+      for (int nt = 0; nt < NV; ++nt)
+        *reinterpret_cast<float2 *>(dv + wc * (DV / 2) + nt * 8 + 2 * t4) =
+            make_float2(dvAcc[nt][2 * hf], dvAcc[nt][2 * hf + 1]);
+    }
+  }
+}
+
+/// Sums a GQA group's fp32 dK/dV partials in increasing q-head order.
+template <int DQK, int DV>
+__global__ void attnBwdGroupSumKernel(Params p) {
+  const int64_t perRow = DQK + DV;
+  const int64_t total = int64_t(p.B) * p.T * p.Hkv * perRow;
+  for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+       idx < total; idx += int64_t(gridDim.x) * blockDim.x) {
+    const int d = idx % perRow;
+    const int64_t row = idx / perRow; // [B, T, Hkv]
+    const int hk = row % p.Hkv;
+    const int64_t bt = row / p.Hkv;
+    const int tt = bt % p.T;
+    const int64_t bb = bt / p.T;
+    float acc = 0.f;
+    for (int r = 0; r < p.group; ++r) {
+      const int64_t hrow = (bb * p.Hq + hk * p.group + r) * p.T + tt;
+      acc += d < DQK ? p.dkPart[hrow * DQK + d] : p.dvPart[hrow * DV + d - DQK];
+    }
+    if (d < DQK)
+      p.dk[row * DQK + d] = __float2bfloat16_rn(acc);
+    else
+      p.dv[row * DV + d - DQK] = __float2bfloat16_rn(acc);
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Backward pass 3: dQ
+//===----------------------------------------------------------------------===//
+
+template <int DQK, int DV>
+__global__ void __launch_bounds__(256) attnBwdQKernel(Params p) {
+  using C = BwdCfg<DQK, DV>;
+  constexpr int BR = C::kBr, BC = C::kBc;
+  extern __shared__ __align__(128) unsigned char smem[];
+  const uint32_t sQ = smemAddr(smem);
+  const uint32_t sO = sQ + BR * DQK * 2;
+  const uint32_t sK0 = sO + BR * DV * 2;       // two buffers of BC*DQK
+  const uint32_t sV0 = sK0 + 2 * BC * DQK * 2; // two buffers of BC*DV
+  const uint32_t sS = sV0 + 2 * BC * DV * 2;
+  float *sLse = reinterpret_cast<float *>(smem + (sS + BR * BC * 2 - sQ));
+  float *sD = sLse + BR;
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, t4 = lane & 3;
+  const int wr = warp & 3, wc = warp >> 2;
+  const int bh = blockIdx.x;
+  const int b = bh / p.Hq, h = bh % p.Hq, hk = h / p.group;
+  const int T = p.T;
+  const int numQ = (T + BR - 1) / BR;
+  const int qt = numQ - 1 - blockIdx.y;
+  const int q0 = qt * BR;
+  const int numK = min((T + BC - 1) / BC, (q0 + BR - 1) / BC + 1);
+
+  const int64_t qStride = int64_t(p.Hq) * DQK, kStride = int64_t(p.Hkv) * DQK,
+                vStride = int64_t(p.Hkv) * DV, oStride = int64_t(p.Hq) * DV;
+  const __nv_bfloat16 *gQ = p.q + (int64_t(b) * T * p.Hq + h) * DQK;
+  const __nv_bfloat16 *gdO = p.dO + (int64_t(b) * T * p.Hq + h) * DV;
+  const __nv_bfloat16 *gK = p.k + (int64_t(b) * T * p.Hkv + hk) * DQK;
+  const __nv_bfloat16 *gV = p.v + (int64_t(b) * T * p.Hkv + hk) * DV;
+
+  auto loadKV = [&](int kt, int buf) {
+    const int k0 = kt * BC;
+    loadTile<BC, DQK, 256>(sK0 + buf * BC * DQK * 2, gK + k0 * kStride,
+                           kStride, T - k0, tid);
+    loadTile<BC, DV, 256>(sV0 + buf * BC * DV * 2, gV + k0 * vStride, vStride,
+                          T - k0, tid);
+  };
+  loadTile<BR, DQK, 256>(sQ, gQ + q0 * qStride, qStride, T - q0, tid);
+  loadTile<BR, DV, 256>(sO, gdO + q0 * oStride, oStride, T - q0, tid);
+  if (tid < 2 * BR) {
+    const int r = q0 + (tid & (BR - 1));
+    const float *src = (tid < BR ? p.lseIn : p.Dd) + (int64_t(b) * p.Hq + h) * T;
+    sLse[tid] = r < T ? src[r] : 0.f; // sD follows sLse
+  }
+  loadKV(0, 0);
+  cpAsyncCommit();
+
+  constexpr int NQ = DQK / 2 / 8;
+  float dqAcc[NQ][4];
+#pragma unroll
+  for (int i = 0; i < NQ; ++i)
+    dqAcc[i][0] = dqAcc[i][1] = dqAcc[i][2] = dqAcc[i][3] = 0.f;
+
+  for (int kt = 0; kt < numK; ++kt) {
+    const int buf = kt & 1;
+    const int k0 = kt * BC;
+    if (kt + 1 < numK) {
+      loadKV(kt + 1, buf ^ 1);
+      cpAsyncCommit();
+      cpAsyncWait<1>();
+    } else {
+      cpAsyncWait<0>();
+    }
+    __syncthreads();
+    const uint32_t sK = sK0 + buf * BC * DQK * 2;
+    const uint32_t sV = sV0 + buf * BC * DV * 2;
+
+    // Phase 1: S and dP for q rows wr*16.., kv cols wc*32..
+    float s[4][4], dp[4][4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int c = 0; c < 4; ++c)
+        s[i][c] = dp[i][c] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < DQK / 16; ++kk) {
+      uint32_t a[4];
+      ldsm4(a, addrA<DQK>(sQ, wr * 16, kk * 16, lane));
+#pragma unroll
+      for (int nn = 0; nn < 2; ++nn) {
+        uint32_t bb[4];
+        ldsm4(bb, addrBn<DQK>(sK, wc * 32 + nn * 16, kk * 16, lane));
+        mma16816(s[2 * nn], a, bb[0], bb[1]);
+        mma16816(s[2 * nn + 1], a, bb[2], bb[3]);
+      }
+    }
+#pragma unroll
+    for (int kk = 0; kk < DV / 16; ++kk) {
+      uint32_t a[4];
+      ldsm4(a, addrA<DV>(sO, wr * 16, kk * 16, lane));
+#pragma unroll
+      for (int nn = 0; nn < 2; ++nn) {
+        uint32_t bb[4];
+        ldsm4(bb, addrBn<DV>(sV, wc * 32 + nn * 16, kk * 16, lane));
+        mma16816(dp[2 * nn], a, bb[0], bb[1]);
+        mma16816(dp[2 * nn + 1], a, bb[2], bb[3]);
+      }
+    }
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      const int r = wr * 16 + g + 8 * hf; // q row in tile
+      const int qi = q0 + r;
+      const float lse2 = sLse[r] * kLog2e;
+      const float Dr = sD[r];
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt) {
+        float ds[2];
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int kv = k0 + wc * 32 + nt * 8 + 2 * t4 + e;
+          const bool keep = kv <= qi && qi < T;
+          float pe = exp2f(fmaf(s[nt][2 * hf + e], p.scaleLog2, -lse2));
+          ds[e] = keep ? pe * (dp[nt][2 * hf + e] - Dr) : 0.f;
+        }
+        const int c0 = wc * 32 + nt * 8 + 2 * t4;
+        *reinterpret_cast<uint32_t *>(smem + (sS - sQ) + swz<BC>(r, c0)) =
+            packBf16(ds[0], ds[1]);
+      }
+    }
+    __syncthreads();
+
+    // Phase 2: dQ += dS K for q rows wr*16.., column half wc.
+#pragma unroll
+    for (int kk = 0; kk < BC / 16; ++kk) {
+      uint32_t a[4];
+      ldsm4(a, addrA<BC>(sS, wr * 16, kk * 16, lane));
+#pragma unroll
+      for (int nn = 0; nn < NQ / 2; ++nn) {
+        uint32_t bb[4];
+        ldsm4t(bb, addrBt<DQK>(sK, kk * 16, wc * (DQK / 2) + nn * 16, lane));
+        mma16816(dqAcc[2 * nn], a, bb[0], bb[1]);
+        mma16816(dqAcc[2 * nn + 1], a, bb[2], bb[3]);
+      }
+    }
+    __syncthreads();
+  }
+
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {
+    const int qi = q0 + wr * 16 + g + 8 * hf;
+    if (qi >= T)
+      continue;
+    __nv_bfloat16 *dq = p.dq + ((int64_t(b) * T + qi) * p.Hq + h) * DQK;
+#pragma unroll
+    for (int nt = 0; nt < NQ; ++nt)
+      *reinterpret_cast<uint32_t *>(dq + wc * (DQK / 2) + nt * 8 + 2 * t4) =
+          packBf16(dqAcc[nt][2 * hf] * p.scale,
+                   dqAcc[nt][2 * hf + 1] * p.scale);
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Host side
+//===----------------------------------------------------------------------===//
+
+Params makeParams(const AttentionShape &s) {
+  Params p{};
+  p.B = s.batch;
+  p.T = s.seqLen;
+  p.Hq = s.numQHeads;
+  p.Hkv = s.numKvHeads;
+  p.group = s.numQHeads / s.numKvHeads;
+  p.scale = static_cast<float>(s.softmaxScale);
+  p.scaleLog2 = static_cast<float>(s.softmaxScale * 1.4426950408889634);
+  return p;
+}
+
+template <int DQK, int DV>
+Status launchForward(cudaStream_t stream, const Params &p) {
+  using C = FwdCfg<DQK, DV>;
+  auto kernel = attnFwdKernel<DQK, DV>;
+  AP_ATTN_CUDA_CHECK(cudaFuncSetAttribute(
+      kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem));
+  dim3 grid(p.B * p.Hq, (p.T + C::kBr - 1) / C::kBr);
+  kernel<<<grid, C::kThreads, C::kSmem, stream>>>(p);
+  AP_ATTN_CUDA_CHECK(cudaGetLastError());
+  return Status::Ok;
+}
+
+template <int DQK, int DV>
+Status launchBackward(cudaStream_t stream, const Params &p) {
+  using C = BwdCfg<DQK, DV>;
+  const int64_t rows = int64_t(p.B) * p.T * p.Hq;
+  attnBwdDotKernel<DV><<<(rows + 7) / 8, 256, 0, stream>>>(p);
+  AP_ATTN_CUDA_CHECK(cudaGetLastError());
+
+  auto kv = attnBwdKVKernel<DQK, DV>;
+  AP_ATTN_CUDA_CHECK(cudaFuncSetAttribute(
+      kv, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemKV));
+  dim3 gridKV(p.B * p.Hq, (p.T + C::kBc - 1) / C::kBc);
+  kv<<<gridKV, C::kThreads, C::kSmemKV, stream>>>(p);
+  AP_ATTN_CUDA_CHECK(cudaGetLastError());
+
+  auto dq = attnBwdQKernel<DQK, DV>;
+  AP_ATTN_CUDA_CHECK(cudaFuncSetAttribute(
+      dq, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemQ));
+  dim3 gridQ(p.B * p.Hq, (p.T + C::kBr - 1) / C::kBr);
+  dq<<<gridQ, C::kThreads, C::kSmemQ, stream>>>(p);
+  AP_ATTN_CUDA_CHECK(cudaGetLastError());
+
+  if (p.group > 1) {
+    const int64_t total = int64_t(p.B) * p.T * p.Hkv * (DQK + DV);
+    const int64_t blocks = std::min<int64_t>((total + 255) / 256, 65535);
+    attnBwdGroupSumKernel<DQK, DV><<<blocks, 256, 0, stream>>>(p);
+    AP_ATTN_CUDA_CHECK(cudaGetLastError());
+  }
+  return Status::Ok;
+}
+
+/// Calls fn.template operator()<DQK, DV>() for the supported head dims.
+template <typename Fn> Status dispatchDims(const AttentionShape &s, Fn &&fn) {
+  if (s.headDimQk == 256 && s.headDimV == 256)
+    return fn.template operator()<256, 256>();
+  if (s.headDimQk == 192 && s.headDimV == 128)
+    return fn.template operator()<192, 128>();
+  if (s.headDimQk == 128 && s.headDimV == 128)
+    return fn.template operator()<128, 128>();
+  if (s.headDimQk == 64 && s.headDimV == 64)
+    return fn.template operator()<64, 64>();
+  return Status::Unsupported;
+}
+
+struct FwdLauncher {
+  cudaStream_t stream;
+  const Params &p;
+  template <int DQK, int DV> Status operator()() const {
+    return launchForward<DQK, DV>(stream, p);
+  }
+};
+struct BwdLauncher {
+  cudaStream_t stream;
+  const Params &p;
+  template <int DQK, int DV> Status operator()() const {
+    return launchBackward<DQK, DV>(stream, p);
+  }
+};
+
+} // namespace
+
+Status attentionForward(const KernelContext &ctx,
+                        const AttentionForwardArgs &a) {
+  if (Status st = attentionValidate(a.shape, a.dtype); st != Status::Ok)
+    return st;
+  if (!a.q || !a.k || !a.v || !a.o || !a.lse)
+    return Status::InvalidArgument;
+  if (a.dtype != DType::BF16)
+    return Status::Unsupported;
+  Params p = makeParams(a.shape);
+  p.q = static_cast<const __nv_bfloat16 *>(a.q);
+  p.k = static_cast<const __nv_bfloat16 *>(a.k);
+  p.v = static_cast<const __nv_bfloat16 *>(a.v);
+  p.oOut = static_cast<__nv_bfloat16 *>(a.o);
+  p.lse = static_cast<float *>(a.lse);
+  return dispatchDims(a.shape,
+                      FwdLauncher{static_cast<cudaStream_t>(ctx.stream), p});
+}
+
+Status attentionBackward(const KernelContext &ctx,
+                         const AttentionBackwardArgs &a) {
+  if (Status st = attentionValidate(a.shape, a.dtype); st != Status::Ok)
+    return st;
+  if (!a.q || !a.k || !a.v || !a.o || !a.lse || !a.dO || !a.dq || !a.dk ||
+      !a.dv)
+    return Status::InvalidArgument;
+  if (a.dtype != DType::BF16)
+    return Status::Unsupported;
+  const size_t need = attentionBackwardWorkspaceBytes(a);
+  if (ctx.workspaceBytes < need || (need && !ctx.workspace))
+    return Status::InvalidArgument;
+  const AttentionShape &s = a.shape;
+  Params p = makeParams(s);
+  p.q = static_cast<const __nv_bfloat16 *>(a.q);
+  p.k = static_cast<const __nv_bfloat16 *>(a.k);
+  p.v = static_cast<const __nv_bfloat16 *>(a.v);
+  p.o = static_cast<const __nv_bfloat16 *>(a.o);
+  p.dO = static_cast<const __nv_bfloat16 *>(a.dO);
+  p.lseIn = static_cast<const float *>(a.lse);
+  p.dq = static_cast<__nv_bfloat16 *>(a.dq);
+  p.dk = static_cast<__nv_bfloat16 *>(a.dk);
+  p.dv = static_cast<__nv_bfloat16 *>(a.dv);
+  // Workspace layout mirrors attentionBackwardWorkspaceBytes.
+  auto align = [](size_t n) { return (n + 255) / 256 * 256; };
+  const size_t rows = size_t(s.batch) * s.seqLen;
+  unsigned char *ws = static_cast<unsigned char *>(ctx.workspace);
+  p.Dd = reinterpret_cast<float *>(ws);
+  if (s.numQHeads != s.numKvHeads) {
+    size_t off = align(rows * s.numQHeads * sizeof(float));
+    p.dkPart = reinterpret_cast<float *>(ws + off);
+    off += align(rows * s.numQHeads * s.headDimQk * sizeof(float));
+    p.dvPart = reinterpret_cast<float *>(ws + off);
+  }
+  return dispatchDims(s, BwdLauncher{static_cast<cudaStream_t>(ctx.stream), p});
+}
+
+} // namespace ap::kernels::cuda
