@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+#===- test-all.sh - build and run every actplace test ---------------------===#
+#
+# Installs dependencies, then builds and tests both configurations users have:
+#   build-test-cpu   CPU only (-DACTPLACE_ENABLE_CUDA=OFF)
+#   build-test-cuda  with CUDA (when nvcc is installed); GPU tests skip
+#                    themselves on a machine without a GPU.
+# Each runs `ctest`: the lit suite, every gtest binary, the MPI (mpirun -np 2)
+# and ThreadSanitizer tests.
+#
+#===----------------------------------------------------------------------===#
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+"$root/tools/scripts/install-deps.sh"
+
+jobs=${ACTPLACE_JOBS:-$(nproc)}
+run_config() {
+  local name=$1
+  shift
+  local dir="$root/build-test-$name"
+  local start=$SECONDS
+  echo "== actplace: configure and build ($name) in $dir"
+  cmake -S "$root" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release "$@" >"$dir.configure.log" 2>&1 || {
+    cat "$dir.configure.log" >&2
+    return 1
+  }
+  ninja -C "$dir" -j "$jobs"
+  echo "== actplace: build ($name) took $((SECONDS - start)) s; running ctest"
+  ctest --test-dir "$dir" --output-on-failure -j "$jobs"
+  echo "== actplace: $name configuration passed in $((SECONDS - start)) s"
+}
+
+mkdir -p "$root/build-test-cpu"
+run_config cpu -DACTPLACE_ENABLE_CUDA=OFF
+if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
+  mkdir -p "$root/build-test-cuda"
+  run_config cuda -DACTPLACE_ENABLE_CUDA=ON
+else
+  echo "== actplace: nvcc not found: the CUDA configuration was not built"
+fi
