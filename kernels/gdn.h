@@ -182,6 +182,22 @@ Status gdnGatedNormBackward(const KernelContext &ctx,
                             const GdnGatedNormArgs &args);
 size_t gdnGatedNormBackwardWorkspaceBytes(const GdnGatedNormArgs &args);
 
+//===----------------------------------------------------------------------===//
+// Linking the cuda implementation
+//===----------------------------------------------------------------------===//
+// The entries above live in actplace_kernels_reference and reach the cuda
+// kernels through weak references (a CPU-only build links and answers
+// Unsupported). Weak references do not pull archive members, so every
+// translation unit built with ACTPLACE_HAVE_CUDA references this anchor,
+// defined next to the cuda entries.
+namespace detail {
+extern "C" int actplaceGdnCudaAnchor;
+} // namespace detail
+#if defined(ACTPLACE_HAVE_CUDA)
+[[maybe_unused]] __attribute__((used)) static const int
+    *const actplaceGdnCudaAnchorRef = &detail::actplaceGdnCudaAnchor;
+#endif
+
 } // namespace ap::kernels
 
 #endif // ACTPLACE_KERNELS_GDN_H

@@ -4,7 +4,7 @@
 // to the gdncuda:: functions of actplace_kernels_cuda, which this library
 // cannot depend on (it is built without CUDA too): they are declared weak
 // here, so that a binary linking the cuda library (and pulling
-// kernels/cuda/gdn/gdn_entry_cuda.cu, e.g. through gdncuda::linked()) gets
+// kernels/cuda/gdn/gdn_chunk.cu through the anchor in kernels/gdn.h) gets
 // them and a CPU-only binary gets Unsupported.
 //
 //===----------------------------------------------------------------------===//

@@ -1,0 +1,838 @@
+//===- gdn_chunk.cu - chunked gated delta rule, cuda ------------*- C++ -*-===//
+//
+// Forward: (1) intra-chunk kernel per (b, h, chunk): g cumsum, A, T=(I+A)^-1,
+// W, U; (2) state kernel per (b, h, dv block), sequential over chunks: chunk
+// start states h[n] and Vnew; (3) output kernel per (b, h, chunk).
+// Backward: (1) and (2) again (W, U, h, Vnew are recomputed from the saved
+// T and g cumsum), (3') reverse state kernel per (b, h, dv block): dh_end[n],
+// dVnew and d initial state; (4) per-chunk gradient kernel; (5) the sum of
+// q/k gradients over each group of value heads, in head order.
+// Every matmul runs on tensor cores (bf16 operands in shared memory, fp32
+// accumulation); states and gradient accumulators are fp32; no atomics.
+//
+//===----------------------------------------------------------------------===//
+#include "kernels/cuda/gdn/gdn_common.cuh"
+
+namespace ap::kernels::gdncuda {
+namespace {
+
+constexpr int C = kGdnChunk;
+constexpr int kThreads = 256;
+constexpr int kTP = C + 8;  // pitch of 64x64 bf16 tiles
+constexpr int kFP = C + 1;  // pitch of 64x64 fp32 tiles
+
+struct Dims {
+  int B, T, Hk, Hv, dk, dv, NT, r;
+  long qs, ks, vs;
+  float scale;
+};
+
+Dims dimsOf(const GdnChunkArgs &a) {
+  Dims d;
+  d.B = int(a.batch);
+  d.T = int(a.seqLen);
+  d.Hk = a.keyHeads;
+  d.Hv = a.valueHeads;
+  d.dk = a.keyDim;
+  d.dv = a.valueDim;
+  d.NT = (d.T + C - 1) / C;
+  d.r = d.Hv / d.Hk;
+  d.qs = a.qStride ? a.qStride : long(d.Hk) * d.dk;
+  d.ks = a.kStride ? a.kStride : long(d.Hk) * d.dk;
+  d.vs = a.vStride ? a.vStride : long(d.Hv) * d.dv;
+  d.scale = a.scale;
+  return d;
+}
+
+/// Workspace carve-up (each region 256-byte aligned).
+struct Ws {
+  bf *W, *U, *Vn;          // [B*Hv][NT*64][dk | dv | dv]
+  float *h, *dh;           // [B*Hv][NT][dk][dv]
+  float *dVn;              // [B*Hv][NT*64][dv]
+  float *dQ, *dK, *dW;     // [B*Hv][NT*64][dk]
+};
+size_t align256(size_t x) { return (x + 255) & ~size_t(255); }
+size_t carve(const Dims &d, bool backward, char *base, Ws *w) {
+  size_t rows = size_t(d.B) * d.Hv * d.NT * C;
+  size_t states = size_t(d.B) * d.Hv * d.NT * d.dk * d.dv;
+  size_t off = 0;
+  auto take = [&](size_t bytes) {
+    char *p = base ? base + off : nullptr;
+    off += align256(bytes);
+    return p;
+  };
+  Ws tmp;
+  Ws &x = w ? *w : tmp;
+  x.W = (bf *)take(rows * d.dk * 2);
+  x.U = (bf *)take(rows * d.dv * 2);
+  x.Vn = (bf *)take(rows * d.dv * 2);
+  x.h = (float *)take(states * 4);
+  if (backward) {
+    x.dh = (float *)take(states * 4);
+    x.dVn = (float *)take(rows * d.dv * 4);
+    x.dQ = (float *)take(rows * d.dk * 4);
+    x.dK = (float *)take(rows * d.dk * 4);
+    x.dW = (float *)take(rows * d.dk * 4);
+  }
+  return off;
+}
+
+__device__ __forceinline__ int chunkLen(int T, int n) { return min(C, T - n * C); }
+
+/// Loads rows [t0, t0+L) of one head into a [64][pitch] bf16 tile, zero rows
+/// beyond L; optionally scaled per row.
+__device__ void loadRows(bf *dst, int pitch, const bf *src, long stride,
+                         int L, int d) {
+  for (int i = threadIdx.x; i < C * d; i += blockDim.x) {
+    int r = i / d, c = i % d;
+    dst[r * pitch + c] = r < L ? src[long(r) * stride + c] : f2b(0.f);
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// (1) intra-chunk: g cumsum, A, T, W, U
+//===----------------------------------------------------------------------===//
+
+__global__ void __launch_bounds__(kThreads)
+intraKernel(Dims d, const bf *q, const bf *k, const bf *v, const float *g,
+            const float *beta, float *gCum, bf *tMat, bool recompute,
+            bf *Wout, bf *Uout) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  const int n = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+  const int hk = h / d.r, L = chunkLen(d.T, n), t0 = n * C;
+  const int pk = d.dk + 8, pv = d.dv + 8;
+  bf *Ks = (bf *)smem;                 // [64][pk]
+  bf *Vs = Ks + C * pk;                // [64][pv]
+  bf *Ts = Vs + C * pv;                // [64][kTP]
+  float *Af = (float *)(Ts + C * kTP); // [64][kFP]
+  float *G = Af + C * kFP, *Bt = G + C, *Gam = Bt + C;
+
+  const long tok0 = long(b) * d.T + t0;
+  if (threadIdx.x == 0) {
+    float run = 0.f;
+    for (int r = 0; r < C; ++r) {
+      if (r < L) {
+        long si = (tok0 + r) * d.Hv + h;
+        run = recompute ? gCum[si] : run + g[si];
+        if (!recompute)
+          gCum[si] = run;
+        Bt[r] = beta[si];
+      } else {
+        Bt[r] = 0.f;
+      }
+      G[r] = run; // rows past L repeat G_{L-1}: every exponent stays <= 0
+      Gam[r] = __expf(run);
+    }
+  }
+  loadRows(Ks, pk, k + tok0 * d.ks + long(hk) * d.dk, d.ks, L, d.dk);
+  loadRows(Vs, pv, v + tok0 * d.vs + long(h) * d.dv, d.vs, L, d.dv);
+  __syncthreads();
+
+  bf *tOut = tMat + (tok0 * d.Hv + h) * C; // row r at + r*Hv*64
+  if (recompute) {
+    for (int i = threadIdx.x; i < C * C; i += blockDim.x) {
+      int r = i / C, c = i % C;
+      Ts[r * kTP + c] = r < L ? tOut[long(r) * d.Hv * C + c] : f2b(0.f);
+    }
+  } else {
+    // A[r,s] = beta_r (k_r . k_s) exp(G_r - G_s), strictly lower; the mask
+    // is applied before the exponential.
+    ctaGemm(C, C, d.dk, SMat{Ks, pk, 1}, SMat{Ks, 1, pk},
+            [&](int m, int c, float x) {
+              Af[m * kFP + c] =
+                  (c < m && m < L) ? Bt[m] * x * __expf(G[m] - G[c]) : 0.f;
+            });
+    __syncthreads();
+    // T = (I + A)^-1 by forward substitution, in place in Af: step i reads
+    // row i (still A) and rows < i (already T), thread c owns column c.
+    float *Tf = Af;
+    for (int i = 0; i < C; ++i) {
+      int c = threadIdx.x;
+      float val = 0.f;
+      if (c < i) {
+        // T[i][c] = -sum_{m=c}^{i-1} A[i][m] T[m][c]
+        for (int m = c; m < i; ++m)
+          val -= Af[i * kFP + m] * (m == c ? 1.f : Tf[m * kFP + c]);
+      }
+      __syncthreads();
+      if (c < i)
+        Tf[i * kFP + c] = val;
+      __syncthreads();
+    }
+    for (int i = threadIdx.x; i < C * C; i += blockDim.x) {
+      int r = i / C, c = i % C;
+      float x = (r < L && c < L) ? (r == c ? 1.f : (c < r ? Tf[r * kFP + c] : 0.f))
+                                 : 0.f;
+      bf xb = f2b(x);
+      Ts[r * kTP + c] = xb;
+      if (r < L)
+        tOut[long(r) * d.Hv * C + c] = xb;
+    }
+  }
+  __syncthreads();
+  // Scale K rows by beta*Gam and V rows by beta (in place).
+  for (int i = threadIdx.x; i < C * d.dk; i += blockDim.x) {
+    int r = i / d.dk, c = i % d.dk;
+    Ks[r * pk + c] = f2b(b2f(Ks[r * pk + c]) * Bt[r] * Gam[r]);
+  }
+  for (int i = threadIdx.x; i < C * d.dv; i += blockDim.x) {
+    int r = i / d.dv, c = i % d.dv;
+    Vs[r * pv + c] = f2b(b2f(Vs[r * pv + c]) * Bt[r]);
+  }
+  __syncthreads();
+  const long wrow = (long(b) * d.Hv + h) * d.NT * C + long(n) * C;
+  bf *Wc = Wout + wrow * d.dk;
+  bf *Uc = Uout + wrow * d.dv;
+  ctaGemm(C, d.dk, C, SMat{Ts, kTP, 1}, SMat{Ks, pk, 1},
+          [&](int m, int c, float x) { Wc[long(m) * d.dk + c] = f2b(x); });
+  ctaGemm(C, d.dv, C, SMat{Ts, kTP, 1}, SMat{Vs, pv, 1},
+          [&](int m, int c, float x) { Uc[long(m) * d.dv + c] = f2b(x); });
+}
+
+size_t intraSmem(const Dims &d) {
+  return size_t(C) * (d.dk + 8) * 2 + size_t(C) * (d.dv + 8) * 2 +
+         size_t(C) * kTP * 2 + size_t(C) * kFP * 4 + 3 * C * 4;
+}
+
+//===----------------------------------------------------------------------===//
+// (2) forward state pass
+//===----------------------------------------------------------------------===//
+
+__global__ void __launch_bounds__(kThreads)
+stateKernel(Dims d, int dvb, const bf *k, const float *gCum, const bf *Wg,
+            const bf *Ug, const float *h0, float *hOut, bf *VnOut,
+            float *finalState) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  const int jb = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+  const int hk = h / d.r, j0 = jb * dvb;
+  const int pk = d.dk + 8, pb = dvb + 8;
+  float *S = (float *)smem;           // [dk][dvb]
+  float *G = S + d.dk * dvb;          // [64]
+  bf *Sb = (bf *)(G + C);             // [dk][pb]
+  bf *Ws_ = Sb + d.dk * pb;           // [64][pk]
+  bf *Kd = Ws_ + C * pk;              // [64][pk]
+  bf *Vb = Kd + C * pk;               // [64][pb]
+  float *Uf = (float *)(Vb + C * pb); // [64][dvb]
+
+  const long bh = long(b) * d.Hv + h;
+  for (int i = threadIdx.x; i < d.dk * dvb; i += blockDim.x) {
+    int r = i / dvb, c = i % dvb;
+    S[i] = h0 ? h0[(bh * d.dk + r) * d.dv + j0 + c] : 0.f;
+  }
+  for (int n = 0; n < d.NT; ++n) {
+    const int L = chunkLen(d.T, n);
+    const long tok0 = long(b) * d.T + n * C;
+    const long wrow = bh * d.NT * C + long(n) * C;
+    if (threadIdx.x < C) {
+      int r = threadIdx.x;
+      G[r] = gCum[(tok0 + min(r, L - 1)) * d.Hv + h];
+    }
+    __syncthreads();
+    const float gl = G[C - 1];
+    float *hn = hOut + ((bh * d.NT + n) * d.dk) * d.dv;
+    for (int i = threadIdx.x; i < d.dk * dvb; i += blockDim.x) {
+      int r = i / dvb, c = i % dvb;
+      hn[long(r) * d.dv + j0 + c] = S[i];
+      Sb[r * pb + c] = f2b(S[i]);
+    }
+    const bf *ksrc = k + tok0 * d.ks + long(hk) * d.dk;
+    for (int i = threadIdx.x; i < C * d.dk; i += blockDim.x) {
+      int r = i / d.dk, c = i % d.dk;
+      Ws_[r * pk + c] = Wg[(wrow + r) * d.dk + c];
+      Kd[r * pk + c] = r < L ? f2b(b2f(ksrc[long(r) * d.ks + c]) * __expf(gl - G[r]))
+                             : f2b(0.f);
+    }
+    for (int i = threadIdx.x; i < C * dvb; i += blockDim.x) {
+      int r = i / dvb, c = i % dvb;
+      Uf[i] = b2f(Ug[(wrow + r) * d.dv + j0 + c]);
+    }
+    __syncthreads();
+    // Vnew = U - W S0.
+    bf *vn = VnOut + wrow * d.dv + j0;
+    ctaGemm(C, dvb, d.dk, SMat{Ws_, pk, 1}, SMat{Sb, pb, 1},
+            [&](int m, int c, float x) {
+              bf y = f2b(Uf[m * dvb + c] - x);
+              Vb[m * pb + c] = y;
+              vn[long(m) * d.dv + c] = y;
+            });
+    // S <- Gam_last S (each thread scales elements no gemm reads).
+    const float gam = __expf(gl);
+    for (int i = threadIdx.x; i < d.dk * dvb; i += blockDim.x)
+      S[i] *= gam;
+    __syncthreads();
+    // S += (K exp(G_last - G))^T Vnew.
+    ctaGemm(d.dk, dvb, C, SMat{Kd, 1, pk}, SMat{Vb, pb, 1},
+            [&](int m, int c, float x) { S[m * dvb + c] += x; });
+    __syncthreads();
+  }
+  if (finalState)
+    for (int i = threadIdx.x; i < d.dk * dvb; i += blockDim.x) {
+      int r = i / dvb, c = i % dvb;
+      finalState[(bh * d.dk + r) * d.dv + j0 + c] = S[i];
+    }
+}
+
+size_t stateSmem(const Dims &d, int dvb) {
+  return size_t(d.dk) * dvb * 4 + C * 4 + size_t(d.dk) * (dvb + 8) * 2 +
+         2 * size_t(C) * (d.dk + 8) * 2 + size_t(C) * (dvb + 8) * 2 +
+         size_t(C) * dvb * 4;
+}
+
+//===----------------------------------------------------------------------===//
+// (3) forward output
+//===----------------------------------------------------------------------===//
+
+__global__ void __launch_bounds__(kThreads)
+outputKernel(Dims d, const bf *q, const bf *k, const float *gCum,
+             const float *hS, const bf *Vn, bf *o) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  const int n = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+  const int hk = h / d.r, L = chunkLen(d.T, n), t0 = n * C;
+  const int pk = d.dk + 8, VB = 64, pb = VB + 8;
+  bf *Qs = (bf *)smem;            // [64][pk]
+  bf *Ks = Qs + C * pk;           // [64][pk]
+  bf *Ps = Ks + C * pk;           // [64][kTP]
+  bf *Hb = Ps + C * kTP;          // [dk][pb]
+  bf *Vb = Hb + d.dk * pb;        // [64][pb]
+  float *Of = (float *)(Vb + C * pb); // [64][VB]
+  float *G = Of + C * VB;
+
+  const long tok0 = long(b) * d.T + t0, bh = long(b) * d.Hv + h;
+  if (threadIdx.x < C)
+    G[threadIdx.x] = gCum[(tok0 + min(int(threadIdx.x), L - 1)) * d.Hv + h];
+  loadRows(Qs, pk, q + tok0 * d.qs + long(hk) * d.dk, d.qs, L, d.dk);
+  loadRows(Ks, pk, k + tok0 * d.ks + long(hk) * d.dk, d.ks, L, d.dk);
+  __syncthreads();
+  const float scale = d.scale;
+  ctaGemm(C, C, d.dk, SMat{Qs, pk, 1}, SMat{Ks, 1, pk},
+          [&](int m, int c, float x) {
+            Ps[m * kTP + c] =
+                f2b((c <= m && m < L) ? scale * x * __expf(G[m] - G[c]) : 0.f);
+          });
+  const float *hn = hS + (bh * d.NT + n) * long(d.dk) * d.dv;
+  const bf *vn = Vn + (bh * d.NT * C + long(n) * C) * d.dv;
+  for (int j0 = 0; j0 < d.dv; j0 += VB) {
+    const int vb = min(VB, d.dv - j0);
+    __syncthreads();
+    for (int i = threadIdx.x; i < d.dk * vb; i += blockDim.x) {
+      int r = i / vb, c = i % vb;
+      Hb[r * pb + c] = f2b(hn[long(r) * d.dv + j0 + c]);
+    }
+    for (int i = threadIdx.x; i < C * vb; i += blockDim.x) {
+      int r = i / vb, c = i % vb;
+      Vb[r * pb + c] = vn[long(r) * d.dv + j0 + c];
+    }
+    __syncthreads();
+    ctaGemm(C, vb, d.dk, SMat{Qs, pk, 1}, SMat{Hb, pb, 1},
+            [&](int m, int c, float x) {
+              Of[m * VB + c] = scale * __expf(G[m]) * x;
+            });
+    // Same (M, N): each element returns to the thread that wrote it.
+    ctaGemm(C, vb, C, SMat{Ps, kTP, 1}, SMat{Vb, pb, 1},
+            [&](int m, int c, float x) {
+              if (m < L)
+                o[((tok0 + m) * d.Hv + h) * d.dv + j0 + c] =
+                    f2b(Of[m * VB + c] + x);
+            });
+  }
+}
+
+size_t outputSmem(const Dims &d) {
+  return 2 * size_t(C) * (d.dk + 8) * 2 + size_t(C) * kTP * 2 +
+         size_t(d.dk) * 72 * 2 + size_t(C) * 72 * 2 + size_t(C) * 64 * 4 +
+         C * 4;
+}
+
+//===----------------------------------------------------------------------===//
+// (3') backward state pass: dh_end[n], dVnew, dS0
+//===----------------------------------------------------------------------===//
+
+__global__ void __launch_bounds__(kThreads)
+stateBwdKernel(Dims d, int dvb, const bf *q, const bf *k, const float *gCum,
+               const bf *Wg, const bf *dO, const float *dFinal, float *dhOut,
+               float *dVnOut, float *dInit) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  const int jb = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+  const int hk = h / d.r, j0 = jb * dvb;
+  const int pk = d.dk + 8, pb = dvb + 8;
+  float *dH = (float *)smem;          // [dk][dvb]
+  float *G = dH + d.dk * dvb;         // [64]
+  float *dVf = G + C;                 // [64][dvb]
+  bf *dHb = (bf *)(dVf + C * dvb);    // [dk][pb]
+  bf *Qs = dHb + d.dk * pb;           // [64][pk]
+  bf *Ks = Qs + C * pk;               // [64][pk]
+  bf *Kd = Ks + C * pk;               // [64][pk]
+  bf *Ws_ = Kd + C * pk;              // [64][pk]
+  bf *dOb = Ws_ + C * pk;             // [64][pb]
+  bf *dVb = dOb + C * pb;             // [64][pb]
+  bf *Pt = dVb + C * pb;              // [64][kTP]
+
+  const long bh = long(b) * d.Hv + h;
+  const float scale = d.scale;
+  for (int i = threadIdx.x; i < d.dk * dvb; i += blockDim.x) {
+    int r = i / dvb, c = i % dvb;
+    dH[i] = dFinal ? dFinal[(bh * d.dk + r) * d.dv + j0 + c] : 0.f;
+  }
+  for (int n = d.NT - 1; n >= 0; --n) {
+    const int L = chunkLen(d.T, n);
+    const long tok0 = long(b) * d.T + n * C;
+    const long wrow = bh * d.NT * C + long(n) * C;
+    __syncthreads();
+    if (threadIdx.x < C)
+      G[threadIdx.x] = gCum[(tok0 + min(int(threadIdx.x), L - 1)) * d.Hv + h];
+    float *dhn = dhOut + ((bh * d.NT + n) * d.dk) * d.dv;
+    for (int i = threadIdx.x; i < d.dk * dvb; i += blockDim.x) {
+      int r = i / dvb, c = i % dvb;
+      dhn[long(r) * d.dv + j0 + c] = dH[i];
+      dHb[r * pb + c] = f2b(dH[i]);
+    }
+    loadRows(Qs, pk, q + tok0 * d.qs + long(hk) * d.dk, d.qs, L, d.dk);
+    loadRows(Ks, pk, k + tok0 * d.ks + long(hk) * d.dk, d.ks, L, d.dk);
+    for (int i = threadIdx.x; i < C * d.dk; i += blockDim.x) {
+      int r = i / d.dk, c = i % d.dk;
+      Ws_[r * pk + c] = Wg[(wrow + r) * d.dk + c];
+    }
+    for (int i = threadIdx.x; i < C * dvb; i += blockDim.x) {
+      int r = i / dvb, c = i % dvb;
+      dOb[r * pb + c] = r < L ? dO[((tok0 + r) * d.Hv + h) * d.dv + j0 + c] : f2b(0.f);
+    }
+    __syncthreads();
+    const float gl = G[C - 1];
+    for (int i = threadIdx.x; i < C * d.dk; i += blockDim.x) {
+      int r = i / d.dk, c = i % d.dk;
+      Kd[r * pk + c] = f2b(b2f(Ks[r * pk + c]) * __expf(gl - G[r]));
+    }
+    // Pt[s, r] = scale (k_s . q_r) exp(G_r - G_s) for s <= r < L.
+    ctaGemm(C, C, d.dk, SMat{Ks, pk, 1}, SMat{Qs, 1, pk},
+            [&](int s, int r, float x) {
+              Pt[s * kTP + r] =
+                  f2b((s <= r && r < L) ? scale * x * __expf(G[r] - G[s]) : 0.f);
+            });
+    __syncthreads();
+    // dVnew = Pt dO + Kd dH.
+    ctaGemm(C, dvb, C, SMat{Pt, kTP, 1}, SMat{dOb, pb, 1},
+            [&](int m, int c, float x) { dVf[m * dvb + c] = x; });
+    float *dvn = dVnOut + wrow * d.dv + j0;
+    ctaGemm(C, dvb, d.dk, SMat{Kd, pk, 1}, SMat{dHb, pb, 1},
+            [&](int m, int c, float x) {
+              float y = dVf[m * dvb + c] + x;
+              dvn[long(m) * d.dv + c] = y;
+              dVb[m * pb + c] = f2b(y);
+            });
+    // Qg = scale Gam Q (in place: Q is not read again in this chunk).
+    for (int i = threadIdx.x; i < C * d.dk; i += blockDim.x) {
+      int r = i / d.dk, c = i % d.dk;
+      Qs[r * pk + c] = f2b(b2f(Qs[r * pk + c]) * scale * __expf(G[r]));
+    }
+    const float gam = __expf(gl);
+    for (int i = threadIdx.x; i < d.dk * dvb; i += blockDim.x)
+      dH[i] *= gam;
+    __syncthreads();
+    // dH += Qg^T dO - W^T dVnew.
+    ctaGemm(d.dk, dvb, C, SMat{Qs, 1, pk}, SMat{dOb, pb, 1},
+            [&](int m, int c, float x) { dH[m * dvb + c] += x; });
+    ctaGemm(d.dk, dvb, C, SMat{Ws_, 1, pk}, SMat{dVb, pb, 1},
+            [&](int m, int c, float x) { dH[m * dvb + c] -= x; });
+  }
+  __syncthreads();
+  if (dInit)
+    for (int i = threadIdx.x; i < d.dk * dvb; i += blockDim.x) {
+      int r = i / dvb, c = i % dvb;
+      dInit[(bh * d.dk + r) * d.dv + j0 + c] = dH[i];
+    }
+}
+
+size_t stateBwdSmem(const Dims &d, int dvb) {
+  return size_t(d.dk) * dvb * 4 + C * 4 + size_t(C) * dvb * 4 +
+         size_t(d.dk) * (dvb + 8) * 2 + 4 * size_t(C) * (d.dk + 8) * 2 +
+         2 * size_t(C) * (dvb + 8) * 2 + size_t(C) * kTP * 2;
+}
+
+//===----------------------------------------------------------------------===//
+// (4) per-chunk gradients
+//===----------------------------------------------------------------------===//
+
+__global__ void __launch_bounds__(kThreads)
+chunkBwdKernel(Dims d, int VB, const bf *q, const bf *k, const bf *v,
+               const float *gCum, const float *beta, const bf *tMat,
+               const bf *dO, const float *hS, const float *dhS, const bf *Vn,
+               const float *dVn, float *dQg, float *dKg, float *dWg, bf *dvOut,
+               float *dgOut, float *dbetaOut) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  const int n = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+  const int hk = h / d.r, L = chunkLen(d.T, n), t0 = n * C;
+  const int pk = d.dk + 8, pb = VB + 8;
+  const size_t r3 = max(size_t(2) * d.dk * pb, size_t(C) * pk);
+  const size_t r4 = max(size_t(4) * C * pb, size_t(4) * C * kTP);
+  float *G = (float *)smem, *Bt = G + C, *Gam = Bt + C, *dG = Gam + C,
+        *dB = dG + C, *red = dB + C; // red: [kThreads]
+  float *dSf = red + kThreads;       // [64][kFP]
+  float *dTf = dSf + C * kFP;
+  float *Yf = dTf + C * kFP;
+  bf *Qs = (bf *)(Yf + C * kFP); // [64][pk]
+  bf *Ks = Qs + C * pk;
+  bf *Ts = Ks + C * pk;          // [64][kTP]
+  bf *R3 = Ts + C * kTP;
+  bf *R4 = R3 + r3;
+  bf *S0b = R3, *dHb = R3 + d.dk * pb; // [dk][pb] each, during the dv loop
+  bf *dWb = R3;                        // [64][pk] after it
+  bf *dOb = R4, *Vnb = R4 + C * pb, *dVb = Vnb + C * pb, *Vb = dVb + C * pb;
+  bf *dSb = R4, *dTb = R4 + C * kTP, *M1b = dTb + C * kTP, *dPb = M1b + C * kTP;
+  bf *dPbb = dSb; // after dSb's last use
+
+  const long tok0 = long(b) * d.T + t0, bh = long(b) * d.Hv + h;
+  const long wrow = bh * d.NT * C + long(n) * C;
+  const float scale = d.scale;
+  float *dQc = dQg + wrow * d.dk, *dKc = dKg + wrow * d.dk, *dWc = dWg + wrow * d.dk;
+  if (threadIdx.x < C) {
+    int r = threadIdx.x;
+    long si = (tok0 + min(r, L - 1)) * d.Hv + h;
+    G[r] = gCum[si];
+    Bt[r] = r < L ? beta[si] : 0.f;
+    Gam[r] = __expf(G[r]);
+    dB[r] = 0.f;
+  }
+  loadRows(Qs, pk, q + tok0 * d.qs + long(hk) * d.dk, d.qs, L, d.dk);
+  loadRows(Ks, pk, k + tok0 * d.ks + long(hk) * d.dk, d.ks, L, d.dk);
+  const bf *tIn = tMat + (tok0 * d.Hv + h) * C;
+  for (int i = threadIdx.x; i < C * C; i += blockDim.x) {
+    int r = i / C, c = i % C;
+    Ts[r * kTP + c] = r < L ? tIn[long(r) * d.Hv * C + c] : f2b(0.f);
+    dSf[r * kFP + c] = 0.f;
+    dTf[r * kFP + c] = 0.f;
+  }
+  for (int i = threadIdx.x; i < C * d.dk; i += blockDim.x) {
+    dQc[i] = 0.f;
+    dKc[i] = 0.f;
+    dWc[i] = 0.f;
+  }
+  float extraS = 0.f; // this thread's share of sum(S0 * dh_end)
+  const float *hn = hS + (bh * d.NT + n) * long(d.dk) * d.dv;
+  const float *dhn = dhS + (bh * d.NT + n) * long(d.dk) * d.dv;
+  const bf *vnc = Vn + wrow * d.dv;
+  const float *dvnc = dVn + wrow * d.dv;
+  for (int j0 = 0; j0 < d.dv; j0 += VB) {
+    const int vb = min(VB, d.dv - j0);
+    __syncthreads();
+    for (int i = threadIdx.x; i < d.dk * vb; i += blockDim.x) {
+      int r = i / vb, c = i % vb;
+      float s0 = hn[long(r) * d.dv + j0 + c], dh = dhn[long(r) * d.dv + j0 + c];
+      extraS += s0 * dh;
+      S0b[r * pb + c] = f2b(s0);
+      dHb[r * pb + c] = f2b(dh);
+    }
+    for (int i = threadIdx.x; i < C * vb; i += blockDim.x) {
+      int r = i / vb, c = i % vb;
+      bool in = r < L;
+      dOb[r * pb + c] = in ? dO[((tok0 + r) * d.Hv + h) * d.dv + j0 + c] : f2b(0.f);
+      Vnb[r * pb + c] = vnc[long(r) * d.dv + j0 + c];
+      dVb[r * pb + c] = f2b(dvnc[long(r) * d.dv + j0 + c]);
+      Vb[r * pb + c] = in ? v[(tok0 + r) * d.vs + long(h) * d.dv + j0 + c] : f2b(0.f);
+    }
+    __syncthreads();
+    ctaGemm(C, d.dk, vb, SMat{dOb, pb, 1}, SMat{S0b, 1, pb},
+            [&](int m, int c, float x) { dQc[m * d.dk + c] += x; });
+    ctaGemm(C, d.dk, vb, SMat{Vnb, pb, 1}, SMat{dHb, 1, pb},
+            [&](int m, int c, float x) { dKc[m * d.dk + c] += x; });
+    ctaGemm(C, d.dk, vb, SMat{dVb, pb, 1}, SMat{S0b, 1, pb},
+            [&](int m, int c, float x) { dWc[m * d.dk + c] -= x; });
+    ctaGemm(C, C, vb, SMat{dOb, pb, 1}, SMat{Vnb, 1, pb},
+            [&](int m, int c, float x) { dSf[m * kFP + c] += x; });
+    ctaGemm(C, C, vb, SMat{dVb, pb, 1}, SMat{Vb, 1, pb},
+            [&](int m, int c, float x) { dTf[m * kFP + c] += x * Bt[c]; });
+    // Y = T^T dU.
+    ctaGemm(C, vb, C, SMat{Ts, 1, kTP}, SMat{dVb, pb, 1},
+            [&](int m, int c, float x) { Yf[m * kFP + c] = x; });
+    __syncthreads();
+    for (int i = threadIdx.x; i < L * vb; i += blockDim.x) {
+      int r = i / vb, c = i % vb;
+      dvOut[(tok0 + r) * d.vs + long(h) * d.dv + j0 + c] = f2b(Yf[r * kFP + c] * Bt[r]);
+    }
+    if (threadIdx.x < C) {
+      int r = threadIdx.x;
+      float s = 0.f;
+      for (int c = 0; c < vb; ++c)
+        s += Yf[r * kFP + c] * b2f(Vb[r * pb + c]);
+      dB[r] += s;
+    }
+  }
+  // Fixed-order block reduction of sum(S0 * dh_end).
+  red[threadIdx.x] = extraS;
+  __syncthreads();
+  for (int s = kThreads / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s)
+      red[threadIdx.x] += red[threadIdx.x + s];
+    __syncthreads();
+  }
+  const float gl = G[C - 1];
+  for (int i = threadIdx.x; i < C * d.dk; i += blockDim.x) {
+    int r = i / d.dk;
+    dQc[i] *= scale * Gam[r];
+    dKc[i] *= __expf(gl - G[r]);
+  }
+  __syncthreads();
+  // extra = Gam_last sum(S0 dh) + sum_r dK_r . k_r (dK so far).
+  if (threadIdx.x < C) {
+    int r = threadIdx.x;
+    float s = 0.f;
+    for (int c = 0; c < d.dk; ++c)
+      s += dKc[r * d.dk + c] * b2f(Ks[r * pk + c]);
+    dG[r] = s;
+  }
+  // dS = scale (dO Vnew^T) * D, lower incl.
+  for (int i = threadIdx.x; i < C * C; i += blockDim.x) {
+    int m = i / C, c = i % C;
+    float x = (c <= m && m < L) ? scale * dSf[m * kFP + c] * __expf(G[m] - G[c]) : 0.f;
+    dSb[m * kTP + c] = f2b(x);
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float s = 0.f;
+    for (int r = 0; r < C; ++r)
+      s += dG[r];
+    red[1] = __expf(gl) * red[0] + s; // extra
+  }
+  ctaGemm(C, d.dk, C, SMat{dSb, kTP, 1}, SMat{Ks, pk, 1},
+          [&](int m, int c, float x) { dQc[m * d.dk + c] += x; });
+  ctaGemm(C, d.dk, C, SMat{dSb, 1, kTP}, SMat{Qs, pk, 1},
+          [&](int m, int c, float x) { dKc[m * d.dk + c] += x; });
+  __syncthreads();
+  if (threadIdx.x < C) {
+    int r = threadIdx.x;
+    float s = 0.f;
+    for (int c = 0; c < d.dk; ++c)
+      s += dQc[r * d.dk + c] * b2f(Qs[r * pk + c]) -
+           dKc[r * d.dk + c] * b2f(Ks[r * pk + c]);
+    dG[r] = s + (r == L - 1 ? red[1] : 0.f);
+  }
+  for (int i = threadIdx.x; i < C * d.dk; i += blockDim.x) {
+    int r = i / d.dk, c = i % d.dk;
+    dWb[r * pk + c] = f2b(dWc[i]);
+  }
+  __syncthreads();
+  // WY backward: dT += dW (beta Gam K)^T; X = T^T dW.
+  ctaGemm(C, C, d.dk, SMat{dWb, pk, 1}, SMat{Ks, 1, pk},
+          [&](int m, int c, float x) { dTf[m * kFP + c] += x * Bt[c] * Gam[c]; });
+  ctaGemm(C, d.dk, C, SMat{Ts, 1, kTP}, SMat{dWb, pk, 1},
+          [&](int m, int c, float x) {
+            dKc[m * d.dk + c] += x * Bt[m] * Gam[m];
+            dWc[m * d.dk + c] = x; // X, for the row sums below
+          });
+  __syncthreads();
+  if (threadIdx.x < C) {
+    int r = threadIdx.x;
+    float s = 0.f;
+    for (int c = 0; c < d.dk; ++c)
+      s += dWc[r * d.dk + c] * b2f(Ks[r * pk + c]);
+    dB[r] += s * Gam[r];
+    dG[r] += s * Bt[r] * Gam[r];
+  }
+  for (int i = threadIdx.x; i < C * C; i += blockDim.x) {
+    int m = i / C, c = i % C;
+    dTb[m * kTP + c] = f2b(dTf[m * kFP + c]);
+  }
+  __syncthreads();
+  // dP = -strictlower(T^T dT T^T) * D.
+  ctaGemm(C, C, C, SMat{Ts, 1, kTP}, SMat{dTb, kTP, 1},
+          [&](int m, int c, float x) { M1b[m * kTP + c] = f2b(x); });
+  __syncthreads();
+  ctaGemm(C, C, C, SMat{M1b, kTP, 1}, SMat{Ts, 1, kTP},
+          [&](int m, int c, float x) {
+            float p = (c < m && m < L) ? -x * __expf(G[m] - G[c]) : 0.f;
+            Yf[m * kFP + c] = p;
+            dPb[m * kTP + c] = f2b(p);
+            dPbb[m * kTP + c] = f2b(p * Bt[m]);
+          });
+  // K K^T for the dbeta / dG terms.
+  ctaGemm(C, C, d.dk, SMat{Ks, pk, 1}, SMat{Ks, 1, pk},
+          [&](int m, int c, float x) { dTf[m * kFP + c] = x; });
+  __syncthreads();
+  ctaGemm(C, d.dk, C, SMat{dPb, kTP, 1}, SMat{Ks, pk, 1},
+          [&](int m, int c, float x) { dKc[m * d.dk + c] += Bt[m] * x; });
+  ctaGemm(C, d.dk, C, SMat{dPbb, 1, kTP}, SMat{Ks, pk, 1},
+          [&](int m, int c, float x) { dKc[m * d.dk + c] += x; });
+  if (threadIdx.x < C) {
+    int r = threadIdx.x;
+    float sb = 0.f, se = 0.f;
+    for (int j = 0; j < C; ++j) {
+      sb += Yf[r * kFP + j] * dTf[r * kFP + j];
+      se -= Yf[j * kFP + r] * Bt[j] * dTf[j * kFP + r];
+    }
+    dB[r] += sb;
+    dG[r] += Bt[r] * sb + se;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float run = 0.f;
+    for (int r = L - 1; r >= 0; --r) {
+      run += dG[r];
+      long si = (tok0 + r) * d.Hv + h;
+      dgOut[si] = run;
+      dbetaOut[si] = dB[r];
+    }
+  }
+}
+
+size_t chunkBwdSmem(const Dims &d, int VB) {
+  const int pk = d.dk + 8, pb = VB + 8;
+  size_t r3 = std::max(size_t(2) * d.dk * pb, size_t(C) * pk);
+  size_t r4 = std::max(size_t(4) * C * pb, size_t(4) * C * kTP);
+  return (5 * C + kThreads + 3 * C * kFP) * 4 +
+         (2 * size_t(C) * pk + size_t(C) * kTP + r3 + r4) * 2;
+}
+
+/// dq/dk per value head (fp32) -> storage, summed over each group in order.
+__global__ void groupSumKernel(Dims d, const float *dQg, const float *dKg,
+                               bf *dq, bf *dk) {
+  long total = long(d.B) * d.T * d.Hk * d.dk;
+  for (long i = blockIdx.x * long(blockDim.x) + threadIdx.x; i < total;
+       i += long(gridDim.x) * blockDim.x) {
+    int c = int(i % d.dk);
+    long rest = i / d.dk;
+    int hk = int(rest % d.Hk);
+    long tok = rest / d.Hk;
+    int b = int(tok / d.T), t = int(tok % d.T);
+    float sq = 0.f, sk = 0.f;
+    for (int j = 0; j < d.r; ++j) {
+      long row = (long(b) * d.Hv + hk * d.r + j) * d.NT * C + t;
+      sq += dQg[row * d.dk + c];
+      sk += dKg[row * d.dk + c];
+    }
+    dq[tok * d.qs + long(hk) * d.dk + c] = f2b(sq);
+    dk[tok * d.ks + long(hk) * d.dk + c] = f2b(sk);
+  }
+}
+
+bool supported(const GdnChunkArgs &a) {
+  return a.dtype == DType::BF16 && a.batch > 0 && a.seqLen > 0 &&
+         a.keyHeads > 0 && a.valueHeads % a.keyHeads == 0 &&
+         a.keyDim % 16 == 0 && a.valueDim % 16 == 0 && a.keyDim > 0 &&
+         a.valueDim > 0 && a.keyDim <= 256 && a.valueDim <= 256;
+}
+
+/// dv block of the sequential passes: small enough that (b, h, block) CTAs
+/// fill the GPU. Results do not depend on it (blocks never interact).
+int stateBlock(const Dims &d, int smCount) {
+  int blocks32 = d.B * d.Hv * ((d.dv + 31) / 32);
+  return (d.dv % 32 == 0 && blocks32 >= smCount) ? 32 : 16;
+}
+
+template <typename K>
+Status setSmem(K kernel, size_t bytes) {
+  AP_GDN_CUDA_CHECK(cudaFuncSetAttribute(
+      kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+  return Status::Ok;
+}
+
+Status runWU(const Dims &d, const GdnChunkArgs &a, cudaStream_t s, bool recompute,
+             Ws &w) {
+  size_t sm = intraSmem(d);
+  if (Status st = setSmem(intraKernel, sm); st != Status::Ok)
+    return st;
+  intraKernel<<<dim3(d.NT, d.Hv, d.B), kThreads, sm, s>>>(
+      d, (const bf *)a.q, (const bf *)a.k, (const bf *)a.v, (const float *)a.g,
+      (const float *)a.beta, (float *)a.gCum, (bf *)a.tMat, recompute, w.W, w.U);
+  AP_GDN_LAUNCH_CHECK(intraKernel);
+  return Status::Ok;
+}
+
+Status runState(const Dims &d, const GdnChunkArgs &a, cudaStream_t s, int smCount,
+                Ws &w, float *finalState) {
+  int dvb = stateBlock(d, smCount);
+  size_t sm = stateSmem(d, dvb);
+  if (Status st = setSmem(stateKernel, sm); st != Status::Ok)
+    return st;
+  stateKernel<<<dim3(d.dv / dvb, d.Hv, d.B), kThreads, sm, s>>>(
+      d, dvb, (const bf *)a.k, (const float *)a.gCum, w.W, w.U,
+      (const float *)a.initialState, w.h, w.Vn, finalState);
+  AP_GDN_LAUNCH_CHECK(stateKernel);
+  return Status::Ok;
+}
+
+} // namespace
+
+size_t chunkForwardWorkspace(const GdnChunkArgs &a) {
+  return carve(dimsOf(a), false, nullptr, nullptr);
+}
+size_t chunkBackwardWorkspace(const GdnChunkArgs &a) {
+  return carve(dimsOf(a), true, nullptr, nullptr);
+}
+
+Status chunkForward(const KernelContext &ctx, const GdnChunkArgs &a) {
+  if (!supported(a))
+    return Status::Unsupported;
+  if (!a.q || !a.k || !a.v || !a.g || !a.beta || !a.o || !a.gCum || !a.tMat)
+    return Status::InvalidArgument;
+  Dims d = dimsOf(a);
+  Ws w;
+  if (ctx.workspaceBytes < carve(d, false, (char *)ctx.workspace, &w))
+    return Status::InvalidArgument;
+  cudaStream_t s = (cudaStream_t)ctx.stream;
+  if (Status st = runWU(d, a, s, false, w); st != Status::Ok)
+    return st;
+  if (Status st = runState(d, a, s, ctx.smCount, w, (float *)a.finalState);
+      st != Status::Ok)
+    return st;
+  size_t sm = outputSmem(d);
+  if (Status st = setSmem(outputKernel, sm); st != Status::Ok)
+    return st;
+  outputKernel<<<dim3(d.NT, d.Hv, d.B), kThreads, sm, s>>>(
+      d, (const bf *)a.q, (const bf *)a.k, (const float *)a.gCum, w.h, w.Vn,
+      (bf *)a.o);
+  AP_GDN_LAUNCH_CHECK(outputKernel);
+  return Status::Ok;
+}
+
+Status chunkBackward(const KernelContext &ctx, const GdnChunkArgs &a) {
+  if (!supported(a))
+    return Status::Unsupported;
+  if (!a.q || !a.k || !a.v || !a.beta || !a.gCum || !a.tMat || !a.dO ||
+      !a.dq || !a.dk || !a.dv || !a.dg || !a.dbeta)
+    return Status::InvalidArgument;
+  Dims d = dimsOf(a);
+  Ws w;
+  if (ctx.workspaceBytes < carve(d, true, (char *)ctx.workspace, &w))
+    return Status::InvalidArgument;
+  cudaStream_t s = (cudaStream_t)ctx.stream;
+  if (Status st = runWU(d, a, s, true, w); st != Status::Ok)
+    return st;
+  if (Status st = runState(d, a, s, ctx.smCount, w, nullptr); st != Status::Ok)
+    return st;
+  int dvb = stateBlock(d, ctx.smCount);
+  size_t sm = stateBwdSmem(d, dvb);
+  if (Status st = setSmem(stateBwdKernel, sm); st != Status::Ok)
+    return st;
+  stateBwdKernel<<<dim3(d.dv / dvb, d.Hv, d.B), kThreads, sm, s>>>(
+      d, dvb, (const bf *)a.q, (const bf *)a.k, (const float *)a.gCum, w.W,
+      (const bf *)a.dO, (const float *)a.dFinalState, w.dh, w.dVn,
+      (float *)a.dInitialState);
+  AP_GDN_LAUNCH_CHECK(stateBwdKernel);
+  int VB = d.dk <= 128 ? 64 : 32;
+  sm = chunkBwdSmem(d, VB);
+  if (Status st = setSmem(chunkBwdKernel, sm); st != Status::Ok)
+    return st;
+  chunkBwdKernel<<<dim3(d.NT, d.Hv, d.B), kThreads, sm, s>>>(
+      d, VB, (const bf *)a.q, (const bf *)a.k, (const bf *)a.v,
+      (const float *)a.gCum, (const float *)a.beta, (const bf *)a.tMat,
+      (const bf *)a.dO, w.h, w.dh, w.Vn, w.dVn, w.dQ, w.dK, w.dW, (bf *)a.dv,
+      (float *)a.dg, (float *)a.dbeta);
+  AP_GDN_LAUNCH_CHECK(chunkBwdKernel);
+  groupSumKernel<<<1024, 256, 0, s>>>(d, w.dQ, w.dK, (bf *)a.dq, (bf *)a.dk);
+  AP_GDN_LAUNCH_CHECK(groupSumKernel);
+  return Status::Ok;
+}
+
+} // namespace ap::kernels::gdncuda
+
+namespace ap::kernels::gdncuda {
+void opsAnchor();
+/// Also referenced by tests: true once the cuda GDN objects are linked.
+bool linked() {
+  opsAnchor();
+  return true;
+}
+} // namespace ap::kernels::gdncuda
+
+/// Referenced from kernels/gdn.h by every ACTPLACE_HAVE_CUDA translation unit
+/// so that this object (and, through linked(), gdn_ops.cu's) is linked.
+extern "C" int actplaceGdnCudaAnchor = int(ap::kernels::gdncuda::linked());

@@ -1,0 +1,628 @@
+//===- gdn_cuda_test.cpp - GDN cuda kernels vs host reference ---*- C++ -*-===//
+//
+// On a GPU (skipped without one): every GDN cuda kernel against the float64
+// host reference run on the same bf16 inputs, with outputs poisoned (NaN)
+// before each run, and two runs bitwise equal. The chunked rule is checked at
+// the Qwen3.5-0.8B shape (T=4096, Hk=Hv=16, dk=dv=128, B=1 and 4; one
+// (sequence, head) slice against the reference, since heads and sequences
+// are independent) and at grouped (Hv = 2 Hk) and 256-wide heads.
+//
+// Bounds (max |err| / max |ref| per tensor): bf16 storage of inputs and
+// outputs plus bf16 tensor-core operands (T, W, U, states, Vnew, dS, dP)
+// with fp32 accumulation. Outputs of the forward: 2e-2; gradients, which go
+// through more bf16 operand roundings (T^T dT T^T): 4e-2.
+//
+//===----------------------------------------------------------------------===//
+#include "kernels/kernels.h"
+
+#include <gtest/gtest.h>
+
+#if ACTPLACE_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
+
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <vector>
+
+namespace ap::kernels::gdncuda {
+bool linked();
+} // namespace ap::kernels::gdncuda
+
+using namespace ap::kernels;
+
+namespace {
+
+#if ACTPLACE_HAVE_CUDA
+bool haveGpu() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+#define CK(call) ASSERT_EQ((call), cudaSuccess) << #call
+
+using Vec = std::vector<double>;
+
+Vec randn(size_t n, uint64_t seed, double s = 1.0) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> d(0.0, s);
+  Vec v(n);
+  for (auto &x : v)
+    x = d(rng);
+  return v;
+}
+Vec uniform(size_t n, uint64_t seed, double lo, double hi) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> d(lo, hi);
+  Vec v(n);
+  for (auto &x : v)
+    x = d(rng);
+  return v;
+}
+/// Round to bf16 in place; returns the bf16 copy.
+std::vector<bf16> toBf(Vec &v) {
+  std::vector<bf16> r(v.size());
+  for (size_t i = 0; i < v.size(); ++i) {
+    r[i] = bf16(float(v[i]));
+    v[i] = double(toFloat(r[i]));
+  }
+  return r;
+}
+std::vector<float> toF(Vec &v) {
+  std::vector<float> r(v.begin(), v.end());
+  for (size_t i = 0; i < v.size(); ++i)
+    v[i] = r[i];
+  return r;
+}
+double relErr(const Vec &a, const Vec &b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (!std::isfinite(a[i]))
+      return INFINITY;
+    num = std::max(num, std::fabs(a[i] - b[i]));
+    den = std::max(den, std::fabs(b[i]));
+  }
+  return num / std::max(den, 1e-300);
+}
+
+/// A device buffer that can be poisoned (all bytes 0xff: NaN in bf16/f32).
+struct Dev {
+  void *p = nullptr;
+  size_t bytes = 0;
+  explicit Dev(size_t b) : bytes(b) {
+    if (cudaMalloc(&p, b ? b : 1) != cudaSuccess)
+      p = nullptr;
+  }
+  template <typename T> Dev(const std::vector<T> &h) : Dev(h.size() * sizeof(T)) {
+    cudaMemcpy(p, h.data(), bytes, cudaMemcpyHostToDevice);
+  }
+  ~Dev() { cudaFree(p); }
+  Dev(const Dev &) = delete;
+  void poison() { cudaMemset(p, 0xff, bytes); }
+  std::vector<unsigned char> raw() const {
+    std::vector<unsigned char> r(bytes);
+    cudaMemcpy(r.data(), p, bytes, cudaMemcpyDeviceToHost);
+    return r;
+  }
+  Vec bf() const {
+    std::vector<bf16> h(bytes / 2);
+    cudaMemcpy(h.data(), p, bytes, cudaMemcpyDeviceToHost);
+    Vec r(h.size());
+    for (size_t i = 0; i < h.size(); ++i)
+      r[i] = toFloat(h[i]);
+    return r;
+  }
+  Vec f32() const {
+    std::vector<float> h(bytes / 4);
+    cudaMemcpy(h.data(), p, bytes, cudaMemcpyDeviceToHost);
+    return Vec(h.begin(), h.end());
+  }
+};
+
+KernelContext gpuCtx(void *ws, size_t wsBytes) {
+  KernelContext c;
+  c.backend = Backend::Cuda;
+  c.workspace = ws;
+  c.workspaceBytes = wsBytes;
+  int dev = 0;
+  cudaGetDevice(&dev);
+  cudaDeviceGetAttribute(&c.smCount, cudaDevAttrMultiProcessorCount, dev);
+  return c;
+}
+
+class GdnCuda : public ::testing::Test {
+protected:
+  void SetUp() override {
+    if (!haveGpu())
+      GTEST_SKIP() << "no CUDA device";
+    ASSERT_TRUE(gdncuda::linked());
+  }
+};
+
+//===----------------------------------------------------------------------===//
+// Chunked gated delta rule
+//===----------------------------------------------------------------------===//
+
+struct Shape {
+  int B, T, Hk, Hv, dk, dv;
+};
+
+void checkChunk(Shape s, uint64_t seed) {
+  SCOPED_TRACE(testing::Message() << "B=" << s.B << " T=" << s.T << " Hk=" << s.Hk
+                                  << " Hv=" << s.Hv << " dk=" << s.dk << " dv=" << s.dv);
+  const size_t N = size_t(s.B) * s.T;
+  // q, k unit rows (the kernel sees L2-normalised inputs).
+  Vec q = randn(N * s.Hk * s.dk, seed + 1), k = randn(N * s.Hk * s.dk, seed + 2);
+  for (Vec *x : {&q, &k})
+    for (size_t r = 0; r < N * s.Hk; ++r) {
+      double ss = 0;
+      for (int i = 0; i < s.dk; ++i)
+        ss += (*x)[r * s.dk + i] * (*x)[r * s.dk + i];
+      for (int i = 0; i < s.dk; ++i)
+        (*x)[r * s.dk + i] /= std::sqrt(ss);
+    }
+  Vec v = randn(N * s.Hv * s.dv, seed + 3), g = uniform(N * s.Hv, seed + 4, -0.3, -0.005),
+      beta = uniform(N * s.Hv, seed + 5, 0.05, 0.95),
+      h0 = randn(size_t(s.B) * s.Hv * s.dk * s.dv, seed + 6, 0.2),
+      dO = randn(N * s.Hv * s.dv, seed + 7), dF = randn(h0.size(), seed + 8, 0.2);
+  auto qb = toBf(q), kb = toBf(k), vb = toBf(v), dOb = toBf(dO);
+  auto gf = toF(g), bf_ = toF(beta), h0f = toF(h0), dFf = toF(dF);
+  Dev dq_(qb), dk_(kb), dv_(vb), dg_(gf), dbeta_(bf_), dh0_(h0f), ddO(dOb), ddF(dFf);
+  Dev o(N * s.Hv * s.dv * 2), fin(h0.size() * 4), gc(N * s.Hv * 4), tm(N * s.Hv * 64 * 2);
+  Dev gq(qb.size() * 2), gk(kb.size() * 2), gv(vb.size() * 2), gg(N * s.Hv * 4),
+      gb(N * s.Hv * 4), gh0(h0.size() * 4);
+  GdnChunkArgs a;
+  a.dtype = DType::BF16;
+  a.batch = s.B;
+  a.seqLen = s.T;
+  a.keyHeads = s.Hk;
+  a.valueHeads = s.Hv;
+  a.keyDim = s.dk;
+  a.valueDim = s.dv;
+  a.scale = float(1.0 / std::sqrt(double(s.dk)));
+  a.q = dq_.p;
+  a.k = dk_.p;
+  a.v = dv_.p;
+  a.g = dg_.p;
+  a.beta = dbeta_.p;
+  a.initialState = dh0_.p;
+  a.o = o.p;
+  a.finalState = fin.p;
+  a.gCum = gc.p;
+  a.tMat = tm.p;
+  a.dO = ddO.p;
+  a.dFinalState = ddF.p;
+  a.dq = gq.p;
+  a.dk = gk.p;
+  a.dv = gv.p;
+  a.dg = gg.p;
+  a.dbeta = gb.p;
+  a.dInitialState = gh0.p;
+  size_t wsBytes = std::max(gdnChunkForwardWorkspaceBytes(a), gdnChunkBackwardWorkspaceBytes(a));
+  Dev ws(wsBytes);
+  ASSERT_NE(ws.p, nullptr);
+  KernelContext ctx = gpuCtx(ws.p, wsBytes);
+  Dev *outs[] = {&o, &fin, &gc, &tm, &gq, &gk, &gv, &gg, &gb, &gh0};
+  std::vector<std::vector<unsigned char>> first;
+  for (int run = 0; run < 2; ++run) {
+    for (Dev *d : outs)
+      d->poison();
+    ws.poison();
+    ASSERT_EQ(gdnChunkForward(ctx, a), Status::Ok);
+    ws.poison();
+    ASSERT_EQ(gdnChunkBackward(ctx, a), Status::Ok);
+    CK(cudaDeviceSynchronize());
+    std::vector<std::vector<unsigned char>> cur;
+    for (Dev *d : outs)
+      cur.push_back(d->raw());
+    if (run == 0)
+      first = cur;
+    else
+      for (size_t i = 0; i < cur.size(); ++i)
+        EXPECT_TRUE(cur[i] == first[i]) << "output " << i << " differs between runs";
+  }
+  // Reference on one (sequence, value head) slice: the last sequence and the
+  // last value head (and its key head), in float64 on the same inputs.
+  const int b = s.B - 1, h = s.Hv - 1, hk = h / (s.Hv / s.Hk);
+  const size_t T = size_t(s.T);
+  Vec sq(T * s.dk), sk(T * s.dk), sv(T * s.dv), sg(T), sb(T), sh0(size_t(s.dk) * s.dv),
+      sdO(T * s.dv), sdF(sh0.size());
+  for (size_t t = 0; t < T; ++t) {
+    size_t tok = size_t(b) * T + t;
+    for (int i = 0; i < s.dk; ++i) {
+      sq[t * s.dk + i] = q[(tok * s.Hk + hk) * s.dk + i];
+      sk[t * s.dk + i] = k[(tok * s.Hk + hk) * s.dk + i];
+    }
+    for (int i = 0; i < s.dv; ++i) {
+      sv[t * s.dv + i] = v[(tok * s.Hv + h) * s.dv + i];
+      sdO[t * s.dv + i] = dO[(tok * s.Hv + h) * s.dv + i];
+    }
+    sg[t] = g[tok * s.Hv + h];
+    sb[t] = beta[tok * s.Hv + h];
+  }
+  size_t st0 = (size_t(b) * s.Hv + h) * s.dk * s.dv;
+  for (size_t i = 0; i < sh0.size(); ++i) {
+    sh0[i] = h0[st0 + i];
+    sdF[i] = dF[st0 + i];
+  }
+  Vec ro(T * s.dv), rf(sh0.size()), rgc(T), rtm(T * 64), rdq(sq.size()), rdk(sk.size()),
+      rdv(sv.size()), rdg(T), rdb(T), rdh0(sh0.size());
+  GdnChunkArgs r;
+  r.dtype = DType::F64;
+  r.batch = 1;
+  r.seqLen = s.T;
+  r.keyHeads = 1;
+  r.valueHeads = 1;
+  r.keyDim = s.dk;
+  r.valueDim = s.dv;
+  r.scale = a.scale;
+  r.q = sq.data();
+  r.k = sk.data();
+  r.v = sv.data();
+  r.g = sg.data();
+  r.beta = sb.data();
+  r.initialState = sh0.data();
+  r.o = ro.data();
+  r.finalState = rf.data();
+  r.gCum = rgc.data();
+  r.tMat = rtm.data();
+  r.dO = sdO.data();
+  r.dFinalState = sdF.data();
+  r.dq = rdq.data();
+  r.dk = rdk.data();
+  r.dv = rdv.data();
+  r.dg = rdg.data();
+  r.dbeta = rdb.data();
+  r.dInitialState = rdh0.data();
+  ASSERT_EQ(gdnChunkForward(KernelContext{}, r), Status::Ok);
+  ASSERT_EQ(gdnChunkBackward(KernelContext{}, r), Status::Ok);
+  // Gather the GPU slice. With Hv > Hk the GPU dq/dk sum over the group;
+  // compare them on the Hv == Hk shapes only (the group sum itself is
+  // checked on the grouped shape through dv, dg, dbeta, o and against the
+  // sum of per-head references below).
+  Vec go = o.bf(), gfin = fin.f32(), ggq = gq.bf(), ggk = gk.bf(), ggv = gv.bf(),
+      ggg = gg.f32(), ggb = gb.f32(), ggh0 = gh0.f32();
+  auto sliceH = [&](const Vec &x, int H, int d, int head) {
+    Vec out(T * d);
+    for (size_t t = 0; t < T; ++t)
+      for (int i = 0; i < d; ++i)
+        out[t * d + i] = x[((size_t(b) * T + t) * H + head) * d + i];
+    return out;
+  };
+  auto sliceS = [&](const Vec &x) { return Vec(x.begin() + st0, x.begin() + st0 + sh0.size()); };
+  double eo = relErr(sliceH(go, s.Hv, s.dv, h), ro), ef = relErr(sliceS(gfin), rf);
+  double ev = relErr(sliceH(ggv, s.Hv, s.dv, h), rdv), eg = relErr(sliceH(ggg, s.Hv, 1, h), rdg);
+  double eb = relErr(sliceH(ggb, s.Hv, 1, h), rdb), eh = relErr(sliceS(ggh0), rdh0);
+  std::printf("[gdn chunk] B=%d T=%d Hk=%d Hv=%d dk=%d dv=%d  rel err: o %.2e final %.2e "
+              "dv %.2e dg %.2e dbeta %.2e dh0 %.2e",
+              s.B, s.T, s.Hk, s.Hv, s.dk, s.dv, eo, ef, ev, eg, eb, eh);
+  EXPECT_LT(eo, 2e-2);
+  EXPECT_LT(ef, 2e-2);
+  EXPECT_LT(ev, 4e-2);
+  EXPECT_LT(eg, 4e-2);
+  EXPECT_LT(eb, 4e-2);
+  EXPECT_LT(eh, 4e-2);
+  if (s.Hv == s.Hk) {
+    double eq = relErr(sliceH(ggq, s.Hk, s.dk, hk), rdq), ek = relErr(sliceH(ggk, s.Hk, s.dk, hk), rdk);
+    std::printf(" dq %.2e dk %.2e", eq, ek);
+    EXPECT_LT(eq, 4e-2);
+    EXPECT_LT(ek, 4e-2);
+  }
+  std::printf("\n");
+}
+
+TEST_F(GdnCuda, ChunkSmallTailAndGrouped) { checkChunk({2, 200, 2, 4, 64, 32}, 1); }
+TEST_F(GdnCuda, ChunkWideHeads) {
+  checkChunk({1, 150, 1, 1, 256, 64}, 2);
+  checkChunk({1, 130, 2, 2, 32, 256}, 3);
+}
+TEST_F(GdnCuda, ChunkQwenShapeB1) { checkChunk({1, 4096, 16, 16, 128, 128}, 4); }
+TEST_F(GdnCuda, ChunkQwenShapeB4) { checkChunk({4, 4096, 16, 16, 128, 128}, 5); }
+TEST_F(GdnCuda, ChunkGroupedQwenWidth) { checkChunk({1, 1024, 8, 16, 128, 128}, 6); }
+
+/// Grouped heads: dq/dk of the GPU equal the sum of per-value-head
+/// references (checked on a small shape where the full reference is cheap).
+TEST_F(GdnCuda, ChunkGroupedQKGradientSum) {
+  Shape s{1, 100, 1, 3, 32, 16};
+  const size_t N = size_t(s.B) * s.T;
+  Vec q = randn(N * s.dk, 11, 0.18), k = randn(N * s.dk, 12, 0.18), v = randn(N * s.Hv * s.dv, 13),
+      g = uniform(N * s.Hv, 14, -0.3, -0.01), beta = uniform(N * s.Hv, 15, 0.1, 0.9),
+      dO = randn(N * s.Hv * s.dv, 16);
+  auto qb = toBf(q), kb = toBf(k), vb = toBf(v), dOb = toBf(dO);
+  auto gf = toF(g), btf = toF(beta);
+  Dev dq_(qb), dk_(kb), dv_(vb), dg_(gf), db_(btf), ddO(dOb);
+  Dev o(N * s.Hv * s.dv * 2), gc(N * s.Hv * 4), tm(N * s.Hv * 128), gq(qb.size() * 2),
+      gk(kb.size() * 2), gv(vb.size() * 2), gg(N * s.Hv * 4), gb(N * s.Hv * 4);
+  GdnChunkArgs a;
+  a.dtype = DType::BF16;
+  a.batch = s.B;
+  a.seqLen = s.T;
+  a.keyHeads = s.Hk;
+  a.valueHeads = s.Hv;
+  a.keyDim = s.dk;
+  a.valueDim = s.dv;
+  a.scale = 0.17f;
+  a.q = dq_.p;
+  a.k = dk_.p;
+  a.v = dv_.p;
+  a.g = dg_.p;
+  a.beta = db_.p;
+  a.o = o.p;
+  a.gCum = gc.p;
+  a.tMat = tm.p;
+  a.dO = ddO.p;
+  a.dq = gq.p;
+  a.dk = gk.p;
+  a.dv = gv.p;
+  a.dg = gg.p;
+  a.dbeta = gb.p;
+  size_t wsBytes = gdnChunkBackwardWorkspaceBytes(a);
+  Dev ws(wsBytes);
+  KernelContext ctx = gpuCtx(ws.p, wsBytes);
+  for (Dev *d : {&o, &gq, &gk})
+    d->poison();
+  ASSERT_EQ(gdnChunkForward(ctx, a), Status::Ok);
+  ASSERT_EQ(gdnChunkBackward(ctx, a), Status::Ok);
+  CK(cudaDeviceSynchronize());
+  Vec rq(q.size()), rk(k.size()), ro(o.bytes / 2), rgc(N * s.Hv), rtm(N * s.Hv * 64),
+      rdv(v.size()), rdg(N * s.Hv), rdb(N * s.Hv);
+  GdnChunkArgs r = a;
+  r.dtype = DType::F64;
+  r.q = q.data();
+  r.k = k.data();
+  r.v = v.data();
+  r.g = g.data();
+  r.beta = beta.data();
+  r.o = ro.data();
+  r.gCum = rgc.data();
+  r.tMat = rtm.data();
+  r.dO = dO.data();
+  r.dq = rq.data();
+  r.dk = rk.data();
+  r.dv = rdv.data();
+  r.dg = rdg.data();
+  r.dbeta = rdb.data();
+  ASSERT_EQ(gdnChunkForward(KernelContext{}, r), Status::Ok);
+  ASSERT_EQ(gdnChunkBackward(KernelContext{}, r), Status::Ok);
+  double eq = relErr(gq.bf(), rq), ek = relErr(gk.bf(), rk);
+  std::printf("[gdn chunk grouped r=3] rel err dq %.2e dk %.2e o %.2e\n", eq, ek,
+              relErr(o.bf(), ro));
+  EXPECT_LT(eq, 4e-2);
+  EXPECT_LT(ek, 4e-2);
+  EXPECT_LT(relErr(o.bf(), ro), 2e-2);
+}
+
+//===----------------------------------------------------------------------===//
+// Short conv, gates, L2 norm, gated norm
+//===----------------------------------------------------------------------===//
+
+TEST_F(GdnCuda, ConvForwardBackward) {
+  const int B = 2, T = 700, Cc = 768, K = 4;
+  Vec x = randn(size_t(B) * T * Cc, 1), w = randn(size_t(Cc) * K, 2, 0.5),
+      dy = randn(x.size(), 3);
+  auto xb = toBf(x), wb = toBf(w), dyb = toBf(dy);
+  Dev X(xb), W(wb), DY(dyb), Y(xb.size() * 2), DX(xb.size() * 2);
+  std::vector<float> dw0(w.size(), 0.5f);
+  Dev DW(dw0);
+  GdnConvArgs a;
+  a.dtype = DType::BF16;
+  a.batch = B;
+  a.seqLen = T;
+  a.channels = Cc;
+  a.kernelSize = K;
+  a.x = X.p;
+  a.w = W.p;
+  a.y = Y.p;
+  a.dy = DY.p;
+  a.dx = DX.p;
+  a.dw = DW.p;
+  size_t wsb = gdnConvBackwardWorkspaceBytes(a);
+  Dev ws(wsb);
+  KernelContext ctx = gpuCtx(ws.p, wsb);
+  Y.poison();
+  DX.poison();
+  ASSERT_EQ(gdnConvForward(ctx, a), Status::Ok);
+  ASSERT_EQ(gdnConvBackward(ctx, a), Status::Ok);
+  CK(cudaDeviceSynchronize());
+  auto y1 = Y.raw(), dx1 = DX.raw();
+  Vec dwg = DW.f32();
+  Vec ry(x.size()), rdx(x.size()), rdw(w.size(), 0.5);
+  GdnConvArgs r = a;
+  r.dtype = DType::F64;
+  r.x = x.data();
+  r.w = w.data();
+  r.y = ry.data();
+  r.dy = dy.data();
+  r.dx = rdx.data();
+  r.dw = rdw.data();
+  ASSERT_EQ(gdnConvForward(KernelContext{}, r), Status::Ok);
+  ASSERT_EQ(gdnConvBackward(KernelContext{}, r), Status::Ok);
+  EXPECT_LT(relErr(Y.bf(), ry), 1e-2);
+  EXPECT_LT(relErr(DX.bf(), rdx), 1e-2);
+  EXPECT_LT(relErr(dwg, rdw), 1e-4); // fp32 sums of exact bf16 products
+  // Determinism: dw accumulates again from the same start.
+  cudaMemcpy(DW.p, dw0.data(), DW.bytes, cudaMemcpyHostToDevice);
+  Y.poison();
+  DX.poison();
+  ASSERT_EQ(gdnConvForward(ctx, a), Status::Ok);
+  ASSERT_EQ(gdnConvBackward(ctx, a), Status::Ok);
+  CK(cudaDeviceSynchronize());
+  EXPECT_TRUE(Y.raw() == y1);
+  EXPECT_TRUE(DX.raw() == dx1);
+  EXPECT_EQ(DW.f32(), dwg);
+}
+
+TEST_F(GdnCuda, GatesForwardBackward) {
+  const long N = 5000;
+  const int H = 16;
+  Vec a = randn(N * H, 1, 3.0), b = randn(N * H, 2, 2.0), dg = randn(N * H, 3),
+      db = randn(N * H, 4);
+  a[7] = 30.0;
+  Vec aLog = uniform(H, 5, std::log(0.5), std::log(16.0)), dtb = randn(H, 6);
+  auto ab = toBf(a), bb = toBf(b);
+  auto dgf = toF(dg), dbf = toF(db), alf = toF(aLog), dtf = toF(dtb);
+  Dev A(ab), Bv(bb), AL(alf), DT(dtf), DG(dgf), DB(dbf), G(N * H * 4), BE(N * H * 4),
+      DA(N * H * 2), DBo(N * H * 2);
+  std::vector<float> zero(H, 0.f);
+  Dev DAL(zero), DDT(zero);
+  GdnGatesArgs x;
+  x.dtype = DType::BF16;
+  x.tokens = N;
+  x.heads = H;
+  x.a = A.p;
+  x.b = Bv.p;
+  x.aLog = AL.p;
+  x.dtBias = DT.p;
+  x.g = G.p;
+  x.beta = BE.p;
+  x.dg = DG.p;
+  x.dbeta = DB.p;
+  x.da = DA.p;
+  x.db = DBo.p;
+  x.dALog = DAL.p;
+  x.dDtBias = DDT.p;
+  KernelContext ctx = gpuCtx(nullptr, 0);
+  for (Dev *d : {&G, &BE, &DA, &DBo})
+    d->poison();
+  ASSERT_EQ(gdnGatesForward(ctx, x), Status::Ok);
+  ASSERT_EQ(gdnGatesBackward(ctx, x), Status::Ok);
+  CK(cudaDeviceSynchronize());
+  Vec rg(N * H), rb(N * H), rda(N * H), rdb(N * H), ral(H, 0.0), rdt(H, 0.0);
+  GdnGatesArgs r = x;
+  r.dtype = DType::F64;
+  r.a = a.data();
+  r.b = b.data();
+  r.aLog = aLog.data();
+  r.dtBias = dtb.data();
+  r.g = rg.data();
+  r.beta = rb.data();
+  r.dg = dg.data();
+  r.dbeta = db.data();
+  r.da = rda.data();
+  r.db = rdb.data();
+  r.dALog = ral.data();
+  r.dDtBias = rdt.data();
+  ASSERT_EQ(gdnGatesForward(KernelContext{}, r), Status::Ok);
+  ASSERT_EQ(gdnGatesBackward(KernelContext{}, r), Status::Ok);
+  EXPECT_LT(relErr(G.f32(), rg), 1e-5);
+  EXPECT_LT(relErr(BE.f32(), rb), 1e-5);
+  EXPECT_LT(relErr(DA.bf(), rda), 1e-2);
+  EXPECT_LT(relErr(DBo.bf(), rdb), 1e-2);
+  EXPECT_LT(relErr(DAL.f32(), ral), 1e-4);
+  EXPECT_LT(relErr(DDT.f32(), rdt), 1e-4);
+}
+
+TEST_F(GdnCuda, L2NormForwardBackward) {
+  const long N = 3000;
+  const int H = 4, d = 128;
+  const long xs = 3 * H * d; // q heads inside a wider conv output row
+  Vec x = randn(N * xs, 1), dy = randn(N * H * d, 2);
+  auto xb = toBf(x), dyb = toBf(dy);
+  Dev X(xb), DY(dyb), Y(N * H * d * 2), R(N * H * 4), DX(N * xs * 2);
+  GdnL2NormArgs a;
+  a.dtype = DType::BF16;
+  a.tokens = N;
+  a.heads = H;
+  a.dim = d;
+  a.xStride = xs;
+  a.x = X.p;
+  a.y = Y.p;
+  a.rstd = R.p;
+  a.dy = DY.p;
+  a.dx = DX.p;
+  KernelContext ctx = gpuCtx(nullptr, 0);
+  Y.poison();
+  R.poison();
+  DX.poison();
+  ASSERT_EQ(gdnL2NormForward(ctx, a), Status::Ok);
+  ASSERT_EQ(gdnL2NormBackward(ctx, a), Status::Ok);
+  CK(cudaDeviceSynchronize());
+  Vec gy = Y.bf();
+  Vec ry(gy.size()), rr(N * H), rdx(N * xs, 0.0);
+  GdnL2NormArgs r = a;
+  r.dtype = DType::F64;
+  r.x = x.data();
+  r.y = ry.data();
+  r.rstd = rr.data();
+  ASSERT_EQ(gdnL2NormForward(KernelContext{}, r), Status::Ok);
+  // Backward reference from the GPU's own saved y (bf16) and rstd.
+  Vec ry2 = gy, rr2 = R.f32();
+  r.y = ry2.data();
+  r.rstd = rr2.data();
+  r.dy = dy.data();
+  r.dx = rdx.data();
+  ASSERT_EQ(gdnL2NormBackward(KernelContext{}, r), Status::Ok);
+  EXPECT_LT(relErr(gy, ry), 1e-2);
+  EXPECT_LT(relErr(R.f32(), rr), 1e-5);
+  Vec gdx = DX.bf(), gdxRows, rdxRows;
+  for (long n = 0; n < N; ++n)
+    for (int i = 0; i < H * d; ++i) {
+      gdxRows.push_back(gdx[n * xs + i]);
+      rdxRows.push_back(rdx[n * xs + i]);
+    }
+  EXPECT_LT(relErr(gdxRows, rdxRows), 1e-2);
+}
+
+TEST_F(GdnCuda, GatedNormForwardBackward) {
+  const long N = 4000;
+  const int H = 16, d = 128;
+  Vec x = randn(N * H * d, 1), z = randn(x.size(), 2, 2.0), w = randn(d, 3),
+      dy = randn(x.size(), 4);
+  auto xb = toBf(x), zb = toBf(z), wb = toBf(w), dyb = toBf(dy);
+  Dev X(xb), Z(zb), W(wb), DY(dyb), Y(x.size() * 2), R(N * H * 4), DX(x.size() * 2),
+      DZ(x.size() * 2);
+  std::vector<float> dw0(d, 0.f);
+  Dev DW(dw0);
+  GdnGatedNormArgs a;
+  a.dtype = DType::BF16;
+  a.tokens = N;
+  a.heads = H;
+  a.dim = d;
+  a.x = X.p;
+  a.z = Z.p;
+  a.w = W.p;
+  a.y = Y.p;
+  a.rstd = R.p;
+  a.dy = DY.p;
+  a.dx = DX.p;
+  a.dz = DZ.p;
+  a.dw = DW.p;
+  size_t wsb = gdnGatedNormBackwardWorkspaceBytes(a);
+  Dev ws(wsb);
+  KernelContext ctx = gpuCtx(ws.p, wsb);
+  for (Dev *p : {&Y, &R, &DX, &DZ})
+    p->poison();
+  ASSERT_EQ(gdnGatedNormForward(ctx, a), Status::Ok);
+  ASSERT_EQ(gdnGatedNormBackward(ctx, a), Status::Ok);
+  CK(cudaDeviceSynchronize());
+  Vec ry(x.size()), rr(N * H), rdx(x.size()), rdz(x.size()), rdw(d, 0.0);
+  GdnGatedNormArgs r = a;
+  r.dtype = DType::F64;
+  r.x = x.data();
+  r.z = z.data();
+  r.w = w.data();
+  r.y = ry.data();
+  r.rstd = rr.data();
+  r.dy = dy.data();
+  r.dx = rdx.data();
+  r.dz = rdz.data();
+  r.dw = rdw.data();
+  ASSERT_EQ(gdnGatedNormForward(KernelContext{}, r), Status::Ok);
+  ASSERT_EQ(gdnGatedNormBackward(KernelContext{}, r), Status::Ok);
+  EXPECT_LT(relErr(Y.bf(), ry), 1e-2);
+  EXPECT_LT(relErr(R.f32(), rr), 1e-5);
+  EXPECT_LT(relErr(DX.bf(), rdx), 1e-2);
+  EXPECT_LT(relErr(DZ.bf(), rdz), 1e-2);
+  EXPECT_LT(relErr(DW.f32(), rdw), 1e-4);
+  Vec dw1 = DW.f32();
+  cudaMemcpy(DW.p, dw0.data(), DW.bytes, cudaMemcpyHostToDevice);
+  ASSERT_EQ(gdnGatedNormBackward(ctx, a), Status::Ok);
+  CK(cudaDeviceSynchronize());
+  EXPECT_EQ(DW.f32(), dw1);
+}
+
+#else
+TEST(GdnCuda, Skipped) { GTEST_SKIP() << "built without CUDA"; }
+#endif
+
+} // namespace
