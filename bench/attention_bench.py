@@ -63,19 +63,21 @@ class Actplace:
         vp, i, d = ctypes.c_void_p, ctypes.c_int, ctypes.c_double
         self.lib.apAttentionForward.argtypes = [vp] * 6 + [i] * 6 + [d]
         self.lib.apAttentionForward.restype = i
-        self.lib.apAttentionBackwardWorkspaceBytes.argtypes = [i] * 6
+        self.lib.apAttentionBackwardWorkspaceBytes.argtypes = [i] * 7
         self.lib.apAttentionBackwardWorkspaceBytes.restype = ctypes.c_size_t
+        self.lib.apAttentionBackwardDefaultAlgo.argtypes = [i] * 6
+        self.lib.apAttentionBackwardDefaultAlgo.restype = i
         self.lib.apAttentionBackward.argtypes = (
-            [vp, vp, ctypes.c_size_t] + [vp] * 9 + [i] * 6 + [d])
+            [vp, vp, ctypes.c_size_t] + [vp] * 9 + [i] * 6 + [d, i])
         self.lib.apAttentionBackward.restype = i
 
-    def run(self, cfg, q, k, v, dO):
+    def run(self, cfg, q, k, v, dO, algo=-1):
         _, B, T, Hq, Hkv, Dqk, Dv, scale = cfg
         dims = (B, T, Hq, Hkv, Dqk, Dv)
         o = torch.empty(B, T, Hq, Dv, device="cuda", dtype=torch.bfloat16)
         lse = torch.empty(B, Hq, T, device="cuda", dtype=torch.float32)
         dq, dk, dv = (torch.empty_like(x) for x in (q, k, v))
-        wsb = self.lib.apAttentionBackwardWorkspaceBytes(*dims)
+        wsb = self.lib.apAttentionBackwardWorkspaceBytes(*dims, algo)
         ws = torch.empty(max(wsb, 256), device="cuda", dtype=torch.uint8)
         p = lambda t: ctypes.c_void_p(t.data_ptr())
 
@@ -89,10 +91,10 @@ class Actplace:
             st = torch.cuda.current_stream().cuda_stream
             rc = self.lib.apAttentionBackward(
                 ctypes.c_void_p(st), p(ws), wsb, p(q), p(k), p(v), p(o),
-                p(lse), p(dO), p(dq), p(dk), p(dv), *dims, scale)
+                p(lse), p(dO), p(dq), p(dk), p(dv), *dims, scale, algo)
             assert rc == 0, f"backward status {rc}"
 
-        return fwd, bwd, (o, dq, dk, dv)
+        return fwd, bwd, (o, dq, dk, dv), wsb
 
 
 def torch_runner(backend, cfg, q, k, v, dO, expand=False):
@@ -154,7 +156,20 @@ def main():
                "floor_bwd_ms": fl_b / rate * 1e3}
         row["floor_fwdbwd_ms"] = row["floor_fwd_ms"] + row["floor_bwd_ms"]
 
-        fwd, bwd, outs = ours.run(cfg, q, k, v, dO)
+        dims = (B, T, Hq, Hkv, Dqk, Dv)
+        row["default_algo"] = ("RecomputeDq", "StoredDs")[
+            ours.lib.apAttentionBackwardDefaultAlgo(*dims)]
+        # The non-default backward algorithm first (times only, checked
+        # against torch below through the default's outputs and here).
+        for algo, tag in ((0, "recompute"), (1, "storedds")):
+            f2, b2, outs2, wsb2 = ours.run(cfg, q, k, v, dO, algo)
+            f2()
+            row[f"ours_bwd_{tag}_ms"] = timed(b2, args.iters)
+            row[f"ours_bwd_{tag}_ws_mib"] = wsb2 / 2 ** 20
+            b2(); torch.cuda.synchronize()
+            row[f"ours_bwd_{tag}_outputs"] = outs2
+            del f2, b2
+        fwd, bwd, outs, wsb = ours.run(cfg, q, k, v, dO)
         row["ours_fwd_ms"] = timed(fwd, args.iters)
         fwd()
         row["ours_bwd_ms"] = timed(bwd, args.iters)
@@ -198,12 +213,20 @@ def main():
                         "o": relerr(outs[0], o_t), "dq": relerr(outs[1], dq_t),
                         "dk": relerr(outs[2], dk_t),
                         "dv": relerr(outs[3], dv_t)}
+                    for tag in ("recompute", "storedds"):
+                        o2 = row[f"ours_bwd_{tag}_outputs"]
+                        row[f"relerr_vs_{label}"][f"dq_{tag}"] = relerr(
+                            o2[1], dq_t)
+                        row[f"relerr_vs_{label}"][f"dk_{tag}"] = relerr(
+                            o2[2], dk_t)
                     row[f"speed_vs_{label}"] = (row[f"{label}_fwdbwd_ms"] /
                                                 row["ours_fwdbwd_ms"])
                     row.pop(f"{label}_error", None)
                     break
                 except Exception as e:  # backend refuses the shape
                     row[f"{label}_error"] = str(e).splitlines()[0][:200]
+        for tag in ("recompute", "storedds"):
+            row.pop(f"ours_bwd_{tag}_outputs")
         rows.append(row)
         print(json.dumps(row), flush=True)
         del q, k, v, dO, outs

@@ -49,18 +49,29 @@ int apAttentionForward(void *stream, const void *q, const void *k,
   return static_cast<int>(attentionForward(ctx, a));
 }
 
+/// algo < 0: the shape's default (what attentionBackward runs); else an
+/// AttentionBackwardAlgo value.
 size_t apAttentionBackwardWorkspaceBytes(int B, int T, int Hq, int Hkv,
-                                         int Dqk, int Dv) {
+                                         int Dqk, int Dv, int algo) {
   AttentionBackwardArgs a;
   a.shape = shapeOf(B, T, Hq, Hkv, Dqk, Dv, 1.0);
-  return attentionBackwardWorkspaceBytes(a);
+  if (algo < 0)
+    return attentionBackwardWorkspaceBytes(a);
+  return detail::attentionBackwardWorkspaceBytesFor(
+      a.shape, static_cast<AttentionBackwardAlgo>(algo));
+}
+
+int apAttentionBackwardDefaultAlgo(int B, int T, int Hq, int Hkv, int Dqk,
+                                   int Dv) {
+  return static_cast<int>(detail::attentionBackwardDefaultAlgo(
+      shapeOf(B, T, Hq, Hkv, Dqk, Dv, 1.0)));
 }
 
 int apAttentionBackward(void *stream, void *workspace, size_t workspaceBytes,
                         const void *q, const void *k, const void *v,
                         const void *o, const void *lse, const void *dO,
                         void *dq, void *dk, void *dv, int B, int T, int Hq,
-                        int Hkv, int Dqk, int Dv, double scale) {
+                        int Hkv, int Dqk, int Dv, double scale, int algo) {
   KernelContext ctx;
   ctx.backend = Backend::Cuda;
   ctx.stream = stream;
@@ -77,7 +88,10 @@ int apAttentionBackward(void *stream, void *workspace, size_t workspaceBytes,
   a.dq = dq;
   a.dk = dk;
   a.dv = dv;
-  return static_cast<int>(attentionBackward(ctx, a));
+  if (algo < 0)
+    return static_cast<int>(attentionBackward(ctx, a));
+  return static_cast<int>(cuda::attentionBackwardWithAlgo(
+      ctx, a, static_cast<AttentionBackwardAlgo>(algo)));
 }
 
 } // extern "C"

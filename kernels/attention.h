@@ -74,12 +74,33 @@ struct AttentionBackwardArgs {
   void *dv = nullptr;
 };
 
+/// How the CUDA backward gets dQ without float atomics (both deterministic):
+///  - RecomputeDq: a dQ pass recomputes S and dP per (q tile, kv tile); the
+///    workspace stays O(B T Hq) but the backward does 7 GEMM-sized products
+///    instead of 5.
+///  - StoredDs: the dK/dV pass also stores the bf16 dS tiles and the dQ pass
+///    is one product per tile pair; needs T^2/2 bf16 per (batch, head),
+///    processed in chunks of (batch, head) pairs of at most 256 MiB.
+/// The algorithm is a function of the shape only (detail::
+/// attentionBackwardDefaultAlgo); both give bit-identical dK and dV and the
+/// same dQ up to fp32 summation order.
+enum class AttentionBackwardAlgo : int32_t { RecomputeDq = 0, StoredDs = 1 };
+
+namespace detail {
+AttentionBackwardAlgo attentionBackwardDefaultAlgo(const AttentionShape &s);
+size_t attentionBackwardWorkspaceBytesFor(const AttentionShape &s,
+                                          AttentionBackwardAlgo algo);
+/// (batch, head) pairs per StoredDs launch.
+int64_t attentionStoredDsChunk(const AttentionShape &s);
+} // namespace detail
+
 /// Scratch needed by attentionForward (none).
 size_t attentionForwardWorkspaceBytes(const AttentionForwardArgs &args);
 /// Scratch needed by attentionBackward on the CUDA backend: D = rowsum(dO*O)
 /// in fp32, plus fp32 per-q-head dK/dV partials when Hq > Hkv (summed over the
-/// group in fixed order by a second pass). The host backend needs none, but
-/// the query does not depend on the backend so plans are backend-agnostic.
+/// group in fixed order by a second pass), plus the dS tiles when the shape's
+/// algorithm is StoredDs. The host backend needs none, but the query does not
+/// depend on the backend so plans are backend-agnostic.
 size_t attentionBackwardWorkspaceBytes(const AttentionBackwardArgs &args);
 
 /// Validates shapes (positive sizes, Hq a multiple of Hkv, pointers set,
@@ -103,6 +124,11 @@ Status attentionForward(const KernelContext &ctx,
                         const AttentionForwardArgs &args);
 Status attentionBackward(const KernelContext &ctx,
                          const AttentionBackwardArgs &args);
+/// The backward with an explicit algorithm, for tests and benchmarks; needs
+/// detail::attentionBackwardWorkspaceBytesFor(shape, algo) of workspace.
+Status attentionBackwardWithAlgo(const KernelContext &ctx,
+                                 const AttentionBackwardArgs &args,
+                                 AttentionBackwardAlgo algo);
 } // namespace cuda
 #endif
 

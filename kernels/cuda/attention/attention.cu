@@ -131,6 +131,14 @@ __device__ __forceinline__ uint32_t addrBt(uint32_t base, int k0, int n0,
                        n0 + ((lane >> 4) << 3));
 }
 
+/// A operand (16x16) at (m0, k0) from a tile stored [k][m] (ldmatrix.trans).
+template <int D>
+__device__ __forceinline__ uint32_t addrAt(uint32_t base, int m0, int k0,
+                                           int lane) {
+  return base + swz<D>(k0 + ((lane >> 4) << 3) + (lane & 7),
+                       m0 + (((lane >> 3) & 1) << 3));
+}
+
 /// Async copy of `rows` rows of D bf16 (row r at g + r*stride elements) into a
 /// swizzled tile; rows at or past `valid` are zero-filled.
 template <int ROWS, int D, int NT>
@@ -154,6 +162,11 @@ struct Params {
   const float *lseIn; // backward input
   float *Dd;          // [B, Hq, T]
   float *dkPart, *dvPart; // [B, Hq, T, D] when group > 1
+  /// dS tiles (StoredDs backward): per (batch, q head) of the launched chunk,
+  /// the causal 64x64 tiles (i >= j) at index i(i+1)/2 + j, each stored as
+  /// dS^T [kv][q] with the shared-memory swizzle (a raw copy of the tile).
+  __nv_bfloat16 *dsBuf;
+  int bhOffset; // first (batch * Hq + head) of this launch
   int B, T, Hq, Hkv, group;
   float scale, scaleLog2;
 };
@@ -369,7 +382,7 @@ template <int DQK, int DV> struct BwdCfg {
       2 * kBr * 4;
 };
 
-template <int DQK, int DV>
+template <int DQK, int DV, bool STORE_DS>
 __global__ void __launch_bounds__(256) attnBwdKVKernel(Params p) {
   using C = BwdCfg<DQK, DV>;
   constexpr int BR = C::kBr, BC = C::kBc;
@@ -386,7 +399,7 @@ __global__ void __launch_bounds__(256) attnBwdKVKernel(Params p) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t4 = lane & 3;
   const int wr = warp & 3, wc = warp >> 2;
-  const int bh = blockIdx.x;
+  const int bh = p.bhOffset + blockIdx.x;
   const int b = bh / p.Hq, h = bh % p.Hq, hk = h / p.group;
   const int kt = blockIdx.y; // low kv tiles see the most q tiles: first
   const int k0 = kt * BC;
@@ -513,6 +526,18 @@ __global__ void __launch_bounds__(256) attnBwdKVKernel(Params p) {
     }
     __syncthreads();
 
+    if constexpr (STORE_DS) {
+      // Raw copy of the swizzled dS^T tile for the dQ pass (8 KB, 2 chunks of
+      // 16 bytes per thread).
+      const int64_t tile = int64_t(blockIdx.x) * ((numQ * (numQ + 1)) / 2) +
+                           (qt * (qt + 1)) / 2 + kt;
+      const uint4 *src = reinterpret_cast<const uint4 *>(smem + (sS - sK));
+      uint4 *dst = reinterpret_cast<uint4 *>(p.dsBuf + tile * (BC * BR));
+#pragma unroll
+      for (int c = tid; c < BC * BR / 8; c += 256)
+        dst[c] = src[c];
+    }
+
     // Phase 2: dV += P^T dO, dK += dS^T Q for kv rows wr*16.., column half wc.
 #pragma unroll
     for (int kk = 0; kk < BR / 16; ++kk) {
@@ -618,7 +643,7 @@ __global__ void __launch_bounds__(256) attnBwdQKernel(Params p) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t4 = lane & 3;
   const int wr = warp & 3, wc = warp >> 2;
-  const int bh = blockIdx.x;
+  const int bh = p.bhOffset + blockIdx.x;
   const int b = bh / p.Hq, h = bh % p.Hq, hk = h / p.group;
   const int T = p.T;
   const int numQ = (T + BR - 1) / BR;
@@ -754,6 +779,92 @@ __global__ void __launch_bounds__(256) attnBwdQKernel(Params p) {
   }
 }
 
+/// dQ from the dS tiles the dK/dV pass stored: one block per (q tile, q
+/// head, batch), dQ = scale sum_j dS_ij K_j over j ascending. 8 warps split
+/// the 64 x DQK accumulator into 4 row groups x 2 column halves.
+template <int DQK>
+__global__ void __launch_bounds__(256) attnBwdQFromDsKernel(Params p) {
+  constexpr int BR = 64, BC = 64;
+  extern __shared__ __align__(128) unsigned char smem[];
+  const uint32_t sK0 = smemAddr(smem);          // two buffers of BC*DQK
+  const uint32_t sS0 = sK0 + 2 * BC * DQK * 2;  // two buffers of BC*BR
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, t4 = lane & 3;
+  const int wr = warp & 3, wc = warp >> 2;
+  const int bh = p.bhOffset + blockIdx.x;
+  const int b = bh / p.Hq, h = bh % p.Hq, hk = h / p.group;
+  const int T = p.T;
+  const int numQ = (T + BR - 1) / BR;
+  const int qt = numQ - 1 - blockIdx.y;
+  const int q0 = qt * BR;
+  const int numK = qt + 1; // BR == BC: tiles j <= i
+  const int64_t kStride = int64_t(p.Hkv) * DQK;
+  const __nv_bfloat16 *gK = p.k + (int64_t(b) * T * p.Hkv + hk) * DQK;
+  const __nv_bfloat16 *gS =
+      p.dsBuf + (int64_t(blockIdx.x) * ((numQ * (numQ + 1)) / 2) +
+                 (qt * (qt + 1)) / 2) *
+                    (BC * BR);
+
+  auto load = [&](int kt, int buf) {
+    const int k0 = kt * BC;
+    loadTile<BC, DQK, 256>(sK0 + buf * BC * DQK * 2, gK + k0 * kStride,
+                           kStride, T - k0, tid);
+    const uint32_t dst = sS0 + buf * BC * BR * 2;
+    const __nv_bfloat16 *src = gS + int64_t(kt) * (BC * BR);
+#pragma unroll
+    for (int c = tid; c < BC * BR / 8; c += 256)
+      cpAsync16(dst + c * 16, src + c * 8, true);
+  };
+  load(0, 0);
+  cpAsyncCommit();
+
+  constexpr int NQ = DQK / 2 / 8;
+  float dqAcc[NQ][4];
+#pragma unroll
+  for (int i = 0; i < NQ; ++i)
+    dqAcc[i][0] = dqAcc[i][1] = dqAcc[i][2] = dqAcc[i][3] = 0.f;
+
+  for (int kt = 0; kt < numK; ++kt) {
+    const int buf = kt & 1;
+    if (kt + 1 < numK) {
+      load(kt + 1, buf ^ 1);
+      cpAsyncCommit();
+      cpAsyncWait<1>();
+    } else {
+      cpAsyncWait<0>();
+    }
+    __syncthreads();
+    const uint32_t sK = sK0 + buf * BC * DQK * 2;
+    const uint32_t sS = sS0 + buf * BC * BR * 2; // dS^T [kv][q]
+#pragma unroll
+    for (int kk = 0; kk < BC / 16; ++kk) {
+      uint32_t a[4];
+      ldsm4t(a, addrAt<BR>(sS, wr * 16, kk * 16, lane));
+#pragma unroll
+      for (int nn = 0; nn < NQ / 2; ++nn) {
+        uint32_t bb[4];
+        ldsm4t(bb, addrBt<DQK>(sK, kk * 16, wc * (DQK / 2) + nn * 16, lane));
+        mma16816(dqAcc[2 * nn], a, bb[0], bb[1]);
+        mma16816(dqAcc[2 * nn + 1], a, bb[2], bb[3]);
+      }
+    }
+    __syncthreads();
+  }
+
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {
+    const int qi = q0 + wr * 16 + g + 8 * hf;
+    if (qi >= T)
+      continue;
+    __nv_bfloat16 *dq = p.dq + ((int64_t(b) * T + qi) * p.Hq + h) * DQK;
+#pragma unroll
+    for (int nt = 0; nt < NQ; ++nt)
+      *reinterpret_cast<uint32_t *>(dq + wc * (DQK / 2) + nt * 8 + 2 * t4) =
+          packBf16(dqAcc[nt][2 * hf] * p.scale,
+                   dqAcc[nt][2 * hf + 1] * p.scale);
+  }
+}
+
 //===----------------------------------------------------------------------===//
 // Host side
 //===----------------------------------------------------------------------===//
@@ -783,25 +894,45 @@ Status launchForward(cudaStream_t stream, const Params &p) {
 }
 
 template <int DQK, int DV>
-Status launchBackward(cudaStream_t stream, const Params &p) {
+Status launchBackward(cudaStream_t stream, Params p, AttentionBackwardAlgo algo,
+                      int64_t dsChunk) {
   using C = BwdCfg<DQK, DV>;
   const int64_t rows = int64_t(p.B) * p.T * p.Hq;
   attnBwdDotKernel<DV><<<(rows + 7) / 8, 256, 0, stream>>>(p);
   AP_ATTN_CUDA_CHECK(cudaGetLastError());
+  const int numTiles = (p.T + C::kBc - 1) / C::kBc;
+  const int64_t pairs = int64_t(p.B) * p.Hq;
 
-  auto kv = attnBwdKVKernel<DQK, DV>;
-  AP_ATTN_CUDA_CHECK(cudaFuncSetAttribute(
-      kv, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemKV));
-  dim3 gridKV(p.B * p.Hq, (p.T + C::kBc - 1) / C::kBc);
-  kv<<<gridKV, C::kThreads, C::kSmemKV, stream>>>(p);
-  AP_ATTN_CUDA_CHECK(cudaGetLastError());
-
-  auto dq = attnBwdQKernel<DQK, DV>;
-  AP_ATTN_CUDA_CHECK(cudaFuncSetAttribute(
-      dq, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemQ));
-  dim3 gridQ(p.B * p.Hq, (p.T + C::kBr - 1) / C::kBr);
-  dq<<<gridQ, C::kThreads, C::kSmemQ, stream>>>(p);
-  AP_ATTN_CUDA_CHECK(cudaGetLastError());
+  if (algo == AttentionBackwardAlgo::RecomputeDq) {
+    p.bhOffset = 0;
+    auto kv = attnBwdKVKernel<DQK, DV, false>;
+    AP_ATTN_CUDA_CHECK(cudaFuncSetAttribute(
+        kv, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemKV));
+    kv<<<dim3(pairs, numTiles), C::kThreads, C::kSmemKV, stream>>>(p);
+    AP_ATTN_CUDA_CHECK(cudaGetLastError());
+    auto dq = attnBwdQKernel<DQK, DV>;
+    AP_ATTN_CUDA_CHECK(cudaFuncSetAttribute(
+        dq, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemQ));
+    dq<<<dim3(pairs, numTiles), C::kThreads, C::kSmemQ, stream>>>(p);
+    AP_ATTN_CUDA_CHECK(cudaGetLastError());
+  } else {
+    auto kv = attnBwdKVKernel<DQK, DV, true>;
+    AP_ATTN_CUDA_CHECK(cudaFuncSetAttribute(
+        kv, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemKV));
+    auto dq = attnBwdQFromDsKernel<DQK>;
+    constexpr int kSmemDs = 2 * (C::kBc * DQK + C::kBc * C::kBr) * 2;
+    AP_ATTN_CUDA_CHECK(cudaFuncSetAttribute(
+        dq, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemDs));
+    // Chunks of (batch, head) pairs share one dS buffer, in order.
+    for (int64_t first = 0; first < pairs; first += dsChunk) {
+      const int64_t n = std::min<int64_t>(dsChunk, pairs - first);
+      p.bhOffset = static_cast<int>(first);
+      kv<<<dim3(n, numTiles), C::kThreads, C::kSmemKV, stream>>>(p);
+      AP_ATTN_CUDA_CHECK(cudaGetLastError());
+      dq<<<dim3(n, numTiles), C::kThreads, kSmemDs, stream>>>(p);
+      AP_ATTN_CUDA_CHECK(cudaGetLastError());
+    }
+  }
 
   if (p.group > 1) {
     const int64_t total = int64_t(p.B) * p.T * p.Hkv * (DQK + DV);
@@ -835,8 +966,10 @@ struct FwdLauncher {
 struct BwdLauncher {
   cudaStream_t stream;
   const Params &p;
+  AttentionBackwardAlgo algo;
+  int64_t dsChunk;
   template <int DQK, int DV> Status operator()() const {
-    return launchBackward<DQK, DV>(stream, p);
+    return launchBackward<DQK, DV>(stream, p, algo, dsChunk);
   }
 };
 
@@ -860,8 +993,9 @@ Status attentionForward(const KernelContext &ctx,
                       FwdLauncher{static_cast<cudaStream_t>(ctx.stream), p});
 }
 
-Status attentionBackward(const KernelContext &ctx,
-                         const AttentionBackwardArgs &a) {
+Status attentionBackwardWithAlgo(const KernelContext &ctx,
+                                 const AttentionBackwardArgs &a,
+                                 AttentionBackwardAlgo algo) {
   if (Status st = attentionValidate(a.shape, a.dtype); st != Status::Ok)
     return st;
   if (!a.q || !a.k || !a.v || !a.o || !a.lse || !a.dO || !a.dq || !a.dk ||
@@ -869,10 +1003,10 @@ Status attentionBackward(const KernelContext &ctx,
     return Status::InvalidArgument;
   if (a.dtype != DType::BF16)
     return Status::Unsupported;
-  const size_t need = attentionBackwardWorkspaceBytes(a);
-  if (ctx.workspaceBytes < need || (need && !ctx.workspace))
-    return Status::InvalidArgument;
   const AttentionShape &s = a.shape;
+  const size_t need = detail::attentionBackwardWorkspaceBytesFor(s, algo);
+  if (ctx.workspaceBytes < need || !ctx.workspace)
+    return Status::InvalidArgument;
   Params p = makeParams(s);
   p.q = static_cast<const __nv_bfloat16 *>(a.q);
   p.k = static_cast<const __nv_bfloat16 *>(a.k);
@@ -883,18 +1017,30 @@ Status attentionBackward(const KernelContext &ctx,
   p.dq = static_cast<__nv_bfloat16 *>(a.dq);
   p.dk = static_cast<__nv_bfloat16 *>(a.dk);
   p.dv = static_cast<__nv_bfloat16 *>(a.dv);
-  // Workspace layout mirrors attentionBackwardWorkspaceBytes.
+  // Workspace layout mirrors detail::attentionBackwardWorkspaceBytesFor.
   auto align = [](size_t n) { return (n + 255) / 256 * 256; };
   const size_t rows = size_t(s.batch) * s.seqLen;
   unsigned char *ws = static_cast<unsigned char *>(ctx.workspace);
+  size_t off = 0;
   p.Dd = reinterpret_cast<float *>(ws);
+  off += align(rows * s.numQHeads * sizeof(float));
   if (s.numQHeads != s.numKvHeads) {
-    size_t off = align(rows * s.numQHeads * sizeof(float));
     p.dkPart = reinterpret_cast<float *>(ws + off);
     off += align(rows * s.numQHeads * s.headDimQk * sizeof(float));
     p.dvPart = reinterpret_cast<float *>(ws + off);
+    off += align(rows * s.numQHeads * s.headDimV * sizeof(float));
   }
-  return dispatchDims(s, BwdLauncher{static_cast<cudaStream_t>(ctx.stream), p});
+  if (algo == AttentionBackwardAlgo::StoredDs)
+    p.dsBuf = reinterpret_cast<__nv_bfloat16 *>(ws + off);
+  return dispatchDims(
+      s, BwdLauncher{static_cast<cudaStream_t>(ctx.stream), p, algo,
+                     detail::attentionStoredDsChunk(s)});
+}
+
+Status attentionBackward(const KernelContext &ctx,
+                         const AttentionBackwardArgs &a) {
+  return attentionBackwardWithAlgo(
+      ctx, a, detail::attentionBackwardDefaultAlgo(a.shape));
 }
 
 } // namespace ap::kernels::cuda

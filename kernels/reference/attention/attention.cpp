@@ -245,9 +245,23 @@ size_t attentionForwardWorkspaceBytes(const AttentionForwardArgs &) {
   return 0;
 }
 
-size_t attentionBackwardWorkspaceBytes(const AttentionBackwardArgs &a) {
-  const AttentionShape &s = a.shape;
-  if (attentionValidate(s, a.dtype) != Status::Ok)
+namespace detail {
+
+AttentionBackwardAlgo attentionBackwardDefaultAlgo(const AttentionShape &) {
+  return AttentionBackwardAlgo::RecomputeDq;
+}
+
+int64_t attentionStoredDsChunk(const AttentionShape &s) {
+  const int64_t tiles = (int64_t(s.seqLen) + 63) / 64;
+  const int64_t perPair = tiles * (tiles + 1) / 2 * 64 * 64 * 2;
+  const int64_t cap = int64_t(256) << 20;
+  return std::max<int64_t>(
+      1, std::min<int64_t>(int64_t(s.batch) * s.numQHeads, cap / perPair));
+}
+
+size_t attentionBackwardWorkspaceBytesFor(const AttentionShape &s,
+                                          AttentionBackwardAlgo algo) {
+  if (attentionValidate(s, DType::BF16) != Status::Ok)
     return 0;
   auto align = [](size_t n) { return (n + 255) / 256 * 256; };
   const size_t rows = size_t(s.batch) * s.seqLen;
@@ -255,7 +269,21 @@ size_t attentionBackwardWorkspaceBytes(const AttentionBackwardArgs &a) {
   if (s.numQHeads != s.numKvHeads)
     bytes += align(rows * s.numQHeads * s.headDimQk * sizeof(float)) +
              align(rows * s.numQHeads * s.headDimV * sizeof(float));
+  if (algo == AttentionBackwardAlgo::StoredDs) {
+    const size_t tiles = (size_t(s.seqLen) + 63) / 64;
+    bytes += align(size_t(attentionStoredDsChunk(s)) * tiles * (tiles + 1) /
+                   2 * 64 * 64 * 2);
+  }
   return bytes;
+}
+
+} // namespace detail
+
+size_t attentionBackwardWorkspaceBytes(const AttentionBackwardArgs &a) {
+  if (attentionValidate(a.shape, a.dtype) != Status::Ok)
+    return 0;
+  return detail::attentionBackwardWorkspaceBytesFor(
+      a.shape, detail::attentionBackwardDefaultAlgo(a.shape));
 }
 
 namespace reference {

@@ -145,7 +145,12 @@ void runCase(const Case &c) {
       dGrad(nO * 2), dDq(nQ * 2), dDk(nK * 2), dDv(nV * 2);
   AttentionBackwardArgs ba;
   ba.shape = s;
-  const size_t wsBytes = attentionBackwardWorkspaceBytes(ba);
+  const size_t wsBytes = std::max(
+      detail::attentionBackwardWorkspaceBytesFor(
+          s, AttentionBackwardAlgo::RecomputeDq),
+      detail::attentionBackwardWorkspaceBytesFor(
+          s, AttentionBackwardAlgo::StoredDs));
+  ASSERT_GE(wsBytes, attentionBackwardWorkspaceBytes(ba));
   DevBuf ws(std::max<size_t>(wsBytes, 256));
   for (DevBuf *b : {&dQ, &dK, &dV, &dOut, &dLse, &dGrad, &dDq, &dDk, &dDv, &ws})
     ASSERT_NE(b->p, nullptr) << "cudaMalloc";
@@ -183,12 +188,12 @@ void runCase(const Case &c) {
     std::vector<bf16> o, dq, dk, dv;
     std::vector<float> lse;
   };
-  auto runGpu = [&](Result &r) {
+  auto runGpu = [&](Result &r, AttentionBackwardAlgo algo) {
     // NaN everywhere an output goes, and in the workspace.
     for (DevBuf *b : {&dOut, &dLse, &dDq, &dDk, &dDv, &ws})
       CUDA_OK(cudaMemset(b->p, 0xff, b->n));
     ASSERT_EQ(attentionForward(gpu, gf), Status::Ok);
-    ASSERT_EQ(attentionBackward(gpu, ba), Status::Ok);
+    ASSERT_EQ(cuda::attentionBackwardWithAlgo(gpu, ba, algo), Status::Ok);
     CUDA_OK(cudaDeviceSynchronize());
     r.o.resize(nO);
     r.lse.resize(nL);
@@ -202,7 +207,7 @@ void runCase(const Case &c) {
     CUDA_OK(cudaMemcpy(r.dv.data(), dDv.p, nV * 2, cudaMemcpyDeviceToHost));
   };
   Result r1, r2;
-  runGpu(r1);
+  runGpu(r1, AttentionBackwardAlgo::RecomputeDq);
   if (::testing::Test::HasFatalFailure())
     return;
 
@@ -232,28 +237,52 @@ void runCase(const Case &c) {
   ba.dk = dkRef.data();
   ba.dv = dvRef.data();
   ASSERT_EQ(attentionBackward(host, ba), Status::Ok);
-  compare("dq", widen(r1.dq), widen(dqRef), 1e-2, 3e-2);
-  compare("dk", widen(r1.dk), widen(dkRef), 1e-2, 3e-2);
-  compare("dv", widen(r1.dv), widen(dvRef), 1e-2, 3e-2);
+  const std::vector<double> dqW = widen(dqRef), dkW = widen(dkRef),
+                            dvW = widen(dvRef);
+  const std::vector<bf16> o1 = r1.o;
+  const std::vector<float> lse1 = r1.lse;
+  auto restoreDeviceArgs = [&] {
+    ba.q = dQ.p;
+    ba.k = dK.p;
+    ba.v = dV.p;
+    ba.o = dOut.p;
+    ba.lse = dLse.p;
+    ba.dO = dGrad.p;
+    ba.dq = dDq.p;
+    ba.dk = dDk.p;
+    ba.dv = dDv.p;
+  };
+  restoreDeviceArgs();
+  Result first[2];
+  const AttentionBackwardAlgo algos[2] = {AttentionBackwardAlgo::RecomputeDq,
+                                          AttentionBackwardAlgo::StoredDs};
+  for (int a = 0; a < 2; ++a) {
+    std::printf(" backward %s\n", a == 0 ? "RecomputeDq" : "StoredDs");
+    if (a == 0) {
+      first[0] = r1;
+    } else {
+      runGpu(first[1], algos[1]);
+      if (::testing::Test::HasFatalFailure())
+        return;
+    }
+    const Result &ra = first[a];
+    compare("dq", widen(ra.dq), dqW, 1e-2, 3e-2);
+    compare("dk", widen(ra.dk), dkW, 1e-2, 3e-2);
+    compare("dv", widen(ra.dv), dvW, 1e-2, 3e-2);
 
-  // Bitwise run-to-run determinism (outputs re-poisoned in between).
-  ba.q = dQ.p;
-  ba.k = dK.p;
-  ba.v = dV.p;
-  ba.o = dOut.p;
-  ba.lse = dLse.p;
-  ba.dO = dGrad.p;
-  ba.dq = dDq.p;
-  ba.dk = dDk.p;
-  ba.dv = dDv.p;
-  runGpu(r2);
-  if (::testing::Test::HasFatalFailure())
-    return;
-  EXPECT_EQ(std::memcmp(r1.o.data(), r2.o.data(), nO * 2), 0) << "o";
-  EXPECT_EQ(std::memcmp(r1.lse.data(), r2.lse.data(), nL * 4), 0) << "lse";
-  EXPECT_EQ(std::memcmp(r1.dq.data(), r2.dq.data(), nQ * 2), 0) << "dq";
-  EXPECT_EQ(std::memcmp(r1.dk.data(), r2.dk.data(), nK * 2), 0) << "dk";
-  EXPECT_EQ(std::memcmp(r1.dv.data(), r2.dv.data(), nV * 2), 0) << "dv";
+    // Bitwise run-to-run determinism (outputs re-poisoned in between).
+    runGpu(r2, algos[a]);
+    if (::testing::Test::HasFatalFailure())
+      return;
+    EXPECT_EQ(std::memcmp(o1.data(), r2.o.data(), nO * 2), 0) << "o";
+    EXPECT_EQ(std::memcmp(lse1.data(), r2.lse.data(), nL * 4), 0) << "lse";
+    EXPECT_EQ(std::memcmp(ra.dq.data(), r2.dq.data(), nQ * 2), 0) << "dq";
+    EXPECT_EQ(std::memcmp(ra.dk.data(), r2.dk.data(), nK * 2), 0) << "dk";
+    EXPECT_EQ(std::memcmp(ra.dv.data(), r2.dv.data(), nV * 2), 0) << "dv";
+  }
+  // Both algorithms share the dK/dV pass: identical bits.
+  EXPECT_EQ(std::memcmp(first[0].dk.data(), first[1].dk.data(), nK * 2), 0);
+  EXPECT_EQ(std::memcmp(first[0].dv.data(), first[1].dv.data(), nV * 2), 0);
 }
 
 TEST(AttentionCuda, SmallAwkwardShapes) {
