@@ -1,0 +1,292 @@
+//===- dense_bench.cpp - dense kernels on the H200 -----------------*- C++ -*-===//
+//
+// Times every dense kernel at the Qwen3.5-0.8B shapes (T=4096 tokens, D=1024,
+// I=3584, V=248320) and prints one JSON line per kernel: median time over
+// the timed repetitions, bytes and FLOPs counted from the shapes, and the
+// roofline floor max(flops / peakFlops, bytes / peakBw) with the ceilings
+// measured on this card kind (KINDS.md: 790 TFLOP/s bf16, 4.3 TB/s copy).
+// bench/dense_bench_torch.py times the PyTorch peers in the same run.
+// Build: bench/dense_bench.sh.
+//
+//===----------------------------------------------------------------------===//
+#include "kernels/kernels.h"
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <vector>
+
+using namespace ap::kernels;
+
+#define CK(call)                                                               \
+  do {                                                                         \
+    cudaError_t e_ = (call);                                                   \
+    if (e_ != cudaSuccess) {                                                   \
+      std::fprintf(stderr, "%s failed: %s\n", #call, cudaGetErrorString(e_)); \
+      std::exit(1);                                                            \
+    }                                                                          \
+  } while (0)
+#define KS(call)                                                               \
+  do {                                                                         \
+    Status s_ = (call);                                                        \
+    if (s_ != Status::Ok) {                                                    \
+      std::fprintf(stderr, "%s returned %d\n", #call, int(s_));                \
+      std::exit(1);                                                            \
+    }                                                                          \
+  } while (0)
+
+namespace {
+
+constexpr double kPeakFlops = 790e12, kPeakBw = 4.3e12;
+constexpr int64_t T = 4096, D = 1024, I = 3584, V = 248320;
+
+cudaStream_t gStream;
+KernelContext gCtx;
+
+void *devAlloc(size_t bytes, int fill = 1) {
+  void *p = nullptr;
+  CK(cudaMalloc(&p, bytes));
+  // Non-zero, finite bf16 and fp32 values: 0x3C3C = bf16 0.0115, fp32 0.0115.
+  CK(cudaMemset(p, fill ? 0x3C : 0, bytes));
+  return p;
+}
+
+/// Median milliseconds of `reps` timed calls after `warm` untimed ones.
+double timeMs(const std::function<void()> &fn, int warm = 3, int reps = 15) {
+  for (int i = 0; i < warm; ++i)
+    fn();
+  std::vector<cudaEvent_t> ev(reps + 1);
+  for (auto &e : ev)
+    CK(cudaEventCreate(&e));
+  CK(cudaEventRecord(ev[0], gStream));
+  for (int i = 0; i < reps; ++i) {
+    fn();
+    CK(cudaEventRecord(ev[i + 1], gStream));
+  }
+  CK(cudaStreamSynchronize(gStream));
+  std::vector<float> ms(reps);
+  for (int i = 0; i < reps; ++i)
+    CK(cudaEventElapsedTime(&ms[i], ev[i], ev[i + 1]));
+  for (auto &e : ev)
+    CK(cudaEventDestroy(e));
+  std::sort(ms.begin(), ms.end());
+  return ms[reps / 2];
+}
+
+void report(const std::string &name, double ms, double flops, double bytes,
+            const std::string &extra = "") {
+  double floorMs = 1e3 * std::max(flops / kPeakFlops, bytes / kPeakBw);
+  std::printf("{\"impl\":\"actplace\",\"kernel\":\"%s\",\"ms\":%.4f,"
+              "\"floor_ms\":%.4f,\"of_floor\":%.3f,\"tflops\":%.1f,"
+              "\"gbps\":%.1f%s}\n",
+              name.c_str(), ms, floorMs, floorMs / ms,
+              flops / (ms * 1e-3) / 1e12, bytes / (ms * 1e-3) / 1e9,
+              extra.c_str());
+  std::fflush(stdout);
+}
+
+void benchLinear(const char *name, int64_t in, int64_t out) {
+  auto *x = devAlloc(T * in * 2), *w = devAlloc(out * in * 2),
+       *y = devAlloc(T * out * 2), *dy = devAlloc(T * out * 2),
+       *dx = devAlloc(T * in * 2), *dw = devAlloc(out * in * 4);
+  double f = 2.0 * T * in * out;
+  LinearForwardArgs fa{DType::BF16, x, w, y, T, in, out};
+  report(std::string(name) + ".fwd",
+         timeMs([&] { KS(linearForward(gCtx, fa)); }), f,
+         2.0 * (T * in + in * out + T * out));
+  LinearBackwardArgs dxa{DType::BF16, x, w, dy, dx, nullptr, T, in, out};
+  report(std::string(name) + ".dx",
+         timeMs([&] { KS(linearBackward(gCtx, dxa)); }), f,
+         2.0 * (T * out + in * out + T * in));
+  LinearBackwardArgs dwa{DType::BF16, x, w, dy, nullptr, dw, T, in, out};
+  report(std::string(name) + ".dw",
+         timeMs([&] { KS(linearBackward(gCtx, dwa)); }), f,
+         2.0 * (T * out + T * in) + 8.0 * in * out);
+  for (void *p : {x, w, y, dy, dx, dw})
+    CK(cudaFree(p));
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  bool quick = argc > 1 && std::string(argv[1]) == "--quick";
+  cublasLtHandle_t lt;
+  if (cublasLtCreate(&lt) != CUBLAS_STATUS_SUCCESS)
+    return 1;
+  CK(cudaStreamCreate(&gStream));
+  int sms = 0;
+  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  cudaDeviceProp prop{};
+  CK(cudaGetDeviceProperties(&prop, 0));
+  std::printf("{\"device\":\"%s\",\"sms\":%d,\"T\":%lld}\n", prop.name, sms,
+              (long long)T);
+  gCtx.backend = Backend::Cuda;
+  gCtx.stream = gStream;
+  gCtx.cublasLt = lt;
+  gCtx.smCount = sms;
+  // One workspace big enough for the largest chunked CE configuration.
+  LmHeadCrossEntropyArgs ceProbe;
+  ceProbe.tokens = T;
+  ceProbe.dim = D;
+  ceProbe.vocab = V;
+  ceProbe.chunkTokens = 2048;
+  size_t wsBytes = lmHeadCrossEntropyWorkspaceBytes(Backend::Cuda, ceProbe);
+  gCtx.workspace = devAlloc(wsBytes, 0);
+  gCtx.workspaceBytes = wsBytes;
+
+  // GEMMs: MLP gate/up (and fused), down, GDN in_proj_qkv, out_proj.
+  benchLinear("gemm.mlp_up_1024x3584", D, I);
+  benchLinear("gemm.mlp_gateup_1024x7168", D, 2 * I);
+  benchLinear("gemm.mlp_down_3584x1024", I, D);
+  benchLinear("gemm.gdn_qkv_1024x6144", D, 6144);
+  benchLinear("gemm.gdn_out_2048x1024", 2048, D);
+
+  {
+    // RMSNorm: model norm [T, D]; q_norm [T*8, 256] on the gated q_proj view.
+    // x, dy, dx hold the gated q_proj view [T*8, 512]; y the q_norm output.
+    auto *x = devAlloc(T * 8192), *w = devAlloc(2048), *y = devAlloc(T * 4096),
+         *rs = devAlloc(T * 8 * 4), *dy = devAlloc(T * 8192),
+         *dx = devAlloc(T * 8192), *dw = devAlloc(4096);
+    RmsNormForwardArgs f{DType::BF16, x, w, y, rs, T, D};
+    report("rmsnorm.fwd_4096x1024", timeMs([&] { KS(rmsNormForward(gCtx, f)); }),
+           0, 2.0 * T * D * 2 + 4.0 * T);
+    RmsNormBackwardArgs b{DType::BF16, x, w, rs, dy, dx, dw, T, D};
+    report("rmsnorm.bwd_4096x1024",
+           timeMs([&] { KS(rmsNormBackward(gCtx, b)); }), 0,
+           2.0 * T * D * 3 + 4.0 * T);
+    RmsNormForwardArgs q{DType::BF16, x, w, y, rs, T * 8, 256, 512, 256};
+    report("rmsnorm.qnorm_fwd_32768x256_stride512",
+           timeMs([&] { KS(rmsNormForward(gCtx, q)); }), 0,
+           2.0 * T * 8 * 256 * 2 + 4.0 * T * 8);
+    RmsNormBackwardArgs qb{DType::BF16, x, w, rs, dy, dx, dw, T * 8, 256,
+                           512, 512, 512};
+    report("rmsnorm.qnorm_bwd_32768x256_stride512",
+           timeMs([&] { KS(rmsNormBackward(gCtx, qb)); }), 0,
+           2.0 * T * 8 * 256 * 3 + 4.0 * T * 8);
+
+    RopeArgs r{DType::BF16, x, y, 1, T, 8, 256, 0, 64, 1e7};
+    report("rope.fwd_q_4096x8x256_rd64",
+           timeMs([&] { KS(ropeForward(gCtx, r)); }), 0, 2.0 * T * 8 * 256 * 2);
+    RopeArgs ri{DType::BF16, x, x, 1, T, 8, 256, 0, 64, 1e7};
+    report("rope.fwd_q_inplace", timeMs([&] { KS(ropeForward(gCtx, ri)); }), 0,
+           2.0 * T * 8 * 64 * 2);
+    for (void *p : {x, w, y, rs, dy, dx, dw})
+      CK(cudaFree(p));
+  }
+  {
+    auto *g = devAlloc(T * I * 2), *u = devAlloc(T * I * 2), *y = devAlloc(T * I * 2),
+         *dy = devAlloc(T * I * 2), *dg = devAlloc(T * I * 2), *du = devAlloc(T * I * 2);
+    SwiGluForwardArgs f{DType::BF16, g, u, y, T, I};
+    report("swiglu.fwd_4096x3584", timeMs([&] { KS(swiGluForward(gCtx, f)); }),
+           0, 2.0 * T * I * 3);
+    SwiGluBackwardArgs b{DType::BF16, g, u, dy, dg, du, T, I};
+    report("swiglu.bwd_4096x3584", timeMs([&] { KS(swiGluBackward(gCtx, b)); }),
+           0, 2.0 * T * I * 5);
+    SigmoidGateForwardArgs gf{DType::BF16, g, u, y, T * 8, 256, 0, 512, 0};
+    report("gate.fwd_32768x256", timeMs([&] { KS(sigmoidGateForward(gCtx, gf)); }),
+           0, 2.0 * T * 8 * 256 * 3);
+    SigmoidGateBackwardArgs gb{DType::BF16, g, u, dy, dg, du, T * 8, 256,
+                               0, 512, 0, 0, 512};
+    report("gate.bwd_32768x256",
+           timeMs([&] { KS(sigmoidGateBackward(gCtx, gb)); }), 0,
+           2.0 * T * 8 * 256 * 5);
+    ResidualAddArgs ra{DType::BF16, g, u, y, T * D};
+    report("residual.fwd_4096x1024",
+           timeMs([&] { KS(residualAddForward(gCtx, ra)); }), 0, 2.0 * T * D * 3);
+    for (void *p : {g, u, y, dy, dg, du})
+      CK(cudaFree(p));
+  }
+  {
+    auto *w = devAlloc(V * D * 2), *y = devAlloc(T * D * 2), *dy = devAlloc(T * D * 2),
+         *dw = devAlloc(V * D * 4);
+    std::vector<int32_t> ids(T);
+    for (int64_t n = 0; n < T; ++n)
+      ids[n] = int32_t((n * 2654435761ull) % V);
+    int32_t *dIds;
+    CK(cudaMalloc(&dIds, T * 4));
+    CK(cudaMemcpy(dIds, ids.data(), T * 4, cudaMemcpyHostToDevice));
+    EmbeddingForwardArgs f{DType::BF16, dIds, w, y, T, V, D};
+    report("embedding.fwd_4096x1024", timeMs([&] { KS(embeddingForward(gCtx, f)); }),
+           0, 2.0 * T * D * 2);
+    EmbeddingBackwardArgs b{DType::BF16, dIds, dy, dw, T, V, D};
+    report("embedding.bwd_4096x1024_V248320",
+           timeMs([&] { KS(embeddingBackward(gCtx, b)); }), 0,
+           2.0 * T * D + 8.0 * T * D);
+
+    // Chunked LM head + CE, forward+backward (the backward entry computes
+    // the loss too): 3 GEMMs of 2*T*D*V each.
+    auto *h = devAlloc(T * D * 2), *dh = devAlloc(T * D * 2);
+    float *loss;
+    int32_t *count;
+    CK(cudaMalloc(&loss, 4));
+    CK(cudaMalloc(&count, 4));
+    for (int64_t chunk : {512, 1024, 2048}) {
+      if (quick && chunk != 1024)
+        continue;
+      LmHeadCrossEntropyArgs a;
+      a.dtype = DType::BF16;
+      a.hidden = h;
+      a.weight = w;
+      a.labels = dIds;
+      a.tokens = T;
+      a.dim = D;
+      a.vocab = V;
+      a.chunkTokens = chunk;
+      a.lossSum = loss;
+      a.validCount = count;
+      a.gradScale = 1.0 / T;
+      a.dHidden = dh;
+      a.dWeight = dw;
+      size_t wsb = lmHeadCrossEntropyWorkspaceBytes(Backend::Cuda, a);
+      double flops = 3 * 2.0 * T * D * V;
+      double bytes = 2.0 * V * D * 3 + 8.0 * V * D + 14.0 * T * V;
+      report("ce.fwd_bwd_chunk" + std::to_string(chunk),
+             timeMs([&] { KS(lmHeadCrossEntropyBackward(gCtx, a)); }, 2, 7),
+             flops, bytes,
+             ",\"workspace_mib\":" + std::to_string(wsb >> 20));
+      report("ce.fwd_chunk" + std::to_string(chunk),
+             timeMs([&] { KS(lmHeadCrossEntropyForward(gCtx, a)); }, 2, 7),
+             flops / 3, 2.0 * V * D + 8.0 * T * V,
+             ",\"workspace_mib\":" + std::to_string(wsb >> 20));
+    }
+    for (void *p : {(void *)w, y, dy, dw, h, dh, (void *)dIds, (void *)loss,
+                    (void *)count})
+      CK(cudaFree(p));
+  }
+  {
+    // Optimizer over 0.75B parameters (Qwen3.5-0.8B), one flat range.
+    const int64_t n = 752'000'000;
+    auto *p = static_cast<float *>(devAlloc(n * 4)), *g = static_cast<float *>(devAlloc(n * 4)),
+         *m = static_cast<float *>(devAlloc(n * 4)), *v = static_cast<float *>(devAlloc(n * 4));
+    auto *copy = devAlloc(n * 2);
+    float *norm, *clip;
+    CK(cudaMalloc(&norm, 4));
+    CK(cudaMalloc(&clip, 4));
+    GradTensor t{g, n};
+    GradNormArgs gn{&t, 1, 1.0, norm, clip};
+    size_t need = gradNormWorkspaceBytes(Backend::Cuda, gn);
+    if (need > gCtx.workspaceBytes)
+      return 1;
+    report("gradnorm_752M", timeMs([&] { KS(gradNorm(gCtx, gn)); }, 2, 9), 0,
+           4.0 * n);
+    AdamWArgs a;
+    a.master = p;
+    a.expAvg = m;
+    a.expAvgSq = v;
+    a.grad = g;
+    a.clipCoef = clip;
+    a.computeCopy = copy;
+    a.n = n;
+    report("adamw_752M_bf16copy", timeMs([&] { KS(adamWStep(gCtx, a)); }, 2, 9),
+           0, 30.0 * n);
+    for (void *q : {(void *)p, (void *)g, (void *)m, (void *)v, copy,
+                    (void *)norm, (void *)clip})
+      CK(cudaFree(q));
+  }
+  return 0;
+}
