@@ -835,4 +835,6 @@ bool linked() {
 
 /// Referenced from kernels/gdn.h by every ACTPLACE_HAVE_CUDA translation unit
 /// so that this object (and, through linked(), gdn_ops.cu's) is linked.
-extern "C" int actplaceGdnCudaAnchor = int(ap::kernels::gdncuda::linked());
+extern "C" {
+int actplaceGdnCudaAnchor = int(ap::kernels::gdncuda::linked());
+}

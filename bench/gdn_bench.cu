@@ -1,0 +1,171 @@
+//===- gdn_bench.cu - chunked gated delta rule timing -----------*- C++ -*-===//
+//
+// Times gdnChunkForward and gdnChunkBackward at the Qwen3.5-0.8B GDN shape
+// (T=4096, Hk=Hv=16, dk=dv=128, B=1 and 4) with CUDA events (median of 30
+// after 5 warm-ups) and prints the matmul FLOPs and the bytes-moved floor of
+// each. Build: see bench/gdn_bench.sh.
+//
+//===----------------------------------------------------------------------===//
+#include "kernels/kernels.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <vector>
+
+using namespace ap::kernels;
+
+#define CK(call)                                                               \
+  do {                                                                         \
+    cudaError_t e_ = (call);                                                   \
+    if (e_ != cudaSuccess) {                                                   \
+      std::fprintf(stderr, "%s failed: %s\n", #call, cudaGetErrorString(e_));  \
+      std::exit(1);                                                            \
+    }                                                                          \
+  } while (0)
+
+namespace {
+
+void *upload(const std::vector<unsigned char> &h) {
+  void *p;
+  CK(cudaMalloc(&p, h.size()));
+  CK(cudaMemcpy(p, h.data(), h.size(), cudaMemcpyHostToDevice));
+  return p;
+}
+template <typename T> std::vector<unsigned char> bytesOf(const std::vector<T> &v) {
+  std::vector<unsigned char> b(v.size() * sizeof(T));
+  std::memcpy(b.data(), v.data(), b.size());
+  return b;
+}
+void *devZeros(size_t n) {
+  void *p;
+  CK(cudaMalloc(&p, n));
+  CK(cudaMemset(p, 0, n));
+  return p;
+}
+
+template <typename F> double medianMs(F &&f, cudaStream_t s) {
+  cudaEvent_t a, b;
+  CK(cudaEventCreate(&a));
+  CK(cudaEventCreate(&b));
+  for (int i = 0; i < 5; ++i)
+    f();
+  std::vector<float> ms;
+  for (int i = 0; i < 30; ++i) {
+    CK(cudaEventRecord(a, s));
+    f();
+    CK(cudaEventRecord(b, s));
+    CK(cudaEventSynchronize(b));
+    float t;
+    CK(cudaEventElapsedTime(&t, a, b));
+    ms.push_back(t);
+  }
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+} // namespace
+
+int main() {
+  int dev = 0, sms = 0;
+  CK(cudaGetDevice(&dev));
+  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  cudaStream_t s;
+  CK(cudaStreamCreate(&s));
+  std::printf("%-4s %-5s %9s %9s %9s %10s %10s %10s %10s\n", "B", "T", "fwd_ms",
+              "bwd_ms", "total_ms", "fwd_GFLOP", "bwd_GFLOP", "fwd_MB", "bwd_MB");
+  for (int B : {1, 4}) {
+    const int T = 4096, H = 16, dk = 128, dv = 128;
+    const size_t N = size_t(B) * T;
+    std::mt19937 rng(B);
+    std::normal_distribution<float> nd(0.f, 1.f);
+    std::uniform_real_distribution<float> ud(0.f, 1.f);
+    std::vector<bf16> q(N * H * dk), k(q.size()), v(N * H * dv), dO(v.size());
+    for (auto *x : {&q, &k}) // unit rows, as after the L2 norm
+      for (size_t r = 0; r < N * H; ++r) {
+        std::vector<float> row(dk);
+        float ss = 0;
+        for (auto &e : row) {
+          e = nd(rng);
+          ss += e * e;
+        }
+        for (int i = 0; i < dk; ++i)
+          (*x)[r * dk + i] = bf16(row[i] / std::sqrt(ss));
+      }
+    for (auto *x : {&v, &dO})
+      for (auto &e : *x)
+        e = bf16(nd(rng));
+    std::vector<float> g(N * H), beta(N * H);
+    for (auto &e : g)
+      e = -0.005f - 0.3f * ud(rng);
+    for (auto &e : beta)
+      e = 0.05f + 0.9f * ud(rng);
+    GdnChunkArgs a;
+    a.dtype = DType::BF16;
+    a.batch = B;
+    a.seqLen = T;
+    a.keyHeads = H;
+    a.valueHeads = H;
+    a.keyDim = dk;
+    a.valueDim = dv;
+    a.scale = 1.f / std::sqrt(float(dk));
+    a.q = upload(bytesOf(q));
+    a.k = upload(bytesOf(k));
+    a.v = upload(bytesOf(v));
+    a.g = upload(bytesOf(g));
+    a.beta = upload(bytesOf(beta));
+    a.dO = upload(bytesOf(dO));
+    a.o = devZeros(N * H * dv * 2);
+    a.gCum = devZeros(N * H * 4);
+    a.tMat = devZeros(N * H * 64 * 2);
+    a.dq = devZeros(q.size() * 2);
+    a.dk = devZeros(k.size() * 2);
+    a.dv = devZeros(v.size() * 2);
+    a.dg = devZeros(N * H * 4);
+    a.dbeta = devZeros(N * H * 4);
+    size_t wsb = std::max(gdnChunkForwardWorkspaceBytes(a), gdnChunkBackwardWorkspaceBytes(a));
+    KernelContext ctx;
+    ctx.backend = Backend::Cuda;
+    ctx.stream = s;
+    ctx.workspace = devZeros(wsb);
+    ctx.workspaceBytes = wsb;
+    ctx.smCount = sms;
+    auto fwd = [&] {
+      if (gdnChunkForward(ctx, a) != Status::Ok)
+        std::exit(2);
+    };
+    auto bwd = [&] {
+      if (gdnChunkBackward(ctx, a) != Status::Ok)
+        std::exit(3);
+    };
+    double tf = medianMs(fwd, s);
+    fwd();
+    double tb = medianMs(bwd, s);
+    double both = medianMs([&] { fwd(); bwd(); }, s);
+    // Matmul FLOPs per (chunk, head) as the kernels do them (2 per MAC).
+    const double c = 64, K = dk, V = dv, cc = c * c;
+    double fwdMac = cc * K /*KK^T*/ + cc * K + cc * V /*W, U*/ +
+                    2 * c * K * V /*state*/ + cc * K + c * K * V + cc * V /*out*/;
+    double bwdMac = cc * K + cc * V /*W, U*/ + 2 * c * K * V /*state*/ +
+                    cc * K + cc * V + 3 * c * K * V /*reverse state*/ +
+                    3 * c * K * V + 3 * cc * V /*dQ,dK,dW,dS,dT,Y*/ +
+                    2 * cc * K /*dS K, dS^T Q*/ + 2 * cc * K /*dT, X*/ +
+                    2 * cc * c /*T^T dT T^T*/ + cc * K /*KK^T*/ + 2 * cc * K;
+    double units = double(B) * H * (T / 64);
+    double fwdG = 2 * fwdMac * units / 1e9, bwdG = 2 * bwdMac * units / 1e9;
+    // Bytes floor: each input read once, each output written once.
+    double tok = double(N) * H;
+    double fwdMB = (tok * (dk * 2 * 2 + dv * 2 + 4 + 4) + tok * (dv * 2 + 4 + 64 * 2)) / 1e6;
+    double bwdMB = (tok * (dk * 2 * 2 + dv * 2 + 4 + 4 + 64 * 2 + dv * 2) +
+                    tok * (dk * 2 * 2 + dv * 2 + 4 + 4)) / 1e6;
+    std::printf("%-4d %-5d %9.3f %9.3f %9.3f %10.1f %10.1f %10.1f %10.1f\n", B, T, tf, tb,
+                both, fwdG, bwdG, fwdMB, bwdMB);
+    std::printf("     floors at 4.3 TB/s: fwd %.3f ms, bwd %.3f ms; at 790 TFLOP/s: fwd %.3f "
+                "ms, bwd %.3f ms\n",
+                fwdMB / 4.3e6, bwdMB / 4.3e6, fwdG / 790e3, bwdG / 790e3);
+  }
+  return 0;
+}

@@ -1,0 +1,18 @@
+#!/bin/bash
+# Builds (here) or runs (on the GPU machine) the GDN benchmark.
+#   bench/gdn_bench.sh build   -> build-gdn/gdn_bench (nvcc, sm_90a)
+#   bench/gdn_bench.sh run     -> ours, then FLA, in one process tree
+set -euo pipefail
+cd "$(dirname "$0")/.."
+case "${1:-run}" in
+build)
+  nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr \
+    -Xptxas -v -I. bench/gdn_bench.cu kernels/cuda/gdn/gdn_chunk.cu \
+    kernels/cuda/gdn/gdn_ops.cu kernels/reference/gdn/*.cpp -o build-gdn/gdn_bench
+  ;;
+run)
+  nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,noheader || true
+  ./build-gdn/gdn_bench
+  PYTHONUNBUFFERED=1 python3 bench/gdn_bench_fla.py
+  ;;
+esac
