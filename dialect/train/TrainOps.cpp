@@ -155,22 +155,45 @@ static LogicalResult verifyLastDimNorm(Operation *op, Value input, Value weight,
   return c.positive("eps", eps);
 }
 
+/// A saved per-row statistic (rstd) has the input's shape without its last
+/// dimension.
+static LogicalResult verifyRowStatistic(Operation *op, StringRef name,
+                                        Value stat, Value input) {
+  if (!stat)
+    return success();
+  auto in = cast<RankedTensorType>(input.getType());
+  auto st = cast<RankedTensorType>(stat.getType());
+  if (st.getShape() != in.getShape().drop_back())
+    return op->emitOpError()
+           << name << " has type " << st << ", expected the input shape "
+           << "without its last dimension (one value per normalised row)";
+  return success();
+}
+
 LogicalResult RMSNormOp::verify() {
-  return verifyLastDimNorm(*this, getInput(), getWeight(), getType(),
+  if (failed(verifyRowStatistic(*this, "rstd", getRstd(), getInput())))
+    return failure();
+  return verifyLastDimNorm(*this, getInput(), getWeight(), getResult().getType(),
                            getEps().convertToDouble());
 }
 
 LogicalResult GatedRMSNormOp::verify() {
   Checker c(*this);
   if (failed(c.sameType("gate", getGate().getType(), "input",
-                        getInput().getType())))
+                        getInput().getType())) ||
+      failed(verifyRowStatistic(*this, "rstd", getRstd(), getInput())))
     return failure();
-  return verifyLastDimNorm(*this, getInput(), getWeight(), getType(),
+  return verifyLastDimNorm(*this, getInput(), getWeight(), getResult().getType(),
                            getEps().convertToDouble());
 }
 
 LogicalResult L2NormOp::verify() {
-  return Checker(*this).positive("eps", getEps().convertToDouble());
+  Checker c(*this);
+  if (failed(c.sameType("result", getResult().getType(), "input",
+                        getInput().getType())) ||
+      failed(verifyRowStatistic(*this, "rstd", getRstd(), getInput())))
+    return failure();
+  return c.positive("eps", getEps().convertToDouble());
 }
 
 //===----------------------------------------------------------------------===//
@@ -217,7 +240,7 @@ LogicalResult GatedDeltaRuleOp::verify() {
   auto v = getV().getType();
   if (failed(c.sameType("k", getK().getType(), "q", q)) ||
       failed(c.sameElement("v", v, "q", q)) ||
-      failed(c.sameType("result", getType(), "v", v)) ||
+      failed(c.sameType("result", getResult().getType(), "v", v)) ||
       failed(c.dim("v", v, 0, q.getDimSize(0), "q's batch B")) ||
       failed(c.dim("v", v, 1, q.getDimSize(1), "q's sequence length T")))
     return failure();
@@ -237,6 +260,16 @@ LogicalResult GatedDeltaRuleOp::verify() {
     for (unsigned d = 0; d < 3; ++d)
       if (failed(c.dim(name, t, d, v.getDimSize(d), "v's [B, T, Hv]")))
         return failure();
+  if (!getSaved().empty()) {
+    auto gt = getG().getType();
+    SmallVector<int64_t> tShape(v.getShape().take_front(3));
+    tShape.push_back(getChunkSize());
+    auto expectedT = RankedTensorType::get(tShape, v.getElementType());
+    if (getSaved().size() != 2 || getSaved()[0].getType() != gt ||
+        getSaved()[1].getType() != expectedT)
+      return emitOpError() << "saved results must be (g_cumsum: " << gt
+                           << ", T: " << expectedT << ")";
+  }
   if (getChunkSize() != kGdnChunkSize)
     return emitOpError() << "chunk_size is " << getChunkSize() << ", expected "
                          << kGdnChunkSize
@@ -265,8 +298,15 @@ LogicalResult AttentionOp::verify() {
   auto v = getV().getType();
   if (failed(c.sameElement("k", k, "q", q)) ||
       failed(c.sameElement("v", v, "q", q)) ||
-      failed(c.sameElement("result", getType(), "q", q)))
+      failed(c.sameElement("result", getResult().getType(), "q", q)))
     return failure();
+  if (Value lse = getLse()) {
+    auto expected = RankedTensorType::get(
+        {q.getDimSize(0), q.getDimSize(2), q.getDimSize(1)},
+        Float32Type::get(getContext()));
+    if (failed(c.sameType("lse", lse.getType(), "[B, Hq, T] f32", expected)))
+      return failure();
+  }
   for (auto [name, t] : {std::pair<StringRef, RankedTensorType>{"k", k}, {"v", v}})
     if (failed(c.dim(name, t, 0, q.getDimSize(0), "q's batch B")) ||
         failed(c.dim(name, t, 1, q.getDimSize(1), "q's sequence length T")))
@@ -283,7 +323,7 @@ LogicalResult AttentionOp::verify() {
     return emitOpError() << "head dims Dqk = " << q.getDimSize(3)
                          << ", Dv = " << v.getDimSize(3)
                          << " exceed the supported maximum " << kMaxHeadDim;
-  auto res = getType();
+  auto res = getResult().getType();
   if (failed(c.dim("result", res, 0, q.getDimSize(0), "q's batch B")) ||
       failed(c.dim("result", res, 1, q.getDimSize(1), "q's sequence length")) ||
       failed(c.dim("result", res, 2, hq, "q's heads Hq")) ||
@@ -396,6 +436,75 @@ LogicalResult LMHeadCrossEntropyOp::verify() {
   if (getChunkTokens() < 1)
     return emitOpError() << "chunk_tokens is " << getChunkTokens()
                          << ", expected at least 1";
+  if (Value lse = getLse()) {
+    auto expected = RankedTensorType::get(
+        {h.getDimSize(0), h.getDimSize(1)}, Float32Type::get(getContext()));
+    if (failed(c.sameType("lse", lse.getType(), "[B, T] f32", expected)))
+      return failure();
+  }
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Backward ops: main-grad effects
+//===----------------------------------------------------------------------===//
+
+namespace {
+/// The FP32 main-grad buffers that backward ops accumulate into.
+struct MainGradResource
+    : public SideEffects::Resource::Base<MainGradResource> {
+  StringRef getName() final { return "train.main_grads"; }
+};
+} // namespace
+
+/// Ops with a gradient symbol write main grads; without one they are pure.
+template <typename OpTy>
+static void accumulateEffects(
+    OpTy op, ArrayRef<Attribute> gradSymbols,
+    SmallVectorImpl<SideEffects::EffectInstance<MemoryEffects::Effect>>
+        &effects) {
+  for (Attribute sym : gradSymbols)
+    if (sym) {
+      effects.emplace_back(MemoryEffects::Read::get(),
+                           MainGradResource::get());
+      effects.emplace_back(MemoryEffects::Write::get(),
+                           MainGradResource::get());
+      return;
+    }
+}
+
+#define AP_ACCUMULATING_EFFECTS(OP, ...)                                       \
+  void OP::getEffects(                                                         \
+      SmallVectorImpl<SideEffects::EffectInstance<MemoryEffects::Effect>>      \
+          &effects) {                                                          \
+    accumulateEffects(*this, {__VA_ARGS__}, effects);                          \
+  }
+AP_ACCUMULATING_EFFECTS(EmbeddingGradOp, getWeightGradAttr())
+AP_ACCUMULATING_EFFECTS(LinearGradOp, getWeightGradAttr())
+AP_ACCUMULATING_EFFECTS(RMSNormGradOp, getWeightGradAttr())
+AP_ACCUMULATING_EFFECTS(GatedRMSNormGradOp, getWeightGradAttr())
+AP_ACCUMULATING_EFFECTS(ShortConvGradOp, getWeightGradAttr())
+AP_ACCUMULATING_EFFECTS(GDNGatesGradOp, getALogGradAttr(), getDtBiasGradAttr())
+AP_ACCUMULATING_EFFECTS(LMHeadCrossEntropyGradOp, getWeightGradAttr())
+#undef AP_ACCUMULATING_EFFECTS
+
+//===----------------------------------------------------------------------===//
+// Step structure
+//===----------------------------------------------------------------------===//
+
+LogicalResult MicrobatchLoopOp::verify() {
+  auto tok = getTokens().getType();
+  if (getLabels().getType() != tok)
+    return emitOpError() << "labels have type " << getLabels().getType()
+                         << ", expected " << tok << " (the type of tokens)";
+  Block &body = getBody().front();
+  auto mb = RankedTensorType::get(tok.getShape().drop_front(),
+                                  tok.getElementType());
+  if (body.getNumArguments() != 2 || body.getArgument(0).getType() != mb ||
+      body.getArgument(1).getType() != mb)
+    return emitOpError() << "body must take one microbatch's tokens and "
+                            "labels, two arguments of type "
+                         << mb;
   return success();
 }
 

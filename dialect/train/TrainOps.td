@@ -42,6 +42,7 @@ def Train_Tokens : Train_Tensor<[I32], [2], "2-D static i32 tensor [B, T] of tok
 def Train_F32Scalar : Train_Tensor<[F32], [0], "0-D f32 tensor">;
 def Train_I32Scalar : Train_Tensor<[I32], [0], "0-D i32 tensor">;
 def Train_ParamType : Train_Tensor<[BF16, F32], [], "static bf16 or f32 tensor">;
+def Train_F32Tensor : Train_Tensor<[F32], [], "static f32 tensor">;
 
 //===----------------------------------------------------------------------===//
 // Base classes
@@ -141,6 +142,8 @@ def Train_RMSNormOp : Train_ComputeOp<"rms_norm"> {
     `y = x * rsqrt(mean(x^2) + eps) * w`, or `* (1 + w)` with `zero_centered`
     (Qwen3.5's model norms, whose weights start at 0). Computed in f32.
     Also the q/k norms over head_dim ([B, T, H, d] inputs with a [d] weight).
+    After train-autodiff the op also returns `rstd` (f32, the input shape
+    without its last dimension), which its backward reads.
 
     ```mlir
     %n = train.rms_norm %h, %w scope<0, attn_norm> {eps = 1.0e-06 : f64, zero_centered}
@@ -149,7 +152,7 @@ def Train_RMSNormOp : Train_ComputeOp<"rms_norm"> {
   }];
   let arguments = (ins Train_AnyFloatTensor:$input, Train_Float1D:$weight,
                        F64Attr:$eps, UnitAttr:$zero_centered, Train_ScopeAttr:$scope);
-  let results = (outs Train_AnyFloatTensor:$result);
+  let results = (outs Train_AnyFloatTensor:$result, Optional<Train_F32Tensor>:$rstd);
   let hasVerifier = 1;
 }
 
@@ -157,7 +160,8 @@ def Train_GatedRMSNormOp : Train_ComputeOp<"gated_rms_norm"> {
   let summary = "GDN output norm: w * (o * rstd) * silu(z) per token and head";
   let description = [{
     `o` and `z` are [B, T, Hv, dv]; `weight` is [dv] (plain weight, init ones).
-    `rstd = 1 / sqrt(mean_dv(o^2) + eps)`, computed in f32.
+    `rstd = 1 / sqrt(mean_dv(o^2) + eps)`, computed in f32; returned as a
+    second result [B, T, Hv] after train-autodiff.
 
     ```mlir
     %y = train.gated_rms_norm %o, %z, %w scope<0, gdn_norm_out> {eps = 1.0e-06 : f64}
@@ -167,14 +171,15 @@ def Train_GatedRMSNormOp : Train_ComputeOp<"gated_rms_norm"> {
   }];
   let arguments = (ins Train_Float4D:$input, Train_Float4D:$gate, Train_Float1D:$weight,
                        F64Attr:$eps, Train_ScopeAttr:$scope);
-  let results = (outs Train_Float4D:$result);
+  let results = (outs Train_Float4D:$result, Optional<Train_F32_3D>:$rstd);
   let hasVerifier = 1;
 }
 
-def Train_L2NormOp : Train_ComputeOp<"l2_norm", [SameOperandsAndResultType]> {
+def Train_L2NormOp : Train_ComputeOp<"l2_norm"> {
   let summary = "L2 normalisation over the last dimension (GDN q and k)";
   let description = [{
     `y = x / sqrt(sum(x^2) + eps)`, eps inside the square root, in f32.
+    After train-autodiff the op also returns `rstd` [B, T, H] (f32).
 
     ```mlir
     %qn = train.l2_norm %q scope<0, gdn_core_attn> {eps = 1.0e-06 : f64}
@@ -182,7 +187,7 @@ def Train_L2NormOp : Train_ComputeOp<"l2_norm", [SameOperandsAndResultType]> {
     ```
   }];
   let arguments = (ins Train_Float4D:$input, F64Attr:$eps, Train_ScopeAttr:$scope);
-  let results = (outs Train_Float4D:$result);
+  let results = (outs Train_Float4D:$result, Optional<Train_F32_3D>:$rstd);
   let hasVerifier = 1;
 }
 
@@ -235,7 +240,10 @@ def Train_GatedDeltaRuleOp : Train_ComputeOp<"gated_delta_rule"> {
     `o_t = scale * S_t^T q_t`. Inputs q, k are L2-normalised [B, T, Hk, dk],
     v is [B, T, Hv, dv], g (f32) and beta are [B, T, Hv]. Computed in chunks of
     `chunk_size` = 64 tokens (WY form, model-math.md 1.4); head dims up to 256;
-    Hv must be a multiple of Hk.
+    Hv must be a multiple of Hk. After train-autodiff the op also returns
+    what its backward reads beside q, k, v and beta (model-math.md 1.5): the
+    chunk-local cumulative sum of g (f32 [B, T, Hv]) and the per-chunk
+    T = (I + A)^-1 rows ([B, T, Hv, 64], the storage type of v).
 
     ```mlir
     %o = train.gated_delta_rule %q, %k, %v, %g, %beta scope<0, gdn_core_attn>
@@ -248,8 +256,13 @@ def Train_GatedDeltaRuleOp : Train_ComputeOp<"gated_delta_rule"> {
                        Train_F32_3D:$g, Train_Float3D:$beta,
                        F64Attr:$scale, DefaultValuedAttr<I64Attr, "64">:$chunk_size,
                        Train_ScopeAttr:$scope);
-  let results = (outs Train_Float4D:$result);
+  let results = (outs Train_Float4D:$result, Variadic<Train_AnyFloatTensor>:$saved);
   let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// The saved cumulative gate sum and T matrix, when materialised.
+    ::mlir::Value getGCumsum() { return getSaved().empty() ? nullptr : getSaved()[0]; }
+    ::mlir::Value getChunkT() { return getSaved().empty() ? nullptr : getSaved()[1]; }
+  }];
 }
 
 //===----------------------------------------------------------------------===//
@@ -284,6 +297,8 @@ def Train_AttentionOp : Train_ComputeOp<"attention"> {
     up to 256. An output gate, where the model has one, is a separate
     `train.output_gate` in the `attn_proj` scope, because DESIGN.md places the
     gate there and the attention output is then needed by both scopes.
+    After train-autodiff the op also returns the softmax log-sum-exp
+    `lse` (f32 [B, Hq, T]) its backward reads.
 
     ```mlir
     %o = train.attention %q, %k, %v scope<3, core_attn> {scale = 6.250000e-02 : f64}
@@ -293,7 +308,7 @@ def Train_AttentionOp : Train_ComputeOp<"attention"> {
   }];
   let arguments = (ins Train_Float4D:$q, Train_Float4D:$k, Train_Float4D:$v,
                        F64Attr:$scale, Train_ScopeAttr:$scope);
-  let results = (outs Train_Float4D:$result);
+  let results = (outs Train_Float4D:$result, Optional<Train_F32Tensor>:$lse);
   let hasVerifier = 1;
 }
 
@@ -416,7 +431,9 @@ def Train_LMHeadCrossEntropyOp : Train_ComputeOp<"lm_head_cross_entropy"> {
     is not `ignore_index`, and the number of such tokens (the step's loss is the
     token-weighted mean over all microbatches). Lowerings compute logits in
     chunks of `chunk_tokens` tokens so [B*T, V] is never materialised whole.
-    With tied embeddings `weight` is the embedding table.
+    With tied embeddings `weight` is the embedding table. After
+    train-autodiff the op also returns the per-token log-sum-exp of the
+    logits (f32 [B, T]) so its backward recomputes each chunk's logits once.
 
     ```mlir
     %loss, %count = train.lm_head_cross_entropy %h, %table, %labels scope<-1, lm_head>
@@ -429,8 +446,12 @@ def Train_LMHeadCrossEntropyOp : Train_ComputeOp<"lm_head_cross_entropy"> {
                        DefaultValuedAttr<I64Attr, "1024">:$chunk_tokens,
                        DefaultValuedAttr<I64Attr, "-100">:$ignore_index,
                        Train_ScopeAttr:$scope);
-  let results = (outs Train_F32Scalar:$loss_sum, Train_I32Scalar:$token_count);
+  let results = (outs Train_F32Scalar:$loss_sum, Train_I32Scalar:$token_count,
+                      Optional<Train_F32Tensor>:$lse);
   let hasVerifier = 1;
 }
+
+include "dialect/train/TrainBackwardOps.td"
+include "dialect/train/TrainStepOps.td"
 
 #endif // ACTPLACE_TRAIN_OPS_TD

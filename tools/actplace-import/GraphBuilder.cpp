@@ -72,10 +72,11 @@ private:
   }
   Value rmsNorm(Value x, Value w, bool zeroCentered, int64_t layer,
                 StringRef leaf) {
-    return RMSNormOp::create(b, loc, x.getType(), x, w,
+    return RMSNormOp::create(b, loc, x.getType(), /*rstd=*/Type(), x, w,
                              f64(cfg.rmsNormEps),
                              zeroCentered ? b.getUnitAttr() : UnitAttr(),
-                             scope(layer, leaf));
+                             scope(layer, leaf))
+        .getResult();
   }
   Value add(Value x, Value y, int64_t layer, StringRef leaf) {
     return AddOp::create(b, loc, x.getType(), x, y, scope(layer, leaf));
@@ -150,10 +151,12 @@ Value GraphEmitter::gdnBlock(Value h, int64_t i) {
                     {B, T, hv, dv}, i, "gdn_prep");
 
   // The L2 norm eps sits inside the square root (model-math.md 1.2).
-  Value qn = L2NormOp::create(b, loc, q.getType(), q, f64(1e-6),
-                              scope(i, "gdn_core_attn"));
-  Value kn = L2NormOp::create(b, loc, k.getType(), k, f64(1e-6),
-                              scope(i, "gdn_core_attn"));
+  Value qn = L2NormOp::create(b, loc, q.getType(), Type(), q, f64(1e-6),
+                              scope(i, "gdn_core_attn"))
+                 .getResult();
+  Value kn = L2NormOp::create(b, loc, k.getType(), Type(), k, f64(1e-6),
+                              scope(i, "gdn_core_attn"))
+                 .getResult();
   Type f32 = b.getF32Type();
   Value aLog = param(p + "A_log", {hv}, InitKind::LogUniform, 0.01, 16.0, f32);
   Value dtBias = param(p + "dt_bias", {hv}, InitKind::Ones, 0.0, 0.0, f32);
@@ -161,14 +164,15 @@ Value GraphEmitter::gdnBlock(Value h, int64_t i) {
                                   tensor({B, T, hv}), aLogits, bLogits, aLog,
                                   dtBias, scope(i, "gdn_core_attn"));
   Value o = GatedDeltaRuleOp::create(
-      b, loc, v.getType(), qn, kn, v, gates.getG(), gates.getBeta(),
+      b, loc, v.getType(), TypeRange(), qn, kn, v, gates.getG(), gates.getBeta(),
       f64(1.0 / std::sqrt(static_cast<double>(dk))), b.getI64IntegerAttr(64),
-      scope(i, "gdn_core_attn"));
+      scope(i, "gdn_core_attn")).getResult();
 
   Value normW = param(p + "norm.weight", {dv}, InitKind::Ones);
-  Value yn = GatedRMSNormOp::create(b, loc, o.getType(), o, z, normW,
+  Value yn = GatedRMSNormOp::create(b, loc, o.getType(), Type(), o, z, normW,
                                     f64(cfg.rmsNormEps),
-                                    scope(i, "gdn_norm_out"));
+                                    scope(i, "gdn_norm_out"))
+                 .getResult();
   yn = reshape(yn, {B, T, hv * dv}, i, "gdn_norm_out");
   Value out = linear(yn, linearWeight(p + "out_proj.weight", D, hv * dv), i,
                      "gdn_out_proj");
@@ -204,9 +208,10 @@ Value GraphEmitter::attentionBlock(Value h, int64_t i) {
                      scope(i, "qkv_linear"));
   k = RoPEOp::create(b, loc, k.getType(), k, rd, f64(cfg.ropeTheta),
                      scope(i, "qkv_linear"));
-  Value o = AttentionOp::create(b, loc, tensor({B, T, hq, hd}), q, k, v,
+  Value o = AttentionOp::create(b, loc, tensor({B, T, hq, hd}), Type(), q, k, v,
                                 f64(1.0 / std::sqrt(static_cast<double>(hd))),
-                                scope(i, "core_attn"));
+                                scope(i, "core_attn"))
+                .getResult();
   if (gate)
     o = OutputGateOp::create(b, loc, o.getType(), o, gate,
                              scope(i, "attn_proj"));
@@ -275,9 +280,9 @@ Value GraphEmitter::mlaBlock(Value h, int64_t i) {
                                  scope(i, "mla_up_proj"));
 
   Value o = AttentionOp::create(
-      b, loc, tensor({B, T, n, dvh}), qFull, kFull, v,
+      b, loc, tensor({B, T, n, dvh}), Type(), qFull, kFull, v,
       f64(1.0 / std::sqrt(static_cast<double>(dn + dr))),
-      scope(i, "core_attn"));
+      scope(i, "core_attn")).getResult();
   o = reshape(o, {B, T, n * dvh}, i, "attn_proj");
   Value out = linear(o, linearWeight(p + "o_proj.weight", D, n * dvh), i,
                      "attn_proj");
@@ -355,7 +360,7 @@ OwningOpRef<ModuleOp> GraphEmitter::build() {
                    : param("lm_head.weight", {cfg.vocabSize, D},
                            InitKind::Normal, 0.0, cfg.initializerRange);
   auto ce = LMHeadCrossEntropyOp::create(
-      b, loc, lossType, countType, h, head, body->getArgument(1),
+      b, loc, lossType, countType, /*lse=*/Type(), h, head, body->getArgument(1),
       b.getI64IntegerAttr(shape.lossChunkTokens), b.getI64IntegerAttr(-100),
       scope(-1, "lm_head"));
   func::ReturnOp::create(b, loc, ValueRange{ce.getLossSum(), ce.getTokenCount()});

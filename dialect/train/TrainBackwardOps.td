@@ -1,0 +1,166 @@
+//===- TrainBackwardOps.td - backward ops ------------------*- tablegen -*-===//
+//
+// Backward ops that train-autodiff emits. Each carries the scope of the
+// forward op it differentiates, so the values it reads are the saved
+// activations of that scope. Weight gradients are not values: an op
+// accumulates them (+=, FP32) into the main-grad buffer of the parameter its
+// `*_grad` symbol names, which is a write effect on the main-grad resource.
+//
+//===----------------------------------------------------------------------===//
+#ifndef ACTPLACE_TRAIN_BACKWARD_OPS_TD
+#define ACTPLACE_TRAIN_BACKWARD_OPS_TD
+
+/// A backward op that may accumulate into parameter main grads; its memory
+/// effect is a write when a gradient symbol is present.
+class Train_AccumulatingGradOp<string mnemonic, list<Trait> traits = []>
+    : Train_Op<mnemonic, !listconcat(traits,
+        [DeclareOpInterfaceMethods<MemoryEffectsOpInterface>])> {
+  let assemblyFormat = [{
+    operands `scope` `` $scope attr-dict `:` functional-type(operands, results)
+  }];
+}
+
+def Train_EmbeddingGradOp : Train_AccumulatingGradOp<"embedding_grad"> {
+  let summary = "embedding backward: scatter-add dy rows into the table's main grad";
+  let description = [{
+    ```mlir
+    train.embedding_grad %tokens, %dh scope<-1, embedding> {weight_grad = @model.embed_tokens.weight}
+        : (tensor<1x64xi32>, tensor<1x64x32xbf16>) -> ()
+    ```
+  }];
+  let arguments = (ins Train_Tokens:$tokens, Train_Float3D:$result_grad,
+                       FlatSymbolRefAttr:$weight_grad, Train_ScopeAttr:$scope);
+}
+
+def Train_LinearGradOp : Train_AccumulatingGradOp<"linear_grad"> {
+  let summary = "linear backward: dx = dy W, dW += dy^T x";
+  let description = [{
+    `input_grad` is present when the input needs a gradient; `weight_grad`
+    names the parameter whose main grad receives dW (absent when frozen).
+
+    ```mlir
+    %dx = train.linear_grad %x, %w, %dy scope<0, mlp_fc2> {weight_grad = @down}
+        : (tensor<1x64x96xbf16>, tensor<32x96xbf16>, tensor<1x64x32xbf16>) -> tensor<1x64x96xbf16>
+    ```
+  }];
+  let arguments = (ins Train_AnyFloatTensor:$input, Train_Float2D:$weight,
+                       Train_AnyFloatTensor:$result_grad,
+                       OptionalAttr<FlatSymbolRefAttr>:$weight_grad, Train_ScopeAttr:$scope);
+  let results = (outs Optional<Train_AnyFloatTensor>:$input_grad);
+}
+
+def Train_RMSNormGradOp : Train_AccumulatingGradOp<"rms_norm_grad"> {
+  let summary = "RMSNorm backward from the saved input and rstd";
+  let arguments = (ins Train_AnyFloatTensor:$input, Train_Float1D:$weight,
+                       Train_F32Tensor:$rstd, Train_AnyFloatTensor:$result_grad,
+                       UnitAttr:$zero_centered,
+                       OptionalAttr<FlatSymbolRefAttr>:$weight_grad, Train_ScopeAttr:$scope);
+  let results = (outs Optional<Train_AnyFloatTensor>:$input_grad);
+}
+
+def Train_GatedRMSNormGradOp : Train_AccumulatingGradOp<"gated_rms_norm_grad"> {
+  let summary = "gated RMSNorm backward (model-math.md 1.5 ix)";
+  let arguments = (ins Train_Float4D:$input, Train_Float4D:$gate, Train_Float1D:$weight,
+                       Train_F32_3D:$rstd, Train_Float4D:$result_grad,
+                       OptionalAttr<FlatSymbolRefAttr>:$weight_grad, Train_ScopeAttr:$scope);
+  let results = (outs Train_Float4D:$input_grad, Train_Float4D:$gate_grad);
+}
+
+def Train_L2NormGradOp : Train_ComputeOp<"l2_norm_grad"> {
+  let summary = "L2 norm backward: dx = rstd (dy - (dy . y) y) from the normalised output";
+  let arguments = (ins Train_Float4D:$result, Train_F32_3D:$rstd, Train_Float4D:$result_grad,
+                       Train_ScopeAttr:$scope);
+  let results = (outs Train_Float4D:$input_grad);
+}
+
+def Train_ShortConvGradOp : Train_AccumulatingGradOp<"short_conv_grad"> {
+  let summary = "causal depthwise conv + SiLU backward (recomputes the pre-activation)";
+  let arguments = (ins Train_Float3D:$input, Train_Float2D:$weight, Train_Float3D:$result_grad,
+                       OptionalAttr<FlatSymbolRefAttr>:$weight_grad, Train_ScopeAttr:$scope);
+  let results = (outs Optional<Train_Float3D>:$input_grad);
+}
+
+def Train_GDNGatesGradOp : Train_AccumulatingGradOp<"gdn_gates_grad"> {
+  let summary = "GDN gates backward: da, db; dA_log and d dt_bias into main grads";
+  let arguments = (ins Train_Float3D:$a, Train_F32_1D:$A_log, Train_F32_1D:$dt_bias,
+                       Train_F32_3D:$g, Train_Float3D:$beta,
+                       Train_F32_3D:$g_grad, Train_Float3D:$beta_grad,
+                       OptionalAttr<FlatSymbolRefAttr>:$a_log_grad,
+                       OptionalAttr<FlatSymbolRefAttr>:$dt_bias_grad, Train_ScopeAttr:$scope);
+  let results = (outs Train_Float3D:$a_input_grad, Train_Float3D:$b_input_grad);
+}
+
+def Train_GatedDeltaRuleGradOp : Train_ComputeOp<"gated_delta_rule_grad"> {
+  let summary = "gated delta rule backward (model-math.md 1.5): dq, dk, dv, dg, dbeta";
+  let description = [{
+    Reads the saved q, k (normalised), v, beta, the chunk-local cumulative
+    gate sum and T; recomputes W, U, the chunk states and Vnew. `g_grad` is
+    the gradient of the per-token g (after the reverse cumulative sum).
+  }];
+  let arguments = (ins Train_Float4D:$q, Train_Float4D:$k, Train_Float4D:$v,
+                       Train_F32_3D:$g_cumsum, Train_Float3D:$beta, Train_Float4D:$chunk_t,
+                       Train_Float4D:$result_grad,
+                       F64Attr:$scale, DefaultValuedAttr<I64Attr, "64">:$chunk_size,
+                       Train_ScopeAttr:$scope);
+  let results = (outs Train_Float4D:$q_grad, Train_Float4D:$k_grad, Train_Float4D:$v_grad,
+                      Train_F32_3D:$g_grad, Train_Float3D:$beta_grad);
+}
+
+def Train_RoPEGradOp : Train_ComputeOp<"rope_grad"> {
+  let summary = "RoPE backward: rotate dy by -theta";
+  let arguments = (ins Train_Float4D:$result_grad, I64Attr:$rotary_dim, F64Attr:$theta,
+                       Train_ScopeAttr:$scope);
+  let results = (outs Train_Float4D:$input_grad);
+}
+
+def Train_AttentionGradOp : Train_ComputeOp<"attention_grad"> {
+  let summary = "causal attention backward (FlashAttention-2 style, deterministic)";
+  let arguments = (ins Train_Float4D:$q, Train_Float4D:$k, Train_Float4D:$v,
+                       Train_Float4D:$result, Train_F32Tensor:$lse, Train_Float4D:$result_grad,
+                       F64Attr:$scale, Train_ScopeAttr:$scope);
+  let results = (outs Train_Float4D:$q_grad, Train_Float4D:$k_grad, Train_Float4D:$v_grad);
+}
+
+def Train_OutputGateGradOp : Train_ComputeOp<"output_gate_grad"> {
+  let summary = "sigmoid output gate backward";
+  let arguments = (ins Train_AnyFloatTensor:$input, Train_AnyFloatTensor:$gate,
+                       Train_AnyFloatTensor:$result_grad, Train_ScopeAttr:$scope);
+  let results = (outs Train_AnyFloatTensor:$input_grad, Train_AnyFloatTensor:$gate_grad);
+}
+
+def Train_SwiGLUGradOp : Train_ComputeOp<"swiglu_grad"> {
+  let summary = "SwiGLU backward";
+  let arguments = (ins Train_AnyFloatTensor:$gate, Train_AnyFloatTensor:$up,
+                       Train_AnyFloatTensor:$result_grad, Train_ScopeAttr:$scope);
+  let results = (outs Train_AnyFloatTensor:$gate_grad, Train_AnyFloatTensor:$up_grad);
+}
+
+def Train_SliceGradOp : Train_ComputeOp<"slice_grad"> {
+  let summary = "slice backward: dy placed at [offset, offset + size) of dim, zeros elsewhere";
+  let arguments = (ins Train_AnyFloatTensor:$result_grad, I64Attr:$dim, I64Attr:$offset,
+                       Train_ScopeAttr:$scope);
+  let results = (outs Train_AnyFloatTensor:$input_grad);
+}
+
+def Train_ExpandGradOp : Train_ComputeOp<"expand_grad"> {
+  let summary = "expand backward: sum dy over the broadcast dimensions (fixed order)";
+  let arguments = (ins Train_AnyFloatTensor:$result_grad, Train_ScopeAttr:$scope);
+  let results = (outs Train_AnyFloatTensor:$input_grad);
+}
+
+def Train_LMHeadCrossEntropyGradOp : Train_AccumulatingGradOp<"lm_head_cross_entropy_grad"> {
+  let summary = "LM head + cross-entropy backward, chunked: d hidden; d W into the main grad";
+  let description = [{
+    The gradient of the microbatch's loss sum (seed 1): the step's token
+    mean is applied once to all main grads by `train.finalize_grads`, so
+    every microbatch's backward is independent of the others' token counts.
+  }];
+  let arguments = (ins Train_Float3D:$hidden, Train_Float2D:$weight, Train_Tokens:$labels,
+                       Train_F32Tensor:$lse,
+                       DefaultValuedAttr<I64Attr, "1024">:$chunk_tokens,
+                       DefaultValuedAttr<I64Attr, "-100">:$ignore_index,
+                       OptionalAttr<FlatSymbolRefAttr>:$weight_grad, Train_ScopeAttr:$scope);
+  let results = (outs Train_Float3D:$hidden_grad);
+}
+
+#endif // ACTPLACE_TRAIN_BACKWARD_OPS_TD
