@@ -183,9 +183,19 @@ def main():
                 for _ in range(5):
                     fwd(); bwd()
                 torch.cuda.synchronize()
-            row["ours_kernels_us"] = {
-                e.key.split("(")[0][-40:]: e.device_time_total / 5
-                for e in prof.key_averages() if e.device_time_total > 0}
+            import re
+            row["ours_kernels_us"] = {}
+            for e in prof.key_averages():
+                if e.device_time_total <= 0:
+                    continue
+                m = re.search(r"(attn\w+)", e.key)
+                name = m.group(1) if m else e.key[:40]
+                tmpl = re.search(r"<([^()]*)>", e.key)
+                if tmpl:
+                    name += "<" + tmpl.group(1) + ">"
+                row["ours_kernels_us"][name] = (
+                    row["ours_kernels_us"].get(name, 0) +
+                    e.device_time_total / 5)
         except Exception as e:
             row["profile_error"] = str(e)[:200]
 

@@ -10,10 +10,13 @@
 using namespace ap::kernels;
 
 // This library links only the attention kernels (kernels/cuda/attention and
-// kernels/reference/attention); kernels/dense.h makes every CUDA translation
-// unit reference the dense archive's link anchor, which is satisfied here.
-extern "C" int actplaceDenseCudaAnchor;
-int actplaceDenseCudaAnchor = 0;
+// kernels/reference/attention); kernels/dense.h and kernels/gdn.h make every
+// CUDA translation unit reference their archives' link anchors, satisfied
+// here by weak definitions (the real ones win where those archives link).
+extern "C" {
+__attribute__((weak)) int actplaceDenseCudaAnchor = 0;
+__attribute__((weak)) int actplaceGdnCudaAnchor = 0;
+}
 
 namespace {
 AttentionShape shapeOf(int B, int T, int Hq, int Hkv, int Dqk, int Dv,

@@ -326,13 +326,34 @@ TEST(AttentionReference, RejectsBadShapes) {
 TEST(AttentionReference, WorkspaceQuery) {
   AttentionBackwardArgs a;
   a.shape = toShape({2, 100, 8, 2, 256, 256, 0.0625});
-  // D (fp32 per row and q head) plus fp32 per-q-head dK and dV partials.
+  // D (fp32 per row and q head) plus fp32 per-q-head dK and dV partials,
+  // plus (StoredDs) the causal 64x64 bf16 dS tiles of every (batch, head).
   size_t rows = 2 * 100;
   auto align = [](size_t n) { return (n + 255) / 256 * 256; };
-  EXPECT_EQ(attentionBackwardWorkspaceBytes(a),
+  const size_t dsTiles = 2 * 3 / 2 * 64 * 64 * 2; // 2 tiles: 3 causal pairs
+  EXPECT_EQ(detail::attentionBackwardWorkspaceBytesFor(
+                a.shape, AttentionBackwardAlgo::RecomputeDq),
             align(rows * 8 * 4) + 2 * align(rows * 8 * 256 * 4));
+  EXPECT_EQ(detail::attentionBackwardWorkspaceBytesFor(
+                a.shape, AttentionBackwardAlgo::StoredDs),
+            align(rows * 8 * 4) + 2 * align(rows * 8 * 256 * 4) +
+                align(2 * 8 * dsTiles));
+  EXPECT_EQ(attentionBackwardWorkspaceBytes(a),
+            detail::attentionBackwardWorkspaceBytesFor(
+                a.shape, detail::attentionBackwardDefaultAlgo(a.shape)));
   a.shape = toShape({1, 100, 16, 16, 192, 128, 0.07});
-  EXPECT_EQ(attentionBackwardWorkspaceBytes(a), align(100 * 16 * 4));
+  EXPECT_EQ(detail::attentionBackwardWorkspaceBytesFor(
+                a.shape, AttentionBackwardAlgo::RecomputeDq),
+            align(100 * 16 * 4));
+  // Chunks of (batch, head) pairs: at most 256 MiB of dS, equal sizes.
+  AttentionShape big = toShape({1, 4096, 128, 128, 192, 128, 0.07});
+  const int64_t perPair = 64 * 65 / 2 * 64 * 64 * 2; // 17 MB at T = 4096
+  const int64_t chunk = detail::attentionStoredDsChunk(big);
+  EXPECT_LE(chunk * perPair, int64_t(256) << 20);
+  EXPECT_EQ(chunk, 15); // 128 pairs in 9 launches of at most 15
+  EXPECT_EQ(detail::attentionStoredDsChunk(
+                toShape({1, 4096, 8, 2, 256, 256, 0.0625})),
+            8);
   AttentionForwardArgs f;
   EXPECT_EQ(attentionForwardWorkspaceBytes(f), 0u);
 }
