@@ -179,8 +179,10 @@ int main(int argc, char **argv) {
       CK(cudaFree(p));
   }
   {
-    auto *g = devAlloc(T * I * 2), *u = devAlloc(T * I * 2), *y = devAlloc(T * I * 2),
-         *dy = devAlloc(T * I * 2), *dg = devAlloc(T * I * 2), *du = devAlloc(T * I * 2);
+    // Big enough for [T, I] and for the gated q_proj view [T*8, 512].
+    const int64_t bytes = std::max<int64_t>(T * I * 2, T * 8 * 512 * 2);
+    auto *g = devAlloc(bytes), *u = devAlloc(bytes), *y = devAlloc(bytes),
+         *dy = devAlloc(bytes), *dg = devAlloc(bytes), *du = devAlloc(bytes);
     SwiGluForwardArgs f{DType::BF16, g, u, y, T, I};
     report("swiglu.fwd_4096x3584", timeMs([&] { KS(swiGluForward(gCtx, f)); }),
            0, 2.0 * T * I * 3);

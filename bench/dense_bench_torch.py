@@ -42,6 +42,18 @@ def linear(name, fin, fout):
                     ("dw", lambda: torch.matmul(dy.t(), x))):
         ms = time_ms(fn)
         out(f"{name}.{sub}", ms, tflops=round(f / ms / 1e9, 1))
+    # The like-for-like weight gradient: accumulate into an fp32 main grad
+    # (Megatron's gradient_accumulation_fusion), when this torch has out_dtype.
+    main_grad = torch.zeros(fout, fin, device=dev, dtype=torch.float32)
+    try:
+        torch.addmm(main_grad, dy.t(), x, out_dtype=torch.float32)
+        fn = lambda: torch.addmm(main_grad, dy.t(), x, out_dtype=torch.float32)
+        tag = "dw_fp32acc_addmm_out_dtype"
+    except (TypeError, RuntimeError):
+        fn = lambda: main_grad.add_(torch.matmul(dy.t(), x))
+        tag = "dw_fp32acc_matmul_then_add"
+    ms = time_ms(fn)
+    out(f"{name}.{tag}", ms, tflops=round(f / ms / 1e9, 1))
 
 
 def main():

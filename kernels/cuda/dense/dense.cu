@@ -14,6 +14,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <initializer_list>
 
 /// Pulled in by kernels/dense.h from every ACTPLACE_HAVE_CUDA translation
 /// unit, so that this archive member (and the hooks it defines) is linked.
@@ -78,84 +80,106 @@ __global__ void rmsNormFwdKernel(const bf *x, const bf *w, bf *y, float *rstd,
   }
 }
 
-/// dx per row (a warp each) and the partial dw of a block's 32 rows.
-__global__ void rmsNormBwdKernel(const bf *x, const bf *w, const float *rstd,
-                                 const bf *dy, bf *dx, float *partial,
-                                 int64_t rows, int64_t dim, int64_t xs,
-                                 int64_t dys, int64_t dxs, bool zc) {
+/// dx per row (a warp each, ref::kRmsNormRowsPerPartial warps per block)
+/// and the partial dw of the block's rows, summed in row order.
+constexpr int kNormBwdThreads = 32 * int(ref::kRmsNormRowsPerPartial);
+
+__global__ void __launch_bounds__(kNormBwdThreads)
+    rmsNormBwdKernel(const bf *x, const bf *w, const float *rstd, const bf *dy,
+                     bf *dx, float *partial, int64_t rows, int64_t dim,
+                     int64_t xs, int64_t dys, int64_t dxs, bool zc) {
   constexpr int64_t R = ref::kRmsNormRowsPerPartial;
   int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   int64_t r0 = int64_t(blockIdx.x) * R;
-  if (dx) {
-    for (int64_t rr = warp; rr < R; rr += kNormWarps) {
-      int64_t r = r0 + rr;
-      if (r >= rows)
-        break;
-      const bf *xr = x + r * xs, *dyr = dy + r * dys;
-      float rs = rstd[r];
-      float dot = 0.f;
-      for (int64_t j = lane; j < dim; j += 32) {
-        float wv = ld(w + j);
-        float we = zc ? 1.0f + wv : wv;
-        dot += ld(dyr + j) * we * ld(xr + j);
-      }
-      dot = warpSum(dot);
-      float c = dot * rs * rs * rs / float(dim);
-      for (int64_t j = lane; j < dim; j += 32) {
-        float wv = ld(w + j);
-        float we = zc ? 1.0f + wv : wv;
-        dx[r * dxs + j] = st(rs * we * ld(dyr + j) - c * ld(xr + j));
-      }
+  int64_t r = r0 + warp;
+  if (dx && r < rows) {
+    const bf *xr = x + r * xs, *dyr = dy + r * dys;
+    float rs = rstd[r];
+    float dot = 0.f;
+    for (int64_t j = lane; j < dim; j += 32) {
+      float wv = ld(w + j);
+      float we = zc ? 1.0f + wv : wv;
+      dot += ld(dyr + j) * we * ld(xr + j);
+    }
+    dot = warpSum(dot);
+    float c = dot * rs * rs * rs / float(dim);
+    for (int64_t j = lane; j < dim; j += 32) {
+      float wv = ld(w + j);
+      float we = zc ? 1.0f + wv : wv;
+      dx[r * dxs + j] = st(rs * we * ld(dyr + j) - c * ld(xr + j));
     }
   }
   if (partial) {
     int64_t r1 = std::min<int64_t>(rows, r0 + R);
     for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) {
       float s = 0.f;
-      for (int64_t r = r0; r < r1; ++r)
-        s += ld(dy + r * dys + j) * ld(x + r * xs + j) * rstd[r];
+      for (int64_t q = r0; q < r1; ++q)
+        s += ld(dy + q * dys + j) * ld(x + q * xs + j) * rstd[q];
       partial[blockIdx.x * dim + j] = s;
     }
   }
 }
 
-/// dw[j] += sum over partial blocks in index order.
-__global__ void columnSumKernel(const float *partial, float *dw, int64_t parts,
-                                int64_t dim) {
-  int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (j >= dim)
-    return;
+/// dw[j] += sum of partial[p][j] over p: 32 fixed contiguous segments of p
+/// per column (one thread each), then the segment sums in segment order.
+__global__ void __launch_bounds__(1024)
+    columnSumKernel(const float *partial, float *dw, int64_t parts,
+                    int64_t dim) {
+  __shared__ float seg[32][33];
+  int64_t j = int64_t(blockIdx.x) * 32 + threadIdx.x;
+  int64_t len = (parts + 31) / 32;
+  int64_t p0 = threadIdx.y * len, p1 = std::min<int64_t>(parts, p0 + len);
   float s = 0.f;
-  for (int64_t p = 0; p < parts; ++p)
-    s += partial[p * dim + j];
-  dw[j] += s;
+  if (j < dim)
+    for (int64_t p = p0; p < p1; ++p)
+      s += partial[p * dim + j];
+  seg[threadIdx.y][threadIdx.x] = s;
+  __syncthreads();
+  if (threadIdx.y == 0 && j < dim) {
+    float t = 0.f;
+    for (int k = 0; k < 32; ++k)
+      t += seg[k][threadIdx.x];
+    dw[j] += t;
+  }
 }
 
 //===----------------------------------------------------------------------===//
 // RoPE: one block per (token, head) row.
 //===----------------------------------------------------------------------===//
 
-__global__ void ropeKernel(const bf *x, bf *y, int64_t rowsTotal, int64_t seq,
-                           int64_t heads, int64_t headDim, int64_t offset,
-                           int64_t rd, double theta, bool backward) {
-  int64_t row = blockIdx.x;
-  int64_t t = (row / heads) % seq;
-  const bf *xr = x + row * headDim;
-  bf *yr = y + row * headDim;
-  int64_t h = rd / 2;
-  for (int64_t j = threadIdx.x; j < headDim; j += blockDim.x) {
+/// One block per token: the cos/sin of its position (angle in double,
+/// rounded to float) are computed once into shared memory and used by every
+/// head.
+constexpr int kRopeMaxHalf = 512;
+
+__global__ void ropeKernel(const bf *x, bf *y, int64_t seq, int64_t heads,
+                           int64_t headDim, int64_t offset, int64_t rd,
+                           double theta, bool backward) {
+  __shared__ float cs[kRopeMaxHalf], sn[kRopeMaxHalf];
+  const int64_t tok = blockIdx.x;
+  const int64_t t = tok % seq;
+  const int64_t h = rd / 2;
+  for (int64_t i = threadIdx.x; i < h; i += blockDim.x) {
+    double invFreq = pow(theta, -2.0 * double(i) / double(rd));
+    double ang = double(t) * invFreq;
+    cs[i] = float(cos(ang));
+    float sv = float(sin(ang));
+    sn[i] = backward ? -sv : sv;
+  }
+  __syncthreads();
+  const bf *xt = x + tok * heads * headDim;
+  bf *yt = y + tok * heads * headDim;
+  const int64_t n = heads * headDim;
+  for (int64_t e = threadIdx.x; e < n; e += blockDim.x) {
+    int64_t j = e % headDim;
     if (j >= offset && j < offset + h) {
       int64_t i = j - offset;
-      double invFreq = pow(theta, -2.0 * double(i) / double(rd));
-      double ang = double(t) * invFreq;
-      float c = float(cos(ang)), s = float(sin(ang));
-      if (backward)
-        s = -s;
-      float x1 = ld(xr + j), x2 = ld(xr + j + h);
-      yr[j] = st(__fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, s)));
-      yr[j + h] = st(__fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, s)));
+      float c = cs[i], sv = sn[i];
+      float x1 = ld(xt + e), x2 = ld(xt + e + h);
+      yt[e] = st(__fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, sv)));
+      yt[e + h] = st(__fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, sv)));
     } else if ((j < offset || j >= offset + rd) && x != y) {
-      yr[j] = xr[j];
+      yt[e] = xt[e];
     }
   }
 }
@@ -166,71 +190,156 @@ __global__ void ropeKernel(const bf *x, bf *y, int64_t rowsTotal, int64_t seq,
 
 constexpr int kEwThreads = 256;
 
+/// W consecutive bf16 of a row: W = 2 uses 4-byte loads. Elementwise results
+/// do not depend on W (each output is computed alone), so choosing W from
+/// alignment cannot change a bit.
+template <int W> struct Pack {
+  float v[W];
+  __device__ __forceinline__ void load(const bf *p) {
+    if constexpr (W == 2) {
+      __nv_bfloat162 t = *reinterpret_cast<const __nv_bfloat162 *>(p);
+      v[0] = __low2float(t);
+      v[1] = __high2float(t);
+    } else {
+      v[0] = ld(p);
+    }
+  }
+  __device__ __forceinline__ void store(bf *p) const {
+    if constexpr (W == 2)
+      *reinterpret_cast<__nv_bfloat162 *>(p) = __floats2bfloat162_rn(v[0], v[1]);
+    else
+      p[0] = st(v[0]);
+  }
+};
+
+template <int W>
 __global__ void swiGluFwdKernel(const bf *g, const bf *u, bf *y, int64_t rows,
                                 int64_t cols, int64_t gs, int64_t us,
                                 int64_t ys) {
-  int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  int64_t c = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * W;
   if (c >= cols)
     return;
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
-    float gv = ld(g + r * gs + c);
-    y[r * ys + c] = st(__fmul_rn(__fmul_rn(gv, sigmoidf(gv)), ld(u + r * us + c)));
+    Pack<W> gv, uv, out;
+    gv.load(g + r * gs + c);
+    uv.load(u + r * us + c);
+#pragma unroll
+    for (int k = 0; k < W; ++k)
+      out.v[k] = __fmul_rn(__fmul_rn(gv.v[k], sigmoidf(gv.v[k])), uv.v[k]);
+    out.store(y + r * ys + c);
   }
 }
 
+template <int W>
 __global__ void swiGluBwdKernel(const bf *g, const bf *u, const bf *dy,
                                 bf *dg, bf *du, int64_t rows, int64_t cols,
                                 int64_t gs, int64_t us, int64_t dys,
                                 int64_t dgs, int64_t dus) {
-  int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  int64_t c = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * W;
   if (c >= cols)
     return;
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
-    float gv = ld(g + r * gs + c), uv = ld(u + r * us + c),
-          d = ld(dy + r * dys + c);
-    float s = sigmoidf(gv);
+    Pack<W> gv, uv, d, og, ou;
+    gv.load(g + r * gs + c);
+    uv.load(u + r * us + c);
+    d.load(dy + r * dys + c);
+#pragma unroll
+    for (int k = 0; k < W; ++k) {
+      float s = sigmoidf(gv.v[k]);
+      og.v[k] = d.v[k] * uv.v[k] * s * (1.0f + gv.v[k] * (1.0f - s));
+      ou.v[k] = d.v[k] * (gv.v[k] * s);
+    }
     if (dg)
-      dg[r * dgs + c] = st(d * uv * s * (1.0f + gv * (1.0f - s)));
+      og.store(dg + r * dgs + c);
     if (du)
-      du[r * dus + c] = st(d * (gv * s));
+      ou.store(du + r * dus + c);
   }
 }
 
+template <int W>
 __global__ void gateFwdKernel(const bf *o, const bf *g, bf *y, int64_t rows,
                               int64_t cols, int64_t os, int64_t gs,
                               int64_t ys) {
-  int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  int64_t c = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * W;
   if (c >= cols)
     return;
-  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y)
-    y[r * ys + c] = st(__fmul_rn(ld(o + r * os + c), sigmoidf(ld(g + r * gs + c))));
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+    Pack<W> ov, gv, out;
+    ov.load(o + r * os + c);
+    gv.load(g + r * gs + c);
+#pragma unroll
+    for (int k = 0; k < W; ++k)
+      out.v[k] = __fmul_rn(ov.v[k], sigmoidf(gv.v[k]));
+    out.store(y + r * ys + c);
+  }
 }
 
+template <int W>
 __global__ void gateBwdKernel(const bf *o, const bf *g, const bf *dy, bf *dO,
                               bf *dg, int64_t rows, int64_t cols, int64_t os,
                               int64_t gs, int64_t dys, int64_t dos,
                               int64_t dgs) {
-  int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  int64_t c = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * W;
   if (c >= cols)
     return;
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
-    float s = sigmoidf(ld(g + r * gs + c)), d = ld(dy + r * dys + c);
+    Pack<W> ov, gv, d, odo, odg;
+    ov.load(o + r * os + c);
+    gv.load(g + r * gs + c);
+    d.load(dy + r * dys + c);
+#pragma unroll
+    for (int k = 0; k < W; ++k) {
+      float sg = sigmoidf(gv.v[k]);
+      odo.v[k] = __fmul_rn(d.v[k], sg);
+      odg.v[k] = d.v[k] * ov.v[k] * sg * (1.0f - sg);
+    }
     if (dO)
-      dO[r * dos + c] = st(__fmul_rn(d, s));
+      odo.store(dO + r * dos + c);
     if (dg)
-      dg[r * dgs + c] = st(d * ld(o + r * os + c) * s * (1.0f - s));
+      odg.store(dg + r * dgs + c);
   }
 }
 
+template <int W>
 __global__ void addKernel(const bf *a, const bf *b, bf *y, int64_t n) {
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x)
-    y[i] = st(__fadd_rn(ld(a + i), ld(b + i)));
+  for (int64_t i = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * W; i < n;
+       i += int64_t(gridDim.x) * blockDim.x * W) {
+    Pack<W> x, z, out;
+    x.load(a + i);
+    z.load(b + i);
+#pragma unroll
+    for (int k = 0; k < W; ++k)
+      out.v[k] = __fadd_rn(x.v[k], z.v[k]);
+    out.store(y + i);
+  }
 }
 
-dim3 ewGrid(int64_t rows, int64_t cols) {
-  return dim3(unsigned((cols + kEwThreads - 1) / kEwThreads),
-              unsigned(std::min<int64_t>(rows, 32768)));
+/// Launch shape of the [rows, cols] elementwise kernels with W columns per
+/// thread: a few thousand blocks, each striding over rows.
+struct EwLaunch {
+  dim3 grid, block;
+};
+EwLaunch ewLaunch(int64_t rows, int64_t cols, int w) {
+  int64_t threadsX = (cols + w - 1) / w;
+  int block = int(std::min<int64_t>(kEwThreads, (threadsX + 31) / 32 * 32));
+  int64_t gx = (threadsX + block - 1) / block;
+  int64_t gy = std::min<int64_t>(rows, std::max<int64_t>(1, 4096 / gx));
+  return {dim3(unsigned(gx), unsigned(gy)), dim3(unsigned(block))};
+}
+
+/// True when every view allows 2-wide accesses: even columns and strides,
+/// 4-byte aligned pointers.
+bool pairable(int64_t cols, std::initializer_list<int64_t> strides,
+              std::initializer_list<const void *> ptrs) {
+  if (cols % 2)
+    return false;
+  for (int64_t s : strides)
+    if (s % 2)
+      return false;
+  for (const void *p : ptrs)
+    if (p && reinterpret_cast<uintptr_t>(p) % 4)
+      return false;
+  return true;
 }
 
 //===----------------------------------------------------------------------===//
@@ -513,7 +622,7 @@ Status rmsNormBackward(const KernelContext &ctx,
       return Status::InvalidArgument;
     partial = static_cast<float *>(ctx.workspace);
   }
-  rmsNormBwdKernel<<<unsigned(parts), kNormWarps * 32, 0, streamOf(ctx)>>>(
+  rmsNormBwdKernel<<<unsigned(parts), kNormBwdThreads, 0, streamOf(ctx)>>>(
       static_cast<const bf *>(a.x), static_cast<const bf *>(a.w),
       static_cast<const float *>(a.rstd), static_cast<const bf *>(a.dy),
       static_cast<bf *>(a.dx), partial, a.rows, a.dim,
@@ -521,7 +630,8 @@ Status rmsNormBackward(const KernelContext &ctx,
       strideOr(a.dxStride, a.dim), a.zeroCentered);
   AP_CUDA_CHECK_LAUNCH(rmsNormBwdKernel);
   if (a.dw) {
-    columnSumKernel<<<gridFor(a.dim, 256), 256, 0, streamOf(ctx)>>>(
+    columnSumKernel<<<unsigned((a.dim + 31) / 32), dim3(32, 32), 0,
+                      streamOf(ctx)>>>(
         partial, static_cast<float *>(a.dw), parts, a.dim);
     AP_CUDA_CHECK_LAUNCH(columnSumKernel);
   }
@@ -530,13 +640,12 @@ Status rmsNormBackward(const KernelContext &ctx,
 
 static Status ropeLaunch(const KernelContext &ctx, const RopeArgs &a,
                          bool backward) {
-  if (a.dtype != DType::BF16)
+  if (a.dtype != DType::BF16 || a.rotaryDim / 2 > kRopeMaxHalf)
     return Status::Unsupported;
-  int64_t rows = a.batch * a.seq * a.heads;
-  int threads = int(std::min<int64_t>(256, (a.headDim + 31) / 32 * 32));
-  ropeKernel<<<unsigned(rows), threads, 0, streamOf(ctx)>>>(
-      static_cast<const bf *>(a.x), static_cast<bf *>(a.y), rows, a.seq,
-      a.heads, a.headDim, a.offset, a.rotaryDim, a.theta, backward);
+  int64_t tokens = a.batch * a.seq;
+  ropeKernel<<<unsigned(tokens), 256, 0, streamOf(ctx)>>>(
+      static_cast<const bf *>(a.x), static_cast<bf *>(a.y), a.seq, a.heads,
+      a.headDim, a.offset, a.rotaryDim, a.theta, backward);
   AP_CUDA_CHECK_LAUNCH(ropeKernel);
   return Status::Ok;
 }
@@ -550,10 +659,20 @@ Status ropeBackward(const KernelContext &ctx, const RopeArgs &a) {
 Status swiGluForward(const KernelContext &ctx, const SwiGluForwardArgs &a) {
   if (a.dtype != DType::BF16)
     return Status::Unsupported;
-  swiGluFwdKernel<<<ewGrid(a.rows, a.cols), kEwThreads, 0, streamOf(ctx)>>>(
-      static_cast<const bf *>(a.gate), static_cast<const bf *>(a.up),
-      static_cast<bf *>(a.y), a.rows, a.cols, strideOr(a.gateStride, a.cols),
-      strideOr(a.upStride, a.cols), strideOr(a.yStride, a.cols));
+  auto g = static_cast<const bf *>(a.gate);
+  auto u = static_cast<const bf *>(a.up);
+  auto y = static_cast<bf *>(a.y);
+  int64_t gs = strideOr(a.gateStride, a.cols), us = strideOr(a.upStride, a.cols),
+          ys = strideOr(a.yStride, a.cols);
+  if (pairable(a.cols, {gs, us, ys}, {g, u, y})) {
+    EwLaunch l = ewLaunch(a.rows, a.cols, 2);
+    swiGluFwdKernel<2><<<l.grid, l.block, 0, streamOf(ctx)>>>(g, u, y, a.rows,
+                                                            a.cols, gs, us, ys);
+  } else {
+    EwLaunch l = ewLaunch(a.rows, a.cols, 1);
+    swiGluFwdKernel<1><<<l.grid, l.block, 0, streamOf(ctx)>>>(g, u, y, a.rows,
+                                                            a.cols, gs, us, ys);
+  }
   AP_CUDA_CHECK_LAUNCH(swiGluFwdKernel);
   return Status::Ok;
 }
@@ -561,12 +680,24 @@ Status swiGluForward(const KernelContext &ctx, const SwiGluForwardArgs &a) {
 Status swiGluBackward(const KernelContext &ctx, const SwiGluBackwardArgs &a) {
   if (a.dtype != DType::BF16)
     return Status::Unsupported;
-  swiGluBwdKernel<<<ewGrid(a.rows, a.cols), kEwThreads, 0, streamOf(ctx)>>>(
-      static_cast<const bf *>(a.gate), static_cast<const bf *>(a.up),
-      static_cast<const bf *>(a.dy), static_cast<bf *>(a.dgate),
-      static_cast<bf *>(a.dup), a.rows, a.cols, strideOr(a.gateStride, a.cols),
-      strideOr(a.upStride, a.cols), strideOr(a.dyStride, a.cols),
-      strideOr(a.dgateStride, a.cols), strideOr(a.dupStride, a.cols));
+  auto g = static_cast<const bf *>(a.gate);
+  auto u = static_cast<const bf *>(a.up);
+  auto dy = static_cast<const bf *>(a.dy);
+  auto dg = static_cast<bf *>(a.dgate);
+  auto du = static_cast<bf *>(a.dup);
+  int64_t gs = strideOr(a.gateStride, a.cols), us = strideOr(a.upStride, a.cols),
+          dys = strideOr(a.dyStride, a.cols),
+          dgs = strideOr(a.dgateStride, a.cols),
+          dus = strideOr(a.dupStride, a.cols);
+  if (pairable(a.cols, {gs, us, dys, dgs, dus}, {g, u, dy, dg, du})) {
+    EwLaunch l = ewLaunch(a.rows, a.cols, 2);
+    swiGluBwdKernel<2><<<l.grid, l.block, 0, streamOf(ctx)>>>(
+        g, u, dy, dg, du, a.rows, a.cols, gs, us, dys, dgs, dus);
+  } else {
+    EwLaunch l = ewLaunch(a.rows, a.cols, 1);
+    swiGluBwdKernel<1><<<l.grid, l.block, 0, streamOf(ctx)>>>(
+        g, u, dy, dg, du, a.rows, a.cols, gs, us, dys, dgs, dus);
+  }
   AP_CUDA_CHECK_LAUNCH(swiGluBwdKernel);
   return Status::Ok;
 }
@@ -575,10 +706,20 @@ Status sigmoidGateForward(const KernelContext &ctx,
                           const SigmoidGateForwardArgs &a) {
   if (a.dtype != DType::BF16)
     return Status::Unsupported;
-  gateFwdKernel<<<ewGrid(a.rows, a.cols), kEwThreads, 0, streamOf(ctx)>>>(
-      static_cast<const bf *>(a.o), static_cast<const bf *>(a.gate),
-      static_cast<bf *>(a.y), a.rows, a.cols, strideOr(a.oStride, a.cols),
-      strideOr(a.gateStride, a.cols), strideOr(a.yStride, a.cols));
+  auto o = static_cast<const bf *>(a.o);
+  auto g = static_cast<const bf *>(a.gate);
+  auto y = static_cast<bf *>(a.y);
+  int64_t os = strideOr(a.oStride, a.cols), gs = strideOr(a.gateStride, a.cols),
+          ys = strideOr(a.yStride, a.cols);
+  if (pairable(a.cols, {os, gs, ys}, {o, g, y})) {
+    EwLaunch l = ewLaunch(a.rows, a.cols, 2);
+    gateFwdKernel<2><<<l.grid, l.block, 0, streamOf(ctx)>>>(o, g, y, a.rows,
+                                                          a.cols, os, gs, ys);
+  } else {
+    EwLaunch l = ewLaunch(a.rows, a.cols, 1);
+    gateFwdKernel<1><<<l.grid, l.block, 0, streamOf(ctx)>>>(o, g, y, a.rows,
+                                                          a.cols, os, gs, ys);
+  }
   AP_CUDA_CHECK_LAUNCH(gateFwdKernel);
   return Status::Ok;
 }
@@ -587,12 +728,23 @@ Status sigmoidGateBackward(const KernelContext &ctx,
                            const SigmoidGateBackwardArgs &a) {
   if (a.dtype != DType::BF16)
     return Status::Unsupported;
-  gateBwdKernel<<<ewGrid(a.rows, a.cols), kEwThreads, 0, streamOf(ctx)>>>(
-      static_cast<const bf *>(a.o), static_cast<const bf *>(a.gate),
-      static_cast<const bf *>(a.dy), static_cast<bf *>(a.dout),
-      static_cast<bf *>(a.dgate), a.rows, a.cols, strideOr(a.oStride, a.cols),
-      strideOr(a.gateStride, a.cols), strideOr(a.dyStride, a.cols),
-      strideOr(a.doStride, a.cols), strideOr(a.dgateStride, a.cols));
+  auto o = static_cast<const bf *>(a.o);
+  auto g = static_cast<const bf *>(a.gate);
+  auto dy = static_cast<const bf *>(a.dy);
+  auto dO = static_cast<bf *>(a.dout);
+  auto dg = static_cast<bf *>(a.dgate);
+  int64_t os = strideOr(a.oStride, a.cols), gs = strideOr(a.gateStride, a.cols),
+          dys = strideOr(a.dyStride, a.cols), dos = strideOr(a.doStride, a.cols),
+          dgs = strideOr(a.dgateStride, a.cols);
+  if (pairable(a.cols, {os, gs, dys, dos, dgs}, {o, g, dy, dO, dg})) {
+    EwLaunch l = ewLaunch(a.rows, a.cols, 2);
+    gateBwdKernel<2><<<l.grid, l.block, 0, streamOf(ctx)>>>(
+        o, g, dy, dO, dg, a.rows, a.cols, os, gs, dys, dos, dgs);
+  } else {
+    EwLaunch l = ewLaunch(a.rows, a.cols, 1);
+    gateBwdKernel<1><<<l.grid, l.block, 0, streamOf(ctx)>>>(
+        o, g, dy, dO, dg, a.rows, a.cols, os, gs, dys, dos, dgs);
+  }
   AP_CUDA_CHECK_LAUNCH(gateBwdKernel);
   return Status::Ok;
 }
@@ -600,9 +752,15 @@ Status sigmoidGateBackward(const KernelContext &ctx,
 Status residualAddForward(const KernelContext &ctx, const ResidualAddArgs &a) {
   if (a.dtype != DType::BF16)
     return Status::Unsupported;
-  addKernel<<<gridFor(a.n, 256, 65536), 256, 0, streamOf(ctx)>>>(
-      static_cast<const bf *>(a.a), static_cast<const bf *>(a.b),
-      static_cast<bf *>(a.y), a.n);
+  auto x = static_cast<const bf *>(a.a);
+  auto z = static_cast<const bf *>(a.b);
+  auto y = static_cast<bf *>(a.y);
+  if (pairable(a.n, {}, {x, z, y}))
+    addKernel<2><<<gridFor(a.n / 2, 256, 4096), 256, 0, streamOf(ctx)>>>(
+        x, z, y, a.n);
+  else
+    addKernel<1><<<gridFor(a.n, 256, 4096), 256, 0, streamOf(ctx)>>>(x, z, y,
+                                                                   a.n);
   AP_CUDA_CHECK_LAUNCH(addKernel);
   return Status::Ok;
 }

@@ -273,7 +273,9 @@ TEST_F(DenseCuda, RmsNormModelAndQNormShapes) {
     for (int run = 0; run < 2; ++run) {
       dY.poison(run ? 0x7F : 0xFF);
       dRs.poison(run ? 0x7F : 0xFF);
-      dDx.poison(run ? 0x7F : 0xFF);
+      // Same poison both runs: outside a strided view it must survive, and
+      // the bytes there take part in the determinism comparison.
+      dDx.poison(0xFF);
       dDw.up(dw0);
       RmsNormForwardArgs fg = f;
       fg.x = dX.p;
