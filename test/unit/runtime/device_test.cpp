@@ -1,0 +1,256 @@
+//===- device_test.cpp - Device: arena, copies, events, ordering --*- C++ -*-===//
+#include "runtime/device.h"
+#include "runtime/nvtx.h"
+#include "runtime_test_util.h"
+
+#include <cstring>
+
+using namespace ap::rt;
+using namespace ap::rt::test;
+
+namespace {
+
+using DeviceTest = BackendTest;
+
+TEST_P(DeviceTest, ArenaIsAllocatedOnceAlignedAndBoundsChecked) {
+  EXPECT_RT_ERROR(device->at(0, 1), "before allocateArena");
+  device->allocateArena(1000, 512);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(device->arenaBase()) % 256, 0u);
+  EXPECT_EQ(device->planBytes(), 1000u);
+  EXPECT_EQ(device->at(0, 1000), device->arenaBase());
+  EXPECT_EQ(device->at(256, 16), device->arenaBase() + 256);
+  EXPECT_RT_ERROR(device->at(999, 2), "outside the planned 1000 bytes");
+  EXPECT_RT_ERROR(device->at(2000), "outside");
+  EXPECT_TRUE(device->inArena(device->arenaBase() + 10, 990));
+  EXPECT_FALSE(device->inArena(device->arenaBase() + 10, 991));
+  EXPECT_FALSE(device->inArena(device->arenaBase() - 1, 1));
+  // The workspace follows the plan at the next 256-byte boundary.
+  EXPECT_EQ(device->workspace(), device->arenaBase() + 1024);
+  EXPECT_RT_ERROR(device->allocateArena(10), "allocated once per run");
+  device->sampleMemory();
+  EXPECT_GE(device->devicePeakBytes(), 1024u + 512u);
+  if (GetParam() == DeviceKind::Host)
+    EXPECT_EQ(device->devicePeakBytes(), 1024u + 512u);
+}
+
+TEST_P(DeviceTest, KernelContextCarriesBackendStreamAndWorkspace) {
+  device->allocateArena(4096, 8192);
+  auto compute = device->kernelContext(Stream::Compute);
+  auto d2h = device->kernelContext(Stream::D2H);
+  EXPECT_EQ(compute.workspace, device->workspace());
+  EXPECT_EQ(compute.workspaceBytes, 8192u);
+  EXPECT_EQ(d2h.workspace, nullptr);
+  EXPECT_EQ(d2h.workspaceBytes, 0u);
+  if (GetParam() == DeviceKind::Cuda) {
+    EXPECT_EQ(compute.backend, ap::kernels::Backend::Cuda);
+    EXPECT_NE(compute.stream, nullptr);
+    EXPECT_NE(compute.stream, d2h.stream);
+    EXPECT_NE(compute.cublasLt, nullptr);
+    EXPECT_GT(compute.smCount, 0);
+  } else {
+    EXPECT_EQ(compute.backend, ap::kernels::Backend::Host);
+    EXPECT_EQ(compute.stream, nullptr);
+    EXPECT_EQ(compute.smCount, 0);
+  }
+}
+
+TEST_P(DeviceTest, CopiesRoundTripThroughTheArena) {
+  const size_t n = 3 << 20;
+  device->allocateArena(2 * n);
+  auto src = randomBytes(n, 7);
+  std::vector<uint8_t> back(n, 0);
+  char *a = static_cast<char *>(device->at(0, n));
+  char *b = static_cast<char *>(device->at(n, n));
+  device->copyAsync(a, src.data(), n, CopyKind::HostToDevice, Stream::Compute);
+  device->copyAsync(b, a, n, CopyKind::DeviceToDevice, Stream::Compute);
+  device->copyToHostSync(back.data(), b, n, Stream::Compute);
+  EXPECT_EQ(back, src);
+}
+
+// A chain through all four streams, each link ordered only by an event: the
+// value read at the end must be the one written at the start, every round.
+TEST_P(DeviceTest, EventsOrderWorkAcrossAllStreams) {
+  const size_t n = 32 << 20;
+  device->allocateArena(3 * n);
+  char *a = static_cast<char *>(device->at(0, n));
+  char *b = static_cast<char *>(device->at(n, n));
+  char *c = static_cast<char *>(device->at(2 * n, n));
+  EventId e1 = device->createEvent(), e2 = device->createEvent(),
+          e3 = device->createEvent(), e4 = device->createEvent();
+  std::vector<uint8_t> host(n);
+  for (int round = 0; round < 6; ++round) {
+    int value = 0x10 + round;
+    device->memsetAsync(a, value, n, Stream::Compute);
+    device->record(e1, Stream::Compute);
+    device->wait(Stream::H2D, e1);
+    device->copyAsync(b, a, n, CopyKind::DeviceToDevice, Stream::H2D);
+    device->record(e2, Stream::H2D);
+    device->wait(Stream::Comm, e2);
+    device->copyAsync(c, b, n, CopyKind::DeviceToDevice, Stream::Comm);
+    device->record(e3, Stream::Comm);
+    device->wait(Stream::D2H, e3);
+    device->copyAsync(host.data(), c, n, CopyKind::DeviceToHost, Stream::D2H);
+    device->record(e4, Stream::D2H);
+    device->synchronize(e4);
+    EXPECT_TRUE(device->query(e4));
+    size_t bad = 0;
+    for (uint8_t v : host)
+      bad += v != value;
+    ASSERT_EQ(bad, 0u) << "round " << round;
+    // Before the next round's memset reuses `a`, compute must wait for the
+    // copy that read it; e4 completed on the host, which orders everything.
+  }
+}
+
+TEST_P(DeviceTest, QueryAndSynchronizeReflectCompletion) {
+  Gate gate;
+  EventId e = device->createEvent();
+  EXPECT_TRUE(device->query(e)); // never recorded: nothing to wait for
+  device->hostCallback(Stream::Compute, gate.waiter());
+  device->record(e, Stream::Compute);
+  EXPECT_EQ(device->generation(e), 1u);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_FALSE(device->query(e));
+  gate.open();
+  device->synchronize(e);
+  EXPECT_TRUE(device->query(e));
+}
+
+TEST_P(DeviceTest, OrderingClocksAreTransitive) {
+  EventId e = device->createEvent(), f = device->createEvent(),
+          g = device->createEvent();
+  EXPECT_RT_ERROR(device->lastRecord(e), "never recorded");
+  Gate gate; // keeps everything incomplete so only the clocks can answer
+  device->hostCallback(Stream::Compute, gate.waiter());
+  device->record(e, Stream::Compute);
+  SyncPoint p = device->lastRecord(e);
+  EXPECT_EQ(p.stream, Stream::Compute);
+  EXPECT_EQ(p.generation, 1u);
+  EXPECT_TRUE(device->orderedBefore(p, Stream::Compute));
+  EXPECT_FALSE(device->orderedBefore(p, Stream::D2H));
+  EXPECT_FALSE(device->completed(p));
+  device->wait(Stream::D2H, e);
+  EXPECT_TRUE(device->orderedBefore(p, Stream::D2H));
+  EXPECT_FALSE(device->orderedBefore(p, Stream::H2D));
+  device->record(f, Stream::D2H);
+  device->wait(Stream::H2D, f); // H2D after f after e
+  EXPECT_TRUE(device->orderedBefore(p, Stream::H2D));
+  EXPECT_FALSE(device->orderedBefore(p, Stream::Comm));
+  // A later record of e does not make the first one ordered anywhere new.
+  device->record(e, Stream::Compute);
+  EXPECT_FALSE(device->orderedBefore(p, Stream::Comm));
+  gate.open();
+  device->synchronize(e);
+  EXPECT_TRUE(device->completed(p));
+  // What the host saw complete orders every stream.
+  EXPECT_TRUE(device->orderedBefore(p, Stream::Comm));
+  device->record(g, Stream::Comm);
+  EXPECT_EQ(device->lastRecord(g).tick, 1u);
+}
+
+TEST_P(DeviceTest, FailedKernelIsReportedWithItsName) {
+  device->allocateArena(256, 256);
+  EXPECT_RT_ERROR(
+      {
+        device->launch(Stream::Compute, "L3.gdn_core_attn/fwd",
+                       [](const ap::kernels::KernelContext &) {
+                         return ap::kernels::Status::InvalidArgument;
+                       });
+        device->synchronize();
+      },
+      "kernel 'L3.gdn_core_attn/fwd' returned InvalidArgument");
+  // Reported once, then the device is usable again.
+  device->synchronize();
+  EXPECT_EQ(rangeDepth(), 0);
+}
+
+TEST_P(DeviceTest, LaunchPassesTheContextInStreamOrder) {
+  device->allocateArena(1 << 20, 4096);
+  auto seen = std::make_shared<ap::kernels::KernelContext>();
+  char *buf = static_cast<char *>(device->at(0, 1 << 20));
+  device->memsetAsync(buf, 0x5a, 1 << 20, Stream::Compute);
+  device->launch(Stream::Compute, "probe", [seen](const ap::kernels::KernelContext &ctx) {
+    *seen = ctx;
+    return ap::kernels::Status::Ok;
+  });
+  device->synchronize();
+  EXPECT_EQ(seen->workspace, device->workspace());
+  EXPECT_EQ(seen->workspaceBytes, 4096u);
+  EXPECT_EQ(seen->stream, device->kernelContext(Stream::Compute).stream);
+  EXPECT_EQ(rangeDepth(), 0);
+}
+
+TEST_P(DeviceTest, NullCopiesAndUnknownEventsAreErrors) {
+  EXPECT_RT_ERROR(device->copyAsync(nullptr, this, 8, CopyKind::HostToHost,
+                                    Stream::Compute),
+                  "null pointer");
+  EXPECT_RT_ERROR(device->record(static_cast<EventId>(42), Stream::Compute),
+                  "unknown event 42");
+}
+
+AP_RT_INSTANTIATE_BACKENDS(DeviceTest);
+
+TEST(DeviceSelection, CudaRequestFallsBackToHostWithAMessage) {
+  DeviceOptions options;
+  options.device = DeviceKind::Cuda;
+  options.quiet = true;
+  Device dev(options);
+  if (cudaUsable()) {
+    EXPECT_EQ(dev.kind(), DeviceKind::Cuda);
+    EXPECT_TRUE(dev.notice().empty());
+  } else {
+    EXPECT_EQ(dev.kind(), DeviceKind::Host);
+    EXPECT_NE(dev.notice().find("--device cuda requested but no usable GPU"),
+              std::string::npos)
+        << dev.notice();
+    EXPECT_NE(dev.notice().find("falling back to the host backend"),
+              std::string::npos);
+  }
+}
+
+TEST(DeviceSelection, DefaultPicksCudaOnlyWhenUsable) {
+  DeviceOptions options;
+  options.quiet = true;
+  Device dev(options);
+  EXPECT_EQ(dev.kind(), cudaUsable() ? DeviceKind::Cuda : DeviceKind::Host);
+  EXPECT_FALSE(dev.description().empty());
+}
+
+TEST(DeviceSelection, HostRequestNeverTouchesCuda) {
+  DeviceOptions options;
+  options.device = DeviceKind::Host;
+  Device dev(options);
+  EXPECT_EQ(dev.kind(), DeviceKind::Host);
+  EXPECT_TRUE(dev.notice().empty());
+}
+
+TEST(DeviceSelection, MissingCudaDeviceSaysWhy) {
+  std::string why;
+  EXPECT_EQ(createCudaBackend(1000, &why), nullptr);
+  EXPECT_FALSE(why.empty());
+}
+
+TEST(DeviceSelection, NamesParse) {
+  EXPECT_EQ(parseDeviceKind("cuda"), DeviceKind::Cuda);
+  EXPECT_EQ(parseDeviceKind("host"), DeviceKind::Host);
+  EXPECT_EQ(parseDeviceKind("gpu"), std::nullopt);
+  EXPECT_STREQ(streamName(Stream::D2H), "d2h");
+  EXPECT_STREQ(deviceKindName(DeviceKind::Cuda), "cuda");
+}
+
+TEST(Nvtx, RangesBalanceAndUnderflowIsAnError) {
+  EXPECT_EQ(rangeDepth(), 0);
+  {
+    ScopedRange outer("L0.attn_norm");
+    rangePush("inner");
+    EXPECT_EQ(rangeDepth(), 2);
+    rangePop();
+  }
+  EXPECT_EQ(rangeDepth(), 0);
+  EXPECT_RT_ERROR(rangePop(), "without a matching rangePush");
+#if defined(ACTPLACE_HAVE_NVTX)
+  EXPECT_TRUE(rangesReachNvtx());
+#endif
+}
+
+} // namespace
