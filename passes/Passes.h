@@ -2,6 +2,9 @@
 #ifndef ACTPLACE_PASSES_PASSES_H
 #define ACTPLACE_PASSES_PASSES_H
 
+#include "dialect/train/TrainDialect.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/Pass/Pass.h"
 

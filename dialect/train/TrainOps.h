@@ -5,11 +5,14 @@
 #include "dialect/train/TrainDialect.h"
 
 #include "mlir/Bytecode/BytecodeOpInterface.h"
+#include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/IR/OpDefinition.h"
 #include "mlir/IR/SymbolTable.h"
 #include "mlir/Interfaces/InferTypeOpInterface.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
+
+#include "dialect/train/TrainInterfaces.h.inc"
 
 #define GET_OP_CLASSES
 #include "dialect/train/TrainOps.h.inc"

@@ -10,6 +10,7 @@
 #define ACTPLACE_TRAIN_OPS_TD
 
 include "dialect/train/TrainDialect.td"
+include "dialect/train/TrainInterfaces.td"
 include "mlir/IR/SymbolInterfaces.td"
 include "mlir/Interfaces/SideEffectInterfaces.td"
 include "mlir/Interfaces/InferTypeOpInterface.td"
@@ -50,6 +51,13 @@ def Train_F32Tensor : Train_Tensor<[F32], [], "static f32 tensor">;
 
 class Train_Op<string mnemonic, list<Trait> traits = []>
     : Op<Train_Dialect, mnemonic, traits>;
+
+/// A differentiable op whose backward reads only its operands and results.
+def DifferentiableOp : DeclareOpInterfaceMethods<Train_DifferentiableOpInterface>;
+/// A differentiable op whose backward also reads intermediates it returns
+/// as extra results after train-autodiff.
+def DifferentiableSavingOp : DeclareOpInterfaceMethods<Train_DifferentiableOpInterface,
+    ["withSavedResults"]>;
 
 /// A compute op: pure, carries its module scope, prints operands, the scope,
 /// remaining attributes and a functional type.
@@ -104,7 +112,7 @@ def Train_ParamRefOp : Train_Op<"param_ref",
 // Embedding, linear, norms
 //===----------------------------------------------------------------------===//
 
-def Train_EmbeddingOp : Train_ComputeOp<"embedding"> {
+def Train_EmbeddingOp : Train_ComputeOp<"embedding", [DifferentiableOp]> {
   let summary = "token embedding lookup";
   let description = [{
     `out[b, t, :] = table[tokens[b, t], :]`. Token ids outside [0, V) are a
@@ -120,7 +128,7 @@ def Train_EmbeddingOp : Train_ComputeOp<"embedding"> {
   let hasVerifier = 1;
 }
 
-def Train_LinearOp : Train_ComputeOp<"linear"> {
+def Train_LinearOp : Train_ComputeOp<"linear", [DifferentiableOp]> {
   let summary = "linear layer without bias, y = x W^T";
   let description = [{
     `x` is [..., K] and `weight` is [O, K] (HF layout); the result is [..., O].
@@ -136,7 +144,7 @@ def Train_LinearOp : Train_ComputeOp<"linear"> {
   let hasVerifier = 1;
 }
 
-def Train_RMSNormOp : Train_ComputeOp<"rms_norm"> {
+def Train_RMSNormOp : Train_ComputeOp<"rms_norm", [DifferentiableSavingOp]> {
   let summary = "RMSNorm over the last dimension, plain (w) or zero-centred (1 + w)";
   let description = [{
     `y = x * rsqrt(mean(x^2) + eps) * w`, or `* (1 + w)` with `zero_centered`
@@ -156,7 +164,7 @@ def Train_RMSNormOp : Train_ComputeOp<"rms_norm"> {
   let hasVerifier = 1;
 }
 
-def Train_GatedRMSNormOp : Train_ComputeOp<"gated_rms_norm"> {
+def Train_GatedRMSNormOp : Train_ComputeOp<"gated_rms_norm", [DifferentiableSavingOp]> {
   let summary = "GDN output norm: w * (o * rstd) * silu(z) per token and head";
   let description = [{
     `o` and `z` are [B, T, Hv, dv]; `weight` is [dv] (plain weight, init ones).
@@ -175,7 +183,7 @@ def Train_GatedRMSNormOp : Train_ComputeOp<"gated_rms_norm"> {
   let hasVerifier = 1;
 }
 
-def Train_L2NormOp : Train_ComputeOp<"l2_norm"> {
+def Train_L2NormOp : Train_ComputeOp<"l2_norm", [DifferentiableSavingOp]> {
   let summary = "L2 normalisation over the last dimension (GDN q and k)";
   let description = [{
     `y = x / sqrt(sum(x^2) + eps)`, eps inside the square root, in f32.
@@ -195,7 +203,7 @@ def Train_L2NormOp : Train_ComputeOp<"l2_norm"> {
 // GDN
 //===----------------------------------------------------------------------===//
 
-def Train_ShortConvOp : Train_ComputeOp<"short_conv"> {
+def Train_ShortConvOp : Train_ComputeOp<"short_conv", [DifferentiableOp]> {
   let summary = "causal depthwise short convolution followed by SiLU";
   let description = [{
     `pre[b, t, c] = sum_j w[c, j] * x[b, t - (Kc - 1) + j, c]` with zeros before
@@ -212,7 +220,7 @@ def Train_ShortConvOp : Train_ComputeOp<"short_conv"> {
   let hasVerifier = 1;
 }
 
-def Train_GDNGatesOp : Train_ComputeOp<"gdn_gates"> {
+def Train_GDNGatesOp : Train_ComputeOp<"gdn_gates", [DifferentiableOp]> {
   let summary = "GDN gates: beta = sigmoid(b), g = -exp(A_log) * softplus(a + dt_bias)";
   let description = [{
     `a` and `b` are [B, T, Hv] projections; `A_log` and `dt_bias` are [Hv]
@@ -231,7 +239,7 @@ def Train_GDNGatesOp : Train_ComputeOp<"gdn_gates"> {
   let hasVerifier = 1;
 }
 
-def Train_GatedDeltaRuleOp : Train_ComputeOp<"gated_delta_rule"> {
+def Train_GatedDeltaRuleOp : Train_ComputeOp<"gated_delta_rule", [DifferentiableSavingOp]> {
   let summary = "the GDN recurrence (gated delta rule), chunked";
   let description = [{
     Per sequence and value head h (key head h / (Hv / Hk)), with state
@@ -269,7 +277,7 @@ def Train_GatedDeltaRuleOp : Train_ComputeOp<"gated_delta_rule"> {
 // Attention
 //===----------------------------------------------------------------------===//
 
-def Train_RoPEOp : Train_ComputeOp<"rope", [SameOperandsAndResultType]> {
+def Train_RoPEOp : Train_ComputeOp<"rope", [SameOperandsAndResultType, DifferentiableOp]> {
   let summary = "rotary position embedding (rotate-half) on the first rotary_dim dims";
   let description = [{
     Positions are 0..T-1 within each batch row. Dims [0, rotary_dim) of every
@@ -288,7 +296,7 @@ def Train_RoPEOp : Train_ComputeOp<"rope", [SameOperandsAndResultType]> {
   let hasVerifier = 1;
 }
 
-def Train_AttentionOp : Train_ComputeOp<"attention"> {
+def Train_AttentionOp : Train_ComputeOp<"attention", [DifferentiableSavingOp]> {
   let summary = "causal softmax attention with grouped-query heads";
   let description = [{
     `o = softmax_causal(q k^T * scale) v` per batch row, softmax in f32. q is
@@ -312,7 +320,7 @@ def Train_AttentionOp : Train_ComputeOp<"attention"> {
   let hasVerifier = 1;
 }
 
-def Train_OutputGateOp : Train_ComputeOp<"output_gate", [SameOperandsAndResultType]> {
+def Train_OutputGateOp : Train_ComputeOp<"output_gate", [SameOperandsAndResultType, DifferentiableOp]> {
   let summary = "sigmoid output gate: y = o * sigmoid(gate)";
   let description = [{
     ```mlir
@@ -329,7 +337,7 @@ def Train_OutputGateOp : Train_ComputeOp<"output_gate", [SameOperandsAndResultTy
 // MLP, residual
 //===----------------------------------------------------------------------===//
 
-def Train_SwiGLUOp : Train_ComputeOp<"swiglu", [SameOperandsAndResultType]> {
+def Train_SwiGLUOp : Train_ComputeOp<"swiglu", [SameOperandsAndResultType, DifferentiableOp]> {
   let summary = "SwiGLU activation: y = silu(gate) * up";
   let description = [{
     ```mlir
@@ -342,7 +350,7 @@ def Train_SwiGLUOp : Train_ComputeOp<"swiglu", [SameOperandsAndResultType]> {
   let results = (outs Train_AnyFloatTensor:$result);
 }
 
-def Train_AddOp : Train_ComputeOp<"add", [SameOperandsAndResultType, Commutative]> {
+def Train_AddOp : Train_ComputeOp<"add", [SameOperandsAndResultType, Commutative, DifferentiableOp]> {
   let summary = "elementwise add (residual connections)";
   let description = [{
     ```mlir
@@ -359,7 +367,7 @@ def Train_AddOp : Train_ComputeOp<"add", [SameOperandsAndResultType, Commutative
 // Views: reshape, slice, concat, expand
 //===----------------------------------------------------------------------===//
 
-def Train_ReshapeOp : Train_ComputeOp<"reshape"> {
+def Train_ReshapeOp : Train_ComputeOp<"reshape", [DifferentiableOp]> {
   let summary = "row-major reshape (a view: no data moves)";
   let description = [{
     ```mlir
@@ -372,7 +380,7 @@ def Train_ReshapeOp : Train_ComputeOp<"reshape"> {
   let hasVerifier = 1;
 }
 
-def Train_SliceOp : Train_ComputeOp<"slice"> {
+def Train_SliceOp : Train_ComputeOp<"slice", [DifferentiableOp]> {
   let summary = "contiguous slice [offset, offset + size) of one dimension";
   let description = [{
     The result has `size` elements in dimension `dim` and the input's extent
@@ -389,7 +397,7 @@ def Train_SliceOp : Train_ComputeOp<"slice"> {
   let hasVerifier = 1;
 }
 
-def Train_ConcatOp : Train_ComputeOp<"concat"> {
+def Train_ConcatOp : Train_ComputeOp<"concat", [DifferentiableOp]> {
   let summary = "concatenation along one dimension";
   let description = [{
     ```mlir
@@ -403,7 +411,7 @@ def Train_ConcatOp : Train_ComputeOp<"concat"> {
   let hasVerifier = 1;
 }
 
-def Train_ExpandOp : Train_ComputeOp<"expand"> {
+def Train_ExpandOp : Train_ComputeOp<"expand", [DifferentiableOp]> {
   let summary = "broadcast size-1 dimensions to the result shape";
   let description = [{
     Used for MLA's shared rotary key, [B, T, 1, dr] -> [B, T, H, dr]; its
@@ -423,7 +431,7 @@ def Train_ExpandOp : Train_ComputeOp<"expand"> {
 // Loss
 //===----------------------------------------------------------------------===//
 
-def Train_LMHeadCrossEntropyOp : Train_ComputeOp<"lm_head_cross_entropy"> {
+def Train_LMHeadCrossEntropyOp : Train_ComputeOp<"lm_head_cross_entropy", [DifferentiableSavingOp]> {
   let summary = "tied LM head + cross-entropy, computed in token chunks";
   let description = [{
     `logits = h W^T` ([B, T, V]) followed by the cross-entropy against
