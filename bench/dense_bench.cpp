@@ -1,4 +1,5 @@
-//===- dense_bench.cpp - dense kernels on the H200 -----------------*- C++ -*-===//
+//===- dense_bench.cpp - dense kernels on the H200 -----------------*- C++
+//-*-===//
 //
 // Times every dense kernel at the Qwen3.5-0.8B shapes (T=4096 tokens, D=1024,
 // I=3584, V=248320) and prints one JSON line per kernel: median time over
@@ -27,7 +28,7 @@ using namespace ap::kernels;
   do {                                                                         \
     cudaError_t e_ = (call);                                                   \
     if (e_ != cudaSuccess) {                                                   \
-      std::fprintf(stderr, "%s failed: %s\n", #call, cudaGetErrorString(e_)); \
+      std::fprintf(stderr, "%s failed: %s\n", #call, cudaGetErrorString(e_));  \
       std::exit(1);                                                            \
     }                                                                          \
   } while (0)
@@ -153,8 +154,9 @@ int main(int argc, char **argv) {
          *rs = devAlloc(T * 8 * 4), *dy = devAlloc(T * 8192),
          *dx = devAlloc(T * 8192), *dw = devAlloc(4096);
     RmsNormForwardArgs f{DType::BF16, x, w, y, rs, T, D};
-    report("rmsnorm.fwd_4096x1024", timeMs([&] { KS(rmsNormForward(gCtx, f)); }),
-           0, 2.0 * T * D * 2 + 4.0 * T);
+    report("rmsnorm.fwd_4096x1024",
+           timeMs([&] { KS(rmsNormForward(gCtx, f)); }), 0,
+           2.0 * T * D * 2 + 4.0 * T);
     RmsNormBackwardArgs b{DType::BF16, x, w, rs, dy, dx, dw, T, D};
     report("rmsnorm.bwd_4096x1024",
            timeMs([&] { KS(rmsNormBackward(gCtx, b)); }), 0,
@@ -163,8 +165,8 @@ int main(int argc, char **argv) {
     report("rmsnorm.qnorm_fwd_32768x256_stride512",
            timeMs([&] { KS(rmsNormForward(gCtx, q)); }), 0,
            2.0 * T * 8 * 256 * 2 + 4.0 * T * 8);
-    RmsNormBackwardArgs qb{DType::BF16, x, w, rs, dy, dx, dw, T * 8, 256,
-                           512, 512, 512};
+    RmsNormBackwardArgs qb{DType::BF16, x,     w,   rs,  dy,  dx,
+                           dw,          T * 8, 256, 512, 512, 512};
     report("rmsnorm.qnorm_bwd_32768x256_stride512",
            timeMs([&] { KS(rmsNormBackward(gCtx, qb)); }), 0,
            2.0 * T * 8 * 256 * 3 + 4.0 * T * 8);
@@ -190,22 +192,24 @@ int main(int argc, char **argv) {
     report("swiglu.bwd_4096x3584", timeMs([&] { KS(swiGluBackward(gCtx, b)); }),
            0, 2.0 * T * I * 5);
     SigmoidGateForwardArgs gf{DType::BF16, g, u, y, T * 8, 256, 0, 512, 0};
-    report("gate.fwd_32768x256", timeMs([&] { KS(sigmoidGateForward(gCtx, gf)); }),
-           0, 2.0 * T * 8 * 256 * 3);
-    SigmoidGateBackwardArgs gb{DType::BF16, g, u, dy, dg, du, T * 8, 256,
-                               0, 512, 0, 0, 512};
+    report("gate.fwd_32768x256",
+           timeMs([&] { KS(sigmoidGateForward(gCtx, gf)); }), 0,
+           2.0 * T * 8 * 256 * 3);
+    SigmoidGateBackwardArgs gb{DType::BF16, g, u,   dy, dg, du, T * 8,
+                               256,         0, 512, 0,  0,  512};
     report("gate.bwd_32768x256",
            timeMs([&] { KS(sigmoidGateBackward(gCtx, gb)); }), 0,
            2.0 * T * 8 * 256 * 5);
     ResidualAddArgs ra{DType::BF16, g, u, y, T * D};
     report("residual.fwd_4096x1024",
-           timeMs([&] { KS(residualAddForward(gCtx, ra)); }), 0, 2.0 * T * D * 3);
+           timeMs([&] { KS(residualAddForward(gCtx, ra)); }), 0,
+           2.0 * T * D * 3);
     for (void *p : {g, u, y, dy, dg, du})
       CK(cudaFree(p));
   }
   {
-    auto *w = devAlloc(V * D * 2), *y = devAlloc(T * D * 2), *dy = devAlloc(T * D * 2),
-         *dw = devAlloc(V * D * 4);
+    auto *w = devAlloc(V * D * 2), *y = devAlloc(T * D * 2),
+         *dy = devAlloc(T * D * 2), *dw = devAlloc(V * D * 4);
     std::vector<int32_t> ids(T);
     for (int64_t n = 0; n < T; ++n)
       ids[n] = int32_t((n * 2654435761ull) % V);
@@ -213,8 +217,8 @@ int main(int argc, char **argv) {
     CK(cudaMalloc(&dIds, T * 4));
     CK(cudaMemcpy(dIds, ids.data(), T * 4, cudaMemcpyHostToDevice));
     EmbeddingForwardArgs f{DType::BF16, dIds, w, y, T, V, D};
-    report("embedding.fwd_4096x1024", timeMs([&] { KS(embeddingForward(gCtx, f)); }),
-           0, 2.0 * T * D * 2);
+    report("embedding.fwd_4096x1024",
+           timeMs([&] { KS(embeddingForward(gCtx, f)); }), 0, 2.0 * T * D * 2);
     EmbeddingBackwardArgs b{DType::BF16, dIds, dy, dw, T, V, D};
     report("embedding.bwd_4096x1024_V248320",
            timeMs([&] { KS(embeddingBackward(gCtx, b)); }), 0,
@@ -249,8 +253,7 @@ int main(int argc, char **argv) {
       double bytes = 2.0 * V * D * 3 + 8.0 * V * D + 14.0 * T * V;
       report("ce.fwd_bwd_chunk" + std::to_string(chunk),
              timeMs([&] { KS(lmHeadCrossEntropyBackward(gCtx, a)); }, 2, 7),
-             flops, bytes,
-             ",\"workspace_mib\":" + std::to_string(wsb >> 20));
+             flops, bytes, ",\"workspace_mib\":" + std::to_string(wsb >> 20));
       report("ce.fwd_chunk" + std::to_string(chunk),
              timeMs([&] { KS(lmHeadCrossEntropyForward(gCtx, a)); }, 2, 7),
              flops / 3, 2.0 * V * D + 8.0 * T * V,
@@ -263,8 +266,10 @@ int main(int argc, char **argv) {
   {
     // Optimizer over 0.75B parameters (Qwen3.5-0.8B), one flat range.
     const int64_t n = 752'000'000;
-    auto *p = static_cast<float *>(devAlloc(n * 4)), *g = static_cast<float *>(devAlloc(n * 4)),
-         *m = static_cast<float *>(devAlloc(n * 4)), *v = static_cast<float *>(devAlloc(n * 4));
+    auto *p = static_cast<float *>(devAlloc(n * 4)),
+         *g = static_cast<float *>(devAlloc(n * 4)),
+         *m = static_cast<float *>(devAlloc(n * 4)),
+         *v = static_cast<float *>(devAlloc(n * 4));
     auto *copy = devAlloc(n * 2);
     float *norm, *clip;
     CK(cudaMalloc(&norm, 4));

@@ -1,4 +1,5 @@
-//===- dense.h - actplace dense kernels ABI ----------------------*- C++ -*-===//
+//===- dense.h - actplace dense kernels ABI ----------------------*- C++
+//-*-===//
 //
 // Included from kernels/kernels.h; do not include directly.
 //
@@ -50,7 +51,7 @@ struct LinearBackwardArgs {
   const void *w = nullptr;  ///< [out, in] (needed for dx)
   const void *dy = nullptr; ///< [rows, out]
   void *dx = nullptr;       ///< [rows, in], overwritten; null: skip
-  void *dw = nullptr;       ///< [out, in] acc main grad, dw += dy^T x; null: skip
+  void *dw = nullptr; ///< [out, in] acc main grad, dw += dy^T x; null: skip
   int64_t rows = 0, in = 0, out = 0;
 };
 
@@ -88,7 +89,8 @@ struct RmsNormBackwardArgs {
   const void *rstd = nullptr; ///< [rows] acc from the forward
   const void *dy = nullptr;   ///< [rows, dim], row stride dyStride
   void *dx = nullptr;         ///< [rows, dim], row stride dxStride, overwritten
-  void *dw = nullptr; ///< [dim] acc main grad, += sum_rows dy*x*rstd; null: skip
+  void *dw =
+      nullptr; ///< [dim] acc main grad, += sum_rows dy*x*rstd; null: skip
   int64_t rows = 0, dim = 0;
   int64_t xStride = 0, dyStride = 0, dxStride = 0;
   bool zeroCentered = true;
@@ -115,8 +117,9 @@ Status rmsNormBackward(const KernelContext &ctx,
 
 struct RopeArgs {
   DType dtype = DType::BF16;
-  const void *x = nullptr; ///< forward: x; backward: dy. [batch, seq, heads, headDim]
-  void *y = nullptr;       ///< forward: y; backward: dx. Same layout.
+  const void *x =
+      nullptr;       ///< forward: x; backward: dy. [batch, seq, heads, headDim]
+  void *y = nullptr; ///< forward: y; backward: dx. Same layout.
   int64_t batch = 0, seq = 0, heads = 0, headDim = 0;
   int64_t offset = 0, rotaryDim = 0;
   double theta = 1e7;
@@ -240,15 +243,15 @@ Status embeddingBackward(const KernelContext &ctx,
 
 struct LmHeadCrossEntropyArgs {
   DType dtype = DType::BF16;
-  const void *hidden = nullptr;   ///< [tokens, dim] (after the final norm)
-  const void *weight = nullptr;   ///< [vocab, dim] tied embedding
+  const void *hidden = nullptr;    ///< [tokens, dim] (after the final norm)
+  const void *weight = nullptr;    ///< [vocab, dim] tied embedding
   const int32_t *labels = nullptr; ///< [tokens]
   int64_t tokens = 0, dim = 0, vocab = 0;
   int64_t chunkTokens = 1024; ///< tokens per chunk; fixes the workspace
   int32_t ignoreIndex = -100;
-  void *lossSum = nullptr;      ///< acc scalar, overwritten
+  void *lossSum = nullptr;       ///< acc scalar, overwritten
   int32_t *validCount = nullptr; ///< scalar, overwritten (may be null)
-  void *lse = nullptr;          ///< [tokens] acc (may be null)
+  void *lse = nullptr;           ///< [tokens] acc (may be null)
   // Backward only.
   double gradScale = 1.0;
   void *dHidden = nullptr; ///< [tokens, dim], overwritten (may be null)
@@ -276,7 +279,7 @@ struct GradTensor {
 
 /// Global grad norm over a list of tensors, in list order with a fixed
 /// blocking (partial sums per fixed-size block of 65536 elements in double,
-/// then summed in index order), and the clip coefficient
+/// then combined in a fixed order), and the clip coefficient
 ///   clipCoef = min(1, maxNorm / (norm + 1e-6))  (1 when maxNorm <= 0).
 /// Outputs are device (or host) float scalars, so no sync is needed.
 struct GradNormArgs {
@@ -296,16 +299,15 @@ Status gradNorm(const KernelContext &ctx, const GradNormArgs &args);
 ///   p -= lr / (1 - beta1^step) * m / (sqrt(v) / sqrt(1 - beta2^step) + eps)
 /// then the compute copy (storage dtype computeDType) = round(p).
 struct AdamWArgs {
-  float *master = nullptr;           ///< [n] fp32 master weights
-  float *expAvg = nullptr;           ///< [n] first moment
-  float *expAvgSq = nullptr;         ///< [n] second moment
-  const float *grad = nullptr;       ///< [n] fp32 main grad
-  const float *clipCoef = nullptr;   ///< scalar from gradNorm; null: 1
-  void *computeCopy = nullptr;       ///< [n] refreshed copy; null: skip
-  DType computeDType = DType::BF16;  ///< BF16 or F32
+  float *master = nullptr;          ///< [n] fp32 master weights
+  float *expAvg = nullptr;          ///< [n] first moment
+  float *expAvgSq = nullptr;        ///< [n] second moment
+  const float *grad = nullptr;      ///< [n] fp32 main grad
+  const float *clipCoef = nullptr;  ///< scalar from gradNorm; null: 1
+  void *computeCopy = nullptr;      ///< [n] refreshed copy; null: skip
+  DType computeDType = DType::BF16; ///< BF16 or F32
   int64_t n = 0;
-  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8,
-         weightDecay = 0.01;
+  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weightDecay = 0.01;
   int64_t step = 1;
 };
 Status adamWStep(const KernelContext &ctx, const AdamWArgs &args);
@@ -320,8 +322,9 @@ namespace detail {
 extern "C" int actplaceDenseCudaAnchor;
 } // namespace detail
 #if defined(ACTPLACE_HAVE_CUDA)
-[[maybe_unused]] __attribute__((used)) static const int
-    *const actplaceDenseCudaAnchorRef = &detail::actplaceDenseCudaAnchor;
+[[maybe_unused]] __attribute__((
+    used)) static const int *const actplaceDenseCudaAnchorRef =
+    &detail::actplaceDenseCudaAnchor;
 #endif
 
 } // namespace ap::kernels

@@ -1,4 +1,5 @@
-//===- dense.cu - dense CUDA kernels ---------------------------------*- C++ -*-===//
+//===- dense.cu - dense CUDA kernels ---------------------------------*- C++
+//-*-===//
 //
 // CUDA implementations of the dense op family (kernels/dense.h) for bf16
 // storage: RMSNorm, RoPE, SwiGLU, sigmoid gate, residual add, embedding,
@@ -28,7 +29,9 @@ namespace {
 
 using bf = __nv_bfloat16;
 
-__device__ __forceinline__ float ld(const bf *p) { return __bfloat162float(*p); }
+__device__ __forceinline__ float ld(const bf *p) {
+  return __bfloat162float(*p);
+}
 __device__ __forceinline__ bf st(float v) { return __float2bfloat16_rn(v); }
 __device__ __forceinline__ float sigmoidf(float x) {
   return 1.0f / (1.0f + expf(-x));
@@ -46,7 +49,8 @@ inline cudaStream_t streamOf(const KernelContext &ctx) {
   return static_cast<cudaStream_t>(ctx.stream);
 }
 inline unsigned gridFor(int64_t n, int threads, int64_t cap = 1 << 20) {
-  return unsigned(std::max<int64_t>(1, std::min((n + threads - 1) / threads, cap)));
+  return unsigned(
+      std::max<int64_t>(1, std::min((n + threads - 1) / threads, cap)));
 }
 
 //===----------------------------------------------------------------------===//
@@ -206,7 +210,8 @@ template <int W> struct Pack {
   }
   __device__ __forceinline__ void store(bf *p) const {
     if constexpr (W == 2)
-      *reinterpret_cast<__nv_bfloat162 *>(p) = __floats2bfloat162_rn(v[0], v[1]);
+      *reinterpret_cast<__nv_bfloat162 *>(p) =
+          __floats2bfloat162_rn(v[0], v[1]);
     else
       p[0] = st(v[0]);
   }
@@ -231,10 +236,10 @@ __global__ void swiGluFwdKernel(const bf *g, const bf *u, bf *y, int64_t rows,
 }
 
 template <int W>
-__global__ void swiGluBwdKernel(const bf *g, const bf *u, const bf *dy,
-                                bf *dg, bf *du, int64_t rows, int64_t cols,
-                                int64_t gs, int64_t us, int64_t dys,
-                                int64_t dgs, int64_t dus) {
+__global__ void swiGluBwdKernel(const bf *g, const bf *u, const bf *dy, bf *dg,
+                                bf *du, int64_t rows, int64_t cols, int64_t gs,
+                                int64_t us, int64_t dys, int64_t dgs,
+                                int64_t dus) {
   int64_t c = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * W;
   if (c >= cols)
     return;
@@ -470,7 +475,8 @@ __global__ void ceLseKernel(const float *logits, const int32_t *labels,
 /// dlogits (bf16) = scale * (softmax - onehot), 0 for ignored tokens.
 __global__ void ceGradKernel(const float *logits, const int32_t *labels,
                              const float *lse, bf *dl, int64_t vocab,
-                             int32_t ignoreIndex, float scale, int64_t rowBase) {
+                             int32_t ignoreIndex, float scale,
+                             int64_t rowBase) {
   const int64_t r = blockIdx.y;
   int32_t lab = labels[rowBase + r];
   bool valid = lab != ignoreIndex && lab >= 0 && lab < vocab;
@@ -539,8 +545,7 @@ __global__ void sqPartialKernel(const float *p, int64_t n, double *partial) {
 }
 
 __global__ void normFinishKernel(const double *partial, int64_t parts,
-                                 double maxNorm, float *norm,
-                                 float *clipCoef) {
+                                 double maxNorm, float *norm, float *clipCoef) {
   __shared__ double sh[kNormThreads];
   double s = 0;
   for (int64_t i = threadIdx.x; i < parts; i += kNormThreads)
@@ -556,18 +561,18 @@ __global__ void normFinishKernel(const double *partial, int64_t parts,
     float nv = float(sqrt(sh[0]));
     *norm = nv;
     if (clipCoef)
-      *clipCoef = maxNorm > 0 ? float(fmin(1.0, maxNorm / (double(nv) + 1e-6)))
-                              : 1.0f;
+      *clipCoef =
+          maxNorm > 0 ? float(fmin(1.0, maxNorm / (double(nv) + 1e-6))) : 1.0f;
   }
 }
 
 /// Same operations, in the same order and without contraction, as the
 /// reference: the results are bitwise equal to it.
 template <bool ToBf16>
-__global__ void adamWKernel(float *master, float *m, float *v, const float *grad,
-                            const float *clipCoef, void *copy, int64_t n,
-                            float stepSize, float bc2Sqrt, float decay, float b1,
-                            float b2, float eps) {
+__global__ void
+adamWKernel(float *master, float *m, float *v, const float *grad,
+            const float *clipCoef, void *copy, int64_t n, float stepSize,
+            float bc2Sqrt, float decay, float b1, float b2, float eps) {
   const float cc = clipCoef ? *clipCoef : 1.0f;
   const float ob1 = 1.0f - b1, ob2 = 1.0f - b2;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
@@ -609,8 +614,7 @@ Status rmsNormForward(const KernelContext &ctx, const RmsNormForwardArgs &a) {
   return Status::Ok;
 }
 
-Status rmsNormBackward(const KernelContext &ctx,
-                       const RmsNormBackwardArgs &a) {
+Status rmsNormBackward(const KernelContext &ctx, const RmsNormBackwardArgs &a) {
   if (a.dtype != DType::BF16)
     return Status::Unsupported;
   const int64_t R = ref::kRmsNormRowsPerPartial;
@@ -631,8 +635,8 @@ Status rmsNormBackward(const KernelContext &ctx,
   AP_CUDA_CHECK_LAUNCH(rmsNormBwdKernel);
   if (a.dw) {
     columnSumKernel<<<unsigned((a.dim + 31) / 32), dim3(32, 32), 0,
-                      streamOf(ctx)>>>(
-        partial, static_cast<float *>(a.dw), parts, a.dim);
+                      streamOf(ctx)>>>(partial, static_cast<float *>(a.dw),
+                                       parts, a.dim);
     AP_CUDA_CHECK_LAUNCH(columnSumKernel);
   }
   return Status::Ok;
@@ -662,16 +666,16 @@ Status swiGluForward(const KernelContext &ctx, const SwiGluForwardArgs &a) {
   auto g = static_cast<const bf *>(a.gate);
   auto u = static_cast<const bf *>(a.up);
   auto y = static_cast<bf *>(a.y);
-  int64_t gs = strideOr(a.gateStride, a.cols), us = strideOr(a.upStride, a.cols),
-          ys = strideOr(a.yStride, a.cols);
+  int64_t gs = strideOr(a.gateStride, a.cols),
+          us = strideOr(a.upStride, a.cols), ys = strideOr(a.yStride, a.cols);
   if (pairable(a.cols, {gs, us, ys}, {g, u, y})) {
     EwLaunch l = ewLaunch(a.rows, a.cols, 2);
-    swiGluFwdKernel<2><<<l.grid, l.block, 0, streamOf(ctx)>>>(g, u, y, a.rows,
-                                                            a.cols, gs, us, ys);
+    swiGluFwdKernel<2><<<l.grid, l.block, 0, streamOf(ctx)>>>(
+        g, u, y, a.rows, a.cols, gs, us, ys);
   } else {
     EwLaunch l = ewLaunch(a.rows, a.cols, 1);
-    swiGluFwdKernel<1><<<l.grid, l.block, 0, streamOf(ctx)>>>(g, u, y, a.rows,
-                                                            a.cols, gs, us, ys);
+    swiGluFwdKernel<1><<<l.grid, l.block, 0, streamOf(ctx)>>>(
+        g, u, y, a.rows, a.cols, gs, us, ys);
   }
   AP_CUDA_CHECK_LAUNCH(swiGluFwdKernel);
   return Status::Ok;
@@ -685,8 +689,8 @@ Status swiGluBackward(const KernelContext &ctx, const SwiGluBackwardArgs &a) {
   auto dy = static_cast<const bf *>(a.dy);
   auto dg = static_cast<bf *>(a.dgate);
   auto du = static_cast<bf *>(a.dup);
-  int64_t gs = strideOr(a.gateStride, a.cols), us = strideOr(a.upStride, a.cols),
-          dys = strideOr(a.dyStride, a.cols),
+  int64_t gs = strideOr(a.gateStride, a.cols),
+          us = strideOr(a.upStride, a.cols), dys = strideOr(a.dyStride, a.cols),
           dgs = strideOr(a.dgateStride, a.cols),
           dus = strideOr(a.dupStride, a.cols);
   if (pairable(a.cols, {gs, us, dys, dgs, dus}, {g, u, dy, dg, du})) {
@@ -714,11 +718,11 @@ Status sigmoidGateForward(const KernelContext &ctx,
   if (pairable(a.cols, {os, gs, ys}, {o, g, y})) {
     EwLaunch l = ewLaunch(a.rows, a.cols, 2);
     gateFwdKernel<2><<<l.grid, l.block, 0, streamOf(ctx)>>>(o, g, y, a.rows,
-                                                          a.cols, os, gs, ys);
+                                                            a.cols, os, gs, ys);
   } else {
     EwLaunch l = ewLaunch(a.rows, a.cols, 1);
     gateFwdKernel<1><<<l.grid, l.block, 0, streamOf(ctx)>>>(o, g, y, a.rows,
-                                                          a.cols, os, gs, ys);
+                                                            a.cols, os, gs, ys);
   }
   AP_CUDA_CHECK_LAUNCH(gateFwdKernel);
   return Status::Ok;
@@ -734,7 +738,8 @@ Status sigmoidGateBackward(const KernelContext &ctx,
   auto dO = static_cast<bf *>(a.dout);
   auto dg = static_cast<bf *>(a.dgate);
   int64_t os = strideOr(a.oStride, a.cols), gs = strideOr(a.gateStride, a.cols),
-          dys = strideOr(a.dyStride, a.cols), dos = strideOr(a.doStride, a.cols),
+          dys = strideOr(a.dyStride, a.cols),
+          dos = strideOr(a.doStride, a.cols),
           dgs = strideOr(a.dgateStride, a.cols);
   if (pairable(a.cols, {os, gs, dys, dos, dgs}, {o, g, dy, dO, dg})) {
     EwLaunch l = ewLaunch(a.rows, a.cols, 2);
@@ -756,11 +761,11 @@ Status residualAddForward(const KernelContext &ctx, const ResidualAddArgs &a) {
   auto z = static_cast<const bf *>(a.b);
   auto y = static_cast<bf *>(a.y);
   if (pairable(a.n, {}, {x, z, y}))
-    addKernel<2><<<gridFor(a.n / 2, 256, 4096), 256, 0, streamOf(ctx)>>>(
-        x, z, y, a.n);
+    addKernel<2>
+        <<<gridFor(a.n / 2, 256, 4096), 256, 0, streamOf(ctx)>>>(x, z, y, a.n);
   else
-    addKernel<1><<<gridFor(a.n, 256, 4096), 256, 0, streamOf(ctx)>>>(x, z, y,
-                                                                   a.n);
+    addKernel<1>
+        <<<gridFor(a.n, 256, 4096), 256, 0, streamOf(ctx)>>>(x, z, y, a.n);
   AP_CUDA_CHECK_LAUNCH(addKernel);
   return Status::Ok;
 }
@@ -791,7 +796,8 @@ Status embeddingBackward(const KernelContext &ctx,
                          const EmbeddingBackwardArgs &a) {
   if (a.dtype != DType::BF16)
     return Status::Unsupported;
-  unsigned owners = unsigned((a.vocab + kEmbRowsPerOwner - 1) / kEmbRowsPerOwner);
+  unsigned owners =
+      unsigned((a.vocab + kEmbRowsPerOwner - 1) / kEmbRowsPerOwner);
   embedBwdKernel<<<owners, kEmbThreads, 0, streamOf(ctx)>>>(
       a.ids, static_cast<const bf *>(a.dy), static_cast<float *>(a.dw),
       a.tokens, a.vocab, a.dim);
@@ -850,9 +856,9 @@ static Status lmHeadCe(const KernelContext &ctx,
     if (!dh && !dW)
       continue;
     dim3 grid(unsigned(std::min<int64_t>((V + 1023) / 1024, 64)), unsigned(cn));
-    ceGradKernel<<<grid, 1024, 0, stream>>>(logits, a.labels, lseChunk, dl,
-                                            V, a.ignoreIndex,
-                                            float(a.gradScale), n0);
+    ceGradKernel<<<grid, 1024, 0, stream>>>(logits, a.labels, lseChunk, dl, V,
+                                            a.ignoreIndex, float(a.gradScale),
+                                            n0);
     AP_CUDA_CHECK_LAUNCH(ceGradKernel);
     if (dh) {
       // dh^T (D x cn) = W^T (stored D x V) * dl^T (stored V x cn).
@@ -929,13 +935,11 @@ Status adamWStep(const KernelContext &ctx, const AdamWArgs &a) {
   if (a.computeDType == DType::BF16)
     adamWKernel<true><<<grid, 256, 0, streamOf(ctx)>>>(
         a.master, a.expAvg, a.expAvgSq, a.grad, a.clipCoef, a.computeCopy, a.n,
-        stepSize, bc2Sqrt, decay, float(a.beta1), float(a.beta2),
-        float(a.eps));
+        stepSize, bc2Sqrt, decay, float(a.beta1), float(a.beta2), float(a.eps));
   else
     adamWKernel<false><<<grid, 256, 0, streamOf(ctx)>>>(
         a.master, a.expAvg, a.expAvgSq, a.grad, a.clipCoef, a.computeCopy, a.n,
-        stepSize, bc2Sqrt, decay, float(a.beta1), float(a.beta2),
-        float(a.eps));
+        stepSize, bc2Sqrt, decay, float(a.beta1), float(a.beta2), float(a.eps));
   AP_CUDA_CHECK_LAUNCH(adamWKernel);
   return Status::Ok;
 }

@@ -1,4 +1,5 @@
-//===- dense_cuda.h - dense CUDA kernels: internals ---------------*- C++ -*-===//
+//===- dense_cuda.h - dense CUDA kernels: internals ---------------*- C++
+//-*-===//
 //
 // Shared by the CUDA dense sources: the status macros and the cuBLASLt GEMM
 // with its per-shape plan cache.

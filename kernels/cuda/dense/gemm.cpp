@@ -1,4 +1,5 @@
-//===- gemm.cpp - dense CUDA kernels: cuBLASLt GEMM -----------------*- C++ -*-===//
+//===- gemm.cpp - dense CUDA kernels: cuBLASLt GEMM -----------------*- C++
+//-*-===//
 //
 // Every linear layer's GEMM through cuBLASLt: bf16 A/B, FP32 compute and
 // scale, bf16 or fp32 D. The heuristic runs once per shape key with a fixed
@@ -78,8 +79,7 @@ Status buildPlan(cublasLtHandle_t handle, const GemmShape &s, Plan &p) {
   cublasLtMatmulPreference_t pref = nullptr;
   AP_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
   std::unique_ptr<void, void (*)(void *)> prefGuard(pref, [](void *q) {
-    cublasLtMatmulPreferenceDestroy(
-        static_cast<cublasLtMatmulPreference_t>(q));
+    cublasLtMatmulPreferenceDestroy(static_cast<cublasLtMatmulPreference_t>(q));
   });
   uint64_t ws = ref::kCudaGemmWorkspaceBytes;
   uint32_t align = 256;
@@ -89,13 +89,12 @@ Status buildPlan(cublasLtHandle_t handle, const GemmShape &s, Plan &p) {
                     CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
                     CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
                     CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
-    AP_CUBLAS_CHECK(
-        cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof(align)));
+    AP_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &align,
+                                                         sizeof(align)));
   cublasLtMatmulHeuristicResult_t result{};
   int returned = 0;
-  AP_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle, p.desc, p.a, p.b, p.d,
-                                                 p.d, pref, 1, &result,
-                                                 &returned));
+  AP_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(
+      handle, p.desc, p.a, p.b, p.d, p.d, pref, 1, &result, &returned));
   if (returned < 1 || result.state != CUBLAS_STATUS_SUCCESS) {
     std::fprintf(stderr,
                  "actplace dense: no cuBLASLt algorithm for m=%lld n=%lld "
@@ -115,9 +114,8 @@ Status gemm(const KernelContext &ctx, const GemmShape &s, const void *a,
   if (!ctx.cublasLt)
     return Status::InvalidArgument;
   auto handle = static_cast<cublasLtHandle_t>(ctx.cublasLt);
-  Key key{s.transA, s.transB, s.m,   s.n,          s.k,
-          s.lda,    s.ldb,    s.ldd, int(s.dType), s.accumulate,
-          0};
+  Key key{s.transA, s.transB, s.m,          s.n,          s.k, s.lda,
+          s.ldb,    s.ldd,    int(s.dType), s.accumulate, 0};
   int device = 0;
   AP_CUDA_CHECK(cudaGetDevice(&device));
   std::get<10>(key) = device;

@@ -1,4 +1,5 @@
-//===- dense_entry.cpp - dense kernels: entries and dispatch ------*- C++ -*-===//
+//===- dense_entry.cpp - dense kernels: entries and dispatch ------*- C++
+//-*-===//
 //
 // The ABI entries of kernels/dense.h: validate the arguments, then run the
 // reference kernel (Host) or the CUDA one (Cuda). The CUDA hooks are weak
@@ -109,8 +110,7 @@ Status rmsNormForward(const KernelContext &ctx, const RmsNormForwardArgs &a) {
   });
 }
 
-Status rmsNormBackward(const KernelContext &ctx,
-                       const RmsNormBackwardArgs &a) {
+Status rmsNormBackward(const KernelContext &ctx, const RmsNormBackwardArgs &a) {
   if (!isFloatType(a.dtype) || !a.x || !a.w || !a.rstd || !a.dy ||
       a.rows <= 0 || a.dim <= 0 || !strideOk(a.xStride, a.dim) ||
       !strideOk(a.dyStride, a.dim) || !strideOk(a.dxStride, a.dim))
@@ -137,8 +137,8 @@ Status ropeForward(const KernelContext &ctx, const RopeArgs &a) {
   if (!ropeOk(a))
     return Status::InvalidArgument;
   return dispatch(ctx, a, &cuda::ropeForward, [&] {
-    return byDType(a.dtype,
-                   [&](auto tag) { return ref::rope<decltype(tag)>(a, false); });
+    return byDType(
+        a.dtype, [&](auto tag) { return ref::rope<decltype(tag)>(a, false); });
   });
 }
 
@@ -161,8 +161,9 @@ Status swiGluForward(const KernelContext &ctx, const SwiGluForwardArgs &a) {
       !strideOk(a.upStride, a.cols) || !strideOk(a.yStride, a.cols))
     return Status::InvalidArgument;
   return dispatch(ctx, a, &cuda::swiGluForward, [&] {
-    return byDType(a.dtype,
-                   [&](auto tag) { return ref::swiGluForward<decltype(tag)>(a); });
+    return byDType(a.dtype, [&](auto tag) {
+      return ref::swiGluForward<decltype(tag)>(a);
+    });
   });
 }
 

@@ -1,4 +1,5 @@
-//===- dense_internal.h - dense kernels: shared internals --------*- C++ -*-===//
+//===- dense_internal.h - dense kernels: shared internals --------*- C++
+//-*-===//
 //
 // Declarations shared by the dense entries (reference library) and the CUDA
 // implementations: the templated reference kernels and the CUDA hooks. Not
@@ -15,12 +16,8 @@ namespace ref {
 
 /// Accumulation type of a storage type: float for bf16/float, double for
 /// double (kernels/dense.h).
-template <class T> struct AccOf {
-  using type = float;
-};
-template <> struct AccOf<double> {
-  using type = double;
-};
+template <class T> struct AccOf { using type = float; };
+template <> struct AccOf<double> { using type = double; };
 template <class T> using Acc = typename AccOf<T>::type;
 
 template <class T> inline Acc<T> load(T v) {
@@ -63,28 +60,17 @@ template <class T>
 Status linearBackward(const T *x, const T *w, const T *dy, T *dx, Acc<T> *dw,
                       int64_t rows, int64_t in, int64_t out);
 
-template <class T>
-Status rmsNormForward(const RmsNormForwardArgs &a);
-template <class T>
-Status rmsNormBackward(const RmsNormBackwardArgs &a);
-template <class T>
-Status rope(const RopeArgs &a, bool backward);
-template <class T>
-Status swiGluForward(const SwiGluForwardArgs &a);
-template <class T>
-Status swiGluBackward(const SwiGluBackwardArgs &a);
-template <class T>
-Status sigmoidGateForward(const SigmoidGateForwardArgs &a);
-template <class T>
-Status sigmoidGateBackward(const SigmoidGateBackwardArgs &a);
-template <class T>
-Status residualAddForward(const ResidualAddArgs &a);
-template <class T>
-Status residualAddBackward(const ResidualAddBackwardArgs &a);
-template <class T>
-Status embeddingForward(const EmbeddingForwardArgs &a);
-template <class T>
-Status embeddingBackward(const EmbeddingBackwardArgs &a);
+template <class T> Status rmsNormForward(const RmsNormForwardArgs &a);
+template <class T> Status rmsNormBackward(const RmsNormBackwardArgs &a);
+template <class T> Status rope(const RopeArgs &a, bool backward);
+template <class T> Status swiGluForward(const SwiGluForwardArgs &a);
+template <class T> Status swiGluBackward(const SwiGluBackwardArgs &a);
+template <class T> Status sigmoidGateForward(const SigmoidGateForwardArgs &a);
+template <class T> Status sigmoidGateBackward(const SigmoidGateBackwardArgs &a);
+template <class T> Status residualAddForward(const ResidualAddArgs &a);
+template <class T> Status residualAddBackward(const ResidualAddBackwardArgs &a);
+template <class T> Status embeddingForward(const EmbeddingForwardArgs &a);
+template <class T> Status embeddingBackward(const EmbeddingBackwardArgs &a);
 template <class T>
 Status lmHeadCrossEntropy(const LmHeadCrossEntropyArgs &a, bool backward);
 Status gradNorm(const GradNormArgs &a);

@@ -1,4 +1,5 @@
-//===- dense_ref.cpp - dense kernels: CPU reference ---------------*- C++ -*-===//
+//===- dense_ref.cpp - dense kernels: CPU reference ---------------*- C++
+//-*-===//
 //
 // The oracle for the dense op family (kernels/dense.h) and the kernels the
 // host backend runs. Single-threaded, fixed summation orders, templated on the
@@ -57,8 +58,9 @@ Status linearBackward(const T *x, const T *w, const T *dy, T *dx, Acc<T> *dw,
   if (dx) {
     auto dya = toAcc(dy, rows * out);
     auto wt = toAccT(w, out, in); // [in, out]
-    gemmNT(dya.data(), wt.data(), rows, in, out,
-           [&](int64_t i, int64_t j, Acc<T> s) { dx[i * in + j] = store<T>(s); });
+    gemmNT(
+        dya.data(), wt.data(), rows, in, out,
+        [&](int64_t i, int64_t j, Acc<T> s) { dx[i * in + j] = store<T>(s); });
   }
   if (dw) {
     auto dyt = toAccT(dy, rows, out); // [out, rows]
@@ -147,7 +149,8 @@ template <class T> Status rope(const RopeArgs &a, bool backward) {
   std::vector<A> cs(static_cast<size_t>(a.seq * h)), sn(cs.size());
   for (int64_t t = 0; t < a.seq; ++t)
     for (int64_t i = 0; i < h; ++i) {
-      double invFreq = std::pow(a.theta, -2.0 * double(i) / double(a.rotaryDim));
+      double invFreq =
+          std::pow(a.theta, -2.0 * double(i) / double(a.rotaryDim));
       double ang = double(t) * invFreq;
       cs[t * h + i] = A(std::cos(ang));
       sn[t * h + i] = backward ? A(-std::sin(ang)) : A(std::sin(ang));
@@ -181,8 +184,8 @@ template <class T> Status swiGluForward(const SwiGluForwardArgs &a) {
   const T *g = static_cast<const T *>(a.gate);
   const T *u = static_cast<const T *>(a.up);
   T *y = static_cast<T *>(a.y);
-  int64_t gs = strideOr(a.gateStride, a.cols), us = strideOr(a.upStride, a.cols),
-          ys = strideOr(a.yStride, a.cols);
+  int64_t gs = strideOr(a.gateStride, a.cols),
+          us = strideOr(a.upStride, a.cols), ys = strideOr(a.yStride, a.cols);
   for (int64_t r = 0; r < a.rows; ++r)
     for (int64_t c = 0; c < a.cols; ++c) {
       A gv = load(g[r * gs + c]);
@@ -198,8 +201,8 @@ template <class T> Status swiGluBackward(const SwiGluBackwardArgs &a) {
   const T *dy = static_cast<const T *>(a.dy);
   T *dg = static_cast<T *>(a.dgate);
   T *du = static_cast<T *>(a.dup);
-  int64_t gs = strideOr(a.gateStride, a.cols), us = strideOr(a.upStride, a.cols),
-          dys = strideOr(a.dyStride, a.cols),
+  int64_t gs = strideOr(a.gateStride, a.cols),
+          us = strideOr(a.upStride, a.cols), dys = strideOr(a.dyStride, a.cols),
           dgs = strideOr(a.dgateStride, a.cols),
           dus = strideOr(a.dupStride, a.cols);
   for (int64_t r = 0; r < a.rows; ++r)
@@ -237,7 +240,8 @@ Status sigmoidGateBackward(const SigmoidGateBackwardArgs &a) {
   T *dO = static_cast<T *>(a.dout);
   T *dg = static_cast<T *>(a.dgate);
   int64_t os = strideOr(a.oStride, a.cols), gs = strideOr(a.gateStride, a.cols),
-          dys = strideOr(a.dyStride, a.cols), dos = strideOr(a.doStride, a.cols),
+          dys = strideOr(a.dyStride, a.cols),
+          dos = strideOr(a.doStride, a.cols),
           dgs = strideOr(a.dgateStride, a.cols);
   for (int64_t r = 0; r < a.rows; ++r)
     for (int64_t c = 0; c < a.cols; ++c) {
@@ -259,7 +263,8 @@ template <class T> Status residualAddForward(const ResidualAddArgs &a) {
   return Status::Ok;
 }
 
-template <class T> Status residualAddBackward(const ResidualAddBackwardArgs &a) {
+template <class T>
+Status residualAddBackward(const ResidualAddBackwardArgs &a) {
   const T *dy = static_cast<const T *>(a.dy);
   for (T *d : {static_cast<T *>(a.da), static_cast<T *>(a.db)})
     if (d && d != dy)
@@ -316,7 +321,8 @@ Status lmHeadCrossEntropy(const LmHeadCrossEntropyArgs &a, bool backward) {
   T *dh = backward ? static_cast<T *>(a.dHidden) : nullptr;
   A *dW = backward ? static_cast<A *>(a.dWeight) : nullptr;
   const int64_t N = a.tokens, D = a.dim, V = a.vocab;
-  const int64_t chunk = std::min<int64_t>(std::max<int64_t>(a.chunkTokens, 1), N);
+  const int64_t chunk =
+      std::min<int64_t>(std::max<int64_t>(a.chunkTokens, 1), N);
   auto wa = toAcc(w, V * D);
   std::vector<A> wt;
   if (dh)
@@ -356,9 +362,10 @@ Status lmHeadCrossEntropy(const LmHeadCrossEntropyArgs &a, bool backward) {
       int32_t lab = a.labels[n0 + r];
       bool valid = lab != a.ignoreIndex && lab >= 0 && lab < V;
       for (int64_t v = 0; v < V; ++v) {
-        A g = valid ? A(a.gradScale) * (std::exp(logits[r * V + v] - rowLse[r]) -
-                                         (v == lab ? A(1) : A(0)))
-                    : A(0);
+        A g = valid
+                  ? A(a.gradScale) * (std::exp(logits[r * V + v] - rowLse[r]) -
+                                      (v == lab ? A(1) : A(0)))
+                  : A(0);
         dl[r * V + v] = load(store<T>(g));
       }
     }
@@ -367,7 +374,8 @@ Status lmHeadCrossEntropy(const LmHeadCrossEntropyArgs &a, bool backward) {
         dh[(n0 + i) * D + j] = store<T>(s);
       });
     if (dW) {
-      std::vector<A> dlt(static_cast<size_t>(V * cn)), hT(static_cast<size_t>(D * cn));
+      std::vector<A> dlt(static_cast<size_t>(V * cn)),
+          hT(static_cast<size_t>(D * cn));
       for (int64_t r = 0; r < cn; ++r) {
         for (int64_t v = 0; v < V; ++v)
           dlt[v * cn + r] = dl[r * V + v];
@@ -405,8 +413,9 @@ Status gradNorm(const GradNormArgs &a) {
   *a.norm = float(norm);
   if (a.clipCoef)
     *a.clipCoef =
-        a.maxNorm > 0 ? float(std::min(1.0, a.maxNorm / (double(float(norm)) + 1e-6)))
-                      : 1.0f;
+        a.maxNorm > 0
+            ? float(std::min(1.0, a.maxNorm / (double(float(norm)) + 1e-6)))
+            : 1.0f;
   return Status::Ok;
 }
 

@@ -1,4 +1,5 @@
-//===- dense_cuda_test.cpp - dense CUDA kernels vs reference ------*- C++ -*-===//
+//===- dense_cuda_test.cpp - dense CUDA kernels vs reference ------*- C++
+//-*-===//
 //
 // GPU tests of the dense CUDA kernels at the Qwen3.5-0.8B shapes (D=1024,
 // I=3584, V=248320, T=4096): CUDA against the reference kernels (or float64
@@ -162,7 +163,8 @@ constexpr int64_t kT = 4096, kD = 1024, kI = 3584, kV = 248320;
 TEST_F(DenseCuda, LinearQwenShapesVsFloat64AndDeterministic) {
   for (auto [in, out] : {std::pair<int64_t, int64_t>{kD, kI}, {kI, kD}}) {
     const int64_t M = kT;
-    auto x = randBf16(M * in, 1), w = randBf16(out * in, 2, 1.f / std::sqrt(float(in))),
+    auto x = randBf16(M * in, 1),
+         w = randBf16(out * in, 2, 1.f / std::sqrt(float(in))),
          dy = randBf16(M * out, 3);
     auto dw0 = hashFloats(out * in, 4, 0.1f);
     Dev<bf16> dX(M * in), dW(out * in), dY(M * out), dOut(M * out), dDx(M * in);
@@ -176,8 +178,9 @@ TEST_F(DenseCuda, LinearQwenShapesVsFloat64AndDeterministic) {
       dOut.poison(run ? 0x7F : 0xFF);
       dDx.poison(run ? 0x7F : 0xFF);
       dDw.up(dw0);
-      ASSERT_EQ(linearForward(ctx, {DType::BF16, dX.p, dW.p, dOut.p, M, in, out}),
-                Status::Ok);
+      ASSERT_EQ(
+          linearForward(ctx, {DType::BF16, dX.p, dW.p, dOut.p, M, in, out}),
+          Status::Ok);
       ASSERT_EQ(linearBackward(ctx, {DType::BF16, dX.p, dW.p, dY.p, dDx.p,
                                      dDw.p, M, in, out}),
                 Status::Ok);
@@ -251,13 +254,14 @@ TEST_F(DenseCuda, RmsNormModelAndQNormShapes) {
     // Host reference.
     std::vector<bf16> yRef(c.rows * c.dim), dxRef(c.rows * xs, bf16(7.f));
     std::vector<float> rsRef(c.rows), dwRef = dw0;
-    RmsNormForwardArgs f{DType::BF16, x.data(), w.data(), yRef.data(),
-                         rsRef.data(), c.rows, c.dim, xs, 0};
+    RmsNormForwardArgs f{DType::BF16, x.data(),     w.data(),
+                         yRef.data(), rsRef.data(), c.rows,
+                         c.dim,       xs,           0};
     f.zeroCentered = c.zc;
     ASSERT_EQ(rmsNormForward(host, f), Status::Ok);
-    RmsNormBackwardArgs b{DType::BF16, x.data(), w.data(), rsRef.data(),
-                          dy.data(), dxRef.data(), dwRef.data(), c.rows, c.dim,
-                          xs, xs, xs};
+    RmsNormBackwardArgs b{DType::BF16, x.data(),     w.data(),     rsRef.data(),
+                          dy.data(),   dxRef.data(), dwRef.data(), c.rows,
+                          c.dim,       xs,           xs,           xs};
     b.zeroCentered = c.zc;
     ASSERT_EQ(rmsNormBackward(host, b), Status::Ok);
 
@@ -411,8 +415,8 @@ TEST_F(DenseCuda, SwiGluMlpShape) {
       b->poison(run ? 0x7F : 0xFF);
     ASSERT_EQ(swiGluForward(ctx, {DType::BF16, dG.p, dU.p, dYo.p, rows, cols}),
               Status::Ok);
-    ASSERT_EQ(swiGluBackward(ctx, {DType::BF16, dG.p, dU.p, dDy.p, dDg.p,
-                                   dDu.p, rows, cols}),
+    ASSERT_EQ(swiGluBackward(ctx, {DType::BF16, dG.p, dU.p, dDy.p, dDg.p, dDu.p,
+                                   rows, cols}),
               Status::Ok);
     sync();
     auto y = dYo.down(), dg = dDg.down(), du = dDu.down();
@@ -430,15 +434,26 @@ TEST_F(DenseCuda, SigmoidGateOnGatedQProjection) {
   const int64_t rows = kT * 8, cols = 256;
   auto o = randBf16(rows * cols, 40), qg = randBf16(rows * 2 * cols, 41, 2.f),
        dy = randBf16(rows * cols, 42);
-  SigmoidGateForwardArgs f{DType::BF16, o.data(), qg.data() + cols, nullptr,
-                           rows, cols, 0, 2 * cols, 0};
+  SigmoidGateForwardArgs f{DType::BF16, o.data(), qg.data() + cols,
+                           nullptr,     rows,     cols,
+                           0,           2 * cols, 0};
   std::vector<bf16> yRef(rows * cols), doRef(rows * cols),
       dgRef(rows * 2 * cols, bf16(3.f));
   f.y = yRef.data();
   ASSERT_EQ(sigmoidGateForward(host, f), Status::Ok);
-  SigmoidGateBackwardArgs b{DType::BF16, o.data(), qg.data() + cols, dy.data(),
-                            doRef.data(), dgRef.data() + cols, rows, cols,
-                            0, 2 * cols, 0, 0, 2 * cols};
+  SigmoidGateBackwardArgs b{DType::BF16,
+                            o.data(),
+                            qg.data() + cols,
+                            dy.data(),
+                            doRef.data(),
+                            dgRef.data() + cols,
+                            rows,
+                            cols,
+                            0,
+                            2 * cols,
+                            0,
+                            0,
+                            2 * cols};
   ASSERT_EQ(sigmoidGateBackward(host, b), Status::Ok);
   Dev<bf16> dO(o.size()), dQg(qg.size()), dDy(dy.size()), dYo(o.size()),
       dDo(o.size()), dDqg(qg.size());
@@ -478,8 +493,8 @@ TEST_F(DenseCuda, ResidualAddBitwise) {
   const int64_t n = kT * kD;
   auto a = randBf16(n, 50), b = randBf16(n, 51);
   std::vector<bf16> ref(n);
-  ASSERT_EQ(residualAddForward(host, {DType::BF16, a.data(), b.data(),
-                                      ref.data(), n}),
+  ASSERT_EQ(residualAddForward(
+                host, {DType::BF16, a.data(), b.data(), ref.data(), n}),
             Status::Ok);
   Dev<bf16> dA(n), dB(n), dYo(n), dDa(n);
   dA.up(a);
@@ -525,11 +540,12 @@ TEST_F(DenseCuda, EmbeddingQwenShapeBitwise) {
   for (int run = 0; run < 2; ++run) {
     dYo.poison(run ? 0x7F : 0xFF);
     dDw.up(dw0);
-    ASSERT_EQ(embeddingForward(ctx, {DType::BF16, dIds.p, dW.p, dYo.p, N, V, D}),
-              Status::Ok);
-    ASSERT_EQ(embeddingBackward(ctx, {DType::BF16, dIds.p, dDy.p, dDw.p, N, V,
-                                      D}),
-              Status::Ok);
+    ASSERT_EQ(
+        embeddingForward(ctx, {DType::BF16, dIds.p, dW.p, dYo.p, N, V, D}),
+        Status::Ok);
+    ASSERT_EQ(
+        embeddingBackward(ctx, {DType::BF16, dIds.p, dDy.p, dDw.p, N, V, D}),
+        Status::Ok);
     sync();
     EXPECT_TRUE(sameBytes(dYo.down(), yRef)) << "run " << run;
     EXPECT_TRUE(sameBytes(dDw.down(), dwRef)) << "run " << run;

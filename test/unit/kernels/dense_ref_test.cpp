@@ -1,4 +1,5 @@
-//===- dense_ref_test.cpp - dense reference kernels vs float64 math -*- C++ -*-===//
+//===- dense_ref_test.cpp - dense reference kernels vs float64 math -*- C++
+//-*-===//
 //
 // CI tests of the dense reference kernels (kernels/dense.h, host backend):
 // float64 instances against direct float64 formulas and central finite
@@ -77,8 +78,7 @@ double relErr(const std::vector<double> &a, const std::vector<double> &b) {
 /// with the analytic gradient g.
 void checkFd(std::vector<double> x,
              const std::function<double(const std::vector<double> &)> &f,
-             const std::vector<double> &g, double tol = 1e-6,
-             double h = 1e-5) {
+             const std::vector<double> &g, double tol = 1e-6, double h = 1e-5) {
   ASSERT_EQ(x.size(), g.size());
   std::vector<double> fd(x.size());
   for (size_t i = 0; i < x.size(); ++i) {
@@ -115,24 +115,27 @@ TEST(DenseRef, LinearF64MatchesNaiveAndFiniteDifferences) {
   const int64_t M = 7, K = 13, N = 5; // K not a multiple of 8: tail path
   auto x = randn(M * K, 1), w = randn(N * K, 2), r = randn(M * N, 3);
   std::vector<double> y(M * N);
-  ASSERT_EQ(linearForward(hostCtx(), {DType::F64, x.data(), w.data(), y.data(),
-                                      M, K, N}),
+  ASSERT_EQ(linearForward(hostCtx(),
+                          {DType::F64, x.data(), w.data(), y.data(), M, K, N}),
             Status::Ok);
   EXPECT_LT(relErr(y, naiveLinear(x, w, M, K, N)), 1e-14);
 
   // L = sum(y * r): dy = r.
   std::vector<double> dx(M * K, 123.0), dw(N * K, 0.5), dw0 = dw;
   LinearBackwardArgs b{DType::F64, x.data(), w.data(), r.data(), dx.data(),
-                       dw.data(), M, K, N};
+                       dw.data(),  M,        K,        N};
   ASSERT_EQ(linearBackward(hostCtx(), b), Status::Ok);
-  auto loss = [&](const std::vector<double> &xx, const std::vector<double> &ww) {
+  auto loss = [&](const std::vector<double> &xx,
+                  const std::vector<double> &ww) {
     return dot(naiveLinear(xx, ww, M, K, N), r);
   };
-  checkFd(x, [&](auto &xx) { return loss(xx, w); }, dx);
+  checkFd(
+      x, [&](auto &xx) { return loss(xx, w); }, dx);
   std::vector<double> dwOnly(N * K);
   for (size_t i = 0; i < dw.size(); ++i)
     dwOnly[i] = dw[i] - dw0[i]; // dw accumulates onto the main grad
-  checkFd(w, [&](auto &ww) { return loss(x, ww); }, dwOnly);
+  checkFd(
+      w, [&](auto &ww) { return loss(x, ww); }, dwOnly);
   // A second microbatch adds the same gradient again.
   ASSERT_EQ(linearBackward(hostCtx(), {DType::F64, x.data(), w.data(), r.data(),
                                        nullptr, dw.data(), M, K, N}),
@@ -162,10 +165,10 @@ TEST(DenseRef, LinearBf16AndF32WithinBounds) {
   // bf16 backward: dx rounded to bf16, dw in f32.
   std::vector<bf16> dxb(M * K);
   std::vector<float> dwf(N * K, 0.f);
-  ASSERT_EQ(linearBackward(hostCtx(), {DType::BF16, xb.data(), wb.data(),
-                                       dyb.data(), dxb.data(), dwf.data(), M,
-                                       K, N}),
-            Status::Ok);
+  ASSERT_EQ(
+      linearBackward(hostCtx(), {DType::BF16, xb.data(), wb.data(), dyb.data(),
+                                 dxb.data(), dwf.data(), M, K, N}),
+      Status::Ok);
   std::vector<double> dxRef(M * K, 0.0), dwRef(N * K, 0.0);
   for (int64_t i = 0; i < M; ++i)
     for (int64_t j = 0; j < N; ++j)
@@ -179,18 +182,18 @@ TEST(DenseRef, LinearBf16AndF32WithinBounds) {
 
 TEST(DenseRef, InvalidArgumentsAndCudaWithoutKernels) {
   std::vector<float> a(4), b(4), c(4);
-  EXPECT_EQ(linearForward(hostCtx(), {DType::F32, a.data(), b.data(), c.data(),
-                                      0, 2, 2}),
+  EXPECT_EQ(linearForward(hostCtx(),
+                          {DType::F32, a.data(), b.data(), c.data(), 0, 2, 2}),
             Status::InvalidArgument);
-  EXPECT_EQ(linearForward(hostCtx(), {DType::I32, a.data(), b.data(), c.data(),
-                                      2, 2, 2}),
+  EXPECT_EQ(linearForward(hostCtx(),
+                          {DType::I32, a.data(), b.data(), c.data(), 2, 2, 2}),
             Status::InvalidArgument);
 #if !defined(ACTPLACE_HAVE_CUDA)
   KernelContext cuda;
   cuda.backend = Backend::Cuda;
-  EXPECT_EQ(linearForward(cuda, {DType::F32, a.data(), b.data(), c.data(), 2,
-                                 2, 2}),
-            Status::Unsupported);
+  EXPECT_EQ(
+      linearForward(cuda, {DType::F32, a.data(), b.data(), c.data(), 2, 2, 2}),
+      Status::Unsupported);
 #endif
 }
 
@@ -222,31 +225,36 @@ TEST_P(DenseRefRmsNorm, F64FormulaAndFiniteDifferences) {
   auto x = randn(rows * dim, 10), w = randn(dim, 11, 0.5),
        r = randn(rows * dim, 12);
   std::vector<double> y(rows * dim), rstd(rows);
-  RmsNormForwardArgs f{DType::F64, x.data(), w.data(), y.data(), rstd.data(),
-                       rows, dim};
+  RmsNormForwardArgs f{DType::F64,  x.data(), w.data(), y.data(),
+                       rstd.data(), rows,     dim};
   f.eps = eps;
   f.zeroCentered = zc;
   ASSERT_EQ(rmsNormForward(hostCtx(), f), Status::Ok);
   EXPECT_LT(relErr(y, naiveRmsNorm(x, w, rows, dim, eps, zc)), 1e-14);
 
   std::vector<double> dx(rows * dim, 7.0), dw(dim, 0.25);
-  RmsNormBackwardArgs b{DType::F64, x.data(), w.data(), rstd.data(), r.data(),
-                        dx.data(), dw.data(), rows, dim};
+  RmsNormBackwardArgs b{DType::F64, x.data(),  w.data(), rstd.data(), r.data(),
+                        dx.data(),  dw.data(), rows,     dim};
   b.zeroCentered = zc;
   ASSERT_EQ(rmsNormBackward(hostCtx(), b), Status::Ok);
   for (auto &v : dw)
     v -= 0.25;
-  checkFd(x, [&](auto &xx) { return dot(naiveRmsNorm(xx, w, rows, dim, eps, zc), r); },
-          dx);
-  checkFd(w, [&](auto &ww) { return dot(naiveRmsNorm(x, ww, rows, dim, eps, zc), r); },
-          dw);
+  checkFd(
+      x,
+      [&](auto &xx) { return dot(naiveRmsNorm(xx, w, rows, dim, eps, zc), r); },
+      dx);
+  checkFd(
+      w,
+      [&](auto &ww) { return dot(naiveRmsNorm(x, ww, rows, dim, eps, zc), r); },
+      dw);
 }
 
 TEST_P(DenseRefRmsNorm, StridedViewsAndBf16Bound) {
   const bool zc = GetParam();
   // q_norm over the q half of a gated [rows, 2*dim] projection.
   const int64_t rows = 12, dim = 16;
-  auto xBig = roundBf16(randn(rows * 2 * dim, 20)), w = roundBf16(randn(dim, 21, 0.3)),
+  auto xBig = roundBf16(randn(rows * 2 * dim, 20)),
+       w = roundBf16(randn(dim, 21, 0.3)),
        dyBig = roundBf16(randn(rows * 2 * dim, 22));
   std::vector<double> x(rows * dim), dy(rows * dim);
   for (int64_t r = 0; r < rows; ++r)
@@ -255,10 +263,11 @@ TEST_P(DenseRefRmsNorm, StridedViewsAndBf16Bound) {
       dy[r * dim + j] = dyBig[r * 2 * dim + j];
     }
   auto xb = toBf16(xBig), wb = toBf16(w), dyb = toBf16(dyBig);
-  std::vector<bf16> y(rows * 3 * dim, bf16(99.f)), dx(rows * 2 * dim, bf16(99.f));
+  std::vector<bf16> y(rows * 3 * dim, bf16(99.f)),
+      dx(rows * 2 * dim, bf16(99.f));
   std::vector<float> rstd(rows), dw(dim, 0.f);
   RmsNormForwardArgs f{DType::BF16, xb.data(), wb.data(), y.data(), rstd.data(),
-                       rows, dim, 2 * dim, 3 * dim};
+                       rows,        dim,       2 * dim,   3 * dim};
   f.zeroCentered = zc;
   ASSERT_EQ(rmsNormForward(hostCtx(), f), Status::Ok);
   auto yRef = naiveRmsNorm(x, w, rows, dim, 1e-6, zc);
@@ -272,8 +281,9 @@ TEST_P(DenseRefRmsNorm, StridedViewsAndBf16Bound) {
     }
   EXPECT_LT(relErr(yGot, yRef), 8e-3);
 
-  RmsNormBackwardArgs b{DType::BF16, xb.data(), wb.data(), rstd.data(),
-                        dyb.data(), dx.data(), dw.data(), rows, dim};
+  RmsNormBackwardArgs b{DType::BF16, xb.data(),  wb.data(),
+                        rstd.data(), dyb.data(), dx.data(),
+                        dw.data(),   rows,       dim};
   b.xStride = 2 * dim;
   b.dyStride = 2 * dim;
   b.dxStride = 2 * dim;
@@ -282,12 +292,13 @@ TEST_P(DenseRefRmsNorm, StridedViewsAndBf16Bound) {
   // float64 backward on the same (bf16) inputs.
   std::vector<double> rs64(rows), dx64(rows * dim), dw64(dim, 0.0);
   std::vector<double> dummy(rows * dim);
-  RmsNormForwardArgs f64{DType::F64, x.data(), w.data(), dummy.data(),
-                         rs64.data(), rows, dim};
+  RmsNormForwardArgs f64{DType::F64,  x.data(), w.data(), dummy.data(),
+                         rs64.data(), rows,     dim};
   f64.zeroCentered = zc;
   ASSERT_EQ(rmsNormForward(hostCtx(), f64), Status::Ok);
-  RmsNormBackwardArgs b64{DType::F64, x.data(), w.data(), rs64.data(),
-                          dy.data(), dx64.data(), dw64.data(), rows, dim};
+  RmsNormBackwardArgs b64{DType::F64,  x.data(),  w.data(),
+                          rs64.data(), dy.data(), dx64.data(),
+                          dw64.data(), rows,      dim};
   b64.zeroCentered = zc;
   ASSERT_EQ(rmsNormBackward(hostCtx(), b64), Status::Ok);
   std::vector<double> dxGot(rows * dim);
@@ -334,10 +345,12 @@ TEST(DenseRef, RopeFormulaAdjointAndInverse) {
         for (int64_t i = 0; i < h; ++i) {
           double ang = t * std::pow(1e7, -2.0 * i / a.rotaryDim);
           EXPECT_NEAR(y[base + i],
-                      x[base + i] * std::cos(ang) - x[base + i + h] * std::sin(ang),
+                      x[base + i] * std::cos(ang) -
+                          x[base + i + h] * std::sin(ang),
                       1e-13);
           EXPECT_NEAR(y[base + i + h],
-                      x[base + i + h] * std::cos(ang) + x[base + i] * std::sin(ang),
+                      x[base + i + h] * std::cos(ang) +
+                          x[base + i] * std::sin(ang),
                       1e-13);
         }
       }
@@ -405,11 +418,13 @@ TEST(DenseRef, SwiGluFiniteDifferences) {
   for (size_t i = 0; i < y.size(); ++i)
     EXPECT_NEAR(y[i], g[i] * sig(g[i]) * u[i], 1e-14);
   std::vector<double> dg(rows * cols), du(rows * cols);
-  SwiGluBackwardArgs b{DType::F64, g.data(), u.data(), r.data(), dg.data(),
-                       du.data(), rows, cols};
+  SwiGluBackwardArgs b{DType::F64, g.data(),  u.data(), r.data(),
+                       dg.data(),  du.data(), rows,     cols};
   ASSERT_EQ(swiGluBackward(hostCtx(), b), Status::Ok);
-  checkFd(g, [&](auto &gg) { return dot(fwd(gg, u), r); }, dg);
-  checkFd(u, [&](auto &uu) { return dot(fwd(g, uu), r); }, du);
+  checkFd(
+      g, [&](auto &gg) { return dot(fwd(gg, u), r); }, dg);
+  checkFd(
+      u, [&](auto &uu) { return dot(fwd(g, uu), r); }, du);
 }
 
 TEST(DenseRef, SwiGluFusedHalvesBf16) {
@@ -418,8 +433,9 @@ TEST(DenseRef, SwiGluFusedHalvesBf16) {
   auto gu = roundBf16(randn(rows * 2 * cols, 53, 2.0));
   auto gub = toBf16(gu);
   std::vector<bf16> y(rows * cols);
-  SwiGluForwardArgs a{DType::BF16, gub.data(), gub.data() + cols, y.data(),
-                      rows, cols, 2 * cols, 2 * cols, 0};
+  SwiGluForwardArgs a{DType::BF16, gub.data(), gub.data() + cols,
+                      y.data(),    rows,       cols,
+                      2 * cols,    2 * cols,   0};
   ASSERT_EQ(swiGluForward(hostCtx(), a), Status::Ok);
   std::vector<double> ref(rows * cols);
   for (int64_t r = 0; r < rows; ++r)
@@ -436,8 +452,8 @@ TEST(DenseRef, SigmoidGateFiniteDifferences) {
        r = randn(rows * cols, 62);
   auto fwd = [&](const std::vector<double> &oo, const std::vector<double> &gg) {
     std::vector<double> y(rows * cols);
-    SigmoidGateForwardArgs a{DType::F64, oo.data(), gg.data(), y.data(), rows,
-                             cols};
+    SigmoidGateForwardArgs a{DType::F64, oo.data(), gg.data(),
+                             y.data(),   rows,      cols};
     EXPECT_EQ(sigmoidGateForward(hostCtx(), a), Status::Ok);
     return y;
   };
@@ -445,23 +461,25 @@ TEST(DenseRef, SigmoidGateFiniteDifferences) {
   for (size_t i = 0; i < y.size(); ++i)
     EXPECT_NEAR(y[i], o[i] * sig(g[i]), 1e-14);
   std::vector<double> dO(rows * cols), dg(rows * cols);
-  SigmoidGateBackwardArgs b{DType::F64, o.data(), g.data(), r.data(),
-                            dO.data(), dg.data(), rows, cols};
+  SigmoidGateBackwardArgs b{DType::F64, o.data(),  g.data(), r.data(),
+                            dO.data(),  dg.data(), rows,     cols};
   ASSERT_EQ(sigmoidGateBackward(hostCtx(), b), Status::Ok);
-  checkFd(o, [&](auto &oo) { return dot(fwd(oo, g), r); }, dO);
-  checkFd(g, [&](auto &gg) { return dot(fwd(o, gg), r); }, dg);
+  checkFd(
+      o, [&](auto &oo) { return dot(fwd(oo, g), r); }, dO);
+  checkFd(
+      g, [&](auto &gg) { return dot(fwd(o, gg), r); }, dg);
 }
 
 TEST(DenseRef, ResidualAdd) {
   auto a = randn(37, 70), b = randn(37, 71);
   std::vector<double> y(37), da(37), db(37);
-  ASSERT_EQ(residualAddForward(hostCtx(), {DType::F64, a.data(), b.data(),
-                                           y.data(), 37}),
+  ASSERT_EQ(residualAddForward(hostCtx(),
+                               {DType::F64, a.data(), b.data(), y.data(), 37}),
             Status::Ok);
   for (int i = 0; i < 37; ++i)
     EXPECT_EQ(y[i], a[i] + b[i]);
-  ASSERT_EQ(residualAddBackward(hostCtx(), {DType::F64, y.data(), da.data(),
-                                            db.data(), 37}),
+  ASSERT_EQ(residualAddBackward(
+                hostCtx(), {DType::F64, y.data(), da.data(), db.data(), 37}),
             Status::Ok);
   EXPECT_EQ(da, y);
   EXPECT_EQ(db, y);
@@ -621,8 +639,10 @@ TEST(DenseRef, CrossEntropyFiniteDifferences) {
   a.dHidden = dh.data();
   a.dWeight = dW.data();
   ASSERT_EQ(lmHeadCrossEntropyBackward(hostCtx(), a), Status::Ok);
-  checkFd(h, [&](auto &hh) { return lossOf(hh, w); }, dh);
-  checkFd(w, [&](auto &ww) { return lossOf(h, ww); }, dW);
+  checkFd(
+      h, [&](auto &hh) { return lossOf(hh, w); }, dh);
+  checkFd(
+      w, [&](auto &ww) { return lossOf(h, ww); }, dW);
 }
 
 TEST(DenseRef, CrossEntropyBf16WithinBounds) {
