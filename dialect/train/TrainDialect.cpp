@@ -18,10 +18,17 @@ using namespace ap::train;
 #define GET_ATTRDEF_CLASSES
 #include "dialect/train/TrainAttrs.cpp.inc"
 
+#define GET_TYPEDEF_CLASSES
+#include "dialect/train/TrainTypes.cpp.inc"
+
 void TrainDialect::initialize() {
   addAttributes<
 #define GET_ATTRDEF_LIST
 #include "dialect/train/TrainAttrs.cpp.inc"
+      >();
+  addTypes<
+#define GET_TYPEDEF_LIST
+#include "dialect/train/TrainTypes.cpp.inc"
       >();
   addOperations<
 #define GET_OP_LIST
@@ -46,6 +53,12 @@ LogicalResult TrainDialect::verifyOperationAttribute(Operation *op,
     if (!isa<StringAttr>(attr.getValue()))
       return op->emitError() << "'" << kModelNameAttrName
                              << "' must be a string, got " << attr.getValue();
+    return success();
+  }
+  if (attr.getName() == kRecomputedAttrName) {
+    if (!isa<UnitAttr>(attr.getValue()) || !op->hasAttr("scope"))
+      return op->emitError() << "'" << kRecomputedAttrName
+                             << "' is a unit attribute of train compute ops";
     return success();
   }
   return op->emitError() << "unknown train dialect attribute '"

@@ -13,11 +13,17 @@
 #define GET_ATTRDEF_CLASSES
 #include "dialect/train/TrainAttrs.h.inc"
 
+#include "mlir/IR/BuiltinTypes.h"
+#define GET_TYPEDEF_CLASSES
+#include "dialect/train/TrainTypes.h.inc"
+
 namespace ap::train {
 /// Module attribute: microbatches per training step.
 inline constexpr llvm::StringLiteral kMicroBatchesAttrName = "train.micro_batches";
 /// Module attribute: model name for reports.
 inline constexpr llvm::StringLiteral kModelNameAttrName = "train.model";
+/// Unit attribute on forward ops cloned into backward by train-recompute.
+inline constexpr llvm::StringLiteral kRecomputedAttrName = "train.recomputed";
 } // namespace ap::train
 
 #endif // ACTPLACE_DIALECT_TRAIN_TRAINDIALECT_H

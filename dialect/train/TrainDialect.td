@@ -28,6 +28,7 @@ def Train_Dialect : Dialect {
     training step) and `train.model` (a name, for reports).
   }];
   let useDefaultAttributePrinterParser = 1;
+  let useDefaultTypePrinterParser = 1;
   let hasOperationAttrVerify = 1;
 }
 

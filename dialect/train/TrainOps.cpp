@@ -489,6 +489,41 @@ AP_ACCUMULATING_EFFECTS(LMHeadCrossEntropyGradOp, getWeightGradAttr())
 #undef AP_ACCUMULATING_EFFECTS
 
 //===----------------------------------------------------------------------===//
+// Placement
+//===----------------------------------------------------------------------===//
+
+LogicalResult OffloadOp::verify() {
+  if (getHost().getType().getTensor() != getInput().getType())
+    return emitOpError() << "host type " << getHost().getType()
+                         << " must hold the input type "
+                         << getInput().getType();
+  return success();
+}
+
+LogicalResult ReloadOp::verify() {
+  if (getHost().getType().getTensor() != getResult().getType())
+    return emitOpError() << "result type " << getResult().getType()
+                         << " must be the type the host slot holds, "
+                         << getHost().getType().getTensor();
+  if (!getHost().getDefiningOp<OffloadOp>())
+    return emitOpError() << "must reload the result of a train.offload";
+  for (Operation *user : getResult().getUsers())
+    if (!isa<WaitOp>(user))
+      return emitOpError() << "result may only be used by train.wait (the "
+                              "consumer must wait for the copy), found "
+                           << user->getName();
+  return success();
+}
+
+LogicalResult WaitOp::verify() {
+  if (!getInput().getDefiningOp<ReloadOp>())
+    return emitOpError() << "must wait on the result of a train.reload";
+  if (getInput().getType() != getResult().getType())
+    return emitOpError() << "result type must equal the reloaded type";
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
 // Step structure
 //===----------------------------------------------------------------------===//
 

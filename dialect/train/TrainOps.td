@@ -461,5 +461,6 @@ def Train_LMHeadCrossEntropyOp : Train_ComputeOp<"lm_head_cross_entropy", [Diffe
 
 include "dialect/train/TrainBackwardOps.td"
 include "dialect/train/TrainStepOps.td"
+include "dialect/train/TrainPlacementOps.td"
 
 #endif // ACTPLACE_TRAIN_OPS_TD

@@ -392,3 +392,55 @@ module attributes {train.micro_batches = 0 : i64} {
 // expected-error @+1 {{unknown train dialect attribute 'train.bogus'}}
 module attributes {train.bogus = 1 : i64} {
 }
+
+// -----
+
+func.func @reload_used_directly(%x: tensor<4xbf16>) -> tensor<4xbf16> {
+  %h = train.offload %x scope<0, gdn_core_attn> : (tensor<4xbf16>) -> !train.host<tensor<4xbf16>>
+  // expected-error @+1 {{result may only be used by train.wait (the consumer must wait for the copy), found train.add}}
+  %r = train.reload %h scope<0, gdn_core_attn> : (!train.host<tensor<4xbf16>>) -> tensor<4xbf16>
+  %y = train.add %r, %r scope<0, gdn_core_attn> : (tensor<4xbf16>, tensor<4xbf16>) -> tensor<4xbf16>
+  return %y : tensor<4xbf16>
+}
+
+// -----
+
+func.func @offload_type(%x: tensor<4xbf16>) {
+  // expected-error @+1 {{host type '!train.host<tensor<8xbf16>>' must hold the input type 'tensor<4xbf16>'}}
+  %h = train.offload %x scope<0, gdn_core_attn> : (tensor<4xbf16>) -> !train.host<tensor<8xbf16>>
+  return
+}
+
+// -----
+
+func.func @wait_without_reload(%x: tensor<4xbf16>) {
+  // expected-error @+1 {{must wait on the result of a train.reload}}
+  %w = train.wait %x scope<0, gdn_core_attn> : (tensor<4xbf16>) -> tensor<4xbf16>
+  return
+}
+
+// -----
+
+func.func @saved_rstd_shape(%x: tensor<2x4x8xbf16>, %w: tensor<8xbf16>) {
+  // expected-error @+1 {{rstd has type 'tensor<2x8xf32>', expected the input shape without its last dimension (one value per normalised row)}}
+  %y, %r = train.rms_norm %x, %w scope<0, attn_norm> {eps = 1.0e-06 : f64} : (tensor<2x4x8xbf16>, tensor<8xbf16>) -> (tensor<2x4x8xbf16>, tensor<2x8xf32>)
+  return
+}
+
+// -----
+
+func.func @gdr_saved(%q: tensor<1x64x2x16xbf16>, %v: tensor<1x64x2x16xbf16>, %g: tensor<1x64x2xf32>, %b: tensor<1x64x2xbf16>) {
+  // expected-error @+1 {{saved results must be (g_cumsum: 'tensor<1x64x2xf32>', T: 'tensor<1x64x2x64xbf16>')}}
+  %o, %gc, %t = train.gated_delta_rule %q, %q, %v, %g, %b scope<0, gdn_core_attn> {scale = 0.25 : f64}
+      : (tensor<1x64x2x16xbf16>, tensor<1x64x2x16xbf16>, tensor<1x64x2x16xbf16>, tensor<1x64x2xf32>, tensor<1x64x2xbf16>)
+      -> (tensor<1x64x2x16xbf16>, tensor<1x64x2xf32>, tensor<1x64x2x32xbf16>)
+  return
+}
+
+// -----
+
+func.func @bad_recomputed(%x: tensor<4xbf16>) {
+  // expected-error @+1 {{'train.recomputed' is a unit attribute of train compute ops}}
+  %y = train.add %x, %x scope<0, mlp_fc2> {train.recomputed = 1 : i64} : (tensor<4xbf16>, tensor<4xbf16>) -> tensor<4xbf16>
+  return
+}
