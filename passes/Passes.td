@@ -61,4 +61,22 @@ def TrainAutodiff : Pass<"train-autodiff", "mlir::ModuleOp"> {
   ];
 }
 
+def TrainPrintMemoryTimeline : Pass<"train-print-memory-timeline", "mlir::ModuleOp"> {
+  let summary = "Print the predicted device-memory timeline of @train_step and its peak";
+  let description = [{
+    Walks the training step in program order (the microbatch loop body, then
+    the optimizer) and prints, per category (parameters, FP32 main grads,
+    optimizer state, activations, kernel workspaces, in-flight copies), the
+    bytes live at each op and the predicted peak with the op where it occurs
+    and the activation bytes per scope live there. Offloaded values stop
+    occupying device memory once their D2H has completed; reloaded values
+    occupy it from their reload to their last use.
+  }];
+  let options = [
+    Option<"perOp", "per-op", "bool", "false", "Print one line per op, not only the peak">,
+    Option<"profile", "profile", "std::string", "\"\"",
+           "JSON device profile overriding the cost model's constants">
+  ];
+}
+
 #endif // ACTPLACE_PASSES_TD
