@@ -127,6 +127,10 @@ std::string saveCheckpoint(const std::string &dir,
   if (shard.rank == 0)
     writeFileAtomically(dir + "/latest", stepFolderName(state.step) + "\n",
                         options.sync);
+  // Nobody returns before "latest" names this step, so any rank may look it
+  // up right after saving.
+  if (shard.worldSize > 1)
+    shard.barrier();
   return stepDir;
 }
 

@@ -59,9 +59,10 @@ struct TrainingState {
 struct ShardInfo {
   int rank = 0;
   int worldSize = 1;
-  /// Called by every rank after its shard is written and before rank 0
-  /// publishes "latest"; must be a barrier over all ranks when worldSize > 1
-  /// (e.g. Communicator::barrier). Unused for a world of one.
+  /// Called twice by every rank during a save (after its shard is written,
+  /// and after rank 0 published "latest"); must be a barrier over all ranks
+  /// when worldSize > 1 (e.g. Communicator::barrier). Unused for a world of
+  /// one and by loads.
   std::function<void()> barrier;
 };
 

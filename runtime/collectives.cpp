@@ -1,0 +1,209 @@
+//===- collectives.cpp - Self communicator, factory, parallel groups ------===//
+#include "runtime/collectives.h"
+
+#include "runtime/error.h"
+
+#include <cstring>
+#include <vector>
+
+namespace ap::rt {
+
+using ap::kernels::Backend;
+using ap::kernels::DType;
+
+size_t dtypeBytes(DType t) {
+  switch (t) {
+  case DType::BF16:
+    return 2;
+  case DType::F32:
+  case DType::I32:
+    return 4;
+  case DType::F64:
+    return 8;
+  }
+  fail("collectives: unknown dtype ", int(t));
+}
+
+namespace detail {
+
+void sumInOrder(DType dtype, const void *const *blocks, size_t numBlocks,
+                size_t count, void *out) {
+  if (numBlocks == 0)
+    fail("collectives: nothing to reduce");
+  switch (dtype) {
+  case DType::BF16: {
+    auto *o = static_cast<ap::kernels::bf16 *>(out);
+    for (size_t i = 0; i < count; ++i) {
+      float acc = 0.0f;
+      for (size_t b = 0; b < numBlocks; ++b)
+        acc += float(static_cast<const ap::kernels::bf16 *>(blocks[b])[i]);
+      o[i] = ap::kernels::bf16(acc);
+    }
+    break;
+  }
+  case DType::F32: {
+    auto *o = static_cast<float *>(out);
+    for (size_t i = 0; i < count; ++i) {
+      float acc = static_cast<const float *>(blocks[0])[i];
+      for (size_t b = 1; b < numBlocks; ++b)
+        acc += static_cast<const float *>(blocks[b])[i];
+      o[i] = acc;
+    }
+    break;
+  }
+  case DType::F64: {
+    auto *o = static_cast<double *>(out);
+    for (size_t i = 0; i < count; ++i) {
+      double acc = static_cast<const double *>(blocks[0])[i];
+      for (size_t b = 1; b < numBlocks; ++b)
+        acc += static_cast<const double *>(blocks[b])[i];
+      o[i] = acc;
+    }
+    break;
+  }
+  case DType::I32: {
+    auto *o = static_cast<int32_t *>(out);
+    for (size_t i = 0; i < count; ++i) {
+      uint32_t acc = 0; // unsigned: overflow wraps instead of being UB
+      for (size_t b = 0; b < numBlocks; ++b)
+        acc += uint32_t(static_cast<const int32_t *>(blocks[b])[i]);
+      o[i] = int32_t(acc);
+    }
+    break;
+  }
+  }
+}
+
+} // namespace detail
+
+namespace {
+
+/// World of one on the host: every collective degenerates to a copy.
+class SelfCommunicator final : public Communicator {
+public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  Backend backend() const override { return Backend::Host; }
+  const char *kind() const override { return "self"; }
+
+  void allReduceSum(const void *send, void *recv, size_t count, DType dtype,
+                    void *) override {
+    copy(send, recv, count, dtype);
+  }
+  void reduceScatterSum(const void *send, void *recv, size_t recvCount,
+                        DType dtype, void *) override {
+    if (send == recv)
+      fail("collectives(self): reduceScatterSum cannot run in place");
+    copy(send, recv, recvCount, dtype);
+  }
+  void allGather(const void *send, void *recv, size_t sendCount, DType dtype,
+                 void *) override {
+    if (send == recv)
+      fail("collectives(self): allGather cannot run in place");
+    copy(send, recv, sendCount, dtype);
+  }
+  void broadcast(void *, size_t, DType, int root, void *) override {
+    if (root != 0)
+      fail("collectives(self): broadcast root ", root, " in a world of one");
+  }
+  void send(const void *, size_t, DType, int peer, void *) override {
+    fail("collectives(self): send to rank ", peer,
+         " in a world of one (no pipeline neighbours)");
+  }
+  void recv(void *, size_t, DType, int peer, void *) override {
+    fail("collectives(self): recv from rank ", peer,
+         " in a world of one (no pipeline neighbours)");
+  }
+  void barrier() override {}
+  std::unique_ptr<Communicator> split(int, int) override {
+    return std::make_unique<SelfCommunicator>();
+  }
+
+private:
+  static void copy(const void *src, void *dst, size_t count, DType dtype) {
+    if (src != dst && count)
+      std::memmove(dst, src, count * dtypeBytes(dtype));
+  }
+};
+
+} // namespace
+
+std::unique_ptr<Communicator> createSelfCommunicator() {
+  return std::make_unique<SelfCommunicator>();
+}
+
+std::unique_ptr<Communicator> createWorldCommunicator(Backend backend,
+                                                      const LaunchInfo &launch,
+                                                      const CommOptions &options) {
+  if (backend == Backend::Host) {
+    if (launch.worldSize == 1)
+      return createSelfCommunicator();
+#if defined(ACTPLACE_HAVE_MPI)
+    if (launch.launcher != Launcher::Mpirun)
+      fail("collectives: the host backend runs multi-process collectives over "
+           "MPI; launch the ",
+           launch.worldSize, " ranks with mpirun (found launcher '",
+           launcherName(launch.launcher), "')");
+    std::unique_ptr<Communicator> c = createMpiWorldCommunicator();
+    if (c->size() != launch.worldSize || c->rank() != launch.rank)
+      fail("collectives: MPI reports rank ", c->rank(), " of ", c->size(),
+           " but the launch environment says ", launch.rank, " of ",
+           launch.worldSize);
+    return c;
+#else
+    fail("collectives: this build has no MPI, so the host backend cannot run ",
+         launch.worldSize, " ranks (rebuild with Open MPI installed)");
+#endif
+  }
+#if defined(ACTPLACE_HAVE_CUDA)
+  std::function<void(void *, size_t)> share;
+  std::shared_ptr<TcpRendezvous> tcp;
+  if (launch.worldSize > 1) {
+#if defined(ACTPLACE_HAVE_MPI)
+    if (launch.launcher == Launcher::Mpirun)
+      share = [](void *id, size_t n) { mpiBroadcastBytes(id, n); };
+#endif
+    if (!share) {
+      tcp = std::make_shared<TcpRendezvous>(launch,
+                                            options.rendezvousTimeoutSeconds);
+      share = [tcp](void *id, size_t n) {
+        std::vector<uint8_t> mine(static_cast<uint8_t *>(id),
+                                  static_cast<uint8_t *>(id) + n);
+        std::vector<uint8_t> got = tcp->broadcast(mine);
+        if (got.size() != n)
+          fail("collectives: rendezvous delivered ", got.size(),
+               " bytes of NCCL id, expected ", n);
+        std::memcpy(id, got.data(), n);
+      };
+    }
+  }
+  return createNcclWorldCommunicator(launch, share);
+#else
+  (void)options;
+  fail("collectives: this build has no CUDA backend");
+#endif
+}
+
+ParallelGroups makeParallelGroups(Communicator &world, int tpSize, int ppSize) {
+  int w = world.size();
+  if (tpSize < 1 || ppSize < 1 || w % (tpSize * ppSize) != 0)
+    fail("collectives: tensor-parallel size ", tpSize, " x pipeline size ",
+         ppSize, " does not divide the world of ", w);
+  ParallelGroups g;
+  g.tpSize = tpSize;
+  g.ppSize = ppSize;
+  g.dpSize = w / (tpSize * ppSize);
+  int r = world.rank();
+  g.tpRank = r % tpSize;
+  g.dpRank = (r / tpSize) % g.dpSize;
+  g.ppRank = r / (tpSize * g.dpSize);
+  // Split order is the same on every rank, as collectives require.
+  g.tp = world.split(g.dpRank + g.dpSize * g.ppRank, g.tpRank);
+  g.dp = world.split(g.tpRank + tpSize * g.ppRank, g.dpRank);
+  g.pp = world.split(g.tpRank + tpSize * g.dpRank, g.ppRank);
+  g.ppPrev = g.ppRank > 0 ? g.ppRank - 1 : -1;
+  g.ppNext = g.ppRank + 1 < ppSize ? g.ppRank + 1 : -1;
+  return g;
+}
+
+} // namespace ap::rt

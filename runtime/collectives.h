@@ -1,0 +1,143 @@
+//===- collectives.h - Collective communication over communicators -*- C++ -*-===//
+//
+// All-reduce (sum), reduce-scatter (sum), all-gather, broadcast and
+// send/recv over communicators: the world, tensor-parallel and data-parallel
+// groups, and pipeline neighbours (DESIGN.md section 5).
+//
+// Implementations:
+//   - "self": a world of one on the host backend (copies; no launcher).
+//   - "mpi": host backend across processes (Open MPI). Calls block the calling
+//     thread (the runtime issues them from its comm stream's worker, so they
+//     are ordered like any other task on that stream); `stream` is ignored.
+//     Sums are deterministic: every element is reduced by one owner rank in
+//     rank order 0, 1, ..., P-1 (fp32 accumulation for BF16, rounded once) and
+//     the result is distributed, so all ranks get identical bits whatever MPI's
+//     internal algorithm is.
+//   - "nccl": cuda backend (world of one included). Calls are enqueued on the
+//     cudaStream_t passed as `stream` and return immediately. The device must
+//     already be selected (cudaSetDevice) by the caller.
+// Every failing MPI/NCCL/CUDA call throws ap::rt::Error naming the call.
+//
+// Buffers are in the backend's memory space: host memory for self/mpi, device
+// memory for nccl. Counts are elements; in-place use (send == recv) is allowed
+// for allReduceSum only.
+//
+//===----------------------------------------------------------------------===//
+#ifndef ACTPLACE_RUNTIME_COLLECTIVES_H
+#define ACTPLACE_RUNTIME_COLLECTIVES_H
+
+#include "kernels/kernels.h"
+#include "runtime/launch.h"
+
+#include <cstddef>
+#include <functional>
+#include <memory>
+
+namespace ap::rt {
+
+/// Bytes of one element of a kernel dtype.
+size_t dtypeBytes(ap::kernels::DType t);
+
+class Communicator {
+public:
+  virtual ~Communicator() = default;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual ap::kernels::Backend backend() const = 0;
+  /// "self", "mpi" or "nccl".
+  virtual const char *kind() const = 0;
+
+  /// recv[i] = sum over ranks of send[i], i < count.
+  virtual void allReduceSum(const void *send, void *recv, size_t count,
+                            ap::kernels::DType dtype, void *stream) = 0;
+  /// send holds size() blocks of recvCount elements; this rank receives the
+  /// sum over ranks of block rank().
+  virtual void reduceScatterSum(const void *send, void *recv, size_t recvCount,
+                                ap::kernels::DType dtype, void *stream) = 0;
+  /// recv holds size() blocks of sendCount elements, block r from rank r.
+  virtual void allGather(const void *send, void *recv, size_t sendCount,
+                         ap::kernels::DType dtype, void *stream) = 0;
+  /// buf of rank `root` is copied into buf of every rank.
+  virtual void broadcast(void *buf, size_t count, ap::kernels::DType dtype,
+                         int root, void *stream) = 0;
+  /// Point to point; peer is a rank of this communicator (not this rank).
+  virtual void send(const void *buf, size_t count, ap::kernels::DType dtype,
+                    int peer, void *stream) = 0;
+  virtual void recv(void *buf, size_t count, ap::kernels::DType dtype,
+                    int peer, void *stream) = 0;
+
+  /// Blocks the calling thread until every rank has called it (host side;
+  /// on nccl it does not wait for earlier work on other streams).
+  virtual void barrier() = 0;
+
+  /// Collective: ranks passing the same `color` form a new communicator,
+  /// ordered by `key` (ties by current rank).
+  virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
+};
+
+namespace detail {
+/// out[i] = blocks[0][i] + blocks[1][i] + ... in this order, accumulated in
+/// float for BF16 (rounded once) and F32, double for F64, wrapping int32 for
+/// I32. The fixed order is what makes host reductions bit-reproducible.
+void sumInOrder(ap::kernels::DType dtype, const void *const *blocks,
+                size_t numBlocks, size_t count, void *out);
+} // namespace detail
+
+/// A world of one on the host backend: reductions are copies.
+std::unique_ptr<Communicator> createSelfCommunicator();
+
+struct CommOptions {
+  /// How long ranks wait for each other in the bootstrap.
+  double rendezvousTimeoutSeconds = 300.0;
+};
+
+/// The world communicator for this process:
+///   - host backend, world of one: self;
+///   - host backend, several ranks: MPI (launched by mpirun, or MPI already
+///     initialised); an error naming the fix otherwise;
+///   - cuda backend: NCCL; the unique id travels by MPI_Bcast under mpirun
+///     (when built with MPI), else by TcpRendezvous (MASTER_ADDR/PORT).
+/// Throws ap::rt::Error when the backend is unavailable in this build.
+std::unique_ptr<Communicator>
+createWorldCommunicator(ap::kernels::Backend backend, const LaunchInfo &launch,
+                        const CommOptions &options = CommOptions());
+
+/// The standard 3-D layout: world rank = tp + TP * (dp + DP * pp), i.e.
+/// tensor-parallel ranks are adjacent (one node), then data parallel, then
+/// pipeline stages (Megatron's default order).
+struct ParallelGroups {
+  int tpSize = 1, dpSize = 1, ppSize = 1;
+  int tpRank = 0, dpRank = 0, ppRank = 0;
+  std::unique_ptr<Communicator> tp;
+  std::unique_ptr<Communicator> dp;
+  /// Ranks of one pipeline (same tp, dp); stage s is rank s in it.
+  std::unique_ptr<Communicator> pp;
+  /// Pipeline neighbours as ranks of `pp` (-1 at the ends).
+  int ppPrev = -1, ppNext = -1;
+};
+
+/// Collective over `world`: splits it into the groups above. Throws
+/// ap::rt::Error when tpSize * ppSize does not divide the world size.
+ParallelGroups makeParallelGroups(Communicator &world, int tpSize, int ppSize);
+
+#if defined(ACTPLACE_HAVE_MPI)
+/// MPI_COMM_WORLD (initialising MPI with MPI_THREAD_MULTIPLE if needed,
+/// finalised at exit). Defined in runtime/mpi/.
+std::unique_ptr<Communicator> createMpiWorldCommunicator();
+/// Broadcasts `bytes` from world rank 0 over MPI_COMM_WORLD.
+void mpiBroadcastBytes(void *bytes, size_t n);
+#endif
+
+#if defined(ACTPLACE_HAVE_CUDA)
+/// NCCL over `launch` (see createWorldCommunicator). `shareId` must deliver
+/// rank 0's 128-byte id to every rank. Defined in runtime/cuda/nccl_comm.cpp;
+/// throws when built without NCCL.
+std::unique_ptr<Communicator>
+createNcclWorldCommunicator(const LaunchInfo &launch,
+                            const std::function<void(void *, size_t)> &shareId);
+#endif
+
+} // namespace ap::rt
+
+#endif // ACTPLACE_RUNTIME_COLLECTIVES_H
