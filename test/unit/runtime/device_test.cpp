@@ -33,6 +33,25 @@ TEST_P(DeviceTest, ArenaIsAllocatedOnceAlignedAndBoundsChecked) {
     EXPECT_EQ(device->devicePeakBytes(), 1024u + 512u);
 }
 
+TEST_P(DeviceTest, PeakMemoryReflectsTheArena) {
+  const uint64_t plan = 256ull << 20;
+  device->allocateArena(plan, 1 << 20);
+  device->sampleMemory();
+  uint64_t peak = device->devicePeakBytes();
+  EXPECT_GE(peak, plan + (1 << 20));
+  // cuda: measured with cudaMemGetInfo, so allocation granularity and
+  // library allocations add a little, never hundreds of MiB.
+  EXPECT_LE(peak, plan + (128ull << 20));
+  if (GetParam() == DeviceKind::Host) {
+    // Fresh host "device" memory reads as all-ones (NaN), never as zeros.
+    auto *bytes = static_cast<unsigned char *>(device->at(0, 64));
+    for (int i = 0; i < 64; ++i)
+      ASSERT_EQ(bytes[i], 0xff);
+  }
+  device->resetPeak();
+  EXPECT_EQ(device->devicePeakBytes(), 0u);
+}
+
 TEST_P(DeviceTest, KernelContextCarriesBackendStreamAndWorkspace) {
   device->allocateArena(4096, 8192);
   auto compute = device->kernelContext(Stream::Compute);
