@@ -1,0 +1,177 @@
+//===- nccl_comm.cpp - Cuda-backend collectives over NCCL -----------------===//
+//
+// Collectives are enqueued on the caller's cudaStream_t (the runtime's comm
+// stream) and return at once. The communicator belongs to the device that is
+// current when it is created. Bit reproducibility across runs holds for a
+// fixed world size and NCCL configuration; set NCCL_ALGO/NCCL_PROTO to pin
+// the algorithm when comparing runs on different topologies.
+//
+//===----------------------------------------------------------------------===//
+#include "runtime/collectives.h"
+
+#include "runtime/cuda/cuda_check.h"
+#include "runtime/error.h"
+
+#if defined(ACTPLACE_HAVE_NCCL)
+#include <nccl.h>
+#endif
+
+#include <cstring>
+
+namespace ap::rt {
+
+#if defined(ACTPLACE_HAVE_NCCL)
+namespace {
+
+using ap::kernels::Backend;
+using ap::kernels::DType;
+
+/// Throws ap::rt::Error naming the failing NCCL call and NCCL's own last
+/// message, which usually says which rank or transport failed.
+#define AP_NCCL_CHECK(call)                                                    \
+  do {                                                                         \
+    ncclResult_t apNcclRc_ = (call);                                           \
+    if (apNcclRc_ != ncclSuccess)                                              \
+      ::ap::rt::fail("NCCL: ", #call, " failed: ",                             \
+                     ncclGetErrorString(apNcclRc_), " (",                      \
+                     ncclGetLastError(nullptr), ") at ", __FILE__, ":",        \
+                     __LINE__);                                                \
+  } while (0)
+
+ncclDataType_t ncclType(DType t) {
+  switch (t) {
+  case DType::BF16:
+    return ncclBfloat16;
+  case DType::F32:
+    return ncclFloat32;
+  case DType::F64:
+    return ncclFloat64;
+  case DType::I32:
+    return ncclInt32;
+  }
+  fail("NCCL: unsupported dtype ", int(t));
+}
+
+class NcclCommunicator final : public Communicator {
+public:
+  explicit NcclCommunicator(ncclComm_t comm) : comm_(comm) {
+    AP_NCCL_CHECK(ncclCommUserRank(comm_, &rank_));
+    AP_NCCL_CHECK(ncclCommCount(comm_, &size_));
+  }
+  ~NcclCommunicator() override {
+    if (barrierBuf_)
+      cudaFree(barrierBuf_);
+    if (barrierStream_)
+      cudaStreamDestroy(barrierStream_);
+    if (comm_)
+      ncclCommDestroy(comm_);
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  Backend backend() const override { return Backend::Cuda; }
+  const char *kind() const override { return "nccl"; }
+
+  void allReduceSum(const void *send, void *recv, size_t count, DType dtype,
+                    void *stream) override {
+    AP_NCCL_CHECK(ncclAllReduce(send, recv, count, ncclType(dtype), ncclSum,
+                                comm_, cudaStream_t(stream)));
+  }
+  void reduceScatterSum(const void *send, void *recv, size_t recvCount,
+                        DType dtype, void *stream) override {
+    AP_NCCL_CHECK(ncclReduceScatter(send, recv, recvCount, ncclType(dtype),
+                                    ncclSum, comm_, cudaStream_t(stream)));
+  }
+  void allGather(const void *send, void *recv, size_t sendCount, DType dtype,
+                 void *stream) override {
+    AP_NCCL_CHECK(ncclAllGather(send, recv, sendCount, ncclType(dtype), comm_,
+                                cudaStream_t(stream)));
+  }
+  void broadcast(void *buf, size_t count, DType dtype, int root,
+                 void *stream) override {
+    if (root < 0 || root >= size_)
+      fail("NCCL: broadcast root ", root, " outside a ", size_,
+           "-rank communicator");
+    AP_NCCL_CHECK(ncclBroadcast(buf, buf, count, ncclType(dtype), root, comm_,
+                                cudaStream_t(stream)));
+  }
+  void send(const void *buf, size_t count, DType dtype, int peer,
+            void *stream) override {
+    checkPeer(peer, "send");
+    AP_NCCL_CHECK(ncclSend(buf, count, ncclType(dtype), peer, comm_,
+                           cudaStream_t(stream)));
+  }
+  void recv(void *buf, size_t count, DType dtype, int peer,
+            void *stream) override {
+    checkPeer(peer, "recv");
+    AP_NCCL_CHECK(ncclRecv(buf, count, ncclType(dtype), peer, comm_,
+                           cudaStream_t(stream)));
+  }
+
+  void barrier() override {
+    // A one-element all-reduce on a private stream, waited for on the host.
+    if (!barrierStream_) {
+      AP_CUDA_CHECK(cudaStreamCreateWithFlags(&barrierStream_, cudaStreamNonBlocking));
+      AP_CUDA_CHECK(cudaMalloc(&barrierBuf_, sizeof(float)));
+      AP_CUDA_CHECK(cudaMemsetAsync(barrierBuf_, 0, sizeof(float), barrierStream_));
+    }
+    AP_NCCL_CHECK(ncclAllReduce(barrierBuf_, barrierBuf_, 1, ncclFloat32,
+                                ncclSum, comm_, barrierStream_));
+    AP_CUDA_CHECK(cudaStreamSynchronize(barrierStream_));
+  }
+
+  std::unique_ptr<Communicator> split(int color, int key) override {
+    ncclComm_t sub = nullptr;
+    AP_NCCL_CHECK(ncclCommSplit(comm_, color, key, &sub, nullptr));
+    if (!sub)
+      fail("NCCL: ncclCommSplit returned no communicator for color ", color);
+    return std::make_unique<NcclCommunicator>(sub);
+  }
+
+private:
+  void checkPeer(int peer, const char *what) const {
+    if (peer < 0 || peer >= size_ || peer == rank_)
+      fail("NCCL: ", what, " peer ", peer, " is not another rank of this ",
+           size_, "-rank communicator (this is rank ", rank_, ")");
+  }
+
+  ncclComm_t comm_ = nullptr;
+  int rank_ = 0, size_ = 1;
+  cudaStream_t barrierStream_ = nullptr;
+  void *barrierBuf_ = nullptr;
+};
+
+} // namespace
+
+std::unique_ptr<Communicator>
+createNcclWorldCommunicator(const LaunchInfo &launch,
+                            const std::function<void(void *, size_t)> &shareId) {
+  int devices = 0;
+  AP_CUDA_CHECK(cudaGetDeviceCount(&devices));
+  ncclUniqueId id;
+  std::memset(&id, 0, sizeof(id));
+  if (launch.rank == 0)
+    AP_NCCL_CHECK(ncclGetUniqueId(&id));
+  if (launch.worldSize > 1) {
+    if (!shareId)
+      fail("NCCL: ", launch.worldSize,
+           " ranks but no way to share the NCCL unique id");
+    shareId(&id, sizeof(id));
+  }
+  ncclComm_t comm = nullptr;
+  AP_NCCL_CHECK(ncclCommInitRank(&comm, launch.worldSize, id, launch.rank));
+  return std::make_unique<NcclCommunicator>(comm);
+}
+
+#else // !ACTPLACE_HAVE_NCCL
+
+std::unique_ptr<Communicator>
+createNcclWorldCommunicator(const LaunchInfo &,
+                            const std::function<void(void *, size_t)> &) {
+  fail("collectives: this build has CUDA but no NCCL; the cuda backend "
+       "cannot create communicators");
+}
+
+#endif
+
+} // namespace ap::rt
