@@ -14,6 +14,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <random>
+#include <string>
+#include <cstring>
+#include <cmath>
 #include <vector>
 
 using namespace ap::kernels;
@@ -69,7 +72,9 @@ template <typename F> double medianMs(F &&f, cudaStream_t s) {
 
 } // namespace
 
-int main() {
+int main(int argc, char **argv) {
+  // "once": one fwd + bwd per batch size, no timing (for a profiler).
+  const bool once = argc > 1 && std::string(argv[1]) == "once";
   int dev = 0, sms = 0;
   CK(cudaGetDevice(&dev));
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
@@ -141,6 +146,12 @@ int main() {
       if (gdnChunkBackward(ctx, a) != Status::Ok)
         std::exit(3);
     };
+    if (once) {
+      fwd();
+      bwd();
+      CK(cudaStreamSynchronize(s));
+      continue;
+    }
     double tf = medianMs(fwd, s);
     fwd();
     double tb = medianMs(bwd, s);
@@ -163,9 +174,10 @@ int main() {
                     tok * (dk * 2 * 2 + dv * 2 + 4 + 4)) / 1e6;
     std::printf("%-4d %-5d %9.3f %9.3f %9.3f %10.1f %10.1f %10.1f %10.1f\n", B, T, tf, tb,
                 both, fwdG, bwdG, fwdMB, bwdMB);
+    // 4.3 TB/s = 4300 MB/ms; 790 TFLOP/s = 790 GFLOP/ms (KINDS.md readings).
     std::printf("     floors at 4.3 TB/s: fwd %.3f ms, bwd %.3f ms; at 790 TFLOP/s: fwd %.3f "
                 "ms, bwd %.3f ms\n",
-                fwdMB / 4.3e6, bwdMB / 4.3e6, fwdG / 790e3, bwdG / 790e3);
+                fwdMB / 4300, bwdMB / 4300, fwdG / 790, bwdG / 790);
   }
   return 0;
 }

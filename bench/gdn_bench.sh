@@ -15,4 +15,8 @@ run)
   ./build-gdn/gdn_bench
   PYTHONUNBUFFERED=1 python3 bench/gdn_bench_fla.py
   ;;
+profile)
+  # Per-kernel device time of one fwd + bwd (B=1, then B=4).
+  ncu --clock-control none --metrics gpu__time_duration.sum ./build-gdn/gdn_bench once
+  ;;
 esac

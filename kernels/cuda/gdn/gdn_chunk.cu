@@ -13,6 +13,9 @@
 //===----------------------------------------------------------------------===//
 #include "kernels/cuda/gdn/gdn_common.cuh"
 
+#include <algorithm>
+#include <cstdint>
+
 namespace ap::kernels::gdncuda {
 namespace {
 
@@ -25,6 +28,9 @@ struct Dims {
   int B, T, Hk, Hv, dk, dv, NT, r;
   long qs, ks, vs;
   float scale;
+  /// 16-byte loads possible for q, k, v, dO (stride % 8 == 0 and a 16-byte
+  /// aligned base). Only the load instructions differ, never the values.
+  bool vq, vk, vv, vo;
 };
 
 Dims dimsOf(const GdnChunkArgs &a) {
@@ -41,6 +47,13 @@ Dims dimsOf(const GdnChunkArgs &a) {
   d.ks = a.kStride ? a.kStride : long(d.Hk) * d.dk;
   d.vs = a.vStride ? a.vStride : long(d.Hv) * d.dv;
   d.scale = a.scale;
+  auto al = [](const void *p, long stride) {
+    return p && stride % 8 == 0 && (reinterpret_cast<uintptr_t>(p) & 15) == 0;
+  };
+  d.vq = al(a.q, d.qs);
+  d.vk = al(a.k, d.ks);
+  d.vv = al(a.v, d.vs);
+  d.vo = al(a.dO, long(d.Hv) * d.dv);
   return d;
 }
 
@@ -79,13 +92,40 @@ size_t carve(const Dims &d, bool backward, char *base, Ws *w) {
 
 __device__ __forceinline__ int chunkLen(int T, int n) { return min(C, T - n * C); }
 
-/// Loads rows [t0, t0+L) of one head into a [64][pitch] bf16 tile, zero rows
-/// beyond L; optionally scaled per row.
+/// Copies rows [0, 64) x [0, d) (row r at src + r*stride) into a [64][pitch]
+/// bf16 tile, zero rows >= L. With vec, 16-byte cp.async (the caller commits
+/// and waits); otherwise plain element loads.
 __device__ void loadRows(bf *dst, int pitch, const bf *src, long stride,
-                         int L, int d) {
+                         int L, int d, bool vec) {
+  if (vec) {
+    const int per = d >> 3;
+    for (int i = threadIdx.x; i < C * per; i += blockDim.x) {
+      int r = i / per, c = (i - r * per) << 3;
+      bool in = r < L;
+      cpAsync16(dst + r * pitch + c, src + (in ? long(r) * stride + c : 0),
+                in ? 16 : 0);
+    }
+    return;
+  }
   for (int i = threadIdx.x; i < C * d; i += blockDim.x) {
     int r = i / d, c = i % d;
     dst[r * pitch + c] = r < L ? src[long(r) * stride + c] : f2b(0.f);
+  }
+}
+
+/// [rows][d] fp32 (row stride `stride`) -> bf16 [rows][pitch], float4 loads
+/// (d % 4 == 0, 16-byte aligned rows).
+__device__ void loadF32Rows(bf *dst, int pitch, const float *src, long stride,
+                            int rows, int d) {
+  const int per = d >> 2;
+  for (int i = threadIdx.x; i < rows * per; i += blockDim.x) {
+    int r = i / per, c = (i - r * per) << 2;
+    float4 x = *reinterpret_cast<const float4 *>(src + long(r) * stride + c);
+    bf *o = dst + r * pitch + c;
+    o[0] = f2b(x.x);
+    o[1] = f2b(x.y);
+    o[2] = f2b(x.z);
+    o[3] = f2b(x.w);
   }
 }
 
@@ -93,7 +133,7 @@ __device__ void loadRows(bf *dst, int pitch, const bf *src, long stride,
 // (1) intra-chunk: g cumsum, A, T, W, U
 //===----------------------------------------------------------------------===//
 
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, 1)
 intraKernel(Dims d, const bf *q, const bf *k, const bf *v, const float *g,
             const float *beta, float *gCum, bf *tMat, bool recompute,
             bf *Wout, bf *Uout) {
@@ -124,8 +164,10 @@ intraKernel(Dims d, const bf *q, const bf *k, const bf *v, const float *g,
       Gam[r] = __expf(run);
     }
   }
-  loadRows(Ks, pk, k + tok0 * d.ks + long(hk) * d.dk, d.ks, L, d.dk);
-  loadRows(Vs, pv, v + tok0 * d.vs + long(h) * d.dv, d.vs, L, d.dv);
+  loadRows(Ks, pk, k + tok0 * d.ks + long(hk) * d.dk, d.ks, L, d.dk, d.vk);
+  loadRows(Vs, pv, v + tok0 * d.vs + long(h) * d.dv, d.vs, L, d.dv, d.vv);
+  cpAsyncCommit();
+  cpAsyncWait<0>();
   __syncthreads();
 
   bf *tOut = tMat + (tok0 * d.Hv + h) * C; // row r at + r*Hv*64
@@ -198,64 +240,90 @@ size_t intraSmem(const Dims &d) {
 // (2) forward state pass
 //===----------------------------------------------------------------------===//
 
-__global__ void __launch_bounds__(kThreads)
-stateKernel(Dims d, int dvb, const bf *k, const float *gCum, const bf *Wg,
+/// Shared-memory plan of the sequential passes: nbuf (1 or 2) copies of the
+/// per-chunk inputs, so that chunk n+1 is fetched (cp.async) while chunk n is
+/// computed when two fit.
+struct SeqPlan {
+  int dvb, nbuf;
+  size_t smem;
+};
+
+__global__ void __launch_bounds__(kThreads, 1)
+stateKernel(Dims d, SeqPlan plan, const bf *k, const float *gCum, const bf *Wg,
             const bf *Ug, const float *h0, float *hOut, bf *VnOut,
             float *finalState) {
   extern __shared__ __align__(16) unsigned char smem[];
+  const int dvb = plan.dvb, nbuf = plan.nbuf;
   const int jb = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
   const int hk = h / d.r, j0 = jb * dvb;
   const int pk = d.dk + 8, pb = dvb + 8;
-  float *S = (float *)smem;           // [dk][dvb]
-  float *G = S + d.dk * dvb;          // [64]
-  bf *Sb = (bf *)(G + C);             // [dk][pb]
-  bf *Ws_ = Sb + d.dk * pb;           // [64][pk]
-  bf *Kd = Ws_ + C * pk;              // [64][pk]
-  bf *Vb = Kd + C * pk;               // [64][pb]
-  float *Uf = (float *)(Vb + C * pb); // [64][dvb]
+  float *S = (float *)smem;            // [dk][dvb]
+  float *Gb = S + d.dk * dvb;          // [nbuf][64]
+  bf *Sb = (bf *)(Gb + 2 * C);         // [dk][pb]
+  bf *Vb = Sb + d.dk * pb;             // [64][pb]
+  bf *Wb = Vb + C * pb;                // [nbuf][64][pk]
+  bf *Kb = Wb + nbuf * C * pk;         // [nbuf][64][pk]
+  bf *Ub = Kb + nbuf * C * pk;         // [nbuf][64][pb]
 
   const long bh = long(b) * d.Hv + h;
+  auto issue = [&](int n, int buf) {
+    const int L = chunkLen(d.T, n);
+    const long tok0 = long(b) * d.T + n * C;
+    const long wrow = bh * d.NT * C + long(n) * C;
+    loadRows(Wb + buf * C * pk, pk, Wg + wrow * d.dk, d.dk, C, d.dk, true);
+    loadRows(Ub + buf * C * pb, pb, Ug + wrow * d.dv + j0, d.dv, C, dvb, true);
+    loadRows(Kb + buf * C * pk, pk, k + tok0 * d.ks + long(hk) * d.dk, d.ks, L,
+             d.dk, d.vk);
+    if (threadIdx.x < L)
+      cpAsync4(Gb + buf * C + threadIdx.x, gCum + (tok0 + threadIdx.x) * d.Hv + h);
+  };
   for (int i = threadIdx.x; i < d.dk * dvb; i += blockDim.x) {
     int r = i / dvb, c = i % dvb;
     S[i] = h0 ? h0[(bh * d.dk + r) * d.dv + j0 + c] : 0.f;
   }
+  if (nbuf == 2) {
+    issue(0, 0);
+    cpAsyncCommit();
+  }
   for (int n = 0; n < d.NT; ++n) {
-    const int L = chunkLen(d.T, n);
-    const long tok0 = long(b) * d.T + n * C;
-    const long wrow = bh * d.NT * C + long(n) * C;
-    if (threadIdx.x < C) {
-      int r = threadIdx.x;
-      G[r] = gCum[(tok0 + min(r, L - 1)) * d.Hv + h];
+    const int buf = nbuf == 2 ? (n & 1) : 0;
+    if (nbuf == 2) {
+      if (n + 1 < d.NT)
+        issue(n + 1, buf ^ 1);
+      cpAsyncCommit();
+      cpAsyncWait<1>();
+    } else {
+      issue(n, 0);
+      cpAsyncCommit();
+      cpAsyncWait<0>();
     }
     __syncthreads();
-    const float gl = G[C - 1];
+    const int L = chunkLen(d.T, n);
+    const long wrow = bh * d.NT * C + long(n) * C;
+    const float *G = Gb + buf * C;
+    bf *Ws_ = Wb + buf * C * pk, *Kd = Kb + buf * C * pk, *Us = Ub + buf * C * pb;
+    const float gl = G[L - 1];
     float *hn = hOut + ((bh * d.NT + n) * d.dk) * d.dv;
     for (int i = threadIdx.x; i < d.dk * dvb; i += blockDim.x) {
       int r = i / dvb, c = i % dvb;
       hn[long(r) * d.dv + j0 + c] = S[i];
       Sb[r * pb + c] = f2b(S[i]);
     }
-    const bf *ksrc = k + tok0 * d.ks + long(hk) * d.dk;
-    for (int i = threadIdx.x; i < C * d.dk; i += blockDim.x) {
-      int r = i / d.dk, c = i % d.dk;
-      Ws_[r * pk + c] = Wg[(wrow + r) * d.dk + c];
-      Kd[r * pk + c] = r < L ? f2b(b2f(ksrc[long(r) * d.ks + c]) * __expf(gl - G[r]))
-                             : f2b(0.f);
-    }
-    for (int i = threadIdx.x; i < C * dvb; i += blockDim.x) {
-      int r = i / dvb, c = i % dvb;
-      Uf[i] = b2f(Ug[(wrow + r) * d.dv + j0 + c]);
+    // K rows scaled in place by exp(G_last - G_r) (rows >= L are zero).
+    for (int i = threadIdx.x; i < L * d.dk; i += blockDim.x) {
+      int r = i / d.dk, c = i - r * d.dk;
+      Kd[r * pk + c] = f2b(b2f(Kd[r * pk + c]) * __expf(gl - G[r]));
     }
     __syncthreads();
     // Vnew = U - W S0.
     bf *vn = VnOut + wrow * d.dv + j0;
     ctaGemm(C, dvb, d.dk, SMat{Ws_, pk, 1}, SMat{Sb, pb, 1},
             [&](int m, int c, float x) {
-              bf y = f2b(Uf[m * dvb + c] - x);
+              bf y = f2b(b2f(Us[m * pb + c]) - x);
               Vb[m * pb + c] = y;
               vn[long(m) * d.dv + c] = y;
             });
-    // S <- Gam_last S (each thread scales elements no gemm reads).
+    // S <- Gam_last S (no gemm above reads S).
     const float gam = __expf(gl);
     for (int i = threadIdx.x; i < d.dk * dvb; i += blockDim.x)
       S[i] *= gam;
@@ -272,17 +340,17 @@ stateKernel(Dims d, int dvb, const bf *k, const float *gCum, const bf *Wg,
     }
 }
 
-size_t stateSmem(const Dims &d, int dvb) {
-  return size_t(d.dk) * dvb * 4 + C * 4 + size_t(d.dk) * (dvb + 8) * 2 +
-         2 * size_t(C) * (d.dk + 8) * 2 + size_t(C) * (dvb + 8) * 2 +
-         size_t(C) * dvb * 4;
+size_t stateSmem(const Dims &d, int dvb, int nbuf) {
+  return size_t(d.dk) * dvb * 4 + 2 * C * 4 + size_t(d.dk) * (dvb + 8) * 2 +
+         size_t(C) * (dvb + 8) * 2 +
+         nbuf * (2 * size_t(C) * (d.dk + 8) * 2 + size_t(C) * (dvb + 8) * 2);
 }
 
 //===----------------------------------------------------------------------===//
 // (3) forward output
 //===----------------------------------------------------------------------===//
 
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, 1)
 outputKernel(Dims d, const bf *q, const bf *k, const float *gCum,
              const float *hS, const bf *Vn, bf *o) {
   extern __shared__ __align__(16) unsigned char smem[];
@@ -300,8 +368,10 @@ outputKernel(Dims d, const bf *q, const bf *k, const float *gCum,
   const long tok0 = long(b) * d.T + t0, bh = long(b) * d.Hv + h;
   if (threadIdx.x < C)
     G[threadIdx.x] = gCum[(tok0 + min(int(threadIdx.x), L - 1)) * d.Hv + h];
-  loadRows(Qs, pk, q + tok0 * d.qs + long(hk) * d.dk, d.qs, L, d.dk);
-  loadRows(Ks, pk, k + tok0 * d.ks + long(hk) * d.dk, d.ks, L, d.dk);
+  loadRows(Qs, pk, q + tok0 * d.qs + long(hk) * d.dk, d.qs, L, d.dk, d.vq);
+  loadRows(Ks, pk, k + tok0 * d.ks + long(hk) * d.dk, d.ks, L, d.dk, d.vk);
+  cpAsyncCommit();
+  cpAsyncWait<0>();
   __syncthreads();
   const float scale = d.scale;
   ctaGemm(C, C, d.dk, SMat{Qs, pk, 1}, SMat{Ks, 1, pk},
@@ -314,14 +384,10 @@ outputKernel(Dims d, const bf *q, const bf *k, const float *gCum,
   for (int j0 = 0; j0 < d.dv; j0 += VB) {
     const int vb = min(VB, d.dv - j0);
     __syncthreads();
-    for (int i = threadIdx.x; i < d.dk * vb; i += blockDim.x) {
-      int r = i / vb, c = i % vb;
-      Hb[r * pb + c] = f2b(hn[long(r) * d.dv + j0 + c]);
-    }
-    for (int i = threadIdx.x; i < C * vb; i += blockDim.x) {
-      int r = i / vb, c = i % vb;
-      Vb[r * pb + c] = vn[long(r) * d.dv + j0 + c];
-    }
+    loadRows(Vb, pb, vn + j0, d.dv, C, vb, true);
+    cpAsyncCommit();
+    loadF32Rows(Hb, pb, hn + j0, d.dv, d.dk, vb);
+    cpAsyncWait<0>();
     __syncthreads();
     ctaGemm(C, vb, d.dk, SMat{Qs, pk, 1}, SMat{Hb, pb, 1},
             [&](int m, int c, float x) {
@@ -347,94 +413,111 @@ size_t outputSmem(const Dims &d) {
 // (3') backward state pass: dh_end[n], dVnew, dS0
 //===----------------------------------------------------------------------===//
 
-__global__ void __launch_bounds__(kThreads)
-stateBwdKernel(Dims d, int dvb, const bf *q, const bf *k, const float *gCum,
-               const bf *Wg, const bf *dO, const float *dFinal, float *dhOut,
-               float *dVnOut, float *dInit) {
+__global__ void __launch_bounds__(kThreads, 1)
+stateBwdKernel(Dims d, SeqPlan plan, const bf *q, const bf *k,
+               const float *gCum, const bf *Wg, const bf *dO,
+               const float *dFinal, float *dhOut, float *dVnOut, float *dInit) {
   extern __shared__ __align__(16) unsigned char smem[];
+  const int dvb = plan.dvb, nbuf = plan.nbuf;
   const int jb = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
   const int hk = h / d.r, j0 = jb * dvb;
   const int pk = d.dk + 8, pb = dvb + 8;
   float *dH = (float *)smem;          // [dk][dvb]
-  float *G = dH + d.dk * dvb;         // [64]
-  float *dVf = G + C;                 // [64][dvb]
+  float *Gb = dH + d.dk * dvb;        // [2][64]
+  float *dVf = Gb + 2 * C;            // [64][dvb]
   bf *dHb = (bf *)(dVf + C * dvb);    // [dk][pb]
-  bf *Qs = dHb + d.dk * pb;           // [64][pk]
-  bf *Ks = Qs + C * pk;               // [64][pk]
-  bf *Kd = Ks + C * pk;               // [64][pk]
-  bf *Ws_ = Kd + C * pk;              // [64][pk]
-  bf *dOb = Ws_ + C * pk;             // [64][pb]
-  bf *dVb = dOb + C * pb;             // [64][pb]
+  bf *dVb = dHb + d.dk * pb;          // [64][pb]
   bf *Pt = dVb + C * pb;              // [64][kTP]
+  bf *Qb = Pt + C * kTP;              // [nbuf][64][pk]
+  bf *Kb = Qb + nbuf * C * pk;        // [nbuf][64][pk]
+  bf *Wb = Kb + nbuf * C * pk;        // [nbuf][64][pk]
+  bf *dOb = Wb + nbuf * C * pk;       // [nbuf][64][pb]
 
   const long bh = long(b) * d.Hv + h;
   const float scale = d.scale;
+  auto issue = [&](int n, int buf) {
+    const int L = chunkLen(d.T, n);
+    const long tok0 = long(b) * d.T + n * C;
+    const long wrow = bh * d.NT * C + long(n) * C;
+    loadRows(Qb + buf * C * pk, pk, q + tok0 * d.qs + long(hk) * d.dk, d.qs, L,
+             d.dk, d.vq);
+    loadRows(Kb + buf * C * pk, pk, k + tok0 * d.ks + long(hk) * d.dk, d.ks, L,
+             d.dk, d.vk);
+    loadRows(Wb + buf * C * pk, pk, Wg + wrow * d.dk, d.dk, C, d.dk, true);
+    loadRows(dOb + buf * C * pb, pb, dO + (tok0 * d.Hv + h) * d.dv + j0,
+             long(d.Hv) * d.dv, L, dvb, d.vo);
+    if (threadIdx.x < L)
+      cpAsync4(Gb + buf * C + threadIdx.x, gCum + (tok0 + threadIdx.x) * d.Hv + h);
+  };
   for (int i = threadIdx.x; i < d.dk * dvb; i += blockDim.x) {
     int r = i / dvb, c = i % dvb;
     dH[i] = dFinal ? dFinal[(bh * d.dk + r) * d.dv + j0 + c] : 0.f;
   }
-  for (int n = d.NT - 1; n >= 0; --n) {
-    const int L = chunkLen(d.T, n);
-    const long tok0 = long(b) * d.T + n * C;
-    const long wrow = bh * d.NT * C + long(n) * C;
+  if (nbuf == 2) {
+    issue(d.NT - 1, 0);
+    cpAsyncCommit();
+  }
+  for (int n = d.NT - 1, it = 0; n >= 0; --n, ++it) {
+    const int buf = nbuf == 2 ? (it & 1) : 0;
+    if (nbuf == 2) {
+      if (n > 0)
+        issue(n - 1, buf ^ 1);
+      cpAsyncCommit();
+      cpAsyncWait<1>();
+    } else {
+      issue(n, 0);
+      cpAsyncCommit();
+      cpAsyncWait<0>();
+    }
     __syncthreads();
-    if (threadIdx.x < C)
-      G[threadIdx.x] = gCum[(tok0 + min(int(threadIdx.x), L - 1)) * d.Hv + h];
+    const int L = chunkLen(d.T, n);
+    const long wrow = bh * d.NT * C + long(n) * C;
+    const float *G = Gb + buf * C;
+    bf *Qs = Qb + buf * C * pk, *Ks = Kb + buf * C * pk, *Ws_ = Wb + buf * C * pk;
+    bf *dOs = dOb + buf * C * pb;
+    const float gl = G[L - 1];
     float *dhn = dhOut + ((bh * d.NT + n) * d.dk) * d.dv;
     for (int i = threadIdx.x; i < d.dk * dvb; i += blockDim.x) {
       int r = i / dvb, c = i % dvb;
       dhn[long(r) * d.dv + j0 + c] = dH[i];
       dHb[r * pb + c] = f2b(dH[i]);
     }
-    loadRows(Qs, pk, q + tok0 * d.qs + long(hk) * d.dk, d.qs, L, d.dk);
-    loadRows(Ks, pk, k + tok0 * d.ks + long(hk) * d.dk, d.ks, L, d.dk);
-    for (int i = threadIdx.x; i < C * d.dk; i += blockDim.x) {
-      int r = i / d.dk, c = i % d.dk;
-      Ws_[r * pk + c] = Wg[(wrow + r) * d.dk + c];
-    }
-    for (int i = threadIdx.x; i < C * dvb; i += blockDim.x) {
-      int r = i / dvb, c = i % dvb;
-      dOb[r * pb + c] = r < L ? dO[((tok0 + r) * d.Hv + h) * d.dv + j0 + c] : f2b(0.f);
-    }
-    __syncthreads();
-    const float gl = G[C - 1];
-    for (int i = threadIdx.x; i < C * d.dk; i += blockDim.x) {
-      int r = i / d.dk, c = i % d.dk;
-      Kd[r * pk + c] = f2b(b2f(Ks[r * pk + c]) * __expf(gl - G[r]));
-    }
     // Pt[s, r] = scale (k_s . q_r) exp(G_r - G_s) for s <= r < L.
     ctaGemm(C, C, d.dk, SMat{Ks, pk, 1}, SMat{Qs, 1, pk},
             [&](int s, int r, float x) {
-              Pt[s * kTP + r] =
-                  f2b((s <= r && r < L) ? scale * x * __expf(G[r] - G[s]) : 0.f);
+              Pt[s * kTP + r] = f2b((s <= r && r < L)
+                                        ? scale * x * __expf(G[r] - G[s])
+                                        : 0.f);
             });
     __syncthreads();
+    // In place: K <- K exp(G_last - G), Q <- scale Gam Q (rows < L).
+    for (int i = threadIdx.x; i < L * d.dk; i += blockDim.x) {
+      int r = i / d.dk, c = i - r * d.dk;
+      Ks[r * pk + c] = f2b(b2f(Ks[r * pk + c]) * __expf(gl - G[r]));
+      Qs[r * pk + c] = f2b(b2f(Qs[r * pk + c]) * scale * __expf(G[r]));
+    }
+    __syncthreads();
     // dVnew = Pt dO + Kd dH.
-    ctaGemm(C, dvb, C, SMat{Pt, kTP, 1}, SMat{dOb, pb, 1},
+    ctaGemm(C, dvb, C, SMat{Pt, kTP, 1}, SMat{dOs, pb, 1},
             [&](int m, int c, float x) { dVf[m * dvb + c] = x; });
     float *dvn = dVnOut + wrow * d.dv + j0;
-    ctaGemm(C, dvb, d.dk, SMat{Kd, pk, 1}, SMat{dHb, pb, 1},
+    ctaGemm(C, dvb, d.dk, SMat{Ks, pk, 1}, SMat{dHb, pb, 1},
             [&](int m, int c, float x) {
               float y = dVf[m * dvb + c] + x;
               dvn[long(m) * d.dv + c] = y;
               dVb[m * pb + c] = f2b(y);
             });
-    // Qg = scale Gam Q (in place: Q is not read again in this chunk).
-    for (int i = threadIdx.x; i < C * d.dk; i += blockDim.x) {
-      int r = i / d.dk, c = i % d.dk;
-      Qs[r * pk + c] = f2b(b2f(Qs[r * pk + c]) * scale * __expf(G[r]));
-    }
     const float gam = __expf(gl);
     for (int i = threadIdx.x; i < d.dk * dvb; i += blockDim.x)
       dH[i] *= gam;
     __syncthreads();
-    // dH += Qg^T dO - W^T dVnew.
-    ctaGemm(d.dk, dvb, C, SMat{Qs, 1, pk}, SMat{dOb, pb, 1},
+    // dH += Qg^T dO - W^T dVnew (same (M, N): one thread per element).
+    ctaGemm(d.dk, dvb, C, SMat{Qs, 1, pk}, SMat{dOs, pb, 1},
             [&](int m, int c, float x) { dH[m * dvb + c] += x; });
     ctaGemm(d.dk, dvb, C, SMat{Ws_, 1, pk}, SMat{dVb, pb, 1},
             [&](int m, int c, float x) { dH[m * dvb + c] -= x; });
+    __syncthreads();
   }
-  __syncthreads();
   if (dInit)
     for (int i = threadIdx.x; i < d.dk * dvb; i += blockDim.x) {
       int r = i / dvb, c = i % dvb;
@@ -442,17 +525,30 @@ stateBwdKernel(Dims d, int dvb, const bf *q, const bf *k, const float *gCum,
     }
 }
 
-size_t stateBwdSmem(const Dims &d, int dvb) {
-  return size_t(d.dk) * dvb * 4 + C * 4 + size_t(C) * dvb * 4 +
-         size_t(d.dk) * (dvb + 8) * 2 + 4 * size_t(C) * (d.dk + 8) * 2 +
-         2 * size_t(C) * (dvb + 8) * 2 + size_t(C) * kTP * 2;
+size_t stateBwdSmem(const Dims &d, int dvb, int nbuf) {
+  return size_t(d.dk) * dvb * 4 + 2 * C * 4 + size_t(C) * dvb * 4 +
+         size_t(d.dk) * (dvb + 8) * 2 + size_t(C) * (dvb + 8) * 2 +
+         size_t(C) * kTP * 2 +
+         nbuf * (3 * size_t(C) * (d.dk + 8) * 2 + size_t(C) * (dvb + 8) * 2);
+}
+
+/// Row sums over n columns of f(r, c) for the 64 rows of a chunk, four
+/// threads per row (256 threads), combined in a fixed shuffle order.
+template <typename F> __device__ __forceinline__ float rowSum4(int n, F &&f) {
+  const int r = threadIdx.x >> 2, part = threadIdx.x & 3;
+  float s = 0.f;
+  for (int c = part; c < n; c += 4)
+    s += f(r, c);
+  s += __shfl_xor_sync(0xffffffffu, s, 1);
+  s += __shfl_xor_sync(0xffffffffu, s, 2);
+  return s;
 }
 
 //===----------------------------------------------------------------------===//
 // (4) per-chunk gradients
 //===----------------------------------------------------------------------===//
 
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, 1)
 chunkBwdKernel(Dims d, int VB, const bf *q, const bf *k, const bf *v,
                const float *gCum, const float *beta, const bf *tMat,
                const bf *dO, const float *hS, const float *dhS, const bf *Vn,
@@ -492,8 +588,9 @@ chunkBwdKernel(Dims d, int VB, const bf *q, const bf *k, const bf *v,
     Gam[r] = __expf(G[r]);
     dB[r] = 0.f;
   }
-  loadRows(Qs, pk, q + tok0 * d.qs + long(hk) * d.dk, d.qs, L, d.dk);
-  loadRows(Ks, pk, k + tok0 * d.ks + long(hk) * d.dk, d.ks, L, d.dk);
+  loadRows(Qs, pk, q + tok0 * d.qs + long(hk) * d.dk, d.qs, L, d.dk, d.vq);
+  loadRows(Ks, pk, k + tok0 * d.ks + long(hk) * d.dk, d.ks, L, d.dk, d.vk);
+  cpAsyncCommit();
   const bf *tIn = tMat + (tok0 * d.Hv + h) * C;
   for (int i = threadIdx.x; i < C * C; i += blockDim.x) {
     int r = i / C, c = i % C;
@@ -514,21 +611,24 @@ chunkBwdKernel(Dims d, int VB, const bf *q, const bf *k, const bf *v,
   for (int j0 = 0; j0 < d.dv; j0 += VB) {
     const int vb = min(VB, d.dv - j0);
     __syncthreads();
-    for (int i = threadIdx.x; i < d.dk * vb; i += blockDim.x) {
-      int r = i / vb, c = i % vb;
-      float s0 = hn[long(r) * d.dv + j0 + c], dh = dhn[long(r) * d.dv + j0 + c];
-      extraS += s0 * dh;
-      S0b[r * pb + c] = f2b(s0);
-      dHb[r * pb + c] = f2b(dh);
+    loadRows(dOb, pb, dO + (tok0 * d.Hv + h) * d.dv + j0, long(d.Hv) * d.dv, L, vb, d.vo);
+    loadRows(Vnb, pb, vnc + j0, d.dv, C, vb, true);
+    loadRows(Vb, pb, v + tok0 * d.vs + long(h) * d.dv + j0, d.vs, L, vb, d.vv);
+    cpAsyncCommit();
+    {
+      const int per = vb >> 2;
+      for (int i = threadIdx.x; i < d.dk * per; i += blockDim.x) {
+        int r = i / per, c = (i - r * per) << 2;
+        float4 s0 = *reinterpret_cast<const float4 *>(hn + long(r) * d.dv + j0 + c);
+        float4 dh = *reinterpret_cast<const float4 *>(dhn + long(r) * d.dv + j0 + c);
+        extraS += s0.x * dh.x + s0.y * dh.y + s0.z * dh.z + s0.w * dh.w;
+        bf *a = S0b + r * pb + c, *e = dHb + r * pb + c;
+        a[0] = f2b(s0.x), a[1] = f2b(s0.y), a[2] = f2b(s0.z), a[3] = f2b(s0.w);
+        e[0] = f2b(dh.x), e[1] = f2b(dh.y), e[2] = f2b(dh.z), e[3] = f2b(dh.w);
+      }
     }
-    for (int i = threadIdx.x; i < C * vb; i += blockDim.x) {
-      int r = i / vb, c = i % vb;
-      bool in = r < L;
-      dOb[r * pb + c] = in ? dO[((tok0 + r) * d.Hv + h) * d.dv + j0 + c] : f2b(0.f);
-      Vnb[r * pb + c] = vnc[long(r) * d.dv + j0 + c];
-      dVb[r * pb + c] = f2b(dvnc[long(r) * d.dv + j0 + c]);
-      Vb[r * pb + c] = in ? v[(tok0 + r) * d.vs + long(h) * d.dv + j0 + c] : f2b(0.f);
-    }
+    loadF32Rows(dVb, pb, dvnc + j0, d.dv, C, vb);
+    cpAsyncWait<0>();
     __syncthreads();
     ctaGemm(C, d.dk, vb, SMat{dOb, pb, 1}, SMat{S0b, 1, pb},
             [&](int m, int c, float x) { dQc[m * d.dk + c] += x; });
@@ -572,12 +672,12 @@ chunkBwdKernel(Dims d, int VB, const bf *q, const bf *k, const bf *v,
   }
   __syncthreads();
   // extra = Gam_last sum(S0 dh) + sum_r dK_r . k_r (dK so far).
-  if (threadIdx.x < C) {
-    int r = threadIdx.x;
-    float s = 0.f;
-    for (int c = 0; c < d.dk; ++c)
-      s += dKc[r * d.dk + c] * b2f(Ks[r * pk + c]);
-    dG[r] = s;
+  {
+    float s = rowSum4(d.dk, [&](int r, int c) {
+      return dKc[r * d.dk + c] * b2f(Ks[r * pk + c]);
+    });
+    if ((threadIdx.x & 3) == 0)
+      dG[threadIdx.x >> 2] = s;
   }
   // dS = scale (dO Vnew^T) * D, lower incl.
   for (int i = threadIdx.x; i < C * C; i += blockDim.x) {
@@ -597,13 +697,14 @@ chunkBwdKernel(Dims d, int VB, const bf *q, const bf *k, const bf *v,
   ctaGemm(C, d.dk, C, SMat{dSb, 1, kTP}, SMat{Qs, pk, 1},
           [&](int m, int c, float x) { dKc[m * d.dk + c] += x; });
   __syncthreads();
-  if (threadIdx.x < C) {
-    int r = threadIdx.x;
-    float s = 0.f;
-    for (int c = 0; c < d.dk; ++c)
-      s += dQc[r * d.dk + c] * b2f(Qs[r * pk + c]) -
-           dKc[r * d.dk + c] * b2f(Ks[r * pk + c]);
-    dG[r] = s + (r == L - 1 ? red[1] : 0.f);
+  {
+    float s = rowSum4(d.dk, [&](int r, int c) {
+      return dQc[r * d.dk + c] * b2f(Qs[r * pk + c]) -
+             dKc[r * d.dk + c] * b2f(Ks[r * pk + c]);
+    });
+    int r = threadIdx.x >> 2;
+    if ((threadIdx.x & 3) == 0)
+      dG[r] = s + (r == L - 1 ? red[1] : 0.f);
   }
   for (int i = threadIdx.x; i < C * d.dk; i += blockDim.x) {
     int r = i / d.dk, c = i % d.dk;
@@ -619,13 +720,15 @@ chunkBwdKernel(Dims d, int VB, const bf *q, const bf *k, const bf *v,
             dWc[m * d.dk + c] = x; // X, for the row sums below
           });
   __syncthreads();
-  if (threadIdx.x < C) {
-    int r = threadIdx.x;
-    float s = 0.f;
-    for (int c = 0; c < d.dk; ++c)
-      s += dWc[r * d.dk + c] * b2f(Ks[r * pk + c]);
-    dB[r] += s * Gam[r];
-    dG[r] += s * Bt[r] * Gam[r];
+  {
+    float s = rowSum4(d.dk, [&](int r, int c) {
+      return dWc[r * d.dk + c] * b2f(Ks[r * pk + c]);
+    });
+    int r = threadIdx.x >> 2;
+    if ((threadIdx.x & 3) == 0) {
+      dB[r] += s * Gam[r];
+      dG[r] += s * Bt[r] * Gam[r];
+    }
   }
   for (int i = threadIdx.x; i < C * C; i += blockDim.x) {
     int m = i / C, c = i % C;
@@ -710,11 +813,38 @@ bool supported(const GdnChunkArgs &a) {
          a.valueDim > 0 && a.keyDim <= 256 && a.valueDim <= 256;
 }
 
-/// dv block of the sequential passes: small enough that (b, h, block) CTAs
-/// fill the GPU. Results do not depend on it (blocks never interact).
-int stateBlock(const Dims &d, int smCount) {
-  int blocks32 = d.B * d.Hv * ((d.dv + 31) / 32);
-  return (d.dv % 32 == 0 && blocks32 >= smCount) ? 32 : 16;
+constexpr size_t kMaxSmem = 227 * 1024;
+
+/// dv block and buffering of a sequential pass. Each (b, h, block) CTA walks
+/// all chunks with about the same latency per chunk whatever its width, so
+/// the block is the narrowest that keeps the CTAs within one wave (most
+/// parallelism), or the widest that fits when even that is over a wave
+/// (fewest waves). Double-buffered when two copies fit in shared memory.
+/// Results do not depend on the plan: blocks never interact and the
+/// per-element arithmetic is the same.
+template <typename SmemFn>
+SeqPlan seqPlan(const Dims &d, int smCount, SmemFn smemOf) {
+  const long sms = std::max(smCount, 1);
+  int best = 0;
+  for (int dvb : {16, 32, 64})
+    if (d.dv % dvb == 0 && long(d.B) * d.Hv * (d.dv / dvb) <= sms &&
+        smemOf(dvb, 1) <= kMaxSmem) {
+      best = dvb;
+      break;
+    }
+  if (!best)
+    for (int dvb : {64, 32, 16})
+      if (d.dv % dvb == 0 && smemOf(dvb, 1) <= kMaxSmem) {
+        best = dvb;
+        break;
+      }
+  if (!best)
+    best = 16;
+  SeqPlan p;
+  p.dvb = best;
+  p.nbuf = smemOf(best, 2) <= kMaxSmem ? 2 : 1;
+  p.smem = smemOf(best, p.nbuf);
+  return p;
 }
 
 template <typename K>
@@ -738,12 +868,13 @@ Status runWU(const Dims &d, const GdnChunkArgs &a, cudaStream_t s, bool recomput
 
 Status runState(const Dims &d, const GdnChunkArgs &a, cudaStream_t s, int smCount,
                 Ws &w, float *finalState) {
-  int dvb = stateBlock(d, smCount);
-  size_t sm = stateSmem(d, dvb);
-  if (Status st = setSmem(stateKernel, sm); st != Status::Ok)
+  SeqPlan plan = seqPlan(d, smCount, [&](int dvb, int nb) {
+    return stateSmem(d, dvb, nb);
+  });
+  if (Status st = setSmem(stateKernel, plan.smem); st != Status::Ok)
     return st;
-  stateKernel<<<dim3(d.dv / dvb, d.Hv, d.B), kThreads, sm, s>>>(
-      d, dvb, (const bf *)a.k, (const float *)a.gCum, w.W, w.U,
+  stateKernel<<<dim3(d.dv / plan.dvb, d.Hv, d.B), kThreads, plan.smem, s>>>(
+      d, plan, (const bf *)a.k, (const float *)a.gCum, w.W, w.U,
       (const float *)a.initialState, w.h, w.Vn, finalState);
   AP_GDN_LAUNCH_CHECK(stateKernel);
   return Status::Ok;
@@ -798,17 +929,18 @@ Status chunkBackward(const KernelContext &ctx, const GdnChunkArgs &a) {
     return st;
   if (Status st = runState(d, a, s, ctx.smCount, w, nullptr); st != Status::Ok)
     return st;
-  int dvb = stateBlock(d, ctx.smCount);
-  size_t sm = stateBwdSmem(d, dvb);
-  if (Status st = setSmem(stateBwdKernel, sm); st != Status::Ok)
+  SeqPlan plan = seqPlan(d, ctx.smCount, [&](int dvb, int nb) {
+    return stateBwdSmem(d, dvb, nb);
+  });
+  if (Status st = setSmem(stateBwdKernel, plan.smem); st != Status::Ok)
     return st;
-  stateBwdKernel<<<dim3(d.dv / dvb, d.Hv, d.B), kThreads, sm, s>>>(
-      d, dvb, (const bf *)a.q, (const bf *)a.k, (const float *)a.gCum, w.W,
+  stateBwdKernel<<<dim3(d.dv / plan.dvb, d.Hv, d.B), kThreads, plan.smem, s>>>(
+      d, plan, (const bf *)a.q, (const bf *)a.k, (const float *)a.gCum, w.W,
       (const bf *)a.dO, (const float *)a.dFinalState, w.dh, w.dVn,
       (float *)a.dInitialState);
   AP_GDN_LAUNCH_CHECK(stateBwdKernel);
   int VB = d.dk <= 128 ? 64 : 32;
-  sm = chunkBwdSmem(d, VB);
+  size_t sm = chunkBwdSmem(d, VB);
   if (Status st = setSmem(chunkBwdKernel, sm); st != Status::Ok)
     return st;
   chunkBwdKernel<<<dim3(d.NT, d.Hv, d.B), kThreads, sm, s>>>(

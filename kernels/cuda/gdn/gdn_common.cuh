@@ -40,28 +40,30 @@ __device__ __forceinline__ float sigmoidf_(float x) {
   return 1.f / (1.f + __expf(-x));
 }
 
-/// A bf16 matrix view in shared memory: element (r, c) at p[r*rs + c*cs].
-/// Transposes are views with swapped strides.
+/// A bf16 matrix view in shared memory: element (r, c) at p[r*rs + c*cs],
+/// where one of rs, cs is 1 (row-major, or a transposed view of a row-major
+/// tile). Pitches are multiples of 8 elements and tiles 16-byte aligned, so
+/// fragments load with ldmatrix (8 rows of 16 bytes per 8x8 matrix).
 struct SMat {
   const bf *p;
   int rs, cs;
-  __device__ __forceinline__ uint32_t pair(int r, int c) const {
-    // Two consecutive elements along the column index, low half first.
-    if (cs == 1)
-      return *reinterpret_cast<const uint32_t *>(p + r * rs + c);
-    uint16_t lo = __bfloat16_as_ushort(p[r * rs + c * cs]);
-    uint16_t hi = __bfloat16_as_ushort(p[r * rs + (c + 1) * cs]);
-    return uint32_t(lo) | (uint32_t(hi) << 16);
-  }
-  /// Two consecutive elements along the row index (for B fragments).
-  __device__ __forceinline__ uint32_t pairRows(int r, int c) const {
-    if (rs == 1)
-      return *reinterpret_cast<const uint32_t *>(p + r + c * cs);
-    uint16_t lo = __bfloat16_as_ushort(p[r * rs + c * cs]);
-    uint16_t hi = __bfloat16_as_ushort(p[(r + 1) * rs + c * cs]);
-    return uint32_t(lo) | (uint32_t(hi) << 16);
-  }
+  __device__ __forceinline__ bool trans() const { return cs != 1; }
+  __device__ __forceinline__ int ld() const { return cs != 1 ? cs : rs; }
 };
+
+__device__ __forceinline__ void ldsm4(uint32_t r[4], const bf *p) {
+  uint32_t a = uint32_t(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
+__device__ __forceinline__ void ldsm4t(uint32_t r[4], const bf *p) {
+  uint32_t a = uint32_t(__cvta_generic_to_shared(p));
+  asm volatile(
+      "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+      : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+      : "r"(a));
+}
 
 __device__ __forceinline__ void mma16816(float c[4], const uint32_t a[4],
                                          const uint32_t b[2]) {
@@ -83,22 +85,34 @@ __device__ __forceinline__ void ctaGemm(int M, int N, int K, SMat A, SMat B,
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int nwarps = blockDim.x >> 5;
   const int g = lane >> 2, t = lane & 3;
+  const int j = lane & 7, lo = (lane >> 3) & 1, hi = lane >> 4;
   const int tilesN = N >> 4, tiles = (M >> 4) * tilesN;
+  const bool at = A.trans(), bt = B.trans();
+  const int lda = A.ld(), ldb = B.ld();
   for (int tile = warp; tile < tiles; tile += nwarps) {
     const int m0 = (tile / tilesN) << 4, n0 = (tile % tilesN) << 4;
     float c0[4] = {0.f, 0.f, 0.f, 0.f}, c1[4] = {0.f, 0.f, 0.f, 0.f};
+    // Per-lane row addresses of the four 8x8 matrices (see PTX ldmatrix):
+    // A as (m 0-7|8-15) x (k 0-7|8-15); B as (n 0-7|8-15) x (k 0-7|8-15).
+    const bf *pa = at ? A.p + (j + hi * 8) * lda + m0 + lo * 8
+                      : A.p + (m0 + j + lo * 8) * lda + hi * 8;
+    const bf *pb = bt ? B.p + (n0 + j + hi * 8) * ldb + lo * 8
+                      : B.p + (j + lo * 8) * ldb + n0 + hi * 8;
+    const int stepA = at ? 16 * lda : 16, stepB = bt ? 16 : 16 * ldb;
     for (int k0 = 0; k0 < K; k0 += 16) {
-      uint32_t a[4], b0[2], b1[2];
-      a[0] = A.pair(m0 + g, k0 + 2 * t);
-      a[1] = A.pair(m0 + g + 8, k0 + 2 * t);
-      a[2] = A.pair(m0 + g, k0 + 2 * t + 8);
-      a[3] = A.pair(m0 + g + 8, k0 + 2 * t + 8);
-      b0[0] = B.pairRows(k0 + 2 * t, n0 + g);
-      b0[1] = B.pairRows(k0 + 2 * t + 8, n0 + g);
-      b1[0] = B.pairRows(k0 + 2 * t, n0 + 8 + g);
-      b1[1] = B.pairRows(k0 + 2 * t + 8, n0 + 8 + g);
-      mma16816(c0, a, b0);
-      mma16816(c1, a, b1);
+      uint32_t a[4], b[4];
+      if (at)
+        ldsm4t(a, pa);
+      else
+        ldsm4(a, pa);
+      if (bt)
+        ldsm4(b, pb);
+      else
+        ldsm4t(b, pb);
+      pa += stepA;
+      pb += stepB;
+      mma16816(c0, a, b);
+      mma16816(c1, a, b + 2);
     }
     ep(m0 + g, n0 + 2 * t, c0[0]);
     ep(m0 + g, n0 + 2 * t + 1, c0[1]);
@@ -109,6 +123,24 @@ __device__ __forceinline__ void ctaGemm(int M, int N, int K, SMat A, SMat B,
     ep(m0 + g + 8, n0 + 8 + 2 * t, c1[2]);
     ep(m0 + g + 8, n0 + 8 + 2 * t + 1, c1[3]);
   }
+}
+
+/// Asynchronous 16-byte global -> shared copy; srcBytes 0 zero-fills.
+__device__ __forceinline__ void cpAsync16(void *dst, const void *src,
+                                          int srcBytes) {
+  uint32_t d = uint32_t(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d),
+               "l"(src), "r"(srcBytes));
+}
+__device__ __forceinline__ void cpAsync4(void *dst, const void *src) {
+  uint32_t d = uint32_t(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(d), "l"(src));
+}
+__device__ __forceinline__ void cpAsyncCommit() {
+  asm volatile("cp.async.commit_group;\n");
+}
+template <int N> __device__ __forceinline__ void cpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
 } // namespace ap::kernels::gdncuda
