@@ -23,6 +23,11 @@
 // Gradients: input gradients overwrite; weight gradients accumulate (+=) into
 // Acc buffers. All reductions use a fixed order: two runs give identical bits.
 //
+// Backends: the host reference takes BF16, F32 and F64 storage and any head
+// size; the cuda kernels take BF16 storage only (Unsupported otherwise).
+// Workspace queries give the scratch the cuda kernels need (the reference
+// needs none); they answer 0 in a binary without the cuda kernels.
+//
 //===----------------------------------------------------------------------===//
 #ifndef ACTPLACE_KERNELS_GDN_H
 #define ACTPLACE_KERNELS_GDN_H
@@ -52,7 +57,6 @@ struct GdnConvArgs {
 };
 Status gdnConvForward(const KernelContext &ctx, const GdnConvArgs &args);
 Status gdnConvBackward(const KernelContext &ctx, const GdnConvArgs &args);
-/// Scratch of gdnConvBackward on the cuda backend (0 on host).
 size_t gdnConvBackwardWorkspaceBytes(const GdnConvArgs &args);
 
 //===----------------------------------------------------------------------===//
