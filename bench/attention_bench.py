@@ -132,6 +132,10 @@ def main():
     ap.add_argument("--lib", required=True)
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--algos", default="recompute,storedds",
+                    help="backward algorithms to time one by one")
+    ap.add_argument("--baseline-lib", default=None,
+                    help="an earlier build of the library, timed alongside")
     args = ap.parse_args()
     torch.manual_seed(0)
     dev = torch.cuda.get_device_name()
@@ -140,6 +144,7 @@ def main():
           f"{torch.backends.cudnn.version()}; bf16 matmul 8192^3 "
           f"{rate / 1e12:.0f} TFLOP/s (the floor's rate)")
     ours = Actplace(args.lib)
+    base = Actplace(args.baseline_lib) if args.baseline_lib else None
     rows = []
     for cfg in CONFIGS:
         name, B, T, Hq, Hkv, Dqk, Dv, scale = cfg
@@ -161,7 +166,9 @@ def main():
             ours.lib.apAttentionBackwardDefaultAlgo(*dims)]
         # The non-default backward algorithm first (times only, checked
         # against torch below through the default's outputs and here).
-        for algo, tag in ((0, "recompute"), (1, "storedds")):
+        algos = [a for a in ((0, "recompute"), (1, "storedds"))
+                 if a[1] in args.algos.split(",")]
+        for algo, tag in algos:
             f2, b2, outs2, wsb2 = ours.run(cfg, q, k, v, dO, algo)
             f2()
             row[f"ours_bwd_{tag}_ms"] = timed(b2, args.iters)
@@ -169,6 +176,14 @@ def main():
             b2(); torch.cuda.synchronize()
             row[f"ours_bwd_{tag}_outputs"] = outs2
             del f2, b2
+        if base is not None:
+            f0, b0, _, _ = base.run(cfg, q, k, v, dO)
+            row["baseline_fwd_ms"] = timed(f0, args.iters)
+            f0()
+            row["baseline_bwd_ms"] = timed(b0, args.iters)
+            row["baseline_fwdbwd_ms"] = timed(lambda: (f0(), b0()),
+                                              args.iters)
+            del f0, b0
         fwd, bwd, outs, wsb = ours.run(cfg, q, k, v, dO)
         row["ours_fwd_ms"] = timed(fwd, args.iters)
         fwd()
@@ -223,7 +238,7 @@ def main():
                         "o": relerr(outs[0], o_t), "dq": relerr(outs[1], dq_t),
                         "dk": relerr(outs[2], dk_t),
                         "dv": relerr(outs[3], dv_t)}
-                    for tag in ("recompute", "storedds"):
+                    for _, tag in algos:
                         o2 = row[f"ours_bwd_{tag}_outputs"]
                         row[f"relerr_vs_{label}"][f"dq_{tag}"] = relerr(
                             o2[1], dq_t)
@@ -235,7 +250,7 @@ def main():
                     break
                 except Exception as e:  # backend refuses the shape
                     row[f"{label}_error"] = str(e).splitlines()[0][:200]
-        for tag in ("recompute", "storedds"):
+        for _, tag in algos:
             row.pop(f"ours_bwd_{tag}_outputs")
         rows.append(row)
         print(json.dumps(row), flush=True)

@@ -176,14 +176,18 @@ struct Params {
 //===----------------------------------------------------------------------===//
 
 template <int DQK, int DV> struct FwdCfg {
-  static constexpr int kThreads = 128, kBr = 64, kBc = 64;
+  /// Query m16 tiles per warp. Two tiles let every K/V fragment read from
+  /// shared memory feed twice the MMAs (shared-memory bandwidth bounds this
+  /// kernel); they need 2 x DV/2 accumulator registers, so only DV <= 128.
+  static constexpr int kMt = DV <= 128 ? 2 : 1;
+  static constexpr int kThreads = 128, kBr = 64 * kMt, kBc = 64;
   static constexpr int kSmem = (kBr * DQK + kBc * DQK + kBc * DV) * 2;
 };
 
 template <int DQK, int DV>
 __global__ void __launch_bounds__(128) attnFwdKernel(Params p) {
   using C = FwdCfg<DQK, DV>;
-  constexpr int BR = C::kBr, BC = C::kBc;
+  constexpr int BR = C::kBr, BC = C::kBc, MT = C::kMt;
   extern __shared__ __align__(128) unsigned char smem[];
   const uint32_t sQ = smemAddr(smem);
   const uint32_t sK = sQ + BR * DQK * 2;
@@ -197,6 +201,7 @@ __global__ void __launch_bounds__(128) attnFwdKernel(Params p) {
   const int qt = numQ - 1 - blockIdx.y; // heaviest tiles first
   const int q0 = qt * BR;
   const int T = p.T;
+  const int wRow0 = warp * 16 * MT; // first row of this warp in the tile
 
   const int64_t qStride = int64_t(p.Hq) * DQK, kStride = int64_t(p.Hkv) * DQK,
                 vStride = int64_t(p.Hkv) * DV;
@@ -210,12 +215,18 @@ __global__ void __launch_bounds__(128) attnFwdKernel(Params p) {
   loadTile<BC, DQK, 128>(sK, gK, kStride, T, tid);
   cpAsyncCommit();
 
-  float oAcc[DV / 8][4];
+  float oAcc[MT][DV / 8][4];
 #pragma unroll
-  for (int i = 0; i < DV / 8; ++i)
-    oAcc[i][0] = oAcc[i][1] = oAcc[i][2] = oAcc[i][3] = 0.f;
-  float mRow[2] = {-INFINITY, -INFINITY}, lRow[2] = {0.f, 0.f};
-  const int rowBase = q0 + warp * 16 + g; // this thread's rows: +0, +8
+  for (int m = 0; m < MT; ++m)
+#pragma unroll
+    for (int i = 0; i < DV / 8; ++i)
+      oAcc[m][i][0] = oAcc[m][i][1] = oAcc[m][i][2] = oAcc[m][i][3] = 0.f;
+  float mRow[MT][2], lRow[MT][2];
+#pragma unroll
+  for (int m = 0; m < MT; ++m) {
+    mRow[m][0] = mRow[m][1] = -INFINITY;
+    lRow[m][0] = lRow[m][1] = 0.f;
+  }
 
   for (int kt = 0; kt < numK; ++kt) {
     const int k0 = kt * BC;
@@ -224,64 +235,75 @@ __global__ void __launch_bounds__(128) attnFwdKernel(Params p) {
     loadTile<BC, DV, 128>(sV, gV + k0 * vStride, vStride, T - k0, tid);
     cpAsyncCommit();
 
-    float s[BC / 8][4];
+    float s[MT][BC / 8][4];
 #pragma unroll
-    for (int i = 0; i < BC / 8; ++i)
-      s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
+    for (int m = 0; m < MT; ++m)
+#pragma unroll
+      for (int i = 0; i < BC / 8; ++i)
+        s[m][i][0] = s[m][i][1] = s[m][i][2] = s[m][i][3] = 0.f;
 #pragma unroll
     for (int kk = 0; kk < DQK / 16; ++kk) {
-      uint32_t a[4];
-      ldsm4(a, addrA<DQK>(sQ, warp * 16, kk * 16, lane));
+      uint32_t a[MT][4];
+#pragma unroll
+      for (int m = 0; m < MT; ++m)
+        ldsm4(a[m], addrA<DQK>(sQ, wRow0 + m * 16, kk * 16, lane));
 #pragma unroll
       for (int nn = 0; nn < BC / 16; ++nn) {
         uint32_t bb[4];
         ldsm4(bb, addrBn<DQK>(sK, nn * 16, kk * 16, lane));
-        mma16816(s[2 * nn], a, bb[0], bb[1]);
-        mma16816(s[2 * nn + 1], a, bb[2], bb[3]);
+#pragma unroll
+        for (int m = 0; m < MT; ++m) {
+          mma16816(s[m][2 * nn], a[m], bb[0], bb[1]);
+          mma16816(s[m][2 * nn + 1], a[m], bb[2], bb[3]);
+        }
       }
     }
 
-    if (k0 + BC - 1 > q0 + warp * 16 || k0 + BC > T) {
+    if (k0 + BC - 1 > q0 + wRow0 || k0 + BC > T) {
 #pragma unroll
-      for (int nt = 0; nt < BC / 8; ++nt)
+      for (int m = 0; m < MT; ++m)
 #pragma unroll
-        for (int c = 0; c < 4; ++c) {
-          int col = k0 + nt * 8 + 2 * t4 + (c & 1);
-          int row = rowBase + 8 * (c >> 1);
-          if (col > row || col >= T)
-            s[nt][c] = -INFINITY;
-        }
+        for (int nt = 0; nt < BC / 8; ++nt)
+#pragma unroll
+          for (int c = 0; c < 4; ++c) {
+            int col = k0 + nt * 8 + 2 * t4 + (c & 1);
+            int row = q0 + wRow0 + m * 16 + g + 8 * (c >> 1);
+            if (col > row || col >= T)
+              s[m][nt][c] = -INFINITY;
+          }
     }
 
 #pragma unroll
-    for (int hf = 0; hf < 2; ++hf) {
-      float mx = -INFINITY;
+    for (int m = 0; m < MT; ++m)
 #pragma unroll
-      for (int nt = 0; nt < BC / 8; ++nt)
-        mx = fmaxf(mx, fmaxf(s[nt][2 * hf], s[nt][2 * hf + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      // Column 0 of the first tile is visible to every row, so mNew is
-      // finite from the first tile on.
-      const float mNew = fmaxf(mRow[hf], mx * p.scaleLog2);
-      const float alpha = exp2f(mRow[hf] - mNew);
-      mRow[hf] = mNew;
-      float sum = 0.f;
+      for (int hf = 0; hf < 2; ++hf) {
+        float mx = -INFINITY;
 #pragma unroll
-      for (int nt = 0; nt < BC / 8; ++nt)
+        for (int nt = 0; nt < BC / 8; ++nt)
+          mx = fmaxf(mx, fmaxf(s[m][nt][2 * hf], s[m][nt][2 * hf + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        // Column 0 of the first tile is visible to every row, so mNew is
+        // finite from the first tile on.
+        const float mNew = fmaxf(mRow[m][hf], mx * p.scaleLog2);
+        const float alpha = exp2f(mRow[m][hf] - mNew);
+        mRow[m][hf] = mNew;
+        float sum = 0.f;
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          float pv = exp2f(fmaf(s[nt][2 * hf + e], p.scaleLog2, -mNew));
-          s[nt][2 * hf + e] = pv;
-          sum += pv;
+        for (int nt = 0; nt < BC / 8; ++nt)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            float pv = exp2f(fmaf(s[m][nt][2 * hf + e], p.scaleLog2, -mNew));
+            s[m][nt][2 * hf + e] = pv;
+            sum += pv;
+          }
+        lRow[m][hf] = lRow[m][hf] * alpha + sum;
+#pragma unroll
+        for (int dt = 0; dt < DV / 8; ++dt) {
+          oAcc[m][dt][2 * hf] *= alpha;
+          oAcc[m][dt][2 * hf + 1] *= alpha;
         }
-      lRow[hf] = lRow[hf] * alpha + sum;
-#pragma unroll
-      for (int dt = 0; dt < DV / 8; ++dt) {
-        oAcc[dt][2 * hf] *= alpha;
-        oAcc[dt][2 * hf + 1] *= alpha;
       }
-    }
 
     cpAsyncWait<0>();
     __syncthreads(); // V tile ready; every warp is done with this K
@@ -293,38 +315,47 @@ __global__ void __launch_bounds__(128) attnFwdKernel(Params p) {
 
 #pragma unroll
     for (int kk = 0; kk < BC / 16; ++kk) {
-      uint32_t a[4];
-      a[0] = packBf16(s[2 * kk][0], s[2 * kk][1]);
-      a[1] = packBf16(s[2 * kk][2], s[2 * kk][3]);
-      a[2] = packBf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-      a[3] = packBf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+      uint32_t a[MT][4];
+#pragma unroll
+      for (int m = 0; m < MT; ++m) {
+        a[m][0] = packBf16(s[m][2 * kk][0], s[m][2 * kk][1]);
+        a[m][1] = packBf16(s[m][2 * kk][2], s[m][2 * kk][3]);
+        a[m][2] = packBf16(s[m][2 * kk + 1][0], s[m][2 * kk + 1][1]);
+        a[m][3] = packBf16(s[m][2 * kk + 1][2], s[m][2 * kk + 1][3]);
+      }
 #pragma unroll
       for (int nn = 0; nn < DV / 16; ++nn) {
         uint32_t bb[4];
         ldsm4t(bb, addrBt<DV>(sV, kk * 16, nn * 16, lane));
-        mma16816(oAcc[2 * nn], a, bb[0], bb[1]);
-        mma16816(oAcc[2 * nn + 1], a, bb[2], bb[3]);
+#pragma unroll
+        for (int m = 0; m < MT; ++m) {
+          mma16816(oAcc[m][2 * nn], a[m], bb[0], bb[1]);
+          mma16816(oAcc[m][2 * nn + 1], a[m], bb[2], bb[3]);
+        }
       }
     }
   }
 
 #pragma unroll
-  for (int hf = 0; hf < 2; ++hf) {
-    float l = lRow[hf];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
-    const int row = rowBase + 8 * hf;
-    if (row < T) {
-      const float inv = 1.f / l;
-      __nv_bfloat16 *gO = p.oOut + ((int64_t(b) * T + row) * p.Hq + h) * DV;
+  for (int m = 0; m < MT; ++m)
 #pragma unroll
-      for (int dt = 0; dt < DV / 8; ++dt)
-        *reinterpret_cast<uint32_t *>(gO + dt * 8 + 2 * t4) = packBf16(
-            oAcc[dt][2 * hf] * inv, oAcc[dt][2 * hf + 1] * inv);
-      if (t4 == 0)
-        p.lse[(int64_t(b) * p.Hq + h) * T + row] = mRow[hf] * kLn2 + logf(l);
+    for (int hf = 0; hf < 2; ++hf) {
+      float l = lRow[m][hf];
+      l += __shfl_xor_sync(0xffffffffu, l, 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      const int row = q0 + wRow0 + m * 16 + g + 8 * hf;
+      if (row < T) {
+        const float inv = 1.f / l;
+        __nv_bfloat16 *gO = p.oOut + ((int64_t(b) * T + row) * p.Hq + h) * DV;
+#pragma unroll
+        for (int dt = 0; dt < DV / 8; ++dt)
+          *reinterpret_cast<uint32_t *>(gO + dt * 8 + 2 * t4) =
+              packBf16(oAcc[m][dt][2 * hf] * inv, oAcc[m][dt][2 * hf + 1] * inv);
+        if (t4 == 0)
+          p.lse[(int64_t(b) * p.Hq + h) * T + row] =
+              mRow[m][hf] * kLn2 + logf(l);
+      }
     }
-  }
 }
 
 //===----------------------------------------------------------------------===//
@@ -440,28 +471,49 @@ __global__ void __launch_bounds__(256) attnBwdKVKernel(Params p) {
   if (tid < 2 * BR)
     stats[tid] = loadStat(qtStart); // buffer 0: [lse | D]
 
-  constexpr int NK = DQK / 2 / 8, NV = DV / 2 / 8; // n-tiles per warp
-  float dkAcc[NK][4], dvAcc[NV][4];
+  // Phase 2 splits the 64 x D accumulators over 2 row groups of 32 (two m16
+  // tiles) x 4 column quarters, so that each dO/Q fragment read from shared
+  // memory feeds two MMAs.
+  const int pr = warp >> 2, pc = warp & 3;
+  constexpr int NK = DQK / 4 / 8, NV = DV / 4 / 8; // n-tiles per warp
+  float dkAcc[2][NK][4], dvAcc[2][NV][4];
 #pragma unroll
-  for (int i = 0; i < NK; ++i)
-    dkAcc[i][0] = dkAcc[i][1] = dkAcc[i][2] = dkAcc[i][3] = 0.f;
+  for (int m = 0; m < 2; ++m) {
 #pragma unroll
-  for (int i = 0; i < NV; ++i)
-    dvAcc[i][0] = dvAcc[i][1] = dvAcc[i][2] = dvAcc[i][3] = 0.f;
+    for (int i = 0; i < NK; ++i)
+      dkAcc[m][i][0] = dkAcc[m][i][1] = dkAcc[m][i][2] = dkAcc[m][i][3] = 0.f;
+#pragma unroll
+    for (int i = 0; i < NV; ++i)
+      dvAcc[m][i][0] = dvAcc[m][i][1] = dvAcc[m][i][2] = dvAcc[m][i][3] = 0.f;
+  }
+
+  // When they fit (MLA: 48 registers), this warp's K rows stay in registers
+  // as MMA A fragments for the whole loop, so S^T reads only Q from shared
+  // memory. Keeping V too (32 more) spilled at 255 registers.
+  constexpr bool kRegK = DQK + DV <= 320;
+  uint32_t kF[kRegK ? DQK / 16 : 1][4];
+  if constexpr (kRegK) {
+    cpAsyncWait<0>();
+    __syncthreads();
+#pragma unroll
+    for (int kk = 0; kk < DQK / 16; ++kk)
+      ldsm4(kF[kk], addrA<DQK>(sK, wr * 16, kk * 16, lane));
+  }
 
   for (int qt = qtStart; qt < numQ; ++qt) {
     const int buf = (qt - qtStart) & 1;
     const int q0 = qt * BR;
+    // The only copies in flight are this step's. After the barrier every
+    // warp is done with the previous step, so its buffers (the ones the next
+    // tile goes to) and P^T/dS^T are free: two barriers per step, not three.
+    cpAsyncWait<0>();
+    __syncthreads();
     float statNext = 0.f;
     if (qt + 1 < numQ) {
       loadQ(qt + 1, buf ^ 1);
       cpAsyncCommit();
       statNext = loadStat(qt + 1);
-      cpAsyncWait<1>();
-    } else {
-      cpAsyncWait<0>();
     }
-    __syncthreads();
     const uint32_t sQ = sQ0 + buf * BR * DQK * 2;
     const uint32_t sO = sO0 + buf * BR * DV * 2;
     const float *sLse = stats + buf * 2 * BR;
@@ -474,28 +526,54 @@ __global__ void __launch_bounds__(256) attnBwdKVKernel(Params p) {
 #pragma unroll
       for (int c = 0; c < 4; ++c)
         st[i][c] = dpt[i][c] = 0.f;
+    if constexpr (kRegK) {
 #pragma unroll
-    for (int kk = 0; kk < DQK / 16; ++kk) {
-      uint32_t a[4];
-      ldsm4(a, addrA<DQK>(sK, wr * 16, kk * 16, lane));
+      for (int kk = 0; kk < DQK / 16; ++kk)
 #pragma unroll
-      for (int nn = 0; nn < 2; ++nn) {
-        uint32_t bb[4];
-        ldsm4(bb, addrBn<DQK>(sQ, wc * 32 + nn * 16, kk * 16, lane));
-        mma16816(st[2 * nn], a, bb[0], bb[1]);
-        mma16816(st[2 * nn + 1], a, bb[2], bb[3]);
+        for (int nn = 0; nn < 2; ++nn) {
+          uint32_t bb[4];
+          ldsm4(bb, addrBn<DQK>(sQ, wc * 32 + nn * 16, kk * 16, lane));
+          mma16816(st[2 * nn], kF[kk], bb[0], bb[1]);
+          mma16816(st[2 * nn + 1], kF[kk], bb[2], bb[3]);
+        }
+#pragma unroll 4
+      for (int kk = 0; kk < DV / 16; ++kk) {
+        uint32_t a[4];
+        ldsm4(a, addrA<DV>(sV, wr * 16, kk * 16, lane));
+#pragma unroll
+        for (int nn = 0; nn < 2; ++nn) {
+          uint32_t bb[4];
+          ldsm4(bb, addrBn<DV>(sO, wc * 32 + nn * 16, kk * 16, lane));
+          mma16816(dpt[2 * nn], a, bb[0], bb[1]);
+          mma16816(dpt[2 * nn + 1], a, bb[2], bb[3]);
+        }
       }
-    }
+    } else {
+      // Unrolled by 4, not fully: full unrolling hoisted every fragment and
+      // spilled at 255 registers; by 4 it needs ~240 (D = 256).
+#pragma unroll 4
+      for (int kk = 0; kk < DQK / 16; ++kk) {
+        uint32_t a[4];
+        ldsm4(a, addrA<DQK>(sK, wr * 16, kk * 16, lane));
 #pragma unroll
-    for (int kk = 0; kk < DV / 16; ++kk) {
-      uint32_t a[4];
-      ldsm4(a, addrA<DV>(sV, wr * 16, kk * 16, lane));
+        for (int nn = 0; nn < 2; ++nn) {
+          uint32_t bb[4];
+          ldsm4(bb, addrBn<DQK>(sQ, wc * 32 + nn * 16, kk * 16, lane));
+          mma16816(st[2 * nn], a, bb[0], bb[1]);
+          mma16816(st[2 * nn + 1], a, bb[2], bb[3]);
+        }
+      }
+#pragma unroll 4
+      for (int kk = 0; kk < DV / 16; ++kk) {
+        uint32_t a[4];
+        ldsm4(a, addrA<DV>(sV, wr * 16, kk * 16, lane));
 #pragma unroll
-      for (int nn = 0; nn < 2; ++nn) {
-        uint32_t bb[4];
-        ldsm4(bb, addrBn<DV>(sO, wc * 32 + nn * 16, kk * 16, lane));
-        mma16816(dpt[2 * nn], a, bb[0], bb[1]);
-        mma16816(dpt[2 * nn + 1], a, bb[2], bb[3]);
+        for (int nn = 0; nn < 2; ++nn) {
+          uint32_t bb[4];
+          ldsm4(bb, addrBn<DV>(sO, wc * 32 + nn * 16, kk * 16, lane));
+          mma16816(dpt[2 * nn], a, bb[0], bb[1]);
+          mma16816(dpt[2 * nn + 1], a, bb[2], bb[3]);
+        }
       }
     }
     unsigned char *smemBase = smem;
@@ -538,64 +616,80 @@ __global__ void __launch_bounds__(256) attnBwdKVKernel(Params p) {
         dst[c] = src[c];
     }
 
-    // Phase 2: dV += P^T dO, dK += dS^T Q for kv rows wr*16.., column half wc.
+    // Phase 2: dV += P^T dO, dK += dS^T Q for kv rows pr*32.., column
+    // quarter pc.
 #pragma unroll
     for (int kk = 0; kk < BR / 16; ++kk) {
-      uint32_t a[4];
-      ldsm4(a, addrA<BR>(sP, wr * 16, kk * 16, lane));
+      uint32_t a[2][4];
+#pragma unroll
+      for (int m = 0; m < 2; ++m)
+        ldsm4(a[m], addrA<BR>(sP, pr * 32 + m * 16, kk * 16, lane));
 #pragma unroll
       for (int nn = 0; nn < NV / 2; ++nn) {
         uint32_t bb[4];
-        ldsm4t(bb, addrBt<DV>(sO, kk * 16, wc * (DV / 2) + nn * 16, lane));
-        mma16816(dvAcc[2 * nn], a, bb[0], bb[1]);
-        mma16816(dvAcc[2 * nn + 1], a, bb[2], bb[3]);
+        ldsm4t(bb, addrBt<DV>(sO, kk * 16, pc * (DV / 4) + nn * 16, lane));
+#pragma unroll
+        for (int m = 0; m < 2; ++m) {
+          mma16816(dvAcc[m][2 * nn], a[m], bb[0], bb[1]);
+          mma16816(dvAcc[m][2 * nn + 1], a[m], bb[2], bb[3]);
+        }
       }
-      ldsm4(a, addrA<BR>(sS, wr * 16, kk * 16, lane));
+#pragma unroll
+      for (int m = 0; m < 2; ++m)
+        ldsm4(a[m], addrA<BR>(sS, pr * 32 + m * 16, kk * 16, lane));
 #pragma unroll
       for (int nn = 0; nn < NK / 2; ++nn) {
         uint32_t bb[4];
-        ldsm4t(bb, addrBt<DQK>(sQ, kk * 16, wc * (DQK / 2) + nn * 16, lane));
-        mma16816(dkAcc[2 * nn], a, bb[0], bb[1]);
-        mma16816(dkAcc[2 * nn + 1], a, bb[2], bb[3]);
+        ldsm4t(bb, addrBt<DQK>(sQ, kk * 16, pc * (DQK / 4) + nn * 16, lane));
+#pragma unroll
+        for (int m = 0; m < 2; ++m) {
+          mma16816(dkAcc[m][2 * nn], a[m], bb[0], bb[1]);
+          mma16816(dkAcc[m][2 * nn + 1], a[m], bb[2], bb[3]);
+        }
       }
     }
     if (tid < 2 * BR)
       stats[(buf ^ 1) * 2 * BR + tid] = statNext; // last read one step ago
-    __syncthreads(); // buffers of this step are reused two steps on
   }
 
-  // Epilogue: rows kv = k0 + wr*16 + g (+8).
+  // Epilogue: rows kv = k0 + pr*32 + m*16 + g (+8), column quarter pc.
 #pragma unroll
-  for (int hf = 0; hf < 2; ++hf) {
-    const int kv = k0 + wr * 16 + g + 8 * hf;
-    if (kv >= T)
-      continue;
-    if (p.group == 1) {
-      __nv_bfloat16 *dk = p.dk + ((int64_t(b) * T + kv) * p.Hkv + hk) * DQK;
-      __nv_bfloat16 *dv = p.dv + ((int64_t(b) * T + kv) * p.Hkv + hk) * DV;
+  for (int m = 0; m < 2; ++m)
 #pragma unroll
-      for (int nt = 0; nt < NK; ++nt)
-        *reinterpret_cast<uint32_t *>(dk + wc * (DQK / 2) + nt * 8 + 2 * t4) =
-            packBf16(dkAcc[nt][2 * hf] * p.scale,
-                     dkAcc[nt][2 * hf + 1] * p.scale);
+    for (int hf = 0; hf < 2; ++hf) {
+      const int kv = k0 + pr * 32 + m * 16 + g + 8 * hf;
+      if (kv >= T)
+        continue;
+      if (p.group == 1) {
+        __nv_bfloat16 *dk =
+            p.dk + ((int64_t(b) * T + kv) * p.Hkv + hk) * DQK + pc * (DQK / 4);
+        __nv_bfloat16 *dv =
+            p.dv + ((int64_t(b) * T + kv) * p.Hkv + hk) * DV + pc * (DV / 4);
 #pragma unroll
-      for (int nt = 0; nt < NV; ++nt)
-        *reinterpret_cast<uint32_t *>(dv + wc * (DV / 2) + nt * 8 + 2 * t4) =
-            packBf16(dvAcc[nt][2 * hf], dvAcc[nt][2 * hf + 1]);
-    } else {
-      float *dk = p.dkPart + ((int64_t(b) * p.Hq + h) * T + kv) * DQK;
-      float *dv = p.dvPart + ((int64_t(b) * p.Hq + h) * T + kv) * DV;
+        for (int nt = 0; nt < NK; ++nt)
+          *reinterpret_cast<uint32_t *>(dk + nt * 8 + 2 * t4) =
+              packBf16(dkAcc[m][nt][2 * hf] * p.scale,
+                       dkAcc[m][nt][2 * hf + 1] * p.scale);
 #pragma unroll
-      for (int nt = 0; nt < NK; ++nt)
-        *reinterpret_cast<float2 *>(dk + wc * (DQK / 2) + nt * 8 + 2 * t4) =
-            make_float2(dkAcc[nt][2 * hf] * p.scale,
-                        dkAcc[nt][2 * hf + 1] * p.scale);
+        for (int nt = 0; nt < NV; ++nt)
+          *reinterpret_cast<uint32_t *>(dv + nt * 8 + 2 * t4) =
+              packBf16(dvAcc[m][nt][2 * hf], dvAcc[m][nt][2 * hf + 1]);
+      } else {
+        float *dk =
+            p.dkPart + ((int64_t(b) * p.Hq + h) * T + kv) * DQK + pc * (DQK / 4);
+        float *dv =
+            p.dvPart + ((int64_t(b) * p.Hq + h) * T + kv) * DV + pc * (DV / 4);
 #pragma unroll
-      for (int nt = 0; nt < NV; ++nt)
-        *reinterpret_cast<float2 *>(dv + wc * (DV / 2) + nt * 8 + 2 * t4) =
-            make_float2(dvAcc[nt][2 * hf], dvAcc[nt][2 * hf + 1]);
+        for (int nt = 0; nt < NK; ++nt)
+          *reinterpret_cast<float2 *>(dk + nt * 8 + 2 * t4) =
+              make_float2(dkAcc[m][nt][2 * hf] * p.scale,
+                          dkAcc[m][nt][2 * hf + 1] * p.scale);
+#pragma unroll
+        for (int nt = 0; nt < NV; ++nt)
+          *reinterpret_cast<float2 *>(dv + nt * 8 + 2 * t4) =
+              make_float2(dvAcc[m][nt][2 * hf], dvAcc[m][nt][2 * hf + 1]);
+      }
     }
-  }
 }
 
 /// Sums a GQA group's fp32 dK/dV partials in increasing q-head order.
@@ -780,8 +874,7 @@ __global__ void __launch_bounds__(256) attnBwdQKernel(Params p) {
 }
 
 /// dQ from the dS tiles the dK/dV pass stored: one block per (q tile, q
-/// head, batch), dQ = scale sum_j dS_ij K_j over j ascending. 8 warps split
-/// the 64 x DQK accumulator into 4 row groups x 2 column halves.
+/// head, batch), dQ = scale sum_j dS_ij K_j over j ascending.
 template <int DQK>
 __global__ void __launch_bounds__(256) attnBwdQFromDsKernel(Params p) {
   constexpr int BR = 64, BC = 64;
@@ -790,7 +883,9 @@ __global__ void __launch_bounds__(256) attnBwdQFromDsKernel(Params p) {
   const uint32_t sS0 = sK0 + 2 * BC * DQK * 2;  // two buffers of BC*BR
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t4 = lane & 3;
-  const int wr = warp & 3, wc = warp >> 2;
+  // 2 row groups of 32 (two m16 tiles) x 4 column quarters: each K fragment
+  // read from shared memory feeds two MMAs.
+  const int pr = warp >> 2, pc = warp & 3;
   const int bh = p.bhOffset + blockIdx.x;
   const int b = bh / p.Hq, h = bh % p.Hq, hk = h / p.group;
   const int T = p.T;
@@ -818,51 +913,60 @@ __global__ void __launch_bounds__(256) attnBwdQFromDsKernel(Params p) {
   load(0, 0);
   cpAsyncCommit();
 
-  constexpr int NQ = DQK / 2 / 8;
-  float dqAcc[NQ][4];
+  constexpr int NQ = DQK / 4 / 8;
+  float dqAcc[2][NQ][4];
 #pragma unroll
-  for (int i = 0; i < NQ; ++i)
-    dqAcc[i][0] = dqAcc[i][1] = dqAcc[i][2] = dqAcc[i][3] = 0.f;
+  for (int m = 0; m < 2; ++m)
+#pragma unroll
+    for (int i = 0; i < NQ; ++i)
+      dqAcc[m][i][0] = dqAcc[m][i][1] = dqAcc[m][i][2] = dqAcc[m][i][3] = 0.f;
 
   for (int kt = 0; kt < numK; ++kt) {
     const int buf = kt & 1;
+    // As in the dK/dV pass: the barrier frees the previous step's buffers,
+    // so the next tile's copy is issued after it and one barrier suffices.
+    cpAsyncWait<0>();
+    __syncthreads();
     if (kt + 1 < numK) {
       load(kt + 1, buf ^ 1);
       cpAsyncCommit();
-      cpAsyncWait<1>();
-    } else {
-      cpAsyncWait<0>();
     }
-    __syncthreads();
     const uint32_t sK = sK0 + buf * BC * DQK * 2;
     const uint32_t sS = sS0 + buf * BC * BR * 2; // dS^T [kv][q]
 #pragma unroll
     for (int kk = 0; kk < BC / 16; ++kk) {
-      uint32_t a[4];
-      ldsm4t(a, addrAt<BR>(sS, wr * 16, kk * 16, lane));
+      uint32_t a[2][4];
+#pragma unroll
+      for (int m = 0; m < 2; ++m)
+        ldsm4t(a[m], addrAt<BR>(sS, pr * 32 + m * 16, kk * 16, lane));
 #pragma unroll
       for (int nn = 0; nn < NQ / 2; ++nn) {
         uint32_t bb[4];
-        ldsm4t(bb, addrBt<DQK>(sK, kk * 16, wc * (DQK / 2) + nn * 16, lane));
-        mma16816(dqAcc[2 * nn], a, bb[0], bb[1]);
-        mma16816(dqAcc[2 * nn + 1], a, bb[2], bb[3]);
+        ldsm4t(bb, addrBt<DQK>(sK, kk * 16, pc * (DQK / 4) + nn * 16, lane));
+#pragma unroll
+        for (int m = 0; m < 2; ++m) {
+          mma16816(dqAcc[m][2 * nn], a[m], bb[0], bb[1]);
+          mma16816(dqAcc[m][2 * nn + 1], a[m], bb[2], bb[3]);
+        }
       }
     }
-    __syncthreads();
   }
 
 #pragma unroll
-  for (int hf = 0; hf < 2; ++hf) {
-    const int qi = q0 + wr * 16 + g + 8 * hf;
-    if (qi >= T)
-      continue;
-    __nv_bfloat16 *dq = p.dq + ((int64_t(b) * T + qi) * p.Hq + h) * DQK;
+  for (int m = 0; m < 2; ++m)
 #pragma unroll
-    for (int nt = 0; nt < NQ; ++nt)
-      *reinterpret_cast<uint32_t *>(dq + wc * (DQK / 2) + nt * 8 + 2 * t4) =
-          packBf16(dqAcc[nt][2 * hf] * p.scale,
-                   dqAcc[nt][2 * hf + 1] * p.scale);
-  }
+    for (int hf = 0; hf < 2; ++hf) {
+      const int qi = q0 + pr * 32 + m * 16 + g + 8 * hf;
+      if (qi >= T)
+        continue;
+      __nv_bfloat16 *dq = p.dq + ((int64_t(b) * T + qi) * p.Hq + h) * DQK +
+                          pc * (DQK / 4);
+#pragma unroll
+      for (int nt = 0; nt < NQ; ++nt)
+        *reinterpret_cast<uint32_t *>(dq + nt * 8 + 2 * t4) =
+            packBf16(dqAcc[m][nt][2 * hf] * p.scale,
+                     dqAcc[m][nt][2 * hf + 1] * p.scale);
+    }
 }
 
 //===----------------------------------------------------------------------===//
