@@ -263,6 +263,23 @@ TEST(Checkpoint, ShardedSaveWithIndex) {
   expectError([&] { loadCheckpoint(stepDir, r0.tensors(), {}); }, "saved by 2 rank");
 }
 
+// Writes a checkpoint for an external reader when AP_CHECKPOINT_EXPORT names
+// a folder (test/unit/runtime/checkpoint_torch_check.py reads it with
+// safetensors/PyTorch where those are installed); skipped otherwise.
+TEST(Checkpoint, ExportForExternalReaders) {
+  const char *out = std::getenv("AP_CHECKPOINT_EXPORT");
+  if (!out || !*out)
+    GTEST_SKIP() << "AP_CHECKPOINT_EXPORT not set";
+  ToyState a(1);
+  // Known values the python side checks exactly.
+  for (size_t i = 0; i < a.wq.size(); ++i) {
+    a.wq[i] = bf16(float(i) * 0.5f - 3.0f);
+    a.mq[i] = float(i) * 0.25f + 0.125f;
+  }
+  std::string stepDir = saveCheckpoint(out, a.tensors(), sampleState(42), {});
+  std::printf("exported %s/model.safetensors\n", stepDir.c_str());
+}
+
 TEST(NameMappingTest, Rules) {
   NameMapping m = NameMapping::parse(R"(
 # HF Qwen-style names -> ours
