@@ -212,32 +212,77 @@ struct Gemm {
   }
 };
 
-/// Median GPU time of one launch of `kernel`, alone or with offload/reload
-/// traffic of 256 MiB values in both directions covering the whole window.
+/// Fills bf16 values in [-1, 1) from a hash of the index: GEMM power (and
+/// hence clocks) depends on the data, so constant inputs would flatter it.
+__global__ void fillRandomBf16(__nv_bfloat16 *p, size_t n, uint32_t seed) {
+  size_t stride = size_t(gridDim.x) * blockDim.x;
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    uint32_t h = uint32_t(i) * 0x9E3779B1u ^ seed;
+    h ^= h >> 16;
+    h *= 0x85EBCA6Bu;
+    h ^= h >> 13;
+    p[i] = __float2bfloat16(float(h >> 8) * (2.0f / 16777216.0f) - 1.0f);
+  }
+}
+
+/// Copy traffic beside the kernel: the engine's training-step pattern in
+/// both directions, or raw copies in one direction.
+enum class Traffic { None, EngineBoth, RawD2H, RawH2D };
+const char *trafficName(Traffic t) {
+  switch (t) {
+  case Traffic::None:
+    return "none";
+  case Traffic::EngineBoth:
+    return "engine_both";
+  case Traffic::RawD2H:
+    return "raw_d2h";
+  case Traffic::RawH2D:
+    return "raw_h2d";
+  }
+  return "?";
+}
+
+/// Median GPU time of one of 30 back-to-back launches of `kernel`, with the
+/// given traffic enqueued first (long enough to outlast all launches; the
+/// bench reports whether it did). Alone and with-traffic runs alternate so
+/// clock and temperature drift shows up in the alone runs.
 template <typename Kernel>
-void slowdown(Device &dev, char *copyArena, const char *name, Kernel kernel, double flopOrBytes,
+void slowdown(Device &dev, char *copyArena, const char *name, Kernel kernel, double work,
               const char *unit) {
   constexpr int kLaunches = 30;
   cudaStream_t c = native(dev, Stream::Compute);
   std::vector<cudaEvent_t> ev(kLaunches + 1);
   for (auto &e : ev)
     AP_CUDA_CHECK(cudaEventCreate(&e));
-  auto measure = [&](bool copies, Rig *rig) {
-    int holding = 0; // the slot group whose values wait for their reload
+  Rig rig(dev, 256 * MiB, 2, copyArena);
+  std::vector<void *> host;
+  for (int i = 0; i < 2 * rig.k; ++i)
+    host.push_back(rig.pinned(i));
+  auto measure = [&](Traffic traffic) {
     for (int w = 0; w < 3; ++w)
       kernel(c);
     AP_CUDA_CHECK(cudaStreamSynchronize(c));
-    if (copies) {
-      // Long enough to outlast the kernels: rounds of k out + k back.
-      for (int i = 0; i < rig->k; ++i)
-        rig->offload(i);
+    int holding = 0; // the slot group whose values wait for their reload
+    if (traffic == Traffic::EngineBoth) {
+      for (int i = 0; i < rig.k; ++i)
+        rig.offload(i);
       for (int round = 0; round < 12; ++round) {
-        int back = holding, out = rig->k - holding;
-        for (int i = 0; i < rig->k; ++i) {
-          rig->offload(out + i);
-          rig->reload(back + i);
+        int back = holding, out = rig.k - holding;
+        for (int i = 0; i < rig.k; ++i) {
+          rig.offload(out + i);
+          rig.reload(back + i);
         }
         holding = out;
+      }
+    } else if (traffic != Traffic::None) {
+      bool d2h = traffic == Traffic::RawD2H;
+      cudaStream_t s = native(dev, d2h ? Stream::D2H : Stream::H2D);
+      for (int r = 0; r < 24; ++r) {
+        int i = r % (2 * rig.k);
+        AP_CUDA_CHECK(cudaMemcpyAsync(d2h ? host[i] : static_cast<void *>(rig.value(i)),
+                                      d2h ? static_cast<void *>(rig.value(i)) : host[i],
+                                      rig.bytes, d2h ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice,
+                                      s));
       }
     }
     AP_CUDA_CHECK(cudaEventRecord(ev[0], c));
@@ -245,38 +290,45 @@ void slowdown(Device &dev, char *copyArena, const char *name, Kernel kernel, dou
       kernel(c);
       AP_CUDA_CHECK(cudaEventRecord(ev[i + 1], c));
     }
-    // Were the copies still running when the last kernel ended?
-    bool covered = true;
-    if (copies) {
-      AP_CUDA_CHECK(cudaEventSynchronize(ev[kLaunches]));
-      covered = cudaStreamQuery(native(dev, Stream::H2D)) == cudaErrorNotReady;
-      (void)cudaGetLastError();
-    }
     AP_CUDA_CHECK(cudaEventSynchronize(ev[kLaunches]));
+    // Were the copies still running when the last kernel ended?
+    bool covered = traffic == Traffic::None ||
+                   cudaStreamQuery(native(dev, Stream::H2D)) == cudaErrorNotReady ||
+                   cudaStreamQuery(native(dev, Stream::D2H)) == cudaErrorNotReady;
+    (void)cudaGetLastError();
     std::vector<double> ms;
     for (int i = 0; i < kLaunches; ++i) {
       float t = 0;
       AP_CUDA_CHECK(cudaEventElapsedTime(&t, ev[i], ev[i + 1]));
       ms.push_back(t);
     }
-    if (copies) {
+    dev.synchronize();
+    if (traffic == Traffic::EngineBoth) {
+      for (int i = 0; i < rig.k; ++i)
+        rig.reload(holding + i);
       dev.synchronize();
-      for (int i = 0; i < rig->k; ++i)
-        rig->reload(holding + i);
-      dev.synchronize();
-      rig->pool->assertNoneInUse("slowdown");
+      rig.pool->assertNoneInUse("slowdown");
     }
+    std::printf("{\"kind\":\"kernel_run\",\"kernel\":\"%s\",\"traffic\":\"%s\",\"median_ms\":%.4f,"
+                "\"covered\":%s}\n",
+                name, trafficName(traffic), median(ms), covered ? "true" : "false");
     return std::make_pair(median(ms), covered);
   };
-  Rig rig(dev, 256 * MiB, 2, copyArena);
-  auto alone = measure(false, nullptr);
-  auto beside = measure(true, &rig);
-  auto alone2 = measure(false, nullptr);
-  double base = std::min(alone.first, alone2.first);
-  std::printf("{\"kind\":\"slowdown\",\"kernel\":\"%s\",\"alone_ms\":%.4f,\"with_copies_ms\":%.4f,"
-              "\"slowdown_pct\":%.2f,\"rate_alone\":%.1f,\"unit\":\"%s\",\"copies_covered\":%s}\n",
-              name, base, beside.first, 100.0 * (beside.first / base - 1.0),
-              flopOrBytes / (base * 1e-3) / 1e12, unit, beside.second ? "true" : "false");
+  std::vector<double> alone;
+  std::vector<std::pair<Traffic, std::pair<double, bool>>> with;
+  alone.push_back(measure(Traffic::None).first);
+  for (Traffic t : {Traffic::EngineBoth, Traffic::RawD2H, Traffic::RawH2D}) {
+    with.emplace_back(t, measure(t));
+    alone.push_back(measure(Traffic::None).first);
+  }
+  double base = median(alone);
+  for (auto &w : with)
+    std::printf("{\"kind\":\"slowdown\",\"kernel\":\"%s\",\"traffic\":\"%s\",\"alone_ms\":%.4f,"
+                "\"with_copies_ms\":%.4f,\"slowdown_pct\":%.2f,\"rate_alone\":%.1f,\"unit\":\"%s\","
+                "\"copies_covered\":%s}\n",
+                name, trafficName(w.first), base, w.second.first,
+                100.0 * (w.second.first / base - 1.0), work / (base * 1e-3) / 1e12, unit,
+                w.second.second ? "true" : "false");
   std::fflush(stdout);
   for (auto &e : ev)
     AP_CUDA_CHECK(cudaEventDestroy(e));
@@ -286,6 +338,7 @@ void slowdown(Device &dev, char *copyArena, const char *name, Kernel kernel, dou
 
 int main(int argc, char **argv) {
   int repeats = argc > 1 ? std::atoi(argv[1]) : 5;
+  bool bandwidthToo = !(argc > 2 && std::string(argv[2]) == "slowdown-only");
   DeviceOptions options;
   options.device = DeviceKind::Cuda;
   Device dev(options);
@@ -306,10 +359,13 @@ int main(int argc, char **argv) {
   char *base = dev.arenaBase();
   AP_CUDA_CHECK(cudaMemset(base, 0x3c, plan)); // finite bf16/f32 values
 
-  for (uint64_t size = 1 * MiB; size <= 256 * MiB; size *= 2)
+  for (uint64_t size = 1 * MiB; bandwidthToo && size <= 256 * MiB; size *= 2)
     bandwidth(dev, base, size, repeats);
 
   char *g = base + copyBytes;
+  fillRandomBf16<<<1024, 256, 0, native(dev, Stream::Compute)>>>(
+      reinterpret_cast<__nv_bfloat16 *>(g), 3 * gemmBytes / 2, 12345u);
+  AP_CUDA_CHECK(cudaGetLastError());
   Gemm gemm(static_cast<cublasLtHandle_t>(dev.backend().cublasLtHandle()), n, g,
             g + gemmBytes, g + 2 * gemmBytes, dev.workspace(), dev.workspaceBytes());
   slowdown(dev, base, "gemm_bf16_8192", [&](cudaStream_t s) { gemm.run(s); },

@@ -80,6 +80,11 @@ public:
   /// Why the requested backend was not used; empty when it was.
   const std::string &notice() const { return notice_; }
   Backend &backend() { return *backend_; }
+  /// cudaStream_t of `stream` on cuda (for NCCL calls on the comm stream),
+  /// null on host.
+  void *nativeStream(Stream stream) const {
+    return backend_->nativeStream(stream);
+  }
 
   //===--- Arena ----------------------------------------------------------===//
   /// Allocates the one device arena: `planBytes` laid out by the compiled
