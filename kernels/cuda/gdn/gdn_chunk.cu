@@ -92,6 +92,23 @@ size_t carve(const Dims &d, bool backward, char *base, Ws *w) {
 
 __device__ __forceinline__ int chunkLen(int T, int n) { return min(C, T - n * C); }
 
+/// Calls f(r, c) for every element of a rows x cols tile, element r*cols+c
+/// on thread (r*cols+c) % blockDim.x, with no division per element.
+template <typename F>
+__device__ __forceinline__ void forTile(int rows, int cols, F &&f) {
+  const int q = blockDim.x / cols, rem = blockDim.x - q * cols;
+  int r = threadIdx.x / cols, c = threadIdx.x - r * cols;
+  while (r < rows) {
+    f(r, c);
+    r += q;
+    c += rem;
+    if (c >= cols) {
+      c -= cols;
+      ++r;
+    }
+  }
+}
+
 /// Copies rows [0, 64) x [0, d) (row r at src + r*stride) into a [64][pitch]
 /// bf16 tile, zero rows >= L. With vec, 16-byte cp.async (the caller commits
 /// and waits); otherwise plain element loads.
@@ -144,8 +161,8 @@ intraKernel(Dims d, const bf *q, const bf *k, const bf *v, const float *g,
   bf *Ks = (bf *)smem;                 // [64][pk]
   bf *Vs = Ks + C * pk;                // [64][pv]
   bf *Ts = Vs + C * pv;                // [64][kTP]
-  float *Af = (float *)(Ts + C * kTP); // [64][kFP]
-  float *G = Af + C * kFP, *Bt = G + C, *Gam = Bt + C;
+  float *Af = (float *)(Ts + C * kTP); // [64][kFP] A, then [64][kFP] T
+  float *G = Af + 2 * C * kFP, *Bt = G + C, *Gam = Bt + C;
 
   const long tok0 = long(b) * d.T + t0;
   if (threadIdx.x == 0) {
@@ -185,20 +202,19 @@ intraKernel(Dims d, const bf *q, const bf *k, const bf *v, const float *g,
                   (c < m && m < L) ? Bt[m] * x * __expf(G[m] - G[c]) : 0.f;
             });
     __syncthreads();
-    // T = (I + A)^-1 by forward substitution, in place in Af: step i reads
-    // row i (still A) and rows < i (already T), thread c owns column c.
-    float *Tf = Af;
-    for (int i = 0; i < C; ++i) {
+    // T = (I + A)^-1 by forward substitution into its own array: step i
+    // reads A row i and T rows < i and writes T row i (thread c, column c),
+    // so one barrier per step suffices.
+    float *Tf = Af + C * kFP;
+    for (int i = 1; i < C; ++i) {
       int c = threadIdx.x;
-      float val = 0.f;
       if (c < i) {
-        // T[i][c] = -sum_{m=c}^{i-1} A[i][m] T[m][c]
-        for (int m = c; m < i; ++m)
-          val -= Af[i * kFP + m] * (m == c ? 1.f : Tf[m * kFP + c]);
-      }
-      __syncthreads();
-      if (c < i)
+        // T[i][c] = -sum_{m=c}^{i-1} A[i][m] T[m][c], T[c][c] = 1.
+        float val = -Af[i * kFP + c];
+        for (int m = c + 1; m < i; ++m)
+          val -= Af[i * kFP + m] * Tf[m * kFP + c];
         Tf[i * kFP + c] = val;
+      }
       __syncthreads();
     }
     for (int i = threadIdx.x; i < C * C; i += blockDim.x) {
@@ -233,7 +249,7 @@ intraKernel(Dims d, const bf *q, const bf *k, const bf *v, const float *g,
 
 size_t intraSmem(const Dims &d) {
   return size_t(C) * (d.dk + 8) * 2 + size_t(C) * (d.dv + 8) * 2 +
-         size_t(C) * kTP * 2 + size_t(C) * kFP * 4 + 3 * C * 4;
+         size_t(C) * kTP * 2 + 2 * size_t(C) * kFP * 4 + 3 * C * 4;
 }
 
 //===----------------------------------------------------------------------===//
@@ -303,17 +319,16 @@ stateKernel(Dims d, SeqPlan plan, const bf *k, const float *gCum, const bf *Wg,
     const float *G = Gb + buf * C;
     bf *Ws_ = Wb + buf * C * pk, *Kd = Kb + buf * C * pk, *Us = Ub + buf * C * pb;
     const float gl = G[L - 1];
-    float *hn = hOut + ((bh * d.NT + n) * d.dk) * d.dv;
-    for (int i = threadIdx.x; i < d.dk * dvb; i += blockDim.x) {
-      int r = i / dvb, c = i % dvb;
-      hn[long(r) * d.dv + j0 + c] = S[i];
-      Sb[r * pb + c] = f2b(S[i]);
-    }
+    float *hn = hOut + ((bh * d.NT + n) * d.dk) * d.dv + j0;
+    forTile(d.dk, dvb, [&](int r, int c) {
+      float x = S[r * dvb + c];
+      hn[long(r) * d.dv + c] = x;
+      Sb[r * pb + c] = f2b(x);
+    });
     // K rows scaled in place by exp(G_last - G_r) (rows >= L are zero).
-    for (int i = threadIdx.x; i < L * d.dk; i += blockDim.x) {
-      int r = i / d.dk, c = i - r * d.dk;
+    forTile(L, d.dk, [&](int r, int c) {
       Kd[r * pk + c] = f2b(b2f(Kd[r * pk + c]) * __expf(gl - G[r]));
-    }
+    });
     __syncthreads();
     // Vnew = U - W S0.
     bf *vn = VnOut + wrow * d.dv + j0;
@@ -476,12 +491,12 @@ stateBwdKernel(Dims d, SeqPlan plan, const bf *q, const bf *k,
     bf *Qs = Qb + buf * C * pk, *Ks = Kb + buf * C * pk, *Ws_ = Wb + buf * C * pk;
     bf *dOs = dOb + buf * C * pb;
     const float gl = G[L - 1];
-    float *dhn = dhOut + ((bh * d.NT + n) * d.dk) * d.dv;
-    for (int i = threadIdx.x; i < d.dk * dvb; i += blockDim.x) {
-      int r = i / dvb, c = i % dvb;
-      dhn[long(r) * d.dv + j0 + c] = dH[i];
-      dHb[r * pb + c] = f2b(dH[i]);
-    }
+    float *dhn = dhOut + ((bh * d.NT + n) * d.dk) * d.dv + j0;
+    forTile(d.dk, dvb, [&](int r, int c) {
+      float x = dH[r * dvb + c];
+      dhn[long(r) * d.dv + c] = x;
+      dHb[r * pb + c] = f2b(x);
+    });
     // Pt[s, r] = scale (k_s . q_r) exp(G_r - G_s) for s <= r < L.
     ctaGemm(C, C, d.dk, SMat{Ks, pk, 1}, SMat{Qs, 1, pk},
             [&](int s, int r, float x) {
@@ -491,11 +506,10 @@ stateBwdKernel(Dims d, SeqPlan plan, const bf *q, const bf *k,
             });
     __syncthreads();
     // In place: K <- K exp(G_last - G), Q <- scale Gam Q (rows < L).
-    for (int i = threadIdx.x; i < L * d.dk; i += blockDim.x) {
-      int r = i / d.dk, c = i - r * d.dk;
+    forTile(L, d.dk, [&](int r, int c) {
       Ks[r * pk + c] = f2b(b2f(Ks[r * pk + c]) * __expf(gl - G[r]));
       Qs[r * pk + c] = f2b(b2f(Qs[r * pk + c]) * scale * __expf(G[r]));
-    }
+    });
     __syncthreads();
     // dVnew = Pt dO + Kd dH.
     ctaGemm(C, dvb, C, SMat{Pt, kTP, 1}, SMat{dOs, pb, 1},
@@ -776,6 +790,307 @@ chunkBwdKernel(Dims d, int VB, const bf *q, const bf *k, const bf *v,
   }
 }
 
+/// Per-chunk gradients with dQ, dK, dW held in registers (dk <= 16 * NT * 2
+/// per warp row of tiles: NT = 4 covers dk <= 128). Same algebra and the
+/// same shared-memory layout as chunkBwdKernel (plus one [8][64] row-sum
+/// scratch); q/k gradients go straight to storage when Hv == Hk.
+template <int NT>
+__global__ void __launch_bounds__(kThreads, 1)
+chunkBwdRegKernel(Dims d, int VB, const bf *q, const bf *k, const bf *v,
+                  const float *gCum, const float *beta, const bf *tMat,
+                  const bf *dO, const float *hS, const float *dhS, const bf *Vn,
+                  const float *dVn, float *dQg, float *dKg, bf *dqOut,
+                  bf *dkOut, bf *dvOut, float *dgOut, float *dbetaOut) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  const int n = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+  const int hk = h / d.r, L = chunkLen(d.T, n), t0 = n * C;
+  const int pk = d.dk + 8, pb = VB + 8;
+  const size_t r3 = max(size_t(2) * d.dk * pb, size_t(C) * pk);
+  float *G = (float *)smem, *Bt = G + C, *Gam = Bt + C, *dG = Gam + C,
+        *dB = dG + C, *red = dB + C; // red: [kThreads]
+  float *dSf = red + kThreads;       // [64][kFP]
+  float *dTf = dSf + C * kFP;
+  float *Yf = dTf + C * kFP;
+  bf *Qs = (bf *)(Yf + C * kFP); // [64][pk]
+  bf *Ks = Qs + C * pk;
+  bf *Ts = Ks + C * pk;          // [64][kTP]
+  bf *R3 = Ts + C * kTP;
+  bf *R4 = R3 + r3;
+  const size_t r4 = max(size_t(4) * C * pb, size_t(4) * C * kTP);
+  float *rowPart = (float *)(R4 + r4); // [8][64]
+  bf *S0b = R3, *dHb = R3 + d.dk * pb;
+  bf *dWb = R3;
+  bf *dOb = R4, *Vnb = R4 + C * pb, *dVb = Vnb + C * pb, *Vb = dVb + C * pb;
+  bf *dSb = R4, *dTb = R4 + C * kTP, *M1b = dTb + C * kTP, *dPb = M1b + C * kTP;
+  bf *dPbb = dSb;
+
+  const long tok0 = long(b) * d.T + t0, bh = long(b) * d.Hv + h;
+  const long wrow = bh * d.NT * C + long(n) * C;
+  const float scale = d.scale;
+  const int tid = threadIdx.x, tq = tid & 3;
+  if (tid < C) {
+    int r = tid;
+    long si = (tok0 + min(r, L - 1)) * d.Hv + h;
+    G[r] = gCum[si];
+    Bt[r] = r < L ? beta[si] : 0.f;
+    Gam[r] = __expf(G[r]);
+    dB[r] = 0.f;
+  }
+  loadRows(Qs, pk, q + tok0 * d.qs + long(hk) * d.dk, d.qs, L, d.dk, d.vq);
+  loadRows(Ks, pk, k + tok0 * d.ks + long(hk) * d.dk, d.ks, L, d.dk, d.vk);
+  cpAsyncCommit();
+  const bf *tIn = tMat + (tok0 * d.Hv + h) * C;
+  for (int i = tid; i < C * C; i += blockDim.x) {
+    int r = i / C, c = i % C;
+    Ts[r * kTP + c] = r < L ? tIn[long(r) * d.Hv * C + c] : f2b(0.f);
+    dSf[r * kFP + c] = 0.f;
+    dTf[r * kFP + c] = 0.f;
+  }
+  float accQ[NT][8] = {}, accK[NT][8] = {}, accW[NT][8] = {};
+  float extraS = 0.f;
+  const float *hn = hS + (bh * d.NT + n) * long(d.dk) * d.dv;
+  const float *dhn = dhS + (bh * d.NT + n) * long(d.dk) * d.dv;
+  const bf *vnc = Vn + wrow * d.dv;
+  const float *dvnc = dVn + wrow * d.dv;
+  for (int j0 = 0; j0 < d.dv; j0 += VB) {
+    const int vb = min(VB, d.dv - j0);
+    __syncthreads();
+    loadRows(dOb, pb, dO + (tok0 * d.Hv + h) * d.dv + j0, long(d.Hv) * d.dv, L, vb, d.vo);
+    loadRows(Vnb, pb, vnc + j0, d.dv, C, vb, true);
+    loadRows(Vb, pb, v + tok0 * d.vs + long(h) * d.dv + j0, d.vs, L, vb, d.vv);
+    cpAsyncCommit();
+    {
+      const int per = vb >> 2;
+      for (int i = tid; i < d.dk * per; i += blockDim.x) {
+        int r = i / per, c = (i - r * per) << 2;
+        float4 s0 = *reinterpret_cast<const float4 *>(hn + long(r) * d.dv + j0 + c);
+        float4 dh = *reinterpret_cast<const float4 *>(dhn + long(r) * d.dv + j0 + c);
+        extraS += s0.x * dh.x + s0.y * dh.y + s0.z * dh.z + s0.w * dh.w;
+        bf *a = S0b + r * pb + c, *e = dHb + r * pb + c;
+        a[0] = f2b(s0.x), a[1] = f2b(s0.y), a[2] = f2b(s0.z), a[3] = f2b(s0.w);
+        e[0] = f2b(dh.x), e[1] = f2b(dh.y), e[2] = f2b(dh.z), e[3] = f2b(dh.w);
+      }
+    }
+    loadF32Rows(dVb, pb, dvnc + j0, d.dv, C, vb);
+    cpAsyncWait<0>();
+    __syncthreads();
+    ctaGemmAcc(C, d.dk, vb, SMat{dOb, pb, 1}, SMat{S0b, 1, pb}, accQ);
+    ctaGemmAcc(C, d.dk, vb, SMat{Vnb, pb, 1}, SMat{dHb, 1, pb}, accK);
+    ctaGemmAcc(C, d.dk, vb, SMat{dVb, pb, 1}, SMat{S0b, 1, pb}, accW); // -dW
+    ctaGemm(C, C, vb, SMat{dOb, pb, 1}, SMat{Vnb, 1, pb},
+            [&](int m, int c, float x) { dSf[m * kFP + c] += x; });
+    ctaGemm(C, C, vb, SMat{dVb, pb, 1}, SMat{Vb, 1, pb},
+            [&](int m, int c, float x) { dTf[m * kFP + c] += x * Bt[c]; });
+    ctaGemm(C, vb, C, SMat{Ts, 1, kTP}, SMat{dVb, pb, 1},
+            [&](int m, int c, float x) { Yf[m * kFP + c] = x; });
+    __syncthreads();
+    for (int i = tid; i < L * vb; i += blockDim.x) {
+      int r = i / vb, c = i % vb;
+      dvOut[(tok0 + r) * d.vs + long(h) * d.dv + j0 + c] = f2b(Yf[r * kFP + c] * Bt[r]);
+    }
+    if (tid < C) {
+      float s = 0.f;
+      for (int c = 0; c < vb; ++c)
+        s += Yf[tid * kFP + c] * b2f(Vb[tid * pb + c]);
+      dB[tid] += s;
+    }
+  }
+  const float gl = G[C - 1];
+  // Scale dQ, dK rows; this thread's share of sum_r dK_r . k_r.
+  float ek = 0.f;
+#pragma unroll
+  for (int i = 0; i < NT; ++i) {
+    int m0, n0;
+    if (!tileOrigin(C, d.dk, i, m0, n0))
+      break;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      int m = tileRow(m0, e), c = tileCol(n0, e);
+      accQ[i][e] *= scale * Gam[m];
+      accK[i][e] *= __expf(gl - G[m]);
+      ek += accK[i][e] * b2f(Ks[m * pk + c]);
+    }
+  }
+  // extra = Gam_last sum(S0 dh) + sum_r dK_r . k_r, both fixed-order sums.
+  auto blockSum = [&](float x) {
+    __syncthreads();
+    red[tid] = x;
+    __syncthreads();
+    for (int s = kThreads / 2; s > 0; s >>= 1) {
+      if (tid < s)
+        red[tid] += red[tid + s];
+      __syncthreads();
+    }
+    return red[0];
+  };
+  float sumS = blockSum(extraS);
+  float sumK = blockSum(ek);
+  const float extra = __expf(gl) * sumS + sumK;
+  // dS = scale (dO Vnew^T) * D, lower incl.
+  for (int i = tid; i < C * C; i += blockDim.x) {
+    int m = i / C, c = i % C;
+    float x = (c <= m && m < L) ? scale * dSf[m * kFP + c] * __expf(G[m] - G[c]) : 0.f;
+    dSb[m * kTP + c] = f2b(x);
+  }
+  __syncthreads();
+  ctaGemmAcc(C, d.dk, C, SMat{dSb, kTP, 1}, SMat{Ks, pk, 1}, accQ);
+  ctaGemmAcc(C, d.dk, C, SMat{dSb, 1, kTP}, SMat{Qs, pk, 1}, accK);
+  // Row sums of register tiles: per (16-column tile, row) partials, then a
+  // fixed-order sum over the column tiles.
+  const int tilesN = d.dk >> 4;
+  auto rowSumRegs = [&](auto &&f) {
+#pragma unroll
+    for (int i = 0; i < NT; ++i) {
+      int m0, n0;
+      if (!tileOrigin(C, d.dk, i, m0, n0))
+        break;
+      float p0 = 0.f, p1 = 0.f;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        float x = f(i, e, tileRow(m0, e), tileCol(n0, e));
+        if ((e >> 1) & 1)
+          p1 += x;
+        else
+          p0 += x;
+      }
+      p0 += __shfl_xor_sync(0xffffffffu, p0, 1);
+      p0 += __shfl_xor_sync(0xffffffffu, p0, 2);
+      p1 += __shfl_xor_sync(0xffffffffu, p1, 1);
+      p1 += __shfl_xor_sync(0xffffffffu, p1, 2);
+      if (tq == 0) {
+        rowPart[(n0 >> 4) * C + tileRow(m0, 0)] = p0;
+        rowPart[(n0 >> 4) * C + tileRow(m0, 2)] = p1;
+      }
+    }
+    __syncthreads();
+    float s = 0.f;
+    if (tid < C)
+      for (int jn = 0; jn < tilesN; ++jn)
+        s += rowPart[jn * C + tid];
+    return s; // valid for tid < C
+  };
+  {
+    float s = rowSumRegs([&](int i, int e, int m, int c) {
+      return accQ[i][e] * b2f(Qs[m * pk + c]) - accK[i][e] * b2f(Ks[m * pk + c]);
+    });
+    if (tid < C)
+      dG[tid] = s + (tid == L - 1 ? extra : 0.f);
+  }
+  // dq is final: write it (straight to storage when Hv == Hk).
+  const bool direct = d.r == 1;
+#pragma unroll
+  for (int i = 0; i < NT; ++i) {
+    int m0, n0;
+    if (!tileOrigin(C, d.dk, i, m0, n0))
+      break;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      int m = tileRow(m0, e), c = tileCol(n0, e);
+      if (direct) {
+        if (m < L)
+          dqOut[(tok0 + m) * d.qs + long(hk) * d.dk + c] = f2b(accQ[i][e]);
+      } else {
+        dQg[(wrow + m) * d.dk + c] = accQ[i][e];
+      }
+      dWb[m * pk + c] = f2b(-accW[i][e]);
+    }
+  }
+  __syncthreads();
+  // WY backward: dT += dW (beta Gam K)^T; X = T^T dW.
+  ctaGemm(C, C, d.dk, SMat{dWb, pk, 1}, SMat{Ks, 1, pk},
+          [&](int m, int c, float x) { dTf[m * kFP + c] += x * Bt[c] * Gam[c]; });
+  float accX[NT][8] = {};
+  ctaGemmAcc(C, d.dk, C, SMat{Ts, 1, kTP}, SMat{dWb, pk, 1}, accX);
+  {
+    float s = rowSumRegs([&](int i, int e, int m, int c) {
+      return accX[i][e] * b2f(Ks[m * pk + c]);
+    });
+    if (tid < C) {
+      dB[tid] += s * Gam[tid];
+      dG[tid] += s * Bt[tid] * Gam[tid];
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < NT; ++i) {
+    int m0, n0;
+    if (!tileOrigin(C, d.dk, i, m0, n0))
+      break;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      int m = tileRow(m0, e);
+      accK[i][e] += accX[i][e] * Bt[m] * Gam[m];
+      accX[i][e] = 0.f;
+    }
+  }
+  for (int i = tid; i < C * C; i += blockDim.x) {
+    int m = i / C, c = i % C;
+    dTb[m * kTP + c] = f2b(dTf[m * kFP + c]);
+  }
+  __syncthreads();
+  // dP = -strictlower(T^T dT T^T) * D.
+  ctaGemm(C, C, C, SMat{Ts, 1, kTP}, SMat{dTb, kTP, 1},
+          [&](int m, int c, float x) { M1b[m * kTP + c] = f2b(x); });
+  __syncthreads();
+  ctaGemm(C, C, C, SMat{M1b, kTP, 1}, SMat{Ts, 1, kTP},
+          [&](int m, int c, float x) {
+            float p = (c < m && m < L) ? -x * __expf(G[m] - G[c]) : 0.f;
+            Yf[m * kFP + c] = p;
+            dPb[m * kTP + c] = f2b(p);
+            dPbb[m * kTP + c] = f2b(p * Bt[m]);
+          });
+  ctaGemm(C, C, d.dk, SMat{Ks, pk, 1}, SMat{Ks, 1, pk},
+          [&](int m, int c, float x) { dTf[m * kFP + c] = x; });
+  __syncthreads();
+  // dK += diag(beta) dP K + (diag(beta) dP)^T K.
+  ctaGemmAcc(C, d.dk, C, SMat{dPb, kTP, 1}, SMat{Ks, pk, 1}, accX);
+#pragma unroll
+  for (int i = 0; i < NT; ++i) {
+    int m0, n0;
+    if (!tileOrigin(C, d.dk, i, m0, n0))
+      break;
+#pragma unroll
+    for (int e = 0; e < 8; ++e)
+      accK[i][e] += Bt[tileRow(m0, e)] * accX[i][e];
+  }
+  ctaGemmAcc(C, d.dk, C, SMat{dPbb, 1, kTP}, SMat{Ks, pk, 1}, accK);
+  if (tid < C) {
+    int r = tid;
+    float sb = 0.f, se = 0.f;
+    for (int jj = 0; jj < C; ++jj) {
+      sb += Yf[r * kFP + jj] * dTf[r * kFP + jj];
+      se -= Yf[jj * kFP + r] * Bt[jj] * dTf[jj * kFP + r];
+    }
+    dB[r] += sb;
+    dG[r] += Bt[r] * sb + se;
+  }
+#pragma unroll
+  for (int i = 0; i < NT; ++i) {
+    int m0, n0;
+    if (!tileOrigin(C, d.dk, i, m0, n0))
+      break;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      int m = tileRow(m0, e), c = tileCol(n0, e);
+      if (direct) {
+        if (m < L)
+          dkOut[(tok0 + m) * d.ks + long(hk) * d.dk + c] = f2b(accK[i][e]);
+      } else {
+        dKg[(wrow + m) * d.dk + c] = accK[i][e];
+      }
+    }
+  }
+  __syncthreads();
+  if (tid == 0) {
+    float run = 0.f;
+    for (int r = L - 1; r >= 0; --r) {
+      run += dG[r];
+      long si = (tok0 + r) * d.Hv + h;
+      dgOut[si] = run;
+      dbetaOut[si] = dB[r];
+    }
+  }
+}
+
 size_t chunkBwdSmem(const Dims &d, int VB) {
   const int pk = d.dk + 8, pb = VB + 8;
   size_t r3 = std::max(size_t(2) * d.dk * pb, size_t(C) * pk);
@@ -941,16 +1256,31 @@ Status chunkBackward(const KernelContext &ctx, const GdnChunkArgs &a) {
   AP_GDN_LAUNCH_CHECK(stateBwdKernel);
   int VB = d.dk <= 128 ? 64 : 32;
   size_t sm = chunkBwdSmem(d, VB);
-  if (Status st = setSmem(chunkBwdKernel, sm); st != Status::Ok)
-    return st;
-  chunkBwdKernel<<<dim3(d.NT, d.Hv, d.B), kThreads, sm, s>>>(
-      d, VB, (const bf *)a.q, (const bf *)a.k, (const bf *)a.v,
-      (const float *)a.gCum, (const float *)a.beta, (const bf *)a.tMat,
-      (const bf *)a.dO, w.h, w.dh, w.Vn, w.dVn, w.dQ, w.dK, w.dW, (bf *)a.dv,
-      (float *)a.dg, (float *)a.dbeta);
-  AP_GDN_LAUNCH_CHECK(chunkBwdKernel);
-  groupSumKernel<<<1024, 256, 0, s>>>(d, w.dQ, w.dK, (bf *)a.dq, (bf *)a.dk);
-  AP_GDN_LAUNCH_CHECK(groupSumKernel);
+  const bool direct = d.r == 1;
+  if (d.dk <= 128) {
+    sm += 8 * C * sizeof(float);
+    if (Status st = setSmem(chunkBwdRegKernel<4>, sm); st != Status::Ok)
+      return st;
+    chunkBwdRegKernel<4><<<dim3(d.NT, d.Hv, d.B), kThreads, sm, s>>>(
+        d, VB, (const bf *)a.q, (const bf *)a.k, (const bf *)a.v,
+        (const float *)a.gCum, (const float *)a.beta, (const bf *)a.tMat,
+        (const bf *)a.dO, w.h, w.dh, w.Vn, w.dVn, w.dQ, w.dK, (bf *)a.dq,
+        (bf *)a.dk, (bf *)a.dv, (float *)a.dg, (float *)a.dbeta);
+    AP_GDN_LAUNCH_CHECK(chunkBwdRegKernel);
+  } else {
+    if (Status st = setSmem(chunkBwdKernel, sm); st != Status::Ok)
+      return st;
+    chunkBwdKernel<<<dim3(d.NT, d.Hv, d.B), kThreads, sm, s>>>(
+        d, VB, (const bf *)a.q, (const bf *)a.k, (const bf *)a.v,
+        (const float *)a.gCum, (const float *)a.beta, (const bf *)a.tMat,
+        (const bf *)a.dO, w.h, w.dh, w.Vn, w.dVn, w.dQ, w.dK, w.dW, (bf *)a.dv,
+        (float *)a.dg, (float *)a.dbeta);
+    AP_GDN_LAUNCH_CHECK(chunkBwdKernel);
+  }
+  if (!direct || d.dk > 128) {
+    groupSumKernel<<<1024, 256, 0, s>>>(d, w.dQ, w.dK, (bf *)a.dq, (bf *)a.dk);
+    AP_GDN_LAUNCH_CHECK(groupSumKernel);
+  }
   return Status::Ok;
 }
 

@@ -125,6 +125,67 @@ __device__ __forceinline__ void ctaGemm(int M, int N, int K, SMat A, SMat B,
   }
 }
 
+/// ctaGemm accumulating into registers: acc[i] is this warp's i-th 16x16
+/// tile (tile = warp + i * nwarps; elements ordered as tileElem gives them).
+/// NT >= ceil(tiles / nwarps); slots past the last tile are left alone.
+template <int NT>
+__device__ __forceinline__ void ctaGemmAcc(int M, int N, int K, SMat A, SMat B,
+                                           float (&acc)[NT][8]) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int nwarps = blockDim.x >> 5;
+  const int j = lane & 7, lo = (lane >> 3) & 1, hi = lane >> 4;
+  const int tilesN = N >> 4, tiles = (M >> 4) * tilesN;
+  const bool at = A.trans(), bt = B.trans();
+  const int lda = A.ld(), ldb = B.ld();
+#pragma unroll
+  for (int i = 0; i < NT; ++i) {
+    const int tile = warp + i * nwarps;
+    if (tile >= tiles)
+      break;
+    const int m0 = (tile / tilesN) << 4, n0 = (tile % tilesN) << 4;
+    const bf *pa = at ? A.p + (j + hi * 8) * lda + m0 + lo * 8
+                      : A.p + (m0 + j + lo * 8) * lda + hi * 8;
+    const bf *pb = bt ? B.p + (n0 + j + hi * 8) * ldb + lo * 8
+                      : B.p + (j + lo * 8) * ldb + n0 + hi * 8;
+    const int stepA = at ? 16 * lda : 16, stepB = bt ? 16 : 16 * ldb;
+    for (int k0 = 0; k0 < K; k0 += 16) {
+      uint32_t a[4], b[4];
+      if (at)
+        ldsm4t(a, pa);
+      else
+        ldsm4(a, pa);
+      if (bt)
+        ldsm4(b, pb);
+      else
+        ldsm4t(b, pb);
+      pa += stepA;
+      pb += stepB;
+      mma16816(&acc[i][0], a, b);
+      mma16816(&acc[i][4], a, b + 2);
+    }
+  }
+}
+
+/// Whether register tile i of this thread exists for an (M, N) product, and
+/// its origin.
+__device__ __forceinline__ bool tileOrigin(int M, int N, int i, int &m0,
+                                           int &n0) {
+  const int warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+  const int tilesN = N >> 4, tile = warp + i * nwarps;
+  if (tile >= (M >> 4) * tilesN)
+    return false;
+  m0 = (tile / tilesN) << 4;
+  n0 = (tile % tilesN) << 4;
+  return true;
+}
+/// Row and column of element e (0..7) of a register tile at (m0, n0).
+__device__ __forceinline__ int tileRow(int m0, int e) {
+  return m0 + ((threadIdx.x & 31) >> 2) + ((e >> 1) & 1) * 8;
+}
+__device__ __forceinline__ int tileCol(int n0, int e) {
+  return n0 + ((e >> 2) & 1) * 8 + 2 * (threadIdx.x & 3) + (e & 1);
+}
+
 /// Asynchronous 16-byte global -> shared copy; srcBytes 0 zero-fills.
 __device__ __forceinline__ void cpAsync16(void *dst, const void *src,
                                           int srcBytes) {
