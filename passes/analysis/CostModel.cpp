@@ -1,0 +1,417 @@
+//===- CostModel.cpp - predicted time and bytes of train ops --------------===//
+//
+// The formulas are stated (and derived) in docs/cost-model.md; keep the two
+// in step.
+//
+//===----------------------------------------------------------------------===//
+
+#include "passes/analysis/CostModel.h"
+
+#include "dialect/train/TrainOps.h"
+#include "passes/analysis/GraphSummary.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/SymbolTable.h"
+#include "llvm/ADT/TypeSwitch.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/MemoryBuffer.h"
+
+#include <algorithm>
+
+using namespace mlir;
+using namespace ap::train;
+
+//===----------------------------------------------------------------------===//
+// DeviceProfile
+//===----------------------------------------------------------------------===//
+
+llvm::Expected<DeviceProfile> DeviceProfile::load(StringRef jsonPath) {
+  auto buffer = llvm::MemoryBuffer::getFile(jsonPath, /*IsText=*/true);
+  if (!buffer)
+    return llvm::createStringError(buffer.getError(),
+                                   "cannot read device profile '%s': %s",
+                                   jsonPath.str().c_str(),
+                                   buffer.getError().message().c_str());
+  return parse((*buffer)->getBuffer(), jsonPath);
+}
+
+llvm::Expected<DeviceProfile> DeviceProfile::parse(StringRef json, StringRef origin) {
+  auto fail = [&](const llvm::Twine &msg) {
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   "device profile '" + origin + "': " + msg);
+  };
+  llvm::Expected<llvm::json::Value> parsed = llvm::json::parse(json);
+  if (!parsed)
+    return fail("invalid JSON: " + llvm::toString(parsed.takeError()));
+  const llvm::json::Object *obj = parsed->getAsObject();
+  if (!obj)
+    return fail("expected a JSON object of device constants");
+
+  DeviceProfile p;
+  // One table maps keys to fields so the key list in messages and the
+  // fields read cannot drift apart.
+  struct Field {
+    llvm::StringLiteral key;
+    double DeviceProfile::*member;
+  };
+  static const Field fields[] = {
+      {"peakFlops", &DeviceProfile::peakFlops},
+      {"memBandwidth", &DeviceProfile::memBandwidth},
+      {"launchLatency", &DeviceProfile::launchLatency},
+      {"d2hBandwidth", &DeviceProfile::d2hBandwidth},
+      {"h2dBandwidth", &DeviceProfile::h2dBandwidth},
+      {"duplexBandwidth", &DeviceProfile::duplexBandwidth},
+  };
+  // Sorted keys give a deterministic first error for a file with several.
+  SmallVector<StringRef> keys;
+  for (const auto &kv : *obj)
+    keys.push_back(kv.first);
+  llvm::sort(keys);
+  for (StringRef key : keys) {
+    const Field *field = llvm::find_if(
+        fields, [&](const Field &f) { return f.key == key; });
+    if (field == std::end(fields)) {
+      std::string known;
+      for (const Field &f : fields)
+        known += (known.empty() ? "" : ", ") + f.key.str();
+      return fail("unknown field '" + key + "' (known fields: " + known + ")");
+    }
+    std::optional<double> value = obj->get(key)->getAsNumber();
+    if (!value)
+      return fail("field '" + key + "' must be a number");
+    // launchLatency may be 0 (an idealised device); rates must be positive
+    // because the model divides by them.
+    bool isLatency = field->member == &DeviceProfile::launchLatency;
+    if (!(isLatency ? *value >= 0 : *value > 0))
+      return fail("field '" + key + "' must be " +
+                  (isLatency ? "non-negative" : "positive") + ", got " +
+                  llvm::formatv("{0}", *value));
+    p.*(field->member) = *value;
+  }
+  return p;
+}
+
+//===----------------------------------------------------------------------===//
+// Helpers
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+double bytesOf(Value v) {
+  if (!v || !isa<RankedTensorType>(v.getType()))
+    return 0;
+  return static_cast<double>(tensorBytes(v.getType()));
+}
+
+double numel(Value v) {
+  return static_cast<double>(
+      cast<ShapedType>(v.getType()).getNumElements());
+}
+
+int64_t dim(Value v, unsigned i) {
+  return cast<ShapedType>(v.getType()).getDimSize(i);
+}
+
+/// Bytes every operand and result occupies: what an op that reads all its
+/// inputs once and writes all its results once moves.
+double operandAndResultBytes(Operation *op) {
+  double b = 0;
+  for (Value v : op->getOperands())
+    b += bytesOf(v);
+  for (Value v : op->getResults())
+    b += bytesOf(v);
+  return b;
+}
+
+/// Main-grad traffic of one FP32 accumulation (+=): read and write.
+double mainGradBytes(Value weight) { return 2.0 * 4.0 * numel(weight); }
+
+int64_t align256(int64_t n) { return (n + 255) / 256 * 256; }
+
+/// Scratch of the chunked LM head + cross-entropy kernels (kernels/dense.h,
+/// lmHeadCrossEntropyWorkspaceBytes): fp32 logits, bf16 dlogits and 12 bytes
+/// of per-token state for one chunk of tokens. The shared 32 MiB GEMM
+/// workspace is a fixed arena, not per-op scratch.
+int64_t lmHeadWorkspace(int64_t tokens, int64_t vocab, int64_t chunkTokens) {
+  int64_t c = std::min(chunkTokens, tokens);
+  if (c <= 0)
+    return 0;
+  return align256(c * vocab * 4) + align256(c * vocab * 2) + align256(c * 12);
+}
+
+/// Scratch of the deterministic attention backward (kernels/attention.h,
+/// StoredDs algorithm): the per-row D = dO . O, fp32 per-q-head dK/dV
+/// partials under GQA, and the bf16 dS tiles of as many (batch, head) pairs
+/// as fit in 256 MiB.
+int64_t attentionBackwardWorkspace(int64_t B, int64_t T, int64_t Hq,
+                                   int64_t Hkv, int64_t Dqk, int64_t Dv) {
+  int64_t rows = B * T;
+  int64_t bytes = align256(rows * Hq * 4);
+  if (Hq != Hkv)
+    bytes += align256(rows * Hq * Dqk * 4) + align256(rows * Hq * Dv * 4);
+  int64_t tiles = (T + 63) / 64;
+  int64_t perPair = tiles * (tiles + 1) / 2 * 64 * 64 * 2;
+  int64_t maxChunk = std::max<int64_t>(1, (int64_t(256) << 20) / perPair);
+  int64_t pairs = B * Hq;
+  int64_t launches = (pairs + maxChunk - 1) / maxChunk;
+  int64_t chunk = (pairs + launches - 1) / launches;
+  return bytes + align256(chunk * perPair);
+}
+
+/// Scratch of the chunked gated delta rule (kernels/gdn.h): W, U, Vnew
+/// (bf16, one row per padded token and value head) and the per-chunk states
+/// h (fp32); backward adds dh and fp32 dVnew, dQ, dK, dW.
+int64_t gdnWorkspace(int64_t B, int64_t NT, int64_t Hv, int64_t C,
+                     int64_t dk, int64_t dv, bool backward) {
+  int64_t rows = B * Hv * NT * C;
+  int64_t states = B * Hv * NT * dk * dv;
+  int64_t bytes = align256(rows * dk * 2) + 2 * align256(rows * dv * 2) +
+                  align256(states * 4);
+  if (backward)
+    bytes += align256(states * 4) + align256(rows * dv * 4) +
+             3 * align256(rows * dk * 4);
+  return bytes;
+}
+
+/// Chunked gated-delta-rule FLOPs per (sequence, chunk, value head); the
+/// derivation is in docs/cost-model.md.
+double gdnChunkFlops(double C, double dk, double dv, bool backward) {
+  if (!backward)
+    return C * C * (6 * dk + 4 * dv) + 6 * C * dk * dv + C * C * C / 3;
+  return C * C * (18 * dk + 10 * dv) + 16 * C * dk * dv + 4 * C * C * C;
+}
+
+/// Trainable parameter elements of the module holding `op`.
+double trainableElements(Operation *op) {
+  auto module = op->getParentOfType<ModuleOp>();
+  double n = 0;
+  if (module)
+    for (auto param : module.getOps<ParamOp>())
+      if (!param.getFrozen())
+        n += cast<ShapedType>(param.getType()).getNumElements();
+  return n;
+}
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// CostModel
+//===----------------------------------------------------------------------===//
+
+CostModel::CostModel(DeviceProfile p) : prof(p) {}
+
+double CostModel::copyBandwidth(CopyDirection dir,
+                                bool otherDirectionBusy) const {
+  double own = dir == CopyDirection::DeviceToHost ? prof.d2hBandwidth
+                                                  : prof.h2dBandwidth;
+  if (!otherDirectionBusy)
+    return own;
+  double share = own / (prof.d2hBandwidth + prof.h2dBandwidth);
+  // Sharing never makes one direction faster than it is alone.
+  return std::min(own, prof.duplexBandwidth * share);
+}
+
+double CostModel::copySeconds(int64_t bytes, CopyDirection dir,
+                              bool otherDirectionBusy) const {
+  return static_cast<double>(bytes) / copyBandwidth(dir, otherDirectionBusy);
+}
+
+double CostModel::copySeconds(int64_t bytes, bool otherDirectionBusy) const {
+  return std::max(
+      copySeconds(bytes, CopyDirection::DeviceToHost, otherDirectionBusy),
+      copySeconds(bytes, CopyDirection::HostToDevice, otherDirectionBusy));
+}
+
+OpCost CostModel::cost(Operation *op) const {
+  if (!op->getDialect() || op->getDialect()->getNamespace() != "train")
+    return {};
+  OpCost c;
+  // Ops that launch nothing: symbol reads, views, terminators, the loop
+  // itself (its body is costed op by op) and the placement ops, whose
+  // copies run on the d2h / h2d queues (StreamSimulation).
+  if (isa<ParamRefOp, ReshapeOp, YieldOp, MicrobatchLoopOp, OffloadOp,
+          ReloadOp, WaitOp>(op))
+    return c;
+
+  bool handled =
+      llvm::TypeSwitch<Operation *, bool>(op)
+          .Case([&](EmbeddingOp e) {
+            // Gather: read one table row per token, write it.
+            c.bytes = bytesOf(e.getTokens()) + 2 * bytesOf(e.getResult());
+            return true;
+          })
+          .Case([&](EmbeddingGradOp e) {
+            // Scatter-add of one FP32 main-grad row per token.
+            double rowElems = numel(e.getResultGrad());
+            c.bytes = bytesOf(e.getTokens()) + bytesOf(e.getResultGrad()) +
+                      2 * 4 * rowElems;
+            c.flops = rowElems;
+            return true;
+          })
+          .Case([&](LinearOp l) {
+            double K = dim(l.getWeight(), 1), O = dim(l.getWeight(), 0);
+            double M = numel(l.getInput()) / K;
+            c.flops = 2 * M * O * K;
+            c.bytes = operandAndResultBytes(op);
+            return true;
+          })
+          .Case([&](LinearGradOp l) {
+            double K = dim(l.getWeight(), 1), O = dim(l.getWeight(), 0);
+            double M = numel(l.getInput()) / K;
+            c.bytes = bytesOf(l.getResultGrad());
+            if (Value dx = l.getInputGrad()) {
+              c.flops += 2 * M * O * K;
+              c.bytes += bytesOf(l.getWeight()) + bytesOf(dx);
+            }
+            if (l.getWeightGradAttr()) {
+              c.flops += 2 * M * O * K;
+              c.bytes += bytesOf(l.getInput()) + mainGradBytes(l.getWeight());
+            }
+            return true;
+          })
+          .Case([&](RMSNormGradOp n) {
+            c.bytes = operandAndResultBytes(op);
+            if (n.getWeightGradAttr())
+              c.bytes += mainGradBytes(n.getWeight());
+            return true;
+          })
+          .Case([&](GatedRMSNormGradOp n) {
+            c.bytes = operandAndResultBytes(op);
+            if (n.getWeightGradAttr())
+              c.bytes += mainGradBytes(n.getWeight());
+            return true;
+          })
+          .Case([&](ShortConvGradOp s) {
+            c.bytes = operandAndResultBytes(op);
+            if (s.getWeightGradAttr())
+              c.bytes += mainGradBytes(s.getWeight());
+            return true;
+          })
+          .Case([&](GDNGatesGradOp g) {
+            c.bytes = operandAndResultBytes(op);
+            if (g.getALogGradAttr())
+              c.bytes += mainGradBytes(g.getALog());
+            if (g.getDtBiasGradAttr())
+              c.bytes += mainGradBytes(g.getDtBias());
+            return true;
+          })
+          .Case([&](GatedDeltaRuleOp g) {
+            int64_t B = dim(g.getV(), 0), T = dim(g.getV(), 1);
+            int64_t Hv = dim(g.getV(), 2), dv = dim(g.getV(), 3);
+            int64_t dk = dim(g.getQ(), 3), C = g.getChunkSize();
+            int64_t NT = (T + C - 1) / C;
+            c.flops = double(B * NT * Hv) * gdnChunkFlops(C, dk, dv, false);
+            c.bytes = operandAndResultBytes(op);
+            c.workspaceBytes = gdnWorkspace(B, NT, Hv, C, dk, dv, false);
+            return true;
+          })
+          .Case([&](GatedDeltaRuleGradOp g) {
+            int64_t B = dim(g.getV(), 0), T = dim(g.getV(), 1);
+            int64_t Hv = dim(g.getV(), 2), dv = dim(g.getV(), 3);
+            int64_t dk = dim(g.getQ(), 3), C = g.getChunkSize();
+            int64_t NT = (T + C - 1) / C;
+            c.flops = double(B * NT * Hv) * gdnChunkFlops(C, dk, dv, true);
+            c.bytes = operandAndResultBytes(op);
+            c.workspaceBytes = gdnWorkspace(B, NT, Hv, C, dk, dv, true);
+            return true;
+          })
+          .Case([&](AttentionOp a) {
+            double B = dim(a.getQ(), 0), T = dim(a.getQ(), 1);
+            double Hq = dim(a.getQ(), 2), Dqk = dim(a.getQ(), 3);
+            double Dv = dim(a.getV(), 3);
+            // Causal: half of the T x T score matrix, QK^T and PV.
+            c.flops = B * Hq * T * T / 2 * 2 * (Dqk + Dv);
+            c.bytes = operandAndResultBytes(op);
+            return true;
+          })
+          .Case([&](AttentionGradOp a) {
+            int64_t B = dim(a.getQ(), 0), T = dim(a.getQ(), 1);
+            int64_t Hq = dim(a.getQ(), 2), Dqk = dim(a.getQ(), 3);
+            int64_t Hkv = dim(a.getK(), 2), Dv = dim(a.getV(), 3);
+            // Recomputed QK^T, dV = P^T dO, dP = dO V^T, dQ = dS K,
+            // dK = dS^T Q over the causal half.
+            c.flops = double(B) * Hq * double(T) * T / 2 * 2 *
+                      (3.0 * Dqk + 2.0 * Dv);
+            c.bytes = operandAndResultBytes(op);
+            c.workspaceBytes =
+                attentionBackwardWorkspace(B, T, Hq, Hkv, Dqk, Dv);
+            return true;
+          })
+          .Case([&](SliceOp s) {
+            c.bytes = 2 * bytesOf(s.getResult());
+            return true;
+          })
+          .Case([&](ConcatOp s) {
+            c.bytes = 2 * bytesOf(s.getResult());
+            return true;
+          })
+          .Case([&](LMHeadCrossEntropyOp l) {
+            double N = numel(l.getLabels());
+            double V = dim(l.getWeight(), 0), D = dim(l.getWeight(), 1);
+            c.flops = 2 * N * V * D;
+            // fp32 logits written and read back for the log-sum-exp.
+            c.bytes = operandAndResultBytes(op) + N * V * 8;
+            c.workspaceBytes =
+                lmHeadWorkspace(int64_t(N), int64_t(V), l.getChunkTokens());
+            return true;
+          })
+          .Case([&](LMHeadCrossEntropyGradOp l) {
+            double N = numel(l.getLabels());
+            double V = dim(l.getWeight(), 0), D = dim(l.getWeight(), 1);
+            // Logits recomputed once per chunk, then d hidden = dlogits W
+            // and, when trainable, dW += dlogits^T hidden.
+            bool dW = static_cast<bool>(l.getWeightGradAttr());
+            c.flops = (dW ? 6 : 4) * N * V * D;
+            // fp32 logits written and read, bf16 dlogits written and read
+            // by each gradient GEMM.
+            c.bytes = operandAndResultBytes(op) + N * V * (8 + 2 + (dW ? 4 : 2));
+            if (dW)
+              c.bytes += mainGradBytes(l.getWeight());
+            c.workspaceBytes =
+                lmHeadWorkspace(int64_t(N), int64_t(V), l.getChunkTokens());
+            return true;
+          })
+          .Case([&](AdamWOp a) {
+            auto param = SymbolTable::lookupNearestSymbolFrom<ParamOp>(
+                op, a.getParamAttr());
+            if (!param)
+              return true;
+            auto type = cast<ShapedType>(param.getType());
+            double n = type.getNumElements();
+            double elt = (type.getElementTypeBitWidth() + 7) / 8;
+            // Master, m and v read and written; main grad read and zeroed;
+            // compute copy written.
+            c.bytes = n * (3 * 8 + 4 + 4 + elt);
+            c.flops = 12 * n;
+            return true;
+          })
+          .Case([&](FinalizeGradsOp) {
+            // One read for the global norm, one fused read-write for
+            // 1/count and the clip factor.
+            double n = trainableElements(op);
+            c.bytes = 3 * 4 * n;
+            c.flops = 3 * n;
+            return true;
+          })
+          .Default([](Operation *) { return false; });
+
+  // Everything else (norms, conv, gates, RoPE, gates, SwiGLU, add, expand,
+  // their backward ops, slice_grad, expand_grad, lr_schedule, loss_mean):
+  // memory-bound, reads its operands and writes its results once.
+  if (!handled)
+    c.bytes = operandAndResultBytes(op);
+
+  c.seconds = prof.launchLatency +
+              std::max(c.flops / prof.peakFlops, c.bytes / prof.memBandwidth);
+  return c;
+}
+
+std::string ap::train::scopeKey(Operation *op) {
+  auto scope = op->getAttrOfType<ScopeAttr>("scope");
+  if (!scope)
+    return "";
+  if (scope.getLayer() < 0)
+    return ("model." + scope.getModule()).str();
+  return llvm::formatv("L{0}.{1}", scope.getLayer(), scope.getModule()).str();
+}

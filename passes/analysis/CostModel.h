@@ -1,0 +1,100 @@
+//===- CostModel.h - predicted time and bytes of train ops --------*- C++ -*-===//
+//
+// A roofline time model of every train op (forward, backward, step and
+// placement ops) plus the bandwidths of the host links. Placement passes use
+// it to predict when a copy finishes relative to compute (StreamSimulation)
+// and what each op needs as scratch (MemoryTimeline). Every device constant
+// lives in DeviceProfile so that a measured profile (a JSON file) can replace
+// the H200 defaults without touching the formulas; docs/cost-model.md states
+// the formulas.
+//
+//===----------------------------------------------------------------------===//
+#ifndef ACTPLACE_PASSES_ANALYSIS_COSTMODEL_H
+#define ACTPLACE_PASSES_ANALYSIS_COSTMODEL_H
+
+#include "mlir/IR/Operation.h"
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
+
+#include <cstdint>
+#include <string>
+
+namespace ap::train {
+
+/// The device constants of the cost model. Defaults are one H200 (dense BF16
+/// tensor-core peak, HBM3e bandwidth) and the PCIe rates measured on our H200
+/// host: 55 GB/s one way, ~101 GB/s for both directions at once.
+struct DeviceProfile {
+  /// Dense BF16 tensor-core FLOP/s.
+  double peakFlops = 790e12;
+  /// Device memory bytes/s.
+  double memBandwidth = 4.0e12;
+  /// Seconds added to every kernel launch.
+  double launchLatency = 4e-6;
+  /// Host link bytes/s for one direction while the other is idle.
+  double d2hBandwidth = 55e9, h2dBandwidth = 55e9;
+  /// Host link bytes/s of both directions together while both are busy; each
+  /// direction gets a share proportional to its one-way bandwidth.
+  double duplexBandwidth = 101e9;
+
+  /// Reads a JSON object whose keys are any subset of the field names above
+  /// (`peakFlops`, `memBandwidth`, `launchLatency`, `d2hBandwidth`,
+  /// `h2dBandwidth`, `duplexBandwidth`) with positive numbers as values;
+  /// absent fields keep their defaults. An unknown key, a non-numeric or
+  /// non-positive value, or malformed JSON is an error naming the file and
+  /// the offending key.
+  static llvm::Expected<DeviceProfile> load(llvm::StringRef jsonPath);
+  /// The same, from JSON text; `origin` names the source in messages.
+  static llvm::Expected<DeviceProfile> parse(llvm::StringRef json,
+                                             llvm::StringRef origin);
+};
+
+/// Predicted work of one op on the compute stream.
+struct OpCost {
+  /// Floating-point operations (multiply and add counted separately).
+  double flops = 0;
+  /// Device-memory bytes read plus written, main-grad and optimizer-state
+  /// traffic included.
+  double bytes = 0;
+  /// launchLatency + max(flops / peakFlops, bytes / memBandwidth), or 0 for
+  /// ops that launch no kernel (views, param_ref, yield, placement ops).
+  double seconds = 0;
+  /// Scratch device memory the op's kernels need while it runs.
+  int64_t workspaceBytes = 0;
+};
+
+/// Which host link a copy uses.
+enum class CopyDirection { DeviceToHost, HostToDevice };
+
+class CostModel {
+public:
+  explicit CostModel(DeviceProfile p = {});
+
+  /// Roofline cost of `op`. Ops outside the train dialect and regions (the
+  /// microbatch loop op itself) cost nothing: their contents are costed op
+  /// by op.
+  OpCost cost(mlir::Operation *op) const;
+
+  /// Seconds to move `bytes` over one host link when the other direction is
+  /// (or is not) busy at the same time. Without a direction the slower of
+  /// the two links is assumed.
+  double copySeconds(int64_t bytes, bool otherDirectionBusy) const;
+  double copySeconds(int64_t bytes, CopyDirection dir,
+                     bool otherDirectionBusy) const;
+  /// Bytes/s of one direction, alone or sharing the link with the other.
+  double copyBandwidth(CopyDirection dir, bool otherDirectionBusy) const;
+
+  const DeviceProfile &profile() const { return prof; }
+
+private:
+  DeviceProfile prof;
+};
+
+/// The scope key used in reports: "L<layer>.<leaf>" for decoder layers,
+/// "model.<leaf>" for model-level leaves (layer -1), "" when `op` has no
+/// `scope` attribute.
+std::string scopeKey(mlir::Operation *op);
+
+} // namespace ap::train
+
+#endif // ACTPLACE_PASSES_ANALYSIS_COSTMODEL_H

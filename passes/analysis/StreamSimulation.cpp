@@ -1,0 +1,201 @@
+//===- StreamSimulation.cpp - compute / d2h / h2d queue timing ------------===//
+
+#include "passes/analysis/StreamSimulation.h"
+
+#include "dialect/train/TrainOps.h"
+#include "passes/analysis/GraphSummary.h"
+
+#include <deque>
+#include <limits>
+
+using namespace mlir;
+using namespace ap::train;
+
+namespace {
+
+/// The two copy queues sharing the host link, advanced in time by the
+/// compute walk. Compute only ever moves forward and every copy is issued at
+/// the compute time it is reached, so advancing the queues to that time
+/// before enqueueing keeps the fluid model exact: no copy is ever given
+/// bandwidth retroactively.
+class CopyEngine {
+public:
+  CopyEngine(const CostModel &cost, SmallVectorImpl<SimulatedCopy> &copies)
+      : cost(cost), copies(copies) {}
+
+  int enqueue(SimulatedCopy copy) {
+    advanceTo(copy.issue);
+    int id = copies.size();
+    copies.push_back(std::move(copy));
+    remaining.push_back(static_cast<double>(copies.back().bytes));
+    done.push_back(false);
+    started.push_back(false);
+    queues[queueOf(id)].push_back(id);
+    return id;
+  }
+
+  /// Runs the queues until time `t`.
+  void advanceTo(double t) { run(t, -1); }
+  /// Runs the queues until copy `id` has ended; returns its end.
+  double finish(int id) {
+    run(std::numeric_limits<double>::infinity(), id);
+    return copies[id].end;
+  }
+  /// Runs every queued copy to its end.
+  void drain() {
+    for (int id = 0, e = copies.size(); id < e; ++id)
+      if (!done[id])
+        finish(id);
+  }
+
+private:
+  int queueOf(int id) const {
+    return copies[id].direction == CopyDirection::DeviceToHost ? 0 : 1;
+  }
+  bool runnable(int id) const {
+    int dep = copies[id].dependsOn;
+    return copies[id].issue <= now && (dep < 0 || done[dep]);
+  }
+
+  void run(double until, int untilDone) {
+    const double inf = std::numeric_limits<double>::infinity();
+    while (untilDone >= 0 ? !done[untilDone] : now < until) {
+      int active[2] = {-1, -1};
+      bool progressed = false;
+      for (int q = 0; q < 2; ++q) {
+        if (queues[q].empty() || !runnable(queues[q].front()))
+          continue;
+        int id = queues[q].front();
+        if (!started[id]) {
+          started[id] = true;
+          copies[id].start = now;
+        }
+        if (remaining[id] <= 0) {
+          complete(id, now);
+          progressed = true;
+          continue;
+        }
+        active[q] = id;
+      }
+      if (progressed)
+        continue;
+      bool both = active[0] >= 0 && active[1] >= 0;
+      double rate[2], next = untilDone >= 0 ? inf : until;
+      for (int q = 0; q < 2; ++q) {
+        if (active[q] < 0)
+          continue;
+        rate[q] = cost.copyBandwidth(copies[active[q]].direction, both);
+        next = std::min(next, now + remaining[active[q]] / rate[q]);
+      }
+      // Nothing can run and nothing will arrive: a reload waiting on a copy
+      // that never ends. Not reachable for well-formed blocks; stop rather
+      // than spin.
+      if (next == inf)
+        return;
+      double dt = next - now;
+      for (int q = 0; q < 2; ++q) {
+        int id = active[q];
+        if (id < 0)
+          continue;
+        if (now + remaining[id] / rate[q] <= next) {
+          complete(id, next);
+        } else {
+          remaining[id] -= rate[q] * dt;
+        }
+      }
+      now = next;
+    }
+  }
+
+  void complete(int id, double t) {
+    remaining[id] = 0;
+    done[id] = true;
+    copies[id].end = t;
+    queues[queueOf(id)].pop_front();
+  }
+
+  const CostModel &cost;
+  SmallVectorImpl<SimulatedCopy> &copies;
+  SmallVector<double> remaining;
+  SmallVector<bool> done, started;
+  std::deque<int> queues[2];
+  double now = 0;
+};
+
+} // namespace
+
+StreamSimulation StreamSimulation::simulate(Block &block,
+                                            const CostModel &cost) {
+  StreamSimulation sim;
+  CopyEngine engine(cost, sim.copies);
+  double t = 0;
+  for (Operation &op : block) {
+    sim.opIndex[&op] = sim.ops.size();
+    SimulatedOp s;
+    s.op = &op;
+    if (auto offload = dyn_cast<OffloadOp>(op)) {
+      SimulatedCopy c;
+      c.op = &op;
+      c.direction = CopyDirection::DeviceToHost;
+      c.issue = t;
+      c.bytes = tensorBytes(offload.getInput().getType());
+      c.scope = scopeKey(&op);
+      sim.copyIndex[&op] = engine.enqueue(std::move(c));
+    } else if (auto reload = dyn_cast<ReloadOp>(op)) {
+      SimulatedCopy c;
+      c.op = &op;
+      c.direction = CopyDirection::HostToDevice;
+      c.issue = t;
+      c.bytes = tensorBytes(reload.getResult().getType());
+      c.scope = scopeKey(&op);
+      if (Operation *src = reload.getHost().getDefiningOp()) {
+        auto it = sim.copyIndex.find(src);
+        if (it != sim.copyIndex.end())
+          c.dependsOn = it->second;
+      }
+      sim.copyIndex[&op] = engine.enqueue(std::move(c));
+    } else if (auto wait = dyn_cast<WaitOp>(op)) {
+      Operation *src = wait.getInput().getDefiningOp();
+      auto it = src ? sim.copyIndex.find(src) : sim.copyIndex.end();
+      if (it != sim.copyIndex.end()) {
+        engine.advanceTo(t);
+        double ready = engine.finish(it->second);
+        if (ready > t) {
+          s.stall = ready - t;
+          sim.exposedByScope[scopeKey(&op)] += s.stall;
+          sim.exposedSeconds += s.stall;
+          t = ready;
+        }
+      }
+    }
+    double seconds = cost.cost(&op).seconds;
+    s.start = t;
+    s.end = t + seconds;
+    sim.busySeconds += seconds;
+    t = s.end;
+    sim.ops.push_back(s);
+  }
+  sim.computeSeconds = t;
+  engine.drain();
+  for (const SimulatedCopy &c : sim.copies)
+    sim.copyEndSeconds = std::max(sim.copyEndSeconds, c.end);
+  return sim;
+}
+
+int StreamSimulation::indexOf(Operation *op) const {
+  auto it = opIndex.find(op);
+  return it == opIndex.end() ? -1 : it->second;
+}
+
+const SimulatedCopy *StreamSimulation::copyOf(Operation *op) const {
+  auto it = copyIndex.find(op);
+  return it == copyIndex.end() ? nullptr : &copies[it->second];
+}
+
+double StreamSimulation::copySeconds(CopyDirection dir) const {
+  double s = 0;
+  for (const SimulatedCopy &c : copies)
+    if (c.direction == dir)
+      s += c.end - c.start;
+  return s;
+}

@@ -1,0 +1,95 @@
+//===- StreamSimulation.h - compute / d2h / h2d queue timing ------*- C++ -*-===//
+//
+// Predicts when each op of a block runs on the compute stream and when each
+// offload (D2H) and reload (H2D) copy runs on its host-link queue, so that
+// placement passes can choose prefetch anchors and report hidden versus
+// exposed transfer time (DESIGN.md section 4). Reads the IR only.
+//
+// Model: the compute stream runs the block's ops in order, each taking
+// CostModel::cost(op).seconds. `train.offload` issues a D2H when the compute
+// stream reaches it; the copy starts once the d2h queue is free. A
+// `train.reload` issues an H2D when reached; it starts once the h2d queue is
+// free and its own offload's D2H has ended. `train.wait` stalls compute until
+// the H2D of the reload it waits on has ended; the stall is exposed transfer
+// time of the wait's scope. Each queue runs one copy at a time, in issue
+// order. The link is shared as a fluid: while both directions copy, each gets
+// its CostModel::copyBandwidth(dir, /*otherDirectionBusy=*/true) share, so a
+// copy that overlaps the other direction only in part is slowed only for
+// that part.
+//
+//===----------------------------------------------------------------------===//
+#ifndef ACTPLACE_PASSES_ANALYSIS_STREAMSIMULATION_H
+#define ACTPLACE_PASSES_ANALYSIS_STREAMSIMULATION_H
+
+#include "passes/analysis/CostModel.h"
+
+#include "mlir/IR/Block.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/SmallVector.h"
+
+#include <map>
+#include <string>
+
+namespace ap::train {
+
+/// One op of the simulated block on the compute stream.
+struct SimulatedOp {
+  mlir::Operation *op = nullptr;
+  /// When the op starts (after any stall) and ends, in seconds from the
+  /// start of the block.
+  double start = 0, end = 0;
+  /// Seconds the compute stream waited before the op (train.wait only).
+  double stall = 0;
+};
+
+/// One D2H (offload) or H2D (reload) copy.
+struct SimulatedCopy {
+  /// The train.offload or train.reload that issues the copy.
+  mlir::Operation *op = nullptr;
+  CopyDirection direction = CopyDirection::DeviceToHost;
+  /// Issued when compute reaches `op`; runs from start to end.
+  double issue = 0, start = 0, end = 0;
+  int64_t bytes = 0;
+  /// scopeKey(op).
+  std::string scope;
+  /// For a reload: index in `copies` of its offload's D2H (-1 when the host
+  /// value does not come from an offload in this block).
+  int dependsOn = -1;
+};
+
+struct StreamSimulation {
+  /// The block's ops in order; `ops[i].op` is the i-th op.
+  llvm::SmallVector<SimulatedOp> ops;
+  /// Copies in issue order.
+  llvm::SmallVector<SimulatedCopy> copies;
+  /// End of the last op on the compute stream (stalls included).
+  double computeSeconds = 0;
+  /// Sum of all op durations without stalls (computeSeconds - exposed).
+  double busySeconds = 0;
+  /// When the last copy ends (may be after computeSeconds when D2Hs are
+  /// still draining at the end of the block).
+  double copyEndSeconds = 0;
+  /// Compute-stream stall at train.wait ops, per scopeKey of the wait and
+  /// in total.
+  std::map<std::string, double> exposedByScope;
+  double exposedSeconds = 0;
+
+  /// Simulates `block` (nested regions are not entered: an op with regions
+  /// costs what CostModel::cost says of it, 0 for the microbatch loop).
+  static StreamSimulation simulate(mlir::Block &block, const CostModel &cost);
+
+  /// Index of `op` in `ops`, or -1 when it is not an op of the block.
+  int indexOf(mlir::Operation *op) const;
+  /// The copy an offload or reload issues, or null.
+  const SimulatedCopy *copyOf(mlir::Operation *offloadOrReload) const;
+  /// Total seconds of all copies of one direction (their end - start).
+  double copySeconds(CopyDirection dir) const;
+
+private:
+  llvm::DenseMap<mlir::Operation *, int> opIndex;
+  llvm::DenseMap<mlir::Operation *, int> copyIndex;
+};
+
+} // namespace ap::train
+
+#endif // ACTPLACE_PASSES_ANALYSIS_STREAMSIMULATION_H
