@@ -37,8 +37,8 @@ extern "C" {
 
 /// Returns the Status value of the forward (0 = Ok).
 int apAttentionForward(void *stream, const void *q, const void *k,
-                       const void *v, void *o, void *lse, int B, int T,
-                       int Hq, int Hkv, int Dqk, int Dv, double scale) {
+                       const void *v, void *o, void *lse, int B, int T, int Hq,
+                       int Hkv, int Dqk, int Dv, double scale) {
   KernelContext ctx;
   ctx.backend = Backend::Cuda;
   ctx.stream = stream;
@@ -54,8 +54,8 @@ int apAttentionForward(void *stream, const void *q, const void *k,
 
 /// algo < 0: the shape's default (what attentionBackward runs); else an
 /// AttentionBackwardAlgo value.
-size_t apAttentionBackwardWorkspaceBytes(int B, int T, int Hq, int Hkv,
-                                         int Dqk, int Dv, int algo) {
+size_t apAttentionBackwardWorkspaceBytes(int B, int T, int Hq, int Hkv, int Dqk,
+                                         int Dv, int algo) {
   AttentionBackwardArgs a;
   a.shape = shapeOf(B, T, Hq, Hkv, Dqk, Dv, 1.0);
   if (algo < 0)

@@ -1,4 +1,4 @@
-//===- attention.h - actplace attention kernels ABI ---------------*- C++ -*-===//
+//===- attention.h - actplace attention kernels ABI -------------*- C++ -*-===//
 //
 // Included from kernels/kernels.h; do not include directly.
 //

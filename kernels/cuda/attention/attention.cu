@@ -1,4 +1,4 @@
-//===- attention.cu - flash-style causal attention on CUDA --------*- C++ -*-===//
+//===- attention.cu - flash-style causal attention on CUDA ------*- C++ -*-===//
 //
 // Causal GQA/MLA attention, BF16 storage, FP32 accumulation and softmax,
 // mma.sync m16n8k16 tensor-core tiles (portable to sm_80+; sm_90a builds use
@@ -73,10 +73,9 @@ template <int N> __device__ __forceinline__ void cpAsyncWait() {
 }
 
 __device__ __forceinline__ void ldsm4(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile(
-      "ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-      : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-      : "r"(addr));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
 }
 __device__ __forceinline__ void ldsm4t(uint32_t (&r)[4], uint32_t addr) {
   asm volatile(
@@ -91,8 +90,7 @@ __device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4],
   asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
                "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
                : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0),
-                 "r"(b1));
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 __device__ __forceinline__ uint32_t packBf16(float lo, float hi) {
@@ -142,8 +140,7 @@ __device__ __forceinline__ uint32_t addrAt(uint32_t base, int m0, int k0,
 /// Async copy of `rows` rows of D bf16 (row r at g + r*stride elements) into a
 /// swizzled tile; rows at or past `valid` are zero-filled.
 template <int ROWS, int D, int NT>
-__device__ __forceinline__ void loadTile(uint32_t dst,
-                                         const __nv_bfloat16 *g,
+__device__ __forceinline__ void loadTile(uint32_t dst, const __nv_bfloat16 *g,
                                          int64_t stride, int valid, int tid) {
   constexpr int kChunks = D / 8;
 #pragma unroll
@@ -158,9 +155,9 @@ __device__ __forceinline__ void loadTile(uint32_t dst,
 struct Params {
   const __nv_bfloat16 *q, *k, *v, *o, *dO;
   __nv_bfloat16 *oOut, *dq, *dk, *dv;
-  float *lse;        // forward output
-  const float *lseIn; // backward input
-  float *Dd;          // [B, Hq, T]
+  float *lse;             // forward output
+  const float *lseIn;     // backward input
+  float *Dd;              // [B, Hq, T]
   float *dkPart, *dvPart; // [B, Hq, T, D] when group > 1
   /// dS tiles (StoredDs backward): per (batch, q head) of the launched chunk,
   /// the causal 64x64 tiles (i >= j) at index i(i+1)/2 + j, each stored as
@@ -349,8 +346,8 @@ __global__ void __launch_bounds__(128) attnFwdKernel(Params p) {
         __nv_bfloat16 *gO = p.oOut + ((int64_t(b) * T + row) * p.Hq + h) * DV;
 #pragma unroll
         for (int dt = 0; dt < DV / 8; ++dt)
-          *reinterpret_cast<uint32_t *>(gO + dt * 8 + 2 * t4) =
-              packBf16(oAcc[m][dt][2 * hf] * inv, oAcc[m][dt][2 * hf + 1] * inv);
+          *reinterpret_cast<uint32_t *>(gO + dt * 8 + 2 * t4) = packBf16(
+              oAcc[m][dt][2 * hf] * inv, oAcc[m][dt][2 * hf + 1] * inv);
         if (t4 == 0)
           p.lse[(int64_t(b) * p.Hq + h) * T + row] =
               mRow[m][hf] * kLn2 + logf(l);
@@ -362,10 +359,10 @@ __global__ void __launch_bounds__(128) attnFwdKernel(Params p) {
 // Backward pass 1: D = rowsum(dO * O)
 //===----------------------------------------------------------------------===//
 
-template <int DV>
-__global__ void attnBwdDotKernel(Params p) {
+template <int DV> __global__ void attnBwdDotKernel(Params p) {
   const int64_t rows = int64_t(p.B) * p.T * p.Hq;
-  const int64_t row = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  const int64_t row =
+      int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x & 31;
   if (row >= rows)
     return;
@@ -420,7 +417,7 @@ __global__ void __launch_bounds__(256) attnBwdKVKernel(Params p) {
   extern __shared__ __align__(128) unsigned char smem[];
   const uint32_t sK = smemAddr(smem);
   const uint32_t sV = sK + BC * DQK * 2;
-  const uint32_t sQ0 = sV + BC * DV * 2; // two buffers of BR*DQK
+  const uint32_t sQ0 = sV + BC * DV * 2;       // two buffers of BR*DQK
   const uint32_t sO0 = sQ0 + 2 * BR * DQK * 2; // dO: two buffers of BR*DV
   const uint32_t sP = sO0 + 2 * BR * DV * 2;
   const uint32_t sS = sP + BC * BR * 2;
@@ -452,8 +449,8 @@ __global__ void __launch_bounds__(256) attnBwdKVKernel(Params p) {
   // so their global latency hides under the step's math like cp.async does.
   auto loadQ = [&](int qt, int buf) {
     const int q0 = qt * BR;
-    loadTile<BR, DQK, 256>(sQ0 + buf * BR * DQK * 2, gQ + q0 * qStride,
-                           qStride, T - q0, tid);
+    loadTile<BR, DQK, 256>(sQ0 + buf * BR * DQK * 2, gQ + q0 * qStride, qStride,
+                           T - q0, tid);
     loadTile<BR, DV, 256>(sO0 + buf * BR * DV * 2, gdO + q0 * oStride, oStride,
                           T - q0, tid);
   };
@@ -675,8 +672,8 @@ __global__ void __launch_bounds__(256) attnBwdKVKernel(Params p) {
           *reinterpret_cast<uint32_t *>(dv + nt * 8 + 2 * t4) =
               packBf16(dvAcc[m][nt][2 * hf], dvAcc[m][nt][2 * hf + 1]);
       } else {
-        float *dk =
-            p.dkPart + ((int64_t(b) * p.Hq + h) * T + kv) * DQK + pc * (DQK / 4);
+        float *dk = p.dkPart + ((int64_t(b) * p.Hq + h) * T + kv) * DQK +
+                    pc * (DQK / 4);
         float *dv =
             p.dvPart + ((int64_t(b) * p.Hq + h) * T + kv) * DV + pc * (DV / 4);
 #pragma unroll
@@ -693,8 +690,7 @@ __global__ void __launch_bounds__(256) attnBwdKVKernel(Params p) {
 }
 
 /// Sums a GQA group's fp32 dK/dV partials in increasing q-head order.
-template <int DQK, int DV>
-__global__ void attnBwdGroupSumKernel(Params p) {
+template <int DQK, int DV> __global__ void attnBwdGroupSumKernel(Params p) {
   const int64_t perRow = DQK + DV;
   const int64_t total = int64_t(p.B) * p.T * p.Hkv * perRow;
   for (int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -754,8 +750,8 @@ __global__ void __launch_bounds__(256) attnBwdQKernel(Params p) {
 
   auto loadKV = [&](int kt, int buf) {
     const int k0 = kt * BC;
-    loadTile<BC, DQK, 256>(sK0 + buf * BC * DQK * 2, gK + k0 * kStride,
-                           kStride, T - k0, tid);
+    loadTile<BC, DQK, 256>(sK0 + buf * BC * DQK * 2, gK + k0 * kStride, kStride,
+                           T - k0, tid);
     loadTile<BC, DV, 256>(sV0 + buf * BC * DV * 2, gV + k0 * vStride, vStride,
                           T - k0, tid);
   };
@@ -763,7 +759,8 @@ __global__ void __launch_bounds__(256) attnBwdQKernel(Params p) {
   loadTile<BR, DV, 256>(sO, gdO + q0 * oStride, oStride, T - q0, tid);
   if (tid < 2 * BR) {
     const int r = q0 + (tid & (BR - 1));
-    const float *src = (tid < BR ? p.lseIn : p.Dd) + (int64_t(b) * p.Hq + h) * T;
+    const float *src =
+        (tid < BR ? p.lseIn : p.Dd) + (int64_t(b) * p.Hq + h) * T;
     sLse[tid] = r < T ? src[r] : 0.f; // sD follows sLse
   }
   loadKV(0, 0);
@@ -879,8 +876,8 @@ template <int DQK>
 __global__ void __launch_bounds__(256) attnBwdQFromDsKernel(Params p) {
   constexpr int BR = 64, BC = 64;
   extern __shared__ __align__(128) unsigned char smem[];
-  const uint32_t sK0 = smemAddr(smem);          // two buffers of BC*DQK
-  const uint32_t sS0 = sK0 + 2 * BC * DQK * 2;  // two buffers of BC*BR
+  const uint32_t sK0 = smemAddr(smem);         // two buffers of BC*DQK
+  const uint32_t sS0 = sK0 + 2 * BC * DQK * 2; // two buffers of BC*BR
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t4 = lane & 3;
   // 2 row groups of 32 (two m16 tiles) x 4 column quarters: each K fragment
@@ -896,14 +893,14 @@ __global__ void __launch_bounds__(256) attnBwdQFromDsKernel(Params p) {
   const int64_t kStride = int64_t(p.Hkv) * DQK;
   const __nv_bfloat16 *gK = p.k + (int64_t(b) * T * p.Hkv + hk) * DQK;
   const __nv_bfloat16 *gS =
-      p.dsBuf + (int64_t(blockIdx.x) * ((numQ * (numQ + 1)) / 2) +
-                 (qt * (qt + 1)) / 2) *
-                    (BC * BR);
+      p.dsBuf +
+      (int64_t(blockIdx.x) * ((numQ * (numQ + 1)) / 2) + (qt * (qt + 1)) / 2) *
+          (BC * BR);
 
   auto load = [&](int kt, int buf) {
     const int k0 = kt * BC;
-    loadTile<BC, DQK, 256>(sK0 + buf * BC * DQK * 2, gK + k0 * kStride,
-                           kStride, T - k0, tid);
+    loadTile<BC, DQK, 256>(sK0 + buf * BC * DQK * 2, gK + k0 * kStride, kStride,
+                           T - k0, tid);
     const uint32_t dst = sS0 + buf * BC * BR * 2;
     const __nv_bfloat16 *src = gS + int64_t(kt) * (BC * BR);
 #pragma unroll
@@ -959,13 +956,12 @@ __global__ void __launch_bounds__(256) attnBwdQFromDsKernel(Params p) {
       const int qi = q0 + pr * 32 + m * 16 + g + 8 * hf;
       if (qi >= T)
         continue;
-      __nv_bfloat16 *dq = p.dq + ((int64_t(b) * T + qi) * p.Hq + h) * DQK +
-                          pc * (DQK / 4);
+      __nv_bfloat16 *dq =
+          p.dq + ((int64_t(b) * T + qi) * p.Hq + h) * DQK + pc * (DQK / 4);
 #pragma unroll
       for (int nt = 0; nt < NQ; ++nt)
-        *reinterpret_cast<uint32_t *>(dq + nt * 8 + 2 * t4) =
-            packBf16(dqAcc[m][nt][2 * hf] * p.scale,
-                     dqAcc[m][nt][2 * hf + 1] * p.scale);
+        *reinterpret_cast<uint32_t *>(dq + nt * 8 + 2 * t4) = packBf16(
+            dqAcc[m][nt][2 * hf] * p.scale, dqAcc[m][nt][2 * hf + 1] * p.scale);
     }
 }
 
@@ -1136,9 +1132,8 @@ Status attentionBackwardWithAlgo(const KernelContext &ctx,
   }
   if (algo == AttentionBackwardAlgo::StoredDs)
     p.dsBuf = reinterpret_cast<__nv_bfloat16 *>(ws + off);
-  return dispatchDims(
-      s, BwdLauncher{static_cast<cudaStream_t>(ctx.stream), p, algo,
-                     detail::attentionStoredDsChunk(s)});
+  return dispatchDims(s, BwdLauncher{static_cast<cudaStream_t>(ctx.stream), p,
+                                     algo, detail::attentionStoredDsChunk(s)});
 }
 
 Status attentionBackward(const KernelContext &ctx,

@@ -1,4 +1,4 @@
-//===- attention.cpp - CPU reference causal attention -------------*- C++ -*-===//
+//===- attention.cpp - CPU reference causal attention -----------*- C++ -*-===//
 //
 // The oracle for the CUDA kernels and the host backend's attention. Follows
 // kernels/attention.h exactly: the backward recomputes P from the saved lse
@@ -24,12 +24,8 @@ namespace ap::kernels {
 
 namespace {
 
-template <typename T> struct AccOf {
-  using type = float;
-};
-template <> struct AccOf<double> {
-  using type = double;
-};
+template <typename T> struct AccOf { using type = float; };
+template <> struct AccOf<double> { using type = double; };
 
 template <typename T> T fromAcc(typename AccOf<T>::type x) {
   return static_cast<T>(x);
@@ -231,8 +227,8 @@ bool hostDtype(DType t) {
 Status attentionValidate(const AttentionShape &s, DType dtype) {
   if (!hostDtype(dtype))
     return Status::InvalidArgument;
-  if (s.batch <= 0 || s.seqLen <= 0 || s.numQHeads <= 0 ||
-      s.numKvHeads <= 0 || s.headDimQk <= 0 || s.headDimV <= 0)
+  if (s.batch <= 0 || s.seqLen <= 0 || s.numQHeads <= 0 || s.numKvHeads <= 0 ||
+      s.headDimQk <= 0 || s.headDimV <= 0)
     return Status::InvalidArgument;
   if (s.numQHeads % s.numKvHeads != 0)
     return Status::InvalidArgument;
@@ -278,8 +274,8 @@ size_t attentionBackwardWorkspaceBytesFor(const AttentionShape &s,
              align(rows * s.numQHeads * s.headDimV * sizeof(float));
   if (algo == AttentionBackwardAlgo::StoredDs) {
     const size_t tiles = (size_t(s.seqLen) + 63) / 64;
-    bytes += align(size_t(attentionStoredDsChunk(s)) * tiles * (tiles + 1) /
-                   2 * 64 * 64 * 2);
+    bytes += align(size_t(attentionStoredDsChunk(s)) * tiles * (tiles + 1) / 2 *
+                   64 * 64 * 2);
   }
   return bytes;
 }

@@ -152,11 +152,10 @@ void runCase(const Case &c) {
       dGrad(nO * 2), dDq(nQ * 2), dDk(nK * 2), dDv(nV * 2);
   AttentionBackwardArgs ba;
   ba.shape = s;
-  const size_t wsBytes = std::max(
-      detail::attentionBackwardWorkspaceBytesFor(
-          s, AttentionBackwardAlgo::RecomputeDq),
-      detail::attentionBackwardWorkspaceBytesFor(
-          s, AttentionBackwardAlgo::StoredDs));
+  const size_t wsBytes = std::max(detail::attentionBackwardWorkspaceBytesFor(
+                                      s, AttentionBackwardAlgo::RecomputeDq),
+                                  detail::attentionBackwardWorkspaceBytesFor(
+                                      s, AttentionBackwardAlgo::StoredDs));
   ASSERT_GE(wsBytes, attentionBackwardWorkspaceBytes(ba));
   DevBuf ws(std::max<size_t>(wsBytes, 256));
   for (DevBuf *b : {&dQ, &dK, &dV, &dOut, &dLse, &dGrad, &dDq, &dDk, &dDv, &ws})
@@ -342,9 +341,7 @@ TEST(AttentionCuda, RejectsUnsupported) {
 
 #else
 
-TEST(AttentionCuda, BuiltWithoutCuda) {
-  GTEST_SKIP() << "built without CUDA";
-}
+TEST(AttentionCuda, BuiltWithoutCuda) { GTEST_SKIP() << "built without CUDA"; }
 
 #endif
 

@@ -197,8 +197,8 @@ void expectClose(const std::string &what, const std::vector<double> &got,
     }
   }
   EXPECT_EQ(bad, 0u) << what << ": worst index " << worst << " got "
-                     << got[worst] << " want " << want[worst]
-                     << " (max|want| " << maxAbs << ")";
+                     << got[worst] << " want " << want[worst] << " (max|want| "
+                     << maxAbs << ")";
 }
 
 const Shape kShapes[] = {
