@@ -61,6 +61,17 @@ def TrainAutodiff : Pass<"train-autodiff", "mlir::ModuleOp"> {
   ];
 }
 
+def TrainPrintSavedActivations : Pass<"train-print-saved-activations", "mlir::ModuleOp"> {
+  let summary = "Print every saved activation: producer, scope, bytes, def point, backward uses";
+  let description = [{
+    After train-autodiff: one line per value defined in the forward part of
+    the microbatch body and read by its backward part, with its producing op
+    and result index, the producer's scope, type, bytes, the body index of
+    its definition and of its first and last backward use, and the scopes
+    whose backward reads it; then bytes per producing scope and the total.
+  }];
+}
+
 def TrainPrintMemoryTimeline : Pass<"train-print-memory-timeline", "mlir::ModuleOp"> {
   let summary = "Print the predicted device-memory timeline of @train_step and its peak";
   let description = [{
@@ -77,6 +88,94 @@ def TrainPrintMemoryTimeline : Pass<"train-print-memory-timeline", "mlir::Module
     Option<"profile", "profile", "std::string", "\"\"",
            "JSON device profile overriding the cost model's constants">
   ];
+}
+
+//===----------------------------------------------------------------------===//
+// Placement. The passes share one option set (DESIGN.md section 4), so the
+// pipeline and every pass read the same spelling of each choice.
+//===----------------------------------------------------------------------===//
+
+defvar PlacementOptions = [
+  ListOption<"offloadModules", "offload-modules", "std::string",
+             "Leaf modules or aliases whose saved activations go to pinned host memory">,
+  ListOption<"recomputeModules", "recompute-modules", "std::string",
+             "Leaf modules or aliases whose forward ops are recomputed in backward">,
+  Option<"fraction", "fraction", "double", "1.0",
+         "Of the eligible offload scopes in forward order, offload the first ceil(f * n)">,
+  Option<"minOffloadBytes", "min-offload-bytes", "int64_t", "0",
+         "Scopes with fewer offloadable bytes per microbatch stay on the device">,
+  Option<"maxInflight", "max-inflight", "int64_t", "0",
+         "Most D2H copies pending before compute waits (0: no limit)">,
+  Option<"hideRule", "hide-rule", "std::string", "\"on\"",
+         "on: keep the last scopes whose reload cannot hide under backward compute; off: offload them anyway">,
+  Option<"prefetchDepth", "prefetch-depth", "int64_t", "0",
+         "0: cost-model anchors; N: issue each reload N offloaded scopes ahead (the reference rule)">,
+  Option<"computeDtype", "compute-dtype", "std::string", "\"bf16\"",
+         "Compute dtype the step runs in (offload requires bf16)">,
+  Option<"cudaGraphs", "cuda-graphs", "bool", "false",
+         "Capture the step as a CUDA graph (not supported with offload)">,
+  Option<"profile", "profile", "std::string", "\"\"",
+         "JSON device profile overriding the cost model's constants">,
+];
+
+def TrainVerifyPlacementConfig : Pass<"train-verify-placement-config", "mlir::ModuleOp"> {
+  let summary = "Reject unsupported placement options with clear diagnostics";
+  let description = [{
+    Errors: unknown module names (listing the known leaves and aliases),
+    fraction outside [0, 1], negative byte or in-flight limits, hide-rule not
+    on/off, compute-dtype other than bf16 together with offload, a scope both
+    offloaded and recomputed, cuda-graphs together with offload. Warns when a
+    selected module does not occur in the model.
+  }];
+  let options = PlacementOptions;
+}
+
+def TrainRecompute : Pass<"train-recompute", "mlir::ModuleOp"> {
+  let summary = "Recompute the selected scopes' forward ops right before their first backward use";
+  let description = [{
+    Every backward use of a value produced by a forward op of a selected
+    scope is redirected to a clone of that op (marked `train.recomputed`)
+    placed before the first such use, built from inputs that are kept,
+    offloaded or themselves recomputed. Selecting `gdn_prep` also recomputes
+    the q/k L2 norms that read its output, so the recurrence's q, k and v are
+    rebuilt from the saved conv input and need not be stored.
+  }];
+  let options = PlacementOptions;
+}
+
+def TrainOffloadScopes : Pass<"train-offload-scopes", "mlir::ModuleOp"> {
+  let summary = "Offload the saved activations of the selected scopes to pinned host memory";
+  let description = [{
+    A saved activation leaves the device only if every scope that reads it
+    in backward is offloaded (or the value is recomputed); otherwise it stays
+    and the decision names the scope that keeps it. Eligible scopes are
+    filtered by min-offload-bytes, then the first ceil(fraction * n) in
+    forward order are offloaded, then (hide-rule=on) the last ones whose
+    reload cannot hide under backward compute are kept. Inserts
+    `train.offload` after the producer and `train.reload` + `train.wait`
+    before the first backward use (train-prefetch-anchors moves the reload).
+  }];
+  let options = PlacementOptions;
+}
+
+def TrainPrefetchAnchors : Pass<"train-prefetch-anchors", "mlir::ModuleOp"> {
+  let summary = "Choose where each reload is issued (prefetch anchor)";
+  let description = [{
+    Default: the latest backward op after which the simulated H2D queue still
+    delivers the copy before its consumer (least device memory while hiding
+    the copy). prefetch-depth=N: the reload of a scope is issued when the
+    backward of the N-th later offloaded scope has produced its input
+    gradient. Every reload stays ordered after its own offload.
+  }];
+  let options = PlacementOptions;
+}
+
+def TrainPlacementReport : Pass<"train-placement-report", "mlir::ModuleOp"> {
+  let summary = "Report every saved activation's placement, anchors and predicted costs";
+  let options = !listconcat(PlacementOptions, [
+    Option<"reportFormat", "report-format", "std::string", "\"text\"", "text or json">,
+    Option<"reportFile", "report-file", "std::string", "\"-\"", "Where to write the report (- = stdout)">
+  ]);
 }
 
 #endif // ACTPLACE_PASSES_TD

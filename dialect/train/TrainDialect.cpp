@@ -61,6 +61,22 @@ LogicalResult TrainDialect::verifyOperationAttribute(Operation *op,
                              << "' is a unit attribute of train compute ops";
     return success();
   }
+  if (attr.getName() == kPlacementAttrName) {
+    auto entries = dyn_cast<ArrayAttr>(attr.getValue());
+    if (!entries || entries.size() != op->getNumResults() ||
+        !llvm::all_of(entries, [](Attribute a) { return isa<StringAttr>(a); }))
+      return op->emitError() << "'" << kPlacementAttrName
+                             << "' must be an array of one string per result";
+    return success();
+  }
+  if (attr.getName() == kMaxInflightAttrName) {
+    auto count = dyn_cast<IntegerAttr>(attr.getValue());
+    if (!isa<MicrobatchLoopOp>(op) || !count || count.getInt() < 1)
+      return op->emitError() << "'" << kMaxInflightAttrName
+                             << "' is a positive integer on "
+                                "train.microbatch_loop";
+    return success();
+  }
   return op->emitError() << "unknown train dialect attribute '"
                          << attr.getName().getValue() << "'";
 }

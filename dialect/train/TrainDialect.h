@@ -24,6 +24,11 @@ inline constexpr llvm::StringLiteral kMicroBatchesAttrName = "train.micro_batche
 inline constexpr llvm::StringLiteral kModelNameAttrName = "train.model";
 /// Unit attribute on forward ops cloned into backward by train-recompute.
 inline constexpr llvm::StringLiteral kRecomputedAttrName = "train.recomputed";
+/// Placement decisions per result of a forward op ("offload", "recompute",
+/// "keep: <reason>", or "" when none was taken), for reports.
+inline constexpr llvm::StringLiteral kPlacementAttrName = "train.placement";
+/// On the microbatch loop: most D2H copies pending before compute waits.
+inline constexpr llvm::StringLiteral kMaxInflightAttrName = "train.max_inflight";
 } // namespace ap::train
 
 #endif // ACTPLACE_DIALECT_TRAIN_TRAINDIALECT_H

@@ -1,0 +1,74 @@
+//===- PlacementConfig.h - the placement options, validated -------*- C++ -*-===//
+//
+// Every placement pass takes the same options (Passes.td PlacementOptions);
+// this is their parsed form with aliases expanded to leaves, and the rules
+// that decide which scopes are selected.
+//
+//===----------------------------------------------------------------------===//
+#ifndef ACTPLACE_PASSES_ANALYSIS_PLACEMENTCONFIG_H
+#define ACTPLACE_PASSES_ANALYSIS_PLACEMENTCONFIG_H
+
+#include "passes/analysis/SavedActivations.h"
+
+#include "mlir/IR/Diagnostics.h"
+
+#include <set>
+#include <string>
+#include <vector>
+
+namespace ap::train {
+
+struct PlacementConfig {
+  std::vector<std::string> offloadModules, recomputeModules;
+  double fraction = 1.0;
+  int64_t minOffloadBytes = 0;
+  int64_t maxInflight = 0;
+  std::string hideRule = "on";
+  int64_t prefetchDepth = 0;
+  std::string computeDtype = "bf16";
+  bool cudaGraphs = false;
+  std::string profile;
+
+  /// Leaves the options select, after alias expansion.
+  std::set<std::string> offloadLeaves, recomputeLeaves;
+
+  /// Expands aliases and checks every rule; reports the first violation
+  /// through `emitError` and fails.
+  llvm::LogicalResult
+  validate(llvm::function_ref<mlir::InFlightDiagnostic()> emitError);
+
+  bool offloading() const { return !offloadLeaves.empty(); }
+  bool hideRuleOn() const { return hideRule != "off"; }
+
+  /// True when `op` (a forward op) is recomputed under this config: its scope
+  /// is selected, or it is an L2 norm reading a recomputed gdn_prep output
+  /// (so the recurrence's q and k are rebuilt from the conv input too).
+  bool isRecomputed(mlir::Operation *op) const;
+};
+
+/// Records the placement decision for result `index` of `op` in its
+/// `train.placement` attribute (read by the placement report).
+void recordPlacement(mlir::Operation *op, unsigned index,
+                     llvm::StringRef decision);
+
+} // namespace ap::train
+
+/// Fills a PlacementConfig from a pass generated with PlacementOptions.
+#define AP_PLACEMENT_CONFIG()                                                  \
+  [&] {                                                                        \
+    ::ap::train::PlacementConfig c;                                            \
+    c.offloadModules.assign(offloadModules.begin(), offloadModules.end());     \
+    c.recomputeModules.assign(recomputeModules.begin(),                        \
+                              recomputeModules.end());                         \
+    c.fraction = fraction;                                                     \
+    c.minOffloadBytes = minOffloadBytes;                                       \
+    c.maxInflight = maxInflight;                                               \
+    c.hideRule = hideRule;                                                     \
+    c.prefetchDepth = prefetchDepth;                                           \
+    c.computeDtype = computeDtype;                                             \
+    c.cudaGraphs = cudaGraphs;                                                 \
+    c.profile = profile;                                                       \
+    return c;                                                                  \
+  }()
+
+#endif // ACTPLACE_PASSES_ANALYSIS_PLACEMENTCONFIG_H

@@ -1,0 +1,251 @@
+//===- OffloadScopes.cpp - train-offload-scopes ---------------------------===//
+//
+// Applies DESIGN.md section 4's offload rules. Decisions are recorded on the
+// producing op (`train.placement`, one string per result) for the report and
+// emitted as remarks.
+//
+//===----------------------------------------------------------------------===//
+
+#include "passes/Passes.h"
+#include "passes/analysis/CostModel.h"
+#include "passes/analysis/PlacementConfig.h"
+#include "passes/analysis/PrefetchPlanner.h"
+
+#include "mlir/IR/Remarks.h"
+#include "llvm/Support/FormatVariadic.h"
+
+#include <cmath>
+#include <map>
+
+namespace ap {
+#define GEN_PASS_DEF_TRAINOFFLOADSCOPES
+#include "passes/Passes.h.inc"
+} // namespace ap
+
+using namespace mlir;
+using namespace ap::train;
+
+namespace {
+
+struct TrainOffloadScopesPass
+    : ap::impl::TrainOffloadScopesBase<TrainOffloadScopesPass> {
+  using Base::Base;
+  void runOnOperation() override;
+};
+
+bool isOffloadable(const SavedActivation &s) {
+  auto type = cast<RankedTensorType>(s.value.getType());
+  return s.producer && isa<FloatType>(type.getElementType());
+}
+
+bool allNeedersIn(const SavedActivation &s, const std::set<Scope> &chosen) {
+  return llvm::all_of(s.neededBy,
+                      [&](const Scope &n) { return chosen.count(n); });
+}
+
+void TrainOffloadScopesPass::runOnOperation() {
+  ModuleOp module = getOperation();
+  PlacementConfig cfg = AP_PLACEMENT_CONFIG();
+  if (failed(cfg.validate([&] { return module.emitError(); })))
+    return signalPassFailure();
+  if (!cfg.offloading())
+    return markAllAnalysesPreserved();
+  SavedActivations saved(module);
+  if (!saved.valid())
+    return signalPassFailure();
+
+  CostModel costs;
+  if (!cfg.profile.empty()) {
+    auto prof = DeviceProfile::load(cfg.profile);
+    if (!prof) {
+      module.emitError() << llvm::toString(prof.takeError());
+      return signalPassFailure();
+    }
+    costs = CostModel(*prof);
+  }
+  // Compute-stream timeline without stalls: end time of every body op.
+  ArrayRef<Operation *> ops = saved.ops();
+  SmallVector<double> end(ops.size());
+  double now = 0;
+  for (auto [i, op] : llvm::enumerate(ops))
+    end[i] = now += costs.cost(op).seconds;
+  auto startOf = [&](int64_t i) { return i == 0 ? 0.0 : end[i - 1]; };
+  int64_t bwdStart = saved.backwardStart();
+
+  // Candidate scopes in forward order.
+  std::map<Scope, int64_t> firstForward;
+  for (int64_t i = 0; i < bwdStart; ++i)
+    if (ops[i]->hasAttr("scope")) {
+      Scope s = Scope::of(ops[i]);
+      firstForward.emplace(s, i);
+    }
+  std::set<Scope> candidates;
+  for (const SavedActivation &s : saved.values())
+    for (const Scope &n : s.neededBy)
+      if (cfg.offloadLeaves.count(n.leaf))
+        candidates.insert(n);
+  SmallVector<Scope> inOrder(candidates.begin(), candidates.end());
+  llvm::sort(inOrder, [&](const Scope &a, const Scope &b) {
+    return firstForward[a] < firstForward[b];
+  });
+
+  std::map<Scope, std::string> dropped; // scope -> why it stays
+  std::set<Scope> chosen(candidates.begin(), candidates.end());
+  auto bytesOf = [&](const Scope &scope) {
+    int64_t bytes = 0;
+    for (const SavedActivation &s : saved.values())
+      if (isOffloadable(s) && llvm::is_contained(s.neededBy, scope) &&
+          allNeedersIn(s, chosen))
+        bytes += s.bytes;
+    return bytes;
+  };
+
+  // 1. min-offload-bytes (and scopes left with nothing of their own).
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (const Scope &scope : inOrder) {
+      if (!chosen.count(scope))
+        continue;
+      int64_t bytes = bytesOf(scope);
+      if (bytes > 0 && bytes >= cfg.minOffloadBytes)
+        continue;
+      chosen.erase(scope);
+      dropped[scope] =
+          bytes == 0 ? "every saved value it reads is also read by a scope "
+                       "that stays on the device"
+                     : llvm::formatv("{0} offloadable bytes < "
+                                     "min-offload-bytes={1}",
+                                     bytes, cfg.minOffloadBytes)
+                           .str();
+      changed = true;
+    }
+  }
+  // 2. fraction: the first ceil(f * n) eligible scopes in forward order.
+  SmallVector<Scope> eligible;
+  for (const Scope &scope : inOrder)
+    if (chosen.count(scope))
+      eligible.push_back(scope);
+  size_t keepCount = static_cast<size_t>(
+      std::ceil(cfg.fraction * eligible.size() - 1e-9));
+  for (size_t i = keepCount; i < eligible.size(); ++i) {
+    chosen.erase(eligible[i]);
+    dropped[eligible[i]] = llvm::formatv("beyond fraction={0}: only the first "
+                                         "{1} of {2} eligible scopes offload",
+                                         cfg.fraction, keepCount,
+                                         eligible.size())
+                               .str();
+  }
+  // 3. Hide rule: simulate the copy queues for the chosen set (D2H in
+  // forward order after each producer; each reload at the latest backward
+  // op that still delivers it in time, FIFO on the h2d queue, never before
+  // its own D2H). While some reload arrives late, keep the latest scope in
+  // forward order that has a late value on the device and try again.
+  if (cfg.hideRuleOn()) {
+    auto lateScope = [&]() -> std::optional<std::pair<Scope, double>> {
+      SmallVector<const SavedActivation *> vals;
+      for (const SavedActivation &s : saved.values())
+        if (isOffloadable(s) && allNeedersIn(s, chosen))
+          vals.push_back(&s);
+      llvm::DenseMap<const SavedActivation *, double> d2hEnd;
+      double d2hFree = 0;
+      for (const SavedActivation *s : vals) {
+        double start = std::max(end[s->defIndex], d2hFree);
+        d2hFree = start + costs.copySeconds(s->bytes,
+                                            CopyDirection::DeviceToHost, false);
+        d2hEnd[s] = d2hFree;
+      }
+      SmallVector<ReloadRequest> requests;
+      for (const SavedActivation *s : vals)
+        requests.push_back(
+            {s->firstUse, d2hEnd[s],
+             costs.copySeconds(s->bytes, CopyDirection::HostToDevice, false)});
+      SmallVector<ReloadPlan> plans = planReloads(
+          end, bwdStart, [](int64_t) { return true; }, requests);
+      std::optional<std::pair<Scope, double>> worst;
+      for (auto [s, plan] : llvm::zip(vals, plans)) {
+        if (!plan.late)
+          continue;
+        // The latest (in forward order) needer of a late value goes.
+        for (const Scope &n : s->neededBy)
+          if (!worst || firstForward[n] > firstForward[worst->first])
+            worst = std::make_pair(n, plan.end - startOf(s->firstUse));
+      }
+      return worst;
+    };
+    while (auto late = lateScope()) {
+      chosen.erase(late->first);
+      dropped[late->first] =
+          llvm::formatv("hide rule: its reload would arrive {0:F1} us after "
+                        "backward needs it (hide-rule=off offloads anyway)",
+                        late->second * 1e6)
+              .str();
+    }
+  }
+
+  // Apply: offload after the producer, reload + wait before the first use.
+  OpBuilder b(&getContext());
+  int64_t offloaded = 0, offloadedBytes = 0;
+  for (const SavedActivation &s : saved.values()) {
+    if (!isOffloadable(s))
+      continue;
+    unsigned resultIndex = cast<OpResult>(s.value).getResultNumber();
+    bool selected = llvm::any_of(
+        s.neededBy, [&](const Scope &n) { return candidates.count(n); });
+    if (!allNeedersIn(s, chosen)) {
+      if (!selected)
+        continue;
+      // Name the first needer that keeps it, and why.
+      for (const Scope &n : s.neededBy) {
+        if (chosen.count(n))
+          continue;
+        std::string why = dropped.count(n)
+                              ? dropped[n]
+                              : "its module is not in offload-modules";
+        recordPlacement(s.producer, resultIndex,
+                        ("keep: needed by " + n.str() + ", which stays: " + why));
+        break;
+      }
+      continue;
+    }
+    Scope copyScope = llvm::is_contained(s.neededBy, s.scope) ? s.scope
+                                                                : s.neededBy[0];
+    auto scopeAttr =
+        ScopeAttr::get(&getContext(), copyScope.layer, copyScope.leaf);
+    b.setInsertionPointAfter(s.producer);
+    auto tensorType = cast<RankedTensorType>(s.value.getType());
+    Value host = OffloadOp::create(b, s.producer->getLoc(),
+                                   HostTensorType::get(&getContext(), tensorType),
+                                   s.value, scopeAttr);
+    Operation *firstUser = ops[s.firstUse];
+    b.setInsertionPoint(firstUser);
+    Value reloaded =
+        ReloadOp::create(b, firstUser->getLoc(), tensorType, host, scopeAttr);
+    Value ready =
+        WaitOp::create(b, firstUser->getLoc(), tensorType, reloaded, scopeAttr);
+    Value original = s.value;
+    original.replaceUsesWithIf(ready, [&](OpOperand &use) {
+      Operation *top = saved.getBody()->findAncestorOpInBlock(*use.getOwner());
+      return top && !isa<OffloadOp>(top) && saved.indexOf(top) >= bwdStart &&
+             use.getOwner() != ready.getDefiningOp();
+    });
+    recordPlacement(s.producer, resultIndex, "offload");
+    remark::passed(s.producer->getLoc(), remark::RemarkOpts::name("offload")
+                                             .category("actplace-placement")
+                                             .subCategory(copyScope.str()))
+        << "offloaded " << std::to_string(s.bytes) << " bytes of "
+        << s.producer->getName().getStringRef() << " (" << copyScope.str()
+        << ")";
+    ++offloaded;
+    offloadedBytes += s.bytes;
+  }
+  for (const auto &[scope, why] : dropped)
+    remark::missed(module.getLoc(), remark::RemarkOpts::name("offload")
+                                        .category("actplace-placement")
+                                        .subCategory(scope.str()))
+        << scope.str() << " stays on the device: " << why;
+  if (cfg.maxInflight > 0)
+    saved.getBody()->getParentOp()->setAttr(
+        kMaxInflightAttrName, b.getI64IntegerAttr(cfg.maxInflight));
+}
+
+} // namespace
