@@ -103,8 +103,9 @@ size_t attentionForwardWorkspaceBytes(const AttentionForwardArgs &args);
 /// depend on the backend so plans are backend-agnostic.
 size_t attentionBackwardWorkspaceBytes(const AttentionBackwardArgs &args);
 
-/// Validates shapes (positive sizes, Hq a multiple of Hkv, pointers set,
-/// dtype supported). Shared by both backends.
+/// Validates shapes and dtype (positive sizes, Hq a multiple of Hkv, finite
+/// positive scale, BF16/F32/F64). Shared by both backends; the entries also
+/// reject null pointers.
 Status attentionValidate(const AttentionShape &shape, DType dtype);
 
 namespace reference {
