@@ -11,12 +11,12 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 #include <string>
-#include <cstring>
-#include <cmath>
 #include <vector>
 
 using namespace ap::kernels;
@@ -38,7 +38,8 @@ void *upload(const std::vector<unsigned char> &h) {
   CK(cudaMemcpy(p, h.data(), h.size(), cudaMemcpyHostToDevice));
   return p;
 }
-template <typename T> std::vector<unsigned char> bytesOf(const std::vector<T> &v) {
+template <typename T>
+std::vector<unsigned char> bytesOf(const std::vector<T> &v) {
   std::vector<unsigned char> b(v.size() * sizeof(T));
   std::memcpy(b.data(), v.data(), b.size());
   return b;
@@ -81,7 +82,8 @@ int main(int argc, char **argv) {
   cudaStream_t s;
   CK(cudaStreamCreate(&s));
   std::printf("%-4s %-5s %9s %9s %9s %10s %10s %10s %10s\n", "B", "T", "fwd_ms",
-              "bwd_ms", "total_ms", "fwd_GFLOP", "bwd_GFLOP", "fwd_MB", "bwd_MB");
+              "bwd_ms", "total_ms", "fwd_GFLOP", "bwd_GFLOP", "fwd_MB",
+              "bwd_MB");
   for (int B : {1, 4}) {
     const int T = 4096, H = 16, dk = 128, dv = 128;
     const size_t N = size_t(B) * T;
@@ -131,7 +133,8 @@ int main(int argc, char **argv) {
     a.dv = devZeros(v.size() * 2);
     a.dg = devZeros(N * H * 4);
     a.dbeta = devZeros(N * H * 4);
-    size_t wsb = std::max(gdnChunkForwardWorkspaceBytes(a), gdnChunkBackwardWorkspaceBytes(a));
+    size_t wsb = std::max(gdnChunkForwardWorkspaceBytes(a),
+                          gdnChunkBackwardWorkspaceBytes(a));
     KernelContext ctx;
     ctx.backend = Backend::Cuda;
     ctx.stream = s;
@@ -155,11 +158,17 @@ int main(int argc, char **argv) {
     double tf = medianMs(fwd, s);
     fwd();
     double tb = medianMs(bwd, s);
-    double both = medianMs([&] { fwd(); bwd(); }, s);
+    double both = medianMs(
+        [&] {
+          fwd();
+          bwd();
+        },
+        s);
     // Matmul FLOPs per (chunk, head) as the kernels do them (2 per MAC).
     const double c = 64, K = dk, V = dv, cc = c * c;
     double fwdMac = cc * K /*KK^T*/ + cc * K + cc * V /*W, U*/ +
-                    2 * c * K * V /*state*/ + cc * K + c * K * V + cc * V /*out*/;
+                    2 * c * K * V /*state*/ + cc * K + c * K * V +
+                    cc * V /*out*/;
     double bwdMac = cc * K + cc * V /*W, U*/ + 2 * c * K * V /*state*/ +
                     cc * K + cc * V + 3 * c * K * V /*reverse state*/ +
                     3 * c * K * V + 3 * cc * V /*dQ,dK,dW,dS,dT,Y*/ +
@@ -169,13 +178,17 @@ int main(int argc, char **argv) {
     double fwdG = 2 * fwdMac * units / 1e9, bwdG = 2 * bwdMac * units / 1e9;
     // Bytes floor: each input read once, each output written once.
     double tok = double(N) * H;
-    double fwdMB = (tok * (dk * 2 * 2 + dv * 2 + 4 + 4) + tok * (dv * 2 + 4 + 64 * 2)) / 1e6;
+    double fwdMB =
+        (tok * (dk * 2 * 2 + dv * 2 + 4 + 4) + tok * (dv * 2 + 4 + 64 * 2)) /
+        1e6;
     double bwdMB = (tok * (dk * 2 * 2 + dv * 2 + 4 + 4 + 64 * 2 + dv * 2) +
-                    tok * (dk * 2 * 2 + dv * 2 + 4 + 4)) / 1e6;
-    std::printf("%-4d %-5d %9.3f %9.3f %9.3f %10.1f %10.1f %10.1f %10.1f\n", B, T, tf, tb,
-                both, fwdG, bwdG, fwdMB, bwdMB);
+                    tok * (dk * 2 * 2 + dv * 2 + 4 + 4)) /
+                   1e6;
+    std::printf("%-4d %-5d %9.3f %9.3f %9.3f %10.1f %10.1f %10.1f %10.1f\n", B,
+                T, tf, tb, both, fwdG, bwdG, fwdMB, bwdMB);
     // 4.3 TB/s = 4300 MB/ms; 790 TFLOP/s = 790 GFLOP/ms (KINDS.md readings).
-    std::printf("     floors at 4.3 TB/s: fwd %.3f ms, bwd %.3f ms; at 790 TFLOP/s: fwd %.3f "
+    std::printf("     floors at 4.3 TB/s: fwd %.3f ms, bwd %.3f ms; at 790 "
+                "TFLOP/s: fwd %.3f "
                 "ms, bwd %.3f ms\n",
                 fwdMB / 4300, bwdMB / 4300, fwdG / 790, bwdG / 790);
   }

@@ -46,7 +46,7 @@ constexpr int kGdnChunk = 64;
 struct GdnConvArgs {
   DType dtype = DType::BF16;
   int64_t batch = 0, seqLen = 0, channels = 0;
-  int32_t kernelSize = 4; ///< 1..8
+  int32_t kernelSize = 4;  ///< 1..8
   const void *x = nullptr; ///< [B, T, C] storage
   const void *w = nullptr; ///< [C, kc] storage
   void *y = nullptr;       ///< [B, T, C] storage (forward output)
@@ -67,8 +67,8 @@ size_t gdnConvBackwardWorkspaceBytes(const GdnConvArgs &args);
 /// threshold 20). Saved for backward: a, b (and the parameters).
 struct GdnGatesArgs {
   DType dtype = DType::BF16;
-  int64_t tokens = 0; ///< N = B*T
-  int32_t heads = 0;  ///< Hv
+  int64_t tokens = 0;           ///< N = B*T
+  int32_t heads = 0;            ///< Hv
   const void *a = nullptr;      ///< [N, Hv] storage
   const void *b = nullptr;      ///< [N, Hv] storage
   const void *aLog = nullptr;   ///< [Hv] Acc
@@ -124,11 +124,11 @@ struct GdnChunkArgs {
   DType dtype = DType::BF16;
   int64_t batch = 0, seqLen = 0;
   int32_t keyHeads = 0, valueHeads = 0, keyDim = 0, valueDim = 0;
-  float scale = 0.f; ///< usually keyDim^-0.5
+  float scale = 0.f;                             ///< usually keyDim^-0.5
   int64_t qStride = 0, kStride = 0, vStride = 0; ///< token strides (0: dense)
-  const void *q = nullptr;    ///< [B, T, Hk, dk] storage
-  const void *k = nullptr;    ///< [B, T, Hk, dk] storage
-  const void *v = nullptr;    ///< [B, T, Hv, dv] storage
+  const void *q = nullptr;                       ///< [B, T, Hk, dk] storage
+  const void *k = nullptr;                       ///< [B, T, Hk, dk] storage
+  const void *v = nullptr;                       ///< [B, T, Hv, dv] storage
   const void *g = nullptr;    ///< [B, T, Hv] Acc, log decay (forward input)
   const void *beta = nullptr; ///< [B, T, Hv] Acc
   /// [B, Hv, dk, dv] Acc; null means zeros.
@@ -139,7 +139,7 @@ struct GdnChunkArgs {
   void *gCum = nullptr;       ///< [B, T, Hv] Acc, saved
   void *tMat = nullptr;       ///< [B, T, Hv, 64] storage, saved
   // Backward inputs (plus q, k, v, beta, initialState, gCum, tMat above):
-  const void *dO = nullptr;         ///< [B, T, Hv, dv] storage, dense
+  const void *dO = nullptr;          ///< [B, T, Hv, dv] storage, dense
   const void *dFinalState = nullptr; ///< [B, Hv, dk, dv] Acc; optional
   // Backward outputs (overwritten):
   void *dq = nullptr;    ///< [B, T, Hk, dk] storage (token stride qStride)
@@ -198,8 +198,9 @@ namespace detail {
 extern "C" int actplaceGdnCudaAnchor;
 } // namespace detail
 #if defined(ACTPLACE_HAVE_CUDA)
-[[maybe_unused]] __attribute__((used)) static const int
-    *const actplaceGdnCudaAnchorRef = &detail::actplaceGdnCudaAnchor;
+[[maybe_unused]] __attribute__((
+    used)) static const int *const actplaceGdnCudaAnchorRef =
+    &detail::actplaceGdnCudaAnchor;
 #endif
 
 } // namespace ap::kernels

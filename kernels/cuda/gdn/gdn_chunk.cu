@@ -21,8 +21,8 @@ namespace {
 
 constexpr int C = kGdnChunk;
 constexpr int kThreads = 256;
-constexpr int kTP = C + 8;  // pitch of 64x64 bf16 tiles
-constexpr int kFP = C + 1;  // pitch of 64x64 fp32 tiles
+constexpr int kTP = C + 8; // pitch of 64x64 bf16 tiles
+constexpr int kFP = C + 1; // pitch of 64x64 fp32 tiles
 
 struct Dims {
   int B, T, Hk, Hv, dk, dv, NT, r;
@@ -59,10 +59,10 @@ Dims dimsOf(const GdnChunkArgs &a) {
 
 /// Workspace carve-up (each region 256-byte aligned).
 struct Ws {
-  bf *W, *U, *Vn;          // [B*Hv][NT*64][dk | dv | dv]
-  float *h, *dh;           // [B*Hv][NT][dk][dv]
-  float *dVn;              // [B*Hv][NT*64][dv]
-  float *dQ, *dK, *dW;     // [B*Hv][NT*64][dk]
+  bf *W, *U, *Vn;      // [B*Hv][NT*64][dk | dv | dv]
+  float *h, *dh;       // [B*Hv][NT][dk][dv]
+  float *dVn;          // [B*Hv][NT*64][dv]
+  float *dQ, *dK, *dW; // [B*Hv][NT*64][dk]
 };
 size_t align256(size_t x) { return (x + 255) & ~size_t(255); }
 size_t carve(const Dims &d, bool backward, char *base, Ws *w) {
@@ -90,7 +90,9 @@ size_t carve(const Dims &d, bool backward, char *base, Ws *w) {
   return off;
 }
 
-__device__ __forceinline__ int chunkLen(int T, int n) { return min(C, T - n * C); }
+__device__ __forceinline__ int chunkLen(int T, int n) {
+  return min(C, T - n * C);
+}
 
 /// Calls f(r, c) for every element of a rows x cols tile, element r*cols+c
 /// on thread (r*cols+c) % blockDim.x, with no division per element.
@@ -112,8 +114,8 @@ __device__ __forceinline__ void forTile(int rows, int cols, F &&f) {
 /// Copies rows [0, 64) x [0, d) (row r at src + r*stride) into a [64][pitch]
 /// bf16 tile, zero rows >= L. With vec, 16-byte cp.async (the caller commits
 /// and waits); otherwise plain element loads.
-__device__ void loadRows(bf *dst, int pitch, const bf *src, long stride,
-                         int L, int d, bool vec) {
+__device__ void loadRows(bf *dst, int pitch, const bf *src, long stride, int L,
+                         int d, bool vec) {
   if (vec) {
     const int per = d >> 3;
     for (int i = threadIdx.x; i < C * per; i += blockDim.x) {
@@ -151,9 +153,9 @@ __device__ void loadF32Rows(bf *dst, int pitch, const float *src, long stride,
 //===----------------------------------------------------------------------===//
 
 __global__ void __launch_bounds__(kThreads, 1)
-intraKernel(Dims d, const bf *q, const bf *k, const bf *v, const float *g,
-            const float *beta, float *gCum, bf *tMat, bool recompute,
-            bf *Wout, bf *Uout) {
+    intraKernel(Dims d, const bf *q, const bf *k, const bf *v, const float *g,
+                const float *beta, float *gCum, bf *tMat, bool recompute,
+                bf *Wout, bf *Uout) {
   extern __shared__ __align__(16) unsigned char smem[];
   const int n = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
   const int hk = h / d.r, L = chunkLen(d.T, n), t0 = n * C;
@@ -219,8 +221,9 @@ intraKernel(Dims d, const bf *q, const bf *k, const bf *v, const float *g,
     }
     for (int i = threadIdx.x; i < C * C; i += blockDim.x) {
       int r = i / C, c = i % C;
-      float x = (r < L && c < L) ? (r == c ? 1.f : (c < r ? Tf[r * kFP + c] : 0.f))
-                                 : 0.f;
+      float x = (r < L && c < L)
+                    ? (r == c ? 1.f : (c < r ? Tf[r * kFP + c] : 0.f))
+                    : 0.f;
       bf xb = f2b(x);
       Ts[r * kTP + c] = xb;
       if (r < L)
@@ -265,21 +268,21 @@ struct SeqPlan {
 };
 
 __global__ void __launch_bounds__(kThreads, 1)
-stateKernel(Dims d, SeqPlan plan, const bf *k, const float *gCum, const bf *Wg,
-            const bf *Ug, const float *h0, float *hOut, bf *VnOut,
-            float *finalState) {
+    stateKernel(Dims d, SeqPlan plan, const bf *k, const float *gCum,
+                const bf *Wg, const bf *Ug, const float *h0, float *hOut,
+                bf *VnOut, float *finalState) {
   extern __shared__ __align__(16) unsigned char smem[];
   const int dvb = plan.dvb, nbuf = plan.nbuf;
   const int jb = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
   const int hk = h / d.r, j0 = jb * dvb;
   const int pk = d.dk + 8, pb = dvb + 8;
-  float *S = (float *)smem;            // [dk][dvb]
-  float *Gb = S + d.dk * dvb;          // [nbuf][64]
-  bf *Sb = (bf *)(Gb + 2 * C);         // [dk][pb]
-  bf *Vb = Sb + d.dk * pb;             // [64][pb]
-  bf *Wb = Vb + C * pb;                // [nbuf][64][pk]
-  bf *Kb = Wb + nbuf * C * pk;         // [nbuf][64][pk]
-  bf *Ub = Kb + nbuf * C * pk;         // [nbuf][64][pb]
+  float *S = (float *)smem;    // [dk][dvb]
+  float *Gb = S + d.dk * dvb;  // [nbuf][64]
+  bf *Sb = (bf *)(Gb + 2 * C); // [dk][pb]
+  bf *Vb = Sb + d.dk * pb;     // [64][pb]
+  bf *Wb = Vb + C * pb;        // [nbuf][64][pk]
+  bf *Kb = Wb + nbuf * C * pk; // [nbuf][64][pk]
+  bf *Ub = Kb + nbuf * C * pk; // [nbuf][64][pb]
 
   const long bh = long(b) * d.Hv + h;
   auto issue = [&](int n, int buf) {
@@ -291,7 +294,8 @@ stateKernel(Dims d, SeqPlan plan, const bf *k, const float *gCum, const bf *Wg,
     loadRows(Kb + buf * C * pk, pk, k + tok0 * d.ks + long(hk) * d.dk, d.ks, L,
              d.dk, d.vk);
     if (threadIdx.x < L)
-      cpAsync4(Gb + buf * C + threadIdx.x, gCum + (tok0 + threadIdx.x) * d.Hv + h);
+      cpAsync4(Gb + buf * C + threadIdx.x,
+               gCum + (tok0 + threadIdx.x) * d.Hv + h);
   };
   for (int i = threadIdx.x; i < d.dk * dvb; i += blockDim.x) {
     int r = i / dvb, c = i % dvb;
@@ -317,7 +321,8 @@ stateKernel(Dims d, SeqPlan plan, const bf *k, const float *gCum, const bf *Wg,
     const int L = chunkLen(d.T, n);
     const long wrow = bh * d.NT * C + long(n) * C;
     const float *G = Gb + buf * C;
-    bf *Ws_ = Wb + buf * C * pk, *Kd = Kb + buf * C * pk, *Us = Ub + buf * C * pb;
+    bf *Ws_ = Wb + buf * C * pk, *Kd = Kb + buf * C * pk,
+       *Us = Ub + buf * C * pb;
     const float gl = G[L - 1];
     float *hn = hOut + ((bh * d.NT + n) * d.dk) * d.dv + j0;
     forTile(d.dk, dvb, [&](int r, int c) {
@@ -366,17 +371,17 @@ size_t stateSmem(const Dims &d, int dvb, int nbuf) {
 //===----------------------------------------------------------------------===//
 
 __global__ void __launch_bounds__(kThreads, 1)
-outputKernel(Dims d, const bf *q, const bf *k, const float *gCum,
-             const float *hS, const bf *Vn, bf *o) {
+    outputKernel(Dims d, const bf *q, const bf *k, const float *gCum,
+                 const float *hS, const bf *Vn, bf *o) {
   extern __shared__ __align__(16) unsigned char smem[];
   const int n = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
   const int hk = h / d.r, L = chunkLen(d.T, n), t0 = n * C;
   const int pk = d.dk + 8, VB = 64, pb = VB + 8;
-  bf *Qs = (bf *)smem;            // [64][pk]
-  bf *Ks = Qs + C * pk;           // [64][pk]
-  bf *Ps = Ks + C * pk;           // [64][kTP]
-  bf *Hb = Ps + C * kTP;          // [dk][pb]
-  bf *Vb = Hb + d.dk * pb;        // [64][pb]
+  bf *Qs = (bf *)smem;                // [64][pk]
+  bf *Ks = Qs + C * pk;               // [64][pk]
+  bf *Ps = Ks + C * pk;               // [64][kTP]
+  bf *Hb = Ps + C * kTP;              // [dk][pb]
+  bf *Vb = Hb + d.dk * pb;            // [64][pb]
   float *Of = (float *)(Vb + C * pb); // [64][VB]
   float *G = Of + C * VB;
 
@@ -429,24 +434,25 @@ size_t outputSmem(const Dims &d) {
 //===----------------------------------------------------------------------===//
 
 __global__ void __launch_bounds__(kThreads, 1)
-stateBwdKernel(Dims d, SeqPlan plan, const bf *q, const bf *k,
-               const float *gCum, const bf *Wg, const bf *dO,
-               const float *dFinal, float *dhOut, float *dVnOut, float *dInit) {
+    stateBwdKernel(Dims d, SeqPlan plan, const bf *q, const bf *k,
+                   const float *gCum, const bf *Wg, const bf *dO,
+                   const float *dFinal, float *dhOut, float *dVnOut,
+                   float *dInit) {
   extern __shared__ __align__(16) unsigned char smem[];
   const int dvb = plan.dvb, nbuf = plan.nbuf;
   const int jb = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
   const int hk = h / d.r, j0 = jb * dvb;
   const int pk = d.dk + 8, pb = dvb + 8;
-  float *dH = (float *)smem;          // [dk][dvb]
-  float *Gb = dH + d.dk * dvb;        // [2][64]
-  float *dVf = Gb + 2 * C;            // [64][dvb]
-  bf *dHb = (bf *)(dVf + C * dvb);    // [dk][pb]
-  bf *dVb = dHb + d.dk * pb;          // [64][pb]
-  bf *Pt = dVb + C * pb;              // [64][kTP]
-  bf *Qb = Pt + C * kTP;              // [nbuf][64][pk]
-  bf *Kb = Qb + nbuf * C * pk;        // [nbuf][64][pk]
-  bf *Wb = Kb + nbuf * C * pk;        // [nbuf][64][pk]
-  bf *dOb = Wb + nbuf * C * pk;       // [nbuf][64][pb]
+  float *dH = (float *)smem;       // [dk][dvb]
+  float *Gb = dH + d.dk * dvb;     // [2][64]
+  float *dVf = Gb + 2 * C;         // [64][dvb]
+  bf *dHb = (bf *)(dVf + C * dvb); // [dk][pb]
+  bf *dVb = dHb + d.dk * pb;       // [64][pb]
+  bf *Pt = dVb + C * pb;           // [64][kTP]
+  bf *Qb = Pt + C * kTP;           // [nbuf][64][pk]
+  bf *Kb = Qb + nbuf * C * pk;     // [nbuf][64][pk]
+  bf *Wb = Kb + nbuf * C * pk;     // [nbuf][64][pk]
+  bf *dOb = Wb + nbuf * C * pk;    // [nbuf][64][pb]
 
   const long bh = long(b) * d.Hv + h;
   const float scale = d.scale;
@@ -462,7 +468,8 @@ stateBwdKernel(Dims d, SeqPlan plan, const bf *q, const bf *k,
     loadRows(dOb + buf * C * pb, pb, dO + (tok0 * d.Hv + h) * d.dv + j0,
              long(d.Hv) * d.dv, L, dvb, d.vo);
     if (threadIdx.x < L)
-      cpAsync4(Gb + buf * C + threadIdx.x, gCum + (tok0 + threadIdx.x) * d.Hv + h);
+      cpAsync4(Gb + buf * C + threadIdx.x,
+               gCum + (tok0 + threadIdx.x) * d.Hv + h);
   };
   for (int i = threadIdx.x; i < d.dk * dvb; i += blockDim.x) {
     int r = i / dvb, c = i % dvb;
@@ -488,7 +495,8 @@ stateBwdKernel(Dims d, SeqPlan plan, const bf *q, const bf *k,
     const int L = chunkLen(d.T, n);
     const long wrow = bh * d.NT * C + long(n) * C;
     const float *G = Gb + buf * C;
-    bf *Qs = Qb + buf * C * pk, *Ks = Kb + buf * C * pk, *Ws_ = Wb + buf * C * pk;
+    bf *Qs = Qb + buf * C * pk, *Ks = Kb + buf * C * pk,
+       *Ws_ = Wb + buf * C * pk;
     bf *dOs = dOb + buf * C * pb;
     const float gl = G[L - 1];
     float *dhn = dhOut + ((bh * d.NT + n) * d.dk) * d.dv + j0;
@@ -500,9 +508,8 @@ stateBwdKernel(Dims d, SeqPlan plan, const bf *q, const bf *k,
     // Pt[s, r] = scale (k_s . q_r) exp(G_r - G_s) for s <= r < L.
     ctaGemm(C, C, d.dk, SMat{Ks, pk, 1}, SMat{Qs, 1, pk},
             [&](int s, int r, float x) {
-              Pt[s * kTP + r] = f2b((s <= r && r < L)
-                                        ? scale * x * __expf(G[r] - G[s])
-                                        : 0.f);
+              Pt[s * kTP + r] = f2b(
+                  (s <= r && r < L) ? scale * x * __expf(G[r] - G[s]) : 0.f);
             });
     __syncthreads();
     // In place: K <- K exp(G_last - G), Q <- scale Gam Q (rows < L).
@@ -563,11 +570,11 @@ template <typename F> __device__ __forceinline__ float rowSum4(int n, F &&f) {
 //===----------------------------------------------------------------------===//
 
 __global__ void __launch_bounds__(kThreads, 1)
-chunkBwdKernel(Dims d, int VB, const bf *q, const bf *k, const bf *v,
-               const float *gCum, const float *beta, const bf *tMat,
-               const bf *dO, const float *hS, const float *dhS, const bf *Vn,
-               const float *dVn, float *dQg, float *dKg, float *dWg, bf *dvOut,
-               float *dgOut, float *dbetaOut) {
+    chunkBwdKernel(Dims d, int VB, const bf *q, const bf *k, const bf *v,
+                   const float *gCum, const float *beta, const bf *tMat,
+                   const bf *dO, const float *hS, const float *dhS,
+                   const bf *Vn, const float *dVn, float *dQg, float *dKg,
+                   float *dWg, bf *dvOut, float *dgOut, float *dbetaOut) {
   extern __shared__ __align__(16) unsigned char smem[];
   const int n = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
   const int hk = h / d.r, L = chunkLen(d.T, n), t0 = n * C;
@@ -581,7 +588,7 @@ chunkBwdKernel(Dims d, int VB, const bf *q, const bf *k, const bf *v,
   float *Yf = dTf + C * kFP;
   bf *Qs = (bf *)(Yf + C * kFP); // [64][pk]
   bf *Ks = Qs + C * pk;
-  bf *Ts = Ks + C * pk;          // [64][kTP]
+  bf *Ts = Ks + C * pk; // [64][kTP]
   bf *R3 = Ts + C * kTP;
   bf *R4 = R3 + r3;
   bf *S0b = R3, *dHb = R3 + d.dk * pb; // [dk][pb] each, during the dv loop
@@ -593,7 +600,8 @@ chunkBwdKernel(Dims d, int VB, const bf *q, const bf *k, const bf *v,
   const long tok0 = long(b) * d.T + t0, bh = long(b) * d.Hv + h;
   const long wrow = bh * d.NT * C + long(n) * C;
   const float scale = d.scale;
-  float *dQc = dQg + wrow * d.dk, *dKc = dKg + wrow * d.dk, *dWc = dWg + wrow * d.dk;
+  float *dQc = dQg + wrow * d.dk, *dKc = dKg + wrow * d.dk,
+        *dWc = dWg + wrow * d.dk;
   if (threadIdx.x < C) {
     int r = threadIdx.x;
     long si = (tok0 + min(r, L - 1)) * d.Hv + h;
@@ -625,7 +633,8 @@ chunkBwdKernel(Dims d, int VB, const bf *q, const bf *k, const bf *v,
   for (int j0 = 0; j0 < d.dv; j0 += VB) {
     const int vb = min(VB, d.dv - j0);
     __syncthreads();
-    loadRows(dOb, pb, dO + (tok0 * d.Hv + h) * d.dv + j0, long(d.Hv) * d.dv, L, vb, d.vo);
+    loadRows(dOb, pb, dO + (tok0 * d.Hv + h) * d.dv + j0, long(d.Hv) * d.dv, L,
+             vb, d.vo);
     loadRows(Vnb, pb, vnc + j0, d.dv, C, vb, true);
     loadRows(Vb, pb, v + tok0 * d.vs + long(h) * d.dv + j0, d.vs, L, vb, d.vv);
     cpAsyncCommit();
@@ -633,8 +642,10 @@ chunkBwdKernel(Dims d, int VB, const bf *q, const bf *k, const bf *v,
       const int per = vb >> 2;
       for (int i = threadIdx.x; i < d.dk * per; i += blockDim.x) {
         int r = i / per, c = (i - r * per) << 2;
-        float4 s0 = *reinterpret_cast<const float4 *>(hn + long(r) * d.dv + j0 + c);
-        float4 dh = *reinterpret_cast<const float4 *>(dhn + long(r) * d.dv + j0 + c);
+        float4 s0 =
+            *reinterpret_cast<const float4 *>(hn + long(r) * d.dv + j0 + c);
+        float4 dh =
+            *reinterpret_cast<const float4 *>(dhn + long(r) * d.dv + j0 + c);
         extraS += s0.x * dh.x + s0.y * dh.y + s0.z * dh.z + s0.w * dh.w;
         bf *a = S0b + r * pb + c, *e = dHb + r * pb + c;
         a[0] = f2b(s0.x), a[1] = f2b(s0.y), a[2] = f2b(s0.z), a[3] = f2b(s0.w);
@@ -660,7 +671,8 @@ chunkBwdKernel(Dims d, int VB, const bf *q, const bf *k, const bf *v,
     __syncthreads();
     for (int i = threadIdx.x; i < L * vb; i += blockDim.x) {
       int r = i / vb, c = i % vb;
-      dvOut[(tok0 + r) * d.vs + long(h) * d.dv + j0 + c] = f2b(Yf[r * kFP + c] * Bt[r]);
+      dvOut[(tok0 + r) * d.vs + long(h) * d.dv + j0 + c] =
+          f2b(Yf[r * kFP + c] * Bt[r]);
     }
     if (threadIdx.x < C) {
       int r = threadIdx.x;
@@ -696,7 +708,8 @@ chunkBwdKernel(Dims d, int VB, const bf *q, const bf *k, const bf *v,
   // dS = scale (dO Vnew^T) * D, lower incl.
   for (int i = threadIdx.x; i < C * C; i += blockDim.x) {
     int m = i / C, c = i % C;
-    float x = (c <= m && m < L) ? scale * dSf[m * kFP + c] * __expf(G[m] - G[c]) : 0.f;
+    float x = (c <= m && m < L) ? scale * dSf[m * kFP + c] * __expf(G[m] - G[c])
+                                : 0.f;
     dSb[m * kTP + c] = f2b(x);
   }
   __syncthreads();
@@ -726,8 +739,9 @@ chunkBwdKernel(Dims d, int VB, const bf *q, const bf *k, const bf *v,
   }
   __syncthreads();
   // WY backward: dT += dW (beta Gam K)^T; X = T^T dW.
-  ctaGemm(C, C, d.dk, SMat{dWb, pk, 1}, SMat{Ks, 1, pk},
-          [&](int m, int c, float x) { dTf[m * kFP + c] += x * Bt[c] * Gam[c]; });
+  ctaGemm(
+      C, C, d.dk, SMat{dWb, pk, 1}, SMat{Ks, 1, pk},
+      [&](int m, int c, float x) { dTf[m * kFP + c] += x * Bt[c] * Gam[c]; });
   ctaGemm(C, d.dk, C, SMat{Ts, 1, kTP}, SMat{dWb, pk, 1},
           [&](int m, int c, float x) {
             dKc[m * d.dk + c] += x * Bt[m] * Gam[m];
@@ -796,11 +810,12 @@ chunkBwdKernel(Dims d, int VB, const bf *q, const bf *k, const bf *v,
 /// scratch); q/k gradients go straight to storage when Hv == Hk.
 template <int NT>
 __global__ void __launch_bounds__(kThreads, 1)
-chunkBwdRegKernel(Dims d, int VB, const bf *q, const bf *k, const bf *v,
-                  const float *gCum, const float *beta, const bf *tMat,
-                  const bf *dO, const float *hS, const float *dhS, const bf *Vn,
-                  const float *dVn, float *dQg, float *dKg, bf *dqOut,
-                  bf *dkOut, bf *dvOut, float *dgOut, float *dbetaOut) {
+    chunkBwdRegKernel(Dims d, int VB, const bf *q, const bf *k, const bf *v,
+                      const float *gCum, const float *beta, const bf *tMat,
+                      const bf *dO, const float *hS, const float *dhS,
+                      const bf *Vn, const float *dVn, float *dQg, float *dKg,
+                      bf *dqOut, bf *dkOut, bf *dvOut, float *dgOut,
+                      float *dbetaOut) {
   extern __shared__ __align__(16) unsigned char smem[];
   const int n = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
   const int hk = h / d.r, L = chunkLen(d.T, n), t0 = n * C;
@@ -813,7 +828,7 @@ chunkBwdRegKernel(Dims d, int VB, const bf *q, const bf *k, const bf *v,
   float *Yf = dTf + C * kFP;
   bf *Qs = (bf *)(Yf + C * kFP); // [64][pk]
   bf *Ks = Qs + C * pk;
-  bf *Ts = Ks + C * pk;          // [64][kTP]
+  bf *Ts = Ks + C * pk; // [64][kTP]
   bf *R3 = Ts + C * kTP;
   bf *R4 = R3 + r3;
   const size_t r4 = max(size_t(4) * C * pb, size_t(4) * C * kTP);
@@ -855,7 +870,8 @@ chunkBwdRegKernel(Dims d, int VB, const bf *q, const bf *k, const bf *v,
   for (int j0 = 0; j0 < d.dv; j0 += VB) {
     const int vb = min(VB, d.dv - j0);
     __syncthreads();
-    loadRows(dOb, pb, dO + (tok0 * d.Hv + h) * d.dv + j0, long(d.Hv) * d.dv, L, vb, d.vo);
+    loadRows(dOb, pb, dO + (tok0 * d.Hv + h) * d.dv + j0, long(d.Hv) * d.dv, L,
+             vb, d.vo);
     loadRows(Vnb, pb, vnc + j0, d.dv, C, vb, true);
     loadRows(Vb, pb, v + tok0 * d.vs + long(h) * d.dv + j0, d.vs, L, vb, d.vv);
     cpAsyncCommit();
@@ -863,8 +879,10 @@ chunkBwdRegKernel(Dims d, int VB, const bf *q, const bf *k, const bf *v,
       const int per = vb >> 2;
       for (int i = tid; i < d.dk * per; i += blockDim.x) {
         int r = i / per, c = (i - r * per) << 2;
-        float4 s0 = *reinterpret_cast<const float4 *>(hn + long(r) * d.dv + j0 + c);
-        float4 dh = *reinterpret_cast<const float4 *>(dhn + long(r) * d.dv + j0 + c);
+        float4 s0 =
+            *reinterpret_cast<const float4 *>(hn + long(r) * d.dv + j0 + c);
+        float4 dh =
+            *reinterpret_cast<const float4 *>(dhn + long(r) * d.dv + j0 + c);
         extraS += s0.x * dh.x + s0.y * dh.y + s0.z * dh.z + s0.w * dh.w;
         bf *a = S0b + r * pb + c, *e = dHb + r * pb + c;
         a[0] = f2b(s0.x), a[1] = f2b(s0.y), a[2] = f2b(s0.z), a[3] = f2b(s0.w);
@@ -886,7 +904,8 @@ chunkBwdRegKernel(Dims d, int VB, const bf *q, const bf *k, const bf *v,
     __syncthreads();
     for (int i = tid; i < L * vb; i += blockDim.x) {
       int r = i / vb, c = i % vb;
-      dvOut[(tok0 + r) * d.vs + long(h) * d.dv + j0 + c] = f2b(Yf[r * kFP + c] * Bt[r]);
+      dvOut[(tok0 + r) * d.vs + long(h) * d.dv + j0 + c] =
+          f2b(Yf[r * kFP + c] * Bt[r]);
     }
     if (tid < C) {
       float s = 0.f;
@@ -929,7 +948,8 @@ chunkBwdRegKernel(Dims d, int VB, const bf *q, const bf *k, const bf *v,
   // dS = scale (dO Vnew^T) * D, lower incl.
   for (int i = tid; i < C * C; i += blockDim.x) {
     int m = i / C, c = i % C;
-    float x = (c <= m && m < L) ? scale * dSf[m * kFP + c] * __expf(G[m] - G[c]) : 0.f;
+    float x = (c <= m && m < L) ? scale * dSf[m * kFP + c] * __expf(G[m] - G[c])
+                                : 0.f;
     dSb[m * kTP + c] = f2b(x);
   }
   __syncthreads();
@@ -971,7 +991,8 @@ chunkBwdRegKernel(Dims d, int VB, const bf *q, const bf *k, const bf *v,
   };
   {
     float s = rowSumRegs([&](int i, int e, int m, int c) {
-      return accQ[i][e] * b2f(Qs[m * pk + c]) - accK[i][e] * b2f(Ks[m * pk + c]);
+      return accQ[i][e] * b2f(Qs[m * pk + c]) -
+             accK[i][e] * b2f(Ks[m * pk + c]);
     });
     if (tid < C)
       dG[tid] = s + (tid == L - 1 ? extra : 0.f);
@@ -997,8 +1018,9 @@ chunkBwdRegKernel(Dims d, int VB, const bf *q, const bf *k, const bf *v,
   }
   __syncthreads();
   // WY backward: dT += dW (beta Gam K)^T; X = T^T dW.
-  ctaGemm(C, C, d.dk, SMat{dWb, pk, 1}, SMat{Ks, 1, pk},
-          [&](int m, int c, float x) { dTf[m * kFP + c] += x * Bt[c] * Gam[c]; });
+  ctaGemm(
+      C, C, d.dk, SMat{dWb, pk, 1}, SMat{Ks, 1, pk},
+      [&](int m, int c, float x) { dTf[m * kFP + c] += x * Bt[c] * Gam[c]; });
   float accX[NT][8] = {};
   ctaGemmAcc(C, d.dk, C, SMat{Ts, 1, kTP}, SMat{dWb, pk, 1}, accX);
   {
@@ -1162,30 +1184,29 @@ SeqPlan seqPlan(const Dims &d, int smCount, SmemFn smemOf) {
   return p;
 }
 
-template <typename K>
-Status setSmem(K kernel, size_t bytes) {
+template <typename K> Status setSmem(K kernel, size_t bytes) {
   AP_GDN_CUDA_CHECK(cudaFuncSetAttribute(
       kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
   return Status::Ok;
 }
 
-Status runWU(const Dims &d, const GdnChunkArgs &a, cudaStream_t s, bool recompute,
-             Ws &w) {
+Status runWU(const Dims &d, const GdnChunkArgs &a, cudaStream_t s,
+             bool recompute, Ws &w) {
   size_t sm = intraSmem(d);
   if (Status st = setSmem(intraKernel, sm); st != Status::Ok)
     return st;
   intraKernel<<<dim3(d.NT, d.Hv, d.B), kThreads, sm, s>>>(
       d, (const bf *)a.q, (const bf *)a.k, (const bf *)a.v, (const float *)a.g,
-      (const float *)a.beta, (float *)a.gCum, (bf *)a.tMat, recompute, w.W, w.U);
+      (const float *)a.beta, (float *)a.gCum, (bf *)a.tMat, recompute, w.W,
+      w.U);
   AP_GDN_LAUNCH_CHECK(intraKernel);
   return Status::Ok;
 }
 
-Status runState(const Dims &d, const GdnChunkArgs &a, cudaStream_t s, int smCount,
-                Ws &w, float *finalState) {
-  SeqPlan plan = seqPlan(d, smCount, [&](int dvb, int nb) {
-    return stateSmem(d, dvb, nb);
-  });
+Status runState(const Dims &d, const GdnChunkArgs &a, cudaStream_t s,
+                int smCount, Ws &w, float *finalState) {
+  SeqPlan plan = seqPlan(
+      d, smCount, [&](int dvb, int nb) { return stateSmem(d, dvb, nb); });
   if (Status st = setSmem(stateKernel, plan.smem); st != Status::Ok)
     return st;
   stateKernel<<<dim3(d.dv / plan.dvb, d.Hv, d.B), kThreads, plan.smem, s>>>(
@@ -1232,8 +1253,8 @@ Status chunkForward(const KernelContext &ctx, const GdnChunkArgs &a) {
 Status chunkBackward(const KernelContext &ctx, const GdnChunkArgs &a) {
   if (!supported(a))
     return Status::Unsupported;
-  if (!a.q || !a.k || !a.v || !a.beta || !a.gCum || !a.tMat || !a.dO ||
-      !a.dq || !a.dk || !a.dv || !a.dg || !a.dbeta)
+  if (!a.q || !a.k || !a.v || !a.beta || !a.gCum || !a.tMat || !a.dO || !a.dq ||
+      !a.dk || !a.dv || !a.dg || !a.dbeta)
     return Status::InvalidArgument;
   Dims d = dimsOf(a);
   Ws w;

@@ -23,7 +23,7 @@ namespace ap::kernels::gdncuda {
   do {                                                                         \
     cudaError_t err_ = (call);                                                 \
     if (err_ != cudaSuccess) {                                                 \
-      std::fprintf(stderr, "gdn cuda: %s failed: %s (%s:%d)\n", #call,          \
+      std::fprintf(stderr, "gdn cuda: %s failed: %s (%s:%d)\n", #call,         \
                    cudaGetErrorString(err_), __FILE__, __LINE__);              \
       return Status::BackendError;                                             \
     }                                                                          \

@@ -83,8 +83,8 @@ __global__ void convDwPartialKernel(long N, int T, int Cc, int K, const bf *x,
 }
 
 /// out[i] += sum_b partial[b][i], b in order.
-__global__ void sumPartialsKernel(long nBlocks, long width, const float *partial,
-                                  float *out) {
+__global__ void sumPartialsKernel(long nBlocks, long width,
+                                  const float *partial, float *out) {
   for (long i = blockIdx.x * long(blockDim.x) + threadIdx.x; i < width;
        i += long(gridDim.x) * blockDim.x) {
     float s = 0.f;
@@ -152,8 +152,8 @@ __device__ __forceinline__ float warpSum(float v) {
 }
 
 /// One warp per (token, head) row.
-__global__ void l2FwdKernel(long rows, int H, int d, long xs, long ys, float eps,
-                            const bf *x, bf *y, float *rstd) {
+__global__ void l2FwdKernel(long rows, int H, int d, long xs, long ys,
+                            float eps, const bf *x, bf *y, float *rstd) {
   long row = (blockIdx.x * long(blockDim.x) + threadIdx.x) >> 5;
   int lane = threadIdx.x & 31;
   if (row >= rows)
@@ -228,14 +228,16 @@ __global__ void gatedNormBwdKernel(long rows, int d, const bf *x, const bf *z,
     wpart[i] = 0.f;
   __syncthreads();
   for (int k = 0; k < kNormRowsPerBlock / 8; ++k) {
-    long row = long(blockIdx.x) * kNormRowsPerBlock + warp * (kNormRowsPerBlock / 8) + k;
+    long row = long(blockIdx.x) * kNormRowsPerBlock +
+               warp * (kNormRowsPerBlock / 8) + k;
     if (row >= rows)
       break;
     const float r = rstd[row];
     float mean = 0.f;
     for (int i = lane; i < d; i += 32) {
       float xh = b2f(x[row * d + i]) * r, wv = b2f(w[i]);
-      float zv = b2f(z[row * d + i]), s = sigmoidf_(zv), dyv = b2f(dy[row * d + i]);
+      float zv = b2f(z[row * d + i]), s = sigmoidf_(zv),
+            dyv = b2f(dy[row * d + i]);
       float dyh = dyv * zv * s;
       dz[row * d + i] = f2b(dyv * wv * xh * s * (1.f + zv * (1.f - s)));
       wpart[warp * d + i] += dyh * xh;
@@ -282,9 +284,10 @@ Status convForward(const KernelContext &ctx, const GdnConvArgs &a) {
   if (a.dtype != DType::BF16 || a.kernelSize < 1 || a.kernelSize > 8)
     return Status::Unsupported;
   long N = a.batch * a.seqLen;
-  convFwdKernel<<<gridFor(N * a.channels, 256), 256, 0, (cudaStream_t)ctx.stream>>>(
-      N, int(a.seqLen), int(a.channels), a.kernelSize, (const bf *)a.x,
-      (const bf *)a.w, (bf *)a.y);
+  convFwdKernel<<<gridFor(N * a.channels, 256), 256, 0,
+                  (cudaStream_t)ctx.stream>>>(N, int(a.seqLen), int(a.channels),
+                                              a.kernelSize, (const bf *)a.x,
+                                              (const bf *)a.w, (bf *)a.y);
   AP_GDN_LAUNCH_CHECK(convFwdKernel);
   return Status::Ok;
 }
@@ -298,7 +301,8 @@ Status convBackward(const KernelContext &ctx, const GdnConvArgs &a) {
   long N = a.batch * a.seqLen;
   int T = int(a.seqLen), Cc = int(a.channels), K = a.kernelSize;
   convDxKernel<<<gridFor(N * Cc, 256), 256, 0, s>>>(
-      N, T, Cc, K, (const bf *)a.x, (const bf *)a.w, (const bf *)a.dy, (bf *)a.dx);
+      N, T, Cc, K, (const bf *)a.x, (const bf *)a.w, (const bf *)a.dy,
+      (bf *)a.dx);
   AP_GDN_LAUNCH_CHECK(convDxKernel);
   long nb = (N + kConvRows - 1) / kConvRows;
   float *partial = (float *)ctx.workspace;
@@ -340,8 +344,9 @@ Status l2NormForward(const KernelContext &ctx, const GdnL2NormArgs &a) {
     return Status::Unsupported;
   long rows = a.tokens * a.heads, hd = long(a.heads) * a.dim;
   l2FwdKernel<<<gridFor(rows * 32, 256), 256, 0, (cudaStream_t)ctx.stream>>>(
-      rows, a.heads, a.dim, a.xStride ? a.xStride : hd, a.yStride ? a.yStride : hd,
-      a.eps, (const bf *)a.x, (bf *)a.y, (float *)a.rstd);
+      rows, a.heads, a.dim, a.xStride ? a.xStride : hd,
+      a.yStride ? a.yStride : hd, a.eps, (const bf *)a.x, (bf *)a.y,
+      (float *)a.rstd);
   AP_GDN_LAUNCH_CHECK(l2FwdKernel);
   return Status::Ok;
 }
@@ -351,8 +356,9 @@ Status l2NormBackward(const KernelContext &ctx, const GdnL2NormArgs &a) {
     return Status::Unsupported;
   long rows = a.tokens * a.heads, hd = long(a.heads) * a.dim;
   l2BwdKernel<<<gridFor(rows * 32, 256), 256, 0, (cudaStream_t)ctx.stream>>>(
-      rows, a.heads, a.dim, a.xStride ? a.xStride : hd, a.yStride ? a.yStride : hd,
-      (const bf *)a.y, (const float *)a.rstd, (const bf *)a.dy, (bf *)a.dx);
+      rows, a.heads, a.dim, a.xStride ? a.xStride : hd,
+      a.yStride ? a.yStride : hd, (const bf *)a.y, (const float *)a.rstd,
+      (const bf *)a.dy, (bf *)a.dx);
   AP_GDN_LAUNCH_CHECK(l2BwdKernel);
   return Status::Ok;
 }
@@ -361,7 +367,8 @@ Status gatedNormForward(const KernelContext &ctx, const GdnGatedNormArgs &a) {
   if (a.dtype != DType::BF16)
     return Status::Unsupported;
   long rows = a.tokens * a.heads;
-  gatedNormFwdKernel<<<gridFor(rows * 32, 256), 256, 0, (cudaStream_t)ctx.stream>>>(
+  gatedNormFwdKernel<<<gridFor(rows * 32, 256), 256, 0,
+                       (cudaStream_t)ctx.stream>>>(
       rows, a.dim, a.eps, (const bf *)a.x, (const bf *)a.z, (const bf *)a.w,
       (bf *)a.y, (float *)a.rstd);
   AP_GDN_LAUNCH_CHECK(gatedNormFwdKernel);
@@ -382,7 +389,7 @@ Status gatedNormBackward(const KernelContext &ctx, const GdnGatedNormArgs &a) {
       (const float *)a.rstd, (const bf *)a.dy, (bf *)a.dx, (bf *)a.dz, partial);
   AP_GDN_LAUNCH_CHECK(gatedNormBwdKernel);
   sumPartialsKernel<<<gridFor(a.dim, 256), 256, 0, s>>>(nb, a.dim, partial,
-                                                      (float *)a.dw);
+                                                        (float *)a.dw);
   AP_GDN_LAUNCH_CHECK(sumPartialsKernel);
   return Status::Ok;
 }

@@ -17,8 +17,8 @@ namespace {
 struct Geo {
   int64_t B, T, Hk, Hv, dk, dv, r, qs, ks, vs;
   explicit Geo(const GdnChunkArgs &a)
-      : B(a.batch), T(a.seqLen), Hk(a.keyHeads), Hv(a.valueHeads),
-        dk(a.keyDim), dv(a.valueDim), r(a.valueHeads / a.keyHeads),
+      : B(a.batch), T(a.seqLen), Hk(a.keyHeads), Hv(a.valueHeads), dk(a.keyDim),
+        dv(a.valueDim), r(a.valueHeads / a.keyHeads),
         qs(a.qStride ? a.qStride : a.keyHeads * int64_t(a.keyDim)),
         ks(a.kStride ? a.kStride : a.keyHeads * int64_t(a.keyDim)),
         vs(a.vStride ? a.vStride : a.valueHeads * int64_t(a.valueDim)) {}
@@ -34,14 +34,16 @@ struct Geo {
   int64_t o(int64_t b, int64_t t, int64_t h) const {
     return ((b * T + t) * Hv + h) * dv;
   }
-  int64_t s(int64_t b, int64_t t, int64_t h) const { return (b * T + t) * Hv + h; }
+  int64_t s(int64_t b, int64_t t, int64_t h) const {
+    return (b * T + t) * Hv + h;
+  }
   int64_t state(int64_t b, int64_t h) const { return (b * Hv + h) * dk * dv; }
 };
 
 bool validChunkArgs(const GdnChunkArgs &a) {
   return validStorage(a.dtype) && a.batch > 0 && a.seqLen > 0 &&
-         a.keyHeads > 0 && a.valueHeads > 0 && a.keyDim > 0 &&
-         a.valueDim > 0 && a.valueHeads % a.keyHeads == 0;
+         a.keyHeads > 0 && a.valueHeads > 0 && a.keyDim > 0 && a.valueDim > 0 &&
+         a.valueHeads % a.keyHeads == 0;
 }
 
 /// Row-major dense matrix in the accumulation type.
@@ -63,8 +65,8 @@ template <typename S> struct ChunkIn {
 };
 
 template <typename S>
-ChunkIn<S> loadChunk(const GdnChunkArgs &a, const Geo &g, int64_t b,
-                     int64_t h, int64_t n, bool haveSavedT) {
+ChunkIn<S> loadChunk(const GdnChunkArgs &a, const Geo &g, int64_t b, int64_t h,
+                     int64_t n, bool haveSavedT) {
   using A = AccOf<S>;
   ChunkIn<S> c;
   c.t0 = n * kGdnChunk;
@@ -164,8 +166,8 @@ Mat<A> advanceState(const C &c, const Mat<A> &W, const Mat<A> &U, Mat<A> &S) {
   return Vn;
 }
 
-template <typename A> Mat<A> loadState(const void *p, const Geo &g, int64_t b,
-                                       int64_t h) {
+template <typename A>
+Mat<A> loadState(const void *p, const Geo &g, int64_t b, int64_t h) {
   Mat<A> S(g.dk, g.dv);
   if (p)
     for (int64_t i = 0; i < g.dk * g.dv; ++i)
@@ -335,7 +337,8 @@ template <typename S> Status chunkBackward(const GdnChunkArgs &a) {
       }
       if (a.dInitialState)
         for (int64_t i = 0; i < g.dk * g.dv; ++i)
-          static_cast<A *>(a.dInitialState)[g.state(b, h) + i] = dH.d[size_t(i)];
+          static_cast<A *>(a.dInitialState)[g.state(b, h) + i] =
+              dH.d[size_t(i)];
       // Per-chunk gradients.
       for (int64_t n = 0; n < NT; ++n) {
         const ChunkIn<S> &c = cs[n];

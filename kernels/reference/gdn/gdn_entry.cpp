@@ -29,7 +29,8 @@ __attribute__((weak)) size_t convBackwardWorkspace(const GdnConvArgs &);
 __attribute__((weak)) size_t gatesBackwardWorkspace(const GdnGatesArgs &);
 __attribute__((weak)) size_t chunkForwardWorkspace(const GdnChunkArgs &);
 __attribute__((weak)) size_t chunkBackwardWorkspace(const GdnChunkArgs &);
-__attribute__((weak)) size_t gatedNormBackwardWorkspace(const GdnGatedNormArgs &);
+__attribute__((weak)) size_t
+gatedNormBackwardWorkspace(const GdnGatedNormArgs &);
 } // namespace gdncuda
 
 namespace {
@@ -55,9 +56,8 @@ Status dispatchHost(const Args &a, HostFn &&fn) {
         return Status::Unsupported;                                            \
       return gdncuda::Fn(ctx, a);                                              \
     }                                                                          \
-    return dispatchHost(a, [&](auto tag) {                                     \
-      return gdnref::Fn<decltype(tag)>(a);                                     \
-    });                                                                        \
+    return dispatchHost(                                                       \
+        a, [&](auto tag) { return gdnref::Fn<decltype(tag)>(a); });            \
   }
 AP_GDN_ENTRY(gdnConvForward, GdnConvArgs, convForward)
 AP_GDN_ENTRY(gdnConvBackward, GdnConvArgs, convBackward)
@@ -72,9 +72,8 @@ AP_GDN_ENTRY(gdnGatedNormBackward, GdnGatedNormArgs, gatedNormBackward)
 #undef AP_GDN_ENTRY
 
 Status gdnRecurrentForwardReference(const GdnChunkArgs &a) {
-  return dispatchHost(a, [&](auto tag) {
-    return gdnref::recurrentForward<decltype(tag)>(a);
-  });
+  return dispatchHost(
+      a, [&](auto tag) { return gdnref::recurrentForward<decltype(tag)>(a); });
 }
 
 // Workspace queries: the host reference needs none.

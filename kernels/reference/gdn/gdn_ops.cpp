@@ -43,7 +43,8 @@ template <typename S> Status convBackward(const GdnConvArgs &a) {
         for (int64_t j = 0; j < K; ++j)
           pre += ld<S>(a.w, c * K + j) * X(t - (K - 1) + j);
         A s = sigm(pre);
-        dpre[t] = ld<S>(a.dy, (b * T + t) * C + c) * s * (A(1) + pre * (A(1) - s));
+        dpre[t] =
+            ld<S>(a.dy, (b * T + t) * C + c) * s * (A(1) + pre * (A(1) - s));
       }
       for (int64_t t = 0; t < T; ++t) {
         A dx = 0;
@@ -143,7 +144,8 @@ template <typename S> Status l2NormBackward(const GdnL2NormArgs &a) {
       A r = static_cast<const A *>(a.rstd)[n * H + h];
       for (int64_t i = 0; i < d; ++i) {
         int64_t j = n * ys + h * d + i;
-        st<S>(a.dx, n * xs + h * d + i, r * (ld<S>(a.dy, j) - dot * ld<S>(a.y, j)));
+        st<S>(a.dx, n * xs + h * d + i,
+              r * (ld<S>(a.dy, j) - dot * ld<S>(a.y, j)));
       }
     }
   return Status::Ok;
@@ -164,7 +166,8 @@ template <typename S> Status gatedNormForward(const GdnGatedNormArgs &a) {
       static_cast<A *>(a.rstd)[n * H + h] = r;
       for (int64_t i = 0; i < d; ++i) {
         A z = ld<S>(a.z, base + i);
-        st<S>(a.y, base + i, ld<S>(a.w, i) * ld<S>(a.x, base + i) * r * z * sigm(z));
+        st<S>(a.y, base + i,
+              ld<S>(a.w, i) * ld<S>(a.x, base + i) * r * z * sigm(z));
       }
     }
   return Status::Ok;

@@ -26,7 +26,9 @@ template <typename S, typename A> inline void st(void *p, int64_t i, A v) {
   else
     static_cast<S *>(p)[i] = static_cast<S>(v);
 }
-template <typename A> inline A sigm(A x) { return A(1) / (A(1) + std::exp(-x)); }
+template <typename A> inline A sigm(A x) {
+  return A(1) / (A(1) + std::exp(-x));
+}
 
 /// True when `dtype` names a storage type the reference supports.
 inline bool validStorage(DType d) {

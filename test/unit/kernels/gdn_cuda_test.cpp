@@ -93,7 +93,8 @@ struct Dev {
     if (cudaMalloc(&p, b ? b : 1) != cudaSuccess)
       p = nullptr;
   }
-  template <typename T> Dev(const std::vector<T> &h) : Dev(h.size() * sizeof(T)) {
+  template <typename T>
+  Dev(const std::vector<T> &h) : Dev(h.size() * sizeof(T)) {
     cudaMemcpy(p, h.data(), bytes, cudaMemcpyHostToDevice);
   }
   ~Dev() { cudaFree(p); }
@@ -148,11 +149,13 @@ struct Shape {
 };
 
 void checkChunk(Shape s, uint64_t seed) {
-  SCOPED_TRACE(testing::Message() << "B=" << s.B << " T=" << s.T << " Hk=" << s.Hk
-                                  << " Hv=" << s.Hv << " dk=" << s.dk << " dv=" << s.dv);
+  SCOPED_TRACE(testing::Message()
+               << "B=" << s.B << " T=" << s.T << " Hk=" << s.Hk
+               << " Hv=" << s.Hv << " dk=" << s.dk << " dv=" << s.dv);
   const size_t N = size_t(s.B) * s.T;
   // q, k unit rows (the kernel sees L2-normalised inputs).
-  Vec q = randn(N * s.Hk * s.dk, seed + 1), k = randn(N * s.Hk * s.dk, seed + 2);
+  Vec q = randn(N * s.Hk * s.dk, seed + 1),
+      k = randn(N * s.Hk * s.dk, seed + 2);
   for (Vec *x : {&q, &k})
     for (size_t r = 0; r < N * s.Hk; ++r) {
       double ss = 0;
@@ -161,14 +164,18 @@ void checkChunk(Shape s, uint64_t seed) {
       for (int i = 0; i < s.dk; ++i)
         (*x)[r * s.dk + i] /= std::sqrt(ss);
     }
-  Vec v = randn(N * s.Hv * s.dv, seed + 3), g = uniform(N * s.Hv, seed + 4, -0.3, -0.005),
+  Vec v = randn(N * s.Hv * s.dv, seed + 3),
+      g = uniform(N * s.Hv, seed + 4, -0.3, -0.005),
       beta = uniform(N * s.Hv, seed + 5, 0.05, 0.95),
       h0 = randn(size_t(s.B) * s.Hv * s.dk * s.dv, seed + 6, 0.2),
-      dO = randn(N * s.Hv * s.dv, seed + 7), dF = randn(h0.size(), seed + 8, 0.2);
+      dO = randn(N * s.Hv * s.dv, seed + 7),
+      dF = randn(h0.size(), seed + 8, 0.2);
   auto qb = toBf(q), kb = toBf(k), vb = toBf(v), dOb = toBf(dO);
   auto gf = toF(g), bf_ = toF(beta), h0f = toF(h0), dFf = toF(dF);
-  Dev dq_(qb), dk_(kb), dv_(vb), dg_(gf), dbeta_(bf_), dh0_(h0f), ddO(dOb), ddF(dFf);
-  Dev o(N * s.Hv * s.dv * 2), fin(h0.size() * 4), gc(N * s.Hv * 4), tm(N * s.Hv * 64 * 2);
+  Dev dq_(qb), dk_(kb), dv_(vb), dg_(gf), dbeta_(bf_), dh0_(h0f), ddO(dOb),
+      ddF(dFf);
+  Dev o(N * s.Hv * s.dv * 2), fin(h0.size() * 4), gc(N * s.Hv * 4),
+      tm(N * s.Hv * 64 * 2);
   Dev gq(qb.size() * 2), gk(kb.size() * 2), gv(vb.size() * 2), gg(N * s.Hv * 4),
       gb(N * s.Hv * 4), gh0(h0.size() * 4);
   GdnChunkArgs a;
@@ -198,7 +205,8 @@ void checkChunk(Shape s, uint64_t seed) {
   a.dg = gg.p;
   a.dbeta = gb.p;
   a.dInitialState = gh0.p;
-  size_t wsBytes = std::max(gdnChunkForwardWorkspaceBytes(a), gdnChunkBackwardWorkspaceBytes(a));
+  size_t wsBytes = std::max(gdnChunkForwardWorkspaceBytes(a),
+                            gdnChunkBackwardWorkspaceBytes(a));
   Dev ws(wsBytes);
   ASSERT_NE(ws.p, nullptr);
   KernelContext ctx = gpuCtx(ws.p, wsBytes);
@@ -219,14 +227,15 @@ void checkChunk(Shape s, uint64_t seed) {
       first = cur;
     else
       for (size_t i = 0; i < cur.size(); ++i)
-        EXPECT_TRUE(cur[i] == first[i]) << "output " << i << " differs between runs";
+        EXPECT_TRUE(cur[i] == first[i])
+            << "output " << i << " differs between runs";
   }
   // Reference on one (sequence, value head) slice: the last sequence and the
   // last value head (and its key head), in float64 on the same inputs.
   const int b = s.B - 1, h = s.Hv - 1, hk = h / (s.Hv / s.Hk);
   const size_t T = size_t(s.T);
-  Vec sq(T * s.dk), sk(T * s.dk), sv(T * s.dv), sg(T), sb(T), sh0(size_t(s.dk) * s.dv),
-      sdO(T * s.dv), sdF(sh0.size());
+  Vec sq(T * s.dk), sk(T * s.dk), sv(T * s.dv), sg(T), sb(T),
+      sh0(size_t(s.dk) * s.dv), sdO(T * s.dv), sdF(sh0.size());
   for (size_t t = 0; t < T; ++t) {
     size_t tok = size_t(b) * T + t;
     for (int i = 0; i < s.dk; ++i) {
@@ -245,8 +254,8 @@ void checkChunk(Shape s, uint64_t seed) {
     sh0[i] = h0[st0 + i];
     sdF[i] = dF[st0 + i];
   }
-  Vec ro(T * s.dv), rf(sh0.size()), rgc(T), rtm(T * 64), rdq(sq.size()), rdk(sk.size()),
-      rdv(sv.size()), rdg(T), rdb(T), rdh0(sh0.size());
+  Vec ro(T * s.dv), rf(sh0.size()), rgc(T), rtm(T * 64), rdq(sq.size()),
+      rdk(sk.size()), rdv(sv.size()), rdg(T), rdb(T), rdh0(sh0.size());
   GdnChunkArgs r;
   r.dtype = DType::F64;
   r.batch = 1;
@@ -280,8 +289,8 @@ void checkChunk(Shape s, uint64_t seed) {
   // compare them on the Hv == Hk shapes only (the group sum itself is
   // checked on the grouped shape through dv, dg, dbeta, o and against the
   // sum of per-head references below).
-  Vec go = o.bf(), gfin = fin.f32(), ggq = gq.bf(), ggk = gk.bf(), ggv = gv.bf(),
-      ggg = gg.f32(), ggb = gb.f32(), ggh0 = gh0.f32();
+  Vec go = o.bf(), gfin = fin.f32(), ggq = gq.bf(), ggk = gk.bf(),
+      ggv = gv.bf(), ggg = gg.f32(), ggb = gb.f32(), ggh0 = gh0.f32();
   auto sliceH = [&](const Vec &x, int H, int d, int head) {
     Vec out(T * d);
     for (size_t t = 0; t < T; ++t)
@@ -289,11 +298,17 @@ void checkChunk(Shape s, uint64_t seed) {
         out[t * d + i] = x[((size_t(b) * T + t) * H + head) * d + i];
     return out;
   };
-  auto sliceS = [&](const Vec &x) { return Vec(x.begin() + st0, x.begin() + st0 + sh0.size()); };
-  double eo = relErr(sliceH(go, s.Hv, s.dv, h), ro), ef = relErr(sliceS(gfin), rf);
-  double ev = relErr(sliceH(ggv, s.Hv, s.dv, h), rdv), eg = relErr(sliceH(ggg, s.Hv, 1, h), rdg);
-  double eb = relErr(sliceH(ggb, s.Hv, 1, h), rdb), eh = relErr(sliceS(ggh0), rdh0);
-  std::printf("[gdn chunk] B=%d T=%d Hk=%d Hv=%d dk=%d dv=%d  rel err: o %.2e final %.2e "
+  auto sliceS = [&](const Vec &x) {
+    return Vec(x.begin() + st0, x.begin() + st0 + sh0.size());
+  };
+  double eo = relErr(sliceH(go, s.Hv, s.dv, h), ro),
+         ef = relErr(sliceS(gfin), rf);
+  double ev = relErr(sliceH(ggv, s.Hv, s.dv, h), rdv),
+         eg = relErr(sliceH(ggg, s.Hv, 1, h), rdg);
+  double eb = relErr(sliceH(ggb, s.Hv, 1, h), rdb),
+         eh = relErr(sliceS(ggh0), rdh0);
+  std::printf("[gdn chunk] B=%d T=%d Hk=%d Hv=%d dk=%d dv=%d  rel err: o %.2e "
+              "final %.2e "
               "dv %.2e dg %.2e dbeta %.2e dh0 %.2e",
               s.B, s.T, s.Hk, s.Hv, s.dk, s.dv, eo, ef, ev, eg, eb, eh);
   EXPECT_LT(eo, 2e-2);
@@ -303,7 +318,8 @@ void checkChunk(Shape s, uint64_t seed) {
   EXPECT_LT(eb, 4e-2);
   EXPECT_LT(eh, 4e-2);
   if (s.Hv == s.Hk) {
-    double eq = relErr(sliceH(ggq, s.Hk, s.dk, hk), rdq), ek = relErr(sliceH(ggk, s.Hk, s.dk, hk), rdk);
+    double eq = relErr(sliceH(ggq, s.Hk, s.dk, hk), rdq),
+           ek = relErr(sliceH(ggk, s.Hk, s.dk, hk), rdk);
     std::printf(" dq %.2e dk %.2e", eq, ek);
     EXPECT_LT(eq, 4e-2);
     EXPECT_LT(ek, 4e-2);
@@ -311,28 +327,37 @@ void checkChunk(Shape s, uint64_t seed) {
   std::printf("\n");
 }
 
-TEST_F(GdnCuda, ChunkSmallTailAndGrouped) { checkChunk({2, 200, 2, 4, 64, 32}, 1); }
+TEST_F(GdnCuda, ChunkSmallTailAndGrouped) {
+  checkChunk({2, 200, 2, 4, 64, 32}, 1);
+}
 TEST_F(GdnCuda, ChunkWideHeads) {
   checkChunk({1, 150, 1, 1, 256, 64}, 2);
   checkChunk({1, 130, 2, 2, 32, 256}, 3);
 }
-TEST_F(GdnCuda, ChunkQwenShapeB1) { checkChunk({1, 4096, 16, 16, 128, 128}, 4); }
-TEST_F(GdnCuda, ChunkQwenShapeB4) { checkChunk({4, 4096, 16, 16, 128, 128}, 5); }
-TEST_F(GdnCuda, ChunkGroupedQwenWidth) { checkChunk({1, 1024, 8, 16, 128, 128}, 6); }
+TEST_F(GdnCuda, ChunkQwenShapeB1) {
+  checkChunk({1, 4096, 16, 16, 128, 128}, 4);
+}
+TEST_F(GdnCuda, ChunkQwenShapeB4) {
+  checkChunk({4, 4096, 16, 16, 128, 128}, 5);
+}
+TEST_F(GdnCuda, ChunkGroupedQwenWidth) {
+  checkChunk({1, 1024, 8, 16, 128, 128}, 6);
+}
 
 /// Grouped heads: dq/dk of the GPU equal the sum of per-value-head
 /// references (checked on a small shape where the full reference is cheap).
 TEST_F(GdnCuda, ChunkGroupedQKGradientSum) {
   Shape s{1, 100, 1, 3, 32, 16};
   const size_t N = size_t(s.B) * s.T;
-  Vec q = randn(N * s.dk, 11, 0.18), k = randn(N * s.dk, 12, 0.18), v = randn(N * s.Hv * s.dv, 13),
-      g = uniform(N * s.Hv, 14, -0.3, -0.01), beta = uniform(N * s.Hv, 15, 0.1, 0.9),
-      dO = randn(N * s.Hv * s.dv, 16);
+  Vec q = randn(N * s.dk, 11, 0.18), k = randn(N * s.dk, 12, 0.18),
+      v = randn(N * s.Hv * s.dv, 13), g = uniform(N * s.Hv, 14, -0.3, -0.01),
+      beta = uniform(N * s.Hv, 15, 0.1, 0.9), dO = randn(N * s.Hv * s.dv, 16);
   auto qb = toBf(q), kb = toBf(k), vb = toBf(v), dOb = toBf(dO);
   auto gf = toF(g), btf = toF(beta);
   Dev dq_(qb), dk_(kb), dv_(vb), dg_(gf), db_(btf), ddO(dOb);
-  Dev o(N * s.Hv * s.dv * 2), gc(N * s.Hv * 4), tm(N * s.Hv * 128), gq(qb.size() * 2),
-      gk(kb.size() * 2), gv(vb.size() * 2), gg(N * s.Hv * 4), gb(N * s.Hv * 4);
+  Dev o(N * s.Hv * s.dv * 2), gc(N * s.Hv * 4), tm(N * s.Hv * 128),
+      gq(qb.size() * 2), gk(kb.size() * 2), gv(vb.size() * 2), gg(N * s.Hv * 4),
+      gb(N * s.Hv * 4);
   GdnChunkArgs a;
   a.dtype = DType::BF16;
   a.batch = s.B;
@@ -364,8 +389,8 @@ TEST_F(GdnCuda, ChunkGroupedQKGradientSum) {
   ASSERT_EQ(gdnChunkForward(ctx, a), Status::Ok);
   ASSERT_EQ(gdnChunkBackward(ctx, a), Status::Ok);
   CK(cudaDeviceSynchronize());
-  Vec rq(q.size()), rk(k.size()), ro(o.bytes / 2), rgc(N * s.Hv), rtm(N * s.Hv * 64),
-      rdv(v.size()), rdg(N * s.Hv), rdb(N * s.Hv);
+  Vec rq(q.size()), rk(k.size()), ro(o.bytes / 2), rgc(N * s.Hv),
+      rtm(N * s.Hv * 64), rdv(v.size()), rdg(N * s.Hv), rdb(N * s.Hv);
   GdnChunkArgs r = a;
   r.dtype = DType::F64;
   r.q = q.data();
@@ -385,8 +410,8 @@ TEST_F(GdnCuda, ChunkGroupedQKGradientSum) {
   ASSERT_EQ(gdnChunkForward(KernelContext{}, r), Status::Ok);
   ASSERT_EQ(gdnChunkBackward(KernelContext{}, r), Status::Ok);
   double eq = relErr(gq.bf(), rq), ek = relErr(gk.bf(), rk);
-  std::printf("[gdn chunk grouped r=3] rel err dq %.2e dk %.2e o %.2e\n", eq, ek,
-              relErr(o.bf(), ro));
+  std::printf("[gdn chunk grouped r=3] rel err dq %.2e dk %.2e o %.2e\n", eq,
+              ek, relErr(o.bf(), ro));
   EXPECT_LT(eq, 4e-2);
   EXPECT_LT(ek, 4e-2);
   EXPECT_LT(relErr(o.bf(), ro), 2e-2);
@@ -461,8 +486,8 @@ TEST_F(GdnCuda, GatesForwardBackward) {
   Vec aLog = uniform(H, 5, std::log(0.5), std::log(16.0)), dtb = randn(H, 6);
   auto ab = toBf(a), bb = toBf(b);
   auto dgf = toF(dg), dbf = toF(db), alf = toF(aLog), dtf = toF(dtb);
-  Dev A(ab), Bv(bb), AL(alf), DT(dtf), DG(dgf), DB(dbf), G(N * H * 4), BE(N * H * 4),
-      DA(N * H * 2), DBo(N * H * 2);
+  Dev A(ab), Bv(bb), AL(alf), DT(dtf), DG(dgf), DB(dbf), G(N * H * 4),
+      BE(N * H * 4), DA(N * H * 2), DBo(N * H * 2);
   std::vector<float> zero(H, 0.f);
   Dev DAL(zero), DDT(zero);
   GdnGatesArgs x;
@@ -569,8 +594,8 @@ TEST_F(GdnCuda, GatedNormForwardBackward) {
   Vec x = randn(N * H * d, 1), z = randn(x.size(), 2, 2.0), w = randn(d, 3),
       dy = randn(x.size(), 4);
   auto xb = toBf(x), zb = toBf(z), wb = toBf(w), dyb = toBf(dy);
-  Dev X(xb), Z(zb), W(wb), DY(dyb), Y(x.size() * 2), R(N * H * 4), DX(x.size() * 2),
-      DZ(x.size() * 2);
+  Dev X(xb), Z(zb), W(wb), DY(dyb), Y(x.size() * 2), R(N * H * 4),
+      DX(x.size() * 2), DZ(x.size() * 2);
   std::vector<float> dw0(d, 0.f);
   Dev DW(dw0);
   GdnGatedNormArgs a;

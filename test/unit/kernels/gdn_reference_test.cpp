@@ -125,8 +125,9 @@ struct ChunkData {
 };
 
 TEST(GdnReference, ChunkedMatchesNaiveFloat64) {
-  for (ChunkShape sh : {ChunkShape{2, 150, 2, 4, 8, 6}, ChunkShape{1, 64, 1, 1, 16, 16},
-                        ChunkShape{1, 13, 1, 2, 5, 7}, ChunkShape{2, 129, 2, 2, 12, 4}}) {
+  for (ChunkShape sh :
+       {ChunkShape{2, 150, 2, 4, 8, 6}, ChunkShape{1, 64, 1, 1, 16, 16},
+        ChunkShape{1, 13, 1, 2, 5, 7}, ChunkShape{2, 129, 2, 2, 12, 4}}) {
     ChunkData d(sh, 100 + sh.T);
     Vec oN(d.oSize()), oC(d.oSize()), fN(d.stSize()), fC(d.stSize());
     Vec gc(size_t(sh.B * sh.T * sh.Hv)), tm(size_t(sh.B * sh.T * sh.Hv * 64));
@@ -202,7 +203,9 @@ template <typename S> Vec uncast(const std::vector<S> &v) {
     r[i] = double(toFloat(v[i]));
   return r;
 }
-std::vector<float> f32(const Vec &v) { return std::vector<float>(v.begin(), v.end()); }
+std::vector<float> f32(const Vec &v) {
+  return std::vector<float>(v.begin(), v.end());
+}
 
 /// Chunk forward + backward in storage S; returns all outputs as doubles.
 template <typename S> std::vector<Vec> runChunk(ChunkData &d, const Vec &dO) {
@@ -242,7 +245,8 @@ template <typename S> std::vector<Vec> runChunk(ChunkData &d, const Vec &dO) {
   a.dInitialState = dh0.data();
   EXPECT_EQ(gdnChunkBackward(host(), a), Status::Ok);
   auto fv = [](const std::vector<float> &x) { return Vec(x.begin(), x.end()); };
-  return {uncast(o), fv(fin), uncast(dq), uncast(dk), uncast(dv), fv(dg), fv(db), fv(dh0)};
+  return {uncast(o),  fv(fin), uncast(dq), uncast(dk),
+          uncast(dv), fv(dg),  fv(db),     fv(dh0)};
 }
 
 TEST(GdnReference, ChunkDeterministicAndBf16Sane) {
@@ -266,10 +270,12 @@ TEST(GdnReference, ChunkDeterministicAndBf16Sane) {
   Vec dOr = dO;
   auto f64 = [&]() {
     std::vector<Vec> out;
-    Vec o(r.oSize()), fin(r.stSize()), gc(r.g.size()), tm(size_t(sh.B * sh.T * sh.Hv * 64));
-    Vec dq(r.q.size()), dk(r.k.size()), dv(r.v.size()), dg(r.g.size()), db(r.g.size()),
-        dh0(r.h0.size());
-    Vec g32 = uncast(f32(r.g)), b32 = uncast(f32(r.beta)), h32 = uncast(f32(r.h0));
+    Vec o(r.oSize()), fin(r.stSize()), gc(r.g.size()),
+        tm(size_t(sh.B * sh.T * sh.Hv * 64));
+    Vec dq(r.q.size()), dk(r.k.size()), dv(r.v.size()), dg(r.g.size()),
+        db(r.g.size()), dh0(r.h0.size());
+    Vec g32 = uncast(f32(r.g)), b32 = uncast(f32(r.beta)),
+        h32 = uncast(f32(r.h0));
     GdnChunkArgs a = r.args();
     a.g = g32.data();
     a.beta = b32.data();
@@ -345,7 +351,8 @@ TEST(GdnReference, GatesBackwardMatchesFiniteDifferences) {
   const int32_t H = 3;
   Vec a = randn(size_t(N * H), 1, 2.0), b = randn(size_t(N * H), 2, 2.0);
   a[0] = 25.0; // softplus threshold branch
-  Vec aLog = {std::log(1.5), std::log(0.2), std::log(8.0)}, dtb = {1.0, -0.5, 0.3};
+  Vec aLog = {std::log(1.5), std::log(0.2), std::log(8.0)},
+      dtb = {1.0, -0.5, 0.3};
   Vec g(a.size()), beta(a.size());
   Vec rg = randn(a.size(), 3), rb = randn(a.size(), 4);
   auto args = [&]() {
@@ -385,7 +392,8 @@ TEST(GdnReference, GatesBackwardMatchesFiniteDifferences) {
 TEST(GdnReference, L2NormBackwardMatchesFiniteDifferences) {
   const int64_t N = 6;
   const int32_t H = 2, d = 5;
-  const int64_t xs = 13, ys = 11; // strided rows, as read out of the conv output
+  const int64_t xs = 13,
+                ys = 11; // strided rows, as read out of the conv output
   Vec x = randn(size_t(N * xs), 1), y(size_t(N * ys), 7.0), rstd(size_t(N * H));
   Vec r = randn(y.size(), 2);
   for (int64_t n = 0; n < N; ++n)
