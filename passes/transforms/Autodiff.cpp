@@ -135,9 +135,16 @@ LogicalResult TrainAutodiffPass::differentiate(Block &body, YieldOp yield) {
   OpBuilder b(&getContext());
   for (Operation *&op : forward) {
     auto diff = dyn_cast<DifferentiableOpInterface>(op);
-    if (diff && llvm::any_of(op->getOperands(),
-                             [&](Value v) { return needs.contains(v); }))
-      op = diff.withSavedResults(b);
+    bool depends = llvm::any_of(op->getOperands(),
+                                [&](Value v) { return needs.contains(v); });
+    if (!diff || !depends)
+      continue;
+    // The replacement's results stand for the old ones from here on.
+    SmallVector<Value> oldResults(op->getResults());
+    op = diff.withSavedResults(b);
+    for (auto [o, n] : llvm::zip(oldResults, op->getResults()))
+      if (needs.contains(o))
+        needs.insert(n);
   }
   needs = valuesNeedingGrad(body);
 
@@ -210,9 +217,10 @@ void TrainAutodiffPass::runOnOperation() {
     return signalPassFailure();
   }
   FunctionType fwdType = forward.getFunctionType();
-  auto tokType = dyn_cast<RankedTensorType>(
+  auto tokType = dyn_cast_or_null<RankedTensorType>(
       fwdType.getNumInputs() == 2 ? fwdType.getInput(0) : Type());
   if (!tokType || fwdType.getInput(1) != tokType || tokType.getRank() != 2 ||
+      !tokType.getElementType().isInteger(32) ||
       fwdType.getNumResults() != 2) {
     forward.emitError() << "@forward must take (tokens, labels) of one "
                            "microbatch [B, T] and return (loss_sum, "
