@@ -1,4 +1,4 @@
-//===- runtime_offload_bench.cu - Offload engine vs raw copies ----*- CUDA -*-===//
+//===- runtime_offload_bench.cu - Offload bench ----------------*- CUDA -*-===//
 //
 // Measures, on the cuda backend:
 //   1. bandwidth of the offload engine (offload = D2H, reload = H2D, both at
@@ -77,7 +77,8 @@ struct Rig {
   EventId produced;
   std::vector<EventId> d2h, h2d;
 
-  Rig(Device &d, uint64_t b, int kk, char *base) : dev(d), bytes(b), k(kk), arena(base) {
+  Rig(Device &d, uint64_t b, int kk, char *base)
+      : dev(d), bytes(b), k(kk), arena(base) {
     PinnedLayout layout;
     layout.totalBytes = 2 * k * bytes;
     for (int i = 0; i < 2 * k; ++i)
@@ -106,11 +107,14 @@ struct Rig {
       dev.wait(Stream::D2H, h2d[i]);
     engine->offload(scope, i, value(i), bytes, produced, d2h[i]);
   }
-  void reload(int i) { engine->reload(scope, i, value(i), bytes, d2h[i], h2d[i]); }
+  void reload(int i) {
+    engine->reload(scope, i, value(i), bytes, d2h[i], h2d[i]);
+  }
 };
 
 void printBw(const char *path, const char *dir, uint64_t bytes, double gbps) {
-  std::printf("{\"kind\":\"bw\",\"path\":\"%s\",\"dir\":\"%s\",\"bytes\":%llu,\"gbps\":%.2f}\n",
+  std::printf("{\"kind\":\"bw\",\"path\":\"%s\",\"dir\":\"%s\",\"bytes\":%llu,"
+              "\"gbps\":%.2f}\n",
               path, dir, static_cast<unsigned long long>(bytes), gbps);
   std::fflush(stdout);
 }
@@ -127,23 +131,23 @@ void bandwidth(Device &dev, char *arena, uint64_t bytes, int repeats) {
   for (int rep = 0; rep < repeats; ++rep) {
     // Engine, one direction at a time.
     eD2H.push_back(k * gb / (1e-3 * timed(dev, [&] {
-      for (int i = 0; i < k; ++i)
-        rig.offload(i);
-    })));
+                               for (int i = 0; i < k; ++i)
+                                 rig.offload(i);
+                             })));
     eH2D.push_back(k * gb / (1e-3 * timed(dev, [&] {
-      for (int i = 0; i < k; ++i)
-        rig.reload(i);
-    })));
+                               for (int i = 0; i < k; ++i)
+                                 rig.reload(i);
+                             })));
     // Both at once: group 1 goes out while group 0 comes back.
     for (int i = 0; i < k; ++i)
       rig.offload(i);
     dev.synchronize();
     eBoth.push_back(2 * k * gb / (1e-3 * timed(dev, [&] {
-      for (int i = 0; i < k; ++i) {
-        rig.offload(k + i);
-        rig.reload(i);
-      }
-    })));
+                                    for (int i = 0; i < k; ++i) {
+                                      rig.offload(k + i);
+                                      rig.reload(i);
+                                    }
+                                  })));
     for (int i = 0; i < k; ++i)
       rig.reload(k + i);
     dev.synchronize();
@@ -151,19 +155,27 @@ void bandwidth(Device &dev, char *arena, uint64_t bytes, int repeats) {
 
     // Raw cudaMemcpyAsync on the same memory and streams.
     rD2H.push_back(k * gb / (1e-3 * timed(dev, [&] {
-      for (int i = 0; i < k; ++i)
-        AP_CUDA_CHECK(cudaMemcpyAsync(host[i], rig.value(i), bytes, cudaMemcpyDeviceToHost, d2hS));
-    })));
+                               for (int i = 0; i < k; ++i)
+                                 AP_CUDA_CHECK(cudaMemcpyAsync(
+                                     host[i], rig.value(i), bytes,
+                                     cudaMemcpyDeviceToHost, d2hS));
+                             })));
     rH2D.push_back(k * gb / (1e-3 * timed(dev, [&] {
-      for (int i = 0; i < k; ++i)
-        AP_CUDA_CHECK(cudaMemcpyAsync(rig.value(i), host[i], bytes, cudaMemcpyHostToDevice, h2dS));
-    })));
-    rBoth.push_back(2 * k * gb / (1e-3 * timed(dev, [&] {
-      for (int i = 0; i < k; ++i) {
-        AP_CUDA_CHECK(cudaMemcpyAsync(host[k + i], rig.value(k + i), bytes, cudaMemcpyDeviceToHost, d2hS));
-        AP_CUDA_CHECK(cudaMemcpyAsync(rig.value(i), host[i], bytes, cudaMemcpyHostToDevice, h2dS));
-      }
-    })));
+                               for (int i = 0; i < k; ++i)
+                                 AP_CUDA_CHECK(cudaMemcpyAsync(
+                                     rig.value(i), host[i], bytes,
+                                     cudaMemcpyHostToDevice, h2dS));
+                             })));
+    rBoth.push_back(
+        2 * k * gb /
+        (1e-3 * timed(dev, [&] {
+           for (int i = 0; i < k; ++i) {
+             AP_CUDA_CHECK(cudaMemcpyAsync(host[k + i], rig.value(k + i), bytes,
+                                           cudaMemcpyDeviceToHost, d2hS));
+             AP_CUDA_CHECK(cudaMemcpyAsync(rig.value(i), host[i], bytes,
+                                           cudaMemcpyHostToDevice, h2dS));
+           }
+         })));
   }
   printBw("engine", "d2h", bytes, median(eD2H));
   printBw("engine", "h2d", bytes, median(eH2D));
@@ -173,9 +185,11 @@ void bandwidth(Device &dev, char *arena, uint64_t bytes, int repeats) {
   printBw("raw", "both", bytes, median(rBoth));
 }
 
-__global__ void triad(float *a, const float *b, const float *c, float s, size_t n) {
+__global__ void triad(float *a, const float *b, const float *c, float s,
+                      size_t n) {
   size_t stride = size_t(gridDim.x) * blockDim.x;
-  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += stride)
     a[i] = b[i] + s * c[i];
 }
 
@@ -187,19 +201,23 @@ struct Gemm {
   void *a, *b, *c, *ws;
   uint64_t wsBytes;
   int n;
-  Gemm(cublasLtHandle_t handle, int size, void *A, void *B, void *C, void *W, uint64_t wb)
+  Gemm(cublasLtHandle_t handle, int size, void *A, void *B, void *C, void *W,
+       uint64_t wb)
       : lt(handle), a(A), b(B), c(C), ws(W), wsBytes(wb), n(size) {
-    AP_CUBLAS_CHECK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    AP_CUBLAS_CHECK(
+        cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     AP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, n, n, n));
     AP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, n, n, n));
     AP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lc, CUDA_R_16BF, n, n, n));
     cublasLtMatmulPreference_t pref;
     AP_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
     AP_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsBytes, sizeof(wsBytes)));
+        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsBytes,
+        sizeof(wsBytes)));
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
-    AP_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, lc, lc, pref, 1, &result, &found));
+    AP_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, lc, lc, pref,
+                                                   1, &result, &found));
     if (!found)
       fail("bench: no cuBLASLt algorithm for the GEMM");
     algo = result.algo;
@@ -207,8 +225,8 @@ struct Gemm {
   }
   void run(cudaStream_t s) {
     float alpha = 1, beta = 0;
-    AP_CUBLAS_CHECK(cublasLtMatmul(lt, op, &alpha, a, la, b, lb, &beta, c, lc, c, lc, &algo,
-                                   ws, wsBytes, s));
+    AP_CUBLAS_CHECK(cublasLtMatmul(lt, op, &alpha, a, la, b, lb, &beta, c, lc,
+                                   c, lc, &algo, ws, wsBytes, s));
   }
 };
 
@@ -216,7 +234,8 @@ struct Gemm {
 /// hence clocks) depends on the data, so constant inputs would flatter it.
 __global__ void fillRandomBf16(__nv_bfloat16 *p, size_t n, uint32_t seed) {
   size_t stride = size_t(gridDim.x) * blockDim.x;
-  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += stride) {
     uint32_t h = uint32_t(i) * 0x9E3779B1u ^ seed;
     h ^= h >> 16;
     h *= 0x85EBCA6Bu;
@@ -247,8 +266,8 @@ const char *trafficName(Traffic t) {
 /// bench reports whether it did). Alone and with-traffic runs alternate so
 /// clock and temperature drift shows up in the alone runs.
 template <typename Kernel>
-void slowdown(Device &dev, char *copyArena, const char *name, Kernel kernel, double work,
-              const char *unit) {
+void slowdown(Device &dev, char *copyArena, const char *name, Kernel kernel,
+              double work, const char *unit) {
   constexpr int kLaunches = 30;
   cudaStream_t c = native(dev, Stream::Compute);
   std::vector<cudaEvent_t> ev(kLaunches + 1);
@@ -279,10 +298,10 @@ void slowdown(Device &dev, char *copyArena, const char *name, Kernel kernel, dou
       cudaStream_t s = native(dev, d2h ? Stream::D2H : Stream::H2D);
       for (int r = 0; r < 24; ++r) {
         int i = r % (2 * rig.k);
-        AP_CUDA_CHECK(cudaMemcpyAsync(d2h ? host[i] : static_cast<void *>(rig.value(i)),
-                                      d2h ? static_cast<void *>(rig.value(i)) : host[i],
-                                      rig.bytes, d2h ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice,
-                                      s));
+        AP_CUDA_CHECK(cudaMemcpyAsync(
+            d2h ? host[i] : static_cast<void *>(rig.value(i)),
+            d2h ? static_cast<void *>(rig.value(i)) : host[i], rig.bytes,
+            d2h ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice, s));
       }
     }
     AP_CUDA_CHECK(cudaEventRecord(ev[0], c));
@@ -292,9 +311,10 @@ void slowdown(Device &dev, char *copyArena, const char *name, Kernel kernel, dou
     }
     AP_CUDA_CHECK(cudaEventSynchronize(ev[kLaunches]));
     // Were the copies still running when the last kernel ended?
-    bool covered = traffic == Traffic::None ||
-                   cudaStreamQuery(native(dev, Stream::H2D)) == cudaErrorNotReady ||
-                   cudaStreamQuery(native(dev, Stream::D2H)) == cudaErrorNotReady;
+    bool covered =
+        traffic == Traffic::None ||
+        cudaStreamQuery(native(dev, Stream::H2D)) == cudaErrorNotReady ||
+        cudaStreamQuery(native(dev, Stream::D2H)) == cudaErrorNotReady;
     (void)cudaGetLastError();
     std::vector<double> ms;
     for (int i = 0; i < kLaunches; ++i) {
@@ -309,9 +329,11 @@ void slowdown(Device &dev, char *copyArena, const char *name, Kernel kernel, dou
       dev.synchronize();
       rig.pool->assertNoneInUse("slowdown");
     }
-    std::printf("{\"kind\":\"kernel_run\",\"kernel\":\"%s\",\"traffic\":\"%s\",\"median_ms\":%.4f,"
+    std::printf("{\"kind\":\"kernel_run\",\"kernel\":\"%s\",\"traffic\":\"%s\","
+                "\"median_ms\":%.4f,"
                 "\"covered\":%s}\n",
-                name, trafficName(traffic), median(ms), covered ? "true" : "false");
+                name, trafficName(traffic), median(ms),
+                covered ? "true" : "false");
     return std::make_pair(median(ms), covered);
   };
   std::vector<double> alone;
@@ -323,11 +345,14 @@ void slowdown(Device &dev, char *copyArena, const char *name, Kernel kernel, dou
   }
   double base = median(alone);
   for (auto &w : with)
-    std::printf("{\"kind\":\"slowdown\",\"kernel\":\"%s\",\"traffic\":\"%s\",\"alone_ms\":%.4f,"
-                "\"with_copies_ms\":%.4f,\"slowdown_pct\":%.2f,\"rate_alone\":%.1f,\"unit\":\"%s\","
+    std::printf("{\"kind\":\"slowdown\",\"kernel\":\"%s\",\"traffic\":\"%s\","
+                "\"alone_ms\":%.4f,"
+                "\"with_copies_ms\":%.4f,\"slowdown_pct\":%.2f,\"rate_alone\":%"
+                ".1f,\"unit\":\"%s\","
                 "\"copies_covered\":%s}\n",
                 name, trafficName(w.first), base, w.second.first,
-                100.0 * (w.second.first / base - 1.0), work / (base * 1e-3) / 1e12, unit,
+                100.0 * (w.second.first / base - 1.0),
+                work / (base * 1e-3) / 1e12, unit,
                 w.second.second ? "true" : "false");
   std::fflush(stdout);
   for (auto &e : ev)
@@ -355,7 +380,8 @@ int main(int argc, char **argv) {
   uint64_t plan = copyBytes + 3 * gemmBytes + 3 * triadN * 4;
   dev.allocateArena(plan, 64 * MiB);
   std::fprintf(stderr, "%s\n", dev.description().c_str());
-  std::printf("{\"kind\":\"device\",\"description\":\"%s\"}\n", dev.description().c_str());
+  std::printf("{\"kind\":\"device\",\"description\":\"%s\"}\n",
+              dev.description().c_str());
   char *base = dev.arenaBase();
   AP_CUDA_CHECK(cudaMemset(base, 0x3c, plan)); // finite bf16/f32 values
 
@@ -367,17 +393,24 @@ int main(int argc, char **argv) {
       reinterpret_cast<__nv_bfloat16 *>(g), 3 * gemmBytes / 2, 12345u);
   AP_CUDA_CHECK(cudaGetLastError());
   Gemm gemm(static_cast<cublasLtHandle_t>(dev.backend().cublasLtHandle()), n, g,
-            g + gemmBytes, g + 2 * gemmBytes, dev.workspace(), dev.workspaceBytes());
-  slowdown(dev, base, "gemm_bf16_8192", [&](cudaStream_t s) { gemm.run(s); },
-           2.0 * n * n * double(n), "TFLOP/s");
+            g + gemmBytes, g + 2 * gemmBytes, dev.workspace(),
+            dev.workspaceBytes());
+  slowdown(
+      dev, base, "gemm_bf16_8192", [&](cudaStream_t s) { gemm.run(s); },
+      2.0 * n * n * double(n), "TFLOP/s");
   auto *t = reinterpret_cast<float *>(g + 3 * gemmBytes);
   int sms = dev.kernelContext(Stream::Compute).smCount;
-  slowdown(dev, base, "triad_f32_512Mi", [&](cudaStream_t s) {
-    triad<<<sms * 8, 512, 0, s>>>(t, t + triadN, t + 2 * triadN, 0.5f, triadN);
-    AP_CUDA_CHECK(cudaGetLastError());
-  }, 3.0 * 4 * double(triadN), "TB/s");
+  slowdown(
+      dev, base, "triad_f32_512Mi",
+      [&](cudaStream_t s) {
+        triad<<<sms * 8, 512, 0, s>>>(t, t + triadN, t + 2 * triadN, 0.5f,
+                                      triadN);
+        AP_CUDA_CHECK(cudaGetLastError());
+      },
+      3.0 * 4 * double(triadN), "TB/s");
   dev.sampleMemory();
-  std::printf("{\"kind\":\"memory\",\"device_peak_bytes\":%llu,\"planned_bytes\":%llu}\n",
+  std::printf("{\"kind\":\"memory\",\"device_peak_bytes\":%llu,\"planned_"
+              "bytes\":%llu}\n",
               static_cast<unsigned long long>(dev.devicePeakBytes()),
               static_cast<unsigned long long>(plan + 64 * MiB));
   return 0;

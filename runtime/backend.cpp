@@ -1,4 +1,4 @@
-//===- backend.cpp - Backend names and selection ------------------*- C++ -*-===//
+//===- backend.cpp - Backend names and selection ----------------*- C++ -*-===//
 //
 // Picks the backend at startup. A binary built with CUDA must still start on
 // a machine without a GPU driver (CI has the CUDA libraries but no driver), so
@@ -79,7 +79,8 @@ std::unique_ptr<Backend> createBackend(std::optional<DeviceKind> requested,
   if (notice) {
     *notice = std::string("actplace: ") +
               (requested ? "--device cuda requested but " : "") +
-              "no usable GPU (" + whyNot + "); falling back to the host backend";
+              "no usable GPU (" + whyNot +
+              "); falling back to the host backend";
   }
   return createHostBackend();
 }

@@ -1,4 +1,4 @@
-//===- backend.h - Backend interface: cuda and host --------------*- C++ -*-===//
+//===- backend.h - Backend interface: cuda and host -------------*- C++ -*-===//
 //
 // The runtime has one API and two backends (DESIGN.md section 5). A Backend
 // is the thin, backend-specific layer under ap::rt::Device: it owns the
@@ -56,8 +56,7 @@ enum class CopyKind : uint8_t {
 /// A kernel invocation as generated code writes it: a callable that calls one
 /// kernel entry with the context the runtime provides. On the host backend it
 /// runs later on the stream's worker thread, so it must capture by value.
-using KernelFn =
-    std::function<kernels::Status(const kernels::KernelContext &)>;
+using KernelFn = std::function<kernels::Status(const kernels::KernelContext &)>;
 
 /// "Ok", "InvalidArgument", ...
 const char *kernelStatusName(kernels::Status status);

@@ -1,4 +1,4 @@
-//===- cli.cpp - Command-line flags of training binaries ----------*- C++ -*-===//
+//===- cli.cpp - Command-line flags of training binaries --------*- C++ -*-===//
 #include "runtime/cli.h"
 
 #include <cerrno>
@@ -9,7 +9,9 @@
 namespace ap::rt {
 namespace {
 
-[[noreturn]] void cliFail(const std::string &message) { throw CliError(message); }
+[[noreturn]] void cliFail(const std::string &message) {
+  throw CliError(message);
+}
 
 std::string doubleText(double v) {
   std::ostringstream os;
@@ -83,22 +85,23 @@ void FlagSet::addUInt(const std::string &name, uint64_t *target,
 
 void FlagSet::addDouble(const std::string &name, double *target,
                         const std::string &help, bool positive) {
-  add(name, "X", help, doubleText(*target)).set =
-      [name, target, positive](const std::string &text) {
-        errno = 0;
-        char *end = nullptr;
-        double v = std::strtod(text.c_str(), &end);
-        if (text.empty() || *end != '\0' || errno == ERANGE || !std::isfinite(v))
-          cliFail("--" + name + ": expected a finite number, got '" + text + "'");
-        if (positive && !(v > 0))
-          cliFail("--" + name + ": must be > 0, got " + text);
-        *target = v;
-      };
+  add(name, "X", help, doubleText(*target)).set = [name, target, positive](
+                                                      const std::string &text) {
+    errno = 0;
+    char *end = nullptr;
+    double v = std::strtod(text.c_str(), &end);
+    if (text.empty() || *end != '\0' || errno == ERANGE || !std::isfinite(v))
+      cliFail("--" + name + ": expected a finite number, got '" + text + "'");
+    if (positive && !(v > 0))
+      cliFail("--" + name + ": must be > 0, got " + text);
+    *target = v;
+  };
 }
 
 void FlagSet::addString(const std::string &name, std::string *target,
                         const std::string &help, const std::string &valueName) {
-  add(name, valueName, help, *target).set = [name, target](const std::string &text) {
+  add(name, valueName, help, *target).set = [name,
+                                             target](const std::string &text) {
     if (text.empty())
       cliFail("--" + name + ": expected a value, got an empty string");
     *target = text;
@@ -132,7 +135,8 @@ void FlagSet::addChoice(const std::string &name, std::string *target,
         *target = text;
         return;
       }
-    cliFail("--" + name + ": expected one of " + joined + ", got '" + text + "'");
+    cliFail("--" + name + ": expected one of " + joined + ", got '" + text +
+            "'");
   };
 }
 
@@ -142,7 +146,8 @@ bool FlagSet::parse(int argc, const char *const *argv) {
     if (arg == "--help" || arg == "-h")
       return false;
     if (arg.size() < 3 || arg.compare(0, 2, "--") != 0)
-      cliFail("unexpected argument '" + arg + "' (flags start with --; see --help)");
+      cliFail("unexpected argument '" + arg +
+              "' (flags start with --; see --help)");
     std::string name = arg.substr(2), value;
     bool hasValue = false;
     if (size_t eq = name.find('='); eq != std::string::npos) {
@@ -182,7 +187,8 @@ std::string FlagSet::usage() const {
     os << summary_ << "\n";
   os << "\nflags:\n";
   for (const Flag &f : flags_) {
-    std::string head = "  --" + f.name + (f.valueName.empty() ? "" : " " + f.valueName);
+    std::string head =
+        "  --" + f.name + (f.valueName.empty() ? "" : " " + f.valueName);
     os << head;
     if (head.size() < 28)
       os << std::string(28 - head.size(), ' ');
@@ -211,7 +217,8 @@ TrainFlags parseTrainFlags(int argc, const char *const *argv,
   flags.addString("data", &out.data,
                   "'synthetic', a token file (.bin) or a text file", "SRC");
   flags.addString("metrics", &out.metrics,
-                  "append one JSON line per step to PATH ('-': stdout)", "PATH");
+                  "append one JSON line per step to PATH ('-': stdout)",
+                  "PATH");
   flags.addBool("fingerprints", &out.fingerprints,
                 "add SHA-256 fingerprints of loss, grads, params, optimizer");
   flags.addString("save", &out.save, "checkpoint directory to write", "DIR");

@@ -1,4 +1,4 @@
-//===- cli.h - Command-line flags of training binaries -----------*- C++ -*-===//
+//===- cli.h - Command-line flags of training binaries ----------*- C++ -*-===//
 //
 // A small flag parser for the generated `./train` binaries (and any tool of
 // the runtime): `--name value` and `--name=value`, typed values with range

@@ -1,4 +1,4 @@
-//===- device.cpp - Streams, events, arena, ordering clocks -------*- C++ -*-===//
+//===- device.cpp - Streams, events, arena, ordering clocks -----*- C++ -*-===//
 #include "runtime/device.h"
 
 #include "runtime/error.h"
@@ -16,7 +16,8 @@ Device::Device(const DeviceOptions &options) {
   initMemoryBaseline();
 }
 
-Device::Device(std::unique_ptr<Backend> backend) : backend_(std::move(backend)) {
+Device::Device(std::unique_ptr<Backend> backend)
+    : backend_(std::move(backend)) {
   if (!backend_)
     fail("device: null backend");
   initMemoryBaseline();
@@ -38,7 +39,9 @@ Device::~Device() {
   }
 }
 
-void Device::initMemoryBaseline() { baselineBytes_ = backend_->deviceMemoryUsed(); }
+void Device::initMemoryBaseline() {
+  baselineBytes_ = backend_->deviceMemoryUsed();
+}
 
 //===----------------------------------------------------------------------===//
 // Arena
@@ -46,12 +49,13 @@ void Device::initMemoryBaseline() { baselineBytes_ = backend_->deviceMemoryUsed(
 
 void Device::allocateArena(uint64_t planBytes, uint64_t workspaceBytes) {
   if (allocation_)
-    fail("device: the arena is allocated once per run (already ",
-         planBytes_, " + ", workspaceBytes_, " bytes)");
+    fail("device: the arena is allocated once per run (already ", planBytes_,
+         " + ", workspaceBytes_, " bytes)");
   uint64_t planRounded = alignUp(planBytes, kDeviceAlignment);
   uint64_t total = planRounded + alignUp(workspaceBytes, kDeviceAlignment);
   // A zero-byte plan still gets a real allocation so arenaBase() is valid.
-  allocation_ = backend_->allocateDevice(std::max<uint64_t>(total, kDeviceAlignment));
+  allocation_ =
+      backend_->allocateDevice(std::max<uint64_t>(total, kDeviceAlignment));
   arena_ = static_cast<char *>(allocation_);
   if (reinterpret_cast<uintptr_t>(arena_) % kDeviceAlignment != 0)
     fail("device: arena allocation is not ", kDeviceAlignment, "-byte aligned");
@@ -75,7 +79,8 @@ bool Device::inArena(const void *ptr, uint64_t bytes) const {
     return false;
   auto p = reinterpret_cast<uintptr_t>(ptr);
   auto base = reinterpret_cast<uintptr_t>(arena_);
-  return p >= base && p - base <= planBytes_ && bytes <= planBytes_ - (p - base);
+  return p >= base && p - base <= planBytes_ &&
+         bytes <= planBytes_ - (p - base);
 }
 
 //===----------------------------------------------------------------------===//
@@ -152,7 +157,9 @@ void Device::synchronize() {
     merge(hostClock_, c);
 }
 
-uint64_t Device::generation(EventId event) const { return state(event).generation; }
+uint64_t Device::generation(EventId event) const {
+  return state(event).generation;
+}
 
 SyncPoint Device::lastRecord(EventId event) const {
   const EventState &ev = state(event);

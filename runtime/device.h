@@ -1,4 +1,4 @@
-//===- device.h - The runtime's device: streams, events, arena ----*- C++ -*-===//
+//===- device.h - Streams, events, arena ------------------------*- C++ -*-===//
 //
 // ap::rt::Device is what generated code talks to for everything that is not
 // pinned memory or transfers: the four streams (compute, d2h, h2d, comm),

@@ -1,4 +1,4 @@
-//===- error.h - Runtime error type and check macros -------------*- C++ -*-===//
+//===- error.h - Runtime error type and check macros ------------*- C++ -*-===//
 //
 // Every failure the runtime detects (a CUDA call that failed, a broken
 // offload invariant, a pinned-slot ownership error, a bad flag) is reported as

@@ -1,4 +1,4 @@
-//===- host_backend.cpp - CPU backend with real stream threads ---*- C++ -*-===//
+//===- host_backend.cpp - CPU backend, thread streams -----------*- C++ -*-===//
 //
 // The host backend gives the CPU the same semantics as CUDA streams and
 // events: each stream is one worker thread draining a FIFO queue, an event is
@@ -158,7 +158,8 @@ private:
 
 void *alignedAllocate(size_t bytes, const char *what) {
   constexpr size_t kAlign = 4096;
-  size_t rounded = std::max<size_t>(kAlign, (bytes + kAlign - 1) / kAlign * kAlign);
+  size_t rounded =
+      std::max<size_t>(kAlign, (bytes + kAlign - 1) / kAlign * kAlign);
   void *p = std::aligned_alloc(kAlign, rounded);
   if (!p)
     fail("host backend: cannot allocate ", bytes, " bytes of ", what);
@@ -169,7 +170,8 @@ class HostBackend final : public Backend {
 public:
   HostBackend() {
     for (int s = 0; s < kNumStreams; ++s)
-      workers_.push_back(std::make_unique<Worker>(static_cast<Stream>(s), errors_));
+      workers_.push_back(
+          std::make_unique<Worker>(static_cast<Stream>(s), errors_));
   }
   ~HostBackend() override {
     for (auto &w : workers_)
@@ -237,7 +239,8 @@ public:
     });
   }
   void memsetAsync(void *dst, int value, size_t bytes, Stream stream) override {
-    worker(stream).enqueue([dst, value, bytes] { std::memset(dst, value, bytes); });
+    worker(stream).enqueue(
+        [dst, value, bytes] { std::memset(dst, value, bytes); });
   }
   void launch(Stream stream, const char *name, KernelFn fn,
               const kernels::KernelContext &ctx) override {

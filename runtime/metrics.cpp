@@ -1,4 +1,4 @@
-//===- metrics.cpp - Per-step JSON metrics, fingerprints, progress -*- C++ -*-===//
+//===- metrics.cpp - Step metrics, fingerprints -----------------*- C++ -*-===//
 #include "runtime/metrics.h"
 
 #include "runtime/error.h"
@@ -93,6 +93,16 @@ std::string metricsJson(const StepMetrics &m) {
   return os.str();
 }
 
+void collectRuntimeMetrics(StepMetrics &m, Device &device, PinnedPool &pool,
+                           const OffloadEngine *engine) {
+  device.sampleMemory();
+  m.devicePeakBytes = device.devicePeakBytes();
+  m.pinnedPool = pool.stats();
+  m.transfers.clear();
+  if (engine)
+    m.transfers = engine->transfers();
+}
+
 MetricsWriter::MetricsWriter(const std::string &path) : path_(path) {
   if (path.empty())
     return;
@@ -102,8 +112,8 @@ MetricsWriter::MetricsWriter(const std::string &path) : path_(path) {
   }
   file_ = std::fopen(path.c_str(), "a");
   if (!file_)
-    fail("metrics: cannot open '", path, "' for appending: ",
-         std::strerror(errno));
+    fail("metrics: cannot open '", path,
+         "' for appending: ", std::strerror(errno));
   owned_ = true;
 }
 
@@ -149,9 +159,8 @@ std::string fingerprint(Device &device, PinnedPool &pool,
       }
       for (uint64_t done = 0; done < r.bytes; done += kChunk) {
         uint64_t n = std::min(kChunk, r.bytes - done);
-        device.copyToHostSync(staging.data,
-                              static_cast<const char *>(r.data) + done, n,
-                              after);
+        device.copyToHostSync(
+            staging.data, static_cast<const char *>(r.data) + done, n, after);
         sha.update(staging.data, n);
       }
     }
@@ -194,7 +203,8 @@ std::string duration(double s) {
                   static_cast<unsigned long long>(total / 60),
                   static_cast<unsigned long long>(total % 60));
   else
-    std::snprintf(buf, sizeof(buf), "%llus", static_cast<unsigned long long>(total));
+    std::snprintf(buf, sizeof(buf), "%llus",
+                  static_cast<unsigned long long>(total));
   return buf;
 }
 } // namespace
@@ -207,7 +217,8 @@ std::string progressText(const StepMetrics &m, int64_t totalSteps) {
   std::snprintf(buf, sizeof(buf), "  loss %.4f  lr %.2e  %.3f s/step  ", m.loss,
                 m.lr, m.stepTimeS);
   text += buf;
-  text += groupThousands(static_cast<uint64_t>(std::max(0.0, m.tokensPerS) + 0.5));
+  text +=
+      groupThousands(static_cast<uint64_t>(std::max(0.0, m.tokensPerS) + 0.5));
   text += " tok/s";
   if (totalSteps > 0 && m.step < totalSteps)
     text += "  ETA " + duration(double(totalSteps - m.step) * m.stepTimeS);

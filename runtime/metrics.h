@@ -1,4 +1,4 @@
-//===- metrics.h - Per-step JSON metrics, fingerprints, progress --*- C++ -*-===//
+//===- metrics.h - Step metrics, fingerprints -------------------*- C++ -*-===//
 //
 // One JSON object per line and per step (schema in docs/runtime-metrics.md):
 // machine-readable, append-only, and diffable between runs. With
@@ -60,6 +60,13 @@ std::string jsonNumber(double v);
 /// `s` as a JSON string literal, quotes included.
 std::string jsonString(const std::string &s);
 
+/// Fills the runtime's part of a metrics line: device_peak_bytes (memory is
+/// sampled now, so call it after the step's last synchronisation),
+/// pinned_pool and transfers (from `engine`; none when it is null). The
+/// training loop fills step, loss, grad_norm, lr, times, planned bytes.
+void collectRuntimeMetrics(StepMetrics &m, Device &device, PinnedPool &pool,
+                           const OffloadEngine *engine);
+
 /// Appends metrics lines to a file ("-" = stdout). Each line is flushed, so
 /// a crashed run keeps every completed step.
 class MetricsWriter {
@@ -78,7 +85,8 @@ private:
   std::string path_;
 };
 
-//===--- Fingerprints -------------------------------------------------------===//
+//===--- Fingerprints
+//-------------------------------------------------------===//
 
 /// A byte range to fingerprint; `onDevice` ranges are copied to the host
 /// through pinned staging first.
@@ -95,10 +103,12 @@ std::string fingerprint(Device &device, PinnedPool &pool,
                         const std::vector<ByteRange> &ranges,
                         Stream after = Stream::Compute);
 
-//===--- Progress -----------------------------------------------------------===//
+//===--- Progress
+//-----------------------------------------------------------===//
 
 /// The text of one progress line (no newline), e.g.
-/// "step 12/100  loss 3.2145  lr 3.00e-04  0.412 s/step  19,876 tok/s  ETA 36s".
+/// "step 12/100  loss 3.2145  lr 3.00e-04  0.412 s/step  19,876 tok/s  ETA
+/// 36s".
 std::string progressText(const StepMetrics &m, int64_t totalSteps);
 
 /// Writes progressText on the terminal: rewritten in place (carriage

@@ -1,4 +1,4 @@
-//===- nvtx.cpp - NVTX ranges (compiled out without NVTX) ---------*- C++ -*-===//
+//===- nvtx.cpp - NVTX ranges (compiled out without NVTX) -------*- C++ -*-===//
 #include "runtime/nvtx.h"
 
 #include "runtime/error.h"

@@ -1,4 +1,4 @@
-//===- nvtx.h - NVTX ranges for ops and scopes --------------------*- C++ -*-===//
+//===- nvtx.h - NVTX ranges for ops and scopes ------------------*- C++ -*-===//
 //
 // Generated code brackets every op and every module scope with a range so a
 // profiler (Nsight Systems) shows the compiled plan on the timeline. With

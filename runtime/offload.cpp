@@ -1,4 +1,4 @@
-//===- offload.cpp - Offload engine -------------------------------*- C++ -*-===//
+//===- offload.cpp - Offload engine -----------------------------*- C++ -*-===//
 #include "runtime/offload.h"
 
 #include "runtime/error.h"

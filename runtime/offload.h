@@ -1,4 +1,4 @@
-//===- offload.h - Offload engine: D2H / H2D of saved activations -*- C++ -*-===//
+//===- offload.h - Offload engine -------------------------------*- C++ -*-===//
 //
 // The compiled schedule decides which copy runs after which event; the
 // engine executes it and checks its invariants on every call (cheap, always

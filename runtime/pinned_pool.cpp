@@ -1,4 +1,4 @@
-//===- pinned_pool.cpp - Pinned slots and size-class pool --------*- C++ -*-===//
+//===- pinned_pool.cpp - Pinned slots and size-class pool -------*- C++ -*-===//
 #include "runtime/pinned_pool.h"
 
 #include "runtime/error.h"
@@ -19,7 +19,8 @@ std::string describePoint(const SyncPoint &p) {
 } // namespace
 
 PinnedPool::PinnedPool(Device &device, PinnedLayout layout)
-    : device_(device), id_(nextPoolId.fetch_add(1)), layout_(std::move(layout)) {
+    : device_(device), id_(nextPoolId.fetch_add(1)),
+      layout_(std::move(layout)) {
   std::vector<std::pair<uint64_t, uint32_t>> order;
   for (uint32_t i = 0; i < layout_.slots.size(); ++i) {
     const PinnedSlotSpec &s = layout_.slots[i];
@@ -28,7 +29,8 @@ PinnedPool::PinnedPool(Device &device, PinnedLayout layout)
     if (s.offset % kDeviceAlignment != 0)
       fail("pinned pool: slot ", i, " offset ", s.offset, " is not ",
            kDeviceAlignment, "-byte aligned");
-    if (s.offset > layout_.totalBytes || s.bytes > layout_.totalBytes - s.offset)
+    if (s.offset > layout_.totalBytes ||
+        s.bytes > layout_.totalBytes - s.offset)
       fail("pinned pool: slot ", i, " [", s.offset, ", ", s.offset + s.bytes,
            ") exceeds the planned ", layout_.totalBytes, " bytes");
     order.emplace_back(s.offset, i);
@@ -41,7 +43,8 @@ PinnedPool::PinnedPool(Device &device, PinnedLayout layout)
            " overlap");
   }
   if (layout_.totalBytes) {
-    region_ = static_cast<char *>(device_.backend().allocatePinned(layout_.totalBytes));
+    region_ = static_cast<char *>(
+        device_.backend().allocatePinned(layout_.totalBytes));
     ++allocations_;
   }
   slots_.resize(layout_.slots.size());
@@ -108,16 +111,18 @@ PinnedSlot PinnedPool::acquire(uint32_t index, Stream writer) {
 PinnedPool::Slot &PinnedPool::checkSlotHandle(const PinnedSlot &handle,
                                               const char *what) {
   if (handle.pool != id_)
-    fail("pinned pool: ", what, " of a foreign slot: the handle belongs to pool #",
-         handle.pool, ", not to pool #", id_);
+    fail("pinned pool: ", what,
+         " of a foreign slot: the handle belongs to pool #", handle.pool,
+         ", not to pool #", id_);
   if (handle.index >= slots_.size())
     fail("pinned pool: ", what, " of unknown slot ", handle.index);
   Slot &slot = slots_[handle.index];
   if (handle.lease == 0 || handle.lease != slot.lease ||
       slot.state != State::Held)
-    fail("pinned pool: double release of slot ", handle.index, " (handle lease ",
-         handle.lease, ", slot ",
-         slot.state == State::Held ? "held under lease " : "released after lease ",
+    fail("pinned pool: double release of slot ", handle.index,
+         " (handle lease ", handle.lease, ", slot ",
+         slot.state == State::Held ? "held under lease "
+                                   : "released after lease ",
          slot.lease, ")");
   return slot;
 }
@@ -181,8 +186,8 @@ PinnedPool::Buffer &PinnedPool::checkBufferHandle(const PinnedBuffer &handle,
   Buffer &b = it->second;
   if (handle.lease == 0 || handle.lease != b.lease || b.state != State::Held)
     fail("pinned pool: double release of a ", b.capacity,
-         "-byte buffer (handle lease ", handle.lease, ", buffer lease ", b.lease,
-         ")");
+         "-byte buffer (handle lease ", handle.lease, ", buffer lease ",
+         b.lease, ")");
   return b;
 }
 

@@ -1,4 +1,4 @@
-//===- pinned_pool.h - Pinned host memory: planned slots + pool --*- C++ -*-===//
+//===- pinned_pool.h - Pinned slots and pool --------------------*- C++ -*-===//
 //
 // Pinned host memory is allocated once per run (cudaHostAlloc of 1 GiB took
 // 0.68 s on our H200, so never in the steady state) in two parts:
@@ -68,9 +68,9 @@ struct PinnedBuffer {
 };
 
 struct PinnedPoolStats {
-  uint64_t buffers = 0; ///< host allocations held (slot region counts one)
-  uint64_t bytes = 0;   ///< bytes retained by those allocations
-  uint64_t inUse = 0;   ///< bytes held or awaiting a pending release
+  uint64_t buffers = 0;     ///< host allocations held (slot region counts one)
+  uint64_t bytes = 0;       ///< bytes retained by those allocations
+  uint64_t inUse = 0;       ///< bytes held or awaiting a pending release
   uint64_t allocations = 0; ///< host allocations made so far (lifetime)
 };
 

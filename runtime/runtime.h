@@ -1,4 +1,4 @@
-//===- runtime.h - The runtime's public header set ----------------*- C++ -*-===//
+//===- runtime.h - The runtime's public header set --------------*- C++ -*-===//
 //
 // The one include of generated training steps (DESIGN.md section 2: the
 // compiler and the runtime meet only here). Everything is in ap::rt:

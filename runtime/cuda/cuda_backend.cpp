@@ -1,4 +1,4 @@
-//===- cuda_backend.cpp - CUDA runtime backend --------------------*- C++ -*-===//
+//===- cuda_backend.cpp - CUDA runtime backend ------------------*- C++ -*-===//
 //
 // Streams, events, the arena allocation, pinned memory and the cuBLASLt
 // handle on a real GPU. All four streams are non-blocking so that nothing
@@ -23,8 +23,8 @@ public:
     // and the memory baseline the Device takes excludes nothing of ours.
     AP_CUDA_CHECK(cudaFree(nullptr));
     AP_CUDA_CHECK(cudaGetDeviceProperties(&props_, device_));
-    AP_CUDA_CHECK(cudaDeviceGetAttribute(&smCount_, cudaDevAttrMultiProcessorCount,
-                                         device_));
+    AP_CUDA_CHECK(cudaDeviceGetAttribute(
+        &smCount_, cudaDevAttrMultiProcessorCount, device_));
     for (auto &s : streams_)
       AP_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     AP_CUBLAS_CHECK(cublasLtCreate(&cublasLt_));
@@ -46,8 +46,8 @@ public:
   std::string description() const override {
     return detail::concat("cuda: ", props_.name, " (sm_", props_.major,
                           props_.minor, ", ", smCount_, " SMs, ",
-                          props_.totalGlobalMem >> 30, " GiB, device ",
-                          device_, ")");
+                          props_.totalGlobalMem >> 30, " GiB, device ", device_,
+                          ")");
   }
 
   void *allocateDevice(size_t bytes) override {
@@ -169,9 +169,9 @@ std::unique_ptr<Backend> createCudaBackend(int deviceIndex,
   if (status != cudaSuccess) {
     (void)cudaGetLastError();
     if (whyNot)
-      *whyNot = detail::concat("cudaGetDeviceCount failed: ",
-                               cudaGetErrorName(status), ", ",
-                               cudaGetErrorString(status));
+      *whyNot = detail::concat(
+          "cudaGetDeviceCount failed: ", cudaGetErrorName(status), ", ",
+          cudaGetErrorString(status));
     return nullptr;
   }
   if (count == 0 || deviceIndex < 0 || deviceIndex >= count) {

@@ -1,4 +1,4 @@
-//===- cuda_check.h - Status checks for CUDA runtime calls -------*- C++ -*-===//
+//===- cuda_check.h - Status checks for CUDA runtime calls ------*- C++ -*-===//
 //
 // Every CUDA runtime and cuBLASLt call in the runtime goes through one of
 // these macros, so a failure names the call, the error and the source line.
@@ -17,8 +17,8 @@
   do {                                                                         \
     cudaError_t apCudaStatus_ = (call);                                        \
     if (apCudaStatus_ != cudaSuccess)                                          \
-      ::ap::rt::fail("CUDA: ", #call, " failed: ",                             \
-                     cudaGetErrorName(apCudaStatus_), " (",                    \
+      ::ap::rt::fail("CUDA: ", #call,                                          \
+                     " failed: ", cudaGetErrorName(apCudaStatus_), " (",       \
                      cudaGetErrorString(apCudaStatus_), ") at ", __FILE__,     \
                      ":", __LINE__);                                           \
   } while (0)

@@ -1,4 +1,4 @@
-//===- cli_test.cpp - Training binary flags -----------------------*- C++ -*-===//
+//===- cli_test.cpp - Training binary flags ---------------------*- C++ -*-===//
 #include "runtime/cli.h"
 
 #include <gtest/gtest.h>
@@ -9,7 +9,8 @@ using namespace ap::rt;
 
 namespace {
 
-TrainFlags parse(std::vector<const char *> args, const TrainFlags &defaults = {}) {
+TrainFlags parse(std::vector<const char *> args,
+                 const TrainFlags &defaults = {}) {
   args.insert(args.begin(), "./train");
   return parseTrainFlags(static_cast<int>(args.size()), args.data(), defaults);
 }
@@ -24,10 +25,10 @@ std::string errorOf(std::vector<const char *> args) {
 }
 
 TEST(Cli, EveryFlagInBothSpellings) {
-  TrainFlags f = parse({"--steps", "50", "--device=host", "--seed", "18446744073709551615",
-                        "--lr=1e-3", "--data", "corpus.txt", "--metrics=-",
-                        "--fingerprints", "--save", "ckpt", "--save-every=10",
-                        "--resume", "old"});
+  TrainFlags f = parse({"--steps", "50", "--device=host", "--seed",
+                        "18446744073709551615", "--lr=1e-3", "--data",
+                        "corpus.txt", "--metrics=-", "--fingerprints", "--save",
+                        "ckpt", "--save-every=10", "--resume", "old"});
   EXPECT_EQ(f.steps, 50);
   EXPECT_EQ(f.device, DeviceKind::Host);
   EXPECT_EQ(f.seed, 18446744073709551615ull);
@@ -58,28 +59,37 @@ TEST(Cli, DefaultsComeFromTheCompiledModel) {
 TEST(Cli, MistakesAreClearErrors) {
   EXPECT_EQ(errorOf({"--stpes", "3"}), "unknown flag --stpes (see --help)");
   EXPECT_EQ(errorOf({"--steps"}), "--steps: missing value (N)");
-  EXPECT_EQ(errorOf({"--steps", "ten"}), "--steps: expected an integer, got 'ten'");
+  EXPECT_EQ(errorOf({"--steps", "ten"}),
+            "--steps: expected an integer, got 'ten'");
   EXPECT_EQ(errorOf({"--steps=0"}), "--steps: 0 is out of range (at least 1)");
   EXPECT_EQ(errorOf({"--steps=3x"}), "--steps: expected an integer, got '3x'");
-  EXPECT_EQ(errorOf({"--device", "gpu"}), "--device: expected one of cuda|host, got 'gpu'");
+  EXPECT_EQ(errorOf({"--device", "gpu"}),
+            "--device: expected one of cuda|host, got 'gpu'");
   EXPECT_EQ(errorOf({"--lr", "0"}), "--lr: must be > 0, got 0");
-  EXPECT_EQ(errorOf({"--lr", "nan"}), "--lr: expected a finite number, got 'nan'");
-  EXPECT_EQ(errorOf({"--seed", "-1"}), "--seed: expected a non-negative integer, got '-1'");
-  EXPECT_EQ(errorOf({"--steps", "1", "--steps", "2"}), "flag --steps given twice");
-  EXPECT_EQ(errorOf({"extra"}), "unexpected argument 'extra' (flags start with --; see --help)");
-  EXPECT_EQ(errorOf({"--fingerprints=yes"}), "--fingerprints: expected true or false, got 'yes'");
+  EXPECT_EQ(errorOf({"--lr", "nan"}),
+            "--lr: expected a finite number, got 'nan'");
+  EXPECT_EQ(errorOf({"--seed", "-1"}),
+            "--seed: expected a non-negative integer, got '-1'");
+  EXPECT_EQ(errorOf({"--steps", "1", "--steps", "2"}),
+            "flag --steps given twice");
+  EXPECT_EQ(errorOf({"extra"}),
+            "unexpected argument 'extra' (flags start with --; see --help)");
+  EXPECT_EQ(errorOf({"--fingerprints=yes"}),
+            "--fingerprints: expected true or false, got 'yes'");
   EXPECT_EQ(errorOf({"--save-every", "5"}), "--save-every needs --save DIR");
   EXPECT_EQ(errorOf({"--save-every=-1", "--save", "d"}),
             "--save-every: -1 is out of range (at least 0)");
-  EXPECT_EQ(errorOf({"--data="}), "--data: expected a value, got an empty string");
+  EXPECT_EQ(errorOf({"--data="}),
+            "--data: expected a value, got an empty string");
 }
 
 TEST(Cli, HelpListsEveryFlag) {
   TrainFlags f = parse({"--steps", "3", "--help", "--bogus"});
   EXPECT_TRUE(f.help);
-  for (const char *flag : {"--steps N", "--device cuda|host", "--seed N", "--lr X",
-                           "--data SRC", "--metrics PATH", "--fingerprints",
-                           "--save DIR", "--save-every N", "--resume DIR", "--help"})
+  for (const char *flag :
+       {"--steps N", "--device cuda|host", "--seed N", "--lr X", "--data SRC",
+        "--metrics PATH", "--fingerprints", "--save DIR", "--save-every N",
+        "--resume DIR", "--help"})
     EXPECT_NE(f.usage.find(flag), std::string::npos) << flag << "\n" << f.usage;
   EXPECT_EQ(f.usage.rfind("usage: ./train [flags]", 0), 0u);
 }

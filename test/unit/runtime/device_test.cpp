@@ -1,4 +1,4 @@
-//===- device_test.cpp - Device: arena, copies, events, ordering --*- C++ -*-===//
+//===- device_test.cpp - Device tests ---------------------------*- C++ -*-===//
 #include "runtime/device.h"
 #include "runtime/nvtx.h"
 #include "runtime_test_util.h"
@@ -188,10 +188,11 @@ TEST_P(DeviceTest, LaunchPassesTheContextInStreamOrder) {
   auto seen = std::make_shared<ap::kernels::KernelContext>();
   char *buf = static_cast<char *>(device->at(0, 1 << 20));
   device->memsetAsync(buf, 0x5a, 1 << 20, Stream::Compute);
-  device->launch(Stream::Compute, "probe", [seen](const ap::kernels::KernelContext &ctx) {
-    *seen = ctx;
-    return ap::kernels::Status::Ok;
-  });
+  device->launch(Stream::Compute, "probe",
+                 [seen](const ap::kernels::KernelContext &ctx) {
+                   *seen = ctx;
+                   return ap::kernels::Status::Ok;
+                 });
   device->synchronize();
   EXPECT_EQ(seen->workspace, device->workspace());
   EXPECT_EQ(seen->workspaceBytes, 4096u);

@@ -1,4 +1,4 @@
-//===- metrics_test.cpp - Metrics JSON schema, fingerprints, progress -*- C++ -*-===//
+//===- metrics_test.cpp - Metrics tests -------------------------*- C++ -*-===//
 #include "runtime/metrics.h"
 #include "runtime/sha256.h"
 #include "runtime_test_util.h"
@@ -36,8 +36,10 @@ TEST(Metrics, LineFollowsTheDocumentedSchemaExactly) {
             "\"device_peak_bytes\":1234567,\"planned_peak_bytes\":1200000,"
             "\"pinned_pool\":{\"buffers\":2,\"bytes\":8192,\"in_use\":0},"
             "\"transfers\":{"
-            "\"L0.gdn_core_attn\":{\"d2h_count\":2,\"h2d_count\":2,\"d2h_bytes\":100,\"h2d_bytes\":100},"
-            "\"L1.core_attn\":{\"d2h_count\":1,\"h2d_count\":1,\"d2h_bytes\":4096,\"h2d_bytes\":4096}}}");
+            "\"L0.gdn_core_attn\":{\"d2h_count\":2,\"h2d_count\":2,\"d2h_"
+            "bytes\":100,\"h2d_bytes\":100},"
+            "\"L1.core_attn\":{\"d2h_count\":1,\"h2d_count\":1,\"d2h_bytes\":"
+            "4096,\"h2d_bytes\":4096}}}");
 }
 
 TEST(Metrics, FingerprintsAppearOnlyWhenRequested) {
@@ -50,9 +52,9 @@ TEST(Metrics, FingerprintsAppearOnlyWhenRequested) {
                                 sha256Hex("c", 1), sha256Hex("d", 1)};
   std::string with = metricsJson(m);
   EXPECT_NE(with.find(",\"fingerprints\":{\"loss\":\"" + sha256Hex("a", 1) +
-                      "\",\"grads\":\"" + sha256Hex("b", 1) + "\",\"params\":\"" +
-                      sha256Hex("c", 1) + "\",\"optimizer\":\"" +
-                      sha256Hex("d", 1) + "\"}}"),
+                      "\",\"grads\":\"" + sha256Hex("b", 1) +
+                      "\",\"params\":\"" + sha256Hex("c", 1) +
+                      "\",\"optimizer\":\"" + sha256Hex("d", 1) + "\"}}"),
             std::string::npos)
       << with;
 }
@@ -75,7 +77,8 @@ TEST(Metrics, NumbersReadBackExactlyAndNonFiniteIsNull) {
   }
   // A float loss widened to double keeps its exact value.
   float loss = 2.7182817f;
-  EXPECT_EQ(static_cast<float>(std::strtod(jsonNumber(loss).c_str(), nullptr)), loss);
+  EXPECT_EQ(static_cast<float>(std::strtod(jsonNumber(loss).c_str(), nullptr)),
+            loss);
   StepMetrics m = sample();
   m.loss = std::nan("");
   EXPECT_NE(metricsJson(m).find("\"loss\":null"), std::string::npos);
@@ -123,8 +126,8 @@ TEST(Metrics, WriterAppendsOneLinePerStep) {
 TEST(Progress, TextShowsRateAndEta) {
   StepMetrics m = sample();
   m.tokensPerS = 1234567.4;
-  EXPECT_EQ(progressText(m, 100),
-            "step 12/100  loss 3.2500  lr 3.00e-04  0.125 s/step  1,234,567 tok/s  ETA 11s");
+  EXPECT_EQ(progressText(m, 100), "step 12/100  loss 3.2500  lr 3.00e-04  "
+                                  "0.125 s/step  1,234,567 tok/s  ETA 11s");
   m.stepTimeS = 2;
   EXPECT_NE(progressText(m, 100).find("ETA 2m56s"), std::string::npos);
   m.step = 100;
@@ -166,8 +169,9 @@ TEST_P(FingerprintTest, DigestCoversDeviceAndHostBytesInOrder) {
   device->copyAsync(device->at(0, n), bytes.data(), n, CopyKind::HostToDevice,
                     Stream::Compute);
   PinnedPool pool(*device, PinnedLayout{});
-  std::string got = fingerprint(*device, pool,
-                                {{device->at(0, n), n, true}, {small.data(), 1000, false}});
+  std::string got =
+      fingerprint(*device, pool,
+                  {{device->at(0, n), n, true}, {small.data(), 1000, false}});
   Sha256 sha;
   sha.update(bytes.data(), n);
   sha.update(small.data(), small.size());
@@ -181,6 +185,34 @@ TEST_P(FingerprintTest, DigestCoversDeviceAndHostBytesInOrder) {
   // One flipped bit changes the digest.
   bytes[n / 2] ^= 1;
   EXPECT_NE(sha256Hex(bytes.data(), n), again);
+}
+
+TEST_P(FingerprintTest, RuntimePartOfTheLineComesFromDevicePoolAndEngine) {
+  device->allocateArena(1 << 20);
+  PinnedPool pool(*device, PinnedLayout{1 << 16, {{0, 1 << 16}}});
+  OffloadEngine engine(*device, pool);
+  auto scope = engine.scope("L0.core_attn");
+  EventId produced = device->createEvent(), d2h = device->createEvent(),
+          h2d = device->createEvent();
+  device->memsetAsync(device->at(0, 4096), 1, 4096, Stream::Compute);
+  device->record(produced, Stream::Compute);
+  engine.offload(scope, 0, device->at(0, 4096), 4096, produced, d2h);
+  engine.reload(scope, 0, device->at(4096, 4096), 4096, d2h, h2d);
+  device->synchronize();
+  StepMetrics m;
+  collectRuntimeMetrics(m, *device, pool, &engine);
+  EXPECT_GE(m.devicePeakBytes, 1u << 20);
+  EXPECT_EQ(m.pinnedPool.buffers, 1u);
+  EXPECT_EQ(m.pinnedPool.bytes, 1u << 16);
+  EXPECT_EQ(m.pinnedPool.inUse, 0u);
+  ASSERT_EQ(m.transfers.size(), 1u);
+  EXPECT_EQ(m.transfers["L0.core_attn"], (TransferCounters{1, 1, 4096, 4096}));
+  EXPECT_NE(metricsJson(m).find(
+                "\"transfers\":{\"L0.core_attn\":{\"d2h_count\":1,"
+                "\"h2d_count\":1,\"d2h_bytes\":4096,\"h2d_bytes\":4096}}"),
+            std::string::npos);
+  collectRuntimeMetrics(m, *device, pool, nullptr);
+  EXPECT_TRUE(m.transfers.empty());
 }
 
 AP_RT_INSTANTIATE_BACKENDS(FingerprintTest);

@@ -1,4 +1,4 @@
-//===- offload_test.cpp - Offload engine round trips and checks ---*- C++ -*-===//
+//===- offload_test.cpp - Offload engine tests ------------------*- C++ -*-===//
 #include "runtime/offload.h"
 #include "runtime_test_util.h"
 
@@ -38,7 +38,9 @@ protected:
     engine.reset();
     pool.reset();
   }
-  char *value(int i) { return static_cast<char *>(device->at(i * kSlot, kValueBytes[i])); }
+  char *value(int i) {
+    return static_cast<char *>(device->at(i * kSlot, kValueBytes[i]));
+  }
 
   /// Runs one microbatch with fresh random values; returns what consumers
   /// read back after the reloads.
@@ -50,7 +52,8 @@ protected:
       device->copyAsync(value(i), inputs[i].data(), kValueBytes[i],
                         CopyKind::HostToDevice, Stream::Compute);
       device->record(produced[i], Stream::Compute);
-      engine->offload(scopes[i], i, value(i), kValueBytes[i], produced[i], d2h[i]);
+      engine->offload(scopes[i], i, value(i), kValueBytes[i], produced[i],
+                      d2h[i]);
     }
     // Device memory of the values is reused once their D2H finished.
     for (int i = 0; i < 3; ++i) {
@@ -113,37 +116,45 @@ TEST_P(OffloadTest, RoundTripsCountPerScopeAndEmptyThePool) {
 
 TEST_P(OffloadTest, ReloadInvariantsAreChecked) {
   auto s = engine->scope("L2.attn_proj"), t = engine->scope("L2.core_attn");
-  EXPECT_RT_ERROR(engine->reload(s, 0, value(0), kValueBytes[0], d2h[0], h2d[0]),
-                  "reload of slot 0 which holds no offloaded value");
+  EXPECT_RT_ERROR(
+      engine->reload(s, 0, value(0), kValueBytes[0], d2h[0], h2d[0]),
+      "reload of slot 0 which holds no offloaded value");
   device->record(produced[0], Stream::Compute);
   engine->offload(s, 0, value(0), kValueBytes[0], produced[0], d2h[0]);
-  EXPECT_RT_ERROR(engine->reload(t, 0, value(0), kValueBytes[0], d2h[0], h2d[0]),
-                  "holds a value of scope L2.attn_proj");
+  EXPECT_RT_ERROR(
+      engine->reload(t, 0, value(0), kValueBytes[0], d2h[0], h2d[0]),
+      "holds a value of scope L2.attn_proj");
   EXPECT_RT_ERROR(engine->reload(s, 0, value(0), 1000, d2h[0], h2d[0]),
                   "reload of 1000 bytes from slot 0 which holds 1048576 bytes");
-  EXPECT_RT_ERROR(engine->reload(s, 0, value(0), kValueBytes[0], d2h[1], h2d[0]),
-                  "but that value's D2H recorded event");
-  EXPECT_RT_ERROR(engine->reload(s, 0, value(0), kValueBytes[0], d2h[0], d2h[0]),
-                  "H2D event must differ");
+  EXPECT_RT_ERROR(
+      engine->reload(s, 0, value(0), kValueBytes[0], d2h[1], h2d[0]),
+      "but that value's D2H recorded event");
+  EXPECT_RT_ERROR(
+      engine->reload(s, 0, value(0), kValueBytes[0], d2h[0], d2h[0]),
+      "H2D event must differ");
   std::vector<uint8_t> outside(16);
-  EXPECT_RT_ERROR(engine->reload(s, 0, outside.data(), kValueBytes[0], d2h[0], h2d[0]),
-                  "not inside the device arena");
+  EXPECT_RT_ERROR(
+      engine->reload(s, 0, outside.data(), kValueBytes[0], d2h[0], h2d[0]),
+      "not inside the device arena");
   EXPECT_RT_ERROR(engine->assertAllReloaded("step 4"),
                   "slot 0 (scope L2.attn_proj, 1048576 bytes)");
   engine->reload(s, 0, value(0), kValueBytes[0], d2h[0], h2d[0]);
-  EXPECT_RT_ERROR(engine->reload(s, 0, value(0), kValueBytes[0], d2h[0], h2d[0]),
-                  "holds no offloaded value (reload before offload, or twice)");
+  EXPECT_RT_ERROR(
+      engine->reload(s, 0, value(0), kValueBytes[0], d2h[0], h2d[0]),
+      "holds no offloaded value (reload before offload, or twice)");
   device->synchronize();
   pool->assertNoneInUse("step 4");
 }
 
 TEST_P(OffloadTest, OffloadInvariantsAreChecked) {
   auto s = engine->scope("L0.mlp_fc1");
-  EXPECT_RT_ERROR(engine->offload(s, 0, value(0), kValueBytes[0], produced[0], d2h[0]),
-                  "producer event 0 was never recorded");
+  EXPECT_RT_ERROR(
+      engine->offload(s, 0, value(0), kValueBytes[0], produced[0], d2h[0]),
+      "producer event 0 was never recorded");
   device->record(produced[0], Stream::Compute);
-  EXPECT_RT_ERROR(engine->offload(s, 0, value(0), kSlot + 1, produced[0], d2h[0]),
-                  "into slot 0 of 2097152 bytes");
+  EXPECT_RT_ERROR(
+      engine->offload(s, 0, value(0), kSlot + 1, produced[0], d2h[0]),
+      "into slot 0 of 2097152 bytes");
   EXPECT_RT_ERROR(engine->offload(s, 0, value(0), 0, produced[0], d2h[0]),
                   "offload of 0 bytes");
   EXPECT_RT_ERROR(engine->offload(s, 5, value(0), 16, produced[0], d2h[0]),

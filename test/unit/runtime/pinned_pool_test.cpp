@@ -1,4 +1,4 @@
-//===- pinned_pool_test.cpp - Pinned slots, pool reuse, ownership -*- C++ -*-===//
+//===- pinned_pool_test.cpp - Pinned pool tests -----------------*- C++ -*-===//
 #include "runtime/pinned_pool.h"
 #include "runtime_test_util.h"
 
@@ -18,11 +18,13 @@ PinnedLayout twoSlots() {
 
 TEST_P(PinnedPoolTest, LayoutIsValidated) {
   PinnedLayout misaligned{4096, {{100, 16}}};
-  EXPECT_RT_ERROR(PinnedPool(*device, misaligned), "offset 100 is not 256-byte aligned");
+  EXPECT_RT_ERROR(PinnedPool(*device, misaligned),
+                  "offset 100 is not 256-byte aligned");
   PinnedLayout overlap{8192, {{0, 512}, {256, 512}}};
   EXPECT_RT_ERROR(PinnedPool(*device, overlap), "slots 0 and 1 overlap");
   PinnedLayout tooBig{1024, {{512, 1024}}};
-  EXPECT_RT_ERROR(PinnedPool(*device, tooBig), "exceeds the planned 1024 bytes");
+  EXPECT_RT_ERROR(PinnedPool(*device, tooBig),
+                  "exceeds the planned 1024 bytes");
   PinnedLayout empty{1024, {{0, 0}}};
   EXPECT_RT_ERROR(PinnedPool(*device, empty), "zero bytes");
 }
@@ -55,7 +57,8 @@ TEST_P(PinnedPoolTest, OwnershipErrorsNameTheSlot) {
   PinnedPool pool(*device, twoSlots());
   PinnedPool other(*device, twoSlots());
   PinnedSlot a = pool.acquire(0, Stream::D2H);
-  EXPECT_RT_ERROR(pool.acquire(0, Stream::D2H), "slot 0 acquired while still held");
+  EXPECT_RT_ERROR(pool.acquire(0, Stream::D2H),
+                  "slot 0 acquired while still held");
   EXPECT_RT_ERROR(pool.acquire(7, Stream::D2H), "unknown slot 7");
   EXPECT_RT_ERROR(other.release(a), "foreign slot");
   PinnedSlot forged = a;

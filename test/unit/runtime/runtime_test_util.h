@@ -1,4 +1,4 @@
-//===- runtime_test_util.h - Shared helpers of runtime tests ------*- C++ -*-===//
+//===- runtime_test_util.h - Test helpers -----------------------*- C++ -*-===//
 //
 // Backend-parameterised fixtures: every test runs on the host backend and,
 // where a GPU is usable, on the cuda backend (skipped otherwise, e.g. in CI
@@ -14,9 +14,9 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
-#include <functional>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -49,7 +49,8 @@ protected:
   std::unique_ptr<Device> device;
 };
 
-inline std::string backendName(const ::testing::TestParamInfo<DeviceKind> &info) {
+inline std::string
+backendName(const ::testing::TestParamInfo<DeviceKind> &info) {
   return deviceKindName(info.param);
 }
 
@@ -78,7 +79,8 @@ public:
   /// The callback to enqueue. It shares the flag, so it may outlive the Gate.
   std::function<void()> waiter() {
     return [flag = open_] {
-      auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+      auto deadline =
+          std::chrono::steady_clock::now() + std::chrono::seconds(30);
       while (!flag->load(std::memory_order_acquire) &&
              std::chrono::steady_clock::now() < deadline)
         std::this_thread::sleep_for(std::chrono::microseconds(50));

@@ -1,4 +1,4 @@
-//===- streams_tsan_test.cpp - Host streams under ThreadSanitizer -*- C++ -*-===//
+//===- streams_tsan_test.cpp - Streams under TSan ---------------*- C++ -*-===//
 //
 // Built twice: as a normal test and against a -fsanitize=thread build of the
 // runtime's host sources. The host backend's streams are real threads, so
@@ -15,10 +15,10 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
-#include <cstdio>
-#include <cstdlib>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <numeric>
@@ -40,7 +40,8 @@ std::unique_ptr<Device> hostDevice() {
 TEST(HostStreams, EventsHandOffPlainMemoryAroundAllStreams) {
   auto dev = hostDevice();
   std::vector<uint64_t> buf(4096, 0);
-  const Stream ring[4] = {Stream::Compute, Stream::D2H, Stream::H2D, Stream::Comm};
+  const Stream ring[4] = {Stream::Compute, Stream::D2H, Stream::H2D,
+                          Stream::Comm};
   std::vector<EventId> events;
   for (int i = 0; i < 4; ++i)
     events.push_back(dev->createEvent());
@@ -100,14 +101,16 @@ TEST(HostStreams, KernelThenCopyOrderedByEvent) {
   EventId written = dev->createEvent(), copied = dev->createEvent();
   for (int round = 0; round < 50; ++round) {
     dev->wait(Stream::Compute, copied); // WAR: the previous copy read x
-    dev->launch(Stream::Compute, "fill", [x, n, round](const ap::kernels::KernelContext &) {
-      for (size_t i = 0; i < n; ++i)
-        x[i] = float(round) + float(i) * 0.5f;
-      return ap::kernels::Status::Ok;
-    });
+    dev->launch(Stream::Compute, "fill",
+                [x, n, round](const ap::kernels::KernelContext &) {
+                  for (size_t i = 0; i < n; ++i)
+                    x[i] = float(round) + float(i) * 0.5f;
+                  return ap::kernels::Status::Ok;
+                });
     dev->record(written, Stream::Compute);
     dev->wait(Stream::D2H, written);
-    dev->copyAsync(host.data(), x, n * sizeof(float), CopyKind::DeviceToHost, Stream::D2H);
+    dev->copyAsync(host.data(), x, n * sizeof(float), CopyKind::DeviceToHost,
+                   Stream::D2H);
     dev->record(copied, Stream::D2H);
     dev->synchronize(copied);
     ASSERT_EQ(host[7], float(round) + 3.5f);
@@ -144,11 +147,12 @@ TEST(HostStreams, OffloadEngineRoundTripsWithoutRaces) {
       int tag = step * 16 + mb;
       for (int i = 0; i < kValues; ++i) {
         auto *v = static_cast<uint32_t *>(dev->at(i * kBytes, kBytes));
-        dev->launch(Stream::Compute, "produce", [v, i, tag](const ap::kernels::KernelContext &) {
-          for (size_t k = 0; k < kBytes / 4; ++k)
-            v[k] = uint32_t(tag * 1000003 + i * 7919 + k);
-          return ap::kernels::Status::Ok;
-        });
+        dev->launch(Stream::Compute, "produce",
+                    [v, i, tag](const ap::kernels::KernelContext &) {
+                      for (size_t k = 0; k < kBytes / 4; ++k)
+                        v[k] = uint32_t(tag * 1000003 + i * 7919 + k);
+                      return ap::kernels::Status::Ok;
+                    });
         dev->record(produced[i], Stream::Compute);
         engine.offload(scopes[i], i, v, kBytes, produced[i], d2h[i]);
       }
@@ -165,14 +169,15 @@ TEST(HostStreams, OffloadEngineRoundTripsWithoutRaces) {
         auto *v = static_cast<uint32_t *>(dev->at(i * kBytes, kBytes));
         engine.reload(scopes[i], i, v, kBytes, d2h[i], h2d[i]);
         dev->wait(Stream::Compute, h2d[i]);
-        dev->launch(Stream::Compute, "consume", [v, i, tag, &bad](const ap::kernels::KernelContext &) {
-          for (size_t k = 0; k < kBytes / 4; ++k)
-            if (v[k] != uint32_t(tag * 1000003 + i * 7919 + k)) {
-              bad.fetch_add(1);
-              break;
-            }
-          return ap::kernels::Status::Ok;
-        });
+        dev->launch(Stream::Compute, "consume",
+                    [v, i, tag, &bad](const ap::kernels::KernelContext &) {
+                      for (size_t k = 0; k < kBytes / 4; ++k)
+                        if (v[k] != uint32_t(tag * 1000003 + i * 7919 + k)) {
+                          bad.fetch_add(1);
+                          break;
+                        }
+                      return ap::kernels::Status::Ok;
+                    });
       }
     }
     dev->synchronize();
@@ -213,13 +218,15 @@ void racyReload() {
   std::vector<uint8_t> host(1 << 12, 7);
   for (int round = 0; round < 16; ++round) {
     auto *v = static_cast<uint64_t *>(dev->at(round << 12, 1 << 12));
-    dev->launch(Stream::Compute, "write", [v](const ap::kernels::KernelContext &) {
-      for (int k = 0; k < 512; ++k)
-        v[k] = uint64_t(k);
-      return ap::kernels::Status::Ok;
-    });
+    dev->launch(Stream::Compute, "write",
+                [v](const ap::kernels::KernelContext &) {
+                  for (int k = 0; k < 512; ++k)
+                    v[k] = uint64_t(k);
+                  return ap::kernels::Status::Ok;
+                });
     // Missing: dev->wait(Stream::H2D, <event recorded after the write>).
-    dev->copyAsync(v, host.data(), 1 << 12, CopyKind::HostToDevice, Stream::H2D);
+    dev->copyAsync(v, host.data(), 1 << 12, CopyKind::HostToDevice,
+                   Stream::H2D);
   }
   dev->synchronize();
 }
@@ -233,7 +240,8 @@ void racyReload() {
 TEST(HostStreamsDeathTest, MissingWaitIsReportedAsADataRace) {
   bool reported = false;
   for (int attempt = 0; attempt < 5 && !reported; ++attempt) {
-    std::fprintf(stderr, "[ expected ] a ThreadSanitizer data race report may follow\n");
+    std::fprintf(
+        stderr, "[ expected ] a ThreadSanitizer data race report may follow\n");
     std::fflush(nullptr); // the child exits through exit(): no doubled output
     pid_t pid = fork();
     ASSERT_GE(pid, 0);
