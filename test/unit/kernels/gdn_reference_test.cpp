@@ -463,4 +463,21 @@ TEST(GdnReference, GatedNormBackwardMatchesFiniteDifferences) {
   EXPECT_LT(relErr(dw, finiteDiff(w, loss)), 1e-7);
 }
 
+#if !ACTPLACE_HAVE_CUDA
+/// Without the cuda kernels the entries answer Unsupported on the cuda
+/// backend (weak references resolve to null) and need no workspace.
+TEST(GdnReference, CudaBackendUnsupportedWithoutCuda) {
+  KernelContext ctx;
+  ctx.backend = Backend::Cuda;
+  GdnGatesArgs g;
+  g.dtype = DType::BF16;
+  EXPECT_EQ(gdnGatesForward(ctx, g), Status::Unsupported);
+  GdnChunkArgs c;
+  c.dtype = DType::BF16;
+  EXPECT_EQ(gdnChunkForward(ctx, c), Status::Unsupported);
+  EXPECT_EQ(gdnChunkBackward(ctx, c), Status::Unsupported);
+  EXPECT_EQ(gdnChunkBackwardWorkspaceBytes(c), 0u);
+}
+#endif
+
 } // namespace
