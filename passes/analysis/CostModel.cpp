@@ -29,14 +29,14 @@ using namespace ap::train;
 llvm::Expected<DeviceProfile> DeviceProfile::load(StringRef jsonPath) {
   auto buffer = llvm::MemoryBuffer::getFile(jsonPath, /*IsText=*/true);
   if (!buffer)
-    return llvm::createStringError(buffer.getError(),
-                                   "cannot read device profile '%s': %s",
-                                   jsonPath.str().c_str(),
-                                   buffer.getError().message().c_str());
+    return llvm::createStringError(
+        buffer.getError(), "cannot read device profile '%s': %s",
+        jsonPath.str().c_str(), buffer.getError().message().c_str());
   return parse((*buffer)->getBuffer(), jsonPath);
 }
 
-llvm::Expected<DeviceProfile> DeviceProfile::parse(StringRef json, StringRef origin) {
+llvm::Expected<DeviceProfile> DeviceProfile::parse(StringRef json,
+                                                   StringRef origin) {
   auto fail = [&](const llvm::Twine &msg) {
     return llvm::createStringError(llvm::inconvertibleErrorCode(),
                                    "device profile '" + origin + "': " + msg);
@@ -69,8 +69,8 @@ llvm::Expected<DeviceProfile> DeviceProfile::parse(StringRef json, StringRef ori
     keys.push_back(kv.first);
   llvm::sort(keys);
   for (StringRef key : keys) {
-    const Field *field = llvm::find_if(
-        fields, [&](const Field &f) { return f.key == key; });
+    const Field *field =
+        llvm::find_if(fields, [&](const Field &f) { return f.key == key; });
     if (field == std::end(fields)) {
       std::string known;
       for (const Field &f : fields)
@@ -105,8 +105,7 @@ double bytesOf(Value v) {
 }
 
 double numel(Value v) {
-  return static_cast<double>(
-      cast<ShapedType>(v.getType()).getNumElements());
+  return static_cast<double>(cast<ShapedType>(v.getType()).getNumElements());
 }
 
 int64_t dim(Value v, unsigned i) {
@@ -162,8 +161,8 @@ int64_t attentionBackwardWorkspace(int64_t B, int64_t T, int64_t Hq,
 /// Scratch of the chunked gated delta rule (kernels/gdn.h): W, U, Vnew
 /// (bf16, one row per padded token and value head) and the per-chunk states
 /// h (fp32); backward adds dh and fp32 dVnew, dQ, dK, dW.
-int64_t gdnWorkspace(int64_t B, int64_t NT, int64_t Hv, int64_t C,
-                     int64_t dk, int64_t dv, bool backward) {
+int64_t gdnWorkspace(int64_t B, int64_t NT, int64_t Hv, int64_t C, int64_t dk,
+                     int64_t dv, bool backward) {
   int64_t rows = B * Hv * NT * C;
   int64_t states = B * Hv * NT * dk * dv;
   int64_t bytes = align256(rows * dk * 2) + 2 * align256(rows * dv * 2) +
@@ -230,8 +229,8 @@ OpCost CostModel::cost(Operation *op) const {
   // Ops that launch nothing: symbol reads, views, terminators, the loop
   // itself (its body is costed op by op) and the placement ops, whose
   // copies run on the d2h / h2d queues (StreamSimulation).
-  if (isa<ParamRefOp, ReshapeOp, YieldOp, MicrobatchLoopOp, OffloadOp,
-          ReloadOp, WaitOp>(op))
+  if (isa<ParamRefOp, ReshapeOp, YieldOp, MicrobatchLoopOp, OffloadOp, ReloadOp,
+          WaitOp>(op))
     return c;
 
   bool handled =
@@ -331,8 +330,8 @@ OpCost CostModel::cost(Operation *op) const {
             int64_t Hkv = dim(a.getK(), 2), Dv = dim(a.getV(), 3);
             // Recomputed QK^T, dV = P^T dO, dP = dO V^T, dQ = dS K,
             // dK = dS^T Q over the causal half.
-            c.flops = double(B) * Hq * double(T) * T / 2 * 2 *
-                      (3.0 * Dqk + 2.0 * Dv);
+            c.flops =
+                double(B) * Hq * double(T) * T / 2 * 2 * (3.0 * Dqk + 2.0 * Dv);
             c.bytes = operandAndResultBytes(op);
             c.workspaceBytes =
                 attentionBackwardWorkspace(B, T, Hq, Hkv, Dqk, Dv);
@@ -365,7 +364,8 @@ OpCost CostModel::cost(Operation *op) const {
             c.flops = (dW ? 6 : 4) * N * V * D;
             // fp32 logits written and read, bf16 dlogits written and read
             // by each gradient GEMM.
-            c.bytes = operandAndResultBytes(op) + N * V * (8 + 2 + (dW ? 4 : 2));
+            c.bytes =
+                operandAndResultBytes(op) + N * V * (8 + 2 + (dW ? 4 : 2));
             if (dW)
               c.bytes += mainGradBytes(l.getWeight());
             c.workspaceBytes =

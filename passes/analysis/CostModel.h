@@ -1,4 +1,4 @@
-//===- CostModel.h - predicted time and bytes of train ops --------*- C++ -*-===//
+//===- CostModel.h - predicted time and bytes of train ops ------*- C++ -*-===//
 //
 // A roofline time model of every train op (forward, backward, step and
 // placement ops) plus the bandwidths of the host links. Placement passes use

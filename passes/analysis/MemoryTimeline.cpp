@@ -19,9 +19,9 @@ namespace {
 unsigned lastPointStartingBefore(const StreamSimulation &sim, double t,
                                  unsigned bodyBegin, unsigned atLeast) {
   // Ops start in non-decreasing time order.
-  auto it = std::partition_point(
-      sim.ops.begin(), sim.ops.end(),
-      [&](const SimulatedOp &s) { return s.start < t; });
+  auto it =
+      std::partition_point(sim.ops.begin(), sim.ops.end(),
+                           [&](const SimulatedOp &s) { return s.start < t; });
   unsigned n = static_cast<unsigned>(it - sim.ops.begin());
   unsigned last = n == 0 ? bodyBegin : bodyBegin + n - 1;
   return std::max(last, atLeast);

@@ -1,4 +1,4 @@
-//===- MemoryTimeline.h - device bytes live at each op of a step --*- C++ -*-===//
+//===- MemoryTimeline.h - device bytes live at each op ----------*- C++ -*-===//
 //
 // Predicts the device memory of `@train_step` op by op in program order: the
 // microbatch loop body (one microbatch; every body value dies before the next
@@ -45,8 +45,7 @@ namespace ap::train {
 /// Device bytes live while `op` runs, per category.
 struct MemoryPoint {
   mlir::Operation *op = nullptr;
-  int64_t params = 0, grads = 0, optimizer = 0, activations = 0,
-          workspace = 0;
+  int64_t params = 0, grads = 0, optimizer = 0, activations = 0, workspace = 0;
   int64_t total() const {
     return params + grads + optimizer + activations + workspace;
   }

@@ -1,4 +1,4 @@
-//===- StreamSimulation.h - compute / d2h / h2d queue timing ------*- C++ -*-===//
+//===- StreamSimulation.h - compute / d2h / h2d queue timing ----*- C++ -*-===//
 //
 // Predicts when each op of a block runs on the compute stream and when each
 // offload (D2H) and reload (H2D) copy runs on its host-link queue, so that

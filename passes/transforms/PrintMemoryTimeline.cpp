@@ -186,8 +186,8 @@ struct TrainPrintMemoryTimelinePass
                           "flops={7:F0} bytes={8:F0} dur={9}",
                           i, pt.op->getName().getStringRef(),
                           scope.empty() ? "-" : scope, pt.total(),
-                          pt.activations, pt.workspace, pt.pinnedHost,
-                          c.flops, c.bytes, us(c.seconds));
+                          pt.activations, pt.workspace, pt.pinnedHost, c.flops,
+                          c.bytes, us(c.seconds));
       if (i >= bodyBegin && i < bodyEnd) {
         const SimulatedOp &s = sim.ops[i - bodyBegin];
         os << " start=" << us(s.start);
