@@ -232,9 +232,10 @@ void TrainOffloadScopesPass::runOnOperation() {
     remark::passed(s.producer->getLoc(), remark::RemarkOpts::name("offload")
                                              .category("actplace-placement")
                                              .subCategory(copyScope.str()))
-        << "offloaded " << std::to_string(s.bytes) << " bytes of "
-        << s.producer->getName().getStringRef() << " (" << copyScope.str()
-        << ")";
+        << ("offloaded " + std::to_string(s.bytes) + " bytes of " +
+            s.producer->getName().getStringRef() + " (" + copyScope.str() +
+            ")")
+               .str();
     ++offloaded;
     offloadedBytes += s.bytes;
   }
@@ -242,7 +243,7 @@ void TrainOffloadScopesPass::runOnOperation() {
     remark::missed(module.getLoc(), remark::RemarkOpts::name("offload")
                                         .category("actplace-placement")
                                         .subCategory(scope.str()))
-        << scope.str() << " stays on the device: " << why;
+        << (scope.str() + " stays on the device: " + why);
   if (cfg.maxInflight > 0)
     saved.getBody()->getParentOp()->setAttr(
         kMaxInflightAttrName, b.getI64IntegerAttr(cfg.maxInflight));

@@ -85,8 +85,9 @@ struct TrainRecomputePass
       remark::passed(orig->getLoc(), remark::RemarkOpts::name("recompute")
                                          .category("actplace-placement")
                                          .subCategory(scope.str()))
-          << "recomputed " << orig->getName().getStringRef() << " of "
-          << scope.str() << " before its first backward use";
+          << ("recomputed " + orig->getName().getStringRef() + " of " +
+              scope.str() + " before its first backward use")
+                 .str();
     }
   }
 };

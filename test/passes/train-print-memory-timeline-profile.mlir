@@ -2,6 +2,8 @@
 // RUN: actplace-opt %t/step.mlir -train-print-memory-timeline=per-op=true | FileCheck %s --check-prefix=H200
 // RUN: actplace-opt %t/step.mlir '-train-print-memory-timeline=per-op=true profile=%t/slow-memory.json' | FileCheck %s --check-prefix=SLOWMEM
 // RUN: actplace-opt %t/step.mlir '-train-print-memory-timeline=per-op=true profile=%t/slow-link.json' | FileCheck %s --check-prefix=LINK
+// RUN: sed 's/%lab :/%lab {train.max_inflight = 1 : i64} :/' %t/step.mlir \
+// RUN:   | actplace-opt '-train-print-memory-timeline=per-op=true profile=%t/slow-link.json' | FileCheck %s --check-prefix=INFLIGHT
 
 // The profile option replaces cost-model constants; absent fields keep the
 // H200 defaults.
@@ -41,6 +43,20 @@
 // LINK-NEXT: copy d2h model.embedding #7 bytes=8192 issue=3.000 start=6.096 end=18.384
 // LINK-NEXT: copy h2d L0.mlp_fc1 #8 bytes=4096 issue=3.000 start=6.096 end=14.288
 // LINK-NEXT: copy h2d model.embedding #13 bytes=8192 issue=17.288 start=18.384 end=26.576
+
+// With train.max_inflight = 1 on the loop, the offload of %h (reached at
+// 3 us) finds the D2H of %a pending and stalls compute until it ends at
+// 6.096 us (3.096 us exposed). The copies then run as above from 6.096 on;
+// the wait on %a (reached at 6.096) stalls 8.192 us, the wait on %h 9.288 us
+// as before. Same body time, the exposed time moves between scopes.
+// INFLIGHT: body time: 28.576 us (busy 8.000 us, exposed 20.576 us)
+// INFLIGHT: exposed L0.mlp_fc1 8.192 us
+// INFLIGHT-NEXT: exposed model.embedding 12.384 us
+// INFLIGHT: #7 train.offload model.embedding {{.*}} start=6.096 stall=3.096{{$}}
+// INFLIGHT: #9 train.wait L0.mlp_fc1 {{.*}} start=14.288 stall=8.192{{$}}
+// INFLIGHT: copy d2h L0.mlp_fc1 #4 bytes=4096 issue=2.000 start=2.000 end=6.096
+// INFLIGHT-NEXT: copy d2h model.embedding #7 bytes=8192 issue=6.096 start=6.096 end=18.384
+// INFLIGHT-NEXT: copy h2d L0.mlp_fc1 #8 bytes=4096 issue=6.096 start=6.096 end=14.288
 
 //--- slow-memory.json
 {"memBandwidth": 1e9}
