@@ -41,6 +41,8 @@ public:
     run(std::numeric_limits<double>::infinity(), id);
     return copies[id].end;
   }
+  /// D2H copies issued and not yet ended, oldest first.
+  const std::deque<int> &pendingDeviceToHost() const { return queues[0]; }
   /// Runs every queued copy to its end.
   void drain() {
     for (int id = 0, e = copies.size(); id < e; ++id)
@@ -128,12 +130,39 @@ StreamSimulation StreamSimulation::simulate(Block &block,
                                             const CostModel &cost) {
   StreamSimulation sim;
   CopyEngine engine(cost, sim.copies);
+  // DESIGN.md section 4: compute waits for a D2H when more than
+  // max-inflight offloads would be pending.
+  int64_t maxInflight = 0;
+  if (Operation *parent = block.getParentOp())
+    if (auto attr = parent->getAttrOfType<IntegerAttr>(kMaxInflightAttrName))
+      maxInflight = attr.getInt();
   double t = 0;
+  auto stallUntil = [&](SimulatedOp &s, double ready) {
+    if (ready <= t)
+      return;
+    s.stall += ready - t;
+    sim.exposedByScope[scopeKey(s.op)] += ready - t;
+    sim.exposedSeconds += ready - t;
+    t = ready;
+  };
   for (Operation &op : block) {
     sim.opIndex[&op] = sim.ops.size();
     SimulatedOp s;
     s.op = &op;
     if (auto offload = dyn_cast<OffloadOp>(op)) {
+      if (maxInflight > 0) {
+        engine.advanceTo(t);
+        while (static_cast<int64_t>(engine.pendingDeviceToHost().size()) >=
+               maxInflight) {
+          int oldest = engine.pendingDeviceToHost().front();
+          stallUntil(s, engine.finish(oldest));
+          // A D2H has no dependency, so it always ends; stop rather than
+          // spin should that ever change.
+          if (!engine.pendingDeviceToHost().empty() &&
+              engine.pendingDeviceToHost().front() == oldest)
+            break;
+        }
+      }
       SimulatedCopy c;
       c.op = &op;
       c.direction = CopyDirection::DeviceToHost;
@@ -159,13 +188,7 @@ StreamSimulation StreamSimulation::simulate(Block &block,
       auto it = src ? sim.copyIndex.find(src) : sim.copyIndex.end();
       if (it != sim.copyIndex.end()) {
         engine.advanceTo(t);
-        double ready = engine.finish(it->second);
-        if (ready > t) {
-          s.stall = ready - t;
-          sim.exposedByScope[scopeKey(&op)] += s.stall;
-          sim.exposedSeconds += s.stall;
-          t = ready;
-        }
+        stallUntil(s, engine.finish(it->second));
       }
     }
     double seconds = cost.cost(&op).seconds;

@@ -11,8 +11,10 @@
 // `train.reload` issues an H2D when reached; it starts once the h2d queue is
 // free and its own offload's D2H has ended. `train.wait` stalls compute until
 // the H2D of the reload it waits on has ended; the stall is exposed transfer
-// time of the wait's scope. Each queue runs one copy at a time, in issue
-// order. The link is shared as a fluid: while both directions copy, each gets
+// time of the wait's scope. When the block belongs to a microbatch loop with
+// `train.max_inflight = N`, an offload that finds N D2H copies pending first
+// stalls compute until the oldest has ended (exposed time of the offload's
+// scope). Each queue runs one copy at a time, in issue order. The link is shared as a fluid: while both directions copy, each gets
 // its CostModel::copyBandwidth(dir, /*otherDirectionBusy=*/true) share, so a
 // copy that overlaps the other direction only in part is slowed only for
 // that part.
@@ -38,7 +40,8 @@ struct SimulatedOp {
   /// When the op starts (after any stall) and ends, in seconds from the
   /// start of the block.
   double start = 0, end = 0;
-  /// Seconds the compute stream waited before the op (train.wait only).
+  /// Seconds the compute stream waited before the op (train.wait for its
+  /// H2D; train.offload over the max-inflight limit for the oldest D2H).
   double stall = 0;
 };
 
@@ -69,8 +72,8 @@ struct StreamSimulation {
   /// When the last copy ends (may be after computeSeconds when D2Hs are
   /// still draining at the end of the block).
   double copyEndSeconds = 0;
-  /// Compute-stream stall at train.wait ops, per scopeKey of the wait and
-  /// in total.
+  /// Compute-stream stalls (SimulatedOp::stall) per scopeKey of the
+  /// stalled op and in total: transfer time not hidden under compute.
   std::map<std::string, double> exposedByScope;
   double exposedSeconds = 0;
 
