@@ -14,10 +14,11 @@
 // time of the wait's scope. When the block belongs to a microbatch loop with
 // `train.max_inflight = N`, an offload that finds N D2H copies pending first
 // stalls compute until the oldest has ended (exposed time of the offload's
-// scope). Each queue runs one copy at a time, in issue order. The link is shared as a fluid: while both directions copy, each gets
-// its CostModel::copyBandwidth(dir, /*otherDirectionBusy=*/true) share, so a
-// copy that overlaps the other direction only in part is slowed only for
-// that part.
+// scope). Each queue runs one copy at a time, in issue order. The link is
+// shared as a fluid: while both directions copy, each gets its
+// CostModel::copyBandwidth(dir, /*otherDirectionBusy=*/true) share, so a copy
+// that overlaps the other direction only in part is slowed only for that
+// part.
 //
 //===----------------------------------------------------------------------===//
 #ifndef ACTPLACE_PASSES_ANALYSIS_STREAMSIMULATION_H
