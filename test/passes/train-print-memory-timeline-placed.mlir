@@ -1,8 +1,8 @@
 // RUN: split-file %s %t
-// RUN: actplace-opt %t/keep.mlir -train-print-memory-timeline | FileCheck %s --check-prefix=KEEP
-// RUN: actplace-opt %t/placed.mlir -train-print-memory-timeline | FileCheck %s --check-prefix=PLACED
-// RUN: actplace-opt %t/placed.mlir -train-print-memory-timeline=per-op=true | FileCheck %s --check-prefix=PLACED-OPS
-// RUN: actplace-opt %t/early.mlir -train-print-memory-timeline | FileCheck %s --check-prefix=EARLY
+// RUN: actplace-opt %t/keep.mlir -train-print-memory-timeline -o /dev/null | FileCheck %s --check-prefix=KEEP
+// RUN: actplace-opt %t/placed.mlir -train-print-memory-timeline -o /dev/null | FileCheck %s --check-prefix=PLACED
+// RUN: actplace-opt %t/placed.mlir -train-print-memory-timeline=per-op=true -o /dev/null | FileCheck %s --check-prefix=PLACED-OPS
+// RUN: actplace-opt %t/early.mlir -train-print-memory-timeline -o /dev/null | FileCheck %s --check-prefix=EARLY
 
 // One body three ways: no placement (keep), %a offloaded after its producer
 // and reloaded right before its backward consumer (placed), and reloaded one

@@ -1,9 +1,9 @@
 // RUN: split-file %s %t
-// RUN: actplace-opt %t/step.mlir -train-print-memory-timeline=per-op=true | FileCheck %s --check-prefix=H200
-// RUN: actplace-opt %t/step.mlir '-train-print-memory-timeline=per-op=true profile=%t/slow-memory.json' | FileCheck %s --check-prefix=SLOWMEM
-// RUN: actplace-opt %t/step.mlir '-train-print-memory-timeline=per-op=true profile=%t/slow-link.json' | FileCheck %s --check-prefix=LINK
+// RUN: actplace-opt %t/step.mlir -train-print-memory-timeline=per-op=true -o /dev/null | FileCheck %s --check-prefix=H200
+// RUN: actplace-opt %t/step.mlir '-train-print-memory-timeline=per-op=true profile=%t/slow-memory.json' -o /dev/null | FileCheck %s --check-prefix=SLOWMEM
+// RUN: actplace-opt %t/step.mlir '-train-print-memory-timeline=per-op=true profile=%t/slow-link.json' -o /dev/null | FileCheck %s --check-prefix=LINK
 // RUN: sed 's/%lab :/%lab {train.max_inflight = 1 : i64} :/' %t/step.mlir \
-// RUN:   | actplace-opt '-train-print-memory-timeline=per-op=true profile=%t/slow-link.json' | FileCheck %s --check-prefix=INFLIGHT
+// RUN:   | actplace-opt '-train-print-memory-timeline=per-op=true profile=%t/slow-link.json' -o /dev/null | FileCheck %s --check-prefix=INFLIGHT
 
 // The profile option replaces cost-model constants; absent fields keep the
 // H200 defaults.

@@ -1,5 +1,5 @@
-// RUN: actplace-opt %s -train-print-memory-timeline | FileCheck %s
-// RUN: actplace-opt %s -train-print-memory-timeline=per-op=true | FileCheck %s --check-prefix=PEROP
+// RUN: actplace-opt %s -train-print-memory-timeline -o /dev/null | FileCheck %s
+// RUN: actplace-opt %s -train-print-memory-timeline=per-op=true -o /dev/null | FileCheck %s --check-prefix=PEROP
 
 // A hand-written step: embedding (V = 32, D = 16), one linear (16 -> 16),
 // tied LM head + cross-entropy, their backward, then the optimizer.
