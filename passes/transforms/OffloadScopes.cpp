@@ -184,7 +184,7 @@ void TrainOffloadScopesPass::runOnOperation() {
 
   // Apply: offload after the producer, reload + wait before the first use.
   OpBuilder b(&getContext());
-  int64_t offloaded = 0, offloadedBytes = 0;
+  llvm::DenseMap<Operation *, Operation *> lastCopyAfter;
   for (const SavedActivation &s : saved.values()) {
     if (!isOffloadable(s))
       continue;
@@ -211,11 +211,15 @@ void TrainOffloadScopesPass::runOnOperation() {
                                                                 : s.neededBy[0];
     auto scopeAttr =
         ScopeAttr::get(&getContext(), copyScope.layer, copyScope.leaf);
-    b.setInsertionPointAfter(s.producer);
+    // D2Hs of one producer are issued in result order, right after it.
+    Operation *&after = lastCopyAfter[s.producer];
+    b.setInsertionPointAfter(after ? after : s.producer);
     auto tensorType = cast<RankedTensorType>(s.value.getType());
-    Value host = OffloadOp::create(b, s.producer->getLoc(),
-                                   HostTensorType::get(&getContext(), tensorType),
-                                   s.value, scopeAttr);
+    auto offload = OffloadOp::create(
+        b, s.producer->getLoc(), HostTensorType::get(&getContext(), tensorType),
+        s.value, scopeAttr);
+    after = offload;
+    Value host = offload.getHost();
     Operation *firstUser = ops[s.firstUse];
     b.setInsertionPoint(firstUser);
     Value reloaded =
@@ -236,8 +240,6 @@ void TrainOffloadScopesPass::runOnOperation() {
             s.producer->getName().getStringRef() + " (" + copyScope.str() +
             ")")
                .str();
-    ++offloaded;
-    offloadedBytes += s.bytes;
   }
   for (const auto &[scope, why] : dropped)
     remark::missed(module.getLoc(), remark::RemarkOpts::name("offload")
