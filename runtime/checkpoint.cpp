@@ -75,7 +75,8 @@ std::string saveCheckpoint(const std::string &dir,
                            const TrainingState &state, const ShardInfo &shard,
                            const SaveOptions &options) {
   if (shard.worldSize < 1 || shard.rank < 0 || shard.rank >= shard.worldSize)
-    fail("checkpoint: rank ", shard.rank, " outside world of ", shard.worldSize);
+    fail("checkpoint: rank ", shard.rank, " outside world of ",
+         shard.worldSize);
   if (shard.worldSize > 1 && !shard.barrier)
     fail("checkpoint: a distributed save needs a barrier");
   makeDir(dir);
@@ -117,7 +118,8 @@ std::string saveCheckpoint(const std::string &dir,
                           ",\"world_size\":" + std::to_string(shard.worldSize) +
                           ",\"shards\":[";
       for (int r = 0; r < shard.worldSize; ++r)
-        index += (r ? "," : "") + jsonQuote(checkpointShardName(r, shard.worldSize));
+        index +=
+            (r ? "," : "") + jsonQuote(checkpointShardName(r, shard.worldSize));
       index += "]}\n";
       writeFileAtomically(stepDir + "/index.json", index, options.sync);
     }
@@ -157,7 +159,8 @@ TrainingState loadCheckpoint(const std::string &stepDir,
   std::string indexPath = stepDir + "/index.json";
   int savedWorld = 1;
   if (fileExists(indexPath)) {
-    JsonValue idx = parseJson(readSmallFile(indexPath), "checkpoint: " + indexPath);
+    JsonValue idx =
+        parseJson(readSmallFile(indexPath), "checkpoint: " + indexPath);
     const JsonValue *ws = idx.get("world_size");
     uint64_t w = 0;
     if (!ws || !ws->asUInt(w) || w == 0)
@@ -168,7 +171,8 @@ TrainingState loadCheckpoint(const std::string &stepDir,
     fail("checkpoint: '", stepDir, "' was saved by ", savedWorld,
          " rank(s) but this run has ", shard.worldSize,
          " (resharding is not supported)");
-  std::string path = stepDir + "/" + checkpointShardName(shard.rank, shard.worldSize);
+  std::string path =
+      stepDir + "/" + checkpointShardName(shard.rank, shard.worldSize);
   SafetensorsFile f = SafetensorsFile::open(path);
   f.verifyChecksum();
   if (f.meta("actplace.format") != kFormat)
@@ -268,8 +272,8 @@ std::vector<std::string> splitPattern(const std::string &p) {
 
 /// Matches `name` against literal parts separated by "{i}" slots (one or
 /// more digits each); fills the captured numbers.
-bool matchPattern(const std::vector<std::string> &parts, const std::string &name,
-                  std::vector<std::string> &captures) {
+bool matchPattern(const std::vector<std::string> &parts,
+                  const std::string &name, std::vector<std::string> &captures) {
   captures.clear();
   size_t pos = 0;
   for (size_t i = 0; i < parts.size(); ++i) {
@@ -460,9 +464,9 @@ MappedLoadReport loadMappedWeights(const std::string &path,
                          shapeString(info.shape) + " but '" + t.name +
                          "' needs " + shapeString(t.shape));
     else if (info.dtype != t.dtype &&
-             !(isFloat(info.dtype) && (t.dtype == StDType::BF16 ||
-                                       t.dtype == StDType::F32 ||
-                                       t.dtype == StDType::F64)))
+             !(isFloat(info.dtype) &&
+               (t.dtype == StDType::BF16 || t.dtype == StDType::F32 ||
+                t.dtype == StDType::F64)))
       problems.push_back("'" + info.name + "' is " + stDTypeName(info.dtype) +
                          ", cannot convert to " + stDTypeName(t.dtype));
     else if (t.bytes != info.numElements() * stDTypeSize(t.dtype))
@@ -487,7 +491,8 @@ MappedLoadReport loadMappedWeights(const std::string &path,
     } else {
       size_t n = size_t(info->numElements());
       for (size_t i = 0; i < n; ++i)
-        writeFloat(t.data, t.dtype, i, readFloat(f.data(*info), info->dtype, i));
+        writeFloat(t.data, t.dtype, i,
+                   readFloat(f.data(*info), info->dtype, i));
     }
     report.loaded.push_back(info->name);
   }

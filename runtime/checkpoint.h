@@ -1,4 +1,5 @@
-//===- checkpoint.h - Training checkpoints on safetensors --------*- C++ -*-===//
+//===- checkpoint.h - Training checkpoints on safetensors --------*- C++
+//-*-===//
 //
 // A checkpoint holds everything a bit-exact resume needs: the compute copies
 // of the parameters (bf16), the FP32 master weights, the Adam moments, the
@@ -40,10 +41,18 @@ struct CheckpointTensor {
   size_t bytes = 0;
 };
 
-inline std::string paramTensorName(const std::string &p) { return "param/" + p; }
-inline std::string masterTensorName(const std::string &p) { return "master/" + p; }
-inline std::string adamMTensorName(const std::string &p) { return "adam_m/" + p; }
-inline std::string adamVTensorName(const std::string &p) { return "adam_v/" + p; }
+inline std::string paramTensorName(const std::string &p) {
+  return "param/" + p;
+}
+inline std::string masterTensorName(const std::string &p) {
+  return "master/" + p;
+}
+inline std::string adamMTensorName(const std::string &p) {
+  return "adam_m/" + p;
+}
+inline std::string adamVTensorName(const std::string &p) {
+  return "adam_v/" + p;
+}
 
 /// Scalars of the training loop.
 struct TrainingState {

@@ -132,9 +132,9 @@ std::unique_ptr<Communicator> createSelfCommunicator() {
   return std::make_unique<SelfCommunicator>();
 }
 
-std::unique_ptr<Communicator> createWorldCommunicator(Backend backend,
-                                                      const LaunchInfo &launch,
-                                                      const CommOptions &options) {
+std::unique_ptr<Communicator>
+createWorldCommunicator(Backend backend, const LaunchInfo &launch,
+                        const CommOptions &options) {
   if (backend == Backend::Host) {
     if (launch.worldSize == 1)
       return createSelfCommunicator();

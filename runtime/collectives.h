@@ -1,4 +1,5 @@
-//===- collectives.h - Collective communication over communicators -*- C++ -*-===//
+//===- collectives.h - Collective communication over communicators -*- C++
+//-*-===//
 //
 // All-reduce (sum), reduce-scatter (sum), all-gather, broadcast and
 // send/recv over communicators: the world, tensor-parallel and data-parallel
@@ -64,8 +65,8 @@ public:
   /// Point to point; peer is a rank of this communicator (not this rank).
   virtual void send(const void *buf, size_t count, ap::kernels::DType dtype,
                     int peer, void *stream) = 0;
-  virtual void recv(void *buf, size_t count, ap::kernels::DType dtype,
-                    int peer, void *stream) = 0;
+  virtual void recv(void *buf, size_t count, ap::kernels::DType dtype, int peer,
+                    void *stream) = 0;
 
   /// Blocks the calling thread until every rank has called it (host side;
   /// on nccl it does not wait for earlier work on other streams).

@@ -90,8 +90,8 @@ DataCursor DataCursor::deserialize(const std::string &text) {
   unsigned long long step = 0;
   unsigned mb = 0;
   int consumed = 0;
-  if (std::sscanf(text.c_str(), "step=%llu;microbatch=%u;source=%n", &step,
-                  &mb, &consumed) != 2 ||
+  if (std::sscanf(text.c_str(), "step=%llu;microbatch=%u;source=%n", &step, &mb,
+                  &consumed) != 2 ||
       consumed == 0)
     fail("data: malformed cursor '", text, "'");
   c.step = step;
@@ -215,11 +215,10 @@ void DataLoader::fillRaw(uint64_t step, uint32_t microbatch,
   key.stream = kShuffleStream;
   PhiloxStream shuffle(key);
   for (uint64_t b = 0; b < B; ++b) {
-    uint64_t window = config_.shuffle
-                          ? ((uint64_t(shuffle.word(2 * b)) << 32) |
-                             shuffle.word(2 * b + 1)) %
-                                numWindows_
-                          : (first + b) % numWindows_;
+    uint64_t window = config_.shuffle ? ((uint64_t(shuffle.word(2 * b)) << 32) |
+                                         shuffle.word(2 * b + 1)) %
+                                            numWindows_
+                                      : (first + b) % numWindows_;
     uint64_t start = window * T;
     for (uint64_t t = 0; t <= T; ++t)
       raw[b * (T + 1) + t] = fileToken(start + t);

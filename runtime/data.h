@@ -1,4 +1,5 @@
-//===- data.h - Training data sources and a resumable cursor ------*- C++ -*-===//
+//===- data.h - Training data sources and a resumable cursor ------*- C++
+//-*-===//
 //
 // Where the token microbatches come from. Three sources:
 //   - synthetic: Philox tokens, no file needed (the default, for tests and

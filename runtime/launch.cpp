@@ -38,7 +38,8 @@ int parseIntVar(const char *name, const char *value) {
   char *end = nullptr;
   errno = 0;
   long v = std::strtol(value, &end, 10);
-  if (*value == '\0' || *end != '\0' || errno == ERANGE || v < 0 || v > (1 << 24))
+  if (*value == '\0' || *end != '\0' || errno == ERANGE || v < 0 ||
+      v > (1 << 24))
     fail("launch: environment variable ", name, "='", value,
          "' is not a valid non-negative integer");
   return int(v);
@@ -232,7 +233,8 @@ TcpRendezvous::TcpRendezvous(const LaunchInfo &info, double timeoutSeconds)
     addr.sin_family = AF_INET;
     addr.sin_addr.s_addr = htonl(INADDR_ANY);
     addr.sin_port = htons(uint16_t(info.masterPort));
-    if (::bind(listenFd_, reinterpret_cast<sockaddr *>(&addr), sizeof(addr)) != 0)
+    if (::bind(listenFd_, reinterpret_cast<sockaddr *>(&addr), sizeof(addr)) !=
+        0)
       fail("rendezvous: rank 0 cannot listen on port ", info.masterPort, ": ",
            std::strerror(errno), " (set MASTER_PORT to a free port)");
     if (::listen(listenFd_, world_) != 0)
@@ -249,9 +251,8 @@ TcpRendezvous::TcpRendezvous(const LaunchInfo &info, double timeoutSeconds)
       ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
       uint32_t hello[3];
       recvAll(fd, hello, sizeof(hello), deadline);
-      if (hello[0] != kMagic || hello[2] != uint32_t(world_) ||
-          hello[1] == 0 || hello[1] >= uint32_t(world_) ||
-          sockets_[hello[1]] != -1) {
+      if (hello[0] != kMagic || hello[2] != uint32_t(world_) || hello[1] == 0 ||
+          hello[1] >= uint32_t(world_) || sockets_[hello[1]] != -1) {
         ::close(fd);
         fail("rendezvous: bad hello (rank ", hello[1], ", world ", hello[2],
              ") on port ", info.masterPort,
@@ -268,7 +269,8 @@ TcpRendezvous::TcpRendezvous(const LaunchInfo &info, double timeoutSeconds)
     hints.ai_family = AF_INET;
     hints.ai_socktype = SOCK_STREAM;
     addrinfo *res = nullptr;
-    int gai = ::getaddrinfo(info.masterAddr.c_str(), port.c_str(), &hints, &res);
+    int gai =
+        ::getaddrinfo(info.masterAddr.c_str(), port.c_str(), &hints, &res);
     if (gai != 0)
       fail("rendezvous: cannot resolve MASTER_ADDR '", info.masterAddr,
            "': ", ::gai_strerror(gai));
@@ -309,7 +311,8 @@ TcpRendezvous::~TcpRendezvous() {
     ::close(listenFd_);
 }
 
-std::vector<uint8_t> TcpRendezvous::broadcast(const std::vector<uint8_t> &bytes) {
+std::vector<uint8_t>
+TcpRendezvous::broadcast(const std::vector<uint8_t> &bytes) {
   if (world_ == 1)
     return bytes;
   auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(

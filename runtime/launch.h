@@ -1,4 +1,5 @@
-//===- launch.h - Process launch conventions and TCP rendezvous ---*- C++ -*-===//
+//===- launch.h - Process launch conventions and TCP rendezvous ---*- C++
+//-*-===//
 //
 // How a training binary learns its place in a distributed run, using the
 // conventions users already know (DESIGN.md section 5):
@@ -46,7 +47,8 @@ struct LaunchInfo {
 /// inconsistent values (rank outside the world, non-numeric fields).
 LaunchInfo detectLaunch();
 /// Same, reading variables through `getenv` (null = unset), for tests.
-LaunchInfo detectLaunch(const std::function<const char *(const char *)> &getenv);
+LaunchInfo
+detectLaunch(const std::function<const char *(const char *)> &getenv);
 
 /// First host name of a Slurm node list, e.g. "gpu[003-010,12],cpu1" ->
 /// "gpu003". Returns "" for an empty list.

@@ -136,7 +136,8 @@ void PhiloxStream::fillNormal(float *out, size_t n, float mean, float std,
       double u1 = (double(words[i]) + 1.0) * (1.0 / 4294967296.0);
       double u2 = double(words[i + 1]) * (1.0 / 4294967296.0);
       double r = std::sqrt(-2.0 * std::log(u1));
-      out[base + i] = float(double(mean) + double(std) * r * std::cos(kTwoPi * u2));
+      out[base + i] =
+          float(double(mean) + double(std) * r * std::cos(kTwoPi * u2));
       if (i + 1 < m)
         out[base + i + 1] =
             float(double(mean) + double(std) * r * std::sin(kTwoPi * u2));
@@ -197,7 +198,8 @@ InitSpec parseInitSpec(const std::string &text) {
   std::string kind = trim(s.substr(0, open));
   std::string args = s.substr(open + 1, s.size() - open - 2);
   size_t comma = args.find(',');
-  if (comma == std::string::npos || args.find(',', comma + 1) != std::string::npos)
+  if (comma == std::string::npos ||
+      args.find(',', comma + 1) != std::string::npos)
     throw std::invalid_argument("init spec '" + text +
                                 "': expected exactly two arguments");
   double a = parseNumber(args.substr(0, comma), text);
@@ -262,13 +264,15 @@ void initParameter(const InitSpec &spec, const RngKey &key,
       stream.fillNormal(values, m, float(spec.a), float(spec.b), offset + base);
       break;
     case InitKind::Uniform:
-      stream.fillUniform(values, m, float(spec.a), float(spec.b), offset + base);
+      stream.fillUniform(values, m, float(spec.a), float(spec.b),
+                         offset + base);
       break;
     case InitKind::LogUniform: {
       uint32_t words[kChunk];
       stream.fillWords(words, m, offset + base);
       for (size_t i = 0; i < m; ++i)
-        values[i] = float(std::log(spec.a + (spec.b - spec.a) * unit24(words[i])));
+        values[i] =
+            float(std::log(spec.a + (spec.b - spec.a) * unit24(words[i])));
       break;
     }
     }

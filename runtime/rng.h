@@ -1,4 +1,5 @@
-//===- rng.h - Counter-based Philox RNG for init and synthetic data -*- C++ -*-===//
+//===- rng.h - Counter-based Philox RNG for init and synthetic data -*- C++
+//-*-===//
 //
 // Deterministic random numbers for parameter initialisation and synthetic
 // tokens. Philox4x32-10 (Salmon et al., "Parallel random numbers: as easy as
@@ -49,7 +50,7 @@ uint64_t streamIdForName(std::string_view name);
 
 /// Well-known stream ids of the runtime's own consumers.
 inline constexpr uint64_t kSyntheticTokenStream = 0x746f6b656e73ull; // "tokens"
-inline constexpr uint64_t kShuffleStream = 0x73687566666c65ull;      // "shuffle"
+inline constexpr uint64_t kShuffleStream = 0x73687566666c65ull; // "shuffle"
 
 /// A random stream: word i is philox(counter(step, microbatch, i / 4),
 /// derivedKey(seed, rank, stream))[i % 4]. Cheap to construct; const methods

@@ -113,7 +113,8 @@ namespace {
 
 class JsonParser {
 public:
-  JsonParser(const std::string &s, const std::string &what) : s_(s), what_(what) {}
+  JsonParser(const std::string &s, const std::string &what)
+      : s_(s), what_(what) {}
 
   JsonValue parseDocument() {
     JsonValue v = parseValue(0);
@@ -227,14 +228,30 @@ private:
         error("unterminated escape");
       char e = s_[pos_++];
       switch (e) {
-      case '"': out += '"'; break;
-      case '\\': out += '\\'; break;
-      case '/': out += '/'; break;
-      case 'b': out += '\b'; break;
-      case 'f': out += '\f'; break;
-      case 'n': out += '\n'; break;
-      case 'r': out += '\r'; break;
-      case 't': out += '\t'; break;
+      case '"':
+        out += '"';
+        break;
+      case '\\':
+        out += '\\';
+        break;
+      case '/':
+        out += '/';
+        break;
+      case 'b':
+        out += '\b';
+        break;
+      case 'f':
+        out += '\f';
+        break;
+      case 'n':
+        out += '\n';
+        break;
+      case 'r':
+        out += '\r';
+        break;
+      case 't':
+        out += '\t';
+        break;
       case 'u': {
         uint32_t cp = parseHex4();
         if (cp >= 0xd800 && cp < 0xdc00) {
@@ -307,11 +324,21 @@ std::string jsonQuote(const std::string &s) {
   std::string out = "\"";
   for (char c : s) {
     switch (c) {
-    case '"': out += "\\\""; break;
-    case '\\': out += "\\\\"; break;
-    case '\n': out += "\\n"; break;
-    case '\r': out += "\\r"; break;
-    case '\t': out += "\\t"; break;
+    case '"':
+      out += "\\\"";
+      break;
+    case '\\':
+      out += "\\\\";
+      break;
+    case '\n':
+      out += "\\n";
+      break;
+    case '\r':
+      out += "\\r";
+      break;
+    case '\t':
+      out += "\\t";
+      break;
     default:
       if (static_cast<unsigned char>(c) < 0x20) {
         char buf[8];
@@ -360,12 +387,14 @@ public:
       if (written_ >= failAfter_)
         fail("checkpoint: simulated failure after ", written_,
              " bytes while writing '", path_, "'");
-      size_t chunk = std::min<uint64_t>({n, size_t(1) << 26, failAfter_ - written_});
+      size_t chunk =
+          std::min<uint64_t>({n, size_t(1) << 26, failAfter_ - written_});
       ssize_t w = ::write(fd_, p, chunk);
       if (w < 0) {
         if (errno == EINTR)
           continue;
-        fail("checkpoint: write to '", tmp_, "' failed: ", std::strerror(errno));
+        fail("checkpoint: write to '", tmp_,
+             "' failed: ", std::strerror(errno));
       }
       p += w;
       n -= size_t(w);
@@ -386,7 +415,8 @@ public:
     committed_ = true;
     if (sync) {
       // The rename itself is durable only once the directory is synced.
-      int dfd = ::open(dirOf(path_).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+      int dfd =
+          ::open(dirOf(path_).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
       if (dfd >= 0) {
         ::fsync(dfd);
         ::close(dfd);
@@ -523,7 +553,9 @@ void SafetensorsWriter::write(const std::string &path,
 // Reader
 //===----------------------------------------------------------------------===//
 
-SafetensorsFile::SafetensorsFile(SafetensorsFile &&o) noexcept { *this = std::move(o); }
+SafetensorsFile::SafetensorsFile(SafetensorsFile &&o) noexcept {
+  *this = std::move(o);
+}
 
 SafetensorsFile &SafetensorsFile::operator=(SafetensorsFile &&o) noexcept {
   if (this == &o)
@@ -636,7 +668,8 @@ void SafetensorsFile::parse() {
     StTensorInfo t;
     t.name = name;
     const JsonValue *dt = v.get("dtype");
-    if (!dt || dt->kind != JsonValue::Kind::String || !parseStDType(dt->text, t.dtype))
+    if (!dt || dt->kind != JsonValue::Kind::String ||
+        !parseStDType(dt->text, t.dtype))
       bad("missing or unknown dtype");
     const JsonValue *shape = v.get("shape");
     if (!shape || shape->kind != JsonValue::Kind::Array)
@@ -652,9 +685,9 @@ void SafetensorsFile::parse() {
       elems *= dim;
     }
     const JsonValue *offs = v.get("data_offsets");
-    if (!offs || offs->kind != JsonValue::Kind::Array || offs->items.size() != 2 ||
-        !offs->items[0].asUInt(t.begin) || !offs->items[1].asUInt(t.end) ||
-        t.end < t.begin)
+    if (!offs || offs->kind != JsonValue::Kind::Array ||
+        offs->items.size() != 2 || !offs->items[0].asUInt(t.begin) ||
+        !offs->items[1].asUInt(t.end) || t.end < t.begin)
       bad("missing or bad data_offsets");
     uint64_t esz = stDTypeSize(t.dtype);
     if (elems > UINT64_MAX / esz || t.end - t.begin != elems * esz)

@@ -1,4 +1,5 @@
-//===- safetensors.h - safetensors reader and writer --------------*- C++ -*-===//
+//===- safetensors.h - safetensors reader and writer --------------*- C++
+//-*-===//
 //
 // The checkpoint container (docs/checkpoint-format.md), chosen so that
 // PyTorch users read our checkpoints with `safetensors.torch.load_file` and we
@@ -25,7 +26,21 @@
 namespace ap::rt {
 
 /// safetensors element types (the names are the format's dtype strings).
-enum class StDType { BOOL, U8, I8, I16, U16, F16, BF16, I32, U32, F32, F64, I64, U64 };
+enum class StDType {
+  BOOL,
+  U8,
+  I8,
+  I16,
+  U16,
+  F16,
+  BF16,
+  I32,
+  U32,
+  F32,
+  F64,
+  I64,
+  U64
+};
 
 size_t stDTypeSize(StDType t);
 const char *stDTypeName(StDType t);
@@ -101,8 +116,12 @@ public:
   /// Tensors in data-offset order.
   const std::vector<StTensorInfo> &tensors() const { return tensors_; }
   const StTensorInfo *find(const std::string &name) const;
-  const uint8_t *data(const StTensorInfo &t) const { return dataSection_ + t.begin; }
-  const std::map<std::string, std::string> &metadata() const { return metadata_; }
+  const uint8_t *data(const StTensorInfo &t) const {
+    return dataSection_ + t.begin;
+  }
+  const std::map<std::string, std::string> &metadata() const {
+    return metadata_;
+  }
   /// The metadata value or an empty string.
   std::string meta(const std::string &key) const;
 
@@ -139,7 +158,14 @@ void writeFileAtomically(const std::string &path, const std::string &bytes,
 //===----------------------------------------------------------------------===//
 
 struct JsonValue {
-  enum class Kind { Null, Bool, Number, String, Array, Object } kind = Kind::Null;
+  enum class Kind {
+    Null,
+    Bool,
+    Number,
+    String,
+    Array,
+    Object
+  } kind = Kind::Null;
   bool boolean = false;
   /// Numbers keep their text so that 64-bit integers survive exactly.
   std::string text;

@@ -1,4 +1,5 @@
-//===- sha256.h - SHA-256 digests for fingerprints ----------------*- C++ -*-===//
+//===- sha256.h - SHA-256 digests for fingerprints ----------------*- C++
+//-*-===//
 //
 // FIPS 180-4 SHA-256. Used for the bit-for-bit fingerprints in the metrics
 // line (loss, grads, params, optimizer) and for checkpoint checksums, so two

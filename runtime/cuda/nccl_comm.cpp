@@ -32,10 +32,9 @@ using ap::kernels::DType;
   do {                                                                         \
     ncclResult_t apNcclRc_ = (call);                                           \
     if (apNcclRc_ != ncclSuccess)                                              \
-      ::ap::rt::fail("NCCL: ", #call, " failed: ",                             \
-                     ncclGetErrorString(apNcclRc_), " (",                      \
-                     ncclGetLastError(nullptr), ") at ", __FILE__, ":",        \
-                     __LINE__);                                                \
+      ::ap::rt::fail(                                                          \
+          "NCCL: ", #call, " failed: ", ncclGetErrorString(apNcclRc_), " (",   \
+          ncclGetLastError(nullptr), ") at ", __FILE__, ":", __LINE__);        \
   } while (0)
 
 ncclDataType_t ncclType(DType t) {
@@ -111,9 +110,11 @@ public:
   void barrier() override {
     // A one-element all-reduce on a private stream, waited for on the host.
     if (!barrierStream_) {
-      AP_CUDA_CHECK(cudaStreamCreateWithFlags(&barrierStream_, cudaStreamNonBlocking));
+      AP_CUDA_CHECK(
+          cudaStreamCreateWithFlags(&barrierStream_, cudaStreamNonBlocking));
       AP_CUDA_CHECK(cudaMalloc(&barrierBuf_, sizeof(float)));
-      AP_CUDA_CHECK(cudaMemsetAsync(barrierBuf_, 0, sizeof(float), barrierStream_));
+      AP_CUDA_CHECK(
+          cudaMemsetAsync(barrierBuf_, 0, sizeof(float), barrierStream_));
     }
     AP_NCCL_CHECK(ncclAllReduce(barrierBuf_, barrierBuf_, 1, ncclFloat32,
                                 ncclSum, comm_, barrierStream_));
@@ -143,9 +144,9 @@ private:
 
 } // namespace
 
-std::unique_ptr<Communicator>
-createNcclWorldCommunicator(const LaunchInfo &launch,
-                            const std::function<void(void *, size_t)> &shareId) {
+std::unique_ptr<Communicator> createNcclWorldCommunicator(
+    const LaunchInfo &launch,
+    const std::function<void(void *, size_t)> &shareId) {
   int devices = 0;
   AP_CUDA_CHECK(cudaGetDeviceCount(&devices));
   ncclUniqueId id;

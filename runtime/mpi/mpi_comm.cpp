@@ -37,8 +37,8 @@ using ap::kernels::DType;
       char apMpiMsg_[MPI_MAX_ERROR_STRING];                                    \
       int apMpiLen_ = 0;                                                       \
       MPI_Error_string(apMpiRc_, apMpiMsg_, &apMpiLen_);                       \
-      ::ap::rt::fail("mpi: ", #call, " failed: ",                              \
-                     std::string(apMpiMsg_, size_t(apMpiLen_)));               \
+      ::ap::rt::fail("mpi: ", #call,                                           \
+                     " failed: ", std::string(apMpiMsg_, size_t(apMpiLen_)));  \
     }                                                                          \
   } while (0)
 
@@ -61,7 +61,8 @@ void ensureMpi() {
   // MULTIPLE because the runtime's comm stream is a worker thread, and
   // other threads (checkpoint barriers) may also call in.
   int provided = 0;
-  AP_MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided));
+  AP_MPI_CHECK(
+      MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided));
   if (provided < MPI_THREAD_SERIALIZED)
     fail("mpi: the MPI library provides thread level ", provided,
          "; the runtime needs at least MPI_THREAD_SERIALIZED");
@@ -164,7 +165,8 @@ public:
     uint8_t *p = static_cast<uint8_t *>(buf);
     size_t bytes = count * dtypeBytes(dtype);
     for (size_t off = 0; off < bytes; off += kMaxMessageBytes)
-      AP_MPI_CHECK(MPI_Bcast(p + off, int(std::min(kMaxMessageBytes, bytes - off)),
+      AP_MPI_CHECK(MPI_Bcast(p + off,
+                             int(std::min(kMaxMessageBytes, bytes - off)),
                              MPI_BYTE, root, comm_));
   }
 
@@ -174,7 +176,8 @@ public:
     const uint8_t *p = static_cast<const uint8_t *>(buf);
     size_t bytes = count * dtypeBytes(dtype);
     for (size_t off = 0; off < bytes; off += kMaxMessageBytes)
-      AP_MPI_CHECK(MPI_Send(p + off, int(std::min(kMaxMessageBytes, bytes - off)),
+      AP_MPI_CHECK(MPI_Send(p + off,
+                            int(std::min(kMaxMessageBytes, bytes - off)),
                             MPI_BYTE, peer, kTag, comm_));
   }
 

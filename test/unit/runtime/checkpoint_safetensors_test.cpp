@@ -171,32 +171,36 @@ TEST(Safetensors, InconsistentHeadersAreRejected) {
   expectError(
       [] {
         SafetensorsFile::fromBytes(
-            fileFromHeader(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}})", 4),
+            fileFromHeader(
+                R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}})", 4),
             "size");
       },
       "dtype x shape");
   expectError(
       [] {
         SafetensorsFile::fromBytes(
-            fileFromHeader(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
-                           R"("b":{"dtype":"F32","shape":[1],"data_offsets":[2,6]}})",
-                           6),
+            fileFromHeader(
+                R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+                R"("b":{"dtype":"F32","shape":[1],"data_offsets":[2,6]}})",
+                6),
             "overlap");
       },
       "overlapping");
   expectError(
       [] {
         SafetensorsFile::fromBytes(
-            fileFromHeader(R"({"a":{"dtype":"Q4","shape":[1],"data_offsets":[0,1]}})", 1),
+            fileFromHeader(
+                R"({"a":{"dtype":"Q4","shape":[1],"data_offsets":[0,1]}})", 1),
             "dtype");
       },
       "unknown dtype");
   expectError(
       [] {
         SafetensorsFile::fromBytes(
-            fileFromHeader(R"({"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},)"
-                           R"("a":{"dtype":"U8","shape":[1],"data_offsets":[1,2]}})",
-                           2),
+            fileFromHeader(
+                R"({"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},)"
+                R"("a":{"dtype":"U8","shape":[1],"data_offsets":[1,2]}})",
+                2),
             "dup");
       },
       "duplicate");
@@ -208,9 +212,10 @@ TEST(Safetensors, InconsistentHeadersAreRejected) {
       "not a string");
   // A hand-written valid file with unicode escapes parses.
   SafetensorsFile ok = SafetensorsFile::fromBytes(
-      fileFromHeader(R"({"__metadata__":{"k":"\u00e9\ud83d\ude00"},)"
-                     R"( "x" : {"dtype":"U8","shape":[2],"data_offsets":[0,2]} })",
-                     2),
+      fileFromHeader(
+          R"({"__metadata__":{"k":"\u00e9\ud83d\ude00"},)"
+          R"( "x" : {"dtype":"U8","shape":[2],"data_offsets":[0,2]} })",
+          2),
       "ok");
   EXPECT_EQ(ok.meta("k"), "\xc3\xa9\xf0\x9f\x98\x80");
 }
@@ -230,7 +235,8 @@ TEST(Safetensors, FailedWriteKeepsPreviousFile) {
   r.verifyChecksum();
   EXPECT_EQ(reinterpret_cast<const float *>(r.data(*r.find("x")))[999], 1.0f);
   // No temporary file is left behind.
-  EXPECT_NE(::access((p + ".tmp." + std::to_string(::getpid())).c_str(), F_OK), 0);
+  EXPECT_NE(::access((p + ".tmp." + std::to_string(::getpid())).c_str(), F_OK),
+            0);
   std::remove(p.c_str());
 }
 

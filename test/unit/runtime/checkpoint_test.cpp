@@ -55,8 +55,8 @@ struct ToyState {
     an.resize(4);
     vq.resize(24);
     vn.resize(4);
-    initParameter(InitSpec::normal(0, 0.02), paramInitKey(seed, "q"), DType::F32,
-                  mq.data(), 24);
+    initParameter(InitSpec::normal(0, 0.02), paramInitKey(seed, "q"),
+                  DType::F32, mq.data(), 24);
     initParameter(InitSpec::uniform(0.5, 1.5), paramInitKey(seed, "n"),
                   DType::F32, mn.data(), 4);
     for (size_t i = 0; i < 24; ++i) {
@@ -130,7 +130,8 @@ TEST(Checkpoint, RoundTripIsBitExact) {
   EXPECT_EQ(f.meta("format"), "pt");
   EXPECT_EQ(f.meta("actplace.format"), "actplace-checkpoint-v1");
   ASSERT_NE(f.find("train/step"), nullptr);
-  EXPECT_EQ(*reinterpret_cast<const int64_t *>(f.data(*f.find("train/step"))), 100);
+  EXPECT_EQ(*reinterpret_cast<const int64_t *>(f.data(*f.find("train/step"))),
+            100);
   EXPECT_EQ(f.find("param/q")->dtype, StDType::BF16);
   EXPECT_EQ(f.find("adam_v/n")->dtype, StDType::F32);
 }
@@ -166,15 +167,17 @@ TEST(Checkpoint, FailedSaveKeepsLastGoodCheckpoint) {
   ToyState c(3);
   SaveOptions crash;
   crash.failAfterBytes = 300;
-  expectError([&] { saveCheckpoint(dir, c.tensors(), sampleState(20), {}, crash); },
-              "simulated failure");
+  expectError(
+      [&] { saveCheckpoint(dir, c.tensors(), sampleState(20), {}, crash); },
+      "simulated failure");
   EXPECT_EQ(latestCheckpoint(dir), good);
   ToyState b(2);
   loadCheckpoint(*latestCheckpoint(dir), b.tensors(), {});
   EXPECT_TRUE(a == b);
   // Re-saving the same step over a good checkpoint and failing keeps it too.
-  expectError([&] { saveCheckpoint(dir, c.tensors(), sampleState(10), {}, crash); },
-              "simulated failure");
+  expectError(
+      [&] { saveCheckpoint(dir, c.tensors(), sampleState(10), {}, crash); },
+      "simulated failure");
   ToyState b2(2);
   loadCheckpoint(good, b2.tensors(), {});
   EXPECT_TRUE(a == b2);
@@ -187,25 +190,30 @@ TEST(Checkpoint, MismatchedModelIsRejected) {
   ToyState b(2);
   std::vector<CheckpointTensor> t = b.tensors();
   t[0].shape = {4, 6};
-  expectError([&] { loadCheckpoint(stepDir, t, {}); }, "has shape [6,4], expected [4,6]");
+  expectError([&] { loadCheckpoint(stepDir, t, {}); },
+              "has shape [6,4], expected [4,6]");
   t = b.tensors();
   t[2].dtype = StDType::BF16;
   t[2].bytes = 48;
   expectError([&] { loadCheckpoint(stepDir, t, {}); }, "is F32, expected BF16");
   t = b.tensors();
   t.pop_back();
-  expectError([&] { loadCheckpoint(stepDir, t, {}); }, "unexpected tensor 'adam_v/n'");
+  expectError([&] { loadCheckpoint(stepDir, t, {}); },
+              "unexpected tensor 'adam_v/n'");
   t = b.tensors();
   std::vector<float> extra(3);
   t.push_back({"master/extra", StDType::F32, {3}, extra.data(), 12});
-  expectError([&] { loadCheckpoint(stepDir, t, {}); }, "missing tensor 'master/extra'");
+  expectError([&] { loadCheckpoint(stepDir, t, {}); },
+              "missing tensor 'master/extra'");
   ShardInfo two;
   two.worldSize = 2;
   two.barrier = [] {};
-  expectError([&] { loadCheckpoint(stepDir, b.tensors(), two); }, "saved by 1 rank");
+  expectError([&] { loadCheckpoint(stepDir, b.tensors(), two); },
+              "saved by 1 rank");
   TrainingState reserved = sampleState(1);
   reserved.extra["actplace.step"] = "7";
-  expectError([&] { saveCheckpoint(dir, a.tensors(), reserved, {}); }, "reserved");
+  expectError([&] { saveCheckpoint(dir, a.tensors(), reserved, {}); },
+              "reserved");
 }
 
 /// A reusable barrier for the in-process "ranks" below.
@@ -244,23 +252,25 @@ TEST(Checkpoint, ShardedSaveWithIndex) {
   t1.join();
   EXPECT_EQ(stepDirs[0], stepDirs[1]);
   std::string stepDir = *latestCheckpoint(dir);
-  JsonValue idx = parseJson(
-      std::string(std::istreambuf_iterator<char>(
-                      *std::make_unique<std::ifstream>(stepDir + "/index.json")),
-                  {}),
-      "index");
+  JsonValue idx = parseJson(std::string(std::istreambuf_iterator<char>(
+                                            *std::make_unique<std::ifstream>(
+                                                stepDir + "/index.json")),
+                                        {}),
+                            "index");
   uint64_t ws = 0;
   ASSERT_TRUE(idx.get("world_size")->asUInt(ws));
   EXPECT_EQ(ws, 2u);
   ASSERT_EQ(idx.get("shards")->items.size(), 2u);
-  EXPECT_EQ(idx.get("shards")->items[1].text, "model-rank00001-of-00002.safetensors");
+  EXPECT_EQ(idx.get("shards")->items[1].text,
+            "model-rank00001-of-00002.safetensors");
   // Each rank gets its own shard back.
   ToyState r0(20), r1(21);
   loadCheckpoint(stepDir, r0.tensors(), ShardInfo{0, 2, [] {}});
   loadCheckpoint(stepDir, r1.tensors(), ShardInfo{1, 2, [] {}});
   EXPECT_TRUE(r0 == s0);
   EXPECT_TRUE(r1 == s1);
-  expectError([&] { loadCheckpoint(stepDir, r0.tensors(), {}); }, "saved by 2 rank");
+  expectError([&] { loadCheckpoint(stepDir, r0.tensors(), {}); },
+              "saved by 2 rank");
 }
 
 // Writes a checkpoint for an external reader when AP_CHECKPOINT_EXPORT names
@@ -289,7 +299,8 @@ model.layers.{i}.self_attn.experts.{i}.w -> layers.{i}.e{i}.w
 )");
   EXPECT_EQ(m.size(), 3u);
   EXPECT_EQ(m.map("model.embed_tokens.weight"), "embedding.weight");
-  EXPECT_EQ(m.map("model.layers.12.mlp.up_proj.weight"), "layers.12.mlp_fc1.up.weight");
+  EXPECT_EQ(m.map("model.layers.12.mlp.up_proj.weight"),
+            "layers.12.mlp_fc1.up.weight");
   EXPECT_EQ(m.map("model.layers.3.self_attn.experts.7.w"), "layers.3.e7.w");
   EXPECT_FALSE(m.map("model.layers.x.mlp.up_proj.weight").has_value());
   EXPECT_FALSE(m.map("model.layers.1.mlp.up_proj.weight.extra").has_value());
@@ -309,12 +320,15 @@ TEST(NameMappingTest, LoadsHfNamedWeightsWithConversion) {
   for (int i = 0; i < 8; ++i)
     emb[i] = bf16(0.25f * float(i) - 1.0f);
   std::vector<float> norm = {1.0f, 1.0f / 3.0f, -2.5f, 1e-3f};
-  std::vector<uint16_t> proj = {0x3c00, 0xc000, 0x3555, 0x0001}; // 1, -2, ~1/3, 2^-24
+  std::vector<uint16_t> proj = {0x3c00, 0xc000, 0x3555,
+                                0x0001}; // 1, -2, ~1/3, 2^-24
   std::vector<float> rotary(2, 9.0f);
   SafetensorsWriter w;
   w.add("model.embed_tokens.weight", StDType::BF16, {4, 2}, emb.data(), 16);
-  w.add("model.layers.0.input_layernorm.weight", StDType::F32, {4}, norm.data(), 16);
-  w.add("model.layers.0.mlp.up_proj.weight", StDType::F16, {2, 2}, proj.data(), 8);
+  w.add("model.layers.0.input_layernorm.weight", StDType::F32, {4}, norm.data(),
+        16);
+  w.add("model.layers.0.mlp.up_proj.weight", StDType::F16, {2, 2}, proj.data(),
+        8);
   w.add("model.rotary.inv_freq", StDType::F32, {2}, rotary.data(), 8);
   w.setMetadata("format", "pt");
   SafetensorsWriter::WriteOptions noSum;
@@ -326,9 +340,9 @@ TEST(NameMappingTest, LoadsHfNamedWeightsWithConversion) {
       "model.embed_tokens.weight -> embedding\n"
       "model.layers.{i}.input_layernorm.weight -> layers.{i}.attn_norm\n"
       "model.layers.{i}.mlp.up_proj.weight -> layers.{i}.up\n");
-  std::vector<float> embF(8);            // bf16 -> f32 (exact)
-  std::vector<bf16> normB(4);            // f32 -> bf16 (RNE)
-  std::vector<float> projF(4);           // f16 -> f32 (exact)
+  std::vector<float> embF(8);  // bf16 -> f32 (exact)
+  std::vector<bf16> normB(4);  // f32 -> bf16 (RNE)
+  std::vector<float> projF(4); // f16 -> f32 (exact)
   std::vector<CheckpointTensor> dst = {
       {"embedding", StDType::F32, {4, 2}, embF.data(), 32},
       {"layers.0.attn_norm", StDType::BF16, {4}, normB.data(), 8},
@@ -351,7 +365,8 @@ TEST(NameMappingTest, LoadsHfNamedWeightsWithConversion) {
               "no rule maps 'model.rotary.inv_freq'");
   std::vector<CheckpointTensor> wrongShape = dst;
   wrongShape[2].shape = {4};
-  expectError([&] { loadMappedWeights(path, m, wrongShape); }, "has shape [2,2]");
+  expectError([&] { loadMappedWeights(path, m, wrongShape); },
+              "has shape [2,2]");
   std::vector<float> more(2);
   std::vector<CheckpointTensor> missing = dst;
   missing.push_back({"layers.0.down", StDType::F32, {2}, more.data(), 8});
@@ -366,7 +381,8 @@ TEST(NameMappingTest, LoadsHfNamedWeightsWithConversion) {
       "model.rotary.inv_freq -> embedding\n"
       "model.layers.{i}.input_layernorm.weight -> layers.{i}.attn_norm\n"
       "model.layers.{i}.mlp.up_proj.weight -> layers.{i}.up\n");
-  expectError([&] { loadMappedWeights(path, collide, dst); }, "both map to 'embedding'");
+  expectError([&] { loadMappedWeights(path, collide, dst); },
+              "both map to 'embedding'");
 }
 
 } // namespace

@@ -31,7 +31,8 @@ std::unique_ptr<Communicator> world() {
 /// Rank r's input: Philox values that make float sums order-sensitive.
 std::vector<float> input(int rank, size_t n) {
   std::vector<float> v(n);
-  PhiloxStream(RngKey{5, 0, 0, uint32_t(rank), 1}).fillNormal(v.data(), n, 0, 1000);
+  PhiloxStream(RngKey{5, 0, 0, uint32_t(rank), 1})
+      .fillNormal(v.data(), n, 0, 1000);
   return v;
 }
 
@@ -62,8 +63,8 @@ TEST(MpiCollectives, AllReduceAllDtypesRankOrder) {
     ha[i] = bf16(a[i]);
     hb[i] = bf16(b[i]);
   }
-  w->allReduceSum(w->rank() ? hb.data() : ha.data(), hout.data(), n, DType::BF16,
-                  nullptr);
+  w->allReduceSum(w->rank() ? hb.data() : ha.data(), hout.data(), n,
+                  DType::BF16, nullptr);
   for (size_t i = 0; i < n; ++i)
     ASSERT_EQ(hout[i].bits, bf16(float(ha[i]) + float(hb[i])).bits) << i;
 
@@ -107,7 +108,8 @@ TEST(MpiCollectives, ReduceScatterAllGatherBroadcast) {
   w->broadcast(buf.data(), buf.size(), DType::F32, 1, nullptr);
   EXPECT_EQ(buf, b);
   EXPECT_THROW(w->broadcast(buf.data(), 1, DType::F32, 2, nullptr), Error);
-  EXPECT_THROW(w->allGather(buf.data(), buf.data(), 1, DType::F32, nullptr), Error);
+  EXPECT_THROW(w->allGather(buf.data(), buf.data(), 1, DType::F32, nullptr),
+               Error);
 }
 
 TEST(MpiCollectives, SendRecvAndErrors) {
@@ -183,7 +185,8 @@ TEST(MpiCollectives, ShardedCheckpointWithMpiBarrier) {
       {"master/w", StDType::F32, {10}, master.data(), 40}};
   saveCheckpoint(dir, t, st, info);
   std::vector<float> back(10);
-  std::vector<CheckpointTensor> d = {{"master/w", StDType::F32, {10}, back.data(), 40}};
+  std::vector<CheckpointTensor> d = {
+      {"master/w", StDType::F32, {10}, back.data(), 40}};
   auto latest = latestCheckpoint(dir);
   ASSERT_TRUE(latest.has_value());
   EXPECT_EQ(loadCheckpoint(*latest, d, info).step, 3u);

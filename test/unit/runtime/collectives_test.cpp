@@ -35,7 +35,8 @@ TEST(Collectives, SumInOrderIsLeftToRight) {
   EXPECT_EQ(out, 1.0f);
   // BF16: accumulate in float, round once. 1 + 2^-8 + 2^-8 = 1 + 2^-7 is
   // representable, but rounding after each add would give 1.
-  bf16 x[1] = {bf16(1.0f)}, y[1] = {bf16(0.00390625f)}, z[1] = {bf16(0.00390625f)};
+  bf16 x[1] = {bf16(1.0f)}, y[1] = {bf16(0.00390625f)},
+       z[1] = {bf16(0.00390625f)};
   const void *hb[3] = {x, y, z};
   bf16 hout;
   detail::sumInOrder(DType::BF16, hb, 3, 1, &hout);

@@ -105,7 +105,8 @@ TEST(Data, ResumeFromCursorMatchesUninterruptedRun) {
   DataLoader wrong(other);
   EXPECT_THROW(wrong.restore(cur), Error);
   EXPECT_THROW(DataCursor::deserialize("step=1;microbatch=0"), Error);
-  EXPECT_THROW(DataCursor::deserialize("step=1;microbatch=0;source=abc"), Error);
+  EXPECT_THROW(DataCursor::deserialize("step=1;microbatch=0;source=abc"),
+               Error);
 }
 
 TEST(Data, TokenFileSequentialWindows) {

@@ -29,7 +29,8 @@ TEST(DataTsan, ConcurrentFillsMatchSequential) {
   }
   for (const char *spec : {"synthetic", "tokens:"}) {
     DataConfig c;
-    parseDataSource(std::string(spec) == "synthetic" ? "synthetic" : "tokens:" + p, c);
+    parseDataSource(
+        std::string(spec) == "synthetic" ? "synthetic" : "tokens:" + p, c);
     c.vocabSize = 1000;
     c.batch = 4;
     c.seqLen = 32;

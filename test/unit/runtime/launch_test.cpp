@@ -63,11 +63,12 @@ TEST(Launch, MpirunAndSlurm) {
   LaunchInfo h = detectFrom({{"PMI_RANK", "2"}, {"PMI_SIZE", "4"}});
   EXPECT_EQ(h.launcher, Launcher::Mpirun);
   EXPECT_EQ(h.rank, 2);
-  LaunchInfo s = detectFrom({{"SLURM_PROCID", "5"},
-                             {"SLURM_NTASKS", "16"},
-                             {"SLURM_LOCALID", "1"},
-                             {"SLURM_NTASKS_PER_NODE", "4(x4)"},
-                             {"SLURM_JOB_NODELIST", "gpu[003-006,010],login1"}});
+  LaunchInfo s =
+      detectFrom({{"SLURM_PROCID", "5"},
+                  {"SLURM_NTASKS", "16"},
+                  {"SLURM_LOCALID", "1"},
+                  {"SLURM_NTASKS_PER_NODE", "4(x4)"},
+                  {"SLURM_JOB_NODELIST", "gpu[003-006,010],login1"}});
   EXPECT_EQ(s.launcher, Launcher::Slurm);
   EXPECT_EQ(s.rank, 5);
   EXPECT_EQ(s.worldSize, 16);
@@ -134,7 +135,8 @@ TEST(Rendezvous, ThreeThreadsOnLoopback) {
       std::vector<uint8_t> id(128, uint8_t(r == 0 ? 0xab : r));
       id[5] = uint8_t(r);
       got[r] = rv.broadcast(id);
-      gathered[r] = rv.allGather(std::vector<uint8_t>(size_t(r + 1), uint8_t(r)));
+      gathered[r] =
+          rv.allGather(std::vector<uint8_t>(size_t(r + 1), uint8_t(r)));
       rv.barrier();
     } catch (const std::exception &e) {
       errors[r] = e.what();
@@ -154,7 +156,8 @@ TEST(Rendezvous, ThreeThreadsOnLoopback) {
     EXPECT_EQ(got[r][5], 0);
     ASSERT_EQ(gathered[r].size(), size_t(world));
     for (int s = 0; s < world; ++s)
-      EXPECT_EQ(gathered[r][s], std::vector<uint8_t>(size_t(s + 1), uint8_t(s)));
+      EXPECT_EQ(gathered[r][s],
+                std::vector<uint8_t>(size_t(s + 1), uint8_t(s)));
   }
 }
 
@@ -191,7 +194,8 @@ TEST(Rendezvous, TimeoutsAndMisconfiguration) {
     TcpRendezvous rv(rankInfo(1, 2, port), 0.3);
     FAIL() << "expected a timeout";
   } catch (const Error &e) {
-    EXPECT_NE(std::string(e.what()).find("could not connect"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("could not connect"),
+              std::string::npos)
         << e.what();
   }
   // Rank 0 waiting for a rank that never comes.
@@ -199,7 +203,8 @@ TEST(Rendezvous, TimeoutsAndMisconfiguration) {
     TcpRendezvous rv(rankInfo(0, 2, freePort()), 0.3);
     FAIL() << "expected a timeout";
   } catch (const Error &e) {
-    EXPECT_NE(std::string(e.what()).find("timed out"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("timed out"), std::string::npos)
+        << e.what();
   }
   LaunchInfo noAddr = rankInfo(1, 2, port);
   noAddr.masterAddr.clear();

@@ -116,8 +116,8 @@ TEST(Philox, UniformAndNormalMoments) {
   vz /= n;
   EXPECT_GE(umin, -2.0f);
   EXPECT_LT(umax, 3.0f);
-  EXPECT_NEAR(mu, 0.5, 0.02);   // 5 / sqrt(12 n) ~ 0.0032: 6 sigma
-  EXPECT_NEAR(mz, 1.5, 0.004);  // 0.25 / sqrt(n) ~ 0.00056
+  EXPECT_NEAR(mu, 0.5, 0.02);  // 5 / sqrt(12 n) ~ 0.0032: 6 sigma
+  EXPECT_NEAR(mz, 1.5, 0.004); // 0.25 / sqrt(n) ~ 0.00056
   EXPECT_NEAR(std::sqrt(vz), 0.25, 0.003);
   // Box-Muller pairs: a shard starting at an even offset matches the slice.
   std::vector<float> part(101);
@@ -217,9 +217,9 @@ TEST(Init, ParseAndFormat) {
   EXPECT_EQ(s.kind, InitKind::Normal);
   EXPECT_EQ(s.a, 0.5);
   EXPECT_EQ(s.b, 0.25);
-  for (const char *bad : {"", "gauss(0,1)", "normal(0)", "normal(0,1,2)",
-                          "uniform(1,1)", "log_uniform(0,1)", "normal(x,1)",
-                          "normal(0,-1)", "uniform(0,1"})
+  for (const char *bad :
+       {"", "gauss(0,1)", "normal(0)", "normal(0,1,2)", "uniform(1,1)",
+        "log_uniform(0,1)", "normal(x,1)", "normal(0,-1)", "uniform(0,1"})
     EXPECT_THROW(parseInitSpec(bad), std::invalid_argument) << bad;
 }
 
