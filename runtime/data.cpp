@@ -194,6 +194,31 @@ int32_t DataLoader::fileToken(uint64_t pos) const {
   return int32_t(v);
 }
 
+uint64_t DataLoader::permuteWindow(uint64_t epoch, uint64_t index) const {
+  // A 4-round balanced Feistel network on 2h bits (2^(2h) >= numWindows_,
+  // so at most 4x the domain) keyed by (seed, epoch) with Philox as the round
+  // function, restricted to [0, numWindows_) by cycle walking: a bijection
+  // on the windows, so each is read exactly once per epoch.
+  int h = 1;
+  while ((uint64_t(1) << (2 * h)) < numWindows_)
+    ++h;
+  const uint64_t mask = (uint64_t(1) << h) - 1;
+  PhiloxStream round(RngKey{config_.seed, 0, 0, 0, kShuffleStream + epoch});
+  uint64_t x = index;
+  do {
+    uint64_t l = x >> h, r = x & mask;
+    for (uint64_t k = 0; k < 4; ++k) {
+      uint64_t f = (uint64_t(round.word((k << 33) | (2 * r))) << 32) |
+                   round.word((k << 33) | (2 * r + 1));
+      uint64_t next = l ^ (f & mask);
+      l = r;
+      r = next;
+    }
+    x = (l << h) | r;
+  } while (x >= numWindows_);
+  return x;
+}
+
 void DataLoader::fillRaw(uint64_t step, uint32_t microbatch,
                          int32_t *raw) const {
   if (microbatch >= config_.microbatchesPerStep)
@@ -212,13 +237,11 @@ void DataLoader::fillRaw(uint64_t step, uint32_t microbatch,
       ((step * config_.microbatchesPerStep + microbatch) * config_.worldSize +
        config_.rank) *
       B;
-  key.stream = kShuffleStream;
-  PhiloxStream shuffle(key);
   for (uint64_t b = 0; b < B; ++b) {
-    uint64_t window = config_.shuffle ? ((uint64_t(shuffle.word(2 * b)) << 32) |
-                                         shuffle.word(2 * b + 1)) %
-                                            numWindows_
-                                      : (first + b) % numWindows_;
+    uint64_t sample = first + b;
+    uint64_t window = sample % numWindows_;
+    if (config_.shuffle)
+      window = permuteWindow(sample / numWindows_, window);
     uint64_t start = window * T;
     for (uint64_t t = 0; t <= T; ++t)
       raw[b * (T + 1) + t] = fileToken(start + t);

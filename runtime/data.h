@@ -47,8 +47,9 @@ struct DataConfig {
   uint32_t rank = 0;
   uint32_t worldSize = 1;
   /// Files: false = one sequential pass over non-overlapping windows (wrapping
-  /// into the next epoch); true = each sample an independent random window
-  /// chosen by Philox.
+  /// into the next epoch); true = every epoch visits each window exactly
+  /// once in a pseudo-random order (a Philox-keyed permutation per epoch,
+  /// shared by all ranks so that they still read disjoint windows).
   bool shuffle = false;
 };
 
@@ -115,6 +116,8 @@ public:
   void restore(const DataCursor &cursor);
 
 private:
+  /// Position of window `index` in the shuffled order of `epoch`.
+  uint64_t permuteWindow(uint64_t epoch, uint64_t index) const;
   /// Token id at position `pos` of the file (checked against the vocab).
   int32_t fileToken(uint64_t pos) const;
 

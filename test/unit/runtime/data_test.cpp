@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <unistd.h>
@@ -187,6 +188,56 @@ TEST(Data, TokenFile32AndShuffle) {
   EXPECT_THROW(DataLoader x(oc), Error);
   std::remove(p.c_str());
   std::remove(odd.c_str());
+}
+
+TEST(Data, ShuffleVisitsEveryWindowOncePerEpoch) {
+  std::vector<uint32_t> ids(1000);
+  for (int i = 0; i < 1000; ++i)
+    ids[i] = uint32_t(i);
+  std::string p = writeTokens("perm.bin", ids);
+  DataConfig c = baseConfig(); // B = 3, T = 8, 2 microbatches
+  parseDataSource("tokens32:" + p, c);
+  c.shuffle = true;
+  DataLoader dl(c);
+  const uint64_t W = 999 / 8; // windows per epoch
+  ASSERT_EQ(W, 124u);
+  // Window of every sample, in sample order, over two epochs and a bit.
+  std::vector<uint64_t> windows;
+  std::vector<int32_t> raw(3 * 9);
+  for (uint64_t step = 0; windows.size() < 2 * W + 6; ++step)
+    for (uint32_t mb = 0; mb < 2; ++mb) {
+      dl.fillRaw(step, mb, raw.data());
+      for (int b = 0; b < 3; ++b) {
+        ASSERT_EQ(raw[b * 9] % 8, 0);
+        windows.push_back(uint64_t(raw[b * 9]) / 8);
+      }
+    }
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    std::vector<uint64_t> e(windows.begin() + epoch * W,
+                            windows.begin() + (epoch + 1) * W);
+    std::vector<uint64_t> sorted = e;
+    std::sort(sorted.begin(), sorted.end());
+    for (uint64_t w = 0; w < W; ++w)
+      ASSERT_EQ(sorted[w], w) << "epoch " << epoch;
+    int inPlace = 0;
+    for (uint64_t w = 0; w < W; ++w)
+      inPlace += e[w] == w;
+    EXPECT_LT(inPlace, 10) << "epoch " << epoch << " looks unshuffled";
+  }
+  EXPECT_FALSE(
+      std::equal(windows.begin(), windows.begin() + W, windows.begin() + W))
+      << "two epochs in the same order";
+  // Two data-parallel ranks of one step read disjoint windows.
+  DataConfig r0 = c, r1 = c;
+  r0.worldSize = r1.worldSize = 2;
+  r1.rank = 1;
+  std::vector<int32_t> a(27), b(27);
+  DataLoader(r0).fillRaw(4, 1, a.data());
+  DataLoader(r1).fillRaw(4, 1, b.data());
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 3; ++j)
+      EXPECT_NE(a[i * 9], b[j * 9]);
+  std::remove(p.c_str());
 }
 
 TEST(Data, ByteTextAndErrors) {
