@@ -132,6 +132,8 @@ def main():
     ap.add_argument("--lib", required=True)
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--configs", default=",".join(c[0] for c in CONFIGS),
+                    help="comma-separated subset of the configs")
     ap.add_argument("--algos", default="recompute,storedds",
                     help="backward algorithms to time one by one")
     ap.add_argument("--baseline-lib", default=None,
@@ -146,7 +148,7 @@ def main():
     ours = Actplace(args.lib)
     base = Actplace(args.baseline_lib) if args.baseline_lib else None
     rows = []
-    for cfg in CONFIGS:
+    for cfg in [c for c in CONFIGS if c[0] in args.configs.split(",")]:
         name, B, T, Hq, Hkv, Dqk, Dv, scale = cfg
         q = torch.randn(B, T, Hq, Dqk, device="cuda", dtype=torch.bfloat16)
         k = torch.randn(B, T, Hkv, Dqk, device="cuda", dtype=torch.bfloat16)

@@ -870,47 +870,64 @@ __global__ void __launch_bounds__(256) attnBwdQKernel(Params p) {
   }
 }
 
+/// Query rows per block of the dQ-from-dS pass. This pass streams a K tile
+/// and the stored dS tiles from L2/HBM for every (q tile, kv tile) pair and is
+/// bound by that traffic; 128 rows halve the K traffic per FLOP. With D = 256
+/// the 128 x 256 accumulator would need 128 registers per thread and one
+/// block per SM, so that shape keeps 64 rows.
+template <int DQK> constexpr int dqRows() { return DQK <= 192 ? 128 : 64; }
+
 /// dQ from the dS tiles the dK/dV pass stored: one block per (q tile, q
-/// head, batch), dQ = scale sum_j dS_ij K_j over j ascending.
+/// head, batch), dQ = scale sum_j dS_ij K_j over j ascending. A q tile of
+/// BR = 64 * S rows reads S stored 64x64 tiles per kv tile (zeros where a
+/// tile lies above the diagonal or past T).
+/// Two blocks per SM (at most 128 registers per thread) to keep more loads
+/// in flight.
 template <int DQK>
-__global__ void __launch_bounds__(256) attnBwdQFromDsKernel(Params p) {
-  constexpr int BR = 64, BC = 64;
+__global__ void __launch_bounds__(256, 2) attnBwdQFromDsKernel(Params p) {
+  constexpr int BR = dqRows<DQK>(), BC = 64, S = BR / 64;
+  constexpr int RG = BR / 32, CG = 8 / RG; // warp row groups x column groups
+  constexpr int NQ = DQK / CG / 8;         // n-tiles per warp
   extern __shared__ __align__(128) unsigned char smem[];
   const uint32_t sK0 = smemAddr(smem);         // two buffers of BC*DQK
-  const uint32_t sS0 = sK0 + 2 * BC * DQK * 2; // two buffers of BC*BR
+  const uint32_t sS0 = sK0 + 2 * BC * DQK * 2; // two buffers of S tiles
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t4 = lane & 3;
-  // 2 row groups of 32 (two m16 tiles) x 4 column quarters: each K fragment
-  // read from shared memory feeds two MMAs.
-  const int pr = warp >> 2, pc = warp & 3;
+  // Row groups of 32 (two m16 tiles) x column groups: each K fragment read
+  // from shared memory feeds two MMAs.
+  const int pr = warp / CG, pc = warp % CG;
   const int bh = p.bhOffset + blockIdx.x;
   const int b = bh / p.Hq, h = bh % p.Hq, hk = h / p.group;
   const int T = p.T;
+  const int numT = (T + 63) / 64; // stored tiles per side
   const int numQ = (T + BR - 1) / BR;
   const int qt = numQ - 1 - blockIdx.y;
   const int q0 = qt * BR;
-  const int numK = qt + 1; // BR == BC: tiles j <= i
+  const int numK = min(numT, (q0 + BR - 1) / BC + 1);
   const int64_t kStride = int64_t(p.Hkv) * DQK;
   const __nv_bfloat16 *gK = p.k + (int64_t(b) * T * p.Hkv + hk) * DQK;
-  const __nv_bfloat16 *gS =
-      p.dsBuf +
-      (int64_t(blockIdx.x) * ((numQ * (numQ + 1)) / 2) + (qt * (qt + 1)) / 2) *
-          (BC * BR);
+  const int64_t tileBase = int64_t(blockIdx.x) * ((numT * (numT + 1)) / 2);
 
   auto load = [&](int kt, int buf) {
     const int k0 = kt * BC;
     loadTile<BC, DQK, 256>(sK0 + buf * BC * DQK * 2, gK + k0 * kStride, kStride,
                            T - k0, tid);
-    const uint32_t dst = sS0 + buf * BC * BR * 2;
-    const __nv_bfloat16 *src = gS + int64_t(kt) * (BC * BR);
 #pragma unroll
-    for (int c = tid; c < BC * BR / 8; c += 256)
-      cpAsync16(dst + c * 16, src + c * 8, true);
+    for (int st = 0; st < S; ++st) {
+      const int i = qt * S + st; // stored tile row
+      const bool exists = i < numT && kt <= i;
+      const __nv_bfloat16 *src =
+          exists ? p.dsBuf + (tileBase + (i * (i + 1)) / 2 + kt) * (64 * 64)
+                 : p.dsBuf;
+      const uint32_t dst = sS0 + (buf * S + st) * (64 * 64 * 2);
+#pragma unroll
+      for (int c = tid; c < 64 * 64 / 8; c += 256)
+        cpAsync16(dst + c * 16, exists ? src + c * 8 : src, exists);
+    }
   };
   load(0, 0);
   cpAsyncCommit();
 
-  constexpr int NQ = DQK / 4 / 8;
   float dqAcc[2][NQ][4];
 #pragma unroll
   for (int m = 0; m < 2; ++m)
@@ -929,17 +946,19 @@ __global__ void __launch_bounds__(256) attnBwdQFromDsKernel(Params p) {
       cpAsyncCommit();
     }
     const uint32_t sK = sK0 + buf * BC * DQK * 2;
-    const uint32_t sS = sS0 + buf * BC * BR * 2; // dS^T [kv][q]
+    // This row group's stored tile, dS^T [kv][q] with the 64-wide swizzle.
+    const uint32_t sS = sS0 + (buf * S + (pr * 32) / 64) * (64 * 64 * 2);
+    const int r0 = (pr * 32) % 64;
 #pragma unroll
     for (int kk = 0; kk < BC / 16; ++kk) {
       uint32_t a[2][4];
 #pragma unroll
       for (int m = 0; m < 2; ++m)
-        ldsm4t(a[m], addrAt<BR>(sS, pr * 32 + m * 16, kk * 16, lane));
+        ldsm4t(a[m], addrAt<64>(sS, r0 + m * 16, kk * 16, lane));
 #pragma unroll
       for (int nn = 0; nn < NQ / 2; ++nn) {
         uint32_t bb[4];
-        ldsm4t(bb, addrBt<DQK>(sK, kk * 16, pc * (DQK / 4) + nn * 16, lane));
+        ldsm4t(bb, addrBt<DQK>(sK, kk * 16, pc * (DQK / CG) + nn * 16, lane));
 #pragma unroll
         for (int m = 0; m < 2; ++m) {
           mma16816(dqAcc[m][2 * nn], a[m], bb[0], bb[1]);
@@ -957,7 +976,7 @@ __global__ void __launch_bounds__(256) attnBwdQFromDsKernel(Params p) {
       if (qi >= T)
         continue;
       __nv_bfloat16 *dq =
-          p.dq + ((int64_t(b) * T + qi) * p.Hq + h) * DQK + pc * (DQK / 4);
+          p.dq + ((int64_t(b) * T + qi) * p.Hq + h) * DQK + pc * (DQK / CG);
 #pragma unroll
       for (int nt = 0; nt < NQ; ++nt)
         *reinterpret_cast<uint32_t *>(dq + nt * 8 + 2 * t4) = packBf16(
@@ -1020,16 +1039,18 @@ Status launchBackward(cudaStream_t stream, Params p, AttentionBackwardAlgo algo,
     AP_ATTN_CUDA_CHECK(cudaFuncSetAttribute(
         kv, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemKV));
     auto dq = attnBwdQFromDsKernel<DQK>;
-    constexpr int kSmemDs = 2 * (C::kBc * DQK + C::kBc * C::kBr) * 2;
+    constexpr int kDqRows = dqRows<DQK>();
+    constexpr int kSmemDs = 2 * (64 * DQK + kDqRows * 64) * 2;
     AP_ATTN_CUDA_CHECK(cudaFuncSetAttribute(
         dq, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemDs));
+    const int numDqTiles = (p.T + kDqRows - 1) / kDqRows;
     // Chunks of (batch, head) pairs share one dS buffer, in order.
     for (int64_t first = 0; first < pairs; first += dsChunk) {
       const int64_t n = std::min<int64_t>(dsChunk, pairs - first);
       p.bhOffset = static_cast<int>(first);
       kv<<<dim3(n, numTiles), C::kThreads, C::kSmemKV, stream>>>(p);
       AP_ATTN_CUDA_CHECK(cudaGetLastError());
-      dq<<<dim3(n, numTiles), C::kThreads, kSmemDs, stream>>>(p);
+      dq<<<dim3(n, numDqTiles), C::kThreads, kSmemDs, stream>>>(p);
       AP_ATTN_CUDA_CHECK(cudaGetLastError());
     }
   }
