@@ -43,8 +43,9 @@ using ap::kernels::DType;
   } while (0)
 
 /// Largest byte count handed to one MPI call (counts are int), and the
-/// all-reduce segment size (bounds its temporaries).
-constexpr size_t kMaxMessageBytes = size_t(1) << 28;
+/// all-reduce segment size (bounds its temporaries). AP_MPI_SEGMENT_BYTES
+/// overrides it (tests use a small value to exercise segmentation).
+constexpr size_t kDefaultSegmentBytes = size_t(1) << 28;
 
 void finalizeAtExit() {
   int finalized = 0;
@@ -76,6 +77,14 @@ public:
     AP_MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
     AP_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
     AP_MPI_CHECK(MPI_Comm_size(comm_, &size_));
+    if (const char *env = std::getenv("AP_MPI_SEGMENT_BYTES")) {
+      char *end = nullptr;
+      unsigned long long v = std::strtoull(env, &end, 10);
+      if (*env == '\0' || *end != '\0' || v < 64 || v > kDefaultSegmentBytes)
+        fail("mpi: AP_MPI_SEGMENT_BYTES='", env, "' must be in [64, ",
+             kDefaultSegmentBytes, "]");
+      segmentBytes_ = size_t(v);
+    }
   }
   ~MpiCommunicator() override {
     int finalized = 0;
@@ -93,9 +102,9 @@ public:
                     void *) override {
     const size_t esz = dtypeBytes(dtype);
     const size_t P = size_t(size_);
-    // Segments keep every per-peer message under kMaxMessageBytes and bound
+    // Segments keep every per-peer message under segmentBytes_ and bound
     // the temporary memory.
-    const size_t segElems = std::max<size_t>(P, kMaxMessageBytes / esz);
+    const size_t segElems = std::max<size_t>(P, segmentBytes_ / esz);
     std::vector<uint8_t> staged; // the input when reducing in place
     const uint8_t *in = static_cast<const uint8_t *>(send);
     if (send == recv && count) {
@@ -164,9 +173,8 @@ public:
     checkPeer(root, "broadcast root", true);
     uint8_t *p = static_cast<uint8_t *>(buf);
     size_t bytes = count * dtypeBytes(dtype);
-    for (size_t off = 0; off < bytes; off += kMaxMessageBytes)
-      AP_MPI_CHECK(MPI_Bcast(p + off,
-                             int(std::min(kMaxMessageBytes, bytes - off)),
+    for (size_t off = 0; off < bytes; off += segmentBytes_)
+      AP_MPI_CHECK(MPI_Bcast(p + off, int(std::min(segmentBytes_, bytes - off)),
                              MPI_BYTE, root, comm_));
   }
 
@@ -175,9 +183,8 @@ public:
     checkPeer(peer, "send peer", false);
     const uint8_t *p = static_cast<const uint8_t *>(buf);
     size_t bytes = count * dtypeBytes(dtype);
-    for (size_t off = 0; off < bytes; off += kMaxMessageBytes)
-      AP_MPI_CHECK(MPI_Send(p + off,
-                            int(std::min(kMaxMessageBytes, bytes - off)),
+    for (size_t off = 0; off < bytes; off += segmentBytes_)
+      AP_MPI_CHECK(MPI_Send(p + off, int(std::min(segmentBytes_, bytes - off)),
                             MPI_BYTE, peer, kTag, comm_));
   }
 
@@ -185,8 +192,8 @@ public:
     checkPeer(peer, "recv peer", false);
     uint8_t *p = static_cast<uint8_t *>(buf);
     size_t bytes = count * dtypeBytes(dtype);
-    for (size_t off = 0; off < bytes; off += kMaxMessageBytes) {
-      int want = int(std::min(kMaxMessageBytes, bytes - off));
+    for (size_t off = 0; off < bytes; off += segmentBytes_) {
+      int want = int(std::min(segmentBytes_, bytes - off));
       MPI_Status st;
       AP_MPI_CHECK(MPI_Recv(p + off, want, MPI_BYTE, peer, kTag, comm_, &st));
       int got = 0;
@@ -202,7 +209,9 @@ public:
   std::unique_ptr<Communicator> split(int color, int key) override {
     MPI_Comm sub;
     AP_MPI_CHECK(MPI_Comm_split(comm_, color, key, &sub));
-    return std::make_unique<MpiCommunicator>(sub);
+    auto c = std::make_unique<MpiCommunicator>(sub);
+    c->segmentBytes_ = segmentBytes_;
+    return c;
   }
 
 private:
@@ -222,6 +231,7 @@ private:
 
   MPI_Comm comm_;
   int rank_ = 0, size_ = 1;
+  size_t segmentBytes_ = kDefaultSegmentBytes;
 };
 
 } // namespace

@@ -134,6 +134,44 @@ TEST(MpiCollectives, SendRecvAndErrors) {
   w->barrier();
 }
 
+TEST(MpiCollectives, SegmentedMessages) {
+  // 1000-byte segments: every call below is split into many MPI messages.
+  ::setenv("AP_MPI_SEGMENT_BYTES", "1000", 1);
+  auto w = world();
+  ::unsetenv("AP_MPI_SEGMENT_BYTES");
+  const size_t n = 10007;
+  std::vector<float> a = input(0, n), b = input(1, n), out(n);
+  w->allReduceSum(w->rank() ? b.data() : a.data(), out.data(), n, DType::F32,
+                  nullptr);
+  for (size_t i = 0; i < n; ++i)
+    ASSERT_EQ(out[i], a[i] + b[i]) << i;
+  std::vector<bf16> h(n), hout(n);
+  for (size_t i = 0; i < n; ++i)
+    h[i] = bf16(w->rank() ? b[i] : a[i]);
+  w->allReduceSum(h.data(), hout.data(), n, DType::BF16, nullptr);
+  for (size_t i = 0; i < n; ++i)
+    ASSERT_EQ(hout[i].bits, bf16(float(bf16(a[i])) + float(bf16(b[i]))).bits);
+  std::vector<float> buf = w->rank() == 0 ? a : std::vector<float>(n, 0.0f);
+  w->broadcast(buf.data(), n, DType::F32, 0, nullptr);
+  EXPECT_EQ(buf, a);
+  std::vector<float> msg(n);
+  if (w->rank() == 1) {
+    w->send(b.data(), n, DType::F32, 0, nullptr);
+  } else {
+    w->recv(msg.data(), n, DType::F32, 1, nullptr);
+    EXPECT_EQ(msg, b);
+  }
+  // Sub-communicators keep the segment size.
+  auto sub = w->split(0, w->rank());
+  sub->allReduceSum(w->rank() ? b.data() : a.data(), out.data(), n, DType::F32,
+                    nullptr);
+  for (size_t i = 0; i < n; ++i)
+    ASSERT_EQ(out[i], a[i] + b[i]) << i;
+  ::setenv("AP_MPI_SEGMENT_BYTES", "12", 1);
+  EXPECT_THROW(world(), Error);
+  ::unsetenv("AP_MPI_SEGMENT_BYTES");
+}
+
 TEST(MpiCollectives, ParallelGroups) {
   auto w = world();
   // dp = 2: the dp group is the world; tp and pp groups are singletons.
@@ -199,6 +237,9 @@ TEST(MpiCollectives, ShardedCheckpointWithMpiBarrier) {
 } // namespace
 
 int main(int argc, char **argv) {
+  // A rank that fails an assertion skips collectives its peer is waiting
+  // in; the alarm turns such a hang into a failure instead of a stuck CI job.
+  ::alarm(300);
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   ::testing::InitGoogleTest(&argc, argv);
