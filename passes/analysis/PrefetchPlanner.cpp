@@ -29,6 +29,7 @@ ap::train::planReloads(llvm::ArrayRef<double> opEnd, int64_t firstAnchor,
     double deadline = std::min(startOf(req.needIndex), queueBusyFrom);
     ReloadPlan plan;
     plan.anchor = -1;
+    plan.deadline = deadline;
     for (int64_t a = req.needIndex - 1; a >= firstAnchor; --a) {
       if (!isAnchor(a))
         continue;

@@ -32,7 +32,10 @@ struct ReloadPlan {
   /// Body index of the op after which the reload is issued.
   int64_t anchor = 0;
   double start = 0, end = 0;
-  /// True when no anchor delivers the copy before it is needed.
+  /// When the copy has to be done: its consumer's start, or earlier when the
+  /// copies needed after it occupy the queue from then on.
+  double deadline = 0;
+  /// True when no anchor delivers the copy by its deadline.
   bool late = false;
 };
 

@@ -161,22 +161,24 @@ void TrainOffloadScopesPass::runOnOperation() {
              costs.copySeconds(s->bytes, CopyDirection::HostToDevice, false)});
       SmallVector<ReloadPlan> plans = planReloads(
           end, bwdStart, [](int64_t) { return true; }, requests);
+      // The latest (in forward order) needer of a late value goes; report
+      // how late its latest value would be.
+      std::map<Scope, double> lateness;
+      for (auto [s, plan] : llvm::zip(vals, plans))
+        if (plan.late)
+          for (const Scope &n : s->neededBy)
+            lateness[n] = std::max(lateness[n], plan.end - plan.deadline);
       std::optional<std::pair<Scope, double>> worst;
-      for (auto [s, plan] : llvm::zip(vals, plans)) {
-        if (!plan.late)
-          continue;
-        // The latest (in forward order) needer of a late value goes.
-        for (const Scope &n : s->neededBy)
-          if (!worst || firstForward[n] > firstForward[worst->first])
-            worst = std::make_pair(n, plan.end - startOf(s->firstUse));
-      }
+      for (const auto &[scope, late] : lateness)
+        if (!worst || firstForward[scope] > firstForward[worst->first])
+          worst = std::make_pair(scope, late);
       return worst;
     };
     while (auto late = lateScope()) {
       chosen.erase(late->first);
       dropped[late->first] =
-          llvm::formatv("hide rule: its reload would arrive {0:F1} us after "
-                        "backward needs it (hide-rule=off offloads anyway)",
+          llvm::formatv("hide rule: the h2d queue would deliver its reload "
+                        "{0:F1} us late (hide-rule=off offloads anyway)",
                         late->second * 1e6)
               .str();
     }

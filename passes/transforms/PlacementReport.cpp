@@ -313,6 +313,13 @@ void TrainPlacementReportPass::runOnOperation() {
                         "-> {3:F1} MiB)\n",
                         totals.actPeakBefore, totals.actPeakAfter,
                         mib(totals.actPeakBefore), mib(totals.actPeakAfter));
+    int64_t saved = totals.actPeakBefore - totals.actPeakAfter;
+    os << llvm::formatv("predicted activation peak reduction: {0} bytes "
+                        "({1:F2}% of the activation peak)\n",
+                        saved,
+                        totals.actPeakBefore
+                            ? 100.0 * saved / totals.actPeakBefore
+                            : 0.0);
     os << llvm::formatv("predicted transfer time per microbatch: hidden {0:F1} "
                         "us, exposed {1:F1} us\n",
                         totals.hidden * 1e6, totals.exposed * 1e6);
@@ -321,7 +328,7 @@ void TrainPlacementReportPass::runOnOperation() {
                             totals.stepBefore
                       : 0.0;
     os << llvm::formatv("predicted step compute time: {0:F3} -> {1:F3} ms "
-                        "({2:+F2}%)\n",
+                        "({2:F2}%)\n",
                         totals.stepBefore * 1e3, totals.stepAfter * 1e3, cost);
   }
   file->keep();
