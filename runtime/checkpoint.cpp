@@ -70,15 +70,14 @@ std::string checkpointShardName(int rank, int worldSize) {
   return buf;
 }
 
-std::string saveCheckpoint(const std::string &dir,
-                           const std::vector<CheckpointTensor> &tensors,
-                           const TrainingState &state, const ShardInfo &shard,
-                           const SaveOptions &options) {
-  if (shard.worldSize < 1 || shard.rank < 0 || shard.rank >= shard.worldSize)
-    fail("checkpoint: rank ", shard.rank, " outside world of ",
-         shard.worldSize);
-  if (shard.worldSize > 1 && !shard.barrier)
-    fail("checkpoint: a distributed save needs a barrier");
+namespace {
+
+/// Writes this rank's shard (and, on rank 0 of a distributed save, the
+/// index); returns the step folder.
+std::string writeShard(const std::string &dir,
+                       const std::vector<CheckpointTensor> &tensors,
+                       const TrainingState &state, const ShardInfo &shard,
+                       const SaveOptions &options) {
   makeDir(dir);
   std::string stepDir = dir + "/" + stepFolderName(state.step);
   makeDir(stepDir);
@@ -111,28 +110,69 @@ std::string saveCheckpoint(const std::string &dir,
   wo.failAfterBytes = options.failAfterBytes;
   w.write(stepDir + "/" + checkpointShardName(shard.rank, shard.worldSize), wo);
 
-  if (shard.worldSize > 1) {
-    if (shard.rank == 0) {
-      std::string index = "{\"format\":" + jsonQuote(kFormat) +
-                          ",\"step\":" + std::to_string(state.step) +
-                          ",\"world_size\":" + std::to_string(shard.worldSize) +
-                          ",\"shards\":[";
-      for (int r = 0; r < shard.worldSize; ++r)
-        index +=
-            (r ? "," : "") + jsonQuote(checkpointShardName(r, shard.worldSize));
-      index += "]}\n";
-      writeFileAtomically(stepDir + "/index.json", index, options.sync);
-    }
-    // Every shard must be durable before "latest" may name this step.
-    shard.barrier();
+  if (shard.worldSize > 1 && shard.rank == 0) {
+    std::string index = "{\"format\":" + jsonQuote(kFormat) +
+                        ",\"step\":" + std::to_string(state.step) +
+                        ",\"world_size\":" + std::to_string(shard.worldSize) +
+                        ",\"shards\":[";
+    for (int r = 0; r < shard.worldSize; ++r)
+      index +=
+          (r ? "," : "") + jsonQuote(checkpointShardName(r, shard.worldSize));
+    index += "]}\n";
+    writeFileAtomically(stepDir + "/index.json", index, options.sync);
   }
-  if (shard.rank == 0)
-    writeFileAtomically(dir + "/latest", stepFolderName(state.step) + "\n",
-                        options.sync);
+  return stepDir;
+}
+
+/// Runs `phase` on every rank and throws on every rank if it failed on any;
+/// the failing rank rethrows its own error.
+void agreeOrThrow(const ShardInfo &shard, const char *what, uint64_t step,
+                  const std::function<void()> &phase) {
+  std::string error;
+  try {
+    phase();
+  } catch (const std::exception &e) {
+    error = e.what();
+  }
+  if (shard.worldSize == 1) {
+    if (!error.empty())
+      throw Error(error);
+    return;
+  }
+  bool all = shard.allTrue(error.empty());
+  if (!error.empty())
+    fail(error, " (rank ", shard.rank,
+         "; 'latest' still names the previous "
+         "checkpoint)");
+  if (!all)
+    fail("checkpoint: another rank failed while ", what, " step ", step,
+         "; 'latest' still names the previous checkpoint");
+}
+
+} // namespace
+
+std::string saveCheckpoint(const std::string &dir,
+                           const std::vector<CheckpointTensor> &tensors,
+                           const TrainingState &state, const ShardInfo &shard,
+                           const SaveOptions &options) {
+  if (shard.worldSize < 1 || shard.rank < 0 || shard.rank >= shard.worldSize)
+    fail("checkpoint: rank ", shard.rank, " outside world of ",
+         shard.worldSize);
+  if (shard.worldSize > 1 && !shard.allTrue)
+    fail("checkpoint: a distributed save needs ShardInfo::allTrue");
+  std::string stepDir;
+  // Every shard must be durable on every rank before "latest" may name this
+  // step.
+  agreeOrThrow(shard, "writing the shards of", state.step, [&] {
+    stepDir = writeShard(dir, tensors, state, shard, options);
+  });
   // Nobody returns before "latest" names this step, so any rank may look it
   // up right after saving.
-  if (shard.worldSize > 1)
-    shard.barrier();
+  agreeOrThrow(shard, "publishing", state.step, [&] {
+    if (shard.rank == 0)
+      writeFileAtomically(dir + "/latest", stepFolderName(state.step) + "\n",
+                          options.sync);
+  });
   return stepDir;
 }
 

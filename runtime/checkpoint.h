@@ -19,6 +19,7 @@
 #ifndef ACTPLACE_RUNTIME_CHECKPOINT_H
 #define ACTPLACE_RUNTIME_CHECKPOINT_H
 
+#include "runtime/collectives.h"
 #include "runtime/data.h"
 #include "runtime/rng.h"
 #include "runtime/safetensors.h"
@@ -68,11 +69,17 @@ struct TrainingState {
 struct ShardInfo {
   int rank = 0;
   int worldSize = 1;
-  /// Called twice by every rank during a save (after its shard is written,
-  /// and after rank 0 published "latest"); must be a barrier over all ranks
-  /// when worldSize > 1 (e.g. Communicator::barrier). Unused for a world of
-  /// one and by loads.
-  std::function<void()> barrier;
+  /// Needed when worldSize > 1: a collective logical AND over all ranks
+  /// (Communicator::allTrue), called twice by every rank during a save (after
+  /// the shards are written, after rank 0 published "latest"). If any rank
+  /// fails, every rank throws and "latest" is not moved. Unused by loads.
+  std::function<bool(bool)> allTrue;
+
+  /// The shard info of `comm`'s ranks (using comm.allTrue).
+  static ShardInfo of(Communicator &comm) {
+    return ShardInfo{comm.rank(), comm.size(),
+                     [&comm](bool ok) { return comm.allTrue(ok); }};
+  }
 };
 
 struct SaveOptions {

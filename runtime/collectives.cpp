@@ -115,6 +115,7 @@ public:
          " in a world of one (no pipeline neighbours)");
   }
   void barrier() override {}
+  bool allTrue(bool value) override { return value; }
   std::unique_ptr<Communicator> split(int, int) override {
     return std::make_unique<SelfCommunicator>();
   }

@@ -72,6 +72,11 @@ public:
   /// on nccl it does not wait for earlier work on other streams).
   virtual void barrier() = 0;
 
+  /// Blocks until every rank has called it and returns the logical AND of
+  /// their `value`s: lets ranks agree that a multi-step action (a checkpoint
+  /// save) succeeded everywhere before committing it. Also a barrier.
+  virtual bool allTrue(bool value) = 0;
+
   /// Collective: ranks passing the same `color` form a new communicator,
   /// ordered by `key` (ties by current rank).
   virtual std::unique_ptr<Communicator> split(int color, int key) = 0;

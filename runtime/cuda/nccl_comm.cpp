@@ -107,18 +107,25 @@ public:
                            cudaStream_t(stream)));
   }
 
-  void barrier() override {
-    // A one-element all-reduce on a private stream, waited for on the host.
+  void barrier() override { (void)allTrue(true); }
+
+  bool allTrue(bool value) override {
+    // A one-element min-reduction on a private stream, waited for on the
+    // host.
     if (!barrierStream_) {
       AP_CUDA_CHECK(
           cudaStreamCreateWithFlags(&barrierStream_, cudaStreamNonBlocking));
-      AP_CUDA_CHECK(cudaMalloc(&barrierBuf_, sizeof(float)));
-      AP_CUDA_CHECK(
-          cudaMemsetAsync(barrierBuf_, 0, sizeof(float), barrierStream_));
+      AP_CUDA_CHECK(cudaMalloc(&barrierBuf_, sizeof(int32_t)));
     }
-    AP_NCCL_CHECK(ncclAllReduce(barrierBuf_, barrierBuf_, 1, ncclFloat32,
-                                ncclSum, comm_, barrierStream_));
+    int32_t v = value ? 1 : 0;
+    AP_CUDA_CHECK(cudaMemcpyAsync(barrierBuf_, &v, sizeof(v),
+                                  cudaMemcpyHostToDevice, barrierStream_));
+    AP_NCCL_CHECK(ncclAllReduce(barrierBuf_, barrierBuf_, 1, ncclInt32, ncclMin,
+                                comm_, barrierStream_));
+    AP_CUDA_CHECK(cudaMemcpyAsync(&v, barrierBuf_, sizeof(v),
+                                  cudaMemcpyDeviceToHost, barrierStream_));
     AP_CUDA_CHECK(cudaStreamSynchronize(barrierStream_));
+    return v != 0;
   }
 
   std::unique_ptr<Communicator> split(int color, int key) override {

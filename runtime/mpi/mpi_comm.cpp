@@ -206,6 +206,12 @@ public:
 
   void barrier() override { AP_MPI_CHECK(MPI_Barrier(comm_)); }
 
+  bool allTrue(bool value) override {
+    int v = value ? 1 : 0;
+    AP_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_INT, MPI_LAND, comm_));
+    return v != 0;
+  }
+
   std::unique_ptr<Communicator> split(int color, int key) override {
     MPI_Comm sub;
     AP_MPI_CHECK(MPI_Comm_split(comm_, color, key, &sub));

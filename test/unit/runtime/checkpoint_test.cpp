@@ -207,7 +207,7 @@ TEST(Checkpoint, MismatchedModelIsRejected) {
               "missing tensor 'master/extra'");
   ShardInfo two;
   two.worldSize = 2;
-  two.barrier = [] {};
+  two.allTrue = [](bool ok) { return ok; };
   expectError([&] { loadCheckpoint(stepDir, b.tensors(), two); },
               "saved by 1 rank");
   TrainingState reserved = sampleState(1);
@@ -216,35 +216,40 @@ TEST(Checkpoint, MismatchedModelIsRejected) {
               "reserved");
 }
 
-/// A reusable barrier for the in-process "ranks" below.
-class ThreadBarrier {
+/// A reusable logical-AND barrier for the in-process "ranks" below.
+class ThreadAllTrue {
 public:
-  explicit ThreadBarrier(int n) : n_(n) {}
-  void arrive() {
+  explicit ThreadAllTrue(int n) : n_(n) {}
+  bool arrive(bool value) {
     std::unique_lock<std::mutex> lk(m_);
     int gen = gen_;
+    acc_ = acc_ && value;
     if (++count_ == n_) {
+      result_ = acc_;
+      acc_ = true;
       count_ = 0;
       ++gen_;
       cv_.notify_all();
-      return;
+      return result_;
     }
     cv_.wait(lk, [&] { return gen != gen_; });
+    return result_;
   }
 
 private:
   std::mutex m_;
   std::condition_variable cv_;
   int n_, count_ = 0, gen_ = 0;
+  bool acc_ = true, result_ = true;
 };
 
 TEST(Checkpoint, ShardedSaveWithIndex) {
   std::string dir = freshDir("sharded");
-  ThreadBarrier barrier(2);
+  ThreadAllTrue agree(2);
   ToyState s0(10), s1(11);
   std::vector<std::string> stepDirs(2);
   auto save = [&](int rank, ToyState &s) {
-    ShardInfo info{rank, 2, [&] { barrier.arrive(); }};
+    ShardInfo info{rank, 2, [&](bool ok) { return agree.arrive(ok); }};
     stepDirs[rank] = saveCheckpoint(dir, s.tensors(), sampleState(7), info);
   };
   std::thread t0(save, 0, std::ref(s0)), t1(save, 1, std::ref(s1));
@@ -265,12 +270,54 @@ TEST(Checkpoint, ShardedSaveWithIndex) {
             "model-rank00001-of-00002.safetensors");
   // Each rank gets its own shard back.
   ToyState r0(20), r1(21);
-  loadCheckpoint(stepDir, r0.tensors(), ShardInfo{0, 2, [] {}});
-  loadCheckpoint(stepDir, r1.tensors(), ShardInfo{1, 2, [] {}});
+  loadCheckpoint(stepDir, r0.tensors(), ShardInfo{0, 2, {}});
+  loadCheckpoint(stepDir, r1.tensors(), ShardInfo{1, 2, {}});
   EXPECT_TRUE(r0 == s0);
   EXPECT_TRUE(r1 == s1);
   expectError([&] { loadCheckpoint(stepDir, r0.tensors(), {}); },
               "saved by 2 rank");
+}
+
+TEST(Checkpoint, ShardedSaveFailingOnOneRankMovesNothing) {
+  std::string dir = freshDir("shardfail");
+  ThreadAllTrue agree(2);
+  ToyState s0(10), s1(11);
+  auto saveAll = [&](uint64_t step, int failingRank) {
+    std::vector<std::string> errors(2);
+    auto body = [&](int rank, ToyState &s) {
+      ShardInfo info{rank, 2, [&](bool ok) { return agree.arrive(ok); }};
+      SaveOptions opt;
+      if (rank == failingRank)
+        opt.failAfterBytes = 100;
+      try {
+        saveCheckpoint(dir, s.tensors(), sampleState(step), info, opt);
+      } catch (const Error &e) {
+        errors[rank] = e.what();
+      }
+    };
+    std::thread t0(body, 0, std::ref(s0)), t1(body, 1, std::ref(s1));
+    t0.join();
+    t1.join();
+    return errors;
+  };
+  std::vector<std::string> ok = saveAll(1, -1);
+  EXPECT_EQ(ok[0], "");
+  EXPECT_EQ(ok[1], "");
+  std::string good = *latestCheckpoint(dir);
+  // Rank 1 dies half-way through step 2: both ranks report it, rank 0 never
+  // publishes step 2.
+  std::vector<std::string> errs = saveAll(2, 1);
+  EXPECT_NE(errs[1].find("simulated failure"), std::string::npos) << errs[1];
+  EXPECT_NE(errs[0].find("another rank failed"), std::string::npos) << errs[0];
+  EXPECT_EQ(latestCheckpoint(dir), good);
+  ToyState r1(21);
+  loadCheckpoint(good, r1.tensors(), ShardInfo{1, 2, {}});
+  EXPECT_TRUE(r1 == s1);
+  // A distributed save without the agreement function is refused.
+  ShardInfo lonely{0, 2, {}};
+  expectError(
+      [&] { saveCheckpoint(dir, s0.tensors(), sampleState(3), lonely); },
+      "allTrue");
 }
 
 // Writes a checkpoint for an external reader when AP_CHECKPOINT_EXPORT names

@@ -132,6 +132,9 @@ TEST(MpiCollectives, SendRecvAndErrors) {
   EXPECT_THROW(w->send(msg.data(), 1, DType::F64, w->rank(), nullptr), Error);
   EXPECT_THROW(w->recv(msg.data(), 1, DType::F64, 5, nullptr), Error);
   w->barrier();
+  EXPECT_TRUE(w->allTrue(true));
+  EXPECT_FALSE(w->allTrue(w->rank() == 0));
+  EXPECT_FALSE(w->allTrue(false));
 }
 
 TEST(MpiCollectives, SegmentedMessages) {
@@ -218,7 +221,7 @@ TEST(MpiCollectives, ShardedCheckpointWithMpiBarrier) {
                 DType::F32, master.data(), master.size());
   TrainingState st;
   st.step = 3;
-  ShardInfo info{w->rank(), 2, [&] { w->barrier(); }};
+  ShardInfo info = ShardInfo::of(*w);
   std::vector<CheckpointTensor> t = {
       {"master/w", StDType::F32, {10}, master.data(), 40}};
   saveCheckpoint(dir, t, st, info);

@@ -89,6 +89,8 @@ TEST(NcclCollectives, WorldOfOne) {
   CHECK_CUDA(cudaMemcpy(back.data(), r, n * 4, cudaMemcpyDeviceToHost));
   EXPECT_EQ(back, h);
   w->barrier();
+  EXPECT_TRUE(w->allTrue(true));
+  EXPECT_FALSE(w->allTrue(false));
 
   EXPECT_THROW(w->broadcast(r, 1, DType::F32, 1, s), Error);
   EXPECT_THROW(w->send(r, 1, DType::F32, 0, s), Error);

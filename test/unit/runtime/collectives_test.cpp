@@ -75,6 +75,8 @@ TEST(Collectives, WorldOfOneHost) {
   w->broadcast(a.data(), 3, DType::F32, 0, nullptr);
   EXPECT_EQ(a, b);
   w->barrier();
+  EXPECT_TRUE(w->allTrue(true));
+  EXPECT_FALSE(w->allTrue(false));
   EXPECT_THROW(w->broadcast(a.data(), 3, DType::F32, 1, nullptr), Error);
   EXPECT_THROW(w->send(a.data(), 3, DType::F32, 0, nullptr), Error);
   EXPECT_THROW(w->recv(a.data(), 3, DType::F32, 0, nullptr), Error);
