@@ -83,6 +83,8 @@ void Sha256::compress(const uint8_t block[64]) {
 }
 
 void Sha256::update(const void *data, size_t n) {
+  if (n == 0) // data may be null; memcpy from null is undefined even for 0
+    return;
   const uint8_t *p = static_cast<const uint8_t *>(data);
   totalBytes_ += n;
   if (bufferLen_ > 0) {
