@@ -38,9 +38,25 @@ bool isOffloadable(const SavedActivation &s) {
   return s.producer && isa<FloatType>(type.getElementType());
 }
 
-bool allNeedersIn(const SavedActivation &s, const std::set<Scope> &chosen) {
-  return llvm::all_of(s.neededBy,
-                      [&](const Scope &n) { return chosen.count(n); });
+/// The scopes that decide where a saved value lives: the scopes whose
+/// backward reads it, except recomputed ones (their clones read it before
+/// their own backward, so it may leave and come back before them). When only
+/// recomputed scopes read it, it exists to feed recomputation and follows
+/// the scope that produced it. A value leaves the device when all its
+/// owners are offloaded.
+SmallVector<Scope> ownersOf(const SavedActivation &s,
+                            const PlacementConfig &cfg) {
+  SmallVector<Scope> owners;
+  for (const Scope &n : s.neededBy)
+    if (!cfg.recomputeLeaves.count(n.leaf))
+      owners.push_back(n);
+  if (owners.empty())
+    owners.push_back(s.scope);
+  return owners;
+}
+
+bool allIn(ArrayRef<Scope> owners, const std::set<Scope> &chosen) {
+  return llvm::all_of(owners, [&](const Scope &n) { return chosen.count(n); });
 }
 
 void TrainOffloadScopesPass::runOnOperation() {
@@ -81,7 +97,7 @@ void TrainOffloadScopesPass::runOnOperation() {
     }
   std::set<Scope> candidates;
   for (const SavedActivation &s : saved.values())
-    for (const Scope &n : s.neededBy)
+    for (const Scope &n : ownersOf(s, cfg))
       if (cfg.offloadLeaves.count(n.leaf))
         candidates.insert(n);
   SmallVector<Scope> inOrder(candidates.begin(), candidates.end());
@@ -94,8 +110,8 @@ void TrainOffloadScopesPass::runOnOperation() {
   auto bytesOf = [&](const Scope &scope) {
     int64_t bytes = 0;
     for (const SavedActivation &s : saved.values())
-      if (isOffloadable(s) && llvm::is_contained(s.neededBy, scope) &&
-          allNeedersIn(s, chosen))
+      if (isOffloadable(s) && llvm::is_contained(ownersOf(s, cfg), scope) &&
+          allIn(ownersOf(s, cfg), chosen))
         bytes += s.bytes;
     return bytes;
   };
@@ -144,7 +160,7 @@ void TrainOffloadScopesPass::runOnOperation() {
     auto lateScope = [&]() -> std::optional<std::pair<Scope, double>> {
       SmallVector<const SavedActivation *> vals;
       for (const SavedActivation &s : saved.values())
-        if (isOffloadable(s) && allNeedersIn(s, chosen))
+        if (isOffloadable(s) && allIn(ownersOf(s, cfg), chosen))
           vals.push_back(&s);
       llvm::DenseMap<const SavedActivation *, double> d2hEnd;
       double d2hFree = 0;
@@ -166,7 +182,7 @@ void TrainOffloadScopesPass::runOnOperation() {
       std::map<Scope, double> lateness;
       for (auto [s, plan] : llvm::zip(vals, plans))
         if (plan.late)
-          for (const Scope &n : s->neededBy)
+          for (const Scope &n : ownersOf(*s, cfg))
             lateness[n] = std::max(lateness[n], plan.end - plan.deadline);
       std::optional<std::pair<Scope, double>> worst;
       for (const auto &[scope, late] : lateness)
@@ -191,13 +207,14 @@ void TrainOffloadScopesPass::runOnOperation() {
     if (!isOffloadable(s))
       continue;
     unsigned resultIndex = cast<OpResult>(s.value).getResultNumber();
+    SmallVector<Scope> owners = ownersOf(s, cfg);
     bool selected = llvm::any_of(
-        s.neededBy, [&](const Scope &n) { return candidates.count(n); });
-    if (!allNeedersIn(s, chosen)) {
+        owners, [&](const Scope &n) { return candidates.count(n); });
+    if (!allIn(owners, chosen)) {
       if (!selected)
         continue;
-      // Name the first needer that keeps it, and why.
-      for (const Scope &n : s.neededBy) {
+      // Name the first owner that keeps it, and why.
+      for (const Scope &n : owners) {
         if (chosen.count(n))
           continue;
         std::string why = dropped.count(n)
@@ -209,8 +226,8 @@ void TrainOffloadScopesPass::runOnOperation() {
       }
       continue;
     }
-    Scope copyScope = llvm::is_contained(s.neededBy, s.scope) ? s.scope
-                                                                : s.neededBy[0];
+    Scope copyScope = llvm::is_contained(owners, s.scope) ? s.scope
+                                                          : owners[0];
     auto scopeAttr =
         ScopeAttr::get(&getContext(), copyScope.layer, copyScope.leaf);
     // D2Hs of one producer are issued in result order, right after it.

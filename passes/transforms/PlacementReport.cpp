@@ -21,6 +21,8 @@
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/ToolOutputFile.h"
 
+#include <set>
+
 namespace ap {
 #define GEN_PASS_DEF_TRAINPLACEMENTREPORT
 #include "passes/Passes.h.inc"
@@ -250,6 +252,62 @@ void TrainPlacementReportPass::runOnOperation() {
     }
     rows.push_back(row);
   }
+
+  // Values that are saved only because recomputed ops read them in
+  // backward (the inputs of a recompute) have no row yet.
+  std::set<std::pair<int64_t, unsigned>> listed;
+  for (const SavedActivation &s : before.values())
+    if (s.producer)
+      listed.insert({s.defIndex, cast<OpResult>(s.value).getResultNumber()});
+  SavedActivations after(*body);
+  for (const SavedActivation &s : after.values()) {
+    if (!s.producer)
+      continue;
+    auto ordinal = llvm::find(placedForward, s.producer) - placedForward.begin();
+    unsigned resultIndex = cast<OpResult>(s.value).getResultNumber();
+    if (ordinal == static_cast<int64_t>(placedForward.size()) ||
+        listed.count({ordinal, resultIndex}))
+      continue;
+    Row row;
+    row.value = llvm::formatv("#{0} {1}#{2}", ordinal,
+                              s.producer->getName().getStringRef(),
+                              resultIndex)
+                    .str();
+    row.scope = s.scope.str();
+    row.bytes = s.bytes;
+    row.decision = "keep";
+    row.reason = "input of recomputed ops";
+    totals.keptBytes += s.bytes;
+    rows.push_back(row);
+  }
+  for (Operation *op : placedForward)
+    for (Value v : op->getResults())
+      for (Operation *user : v.getUsers())
+        if (auto offload = dyn_cast<OffloadOp>(user)) {
+          auto ordinal = llvm::find(placedForward, op) - placedForward.begin();
+          unsigned resultIndex = cast<OpResult>(v).getResultNumber();
+          if (listed.count({ordinal, resultIndex}))
+            continue;
+          Row row;
+          row.value = llvm::formatv("#{0} {1}#{2}", ordinal,
+                                    op->getName().getStringRef(), resultIndex)
+                          .str();
+          row.scope = Scope::of(op).str();
+          row.bytes = tensorBytes(v.getType());
+          row.decision = "offload";
+          row.reason = "input of recomputed ops";
+          if (auto reload = dyn_cast<ReloadOp>(
+                  *offload.getHost().getUsers().begin())) {
+            int64_t ri = placedIndex.lookup(reload) - 1;
+            while (ri >= 0 && isa<ReloadOp, WaitOp>(placedOps[ri]))
+              --ri;
+            row.prefetch = describe(ri >= 0 ? placedOps[ri] : nullptr, ri);
+            if (const SimulatedCopy *c = simAfter.copyOf(reload))
+              row.copyUs = (c->end - c->start) * 1e6;
+          }
+          totals.offloadBytes += row.bytes;
+          rows.push_back(row);
+        }
 
   std::string error;
   std::unique_ptr<llvm::ToolOutputFile> file =

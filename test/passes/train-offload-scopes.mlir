@@ -58,3 +58,13 @@
 // MANY: train.offload {{.*}} scope<0, attn_norm>
 // MANY: train.offload {{.*}} scope<1, mlp_norm>
 // MANY: train.offload {{.*}} scope<1, mlp_fc1>
+
+// Composition with recompute: c_q, c_kv and k_pe feed only the recomputed
+// MLA up projections, so offloading qkv_linear moves them too; each is
+// reloaded and waited on before the recomputed op that reads it.
+// RUN: actplace-opt %t.mlir -train-recompute=recompute-modules=mla_up_proj -train-offload-scopes="offload-modules=qkv_linear recompute-modules=mla_up_proj hide-rule=off" --verify-roundtrip | FileCheck %s --check-prefix=COMPOSE
+// COMPOSE: %[[CQ:.*]], %{{.*}} = train.rms_norm {{.*}} scope<4, qkv_linear> {{.*}}train.placement = ["offload", "offload"]
+// COMPOSE-NEXT: %[[HCQ:.*]] = train.offload %[[CQ]] scope<4, qkv_linear>
+// COMPOSE: %[[RCQ:.*]] = train.reload %[[HCQ]] scope<4, qkv_linear>
+// COMPOSE-NEXT: %[[WCQ:.*]] = train.wait %[[RCQ]] scope<4, qkv_linear>
+// COMPOSE-NEXT: train.linear %[[WCQ]], {{.*}} scope<4, mla_up_proj> {train.recomputed}
