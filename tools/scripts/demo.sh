@@ -5,8 +5,11 @@
 #
 # Installs dependencies, builds the compiler tools, imports the model config
 # (default: Qwen3.5-0.8B at --seq 4096, 4 microbatches) into the train
-# dialect, verifies it and prints the graph summary. The imported graph is
-# left in build-demo/model.mlir.
+# dialect, prints the graph summary, builds the training step
+# (train-autodiff) and places its activations (offload gdn_core_attn,
+# recompute gdn_norm_out; override with PLACEMENT="offload-modules=...
+# recompute-modules=..."), then prints the placement report's totals. Files
+# are left in build-demo/: model.mlir, step.mlir, placed.mlir, report.txt.
 #
 #===----------------------------------------------------------------------===#
 set -euo pipefail
@@ -34,4 +37,15 @@ ninja -C "$dir" actplace-import actplace-opt
 echo "== actplace: importing $config ${options[*]}"
 "$dir/bin/actplace-import" "$config" "${options[@]}" -o "$dir/model.mlir"
 "$dir/bin/actplace-opt" "$dir/model.mlir" --verify-roundtrip -train-print-summary -o /dev/null
-echo "== actplace: graph written to $dir/model.mlir"
+echo "== actplace: building the training step (forward + backward + AdamW)"
+"$dir/bin/actplace-opt" "$dir/model.mlir" -train-autodiff -o "$dir/step.mlir"
+placement=${PLACEMENT:-"offload-modules=gdn_core_attn recompute-modules=gdn_norm_out"}
+echo "== actplace: placement: $placement"
+"$dir/bin/actplace-opt" "$dir/step.mlir" \
+  "-train-placement-pipeline=$placement report=true report-file=$dir/report.txt" \
+  -o "$dir/placed.mlir"
+echo "   decisions: $(grep -c '| offload |' "$dir/report.txt") values offloaded," \
+  "$(grep -c '| recompute |' "$dir/report.txt") recomputed," \
+  "$(grep -c '| keep |' "$dir/report.txt") kept per microbatch"
+grep -E '^(totals|transfers|predicted)' "$dir/report.txt"
+echo "== actplace: full report in $dir/report.txt; placed step in $dir/placed.mlir"
