@@ -5,6 +5,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "dialect/exec/ExecDialect.h"
 #include "dialect/train/TrainDialect.h"
 #include "passes/Passes.h"
 
@@ -18,6 +19,7 @@
 
 int main(int argc, char **argv) {
   mlir::DialectRegistry registry;
+  registry.insert<ap::exec::ExecDialect>();
   registry.insert<ap::train::TrainDialect, mlir::func::FuncDialect,
                   mlir::arith::ArithDialect, mlir::scf::SCFDialect,
                   mlir::tensor::TensorDialect>();

@@ -1,0 +1,38 @@
+//===- ExecDialect.h - exec dialect -------------------------------*- C++ -*-===//
+#ifndef ACTPLACE_DIALECT_EXEC_EXECDIALECT_H
+#define ACTPLACE_DIALECT_EXEC_EXECDIALECT_H
+
+#include "mlir/IR/Attributes.h"
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/Dialect.h"
+#include "mlir/IR/DialectImplementation.h"
+
+#include "dialect/exec/ExecDialect.h.inc"
+#include "dialect/exec/ExecEnums.h.inc"
+
+#define GET_TYPEDEF_CLASSES
+#include "dialect/exec/ExecTypes.h.inc"
+
+namespace ap::exec {
+/// Every buffer and slot offset and size is a multiple of this (DESIGN.md
+/// section 4: results never depend on pointer values).
+inline constexpr int64_t kAlignment = 256;
+
+/// `n` rounded up to kAlignment.
+inline int64_t alignTo256(int64_t n) {
+  return (n + kAlignment - 1) / kAlignment * kAlignment;
+}
+
+/// Bytes of a statically shaped tensor (element bit width / 8, at least 1).
+int64_t tensorBytes(mlir::RankedTensorType type);
+
+/// Step attributes exec-plan-memory writes.
+inline constexpr llvm::StringLiteral kPersistentBytesAttr = "persistent_bytes";
+inline constexpr llvm::StringLiteral kActivationBytesAttr = "activation_bytes";
+inline constexpr llvm::StringLiteral kWorkspaceBytesAttr = "workspace_bytes";
+inline constexpr llvm::StringLiteral kArenaBytesAttr = "arena_bytes";
+inline constexpr llvm::StringLiteral kPinnedBytesAttr = "pinned_bytes";
+} // namespace ap::exec
+
+#endif // ACTPLACE_DIALECT_EXEC_EXECDIALECT_H

@@ -1,0 +1,159 @@
+//===- ExecOps.cpp - exec dialect operations ------------------------------===//
+//
+// Verifiers. Messages name the op, the operand or attribute, what was
+// expected and what was found.
+//
+//===----------------------------------------------------------------------===//
+
+#include "dialect/exec/ExecOps.h"
+
+#include "mlir/IR/OpImplementation.h"
+
+using namespace mlir;
+using namespace ap::exec;
+
+namespace {
+/// Checks that a planned extent is 256-byte aligned and large enough for
+/// `tensor`.
+LogicalResult verifyExtent(Operation *op, std::optional<int64_t> offset,
+                           int64_t bytes, RankedTensorType tensor) {
+  if (offset && *offset % kAlignment != 0)
+    return op->emitOpError() << "offset must be a multiple of " << kAlignment
+                             << ", got " << *offset;
+  if (bytes % kAlignment != 0)
+    return op->emitOpError() << "bytes must be a multiple of " << kAlignment
+                             << ", got " << bytes;
+  int64_t need = tensorBytes(tensor);
+  if (bytes < need)
+    return op->emitOpError() << "bytes " << bytes << " < " << need
+                             << " bytes of " << tensor;
+  return success();
+}
+
+RankedTensorType tensorOf(Type t) {
+  if (auto b = dyn_cast<BufferType>(t))
+    return b.getTensor();
+  return cast<HostSlotType>(t).getTensor();
+}
+} // namespace
+
+LogicalResult StepOp::verify() {
+  int loops = 0;
+  for (Operation &op : getBody().front())
+    if (isa<MicrobatchLoopOp>(op))
+      ++loops;
+  if (loops > 1)
+    return emitOpError() << "expects at most one exec.microbatch_loop, found "
+                         << loops;
+  if (getBody().front().empty() ||
+      !isa<ReturnOp>(getBody().front().back()))
+    return emitOpError() << "body must end with exec.return";
+  return success();
+}
+
+LogicalResult BufferOp::verify() {
+  return verifyExtent(*this, getOffset(), getBytes(),
+                      getResult().getType().getTensor());
+}
+
+LogicalResult PersistentOp::verify() {
+  RankedTensorType t = getResult().getType().getTensor();
+  BufferRole r = getRole();
+  bool fp32 = r == BufferRole::Master || r == BufferRole::MainGrad ||
+              r == BufferRole::AdamM || r == BufferRole::AdamV;
+  if (fp32 && !t.getElementType().isF32())
+    return emitOpError() << "a " << stringifyBufferRole(r)
+                         << " buffer must be f32, got " << t;
+  if (getName().empty())
+    return emitOpError() << "name must not be empty";
+  return verifyExtent(*this, getOffset(), getBytes(), t);
+}
+
+LogicalResult ViewOp::verify() {
+  RankedTensorType from = getSource().getType().getTensor();
+  RankedTensorType to = getResult().getType().getTensor();
+  if (from.getElementType() != to.getElementType())
+    return emitOpError() << "element type changes from "
+                         << from.getElementType() << " to "
+                         << to.getElementType();
+  if (from.getNumElements() != to.getNumElements())
+    return emitOpError() << "element count changes from "
+                         << from.getNumElements() << " to "
+                         << to.getNumElements();
+  return success();
+}
+
+LogicalResult PoolAcquireOp::verify() {
+  return verifyExtent(*this, getOffset(), getBytes(),
+                      getResult().getType().getTensor());
+}
+
+LogicalResult PoolReleaseOp::verify() {
+  if (!getSlot().getDefiningOp<PoolAcquireOp>())
+    return emitOpError() << "slot must come from exec.pool_acquire";
+  return success();
+}
+
+LogicalResult LoadInputOp::verify() {
+  if (getName() != "tokens" && getName() != "labels")
+    return emitOpError() << "name must be \"tokens\" or \"labels\", got \""
+                         << getName() << "\"";
+  RankedTensorType t = getDest().getType().getTensor();
+  if (t.getRank() != 2 || !t.getElementType().isInteger(32))
+    return emitOpError() << "dest must hold a 2-D i32 tensor [B, T], got "
+                         << t;
+  return success();
+}
+
+LogicalResult KernelOp::verify() {
+  if (!getCallee().starts_with("train."))
+    return emitOpError() << "callee must name a train op (\"train.<op>\"), "
+                            "got \""
+                         << getCallee() << "\"";
+  if (getInputs().empty() && getOutputs().empty())
+    return emitOpError() << "expects at least one buffer operand";
+  for (Value out : getOutputs())
+    for (Value in : getInputs())
+      if (in == out)
+        return emitOpError() << "buffer is both an input and an output; "
+                                "an accumulated buffer is an output only";
+  return success();
+}
+
+template <typename CopyOp>
+static LogicalResult verifyCopy(CopyOp op, Value device, Value host,
+                                Stream expected) {
+  RankedTensorType d = tensorOf(device.getType());
+  RankedTensorType h = tensorOf(host.getType());
+  if (d != h)
+    return op.emitOpError() << "device buffer holds " << d
+                            << " but the host slot holds " << h;
+  if (op.getStream() != expected && op.getStream() != Stream::Compute)
+    return op.emitOpError()
+           << "runs on the " << stringifyStream(expected)
+           << " (or compute) stream, not " << stringifyStream(op.getStream());
+  return success();
+}
+
+LogicalResult D2HOp::verify() {
+  return verifyCopy(*this, getSource(), getSlot(), Stream::D2H);
+}
+
+LogicalResult H2DOp::verify() {
+  return verifyCopy(*this, getDest(), getSlot(), Stream::H2D);
+}
+
+LogicalResult AllReduceOp::verify() {
+  RankedTensorType t = getBuffer().getType().getTensor();
+  if (!t.getElementType().isF32())
+    return emitOpError() << "reduces FP32 main grads, got " << t;
+  if (getStream() == Stream::D2H || getStream() == Stream::H2D)
+    return emitOpError() << "runs on the comm (or compute) stream, not "
+                         << stringifyStream(getStream());
+  if (getCommunicator().empty())
+    return emitOpError() << "communicator must not be empty";
+  return success();
+}
+
+#define GET_OP_CLASSES
+#include "dialect/exec/ExecOps.cpp.inc"

@@ -1,0 +1,250 @@
+//===- ExecOps.td - exec dialect operations ----------------*- tablegen -*-===//
+//
+// The ops of an explicit training-step schedule. Program order is the order
+// in which the host enqueues work; each stream runs its ops in that order;
+// work on different streams is ordered only by events (a copy records its
+// event when it completes, `exec.record` / `exec.wait` order the rest).
+// Offsets are byte offsets into the device arena (buffers) or the pinned
+// pool (host slots); absent offsets mean "not planned yet".
+//
+//===----------------------------------------------------------------------===//
+#ifndef ACTPLACE_EXEC_OPS_TD
+#define ACTPLACE_EXEC_OPS_TD
+
+include "dialect/exec/ExecDialect.td"
+include "mlir/IR/SymbolInterfaces.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+
+class Exec_Op<string mnemonic, list<Trait> traits = []>
+    : Op<Exec_Dialect, mnemonic, traits>;
+
+def Exec_AnyBuffer : Type<CPred<"::llvm::isa<::ap::exec::BufferType>($_self)">,
+    "device buffer", "::ap::exec::BufferType">;
+def Exec_AnyHostSlot : Type<CPred<"::llvm::isa<::ap::exec::HostSlotType>($_self)">,
+    "pinned host slot", "::ap::exec::HostSlotType">;
+def Exec_AnyEvent : Type<CPred<"::llvm::isa<::ap::exec::EventType>($_self)">,
+    "event", "::ap::exec::EventType">,
+    BuildableType<"::ap::exec::EventType::get($_builder.getContext())">;
+
+def Exec_NonNegI64 : ConfinedAttr<I64Attr, [IntNonNegative]>;
+def Exec_PosI64 : ConfinedAttr<I64Attr, [IntPositive]>;
+
+//===----------------------------------------------------------------------===//
+// Structure
+//===----------------------------------------------------------------------===//
+
+def Exec_StepOp : Exec_Op<"step", [Symbol, SingleBlock, IsolatedFromAbove]> {
+  let summary = "one training step: persistent buffers, microbatch loop, optimizer";
+  let description = [{
+    The body runs once per optimizer step. Persistent buffers are defined at
+    its top level; the `exec.microbatch_loop` runs once per microbatch;
+    `exec.return` names the step's outputs (loss, grad norm). After
+    exec-plan-memory the step carries `persistent_bytes`,
+    `activation_bytes`, `workspace_bytes`, `arena_bytes` (= the three summed:
+    what the runtime allocates) and `pinned_bytes`.
+
+    ```mlir
+    exec.step @train_step {
+      ...
+      exec.return %loss, %norm : !exec.buffer<tensor<f32>>, !exec.buffer<tensor<f32>>
+    }
+    ```
+  }];
+  let arguments = (ins SymbolNameAttr:$sym_name);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat = "$sym_name attr-dict-with-keyword $body";
+  let hasVerifier = 1;
+}
+
+def Exec_ReturnOp : Exec_Op<"return", [Terminator, HasParent<"StepOp">]> {
+  let summary = "ends the step; its operands are the step's outputs";
+  let arguments = (ins Variadic<Exec_AnyBuffer>:$results);
+  let assemblyFormat = "($results^ `:` qualified(type($results)))? attr-dict";
+}
+
+def Exec_MicrobatchLoopOp : Exec_Op<"microbatch_loop",
+    [SingleBlock, NoTerminator, HasParent<"StepOp">]> {
+  let summary = "runs its body once per microbatch: forward then backward";
+  let description = [{
+    Every buffer and event defined in the body lives for one iteration; the
+    device memory plan is the plan of the body. `max_inflight` (> 0) bounds
+    the D2H copies pending before compute waits for the oldest one.
+
+    ```mlir
+    exec.microbatch_loop count 2 {
+      ...
+    }
+    ```
+  }];
+  let arguments = (ins Exec_PosI64:$count, OptionalAttr<Exec_NonNegI64>:$max_inflight);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat = "`count` $count attr-dict-with-keyword $body";
+}
+
+//===----------------------------------------------------------------------===//
+// Buffers and slots
+//===----------------------------------------------------------------------===//
+
+def Exec_BufferOp : Exec_Op<"buffer", [Pure]> {
+  let summary = "a transient device buffer: a view into the arena";
+  let description = [{
+    `bytes` is the tensor's size rounded up to 256; `offset` (a multiple of
+    256) is set by exec-plan-memory.
+
+    ```mlir
+    %b = exec.buffer offset 512 bytes 8192 : !exec.buffer<tensor<1x64x64xbf16>>
+    ```
+  }];
+  let arguments = (ins OptionalAttr<Exec_NonNegI64>:$offset, Exec_PosI64:$bytes);
+  let results = (outs Exec_AnyBuffer:$result);
+  let assemblyFormat = "(`offset` $offset^)? `bytes` $bytes attr-dict `:` qualified(type($result))";
+  let hasVerifier = 1;
+}
+
+def Exec_PersistentOp : Exec_Op<"persistent", [HasParent<"StepOp">]> {
+  let summary = "a buffer that lives across steps (weights, grads, optimizer state)";
+  let description = [{
+    `name` is the parameter name (HF naming) or, for role `state`, the name
+    of a step value (`loss_sum`, `token_count`). Main grads, master weights
+    and Adam moments are f32.
+
+    ```mlir
+    %g = exec.persistent "model.norm.weight" main_grad bytes 256 : !exec.buffer<tensor<64xf32>>
+    ```
+  }];
+  let arguments = (ins StrAttr:$name, Exec_BufferRole:$role,
+                       OptionalAttr<Exec_NonNegI64>:$offset, Exec_PosI64:$bytes);
+  let results = (outs Exec_AnyBuffer:$result);
+  let assemblyFormat = [{
+    $name $role (`offset` $offset^)? `bytes` $bytes attr-dict `:` qualified(type($result))
+  }];
+  let hasVerifier = 1;
+}
+
+def Exec_ViewOp : Exec_Op<"view", [Pure]> {
+  let summary = "the same bytes with another shape (a reshape, no copy)";
+  let arguments = (ins Exec_AnyBuffer:$source);
+  let results = (outs Exec_AnyBuffer:$result);
+  let assemblyFormat = "$source attr-dict `:` qualified(type($source)) `to` qualified(type($result))";
+  let hasVerifier = 1;
+}
+
+def Exec_PoolAcquireOp : Exec_Op<"pool_acquire"> {
+  let summary = "takes a slot of the pinned pool for one offloaded tensor";
+  let description = [{
+    `slot` names the slot (the runtime checks ownership by it); `offset`
+    and `bytes` place it in the pinned pool (256-byte aligned).
+
+    ```mlir
+    %s = exec.pool_acquire slot 0 offset 0 bytes 512 : !exec.host<tensor<1x64x4xbf16>>
+    ```
+  }];
+  let arguments = (ins Exec_NonNegI64:$slot, Exec_NonNegI64:$offset, Exec_PosI64:$bytes);
+  let results = (outs Exec_AnyHostSlot:$result);
+  let assemblyFormat = "`slot` $slot `offset` $offset `bytes` $bytes attr-dict `:` qualified(type($result))";
+  let hasVerifier = 1;
+}
+
+def Exec_PoolReleaseOp : Exec_Op<"pool_release"> {
+  let summary = "returns a slot to the pool once the event (the H2D that read it) completed";
+  let arguments = (ins Exec_AnyHostSlot:$slot, Exec_AnyEvent:$after);
+  let assemblyFormat = "$slot `after` $after attr-dict `:` qualified(type($slot))";
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Streams and events
+//===----------------------------------------------------------------------===//
+
+def Exec_EventCreateOp : Exec_Op<"event_create"> {
+  let summary = "a fresh event";
+  let results = (outs Exec_AnyEvent:$event);
+  let assemblyFormat = "attr-dict `:` qualified(type($event))";
+}
+
+def Exec_RecordOp : Exec_Op<"record"> {
+  let summary = "records the event on a stream after the work enqueued so far";
+  let arguments = (ins Exec_AnyEvent:$event, Exec_Stream:$stream);
+  let assemblyFormat = "$event `on` $stream attr-dict";
+}
+
+def Exec_WaitOp : Exec_Op<"wait"> {
+  let summary = "later work of a stream waits until the event completed";
+  let arguments = (ins Exec_AnyEvent:$event, Exec_Stream:$stream);
+  let assemblyFormat = "$event `on` $stream attr-dict";
+}
+
+//===----------------------------------------------------------------------===//
+// Work
+//===----------------------------------------------------------------------===//
+
+def Exec_LoadInputOp : Exec_Op<"load_input"> {
+  let summary = "writes the current microbatch's tokens or labels into a buffer (compute stream)";
+  let arguments = (ins StrAttr:$name, Exec_AnyBuffer:$dest);
+  let assemblyFormat = "$name `to` $dest attr-dict `:` qualified(type($dest))";
+  let hasVerifier = 1;
+}
+
+def Exec_KernelOp : Exec_Op<"kernel", [AttrSizedOperandSegments]> {
+  let summary = "a kernel call on the compute stream implementing one train op";
+  let description = [{
+    `callee` is the train op it implements; `ins` are read, `outs` are
+    written (main-grad and optimizer-state outputs are read and written:
+    gradients accumulate). `args` carries the train op's attributes (scope,
+    eps, scale, ...); `workspace` is the scratch the kernel needs, which the
+    memory plan includes.
+
+    ```mlir
+    exec.kernel "train.linear" ins(%x, %w : !exec.buffer<tensor<1x64x64xbf16>>, !exec.buffer<tensor<128x64xbf16>>)
+        outs(%y : !exec.buffer<tensor<1x64x128xbf16>>) workspace 33554432
+        args {scope = #train.scope<0, gdn_in_proj>}
+    ```
+  }];
+  let arguments = (ins StrAttr:$callee, Variadic<Exec_AnyBuffer>:$inputs,
+                       Variadic<Exec_AnyBuffer>:$outputs,
+                       Exec_NonNegI64:$workspace,
+                       DefaultValuedAttr<DictionaryAttr, "{}">:$args);
+  let assemblyFormat = [{
+    $callee (`ins` `(` $inputs^ `:` qualified(type($inputs)) `)`)?
+    (`outs` `(` $outputs^ `:` qualified(type($outputs)) `)`)?
+    `workspace` $workspace (`args` $args^)? attr-dict
+  }];
+  let hasVerifier = 1;
+}
+
+def Exec_D2HOp : Exec_Op<"d2h"> {
+  let summary = "copies a device buffer into a pinned slot; records the event on completion";
+  let arguments = (ins Exec_AnyBuffer:$source, Exec_AnyHostSlot:$slot,
+                       Exec_AnyEvent:$event, Exec_Stream:$stream);
+  let assemblyFormat = [{
+    $source `to` $slot `on` $stream `record` $event attr-dict `:` qualified(type($source)) `to` qualified(type($slot))
+  }];
+  let hasVerifier = 1;
+}
+
+def Exec_H2DOp : Exec_Op<"h2d"> {
+  let summary = "copies a pinned slot into a device buffer; records the event on completion";
+  let arguments = (ins Exec_AnyHostSlot:$slot, Exec_AnyBuffer:$dest,
+                       Exec_AnyEvent:$event, Exec_Stream:$stream);
+  let assemblyFormat = [{
+    $slot `to` $dest `on` $stream `record` $event attr-dict `:` qualified(type($slot)) `to` qualified(type($dest))
+  }];
+  let hasVerifier = 1;
+}
+
+def Exec_AllReduceOp : Exec_Op<"all_reduce"> {
+  let summary = "sums an FP32 main grad over a communicator (in place)";
+  let description = [{
+    Runs through the runtime's collective API (NCCL on the GPU, MPI on the
+    host backend; a world of one is a no-op there, not here).
+
+    ```mlir
+    exec.all_reduce %g over "dp" on comm : !exec.buffer<tensor<64xf32>>
+    ```
+  }];
+  let arguments = (ins Exec_AnyBuffer:$buffer, StrAttr:$communicator, Exec_Stream:$stream);
+  let assemblyFormat = "$buffer `over` $communicator `on` $stream attr-dict `:` qualified(type($buffer))";
+  let hasVerifier = 1;
+}
+
+#endif // ACTPLACE_EXEC_OPS_TD

@@ -1,0 +1,169 @@
+// RUN: actplace-opt %s -split-input-file -verify-diagnostics
+
+exec.step @s {
+  // expected-error @+1 {{'exec.buffer' op offset must be a multiple of 256, got 100}}
+  %b = exec.buffer offset 100 bytes 256 : !exec.buffer<tensor<4xf32>>
+  exec.return
+}
+
+// -----
+
+exec.step @s {
+  // expected-error @+1 {{'exec.buffer' op bytes must be a multiple of 256, got 300}}
+  %b = exec.buffer bytes 300 : !exec.buffer<tensor<4xf32>>
+  exec.return
+}
+
+// -----
+
+exec.step @s {
+  // expected-error @+1 {{'exec.buffer' op bytes 256 < 512 bytes of 'tensor<128xf32>'}}
+  %b = exec.buffer bytes 256 : !exec.buffer<tensor<128xf32>>
+  exec.return
+}
+
+// -----
+
+exec.step @s {
+  // expected-error @+1 {{'exec.persistent' op a main_grad buffer must be f32, got 'tensor<4xbf16>'}}
+  %g = exec.persistent "w" main_grad bytes 256 : !exec.buffer<tensor<4xbf16>>
+  exec.return
+}
+
+// -----
+
+exec.step @s {
+  %b = exec.buffer bytes 256 : !exec.buffer<tensor<4x4xbf16>>
+  // expected-error @+1 {{'exec.view' op element count changes from 16 to 12}}
+  %v = exec.view %b : !exec.buffer<tensor<4x4xbf16>> to !exec.buffer<tensor<3x4xbf16>>
+  exec.return
+}
+
+// -----
+
+exec.step @s {
+  %b = exec.buffer bytes 256 : !exec.buffer<tensor<4x4xbf16>>
+  // expected-error @+1 {{'exec.view' op element type changes from 'bf16' to 'f16'}}
+  %v = exec.view %b : !exec.buffer<tensor<4x4xbf16>> to !exec.buffer<tensor<16xf16>>
+  exec.return
+}
+
+// -----
+
+exec.step @s {
+  %b = exec.buffer bytes 256 : !exec.buffer<tensor<4x4xbf16>>
+  %s = exec.pool_acquire slot 0 offset 0 bytes 256 : !exec.host<tensor<4x4xf32>>
+  %e = exec.event_create : !exec.event
+  // expected-error @+1 {{'exec.d2h' op device buffer holds 'tensor<4x4xbf16>' but the host slot holds 'tensor<4x4xf32>'}}
+  exec.d2h %b to %s on d2h record %e : !exec.buffer<tensor<4x4xbf16>> to !exec.host<tensor<4x4xf32>>
+  exec.return
+}
+
+// -----
+
+exec.step @s {
+  %b = exec.buffer bytes 256 : !exec.buffer<tensor<4x4xbf16>>
+  %s = exec.pool_acquire slot 0 offset 0 bytes 256 : !exec.host<tensor<4x4xbf16>>
+  %e = exec.event_create : !exec.event
+  // expected-error @+1 {{'exec.d2h' op runs on the d2h (or compute) stream, not h2d}}
+  exec.d2h %b to %s on h2d record %e : !exec.buffer<tensor<4x4xbf16>> to !exec.host<tensor<4x4xbf16>>
+  exec.return
+}
+
+// -----
+
+exec.step @s {
+  %b = exec.buffer bytes 256 : !exec.buffer<tensor<4x4xbf16>>
+  %s = exec.pool_acquire slot 0 offset 0 bytes 256 : !exec.host<tensor<4x4xbf16>>
+  %e = exec.event_create : !exec.event
+  // expected-error @+1 {{'exec.h2d' op runs on the h2d (or compute) stream, not comm}}
+  exec.h2d %s to %b on comm record %e : !exec.host<tensor<4x4xbf16>> to !exec.buffer<tensor<4x4xbf16>>
+  exec.return
+}
+
+// -----
+
+exec.step @s {
+  // expected-error @+1 {{'exec.pool_acquire' op offset must be a multiple of 256, got 8}}
+  %s = exec.pool_acquire slot 0 offset 8 bytes 256 : !exec.host<tensor<4x4xbf16>>
+  exec.return
+}
+
+// -----
+
+exec.step @s {
+  %g = exec.persistent "w" weight bytes 256 : !exec.buffer<tensor<4xbf16>>
+  // expected-error @+1 {{'exec.all_reduce' op reduces FP32 main grads, got 'tensor<4xbf16>'}}
+  exec.all_reduce %g over "dp" on comm : !exec.buffer<tensor<4xbf16>>
+  exec.return
+}
+
+// -----
+
+exec.step @s {
+  %g = exec.persistent "w" main_grad bytes 256 : !exec.buffer<tensor<4xf32>>
+  // expected-error @+1 {{'exec.all_reduce' op runs on the comm (or compute) stream, not d2h}}
+  exec.all_reduce %g over "dp" on d2h : !exec.buffer<tensor<4xf32>>
+  exec.return
+}
+
+// -----
+
+exec.step @s {
+  %b = exec.buffer bytes 256 : !exec.buffer<tensor<4xf32>>
+  // expected-error @+1 {{'exec.kernel' op callee must name a train op ("train.<op>"), got "linear"}}
+  exec.kernel "linear" outs(%b : !exec.buffer<tensor<4xf32>>) workspace 0
+  exec.return
+}
+
+// -----
+
+exec.step @s {
+  %b = exec.buffer bytes 256 : !exec.buffer<tensor<4xf32>>
+  // expected-error @+1 {{'exec.kernel' op buffer is both an input and an output; an accumulated buffer is an output only}}
+  exec.kernel "train.add" ins(%b : !exec.buffer<tensor<4xf32>>) outs(%b : !exec.buffer<tensor<4xf32>>) workspace 0
+  exec.return
+}
+
+// -----
+
+exec.step @s {
+  %b = exec.buffer bytes 256 : !exec.buffer<tensor<1x4xf32>>
+  // expected-error @+1 {{'exec.load_input' op dest must hold a 2-D i32 tensor [B, T], got 'tensor<1x4xf32>'}}
+  exec.load_input "tokens" to %b : !exec.buffer<tensor<1x4xf32>>
+  exec.return
+}
+
+// -----
+
+exec.step @s {
+  %b = exec.buffer bytes 256 : !exec.buffer<tensor<1x4xi32>>
+  // expected-error @+1 {{'exec.load_input' op name must be "tokens" or "labels", got "text"}}
+  exec.load_input "text" to %b : !exec.buffer<tensor<1x4xi32>>
+  exec.return
+}
+
+// -----
+
+// expected-error @+1 {{'exec.step' op expects at most one exec.microbatch_loop, found 2}}
+exec.step @s {
+  exec.microbatch_loop count 1 {
+  }
+  exec.microbatch_loop count 1 {
+  }
+  exec.return
+}
+
+// -----
+
+exec.step @s {
+  // expected-error @+1 {{'exec.microbatch_loop' op attribute 'count' failed to satisfy constraint}}
+  exec.microbatch_loop count 0 {
+  }
+  exec.return
+}
+
+// -----
+
+// expected-error @+1 {{'exec.persistent' op expects parent op 'exec.step'}}
+%w = exec.persistent "w" weight bytes 256 : !exec.buffer<tensor<4xbf16>>
