@@ -178,4 +178,27 @@ def TrainPlacementReport : Pass<"train-placement-report", "mlir::ModuleOp"> {
   ]);
 }
 
+def ConvertTrainToExec : Pass<"convert-train-to-exec", "mlir::ModuleOp"> {
+  let summary = "Lower the placed train step to an exec.step (buffers, streams, copies, kernels)";
+  let description = [{
+    Every tensor of @train_step becomes a buffer (train.reshape a view of
+    its input); parameters get persistent weight, FP32 master, main-grad and
+    Adam-moment buffers (weight only when frozen); train.offload becomes a
+    pinned-slot acquire and a D2H copy on the d2h stream recording an event,
+    train.reload an H2D copy on the h2d stream recording an event after
+    which the slot is released, train.wait a wait of the compute stream on
+    that event. Recomputed ops are ordinary kernel calls. Main grads are
+    all-reduced over the data-parallel communicator before finalize_grads.
+    Kernel calls declare the workspace the cost model states (GEMMs the
+    fixed cuBLASLt workspace). Offsets are left to exec-plan-memory.
+  }];
+  let dependentDialects = ["::ap::exec::ExecDialect"];
+  let options = [
+    Option<"stepFunction", "step-function", "std::string", "\"train_step\"",
+           "The function train-autodiff built">,
+    Option<"gemmWorkspaceBytes", "gemm-workspace-bytes", "int64_t", "33554432",
+           "Fixed cuBLASLt workspace of GEMM kernels (0 for the host backend)">
+  ];
+}
+
 #endif // ACTPLACE_PASSES_TD

@@ -145,8 +145,10 @@ LogicalResult H2DOp::verify() {
 
 LogicalResult AllReduceOp::verify() {
   RankedTensorType t = getBuffer().getType().getTensor();
-  if (!t.getElementType().isF32())
-    return emitOpError() << "reduces FP32 main grads, got " << t;
+  if (!t.getElementType().isF32() && !t.getElementType().isInteger(32))
+    return emitOpError() << "sums f32 (main grads, loss) or i32 (token "
+                            "counts) buffers, got "
+                         << t;
   if (getStream() == Stream::D2H || getStream() == Stream::H2D)
     return emitOpError() << "runs on the comm (or compute) stream, not "
                          << stringifyStream(getStream());

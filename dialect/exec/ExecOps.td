@@ -233,7 +233,7 @@ def Exec_H2DOp : Exec_Op<"h2d"> {
 }
 
 def Exec_AllReduceOp : Exec_Op<"all_reduce"> {
-  let summary = "sums an FP32 main grad over a communicator (in place)";
+  let summary = "sums a buffer over a communicator in place (main grads, loss sum, token count)";
   let description = [{
     Runs through the runtime's collective API (NCCL on the GPU, MPI on the
     host backend; a world of one is a no-op there, not here).

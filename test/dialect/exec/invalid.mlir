@@ -93,7 +93,7 @@ exec.step @s {
 
 exec.step @s {
   %g = exec.persistent "w" weight bytes 256 : !exec.buffer<tensor<4xbf16>>
-  // expected-error @+1 {{'exec.all_reduce' op reduces FP32 main grads, got 'tensor<4xbf16>'}}
+  // expected-error @+1 {{'exec.all_reduce' op sums f32 (main grads, loss) or i32 (token counts) buffers, got 'tensor<4xbf16>'}}
   exec.all_reduce %g over "dp" on comm : !exec.buffer<tensor<4xbf16>>
   exec.return
 }

@@ -1,0 +1,352 @@
+//===- ConvertTrainToExec.cpp - convert-train-to-exec ---------------------===//
+//
+// Lowers the placed train step (func @train_step after train-autodiff and the
+// placement passes) to an exec.step: every tensor becomes a buffer, placement
+// ops become copies on the d2h / h2d streams with pinned slots and events,
+// parameters, main grads and optimizer states become persistent buffers.
+// Offsets stay unplanned (exec-plan-memory) and cross-stream ordering other
+// than the placement's wait anchors is left to exec-schedule-streams.
+//
+//===----------------------------------------------------------------------===//
+
+#include "dialect/exec/ExecOps.h"
+#include "dialect/train/TrainOps.h"
+#include "passes/Passes.h"
+#include "passes/analysis/CostModel.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/IRMapping.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/StringMap.h"
+
+namespace ap {
+#define GEN_PASS_DEF_CONVERTTRAINTOEXEC
+#include "passes/Passes.h.inc"
+} // namespace ap
+
+using namespace mlir;
+namespace ex = ap::exec;
+namespace tr = ap::train;
+
+namespace {
+/// The persistent buffers of one parameter; the last four are null when it
+/// is frozen.
+struct ParamBuffers {
+  Value weight, master, grad, adamM, adamV;
+};
+
+/// Attribute names whose symbol names the parameter a backward op
+/// accumulates into (TrainBackwardOps.td).
+bool isGradSymbolAttr(NamedAttribute a) {
+  return isa<FlatSymbolRefAttr>(a.getValue()) &&
+         a.getName().getValue().ends_with("_grad");
+}
+
+class Lowering {
+public:
+  Lowering(ModuleOp module, func::FuncOp func, int64_t gemmWorkspace)
+      : module(module), func(func), b(module.getContext()),
+        gemmWorkspace(gemmWorkspace) {}
+
+  LogicalResult run();
+
+private:
+  Type bufferOf(Type t) {
+    return ex::BufferType::get(b.getContext(), cast<RankedTensorType>(t));
+  }
+  Value persistent(Location loc, StringRef name, ex::BufferRole role,
+                   RankedTensorType t) {
+    return ex::PersistentOp::create(
+        b, loc, ex::BufferType::get(b.getContext(), t), name, role,
+        /*offset=*/IntegerAttr(), ex::alignTo256(ex::tensorBytes(t)));
+  }
+  Value transient(Location loc, Type t) {
+    auto rt = cast<RankedTensorType>(t);
+    return ex::BufferOp::create(b, loc, bufferOf(t), /*offset=*/IntegerAttr(),
+                                ex::alignTo256(ex::tensorBytes(rt)));
+  }
+  Value lookup(Operation *user, Value v) {
+    Value m = map.lookup(v);
+    if (!m)
+      user->emitError() << "convert-train-to-exec: operand has no buffer "
+                           "(unsupported producer)";
+    return m;
+  }
+  int64_t workspaceOf(Operation *op) {
+    int64_t ws = cost.cost(op).workspaceBytes;
+    StringRef n = op->getName().getStringRef();
+    // cuBLASLt gets one fixed workspace so that the GEMM algorithm never
+    // depends on the space handed in (kernels/dense.h).
+    if (n.contains("linear") || n.contains("lm_head"))
+      ws = std::max(ws, gemmWorkspace);
+    return ex::alignTo256(ws);
+  }
+  LogicalResult lowerKernel(Operation *op, ArrayRef<Value> extraOutputs,
+                            ArrayRef<Value> resultBuffers);
+  LogicalResult lowerBodyOp(Operation *op);
+  LogicalResult lowerStepOp(Operation *op);
+
+  ModuleOp module;
+  func::FuncOp func;
+  OpBuilder b;
+  int64_t gemmWorkspace;
+  tr::CostModel cost;
+  IRMapping map;
+  llvm::StringMap<ParamBuffers> params;
+  /// train.offload result -> its pinned slot.
+  DenseMap<Value, Value> slots;
+  /// train.reload result -> the event its H2D records.
+  DenseMap<Value, Value> reloadEvents;
+  Value lossAcc, countAcc;
+  int64_t nextSlot = 0, pinnedOffset = 0;
+};
+
+LogicalResult Lowering::lowerKernel(Operation *op, ArrayRef<Value> extraOutputs,
+                                    ArrayRef<Value> resultBuffers) {
+  SmallVector<Value> ins, outs(resultBuffers.begin(), resultBuffers.end());
+  for (Value v : op->getOperands()) {
+    Value m = lookup(op, v);
+    if (!m)
+      return failure();
+    ins.push_back(m);
+  }
+  outs.append(extraOutputs.begin(), extraOutputs.end());
+  SmallVector<NamedAttribute> args;
+  for (NamedAttribute a : op->getAttrs())
+    if (a.getName() != tr::kPlacementAttrName)
+      args.push_back(a);
+  ex::KernelOp::create(b, op->getLoc(), op->getName().getStringRef(), ins,
+                       outs, workspaceOf(op), b.getDictionaryAttr(args));
+  return success();
+}
+
+LogicalResult Lowering::lowerBodyOp(Operation *op) {
+  Location loc = op->getLoc();
+  if (auto ref = dyn_cast<tr::ParamRefOp>(op)) {
+    auto it = params.find(ref.getParam());
+    if (it == params.end())
+      return op->emitError() << "convert-train-to-exec: unknown parameter "
+                             << ref.getParamAttr();
+    map.map(ref.getResult(), it->second.weight);
+    return success();
+  }
+  if (auto reshape = dyn_cast<tr::ReshapeOp>(op)) {
+    Value src = lookup(op, reshape.getInput());
+    if (!src)
+      return failure();
+    map.map(reshape.getResult(),
+            ex::ViewOp::create(b, loc, bufferOf(reshape.getType()), src));
+    return success();
+  }
+  if (auto off = dyn_cast<tr::OffloadOp>(op)) {
+    Value src = lookup(op, off.getInput());
+    if (!src)
+      return failure();
+    RankedTensorType t = off.getHost().getType().getTensor();
+    int64_t bytes = ex::alignTo256(ex::tensorBytes(t));
+    Value slot = ex::PoolAcquireOp::create(
+        b, loc, ex::HostSlotType::get(b.getContext(), t), nextSlot++,
+        pinnedOffset, bytes);
+    pinnedOffset += bytes;
+    Value ev = ex::EventCreateOp::create(b, loc, ex::EventType::get(b.getContext()));
+    ex::D2HOp::create(b, loc, src, slot, ev, ex::Stream::D2H);
+    slots[off.getHost()] = slot;
+    return success();
+  }
+  if (auto reload = dyn_cast<tr::ReloadOp>(op)) {
+    Value slot = slots.lookup(reload.getHost());
+    if (!slot)
+      return op->emitError()
+             << "convert-train-to-exec: reload of a value that was not "
+                "offloaded in this microbatch";
+    Value dest = transient(loc, reload.getType());
+    Value ev = ex::EventCreateOp::create(b, loc, ex::EventType::get(b.getContext()));
+    ex::H2DOp::create(b, loc, slot, dest, ev, ex::Stream::H2D);
+    ex::PoolReleaseOp::create(b, loc, slot, ev);
+    map.map(reload.getResult(), dest);
+    reloadEvents[reload.getResult()] = ev;
+    return success();
+  }
+  if (auto wait = dyn_cast<tr::WaitOp>(op)) {
+    Value ev = reloadEvents.lookup(wait.getInput());
+    if (!ev)
+      return op->emitError()
+             << "convert-train-to-exec: train.wait must take a train.reload";
+    ex::WaitOp::create(b, loc, ev, ex::Stream::Compute);
+    map.map(wait.getResult(), map.lookup(wait.getInput()));
+    return success();
+  }
+  if (auto yield = dyn_cast<tr::YieldOp>(op)) {
+    // Sums the microbatch's loss and token count into the step's state.
+    return lowerKernel(op, {lossAcc, countAcc}, {});
+  }
+  if (!isa<tr::TrainDialect>(op->getDialect()))
+    return op->emitError() << "convert-train-to-exec: unsupported op in the "
+                              "microbatch loop";
+  SmallVector<Value> results, grads;
+  for (Value r : op->getResults())
+    results.push_back(transient(loc, r.getType()));
+  for (NamedAttribute a : op->getAttrs()) {
+    if (!isGradSymbolAttr(a))
+      continue;
+    StringRef name = cast<FlatSymbolRefAttr>(a.getValue()).getValue();
+    auto it = params.find(name);
+    if (it == params.end() || !it->second.grad)
+      return op->emitError() << "convert-train-to-exec: '"
+                             << a.getName().getValue()
+                             << "' names no trainable parameter: @" << name;
+    grads.push_back(it->second.grad);
+  }
+  if (failed(lowerKernel(op, grads, results)))
+    return failure();
+  for (auto [r, buf] : llvm::zip(op->getResults(), results))
+    map.map(r, buf);
+  return success();
+}
+
+LogicalResult Lowering::lowerStepOp(Operation *op) {
+  Location loc = op->getLoc();
+  auto stateOf = [&](Value v, StringRef name) {
+    Value buf =
+        persistent(loc, name, ex::BufferRole::State,
+                   cast<RankedTensorType>(v.getType()));
+    map.map(v, buf);
+    return buf;
+  };
+  if (auto fin = dyn_cast<tr::FinalizeGradsOp>(op)) {
+    // Main grads, the loss sum and the token count are summed over
+    // data-parallel ranks before the token mean and the norm (one rank
+    // today, through the same collective API), so the step's loss is the
+    // token-weighted mean over every rank's tokens.
+    SmallVector<Value> grads;
+    ex::AllReduceOp::create(b, loc, lossAcc, "dp", ex::Stream::Comm);
+    ex::AllReduceOp::create(b, loc, countAcc, "dp", ex::Stream::Comm);
+    for (tr::ParamOp p : module.getOps<tr::ParamOp>())
+      if (Value g = params[p.getSymName()].grad) {
+        ex::AllReduceOp::create(b, loc, g, "dp", ex::Stream::Comm);
+        grads.push_back(g);
+      }
+    Value norm = stateOf(fin.getGradNorm(), "grad_norm");
+    grads.insert(grads.begin(), norm);
+    return lowerKernel(op, {}, grads);
+  }
+  if (auto lr = dyn_cast<tr::LRScheduleOp>(op))
+    return lowerKernel(op, {}, {stateOf(lr.getLr(), "lr")});
+  if (auto mean = dyn_cast<tr::LossMeanOp>(op))
+    return lowerKernel(op, {}, {stateOf(mean.getLoss(), "loss")});
+  if (auto adam = dyn_cast<tr::AdamWOp>(op)) {
+    auto it = params.find(adam.getParam());
+    if (it == params.end() || !it->second.grad)
+      return op->emitError() << "convert-train-to-exec: adamw of a frozen or "
+                                "unknown parameter "
+                             << adam.getParamAttr();
+    ParamBuffers &pb = it->second;
+    return lowerKernel(op, {pb.weight, pb.master, pb.grad, pb.adamM, pb.adamV},
+                       {});
+  }
+  if (auto ret = dyn_cast<func::ReturnOp>(op)) {
+    SmallVector<Value> outs;
+    for (Value v : ret.getOperands()) {
+      Value m = lookup(op, v);
+      if (!m)
+        return failure();
+      outs.push_back(m);
+    }
+    ex::ReturnOp::create(b, loc, outs);
+    return success();
+  }
+  return op->emitError() << "convert-train-to-exec: unsupported op outside "
+                            "the microbatch loop";
+}
+
+LogicalResult Lowering::run() {
+  b.setInsertionPoint(func);
+  auto step = ex::StepOp::create(b, func.getLoc(), func.getSymName());
+  b.setInsertionPointToStart(&step.getBody().emplaceBlock());
+
+  // Persistent buffers in parameter order: the checkpoint and the runtime's
+  // parameter table use the same order.
+  for (tr::ParamOp p : module.getOps<tr::ParamOp>()) {
+    auto t = cast<RankedTensorType>(p.getType());
+    auto f32 = RankedTensorType::get(t.getShape(), b.getF32Type());
+    ParamBuffers pb;
+    StringRef n = p.getSymName();
+    pb.weight = persistent(p.getLoc(), n, ex::BufferRole::Weight, t);
+    if (!p.getFrozen()) {
+      pb.master = persistent(p.getLoc(), n, ex::BufferRole::Master, f32);
+      pb.grad = persistent(p.getLoc(), n, ex::BufferRole::MainGrad, f32);
+      pb.adamM = persistent(p.getLoc(), n, ex::BufferRole::AdamM, f32);
+      pb.adamV = persistent(p.getLoc(), n, ex::BufferRole::AdamV, f32);
+    }
+    params[n] = pb;
+  }
+
+  tr::MicrobatchLoopOp loop;
+  for (Operation &op : func.getBody().front()) {
+    if (auto l = dyn_cast<tr::MicrobatchLoopOp>(op)) {
+      if (loop)
+        return l.emitError("convert-train-to-exec: more than one microbatch "
+                           "loop");
+      loop = l;
+    }
+  }
+  if (!loop)
+    return func.emitError("convert-train-to-exec: @")
+           << func.getSymName() << " has no train.microbatch_loop";
+
+  for (Operation &op : func.getBody().front()) {
+    if (&op != loop.getOperation()) {
+      if (failed(lowerStepOp(&op)))
+        return failure();
+      continue;
+    }
+    Location loc = loop.getLoc();
+    lossAcc = persistent(loc, "loss_sum", ex::BufferRole::State,
+                         cast<RankedTensorType>(loop.getLossSum().getType()));
+    countAcc =
+        persistent(loc, "token_count", ex::BufferRole::State,
+                   cast<RankedTensorType>(loop.getTokenCount().getType()));
+    map.map(loop.getLossSum(), lossAcc);
+    map.map(loop.getTokenCount(), countAcc);
+    auto xloop = ex::MicrobatchLoopOp::create(
+        b, loc, loop.getTokens().getType().getDimSize(0),
+        /*max_inflight=*/IntegerAttr());
+    if (auto mi = loop->getAttrOfType<IntegerAttr>(tr::kMaxInflightAttrName))
+      xloop.setMaxInflightAttr(b.getI64IntegerAttr(mi.getInt()));
+    OpBuilder::InsertionGuard g(b);
+    b.setInsertionPointToStart(&xloop.getBody().emplaceBlock());
+    Block &body = loop.getBody().front();
+    static const StringRef inputNames[] = {"tokens", "labels"};
+    for (auto [arg, name] : llvm::zip(body.getArguments(), inputNames)) {
+      Value buf = transient(loc, arg.getType());
+      ex::LoadInputOp::create(b, loc, name, buf);
+      map.map(arg, buf);
+    }
+    for (Operation &op : body)
+      if (failed(lowerBodyOp(&op)))
+        return failure();
+  }
+  if (auto mb = module->getAttrOfType<IntegerAttr>(tr::kMicroBatchesAttrName))
+    step->setAttr("micro_batches", mb);
+  func.erase();
+  return success();
+}
+
+struct ConvertTrainToExecPass
+    : ap::impl::ConvertTrainToExecBase<ConvertTrainToExecPass> {
+  using Base::Base;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    auto func = module.lookupSymbol<func::FuncOp>(stepFunction);
+    if (!func) {
+      module.emitError() << "convert-train-to-exec: no function @"
+                         << stepFunction
+                         << " (run train-autodiff first)";
+      return signalPassFailure();
+    }
+    if (failed(Lowering(module, func, gemmWorkspaceBytes).run()))
+      signalPassFailure();
+  }
+};
+} // namespace
