@@ -201,4 +201,23 @@ def ConvertTrainToExec : Pass<"convert-train-to-exec", "mlir::ModuleOp"> {
   ];
 }
 
+def ExecPlanMemory : Pass<"exec-plan-memory", "mlir::ModuleOp"> {
+  let summary = "Static offsets of every buffer in one device arena; the planned peak";
+  let description = [{
+    Arena layout: persistent buffers in program order, then the activation
+    region shared by the microbatch loop's buffers (live from first to last
+    use in body order, views extending their root; greedy by size, lowest
+    fitting offset), then one workspace region as large as the largest
+    kernel workspace. A region a D2H copy read is reusable only after that
+    copy's event: the pass adds `exec.wait` before the next writer.
+    Everything is 256-byte aligned. Records `persistent_bytes`,
+    `activation_bytes`, `workspace_bytes`, `arena_bytes` (the planned peak
+    the runtime allocates) and `pinned_bytes` on the step.
+  }];
+  let options = [
+    Option<"printPlan", "print-plan", "bool", "false",
+           "Print the plan: one line per transient buffer and the totals">
+  ];
+}
+
 #endif // ACTPLACE_PASSES_TD

@@ -1,0 +1,179 @@
+//===- ExecMemoryPlan.cpp - static device-arena plan ----------------------===//
+
+#include "passes/analysis/ExecMemoryPlan.h"
+
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/DenseSet.h"
+#include "llvm/Support/FormatVariadic.h"
+
+#include <algorithm>
+#include <numeric>
+
+using namespace mlir;
+using namespace ap::exec;
+
+std::optional<Stream> ap::exec::streamOf(Operation *op) {
+  if (isa<KernelOp, LoadInputOp, MicrobatchLoopOp>(op))
+    return Stream::Compute;
+  if (auto d = dyn_cast<D2HOp>(op))
+    return d.getStream();
+  if (auto h = dyn_cast<H2DOp>(op))
+    return h.getStream();
+  if (auto a = dyn_cast<AllReduceOp>(op))
+    return a.getStream();
+  return std::nullopt;
+}
+
+namespace {
+/// Calls `fn(user)` for every non-view user of `v`, looking through views.
+template <typename Fn> void forEachUser(Value v, Fn &&fn) {
+  for (Operation *user : v.getUsers()) {
+    if (auto view = dyn_cast<ViewOp>(user))
+      forEachUser(view.getResult(), fn);
+    else
+      fn(user);
+  }
+}
+} // namespace
+
+MemoryPlan::MemoryPlan(StepOp step) {
+  Block &top = step.getBody().front();
+  MicrobatchLoopOp loop;
+  for (Operation &op : top) {
+    if (isa<PersistentOp, BufferOp>(op)) {
+      int64_t bytes = isa<PersistentOp>(op) ? cast<PersistentOp>(op).getBytes()
+                                            : cast<BufferOp>(op).getBytes();
+      persistent.push_back({&op, persistentBytes});
+      persistentBytes += alignTo256(bytes);
+    }
+    if (auto l = dyn_cast<MicrobatchLoopOp>(op))
+      loop = l;
+  }
+  step.walk([&](Operation *op) {
+    if (auto k = dyn_cast<KernelOp>(op))
+      workspaceBytes = std::max(workspaceBytes, alignTo256(k.getWorkspace()));
+    if (auto a = dyn_cast<PoolAcquireOp>(op))
+      pinnedBytes =
+          std::max(pinnedBytes, int64_t(a.getOffset() + a.getBytes()));
+  });
+  if (!loop)
+    return;
+
+  // Body positions.
+  DenseMap<Operation *, int64_t> pos;
+  Block &body = loop.getBody().front();
+  for (Operation &op : body) {
+    if (!op.getRegions().empty()) {
+      op.emitError("exec-plan-memory: nested regions in the microbatch loop "
+                   "are not supported");
+      ok = false;
+      return;
+    }
+    pos[&op] = pos.size();
+  }
+
+  for (Operation &op : body) {
+    auto buf = dyn_cast<BufferOp>(op);
+    if (!buf)
+      continue;
+    PlannedBuffer p;
+    p.op = buf;
+    p.bytes = alignTo256(buf.getBytes());
+    p.start = p.end = pos[buf];
+    bool used = false;
+    forEachUser(buf.getResult(), [&](Operation *user) {
+      int64_t at = pos.lookup(user);
+      if (!used || at < p.start) {
+        p.start = at;
+        p.firstUser = user;
+      }
+      p.end = used ? std::max(p.end, at) : at;
+      used = true;
+      if (auto d2h = dyn_cast<D2HOp>(user))
+        p.d2hEvents.push_back(d2h.getEvent());
+    });
+    transients.push_back(std::move(p));
+  }
+
+  // Greedy by size: largest first (then earliest), lowest offset that does
+  // not overlap any placed buffer whose lifetime intersects.
+  SmallVector<unsigned> order(transients.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](unsigned a, unsigned b) {
+    if (transients[a].bytes != transients[b].bytes)
+      return transients[a].bytes > transients[b].bytes;
+    return transients[a].start < transients[b].start;
+  });
+  SmallVector<unsigned> placed;
+  for (unsigned i : order) {
+    PlannedBuffer &p = transients[i];
+    SmallVector<std::pair<int64_t, int64_t>> busy;
+    for (unsigned j : placed) {
+      const PlannedBuffer &q = transients[j];
+      if (q.start <= p.end && p.start <= q.end)
+        busy.push_back({q.offset, q.offset + q.bytes});
+    }
+    llvm::sort(busy);
+    int64_t at = 0;
+    for (auto [lo, hi] : busy) {
+      if (at + p.bytes <= lo)
+        break;
+      at = std::max(at, hi);
+    }
+    p.offset = at;
+    activationBytes = std::max(activationBytes, at + p.bytes);
+    placed.push_back(i);
+  }
+
+  // Waits before the first later writer of a region a D2H read. Waits already
+  // in the body (or added for an earlier writer on the same stream) order
+  // every later op of that stream too.
+  DenseMap<std::pair<Value, unsigned>, int64_t> waitedAt;
+  for (Operation &op : body)
+    if (auto w = dyn_cast<WaitOp>(op)) {
+      auto key = std::make_pair(w.getEvent(), unsigned(w.getStream()));
+      if (!waitedAt.count(key))
+        waitedAt[key] = pos[w];
+    }
+  SmallVector<unsigned> byStart(transients.size());
+  std::iota(byStart.begin(), byStart.end(), 0);
+  std::stable_sort(byStart.begin(), byStart.end(), [&](unsigned a, unsigned b) {
+    return transients[a].start < transients[b].start;
+  });
+  for (unsigned bi : byStart) {
+    PlannedBuffer &b = transients[bi];
+    std::optional<Stream> s = b.firstUser ? streamOf(b.firstUser) : std::nullopt;
+    if (!s)
+      continue;
+    for (const PlannedBuffer &a : transients) {
+      if (a.d2hEvents.empty() || a.end >= b.start ||
+          a.offset >= b.offset + b.bytes || b.offset >= a.offset + a.bytes)
+        continue;
+      for (Value ev : a.d2hEvents) {
+        auto key = std::make_pair(ev, unsigned(*s));
+        auto it = waitedAt.find(key);
+        if (it != waitedAt.end() && it->second <= b.start)
+          continue;
+        waitedAt[key] = b.start;
+        reuseWaits.push_back({ev, *s, b.firstUser});
+      }
+    }
+  }
+}
+
+void MemoryPlan::print(llvm::raw_ostream &os) const {
+  os << llvm::formatv("exec-plan-memory: arena {0} bytes = persistent {1} + "
+                      "activations {2} + workspace {3}; pinned {4} bytes; {5} "
+                      "transient buffers, {6} reuse waits\n",
+                      arenaBytes(), persistentBytes, activationBytes,
+                      workspaceBytes, pinnedBytes, transients.size(),
+                      reuseWaits.size());
+  for (auto [i, p] : llvm::enumerate(transients)) {
+    os << llvm::formatv("buffer {0} offset {1} bytes {2} live {3} {4} ", i,
+                        persistentBytes + p.offset, p.bytes, p.start, p.end)
+       << const_cast<BufferOp &>(p.op).getResult().getType().getTensor();
+    if (!p.d2hEvents.empty())
+      os << " offloaded";
+    os << "\n";
+  }
+}
