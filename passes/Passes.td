@@ -220,4 +220,26 @@ def ExecPlanMemory : Pass<"exec-plan-memory", "mlir::ModuleOp"> {
   ];
 }
 
+def ExecScheduleStreams : Pass<"exec-schedule-streams", "mlir::ModuleOp"> {
+  let summary = "Insert the event records and waits that order every cross-stream use";
+  let description = [{
+    Every read or write of device (arena) or pinned (pool) bytes on one
+    stream is ordered after the conflicting earlier accesses on other
+    streams: a reload's use after its H2D, a reload's H2D after its own
+    D2H, a write into an offloaded region after the D2H that read it, a
+    pinned slot's next D2H after the H2D that read it, the all-reduce after
+    the loop's grads, the optimizer after the all-reduce. Vector clocks
+    skip pairs already ordered (directly or transitively) and a wait uses
+    the earliest sufficient event, reusing copy events and records; new
+    records go right after the op that must complete. The loop body starts
+    with the copy streams waiting for compute and ends with compute waiting
+    for the copy streams; `max_inflight` bounds pending D2H copies.
+    Idempotent.
+  }];
+  let statistics = [
+    Statistic<"numRecords", "records", "Event records inserted">,
+    Statistic<"numWaits", "waits", "Stream waits inserted">
+  ];
+}
+
 #endif // ACTPLACE_PASSES_TD

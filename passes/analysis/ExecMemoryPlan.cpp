@@ -3,7 +3,6 @@
 #include "passes/analysis/ExecMemoryPlan.h"
 
 #include "llvm/ADT/DenseMap.h"
-#include "llvm/ADT/DenseSet.h"
 #include "llvm/Support/FormatVariadic.h"
 
 #include <algorithm>
@@ -125,38 +124,62 @@ MemoryPlan::MemoryPlan(StepOp step) {
     placed.push_back(i);
   }
 
-  // Waits before the first later writer of a region a D2H read. Waits already
-  // in the body (or added for an earlier writer on the same stream) order
-  // every later op of that stream too.
-  DenseMap<std::pair<Value, unsigned>, int64_t> waitedAt;
+  // Waits before the first later writer of a region a D2H read. Copies of
+  // one stream complete in order, so a writer waits only for the latest
+  // such D2H per copy stream, and not at all when a wait on its stream for
+  // that copy or a later one of the same stream comes earlier in the body
+  // (already there or added for an earlier writer).
+  DenseMap<Value, std::pair<int64_t, unsigned>> d2hOf;
   for (Operation &op : body)
-    if (auto w = dyn_cast<WaitOp>(op)) {
-      auto key = std::make_pair(w.getEvent(), unsigned(w.getStream()));
-      if (!waitedAt.count(key))
-        waitedAt[key] = pos[w];
-    }
+    if (auto d = dyn_cast<D2HOp>(op))
+      d2hOf[d.getEvent()] = {pos[d], unsigned(d.getStream())};
+  // covered[{waiter, copy stream}]: latest D2H position the waiter stream
+  // is ordered after so far.
+  DenseMap<std::pair<unsigned, unsigned>, int64_t> covered;
+  SmallVector<std::pair<int64_t, WaitOp>> existing;
+  for (Operation &op : body)
+    if (auto w = dyn_cast<WaitOp>(op))
+      if (d2hOf.count(w.getEvent()))
+        existing.push_back({pos[w], w});
+  auto cover = [&](unsigned waiter, Value ev) {
+    auto [at, copyStream] = d2hOf.lookup(ev);
+    int64_t &c = covered[{waiter, copyStream}];
+    c = std::max(c, at + 1);
+  };
   SmallVector<unsigned> byStart(transients.size());
   std::iota(byStart.begin(), byStart.end(), 0);
   std::stable_sort(byStart.begin(), byStart.end(), [&](unsigned a, unsigned b) {
     return transients[a].start < transients[b].start;
   });
+  size_t nextExisting = 0;
   for (unsigned bi : byStart) {
     PlannedBuffer &b = transients[bi];
+    while (nextExisting < existing.size() &&
+           existing[nextExisting].first < b.start) {
+      WaitOp w = existing[nextExisting++].second;
+      cover(unsigned(w.getStream()), w.getEvent());
+    }
     std::optional<Stream> s = b.firstUser ? streamOf(b.firstUser) : std::nullopt;
     if (!s)
       continue;
+    // Latest D2H per copy stream among the earlier occupants of b's bytes.
+    DenseMap<unsigned, std::pair<int64_t, Value>> latestCopy;
     for (const PlannedBuffer &a : transients) {
       if (a.d2hEvents.empty() || a.end >= b.start ||
           a.offset >= b.offset + b.bytes || b.offset >= a.offset + a.bytes)
         continue;
       for (Value ev : a.d2hEvents) {
-        auto key = std::make_pair(ev, unsigned(*s));
-        auto it = waitedAt.find(key);
-        if (it != waitedAt.end() && it->second <= b.start)
-          continue;
-        waitedAt[key] = b.start;
-        reuseWaits.push_back({ev, *s, b.firstUser});
+        auto [at, copyStream] = d2hOf.lookup(ev);
+        auto &l = latestCopy[copyStream];
+        if (!l.second || at > l.first)
+          l = {at, ev};
       }
+    }
+    for (auto &[copyStream, l] : latestCopy) {
+      if (covered.lookup({unsigned(*s), copyStream}) > l.first)
+        continue;
+      cover(unsigned(*s), l.second);
+      reuseWaits.push_back({l.second, *s, b.firstUser});
     }
   }
 }

@@ -98,6 +98,7 @@ private:
   /// train.reload result -> the event its H2D records.
   DenseMap<Value, Value> reloadEvents;
   Value lossAcc, countAcc;
+  Operation *execLoop = nullptr;
   int64_t nextSlot = 0, pinnedOffset = 0;
 };
 
@@ -206,7 +207,11 @@ LogicalResult Lowering::lowerBodyOp(Operation *op) {
 
 LogicalResult Lowering::lowerStepOp(Operation *op) {
   Location loc = op->getLoc();
+  // Step values live in persistent state buffers declared with the others,
+  // before the loop, so the step's top level reads as declarations then work.
   auto stateOf = [&](Value v, StringRef name) {
+    OpBuilder::InsertionGuard g(b);
+    b.setInsertionPoint(execLoop);
     Value buf =
         persistent(loc, name, ex::BufferRole::State,
                    cast<RankedTensorType>(v.getType()));
@@ -311,6 +316,7 @@ LogicalResult Lowering::run() {
     auto xloop = ex::MicrobatchLoopOp::create(
         b, loc, loop.getTokens().getType().getDimSize(0),
         /*max_inflight=*/IntegerAttr());
+    execLoop = xloop;
     if (auto mi = loop->getAttrOfType<IntegerAttr>(tr::kMaxInflightAttrName))
       xloop.setMaxInflightAttr(b.getI64IntegerAttr(mi.getInt()));
     OpBuilder::InsertionGuard g(b);

@@ -1,0 +1,61 @@
+//===- ExecStreamSchedule.h - cross-stream ordering of an exec.step -*- C++ -*-===//
+//
+// Decides the event records and waits an exec.step needs so that every use
+// of memory on one stream is ordered after the conflicting uses on other
+// streams (read after write, write after read, write after write), in the
+// device arena and in the pinned pool alike. Program order is enqueue
+// order; each stream runs its ops in order; streams are ordered only by
+// events. Vector clocks track, per stream, how far it is known to be
+// ordered after every other stream (directly or through chains of waits),
+// so a wait is added only where no existing one already orders the pair,
+// and it uses the earliest event that suffices (an existing record or copy
+// event when there is one, otherwise a new record right after the op that
+// must complete).
+//
+// The microbatch loop body is scheduled on its own: at its start the
+// copy streams wait for the compute stream (ordering them after the
+// previous iteration), at its end the compute stream waits for every copy
+// stream (so nothing of an iteration is in flight in the next one, which
+// is what lets the memory plan and the pinned pool be those of one
+// microbatch). At the step level the loop counts as compute work touching
+// every outside buffer it uses; the step ends with compute waiting for
+// every other stream. `max_inflight` on the loop bounds the D2H copies
+// pending when a new one is issued: compute waits for the oldest first.
+//
+//===----------------------------------------------------------------------===//
+#ifndef ACTPLACE_PASSES_ANALYSIS_EXECSTREAMSCHEDULE_H
+#define ACTPLACE_PASSES_ANALYSIS_EXECSTREAMSCHEDULE_H
+
+#include "dialect/exec/ExecOps.h"
+
+#include "llvm/ADT/SmallVector.h"
+
+namespace ap::exec {
+
+/// One record or wait to insert. Inserted right before `before` (at the end
+/// of `block` when null), in the order of the list.
+struct StreamInsertion {
+  enum Kind { Record, Wait } kind;
+  mlir::Block *block;
+  mlir::Operation *before;
+  Stream stream;
+  /// An event that exists in the IR, or null when `newEvent` names one the
+  /// schedule creates (its Record comes first in the list).
+  mlir::Value event;
+  int newEvent = -1;
+  /// Why (for debugging and remarks): "RAW", "WAR", "WAW", "barrier",
+  /// "max-inflight".
+  const char *reason = "";
+};
+
+class StreamSchedule {
+public:
+  explicit StreamSchedule(StepOp step);
+
+  llvm::SmallVector<StreamInsertion> insertions;
+  int numNewEvents = 0;
+};
+
+} // namespace ap::exec
+
+#endif // ACTPLACE_PASSES_ANALYSIS_EXECSTREAMSCHEDULE_H

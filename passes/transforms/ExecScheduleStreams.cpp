@@ -1,0 +1,50 @@
+//===- ExecScheduleStreams.cpp - exec-schedule-streams --------------------===//
+//
+// Applies StreamSchedule: inserts the event records and stream waits that
+// order every cross-stream use of memory. Running it again adds nothing.
+//
+//===----------------------------------------------------------------------===//
+
+#include "dialect/exec/ExecOps.h"
+#include "passes/Passes.h"
+#include "passes/analysis/ExecStreamSchedule.h"
+
+namespace ap {
+#define GEN_PASS_DEF_EXECSCHEDULESTREAMS
+#include "passes/Passes.h.inc"
+} // namespace ap
+
+using namespace mlir;
+using namespace ap::exec;
+
+namespace {
+struct ExecScheduleStreamsPass
+    : ap::impl::ExecScheduleStreamsBase<ExecScheduleStreamsPass> {
+  using Base::Base;
+
+  void runOnOperation() override {
+    for (StepOp step : getOperation().getOps<StepOp>()) {
+      StreamSchedule schedule(step);
+      OpBuilder b(step.getContext());
+      SmallVector<Value> created(schedule.numNewEvents);
+      for (const StreamInsertion &ins : schedule.insertions) {
+        if (ins.before)
+          b.setInsertionPoint(ins.before);
+        else
+          b.setInsertionPointToEnd(ins.block);
+        Location loc = ins.before ? ins.before->getLoc() : step.getLoc();
+        if (ins.kind == StreamInsertion::Record) {
+          Value ev = EventCreateOp::create(b, loc, EventType::get(b.getContext()));
+          created[ins.newEvent] = ev;
+          RecordOp::create(b, loc, ev, ins.stream);
+          ++numRecords;
+        } else {
+          Value ev = ins.event ? ins.event : created[ins.newEvent];
+          WaitOp::create(b, loc, ev, ins.stream);
+          ++numWaits;
+        }
+      }
+    }
+  }
+};
+} // namespace
