@@ -72,12 +72,17 @@ private:
                            "(unsupported producer)";
     return m;
   }
+  /// The kernel scratch of `op`: the cost model's figure (which mirrors the
+  /// kernels' workspace queries for the chunked GDN, attention backward and
+  /// the chunked LM head) plus the fixed cuBLASLt workspace of GEMM kernels,
+  /// fixed so that the GEMM algorithm never depends on the space handed in
+  /// (kernels/dense.h). The LM head's query counts its GEMM workspace on top
+  /// of its chunk buffers; a linear needs the GEMM workspace alone.
   int64_t workspaceOf(Operation *op) {
     int64_t ws = cost.cost(op).workspaceBytes;
-    StringRef n = op->getName().getStringRef();
-    // cuBLASLt gets one fixed workspace so that the GEMM algorithm never
-    // depends on the space handed in (kernels/dense.h).
-    if (n.contains("linear") || n.contains("lm_head"))
+    if (isa<tr::LMHeadCrossEntropyOp, tr::LMHeadCrossEntropyGradOp>(op))
+      ws = ex::alignTo256(ws) + gemmWorkspace;
+    else if (isa<tr::LinearOp, tr::LinearGradOp>(op))
       ws = std::max(ws, gemmWorkspace);
     return ex::alignTo256(ws);
   }
