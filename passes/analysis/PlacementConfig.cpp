@@ -65,6 +65,17 @@ PlacementConfig::validate(function_ref<InFlightDiagnostic()> emitError) {
   return success();
 }
 
+FailureOr<CostModel> PlacementConfig::costModel(Operation *diagnosticOp) const {
+  if (profile.empty())
+    return CostModel();
+  llvm::Expected<DeviceProfile> prof = DeviceProfile::load(profile);
+  if (!prof) {
+    diagnosticOp->emitError() << llvm::toString(prof.takeError());
+    return failure();
+  }
+  return CostModel(*prof);
+}
+
 bool PlacementConfig::isRecomputed(Operation *op) const {
   Scope scope = Scope::of(op);
   if (recomputeLeaves.count(scope.leaf))

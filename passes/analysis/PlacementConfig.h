@@ -8,6 +8,7 @@
 #ifndef ACTPLACE_PASSES_ANALYSIS_PLACEMENTCONFIG_H
 #define ACTPLACE_PASSES_ANALYSIS_PLACEMENTCONFIG_H
 
+#include "passes/analysis/CostModel.h"
 #include "passes/analysis/SavedActivations.h"
 
 #include "mlir/IR/Diagnostics.h"
@@ -38,6 +39,10 @@ struct PlacementConfig {
   validate(llvm::function_ref<mlir::InFlightDiagnostic()> emitError);
 
   bool offloading() const { return !offloadLeaves.empty(); }
+
+  /// The cost model, with the constants of the `profile` file when one is
+  /// named; a bad file is reported on `diagnosticOp`.
+  mlir::FailureOr<CostModel> costModel(mlir::Operation *diagnosticOp) const;
   bool hideRuleOn() const { return hideRule != "off"; }
 
   /// True when `op` (a forward op) is recomputed under this config: its scope

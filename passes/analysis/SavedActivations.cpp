@@ -42,15 +42,19 @@ Block *SavedActivations::findBody(ModuleOp module) {
   return found;
 }
 
-SavedActivations::SavedActivations(ModuleOp module) {
-  body = findBody(module);
-  if (!body) {
+Block *SavedActivations::findBodyOrEmitError(ModuleOp module) {
+  Block *found = findBody(module);
+  if (!found)
     module.emitError() << "no train.microbatch_loop: run train-autodiff "
-                          "first (the saved activations are the values its "
-                          "backward reads)";
-    return;
-  }
-  analyse();
+                          "first (placement works on the training step it "
+                          "builds)";
+  return found;
+}
+
+SavedActivations::SavedActivations(ModuleOp module) {
+  body = findBodyOrEmitError(module);
+  if (body)
+    analyse();
 }
 
 SavedActivations::SavedActivations(Block &b) : body(&b) { analyse(); }

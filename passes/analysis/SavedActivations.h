@@ -73,6 +73,8 @@ public:
 
   /// The body of the module's single microbatch loop, or null.
   static mlir::Block *findBody(mlir::ModuleOp module);
+  /// The same, reporting on the module when there is none.
+  static mlir::Block *findBodyOrEmitError(mlir::ModuleOp module);
 
 private:
   void analyse();

@@ -70,15 +70,10 @@ void TrainOffloadScopesPass::runOnOperation() {
   if (!saved.valid())
     return signalPassFailure();
 
-  CostModel costs;
-  if (!cfg.profile.empty()) {
-    auto prof = DeviceProfile::load(cfg.profile);
-    if (!prof) {
-      module.emitError() << llvm::toString(prof.takeError());
-      return signalPassFailure();
-    }
-    costs = CostModel(*prof);
-  }
+  FailureOr<CostModel> costModel = cfg.costModel(module);
+  if (failed(costModel))
+    return signalPassFailure();
+  const CostModel &costs = *costModel;
   // Compute-stream timeline without stalls: end time of every body op.
   ArrayRef<Operation *> ops = saved.ops();
   SmallVector<double> end(ops.size());

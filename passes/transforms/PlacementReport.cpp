@@ -126,20 +126,13 @@ void TrainPlacementReportPass::runOnOperation() {
                        << reportFormat << "'";
     return signalPassFailure();
   }
-  Block *body = SavedActivations::findBody(module);
-  if (!body) {
-    module.emitError() << "no train.microbatch_loop: run train-autodiff first";
+  Block *body = SavedActivations::findBodyOrEmitError(module);
+  if (!body)
     return signalPassFailure();
-  }
-  CostModel costs;
-  if (!cfg.profile.empty()) {
-    auto prof = DeviceProfile::load(cfg.profile);
-    if (!prof) {
-      module.emitError() << llvm::toString(prof.takeError());
-      return signalPassFailure();
-    }
-    costs = CostModel(*prof);
-  }
+  FailureOr<CostModel> costModel = cfg.costModel(module);
+  if (failed(costModel))
+    return signalPassFailure();
+  const CostModel &costs = *costModel;
 
   // The same step without placement, for the "before" columns.
   OwningOpRef<ModuleOp> baseline = module.clone();

@@ -37,20 +37,13 @@ void TrainPrefetchAnchorsPass::runOnOperation() {
   PlacementConfig cfg = AP_PLACEMENT_CONFIG();
   if (failed(cfg.validate([&] { return module.emitError(); })))
     return signalPassFailure();
-  Block *body = SavedActivations::findBody(module);
-  if (!body) {
-    module.emitError() << "no train.microbatch_loop: run train-autodiff first";
+  Block *body = SavedActivations::findBodyOrEmitError(module);
+  if (!body)
     return signalPassFailure();
-  }
-  CostModel costs;
-  if (!cfg.profile.empty()) {
-    auto prof = DeviceProfile::load(cfg.profile);
-    if (!prof) {
-      module.emitError() << llvm::toString(prof.takeError());
-      return signalPassFailure();
-    }
-    costs = CostModel(*prof);
-  }
+  FailureOr<CostModel> costModel = cfg.costModel(module);
+  if (failed(costModel))
+    return signalPassFailure();
+  const CostModel &costs = *costModel;
 
   // Compute timeline of the body without stalls.
   SmallVector<Operation *> ops;
