@@ -1,4 +1,4 @@
-//===- ExecDialect.h - exec dialect -------------------------------*- C++ -*-===//
+//===- ExecDialect.h - exec dialect -----------------------------*- C++ -*-===//
 #ifndef ACTPLACE_DIALECT_EXEC_EXECDIALECT_H
 #define ACTPLACE_DIALECT_EXEC_EXECDIALECT_H
 

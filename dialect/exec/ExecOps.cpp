@@ -21,12 +21,12 @@ LogicalResult verifyExtent(Operation *op, std::optional<int64_t> offset,
     return op->emitOpError() << "offset must be a multiple of " << kAlignment
                              << ", got " << *offset;
   if (bytes % kAlignment != 0)
-    return op->emitOpError() << "bytes must be a multiple of " << kAlignment
-                             << ", got " << bytes;
+    return op->emitOpError()
+           << "bytes must be a multiple of " << kAlignment << ", got " << bytes;
   int64_t need = tensorBytes(tensor);
   if (bytes < need)
-    return op->emitOpError() << "bytes " << bytes << " < " << need
-                             << " bytes of " << tensor;
+    return op->emitOpError()
+           << "bytes " << bytes << " < " << need << " bytes of " << tensor;
   return success();
 }
 
@@ -45,8 +45,7 @@ LogicalResult StepOp::verify() {
   if (loops > 1)
     return emitOpError() << "expects at most one exec.microbatch_loop, found "
                          << loops;
-  if (getBody().front().empty() ||
-      !isa<ReturnOp>(getBody().front().back()))
+  if (getBody().front().empty() || !isa<ReturnOp>(getBody().front().back()))
     return emitOpError() << "body must end with exec.return";
   return success();
 }
@@ -100,8 +99,7 @@ LogicalResult LoadInputOp::verify() {
                          << getName() << "\"";
   RankedTensorType t = getDest().getType().getTensor();
   if (t.getRank() != 2 || !t.getElementType().isInteger(32))
-    return emitOpError() << "dest must hold a 2-D i32 tensor [B, T], got "
-                         << t;
+    return emitOpError() << "dest must hold a 2-D i32 tensor [B, T], got " << t;
   return success();
 }
 
@@ -126,8 +124,8 @@ static LogicalResult verifyCopy(CopyOp op, Value device, Value host,
   RankedTensorType d = tensorOf(device.getType());
   RankedTensorType h = tensorOf(host.getType());
   if (d != h)
-    return op.emitOpError() << "device buffer holds " << d
-                            << " but the host slot holds " << h;
+    return op.emitOpError()
+           << "device buffer holds " << d << " but the host slot holds " << h;
   if (op.getStream() != expected && op.getStream() != Stream::Compute)
     return op.emitOpError()
            << "runs on the " << stringifyStream(expected)

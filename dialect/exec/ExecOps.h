@@ -1,4 +1,4 @@
-//===- ExecOps.h - exec dialect operations ------------------------*- C++ -*-===//
+//===- ExecOps.h - exec dialect operations ----------------------*- C++ -*-===//
 #ifndef ACTPLACE_DIALECT_EXEC_EXECOPS_H
 #define ACTPLACE_DIALECT_EXEC_EXECOPS_H
 

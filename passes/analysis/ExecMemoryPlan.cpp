@@ -159,7 +159,8 @@ MemoryPlan::MemoryPlan(StepOp step) {
       WaitOp w = existing[nextExisting++].second;
       cover(unsigned(w.getStream()), w.getEvent());
     }
-    std::optional<Stream> s = b.firstUser ? streamOf(b.firstUser) : std::nullopt;
+    std::optional<Stream> s =
+        b.firstUser ? streamOf(b.firstUser) : std::nullopt;
     if (!s)
       continue;
     // Latest D2H per copy stream among the earlier occupants of b's bytes.

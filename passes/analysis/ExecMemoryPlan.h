@@ -1,4 +1,4 @@
-//===- ExecMemoryPlan.h - static device-arena plan of an exec.step -*- C++ -*-===//
+//===- ExecMemoryPlan.h - device-arena plan ---------------------*- C++ -*-===//
 //
 // Decides where every buffer of an exec.step lives in the one device arena
 // the runtime allocates: [persistent | activations | workspace].

@@ -217,9 +217,9 @@ private:
           if (r.live && r.clock[t] >= need[t] &&
               (!found || r.clock[t] < found->clock[t]))
             found = &r;
-        Recorded cand = found ? *found
-                              : Recorded{clockAfter[t][need[t] - 1], Value(),
-                                         -1, true};
+        Recorded cand =
+            found ? *found
+                  : Recorded{clockAfter[t][need[t] - 1], Value(), -1, true};
         int cover = 0;
         for (int u = 0; u < kStreams; ++u)
           if (unmet(u) && cand.clock[u] >= need[u])
@@ -240,8 +240,8 @@ private:
                                   best.newEvent, why});
         recs[bestT].push_back(best);
       }
-      out.insertions.push_back({StreamInsertion::Wait, block, before,
-                                Stream(s), best.value, best.newEvent, why});
+      out.insertions.push_back({StreamInsertion::Wait, block, before, Stream(s),
+                                best.value, best.newEvent, why});
       merge(known[s], best.clock);
     }
   }
@@ -305,9 +305,8 @@ private:
     opsOf[s].push_back(op);
     clockAfter[s].push_back(known[s]);
     for (const Access &a : acc)
-      spaces[a.space].visit(a.lo, a.hi, [&](Last &l) {
-        (a.write ? l.write : l.read)[s] = seq;
-      });
+      spaces[a.space].visit(
+          a.lo, a.hi, [&](Last &l) { (a.write ? l.write : l.read)[s] = seq; });
     // A copy records its event when it completes.
     if (auto d = dyn_cast<D2HOp>(op))
       record(d.getEvent(), s, known[s]);

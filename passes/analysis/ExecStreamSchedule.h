@@ -1,4 +1,4 @@
-//===- ExecStreamSchedule.h - cross-stream ordering of an exec.step -*- C++ -*-===//
+//===- ExecStreamSchedule.h - cross-stream ordering -------------*- C++ -*-===//
 //
 // Decides the event records and waits an exec.step needs so that every use
 // of memory on one stream is ordered after the conflicting uses on other

@@ -121,8 +121,8 @@ LogicalResult Lowering::lowerKernel(Operation *op, ArrayRef<Value> extraOutputs,
   for (NamedAttribute a : op->getAttrs())
     if (a.getName() != tr::kPlacementAttrName)
       args.push_back(a);
-  ex::KernelOp::create(b, op->getLoc(), op->getName().getStringRef(), ins,
-                       outs, workspaceOf(op), b.getDictionaryAttr(args));
+  ex::KernelOp::create(b, op->getLoc(), op->getName().getStringRef(), ins, outs,
+                       workspaceOf(op), b.getDictionaryAttr(args));
   return success();
 }
 
@@ -154,7 +154,8 @@ LogicalResult Lowering::lowerBodyOp(Operation *op) {
         b, loc, ex::HostSlotType::get(b.getContext(), t), nextSlot++,
         pinnedOffset, bytes);
     pinnedOffset += bytes;
-    Value ev = ex::EventCreateOp::create(b, loc, ex::EventType::get(b.getContext()));
+    Value ev =
+        ex::EventCreateOp::create(b, loc, ex::EventType::get(b.getContext()));
     ex::D2HOp::create(b, loc, src, slot, ev, ex::Stream::D2H);
     slots[off.getHost()] = slot;
     return success();
@@ -166,7 +167,8 @@ LogicalResult Lowering::lowerBodyOp(Operation *op) {
              << "convert-train-to-exec: reload of a value that was not "
                 "offloaded in this microbatch";
     Value dest = transient(loc, reload.getType());
-    Value ev = ex::EventCreateOp::create(b, loc, ex::EventType::get(b.getContext()));
+    Value ev =
+        ex::EventCreateOp::create(b, loc, ex::EventType::get(b.getContext()));
     ex::H2DOp::create(b, loc, slot, dest, ev, ex::Stream::H2D);
     ex::PoolReleaseOp::create(b, loc, slot, ev);
     map.map(reload.getResult(), dest);
@@ -198,9 +200,9 @@ LogicalResult Lowering::lowerBodyOp(Operation *op) {
     StringRef name = cast<FlatSymbolRefAttr>(a.getValue()).getValue();
     auto it = params.find(name);
     if (it == params.end() || !it->second.grad)
-      return op->emitError() << "convert-train-to-exec: '"
-                             << a.getName().getValue()
-                             << "' names no trainable parameter: @" << name;
+      return op->emitError()
+             << "convert-train-to-exec: '" << a.getName().getValue()
+             << "' names no trainable parameter: @" << name;
     grads.push_back(it->second.grad);
   }
   if (failed(lowerKernel(op, grads, results)))
@@ -217,9 +219,8 @@ LogicalResult Lowering::lowerStepOp(Operation *op) {
   auto stateOf = [&](Value v, StringRef name) {
     OpBuilder::InsertionGuard g(b);
     b.setInsertionPoint(execLoop);
-    Value buf =
-        persistent(loc, name, ex::BufferRole::State,
-                   cast<RankedTensorType>(v.getType()));
+    Value buf = persistent(loc, name, ex::BufferRole::State,
+                           cast<RankedTensorType>(v.getType()));
     map.map(v, buf);
     return buf;
   };
@@ -352,8 +353,7 @@ struct ConvertTrainToExecPass
     auto func = module.lookupSymbol<func::FuncOp>(stepFunction);
     if (!func) {
       module.emitError() << "convert-train-to-exec: no function @"
-                         << stepFunction
-                         << " (run train-autodiff first)";
+                         << stepFunction << " (run train-autodiff first)";
       return signalPassFailure();
     }
     if (failed(Lowering(module, func, gemmWorkspaceBytes).run()))

@@ -22,8 +22,7 @@ using namespace mlir;
 using namespace ap::exec;
 
 namespace {
-struct ExecPlanMemoryPass
-    : ap::impl::ExecPlanMemoryBase<ExecPlanMemoryPass> {
+struct ExecPlanMemoryPass : ap::impl::ExecPlanMemoryBase<ExecPlanMemoryPass> {
   using Base::Base;
 
   void runOnOperation() override {

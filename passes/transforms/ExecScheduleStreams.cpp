@@ -34,7 +34,8 @@ struct ExecScheduleStreamsPass
           b.setInsertionPointToEnd(ins.block);
         Location loc = ins.before ? ins.before->getLoc() : step.getLoc();
         if (ins.kind == StreamInsertion::Record) {
-          Value ev = EventCreateOp::create(b, loc, EventType::get(b.getContext()));
+          Value ev =
+              EventCreateOp::create(b, loc, EventType::get(b.getContext()));
           created[ins.newEvent] = ev;
           RecordOp::create(b, loc, ev, ins.stream);
           ++numRecords;
