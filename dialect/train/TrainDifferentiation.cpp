@@ -42,6 +42,24 @@ Type typeIf(bool needed, Value v) { return needed ? v.getType() : Type(); }
 bool nothingNeeded(bool inputNeedsGrad, FlatSymbolRefAttr weightGrad) {
   return !inputNeedsGrad && !weightGrad;
 }
+
+/// For ops without weight gradients: when no operand needs a gradient,
+/// appends a null gradient per operand and returns true.
+bool noOperandNeedsGrad(ArrayRef<bool> needsGrad,
+                        SmallVectorImpl<Value> &operandGrads) {
+  if (llvm::any_of(needsGrad, [](bool n) { return n; }))
+    return false;
+  operandGrads.append(needsGrad.size(), Value());
+  return true;
+}
+
+/// Appends grads[i] for operands that need it, null for the others (and
+/// for trailing operands without a gradient result).
+void appendNeeded(ArrayRef<bool> needsGrad, ValueRange grads,
+                  SmallVectorImpl<Value> &operandGrads) {
+  for (auto [i, needed] : llvm::enumerate(needsGrad))
+    operandGrads.push_back(needed && i < grads.size() ? grads[i] : Value());
+}
 } // namespace
 
 //===----------------------------------------------------------------------===//
@@ -126,8 +144,7 @@ LogicalResult GatedRMSNormOp::buildBackward(
   auto op = GatedRMSNormGradOp::create(
       b, getLoc(), getInput().getType(), getGate().getType(), getInput(),
       getGate(), getWeight(), getRstd(), resultGrads[0], sym, getScope());
-  operandGrads.append({needsGrad[0] ? op.getInputGrad() : Value(),
-                       needsGrad[1] ? op.getGateGrad() : Value(), Value()});
+  appendNeeded(needsGrad, op->getResults(), operandGrads);
   return success();
 }
 
@@ -192,9 +209,7 @@ LogicalResult GDNGatesOp::buildBackward(
       b, getLoc(), getA().getType(), getB().getType(), getA(), getALog(),
       getDtBias(), getG(), getBeta(), resultGrads[0], resultGrads[1], aLogSym,
       dtSym, getScope());
-  operandGrads.append({needsGrad[0] ? op.getAInputGrad() : Value(),
-                       needsGrad[1] ? op.getBInputGrad() : Value(), Value(),
-                       Value()});
+  appendNeeded(needsGrad, op->getResults(), operandGrads);
   return success();
 }
 
@@ -218,17 +233,14 @@ LogicalResult GatedDeltaRuleOp::buildBackward(
     OpBuilder &b, ArrayRef<Value> resultGrads, ArrayRef<bool> needsGrad,
     function_ref<FlatSymbolRefAttr(Value)>,
     SmallVectorImpl<Value> &operandGrads) {
-  if (llvm::none_of(needsGrad, [](bool n) { return n; })) {
-    operandGrads.append(5, Value());
+  if (noOperandNeedsGrad(needsGrad, operandGrads))
     return success();
-  }
   auto op = GatedDeltaRuleGradOp::create(
       b, getLoc(), getQ().getType(), getK().getType(), getV().getType(),
       getG().getType(), getBeta().getType(), getQ(), getK(), getV(),
       getGCumsum(), getBeta(), getChunkT(), resultGrads[0], getScaleAttr(),
       getChunkSizeAttr(), getScope());
-  for (auto [i, grad] : llvm::enumerate(op->getResults()))
-    operandGrads.push_back(needsGrad[i] ? Value(grad) : Value());
+  appendNeeded(needsGrad, op->getResults(), operandGrads);
   return success();
 }
 
@@ -264,16 +276,13 @@ LogicalResult AttentionOp::buildBackward(
     OpBuilder &b, ArrayRef<Value> resultGrads, ArrayRef<bool> needsGrad,
     function_ref<FlatSymbolRefAttr(Value)>,
     SmallVectorImpl<Value> &operandGrads) {
-  if (llvm::none_of(needsGrad, [](bool n) { return n; })) {
-    operandGrads.append(3, Value());
+  if (noOperandNeedsGrad(needsGrad, operandGrads))
     return success();
-  }
   auto op = AttentionGradOp::create(
       b, getLoc(), getQ().getType(), getK().getType(), getV().getType(),
       getQ(), getK(), getV(), getResult(), getLse(), resultGrads[0],
       getScaleAttr(), getScope());
-  for (auto [i, grad] : llvm::enumerate(op->getResults()))
-    operandGrads.push_back(needsGrad[i] ? Value(grad) : Value());
+  appendNeeded(needsGrad, op->getResults(), operandGrads);
   return success();
 }
 
@@ -281,15 +290,12 @@ LogicalResult OutputGateOp::buildBackward(
     OpBuilder &b, ArrayRef<Value> resultGrads, ArrayRef<bool> needsGrad,
     function_ref<FlatSymbolRefAttr(Value)>,
     SmallVectorImpl<Value> &operandGrads) {
-  if (!needsGrad[0] && !needsGrad[1]) {
-    operandGrads.append(2, Value());
+  if (noOperandNeedsGrad(needsGrad, operandGrads))
     return success();
-  }
   auto op = OutputGateGradOp::create(b, getLoc(), getInput().getType(),
                                      getGate().getType(), getInput(),
                                      getGate(), resultGrads[0], getScope());
-  operandGrads.append({needsGrad[0] ? op.getInputGrad() : Value(),
-                       needsGrad[1] ? op.getGateGrad() : Value()});
+  appendNeeded(needsGrad, op->getResults(), operandGrads);
   return success();
 }
 
@@ -302,15 +308,12 @@ LogicalResult SwiGLUOp::buildBackward(OpBuilder &b,
                                       ArrayRef<bool> needsGrad,
                                       function_ref<FlatSymbolRefAttr(Value)>,
                                       SmallVectorImpl<Value> &operandGrads) {
-  if (!needsGrad[0] && !needsGrad[1]) {
-    operandGrads.append(2, Value());
+  if (noOperandNeedsGrad(needsGrad, operandGrads))
     return success();
-  }
   auto op = SwiGLUGradOp::create(b, getLoc(), getGate().getType(),
                                  getUp().getType(), getGate(), getUp(),
                                  resultGrads[0], getScope());
-  operandGrads.append({needsGrad[0] ? op.getGateGrad() : Value(),
-                       needsGrad[1] ? op.getUpGrad() : Value()});
+  appendNeeded(needsGrad, op->getResults(), operandGrads);
   return success();
 }
 
