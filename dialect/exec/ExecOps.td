@@ -214,8 +214,15 @@ def Exec_KernelOp : Exec_Op<"kernel", [AttrSizedOperandSegments]> {
 
 def Exec_D2HOp : Exec_Op<"d2h"> {
   let summary = "copies a device buffer into a pinned slot; records the event on completion";
+  let description = [{
+    `done_by_kernel = K` (optional): the cost model predicts the copy has
+    completed when the K-th `exec.kernel` of the loop body (0-based) starts;
+    exec-plan-memory keeps the source's bytes until then, so that reusing
+    them does not stall the compute stream on the copy.
+  }];
   let arguments = (ins Exec_AnyBuffer:$source, Exec_AnyHostSlot:$slot,
-                       Exec_AnyEvent:$event, Exec_Stream:$stream);
+                       Exec_AnyEvent:$event, Exec_Stream:$stream,
+                       OptionalAttr<Exec_NonNegI64>:$done_by_kernel);
   let assemblyFormat = [{
     $source `to` $slot `on` $stream `record` $event attr-dict `:` qualified(type($source)) `to` qualified(type($slot))
   }];

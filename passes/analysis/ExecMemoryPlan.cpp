@@ -71,6 +71,13 @@ MemoryPlan::MemoryPlan(StepOp step) {
     pos[&op] = pos.size();
   }
 
+  // Body position of every kernel call, by ordinal (for done_by_kernel).
+  SmallVector<int64_t> kernelPos;
+  for (Operation &op : body)
+    if (isa<KernelOp>(op))
+      kernelPos.push_back(pos[&op]);
+  int64_t bodyEnd = int64_t(pos.size()) - 1;
+
   for (Operation &op : body) {
     auto buf = dyn_cast<BufferOp>(op);
     if (!buf)
@@ -88,9 +95,19 @@ MemoryPlan::MemoryPlan(StepOp step) {
       }
       p.end = used ? std::max(p.end, at) : at;
       used = true;
-      if (auto d2h = dyn_cast<D2HOp>(user))
+      if (auto d2h = dyn_cast<D2HOp>(user)) {
         p.d2hEvents.push_back(d2h.getEvent());
+        // Keep the bytes until the copy is predicted done, so that their
+        // next writer does not stall compute on it.
+        if (auto k = d2h.getDoneByKernel()) {
+          int64_t until = int64_t(*k) < int64_t(kernelPos.size())
+                              ? kernelPos[*k] - 1
+                              : bodyEnd;
+          p.holdUntil = std::max(p.holdUntil, until);
+        }
+      }
     });
+    p.end = std::max(p.end, p.holdUntil);
     transients.push_back(std::move(p));
   }
 

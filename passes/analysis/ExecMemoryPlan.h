@@ -12,7 +12,9 @@
 //   - A region a D2H copy reads is reusable only once that copy completed:
 //     the plan lists, for the first later writer of an overlapping region, a
 //     wait on the copy's event on the writer's stream (DESIGN.md section 4,
-//     offload rule (a)).
+//     offload rule (a)). When the lowering predicted when the copy ends
+//     (`done_by_kernel`), the bytes stay reserved until then, so the wait
+//     is not expected to stall compute.
 //   - One workspace region, the largest kernel workspace: kernels run one at
 //     a time on the compute stream.
 // Everything is 256-byte aligned.
@@ -40,6 +42,9 @@ struct PlannedBuffer {
   mlir::Operation *firstUser = nullptr;
   /// Events of the D2H copies that read the buffer.
   llvm::SmallVector<mlir::Value, 1> d2hEvents;
+  /// Last body position its bytes stay reserved for a D2H still predicted
+  /// to be running (`done_by_kernel`), or -1; `end` includes it.
+  int64_t holdUntil = -1;
 };
 
 /// A wait the plan needs: `event` on `stream` right before `before`.

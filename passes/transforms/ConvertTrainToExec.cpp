@@ -13,6 +13,7 @@
 #include "dialect/train/TrainOps.h"
 #include "passes/Passes.h"
 #include "passes/analysis/CostModel.h"
+#include "passes/analysis/StreamSimulation.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/IRMapping.h"
@@ -86,6 +87,7 @@ private:
       ws = std::max(ws, gemmWorkspace);
     return ex::alignTo256(ws);
   }
+  void predictCopies(Block &body);
   LogicalResult lowerKernel(Operation *op, ArrayRef<Value> extraOutputs,
                             ArrayRef<Value> resultBuffers);
   LogicalResult lowerBodyOp(Operation *op);
@@ -102,10 +104,42 @@ private:
   DenseMap<Value, Value> slots;
   /// train.reload result -> the event its H2D records.
   DenseMap<Value, Value> reloadEvents;
+  /// train.offload -> ordinal of the first body kernel predicted to start
+  /// after its D2H completed.
+  DenseMap<Operation *, std::optional<int64_t>> doneByKernel;
   Value lossAcc, countAcc;
   Operation *execLoop = nullptr;
   int64_t nextSlot = 0, pinnedOffset = 0;
 };
+
+/// Ops of the loop body that lower to no kernel call.
+static bool lowersToKernel(Operation *op) {
+  return !isa<tr::ParamRefOp, tr::ReshapeOp, tr::OffloadOp, tr::ReloadOp,
+              tr::WaitOp>(op);
+}
+
+void Lowering::predictCopies(Block &body) {
+  // The same queue model the placement passes use: when does each D2H end,
+  // and which kernel is the first to start after that.
+  tr::StreamSimulation sim = tr::StreamSimulation::simulate(body, cost);
+  SmallVector<std::pair<double, int64_t>> kernelStarts;
+  int64_t ordinal = 0;
+  for (const tr::SimulatedOp &s : sim.ops)
+    if (lowersToKernel(s.op))
+      kernelStarts.push_back({s.start, ordinal++});
+  for (const tr::SimulatedCopy &c : sim.copies) {
+    if (c.direction != tr::CopyDirection::DeviceToHost)
+      continue;
+    int at = sim.indexOf(c.op);
+    int64_t done = ordinal; // still running at the end of the body
+    for (auto [start, k] : kernelStarts)
+      if (start >= c.end && start >= sim.ops[at].start) {
+        done = k;
+        break;
+      }
+    doneByKernel[c.op] = done;
+  }
+}
 
 LogicalResult Lowering::lowerKernel(Operation *op, ArrayRef<Value> extraOutputs,
                                     ArrayRef<Value> resultBuffers) {
@@ -156,7 +190,10 @@ LogicalResult Lowering::lowerBodyOp(Operation *op) {
     pinnedOffset += bytes;
     Value ev =
         ex::EventCreateOp::create(b, loc, ex::EventType::get(b.getContext()));
-    ex::D2HOp::create(b, loc, src, slot, ev, ex::Stream::D2H);
+    auto d2h = ex::D2HOp::create(b, loc, src, slot, ev, ex::Stream::D2H,
+                                 /*done_by_kernel=*/IntegerAttr());
+    if (auto k = doneByKernel.lookup(off))
+      d2h.setDoneByKernelAttr(b.getI64IntegerAttr(*k));
     slots[off.getHost()] = slot;
     return success();
   }
@@ -328,6 +365,7 @@ LogicalResult Lowering::run() {
     OpBuilder::InsertionGuard g(b);
     b.setInsertionPointToStart(&xloop.getBody().emplaceBlock());
     Block &body = loop.getBody().front();
+    predictCopies(body);
     static const StringRef inputNames[] = {"tokens", "labels"};
     for (auto [arg, name] : llvm::zip(body.getArguments(), inputNames)) {
       Value buf = transient(loc, arg.getType());

@@ -73,3 +73,33 @@ exec.step @views {
   }
   exec.return
 }
+
+// -----
+
+// done_by_kernel = 2: the D2H of %a is predicted to end before kernel #2
+// (k2, position 8) starts, so %a's bytes stay reserved until position 7:
+// %b (live 6..8, placed first as the largest) may not share them although
+// %a's last use is at 4; %c (written by k2) takes them, with a wait on the
+// D2H that is not expected to stall.
+// CHECK: exec-plan-memory: arena 768 bytes = persistent 0 + activations 768 + workspace 0; pinned 256 bytes; 3 transient buffers, 1 reuse waits
+// CHECK-NEXT: buffer 0 offset 512 bytes 256 live 1 7 tensor<64xf32> offloaded
+// CHECK-NEXT: buffer 1 offset 0 bytes 512 live 6 8 tensor<128xf32>
+// CHECK-NEXT: buffer 2 offset 512 bytes 256 live 8 8 tensor<64xf32>
+// CHECK-LABEL: exec.step @hold
+// CHECK: %[[E:.*]] = exec.event_create
+// CHECK: exec.wait %[[E]] on compute
+// CHECK-NEXT: exec.kernel "train.k2"
+exec.step @hold {
+  exec.microbatch_loop count 1 {
+    %a = exec.buffer bytes 256 : !exec.buffer<tensor<64xf32>>
+    exec.kernel "train.k0" outs(%a : !exec.buffer<tensor<64xf32>>) workspace 0
+    %s = exec.pool_acquire slot 0 offset 0 bytes 256 : !exec.host<tensor<64xf32>>
+    %e = exec.event_create : !exec.event
+    exec.d2h %a to %s on d2h record %e {done_by_kernel = 2 : i64} : !exec.buffer<tensor<64xf32>> to !exec.host<tensor<64xf32>>
+    %b = exec.buffer bytes 512 : !exec.buffer<tensor<128xf32>>
+    exec.kernel "train.k1" outs(%b : !exec.buffer<tensor<128xf32>>) workspace 0
+    %c = exec.buffer bytes 256 : !exec.buffer<tensor<64xf32>>
+    exec.kernel "train.k2" ins(%b : !exec.buffer<tensor<128xf32>>) outs(%c : !exec.buffer<tensor<64xf32>>) workspace 0
+  }
+  exec.return
+}
