@@ -77,6 +77,31 @@ exec.step @reload_then_use {
 
 // -----
 
+// Hazard: a reload issued before its own D2H finished. The H2D reads the
+// pinned bytes the D2H writes (read after write on the pinned pool): the h2d
+// stream waits for the D2H's own event, nothing else (no new record).
+
+// CHECK-LABEL: exec.step @reload_before_own_d2h
+// CHECK: exec.d2h %{{.*}} to %[[S:.*]] on d2h record %[[E1:[0-9]+]]
+// CHECK-NOT: exec.record
+// CHECK: exec.wait %[[E1]] on h2d
+// CHECK-NEXT: exec.h2d %[[S]] to
+exec.step @reload_before_own_d2h {
+  %w = exec.persistent "w" weight offset 0 bytes 256 : !exec.buffer<tensor<64xf32>>
+  exec.microbatch_loop count 1 {
+    %s = exec.pool_acquire slot 0 offset 0 bytes 256 : !exec.host<tensor<64xf32>>
+    %e1 = exec.event_create : !exec.event
+    exec.d2h %w to %s on d2h record %e1 : !exec.buffer<tensor<64xf32>> to !exec.host<tensor<64xf32>>
+    %r = exec.buffer offset 256 bytes 256 : !exec.buffer<tensor<64xf32>>
+    %e2 = exec.event_create : !exec.event
+    exec.h2d %s to %r on h2d record %e2 : !exec.host<tensor<64xf32>> to !exec.buffer<tensor<64xf32>>
+    exec.pool_release %s after %e2 : !exec.host<tensor<64xf32>>
+  }
+  exec.return
+}
+
+// -----
+
 // Hazard: pinned slot reuse. Slot 1 takes the pool bytes slot 0 had; its
 // D2H may only overwrite them once the H2D that read slot 0 completed (write
 // after read on the pinned pool): the d2h stream waits for the H2D event,
