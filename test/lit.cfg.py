@@ -19,4 +19,4 @@ config.substitutions.append(("%inputs", os.path.join(config.test_source_root, "I
 llvm_config.use_default_substitutions()
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 tool_dirs = [config.actplace_tools_dir, config.llvm_tools_dir]
-llvm_config.add_tool_substitutions(["actplace-opt", "actplace-import"], tool_dirs)
+llvm_config.add_tool_substitutions(["actplace-opt", "actplace-import", "actplace-translate", "actplace-compile"], tool_dirs)

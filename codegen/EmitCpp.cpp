@@ -1,0 +1,1157 @@
+//===- EmitCpp.cpp - exec -> C++ training step ------------------*- C++ -*-===//
+//
+// One pass over the step in program order (program order is enqueue order,
+// docs/exec-dialect.md): host-side ops (buffers, views, events, pool
+// acquire/release) become nothing at run time (their offsets and indices are
+// folded into the calls), stream ops become Device / OffloadEngine calls,
+// kernel calls become a kernel-entry launch with its args struct filled from
+// the buffer types and the op's `args`, and the few ops without a kernel
+// entry (slice, concat, expand, the GDN gates with a storage-dtype beta, the
+// step-level scalar ops) become StepRunner calls (runtime/trainer.h).
+//
+//===----------------------------------------------------------------------===//
+#include "codegen/EmitCpp.h"
+
+#include "dialect/exec/ExecDialect.h"
+#include "dialect/exec/ExecOps.h"
+#include "dialect/train/TrainDialect.h"
+#include "dialect/train/TrainOps.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/Tools/mlir-translate/Translation.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/StringMap.h"
+#include "llvm/Support/Format.h"
+
+#include <map>
+#include <string>
+#include <vector>
+
+using namespace mlir;
+
+namespace ap::codegen {
+namespace {
+
+std::optional<Attribute> attrOf(Operation *op, StringRef name) {
+  if (auto a = op->getInherentAttr(name))
+    if (*a)
+      return a;
+  if (Attribute a = op->getAttr(name))
+    return a;
+  return std::nullopt;
+}
+
+int64_t intAttr(Operation *op, StringRef name, int64_t dflt = -1) {
+  if (auto a = attrOf(op, name))
+    if (auto i = dyn_cast<IntegerAttr>(*a))
+      return i.getInt();
+  return dflt;
+}
+
+/// The tensor type a buffer / host slot value carries.
+RankedTensorType tensorOf(Value v) {
+  Type t = v.getType();
+  if (auto b = dyn_cast<exec::BufferType>(t))
+    return b.getTensor();
+  if (auto h = dyn_cast<exec::HostSlotType>(t))
+    return h.getTensor();
+  return {};
+}
+
+int64_t numel(RankedTensorType t) {
+  int64_t n = 1;
+  for (int64_t d : t.getShape())
+    n *= d;
+  return n;
+}
+
+int64_t elemBytes(RankedTensorType t) {
+  return (t.getElementType().getIntOrFloatBitWidth() + 7) / 8;
+}
+
+std::string dtypeName(Type e) {
+  if (e.isBF16())
+    return "DType::BF16";
+  if (e.isF32())
+    return "DType::F32";
+  if (e.isF64())
+    return "DType::F64";
+  if (e.isInteger(32))
+    return "DType::I32";
+  return "";
+}
+
+std::string fmtDouble(double v) {
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  os << llvm::format("%.17g", v);
+  return s;
+}
+
+double dblArg(DictionaryAttr args, StringRef name, double dflt) {
+  if (!args)
+    return dflt;
+  if (auto f = args.getAs<FloatAttr>(name))
+    return f.getValueAsDouble();
+  if (auto i = args.getAs<IntegerAttr>(name))
+    return double(i.getInt());
+  return dflt;
+}
+
+int64_t intArg(DictionaryAttr args, StringRef name, int64_t dflt) {
+  if (!args)
+    return dflt;
+  if (auto i = args.getAs<IntegerAttr>(name))
+    return i.getInt();
+  return dflt;
+}
+
+/// "L<layer>.<leaf>" (model-level scopes have no layer: "<leaf>").
+std::string scopeName(DictionaryAttr args) {
+  if (!args)
+    return "";
+  auto s = args.getAs<train::ScopeAttr>("scope");
+  if (!s)
+    return "";
+  if (s.getLayer() < 0)
+    return s.getModule().str();
+  return "L" + std::to_string(s.getLayer()) + "." + s.getModule().str();
+}
+
+/// Number of `*_grad` symbol attributes (the main grads a kernel
+/// accumulates into, appended after the train op's results).
+unsigned numGradAttrs(DictionaryAttr args) {
+  unsigned n = 0;
+  if (!args)
+    return 0;
+  for (NamedAttribute a : args)
+    if (a.getName().strref().ends_with("_grad") &&
+        isa<FlatSymbolRefAttr>(a.getValue()))
+      ++n;
+  return n;
+}
+
+class Emitter {
+public:
+  Emitter(ModuleOp module, llvm::raw_ostream &os) : module_(module), os_(os) {}
+
+  LogicalResult run(EmittedPlan *plan);
+
+private:
+  LogicalResult collect(Operation *step);
+  LogicalResult emitBlock(Block &block, int indent);
+  LogicalResult emitOp(Operation *op, int indent);
+  LogicalResult emitKernel(Operation *op, int indent);
+  LogicalResult offsetOf(Value v, Operation *user, uint64_t &out);
+  std::string ptr(Value v) { return "r.at(" + std::to_string(off_[v]) + "ull)"; }
+  std::string stream(Operation *op) {
+    switch (intAttr(op, "stream", 0)) {
+    case 1:
+      return "Stream::D2H";
+    case 2:
+      return "Stream::H2D";
+    case 3:
+      return "Stream::Comm";
+    default:
+      return "Stream::Compute";
+    }
+  }
+  unsigned eventIndex(Value e) {
+    auto it = events_.find(e);
+    if (it != events_.end())
+      return it->second;
+    unsigned i = numEvents_++;
+    events_[e] = i;
+    return i;
+  }
+  llvm::raw_ostream &line(int indent) { return os_.indent(indent); }
+
+  ModuleOp module_;
+  llvm::raw_ostream &os_;
+  llvm::DenseMap<Value, uint64_t> off_;    ///< arena offset of every buffer
+  llvm::DenseMap<Value, unsigned> events_; ///< event value -> index
+  unsigned numEvents_ = 0;
+  llvm::DenseMap<Value, unsigned> slotOf_;  ///< pool_acquire value -> slot
+  llvm::DenseMap<Value, Value> slotD2HEvent_; ///< slot value -> d2h event
+  llvm::DenseMap<Operation *, std::string> copyScope_;
+  std::vector<std::string> scopes_;
+  std::map<std::string, unsigned> scopeIndex_;
+  int lastD2HWait_ = -1; ///< event last waited for on the d2h stream
+  uint64_t maxGateElems_ = 0;
+  std::map<std::string, std::map<std::string, uint64_t>> persistent_;
+  llvm::StringMap<unsigned> paramIndex_;
+  std::vector<std::pair<unsigned, uint64_t>> slots_; // (slot, offset/bytes)
+  std::map<unsigned, std::pair<uint64_t, uint64_t>> slotSpec_;
+};
+
+LogicalResult Emitter::offsetOf(Value v, Operation *user, uint64_t &out) {
+  auto it = off_.find(v);
+  if (it == off_.end())
+    return user->emitError("emit-cpp: operand has no planned arena offset "
+                           "(run exec-plan-memory first)");
+  out = it->second;
+  return success();
+}
+
+/// First kernel (in block order) that reads `v` or a view of it.
+static Operation *firstKernelReader(Value v) {
+  Operation *best = nullptr;
+  SmallVector<Value> work{v};
+  while (!work.empty()) {
+    Value cur = work.pop_back_val();
+    for (Operation *u : cur.getUsers()) {
+      if (isa<exec::ViewOp>(u)) {
+        work.push_back(u->getResult(0));
+        continue;
+      }
+      if (!isa<exec::KernelOp>(u))
+        continue;
+      if (!best || (u->getBlock() == best->getBlock() && u->isBeforeInBlock(best)))
+        best = u;
+    }
+  }
+  return best;
+}
+
+LogicalResult Emitter::collect(Operation *step) {
+  WalkResult r = step->walk([&](Operation *op) -> WalkResult {
+    if (auto b = dyn_cast<exec::BufferOp>(op)) {
+      int64_t o = intAttr(op, "offset");
+      if (o < 0)
+        return op->emitError("emit-cpp: exec.buffer without a planned offset "
+                             "(run exec-plan-memory first)"),
+               WalkResult::interrupt();
+      off_[b->getResult(0)] = uint64_t(o);
+    } else if (auto p = dyn_cast<exec::PersistentOp>(op)) {
+      int64_t o = intAttr(op, "offset");
+      if (o < 0)
+        return op->emitError("emit-cpp: exec.persistent without a planned "
+                             "offset (run exec-plan-memory first)"),
+               WalkResult::interrupt();
+      off_[p->getResult(0)] = uint64_t(o);
+      persistent_[p.getName().str()]
+                 [exec::stringifyBufferRole(p.getRole()).str()] = uint64_t(o);
+    } else if (auto v = dyn_cast<exec::ViewOp>(op)) {
+      auto it = off_.find(op->getOperand(0));
+      if (it == off_.end())
+        return op->emitError("emit-cpp: view of an unplanned buffer"),
+               WalkResult::interrupt();
+      off_[v->getResult(0)] = it->second;
+    } else if (isa<exec::PoolAcquireOp>(op)) {
+      unsigned s = unsigned(intAttr(op, "slot"));
+      slotOf_[op->getResult(0)] = s;
+      slotSpec_[s] = {uint64_t(intAttr(op, "offset")),
+                      uint64_t(intAttr(op, "bytes"))};
+    } else if (auto d = dyn_cast<exec::D2HOp>(op)) {
+      slotD2HEvent_[op->getOperand(1)] = op->getOperand(2);
+      // The scope is the backward op that consumes the reloaded value.
+      Value slot = op->getOperand(1);
+      Operation *reader = nullptr;
+      for (Operation *u : slot.getUsers())
+        if (isa<exec::H2DOp>(u))
+          reader = firstKernelReader(u->getOperand(1));
+      if (!reader)
+        return op->emitError("emit-cpp: offloaded value is never reloaded and "
+                             "read by a kernel; cannot name its scope"),
+               WalkResult::interrupt();
+      std::string name = scopeName(cast<exec::KernelOp>(reader).getArgs());
+      if (name.empty())
+        return op->emitError("emit-cpp: the reader of an offloaded value has "
+                             "no scope"),
+               WalkResult::interrupt();
+      if (!scopeIndex_.count(name)) {
+        scopeIndex_[name] = unsigned(scopes_.size());
+        scopes_.push_back(name);
+      }
+      copyScope_[op] = name;
+      for (Operation *u : slot.getUsers())
+        if (isa<exec::H2DOp>(u))
+          copyScope_[u] = name;
+    } else if (auto k = dyn_cast<exec::KernelOp>(op)) {
+      StringRef c = k.getCallee();
+      if (c == "train.gdn_gates" || c == "train.gated_delta_rule" ||
+          c == "train.gated_delta_rule_grad" || c == "train.gdn_gates_grad") {
+        RankedTensorType t = tensorOf(op->getOperand(0));
+        uint64_t n = uint64_t(numel(t));
+        if (c.starts_with("train.gated_delta_rule")) // q [B,T,Hk,dk]; gates from v
+          n = uint64_t(numel(tensorOf(k.getInputs()[3])));
+        maxGateElems_ = std::max(maxGateElems_, n);
+      }
+    }
+    return WalkResult::advance();
+  });
+  return failure(r.wasInterrupted());
+}
+
+LogicalResult Emitter::run(EmittedPlan *plan) {
+  Operation *step = nullptr;
+  SmallVector<train::ParamOp> params;
+  for (Operation &op : module_.getBody()->getOperations()) {
+    if (isa<exec::StepOp>(op)) {
+      if (step)
+        return op.emitError("emit-cpp: more than one exec.step");
+      step = &op;
+    } else if (auto p = dyn_cast<train::ParamOp>(op)) {
+      params.push_back(p);
+    }
+  }
+  if (!step)
+    return module_.emitError("emit-cpp: no exec.step in the module (run "
+                             "convert-train-to-exec first)");
+  if (failed(collect(step)))
+    return failure();
+  for (train::ParamOp p : params)
+    paramIndex_[p.getSymName()] = paramIndex_.size();
+
+  auto stepAttr = [&](StringRef n) { return intAttr(step, n, 0); };
+  uint64_t arena = uint64_t(stepAttr("arena_bytes"));
+  if (arena == 0)
+    return step->emitError("emit-cpp: exec.step has no arena_bytes (run "
+                           "exec-plan-memory first)");
+  // Driver scratch: 256 bytes of scalars, then two Acc staging arrays for
+  // the GDN gates (beta in, dbeta out), 8 bytes an element at most.
+  uint64_t stage = (maxGateElems_ * 8 + 255) / 256 * 256;
+  uint64_t scratch = 256 + 2 * stage;
+
+  // The microbatch input shape comes from load_input "tokens".
+  int64_t batch = 1, seq = 1, vocab = 0, microBatches = stepAttr("micro_batches");
+  step->walk([&](exec::LoadInputOp l) {
+    RankedTensorType t = tensorOf(l->getOperand(0));
+    if (t && t.getRank() == 2) {
+      batch = t.getDimSize(0);
+      seq = t.getDimSize(1);
+    }
+  });
+  step->walk([&](exec::KernelOp k) {
+    if (k.getCallee() == "train.embedding")
+      vocab = tensorOf(k.getInputs()[1]).getDimSize(0);
+  });
+
+  os_ << "//===- generated by actplace-translate --emit-cpp: do not edit -----===//\n"
+      << "//\n// Training step of model '";
+  if (auto m = module_->getAttrOfType<StringAttr>("train.model"))
+    os_ << m.getValue();
+  os_ << "': parameter table, buffer plan, pinned slots, offload scopes and\n"
+      << "// the step function. Links with actplace_runtime and the kernels.\n"
+      << "//\n//===------------------------------------------------------------===//\n"
+      << "#include \"kernels/kernels.h\"\n#include \"runtime/runtime.h\"\n"
+      << "#include \"runtime/trainer.h\"\n\n#include <cstdint>\n\n"
+      << "namespace {\nusing namespace ap::kernels;\nusing ap::rt::Stream;\n"
+      << "using ap::rt::StepRunner;\n\n";
+
+  // Buffer plan.
+  os_ << "// Buffer plan (exec-plan-memory): arena [persistent | activations | "
+         "workspace].\n";
+  os_ << "constexpr uint64_t kPersistentBytes = " << stepAttr("persistent_bytes")
+      << "ull;\nconstexpr uint64_t kActivationBytes = "
+      << stepAttr("activation_bytes")
+      << "ull;\nconstexpr uint64_t kWorkspaceBytes = " << stepAttr("workspace_bytes")
+      << "ull;\nconstexpr uint64_t kArenaBytes = " << arena
+      << "ull;\nconstexpr uint64_t kPinnedBytes = " << stepAttr("pinned_bytes")
+      << "ull;\nconstexpr uint64_t kScratchBytes = " << scratch << "ull;\n\n";
+
+  os_ << "void trainStep(StepRunner &r) {\n";
+  if (failed(emitBlock(step->getRegion(0).front(), 2)))
+    return failure();
+  os_ << "}\n\n";
+
+  // Program table.
+  os_ << "ap::rt::Program makeProgram() {\n  ap::rt::Program p;\n";
+  os_ << "  p.model = \"";
+  if (auto m = module_->getAttrOfType<StringAttr>("train.model"))
+    os_ << m.getValue();
+  os_ << "\";\n  p.microBatches = " << microBatches << ";\n  p.batch = " << batch
+      << ";\n  p.seq = " << seq << ";\n  p.vocab = " << (vocab ? vocab : 256)
+      << ";\n  p.persistentBytes = kPersistentBytes;\n"
+      << "  p.activationBytes = kActivationBytes;\n"
+      << "  p.workspaceBytes = kWorkspaceBytes;\n  p.arenaBytes = kArenaBytes;\n"
+      << "  p.pinnedBytes = kPinnedBytes;\n  p.scratchBytes = kScratchBytes;\n";
+  os_ << "  // Pinned slots: {offset, bytes}.\n";
+  unsigned numSlots = 0;
+  for (auto &[s, spec] : slotSpec_)
+    numSlots = std::max(numSlots, s + 1);
+  os_ << "  p.slots.resize(" << numSlots << ");\n";
+  for (auto &[s, spec] : slotSpec_)
+    os_ << "  p.slots[" << s << "] = {" << spec.first << "ull, " << spec.second
+        << "ull};\n";
+  os_ << "  // Offload scopes (the transfer counters of the metrics line).\n";
+  for (const std::string &s : scopes_)
+    os_ << "  p.scopes.push_back(\"" << s << "\");\n";
+  os_ << "  // Parameters: name, dtype, shape, init, frozen, offsets of weight,"
+         " master, main grad, Adam m, Adam v.\n";
+  auto offStr = [&](const std::map<std::string, uint64_t> &roles,
+                    const char *role) -> std::string {
+    auto it = roles.find(role);
+    if (it == roles.end())
+      return "ap::rt::kNoOffset";
+    return std::to_string(it->second) + "ull";
+  };
+  for (train::ParamOp p : params) {
+    std::string name = p.getSymName().str();
+    auto pit = persistent_.find(name);
+    if (pit == persistent_.end() || !pit->second.count("weight"))
+      return p->emitError("emit-cpp: parameter '") << name
+             << "' has no persistent weight buffer in the exec.step";
+    auto t = dyn_cast<RankedTensorType>(p.getType());
+    if (!t) {
+      // train.param's type is a tensor-like param type; read the weight's.
+      for (Operation &op : step->getRegion(0).front())
+        if (auto po = dyn_cast<exec::PersistentOp>(op))
+          if (po.getName() == name &&
+              po.getRole() == exec::BufferRole::Weight)
+            t = tensorOf(po->getResult(0));
+    }
+    if (!t || t.getRank() > 4)
+      return p->emitError("emit-cpp: parameter '") << name
+             << "' needs a ranked tensor type of rank <= 4";
+    train::InitAttr init = p.getInit();
+    const char *kind = "Zeros";
+    switch (init.getKind()) {
+    case train::InitKind::Zeros:
+      kind = "Zeros";
+      break;
+    case train::InitKind::Ones:
+      kind = "Ones";
+      break;
+    case train::InitKind::Normal:
+      kind = "Normal";
+      break;
+    case train::InitKind::Uniform:
+      kind = "Uniform";
+      break;
+    case train::InitKind::LogUniform:
+      kind = "LogUniform";
+      break;
+    }
+    os_ << "  p.params.push_back({\"" << name << "\", "
+        << dtypeName(t.getElementType()) << ", " << t.getRank() << ", {";
+    for (int64_t i = 0; i < 4; ++i)
+      os_ << (i ? ", " : "") << (i < t.getRank() ? t.getDimSize(i) : 1);
+    os_ << "}, " << numel(t) << ", ap::rt::InitKind::" << kind << ", "
+        << fmtDouble(init.getA().convertToDouble()) << ", "
+        << fmtDouble(init.getB().convertToDouble()) << ", "
+        << (p.getFrozen() ? "true" : "false") << ", "
+        << offStr(pit->second, "weight") << ", " << offStr(pit->second, "master")
+        << ", " << offStr(pit->second, "main_grad") << ", "
+        << offStr(pit->second, "adam_m") << ", " << offStr(pit->second, "adam_v")
+        << "});\n";
+  }
+  auto st = persistent_.find("");
+  (void)st;
+  const char *stateNames[] = {"loss_sum", "token_count", "grad_norm", "lr",
+                              "loss"};
+  const char *stateFields[] = {"lossSum", "tokenCount", "gradNorm", "lr",
+                               "loss"};
+  for (int i = 0; i < 5; ++i) {
+    auto it = persistent_.find(stateNames[i]);
+    if (it != persistent_.end() && it->second.count("state"))
+      os_ << "  p.state." << stateFields[i] << " = " << it->second["state"]
+          << "ull;\n";
+  }
+  os_ << "  p.numEvents = " << numEvents_ << ";\n  p.step = trainStep;\n"
+      << "  return p;\n}\n\nconst ap::rt::Program kProgram = makeProgram();\n"
+      << "} // namespace\n\nint main(int argc, char **argv) {\n"
+      << "  return ap::rt::trainMain(argc, argv, kProgram);\n}\n";
+
+  if (plan) {
+    plan->arenaBytes = arena;
+    plan->persistentBytes = uint64_t(stepAttr("persistent_bytes"));
+    plan->activationBytes = uint64_t(stepAttr("activation_bytes"));
+    plan->workspaceBytes = uint64_t(stepAttr("workspace_bytes"));
+    plan->pinnedBytes = uint64_t(stepAttr("pinned_bytes"));
+    plan->scratchBytes = scratch;
+    plan->numParams = params.size();
+    plan->numSlots = numSlots;
+    plan->numScopes = scopes_.size();
+  }
+  return success();
+}
+
+LogicalResult Emitter::emitBlock(Block &block, int indent) {
+  for (Operation &op : block)
+    if (failed(emitOp(&op, indent)))
+      return failure();
+  return success();
+}
+
+LogicalResult Emitter::emitOp(Operation *op, int indent) {
+  if (isa<exec::BufferOp, exec::PersistentOp, exec::ViewOp,
+          exec::PoolAcquireOp, exec::EventCreateOp>(op))
+    return success(); // folded into the calls (offsets, slot and event ids)
+  if (isa<exec::PoolReleaseOp>(op))
+    return success(); // OffloadEngine::reload releases on the H2D event
+  if (isa<exec::ReturnOp>(op)) {
+    line(indent) << "// exec.return: loss and grad norm are in the state "
+                    "buffers and on the runner.\n";
+    return success();
+  }
+  if (auto loop = dyn_cast<exec::MicrobatchLoopOp>(op)) {
+    int64_t n = intAttr(op, "count", 1);
+    line(indent) << "for (int64_t mb = 0; mb < " << n << "; ++mb) {\n";
+    line(indent + 2) << "r.microbatch = mb;\n";
+    if (failed(emitBlock(op->getRegion(0).front(), indent + 2)))
+      return failure();
+    line(indent) << "}\n";
+    line(indent) << "r.endLoop();\n";
+    return success();
+  }
+  if (isa<exec::RecordOp>(op)) {
+    line(indent) << "r.dev.record(r.ev[" << eventIndex(op->getOperand(0))
+                 << "], " << stream(op) << ");\n";
+    return success();
+  }
+  if (isa<exec::WaitOp>(op)) {
+    unsigned e = eventIndex(op->getOperand(0));
+    if (stream(op) == "Stream::D2H")
+      lastD2HWait_ = int(e);
+    line(indent) << "r.dev.wait(" << stream(op) << ", r.ev[" << e << "]);\n";
+    return success();
+  }
+  if (isa<exec::LoadInputOp>(op)) {
+    uint64_t o;
+    if (failed(offsetOf(op->getOperand(0), op, o)))
+      return failure();
+    auto name = cast<StringAttr>(*attrOf(op, "name"));
+    line(indent) << "r.loadInput(\"" << name.getValue() << "\", " << o
+                 << "ull, " << numel(tensorOf(op->getOperand(0))) * 4 << "ull);\n";
+    return success();
+  }
+  if (isa<exec::D2HOp>(op)) {
+    uint64_t o;
+    if (failed(offsetOf(op->getOperand(0), op, o)))
+      return failure();
+    RankedTensorType t = tensorOf(op->getOperand(0));
+    unsigned slot = slotOf_[op->getOperand(1)];
+    int producer = lastD2HWait_;
+    if (producer < 0) {
+      // The engine makes the d2h stream wait on a producer event; with no
+      // earlier wait on d2h, record one on compute now.
+      producer = int(numEvents_++);
+      line(indent) << "r.dev.record(r.ev[" << producer
+                   << "], Stream::Compute);\n";
+    }
+    line(indent) << "r.engine.offload(r.scope["
+                 << scopeIndex_[copyScope_[op]] << "], " << slot << ", r.at("
+                 << o << "ull), " << numel(t) * elemBytes(t) << "ull, r.ev["
+                 << producer << "], r.ev[" << eventIndex(op->getOperand(2))
+                 << "]); // " << copyScope_[op] << "\n";
+    return success();
+  }
+  if (isa<exec::H2DOp>(op)) {
+    uint64_t o;
+    if (failed(offsetOf(op->getOperand(1), op, o)))
+      return failure();
+    RankedTensorType t = tensorOf(op->getOperand(1));
+    Value slotV = op->getOperand(0);
+    auto d2h = slotD2HEvent_.find(slotV);
+    if (d2h == slotD2HEvent_.end())
+      return op->emitError("emit-cpp: h2d from a slot no d2h filled");
+    line(indent) << "r.engine.reload(r.scope[" << scopeIndex_[copyScope_[op]]
+                 << "], " << slotOf_[slotV] << ", r.at(" << o << "ull), "
+                 << numel(t) * elemBytes(t) << "ull, r.ev["
+                 << eventIndex(d2h->second) << "], r.ev["
+                 << eventIndex(op->getOperand(2)) << "]); // "
+                 << copyScope_[op] << "\n";
+    return success();
+  }
+  if (isa<exec::AllReduceOp>(op)) {
+    uint64_t o;
+    if (failed(offsetOf(op->getOperand(0), op, o)))
+      return failure();
+    RankedTensorType t = tensorOf(op->getOperand(0));
+    line(indent) << "r.allReduce(" << o << "ull, " << numel(t) * elemBytes(t)
+                 << "ull, " << dtypeName(t.getElementType()) << ");\n";
+    return success();
+  }
+  if (isa<exec::KernelOp>(op))
+    return emitKernel(op, indent);
+  return op->emitError("emit-cpp: unsupported op '")
+         << op->getName().getStringRef() << "'";
+}
+
+LogicalResult Emitter::emitKernel(Operation *op, int indent) {
+  auto k = cast<exec::KernelOp>(op);
+  StringRef callee = k.getCallee();
+  DictionaryAttr args = k.getArgs();
+  SmallVector<Value> ins(k.getInputs().begin(), k.getInputs().end());
+  SmallVector<Value> outs(k.getOutputs().begin(), k.getOutputs().end());
+  for (Value v : llvm::concat<Value>(ins, outs)) {
+    uint64_t o;
+    if (failed(offsetOf(v, op, o)))
+      return failure();
+  }
+  std::string scope = scopeName(args);
+  std::string label = (scope.empty() ? std::string("step") : scope) + "/" +
+                      callee.drop_front(6).str();
+  if (args && args.get("train.recomputed"))
+    label += "(recompute)";
+  unsigned grads = numGradAttrs(args);
+  unsigned results = outs.size() >= grads ? outs.size() - grads : 0;
+  auto T = [&](Value v) { return tensorOf(v); };
+  auto dt = [&](Value v) { return dtypeName(T(v).getElementType()); };
+  auto dim = [&](Value v, int64_t i) {
+    RankedTensorType t = T(v);
+    return t.getDimSize(i < 0 ? t.getRank() + i : i);
+  };
+  auto nel = [&](Value v) { return numel(T(v)); };
+  auto &o = os_;
+  auto open = [&](const char *type) {
+    line(indent) << "{\n";
+    line(indent + 2) << type << " a;\n";
+  };
+  auto set = [&](const std::string &field, const std::string &value) {
+    line(indent + 2) << "a." << field << " = " << value << ";\n";
+  };
+  auto close = [&](const char *entry) {
+    line(indent + 2) << "r.launch(\"" << label
+                     << "\", [a](const KernelContext &c) { return " << entry
+                     << "(c, a); });\n";
+    line(indent) << "}\n";
+  };
+  auto expectCounts = [&](size_t ni, size_t no) -> LogicalResult {
+    if (ins.size() != ni || outs.size() != no)
+      return op->emitError("emit-cpp: '")
+             << callee << "' with " << ins.size() << " inputs and "
+             << outs.size() << " outputs (expected " << ni << " and " << no
+             << ")";
+    return success();
+  };
+  (void)o;
+
+  if (callee == "train.embedding") {
+    if (failed(expectCounts(2, 1)))
+      return failure();
+    open("EmbeddingForwardArgs");
+    set("dtype", dt(ins[1]));
+    set("ids", "static_cast<const int32_t *>(" + ptr(ins[0]) + ")");
+    set("w", ptr(ins[1]));
+    set("y", ptr(outs[0]));
+    set("tokens", std::to_string(nel(ins[0])));
+    set("vocab", std::to_string(dim(ins[1], 0)));
+    set("dim", std::to_string(dim(ins[1], 1)));
+    close("embeddingForward");
+    return success();
+  }
+  if (callee == "train.embedding_grad") {
+    if (failed(expectCounts(2, 1)))
+      return failure();
+    open("EmbeddingBackwardArgs");
+    set("dtype", dt(ins[1]));
+    set("ids", "static_cast<const int32_t *>(" + ptr(ins[0]) + ")");
+    set("dy", ptr(ins[1]));
+    set("dw", ptr(outs[0]));
+    set("tokens", std::to_string(nel(ins[0])));
+    set("vocab", std::to_string(dim(outs[0], 0)));
+    set("dim", std::to_string(dim(outs[0], 1)));
+    close("embeddingBackward");
+    return success();
+  }
+  if (callee == "train.rms_norm" || callee == "train.rms_norm_grad") {
+    bool fwd = callee == "train.rms_norm";
+    if (fwd ? failed(expectCounts(2, 2)) : ins.size() != 4)
+      return fwd ? failure()
+                 : op->emitError("emit-cpp: train.rms_norm_grad needs 4 inputs");
+    int64_t d = nel(ins[1]);
+    int64_t rows = nel(ins[0]) / d;
+    bool zc = args && args.get("zero_centered");
+    if (fwd) {
+      open("RmsNormForwardArgs");
+      set("dtype", dt(ins[0]));
+      set("x", ptr(ins[0]));
+      set("w", ptr(ins[1]));
+      set("y", ptr(outs[0]));
+      set("rstd", ptr(outs[1]));
+      set("rows", std::to_string(rows));
+      set("dim", std::to_string(d));
+      set("eps", fmtDouble(dblArg(args, "eps", 1e-6)));
+      set("zeroCentered", zc ? "true" : "false");
+      close("rmsNormForward");
+    } else {
+      open("RmsNormBackwardArgs");
+      set("dtype", dt(ins[0]));
+      set("x", ptr(ins[0]));
+      set("w", ptr(ins[1]));
+      set("rstd", ptr(ins[2]));
+      set("dy", ptr(ins[3]));
+      if (results >= 1)
+        set("dx", ptr(outs[0]));
+      if (grads >= 1)
+        set("dw", ptr(outs[results]));
+      set("rows", std::to_string(rows));
+      set("dim", std::to_string(d));
+      set("zeroCentered", zc ? "true" : "false");
+      close("rmsNormBackward");
+    }
+    return success();
+  }
+  if (callee == "train.linear") {
+    if (failed(expectCounts(2, 1)))
+      return failure();
+    int64_t in = dim(ins[1], 1), out = dim(ins[1], 0);
+    open("LinearForwardArgs");
+    set("dtype", dt(ins[0]));
+    set("x", ptr(ins[0]));
+    set("w", ptr(ins[1]));
+    set("y", ptr(outs[0]));
+    set("rows", std::to_string(nel(ins[0]) / in));
+    set("in", std::to_string(in));
+    set("out", std::to_string(out));
+    close("linearForward");
+    return success();
+  }
+  if (callee == "train.linear_grad") {
+    if (ins.size() != 3)
+      return op->emitError("emit-cpp: train.linear_grad needs 3 inputs");
+    int64_t in = dim(ins[1], 1), out = dim(ins[1], 0);
+    open("LinearBackwardArgs");
+    set("dtype", dt(ins[0]));
+    set("x", ptr(ins[0]));
+    set("w", ptr(ins[1]));
+    set("dy", ptr(ins[2]));
+    if (results >= 1)
+      set("dx", ptr(outs[0]));
+    if (grads >= 1)
+      set("dw", ptr(outs[results]));
+    set("rows", std::to_string(nel(ins[0]) / in));
+    set("in", std::to_string(in));
+    set("out", std::to_string(out));
+    close("linearBackward");
+    return success();
+  }
+  if (callee == "train.short_conv" || callee == "train.short_conv_grad") {
+    bool fwd = callee == "train.short_conv";
+    open("GdnConvArgs");
+    set("dtype", dt(ins[0]));
+    set("batch", std::to_string(dim(ins[0], 0)));
+    set("seqLen", std::to_string(dim(ins[0], 1)));
+    set("channels", std::to_string(dim(ins[0], 2)));
+    set("kernelSize", std::to_string(dim(ins[1], 1)));
+    set("x", ptr(ins[0]));
+    set("w", ptr(ins[1]));
+    if (fwd) {
+      set("y", ptr(outs[0]));
+      close("gdnConvForward");
+    } else {
+      set("dy", ptr(ins[2]));
+      if (results >= 1)
+        set("dx", ptr(outs[0]));
+      if (grads >= 1)
+        set("dw", ptr(outs[results]));
+      close("gdnConvBackward");
+    }
+    return success();
+  }
+  if (callee == "train.slice") {
+    if (failed(expectCounts(1, 1)))
+      return failure();
+    int64_t d = intArg(args, "dim", -1);
+    RankedTensorType x = T(ins[0]), y = T(outs[0]);
+    if (d < 0 || d >= x.getRank())
+      return op->emitError("emit-cpp: train.slice without a valid dim");
+    int64_t outer = 1, inner = 1;
+    for (int64_t i = 0; i < d; ++i)
+      outer *= x.getDimSize(i);
+    for (int64_t i = d + 1; i < x.getRank(); ++i)
+      inner *= x.getDimSize(i);
+    line(indent) << "r.slice(\"" << label << "\", " << off_[ins[0]] << "ull, "
+                 << off_[outs[0]] << "ull, " << outer << ", " << x.getDimSize(d)
+                 << ", " << intArg(args, "offset", 0) << ", " << y.getDimSize(d)
+                 << ", " << inner << ", " << elemBytes(x) << ");\n";
+    return success();
+  }
+  if (callee == "train.concat") {
+    if (outs.size() != 1 || ins.empty())
+      return op->emitError("emit-cpp: train.concat needs inputs and 1 output");
+    int64_t d = intArg(args, "dim", -1);
+    RankedTensorType y = T(outs[0]);
+    if (d < 0 || d >= y.getRank())
+      return op->emitError("emit-cpp: train.concat without a valid dim");
+    int64_t outer = 1, inner = 1;
+    for (int64_t i = 0; i < d; ++i)
+      outer *= y.getDimSize(i);
+    for (int64_t i = d + 1; i < y.getRank(); ++i)
+      inner *= y.getDimSize(i);
+    line(indent) << "r.concat(\"" << label << "\", {";
+    for (size_t i = 0; i < ins.size(); ++i)
+      os_ << (i ? ", " : "") << off_[ins[i]] << "ull";
+    os_ << "}, {";
+    for (size_t i = 0; i < ins.size(); ++i)
+      os_ << (i ? ", " : "") << T(ins[i]).getDimSize(d);
+    os_ << "}, " << off_[outs[0]] << "ull, " << outer << ", " << inner << ", "
+        << elemBytes(y) << ");\n";
+    return success();
+  }
+  if (callee == "train.expand" || callee == "train.expand_grad") {
+    if (failed(expectCounts(1, 1)))
+      return failure();
+    bool fwd = callee == "train.expand";
+    RankedTensorType small = fwd ? T(ins[0]) : T(outs[0]);
+    RankedTensorType big = fwd ? T(outs[0]) : T(ins[0]);
+    int64_t d = -1;
+    for (int64_t i = 0; i < big.getRank(); ++i)
+      if (small.getDimSize(i) != big.getDimSize(i))
+        d = i;
+    if (d < 0 || small.getDimSize(d) != 1)
+      return op->emitError("emit-cpp: '") << callee
+                                          << "' must broadcast one unit dim";
+    int64_t outer = 1, inner = 1;
+    for (int64_t i = 0; i < d; ++i)
+      outer *= big.getDimSize(i);
+    for (int64_t i = d + 1; i < big.getRank(); ++i)
+      inner *= big.getDimSize(i);
+    line(indent) << "r." << (fwd ? "expand" : "expandGrad") << "(\"" << label
+                 << "\", " << off_[ins[0]] << "ull, " << off_[outs[0]]
+                 << "ull, " << outer << ", " << big.getDimSize(d) << ", "
+                 << inner << ", " << dtypeName(big.getElementType()) << ");\n";
+    return success();
+  }
+  if (callee == "train.l2_norm" || callee == "train.l2_norm_grad") {
+    bool fwd = callee == "train.l2_norm";
+    Value shaped = fwd ? ins[0] : ins[0];
+    int64_t h = dim(shaped, -2), d = dim(shaped, -1);
+    open("GdnL2NormArgs");
+    set("dtype", dt(shaped));
+    set("tokens", std::to_string(nel(shaped) / (h * d)));
+    set("heads", std::to_string(h));
+    set("dim", std::to_string(d));
+    if (fwd) {
+      set("eps", fmtDouble(dblArg(args, "eps", 1e-6)) + "f");
+      set("x", ptr(ins[0]));
+      set("y", ptr(outs[0]));
+      set("rstd", ptr(outs[1]));
+      close("gdnL2NormForward");
+    } else {
+      set("y", ptr(ins[0]));
+      set("rstd", ptr(ins[1]));
+      set("dy", ptr(ins[2]));
+      set("dx", ptr(outs[0]));
+      close("gdnL2NormBackward");
+    }
+    return success();
+  }
+  if (callee == "train.gdn_gates") {
+    if (failed(expectCounts(4, 2)))
+      return failure();
+    line(indent) << "r.gdnGates(\"" << label << "\", " << off_[ins[0]] << "ull, "
+                 << off_[ins[1]] << "ull, " << off_[ins[2]] << "ull, "
+                 << off_[ins[3]] << "ull, " << off_[outs[0]] << "ull, "
+                 << off_[outs[1]] << "ull, "
+                 << nel(ins[0]) / dim(ins[0], -1) << ", " << dim(ins[0], -1)
+                 << ", " << dt(ins[0]) << ");\n";
+    return success();
+  }
+  if (callee == "train.gdn_gates_grad") {
+    if (failed(expectCounts(7, 4)))
+      return op->emitError("emit-cpp: train.gdn_gates_grad of frozen gate "
+                           "parameters is not supported");
+    // ins: a, A_log, dt_bias, g, beta, dg, dbeta; outs: da, db, dA_log, ddt.
+    line(indent) << "r.gdnGatesGrad(\"" << label << "\", " << off_[ins[0]]
+                 << "ull, " << off_[ins[1]] << "ull, " << off_[ins[2]] << "ull, "
+                 << off_[ins[4]] << "ull, " << off_[ins[5]] << "ull, "
+                 << off_[ins[6]] << "ull, " << off_[outs[0]] << "ull, "
+                 << off_[outs[1]] << "ull, " << off_[outs[2]] << "ull, "
+                 << off_[outs[3]] << "ull, " << nel(ins[0]) / dim(ins[0], -1)
+                 << ", " << dim(ins[0], -1) << ", " << dt(ins[0]) << ");\n";
+    return success();
+  }
+  if (callee == "train.gated_delta_rule" ||
+      callee == "train.gated_delta_rule_grad") {
+    bool fwd = callee == "train.gated_delta_rule";
+    if (fwd ? failed(expectCounts(5, 3)) : failed(expectCounts(7, 5)))
+      return failure();
+    Value q = ins[0], kk = ins[1], v = ins[2];
+    Value beta = fwd ? ins[4] : ins[4];
+    std::string st = dt(q);
+    std::string acc = st == "DType::F64" ? "DType::F64" : "DType::F32";
+    int64_t nBeta = nel(beta);
+    uint64_t stage = (maxGateElems_ * 8 + 255) / 256 * 256;
+    bool betaStored = dt(beta) != acc;
+    line(indent) << "{\n";
+    std::string betaPtr = ptr(beta);
+    if (betaStored) {
+      line(indent + 2) << "r.convert(\"" << label << "\", " << ptr(beta) << ", "
+                       << dt(beta) << ", r.scratch(256), " << acc << ", "
+                       << nBeta << ");\n";
+      betaPtr = "r.scratch(256)";
+    }
+    line(indent + 2) << "GdnChunkArgs a;\n";
+    set("dtype", st);
+    set("batch", std::to_string(dim(q, 0)));
+    set("seqLen", std::to_string(dim(q, 1)));
+    set("keyHeads", std::to_string(dim(q, 2)));
+    set("keyDim", std::to_string(dim(q, 3)));
+    set("valueHeads", std::to_string(dim(v, 2)));
+    set("valueDim", std::to_string(dim(v, 3)));
+    set("scale", fmtDouble(dblArg(args, "scale", 0)) + "f");
+    set("q", ptr(q));
+    set("k", ptr(kk));
+    set("v", ptr(v));
+    set("beta", betaPtr);
+    if (fwd) {
+      set("g", ptr(ins[3]));
+      set("o", ptr(outs[0]));
+      set("gCum", ptr(outs[1]));
+      set("tMat", ptr(outs[2]));
+      close("gdnChunkForward");
+      return success();
+    }
+    set("gCum", ptr(ins[3]));
+    set("tMat", ptr(ins[5]));
+    set("dO", ptr(ins[6]));
+    set("dq", ptr(outs[0]));
+    set("dk", ptr(outs[1]));
+    set("dv", ptr(outs[2]));
+    set("dg", ptr(outs[3]));
+    bool dbetaStored = dt(outs[4]) != acc;
+    std::string dbetaScratch = "r.scratch(" + std::to_string(256 + stage) + ")";
+    set("dbeta", dbetaStored ? dbetaScratch : ptr(outs[4]));
+    line(indent + 2) << "r.launch(\"" << label
+                     << "\", [a](const KernelContext &c) { return "
+                        "gdnChunkBackward(c, a); });\n";
+    if (dbetaStored)
+      line(indent + 2) << "r.convert(\"" << label << "\", " << dbetaScratch
+                       << ", " << acc << ", " << ptr(outs[4]) << ", "
+                       << dt(outs[4]) << ", " << nel(outs[4]) << ");\n";
+    line(indent) << "}\n";
+    return success();
+  }
+  if (callee == "train.gated_rms_norm" || callee == "train.gated_rms_norm_grad") {
+    bool fwd = callee == "train.gated_rms_norm";
+    int64_t h = dim(ins[0], -2), d = dim(ins[0], -1);
+    open("GdnGatedNormArgs");
+    set("dtype", dt(ins[0]));
+    set("tokens", std::to_string(nel(ins[0]) / (h * d)));
+    set("heads", std::to_string(h));
+    set("dim", std::to_string(d));
+    set("x", ptr(ins[0]));
+    set("z", ptr(ins[1]));
+    set("w", ptr(ins[2]));
+    if (fwd) {
+      set("eps", fmtDouble(dblArg(args, "eps", 1e-6)) + "f");
+      set("y", ptr(outs[0]));
+      set("rstd", ptr(outs[1]));
+      close("gdnGatedNormForward");
+    } else {
+      set("rstd", ptr(ins[3]));
+      set("dy", ptr(ins[4]));
+      set("dx", ptr(outs[0]));
+      set("dz", ptr(outs[1]));
+      if (grads >= 1)
+        set("dw", ptr(outs[results]));
+      close("gdnGatedNormBackward");
+    }
+    return success();
+  }
+  if (callee == "train.rope" || callee == "train.rope_grad") {
+    if (failed(expectCounts(1, 1)))
+      return failure();
+    open("RopeArgs");
+    set("dtype", dt(ins[0]));
+    set("x", ptr(ins[0]));
+    set("y", ptr(outs[0]));
+    set("batch", std::to_string(dim(ins[0], 0)));
+    set("seq", std::to_string(dim(ins[0], 1)));
+    set("heads", std::to_string(dim(ins[0], 2)));
+    set("headDim", std::to_string(dim(ins[0], 3)));
+    set("offset", std::to_string(intArg(args, "offset", 0)));
+    set("rotaryDim", std::to_string(intArg(args, "rotary_dim", dim(ins[0], 3))));
+    set("theta", fmtDouble(dblArg(args, "theta", 1e4)));
+    close(callee == "train.rope" ? "ropeForward" : "ropeBackward");
+    return success();
+  }
+  if (callee == "train.attention" || callee == "train.attention_grad") {
+    bool fwd = callee == "train.attention";
+    if (fwd ? failed(expectCounts(3, 2)) : failed(expectCounts(6, 3)))
+      return failure();
+    open(fwd ? "AttentionForwardArgs" : "AttentionBackwardArgs");
+    set("dtype", dt(ins[0]));
+    set("shape.batch", std::to_string(dim(ins[0], 0)));
+    set("shape.seqLen", std::to_string(dim(ins[0], 1)));
+    set("shape.numQHeads", std::to_string(dim(ins[0], 2)));
+    set("shape.numKvHeads", std::to_string(dim(ins[1], 2)));
+    set("shape.headDimQk", std::to_string(dim(ins[0], 3)));
+    set("shape.headDimV", std::to_string(dim(ins[2], 3)));
+    set("shape.softmaxScale", fmtDouble(dblArg(args, "scale", 0)));
+    set("q", ptr(ins[0]));
+    set("k", ptr(ins[1]));
+    set("v", ptr(ins[2]));
+    if (fwd) {
+      set("o", ptr(outs[0]));
+      set("lse", ptr(outs[1]));
+      close("attentionForward");
+    } else {
+      set("o", ptr(ins[3]));
+      set("lse", ptr(ins[4]));
+      set("dO", ptr(ins[5]));
+      set("dq", ptr(outs[0]));
+      set("dk", ptr(outs[1]));
+      set("dv", ptr(outs[2]));
+      close("attentionBackward");
+    }
+    return success();
+  }
+  if (callee == "train.output_gate" || callee == "train.output_gate_grad") {
+    bool fwd = callee == "train.output_gate";
+    if (fwd ? failed(expectCounts(2, 1)) : failed(expectCounts(3, 2)))
+      return failure();
+    int64_t cols = dim(ins[0], -1), rows = nel(ins[0]) / cols;
+    open(fwd ? "SigmoidGateForwardArgs" : "SigmoidGateBackwardArgs");
+    set("dtype", dt(ins[0]));
+    set("o", ptr(ins[0]));
+    set("gate", ptr(ins[1]));
+    set("rows", std::to_string(rows));
+    set("cols", std::to_string(cols));
+    if (fwd) {
+      set("y", ptr(outs[0]));
+      close("sigmoidGateForward");
+    } else {
+      set("dy", ptr(ins[2]));
+      set("dout", ptr(outs[0]));
+      set("dgate", ptr(outs[1]));
+      close("sigmoidGateBackward");
+    }
+    return success();
+  }
+  if (callee == "train.swiglu" || callee == "train.swiglu_grad") {
+    bool fwd = callee == "train.swiglu";
+    if (fwd ? failed(expectCounts(2, 1)) : failed(expectCounts(3, 2)))
+      return failure();
+    int64_t cols = dim(ins[0], -1), rows = nel(ins[0]) / cols;
+    open(fwd ? "SwiGluForwardArgs" : "SwiGluBackwardArgs");
+    set("dtype", dt(ins[0]));
+    set("gate", ptr(ins[0]));
+    set("up", ptr(ins[1]));
+    set("rows", std::to_string(rows));
+    set("cols", std::to_string(cols));
+    if (fwd) {
+      set("y", ptr(outs[0]));
+      close("swiGluForward");
+    } else {
+      set("dy", ptr(ins[2]));
+      set("dgate", ptr(outs[0]));
+      set("dup", ptr(outs[1]));
+      close("swiGluBackward");
+    }
+    return success();
+  }
+  if (callee == "train.add") {
+    if (failed(expectCounts(2, 1)))
+      return failure();
+    open("ResidualAddArgs");
+    set("dtype", dt(ins[0]));
+    set("a", ptr(ins[0]));
+    set("b", ptr(ins[1]));
+    set("y", ptr(outs[0]));
+    set("n", std::to_string(nel(outs[0])));
+    close("residualAddForward");
+    return success();
+  }
+  if (callee == "train.lm_head_cross_entropy" ||
+      callee == "train.lm_head_cross_entropy_grad") {
+    bool fwd = callee == "train.lm_head_cross_entropy";
+    if (fwd ? failed(expectCounts(3, 3)) : ins.size() != 4)
+      return fwd ? failure()
+                 : op->emitError("emit-cpp: lm head grad needs 4 inputs");
+    int64_t d = dim(ins[1], 1), vocab = dim(ins[1], 0);
+    open("LmHeadCrossEntropyArgs");
+    set("dtype", dt(ins[0]));
+    set("hidden", ptr(ins[0]));
+    set("weight", ptr(ins[1]));
+    set("labels", "static_cast<const int32_t *>(" + ptr(ins[2]) + ")");
+    set("tokens", std::to_string(nel(ins[0]) / d));
+    set("dim", std::to_string(d));
+    set("vocab", std::to_string(vocab));
+    set("chunkTokens", std::to_string(intArg(args, "chunk_tokens", 1024)));
+    set("ignoreIndex", std::to_string(intArg(args, "ignore_index", -100)));
+    if (fwd) {
+      set("lossSum", ptr(outs[0]));
+      set("validCount", "static_cast<int32_t *>(" + ptr(outs[1]) + ")");
+      set("lse", ptr(outs[2]));
+      close("lmHeadCrossEntropyForward");
+    } else {
+      // Sum of token losses: finalize_grads divides by the step's tokens.
+      set("gradScale", "1.0");
+      set("lossSum", "r.scratch(8)");
+      if (results >= 1)
+        set("dHidden", ptr(outs[0]));
+      if (grads >= 1)
+        set("dWeight", ptr(outs[results]));
+      close("lmHeadCrossEntropyBackward");
+    }
+    return success();
+  }
+  if (callee == "train.yield") {
+    if (failed(expectCounts(2, 2)))
+      return failure();
+    line(indent) << "r.yield(" << off_[ins[0]] << "ull, " << off_[ins[1]]
+                 << "ull);\n";
+    return success();
+  }
+  if (callee == "train.finalize_grads") {
+    line(indent) << "r.finalizeGrads(" << fmtDouble(dblArg(args, "max_norm", 1.0))
+                 << ");\n";
+    return success();
+  }
+  if (callee == "train.lr_schedule") {
+    line(indent) << "r.lrSchedule(" << fmtDouble(dblArg(args, "max_lr", 3e-4))
+                 << ", " << fmtDouble(dblArg(args, "min_lr", 0)) << ", "
+                 << intArg(args, "warmup_steps", 0) << ", "
+                 << intArg(args, "total_steps", 1) << ");\n";
+    return success();
+  }
+  if (callee == "train.adamw") {
+    auto sym = args ? args.getAs<FlatSymbolRefAttr>("param") : nullptr;
+    if (!sym || !paramIndex_.count(sym.getValue()))
+      return op->emitError("emit-cpp: train.adamw without a known `param`");
+    line(indent) << "r.adamw(" << paramIndex_[sym.getValue()] << ", "
+                 << fmtDouble(dblArg(args, "beta1", 0.9)) << ", "
+                 << fmtDouble(dblArg(args, "beta2", 0.999)) << ", "
+                 << fmtDouble(dblArg(args, "eps", 1e-8)) << ", "
+                 << fmtDouble(dblArg(args, "weight_decay", 0)) << "); // "
+                 << sym.getValue() << "\n";
+    return success();
+  }
+  if (callee == "train.loss_mean") {
+    line(indent) << "r.lossMean();\n";
+    return success();
+  }
+  return op->emitError("emit-cpp: unsupported kernel '") << callee << "'";
+}
+
+} // namespace
+
+LogicalResult emitCpp(ModuleOp module, llvm::raw_ostream &os,
+                      EmittedPlan *plan) {
+  // Params are emitted first (adamw refers to them by index), but the
+  // table is written after the step: emit into a buffer, then reorder.
+  std::string body;
+  llvm::raw_string_ostream bos(body);
+  Emitter e(module, bos);
+  if (failed(e.run(plan)))
+    return failure();
+  os << body;
+  return success();
+}
+
+void registerEmitCppTranslation() {
+  TranslateFromMLIRRegistration reg(
+      "emit-cpp", "exec.step -> C++ training step (runtime + kernels)",
+      [](Operation *op, llvm::raw_ostream &os) -> LogicalResult {
+        auto m = dyn_cast<ModuleOp>(op);
+        if (!m)
+          return op->emitError("emit-cpp: expected a builtin.module");
+        return emitCpp(m, os);
+      },
+      [](DialectRegistry &registry) {
+        registry.insert<exec::ExecDialect, train::TrainDialect,
+                        func::FuncDialect, arith::ArithDialect,
+                        scf::SCFDialect, tensor::TensorDialect>();
+      });
+}
+
+} // namespace ap::codegen

@@ -1,0 +1,573 @@
+//===- trainer.cpp - The training binary's driver ---------------*- C++ -*-===//
+//
+// See trainer.h. The data-movement and dtype-adapting support ops run on the
+// host backend (they touch arena bytes from a compute-stream host function);
+// on the cuda backend they answer Unsupported, which the runtime reports as
+// an error naming the op, so a cuda run of a model that needs them stops at
+// the first such op instead of computing garbage.
+//
+//===----------------------------------------------------------------------===//
+#include "runtime/trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+
+namespace ap::rt {
+
+using kernels::DType;
+using kernels::KernelContext;
+using kernels::Status;
+
+namespace {
+
+/// Bytes of one element of `d`.
+int64_t elemBytes(DType d) {
+  switch (d) {
+  case DType::BF16:
+    return 2;
+  case DType::F32:
+  case DType::I32:
+    return 4;
+  case DType::F64:
+    return 8;
+  }
+  return 0;
+}
+
+double loadAs(const void *p, DType d, int64_t i) {
+  switch (d) {
+  case DType::BF16:
+    return kernels::bf16::toFloat(static_cast<const kernels::bf16 *>(p)[i].bits);
+  case DType::F32:
+    return static_cast<const float *>(p)[i];
+  case DType::F64:
+    return static_cast<const double *>(p)[i];
+  case DType::I32:
+    return static_cast<const int32_t *>(p)[i];
+  }
+  return 0;
+}
+
+/// Stores `v` rounded once to `d` (RNE for bf16).
+void storeAs(void *p, DType d, int64_t i, double v) {
+  switch (d) {
+  case DType::BF16:
+    static_cast<kernels::bf16 *>(p)[i] = kernels::bf16(static_cast<float>(v));
+    break;
+  case DType::F32:
+    static_cast<float *>(p)[i] = static_cast<float>(v);
+    break;
+  case DType::F64:
+    static_cast<double *>(p)[i] = v;
+    break;
+  case DType::I32:
+    static_cast<int32_t *>(p)[i] = static_cast<int32_t>(v);
+    break;
+  }
+}
+
+/// Accumulation type of a storage type (kernels/dense.h conventions).
+DType accOf(DType d) { return d == DType::F64 ? DType::F64 : DType::F32; }
+
+bool hostOnly(const KernelContext &c) {
+  return c.backend == kernels::Backend::Host;
+}
+
+} // namespace
+
+StepRunner::StepRunner(const Program &program, Device &device,
+                       PinnedPool &pinned, OffloadEngine &offload,
+                       bool fingerprints)
+    : dev(device), pool(pinned), engine(offload), program_(program),
+      fingerprints_(fingerprints) {
+  for (uint32_t i = 0; i < program.numEvents; ++i)
+    ev.push_back(dev.createEvent());
+  for (const std::string &s : program.scopes)
+    scope.push_back(engine.scope(s));
+  lossParts_.assign(size_t(program.microBatches), 0.f);
+  countParts_.assign(size_t(program.microBatches), 0);
+}
+
+char *StepRunner::scratch(uint64_t offset) const {
+  return static_cast<char *>(dev.at(program_.arenaBytes + offset));
+}
+
+//===----------------------------------------------------------------------===//
+// Loop ops
+//===----------------------------------------------------------------------===//
+
+void StepRunner::loadInput(const char *name, uint64_t offset, uint64_t bytes) {
+  const std::vector<int32_t> *src = nullptr;
+  if (std::strcmp(name, "tokens") == 0)
+    src = &tokens;
+  else if (std::strcmp(name, "labels") == 0)
+    src = &labels;
+  else
+    fail("load_input: unknown input '", name, "'");
+  uint64_t n = uint64_t(program_.batch * program_.seq);
+  if (n * sizeof(int32_t) > bytes)
+    fail("load_input ", name, ": ", n * 4, " bytes do not fit the ", bytes,
+         "-byte buffer");
+  dev.copyAsync(dev.at(offset, n * 4), src->data() + microbatch * n, n * 4,
+                CopyKind::HostToDevice, Stream::Compute);
+}
+
+void StepRunner::yield(uint64_t lossOff, uint64_t countOff) {
+  dev.copyAsync(&lossParts_[size_t(microbatch)], dev.at(lossOff, 4), 4,
+                CopyKind::DeviceToHost, Stream::Compute);
+  dev.copyAsync(&countParts_[size_t(microbatch)], dev.at(countOff, 4), 4,
+                CopyKind::DeviceToHost, Stream::Compute);
+}
+
+void StepRunner::endLoop() {
+  dev.synchronize(Stream::Compute);
+  // The same order a device-side running sum would use: microbatch 0 first.
+  float sum = 0.f;
+  int32_t count = 0;
+  for (size_t i = 0; i < lossParts_.size(); ++i) {
+    sum += lossParts_[i];
+    count += countParts_[i];
+  }
+  lossParts_.assign(lossParts_.size(), sum);
+  countParts_.assign(countParts_.size(), count);
+  const StateOffsets &s = program_.state;
+  dev.copyAsync(dev.at(s.lossSum, 4), &lossParts_[0], 4,
+                CopyKind::HostToDevice, Stream::Compute);
+  dev.copyAsync(dev.at(s.tokenCount, 4), &countParts_[0], 4,
+                CopyKind::HostToDevice, Stream::Compute);
+  dev.synchronize(Stream::Compute);
+}
+
+void StepRunner::allReduce(uint64_t offset, uint64_t bytes, DType dtype) {
+  (void)dtype;
+  // A world of one: the sum over "dp" is the buffer itself. Data-parallel
+  // runs need the collective API wired here (not done yet).
+  (void)dev.at(offset, bytes);
+}
+
+//===----------------------------------------------------------------------===//
+// Data movement
+//===----------------------------------------------------------------------===//
+
+void StepRunner::slice(const char *name, uint64_t x, uint64_t y, int64_t outer,
+                       int64_t dimX, int64_t offset, int64_t len,
+                       int64_t inner, int64_t elemBytes) {
+  const char *px = static_cast<const char *>(at(x));
+  char *py = static_cast<char *>(at(y));
+  launch(name, [=](const KernelContext &c) {
+    if (!hostOnly(c))
+      return Status::Unsupported;
+    int64_t rowIn = dimX * inner * elemBytes, rowOut = len * inner * elemBytes;
+    for (int64_t o = 0; o < outer; ++o)
+      std::memcpy(py + o * rowOut, px + o * rowIn + offset * inner * elemBytes,
+                  size_t(rowOut));
+    return Status::Ok;
+  });
+}
+
+void StepRunner::concat(const char *name, std::vector<uint64_t> xs,
+                        std::vector<int64_t> dims, uint64_t y, int64_t outer,
+                        int64_t inner, int64_t elemBytes) {
+  std::vector<const char *> px;
+  int64_t total = 0;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    px.push_back(static_cast<const char *>(at(xs[i])));
+    total += dims[i];
+  }
+  char *py = static_cast<char *>(at(y));
+  launch(name, [=](const KernelContext &c) {
+    if (!hostOnly(c))
+      return Status::Unsupported;
+    for (int64_t o = 0; o < outer; ++o) {
+      int64_t pos = 0;
+      for (size_t i = 0; i < px.size(); ++i) {
+        int64_t row = dims[i] * inner * elemBytes;
+        std::memcpy(py + (o * total + pos) * inner * elemBytes,
+                    px[i] + o * row, size_t(row));
+        pos += dims[i];
+      }
+    }
+    return Status::Ok;
+  });
+}
+
+void StepRunner::expand(const char *name, uint64_t x, uint64_t y,
+                        int64_t outer, int64_t n, int64_t inner, DType dtype) {
+  const char *px = static_cast<const char *>(at(x));
+  char *py = static_cast<char *>(at(y));
+  int64_t eb = elemBytes(dtype);
+  launch(name, [=](const KernelContext &c) {
+    if (!hostOnly(c))
+      return Status::Unsupported;
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t k = 0; k < n; ++k)
+        std::memcpy(py + (o * n + k) * inner * eb, px + o * inner * eb,
+                    size_t(inner * eb));
+    return Status::Ok;
+  });
+}
+
+void StepRunner::expandGrad(const char *name, uint64_t dy, uint64_t dx,
+                            int64_t outer, int64_t n, int64_t inner,
+                            DType dtype) {
+  const void *py = at(dy);
+  void *px = at(dx);
+  launch(name, [=](const KernelContext &c) {
+    if (!hostOnly(c))
+      return Status::Unsupported;
+    // Sum of the n copies in increasing order, in Acc, rounded once.
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t i = 0; i < inner; ++i) {
+        if (accOf(dtype) == DType::F64) {
+          double s = 0;
+          for (int64_t k = 0; k < n; ++k)
+            s += loadAs(py, dtype, (o * n + k) * inner + i);
+          storeAs(px, dtype, o * inner + i, s);
+        } else {
+          float s = 0;
+          for (int64_t k = 0; k < n; ++k)
+            s += float(loadAs(py, dtype, (o * n + k) * inner + i));
+          storeAs(px, dtype, o * inner + i, s);
+        }
+      }
+    return Status::Ok;
+  });
+}
+
+void StepRunner::convert(const char *name, const void *src, DType from,
+                         void *dst, DType to, int64_t n) {
+  launch(name, [=](const KernelContext &c) {
+    if (!hostOnly(c))
+      return Status::Unsupported;
+    for (int64_t i = 0; i < n; ++i)
+      storeAs(dst, to, i, loadAs(src, from, i));
+    return Status::Ok;
+  });
+}
+
+void StepRunner::gdnGates(const char *name, uint64_t a, uint64_t b,
+                          uint64_t aLog, uint64_t dtBias, uint64_t g,
+                          uint64_t beta, int64_t tokens, int32_t heads,
+                          DType dtype) {
+  // The kernel writes an Acc beta; the plan holds a storage-dtype one.
+  DType acc = accOf(dtype);
+  void *betaAcc = scratch(256);
+  kernels::GdnGatesArgs args;
+  args.dtype = dtype;
+  args.tokens = tokens;
+  args.heads = heads;
+  args.a = at(a);
+  args.b = at(b);
+  args.aLog = at(aLog);
+  args.dtBias = at(dtBias);
+  args.g = at(g);
+  args.beta = betaAcc;
+  launch(name, [args](const KernelContext &c) {
+    return kernels::gdnGatesForward(c, args);
+  });
+  convert(name, betaAcc, acc, at(beta), dtype, tokens * heads);
+}
+
+void StepRunner::gdnGatesGrad(const char *name, uint64_t a, uint64_t aLog,
+                              uint64_t dtBias, uint64_t beta, uint64_t dg,
+                              uint64_t dbeta, uint64_t da, uint64_t db,
+                              uint64_t dALog, uint64_t dDtBias, int64_t tokens,
+                              int32_t heads, DType dtype) {
+  // The train op saves beta, not b (the kernel reads b for d sigmoid); the
+  // sigmoid derivative is beta (1 - beta) either way, so it is computed here
+  // from the saved beta, and the kernel does the decay-gate part.
+  const void *pa = at(a), *paLog = at(aLog), *pdt = at(dtBias),
+             *pbeta = at(beta), *pdg = at(dg), *pdbeta = at(dbeta);
+  void *pda = at(da), *pdb = at(db), *pdaLog = at(dALog), *pddt = at(dDtBias);
+  launch(name, [=](const KernelContext &c) {
+    if (!hostOnly(c))
+      return Status::Unsupported;
+    DType acc = accOf(dtype);
+    for (int64_t h = 0; h < heads; ++h) {
+      float e = std::exp(float(loadAs(paLog, acc, h)));
+      float sumDa = 0, sumDaLog = 0;
+      for (int64_t n = 0; n < tokens; ++n) {
+        int64_t i = n * heads + h;
+        float x = float(loadAs(pa, dtype, i) + loadAs(pdt, acc, h));
+        float sp = x > 20.f ? x : std::log1p(std::exp(x));
+        float dsp = x > 20.f ? 1.f : 1.f / (1.f + std::exp(-x));
+        float dgi = float(loadAs(pdg, acc, i));
+        float dai = dgi * (-e) * dsp;
+        storeAs(pda, dtype, i, dai);
+        sumDa += dai;
+        sumDaLog += dgi * (-e * sp);
+        float bt = float(loadAs(pbeta, dtype, i));
+        storeAs(pdb, dtype, i, float(loadAs(pdbeta, dtype, i)) * bt * (1.f - bt));
+      }
+      storeAs(pdaLog, acc, h, loadAs(pdaLog, acc, h) + sumDaLog);
+      storeAs(pddt, acc, h, loadAs(pddt, acc, h) + sumDa);
+    }
+    return Status::Ok;
+  });
+}
+
+//===----------------------------------------------------------------------===//
+// Step-level ops
+//===----------------------------------------------------------------------===//
+
+void StepRunner::finalizeGrads(double maxNorm) {
+  // Every microbatch is done (endLoop synchronised). The main grads hold
+  // sums over the step's tokens; the division by the token count and the
+  // clip are folded into one coefficient that AdamW applies (g * coef), so
+  // the norm is computed once, in the kernel's fixed order, over the sums.
+  const StateOffsets &s = program_.state;
+  int32_t count = countParts_.empty() ? 0 : countParts_[0];
+  if (count <= 0)
+    fail("finalize_grads: the step has no valid tokens (token count ", count,
+         ")");
+  std::vector<kernels::GradTensor> tensors;
+  std::vector<ByteRange> ranges;
+  for (const ParamEntry &p : program_.params) {
+    if (p.frozen)
+      continue;
+    tensors.push_back({static_cast<const float *>(at(p.grad)), p.numel});
+    ranges.push_back({at(p.grad), uint64_t(p.numel) * 4, true});
+  }
+  if (fingerprints_)
+    gradsFingerprint = fingerprint(dev, pool, ranges);
+  float *normDev = reinterpret_cast<float *>(scratch(0));
+  kernels::GradNormArgs args;
+  args.tensors = tensors.data();
+  args.numTensors = int64_t(tensors.size());
+  args.maxNorm = 0; // clip computed below from the mean-gradient norm
+  args.norm = normDev;
+  args.clipCoef = nullptr;
+  launch("finalize_grads", [args](const KernelContext &c) {
+    return kernels::gradNorm(c, args);
+  });
+  float rawNorm = 0;
+  dev.copyToHostSync(&rawNorm, normDev, 4);
+  gradNorm = rawNorm / float(count);
+  float clip = 1.f;
+  if (maxNorm > 0)
+    clip = std::min(1.f, float(maxNorm / (double(gradNorm) + 1e-6)));
+  clipHost_ = clip / float(count);
+  dev.copyAsync(scratch(4), &clipHost_, 4, CopyKind::HostToDevice,
+                Stream::Compute);
+  if (s.gradNorm != kNoOffset)
+    dev.copyAsync(at(s.gradNorm), &gradNorm, 4, CopyKind::HostToDevice,
+                  Stream::Compute);
+  dev.synchronize(Stream::Compute);
+}
+
+void StepRunner::lrSchedule(double maxLr, double minLr, int64_t warmup,
+                            int64_t total) {
+  double st = double(stepIndex), v;
+  if (stepIndex < warmup) {
+    v = maxLr * (st + 1) / double(warmup);
+  } else {
+    double p = (st - double(warmup)) / double(std::max<int64_t>(1, total - warmup));
+    p = std::min(1.0, p);
+    v = minLr + (maxLr - minLr) * (1 + std::cos(M_PI * p)) / 2;
+  }
+  lr = float(v);
+  if (program_.state.lr != kNoOffset) {
+    dev.copyAsync(at(program_.state.lr), &lr, 4, CopyKind::HostToDevice,
+                  Stream::Compute);
+    dev.synchronize(Stream::Compute);
+  }
+}
+
+void StepRunner::adamw(size_t param, double beta1, double beta2, double eps,
+                       double weightDecay) {
+  const ParamEntry &p = program_.params.at(param);
+  if (p.frozen)
+    return;
+  kernels::AdamWArgs args;
+  args.master = static_cast<float *>(at(p.master));
+  args.expAvg = static_cast<float *>(at(p.adamM));
+  args.expAvgSq = static_cast<float *>(at(p.adamV));
+  args.grad = static_cast<const float *>(at(p.grad));
+  args.clipCoef = reinterpret_cast<const float *>(scratch(4));
+  args.computeCopy = at(p.weight);
+  args.computeDType = p.dtype;
+  args.n = p.numel;
+  args.lr = double(lr);
+  args.beta1 = beta1;
+  args.beta2 = beta2;
+  args.eps = eps;
+  args.weightDecay = weightDecay;
+  args.step = stepIndex + 1;
+  launch(p.name, [args](const KernelContext &c) {
+    return kernels::adamWStep(c, args);
+  });
+  // The main grad starts the next step at zero (gradients accumulate).
+  dev.memsetAsync(at(p.grad), 0, uint64_t(p.numel) * 4, Stream::Compute);
+}
+
+void StepRunner::lossMean() {
+  int32_t count = countParts_.empty() ? 0 : countParts_[0];
+  loss = lossParts_.empty() || count <= 0 ? NAN
+                                          : lossParts_[0] / float(count);
+  if (program_.state.loss != kNoOffset) {
+    dev.copyAsync(at(program_.state.loss), &loss, 4, CopyKind::HostToDevice,
+                  Stream::Compute);
+    dev.synchronize(Stream::Compute);
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// The binary
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+std::vector<ByteRange> paramRanges(const Program &p, StepRunner &r) {
+  std::vector<ByteRange> out;
+  for (const ParamEntry &e : p.params)
+    out.push_back({r.at(e.weight), uint64_t(e.numel * elemBytes(e.dtype)),
+                   true});
+  for (const ParamEntry &e : p.params)
+    if (!e.frozen)
+      out.push_back({r.at(e.master), uint64_t(e.numel) * 4, true});
+  return out;
+}
+
+int run(int argc, char **argv, const Program &p) {
+  TrainFlags flags = parseTrainFlags(argc, argv);
+  if (flags.help) {
+    std::fputs(flags.usage.c_str(), stdout);
+    return 0;
+  }
+  if (!flags.save.empty() || !flags.resume.empty())
+    fail("--save/--resume are not supported by this driver yet");
+  DeviceOptions dopts;
+  dopts.device = flags.device;
+  Device dev(dopts);
+  // The plan (its workspace region included) plus the driver scratch; the
+  // kernel workspace the runtime hands out is sized by the plan's largest
+  // declared workspace and the grad-norm query.
+  std::vector<kernels::GradTensor> all;
+  for (const ParamEntry &e : p.params)
+    if (!e.frozen)
+      all.push_back({nullptr, e.numel});
+  kernels::GradNormArgs gq;
+  gq.tensors = all.data();
+  gq.numTensors = int64_t(all.size());
+  kernels::Backend kb = dev.kind() == DeviceKind::Cuda ? kernels::Backend::Cuda
+                                                        : kernels::Backend::Host;
+  uint64_t ws = std::max<uint64_t>(p.workspaceBytes,
+                                   kernels::gradNormWorkspaceBytes(kb, gq));
+  ws = std::max<uint64_t>(ws, kernels::linearWorkspaceBytes(kb));
+  dev.allocateArena(p.arenaBytes + p.scratchBytes, alignUp(ws, 256));
+  PinnedLayout layout;
+  layout.totalBytes = std::max<uint64_t>(p.pinnedBytes, 256);
+  layout.slots = p.slots;
+  PinnedPool pool(dev, layout);
+  OffloadEngine engine(dev, pool);
+  StepRunner r(p, dev, pool, engine, flags.fingerprints);
+
+  // Everything persistent starts at zero (grads, moments, state); then the
+  // parameters from the Philox stream keyed by (seed, name).
+  dev.memsetAsync(dev.at(0, p.persistentBytes), 0, p.persistentBytes,
+                  Stream::Compute);
+  dev.synchronize();
+  for (const ParamEntry &e : p.params) {
+    InitSpec spec{e.init, e.initA, e.initB};
+    RngKey key = paramInitKey(flags.seed, e.name);
+    std::vector<char> host(size_t(e.numel * std::max<int64_t>(4, elemBytes(e.dtype))));
+    initParameter(spec, key, e.dtype, host.data(), size_t(e.numel));
+    dev.copyAsync(r.at(e.weight), host.data(),
+                  uint64_t(e.numel * elemBytes(e.dtype)),
+                  CopyKind::HostToDevice, Stream::Compute);
+    dev.synchronize();
+    if (!e.frozen) {
+      initParameter(spec, key, DType::F32, host.data(), size_t(e.numel));
+      dev.copyAsync(r.at(e.master), host.data(), uint64_t(e.numel) * 4,
+                    CopyKind::HostToDevice, Stream::Compute);
+      dev.synchronize();
+    }
+  }
+
+  DataConfig dc;
+  parseDataSource(flags.data, dc);
+  dc.vocabSize = uint32_t(p.vocab);
+  dc.seed = flags.seed;
+  dc.batch = p.batch;
+  dc.seqLen = p.seq;
+  dc.microbatchesPerStep = uint32_t(p.microBatches);
+  DataLoader data(dc);
+  size_t mbElems = data.microbatchElements();
+  r.tokens.assign(mbElems * size_t(p.microBatches), 0);
+  r.labels.assign(mbElems * size_t(p.microBatches), 0);
+
+  MetricsWriter writer(flags.metrics);
+  ProgressLine progress(flags.steps);
+  for (int64_t step = 0; step < flags.steps; ++step) {
+    auto t0 = std::chrono::steady_clock::now();
+    for (int64_t mb = 0; mb < p.microBatches; ++mb)
+      data.fill(uint64_t(step), uint32_t(mb), r.tokens.data() + mb * mbElems,
+                r.labels.data() + mb * mbElems);
+    r.stepIndex = step;
+    p.step(r);
+    dev.synchronize();
+    pool.assertNoneInUse("step " + std::to_string(step + 1));
+    engine.assertAllReloaded("step " + std::to_string(step + 1));
+    auto t1 = std::chrono::steady_clock::now();
+
+    StepMetrics m;
+    m.step = step + 1;
+    m.loss = r.loss;
+    m.gradNorm = r.gradNorm;
+    m.lr = r.lr;
+    m.stepTimeS = std::chrono::duration<double>(t1 - t0).count();
+    m.tokensPerS = m.stepTimeS > 0
+                       ? double(mbElems * size_t(p.microBatches)) / m.stepTimeS
+                       : 0;
+    m.plannedPeakBytes = p.arenaBytes;
+    collectRuntimeMetrics(m, dev, pool, &engine);
+    if (flags.fingerprints) {
+      Fingerprints f;
+      f.loss = fingerprint(dev, pool, {{&r.loss, 4, false}});
+      f.grads = r.gradsFingerprint;
+      f.params = fingerprint(dev, pool, paramRanges(p, r));
+      std::vector<ByteRange> opt;
+      for (const ParamEntry &e : p.params)
+        if (!e.frozen)
+          opt.push_back({r.at(e.adamM), uint64_t(e.numel) * 4, true});
+      for (const ParamEntry &e : p.params)
+        if (!e.frozen)
+          opt.push_back({r.at(e.adamV), uint64_t(e.numel) * 4, true});
+      int64_t stepCount = step + 1;
+      opt.push_back({&stepCount, 8, false});
+      f.optimizer = fingerprint(dev, pool, opt);
+      m.fingerprints = f;
+    }
+    writer.write(m);
+    engine.resetCounters();
+    progress.update(m);
+    if (!std::isfinite(r.loss)) {
+      progress.finish();
+      std::fprintf(stderr,
+                   "error: step %lld: the loss is not finite (%g); stopping\n",
+                   static_cast<long long>(step + 1), double(r.loss));
+      return 3;
+    }
+  }
+  progress.finish();
+  return 0;
+}
+
+} // namespace
+
+int trainMain(int argc, char **argv, const Program &program) {
+  try {
+    return run(argc, argv, program);
+  } catch (const CliError &e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  } catch (const std::exception &e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+}
+
+} // namespace ap::rt

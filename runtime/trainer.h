@@ -1,0 +1,163 @@
+//===- trainer.h - The training binary's driver -----------------*- C++ -*-===//
+//
+// What a generated training step (actplace-translate --emit-cpp) links
+// against besides the kernels: the program tables it emits (parameters, the
+// buffer plan, pinned slots, offload scopes) and the StepRunner it calls for
+// everything that is not a plain kernel entry or a runtime call (inputs, the
+// microbatch loss sums, the step-level grad finalisation, learning rate and
+// AdamW, and the data-movement ops the train dialect keeps as ops: slice,
+// concat, expand). trainMain() is the whole binary: flags, device, arena and
+// pinned pool once, parameter init from the Philox RNG, N steps on synthetic
+// (or file) data, the metrics line per step, the pinned-pool check and the
+// NaN/Inf stop. No MLIR here.
+//
+//===----------------------------------------------------------------------===//
+#ifndef ACTPLACE_RUNTIME_TRAINER_H
+#define ACTPLACE_RUNTIME_TRAINER_H
+
+#include "runtime/runtime.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ap::rt {
+
+/// Marks an absent offset (frozen parameters have no master, grad, moments).
+inline constexpr uint64_t kNoOffset = ~uint64_t(0);
+
+/// One parameter of the program, in declaration order (HF names).
+struct ParamEntry {
+  const char *name;
+  kernels::DType dtype;   ///< storage dtype of the weight
+  int32_t rank;
+  int64_t shape[4];
+  int64_t numel;
+  InitKind init;
+  double initA, initB;
+  bool frozen;
+  uint64_t weight, master, grad, adamM, adamV; ///< arena offsets
+};
+
+/// Offsets of the step's state scalars.
+struct StateOffsets {
+  uint64_t lossSum = kNoOffset, tokenCount = kNoOffset, gradNorm = kNoOffset,
+           lr = kNoOffset, loss = kNoOffset;
+};
+
+class StepRunner;
+
+/// Everything the generated file describes.
+struct Program {
+  const char *model = "";
+  int64_t microBatches = 1, batch = 1, seq = 1, vocab = 256;
+  /// The plan (exec-plan-memory): [persistent | activations | workspace].
+  uint64_t persistentBytes = 0, activationBytes = 0, workspaceBytes = 0,
+           arenaBytes = 0, pinnedBytes = 0;
+  /// Driver scratch after the plan (dtype staging of GDN gates, scalars).
+  uint64_t scratchBytes = 0;
+  std::vector<PinnedSlotSpec> slots;
+  std::vector<ParamEntry> params;
+  std::vector<std::string> scopes; ///< offload scopes, "L<layer>.<leaf>"
+  StateOffsets state;
+  uint32_t numEvents = 0;
+  void (*step)(StepRunner &) = nullptr;
+};
+
+/// The support calls of a generated step. One per run; the generated step
+/// function reads dev/engine/ev/scope and calls the members below.
+class StepRunner {
+public:
+  StepRunner(const Program &program, Device &dev, PinnedPool &pool,
+             OffloadEngine &engine, bool fingerprints);
+
+  Device &dev;
+  PinnedPool &pool;
+  OffloadEngine &engine;
+  std::vector<EventId> ev;
+  std::vector<OffloadEngine::ScopeId> scope;
+
+  /// Arena address of an offset of the plan (checked).
+  void *at(uint64_t offset) const { return dev.at(offset); }
+  /// Start of the driver scratch (after the plan).
+  char *scratch(uint64_t offset = 0) const;
+  /// The compute-stream kernel context (workspace included).
+  kernels::KernelContext ctx() const {
+    return dev.kernelContext(Stream::Compute);
+  }
+  /// Runs a kernel entry on the compute stream; a non-Ok status is an error
+  /// naming `name`.
+  void launch(const char *name, KernelFn fn) {
+    dev.launch(Stream::Compute, name, std::move(fn));
+  }
+
+  // Step state set by trainMain.
+  int64_t stepIndex = 0; ///< 0-based optimizer step
+  int64_t microbatch = 0;
+  std::vector<int32_t> tokens, labels; ///< all microbatches of the step
+
+  //===--- Loop ops -------------------------------------------------------===//
+  void loadInput(const char *name, uint64_t offset, uint64_t bytes);
+  /// train.yield: the microbatch's loss sum and token count (summed over
+  /// microbatches in order by endLoop()).
+  void yield(uint64_t lossOff, uint64_t countOff);
+  /// After the microbatch loop: writes the summed loss and token count into
+  /// the state buffers.
+  void endLoop();
+  void allReduce(uint64_t offset, uint64_t bytes, kernels::DType dtype);
+
+  //===--- Data movement (host backend) ------------------------------------===//
+  /// y[outer, len, inner] = x[outer, offset:offset+len, inner]; x has `dimX`.
+  void slice(const char *name, uint64_t x, uint64_t y, int64_t outer,
+             int64_t dimX, int64_t offset, int64_t len, int64_t inner,
+             int64_t elemBytes);
+  /// y[outer, sum dims, inner] = concat of inputs along the middle dim.
+  void concat(const char *name, std::vector<uint64_t> xs,
+              std::vector<int64_t> dims, uint64_t y, int64_t outer,
+              int64_t inner, int64_t elemBytes);
+  /// y[outer, n, inner] = x[outer, 1, inner] broadcast; grad sums n copies.
+  void expand(const char *name, uint64_t x, uint64_t y, int64_t outer,
+              int64_t n, int64_t inner, kernels::DType dtype);
+  void expandGrad(const char *name, uint64_t dy, uint64_t dx, int64_t outer,
+                  int64_t n, int64_t inner, kernels::DType dtype);
+  /// Gates with the train dialect's storage-dtype beta (the kernel ABI has
+  /// an Acc beta): forward writes g (Acc) and beta (storage); backward takes
+  /// a, A_log, dt_bias, g, beta, dg (Acc), dbeta (storage).
+  void gdnGates(const char *name, uint64_t a, uint64_t b, uint64_t aLog,
+                uint64_t dtBias, uint64_t g, uint64_t beta, int64_t tokens,
+                int32_t heads, kernels::DType dtype);
+  void gdnGatesGrad(const char *name, uint64_t a, uint64_t aLog,
+                    uint64_t dtBias, uint64_t beta, uint64_t dg,
+                    uint64_t dbeta, uint64_t da, uint64_t db, uint64_t dALog,
+                    uint64_t dDtBias, int64_t tokens, int32_t heads,
+                    kernels::DType dtype);
+  /// Copies n elements between dtypes (storage <-> Acc staging).
+  void convert(const char *name, const void *src, kernels::DType from,
+               void *dst, kernels::DType to, int64_t n);
+
+  //===--- Step-level ops ---------------------------------------------------===//
+  void finalizeGrads(double maxNorm);
+  void lrSchedule(double maxLr, double minLr, int64_t warmup, int64_t total);
+  void adamw(size_t param, double beta1, double beta2, double eps,
+             double weightDecay);
+  void lossMean();
+
+  // Results of the step.
+  float loss = 0, gradNorm = 0, lr = 0;
+  std::string gradsFingerprint;
+
+private:
+  const Program &program_;
+  bool fingerprints_;
+  std::vector<float> lossParts_;
+  std::vector<int32_t> countParts_;
+  float clipHost_ = 1.f;
+};
+
+/// The training binary: parses the train flags, runs `program`. Returns the
+/// process exit code (non-zero on a bad flag, an error, or a NaN/Inf loss).
+int trainMain(int argc, char **argv, const Program &program);
+
+} // namespace ap::rt
+
+#endif // ACTPLACE_RUNTIME_TRAINER_H

@@ -1,0 +1,16 @@
+//===- actplace-translate.cpp - Translations out of the exec dialect ------===//
+//
+// `actplace-translate --emit-cpp step.mlir -o step.cpp`: the planned and
+// scheduled exec.step as one C++ source file (codegen/EmitCpp.h).
+//
+//===----------------------------------------------------------------------===//
+#include "codegen/EmitCpp.h"
+
+#include "mlir/Support/LogicalResult.h"
+#include "mlir/Tools/mlir-translate/MlirTranslateMain.h"
+
+int main(int argc, char **argv) {
+  ap::codegen::registerEmitCppTranslation();
+  return mlir::failed(
+      mlir::mlirTranslateMain(argc, argv, "actplace translation driver\n"));
+}
