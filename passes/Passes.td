@@ -234,11 +234,13 @@ def ExecScheduleStreams : Pass<"exec-schedule-streams", "mlir::ModuleOp"> {
     records go right after the op that must complete. The loop body starts
     with the copy streams waiting for compute and ends with compute waiting
     for the copy streams; `max_inflight` bounds pending D2H copies.
-    Idempotent.
+    Finally, in each run of waits of one stream, a wait implied by the
+    others is removed. Idempotent.
   }];
   let statistics = [
     Statistic<"numRecords", "records", "Event records inserted">,
-    Statistic<"numWaits", "waits", "Stream waits inserted">
+    Statistic<"numWaits", "waits", "Stream waits inserted">,
+    Statistic<"numRemoved", "removed-waits", "Waits implied by others, removed">
   ];
 }
 

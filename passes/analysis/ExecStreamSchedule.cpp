@@ -338,3 +338,84 @@ StreamSchedule::StreamSchedule(StepOp step) {
     }
   Segment(*this, &top, 0).run(/*loopBody=*/false);
 }
+
+namespace {
+/// Replays a block's clocks (no hazard analysis) to find dominated waits.
+void redundantWaitsIn(Block &block, SmallVectorImpl<WaitOp> &out) {
+  // Every stream starts with one virtual op: the work enqueued before the
+  // block (the previous iteration), which the body's start barrier orders.
+  Clock known[kStreams] = {};
+  int64_t count[kStreams];
+  for (int s = 0; s < kStreams; ++s)
+    known[s][s] = count[s] = 1;
+  llvm::DenseMap<Value, Clock> recorded;
+  // The current run of waits per stream.
+  SmallVector<WaitOp> run[kStreams];
+  auto closeRun = [&](int s) {
+    SmallVector<WaitOp> &ws = run[s];
+    // Drop, one at a time, a wait covered by the merge of the others still
+    // kept. Order-independent enough: a dominated wait stays dominated when
+    // another dominated one is dropped.
+    SmallVector<bool> keep(ws.size(), true);
+    for (size_t i = 0; i < ws.size(); ++i) {
+      auto it = recorded.find(ws[i].getEvent());
+      if (it == recorded.end())
+        continue; // recorded outside the block: keep, unknown clock
+      Clock others{};
+      for (size_t j = 0; j < ws.size(); ++j)
+        if (j != i && keep[j])
+          if (auto jt = recorded.find(ws[j].getEvent()); jt != recorded.end())
+            merge(others, jt->second);
+      bool covered = true;
+      for (int t = 0; t < kStreams; ++t)
+        if (t != s && it->second[t] > std::max(others[t], known[s][t]))
+          covered = false;
+      if (covered) {
+        keep[i] = false;
+        out.push_back(ws[i]);
+      }
+    }
+    for (size_t i = 0; i < ws.size(); ++i)
+      if (keep[i])
+        if (auto it = recorded.find(ws[i].getEvent()); it != recorded.end())
+          merge(known[s], it->second);
+    ws.clear();
+  };
+  for (Operation &op : block) {
+    if (auto w = dyn_cast<WaitOp>(op)) {
+      run[int(w.getStream())].push_back(w);
+      continue;
+    }
+    if (auto r = dyn_cast<RecordOp>(op)) {
+      int s = int(r.getStream());
+      closeRun(s);
+      recorded[r.getEvent()] = known[s];
+      continue;
+    }
+    std::optional<Stream> stream = streamOf(&op);
+    if (!stream)
+      continue;
+    int s = int(*stream);
+    closeRun(s);
+    known[s][s] = ++count[s];
+    if (auto d = dyn_cast<D2HOp>(op))
+      recorded[d.getEvent()] = known[s];
+    if (auto h = dyn_cast<H2DOp>(op))
+      recorded[h.getEvent()] = known[s];
+  }
+  // Waits at the end of the block order the next block's work (the loop
+  // end barrier): close the runs too.
+  for (int s = 0; s < kStreams; ++s)
+    closeRun(s);
+}
+} // namespace
+
+SmallVector<WaitOp> ap::exec::findRedundantWaits(StepOp step) {
+  SmallVector<WaitOp> out;
+  Block &top = step.getBody().front();
+  for (Operation &op : top)
+    if (auto loop = dyn_cast<MicrobatchLoopOp>(op))
+      redundantWaitsIn(loop.getBody().front(), out);
+  redundantWaitsIn(top, out);
+  return out;
+}

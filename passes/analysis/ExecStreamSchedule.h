@@ -56,6 +56,15 @@ public:
   int numNewEvents = 0;
 };
 
+/// Waits of `step` that order nothing new: in a run of waits of one stream
+/// (no work or record of that stream between them), a wait whose event is
+/// implied by the others' (its clock is covered by theirs). Removing them
+/// leaves every stream's ordering after the run unchanged. Typical sources:
+/// wait anchors of several reloads before one consumer (the h2d stream
+/// completes in order, so the latest covers the rest), a memory-plan reuse
+/// wait next to a schedule wait that covers it.
+llvm::SmallVector<WaitOp> findRedundantWaits(StepOp step);
+
 } // namespace ap::exec
 
 #endif // ACTPLACE_PASSES_ANALYSIS_EXECSTREAMSCHEDULE_H

@@ -45,6 +45,27 @@ struct ExecScheduleStreamsPass
           ++numWaits;
         }
       }
+      // Then drop the waits that order nothing new (several reload waits
+      // before one consumer, a plan wait next to a covering one).
+      for (WaitOp w : findRedundantWaits(step)) {
+        w.erase();
+        ++numRemoved;
+      }
+      // Records nobody waits for any more order nothing.
+      SmallVector<RecordOp> unused;
+      step.walk([&](RecordOp r) {
+        Value ev = r.getEvent();
+        if (llvm::all_of(ev.getUsers(),
+                         [](Operation *u) { return isa<RecordOp>(u); }))
+          unused.push_back(r);
+      });
+      for (RecordOp r : unused) {
+        Value ev = r.getEvent();
+        r.erase();
+        if (ev.use_empty())
+          if (Operation *def = ev.getDefiningOp<EventCreateOp>())
+            def->erase();
+      }
     }
   }
 };

@@ -6,15 +6,13 @@
 
 // Hazard: an offload, then a later writer reuses the device region the D2H
 // reads (write after read). Also: the D2H waits for the kernel that produced
-// its source (a record right after that kernel), the body starts with the
-// copy streams waiting for compute, and ends with compute waiting for the
-// copy streams (the D2H event, no new record).
+// its source (a record right after that kernel), and the body ends with
+// compute waiting for the copy streams (here the same D2H event). The start
+// barrier (copy streams wait for compute before the body) is implied by the
+// D2H's wait for k0, so it is dropped again.
 
 // CHECK-LABEL: exec.step @offload_then_reuse
 // CHECK: exec.microbatch_loop
-// CHECK-NEXT: %[[B0:.*]] = exec.event_create
-// CHECK-NEXT: exec.record %[[B0]] on compute
-// CHECK-NEXT: exec.wait %[[B0]] on d2h
 // CHECK-NEXT: %[[A:.*]] = exec.buffer offset 0
 // CHECK-NEXT: exec.kernel "train.k0"
 // CHECK-NEXT: %[[P:.*]] = exec.event_create
@@ -146,13 +144,13 @@ exec.step @slot_reuse {
 // -----
 
 // Already ordered: the reload's use waits at its wait anchor and the H2D
-// waits for its D2H; only the producer record and the end-of-body wait for
-// the last copy are added. Waits are transitive: compute waited for the H2D,
+// waits for its D2H; only the producer's record (and the D2H's wait for it)
+// is added, the start barrier being implied by it. Waits are transitive: compute waited for the H2D,
 // which waited for the D2H, so the later writer of the offloaded region
 // needs no wait of its own.
 
 // CHECK-LABEL: exec.step @already_ordered
-// CHECK-COUNT-2: exec.record
+// CHECK-COUNT-1: exec.record
 // CHECK-NOT: exec.record
 // CHECK: exec.kernel "train.k2"
 // CHECK-NEXT: }
@@ -184,6 +182,8 @@ exec.step @already_ordered {
 // CHECK: exec.d2h %{{.*}} on d2h record %[[E1:[0-9]+]]
 // CHECK: exec.wait %[[E1]] on compute
 // CHECK: exec.d2h %{{.*}} on d2h record %[[E2:[0-9]+]]
+// CHECK-NEXT: %{{.*}} = exec.buffer offset 512
+// CHECK-NEXT: exec.kernel "train.k2"
 // End of body: compute waits for the last D2H.
 // CHECK-NEXT: exec.wait %[[E2]] on compute
 // CHECK-NEXT: }
@@ -199,6 +199,8 @@ exec.step @max_inflight {
     %s1 = exec.pool_acquire slot 1 offset 256 bytes 256 : !exec.host<tensor<64xf32>>
     %e2 = exec.event_create : !exec.event
     exec.d2h %b to %s1 on d2h record %e2 : !exec.buffer<tensor<64xf32>> to !exec.host<tensor<64xf32>>
+    %c = exec.buffer offset 512 bytes 256 : !exec.buffer<tensor<64xf32>>
+    exec.kernel "train.k2" outs(%c : !exec.buffer<tensor<64xf32>>) workspace 0
   }
   exec.return
 }
