@@ -1,15 +1,17 @@
 #!/usr/bin/env python3
 #===- placements_bitident.py - offload/recompute change no bit -------------===#
 #
-# Compiles the tiny hybrid model with actplace-compile three times (no
+# Compiles the tiny hybrid model with actplace-compile five times (no
 # offload; offload of gdn_core_attn, core_attn, attn_proj with the hide rule
-# off; recompute of gdn_norm_out), trains each for 3 steps on the host
+# off, at fraction 1 and 0.5; recompute of gdn_norm_out; offload and
+# recompute together), trains each for 3 steps on the host
 # backend with --fingerprints, and checks (DESIGN.md section 7):
 #   - every step's loss is finite and the binaries exit 0;
 #   - the fingerprints of loss, grads, params and optimizer state are equal
 #     across the three binaries, step by step;
 #   - with offload every offloaded scope has d2h_count == h2d_count > 0 and
-#     positive bytes in every step; without offload every count is 0;
+#     positive bytes in every step; without offload every count is 0; at
+#     fraction 0.5 a proper subset of the fraction-1 scopes is offloaded;
 #   - the pinned pool has 0 bytes in use after every step.
 #
 #===------------------------------------------------------------------------===#
@@ -27,7 +29,12 @@ VARIANTS = {
     "offload": ["--offload-modules=gdn_core_attn,core_attn,attn_proj",
                 "--hide-rule=off"],
     "recompute": ["--recompute-modules=gdn_norm_out"],
+    "fraction": ["--offload-modules=gdn_core_attn,core_attn,attn_proj",
+                 "--hide-rule=off", "--fraction=0.5"],
+    "both": ["--offload-modules=gdn_core_attn,core_attn,attn_proj",
+             "--hide-rule=off", "--recompute-modules=gdn_norm_out"],
 }
+WITH_OFFLOAD = ("offload", "fraction", "both")
 OFFLOADED_LEAVES = ("gdn_core_attn", "core_attn", "attn_proj")
 
 
@@ -45,6 +52,7 @@ def main():
     os.makedirs(args.work, exist_ok=True)
 
     runs = {}
+    peaks = {}
     for name, flags in VARIANTS.items():
         binary = os.path.join(args.work, "train-" + name)
         cmd = [args.compile, args.model, "-o", binary] + COMMON + flags
@@ -53,6 +61,11 @@ def main():
         print(r.stdout + r.stderr, flush=True)
         if r.returncode != 0:
             fail("actplace-compile failed for " + name)
+        for l in r.stdout.splitlines():
+            if l.startswith("planned peak: arena "):
+                peaks[name] = int(l.split()[3])
+        if name not in peaks:
+            fail("actplace-compile printed no planned peak for " + name)
         metrics = os.path.join(args.work, name + ".jsonl")
         if os.path.exists(metrics):
             os.remove(metrics)
@@ -83,7 +96,7 @@ def main():
         print("%-9s losses %s" % (name, [m["loss"] for m in lines]))
 
     base = runs["none"]
-    for name in ("offload", "recompute"):
+    for name in VARIANTS:
         for a, b in zip(base, runs[name]):
             if a["fingerprints"] != b["fingerprints"]:
                 fail("step %d: fingerprints of '%s' differ from no offload:"
@@ -98,20 +111,46 @@ def main():
                 if c["d2h_count"] or c["h2d_count"]:
                     fail("%s step %d: scope %s transferred without offload" %
                          (name, m["step"], scope))
-    scopes = set()
-    for m in runs["offload"]:
-        if not m["transfers"]:
-            fail("offload step %d: no offload scopes" % m["step"])
-        for scope, c in m["transfers"].items():
-            scopes.add(scope)
-            if not (c["d2h_count"] > 0 and c["d2h_count"] == c["h2d_count"]
-                    and c["d2h_bytes"] > 0 and c["h2d_bytes"] > 0):
-                fail("offload step %d: scope %s counters %s" %
-                     (m["step"], scope, c))
+    scopeSets = {}
+    for name in WITH_OFFLOAD:
+        scopes = scopeSets.setdefault(name, set())
+        for m in runs[name]:
+            if not m["transfers"]:
+                fail("%s step %d: no offload scopes" % (name, m["step"]))
+            for scope, c in m["transfers"].items():
+                scopes.add(scope)
+                if not (c["d2h_count"] > 0 and
+                        c["d2h_count"] == c["h2d_count"] and
+                        c["d2h_bytes"] > 0 and c["h2d_bytes"] > 0):
+                    fail("%s step %d: scope %s counters %s" %
+                         (name, m["step"], scope, c))
+    # fraction 0.5 offloads the earlier half of the eligible scopes only.
+    if not scopeSets["fraction"] < scopeSets["offload"]:
+        fail("fraction 0.5 scopes %s are not a proper subset of %s" %
+             (sorted(scopeSets["fraction"]), sorted(scopeSets["offload"])))
+    scopes = scopeSets["offload"]
     for leaf in OFFLOADED_LEAVES:
         if not any(s.endswith("." + leaf) for s in scopes):
             fail("no offloaded scope for " + leaf + " in " + str(sorted(scopes)))
     print("offloaded scopes: " + ", ".join(sorted(scopes)))
+    if not peaks["offload"] < peaks["none"]:
+        fail("planned peak with offload %d is not below %d without" %
+             (peaks["offload"], peaks["none"]))
+    print("planned peaks: " + str(peaks))
+
+    # The comparison is not vacuous: another seed changes the fingerprints.
+    metrics = os.path.join(args.work, "seed1.jsonl")
+    if os.path.exists(metrics):
+        os.remove(metrics)
+    r = subprocess.run([os.path.join(args.work, "train-none"), "--steps", "1",
+                        "--device", "host", "--seed", "1", "--fingerprints",
+                        "--metrics", metrics], capture_output=True, text=True)
+    if r.returncode != 0:
+        fail("seed 1 run failed: " + r.stderr)
+    with open(metrics) as f:
+        other = json.loads(f.readline())
+    if other["fingerprints"]["params"] == base[0]["fingerprints"]["params"]:
+        fail("--seed 1 gave the same parameter fingerprint as seed 0")
     print("PASS: %d steps bit-identical across %s" %
           (STEPS, ", ".join(VARIANTS)))
 
