@@ -242,6 +242,10 @@ def ExecScheduleStreams : Pass<"exec-schedule-streams", "mlir::ModuleOp"> {
     Statistic<"numWaits", "waits", "Stream waits inserted">,
     Statistic<"numRemoved", "removed-waits", "Waits implied by others, removed">
   ];
+  let options = [
+    Option<"remarks", "remarks", "bool", "false",
+           "Emit a remark per inserted wait saying why it is needed">
+  ];
 }
 
 #endif // ACTPLACE_PASSES_TD

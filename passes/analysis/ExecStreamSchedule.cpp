@@ -150,7 +150,7 @@ public:
     Clock all{};
     for (int t = 0; t < kStreams; ++t)
       all[t] = count[t];
-    order(end, kCompute, all, "barrier");
+    order(end, kCompute, all, "barrier-end");
   }
 
 private:
@@ -191,12 +191,13 @@ private:
     if (!existing) {
       id = out.numNewEvents++;
       out.insertions.push_back({StreamInsertion::Record, block, first,
-                                Stream::Compute, Value(), id, "barrier"});
+                                Stream::Compute, Value(), id, "barrier-start"});
     }
     for (int t : used)
       if (!waiting[t])
         out.insertions.push_back({StreamInsertion::Wait, block, first,
-                                  Stream(t), existing, id, "barrier"});
+                                  Stream(t), existing, id, "barrier-start",
+                                  Stream::Compute});
   }
 
   /// Makes stream `s` wait, right before `before`, until every stream t has
@@ -204,7 +205,13 @@ private:
   /// earliest existing event that suffices (else a new record right after
   /// the op that must complete); the candidate meeting the most needs at
   /// once is taken first, since one event often orders several streams.
-  void order(Operation *before, int s, const Clock &need, const char *why) {
+  void order(Operation *before, int s, const Clock &need, const char *reason) {
+    std::array<const char *, kStreams> why;
+    why.fill(reason);
+    order(before, s, need, why);
+  }
+  void order(Operation *before, int s, const Clock &need,
+             const std::array<const char *, kStreams> &why) {
     auto unmet = [&](int t) { return t != s && need[t] > known[s][t]; };
     while (true) {
       int bestT = -1, bestCover = -1;
@@ -237,11 +244,12 @@ private:
         best.newEvent = out.numNewEvents++;
         out.insertions.push_back({StreamInsertion::Record, block,
                                   after->getNextNode(), Stream(bestT), Value(),
-                                  best.newEvent, why});
+                                  best.newEvent, why[bestT]});
         recs[bestT].push_back(best);
       }
       out.insertions.push_back({StreamInsertion::Wait, block, before, Stream(s),
-                                best.value, best.newEvent, why});
+                                best.value, best.newEvent, why[bestT],
+                                Stream(bestT)});
       merge(known[s], best.clock);
     }
   }
@@ -282,7 +290,8 @@ private:
 
     SmallVector<Access> acc = accessesOf(op);
     Clock need{};
-    const char *why = "RAW";
+    std::array<const char *, kStreams> why;
+    why.fill("RAW");
     for (const Access &a : acc)
       spaces[a.space].visit(a.lo, a.hi, [&](Last &l) {
         for (int t = 0; t < kStreams; ++t) {
@@ -290,11 +299,11 @@ private:
             continue;
           if (l.write[t] > need[t]) {
             need[t] = l.write[t];
-            why = a.write ? "WAW" : "RAW";
+            why[t] = a.write ? "WAW" : "RAW";
           }
           if (a.write && l.read[t] > need[t]) {
             need[t] = l.read[t];
-            why = "WAR";
+            why[t] = "WAR";
           }
         }
       });
@@ -418,4 +427,24 @@ SmallVector<WaitOp> ap::exec::findRedundantWaits(StepOp step) {
       redundantWaitsIn(loop.getBody().front(), out);
   redundantWaitsIn(top, out);
   return out;
+}
+
+std::string ap::exec::explainWait(const StreamInsertion &w) {
+  std::string who = stringifyStream(w.stream).str();
+  std::string of = stringifyStream(w.waitsFor).str();
+  std::string r = w.reason;
+  std::string head = who + " waits for " + of + ": ";
+  if (r == "RAW")
+    return head + "reads bytes that " + of + " work wrote";
+  if (r == "WAR")
+    return head + "overwrites bytes that " + of + " work still reads";
+  if (r == "WAW")
+    return head + "overwrites bytes that " + of + " work writes";
+  if (r == "barrier-start")
+    return head + "the microbatch starts after the previous one";
+  if (r == "barrier-end")
+    return head + "nothing of the microbatch stays in flight into the next";
+  if (r == "max-inflight")
+    return head + "max_inflight D2H copies are pending, the oldest must end";
+  return head + r;
 }

@@ -30,6 +30,8 @@
 
 #include "llvm/ADT/SmallVector.h"
 
+#include <string>
+
 namespace ap::exec {
 
 /// One record or wait to insert. Inserted right before `before` (at the end
@@ -43,10 +45,15 @@ struct StreamInsertion {
   /// schedule creates (its Record comes first in the list).
   mlir::Value event;
   int newEvent = -1;
-  /// Why (for debugging and remarks): "RAW", "WAR", "WAW", "barrier",
-  /// "max-inflight".
+  /// Why: "RAW", "WAR", "WAW" (a conflict on bytes), "barrier-start",
+  /// "barrier-end", "max-inflight".
   const char *reason = "";
+  /// For a wait: the stream whose work it waits for.
+  Stream waitsFor = Stream::Compute;
 };
+
+/// One sentence saying why a wait of `stream` for `waitsFor` was needed.
+std::string explainWait(const StreamInsertion &wait);
 
 class StreamSchedule {
 public:

@@ -9,6 +9,8 @@
 #include "passes/Passes.h"
 #include "passes/analysis/ExecStreamSchedule.h"
 
+#include "llvm/ADT/DenseSet.h"
+
 namespace ap {
 #define GEN_PASS_DEF_EXECSCHEDULESTREAMS
 #include "passes/Passes.h.inc"
@@ -27,6 +29,7 @@ struct ExecScheduleStreamsPass
       StreamSchedule schedule(step);
       OpBuilder b(step.getContext());
       SmallVector<Value> created(schedule.numNewEvents);
+      SmallVector<std::pair<WaitOp, const StreamInsertion *>> inserted;
       for (const StreamInsertion &ins : schedule.insertions) {
         if (ins.before)
           b.setInsertionPoint(ins.before);
@@ -41,16 +44,24 @@ struct ExecScheduleStreamsPass
           ++numRecords;
         } else {
           Value ev = ins.event ? ins.event : created[ins.newEvent];
-          WaitOp::create(b, loc, ev, ins.stream);
+          WaitOp w = WaitOp::create(b, loc, ev, ins.stream);
+          inserted.push_back({w, &ins});
           ++numWaits;
         }
       }
       // Then drop the waits that order nothing new (several reload waits
       // before one consumer, a plan wait next to a covering one).
+      llvm::DenseSet<Operation *> removed;
       for (WaitOp w : findRedundantWaits(step)) {
+        removed.insert(w);
         w.erase();
         ++numRemoved;
       }
+      if (remarks)
+        for (auto [w, ins] : inserted)
+          if (!removed.count(w.getOperation()))
+            mlir::emitRemark(w.getLoc())
+                << "exec-schedule-streams: " << explainWait(*ins);
       // Records nobody waits for any more order nothing.
       SmallVector<RecordOp> unused;
       step.walk([&](RecordOp r) {
