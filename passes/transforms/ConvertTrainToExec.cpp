@@ -67,7 +67,7 @@ private:
                                 ex::alignTo256(ex::tensorBytes(rt)));
   }
   Value lookup(Operation *user, Value v) {
-    Value m = map.lookup(v);
+    Value m = map.lookupOrNull(v);
     if (!m)
       user->emitError() << "convert-train-to-exec: operand has no buffer "
                            "(unsupported producer)";
@@ -218,7 +218,7 @@ LogicalResult Lowering::lowerBodyOp(Operation *op) {
       return op->emitError()
              << "convert-train-to-exec: train.wait must take a train.reload";
     ex::WaitOp::create(b, loc, ev, ex::Stream::Compute);
-    map.map(wait.getResult(), map.lookup(wait.getInput()));
+    map.map(wait.getResult(), map.lookupOrNull(wait.getInput()));
     return success();
   }
   if (auto yield = dyn_cast<tr::YieldOp>(op)) {
