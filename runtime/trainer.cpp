@@ -40,7 +40,8 @@ int64_t elemBytes(DType d) {
 double loadAs(const void *p, DType d, int64_t i) {
   switch (d) {
   case DType::BF16:
-    return kernels::bf16::toFloat(static_cast<const kernels::bf16 *>(p)[i].bits);
+    return kernels::bf16::toFloat(
+        static_cast<const kernels::bf16 *>(p)[i].bits);
   case DType::F32:
     return static_cast<const float *>(p)[i];
   case DType::F64:
@@ -134,8 +135,8 @@ void StepRunner::endLoop() {
   lossParts_.assign(lossParts_.size(), sum);
   countParts_.assign(countParts_.size(), count);
   const StateOffsets &s = program_.state;
-  dev.copyAsync(dev.at(s.lossSum, 4), &lossParts_[0], 4,
-                CopyKind::HostToDevice, Stream::Compute);
+  dev.copyAsync(dev.at(s.lossSum, 4), &lossParts_[0], 4, CopyKind::HostToDevice,
+                Stream::Compute);
   dev.copyAsync(dev.at(s.tokenCount, 4), &countParts_[0], 4,
                 CopyKind::HostToDevice, Stream::Compute);
   dev.synchronize(Stream::Compute);
@@ -153,8 +154,8 @@ void StepRunner::allReduce(uint64_t offset, uint64_t bytes, DType dtype) {
 //===----------------------------------------------------------------------===//
 
 void StepRunner::slice(const char *name, uint64_t x, uint64_t y, int64_t outer,
-                       int64_t dimX, int64_t offset, int64_t len,
-                       int64_t inner, int64_t elemBytes) {
+                       int64_t dimX, int64_t offset, int64_t len, int64_t inner,
+                       int64_t elemBytes) {
   const char *px = static_cast<const char *>(at(x));
   char *py = static_cast<char *>(at(y));
   launch(name, [=](const KernelContext &c) {
@@ -185,8 +186,8 @@ void StepRunner::concat(const char *name, std::vector<uint64_t> xs,
       int64_t pos = 0;
       for (size_t i = 0; i < px.size(); ++i) {
         int64_t row = dims[i] * inner * elemBytes;
-        std::memcpy(py + (o * total + pos) * inner * elemBytes,
-                    px[i] + o * row, size_t(row));
+        std::memcpy(py + (o * total + pos) * inner * elemBytes, px[i] + o * row,
+                    size_t(row));
         pos += dims[i];
       }
     }
@@ -194,8 +195,8 @@ void StepRunner::concat(const char *name, std::vector<uint64_t> xs,
   });
 }
 
-void StepRunner::expand(const char *name, uint64_t x, uint64_t y,
-                        int64_t outer, int64_t n, int64_t inner, DType dtype) {
+void StepRunner::expand(const char *name, uint64_t x, uint64_t y, int64_t outer,
+                        int64_t n, int64_t inner, DType dtype) {
   const char *px = static_cast<const char *>(at(x));
   char *py = static_cast<char *>(at(y));
   int64_t eb = elemBytes(dtype);
@@ -300,7 +301,8 @@ void StepRunner::gdnGatesGrad(const char *name, uint64_t a, uint64_t aLog,
         sumDa += dai;
         sumDaLog += dgi * (-e * sp);
         float bt = float(loadAs(pbeta, dtype, i));
-        storeAs(pdb, dtype, i, float(loadAs(pdbeta, dtype, i)) * bt * (1.f - bt));
+        storeAs(pdb, dtype, i,
+                float(loadAs(pdbeta, dtype, i)) * bt * (1.f - bt));
       }
       storeAs(pdaLog, acc, h, loadAs(pdaLog, acc, h) + sumDaLog);
       storeAs(pddt, acc, h, loadAs(pddt, acc, h) + sumDa);
@@ -340,9 +342,8 @@ void StepRunner::finalizeGrads(double maxNorm) {
   args.maxNorm = 0; // clip computed below from the mean-gradient norm
   args.norm = normDev;
   args.clipCoef = nullptr;
-  launch("finalize_grads", [args](const KernelContext &c) {
-    return kernels::gradNorm(c, args);
-  });
+  launch("finalize_grads",
+         [args](const KernelContext &c) { return kernels::gradNorm(c, args); });
   float rawNorm = 0;
   dev.copyToHostSync(&rawNorm, normDev, 4);
   gradNorm = rawNorm / float(count);
@@ -364,7 +365,8 @@ void StepRunner::lrSchedule(double maxLr, double minLr, int64_t warmup,
   if (stepIndex < warmup) {
     v = maxLr * (st + 1) / double(warmup);
   } else {
-    double p = (st - double(warmup)) / double(std::max<int64_t>(1, total - warmup));
+    double p =
+        (st - double(warmup)) / double(std::max<int64_t>(1, total - warmup));
     p = std::min(1.0, p);
     v = minLr + (maxLr - minLr) * (1 + std::cos(M_PI * p)) / 2;
   }
@@ -405,8 +407,7 @@ void StepRunner::adamw(size_t param, double beta1, double beta2, double eps,
 
 void StepRunner::lossMean() {
   int32_t count = countParts_.empty() ? 0 : countParts_[0];
-  loss = lossParts_.empty() || count <= 0 ? NAN
-                                          : lossParts_[0] / float(count);
+  loss = lossParts_.empty() || count <= 0 ? NAN : lossParts_[0] / float(count);
   if (program_.state.loss != kNoOffset) {
     dev.copyAsync(at(program_.state.loss), &loss, 4, CopyKind::HostToDevice,
                   Stream::Compute);
@@ -423,8 +424,8 @@ namespace {
 std::vector<ByteRange> paramRanges(const Program &p, StepRunner &r) {
   std::vector<ByteRange> out;
   for (const ParamEntry &e : p.params)
-    out.push_back({r.at(e.weight), uint64_t(e.numel * elemBytes(e.dtype)),
-                   true});
+    out.push_back(
+        {r.at(e.weight), uint64_t(e.numel * elemBytes(e.dtype)), true});
   for (const ParamEntry &e : p.params)
     if (!e.frozen)
       out.push_back({r.at(e.master), uint64_t(e.numel) * 4, true});
@@ -453,7 +454,7 @@ int run(int argc, char **argv, const Program &p) {
   gq.tensors = all.data();
   gq.numTensors = int64_t(all.size());
   kernels::Backend kb = dev.kind() == DeviceKind::Cuda ? kernels::Backend::Cuda
-                                                        : kernels::Backend::Host;
+                                                       : kernels::Backend::Host;
   uint64_t ws = std::max<uint64_t>(p.workspaceBytes,
                                    kernels::gradNormWorkspaceBytes(kb, gq));
   ws = std::max<uint64_t>(ws, kernels::linearWorkspaceBytes(kb));
@@ -473,7 +474,8 @@ int run(int argc, char **argv, const Program &p) {
   for (const ParamEntry &e : p.params) {
     InitSpec spec{e.init, e.initA, e.initB};
     RngKey key = paramInitKey(flags.seed, e.name);
-    std::vector<char> host(size_t(e.numel * std::max<int64_t>(4, elemBytes(e.dtype))));
+    std::vector<char> host(
+        size_t(e.numel * std::max<int64_t>(4, elemBytes(e.dtype))));
     initParameter(spec, key, e.dtype, host.data(), size_t(e.numel));
     dev.copyAsync(r.at(e.weight), host.data(),
                   uint64_t(e.numel * elemBytes(e.dtype)),

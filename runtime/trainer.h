@@ -29,7 +29,7 @@ inline constexpr uint64_t kNoOffset = ~uint64_t(0);
 /// One parameter of the program, in declaration order (HF names).
 struct ParamEntry {
   const char *name;
-  kernels::DType dtype;   ///< storage dtype of the weight
+  kernels::DType dtype; ///< storage dtype of the weight
   int32_t rank;
   int64_t shape[4];
   int64_t numel;
@@ -106,7 +106,8 @@ public:
   void endLoop();
   void allReduce(uint64_t offset, uint64_t bytes, kernels::DType dtype);
 
-  //===--- Data movement (host backend) ------------------------------------===//
+  //===--- Data movement (host backend)
+  //------------------------------------===//
   /// y[outer, len, inner] = x[outer, offset:offset+len, inner]; x has `dimX`.
   void slice(const char *name, uint64_t x, uint64_t y, int64_t outer,
              int64_t dimX, int64_t offset, int64_t len, int64_t inner,
@@ -127,15 +128,15 @@ public:
                 uint64_t dtBias, uint64_t g, uint64_t beta, int64_t tokens,
                 int32_t heads, kernels::DType dtype);
   void gdnGatesGrad(const char *name, uint64_t a, uint64_t aLog,
-                    uint64_t dtBias, uint64_t beta, uint64_t dg,
-                    uint64_t dbeta, uint64_t da, uint64_t db, uint64_t dALog,
-                    uint64_t dDtBias, int64_t tokens, int32_t heads,
-                    kernels::DType dtype);
+                    uint64_t dtBias, uint64_t beta, uint64_t dg, uint64_t dbeta,
+                    uint64_t da, uint64_t db, uint64_t dALog, uint64_t dDtBias,
+                    int64_t tokens, int32_t heads, kernels::DType dtype);
   /// Copies n elements between dtypes (storage <-> Acc staging).
   void convert(const char *name, const void *src, kernels::DType from,
                void *dst, kernels::DType to, int64_t n);
 
-  //===--- Step-level ops ---------------------------------------------------===//
+  //===--- Step-level ops
+  //---------------------------------------------------===//
   void finalizeGrads(double maxNorm);
   void lrSchedule(double maxLr, double minLr, int64_t warmup, int64_t total);
   void adamw(size_t param, double beta1, double beta2, double eps,

@@ -27,9 +27,9 @@
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Parser/Parser.h"
-#include "mlir/Support/FileUtilities.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Pass/PassRegistry.h"
+#include "mlir/Support/FileUtilities.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/InitLLVM.h"
@@ -51,18 +51,21 @@ static cl::opt<std::string> input(cl::Positional, cl::Required,
 static cl::opt<std::string> output("o", cl::Required,
                                    cl::desc("Output training binary"),
                                    cl::cat(category));
-static cl::opt<std::string> offloadModules(
-    "offload-modules", cl::desc("Leaf modules / aliases to offload"),
-    cl::init(""), cl::cat(category));
-static cl::opt<std::string> recomputeModules(
-    "recompute-modules", cl::desc("Leaf modules / aliases to recompute"),
-    cl::init(""), cl::cat(category));
+static cl::opt<std::string>
+    offloadModules("offload-modules",
+                   cl::desc("Leaf modules / aliases to offload"), cl::init(""),
+                   cl::cat(category));
+static cl::opt<std::string>
+    recomputeModules("recompute-modules",
+                     cl::desc("Leaf modules / aliases to recompute"),
+                     cl::init(""), cl::cat(category));
 static cl::opt<std::string> fraction("fraction",
                                      cl::desc("Fraction of eligible scopes"),
                                      cl::init(""), cl::cat(category));
-static cl::opt<std::string> minOffloadBytes(
-    "min-offload-bytes", cl::desc("Smallest scope worth offloading"),
-    cl::init(""), cl::cat(category));
+static cl::opt<std::string>
+    minOffloadBytes("min-offload-bytes",
+                    cl::desc("Smallest scope worth offloading"), cl::init(""),
+                    cl::cat(category));
 static cl::opt<std::string> maxInflight("max-inflight",
                                         cl::desc("Pending D2H copies allowed"),
                                         cl::init(""), cl::cat(category));
@@ -150,10 +153,11 @@ int main(int argc, char **argv) {
   add("max-inflight", maxInflight);
   add("prefetch-depth", prefetchDepth);
   add("hide-rule", hideRule);
-  std::string pipeline =
-      "train-autodiff,train-placement-pipeline{" + placement +
-      "},convert-train-to-exec{gemm-workspace-bytes=" +
-      std::to_string(gemmWorkspace) + "},exec-plan-memory,exec-schedule-streams";
+  std::string pipeline = "train-autodiff,train-placement-pipeline{" +
+                         placement +
+                         "},convert-train-to-exec{gemm-workspace-bytes=" +
+                         std::to_string(gemmWorkspace) +
+                         "},exec-plan-memory,exec-schedule-streams";
   mlir::PassManager pm(&ctx);
   std::string perr;
   llvm::raw_string_ostream perrs(perr);
@@ -186,8 +190,8 @@ int main(int argc, char **argv) {
                << " bytes (persistent " << plan.persistentBytes
                << ", activations " << plan.activationBytes << ", workspace "
                << plan.workspaceBytes << "), pinned " << plan.pinnedBytes
-               << " bytes in " << plan.numSlots << " slots, "
-               << plan.numScopes << " offload scopes\n";
+               << " bytes in " << plan.numSlots << " slots, " << plan.numScopes
+               << " offload scopes\n";
 
   std::string logPath = output + ".build.log";
   std::string cmd = std::string(ACTPLACE_CXX) + " -std=c++17 -O2 -I" +
