@@ -432,14 +432,61 @@ std::vector<ByteRange> paramRanges(const Program &p, StepRunner &r) {
   return out;
 }
 
+/// Host copies of everything a checkpoint holds: parameters (storage
+/// dtype), FP32 masters and Adam moments. Main grads are zero between steps
+/// (AdamW zeroes them) and are not saved.
+struct CheckpointMirror {
+  std::vector<std::vector<char>> buffers;
+  std::vector<CheckpointTensor> tensors;
+  std::vector<std::pair<uint64_t, size_t>> device; ///< arena offset, index
+
+  explicit CheckpointMirror(const Program &p) {
+    auto add = [&](const std::string &name, StDType dt, const ParamEntry &e,
+                   uint64_t offset, size_t elemSize) {
+      buffers.emplace_back(size_t(e.numel) * elemSize);
+      CheckpointTensor t;
+      t.name = name;
+      t.dtype = dt;
+      t.shape.assign(e.shape, e.shape + e.rank);
+      t.bytes = buffers.back().size();
+      tensors.push_back(t);
+      device.push_back({offset, tensors.size() - 1});
+    };
+    for (const ParamEntry &e : p.params) {
+      StDType dt = e.dtype == DType::BF16  ? StDType::BF16
+                   : e.dtype == DType::F64 ? StDType::F64
+                                           : StDType::F32;
+      add(paramTensorName(e.name), dt, e, e.weight, size_t(elemBytes(e.dtype)));
+      if (e.frozen)
+        continue;
+      add(masterTensorName(e.name), StDType::F32, e, e.master, 4);
+      add(adamMTensorName(e.name), StDType::F32, e, e.adamM, 4);
+      add(adamVTensorName(e.name), StDType::F32, e, e.adamV, 4);
+    }
+    for (size_t i = 0; i < tensors.size(); ++i)
+      tensors[i].data = buffers[i].data();
+  }
+
+  void fromDevice(Device &dev) {
+    dev.synchronize();
+    for (auto [offset, i] : device)
+      dev.copyToHostSync(buffers[i].data(), dev.at(offset, tensors[i].bytes),
+                         tensors[i].bytes);
+  }
+  void toDevice(Device &dev) {
+    for (auto [offset, i] : device)
+      dev.copyAsync(dev.at(offset, tensors[i].bytes), buffers[i].data(),
+                    tensors[i].bytes, CopyKind::HostToDevice, Stream::Compute);
+    dev.synchronize();
+  }
+};
+
 int run(int argc, char **argv, const Program &p) {
   TrainFlags flags = parseTrainFlags(argc, argv);
   if (flags.help) {
     std::fputs(flags.usage.c_str(), stdout);
     return 0;
   }
-  if (!flags.save.empty() || !flags.resume.empty())
-    fail("--save/--resume are not supported by this driver yet");
   DeviceOptions dopts;
   dopts.device = flags.device;
   Device dev(dopts);
@@ -489,10 +536,27 @@ int run(int argc, char **argv, const Program &p) {
     }
   }
 
+  // --resume continues a run: weights, masters, moments, the step counter
+  // and the data/seed stream come from the checkpoint; --steps is the total.
+  int64_t firstStep = 0;
+  uint64_t seed = flags.seed;
+  CheckpointMirror mirror(p);
+  if (!flags.resume.empty()) {
+    std::string stepDir = latestCheckpoint(flags.resume).value_or(flags.resume);
+    TrainingState st = loadCheckpoint(stepDir, mirror.tensors, ShardInfo{});
+    auto model = st.extra.find("model");
+    if (model != st.extra.end() && model->second != p.model)
+      fail("--resume: checkpoint of model '", model->second,
+           "', this binary trains '", p.model, "'");
+    mirror.toDevice(dev);
+    firstStep = int64_t(st.step);
+    seed = st.rng.seed;
+  }
+
   DataConfig dc;
   parseDataSource(flags.data, dc);
   dc.vocabSize = uint32_t(p.vocab);
-  dc.seed = flags.seed;
+  dc.seed = seed;
   dc.batch = p.batch;
   dc.seqLen = p.seq;
   dc.microbatchesPerStep = uint32_t(p.microBatches);
@@ -503,7 +567,7 @@ int run(int argc, char **argv, const Program &p) {
 
   MetricsWriter writer(flags.metrics);
   ProgressLine progress(flags.steps);
-  for (int64_t step = 0; step < flags.steps; ++step) {
+  for (int64_t step = firstStep; step < flags.steps; ++step) {
     auto t0 = std::chrono::steady_clock::now();
     for (int64_t mb = 0; mb < p.microBatches; ++mb)
       data.fill(uint64_t(step), uint32_t(mb), r.tokens.data() + mb * mbElems,
@@ -546,6 +610,20 @@ int run(int argc, char **argv, const Program &p) {
     writer.write(m);
     engine.resetCounters();
     progress.update(m);
+    if (!flags.save.empty() && std::isfinite(r.loss) &&
+        ((flags.saveEvery > 0 && (step + 1) % flags.saveEvery == 0) ||
+         step + 1 == flags.steps)) {
+      mirror.fromDevice(dev);
+      TrainingState st;
+      st.step = uint64_t(step + 1);
+      st.rng.seed = seed;
+      st.rng.step = uint64_t(step + 1);
+      st.data = data.cursor();
+      st.data.step = uint64_t(step + 1);
+      st.data.microbatch = 0;
+      st.extra["model"] = p.model;
+      saveCheckpoint(flags.save, mirror.tensors, st, ShardInfo{});
+    }
     if (!std::isfinite(r.loss)) {
       progress.finish();
       std::fprintf(stderr,

@@ -12,7 +12,9 @@
 #   - with offload every offloaded scope has d2h_count == h2d_count > 0 and
 #     positive bytes in every step; without offload every count is 0; at
 #     fraction 0.5 a proper subset of the fraction-1 scopes is offloaded;
-#   - the pinned pool has 0 bytes in use after every step.
+#   - the pinned pool has 0 bytes in use after every step;
+#   - 6 continuous steps equal 3 steps + --save + --resume (in the offload
+#     binary) + 3 steps, bitwise; a missing checkpoint is an error.
 #
 #===------------------------------------------------------------------------===#
 import argparse
@@ -151,6 +153,42 @@ def main():
         other = json.loads(f.readline())
     if other["fingerprints"]["params"] == base[0]["fingerprints"]["params"]:
         fail("--seed 1 gave the same parameter fingerprint as seed 0")
+    # 6 continuous steps == 3 steps + save + a new process (another
+    # placement) + --resume + 3 steps, bitwise.
+    ckpt = os.path.join(args.work, "ckpt")
+    subprocess.run(["rm", "-rf", ckpt], check=True)
+
+    def train(binary, steps, extra, name):
+        out = os.path.join(args.work, name + ".jsonl")
+        if os.path.exists(out):
+            os.remove(out)
+        r = subprocess.run([os.path.join(args.work, binary), "--steps",
+                            str(steps), "--device", "host", "--fingerprints",
+                            "--metrics", out] + extra,
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            fail("%s %s exited %d: %s" % (binary, extra, r.returncode,
+                                          r.stderr))
+        with open(out) as f:
+            return [json.loads(l) for l in f if l.strip()]
+
+    full = train("train-none", 6, [], "full6")
+    first = train("train-none", 3, ["--save", ckpt], "first3")
+    second = train("train-offload", 6, ["--resume", ckpt], "resumed3")
+    if [m["step"] for m in first + second] != [1, 2, 3, 4, 5, 6]:
+        fail("resumed run steps %s" % [m["step"] for m in first + second])
+    for a, b in zip(full, first + second):
+        if a["fingerprints"] != b["fingerprints"]:
+            fail("step %d: resumed run differs from the continuous run" %
+                 a["step"])
+    print("resume: 3 + save + 3 (offload binary) == 6 continuous steps")
+    r = subprocess.run([os.path.join(args.work, "train-none"), "--steps", "1",
+                        "--device", "host", "--resume",
+                        os.path.join(args.work, "no-such-checkpoint")],
+                       capture_output=True, text=True)
+    if r.returncode == 0:
+        fail("--resume of a missing checkpoint exited 0")
+
     print("PASS: %d steps bit-identical across %s" %
           (STEPS, ", ".join(VARIANTS)))
 
