@@ -89,6 +89,10 @@ static cl::opt<int64_t> gemmWorkspace(
     cl::desc("cuBLASLt workspace declared by GEMM kernels (default: 32 MiB "
              "in a CUDA build, 0 otherwise)"),
     cl::init(ACTPLACE_GEMM_WORKSPACE_BYTES), cl::cat(category));
+static cl::opt<std::string>
+    cxxFlags("cxx-flags",
+             cl::desc("Extra flags for the host C++ compiler (e.g. -g)"),
+             cl::init(""), cl::cat(category));
 static cl::opt<bool> keepSource("keep-source",
                                 cl::desc("Keep BINARY.cpp after a good build"),
                                 cl::init(false), cl::cat(category));
@@ -195,9 +199,9 @@ int main(int argc, char **argv) {
 
   std::string logPath = output + ".build.log";
   std::string cmd = std::string(ACTPLACE_CXX) + " -std=c++17 -O2 -I" +
-                    ACTPLACE_SOURCE_DIR + " " + ACTPLACE_EXTRA_FLAGS + " '" +
-                    cppPath + "' -o '" + output + "' " + ACTPLACE_LINK_ITEMS +
-                    " > '" + logPath + "' 2>&1";
+                    ACTPLACE_SOURCE_DIR + " " + ACTPLACE_EXTRA_FLAGS + " " +
+                    cxxFlags + " '" + cppPath + "' -o '" + output + "' " +
+                    ACTPLACE_LINK_ITEMS + " > '" + logPath + "' 2>&1";
   int rc = std::system(cmd.c_str());
   if (rc != 0) {
     auto log = llvm::MemoryBuffer::getFile(logPath);
