@@ -73,10 +73,6 @@ void storeAs(void *p, DType d, int64_t i, double v) {
 /// Accumulation type of a storage type (kernels/dense.h conventions).
 DType accOf(DType d) { return d == DType::F64 ? DType::F64 : DType::F32; }
 
-bool hostOnly(const KernelContext &c) {
-  return c.backend == kernels::Backend::Host;
-}
-
 } // namespace
 
 StepRunner::StepRunner(const Program &program, Device &device,
@@ -153,100 +149,139 @@ void StepRunner::allReduce(uint64_t offset, uint64_t bytes, DType dtype) {
 // Data movement
 //===----------------------------------------------------------------------===//
 
+void StepRunner::hostOp(const char *name, std::vector<HostInput> ins,
+                        std::vector<HostOutput> outs, HostFn fn) {
+  if (dev.kind() == DeviceKind::Host) {
+    // Arena bytes are host memory: run in compute-stream order.
+    launch(name, [ins, outs, fn](const KernelContext &) {
+      std::vector<const void *> in;
+      std::vector<void *> out;
+      for (const HostInput &o : ins)
+        in.push_back(o.ptr);
+      for (const HostOutput &o : outs)
+        out.push_back(o.ptr);
+      fn(in, out);
+      return Status::Ok;
+    });
+    return;
+  }
+  // Other backends: a synchronous round trip through host memory (correct,
+  // not fast; these ops have no device kernel yet). Outputs are read too:
+  // some accumulate.
+  dev.synchronize(Stream::Compute);
+  std::vector<std::vector<char>> hin(ins.size()), hout(outs.size());
+  std::vector<const void *> in;
+  std::vector<void *> out;
+  for (size_t i = 0; i < ins.size(); ++i) {
+    hin[i].resize(ins[i].bytes);
+    dev.copyToHostSync(hin[i].data(), ins[i].ptr, ins[i].bytes);
+    in.push_back(hin[i].data());
+  }
+  for (size_t i = 0; i < outs.size(); ++i) {
+    hout[i].resize(outs[i].bytes);
+    dev.copyToHostSync(hout[i].data(), outs[i].ptr, outs[i].bytes);
+    out.push_back(hout[i].data());
+  }
+  fn(in, out);
+  for (size_t i = 0; i < outs.size(); ++i)
+    dev.copyAsync(outs[i].ptr, hout[i].data(), outs[i].bytes,
+                  CopyKind::HostToDevice, Stream::Compute);
+  dev.synchronize(Stream::Compute);
+}
+
 void StepRunner::slice(const char *name, uint64_t x, uint64_t y, int64_t outer,
                        int64_t dimX, int64_t offset, int64_t len, int64_t inner,
-                       int64_t elemBytes) {
-  const char *px = static_cast<const char *>(at(x));
-  char *py = static_cast<char *>(at(y));
-  launch(name, [=](const KernelContext &c) {
-    if (!hostOnly(c))
-      return Status::Unsupported;
-    int64_t rowIn = dimX * inner * elemBytes, rowOut = len * inner * elemBytes;
-    for (int64_t o = 0; o < outer; ++o)
-      std::memcpy(py + o * rowOut, px + o * rowIn + offset * inner * elemBytes,
-                  size_t(rowOut));
-    return Status::Ok;
-  });
+                       int64_t eb) {
+  int64_t rowIn = dimX * inner * eb, rowOut = len * inner * eb;
+  hostOp(
+      name, {{at(x), uint64_t(outer * rowIn)}},
+      {{at(y), uint64_t(outer * rowOut)}},
+      [=](const std::vector<const void *> &in, const std::vector<void *> &out) {
+        const char *px = static_cast<const char *>(in[0]);
+        char *py = static_cast<char *>(out[0]);
+        for (int64_t o = 0; o < outer; ++o)
+          std::memcpy(py + o * rowOut, px + o * rowIn + offset * inner * eb,
+                      size_t(rowOut));
+      });
 }
 
 void StepRunner::concat(const char *name, std::vector<uint64_t> xs,
                         std::vector<int64_t> dims, uint64_t y, int64_t outer,
-                        int64_t inner, int64_t elemBytes) {
-  std::vector<const char *> px;
+                        int64_t inner, int64_t eb) {
+  std::vector<HostInput> ins;
   int64_t total = 0;
   for (size_t i = 0; i < xs.size(); ++i) {
-    px.push_back(static_cast<const char *>(at(xs[i])));
+    ins.push_back({at(xs[i]), uint64_t(outer * dims[i] * inner * eb)});
     total += dims[i];
   }
-  char *py = static_cast<char *>(at(y));
-  launch(name, [=](const KernelContext &c) {
-    if (!hostOnly(c))
-      return Status::Unsupported;
-    for (int64_t o = 0; o < outer; ++o) {
-      int64_t pos = 0;
-      for (size_t i = 0; i < px.size(); ++i) {
-        int64_t row = dims[i] * inner * elemBytes;
-        std::memcpy(py + (o * total + pos) * inner * elemBytes, px[i] + o * row,
-                    size_t(row));
-        pos += dims[i];
-      }
-    }
-    return Status::Ok;
-  });
+  hostOp(
+      name, ins, {{at(y), uint64_t(outer * total * inner * eb)}},
+      [=](const std::vector<const void *> &in, const std::vector<void *> &out) {
+        char *py = static_cast<char *>(out[0]);
+        for (int64_t o = 0; o < outer; ++o) {
+          int64_t pos = 0;
+          for (size_t i = 0; i < in.size(); ++i) {
+            int64_t row = dims[i] * inner * eb;
+            std::memcpy(py + (o * total + pos) * inner * eb,
+                        static_cast<const char *>(in[i]) + o * row,
+                        size_t(row));
+            pos += dims[i];
+          }
+        }
+      });
 }
 
 void StepRunner::expand(const char *name, uint64_t x, uint64_t y, int64_t outer,
                         int64_t n, int64_t inner, DType dtype) {
-  const char *px = static_cast<const char *>(at(x));
-  char *py = static_cast<char *>(at(y));
   int64_t eb = elemBytes(dtype);
-  launch(name, [=](const KernelContext &c) {
-    if (!hostOnly(c))
-      return Status::Unsupported;
-    for (int64_t o = 0; o < outer; ++o)
-      for (int64_t k = 0; k < n; ++k)
-        std::memcpy(py + (o * n + k) * inner * eb, px + o * inner * eb,
-                    size_t(inner * eb));
-    return Status::Ok;
-  });
+  hostOp(
+      name, {{at(x), uint64_t(outer * inner * eb)}},
+      {{at(y), uint64_t(outer * n * inner * eb)}},
+      [=](const std::vector<const void *> &in, const std::vector<void *> &out) {
+        const char *px = static_cast<const char *>(in[0]);
+        char *py = static_cast<char *>(out[0]);
+        for (int64_t o = 0; o < outer; ++o)
+          for (int64_t k = 0; k < n; ++k)
+            std::memcpy(py + (o * n + k) * inner * eb, px + o * inner * eb,
+                        size_t(inner * eb));
+      });
 }
 
 void StepRunner::expandGrad(const char *name, uint64_t dy, uint64_t dx,
                             int64_t outer, int64_t n, int64_t inner,
                             DType dtype) {
-  const void *py = at(dy);
-  void *px = at(dx);
-  launch(name, [=](const KernelContext &c) {
-    if (!hostOnly(c))
-      return Status::Unsupported;
-    // Sum of the n copies in increasing order, in Acc, rounded once.
-    for (int64_t o = 0; o < outer; ++o)
-      for (int64_t i = 0; i < inner; ++i) {
-        if (accOf(dtype) == DType::F64) {
-          double s = 0;
-          for (int64_t k = 0; k < n; ++k)
-            s += loadAs(py, dtype, (o * n + k) * inner + i);
-          storeAs(px, dtype, o * inner + i, s);
-        } else {
-          float s = 0;
-          for (int64_t k = 0; k < n; ++k)
-            s += float(loadAs(py, dtype, (o * n + k) * inner + i));
-          storeAs(px, dtype, o * inner + i, s);
-        }
-      }
-    return Status::Ok;
-  });
+  int64_t eb = elemBytes(dtype);
+  hostOp(
+      name, {{at(dy), uint64_t(outer * n * inner * eb)}},
+      {{at(dx), uint64_t(outer * inner * eb)}},
+      [=](const std::vector<const void *> &in, const std::vector<void *> &out) {
+        // Sum of the n copies in increasing order, in Acc, rounded once.
+        for (int64_t o = 0; o < outer; ++o)
+          for (int64_t i = 0; i < inner; ++i) {
+            if (accOf(dtype) == DType::F64) {
+              double s = 0;
+              for (int64_t k = 0; k < n; ++k)
+                s += loadAs(in[0], dtype, (o * n + k) * inner + i);
+              storeAs(out[0], dtype, o * inner + i, s);
+            } else {
+              float s = 0;
+              for (int64_t k = 0; k < n; ++k)
+                s += float(loadAs(in[0], dtype, (o * n + k) * inner + i));
+              storeAs(out[0], dtype, o * inner + i, s);
+            }
+          }
+      });
 }
 
 void StepRunner::convert(const char *name, const void *src, DType from,
                          void *dst, DType to, int64_t n) {
-  launch(name, [=](const KernelContext &c) {
-    if (!hostOnly(c))
-      return Status::Unsupported;
-    for (int64_t i = 0; i < n; ++i)
-      storeAs(dst, to, i, loadAs(src, from, i));
-    return Status::Ok;
-  });
+  hostOp(
+      name, {{src, uint64_t(n * elemBytes(from))}},
+      {{dst, uint64_t(n * elemBytes(to))}},
+      [=](const std::vector<const void *> &in, const std::vector<void *> &out) {
+        for (int64_t i = 0; i < n; ++i)
+          storeAs(out[0], to, i, loadAs(in[0], from, i));
+      });
 }
 
 void StepRunner::gdnGates(const char *name, uint64_t a, uint64_t b,
@@ -278,37 +313,44 @@ void StepRunner::gdnGatesGrad(const char *name, uint64_t a, uint64_t aLog,
                               uint64_t dALog, uint64_t dDtBias, int64_t tokens,
                               int32_t heads, DType dtype) {
   // The train op saves beta, not b (the kernel reads b for d sigmoid); the
-  // sigmoid derivative is beta (1 - beta) either way, so it is computed here
-  // from the saved beta, and the kernel does the decay-gate part.
-  const void *pa = at(a), *paLog = at(aLog), *pdt = at(dtBias),
-             *pbeta = at(beta), *pdg = at(dg), *pdbeta = at(dbeta);
-  void *pda = at(da), *pdb = at(db), *pdaLog = at(dALog), *pddt = at(dDtBias);
-  launch(name, [=](const KernelContext &c) {
-    if (!hostOnly(c))
-      return Status::Unsupported;
-    DType acc = accOf(dtype);
-    for (int64_t h = 0; h < heads; ++h) {
-      float e = std::exp(float(loadAs(paLog, acc, h)));
-      float sumDa = 0, sumDaLog = 0;
-      for (int64_t n = 0; n < tokens; ++n) {
-        int64_t i = n * heads + h;
-        float x = float(loadAs(pa, dtype, i) + loadAs(pdt, acc, h));
-        float sp = x > 20.f ? x : std::log1p(std::exp(x));
-        float dsp = x > 20.f ? 1.f : 1.f / (1.f + std::exp(-x));
-        float dgi = float(loadAs(pdg, acc, i));
-        float dai = dgi * (-e) * dsp;
-        storeAs(pda, dtype, i, dai);
-        sumDa += dai;
-        sumDaLog += dgi * (-e * sp);
-        float bt = float(loadAs(pbeta, dtype, i));
-        storeAs(pdb, dtype, i,
-                float(loadAs(pdbeta, dtype, i)) * bt * (1.f - bt));
-      }
-      storeAs(pdaLog, acc, h, loadAs(pdaLog, acc, h) + sumDaLog);
-      storeAs(pddt, acc, h, loadAs(pddt, acc, h) + sumDa);
-    }
-    return Status::Ok;
-  });
+  // sigmoid derivative is beta (1 - beta) either way, so the whole backward
+  // is computed here from the saved beta (same formulas and order as the
+  // reference kernel).
+  DType acc = accOf(dtype);
+  uint64_t nS = uint64_t(tokens * heads * elemBytes(dtype));
+  uint64_t nA = uint64_t(tokens * heads * elemBytes(acc));
+  uint64_t hA = uint64_t(heads * elemBytes(acc));
+  hostOp(
+      name,
+      {{at(a), nS},
+       {at(aLog), hA},
+       {at(dtBias), hA},
+       {at(beta), nS},
+       {at(dg), nA},
+       {at(dbeta), nS}},
+      {{at(da), nS}, {at(db), nS}, {at(dALog), hA}, {at(dDtBias), hA}},
+      [=](const std::vector<const void *> &in, const std::vector<void *> &out) {
+        for (int64_t h = 0; h < heads; ++h) {
+          float e = std::exp(float(loadAs(in[1], acc, h)));
+          float sumDa = 0, sumDaLog = 0;
+          for (int64_t n = 0; n < tokens; ++n) {
+            int64_t i = n * heads + h;
+            float x = float(loadAs(in[0], dtype, i) + loadAs(in[2], acc, h));
+            float sp = x > 20.f ? x : std::log1p(std::exp(x));
+            float dsp = x > 20.f ? 1.f : 1.f / (1.f + std::exp(-x));
+            float dgi = float(loadAs(in[4], acc, i));
+            float dai = dgi * (-e) * dsp;
+            storeAs(out[0], dtype, i, dai);
+            sumDa += dai;
+            sumDaLog += dgi * (-e * sp);
+            float bt = float(loadAs(in[3], dtype, i));
+            storeAs(out[1], dtype, i,
+                    float(loadAs(in[5], dtype, i)) * bt * (1.f - bt));
+          }
+          storeAs(out[2], acc, h, loadAs(out[2], acc, h) + sumDaLog);
+          storeAs(out[3], acc, h, loadAs(out[3], acc, h) + sumDa);
+        }
+      });
 }
 
 //===----------------------------------------------------------------------===//

@@ -18,6 +18,7 @@
 #include "runtime/runtime.h"
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -106,8 +107,21 @@ public:
   void endLoop();
   void allReduce(uint64_t offset, uint64_t bytes, kernels::DType dtype);
 
-  //===--- Data movement (host backend)
-  //------------------------------------===//
+  //===--- Data movement and host-computed ops ---------------------------===//
+  /// An op computed by host code: in compute-stream order on the host
+  /// backend; elsewhere a synchronous round trip through host memory.
+  struct HostInput {
+    const void *ptr;
+    uint64_t bytes;
+  };
+  struct HostOutput {
+    void *ptr;
+    uint64_t bytes;
+  };
+  using HostFn = std::function<void(const std::vector<const void *> &,
+                                    const std::vector<void *> &)>;
+  void hostOp(const char *name, std::vector<HostInput> ins,
+              std::vector<HostOutput> outs, HostFn fn);
   /// y[outer, len, inner] = x[outer, offset:offset+len, inner]; x has `dimX`.
   void slice(const char *name, uint64_t x, uint64_t y, int64_t outer,
              int64_t dimX, int64_t offset, int64_t len, int64_t inner,
@@ -135,8 +149,7 @@ public:
   void convert(const char *name, const void *src, kernels::DType from,
                void *dst, kernels::DType to, int64_t n);
 
-  //===--- Step-level ops
-  //---------------------------------------------------===//
+  //===--- Step-level ops -------------------------------------------------===//
   void finalizeGrads(double maxNorm);
   void lrSchedule(double maxLr, double minLr, int64_t warmup, int64_t total);
   void adamw(size_t param, double beta1, double beta2, double eps,
