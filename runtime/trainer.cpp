@@ -403,6 +403,11 @@ void StepRunner::finalizeGrads(double maxNorm) {
 
 void StepRunner::lrSchedule(double maxLr, double minLr, int64_t warmup,
                             int64_t total) {
+  // --lr replaces the compiled peak; the floor keeps its ratio to it.
+  if (program_.maxLr > 0 && lrOverride > 0) {
+    minLr *= lrOverride / maxLr;
+    maxLr = lrOverride;
+  }
   double st = double(stepIndex), v;
   if (stepIndex < warmup) {
     v = maxLr * (st + 1) / double(warmup);
@@ -524,7 +529,10 @@ struct CheckpointMirror {
 };
 
 int run(int argc, char **argv, const Program &p) {
-  TrainFlags flags = parseTrainFlags(argc, argv);
+  TrainFlags defaults;
+  if (p.maxLr > 0)
+    defaults.lr = p.maxLr; // the compiled schedule's peak
+  TrainFlags flags = parseTrainFlags(argc, argv, defaults);
   if (flags.help) {
     std::fputs(flags.usage.c_str(), stdout);
     return 0;
@@ -554,6 +562,7 @@ int run(int argc, char **argv, const Program &p) {
   PinnedPool pool(dev, layout);
   OffloadEngine engine(dev, pool);
   StepRunner r(p, dev, pool, engine, flags.fingerprints);
+  r.lrOverride = flags.lr;
 
   // Everything persistent starts at zero (grads, moments, state); then the
   // parameters from the Philox stream keyed by (seed, name).

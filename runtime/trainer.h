@@ -62,6 +62,8 @@ struct Program {
   std::vector<std::string> scopes; ///< offload scopes, "L<layer>.<leaf>"
   StateOffsets state;
   uint32_t numEvents = 0;
+  /// Peak of the compiled lr schedule (the default of --lr); 0: none.
+  double maxLr = 0;
   void (*step)(StepRunner &) = nullptr;
 };
 
@@ -95,6 +97,7 @@ public:
   // Step state set by trainMain.
   int64_t stepIndex = 0; ///< 0-based optimizer step
   int64_t microbatch = 0;
+  double lrOverride = 0; ///< --lr: peak learning rate of the schedule
   std::vector<int32_t> tokens, labels; ///< all microbatches of the step
 
   //===--- Loop ops -------------------------------------------------------===//

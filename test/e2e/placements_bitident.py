@@ -14,7 +14,8 @@
 #     fraction 0.5 a proper subset of the fraction-1 scopes is offloaded;
 #   - the pinned pool has 0 bytes in use after every step;
 #   - 6 continuous steps equal 3 steps + --save + --resume (in the offload
-#     binary) + 3 steps, bitwise; a missing checkpoint is an error.
+#     binary) + 3 steps, bitwise; a missing checkpoint is an error;
+#   - a diverging run (--lr 1e30) and an unknown flag exit non-zero.
 #
 #===------------------------------------------------------------------------===#
 import argparse
@@ -188,6 +189,19 @@ def main():
                        capture_output=True, text=True)
     if r.returncode == 0:
         fail("--resume of a missing checkpoint exited 0")
+
+    # A diverging run stops with a clear message and a non-zero exit.
+    r = subprocess.run([os.path.join(args.work, "train-none"), "--steps", "6",
+                        "--device", "host", "--lr", "1e30"],
+                       capture_output=True, text=True)
+    if r.returncode == 0 or "loss is not finite" not in r.stderr:
+        fail("--lr 1e30 did not stop on a non-finite loss (exit %d): %s" %
+             (r.returncode, r.stderr[-2000:]))
+    # A bad flag is an error too.
+    r = subprocess.run([os.path.join(args.work, "train-none"), "--stepz", "1"],
+                       capture_output=True, text=True)
+    if r.returncode == 0:
+        fail("an unknown flag exited 0")
 
     print("PASS: %d steps bit-identical across %s" %
           (STEPS, ", ".join(VARIANTS)))
