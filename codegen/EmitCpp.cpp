@@ -187,7 +187,6 @@ private:
   uint64_t maxGateElems_ = 0;
   std::map<std::string, std::map<std::string, uint64_t>> persistent_;
   llvm::StringMap<unsigned> paramIndex_;
-  std::vector<std::pair<unsigned, uint64_t>> slots_; // (slot, offset/bytes)
   std::map<unsigned, std::pair<uint64_t, uint64_t>> slotSpec_;
 };
 
@@ -456,8 +455,6 @@ LogicalResult Emitter::run(EmittedPlan *plan) {
         << offStr(pit->second, "adam_m") << ", "
         << offStr(pit->second, "adam_v") << "});\n";
   }
-  auto st = persistent_.find("");
-  (void)st;
   const char *stateNames[] = {"loss_sum", "token_count", "grad_norm", "lr",
                               "loss"};
   const char *stateFields[] = {"lossSum", "tokenCount", "gradNorm", "lr",
@@ -616,7 +613,6 @@ LogicalResult Emitter::emitKernel(Operation *op, int indent) {
     return t.getDimSize(i < 0 ? t.getRank() + i : i);
   };
   auto nel = [&](Value v) { return numel(T(v)); };
-  auto &o = os_;
   auto open = [&](const char *type) {
     line(indent) << "{\n";
     line(indent + 2) << type << " a;\n";
@@ -638,7 +634,6 @@ LogicalResult Emitter::emitKernel(Operation *op, int indent) {
              << ")";
     return success();
   };
-  (void)o;
 
   if (callee == "train.embedding") {
     if (failed(expectCounts(2, 1)))
@@ -1148,8 +1143,7 @@ LogicalResult Emitter::emitKernel(Operation *op, int indent) {
 
 LogicalResult emitCpp(ModuleOp module, llvm::raw_ostream &os,
                       EmittedPlan *plan) {
-  // Params are emitted first (adamw refers to them by index), but the
-  // table is written after the step: emit into a buffer, then reorder.
+  // Written to a buffer first, so that a failure leaves `os` untouched.
   std::string body;
   llvm::raw_string_ostream bos(body);
   Emitter e(module, bos);
