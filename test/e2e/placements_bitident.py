@@ -16,7 +16,8 @@
 #   - 6 continuous steps equal 3 steps + --save + --resume (in the offload
 #     binary) + 3 steps, bitwise; a missing checkpoint is an error;
 #   - a diverging run (--lr 1e30) and an unknown flag exit non-zero;
-#   - 50 steps on byte-level text lower the loss.
+#   - 50 steps on byte-level text lower the loss;
+#   - with frozen parameters, offload still changes no bit.
 #
 #===------------------------------------------------------------------------===#
 import argparse
@@ -52,6 +53,7 @@ def main():
     ap.add_argument("--compile", required=True)
     ap.add_argument("--model", required=True)
     ap.add_argument("--work", required=True)
+    ap.add_argument("--import-tool", required=True)
     args = ap.parse_args()
     os.makedirs(args.work, exist_ok=True)
 
@@ -211,6 +213,32 @@ def main():
              "%.4f" % (first10, last10))
     print("text: mean loss %.4f (steps 1-10) -> %.4f (steps 41-50)" %
           (first10, last10))
+
+    # Frozen parameters (weight only, no optimizer state): offload still
+    # changes no bit, and the frozen weights never move.
+    graph = os.path.join(args.work, "frozen.mlir")
+    freeze = "model.layers.1.,model.layers.2.self_attn.q_norm"
+    r = subprocess.run([args.import_tool, args.model, "--seq", "64",
+                        "--micro-batches", "2", "--freeze=" + freeze, "-o",
+                        graph], capture_output=True, text=True)
+    if r.returncode != 0:
+        fail("actplace-import --freeze: " + r.stderr)
+    frozen = {}
+    for name, flags in (("frozen-none", []),
+                        ("frozen-offload", VARIANTS["offload"])):
+        r = subprocess.run([args.compile, graph, "-o",
+                            os.path.join(args.work, "train-" + name)] + flags,
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            fail("actplace-compile " + name + ": " + r.stdout + r.stderr)
+        frozen[name] = train("train-" + name, STEPS, [], name)
+    for a, b in zip(frozen["frozen-none"], frozen["frozen-offload"]):
+        if a["fingerprints"] != b["fingerprints"]:
+            fail("frozen model step %d: offload changed the fingerprints" %
+                 a["step"])
+    if frozen["frozen-none"][-1]["fingerprints"] == base[-1]["fingerprints"]:
+        fail("freezing parameters changed nothing")
+    print("frozen: offload == no offload over %d steps" % STEPS)
 
     # A diverging run stops with a clear message and a non-zero exit.
     r = subprocess.run([os.path.join(args.work, "train-none"), "--steps", "6",
