@@ -22,8 +22,7 @@ struct PlacementPipelineOptions
       llvm::cl::desc("Leaf modules or aliases to recompute")};
   Option<double> fraction{*this, "fraction", llvm::cl::init(1.0),
                           llvm::cl::desc("Fraction of eligible scopes")};
-  Option<int64_t> minOffloadBytes{*this, "min-offload-bytes",
-                                  llvm::cl::init(0),
+  Option<int64_t> minOffloadBytes{*this, "min-offload-bytes", llvm::cl::init(0),
                                   llvm::cl::desc("Minimum bytes per scope")};
   Option<int64_t> maxInflight{*this, "max-inflight", llvm::cl::init(0),
                               llvm::cl::desc("Most pending D2H copies")};

@@ -1,4 +1,5 @@
-//===- Passes.h - actplace passes ---------------------------------*- C++ -*-===//
+//===- Passes.h - actplace passes ---------------------------------*- C++
+//-*-===//
 #ifndef ACTPLACE_PASSES_PASSES_H
 #define ACTPLACE_PASSES_PASSES_H
 

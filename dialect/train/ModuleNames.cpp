@@ -30,18 +30,17 @@ struct ModuleAlias {
 static const llvm::StringLiteral kMlp[] = {"mlp_fc1", "mlp_act", "mlp_fc2"};
 static const llvm::StringLiteral kLayernorm[] = {"attn_norm", "mlp_norm",
                                                  "final_norm"};
-static const llvm::StringLiteral kGdn[] = {"attn_norm",     "gdn_in_proj",
-                                           "gdn_prep",      "gdn_core_attn",
-                                           "gdn_norm_out",  "gdn_out_proj"};
+static const llvm::StringLiteral kGdn[] = {"attn_norm",    "gdn_in_proj",
+                                           "gdn_prep",     "gdn_core_attn",
+                                           "gdn_norm_out", "gdn_out_proj"};
 static const llvm::StringLiteral kAttn[] = {"attn_norm", "qkv_linear",
                                             "core_attn", "attn_proj"};
-static const llvm::StringLiteral kMla[] = {"attn_norm", "qkv_linear",
-                                           "mla_up_proj", "core_attn",
-                                           "attn_proj"};
+static const llvm::StringLiteral kMla[] = {
+    "attn_norm", "qkv_linear", "mla_up_proj", "core_attn", "attn_proj"};
 
 static const ModuleAlias kAliases[] = {
-    {"mlp", kMlp}, {"layernorm", kLayernorm}, {"gdn", kGdn},
-    {"attn", kAttn}, {"mla", kMla},
+    {"mlp", kMlp}, {"layernorm", kLayernorm}, {"gdn", kGdn}, {"attn", kAttn},
+    {"mla", kMla},
 };
 
 llvm::ArrayRef<ModuleLeaf> ap::train::moduleLeaves() { return kLeaves; }

@@ -1,4 +1,5 @@
-//===- ModuleNames.h - module scope leaves and aliases ------------*- C++ -*-===//
+//===- ModuleNames.h - module scope leaves and aliases ------------*- C++
+//-*-===//
 //
 // The module names users select placement with (DESIGN.md section 3). Every
 // train op carries one leaf; options accept leaves and aliases. The table

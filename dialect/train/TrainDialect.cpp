@@ -41,8 +41,8 @@ LogicalResult TrainDialect::verifyOperationAttribute(Operation *op,
   if (attr.getName() == kMicroBatchesAttrName) {
     auto count = dyn_cast<IntegerAttr>(attr.getValue());
     if (!isa<ModuleOp>(op))
-      return op->emitError() << "'" << kMicroBatchesAttrName
-                             << "' belongs on the module";
+      return op->emitError()
+             << "'" << kMicroBatchesAttrName << "' belongs on the module";
     if (!count || count.getValue().getSExtValue() < 1)
       return op->emitError()
              << "'" << kMicroBatchesAttrName

@@ -1,4 +1,5 @@
-//===- TrainDialect.h - train dialect -----------------------------*- C++ -*-===//
+//===- TrainDialect.h - train dialect -----------------------------*- C++
+//-*-===//
 #ifndef ACTPLACE_DIALECT_TRAIN_TRAINDIALECT_H
 #define ACTPLACE_DIALECT_TRAIN_TRAINDIALECT_H
 
@@ -19,7 +20,8 @@
 
 namespace ap::train {
 /// Module attribute: microbatches per training step.
-inline constexpr llvm::StringLiteral kMicroBatchesAttrName = "train.micro_batches";
+inline constexpr llvm::StringLiteral kMicroBatchesAttrName =
+    "train.micro_batches";
 /// Module attribute: model name for reports.
 inline constexpr llvm::StringLiteral kModelNameAttrName = "train.model";
 /// Unit attribute on forward ops cloned into backward by train-recompute.
@@ -28,7 +30,8 @@ inline constexpr llvm::StringLiteral kRecomputedAttrName = "train.recomputed";
 /// "keep: <reason>", or "" when none was taken), for reports.
 inline constexpr llvm::StringLiteral kPlacementAttrName = "train.placement";
 /// On the microbatch loop: most D2H copies pending before compute waits.
-inline constexpr llvm::StringLiteral kMaxInflightAttrName = "train.max_inflight";
+inline constexpr llvm::StringLiteral kMaxInflightAttrName =
+    "train.max_inflight";
 } // namespace ap::train
 
 #endif // ACTPLACE_DIALECT_TRAIN_TRAINDIALECT_H

@@ -27,7 +27,8 @@ RankedTensorType rowStatType(Value input) {
   return f32Like(t, t.getShape().drop_back());
 }
 
-/// Replaces `oldOp` by `newOp` (whose leading results correspond) and erases it.
+/// Replaces `oldOp` by `newOp` (whose leading results correspond) and erases
+/// it.
 Operation *replaceWith(Operation *oldOp, Operation *newOp) {
   for (auto [o, n] : llvm::zip(oldOp->getResults(), newOp->getResults()))
     o.replaceAllUsesWith(n);
@@ -77,10 +78,11 @@ LogicalResult EmbeddingOp::buildBackward(
   return success();
 }
 
-LogicalResult LinearOp::buildBackward(
-    OpBuilder &b, ArrayRef<Value> resultGrads, ArrayRef<bool> needsGrad,
-    function_ref<FlatSymbolRefAttr(Value)> paramGradSymbol,
-    SmallVectorImpl<Value> &operandGrads) {
+LogicalResult
+LinearOp::buildBackward(OpBuilder &b, ArrayRef<Value> resultGrads,
+                        ArrayRef<bool> needsGrad,
+                        function_ref<FlatSymbolRefAttr(Value)> paramGradSymbol,
+                        SmallVectorImpl<Value> &operandGrads) {
   FlatSymbolRefAttr sym = paramGradSymbol(getWeight());
   if (needsGrad[1])
     return emitOpError() << "weight needs a gradient but is not a parameter "
@@ -105,10 +107,11 @@ Operation *RMSNormOp::withSavedResults(OpBuilder &b) {
   return replaceWith(*this, op);
 }
 
-LogicalResult RMSNormOp::buildBackward(
-    OpBuilder &b, ArrayRef<Value> resultGrads, ArrayRef<bool> needsGrad,
-    function_ref<FlatSymbolRefAttr(Value)> paramGradSymbol,
-    SmallVectorImpl<Value> &operandGrads) {
+LogicalResult
+RMSNormOp::buildBackward(OpBuilder &b, ArrayRef<Value> resultGrads,
+                         ArrayRef<bool> needsGrad,
+                         function_ref<FlatSymbolRefAttr(Value)> paramGradSymbol,
+                         SmallVectorImpl<Value> &operandGrads) {
   FlatSymbolRefAttr sym = paramGradSymbol(getWeight());
   Value dx;
   if (!nothingNeeded(needsGrad[0], sym))
@@ -125,10 +128,9 @@ Operation *GatedRMSNormOp::withSavedResults(OpBuilder &b) {
   if (getRstd())
     return *this;
   b.setInsertionPoint(*this);
-  auto op = GatedRMSNormOp::create(b, getLoc(), getResult().getType(),
-                                   rowStatType(getInput()), getInput(),
-                                   getGate(), getWeight(), getEpsAttr(),
-                                   getScope());
+  auto op = GatedRMSNormOp::create(
+      b, getLoc(), getResult().getType(), rowStatType(getInput()), getInput(),
+      getGate(), getWeight(), getEpsAttr(), getScope());
   return replaceWith(*this, op);
 }
 
@@ -158,8 +160,7 @@ Operation *L2NormOp::withSavedResults(OpBuilder &b) {
   return replaceWith(*this, op);
 }
 
-LogicalResult L2NormOp::buildBackward(OpBuilder &b,
-                                      ArrayRef<Value> resultGrads,
+LogicalResult L2NormOp::buildBackward(OpBuilder &b, ArrayRef<Value> resultGrads,
                                       ArrayRef<bool> needsGrad,
                                       function_ref<FlatSymbolRefAttr(Value)>,
                                       SmallVectorImpl<Value> &operandGrads) {
@@ -222,17 +223,18 @@ Operation *GatedDeltaRuleOp::withSavedResults(OpBuilder &b) {
   tShape.push_back(getChunkSize());
   Type saved[] = {getG().getType(),
                   RankedTensorType::get(tShape, v.getElementType())};
-  auto op = GatedDeltaRuleOp::create(
-      b, getLoc(), getResult().getType(), TypeRange(saved), getQ(), getK(),
-      getV(), getG(), getBeta(), getScaleAttr(), getChunkSizeAttr(),
-      getScope());
+  auto op = GatedDeltaRuleOp::create(b, getLoc(), getResult().getType(),
+                                     TypeRange(saved), getQ(), getK(), getV(),
+                                     getG(), getBeta(), getScaleAttr(),
+                                     getChunkSizeAttr(), getScope());
   return replaceWith(*this, op);
 }
 
-LogicalResult GatedDeltaRuleOp::buildBackward(
-    OpBuilder &b, ArrayRef<Value> resultGrads, ArrayRef<bool> needsGrad,
-    function_ref<FlatSymbolRefAttr(Value)>,
-    SmallVectorImpl<Value> &operandGrads) {
+LogicalResult
+GatedDeltaRuleOp::buildBackward(OpBuilder &b, ArrayRef<Value> resultGrads,
+                                ArrayRef<bool> needsGrad,
+                                function_ref<FlatSymbolRefAttr(Value)>,
+                                SmallVectorImpl<Value> &operandGrads) {
   if (noOperandNeedsGrad(needsGrad, operandGrads))
     return success();
   auto op = GatedDeltaRuleGradOp::create(
@@ -266,35 +268,36 @@ Operation *AttentionOp::withSavedResults(OpBuilder &b) {
   b.setInsertionPoint(*this);
   auto q = getQ().getType();
   auto lse = f32Like(q, {q.getDimSize(0), q.getDimSize(2), q.getDimSize(1)});
-  auto op = AttentionOp::create(b, getLoc(), getResult().getType(), lse,
-                                getQ(), getK(), getV(), getScaleAttr(),
-                                getScope());
+  auto op = AttentionOp::create(b, getLoc(), getResult().getType(), lse, getQ(),
+                                getK(), getV(), getScaleAttr(), getScope());
   return replaceWith(*this, op);
 }
 
-LogicalResult AttentionOp::buildBackward(
-    OpBuilder &b, ArrayRef<Value> resultGrads, ArrayRef<bool> needsGrad,
-    function_ref<FlatSymbolRefAttr(Value)>,
-    SmallVectorImpl<Value> &operandGrads) {
+LogicalResult AttentionOp::buildBackward(OpBuilder &b,
+                                         ArrayRef<Value> resultGrads,
+                                         ArrayRef<bool> needsGrad,
+                                         function_ref<FlatSymbolRefAttr(Value)>,
+                                         SmallVectorImpl<Value> &operandGrads) {
   if (noOperandNeedsGrad(needsGrad, operandGrads))
     return success();
-  auto op = AttentionGradOp::create(
-      b, getLoc(), getQ().getType(), getK().getType(), getV().getType(),
-      getQ(), getK(), getV(), getResult(), getLse(), resultGrads[0],
-      getScaleAttr(), getScope());
+  auto op = AttentionGradOp::create(b, getLoc(), getQ().getType(),
+                                    getK().getType(), getV().getType(), getQ(),
+                                    getK(), getV(), getResult(), getLse(),
+                                    resultGrads[0], getScaleAttr(), getScope());
   appendNeeded(needsGrad, op->getResults(), operandGrads);
   return success();
 }
 
-LogicalResult OutputGateOp::buildBackward(
-    OpBuilder &b, ArrayRef<Value> resultGrads, ArrayRef<bool> needsGrad,
-    function_ref<FlatSymbolRefAttr(Value)>,
-    SmallVectorImpl<Value> &operandGrads) {
+LogicalResult
+OutputGateOp::buildBackward(OpBuilder &b, ArrayRef<Value> resultGrads,
+                            ArrayRef<bool> needsGrad,
+                            function_ref<FlatSymbolRefAttr(Value)>,
+                            SmallVectorImpl<Value> &operandGrads) {
   if (noOperandNeedsGrad(needsGrad, operandGrads))
     return success();
   auto op = OutputGateGradOp::create(b, getLoc(), getInput().getType(),
-                                     getGate().getType(), getInput(),
-                                     getGate(), resultGrads[0], getScope());
+                                     getGate().getType(), getInput(), getGate(),
+                                     resultGrads[0], getScope());
   appendNeeded(needsGrad, op->getResults(), operandGrads);
   return success();
 }
@@ -303,16 +306,15 @@ LogicalResult OutputGateOp::buildBackward(
 // MLP, residual, views
 //===----------------------------------------------------------------------===//
 
-LogicalResult SwiGLUOp::buildBackward(OpBuilder &b,
-                                      ArrayRef<Value> resultGrads,
+LogicalResult SwiGLUOp::buildBackward(OpBuilder &b, ArrayRef<Value> resultGrads,
                                       ArrayRef<bool> needsGrad,
                                       function_ref<FlatSymbolRefAttr(Value)>,
                                       SmallVectorImpl<Value> &operandGrads) {
   if (noOperandNeedsGrad(needsGrad, operandGrads))
     return success();
-  auto op = SwiGLUGradOp::create(b, getLoc(), getGate().getType(),
-                                 getUp().getType(), getGate(), getUp(),
-                                 resultGrads[0], getScope());
+  auto op =
+      SwiGLUGradOp::create(b, getLoc(), getGate().getType(), getUp().getType(),
+                           getGate(), getUp(), resultGrads[0], getScope());
   appendNeeded(needsGrad, op->getResults(), operandGrads);
   return success();
 }
@@ -351,8 +353,7 @@ LogicalResult SliceOp::buildBackward(OpBuilder &b, ArrayRef<Value> resultGrads,
   return success();
 }
 
-LogicalResult ConcatOp::buildBackward(OpBuilder &b,
-                                      ArrayRef<Value> resultGrads,
+LogicalResult ConcatOp::buildBackward(OpBuilder &b, ArrayRef<Value> resultGrads,
                                       ArrayRef<bool> needsGrad,
                                       function_ref<FlatSymbolRefAttr(Value)>,
                                       SmallVectorImpl<Value> &operandGrads) {
@@ -375,8 +376,8 @@ LogicalResult ExpandOp::buildBackward(OpBuilder &b, ArrayRef<Value> resultGrads,
                                       SmallVectorImpl<Value> &operandGrads) {
   Value dx;
   if (needsGrad[0])
-    dx = ExpandGradOp::create(b, getLoc(), getInput().getType(),
-                              resultGrads[0], getScope());
+    dx = ExpandGradOp::create(b, getLoc(), getInput().getType(), resultGrads[0],
+                              getScope());
   operandGrads.push_back(dx);
   return success();
 }
@@ -407,8 +408,8 @@ LogicalResult LMHeadCrossEntropyOp::buildBackward(
   if (needsGrad[0] || sym) {
     dh = LMHeadCrossEntropyGradOp::create(
         b, getLoc(), getHidden().getType(), getHidden(), getWeight(),
-        getLabels(), getLse(), getChunkTokensAttr(), getIgnoreIndexAttr(),
-        sym, getScope());
+        getLabels(), getLse(), getChunkTokensAttr(), getIgnoreIndexAttr(), sym,
+        getScope());
   }
   operandGrads.append({needsGrad[0] ? dh : Value(), Value(), Value()});
   return success();

@@ -37,8 +37,7 @@ public:
     if (got == expected)
       return success();
     return op->emitOpError() << name << " dimension " << d << " is " << got
-                             << ", expected " << expected << " (" << why
-                             << ")";
+                             << ", expected " << expected << " (" << why << ")";
   }
 
   /// The element types of `name` and `refName` must agree.
@@ -48,9 +47,9 @@ public:
     Type b = cast<ShapedType>(refType).getElementType();
     if (a == b)
       return success();
-    return op->emitOpError() << name << " has element type " << a
-                             << ", expected " << b << " (the element type of "
-                             << refName << ")";
+    return op->emitOpError()
+           << name << " has element type " << a << ", expected " << b
+           << " (the element type of " << refName << ")";
   }
 
   /// `name` must have exactly `refType`.
@@ -65,8 +64,8 @@ public:
   LogicalResult positive(StringRef attr, double value) {
     if (value > 0.0)
       return success();
-    return op->emitOpError() << "attribute '" << attr
-                             << "' must be positive, got " << value;
+    return op->emitOpError()
+           << "attribute '" << attr << "' must be positive, got " << value;
   }
 
 private:
@@ -82,8 +81,7 @@ int64_t dimOf(Value v, unsigned d) {
 // ParamRefOp
 //===----------------------------------------------------------------------===//
 
-LogicalResult
-ParamRefOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
+LogicalResult ParamRefOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
   auto param =
       symbolTable.lookupNearestSymbolFrom<ParamOp>(*this, getParamAttr());
   if (!param)
@@ -92,8 +90,8 @@ ParamRefOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
   if (param.getType() != getType())
     return emitOpError() << "result type " << getType()
                          << " does not match the declared type "
-                         << param.getType() << " of parameter '"
-                         << getParam() << "'";
+                         << param.getType() << " of parameter '" << getParam()
+                         << "'";
   return success();
 }
 
@@ -173,8 +171,8 @@ static LogicalResult verifyRowStatistic(Operation *op, StringRef name,
 LogicalResult RMSNormOp::verify() {
   if (failed(verifyRowStatistic(*this, "rstd", getRstd(), getInput())))
     return failure();
-  return verifyLastDimNorm(*this, getInput(), getWeight(), getResult().getType(),
-                           getEps().convertToDouble());
+  return verifyLastDimNorm(*this, getInput(), getWeight(),
+                           getResult().getType(), getEps().convertToDouble());
 }
 
 LogicalResult GatedRMSNormOp::verify() {
@@ -183,8 +181,8 @@ LogicalResult GatedRMSNormOp::verify() {
                         getInput().getType())) ||
       failed(verifyRowStatistic(*this, "rstd", getRstd(), getInput())))
     return failure();
-  return verifyLastDimNorm(*this, getInput(), getWeight(), getResult().getType(),
-                           getEps().convertToDouble());
+  return verifyLastDimNorm(*this, getInput(), getWeight(),
+                           getResult().getType(), getEps().convertToDouble());
 }
 
 LogicalResult L2NormOp::verify() {
@@ -226,8 +224,9 @@ LogicalResult GDNGatesOp::verify() {
       failed(c.dim("dt_bias", getDtBias().getType(), 0, heads,
                    "the value heads Hv, a's dimension 2")))
     return failure();
-  for (auto [name, t] : {std::pair<StringRef, RankedTensorType>{"g", getG().getType()},
-                         {"beta", getBeta().getType()}})
+  for (auto [name, t] :
+       {std::pair<StringRef, RankedTensorType>{"g", getG().getType()},
+        {"beta", getBeta().getType()}})
     for (unsigned d = 0; d < 3; ++d)
       if (failed(c.dim(name, t, d, a.getDimSize(d), "a's shape [B, T, Hv]")))
         return failure();
@@ -307,7 +306,8 @@ LogicalResult AttentionOp::verify() {
     if (failed(c.sameType("lse", lse.getType(), "[B, Hq, T] f32", expected)))
       return failure();
   }
-  for (auto [name, t] : {std::pair<StringRef, RankedTensorType>{"k", k}, {"v", v}})
+  for (auto [name, t] :
+       {std::pair<StringRef, RankedTensorType>{"k", k}, {"v", v}})
     if (failed(c.dim(name, t, 0, q.getDimSize(0), "q's batch B")) ||
         failed(c.dim(name, t, 1, q.getDimSize(1), "q's sequence length T")))
       return failure();
@@ -437,8 +437,8 @@ LogicalResult LMHeadCrossEntropyOp::verify() {
     return emitOpError() << "chunk_tokens is " << getChunkTokens()
                          << ", expected at least 1";
   if (Value lse = getLse()) {
-    auto expected = RankedTensorType::get(
-        {h.getDimSize(0), h.getDimSize(1)}, Float32Type::get(getContext()));
+    auto expected = RankedTensorType::get({h.getDimSize(0), h.getDimSize(1)},
+                                          Float32Type::get(getContext()));
     if (failed(c.sameType("lse", lse.getType(), "[B, T] f32", expected)))
       return failure();
   }
@@ -451,8 +451,7 @@ LogicalResult LMHeadCrossEntropyOp::verify() {
 
 namespace {
 /// The FP32 main-grad buffers that backward ops accumulate into.
-struct MainGradResource
-    : public SideEffects::Resource::Base<MainGradResource> {
+struct MainGradResource : public SideEffects::Resource::Base<MainGradResource> {
   StringRef getName() final { return "train.main_grads"; }
 };
 } // namespace
@@ -465,8 +464,7 @@ static void accumulateEffects(
         &effects) {
   for (Attribute sym : gradSymbols)
     if (sym) {
-      effects.emplace_back(MemoryEffects::Read::get(),
-                           MainGradResource::get());
+      effects.emplace_back(MemoryEffects::Read::get(), MainGradResource::get());
       effects.emplace_back(MemoryEffects::Write::get(),
                            MainGradResource::get());
       return;
@@ -533,8 +531,8 @@ LogicalResult MicrobatchLoopOp::verify() {
     return emitOpError() << "labels have type " << getLabels().getType()
                          << ", expected " << tok << " (the type of tokens)";
   Block &body = getBody().front();
-  auto mb = RankedTensorType::get(tok.getShape().drop_front(),
-                                  tok.getElementType());
+  auto mb =
+      RankedTensorType::get(tok.getShape().drop_front(), tok.getElementType());
   if (body.getNumArguments() != 2 || body.getArgument(0).getType() != mb ||
       body.getArgument(1).getType() != mb)
     return emitOpError() << "body must take one microbatch's tokens and "

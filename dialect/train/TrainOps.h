@@ -1,4 +1,5 @@
-//===- TrainOps.h - train dialect operations ----------------------*- C++ -*-===//
+//===- TrainOps.h - train dialect operations ----------------------*- C++
+//-*-===//
 #ifndef ACTPLACE_DIALECT_TRAIN_TRAINOPS_H
 #define ACTPLACE_DIALECT_TRAIN_TRAINOPS_H
 

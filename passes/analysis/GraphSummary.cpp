@@ -65,8 +65,8 @@ void GraphSummary::print(llvm::raw_ostream &os) const {
                       "({3} trainable), {4:F2} MiB\n",
                       numParams, numFrozenParams, paramElements,
                       trainableElements, paramBytes / (1024.0 * 1024.0));
-  int64_t layers = llvm::count_if(leavesByLayer,
-                                  [](auto &kv) { return kv.first >= 0; });
+  int64_t layers =
+      llvm::count_if(leavesByLayer, [](auto &kv) { return kv.first >= 0; });
   os << "decoder layers: " << layers << "\n";
   for (const auto &[layer, leaves] : leavesByLayer) {
     os << (layer < 0 ? std::string("model") : "layer " + std::to_string(layer))

@@ -1,4 +1,5 @@
-//===- GraphSummary.h - what a train graph holds ------------------*- C++ -*-===//
+//===- GraphSummary.h - what a train graph holds ------------------*- C++
+//-*-===//
 //
 // Counts parameters, layers, scopes and ops of an imported forward graph. Used
 // by train-print-summary (the README's first look at a model) and by tests

@@ -99,4 +99,3 @@ void ap::train::recordPlacement(Operation *op, unsigned index,
   entries[index] = StringAttr::get(ctx, decision);
   op->setAttr(kPlacementAttrName, ArrayAttr::get(ctx, entries));
 }
-

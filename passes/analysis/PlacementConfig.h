@@ -1,4 +1,5 @@
-//===- PlacementConfig.h - the placement options, validated -------*- C++ -*-===//
+//===- PlacementConfig.h - the placement options, validated -------*- C++
+//-*-===//
 //
 // Every placement pass takes the same options (Passes.td PlacementOptions);
 // this is their parsed form with aliases expanded to leaves, and the rules

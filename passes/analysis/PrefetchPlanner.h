@@ -1,4 +1,5 @@
-//===- PrefetchPlanner.h - as-late-as-possible reload schedule ----*- C++ -*-===//
+//===- PrefetchPlanner.h - as-late-as-possible reload schedule ----*- C++
+//-*-===//
 //
 // Chooses, for every reload, the backward op after which its H2D is issued.
 // Reloads share one FIFO h2d queue, so they are scheduled from the last

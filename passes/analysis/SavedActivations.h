@@ -1,4 +1,5 @@
-//===- SavedActivations.h - values crossing forward -> backward ---*- C++ -*-===//
+//===- SavedActivations.h - values crossing forward -> backward ---*- C++
+//-*-===//
 //
 // After train-autodiff, every activation the backward pass reads is an SSA
 // value defined in the forward part of the microbatch body and used in its

@@ -77,16 +77,16 @@ private:
     for (SliceGradOp s : slices) {
       if (s.getOffset() != next)
         return nullptr;
-      next += cast<RankedTensorType>(s.getResultGrad().getType())
-                  .getDimSize(dim);
+      next +=
+          cast<RankedTensorType>(s.getResultGrad().getType()).getDimSize(dim);
     }
     if (next != cast<RankedTensorType>(v.getType()).getDimSize(dim))
       return nullptr;
     SmallVector<Value> pieces;
     for (SliceGradOp s : slices)
       pieces.push_back(s.getResultGrad());
-    Value concat = ConcatOp::create(b, v.getLoc(), v.getType(), pieces, dim,
-                                    scope);
+    Value concat =
+        ConcatOp::create(b, v.getLoc(), v.getType(), pieces, dim, scope);
     for (SliceGradOp s : slices)
       s->erase();
     return concat;
@@ -161,9 +161,9 @@ LogicalResult TrainAutodiffPass::differentiate(Block &body, YieldOp yield) {
     if (isa<ParamRefOp>(op))
       continue;
     bool isLoss = isa<LMHeadCrossEntropyOp>(op);
-    bool reachesLoss =
-        isLoss || llvm::any_of(op->getResults(),
-                               [&](Value r) { return grads.has(r); });
+    bool reachesLoss = isLoss || llvm::any_of(op->getResults(), [&](Value r) {
+                         return grads.has(r);
+                       });
     bool dependsOnTrainable = llvm::any_of(
         op->getOperands(), [&](Value v) { return needs.contains(v); });
     if (!reachesLoss || !dependsOnTrainable)
@@ -220,8 +220,7 @@ void TrainAutodiffPass::runOnOperation() {
   auto tokType = dyn_cast_or_null<RankedTensorType>(
       fwdType.getNumInputs() == 2 ? fwdType.getInput(0) : Type());
   if (!tokType || fwdType.getInput(1) != tokType || tokType.getRank() != 2 ||
-      !tokType.getElementType().isInteger(32) ||
-      fwdType.getNumResults() != 2) {
+      !tokType.getElementType().isInteger(32) || fwdType.getNumResults() != 2) {
     forward.emitError() << "@forward must take (tokens, labels) of one "
                            "microbatch [B, T] and return (loss_sum, "
                            "token_count)";
@@ -279,10 +278,9 @@ void TrainAutodiffPass::runOnOperation() {
   b.setInsertionPointAfter(loop);
   Value norm = FinalizeGradsOp::create(b, loc, f32, loop.getTokenCount(),
                                        b.getF64FloatAttr(maxGradNorm));
-  Value lr = LRScheduleOp::create(b, loc, f32, b.getF64FloatAttr(maxLr),
-                                  b.getF64FloatAttr(minLr),
-                                  b.getI64IntegerAttr(warmupSteps),
-                                  b.getI64IntegerAttr(totalSteps));
+  Value lr = LRScheduleOp::create(
+      b, loc, f32, b.getF64FloatAttr(maxLr), b.getF64FloatAttr(minLr),
+      b.getI64IntegerAttr(warmupSteps), b.getI64IntegerAttr(totalSteps));
   for (ParamOp param : module.getOps<ParamOp>()) {
     if (param.getFrozen())
       continue;
@@ -291,8 +289,8 @@ void TrainAutodiffPass::runOnOperation() {
                     b.getF64FloatAttr(beta1), b.getF64FloatAttr(beta2),
                     b.getF64FloatAttr(adamEps));
   }
-  Value loss = LossMeanOp::create(b, loc, f32, loop.getLossSum(),
-                                  loop.getTokenCount());
+  Value loss =
+      LossMeanOp::create(b, loc, f32, loop.getLossSum(), loop.getTokenCount());
   func::ReturnOp::create(b, loc, ValueRange{loss, norm});
   forward.erase();
 }

@@ -136,15 +136,15 @@ void TrainOffloadScopesPass::runOnOperation() {
   for (const Scope &scope : inOrder)
     if (chosen.count(scope))
       eligible.push_back(scope);
-  size_t keepCount = static_cast<size_t>(
-      std::ceil(cfg.fraction * eligible.size() - 1e-9));
+  size_t keepCount =
+      static_cast<size_t>(std::ceil(cfg.fraction * eligible.size() - 1e-9));
   for (size_t i = keepCount; i < eligible.size(); ++i) {
     chosen.erase(eligible[i]);
-    dropped[eligible[i]] = llvm::formatv("beyond fraction={0}: only the first "
-                                         "{1} of {2} eligible scopes offload",
-                                         cfg.fraction, keepCount,
-                                         eligible.size())
-                               .str();
+    dropped[eligible[i]] =
+        llvm::formatv("beyond fraction={0}: only the first "
+                      "{1} of {2} eligible scopes offload",
+                      cfg.fraction, keepCount, eligible.size())
+            .str();
   }
   // 3. Hide rule: simulate the copy queues for the chosen set (D2H in
   // forward order after each producer; each reload at the latest backward
@@ -215,14 +215,14 @@ void TrainOffloadScopesPass::runOnOperation() {
         std::string why = dropped.count(n)
                               ? dropped[n]
                               : "its module is not in offload-modules";
-        recordPlacement(s.producer, resultIndex,
-                        ("keep: needed by " + n.str() + ", which stays: " + why));
+        recordPlacement(
+            s.producer, resultIndex,
+            ("keep: needed by " + n.str() + ", which stays: " + why));
         break;
       }
       continue;
     }
-    Scope copyScope = llvm::is_contained(owners, s.scope) ? s.scope
-                                                          : owners[0];
+    Scope copyScope = llvm::is_contained(owners, s.scope) ? s.scope : owners[0];
     auto scopeAttr =
         ScopeAttr::get(&getContext(), copyScope.layer, copyScope.leaf);
     // D2Hs of one producer are issued in result order, right after it.
@@ -251,8 +251,7 @@ void TrainOffloadScopesPass::runOnOperation() {
                                              .category("actplace-placement")
                                              .subCategory(copyScope.str()))
         << ("offloaded " + std::to_string(s.bytes) + " bytes of " +
-            s.producer->getName().getStringRef() + " (" + copyScope.str() +
-            ")")
+            s.producer->getName().getStringRef() + " (" + copyScope.str() + ")")
                .str();
   }
   for (const auto &[scope, why] : dropped)

@@ -104,8 +104,7 @@ struct Totals {
 
 std::string describe(Operation *op, int64_t index) {
   return op ? llvm::formatv("#{0} {1} ({2})", index,
-                            op->getName().getStringRef(),
-                            Scope::of(op).str())
+                            op->getName().getStringRef(), Scope::of(op).str())
                   .str()
             : std::string("-");
 }
@@ -138,8 +137,8 @@ void TrainPlacementReportPass::runOnOperation() {
   OwningOpRef<ModuleOp> baseline = module.clone();
   unplace(*SavedActivations::findBody(*baseline));
   SavedActivations before(*SavedActivations::findBody(*baseline));
-  StreamSimulation simBefore = StreamSimulation::simulate(
-      *SavedActivations::findBody(*baseline), costs);
+  StreamSimulation simBefore =
+      StreamSimulation::simulate(*SavedActivations::findBody(*baseline), costs);
   StreamSimulation simAfter = StreamSimulation::simulate(*body, costs);
   MemoryTimeline memBefore = MemoryTimeline::compute(*baseline, costs);
   MemoryTimeline memAfter = MemoryTimeline::compute(module, costs);
@@ -183,12 +182,11 @@ void TrainPlacementReportPass::runOnOperation() {
             : nullptr;
     unsigned resultIndex =
         s.producer ? cast<OpResult>(s.value).getResultNumber() : 0;
-    row.value = s.producer
-                    ? llvm::formatv("#{0} {1}#{2}", s.defIndex,
-                                    s.producer->getName().getStringRef(),
-                                    resultIndex)
-                          .str()
-                    : "block argument";
+    row.value = s.producer ? llvm::formatv("#{0} {1}#{2}", s.defIndex,
+                                           s.producer->getName().getStringRef(),
+                                           resultIndex)
+                                 .str()
+                           : "block argument";
     std::string decision = "keep";
     if (placed)
       if (auto attr = placed->getAttrOfType<ArrayAttr>(kPlacementAttrName))
@@ -222,10 +220,10 @@ void TrainPlacementReportPass::runOnOperation() {
           while (wi < static_cast<int64_t>(placedOps.size()) &&
                  isa<ReloadOp, WaitOp>(placedOps[wi]))
             ++wi;
-          row.wait = describe(
-              wi < static_cast<int64_t>(placedOps.size()) ? placedOps[wi]
-                                                          : nullptr,
-              wi);
+          row.wait = describe(wi < static_cast<int64_t>(placedOps.size())
+                                  ? placedOps[wi]
+                                  : nullptr,
+                              wi);
           if (const SimulatedCopy *c = simAfter.copyOf(reload))
             row.copyUs = (c->end - c->start) * 1e6;
           if (const SimulatedCopy *c = simAfter.copyOf(offload))
@@ -256,15 +254,15 @@ void TrainPlacementReportPass::runOnOperation() {
   for (const SavedActivation &s : after.values()) {
     if (!s.producer)
       continue;
-    auto ordinal = llvm::find(placedForward, s.producer) - placedForward.begin();
+    auto ordinal =
+        llvm::find(placedForward, s.producer) - placedForward.begin();
     unsigned resultIndex = cast<OpResult>(s.value).getResultNumber();
     if (ordinal == static_cast<int64_t>(placedForward.size()) ||
         listed.count({ordinal, resultIndex}))
       continue;
     Row row;
     row.value = llvm::formatv("#{0} {1}#{2}", ordinal,
-                              s.producer->getName().getStringRef(),
-                              resultIndex)
+                              s.producer->getName().getStringRef(), resultIndex)
                     .str();
     row.scope = s.scope.str();
     row.bytes = s.bytes;
@@ -289,8 +287,8 @@ void TrainPlacementReportPass::runOnOperation() {
           row.bytes = tensorBytes(v.getType());
           row.decision = "offload";
           row.reason = "input of recomputed ops";
-          if (auto reload = dyn_cast<ReloadOp>(
-                  *offload.getHost().getUsers().begin())) {
+          if (auto reload =
+                  dyn_cast<ReloadOp>(*offload.getHost().getUsers().begin())) {
             int64_t ri = placedIndex.lookup(reload) - 1;
             while (ri >= 0 && isa<ReloadOp, WaitOp>(placedOps[ri]))
               --ri;
@@ -314,12 +312,15 @@ void TrainPlacementReportPass::runOnOperation() {
   if (reportFormat == "json") {
     llvm::json::Array jrows;
     for (const Row &r : rows)
-      jrows.push_back(llvm::json::Object{
-          {"value", r.value},       {"scope", r.scope},
-          {"bytes", r.bytes},       {"decision", r.decision},
-          {"reason", r.reason},     {"prefetch_anchor", r.prefetch},
-          {"wait_anchor", r.wait},  {"copy_us", r.copyUs},
-          {"exposed_us", r.exposedUs}});
+      jrows.push_back(llvm::json::Object{{"value", r.value},
+                                         {"scope", r.scope},
+                                         {"bytes", r.bytes},
+                                         {"decision", r.decision},
+                                         {"reason", r.reason},
+                                         {"prefetch_anchor", r.prefetch},
+                                         {"wait_anchor", r.wait},
+                                         {"copy_us", r.copyUs},
+                                         {"exposed_us", r.exposedUs}});
     llvm::json::Object root{
         {"values", std::move(jrows)},
         {"totals",
@@ -342,8 +343,8 @@ void TrainPlacementReportPass::runOnOperation() {
     os << "placement report: " << rows.size() << " saved activations per "
        << "microbatch, " << totals.microBatches << " microbatches\n";
     for (const Row &r : rows) {
-      os << llvm::formatv("{0} | {1} | {2} bytes | {3} | {4}", r.value,
-                          r.scope, r.bytes, r.decision, r.reason);
+      os << llvm::formatv("{0} | {1} | {2} bytes | {3} | {4}", r.value, r.scope,
+                          r.bytes, r.decision, r.reason);
       if (r.decision == "offload")
         os << llvm::formatv(" | prefetch after {0} | wait before {1} | copy "
                             "{2:F1} us, exposed {3:F1} us",
@@ -365,19 +366,18 @@ void TrainPlacementReportPass::runOnOperation() {
                         totals.actPeakBefore, totals.actPeakAfter,
                         mib(totals.actPeakBefore), mib(totals.actPeakAfter));
     int64_t saved = totals.actPeakBefore - totals.actPeakAfter;
-    os << llvm::formatv("predicted activation peak reduction: {0} bytes "
-                        "({1:F2}% of the activation peak)\n",
-                        saved,
-                        totals.actPeakBefore
-                            ? 100.0 * saved / totals.actPeakBefore
-                            : 0.0);
+    os << llvm::formatv(
+        "predicted activation peak reduction: {0} bytes "
+        "({1:F2}% of the activation peak)\n",
+        saved,
+        totals.actPeakBefore ? 100.0 * saved / totals.actPeakBefore : 0.0);
     os << llvm::formatv("predicted transfer time per microbatch: hidden {0:F1} "
                         "us, exposed {1:F1} us\n",
                         totals.hidden * 1e6, totals.exposed * 1e6);
-    double cost = totals.stepBefore > 0
-                      ? 100.0 * (totals.stepAfter - totals.stepBefore) /
-                            totals.stepBefore
-                      : 0.0;
+    double cost =
+        totals.stepBefore > 0
+            ? 100.0 * (totals.stepAfter - totals.stepBefore) / totals.stepBefore
+            : 0.0;
     os << llvm::formatv("predicted step compute time: {0:F3} -> {1:F3} ms "
                         "({2:F2}%)\n",
                         totals.stepBefore * 1e3, totals.stepAfter * 1e3, cost);

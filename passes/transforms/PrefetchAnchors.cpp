@@ -55,8 +55,8 @@ void TrainPrefetchAnchorsPass::runOnOperation() {
     index[&op] = ops.size();
     ops.push_back(&op);
     end.push_back(now += costs.cost(&op).seconds);
-    bool isAnchorCandidate = SavedActivations::isBackwardOp(&op) &&
-                             !isa<ReloadOp, WaitOp>(op);
+    bool isAnchorCandidate =
+        SavedActivations::isBackwardOp(&op) && !isa<ReloadOp, WaitOp>(op);
     if (bwdStart < 0 && isAnchorCandidate)
       bwdStart = ops.size() - 1;
   }
@@ -77,8 +77,8 @@ void TrainPrefetchAnchorsPass::runOnOperation() {
       continue;
     int64_t bytes = tensorBytes(offload.getInput().getType());
     double start = std::max(end[i], d2hFree);
-    d2hFree = start + costs.copySeconds(bytes, CopyDirection::DeviceToHost,
-                                        false);
+    d2hFree =
+        start + costs.copySeconds(bytes, CopyDirection::DeviceToHost, false);
     d2hEnd[op] = d2hFree;
     std::string key = Scope::of(op).str();
     if (scopeFirstOffload.emplace(key, i).second)

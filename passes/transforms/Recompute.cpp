@@ -24,8 +24,7 @@ using namespace mlir;
 using namespace ap::train;
 
 namespace {
-struct TrainRecomputePass
-    : ap::impl::TrainRecomputeBase<TrainRecomputePass> {
+struct TrainRecomputePass : ap::impl::TrainRecomputeBase<TrainRecomputePass> {
   using Base::Base;
 
   void runOnOperation() override {
@@ -56,8 +55,10 @@ struct TrainRecomputePass
       for (Value operand : op->getOperands()) {
         Operation *producer = operand.getDefiningOp();
         if (isForward(producer) && cfg.isRecomputed(producer))
-          mapping.map(operand, recompute(producer, before)->getResult(
-                                   cast<OpResult>(operand).getResultNumber()));
+          mapping.map(
+              operand,
+              recompute(producer, before)
+                  ->getResult(cast<OpResult>(operand).getResultNumber()));
       }
       b.setInsertionPoint(before);
       Operation *clone = b.clone(*op, mapping);

@@ -38,9 +38,8 @@ struct TrainVerifyPlacementConfigPass
       for (const std::string &name : names) {
         SmallVector<StringRef> leaves;
         expandModuleName(name, leaves);
-        if (llvm::none_of(leaves, [&](StringRef l) {
-              return present.count(l.str());
-            }))
+        if (llvm::none_of(leaves,
+                          [&](StringRef l) { return present.count(l.str()); }))
           module.emitWarning() << option << ": module '" << name
                                << "' does not occur in this model; it "
                                   "selects nothing";

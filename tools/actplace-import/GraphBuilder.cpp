@@ -19,7 +19,8 @@ namespace {
 
 class GraphEmitter {
 public:
-  GraphEmitter(MLIRContext &ctx, const ModelConfig &cfg, const TrainShape &shape)
+  GraphEmitter(MLIRContext &ctx, const ModelConfig &cfg,
+               const TrainShape &shape)
       : ctx(ctx), cfg(cfg), shape(shape), b(&ctx), loc(UnknownLoc::get(&ctx)) {
     act = shape.dtype == "f32" ? Type(b.getF32Type()) : Type(b.getBF16Type());
     B = shape.microBatchSize;
@@ -62,8 +63,8 @@ private:
                 StringRef leaf) {
     return ReshapeOp::create(b, loc, tensor(dims), x, scope(layer, leaf));
   }
-  Value slice(Value x, int64_t dim, int64_t offset, int64_t size,
-              int64_t layer, StringRef leaf) {
+  Value slice(Value x, int64_t dim, int64_t offset, int64_t size, int64_t layer,
+              StringRef leaf) {
     auto xt = cast<RankedTensorType>(x.getType());
     SmallVector<int64_t> dims(xt.getShape());
     dims[dim] = size;
@@ -72,10 +73,9 @@ private:
   }
   Value rmsNorm(Value x, Value w, bool zeroCentered, int64_t layer,
                 StringRef leaf) {
-    return RMSNormOp::create(b, loc, x.getType(), /*rstd=*/Type(), x, w,
-                             f64(cfg.rmsNormEps),
-                             zeroCentered ? b.getUnitAttr() : UnitAttr(),
-                             scope(layer, leaf))
+    return RMSNormOp::create(
+               b, loc, x.getType(), /*rstd=*/Type(), x, w, f64(cfg.rmsNormEps),
+               zeroCentered ? b.getUnitAttr() : UnitAttr(), scope(layer, leaf))
         .getResult();
   }
   Value add(Value x, Value y, int64_t layer, StringRef leaf) {
@@ -105,7 +105,7 @@ private:
 };
 
 Value GraphEmitter::param(StringRef name, ArrayRef<int64_t> dims, InitKind kind,
-                     double a, double c, Type elt) {
+                          double a, double c, Type elt) {
   RankedTensorType type = tensor(dims, elt);
   bool frozen = llvm::any_of(shape.freezePrefixes, [&](const std::string &p) {
     return name.starts_with(p);
@@ -117,8 +117,7 @@ Value GraphEmitter::param(StringRef name, ArrayRef<int64_t> dims, InitKind kind,
     ParamOp::create(b, loc, b.getStringAttr(name), TypeAttr::get(type), init,
                     frozen ? b.getUnitAttr() : UnitAttr());
   }
-  return ParamRefOp::create(b, loc, type,
-                            FlatSymbolRefAttr::get(&ctx, name));
+  return ParamRefOp::create(b, loc, type, FlatSymbolRefAttr::get(&ctx, name));
 }
 
 Value GraphEmitter::gdnBlock(Value h, int64_t i) {
@@ -127,17 +126,18 @@ Value GraphEmitter::gdnBlock(Value h, int64_t i) {
   int64_t convDim = 2 * hk * dk + hv * dv;
   std::string p = layerName(i, "linear_attn.");
 
-  Value x = rmsNorm(h, modelNormWeight(layerName(i, "input_layernorm.weight"), D),
-                    cfg.zeroCenteredNorms, i, "attn_norm");
-  Value mixed = linear(x, linearWeight(p + "in_proj_qkv.weight", convDim, D),
-                       i, "gdn_in_proj");
+  Value x =
+      rmsNorm(h, modelNormWeight(layerName(i, "input_layernorm.weight"), D),
+              cfg.zeroCenteredNorms, i, "attn_norm");
+  Value mixed = linear(x, linearWeight(p + "in_proj_qkv.weight", convDim, D), i,
+                       "gdn_in_proj");
   Value z = linear(x, linearWeight(p + "in_proj_z.weight", hv * dv, D), i,
                    "gdn_in_proj");
   z = reshape(z, {B, T, hv, dv}, i, "gdn_in_proj");
-  Value bLogits = linear(x, linearWeight(p + "in_proj_b.weight", hv, D), i,
-                         "gdn_in_proj");
-  Value aLogits = linear(x, linearWeight(p + "in_proj_a.weight", hv, D), i,
-                         "gdn_in_proj");
+  Value bLogits =
+      linear(x, linearWeight(p + "in_proj_b.weight", hv, D), i, "gdn_in_proj");
+  Value aLogits =
+      linear(x, linearWeight(p + "in_proj_a.weight", hv, D), i, "gdn_in_proj");
 
   Value convW = param(p + "conv1d.weight", {convDim, cfg.linearConvKernel},
                       InitKind::Normal, 0.0, cfg.initializerRange);
@@ -164,15 +164,16 @@ Value GraphEmitter::gdnBlock(Value h, int64_t i) {
                                   tensor({B, T, hv}), aLogits, bLogits, aLog,
                                   dtBias, scope(i, "gdn_core_attn"));
   Value o = GatedDeltaRuleOp::create(
-      b, loc, v.getType(), TypeRange(), qn, kn, v, gates.getG(), gates.getBeta(),
-      f64(1.0 / std::sqrt(static_cast<double>(dk))), b.getI64IntegerAttr(64),
-      scope(i, "gdn_core_attn")).getResult();
+                b, loc, v.getType(), TypeRange(), qn, kn, v, gates.getG(),
+                gates.getBeta(), f64(1.0 / std::sqrt(static_cast<double>(dk))),
+                b.getI64IntegerAttr(64), scope(i, "gdn_core_attn"))
+                .getResult();
 
   Value normW = param(p + "norm.weight", {dv}, InitKind::Ones);
-  Value yn = GatedRMSNormOp::create(b, loc, o.getType(), Type(), o, z, normW,
-                                    f64(cfg.rmsNormEps),
-                                    scope(i, "gdn_norm_out"))
-                 .getResult();
+  Value yn =
+      GatedRMSNormOp::create(b, loc, o.getType(), Type(), o, z, normW,
+                             f64(cfg.rmsNormEps), scope(i, "gdn_norm_out"))
+          .getResult();
   yn = reshape(yn, {B, T, hv * dv}, i, "gdn_norm_out");
   Value out = linear(yn, linearWeight(p + "out_proj.weight", D, hv * dv), i,
                      "gdn_out_proj");
@@ -182,8 +183,9 @@ Value GraphEmitter::gdnBlock(Value h, int64_t i) {
 Value GraphEmitter::attentionBlock(Value h, int64_t i) {
   int64_t hq = cfg.numHeads, hkv = cfg.numKvHeads, hd = cfg.headDim;
   std::string p = layerName(i, "self_attn.");
-  Value x = rmsNorm(h, modelNormWeight(layerName(i, "input_layernorm.weight"), D),
-                    cfg.zeroCenteredNorms, i, "attn_norm");
+  Value x =
+      rmsNorm(h, modelNormWeight(layerName(i, "input_layernorm.weight"), D),
+              cfg.zeroCenteredNorms, i, "attn_norm");
 
   // With the output gate, q_proj emits [q | gate] per head.
   int64_t qWidth = cfg.attnOutputGate ? 2 * hd : hd;
@@ -191,13 +193,13 @@ Value GraphEmitter::attentionBlock(Value h, int64_t i) {
                     "qkv_linear");
   qg = reshape(qg, {B, T, hq, qWidth}, i, "qkv_linear");
   Value q = cfg.attnOutputGate ? slice(qg, 3, 0, hd, i, "qkv_linear") : qg;
-  Value gate = cfg.attnOutputGate ? slice(qg, 3, hd, hd, i, "qkv_linear")
-                                  : Value();
-  Value k = reshape(linear(x, linearWeight(p + "k_proj.weight", hkv * hd, D),
-                           i, "qkv_linear"),
+  Value gate =
+      cfg.attnOutputGate ? slice(qg, 3, hd, hd, i, "qkv_linear") : Value();
+  Value k = reshape(linear(x, linearWeight(p + "k_proj.weight", hkv * hd, D), i,
+                           "qkv_linear"),
                     {B, T, hkv, hd}, i, "qkv_linear");
-  Value v = reshape(linear(x, linearWeight(p + "v_proj.weight", hkv * hd, D),
-                           i, "qkv_linear"),
+  Value v = reshape(linear(x, linearWeight(p + "v_proj.weight", hkv * hd, D), i,
+                           "qkv_linear"),
                     {B, T, hkv, hd}, i, "qkv_linear");
   q = rmsNorm(q, modelNormWeight(p + "q_norm.weight", hd),
               cfg.zeroCenteredNorms, i, "qkv_linear");
@@ -216,8 +218,8 @@ Value GraphEmitter::attentionBlock(Value h, int64_t i) {
     o = OutputGateOp::create(b, loc, o.getType(), o, gate,
                              scope(i, "attn_proj"));
   o = reshape(o, {B, T, hq * hd}, i, "attn_proj");
-  Value out = linear(o, linearWeight(p + "o_proj.weight", D, hq * hd), i,
-                     "attn_proj");
+  Value out =
+      linear(o, linearWeight(p + "o_proj.weight", D, hq * hd), i, "attn_proj");
   return add(h, out, i, "attn_proj");
 }
 
@@ -228,8 +230,9 @@ Value GraphEmitter::mlaBlock(Value h, int64_t i) {
   auto plainNorm = [&](StringRef name, int64_t dim) {
     return param(name, {dim}, InitKind::Ones);
   };
-  Value x = rmsNorm(h, modelNormWeight(layerName(i, "input_layernorm.weight"), D),
-                    cfg.zeroCenteredNorms, i, "attn_norm");
+  Value x =
+      rmsNorm(h, modelNormWeight(layerName(i, "input_layernorm.weight"), D),
+              cfg.zeroCenteredNorms, i, "attn_norm");
 
   // Queries: down projection + latent norm (qkv_linear), up projection and
   // RoPE (mla_up_proj); without q_lora a single projection.
@@ -239,9 +242,9 @@ Value GraphEmitter::mlaBlock(Value h, int64_t i) {
                       i, "qkv_linear");
     cq = rmsNorm(cq, plainNorm(p + "q_a_layernorm.weight", *cfg.qLoraRank),
                  false, i, "qkv_linear");
-    q = linear(cq, linearWeight(p + "q_b_proj.weight", n * (dn + dr),
-                                *cfg.qLoraRank),
-               i, "mla_up_proj");
+    q = linear(
+        cq, linearWeight(p + "q_b_proj.weight", n * (dn + dr), *cfg.qLoraRank),
+        i, "mla_up_proj");
   } else {
     q = linear(x, linearWeight(p + "q_proj.weight", n * (dn + dr), D), i,
                "qkv_linear");
@@ -252,22 +255,22 @@ Value GraphEmitter::mlaBlock(Value h, int64_t i) {
   auto rd = b.getI64IntegerAttr(dr);
   qPe = RoPEOp::create(b, loc, qPe.getType(), qPe, rd, f64(cfg.ropeTheta),
                        scope(i, "mla_up_proj"));
-  Value qFull = ConcatOp::create(b, loc, tensor({B, T, n, dn + dr}),
-                                 ValueRange{qNope, qPe}, 3,
-                                 scope(i, "mla_up_proj"));
+  Value qFull =
+      ConcatOp::create(b, loc, tensor({B, T, n, dn + dr}),
+                       ValueRange{qNope, qPe}, 3, scope(i, "mla_up_proj"));
 
   // Keys and values: compressed latent + shared rotary key (qkv_linear).
-  Value kva = linear(x, linearWeight(p + "kv_a_proj_with_mqa.weight", kvl + dr,
-                                     D),
-                     i, "qkv_linear");
+  Value kva =
+      linear(x, linearWeight(p + "kv_a_proj_with_mqa.weight", kvl + dr, D), i,
+             "qkv_linear");
   Value ckv = slice(kva, 2, 0, kvl, i, "qkv_linear");
-  Value kPe = reshape(slice(kva, 2, kvl, dr, i, "qkv_linear"), {B, T, 1, dr},
-                      i, "qkv_linear");
+  Value kPe = reshape(slice(kva, 2, kvl, dr, i, "qkv_linear"), {B, T, 1, dr}, i,
+                      "qkv_linear");
   ckv = rmsNorm(ckv, plainNorm(p + "kv_a_layernorm.weight", kvl), false, i,
                 "qkv_linear");
-  Value kv = linear(ckv, linearWeight(p + "kv_b_proj.weight", n * (dn + dvh),
-                                      kvl),
-                    i, "mla_up_proj");
+  Value kv =
+      linear(ckv, linearWeight(p + "kv_b_proj.weight", n * (dn + dvh), kvl), i,
+             "mla_up_proj");
   kv = reshape(kv, {B, T, n, dn + dvh}, i, "mla_up_proj");
   Value kNope = slice(kv, 3, 0, dn, i, "mla_up_proj");
   Value v = slice(kv, 3, dn, dvh, i, "mla_up_proj");
@@ -275,17 +278,18 @@ Value GraphEmitter::mlaBlock(Value h, int64_t i) {
                        scope(i, "mla_up_proj"));
   kPe = ExpandOp::create(b, loc, tensor({B, T, n, dr}), kPe,
                          scope(i, "mla_up_proj"));
-  Value kFull = ConcatOp::create(b, loc, tensor({B, T, n, dn + dr}),
-                                 ValueRange{kNope, kPe}, 3,
-                                 scope(i, "mla_up_proj"));
+  Value kFull =
+      ConcatOp::create(b, loc, tensor({B, T, n, dn + dr}),
+                       ValueRange{kNope, kPe}, 3, scope(i, "mla_up_proj"));
 
-  Value o = AttentionOp::create(
-      b, loc, tensor({B, T, n, dvh}), Type(), qFull, kFull, v,
-      f64(1.0 / std::sqrt(static_cast<double>(dn + dr))),
-      scope(i, "core_attn")).getResult();
+  Value o =
+      AttentionOp::create(b, loc, tensor({B, T, n, dvh}), Type(), qFull, kFull,
+                          v, f64(1.0 / std::sqrt(static_cast<double>(dn + dr))),
+                          scope(i, "core_attn"))
+          .getResult();
   o = reshape(o, {B, T, n * dvh}, i, "attn_proj");
-  Value out = linear(o, linearWeight(p + "o_proj.weight", D, n * dvh), i,
-                     "attn_proj");
+  Value out =
+      linear(o, linearWeight(p + "o_proj.weight", D, n * dvh), i, "attn_proj");
   return add(h, out, i, "attn_proj");
 }
 
@@ -293,18 +297,19 @@ Value GraphEmitter::mlpBlock(Value h, int64_t i, bool afterMixer) {
   int64_t inter = cfg.intermediateSize;
   std::string p = layerName(i, "mlp.");
   // An MLP-only layer's norm is its input norm.
-  std::string normName = layerName(
-      i, afterMixer ? "post_attention_layernorm.weight" : "input_layernorm.weight");
+  std::string normName =
+      layerName(i, afterMixer ? "post_attention_layernorm.weight"
+                              : "input_layernorm.weight");
   Value x = rmsNorm(h, modelNormWeight(normName, D), cfg.zeroCenteredNorms, i,
                     "mlp_norm");
-  Value gate = linear(x, linearWeight(p + "gate_proj.weight", inter, D), i,
-                      "mlp_fc1");
-  Value up = linear(x, linearWeight(p + "up_proj.weight", inter, D), i,
-                    "mlp_fc1");
-  Value a = SwiGLUOp::create(b, loc, gate.getType(), gate, up,
-                             scope(i, "mlp_act"));
-  Value out = linear(a, linearWeight(p + "down_proj.weight", D, inter), i,
-                     "mlp_fc2");
+  Value gate =
+      linear(x, linearWeight(p + "gate_proj.weight", inter, D), i, "mlp_fc1");
+  Value up =
+      linear(x, linearWeight(p + "up_proj.weight", inter, D), i, "mlp_fc1");
+  Value a =
+      SwiGLUOp::create(b, loc, gate.getType(), gate, up, scope(i, "mlp_act"));
+  Value out =
+      linear(a, linearWeight(p + "down_proj.weight", D, inter), i, "mlp_fc2");
   return add(h, out, i, "mlp_fc2");
 }
 
@@ -332,9 +337,8 @@ OwningOpRef<ModuleOp> GraphEmitter::build() {
 
   Value embed = param("model.embed_tokens.weight", {cfg.vocabSize, D},
                       InitKind::Normal, 0.0, cfg.initializerRange);
-  Value h = EmbeddingOp::create(b, loc, tensor({B, T, D}),
-                                body->getArgument(0), embed,
-                                scope(-1, "embedding"));
+  Value h = EmbeddingOp::create(b, loc, tensor({B, T, D}), body->getArgument(0),
+                                embed, scope(-1, "embedding"));
   for (auto [i, layer] : llvm::enumerate(cfg.layers)) {
     int64_t idx = static_cast<int64_t>(i);
     switch (layer.mixer) {
@@ -353,17 +357,18 @@ OwningOpRef<ModuleOp> GraphEmitter::build() {
     if (layer.hasMlp)
       h = mlpBlock(h, idx, layer.mixer != Mixer::None);
   }
-  h = rmsNorm(h, modelNormWeight("model.norm.weight", D),
-              cfg.zeroCenteredNorms, -1, "final_norm");
+  h = rmsNorm(h, modelNormWeight("model.norm.weight", D), cfg.zeroCenteredNorms,
+              -1, "final_norm");
   Value head = cfg.tieWordEmbeddings
                    ? embed
                    : param("lm_head.weight", {cfg.vocabSize, D},
                            InitKind::Normal, 0.0, cfg.initializerRange);
   auto ce = LMHeadCrossEntropyOp::create(
-      b, loc, lossType, countType, /*lse=*/Type(), h, head, body->getArgument(1),
-      b.getI64IntegerAttr(shape.lossChunkTokens), b.getI64IntegerAttr(-100),
-      scope(-1, "lm_head"));
-  func::ReturnOp::create(b, loc, ValueRange{ce.getLossSum(), ce.getTokenCount()});
+      b, loc, lossType, countType, /*lse=*/Type(), h, head,
+      body->getArgument(1), b.getI64IntegerAttr(shape.lossChunkTokens),
+      b.getI64IntegerAttr(-100), scope(-1, "lm_head"));
+  func::ReturnOp::create(b, loc,
+                         ValueRange{ce.getLossSum(), ce.getTokenCount()});
 
   if (failed(verify(module)))
     return nullptr;

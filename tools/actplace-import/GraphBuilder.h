@@ -1,4 +1,5 @@
-//===- GraphBuilder.h - model config -> train forward graph -------*- C++ -*-===//
+//===- GraphBuilder.h - model config -> train forward graph -------*- C++
+//-*-===//
 //
 // Emits the forward graph of one microbatch in the train dialect: parameter
 // declarations with HF checkpoint names, then `func.func @forward(tokens,

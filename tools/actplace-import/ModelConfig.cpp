@@ -73,8 +73,8 @@ public:
   void fail(const std::string &qualified, const std::string &message) {
     if (error)
       return;
-    error = llvm::formatv("{0}:{1}: field '{2}': {3}", path,
-                          lineOf(qualified), qualified, message)
+    error = llvm::formatv("{0}:{1}: field '{2}': {3}", path, lineOf(qualified),
+                          qualified, message)
                 .str();
   }
 
@@ -365,9 +365,9 @@ llvm::Expected<ModelConfig> ap::import::parseModelConfig(llvm::StringRef text,
                                                          llvm::StringRef path) {
   llvm::Expected<Value> parsed = llvm::json::parse(text);
   if (!parsed)
-    return llvm::createStringError(
-        llvm::inconvertibleErrorCode(), "%s: invalid JSON: %s",
-        path.str().c_str(), llvm::toString(parsed.takeError()).c_str());
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   "%s: invalid JSON: %s", path.str().c_str(),
+                                   llvm::toString(parsed.takeError()).c_str());
   const Object *root = parsed->getAsObject();
   if (!root)
     return llvm::createStringError(llvm::inconvertibleErrorCode(),
@@ -377,7 +377,8 @@ llvm::Expected<ModelConfig> ap::import::parseModelConfig(llvm::StringRef text,
   FieldReader r(text, path, *root);
   ModelConfig cfg;
   cfg.modelType = r.string("model_type").value_or("");
-  cfg.name = r.string("name_or_path").value_or(r.string("_name_or_path").value_or(""));
+  cfg.name =
+      r.string("name_or_path").value_or(r.string("_name_or_path").value_or(""));
   // Qwen3.5 and Qwen3-Next use (1 + w) norms; a config may say so explicitly.
   bool qwenStyle = llvm::StringRef(cfg.modelType).starts_with("qwen3_5") ||
                    llvm::StringRef(cfg.modelType).starts_with("qwen3_next");
@@ -427,8 +428,9 @@ llvm::Expected<ModelConfig> ap::import::parseModelConfig(llvm::StringRef text,
     if (cfg.linearConvKernel > 8) {
       std::string q;
       r.find("linear_conv_kernel_dim", q);
-      r.fail(q, llvm::formatv("is {0}, expected 1 to 8", cfg.linearConvKernel)
-                    .str());
+      r.fail(
+          q,
+          llvm::formatv("is {0}, expected 1 to 8", cfg.linearConvKernel).str());
     }
   }
 
@@ -457,9 +459,9 @@ llvm::Expected<ModelConfig> ap::import::parseModelConfig(llvm::StringRef text,
                      "num_key_value_heads", cfg.numKvHeads);
     requireHeadDim(r, "head_dim", cfg.headDim);
     int64_t rd = cfg.rotaryDim();
-    if (!r.error && (cfg.partialRotaryFactor > 1.0 || rd < 2 || rd % 2 != 0 ||
-                     std::fabs(rd - cfg.headDim * cfg.partialRotaryFactor) >
-                         1e-9)) {
+    if (!r.error &&
+        (cfg.partialRotaryFactor > 1.0 || rd < 2 || rd % 2 != 0 ||
+         std::fabs(rd - cfg.headDim * cfg.partialRotaryFactor) > 1e-9)) {
       std::string q;
       r.findRope("partial_rotary_factor", q);
       r.fail(q.empty() ? "partial_rotary_factor" : q,
@@ -483,8 +485,7 @@ llvm::Expected<ModelConfig> ap::import::parseModelConfig(llvm::StringRef text,
     if (!r.error && cfg.qkNopeHeadDim + cfg.qkRopeHeadDim > kMaxHeadDim)
       r.failAt(llvm::formatv("qk_nope_head_dim + qk_rope_head_dim = {0}, "
                              "expected at most {1}",
-                             cfg.qkNopeHeadDim + cfg.qkRopeHeadDim,
-                             kMaxHeadDim)
+                             cfg.qkNopeHeadDim + cfg.qkRopeHeadDim, kMaxHeadDim)
                    .str());
     requireHeadDim(r, "v_head_dim", cfg.vHeadDim);
     if (!r.error && cfg.qkRopeHeadDim % 2 != 0) {

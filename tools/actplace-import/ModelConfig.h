@@ -1,4 +1,5 @@
-//===- ModelConfig.h - model configs with HF-style fields ---------*- C++ -*-===//
+//===- ModelConfig.h - model configs with HF-style fields ---------*- C++
+//-*-===//
 //
 // Reads a model config JSON (flat, or the HF Qwen3.5 layout with text fields
 // under `text_config` and rope settings under `rope_parameters`) into a

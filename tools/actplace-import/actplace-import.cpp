@@ -26,33 +26,40 @@ static cl::OptionCategory category("actplace-import options");
 static cl::opt<std::string> inputPath(cl::Positional, cl::Required,
                                       cl::desc("<model config .json>"),
                                       cl::cat(category));
-static cl::opt<std::string> outputPath("o", cl::desc("Output file (default stdout)"),
+static cl::opt<std::string> outputPath("o",
+                                       cl::desc("Output file (default stdout)"),
                                        cl::value_desc("file"), cl::init("-"),
                                        cl::cat(category));
-static cl::opt<int64_t> seqLen("seq", cl::desc("Tokens per sequence (default 4096)"),
+static cl::opt<int64_t> seqLen("seq",
+                               cl::desc("Tokens per sequence (default 4096)"),
                                cl::init(4096), cl::cat(category));
-static cl::opt<int64_t> microBatchSize("micro-batch-size",
-                                       cl::desc("Sequences per microbatch (default 1)"),
-                                       cl::init(1), cl::cat(category));
-static cl::opt<int64_t> microBatches("micro-batches",
-                                     cl::desc("Microbatches per training step (default 1); "
-                                              "recorded as train.micro_batches"),
-                                     cl::init(1), cl::cat(category));
-static cl::opt<std::string> dtype("dtype",
-                                  cl::desc("Compute dtype of parameters and activations: "
-                                           "bf16 (default) or f32"),
-                                  cl::init("bf16"), cl::cat(category));
-static cl::opt<int64_t> lossChunkTokens("loss-chunk-tokens",
-                                        cl::desc("Tokens per LM-head/cross-entropy chunk "
-                                                 "(default 1024)"),
-                                        cl::init(1024), cl::cat(category));
-static cl::list<std::string> freeze("freeze",
-                                    cl::desc("Freeze parameters whose name starts with this "
-                                             "prefix (repeatable, or comma-separated)"),
-                                    cl::CommaSeparated, cl::cat(category));
-static cl::opt<std::string> modelName("model-name",
-                                      cl::desc("Model name recorded in the graph"),
-                                      cl::init(""), cl::cat(category));
+static cl::opt<int64_t>
+    microBatchSize("micro-batch-size",
+                   cl::desc("Sequences per microbatch (default 1)"),
+                   cl::init(1), cl::cat(category));
+static cl::opt<int64_t>
+    microBatches("micro-batches",
+                 cl::desc("Microbatches per training step (default 1); "
+                          "recorded as train.micro_batches"),
+                 cl::init(1), cl::cat(category));
+static cl::opt<std::string>
+    dtype("dtype",
+          cl::desc("Compute dtype of parameters and activations: "
+                   "bf16 (default) or f32"),
+          cl::init("bf16"), cl::cat(category));
+static cl::opt<int64_t>
+    lossChunkTokens("loss-chunk-tokens",
+                    cl::desc("Tokens per LM-head/cross-entropy chunk "
+                             "(default 1024)"),
+                    cl::init(1024), cl::cat(category));
+static cl::list<std::string>
+    freeze("freeze",
+           cl::desc("Freeze parameters whose name starts with this "
+                    "prefix (repeatable, or comma-separated)"),
+           cl::CommaSeparated, cl::cat(category));
+static cl::opt<std::string>
+    modelName("model-name", cl::desc("Model name recorded in the graph"),
+              cl::init(""), cl::cat(category));
 
 static int fail(const llvm::Twine &message) {
   llvm::WithColor::error(llvm::errs(), "actplace-import") << message << "\n";
