@@ -6,6 +6,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "passes/analysis/CostModel.h"
+#include "passes/analysis/SavedActivations.h"
 
 #include "dialect/train/TrainOps.h"
 #include "passes/analysis/GraphSummary.h"
@@ -408,10 +409,6 @@ OpCost CostModel::cost(Operation *op) const {
 }
 
 std::string ap::train::scopeKey(Operation *op) {
-  auto scope = op->getAttrOfType<ScopeAttr>("scope");
-  if (!scope)
-    return "";
-  if (scope.getLayer() < 0)
-    return ("model." + scope.getModule()).str();
-  return llvm::formatv("L{0}.{1}", scope.getLayer(), scope.getModule()).str();
+  // One spelling of scope names for every report: Scope::str().
+  return op->hasAttr("scope") ? Scope::of(op).str() : std::string();
 }
