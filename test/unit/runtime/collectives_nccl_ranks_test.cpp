@@ -39,7 +39,8 @@ float contribution(size_t i, int rank) { return float(i % 101) * 0.25f + rank; }
 TEST(NcclCollectives, AcrossRanks) {
   const char *world = std::getenv("WORLD_SIZE");
   int gpus = 0;
-  if (!world || std::atoi(world) < 2 || cudaGetDeviceCount(&gpus) != cudaSuccess)
+  if (!world || std::atoi(world) < 2 ||
+      cudaGetDeviceCount(&gpus) != cudaSuccess)
     GTEST_SKIP() << "not launched as one of several ranks (WORLD_SIZE >= 2)";
   LaunchInfo launch = detectLaunch();
   if (gpus <= launch.localRank)
@@ -103,7 +104,9 @@ TEST(NcclCollectives, AcrossRanks) {
 }
 
 #else
-TEST(NcclCollectives, AcrossRanks) { GTEST_SKIP() << "built without CUDA/NCCL"; }
+TEST(NcclCollectives, AcrossRanks) {
+  GTEST_SKIP() << "built without CUDA/NCCL";
+}
 #endif
 
 } // namespace
