@@ -14,6 +14,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "kernels/kernels.h"
+#include "random_data.h"
 
 #include <gtest/gtest.h>
 
@@ -41,24 +42,9 @@ bool haveGpu() {
 }
 #define CK(call) ASSERT_EQ((call), cudaSuccess) << #call
 
-using Vec = std::vector<double>;
-
-Vec randn(size_t n, uint64_t seed, double s = 1.0) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<double> d(0.0, s);
-  Vec v(n);
-  for (auto &x : v)
-    x = d(rng);
-  return v;
-}
-Vec uniform(size_t n, uint64_t seed, double lo, double hi) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<double> d(lo, hi);
-  Vec v(n);
-  for (auto &x : v)
-    x = d(rng);
-  return v;
-}
+using ap::test::randn;
+using ap::test::uniform;
+using ap::test::Vec;
 /// Round to bf16 in place; returns the bf16 copy.
 std::vector<bf16> toBf(Vec &v) {
   std::vector<bf16> r(v.size());

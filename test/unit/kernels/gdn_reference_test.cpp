@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "kernels/kernels.h"
+#include "random_data.h"
 
 #include <gtest/gtest.h>
 
@@ -18,24 +19,9 @@ using namespace ap::kernels;
 
 namespace {
 
-using Vec = std::vector<double>;
-
-Vec randn(size_t n, uint64_t seed, double s = 1.0) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<double> d(0.0, s);
-  Vec v(n);
-  for (auto &x : v)
-    x = d(rng);
-  return v;
-}
-Vec uniform(size_t n, uint64_t seed, double lo, double hi) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<double> d(lo, hi);
-  Vec v(n);
-  for (auto &x : v)
-    x = d(rng);
-  return v;
-}
+using ap::test::randn;
+using ap::test::uniform;
+using ap::test::Vec;
 /// Rows of `d` scaled to unit L2 norm (the recurrence sees normalised q, k).
 Vec unitRows(size_t rows, size_t d, uint64_t seed) {
   Vec v = randn(rows * d, seed);

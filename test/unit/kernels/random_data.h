@@ -1,0 +1,40 @@
+//===- random_data.h - random test inputs for kernel tests -------*- C++ -*-===//
+//
+// Seeded float64 inputs shared by the kernel tests (never zeros: kernels are
+// checked on random data).
+//
+//===----------------------------------------------------------------------===//
+#ifndef ACTPLACE_TEST_UNIT_KERNELS_RANDOM_DATA_H
+#define ACTPLACE_TEST_UNIT_KERNELS_RANDOM_DATA_H
+
+#include <cstdint>
+#include <random>
+#include <vector>
+
+namespace ap::test {
+
+using Vec = std::vector<double>;
+
+/// n samples of N(0, s^2).
+inline Vec randn(size_t n, uint64_t seed, double s = 1.0) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> d(0.0, s);
+  Vec v(n);
+  for (auto &x : v)
+    x = d(rng);
+  return v;
+}
+
+/// n samples of U(lo, hi).
+inline Vec uniform(size_t n, uint64_t seed, double lo, double hi) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> d(lo, hi);
+  Vec v(n);
+  for (auto &x : v)
+    x = d(rng);
+  return v;
+}
+
+} // namespace ap::test
+
+#endif // ACTPLACE_TEST_UNIT_KERNELS_RANDOM_DATA_H
