@@ -1,4 +1,4 @@
-//===- random_data.h - random test inputs for kernel tests -------*- C++ -*-===//
+//===- random_data.h - random test inputs for kernel tests ----*- C++ -*-===//
 //
 // Seeded float64 inputs shared by the kernel tests (never zeros: kernels are
 // checked on random data).
