@@ -2,6 +2,7 @@
 #include "runtime/metrics.h"
 
 #include "runtime/error.h"
+#include "runtime/safetensors.h"
 #include "runtime/sha256.h"
 
 #include <algorithm>
@@ -28,38 +29,6 @@ std::string jsonNumber(double v) {
   return buf;
 }
 
-std::string jsonString(const std::string &s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    switch (c) {
-    case '"':
-      out += "\\\"";
-      break;
-    case '\\':
-      out += "\\\\";
-      break;
-    case '\n':
-      out += "\\n";
-      break;
-    case '\r':
-      out += "\\r";
-      break;
-    case '\t':
-      out += "\\t";
-      break;
-    default:
-      if (c < 0x20) {
-        char buf[8];
-        std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-        out += buf;
-      } else {
-        out += static_cast<char>(c);
-      }
-    }
-  }
-  return out + "\"";
-}
-
 std::string metricsJson(const StepMetrics &m) {
   std::ostringstream os;
   os << "{\"step\":" << m.step << ",\"loss\":" << jsonNumber(m.loss)
@@ -75,7 +44,7 @@ std::string metricsJson(const StepMetrics &m) {
   bool first = true;
   for (const auto &entry : m.transfers) {
     const TransferCounters &c = entry.second;
-    os << (first ? "" : ",") << jsonString(entry.first)
+    os << (first ? "" : ",") << jsonQuote(entry.first)
        << ":{\"d2h_count\":" << c.d2hCount << ",\"h2d_count\":" << c.h2dCount
        << ",\"d2h_bytes\":" << c.d2hBytes << ",\"h2d_bytes\":" << c.h2dBytes
        << "}";
@@ -84,10 +53,10 @@ std::string metricsJson(const StepMetrics &m) {
   os << "}";
   if (m.fingerprints) {
     const Fingerprints &f = *m.fingerprints;
-    os << ",\"fingerprints\":{\"loss\":" << jsonString(f.loss)
-       << ",\"grads\":" << jsonString(f.grads)
-       << ",\"params\":" << jsonString(f.params)
-       << ",\"optimizer\":" << jsonString(f.optimizer) << "}";
+    os << ",\"fingerprints\":{\"loss\":" << jsonQuote(f.loss)
+       << ",\"grads\":" << jsonQuote(f.grads)
+       << ",\"params\":" << jsonQuote(f.params)
+       << ",\"optimizer\":" << jsonQuote(f.optimizer) << "}";
   }
   os << "}";
   return os.str();

@@ -57,8 +57,6 @@ std::string metricsJson(const StepMetrics &m);
 /// Shortest decimal text that parses back to exactly `v` (JSON number), or
 /// "null" for NaN and infinities.
 std::string jsonNumber(double v);
-/// `s` as a JSON string literal, quotes included.
-std::string jsonString(const std::string &s);
 
 /// Fills the runtime's part of a metrics line: device_peak_bytes (memory is
 /// sampled now, so call it after the step's last synchronisation),

@@ -1,5 +1,6 @@
 //===- metrics_test.cpp - Metrics tests -------------------------*- C++ -*-===//
 #include "runtime/metrics.h"
+#include "runtime/safetensors.h"
 #include "runtime/sha256.h"
 #include "runtime_test_util.h"
 
@@ -85,7 +86,7 @@ TEST(Metrics, NumbersReadBackExactlyAndNonFiniteIsNull) {
 }
 
 TEST(Metrics, ScopeNamesAreEscaped) {
-  EXPECT_EQ(jsonString("a\"b\\c\n\x01"), "\"a\\\"b\\\\c\\n\\u0001\"");
+  EXPECT_EQ(jsonQuote("a\"b\\c\n\x01"), "\"a\\\"b\\\\c\\n\\u0001\"");
   StepMetrics m = sample();
   m.transfers.clear();
   m.transfers["we\"ird"] = {};
