@@ -6,7 +6,7 @@
 // folded into the calls), stream ops become Device / OffloadEngine calls,
 // kernel calls become a kernel-entry launch with its args struct filled from
 // the buffer types and the op's `args`, and the few ops without a kernel
-// entry (slice, concat, expand, the GDN gates with a storage-dtype beta, the
+// entry of its own (slice, concat, expand, the GDN gates, the
 // step-level scalar ops) become StepRunner calls (runtime/trainer.h).
 //
 //===----------------------------------------------------------------------===//

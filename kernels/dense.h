@@ -313,6 +313,46 @@ struct AdamWArgs {
 Status adamWStep(const KernelContext &ctx, const AdamWArgs &args);
 
 //===----------------------------------------------------------------------===//
+// Data movement: the train dialect's view ops (slice, concat, expand) and the
+// dtype conversions between storage and acc staging, as kernels on the
+// backend's stream, so a step never round-trips through host memory.
+//===----------------------------------------------------------------------===//
+
+/// Byte rows: for o < outer and r < repeats,
+///   dst[o * dstPitch + r * rowBytes, +rowBytes) = src[o * srcPitch,
+///   +rowBytes).
+/// slice is one call with src advanced to the slice start; concat one call per
+/// input with dst advanced to its place; expand one call with repeats = n.
+/// Requires srcPitch >= rowBytes and dstPitch >= repeats * rowBytes.
+struct CopyRowsArgs {
+  const void *src = nullptr;
+  void *dst = nullptr;
+  int64_t outer = 0, rowBytes = 0, srcPitch = 0, dstPitch = 0;
+  int64_t repeats = 1;
+};
+Status copyRows(const KernelContext &ctx, const CopyRowsArgs &args);
+
+/// The backward of expand: y[o, i] = sum over r < repeats of x[o, r, i], summed
+/// in acc with r increasing and rounded once to the storage dtype.
+struct SumRepeatsArgs {
+  DType dtype = DType::BF16;
+  const void *x = nullptr; ///< [outer, repeats, inner]
+  void *y = nullptr;       ///< [outer, inner], overwritten
+  int64_t outer = 0, repeats = 0, inner = 0;
+};
+Status sumRepeats(const KernelContext &ctx, const SumRepeatsArgs &args);
+
+/// y[i] = x[i] converted from `from` to `to` (BF16, F32, F64; narrowing rounds
+/// to nearest even). CUDA: BF16 <-> F32 and same-type copies.
+struct ConvertArgs {
+  DType from = DType::F32, to = DType::BF16;
+  const void *x = nullptr;
+  void *y = nullptr;
+  int64_t n = 0;
+};
+Status convertDType(const KernelContext &ctx, const ConvertArgs &args);
+
+//===----------------------------------------------------------------------===//
 // Internal: the CUDA implementations live in the actplace_kernels_cuda
 // archive and are reached from the entries above through weak references.
 // Any translation unit built with ACTPLACE_HAVE_CUDA (the runtime, tests,
@@ -325,6 +365,14 @@ extern "C" int actplaceDenseCudaAnchor;
 [[maybe_unused]] __attribute__((
     used)) static const int *const actplaceDenseCudaAnchorRef =
     &detail::actplaceDenseCudaAnchor;
+#endif
+namespace detail {
+extern "C" int actplaceMovementCudaAnchor;
+} // namespace detail
+#if defined(ACTPLACE_HAVE_CUDA)
+[[maybe_unused]] __attribute__((
+    used)) static const int *const actplaceMovementCudaAnchorRef =
+    &detail::actplaceMovementCudaAnchor;
 #endif
 
 } // namespace ap::kernels

@@ -64,20 +64,24 @@ size_t gdnConvBackwardWorkspaceBytes(const GdnConvArgs &args);
 //===----------------------------------------------------------------------===//
 
 /// beta = sigmoid(b); g = -exp(A_log[h]) * softplus(a + dt_bias[h]) (softplus
-/// threshold 20). Saved for backward: a, b (and the parameters).
+/// threshold 20). beta is a storage-dtype tensor, as in the train dialect
+/// (train.gdn_gates); the backward reads it, not b: sigmoid'(b) is
+/// beta (1 - beta), the derivative autograd takes from a sigmoid's output.
+/// Saved for backward: a, beta (and the parameters).
 struct GdnGatesArgs {
   DType dtype = DType::BF16;
   int64_t tokens = 0;           ///< N = B*T
   int32_t heads = 0;            ///< Hv
   const void *a = nullptr;      ///< [N, Hv] storage
-  const void *b = nullptr;      ///< [N, Hv] storage
+  const void *b = nullptr;      ///< [N, Hv] storage (forward input)
   const void *aLog = nullptr;   ///< [Hv] Acc
   const void *dtBias = nullptr; ///< [Hv] Acc
   void *g = nullptr;            ///< [N, Hv] Acc (forward output)
-  void *beta = nullptr;         ///< [N, Hv] Acc (forward output)
+  void *beta = nullptr;         ///< [N, Hv] storage (forward output,
+                                ///< backward input)
   // Backward only:
   const void *dg = nullptr;    ///< [N, Hv] Acc
-  const void *dbeta = nullptr; ///< [N, Hv] Acc
+  const void *dbeta = nullptr; ///< [N, Hv] storage
   void *da = nullptr;          ///< [N, Hv] storage, overwritten
   void *db = nullptr;          ///< [N, Hv] storage, overwritten
   void *dALog = nullptr;       ///< [Hv] Acc, accumulated

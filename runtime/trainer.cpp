@@ -1,10 +1,9 @@
 //===- trainer.cpp - The training binary's driver ---------------*- C++ -*-===//
 //
-// See trainer.h. The data-movement and dtype-adapting support ops run on the
-// host backend (they touch arena bytes from a compute-stream host function);
-// on the cuda backend they answer Unsupported, which the runtime reports as
-// an error naming the op, so a cuda run of a model that needs them stops at
-// the first such op instead of computing garbage.
+// See trainer.h. Every op of the step, the data-movement and dtype-adapting
+// support ops included, is a kernel entry on the compute stream of the chosen
+// backend; the only host work inside a step is the scalar bookkeeping of the
+// microbatch loop and the grad finalisation.
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/trainer.h"
@@ -36,42 +35,6 @@ int64_t elemBytes(DType d) {
   }
   return 0;
 }
-
-double loadAs(const void *p, DType d, int64_t i) {
-  switch (d) {
-  case DType::BF16:
-    return kernels::bf16::toFloat(
-        static_cast<const kernels::bf16 *>(p)[i].bits);
-  case DType::F32:
-    return static_cast<const float *>(p)[i];
-  case DType::F64:
-    return static_cast<const double *>(p)[i];
-  case DType::I32:
-    return static_cast<const int32_t *>(p)[i];
-  }
-  return 0;
-}
-
-/// Stores `v` rounded once to `d` (RNE for bf16).
-void storeAs(void *p, DType d, int64_t i, double v) {
-  switch (d) {
-  case DType::BF16:
-    static_cast<kernels::bf16 *>(p)[i] = kernels::bf16(static_cast<float>(v));
-    break;
-  case DType::F32:
-    static_cast<float *>(p)[i] = static_cast<float>(v);
-    break;
-  case DType::F64:
-    static_cast<double *>(p)[i] = v;
-    break;
-  case DType::I32:
-    static_cast<int32_t *>(p)[i] = static_cast<int32_t>(v);
-    break;
-  }
-}
-
-/// Accumulation type of a storage type (kernels/dense.h conventions).
-DType accOf(DType d) { return d == DType::F64 ? DType::F64 : DType::F32; }
 
 } // namespace
 
@@ -149,148 +112,84 @@ void StepRunner::allReduce(uint64_t offset, uint64_t bytes, DType dtype) {
 // Data movement
 //===----------------------------------------------------------------------===//
 
-void StepRunner::hostOp(const char *name, std::vector<HostInput> ins,
-                        std::vector<HostOutput> outs, HostFn fn) {
-  if (dev.kind() == DeviceKind::Host) {
-    // Arena bytes are host memory: run in compute-stream order.
-    launch(name, [ins, outs, fn](const KernelContext &) {
-      std::vector<const void *> in;
-      std::vector<void *> out;
-      for (const HostInput &o : ins)
-        in.push_back(o.ptr);
-      for (const HostOutput &o : outs)
-        out.push_back(o.ptr);
-      fn(in, out);
-      return Status::Ok;
-    });
-    return;
-  }
-  // Other backends: a synchronous round trip through host memory (correct,
-  // not fast; these ops have no device kernel yet). Outputs are read too:
-  // some accumulate.
-  dev.synchronize(Stream::Compute);
-  std::vector<std::vector<char>> hin(ins.size()), hout(outs.size());
-  std::vector<const void *> in;
-  std::vector<void *> out;
-  for (size_t i = 0; i < ins.size(); ++i) {
-    hin[i].resize(ins[i].bytes);
-    dev.copyToHostSync(hin[i].data(), ins[i].ptr, ins[i].bytes);
-    in.push_back(hin[i].data());
-  }
-  for (size_t i = 0; i < outs.size(); ++i) {
-    hout[i].resize(outs[i].bytes);
-    dev.copyToHostSync(hout[i].data(), outs[i].ptr, outs[i].bytes);
-    out.push_back(hout[i].data());
-  }
-  fn(in, out);
-  for (size_t i = 0; i < outs.size(); ++i)
-    dev.copyAsync(outs[i].ptr, hout[i].data(), outs[i].bytes,
-                  CopyKind::HostToDevice, Stream::Compute);
-  dev.synchronize(Stream::Compute);
-}
-
 void StepRunner::slice(const char *name, uint64_t x, uint64_t y, int64_t outer,
                        int64_t dimX, int64_t offset, int64_t len, int64_t inner,
                        int64_t eb) {
-  int64_t rowIn = dimX * inner * eb, rowOut = len * inner * eb;
-  hostOp(
-      name, {{at(x), uint64_t(outer * rowIn)}},
-      {{at(y), uint64_t(outer * rowOut)}},
-      [=](const std::vector<const void *> &in, const std::vector<void *> &out) {
-        const char *px = static_cast<const char *>(in[0]);
-        char *py = static_cast<char *>(out[0]);
-        for (int64_t o = 0; o < outer; ++o)
-          std::memcpy(py + o * rowOut, px + o * rowIn + offset * inner * eb,
-                      size_t(rowOut));
-      });
+  kernels::CopyRowsArgs a;
+  a.src = static_cast<const char *>(at(x)) + offset * inner * eb;
+  a.dst = at(y);
+  a.outer = outer;
+  a.rowBytes = len * inner * eb;
+  a.srcPitch = dimX * inner * eb;
+  a.dstPitch = a.rowBytes;
+  launch(name, [a](const KernelContext &c) { return kernels::copyRows(c, a); });
 }
 
 void StepRunner::concat(const char *name, std::vector<uint64_t> xs,
                         std::vector<int64_t> dims, uint64_t y, int64_t outer,
                         int64_t inner, int64_t eb) {
-  std::vector<HostInput> ins;
   int64_t total = 0;
+  for (int64_t d : dims)
+    total += d;
+  int64_t pos = 0;
   for (size_t i = 0; i < xs.size(); ++i) {
-    ins.push_back({at(xs[i]), uint64_t(outer * dims[i] * inner * eb)});
-    total += dims[i];
+    kernels::CopyRowsArgs a;
+    a.src = at(xs[i]);
+    a.dst = static_cast<char *>(at(y)) + pos * inner * eb;
+    a.outer = outer;
+    a.rowBytes = dims[i] * inner * eb;
+    a.srcPitch = a.rowBytes;
+    a.dstPitch = total * inner * eb;
+    launch(name,
+           [a](const KernelContext &c) { return kernels::copyRows(c, a); });
+    pos += dims[i];
   }
-  hostOp(
-      name, ins, {{at(y), uint64_t(outer * total * inner * eb)}},
-      [=](const std::vector<const void *> &in, const std::vector<void *> &out) {
-        char *py = static_cast<char *>(out[0]);
-        for (int64_t o = 0; o < outer; ++o) {
-          int64_t pos = 0;
-          for (size_t i = 0; i < in.size(); ++i) {
-            int64_t row = dims[i] * inner * eb;
-            std::memcpy(py + (o * total + pos) * inner * eb,
-                        static_cast<const char *>(in[i]) + o * row,
-                        size_t(row));
-            pos += dims[i];
-          }
-        }
-      });
 }
 
 void StepRunner::expand(const char *name, uint64_t x, uint64_t y, int64_t outer,
                         int64_t n, int64_t inner, DType dtype) {
-  int64_t eb = elemBytes(dtype);
-  hostOp(
-      name, {{at(x), uint64_t(outer * inner * eb)}},
-      {{at(y), uint64_t(outer * n * inner * eb)}},
-      [=](const std::vector<const void *> &in, const std::vector<void *> &out) {
-        const char *px = static_cast<const char *>(in[0]);
-        char *py = static_cast<char *>(out[0]);
-        for (int64_t o = 0; o < outer; ++o)
-          for (int64_t k = 0; k < n; ++k)
-            std::memcpy(py + (o * n + k) * inner * eb, px + o * inner * eb,
-                        size_t(inner * eb));
-      });
+  kernels::CopyRowsArgs a;
+  a.src = at(x);
+  a.dst = at(y);
+  a.outer = outer;
+  a.rowBytes = inner * elemBytes(dtype);
+  a.srcPitch = a.rowBytes;
+  a.dstPitch = n * a.rowBytes;
+  a.repeats = n;
+  launch(name, [a](const KernelContext &c) { return kernels::copyRows(c, a); });
 }
 
 void StepRunner::expandGrad(const char *name, uint64_t dy, uint64_t dx,
                             int64_t outer, int64_t n, int64_t inner,
                             DType dtype) {
-  int64_t eb = elemBytes(dtype);
-  hostOp(
-      name, {{at(dy), uint64_t(outer * n * inner * eb)}},
-      {{at(dx), uint64_t(outer * inner * eb)}},
-      [=](const std::vector<const void *> &in, const std::vector<void *> &out) {
-        // Sum of the n copies in increasing order, in Acc, rounded once.
-        for (int64_t o = 0; o < outer; ++o)
-          for (int64_t i = 0; i < inner; ++i) {
-            if (accOf(dtype) == DType::F64) {
-              double s = 0;
-              for (int64_t k = 0; k < n; ++k)
-                s += loadAs(in[0], dtype, (o * n + k) * inner + i);
-              storeAs(out[0], dtype, o * inner + i, s);
-            } else {
-              float s = 0;
-              for (int64_t k = 0; k < n; ++k)
-                s += float(loadAs(in[0], dtype, (o * n + k) * inner + i));
-              storeAs(out[0], dtype, o * inner + i, s);
-            }
-          }
-      });
+  // Sum of the n copies in increasing order, in Acc, rounded once.
+  kernels::SumRepeatsArgs a;
+  a.dtype = dtype;
+  a.x = at(dy);
+  a.y = at(dx);
+  a.outer = outer;
+  a.repeats = n;
+  a.inner = inner;
+  launch(name,
+         [a](const KernelContext &c) { return kernels::sumRepeats(c, a); });
 }
 
 void StepRunner::convert(const char *name, const void *src, DType from,
                          void *dst, DType to, int64_t n) {
-  hostOp(
-      name, {{src, uint64_t(n * elemBytes(from))}},
-      {{dst, uint64_t(n * elemBytes(to))}},
-      [=](const std::vector<const void *> &in, const std::vector<void *> &out) {
-        for (int64_t i = 0; i < n; ++i)
-          storeAs(out[0], to, i, loadAs(in[0], from, i));
-      });
+  kernels::ConvertArgs a;
+  a.from = from;
+  a.to = to;
+  a.x = src;
+  a.y = dst;
+  a.n = n;
+  launch(name,
+         [a](const KernelContext &c) { return kernels::convertDType(c, a); });
 }
 
 void StepRunner::gdnGates(const char *name, uint64_t a, uint64_t b,
                           uint64_t aLog, uint64_t dtBias, uint64_t g,
                           uint64_t beta, int64_t tokens, int32_t heads,
                           DType dtype) {
-  // The kernel writes an Acc beta; the plan holds a storage-dtype one.
-  DType acc = accOf(dtype);
-  void *betaAcc = scratch(256);
   kernels::GdnGatesArgs args;
   args.dtype = dtype;
   args.tokens = tokens;
@@ -300,11 +199,10 @@ void StepRunner::gdnGates(const char *name, uint64_t a, uint64_t b,
   args.aLog = at(aLog);
   args.dtBias = at(dtBias);
   args.g = at(g);
-  args.beta = betaAcc;
+  args.beta = at(beta);
   launch(name, [args](const KernelContext &c) {
     return kernels::gdnGatesForward(c, args);
   });
-  convert(name, betaAcc, acc, at(beta), dtype, tokens * heads);
 }
 
 void StepRunner::gdnGatesGrad(const char *name, uint64_t a, uint64_t aLog,
@@ -312,45 +210,23 @@ void StepRunner::gdnGatesGrad(const char *name, uint64_t a, uint64_t aLog,
                               uint64_t dbeta, uint64_t da, uint64_t db,
                               uint64_t dALog, uint64_t dDtBias, int64_t tokens,
                               int32_t heads, DType dtype) {
-  // The train op saves beta, not b (the kernel reads b for d sigmoid); the
-  // sigmoid derivative is beta (1 - beta) either way, so the whole backward
-  // is computed here from the saved beta (same formulas and order as the
-  // reference kernel).
-  DType acc = accOf(dtype);
-  uint64_t nS = uint64_t(tokens * heads * elemBytes(dtype));
-  uint64_t nA = uint64_t(tokens * heads * elemBytes(acc));
-  uint64_t hA = uint64_t(heads * elemBytes(acc));
-  hostOp(
-      name,
-      {{at(a), nS},
-       {at(aLog), hA},
-       {at(dtBias), hA},
-       {at(beta), nS},
-       {at(dg), nA},
-       {at(dbeta), nS}},
-      {{at(da), nS}, {at(db), nS}, {at(dALog), hA}, {at(dDtBias), hA}},
-      [=](const std::vector<const void *> &in, const std::vector<void *> &out) {
-        for (int64_t h = 0; h < heads; ++h) {
-          float e = std::exp(float(loadAs(in[1], acc, h)));
-          float sumDa = 0, sumDaLog = 0;
-          for (int64_t n = 0; n < tokens; ++n) {
-            int64_t i = n * heads + h;
-            float x = float(loadAs(in[0], dtype, i) + loadAs(in[2], acc, h));
-            float sp = x > 20.f ? x : std::log1p(std::exp(x));
-            float dsp = x > 20.f ? 1.f : 1.f / (1.f + std::exp(-x));
-            float dgi = float(loadAs(in[4], acc, i));
-            float dai = dgi * (-e) * dsp;
-            storeAs(out[0], dtype, i, dai);
-            sumDa += dai;
-            sumDaLog += dgi * (-e * sp);
-            float bt = float(loadAs(in[3], dtype, i));
-            storeAs(out[1], dtype, i,
-                    float(loadAs(in[5], dtype, i)) * bt * (1.f - bt));
-          }
-          storeAs(out[2], acc, h, loadAs(out[2], acc, h) + sumDaLog);
-          storeAs(out[3], acc, h, loadAs(out[3], acc, h) + sumDa);
-        }
-      });
+  kernels::GdnGatesArgs args;
+  args.dtype = dtype;
+  args.tokens = tokens;
+  args.heads = heads;
+  args.a = at(a);
+  args.aLog = at(aLog);
+  args.dtBias = at(dtBias);
+  args.beta = at(beta);
+  args.dg = at(dg);
+  args.dbeta = at(dbeta);
+  args.da = at(da);
+  args.db = at(db);
+  args.dALog = at(dALog);
+  args.dDtBias = at(dDtBias);
+  launch(name, [args](const KernelContext &c) {
+    return kernels::gdnGatesBackward(c, args);
+  });
 }
 
 //===----------------------------------------------------------------------===//

@@ -18,7 +18,6 @@
 #include "runtime/runtime.h"
 
 #include <cstdint>
-#include <functional>
 #include <string>
 #include <vector>
 
@@ -110,21 +109,7 @@ public:
   void endLoop();
   void allReduce(uint64_t offset, uint64_t bytes, kernels::DType dtype);
 
-  //===--- Data movement and host-computed ops ---------------------------===//
-  /// An op computed by host code: in compute-stream order on the host
-  /// backend; elsewhere a synchronous round trip through host memory.
-  struct HostInput {
-    const void *ptr;
-    uint64_t bytes;
-  };
-  struct HostOutput {
-    void *ptr;
-    uint64_t bytes;
-  };
-  using HostFn = std::function<void(const std::vector<const void *> &,
-                                    const std::vector<void *> &)>;
-  void hostOp(const char *name, std::vector<HostInput> ins,
-              std::vector<HostOutput> outs, HostFn fn);
+  //===--- Data movement ops (kernels on the compute stream) -----------===//
   /// y[outer, len, inner] = x[outer, offset:offset+len, inner]; x has `dimX`.
   void slice(const char *name, uint64_t x, uint64_t y, int64_t outer,
              int64_t dimX, int64_t offset, int64_t len, int64_t inner,
@@ -138,9 +123,8 @@ public:
               int64_t n, int64_t inner, kernels::DType dtype);
   void expandGrad(const char *name, uint64_t dy, uint64_t dx, int64_t outer,
                   int64_t n, int64_t inner, kernels::DType dtype);
-  /// Gates with the train dialect's storage-dtype beta (the kernel ABI has
-  /// an Acc beta): forward writes g (Acc) and beta (storage); backward takes
-  /// a, A_log, dt_bias, g, beta, dg (Acc), dbeta (storage).
+  /// The GDN gates: forward writes g (Acc) and beta (storage); backward
+  /// takes a, A_log, dt_bias, beta, dg (Acc), dbeta (storage).
   void gdnGates(const char *name, uint64_t a, uint64_t b, uint64_t aLog,
                 uint64_t dtBias, uint64_t g, uint64_t beta, int64_t tokens,
                 int32_t heads, kernels::DType dtype);

@@ -100,21 +100,21 @@ __device__ __forceinline__ float softplus20(float x) {
 
 __global__ void gatesFwdKernel(long N, int H, const bf *a, const bf *b,
                                const float *aLog, const float *dtb, float *g,
-                               float *beta) {
+                               bf *beta) {
   for (long i = blockIdx.x * long(blockDim.x) + threadIdx.x; i < N * H;
        i += long(gridDim.x) * blockDim.x) {
     int h = int(i % H);
     g[i] = -expf(aLog[h]) * softplus20(b2f(a[i]) + dtb[h]);
-    beta[i] = sigmoidf_(b2f(b[i]));
+    beta[i] = f2b(sigmoidf_(b2f(b[i])));
   }
 }
 
 /// One CTA per head: da, db elementwise, dA_log / d dt_bias by a fixed-order
 /// strided sum and tree reduction.
-__global__ void gatesBwdKernel(long N, int H, const bf *a, const bf *b,
+__global__ void gatesBwdKernel(long N, int H, const bf *a, const bf *beta,
                                const float *aLog, const float *dtb,
-                               const float *dg, const float *dbeta, bf *da,
-                               bf *db, float *dALog, float *dDtBias) {
+                               const float *dg, const bf *dbeta, bf *da, bf *db,
+                               float *dALog, float *dDtBias) {
   __shared__ float r0[256], r1[256];
   int h = blockIdx.x;
   float e = expf(aLog[h]), s0 = 0.f, s1 = 0.f;
@@ -126,8 +126,8 @@ __global__ void gatesBwdKernel(long N, int H, const bf *a, const bf *b,
     da[i] = f2b(dav);
     s0 += dav;
     s1 += dg[i] * (-e * sp);
-    float bt = sigmoidf_(b2f(b[i]));
-    db[i] = f2b(dbeta[i] * bt * (1.f - bt));
+    float bt = b2f(beta[i]);
+    db[i] = f2b(b2f(dbeta[i]) * bt * (1.f - bt));
   }
   r0[threadIdx.x] = s0;
   r1[threadIdx.x] = s1;
@@ -322,7 +322,7 @@ Status gatesForward(const KernelContext &ctx, const GdnGatesArgs &a) {
                    (cudaStream_t)ctx.stream>>>(
       a.tokens, a.heads, (const bf *)a.a, (const bf *)a.b,
       (const float *)a.aLog, (const float *)a.dtBias, (float *)a.g,
-      (float *)a.beta);
+      (bf *)a.beta);
   AP_GDN_LAUNCH_CHECK(gatesFwdKernel);
   return Status::Ok;
 }
@@ -331,9 +331,9 @@ Status gatesBackward(const KernelContext &ctx, const GdnGatesArgs &a) {
   if (a.dtype != DType::BF16)
     return Status::Unsupported;
   gatesBwdKernel<<<a.heads, 256, 0, (cudaStream_t)ctx.stream>>>(
-      a.tokens, a.heads, (const bf *)a.a, (const bf *)a.b,
+      a.tokens, a.heads, (const bf *)a.a, (const bf *)a.beta,
       (const float *)a.aLog, (const float *)a.dtBias, (const float *)a.dg,
-      (const float *)a.dbeta, (bf *)a.da, (bf *)a.db, (float *)a.dALog,
+      (const bf *)a.dbeta, (bf *)a.da, (bf *)a.db, (float *)a.dALog,
       (float *)a.dDtBias);
   AP_GDN_LAUNCH_CHECK(gatesBwdKernel);
   return Status::Ok;

@@ -334,4 +334,37 @@ Status adamWStep(const KernelContext &ctx, const AdamWArgs &a) {
   return dispatch(ctx, a, &cuda::adamWStep, [&] { return ref::adamWStep(a); });
 }
 
+//===----------------------------------------------------------------------===//
+// Data movement
+//===----------------------------------------------------------------------===//
+
+Status copyRows(const KernelContext &ctx, const CopyRowsArgs &a) {
+  if (a.outer < 0 || a.rowBytes < 0 || a.repeats < 0 ||
+      a.srcPitch < a.rowBytes || a.dstPitch < a.repeats * a.rowBytes)
+    return Status::InvalidArgument;
+  if (a.outer == 0 || a.rowBytes == 0 || a.repeats == 0)
+    return Status::Ok;
+  if (!a.src || !a.dst)
+    return Status::InvalidArgument;
+  return dispatch(ctx, a, &cuda::copyRows, [&] { return ref::copyRows(a); });
+}
+
+Status sumRepeats(const KernelContext &ctx, const SumRepeatsArgs &a) {
+  if (!isFloatType(a.dtype) || a.outer < 0 || a.repeats < 0 || a.inner < 0 ||
+      (a.outer * a.inner > 0 && (!a.x || !a.y)))
+    return Status::InvalidArgument;
+  return dispatch(ctx, a, &cuda::sumRepeats, [&] {
+    return byDType(a.dtype,
+                   [&](auto tag) { return ref::sumRepeats<decltype(tag)>(a); });
+  });
+}
+
+Status convertDType(const KernelContext &ctx, const ConvertArgs &a) {
+  if (!isFloatType(a.from) || !isFloatType(a.to) || a.n < 0 ||
+      (a.n > 0 && (!a.x || !a.y)))
+    return Status::InvalidArgument;
+  return dispatch(ctx, a, &cuda::convertDType,
+                  [&] { return ref::convertDType(a); });
+}
+
 } // namespace ap::kernels

@@ -75,6 +75,9 @@ template <class T>
 Status lmHeadCrossEntropy(const LmHeadCrossEntropyArgs &a, bool backward);
 Status gradNorm(const GradNormArgs &a);
 Status adamWStep(const AdamWArgs &a);
+Status copyRows(const CopyRowsArgs &a);
+template <class T> Status sumRepeats(const SumRepeatsArgs &a);
+Status convertDType(const ConvertArgs &a);
 
 /// Fixed blocking of the grad-norm reduction (both backends).
 constexpr int64_t kGradNormBlock = 65536;
@@ -113,6 +116,9 @@ AP_DENSE_HOOK(lmHeadCrossEntropyForward, LmHeadCrossEntropyArgs)
 AP_DENSE_HOOK(lmHeadCrossEntropyBackward, LmHeadCrossEntropyArgs)
 AP_DENSE_HOOK(gradNorm, GradNormArgs)
 AP_DENSE_HOOK(adamWStep, AdamWArgs)
+AP_DENSE_HOOK(copyRows, CopyRowsArgs)
+AP_DENSE_HOOK(sumRepeats, SumRepeatsArgs)
+AP_DENSE_HOOK(convertDType, ConvertArgs)
 #undef AP_DENSE_HOOK
 } // namespace cuda
 

@@ -74,12 +74,11 @@ template <typename S> Status gatesForward(const GdnGatesArgs &a) {
   const A *aLog = static_cast<const A *>(a.aLog);
   const A *dtb = static_cast<const A *>(a.dtBias);
   A *g = static_cast<A *>(a.g);
-  A *beta = static_cast<A *>(a.beta);
   for (int64_t n = 0; n < a.tokens; ++n)
     for (int64_t h = 0; h < a.heads; ++h) {
       int64_t i = n * a.heads + h;
       g[i] = -std::exp(aLog[h]) * softplus20(ld<S>(a.a, i) + dtb[h]);
-      beta[i] = sigm(ld<S>(a.b, i));
+      st<S>(a.beta, i, sigm(ld<S>(a.b, i)));
     }
   return Status::Ok;
 }
@@ -89,7 +88,6 @@ template <typename S> Status gatesBackward(const GdnGatesArgs &a) {
   const A *aLog = static_cast<const A *>(a.aLog);
   const A *dtb = static_cast<const A *>(a.dtBias);
   const A *dg = static_cast<const A *>(a.dg);
-  const A *dbeta = static_cast<const A *>(a.dbeta);
   for (int64_t h = 0; h < a.heads; ++h) {
     A sumDa = 0, sumDaLog = 0;
     A e = std::exp(aLog[h]);
@@ -102,8 +100,8 @@ template <typename S> Status gatesBackward(const GdnGatesArgs &a) {
       st<S>(a.da, i, da);
       sumDa += da;
       sumDaLog += dg[i] * (-e * sp);
-      A bt = sigm(ld<S>(a.b, i));
-      st<S>(a.db, i, dbeta[i] * bt * (A(1) - bt));
+      A bt = ld<S>(a.beta, i);
+      st<S>(a.db, i, ld<S>(a.dbeta, i) * bt * (A(1) - bt));
     }
     static_cast<A *>(a.dALog)[h] += sumDaLog;
     static_cast<A *>(a.dDtBias)[h] += sumDa;
