@@ -215,7 +215,9 @@ TrainFlags parseTrainFlags(int argc, const char *const *argv,
   flags.addUInt("seed", &out.seed, "seed of parameter init and synthetic data");
   flags.addDouble("lr", &out.lr, "peak learning rate", /*positive=*/true);
   flags.addString("data", &out.data,
-                  "'synthetic', a token file (.bin) or a text file", "SRC");
+                  "'synthetic', tokens:PATH (uint16 ids; tokens32:PATH for "
+                  "uint32) or text:PATH (bytes as ids)",
+                  "SRC");
   flags.addString("metrics", &out.metrics,
                   "append one JSON line per step to PATH ('-': stdout)",
                   "PATH");
@@ -225,6 +227,17 @@ TrainFlags parseTrainFlags(int argc, const char *const *argv,
   flags.addInt("save-every", &out.saveEvery,
                "save every N steps (0: at the end only)", 0);
   flags.addString("resume", &out.resume, "checkpoint to resume from", "DIR");
+  flags.addString("init-weights", &out.initWeights,
+                  "start from these weights instead of the seeded init: a "
+                  "safetensors file holding exactly the model's parameters by "
+                  "HF name, F32 or the parameter's own dtype",
+                  "FILE");
+  flags.addString("dump-grads", &out.dumpGrads,
+                  "write the last step's gradient of every trainable "
+                  "parameter (F32, by HF name) to a safetensors file: the "
+                  "token mean over the step BEFORE clipping; AdamW uses it "
+                  "times the metadata 'clip_coef'",
+                  "FILE");
   out.usage = flags.usage();
   if (!flags.parse(argc, argv)) {
     out.help = true;
@@ -234,6 +247,9 @@ TrainFlags parseTrainFlags(int argc, const char *const *argv,
     out.device = parseDeviceKind(device);
   if (flags.given("save-every") && out.save.empty())
     throw CliError("--save-every needs --save DIR");
+  if (!out.initWeights.empty() && !out.resume.empty())
+    throw CliError("--init-weights and --resume exclude each other (a "
+                   "checkpoint already holds the weights)");
   return out;
 }
 

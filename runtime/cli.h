@@ -87,6 +87,11 @@ struct TrainFlags {
   int64_t saveEvery = 0;
   /// Checkpoint to resume from, empty for a fresh run.
   std::string resume;
+  /// safetensors file of every parameter by its HF name, replacing the
+  /// seeded init (empty: none). Excludes --resume.
+  std::string initWeights;
+  /// safetensors file to write the last step's gradients into (empty: none).
+  std::string dumpGrads;
   /// --help was given: print the usage text and exit 0.
   bool help = false;
   std::string usage;

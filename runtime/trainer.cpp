@@ -7,6 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/trainer.h"
+#include "runtime/weights.h"
 
 #include <chrono>
 #include <cmath>
@@ -275,6 +276,8 @@ void StepRunner::finalizeGrads(double maxNorm) {
     dev.copyAsync(at(s.gradNorm), &gradNorm, 4, CopyKind::HostToDevice,
                   Stream::Compute);
   dev.synchronize(Stream::Compute);
+  if (onGradsFinalized)
+    onGradsFinalized(count, clip);
 }
 
 void StepRunner::lrSchedule(double maxLr, double minLr, int64_t warmup,
@@ -355,6 +358,81 @@ std::vector<ByteRange> paramRanges(const Program &p, StepRunner &r) {
   return out;
 }
 
+StDType stDTypeOf(DType d) {
+  return d == DType::BF16  ? StDType::BF16
+         : d == DType::F64 ? StDType::F64
+                           : StDType::F32;
+}
+
+/// The parameters (all, or the trainable ones) as weights files name them.
+std::vector<WeightSpec> weightSpecs(const Program &p, bool trainableOnly) {
+  std::vector<WeightSpec> specs;
+  for (const ParamEntry &e : p.params)
+    if (!trainableOnly || !e.frozen)
+      specs.push_back({e.name, stDTypeOf(e.dtype),
+                       std::vector<int64_t>(e.shape, e.shape + e.rank)});
+  return specs;
+}
+
+/// --init-weights: the FP32 values of the file become the masters, and the
+/// compute copies are those values in their storage dtype (rounded once,
+/// RNE for bf16), as AdamW refreshes them after every step.
+void loadInitWeights(const Program &p, StepRunner &r, const std::string &path) {
+  std::vector<std::vector<float>> values =
+      readWeightsF32(path, weightSpecs(p, /*trainableOnly=*/false));
+  for (size_t i = 0; i < p.params.size(); ++i) {
+    const ParamEntry &e = p.params[i];
+    const std::vector<float> &v = values[i];
+    std::vector<char> host(size_t(e.numel * elemBytes(e.dtype)));
+    for (int64_t j = 0; j < e.numel; ++j) {
+      if (e.dtype == DType::BF16)
+        reinterpret_cast<kernels::bf16 *>(host.data())[j] = kernels::bf16(v[j]);
+      else if (e.dtype == DType::F64)
+        reinterpret_cast<double *>(host.data())[j] = v[j];
+      else
+        reinterpret_cast<float *>(host.data())[j] = v[j];
+    }
+    r.dev.copyAsync(r.at(e.weight), host.data(), host.size(),
+                    CopyKind::HostToDevice, Stream::Compute);
+    if (!e.frozen)
+      r.dev.copyAsync(r.at(e.master), v.data(), v.size() * sizeof(float),
+                      CopyKind::HostToDevice, Stream::Compute);
+    r.dev.synchronize();
+  }
+}
+
+std::string numberText(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.9g", v);
+  return buf;
+}
+
+/// --dump-grads: the main grads hold sums over the step's tokens; the file
+/// gets them divided by the token count (the gradient of the step's mean
+/// loss, before clipping), the clip coefficient AdamW applies on top in the
+/// metadata.
+void dumpGrads(const Program &p, StepRunner &r, const std::string &path,
+               int32_t tokenCount, float clipCoef) {
+  std::vector<WeightSpec> specs = weightSpecs(p, /*trainableOnly=*/true);
+  std::vector<std::vector<float>> values;
+  for (const ParamEntry &e : p.params) {
+    if (e.frozen)
+      continue;
+    std::vector<float> g(size_t(e.numel));
+    r.dev.copyToHostSync(g.data(), r.at(e.grad), g.size() * sizeof(float));
+    for (float &x : g)
+      x /= float(tokenCount);
+    values.push_back(std::move(g));
+  }
+  writeTensorsF32(
+      path, specs, values,
+      {{"actplace.grads", "token mean over the step, before clipping"},
+       {"actplace.step", std::to_string(r.stepIndex + 1)},
+       {"actplace.token_count", std::to_string(tokenCount)},
+       {"actplace.grad_norm", numberText(r.gradNorm)},
+       {"actplace.clip_coef", numberText(clipCoef)}});
+}
+
 /// Host copies of everything a checkpoint holds: parameters (storage
 /// dtype), FP32 masters and Adam moments. Main grads are zero between steps
 /// (AdamW zeroes them) and are not saved.
@@ -376,10 +454,8 @@ struct CheckpointMirror {
       device.push_back({offset, tensors.size() - 1});
     };
     for (const ParamEntry &e : p.params) {
-      StDType dt = e.dtype == DType::BF16  ? StDType::BF16
-                   : e.dtype == DType::F64 ? StDType::F64
-                                           : StDType::F32;
-      add(paramTensorName(e.name), dt, e, e.weight, size_t(elemBytes(e.dtype)));
+      add(paramTensorName(e.name), stDTypeOf(e.dtype), e, e.weight,
+          size_t(elemBytes(e.dtype)));
       if (e.frozen)
         continue;
       add(masterTensorName(e.name), StDType::F32, e, e.master, 4);
@@ -462,6 +538,14 @@ int run(int argc, char **argv, const Program &p) {
       dev.synchronize();
     }
   }
+
+  if (!flags.initWeights.empty())
+    loadInitWeights(p, r, flags.initWeights);
+  if (!flags.dumpGrads.empty())
+    r.onGradsFinalized = [&](int32_t tokenCount, float clipCoef) {
+      if (r.stepIndex + 1 == flags.steps)
+        dumpGrads(p, r, flags.dumpGrads, tokenCount, clipCoef);
+    };
 
   // --resume continues a run: weights, masters, moments, the step counter
   // and the data/seed stream come from the checkpoint; --steps is the total.

@@ -18,6 +18,7 @@
 #include "runtime/runtime.h"
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -146,6 +147,11 @@ public:
   // Results of the step.
   float loss = 0, gradNorm = 0, lr = 0;
   std::string gradsFingerprint;
+  /// Called at the end of finalizeGrads, before the optimizer, while the
+  /// main grads still hold the step's sums over tokens: the step's token
+  /// count and the clip coefficient that AdamW applies on top of 1 / count.
+  /// --dump-grads reads the gradients here.
+  std::function<void(int32_t tokenCount, float clipCoef)> onGradsFinalized;
 
 private:
   const Program &program_;

@@ -94,6 +94,22 @@ TEST(Cli, HelpListsEveryFlag) {
   EXPECT_EQ(f.usage.rfind("usage: ./train [flags]", 0), 0u);
 }
 
+TEST(Cli, WeightsInAndGradientsOut) {
+  TrainFlags f =
+      parse({"--init-weights", "w.safetensors", "--dump-grads=g.safetensors"});
+  EXPECT_EQ(f.initWeights, "w.safetensors");
+  EXPECT_EQ(f.dumpGrads, "g.safetensors");
+  EXPECT_TRUE(parse({}).initWeights.empty());
+  EXPECT_TRUE(parse({}).dumpGrads.empty());
+  EXPECT_EQ(errorOf({"--init-weights", "w", "--resume", "ckpt"}),
+            "--init-weights and --resume exclude each other (a checkpoint "
+            "already holds the weights)");
+  std::string usage = parse({"--help"}).usage;
+  EXPECT_NE(usage.find("--init-weights FILE"), std::string::npos) << usage;
+  EXPECT_NE(usage.find("--dump-grads FILE"), std::string::npos) << usage;
+  EXPECT_NE(usage.find("BEFORE clipping"), std::string::npos) << usage;
+}
+
 TEST(Cli, FlagSetForOtherTools) {
   int64_t n = 1;
   std::string mode = "a";
