@@ -8,6 +8,7 @@ case "${1:-run}" in
 build)
   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr \
     -Xptxas -v -I. bench/gdn_bench.cu kernels/cuda/gdn/gdn_chunk.cu \
+    kernels/cuda/gdn/gdn_state.cu \
     kernels/cuda/gdn/gdn_ops.cu kernels/reference/gdn/*.cpp -o build-gdn/gdn_bench
   ;;
 run)

@@ -1,17 +1,19 @@
 //===- gdn_chunk.cu - chunked gated delta rule, cuda ------------*- C++ -*-===//
 //
 // Forward: (1) intra-chunk kernel per (b, h, chunk): g cumsum, A, T=(I+A)^-1,
-// W, U; (2) state kernel per (b, h, dv block), sequential over chunks: chunk
-// start states h[n] and Vnew; (3) output kernel per (b, h, chunk).
+// W, U (and P = scale (Q K^T) * D); (2) for dk <= 128 the register-state
+// pass of gdn_state.cu, which also writes o; wider keys: a shared-memory
+// state kernel per (b, h, dv block), sequential over chunks (chunk start
+// states h[n] and Vnew), then (3) an output kernel per (b, h, chunk).
 // Backward: (1) and (2) again (W, U, h, Vnew are recomputed from the saved
-// T and g cumsum), (3') reverse state kernel per (b, h, dv block): dh_end[n],
-// dVnew and d initial state; (4) per-chunk gradient kernel; (5) the sum of
-// q/k gradients over each group of value heads, in head order.
-// Every matmul runs on tensor cores (bf16 operands in shared memory, fp32
-// accumulation); states and gradient accumulators are fp32; no atomics.
+// T and g cumsum), (3') reverse state pass: dh_end[n], dVnew and d initial
+// state; (4) per-chunk gradient kernel; (5) for grouped heads (or dk > 128)
+// the sum of q/k gradients over each group of value heads, in head order.
+// Every matmul runs on tensor cores (bf16 operands, fp32 accumulation);
+// states and gradient accumulators are fp32; no atomics.
 //
 //===----------------------------------------------------------------------===//
-#include "kernels/cuda/gdn/gdn_common.cuh"
+#include "kernels/cuda/gdn/gdn_chunk.cuh"
 
 #include <algorithm>
 #include <cstdint>
@@ -19,47 +21,10 @@
 namespace ap::kernels::gdncuda {
 namespace {
 
-constexpr int C = kGdnChunk;
-constexpr int kThreads = 256;
-constexpr int kTP = C + 8; // pitch of 64x64 bf16 tiles
-constexpr int kFP = C + 1; // pitch of 64x64 fp32 tiles
-
-struct Dims {
-  int B, T, Hk, Hv, dk, dv, NT, r;
-  long qs, ks, vs;
-  float scale;
-  /// 16-byte loads possible for q, k, v, dO (stride % 8 == 0 and a 16-byte
-  /// aligned base). Only the load instructions differ, never the values.
-  bool vq, vk, vv, vo;
-};
-
-Dims dimsOf(const GdnChunkArgs &a) {
-  Dims d;
-  d.B = int(a.batch);
-  d.T = int(a.seqLen);
-  d.Hk = a.keyHeads;
-  d.Hv = a.valueHeads;
-  d.dk = a.keyDim;
-  d.dv = a.valueDim;
-  d.NT = (d.T + C - 1) / C;
-  d.r = d.Hv / d.Hk;
-  d.qs = a.qStride ? a.qStride : long(d.Hk) * d.dk;
-  d.ks = a.kStride ? a.kStride : long(d.Hk) * d.dk;
-  d.vs = a.vStride ? a.vStride : long(d.Hv) * d.dv;
-  d.scale = a.scale;
-  auto al = [](const void *p, long stride) {
-    return p && stride % 8 == 0 && (reinterpret_cast<uintptr_t>(p) & 15) == 0;
-  };
-  d.vq = al(a.q, d.qs);
-  d.vk = al(a.k, d.ks);
-  d.vv = al(a.v, d.vs);
-  d.vo = al(a.dO, long(d.Hv) * d.dv);
-  return d;
-}
-
 /// Workspace carve-up (each region 256-byte aligned).
 struct Ws {
   bf *W, *U, *Vn;      // [B*Hv][NT*64][dk | dv | dv]
+  bf *P;               // [B*Hv][NT][64][64]
   float *h, *dh;       // [B*Hv][NT][dk][dv]
   float *dVn;          // [B*Hv][NT*64][dv]
   float *dQ, *dK, *dW; // [B*Hv][NT*64][dk]
@@ -79,6 +44,7 @@ size_t carve(const Dims &d, bool backward, char *base, Ws *w) {
   x.W = (bf *)take(rows * d.dk * 2);
   x.U = (bf *)take(rows * d.dv * 2);
   x.Vn = (bf *)take(rows * d.dv * 2);
+  x.P = (bf *)take(rows * C * 2);
   x.h = (float *)take(states * 4);
   if (backward) {
     x.dh = (float *)take(states * 4);
@@ -88,48 +54,6 @@ size_t carve(const Dims &d, bool backward, char *base, Ws *w) {
     x.dW = (float *)take(rows * d.dk * 4);
   }
   return off;
-}
-
-__device__ __forceinline__ int chunkLen(int T, int n) {
-  return min(C, T - n * C);
-}
-
-/// Calls f(r, c) for every element of a rows x cols tile, element r*cols+c
-/// on thread (r*cols+c) % blockDim.x, with no division per element.
-template <typename F>
-__device__ __forceinline__ void forTile(int rows, int cols, F &&f) {
-  const int q = blockDim.x / cols, rem = blockDim.x - q * cols;
-  int r = threadIdx.x / cols, c = threadIdx.x - r * cols;
-  while (r < rows) {
-    f(r, c);
-    r += q;
-    c += rem;
-    if (c >= cols) {
-      c -= cols;
-      ++r;
-    }
-  }
-}
-
-/// Copies rows [0, 64) x [0, d) (row r at src + r*stride) into a [64][pitch]
-/// bf16 tile, zero rows >= L. With vec, 16-byte cp.async (the caller commits
-/// and waits); otherwise plain element loads.
-__device__ void loadRows(bf *dst, int pitch, const bf *src, long stride, int L,
-                         int d, bool vec) {
-  if (vec) {
-    const int per = d >> 3;
-    for (int i = threadIdx.x; i < C * per; i += blockDim.x) {
-      int r = i / per, c = (i - r * per) << 3;
-      bool in = r < L;
-      cpAsync16(dst + r * pitch + c, src + (in ? long(r) * stride + c : 0),
-                in ? 16 : 0);
-    }
-    return;
-  }
-  for (int i = threadIdx.x; i < C * d; i += blockDim.x) {
-    int r = i / d, c = i % d;
-    dst[r * pitch + c] = r < L ? src[long(r) * stride + c] : f2b(0.f);
-  }
 }
 
 /// [rows][d] fp32 (row stride `stride`) -> bf16 [rows][pitch], float4 loads
@@ -152,50 +76,76 @@ __device__ void loadF32Rows(bf *dst, int pitch, const float *src, long stride,
 // (1) intra-chunk: g cumsum, A, T, W, U
 //===----------------------------------------------------------------------===//
 
-__global__ void __launch_bounds__(kThreads, 1)
+/// reg: the layouts of the register-state passes (gdn_chunk.cuh): U
+/// transposed, and P = scale (Q K^T) * D as well (from q). Otherwise U is
+/// row-major [64][dv] and P is not written.
+__global__ void __launch_bounds__(kThreads, 2)
     intraKernel(Dims d, const bf *q, const bf *k, const bf *v, const float *g,
                 const float *beta, float *gCum, bf *tMat, bool recompute,
-                bf *Wout, bf *Uout) {
+                bool reg, bf *Wout, bf *Uout, bf *Pout) {
   extern __shared__ __align__(16) unsigned char smem[];
   const int n = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
   const int hk = h / d.r, L = chunkLen(d.T, n), t0 = n * C;
-  const int pk = d.dk + 8, pv = d.dv + 8;
+  const int pk = d.dk + 8, pv = d.dv + 8, tid = threadIdx.x;
   bf *Ks = (bf *)smem;                 // [64][pk]
   bf *Vs = Ks + C * pk;                // [64][pv]
-  bf *Ts = Vs + C * pv;                // [64][kTP]
+  bf *Qs = Vs + C * pv;                // [64][pk] (reg only)
+  bf *Ts = Qs + C * pk;                // [64][kTP]
   float *Af = (float *)(Ts + C * kTP); // [64][kFP] A, then [64][kFP] T
-  float *G = Af + 2 * C * kFP, *Bt = G + C, *Gam = Bt + C;
+  float *Tf = Af + C * kFP;
+  float *G = Tf + C * kFP, *Bt = G + C, *Gam = Bt + C;
 
   const long tok0 = long(b) * d.T + t0;
-  if (threadIdx.x == 0) {
-    float run = 0.f;
-    for (int r = 0; r < C; ++r) {
-      if (r < L) {
-        long si = (tok0 + r) * d.Hv + h;
-        run = recompute ? gCum[si] : run + g[si];
-        if (!recompute)
-          gCum[si] = run;
-        Bt[r] = beta[si];
-      } else {
-        Bt[r] = 0.f;
-      }
-      G[r] = run; // rows past L repeat G_{L-1}: every exponent stays <= 0
-      Gam[r] = __expf(run);
-    }
-  }
+  const long cb = (long(b) * d.Hv + h) * d.NT + n;
+  bf *tOut = tMat + (tok0 * d.Hv + h) * C; // row r at + r*Hv*64
   loadRows(Ks, pk, k + tok0 * d.ks + long(hk) * d.dk, d.ks, L, d.dk, d.vk);
   loadRows(Vs, pv, v + tok0 * d.vs + long(h) * d.dv, d.vs, L, d.dv, d.vv);
+  if (reg)
+    loadRows(Qs, pk, q + tok0 * d.qs + long(hk) * d.dk, d.qs, L, d.dk, d.vq);
+  if (recompute)
+    loadRows(Ts, kTP, tOut, long(d.Hv) * C, L, C, d.vt);
   cpAsyncCommit();
+  // g cumsum: two warps, each an inclusive shuffle scan of 32 rows, then the
+  // second adds the first's total. Rows past L add 0, so they repeat G_{L-1}
+  // and every exponent below stays <= 0.
+  const long si = (tok0 + min(tid, L - 1)) * d.Hv + h;
+  if (tid < C) {
+    float x;
+    if (recompute) {
+      x = gCum[si];
+    } else {
+      x = tid < L ? g[si] : 0.f;
+      for (int off = 1; off < 32; off <<= 1) {
+        float y = __shfl_up_sync(0xffffffffu, x, off);
+        if ((tid & 31) >= off)
+          x += y;
+      }
+    }
+    G[tid] = x;
+    Bt[tid] = tid < L ? beta[si] : 0.f;
+  }
+  __syncthreads();
+  if (tid < C) {
+    if (!recompute && tid >= 32)
+      G[tid] += G[31];
+    Gam[tid] = __expf(G[tid]);
+    if (!recompute && tid < L)
+      gCum[si] = G[tid];
+  }
   cpAsyncWait<0>();
   __syncthreads();
 
-  bf *tOut = tMat + (tok0 * d.Hv + h) * C; // row r at + r*Hv*64
-  if (recompute) {
-    for (int i = threadIdx.x; i < C * C; i += blockDim.x) {
-      int r = i / C, c = i % C;
-      Ts[r * kTP + c] = r < L ? tOut[long(r) * d.Hv * C + c] : f2b(0.f);
-    }
-  } else {
+  if (reg) {
+    // P[r,s] = scale (q_r . k_s) exp(G_r - G_s), s <= r < L (mask first).
+    bf *Pc = Pout + cb * C * C;
+    const float scale = d.scale;
+    ctaGemm(C, C, d.dk, SMat{Qs, pk, 1}, SMat{Ks, 1, pk},
+            [&](int m, int c, float x) {
+              Pc[m * C + c] = f2b(
+                  (c <= m && m < L) ? scale * x * __expf(G[m] - G[c]) : 0.f);
+            });
+  }
+  if (!recompute) {
     // A[r,s] = beta_r (k_r . k_s) exp(G_r - G_s), strictly lower; the mask
     // is applied before the exponential.
     ctaGemm(C, C, d.dk, SMat{Ks, pk, 1}, SMat{Ks, 1, pk},
@@ -204,23 +154,52 @@ __global__ void __launch_bounds__(kThreads, 1)
                   (c < m && m < L) ? Bt[m] * x * __expf(G[m] - G[c]) : 0.f;
             });
     __syncthreads();
-    // T = (I + A)^-1 by forward substitution into its own array: step i
-    // reads A row i and T rows < i and writes T row i (thread c, column c),
-    // so one barrier per step suffices.
-    float *Tf = Af + C * kFP;
-    for (int i = 1; i < C; ++i) {
-      int c = threadIdx.x;
-      if (c < i) {
-        // T[i][c] = -sum_{m=c}^{i-1} A[i][m] T[m][c], T[c][c] = 1.
+    // T = (I + A)^-1, blockwise. The four 16x16 diagonal blocks by forward
+    // substitution, one column per thread (a column of T depends only on
+    // the same column above it: no barrier).
+    if (tid < C) {
+      const int c = tid, end = (c & ~15) + 16;
+      Tf[c * kFP + c] = 1.f;
+      for (int i = c + 1; i < end; ++i) {
         float val = -Af[i * kFP + c];
         for (int m = c + 1; m < i; ++m)
           val -= Af[i * kFP + m] * Tf[m * kFP + c];
         Tf[i * kFP + c] = val;
       }
-      __syncthreads();
     }
-    for (int i = threadIdx.x; i < C * C; i += blockDim.x) {
-      int r = i / C, c = i % C;
+    __syncthreads();
+    // Then merges: for lower unit-triangular [[M_C, 0], [A_RC, M_R]] the
+    // inverse's lower-left block is -T_R (A_RC T_C). X = A_RC T_C goes,
+    // transposed, to A's (unused) upper triangle.
+    auto mergeX = [&](int r0, int c0, int lgN, int e) {
+      const int nn = 1 << lgN, r = e >> lgN, c = e & (nn - 1);
+      float x = 0.f;
+      for (int m = c; m < nn; ++m)
+        x += Af[(r0 + r) * kFP + c0 + m] * Tf[(c0 + m) * kFP + c0 + c];
+      Af[(c0 + c) * kFP + r0 + r] = x;
+    };
+    auto mergeT = [&](int r0, int c0, int lgN, int e) {
+      const int nn = 1 << lgN, r = e >> lgN, c = e & (nn - 1);
+      float x = 0.f;
+      for (int m = 0; m <= r; ++m)
+        x -= Tf[(r0 + r) * kFP + r0 + m] * Af[(c0 + c) * kFP + r0 + m];
+      Tf[(r0 + r) * kFP + c0 + c] = x;
+    };
+    // 16 -> 32: blocks (16, 0) and (48, 32).
+    for (int e = tid; e < 512; e += blockDim.x)
+      mergeX(16 + 32 * (e >> 8), 32 * (e >> 8), 4, e & 255);
+    __syncthreads();
+    for (int e = tid; e < 512; e += blockDim.x)
+      mergeT(16 + 32 * (e >> 8), 32 * (e >> 8), 4, e & 255);
+    __syncthreads();
+    // 32 -> 64: block (32, 0).
+    for (int e = tid; e < 1024; e += blockDim.x)
+      mergeX(32, 0, 5, e);
+    __syncthreads();
+    for (int e = tid; e < 1024; e += blockDim.x)
+      mergeT(32, 0, 5, e);
+    __syncthreads();
+    forTile(C, C, [&](int r, int c) {
       float x = (r < L && c < L)
                     ? (r == c ? 1.f : (c < r ? Tf[r * kFP + c] : 0.f))
                     : 0.f;
@@ -228,30 +207,31 @@ __global__ void __launch_bounds__(kThreads, 1)
       Ts[r * kTP + c] = xb;
       if (r < L)
         tOut[long(r) * d.Hv * C + c] = xb;
-    }
+    });
   }
   __syncthreads();
   // Scale K rows by beta*Gam and V rows by beta (in place).
-  for (int i = threadIdx.x; i < C * d.dk; i += blockDim.x) {
-    int r = i / d.dk, c = i % d.dk;
+  forTile(C, d.dk, [&](int r, int c) {
     Ks[r * pk + c] = f2b(b2f(Ks[r * pk + c]) * Bt[r] * Gam[r]);
-  }
-  for (int i = threadIdx.x; i < C * d.dv; i += blockDim.x) {
-    int r = i / d.dv, c = i % d.dv;
+  });
+  forTile(C, d.dv, [&](int r, int c) {
     Vs[r * pv + c] = f2b(b2f(Vs[r * pv + c]) * Bt[r]);
-  }
+  });
   __syncthreads();
-  const long wrow = (long(b) * d.Hv + h) * d.NT * C + long(n) * C;
-  bf *Wc = Wout + wrow * d.dk;
-  bf *Uc = Uout + wrow * d.dv;
+  bf *Wc = Wout + cb * C * d.dk;
+  bf *Uc = Uout + cb * C * d.dv;
   ctaGemm(C, d.dk, C, SMat{Ts, kTP, 1}, SMat{Ks, pk, 1},
           [&](int m, int c, float x) { Wc[long(m) * d.dk + c] = f2b(x); });
-  ctaGemm(C, d.dv, C, SMat{Ts, kTP, 1}, SMat{Vs, pv, 1},
-          [&](int m, int c, float x) { Uc[long(m) * d.dv + c] = f2b(x); });
+  if (reg) // U^T[v][r] = sum_s V[s][v] T[r][s]
+    ctaGemm(d.dv, C, C, SMat{Vs, 1, pv}, SMat{Ts, 1, kTP},
+            [&](int m, int c, float x) { Uc[long(m) * C + c] = f2b(x); });
+  else
+    ctaGemm(C, d.dv, C, SMat{Ts, kTP, 1}, SMat{Vs, pv, 1},
+            [&](int m, int c, float x) { Uc[long(m) * d.dv + c] = f2b(x); });
 }
 
 size_t intraSmem(const Dims &d) {
-  return size_t(C) * (d.dk + 8) * 2 + size_t(C) * (d.dv + 8) * 2 +
+  return size_t(C) * (d.dk + 8) * 2 * 2 + size_t(C) * (d.dv + 8) * 2 +
          size_t(C) * kTP * 2 + 2 * size_t(C) * kFP * 4 + 3 * C * 4;
 }
 
@@ -812,15 +792,14 @@ template <int NT>
 __global__ void __launch_bounds__(kThreads, 1)
     chunkBwdRegKernel(Dims d, int VB, const bf *q, const bf *k, const bf *v,
                       const float *gCum, const float *beta, const bf *tMat,
-                      const bf *dO, const float *hS, const float *dhS,
-                      const bf *Vn, const float *dVn, float *dQg, float *dKg,
-                      bf *dqOut, bf *dkOut, bf *dvOut, float *dgOut,
-                      float *dbetaOut) {
+                      const bf *dO, const bf *hT, const bf *dhT, const bf *VnT,
+                      const bf *dVnT, float *dQg, float *dKg, bf *dqOut,
+                      bf *dkOut, bf *dvOut, float *dgOut, float *dbetaOut) {
   extern __shared__ __align__(16) unsigned char smem[];
   const int n = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
   const int hk = h / d.r, L = chunkLen(d.T, n), t0 = n * C;
   const int pk = d.dk + 8, pb = VB + 8;
-  const size_t r3 = max(size_t(2) * d.dk * pb, size_t(C) * pk);
+  const size_t r3 = size_t(2) * VB * pk; // >= C * pk: VB == C
   float *G = (float *)smem, *Bt = G + C, *Gam = Bt + C, *dG = Gam + C,
         *dB = dG + C, *red = dB + C; // red: [kThreads]
   float *dSf = red + kThreads;       // [64][kFP]
@@ -833,9 +812,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   bf *R4 = R3 + r3;
   const size_t r4 = max(size_t(4) * C * pb, size_t(4) * C * kTP);
   float *rowPart = (float *)(R4 + r4); // [8][64]
-  bf *S0b = R3, *dHb = R3 + d.dk * pb;
+  bf *S0T = R3, *dHT = R3 + VB * pk;   // [VB][pk] each: h^T, dh^T rows
   bf *dWb = R3;
-  bf *dOb = R4, *Vnb = R4 + C * pb, *dVb = Vnb + C * pb, *Vb = dVb + C * pb;
+  // dO, V [64][pb]; Vnew^T, dVnew^T [VB][kTP] (pb == kTP: VB == C).
+  bf *dOb = R4, *VnT_s = R4 + C * pb, *dVT = VnT_s + C * pb, *Vb = dVT + C * pb;
   bf *dSb = R4, *dTb = R4 + C * kTP, *M1b = dTb + C * kTP, *dPb = M1b + C * kTP;
   bf *dPbb = dSb;
 
@@ -863,50 +843,37 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   float accQ[NT][8] = {}, accK[NT][8] = {}, accW[NT][8] = {};
   float extraS = 0.f;
-  const float *hn = hS + (bh * d.NT + n) * long(d.dk) * d.dv;
-  const float *dhn = dhS + (bh * d.NT + n) * long(d.dk) * d.dv;
-  const bf *vnc = Vn + wrow * d.dv;
-  const float *dvnc = dVn + wrow * d.dv;
+  const long sRow = (bh * d.NT + n) * d.dv; // row of hT/dhT/VnT/dVnT
   for (int j0 = 0; j0 < d.dv; j0 += VB) {
     const int vb = min(VB, d.dv - j0);
     __syncthreads();
     loadRows(dOb, pb, dO + (tok0 * d.Hv + h) * d.dv + j0, long(d.Hv) * d.dv, L,
              vb, d.vo);
-    loadRows(Vnb, pb, vnc + j0, d.dv, C, vb, true);
     loadRows(Vb, pb, v + tok0 * d.vs + long(h) * d.dv + j0, d.vs, L, vb, d.vv);
+    loadTile(VnT_s, kTP, VnT + (sRow + j0) * C, C, vb, vb, C, true);
+    loadTile(dVT, kTP, dVnT + (sRow + j0) * C, C, vb, vb, C, true);
+    loadTile(S0T, pk, hT + (sRow + j0) * d.dk, d.dk, vb, vb, d.dk, true);
+    loadTile(dHT, pk, dhT + (sRow + j0) * d.dk, d.dk, vb, vb, d.dk, true);
     cpAsyncCommit();
-    {
-      const int per = vb >> 2;
-      for (int i = tid; i < d.dk * per; i += blockDim.x) {
-        int r = i / per, c = (i - r * per) << 2;
-        float4 s0 =
-            *reinterpret_cast<const float4 *>(hn + long(r) * d.dv + j0 + c);
-        float4 dh =
-            *reinterpret_cast<const float4 *>(dhn + long(r) * d.dv + j0 + c);
-        extraS += s0.x * dh.x + s0.y * dh.y + s0.z * dh.z + s0.w * dh.w;
-        bf *a = S0b + r * pb + c, *e = dHb + r * pb + c;
-        a[0] = f2b(s0.x), a[1] = f2b(s0.y), a[2] = f2b(s0.z), a[3] = f2b(s0.w);
-        e[0] = f2b(dh.x), e[1] = f2b(dh.y), e[2] = f2b(dh.z), e[3] = f2b(dh.w);
-      }
-    }
-    loadF32Rows(dVb, pb, dvnc + j0, d.dv, C, vb);
     cpAsyncWait<0>();
     __syncthreads();
-    ctaGemmAcc(C, d.dk, vb, SMat{dOb, pb, 1}, SMat{S0b, 1, pb}, accQ);
-    ctaGemmAcc(C, d.dk, vb, SMat{Vnb, pb, 1}, SMat{dHb, 1, pb}, accK);
-    ctaGemmAcc(C, d.dk, vb, SMat{dVb, pb, 1}, SMat{S0b, 1, pb}, accW); // -dW
-    ctaGemm(C, C, vb, SMat{dOb, pb, 1}, SMat{Vnb, 1, pb},
+    forTile(vb, d.dk, [&](int r, int c) {
+      extraS += b2f(S0T[r * pk + c]) * b2f(dHT[r * pk + c]);
+    });
+    ctaGemmAcc(C, d.dk, vb, SMat{dOb, pb, 1}, SMat{S0T, pk, 1}, accQ);
+    ctaGemmAcc(C, d.dk, vb, SMat{VnT_s, 1, kTP}, SMat{dHT, pk, 1}, accK);
+    ctaGemmAcc(C, d.dk, vb, SMat{dVT, 1, kTP}, SMat{S0T, pk, 1}, accW); // -dW
+    ctaGemm(C, C, vb, SMat{dOb, pb, 1}, SMat{VnT_s, kTP, 1},
             [&](int m, int c, float x) { dSf[m * kFP + c] += x; });
-    ctaGemm(C, C, vb, SMat{dVb, pb, 1}, SMat{Vb, 1, pb},
+    ctaGemm(C, C, vb, SMat{dVT, 1, kTP}, SMat{Vb, 1, pb},
             [&](int m, int c, float x) { dTf[m * kFP + c] += x * Bt[c]; });
-    ctaGemm(C, vb, C, SMat{Ts, 1, kTP}, SMat{dVb, pb, 1},
+    ctaGemm(C, vb, C, SMat{Ts, 1, kTP}, SMat{dVT, 1, kTP},
             [&](int m, int c, float x) { Yf[m * kFP + c] = x; });
     __syncthreads();
-    for (int i = tid; i < L * vb; i += blockDim.x) {
-      int r = i / vb, c = i % vb;
+    forTile(L, vb, [&](int r, int c) {
       dvOut[(tok0 + r) * d.vs + long(h) * d.dv + j0 + c] =
           f2b(Yf[r * kFP + c] * Bt[r]);
-    }
+    });
     if (tid < C) {
       float s = 0.f;
       for (int c = 0; c < vb; ++c)
@@ -1113,12 +1080,14 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
-size_t chunkBwdSmem(const Dims &d, int VB) {
+size_t chunkBwdSmem(const Dims &d, int VB, bool reg) {
   const int pk = d.dk + 8, pb = VB + 8;
-  size_t r3 = std::max(size_t(2) * d.dk * pb, size_t(C) * pk);
+  size_t r3 = reg ? size_t(2) * VB * pk
+                  : std::max(size_t(2) * d.dk * pb, size_t(C) * pk);
   size_t r4 = std::max(size_t(4) * C * pb, size_t(4) * C * kTP);
   return (5 * C + kThreads + 3 * C * kFP) * 4 +
-         (2 * size_t(C) * pk + size_t(C) * kTP + r3 + r4) * 2;
+         (2 * size_t(C) * pk + size_t(C) * kTP + r3 + r4) * 2 +
+         (reg ? 8 * C * sizeof(float) : 0);
 }
 
 /// dq/dk per value head (fp32) -> storage, summed over each group in order.
@@ -1190,6 +1159,10 @@ template <typename K> Status setSmem(K kernel, size_t bytes) {
   return Status::Ok;
 }
 
+/// Whether the register-state passes (gdn_state.cu) and their layouts are
+/// used; wider keys take the shared-memory state kernels above.
+bool regPath(const Dims &d) { return d.dk <= kRegStateMaxDk; }
+
 Status runWU(const Dims &d, const GdnChunkArgs &a, cudaStream_t s,
              bool recompute, Ws &w) {
   size_t sm = intraSmem(d);
@@ -1197,8 +1170,8 @@ Status runWU(const Dims &d, const GdnChunkArgs &a, cudaStream_t s,
     return st;
   intraKernel<<<dim3(d.NT, d.Hv, d.B), kThreads, sm, s>>>(
       d, (const bf *)a.q, (const bf *)a.k, (const bf *)a.v, (const float *)a.g,
-      (const float *)a.beta, (float *)a.gCum, (bf *)a.tMat, recompute, w.W,
-      w.U);
+      (const float *)a.beta, (float *)a.gCum, (bf *)a.tMat, recompute,
+      regPath(d), w.W, w.U, w.P);
   AP_GDN_LAUNCH_CHECK(intraKernel);
   return Status::Ok;
 }
@@ -1237,6 +1210,11 @@ Status chunkForward(const KernelContext &ctx, const GdnChunkArgs &a) {
   cudaStream_t s = (cudaStream_t)ctx.stream;
   if (Status st = runWU(d, a, s, false, w); st != Status::Ok)
     return st;
+  if (regPath(d))
+    return runStateForwardReg(d, s, ctx.smCount, (const bf *)a.q,
+                              (const bf *)a.k, (const float *)a.gCum, w.W, w.U,
+                              w.P, (const float *)a.initialState, (bf *)a.o,
+                              (float *)a.finalState, nullptr, nullptr);
   if (Status st = runState(d, a, s, ctx.smCount, w, (float *)a.finalState);
       st != Status::Ok)
     return st;
@@ -1263,32 +1241,50 @@ Status chunkBackward(const KernelContext &ctx, const GdnChunkArgs &a) {
   cudaStream_t s = (cudaStream_t)ctx.stream;
   if (Status st = runWU(d, a, s, true, w); st != Status::Ok)
     return st;
-  if (Status st = runState(d, a, s, ctx.smCount, w, nullptr); st != Status::Ok)
-    return st;
-  SeqPlan plan = seqPlan(d, ctx.smCount, [&](int dvb, int nb) {
-    return stateBwdSmem(d, dvb, nb);
-  });
-  if (Status st = setSmem(stateBwdKernel, plan.smem); st != Status::Ok)
-    return st;
-  stateBwdKernel<<<dim3(d.dv / plan.dvb, d.Hv, d.B), kThreads, plan.smem, s>>>(
-      d, plan, (const bf *)a.q, (const bf *)a.k, (const float *)a.gCum, w.W,
-      (const bf *)a.dO, (const float *)a.dFinalState, w.dh, w.dVn,
-      (float *)a.dInitialState);
-  AP_GDN_LAUNCH_CHECK(stateBwdKernel);
-  int VB = d.dk <= 128 ? 64 : 32;
-  size_t sm = chunkBwdSmem(d, VB);
   const bool direct = d.r == 1;
-  if (d.dk <= 128) {
-    sm += 8 * C * sizeof(float);
+  if (regPath(d)) {
+    // Register-state passes; h, dh, Vnew, dVnew in bf16 (transposed, see
+    // gdn_chunk.cuh) in the fp32-sized workspace regions.
+    bf *hT = (bf *)w.h, *dhT = (bf *)w.dh, *dVnT = (bf *)w.dVn;
+    if (Status st = runStateForwardReg(
+            d, s, ctx.smCount, (const bf *)a.q, (const bf *)a.k,
+            (const float *)a.gCum, w.W, w.U, w.P, (const float *)a.initialState,
+            nullptr, nullptr, hT, w.Vn);
+        st != Status::Ok)
+      return st;
+    if (Status st = runStateBackwardReg(
+            d, s, ctx.smCount, (const bf *)a.q, (const bf *)a.k,
+            (const float *)a.gCum, w.W, w.P, (const bf *)a.dO,
+            (const float *)a.dFinalState, dhT, dVnT, (float *)a.dInitialState);
+        st != Status::Ok)
+      return st;
+    const int VB = 64;
+    size_t sm = chunkBwdSmem(d, VB, true);
     if (Status st = setSmem(chunkBwdRegKernel<4>, sm); st != Status::Ok)
       return st;
     chunkBwdRegKernel<4><<<dim3(d.NT, d.Hv, d.B), kThreads, sm, s>>>(
         d, VB, (const bf *)a.q, (const bf *)a.k, (const bf *)a.v,
         (const float *)a.gCum, (const float *)a.beta, (const bf *)a.tMat,
-        (const bf *)a.dO, w.h, w.dh, w.Vn, w.dVn, w.dQ, w.dK, (bf *)a.dq,
+        (const bf *)a.dO, hT, dhT, w.Vn, dVnT, w.dQ, w.dK, (bf *)a.dq,
         (bf *)a.dk, (bf *)a.dv, (float *)a.dg, (float *)a.dbeta);
     AP_GDN_LAUNCH_CHECK(chunkBwdRegKernel);
   } else {
+    if (Status st = runState(d, a, s, ctx.smCount, w, nullptr);
+        st != Status::Ok)
+      return st;
+    SeqPlan plan = seqPlan(d, ctx.smCount, [&](int dvb, int nb) {
+      return stateBwdSmem(d, dvb, nb);
+    });
+    if (Status st = setSmem(stateBwdKernel, plan.smem); st != Status::Ok)
+      return st;
+    stateBwdKernel<<<dim3(d.dv / plan.dvb, d.Hv, d.B), kThreads, plan.smem,
+                     s>>>(d, plan, (const bf *)a.q, (const bf *)a.k,
+                          (const float *)a.gCum, w.W, (const bf *)a.dO,
+                          (const float *)a.dFinalState, w.dh, w.dVn,
+                          (float *)a.dInitialState);
+    AP_GDN_LAUNCH_CHECK(stateBwdKernel);
+    const int VB = 32;
+    size_t sm = chunkBwdSmem(d, VB, false);
     if (Status st = setSmem(chunkBwdKernel, sm); st != Status::Ok)
       return st;
     chunkBwdKernel<<<dim3(d.NT, d.Hv, d.B), kThreads, sm, s>>>(
@@ -1298,7 +1294,7 @@ Status chunkBackward(const KernelContext &ctx, const GdnChunkArgs &a) {
         (float *)a.dg, (float *)a.dbeta);
     AP_GDN_LAUNCH_CHECK(chunkBwdKernel);
   }
-  if (!direct || d.dk > 128) {
+  if (!direct || !regPath(d)) {
     groupSumKernel<<<1024, 256, 0, s>>>(d, w.dQ, w.dK, (bf *)a.dq, (bf *)a.dk);
     AP_GDN_LAUNCH_CHECK(groupSumKernel);
   }

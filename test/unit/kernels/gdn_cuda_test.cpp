@@ -329,6 +329,9 @@ TEST_F(GdnCuda, ChunkQwenShapeB4) {
 TEST_F(GdnCuda, ChunkGroupedQwenWidth) {
   checkChunk({1, 1024, 8, 16, 128, 128}, 6);
 }
+/// Enough (sequence, head) pairs that the register-state passes take eight
+/// warps per CTA; a tail chunk of 44.
+TEST_F(GdnCuda, ChunkManyHeads) { checkChunk({2, 300, 48, 48, 64, 128}, 7); }
 
 /// Grouped heads: dq/dk of the GPU equal the sum of per-value-head
 /// references (checked on a small shape where the full reference is cheap).
