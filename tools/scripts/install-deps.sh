@@ -3,7 +3,8 @@
 #
 # Idempotent and quiet: installs only the Debian packages that are missing.
 # CUDA 13 (nvcc, cuBLASLt, NCCL) is not a Debian package; when
-# /usr/local/cuda/bin/nvcc exists the CUDA parts are built too.
+# /usr/local/cuda/bin/nvcc exists the CUDA parts are built too. python3-torch
+# (PyTorch 1.13, CPU) is for the gradient oracle test (test/e2e/grad_oracle.py).
 #
 #===----------------------------------------------------------------------===#
 set -euo pipefail
@@ -12,6 +13,7 @@ packages=(
   cmake ninja-build g++ python3
   libmlir-22-dev mlir-22-tools llvm-22-dev llvm-22-tools
   libgtest-dev libopenmpi-dev openmpi-bin
+  python3-torch
 )
 
 missing=()
