@@ -11,6 +11,11 @@
 // generated code is a bug: the compiler output is shown and the generated
 // file is kept (BINARY.cpp) for inspection.
 //
+// --memory-timeline FILE.svg draws the placed step's predicted memory
+// (MemoryTimelineSvg) with the peak of the same step before placement and
+// the planned arena as reference lines; --report-json FILE writes the
+// placement report as JSON too (bench/ reads it).
+//
 //===----------------------------------------------------------------------===//
 #include "CompileConfig.inc"
 
@@ -18,6 +23,9 @@
 #include "dialect/exec/ExecDialect.h"
 #include "dialect/train/TrainDialect.h"
 #include "passes/Passes.h"
+#include "passes/analysis/CostModel.h"
+#include "passes/analysis/MemoryTimeline.h"
+#include "passes/analysis/MemoryTimelineSvg.h"
 #include "tools/actplace-import/GraphBuilder.h"
 #include "tools/actplace-import/ModelConfig.h"
 
@@ -34,6 +42,7 @@
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
 #include "llvm/Support/Program.h"
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/raw_ostream.h"
@@ -93,6 +102,29 @@ static cl::opt<std::string>
     cxxFlags("cxx-flags",
              cl::desc("Extra flags for the host C++ compiler (e.g. -g)"),
              cl::init(""), cl::cat(category));
+static cl::opt<std::string>
+    profile("profile",
+            cl::desc("JSON device profile for the cost model (placement, "
+                     "report and memory timeline)"),
+            cl::init(""), cl::cat(category));
+static cl::opt<std::string>
+    reportJson("report-json",
+               cl::desc("Also write the placement report as JSON here"),
+               cl::init(""), cl::cat(category));
+static cl::opt<std::string> memoryTimeline(
+    "memory-timeline",
+    cl::desc("Write the predicted device-memory timeline as an SVG here"),
+    cl::init(""), cl::cat(category));
+static cl::opt<std::string>
+    memoryTimelineAxis("memory-timeline-axis",
+                       cl::desc("x axis of the SVG: time (predicted ms) or "
+                                "op (op index)"),
+                       cl::init("time"), cl::cat(category));
+static cl::opt<std::string>
+    memoryTimelineTitle("memory-timeline-title",
+                        cl::desc("Title of the SVG (default: the input and "
+                                 "its shape)"),
+                        cl::init(""), cl::cat(category));
 static cl::opt<bool> keepSource("keep-source",
                                 cl::desc("Keep BINARY.cpp after a good build"),
                                 cl::init(false), cl::cat(category));
@@ -144,31 +176,80 @@ int main(int argc, char **argv) {
       return fail("cannot parse " + input);
   }
 
+  // The placement flags given, in pass-option spelling (also the SVG's
+  // subtitle).
+  std::string placementFlags;
+  for (const auto &[name, value] :
+       {std::pair<const char *, std::string>{"offload-modules", offloadModules},
+        {"recompute-modules", recomputeModules},
+        {"fraction", fraction},
+        {"min-offload-bytes", minOffloadBytes},
+        {"max-inflight", maxInflight},
+        {"prefetch-depth", prefetchDepth},
+        {"hide-rule", hideRule}})
+    if (!value.empty())
+      placementFlags +=
+          std::string(placementFlags.empty() ? "" : " ") + name + "=" + value;
+  std::string options = placementFlags;
+  if (!profile.empty())
+    options += " profile=" + profile;
   std::string reportPath = output + ".report.txt";
-  std::string placement = "report=true report-file=" + reportPath;
-  auto add = [&](const char *name, const std::string &v) {
-    if (!v.empty())
-      placement += std::string(" ") + name + "=" + v;
-  };
-  add("offload-modules", offloadModules);
-  add("recompute-modules", recomputeModules);
-  add("fraction", fraction);
-  add("min-offload-bytes", minOffloadBytes);
-  add("max-inflight", maxInflight);
-  add("prefetch-depth", prefetchDepth);
-  add("hide-rule", hideRule);
-  std::string pipeline = "train-autodiff,train-placement-pipeline{" +
-                         placement +
-                         "},convert-train-to-exec{gemm-workspace-bytes=" +
+  std::string placementPipeline = "train-placement-pipeline{report=true "
+                                  "report-file=" +
+                                  reportPath + " " + options + "}";
+  // The JSON report is a second run of the report pass (same options), so
+  // the text report and the totals printed from it stay as they are.
+  if (!reportJson.empty())
+    placementPipeline += ",train-placement-report{report-format=json "
+                         "report-file=" +
+                         reportJson + " " + options + "}";
+  std::string lowering = "convert-train-to-exec{gemm-workspace-bytes=" +
                          std::to_string(gemmWorkspace) +
                          "},exec-plan-memory,exec-schedule-streams";
-  mlir::PassManager pm(&ctx);
-  std::string perr;
-  llvm::raw_string_ostream perrs(perr);
-  if (failed(mlir::parsePassPipeline(pipeline, pm, perrs)))
-    return fail("bad pipeline '" + pipeline + "': " + perr);
-  if (failed(pm.run(*module)))
-    return fail("the compiler pipeline failed (diagnostics above)");
+  // Three stages so the memory timeline can see the step before placement
+  // and the placed step while it is still in the train dialect.
+  auto runPipeline = [&](const std::string &pipeline) -> mlir::LogicalResult {
+    mlir::PassManager pm(&ctx);
+    std::string perr;
+    llvm::raw_string_ostream perrs(perr);
+    if (failed(mlir::parsePassPipeline(pipeline, pm, perrs))) {
+      fail("bad pipeline '" + pipeline + "': " + perr);
+      return mlir::failure();
+    }
+    if (failed(pm.run(*module))) {
+      fail("the compiler pipeline failed (diagnostics above)");
+      return mlir::failure();
+    }
+    return mlir::success();
+  };
+  bool drawTimeline = !memoryTimeline.empty();
+  if (drawTimeline && memoryTimelineAxis != "time" &&
+      memoryTimelineAxis != "op")
+    return fail("--memory-timeline-axis must be time or op, got '" +
+                memoryTimelineAxis + "'");
+  ap::train::DeviceProfile device;
+  if (drawTimeline && !profile.empty()) {
+    auto loaded = ap::train::DeviceProfile::load(profile);
+    if (!loaded)
+      return fail(llvm::toString(loaded.takeError()));
+    device = *loaded;
+  }
+  ap::train::CostModel cost(device);
+
+  if (failed(runPipeline("train-autodiff")))
+    return 1;
+  int64_t unplacedPeak = 0;
+  if (drawTimeline)
+    unplacedPeak =
+        ap::train::MemoryTimeline::compute(*module, cost).peakBytes();
+  if (failed(runPipeline(placementPipeline)))
+    return 1;
+  ap::train::MemoryChart chart;
+  if (drawTimeline)
+    chart = ap::train::MemoryChart::build(
+        ap::train::MemoryTimeline::compute(*module, cost), cost);
+  if (failed(runPipeline(lowering)))
+    return 1;
 
   // Placement report totals (the whole report is kept beside the binary).
   {
@@ -196,6 +277,37 @@ int main(int argc, char **argv) {
                << plan.workspaceBytes << "), pinned " << plan.pinnedBytes
                << " bytes in " << plan.numSlots << " slots, " << plan.numScopes
                << " offload scopes\n";
+
+  if (drawTimeline) {
+    ap::train::MemoryChartStyle style;
+    style.title = memoryTimelineTitle;
+    if (style.title.empty()) {
+      style.title = llvm::sys::path::filename(input).str();
+      if (llvm::StringRef(input).ends_with(".json"))
+        style.title += " seq " + std::to_string(seqLen) + ", micro-batch " +
+                       std::to_string(microBatchSize) + ", " +
+                       std::to_string(microBatches) + " microbatches, " + dtype;
+    }
+    style.notes.push_back(
+        "placement: " +
+        (placementFlags.empty() ? std::string("none") : placementFlags) +
+        (profile.empty() ? "; cost model: H200 defaults"
+                         : "; cost model: " + profile));
+    style.lines.push_back({"peak before placement", unplacedPeak});
+    style.lines.push_back({"planned arena (exec-plan-memory)",
+                           static_cast<int64_t>(plan.arenaBytes)});
+    style.axis = memoryTimelineAxis == "op"
+                     ? ap::train::MemoryChartStyle::Axis::OpIndex
+                     : ap::train::MemoryChartStyle::Axis::Time;
+    std::error_code ec;
+    llvm::raw_fd_ostream os(memoryTimeline, ec);
+    if (ec)
+      return fail("cannot write " + memoryTimeline + ": " + ec.message());
+    ap::train::writeMemoryChartSvg(chart, style, os);
+    llvm::outs() << "memory timeline: " << memoryTimeline << " (peak "
+                 << chart.peakBytes() << " bytes, before placement "
+                 << unplacedPeak << ")\n";
+  }
 
   std::string logPath = output + ".build.log";
   std::string cmd = std::string(ACTPLACE_CXX) + " -std=c++17 -O2 -I" +
