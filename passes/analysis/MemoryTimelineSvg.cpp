@@ -349,8 +349,8 @@ constexpr llvm::StringLiteral kHalo =
     "stroke=\"#ffffff\" stroke-width=\"3\" paint-order=\"stroke\"";
 
 // Layout in pixels.
-constexpr double kPlotLeft = 90, kPlotWidth = 900, kPlotTop = 96,
-                 kPlotHeight = 400, kLaneGap = 6, kLaneHeight = 16,
+constexpr double kPlotLeft = 90, kPlotWidth = 900, kPlotHeight = 400,
+                 kLaneGap = 6, kLaneHeight = 16,
                  kLegendLeft = kPlotLeft + kPlotWidth + 28, kLegendWidth = 300,
                  kLegendRow = 16, kFontSize = 11;
 
@@ -415,6 +415,18 @@ double textWidth(StringRef text, double size) {
   return 0.58 * size * text.size();
 }
 
+/// Splits `text` into lines of at most `maxChars`, after a space or a comma
+/// where it can (a longer word stays whole).
+void wrap(StringRef text, size_t maxChars, std::vector<std::string> &lines) {
+  while (text.size() > maxChars) {
+    size_t cut = text.substr(0, maxChars).find_last_of(" ,");
+    cut = cut == StringRef::npos || cut == 0 ? maxChars : cut + 1;
+    lines.push_back(text.substr(0, cut).rtrim().str());
+    text = text.drop_front(cut).ltrim();
+  }
+  lines.push_back(text.str());
+}
+
 class SvgWriter {
 public:
   SvgWriter(const MemoryChart &chart, const MemoryChartStyle &style,
@@ -441,7 +453,7 @@ private:
     return kPlotLeft + (axis - axisMin) / (axisMax - axisMin) * kPlotWidth;
   }
   double yOf(int64_t bytes) const {
-    return kPlotTop + kPlotHeight - bytes / yMaxBytes * kPlotHeight;
+    return plotTop + kPlotHeight - bytes / yMaxBytes * kPlotHeight;
   }
   double peakX() const {
     unsigned i = chart.peakPoint;
@@ -461,7 +473,7 @@ private:
                          bytes / kMiB)
         .str();
   }
-  double lanesTop() const { return kPlotTop + kPlotHeight + kLaneGap; }
+  double lanesTop() const { return plotTop + kPlotHeight + kLaneGap; }
   double laneY(int lane) const { return lanesTop() + lane * (kLaneHeight + 3); }
 
   void header();
@@ -479,6 +491,10 @@ private:
   llvm::raw_ostream &os;
   double axisMin = 0, axisMax = 1, yMaxBytes = 1, yStepMiB = 1;
   double width = 0, height = 0;
+  /// The title and notes, wrapped to the picture's width.
+  std::vector<std::string> headerLines;
+  /// Below the header lines.
+  double plotTop = 96;
 };
 
 double SvgWriter::axisOfTime(double t) const {
@@ -512,8 +528,25 @@ void SvgWriter::write() {
   double yMaxMiB = std::ceil(top / kMiB * 1.08 / yStepMiB) * yStepMiB;
   yMaxBytes = std::max(1.0, yMaxMiB * kMiB);
 
+  // Notes wrap at spaces and commas so long placement flags stay inside.
+  std::vector<std::string> notes = style.notes;
+  int64_t d2h = 0, h2d = 0;
+  for (const MemoryChart::Copy &c : chart.copies)
+    (c.deviceToHost ? d2h : h2d) += c.bytes;
+  notes.push_back(llvm::formatv(
+      "predicted peak {0}; per microbatch: d2h {1}, h2d {2}, exposed "
+      "transfer {3:F3} ms; step {4:F3} ms ({5} microbatches)",
+      mib(chart.peakBytes()), mib(d2h), mib(h2d),
+      chart.exposedSecondsPerMicrobatch * 1e3, chart.stepSeconds * 1e3,
+      chart.microBatches));
+  size_t maxChars = static_cast<size_t>((kLegendLeft + kLegendWidth - 30) /
+                                        textWidth("x", kFontSize));
+  for (const std::string &note : notes)
+    wrap(note, maxChars, headerLines);
+  plotTop = 40 + 15 * headerLines.size() + 26;
+
   double legendHeight =
-      kPlotTop + 24 + (chart.categories.size() + 1) * kLegendRow;
+      plotTop + 24 + (chart.categories.size() + 1) * kLegendRow;
   height = std::max(laneY(3) + 44, legendHeight + 16);
   width = kLegendLeft + kLegendWidth;
 
@@ -543,17 +576,7 @@ void SvgWriter::header() {
   os << llvm::formatv("<text x=\"{0}\" y=\"22\" font-size=\"15\" "
                       "font-weight=\"bold\">{1}</text>\n",
                       px(kPlotLeft - 70), xmlEscape(style.title));
-  std::vector<std::string> notes = style.notes;
-  int64_t d2h = 0, h2d = 0;
-  for (const MemoryChart::Copy &c : chart.copies)
-    (c.deviceToHost ? d2h : h2d) += c.bytes;
-  notes.push_back(llvm::formatv(
-      "predicted peak {0}; per microbatch: d2h {1}, h2d {2}, exposed "
-      "transfer {3:F3} ms; step {4:F3} ms ({5} microbatches)",
-      mib(chart.peakBytes()), mib(d2h), mib(h2d),
-      chart.exposedSecondsPerMicrobatch * 1e3, chart.stepSeconds * 1e3,
-      chart.microBatches));
-  for (auto [i, note] : llvm::enumerate(notes))
+  for (auto [i, note] : llvm::enumerate(headerLines))
     os << llvm::formatv(
         "<text x=\"{0}\" y=\"{1}\" fill=\"#444444\">{2}</text>\n",
         px(kPlotLeft - 70), px(40 + 15 * i), xmlEscape(note));
@@ -573,7 +596,7 @@ void SvgWriter::yAxis() {
                         "text-anchor=\"end\">{2}</text>\n",
                         px(kPlotLeft - 6), px(y + 3.5), tickText(v, yStepMiB));
   }
-  double midY = kPlotTop + kPlotHeight / 2;
+  double midY = plotTop + kPlotHeight / 2;
   os << llvm::formatv("<text x=\"{0}\" y=\"{1}\" text-anchor=\"middle\" "
                       "font-size=\"11\" transform=\"rotate(-90 {0} {1})\">"
                       "predicted device memory (MiB)</text>\n",
@@ -655,7 +678,7 @@ void SvgWriter::stack() {
   }
   os << llvm::formatv("<rect x=\"{0}\" y=\"{1}\" width=\"{2}\" "
                       "height=\"{3}\" fill=\"none\" stroke=\"#666666\"/>\n",
-                      px(kPlotLeft), px(kPlotTop), px(kPlotWidth),
+                      px(kPlotLeft), px(plotTop), px(kPlotWidth),
                       px(kPlotHeight));
   os << "</g>\n";
 }
@@ -670,7 +693,7 @@ void SvgWriter::phases() {
       os << llvm::formatv("<line class=\"phase\" x1=\"{0}\" y1=\"{1}\" "
                           "x2=\"{0}\" y2=\"{2}\" stroke=\"#555555\" "
                           "stroke-dasharray=\"4 3\"/>\n",
-                          px(x0), px(kPlotTop - 12), px(bottom));
+                          px(x0), px(plotTop - 12), px(bottom));
     // Long labels only where they fit; a shorter one otherwise.
     std::string label = ph.label;
     if (textWidth(label, 10) > x1 - x0 - 4)
@@ -679,7 +702,7 @@ void SvgWriter::phases() {
       continue;
     os << llvm::formatv("<text class=\"phase\" x=\"{0}\" y=\"{1}\" "
                         "text-anchor=\"middle\" {3}>{2}</text>\n",
-                        px((x0 + x1) / 2), px(kPlotTop - 4), xmlEscape(label),
+                        px((x0 + x1) / 2), px(plotTop - 4), xmlEscape(label),
                         kHalo);
   }
   os << "</g>\n";
@@ -691,7 +714,7 @@ void SvgWriter::referenceLines() {
   llvm::stable_sort(
       lines, [](const auto &a, const auto &b) { return a.bytes > b.bytes; });
   double lastLabelY = -1e9;
-  double offScaleY = kPlotTop + 12;
+  double offScaleY = plotTop + 12;
   // On the side the peak label does not extend to.
   bool labelsLeft = !peakLabelLeft();
   for (const MemoryChartStyle::Line &l : lines) {
@@ -829,13 +852,13 @@ void SvgWriter::legend() {
   os << "<g id=\"legend\">\n";
   os << llvm::formatv("<text x=\"{0}\" y=\"{1}\" font-weight=\"bold\">"
                       "category (MiB at the peak)</text>\n",
-                      px(kLegendLeft), px(kPlotTop + 8));
+                      px(kLegendLeft), px(plotTop + 8));
   // Top of the stack first, as the bands appear.
   const MemoryChart::Point *peakPoint =
       chart.points.empty() ? nullptr : &chart.points[chart.peakPoint];
   int row = 0;
   for (unsigned c = chart.categories.size(); c-- > 0;) {
-    double y = kPlotTop + 20 + row++ * kLegendRow;
+    double y = plotTop + 20 + row++ * kLegendRow;
     int64_t atPeak = peakPoint ? peakPoint->bytes[c] : 0;
     os << llvm::formatv(
         "<rect class=\"legend\" x=\"{0}\" y=\"{1}\" width=\"12\" "
