@@ -78,21 +78,26 @@ __device__ void loadF32Rows(bf *dst, int pitch, const float *src, long stride,
 
 /// reg: the layouts of the register-state passes (gdn_chunk.cuh): U
 /// transposed, and P = scale (Q K^T) * D as well (from q). Otherwise U is
-/// row-major [64][dv] and P is not written.
+/// row-major [64][dv] and P is not written. Outputs leave through shared
+/// staging tiles as 16-byte stores (W and U only when `stage`: they fit in
+/// the Q, A and T area).
 __global__ void __launch_bounds__(kThreads, 2)
     intraKernel(Dims d, const bf *q, const bf *k, const bf *v, const float *g,
                 const float *beta, float *gCum, bf *tMat, bool recompute,
-                bool reg, bf *Wout, bf *Uout, bf *Pout) {
+                bool reg, bool stage, bf *Wout, bf *Uout, bf *Pout) {
   extern __shared__ __align__(16) unsigned char smem[];
   const int n = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
   const int hk = h / d.r, L = chunkLen(d.T, n), t0 = n * C;
   const int pk = d.dk + 8, pv = d.dv + 8, tid = threadIdx.x;
-  bf *Ks = (bf *)smem;                 // [64][pk]
-  bf *Vs = Ks + C * pk;                // [64][pv]
-  bf *Qs = Vs + C * pv;                // [64][pk] (reg only)
-  bf *Ts = Qs + C * pk;                // [64][kTP]
-  float *Af = (float *)(Ts + C * kTP); // [64][kFP] A, then [64][kFP] T
+  bf *Ks = (bf *)smem;                // [64][pk]
+  bf *Vs = Ks + C * pk;               // [64][pv]
+  bf *Ts = Vs + C * pv;               // [64][kTP]
+  bf *Qs = Ts + C * kTP;              // [64][pk] (reg only)
+  float *Af = (float *)(Qs + C * pk); // [64][kFP] A, then [64][kFP] T
   float *Tf = Af + C * kFP;
+  bf *Pstg = (bf *)Tf; // [64][kTP] P staging, before T is built
+  bf *Wstg = Qs;       // [64][pk] then U^T [dv][kTP] or U [64][pv]: after T
+  bf *Ustg = Wstg + C * pk;
   float *G = Tf + C * kFP, *Bt = G + C, *Gam = Bt + C;
 
   const long tok0 = long(b) * d.T + t0;
@@ -137,11 +142,10 @@ __global__ void __launch_bounds__(kThreads, 2)
 
   if (reg) {
     // P[r,s] = scale (q_r . k_s) exp(G_r - G_s), s <= r < L (mask first).
-    bf *Pc = Pout + cb * C * C;
     const float scale = d.scale;
     ctaGemm(C, C, d.dk, SMat{Qs, pk, 1}, SMat{Ks, 1, pk},
             [&](int m, int c, float x) {
-              Pc[m * C + c] = f2b(
+              Pstg[m * kTP + c] = f2b(
                   (c <= m && m < L) ? scale * x * __expf(G[m] - G[c]) : 0.f);
             });
   }
@@ -153,7 +157,13 @@ __global__ void __launch_bounds__(kThreads, 2)
               Af[m * kFP + c] =
                   (c < m && m < L) ? Bt[m] * x * __expf(G[m] - G[c]) : 0.f;
             });
+  }
+  __syncthreads();
+  if (reg) {
+    storeTile(Pout + cb * C * C, C, Pstg, kTP, C, C);
     __syncthreads();
+  }
+  if (!recompute) {
     // T = (I + A)^-1, blockwise. The four 16x16 diagonal blocks by forward
     // substitution, one column per thread (a column of T depends only on
     // the same column above it: no barrier).
@@ -203,31 +213,63 @@ __global__ void __launch_bounds__(kThreads, 2)
       float x = (r < L && c < L)
                     ? (r == c ? 1.f : (c < r ? Tf[r * kFP + c] : 0.f))
                     : 0.f;
-      bf xb = f2b(x);
-      Ts[r * kTP + c] = xb;
-      if (r < L)
-        tOut[long(r) * d.Hv * C + c] = xb;
+      Ts[r * kTP + c] = f2b(x);
     });
+    __syncthreads();
+    if (d.vt)
+      storeTile(tOut, long(d.Hv) * C, Ts, kTP, L, C);
+    else
+      forTile(L, C, [&](int r, int c) {
+        tOut[long(r) * d.Hv * C + c] = Ts[r * kTP + c];
+      });
   }
-  __syncthreads();
-  // Scale K rows by beta*Gam and V rows by beta (in place).
-  forTile(C, d.dk, [&](int r, int c) {
-    Ks[r * pk + c] = f2b(b2f(Ks[r * pk + c]) * Bt[r] * Gam[r]);
+  // Scale K rows by beta*Gam and V rows by beta (in place, pairs).
+  forTile(C, d.dk >> 1, [&](int r, int c2) {
+    auto *p = reinterpret_cast<__nv_bfloat162 *>(Ks + r * pk) + c2;
+    float2 x = __bfloat1622float2(*p);
+    const float f = Bt[r] * Gam[r];
+    *p = __floats2bfloat162_rn(x.x * f, x.y * f);
   });
-  forTile(C, d.dv, [&](int r, int c) {
-    Vs[r * pv + c] = f2b(b2f(Vs[r * pv + c]) * Bt[r]);
+  forTile(C, d.dv >> 1, [&](int r, int c2) {
+    auto *p = reinterpret_cast<__nv_bfloat162 *>(Vs + r * pv) + c2;
+    float2 x = __bfloat1622float2(*p);
+    *p = __floats2bfloat162_rn(x.x * Bt[r], x.y * Bt[r]);
   });
   __syncthreads();
   bf *Wc = Wout + cb * C * d.dk;
   bf *Uc = Uout + cb * C * d.dv;
+  if (!stage) {
+    ctaGemm(C, d.dk, C, SMat{Ts, kTP, 1}, SMat{Ks, pk, 1},
+            [&](int m, int c, float x) { Wc[long(m) * d.dk + c] = f2b(x); });
+    if (reg) // U^T[v][r] = sum_s V[s][v] T[r][s]
+      ctaGemm(d.dv, C, C, SMat{Vs, 1, pv}, SMat{Ts, 1, kTP},
+              [&](int m, int c, float x) { Uc[long(m) * C + c] = f2b(x); });
+    else
+      ctaGemm(C, d.dv, C, SMat{Ts, kTP, 1}, SMat{Vs, pv, 1},
+              [&](int m, int c, float x) { Uc[long(m) * d.dv + c] = f2b(x); });
+    return;
+  }
   ctaGemm(C, d.dk, C, SMat{Ts, kTP, 1}, SMat{Ks, pk, 1},
-          [&](int m, int c, float x) { Wc[long(m) * d.dk + c] = f2b(x); });
-  if (reg) // U^T[v][r] = sum_s V[s][v] T[r][s]
+          [&](int m, int c, float x) { Wstg[m * pk + c] = f2b(x); });
+  if (reg)
     ctaGemm(d.dv, C, C, SMat{Vs, 1, pv}, SMat{Ts, 1, kTP},
-            [&](int m, int c, float x) { Uc[long(m) * C + c] = f2b(x); });
+            [&](int m, int c, float x) { Ustg[m * kTP + c] = f2b(x); });
   else
     ctaGemm(C, d.dv, C, SMat{Ts, kTP, 1}, SMat{Vs, pv, 1},
-            [&](int m, int c, float x) { Uc[long(m) * d.dv + c] = f2b(x); });
+            [&](int m, int c, float x) { Ustg[m * pv + c] = f2b(x); });
+  __syncthreads();
+  storeTile(Wc, d.dk, Wstg, pk, C, d.dk);
+  if (reg)
+    storeTile(Uc, C, Ustg, kTP, d.dv, C);
+  else
+    storeTile(Uc, d.dv, Ustg, pv, C, d.dv);
+}
+
+/// Whether W and U fit the intra kernel's staging area (Q, A and T tiles).
+bool intraStages(const Dims &d, bool reg) {
+  const size_t pk = d.dk + 8, pv = d.dv + 8;
+  const size_t need = C * pk + (reg ? size_t(d.dv) * kTP : C * pv);
+  return need * 2 <= C * pk * 2 + 2 * size_t(C) * kFP * 4;
 }
 
 size_t intraSmem(const Dims &d) {
@@ -784,10 +826,96 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
-/// Per-chunk gradients with dQ, dK, dW held in registers (dk <= 16 * NT * 2
-/// per warp row of tiles: NT = 4 covers dk <= 128). Same algebra and the
-/// same shared-memory layout as chunkBwdKernel (plus one [8][64] row-sum
-/// scratch); q/k gradients go straight to storage when Hv == Hk.
+/// Fixed-order row sums over the N columns of a register-tile product with
+/// M = 64 rows (ctaGemmAcc's tile map): f(i, e, m, c) is the term of element
+/// e of tile i. Per (16-column tile, row) partials go to part [N/16][64];
+/// thread r < 64 then adds its row's partials in column order. The result is
+/// valid on threads < 64; part is free again on return.
+template <int NTa, typename F>
+__device__ __forceinline__ float rowSums64(int N, float *part, F &&f) {
+#pragma unroll
+  for (int i = 0; i < NTa; ++i) {
+    int m0, n0;
+    if (!tileOrigin(C, N, i, m0, n0))
+      break;
+    float p0 = 0.f, p1 = 0.f;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      float x = f(i, e, tileRow(m0, e), tileCol(n0, e));
+      if ((e >> 1) & 1)
+        p1 += x;
+      else
+        p0 += x;
+    }
+    p0 += __shfl_xor_sync(0xffffffffu, p0, 1);
+    p0 += __shfl_xor_sync(0xffffffffu, p0, 2);
+    p1 += __shfl_xor_sync(0xffffffffu, p1, 1);
+    p1 += __shfl_xor_sync(0xffffffffu, p1, 2);
+    if ((threadIdx.x & 3) == 0) {
+      part[(n0 >> 4) * C + tileRow(m0, 0)] = p0;
+      part[(n0 >> 4) * C + tileRow(m0, 2)] = p1;
+    }
+  }
+  __syncthreads();
+  float s = 0.f;
+  if (threadIdx.x < C)
+    for (int jn = 0; jn < (N >> 4); ++jn)
+      s += part[jn * C + threadIdx.x];
+  __syncthreads();
+  return s;
+}
+
+/// Column sums of a 64 x 64 register-tile product, the same way: per
+/// (16-row tile, column) partials (a thread's two rows, then the eight row
+/// groups of the warp by shuffles), then thread c < 64 adds its column's
+/// partials in row order.
+template <int NTa, typename F>
+__device__ __forceinline__ float colSums64(float *part, F &&f) {
+#pragma unroll
+  for (int i = 0; i < NTa; ++i) {
+    int m0, n0;
+    if (!tileOrigin(C, C, i, m0, n0))
+      break;
+    float p[4];
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      // q: column n0 + 2t + (q & 1) + 8 (q >> 1); elements e = q*2-ish:
+      // (e & 1) == (q & 1), (e >> 2) == (q >> 1), rows g and g + 8.
+      const int e0 = (q & 1) + 4 * (q >> 1), e1 = e0 + 2;
+      p[q] = f(i, e0, tileRow(m0, e0), tileCol(n0, e0)) +
+             f(i, e1, tileRow(m0, e1), tileCol(n0, e1));
+      p[q] += __shfl_xor_sync(0xffffffffu, p[q], 4);
+      p[q] += __shfl_xor_sync(0xffffffffu, p[q], 8);
+      p[q] += __shfl_xor_sync(0xffffffffu, p[q], 16);
+    }
+    if ((threadIdx.x & 31) < 4)
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const int e0 = (q & 1) + 4 * (q >> 1);
+        part[(m0 >> 4) * C + tileCol(n0, e0)] = p[q];
+      }
+  }
+  __syncthreads();
+  float s = 0.f;
+  if (threadIdx.x < C)
+    for (int jm = 0; jm < 4; ++jm)
+      s += part[jm * C + threadIdx.x];
+  __syncthreads();
+  return s;
+}
+
+__device__ __forceinline__ float warpSum(float x) {
+  for (int off = 16; off > 0; off >>= 1)
+    x += __shfl_xor_sync(0xffffffffu, x, off);
+  return x;
+}
+
+/// Per-chunk gradients for dk <= 16 * NT * 2 (NT = 4: dk <= 128), reading
+/// the register-state passes' bf16 layouts (gdn_chunk.cuh), VB = 64. The
+/// products accumulate in registers (ctaGemmAcc: one fixed tile -> thread
+/// map per output shape); row and column sums go through shuffles and
+/// partial tables in a fixed order. q/k gradients go straight to storage
+/// when Hv == Hk, else to fp32 per value head for the group sum.
 template <int NT>
 __global__ void __launch_bounds__(kThreads, 1)
     chunkBwdRegKernel(Dims d, int VB, const bf *q, const bf *k, const bf *v,
@@ -798,31 +926,29 @@ __global__ void __launch_bounds__(kThreads, 1)
   extern __shared__ __align__(16) unsigned char smem[];
   const int n = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
   const int hk = h / d.r, L = chunkLen(d.T, n), t0 = n * C;
-  const int pk = d.dk + 8, pb = VB + 8;
-  const size_t r3 = size_t(2) * VB * pk; // >= C * pk: VB == C
+  const int dk = d.dk, pk = dk + 8, pb = VB + 8; // pb == kTP: VB == C
   float *G = (float *)smem, *Bt = G + C, *Gam = Bt + C, *dG = Gam + C,
-        *dB = dG + C, *red = dB + C; // red: [kThreads]
-  float *dSf = red + kThreads;       // [64][kFP]
-  float *dTf = dSf + C * kFP;
-  float *Yf = dTf + C * kFP;
-  bf *Qs = (bf *)(Yf + C * kFP); // [64][pk]
+        *dB = dG + C, *red = dB + C; // red: [64]
+  float *rowPart = red + C;          // [8][64]
+  float *colPart = rowPart + 8 * C;  // [4][64]
+  bf *Qs = (bf *)(colPart + 4 * C);  // [64][pk]
   bf *Ks = Qs + C * pk;
   bf *Ts = Ks + C * pk; // [64][kTP]
   bf *R3 = Ts + C * kTP;
-  bf *R4 = R3 + r3;
-  const size_t r4 = max(size_t(4) * C * pb, size_t(4) * C * kTP);
-  float *rowPart = (float *)(R4 + r4); // [8][64]
-  bf *S0T = R3, *dHT = R3 + VB * pk;   // [VB][pk] each: h^T, dh^T rows
-  bf *dWb = R3;
-  // dO, V [64][pb]; Vnew^T, dVnew^T [VB][kTP] (pb == kTP: VB == C).
-  bf *dOb = R4, *VnT_s = R4 + C * pb, *dVT = VnT_s + C * pb, *Vb = dVT + C * pb;
+  bf *R4 = R3 + 2 * VB * pk;
+  bf *S0T = R3, *dHT = R3 + VB * pk; // [VB][pk] each: h^T, dh^T rows
+  bf *dWb = R3;                      // [64][pk] after the dv loop
+  // dO, V [64][pb]; Vnew^T, dVnew^T [VB][kTP] in the dv loop; then dS, dT,
+  // M1, dP [64][kTP] (and beta dP where dS was).
+  bf *dOb = R4, *VnTs = R4 + C * pb, *dVT = VnTs + C * pb, *Vb = dVT + C * pb;
   bf *dSb = R4, *dTb = R4 + C * kTP, *M1b = dTb + C * kTP, *dPb = M1b + C * kTP;
   bf *dPbb = dSb;
 
   const long tok0 = long(b) * d.T + t0, bh = long(b) * d.Hv + h;
   const long wrow = bh * d.NT * C + long(n) * C;
+  const long sRow = (bh * d.NT + n) * d.dv; // row of hT/dhT/VnT/dVnT
   const float scale = d.scale;
-  const int tid = threadIdx.x, tq = tid & 3;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   if (tid < C) {
     int r = tid;
     long si = (tok0 + min(r, L - 1)) * d.Hv + h;
@@ -831,55 +957,59 @@ __global__ void __launch_bounds__(kThreads, 1)
     Gam[r] = __expf(G[r]);
     dB[r] = 0.f;
   }
-  loadRows(Qs, pk, q + tok0 * d.qs + long(hk) * d.dk, d.qs, L, d.dk, d.vq);
-  loadRows(Ks, pk, k + tok0 * d.ks + long(hk) * d.dk, d.ks, L, d.dk, d.vk);
+  loadRows(Qs, pk, q + tok0 * d.qs + long(hk) * dk, d.qs, L, dk, d.vq);
+  loadRows(Ks, pk, k + tok0 * d.ks + long(hk) * dk, d.ks, L, dk, d.vk);
+  loadRows(Ts, kTP, tMat + (tok0 * d.Hv + h) * C, long(d.Hv) * C, L, C, d.vt);
   cpAsyncCommit();
-  const bf *tIn = tMat + (tok0 * d.Hv + h) * C;
-  for (int i = tid; i < C * C; i += blockDim.x) {
-    int r = i / C, c = i % C;
-    Ts[r * kTP + c] = r < L ? tIn[long(r) * d.Hv * C + c] : f2b(0.f);
-    dSf[r * kFP + c] = 0.f;
-    dTf[r * kFP + c] = 0.f;
-  }
   float accQ[NT][8] = {}, accK[NT][8] = {}, accW[NT][8] = {};
+  float accS[2][8] = {}, accT[2][8] = {};
   float extraS = 0.f;
-  const long sRow = (bh * d.NT + n) * d.dv; // row of hT/dhT/VnT/dVnT
   for (int j0 = 0; j0 < d.dv; j0 += VB) {
     const int vb = min(VB, d.dv - j0);
     __syncthreads();
     loadRows(dOb, pb, dO + (tok0 * d.Hv + h) * d.dv + j0, long(d.Hv) * d.dv, L,
              vb, d.vo);
     loadRows(Vb, pb, v + tok0 * d.vs + long(h) * d.dv + j0, d.vs, L, vb, d.vv);
-    loadTile(VnT_s, kTP, VnT + (sRow + j0) * C, C, vb, vb, C, true);
+    loadTile(VnTs, kTP, VnT + (sRow + j0) * C, C, vb, vb, C, true);
     loadTile(dVT, kTP, dVnT + (sRow + j0) * C, C, vb, vb, C, true);
-    loadTile(S0T, pk, hT + (sRow + j0) * d.dk, d.dk, vb, vb, d.dk, true);
-    loadTile(dHT, pk, dhT + (sRow + j0) * d.dk, d.dk, vb, vb, d.dk, true);
+    loadTile(S0T, pk, hT + (sRow + j0) * dk, dk, vb, vb, dk, true);
+    loadTile(dHT, pk, dhT + (sRow + j0) * dk, dk, vb, vb, dk, true);
     cpAsyncCommit();
     cpAsyncWait<0>();
     __syncthreads();
-    forTile(vb, d.dk, [&](int r, int c) {
-      extraS += b2f(S0T[r * pk + c]) * b2f(dHT[r * pk + c]);
+    forTile(vb, dk >> 1, [&](int r, int c2) {
+      float2 s0 = __bfloat1622float2(
+          reinterpret_cast<const __nv_bfloat162 *>(S0T + r * pk)[c2]);
+      float2 dh = __bfloat1622float2(
+          reinterpret_cast<const __nv_bfloat162 *>(dHT + r * pk)[c2]);
+      extraS += s0.x * dh.x + s0.y * dh.y;
     });
-    ctaGemmAcc(C, d.dk, vb, SMat{dOb, pb, 1}, SMat{S0T, pk, 1}, accQ);
-    ctaGemmAcc(C, d.dk, vb, SMat{VnT_s, 1, kTP}, SMat{dHT, pk, 1}, accK);
-    ctaGemmAcc(C, d.dk, vb, SMat{dVT, 1, kTP}, SMat{S0T, pk, 1}, accW); // -dW
-    ctaGemm(C, C, vb, SMat{dOb, pb, 1}, SMat{VnT_s, kTP, 1},
-            [&](int m, int c, float x) { dSf[m * kFP + c] += x; });
-    ctaGemm(C, C, vb, SMat{dVT, 1, kTP}, SMat{Vb, 1, pb},
-            [&](int m, int c, float x) { dTf[m * kFP + c] += x * Bt[c]; });
-    ctaGemm(C, vb, C, SMat{Ts, 1, kTP}, SMat{dVT, 1, kTP},
-            [&](int m, int c, float x) { Yf[m * kFP + c] = x; });
-    __syncthreads();
-    forTile(L, vb, [&](int r, int c) {
-      dvOut[(tok0 + r) * d.vs + long(h) * d.dv + j0 + c] =
-          f2b(Yf[r * kFP + c] * Bt[r]);
-    });
-    if (tid < C) {
-      float s = 0.f;
-      for (int c = 0; c < vb; ++c)
-        s += Yf[tid * kFP + c] * b2f(Vb[tid * pb + c]);
-      dB[tid] += s;
+    ctaGemmAcc(C, dk, vb, SMat{dOb, pb, 1}, SMat{S0T, pk, 1}, accQ);
+    ctaGemmAcc(C, dk, vb, SMat{VnTs, 1, kTP}, SMat{dHT, pk, 1}, accK);
+    ctaGemmAcc(C, dk, vb, SMat{dVT, 1, kTP}, SMat{S0T, pk, 1}, accW); // -dW
+    ctaGemmAcc(C, C, vb, SMat{dOb, pb, 1}, SMat{VnTs, kTP, 1}, accS);
+    ctaGemmAcc(C, C, vb, SMat{dVT, 1, kTP}, SMat{Vb, 1, pb}, accT);
+    // Y = T^T dU: dv = beta Y; dbeta gets the row sums of Y * V.
+    float accY[2][8] = {};
+    ctaGemmAcc(C, vb, C, SMat{Ts, 1, kTP}, SMat{dVT, 1, kTP}, accY);
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      int m0, n0;
+      if (!tileOrigin(C, vb, i, m0, n0))
+        break;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const int m = tileRow(m0, e), c = tileCol(n0, e);
+        if (m < L)
+          dvOut[(tok0 + m) * d.vs + long(h) * d.dv + j0 + c] =
+              f2b(accY[i][e] * Bt[m]);
+      }
     }
+    const float sy = rowSums64<2>(vb, rowPart, [&](int i, int e, int m, int c) {
+      return accY[i][e] * b2f(Vb[m * pb + c]);
+    });
+    if (tid < C)
+      dB[tid] += sy;
   }
   const float gl = G[C - 1];
   // Scale dQ, dK rows; this thread's share of sum_r dK_r . k_r.
@@ -887,7 +1017,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
   for (int i = 0; i < NT; ++i) {
     int m0, n0;
-    if (!tileOrigin(C, d.dk, i, m0, n0))
+    if (!tileOrigin(C, dk, i, m0, n0))
       break;
 #pragma unroll
     for (int e = 0; e < 8; ++e) {
@@ -897,67 +1027,43 @@ __global__ void __launch_bounds__(kThreads, 1)
       ek += accK[i][e] * b2f(Ks[m * pk + c]);
     }
   }
-  // extra = Gam_last sum(S0 dh) + sum_r dK_r . k_r, both fixed-order sums.
-  auto blockSum = [&](float x) {
-    __syncthreads();
-    red[tid] = x;
-    __syncthreads();
-    for (int s = kThreads / 2; s > 0; s >>= 1) {
-      if (tid < s)
-        red[tid] += red[tid + s];
-      __syncthreads();
+  // extra = Gam_last sum(S0 dh) + sum_r dK_r . k_r, both fixed-order sums
+  // (warp shuffles, then the warps in order).
+  {
+    const float sS = warpSum(extraS), sK = warpSum(ek);
+    if (lane == 0) {
+      red[warp] = sS;
+      red[8 + warp] = sK;
     }
-    return red[0];
-  };
-  float sumS = blockSum(extraS);
-  float sumK = blockSum(ek);
-  const float extra = __expf(gl) * sumS + sumK;
-  // dS = scale (dO Vnew^T) * D, lower incl.
-  for (int i = tid; i < C * C; i += blockDim.x) {
-    int m = i / C, c = i % C;
-    float x = (c <= m && m < L) ? scale * dSf[m * kFP + c] * __expf(G[m] - G[c])
-                                : 0.f;
-    dSb[m * kTP + c] = f2b(x);
+  }
+  // dS = scale (dO Vnew^T) * D, lower incl. (R4 was read by the dv loop's
+  // products until rowSums64's barriers.)
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    int m0, n0;
+    if (!tileOrigin(C, C, i, m0, n0))
+      break;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      const int m = tileRow(m0, e), c = tileCol(n0, e);
+      dSb[m * kTP + c] = f2b(
+          (c <= m && m < L) ? scale * accS[i][e] * __expf(G[m] - G[c]) : 0.f);
+    }
   }
   __syncthreads();
-  ctaGemmAcc(C, d.dk, C, SMat{dSb, kTP, 1}, SMat{Ks, pk, 1}, accQ);
-  ctaGemmAcc(C, d.dk, C, SMat{dSb, 1, kTP}, SMat{Qs, pk, 1}, accK);
-  // Row sums of register tiles: per (16-column tile, row) partials, then a
-  // fixed-order sum over the column tiles.
-  const int tilesN = d.dk >> 4;
-  auto rowSumRegs = [&](auto &&f) {
-#pragma unroll
-    for (int i = 0; i < NT; ++i) {
-      int m0, n0;
-      if (!tileOrigin(C, d.dk, i, m0, n0))
-        break;
-      float p0 = 0.f, p1 = 0.f;
-#pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        float x = f(i, e, tileRow(m0, e), tileCol(n0, e));
-        if ((e >> 1) & 1)
-          p1 += x;
-        else
-          p0 += x;
-      }
-      p0 += __shfl_xor_sync(0xffffffffu, p0, 1);
-      p0 += __shfl_xor_sync(0xffffffffu, p0, 2);
-      p1 += __shfl_xor_sync(0xffffffffu, p1, 1);
-      p1 += __shfl_xor_sync(0xffffffffu, p1, 2);
-      if (tq == 0) {
-        rowPart[(n0 >> 4) * C + tileRow(m0, 0)] = p0;
-        rowPart[(n0 >> 4) * C + tileRow(m0, 2)] = p1;
-      }
-    }
-    __syncthreads();
-    float s = 0.f;
-    if (tid < C)
-      for (int jn = 0; jn < tilesN; ++jn)
-        s += rowPart[jn * C + tid];
-    return s; // valid for tid < C
-  };
+  float extra;
   {
-    float s = rowSumRegs([&](int i, int e, int m, int c) {
+    float sS = 0.f, sK = 0.f;
+    for (int w = 0; w < kThreads / 32; ++w) {
+      sS += red[w];
+      sK += red[8 + w];
+    }
+    extra = __expf(gl) * sS + sK;
+  }
+  ctaGemmAcc(C, dk, C, SMat{dSb, kTP, 1}, SMat{Ks, pk, 1}, accQ);
+  ctaGemmAcc(C, dk, C, SMat{dSb, 1, kTP}, SMat{Qs, pk, 1}, accK);
+  {
+    float s = rowSums64<NT>(dk, rowPart, [&](int i, int e, int m, int c) {
       return accQ[i][e] * b2f(Qs[m * pk + c]) -
              accK[i][e] * b2f(Ks[m * pk + c]);
     });
@@ -969,29 +1075,42 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
   for (int i = 0; i < NT; ++i) {
     int m0, n0;
-    if (!tileOrigin(C, d.dk, i, m0, n0))
+    if (!tileOrigin(C, dk, i, m0, n0))
       break;
 #pragma unroll
     for (int e = 0; e < 8; ++e) {
       int m = tileRow(m0, e), c = tileCol(n0, e);
       if (direct) {
         if (m < L)
-          dqOut[(tok0 + m) * d.qs + long(hk) * d.dk + c] = f2b(accQ[i][e]);
+          dqOut[(tok0 + m) * d.qs + long(hk) * dk + c] = f2b(accQ[i][e]);
       } else {
-        dQg[(wrow + m) * d.dk + c] = accQ[i][e];
+        dQg[(wrow + m) * dk + c] = accQ[i][e];
       }
       dWb[m * pk + c] = f2b(-accW[i][e]);
     }
   }
   __syncthreads();
-  // WY backward: dT += dW (beta Gam K)^T; X = T^T dW.
-  ctaGemm(
-      C, C, d.dk, SMat{dWb, pk, 1}, SMat{Ks, 1, pk},
-      [&](int m, int c, float x) { dTf[m * kFP + c] += x * Bt[c] * Gam[c]; });
-  float accX[NT][8] = {};
-  ctaGemmAcc(C, d.dk, C, SMat{Ts, 1, kTP}, SMat{dWb, pk, 1}, accX);
+  // WY backward: dT = (dU V^T + Gam (dW K^T)) diag(beta) (columns);
+  // X = T^T dW.
   {
-    float s = rowSumRegs([&](int i, int e, int m, int c) {
+    float accWK[2][8] = {};
+    ctaGemmAcc(C, C, dk, SMat{dWb, pk, 1}, SMat{Ks, 1, pk}, accWK);
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      int m0, n0;
+      if (!tileOrigin(C, C, i, m0, n0))
+        break;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const int m = tileRow(m0, e), c = tileCol(n0, e);
+        dTb[m * kTP + c] = f2b(Bt[c] * (accT[i][e] + Gam[c] * accWK[i][e]));
+      }
+    }
+  }
+  float accX[NT][8] = {};
+  ctaGemmAcc(C, dk, C, SMat{Ts, 1, kTP}, SMat{dWb, pk, 1}, accX);
+  {
+    float s = rowSums64<NT>(dk, rowPart, [&](int i, int e, int m, int c) {
       return accX[i][e] * b2f(Ks[m * pk + c]);
     });
     if (tid < C) {
@@ -1002,7 +1121,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
   for (int i = 0; i < NT; ++i) {
     int m0, n0;
-    if (!tileOrigin(C, d.dk, i, m0, n0))
+    if (!tileOrigin(C, dk, i, m0, n0))
       break;
 #pragma unroll
     for (int e = 0; e < 8; ++e) {
@@ -1011,83 +1130,97 @@ __global__ void __launch_bounds__(kThreads, 1)
       accX[i][e] = 0.f;
     }
   }
-  for (int i = tid; i < C * C; i += blockDim.x) {
-    int m = i / C, c = i % C;
-    dTb[m * kTP + c] = f2b(dTf[m * kFP + c]);
-  }
-  __syncthreads();
-  // dP = -strictlower(T^T dT T^T) * D.
+  // dP = -strictlower(T^T dT T^T) * D (dTb complete: rowSums64 barriers).
   ctaGemm(C, C, C, SMat{Ts, 1, kTP}, SMat{dTb, kTP, 1},
           [&](int m, int c, float x) { M1b[m * kTP + c] = f2b(x); });
   __syncthreads();
-  ctaGemm(C, C, C, SMat{M1b, kTP, 1}, SMat{Ts, 1, kTP},
-          [&](int m, int c, float x) {
-            float p = (c < m && m < L) ? -x * __expf(G[m] - G[c]) : 0.f;
-            Yf[m * kFP + c] = p;
-            dPb[m * kTP + c] = f2b(p);
-            dPbb[m * kTP + c] = f2b(p * Bt[m]);
-          });
-  ctaGemm(C, C, d.dk, SMat{Ks, pk, 1}, SMat{Ks, 1, pk},
-          [&](int m, int c, float x) { dTf[m * kFP + c] = x; });
-  __syncthreads();
-  // dK += diag(beta) dP K + (diag(beta) dP)^T K.
-  ctaGemmAcc(C, d.dk, C, SMat{dPb, kTP, 1}, SMat{Ks, pk, 1}, accX);
+  {
+    float accP[2][8] = {}, accKK[2][8] = {};
+    ctaGemmAcc(C, C, C, SMat{M1b, kTP, 1}, SMat{Ts, 1, kTP}, accP);
+    ctaGemmAcc(C, C, dk, SMat{Ks, pk, 1}, SMat{Ks, 1, pk}, accKK);
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      int m0, n0;
+      if (!tileOrigin(C, C, i, m0, n0))
+        break;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const int m = tileRow(m0, e), c = tileCol(n0, e);
+        const float p =
+            (c < m && m < L) ? -accP[i][e] * __expf(G[m] - G[c]) : 0.f;
+        dPb[m * kTP + c] = f2b(p);
+        dPbb[m * kTP + c] = f2b(p * Bt[m]);
+        accP[i][e] = p * accKK[i][e]; // dbeta / dg terms of dP * (K K^T)
+      }
+    }
+    const float sb = rowSums64<2>(
+        C, rowPart, [&](int i, int e, int, int) { return accP[i][e]; });
+    const float se = colSums64<2>(
+        colPart, [&](int i, int e, int m, int) { return accP[i][e] * Bt[m]; });
+    if (tid < C) {
+      dB[tid] += sb;
+      dG[tid] += Bt[tid] * sb - se;
+    }
+  }
+  // dK += diag(beta) dP K + (diag(beta) dP)^T K (dPb, dPbb complete).
+  ctaGemmAcc(C, dk, C, SMat{dPb, kTP, 1}, SMat{Ks, pk, 1}, accX);
 #pragma unroll
   for (int i = 0; i < NT; ++i) {
     int m0, n0;
-    if (!tileOrigin(C, d.dk, i, m0, n0))
+    if (!tileOrigin(C, dk, i, m0, n0))
       break;
 #pragma unroll
     for (int e = 0; e < 8; ++e)
       accK[i][e] += Bt[tileRow(m0, e)] * accX[i][e];
   }
-  ctaGemmAcc(C, d.dk, C, SMat{dPbb, 1, kTP}, SMat{Ks, pk, 1}, accK);
-  if (tid < C) {
-    int r = tid;
-    float sb = 0.f, se = 0.f;
-    for (int jj = 0; jj < C; ++jj) {
-      sb += Yf[r * kFP + jj] * dTf[r * kFP + jj];
-      se -= Yf[jj * kFP + r] * Bt[jj] * dTf[jj * kFP + r];
-    }
-    dB[r] += sb;
-    dG[r] += Bt[r] * sb + se;
-  }
+  ctaGemmAcc(C, dk, C, SMat{dPbb, 1, kTP}, SMat{Ks, pk, 1}, accK);
 #pragma unroll
   for (int i = 0; i < NT; ++i) {
     int m0, n0;
-    if (!tileOrigin(C, d.dk, i, m0, n0))
+    if (!tileOrigin(C, dk, i, m0, n0))
       break;
 #pragma unroll
     for (int e = 0; e < 8; ++e) {
       int m = tileRow(m0, e), c = tileCol(n0, e);
       if (direct) {
         if (m < L)
-          dkOut[(tok0 + m) * d.ks + long(hk) * d.dk + c] = f2b(accK[i][e]);
+          dkOut[(tok0 + m) * d.ks + long(hk) * dk + c] = f2b(accK[i][e]);
       } else {
-        dKg[(wrow + m) * d.dk + c] = accK[i][e];
+        dKg[(wrow + m) * dk + c] = accK[i][e];
       }
     }
   }
-  __syncthreads();
-  if (tid == 0) {
-    float run = 0.f;
-    for (int r = L - 1; r >= 0; --r) {
-      run += dG[r];
-      long si = (tok0 + r) * d.Hv + h;
-      dgOut[si] = run;
-      dbetaOut[si] = dB[r];
+  // dg = reverse cumsum of dG over the chunk's rows: suffix scans of the two
+  // warps (shuffles), then the first adds the second's total.
+  if (tid < C) {
+    float x = tid < L ? dG[tid] : 0.f;
+    for (int off = 1; off < 32; off <<= 1) {
+      float y = __shfl_down_sync(0xffffffffu, x, off);
+      if (lane + off < 32)
+        x += y;
     }
+    rowPart[tid] = x;
+  }
+  __syncthreads();
+  if (tid < L) {
+    const long si = (tok0 + tid) * d.Hv + h;
+    dgOut[si] = rowPart[tid] + (tid < 32 ? rowPart[32] : 0.f);
+    dbetaOut[si] = dB[tid];
   }
 }
 
-size_t chunkBwdSmem(const Dims &d, int VB, bool reg) {
+size_t chunkBwdRegSmem(const Dims &d, int VB) {
+  const size_t pk = d.dk + 8;
+  return (5 * C + C + 8 * C + 4 * C) * 4 +
+         (2 * C * pk + C * kTP + 2 * size_t(VB) * pk + 4 * size_t(C) * kTP) * 2;
+}
+
+size_t chunkBwdSmem(const Dims &d, int VB) {
   const int pk = d.dk + 8, pb = VB + 8;
-  size_t r3 = reg ? size_t(2) * VB * pk
-                  : std::max(size_t(2) * d.dk * pb, size_t(C) * pk);
+  size_t r3 = std::max(size_t(2) * d.dk * pb, size_t(C) * pk);
   size_t r4 = std::max(size_t(4) * C * pb, size_t(4) * C * kTP);
   return (5 * C + kThreads + 3 * C * kFP) * 4 +
-         (2 * size_t(C) * pk + size_t(C) * kTP + r3 + r4) * 2 +
-         (reg ? 8 * C * sizeof(float) : 0);
+         (2 * size_t(C) * pk + size_t(C) * kTP + r3 + r4) * 2;
 }
 
 /// dq/dk per value head (fp32) -> storage, summed over each group in order.
@@ -1171,7 +1304,7 @@ Status runWU(const Dims &d, const GdnChunkArgs &a, cudaStream_t s,
   intraKernel<<<dim3(d.NT, d.Hv, d.B), kThreads, sm, s>>>(
       d, (const bf *)a.q, (const bf *)a.k, (const bf *)a.v, (const float *)a.g,
       (const float *)a.beta, (float *)a.gCum, (bf *)a.tMat, recompute,
-      regPath(d), w.W, w.U, w.P);
+      regPath(d), intraStages(d, regPath(d)), w.W, w.U, w.P);
   AP_GDN_LAUNCH_CHECK(intraKernel);
   return Status::Ok;
 }
@@ -1259,7 +1392,7 @@ Status chunkBackward(const KernelContext &ctx, const GdnChunkArgs &a) {
         st != Status::Ok)
       return st;
     const int VB = 64;
-    size_t sm = chunkBwdSmem(d, VB, true);
+    size_t sm = chunkBwdRegSmem(d, VB);
     if (Status st = setSmem(chunkBwdRegKernel<4>, sm); st != Status::Ok)
       return st;
     chunkBwdRegKernel<4><<<dim3(d.NT, d.Hv, d.B), kThreads, sm, s>>>(
@@ -1284,7 +1417,7 @@ Status chunkBackward(const KernelContext &ctx, const GdnChunkArgs &a) {
                           (float *)a.dInitialState);
     AP_GDN_LAUNCH_CHECK(stateBwdKernel);
     const int VB = 32;
-    size_t sm = chunkBwdSmem(d, VB, false);
+    size_t sm = chunkBwdSmem(d, VB);
     if (Status st = setSmem(chunkBwdKernel, sm); st != Status::Ok)
       return st;
     chunkBwdKernel<<<dim3(d.NT, d.Hv, d.B), kThreads, sm, s>>>(

@@ -77,12 +77,28 @@ __device__ __forceinline__ void forTile(int rows, int cols, F &&f) {
 
 /// Copies rows [0, rows) x [0, cols) (row r at src + r*stride) into a bf16
 /// tile [rows][pitch], zero rows >= valid. With vec, 16-byte cp.async (the
-/// caller commits and waits); otherwise plain element loads.
+/// caller commits and waits); otherwise plain element loads. When a row is
+/// a power-of-two number of 16-byte pieces (which then divides blockDim.x,
+/// a multiple of 32), each thread keeps one piece column and walks the rows:
+/// no division per copy.
 __device__ __forceinline__ void loadTile(bf *dst, int pitch, const bf *src,
                                          long stride, int rows, int valid,
                                          int cols, bool vec) {
   if (vec) {
     const int per = cols >> 3;
+    if ((per & (per - 1)) == 0 && per <= 32) {
+      const int sh = __ffs(per) - 1, step = blockDim.x >> sh;
+      const int r0 = threadIdx.x >> sh, c = (threadIdx.x & (per - 1)) << 3;
+      const bf *s = src + long(r0) * stride + c;
+      bf *o = dst + r0 * pitch + c;
+      const long sStep = long(step) * stride;
+      const int oStep = step * pitch;
+      for (int r = r0; r < rows; r += step, s += sStep, o += oStep) {
+        const bool in = r < valid;
+        cpAsync16(o, in ? s : src, in ? 16 : 0);
+      }
+      return;
+    }
     for (int i = threadIdx.x; i < rows * per; i += blockDim.x) {
       int r = i / per, c = (i - r * per) << 3;
       bool in = r < valid;
@@ -94,6 +110,19 @@ __device__ __forceinline__ void loadTile(bf *dst, int pitch, const bf *src,
   for (int i = threadIdx.x; i < rows * cols; i += blockDim.x) {
     int r = i / cols, c = i - r * cols;
     dst[r * pitch + c] = r < valid ? src[long(r) * stride + c] : f2b(0.f);
+  }
+}
+
+/// Stores rows [0, rows) x [0, cols) of a bf16 tile [.][pitch] to global
+/// rows dst + r*stride with 16-byte stores (cols % 8 == 0; 16-byte aligned
+/// rows on both sides).
+__device__ __forceinline__ void storeTile(bf *dst, long stride, const bf *src,
+                                          int pitch, int rows, int cols) {
+  const int per = cols >> 3;
+  for (int i = threadIdx.x; i < rows * per; i += blockDim.x) {
+    int r = i / per, c = (i - r * per) << 3;
+    *reinterpret_cast<uint4 *>(dst + long(r) * stride + c) =
+        *reinterpret_cast<const uint4 *>(src + r * pitch + c);
   }
 }
 

@@ -49,6 +49,48 @@ __device__ __forceinline__ void accToA(uint32_t a[4], const float (&acc)[N][4],
   a[3] = pack2(f * acc[2 * i + 1][2], f * acc[2 * i + 1][3]);
 }
 
+/// The state slice of a warp, X[j][e] = X^T[v0 + g + 8 (e >> 1)][8j + 2t +
+/// (e & 1)], from / to a [dk][dv] fp32 state (the ABI layout of initial and
+/// final states and their gradients); nullptr reads as zeros.
+__device__ __forceinline__ void loadStateT(float (&X)[2 * KT][4],
+                                           const float *src, int nk, int dv,
+                                           int v0, bool active) {
+  const int g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
+#pragma unroll
+  for (int j = 0; j < 2 * KT; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int v = v0 + g + 8 * (e >> 1), kk = 8 * j + 2 * t + (e & 1);
+      X[j][e] = (src && active && j < 2 * nk) ? src[long(kk) * dv + v] : 0.f;
+    }
+}
+__device__ __forceinline__ void
+storeStateT(float *dst, const float (&X)[2 * KT][4], int nk, int dv, int v0) {
+  const int g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
+#pragma unroll
+  for (int j = 0; j < 2 * KT; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int v = v0 + g + 8 * (e >> 1), kk = 8 * j + 2 * t + (e & 1);
+      if (j < 2 * nk)
+        dst[long(kk) * dv + v] = X[j][e];
+    }
+}
+
+/// Accumulator tiles X[0..nt) (16 rows x 8 columns each) of a warp to a bf16
+/// row-major [16][pitch] block at dst, as bf16 pairs.
+template <int N>
+__device__ __forceinline__ void storeTilesBf16(bf *dst, int pitch,
+                                               const float (&X)[N][4], int nt) {
+  bf *p = dst + ((threadIdx.x & 31) >> 2) * pitch + 2 * (threadIdx.x & 3);
+#pragma unroll
+  for (int j = 0; j < N; ++j)
+    if (j < nt) {
+      *(uint32_t *)(p + 8 * j) = pack2(X[j][0], X[j][1]);
+      *(uint32_t *)(p + 8 * pitch + 8 * j) = pack2(X[j][2], X[j][3]);
+    }
+}
+
 /// Shared-memory plan: nw warps (16 value columns each) per CTA, two stages.
 struct RegPlan {
   int nw;
@@ -130,16 +172,8 @@ __global__ void __launch_bounds__(256, 1)
       cpAsync4(Gst(buf) + r, gCum + (tok0 + r) * d.Hv + h);
   };
 
-  // S^T slice: S[j][e] = S^T[v0 + g + 8*(e>>1)][8j + 2t + (e&1)].
-  float S[2 * KT][4];
-#pragma unroll
-  for (int j = 0; j < 2 * KT; ++j)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int v = v0 + g + 8 * (e >> 1), kk = 8 * j + 2 * t + (e & 1);
-      S[j][e] =
-          (h0 && active && j < 2 * nk) ? h0[(bh * dk + kk) * d.dv + v] : 0.f;
-    }
+  float S[2 * KT][4]; // S^T slice (loadStateT's layout)
+  loadStateT(S, h0 ? h0 + bh * dk * d.dv : nullptr, nk, d.dv, v0, active);
 
   issue(0, 0);
   cpAsyncCommit();
@@ -157,15 +191,8 @@ __global__ void __launch_bounds__(256, 1)
     const float *G = Gst(buf);
     const float gl = G[L - 1];
     const bf *Ws_ = Wst(buf), *Ks = Kst(buf), *Us = Ust(buf);
-    if (!kOut) {
-      bf *hn = hT + (cb * d.dv + v0 + g) * dk + 2 * t;
-#pragma unroll
-      for (int j = 0; j < 2 * KT; ++j)
-        if (j < 2 * nk) {
-          *(uint32_t *)(hn + 8 * j) = pack2(S[j][0], S[j][1]);
-          *(uint32_t *)(hn + 8 * dk + 8 * j) = pack2(S[j][2], S[j][3]);
-        }
-    }
+    if (!kOut)
+      storeTilesBf16(hT + (cb * d.dv + v0) * dk, dk, S, 2 * nk);
     // acc = S^T W^T (and S^T Q^T): A from the state registers.
     float V[8][4], O[8][4];
 #pragma unroll
@@ -207,14 +234,8 @@ __global__ void __launch_bounds__(256, 1)
         V[j][3] = u1.y - V[j][3];
       }
     }
-    if (!kOut) {
-      bf *vn = VnT + (cb * d.dv + v0 + g) * C + 2 * t;
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        *(uint32_t *)(vn + 8 * j) = pack2(V[j][0], V[j][1]);
-        *(uint32_t *)(vn + 8 * C + 8 * j) = pack2(V[j][2], V[j][3]);
-      }
-    }
+    if (!kOut)
+      storeTilesBf16(VnT + (cb * d.dv + v0) * C, C, V, 8);
     if (kOut) {
       // o^T = acc_Q diag(scale e^G) + Vnew^T P^T, rows >= L never stored.
       const float scale = d.scale;
@@ -283,14 +304,7 @@ __global__ void __launch_bounds__(256, 1)
     }
   }
   if (finalState && active)
-#pragma unroll
-    for (int j = 0; j < 2 * KT; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int v = v0 + g + 8 * (e >> 1), kk = 8 * j + 2 * t + (e & 1);
-        if (j < 2 * nk)
-          finalState[(bh * dk + kk) * d.dv + v] = S[j][e];
-      }
+    storeStateT(finalState + bh * dk * d.dv, S, nk, d.dv, v0);
 }
 
 __global__ void __launch_bounds__(256, 1)
@@ -303,7 +317,7 @@ __global__ void __launch_bounds__(256, 1)
   const int jb = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
   const int hk = h / d.r, j0 = jb * dvb;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int g = lane >> 2, t = lane & 3;
+  const int t = lane & 3;
   const int lr = lane & 7, lsel = (lane >> 3) & 1, lhi = lane >> 4;
   const int v0 = j0 + 16 * warp;
   const bool active = v0 < d.dv;
@@ -334,17 +348,9 @@ __global__ void __launch_bounds__(256, 1)
       cpAsync4(Gst(buf) + r, gCum + (tok0 + r) * d.Hv + h);
   };
 
-  // dH[j][e] = dH^T[v0 + g + 8*(e>>1)][8j + 2t + (e&1)].
-  float H[2 * KT][4];
-#pragma unroll
-  for (int j = 0; j < 2 * KT; ++j)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int v = v0 + g + 8 * (e >> 1), kk = 8 * j + 2 * t + (e & 1);
-      H[j][e] = (dFinal && active && j < 2 * nk)
-                    ? dFinal[(bh * dk + kk) * d.dv + v]
-                    : 0.f;
-    }
+  float H[2 * KT][4]; // dH^T slice (loadStateT's layout)
+  loadStateT(H, dFinal ? dFinal + bh * dk * d.dv : nullptr, nk, d.dv, v0,
+             active);
 
   issue(d.NT - 1, 0);
   cpAsyncCommit();
@@ -363,15 +369,7 @@ __global__ void __launch_bounds__(256, 1)
     const float gl = G[L - 1];
     const bf *Qs = Qst(buf), *Ks = Kst(buf), *Ws_ = Wst(buf), *Ps = Pst(buf),
              *Os = Ost(buf);
-    {
-      bf *dh = dhT + (cb * d.dv + v0 + g) * dk + 2 * t;
-#pragma unroll
-      for (int j = 0; j < 2 * KT; ++j)
-        if (j < 2 * nk) {
-          *(uint32_t *)(dh + 8 * j) = pack2(H[j][0], H[j][1]);
-          *(uint32_t *)(dh + 8 * dk + 8 * j) = pack2(H[j][2], H[j][3]);
-        }
-    }
+    storeTilesBf16(dhT + (cb * d.dv + v0) * dk, dk, H, 2 * nk);
     // D = dH^T K^T, then columns times e^{G_L - G}.
     float D[8][4];
 #pragma unroll
@@ -419,14 +417,7 @@ __global__ void __launch_bounds__(256, 1)
         mma16816(D[2 * jp], aO[kk], bp);
         mma16816(D[2 * jp + 1], aO[kk], bp + 2);
       }
-    {
-      bf *dvn = dVnT + (cb * d.dv + v0 + g) * C + 2 * t;
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        *(uint32_t *)(dvn + 8 * j) = pack2(D[j][0], D[j][1]);
-        *(uint32_t *)(dvn + 8 * C + 8 * j) = pack2(D[j][2], D[j][3]);
-      }
-    }
+    storeTilesBf16(dVnT + (cb * d.dv + v0) * C, C, D, 8);
     // dH^T = e^{G_L} dH^T + (dO^T diag(scale e^G)) Q - dVnew^T W.
     const float gam = __expf(gl);
 #pragma unroll
@@ -467,14 +458,7 @@ __global__ void __launch_bounds__(256, 1)
     }
   }
   if (dInit && active)
-#pragma unroll
-    for (int j = 0; j < 2 * KT; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int v = v0 + g + 8 * (e >> 1), kk = 8 * j + 2 * t + (e & 1);
-        if (j < 2 * nk)
-          dInit[(bh * dk + kk) * d.dv + v] = H[j][e];
-      }
+    storeStateT(dInit + bh * dk * d.dv, H, nk, d.dv, v0);
 }
 
 template <typename K> Status setSmem(K kernel, size_t bytes) {
