@@ -1,0 +1,501 @@
+#!/usr/bin/env python3
+"""Qwen3.5-0.8B training on the H200 under several placements (issue 8).
+
+Three steps, each its own command:
+
+  build  (here, needs the compiler)  compiles every arm with actplace-compile
+         from the CUDA build (build-bench): a stripped binary (xz), the JSON
+         placement report, the memory-timeline SVG and the compile output,
+         plus manifest.json (commit, shape, model FLOPs), into one carry
+         folder (default gpu-carry/qwen-bench).
+  run    (on the GPU machine; python3 only, no compiler)  each arm runs
+         WARMUP + STEPS steps in a fresh process, arms alternated over
+         ROUNDS so that drift hits all of them; raw metrics JSONL (every line
+         tagged with the commit), the process log and the carry's reports,
+         SVGs and manifest go to --out (e.g. $OUT/qwen-bench).
+  table  (here)  one table from a run folder: step time (median, range),
+         tokens/s, MFU, planned vs measured device peak, pinned pool,
+         bytes moved each way, predicted vs measured exposed transfer time.
+
+  bench/qwen_train_bench.py build [--model M --seq N --micro-batches K]
+  bench/qwen_train_bench.py run --carry gpu-carry/qwen-bench --out DIR
+  bench/qwen_train_bench.py table DIR
+
+Measured exposed transfer time of an arm = its median step time minus the
+no-offload arm's median; predicted = the cost model's step time with the
+placement minus without it (report totals; includes recompute), and the
+stall part alone (exposed transfer per microbatch x microbatches).
+
+Model FLOPs (MFU): counted from the config, matmul FLOPs only (2 per
+multiply-add), per token of forward, T = sequence length:
+  GDN layer  2 D (2 Hk dk + 2 Hv dv + 2 Hv) + 2 Hv dv D     projections
+             + 2 Kc (2 Hk dk + Hv dv)                       short conv
+             + 6 Hv dk dv                                   recurrence (S^T k,
+                                                            k u^T, S^T q)
+  attention  2 D (H hd (2 if output gate) + 2 Hkv hd) + 2 H hd D
+             + 4 H hd (T + 1) / 2                           causal QK^T, PV
+  MLA        2 D q_lora + 2 q_lora H (dn + dr) (or 2 D H (dn + dr))
+             + 2 D (kv_lora + dr) + 2 kv_lora H (dn + dv) + 2 H dv D
+             + 2 H (dn + dr + dv) (T + 1) / 2
+  MLP        6 D I
+  LM head    2 D V (tied; the embedding lookup counts 0)
+training = 3 x forward (backward = 2 x forward; recompute not counted);
+MFU = training FLOPs per step / step time / peak, peak 989.5 TFLOP/s
+(H200 SXM dense BF16, datasheet; --peak-tflops to change).
+"""
+import argparse
+import json
+import lzma
+import math
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# Every leaf module (DESIGN.md section 3), for "offload everything".
+ALL_LEAVES = ["attn_norm", "gdn_in_proj", "gdn_prep", "gdn_core_attn",
+              "gdn_norm_out", "gdn_out_proj", "qkv_linear", "mla_up_proj",
+              "core_attn", "attn_proj", "mlp_norm", "mlp_fc1", "mlp_act",
+              "mlp_fc2", "embedding", "final_norm", "lm_head"]
+ALIASES = {"mlp": ["mlp_fc1", "mlp_act", "mlp_fc2"],
+           "layernorm": ["attn_norm", "mlp_norm", "final_norm"]}
+# The most aggressive recompute set the passes accept together with
+# offloading every other leaf (largest predicted activation-peak reduction
+# of the combinations tried with the placement report, commit 92b55a9:
+# 76.7% at +18.6% predicted step time for Qwen3.5-0.8B, seq 4096).
+MAX_RECOMPUTE = ["gdn_prep", "gdn_norm_out", "mlp", "layernorm", "core_attn",
+                 "qkv_linear"]
+
+
+def leaves(names):
+    out = []
+    for n in names:
+        out += ALIASES.get(n, [n])
+    return out
+
+
+# name -> (actplace-compile placement flags, what it is).
+ARMS = {
+    "none": ([], "no offload, no recompute"),
+    "ref": (["--offload-modules=gdn_core_attn", "--fraction=1"],
+            "the reference design's arm: offload gdn_core_attn, fraction 1"),
+    "ref+norm": (["--offload-modules=gdn_core_attn", "--fraction=1",
+                  "--recompute-modules=gdn_norm_out"],
+                 "ref + recompute gdn_norm_out"),
+    "all": (["--offload-modules=" + ",".join(ALL_LEAVES)],
+            "offload every leaf (the hide rule keeps what cannot hide)"),
+    "max": (["--recompute-modules=" + ",".join(MAX_RECOMPUTE),
+             "--offload-modules=" + ",".join(
+                 l for l in ALL_LEAVES if l not in leaves(MAX_RECOMPUTE))],
+            "recompute " + ",".join(MAX_RECOMPUTE) + " and offload the rest"),
+}
+DEFAULT_ARMS = ["none", "ref", "ref+norm", "all", "max"]
+
+
+def log(*a):
+    print(*a, file=sys.stderr, flush=True)
+
+
+#===----------------------------------------------------------------------===#
+# Model FLOPs
+#===----------------------------------------------------------------------===#
+
+def text_config(cfg):
+    """Flat fields, with Qwen3.5's text_config / rope_parameters merged in."""
+    out = dict(cfg)
+    out.update(cfg.get("text_config", {}))
+    out.update(out.get("rope_parameters", {}) or {})
+    return out
+
+
+def layer_layout(c):
+    """[(mixer, has_mlp)] as actplace-import reads it."""
+    if "layer_types" in c:
+        kinds = {"linear_attention": "gdn", "full_attention": "attn",
+                 "mla": "mla", "mlp": None}
+        return [(kinds[t], True) for t in c["layer_types"]]
+    if "hybrid_layer_pattern" in c:
+        kinds = {"G": "gdn", "A": "attn", "L": "mla", "-": None}
+        return [(kinds[ch], ch == "-") for ch in c["hybrid_layer_pattern"]]
+    n, k = c["num_hidden_layers"], c["full_attention_interval"]
+    return [("attn" if (i + 1) % k == 0 else "gdn", True) for i in range(n)]
+
+
+def forward_flops_per_token(cfg, seq):
+    """Forward matmul FLOPs per token (module docstring has the formula)."""
+    c = text_config(cfg)
+    D, V = c["hidden_size"], c["vocab_size"]
+    ctx = (seq + 1) / 2
+    total = 2 * D * V
+    for mixer, has_mlp in layer_layout(c):
+        if mixer == "gdn":
+            hk, hv = c["linear_num_key_heads"], c["linear_num_value_heads"]
+            dk, dv = c["linear_key_head_dim"], c["linear_value_head_dim"]
+            kc = c["linear_conv_kernel_dim"]
+            total += 2 * D * (2 * hk * dk + 2 * hv * dv + 2 * hv)
+            total += 2 * hv * dv * D
+            total += 2 * kc * (2 * hk * dk + hv * dv)
+            total += 6 * hv * dk * dv
+        elif mixer == "attn":
+            h, hkv, hd = (c["num_attention_heads"], c["num_key_value_heads"],
+                          c["head_dim"])
+            q = h * hd * (2 if c.get("attn_output_gate") else 1)
+            total += 2 * D * (q + 2 * hkv * hd) + 2 * h * hd * D
+            total += 4 * h * hd * ctx
+        elif mixer == "mla":
+            h = c["num_attention_heads"]
+            dn, dr, dv = (c["qk_nope_head_dim"], c["qk_rope_head_dim"],
+                          c["v_head_dim"])
+            ql, kvl = c.get("q_lora_rank"), c["kv_lora_rank"]
+            total += (2 * D * ql + 2 * ql * h * (dn + dr)) if ql else \
+                2 * D * h * (dn + dr)
+            total += 2 * D * (kvl + dr) + 2 * kvl * h * (dn + dv)
+            total += 2 * h * dv * D
+            total += 2 * h * (dn + dr + dv) * ctx
+        if has_mlp:
+            total += 6 * D * c["intermediate_size"]
+    return total
+
+
+#===----------------------------------------------------------------------===#
+# build
+#===----------------------------------------------------------------------===#
+
+def git(*args):
+    return subprocess.run(["git", "-C", REPO, *args], capture_output=True,
+                          text=True).stdout.strip()
+
+
+def cmd_build(a):
+    build = os.path.join(REPO, a.build_dir)
+    compiler = os.path.join(build, "bin", "actplace-compile")
+    if not a.no_rebuild:
+        # actplace-compile links the runtime and kernel archives as they are
+        # in the build: bring both up to date with the tree first.
+        log("cmake --build", a.build_dir, "--target actplace-compile")
+        subprocess.run(["cmake", "--build", build, "-j2", "--target",
+                        "actplace-compile"], check=True)
+    arms = a.arms.split(",")
+    for arm in arms:
+        if arm not in ARMS:
+            sys.exit(f"unknown arm '{arm}' (known: {', '.join(ARMS)})")
+    carry = os.path.abspath(a.carry)
+    os.makedirs(carry, exist_ok=True)
+    model = os.path.abspath(a.model)
+    cfg = json.load(open(model))
+    name = os.path.splitext(os.path.basename(model))[0]
+    tokens = a.micro_batch_size * a.seq * a.micro_batches
+    fwd = forward_flops_per_token(cfg, a.seq)
+    dirty = [l[3:] for l in git("status", "--porcelain",
+                                "--untracked-files=no").splitlines()]
+    manifest = {
+        "commit": git("rev-parse", "HEAD"),
+        "dirty_files": dirty,
+        "built": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "build_dir": a.build_dir,
+        "model": os.path.relpath(model, REPO),
+        "seq": a.seq, "micro_batch_size": a.micro_batch_size,
+        "micro_batches": a.micro_batches, "dtype": a.dtype,
+        "tokens_per_step": tokens,
+        "forward_flops_per_token": fwd,
+        "train_flops_per_step": 3 * fwd * tokens,
+        "arms": {},
+    }
+    if dirty:
+        log("warning: the tree has uncommitted changes, the binaries include "
+            "them:", " ".join(dirty))
+    with tempfile.TemporaryDirectory() as tmp:
+        for arm in arms:
+            flags, what = ARMS[arm]
+            base = os.path.join(carry, arm)
+            binary = os.path.join(tmp, arm)
+            cmd = [compiler, model, "--seq", str(a.seq),
+                   "--micro-batch-size", str(a.micro_batch_size),
+                   "--micro-batches", str(a.micro_batches), "--dtype", a.dtype,
+                   *flags, "--report-json", base + ".report.json",
+                   "--memory-timeline", base + ".svg",
+                   "--memory-timeline-title",
+                   f"{name} seq {a.seq}, {a.micro_batches} x {a.micro_batch_size}"
+                   f" sequences, {a.dtype}: arm '{arm}'",
+                   "-o", binary]
+            log(f"[{arm}]", " ".join(cmd[1:]))
+            t0 = time.time()
+            p = subprocess.run(cmd, capture_output=True, text=True)
+            seconds = time.time() - t0
+            open(base + ".compile.txt", "w").write(
+                "$ " + " ".join(cmd) + "\n" + p.stdout + p.stderr)
+            if p.returncode != 0:
+                sys.stderr.write(p.stdout + p.stderr)
+                sys.exit(f"[{arm}] actplace-compile failed (exit {p.returncode})")
+            sys.stderr.write(p.stdout)
+            subprocess.run(["strip", binary], check=True)
+            with open(binary, "rb") as f, lzma.open(base + ".xz", "wb",
+                                                    preset=6) as out:
+                shutil.copyfileobj(f, out)
+            planned = None
+            for line in p.stdout.splitlines():
+                if line.startswith("planned peak: arena "):
+                    planned = int(line.split()[3])
+            manifest["arms"][arm] = {
+                "flags": flags, "what": what, "binary": arm + ".xz",
+                "report": arm + ".report.json", "svg": arm + ".svg",
+                "compile_seconds": round(seconds, 1),
+                "planned_arena_bytes": planned,
+            }
+    json.dump(manifest, open(os.path.join(carry, "manifest.json"), "w"),
+              indent=1)
+    size = sum(os.path.getsize(os.path.join(carry, f))
+               for f in os.listdir(carry))
+    log(f"wrote {carry} ({size / 2**20:.1f} MiB, {len(arms)} arms, commit "
+        f"{manifest['commit'][:10]}{' + uncommitted changes' if dirty else ''})")
+
+
+#===----------------------------------------------------------------------===#
+# run
+#===----------------------------------------------------------------------===#
+
+def gpu_info():
+    try:
+        return subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,driver_version,clocks.sm,"
+             "clocks.mem,memory.used,memory.total", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def cmd_run(a):
+    carry = os.path.abspath(a.carry)
+    manifest = json.load(open(os.path.join(carry, "manifest.json")))
+    arms = a.arms.split(",") if a.arms else list(manifest["arms"])
+    out = os.path.abspath(a.out)
+    os.makedirs(out, exist_ok=True)
+    bindir = tempfile.mkdtemp(prefix="qwen-bench-")
+    for arm in arms:
+        info = manifest["arms"][arm]
+        path = os.path.join(bindir, arm)
+        with lzma.open(os.path.join(carry, info["binary"])) as f, \
+                open(path, "wb") as o:
+            shutil.copyfileobj(f, o)
+        os.chmod(path, 0o755)
+        for key in ("report", "svg"):
+            shutil.copy(os.path.join(carry, info[key]), out)
+    total_steps = a.warmup + a.steps
+    run = {"host": socket.gethostname(), "device": a.device,
+           "gpu_before": gpu_info(), "warmup": a.warmup, "steps": a.steps,
+           "rounds": a.rounds, "seed": a.seed, "data": a.data,
+           "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+           "processes": []}
+    results = open(os.path.join(out, "results.jsonl"), "w")
+    for r in range(a.rounds):
+        # Rotate the order each round: every arm runs early and late.
+        order = arms[r % len(arms):] + arms[:r % len(arms)]
+        for pos, arm in enumerate(order):
+            metrics = os.path.join(out, f"{arm}.r{r}.jsonl")
+            logf = os.path.join(out, f"{arm}.r{r}.log")
+            cmd = [os.path.join(bindir, arm), "--steps", str(total_steps),
+                   "--device", a.device, "--seed", str(a.seed),
+                   "--data", a.data, "--metrics", metrics]
+            log(f"round {r} #{pos} {arm}: {' '.join(cmd[1:])}")
+            t0 = time.time()
+            try:
+                with open(logf, "w") as lf:
+                    rc = subprocess.run(cmd, stdout=lf, stderr=subprocess.STDOUT,
+                                        timeout=a.timeout).returncode
+            except subprocess.TimeoutExpired:
+                rc = "timeout"
+            wall = time.time() - t0
+            lines = []
+            if os.path.exists(metrics):
+                lines = [json.loads(l) for l in open(metrics) if l.strip()]
+            for m in lines:
+                row = {"commit": manifest["commit"], "arm": arm, "round": r,
+                       "position": pos, "warmup": m["step"] <= a.warmup}
+                row.update(m)
+                results.write(json.dumps(row) + "\n")
+            results.flush()
+            proc = {"arm": arm, "round": r, "position": pos, "rc": rc,
+                    "wall_s": round(wall, 2), "steps_written": len(lines)}
+            run["processes"].append(proc)
+            log(f"  rc={rc} wall={wall:.1f}s steps={len(lines)}"
+                + (f" last step {lines[-1]['step_time_s']:.4f}s" if lines
+                   else ""))
+            if rc != 0:
+                log("  log tail:", open(logf).read()[-2000:])
+    results.close()
+    run["gpu_after"] = gpu_info()
+    run["finished"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    manifest["run"] = run
+    json.dump(manifest, open(os.path.join(out, "manifest.json"), "w"), indent=1)
+    shutil.rmtree(bindir, ignore_errors=True)
+    log(f"wrote {out}")
+
+
+#===----------------------------------------------------------------------===#
+# table
+#===----------------------------------------------------------------------===#
+
+MIB = 2.0 ** 20
+
+
+def fmt_mib(b):
+    return "-" if b is None else f"{b / MIB:,.1f}"
+
+
+def cmd_table(a):
+    d = os.path.abspath(a.results)
+    manifest = json.load(open(os.path.join(d, "manifest.json")))
+    run = manifest.get("run", {})
+    rows = [json.loads(l) for l in open(os.path.join(d, "results.jsonl"))
+            if l.strip()]
+    arms = [arm for arm in manifest["arms"]
+            if any(r["arm"] == arm for r in rows)] or list(manifest["arms"])
+    micro = manifest["micro_batches"]
+    flops = manifest["train_flops_per_step"]
+    peak = a.peak_tflops * 1e12
+
+    stats = {}
+    for arm in arms:
+        meas = [r for r in rows if r["arm"] == arm and not r["warmup"]]
+        rep = json.load(open(os.path.join(d, manifest["arms"][arm]["report"])))
+        t = rep["totals"]
+        s = {"n": len(meas), "report": t}
+        if meas:
+            times = [r["step_time_s"] for r in meas]
+            s["median"] = statistics.median(times)
+            s["min"], s["max"] = min(times), max(times)
+            s["tokens"] = statistics.median(r["tokens_per_s"] for r in meas)
+            s["planned"] = max(r["planned_peak_bytes"] for r in meas)
+            s["device_peak"] = max(r["device_peak_bytes"] for r in meas)
+            s["pinned"] = max(r["pinned_pool"]["bytes"] for r in meas)
+            s["pinned_in_use"] = max(r["pinned_pool"]["in_use"] for r in meas)
+            last = meas[-1]["transfers"]
+            s["d2h"] = sum(v["d2h_bytes"] for v in last.values())
+            s["h2d"] = sum(v["h2d_bytes"] for v in last.values())
+            s["finite"] = all(r["loss"] is not None for r in meas)
+        stats[arm] = s
+    procs = run.get("processes", [])
+    failed = [p for p in procs if p["rc"] != 0]
+
+    base = stats.get("none", {})
+    print(f"# {manifest['model']}: seq {manifest['seq']}, "
+          f"{micro} x {manifest['micro_batch_size']} sequences, "
+          f"{manifest['dtype']}; commit {manifest['commit'][:10]}"
+          + (" + uncommitted changes" if manifest.get("dirty_files") else ""))
+    print(f"# {run.get('device', '?')} on {run.get('host', '?')} "
+          f"({run.get('gpu_before') or 'no nvidia-smi'}); "
+          f"{run.get('warmup')} warm-up + {run.get('steps')} measured steps "
+          f"per process, {run.get('rounds')} rounds, arms rotated each round")
+    print()
+    head = ["arm", "steps", "step ms median [min, max]", "tokens/s", "MFU %",
+            "planned peak MiB", "measured peak MiB (vs plan)",
+            "predicted peak MiB", "act. peak removed % pred / meas",
+            "pinned MiB", "d2h / h2d MiB per step (pred)",
+            "pred. exposed ms", "pred. step +ms", "meas. step +ms",
+            "meas - pred % of step"]
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---|" * len(head))
+    act_before = base.get("report", {}).get("activation_peak_bytes_before")
+    for arm in arms:
+        s = stats[arm]
+        t = s["report"]
+        pred_exposed = t["exposed_transfer_seconds_per_microbatch"] * micro
+        pred_delta = t["step_seconds_after"] - t["step_seconds_before"]
+        pred_removed = 100 * (1 - t["activation_peak_bytes_after"] /
+                              t["activation_peak_bytes_before"])
+        if not s["n"]:
+            print(f"| {arm} | 0 | no measured steps | | | | | "
+                  f"{fmt_mib(t['peak_bytes_after'])} | {pred_removed:.1f} / - "
+                  f"| | | {pred_exposed * 1e3:.2f} | {pred_delta * 1e3:.2f} | | |")
+            continue
+        mfu = 100 * flops / s["median"] / peak
+        vs_plan = 100 * (s["device_peak"] / s["planned"] - 1)
+        meas_removed = "-"
+        meas_delta = "-"
+        err = "-"
+        if base.get("n"):
+            if act_before:
+                meas_removed = (f"{100 * (base['device_peak'] - s['device_peak']) / act_before:.1f}")
+            delta = s["median"] - base["median"]
+            meas_delta = f"{delta * 1e3:+.2f}"
+            err = f"{100 * (delta - pred_delta) / base['median']:+.2f}"
+        print(f"| {arm} | {s['n']} | {s['median'] * 1e3:.2f} "
+              f"[{s['min'] * 1e3:.2f}, {s['max'] * 1e3:.2f}] | "
+              f"{s['tokens']:,.0f} | {mfu:.3g} | {fmt_mib(s['planned'])} | "
+              f"{fmt_mib(s['device_peak'])} ({vs_plan:+.2f}%) | "
+              f"{fmt_mib(t['peak_bytes_after'])} | {pred_removed:.1f} / "
+              f"{meas_removed} | {fmt_mib(s['pinned'])} | "
+              f"{fmt_mib(s['d2h'])} / {fmt_mib(s['h2d'])} "
+              f"({fmt_mib(t['d2h_bytes_per_step'])}) | {pred_exposed * 1e3:.2f} | "
+              f"{pred_delta * 1e3:+.2f} | {meas_delta} | {err} |")
+    print()
+    print(f"Model FLOPs: {manifest['forward_flops_per_token'] / 1e9:.4g} "
+          f"GFLOP forward per token x 3 (forward + backward) x "
+          f"{manifest['tokens_per_step']} tokens = {flops / 1e12:.4g} TFLOP "
+          f"per step; MFU against {a.peak_tflops} TFLOP/s (formula: "
+          f"bench/qwen_train_bench.py docstring).")
+    print("Measured peak: device_peak_bytes (cudaMemGetInfo over the step "
+          "less the context; host backend: the arena); planned: "
+          "planned_peak_bytes; predicted: the memory timeline's peak (cost "
+          "model). Activation peak removed: predicted from the report's "
+          "activation peaks; measured = (no-offload device peak - arm device "
+          "peak) / predicted no-offload activation peak.")
+    print("Exposed transfer: predicted = stalls of the simulated streams x "
+          "microbatches; 'pred. step +ms' = the cost model's step time with "
+          "minus without the placement (recompute included); measured = "
+          "median step time minus the no-offload arm's median.")
+    bad = [arm for arm in arms if stats[arm]["n"] and
+           (stats[arm]["pinned_in_use"] != 0 or not stats[arm]["finite"])]
+    if bad:
+        print("WARNING: pinned memory in use after a step or a non-finite "
+              "loss in:", ", ".join(bad))
+    if failed:
+        print("FAILED processes:", ", ".join(
+            f"{p['arm']} round {p['round']} (rc {p['rc']})" for p in failed))
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("build", help="compile the arms into a carry folder")
+    b.add_argument("--build-dir", default="build-bench")
+    b.add_argument("--model", default=os.path.join(REPO, "models",
+                                                   "qwen3.5-0.8b.json"))
+    b.add_argument("--seq", type=int, default=4096)
+    b.add_argument("--micro-batch-size", type=int, default=1)
+    b.add_argument("--micro-batches", type=int, default=4)
+    b.add_argument("--dtype", default="bf16")
+    b.add_argument("--arms", default=",".join(DEFAULT_ARMS))
+    b.add_argument("--carry", default=os.path.join(REPO, "gpu-carry",
+                                                   "qwen-bench"))
+    b.add_argument("--no-rebuild", action="store_true",
+                   help="use the build's archives as they are")
+    r = sub.add_parser("run", help="run every arm (GPU machine)")
+    r.add_argument("--carry", default=os.path.join(REPO, "gpu-carry",
+                                                   "qwen-bench"))
+    r.add_argument("--out", required=True)
+    r.add_argument("--arms", default="", help="default: every built arm")
+    r.add_argument("--device", default="cuda")
+    r.add_argument("--warmup", type=int, default=3)
+    r.add_argument("--steps", type=int, default=10)
+    r.add_argument("--rounds", type=int, default=1)
+    r.add_argument("--seed", type=int, default=1)
+    r.add_argument("--data", default="synthetic")
+    r.add_argument("--timeout", type=float, default=300,
+                   help="seconds per process")
+    t = sub.add_parser("table", help="print the table of a run folder")
+    t.add_argument("results")
+    t.add_argument("--peak-tflops", type=float, default=989.5)
+    a = p.parse_args()
+    {"build": cmd_build, "run": cmd_run, "table": cmd_table}[a.cmd](a)
+
+
+if __name__ == "__main__":
+    main()
