@@ -169,7 +169,7 @@ def forward_flops_per_token(cfg, seq):
 
 def git(*args):
     return subprocess.run(["git", "-C", REPO, *args], capture_output=True,
-                          text=True).stdout.strip()
+                          text=True).stdout
 
 
 def cmd_build(a):
@@ -192,10 +192,11 @@ def cmd_build(a):
     name = os.path.splitext(os.path.basename(model))[0]
     tokens = a.micro_batch_size * a.seq * a.micro_batches
     fwd = forward_flops_per_token(cfg, a.seq)
-    dirty = [l[3:] for l in git("status", "--porcelain",
-                                "--untracked-files=no").splitlines()]
+    dirty = [l.split(None, 1)[1] for l in git(
+        "status", "--porcelain", "--untracked-files=no").splitlines()
+        if l.strip()]
     manifest = {
-        "commit": git("rev-parse", "HEAD"),
+        "commit": git("rev-parse", "HEAD").strip(),
         "dirty_files": dirty,
         "built": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "build_dir": a.build_dir,
