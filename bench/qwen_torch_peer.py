@@ -313,8 +313,13 @@ class Trainer:
             for g, p in zip(self.main_grads, self.params):
                 g.copy_(p.grad)
                 p.grad = None
-        norm = torch.linalg.vector_norm(torch.stack(
-            [torch.linalg.vector_norm(g) for g in self.main_grads]))
+        # Multi-tensor kernels where this PyTorch has them (one launch per
+        # group of tensors instead of one per parameter).
+        if hasattr(torch, "_foreach_norm"):
+            norms = torch._foreach_norm(self.main_grads)
+        else:
+            norms = [torch.linalg.vector_norm(g) for g in self.main_grads]
+        norm = torch.linalg.vector_norm(torch.stack(norms))
         if self.cfg.max_grad_norm > 0:
             coef = torch.clamp(self.cfg.max_grad_norm / (norm + 1e-6), max=1.0)
             try:
@@ -328,10 +333,17 @@ class Trainer:
             group["lr"] = lr
         self.opt.step()
         with torch.no_grad():
-            for p, m in zip(self.params, self.masters):
-                p.copy_(m)
-        for g in self.main_grads:
-            g.zero_()
+            try:
+                torch._foreach_copy_(self.params, self.masters)
+            except (AttributeError, RuntimeError, TypeError):
+                # No multi-tensor copy (or none across dtypes) here.
+                for p, m in zip(self.params, self.masters):
+                    p.copy_(m)
+        if hasattr(torch, "_foreach_zero_"):
+            torch._foreach_zero_(self.main_grads)
+        else:
+            for g in self.main_grads:
+                g.zero_()
         return loss_total / count, norm, lr
 
 
