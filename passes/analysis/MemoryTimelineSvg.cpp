@@ -714,9 +714,9 @@ void SvgWriter::referenceLines() {
   llvm::stable_sort(
       lines, [](const auto &a, const auto &b) { return a.bytes > b.bytes; });
   double lastLabelY = -1e9;
-  double offScaleY = plotTop + 12;
-  // On the side the peak label does not extend to.
-  bool labelsLeft = !peakLabelLeft();
+  // Below the peak label's row, on the side away from the peak.
+  double offScaleY = plotTop + 26;
+  bool labelsLeft = peakLabelLeft();
   for (const MemoryChartStyle::Line &l : lines) {
     if (offScale(l)) {
       os << llvm::formatv(
@@ -754,9 +754,14 @@ void SvgWriter::peak() {
   double x = peakX();
   double y = yOf(chart.peakBytes());
   os << "<g id=\"peak\">\n";
+  // The label sits in the top row of the plot (above every band and
+  // reference line, which stay below 1/1.08 of the height), joined to the
+  // marker by a dotted line.
+  double labelY = plotTop + 12;
   os << llvm::formatv("<line x1=\"{0}\" y1=\"{1}\" x2=\"{0}\" y2=\"{2}\" "
-                      "stroke=\"#d62728\" stroke-width=\"1.5\"/>\n",
-                      px(x), px(y - 14), px(y));
+                      "stroke=\"#d62728\" stroke-width=\"1\" "
+                      "stroke-dasharray=\"2 2\"/>\n",
+                      px(x), px(labelY + 3), px(y));
   os << llvm::formatv("<circle cx=\"{0}\" cy=\"{1}\" r=\"3.5\" "
                       "fill=\"#d62728\"/>\n",
                       px(x), px(y));
@@ -767,7 +772,7 @@ void SvgWriter::peak() {
       "<text class=\"peak\" x=\"{0}\" y=\"{1}\" text-anchor=\"{2}\" "
       "font-weight=\"bold\" fill=\"#d62728\" data-bytes=\"{3}\" "
       "{4}>{5}</text>\n",
-      px(right ? x + 6 : x - 6), px(y - 16), right ? "start" : "end",
+      px(right ? x + 6 : x - 6), px(labelY), right ? "start" : "end",
       chart.peakBytes(), kHalo, xmlEscape(text));
   os << "</g>\n";
 }
