@@ -39,6 +39,8 @@ GPU usage (nothing is compiled there):
   python3 bench/qwen_torch_peer.py parity --binary gpu-carry/qwen-bench/none.xz --out $OUT/parity
 """
 import argparse
+import contextlib
+import io
 import json
 import lzma
 import math
@@ -48,6 +50,7 @@ import statistics
 import struct
 import subprocess
 import sys
+import tempfile
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -476,19 +479,33 @@ def cmd_compare(a):
 
 
 def cmd_parity(a):
+    """Large files (weights, tokens, the unpacked binary) go to a work
+    folder, removed at the end unless --work names one: only metrics, logs
+    and the comparison land in --out (on the GPU machine, $OUT comes back)."""
     out = os.path.abspath(a.out)
     os.makedirs(out, exist_ok=True)
-    a.out = out
+    work = os.path.abspath(a.work) if a.work else \
+        tempfile.mkdtemp(prefix="qwen-parity-")
+    try:
+        parity(a, out, work)
+    finally:
+        if not a.work:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def parity(a, out, work):
+    open(os.path.join(out, "parity.md"), "w").close()
+    a.out = work
     cmd_prepare(a)
     binary = a.binary
     if binary.endswith(".xz"):
-        target = os.path.join(out, os.path.basename(binary)[:-3])
+        target = os.path.join(work, os.path.basename(binary)[:-3])
         with lzma.open(binary) as f, open(target, "wb") as o:
             shutil.copyfileobj(f, o)
         os.chmod(target, 0o755)
         binary = target
-    weights = os.path.join(out, "weights.safetensors")
-    data = "tokens32:" + os.path.join(out, "tokens.bin")
+    weights = os.path.join(work, "weights.safetensors")
+    data = "tokens32:" + os.path.join(work, "tokens.bin")
     cmd = [binary, "--steps", str(a.steps), "--device",
            "cuda" if a.device.startswith("cuda") else "host",
            "--init-weights", weights, "--data", data, "--lr", repr(a.lr),
@@ -513,10 +530,15 @@ def cmd_parity(a):
         if subprocess.run(cmd).returncode != 0:
             log("peer with --gdn %s failed" % gdn)
             continue
-        print("\n## ours vs peer (--gdn %s, --attention %s)\n" %
-              (gdn, a.attention))
-        cmd_compare(argparse.Namespace(ours=os.path.join(out, "ours.jsonl"),
-                                       peer=peer))
+        text = io.StringIO()
+        with contextlib.redirect_stdout(text):
+            print("\n## ours vs peer (--gdn %s, --attention %s)\n" %
+                  (gdn, a.attention))
+            cmd_compare(argparse.Namespace(
+                ours=os.path.join(out, "ours.jsonl"), peer=peer))
+        print(text.getvalue(), end="")
+        with open(os.path.join(out, "parity.md"), "a") as f:
+            f.write(text.getvalue())
 
 
 def cmd_selftest(a):
@@ -593,7 +615,11 @@ def main():
     shape(pa)
     run_opts(pa, 10)
     pa.add_argument("--binary", required=True)
-    pa.add_argument("--out", required=True)
+    pa.add_argument("--out", required=True,
+                    help="metrics, logs and the comparison")
+    pa.add_argument("--work", default="",
+                    help="weights, tokens, the binary (default: a temporary "
+                    "folder, removed afterwards)")
     pa.add_argument("--gdn-cores", default="fla,torch-chunk")
     pa.add_argument("--lr", type=float, default=0.03,
                     help="peak lr of both (warmup: step s uses peak (s+1)/100)")

@@ -19,7 +19,9 @@ Three steps, each its own command:
 
   bench/qwen_train_bench.py build [--model M --seq N --micro-batches K]
   bench/qwen_train_bench.py run --carry gpu-carry/qwen-bench --out DIR
-  bench/qwen_train_bench.py table DIR
+  bench/qwen_train_bench.py table DIR [--save]   (--save: results, reports,
+                                               SVGs, logs and the table to
+                                               bench/results/qwen-bench-DATE-COMMIT/)
 
 Measured exposed transfer time of an arm = its median step time minus the
 no-offload arm's median; predicted = the cost model's step time with the
@@ -44,6 +46,8 @@ MFU = training FLOPs per step / step time / peak, peak 989.5 TFLOP/s
 (H200 SXM dense BF16, datasheet; --peak-tflops to change).
 """
 import argparse
+import contextlib
+import io
 import json
 import lzma
 import math
@@ -350,6 +354,35 @@ def fmt_mib(b):
 
 
 def cmd_table(a):
+    if a.save:
+        # Print to the terminal and into the saved folder.
+        text = io.StringIO()
+        with contextlib.redirect_stdout(text):
+            print_table(a)
+        print(text.getvalue(), end="")
+        save_results(a.results, text.getvalue())
+    else:
+        print_table(a)
+
+
+def save_results(run_dir, table):
+    """Copies a run folder's results (not the per-process duplicates of
+    results.jsonl) to bench/results/qwen-bench-<run date>-<commit>/ with the
+    table as table.md."""
+    manifest = json.load(open(os.path.join(run_dir, "manifest.json")))
+    stamp = manifest.get("run", {}).get("started", manifest["built"])
+    name = "qwen-bench-%s-%s" % (stamp[:10], manifest["commit"][:10])
+    dest = os.path.join(REPO, "bench", "results", name)
+    os.makedirs(dest, exist_ok=True)
+    for f in sorted(os.listdir(run_dir)):
+        if f in ("results.jsonl", "manifest.json") or \
+                f.endswith((".report.json", ".svg", ".log")):
+            shutil.copy(os.path.join(run_dir, f), dest)
+    open(os.path.join(dest, "table.md"), "w").write(table)
+    log("saved", os.path.relpath(dest, REPO))
+
+
+def print_table(a):
     d = os.path.abspath(a.results)
     manifest = json.load(open(os.path.join(d, "manifest.json")))
     run = manifest.get("run", {})
@@ -494,6 +527,9 @@ def main():
     t = sub.add_parser("table", help="print the table of a run folder")
     t.add_argument("results")
     t.add_argument("--peak-tflops", type=float, default=989.5)
+    t.add_argument("--save", action="store_true",
+                   help="also copy the run's results, reports, SVGs, logs "
+                   "and the table to bench/results/qwen-bench-DATE-COMMIT/")
     a = p.parse_args()
     {"build": cmd_build, "run": cmd_run, "table": cmd_table}[a.cmd](a)
 
