@@ -910,15 +910,18 @@ __device__ __forceinline__ float warpSum(float x) {
   return x;
 }
 
+/// Value columns per block of the per-chunk gradient kernel.
+constexpr int kChunkVB = 64;
+
 /// Per-chunk gradients for dk <= 16 * NT * 2 (NT = 4: dk <= 128), reading
 /// the register-state passes' bf16 layouts (gdn_chunk.cuh), VB = 64. The
 /// products accumulate in registers (ctaGemmAcc: one fixed tile -> thread
 /// map per output shape); row and column sums go through shuffles and
 /// partial tables in a fixed order. q/k gradients go straight to storage
 /// when Hv == Hk, else to fp32 per value head for the group sum.
-template <int NT>
+template <int NT, int DKc>
 __global__ void __launch_bounds__(kThreads, 1)
-    chunkBwdRegKernel(Dims d, int VB, const bf *q, const bf *k, const bf *v,
+    chunkBwdRegKernel(Dims d, const bf *q, const bf *k, const bf *v,
                       const float *gCum, const float *beta, const bf *tMat,
                       const bf *dO, const bf *hT, const bf *dhT, const bf *VnT,
                       const bf *dVnT, float *dQg, float *dKg, bf *dqOut,
@@ -926,7 +929,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   extern __shared__ __align__(16) unsigned char smem[];
   const int n = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
   const int hk = h / d.r, L = chunkLen(d.T, n), t0 = n * C;
-  const int dk = d.dk, pk = dk + 8, pb = VB + 8; // pb == kTP: VB == C
+  constexpr int VB = kChunkVB, pb = VB + 8; // pb == kTP
+  const int dk = DKc ? DKc : d.dk, pk = dk + 8;
   float *G = (float *)smem, *Bt = G + C, *Gam = Bt + C, *dG = Gam + C,
         *dB = dG + C, *red = dB + C; // red: [64]
   float *rowPart = red + C;          // [8][64]
@@ -964,8 +968,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   float accQ[NT][8] = {}, accK[NT][8] = {}, accW[NT][8] = {};
   float accS[2][8] = {}, accT[2][8] = {};
   float extraS = 0.f;
-  for (int j0 = 0; j0 < d.dv; j0 += VB) {
-    const int vb = min(VB, d.dv - j0);
+  // One dv block; vbc is the block width, a compile-time constant for full
+  // blocks (fixed loop trip counts and tile maps).
+  auto dvBlock = [&](int j0, auto vbc) {
+    const int vb = vbc;
     __syncthreads();
     loadRows(dOb, pb, dO + (tok0 * d.Hv + h) * d.dv + j0, long(d.Hv) * d.dv, L,
              vb, d.vo);
@@ -1010,6 +1016,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     });
     if (tid < C)
       dB[tid] += sy;
+  };
+  for (int j0 = 0; j0 < d.dv; j0 += VB) {
+    if (d.dv - j0 >= VB)
+      dvBlock(j0, std::integral_constant<int, VB>{});
+    else
+      dvBlock(j0, d.dv - j0);
   }
   const float gl = G[C - 1];
   // Scale dQ, dK rows; this thread's share of sum_r dK_r . k_r.
@@ -1209,7 +1221,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
-size_t chunkBwdRegSmem(const Dims &d, int VB) {
+size_t chunkBwdRegSmem(const Dims &d) {
+  constexpr int VB = kChunkVB;
   const size_t pk = d.dk + 8;
   return (5 * C + C + 8 * C + 4 * C) * 4 +
          (2 * C * pk + C * kTP + 2 * size_t(VB) * pk + 4 * size_t(C) * kTP) * 2;
@@ -1391,16 +1404,26 @@ Status chunkBackward(const KernelContext &ctx, const GdnChunkArgs &a) {
             (const float *)a.dFinalState, dhT, dVnT, (float *)a.dInitialState);
         st != Status::Ok)
       return st;
-    const int VB = 64;
-    size_t sm = chunkBwdRegSmem(d, VB);
-    if (Status st = setSmem(chunkBwdRegKernel<4>, sm); st != Status::Ok)
+    size_t sm = chunkBwdRegSmem(d);
+    if (Status st = withDk(
+            d.dk,
+            [&](auto dkc) {
+              constexpr int DKc = decltype(dkc)::value;
+              if (Status st2 = setSmem(chunkBwdRegKernel<4, DKc>, sm);
+                  st2 != Status::Ok)
+                return st2;
+              chunkBwdRegKernel<4, DKc>
+                  <<<dim3(d.NT, d.Hv, d.B), kThreads, sm, s>>>(
+                      d, (const bf *)a.q, (const bf *)a.k, (const bf *)a.v,
+                      (const float *)a.gCum, (const float *)a.beta,
+                      (const bf *)a.tMat, (const bf *)a.dO, hT, dhT, w.Vn, dVnT,
+                      w.dQ, w.dK, (bf *)a.dq, (bf *)a.dk, (bf *)a.dv,
+                      (float *)a.dg, (float *)a.dbeta);
+              AP_GDN_LAUNCH_CHECK(chunkBwdRegKernel);
+              return Status::Ok;
+            });
+        st != Status::Ok)
       return st;
-    chunkBwdRegKernel<4><<<dim3(d.NT, d.Hv, d.B), kThreads, sm, s>>>(
-        d, VB, (const bf *)a.q, (const bf *)a.k, (const bf *)a.v,
-        (const float *)a.gCum, (const float *)a.beta, (const bf *)a.tMat,
-        (const bf *)a.dO, hT, dhT, w.Vn, dVnT, w.dQ, w.dK, (bf *)a.dq,
-        (bf *)a.dk, (bf *)a.dv, (float *)a.dg, (float *)a.dbeta);
-    AP_GDN_LAUNCH_CHECK(chunkBwdRegKernel);
   } else {
     if (Status st = runState(d, a, s, ctx.smCount, w, nullptr);
         st != Status::Ok)

@@ -11,6 +11,7 @@
 #include "kernels/cuda/gdn/gdn_common.cuh"
 
 #include <cstdint>
+#include <type_traits>
 
 namespace ap::kernels::gdncuda {
 
@@ -147,6 +148,20 @@ __device__ __forceinline__ void loadRows(bf *dst, int pitch, const bf *src,
 //   dVnT bf16 [cb][dv][64]    dVnew transposed
 
 constexpr int kRegStateMaxDk = 128;
+
+/// Calls f(std::integral_constant<int, DKc>) with DKc = dk for the key widths
+/// that have their own kernel instantiations (compile-time ldmatrix offsets,
+/// loop trip counts and tile maps), else DKc = 0 (dk read at run time).
+template <typename F> Status withDk(int dk, F &&f) {
+  switch (dk) {
+  case 128:
+    return f(std::integral_constant<int, 128>{});
+  case 64:
+    return f(std::integral_constant<int, 64>{});
+  default:
+    return f(std::integral_constant<int, 0>{});
+  }
+}
 
 /// Forward pass over the chunks. With o set (the forward): writes o (and
 /// finalState when set); q and P are read. Otherwise (backward recompute):

@@ -125,7 +125,9 @@ size_t bwdStage(const Dims &d, int dvb) {
   return (3 * C * pk + C * kTP + size_t(C) * (dvb + 8)) * 2 + C * 4;
 }
 
-template <bool kOut>
+/// DKc: dk known at compile time (0: run time), so that ldmatrix addresses
+/// are immediates and the k loops have fixed trip counts.
+template <bool kOut, int DKc>
 __global__ void __launch_bounds__(256, 1)
     stateFwdRegKernel(Dims d, int stageBytes, const bf *q, const bf *k,
                       const float *gCum, const bf *Wg, const bf *UTg,
@@ -140,7 +142,7 @@ __global__ void __launch_bounds__(256, 1)
   const int lr = lane & 7, lsel = (lane >> 3) & 1, lhi = lane >> 4;
   const int v0 = j0 + 16 * warp; // this warp's first value column
   const bool active = v0 < d.dv;
-  const int dk = d.dk, nk = dk >> 4, pk = dk + 8;
+  const int dk = DKc ? DKc : d.dk, nk = dk >> 4, pk = dk + 8;
   const long bh = long(b) * d.Hv + h;
   auto stage = [&](int buf) { return smem + size_t(buf) * stageBytes; };
   // Stage layout: W [64][pk], K [64][pk], (Q [64][pk], P [64][kTP]),
@@ -262,16 +264,31 @@ __global__ void __launch_bounds__(256, 1)
           mma16816(O[2 * jp + 1], a, bp + 2);
         }
       }
-      bf *ob = o + (tok0 * d.Hv + h) * d.dv + v0 + g;
-      const long rowStride = long(d.Hv) * d.dv;
+      // Element (j, e) is token 8j + 2t + (e & 1), column v0 + g + 8 (e >> 1).
+      const long rs = long(d.Hv) * d.dv;
+      bf *ob = o + ((tok0 + 2 * t) * d.Hv + h) * d.dv + v0 + g;
+      if (L == C) {
 #pragma unroll
-      for (int j = 0; j < 8; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int r = 8 * j + 2 * t + (e & 1);
-          if (r < L)
-            ob[r * rowStride + 8 * (e >> 1)] = f2b(O[j][e]);
+        for (int j = 0; j < 8; ++j, ob += 8 * rs) {
+          ob[0] = f2b(O[j][0]);
+          ob[rs] = f2b(O[j][1]);
+          ob[8] = f2b(O[j][2]);
+          ob[rs + 8] = f2b(O[j][3]);
         }
+      } else {
+#pragma unroll
+        for (int j = 0; j < 8; ++j, ob += 8 * rs) {
+          const int r = 8 * j + 2 * t;
+          if (r < L) {
+            ob[0] = f2b(O[j][0]);
+            ob[8] = f2b(O[j][2]);
+          }
+          if (r + 1 < L) {
+            ob[rs] = f2b(O[j][1]);
+            ob[rs + 8] = f2b(O[j][3]);
+          }
+        }
+      }
     }
     // S^T = e^{G_L} S^T + (Vnew^T diag(e^{G_L - G})) K.
     const float gam = __expf(gl);
@@ -307,6 +324,7 @@ __global__ void __launch_bounds__(256, 1)
     storeStateT(finalState + bh * dk * d.dv, S, nk, d.dv, v0);
 }
 
+template <int DKc>
 __global__ void __launch_bounds__(256, 1)
     stateBwdRegKernel(Dims d, int stageBytes, const bf *q, const bf *k,
                       const float *gCum, const bf *Wg, const bf *Pg,
@@ -321,7 +339,7 @@ __global__ void __launch_bounds__(256, 1)
   const int lr = lane & 7, lsel = (lane >> 3) & 1, lhi = lane >> 4;
   const int v0 = j0 + 16 * warp;
   const bool active = v0 < d.dv;
-  const int dk = d.dk, nk = dk >> 4, pk = dk + 8;
+  const int dk = DKc ? DKc : d.dk, nk = dk >> 4, pk = dk + 8;
   const long bh = long(b) * d.Hv + h;
   const float scale = d.scale;
   // Stage layout: Q, K, W [64][pk], P [64][kTP], dO [64][pdo], G [64].
@@ -477,21 +495,26 @@ Status runStateForwardReg(const Dims &d, cudaStream_t s, int smCount,
   const bool out = o != nullptr;
   RegPlan p = regPlan(d, smCount, out ? fwdStageOut : fwdStageSave);
   dim3 grid((d.dv + 16 * p.nw - 1) / (16 * p.nw), d.Hv, d.B);
-  if (out) {
-    if (Status st = setSmem(stateFwdRegKernel<true>, p.smem); st != Status::Ok)
-      return st;
-    stateFwdRegKernel<true>
-        <<<grid, 32 * p.nw, p.smem, s>>>(d, int(p.stage), q, k, gCum, W, UT, P,
-                                         h0, o, finalState, nullptr, nullptr);
-  } else {
-    if (Status st = setSmem(stateFwdRegKernel<false>, p.smem); st != Status::Ok)
-      return st;
-    stateFwdRegKernel<false>
-        <<<grid, 32 * p.nw, p.smem, s>>>(d, int(p.stage), q, k, gCum, W, UT, P,
-                                         h0, nullptr, finalState, hT, VnT);
-  }
-  AP_GDN_LAUNCH_CHECK(stateFwdRegKernel);
-  return Status::Ok;
+  return withDk(d.dk, [&](auto dkc) {
+    constexpr int DKc = decltype(dkc)::value;
+    if (out) {
+      if (Status st = setSmem(stateFwdRegKernel<true, DKc>, p.smem);
+          st != Status::Ok)
+        return st;
+      stateFwdRegKernel<true, DKc><<<grid, 32 * p.nw, p.smem, s>>>(
+          d, int(p.stage), q, k, gCum, W, UT, P, h0, o, finalState, nullptr,
+          nullptr);
+    } else {
+      if (Status st = setSmem(stateFwdRegKernel<false, DKc>, p.smem);
+          st != Status::Ok)
+        return st;
+      stateFwdRegKernel<false, DKc>
+          <<<grid, 32 * p.nw, p.smem, s>>>(d, int(p.stage), q, k, gCum, W, UT,
+                                           P, h0, nullptr, finalState, hT, VnT);
+    }
+    AP_GDN_LAUNCH_CHECK(stateFwdRegKernel);
+    return Status::Ok;
+  });
 }
 
 Status runStateBackwardReg(const Dims &d, cudaStream_t s, int smCount,
@@ -501,12 +524,15 @@ Status runStateBackwardReg(const Dims &d, cudaStream_t s, int smCount,
                            float *dInit) {
   RegPlan p = regPlan(d, smCount, bwdStage);
   dim3 grid((d.dv + 16 * p.nw - 1) / (16 * p.nw), d.Hv, d.B);
-  if (Status st = setSmem(stateBwdRegKernel, p.smem); st != Status::Ok)
-    return st;
-  stateBwdRegKernel<<<grid, 32 * p.nw, p.smem, s>>>(
-      d, int(p.stage), q, k, gCum, W, P, dO, dFinal, dhT, dVnT, dInit);
-  AP_GDN_LAUNCH_CHECK(stateBwdRegKernel);
-  return Status::Ok;
+  return withDk(d.dk, [&](auto dkc) {
+    constexpr int DKc = decltype(dkc)::value;
+    if (Status st = setSmem(stateBwdRegKernel<DKc>, p.smem); st != Status::Ok)
+      return st;
+    stateBwdRegKernel<DKc><<<grid, 32 * p.nw, p.smem, s>>>(
+        d, int(p.stage), q, k, gCum, W, P, dO, dFinal, dhT, dVnT, dInit);
+    AP_GDN_LAUNCH_CHECK(stateBwdRegKernel);
+    return Status::Ok;
+  });
 }
 
 } // namespace ap::kernels::gdncuda

@@ -5,7 +5,8 @@
 // before each run, and two runs bitwise equal. The chunked rule is checked at
 // the Qwen3.5-0.8B shape (T=4096, Hk=Hv=16, dk=dv=128, B=1 and 4; one
 // (sequence, head) slice against the reference, since heads and sequences
-// are independent) and at grouped (Hv = 2 Hk) and 256-wide heads.
+// are independent), at grouped (Hv = 2 Hk) and 256-wide heads, and with
+// many heads (the register-state passes then take eight warps per CTA).
 //
 // Bounds (max |err| / max |ref| per tensor): bf16 storage of inputs and
 // outputs plus bf16 tensor-core operands (T, W, U, states, Vnew, dS, dP)
