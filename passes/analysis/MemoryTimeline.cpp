@@ -6,6 +6,8 @@
 #include "passes/analysis/GraphSummary.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/MapVector.h"
 
 #include <algorithm>
 
@@ -27,7 +29,115 @@ unsigned lastPointStartingBefore(const StreamSimulation &sim, double t,
   return std::max(last, atLeast);
 }
 
+/// The offloaded value a wait result is a device copy of.
+Value throughWaits(Value v) {
+  while (auto wait = v.getDefiningOp<WaitOp>()) {
+    auto reload = wait.getInput().getDefiningOp<ReloadOp>();
+    auto offload =
+        reload ? reload.getHost().getDefiningOp<OffloadOp>() : OffloadOp();
+    if (!offload)
+      break;
+    v = offload.getInput();
+  }
+  return v;
+}
+
+/// The forward value (or block argument) whose bytes `v` holds: through
+/// views, waits, reloads and recompute clones.
+Value originalOf(Value v,
+                 const llvm::DenseMap<Operation *, Operation *> &clones) {
+  while (Operation *def = v.getDefiningOp()) {
+    if (isa<ReshapeOp, WaitOp>(def)) {
+      v = def->getOperand(0);
+    } else if (auto reload = dyn_cast<ReloadOp>(def)) {
+      auto offload = reload.getHost().getDefiningOp<OffloadOp>();
+      if (!offload)
+        break;
+      v = offload.getInput();
+    } else if (Operation *fwd = clones.lookup(def)) {
+      v = fwd->getResult(cast<OpResult>(v).getResultNumber());
+    } else {
+      break;
+    }
+  }
+  return v;
+}
+
+/// The microbatch loop body of `@train_step`, or null.
+Block *stepBody(ModuleOp module) {
+  auto step = module.lookupSymbol<func::FuncOp>("train_step");
+  if (!step || step.getBody().empty())
+    return nullptr;
+  for (Operation &op : step.getBody().front())
+    if (auto loop = dyn_cast<MicrobatchLoopOp>(op))
+      return &loop.getBody().front();
+  return nullptr;
+}
+
+void unplaceWith(Block &body,
+                 const llvm::DenseMap<Operation *, Operation *> &originals) {
+  for (Operation &op : body)
+    if (auto wait = dyn_cast<WaitOp>(op))
+      wait.getResult().replaceAllUsesWith(throughWaits(wait.getResult()));
+  for (auto [clone, fwd] : originals)
+    for (auto [c, f] : llvm::zip(clone->getResults(), fwd->getResults()))
+      c.replaceAllUsesWith(f);
+  SmallVector<Operation *> dead;
+  for (Operation &op : llvm::reverse(body))
+    if (isa<WaitOp, ReloadOp, OffloadOp>(op) || originals.count(&op))
+      dead.push_back(&op);
+  for (Operation *op : dead)
+    op->erase();
+}
+
 } // namespace
+
+llvm::DenseMap<Operation *, Operation *>
+ap::train::recomputedOriginals(Block &body) {
+  llvm::DenseMap<Operation *, Operation *> forwardOf;
+  auto sameAttrs = [](Operation *a, Operation *b) {
+    for (NamedAttribute attr : a->getAttrs()) {
+      if (attr.getName() == kRecomputedAttrName ||
+          attr.getName() == kPlacementAttrName)
+        continue;
+      if (b->getAttr(attr.getName()) != attr.getValue())
+        return false;
+    }
+    return true;
+  };
+  // A clone reads what its forward op read, or the reload of it, or the
+  // clone of its producer.
+  auto matches = [&](Operation *clone, Operation *fwd) {
+    if (fwd->getName() != clone->getName() || fwd == clone ||
+        fwd->hasAttr(kRecomputedAttrName) || !sameAttrs(clone, fwd) ||
+        fwd->getNumOperands() != clone->getNumOperands())
+      return false;
+    for (auto [c, f] : llvm::zip(clone->getOperands(), fwd->getOperands())) {
+      if (throughWaits(c) == f)
+        continue;
+      Operation *cp = c.getDefiningOp();
+      if (!cp || forwardOf.lookup(cp) != f.getDefiningOp() ||
+          cast<OpResult>(c).getResultNumber() !=
+              cast<OpResult>(f).getResultNumber())
+        return false;
+    }
+    return true;
+  };
+  for (Operation &op : body) {
+    if (!op.hasAttr(kRecomputedAttrName))
+      continue;
+    for (Operation &fwd : body)
+      if (matches(&op, &fwd)) {
+        forwardOf[&op] = &fwd;
+        break;
+      }
+  }
+  return forwardOf;
+}
+
+void ap::train::unplace(Block &body) {
+  unplaceWith(body, recomputedOriginals(body));
+}
 
 MemoryTimeline MemoryTimeline::compute(ModuleOp module, const CostModel &cost) {
   MemoryTimeline tl;
@@ -75,6 +185,8 @@ MemoryTimeline MemoryTimeline::compute(ModuleOp module, const CostModel &cost) {
     tl.sim = StreamSimulation::simulate(body, cost);
     const unsigned begin = tl.bodyFirst;
     const unsigned end = begin + tl.sim.ops.size() - 1;
+    const llvm::DenseMap<Operation *, Operation *> clones =
+        recomputedOriginals(body);
 
     // Point index of the body op that holds `user` (users may sit in
     // nested regions).
@@ -92,6 +204,11 @@ MemoryTimeline MemoryTimeline::compute(ModuleOp module, const CostModel &cost) {
       buf.scope = std::move(scope);
       buf.bytes = tensorBytes(root.getType());
       buf.first = first;
+      buf.original = originalOf(root, clones);
+      if (root.getDefiningOp<ReloadOp>())
+        buf.origin = ActivationBuffer::Origin::Reload;
+      else if (clones.count(root.getDefiningOp()))
+        buf.origin = ActivationBuffer::Origin::Recompute;
       // Walk the root and its aliases (reshape / wait results) for uses.
       unsigned lastDevice = first;
       double d2hEnd = -1;
@@ -113,9 +230,12 @@ MemoryTimeline MemoryTimeline::compute(ModuleOp module, const CostModel &cost) {
           lastDevice = std::max(lastDevice, static_cast<unsigned>(idx));
           if (isa<ReshapeOp, WaitOp>(user) && user->getOperand(0) == v)
             worklist.push_back(user->getResult(0));
+          else if (!user->hasAttr(kRecomputedAttrName))
+            buf.readByStep = true;
         }
       }
       buf.last = lastDevice;
+      buf.lastUse = lastDevice;
       if (offloadIdx >= 0) {
         unsigned afterCopy = lastPointStartingBefore(
             tl.sim, d2hEnd, begin,
@@ -137,6 +257,14 @@ MemoryTimeline MemoryTimeline::compute(ModuleOp module, const CostModel &cost) {
       for (Value r : op.getResults())
         addBuffer(r, tl.index.lookup(&op), scope);
     }
+
+    // Activations that may leave the device and come back.
+    llvm::MapVector<Value, SmallVector<unsigned, 2>> byOriginal;
+    for (auto [i, b] : llvm::enumerate(tl.bufs))
+      byOriginal[b.original].push_back(i);
+    for (auto &entry : byOriginal)
+      if (entry.second.size() > 1)
+        tl.returningGroups.push_back(std::move(entry.second));
 
     // Difference arrays keep this linear in ops + buffers.
     SmallVector<int64_t> act(tl.pts.size() + 1, 0), host(tl.pts.size() + 1, 0);
@@ -226,4 +354,202 @@ MemoryTimeline::activationsByScope(Operation *at) const {
         static_cast<unsigned>(i) <= b.last)
       result[b.scope] += b.bytes;
   return result;
+}
+
+SmallVector<OffDeviceValue> MemoryTimeline::offDeviceAt(unsigned point) const {
+  SmallVector<OffDeviceValue> result;
+  for (const SmallVector<unsigned, 2> &group : returningGroups) {
+    // On the device while any of its buffers holds it; off when it was
+    // there before and a later buffer brings it back for the step.
+    bool onDevice = false, wasThere = false, neededLater = false;
+    const ActivationBuffer *next = nullptr;
+    unsigned leftAfter = 0;
+    for (unsigned b : group) {
+      const ActivationBuffer &buf = bufs[b];
+      if (buf.first <= point && point <= buf.last) {
+        onDevice = true;
+        break;
+      }
+      if (buf.last < point) {
+        wasThere = true;
+        leftAfter = std::max(leftAfter, buf.last);
+        continue;
+      }
+      neededLater |= buf.readByStep;
+      if (!next || buf.first < next->first)
+        next = &buf;
+    }
+    if (onDevice || !wasThere || !neededLater)
+      continue;
+    const ActivationBuffer &own = bufs[group.front()];
+    result.push_back({own.original, own.scope, own.bytes, next->origin,
+                      leftAfter, next->first});
+  }
+  return result;
+}
+
+PlacementMemoryDelta PlacementMemoryDelta::compute(ModuleOp placed,
+                                                   const CostModel &cost) {
+  PlacementMemoryDelta d;
+  d.unplacedOwner = placed.clone();
+  ModuleOp unplaced = *d.unplacedOwner;
+
+  // The clone has the same ops in the same order; pair them before unplace
+  // erases the placement ops and recompute clones from it.
+  SmallVector<Operation *> placedOps, unplacedOps;
+  placed->walk([&](Operation *op) { placedOps.push_back(op); });
+  unplaced->walk([&](Operation *op) { unplacedOps.push_back(op); });
+  llvm::DenseSet<Operation *> erased;
+  Block *body = stepBody(unplaced);
+  llvm::DenseMap<Operation *, Operation *> originals;
+  if (body) {
+    originals = recomputedOriginals(*body);
+    for (Operation &op : *body)
+      if (isa<OffloadOp, ReloadOp, WaitOp>(op) || originals.count(&op))
+        erased.insert(&op);
+  }
+  for (auto [p, u] : llvm::zip_equal(placedOps, unplacedOps)) {
+    if (erased.count(u))
+      continue;
+    d.unplacedOp[p] = u;
+    for (auto [pr, ur] : llvm::zip(p->getResults(), u->getResults()))
+      d.placedValueOf[ur] = pr;
+    for (auto [pReg, uReg] : llvm::zip(p->getRegions(), u->getRegions()))
+      for (auto [pBlock, uBlock] : llvm::zip(pReg, uReg))
+        for (auto [pa, ua] :
+             llvm::zip(pBlock.getArguments(), uBlock.getArguments()))
+          d.placedValueOf[ua] = pa;
+  }
+  if (body)
+    unplaceWith(*body, originals);
+
+  d.placedTl = MemoryTimeline::compute(placed, cost);
+  d.unplacedTl = MemoryTimeline::compute(unplaced, cost);
+  d.toUnplaced.assign(d.placedTl.points().size(), -1);
+  d.toPlaced.assign(d.unplacedTl.points().size(), -1);
+  for (auto [i, p] : llvm::enumerate(d.placedTl.points()))
+    if (Operation *u = d.unplacedOp.lookup(p.op)) {
+      int j = d.unplacedTl.indexOf(u);
+      d.toUnplaced[i] = j;
+      if (j >= 0)
+        d.toPlaced[j] = i;
+    }
+  return d;
+}
+
+int PlacementMemoryDelta::unplacedPointOf(unsigned placedPoint) const {
+  return placedPoint < toUnplaced.size() ? toUnplaced[placedPoint] : -1;
+}
+int PlacementMemoryDelta::placedPointOf(unsigned unplacedPoint) const {
+  return unplacedPoint < toPlaced.size() ? toPlaced[unplacedPoint] : -1;
+}
+Operation *PlacementMemoryDelta::unplacedOpOf(Operation *placedOp) const {
+  return unplacedOp.lookup(placedOp);
+}
+
+MemoryDeltaAtPoint PlacementMemoryDelta::at(unsigned placedPoint) const {
+  using Origin = ActivationBuffer::Origin;
+  MemoryDeltaAtPoint r;
+  ArrayRef<MemoryPoint> pts = placedTl.points(), upts = unplacedTl.points();
+  if (placedPoint >= pts.size())
+    return r;
+  const MemoryPoint &p = pts[placedPoint];
+  r.placedPoint = placedPoint;
+  r.placedBytes = p.total();
+  r.unplacedPoint = toUnplaced[placedPoint];
+
+  // The unplaced step at the same op, or between the ops around a
+  // placement op or recompute clone.
+  MemoryPoint u;
+  auto liveUnplaced = [&](const ActivationBuffer &b) {
+    return b.first <= static_cast<unsigned>(r.unplacedPoint) &&
+           static_cast<unsigned>(r.unplacedPoint) <= b.last;
+  };
+  auto liveInGap = [&](const ActivationBuffer &b) {
+    return r.unplacedBefore >= 0 &&
+           b.first <= static_cast<unsigned>(r.unplacedBefore) &&
+           static_cast<unsigned>(r.unplacedBefore) < b.last;
+  };
+  bool inGap = r.unplacedPoint < 0;
+  if (!inGap) {
+    u = upts[r.unplacedPoint];
+  } else {
+    for (int i = static_cast<int>(placedPoint) - 1; i >= 0; --i)
+      if (toUnplaced[i] >= 0) {
+        r.unplacedBefore = toUnplaced[i];
+        break;
+      }
+    if (r.unplacedBefore >= 0)
+      u = upts[r.unplacedBefore];
+    else if (!upts.empty())
+      u = upts.front();
+    u.workspace = 0;
+    u.activations = 0;
+    for (const ActivationBuffer &b : unplacedTl.buffers())
+      if (liveInGap(b))
+        u.activations += b.bytes;
+  }
+  r.unplacedBytes = u.total();
+
+  r.offDevice = placedTl.offDeviceAt(placedPoint);
+  llvm::DenseMap<Value, int64_t> offBytes;
+  for (const OffDeviceValue &v : r.offDevice) {
+    r.offDeviceBytes += v.bytes;
+    offBytes[v.value] += v.bytes;
+  }
+
+  // Activation by activation: bytes the unplaced step holds minus bytes the
+  // placed one holds, beyond what is off the device.
+  llvm::MapVector<Value, int64_t> delta;
+  llvm::DenseMap<Value, SmallVector<const ActivationBuffer *, 2>> holding;
+  for (const ActivationBuffer &b : unplacedTl.buffers())
+    if (inGap ? liveInGap(b) : liveUnplaced(b))
+      if (Value key = placedValueOf.lookup(b.value))
+        delta[key] += b.bytes;
+  for (const ActivationBuffer &b : placedTl.buffers())
+    if (b.first <= placedPoint && placedPoint <= b.last) {
+      delta[b.original] -= b.bytes;
+      holding[b.original].push_back(&b);
+    }
+  for (auto &[key, bytes] : delta) {
+    int64_t other = bytes - offBytes.lookup(key);
+    if (other == 0)
+      continue;
+    MemoryDeltaTerm t;
+    t.value = key;
+    t.bytes = other;
+    const auto &held = holding.lookup(key);
+    if (!held.empty())
+      t.scope = held.front()->scope;
+    if (held.size() > 1) {
+      unsigned reloads = llvm::count_if(held, [](const ActivationBuffer *b) {
+        return b->origin == Origin::Reload;
+      });
+      t.term = reloads > 1 ? "reloaded twice (one buffer offloaded twice)"
+               : reloads == 1
+                   ? "reloaded before the original left"
+                   : "recomputed while the original is on the device";
+    } else if (held.empty()) {
+      t.term = "off the device without a reload or recompute";
+    } else if (held.front()->origin == Origin::Recompute) {
+      t.term = "recompute temporary";
+    } else if (held.front()->origin == Origin::Reload) {
+      t.term = "reloaded for recomputed readers";
+    } else if (held.front()->offloaded && placedPoint > held.front()->lastUse) {
+      t.term = "D2H in flight";
+    } else {
+      t.term = "held for recomputed readers";
+    }
+    r.otherTerms.push_back(std::move(t));
+  }
+  if (int64_t ws = u.workspace - p.workspace)
+    r.otherTerms.push_back(
+        {inGap ? "workspace of a recompute clone" : "workspace", Value(),
+         scopeKey(p.op), ws});
+  if (int64_t persistent = (u.params + u.grads + u.optimizer) -
+                           (p.params + p.grads + p.optimizer))
+    r.otherTerms.push_back({"persistent state", Value(), "", persistent});
+  for (const MemoryDeltaTerm &t : r.otherTerms)
+    r.otherTermsBytes += t.bytes;
+  return r;
 }

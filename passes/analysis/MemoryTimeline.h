@@ -25,6 +25,13 @@
 //    offload until the H2D of the last reload of the slot has ended (until
 //    the end of the body when nothing reloads it).
 //
+// A saved activation may occupy several buffers: its own, a reload's, a
+// recompute clone's. MemoryTimeline::offDeviceAt names the activations that
+// are off the device at a point although the step reads them again later.
+// PlacementMemoryDelta compares a placed step with the same step with
+// placement undone and explains the difference at any point by those values
+// (and by named other terms, should there be any).
+//
 //===----------------------------------------------------------------------===//
 #ifndef ACTPLACE_PASSES_ANALYSIS_MEMORYTIMELINE_H
 #define ACTPLACE_PASSES_ANALYSIS_MEMORYTIMELINE_H
@@ -33,6 +40,7 @@
 #include "passes/analysis/StreamSimulation.h"
 
 #include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/OwningOpRef.h"
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/SmallVector.h"
@@ -66,6 +74,38 @@ struct ActivationBuffer {
   /// True when it has a train.offload user: it then leaves the device at
   /// the first op starting after its D2H and its last device use.
   bool offloaded = false;
+
+  /// How the buffer got its contents.
+  enum class Origin { Computed, Reload, Recompute };
+  Origin origin = Origin::Computed;
+  /// The forward value (or block argument) whose bytes the buffer holds: the
+  /// buffer's own value, the offloaded value for a reload, the forward result
+  /// a recompute clone copies. Buffers with one original are one activation
+  /// leaving and returning to the device.
+  mlir::Value original;
+  /// Last point that reads the buffer on the device (before an offloaded
+  /// buffer's wait for its D2H).
+  unsigned lastUse = 0;
+  /// True when an op of the step itself reads it: not only train.offload or
+  /// recompute clones (the unplaced step has neither).
+  bool readByStep = false;
+};
+
+/// A saved activation that is not on the device at some point although the
+/// step reads it again later: offloaded (its D2H has ended and the device
+/// copy is freed, its reload's buffer is not allocated yet; that buffer is
+/// reserved from the reload op, where the H2D is issued, not from when the
+/// copy lands) or recomputed (the forward copy is dead, the clone has not
+/// run yet).
+struct OffDeviceValue {
+  /// ActivationBuffer::original.
+  mlir::Value value;
+  std::string scope;
+  int64_t bytes = 0;
+  /// Whether a reload or a recompute clone brings it back.
+  ActivationBuffer::Origin returnsBy = ActivationBuffer::Origin::Reload;
+  /// The last point it occupied and the point its next buffer starts at.
+  unsigned leftAfter = 0, backAt = 0;
 };
 
 class MemoryTimeline {
@@ -92,6 +132,10 @@ public:
   /// "inputs") live while `at` runs; scopes with no live bytes are absent.
   std::map<std::string, int64_t> activationsByScope(mlir::Operation *at) const;
 
+  /// Saved activations off the device while the op at `point` runs, in
+  /// definition order.
+  llvm::SmallVector<OffDeviceValue> offDeviceAt(unsigned point) const;
+
   llvm::ArrayRef<ActivationBuffer> buffers() const { return bufs; }
   /// The stream simulation of the loop body the timeline used (empty when
   /// there is no loop). Body op k is point bodyBegin() + k.
@@ -104,10 +148,103 @@ private:
   llvm::SmallVector<MemoryPoint> pts;
   llvm::SmallVector<ActivationBuffer> bufs;
   llvm::DenseMap<mlir::Operation *, unsigned> index;
+  /// Indices into bufs of the originals with more than one buffer.
+  llvm::SmallVector<llvm::SmallVector<unsigned, 2>> returningGroups;
   StreamSimulation sim;
   unsigned bodyFirst = 0;
   int64_t numMicroBatches = 1;
   int peakIdx = -1, actPeakIdx = -1, hostPeakIdx = -1;
+};
+
+/// The forward op each recompute clone (an op carrying
+/// train.recomputed) of `body` copies: the same op name, attributes other
+/// than the placement ones and operands, where operands of the clone may be
+/// results of earlier clones of the forward op's producers. Clones that match
+/// no forward op are absent.
+llvm::DenseMap<mlir::Operation *, mlir::Operation *>
+recomputedOriginals(mlir::Block &body);
+
+/// Undoes placement in `body`: waits read the offloaded value again,
+/// recompute clones (recomputedOriginals) are replaced by the forward ops
+/// they copy, and offloads, reloads, waits and those clones are erased.
+void unplace(mlir::Block &body);
+
+/// One named term of the difference between the unplaced and the placed
+/// step at a point that is not an off-device value.
+struct MemoryDeltaTerm {
+  /// What holds the bytes, e.g. "recompute temporary".
+  std::string term;
+  /// The activation (ActivationBuffer::original of the placed step); null
+  /// for workspace and persistent state.
+  mlir::Value value;
+  std::string scope;
+  /// Contribution to unplaced minus placed bytes (negative: the placed step
+  /// holds more).
+  int64_t bytes = 0;
+};
+
+/// The unplaced and placed device bytes at one point of the placed step and
+/// what makes up their difference.
+struct MemoryDeltaAtPoint {
+  /// Program-order index in the placed timeline.
+  unsigned placedPoint = 0;
+  /// The same op in the unplaced timeline; -1 for placement ops and
+  /// recompute clones, which the unplaced step does not have. Then the
+  /// unplaced bytes are those live between its ops unplacedBefore and
+  /// unplacedBefore + 1 (buffers spanning the gap, no workspace).
+  int unplacedPoint = -1;
+  int unplacedBefore = -1;
+  int64_t placedBytes = 0, unplacedBytes = 0;
+  llvm::SmallVector<OffDeviceValue> offDevice;
+  int64_t offDeviceBytes = 0;
+  llvm::SmallVector<MemoryDeltaTerm> otherTerms;
+  int64_t otherTermsBytes = 0;
+  int64_t difference() const { return unplacedBytes - placedBytes; }
+  /// Zero unless the two timelines disagree with their own buffers.
+  int64_t unaccounted() const {
+    return difference() - offDeviceBytes - otherTermsBytes;
+  }
+};
+
+/// A placed step's memory timeline against the same step with placement
+/// undone (unplace on a clone of the module). Ops of the placed step that
+/// the unplaced one also has are matched by position: unplace only erases
+/// ops, so the n-th surviving op of the placed module is the n-th op of the
+/// clone. At any placed point the difference of the two totals splits,
+/// activation by activation (ActivationBuffer::original), into the bytes off
+/// the device (MemoryTimeline::offDeviceAt) and other terms, each named:
+/// "reloaded before the original left" (its D2H still in flight),
+/// "reloaded twice (one buffer offloaded twice)", "recomputed while the
+/// original is on the device", "recompute temporary" (a clone's result the
+/// unplaced step does not keep there), "reloaded for recomputed readers",
+/// "held for recomputed readers", "D2H in flight" (held past its last read
+/// when the unplaced step no longer keeps it), "workspace of a recompute
+/// clone". MemoryDeltaAtPoint::unaccounted() is what none of them explains:
+/// zero unless the analysis is wrong.
+class PlacementMemoryDelta {
+public:
+  static PlacementMemoryDelta compute(mlir::ModuleOp placed,
+                                      const CostModel &cost);
+
+  /// The clone with placement undone.
+  mlir::ModuleOp unplacedModule() const { return *unplacedOwner; }
+  const MemoryTimeline &placedTimeline() const { return placedTl; }
+  const MemoryTimeline &unplacedTimeline() const { return unplacedTl; }
+  /// The same op in the other timeline, or -1.
+  int unplacedPointOf(unsigned placedPoint) const;
+  int placedPointOf(unsigned unplacedPoint) const;
+  /// The unplaced step's op for an op of the placed module, or null.
+  mlir::Operation *unplacedOpOf(mlir::Operation *placedOp) const;
+
+  MemoryDeltaAtPoint at(unsigned placedPoint) const;
+
+private:
+  mlir::OwningOpRef<mlir::ModuleOp> unplacedOwner;
+  MemoryTimeline placedTl, unplacedTl;
+  llvm::SmallVector<int> toUnplaced, toPlaced;
+  llvm::DenseMap<mlir::Operation *, mlir::Operation *> unplacedOp;
+  /// Unplaced buffer values -> the placed values they stand for.
+  llvm::DenseMap<mlir::Value, mlir::Value> placedValueOf;
 };
 
 } // namespace ap::train

@@ -4,7 +4,11 @@
 // placement passes recorded on its producer (`train.placement`), why, where
 // its reload is issued and waited, and the predicted copy and exposed times
 // (StreamSimulation). Totals compare the predicted memory timeline and step
-// time of the placed step with the same step with placement undone.
+// time of the placed step with the same step with placement undone
+// (PlacementMemoryDelta). At the placed step's peak op, and at the unplaced
+// step's, the report lists the activations off the device there; the
+// difference of the two timelines at that op is their bytes plus any other
+// term PlacementMemoryDelta names.
 //
 //===----------------------------------------------------------------------===//
 
@@ -15,7 +19,6 @@
 #include "passes/analysis/PlacementConfig.h"
 #include "passes/analysis/StreamSimulation.h"
 
-#include "mlir/IR/IRMapping.h"
 #include "mlir/Support/FileUtilities.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
@@ -32,62 +35,6 @@ using namespace mlir;
 using namespace ap::train;
 
 namespace {
-
-/// Undoes placement in a copy of the step: waits read the offloaded value
-/// again, recomputed clones are replaced by the forward op they copy.
-void unplace(Block &body) {
-  SmallVector<Operation *> dead;
-  llvm::DenseMap<Operation *, Operation *> originalOf;
-  auto sameAttrs = [](Operation *a, Operation *b) {
-    for (NamedAttribute attr : a->getAttrs()) {
-      if (attr.getName() == kRecomputedAttrName ||
-          attr.getName() == kPlacementAttrName)
-        continue;
-      if (b->getAttr(attr.getName()) != attr.getValue())
-        return false;
-    }
-    return true;
-  };
-  auto matches = [&](Operation *clone, Operation *fwd) {
-    if (fwd->getName() != clone->getName() || fwd == clone ||
-        fwd->hasAttr(kRecomputedAttrName) || !sameAttrs(clone, fwd) ||
-        fwd->getNumOperands() != clone->getNumOperands())
-      return false;
-    for (auto [c, f] : llvm::zip(clone->getOperands(), fwd->getOperands())) {
-      if (c == f)
-        continue;
-      Operation *cp = c.getDefiningOp();
-      if (!cp || originalOf.lookup(cp) != f.getDefiningOp() ||
-          cast<OpResult>(c).getResultNumber() !=
-              cast<OpResult>(f).getResultNumber())
-        return false;
-    }
-    return true;
-  };
-  for (Operation &op : body) {
-    if (auto wait = dyn_cast<WaitOp>(op)) {
-      auto reload = wait.getInput().getDefiningOp<ReloadOp>();
-      auto offload = reload.getHost().getDefiningOp<OffloadOp>();
-      wait.getResult().replaceAllUsesWith(offload.getInput());
-      continue;
-    }
-    if (!op.hasAttr(kRecomputedAttrName))
-      continue;
-    for (Operation &fwd : body)
-      if (matches(&op, &fwd)) {
-        originalOf[&op] = &fwd;
-        break;
-      }
-  }
-  for (auto [clone, fwd] : originalOf)
-    for (auto [c, f] : llvm::zip(clone->getResults(), fwd->getResults()))
-      c.replaceAllUsesWith(f);
-  for (Operation &op : llvm::reverse(body))
-    if (isa<WaitOp, ReloadOp, OffloadOp>(op) || originalOf.count(&op))
-      dead.push_back(&op);
-  for (Operation *op : dead)
-    op->erase();
-}
 
 struct Row {
   std::string value, scope, decision, reason, prefetch, wait;
@@ -107,6 +54,125 @@ std::string describe(Operation *op, int64_t index) {
                             op->getName().getStringRef(), Scope::of(op).str())
                   .str()
             : std::string("-");
+}
+
+/// Names ops and values of the placed and the unplaced step as the rows do:
+/// ops by their index in their own loop body, values by the index of their
+/// producer in the unplaced body (the rows' forward ordinal).
+struct PeakPointNames {
+  const PlacementMemoryDelta &delta;
+  llvm::DenseMap<Operation *, int64_t> placedIndex, unplacedIndex;
+
+  PeakPointNames(const PlacementMemoryDelta &delta, Block &placedBody,
+                 Block &unplacedBody)
+      : delta(delta) {
+    for (auto [i, op] : llvm::enumerate(placedBody))
+      placedIndex[&op] = i;
+    for (auto [i, op] : llvm::enumerate(unplacedBody))
+      unplacedIndex[&op] = i;
+  }
+  static std::string op(Operation *op,
+                        const llvm::DenseMap<Operation *, int64_t> &index) {
+    auto it = index.find(op);
+    if (it != index.end())
+      return describe(op, it->second);
+    return llvm::formatv("{0} (outside the microbatch loop)",
+                         op->getName().getStringRef())
+        .str();
+  }
+  std::string placedPoint(unsigned point) const {
+    return op(delta.placedTimeline().points()[point].op, placedIndex);
+  }
+  std::string unplacedPoint(unsigned point) const {
+    return op(delta.unplacedTimeline().points()[point].op, unplacedIndex);
+  }
+  std::string value(Value v) const {
+    if (!v)
+      return "-";
+    if (auto arg = dyn_cast<BlockArgument>(v))
+      return llvm::formatv("block argument {0}", arg.getArgNumber()).str();
+    Operation *def = v.getDefiningOp();
+    Operation *unplaced = delta.unplacedOpOf(def);
+    int64_t i = unplaced ? unplacedIndex.lookup(unplaced) : -1;
+    return llvm::formatv("#{0} {1}#{2}", i, def->getName().getStringRef(),
+                         cast<OpResult>(v).getResultNumber())
+        .str();
+  }
+};
+
+/// The report's section for one point of the placed step.
+struct PeakPoint {
+  std::string label;
+  MemoryDeltaAtPoint at;
+};
+
+void printPeakPoint(llvm::raw_ostream &os, const PeakPoint &pp,
+                    const PeakPointNames &names) {
+  const MemoryDeltaAtPoint &at = pp.at;
+  std::string unplacedOp =
+      at.unplacedPoint >= 0
+          ? "at " + names.unplacedPoint(at.unplacedPoint)
+          : (at.unplacedBefore >= 0
+                 ? "after " + names.unplacedPoint(at.unplacedBefore)
+                 : std::string("-"));
+  os << llvm::formatv(
+      "predicted device bytes at the {0} peak {1}: before {2} ({3}) -> after "
+      "{4} bytes, difference {5} = off the device {6} bytes ({7} values) + "
+      "other terms {8} bytes + unaccounted {9} bytes\n",
+      pp.label, names.placedPoint(at.placedPoint), at.unplacedBytes, unplacedOp,
+      at.placedBytes, at.difference(), at.offDeviceBytes, at.offDevice.size(),
+      at.otherTermsBytes, at.unaccounted());
+  for (const OffDeviceValue &v : at.offDevice)
+    os << llvm::formatv(
+        "  off the device: {0} | {1} | {2} bytes | {3} | left after {4} | "
+        "back at {5}\n",
+        names.value(v.value), v.scope, v.bytes,
+        v.returnsBy == ActivationBuffer::Origin::Recompute ? "recomputed"
+                                                           : "offloaded",
+        names.placedPoint(v.leftAfter), names.placedPoint(v.backAt));
+  for (const MemoryDeltaTerm &t : at.otherTerms)
+    os << llvm::formatv("  other term: {0} | {1} | {2} | {3} bytes\n", t.term,
+                        names.value(t.value), t.scope.empty() ? "-" : t.scope,
+                        t.bytes);
+}
+
+llvm::json::Object peakPointJson(const PeakPoint &pp,
+                                 const PeakPointNames &names) {
+  const MemoryDeltaAtPoint &at = pp.at;
+  llvm::json::Array off, other;
+  for (const OffDeviceValue &v : at.offDevice)
+    off.push_back(llvm::json::Object{
+        {"value", names.value(v.value)},
+        {"scope", v.scope},
+        {"bytes", v.bytes},
+        {"kind", v.returnsBy == ActivationBuffer::Origin::Recompute
+                     ? "recomputed"
+                     : "offloaded"},
+        {"left_after", names.placedPoint(v.leftAfter)},
+        {"back_at", names.placedPoint(v.backAt)}});
+  for (const MemoryDeltaTerm &t : at.otherTerms)
+    other.push_back(llvm::json::Object{{"term", t.term},
+                                       {"value", names.value(t.value)},
+                                       {"scope", t.scope},
+                                       {"bytes", t.bytes}});
+  return llvm::json::Object{
+      {"op", names.placedPoint(at.placedPoint)},
+      {"op_before",
+       at.unplacedPoint >= 0
+           ? llvm::json::Value(names.unplacedPoint(at.unplacedPoint))
+           : llvm::json::Value(nullptr)},
+      {"gap_after_op_before",
+       at.unplacedPoint < 0 && at.unplacedBefore >= 0
+           ? llvm::json::Value(names.unplacedPoint(at.unplacedBefore))
+           : llvm::json::Value(nullptr)},
+      {"bytes_before", at.unplacedBytes},
+      {"bytes_after", at.placedBytes},
+      {"difference_bytes", at.difference()},
+      {"off_device_bytes", at.offDeviceBytes},
+      {"off_device", std::move(off)},
+      {"other_terms_bytes", at.otherTermsBytes},
+      {"other_terms", std::move(other)},
+      {"unaccounted_bytes", at.unaccounted()}};
 }
 
 struct TrainPlacementReportPass
@@ -134,14 +200,14 @@ void TrainPlacementReportPass::runOnOperation() {
   const CostModel &costs = *costModel;
 
   // The same step without placement, for the "before" columns.
-  OwningOpRef<ModuleOp> baseline = module.clone();
-  unplace(*SavedActivations::findBody(*baseline));
-  SavedActivations before(*SavedActivations::findBody(*baseline));
-  StreamSimulation simBefore =
-      StreamSimulation::simulate(*SavedActivations::findBody(*baseline), costs);
+  PlacementMemoryDelta delta = PlacementMemoryDelta::compute(module, costs);
+  ModuleOp baseline = delta.unplacedModule();
+  Block *baselineBody = SavedActivations::findBody(baseline);
+  SavedActivations before(*baselineBody);
+  StreamSimulation simBefore = StreamSimulation::simulate(*baselineBody, costs);
   StreamSimulation simAfter = StreamSimulation::simulate(*body, costs);
-  MemoryTimeline memBefore = MemoryTimeline::compute(*baseline, costs);
-  MemoryTimeline memAfter = MemoryTimeline::compute(module, costs);
+  const MemoryTimeline &memBefore = delta.unplacedTimeline();
+  const MemoryTimeline &memAfter = delta.placedTimeline();
 
   Totals totals;
   if (auto mb = module->getAttrOfType<IntegerAttr>(kMicroBatchesAttrName))
@@ -300,6 +366,17 @@ void TrainPlacementReportPass::runOnOperation() {
           rows.push_back(row);
         }
 
+  // The peak points: where the placed step peaks and, mapped to the placed
+  // step, where the unplaced one does.
+  PeakPointNames names(delta, *body, *baselineBody);
+  SmallVector<PeakPoint> peakPoints;
+  if (Operation *peak = memAfter.peakOp())
+    peakPoints.push_back(
+        {"placed", delta.at(static_cast<unsigned>(memAfter.indexOf(peak)))});
+  if (Operation *peak = memBefore.peakOp())
+    if (int p = delta.placedPointOf(memBefore.indexOf(peak)); p >= 0)
+      peakPoints.push_back({"unplaced", delta.at(static_cast<unsigned>(p))});
+
   std::string error;
   std::unique_ptr<llvm::ToolOutputFile> file =
       mlir::openOutputFile(reportFile, &error);
@@ -321,8 +398,12 @@ void TrainPlacementReportPass::runOnOperation() {
                                          {"wait_anchor", r.wait},
                                          {"copy_us", r.copyUs},
                                          {"exposed_us", r.exposedUs}});
+    llvm::json::Object jpeaks;
+    for (const PeakPoint &pp : peakPoints)
+      jpeaks[pp.label + "_peak"] = peakPointJson(pp, names);
     llvm::json::Object root{
         {"values", std::move(jrows)},
+        {"peak_points", std::move(jpeaks)},
         {"totals",
          llvm::json::Object{
              {"kept_bytes", totals.keptBytes},
@@ -381,6 +462,8 @@ void TrainPlacementReportPass::runOnOperation() {
     os << llvm::formatv("predicted step compute time: {0:F3} -> {1:F3} ms "
                         "({2:F2}%)\n",
                         totals.stepBefore * 1e3, totals.stepAfter * 1e3, cost);
+    for (const PeakPoint &pp : peakPoints)
+      printPeakPoint(os, pp, names);
   }
   file->keep();
   markAllAnalysesPreserved();

@@ -2,7 +2,8 @@
 //
 // Prints MemoryTimeline (and the StreamSimulation and CostModel it uses) as
 // stable text for FileCheck: byte counts are exact integers, times are
-// microseconds with three decimals.
+// microseconds with three decimals. Values are named by their producer's
+// point, `<op name> #<point>#<result>`.
 //
 //===----------------------------------------------------------------------===//
 
@@ -175,6 +176,31 @@ struct TrainPrintMemoryTimelinePass
     os << "step time: " << us(tl.microBatches() * sim.computeSeconds + after)
        << " us (" << tl.microBatches() << " x body + " << us(after)
        << " us after the loop)\n";
+
+    // Activations off the device at the peak: what placement took away
+    // there.
+    SmallVector<OffDeviceValue> off = tl.offDeviceAt(tl.indexOf(tl.peakOp()));
+    int64_t offBytes = 0;
+    for (const OffDeviceValue &v : off)
+      offBytes += v.bytes;
+    os << "off the device at peak: " << offBytes << " bytes in " << off.size()
+       << " values\n";
+    for (const OffDeviceValue &v : off) {
+      std::string value =
+          isa<BlockArgument>(v.value)
+              ? llvm::formatv("block argument {0}",
+                              cast<BlockArgument>(v.value).getArgNumber())
+                    .str()
+              : llvm::formatv("{0}#{1}", at(v.value.getDefiningOp()),
+                              cast<OpResult>(v.value).getResultNumber())
+                    .str();
+      os << llvm::formatv("  {0} {1} {2} {3} left after #{4} back at #{5}\n",
+                          value, v.scope, v.bytes,
+                          v.returnsBy == ActivationBuffer::Origin::Recompute
+                              ? "recomputed"
+                              : "offloaded",
+                          v.leftAfter, v.backAt);
+    }
 
     if (!perOp)
       return;
