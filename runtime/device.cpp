@@ -65,6 +65,15 @@ void Device::allocateArena(uint64_t planBytes, uint64_t workspaceBytes) {
   sampleMemory();
 }
 
+void Device::useWorkspaceInArena(uint64_t offset, uint64_t bytes) {
+  char *p = static_cast<char *>(at(offset, bytes));
+  if (reinterpret_cast<uintptr_t>(p) % kDeviceAlignment != 0)
+    fail("device: workspace at arena offset ", offset, " is not ",
+         kDeviceAlignment, "-byte aligned");
+  workspace_ = p;
+  workspaceBytes_ = bytes;
+}
+
 void *Device::at(uint64_t offset, uint64_t bytes) const {
   if (!arena_)
     fail("device: arena used before allocateArena()");

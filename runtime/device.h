@@ -92,6 +92,12 @@ public:
   /// compute stream. Allowed once per Device: steady-state allocation is a
   /// bug (and on cuda a synchronisation point).
   void allocateArena(uint64_t planBytes, uint64_t workspaceBytes = 0);
+  /// Makes `bytes` at `offset` of the planned region (the plan's own
+  /// workspace region) the compute stream's kernel workspace, instead of
+  /// the separate tail; the tail is then unused, so callers that use this
+  /// pass workspaceBytes = 0 to allocateArena. The range must be in the plan
+  /// and 256-byte aligned.
+  void useWorkspaceInArena(uint64_t offset, uint64_t bytes);
   bool hasArena() const { return arena_ != nullptr; }
   /// Start of the planned region (256-byte aligned).
   char *arenaBase() const { return arena_; }

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
+#include <thread>
 #include <unistd.h>
 
 namespace ap::rt {
@@ -107,31 +108,58 @@ void MetricsWriter::write(const StepMetrics &m) {
 
 std::string fingerprint(Device &device, PinnedPool &pool,
                         const std::vector<ByteRange> &ranges, Stream after) {
-  // 16 MiB chunks keep the staging buffer small and reused run-long.
-  constexpr uint64_t kChunk = 16ull << 20;
-  uint64_t largestDevice = 0;
+  // Leaves of at most 16 MiB, hashed in parallel groups: a model's state is
+  // gigabytes, and one SHA-256 stream over it took tens of seconds per step.
+  constexpr uint64_t kLeaf = 16ull << 20;
+  struct Leaf {
+    const char *data;
+    uint64_t bytes;
+    bool onDevice;
+  };
+  std::vector<Leaf> leaves;
   for (const ByteRange &r : ranges) {
     if (r.bytes && !r.data)
       fail("fingerprint: null range of ", r.bytes, " bytes");
-    if (r.onDevice)
-      largestDevice = std::max(largestDevice, r.bytes);
+    for (uint64_t done = 0; done < r.bytes || (done == 0 && r.bytes == 0);
+         done += kLeaf) {
+      leaves.push_back({static_cast<const char *>(r.data) + done,
+                        std::min(kLeaf, r.bytes - done), r.onDevice});
+      if (r.bytes == 0)
+        break;
+    }
   }
-  Sha256 sha;
+  unsigned hw = std::thread::hardware_concurrency();
+  size_t group = std::clamp<size_t>(hw ? hw : 1, 1, 16);
+  uint64_t largestDevice = 0;
+  for (const Leaf &l : leaves)
+    if (l.onDevice)
+      largestDevice = std::max(largestDevice, l.bytes);
   PinnedBuffer staging;
   if (largestDevice)
-    staging = pool.allocate(std::min(largestDevice, kChunk));
+    staging = pool.allocate(group * kLeaf);
+  std::vector<std::array<uint8_t, 32>> digests(leaves.size());
   try {
-    for (const ByteRange &r : ranges) {
-      if (!r.onDevice) {
-        sha.update(r.data, r.bytes);
-        continue;
+    for (size_t first = 0; first < leaves.size(); first += group) {
+      size_t last = std::min(leaves.size(), first + group);
+      std::vector<const char *> bytes(last - first);
+      for (size_t i = first; i < last; ++i) {
+        const Leaf &l = leaves[i];
+        bytes[i - first] = l.data;
+        if (l.onDevice && l.bytes) {
+          char *dst = static_cast<char *>(staging.data) + (i - first) * kLeaf;
+          device.copyToHostSync(dst, l.data, l.bytes, after);
+          bytes[i - first] = dst;
+        }
       }
-      for (uint64_t done = 0; done < r.bytes; done += kChunk) {
-        uint64_t n = std::min(kChunk, r.bytes - done);
-        device.copyToHostSync(
-            staging.data, static_cast<const char *>(r.data) + done, n, after);
-        sha.update(staging.data, n);
-      }
+      std::vector<std::thread> workers;
+      for (size_t i = first; i < last; ++i)
+        workers.emplace_back([&, i] {
+          Sha256 leaf;
+          leaf.update(bytes[i - first], leaves[i].bytes);
+          digests[i] = leaf.finish();
+        });
+      for (std::thread &t : workers)
+        t.join();
     }
   } catch (...) {
     if (staging)
@@ -140,7 +168,10 @@ std::string fingerprint(Device &device, PinnedPool &pool,
   }
   if (staging)
     pool.release(staging); // copies were synchronised above
-  return Sha256::hex(sha.finish());
+  Sha256 root;
+  for (const std::array<uint8_t, 32> &d : digests)
+    root.update(d.data(), d.size());
+  return Sha256::hex(root.finish());
 }
 
 //===----------------------------------------------------------------------===//

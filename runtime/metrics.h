@@ -94,9 +94,13 @@ struct ByteRange {
   bool onDevice = true;
 };
 
-/// SHA-256 (hex) over the concatenation of `ranges`, in order. Device ranges
-/// are read after all work enqueued on `after` (the step's last stream),
-/// through one general-pool staging buffer reused chunk by chunk.
+/// A digest of the exact bytes of `ranges`, in order: each range is cut into
+/// leaves of 16 MiB (the last one shorter; an empty range is one empty leaf),
+/// every leaf gets its SHA-256, and the result is the SHA-256 (hex) of the
+/// concatenated leaf digests. Leaves are hashed in parallel (one thread per
+/// core, up to 16). Device ranges are read after all work enqueued on
+/// `after` (the step's last stream), through one general-pool staging buffer
+/// of a group of leaves, reused group by group.
 std::string fingerprint(Device &device, PinnedPool &pool,
                         const std::vector<ByteRange> &ranges,
                         Stream after = Stream::Compute);

@@ -103,10 +103,17 @@ void StepRunner::endLoop() {
 }
 
 void StepRunner::allReduce(uint64_t offset, uint64_t bytes, DType dtype) {
-  (void)dtype;
-  // A world of one: the sum over "dp" is the buffer itself. Data-parallel
-  // runs need the collective API wired here (not done yet).
-  (void)dev.at(offset, bytes);
+  if (!dataParallel)
+    fail("all_reduce: the step has no data-parallel communicator");
+  void *p = dev.at(offset, bytes);
+  // A world of one: the sum over "dp" is the buffer itself, so no call (an
+  // in-place sum over one rank is the identity on every backend).
+  if (dataParallel->size() == 1)
+    return;
+  size_t count = size_t(bytes) / dtypeBytes(dtype);
+  dev.synchronize(Stream::Compute);
+  dataParallel->allReduceSum(p, p, count, dtype,
+                             dev.kernelContext(Stream::Compute).stream);
 }
 
 //===----------------------------------------------------------------------===//
@@ -252,8 +259,15 @@ void StepRunner::finalizeGrads(double maxNorm) {
     tensors.push_back({static_cast<const float *>(at(p.grad)), p.numel});
     ranges.push_back({at(p.grad), uint64_t(p.numel) * 4, true});
   }
-  if (fingerprints_)
+  if (fingerprints_) {
+    // Hashing gigabytes is not part of the step: its time is left out of
+    // step_time_s (the device is idle meanwhile, so nothing else is lost).
+    auto t0 = std::chrono::steady_clock::now();
     gradsFingerprint = fingerprint(dev, pool, ranges);
+    fingerprintSeconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+            .count();
+  }
   float *normDev = reinterpret_cast<float *>(scratch(0));
   kernels::GradNormArgs args;
   args.tensors = tensors.data();
@@ -489,6 +503,14 @@ int run(int argc, char **argv, const Program &p) {
     std::fputs(flags.usage.c_str(), stdout);
     return 0;
   }
+  // Several ranks need the data sharding and the global token count wired
+  // into the step as well as the gradient sum; until then say so instead of
+  // training N copies of one model.
+  LaunchInfo launchInfo = detectLaunch();
+  if (launchInfo.worldSize > 1)
+    fail("this binary trains on one rank; the launcher started ",
+         launchInfo.worldSize,
+         " (data-parallel training is not implemented yet)");
   DeviceOptions dopts;
   dopts.device = flags.device;
   Device dev(dopts);
@@ -507,13 +529,27 @@ int run(int argc, char **argv, const Program &p) {
   uint64_t ws = std::max<uint64_t>(p.workspaceBytes,
                                    kernels::gradNormWorkspaceBytes(kb, gq));
   ws = std::max<uint64_t>(ws, kernels::linearWorkspaceBytes(kb));
-  dev.allocateArena(p.arenaBytes + p.scratchBytes, alignUp(ws, 256));
+  // The plan ends with its workspace region ([persistent | activations |
+  // workspace]): kernels use it when it is large enough, so the arena is
+  // the whole device footprint the compiler planned; otherwise a separate
+  // tail holds the larger workspace.
+  uint64_t planWorkspaceOffset = p.persistentBytes + p.activationBytes;
+  bool planWorkspaceFits =
+      p.workspaceBytes >= ws &&
+      planWorkspaceOffset + p.workspaceBytes <= p.arenaBytes &&
+      planWorkspaceOffset % 256 == 0;
+  dev.allocateArena(p.arenaBytes + p.scratchBytes,
+                    planWorkspaceFits ? 0 : alignUp(ws, 256));
+  if (planWorkspaceFits)
+    dev.useWorkspaceInArena(planWorkspaceOffset, p.workspaceBytes);
   PinnedLayout layout;
   layout.totalBytes = std::max<uint64_t>(p.pinnedBytes, 256);
   layout.slots = p.slots;
   PinnedPool pool(dev, layout);
   OffloadEngine engine(dev, pool);
   StepRunner r(p, dev, pool, engine, flags.fingerprints);
+  std::unique_ptr<Communicator> world = createSelfCommunicator();
+  r.dataParallel = world.get();
   r.lrOverride = flags.lr;
 
   // Everything persistent starts at zero (grads, moments, state); then the
@@ -584,6 +620,7 @@ int run(int argc, char **argv, const Program &p) {
       data.fill(uint64_t(step), uint32_t(mb), r.tokens.data() + mb * mbElems,
                 r.labels.data() + mb * mbElems);
     r.stepIndex = step;
+    r.fingerprintSeconds = 0;
     p.step(r);
     dev.synchronize();
     pool.assertNoneInUse("step " + std::to_string(step + 1));
@@ -595,7 +632,8 @@ int run(int argc, char **argv, const Program &p) {
     m.loss = r.loss;
     m.gradNorm = r.gradNorm;
     m.lr = r.lr;
-    m.stepTimeS = std::chrono::duration<double>(t1 - t0).count();
+    m.stepTimeS =
+        std::chrono::duration<double>(t1 - t0).count() - r.fingerprintSeconds;
     m.tokensPerS = m.stepTimeS > 0
                        ? double(mbElems * size_t(p.microBatches)) / m.stepTimeS
                        : 0;

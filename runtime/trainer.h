@@ -79,6 +79,9 @@ public:
   OffloadEngine &engine;
   std::vector<EventId> ev;
   std::vector<OffloadEngine::ScopeId> scope;
+  /// The data-parallel group train.all_reduce sums over (a world of one for
+  /// now: the trainer refuses several ranks).
+  Communicator *dataParallel = nullptr;
 
   /// Arena address of an offset of the plan (checked).
   void *at(uint64_t offset) const { return dev.at(offset); }
@@ -147,6 +150,9 @@ public:
   // Results of the step.
   float loss = 0, gradNorm = 0, lr = 0;
   std::string gradsFingerprint;
+  /// Seconds spent hashing inside the step (--fingerprints), left out of
+  /// the step time.
+  double fingerprintSeconds = 0;
   /// Called at the end of finalizeGrads, before the optimizer, while the
   /// main grads still hold the step's sums over tokens: the step's token
   /// count and the clip coefficient that AdamW applies on top of 1 / count.

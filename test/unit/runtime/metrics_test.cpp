@@ -161,8 +161,27 @@ TEST(Progress, NonTerminalOutputIsThrottled) {
 
 using FingerprintTest = BackendTest;
 
+/// The documented digest, written out: SHA-256 over the SHA-256 of every
+/// 16 MiB leaf of every range, in order.
+std::string
+leafDigest(const std::vector<std::pair<const uint8_t *, size_t>> &ranges) {
+  const size_t leaf = 16 << 20;
+  Sha256 root;
+  for (auto [p, n] : ranges)
+    for (size_t done = 0; done == 0 || done < n; done += leaf) {
+      Sha256 one;
+      one.update(p + done, std::min(leaf, n - done));
+      auto d = one.finish();
+      root.update(d.data(), d.size());
+      if (n == 0)
+        break;
+    }
+  return Sha256::hex(root.finish());
+}
+
 TEST_P(FingerprintTest, DigestCoversDeviceAndHostBytesInOrder) {
-  // Larger than one 16 MiB staging chunk, odd size, random content.
+  // Larger than one 16 MiB leaf, odd size, random content, and more leaves
+  // than one parallel group on any machine (> 16).
   const size_t n = (17 << 20) + 3;
   auto bytes = randomBytes(n, 11);
   auto small = randomBytes(1000, 12);
@@ -173,19 +192,28 @@ TEST_P(FingerprintTest, DigestCoversDeviceAndHostBytesInOrder) {
   std::string got =
       fingerprint(*device, pool,
                   {{device->at(0, n), n, true}, {small.data(), 1000, false}});
-  Sha256 sha;
-  sha.update(bytes.data(), n);
-  sha.update(small.data(), small.size());
-  EXPECT_EQ(got, Sha256::hex(sha.finish()));
+  EXPECT_EQ(got, leafDigest({{bytes.data(), n}, {small.data(), small.size()}}));
   EXPECT_EQ(pool.stats().inUse, 0u);
   // Reused staging: a second fingerprint allocates nothing new.
   uint64_t allocations = pool.stats().allocations;
   std::string again = fingerprint(*device, pool, {{device->at(0, n), n, true}});
-  EXPECT_EQ(again, sha256Hex(bytes.data(), n));
+  EXPECT_EQ(again, leafDigest({{bytes.data(), n}}));
   EXPECT_EQ(pool.stats().allocations, allocations);
-  // One flipped bit changes the digest.
+  // One flipped bit changes the digest; so does the order of the ranges.
   bytes[n / 2] ^= 1;
-  EXPECT_NE(sha256Hex(bytes.data(), n), again);
+  EXPECT_NE(leafDigest({{bytes.data(), n}}), again);
+  EXPECT_NE(
+      fingerprint(*device, pool,
+                  {{small.data(), 1000, false}, {device->at(0, n), n, true}}),
+      got);
+  // Many leaves (more than one parallel group of 16): 40 small host ranges.
+  std::vector<ByteRange> many;
+  std::vector<std::pair<const uint8_t *, size_t>> manyRef;
+  for (size_t i = 0; i < 40; ++i) {
+    many.push_back({small.data() + i, 900, false});
+    manyRef.push_back({small.data() + i, 900});
+  }
+  EXPECT_EQ(fingerprint(*device, pool, many), leafDigest(manyRef));
 }
 
 TEST_P(FingerprintTest, RuntimePartOfTheLineComesFromDevicePoolAndEngine) {
