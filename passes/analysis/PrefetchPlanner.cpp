@@ -41,11 +41,16 @@ ap::train::planReloads(llvm::ArrayRef<double> opEnd, int64_t firstAnchor,
       }
     }
     if (plan.anchor < 0) {
-      // Nothing delivers it in time: issue as early as backward allows.
-      plan.anchor = firstAnchor;
-      while (plan.anchor < req.needIndex - 1 && !isAnchor(plan.anchor))
-        ++plan.anchor;
-      plan.start = std::max(opEnd[plan.anchor], req.ready);
+      // Nothing delivers it in time: issue as early as backward allows,
+      // but always before the consumer. When no anchor precedes it (the
+      // first backward op reads the value, e.g. the LM head's), the reload
+      // keeps its place right before the consumer (anchor -1).
+      for (int64_t a = firstAnchor; a < req.needIndex && plan.anchor < 0; ++a)
+        if (isAnchor(a))
+          plan.anchor = a;
+      plan.start = std::max(plan.anchor >= 0 ? opEnd[plan.anchor]
+                                             : startOf(req.needIndex),
+                            req.ready);
       plan.late = true;
     }
     plan.end = plan.start + req.copySeconds;

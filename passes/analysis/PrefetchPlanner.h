@@ -30,7 +30,9 @@ struct ReloadRequest {
 };
 
 struct ReloadPlan {
-  /// Body index of the op after which the reload is issued.
+  /// Body index of the op after which the reload is issued; always before
+  /// the consumer. -1: no anchor precedes the consumer, so the reload stays
+  /// right before it.
   int64_t anchor = 0;
   double start = 0, end = 0;
   /// When the copy has to be done: its consumer's start, or earlier when the

@@ -118,9 +118,12 @@ void TrainPrefetchAnchorsPass::runOnOperation() {
           if (isAnchor(i) && Scope::of(ops[i]).str() == later)
             anchor = i;
       }
-      if (anchor < 0)
+      if (anchor < 0 && bwdStart < r.waitIndex)
         anchor = bwdStart;
-      moves.push_back({r.op, ops[anchor]});
+      // No backward op before the wait (the first backward op reads the
+      // value): the reload stays where the offload pass put it.
+      if (anchor >= 0)
+        moves.push_back({r.op, ops[anchor]});
     }
   } else {
     SmallVector<ReloadRequest> requests;
@@ -131,7 +134,8 @@ void TrainPrefetchAnchorsPass::runOnOperation() {
     SmallVector<ReloadPlan> plans =
         planReloads(end, bwdStart, isAnchor, requests);
     for (auto [r, plan] : llvm::zip(reloads, plans))
-      moves.push_back({r.op, ops[plan.anchor]});
+      if (plan.anchor >= 0)
+        moves.push_back({r.op, ops[plan.anchor]});
   }
   for (auto [reload, anchor] : moves)
     reload->moveAfter(anchor);

@@ -19,3 +19,15 @@
 // DEPTH1: L4.core_attn | 1024 bytes | offload | needed by L4.core_attn | prefetch after #{{[0-9]+}} train.lm_head_cross_entropy_grad (model.lm_head) | wait before #{{[0-9]+}} train.attention_grad (L4.core_attn)
 
 // BAD: error: prefetch-depth must be >= 0 (0 = cost model), got -1
+
+// The LM head's saved input is read by the very first backward op: no
+// backward op precedes its wait, so in both modes the reload keeps its place
+// between the forward op and the wait (it used to be moved after its own
+// consumer, which the verifier rejects: "does not dominate this use").
+// RUN: actplace-import %models/tiny-hybrid.json --seq 64 | actplace-opt -train-autodiff -train-placement-pipeline="offload-modules=lm_head hide-rule=off" | FileCheck %s --check-prefix=LMHEAD
+// RUN: actplace-import %models/tiny-hybrid.json --seq 64 | actplace-opt -train-autodiff -train-placement-pipeline="offload-modules=lm_head hide-rule=off prefetch-depth=1" | FileCheck %s --check-prefix=LMHEAD
+// LMHEAD: %[[H:.*]] = train.offload %[[X:.*]] scope<-1, lm_head>
+// LMHEAD: train.lm_head_cross_entropy %[[X]],
+// LMHEAD: %[[R:.*]] = train.reload %[[H]] scope<-1, lm_head>
+// LMHEAD-NEXT: %[[W:.*]] = train.wait %[[R]]
+// LMHEAD: train.lm_head_cross_entropy_grad %[[W]],
