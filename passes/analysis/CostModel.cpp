@@ -63,6 +63,8 @@ llvm::Expected<DeviceProfile> DeviceProfile::parse(StringRef json,
       {"d2hBandwidth", &DeviceProfile::d2hBandwidth},
       {"h2dBandwidth", &DeviceProfile::h2dBandwidth},
       {"duplexBandwidth", &DeviceProfile::duplexBandwidth},
+      {"computeScale", &DeviceProfile::computeScale},
+      {"copySlowdownPerByte", &DeviceProfile::copySlowdownPerByte},
   };
   // Sorted keys give a deterministic first error for a file with several.
   SmallVector<StringRef> keys;
@@ -81,9 +83,11 @@ llvm::Expected<DeviceProfile> DeviceProfile::parse(StringRef json,
     std::optional<double> value = obj->get(key)->getAsNumber();
     if (!value)
       return fail("field '" + key + "' must be a number");
-    // launchLatency may be 0 (an idealised device); rates must be positive
-    // because the model divides by them.
-    bool isLatency = field->member == &DeviceProfile::launchLatency;
+    // launchLatency and the copy slowdown may be 0 (an idealised device);
+    // rates and the scale must be positive because the model divides by
+    // them or multiplies every cost by them.
+    bool isLatency = field->member == &DeviceProfile::launchLatency ||
+                     field->member == &DeviceProfile::copySlowdownPerByte;
     if (!(isLatency ? *value >= 0 : *value > 0))
       return fail("field '" + key + "' must be " +
                   (isLatency ? "non-negative" : "positive") + ", got " +
@@ -230,9 +234,16 @@ OpCost CostModel::cost(Operation *op) const {
   // Ops that launch nothing: symbol reads, views, terminators, the loop
   // itself (its body is costed op by op) and the placement ops, whose
   // copies run on the d2h / h2d queues (StreamSimulation).
-  if (isa<ParamRefOp, ReshapeOp, YieldOp, MicrobatchLoopOp, OffloadOp, ReloadOp,
-          WaitOp>(op))
+  if (isa<ParamRefOp, ReshapeOp, YieldOp, MicrobatchLoopOp, WaitOp>(op))
     return c;
+  // The copy itself runs on the d2h / h2d queue (StreamSimulation); the
+  // compute stream only pays the measured slowdown copies cause beside it.
+  if (isa<OffloadOp, ReloadOp>(op)) {
+    Value moved = isa<OffloadOp>(op) ? op->getOperand(0) : op->getResult(0);
+    c.seconds = prof.copySlowdownPerByte *
+                double(tensorBytes(cast<RankedTensorType>(moved.getType())));
+    return c;
+  }
 
   bool handled =
       llvm::TypeSwitch<Operation *, bool>(op)
@@ -403,8 +414,9 @@ OpCost CostModel::cost(Operation *op) const {
   if (!handled)
     c.bytes = operandAndResultBytes(op);
 
-  c.seconds = prof.launchLatency +
-              std::max(c.flops / prof.peakFlops, c.bytes / prof.memBandwidth);
+  c.seconds = prof.computeScale *
+              (prof.launchLatency +
+               std::max(c.flops / prof.peakFlops, c.bytes / prof.memBandwidth));
   return c;
 }
 

@@ -36,10 +36,21 @@ struct DeviceProfile {
   /// Host link bytes/s of both directions together while both are busy; each
   /// direction gets a share proportional to its one-way bandwidth.
   double duplexBandwidth = 101e9;
+  /// Calibration (bench/qwen_train_bench.py calibrate): measured compute
+  /// time over the time the rates above predict. Every op's predicted
+  /// seconds are multiplied by it; 1 uses the rates as they are.
+  double computeScale = 1.0;
+  /// Compute seconds lost per byte copied over the host link: D2H and H2D
+  /// copies slow the kernels running beside them (they share HBM and the
+  /// SMs' memory system), charged to the compute stream at the op that
+  /// issues the copy. 0: copies never slow compute.
+  double copySlowdownPerByte = 0.0;
 
   /// Reads a JSON object whose keys are any subset of the field names above
   /// (`peakFlops`, `memBandwidth`, `launchLatency`, `d2hBandwidth`,
-  /// `h2dBandwidth`, `duplexBandwidth`) with positive numbers as values;
+  /// `h2dBandwidth`, `duplexBandwidth`, `computeScale`,
+  /// `copySlowdownPerByte`) with positive numbers as values (launchLatency
+  /// and copySlowdownPerByte may be 0);
   /// absent fields keep their defaults. An unknown key, a non-numeric or
   /// non-positive value, or malformed JSON is an error naming the file and
   /// the offending key.

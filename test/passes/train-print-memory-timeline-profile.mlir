@@ -2,6 +2,7 @@
 // RUN: actplace-opt %t/step.mlir -train-print-memory-timeline=per-op=true -o /dev/null | FileCheck %s --check-prefix=H200
 // RUN: actplace-opt %t/step.mlir '-train-print-memory-timeline=per-op=true profile=%t/slow-memory.json' -o /dev/null | FileCheck %s --check-prefix=SLOWMEM
 // RUN: actplace-opt %t/step.mlir '-train-print-memory-timeline=per-op=true profile=%t/slow-link.json' -o /dev/null | FileCheck %s --check-prefix=LINK
+// RUN: actplace-opt %t/step.mlir '-train-print-memory-timeline=per-op=true profile=%t/calibrated.json' -o /dev/null | FileCheck %s --check-prefix=CALIB
 // RUN: sed 's/%lab :/%lab {train.max_inflight = 1 : i64} :/' %t/step.mlir \
 // RUN:   | actplace-opt '-train-print-memory-timeline=per-op=true profile=%t/slow-link.json' -o /dev/null | FileCheck %s --check-prefix=INFLIGHT
 
@@ -15,6 +16,15 @@
 // = 4 + 16.384 us; the embedding before it 4 + 16640 / 1e9 s = 20.640 us.
 // SLOWMEM: profile: peakFlops=7.900E+14 memBandwidth=1.000E+09 launchLatency=4.000E-06 d2hBandwidth=5.500E+10
 // SLOWMEM: #3 train.linear L0.mlp_fc1 {{.*}} flops=262144 bytes=16384 dur=20.384 start=20.640{{$}}
+
+// A calibrated profile (bench/qwen_train_bench.py calibrate): every kernel
+// costs computeScale times its rate-based time, and an offload or reload
+// charges the compute stream copySlowdownPerByte seconds per byte it moves:
+// fc1 2.5 x 4.004 = 10.010 us; the offload of %a (4096 B) 4.096 us, after
+// the embedding (2.5 x 4.004160) and fc1 (2.5 x 4.004096): 20.021 us.
+// CALIB: profile: {{.*}} computeScale=2.500E+00 copySlowdownPerByte=1.000E-09
+// CALIB: #3 train.linear L0.mlp_fc1 {{.*}} flops=262144 bytes=16384 dur=10.010 start=10.010{{$}}
+// CALIB: #4 train.offload L0.mlp_fc1 {{.*}} dur=4.096 start=20.021{{$}}
 
 // slow-link: every kernel takes exactly 1 us (launch latency; FLOP and
 // memory rates too high to matter) and the link moves 1e9 B/s one way,
@@ -60,6 +70,9 @@
 
 //--- slow-memory.json
 {"memBandwidth": 1e9}
+
+//--- calibrated.json
+{"computeScale": 2.5, "copySlowdownPerByte": 1e-9}
 
 //--- slow-link.json
 {
