@@ -16,6 +16,14 @@ Three steps, each its own command:
   table  (here)  one table from a run folder: step time (median, range),
          tokens/s, MFU, planned vs measured device peak, pinned pool,
          bytes moved each way, predicted vs measured exposed transfer time.
+  calibrate (here)  fits the cost model to a run: computeScale from the
+         no-placement arm, copySlowdownPerByte from the offload-only arms;
+         writes a device profile (actplace-compile --profile, pass option
+         profile=).
+  predict (here)  the run's reports again under a profile, into a copy of
+         the run folder, so that `table` compares measured steps with the
+         calibrated predictions (the arms with recompute are the held-out
+         check).
 
   bench/qwen_train_bench.py build [--model M --seq N --micro-batches K]
   bench/qwen_train_bench.py run --carry gpu-carry/qwen-bench --out DIR
@@ -343,6 +351,110 @@ def cmd_run(a):
 
 
 #===----------------------------------------------------------------------===#
+# calibrate, predict
+#===----------------------------------------------------------------------===#
+
+def arm_medians(d):
+    """Median measured step time per arm of a run folder, and its reports."""
+    manifest = json.load(open(os.path.join(d, "manifest.json")))
+    rows = [json.loads(l) for l in open(os.path.join(d, "results.jsonl"))
+            if l.strip()]
+    out = {}
+    for arm, info in manifest["arms"].items():
+        times = [r["step_time_s"] for r in rows
+                 if r["arm"] == arm and not r["warmup"]]
+        if times:
+            rep = json.load(open(os.path.join(d, info["report"])))
+            out[arm] = (statistics.median(times), rep["totals"])
+    return manifest, out
+
+
+def cmd_calibrate(a):
+    """Fits the cost model's two calibration constants to a run:
+    computeScale = measured / predicted step time of the no-placement arm
+    (predicted with the profile the run's reports used, i.e. computeScale 1);
+    copySlowdownPerByte = least squares, through the origin, of the measured
+    step-time increase of the offload-only arms (no recompute) against the
+    bytes they move per step, with the predicted exposed transfer time
+    taken off. Arms with recompute are left for validation (predict +
+    table)."""
+    manifest, med = arm_medians(os.path.abspath(a.results))
+    if "none" not in med:
+        sys.exit("calibrate: the run has no measured 'none' arm")
+    none_meas, none_rep = med["none"]
+    scale = none_meas / none_rep["step_seconds_after"]
+    num = den = 0.0
+    used = []
+    for arm, (meas, t) in med.items():
+        if arm == "none" or t["recomputed_bytes"] or not t["offloaded_bytes"]:
+            continue
+        moved = float(t["d2h_bytes_per_step"] + t["h2d_bytes_per_step"])
+        exposed = (t["exposed_transfer_seconds_per_microbatch"] *
+                   manifest["micro_batches"])
+        delta = meas - none_meas - exposed
+        num += delta * moved
+        den += moved * moved
+        used.append(f"{arm}: +{delta * 1e3:.2f} ms for {moved / 1e9:.2f} GB")
+    slowdown = max(0.0, num / den) if den else 0.0
+    profile = {"computeScale": round(scale, 6),
+               "copySlowdownPerByte": float(f"{slowdown:.6e}")}
+    with open(a.out, "w") as f:
+        json.dump(profile, f, indent=1)
+        f.write("\n")
+    log(f"computeScale = {none_meas * 1e3:.2f} ms measured / "
+        f"{none_rep['step_seconds_after'] * 1e3:.2f} ms predicted = "
+        f"{scale:.4f}")
+    log(f"copySlowdownPerByte = {slowdown:.4e} s/B "
+        f"({slowdown * 1e12:.3f} ms per GB) from " + ("; ".join(used) or
+                                                     "no offload-only arm"))
+    log("wrote", a.out)
+
+
+def placement_options(flags):
+    """actplace-compile placement flags -> placement pass options."""
+    return " ".join(f[2:] for f in flags if f.startswith("--"))
+
+
+def cmd_predict(a):
+    """The run's reports again, from the same graph and placements, under
+    another device profile (actplace-import + actplace-opt, no binary), into
+    a copy of the run folder that `table` reads."""
+    src = os.path.abspath(a.results)
+    dest = os.path.abspath(a.out)
+    os.makedirs(dest, exist_ok=True)
+    manifest = json.load(open(os.path.join(src, "manifest.json")))
+    build = os.path.join(REPO, a.build_dir, "bin")
+    profile = os.path.abspath(a.profile)
+    model = os.path.join(REPO, manifest["model"])
+    for f in ("results.jsonl", "manifest.json"):
+        shutil.copy(os.path.join(src, f), dest)
+    for arm, info in manifest["arms"].items():
+        flags, _ = ARMS[arm]
+        report = os.path.join(dest, info["report"])
+        imp = subprocess.run(
+            [os.path.join(build, "actplace-import"), model, "--seq",
+             str(manifest["seq"]), "--micro-batch-size",
+             str(manifest["micro_batch_size"]), "--micro-batches",
+             str(manifest["micro_batches"]), "--dtype", manifest["dtype"]],
+            capture_output=True, text=True, check=True).stdout
+        # The placement is decided under the profile the measured binary
+        # was compiled with (the default); only the report uses the new one,
+        # so the prediction is for the very placement that was measured (the
+        # hide rule would otherwise keep other scopes under slower compute).
+        opts = placement_options(flags)
+        opt = subprocess.run(
+            [os.path.join(build, "actplace-opt"), "-train-autodiff",
+             "-train-placement-pipeline=" + opts,
+             f"-train-placement-report={opts} profile={profile} "
+             f"report-format=json report-file={report}", "-o", os.devnull],
+            input=imp, capture_output=True, text=True)
+        if opt.returncode != 0:
+            sys.exit(f"predict: arm {arm}: actplace-opt failed:\n{opt.stderr}")
+        log(f"[{arm}] wrote {os.path.relpath(report)}")
+
+
+
+#===----------------------------------------------------------------------===#
 # table
 #===----------------------------------------------------------------------===#
 
@@ -530,8 +642,19 @@ def main():
     t.add_argument("--save", action="store_true",
                    help="also copy the run's results, reports, SVGs, logs "
                    "and the table to bench/results/qwen-bench-DATE-COMMIT/")
+    c = sub.add_parser("calibrate", help="fit computeScale and "
+                       "copySlowdownPerByte to a run; writes a device profile")
+    c.add_argument("results")
+    c.add_argument("--out", required=True, help="profile JSON to write")
+    pr = sub.add_parser("predict", help="the run's reports under another "
+                        "profile, into a copy of the run folder")
+    pr.add_argument("results")
+    pr.add_argument("--profile", required=True)
+    pr.add_argument("--out", required=True)
+    pr.add_argument("--build-dir", default="build-bench")
     a = p.parse_args()
-    {"build": cmd_build, "run": cmd_run, "table": cmd_table}[a.cmd](a)
+    {"build": cmd_build, "run": cmd_run, "table": cmd_table,
+     "calibrate": cmd_calibrate, "predict": cmd_predict}[a.cmd](a)
 
 
 if __name__ == "__main__":
