@@ -370,44 +370,92 @@ def arm_medians(d):
 
 
 def cmd_calibrate(a):
-    """Fits the cost model's two calibration constants to a run:
-    computeScale = measured / predicted step time of the no-placement arm
-    (predicted with the profile the run's reports used, i.e. computeScale 1);
-    copySlowdownPerByte = least squares, through the origin, of the measured
-    step-time increase of the offload-only arms (no recompute) against the
-    bytes they move per step, with the predicted exposed transfer time
-    taken off. Arms with recompute are left for validation (predict +
-    table)."""
-    manifest, med = arm_medians(os.path.abspath(a.results))
+    """Fits the cost model to a run and writes a device profile:
+      opScale             copied from --op-scale (per-op measured / predicted
+                          kernel time from the kernel benchmarks at the
+                          model's shapes);
+      computeScale        every other op: chosen so that the predicted step
+                          time of the no-placement arm equals its measured
+                          median (predictions are linear in it: two reports
+                          fix the line);
+      copySlowdownPerByte least squares, through the origin, of what the
+                          offload-only arms (no recompute) measure above
+                          their prediction, against the bytes they move.
+    Arms with recompute are left out of the fit: `predict` + `table` check
+    the profile on them."""
+    d = os.path.abspath(a.results)
+    manifest, med = arm_medians(d)
     if "none" not in med:
         sys.exit("calibrate: the run has no measured 'none' arm")
-    none_meas, none_rep = med["none"]
-    scale = none_meas / none_rep["step_seconds_after"]
+    base = {}
+    if a.op_scale:
+        base["opScale"] = json.load(open(a.op_scale))
+    build = os.path.join(REPO, a.build_dir, "bin")
+
+    def predicted(arm, profile):
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "profile.json")
+            json.dump(profile, open(path, "w"))
+            report = os.path.join(tmp, "report.json")
+            write_report(manifest, arm, path, report, build)
+            return json.load(open(report))["totals"]["step_seconds_after"]
+
+    none_meas = med["none"][0]
+    t1 = predicted("none", dict(base, computeScale=1.0))
+    t2 = predicted("none", dict(base, computeScale=2.0))
+    scale = 1.0 + (none_meas - t1) / (t2 - t1)
+    if scale <= 0:
+        sys.exit(f"calibrate: the op scales alone predict {t1 * 1e3:.2f} ms, "
+                 f"more than the measured {none_meas * 1e3:.2f} ms")
+    profile = dict(base, computeScale=round(scale, 6))
+    none_pred = predicted("none", profile)
     num = den = 0.0
     used = []
     for arm, (meas, t) in med.items():
         if arm == "none" or t["recomputed_bytes"] or not t["offloaded_bytes"]:
             continue
         moved = float(t["d2h_bytes_per_step"] + t["h2d_bytes_per_step"])
-        exposed = (t["exposed_transfer_seconds_per_microbatch"] *
-                   manifest["micro_batches"])
-        delta = meas - none_meas - exposed
-        num += delta * moved
+        resid = (meas - none_meas) - (predicted(arm, profile) - none_pred)
+        num += resid * moved
         den += moved * moved
-        used.append(f"{arm}: +{delta * 1e3:.2f} ms for {moved / 1e9:.2f} GB")
+        used.append(f"{arm}: {resid * 1e3:+.2f} ms for {moved / 1e9:.2f} GB")
     slowdown = max(0.0, num / den) if den else 0.0
-    profile = {"computeScale": round(scale, 6),
-               "copySlowdownPerByte": float(f"{slowdown:.6e}")}
+    profile["copySlowdownPerByte"] = float(f"{slowdown:.6e}")
     with open(a.out, "w") as f:
         json.dump(profile, f, indent=1)
         f.write("\n")
-    log(f"computeScale = {none_meas * 1e3:.2f} ms measured / "
-        f"{none_rep['step_seconds_after'] * 1e3:.2f} ms predicted = "
-        f"{scale:.4f}")
+    log(f"computeScale = {scale:.4f}: the no-placement arm measured "
+        f"{none_meas * 1e3:.2f} ms; predicted {t1 * 1e3:.2f} ms at scale 1, "
+        f"{t2 * 1e3:.2f} ms at 2" + (" (op scales from " + a.op_scale + ")"
+                                      if a.op_scale else ""))
     log(f"copySlowdownPerByte = {slowdown:.4e} s/B "
         f"({slowdown * 1e12:.3f} ms per GB) from " + ("; ".join(used) or
                                                      "no offload-only arm"))
     log("wrote", a.out)
+
+
+def write_report(manifest, arm, profile, report, build):
+    """The JSON placement report of one arm under `profile`. The placement
+    is decided under the profile the measured binaries were compiled with
+    (the default); only the report uses the new one, so the prediction is
+    for the very placement that was measured (the hide rule would otherwise
+    keep other scopes under a slower compute model)."""
+    flags, _ = ARMS[arm]
+    imp = subprocess.run(
+        [os.path.join(build, "actplace-import"),
+         os.path.join(REPO, manifest["model"]), "--seq", str(manifest["seq"]),
+         "--micro-batch-size", str(manifest["micro_batch_size"]),
+         "--micro-batches", str(manifest["micro_batches"]), "--dtype",
+         manifest["dtype"]], capture_output=True, text=True, check=True).stdout
+    opts = placement_options(flags)
+    opt = subprocess.run(
+        [os.path.join(build, "actplace-opt"), "-train-autodiff",
+         "-train-placement-pipeline=" + opts,
+         f"-train-placement-report={opts} profile={profile} "
+         f"report-format=json report-file={report}", "-o", os.devnull],
+        input=imp, capture_output=True, text=True)
+    if opt.returncode != 0:
+        sys.exit(f"arm {arm}: actplace-opt failed:\n{opt.stderr}")
 
 
 def placement_options(flags):
@@ -424,34 +472,12 @@ def cmd_predict(a):
     os.makedirs(dest, exist_ok=True)
     manifest = json.load(open(os.path.join(src, "manifest.json")))
     build = os.path.join(REPO, a.build_dir, "bin")
-    profile = os.path.abspath(a.profile)
-    model = os.path.join(REPO, manifest["model"])
     for f in ("results.jsonl", "manifest.json"):
         shutil.copy(os.path.join(src, f), dest)
     for arm, info in manifest["arms"].items():
-        flags, _ = ARMS[arm]
         report = os.path.join(dest, info["report"])
-        imp = subprocess.run(
-            [os.path.join(build, "actplace-import"), model, "--seq",
-             str(manifest["seq"]), "--micro-batch-size",
-             str(manifest["micro_batch_size"]), "--micro-batches",
-             str(manifest["micro_batches"]), "--dtype", manifest["dtype"]],
-            capture_output=True, text=True, check=True).stdout
-        # The placement is decided under the profile the measured binary
-        # was compiled with (the default); only the report uses the new one,
-        # so the prediction is for the very placement that was measured (the
-        # hide rule would otherwise keep other scopes under slower compute).
-        opts = placement_options(flags)
-        opt = subprocess.run(
-            [os.path.join(build, "actplace-opt"), "-train-autodiff",
-             "-train-placement-pipeline=" + opts,
-             f"-train-placement-report={opts} profile={profile} "
-             f"report-format=json report-file={report}", "-o", os.devnull],
-            input=imp, capture_output=True, text=True)
-        if opt.returncode != 0:
-            sys.exit(f"predict: arm {arm}: actplace-opt failed:\n{opt.stderr}")
+        write_report(manifest, arm, os.path.abspath(a.profile), report, build)
         log(f"[{arm}] wrote {os.path.relpath(report)}")
-
 
 
 #===----------------------------------------------------------------------===#
@@ -646,6 +672,10 @@ def main():
                        "copySlowdownPerByte to a run; writes a device profile")
     c.add_argument("results")
     c.add_argument("--out", required=True, help="profile JSON to write")
+    c.add_argument("--op-scale", default="",
+                   help="JSON object: op name -> measured / predicted time "
+                   "of that kernel (bench/profiles/h200-kernel-scales.json)")
+    c.add_argument("--build-dir", default="build-bench")
     pr = sub.add_parser("predict", help="the run's reports under another "
                         "profile, into a copy of the run folder")
     pr.add_argument("results")

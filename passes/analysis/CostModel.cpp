@@ -72,12 +72,27 @@ llvm::Expected<DeviceProfile> DeviceProfile::parse(StringRef json,
     keys.push_back(kv.first);
   llvm::sort(keys);
   for (StringRef key : keys) {
+    if (key == "opScale") {
+      const llvm::json::Object *ops = obj->get(key)->getAsObject();
+      if (!ops)
+        return fail("field 'opScale' must be an object of op names to "
+                    "positive numbers");
+      for (const auto &kv : *ops) {
+        std::optional<double> v = kv.second.getAsNumber();
+        if (!v || !(*v > 0))
+          return fail("opScale['" + kv.first.str() +
+                      "'] must be a positive number");
+        p.opScale[kv.first.str()] = *v;
+      }
+      continue;
+    }
     const Field *field =
         llvm::find_if(fields, [&](const Field &f) { return f.key == key; });
     if (field == std::end(fields)) {
       std::string known;
       for (const Field &f : fields)
         known += (known.empty() ? "" : ", ") + f.key.str();
+      known += ", opScale";
       return fail("unknown field '" + key + "' (known fields: " + known + ")");
     }
     std::optional<double> value = obj->get(key)->getAsNumber();
@@ -414,8 +429,11 @@ OpCost CostModel::cost(Operation *op) const {
   if (!handled)
     c.bytes = operandAndResultBytes(op);
 
-  c.seconds = prof.computeScale *
-              (prof.launchLatency +
+  auto scaled = prof.opScale.find(op->getName().getStringRef().str());
+  double scale =
+      scaled == prof.opScale.end() ? prof.computeScale : scaled->second;
+  c.seconds =
+      scale * (prof.launchLatency +
                std::max(c.flops / prof.peakFlops, c.bytes / prof.memBandwidth));
   return c;
 }

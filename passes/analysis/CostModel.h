@@ -17,6 +17,7 @@
 #include "llvm/Support/Error.h"
 
 #include <cstdint>
+#include <map>
 #include <string>
 
 namespace ap::train {
@@ -45,6 +46,10 @@ struct DeviceProfile {
   /// SMs' memory system), charged to the compute stream at the op that
   /// issues the copy. 0: copies never slow compute.
   double copySlowdownPerByte = 0.0;
+  /// Per op name ("train.gated_delta_rule"): measured over rate-based time
+  /// of that op alone (from the kernel benchmarks); replaces computeScale
+  /// for the ops it names.
+  std::map<std::string, double> opScale;
 
   /// Reads a JSON object whose keys are any subset of the field names above
   /// (`peakFlops`, `memBandwidth`, `launchLatency`, `d2hBandwidth`,

@@ -3,6 +3,7 @@
 // RUN: actplace-opt %t/step.mlir '-train-print-memory-timeline=per-op=true profile=%t/slow-memory.json' -o /dev/null | FileCheck %s --check-prefix=SLOWMEM
 // RUN: actplace-opt %t/step.mlir '-train-print-memory-timeline=per-op=true profile=%t/slow-link.json' -o /dev/null | FileCheck %s --check-prefix=LINK
 // RUN: actplace-opt %t/step.mlir '-train-print-memory-timeline=per-op=true profile=%t/calibrated.json' -o /dev/null | FileCheck %s --check-prefix=CALIB
+// RUN: actplace-opt %t/step.mlir '-train-print-memory-timeline=per-op=true profile=%t/op-scale.json' -o /dev/null | FileCheck %s --check-prefix=OPSCALE
 // RUN: sed 's/%lab :/%lab {train.max_inflight = 1 : i64} :/' %t/step.mlir \
 // RUN:   | actplace-opt '-train-print-memory-timeline=per-op=true profile=%t/slow-link.json' -o /dev/null | FileCheck %s --check-prefix=INFLIGHT
 
@@ -25,6 +26,11 @@
 // CALIB: profile: {{.*}} computeScale=2.500E+00 copySlowdownPerByte=1.000E-09
 // CALIB: #3 train.linear L0.mlp_fc1 {{.*}} flops=262144 bytes=16384 dur=10.010 start=10.010{{$}}
 // CALIB: #4 train.offload L0.mlp_fc1 {{.*}} dur=4.096 start=20.021{{$}}
+
+// opScale names ops whose measured speed differs from the rest: linear at
+// 1.5 x 4.004 = 6.006 us while the embedding keeps computeScale 2.5
+// (10.010 us).
+// OPSCALE: #3 train.linear L0.mlp_fc1 {{.*}} dur=6.006 start=10.010{{$}}
 
 // slow-link: every kernel takes exactly 1 us (launch latency; FLOP and
 // memory rates too high to matter) and the link moves 1e9 B/s one way,
@@ -73,6 +79,9 @@
 
 //--- calibrated.json
 {"computeScale": 2.5, "copySlowdownPerByte": 1e-9}
+
+//--- op-scale.json
+{"computeScale": 2.5, "opScale": {"train.linear": 1.5}}
 
 //--- slow-link.json
 {
