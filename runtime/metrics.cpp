@@ -106,47 +106,75 @@ void MetricsWriter::write(const StepMetrics &m) {
 // Fingerprints
 //===----------------------------------------------------------------------===//
 
-std::string fingerprint(Device &device, PinnedPool &pool,
-                        const std::vector<ByteRange> &ranges, Stream after) {
-  // Leaves of at most 16 MiB, hashed in parallel groups: a model's state is
-  // gigabytes, and one SHA-256 stream over it took tens of seconds per step.
-  constexpr uint64_t kLeaf = 16ull << 20;
-  struct Leaf {
-    const char *data;
-    uint64_t bytes;
-    bool onDevice;
-  };
+namespace {
+/// Leaves of at most 16 MiB, hashed in parallel groups: a model's state is
+/// gigabytes, and one SHA-256 stream over it took tens of seconds per step.
+constexpr uint64_t kLeaf = 16ull << 20;
+
+struct Leaf {
+  const char *data;
+  uint64_t bytes;
+  bool onDevice;
+};
+
+std::vector<Leaf> leavesOf(const std::vector<ByteRange> &ranges) {
   std::vector<Leaf> leaves;
   for (const ByteRange &r : ranges) {
     if (r.bytes && !r.data)
       fail("fingerprint: null range of ", r.bytes, " bytes");
-    for (uint64_t done = 0; done < r.bytes || (done == 0 && r.bytes == 0);
-         done += kLeaf) {
+    uint64_t done = 0;
+    do {
       leaves.push_back({static_cast<const char *>(r.data) + done,
                         std::min(kLeaf, r.bytes - done), r.onDevice});
-      if (r.bytes == 0)
-        break;
-    }
+      done += kLeaf;
+    } while (done < r.bytes);
   }
+  return leaves;
+}
+
+size_t hashGroupSize() {
   unsigned hw = std::thread::hardware_concurrency();
-  size_t group = std::clamp<size_t>(hw ? hw : 1, 1, 16);
-  uint64_t largestDevice = 0;
+  return std::clamp<size_t>(hw ? hw : 1, 1, 16);
+}
+
+/// Staging layout: one slot per leaf of a group, each as large as the
+/// largest device leaf.
+std::pair<size_t, uint64_t> stagingShape(const std::vector<Leaf> &leaves) {
+  size_t deviceLeaves = 0;
+  uint64_t stride = 0;
   for (const Leaf &l : leaves)
-    if (l.onDevice)
-      largestDevice = std::max(largestDevice, l.bytes);
+    if (l.onDevice) {
+      ++deviceLeaves;
+      stride = std::max(stride, l.bytes);
+    }
+  return {std::min(hashGroupSize(), deviceLeaves), stride};
+}
+} // namespace
+
+uint64_t fingerprintStagingBytes(const std::vector<ByteRange> &ranges) {
+  auto [slots, stride] = stagingShape(leavesOf(ranges));
+  return uint64_t(slots) * stride;
+}
+
+std::string fingerprint(Device &device, PinnedPool &pool,
+                        const std::vector<ByteRange> &ranges, Stream after) {
+  std::vector<Leaf> leaves = leavesOf(ranges);
+  auto [slots, stride] = stagingShape(leaves);
+  size_t group = hashGroupSize();
   PinnedBuffer staging;
-  if (largestDevice)
-    staging = pool.allocate(group * kLeaf);
+  if (slots && stride)
+    staging = pool.allocate(uint64_t(slots) * stride);
   std::vector<std::array<uint8_t, 32>> digests(leaves.size());
   try {
     for (size_t first = 0; first < leaves.size(); first += group) {
       size_t last = std::min(leaves.size(), first + group);
       std::vector<const char *> bytes(last - first);
+      size_t slot = 0;
       for (size_t i = first; i < last; ++i) {
         const Leaf &l = leaves[i];
         bytes[i - first] = l.data;
         if (l.onDevice && l.bytes) {
-          char *dst = static_cast<char *>(staging.data) + (i - first) * kLeaf;
+          char *dst = static_cast<char *>(staging.data) + slot++ * stride;
           device.copyToHostSync(dst, l.data, l.bytes, after);
           bytes[i - first] = dst;
         }

@@ -100,10 +100,14 @@ struct ByteRange {
 /// concatenated leaf digests. Leaves are hashed in parallel (one thread per
 /// core, up to 16). Device ranges are read after all work enqueued on
 /// `after` (the step's last stream), through one general-pool staging buffer
-/// of a group of leaves, reused group by group.
+/// (fingerprintStagingBytes) reused group by group.
 std::string fingerprint(Device &device, PinnedPool &pool,
                         const std::vector<ByteRange> &ranges,
                         Stream after = Stream::Compute);
+/// The general-pool staging one fingerprint of `ranges` takes: a slot per
+/// device leaf of one parallel group, each the size of the largest device
+/// leaf (so small data stays small).
+uint64_t fingerprintStagingBytes(const std::vector<ByteRange> &ranges);
 
 //===--- Progress
 //-----------------------------------------------------------===//
