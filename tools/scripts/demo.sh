@@ -13,7 +13,8 @@
 # offload into a training binary (actplace-compile) and trains it 30 steps on
 # this README's bytes on the host backend. Files are left in build-demo/:
 # model.mlir, step.mlir, placed.mlir, report.txt, train-tiny, metrics.jsonl.
-# The demo builds without CUDA (fast); ACTPLACE_DEMO_CUDA=1 builds with it.
+# The demo builds without CUDA and trains on the host backend unless a GPU is
+# usable (nvcc and a driver); ACTPLACE_DEMO_CUDA=0/1 forces either way.
 #
 #===----------------------------------------------------------------------===#
 set -euo pipefail
@@ -33,9 +34,20 @@ fi
 dir="$root/build-demo"
 mkdir -p "$dir"
 echo "== actplace: building the compiler tools in $dir"
+# A usable GPU (driver answering, nvcc to build for it) turns on the CUDA
+# build and trains there; ACTPLACE_DEMO_CUDA=0/1 overrides the detection.
+gpu=0
+if [ -x /usr/local/cuda/bin/nvcc ] && command -v nvidia-smi >/dev/null 2>&1 &&
+  nvidia-smi -L >/dev/null 2>&1; then
+  gpu=1
+fi
 cuda=OFF
-if [ "${ACTPLACE_DEMO_CUDA:-0}" = 1 ]; then
+if [ "${ACTPLACE_DEMO_CUDA:-$gpu}" = 1 ]; then
   cuda=ON
+fi
+device=host
+if [ "$cuda" = ON ] && [ "$gpu" = 1 ]; then
+  device=cuda
 fi
 cmake -S "$root" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DACTPLACE_ENABLE_CUDA=$cuda >"$dir/configure.log" 2>&1 || {
@@ -61,14 +73,20 @@ echo "== actplace: full report in $dir/report.txt; placed step in $dir/placed.ml
 
 echo "== actplace: building actplace-compile, the runtime and the kernels"
 ninja -C "$dir" actplace-compile
+# On the GPU the tiny model with head dims the CUDA attention kernels take.
 tiny="$root/models/tiny-hybrid.json"
+tinyseq=64
+if [ "$device" = cuda ]; then
+  tiny="$root/models/tiny-hybrid-gpu.json"
+  tinyseq=256
+fi
 echo "== actplace: compiling $tiny with offload into a training binary"
-"$dir/bin/actplace-compile" "$tiny" --seq 64 --micro-batches 2 \
+"$dir/bin/actplace-compile" "$tiny" --seq $tinyseq --micro-batches 2 \
   --offload-modules=gdn_core_attn,core_attn,attn_proj --hide-rule=off \
   -o "$dir/train-tiny" | grep -E '^(planned peak|predicted activation peak:|wrote)'
-echo "== actplace: training it for 30 steps on the bytes of README.md (host backend)"
+echo "== actplace: training it for 30 steps on the bytes of README.md ($device backend)"
 rm -f "$dir/metrics.jsonl"
-"$dir/train-tiny" --steps 30 --device host --data "text:$root/README.md" \
+"$dir/train-tiny" --steps 30 --device $device --data "text:$root/README.md" \
   --lr 3e-3 --metrics "$dir/metrics.jsonl"
 python3 - "$dir/metrics.jsonl" <<'PY'
 import json, sys
