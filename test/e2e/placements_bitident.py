@@ -4,11 +4,11 @@
 # Compiles the tiny hybrid model with actplace-compile five times (no
 # offload; offload of gdn_core_attn, core_attn, attn_proj with the hide rule
 # off, at fraction 1 and 0.5; recompute of gdn_norm_out; offload and
-# recompute together), trains each for 3 steps on the host
+# recompute together), trains each for 6 steps on the host
 # backend with --fingerprints, and checks (DESIGN.md section 7):
 #   - every step's loss is finite and the binaries exit 0;
 #   - the fingerprints of loss, grads, params and optimizer state are equal
-#     across the three binaries, step by step;
+#     across the five binaries, step by step;
 #   - with offload every offloaded scope has d2h_count == h2d_count > 0 and
 #     positive bytes in every step; without offload every count is 0; at
 #     fraction 0.5 a proper subset of the fraction-1 scopes is offloaded;
@@ -27,7 +27,7 @@ import os
 import subprocess
 import sys
 
-STEPS = 3
+STEPS = 6
 COMMON = ["--seq", "64", "--micro-batches", "2"]
 VARIANTS = {
     "none": [],
