@@ -24,17 +24,7 @@ using namespace ap::kernels;
 
 namespace {
 
-std::vector<uint8_t> randomBytes(size_t n, uint64_t seed) {
-  std::vector<uint8_t> v(n);
-  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
-  for (uint8_t &b : v) {
-    s ^= s << 13;
-    s ^= s >> 7;
-    s ^= s << 17;
-    b = uint8_t(s >> 24);
-  }
-  return v;
-}
+using ap::test::randomBytes;
 
 std::vector<bf16> randomBf16(size_t n, uint64_t seed) {
   ap::test::Vec v = ap::test::randn(n, seed);

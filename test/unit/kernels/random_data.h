@@ -35,6 +35,15 @@ inline Vec uniform(size_t n, uint64_t seed, double lo, double hi) {
   return v;
 }
 
+/// n random bytes (any value, zeros included: for copy tests).
+inline std::vector<uint8_t> randomBytes(size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<uint8_t> v(n);
+  for (auto &b : v)
+    b = static_cast<uint8_t>(rng() >> 56);
+  return v;
+}
+
 } // namespace ap::test
 
 #endif // ACTPLACE_TEST_UNIT_KERNELS_RANDOM_DATA_H
