@@ -16,8 +16,11 @@ Three steps, each its own command:
   table  (here)  one table from a run folder: step time (median, range),
          tokens/s, MFU, planned vs measured device peak, pinned pool,
          bytes moved each way, predicted vs measured exposed transfer time.
-  calibrate (here)  fits the cost model to a run: computeScale from the
-         no-placement arm, copySlowdownPerByte from the offload-only arms;
+  calibrate (here)  fits the cost model to a run: opScale from kernel
+         times (--op-times: the run's op-times.json, which `run` writes with
+         the no-placement binary's --op-times; --op-scale: a hand table),
+         computeScale for the other ops from the no-placement arm,
+         copySlowdownPerByte from the offload-only arms;
          writes a device profile (actplace-compile --profile, pass option
          profile=).
   predict (here)  the run's reports again under a profile, into a copy of
@@ -57,6 +60,7 @@ import argparse
 import contextlib
 import io
 import json
+import re
 import lzma
 import math
 import os
@@ -202,9 +206,12 @@ def cmd_build(a):
     if not a.no_rebuild:
         # actplace-compile links the runtime and kernel archives as they are
         # in the build: bring both up to date with the tree first.
-        log("cmake --build", a.build_dir, "--target actplace-compile")
+        # calibrate and predict use actplace-import and actplace-opt.
+        log("cmake --build", a.build_dir,
+            "--target actplace-compile actplace-import actplace-opt")
         subprocess.run(["cmake", "--build", build, "-j2", "--target",
-                        "actplace-compile"], check=True)
+                        "actplace-compile", "actplace-import", "actplace-opt"],
+                       check=True)
     arms = a.arms.split(",")
     for arm in arms:
         if arm not in ARMS:
@@ -354,6 +361,22 @@ def cmd_run(a):
             if rc != 0:
                 log("  log tail:", open(logf).read()[-2000:])
     results.close()
+    if a.op_times_steps and "none" in arms:
+        # The kernel times `calibrate --op-times` turns into opScale: every
+        # launch of the no-placement binary waited for and timed.
+        path = os.path.join(out, "op-times.json")
+        cmd = [os.path.join(bindir, "none"), "--steps",
+               str(a.op_times_steps + 1), "--device", a.device, "--seed",
+               str(a.seed), "--data", a.data, "--op-times", path]
+        log("op times: " + " ".join(cmd[1:]))
+        try:
+            rc = subprocess.run(cmd, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.STDOUT,
+                                timeout=a.timeout).returncode
+        except subprocess.TimeoutExpired:
+            rc = "timeout"
+        run["op_times"] = {"rc": rc, "steps": a.op_times_steps}
+        log(f"  rc={rc}")
     run["gpu_after"] = gpu_info()
     run["finished"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     manifest["run"] = run
@@ -400,9 +423,13 @@ def cmd_calibrate(a):
     if "none" not in med:
         sys.exit("calibrate: the run has no measured 'none' arm")
     base = {}
+    build = os.path.join(REPO, a.build_dir, "bin")
     if a.op_scale:
         base["opScale"] = json.load(open(a.op_scale))
-    build = os.path.join(REPO, a.build_dir, "bin")
+    if a.op_times:
+        base["opScale"] = dict(base.get("opScale", {}),
+                               **op_scales_from_times(manifest, a.op_times,
+                                                      build))
 
     def predicted(arm, profile):
         with tempfile.TemporaryDirectory() as tmp:
@@ -415,7 +442,14 @@ def cmd_calibrate(a):
     none_meas = med["none"][0]
     t1 = predicted("none", dict(base, computeScale=1.0))
     t2 = predicted("none", dict(base, computeScale=2.0))
-    scale = 1.0 + (none_meas - t1) / (t2 - t1)
+    if t2 - t1 < 1e-12:
+        # Every op has its own measured scale: computeScale touches nothing.
+        scale = 1.0
+        log(f"every op has an opScale: predicted {t1 * 1e3:.2f} ms, measured "
+            f"{none_meas * 1e3:.2f} ms; the difference is time outside the "
+            "timed launches (host work, gaps), the same in every arm")
+    else:
+        scale = 1.0 + (none_meas - t1) / (t2 - t1)
     if scale <= 0:
         sys.exit(f"calibrate: the op scales alone predict {t1 * 1e3:.2f} ms, "
                  f"more than the measured {none_meas * 1e3:.2f} ms")
@@ -444,6 +478,53 @@ def cmd_calibrate(a):
         f"({slowdown * 1e12:.3f} ms per GB) from " + ("; ".join(used) or
                                                      "no offload-only arm"))
     log("wrote", a.out)
+
+
+def op_name_of_label(label):
+    """The train op a launch label of the binary belongs to: labels are
+    '<scope>/<op>' (plus '(recompute)'), 'finalize_grads', or a parameter's
+    name for its AdamW launch."""
+    if "/" in label:
+        return "train." + label.split("/", 1)[1].replace("(recompute)", "")
+    if label == "finalize_grads":
+        return "train.finalize_grads"
+    return "train.adamw" if "." in label else None
+
+
+def op_scales_from_times(manifest, path, build):
+    """opScale from the binary's own kernel times (--op-times of the
+    no-placement arm): per op name, measured seconds per step over the rate
+    model's (computeScale 1) prediction per step."""
+    times = json.load(open(path))
+    measured = {}
+    for label, t in times["ops"].items():
+        name = op_name_of_label(label)
+        if name:
+            measured[name] = measured.get(name, 0.0) + t["seconds"] / times["steps"]
+    imp = subprocess.run(
+        [os.path.join(build, "actplace-import"),
+         os.path.join(REPO, manifest["model"]), "--seq", str(manifest["seq"]),
+         "--micro-batch-size", str(manifest["micro_batch_size"]),
+         "--micro-batches", str(manifest["micro_batches"]), "--dtype",
+         manifest["dtype"]], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [os.path.join(build, "actplace-opt"), "-train-autodiff",
+         "-train-print-memory-timeline=per-op=true", "-o", os.devnull],
+        input=imp, capture_output=True, text=True, check=True).stdout
+    body = re.search(r"body #(\d+)\.\.#(\d+), (\d+) microbatches", out)
+    lo, hi, micro = (int(x) for x in body.groups())
+    predicted = {}
+    for m in re.finditer(r"^#(\d+) (\S+) .* dur=([0-9.]+)", out, re.M):
+        index, name, us = int(m.group(1)), m.group(2), float(m.group(3))
+        predicted[name] = predicted.get(name, 0.0) + \
+            us * 1e-6 * (micro if lo <= index <= hi else 1)
+    scales = {}
+    for name, sec in sorted(measured.items()):
+        if predicted.get(name, 0) > 0 and sec > 0:
+            scales[name] = round(sec / predicted[name], 4)
+            log(f"  {name}: measured {sec * 1e3:.3f} ms per step, predicted "
+                f"{predicted[name] * 1e3:.3f} ms: x{scales[name]}")
+    return scales
 
 
 def write_report(manifest, arm, profile, report, build):
@@ -674,6 +755,9 @@ def main():
     r.add_argument("--data", default="synthetic")
     r.add_argument("--timeout", type=float, default=300,
                    help="seconds per process")
+    r.add_argument("--op-times-steps", type=int, default=3,
+                   help="timed steps of the no-placement binary with "
+                   "--op-times after the arms (0: none); writes op-times.json")
     t = sub.add_parser("table", help="print the table of a run folder")
     t.add_argument("results")
     t.add_argument("--peak-tflops", type=float, default=989.5)
@@ -687,6 +771,9 @@ def main():
     c.add_argument("--op-scale", default="",
                    help="JSON object: op name -> measured / predicted time "
                    "of that kernel (bench/profiles/h200-kernel-scales.json)")
+    c.add_argument("--op-times", default="",
+                   help="the no-placement binary's --op-times JSON: opScale "
+                   "for every op it timed (overrides --op-scale entries)")
     c.add_argument("--build-dir", default="build-bench")
     pr = sub.add_parser("predict", help="the run's reports under another "
                         "profile, into a copy of the run folder")

@@ -16,6 +16,23 @@ python3 bench/qwen_train_bench.py build --model models/tiny-hybrid.json \
 python3 bench/qwen_train_bench.py run --carry "$work/carry" \
   --out "$work/run" --device host --rounds 2 2> "$work/run.log"
 python3 bench/qwen_train_bench.py table "$work/run" | tee "$work/table.md"
+# Calibration from the binary's own kernel times, then the table again.
+test -s "$work/run/op-times.json"
+python3 bench/qwen_train_bench.py calibrate "$work/run" \
+  --op-times "$work/run/op-times.json" --out "$work/profile.json" \
+  2> "$work/calibrate.log"
+python3 - "$work/profile.json" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))
+assert p["computeScale"] > 0 and p["copySlowdownPerByte"] >= 0, p
+for op in ("train.linear", "train.linear_grad", "train.gated_delta_rule"):
+    assert p["opScale"].get(op, 0) > 0, (op, p["opScale"])
+print("calibrated profile: %d op scales, computeScale %.3g" %
+      (len(p["opScale"]), p["computeScale"]))
+PY
+python3 bench/qwen_train_bench.py predict "$work/run" \
+  --profile "$work/profile.json" --out "$work/calibrated" 2> "$work/predict.log"
+python3 bench/qwen_train_bench.py table "$work/calibrated" > "$work/table-calibrated.md"
 python3 - "$work/table.md" <<'PY'
 import sys
 ARMS = ("none", "ref", "ref+norm", "all", "max", "cal3")

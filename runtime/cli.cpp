@@ -238,6 +238,13 @@ TrainFlags parseTrainFlags(int argc, const char *const *argv,
                   "token mean over the step BEFORE clipping; AdamW uses it "
                   "times the metadata 'clip_coef'",
                   "FILE");
+  flags.addString("op-times", &out.opTimes,
+                  "time every kernel launch of steps 2..N (each one waited "
+                  "for, less the cost of an empty wait) and write the seconds "
+                  "per launch label, summed, as JSON: the profile "
+                  "bench/qwen_train_bench.py calibrate --op-times reads. "
+                  "Slows the run; step times are not representative",
+                  "FILE");
   out.usage = flags.usage();
   if (!flags.parse(argc, argv)) {
     out.help = true;

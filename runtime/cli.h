@@ -92,6 +92,9 @@ struct TrainFlags {
   std::string initWeights;
   /// safetensors file to write the last step's gradients into (empty: none).
   std::string dumpGrads;
+  /// JSON file to write per-op kernel times into (empty: no timing): every
+  /// launch of steps 2..N is synchronised and timed, so the run is slower.
+  std::string opTimes;
   /// --help was given: print the usage text and exit 0.
   bool help = false;
   std::string usage;

@@ -54,6 +54,25 @@ StepRunner::StepRunner(const Program &program, Device &device,
   countParts_.assign(size_t(program.microBatches), 0);
 }
 
+void StepRunner::launch(const char *name, KernelFn fn) {
+  if (!opTimes) {
+    dev.launch(Stream::Compute, name, std::move(fn));
+    return;
+  }
+  // Everything enqueued before is done, so the wait below covers this
+  // kernel alone (plus one empty wait, subtracted).
+  dev.synchronize(Stream::Compute);
+  auto t0 = std::chrono::steady_clock::now();
+  dev.launch(Stream::Compute, name, std::move(fn));
+  dev.synchronize(Stream::Compute);
+  double s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+          .count();
+  OpTime &t = (*opTimes)[name];
+  t.count += 1;
+  t.seconds += std::max(0.0, s - syncSeconds);
+}
+
 char *StepRunner::scratch(uint64_t offset) const {
   return static_cast<char *>(dev.at(program_.arenaBytes + offset));
 }
@@ -384,6 +403,52 @@ void initParameterInParallel(const InitSpec &spec, const RngKey &key,
     t.join();
 }
 
+/// Median seconds of an empty launch waited for on the compute stream: what
+/// --op-times subtracts from every timed launch.
+double emptyLaunchSeconds(Device &dev) {
+  std::vector<double> samples;
+  for (int i = 0; i < 51; ++i) {
+    dev.synchronize(Stream::Compute);
+    auto t0 = std::chrono::steady_clock::now();
+    dev.launch(Stream::Compute, "empty",
+               [](const KernelContext &) { return Status::Ok; });
+    dev.synchronize(Stream::Compute);
+    samples.push_back(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+            .count());
+  }
+  std::nth_element(samples.begin(), samples.begin() + 25, samples.end());
+  return samples[25];
+}
+
+/// --op-times FILE: {"steps", "sync_seconds", "device", "ops": {label:
+/// {"count", "seconds"}}}, sums over the timed steps.
+void writeOpTimes(const std::string &path,
+                  const std::map<std::string, StepRunner::OpTime> &times,
+                  int64_t steps, double syncSeconds, Device &dev) {
+  char sync[64];
+  std::snprintf(sync, sizeof(sync), "%.9e", syncSeconds);
+  std::string json =
+      "{\"steps\": " + std::to_string(steps) + ", \"sync_seconds\": " + sync +
+      ", \"device\": " +
+      jsonQuote(dev.kind() == DeviceKind::Cuda ? "cuda" : "host") +
+      ", \"ops\": {";
+  bool first = true;
+  for (const auto &[label, t] : times) {
+    char seconds[64];
+    std::snprintf(seconds, sizeof(seconds), "%.9e", t.seconds);
+    json += std::string(first ? "\n  " : ",\n  ") + jsonQuote(label) +
+            ": {\"count\": " + std::to_string(t.count) +
+            ", \"seconds\": " + seconds + "}";
+    first = false;
+  }
+  json += "\n}}\n";
+  std::FILE *f = std::fopen(path.c_str(), "w");
+  if (!f || std::fwrite(json.data(), 1, json.size(), f) != json.size() ||
+      std::fclose(f) != 0)
+    fail("--op-times: cannot write '", path, "'");
+}
+
 std::vector<ByteRange> paramRanges(const Program &p, StepRunner &r) {
   std::vector<ByteRange> out;
   for (const ParamEntry &e : p.params)
@@ -643,9 +708,18 @@ int run(int argc, char **argv, const Program &p) {
   r.tokens.assign(mbElems * size_t(p.microBatches), 0);
   r.labels.assign(mbElems * size_t(p.microBatches), 0);
 
+  std::map<std::string, StepRunner::OpTime> opTimes;
+  int64_t timedSteps = 0;
+  if (!flags.opTimes.empty())
+    r.syncSeconds = emptyLaunchSeconds(dev);
+
   MetricsWriter writer(flags.metrics);
   ProgressLine progress(flags.steps);
   for (int64_t step = firstStep; step < flags.steps; ++step) {
+    // The first step builds library plans and warms caches: not timed.
+    bool timed = !flags.opTimes.empty() && step > firstStep;
+    r.opTimes = timed ? &opTimes : nullptr;
+    timedSteps += timed;
     auto t0 = std::chrono::steady_clock::now();
     for (int64_t mb = 0; mb < p.microBatches; ++mb)
       data.fill(uint64_t(step), uint32_t(mb), r.tokens.data() + mb * mbElems,
@@ -713,6 +787,9 @@ int run(int argc, char **argv, const Program &p) {
     }
   }
   progress.finish();
+  r.opTimes = nullptr;
+  if (!flags.opTimes.empty())
+    writeOpTimes(flags.opTimes, opTimes, timedSteps, r.syncSeconds, dev);
   return 0;
 }
 

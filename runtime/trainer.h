@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -93,9 +94,16 @@ public:
   }
   /// Runs a kernel entry on the compute stream; a non-Ok status is an error
   /// naming `name`.
-  void launch(const char *name, KernelFn fn) {
-    dev.launch(Stream::Compute, name, std::move(fn));
-  }
+  void launch(const char *name, KernelFn fn);
+
+  /// --op-times: per launch label, launches and seconds (each launch waited
+  /// for, less `syncSeconds`, the cost of an empty wait). Null: not timing.
+  struct OpTime {
+    int64_t count = 0;
+    double seconds = 0;
+  };
+  std::map<std::string, OpTime> *opTimes = nullptr;
+  double syncSeconds = 0;
 
   // Step state set by trainMain.
   int64_t stepIndex = 0; ///< 0-based optimizer step
