@@ -15,6 +15,7 @@
 #   - the pinned pool has 0 bytes in use after every step;
 #   - 6 continuous steps equal 3 steps + --save + --resume (in the offload
 #     binary) + 3 steps, bitwise; a missing checkpoint is an error;
+#   - --op-times writes per-label kernel times of steps 2..N;
 #   - a diverging run (--lr 1e30) and an unknown flag exit non-zero;
 #   - 50 steps on byte-level text lower the loss;
 #   - with frozen parameters, offload still changes no bit.
@@ -239,6 +240,23 @@ def main():
     if frozen["frozen-none"][-1]["fingerprints"] == base[-1]["fingerprints"]:
         fail("freezing parameters changed nothing")
     print("frozen: offload == no offload over %d steps" % STEPS)
+
+    # --op-times: every launch of steps 2..N timed, by launch label; the
+    # GDN core's forward runs once per microbatch per timed step.
+    times = os.path.join(args.work, "op-times.json")
+    r = subprocess.run([os.path.join(args.work, "train-none"), "--steps", "3",
+                        "--device", "host", "--op-times", times],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        fail("--op-times run failed: " + r.stderr)
+    with open(times) as f:
+        ot = json.load(f)
+    gdn = ot["ops"].get("L0.gdn_core_attn/gated_delta_rule")
+    if ot["steps"] != 2 or not gdn or gdn["seconds"] <= 0 or \
+            gdn["count"] < 2 * 2:
+        fail("--op-times: unexpected %s" % json.dumps(ot)[:400])
+    print("op times: %d labels, GDN forward %d launches in %.3f ms" %
+          (len(ot["ops"]), gdn["count"], gdn["seconds"] * 1e3))
 
     # A diverging run stops with a clear message and a non-zero exit.
     r = subprocess.run([os.path.join(args.work, "train-none"), "--steps", "6",
