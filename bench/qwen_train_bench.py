@@ -480,6 +480,16 @@ def cmd_calibrate(a):
     log("wrote", a.out)
 
 
+def import_graph(manifest, build):
+    """The run's model as actplace-import gives it (MLIR text)."""
+    return subprocess.run(
+        [os.path.join(build, "actplace-import"),
+         os.path.join(REPO, manifest["model"]), "--seq", str(manifest["seq"]),
+         "--micro-batch-size", str(manifest["micro_batch_size"]),
+         "--micro-batches", str(manifest["micro_batches"]), "--dtype",
+         manifest["dtype"]], capture_output=True, text=True, check=True).stdout
+
+
 def op_name_of_label(label):
     """The train op a launch label of the binary belongs to: labels are
     '<scope>/<op>' (plus '(recompute)'), 'finalize_grads', or a parameter's
@@ -501,12 +511,7 @@ def op_scales_from_times(manifest, path, build):
         name = op_name_of_label(label)
         if name:
             measured[name] = measured.get(name, 0.0) + t["seconds"] / times["steps"]
-    imp = subprocess.run(
-        [os.path.join(build, "actplace-import"),
-         os.path.join(REPO, manifest["model"]), "--seq", str(manifest["seq"]),
-         "--micro-batch-size", str(manifest["micro_batch_size"]),
-         "--micro-batches", str(manifest["micro_batches"]), "--dtype",
-         manifest["dtype"]], capture_output=True, text=True, check=True).stdout
+    imp = import_graph(manifest, build)
     out = subprocess.run(
         [os.path.join(build, "actplace-opt"), "-train-autodiff",
          "-train-print-memory-timeline=per-op=true", "-o", os.devnull],
@@ -534,12 +539,7 @@ def write_report(manifest, arm, profile, report, build):
     for the very placement that was measured (the hide rule would otherwise
     keep other scopes under a slower compute model)."""
     flags, _ = ARMS[arm]
-    imp = subprocess.run(
-        [os.path.join(build, "actplace-import"),
-         os.path.join(REPO, manifest["model"]), "--seq", str(manifest["seq"]),
-         "--micro-batch-size", str(manifest["micro_batch_size"]),
-         "--micro-batches", str(manifest["micro_batches"]), "--dtype",
-         manifest["dtype"]], capture_output=True, text=True, check=True).stdout
+    imp = import_graph(manifest, build)
     opts = placement_options(flags)
     opt = subprocess.run(
         [os.path.join(build, "actplace-opt"), "-train-autodiff",
