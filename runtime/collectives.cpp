@@ -1,4 +1,9 @@
-//===- collectives.cpp - Self communicator, factory, parallel groups ------===//
+//===- collectives.cpp - Self communicator, parallel groups ---------------===//
+//
+// The world factory (MPI / NCCL) lives in collectives_world.cpp, so that a
+// binary that only uses the self communicator (a one-rank training binary)
+// does not link MPI or NCCL.
+//
 #include "runtime/collectives.h"
 
 #include "runtime/error.h"
@@ -131,58 +136,6 @@ private:
 
 std::unique_ptr<Communicator> createSelfCommunicator() {
   return std::make_unique<SelfCommunicator>();
-}
-
-std::unique_ptr<Communicator>
-createWorldCommunicator(Backend backend, const LaunchInfo &launch,
-                        const CommOptions &options) {
-  if (backend == Backend::Host) {
-    if (launch.worldSize == 1)
-      return createSelfCommunicator();
-#if defined(ACTPLACE_HAVE_MPI)
-    if (launch.launcher != Launcher::Mpirun)
-      fail("collectives: the host backend runs multi-process collectives over "
-           "MPI; launch the ",
-           launch.worldSize, " ranks with mpirun (found launcher '",
-           launcherName(launch.launcher), "')");
-    std::unique_ptr<Communicator> c = createMpiWorldCommunicator();
-    if (c->size() != launch.worldSize || c->rank() != launch.rank)
-      fail("collectives: MPI reports rank ", c->rank(), " of ", c->size(),
-           " but the launch environment says ", launch.rank, " of ",
-           launch.worldSize);
-    return c;
-#else
-    fail("collectives: this build has no MPI, so the host backend cannot run ",
-         launch.worldSize, " ranks (rebuild with Open MPI installed)");
-#endif
-  }
-#if defined(ACTPLACE_HAVE_CUDA)
-  std::function<void(void *, size_t)> share;
-  std::shared_ptr<TcpRendezvous> tcp;
-  if (launch.worldSize > 1) {
-#if defined(ACTPLACE_HAVE_MPI)
-    if (launch.launcher == Launcher::Mpirun)
-      share = [](void *id, size_t n) { mpiBroadcastBytes(id, n); };
-#endif
-    if (!share) {
-      tcp = std::make_shared<TcpRendezvous>(launch,
-                                            options.rendezvousTimeoutSeconds);
-      share = [tcp](void *id, size_t n) {
-        std::vector<uint8_t> mine(static_cast<uint8_t *>(id),
-                                  static_cast<uint8_t *>(id) + n);
-        std::vector<uint8_t> got = tcp->broadcast(mine);
-        if (got.size() != n)
-          fail("collectives: rendezvous delivered ", got.size(),
-               " bytes of NCCL id, expected ", n);
-        std::memcpy(id, got.data(), n);
-      };
-    }
-  }
-  return createNcclWorldCommunicator(launch, share);
-#else
-  (void)options;
-  fail("collectives: this build has no CUDA backend");
-#endif
 }
 
 ParallelGroups makeParallelGroups(Communicator &world, int tpSize, int ppSize) {
