@@ -254,15 +254,9 @@ TrainingState loadCheckpoint(const std::string &stepDir,
   const StTensorInfo *stepInfo = f.find(kStepTensor);
   if (!stepInfo || stepInfo->dtype != StDType::I64 || !stepInfo->shape.empty())
     problems.push_back(std::string("missing scalar I64 '") + kStepTensor + "'");
-  if (!problems.empty()) {
-    std::string msg;
-    size_t shown = std::min<size_t>(problems.size(), 8);
-    for (size_t i = 0; i < shown; ++i)
-      msg += "\n  " + problems[i];
-    if (shown < problems.size())
-      msg += "\n  ... and " + std::to_string(problems.size() - shown) + " more";
-    fail("checkpoint: '", path, "' does not match this model:", msg);
-  }
+  if (!problems.empty())
+    fail("checkpoint: '", path,
+         "' does not match this model:", listProblems(problems, 8));
 
   TrainingState st;
   st.step = parseUInt(f.meta("actplace.step"), "step");
@@ -515,15 +509,9 @@ MappedLoadReport loadMappedWeights(const std::string &path,
   for (const CheckpointTensor &t : tensors)
     if (!source.count(t.name))
       problems.push_back("no tensor in the file maps to '" + t.name + "'");
-  if (!problems.empty()) {
-    std::string msg;
-    size_t shown = std::min<size_t>(problems.size(), 8);
-    for (size_t i = 0; i < shown; ++i)
-      msg += "\n  " + problems[i];
-    if (shown < problems.size())
-      msg += "\n  ... and " + std::to_string(problems.size() - shown) + " more";
-    fail("checkpoint: cannot load weights from '", path, "':", msg);
-  }
+  if (!problems.empty())
+    fail("checkpoint: cannot load weights from '", path,
+         "':", listProblems(problems, 8));
   for (const auto &[ours, info] : source) {
     const CheckpointTensor &t = *dest[ours];
     if (info->dtype == t.dtype) {

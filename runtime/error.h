@@ -12,6 +12,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace ap::rt {
 
@@ -34,6 +35,19 @@ template <typename... Parts> std::string concat(const Parts &...parts) {
 /// Throws ap::rt::Error with the concatenation of the arguments.
 template <typename... Parts> [[noreturn]] void fail(const Parts &...parts) {
   throw Error(detail::concat(parts...));
+}
+
+/// The first `maxShown` of `problems`, one per indented line, then how many
+/// more: the body of an error that reports every mismatch of a file at once.
+inline std::string listProblems(const std::vector<std::string> &problems,
+                                size_t maxShown) {
+  std::string msg;
+  size_t shown = problems.size() < maxShown ? problems.size() : maxShown;
+  for (size_t i = 0; i < shown; ++i)
+    msg += "\n  " + problems[i];
+  if (shown < problems.size())
+    msg += "\n  ... and " + std::to_string(problems.size() - shown) + " more";
+  return msg;
 }
 
 } // namespace ap::rt

@@ -66,15 +66,9 @@ readWeightsF32(const std::string &path, const std::vector<WeightSpec> &specs) {
   for (const StTensorInfo &t : file.tensors())
     if (!wanted.count(t.name))
       problems.push_back("'" + t.name + "' is not a parameter of this model");
-  if (!problems.empty()) {
-    std::string msg;
-    size_t shown = std::min<size_t>(problems.size(), 10);
-    for (size_t i = 0; i < shown; ++i)
-      msg += "\n  " + problems[i];
-    if (shown < problems.size())
-      msg += "\n  ... and " + std::to_string(problems.size() - shown) + " more";
-    fail("weights '", path, "' do not fit the model:", msg);
-  }
+  if (!problems.empty())
+    fail("weights '", path,
+         "' do not fit the model:", listProblems(problems, 10));
   std::vector<std::vector<float>> out;
   out.reserve(specs.size());
   for (const WeightSpec &s : specs) {
