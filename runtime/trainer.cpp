@@ -25,19 +25,9 @@ using kernels::Status;
 
 namespace {
 
-/// Bytes of one element of `d`.
-int64_t elemBytes(DType d) {
-  switch (d) {
-  case DType::BF16:
-    return 2;
-  case DType::F32:
-  case DType::I32:
-    return 4;
-  case DType::F64:
-    return 8;
-  }
-  return 0;
-}
+/// Bytes of one element of `d` (collectives.h's dtypeBytes, signed for
+/// the offset arithmetic here).
+int64_t elemBytes(DType d) { return int64_t(dtypeBytes(d)); }
 
 } // namespace
 
