@@ -16,9 +16,13 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <string>
+#include <thread>
 #include <vector>
 
 using namespace ap::rt;
@@ -193,6 +197,8 @@ __global__ void triad(float *a, const float *b, const float *c, float s,
     a[i] = b[i] + s * c[i];
 }
 
+/// One cuBLASLt bf16 GEMM C = A * B (column-major, m x k times k x n, fp32
+/// accumulation) with the heuristic's first algorithm.
 struct Gemm {
   cublasLtHandle_t lt;
   cublasLtMatmulDesc_t op = nullptr;
@@ -200,15 +206,15 @@ struct Gemm {
   cublasLtMatmulAlgo_t algo{};
   void *a, *b, *c, *ws;
   uint64_t wsBytes;
-  int n;
-  Gemm(cublasLtHandle_t handle, int size, void *A, void *B, void *C, void *W,
-       uint64_t wb)
-      : lt(handle), a(A), b(B), c(C), ws(W), wsBytes(wb), n(size) {
+  int m, n, k;
+  Gemm(cublasLtHandle_t handle, int M, int N, int K, void *A, void *B, void *C,
+       void *W, uint64_t wb)
+      : lt(handle), a(A), b(B), c(C), ws(W), wsBytes(wb), m(M), n(N), k(K) {
     AP_CUBLAS_CHECK(
         cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    AP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, n, n, n));
-    AP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, n, n, n));
-    AP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lc, CUDA_R_16BF, n, n, n));
+    AP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, m, k, m));
+    AP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, k, n, k));
+    AP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lc, CUDA_R_16BF, m, n, m));
     cublasLtMatmulPreference_t pref;
     AP_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
     AP_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
@@ -228,6 +234,7 @@ struct Gemm {
     AP_CUBLAS_CHECK(cublasLtMatmul(lt, op, &alpha, a, la, b, lb, &beta, c, lc,
                                    c, lc, &algo, ws, wsBytes, s));
   }
+  double flops() const { return 2.0 * m * n * double(k); }
 };
 
 /// Fills bf16 values in [-1, 1) from a hash of the index: GEMM power (and
@@ -359,11 +366,349 @@ void slowdown(Device &dev, char *copyArena, const char *name, Kernel kernel,
     AP_CUDA_CHECK(cudaEventDestroy(e));
 }
 
+//===----------------------------------------------------------------------===//
+// Clock experiment (`runtime_offload_bench <rounds> clocks`): why does a GEMM
+// slow down beside PCIe copies? Every GEMM launch (or group of launches for a
+// small shape) is timed between CUDA events and followed by a one-thread
+// probe that reads the SM clock (clock64 cycles over %globaltimer ns), so
+// each launch's time comes with the clock it ran at: time * clock = cycles.
+// Constant cycles with a lower clock = the copies cost clock (power); more
+// cycles = contention (memory, L2, scheduling). Traffic modes alternate with
+// runs alone; copies come from a host thread that paces them (chunk size,
+// GB/s per direction) so throttled and chunked copies can be compared.
+//===----------------------------------------------------------------------===//
+
+/// Spins one thread for `cycles` SM cycles and stores the %globaltimer
+/// nanoseconds it took and the cycles counted: cycles / ns = the SM clock.
+__global__ void clockProbe(unsigned long long *out, long long cycles) {
+  unsigned long long t0, t1;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  long long c0 = clock64(), c1;
+  do {
+    c1 = clock64();
+  } while (c1 - c0 < cycles);
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t1));
+  out[0] = t0;
+  out[1] = t1;
+  out[2] = static_cast<unsigned long long>(c1 - c0);
+}
+
+/// Keeps the GPU idle but for one warp for `ns` (copy-only phases).
+__global__ void idleFor(unsigned long long ns) {
+  unsigned long long t0, t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  do {
+    __nanosleep(100000);
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  } while (t - t0 < ns);
+}
+
+/// Copy traffic beside the kernel. Raw copies go [0, 512 MiB) of the copy
+/// region -> pinned [0, 512 MiB) (D2H) and pinned [512 MiB, 1 GiB) -> copy
+/// region [512 MiB, 1 GiB) (H2D), in `chunk`-byte cudaMemcpyAsync calls.
+struct TrafficSpec {
+  const char *name = "";
+  bool d2h = false, h2d = false;
+  uint64_t chunk = 256 * MiB;
+  double gbps = 0;       ///< per direction; 0 = as fast as the link goes
+  bool engine = false;   ///< OffloadEngine both-directions pattern instead
+  bool priority = false; ///< GEMM on a high-, copies on low-priority streams
+};
+
+/// Issues the traffic of a TrafficSpec from its own thread until stopped.
+/// Only this thread drives the Device (engine mode) while it runs; the
+/// measuring thread uses native streams and events only.
+class CopyTraffic {
+public:
+  CopyTraffic(const TrafficSpec &spec, Rig &rig, cudaStream_t d2h,
+              cudaStream_t h2d)
+      : spec_(spec), rig_(rig), host_(static_cast<char *>(rig.pinned(0))),
+        d2h_(d2h), h2d_(h2d) {
+    thread_ = std::thread([this] { spec_.engine ? engineLoop() : rawLoop(); });
+  }
+  uint64_t bytes() const { return bytes_.load(); }
+  void stop() {
+    stop_ = true;
+    thread_.join();
+    AP_CUDA_CHECK(cudaStreamSynchronize(d2h_));
+    AP_CUDA_CHECK(cudaStreamSynchronize(h2d_));
+    rig_.dev.synchronize();
+  }
+
+private:
+  void rawLoop() {
+    char *dev = rig_.value(0);
+    char *host = host_;
+    const uint64_t half = 2 * rig_.bytes, chunk = spec_.chunk;
+    // Bounded queue: at most `depth` chunks in flight per direction.
+    const int depth =
+        static_cast<int>(std::clamp<uint64_t>(64 * MiB / chunk, 2, 16));
+    std::vector<cudaEvent_t> ring(2 * depth);
+    for (auto &e : ring)
+      AP_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    auto t0 = std::chrono::steady_clock::now();
+    for (uint64_t i = 0; !stop_; ++i) {
+      if (spec_.gbps > 0) {
+        auto due = t0 + std::chrono::nanoseconds(
+                            static_cast<int64_t>(i * chunk / spec_.gbps));
+        while (!stop_ && std::chrono::steady_clock::now() < due) {
+        }
+      }
+      uint64_t off = (i * chunk) % half;
+      for (int dir = 0; dir < 2; ++dir) {
+        if (!(dir == 0 ? spec_.d2h : spec_.h2d))
+          continue;
+        cudaEvent_t &e = ring[dir * depth + i % depth];
+        if (i >= uint64_t(depth))
+          AP_CUDA_CHECK(cudaEventSynchronize(e));
+        if (dir == 0)
+          AP_CUDA_CHECK(cudaMemcpyAsync(host + off, dev + off, chunk,
+                                        cudaMemcpyDeviceToHost, d2h_));
+        else
+          AP_CUDA_CHECK(cudaMemcpyAsync(dev + half + off, host + half + off,
+                                        chunk, cudaMemcpyHostToDevice, h2d_));
+        AP_CUDA_CHECK(cudaEventRecord(e, dir == 0 ? d2h_ : h2d_));
+        bytes_ += chunk;
+      }
+    }
+    AP_CUDA_CHECK(cudaStreamSynchronize(d2h_));
+    AP_CUDA_CHECK(cudaStreamSynchronize(h2d_));
+    for (auto &e : ring)
+      AP_CUDA_CHECK(cudaEventDestroy(e));
+  }
+  /// The training-step pattern of the slowdown bench: one group of values
+  /// goes out while the other comes back; at most two rounds queued.
+  void engineLoop() {
+    const int k = rig_.k;
+    for (int i = 0; i < k; ++i)
+      rig_.offload(i);
+    int holding = 0;
+    for (int round = 0; !stop_; ++round) {
+      int back = holding, out = k - holding;
+      if (round >= 2)
+        rig_.dev.synchronize(rig_.h2d[out]);
+      for (int i = 0; i < k; ++i) {
+        rig_.offload(out + i);
+        rig_.reload(back + i);
+      }
+      bytes_ += 2 * k * rig_.bytes;
+      holding = out;
+    }
+    for (int i = 0; i < k; ++i)
+      rig_.reload(holding + i);
+    rig_.dev.synchronize();
+    rig_.pool->assertNoneInUse("clock experiment");
+  }
+
+  TrafficSpec spec_;
+  Rig &rig_;
+  char *host_;
+  cudaStream_t d2h_, h2d_;
+  std::atomic<bool> stop_{false};
+  std::atomic<uint64_t> bytes_{0};
+  std::thread thread_;
+};
+
+/// Local wall time "YYYY/MM/DD HH:MM:SS.mmm", the format of nvidia-smi's
+/// timestamp column, so its samples can be matched to phases.
+std::string wallNow() {
+  auto now = std::chrono::system_clock::now();
+  std::time_t t = std::chrono::system_clock::to_time_t(now);
+  std::tm tm{};
+  localtime_r(&t, &tm);
+  char buf[40];
+  std::strftime(buf, sizeof buf, "%Y/%m/%d %H:%M:%S", &tm);
+  int ms =
+      static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                           now.time_since_epoch())
+                           .count() %
+                       1000);
+  char out[48];
+  std::snprintf(out, sizeof out, "%s.%03d", buf, ms);
+  return out;
+}
+
+struct ClockRig {
+  Device &dev;
+  Rig &copies;
+  unsigned long long *probe; ///< 3 words per probe, in the arena
+  cudaStream_t hiCompute, loD2H, loH2D;
+  std::vector<cudaEvent_t> ev;
+  static constexpr int kMaxSamples = 400;
+  static constexpr long long kProbeCycles = 100000; // ~55 us at 1.8 GHz
+};
+
+/// One phase: `samples` samples of `perSample` launches of `kernel`, each
+/// sample timed by events and followed by a clock probe, with `traffic`
+/// (null = alone) running from before the first sample to after the last.
+/// Prints one "clock_phase" line with per-sample times and clocks.
+template <typename Kernel>
+void clockPhase(ClockRig &r, const char *gemmName, double flopsPerSample,
+                Kernel kernel, int samples, const TrafficSpec *traffic,
+                int round) {
+  bool prio = traffic && traffic->priority;
+  cudaStream_t c = prio ? r.hiCompute : native(r.dev, Stream::Compute);
+  cudaStream_t d2h = prio ? r.loD2H : native(r.dev, Stream::D2H);
+  cudaStream_t h2d = prio ? r.loH2D : native(r.dev, Stream::H2D);
+  for (int w = 0; w < 3; ++w)
+    kernel(c);
+  AP_CUDA_CHECK(cudaStreamSynchronize(c));
+  std::unique_ptr<CopyTraffic> gen;
+  if (traffic) {
+    gen = std::make_unique<CopyTraffic>(*traffic, r.copies, d2h, h2d);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  std::string start = wallNow();
+  auto h0 = std::chrono::steady_clock::now();
+  uint64_t b0 = gen ? gen->bytes() : 0;
+  clockProbe<<<1, 1, 0, c>>>(r.probe, ClockRig::kProbeCycles);
+  AP_CUDA_CHECK(cudaGetLastError());
+  constexpr int kAhead = 24; // bounded queue keeps the copy thread unblocked
+  for (int i = 0; i < samples; ++i) {
+    if (i >= kAhead)
+      AP_CUDA_CHECK(cudaEventSynchronize(r.ev[2 * (i - kAhead) + 1]));
+    AP_CUDA_CHECK(cudaEventRecord(r.ev[2 * i], c));
+    kernel(c);
+    AP_CUDA_CHECK(cudaEventRecord(r.ev[2 * i + 1], c));
+    clockProbe<<<1, 1, 0, c>>>(r.probe + 3 * (i + 1), ClockRig::kProbeCycles);
+    AP_CUDA_CHECK(cudaGetLastError());
+  }
+  AP_CUDA_CHECK(cudaStreamSynchronize(c));
+  auto h1 = std::chrono::steady_clock::now();
+  uint64_t b1 = gen ? gen->bytes() : 0;
+  std::string end = wallNow();
+  bool covered = true;
+  if (gen) {
+    covered = cudaStreamQuery(d2h) == cudaErrorNotReady ||
+              cudaStreamQuery(h2d) == cudaErrorNotReady;
+    (void)cudaGetLastError();
+    gen->stop();
+  }
+  std::vector<unsigned long long> p(3 * (samples + 1));
+  AP_CUDA_CHECK(
+      cudaMemcpy(p.data(), r.probe, p.size() * 8, cudaMemcpyDeviceToHost));
+  auto mhz = [&](int j) {
+    double ns = double(p[3 * j + 1] - p[3 * j]);
+    return ns > 0 ? 1e3 * double(p[3 * j + 2]) / ns : 0.0;
+  };
+  std::string ms = "[", clk = "[";
+  for (int i = 0; i < samples; ++i) {
+    float t = 0;
+    AP_CUDA_CHECK(cudaEventElapsedTime(&t, r.ev[2 * i], r.ev[2 * i + 1]));
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%s%.4f", i ? "," : "", t);
+    ms += buf;
+    // The clock a sample ran at: mean of the probes before and after it.
+    std::snprintf(buf, sizeof buf, "%s%.0f", i ? "," : "",
+                  0.5 * (mhz(i) + mhz(i + 1)));
+    clk += buf;
+  }
+  double secs = std::chrono::duration<double>(h1 - h0).count();
+  std::printf("{\"kind\":\"clock_phase\",\"gemm\":\"%s\",\"traffic\":\"%s\","
+              "\"round\":%d,\"flops_per_sample\":%.6g,\"copy_gbps\":%.2f,"
+              "\"covered\":%s,\"start\":\"%s\",\"end\":\"%s\",\"ms\":%s],"
+              "\"mhz\":%s]}\n",
+              gemmName, traffic ? traffic->name : "none", round, flopsPerSample,
+              double(b1 - b0) / 1e9 / secs, covered ? "true" : "false",
+              start.c_str(), end.c_str(), ms.c_str(), clk.c_str());
+  std::fflush(stdout);
+}
+
+/// Alternates alone and traffic phases, `rounds` times over `modes`.
+template <typename Kernel>
+void clockSeries(ClockRig &r, const char *gemmName, double flopsPerSample,
+                 Kernel kernel, int samples,
+                 const std::vector<TrafficSpec> &modes, int rounds) {
+  for (int round = 0; round < rounds; ++round)
+    for (const TrafficSpec &m : modes) {
+      clockPhase(r, gemmName, flopsPerSample, kernel, samples, nullptr, round);
+      clockPhase(r, gemmName, flopsPerSample, kernel, samples, &m, round);
+    }
+  clockPhase(r, gemmName, flopsPerSample, kernel, samples, nullptr, rounds);
+}
+
+void clockExperiment(Device &dev, char *copyArena, char *g, char *constAB,
+                     unsigned long long *probe, uint64_t gemmBytes,
+                     int rounds) {
+  Rig copies(dev, 256 * MiB, 2, copyArena);
+  for (int i = 1; i < 2 * copies.k; ++i)
+    if (copies.pinned(i) !=
+        static_cast<char *>(copies.pinned(0)) + i * 256 * MiB)
+      fail("bench: the pinned slots are not contiguous");
+  ClockRig r{dev, copies, probe, nullptr, nullptr, nullptr, {}};
+  int least = 0, greatest = 0;
+  AP_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+  AP_CUDA_CHECK(cudaStreamCreateWithPriority(&r.hiCompute,
+                                             cudaStreamNonBlocking, greatest));
+  AP_CUDA_CHECK(
+      cudaStreamCreateWithPriority(&r.loD2H, cudaStreamNonBlocking, least));
+  AP_CUDA_CHECK(
+      cudaStreamCreateWithPriority(&r.loH2D, cudaStreamNonBlocking, least));
+  r.ev.resize(2 * ClockRig::kMaxSamples);
+  for (auto &e : r.ev)
+    AP_CUDA_CHECK(cudaEventCreate(&e));
+
+  auto lt = static_cast<cublasLtHandle_t>(dev.backend().cublasLtHandle());
+  const int n = 8192;
+  Gemm big(lt, n, n, n, g, g + gemmBytes, g + 2 * gemmBytes, dev.workspace(),
+           dev.workspaceBytes());
+  // The model's shape (tokens x hidden x intermediate): ~40 us a launch, so
+  // one sample = 20 launches.
+  Gemm model(lt, 4096, 1024, 3584, g, g + gemmBytes, g + 2 * gemmBytes,
+             dev.workspace(), dev.workspaceBytes());
+  Gemm constant(lt, n, n, n, constAB, constAB + gemmBytes, g + 2 * gemmBytes,
+                dev.workspace(), dev.workspaceBytes());
+
+  TrafficSpec engineBoth{"engine_both", false, false, 256 * MiB, 0, true};
+  TrafficSpec prio{"raw_d2h_prio", true, false, 256 * MiB, 0, false, true};
+  std::vector<TrafficSpec> full = {
+      TrafficSpec{"raw_d2h", true, false, 256 * MiB},
+      TrafficSpec{"raw_h2d", false, true, 256 * MiB},
+      TrafficSpec{"raw_both", true, true, 256 * MiB},
+      engineBoth,
+      TrafficSpec{"raw_d2h_4m", true, false, 4 * MiB},
+      TrafficSpec{"raw_d2h_16m_27", true, false, 16 * MiB, 27},
+      TrafficSpec{"raw_d2h_4m_27", true, false, 4 * MiB, 27},
+      TrafficSpec{"raw_d2h_4m_14", true, false, 4 * MiB, 14},
+      TrafficSpec{"raw_h2d_4m_27", false, true, 4 * MiB, 27},
+      prio};
+  std::vector<TrafficSpec> core = {
+      TrafficSpec{"raw_d2h", true, false, 256 * MiB},
+      TrafficSpec{"raw_h2d", false, true, 256 * MiB},
+      TrafficSpec{"raw_both", true, true, 256 * MiB}, engineBoth};
+
+  // Copies beside an idle GPU: what they draw (nvidia-smi) and the clock.
+  clockSeries(
+      r, "idle", 0,
+      [&](cudaStream_t s) { idleFor<<<1, 32, 0, s>>>(5'000'000ull); }, 60, core,
+      1);
+  clockSeries(
+      r, "gemm_bf16_8192", big.flops(), [&](cudaStream_t s) { big.run(s); },
+      200, full, rounds);
+  clockSeries(
+      r, "gemm_bf16_4096x1024x3584", 20 * model.flops(),
+      [&](cudaStream_t s) {
+        for (int j = 0; j < 20; ++j)
+          model.run(s);
+      },
+      300, core, rounds);
+  clockSeries(
+      r, "gemm_bf16_8192_const", constant.flops(),
+      [&](cudaStream_t s) { constant.run(s); }, 200, core, rounds);
+
+  for (auto &e : r.ev)
+    AP_CUDA_CHECK(cudaEventDestroy(e));
+  for (cudaStream_t s : {r.hiCompute, r.loD2H, r.loH2D})
+    AP_CUDA_CHECK(cudaStreamDestroy(s));
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
+  // runtime_offload_bench [repeats] [slowdown-only | clocks]
   int repeats = argc > 1 ? std::atoi(argv[1]) : 5;
-  bool bandwidthToo = !(argc > 2 && std::string(argv[2]) == "slowdown-only");
+  std::string what = argc > 2 ? argv[2] : "";
+  bool bandwidthToo = what.empty();
   DeviceOptions options;
   options.device = DeviceKind::Cuda;
   Device dev(options);
@@ -373,11 +718,13 @@ int main(int argc, char **argv) {
   }
   // Arena: 1 GiB for the bandwidth values (2k * size <= 1 GiB), then the
   // compute operands: three 8192^2 bf16 matrices, three 512 Mi-float triad
-  // vectors, a 64 MiB cuBLASLt workspace.
+  // vectors, two constant 8192^2 bf16 matrices, 1 MiB of clock probes, and
+  // a 64 MiB cuBLASLt workspace.
   const int n = 8192;
   const uint64_t gemmBytes = uint64_t(n) * n * 2, triadN = 512ull << 20;
   const uint64_t copyBytes = 1024 * MiB;
-  uint64_t plan = copyBytes + 3 * gemmBytes + 3 * triadN * 4;
+  uint64_t plan =
+      copyBytes + 3 * gemmBytes + 3 * triadN * 4 + 2 * gemmBytes + MiB;
   dev.allocateArena(plan, 64 * MiB);
   std::fprintf(stderr, "%s\n", dev.description().c_str());
   std::printf("{\"kind\":\"device\",\"description\":\"%s\"}\n",
@@ -392,22 +739,31 @@ int main(int argc, char **argv) {
   fillRandomBf16<<<1024, 256, 0, native(dev, Stream::Compute)>>>(
       reinterpret_cast<__nv_bfloat16 *>(g), 3 * gemmBytes / 2, 12345u);
   AP_CUDA_CHECK(cudaGetLastError());
-  Gemm gemm(static_cast<cublasLtHandle_t>(dev.backend().cublasLtHandle()), n, g,
-            g + gemmBytes, g + 2 * gemmBytes, dev.workspace(),
-            dev.workspaceBytes());
-  slowdown(
-      dev, base, "gemm_bf16_8192", [&](cudaStream_t s) { gemm.run(s); },
-      2.0 * n * n * double(n), "TFLOP/s");
   auto *t = reinterpret_cast<float *>(g + 3 * gemmBytes);
-  int sms = dev.kernelContext(Stream::Compute).smCount;
-  slowdown(
-      dev, base, "triad_f32_512Mi",
-      [&](cudaStream_t s) {
-        triad<<<sms * 8, 512, 0, s>>>(t, t + triadN, t + 2 * triadN, 0.5f,
-                                      triadN);
-        AP_CUDA_CHECK(cudaGetLastError());
-      },
-      3.0 * 4 * double(triadN), "TB/s");
+  char *constAB = g + 3 * gemmBytes + 3 * triadN * 4;
+  if (what == "clocks") {
+    dev.synchronize();
+    clockExperiment(
+        dev, base, g, constAB,
+        reinterpret_cast<unsigned long long *>(constAB + 2 * gemmBytes),
+        gemmBytes, repeats);
+  } else {
+    Gemm gemm(static_cast<cublasLtHandle_t>(dev.backend().cublasLtHandle()), n,
+              n, n, g, g + gemmBytes, g + 2 * gemmBytes, dev.workspace(),
+              dev.workspaceBytes());
+    slowdown(
+        dev, base, "gemm_bf16_8192", [&](cudaStream_t s) { gemm.run(s); },
+        gemm.flops(), "TFLOP/s");
+    int sms = dev.kernelContext(Stream::Compute).smCount;
+    slowdown(
+        dev, base, "triad_f32_512Mi",
+        [&](cudaStream_t s) {
+          triad<<<sms * 8, 512, 0, s>>>(t, t + triadN, t + 2 * triadN, 0.5f,
+                                        triadN);
+          AP_CUDA_CHECK(cudaGetLastError());
+        },
+        3.0 * 4 * double(triadN), "TB/s");
+  }
   dev.sampleMemory();
   std::printf("{\"kind\":\"memory\",\"device_peak_bytes\":%llu,\"planned_"
               "bytes\":%llu}\n",
