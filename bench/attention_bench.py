@@ -19,6 +19,7 @@ import argparse
 import ctypes
 import json
 import math
+import os
 import sys
 
 import torch
@@ -31,6 +32,11 @@ CONFIGS = [
     ("mla-16h", 1, 4096, 16, 16, 192, 128, 192 ** -0.5),
     ("mla-128h", 1, 4096, 128, 128, 192, 128, 192 ** -0.5),
 ]
+
+
+# Set: the library runs its portable mma.sync kernels instead of the sm_90a
+# wgmma ones.
+PORTABLE_ENV = "ACTPLACE_ATTENTION_PORTABLE"
 
 
 def timed(fn, iters, warmup=3):
@@ -138,6 +144,9 @@ def main():
                     help="backward algorithms to time one by one")
     ap.add_argument("--baseline-lib", default=None,
                     help="an earlier build of the library, timed alongside")
+    ap.add_argument("--portable", action="store_true",
+                    help="also time the portable mma.sync kernels "
+                    f"({PORTABLE_ENV}=1)")
     args = ap.parse_args()
     torch.manual_seed(0)
     dev = torch.cuda.get_device_name()
@@ -178,13 +187,20 @@ def main():
             b2(); torch.cuda.synchronize()
             row[f"ours_bwd_{tag}_outputs"] = outs2
             del f2, b2
-        if base is not None:
-            f0, b0, _, _ = base.run(cfg, q, k, v, dO)
-            row["baseline_fwd_ms"] = timed(f0, args.iters)
+        others = [("baseline", base)] if base is not None else []
+        if args.portable:
+            others.append(("portable", ours))
+        for tag, lib in others:
+            # portable: the mma.sync kernels of the same library (the
+            # library reads the variable at each call).
+            if tag == "portable":
+                os.environ[PORTABLE_ENV] = "1"
+            f0, b0, _, _ = lib.run(cfg, q, k, v, dO)
+            row[f"{tag}_fwd_ms"] = timed(f0, args.iters)
             f0()
-            row["baseline_bwd_ms"] = timed(b0, args.iters)
-            row["baseline_fwdbwd_ms"] = timed(lambda: (f0(), b0()),
-                                              args.iters)
+            row[f"{tag}_bwd_ms"] = timed(b0, args.iters)
+            row[f"{tag}_fwdbwd_ms"] = timed(lambda: (f0(), b0()), args.iters)
+            os.environ.pop(PORTABLE_ENV, None)
             del f0, b0
         fwd, bwd, outs, wsb = ours.run(cfg, q, k, v, dO)
         row["ours_fwd_ms"] = timed(fwd, args.iters)
@@ -260,14 +276,16 @@ def main():
         torch.cuda.empty_cache()
 
     print("\nconfig        ours fwd/bwd/fwd+bwd ms   floor f+b ms  "
-          "flash f+b ms  cudnn f+b ms  speed vs flash  vs cudnn")
+          "flash f+b ms  cudnn f+b ms  speed vs flash  vs cudnn  "
+          "portable f+b ms")
     for r in rows:
         def g(key):
             return f"{r[key]:.3f}" if key in r else "n/a"
         print(f"{r['config']:<13} {r['ours_fwd_ms']:.3f}/{r['ours_bwd_ms']:.3f}/"
               f"{r['ours_fwdbwd_ms']:.3f}      {r['floor_fwdbwd_ms']:.3f}"
               f"         {g('flash_fwdbwd_ms')}         {g('cudnn_fwdbwd_ms')}"
-              f"         {g('speed_vs_flash')}          {g('speed_vs_cudnn')}")
+              f"         {g('speed_vs_flash')}          {g('speed_vs_cudnn')}"
+              f"     {g('portable_fwdbwd_ms')}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": dev, "matmul_tflops": rate / 1e12,

@@ -27,12 +27,14 @@
 // ldmatrix phase hit 8 distinct bank groups.
 //
 //===----------------------------------------------------------------------===//
+#include "kernels/cuda/attention/wgmma_sm90.cuh"
 #include "kernels/kernels.h"
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdio>
+#include <cstdlib>
 
 namespace ap::kernels::cuda {
 namespace {
@@ -64,6 +66,12 @@ __device__ __forceinline__ void cpAsync16(uint32_t dst, const void *src,
                                           bool valid) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst),
                "l"(src), "r"(valid ? 16 : 0));
+}
+/// 4-byte async copy (zero-filled when !valid).
+__device__ __forceinline__ void cpAsync4(uint32_t dst, const void *src,
+                                         bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst),
+               "l"(src), "r"(valid ? 4 : 0));
 }
 __device__ __forceinline__ void cpAsyncCommit() {
   asm volatile("cp.async.commit_group;\n" ::);
@@ -138,8 +146,9 @@ __device__ __forceinline__ uint32_t addrAt(uint32_t base, int m0, int k0,
 }
 
 /// Async copy of `rows` rows of D bf16 (row r at g + r*stride elements) into a
-/// swizzled tile; rows at or past `valid` are zero-filled.
-template <int ROWS, int D, int NT>
+/// swizzled tile (PANELS: the 128-byte panels of the wgmma path, see
+/// wgmma_sm90.cuh); rows at or past `valid` are zero-filled.
+template <int ROWS, int D, int NT, bool PANELS = false>
 __device__ __forceinline__ void loadTile(uint32_t dst, const __nv_bfloat16 *g,
                                          int64_t stride, int valid, int tid) {
   constexpr int kChunks = D / 8;
@@ -148,7 +157,8 @@ __device__ __forceinline__ void loadTile(uint32_t dst, const __nv_bfloat16 *g,
     int r = idx / kChunks, c = idx % kChunks;
     bool ok = r < valid;
     const __nv_bfloat16 *src = ok ? g + r * stride + c * 8 : g;
-    cpAsync16(dst + swz<D>(r, c * 8), src, ok);
+    cpAsync16(dst + (PANELS ? sm90::pan<ROWS>(r, c * 8) : swz<D>(r, c * 8)),
+              src, ok);
   }
 }
 
@@ -166,6 +176,23 @@ struct Params {
   int bhOffset; // first (batch * Hq + head) of this launch
   int B, T, Hq, Hkv, group;
   float scale, scaleLog2;
+};
+
+/// One (batch, q head)'s rows of every tensor (row r of q at q + r*qStride,
+/// and so on) and of lse and D.
+template <int DQK, int DV> struct HeadRows {
+  int64_t qStride, kStride, vStride, oStride;
+  const __nv_bfloat16 *q, *dO, *k, *v;
+  const float *lse, *D;
+  __device__ HeadRows(const Params &p, int b, int h, int hk)
+      : qStride(int64_t(p.Hq) * DQK), kStride(int64_t(p.Hkv) * DQK),
+        vStride(int64_t(p.Hkv) * DV), oStride(int64_t(p.Hq) * DV),
+        q(p.q + (int64_t(b) * p.T * p.Hq + h) * DQK),
+        dO(p.dO + (int64_t(b) * p.T * p.Hq + h) * DV),
+        k(p.k + (int64_t(b) * p.T * p.Hkv + hk) * DQK),
+        v(p.v + (int64_t(b) * p.T * p.Hkv + hk) * DV),
+        lse(p.lseIn + (int64_t(b) * p.Hq + h) * p.T),
+        D(p.Dd + (int64_t(b) * p.Hq + h) * p.T) {}
 };
 
 //===----------------------------------------------------------------------===//
@@ -200,16 +227,12 @@ __global__ void __launch_bounds__(128) attnFwdKernel(Params p) {
   const int T = p.T;
   const int wRow0 = warp * 16 * MT; // first row of this warp in the tile
 
-  const int64_t qStride = int64_t(p.Hq) * DQK, kStride = int64_t(p.Hkv) * DQK,
-                vStride = int64_t(p.Hkv) * DV;
-  const __nv_bfloat16 *gQ = p.q + (int64_t(b) * T * p.Hq + h) * DQK;
-  const __nv_bfloat16 *gK = p.k + (int64_t(b) * T * p.Hkv + hk) * DQK;
-  const __nv_bfloat16 *gV = p.v + (int64_t(b) * T * p.Hkv + hk) * DV;
+  const HeadRows<DQK, DV> hr(p, b, h, hk);
 
   const int numK = min((T + BC - 1) / BC, (q0 + BR - 1) / BC + 1);
 
-  loadTile<BR, DQK, 128>(sQ, gQ + q0 * qStride, qStride, T - q0, tid);
-  loadTile<BC, DQK, 128>(sK, gK, kStride, T, tid);
+  loadTile<BR, DQK, 128>(sQ, hr.q + q0 * hr.qStride, hr.qStride, T - q0, tid);
+  loadTile<BC, DQK, 128>(sK, hr.k, hr.kStride, T, tid);
   cpAsyncCommit();
 
   float oAcc[MT][DV / 8][4];
@@ -229,7 +252,7 @@ __global__ void __launch_bounds__(128) attnFwdKernel(Params p) {
     const int k0 = kt * BC;
     cpAsyncWait<0>();
     __syncthreads(); // K tile ready; every warp is done with the last V
-    loadTile<BC, DV, 128>(sV, gV + k0 * vStride, vStride, T - k0, tid);
+    loadTile<BC, DV, 128>(sV, hr.v + k0 * hr.vStride, hr.vStride, T - k0, tid);
     cpAsyncCommit();
 
     float s[MT][BC / 8][4];
@@ -306,7 +329,8 @@ __global__ void __launch_bounds__(128) attnFwdKernel(Params p) {
     __syncthreads(); // V tile ready; every warp is done with this K
     if (kt + 1 < numK) {
       const int kn = k0 + BC;
-      loadTile<BC, DQK, 128>(sK, gK + kn * kStride, kStride, T - kn, tid);
+      loadTile<BC, DQK, 128>(sK, hr.k + kn * hr.kStride, hr.kStride, T - kn,
+                             tid);
       cpAsyncCommit();
     }
 
@@ -410,6 +434,40 @@ template <int DQK, int DV> struct BwdCfg {
       2 * kBr * 4;
 };
 
+__device__ __forceinline__ void storePair(__nv_bfloat16 *dst, float a,
+                                          float b) {
+  *reinterpret_cast<uint32_t *>(dst) = packBf16(a, b);
+}
+__device__ __forceinline__ void storePair(float *dst, float a, float b) {
+  *reinterpret_cast<float2 *>(dst) = make_float2(a, b);
+}
+
+/// Stores key row kv of dK (times scale) and dV, columns colK (colV) + 8 nt +
+/// 2 t4 (+1) from the accumulator pairs (x[nt][2 hf], x[nt][2 hf + 1]): bf16
+/// outputs without GQA, else this q head's fp32 partials.
+template <int DQK, int DV, int NK, int NV>
+__device__ __forceinline__ void
+storeDkDvRow(const Params &p, int b, int h, int hk, int kv, int hf, int t4,
+             int colK, int colV, const float (&dk)[NK][4],
+             const float (&dv)[NV][4]) {
+  auto row = [&](auto *gk, auto *gv) {
+#pragma unroll
+    for (int nt = 0; nt < NK; ++nt)
+      storePair(gk + colK + nt * 8 + 2 * t4, dk[nt][2 * hf] * p.scale,
+                dk[nt][2 * hf + 1] * p.scale);
+#pragma unroll
+    for (int nt = 0; nt < NV; ++nt)
+      storePair(gv + colV + nt * 8 + 2 * t4, dv[nt][2 * hf],
+                dv[nt][2 * hf + 1]);
+  };
+  const int64_t out = (int64_t(b) * p.T + kv) * p.Hkv + hk;
+  const int64_t part = (int64_t(b) * p.Hq + h) * p.T + kv;
+  if (p.group == 1)
+    row(p.dk + out * DQK, p.dv + out * DV);
+  else
+    row(p.dkPart + part * DQK, p.dvPart + part * DV);
+}
+
 template <int DQK, int DV, bool STORE_DS>
 __global__ void __launch_bounds__(256) attnBwdKVKernel(Params p) {
   using C = BwdCfg<DQK, DV>;
@@ -435,34 +493,27 @@ __global__ void __launch_bounds__(256) attnBwdKVKernel(Params p) {
   const int numQ = (T + BR - 1) / BR;
   const int qtStart = k0 / BR;
 
-  const int64_t qStride = int64_t(p.Hq) * DQK, kStride = int64_t(p.Hkv) * DQK,
-                vStride = int64_t(p.Hkv) * DV, oStride = int64_t(p.Hq) * DV;
-  const __nv_bfloat16 *gQ = p.q + (int64_t(b) * T * p.Hq + h) * DQK;
-  const __nv_bfloat16 *gdO = p.dO + (int64_t(b) * T * p.Hq + h) * DV;
-  const __nv_bfloat16 *gK = p.k + (int64_t(b) * T * p.Hkv + hk) * DQK;
-  const __nv_bfloat16 *gV = p.v + (int64_t(b) * T * p.Hkv + hk) * DV;
-  const float *gLse = p.lseIn + (int64_t(b) * p.Hq + h) * T;
-  const float *gD = p.Dd + (int64_t(b) * p.Hq + h) * T;
+  const HeadRows<DQK, DV> hr(p, b, h, hk);
 
   // lse and D rows (64 floats each) are read into registers when the next q
   // tile is prefetched and stored to shared memory at the end of the step,
   // so their global latency hides under the step's math like cp.async does.
   auto loadQ = [&](int qt, int buf) {
     const int q0 = qt * BR;
-    loadTile<BR, DQK, 256>(sQ0 + buf * BR * DQK * 2, gQ + q0 * qStride, qStride,
-                           T - q0, tid);
-    loadTile<BR, DV, 256>(sO0 + buf * BR * DV * 2, gdO + q0 * oStride, oStride,
-                          T - q0, tid);
+    loadTile<BR, DQK, 256>(sQ0 + buf * BR * DQK * 2, hr.q + q0 * hr.qStride,
+                           hr.qStride, T - q0, tid);
+    loadTile<BR, DV, 256>(sO0 + buf * BR * DV * 2, hr.dO + q0 * hr.oStride,
+                          hr.oStride, T - q0, tid);
   };
   auto loadStat = [&](int qt) {
     const int r = qt * BR + (tid & (BR - 1));
     if (tid >= 2 * BR || r >= T)
       return 0.f;
-    return tid < BR ? gLse[r] : gD[r];
+    return tid < BR ? hr.lse[r] : hr.D[r];
   };
 
-  loadTile<BC, DQK, 256>(sK, gK + k0 * kStride, kStride, T - k0, tid);
-  loadTile<BC, DV, 256>(sV, gV + k0 * vStride, vStride, T - k0, tid);
+  loadTile<BC, DQK, 256>(sK, hr.k + k0 * hr.kStride, hr.kStride, T - k0, tid);
+  loadTile<BC, DV, 256>(sV, hr.v + k0 * hr.vStride, hr.vStride, T - k0, tid);
   loadQ(qtStart, 0);
   cpAsyncCommit();
   if (tid < 2 * BR)
@@ -657,35 +708,8 @@ __global__ void __launch_bounds__(256) attnBwdKVKernel(Params p) {
       const int kv = k0 + pr * 32 + m * 16 + g + 8 * hf;
       if (kv >= T)
         continue;
-      if (p.group == 1) {
-        __nv_bfloat16 *dk =
-            p.dk + ((int64_t(b) * T + kv) * p.Hkv + hk) * DQK + pc * (DQK / 4);
-        __nv_bfloat16 *dv =
-            p.dv + ((int64_t(b) * T + kv) * p.Hkv + hk) * DV + pc * (DV / 4);
-#pragma unroll
-        for (int nt = 0; nt < NK; ++nt)
-          *reinterpret_cast<uint32_t *>(dk + nt * 8 + 2 * t4) =
-              packBf16(dkAcc[m][nt][2 * hf] * p.scale,
-                       dkAcc[m][nt][2 * hf + 1] * p.scale);
-#pragma unroll
-        for (int nt = 0; nt < NV; ++nt)
-          *reinterpret_cast<uint32_t *>(dv + nt * 8 + 2 * t4) =
-              packBf16(dvAcc[m][nt][2 * hf], dvAcc[m][nt][2 * hf + 1]);
-      } else {
-        float *dk = p.dkPart + ((int64_t(b) * p.Hq + h) * T + kv) * DQK +
-                    pc * (DQK / 4);
-        float *dv =
-            p.dvPart + ((int64_t(b) * p.Hq + h) * T + kv) * DV + pc * (DV / 4);
-#pragma unroll
-        for (int nt = 0; nt < NK; ++nt)
-          *reinterpret_cast<float2 *>(dk + nt * 8 + 2 * t4) =
-              make_float2(dkAcc[m][nt][2 * hf] * p.scale,
-                          dkAcc[m][nt][2 * hf + 1] * p.scale);
-#pragma unroll
-        for (int nt = 0; nt < NV; ++nt)
-          *reinterpret_cast<float2 *>(dv + nt * 8 + 2 * t4) =
-              make_float2(dvAcc[m][nt][2 * hf], dvAcc[m][nt][2 * hf + 1]);
-      }
+      storeDkDvRow<DQK, DV>(p, b, h, hk, kv, hf, t4, pc * (DQK / 4),
+                            pc * (DV / 4), dkAcc[m], dvAcc[m]);
     }
 }
 
@@ -741,22 +765,17 @@ __global__ void __launch_bounds__(256) attnBwdQKernel(Params p) {
   const int q0 = qt * BR;
   const int numK = min((T + BC - 1) / BC, (q0 + BR - 1) / BC + 1);
 
-  const int64_t qStride = int64_t(p.Hq) * DQK, kStride = int64_t(p.Hkv) * DQK,
-                vStride = int64_t(p.Hkv) * DV, oStride = int64_t(p.Hq) * DV;
-  const __nv_bfloat16 *gQ = p.q + (int64_t(b) * T * p.Hq + h) * DQK;
-  const __nv_bfloat16 *gdO = p.dO + (int64_t(b) * T * p.Hq + h) * DV;
-  const __nv_bfloat16 *gK = p.k + (int64_t(b) * T * p.Hkv + hk) * DQK;
-  const __nv_bfloat16 *gV = p.v + (int64_t(b) * T * p.Hkv + hk) * DV;
+  const HeadRows<DQK, DV> hr(p, b, h, hk);
 
   auto loadKV = [&](int kt, int buf) {
     const int k0 = kt * BC;
-    loadTile<BC, DQK, 256>(sK0 + buf * BC * DQK * 2, gK + k0 * kStride, kStride,
-                           T - k0, tid);
-    loadTile<BC, DV, 256>(sV0 + buf * BC * DV * 2, gV + k0 * vStride, vStride,
-                          T - k0, tid);
+    loadTile<BC, DQK, 256>(sK0 + buf * BC * DQK * 2, hr.k + k0 * hr.kStride,
+                           hr.kStride, T - k0, tid);
+    loadTile<BC, DV, 256>(sV0 + buf * BC * DV * 2, hr.v + k0 * hr.vStride,
+                          hr.vStride, T - k0, tid);
   };
-  loadTile<BR, DQK, 256>(sQ, gQ + q0 * qStride, qStride, T - q0, tid);
-  loadTile<BR, DV, 256>(sO, gdO + q0 * oStride, oStride, T - q0, tid);
+  loadTile<BR, DQK, 256>(sQ, hr.q + q0 * hr.qStride, hr.qStride, T - q0, tid);
+  loadTile<BR, DV, 256>(sO, hr.dO + q0 * hr.oStride, hr.oStride, T - q0, tid);
   if (tid < 2 * BR) {
     const int r = q0 + (tid & (BR - 1));
     const float *src =
@@ -985,6 +1004,366 @@ __global__ void __launch_bounds__(256, 2) attnBwdQFromDsKernel(Params p) {
 }
 
 //===----------------------------------------------------------------------===//
+// Hopper path (sm_90a): warpgroup MMA
+//===----------------------------------------------------------------------===//
+//
+// Same algorithms and outputs as the kernels above, with the products issued
+// as wgmma from 128-byte-swizzled panels (wgmma_sm90.cuh): B operands are
+// read by the tensor cores straight from shared memory instead of through
+// ldmatrix, and a probability or dS tile goes from the accumulators into the
+// next product's A registers without a trip through shared memory. Two
+// warpgroups per block, each owning 64 rows of the tile; cp.async double
+// buffering and one barrier per step as in the portable kernels.
+
+/// Base of the dynamic shared memory rounded up to the 1024 bytes that a
+/// swizzled panel's descriptor assumes (the kernels ask for 1 KB more).
+__device__ __forceinline__ uint32_t smemBase1k(const void *smem) {
+  return (smemAddr(smem) + 1023u) & ~1023u;
+}
+
+/// K-major operand: 16 columns at k0 of rows r0.. of a panel tile of R rows.
+template <int R>
+__device__ __forceinline__ uint64_t descK(uint32_t tile, int r0, int k0) {
+  return sm90::desc(tile + (k0 >> 6) * (R * 128) + r0 * 128 + (k0 & 63) * 2, 16,
+                    1024);
+}
+/// MN-major operand: rows k0..k0+15 (the K of the product) of a panel tile
+/// of R rows, all its columns as N.
+template <int R>
+__device__ __forceinline__ uint64_t descMN(uint32_t tile, int k0) {
+  return sm90::desc(tile + k0 * 128, R * 128, 1024);
+}
+
+/// d = A B^T over K = KD: A = rows a0.. of panel tile `a` (RA rows), B = the
+/// first N rows of panel tile `b` (RB rows), both K-major. Issued, not waited.
+template <int N, int KD, int RA, int RB>
+__device__ __forceinline__ void mmaTilesK(float (&d)[N / 2], uint32_t a, int a0,
+                                          uint32_t b) {
+#pragma unroll
+  for (int kk = 0; kk < KD / 16; ++kk)
+    sm90::mmaSS<N>(d, descK<RA>(a, a0, kk * 16), descK<RB>(b, 0, kk * 16),
+                   kk > 0);
+}
+/// d += A B over K = 16 KS: A from registers, B = rows 0..16 KS of panel
+/// tile `b` (R rows, MN-major). Issued, not waited.
+template <int N, int R, int KS>
+__device__ __forceinline__ void
+mmaRegsMN(float (&d)[N / 2], const uint32_t (&a)[KS][4], uint32_t b) {
+#pragma unroll
+  for (int kk = 0; kk < KS; ++kk)
+    sm90::mmaRSt<N>(d, a[kk], descMN<R>(b, kk * 16), 1);
+}
+/// Commits the issued products and waits for them; d is then readable.
+template <int N> __device__ __forceinline__ void mmaFinish(float (&d)[N]) {
+  sm90::commit();
+  sm90::wait<0>();
+  sm90::pin(d);
+}
+
+/// Start of a step of the double-buffered loops: waits for this step's
+/// copies and makes them visible to every thread and to wgmma, then (more)
+/// issues the next step's copies into the buffers the barrier freed.
+template <typename Load>
+__device__ __forceinline__ void stepStart(bool more, Load &&load) {
+  cpAsyncWait<0>();
+  sm90::fenceProxyAsync();
+  __syncthreads();
+  if (more) {
+    load();
+    cpAsyncCommit();
+  }
+}
+
+template <int N> __device__ __forceinline__ void zero(float (&d)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i)
+    d[i] = 0.f;
+}
+
+/// Packs the m64 x 16 slice kk of an m64nN accumulator into a wgmma A
+/// fragment (the layouts match, as with mma.sync).
+template <int N>
+__device__ __forceinline__ void packA(uint32_t (&a)[4], const float (&d)[N],
+                                      int kk) {
+#pragma unroll
+  for (int j = 0; j < 4; ++j)
+    a[j] = packBf16(d[8 * kk + 2 * j], d[8 * kk + 2 * j + 1]);
+}
+
+template <int DQK, int DV> struct FwdSm90Cfg {
+  static constexpr int kThreads = 256, kBr = 128, kBc = 128;
+  static constexpr int kSmem = (kBr * DQK + 2 * kBc * (DQK + DV)) * 2 + 1024;
+};
+
+/// Forward: one block per (128 query rows, q head, batch); warpgroup wg owns
+/// rows 64 wg.., keys stream in tiles of 128.
+template <int DQK, int DV>
+__global__ void __launch_bounds__(256, 1) attnFwdSm90Kernel(Params p) {
+#if AP_WGMMA_ENABLED
+  using C = FwdSm90Cfg<DQK, DV>;
+  constexpr int BR = C::kBr, BC = C::kBc;
+  extern __shared__ __align__(128) unsigned char smem[];
+  const uint32_t sQ = smemBase1k(smem);
+  const uint32_t sK0 = sQ + BR * DQK * 2;      // two buffers of BC x DQK
+  const uint32_t sV0 = sK0 + 2 * BC * DQK * 2; // two buffers of BC x DV
+
+  const int tid = threadIdx.x, wg = tid >> 7, lane = tid & 31;
+  const int g = lane >> 2, t4 = lane & 3;
+  const int bh = blockIdx.x;
+  const int b = bh / p.Hq, h = bh % p.Hq, hk = h / p.group;
+  const int T = p.T;
+  const int numQ = (T + BR - 1) / BR;
+  const int qt = numQ - 1 - blockIdx.y; // heaviest tiles first
+  const int q0 = qt * BR;
+  const int row0 = q0 + wg * 64 + ((tid >> 5) & 3) * 16 + g; // and row0 + 8
+  const int numK = min((T + BC - 1) / BC, (q0 + BR - 1) / BC + 1);
+
+  const HeadRows<DQK, DV> hr(p, b, h, hk);
+  auto loadKV = [&](int kt, int buf) {
+    const int k0 = kt * BC;
+    loadTile<BC, DQK, 256, true>(sK0 + buf * BC * DQK * 2,
+                                 hr.k + k0 * hr.kStride, hr.kStride, T - k0,
+                                 tid);
+    loadTile<BC, DV, 256, true>(sV0 + buf * BC * DV * 2, hr.v + k0 * hr.vStride,
+                                hr.vStride, T - k0, tid);
+  };
+  loadTile<BR, DQK, 256, true>(sQ, hr.q + q0 * hr.qStride, hr.qStride, T - q0,
+                               tid);
+  loadKV(0, 0);
+  cpAsyncCommit();
+
+  float o[DV / 2], s[BC / 2];
+  zero(o);
+  zero(s);
+  float mRow[2] = {-INFINITY, -INFINITY}, lRow[2] = {0.f, 0.f};
+
+  for (int kt = 0; kt < numK; ++kt) {
+    const int buf = kt & 1, k0 = kt * BC;
+    // Tiles kt landed; every warp is done with tiles kt - 1.
+    stepStart(kt + 1 < numK, [&] { loadKV(kt + 1, buf ^ 1); });
+    const uint32_t sK = sK0 + buf * BC * DQK * 2;
+    const uint32_t sV = sV0 + buf * BC * DV * 2;
+
+    sm90::fence();
+    mmaTilesK<BC, DQK, BR, BC>(s, sQ, wg * 64, sK);
+    mmaFinish(s);
+
+    if (k0 + BC - 1 > q0 + wg * 64 || k0 + BC > T) {
+#pragma unroll
+      for (int i = 0; i < BC / 2; ++i) {
+        const int col = k0 + (i >> 2) * 8 + 2 * t4 + (i & 1);
+        const int row = row0 + 8 * ((i >> 1) & 1);
+        if (col > row || col >= T)
+          s[i] = -INFINITY;
+      }
+    }
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int nt = 0; nt < BC / 8; ++nt)
+        mx = fmaxf(mx, fmaxf(s[4 * nt + 2 * hf], s[4 * nt + 2 * hf + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      // Key 0 of the first tile is visible to every row: mNew is finite.
+      const float mNew = fmaxf(mRow[hf], mx * p.scaleLog2);
+      const float alpha = exp2f(mRow[hf] - mNew);
+      mRow[hf] = mNew;
+      float sum = 0.f;
+#pragma unroll
+      for (int nt = 0; nt < BC / 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          float &x = s[4 * nt + 2 * hf + e];
+          x = exp2f(fmaf(x, p.scaleLog2, -mNew));
+          sum += x;
+        }
+      lRow[hf] = lRow[hf] * alpha + sum;
+#pragma unroll
+      for (int dt = 0; dt < DV / 8; ++dt) {
+        o[4 * dt + 2 * hf] *= alpha;
+        o[4 * dt + 2 * hf + 1] *= alpha;
+      }
+    }
+
+    uint32_t pa[BC / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < BC / 16; ++kk)
+      packA(pa[kk], s, kk);
+    sm90::fence();
+    mmaRegsMN<DV, BC>(o, pa, sV);
+    mmaFinish(o);
+  }
+
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {
+    float l = lRow[hf];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const int row = row0 + 8 * hf;
+    if (row < T) {
+      const float inv = 1.f / l;
+      __nv_bfloat16 *gO = p.oOut + ((int64_t(b) * T + row) * p.Hq + h) * DV;
+#pragma unroll
+      for (int dt = 0; dt < DV / 8; ++dt)
+        *reinterpret_cast<uint32_t *>(gO + dt * 8 + 2 * t4) =
+            packBf16(o[4 * dt + 2 * hf] * inv, o[4 * dt + 2 * hf + 1] * inv);
+      if (t4 == 0)
+        p.lse[(int64_t(b) * p.Hq + h) * T + row] = mRow[hf] * kLn2 + logf(l);
+    }
+  }
+#endif
+}
+
+template <int DQK, int DV> struct BwdSm90Cfg {
+  static constexpr int kThreads = 256, kBc = 128, kBr = 64;
+  // K, V, 2x(Q, dO), 2x(lse, D)
+  static constexpr int kSmem =
+      (kBc * (DQK + DV) + 2 * kBr * (DQK + DV)) * 2 + 2 * 2 * kBr * 4 + 1024;
+};
+
+/// dK/dV: one block per (128-key tile, q head, batch); warpgroup wg owns
+/// keys 64 wg.. and walks the 64-row query tiles. Per step: S^T = K Q^T,
+/// P^T (registers, bf16) -> dV += P^T dO; dP^T = V dO^T, dS^T = P^T (dP^T -
+/// D) -> dK += dS^T Q, and (STORE_DS) the bf16 dS^T tile for the dQ pass,
+/// written from registers in the layout attnBwdQFromDsKernel reads.
+template <int DQK, int DV, bool STORE_DS>
+__global__ void __launch_bounds__(256, 1) attnBwdKVSm90Kernel(Params p) {
+#if AP_WGMMA_ENABLED
+  using C = BwdSm90Cfg<DQK, DV>;
+  constexpr int BR = C::kBr, BC = C::kBc;
+  extern __shared__ __align__(128) unsigned char smem[];
+  const uint32_t sK = smemBase1k(smem);
+  const uint32_t sV = sK + BC * DQK * 2;
+  const uint32_t sQ0 = sV + BC * DV * 2;       // two buffers of BR x DQK
+  const uint32_t sO0 = sQ0 + 2 * BR * DQK * 2; // dO: two buffers of BR x DV
+  const uint32_t sSt = sO0 + 2 * BR * DV * 2;  // two buffers of [lse | D]
+  const float *stats =
+      reinterpret_cast<const float *>(smem + (sSt - smemAddr(smem)));
+
+  const int tid = threadIdx.x, wg = tid >> 7, lane = tid & 31;
+  const int w = (tid >> 5) & 3, g = lane >> 2, t4 = lane & 3;
+  const int bh = p.bhOffset + blockIdx.x;
+  const int b = bh / p.Hq, h = bh % p.Hq, hk = h / p.group;
+  const int kt = blockIdx.y; // low key tiles see the most query tiles: first
+  const int k0 = kt * BC;
+  const int T = p.T;
+  const int numQ = (T + BR - 1) / BR;
+  const int qtStart = k0 / BR;
+  const int jt = kt * 2 + wg;                  // this warpgroup's 64-key tile
+  const int kvRow = k0 + wg * 64 + w * 16 + g; // and kvRow + 8
+
+  const HeadRows<DQK, DV> hr(p, b, h, hk);
+
+  auto loadQ = [&](int qt, int buf) {
+    const int q0 = qt * BR;
+    loadTile<BR, DQK, 256, true>(sQ0 + buf * BR * DQK * 2,
+                                 hr.q + q0 * hr.qStride, hr.qStride, T - q0,
+                                 tid);
+    loadTile<BR, DV, 256, true>(sO0 + buf * BR * DV * 2,
+                                hr.dO + q0 * hr.oStride, hr.oStride, T - q0,
+                                tid);
+    if (tid < 2 * BR) {
+      const int r = q0 + (tid & (BR - 1));
+      const float *src = tid < BR ? hr.lse : hr.D;
+      cpAsync4(sSt + (buf * 2 * BR + tid) * 4, r < T ? src + r : src, r < T);
+    }
+  };
+  loadTile<BC, DQK, 256, true>(sK, hr.k + k0 * hr.kStride, hr.kStride, T - k0,
+                               tid);
+  loadTile<BC, DV, 256, true>(sV, hr.v + k0 * hr.vStride, hr.vStride, T - k0,
+                              tid);
+  loadQ(qtStart, 0);
+  cpAsyncCommit();
+
+  float dk[DQK / 2], dv[DV / 2], acc[BR / 2];
+  zero(dk);
+  zero(dv);
+  zero(acc);
+  const int64_t tileBase = int64_t(blockIdx.x) * ((numQ * (numQ + 1)) / 2);
+
+  for (int qt = qtStart; qt < numQ; ++qt) {
+    const int buf = (qt - qtStart) & 1;
+    const int q0 = qt * BR;
+    // Step qt landed; every warp is done with step qt - 1.
+    stepStart(qt + 1 < numQ, [&] { loadQ(qt + 1, buf ^ 1); });
+    const uint32_t sQ = sQ0 + buf * BR * DQK * 2;
+    const uint32_t sO = sO0 + buf * BR * DV * 2;
+    const float *sLse = stats + buf * 2 * BR;
+    const float *sD = sLse + BR;
+
+    // S^T = K Q^T (keys x queries).
+    sm90::fence();
+    mmaTilesK<BR, DQK, BC, BR>(acc, sK, wg * 64, sQ);
+    mmaFinish(acc);
+
+    // P^T, rounded to bf16: the A operand of dV and the P of dS.
+    uint32_t pa[BR / 16][4];
+#pragma unroll
+    for (int i = 0; i < BR / 2; ++i) {
+      const int c = (i >> 2) * 8 + 2 * t4 + (i & 1); // query in tile
+      const int qi = q0 + c;
+      const int kv = kvRow + 8 * ((i >> 1) & 1);
+      const float pe = exp2f(fmaf(acc[i], p.scaleLog2, -sLse[c] * kLog2e));
+      acc[i] = kv <= qi && qi < T ? pe : 0.f;
+    }
+#pragma unroll
+    for (int kk = 0; kk < BR / 16; ++kk)
+      packA(pa[kk], acc, kk);
+
+    // dP^T = V dO^T; dV += P^T dO.
+    sm90::fence();
+    mmaTilesK<BR, DV, BC, BR>(acc, sV, wg * 64, sO);
+    mmaRegsMN<DV, BR>(dv, pa, sO);
+    mmaFinish(acc);
+    sm90::pin(dv);
+
+    // dS^T = P^T (dP^T - D), packed as the A operand of dK.
+    uint32_t sa[BR / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < BR / 16; ++kk)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int i = 8 * kk + 2 * j;
+        const int c = (i >> 2) * 8 + 2 * t4;
+        const float2 pf = __bfloat1622float2(
+            *reinterpret_cast<const __nv_bfloat162 *>(&pa[kk][j]));
+        sa[kk][j] =
+            packBf16(pf.x * (acc[i] - sD[c]), pf.y * (acc[i + 1] - sD[c + 1]));
+      }
+    if constexpr (STORE_DS) {
+      if (qt >= jt) {
+        unsigned char *tile = reinterpret_cast<unsigned char *>(
+            p.dsBuf + (tileBase + (qt * (qt + 1)) / 2 + jt) * (64 * 64));
+#pragma unroll
+        for (int kk = 0; kk < BR / 16; ++kk)
+#pragma unroll
+          for (int j = 0; j < 4; ++j)
+            *reinterpret_cast<uint32_t *>(
+                tile + swz<64>(w * 16 + g + 8 * (j & 1),
+                               16 * kk + 8 * (j >> 1) + 2 * t4)) = sa[kk][j];
+      }
+    }
+
+    // dK += dS^T Q.
+    sm90::fence();
+    mmaRegsMN<DQK, BR>(dk, sa, sQ);
+    mmaFinish(dk);
+  }
+
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {
+    const int kv = kvRow + 8 * hf;
+    if (kv >= T)
+      continue;
+    storeDkDvRow<DQK, DV>(p, b, h, hk, kv, hf, t4, 0, 0,
+                          reinterpret_cast<const float(&)[DQK / 8][4]>(dk),
+                          reinterpret_cast<const float(&)[DV / 8][4]>(dv));
+  }
+#endif
+}
+
+//===----------------------------------------------------------------------===//
 // Host side
 //===----------------------------------------------------------------------===//
 
@@ -1000,16 +1379,80 @@ Params makeParams(const AttentionShape &s) {
   return p;
 }
 
-template <int DQK, int DV>
-Status launchForward(cudaStream_t stream, const Params &p) {
-  using C = FwdCfg<DQK, DV>;
-  auto kernel = attnFwdKernel<DQK, DV>;
+/// Head dims with wgmma kernels: the accumulators live in registers (the
+/// forward's 64 x DV output; dK/dV's 64 x (DQK + DV)), so D = 256 (Qwen3.5)
+/// stays on the mma.sync kernels.
+template <int DQK, int DV> constexpr bool hasSm90Fwd() {
+  return DQK % 64 == 0 && DQK <= 256 && (DV == 64 || DV == 128);
+}
+template <int DQK, int DV> constexpr bool hasSm90Bwd() {
+  return (DQK == 64 || DQK == 128 || DQK == 192) && (DV == 64 || DV == 128);
+}
+
+/// Whether the sm_90a kernel `kernel` runs here: the loaded binary is sm_90
+/// (the project builds sm_90a, whose device pass emits the wgmma bodies) on
+/// a compute capability 9.0 device. ACTPLACE_ATTENTION_PORTABLE=1 forces the
+/// mma.sync kernels (tests and A/B timing).
+bool useSm90(const void *kernel) {
+  if (const char *e = std::getenv("ACTPLACE_ATTENTION_PORTABLE");
+      e && *e && *e != '0')
+    return false;
+  int dev = 0, major = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) !=
+          cudaSuccess ||
+      major != 9) {
+    cudaGetLastError();
+    return false;
+  }
+  cudaFuncAttributes attr{};
+  if (cudaFuncGetAttributes(&attr, kernel) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return attr.binaryVersion == 90;
+}
+
+/// Sets the kernel's dynamic shared memory and launches it.
+template <typename Kernel>
+Status launch(Kernel kernel, dim3 grid, int threads, int smemBytes,
+              cudaStream_t stream, const Params &p) {
   AP_ATTN_CUDA_CHECK(cudaFuncSetAttribute(
-      kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmem));
-  dim3 grid(p.B * p.Hq, (p.T + C::kBr - 1) / C::kBr);
-  kernel<<<grid, C::kThreads, C::kSmem, stream>>>(p);
+      kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smemBytes));
+  kernel<<<grid, threads, smemBytes, stream>>>(p);
   AP_ATTN_CUDA_CHECK(cudaGetLastError());
   return Status::Ok;
+}
+
+template <int DQK, int DV>
+Status launchForward(cudaStream_t stream, const Params &p) {
+  if constexpr (hasSm90Fwd<DQK, DV>()) {
+    using C = FwdSm90Cfg<DQK, DV>;
+    auto kernel = attnFwdSm90Kernel<DQK, DV>;
+    if (useSm90(reinterpret_cast<const void *>(kernel)))
+      return launch(kernel, dim3(p.B * p.Hq, (p.T + C::kBr - 1) / C::kBr),
+                    C::kThreads, C::kSmem, stream, p);
+  }
+  using C = FwdCfg<DQK, DV>;
+  return launch(attnFwdKernel<DQK, DV>,
+                dim3(p.B * p.Hq, (p.T + C::kBr - 1) / C::kBr), C::kThreads,
+                C::kSmem, stream, p);
+}
+
+/// The dK/dV pass for the (batch, q head) pairs p.bhOffset.. p.bhOffset + n.
+template <int DQK, int DV, bool STORE_DS>
+Status launchKV(cudaStream_t stream, const Params &p, int64_t n) {
+  if constexpr (hasSm90Bwd<DQK, DV>()) {
+    using C = BwdSm90Cfg<DQK, DV>;
+    auto kernel = attnBwdKVSm90Kernel<DQK, DV, STORE_DS>;
+    if (useSm90(reinterpret_cast<const void *>(kernel)))
+      return launch(kernel, dim3(n, (p.T + C::kBc - 1) / C::kBc), C::kThreads,
+                    C::kSmem, stream, p);
+  }
+  using C = BwdCfg<DQK, DV>;
+  return launch(attnBwdKVKernel<DQK, DV, STORE_DS>,
+                dim3(n, (p.T + C::kBc - 1) / C::kBc), C::kThreads, C::kSmemKV,
+                stream, p);
 }
 
 template <int DQK, int DV>
@@ -1019,39 +1462,32 @@ Status launchBackward(cudaStream_t stream, Params p, AttentionBackwardAlgo algo,
   const int64_t rows = int64_t(p.B) * p.T * p.Hq;
   attnBwdDotKernel<DV><<<(rows + 7) / 8, 256, 0, stream>>>(p);
   AP_ATTN_CUDA_CHECK(cudaGetLastError());
-  const int numTiles = (p.T + C::kBc - 1) / C::kBc;
+  const int numTiles = (p.T + C::kBr - 1) / C::kBr;
   const int64_t pairs = int64_t(p.B) * p.Hq;
 
   if (algo == AttentionBackwardAlgo::RecomputeDq) {
     p.bhOffset = 0;
-    auto kv = attnBwdKVKernel<DQK, DV, false>;
-    AP_ATTN_CUDA_CHECK(cudaFuncSetAttribute(
-        kv, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemKV));
-    kv<<<dim3(pairs, numTiles), C::kThreads, C::kSmemKV, stream>>>(p);
-    AP_ATTN_CUDA_CHECK(cudaGetLastError());
-    auto dq = attnBwdQKernel<DQK, DV>;
-    AP_ATTN_CUDA_CHECK(cudaFuncSetAttribute(
-        dq, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemQ));
-    dq<<<dim3(pairs, numTiles), C::kThreads, C::kSmemQ, stream>>>(p);
-    AP_ATTN_CUDA_CHECK(cudaGetLastError());
+    if (Status st = launchKV<DQK, DV, false>(stream, p, pairs);
+        st != Status::Ok)
+      return st;
+    if (Status st = launch(attnBwdQKernel<DQK, DV>, dim3(pairs, numTiles),
+                           C::kThreads, C::kSmemQ, stream, p);
+        st != Status::Ok)
+      return st;
   } else {
-    auto kv = attnBwdKVKernel<DQK, DV, true>;
-    AP_ATTN_CUDA_CHECK(cudaFuncSetAttribute(
-        kv, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemKV));
-    auto dq = attnBwdQFromDsKernel<DQK>;
     constexpr int kDqRows = dqRows<DQK>();
     constexpr int kSmemDs = 2 * (64 * DQK + kDqRows * 64) * 2;
-    AP_ATTN_CUDA_CHECK(cudaFuncSetAttribute(
-        dq, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemDs));
     const int numDqTiles = (p.T + kDqRows - 1) / kDqRows;
     // Chunks of (batch, head) pairs share one dS buffer, in order.
     for (int64_t first = 0; first < pairs; first += dsChunk) {
       const int64_t n = std::min<int64_t>(dsChunk, pairs - first);
       p.bhOffset = static_cast<int>(first);
-      kv<<<dim3(n, numTiles), C::kThreads, C::kSmemKV, stream>>>(p);
-      AP_ATTN_CUDA_CHECK(cudaGetLastError());
-      dq<<<dim3(n, numDqTiles), C::kThreads, kSmemDs, stream>>>(p);
-      AP_ATTN_CUDA_CHECK(cudaGetLastError());
+      if (Status st = launchKV<DQK, DV, true>(stream, p, n); st != Status::Ok)
+        return st;
+      if (Status st = launch(attnBwdQFromDsKernel<DQK>, dim3(n, numDqTiles),
+                             C::kThreads, kSmemDs, stream, p);
+          st != Status::Ok)
+        return st;
     }
   }
 

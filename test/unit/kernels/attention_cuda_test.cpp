@@ -3,8 +3,10 @@
 // On a GPU: the CUDA kernels against the reference (same bf16 inputs, fp32
 // math) at the model shapes (Qwen3.5 GQA 8/2 heads x 256 and MLA 192/128 at
 // T = 4096) and at small awkward shapes (T not a tile multiple, GQA, every
-// supported head-dim pair). Outputs are poisoned with NaN before each call,
-// and a second run must reproduce every bit. Skipped without a usable GPU.
+// supported head-dim pair), the latter also on the portable mma.sync kernels
+// where the default is the sm_90a wgmma path. Outputs are poisoned with NaN
+// before each call, and a second run must reproduce every bit. Skipped without
+// a usable GPU.
 //
 // Bounds (bf16 storage; the kernels round P and dS to bf16 for the tensor
 // cores, the reference keeps them in fp32):
@@ -24,6 +26,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -291,18 +294,31 @@ void runCase(const Case &c) {
   EXPECT_EQ(std::memcmp(first[0].dv.data(), first[1].dv.data(), nV * 2), 0);
 }
 
+constexpr Case kSmallCases[] = {
+    {"gqa-d64-T200", 2, 200, 4, 2, 64, 64, 0.125},
+    {"gqa-d256-T200", 2, 200, 4, 1, 256, 256, 0.0625},
+    {"mla-T77", 1, 77, 3, 3, 192, 128, 0.0721687836},
+    {"mha-d128-T130", 1, 130, 2, 2, 128, 128, 0.0883883476},
+    {"gqa-d64-T1", 1, 1, 2, 1, 64, 64, 0.125},
+};
+
 TEST(AttentionCuda, SmallAwkwardShapes) {
   if (!haveGpu())
     GTEST_SKIP() << "no usable GPU";
-  const Case cases[] = {
-      {"gqa-d64-T200", 2, 200, 4, 2, 64, 64, 0.125},
-      {"gqa-d256-T200", 2, 200, 4, 1, 256, 256, 0.0625},
-      {"mla-T77", 1, 77, 3, 3, 192, 128, 0.0721687836},
-      {"mha-d128-T130", 1, 130, 2, 2, 128, 128, 0.0883883476},
-      {"gqa-d64-T1", 1, 1, 2, 1, 64, 64, 0.125},
-  };
-  for (const Case &c : cases)
+  for (const Case &c : kSmallCases)
     runCase(c);
+}
+
+/// The portable mma.sync kernels, which an sm_90a build on an H100/H200 only
+/// runs when ACTPLACE_ATTENTION_PORTABLE is set (elsewhere they are the
+/// default and this repeats the test above).
+TEST(AttentionCuda, SmallAwkwardShapesPortable) {
+  if (!haveGpu())
+    GTEST_SKIP() << "no usable GPU";
+  ASSERT_EQ(setenv("ACTPLACE_ATTENTION_PORTABLE", "1", 1), 0);
+  for (const Case &c : kSmallCases)
+    runCase(c);
+  unsetenv("ACTPLACE_ATTENTION_PORTABLE");
 }
 
 TEST(AttentionCuda, Qwen35FullAttentionT4096) {
