@@ -1363,6 +1363,87 @@ __global__ void __launch_bounds__(256, 1) attnBwdKVSm90Kernel(Params p) {
 #endif
 }
 
+template <int DQK> struct DqSm90Cfg {
+  static constexpr int kThreads = 256, kBr = 128, kBc = 64;
+  static constexpr int kStage = (kBc * DQK + 2 * 64 * 64) * 2; // K + 2 dS
+  static constexpr int kSmem = 2 * kStage + 1024;
+};
+
+/// dQ from the stored dS tiles: one block per (128 query rows, q head,
+/// batch); warpgroup wg owns stored tile row i = 2 qt + wg and per 64-key step
+/// adds dS K, both operands straight from their copies in shared memory: the
+/// stored dS^T tile [key][query] is the M-major A (one 128-byte panel), K
+/// [key][d] the N-major B.
+template <int DQK>
+__global__ void __launch_bounds__(256, 2) attnBwdQFromDsSm90Kernel(Params p) {
+#if AP_WGMMA_ENABLED
+  using C = DqSm90Cfg<DQK>;
+  constexpr int BR = C::kBr, BC = C::kBc;
+  extern __shared__ __align__(128) unsigned char smem[];
+  const uint32_t s0 = smemBase1k(smem); // two stages of [K | dS row 0 | 1]
+  const int tid = threadIdx.x, wg = tid >> 7, lane = tid & 31;
+  const int bh = p.bhOffset + blockIdx.x;
+  const int b = bh / p.Hq, h = bh % p.Hq, hk = h / p.group;
+  const int T = p.T;
+  const int numT = (T + 63) / 64; // stored tiles per side
+  const int numQ = (T + BR - 1) / BR;
+  const int qt = numQ - 1 - blockIdx.y; // heaviest tiles first
+  const int i = 2 * qt + wg;            // this warpgroup's stored tile row
+  const int numK = min(numT, 2 * qt + 2);
+  const int64_t kStride = int64_t(p.Hkv) * DQK;
+  const __nv_bfloat16 *gK = p.k + (int64_t(b) * T * p.Hkv + hk) * DQK;
+  const int64_t tileBase = int64_t(blockIdx.x) * ((numT * (numT + 1)) / 2);
+
+  auto load = [&](int kt, int buf) {
+    const uint32_t st = s0 + buf * C::kStage;
+    const int k0 = kt * BC;
+    loadTile<BC, DQK, 256, true>(st, gK + k0 * kStride, kStride, T - k0, tid);
+#pragma unroll
+    for (int c = tid; c < 2 * 512; c += 256) {
+      const int r = 2 * qt + (c >> 9); // stored tile row
+      const bool exists = r < numT && kt <= r;
+      const __nv_bfloat16 *src =
+          exists ? p.dsBuf + (tileBase + (r * (r + 1)) / 2 + kt) * (64 * 64) +
+                       (c & 511) * 8
+                 : p.dsBuf;
+      cpAsync16(st + BC * DQK * 2 + c * 16, src, exists);
+    }
+  };
+  load(0, 0);
+  cpAsyncCommit();
+
+  float dq[DQK / 2];
+  zero(dq);
+  for (int kt = 0; kt < numK; ++kt) {
+    const int buf = kt & 1;
+    stepStart(kt + 1 < numK, [&] { load(kt + 1, buf ^ 1); });
+    if (kt <= i && i < numT) { // uniform over the warpgroup
+      const uint32_t sK = s0 + buf * C::kStage;
+      const uint32_t sS = sK + BC * DQK * 2 + wg * (64 * 64 * 2);
+      sm90::fence();
+#pragma unroll
+      for (int kk = 0; kk < BC / 16; ++kk)
+        sm90::mmaSStt<DQK>(dq, descMN<64>(sS, kk * 16), descMN<BC>(sK, kk * 16),
+                           1);
+      mmaFinish(dq);
+    }
+  }
+
+  const int row0 = qt * BR + wg * 64 + ((tid >> 5) & 3) * 16 + (lane >> 2);
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {
+    const int qi = row0 + 8 * hf;
+    if (qi >= T)
+      continue;
+    __nv_bfloat16 *gq = p.dq + ((int64_t(b) * T + qi) * p.Hq + h) * DQK;
+#pragma unroll
+    for (int nt = 0; nt < DQK / 8; ++nt)
+      storePair(gq + nt * 8 + 2 * (lane & 3), dq[4 * nt + 2 * hf] * p.scale,
+                dq[4 * nt + 2 * hf + 1] * p.scale);
+  }
+#endif
+}
+
 //===----------------------------------------------------------------------===//
 // Host side
 //===----------------------------------------------------------------------===//
@@ -1387,6 +1468,9 @@ template <int DQK, int DV> constexpr bool hasSm90Fwd() {
 }
 template <int DQK, int DV> constexpr bool hasSm90Bwd() {
   return (DQK == 64 || DQK == 128 || DQK == 192) && (DV == 64 || DV == 128);
+}
+template <int DQK> constexpr bool hasSm90Dq() {
+  return DQK == 64 || DQK == 128 || DQK == 192;
 }
 
 /// Whether the sm_90a kernel `kernel` runs here: the loaded binary is sm_90
@@ -1455,6 +1539,21 @@ Status launchKV(cudaStream_t stream, const Params &p, int64_t n) {
                 stream, p);
 }
 
+/// The dQ-from-dS pass for the (batch, q head) pairs p.bhOffset.. + n.
+template <int DQK>
+Status launchDq(cudaStream_t stream, const Params &p, int64_t n) {
+  if constexpr (hasSm90Dq<DQK>()) {
+    using C = DqSm90Cfg<DQK>;
+    auto kernel = attnBwdQFromDsSm90Kernel<DQK>;
+    if (useSm90(reinterpret_cast<const void *>(kernel)))
+      return launch(kernel, dim3(n, (p.T + C::kBr - 1) / C::kBr), C::kThreads,
+                    C::kSmem, stream, p);
+  }
+  constexpr int kRows = dqRows<DQK>();
+  return launch(attnBwdQFromDsKernel<DQK>, dim3(n, (p.T + kRows - 1) / kRows),
+                256, 2 * (64 * DQK + kRows * 64) * 2, stream, p);
+}
+
 template <int DQK, int DV>
 Status launchBackward(cudaStream_t stream, Params p, AttentionBackwardAlgo algo,
                       int64_t dsChunk) {
@@ -1475,18 +1574,13 @@ Status launchBackward(cudaStream_t stream, Params p, AttentionBackwardAlgo algo,
         st != Status::Ok)
       return st;
   } else {
-    constexpr int kDqRows = dqRows<DQK>();
-    constexpr int kSmemDs = 2 * (64 * DQK + kDqRows * 64) * 2;
-    const int numDqTiles = (p.T + kDqRows - 1) / kDqRows;
     // Chunks of (batch, head) pairs share one dS buffer, in order.
     for (int64_t first = 0; first < pairs; first += dsChunk) {
       const int64_t n = std::min<int64_t>(dsChunk, pairs - first);
       p.bhOffset = static_cast<int>(first);
       if (Status st = launchKV<DQK, DV, true>(stream, p, n); st != Status::Ok)
         return st;
-      if (Status st = launch(attnBwdQFromDsKernel<DQK>, dim3(n, numDqTiles),
-                             C::kThreads, kSmemDs, stream, p);
-          st != Status::Ok)
+      if (Status st = launchDq<DQK>(stream, p, n); st != Status::Ok)
         return st;
     }
   }

@@ -90,6 +90,15 @@ template <int N> __device__ __forceinline__ void pin(float (&d)[N]) {
   "%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,"           \
   "%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,%64,%65,%66"            \
   "}"
+#define AP_WGMMA_SS96                                                          \
+  "{"                                                                          \
+  "%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,"                  \
+  "%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,"           \
+  "%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,"           \
+  "%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,%64,%65,%66,"           \
+  "%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,%80,%81,%82,"           \
+  "%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95,%96,%97,%98"            \
+  "}"
 #define AP_WGMMA_RS32                                                          \
   "{"                                                                          \
   "%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,"               \
@@ -119,14 +128,27 @@ template <int N> __device__ __forceinline__ void pin(float (&d)[N]) {
 #define AP_F64(d) AP_F32(d), AP_F16(d, 32), AP_F16(d, 48)
 #define AP_F96(d) AP_F64(d), AP_F16(d, 64), AP_F16(d, 80)
 
-#define AP_WGMMA_SS(n, list)                                                   \
+#define AP_WGMMA_SS(n, list, ta, tb)                                           \
   "{\n.reg .pred p;\nsetp.ne.b32 p, %2, 0;\n"                                  \
   "wgmma.mma_async.sync.aligned.m64n" #n "k16.f32.bf16.bf16 " list             \
-  ", %0, %1, p, 1, 1, 0, 0;\n}\n"
+  ", %0, %1, p, 1, 1, " #ta ", " #tb ";\n}\n"
 #define AP_WGMMA_RS(n, list, tb)                                               \
   "{\n.reg .pred p;\nsetp.ne.b32 p, %5, 0;\n"                                  \
   "wgmma.mma_async.sync.aligned.m64n" #n "k16.f32.bf16.bf16 " list             \
   ", {%0, %1, %2, %3}, %4, p, 1, 1, " #tb ";\n}\n"
+
+#define AP_WGMMA_SS_CASES(ta, tb)                                              \
+  if constexpr (N == 64)                                                       \
+    asm volatile(AP_WGMMA_SS(64, AP_WGMMA_SS32, ta, tb)                        \
+                 : "+l"(a), "+l"(b), "+r"(accumulate), AP_F32(d));             \
+  else if constexpr (N == 128)                                                 \
+    asm volatile(AP_WGMMA_SS(128, AP_WGMMA_SS64, ta, tb)                       \
+                 : "+l"(a), "+l"(b), "+r"(accumulate), AP_F64(d));             \
+  else if constexpr (N == 192)                                                 \
+    asm volatile(AP_WGMMA_SS(192, AP_WGMMA_SS96, ta, tb)                       \
+                 : "+l"(a), "+l"(b), "+r"(accumulate), AP_F96(d));             \
+  else                                                                         \
+    static_assert(N == 64 || N == 128 || N == 192, "unsupported wgmma N");
 
 /// d (+)= A B, A and B from shared memory, both K-major; d is the m64nN
 /// accumulator fragment (N/2 floats per thread). accumulate = 0 overwrites.
@@ -134,14 +156,17 @@ template <int N>
 __device__ __forceinline__ void mmaSS(float (&d)[N / 2], uint64_t a, uint64_t b,
                                       int accumulate) {
 #if AP_WGMMA_ENABLED
-  if constexpr (N == 64)
-    asm volatile(AP_WGMMA_SS(64, AP_WGMMA_SS32)
-                 : "+l"(a), "+l"(b), "+r"(accumulate), AP_F32(d));
-  else if constexpr (N == 128)
-    asm volatile(AP_WGMMA_SS(128, AP_WGMMA_SS64)
-                 : "+l"(a), "+l"(b), "+r"(accumulate), AP_F64(d));
-  else
-    static_assert(N == 64 || N == 128, "unsupported wgmma N");
+  AP_WGMMA_SS_CASES(0, 0)
+#endif
+}
+
+/// d (+)= A B, both from shared memory and both MN-major (transposed): A
+/// stored [K][M], B stored [K][N].
+template <int N>
+__device__ __forceinline__ void mmaSStt(float (&d)[N / 2], uint64_t a,
+                                        uint64_t b, int accumulate) {
+#if AP_WGMMA_ENABLED
+  AP_WGMMA_SS_CASES(1, 1)
 #endif
 }
 
@@ -170,8 +195,10 @@ mmaRSt(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t b, int accumulate) {
 }
 
 #undef AP_WGMMA_SS
+#undef AP_WGMMA_SS_CASES
 #undef AP_WGMMA_SS32
 #undef AP_WGMMA_SS64
+#undef AP_WGMMA_SS96
 #undef AP_WGMMA_RS32
 #undef AP_WGMMA_RS64
 #undef AP_WGMMA_RS96
