@@ -367,14 +367,14 @@ void slowdown(Device &dev, char *copyArena, const char *name, Kernel kernel,
 }
 
 //===----------------------------------------------------------------------===//
-// Clock experiment (`runtime_offload_bench <rounds> clocks`): why does a GEMM
-// slow down beside PCIe copies? Every GEMM launch (or group of launches for a
-// small shape) is timed between CUDA events and followed by a one-thread
-// probe that reads the SM clock (clock64 cycles over %globaltimer ns), so
-// each launch's time comes with the clock it ran at: time * clock = cycles.
-// Constant cycles with a lower clock = the copies cost clock (power); more
-// cycles = contention (memory, L2, scheduling). Traffic modes alternate with
-// runs alone; copies come from a host thread that paces them (chunk size,
+// Clock experiment (`runtime_offload_bench <rounds> clocks|clocks-model`): why
+// does a GEMM slow down beside PCIe copies? Every GEMM launch (or group of
+// launches for a small shape) is timed between CUDA events and followed by a
+// one-thread probe that reads the SM clock (clock64 cycles over %globaltimer
+// ns), so each launch's time comes with the clock it ran at: time * clock =
+// cycles. Constant cycles with a lower clock = the copies cost clock (power);
+// more cycles = contention (memory, L2, scheduling). Traffic modes alternate
+// with runs alone; copies come from a host thread that paces them (chunk size,
 // GB/s per direction) so throttled and chunked copies can be compared.
 //===----------------------------------------------------------------------===//
 
@@ -628,8 +628,8 @@ void clockSeries(ClockRig &r, const char *gemmName, double flopsPerSample,
 }
 
 void clockExperiment(Device &dev, char *copyArena, char *g, char *constAB,
-                     unsigned long long *probe, uint64_t gemmBytes,
-                     int rounds) {
+                     unsigned long long *probe, uint64_t gemmBytes, int rounds,
+                     bool modelOnly) {
   Rig copies(dev, 256 * MiB, 2, copyArena);
   for (int i = 1; i < 2 * copies.k; ++i)
     if (copies.pinned(i) !=
@@ -677,24 +677,60 @@ void clockExperiment(Device &dev, char *copyArena, char *g, char *constAB,
       TrafficSpec{"raw_h2d", false, true, 256 * MiB},
       TrafficSpec{"raw_both", true, true, 256 * MiB}, engineBoth};
 
-  // Copies beside an idle GPU: what they draw (nvidia-smi) and the clock.
-  clockSeries(
-      r, "idle", 0,
-      [&](cudaStream_t s) { idleFor<<<1, 32, 0, s>>>(5'000'000ull); }, 60, core,
-      1);
-  clockSeries(
-      r, "gemm_bf16_8192", big.flops(), [&](cudaStream_t s) { big.run(s); },
-      200, full, rounds);
-  clockSeries(
-      r, "gemm_bf16_4096x1024x3584", 20 * model.flops(),
-      [&](cudaStream_t s) {
-        for (int j = 0; j < 20; ++j)
-          model.run(s);
-      },
-      300, core, rounds);
-  clockSeries(
-      r, "gemm_bf16_8192_const", constant.flops(),
-      [&](cudaStream_t s) { constant.run(s); }, 200, core, rounds);
+  if (modelOnly) {
+    // The model's shape again: does H2D chunking or pacing reduce its loss,
+    // and is the loss an artefact of operands that stay in the 50 MB L2
+    // across back-to-back launches? `rotating` cycles through four operand
+    // sets (~180 MB), as a training step's GEMMs do not reuse one.
+    std::vector<std::unique_ptr<Gemm>> sets;
+    for (uint64_t j = 0; j < 4; ++j)
+      sets.push_back(std::make_unique<Gemm>(
+          lt, 4096, 1024, 3584, g + j * 32 * MiB, g + gemmBytes + j * 8 * MiB,
+          g + 2 * gemmBytes + j * 16 * MiB, dev.workspace(),
+          dev.workspaceBytes()));
+    clockSeries(
+        r, "gemm_bf16_4096x1024x3584_rotating", 20 * model.flops(),
+        [&](cudaStream_t s) {
+          for (int j = 0; j < 20; ++j)
+            sets[j % 4]->run(s);
+        },
+        300,
+        {core[0], core[1], core[2], engineBoth,
+         TrafficSpec{"raw_h2d_4m", false, true, 4 * MiB},
+         TrafficSpec{"raw_h2d_4m_27", false, true, 4 * MiB, 27}},
+        rounds);
+    clockSeries(
+        r, "gemm_bf16_4096x1024x3584", 20 * model.flops(),
+        [&](cudaStream_t s) {
+          for (int j = 0; j < 20; ++j)
+            model.run(s);
+        },
+        300,
+        {core[1], TrafficSpec{"raw_h2d_4m", false, true, 4 * MiB},
+         TrafficSpec{"raw_h2d_4m_27", false, true, 4 * MiB, 27},
+         TrafficSpec{"raw_h2d_16m_27", false, true, 16 * MiB, 27},
+         TrafficSpec{"raw_both_4m_27", true, true, 4 * MiB, 27}},
+        rounds);
+  } else {
+    // Copies beside an idle GPU: what they draw (nvidia-smi) and the clock.
+    clockSeries(
+        r, "idle", 0,
+        [&](cudaStream_t s) { idleFor<<<1, 32, 0, s>>>(5'000'000ull); }, 60,
+        core, 1);
+    clockSeries(
+        r, "gemm_bf16_8192", big.flops(), [&](cudaStream_t s) { big.run(s); },
+        200, full, rounds);
+    clockSeries(
+        r, "gemm_bf16_4096x1024x3584", 20 * model.flops(),
+        [&](cudaStream_t s) {
+          for (int j = 0; j < 20; ++j)
+            model.run(s);
+        },
+        300, core, rounds);
+    clockSeries(
+        r, "gemm_bf16_8192_const", constant.flops(),
+        [&](cudaStream_t s) { constant.run(s); }, 200, core, rounds);
+  }
 
   for (auto &e : r.ev)
     AP_CUDA_CHECK(cudaEventDestroy(e));
@@ -705,7 +741,7 @@ void clockExperiment(Device &dev, char *copyArena, char *g, char *constAB,
 } // namespace
 
 int main(int argc, char **argv) {
-  // runtime_offload_bench [repeats] [slowdown-only | clocks]
+  // runtime_offload_bench [repeats] [slowdown-only | clocks | clocks-model]
   int repeats = argc > 1 ? std::atoi(argv[1]) : 5;
   std::string what = argc > 2 ? argv[2] : "";
   bool bandwidthToo = what.empty();
@@ -741,12 +777,12 @@ int main(int argc, char **argv) {
   AP_CUDA_CHECK(cudaGetLastError());
   auto *t = reinterpret_cast<float *>(g + 3 * gemmBytes);
   char *constAB = g + 3 * gemmBytes + 3 * triadN * 4;
-  if (what == "clocks") {
+  if (what == "clocks" || what == "clocks-model") {
     dev.synchronize();
     clockExperiment(
         dev, base, g, constAB,
         reinterpret_cast<unsigned long long *>(constAB + 2 * gemmBytes),
-        gemmBytes, repeats);
+        gemmBytes, repeats, what == "clocks-model");
   } else {
     Gemm gemm(static_cast<cublasLtHandle_t>(dev.backend().cublasLtHandle()), n,
               n, n, g, g + gemmBytes, g + 2 * gemmBytes, dev.workspace(),
