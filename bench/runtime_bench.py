@@ -134,7 +134,7 @@ def clock_tables(phases, smi):
                   f"{med([x['alone_mhz'] for x in rows]):.0f} | {med([x['mhz'] for x in rows]):.0f} | "
                   f"{med([x['dclk'] for x in rows]):.2f} | {med([x['dcyc'] for x in rows]):.2f} | "
                   f"{med([x['ms_per_gb'] for x in rows]):.3f} | {watts} | {cap} |"
-                  + ("" if all(x["covered"] for x in rows) else " (copies ended early)"))
+                  + ("" if all(x["covered"] for x in rows) else " (copy streams idle at the end: expected when paced)"))
 
 
 def main():
