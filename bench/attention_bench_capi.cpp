@@ -16,6 +16,7 @@ using namespace ap::kernels;
 extern "C" {
 __attribute__((weak)) int actplaceDenseCudaAnchor = 0;
 __attribute__((weak)) int actplaceGdnCudaAnchor = 0;
+__attribute__((weak)) int actplaceMovementCudaAnchor = 0;
 }
 
 namespace {
