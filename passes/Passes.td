@@ -190,14 +190,20 @@ def ConvertTrainToExec : Pass<"convert-train-to-exec", "mlir::ModuleOp"> {
     that event. Recomputed ops are ordinary kernel calls. Main grads are
     all-reduced over the data-parallel communicator before finalize_grads.
     Kernel calls declare the workspace the cost model states (GEMMs the
-    fixed cuBLASLt workspace). Offsets are left to exec-plan-memory.
+    fixed cuBLASLt workspace). Each D2H carries `done_by_kernel`, the first
+    kernel the cost model (with `profile`, the same one placement used)
+    predicts to start after the copy ended; exec-plan-memory keeps the
+    copied bytes until then. Offsets are left to exec-plan-memory.
   }];
   let dependentDialects = ["::ap::exec::ExecDialect"];
   let options = [
     Option<"stepFunction", "step-function", "std::string", "\"train_step\"",
            "The function train-autodiff built">,
     Option<"gemmWorkspaceBytes", "gemm-workspace-bytes", "int64_t", "33554432",
-           "Fixed cuBLASLt workspace of GEMM kernels (0 for the host backend)">
+           "Fixed cuBLASLt workspace of GEMM kernels (0 for the host backend)">,
+    Option<"profile", "profile", "std::string", "\"\"",
+           "JSON device profile of the cost model that predicts when each "
+           "D2H is done (done_by_kernel); give the one placement used">
   ];
 }
 

@@ -45,9 +45,10 @@ bool isGradSymbolAttr(NamedAttribute a) {
 
 class Lowering {
 public:
-  Lowering(ModuleOp module, func::FuncOp func, int64_t gemmWorkspace)
+  Lowering(ModuleOp module, func::FuncOp func, int64_t gemmWorkspace,
+           const tr::DeviceProfile &device)
       : module(module), func(func), b(module.getContext()),
-        gemmWorkspace(gemmWorkspace) {}
+        gemmWorkspace(gemmWorkspace), cost(device) {}
 
   LogicalResult run();
 
@@ -394,7 +395,21 @@ struct ConvertTrainToExecPass
                          << stepFunction << " (run train-autodiff first)";
       return signalPassFailure();
     }
-    if (failed(Lowering(module, func, gemmWorkspaceBytes).run()))
+    // The copy-completion predictions must come from the cost model that
+    // placed the copies: a faster compute model (the defaults against a
+    // calibrated profile) predicts each D2H done many kernels later and
+    // reserves its bytes that much longer.
+    tr::DeviceProfile device;
+    if (!profile.empty()) {
+      auto loaded = tr::DeviceProfile::load(profile);
+      if (!loaded) {
+        module.emitError() << "convert-train-to-exec: "
+                           << llvm::toString(loaded.takeError());
+        return signalPassFailure();
+      }
+      device = *loaded;
+    }
+    if (failed(Lowering(module, func, gemmWorkspaceBytes, device).run()))
       signalPassFailure();
   }
 };

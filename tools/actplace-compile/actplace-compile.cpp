@@ -203,8 +203,11 @@ int main(int argc, char **argv) {
     placementPipeline += ",train-placement-report{report-format=json "
                          "report-file=" +
                          reportJson + " " + options + "}";
+  // The lowering predicts copy completion (how long offloaded bytes stay
+  // reserved in the arena) with the same profile placement used.
   std::string lowering = "convert-train-to-exec{gemm-workspace-bytes=" +
                          std::to_string(gemmWorkspace) +
+                         (profile.empty() ? "" : " profile=" + profile) +
                          "},exec-plan-memory,exec-schedule-streams";
   // Three stages so the memory timeline can see the step before placement
   // and the placed step while it is still in the train dialect.
