@@ -467,6 +467,69 @@ TEST_F(GdnCuda, ConvForwardBackward) {
   EXPECT_EQ(DW.f32(), dwg);
 }
 
+// The conv kernels slide windows over runs of tokens (32 forward, 128 per
+// dw partial backward): runs that cross sequence starts (T smaller than a
+// run, T not a multiple of it, T < K), every kernel size, a channel count
+// that is odd and spans two blocks of 128.
+TEST_F(GdnCuda, ConvWindowsAcrossSequences) {
+  struct Shape {
+    int B, T, Cc, K;
+  };
+  for (Shape sh :
+       {Shape{3, 5, 37, 4}, Shape{2, 3, 130, 4}, Shape{4, 77, 130, 1},
+        Shape{2, 200, 37, 2}, Shape{3, 45, 64, 3}, Shape{2, 300, 33, 8},
+        Shape{1, 7, 5, 8}}) {
+    SCOPED_TRACE(::testing::Message() << "B=" << sh.B << " T=" << sh.T
+                                      << " C=" << sh.Cc << " K=" << sh.K);
+    size_t n = size_t(sh.B) * sh.T * sh.Cc;
+    Vec x = randn(n, 11), w = randn(size_t(sh.Cc) * sh.K, 12, 0.5),
+        dy = randn(n, 13);
+    auto xb = toBf(x), wb = toBf(w), dyb = toBf(dy); // x, w, dy now exact
+    Dev X(xb), W(wb), DY(dyb), Y(n * 2), DX(n * 2);
+    std::vector<float> dw0(w.size(), 0.f);
+    Dev DW(dw0);
+    GdnConvArgs a;
+    a.dtype = DType::BF16;
+    a.batch = sh.B;
+    a.seqLen = sh.T;
+    a.channels = sh.Cc;
+    a.kernelSize = sh.K;
+    a.x = X.p;
+    a.w = W.p;
+    a.y = Y.p;
+    a.dy = DY.p;
+    a.dx = DX.p;
+    a.dw = DW.p;
+    size_t wsb = gdnConvBackwardWorkspaceBytes(a);
+    Dev ws(wsb);
+    KernelContext ctx = gpuCtx(ws.p, wsb);
+    Y.poison();
+    DX.poison();
+    ASSERT_EQ(gdnConvForward(ctx, a), Status::Ok);
+    ASSERT_EQ(gdnConvBackward(ctx, a), Status::Ok);
+    CK(cudaDeviceSynchronize());
+    Vec ry(n), rdx(n), rdw(w.size(), 0.0);
+    GdnConvArgs r = a;
+    r.dtype = DType::F64;
+    r.x = x.data();
+    r.w = w.data();
+    r.y = ry.data();
+    r.dy = dy.data();
+    r.dx = rdx.data();
+    r.dw = rdw.data();
+    ASSERT_EQ(gdnConvForward(KernelContext{}, r), Status::Ok);
+    ASSERT_EQ(gdnConvBackward(KernelContext{}, r), Status::Ok);
+    // Elementwise: bf16 rounding of y and dx (2^-8 relative) plus fp32 sums.
+    Vec y = Y.bf(), dx = DX.bf(), dw = DW.f32();
+    for (size_t i = 0; i < n; ++i) {
+      ASSERT_NEAR(y[i], ry[i], 8e-3 * std::abs(ry[i]) + 1e-5) << "y at " << i;
+      ASSERT_NEAR(dx[i], rdx[i], 8e-3 * std::abs(rdx[i]) + 1e-4)
+          << "dx at " << i;
+    }
+    EXPECT_LT(relErr(dw, rdw), 1e-4);
+  }
+}
+
 TEST_F(GdnCuda, GatesForwardBackward) {
   const long N = 5000;
   const int H = 16;
