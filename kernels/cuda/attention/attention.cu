@@ -1044,14 +1044,16 @@ __device__ __forceinline__ void mmaTilesK(float (&d)[N / 2], uint32_t a, int a0,
     sm90::mmaSS<N>(d, descK<RA>(a, a0, kk * 16), descK<RB>(b, 0, kk * 16),
                    kk > 0);
 }
-/// d += A B over K = 16 KS: A from registers, B = rows 0..16 KS of panel
-/// tile `b` (R rows, MN-major). Issued, not waited.
+/// d (+)= A B over K = 16 KS: A from registers, B = rows 0..16 KS of panel
+/// tile `b` (R rows, MN-major); accumulate = 0 overwrites d. Issued, not
+/// waited.
 template <int N, int R, int KS>
-__device__ __forceinline__ void
-mmaRegsMN(float (&d)[N / 2], const uint32_t (&a)[KS][4], uint32_t b) {
+__device__ __forceinline__ void mmaRegsMN(float (&d)[N / 2],
+                                          const uint32_t (&a)[KS][4],
+                                          uint32_t b, int accumulate = 1) {
 #pragma unroll
   for (int kk = 0; kk < KS; ++kk)
-    sm90::mmaRSt<N>(d, a[kk], descMN<R>(b, kk * 16), 1);
+    sm90::mmaRSt<N>(d, a[kk], descMN<R>(b, kk * 16), kk > 0 || accumulate);
 }
 /// Commits the issued products and waits for them; d is then readable.
 template <int N> __device__ __forceinline__ void mmaFinish(float (&d)[N]) {
@@ -1217,16 +1219,21 @@ __global__ void __launch_bounds__(256, 1) attnFwdSm90Kernel(Params p) {
 
 template <int DQK, int DV> struct BwdSm90Cfg {
   static constexpr int kThreads = 256, kBc = 128, kBr = 64;
-  // K, V, 2x(Q, dO), 2x(lse, D)
+  /// Query-side buffers: three, so that a step's dK product can still read
+  /// its Q tile while the next step runs and the one after loads.
+  static constexpr int kStages = 3;
+  // K, V, stages x (Q, dO, lse, D)
   static constexpr int kSmem =
-      (kBc * (DQK + DV) + 2 * kBr * (DQK + DV)) * 2 + 2 * 2 * kBr * 4 + 1024;
+      (kBc + kStages * kBr) * (DQK + DV) * 2 + kStages * 2 * kBr * 4 + 1024;
 };
 
 /// dK/dV: one block per (128-key tile, q head, batch); warpgroup wg owns
 /// keys 64 wg.. and walks the 64-row query tiles. Per step: S^T = K Q^T,
 /// P^T (registers, bf16) -> dV += P^T dO; dP^T = V dO^T, dS^T = P^T (dP^T -
 /// D) -> dK += dS^T Q, and (STORE_DS) the bf16 dS^T tile for the dQ pass,
-/// written from registers in the layout attnBwdQFromDsKernel reads.
+/// written from registers in the layout attnBwdQFromDsKernel reads. The dV
+/// product runs under the dS math, and it and dK are left running into the
+/// next step (its barrier, copies and S^T), whose first wait collects them.
 template <int DQK, int DV, bool STORE_DS>
 __global__ void __launch_bounds__(256, 1) attnBwdKVSm90Kernel(Params p) {
 #if AP_WGMMA_ENABLED
@@ -1235,9 +1242,9 @@ __global__ void __launch_bounds__(256, 1) attnBwdKVSm90Kernel(Params p) {
   extern __shared__ __align__(128) unsigned char smem[];
   const uint32_t sK = smemBase1k(smem);
   const uint32_t sV = sK + BC * DQK * 2;
-  const uint32_t sQ0 = sV + BC * DV * 2;       // two buffers of BR x DQK
-  const uint32_t sO0 = sQ0 + 2 * BR * DQK * 2; // dO: two buffers of BR x DV
-  const uint32_t sSt = sO0 + 2 * BR * DV * 2;  // two buffers of [lse | D]
+  const uint32_t sQ0 = sV + BC * DV * 2;                // stages of BR x DQK
+  const uint32_t sO0 = sQ0 + C::kStages * BR * DQK * 2; // dO: of BR x DV
+  const uint32_t sSt = sO0 + C::kStages * BR * DV * 2;  // of [lse | D]
   const float *stats =
       reinterpret_cast<const float *>(smem + (sSt - smemAddr(smem)));
 
@@ -1276,26 +1283,30 @@ __global__ void __launch_bounds__(256, 1) attnBwdKVSm90Kernel(Params p) {
   loadQ(qtStart, 0);
   cpAsyncCommit();
 
+  // The accumulators get their first values from wgmmas that overwrite: a
+  // zeroing store here would sit inside the pipeline stage that the loop's
+  // back edge leaves open (dV and dK still running), and ptxas would then
+  // serialize the wgmmas.
   float dk[DQK / 2], dv[DV / 2], acc[BR / 2];
-  zero(dk);
-  zero(dv);
-  zero(acc);
   const int64_t tileBase = int64_t(blockIdx.x) * ((numQ * (numQ + 1)) / 2);
 
-  for (int qt = qtStart; qt < numQ; ++qt) {
-    const int buf = (qt - qtStart) & 1;
-    const int q0 = qt * BR;
-    // Step qt landed; every warp is done with step qt - 1.
-    stepStart(qt + 1 < numQ, [&] { loadQ(qt + 1, buf ^ 1); });
+  for (int qt = qtStart, buf = 0; qt < numQ; ++qt) {
+    const int q0 = qt * BR, next = buf == C::kStages - 1 ? 0 : buf + 1;
+    // Step qt landed; every warp is past step qt - 1's waits (its dK product
+    // may still read its buffer, which the copies below do not touch).
+    stepStart(qt + 1 < numQ, [&] { loadQ(qt + 1, next); });
     const uint32_t sQ = sQ0 + buf * BR * DQK * 2;
     const uint32_t sO = sO0 + buf * BR * DV * 2;
     const float *sLse = stats + buf * 2 * BR;
     const float *sD = sLse + BR;
 
-    // S^T = K Q^T (keys x queries).
+    // S^T = K Q^T (keys x queries); the wait also collects step qt - 1's dV
+    // and dK.
     sm90::fence();
     mmaTilesK<BR, DQK, BC, BR>(acc, sK, wg * 64, sQ);
     mmaFinish(acc);
+    sm90::pin(dk);
+    sm90::pin(dv);
 
     // P^T, rounded to bf16: the A operand of dV and the P of dS.
     uint32_t pa[BR / 16][4];
@@ -1311,12 +1322,14 @@ __global__ void __launch_bounds__(256, 1) attnBwdKVSm90Kernel(Params p) {
     for (int kk = 0; kk < BR / 16; ++kk)
       packA(pa[kk], acc, kk);
 
-    // dP^T = V dO^T; dV += P^T dO.
+    // dP^T = V dO^T; dV += P^T dO, left running like dK.
     sm90::fence();
     mmaTilesK<BR, DV, BC, BR>(acc, sV, wg * 64, sO);
-    mmaRegsMN<DV, BR>(dv, pa, sO);
-    mmaFinish(acc);
-    sm90::pin(dv);
+    sm90::commit();
+    mmaRegsMN<DV, BR>(dv, pa, sO, qt > qtStart);
+    sm90::commit();
+    sm90::wait<1>(); // dP^T
+    sm90::pin(acc);
 
     // dS^T = P^T (dP^T - D), packed as the A operand of dK.
     uint32_t sa[BR / 16][4];
@@ -1345,11 +1358,15 @@ __global__ void __launch_bounds__(256, 1) attnBwdKVSm90Kernel(Params p) {
       }
     }
 
-    // dK += dS^T Q.
+    // dK += dS^T Q, collected by the next step's first wait.
     sm90::fence();
-    mmaRegsMN<DQK, BR>(dk, sa, sQ);
-    mmaFinish(dk);
+    mmaRegsMN<DQK, BR>(dk, sa, sQ, qt > qtStart);
+    sm90::commit();
+    buf = next;
   }
+  sm90::wait<0>();
+  sm90::pin(dk);
+  sm90::pin(dv);
 
 #pragma unroll
   for (int hf = 0; hf < 2; ++hf) {
@@ -1364,23 +1381,27 @@ __global__ void __launch_bounds__(256, 1) attnBwdKVSm90Kernel(Params p) {
 }
 
 template <int DQK> struct DqSm90Cfg {
-  static constexpr int kThreads = 256, kBr = 128, kBc = 64;
-  static constexpr int kStage = (kBc * DQK + 2 * 64 * 64) * 2; // K + 2 dS
-  static constexpr int kSmem = 2 * kStage + 1024;
+  /// Four warpgroups (256 query rows) share each K tile read, halving the K
+  /// traffic of 128 rows; three stages keep two steps of copies in flight.
+  static constexpr int kWgs = 4, kThreads = 128 * kWgs, kBr = 64 * kWgs;
+  static constexpr int kBc = 64, kStages = 3;
+  static constexpr int kStage = (kBc * DQK + kWgs * 64 * 64) * 2; // K + dS
+  static constexpr int kSmem = kStages * kStage + 1024;
 };
 
-/// dQ from the stored dS tiles: one block per (128 query rows, q head,
-/// batch); warpgroup wg owns stored tile row i = 2 qt + wg and per 64-key step
+/// dQ from the stored dS tiles: one block per (256 query rows, q head,
+/// batch); warpgroup wg owns stored tile row i = 4 qt + wg and per 64-key step
 /// adds dS K, both operands straight from their copies in shared memory: the
 /// stored dS^T tile [key][query] is the M-major A (one 128-byte panel), K
 /// [key][d] the N-major B.
 template <int DQK>
-__global__ void __launch_bounds__(256, 2) attnBwdQFromDsSm90Kernel(Params p) {
+__global__ void __launch_bounds__(DqSm90Cfg<DQK>::kThreads, 1)
+    attnBwdQFromDsSm90Kernel(Params p) {
 #if AP_WGMMA_ENABLED
   using C = DqSm90Cfg<DQK>;
-  constexpr int BR = C::kBr, BC = C::kBc;
+  constexpr int BR = C::kBr, BC = C::kBc, NW = C::kWgs, NT = C::kThreads;
   extern __shared__ __align__(128) unsigned char smem[];
-  const uint32_t s0 = smemBase1k(smem); // two stages of [K | dS row 0 | 1]
+  const uint32_t s0 = smemBase1k(smem); // stages of [K | NW dS tiles]
   const int tid = threadIdx.x, wg = tid >> 7, lane = tid & 31;
   const int bh = p.bhOffset + blockIdx.x;
   const int b = bh / p.Hq, h = bh % p.Hq, hk = h / p.group;
@@ -1388,19 +1409,19 @@ __global__ void __launch_bounds__(256, 2) attnBwdQFromDsSm90Kernel(Params p) {
   const int numT = (T + 63) / 64; // stored tiles per side
   const int numQ = (T + BR - 1) / BR;
   const int qt = numQ - 1 - blockIdx.y; // heaviest tiles first
-  const int i = 2 * qt + wg;            // this warpgroup's stored tile row
-  const int numK = min(numT, 2 * qt + 2);
+  const int i = NW * qt + wg;           // this warpgroup's stored tile row
+  const int numK = min(numT, NW * qt + NW);
   const int64_t kStride = int64_t(p.Hkv) * DQK;
   const __nv_bfloat16 *gK = p.k + (int64_t(b) * T * p.Hkv + hk) * DQK;
   const int64_t tileBase = int64_t(blockIdx.x) * ((numT * (numT + 1)) / 2);
 
-  auto load = [&](int kt, int buf) {
-    const uint32_t st = s0 + buf * C::kStage;
+  auto load = [&](int kt) {
+    const uint32_t st = s0 + (kt % C::kStages) * C::kStage;
     const int k0 = kt * BC;
-    loadTile<BC, DQK, 256, true>(st, gK + k0 * kStride, kStride, T - k0, tid);
+    loadTile<BC, DQK, NT, true>(st, gK + k0 * kStride, kStride, T - k0, tid);
 #pragma unroll
-    for (int c = tid; c < 2 * 512; c += 256) {
-      const int r = 2 * qt + (c >> 9); // stored tile row
+    for (int c = tid; c < NW * 512; c += NT) {
+      const int r = NW * qt + (c >> 9); // stored tile row
       const bool exists = r < numT && kt <= r;
       const __nv_bfloat16 *src =
           exists ? p.dsBuf + (tileBase + (r * (r + 1)) / 2 + kt) * (64 * 64) +
@@ -1409,16 +1430,24 @@ __global__ void __launch_bounds__(256, 2) attnBwdQFromDsSm90Kernel(Params p) {
       cpAsync16(st + BC * DQK * 2 + c * 16, src, exists);
     }
   };
-  load(0, 0);
+  // Two steps in flight: one commit group per step, empty past the end.
+  load(0);
+  cpAsyncCommit();
+  if (numK > 1)
+    load(1);
   cpAsyncCommit();
 
   float dq[DQK / 2];
   zero(dq);
   for (int kt = 0; kt < numK; ++kt) {
-    const int buf = kt & 1;
-    stepStart(kt + 1 < numK, [&] { load(kt + 1, buf ^ 1); });
+    cpAsyncWait<1>(); // step kt landed (kt + 1 may still be in flight)
+    sm90::fenceProxyAsync();
+    __syncthreads(); // ... for every thread; all are done with step kt - 1
+    if (kt + 2 < numK)
+      load(kt + 2); // into step kt - 1's stage
+    cpAsyncCommit();
     if (kt <= i && i < numT) { // uniform over the warpgroup
-      const uint32_t sK = s0 + buf * C::kStage;
+      const uint32_t sK = s0 + (kt % C::kStages) * C::kStage;
       const uint32_t sS = sK + BC * DQK * 2 + wg * (64 * 64 * 2);
       sm90::fence();
 #pragma unroll
