@@ -1,8 +1,11 @@
 //===- attention.cu - flash-style causal attention on CUDA ------*- C++ -*-===//
 //
 // Causal GQA/MLA attention, BF16 storage, FP32 accumulation and softmax,
-// mma.sync m16n8k16 tensor-core tiles (portable to sm_80+; sm_90a builds use
-// the same code). FlashAttention-2 structure:
+// mma.sync m16n8k16 tensor-core tiles (portable to sm_80+). On Hopper, for
+// head dims whose accumulators fit in registers (DV <= 128, DQK <= 192: the
+// MLA shapes), sm_90a builds run wgmma versions of the forward, dK/dV and
+// dQ-from-dS kernels instead (section "Hopper path" below; same algorithms,
+// outputs and determinism). FlashAttention-2 structure:
 //
 //  forward   one block per (q tile of 64 rows, q head, batch); 4 warps own 16
 //            query rows each; K/V tiles of 64 keys stream through shared
@@ -14,8 +17,10 @@
 //               tiles it sees; P^T and dS^T go through shared memory so that
 //               8 warps can split the D columns of the dK/dV accumulators,
 //            3. dQ: one block per (q tile, q head, batch) walks its kv tiles
-//               and recomputes S and dP (two extra GEMMs buy the absence of
-//               float atomics).
+//               and either multiplies the bf16 dS tiles that pass 2 stored
+//               by K (StoredDs, the default) or recomputes S and dP
+//               (RecomputeDq: two extra GEMMs, no scratch); either way no
+//               float atomics.
 //            With GQA each q head writes fp32 dK/dV partials to the workspace
 //            and a last pass sums a group's partials in increasing head
 //            order, so no thread ever races on an output.
