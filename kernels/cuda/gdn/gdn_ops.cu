@@ -7,21 +7,93 @@
 //===----------------------------------------------------------------------===//
 #include "kernels/cuda/gdn/gdn_common.cuh"
 
+#include <cstdlib>
 #include <type_traits>
 
 namespace ap::kernels::gdncuda {
 namespace {
 
-constexpr int kConvRows = 128;   // tokens per partial of the conv dw
+constexpr int kConvRows = 128; // tokens per partial of the conv dw
+
+__global__ void convFwdKernel(long N, int T, int Cc, int K, const bf *x,
+                              const bf *w, bf *y) {
+  for (long i = blockIdx.x * long(blockDim.x) + threadIdx.x; i < N * Cc;
+       i += long(gridDim.x) * blockDim.x) {
+    int c = int(i % Cc);
+    long tok = i / Cc;
+    int t = int(tok % T);
+    float pre = 0.f;
+    for (int j = 0; j < K; ++j) {
+      int ts = t - (K - 1) + j;
+      if (ts >= 0)
+        pre += b2f(w[c * K + j]) * b2f(x[(tok - t + ts) * Cc + c]);
+    }
+    y[i] = f2b(pre * sigmoidf_(pre));
+  }
+}
+
+__device__ float convDpre(long tok, int t, int c, int Cc, int K, const bf *x,
+                          const bf *w, const bf *dy) {
+  float pre = 0.f;
+  for (int j = 0; j < K; ++j) {
+    int ts = t - (K - 1) + j;
+    if (ts >= 0)
+      pre += b2f(w[c * K + j]) * b2f(x[(tok - t + ts) * Cc + c]);
+  }
+  float s = sigmoidf_(pre);
+  return b2f(dy[tok * Cc + c]) * s * (1.f + pre * (1.f - s));
+}
+
+__global__ void convDxKernel(long N, int T, int Cc, int K, const bf *x,
+                             const bf *w, const bf *dy, bf *dx) {
+  for (long i = blockIdx.x * long(blockDim.x) + threadIdx.x; i < N * Cc;
+       i += long(gridDim.x) * blockDim.x) {
+    int c = int(i % Cc);
+    long tok = i / Cc;
+    int t = int(tok % T);
+    float s = 0.f;
+    for (int j = 0; j < K; ++j) {
+      int td = t + K - 1 - j;
+      if (td < T)
+        s += b2f(w[c * K + j]) * convDpre(tok - t + td, td, c, Cc, K, x, w, dy);
+    }
+    dx[i] = f2b(s);
+  }
+}
+
+/// partial[blk][c][j] = sum over tokens of block blk of dpre[t,c] x[t-K+1+j,c].
+__global__ void convDwPartialKernel(long N, int T, int Cc, int K, const bf *x,
+                                    const bf *w, const bf *dy, float *partial) {
+  int c = blockIdx.y * blockDim.x + threadIdx.x;
+  if (c >= Cc)
+    return;
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  long tEnd = min(N, long(blockIdx.x + 1) * kConvRows);
+  for (long tok = long(blockIdx.x) * kConvRows; tok < tEnd; ++tok) {
+    int t = int(tok % T);
+    float dp = convDpre(tok, t, c, Cc, K, x, w, dy);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      int ts = t - K + 1 + j;
+      if (j < K && ts >= 0)
+        acc[j] += dp * b2f(x[(tok - t + ts) * Cc + c]);
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < 8; ++j)
+    if (j < K)
+      partial[(long(blockIdx.x) * Cc + c) * K + j] = acc[j];
+}
+
 constexpr int kConvFwdRows = 32; // tokens per thread of the conv forward
 
-// The conv kernels give each thread one channel and a run of consecutive
-// tokens, and slide a window of the last K inputs (and, backward, of the
-// next K pre-activation gradients) through registers: every x and dy
-// element is loaded once (plus K - 1 halo tokens per run), and a warp's
-// loads cover 32 consecutive channels of one token. Terms outside the
-// sequence enter as zeros, which leaves every fp32 sum bitwise as if they
-// were skipped (the sums start at +0), so the results equal the
+// The windowed conv kernels (opt-in: ACTPLACE_GDN_CONV_WINDOWED=1) give each
+// thread one channel and a run of consecutive tokens, and slide a window of the
+// last K inputs (and, backward, of the next K pre-activation gradients) through
+// registers: every x and dy element is loaded once (plus K - 1 halo tokens per
+// run), and a warp's loads cover 32 consecutive channels of one token. Terms
+// outside the sequence enter as zeros, which leaves every fp32 sum bitwise as
+// if they were skipped (the sums start at +0), so the results equal the
 // per-element formulas of the reference bit for bit.
 
 /// Shifts `v` into the end of `win` (win[K-1] is the newest).
@@ -34,8 +106,8 @@ __device__ __forceinline__ void push(float (&win)[K], float v) {
 }
 
 template <int K>
-__global__ void convFwdKernel(long N, int T, int Cc, const bf *x, const bf *w,
-                              bf *y) {
+__global__ void convWindowFwdKernel(long N, int T, int Cc, const bf *x,
+                                    const bf *w, bf *y) {
   int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= Cc)
     return;
@@ -48,11 +120,14 @@ __global__ void convFwdKernel(long N, int T, int Cc, const bf *x, const bf *w,
   for (int j = 0; j < K; ++j)
     wc[j] = b2f(w[c * K + j]);
   int t = int(tok0 % T);
-  // win[j] = x at t - (K - 1) + j; win[K - 1] is filled per token.
+  // After each push, win[j] = x at t - (K - 1) + j.
+  // Before the first push, win[j] (j >= 1) holds x at t - K + j; win[0] is
+  // shifted out by that push.
   float win[K];
+  win[0] = 0.f;
 #pragma unroll
-  for (int j = 0; j + 1 < K; ++j) {
-    int back = K - 1 - j;
+  for (int j = 1; j < K; ++j) {
+    int back = K - j;
     win[j] = t - back >= 0 ? b2f(x[(tok0 - back) * Cc + c]) : 0.f;
   }
   for (long tok = tok0; tok < tokEnd; ++tok, ++t) {
@@ -76,8 +151,9 @@ __global__ void convFwdKernel(long N, int T, int Cc, const bf *x, const bf *w,
 ///   dx[t] = sum_j w[j] dpre[t + K-1-j] (same sequence only),
 ///   partial[blk][c][j] = sum over the block's tokens of dpre[t] x[t-K+1+j].
 template <int K>
-__global__ void convBwdKernel(long N, int T, int Cc, const bf *x, const bf *w,
-                              const bf *dy, bf *dx, float *partial) {
+__global__ void convWindowBwdKernel(long N, int T, int Cc, const bf *x,
+                                    const bf *w, const bf *dy, bf *dx,
+                                    float *partial) {
   int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= Cc)
     return;
@@ -88,10 +164,11 @@ __global__ void convBwdKernel(long N, int T, int Cc, const bf *x, const bf *w,
   for (int j = 0; j < K; ++j)
     wc[j] = b2f(w[c * K + j]);
   int t = int(tok0 % T);
-  float xwin[K];
+  float xwin[K]; // as win in convWindowFwdKernel
+  xwin[0] = 0.f;
 #pragma unroll
-  for (int j = 0; j + 1 < K; ++j) {
-    int back = K - 1 - j;
+  for (int j = 1; j < K; ++j) {
+    int back = K - j;
     xwin[j] = t - back >= 0 ? b2f(x[(tok0 - back) * Cc + c]) : 0.f;
   }
   // dwin[d] = dpre of the token d places after the oldest pending one;
@@ -369,6 +446,14 @@ template <typename F> void withKernelSize(int k, F &&f) {
   }
 }
 
+/// The windowed conv kernels are opt-in until they have passed the GPU tests
+/// on the H200 (their first version, d49ab7e, failed them: a window
+/// initialised one place off).
+bool convWindowed() {
+  const char *v = std::getenv("ACTPLACE_GDN_CONV_WINDOWED");
+  return v && v[0] == '1';
+}
+
 size_t convBackwardWorkspace(const GdnConvArgs &a) {
   long nb = (a.batch * a.seqLen + kConvRows - 1) / kConvRows;
   return size_t(nb) * a.channels * a.kernelSize * 4;
@@ -383,15 +468,22 @@ Status convForward(const KernelContext &ctx, const GdnConvArgs &a) {
   if (a.dtype != DType::BF16 || a.kernelSize < 1 || a.kernelSize > 8)
     return Status::Unsupported;
   long N = a.batch * a.seqLen;
-  dim3 grid(unsigned((a.channels + 127) / 128),
-            unsigned((N + kConvFwdRows - 1) / kConvFwdRows));
-  auto launch = [&](auto k) {
-    constexpr int K = decltype(k)::value;
-    convFwdKernel<K><<<grid, 128, 0, (cudaStream_t)ctx.stream>>>(
-        N, int(a.seqLen), int(a.channels), (const bf *)a.x, (const bf *)a.w,
-        (bf *)a.y);
-  };
-  withKernelSize(a.kernelSize, launch);
+  if (convWindowed()) {
+    dim3 grid(unsigned((a.channels + 127) / 128),
+              unsigned((N + kConvFwdRows - 1) / kConvFwdRows));
+    withKernelSize(a.kernelSize, [&](auto k) {
+      constexpr int K = decltype(k)::value;
+      convWindowFwdKernel<K><<<grid, 128, 0, (cudaStream_t)ctx.stream>>>(
+          N, int(a.seqLen), int(a.channels), (const bf *)a.x, (const bf *)a.w,
+          (bf *)a.y);
+    });
+    AP_GDN_LAUNCH_CHECK(convWindowFwdKernel);
+    return Status::Ok;
+  }
+  convFwdKernel<<<gridFor(N * a.channels, 256), 256, 0,
+                  (cudaStream_t)ctx.stream>>>(N, int(a.seqLen), int(a.channels),
+                                              a.kernelSize, (const bf *)a.x,
+                                              (const bf *)a.w, (bf *)a.y);
   AP_GDN_LAUNCH_CHECK(convFwdKernel);
   return Status::Ok;
 }
@@ -403,18 +495,32 @@ Status convBackward(const KernelContext &ctx, const GdnConvArgs &a) {
     return Status::InvalidArgument;
   cudaStream_t s = (cudaStream_t)ctx.stream;
   long N = a.batch * a.seqLen;
-  int Cc = int(a.channels), K = a.kernelSize;
+  int T = int(a.seqLen), Cc = int(a.channels), K = a.kernelSize;
+  if (convWindowed()) {
+    long nb = (N + kConvRows - 1) / kConvRows;
+    float *partial = (float *)ctx.workspace;
+    dim3 grid(unsigned((Cc + 127) / 128), unsigned(nb));
+    withKernelSize(K, [&](auto k) {
+      constexpr int KK = decltype(k)::value;
+      convWindowBwdKernel<KK>
+          <<<grid, 128, 0, s>>>(N, T, Cc, (const bf *)a.x, (const bf *)a.w,
+                                (const bf *)a.dy, (bf *)a.dx, partial);
+    });
+    AP_GDN_LAUNCH_CHECK(convWindowBwdKernel);
+    sumPartialsKernel<<<gridFor(long(Cc) * K, 256), 256, 0, s>>>(
+        nb, long(Cc) * K, partial, (float *)a.dw);
+    AP_GDN_LAUNCH_CHECK(sumPartialsKernel);
+    return Status::Ok;
+  }
+  convDxKernel<<<gridFor(N * Cc, 256), 256, 0, s>>>(
+      N, T, Cc, K, (const bf *)a.x, (const bf *)a.w, (const bf *)a.dy,
+      (bf *)a.dx);
+  AP_GDN_LAUNCH_CHECK(convDxKernel);
   long nb = (N + kConvRows - 1) / kConvRows;
   float *partial = (float *)ctx.workspace;
-  dim3 grid(unsigned((Cc + 127) / 128), unsigned(nb));
-  auto launch = [&](auto k) {
-    constexpr int KK = decltype(k)::value;
-    convBwdKernel<KK><<<grid, 128, 0, s>>>(
-        N, int(a.seqLen), Cc, (const bf *)a.x, (const bf *)a.w,
-        (const bf *)a.dy, (bf *)a.dx, partial);
-  };
-  withKernelSize(K, launch);
-  AP_GDN_LAUNCH_CHECK(convBwdKernel);
+  convDwPartialKernel<<<dim3(unsigned(nb), (Cc + 127) / 128), 128, 0, s>>>(
+      N, T, Cc, K, (const bf *)a.x, (const bf *)a.w, (const bf *)a.dy, partial);
+  AP_GDN_LAUNCH_CHECK(convDwPartialKernel);
   sumPartialsKernel<<<gridFor(long(Cc) * K, 256), 256, 0, s>>>(
       nb, long(Cc) * K, partial, (float *)a.dw);
   AP_GDN_LAUNCH_CHECK(sumPartialsKernel);

@@ -125,6 +125,9 @@ protected:
       GTEST_SKIP() << "no CUDA device";
     ASSERT_TRUE(gdncuda::linked());
   }
+  /// The conv against the reference at shapes whose token runs cross
+  /// sequence starts (ConvWindowsAcrossSequences).
+  void convWindowShapes();
 };
 
 //===----------------------------------------------------------------------===//
@@ -471,7 +474,66 @@ TEST_F(GdnCuda, ConvForwardBackward) {
 // dw partial backward): runs that cross sequence starts (T smaller than a
 // run, T not a multiple of it, T < K), every kernel size, a channel count
 // that is odd and spans two blocks of 128.
+/// Runs `body` with the default conv kernels, then with the windowed ones
+/// (ACTPLACE_GDN_CONV_WINDOWED=1, opt-in until they pass here on the H200).
+template <typename F> void forEachConvPath(F &&body) {
+  for (const char *mode : {"0", "1"}) {
+    SCOPED_TRACE(::testing::Message() << "ACTPLACE_GDN_CONV_WINDOWED=" << mode);
+    setenv("ACTPLACE_GDN_CONV_WINDOWED", mode, 1);
+    body();
+  }
+  unsetenv("ACTPLACE_GDN_CONV_WINDOWED");
+}
+
 TEST_F(GdnCuda, ConvWindowsAcrossSequences) {
+  forEachConvPath([&] { convWindowShapes(); });
+}
+
+// Both conv paths give the same bits at the Qwen3.5 shape (they sum the same
+// terms in the same order).
+TEST_F(GdnCuda, ConvPathsBitwiseEqual) {
+  const int B = 1, T = 4096, Cc = 6144, K = 4;
+  Vec x = randn(size_t(B) * T * Cc, 21), w = randn(size_t(Cc) * K, 22, 0.5),
+      dy = randn(x.size(), 23);
+  auto xb = toBf(x), wb = toBf(w), dyb = toBf(dy);
+  Dev X(xb), W(wb), DY(dyb), Y(xb.size() * 2), DX(xb.size() * 2);
+  std::vector<float> dw0(w.size(), 0.25f);
+  Dev DW(dw0);
+  GdnConvArgs a;
+  a.dtype = DType::BF16;
+  a.batch = B;
+  a.seqLen = T;
+  a.channels = Cc;
+  a.kernelSize = K;
+  a.x = X.p;
+  a.w = W.p;
+  a.y = Y.p;
+  a.dy = DY.p;
+  a.dx = DX.p;
+  a.dw = DW.p;
+  size_t wsb = gdnConvBackwardWorkspaceBytes(a);
+  Dev ws(wsb);
+  KernelContext ctx = gpuCtx(ws.p, wsb);
+  std::vector<std::vector<unsigned char>> ys, dxs;
+  std::vector<Vec> dws;
+  forEachConvPath([&] {
+    cudaMemcpy(DW.p, dw0.data(), DW.bytes, cudaMemcpyHostToDevice);
+    Y.poison();
+    DX.poison();
+    ASSERT_EQ(gdnConvForward(ctx, a), Status::Ok);
+    ASSERT_EQ(gdnConvBackward(ctx, a), Status::Ok);
+    CK(cudaDeviceSynchronize());
+    ys.push_back(Y.raw());
+    dxs.push_back(DX.raw());
+    dws.push_back(DW.f32());
+  });
+  ASSERT_EQ(ys.size(), 2u);
+  EXPECT_TRUE(ys[0] == ys[1]);
+  EXPECT_TRUE(dxs[0] == dxs[1]);
+  EXPECT_EQ(dws[0], dws[1]);
+}
+
+void GdnCuda::convWindowShapes() {
   struct Shape {
     int B, T, Cc, K;
   };
