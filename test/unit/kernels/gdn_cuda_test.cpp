@@ -125,9 +125,6 @@ protected:
       GTEST_SKIP() << "no CUDA device";
     ASSERT_TRUE(gdncuda::linked());
   }
-  /// The conv against the reference at shapes whose token runs cross
-  /// sequence starts (ConvWindowsAcrossSequences).
-  void convWindowShapes();
 };
 
 //===----------------------------------------------------------------------===//
@@ -414,66 +411,84 @@ TEST_F(GdnCuda, ChunkGroupedQKGradientSum) {
 // Short conv, gates, L2 norm, gated norm
 //===----------------------------------------------------------------------===//
 
-TEST_F(GdnCuda, ConvForwardBackward) {
-  const int B = 2, T = 700, Cc = 768, K = 4;
-  Vec x = randn(size_t(B) * T * Cc, 1), w = randn(size_t(Cc) * K, 2, 0.5),
-      dy = randn(x.size(), 3);
-  auto xb = toBf(x), wb = toBf(w), dyb = toBf(dy);
-  Dev X(xb), W(wb), DY(dyb), Y(xb.size() * 2), DX(xb.size() * 2);
-  std::vector<float> dw0(w.size(), 0.5f);
-  Dev DW(dw0);
+/// One short-conv problem: bf16-exact random x, w, dy on the host, their
+/// device copies, the outputs, the dw start value and the workspace.
+struct ConvCase {
+  Vec x, w, dy;
+  std::vector<float> dw0;
+  Dev X, W, DY, Y, DX, DW, ws;
   GdnConvArgs a;
-  a.dtype = DType::BF16;
-  a.batch = B;
-  a.seqLen = T;
-  a.channels = Cc;
-  a.kernelSize = K;
-  a.x = X.p;
-  a.w = W.p;
-  a.y = Y.p;
-  a.dy = DY.p;
-  a.dx = DX.p;
-  a.dw = DW.p;
-  size_t wsb = gdnConvBackwardWorkspaceBytes(a);
-  Dev ws(wsb);
-  KernelContext ctx = gpuCtx(ws.p, wsb);
-  Y.poison();
-  DX.poison();
-  ASSERT_EQ(gdnConvForward(ctx, a), Status::Ok);
-  ASSERT_EQ(gdnConvBackward(ctx, a), Status::Ok);
-  CK(cudaDeviceSynchronize());
-  auto y1 = Y.raw(), dx1 = DX.raw();
-  Vec dwg = DW.f32();
-  Vec ry(x.size()), rdx(x.size()), rdw(w.size(), 0.5);
-  GdnConvArgs r = a;
-  r.dtype = DType::F64;
-  r.x = x.data();
-  r.w = w.data();
-  r.y = ry.data();
-  r.dy = dy.data();
-  r.dx = rdx.data();
-  r.dw = rdw.data();
-  ASSERT_EQ(gdnConvForward(KernelContext{}, r), Status::Ok);
-  ASSERT_EQ(gdnConvBackward(KernelContext{}, r), Status::Ok);
-  EXPECT_LT(relErr(Y.bf(), ry), 1e-2);
-  EXPECT_LT(relErr(DX.bf(), rdx), 1e-2);
+  KernelContext ctx;
+
+  ConvCase(int B, int T, int Cc, int K, uint64_t seed, float dwStart)
+      : x(randn(size_t(B) * T * Cc, seed)),
+        w(randn(size_t(Cc) * K, seed + 1, 0.5)), dy(randn(x.size(), seed + 2)),
+        dw0(w.size(), dwStart), X(toBf(x)), W(toBf(w)), DY(toBf(dy)),
+        Y(x.size() * 2), DX(x.size() * 2), DW(dw0),
+        ws(workspaceFor(B, T, Cc, K)), a(args(B, T, Cc, K)),
+        ctx(gpuCtx(ws.p, ws.bytes)) {}
+
+  static GdnConvArgs args(int B, int T, int Cc, int K) {
+    GdnConvArgs a;
+    a.dtype = DType::BF16;
+    a.batch = B;
+    a.seqLen = T;
+    a.channels = Cc;
+    a.kernelSize = K;
+    return a;
+  }
+  static size_t workspaceFor(int B, int T, int Cc, int K) {
+    return gdnConvBackwardWorkspaceBytes(args(B, T, Cc, K));
+  }
+  /// Forward and backward on the GPU from poisoned outputs and dw0.
+  void run() {
+    a.x = X.p;
+    a.w = W.p;
+    a.y = Y.p;
+    a.dy = DY.p;
+    a.dx = DX.p;
+    a.dw = DW.p;
+    cudaMemcpy(DW.p, dw0.data(), DW.bytes, cudaMemcpyHostToDevice);
+    Y.poison();
+    DX.poison();
+    ASSERT_EQ(gdnConvForward(ctx, a), Status::Ok);
+    ASSERT_EQ(gdnConvBackward(ctx, a), Status::Ok);
+    CK(cudaDeviceSynchronize());
+  }
+  /// The float64 reference: y, dx and dw (from dw0).
+  void reference(Vec &ry, Vec &rdx, Vec &rdw) {
+    ry.assign(x.size(), 0.0);
+    rdx.assign(x.size(), 0.0);
+    rdw.assign(dw0.begin(), dw0.end());
+    GdnConvArgs r = a;
+    r.dtype = DType::F64;
+    r.x = x.data();
+    r.w = w.data();
+    r.y = ry.data();
+    r.dy = dy.data();
+    r.dx = rdx.data();
+    r.dw = rdw.data();
+    ASSERT_EQ(gdnConvForward(KernelContext{}, r), Status::Ok);
+    ASSERT_EQ(gdnConvBackward(KernelContext{}, r), Status::Ok);
+  }
+};
+
+TEST_F(GdnCuda, ConvForwardBackward) {
+  ConvCase c(2, 700, 768, 4, 1, 0.5f);
+  c.run();
+  auto y1 = c.Y.raw(), dx1 = c.DX.raw();
+  Vec dwg = c.DW.f32(), ry, rdx, rdw;
+  c.reference(ry, rdx, rdw);
+  EXPECT_LT(relErr(c.Y.bf(), ry), 1e-2);
+  EXPECT_LT(relErr(c.DX.bf(), rdx), 1e-2);
   EXPECT_LT(relErr(dwg, rdw), 1e-4); // fp32 sums of exact bf16 products
   // Determinism: dw accumulates again from the same start.
-  cudaMemcpy(DW.p, dw0.data(), DW.bytes, cudaMemcpyHostToDevice);
-  Y.poison();
-  DX.poison();
-  ASSERT_EQ(gdnConvForward(ctx, a), Status::Ok);
-  ASSERT_EQ(gdnConvBackward(ctx, a), Status::Ok);
-  CK(cudaDeviceSynchronize());
-  EXPECT_TRUE(Y.raw() == y1);
-  EXPECT_TRUE(DX.raw() == dx1);
-  EXPECT_EQ(DW.f32(), dwg);
+  c.run();
+  EXPECT_TRUE(c.Y.raw() == y1);
+  EXPECT_TRUE(c.DX.raw() == dx1);
+  EXPECT_EQ(c.DW.f32(), dwg);
 }
 
-// The conv kernels slide windows over runs of tokens (32 forward, 128 per
-// dw partial backward): runs that cross sequence starts (T smaller than a
-// run, T not a multiple of it, T < K), every kernel size, a channel count
-// that is odd and spans two blocks of 128.
 /// Runs `body` with the default conv kernels, then with the windowed ones
 /// (ACTPLACE_GDN_CONV_WINDOWED=1, opt-in until they pass here on the H200).
 template <typename F> void forEachConvPath(F &&body) {
@@ -485,55 +500,11 @@ template <typename F> void forEachConvPath(F &&body) {
   unsetenv("ACTPLACE_GDN_CONV_WINDOWED");
 }
 
+// The windowed conv kernels slide windows over runs of tokens (32 forward,
+// 128 per dw partial backward): runs that cross sequence starts (T smaller
+// than a run, T not a multiple of it, T < K), every kernel size, a channel
+// count that is odd and spans two blocks of 128; both conv paths.
 TEST_F(GdnCuda, ConvWindowsAcrossSequences) {
-  forEachConvPath([&] { convWindowShapes(); });
-}
-
-// Both conv paths give the same bits at the Qwen3.5 shape (they sum the same
-// terms in the same order).
-TEST_F(GdnCuda, ConvPathsBitwiseEqual) {
-  const int B = 1, T = 4096, Cc = 6144, K = 4;
-  Vec x = randn(size_t(B) * T * Cc, 21), w = randn(size_t(Cc) * K, 22, 0.5),
-      dy = randn(x.size(), 23);
-  auto xb = toBf(x), wb = toBf(w), dyb = toBf(dy);
-  Dev X(xb), W(wb), DY(dyb), Y(xb.size() * 2), DX(xb.size() * 2);
-  std::vector<float> dw0(w.size(), 0.25f);
-  Dev DW(dw0);
-  GdnConvArgs a;
-  a.dtype = DType::BF16;
-  a.batch = B;
-  a.seqLen = T;
-  a.channels = Cc;
-  a.kernelSize = K;
-  a.x = X.p;
-  a.w = W.p;
-  a.y = Y.p;
-  a.dy = DY.p;
-  a.dx = DX.p;
-  a.dw = DW.p;
-  size_t wsb = gdnConvBackwardWorkspaceBytes(a);
-  Dev ws(wsb);
-  KernelContext ctx = gpuCtx(ws.p, wsb);
-  std::vector<std::vector<unsigned char>> ys, dxs;
-  std::vector<Vec> dws;
-  forEachConvPath([&] {
-    cudaMemcpy(DW.p, dw0.data(), DW.bytes, cudaMemcpyHostToDevice);
-    Y.poison();
-    DX.poison();
-    ASSERT_EQ(gdnConvForward(ctx, a), Status::Ok);
-    ASSERT_EQ(gdnConvBackward(ctx, a), Status::Ok);
-    CK(cudaDeviceSynchronize());
-    ys.push_back(Y.raw());
-    dxs.push_back(DX.raw());
-    dws.push_back(DW.f32());
-  });
-  ASSERT_EQ(ys.size(), 2u);
-  EXPECT_TRUE(ys[0] == ys[1]);
-  EXPECT_TRUE(dxs[0] == dxs[1]);
-  EXPECT_EQ(dws[0], dws[1]);
-}
-
-void GdnCuda::convWindowShapes() {
   struct Shape {
     int B, T, Cc, K;
   };
@@ -543,53 +514,40 @@ void GdnCuda::convWindowShapes() {
         Shape{1, 7, 5, 8}}) {
     SCOPED_TRACE(::testing::Message() << "B=" << sh.B << " T=" << sh.T
                                       << " C=" << sh.Cc << " K=" << sh.K);
-    size_t n = size_t(sh.B) * sh.T * sh.Cc;
-    Vec x = randn(n, 11), w = randn(size_t(sh.Cc) * sh.K, 12, 0.5),
-        dy = randn(n, 13);
-    auto xb = toBf(x), wb = toBf(w), dyb = toBf(dy); // x, w, dy now exact
-    Dev X(xb), W(wb), DY(dyb), Y(n * 2), DX(n * 2);
-    std::vector<float> dw0(w.size(), 0.f);
-    Dev DW(dw0);
-    GdnConvArgs a;
-    a.dtype = DType::BF16;
-    a.batch = sh.B;
-    a.seqLen = sh.T;
-    a.channels = sh.Cc;
-    a.kernelSize = sh.K;
-    a.x = X.p;
-    a.w = W.p;
-    a.y = Y.p;
-    a.dy = DY.p;
-    a.dx = DX.p;
-    a.dw = DW.p;
-    size_t wsb = gdnConvBackwardWorkspaceBytes(a);
-    Dev ws(wsb);
-    KernelContext ctx = gpuCtx(ws.p, wsb);
-    Y.poison();
-    DX.poison();
-    ASSERT_EQ(gdnConvForward(ctx, a), Status::Ok);
-    ASSERT_EQ(gdnConvBackward(ctx, a), Status::Ok);
-    CK(cudaDeviceSynchronize());
-    Vec ry(n), rdx(n), rdw(w.size(), 0.0);
-    GdnConvArgs r = a;
-    r.dtype = DType::F64;
-    r.x = x.data();
-    r.w = w.data();
-    r.y = ry.data();
-    r.dy = dy.data();
-    r.dx = rdx.data();
-    r.dw = rdw.data();
-    ASSERT_EQ(gdnConvForward(KernelContext{}, r), Status::Ok);
-    ASSERT_EQ(gdnConvBackward(KernelContext{}, r), Status::Ok);
-    // Elementwise: bf16 rounding of y and dx (2^-8 relative) plus fp32 sums.
-    Vec y = Y.bf(), dx = DX.bf(), dw = DW.f32();
-    for (size_t i = 0; i < n; ++i) {
-      ASSERT_NEAR(y[i], ry[i], 8e-3 * std::abs(ry[i]) + 1e-5) << "y at " << i;
-      ASSERT_NEAR(dx[i], rdx[i], 8e-3 * std::abs(rdx[i]) + 1e-4)
-          << "dx at " << i;
-    }
-    EXPECT_LT(relErr(dw, rdw), 1e-4);
+    ConvCase c(sh.B, sh.T, sh.Cc, sh.K, 11, 0.f);
+    Vec ry, rdx, rdw;
+    c.reference(ry, rdx, rdw);
+    forEachConvPath([&] {
+      c.run();
+      // Elementwise: bf16 rounding of y and dx (2^-9 relative) plus fp32
+      // sums.
+      Vec y = c.Y.bf(), dx = c.DX.bf();
+      for (size_t i = 0; i < y.size(); ++i) {
+        ASSERT_NEAR(y[i], ry[i], 8e-3 * std::abs(ry[i]) + 1e-5) << "y at " << i;
+        ASSERT_NEAR(dx[i], rdx[i], 8e-3 * std::abs(rdx[i]) + 1e-4)
+            << "dx at " << i;
+      }
+      EXPECT_LT(relErr(c.DW.f32(), rdw), 1e-4);
+    });
   }
+}
+
+// Both conv paths give the same bits at the Qwen3.5 shape (they sum the same
+// terms in the same order).
+TEST_F(GdnCuda, ConvPathsBitwiseEqual) {
+  ConvCase c(1, 4096, 6144, 4, 21, 0.25f);
+  std::vector<std::vector<unsigned char>> ys, dxs;
+  std::vector<Vec> dws;
+  forEachConvPath([&] {
+    c.run();
+    ys.push_back(c.Y.raw());
+    dxs.push_back(c.DX.raw());
+    dws.push_back(c.DW.f32());
+  });
+  ASSERT_EQ(ys.size(), 2u);
+  EXPECT_TRUE(ys[0] == ys[1]);
+  EXPECT_TRUE(dxs[0] == dxs[1]);
+  EXPECT_EQ(dws[0], dws[1]);
 }
 
 TEST_F(GdnCuda, GatesForwardBackward) {
