@@ -35,7 +35,7 @@ python3 bench/qwen_train_bench.py predict "$work/run" \
 python3 bench/qwen_train_bench.py table "$work/calibrated" > "$work/table-calibrated.md"
 python3 - "$work/table.md" <<'PY'
 import sys
-ARMS = ("none", "ref", "ref+norm", "all", "max", "cal3")
+ARMS = ("none", "ref", "ref+norm", "all", "max", "cal3", "elem46", "elem60")
 rows = {}
 text = open(sys.argv[1]).read()
 for line in text.splitlines():
