@@ -138,6 +138,17 @@ for _name, _rc in (("elem46", ELEM46), ("elem60", ELEM60)):
                    "recompute " + ",".join(_rc) + ", offload the rest, placed "
                    "under the calibrated H200 profile")
 
+# The same placements with the arena holding offloaded bytes as long as the
+# H200 peak-rate defaults predict their copies take (--copy-hold=peak-rates,
+# the behaviour before d22d809): more device memory, fewer chances for a
+# compute stall on a copy that runs late. Not default arms: the A/B of the
+# next run (`build --arms none,cal3,cal3-ph,...`).
+for _name in ("cal3", "elem46", "elem60"):
+    _flags, _what = ARMS[_name]
+    ARMS[_name + "-ph"] = (_flags + ["--copy-hold=peak-rates"],
+                           _what + "; arena holds copies as the defaults "
+                           "predict")
+
 DEFAULT_ARMS = ["none", "ref", "ref+norm", "all", "max", "cal3", "elem46",
                 "elem60"]
 
@@ -582,8 +593,10 @@ def write_report(manifest, arm, profile, report, build):
 
 
 def placement_options(flags):
-    """actplace-compile placement flags -> placement pass options."""
-    return " ".join(f[2:] for f in flags if f.startswith("--"))
+    """actplace-compile placement flags -> placement pass options
+    (--copy-hold is the lowering's, not placement's)."""
+    return " ".join(f[2:] for f in flags
+                    if f.startswith("--") and not f.startswith("--copy-hold"))
 
 
 def cmd_predict(a):

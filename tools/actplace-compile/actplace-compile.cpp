@@ -107,6 +107,13 @@ static cl::opt<std::string>
             cl::desc("JSON device profile for the cost model (placement, "
                      "report and memory timeline)"),
             cl::init(""), cl::cat(category));
+static cl::opt<std::string> copyHold(
+    "copy-hold",
+    cl::desc("How long the arena keeps offloaded bytes: until the D2H is "
+             "predicted done under --profile (placement, the default) or "
+             "under the H200 peak-rate defaults (peak-rates: compute looks "
+             "fastest, so copies span the most kernels and stall the least)"),
+    cl::init("placement"), cl::cat(category));
 static cl::opt<std::string>
     reportJson("report-json",
                cl::desc("Also write the placement report as JSON here"),
@@ -143,6 +150,9 @@ int main(int argc, char **argv) {
       "actplace-compile: model config or graph -> training binary\n\n"
       "  actplace-compile models/tiny-hybrid.json --seq 64 --micro-batches 2 "
       "--offload-modules=gdn_core_attn -o train\n");
+  if (copyHold != "placement" && copyHold != "peak-rates")
+    return fail("--copy-hold must be placement or peak-rates, got '" +
+                copyHold + "'");
 
   mlir::DialectRegistry registry;
   registry.insert<ap::exec::ExecDialect, ap::train::TrainDialect,
@@ -204,10 +214,12 @@ int main(int argc, char **argv) {
                          "report-file=" +
                          reportJson + " " + options + "}";
   // The lowering predicts copy completion (how long offloaded bytes stay
-  // reserved in the arena) with the same profile placement used.
+  // reserved in the arena) with the profile placement used, unless
+  // --copy-hold=peak-rates asks for the defaults.
+  bool holdUnderProfile = copyHold == "placement" && !profile.empty();
   std::string lowering = "convert-train-to-exec{gemm-workspace-bytes=" +
                          std::to_string(gemmWorkspace) +
-                         (profile.empty() ? "" : " profile=" + profile) +
+                         (holdUnderProfile ? " profile=" + profile : "") +
                          "},exec-plan-memory,exec-schedule-streams";
   // Three stages so the memory timeline can see the step before placement
   // and the placed step while it is still in the train dialect.
