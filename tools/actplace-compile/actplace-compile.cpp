@@ -111,8 +111,10 @@ static cl::opt<std::string> copyHold(
     "copy-hold",
     cl::desc("How long the arena keeps offloaded bytes: until the D2H is "
              "predicted done under --profile (placement, the default) or "
-             "under the H200 peak-rate defaults (peak-rates: compute looks "
-             "fastest, so copies span the most kernels and stall the least)"),
+             "under the H200 peak-rate defaults (peak-rates). With a "
+             "calibrated profile, whose compute is slower than peak, "
+             "peak-rates holds longer: more memory, fewer stalls on late "
+             "copies"),
     cl::init("placement"), cl::cat(category));
 static cl::opt<std::string>
     reportJson("report-json",
