@@ -14,6 +14,7 @@
 // through more bf16 operand roundings (T^T dT T^T): 4e-2.
 //
 //===----------------------------------------------------------------------===//
+#include "gdn_conv_reference.h"
 #include "kernels/kernels.h"
 #include "random_data.h"
 
@@ -457,19 +458,9 @@ struct ConvCase {
   }
   /// The float64 reference: y, dx and dw (from dw0).
   void reference(Vec &ry, Vec &rdx, Vec &rdw) {
-    ry.assign(x.size(), 0.0);
-    rdx.assign(x.size(), 0.0);
     rdw.assign(dw0.begin(), dw0.end());
-    GdnConvArgs r = a;
-    r.dtype = DType::F64;
-    r.x = x.data();
-    r.w = w.data();
-    r.y = ry.data();
-    r.dy = dy.data();
-    r.dx = rdx.data();
-    r.dw = rdw.data();
-    ASSERT_EQ(gdnConvForward(KernelContext{}, r), Status::Ok);
-    ASSERT_EQ(gdnConvBackward(KernelContext{}, r), Status::Ok);
+    ap::test::convReferenceF64(int(a.batch), int(a.seqLen), int(a.channels),
+                               a.kernelSize, x, w, dy, ry, rdx, rdw);
   }
 };
 

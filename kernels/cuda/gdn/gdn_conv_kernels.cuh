@@ -1,0 +1,262 @@
+//===- gdn_conv_kernels.cuh - GDN short-conv kernel bodies ---*- C++ -*-===//
+//-*-===//
+//
+// The causal depthwise short conv + SiLU kernels of the cuda backend: the
+// per-element ones (the default) and the windowed ones (opt-in,
+// ACTPLACE_GDN_CONV_WINDOWED=1). Included inside gdn_ops.cu's anonymous
+// namespace, and, for a CPU check of their index logic, by
+// test/unit/kernels/gdn_conv_emulation_test.cpp, which defines `bf`, `b2f`,
+// `f2b`, `sigmoidf_`, the launch builtins (blockIdx, threadIdx, blockDim,
+// gridDim) and `min` for the host first. So the bodies use nothing else
+// (and std::integral_constant, from <type_traits>, for the dispatch).
+//
+//===----------------------------------------------------------------------===//
+#ifndef ACTPLACE_KERNELS_CUDA_GDN_GDN_CONV_KERNELS_CUH
+#define ACTPLACE_KERNELS_CUDA_GDN_GDN_CONV_KERNELS_CUH
+
+constexpr int kConvRows = 128; // tokens per partial of the conv dw
+
+__global__ void convFwdKernel(long N, int T, int Cc, int K, const bf *x,
+                              const bf *w, bf *y) {
+  for (long i = blockIdx.x * long(blockDim.x) + threadIdx.x; i < N * Cc;
+       i += long(gridDim.x) * blockDim.x) {
+    int c = int(i % Cc);
+    long tok = i / Cc;
+    int t = int(tok % T);
+    float pre = 0.f;
+    for (int j = 0; j < K; ++j) {
+      int ts = t - (K - 1) + j;
+      if (ts >= 0)
+        pre += b2f(w[c * K + j]) * b2f(x[(tok - t + ts) * Cc + c]);
+    }
+    y[i] = f2b(pre * sigmoidf_(pre));
+  }
+}
+
+__device__ float convDpre(long tok, int t, int c, int Cc, int K, const bf *x,
+                          const bf *w, const bf *dy) {
+  float pre = 0.f;
+  for (int j = 0; j < K; ++j) {
+    int ts = t - (K - 1) + j;
+    if (ts >= 0)
+      pre += b2f(w[c * K + j]) * b2f(x[(tok - t + ts) * Cc + c]);
+  }
+  float s = sigmoidf_(pre);
+  return b2f(dy[tok * Cc + c]) * s * (1.f + pre * (1.f - s));
+}
+
+__global__ void convDxKernel(long N, int T, int Cc, int K, const bf *x,
+                             const bf *w, const bf *dy, bf *dx) {
+  for (long i = blockIdx.x * long(blockDim.x) + threadIdx.x; i < N * Cc;
+       i += long(gridDim.x) * blockDim.x) {
+    int c = int(i % Cc);
+    long tok = i / Cc;
+    int t = int(tok % T);
+    float s = 0.f;
+    for (int j = 0; j < K; ++j) {
+      int td = t + K - 1 - j;
+      if (td < T)
+        s += b2f(w[c * K + j]) * convDpre(tok - t + td, td, c, Cc, K, x, w, dy);
+    }
+    dx[i] = f2b(s);
+  }
+}
+
+/// partial[blk][c][j] = sum over tokens of block blk of dpre[t,c] x[t-K+1+j,c].
+__global__ void convDwPartialKernel(long N, int T, int Cc, int K, const bf *x,
+                                    const bf *w, const bf *dy, float *partial) {
+  int c = blockIdx.y * blockDim.x + threadIdx.x;
+  if (c >= Cc)
+    return;
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  long tEnd = min(N, long(blockIdx.x + 1) * kConvRows);
+  for (long tok = long(blockIdx.x) * kConvRows; tok < tEnd; ++tok) {
+    int t = int(tok % T);
+    float dp = convDpre(tok, t, c, Cc, K, x, w, dy);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      int ts = t - K + 1 + j;
+      if (j < K && ts >= 0)
+        acc[j] += dp * b2f(x[(tok - t + ts) * Cc + c]);
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < 8; ++j)
+    if (j < K)
+      partial[(long(blockIdx.x) * Cc + c) * K + j] = acc[j];
+}
+
+constexpr int kConvFwdRows = 32; // tokens per thread of the conv forward
+
+// The windowed conv kernels (opt-in: ACTPLACE_GDN_CONV_WINDOWED=1) give each
+// thread one channel and a run of consecutive tokens, and slide a window of the
+// last K inputs (and, backward, of the next K pre-activation gradients) through
+// registers: every x and dy element is loaded once (plus K - 1 halo tokens per
+// run), and a warp's loads cover 32 consecutive channels of one token. Terms
+// outside the sequence enter as zeros, which leaves every fp32 sum bitwise as
+// if they were skipped (the sums start at +0), so the results equal the
+// per-element formulas of the reference bit for bit.
+
+/// Shifts `v` into the end of `win` (win[K-1] is the newest).
+template <int K>
+__device__ __forceinline__ void push(float (&win)[K], float v) {
+#pragma unroll
+  for (int j = 0; j + 1 < K; ++j)
+    win[j] = win[j + 1];
+  win[K - 1] = v;
+}
+
+template <int K>
+__global__ void convWindowFwdKernel(long N, int T, int Cc, const bf *x,
+                                    const bf *w, bf *y) {
+  int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= Cc)
+    return;
+  long tok0 = long(blockIdx.y) * kConvFwdRows;
+  if (tok0 >= N)
+    return;
+  long tokEnd = min(N, tok0 + kConvFwdRows);
+  float wc[K];
+#pragma unroll
+  for (int j = 0; j < K; ++j)
+    wc[j] = b2f(w[c * K + j]);
+  int t = int(tok0 % T);
+  // After each push, win[j] = x at t - (K - 1) + j.
+  // Before the first push, win[j] (j >= 1) holds x at t - K + j; win[0] is
+  // shifted out by that push.
+  float win[K];
+  win[0] = 0.f;
+#pragma unroll
+  for (int j = 1; j < K; ++j) {
+    int back = K - j;
+    win[j] = t - back >= 0 ? b2f(x[(tok0 - back) * Cc + c]) : 0.f;
+  }
+  for (long tok = tok0; tok < tokEnd; ++tok, ++t) {
+    if (t == T) { // a new sequence: nothing before it
+      t = 0;
+#pragma unroll
+      for (int j = 0; j < K; ++j)
+        win[j] = 0.f;
+    }
+    push(win, b2f(x[tok * Cc + c]));
+    float pre = 0.f;
+#pragma unroll
+    for (int j = 0; j < K; ++j)
+      pre += wc[j] * win[j];
+    y[tok * Cc + c] = f2b(pre * sigmoidf_(pre));
+  }
+}
+
+/// dx for the tokens of one dw partial, and that partial:
+///   dpre[t] = dy[t] silu'(pre[t]),
+///   dx[t] = sum_j w[j] dpre[t + K-1-j] (same sequence only),
+///   partial[blk][c][j] = sum over the block's tokens of dpre[t] x[t-K+1+j].
+template <int K>
+__global__ void convWindowBwdKernel(long N, int T, int Cc, const bf *x,
+                                    const bf *w, const bf *dy, bf *dx,
+                                    float *partial) {
+  int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= Cc)
+    return;
+  long tok0 = long(blockIdx.y) * kConvRows;
+  long tokEnd = min(N, tok0 + kConvRows);
+  float wc[K];
+#pragma unroll
+  for (int j = 0; j < K; ++j)
+    wc[j] = b2f(w[c * K + j]);
+  int t = int(tok0 % T);
+  float xwin[K]; // as win in convWindowFwdKernel
+  xwin[0] = 0.f;
+#pragma unroll
+  for (int j = 1; j < K; ++j) {
+    int back = K - j;
+    xwin[j] = t - back >= 0 ? b2f(x[(tok0 - back) * Cc + c]) : 0.f;
+  }
+  // dwin[d] = dpre of the token d places after the oldest pending one;
+  // tpos[d] its position in its sequence.
+  float dwin[K], acc[K];
+  int tpos[K];
+#pragma unroll
+  for (int j = 0; j < K; ++j) {
+    dwin[j] = 0.f;
+    tpos[j] = 0;
+    acc[j] = 0.f;
+  }
+  // Tokens tok0 .. tokEnd + K - 2: the last K - 1 only complete the dx of
+  // the block's own tokens.
+  for (long tok = tok0; tok < tokEnd + K - 1; ++tok, ++t) {
+    if (t == T) {
+      t = 0;
+#pragma unroll
+      for (int j = 0; j < K; ++j)
+        xwin[j] = 0.f;
+    }
+    float dp = 0.f;
+    if (tok < N) {
+      push(xwin, b2f(x[tok * Cc + c]));
+      float pre = 0.f;
+#pragma unroll
+      for (int j = 0; j < K; ++j)
+        pre += wc[j] * xwin[j];
+      float s = sigmoidf_(pre);
+      dp = b2f(dy[tok * Cc + c]) * s * (1.f + pre * (1.f - s));
+      if (tok < tokEnd) {
+#pragma unroll
+        for (int j = 0; j < K; ++j)
+          acc[j] += dp * xwin[j];
+      }
+    }
+    // Shift in this token's dpre (its position t), then emit the dx of the
+    // token K - 1 places back once all its later terms are known.
+#pragma unroll
+    for (int j = 0; j + 1 < K; ++j)
+      tpos[j] = tpos[j + 1];
+    tpos[K - 1] = t;
+    push(dwin, dp);
+    long emit = tok - (K - 1);
+    if (emit >= tok0 && emit < tokEnd) {
+      int te = tpos[0];
+      float sdx = 0.f;
+#pragma unroll
+      for (int j = 0; j < K; ++j)
+        if (te + K - 1 - j < T)
+          sdx += wc[j] * dwin[K - 1 - j];
+      dx[emit * Cc + c] = f2b(sdx);
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < K; ++j)
+    partial[(long(blockIdx.y) * Cc + c) * K + j] = acc[j];
+}
+
+/// Calls f(std::integral_constant<int, K>{}) for K in 1..8.
+template <typename F> void withKernelSize(int k, F &&f) {
+  switch (k) {
+  case 1:
+    f(std::integral_constant<int, 1>{});
+    break;
+  case 2:
+    f(std::integral_constant<int, 2>{});
+    break;
+  case 3:
+    f(std::integral_constant<int, 3>{});
+    break;
+  case 4:
+    f(std::integral_constant<int, 4>{});
+    break;
+  case 5:
+    f(std::integral_constant<int, 5>{});
+    break;
+  case 6:
+    f(std::integral_constant<int, 6>{});
+    break;
+  case 7:
+    f(std::integral_constant<int, 7>{});
+    break;
+  default:
+    f(std::integral_constant<int, 8>{});
+    break;
+  }
+}
+
+#endif // ACTPLACE_KERNELS_CUDA_GDN_GDN_CONV_KERNELS_CUH

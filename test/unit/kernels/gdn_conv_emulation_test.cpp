@@ -1,0 +1,206 @@
+//===- gdn_conv_emulation_test.cpp - conv kernels on the host --*- C++ -*-===//
+//-*-===//
+//
+// The GDN short-conv CUDA kernel bodies (kernels/cuda/gdn/gdn_conv_kernels.cuh)
+// compiled for the host with a small shim (bf16 as bits, the launch builtins as
+// globals, every grid block and thread run in turn), so CI without a GPU
+// checks their index logic: the windowed kernels equal the per-element ones
+// bit for bit (the same fp32 sums in the same order), and both match the
+// float64 reference kernels. The first windowed version failed on the H200
+// with a window initialised one place off; this test fails on that version.
+// What the host cannot check (device rounding of exp, memory and launch
+// limits) stays with test/unit/kernels/gdn_cuda_test.cpp on the GPU.
+//
+//===----------------------------------------------------------------------===//
+#include "gdn_conv_reference.h"
+#include "kernels/kernels.h"
+#include "random_data.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+#include <vector>
+
+using namespace ap::kernels;
+
+namespace {
+
+//===----------------------------------------------------------------------===//
+// The shim the kernel bodies are written against.
+//===----------------------------------------------------------------------===//
+
+struct bf {
+  uint16_t bits;
+};
+inline float b2f(bf x) {
+  uint32_t u = uint32_t(x.bits) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+/// Round to nearest even, as __float2bfloat16_rn (inputs here are finite).
+inline bf f2b(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return bf{uint16_t(u >> 16)};
+}
+inline float sigmoidf_(float x) { return 1.f / (1.f + std::exp(-x)); }
+
+struct Dim3 {
+  unsigned x = 0, y = 0, z = 0;
+};
+Dim3 blockIdx, threadIdx, blockDim, gridDim;
+using std::min;
+
+#define __global__ static
+#define __device__ static
+#define __forceinline__ inline
+#include "kernels/cuda/gdn/gdn_conv_kernels.cuh"
+#undef __global__
+#undef __device__
+#undef __forceinline__
+
+/// Runs `body` once per thread of a grid (x, y) of blocks of `threads`.
+template <typename F> void launch(Dim3 grid, unsigned threads, F &&body) {
+  gridDim = grid;
+  blockDim = Dim3{threads, 1, 1};
+  for (blockIdx.y = 0; blockIdx.y < std::max(1u, grid.y); ++blockIdx.y)
+    for (blockIdx.x = 0; blockIdx.x < grid.x; ++blockIdx.x)
+      for (threadIdx.x = 0; threadIdx.x < threads; ++threadIdx.x)
+        body();
+}
+
+struct Outputs {
+  std::vector<bf> y, dx;
+  std::vector<float> partial; ///< dw partials [row block][channel][K]
+};
+
+struct Problem {
+  int B, T, C, K;
+  long N() const { return long(B) * T; }
+  long rowBlocks() const { return (N() + kConvRows - 1) / kConvRows; }
+  std::vector<bf> x, w, dy;
+
+  Problem(int B, int T, int C, int K, uint64_t seed) : B(B), T(T), C(C), K(K) {
+    auto bits = [](const ap::test::Vec &v) {
+      std::vector<bf> r(v.size());
+      for (size_t i = 0; i < v.size(); ++i)
+        r[i] = f2b(float(v[i]));
+      return r;
+    };
+    x = bits(ap::test::randn(size_t(N()) * C, seed));
+    w = bits(ap::test::randn(size_t(C) * K, seed + 1, 0.5));
+    dy = bits(ap::test::randn(size_t(N()) * C, seed + 2));
+  }
+  Outputs empty() const {
+    return {std::vector<bf>(x.size(), bf{0xffff}),
+            std::vector<bf>(x.size(), bf{0xffff}),
+            std::vector<float>(size_t(rowBlocks()) * C * K, NAN)};
+  }
+};
+
+/// The launches of gdn_ops.cu's default path.
+Outputs perElement(const Problem &p) {
+  Outputs o = p.empty();
+  long N = p.N();
+  unsigned blocks = unsigned((N * p.C + 255) / 256);
+  launch({blocks, 1}, 256, [&] {
+    convFwdKernel(N, p.T, p.C, p.K, p.x.data(), p.w.data(), o.y.data());
+  });
+  launch({blocks, 1}, 256, [&] {
+    convDxKernel(N, p.T, p.C, p.K, p.x.data(), p.w.data(), p.dy.data(),
+                 o.dx.data());
+  });
+  launch({unsigned(p.rowBlocks()), unsigned((p.C + 127) / 128)}, 128, [&] {
+    convDwPartialKernel(N, p.T, p.C, p.K, p.x.data(), p.w.data(), p.dy.data(),
+                        o.partial.data());
+  });
+  return o;
+}
+
+/// The launches of gdn_ops.cu's windowed path.
+Outputs windowed(const Problem &p) {
+  Outputs o = p.empty();
+  long N = p.N();
+  unsigned channelBlocks = unsigned((p.C + 127) / 128);
+  withKernelSize(p.K, [&](auto k) {
+    constexpr int K = decltype(k)::value;
+    launch({channelBlocks, unsigned((N + kConvFwdRows - 1) / kConvFwdRows)},
+           128, [&] {
+             convWindowFwdKernel<K>(N, p.T, p.C, p.x.data(), p.w.data(),
+                                    o.y.data());
+           });
+    launch({channelBlocks, unsigned(p.rowBlocks())}, 128, [&] {
+      convWindowBwdKernel<K>(N, p.T, p.C, p.x.data(), p.w.data(), p.dy.data(),
+                             o.dx.data(), o.partial.data());
+    });
+  });
+  return o;
+}
+
+bool sameBits(const Outputs &a, const Outputs &b) {
+  return std::memcmp(a.y.data(), b.y.data(), a.y.size() * sizeof(bf)) == 0 &&
+         std::memcmp(a.dx.data(), b.dx.data(), a.dx.size() * sizeof(bf)) == 0 &&
+         std::memcmp(a.partial.data(), b.partial.data(),
+                     a.partial.size() * sizeof(float)) == 0;
+}
+
+/// Shapes whose token runs cross sequence starts (T below a run of 32 or
+/// 128 tokens, T not a multiple of it, T < K), every kernel size the
+/// windowed path instantiates, channel counts that are odd and span two
+/// blocks of 128.
+struct Shape {
+  int B, T, C, K;
+};
+const Shape kShapes[] = {{3, 5, 37, 4},   {2, 3, 130, 4},  {4, 77, 130, 1},
+                         {2, 200, 37, 2}, {3, 45, 64, 3},  {2, 300, 33, 8},
+                         {1, 7, 5, 8},    {2, 700, 40, 4}, {1, 129, 3, 4}};
+
+TEST(GdnConvEmulation, WindowedEqualsPerElementBitwise) {
+  for (const Shape &s : kShapes) {
+    SCOPED_TRACE(::testing::Message() << "B=" << s.B << " T=" << s.T
+                                      << " C=" << s.C << " K=" << s.K);
+    Problem p(s.B, s.T, s.C, s.K, 7);
+    EXPECT_TRUE(sameBits(perElement(p), windowed(p)));
+  }
+}
+
+TEST(GdnConvEmulation, MatchesFloat64Reference) {
+  for (const Shape &s : kShapes) {
+    SCOPED_TRACE(::testing::Message() << "B=" << s.B << " T=" << s.T
+                                      << " C=" << s.C << " K=" << s.K);
+    Problem p(s.B, s.T, s.C, s.K, 17);
+    Outputs o = windowed(p);
+    ap::test::Vec x(p.x.size()), w(p.w.size()), dy(p.dy.size());
+    for (size_t i = 0; i < x.size(); ++i) {
+      x[i] = b2f(p.x[i]);
+      dy[i] = b2f(p.dy[i]);
+    }
+    for (size_t i = 0; i < w.size(); ++i)
+      w[i] = b2f(p.w[i]);
+    ap::test::Vec ry, rdx, rdw(w.size(), 0.0);
+    ap::test::convReferenceF64(p.B, p.T, p.C, p.K, x, w, dy, ry, rdx, rdw);
+    for (size_t i = 0; i < x.size(); ++i) {
+      // bf16 outputs: 2^-9 relative rounding, plus fp32 sums.
+      ASSERT_NEAR(b2f(o.y[i]), ry[i], 8e-3 * std::abs(ry[i]) + 1e-5) << i;
+      ASSERT_NEAR(b2f(o.dx[i]), rdx[i], 8e-3 * std::abs(rdx[i]) + 1e-4) << i;
+    }
+    // dw = the partials summed over row blocks in order (sumPartialsKernel).
+    for (int c = 0; c < p.C; ++c)
+      for (int j = 0; j < p.K; ++j) {
+        float sum = 0.f;
+        for (long b = 0; b < p.rowBlocks(); ++b)
+          sum += o.partial[(size_t(b) * p.C + c) * p.K + j];
+        double want = rdw[size_t(c) * p.K + j];
+        ASSERT_NEAR(sum, want, 1e-4 * std::abs(want) + 1e-4)
+            << "dw c=" << c << " j=" << j;
+      }
+  }
+}
+
+} // namespace
