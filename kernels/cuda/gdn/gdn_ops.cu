@@ -205,10 +205,12 @@ void opsAnchor() {}
 
 /// The windowed conv kernels are opt-in until they have passed the GPU tests
 /// on the H200 (their first version, d49ab7e, failed them: a window
-/// initialised one place off).
-bool convWindowed() {
+/// initialised one place off). They put runs of tokens on grid.y, so more
+/// than 65535 runs (about 2M tokens forward) take the per-element kernels.
+bool convWindowed(long tokens) {
   const char *v = std::getenv("ACTPLACE_GDN_CONV_WINDOWED");
-  return v && v[0] == '1';
+  return v && v[0] == '1' &&
+         (tokens + kConvFwdRows - 1) / kConvFwdRows <= 65535;
 }
 
 size_t convBackwardWorkspace(const GdnConvArgs &a) {
@@ -225,7 +227,7 @@ Status convForward(const KernelContext &ctx, const GdnConvArgs &a) {
   if (a.dtype != DType::BF16 || a.kernelSize < 1 || a.kernelSize > 8)
     return Status::Unsupported;
   long N = a.batch * a.seqLen;
-  if (convWindowed()) {
+  if (convWindowed(N)) {
     dim3 grid(unsigned((a.channels + 127) / 128),
               unsigned((N + kConvFwdRows - 1) / kConvFwdRows));
     withKernelSize(a.kernelSize, [&](auto k) {
@@ -253,7 +255,7 @@ Status convBackward(const KernelContext &ctx, const GdnConvArgs &a) {
   cudaStream_t s = (cudaStream_t)ctx.stream;
   long N = a.batch * a.seqLen;
   int T = int(a.seqLen), Cc = int(a.channels), K = a.kernelSize;
-  if (convWindowed()) {
+  if (convWindowed(N)) {
     long nb = (N + kConvRows - 1) / kConvRows;
     float *partial = (float *)ctx.workspace;
     dim3 grid(unsigned((Cc + 127) / 128), unsigned(nb));
