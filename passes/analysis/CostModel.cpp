@@ -36,6 +36,19 @@ llvm::Expected<DeviceProfile> DeviceProfile::load(StringRef jsonPath) {
   return parse((*buffer)->getBuffer(), jsonPath);
 }
 
+FailureOr<CostModel> CostModel::fromProfile(StringRef profilePath,
+                                            Operation *diagnosticOp,
+                                            StringRef who) {
+  if (profilePath.empty())
+    return CostModel();
+  llvm::Expected<DeviceProfile> prof = DeviceProfile::load(profilePath);
+  if (!prof) {
+    diagnosticOp->emitError() << who << llvm::toString(prof.takeError());
+    return failure();
+  }
+  return CostModel(*prof);
+}
+
 llvm::Expected<DeviceProfile> DeviceProfile::parse(StringRef json,
                                                    StringRef origin) {
   auto fail = [&](const llvm::Twine &msg) {

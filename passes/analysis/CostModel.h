@@ -13,6 +13,7 @@
 #define ACTPLACE_PASSES_ANALYSIS_COSTMODEL_H
 
 #include "mlir/IR/Operation.h"
+#include "mlir/Support/LogicalResult.h"
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
 
@@ -101,6 +102,14 @@ public:
   double copyBandwidth(CopyDirection dir, bool otherDirectionBusy) const;
 
   const DeviceProfile &profile() const { return prof; }
+
+  /// The cost model of the profile at `profilePath`, or of the H200
+  /// defaults when the path is empty. A profile that cannot be read or
+  /// parsed is an error on `diagnosticOp`, prefixed with `who` (the pass
+  /// name and ": ", or nothing).
+  static mlir::FailureOr<CostModel> fromProfile(llvm::StringRef profilePath,
+                                                mlir::Operation *diagnosticOp,
+                                                llvm::StringRef who = "");
 
 private:
   DeviceProfile prof;

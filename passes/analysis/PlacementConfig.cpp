@@ -66,14 +66,7 @@ PlacementConfig::validate(function_ref<InFlightDiagnostic()> emitError) {
 }
 
 FailureOr<CostModel> PlacementConfig::costModel(Operation *diagnosticOp) const {
-  if (profile.empty())
-    return CostModel();
-  llvm::Expected<DeviceProfile> prof = DeviceProfile::load(profile);
-  if (!prof) {
-    diagnosticOp->emitError() << llvm::toString(prof.takeError());
-    return failure();
-  }
-  return CostModel(*prof);
+  return CostModel::fromProfile(profile, diagnosticOp);
 }
 
 bool PlacementConfig::isRecomputed(Operation *op) const {

@@ -46,9 +46,9 @@ bool isGradSymbolAttr(NamedAttribute a) {
 class Lowering {
 public:
   Lowering(ModuleOp module, func::FuncOp func, int64_t gemmWorkspace,
-           const tr::DeviceProfile &device)
+           tr::CostModel cost)
       : module(module), func(func), b(module.getContext()),
-        gemmWorkspace(gemmWorkspace), cost(device) {}
+        gemmWorkspace(gemmWorkspace), cost(std::move(cost)) {}
 
   LogicalResult run();
 
@@ -399,17 +399,10 @@ struct ConvertTrainToExecPass
     // placed the copies: a faster compute model (the defaults against a
     // calibrated profile) predicts each D2H done many kernels later and
     // reserves its bytes that much longer.
-    tr::DeviceProfile device;
-    if (!profile.empty()) {
-      auto loaded = tr::DeviceProfile::load(profile);
-      if (!loaded) {
-        module.emitError() << "convert-train-to-exec: "
-                           << llvm::toString(loaded.takeError());
-        return signalPassFailure();
-      }
-      device = *loaded;
-    }
-    if (failed(Lowering(module, func, gemmWorkspaceBytes, device).run()))
+    FailureOr<tr::CostModel> cost =
+        tr::CostModel::fromProfile(profile, module, "convert-train-to-exec: ");
+    if (failed(cost) ||
+        failed(Lowering(module, func, gemmWorkspaceBytes, *cost).run()))
       signalPassFailure();
   }
 };

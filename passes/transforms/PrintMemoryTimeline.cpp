@@ -89,19 +89,12 @@ struct TrainPrintMemoryTimelinePass
       return signalPassFailure();
     }
 
-    DeviceProfile device;
-    if (!profile.empty()) {
-      auto loaded = DeviceProfile::load(profile);
-      if (!loaded) {
-        module.emitError() << "train-print-memory-timeline: "
-                           << llvm::toString(loaded.takeError());
-        return signalPassFailure();
-      }
-      device = *loaded;
-    }
-    CostModel cost(device);
-    MemoryTimeline tl = MemoryTimeline::compute(module, cost);
-    print(llvm::outs(), tl, cost);
+    FailureOr<CostModel> cost = CostModel::fromProfile(
+        profile, module, "train-print-memory-timeline: ");
+    if (failed(cost))
+      return signalPassFailure();
+    MemoryTimeline tl = MemoryTimeline::compute(module, *cost);
+    print(llvm::outs(), tl, *cost);
     markAllAnalysesPreserved();
   }
 

@@ -1,5 +1,4 @@
-//===- gdn_conv_kernels.cuh - GDN short-conv kernel bodies ---*- C++ -*-===//
-//-*-===//
+//===- gdn_conv_kernels.cuh - GDN short-conv kernel bodies --*- C++ -*-===//
 //
 // The causal depthwise short conv + SiLU kernels of the cuda backend: the
 // per-element ones (the default) and the windowed ones (opt-in,

@@ -1,5 +1,4 @@
-//===- gdn_conv_emulation_test.cpp - conv kernels on the host --*- C++ -*-===//
-//-*-===//
+//===- gdn_conv_emulation_test.cpp - conv kernels on the host -*- C++ -*-===//
 //
 // The GDN short-conv CUDA kernel bodies (kernels/cuda/gdn/gdn_conv_kernels.cuh)
 // compiled for the host with a small shim (bf16 as bits, the launch builtins as

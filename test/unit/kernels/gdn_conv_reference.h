@@ -1,5 +1,4 @@
-//===- gdn_conv_reference.h - float64 short conv for kernel tests -*- C++
-//-*-===//
+//===- gdn_conv_reference.h - float64 short conv for tests ---*- C++ -*-===//
 //
 // The reference kernels' float64 short conv + SiLU, forward and backward, on
 // host vectors: the oracle of the CUDA conv tests and of their host
