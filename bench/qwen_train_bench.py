@@ -349,6 +349,9 @@ def cmd_run(a):
     run = {"host": socket.gethostname(), "device": a.device,
            "gpu_before": gpu_info(), "warmup": a.warmup, "steps": a.steps,
            "rounds": a.rounds, "seed": a.seed, "data": a.data,
+           # Kernel switches the binaries read at startup.
+           "env": {k: v for k, v in sorted(os.environ.items())
+                   if k.startswith("ACTPLACE_")},
            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
            "processes": []}
     results = open(os.path.join(out, "results.jsonl"), "w")
@@ -509,6 +512,14 @@ def cmd_calibrate(a):
         den += moved * moved
         used.append(f"{arm}: {resid * 1e3:+.2f} ms for {moved / 1e9:.2f} GB")
     slowdown = max(0.0, num / den) if den else 0.0
+    if not used and a.copy_slowdown_from:
+        # No offload-only arm in this run: the compute lost per byte copied
+        # comes from an earlier run's fit on the same card.
+        slowdown = json.load(open(a.copy_slowdown_from))["copySlowdownPerByte"]
+        used.append("taken from " + a.copy_slowdown_from)
+    elif not used:
+        sys.exit("calibrate: the run has no offload-only arm to fit "
+                 "copySlowdownPerByte on; pass --copy-slowdown-from PROFILE")
     profile["copySlowdownPerByte"] = float(f"{slowdown:.6e}")
     with open(a.out, "w") as f:
         json.dump(profile, f, indent=1)
@@ -828,6 +839,9 @@ def main():
     c.add_argument("--op-times", default="",
                    help="the no-placement binary's --op-times JSON: opScale "
                    "for every op it timed (overrides --op-scale entries)")
+    c.add_argument("--copy-slowdown-from", default="",
+                   help="profile whose copySlowdownPerByte to keep when the "
+                   "run has no offload-only arm to fit it on")
     c.add_argument("--build-dir", default="build-bench")
     pr = sub.add_parser("predict", help="the run's reports under another "
                         "profile, into a copy of the run folder")

@@ -1,13 +1,14 @@
 //===- gdn_conv_kernels.cuh - GDN short-conv kernel bodies --*- C++ -*-===//
 //
 // The causal depthwise short conv + SiLU kernels of the cuda backend: the
-// per-element ones (the default) and the windowed ones (opt-in,
-// ACTPLACE_GDN_CONV_WINDOWED=1). Included inside gdn_ops.cu's anonymous
-// namespace, and, for a CPU check of their index logic, by
-// test/unit/kernels/gdn_conv_emulation_test.cpp, which defines `bf`, `b2f`,
-// `f2b`, `sigmoidf_`, the launch builtins (blockIdx, threadIdx, blockDim,
-// gridDim) and `min` for the host first. So the bodies use nothing else
-// (and std::integral_constant, from <type_traits>, for the dispatch).
+// windowed ones (the default) and the per-element ones
+// (ACTPLACE_GDN_CONV_WINDOWED=0, and inputs too long for the windowed grid).
+// Included inside gdn_ops.cu's anonymous namespace, and, for a CPU check of
+// their index logic, by test/unit/kernels/gdn_conv_emulation_test.cpp, which
+// defines `bf`, `b2f`, `f2b`, `sigmoidf_`, the launch builtins (blockIdx,
+// threadIdx, blockDim, gridDim) and `min` for the host first. So the bodies use
+// nothing else (and std::integral_constant, from <type_traits>, for the
+// dispatch).
 //
 //===----------------------------------------------------------------------===//
 #ifndef ACTPLACE_KERNELS_CUDA_GDN_GDN_CONV_KERNELS_CUH
@@ -87,7 +88,7 @@ __global__ void convDwPartialKernel(long N, int T, int Cc, int K, const bf *x,
 
 constexpr int kConvFwdRows = 32; // tokens per thread of the conv forward
 
-// The windowed conv kernels (opt-in: ACTPLACE_GDN_CONV_WINDOWED=1) give each
+// The windowed conv kernels (the default; =0 opts out) give each
 // thread one channel and a run of consecutive tokens, and slide a window of the
 // last K inputs (and, backward, of the next K pre-activation gradients) through
 // registers: every x and dy element is loaded once (plus K - 1 halo tokens per
