@@ -10,6 +10,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "kernels/cuda/dense/dense_cuda.h"
+#include "kernels/cuda/rowwise.cuh"
 
 #include <cuda_bf16.h>
 
@@ -17,6 +18,7 @@
 #include <cmath>
 #include <cstdint>
 #include <initializer_list>
+#include <type_traits>
 
 /// Pulled in by kernels/dense.h from every ACTPLACE_HAVE_CUDA translation
 /// unit, so that this archive member (and the hooks it defines) is linked.
@@ -54,10 +56,113 @@ inline unsigned gridFor(int64_t n, int threads, int64_t cap = 1 << 20) {
 }
 
 //===----------------------------------------------------------------------===//
-// RMSNorm: one warp per row.
+// RMSNorm. Rows up to rowwise::kMaxDim wide sit in the registers of a lane
+// group (rowwise.cuh); wider rows take one warp per row.
 //===----------------------------------------------------------------------===//
 
 constexpr int kNormWarps = 8;
+constexpr int kRowThreads = 32 * rowwise::kWarps;
+
+/// y = x * rstd * (1 + w) or x * rstd * w; the row is read once.
+template <int G, int V>
+__global__ void __launch_bounds__(kRowThreads)
+    rmsNormFwdRowKernel(const bf *x, const bf *w, bf *y, float *rstd,
+                        int64_t rows, int dim, int64_t xs, int64_t ys,
+                        float eps, bool zc, bool vec) {
+  const int lane = threadIdx.x & 31, gl = lane % G;
+  const int64_t r =
+      (int64_t(blockIdx.x) * rowwise::kWarps + (threadIdx.x >> 5)) * (32 / G) +
+      lane / G;
+  if (r >= rows)
+    return;
+  const bf *xr = x + r * xs;
+  float xv[V][8];
+  float ss = 0.f;
+#pragma unroll
+  for (int k = 0; k < V; ++k) {
+    rowwise::load8(xr, rowwise::vecStart<G>(k, gl), dim, vec, xv[k]);
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+      ss += xv[k][i] * xv[k][i];
+  }
+  ss = rowwise::groupSum<G>(ss);
+  const float rs = 1.0f / sqrtf(ss / float(dim) + eps);
+  if (rstd && gl == 0)
+    rstd[r] = rs;
+  bf *yr = y + r * ys;
+#pragma unroll
+  for (int k = 0; k < V; ++k) {
+    const int e = rowwise::vecStart<G>(k, gl);
+    float wv[8], out[8];
+    rowwise::load8(w, e, dim, vec, wv);
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+      out[i] = __fmul_rn(__fmul_rn(xv[k][i], rs), zc ? 1.0f + wv[i] : wv[i]);
+    rowwise::store8(yr, e, dim, vec, out);
+  }
+}
+
+/// dx per row and the block's partial dw. x and dy are read once: each lane
+/// keeps its columns' dw terms in registers over the block's rows (in row
+/// order), then rowwise::blockPartial folds lanes and warps in a fixed order.
+/// Rows r of a block: base + (pass * kWarps + warp) * (32 / G) + group.
+template <int G, int V>
+__global__ void __launch_bounds__(kRowThreads)
+    rmsNormBwdRowKernel(const bf *x, const bf *w, const float *rstd,
+                        const bf *dy, bf *dx, float *partial, int64_t rows,
+                        int dim, int64_t xs, int64_t dys, int64_t dxs,
+                        int passes, bool zc, bool vec) {
+  constexpr int RPW = 32 / G;
+  const int lane = threadIdx.x & 31, gl = lane % G, warp = threadIdx.x >> 5;
+  float acc[V][8] = {};
+  const int64_t base = int64_t(blockIdx.x) * passes * rowwise::kWarps * RPW;
+  for (int p = 0; p < passes; ++p) {
+    const int64_t r =
+        base + (int64_t(p) * rowwise::kWarps + warp) * RPW + lane / G;
+    if (r >= rows)
+      continue; // the whole group skips: its shuffles stay inside it
+    const bf *xr = x + r * xs, *dyr = dy + r * dys;
+    const float rs = rstd[r];
+    float xv[V][8], dv[V][8];
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      rowwise::load8(xr, rowwise::vecStart<G>(k, gl), dim, vec, xv[k]);
+      rowwise::load8(dyr, rowwise::vecStart<G>(k, gl), dim, vec, dv[k]);
+    }
+    if (dx) {
+      float we[V][8];
+      float dot = 0.f;
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        rowwise::load8(w, rowwise::vecStart<G>(k, gl), dim, vec, we[k]);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          we[k][i] = zc ? 1.0f + we[k][i] : we[k][i];
+          dot += dv[k][i] * we[k][i] * xv[k][i];
+        }
+      }
+      dot = rowwise::groupSum<G>(dot);
+      const float c = dot * rs * rs * rs / float(dim);
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        float out[8];
+#pragma unroll
+        for (int i = 0; i < 8; ++i)
+          out[i] = rs * we[k][i] * dv[k][i] - c * xv[k][i];
+        rowwise::store8(dx + r * dxs, rowwise::vecStart<G>(k, gl), dim, vec,
+                        out);
+      }
+    }
+    if (partial)
+#pragma unroll
+      for (int k = 0; k < V; ++k)
+#pragma unroll
+        for (int i = 0; i < 8; ++i)
+          acc[k][i] += dv[k][i] * xv[k][i] * rs;
+  }
+  if (partial)
+    rowwise::blockPartial<G, V>(acc, dim, partial);
+}
 
 __global__ void rmsNormFwdKernel(const bf *x, const bf *w, bf *y, float *rstd,
                                  int64_t rows, int64_t dim, int64_t xs,
@@ -84,8 +189,9 @@ __global__ void rmsNormFwdKernel(const bf *x, const bf *w, bf *y, float *rstd,
   }
 }
 
-/// dx per row (a warp each, ref::kRmsNormRowsPerPartial warps per block)
-/// and the partial dw of the block's rows, summed in row order.
+/// Rows wider than rowwise::kMaxDim: dx per row (a warp each,
+/// ref::kRmsNormRowsPerPartial warps per block) and the partial dw of the
+/// block's rows, summed in row order.
 constexpr int kNormBwdThreads = 32 * int(ref::kRmsNormRowsPerPartial);
 
 __global__ void __launch_bounds__(kNormBwdThreads)
@@ -124,8 +230,9 @@ __global__ void __launch_bounds__(kNormBwdThreads)
   }
 }
 
-/// dw[j] += sum of partial[p][j] over p: 32 fixed contiguous segments of p
-/// per column (one thread each), then the segment sums in segment order.
+/// Rows wider than rowwise::kMaxDim: dw[j] += sum of partial[p][j] over p,
+/// 32 fixed contiguous segments of p per column (one thread each), then the
+/// segment sums in segment order.
 __global__ void __launch_bounds__(1024)
     columnSumKernel(const float *partial, float *dw, int64_t parts,
                     int64_t dim) {
@@ -188,19 +295,78 @@ __global__ void ropeKernel(const bf *x, bf *y, int64_t seq, int64_t heads,
   }
 }
 
+/// The same rotation with 16-byte accesses, one block per token: a thread
+/// takes 8 rotation pairs (x[i, i+8) with x[i+h, i+h+8)) or 8 pass-through
+/// elements of one head. Same cos/sin and the same operations per element as
+/// ropeKernel, so the results are its bits. Needs offset, rotaryDim / 2 and
+/// headDim in multiples of 8 and 16-byte aligned x and y.
+__global__ void ropeVecKernel(const bf *x, bf *y, int64_t seq, int heads,
+                              int headDim, int offset, int rd, double theta,
+                              bool backward) {
+  __shared__ float cs[kRopeMaxHalf], sn[kRopeMaxHalf];
+  const int64_t tok = blockIdx.x;
+  const int64_t t = tok % seq;
+  const int h = rd / 2;
+  for (int i = threadIdx.x; i < h; i += blockDim.x) {
+    double invFreq = pow(theta, -2.0 * double(i) / double(rd));
+    double ang = double(t) * invFreq;
+    cs[i] = float(cos(ang));
+    float sv = float(sin(ang));
+    sn[i] = backward ? -sv : sv;
+  }
+  __syncthreads();
+  // In place, the pass-through elements are already where they belong.
+  const int pairItems = h / 8, copyItems = x != y ? (headDim - rd) / 8 : 0;
+  const int perHead = pairItems + copyItems;
+  const bf *xt = x + tok * heads * headDim;
+  bf *yt = y + tok * heads * headDim;
+  for (int it = threadIdx.x; it < heads * perHead; it += blockDim.x) {
+    const int head = it / perHead, k = it - head * perHead;
+    const bf *xh = xt + head * headDim;
+    bf *yh = yt + head * headDim;
+    if (k < pairItems) {
+      const int i = k * 8;
+      float x1[8], x2[8], y1[8], y2[8];
+      rowwise::load8(xh + offset + i, 0, 8, true, x1);
+      rowwise::load8(xh + offset + i + h, 0, 8, true, x2);
+#pragma unroll
+      for (int q = 0; q < 8; ++q) {
+        const float c = cs[i + q], sv = sn[i + q];
+        y1[q] = __fsub_rn(__fmul_rn(x1[q], c), __fmul_rn(x2[q], sv));
+        y2[q] = __fadd_rn(__fmul_rn(x2[q], c), __fmul_rn(x1[q], sv));
+      }
+      rowwise::store8(yh + offset + i, 0, 8, true, y1);
+      rowwise::store8(yh + offset + i + h, 0, 8, true, y2);
+    } else {
+      const int j = (k - pairItems) * 8, e = j < offset ? j : j + rd;
+      *reinterpret_cast<uint4 *>(yh + e) =
+          *reinterpret_cast<const uint4 *>(xh + e);
+    }
+  }
+}
+
 //===----------------------------------------------------------------------===//
 // Elementwise over [rows, cols] views: blockIdx.y strides rows.
 //===----------------------------------------------------------------------===//
 
 constexpr int kEwThreads = 256;
 
-/// W consecutive bf16 of a row: W = 2 uses 4-byte loads. Elementwise results
-/// do not depend on W (each output is computed alone), so choosing W from
-/// alignment cannot change a bit.
+/// W consecutive bf16 of a row: W = 8 uses 16-byte, W = 2 4-byte accesses.
+/// Elementwise results do not depend on W (each output is computed alone),
+/// so choosing W from alignment cannot change a bit.
 template <int W> struct Pack {
   float v[W];
   __device__ __forceinline__ void load(const bf *p) {
-    if constexpr (W == 2) {
+    if constexpr (W == 8) {
+      uint4 u = *reinterpret_cast<const uint4 *>(p);
+      const __nv_bfloat162 *h = reinterpret_cast<const __nv_bfloat162 *>(&u);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        float2 f = __bfloat1622float2(h[i]);
+        v[2 * i] = f.x;
+        v[2 * i + 1] = f.y;
+      }
+    } else if constexpr (W == 2) {
       __nv_bfloat162 t = *reinterpret_cast<const __nv_bfloat162 *>(p);
       v[0] = __low2float(t);
       v[1] = __high2float(t);
@@ -209,7 +375,14 @@ template <int W> struct Pack {
     }
   }
   __device__ __forceinline__ void store(bf *p) const {
-    if constexpr (W == 2)
+    if constexpr (W == 8) {
+      uint4 u;
+      __nv_bfloat162 *h = reinterpret_cast<__nv_bfloat162 *>(&u);
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        h[i] = __floats2bfloat162_rn(v[2 * i], v[2 * i + 1]);
+      *reinterpret_cast<uint4 *>(p) = u;
+    } else if constexpr (W == 2)
       *reinterpret_cast<__nv_bfloat162 *>(p) =
           __floats2bfloat162_rn(v[0], v[1]);
     else
@@ -332,19 +505,30 @@ EwLaunch ewLaunch(int64_t rows, int64_t cols, int w) {
   return {dim3(unsigned(gx), unsigned(gy)), dim3(unsigned(block))};
 }
 
-/// True when every view allows 2-wide accesses: even columns and strides,
-/// 4-byte aligned pointers.
-bool pairable(int64_t cols, std::initializer_list<int64_t> strides,
-              std::initializer_list<const void *> ptrs) {
-  if (cols % 2)
-    return false;
-  for (int64_t s : strides)
-    if (s % 2)
-      return false;
-  for (const void *p : ptrs)
-    if (p && reinterpret_cast<uintptr_t>(p) % 4)
-      return false;
-  return true;
+/// The widest access (8, 2 or 1 elements) that every view allows: columns
+/// and strides multiples of it, every (non-null) base aligned to its bytes.
+int ewWidth(int64_t cols, std::initializer_list<int64_t> strides,
+            std::initializer_list<const void *> ptrs) {
+  for (int w : {8, 2}) {
+    bool ok = cols % w == 0;
+    for (int64_t s : strides)
+      ok = ok && s % w == 0;
+    for (const void *p : ptrs)
+      ok = ok && (!p || reinterpret_cast<uintptr_t>(p) % (2 * w) == 0);
+    if (ok)
+      return w;
+  }
+  return 1;
+}
+
+/// Calls f(integral_constant<W>) for the access width w (8, 2 or 1).
+template <class F> void withWidth(int w, F &&f) {
+  if (w == 8)
+    f(std::integral_constant<int, 8>{});
+  else if (w == 2)
+    f(std::integral_constant<int, 2>{});
+  else
+    f(std::integral_constant<int, 1>{});
 }
 
 //===----------------------------------------------------------------------===//
@@ -604,12 +788,27 @@ adamWKernel(float *master, float *m, float *v, const float *grad,
 Status rmsNormForward(const KernelContext &ctx, const RmsNormForwardArgs &a) {
   if (a.dtype != DType::BF16)
     return Status::Unsupported;
+  auto x = static_cast<const bf *>(a.x), w = static_cast<const bf *>(a.w);
+  auto y = static_cast<bf *>(a.y);
+  auto rstd = static_cast<float *>(a.rstd);
+  const int64_t xs = strideOr(a.xStride, a.dim),
+                ys = strideOr(a.yStride, a.dim);
+  if (a.dim <= rowwise::kMaxDim) {
+    const bool vec = rowwise::vectorizable(a.dim, {xs, ys}, {x, w, y});
+    const unsigned grid = unsigned((a.rows + rowwise::rowsPerPass(a.dim) - 1) /
+                                   rowwise::rowsPerPass(a.dim));
+    rowwise::withLayout(a.dim, [&](auto g, auto v) {
+      rmsNormFwdRowKernel<g.value, v.value>
+          <<<grid, kRowThreads, 0, streamOf(ctx)>>>(
+              x, w, y, rstd, a.rows, int(a.dim), xs, ys, float(a.eps),
+              a.zeroCentered, vec);
+    });
+    AP_CUDA_CHECK_LAUNCH(rmsNormFwdRowKernel);
+    return Status::Ok;
+  }
   rmsNormFwdKernel<<<gridFor(a.rows, kNormWarps), kNormWarps * 32, 0,
-                     streamOf(ctx)>>>(
-      static_cast<const bf *>(a.x), static_cast<const bf *>(a.w),
-      static_cast<bf *>(a.y), static_cast<float *>(a.rstd), a.rows, a.dim,
-      strideOr(a.xStride, a.dim), strideOr(a.yStride, a.dim), float(a.eps),
-      a.zeroCentered);
+                     streamOf(ctx)>>>(x, w, y, rstd, a.rows, a.dim, xs, ys,
+                                      float(a.eps), a.zeroCentered);
   AP_CUDA_CHECK_LAUNCH(rmsNormFwdKernel);
   return Status::Ok;
 }
@@ -617,8 +816,7 @@ Status rmsNormForward(const KernelContext &ctx, const RmsNormForwardArgs &a) {
 Status rmsNormBackward(const KernelContext &ctx, const RmsNormBackwardArgs &a) {
   if (a.dtype != DType::BF16)
     return Status::Unsupported;
-  const int64_t R = ref::kRmsNormRowsPerPartial;
-  const int64_t parts = (a.rows + R - 1) / R;
+  const int64_t parts = ref::rmsNormBackwardPartials(a.rows, a.dim);
   float *partial = nullptr;
   if (a.dw) {
     size_t need = rmsNormBackwardWorkspaceBytes(Backend::Cuda, a);
@@ -626,12 +824,35 @@ Status rmsNormBackward(const KernelContext &ctx, const RmsNormBackwardArgs &a) {
       return Status::InvalidArgument;
     partial = static_cast<float *>(ctx.workspace);
   }
+  auto x = static_cast<const bf *>(a.x), w = static_cast<const bf *>(a.w);
+  auto dy = static_cast<const bf *>(a.dy);
+  auto dx = static_cast<bf *>(a.dx);
+  auto rstd = static_cast<const float *>(a.rstd);
+  const int64_t xs = strideOr(a.xStride, a.dim),
+                dys = strideOr(a.dyStride, a.dim),
+                dxs = strideOr(a.dxStride, a.dim);
+  if (a.dim <= rowwise::kMaxDim) {
+    const bool vec =
+        rowwise::vectorizable(a.dim, {xs, dys, dxs}, {x, w, dy, dx});
+    const int passes = int(rowwise::passesPerBlock(a.rows, a.dim));
+    rowwise::withLayout(a.dim, [&](auto g, auto v) {
+      rmsNormBwdRowKernel<g.value, v.value>
+          <<<unsigned(parts), kRowThreads, 0, streamOf(ctx)>>>(
+              x, w, rstd, dy, dx, partial, a.rows, int(a.dim), xs, dys, dxs,
+              passes, a.zeroCentered, vec);
+    });
+    AP_CUDA_CHECK_LAUNCH(rmsNormBwdRowKernel);
+    if (a.dw) {
+      rowwise::columnSumKernel<<<rowwise::columnSumBlocks(a.dim),
+                                 rowwise::kColCols * rowwise::kColSegs, 0,
+                                 streamOf(ctx)>>>(
+          partial, static_cast<float *>(a.dw), parts, int(a.dim));
+      AP_CUDA_CHECK_LAUNCH(columnSumKernel);
+    }
+    return Status::Ok;
+  }
   rmsNormBwdKernel<<<unsigned(parts), kNormBwdThreads, 0, streamOf(ctx)>>>(
-      static_cast<const bf *>(a.x), static_cast<const bf *>(a.w),
-      static_cast<const float *>(a.rstd), static_cast<const bf *>(a.dy),
-      static_cast<bf *>(a.dx), partial, a.rows, a.dim,
-      strideOr(a.xStride, a.dim), strideOr(a.dyStride, a.dim),
-      strideOr(a.dxStride, a.dim), a.zeroCentered);
+      x, w, rstd, dy, dx, partial, a.rows, a.dim, xs, dys, dxs, a.zeroCentered);
   AP_CUDA_CHECK_LAUNCH(rmsNormBwdKernel);
   if (a.dw) {
     columnSumKernel<<<unsigned((a.dim + 31) / 32), dim3(32, 32), 0,
@@ -647,6 +868,20 @@ static Status ropeLaunch(const KernelContext &ctx, const RopeArgs &a,
   if (a.dtype != DType::BF16 || a.rotaryDim / 2 > kRopeMaxHalf)
     return Status::Unsupported;
   int64_t tokens = a.batch * a.seq;
+  if (a.offset % 8 == 0 && a.rotaryDim % 16 == 0 && a.headDim % 8 == 0 &&
+      rowwise::vectorizable(8, {}, {a.x, a.y})) {
+    // One thread per work item of the token where that fills a block.
+    int64_t items =
+        a.heads *
+        (a.rotaryDim / 16 + (a.x != a.y ? (a.headDim - a.rotaryDim) / 8 : 0));
+    int threads = int(std::clamp<int64_t>((items + 31) / 32 * 32, 64, 256));
+    ropeVecKernel<<<unsigned(tokens), threads, 0, streamOf(ctx)>>>(
+        static_cast<const bf *>(a.x), static_cast<bf *>(a.y), a.seq,
+        int(a.heads), int(a.headDim), int(a.offset), int(a.rotaryDim), a.theta,
+        backward);
+    AP_CUDA_CHECK_LAUNCH(ropeVecKernel);
+    return Status::Ok;
+  }
   ropeKernel<<<unsigned(tokens), 256, 0, streamOf(ctx)>>>(
       static_cast<const bf *>(a.x), static_cast<bf *>(a.y), a.seq, a.heads,
       a.headDim, a.offset, a.rotaryDim, a.theta, backward);
@@ -668,15 +903,11 @@ Status swiGluForward(const KernelContext &ctx, const SwiGluForwardArgs &a) {
   auto y = static_cast<bf *>(a.y);
   int64_t gs = strideOr(a.gateStride, a.cols),
           us = strideOr(a.upStride, a.cols), ys = strideOr(a.yStride, a.cols);
-  if (pairable(a.cols, {gs, us, ys}, {g, u, y})) {
-    EwLaunch l = ewLaunch(a.rows, a.cols, 2);
-    swiGluFwdKernel<2><<<l.grid, l.block, 0, streamOf(ctx)>>>(
+  withWidth(ewWidth(a.cols, {gs, us, ys}, {g, u, y}), [&](auto w) {
+    EwLaunch l = ewLaunch(a.rows, a.cols, w.value);
+    swiGluFwdKernel<w.value><<<l.grid, l.block, 0, streamOf(ctx)>>>(
         g, u, y, a.rows, a.cols, gs, us, ys);
-  } else {
-    EwLaunch l = ewLaunch(a.rows, a.cols, 1);
-    swiGluFwdKernel<1><<<l.grid, l.block, 0, streamOf(ctx)>>>(
-        g, u, y, a.rows, a.cols, gs, us, ys);
-  }
+  });
   AP_CUDA_CHECK_LAUNCH(swiGluFwdKernel);
   return Status::Ok;
 }
@@ -693,15 +924,12 @@ Status swiGluBackward(const KernelContext &ctx, const SwiGluBackwardArgs &a) {
           us = strideOr(a.upStride, a.cols), dys = strideOr(a.dyStride, a.cols),
           dgs = strideOr(a.dgateStride, a.cols),
           dus = strideOr(a.dupStride, a.cols);
-  if (pairable(a.cols, {gs, us, dys, dgs, dus}, {g, u, dy, dg, du})) {
-    EwLaunch l = ewLaunch(a.rows, a.cols, 2);
-    swiGluBwdKernel<2><<<l.grid, l.block, 0, streamOf(ctx)>>>(
-        g, u, dy, dg, du, a.rows, a.cols, gs, us, dys, dgs, dus);
-  } else {
-    EwLaunch l = ewLaunch(a.rows, a.cols, 1);
-    swiGluBwdKernel<1><<<l.grid, l.block, 0, streamOf(ctx)>>>(
-        g, u, dy, dg, du, a.rows, a.cols, gs, us, dys, dgs, dus);
-  }
+  withWidth(ewWidth(a.cols, {gs, us, dys, dgs, dus}, {g, u, dy, dg, du}),
+            [&](auto w) {
+              EwLaunch l = ewLaunch(a.rows, a.cols, w.value);
+              swiGluBwdKernel<w.value><<<l.grid, l.block, 0, streamOf(ctx)>>>(
+                  g, u, dy, dg, du, a.rows, a.cols, gs, us, dys, dgs, dus);
+            });
   AP_CUDA_CHECK_LAUNCH(swiGluBwdKernel);
   return Status::Ok;
 }
@@ -715,15 +943,11 @@ Status sigmoidGateForward(const KernelContext &ctx,
   auto y = static_cast<bf *>(a.y);
   int64_t os = strideOr(a.oStride, a.cols), gs = strideOr(a.gateStride, a.cols),
           ys = strideOr(a.yStride, a.cols);
-  if (pairable(a.cols, {os, gs, ys}, {o, g, y})) {
-    EwLaunch l = ewLaunch(a.rows, a.cols, 2);
-    gateFwdKernel<2><<<l.grid, l.block, 0, streamOf(ctx)>>>(o, g, y, a.rows,
-                                                            a.cols, os, gs, ys);
-  } else {
-    EwLaunch l = ewLaunch(a.rows, a.cols, 1);
-    gateFwdKernel<1><<<l.grid, l.block, 0, streamOf(ctx)>>>(o, g, y, a.rows,
-                                                            a.cols, os, gs, ys);
-  }
+  withWidth(ewWidth(a.cols, {os, gs, ys}, {o, g, y}), [&](auto w) {
+    EwLaunch l = ewLaunch(a.rows, a.cols, w.value);
+    gateFwdKernel<w.value><<<l.grid, l.block, 0, streamOf(ctx)>>>(
+        o, g, y, a.rows, a.cols, os, gs, ys);
+  });
   AP_CUDA_CHECK_LAUNCH(gateFwdKernel);
   return Status::Ok;
 }
@@ -741,15 +965,12 @@ Status sigmoidGateBackward(const KernelContext &ctx,
           dys = strideOr(a.dyStride, a.cols),
           dos = strideOr(a.doStride, a.cols),
           dgs = strideOr(a.dgateStride, a.cols);
-  if (pairable(a.cols, {os, gs, dys, dos, dgs}, {o, g, dy, dO, dg})) {
-    EwLaunch l = ewLaunch(a.rows, a.cols, 2);
-    gateBwdKernel<2><<<l.grid, l.block, 0, streamOf(ctx)>>>(
-        o, g, dy, dO, dg, a.rows, a.cols, os, gs, dys, dos, dgs);
-  } else {
-    EwLaunch l = ewLaunch(a.rows, a.cols, 1);
-    gateBwdKernel<1><<<l.grid, l.block, 0, streamOf(ctx)>>>(
-        o, g, dy, dO, dg, a.rows, a.cols, os, gs, dys, dos, dgs);
-  }
+  withWidth(ewWidth(a.cols, {os, gs, dys, dos, dgs}, {o, g, dy, dO, dg}),
+            [&](auto w) {
+              EwLaunch l = ewLaunch(a.rows, a.cols, w.value);
+              gateBwdKernel<w.value><<<l.grid, l.block, 0, streamOf(ctx)>>>(
+                  o, g, dy, dO, dg, a.rows, a.cols, os, gs, dys, dos, dgs);
+            });
   AP_CUDA_CHECK_LAUNCH(gateBwdKernel);
   return Status::Ok;
 }
@@ -760,12 +981,11 @@ Status residualAddForward(const KernelContext &ctx, const ResidualAddArgs &a) {
   auto x = static_cast<const bf *>(a.a);
   auto z = static_cast<const bf *>(a.b);
   auto y = static_cast<bf *>(a.y);
-  if (pairable(a.n, {}, {x, z, y}))
-    addKernel<2>
-        <<<gridFor(a.n / 2, 256, 4096), 256, 0, streamOf(ctx)>>>(x, z, y, a.n);
-  else
-    addKernel<1>
-        <<<gridFor(a.n, 256, 4096), 256, 0, streamOf(ctx)>>>(x, z, y, a.n);
+  withWidth(ewWidth(a.n, {}, {x, z, y}), [&](auto w) {
+    addKernel<w.value>
+        <<<gridFor(a.n / w.value, 256, 4096), 256, 0, streamOf(ctx)>>>(x, z, y,
+                                                                       a.n);
+  });
   AP_CUDA_CHECK_LAUNCH(addKernel);
   return Status::Ok;
 }

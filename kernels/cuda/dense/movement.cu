@@ -31,31 +31,57 @@ inline unsigned gridFor(int64_t n, int threads, int64_t cap = 1 << 16) {
       std::max<int64_t>(1, std::min((n + threads - 1) / threads, cap)));
 }
 
-/// One (outer, repeat) row per block-stride step; W-byte words within a row.
-/// All sizes are in words of W.
+/// Words of a row one thread moves per row step: its loads are all issued
+/// before its stores, so each thread keeps several requests in flight.
+constexpr int kCopyUnroll = 4;
+constexpr int kCopyThreads = 256;
+
+/// Rows of (outer, repeat) pairs; W-byte words within a row; all sizes in
+/// words of W. A row takes 2^tShift threads (enough for its words in
+/// kCopyUnroll steps, at most the block), so a block moves several short
+/// rows at once instead of leaving most of its threads idle.
 template <class W>
-__global__ void copyRowsKernel(const W *src, W *dst, int64_t rows,
-                               int64_t repeats, int64_t rowWords,
-                               int64_t srcPitch, int64_t dstPitch) {
-  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+__global__ void __launch_bounds__(kCopyThreads)
+    copyRowsKernel(const W *src, W *dst, int64_t rows, int64_t repeats,
+                   int64_t rowWords, int64_t srcPitch, int64_t dstPitch,
+                   int tShift) {
+  const int t = threadIdx.x & ((1 << tShift) - 1);
+  const int rowsPerBlock = kCopyThreads >> tShift;
+  const int64_t step = int64_t(1) << tShift;
+  for (int64_t row =
+           int64_t(blockIdx.x) * rowsPerBlock + (threadIdx.x >> tShift);
+       row < rows; row += int64_t(gridDim.x) * rowsPerBlock) {
     int64_t o = row / repeats, r = row - o * repeats;
     const W *s = src + o * srcPitch;
     W *d = dst + o * dstPitch + r * rowWords;
-    for (int64_t i = threadIdx.x; i < rowWords; i += blockDim.x)
-      d[i] = s[i];
+    for (int64_t i0 = t; i0 < rowWords; i0 += step * kCopyUnroll) {
+      W v[kCopyUnroll];
+#pragma unroll
+      for (int k = 0; k < kCopyUnroll; ++k)
+        if (i0 + k * step < rowWords)
+          v[k] = s[i0 + k * step];
+#pragma unroll
+      for (int k = 0; k < kCopyUnroll; ++k)
+        if (i0 + k * step < rowWords)
+          d[i0 + k * step] = v[k];
+    }
   }
 }
 
 template <class W>
 Status launchCopyRows(const CopyRowsArgs &a, cudaStream_t s) {
   constexpr int64_t w = sizeof(W);
-  int64_t rows = a.outer * a.repeats;
-  int threads = int(std::min<int64_t>(
-      256, std::max<int64_t>(32, (a.rowBytes / w + 31) / 32 * 32)));
-  copyRowsKernel<W>
-      <<<unsigned(std::min<int64_t>(rows, 1 << 16)), threads, 0, s>>>(
-          static_cast<const W *>(a.src), static_cast<W *>(a.dst), rows,
-          a.repeats, a.rowBytes / w, a.srcPitch / w, a.dstPitch / w);
+  const int64_t rows = a.outer * a.repeats, rowWords = a.rowBytes / w;
+  int tShift = 0;
+  while ((int64_t(1) << tShift) * kCopyUnroll < rowWords &&
+         (1 << tShift) < kCopyThreads)
+    ++tShift;
+  const int64_t rowsPerBlock = kCopyThreads >> tShift;
+  copyRowsKernel<W><<<unsigned(std::min<int64_t>(
+                          (rows + rowsPerBlock - 1) / rowsPerBlock, 1 << 16)),
+                      kCopyThreads, 0, s>>>(
+      static_cast<const W *>(a.src), static_cast<W *>(a.dst), rows, a.repeats,
+      rowWords, a.srcPitch / w, a.dstPitch / w, tShift);
   AP_CUDA_CHECK_LAUNCH(copyRowsKernel);
   return Status::Ok;
 }

@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "kernels/cuda/gdn/gdn_common.cuh"
+#include "kernels/cuda/rowwise.cuh"
 
 #include <cstdlib>
 #include <type_traits>
@@ -84,7 +85,172 @@ __device__ __forceinline__ float warpSum(float v) {
   return v;
 }
 
-/// One warp per (token, head) row.
+constexpr int kRowThreads = 32 * rowwise::kWarps;
+
+/// Row r of a [N, H, d] view with token stride ts.
+__device__ __forceinline__ long headRow(long r, int H, int d, long ts) {
+  return r / H * ts + (r % H) * long(d);
+}
+
+/// L2 norm of rows up to rowwise::kMaxDim wide, held in the registers of a
+/// lane group (rowwise.cuh): x is read once.
+template <int G, int V>
+__global__ void __launch_bounds__(kRowThreads)
+    l2FwdRowKernel(long rows, int H, int d, long xs, long ys, float eps,
+                   const bf *x, bf *y, float *rstd, bool vec) {
+  const int lane = threadIdx.x & 31, gl = lane % G;
+  const long row =
+      (long(blockIdx.x) * rowwise::kWarps + (threadIdx.x >> 5)) * (32 / G) +
+      lane / G;
+  if (row >= rows)
+    return;
+  const bf *xr = x + headRow(row, H, d, xs);
+  float xv[V][8];
+  float ss = 0.f;
+#pragma unroll
+  for (int k = 0; k < V; ++k) {
+    rowwise::load8(xr, rowwise::vecStart<G>(k, gl), d, vec, xv[k]);
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+      ss += xv[k][i] * xv[k][i];
+  }
+  const float r = rsqrtf(rowwise::groupSum<G>(ss) + eps);
+  if (gl == 0)
+    rstd[row] = r;
+  bf *yr = y + headRow(row, H, d, ys);
+#pragma unroll
+  for (int k = 0; k < V; ++k) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+      xv[k][i] *= r;
+    rowwise::store8(yr, rowwise::vecStart<G>(k, gl), d, vec, xv[k]);
+  }
+}
+
+/// dx = rstd (dy - (dy . y) y); y and dy are read once.
+template <int G, int V>
+__global__ void __launch_bounds__(kRowThreads)
+    l2BwdRowKernel(long rows, int H, int d, long xs, long ys, const bf *y,
+                   const float *rstd, const bf *dy, bf *dx, bool vec) {
+  const int lane = threadIdx.x & 31, gl = lane % G;
+  const long row =
+      (long(blockIdx.x) * rowwise::kWarps + (threadIdx.x >> 5)) * (32 / G) +
+      lane / G;
+  if (row >= rows)
+    return;
+  const long yo = headRow(row, H, d, ys);
+  float yv[V][8], dv[V][8];
+  float s = 0.f;
+#pragma unroll
+  for (int k = 0; k < V; ++k) {
+    rowwise::load8(y + yo, rowwise::vecStart<G>(k, gl), d, vec, yv[k]);
+    rowwise::load8(dy + yo, rowwise::vecStart<G>(k, gl), d, vec, dv[k]);
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+      s += yv[k][i] * dv[k][i];
+  }
+  s = rowwise::groupSum<G>(s);
+  const float r = rstd[row];
+  bf *dxr = dx + headRow(row, H, d, xs);
+#pragma unroll
+  for (int k = 0; k < V; ++k) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+      dv[k][i] = r * (dv[k][i] - s * yv[k][i]);
+    rowwise::store8(dxr, rowwise::vecStart<G>(k, gl), d, vec, dv[k]);
+  }
+}
+
+/// Gated RMSNorm forward of rows up to rowwise::kMaxDim wide: x and z are
+/// read once.
+template <int G, int V>
+__global__ void __launch_bounds__(kRowThreads)
+    gatedNormFwdRowKernel(long rows, int d, float eps, const bf *x, const bf *z,
+                          const bf *w, bf *y, float *rstd, bool vec) {
+  const int lane = threadIdx.x & 31, gl = lane % G;
+  const long row =
+      (long(blockIdx.x) * rowwise::kWarps + (threadIdx.x >> 5)) * (32 / G) +
+      lane / G;
+  if (row >= rows)
+    return;
+  float xv[V][8];
+  float ss = 0.f;
+#pragma unroll
+  for (int k = 0; k < V; ++k) {
+    rowwise::load8(x + row * d, rowwise::vecStart<G>(k, gl), d, vec, xv[k]);
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+      ss += xv[k][i] * xv[k][i];
+  }
+  const float r = rsqrtf(rowwise::groupSum<G>(ss) / float(d) + eps);
+  if (gl == 0)
+    rstd[row] = r;
+#pragma unroll
+  for (int k = 0; k < V; ++k) {
+    const int e = rowwise::vecStart<G>(k, gl);
+    float zv[8], wv[8];
+    rowwise::load8(z + row * d, e, d, vec, zv);
+    rowwise::load8(w, e, d, vec, wv);
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+      zv[i] = wv[i] * xv[k][i] * r * zv[i] * sigmoidf_(zv[i]);
+    rowwise::store8(y + row * d, e, d, vec, zv);
+  }
+}
+
+/// Gated RMSNorm backward of rows up to rowwise::kMaxDim wide: x, z and dy
+/// are read once; dw terms stay in registers over the block's rows (row
+/// order per lane), then rowwise::blockPartial folds lanes and warps in a
+/// fixed order. Rows of a block: base + (pass * kWarps + warp) * (32 / G) +
+/// group.
+template <int G, int V>
+__global__ void __launch_bounds__(kRowThreads)
+    gatedNormBwdRowKernel(long rows, int d, const bf *x, const bf *z,
+                          const bf *w, const float *rstd, const bf *dy, bf *dx,
+                          bf *dz, float *partial, int passes, bool vec) {
+  constexpr int RPW = 32 / G;
+  const int lane = threadIdx.x & 31, gl = lane % G, warp = threadIdx.x >> 5;
+  float acc[V][8] = {};
+  const long base = long(blockIdx.x) * passes * rowwise::kWarps * RPW;
+  for (int p = 0; p < passes; ++p) {
+    const long row = base + (long(p) * rowwise::kWarps + warp) * RPW + lane / G;
+    if (row >= rows)
+      continue; // the whole group skips: its shuffles stay inside it
+    const float r = rstd[row];
+    float xh[V][8], dyh[V][8], wv[V][8];
+    float mean = 0.f;
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      const int e = rowwise::vecStart<G>(k, gl);
+      float zv[8], dv[8], dzv[8];
+      rowwise::load8(x + row * d, e, d, vec, xh[k]);
+      rowwise::load8(z + row * d, e, d, vec, zv);
+      rowwise::load8(dy + row * d, e, d, vec, dv);
+      rowwise::load8(w, e, d, vec, wv[k]);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        xh[k][i] *= r;
+        const float s = sigmoidf_(zv[i]);
+        dyh[k][i] = dv[i] * zv[i] * s;
+        dzv[i] = dv[i] * wv[k][i] * xh[k][i] * s * (1.f + zv[i] * (1.f - s));
+        acc[k][i] += dyh[k][i] * xh[k][i];
+        mean += wv[k][i] * dyh[k][i] * xh[k][i];
+      }
+      rowwise::store8(dz + row * d, e, d, vec, dzv);
+    }
+    mean = rowwise::groupSum<G>(mean) / float(d);
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+#pragma unroll
+      for (int i = 0; i < 8; ++i)
+        xh[k][i] = r * (wv[k][i] * dyh[k][i] - xh[k][i] * mean);
+      rowwise::store8(dx + row * d, rowwise::vecStart<G>(k, gl), d, vec, xh[k]);
+    }
+  }
+  rowwise::blockPartial<G, V>(acc, d, partial);
+}
+
+/// Rows wider than rowwise::kMaxDim: one warp per (token, head) row.
 __global__ void l2FwdKernel(long rows, int H, int d, long xs, long ys,
                             float eps, const bf *x, bf *y, float *rstd) {
   long row = (blockIdx.x * long(blockDim.x) + threadIdx.x) >> 5;
@@ -127,6 +293,7 @@ __global__ void l2BwdKernel(long rows, int H, int d, long xs, long ys,
     dxr[i] = f2b(r * (b2f(dyr[i]) - s * b2f(yr[i])));
 }
 
+/// Rows wider than rowwise::kMaxDim: one warp per row.
 __global__ void gatedNormFwdKernel(long rows, int d, float eps, const bf *x,
                                    const bf *z, const bf *w, bf *y,
                                    float *rstd) {
@@ -151,7 +318,8 @@ __global__ void gatedNormFwdKernel(long rows, int d, float eps, const bf *x,
 
 constexpr int kNormRowsPerBlock = 64;
 
-/// 8 warps x 8 rows per block; dw partial per block in fixed order.
+/// Rows wider than rowwise::kMaxDim: 8 warps x 8 rows per block; dw partial
+/// per block in fixed order.
 __global__ void gatedNormBwdKernel(long rows, int d, const bf *x, const bf *z,
                                    const bf *w, const float *rstd, const bf *dy,
                                    bf *dx, bf *dz, float *partial) {
@@ -219,9 +387,14 @@ size_t convBackwardWorkspace(const GdnConvArgs &a) {
   return size_t(nb) * a.channels * a.kernelSize * 4;
 }
 size_t gatesBackwardWorkspace(const GdnGatesArgs &) { return 0; }
+/// Partial dw rows of the gated norm backward (one per block).
+long gatedNormPartials(long rows, int d) {
+  if (d <= rowwise::kMaxDim)
+    return long(rowwise::partials(rows, d));
+  return (rows + kNormRowsPerBlock - 1) / kNormRowsPerBlock;
+}
 size_t gatedNormBackwardWorkspace(const GdnGatedNormArgs &a) {
-  long rows = a.tokens * a.heads;
-  return size_t((rows + kNormRowsPerBlock - 1) / kNormRowsPerBlock) * a.dim * 4;
+  return size_t(gatedNormPartials(a.tokens * a.heads, a.dim)) * a.dim * 4;
 }
 
 Status convForward(const KernelContext &ctx, const GdnConvArgs &a) {
@@ -315,9 +488,22 @@ Status l2NormForward(const KernelContext &ctx, const GdnL2NormArgs &a) {
   if (a.dtype != DType::BF16)
     return Status::Unsupported;
   long rows = a.tokens * a.heads, hd = long(a.heads) * a.dim;
-  l2FwdKernel<<<gridFor(rows * 32, 256), 256, 0, (cudaStream_t)ctx.stream>>>(
-      rows, a.heads, a.dim, a.xStride ? a.xStride : hd,
-      a.yStride ? a.yStride : hd, a.eps, (const bf *)a.x, (bf *)a.y,
+  long xs = a.xStride ? a.xStride : hd, ys = a.yStride ? a.yStride : hd;
+  cudaStream_t s = (cudaStream_t)ctx.stream;
+  if (a.dim <= rowwise::kMaxDim) {
+    const bool vec = rowwise::vectorizable(a.dim, {xs, ys}, {a.x, a.y});
+    const long per = long(rowwise::rowsPerPass(a.dim));
+    rowwise::withLayout(a.dim, [&](auto g, auto v) {
+      l2FwdRowKernel<g.value, v.value>
+          <<<unsigned((rows + per - 1) / per), kRowThreads, 0, s>>>(
+              rows, a.heads, a.dim, xs, ys, a.eps, (const bf *)a.x, (bf *)a.y,
+              (float *)a.rstd, vec);
+    });
+    AP_GDN_LAUNCH_CHECK(l2FwdRowKernel);
+    return Status::Ok;
+  }
+  l2FwdKernel<<<gridFor(rows * 32, 256), 256, 0, s>>>(
+      rows, a.heads, a.dim, xs, ys, a.eps, (const bf *)a.x, (bf *)a.y,
       (float *)a.rstd);
   AP_GDN_LAUNCH_CHECK(l2FwdKernel);
   return Status::Ok;
@@ -327,9 +513,22 @@ Status l2NormBackward(const KernelContext &ctx, const GdnL2NormArgs &a) {
   if (a.dtype != DType::BF16)
     return Status::Unsupported;
   long rows = a.tokens * a.heads, hd = long(a.heads) * a.dim;
-  l2BwdKernel<<<gridFor(rows * 32, 256), 256, 0, (cudaStream_t)ctx.stream>>>(
-      rows, a.heads, a.dim, a.xStride ? a.xStride : hd,
-      a.yStride ? a.yStride : hd, (const bf *)a.y, (const float *)a.rstd,
+  long xs = a.xStride ? a.xStride : hd, ys = a.yStride ? a.yStride : hd;
+  cudaStream_t s = (cudaStream_t)ctx.stream;
+  if (a.dim <= rowwise::kMaxDim) {
+    const bool vec = rowwise::vectorizable(a.dim, {xs, ys}, {a.y, a.dy, a.dx});
+    const long per = long(rowwise::rowsPerPass(a.dim));
+    rowwise::withLayout(a.dim, [&](auto g, auto v) {
+      l2BwdRowKernel<g.value, v.value>
+          <<<unsigned((rows + per - 1) / per), kRowThreads, 0, s>>>(
+              rows, a.heads, a.dim, xs, ys, (const bf *)a.y,
+              (const float *)a.rstd, (const bf *)a.dy, (bf *)a.dx, vec);
+    });
+    AP_GDN_LAUNCH_CHECK(l2BwdRowKernel);
+    return Status::Ok;
+  }
+  l2BwdKernel<<<gridFor(rows * 32, 256), 256, 0, s>>>(
+      rows, a.heads, a.dim, xs, ys, (const bf *)a.y, (const float *)a.rstd,
       (const bf *)a.dy, (bf *)a.dx);
   AP_GDN_LAUNCH_CHECK(l2BwdKernel);
   return Status::Ok;
@@ -339,8 +538,20 @@ Status gatedNormForward(const KernelContext &ctx, const GdnGatedNormArgs &a) {
   if (a.dtype != DType::BF16)
     return Status::Unsupported;
   long rows = a.tokens * a.heads;
-  gatedNormFwdKernel<<<gridFor(rows * 32, 256), 256, 0,
-                       (cudaStream_t)ctx.stream>>>(
+  cudaStream_t s = (cudaStream_t)ctx.stream;
+  if (a.dim <= rowwise::kMaxDim) {
+    const bool vec = rowwise::vectorizable(a.dim, {}, {a.x, a.z, a.w, a.y});
+    const long per = long(rowwise::rowsPerPass(a.dim));
+    rowwise::withLayout(a.dim, [&](auto g, auto v) {
+      gatedNormFwdRowKernel<g.value, v.value>
+          <<<unsigned((rows + per - 1) / per), kRowThreads, 0, s>>>(
+              rows, a.dim, a.eps, (const bf *)a.x, (const bf *)a.z,
+              (const bf *)a.w, (bf *)a.y, (float *)a.rstd, vec);
+    });
+    AP_GDN_LAUNCH_CHECK(gatedNormFwdRowKernel);
+    return Status::Ok;
+  }
+  gatedNormFwdKernel<<<gridFor(rows * 32, 256), 256, 0, s>>>(
       rows, a.dim, a.eps, (const bf *)a.x, (const bf *)a.z, (const bf *)a.w,
       (bf *)a.y, (float *)a.rstd);
   AP_GDN_LAUNCH_CHECK(gatedNormFwdKernel);
@@ -354,8 +565,28 @@ Status gatedNormBackward(const KernelContext &ctx, const GdnGatedNormArgs &a) {
     return Status::InvalidArgument;
   cudaStream_t s = (cudaStream_t)ctx.stream;
   long rows = a.tokens * a.heads;
-  long nb = (rows + kNormRowsPerBlock - 1) / kNormRowsPerBlock;
+  long nb = gatedNormPartials(rows, a.dim);
   float *partial = (float *)ctx.workspace;
+  if (a.dim <= rowwise::kMaxDim) {
+    const bool vec =
+        rowwise::vectorizable(a.dim, {}, {a.x, a.z, a.w, a.dy, a.dx, a.dz});
+    const int passes = int(rowwise::passesPerBlock(rows, a.dim));
+    rowwise::withLayout(a.dim, [&](auto g, auto v) {
+      gatedNormBwdRowKernel<g.value, v.value>
+          <<<unsigned(nb), kRowThreads, 0, s>>>(
+              rows, a.dim, (const bf *)a.x, (const bf *)a.z, (const bf *)a.w,
+              (const float *)a.rstd, (const bf *)a.dy, (bf *)a.dx, (bf *)a.dz,
+              partial, passes, vec);
+    });
+    AP_GDN_LAUNCH_CHECK(gatedNormBwdRowKernel);
+    if (a.dw) {
+      rowwise::columnSumKernel<<<rowwise::columnSumBlocks(a.dim),
+                                 rowwise::kColCols * rowwise::kColSegs, 0, s>>>(
+          partial, (float *)a.dw, nb, a.dim);
+      AP_GDN_LAUNCH_CHECK(columnSumKernel);
+    }
+    return Status::Ok;
+  }
   gatedNormBwdKernel<<<unsigned(nb), 256, 8 * a.dim * sizeof(float), s>>>(
       rows, a.dim, (const bf *)a.x, (const bf *)a.z, (const bf *)a.w,
       (const float *)a.rstd, (const bf *)a.dy, (bf *)a.dx, (bf *)a.dz, partial);

@@ -93,9 +93,8 @@ size_t rmsNormBackwardWorkspaceBytes(Backend backend,
                                      const RmsNormBackwardArgs &a) {
   if (backend != Backend::Cuda || a.rows <= 0 || a.dim <= 0)
     return 0;
-  int64_t parts =
-      (a.rows + ref::kRmsNormRowsPerPartial - 1) / ref::kRmsNormRowsPerPartial;
-  return size_t(parts) * size_t(a.dim) * sizeof(float);
+  return size_t(ref::rmsNormBackwardPartials(a.rows, a.dim)) * size_t(a.dim) *
+         sizeof(float);
 }
 
 Status rmsNormForward(const KernelContext &ctx, const RmsNormForwardArgs &a) {

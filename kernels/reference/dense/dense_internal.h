@@ -9,6 +9,7 @@
 #ifndef ACTPLACE_KERNELS_REFERENCE_DENSE_DENSE_INTERNAL_H
 #define ACTPLACE_KERNELS_REFERENCE_DENSE_DENSE_INTERNAL_H
 
+#include "kernels/cuda/row_layout.h"
 #include "kernels/kernels.h"
 
 namespace ap::kernels {
@@ -81,8 +82,15 @@ Status convertDType(const ConvertArgs &a);
 
 /// Fixed blocking of the grad-norm reduction (both backends).
 constexpr int64_t kGradNormBlock = 65536;
-/// Rows per partial sum in the CUDA RMSNorm dw reduction.
+/// Rows per partial sum in the CUDA RMSNorm dw reduction of rows wider than
+/// rowwise::kMaxDim (narrower rows: rowwise::partials).
 constexpr int64_t kRmsNormRowsPerPartial = 32;
+/// Partial dw rows the CUDA RMSNorm backward writes to its workspace.
+inline int64_t rmsNormBackwardPartials(int64_t rows, int64_t dim) {
+  if (dim <= rowwise::kMaxDim)
+    return rowwise::partials(rows, dim);
+  return (rows + kRmsNormRowsPerPartial - 1) / kRmsNormRowsPerPartial;
+}
 /// The cuBLASLt workspace: fixed so the algorithm never depends on it.
 constexpr size_t kCudaGemmWorkspaceBytes = size_t(32) << 20;
 

@@ -245,8 +245,16 @@ TEST_F(DenseCuda, RmsNormModelAndQNormShapes) {
     int64_t rows, dim, stride;
     bool zc;
   };
+  // The model norms (D), q_norm on the gated q_proj output (8 heads of 256
+  // in rows of 512), k_norm (2 heads, dense); then odd shapes: rows not a
+  // multiple of a block's rows, dims not a multiple of 8, narrow rows that
+  // share a warp, rows wider than the register-tiled kernels hold.
   for (Case c : {Case{kT, kD, 0, true}, Case{kT, kD, 0, false},
-                 Case{kT * 8, 256, 512, true}}) {
+                 Case{kT * 8, 256, 512, true}, Case{kT * 2, 256, 0, true},
+                 Case{kT + 3, kD, 0, true}, Case{777, 100, 0, false},
+                 Case{1000, 24, 40, true}, Case{301, 1536, 0, true}}) {
+    SCOPED_TRACE(::testing::Message() << "rows " << c.rows << " dim " << c.dim
+                                      << " stride " << c.stride);
     const int64_t xs = c.stride ? c.stride : c.dim;
     auto x = randBf16(c.rows * xs, 10, 2.f), w = randBf16(c.dim, 11, 0.5f),
          dy = randBf16(c.rows * xs, 12);
@@ -332,6 +340,51 @@ TEST_F(DenseCuda, RmsNormModelAndQNormShapes) {
   }
 }
 
+/// One RMSNorm forward + backward on device copies placed `shift` elements
+/// past a 16-byte boundary (1: the kernels fall back to element accesses);
+/// returns y, rstd, dx and dw as raw bytes.
+std::vector<std::vector<unsigned char>>
+rmsNormRaw(const KernelContext &ctx, int64_t rows, int64_t dim, size_t shift) {
+  auto x = randBf16(rows * dim, 14, 2.f), w = randBf16(dim, 15, 0.5f),
+       dy = randBf16(rows * dim, 16);
+  const size_t n = size_t(rows * dim);
+  Dev<bf16> dX(n + 8), dW(dim + 8), dY(n + 8), dDy(n + 8), dDx(n + 8);
+  Dev<float> dRs(rows), dDw(dim);
+  cudaMemcpy(dX.p + shift, x.data(), n * 2, cudaMemcpyHostToDevice);
+  cudaMemcpy(dW.p + shift, w.data(), dim * 2, cudaMemcpyHostToDevice);
+  cudaMemcpy(dDy.p + shift, dy.data(), n * 2, cudaMemcpyHostToDevice);
+  cudaMemset(dDw.p, 0, dim * 4);
+  RmsNormForwardArgs f{DType::BF16, dX.p + shift, dW.p + shift, dY.p + shift,
+                       dRs.p,       rows,         dim};
+  RmsNormBackwardArgs b{DType::BF16, dX.p + shift,  dW.p + shift,
+                        dRs.p,       dDy.p + shift, dDx.p + shift,
+                        dDw.p,       rows,          dim};
+  EXPECT_EQ(rmsNormForward(ctx, f), Status::Ok);
+  EXPECT_EQ(rmsNormBackward(ctx, b), Status::Ok);
+  EXPECT_EQ(cudaStreamSynchronize(static_cast<cudaStream_t>(ctx.stream)),
+            cudaSuccess);
+  auto bytes = [](const void *p, size_t nb) {
+    std::vector<unsigned char> v(nb);
+    cudaMemcpy(v.data(), p, nb, cudaMemcpyDeviceToHost);
+    return v;
+  };
+  return {bytes(dY.p + shift, n * 2), bytes(dRs.p, rows * 4),
+          bytes(dDx.p + shift, n * 2), bytes(dDw.p, dim * 4)};
+}
+
+TEST_F(DenseCuda, RmsNormAlignedAndElementwiseAccessBitwiseEqual) {
+  for (int64_t dim : {kD, int64_t(256)}) {
+    const int64_t rows = 1003;
+    RmsNormBackwardArgs probe{DType::BF16};
+    probe.rows = rows;
+    probe.dim = dim;
+    probe.dw = ws; // only its non-nullness matters to the query
+    reserve(rmsNormBackwardWorkspaceBytes(Backend::Cuda, probe));
+    EXPECT_TRUE(rmsNormRaw(ctx, rows, dim, 0) == rmsNormRaw(ctx, rows, dim, 1))
+        << "dim " << dim;
+  }
+}
+
 //===----------------------------------------------------------------------===//
 // RoPE
 //===----------------------------------------------------------------------===//
@@ -341,8 +394,14 @@ TEST_F(DenseCuda, RopeQwenAndMlaShapes) {
     int64_t heads, headDim, offset, rd;
     double theta;
   };
-  for (Case c : {Case{8, 256, 0, 64, 1e7}, Case{16, 192, 128, 64, 1e4},
-                 Case{1, 64, 0, 64, 1e4}}) {
+  // q and k of the Qwen3.5 attention (8 and 2 heads), MLA shapes, then
+  // shapes the 16-byte kernel does not take (offset and half rotation not
+  // multiples of 8): the element kernel.
+  for (Case c : {Case{8, 256, 0, 64, 1e7}, Case{2, 256, 0, 64, 1e7},
+                 Case{16, 192, 128, 64, 1e4}, Case{1, 64, 0, 64, 1e4},
+                 Case{3, 40, 4, 20, 1e4}}) {
+    SCOPED_TRACE(::testing::Message() << "heads " << c.heads << " headDim "
+                                      << c.headDim << " offset " << c.offset);
     RopeArgs a{DType::BF16};
     a.batch = 2;
     a.seq = kT / 2;
@@ -389,6 +448,40 @@ TEST_F(DenseCuda, RopeQwenAndMlaShapes) {
   }
 }
 
+TEST_F(DenseCuda, RopeAlignedAndElementwiseAccessBitwiseEqual) {
+  // The Qwen q shape at 16-byte and at 2-byte alignment (the element
+  // kernel), forward and backward, out of place and in place: same bits.
+  RopeArgs a{DType::BF16};
+  a.batch = 1;
+  a.seq = 1000;
+  a.heads = 8;
+  a.headDim = 256;
+  a.rotaryDim = 64;
+  a.theta = 1e7;
+  const int64_t n = a.seq * a.heads * a.headDim;
+  auto x = randBf16(n, 21);
+  for (bool backward : {false, true})
+    for (bool inPlace : {false, true}) {
+      std::vector<std::vector<bf16>> outs;
+      for (int shift : {0, 1}) {
+        Dev<bf16> dX(n + 8), dY(n + 8);
+        cudaMemcpy(dX.p + shift, x.data(), n * 2, cudaMemcpyHostToDevice);
+        dY.poison();
+        RopeArgs g = a;
+        g.x = dX.p + shift;
+        g.y = inPlace ? dX.p + shift : dY.p + shift;
+        ASSERT_EQ(backward ? ropeBackward(ctx, g) : ropeForward(ctx, g),
+                  Status::Ok);
+        sync();
+        std::vector<bf16> y(n);
+        cudaMemcpy(y.data(), g.y, n * 2, cudaMemcpyDeviceToHost);
+        outs.push_back(y);
+      }
+      EXPECT_TRUE(sameBytes(outs[0], outs[1]))
+          << "backward " << backward << " in place " << inPlace;
+    }
+}
+
 //===----------------------------------------------------------------------===//
 // SwiGLU, gate, residual
 //===----------------------------------------------------------------------===//
@@ -427,6 +520,92 @@ TEST_F(DenseCuda, SwiGluMlpShape) {
   EXPECT_LT(relErr(y1, yRef), 8e-3);
   EXPECT_LT(relErr(dg1, dgRef), 8e-3);
   EXPECT_LT(relErr(du1, duRef), 8e-3);
+}
+
+TEST_F(DenseCuda, SwiGluOddShapes) {
+  // cols % 8 != 0 (2-wide accesses) and odd cols (element accesses).
+  for (int64_t cols : {int64_t(3586), int64_t(3583)}) {
+    const int64_t rows = 129;
+    auto g = randBf16(rows * cols, 33, 2.f), u = randBf16(rows * cols, 34),
+         dy = randBf16(rows * cols, 35);
+    std::vector<bf16> yRef(rows * cols), dgRef(rows * cols), duRef(rows * cols);
+    ASSERT_EQ(swiGluForward(host, {DType::BF16, g.data(), u.data(), yRef.data(),
+                                   rows, cols}),
+              Status::Ok);
+    ASSERT_EQ(swiGluBackward(host, {DType::BF16, g.data(), u.data(), dy.data(),
+                                    dgRef.data(), duRef.data(), rows, cols}),
+              Status::Ok);
+    Dev<bf16> dG(g.size()), dU(u.size()), dDy(dy.size()), dYo(g.size()),
+        dDg(g.size()), dDu(g.size());
+    dG.up(g);
+    dU.up(u);
+    dDy.up(dy);
+    for (auto *b : {&dYo, &dDg, &dDu})
+      b->poison();
+    ASSERT_EQ(swiGluForward(ctx, {DType::BF16, dG.p, dU.p, dYo.p, rows, cols}),
+              Status::Ok);
+    ASSERT_EQ(swiGluBackward(ctx, {DType::BF16, dG.p, dU.p, dDy.p, dDg.p, dDu.p,
+                                   rows, cols}),
+              Status::Ok);
+    sync();
+    EXPECT_LT(relErr(dYo.down(), yRef), 8e-3) << cols;
+    EXPECT_LT(relErr(dDg.down(), dgRef), 8e-3) << cols;
+    EXPECT_LT(relErr(dDu.down(), duRef), 8e-3) << cols;
+  }
+}
+
+TEST_F(DenseCuda, ElementwiseAccessWidthsBitwiseEqual) {
+  // The same [rows, cols] data at 16-byte (8-wide), 4-byte (2-wide) and
+  // 2-byte (element) alignment of every view: SwiGLU, the sigmoid gate and
+  // the residual add give the same bits at every width.
+  const int64_t rows = 257, cols = kI, n = rows * cols;
+  auto g = randBf16(n, 36, 2.f), u = randBf16(n, 37), dy = randBf16(n, 38);
+  std::vector<std::vector<bf16>> first;
+  for (int shift : {0, 2, 1}) {
+    SCOPED_TRACE(shift);
+    Dev<bf16> dG(n + 8), dU(n + 8), dDy(n + 8), o1(n + 8), o2(n + 8);
+    auto at = [&](Dev<bf16> &d) { return d.p + shift; };
+    cudaMemcpy(at(dG), g.data(), n * 2, cudaMemcpyHostToDevice);
+    cudaMemcpy(at(dU), u.data(), n * 2, cudaMemcpyHostToDevice);
+    cudaMemcpy(at(dDy), dy.data(), n * 2, cudaMemcpyHostToDevice);
+    auto get = [&](Dev<bf16> &d) {
+      std::vector<bf16> v(n);
+      cudaMemcpy(v.data(), at(d), n * 2, cudaMemcpyDeviceToHost);
+      return v;
+    };
+    std::vector<std::vector<bf16>> outs;
+    ASSERT_EQ(
+        swiGluForward(ctx, {DType::BF16, at(dG), at(dU), at(o1), rows, cols}),
+        Status::Ok);
+    sync();
+    outs.push_back(get(o1));
+    ASSERT_EQ(swiGluBackward(ctx, {DType::BF16, at(dG), at(dU), at(dDy), at(o1),
+                                   at(o2), rows, cols}),
+              Status::Ok);
+    sync();
+    outs.push_back(get(o1));
+    outs.push_back(get(o2));
+    SigmoidGateForwardArgs gf{DType::BF16, at(dU), at(dG), at(o1), rows, cols};
+    ASSERT_EQ(sigmoidGateForward(ctx, gf), Status::Ok);
+    sync();
+    outs.push_back(get(o1));
+    SigmoidGateBackwardArgs gb{DType::BF16, at(dU), at(dG), at(dDy),
+                               at(o1),      at(o2), rows,   cols};
+    ASSERT_EQ(sigmoidGateBackward(ctx, gb), Status::Ok);
+    sync();
+    outs.push_back(get(o1));
+    outs.push_back(get(o2));
+    ASSERT_EQ(residualAddForward(ctx, {DType::BF16, at(dG), at(dU), at(o1), n}),
+              Status::Ok);
+    sync();
+    outs.push_back(get(o1));
+    if (first.empty()) {
+      first = outs;
+      continue;
+    }
+    for (size_t i = 0; i < outs.size(); ++i)
+      EXPECT_TRUE(sameBytes(outs[i], first[i])) << "output " << i;
+  }
 }
 
 TEST_F(DenseCuda, SigmoidGateOnGatedQProjection) {
@@ -490,24 +669,25 @@ TEST_F(DenseCuda, SigmoidGateOnGatedQProjection) {
 }
 
 TEST_F(DenseCuda, ResidualAddBitwise) {
-  const int64_t n = kT * kD;
-  auto a = randBf16(n, 50), b = randBf16(n, 51);
-  std::vector<bf16> ref(n);
-  ASSERT_EQ(residualAddForward(
-                host, {DType::BF16, a.data(), b.data(), ref.data(), n}),
-            Status::Ok);
-  Dev<bf16> dA(n), dB(n), dYo(n), dDa(n);
-  dA.up(a);
-  dB.up(b);
-  dYo.poison();
-  dDa.poison();
-  ASSERT_EQ(residualAddForward(ctx, {DType::BF16, dA.p, dB.p, dYo.p, n}),
-            Status::Ok);
-  ASSERT_EQ(residualAddBackward(ctx, {DType::BF16, dYo.p, dDa.p, nullptr, n}),
-            Status::Ok);
-  sync();
-  EXPECT_TRUE(sameBytes(dYo.down(), ref));
-  EXPECT_TRUE(sameBytes(dDa.down(), ref));
+  for (int64_t n : {kT * kD, kT * kD - 3}) {
+    auto a = randBf16(n, 50), b = randBf16(n, 51);
+    std::vector<bf16> ref(n);
+    ASSERT_EQ(residualAddForward(
+                  host, {DType::BF16, a.data(), b.data(), ref.data(), n}),
+              Status::Ok);
+    Dev<bf16> dA(n), dB(n), dYo(n), dDa(n);
+    dA.up(a);
+    dB.up(b);
+    dYo.poison();
+    dDa.poison();
+    ASSERT_EQ(residualAddForward(ctx, {DType::BF16, dA.p, dB.p, dYo.p, n}),
+              Status::Ok);
+    ASSERT_EQ(residualAddBackward(ctx, {DType::BF16, dYo.p, dDa.p, nullptr, n}),
+              Status::Ok);
+    sync();
+    EXPECT_TRUE(sameBytes(dYo.down(), ref));
+    EXPECT_TRUE(sameBytes(dDa.down(), ref));
+  }
 }
 
 //===----------------------------------------------------------------------===//

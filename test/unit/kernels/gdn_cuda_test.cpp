@@ -604,90 +604,198 @@ TEST_F(GdnCuda, GatesForwardBackward) {
   EXPECT_LT(relErr(DDT.f32(), rdt), 1e-4);
 }
 
-TEST_F(GdnCuda, L2NormForwardBackward) {
-  const long N = 3000;
-  const int H = 4, d = 128;
-  const long xs = 3 * H * d; // q heads inside a wider conv output row
-  Vec x = randn(N * xs, 1), dy = randn(N * H * d, 2);
+/// Device copies of host data placed `shift` elements past a 16-byte
+/// boundary: shift 0 lets the row kernels use 16-byte accesses, shift 1
+/// forces their element-wise fallback.
+struct Shifted {
+  Dev buf;
+  size_t shift;
+  Shifted(size_t bytes, size_t shiftElems, size_t elemBytes)
+      : buf(bytes + 16), shift(shiftElems * elemBytes) {}
+  void *p() const { return static_cast<char *>(buf.p) + shift; }
+  template <typename T> void up(const std::vector<T> &h) {
+    cudaMemcpy(p(), h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice);
+  }
+  void poison() { buf.poison(); }
+  std::vector<unsigned char> raw(size_t bytes) const {
+    std::vector<unsigned char> r(bytes);
+    cudaMemcpy(r.data(), p(), bytes, cudaMemcpyDeviceToHost);
+    return r;
+  }
+  Vec bf(size_t n) const {
+    std::vector<bf16> h(n);
+    cudaMemcpy(h.data(), p(), n * 2, cudaMemcpyDeviceToHost);
+    Vec r(n);
+    for (size_t i = 0; i < n; ++i)
+      r[i] = toFloat(h[i]);
+    return r;
+  }
+};
+
+/// Raw outputs of one L2 norm forward + backward run.
+struct L2Out {
+  std::vector<unsigned char> y, rstd, dx;
+};
+
+/// L2 norm at N tokens, H heads of d, x rows of xs >= H*d elements (q heads
+/// inside a wider conv output row), buffers `shift` elements off alignment:
+/// against the float64 reference, then a second run bitwise equal.
+L2Out checkL2(long N, int H, int d, long xs, size_t shift) {
+  SCOPED_TRACE(::testing::Message() << "l2 N=" << N << " H=" << H << " d=" << d
+                                    << " xs=" << xs << " shift=" << shift);
+  const long hd = long(H) * d;
+  Vec x = randn(N * xs, 1), dy = randn(N * hd, 2);
   auto xb = toBf(x), dyb = toBf(dy);
-  Dev X(xb), DY(dyb), Y(N * H * d * 2), R(N * H * 4), DX(N * xs * 2);
+  Shifted X(xb.size() * 2, shift, 2), DY(dyb.size() * 2, shift, 2),
+      Y(N * hd * 2, shift, 2), DX(N * xs * 2, shift, 2);
+  Dev R(N * H * 4);
+  X.up(xb);
+  DY.up(dyb);
   GdnL2NormArgs a;
   a.dtype = DType::BF16;
   a.tokens = N;
   a.heads = H;
   a.dim = d;
-  a.xStride = xs;
-  a.x = X.p;
-  a.y = Y.p;
+  a.xStride = xs == hd ? 0 : xs;
+  a.x = X.p();
+  a.y = Y.p();
   a.rstd = R.p;
-  a.dy = DY.p;
-  a.dx = DX.p;
+  a.dy = DY.p();
+  a.dx = DX.p();
   KernelContext ctx = gpuCtx(nullptr, 0);
-  Y.poison();
-  R.poison();
-  DX.poison();
-  ASSERT_EQ(gdnL2NormForward(ctx, a), Status::Ok);
-  ASSERT_EQ(gdnL2NormBackward(ctx, a), Status::Ok);
-  CK(cudaDeviceSynchronize());
-  Vec gy = Y.bf();
+  L2Out first;
+  for (int run = 0; run < 2; ++run) {
+    Y.poison();
+    R.poison();
+    DX.poison();
+    EXPECT_EQ(gdnL2NormForward(ctx, a), Status::Ok);
+    EXPECT_EQ(gdnL2NormBackward(ctx, a), Status::Ok);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    L2Out o{Y.raw(N * hd * 2), R.raw(), DX.raw(N * xs * 2)};
+    if (run == 0) {
+      first = o;
+      continue;
+    }
+    EXPECT_TRUE(o.y == first.y && o.rstd == first.rstd && o.dx == first.dx)
+        << "l2 norm not deterministic";
+  }
+  Vec gy = Y.bf(N * hd);
   Vec ry(gy.size()), rr(N * H), rdx(N * xs, 0.0);
   GdnL2NormArgs r = a;
   r.dtype = DType::F64;
   r.x = x.data();
   r.y = ry.data();
   r.rstd = rr.data();
-  ASSERT_EQ(gdnL2NormForward(KernelContext{}, r), Status::Ok);
+  EXPECT_EQ(gdnL2NormForward(KernelContext{}, r), Status::Ok);
   // Backward reference from the GPU's own saved y (bf16) and rstd.
   Vec ry2 = gy, rr2 = R.f32();
   r.y = ry2.data();
   r.rstd = rr2.data();
   r.dy = dy.data();
   r.dx = rdx.data();
-  ASSERT_EQ(gdnL2NormBackward(KernelContext{}, r), Status::Ok);
+  EXPECT_EQ(gdnL2NormBackward(KernelContext{}, r), Status::Ok);
   EXPECT_LT(relErr(gy, ry), 1e-2);
   EXPECT_LT(relErr(R.f32(), rr), 1e-5);
-  Vec gdx = DX.bf(), gdxRows, rdxRows;
+  Vec gdx = DX.bf(N * xs), gdxRows, rdxRows;
+  long outside = 0; // the rest of a wider row must keep its poison
   for (long n = 0; n < N; ++n)
-    for (int i = 0; i < H * d; ++i) {
-      gdxRows.push_back(gdx[n * xs + i]);
-      rdxRows.push_back(rdx[n * xs + i]);
+    for (long i = 0; i < xs; ++i) {
+      if (i < hd) {
+        gdxRows.push_back(gdx[n * xs + i]);
+        rdxRows.push_back(rdx[n * xs + i]);
+      } else {
+        outside += !std::isnan(gdx[n * xs + i]);
+      }
     }
+  EXPECT_EQ(outside, 0) << "dx written outside its view";
   EXPECT_LT(relErr(gdxRows, rdxRows), 1e-2);
+  return first;
 }
 
-TEST_F(GdnCuda, GatedNormForwardBackward) {
-  const long N = 4000;
-  const int H = 16, d = 128;
-  Vec x = randn(N * H * d, 1), z = randn(x.size(), 2, 2.0), w = randn(d, 3),
-      dy = randn(x.size(), 4);
+TEST_F(GdnCuda, L2NormForwardBackward) {
+  checkL2(3000, 4, 128, 3 * 4 * 128, 0);
+}
+
+TEST_F(GdnCuda, L2NormQwenShapes) {
+  // q and k of the GDN layers: 4096 tokens, 16 heads of 128, dense.
+  checkL2(4096, 16, 128, 16 * 128, 0);
+}
+
+TEST_F(GdnCuda, L2NormOddShapes) {
+  checkL2(333, 3, 100, 3 * 100, 0);   // d not a multiple of 8
+  checkL2(257, 5, 24, 5 * 24 + 8, 0); // four rows per lane group set
+  checkL2(101, 2, 1056, 2 * 1056, 0); // wider than the register rows
+}
+
+TEST_F(GdnCuda, L2NormAlignedAndElementwiseAccessBitwiseEqual) {
+  L2Out v = checkL2(1001, 16, 128, 3 * 16 * 128, 0);
+  L2Out e = checkL2(1001, 16, 128, 3 * 16 * 128, 1);
+  EXPECT_TRUE(v.y == e.y && v.rstd == e.rstd && v.dx == e.dx);
+}
+
+/// Raw outputs of one gated norm forward + backward run.
+struct GatedOut {
+  std::vector<unsigned char> y, rstd, dx, dz, dw;
+};
+
+/// Gated RMSNorm at N tokens, H heads of d, buffers `shift` elements off
+/// alignment: against the float64 reference, then a second run (dw back at
+/// its initial value) bitwise equal.
+GatedOut checkGated(long N, int H, int d, size_t shift) {
+  SCOPED_TRACE(::testing::Message() << "gated norm N=" << N << " H=" << H
+                                    << " d=" << d << " shift=" << shift);
+  const size_t n = size_t(N) * H * d;
+  Vec x = randn(n, 1), z = randn(n, 2, 2.0), w = randn(d, 3), dy = randn(n, 4);
   auto xb = toBf(x), zb = toBf(z), wb = toBf(w), dyb = toBf(dy);
-  Dev X(xb), Z(zb), W(wb), DY(dyb), Y(x.size() * 2), R(N * H * 4),
-      DX(x.size() * 2), DZ(x.size() * 2);
-  std::vector<float> dw0(d, 0.f);
+  Shifted X(n * 2, shift, 2), Z(n * 2, shift, 2), W(d * 2, shift, 2),
+      DY(n * 2, shift, 2), Y(n * 2, shift, 2), DX(n * 2, shift, 2),
+      DZ(n * 2, shift, 2);
+  X.up(xb);
+  Z.up(zb);
+  W.up(wb);
+  DY.up(dyb);
+  Dev R(N * H * 4);
+  std::vector<float> dw0(d);
+  for (int i = 0; i < d; ++i)
+    dw0[i] = 0.25f * float(i % 7) - 0.5f; // accumulate onto non-zero values
   Dev DW(dw0);
   GdnGatedNormArgs a;
   a.dtype = DType::BF16;
   a.tokens = N;
   a.heads = H;
   a.dim = d;
-  a.x = X.p;
-  a.z = Z.p;
-  a.w = W.p;
-  a.y = Y.p;
+  a.x = X.p();
+  a.z = Z.p();
+  a.w = W.p();
+  a.y = Y.p();
   a.rstd = R.p;
-  a.dy = DY.p;
-  a.dx = DX.p;
-  a.dz = DZ.p;
+  a.dy = DY.p();
+  a.dx = DX.p();
+  a.dz = DZ.p();
   a.dw = DW.p;
   size_t wsb = gdnGatedNormBackwardWorkspaceBytes(a);
   Dev ws(wsb);
   KernelContext ctx = gpuCtx(ws.p, wsb);
-  for (Dev *p : {&Y, &R, &DX, &DZ})
-    p->poison();
-  ASSERT_EQ(gdnGatedNormForward(ctx, a), Status::Ok);
-  ASSERT_EQ(gdnGatedNormBackward(ctx, a), Status::Ok);
-  CK(cudaDeviceSynchronize());
-  Vec ry(x.size()), rr(N * H), rdx(x.size()), rdz(x.size()), rdw(d, 0.0);
+  GatedOut first;
+  for (int run = 0; run < 2; ++run) {
+    for (Shifted *p : {&Y, &DX, &DZ})
+      p->poison();
+    R.poison();
+    ws.poison();
+    cudaMemcpy(DW.p, dw0.data(), DW.bytes, cudaMemcpyHostToDevice);
+    EXPECT_EQ(gdnGatedNormForward(ctx, a), Status::Ok);
+    EXPECT_EQ(gdnGatedNormBackward(ctx, a), Status::Ok);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    GatedOut o{Y.raw(n * 2), R.raw(), DX.raw(n * 2), DZ.raw(n * 2), DW.raw()};
+    if (run == 0) {
+      first = o;
+      continue;
+    }
+    EXPECT_TRUE(o.y == first.y && o.rstd == first.rstd && o.dx == first.dx &&
+                o.dz == first.dz && o.dw == first.dw)
+        << "gated norm not deterministic";
+  }
+  Vec ry(n), rr(N * H), rdx(n), rdz(n), rdw(d, 0.0);
   GdnGatedNormArgs r = a;
   r.dtype = DType::F64;
   r.x = x.data();
@@ -699,18 +807,35 @@ TEST_F(GdnCuda, GatedNormForwardBackward) {
   r.dx = rdx.data();
   r.dz = rdz.data();
   r.dw = rdw.data();
-  ASSERT_EQ(gdnGatedNormForward(KernelContext{}, r), Status::Ok);
-  ASSERT_EQ(gdnGatedNormBackward(KernelContext{}, r), Status::Ok);
-  EXPECT_LT(relErr(Y.bf(), ry), 1e-2);
+  EXPECT_EQ(gdnGatedNormForward(KernelContext{}, r), Status::Ok);
+  EXPECT_EQ(gdnGatedNormBackward(KernelContext{}, r), Status::Ok);
+  EXPECT_LT(relErr(Y.bf(n), ry), 1e-2);
   EXPECT_LT(relErr(R.f32(), rr), 1e-5);
-  EXPECT_LT(relErr(DX.bf(), rdx), 1e-2);
-  EXPECT_LT(relErr(DZ.bf(), rdz), 1e-2);
-  EXPECT_LT(relErr(DW.f32(), rdw), 1e-4);
-  Vec dw1 = DW.f32();
-  cudaMemcpy(DW.p, dw0.data(), DW.bytes, cudaMemcpyHostToDevice);
-  ASSERT_EQ(gdnGatedNormBackward(ctx, a), Status::Ok);
-  CK(cudaDeviceSynchronize());
-  EXPECT_EQ(DW.f32(), dw1);
+  EXPECT_LT(relErr(DX.bf(n), rdx), 1e-2);
+  EXPECT_LT(relErr(DZ.bf(n), rdz), 1e-2);
+  Vec gdw = DW.f32();
+  for (int i = 0; i < d; ++i)
+    gdw[i] -= dw0[i];
+  EXPECT_LT(relErr(gdw, rdw), 1e-4);
+  return first;
+}
+
+TEST_F(GdnCuda, GatedNormForwardBackward) { checkGated(4000, 16, 128, 0); }
+
+TEST_F(GdnCuda, GatedNormQwenShape) { checkGated(4096, 16, 128, 0); }
+
+TEST_F(GdnCuda, GatedNormOddShapes) {
+  checkGated(1001, 3, 72, 0); // rows not a multiple of a block's rows
+  checkGated(513, 2, 100, 0); // d not a multiple of 8
+  checkGated(77, 1, 1024, 0); // four vectors per lane
+  checkGated(40, 3, 1200, 0); // wider than the register rows
+}
+
+TEST_F(GdnCuda, GatedNormAlignedAndElementwiseAccessBitwiseEqual) {
+  GatedOut v = checkGated(1500, 16, 128, 0);
+  GatedOut e = checkGated(1500, 16, 128, 1);
+  EXPECT_TRUE(v.y == e.y && v.rstd == e.rstd && v.dx == e.dx && v.dz == e.dz &&
+              v.dw == e.dw);
 }
 
 #else

@@ -159,14 +159,21 @@ TEST(MovementCuda, CopyRowsMatchesHostAtEveryWidth) {
     GTEST_SKIP() << "no GPU";
   KernelContext gpu;
   gpu.backend = Backend::Cuda;
-  // (rowBytes, srcPitch, dstPitch, src offset, dst offset): 16, 8, 4, 2, 1.
-  const int64_t cases[][5] = {{256, 512, 256, 0, 0},
-                              {40, 48, 40, 8, 0},
-                              {12, 20, 12, 4, 4},
-                              {6, 10, 6, 2, 0},
-                              {3, 7, 3, 1, 5}};
+  // (rowBytes, srcPitch, dstPitch, src offset, dst offset, outer): words of
+  // 16, 8, 4, 2, 1 bytes; then rows of 16-byte words that take several
+  // unrolled steps per thread (8192 bytes: 512 words), a word count that is
+  // no power of two, and many short rows that share a block.
+  const int64_t cases[][6] = {{256, 512, 256, 0, 0, 37},
+                              {40, 48, 40, 8, 0, 37},
+                              {12, 20, 12, 4, 4, 37},
+                              {6, 10, 6, 2, 0, 37},
+                              {3, 7, 3, 1, 5, 37},
+                              {8192, 12288, 8192, 0, 0, 37},
+                              {16 * 37, 16 * 40, 16 * 37, 16, 32, 37},
+                              {32, 64, 32, 0, 0, 3001},
+                              {4096, 12288, 4096, 4096, 0, 513}};
   for (const auto &cs : cases) {
-    const int64_t outer = 37, repeats = 3;
+    const int64_t outer = cs[5], repeats = 3;
     int64_t srcBytes = outer * cs[1] + cs[3],
             dstBytes = outer * cs[2] * repeats + cs[4];
     std::vector<uint8_t> hx = randomBytes(size_t(srcBytes), uint64_t(cs[0]));
