@@ -153,14 +153,6 @@ for _name in ("cal3", "elem46", "elem60"):
                            _what + "; arena holds copies as the defaults "
                            "predict")
 
-# The same placements with a margin on each D2H's predicted completion
-# (--copy-hold-slack): bytes held 1.3x as long after the copy's issue.
-for _name in ("elem46", "elem60"):
-    _flags, _what = ARMS[_name]
-    ARMS[_name + "-s30"] = (_flags + ["--copy-hold-slack=0.3"],
-                            _what + "; D2H taken as done 1.3x as late as "
-                            "predicted")
-
 DEFAULT_ARMS = ["none", "ref", "ref+norm", "all", "max", "cal3", "elem46",
                 "elem60"]
 
@@ -457,7 +449,9 @@ def cmd_calibrate(a):
                           fix the line);
       copySlowdownPerByte least squares, through the origin, of what the
                           offload-only arms (no recompute) measure above
-                          their prediction, against the bytes they move.
+                          their prediction, against the bytes they move
+                          (or an earlier profile's, --copy-slowdown-from);
+      copyHoldSlack       given (--copy-hold-slack), not fitted.
     Arms with recompute are left out of the fit: `predict` + `table` check
     the profile on them."""
     d = os.path.abspath(a.results)
@@ -524,6 +518,10 @@ def cmd_calibrate(a):
         den += moved * moved
         used.append(f"{arm}: {resid * 1e3:+.2f} ms for {moved / 1e9:.2f} GB")
     slowdown = max(0.0, num / den) if den else 0.0
+    if a.copy_hold_slack is not None:
+        # Not fitted here: the margin on each D2H's predicted end at which
+        # the tight-hold arms measured no compute stall (training.md, run 5).
+        profile["copyHoldSlack"] = a.copy_hold_slack
     if not used and a.copy_slowdown_from:
         # No offload-only arm in this run: the compute lost per byte copied
         # comes from an earlier run's fit on the same card.
@@ -854,6 +852,10 @@ def main():
     c.add_argument("--copy-slowdown-from", default="",
                    help="profile whose copySlowdownPerByte to keep when the "
                    "run has no offload-only arm to fit it on")
+    c.add_argument("--copy-hold-slack", type=float, default=None,
+                   help="copyHoldSlack to write into the profile (offloaded "
+                   "bytes held (1 + F) x the predicted D2H time after its "
+                   "issue)")
     c.add_argument("--build-dir", default="build-bench")
     pr = sub.add_parser("predict", help="the run's reports under another "
                         "profile, into a copy of the run folder")

@@ -192,9 +192,8 @@ def ConvertTrainToExec : Pass<"convert-train-to-exec", "mlir::ModuleOp"> {
     Kernel calls declare the workspace the cost model states (GEMMs the
     fixed cuBLASLt workspace). Each D2H carries `done_by_kernel`, the first
     kernel the cost model (with `profile`, the same one placement used)
-    predicts to start after the copy ended (`copy-hold-slack` stretches the
-    predicted time from issue to end); exec-plan-memory keeps the copied
-    bytes until then. Offsets are left to exec-plan-memory.
+    predicts to start after the copy ended, stretched by the profile's
+    copyHoldSlack; exec-plan-memory keeps the copied bytes until then. Offsets are left to exec-plan-memory.
   }];
   let dependentDialects = ["::ap::exec::ExecDialect"];
   let options = [
@@ -204,10 +203,7 @@ def ConvertTrainToExec : Pass<"convert-train-to-exec", "mlir::ModuleOp"> {
            "Fixed cuBLASLt workspace of GEMM kernels (0 for the host backend)">,
     Option<"profile", "profile", "std::string", "\"\"",
            "JSON device profile of the cost model that predicts when each "
-           "D2H is done (done_by_kernel); give the one placement used">,
-    Option<"copyHoldSlack", "copy-hold-slack", "double", "0.0",
-           "Each D2H taken as done (1 + slack) x as long after its issue as "
-           "predicted: more memory held, fewer compute stalls on late copies">
+           "D2H is done (done_by_kernel); give the one placement used">
   ];
 }
 

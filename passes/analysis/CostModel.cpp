@@ -78,6 +78,7 @@ llvm::Expected<DeviceProfile> DeviceProfile::parse(StringRef json,
       {"duplexBandwidth", &DeviceProfile::duplexBandwidth},
       {"computeScale", &DeviceProfile::computeScale},
       {"copySlowdownPerByte", &DeviceProfile::copySlowdownPerByte},
+      {"copyHoldSlack", &DeviceProfile::copyHoldSlack},
   };
   // Sorted keys give a deterministic first error for a file with several.
   SmallVector<StringRef> keys;
@@ -111,11 +112,13 @@ llvm::Expected<DeviceProfile> DeviceProfile::parse(StringRef json,
     std::optional<double> value = obj->get(key)->getAsNumber();
     if (!value)
       return fail("field '" + key + "' must be a number");
-    // launchLatency and the copy slowdown may be 0 (an idealised device);
+    // launchLatency, the copy slowdown and the hold slack may be 0 (an
+    // idealised device);
     // rates and the scale must be positive because the model divides by
     // them or multiplies every cost by them.
     bool isLatency = field->member == &DeviceProfile::launchLatency ||
-                     field->member == &DeviceProfile::copySlowdownPerByte;
+                     field->member == &DeviceProfile::copySlowdownPerByte ||
+                     field->member == &DeviceProfile::copyHoldSlack;
     if (!(isLatency ? *value >= 0 : *value > 0))
       return fail("field '" + key + "' must be " +
                   (isLatency ? "non-negative" : "positive") + ", got " +

@@ -47,6 +47,13 @@ struct DeviceProfile {
   /// SMs' memory system), charged to the compute stream at the op that
   /// issues the copy. 0: copies never slow compute.
   double copySlowdownPerByte = 0.0;
+  /// Calibration: how long offloaded bytes stay reserved after a D2H is
+  /// issued, as a multiple of the predicted issue-to-end time, minus 1. A D2H
+  /// that ends later than predicted while the next writer of its region is
+  /// already due stalls compute; on the H200 the tight holds (0) of placements
+  /// made under a calibrated profile cost 6-7 ms per step, and 0.3 none
+  /// (bench/notes/training.md, run 5). 0: held exactly as predicted.
+  double copyHoldSlack = 0.0;
   /// Per op name ("train.gated_delta_rule"): measured over rate-based time
   /// of that op alone (from the kernel benchmarks); replaces computeScale
   /// for the ops it names.
@@ -55,8 +62,8 @@ struct DeviceProfile {
   /// Reads a JSON object whose keys are any subset of the field names above
   /// (`peakFlops`, `memBandwidth`, `launchLatency`, `d2hBandwidth`,
   /// `h2dBandwidth`, `duplexBandwidth`, `computeScale`,
-  /// `copySlowdownPerByte`) with positive numbers as values (launchLatency
-  /// and copySlowdownPerByte may be 0);
+  /// `copySlowdownPerByte`, `copyHoldSlack`) with positive numbers as values
+  /// (launchLatency, copySlowdownPerByte and copyHoldSlack may be 0);
   /// absent fields keep their defaults. An unknown key, a non-numeric or
   /// non-positive value, or malformed JSON is an error naming the file and
   /// the offending key.

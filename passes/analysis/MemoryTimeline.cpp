@@ -223,7 +223,7 @@ MemoryTimeline MemoryTimeline::compute(ModuleOp module, const CostModel &cost) {
             continue;
           if (isa<OffloadOp>(user)) {
             const SimulatedCopy *copy = tl.sim.copyOf(user);
-            d2hEnd = std::max(d2hEnd, copy ? copy->end : 0.0);
+            d2hEnd = std::max(d2hEnd, copy ? copy->holdEnd : 0.0);
             offloadIdx = std::max(offloadIdx, idx);
             continue;
           }

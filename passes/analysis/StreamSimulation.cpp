@@ -200,8 +200,11 @@ StreamSimulation StreamSimulation::simulate(Block &block,
   }
   sim.computeSeconds = t;
   engine.drain();
-  for (const SimulatedCopy &c : sim.copies)
+  const double slack = cost.profile().copyHoldSlack;
+  for (SimulatedCopy &c : sim.copies) {
     sim.copyEndSeconds = std::max(sim.copyEndSeconds, c.end);
+    c.holdEnd = c.issue + (c.end - c.issue) * (1.0 + slack);
+  }
   return sim;
 }
 

@@ -53,6 +53,9 @@ struct SimulatedCopy {
   CopyDirection direction = CopyDirection::DeviceToHost;
   /// Issued when compute reaches `op`; runs from start to end.
   double issue = 0, start = 0, end = 0;
+  /// Until when a D2H's source bytes stay reserved on the device: `end`
+  /// stretched by the profile's copyHoldSlack from `issue`.
+  double holdEnd = 0;
   int64_t bytes = 0;
   /// scopeKey(op).
   std::string scope;

@@ -46,10 +46,9 @@ bool isGradSymbolAttr(NamedAttribute a) {
 class Lowering {
 public:
   Lowering(ModuleOp module, func::FuncOp func, int64_t gemmWorkspace,
-           tr::CostModel cost, double holdSlack)
+           tr::CostModel cost)
       : module(module), func(func), b(module.getContext()),
-        gemmWorkspace(gemmWorkspace), cost(std::move(cost)),
-        holdSlack(holdSlack) {}
+        gemmWorkspace(gemmWorkspace), cost(std::move(cost)) {}
 
   LogicalResult run();
 
@@ -100,10 +99,6 @@ private:
   OpBuilder b;
   int64_t gemmWorkspace;
   tr::CostModel cost;
-  /// A D2H is taken as done `1 + holdSlack` times as long after its issue
-  /// as predicted: a copy that ends late then finds its bytes still held
-  /// instead of stalling the next writer of its region.
-  double holdSlack;
   IRMapping map;
   llvm::StringMap<ParamBuffers> params;
   /// train.offload result -> its pinned slot.
@@ -137,10 +132,11 @@ void Lowering::predictCopies(Block &body) {
     if (c.direction != tr::CopyDirection::DeviceToHost)
       continue;
     int at = sim.indexOf(c.op);
-    double end = c.issue + (c.end - c.issue) * (1.0 + holdSlack);
+    // holdEnd, not end: the profile's margin against a copy that ends late,
+    // which the memory timeline of placement assumed too.
     int64_t done = ordinal; // still running at the end of the body
     for (auto [start, k] : kernelStarts)
-      if (start >= end && start >= sim.ops[at].start) {
+      if (start >= c.holdEnd && start >= sim.ops[at].start) {
         done = k;
         break;
       }
@@ -408,8 +404,7 @@ struct ConvertTrainToExecPass
     FailureOr<tr::CostModel> cost =
         tr::CostModel::fromProfile(profile, module, "convert-train-to-exec: ");
     if (failed(cost) ||
-        failed(Lowering(module, func, gemmWorkspaceBytes, *cost, copyHoldSlack)
-                   .run()))
+        failed(Lowering(module, func, gemmWorkspaceBytes, *cost).run()))
       signalPassFailure();
   }
 };

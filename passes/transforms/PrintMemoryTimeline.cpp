@@ -122,10 +122,12 @@ struct TrainPrintMemoryTimelinePass
     os << llvm::formatv("profile: peakFlops={0:E3} memBandwidth={1:E3} "
                         "launchLatency={2:E3} d2hBandwidth={3:E3} "
                         "h2dBandwidth={4:E3} duplexBandwidth={5:E3} "
-                        "computeScale={6:E3} copySlowdownPerByte={7:E3}\n",
+                        "computeScale={6:E3} copySlowdownPerByte={7:E3} "
+                        "copyHoldSlack={8:E3}\n",
                         p.peakFlops, p.memBandwidth, p.launchLatency,
                         p.d2hBandwidth, p.h2dBandwidth, p.duplexBandwidth,
-                        p.computeScale, p.copySlowdownPerByte);
+                        p.computeScale, p.copySlowdownPerByte,
+                        p.copyHoldSlack);
     os << "params: " << withMiB(peak.params) << "\n";
     os << "grads: " << withMiB(peak.grads) << "\n";
     os << "optimizer: " << withMiB(peak.optimizer) << "\n";

@@ -9,10 +9,11 @@
 // RUN: not actplace-opt %t/step.mlir '-train-print-memory-timeline=profile=%t/missing.json' 2>&1 | FileCheck %s --check-prefix=MISSING
 // RUN: not actplace-opt %t/step.mlir '-train-print-memory-timeline=profile=%t/bad-op-scale.json' 2>&1 | FileCheck %s --check-prefix=OPSCALE
 // RUN: not actplace-opt %t/step.mlir '-train-print-memory-timeline=profile=%t/zero-scale.json' 2>&1 | FileCheck %s --check-prefix=ZEROSCALE
+// RUN: not actplace-opt %t/step.mlir '-train-print-memory-timeline=profile=%t/negative-slack.json' 2>&1 | FileCheck %s --check-prefix=NEGSLACK
 
 // NOSTEP: error: train-print-memory-timeline: the module has no @train_step function; run -train-autodiff first to build the training step
 // NOLOOP: error: train-print-memory-timeline: @train_step has no train.microbatch_loop; run -train-autodiff first to build the training step
-// UNKNOWN: error: train-print-memory-timeline: device profile '{{.*}}unknown-field.json': unknown field 'peakFlop' (known fields: peakFlops, memBandwidth, launchLatency, d2hBandwidth, h2dBandwidth, duplexBandwidth, computeScale, copySlowdownPerByte, opScale)
+// UNKNOWN: error: train-print-memory-timeline: device profile '{{.*}}unknown-field.json': unknown field 'peakFlop' (known fields: peakFlops, memBandwidth, launchLatency, d2hBandwidth, h2dBandwidth, duplexBandwidth, computeScale, copySlowdownPerByte, copyHoldSlack, opScale)
 // NAN: error: train-print-memory-timeline: device profile '{{.*}}not-a-number.json': field 'launchLatency' must be a number
 // ZERO: error: train-print-memory-timeline: device profile '{{.*}}zero-rate.json': field 'h2dBandwidth' must be positive, got 0
 // MALFORMED: error: train-print-memory-timeline: device profile '{{.*}}malformed.json': invalid JSON:
@@ -20,6 +21,7 @@
 // MISSING: error: train-print-memory-timeline: cannot read device profile '{{.*}}missing.json':
 // OPSCALE: error: train-print-memory-timeline: device profile '{{.*}}bad-op-scale.json': opScale['train.linear'] must be a positive number
 // ZEROSCALE: error: train-print-memory-timeline: device profile '{{.*}}zero-scale.json': field 'computeScale' must be positive, got 0
+// NEGSLACK: error: train-print-memory-timeline: device profile '{{.*}}negative-slack.json': field 'copyHoldSlack' must be non-negative, got -0.5
 
 //--- unknown-field.json
 {"memBandwidth": 3.3e12, "peakFlop": 9.9e14}
@@ -35,6 +37,8 @@
 {"opScale": {"train.linear": -1}}
 //--- zero-scale.json
 {"computeScale": 0}
+//--- negative-slack.json
+{"copyHoldSlack": -0.5}
 
 //--- forward.mlir
 func.func @forward(%x: tensor<1x8x16xbf16>) -> tensor<1x8x16xbf16> {

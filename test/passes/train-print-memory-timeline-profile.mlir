@@ -4,6 +4,7 @@
 // RUN: actplace-opt %t/step.mlir '-train-print-memory-timeline=per-op=true profile=%t/slow-link.json' -o /dev/null | FileCheck %s --check-prefix=LINK
 // RUN: actplace-opt %t/step.mlir '-train-print-memory-timeline=per-op=true profile=%t/calibrated.json' -o /dev/null | FileCheck %s --check-prefix=CALIB
 // RUN: actplace-opt %t/step.mlir '-train-print-memory-timeline=per-op=true profile=%t/op-scale.json' -o /dev/null | FileCheck %s --check-prefix=OPSCALE
+// RUN: actplace-opt %t/step.mlir '-train-print-memory-timeline=per-op=true profile=%t/slow-link-slack.json' -o /dev/null | FileCheck %s --check-prefix=SLACK
 // RUN: sed 's/%lab :/%lab {train.max_inflight = 1 : i64} :/' %t/step.mlir \
 // RUN:   | actplace-opt '-train-print-memory-timeline=per-op=true profile=%t/slow-link.json' -o /dev/null | FileCheck %s --check-prefix=INFLIGHT
 
@@ -60,6 +61,16 @@
 // LINK-NEXT: copy h2d L0.mlp_fc1 #8 bytes=4096 issue=3.000 start=6.096 end=14.288
 // LINK-NEXT: copy h2d model.embedding #13 bytes=8192 issue=17.288 start=18.384 end=26.576
 
+// copyHoldSlack 1 (slow-link otherwise): a D2H's source bytes stay reserved
+// twice as long after its issue as the copy is predicted to take. %h's D2H
+// (issue 3, end 18.384) holds them until 3 + 2 x 15.384 = 33.768 us, past the
+// body's end, so from #14 on the activations are 8192 bytes above LINK's.
+// %a's (issue 2, end 6.096) are free by 10.192 us, before #9: as in LINK.
+// SLACK: profile: {{.*}} copyHoldSlack=1.000E+00
+// SLACK: #9 train.wait L0.mlp_fc1 total={{[0-9]+}} act=20992 {{.*}} start=14.288 stall=11.288{{$}}
+// SLACK: #14 train.wait model.embedding total={{[0-9]+}} act=20744 {{.*}} start=26.576 stall=9.288{{$}}
+// SLACK: #17 train.yield - total={{[0-9]+}} act=8200 {{.*}}
+
 // With train.max_inflight = 1 on the loop, the offload of %h (reached at
 // 3 us) finds the D2H of %a pending and stalls compute until it ends at
 // 6.096 us (3.096 us exposed). The copies then run as above from 6.096 on;
@@ -91,6 +102,17 @@
   "d2hBandwidth": 1e9,
   "h2dBandwidth": 1e9,
   "duplexBandwidth": 1e9
+}
+
+//--- slow-link-slack.json
+{
+  "peakFlops": 1e30,
+  "memBandwidth": 1e30,
+  "launchLatency": 1e-6,
+  "d2hBandwidth": 1e9,
+  "h2dBandwidth": 1e9,
+  "duplexBandwidth": 1e9,
+  "copyHoldSlack": 1
 }
 
 //--- step.mlir

@@ -116,12 +116,6 @@ static cl::opt<std::string> copyHold(
              "peak-rates holds longer: more memory, fewer stalls on late "
              "copies"),
     cl::init("placement"), cl::cat(category));
-static cl::opt<double> copyHoldSlack(
-    "copy-hold-slack",
-    cl::desc("Hold offloaded bytes (1 + F) x as long after the D2H issue as "
-             "predicted (default 0): a margin against copies that end later "
-             "than the cost model says, paid in device memory"),
-    cl::init(0.0), cl::cat(category));
 static cl::opt<std::string>
     reportJson("report-json",
                cl::desc("Also write the placement report as JSON here"),
@@ -158,9 +152,6 @@ int main(int argc, char **argv) {
       "actplace-compile: model config or graph -> training binary\n\n"
       "  actplace-compile models/tiny-hybrid.json --seq 64 --micro-batches 2 "
       "--offload-modules=gdn_core_attn -o train\n");
-  if (copyHoldSlack < 0)
-    return fail("--copy-hold-slack must be >= 0, got " +
-                std::to_string(copyHoldSlack.getValue()));
   if (copyHold != "placement" && copyHold != "peak-rates")
     return fail("--copy-hold must be placement or peak-rates, got '" +
                 copyHold + "'");
@@ -231,7 +222,6 @@ int main(int argc, char **argv) {
   std::string lowering = "convert-train-to-exec{gemm-workspace-bytes=" +
                          std::to_string(gemmWorkspace) +
                          (holdUnderProfile ? " profile=" + profile : "") +
-                         " copy-hold-slack=" + std::to_string(copyHoldSlack) +
                          "},exec-plan-memory,exec-schedule-streams";
   // Three stages so the memory timeline can see the step before placement
   // and the placed step while it is still in the train dialect.
