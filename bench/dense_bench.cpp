@@ -1,5 +1,4 @@
-//===- dense_bench.cpp - dense kernels on the H200 -----------------*- C++
-//-*-===//
+//===- dense_bench.cpp - dense kernels on the H200 --------------*- C++ -*-===//
 //
 // Times every dense kernel at the Qwen3.5-0.8B shapes (T=4096 tokens, D=1024,
 // I=3584, V=248320) and prints one JSON line per kernel: median time over
@@ -10,6 +9,7 @@
 // Build: bench/dense_bench.sh.
 //
 //===----------------------------------------------------------------------===//
+#include "bench/bench_timing.h"
 #include "kernels/kernels.h"
 
 #include <cublasLt.h>
@@ -23,23 +23,6 @@
 #include <vector>
 
 using namespace ap::kernels;
-
-#define CK(call)                                                               \
-  do {                                                                         \
-    cudaError_t e_ = (call);                                                   \
-    if (e_ != cudaSuccess) {                                                   \
-      std::fprintf(stderr, "%s failed: %s\n", #call, cudaGetErrorString(e_));  \
-      std::exit(1);                                                            \
-    }                                                                          \
-  } while (0)
-#define KS(call)                                                               \
-  do {                                                                         \
-    Status s_ = (call);                                                        \
-    if (s_ != Status::Ok) {                                                    \
-      std::fprintf(stderr, "%s returned %d\n", #call, int(s_));                \
-      std::exit(1);                                                            \
-    }                                                                          \
-  } while (0)
 
 namespace {
 
@@ -75,8 +58,7 @@ double timeMs(const std::function<void()> &fn, int warm = 3, int reps = 15) {
     CK(cudaEventElapsedTime(&ms[i], ev[i], ev[i + 1]));
   for (auto &e : ev)
     CK(cudaEventDestroy(e));
-  std::sort(ms.begin(), ms.end());
-  return ms[reps / 2];
+  return ap::bench::median(ms);
 }
 
 void report(const std::string &name, double ms, double flops, double bytes,

@@ -1,5 +1,5 @@
 #!/bin/sh
-# Builds bench/elem_bench (old vs new row-wise and elementwise kernels)
+# Builds bench/elem_bench (the row-wise and elementwise kernels at model shapes)
 # against the kernel libraries of a CMake build folder (default build):
 #   ninja -C build actplace_kernels_cuda actplace_kernels_reference
 set -e

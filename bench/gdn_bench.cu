@@ -6,6 +6,7 @@
 // each. Build: see bench/gdn_bench.sh.
 //
 //===----------------------------------------------------------------------===//
+#include "bench/bench_timing.h"
 #include "kernels/kernels.h"
 
 #include <cuda_runtime.h>
@@ -20,15 +21,6 @@
 #include <vector>
 
 using namespace ap::kernels;
-
-#define CK(call)                                                               \
-  do {                                                                         \
-    cudaError_t e_ = (call);                                                   \
-    if (e_ != cudaSuccess) {                                                   \
-      std::fprintf(stderr, "%s failed: %s\n", #call, cudaGetErrorString(e_));  \
-      std::exit(1);                                                            \
-    }                                                                          \
-  } while (0)
 
 namespace {
 
@@ -52,23 +44,13 @@ void *devZeros(size_t n) {
 }
 
 template <typename F> double medianMs(F &&f, cudaStream_t s) {
-  cudaEvent_t a, b;
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
+  ap::bench::EventTimer timer(s);
   for (int i = 0; i < 5; ++i)
     f();
   std::vector<float> ms;
-  for (int i = 0; i < 30; ++i) {
-    CK(cudaEventRecord(a, s));
-    f();
-    CK(cudaEventRecord(b, s));
-    CK(cudaEventSynchronize(b));
-    float t;
-    CK(cudaEventElapsedTime(&t, a, b));
-    ms.push_back(t);
-  }
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
+  for (int i = 0; i < 30; ++i)
+    ms.push_back(timer.ms(f));
+  return ap::bench::median(ms);
 }
 
 } // namespace

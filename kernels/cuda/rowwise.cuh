@@ -27,20 +27,34 @@ namespace ap::kernels::rowwise {
 
 using bf16v = __nv_bfloat16;
 
+/// The eight bf16 of a 16-byte word, as float.
+__device__ __forceinline__ void unpack8(uint4 u, float (&v)[8]) {
+  const __nv_bfloat162 *h = reinterpret_cast<const __nv_bfloat162 *>(&u);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    float2 f = __bfloat1622float2(h[i]);
+    v[2 * i] = f.x;
+    v[2 * i + 1] = f.y;
+  }
+}
+
+/// v rounded to bf16, as one 16-byte word.
+__device__ __forceinline__ uint4 pack8(const float (&v)[8]) {
+  uint4 u;
+  __nv_bfloat162 *h = reinterpret_cast<__nv_bfloat162 *>(&u);
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+    h[i] = __floats2bfloat162_rn(v[2 * i], v[2 * i + 1]);
+  return u;
+}
+
 /// Eight consecutive elements of a row from element e, as float; zeros past
 /// dim (so they add nothing to a row sum).
 __device__ __forceinline__ void load8(const bf16v *row, int e, int dim,
                                       bool vec, float (&v)[8]) {
   if (vec) {
     if (e < dim) {
-      uint4 u = *reinterpret_cast<const uint4 *>(row + e);
-      const __nv_bfloat162 *h = reinterpret_cast<const __nv_bfloat162 *>(&u);
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        float2 f = __bfloat1622float2(h[i]);
-        v[2 * i] = f.x;
-        v[2 * i + 1] = f.y;
-      }
+      unpack8(*reinterpret_cast<const uint4 *>(row + e), v);
     } else {
 #pragma unroll
       for (int i = 0; i < 8; ++i)
@@ -57,14 +71,8 @@ __device__ __forceinline__ void load8(const bf16v *row, int e, int dim,
 __device__ __forceinline__ void store8(bf16v *row, int e, int dim, bool vec,
                                        const float (&v)[8]) {
   if (vec) {
-    if (e < dim) {
-      uint4 u;
-      __nv_bfloat162 *h = reinterpret_cast<__nv_bfloat162 *>(&u);
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-        h[i] = __floats2bfloat162_rn(v[2 * i], v[2 * i + 1]);
-      *reinterpret_cast<uint4 *>(row + e) = u;
-    }
+    if (e < dim)
+      *reinterpret_cast<uint4 *>(row + e) = pack8(v);
     return;
   }
 #pragma unroll
@@ -89,6 +97,13 @@ template <int G> __device__ __forceinline__ float groupSum(float v) {
   for (int o = G / 2; o > 0; o >>= 1)
     v += __shfl_xor_sync(mask, v, o);
   return v;
+}
+
+/// The row of the group of `lane` (threadIdx.x & 31) when each warp of a
+/// block holds 32 / G rows, one per group, and each block kWarps warps' rows.
+template <int G> __device__ __forceinline__ int64_t groupRow(int lane) {
+  return (int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5)) * (32 / G) +
+         lane / G;
 }
 
 /// First element of the k-th vector of lane `gl` of a group of G.

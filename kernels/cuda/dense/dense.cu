@@ -1,5 +1,4 @@
-//===- dense.cu - dense CUDA kernels ---------------------------------*- C++
-//-*-===//
+//===- dense.cu - dense CUDA kernels ----------------------------*- C++ -*-===//
 //
 // CUDA implementations of the dense op family (kernels/dense.h) for bf16
 // storage: RMSNorm, RoPE, SwiGLU, sigmoid gate, residual add, embedding,
@@ -70,9 +69,7 @@ __global__ void __launch_bounds__(kRowThreads)
                         int64_t rows, int dim, int64_t xs, int64_t ys,
                         float eps, bool zc, bool vec) {
   const int lane = threadIdx.x & 31, gl = lane % G;
-  const int64_t r =
-      (int64_t(blockIdx.x) * rowwise::kWarps + (threadIdx.x >> 5)) * (32 / G) +
-      lane / G;
+  const int64_t r = rowwise::groupRow<G>(lane);
   if (r >= rows)
     return;
   const bf *xr = x + r * xs;
@@ -263,14 +260,14 @@ __global__ void __launch_bounds__(1024)
 /// head.
 constexpr int kRopeMaxHalf = 512;
 
-__global__ void ropeKernel(const bf *x, bf *y, int64_t seq, int64_t heads,
-                           int64_t headDim, int64_t offset, int64_t rd,
-                           double theta, bool backward) {
-  __shared__ float cs[kRopeMaxHalf], sn[kRopeMaxHalf];
-  const int64_t tok = blockIdx.x;
-  const int64_t t = tok % seq;
-  const int64_t h = rd / 2;
-  for (int64_t i = threadIdx.x; i < h; i += blockDim.x) {
+/// cs[i], sn[i] = cos, sin (negated for the backward) of position t's angle
+/// for pair i < rd / 2, then a block barrier. Called by every thread.
+/// I is the kernel's index type.
+template <class I>
+__device__ __forceinline__ void ropeTable(float *cs, float *sn, int64_t t, I rd,
+                                          double theta, bool backward) {
+  const I h = rd / 2;
+  for (I i = threadIdx.x; i < h; i += blockDim.x) {
     double invFreq = pow(theta, -2.0 * double(i) / double(rd));
     double ang = double(t) * invFreq;
     cs[i] = float(cos(ang));
@@ -278,6 +275,15 @@ __global__ void ropeKernel(const bf *x, bf *y, int64_t seq, int64_t heads,
     sn[i] = backward ? -sv : sv;
   }
   __syncthreads();
+}
+
+__global__ void ropeKernel(const bf *x, bf *y, int64_t seq, int64_t heads,
+                           int64_t headDim, int64_t offset, int64_t rd,
+                           double theta, bool backward) {
+  __shared__ float cs[kRopeMaxHalf], sn[kRopeMaxHalf];
+  const int64_t tok = blockIdx.x;
+  ropeTable(cs, sn, tok % seq, rd, theta, backward);
+  const int64_t h = rd / 2;
   const bf *xt = x + tok * heads * headDim;
   bf *yt = y + tok * heads * headDim;
   const int64_t n = heads * headDim;
@@ -305,16 +311,8 @@ __global__ void ropeVecKernel(const bf *x, bf *y, int64_t seq, int heads,
                               bool backward) {
   __shared__ float cs[kRopeMaxHalf], sn[kRopeMaxHalf];
   const int64_t tok = blockIdx.x;
-  const int64_t t = tok % seq;
+  ropeTable(cs, sn, tok % seq, rd, theta, backward);
   const int h = rd / 2;
-  for (int i = threadIdx.x; i < h; i += blockDim.x) {
-    double invFreq = pow(theta, -2.0 * double(i) / double(rd));
-    double ang = double(t) * invFreq;
-    cs[i] = float(cos(ang));
-    float sv = float(sin(ang));
-    sn[i] = backward ? -sv : sv;
-  }
-  __syncthreads();
   // In place, the pass-through elements are already where they belong.
   const int pairItems = h / 8, copyItems = x != y ? (headDim - rd) / 8 : 0;
   const int perHead = pairItems + copyItems;
@@ -358,14 +356,7 @@ template <int W> struct Pack {
   float v[W];
   __device__ __forceinline__ void load(const bf *p) {
     if constexpr (W == 8) {
-      uint4 u = *reinterpret_cast<const uint4 *>(p);
-      const __nv_bfloat162 *h = reinterpret_cast<const __nv_bfloat162 *>(&u);
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        float2 f = __bfloat1622float2(h[i]);
-        v[2 * i] = f.x;
-        v[2 * i + 1] = f.y;
-      }
+      rowwise::unpack8(*reinterpret_cast<const uint4 *>(p), v);
     } else if constexpr (W == 2) {
       __nv_bfloat162 t = *reinterpret_cast<const __nv_bfloat162 *>(p);
       v[0] = __low2float(t);
@@ -375,14 +366,9 @@ template <int W> struct Pack {
     }
   }
   __device__ __forceinline__ void store(bf *p) const {
-    if constexpr (W == 8) {
-      uint4 u;
-      __nv_bfloat162 *h = reinterpret_cast<__nv_bfloat162 *>(&u);
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-        h[i] = __floats2bfloat162_rn(v[2 * i], v[2 * i + 1]);
-      *reinterpret_cast<uint4 *>(p) = u;
-    } else if constexpr (W == 2)
+    if constexpr (W == 8)
+      *reinterpret_cast<uint4 *>(p) = rowwise::pack8(v);
+    else if constexpr (W == 2)
       *reinterpret_cast<__nv_bfloat162 *>(p) =
           __floats2bfloat162_rn(v[0], v[1]);
     else

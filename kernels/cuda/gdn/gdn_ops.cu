@@ -99,9 +99,7 @@ __global__ void __launch_bounds__(kRowThreads)
     l2FwdRowKernel(long rows, int H, int d, long xs, long ys, float eps,
                    const bf *x, bf *y, float *rstd, bool vec) {
   const int lane = threadIdx.x & 31, gl = lane % G;
-  const long row =
-      (long(blockIdx.x) * rowwise::kWarps + (threadIdx.x >> 5)) * (32 / G) +
-      lane / G;
+  const long row = rowwise::groupRow<G>(lane);
   if (row >= rows)
     return;
   const bf *xr = x + headRow(row, H, d, xs);
@@ -133,9 +131,7 @@ __global__ void __launch_bounds__(kRowThreads)
     l2BwdRowKernel(long rows, int H, int d, long xs, long ys, const bf *y,
                    const float *rstd, const bf *dy, bf *dx, bool vec) {
   const int lane = threadIdx.x & 31, gl = lane % G;
-  const long row =
-      (long(blockIdx.x) * rowwise::kWarps + (threadIdx.x >> 5)) * (32 / G) +
-      lane / G;
+  const long row = rowwise::groupRow<G>(lane);
   if (row >= rows)
     return;
   const long yo = headRow(row, H, d, ys);
@@ -168,9 +164,7 @@ __global__ void __launch_bounds__(kRowThreads)
     gatedNormFwdRowKernel(long rows, int d, float eps, const bf *x, const bf *z,
                           const bf *w, bf *y, float *rstd, bool vec) {
   const int lane = threadIdx.x & 31, gl = lane % G;
-  const long row =
-      (long(blockIdx.x) * rowwise::kWarps + (threadIdx.x >> 5)) * (32 / G) +
-      lane / G;
+  const long row = rowwise::groupRow<G>(lane);
   if (row >= rows)
     return;
   float xv[V][8];

@@ -1,5 +1,4 @@
-//===- dense_cuda_test.cpp - dense CUDA kernels vs reference ------*- C++
-//-*-===//
+//===- dense_cuda_test.cpp - dense CUDA kernels vs reference ----*- C++ -*-===//
 //
 // GPU tests of the dense CUDA kernels at the Qwen3.5-0.8B shapes (D=1024,
 // I=3584, V=248320, T=4096): CUDA against the reference kernels (or float64
@@ -486,71 +485,72 @@ TEST_F(DenseCuda, RopeAlignedAndElementwiseAccessBitwiseEqual) {
 // SwiGLU, gate, residual
 //===----------------------------------------------------------------------===//
 
+/// SwiGLU forward into y, then backward into dg and du, on ctx's backend.
+void swiGlu(const KernelContext &ctx, const void *g, const void *u,
+            const void *dy, void *y, void *dg, void *du, int64_t rows,
+            int64_t cols) {
+  ASSERT_EQ(swiGluForward(ctx, {DType::BF16, g, u, y, rows, cols}), Status::Ok);
+  ASSERT_EQ(swiGluBackward(ctx, {DType::BF16, g, u, dy, dg, du, rows, cols}),
+            Status::Ok);
+}
+
+/// SwiGLU operands of [rows, cols] (gate, up, dy from seeds seed, seed + 1,
+/// seed + 2), the reference outputs, and device operands and outputs.
+struct SwiGluCase {
+  SwiGluCase(int64_t rows, int64_t cols, uint32_t seed)
+      : rows(rows), cols(cols), g(randBf16(rows * cols, seed, 2.f)),
+        u(randBf16(rows * cols, seed + 1)), dy(randBf16(rows * cols, seed + 2)),
+        yRef(rows * cols), dgRef(rows * cols), duRef(rows * cols),
+        dG(rows * cols), dU(rows * cols), dDy(rows * cols), dY(rows * cols),
+        dDg(rows * cols), dDu(rows * cols) {}
+  /// The reference outputs on host, the operands uploaded.
+  void prepare(const KernelContext &host) {
+    swiGlu(host, g.data(), u.data(), dy.data(), yRef.data(), dgRef.data(),
+           duRef.data(), rows, cols);
+    dG.up(g);
+    dU.up(u);
+    dDy.up(dy);
+  }
+  void run(const KernelContext &ctx) {
+    swiGlu(ctx, dG.p, dU.p, dDy.p, dY.p, dDg.p, dDu.p, rows, cols);
+  }
+
+  int64_t rows, cols;
+  std::vector<bf16> g, u, dy, yRef, dgRef, duRef;
+  Dev<bf16> dG, dU, dDy, dY, dDg, dDu;
+};
+
 TEST_F(DenseCuda, SwiGluMlpShape) {
-  const int64_t rows = kT, cols = kI;
-  auto g = randBf16(rows * cols, 30, 2.f), u = randBf16(rows * cols, 31),
-       dy = randBf16(rows * cols, 32);
-  std::vector<bf16> yRef(rows * cols), dgRef(rows * cols), duRef(rows * cols);
-  ASSERT_EQ(swiGluForward(host, {DType::BF16, g.data(), u.data(), yRef.data(),
-                                 rows, cols}),
-            Status::Ok);
-  ASSERT_EQ(swiGluBackward(host, {DType::BF16, g.data(), u.data(), dy.data(),
-                                  dgRef.data(), duRef.data(), rows, cols}),
-            Status::Ok);
-  Dev<bf16> dG(g.size()), dU(u.size()), dDy(dy.size()), dYo(g.size()),
-      dDg(g.size()), dDu(g.size());
-  dG.up(g);
-  dU.up(u);
-  dDy.up(dy);
+  SwiGluCase c(kT, kI, 30);
+  ASSERT_NO_FATAL_FAILURE(c.prepare(host));
   std::vector<bf16> y1, dg1, du1;
   for (int run = 0; run < 2; ++run) {
-    for (auto *b : {&dYo, &dDg, &dDu})
+    for (auto *b : {&c.dY, &c.dDg, &c.dDu})
       b->poison(run ? 0x7F : 0xFF);
-    ASSERT_EQ(swiGluForward(ctx, {DType::BF16, dG.p, dU.p, dYo.p, rows, cols}),
-              Status::Ok);
-    ASSERT_EQ(swiGluBackward(ctx, {DType::BF16, dG.p, dU.p, dDy.p, dDg.p, dDu.p,
-                                   rows, cols}),
-              Status::Ok);
+    ASSERT_NO_FATAL_FAILURE(c.run(ctx));
     sync();
-    auto y = dYo.down(), dg = dDg.down(), du = dDu.down();
+    auto y = c.dY.down(), dg = c.dDg.down(), du = c.dDu.down();
     if (run)
       EXPECT_TRUE(sameBytes(y, y1) && sameBytes(dg, dg1) && sameBytes(du, du1));
     y1 = y, dg1 = dg, du1 = du;
   }
-  EXPECT_LT(relErr(y1, yRef), 8e-3);
-  EXPECT_LT(relErr(dg1, dgRef), 8e-3);
-  EXPECT_LT(relErr(du1, duRef), 8e-3);
+  EXPECT_LT(relErr(y1, c.yRef), 8e-3);
+  EXPECT_LT(relErr(dg1, c.dgRef), 8e-3);
+  EXPECT_LT(relErr(du1, c.duRef), 8e-3);
 }
 
 TEST_F(DenseCuda, SwiGluOddShapes) {
   // cols % 8 != 0 (2-wide accesses) and odd cols (element accesses).
   for (int64_t cols : {int64_t(3586), int64_t(3583)}) {
-    const int64_t rows = 129;
-    auto g = randBf16(rows * cols, 33, 2.f), u = randBf16(rows * cols, 34),
-         dy = randBf16(rows * cols, 35);
-    std::vector<bf16> yRef(rows * cols), dgRef(rows * cols), duRef(rows * cols);
-    ASSERT_EQ(swiGluForward(host, {DType::BF16, g.data(), u.data(), yRef.data(),
-                                   rows, cols}),
-              Status::Ok);
-    ASSERT_EQ(swiGluBackward(host, {DType::BF16, g.data(), u.data(), dy.data(),
-                                    dgRef.data(), duRef.data(), rows, cols}),
-              Status::Ok);
-    Dev<bf16> dG(g.size()), dU(u.size()), dDy(dy.size()), dYo(g.size()),
-        dDg(g.size()), dDu(g.size());
-    dG.up(g);
-    dU.up(u);
-    dDy.up(dy);
-    for (auto *b : {&dYo, &dDg, &dDu})
+    SwiGluCase c(129, cols, 33);
+    ASSERT_NO_FATAL_FAILURE(c.prepare(host));
+    for (auto *b : {&c.dY, &c.dDg, &c.dDu})
       b->poison();
-    ASSERT_EQ(swiGluForward(ctx, {DType::BF16, dG.p, dU.p, dYo.p, rows, cols}),
-              Status::Ok);
-    ASSERT_EQ(swiGluBackward(ctx, {DType::BF16, dG.p, dU.p, dDy.p, dDg.p, dDu.p,
-                                   rows, cols}),
-              Status::Ok);
+    ASSERT_NO_FATAL_FAILURE(c.run(ctx));
     sync();
-    EXPECT_LT(relErr(dYo.down(), yRef), 8e-3) << cols;
-    EXPECT_LT(relErr(dDg.down(), dgRef), 8e-3) << cols;
-    EXPECT_LT(relErr(dDu.down(), duRef), 8e-3) << cols;
+    EXPECT_LT(relErr(c.dY.down(), c.yRef), 8e-3) << cols;
+    EXPECT_LT(relErr(c.dDg.down(), c.dgRef), 8e-3) << cols;
+    EXPECT_LT(relErr(c.dDu.down(), c.duRef), 8e-3) << cols;
   }
 }
 
