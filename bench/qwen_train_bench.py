@@ -114,12 +114,14 @@ ARMS = {
 # The largest predicted cut within 3 % under the profile calibrated on run 1
 # (bench/notes/training.md): recompute layernorm, offload the rest, placed
 # (hide rule) under a calibrated profile. Runs 2 and 3 and the run of
-# b9a54af placed under run 1's (h200-calibrated-093b37d.json); since then
-# under the op times of the step with the fast GDN conv (b9a54af): a
-# placement under a profile slower than the card holds offloaded bytes too
-# briefly, and compute stalls on the copies (training.md, run 4).
+# b9a54af placed under run 1's (h200-calibrated-093b37d.json), run 5 under
+# the op times of the step with the fast GDN conv (h200-optimes-b9a54af),
+# since then under those of the faster elementwise kernels with
+# copyHoldSlack 0.3 (h200-optimes-a1022cc): a placement under a profile
+# slower than the card, or with tight holds, holds offloaded bytes too
+# briefly, and compute stalls on the copies (training.md, runs 4 and 5).
 CALIBRATED_PROFILE = os.path.join(REPO, "bench", "profiles",
-                                  "h200-optimes-b9a54af.json")
+                                  "h200-optimes-a1022cc.json")
 ARMS["cal3"] = (["--recompute-modules=layernorm",
                  "--offload-modules=" + ",".join(
                      l for l in ALL_LEAVES if l not in leaves(["layernorm"])),
@@ -142,6 +144,18 @@ for _name, _rc in (("elem46", ELEM46), ("elem60", ELEM60)):
                    "recompute " + ",".join(_rc) + ", offload the rest, placed "
                    "under the calibrated H200 profile")
 
+# The cheapest set found to remove about 60 % under the profile of the step
+# with the faster elementwise kernels (a1022cc; training.md, run 6): elem46
+# plus the mlp_fc1 GEMM (59.0 % at +6.1 % predicted).
+ELEM46_FC1 = ELEM46 + ["mlp_fc1"]
+ARMS["elem46-fc1"] = (["--recompute-modules=" + ",".join(ELEM46_FC1),
+                       "--offload-modules=" + ",".join(
+                           l for l in ALL_LEAVES
+                           if l not in leaves(ELEM46_FC1)),
+                       "--profile=" + CALIBRATED_PROFILE],
+                      "recompute " + ",".join(ELEM46_FC1) + ", offload the "
+                      "rest, placed under the calibrated H200 profile")
+
 # The same placements with the arena holding offloaded bytes as long as the
 # H200 peak-rate defaults predict their copies take (--copy-hold=peak-rates,
 # the behaviour before d22d809): more device memory, fewer chances for a
@@ -154,7 +168,7 @@ for _name in ("cal3", "elem46", "elem60"):
                            "predict")
 
 DEFAULT_ARMS = ["none", "ref", "ref+norm", "all", "max", "cal3", "elem46",
-                "elem60"]
+                "elem60", "elem46-fc1"]
 
 
 def log(*a):
