@@ -35,7 +35,8 @@ python3 bench/qwen_train_bench.py predict "$work/run" \
 python3 bench/qwen_train_bench.py table "$work/calibrated" > "$work/table-calibrated.md"
 python3 - "$work/table.md" <<'PY'
 import sys
-ARMS = ("none", "ref", "ref+norm", "all", "max", "cal3", "elem46", "elem60")
+ARMS = ("none", "ref", "ref+norm", "all", "max", "cal3", "elem46", "elem60",
+        "elem46-fc1")
 rows = {}
 text = open(sys.argv[1]).read()
 for line in text.splitlines():
