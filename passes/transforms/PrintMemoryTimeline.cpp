@@ -126,8 +126,7 @@ struct TrainPrintMemoryTimelinePass
                         "copyHoldSlack={8:E3}\n",
                         p.peakFlops, p.memBandwidth, p.launchLatency,
                         p.d2hBandwidth, p.h2dBandwidth, p.duplexBandwidth,
-                        p.computeScale, p.copySlowdownPerByte,
-                        p.copyHoldSlack);
+                        p.computeScale, p.copySlowdownPerByte, p.copyHoldSlack);
     os << "params: " << withMiB(peak.params) << "\n";
     os << "grads: " << withMiB(peak.grads) << "\n";
     os << "optimizer: " << withMiB(peak.optimizer) << "\n";
