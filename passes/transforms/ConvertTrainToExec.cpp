@@ -133,7 +133,7 @@ void Lowering::predictCopies(Block &body) {
       continue;
     int at = sim.indexOf(c.op);
     // holdEnd, not end: the profile's margin against a copy that ends late,
-    // which the memory timeline of placement assumed too.
+    // which the memory timeline (report, SVG) assumes too.
     int64_t done = ordinal; // still running at the end of the body
     for (auto [start, k] : kernelStarts)
       if (start >= c.holdEnd && start >= sim.ops[at].start) {
