@@ -130,10 +130,10 @@ ARMS["cal3"] = (["--recompute-modules=layernorm",
                 "calibrated H200 profile")
 
 # Cheap recompute (norms and elementwise ops, no GEMM or attention) with
-# every other leaf offloaded, placed under the same profile: the predicted
-# route to the 60 % (elem60: 60.2 % at +9.9 % with the run-1
-# calibration, which charges elementwise ops computeScale 2.76x; elem46:
-# 46.2 % at +5.4 %). Measured to see what the recompute really costs.
+# every other leaf offloaded, placed under the same profile: first predicted
+# as the route to the 60 % (elem60: 60.2 % at +9.9 % with the run-1
+# calibration). Under the current kernels and profile they measure 37.7 %
+# at +2.1 % and 52.4 % at +5.2 % (training.md, run 7).
 ELEM46 = ["layernorm", "mlp_act", "gdn_norm_out"]
 ELEM60 = ELEM46 + ["gdn_prep"]
 for _name, _rc in (("elem46", ELEM46), ("elem60", ELEM60)):
