@@ -27,6 +27,9 @@ Three steps, each its own command:
          the run folder, so that `table` compares measured steps with the
          calibrated predictions (the arms with recompute are the held-out
          check).
+  frontier (here)  predicted activation-peak cut and step-time cost of
+         recompute sets (every other leaf offloaded) under a profile,
+         reports only: which placements to measure next.
 
   bench/qwen_train_bench.py build [--model M --seq N --micro-batches K]
   bench/qwen_train_bench.py run --carry gpu-carry/qwen-bench --out DIR
@@ -663,6 +666,74 @@ def cmd_predict(a):
 
 
 #===----------------------------------------------------------------------===#
+# frontier
+#===----------------------------------------------------------------------===#
+
+# The recompute sets `frontier` tries unless --sets says otherwise: the
+# profile-placed arms and the additions to elem46 of training.md, run 6.
+FRONTIER_SETS = [[], ["layernorm"], ELEM46, ELEM46 + ["qkv_linear"],
+                 ELEM46 + ["gdn_in_proj"], ELEM60, ELEM46_FC1,
+                 ELEM46 + ["gdn_in_proj", "qkv_linear"],
+                 ELEM46_FC1 + ["qkv_linear"]]
+
+
+def cmd_frontier(a):
+    """Predicted trade-off of recompute sets, each with every other leaf
+    offloaded and the hide rule on, placed and reported under one profile:
+    reports only (actplace-import + actplace-opt), no binary, no GPU."""
+    build = os.path.join(REPO, a.build_dir, "bin")
+    manifest = {"model": os.path.abspath(a.model), "seq": a.seq,
+                "micro_batch_size": a.micro_batch_size,
+                "micro_batches": a.micro_batches, "dtype": a.dtype}
+    sets = ([[n for n in s.split(",") if n] for s in a.sets.split(";")]
+            if a.sets else FRONTIER_SETS)
+    graph = import_graph(manifest, build)
+    profile = os.path.abspath(a.profile) if a.profile else ""
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for i, rc in enumerate(sets):
+            flags = []
+            if rc:
+                flags.append("--recompute-modules=" + ",".join(rc))
+            flags.append("--offload-modules=" + ",".join(
+                l for l in ALL_LEAVES if l not in leaves(rc)))
+            if profile:
+                flags.append("--profile=" + profile)
+            opts = placement_options(flags)
+            report = os.path.join(tmp, f"{i}.json")
+            opt = subprocess.run(
+                [os.path.join(build, "actplace-opt"), "-train-autodiff",
+                 "-train-placement-pipeline=" + opts,
+                 f"-train-placement-report={opts} report-format=json "
+                 f"report-file={report}", "-o", os.devnull],
+                input=graph, capture_output=True, text=True)
+            if opt.returncode != 0:
+                sys.exit(f"frontier: recompute {','.join(rc) or '(none)'}: "
+                         f"actplace-opt failed:\n{opt.stderr}")
+            t = json.load(open(report))["totals"]
+            before = t["activation_peak_bytes_before"]
+            removed = 100.0 * (1 - t["activation_peak_bytes_after"] / before)
+            extra = t["step_seconds_after"] - t["step_seconds_before"]
+            rows.append((removed, ",".join(rc) or "(none: offload only)",
+                         extra * 1e3, 100.0 * extra / t["step_seconds_before"],
+                         t["offloaded_bytes"] / 1e9,
+                         t["recomputed_bytes"] / 1e9))
+            log(f"[{len(rows)}/{len(sets)}] {rows[-1][1]}")
+    rel = lambda path: os.path.relpath(os.path.abspath(path), REPO)
+    print(f"# {rel(a.model)}: seq {a.seq}, {a.micro_batches} x "
+          f"{a.micro_batch_size} sequences, {a.dtype}; profile "
+          f"{rel(a.profile) if a.profile else '(H200 defaults)'}; every "
+          "other leaf offloaded, hide rule on; predicted")
+    print("| recompute | act. peak removed % | pred. step +ms | "
+          "pred. step + % | offloaded GB per microbatch | recomputed GB per "
+          "microbatch |")
+    print("|---|---|---|---|---|---|")
+    for removed, name, ms, pct, off, rec in sorted(rows):
+        print(f"| {name} | {removed:.1f} | {ms:+.2f} | {pct:+.2f} | "
+              f"{off:.2f} | {rec:.2f} |")
+
+
+#===----------------------------------------------------------------------===#
 # table
 #===----------------------------------------------------------------------===#
 
@@ -871,6 +942,21 @@ def main():
                    "bytes held (1 + F) x the predicted D2H time after its "
                    "issue)")
     c.add_argument("--build-dir", default="build-bench")
+    f = sub.add_parser("frontier", help="predicted activation-peak cut "
+                       "and step-time cost of recompute sets (reports only)")
+    f.add_argument("--profile", default=CALIBRATED_PROFILE,
+                   help="device profile to place and predict under ('' for "
+                   "the H200 defaults)")
+    f.add_argument("--sets", default="",
+                   help="recompute sets, ';' between sets, ',' between "
+                   "leaves (default: the run-6 list)")
+    f.add_argument("--model", default=os.path.join(REPO, "models",
+                                                   "qwen3.5-0.8b.json"))
+    f.add_argument("--seq", type=int, default=4096)
+    f.add_argument("--micro-batch-size", type=int, default=1)
+    f.add_argument("--micro-batches", type=int, default=4)
+    f.add_argument("--dtype", default="bf16")
+    f.add_argument("--build-dir", default="build-bench")
     pr = sub.add_parser("predict", help="the run's reports under another "
                         "profile, into a copy of the run folder")
     pr.add_argument("results")
@@ -879,7 +965,8 @@ def main():
     pr.add_argument("--build-dir", default="build-bench")
     a = p.parse_args()
     {"build": cmd_build, "run": cmd_run, "table": cmd_table,
-     "calibrate": cmd_calibrate, "predict": cmd_predict}[a.cmd](a)
+     "calibrate": cmd_calibrate, "predict": cmd_predict,
+     "frontier": cmd_frontier}[a.cmd](a)
 
 
 if __name__ == "__main__":

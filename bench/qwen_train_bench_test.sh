@@ -33,6 +33,11 @@ PY
 python3 bench/qwen_train_bench.py predict "$work/run" \
   --profile "$work/profile.json" --out "$work/calibrated" 2> "$work/predict.log"
 python3 bench/qwen_train_bench.py table "$work/calibrated" > "$work/table-calibrated.md"
+# The predicted frontier of two recompute sets (reports only).
+python3 bench/qwen_train_bench.py frontier --model models/tiny-hybrid.json \
+  --seq 64 --profile "" --sets "layernorm;layernorm,mlp_act,gdn_norm_out" \
+  2> "$work/frontier.log" > "$work/frontier.md"
+test "$(grep -c '^| layernorm' "$work/frontier.md")" = 2
 python3 - "$work/table.md" <<'PY'
 import sys
 ARMS = ("none", "ref", "ref+norm", "all", "max", "cal3", "elem46", "elem60",
