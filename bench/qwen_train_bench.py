@@ -99,6 +99,14 @@ def leaves(names):
     return out
 
 
+def recompute_offload_rest(rc):
+    """Placement flags: recompute the leaves (or aliases) `rc`, offload every
+    other leaf (the hide rule keeps what cannot hide)."""
+    return ((["--recompute-modules=" + ",".join(rc)] if rc else []) +
+            ["--offload-modules=" + ",".join(
+                l for l in ALL_LEAVES if l not in leaves(rc))])
+
+
 # name -> (actplace-compile placement flags, what it is).
 ARMS = {
     "none": ([], "no offload, no recompute"),
@@ -109,9 +117,7 @@ ARMS = {
                  "ref + recompute gdn_norm_out"),
     "all": (["--offload-modules=" + ",".join(ALL_LEAVES)],
             "offload every leaf (the hide rule keeps what cannot hide)"),
-    "max": (["--recompute-modules=" + ",".join(MAX_RECOMPUTE),
-             "--offload-modules=" + ",".join(
-                 l for l in ALL_LEAVES if l not in leaves(MAX_RECOMPUTE))],
+    "max": (recompute_offload_rest(MAX_RECOMPUTE),
             "recompute " + ",".join(MAX_RECOMPUTE) + " and offload the rest"),
 }
 # The largest predicted cut within 3 % under the profile calibrated on run 1
@@ -125,10 +131,8 @@ ARMS = {
 # briefly, and compute stalls on the copies (training.md, runs 4 and 5).
 CALIBRATED_PROFILE = os.path.join(REPO, "bench", "profiles",
                                   "h200-optimes-a1022cc.json")
-ARMS["cal3"] = (["--recompute-modules=layernorm",
-                 "--offload-modules=" + ",".join(
-                     l for l in ALL_LEAVES if l not in leaves(["layernorm"])),
-                 "--profile=" + CALIBRATED_PROFILE],
+ARMS["cal3"] = (recompute_offload_rest(["layernorm"]) +
+                ["--profile=" + CALIBRATED_PROFILE],
                 "recompute layernorm, offload the rest, placed under the "
                 "calibrated H200 profile")
 
@@ -140,10 +144,8 @@ ARMS["cal3"] = (["--recompute-modules=layernorm",
 ELEM46 = ["layernorm", "mlp_act", "gdn_norm_out"]
 ELEM60 = ELEM46 + ["gdn_prep"]
 for _name, _rc in (("elem46", ELEM46), ("elem60", ELEM60)):
-    ARMS[_name] = (["--recompute-modules=" + ",".join(_rc),
-                    "--offload-modules=" + ",".join(
-                        l for l in ALL_LEAVES if l not in leaves(_rc)),
-                    "--profile=" + CALIBRATED_PROFILE],
+    ARMS[_name] = (recompute_offload_rest(_rc) +
+                   ["--profile=" + CALIBRATED_PROFILE],
                    "recompute " + ",".join(_rc) + ", offload the rest, placed "
                    "under the calibrated H200 profile")
 
@@ -151,11 +153,8 @@ for _name, _rc in (("elem46", ELEM46), ("elem60", ELEM60)):
 # with the faster elementwise kernels (a1022cc; training.md, run 6): elem46
 # plus the mlp_fc1 GEMM (59.0 % at +6.1 % predicted).
 ELEM46_FC1 = ELEM46 + ["mlp_fc1"]
-ARMS["elem46-fc1"] = (["--recompute-modules=" + ",".join(ELEM46_FC1),
-                       "--offload-modules=" + ",".join(
-                           l for l in ALL_LEAVES
-                           if l not in leaves(ELEM46_FC1)),
-                       "--profile=" + CALIBRATED_PROFILE],
+ARMS["elem46-fc1"] = (recompute_offload_rest(ELEM46_FC1) +
+                      ["--profile=" + CALIBRATED_PROFILE],
                       "recompute " + ",".join(ELEM46_FC1) + ", offload the "
                       "rest, placed under the calibrated H200 profile")
 
@@ -629,16 +628,23 @@ def write_report(manifest, arm, profile, report, build):
     for the very placement that was measured (the hide rule would otherwise
     keep other scopes under a slower compute model)."""
     flags, _ = ARMS[arm]
-    imp = import_graph(manifest, build)
     opts = placement_options(flags)
+    placement_report(import_graph(manifest, build), opts,
+                     f"{opts} profile={profile}", report, build, f"arm {arm}")
+
+
+def placement_report(graph, place_opts, report_opts, report, build, what):
+    """Places `graph` (actplace-import text) with the placement pipeline's
+    options `place_opts` and writes the JSON placement report made with
+    `report_opts` to `report`."""
     opt = subprocess.run(
         [os.path.join(build, "actplace-opt"), "-train-autodiff",
-         "-train-placement-pipeline=" + opts,
-         f"-train-placement-report={opts} profile={profile} "
-         f"report-format=json report-file={report}", "-o", os.devnull],
-        input=imp, capture_output=True, text=True)
+         "-train-placement-pipeline=" + place_opts,
+         f"-train-placement-report={report_opts} report-format=json "
+         f"report-file={report}", "-o", os.devnull],
+        input=graph, capture_output=True, text=True)
     if opt.returncode != 0:
-        sys.exit(f"arm {arm}: actplace-opt failed:\n{opt.stderr}")
+        sys.exit(f"{what}: actplace-opt failed:\n{opt.stderr}")
 
 
 def placement_options(flags):
@@ -692,24 +698,12 @@ def cmd_frontier(a):
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for i, rc in enumerate(sets):
-            flags = []
-            if rc:
-                flags.append("--recompute-modules=" + ",".join(rc))
-            flags.append("--offload-modules=" + ",".join(
-                l for l in ALL_LEAVES if l not in leaves(rc)))
-            if profile:
-                flags.append("--profile=" + profile)
+            flags = recompute_offload_rest(rc) + (
+                ["--profile=" + profile] if profile else [])
             opts = placement_options(flags)
             report = os.path.join(tmp, f"{i}.json")
-            opt = subprocess.run(
-                [os.path.join(build, "actplace-opt"), "-train-autodiff",
-                 "-train-placement-pipeline=" + opts,
-                 f"-train-placement-report={opts} report-format=json "
-                 f"report-file={report}", "-o", os.devnull],
-                input=graph, capture_output=True, text=True)
-            if opt.returncode != 0:
-                sys.exit(f"frontier: recompute {','.join(rc) or '(none)'}: "
-                         f"actplace-opt failed:\n{opt.stderr}")
+            placement_report(graph, opts, opts, report, build,
+                             f"frontier: recompute {','.join(rc) or '(none)'}")
             t = json.load(open(report))["totals"]
             before = t["activation_peak_bytes_before"]
             removed = 100.0 * (1 - t["activation_peak_bytes_after"] / before)
