@@ -111,6 +111,22 @@ template <int G> __device__ __forceinline__ int vecStart(int k, int gl) {
   return (k * G + gl) * 8;
 }
 
+/// Loads lane `gl`'s V vectors of a row into v and returns the lane's sum of
+/// their squares, added in element order (the forward norms' first pass).
+template <int G, int V>
+__device__ __forceinline__ float
+loadRowSquares(const bf16v *row, int gl, int dim, bool vec, float (&v)[V][8]) {
+  float ss = 0.f;
+#pragma unroll
+  for (int k = 0; k < V; ++k) {
+    load8(row, vecStart<G>(k, gl), dim, vec, v[k]);
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+      ss += v[k][i] * v[k][i];
+  }
+  return ss;
+}
+
 /// Folds a block's per-lane weight-gradient sums into partial[blockIdx.x]:
 /// the row groups of each warp by a butterfly, then the warps in order
 /// through shared memory. Called by every thread of the block.

@@ -74,15 +74,8 @@ __global__ void __launch_bounds__(kRowThreads)
     return;
   const bf *xr = x + r * xs;
   float xv[V][8];
-  float ss = 0.f;
-#pragma unroll
-  for (int k = 0; k < V; ++k) {
-    rowwise::load8(xr, rowwise::vecStart<G>(k, gl), dim, vec, xv[k]);
-#pragma unroll
-    for (int i = 0; i < 8; ++i)
-      ss += xv[k][i] * xv[k][i];
-  }
-  ss = rowwise::groupSum<G>(ss);
+  float ss =
+      rowwise::groupSum<G>(rowwise::loadRowSquares<G, V>(xr, gl, dim, vec, xv));
   const float rs = 1.0f / sqrtf(ss / float(dim) + eps);
   if (rstd && gl == 0)
     rstd[r] = rs;

@@ -104,14 +104,7 @@ __global__ void __launch_bounds__(kRowThreads)
     return;
   const bf *xr = x + headRow(row, H, d, xs);
   float xv[V][8];
-  float ss = 0.f;
-#pragma unroll
-  for (int k = 0; k < V; ++k) {
-    rowwise::load8(xr, rowwise::vecStart<G>(k, gl), d, vec, xv[k]);
-#pragma unroll
-    for (int i = 0; i < 8; ++i)
-      ss += xv[k][i] * xv[k][i];
-  }
+  const float ss = rowwise::loadRowSquares<G, V>(xr, gl, d, vec, xv);
   const float r = rsqrtf(rowwise::groupSum<G>(ss) + eps);
   if (gl == 0)
     rstd[row] = r;
@@ -168,14 +161,7 @@ __global__ void __launch_bounds__(kRowThreads)
   if (row >= rows)
     return;
   float xv[V][8];
-  float ss = 0.f;
-#pragma unroll
-  for (int k = 0; k < V; ++k) {
-    rowwise::load8(x + row * d, rowwise::vecStart<G>(k, gl), d, vec, xv[k]);
-#pragma unroll
-    for (int i = 0; i < 8; ++i)
-      ss += xv[k][i] * xv[k][i];
-  }
+  const float ss = rowwise::loadRowSquares<G, V>(x + row * d, gl, d, vec, xv);
   const float r = rsqrtf(rowwise::groupSum<G>(ss) / float(d) + eps);
   if (gl == 0)
     rstd[row] = r;
