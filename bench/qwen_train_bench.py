@@ -27,6 +27,11 @@ Three steps, each its own command:
          the run folder, so that `table` compares measured steps with the
          calibrated predictions (the arms with recompute are the held-out
          check).
+  check  (on the GPU machine)  bit identity and stability: each arm
+         STEPS steps (--fingerprints: SHA-256 of loss, grads, params and
+         optimizer compared with the first arm's at every step); finite
+         losses and grad norms, pinned pool constant and empty after every
+         step, device peak constant; exit status 1 on a violation.
   frontier (here)  predicted activation-peak cut and step-time cost of
          recompute sets (every other leaf offloaded) under a profile,
          reports only: which placements to measure next.
@@ -412,27 +417,140 @@ def cmd_run(a):
                 log("  log tail:", open(logf).read()[-2000:])
     results.close()
     if a.op_times_steps and "none" in arms:
-        # The kernel times `calibrate --op-times` turns into opScale: every
-        # launch of the no-placement binary waited for and timed.
-        path = os.path.join(out, "op-times.json")
-        cmd = [os.path.join(bindir, "none"), "--steps",
-               str(a.op_times_steps + 1), "--device", a.device, "--seed",
-               str(a.seed), "--data", a.data, "--op-times", path]
-        log("op times: " + " ".join(cmd[1:]))
-        try:
-            rc = subprocess.run(cmd, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.STDOUT,
-                                timeout=a.timeout).returncode
-        except subprocess.TimeoutExpired:
-            rc = "timeout"
-        run["op_times"] = {"rc": rc, "steps": a.op_times_steps}
-        log(f"  rc={rc}")
+        # The kernel times `calibrate --op-times` turns into opScale, from
+        # the no-placement binary: op-times.json in the first mode named,
+        # op-times-MODE.json for another.
+        run["op_times"] = {}
+        for i, mode in enumerate(a.op_times_modes.split(",")):
+            path = os.path.join(out, "op-times.json" if i == 0
+                                else f"op-times-{mode}.json")
+            cmd = [os.path.join(bindir, "none"), "--steps",
+                   str(a.op_times_steps + 1), "--device", a.device, "--seed",
+                   str(a.seed), "--data", a.data, "--op-times", path,
+                   "--op-times-mode", mode]
+            log("op times: " + " ".join(cmd[1:]))
+            try:
+                rc = subprocess.run(cmd, stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.STDOUT,
+                                    timeout=a.timeout).returncode
+            except subprocess.TimeoutExpired:
+                rc = "timeout"
+            run["op_times"][mode] = {"rc": rc, "steps": a.op_times_steps,
+                                     "file": os.path.basename(path)}
+            log(f"  rc={rc}")
     run["gpu_after"] = gpu_info()
     run["finished"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     manifest["run"] = run
     json.dump(manifest, open(os.path.join(out, "manifest.json"), "w"), indent=1)
     shutil.rmtree(bindir, ignore_errors=True)
     log(f"wrote {out}")
+
+
+def check_arm_lines(arm, lines, steps):
+    """The stability conditions of issue 8 on one process's metrics; returns
+    a list of violations (empty: the arm is stable)."""
+    bad = []
+    if len(lines) != steps:
+        bad.append(f"{arm}: {len(lines)} metrics lines, expected {steps}")
+    for m in lines:
+        for key in ("loss", "grad_norm"):
+            v = m.get(key)
+            if v is None or not math.isfinite(v):
+                bad.append(f"{arm} step {m['step']}: {key} {v} not finite")
+        if m["pinned_pool"]["in_use"] != 0:
+            bad.append(f"{arm} step {m['step']}: pinned pool "
+                       f"{m['pinned_pool']['in_use']} bytes in use after "
+                       "the step")
+    # Everything the runtime allocates is allocated in step 1: from then on
+    # the pool and the device peak must not move.
+    for key, get in (("pinned buffers", lambda m: m["pinned_pool"]["buffers"]),
+                     ("pinned bytes", lambda m: m["pinned_pool"]["bytes"]),
+                     ("device peak", lambda m: m["device_peak_bytes"])):
+        seen = sorted({get(m) for m in lines})
+        if len(seen) > 1:
+            bad.append(f"{arm}: {key} not constant over the steps: {seen}")
+    return bad
+
+
+def cmd_check(a):
+    """Bit identity and stability: every arm STEPS steps with
+    --fingerprints in its own process; fingerprints (loss, grads, params,
+    optimizer) equal to the first arm's at every step, finite losses and
+    grad norms, pinned pool constant and empty after every step, device peak
+    constant."""
+    carry = os.path.abspath(a.carry)
+    manifest = json.load(open(os.path.join(carry, "manifest.json")))
+    arms = a.arms.split(",") if a.arms else list(manifest["arms"])
+    out = os.path.abspath(a.out)
+    os.makedirs(out, exist_ok=True)
+    bindir = tempfile.mkdtemp(prefix="qwen-check-")
+    runs, bad = {}, []
+    for arm in arms:
+        info = manifest["arms"][arm]
+        path = os.path.join(bindir, arm)
+        with lzma.open(os.path.join(carry, info["binary"])) as f, \
+                open(path, "wb") as o:
+            shutil.copyfileobj(f, o)
+        os.chmod(path, 0o755)
+        metrics = os.path.join(out, f"{arm}.check.jsonl")
+        if os.path.exists(metrics):
+            os.remove(metrics)
+        cmd = [path, "--steps", str(a.steps), "--device", a.device, "--seed",
+               str(a.seed), "--data", a.data, "--metrics", metrics]
+        if a.fingerprints:
+            cmd.append("--fingerprints")
+        log(f"{arm}: {' '.join(cmd[1:])}")
+        t0 = time.time()
+        with open(os.path.join(out, f"{arm}.check.log"), "w") as lf:
+            try:
+                rc = subprocess.run(cmd, stdout=lf, stderr=subprocess.STDOUT,
+                                    timeout=a.timeout).returncode
+            except subprocess.TimeoutExpired:
+                rc = "timeout"
+        lines = ([json.loads(l) for l in open(metrics) if l.strip()]
+                 if os.path.exists(metrics) else [])
+        log(f"  rc={rc} wall={time.time() - t0:.1f}s steps={len(lines)}")
+        if rc != 0:
+            bad.append(f"{arm}: exit status {rc}")
+        bad += check_arm_lines(arm, lines, a.steps)
+        runs[arm] = lines
+    shutil.rmtree(bindir, ignore_errors=True)
+    if a.fingerprints:
+        first = arms[0]
+        for arm in arms[1:]:
+            for x, y in zip(runs[first], runs[arm]):
+                if x.get("fingerprints") is None or \
+                        x.get("fingerprints") != y.get("fingerprints"):
+                    bad.append(f"step {x['step']}: fingerprints of {arm} "
+                               f"{y.get('fingerprints')} differ from "
+                               f"{first}'s {x.get('fingerprints')}")
+                    break
+    print(f"| arm | steps | first / last loss | last grad norm | pinned "
+          f"buffers | pinned MiB | device peak MiB | median step s |")
+    print("|---|---|---|---|---|---|---|---|")
+    for arm in arms:
+        lines = runs[arm]
+        if not lines:
+            print(f"| {arm} | 0 | | | | | | |")
+            continue
+        last = lines[-1]
+        print(f"| {arm} | {len(lines)} | {lines[0]['loss']:.5f} / "
+              f"{last['loss']:.5f} | {last['grad_norm']:.4g} | "
+              f"{last['pinned_pool']['buffers']} | "
+              f"{fmt_mib(last['pinned_pool']['bytes'])} | "
+              f"{fmt_mib(last['device_peak_bytes'])} | "
+              f"{statistics.median(m['step_time_s'] for m in lines[1:] or lines):.4f} |")
+    json.dump({"commit": manifest["commit"], "arms": arms, "steps": a.steps,
+               "fingerprints": a.fingerprints, "violations": bad,
+               "gpu": gpu_info()},
+              open(os.path.join(out, "check.json"), "w"), indent=1)
+    for b in bad:
+        print("FAIL: " + b)
+    if bad:
+        sys.exit(1)
+    print(f"PASS: {len(arms)} arms, {a.steps} steps"
+          + (", fingerprints equal at every step" if a.fingerprints else "")
+          + "; finite, pinned pool constant and empty, device peak constant")
 
 
 #===----------------------------------------------------------------------===#
@@ -497,12 +615,17 @@ def cmd_calibrate(a):
     if t2 - t1 < 1e-12:
         # Every op has its own measured scale: computeScale touches nothing.
         scale = 1.0
-        if t1 > none_meas and a.op_times:
+        # Older op-times files have no mode: they were all waited for.
+        waited = a.op_times and \
+            json.load(open(a.op_times)).get("mode", "wait") == "wait"
+        if t1 > none_meas and waited:
             # Launches timed one by one (each waited for) take longer than
             # the same launches back to back in the step (on the H200,
             # c1bcd09: 464.5 ms of timed launches in a 426.5 ms step). The
             # excess is charged per launch, not per second: short kernels
             # carry most of it (fitted here, checked on the arms held out).
+            # Stream-mode times (the default since --op-times-mode) are the
+            # launches as they run in the step and need no correction.
             per_launch = (t1 - none_meas) / launches_per_step(a.op_times)
             base["opScale"] = dict(
                 base["opScale"], **op_scales_from_times(
@@ -912,6 +1035,27 @@ def main():
     r.add_argument("--op-times-steps", type=int, default=3,
                    help="timed steps of the no-placement binary with "
                    "--op-times after the arms (0: none); writes op-times.json")
+    r.add_argument("--op-times-modes", default="stream",
+                   help="the binary's --op-times-mode for those steps, ',' "
+                   "between modes (stream: in stream order, nothing waits; "
+                   "wait: each launch waited for); the first writes "
+                   "op-times.json, others op-times-MODE.json")
+    k = sub.add_parser("check", help="bit identity and stability of arms "
+                       "(GPU machine): fingerprints, pool, peak, finiteness")
+    k.add_argument("--carry", default=os.path.join(REPO, "gpu-carry",
+                                                   "qwen-bench"))
+    k.add_argument("--out", required=True)
+    k.add_argument("--arms", default="",
+                   help="default: every built arm; the first is the "
+                   "fingerprint baseline")
+    k.add_argument("--steps", type=int, default=3)
+    k.add_argument("--fingerprints", action="store_true",
+                   help="SHA-256 fingerprints, compared with the first arm")
+    k.add_argument("--device", default="cuda")
+    k.add_argument("--seed", type=int, default=1)
+    k.add_argument("--data", default="synthetic")
+    k.add_argument("--timeout", type=float, default=300,
+                   help="seconds per process")
     t = sub.add_parser("table", help="print the table of a run folder")
     t.add_argument("results")
     t.add_argument("--peak-tflops", type=float, default=989.5)
@@ -960,7 +1104,7 @@ def main():
     a = p.parse_args()
     {"build": cmd_build, "run": cmd_run, "table": cmd_table,
      "calibrate": cmd_calibrate, "predict": cmd_predict,
-     "frontier": cmd_frontier}[a.cmd](a)
+     "frontier": cmd_frontier, "check": cmd_check}[a.cmd](a)
 
 
 if __name__ == "__main__":

@@ -33,6 +33,31 @@ PY
 python3 bench/qwen_train_bench.py predict "$work/run" \
   --profile "$work/profile.json" --out "$work/calibrated" 2> "$work/predict.log"
 python3 bench/qwen_train_bench.py table "$work/calibrated" > "$work/table-calibrated.md"
+# Bit identity and stability: three arms with fingerprints, then a longer
+# run of the most aggressive arm; and the checker must see a violation.
+python3 bench/qwen_train_bench.py check --carry "$work/carry" \
+  --out "$work/check" --device host --arms none,elem46-fc1,max --steps 3 \
+  --fingerprints 2> "$work/check.log" | tee "$work/check.md"
+grep -q '^PASS: 3 arms, 3 steps, fingerprints equal' "$work/check.md"
+python3 bench/qwen_train_bench.py check --carry "$work/carry" \
+  --out "$work/stability" --device host --arms max --steps 30 \
+  2> "$work/stability.log" | grep -q '^PASS: 1 arms, 30 steps'
+python3 - "$work/check/max.check.jsonl" <<'PY'
+import copy, json, sys
+sys.path.insert(0, "bench")
+from qwen_train_bench import check_arm_lines
+lines = [json.loads(l) for l in open(sys.argv[1])]
+assert check_arm_lines("max", lines, 3) == []
+leak = copy.deepcopy(lines); leak[2]["pinned_pool"]["in_use"] = 4096
+grow = copy.deepcopy(lines); grow[2]["device_peak_bytes"] += 1
+nan = copy.deepcopy(lines); nan[1]["grad_norm"] = float("nan")
+for case, what in ((leak, "in use"), (grow, "device peak"),
+                   (nan, "not finite")):
+    bad = check_arm_lines("max", case, 3)
+    assert len(bad) == 1 and what in bad[0], bad
+assert "expected 4" in check_arm_lines("max", lines, 4)[0]
+print("check_arm_lines: flags a leak, a growing peak, a NaN, a lost step")
+PY
 # The predicted frontier of two recompute sets (reports only).
 python3 bench/qwen_train_bench.py frontier --model models/tiny-hybrid.json \
   --seq 64 --profile "" --sets "layernorm;layernorm,mlp_act,gdn_norm_out" \

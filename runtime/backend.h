@@ -92,6 +92,15 @@ public:
   virtual void synchronizeStream(Stream stream) = 0;
   virtual void synchronize() = 0;
 
+  /// Timers (--op-times): stream-ordered timestamps that nothing waits on.
+  /// Ids are dense, separate from event ids. recordTimer marks the point
+  /// after all work enqueued so far on `stream`; timerSeconds(a, b) is the
+  /// time from a's mark to b's, valid once both completed (after a
+  /// synchronisation).
+  virtual uint32_t createTimer() = 0;
+  virtual void recordTimer(uint32_t timer, Stream stream) = 0;
+  virtual double timerSeconds(uint32_t from, uint32_t to) = 0;
+
   virtual void copyAsync(void *dst, const void *src, size_t bytes,
                          CopyKind kind, Stream stream) = 0;
   virtual void memsetAsync(void *dst, int value, size_t bytes,

@@ -239,12 +239,16 @@ TrainFlags parseTrainFlags(int argc, const char *const *argv,
                   "times the metadata 'clip_coef'",
                   "FILE");
   flags.addString("op-times", &out.opTimes,
-                  "time every kernel launch of steps 2..N (each one waited "
-                  "for, less the cost of an empty wait) and write the seconds "
-                  "per launch label, summed, as JSON: the profile "
-                  "bench/qwen_train_bench.py calibrate --op-times reads. "
-                  "Slows the run; step times are not representative",
+                  "time every kernel launch of steps 2..N and write the "
+                  "seconds per launch label, summed, as JSON: the profile "
+                  "bench/qwen_train_bench.py calibrate --op-times reads",
                   "FILE");
+  flags.addChoice("op-times-mode", &out.opTimesMode, {"stream", "wait"},
+                  "stream (default): timers around each launch in stream "
+                  "order, nothing waits, so each kernel is timed as it runs "
+                  "in the step; wait: each launch waited for and timed on "
+                  "the host less an empty wait (slow; launch latency "
+                  "included)");
   out.usage = flags.usage();
   if (!flags.parse(argc, argv)) {
     out.help = true;

@@ -92,9 +92,13 @@ struct TrainFlags {
   std::string initWeights;
   /// safetensors file to write the last step's gradients into (empty: none).
   std::string dumpGrads;
-  /// JSON file to write per-op kernel times into (empty: no timing): every
-  /// launch of steps 2..N is synchronised and timed, so the run is slower.
+  /// JSON file to write per-op kernel times into (empty: no timing).
   std::string opTimes;
+  /// How --op-times times a launch: "stream" (timers recorded around it in
+  /// stream order, nothing waits: the kernel as it runs inside the step) or
+  /// "wait" (the launch synchronised and timed on the host, less an empty
+  /// wait: the kernel alone, launch latency included).
+  std::string opTimesMode = "stream";
   /// --help was given: print the usage text and exit 0.
   bool help = false;
   std::string usage;

@@ -12,6 +12,7 @@
 #include "runtime/error.h"
 
 #include <algorithm>
+#include <chrono>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
@@ -156,6 +157,32 @@ private:
   std::vector<uint64_t> recorded_;
 };
 
+/// Timer marks: the steady-clock time at which a stream's worker reached
+/// each record. Written by workers, read by the driving thread after a
+/// synchronisation; the mutex also covers growth of the table.
+class TimerTable {
+public:
+  uint32_t create() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    marks_.emplace_back();
+    return static_cast<uint32_t>(marks_.size() - 1);
+  }
+  void mark(uint32_t t) {
+    auto now = std::chrono::steady_clock::now();
+    std::lock_guard<std::mutex> lock(mutex_);
+    marks_.at(t) = now;
+  }
+  double seconds(uint32_t from, uint32_t to) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return std::chrono::duration<double>(marks_.at(to) - marks_.at(from))
+        .count();
+  }
+
+private:
+  std::mutex mutex_;
+  std::deque<std::chrono::steady_clock::time_point> marks_;
+};
+
 void *alignedAllocate(size_t bytes, const char *what) {
   constexpr size_t kAlign = 4096;
   size_t rounded =
@@ -255,6 +282,14 @@ public:
     worker(stream).enqueue(std::move(fn));
   }
 
+  uint32_t createTimer() override { return timers_.create(); }
+  void recordTimer(uint32_t timer, Stream stream) override {
+    worker(stream).enqueue([this, timer] { timers_.mark(timer); });
+  }
+  double timerSeconds(uint32_t from, uint32_t to) override {
+    return timers_.seconds(from, to);
+  }
+
   void *nativeStream(Stream) const override { return nullptr; }
   void *cublasLtHandle() const override { return nullptr; }
   int32_t smCount() const override { return 0; }
@@ -265,6 +300,7 @@ private:
 
   ErrorSlot errors_;
   EventTable events_;
+  TimerTable timers_;
   std::vector<std::unique_ptr<Worker>> workers_;
 };
 

@@ -49,6 +49,19 @@ void StepRunner::launch(const char *name, KernelFn fn) {
     dev.launch(Stream::Compute, name, std::move(fn));
     return;
   }
+  if (opTimesInStream) {
+    // Nothing waits: the kernel runs back to back with its neighbours, as
+    // in an untimed step, and the timers read its span on the stream.
+    size_t used = 2 * pendingOpTimes_.size();
+    while (timers_.size() < used + 2)
+      timers_.push_back(dev.backend().createTimer());
+    PendingOpTime p{name, timers_[used], timers_[used + 1]};
+    dev.backend().recordTimer(p.start, Stream::Compute);
+    dev.launch(Stream::Compute, name, std::move(fn));
+    dev.backend().recordTimer(p.end, Stream::Compute);
+    pendingOpTimes_.push_back(p);
+    return;
+  }
   // Everything enqueued before is done, so the wait below covers this
   // kernel alone (plus one empty wait, subtracted).
   dev.synchronize(Stream::Compute);
@@ -61,6 +74,15 @@ void StepRunner::launch(const char *name, KernelFn fn) {
   OpTime &t = (*opTimes)[name];
   t.count += 1;
   t.seconds += std::max(0.0, s - syncSeconds);
+}
+
+void StepRunner::collectOpTimes() {
+  for (const PendingOpTime &p : pendingOpTimes_) {
+    OpTime &t = (*opTimes)[p.name];
+    t.count += 1;
+    t.seconds += dev.backend().timerSeconds(p.start, p.end);
+  }
+  pendingOpTimes_.clear();
 }
 
 char *StepRunner::scratch(uint64_t offset) const {
@@ -411,15 +433,17 @@ double emptyLaunchSeconds(Device &dev) {
   return samples[25];
 }
 
-/// --op-times FILE: {"steps", "sync_seconds", "device", "ops": {label:
-/// {"count", "seconds"}}}, sums over the timed steps.
+/// --op-times FILE: {"steps", "mode", "sync_seconds", "device", "ops":
+/// {label: {"count", "seconds"}}}, sums over the timed steps.
 void writeOpTimes(const std::string &path,
                   const std::map<std::string, StepRunner::OpTime> &times,
-                  int64_t steps, double syncSeconds, Device &dev) {
+                  int64_t steps, double syncSeconds, const std::string &mode,
+                  Device &dev) {
   char sync[64];
   std::snprintf(sync, sizeof(sync), "%.9e", syncSeconds);
   std::string json =
-      "{\"steps\": " + std::to_string(steps) + ", \"sync_seconds\": " + sync +
+      "{\"steps\": " + std::to_string(steps) + ", \"mode\": " +
+      jsonQuote(mode) + ", \"sync_seconds\": " + sync +
       ", \"device\": " +
       jsonQuote(dev.kind() == DeviceKind::Cuda ? "cuda" : "host") +
       ", \"ops\": {";
@@ -700,7 +724,8 @@ int run(int argc, char **argv, const Program &p) {
 
   std::map<std::string, StepRunner::OpTime> opTimes;
   int64_t timedSteps = 0;
-  if (!flags.opTimes.empty())
+  r.opTimesInStream = flags.opTimesMode == "stream";
+  if (!flags.opTimes.empty() && !r.opTimesInStream)
     r.syncSeconds = emptyLaunchSeconds(dev);
 
   MetricsWriter writer(flags.metrics);
@@ -718,6 +743,8 @@ int run(int argc, char **argv, const Program &p) {
     r.fingerprintSeconds = 0;
     p.step(r);
     dev.synchronize();
+    if (r.opTimes)
+      r.collectOpTimes();
     pool.assertNoneInUse("step " + std::to_string(step + 1));
     engine.assertAllReloaded("step " + std::to_string(step + 1));
     auto t1 = std::chrono::steady_clock::now();
@@ -779,7 +806,8 @@ int run(int argc, char **argv, const Program &p) {
   progress.finish();
   r.opTimes = nullptr;
   if (!flags.opTimes.empty())
-    writeOpTimes(flags.opTimes, opTimes, timedSteps, r.syncSeconds, dev);
+    writeOpTimes(flags.opTimes, opTimes, timedSteps, r.syncSeconds,
+                 flags.opTimesMode, dev);
   return 0;
 }
 

@@ -96,14 +96,20 @@ public:
   /// naming `name`.
   void launch(const char *name, KernelFn fn);
 
-  /// --op-times: per launch label, launches and seconds (each launch waited
-  /// for, less `syncSeconds`, the cost of an empty wait). Null: not timing.
+  /// --op-times: per launch label, launches and seconds. Null: not timing.
+  /// Stream mode (`opTimesInStream`): each launch between two timers, read
+  /// by collectOpTimes() after the step's synchronisation. Wait mode: each
+  /// launch waited for, less `syncSeconds`, the cost of an empty wait.
   struct OpTime {
     int64_t count = 0;
     double seconds = 0;
   };
   std::map<std::string, OpTime> *opTimes = nullptr;
+  bool opTimesInStream = true;
   double syncSeconds = 0;
+  /// Adds the stream-mode timers of the launches since the last call to
+  /// *opTimes; every launch must have completed (call after synchronising).
+  void collectOpTimes();
 
   // Step state set by trainMain.
   int64_t stepIndex = 0; ///< 0-based optimizer step
@@ -168,6 +174,13 @@ public:
   std::function<void(int32_t tokenCount, float clipCoef)> onGradsFinalized;
 
 private:
+  struct PendingOpTime {
+    const char *name; ///< launch labels are string literals of the step
+    uint32_t start, end;
+  };
+  std::vector<uint32_t> timers_; ///< reused every step, two per launch
+  std::vector<PendingOpTime> pendingOpTimes_;
+
   const Program &program_;
   bool fingerprints_;
   std::vector<float> lossParts_;

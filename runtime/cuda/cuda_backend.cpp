@@ -37,6 +37,8 @@ public:
       cublasLtDestroy(cublasLt_);
     for (cudaEvent_t e : events_)
       cudaEventDestroy(e);
+    for (cudaEvent_t e : timers_)
+      cudaEventDestroy(e);
     for (cudaStream_t s : streams_)
       if (s)
         cudaStreamDestroy(s);
@@ -62,6 +64,21 @@ public:
     return p;
   }
   void freePinned(void *ptr) override { AP_CUDA_CHECK(cudaFreeHost(ptr)); }
+
+  uint32_t createTimer() override {
+    cudaEvent_t e = nullptr;
+    AP_CUDA_CHECK(cudaEventCreate(&e)); // timing enabled
+    timers_.push_back(e);
+    return static_cast<uint32_t>(timers_.size() - 1);
+  }
+  void recordTimer(uint32_t timer, Stream stream) override {
+    AP_CUDA_CHECK(cudaEventRecord(timers_.at(timer), native(stream)));
+  }
+  double timerSeconds(uint32_t from, uint32_t to) override {
+    float ms = 0;
+    AP_CUDA_CHECK(cudaEventElapsedTime(&ms, timers_.at(from), timers_.at(to)));
+    return double(ms) * 1e-3;
+  }
 
   uint32_t createEvent() override {
     cudaEvent_t e = nullptr;
@@ -157,6 +174,7 @@ private:
   int smCount_ = 0;
   cudaStream_t streams_[kNumStreams] = {};
   std::vector<cudaEvent_t> events_;
+  std::vector<cudaEvent_t> timers_;
   cublasLtHandle_t cublasLt_ = nullptr;
 };
 

@@ -15,7 +15,9 @@
 #   - the pinned pool has 0 bytes in use after every step;
 #   - 6 continuous steps equal 3 steps + --save + --resume (in the offload
 #     binary) + 3 steps, bitwise; a missing checkpoint is an error;
-#   - --op-times writes per-label kernel times of steps 2..N;
+#   - --op-times writes per-label kernel times of steps 2..N in both modes
+#     (stream: timers in stream order, changes no bit; wait: each launch
+#     waited for), the same launches in each;
 #   - a diverging run (--lr 1e30) and an unknown flag exit non-zero;
 #   - 50 steps on byte-level text lower the loss;
 #   - with frozen parameters, offload still changes no bit.
@@ -242,21 +244,54 @@ def main():
     print("frozen: offload == no offload over %d steps" % STEPS)
 
     # --op-times: every launch of steps 2..N timed, by launch label; the
-    # GDN core's forward runs once per microbatch per timed step.
-    times = os.path.join(args.work, "op-times.json")
+    # GDN core's forward runs once per microbatch per timed step. Stream mode
+    # (the default) changes no bit of the run, and its kernel spans fit
+    # inside the timed steps; wait mode times the same launches.
+    plain = os.path.join(args.work, "op-times-plain.jsonl")
     r = subprocess.run([os.path.join(args.work, "train-none"), "--steps", "3",
-                        "--device", "host", "--op-times", times],
-                       capture_output=True, text=True)
+                        "--device", "host", "--fingerprints", "--metrics",
+                        plain], capture_output=True, text=True)
     if r.returncode != 0:
-        fail("--op-times run failed: " + r.stderr)
-    with open(times) as f:
-        ot = json.load(f)
-    gdn = ot["ops"].get("L0.gdn_core_attn/gated_delta_rule")
-    if ot["steps"] != 2 or not gdn or gdn["seconds"] <= 0 or \
-            gdn["count"] < 2 * 2:
-        fail("--op-times: unexpected %s" % json.dumps(ot)[:400])
-    print("op times: %d labels, GDN forward %d launches in %.3f ms" %
-          (len(ot["ops"]), gdn["count"], gdn["seconds"] * 1e3))
+        fail("3-step run failed: " + r.stderr)
+    with open(plain) as f:
+        plain_steps = [json.loads(l) for l in f if l.strip()]
+    by_mode = {}
+    for mode in ("stream", "wait"):
+        times = os.path.join(args.work, "op-times-%s.json" % mode)
+        metrics = os.path.join(args.work, "op-times-%s.jsonl" % mode)
+        r = subprocess.run([os.path.join(args.work, "train-none"), "--steps",
+                            "3", "--device", "host", "--op-times", times,
+                            "--op-times-mode", mode, "--fingerprints",
+                            "--metrics", metrics],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            fail("--op-times-mode %s run failed: %s" % (mode, r.stderr))
+        with open(times) as f:
+            ot = json.load(f)
+        with open(metrics) as f:
+            steps = [json.loads(l) for l in f if l.strip()]
+        gdn = ot["ops"].get("L0.gdn_core_attn/gated_delta_rule")
+        if ot["steps"] != 2 or ot.get("mode") != mode or not gdn or \
+                gdn["seconds"] <= 0 or gdn["count"] < 2 * 2:
+            fail("--op-times %s: unexpected %s" % (mode,
+                                                   json.dumps(ot)[:400]))
+        if [m["fingerprints"] for m in steps] != \
+                [m["fingerprints"] for m in plain_steps]:
+            fail("--op-times-mode %s changed the run's fingerprints" % mode)
+        total = sum(t["seconds"] for t in ot["ops"].values())
+        timed = sum(m["step_time_s"] for m in steps[1:])
+        if mode == "stream" and not 0 < total <= timed:
+            fail("stream op times sum to %.4f s, more than the %.4f s of "
+                 "the timed steps" % (total, timed))
+        by_mode[mode] = ot
+        print("op times (%s): %d labels, GDN forward %d launches in %.3f ms, "
+              "%.1f ms of %.1f ms timed" %
+              (mode, len(ot["ops"]), gdn["count"], gdn["seconds"] * 1e3,
+               total * 1e3, timed * 1e3))
+    counts = {m: {k: v["count"] for k, v in ot["ops"].items()}
+              for m, ot in by_mode.items()}
+    if counts["stream"] != counts["wait"]:
+        fail("the two --op-times modes timed different launches")
 
     # A diverging run stops with a clear message and a non-zero exit.
     r = subprocess.run([os.path.join(args.work, "train-none"), "--steps", "6",
