@@ -15,7 +15,9 @@ the training binary from the same safetensors weights and token file.
   compare  per-step loss and grad norm of two metrics files, the largest
            loss difference
   parity   prepare + the binary (--init-weights, --data tokens32:) + the
-           peer on the same files + compare, in one command (GPU machine)
+           peer on the same files + compare, in one command (GPU machine);
+           also the binary from weights moved by one bf16 rounding error
+           (relative 2^-9, random sign) against the binary: the noise floor
   selftest (CPU) the chunked PyTorch GDN core against torchref's per-token
            recurrence, values and gradients in float64
 
@@ -506,17 +508,45 @@ def parity(a, out, work):
         binary = target
     weights = os.path.join(work, "weights.safetensors")
     data = "tokens32:" + os.path.join(work, "tokens.bin")
-    cmd = [binary, "--steps", str(a.steps), "--device",
-           "cuda" if a.device.startswith("cuda") else "host",
-           "--init-weights", weights, "--data", data, "--lr", repr(a.lr),
-           "--metrics", os.path.join(out, "ours.jsonl")]
-    log("$ " + " ".join(cmd))
-    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                       text=True)
-    open(os.path.join(out, "ours.log"), "w").write(r.stdout)
-    if r.returncode != 0:
-        log(r.stdout[-3000:])
-        sys.exit("the binary failed (exit %d)" % r.returncode)
+
+    def run_ours(weights, name):
+        cmd = [binary, "--steps", str(a.steps), "--device",
+               "cuda" if a.device.startswith("cuda") else "host",
+               "--init-weights", weights, "--data", data, "--lr", repr(a.lr),
+               "--metrics", os.path.join(out, name + ".jsonl")]
+        log("$ " + " ".join(cmd))
+        r = subprocess.run(cmd, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)
+        open(os.path.join(out, name + ".log"), "w").write(r.stdout)
+        if r.returncode != 0:
+            log(r.stdout[-3000:])
+            sys.exit("the binary failed (exit %d)" % r.returncode)
+
+    run_ours(weights, "ours")
+    if a.noise_floor:
+        # What "bf16 noise" amounts to over these steps: the same binary
+        # from weights moved by one bf16 rounding error each (a relative
+        # 2^-9, random sign, seeded). Its loss difference from the
+        # unperturbed run is the yardstick for ours against the peer.
+        tensors, _ = safetensors_io.load(weights)
+        gen = torch.Generator().manual_seed(a.seed + 1)
+        for name in sorted(tensors):
+            t = tensors[name]
+            sign = torch.randint(0, 2, t.shape, generator=gen) * 2 - 1
+            tensors[name] = t * (1 + sign.to(t.dtype) * 2.0 ** -9)
+        perturbed = os.path.join(work, "weights-perturbed.safetensors")
+        safetensors_io.save(perturbed, tensors)
+        run_ours(perturbed, "ours-perturbed")
+        text = io.StringIO()
+        with contextlib.redirect_stdout(text):
+            print("\n## noise floor: ours vs ours from weights moved by one "
+                  "bf16 rounding error (relative 2^-9, random sign)\n")
+            cmd_compare(argparse.Namespace(
+                ours=os.path.join(out, "ours.jsonl"),
+                peer=os.path.join(out, "ours-perturbed.jsonl")))
+        print(text.getvalue(), end="")
+        with open(os.path.join(out, "parity.md"), "a") as f:
+            f.write(text.getvalue())
     for gdn in a.gdn_cores.split(","):
         peer = os.path.join(out, "peer-%s.jsonl" % gdn)
         cmd = [sys.executable, os.path.abspath(__file__), "train",
@@ -621,6 +651,11 @@ def main():
                     help="weights, tokens, the binary (default: a temporary "
                     "folder, removed afterwards)")
     pa.add_argument("--gdn-cores", default="fla,torch-chunk")
+    pa.add_argument("--no-noise-floor", dest="noise_floor",
+                    action="store_false",
+                    help="skip the run of the binary from weights moved by "
+                    "one bf16 rounding error (the yardstick for the loss "
+                    "differences)")
     pa.add_argument("--lr", type=float, default=0.03,
                     help="peak lr of both (warmup: step s uses peak (s+1)/100)")
     sub.add_parser("selftest")

@@ -875,7 +875,7 @@ def cmd_table(a):
 
 def save_results(run_dir, table):
     """Copies a run folder's results (not the per-process duplicates of
-    results.jsonl) to bench/results/qwen-bench-<run date>-<commit>/ with the
+    results.jsonl; op times included) to bench/results/qwen-bench-<run date>-<commit>/ with the
     table as table.md."""
     manifest = json.load(open(os.path.join(run_dir, "manifest.json")))
     stamp = manifest.get("run", {}).get("started", manifest["built"])
@@ -884,6 +884,7 @@ def save_results(run_dir, table):
     os.makedirs(dest, exist_ok=True)
     for f in sorted(os.listdir(run_dir)):
         if f in ("results.jsonl", "manifest.json") or \
+                f.startswith("op-times") or \
                 f.endswith((".report.json", ".svg", ".log")):
             shutil.copy(os.path.join(run_dir, f), dest)
     open(os.path.join(dest, "table.md"), "w").write(table)
