@@ -90,6 +90,28 @@ TEST(HostStreams, StreamsRunConcurrently) {
   EXPECT_TRUE(sawIt.load());
 }
 
+// --op-times timers: workers on all four streams write their marks while
+// the host thread keeps creating timers (the table grows under them); the
+// host reads every span after a synchronisation. Race-free only if the
+// table's lock covers both.
+TEST(HostStreams, TimersMarkedByWorkersWhileTheTableGrows) {
+  auto dev = hostDevice();
+  Backend &b = dev->backend();
+  std::vector<std::pair<uint32_t, uint32_t>> spans;
+  for (int round = 0; round < 200; ++round) {
+    auto stream = static_cast<Stream>(round % kNumStreams);
+    uint32_t start = b.createTimer();
+    b.recordTimer(start, stream);
+    dev->hostCallback(stream, [] {});
+    uint32_t end = b.createTimer();
+    b.recordTimer(end, stream);
+    spans.emplace_back(start, end);
+  }
+  dev->synchronize();
+  for (auto [start, end] : spans)
+    EXPECT_GE(b.timerSeconds(start, end), 0.0);
+}
+
 // Copies are tasks too: a D2H reading device memory that a compute-stream
 // kernel wrote, ordered by an event, in many small rounds.
 TEST(HostStreams, KernelThenCopyOrderedByEvent) {
