@@ -354,13 +354,16 @@ def gpu_info():
         return None
 
 
-def cmd_run(a):
+def open_carry(a, prefix):
+    """The carry's manifest, the arms asked for (default: all built), the
+    output folder (created) and a temporary folder with each arm's binary
+    unpacked from the carry (remove it when done)."""
     carry = os.path.abspath(a.carry)
     manifest = json.load(open(os.path.join(carry, "manifest.json")))
     arms = a.arms.split(",") if a.arms else list(manifest["arms"])
     out = os.path.abspath(a.out)
     os.makedirs(out, exist_ok=True)
-    bindir = tempfile.mkdtemp(prefix="qwen-bench-")
+    bindir = tempfile.mkdtemp(prefix=prefix)
     for arm in arms:
         info = manifest["arms"][arm]
         path = os.path.join(bindir, arm)
@@ -368,6 +371,13 @@ def cmd_run(a):
                 open(path, "wb") as o:
             shutil.copyfileobj(f, o)
         os.chmod(path, 0o755)
+    return carry, manifest, arms, out, bindir
+
+
+def cmd_run(a):
+    carry, manifest, arms, out, bindir = open_carry(a, "qwen-bench-")
+    for arm in arms:
+        info = manifest["arms"][arm]
         for key in ("report", "svg"):
             shutil.copy(os.path.join(carry, info[key]), out)
     total_steps = a.warmup + a.steps
@@ -478,20 +488,10 @@ def cmd_check(a):
     optimizer) equal to the first arm's at every step, finite losses and
     grad norms, pinned pool constant and empty after every step, device peak
     constant."""
-    carry = os.path.abspath(a.carry)
-    manifest = json.load(open(os.path.join(carry, "manifest.json")))
-    arms = a.arms.split(",") if a.arms else list(manifest["arms"])
-    out = os.path.abspath(a.out)
-    os.makedirs(out, exist_ok=True)
-    bindir = tempfile.mkdtemp(prefix="qwen-check-")
+    _, manifest, arms, out, bindir = open_carry(a, "qwen-check-")
     runs, bad = {}, []
     for arm in arms:
-        info = manifest["arms"][arm]
         path = os.path.join(bindir, arm)
-        with lzma.open(os.path.join(carry, info["binary"])) as f, \
-                open(path, "wb") as o:
-            shutil.copyfileobj(f, o)
-        os.chmod(path, 0o755)
         metrics = os.path.join(out, f"{arm}.check.jsonl")
         if os.path.exists(metrics):
             os.remove(metrics)
