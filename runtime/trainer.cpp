@@ -442,8 +442,8 @@ void writeOpTimes(const std::string &path,
   char sync[64];
   std::snprintf(sync, sizeof(sync), "%.9e", syncSeconds);
   std::string json =
-      "{\"steps\": " + std::to_string(steps) + ", \"mode\": " +
-      jsonQuote(mode) + ", \"sync_seconds\": " + sync +
+      "{\"steps\": " + std::to_string(steps) +
+      ", \"mode\": " + jsonQuote(mode) + ", \"sync_seconds\": " + sync +
       ", \"device\": " +
       jsonQuote(dev.kind() == DeviceKind::Cuda ? "cuda" : "host") +
       ", \"ops\": {";

@@ -5,8 +5,10 @@
 // its reload is issued and waited, and the predicted copy and exposed times
 // (StreamSimulation). Totals compare the predicted memory timeline and step
 // time of the placed step with the same step with placement undone
-// (PlacementMemoryDelta). At the placed step's peak op, and at the unplaced
-// step's, the report lists the activations off the device there; the
+// (PlacementMemoryDelta). Per recomputed scope, the predicted time of its
+// recompute kernels in the backward and the bytes they spare, so a scope's
+// cost per byte can be read off. At the placed step's peak op, and at the
+// unplaced step's, the report lists the activations off the device there; the
 // difference of the two timelines at that op is their bytes plus any other
 // term PlacementMemoryDelta names.
 //
@@ -20,10 +22,12 @@
 #include "passes/analysis/StreamSimulation.h"
 
 #include "mlir/Support/FileUtilities.h"
+#include "llvm/ADT/MapVector.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/ToolOutputFile.h"
 
+#include <map>
 #include <set>
 
 namespace ap {
@@ -46,7 +50,15 @@ struct Totals {
   int64_t keptBytes = 0, offloadBytes = 0, recomputeBytes = 0;
   int64_t peakBefore = 0, peakAfter = 0, actPeakBefore = 0, actPeakAfter = 0;
   double stepBefore = 0, stepAfter = 0, exposed = 0, hidden = 0;
+  double recomputeSeconds = 0; ///< recompute kernels, per microbatch
   int64_t microBatches = 1;
+};
+
+/// The recompute kernels of one scope in the placed backward.
+struct RecomputeCost {
+  int64_t ops = 0;
+  double seconds = 0; ///< predicted, per microbatch
+  int64_t bytes = 0;  ///< saved bytes of the scope's rows marked recompute
 };
 
 std::string describe(Operation *op, int64_t index) {
@@ -310,6 +322,22 @@ void TrainPlacementReportPass::runOnOperation() {
     rows.push_back(row);
   }
 
+  // What each recomputed scope costs: its cloned ops' predicted kernel
+  // times in the placed step (simulated, so with the profile's op scales).
+  // In forward order of the scopes' saved values.
+  llvm::MapVector<std::string, RecomputeCost, std::map<std::string, unsigned>>
+      recomputeCosts;
+  for (const Row &r : rows)
+    if (r.decision == "recompute")
+      recomputeCosts[r.scope].bytes += r.bytes;
+  for (const SimulatedOp &so : simAfter.ops)
+    if (so.op && so.op->hasAttr(kRecomputedAttrName)) {
+      RecomputeCost &c = recomputeCosts[Scope::of(so.op).str()];
+      c.ops += 1;
+      c.seconds += so.end - so.start;
+      totals.recomputeSeconds += so.end - so.start;
+    }
+
   // Values that are saved only because recomputed ops read them in
   // backward (the inputs of a recompute) have no row yet.
   std::set<std::pair<int64_t, unsigned>> listed;
@@ -398,17 +426,26 @@ void TrainPlacementReportPass::runOnOperation() {
                                          {"wait_anchor", r.wait},
                                          {"copy_us", r.copyUs},
                                          {"exposed_us", r.exposedUs}});
+    llvm::json::Array jrecompute;
+    for (const auto &[scope, c] : recomputeCosts)
+      jrecompute.push_back(
+          llvm::json::Object{{"scope", scope},
+                             {"ops", c.ops},
+                             {"seconds_per_microbatch", c.seconds},
+                             {"bytes", c.bytes}});
     llvm::json::Object jpeaks;
     for (const PeakPoint &pp : peakPoints)
       jpeaks[pp.label + "_peak"] = peakPointJson(pp, names);
     llvm::json::Object root{
         {"values", std::move(jrows)},
+        {"recompute_scopes", std::move(jrecompute)},
         {"peak_points", std::move(jpeaks)},
         {"totals",
          llvm::json::Object{
              {"kept_bytes", totals.keptBytes},
              {"offloaded_bytes", totals.offloadBytes},
              {"recomputed_bytes", totals.recomputeBytes},
+             {"recompute_seconds_per_microbatch", totals.recomputeSeconds},
              {"d2h_bytes_per_step", totals.offloadBytes * totals.microBatches},
              {"h2d_bytes_per_step", totals.offloadBytes * totals.microBatches},
              {"peak_bytes_before", totals.peakBefore},
@@ -432,10 +469,15 @@ void TrainPlacementReportPass::runOnOperation() {
                             r.prefetch, r.wait, r.copyUs, r.exposedUs);
       os << "\n";
     }
+    for (const auto &[scope, c] : recomputeCosts)
+      os << llvm::formatv("recompute {0}: {1} ops, {2:F1} us per microbatch, "
+                          "{3} bytes spared\n",
+                          scope, c.ops, c.seconds * 1e6, c.bytes);
     os << llvm::formatv("totals per microbatch: kept {0} bytes, offloaded {1} "
-                        "bytes, recomputed {2} bytes\n",
+                        "bytes, recomputed {2} bytes in {3:F1} us of recompute "
+                        "kernels\n",
                         totals.keptBytes, totals.offloadBytes,
-                        totals.recomputeBytes);
+                        totals.recomputeBytes, totals.recomputeSeconds * 1e6);
     os << llvm::formatv("transfers per step: d2h {0} bytes, h2d {0} bytes\n",
                         totals.offloadBytes * totals.microBatches);
     os << llvm::formatv("predicted device peak: {0} -> {1} bytes ({2:F1} -> "

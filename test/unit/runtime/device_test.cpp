@@ -139,9 +139,9 @@ TEST_P(DeviceTest, TimersMeasureStreamOrderSpansWithoutWaiting) {
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
   gate.open();
   device->synchronize(Stream::Compute);
-  double wall = std::chrono::duration<double>(
-                    std::chrono::steady_clock::now() - before)
-                    .count();
+  double wall =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - before)
+          .count();
   // t0 -> t1 holds at least the 30 ms sleep that ran between the marks,
   // and both marks lie inside the host's window around them.
   double span = b.timerSeconds(t0, t1);
