@@ -34,7 +34,8 @@ Three steps, each its own command:
          step, device peak constant; exit status 1 on a violation.
   frontier (here)  predicted activation-peak cut and step-time cost of
          recompute sets (every other leaf offloaded) under a profile,
-         reports only: which placements to measure next.
+         reports only: which placements to measure next; --leaf-costs:
+         each leaf's predicted recompute time per GB it spares.
 
   bench/qwen_train_bench.py build [--model M --seq N --micro-batches K]
   bench/qwen_train_bench.py run --carry gpu-carry/qwen-bench --out DIR
@@ -806,6 +807,48 @@ FRONTIER_SETS = [[], ["layernorm"], ELEM46, ELEM46 + ["qkv_linear"],
                  ELEM46_FC1 + ["qkv_linear"]]
 
 
+# Every leaf the passes recompute together (frontier --leaf-costs).
+LEAF_COST_SET = ["attn_norm", "gdn_in_proj", "gdn_prep", "gdn_norm_out",
+                 "gdn_out_proj", "qkv_linear", "core_attn", "attn_proj",
+                 "mlp_norm", "mlp_fc1", "mlp_act", "mlp_fc2", "final_norm"]
+
+
+def print_leaf_costs(a, graph, build, profile, rel):
+    """What recompute costs per leaf: one placement that recomputes the
+    leaves of --sets (default LEAF_COST_SET) at once, its report's
+    per-scope recompute times summed over layers, per microbatch."""
+    rc = ([n for n in a.sets.split(",") if n] if a.sets
+          else LEAF_COST_SET)
+    opts = placement_options(["--recompute-modules=" + ",".join(rc)] + (
+        ["--profile=" + profile] if profile else []))
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "report.json")
+        placement_report(graph, opts, opts, path, build,
+                         "frontier --leaf-costs")
+        report = json.load(open(path))
+    per_leaf = {}
+    for s in report["recompute_scopes"]:
+        leaf = re.sub(r"^L\d+\.|^model\.", "", s["scope"])
+        b, sec = per_leaf.get(leaf, (0, 0.0))
+        per_leaf[leaf] = (b + s["bytes"], sec + s["seconds_per_microbatch"])
+    print(f"# {rel(a.model)}: seq {a.seq}, {a.micro_batches} x "
+          f"{a.micro_batch_size} sequences, {a.dtype}; profile "
+          f"{rel(a.profile) if a.profile else '(H200 defaults)'}; recompute "
+          f"{','.join(rc)} at once; predicted, per microbatch, summed over "
+          "layers")
+    print("| leaf | bytes spared GB | recompute ms | ms per GB |")
+    print("|---|---|---|---|")
+    order = sorted(per_leaf.items(),
+                   key=lambda kv: kv[1][1] / kv[1][0] if kv[1][0] else 1e30)
+    for leaf, (b, sec) in order:
+        per_gb = f"{sec * 1e3 / (b / 1e9):.2f}" if b else "-"
+        print(f"| {leaf} | {b / 1e9:.3f} | {sec * 1e3:.3f} | {per_gb} |")
+    t = report["totals"]
+    print(f"total: {t['recomputed_bytes'] / 1e9:.3f} GB recomputed in "
+          f"{t['recompute_seconds_per_microbatch'] * 1e3:.3f} ms per "
+          "microbatch")
+
+
 def cmd_frontier(a):
     """Predicted trade-off of recompute sets, each with every other leaf
     offloaded and the hide rule on, placed and reported under one profile:
@@ -818,6 +861,9 @@ def cmd_frontier(a):
             if a.sets else FRONTIER_SETS)
     graph = import_graph(manifest, build)
     profile = os.path.abspath(a.profile) if a.profile else ""
+    rel = lambda path: os.path.relpath(os.path.abspath(path), REPO)
+    if a.leaf_costs:
+        return print_leaf_costs(a, graph, build, profile, rel)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for i, rc in enumerate(sets):
@@ -836,7 +882,6 @@ def cmd_frontier(a):
                          t["offloaded_bytes"] / 1e9,
                          t["recomputed_bytes"] / 1e9))
             log(f"[{len(rows)}/{len(sets)}] {rows[-1][1]}")
-    rel = lambda path: os.path.relpath(os.path.abspath(path), REPO)
     print(f"# {rel(a.model)}: seq {a.seq}, {a.micro_batches} x "
           f"{a.micro_batch_size} sequences, {a.dtype}; profile "
           f"{rel(a.profile) if a.profile else '(H200 defaults)'}; every "
@@ -1095,6 +1140,11 @@ def main():
     f.add_argument("--micro-batch-size", type=int, default=1)
     f.add_argument("--micro-batches", type=int, default=4)
     f.add_argument("--dtype", default="bf16")
+    f.add_argument("--leaf-costs", action="store_true",
+                   help="instead: recompute the leaves of --sets (one set, "
+                   "',' between leaves; default every leaf the passes "
+                   "recompute together) and print each leaf's predicted "
+                   "recompute time and bytes spared, summed over layers")
     f.add_argument("--build-dir", default="build-bench")
     pr = sub.add_parser("predict", help="the run's reports under another "
                         "profile, into a copy of the run folder")

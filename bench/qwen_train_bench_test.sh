@@ -63,6 +63,22 @@ python3 bench/qwen_train_bench.py frontier --model models/tiny-hybrid.json \
   --seq 64 --profile "" --sets "layernorm;layernorm,mlp_act,gdn_norm_out" \
   2> "$work/frontier.log" > "$work/frontier.md"
 test "$(grep -c '^| layernorm' "$work/frontier.md")" = 2
+# Each leaf's predicted recompute time, from one report (every leaf).
+python3 bench/qwen_train_bench.py frontier --model models/tiny-hybrid.json \
+  --seq 64 --profile "" --leaf-costs 2> "$work/leaf-costs.log" \
+  > "$work/leaf-costs.md"
+python3 - "$work/leaf-costs.md" <<'PY'
+import re, sys
+text = open(sys.argv[1]).read()
+rows = re.findall(r"^\| (\w+) \| ([0-9.]+) \| ([0-9.]+) \| [0-9.]+ \|$", text,
+                  re.M)
+leaves = {r[0] for r in rows}
+assert {"mlp_fc1", "mlp_act", "attn_norm", "gdn_norm_out"} <= leaves, leaves
+assert all(float(r[2]) > 0 for r in rows), rows
+assert re.search(r"^total: [0-9.]+ GB recomputed in [0-9.]*[1-9][0-9.]* ms",
+                 text, re.M), text
+print("leaf costs: %d leaves priced" % len(rows))
+PY
 python3 - "$work/table.md" <<'PY'
 import sys
 ARMS = ("none", "ref", "ref+norm", "all", "max", "cal3", "elem46", "elem60",
