@@ -59,7 +59,7 @@ void StepRunner::launch(const char *name, KernelFn fn) {
     dev.backend().recordTimer(p.start, Stream::Compute);
     dev.launch(Stream::Compute, name, std::move(fn));
     dev.backend().recordTimer(p.end, Stream::Compute);
-    pendingOpTimes_.push_back(p);
+    pendingOpTimes_.push_back(std::move(p));
     return;
   }
   // Everything enqueued before is done, so the wait below covers this

@@ -175,7 +175,7 @@ public:
 
 private:
   struct PendingOpTime {
-    const char *name; ///< launch labels are string literals of the step
+    std::string name; ///< a copy: read after the step, whoever made it
     uint32_t start, end;
   };
   std::vector<uint32_t> timers_; ///< reused every step, two per launch
