@@ -1048,36 +1048,46 @@ def print_table(a):
             f"{p['arm']} round {p['round']} (rc {p['rc']})" for p in failed))
 
 
+def add_shape_args(sp):
+    """The model and step shape a placement is made for."""
+    sp.add_argument("--model", default=os.path.join(REPO, "models",
+                                                    "qwen3.5-0.8b.json"))
+    sp.add_argument("--seq", type=int, default=4096)
+    sp.add_argument("--micro-batch-size", type=int, default=1)
+    sp.add_argument("--micro-batches", type=int, default=4)
+    sp.add_argument("--dtype", default="bf16")
+
+
+def add_process_args(sp, arms_help):
+    """Where the built binaries are and how each process runs (run, check)."""
+    sp.add_argument("--carry", default=os.path.join(REPO, "gpu-carry",
+                                                    "qwen-bench"))
+    sp.add_argument("--out", required=True)
+    sp.add_argument("--arms", default="", help=arms_help)
+    sp.add_argument("--device", default="cuda")
+    sp.add_argument("--seed", type=int, default=1)
+    sp.add_argument("--data", default="synthetic")
+    sp.add_argument("--timeout", type=float, default=300,
+                    help="seconds per process")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("build", help="compile the arms into a carry folder")
     b.add_argument("--build-dir", default="build-bench")
-    b.add_argument("--model", default=os.path.join(REPO, "models",
-                                                   "qwen3.5-0.8b.json"))
-    b.add_argument("--seq", type=int, default=4096)
-    b.add_argument("--micro-batch-size", type=int, default=1)
-    b.add_argument("--micro-batches", type=int, default=4)
-    b.add_argument("--dtype", default="bf16")
+    add_shape_args(b)
     b.add_argument("--arms", default=",".join(DEFAULT_ARMS))
     b.add_argument("--carry", default=os.path.join(REPO, "gpu-carry",
                                                    "qwen-bench"))
     b.add_argument("--no-rebuild", action="store_true",
                    help="use the build's archives as they are")
     r = sub.add_parser("run", help="run every arm (GPU machine)")
-    r.add_argument("--carry", default=os.path.join(REPO, "gpu-carry",
-                                                   "qwen-bench"))
-    r.add_argument("--out", required=True)
-    r.add_argument("--arms", default="", help="default: every built arm")
-    r.add_argument("--device", default="cuda")
+    add_process_args(r, "default: every built arm")
     r.add_argument("--warmup", type=int, default=3)
     r.add_argument("--steps", type=int, default=10)
     r.add_argument("--rounds", type=int, default=1)
-    r.add_argument("--seed", type=int, default=1)
-    r.add_argument("--data", default="synthetic")
-    r.add_argument("--timeout", type=float, default=300,
-                   help="seconds per process")
     r.add_argument("--op-times-steps", type=int, default=3,
                    help="timed steps of the no-placement binary with "
                    "--op-times after the arms (0: none); writes op-times.json")
@@ -1088,20 +1098,11 @@ def main():
                    "op-times.json, others op-times-MODE.json")
     k = sub.add_parser("check", help="bit identity and stability of arms "
                        "(GPU machine): fingerprints, pool, peak, finiteness")
-    k.add_argument("--carry", default=os.path.join(REPO, "gpu-carry",
-                                                   "qwen-bench"))
-    k.add_argument("--out", required=True)
-    k.add_argument("--arms", default="",
-                   help="default: every built arm; the first is the "
-                   "fingerprint baseline")
+    add_process_args(k, "default: every built arm; the first is the "
+                     "fingerprint baseline")
     k.add_argument("--steps", type=int, default=3)
     k.add_argument("--fingerprints", action="store_true",
                    help="SHA-256 fingerprints, compared with the first arm")
-    k.add_argument("--device", default="cuda")
-    k.add_argument("--seed", type=int, default=1)
-    k.add_argument("--data", default="synthetic")
-    k.add_argument("--timeout", type=float, default=300,
-                   help="seconds per process")
     t = sub.add_parser("table", help="print the table of a run folder")
     t.add_argument("results")
     t.add_argument("--peak-tflops", type=float, default=989.5)
@@ -1134,12 +1135,7 @@ def main():
     f.add_argument("--sets", default="",
                    help="recompute sets, ';' between sets, ',' between "
                    "leaves (default: the run-6 list)")
-    f.add_argument("--model", default=os.path.join(REPO, "models",
-                                                   "qwen3.5-0.8b.json"))
-    f.add_argument("--seq", type=int, default=4096)
-    f.add_argument("--micro-batch-size", type=int, default=1)
-    f.add_argument("--micro-batches", type=int, default=4)
-    f.add_argument("--dtype", default="bf16")
+    add_shape_args(f)
     f.add_argument("--leaf-costs", action="store_true",
                    help="instead: recompute the leaves of --sets (one set, "
                    "',' between leaves; default every leaf the passes "
