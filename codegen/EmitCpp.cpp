@@ -1068,11 +1068,19 @@ LogicalResult Emitter::emitKernel(Operation *op, int indent) {
     return success();
   }
   if (callee == "train.lm_head_cross_entropy" ||
-      callee == "train.lm_head_cross_entropy_grad") {
+      callee == "train.lm_head_cross_entropy_grad" ||
+      callee == "train.lm_head_cross_entropy_with_grad") {
     bool fwd = callee == "train.lm_head_cross_entropy";
-    if (fwd ? failed(expectCounts(3, 3)) : ins.size() != 4)
-      return fwd ? failure()
-                 : op->emitError("emit-cpp: lm head grad needs 4 inputs");
+    bool fused = callee == "train.lm_head_cross_entropy_with_grad";
+    if (fwd && failed(expectCounts(3, 3)))
+      return failure();
+    if (!fwd && ins.size() != (fused ? 3u : 4u))
+      return op->emitError("emit-cpp: '")
+             << callee << "' with " << ins.size() << " inputs (expected "
+             << (fused ? 3 : 4) << ")";
+    if (fused && results != 3)
+      return op->emitError("emit-cpp: the fused lm head needs loss, count "
+                           "and hidden-grad outputs");
     int64_t d = dim(ins[1], 1), vocab = dim(ins[1], 0);
     open("LmHeadCrossEntropyArgs");
     set("dtype", dt(ins[0]));
@@ -1089,16 +1097,24 @@ LogicalResult Emitter::emitKernel(Operation *op, int indent) {
       set("validCount", "static_cast<int32_t *>(" + ptr(outs[1]) + ")");
       set("lse", ptr(outs[2]));
       close("lmHeadCrossEntropyForward");
+      return success();
+    }
+    // The backward entry writes the loss outputs too (kernels/dense.h): the
+    // fused op's are its results, the grad op's are thrown away.
+    // Sum of token losses: finalize_grads divides by the step's tokens.
+    set("gradScale", "1.0");
+    if (fused) {
+      set("lossSum", ptr(outs[0]));
+      set("validCount", "static_cast<int32_t *>(" + ptr(outs[1]) + ")");
+      set("dHidden", ptr(outs[2]));
     } else {
-      // Sum of token losses: finalize_grads divides by the step's tokens.
-      set("gradScale", "1.0");
       set("lossSum", "r.scratch(8)");
       if (results >= 1)
         set("dHidden", ptr(outs[0]));
-      if (grads >= 1)
-        set("dWeight", ptr(outs[results]));
-      close("lmHeadCrossEntropyBackward");
     }
+    if (grads >= 1)
+      set("dWeight", ptr(outs[results]));
+    close("lmHeadCrossEntropyBackward");
     return success();
   }
   if (callee == "train.yield") {

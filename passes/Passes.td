@@ -41,7 +41,10 @@ def TrainAutodiff : Pass<"train-autodiff", "mlir::ModuleOp"> {
     * `train.finalize_grads` (token mean over the step, global norm, clip),
       `train.lr_schedule` (linear warmup + cosine decay) and one
       `train.adamw` per trainable parameter. Weight decay skips 1-D
-      parameters and names containing a `no-decay` entry.
+      parameters and names containing a `no-decay` entry;
+    * by default the loss and its gradient are one op,
+      `train.lm_head_cross_entropy_with_grad`, where the loss was: the
+      microbatch's first backward op (`fuse-loss-grad=false` keeps the pair).
   }];
   let dependentDialects = ["::mlir::func::FuncDialect", "::ap::train::TrainDialect"];
   let options = [
@@ -57,7 +60,13 @@ def TrainAutodiff : Pass<"train-autodiff", "mlir::ModuleOp"> {
     Option<"adamEps", "eps", "double", "1.0e-8", "AdamW epsilon">,
     ListOption<"noDecay", "no-decay", "std::string",
                "Parameters whose name contains one of these get no weight decay "
-               "(default: norm, A_log, dt_bias; 1-D parameters never decay)">
+               "(default: norm, A_log, dt_bias; 1-D parameters never decay)">,
+    Option<"fuseLossGrad", "fuse-loss-grad", "bool", "true",
+           "Compute the loss and its gradient in one op "
+           "(train.lm_head_cross_entropy_with_grad) where the loss was, each "
+           "chunk's logits once; false keeps train.lm_head_cross_entropy and "
+           "its train.lm_head_cross_entropy_grad at the start of the backward "
+           "(the same bits either way)">
   ];
 }
 

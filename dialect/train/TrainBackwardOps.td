@@ -163,4 +163,34 @@ def Train_LMHeadCrossEntropyGradOp : Train_AccumulatingGradOp<"lm_head_cross_ent
   let results = (outs Train_Float3D:$hidden_grad);
 }
 
+def Train_LMHeadCrossEntropyWithGradOp
+    : Train_AccumulatingGradOp<"lm_head_cross_entropy_with_grad"> {
+  let summary = "LM head + cross-entropy and its backward in one chunked pass";
+  let description = [{
+    The loss of `train.lm_head_cross_entropy` together with the gradient of
+    `train.lm_head_cross_entropy_grad` (seed 1 on the loss sum). The seed is
+    a constant, so the gradient needs nothing the rest of the backward
+    makes: train-autodiff emits this op in place of the loss (default
+    `fuse-loss-grad=true`), and each chunk's logits are computed once
+    instead of once for the loss and again for its gradient. Same kernels,
+    same GEMMs, same order of main-grad accumulation as the two-op form, so
+    the results are bitwise those of the pair. It is the microbatch's first
+    backward op: the final hidden state and the LSE are no longer saved.
+
+    ```mlir
+    %loss, %count, %dh = train.lm_head_cross_entropy_with_grad %h, %table, %labels
+        scope<-1, lm_head> {weight_grad = @model.embed_tokens.weight}
+        : (tensor<1x4096x1024xbf16>, tensor<248320x1024xbf16>, tensor<1x4096xi32>)
+        -> (tensor<f32>, tensor<i32>, tensor<1x4096x1024xbf16>)
+    ```
+  }];
+  let arguments = (ins Train_Float3D:$hidden, Train_Float2D:$weight, Train_Tokens:$labels,
+                       DefaultValuedAttr<I64Attr, "1024">:$chunk_tokens,
+                       DefaultValuedAttr<I64Attr, "-100">:$ignore_index,
+                       OptionalAttr<FlatSymbolRefAttr>:$weight_grad, Train_ScopeAttr:$scope);
+  let results = (outs Train_F32Scalar:$loss_sum, Train_I32Scalar:$token_count,
+                      Train_Float3D:$hidden_grad);
+  let hasVerifier = 1;
+}
+
 #endif // ACTPLACE_TRAIN_BACKWARD_OPS_TD

@@ -422,20 +422,30 @@ LogicalResult ExpandOp::verify() {
 // Loss
 //===----------------------------------------------------------------------===//
 
-LogicalResult LMHeadCrossEntropyOp::verify() {
-  Checker c(*this);
-  auto h = getHidden().getType();
-  if (failed(c.sameElement("weight", getWeight().getType(), "hidden", h)) ||
-      failed(c.dim("weight", getWeight().getType(), 1, h.getDimSize(2),
+/// The operands both LM head ops share: hidden [B, T, D], weight [V, D] of
+/// its element type, labels [B, T], chunk_tokens >= 1.
+template <typename OpTy>
+static LogicalResult verifyLMHeadOperands(OpTy op, Checker &c) {
+  auto h = op.getHidden().getType();
+  if (failed(c.sameElement("weight", op.getWeight().getType(), "hidden", h)) ||
+      failed(c.dim("weight", op.getWeight().getType(), 1, h.getDimSize(2),
                    "hidden's size D; weight is [V, D]")) ||
-      failed(c.dim("labels", getLabels().getType(), 0, h.getDimSize(0),
+      failed(c.dim("labels", op.getLabels().getType(), 0, h.getDimSize(0),
                    "hidden's batch B")) ||
-      failed(c.dim("labels", getLabels().getType(), 1, h.getDimSize(1),
+      failed(c.dim("labels", op.getLabels().getType(), 1, h.getDimSize(1),
                    "hidden's sequence length T")))
     return failure();
-  if (getChunkTokens() < 1)
-    return emitOpError() << "chunk_tokens is " << getChunkTokens()
-                         << ", expected at least 1";
+  if (op.getChunkTokens() < 1)
+    return op.emitOpError() << "chunk_tokens is " << op.getChunkTokens()
+                            << ", expected at least 1";
+  return success();
+}
+
+LogicalResult LMHeadCrossEntropyOp::verify() {
+  Checker c(*this);
+  if (failed(verifyLMHeadOperands(*this, c)))
+    return failure();
+  auto h = getHidden().getType();
   if (Value lse = getLse()) {
     auto expected = RankedTensorType::get({h.getDimSize(0), h.getDimSize(1)},
                                           Float32Type::get(getContext()));
@@ -443,6 +453,14 @@ LogicalResult LMHeadCrossEntropyOp::verify() {
       return failure();
   }
   return success();
+}
+
+LogicalResult LMHeadCrossEntropyWithGradOp::verify() {
+  Checker c(*this);
+  if (failed(verifyLMHeadOperands(*this, c)))
+    return failure();
+  return c.sameType("hidden_grad", getHiddenGrad().getType(), "hidden's type",
+                    getHidden().getType());
 }
 
 //===----------------------------------------------------------------------===//
@@ -484,6 +502,7 @@ AP_ACCUMULATING_EFFECTS(GatedRMSNormGradOp, getWeightGradAttr())
 AP_ACCUMULATING_EFFECTS(ShortConvGradOp, getWeightGradAttr())
 AP_ACCUMULATING_EFFECTS(GDNGatesGradOp, getALogGradAttr(), getDtBiasGradAttr())
 AP_ACCUMULATING_EFFECTS(LMHeadCrossEntropyGradOp, getWeightGradAttr())
+AP_ACCUMULATING_EFFECTS(LMHeadCrossEntropyWithGradOp, getWeightGradAttr())
 #undef AP_ACCUMULATING_EFFECTS
 
 //===----------------------------------------------------------------------===//

@@ -398,23 +398,26 @@ OpCost CostModel::cost(Operation *op) const {
                 lmHeadWorkspace(int64_t(N), int64_t(V), l.getChunkTokens());
             return true;
           })
-          .Case([&](LMHeadCrossEntropyGradOp l) {
-            double N = numel(l.getLabels());
-            double V = dim(l.getWeight(), 0), D = dim(l.getWeight(), 1);
-            // Logits recomputed once per chunk, then d hidden = dlogits W
-            // and, when trainable, dW += dlogits^T hidden.
-            bool dW = static_cast<bool>(l.getWeightGradAttr());
-            c.flops = (dW ? 6 : 4) * N * V * D;
-            // fp32 logits written and read, bf16 dlogits written and read
-            // by each gradient GEMM.
-            c.bytes =
-                operandAndResultBytes(op) + N * V * (8 + 2 + (dW ? 4 : 2));
-            if (dW)
-              c.bytes += mainGradBytes(l.getWeight());
-            c.workspaceBytes =
-                lmHeadWorkspace(int64_t(N), int64_t(V), l.getChunkTokens());
-            return true;
-          })
+          .Case<LMHeadCrossEntropyGradOp, LMHeadCrossEntropyWithGradOp>(
+              [&](auto l) {
+                double N = numel(l.getLabels());
+                double V = dim(l.getWeight(), 0), D = dim(l.getWeight(), 1);
+                // Logits once per chunk (recomputed by the grad op, the only
+                // time for the fused one: both run the same kernels), then
+                // d hidden = dlogits W and, when trainable,
+                // dW += dlogits^T hidden.
+                bool dW = static_cast<bool>(l.getWeightGradAttr());
+                c.flops = (dW ? 6 : 4) * N * V * D;
+                // fp32 logits written and read, bf16 dlogits written and
+                // read by each gradient GEMM.
+                c.bytes =
+                    operandAndResultBytes(op) + N * V * (8 + 2 + (dW ? 4 : 2));
+                if (dW)
+                  c.bytes += mainGradBytes(l.getWeight());
+                c.workspaceBytes =
+                    lmHeadWorkspace(int64_t(N), int64_t(V), l.getChunkTokens());
+                return true;
+              })
           .Case([&](AdamWOp a) {
             auto param = SymbolTable::lookupNearestSymbolFrom<ParamOp>(
                 op, a.getParamAttr());
@@ -446,6 +449,11 @@ OpCost CostModel::cost(Operation *op) const {
     c.bytes = operandAndResultBytes(op);
 
   auto scaled = prof.opScale.find(op->getName().getStringRef().str());
+  // The fused loss runs the grad op's kernel entry: a profile calibrated
+  // before it existed (or with fuse-loss-grad=false) has that op's scale.
+  if (scaled == prof.opScale.end() && isa<LMHeadCrossEntropyWithGradOp>(op))
+    scaled =
+        prof.opScale.find(LMHeadCrossEntropyGradOp::getOperationName().str());
   double scale =
       scaled == prof.opScale.end() ? prof.computeScale : scaled->second;
   c.seconds =

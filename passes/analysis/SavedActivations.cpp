@@ -30,7 +30,7 @@ bool SavedActivations::isBackwardOp(Operation *op) {
              L2NormGradOp, ShortConvGradOp, GDNGatesGradOp,
              GatedDeltaRuleGradOp, RoPEGradOp, AttentionGradOp,
              OutputGateGradOp, SwiGLUGradOp, SliceGradOp, ExpandGradOp,
-             LMHeadCrossEntropyGradOp>(op);
+             LMHeadCrossEntropyGradOp, LMHeadCrossEntropyWithGradOp>(op);
 }
 
 Block *SavedActivations::findBody(ModuleOp module) {

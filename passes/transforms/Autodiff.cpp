@@ -156,6 +156,7 @@ LogicalResult TrainAutodiffPass::differentiate(Block &body, YieldOp yield) {
   };
 
   GradientMap grads;
+  SmallVector<Operation *> fusedLosses;
   b.setInsertionPoint(yield);
   for (Operation *op : llvm::reverse(forward)) {
     if (isa<ParamRefOp>(op))
@@ -181,13 +182,36 @@ LogicalResult TrainAutodiffPass::differentiate(Block &body, YieldOp yield) {
       operandNeedsGrad.push_back(needs.contains(v) && isFloatTensor(v) &&
                                  !v.getDefiningOp<ParamRefOp>());
     SmallVector<Value> operandGrads;
-    if (failed(diff.buildBackward(b, resultGrads, operandNeedsGrad,
-                                  paramGradSymbol, operandGrads)))
+    auto loss = dyn_cast<LMHeadCrossEntropyOp>(op);
+    if (loss && fuseLossGrad) {
+      // The loss sum's seed is the constant 1, so its gradient needs nothing
+      // the rest of the backward makes: one op where the loss was computes
+      // both, each chunk's logits once instead of twice. The loss op goes
+      // after the walk (its results are still keys of `needs`).
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPoint(loss);
+      auto fused = LMHeadCrossEntropyWithGradOp::create(
+          b, loss.getLoc(), loss.getLossSum().getType(),
+          loss.getTokenCount().getType(), loss.getHidden().getType(),
+          loss.getHidden(), loss.getWeight(), loss.getLabels(),
+          loss.getChunkTokensAttr(), loss.getIgnoreIndexAttr(),
+          paramGradSymbol(loss.getWeight()), loss.getScope());
+      loss.getLossSum().replaceAllUsesWith(fused.getLossSum());
+      loss.getTokenCount().replaceAllUsesWith(fused.getTokenCount());
+      operandGrads.append(
+          {operandNeedsGrad[0] ? fused.getHiddenGrad() : Value(), Value(),
+           Value()});
+      fusedLosses.push_back(loss);
+    } else if (failed(diff.buildBackward(b, resultGrads, operandNeedsGrad,
+                                         paramGradSymbol, operandGrads))) {
       return failure();
+    }
     for (auto [v, g] : llvm::zip(op->getOperands(), operandGrads))
       if (g)
         grads.add(v, g);
   }
+  for (Operation *loss : fusedLosses)
+    loss->erase();
   return success();
 }
 

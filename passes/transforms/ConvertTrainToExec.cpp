@@ -82,7 +82,8 @@ private:
   /// of its chunk buffers; a linear needs the GEMM workspace alone.
   int64_t workspaceOf(Operation *op) {
     int64_t ws = cost.cost(op).workspaceBytes;
-    if (isa<tr::LMHeadCrossEntropyOp, tr::LMHeadCrossEntropyGradOp>(op))
+    if (isa<tr::LMHeadCrossEntropyOp, tr::LMHeadCrossEntropyGradOp,
+            tr::LMHeadCrossEntropyWithGradOp>(op))
       ws = ex::alignTo256(ws) + gemmWorkspace;
     else if (isa<tr::LinearOp, tr::LinearGradOp>(op))
       ws = std::max(ws, gemmWorkspace);

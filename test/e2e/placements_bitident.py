@@ -20,7 +20,10 @@
 #     waited for), the same launches in each;
 #   - a diverging run (--lr 1e30) and an unknown flag exit non-zero;
 #   - 50 steps on byte-level text lower the loss;
-#   - with frozen parameters, offload still changes no bit.
+#   - with frozen parameters, offload still changes no bit;
+#   - the loss and its gradient as two ops (--fuse-loss-grad=false) give
+#     the bits of the default fused op, whose binary has one LM head
+#     launch per microbatch where the unfused one has two.
 #
 #===------------------------------------------------------------------------===#
 import argparse
@@ -41,6 +44,9 @@ VARIANTS = {
                  "--hide-rule=off", "--fraction=0.5"],
     "both": ["--offload-modules=gdn_core_attn,core_attn,attn_proj",
              "--hide-rule=off", "--recompute-modules=gdn_norm_out"],
+    # The loss and its gradient as two ops (a second logits pass), not the
+    # default fused one: the same bits.
+    "unfused-loss": ["--fuse-loss-grad=false"],
 }
 WITH_OFFLOAD = ("offload", "fraction", "both")
 OFFLOADED_LEAVES = ("gdn_core_attn", "core_attn", "attn_proj")
@@ -292,6 +298,28 @@ def main():
               for m, ot in by_mode.items()}
     if counts["stream"] != counts["wait"]:
         fail("the two --op-times modes timed different launches")
+
+    # The fused loss (default) launches the LM head once per microbatch; the
+    # unfused pair launches it twice (forward, then the grad's second
+    # logits pass). Equal fingerprints (above) with different launches.
+    times = os.path.join(args.work, "op-times-unfused.json")
+    r = subprocess.run([os.path.join(args.work, "train-unfused-loss"),
+                        "--steps", "3", "--device", "host", "--op-times",
+                        times], capture_output=True, text=True)
+    if r.returncode != 0:
+        fail("unfused --op-times run failed: " + r.stderr)
+    with open(times) as f:
+        unfused = {k: v["count"] for k, v in json.load(f)["ops"].items()}
+    lm = {name: {k: c for k, c in cs.items() if k.startswith("lm_head/")}
+          for name, cs in (("fused", counts["stream"]),
+                           ("unfused", unfused))}
+    micro = 2 * 2  # 2 timed steps x 2 microbatches
+    if lm["fused"] != {"lm_head/lm_head_cross_entropy_with_grad": micro}:
+        fail("fused binary's LM head launches: %s" % lm["fused"])
+    if lm["unfused"] != {"lm_head/lm_head_cross_entropy": micro,
+                         "lm_head/lm_head_cross_entropy_grad": micro}:
+        fail("unfused binary's LM head launches: %s" % lm["unfused"])
+    print("fused loss: %s; unfused: %s" % (lm["fused"], lm["unfused"]))
 
     # A diverging run stops with a clear message and a non-zero exit.
     r = subprocess.run([os.path.join(args.work, "train-none"), "--steps", "6",

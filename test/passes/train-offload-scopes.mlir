@@ -24,8 +24,9 @@
 // GDN: train.gated_delta_rule_grad %[[WQ]],
 // GDN: train.l2_norm_grad %[[WQ]],
 
-// 71 saved values without placement (train-print-saved-activations.mlir), 10 left.
-// GDN-SAVED: saved activations: 61 values
+// 70 saved values without placement (71 with fuse-loss-grad=false, whose
+// loss also saves its LSE), 10 left.
+// GDN-SAVED: saved activations: 60 values
 // GDN-SAVED-NOT: L0.gdn_core_attn tensor<1x64x2x16xbf16>
 // GDN-SAVED: #{{[0-9]+}} train.gated_delta_rule result 0 L0.gdn_core_attn tensor<1x64x4x16xbf16> 8192 bytes {{.*}} needed-by L0.gdn_norm_out
 // GDN-SAVED-NOT: L0.gdn_core_attn tensor<1x64x4x64xbf16>

@@ -1,4 +1,5 @@
 // RUN: actplace-opt %s -train-autodiff -train-print-saved-activations -o /dev/null | FileCheck %s
+// RUN: actplace-opt %s -train-autodiff=fuse-loss-grad=false -train-print-saved-activations -o /dev/null | FileCheck %s --check-prefix=UNFUSED
 // RUN: actplace-import %models/tiny-hybrid.json --seq 64 | actplace-opt -train-autodiff -train-print-saved-activations -o /dev/null | FileCheck %s --check-prefix=TINY
 // RUN: not actplace-opt %s -train-print-saved-activations -o /dev/null 2>&1 | FileCheck %s --check-prefix=NOSTEP
 
@@ -7,11 +8,15 @@
 //   h = embedding [1,4,8] bf16                    64 (read by the norm's backward)
 //   rstd [1,4] f32                                16
 //   x = norm output [1,4,8]                       64 (read by the linear's backward)
-//   h2 = h + y [1,4,8]                            64 (read by the head's backward)
-//   lse [1,4] f32                                 16
-// The residual add and y need nothing saved: 7 values, 256 bytes. Body:
-// #0-#7 forward, #8 the head's backward, #9 linear, #10 norm, #11 the
-// residual gradient sum, #12 the embedding backward.
+//   h2 = h + y [1,4,8]                            64 (read by the head)
+// The loss and its gradient are one op (fuse-loss-grad, the default), the
+// first backward op: h2 and the labels cross into it; the residual add and y
+// need nothing saved: 6 values, 240 bytes. Body: #0-#6 forward, #7 the head
+// with its backward, #8 linear, #9 norm, #10 the residual gradient sum, #11
+// the embedding backward.
+// With fuse-loss-grad=false the loss also saves its LSE [1,4] f32 (16
+// bytes) for the head's backward, which recomputes the logits: 7 values,
+// 256 bytes; #0-#7 forward, #8 the head's backward.
 module attributes {train.micro_batches = 1 : i64} {
   train.param @E : tensor<32x8xbf16> init<normal, 0.0, 0.02>
   train.param @n : tensor<8xbf16> init<zeros>
@@ -29,20 +34,27 @@ module attributes {train.micro_batches = 1 : i64} {
   }
 }
 
-// CHECK: saved activations: 7 values, 256 bytes (0.00 MiB) per microbatch; backward starts at #8
+// CHECK: saved activations: 6 values, 240 bytes (0.00 MiB) per microbatch; backward starts at #7
 // CHECK: #-1 block argument 0 model.inputs tensor<1x4xi32> 16 bytes uses #{{[0-9]+}}..#{{[0-9]+}} needed-by model.embedding
-// CHECK: #-1 block argument 1 model.inputs tensor<1x4xi32> 16 bytes uses #8..#8 needed-by model.lm_head
+// CHECK: #-1 block argument 1 model.inputs tensor<1x4xi32> 16 bytes uses #7..#7 needed-by model.lm_head
 // CHECK: #1 train.embedding result 0 model.embedding tensor<1x4x8xbf16> 64 bytes uses #{{[0-9]+}}..#{{[0-9]+}} needed-by L0.mlp_norm
 // CHECK: #3 train.rms_norm result 0 L0.mlp_norm tensor<1x4x8xbf16> 64 bytes {{.*}} needed-by L0.mlp_fc1
 // CHECK: #3 train.rms_norm result 1 L0.mlp_norm tensor<1x4xf32> 16 bytes {{.*}} needed-by L0.mlp_norm
-// CHECK: #6 train.add result 0 L0.mlp_fc2 tensor<1x4x8xbf16> 64 bytes uses #8..#8 needed-by model.lm_head
-// CHECK: #7 train.lm_head_cross_entropy result 2 model.lm_head tensor<1x4xf32> 16 bytes uses #8..#8 needed-by model.lm_head
+// CHECK: #6 train.add result 0 L0.mlp_fc2 tensor<1x4x8xbf16> 64 bytes uses #7..#7 needed-by model.lm_head
+// CHECK-NOT: lm_head_cross_entropy result
 // CHECK: bytes by producing scope:
 // CHECK:   L0.mlp_fc2: 64
 // CHECK:   L0.mlp_norm: 80
 // CHECK:   model.embedding: 64
 // CHECK:   model.inputs: 32
-// CHECK:   model.lm_head: 16
+// CHECK-NOT: model.lm_head:
+
+// UNFUSED: saved activations: 7 values, 256 bytes (0.00 MiB) per microbatch; backward starts at #8
+// UNFUSED: #-1 block argument 1 model.inputs tensor<1x4xi32> 16 bytes uses #8..#8 needed-by model.lm_head
+// UNFUSED: #6 train.add result 0 L0.mlp_fc2 tensor<1x4x8xbf16> 64 bytes uses #8..#8 needed-by model.lm_head
+// UNFUSED: #7 train.lm_head_cross_entropy result 2 model.lm_head tensor<1x4xf32> 16 bytes uses #8..#8 needed-by model.lm_head
+// UNFUSED: bytes by producing scope:
+// UNFUSED:   model.lm_head: 16
 
 // One GDN layer of tiny-hybrid (B = 1, T = 64, Hk = 2, Hv = 4, dk = dv = 16):
 // the normalised q is [1,64,2,16] bf16 = 4096 bytes, read by the L2 norm

@@ -134,6 +134,12 @@ static cl::opt<std::string>
                         cl::desc("Title of the SVG (default: the input and "
                                  "its shape)"),
                         cl::init(""), cl::cat(category));
+static cl::opt<bool> fuseLossGrad(
+    "fuse-loss-grad",
+    cl::desc("Compute the loss and its gradient in one op, each chunk's "
+             "logits once (train-autodiff fuse-loss-grad; default true; "
+             "false gives the same bits with a second logits pass)"),
+    cl::init(true), cl::cat(category));
 static cl::opt<bool> keepSource("keep-source",
                                 cl::desc("Keep BINARY.cpp after a good build"),
                                 cl::init(false), cl::cat(category));
@@ -253,7 +259,8 @@ int main(int argc, char **argv) {
   }
   ap::train::CostModel cost(device);
 
-  if (failed(runPipeline("train-autodiff")))
+  if (failed(runPipeline(std::string("train-autodiff{fuse-loss-grad=") +
+                         (fuseLossGrad ? "true" : "false") + "}")))
     return 1;
   int64_t unplacedPeak = 0;
   if (drawTimeline)
