@@ -258,6 +258,50 @@ void benchRope(int64_t heads) {
   freeAll();
 }
 
+/// The GDN short conv + SiLU at [T, 6144] channels, kernel 4, on each path
+/// (gdn_ops.cu reads the opt-out variables at every call): the windowed
+/// kernels and the vector ones (the default). Forward: x in, y out;
+/// backward: x, dy in, dx out (the dw partials are small).
+void benchConv() {
+  const int64_t C = 6144;
+  const int K = 4;
+  const size_t n = size_t(T * C);
+  double fb = 4.0 * n, bb = 6.0 * n;
+  int sets = setsFor(bb);
+  auto x = bufs(sets, n * 2), y = bufs(sets, n * 2), dy = bufs(sets, n * 2),
+       dx = bufs(sets, n * 2);
+  void *w = devAlloc(C * K * 2), *dw = devAlloc(C * K * 4);
+  auto args = [&](int i) {
+    GdnConvArgs a;
+    a.dtype = DType::BF16;
+    a.batch = 1;
+    a.seqLen = T;
+    a.channels = C;
+    a.kernelSize = K;
+    a.x = x[i];
+    a.w = w;
+    a.y = y[i];
+    a.dy = dy[i];
+    a.dx = dx[i];
+    a.dw = dw;
+    return a;
+  };
+  useWorkspace(gdnConvBackwardWorkspaceBytes(args(0)));
+  const std::string shape = std::to_string(T) + "x" + std::to_string(C);
+  for (const char *vec : {"0", "1"}) {
+    setenv("ACTPLACE_GDN_CONV_VEC", vec, 1);
+    std::string path = vec[0] == '1' ? "[vector]" : "[windowed]";
+    report("short_conv" + path, shape, fb, timeCalls(sets, [&](int i) {
+             KS(gdnConvForward(gCtx, args(i)));
+           }));
+    report("short_conv_grad" + path, shape, bb, timeCalls(sets, [&](int i) {
+             KS(gdnConvBackward(gCtx, args(i)));
+           }));
+  }
+  unsetenv("ACTPLACE_GDN_CONV_VEC");
+  freeAll();
+}
+
 } // namespace
 
 int main() {
@@ -281,5 +325,6 @@ int main() {
   benchCopy("slice", T, 4096, 12288, 4096);
   benchCopy("slice", T, 32, 64, 32);
   benchCopy("concat", T, 4096, 4096, 8192);
+  benchConv();
   return 0;
 }
