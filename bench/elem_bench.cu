@@ -258,10 +258,10 @@ void benchRope(int64_t heads) {
   freeAll();
 }
 
-/// The GDN short conv + SiLU at [T, 6144] channels, kernel 4, on each path
-/// (gdn_ops.cu reads the opt-out variables at every call): the windowed
-/// kernels and the vector ones (the default). Forward: x in, y out;
-/// backward: x, dy in, dx out (the dw partials are small).
+/// The GDN short conv + SiLU at [T, 6144] channels, kernel 4, on both paths
+/// (gdn_ops.cu reads ACTPLACE_GDN_CONV_WINDOWED at every call): the
+/// per-element kernels and the windowed ones (the default). Forward: x in,
+/// y out; backward: x, dy in, dx out (the dw partials are small).
 void benchConv() {
   const int64_t C = 6144;
   const int K = 4;
@@ -288,17 +288,15 @@ void benchConv() {
   };
   useWorkspace(gdnConvBackwardWorkspaceBytes(args(0)));
   const std::string shape = std::to_string(T) + "x" + std::to_string(C);
-  for (const char *vec : {"0", "1"}) {
-    setenv("ACTPLACE_GDN_CONV_VEC", vec, 1);
-    std::string path = vec[0] == '1' ? "[vector]" : "[windowed]";
-    report("short_conv" + path, shape, fb, timeCalls(sets, [&](int i) {
-             KS(gdnConvForward(gCtx, args(i)));
-           }));
-    report("short_conv_grad" + path, shape, bb, timeCalls(sets, [&](int i) {
-             KS(gdnConvBackward(gCtx, args(i)));
-           }));
+  for (const char *windowed : {"0", "1"}) {
+    setenv("ACTPLACE_GDN_CONV_WINDOWED", windowed, 1);
+    std::string path = windowed[0] == '1' ? "[windowed]" : "[per-element]";
+    report("short_conv" + path, shape, fb,
+           timeCalls(sets, [&](int i) { KS(gdnConvForward(gCtx, args(i))); }));
+    report("short_conv_grad" + path, shape, bb,
+           timeCalls(sets, [&](int i) { KS(gdnConvBackward(gCtx, args(i))); }));
   }
-  unsetenv("ACTPLACE_GDN_CONV_VEC");
+  unsetenv("ACTPLACE_GDN_CONV_WINDOWED");
   freeAll();
 }
 

@@ -106,9 +106,15 @@ __device__ __forceinline__ void push(float (&win)[K], float v) {
   win[K - 1] = v;
 }
 
+/// Tokens whose x loads the windowed forward issues before it uses any of
+/// them: with one load in flight a thread waits on memory once per token
+/// (bench/conv_sweep.cu: 58 us at the Qwen shape with 1, 41 us with 4).
+constexpr int kConvAhead = 4;
+
 template <int K>
-__global__ void convWindowFwdKernel(long N, int T, int Cc, const bf *x,
-                                    const bf *w, bf *y) {
+__global__ void
+convWindowFwdKernel(long N, int T, int Cc, const bf *__restrict__ x,
+                    const bf *__restrict__ w, bf *__restrict__ y) {
   int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= Cc)
     return;
@@ -131,19 +137,30 @@ __global__ void convWindowFwdKernel(long N, int T, int Cc, const bf *x,
     int back = K - j;
     win[j] = t - back >= 0 ? b2f(x[(tok0 - back) * Cc + c]) : 0.f;
   }
-  for (long tok = tok0; tok < tokEnd; ++tok, ++t) {
-    if (t == T) { // a new sequence: nothing before it
-      t = 0;
+  for (long base = tok0; base < tokEnd; base += kConvAhead) {
+    float in[kConvAhead];
+#pragma unroll
+    for (int u = 0; u < kConvAhead; ++u)
+      in[u] = base + u < tokEnd ? b2f(x[(base + u) * Cc + c]) : 0.f;
+#pragma unroll
+    for (int u = 0; u < kConvAhead; ++u) {
+      long tok = base + u;
+      if (tok >= tokEnd)
+        break;
+      if (t == T) { // a new sequence: nothing before it
+        t = 0;
+#pragma unroll
+        for (int j = 0; j < K; ++j)
+          win[j] = 0.f;
+      }
+      push(win, in[u]);
+      float pre = 0.f;
 #pragma unroll
       for (int j = 0; j < K; ++j)
-        win[j] = 0.f;
+        pre += wc[j] * win[j];
+      y[tok * Cc + c] = f2b(pre * sigmoidf_(pre));
+      ++t;
     }
-    push(win, b2f(x[tok * Cc + c]));
-    float pre = 0.f;
-#pragma unroll
-    for (int j = 0; j < K; ++j)
-      pre += wc[j] * win[j];
-    y[tok * Cc + c] = f2b(pre * sigmoidf_(pre));
   }
 }
 
@@ -152,9 +169,10 @@ __global__ void convWindowFwdKernel(long N, int T, int Cc, const bf *x,
 ///   dx[t] = sum_j w[j] dpre[t + K-1-j] (same sequence only),
 ///   partial[blk][c][j] = sum over the block's tokens of dpre[t] x[t-K+1+j].
 template <int K>
-__global__ void convWindowBwdKernel(long N, int T, int Cc, const bf *x,
-                                    const bf *w, const bf *dy, bf *dx,
-                                    float *partial) {
+__global__ void
+convWindowBwdKernel(long N, int T, int Cc, const bf *__restrict__ x,
+                    const bf *__restrict__ w, const bf *__restrict__ dy,
+                    bf *__restrict__ dx, float *__restrict__ partial) {
   int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= Cc)
     return;
@@ -227,221 +245,6 @@ __global__ void convWindowBwdKernel(long N, int T, int Cc, const bf *x,
 #pragma unroll
   for (int j = 0; j < K; ++j)
     partial[(long(blockIdx.y) * Cc + c) * K + j] = acc[j];
-}
-
-// The vector conv kernels (the default where the channel count is a
-// multiple of kConvVec and the rows are 16-byte aligned; =0 in
-// ACTPLACE_GDN_CONV_VEC opts out): the windowed kernels with kConvVec
-// consecutive channels per thread, so every x, dy, y and dx access is one
-// 16-byte load or store and a warp moves 512 contiguous bytes of a token;
-// and the loads of kConvAhead tokens are issued before any of them is
-// used, so a thread keeps several loads in flight instead of one. Each
-// channel's arithmetic is the windowed kernels' statement for statement
-// (the same fp32 terms in the same order, the same dw partial blocks of
-// kConvRows tokens), so the results are theirs bit for bit.
-constexpr int kConvVec = 8;   // channels per thread: 8 bf16 = 16 bytes
-constexpr int kConvAhead = 4; // tokens loaded before they are used
-
-struct alignas(16) Bf8 {
-  bf v[kConvVec];
-};
-#ifdef AP_CONV_HOST_EMULATION
-inline Bf8 loadBf8(const bf *p) {
-  Bf8 r;
-  std::memcpy(&r, p, sizeof r);
-  return r;
-}
-inline void storeBf8(bf *p, const Bf8 &v) { std::memcpy(p, &v, sizeof v); }
-#else
-__device__ __forceinline__ Bf8 loadBf8(const bf *p) {
-  return *reinterpret_cast<const Bf8 *>(p);
-}
-__device__ __forceinline__ void storeBf8(bf *p, const Bf8 &v) {
-  *reinterpret_cast<Bf8 *>(p) = v;
-}
-#endif
-
-/// The weights of channels c0 .. c0 + kConvVec - 1.
-template <int K>
-__device__ __forceinline__ void loadVecWeights(const bf *w, int c0,
-                                               float (&wc)[kConvVec][K]) {
-#pragma unroll
-  for (int v = 0; v < kConvVec; ++v)
-#pragma unroll
-    for (int j = 0; j < K; ++j)
-      wc[v][j] = b2f(w[(c0 + v) * K + j]);
-}
-
-/// The window of convWindowFwdKernel before the first push, per channel:
-/// win[v][j] (j >= 1) is x at t - K + j (zero before the sequence start).
-template <int K>
-__device__ __forceinline__ void initVecWindow(const bf *x, long tok0, int t,
-                                              int Cc, int c0,
-                                              float (&win)[kConvVec][K]) {
-#pragma unroll
-  for (int v = 0; v < kConvVec; ++v)
-    win[v][0] = 0.f;
-#pragma unroll
-  for (int j = 1; j < K; ++j) {
-    int back = K - j;
-    Bf8 h = {};
-    if (t - back >= 0)
-      h = loadBf8(x + (tok0 - back) * Cc + c0);
-#pragma unroll
-    for (int v = 0; v < kConvVec; ++v)
-      win[v][j] = t - back >= 0 ? b2f(h.v[v]) : 0.f;
-  }
-}
-
-template <int K>
-__global__ void convVecFwdKernel(long N, int T, int Cc,
-                                 const bf *__restrict__ x,
-                                 const bf *__restrict__ w, bf *__restrict__ y) {
-  int c0 = (blockIdx.x * blockDim.x + threadIdx.x) * kConvVec;
-  if (c0 >= Cc)
-    return;
-  long tok0 = long(blockIdx.y) * kConvFwdRows;
-  if (tok0 >= N)
-    return;
-  long tokEnd = min(N, tok0 + kConvFwdRows);
-  float wc[kConvVec][K];
-  loadVecWeights(w, c0, wc);
-  int t = int(tok0 % T);
-  float win[kConvVec][K];
-  initVecWindow(x, tok0, t, Cc, c0, win);
-  for (long base = tok0; base < tokEnd; base += kConvAhead) {
-    Bf8 in[kConvAhead];
-#pragma unroll
-    for (int u = 0; u < kConvAhead; ++u)
-      if (base + u < tokEnd)
-        in[u] = loadBf8(x + (base + u) * Cc + c0);
-#pragma unroll
-    for (int u = 0; u < kConvAhead; ++u) {
-      long tok = base + u;
-      if (tok >= tokEnd)
-        break;
-      if (t == T) { // a new sequence: nothing before it
-        t = 0;
-#pragma unroll
-        for (int v = 0; v < kConvVec; ++v)
-#pragma unroll
-          for (int j = 0; j < K; ++j)
-            win[v][j] = 0.f;
-      }
-      Bf8 out;
-#pragma unroll
-      for (int v = 0; v < kConvVec; ++v) {
-        push(win[v], b2f(in[u].v[v]));
-        float pre = 0.f;
-#pragma unroll
-        for (int j = 0; j < K; ++j)
-          pre += wc[v][j] * win[v][j];
-        out.v[v] = f2b(pre * sigmoidf_(pre));
-      }
-      storeBf8(y + tok * Cc + c0, out);
-      ++t;
-    }
-  }
-}
-
-/// convWindowBwdKernel with kConvVec channels per thread (see above).
-template <int K>
-__global__ void
-convVecBwdKernel(long N, int T, int Cc, const bf *__restrict__ x,
-                 const bf *__restrict__ w, const bf *__restrict__ dy,
-                 bf *__restrict__ dx, float *__restrict__ partial) {
-  int c0 = (blockIdx.x * blockDim.x + threadIdx.x) * kConvVec;
-  if (c0 >= Cc)
-    return;
-  long tok0 = long(blockIdx.y) * kConvRows;
-  long tokEnd = min(N, tok0 + kConvRows);
-  float wc[kConvVec][K];
-  loadVecWeights(w, c0, wc);
-  int t = int(tok0 % T);
-  float xwin[kConvVec][K];
-  initVecWindow(x, tok0, t, Cc, c0, xwin);
-  float dwin[kConvVec][K], acc[kConvVec][K];
-  int tpos[K];
-#pragma unroll
-  for (int j = 0; j < K; ++j) {
-    tpos[j] = 0;
-#pragma unroll
-    for (int v = 0; v < kConvVec; ++v) {
-      dwin[v][j] = 0.f;
-      acc[v][j] = 0.f;
-    }
-  }
-  const long last = tokEnd + K - 1; // one past the last token visited
-  for (long base = tok0; base < last; base += kConvAhead) {
-    Bf8 xin[kConvAhead], gin[kConvAhead];
-#pragma unroll
-    for (int u = 0; u < kConvAhead; ++u)
-      if (base + u < last && base + u < N) {
-        xin[u] = loadBf8(x + (base + u) * Cc + c0);
-        gin[u] = loadBf8(dy + (base + u) * Cc + c0);
-      }
-#pragma unroll
-    for (int u = 0; u < kConvAhead; ++u) {
-      long tok = base + u;
-      if (tok >= last)
-        break;
-      if (t == T) {
-        t = 0;
-#pragma unroll
-        for (int v = 0; v < kConvVec; ++v)
-#pragma unroll
-          for (int j = 0; j < K; ++j)
-            xwin[v][j] = 0.f;
-      }
-      float dp[kConvVec];
-#pragma unroll
-      for (int v = 0; v < kConvVec; ++v) {
-        dp[v] = 0.f;
-        if (tok < N) {
-          push(xwin[v], b2f(xin[u].v[v]));
-          float pre = 0.f;
-#pragma unroll
-          for (int j = 0; j < K; ++j)
-            pre += wc[v][j] * xwin[v][j];
-          float s = sigmoidf_(pre);
-          dp[v] = b2f(gin[u].v[v]) * s * (1.f + pre * (1.f - s));
-          if (tok < tokEnd) {
-#pragma unroll
-            for (int j = 0; j < K; ++j)
-              acc[v][j] += dp[v] * xwin[v][j];
-          }
-        }
-      }
-#pragma unroll
-      for (int j = 0; j + 1 < K; ++j)
-        tpos[j] = tpos[j + 1];
-      tpos[K - 1] = t;
-#pragma unroll
-      for (int v = 0; v < kConvVec; ++v)
-        push(dwin[v], dp[v]);
-      long emit = tok - (K - 1);
-      if (emit >= tok0 && emit < tokEnd) {
-        int te = tpos[0];
-        Bf8 o;
-#pragma unroll
-        for (int v = 0; v < kConvVec; ++v) {
-          float sdx = 0.f;
-#pragma unroll
-          for (int j = 0; j < K; ++j)
-            if (te + K - 1 - j < T)
-              sdx += wc[v][j] * dwin[v][K - 1 - j];
-          o.v[v] = f2b(sdx);
-        }
-        storeBf8(dx + emit * Cc + c0, o);
-      }
-      ++t;
-    }
-  }
-#pragma unroll
-  for (int v = 0; v < kConvVec; ++v)
-#pragma unroll
-    for (int j = 0; j < K; ++j)
-      partial[(long(blockIdx.y) * Cc + c0 + v) * K + j] = acc[v][j];
 }
 
 /// Calls f(std::integral_constant<int, K>{}) for K in 1..8.

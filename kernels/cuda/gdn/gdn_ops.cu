@@ -8,9 +8,7 @@
 #include "kernels/cuda/gdn/gdn_common.cuh"
 #include "kernels/cuda/rowwise.cuh"
 
-#include <cstdint>
 #include <cstdlib>
-#include <initializer_list>
 #include <type_traits>
 
 namespace ap::kernels::gdncuda {
@@ -364,23 +362,6 @@ bool convWindowed(long tokens) {
          (tokens + kConvFwdRows - 1) / kConvFwdRows <= 65535;
 }
 
-/// The vector conv kernels (gdn_conv_kernels.cuh) take channel counts that
-/// are a multiple of kConvVec with 16-byte aligned rows, on the windowed
-/// grid; ACTPLACE_GDN_CONV_VEC=0 selects the windowed kernels. Both give
-/// the same bits (test/unit/kernels/gdn_conv_emulation_test.cpp on the host,
-/// gdn_cuda_test.cpp on the GPU).
-bool convVector(const GdnConvArgs &a,
-                std::initializer_list<const void *> ptrs) {
-  const char *v = std::getenv("ACTPLACE_GDN_CONV_VEC");
-  if ((v && v[0] == '0') || a.channels % kConvVec != 0 ||
-      !convWindowed(a.batch * a.seqLen))
-    return false;
-  for (const void *p : ptrs)
-    if (p && reinterpret_cast<uintptr_t>(p) % 16 != 0)
-      return false;
-  return true;
-}
-
 size_t convBackwardWorkspace(const GdnConvArgs &a) {
   long nb = (a.batch * a.seqLen + kConvRows - 1) / kConvRows;
   return size_t(nb) * a.channels * a.kernelSize * 4;
@@ -400,20 +381,6 @@ Status convForward(const KernelContext &ctx, const GdnConvArgs &a) {
   if (a.dtype != DType::BF16 || a.kernelSize < 1 || a.kernelSize > 8)
     return Status::Unsupported;
   long N = a.batch * a.seqLen;
-  if (convVector(a, {a.x, a.y})) {
-    constexpr int threads = 64;
-    long lanes = a.channels / kConvVec;
-    dim3 grid(unsigned((lanes + threads - 1) / threads),
-              unsigned((N + kConvFwdRows - 1) / kConvFwdRows));
-    withKernelSize(a.kernelSize, [&](auto k) {
-      constexpr int K = decltype(k)::value;
-      convVecFwdKernel<K><<<grid, threads, 0, (cudaStream_t)ctx.stream>>>(
-          N, int(a.seqLen), int(a.channels), (const bf *)a.x, (const bf *)a.w,
-          (bf *)a.y);
-    });
-    AP_GDN_LAUNCH_CHECK(convVecFwdKernel);
-    return Status::Ok;
-  }
   if (convWindowed(N)) {
     dim3 grid(unsigned((a.channels + 127) / 128),
               unsigned((N + kConvFwdRows - 1) / kConvFwdRows));
@@ -442,24 +409,6 @@ Status convBackward(const KernelContext &ctx, const GdnConvArgs &a) {
   cudaStream_t s = (cudaStream_t)ctx.stream;
   long N = a.batch * a.seqLen;
   int T = int(a.seqLen), Cc = int(a.channels), K = a.kernelSize;
-  if (convVector(a, {a.x, a.dy, a.dx})) {
-    constexpr int threads = 64;
-    long nb = (N + kConvRows - 1) / kConvRows;
-    float *partial = (float *)ctx.workspace;
-    long lanes = Cc / kConvVec;
-    dim3 grid(unsigned((lanes + threads - 1) / threads), unsigned(nb));
-    withKernelSize(K, [&](auto k) {
-      constexpr int KK = decltype(k)::value;
-      convVecBwdKernel<KK>
-          <<<grid, threads, 0, s>>>(N, T, Cc, (const bf *)a.x, (const bf *)a.w,
-                                    (const bf *)a.dy, (bf *)a.dx, partial);
-    });
-    AP_GDN_LAUNCH_CHECK(convVecBwdKernel);
-    sumPartialsKernel<<<gridFor(long(Cc) * K, 256), 256, 0, s>>>(
-        nb, long(Cc) * K, partial, (float *)a.dw);
-    AP_GDN_LAUNCH_CHECK(sumPartialsKernel);
-    return Status::Ok;
-  }
   if (convWindowed(N)) {
     long nb = (N + kConvRows - 1) / kConvRows;
     float *partial = (float *)ctx.workspace;

@@ -481,30 +481,20 @@ TEST_F(GdnCuda, ConvForwardBackward) {
 }
 
 /// Runs `body` with the per-element conv kernels
-/// (ACTPLACE_GDN_CONV_WINDOWED=0), then the windowed ones
-/// (ACTPLACE_GDN_CONV_VEC=0), then the default: the vector kernels where the
-/// channel count is a multiple of 8, else the windowed ones.
+/// (ACTPLACE_GDN_CONV_WINDOWED=0), then with the windowed ones (the default).
 template <typename F> void forEachConvPath(F &&body) {
-  struct Path {
-    const char *windowed, *vec;
-  };
-  for (Path p : {Path{"0", "1"}, Path{"1", "0"}, Path{"1", "1"}}) {
-    SCOPED_TRACE(::testing::Message()
-                 << "ACTPLACE_GDN_CONV_WINDOWED=" << p.windowed
-                 << " ACTPLACE_GDN_CONV_VEC=" << p.vec);
-    setenv("ACTPLACE_GDN_CONV_WINDOWED", p.windowed, 1);
-    setenv("ACTPLACE_GDN_CONV_VEC", p.vec, 1);
+  for (const char *mode : {"0", "1"}) {
+    SCOPED_TRACE(::testing::Message() << "ACTPLACE_GDN_CONV_WINDOWED=" << mode);
+    setenv("ACTPLACE_GDN_CONV_WINDOWED", mode, 1);
     body();
   }
   unsetenv("ACTPLACE_GDN_CONV_WINDOWED");
-  unsetenv("ACTPLACE_GDN_CONV_VEC");
 }
 
 // The windowed conv kernels slide windows over runs of tokens (32 forward,
 // 128 per dw partial backward): runs that cross sequence starts (T smaller
 // than a run, T not a multiple of it, T < K), every kernel size, a channel
-// count that is odd and spans two blocks of 128, channel counts the vector
-// kernels take (multiples of 8, past a block of 64 lanes); all conv paths.
+// count that is odd and spans two blocks of 128; both conv paths.
 TEST_F(GdnCuda, ConvWindowsAcrossSequences) {
   struct Shape {
     int B, T, Cc, K;
@@ -512,8 +502,7 @@ TEST_F(GdnCuda, ConvWindowsAcrossSequences) {
   for (Shape sh :
        {Shape{3, 5, 37, 4}, Shape{2, 3, 130, 4}, Shape{4, 77, 130, 1},
         Shape{2, 200, 37, 2}, Shape{3, 45, 64, 3}, Shape{2, 300, 33, 8},
-        Shape{1, 7, 5, 8}, Shape{2, 3, 136, 4}, Shape{1, 7, 1032, 8},
-        Shape{2, 700, 40, 4}, Shape{5, 33, 16, 5}}) {
+        Shape{1, 7, 5, 8}}) {
     SCOPED_TRACE(::testing::Message() << "B=" << sh.B << " T=" << sh.T
                                       << " C=" << sh.Cc << " K=" << sh.K);
     ConvCase c(sh.B, sh.T, sh.Cc, sh.K, 11, 0.f);
@@ -534,8 +523,8 @@ TEST_F(GdnCuda, ConvWindowsAcrossSequences) {
   }
 }
 
-// All three conv paths give the same bits at the Qwen3.5 shape (they sum
-// the same terms in the same order).
+// Both conv paths give the same bits at the Qwen3.5 shape (they sum the same
+// terms in the same order).
 TEST_F(GdnCuda, ConvPathsBitwiseEqual) {
   ConvCase c(1, 4096, 6144, 4, 21, 0.25f);
   std::vector<std::vector<unsigned char>> ys, dxs;
@@ -546,13 +535,10 @@ TEST_F(GdnCuda, ConvPathsBitwiseEqual) {
     dxs.push_back(c.DX.raw());
     dws.push_back(c.DW.f32());
   });
-  ASSERT_EQ(ys.size(), 3u);
-  for (size_t i = 1; i < ys.size(); ++i) {
-    SCOPED_TRACE(::testing::Message() << "path " << i << " against path 0");
-    EXPECT_TRUE(ys[0] == ys[i]);
-    EXPECT_TRUE(dxs[0] == dxs[i]);
-    EXPECT_EQ(dws[0], dws[i]);
-  }
+  ASSERT_EQ(ys.size(), 2u);
+  EXPECT_TRUE(ys[0] == ys[1]);
+  EXPECT_TRUE(dxs[0] == dxs[1]);
+  EXPECT_EQ(dws[0], dws[1]);
 }
 
 TEST_F(GdnCuda, GatesForwardBackward) {

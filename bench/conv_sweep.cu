@@ -1,0 +1,367 @@
+//===- conv_sweep.cu - GDN short-conv kernel shapes -------------*- C++ -*-===//
+//
+// Times variants of the GDN causal depthwise conv + SiLU kernels at the
+// Qwen3.5-0.8B shape (4096 tokens x 6144 channels, kernel 4) against the
+// library's windowed path, to choose the work split of the library kernels
+// (kernels/cuda/gdn/gdn_conv_kernels.cuh):
+// V channels a thread (V bf16 in one access), R tokens a thread (forward;
+// backward: R tokens per dw partial block), loads issued A tokens ahead.
+// The per-channel arithmetic is the library's, so every variant with the
+// library's R (32 forward, 128 backward) gives its bits; the sweep checks
+// y and dx of every variant against the windowed library path bitwise (dw
+// depends on R). Its run of 2026-12-01 (bench/notes/gdn.md) chose 4 tokens
+// ahead for the forward and __restrict__ pointers for both. Median of 21
+// samples of 20 calls over rotating operand copies (no L2 reuse), as
+// bench/elem_bench.cu. Build and run: bench/conv_sweep.sh [build folder].
+//
+//===----------------------------------------------------------------------===//
+#include "bench/bench_timing.h"
+#include "kernels/kernels.h"
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+using namespace ap::kernels;
+using bf = __nv_bfloat16;
+
+namespace {
+
+constexpr long N = 4096;
+constexpr int C = 6144, K = 4;
+constexpr int kCalls = 20, kSamples = 21, kSets = 4;
+
+__device__ __forceinline__ float b2f(bf x) { return __bfloat162float(x); }
+__device__ __forceinline__ bf f2b(float x) { return __float2bfloat16_rn(x); }
+// As kernels/cuda/gdn/gdn_common.cuh.
+__device__ __forceinline__ float sig(float x) {
+  return 1.f / (1.f + __expf(-x));
+}
+
+template <int V> struct alignas(2 * V) BfV { bf v[V]; };
+
+template <int V> __device__ __forceinline__ BfV<V> ld(const bf *p) {
+  return *reinterpret_cast<const BfV<V> *>(p);
+}
+
+template <int KK>
+__device__ __forceinline__ void push(float (&win)[KK], float v) {
+#pragma unroll
+  for (int j = 0; j + 1 < KK; ++j)
+    win[j] = win[j + 1];
+  win[KK - 1] = v;
+}
+
+template <int V, int R, int A>
+__global__ void fwd(const bf *__restrict__ x, const bf *__restrict__ w,
+                    bf *__restrict__ y) {
+  int c0 = (blockIdx.x * blockDim.x + threadIdx.x) * V;
+  if (c0 >= C)
+    return;
+  long tok0 = long(blockIdx.y) * R;
+  long tokEnd = min(N, tok0 + R);
+  float wc[V][K], win[V][K];
+#pragma unroll
+  for (int v = 0; v < V; ++v)
+#pragma unroll
+    for (int j = 0; j < K; ++j)
+      wc[v][j] = b2f(w[(c0 + v) * K + j]);
+  int t = int(tok0);
+#pragma unroll
+  for (int v = 0; v < V; ++v)
+    win[v][0] = 0.f;
+#pragma unroll
+  for (int j = 1; j < K; ++j) {
+    int back = K - j;
+    BfV<V> h = {};
+    if (t - back >= 0)
+      h = ld<V>(x + (tok0 - back) * C + c0);
+#pragma unroll
+    for (int v = 0; v < V; ++v)
+      win[v][j] = t - back >= 0 ? b2f(h.v[v]) : 0.f;
+  }
+  for (long base = tok0; base < tokEnd; base += A) {
+    BfV<V> in[A];
+#pragma unroll
+    for (int u = 0; u < A; ++u)
+      if (base + u < tokEnd)
+        in[u] = ld<V>(x + (base + u) * C + c0);
+#pragma unroll
+    for (int u = 0; u < A; ++u) {
+      long tok = base + u;
+      if (tok >= tokEnd)
+        break;
+      BfV<V> out;
+#pragma unroll
+      for (int v = 0; v < V; ++v) {
+        push(win[v], b2f(in[u].v[v]));
+        float pre = 0.f;
+#pragma unroll
+        for (int j = 0; j < K; ++j)
+          pre += wc[v][j] * win[v][j];
+        out.v[v] = f2b(pre * sig(pre));
+      }
+      *reinterpret_cast<BfV<V> *>(y + tok * C + c0) = out;
+    }
+  }
+}
+
+template <int V, int R, int A>
+__global__ void bwd(const bf *__restrict__ x, const bf *__restrict__ w,
+                    const bf *__restrict__ dy, bf *__restrict__ dx,
+                    float *__restrict__ partial) {
+  int c0 = (blockIdx.x * blockDim.x + threadIdx.x) * V;
+  if (c0 >= C)
+    return;
+  long tok0 = long(blockIdx.y) * R;
+  long tokEnd = min(N, tok0 + R);
+  float wc[V][K], xwin[V][K], dwin[V][K], acc[V][K];
+#pragma unroll
+  for (int v = 0; v < V; ++v)
+#pragma unroll
+    for (int j = 0; j < K; ++j) {
+      wc[v][j] = b2f(w[(c0 + v) * K + j]);
+      dwin[v][j] = 0.f;
+      acc[v][j] = 0.f;
+    }
+  int t = int(tok0);
+#pragma unroll
+  for (int v = 0; v < V; ++v)
+    xwin[v][0] = 0.f;
+#pragma unroll
+  for (int j = 1; j < K; ++j) {
+    int back = K - j;
+    BfV<V> h = {};
+    if (t - back >= 0)
+      h = ld<V>(x + (tok0 - back) * C + c0);
+#pragma unroll
+    for (int v = 0; v < V; ++v)
+      xwin[v][j] = t - back >= 0 ? b2f(h.v[v]) : 0.f;
+  }
+  int tpos[K] = {};
+  const long last = tokEnd + K - 1;
+  for (long base = tok0; base < last; base += A) {
+    BfV<V> xin[A], gin[A];
+#pragma unroll
+    for (int u = 0; u < A; ++u)
+      if (base + u < last && base + u < N) {
+        xin[u] = ld<V>(x + (base + u) * C + c0);
+        gin[u] = ld<V>(dy + (base + u) * C + c0);
+      }
+#pragma unroll
+    for (int u = 0; u < A; ++u) {
+      long tok = base + u;
+      if (tok >= last)
+        break;
+      float dp[V];
+#pragma unroll
+      for (int v = 0; v < V; ++v) {
+        dp[v] = 0.f;
+        if (tok < N) {
+          push(xwin[v], b2f(xin[u].v[v]));
+          float pre = 0.f;
+#pragma unroll
+          for (int j = 0; j < K; ++j)
+            pre += wc[v][j] * xwin[v][j];
+          float s = sig(pre);
+          dp[v] = b2f(gin[u].v[v]) * s * (1.f + pre * (1.f - s));
+          if (tok < tokEnd) {
+#pragma unroll
+            for (int j = 0; j < K; ++j)
+              acc[v][j] += dp[v] * xwin[v][j];
+          }
+        }
+      }
+#pragma unroll
+      for (int j = 0; j + 1 < K; ++j)
+        tpos[j] = tpos[j + 1];
+      tpos[K - 1] = int(tok);
+#pragma unroll
+      for (int v = 0; v < V; ++v)
+        push(dwin[v], dp[v]);
+      long emit = tok - (K - 1);
+      if (emit >= tok0 && emit < tokEnd) {
+        int te = tpos[0];
+        BfV<V> o;
+#pragma unroll
+        for (int v = 0; v < V; ++v) {
+          float sdx = 0.f;
+#pragma unroll
+          for (int j = 0; j < K; ++j)
+            if (te + K - 1 - j < N)
+              sdx += wc[v][j] * dwin[v][K - 1 - j];
+          o.v[v] = f2b(sdx);
+        }
+        *reinterpret_cast<BfV<V> *>(dx + emit * C + c0) = o;
+      }
+    }
+  }
+#pragma unroll
+  for (int v = 0; v < V; ++v)
+#pragma unroll
+    for (int j = 0; j < K; ++j)
+      partial[(long(blockIdx.y) * C + c0 + v) * K + j] = acc[v][j];
+}
+
+cudaStream_t gStream;
+std::vector<void *> x, y, dy, dx;
+void *w, *partial, *ws;
+std::vector<unsigned char> refY, refDx;
+
+std::vector<unsigned char> fetch(void *p, size_t n) {
+  std::vector<unsigned char> h(n);
+  CK(cudaMemcpy(h.data(), p, n, cudaMemcpyDeviceToHost));
+  return h;
+}
+
+double timeCalls(const std::function<void(int)> &fn) {
+  ap::bench::EventTimer timer(gStream);
+  std::vector<float> perCall;
+  for (int s = 0; s < kSamples + 2; ++s) {
+    float ms = timer.ms([&] {
+      for (int i = 0; i < kCalls; ++i)
+        fn(i % kSets);
+    });
+    if (s >= 2)
+      perCall.push_back(ms / kCalls);
+  }
+  return ap::bench::median(perCall);
+}
+
+void report(const char *kind, int V, int R, int A, int threads, double ms,
+            double mb, bool same) {
+  std::printf("{\"kernel\":\"%s\",\"V\":%d,\"R\":%d,\"A\":%d,\"threads\":%d,"
+              "\"us\":%.2f,\"gbps\":%.0f,\"bitwise_as_library\":%s}\n",
+              kind, V, R, A, threads, ms * 1e3, mb / (ms * 1e-3) / 1e3,
+              same ? "true" : "false");
+  std::fflush(stdout);
+}
+
+template <int V, int R, int A, int TH> void runFwd() {
+  dim3 grid((C / V + TH - 1) / TH, unsigned((N + R - 1) / R));
+  double ms = timeCalls([&](int i) {
+    fwd<V, R, A>
+        <<<grid, TH, 0, gStream>>>((const bf *)x[i], (const bf *)w, (bf *)y[i]);
+  });
+  CK(cudaGetLastError());
+  CK(cudaStreamSynchronize(gStream));
+  report("short_conv", V, R, A, TH, ms, 4.0 * N * C / 1e6,
+         fetch(y[0], size_t(N) * C * 2) == refY);
+}
+
+template <int V, int R, int A, int TH> void runBwd() {
+  dim3 grid((C / V + TH - 1) / TH, unsigned((N + R - 1) / R));
+  double ms = timeCalls([&](int i) {
+    bwd<V, R, A><<<grid, TH, 0, gStream>>>((const bf *)x[i], (const bf *)w,
+                                           (const bf *)dy[i], (bf *)dx[i],
+                                           (float *)partial);
+  });
+  CK(cudaGetLastError());
+  CK(cudaStreamSynchronize(gStream));
+  report("short_conv_grad", V, R, A, TH, ms, 6.0 * N * C / 1e6,
+         fetch(dx[0], size_t(N) * C * 2) == refDx);
+}
+
+void *devRandom(size_t n, unsigned seed) {
+  std::vector<uint16_t> h(n);
+  unsigned s = seed;
+  for (auto &v : h) {
+    s = s * 1664525u + 1013904223u;
+    float f = (float(s >> 8) / float(1 << 24) - 0.5f) * 4.f;
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    v = uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+  }
+  void *p;
+  CK(cudaMalloc(&p, n * 2));
+  CK(cudaMemcpy(p, h.data(), n * 2, cudaMemcpyHostToDevice));
+  return p;
+}
+
+} // namespace
+
+int main() {
+  CK(cudaStreamCreate(&gStream));
+  for (int i = 0; i < kSets; ++i) {
+    x.push_back(devRandom(size_t(N) * C, 1 + i));
+    dy.push_back(devRandom(size_t(N) * C, 100 + i));
+    void *p;
+    CK(cudaMalloc(&p, size_t(N) * C * 2));
+    y.push_back(p);
+    CK(cudaMalloc(&p, size_t(N) * C * 2));
+    dx.push_back(p);
+  }
+  w = devRandom(size_t(C) * K, 7);
+  CK(cudaMalloc(&partial, size_t(N) * C * K * 4));
+  // The library's windowed path (the default): the bits every variant must
+  // give.
+  GdnConvArgs a;
+  a.batch = 1;
+  a.seqLen = N;
+  a.channels = C;
+  a.kernelSize = K;
+  a.x = x[0];
+  a.w = w;
+  a.y = y[0];
+  a.dy = dy[0];
+  a.dx = dx[0];
+  CK(cudaMalloc(&a.dw, size_t(C) * K * 4));
+  size_t wsb = gdnConvBackwardWorkspaceBytes(a);
+  CK(cudaMalloc(&ws, wsb));
+  KernelContext ctx;
+  ctx.backend = Backend::Cuda;
+  ctx.stream = gStream;
+  ctx.workspace = ws;
+  ctx.workspaceBytes = wsb;
+  KS(gdnConvForward(ctx, a));
+  KS(gdnConvBackward(ctx, a));
+  CK(cudaStreamSynchronize(gStream));
+  refY = fetch(y[0], size_t(N) * C * 2);
+  refDx = fetch(dx[0], size_t(N) * C * 2);
+  double lib[2];
+  lib[0] = timeCalls([&](int i) {
+    a.x = x[i];
+    a.y = y[i];
+    KS(gdnConvForward(ctx, a));
+  });
+  lib[1] = timeCalls([&](int i) {
+    a.x = x[i];
+    a.dy = dy[i];
+    a.dx = dx[i];
+    KS(gdnConvBackward(ctx, a));
+  });
+  std::printf("{\"library_windowed_us\":[%.2f,%.2f]}\n", lib[0] * 1e3,
+              lib[1] * 1e3);
+  runFwd<1, 32, 1, 128>();
+  runFwd<1, 32, 4, 128>();
+  runFwd<2, 32, 4, 128>();
+  runFwd<2, 16, 4, 128>();
+  runFwd<2, 8, 4, 128>();
+  runFwd<4, 16, 4, 128>();
+  runFwd<4, 8, 4, 128>();
+  runFwd<4, 32, 4, 64>();
+  runFwd<8, 32, 4, 64>();
+  runFwd<8, 8, 4, 64>();
+  runFwd<8, 16, 8, 64>();
+  runFwd<2, 64, 8, 128>();
+  runBwd<1, 128, 1, 128>();
+  runBwd<1, 128, 4, 128>();
+  runBwd<2, 128, 4, 128>();
+  runBwd<4, 128, 4, 128>();
+  runBwd<8, 128, 4, 64>();
+  runBwd<1, 32, 4, 128>();
+  runBwd<2, 32, 4, 128>();
+  runBwd<2, 64, 4, 128>();
+  runBwd<4, 32, 4, 128>();
+  runBwd<2, 16, 4, 128>();
+  runBwd<4, 16, 4, 64>();
+  runBwd<8, 32, 4, 64>();
+  return 0;
+}
