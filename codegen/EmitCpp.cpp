@@ -746,11 +746,32 @@ LogicalResult Emitter::emitKernel(Operation *op, int indent) {
     set("kernelSize", std::to_string(dim(ins[1], 1)));
     set("x", ptr(ins[0]));
     set("w", ptr(ins[1]));
+    // A split conv's channel groups (its results; the grad's dy operands):
+    // one buffer each.
+    auto groups = [&](ArrayRef<Value> vs, const char *field) {
+      set("splits", std::to_string(vs.size()));
+      for (auto [s, v] : llvm::enumerate(vs)) {
+        set("splitChannels[" + std::to_string(s) + "]",
+            std::to_string(dim(v, 2)));
+        set(std::string(field) + "[" + std::to_string(s) + "]", ptr(v));
+      }
+    };
+    size_t nGroups = fwd ? results : ins.size() - 2;
+    if (nGroups < 1 || nGroups > 4)
+      return op->emitError("emit-cpp: '")
+             << callee << "' with " << nGroups
+             << " channel groups (the kernels take 1 to 4)";
     if (fwd) {
-      set("y", ptr(outs[0]));
+      if (results == 1)
+        set("y", ptr(outs[0]));
+      else
+        groups(ArrayRef<Value>(outs).take_front(results), "ys");
       close("gdnConvForward");
     } else {
-      set("dy", ptr(ins[2]));
+      if (nGroups > 1)
+        groups(ArrayRef<Value>(ins).drop_front(2), "dys");
+      else
+        set("dy", ptr(ins[2]));
       if (results >= 1)
         set("dx", ptr(outs[0]));
       if (grads >= 1)

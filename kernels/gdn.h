@@ -43,6 +43,15 @@ constexpr int kGdnChunk = 64;
 
 /// y[b,t,c] = silu(sum_j w[c,j] x[b, t-(kc-1)+j, c]), zeros before t = 0.
 /// Saved for backward: x and w (pre is recomputed).
+///
+/// Split output. With splits = S > 0 the output channels come in S
+/// consecutive groups of splitChannels[s] (summing to C), group s in its
+/// own dense [B, T, splitChannels[s]] buffer: ys[s] for y and dys[s] for dy
+/// (y and dy unused). The GDN layer's q, k and v are such groups, so the
+/// conv writes them where the recurrence reads them, with no slice copies,
+/// and the backward reads their gradients with no concat. Same values as
+/// the dense layout, bit for bit.
+constexpr int kGdnConvMaxSplits = 4;
 struct GdnConvArgs {
   DType dtype = DType::BF16;
   int64_t batch = 0, seqLen = 0, channels = 0;
@@ -54,7 +63,27 @@ struct GdnConvArgs {
   const void *dy = nullptr; ///< [B, T, C] storage
   void *dx = nullptr;       ///< [B, T, C] storage, overwritten
   void *dw = nullptr;       ///< [C, kc] Acc, accumulated (+=)
+  // Split output (see above); 0 = the dense y / dy.
+  int32_t splits = 0;
+  int64_t splitChannels[kGdnConvMaxSplits] = {};
+  void *ys[kGdnConvMaxSplits] = {};
+  const void *dys[kGdnConvMaxSplits] = {};
 };
+/// Whether `a`'s split layout is usable: 0 <= splits <= kGdnConvMaxSplits,
+/// positive groups that sum to the channels.
+inline bool gdnConvSplitsValid(const GdnConvArgs &a) {
+  if (a.splits < 0 || a.splits > kGdnConvMaxSplits)
+    return false;
+  if (a.splits == 0)
+    return true;
+  int64_t sum = 0;
+  for (int s = 0; s < a.splits; ++s) {
+    if (a.splitChannels[s] <= 0)
+      return false;
+    sum += a.splitChannels[s];
+  }
+  return sum == a.channels;
+}
 Status gdnConvForward(const KernelContext &ctx, const GdnConvArgs &args);
 Status gdnConvBackward(const KernelContext &ctx, const GdnConvArgs &args);
 size_t gdnConvBackwardWorkspaceBytes(const GdnConvArgs &args);

@@ -75,7 +75,12 @@ def Train_L2NormGradOp : Train_ComputeOp<"l2_norm_grad"> {
 
 def Train_ShortConvGradOp : Train_AccumulatingGradOp<"short_conv_grad"> {
   let summary = "causal depthwise conv + SiLU backward (recomputes the pre-activation)";
-  let arguments = (ins Train_Float3D:$input, Train_Float2D:$weight, Train_Float3D:$result_grad,
+  let description = [{
+    One `result_grads` operand per result of the `train.short_conv`, in order
+    (a split conv's channel groups: no concat of their gradients).
+  }];
+  let arguments = (ins Train_Float3D:$input, Train_Float2D:$weight,
+                       Variadic<Train_Float3D>:$result_grads,
                        OptionalAttr<FlatSymbolRefAttr>:$weight_grad, Train_ScopeAttr:$scope);
   let results = (outs Optional<Train_Float3D>:$input_grad);
 }

@@ -184,9 +184,15 @@ LogicalResult ShortConvOp::buildBackward(
     SmallVectorImpl<Value> &operandGrads) {
   FlatSymbolRefAttr sym = paramGradSymbol(getWeight());
   Value dx;
+  // The backward reads every channel group's gradient.
+  for (auto [i, g] : llvm::enumerate(resultGrads))
+    if (!g)
+      return emitOpError() << "result #" << i
+                           << " has no gradient; the conv backward needs one "
+                              "for every result";
   if (!nothingNeeded(needsGrad[0], sym))
     dx = ShortConvGradOp::create(b, getLoc(), typeIf(needsGrad[0], getInput()),
-                                 getInput(), getWeight(), resultGrads[0], sym,
+                                 getInput(), getWeight(), resultGrads, sym,
                                  getScope())
              .getInputGrad();
   operandGrads.append({dx, Value()});

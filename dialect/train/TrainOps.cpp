@@ -202,8 +202,24 @@ LogicalResult ShortConvOp::verify() {
   Checker c(*this);
   auto in = getInput().getType();
   auto w = getWeight().getType();
-  if (failed(c.sameType("result", getType(), "input", in)) ||
-      failed(c.sameElement("weight", w, "input", in)) ||
+  if (getOutputs().empty())
+    return emitOpError() << "has no results, expected at least 1";
+  int64_t channels = 0;
+  for (auto [i, r] : llvm::enumerate(getOutputs())) {
+    auto t = cast<RankedTensorType>(r.getType());
+    std::string name = "result #" + std::to_string(i);
+    if (failed(c.sameElement(name, t, "input", in)) ||
+        failed(c.dim(name, t, 0, in.getDimSize(0), "the input's batch B")) ||
+        failed(c.dim(name, t, 1, in.getDimSize(1),
+                     "the input's sequence length T")))
+      return failure();
+    channels += t.getDimSize(2);
+  }
+  if (channels != in.getDimSize(2))
+    return emitOpError() << "results have " << channels
+                         << " channels in all, expected the input's "
+                         << in.getDimSize(2);
+  if (failed(c.sameElement("weight", w, "input", in)) ||
       failed(c.dim("weight", w, 0, in.getDimSize(2),
                    "the input's channels C; weight is [C, Kc]")))
     return failure();

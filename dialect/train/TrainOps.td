@@ -210,13 +210,22 @@ def Train_ShortConvOp : Train_ComputeOp<"short_conv", [DifferentiableOp]> {
     each sequence start (every batch row is a sequence), then `y = silu(pre)`.
     `x` is [B, T, C], `weight` is [C, Kc] with 1 <= Kc <= 8, no bias.
 
+    With more than one result the output channels are split, in order, into
+    groups of the results' sizes [B, T, C_i] (summing to C): the GDN layer's
+    q, k and v come out of the conv in their own tensors, where a slice of
+    one [B, T, C] result would copy them (and its backward would concat
+    their gradients).
+
     ```mlir
     %y = train.short_conv %mixed, %w scope<0, gdn_prep>
         : (tensor<1x4096x6144xbf16>, tensor<6144x4xbf16>) -> tensor<1x4096x6144xbf16>
+    %q, %k, %v = train.short_conv %mixed, %w scope<0, gdn_prep>
+        : (tensor<1x4096x6144xbf16>, tensor<6144x4xbf16>)
+        -> (tensor<1x4096x2048xbf16>, tensor<1x4096x2048xbf16>, tensor<1x4096x2048xbf16>)
     ```
   }];
   let arguments = (ins Train_Float3D:$input, Train_Float2D:$weight, Train_ScopeAttr:$scope);
-  let results = (outs Train_Float3D:$result);
+  let results = (outs Variadic<Train_Float3D>:$outputs);
   let hasVerifier = 1;
 }
 

@@ -43,9 +43,10 @@
 // CHECK: train.gated_delta_rule_grad {{.*}} scope<0, gdn_core_attn> {scale = 2.500000e-01 : f64} : (tensor<1x64x2x16xbf16>, tensor<1x64x2x16xbf16>, tensor<1x64x4x16xbf16>, tensor<1x64x4xf32>, tensor<1x64x4xbf16>, tensor<1x64x4x64xbf16>, tensor<1x64x4x16xbf16>) -> (tensor<1x64x2x16xbf16>, tensor<1x64x2x16xbf16>, tensor<1x64x4x16xbf16>, tensor<1x64x4xf32>, tensor<1x64x4xbf16>)
 // CHECK: train.gdn_gates_grad {{.*}} {a_log_grad = @model.layers.0.linear_attn.A_log, dt_bias_grad = @model.layers.0.linear_attn.dt_bias}
 // CHECK: train.l2_norm_grad {{.*}} scope<0, gdn_core_attn>
-// q, k, v slices of the conv output: one concat feeds the conv backward.
-// CHECK: %[[QKV:.*]] = train.concat {{.*}} scope<0, gdn_prep> {dim = 2 : i64} : (tensor<1x64x32xbf16>, tensor<1x64x32xbf16>, tensor<1x64x64xbf16>) -> tensor<1x64x128xbf16>
-// CHECK: train.short_conv_grad {{.*}}, %[[QKV]] scope<0, gdn_prep> {weight_grad = @model.layers.0.linear_attn.conv1d.weight}
+// q, k, v are the conv's three results: their gradients feed the conv
+// backward as three operands, no concat.
+// CHECK-NOT: train.concat {{.*}} scope<0, gdn_prep>
+// CHECK: train.short_conv_grad {{.*}} scope<0, gdn_prep> {weight_grad = @model.layers.0.linear_attn.conv1d.weight} : (tensor<1x64x128xbf16>, tensor<128x4xbf16>, tensor<1x64x32xbf16>, tensor<1x64x32xbf16>, tensor<1x64x64xbf16>) -> tensor<1x64x128xbf16>
 // CHECK: train.linear_grad {{.*}} scope<0, gdn_in_proj> {weight_grad = @model.layers.0.linear_attn.in_proj_qkv.weight}
 // The tied table gets both the head's and the embedding's gradient.
 // CHECK: train.embedding_grad {{.*}} scope<-1, embedding> {weight_grad = @model.embed_tokens.weight}

@@ -60,11 +60,11 @@ module attributes {train.micro_batches = 1 : i64} {
 // the normalised q is [1,64,2,16] bf16 = 4096 bytes, read by the L2 norm
 // backward and the recurrence backward, counted once; its rstd 64*2*4 = 512;
 // the recurrence's g cumsum [1,64,4] f32 = 1024 and T [1,64,4,64] bf16 = 32768.
-// TINY: #21 train.l2_norm result 0 L0.gdn_core_attn tensor<1x64x2x16xbf16> 4096 bytes {{.*}} needed-by L0.gdn_core_attn
-// TINY: #21 train.l2_norm result 1 L0.gdn_core_attn tensor<1x64x2xf32> 512 bytes
-// TINY: #26 train.gated_delta_rule result 1 L0.gdn_core_attn tensor<1x64x4xf32> 1024 bytes
-// TINY: #26 train.gated_delta_rule result 2 L0.gdn_core_attn tensor<1x64x4x64xbf16> 32768 bytes
+// TINY: #18 train.l2_norm result 0 L0.gdn_core_attn tensor<1x64x2x16xbf16> 4096 bytes {{.*}} needed-by L0.gdn_core_attn
+// TINY: #18 train.l2_norm result 1 L0.gdn_core_attn tensor<1x64x2xf32> 512 bytes
+// TINY: #23 train.gated_delta_rule result 1 L0.gdn_core_attn tensor<1x64x4xf32> 1024 bytes
+// TINY: #23 train.gated_delta_rule result 2 L0.gdn_core_attn tensor<1x64x4x64xbf16> 32768 bytes
 // The attention output is read by core_attn (its backward) and attn_proj (the gate's).
-// TINY: #62 train.attention result 0 L2.core_attn tensor<1x64x4x16xbf16> 8192 bytes {{.*}} needed-by L2.attn_proj,L2.core_attn
+// TINY: #59 train.attention result 0 L2.core_attn tensor<1x64x4x16xbf16> 8192 bytes {{.*}} needed-by L2.attn_proj,L2.core_attn
 
 // NOSTEP: error: no train.microbatch_loop: run train-autodiff first

@@ -21,15 +21,15 @@
 // NORM: train.gated_rms_norm_grad %[[O]], %[[Z]], {{.*}}, %[[RSTD]],
 
 // NORM-SAVED-NOT: L0.gdn_norm_out tensor
-// NORM-SAVED: #26 train.gated_delta_rule result 0 L0.gdn_core_attn tensor<1x64x4x16xbf16> 8192 bytes {{.*}} needed-by L0.gdn_norm_out
+// NORM-SAVED: #23 train.gated_delta_rule result 0 L0.gdn_core_attn tensor<1x64x4x16xbf16> 8192 bytes {{.*}} needed-by L0.gdn_norm_out
 // NORM-SAVED-NOT: L0.gdn_norm_out tensor
 
-// gdn_prep: conv -> SiLU -> split -> L2 norm rebuilt from the saved conv
+// gdn_prep: conv -> SiLU (split into q, k, v) -> L2 norm rebuilt from the saved conv
 // input: neither q, k (normalised) nor v of the recurrence stay saved.
 // PREP: #5 train.linear result 0 L0.gdn_in_proj tensor<1x64x128xbf16> 16384 bytes
 // PREP-NOT: L0.gdn_prep tensor
 // PREP-NOT: train.l2_norm
-// PREP: #25 train.gdn_gates
+// PREP: #22 train.gdn_gates
 
 // MLP and norms: only the residual stream stays (and the loss' inputs).
 // MLP-NOT: mlp_fc1 tensor
@@ -42,9 +42,9 @@
 // MLA up projections: keep the latents c_q, c_kv (their norms' outputs) and k_pe.
 // MLA-NOT: L4.mla_up_proj tensor
 // c_q and c_kv are [1,64,32] bf16 = 4096 bytes, k_pe [1,64,1,8] = 1024.
-// MLA: #83 train.rms_norm result 0 L4.qkv_linear tensor<1x64x32xbf16> 4096 bytes {{.*}} needed-by L4.mla_up_proj
-// MLA: #95 train.reshape result 0 L4.qkv_linear tensor<1x64x1x8xbf16> 1024 bytes {{.*}} needed-by L4.mla_up_proj
-// MLA: #97 train.rms_norm result 0 L4.qkv_linear tensor<1x64x32xbf16> 4096 bytes {{.*}} needed-by L4.mla_up_proj
+// MLA: #80 train.rms_norm result 0 L4.qkv_linear tensor<1x64x32xbf16> 4096 bytes {{.*}} needed-by L4.mla_up_proj
+// MLA: #92 train.reshape result 0 L4.qkv_linear tensor<1x64x1x8xbf16> 1024 bytes {{.*}} needed-by L4.mla_up_proj
+// MLA: #94 train.rms_norm result 0 L4.qkv_linear tensor<1x64x32xbf16> 4096 bytes {{.*}} needed-by L4.mla_up_proj
 // MLA-NOT: L4.mla_up_proj tensor
 
 // core_attn: the attention output and LSE are recomputed from Q, K, V.

@@ -141,14 +141,16 @@ Value GraphEmitter::gdnBlock(Value h, int64_t i) {
 
   Value convW = param(p + "conv1d.weight", {convDim, cfg.linearConvKernel},
                       InitKind::Normal, 0.0, cfg.initializerRange);
-  Value y = ShortConvOp::create(b, loc, mixed.getType(), mixed, convW,
-                                scope(i, "gdn_prep"));
-  Value q = reshape(slice(y, 2, 0, hk * dk, i, "gdn_prep"), {B, T, hk, dk}, i,
-                    "gdn_prep");
-  Value k = reshape(slice(y, 2, hk * dk, hk * dk, i, "gdn_prep"),
-                    {B, T, hk, dk}, i, "gdn_prep");
-  Value v = reshape(slice(y, 2, 2 * hk * dk, hv * dv, i, "gdn_prep"),
-                    {B, T, hv, dv}, i, "gdn_prep");
+  // q, k and v come out of the conv in their own tensors (its split
+  // output): no slice copies, and no concat of their gradients.
+  auto conv = ShortConvOp::create(b, loc,
+                                  TypeRange{tensor({B, T, hk * dk}),
+                                            tensor({B, T, hk * dk}),
+                                            tensor({B, T, hv * dv})},
+                                  mixed, convW, scope(i, "gdn_prep"));
+  Value q = reshape(conv.getOutputs()[0], {B, T, hk, dk}, i, "gdn_prep");
+  Value k = reshape(conv.getOutputs()[1], {B, T, hk, dk}, i, "gdn_prep");
+  Value v = reshape(conv.getOutputs()[2], {B, T, hv, dv}, i, "gdn_prep");
 
   // The L2 norm eps sits inside the square root (model-math.md 1.2).
   Value qn = L2NormOp::create(b, loc, q.getType(), Type(), q, f64(1e-6),

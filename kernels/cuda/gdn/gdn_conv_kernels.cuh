@@ -16,8 +16,32 @@
 
 constexpr int kConvRows = 128; // tokens per partial of the conv dw
 
+/// The conv output's layout (GdnConvArgs): n groups of channels, group s
+/// holding channels [start[s], start[s + 1]) in its own dense buffer of
+/// start[s + 1] - start[s] channels a token; the dense layout is one group.
+template <typename P> struct ConvGroups {
+  P ptr[kGdnConvMaxSplits];
+  int start[kGdnConvMaxSplits + 1];
+  int n;
+};
+
+/// Channel c's column of a ConvGroups layout: token tok's element is at
+/// p[tok * stride].
+template <typename P> struct ConvColumn {
+  P p;
+  long stride;
+};
+template <typename P>
+__device__ __forceinline__ ConvColumn<P> columnOf(const ConvGroups<P> &g,
+                                                  int c) {
+  int s = 0;
+  while (s + 1 < g.n && c >= g.start[s + 1])
+    ++s;
+  return {g.ptr[s] + (c - g.start[s]), long(g.start[s + 1] - g.start[s])};
+}
+
 __global__ void convFwdKernel(long N, int T, int Cc, int K, const bf *x,
-                              const bf *w, bf *y) {
+                              const bf *w, ConvGroups<bf *> y) {
   for (long i = blockIdx.x * long(blockDim.x) + threadIdx.x; i < N * Cc;
        i += long(gridDim.x) * blockDim.x) {
     int c = int(i % Cc);
@@ -29,12 +53,13 @@ __global__ void convFwdKernel(long N, int T, int Cc, int K, const bf *x,
       if (ts >= 0)
         pre += b2f(w[c * K + j]) * b2f(x[(tok - t + ts) * Cc + c]);
     }
-    y[i] = f2b(pre * sigmoidf_(pre));
+    ConvColumn<bf *> col = columnOf(y, c);
+    col.p[tok * col.stride] = f2b(pre * sigmoidf_(pre));
   }
 }
 
 __device__ float convDpre(long tok, int t, int c, int Cc, int K, const bf *x,
-                          const bf *w, const bf *dy) {
+                          const bf *w, const ConvGroups<const bf *> &dy) {
   float pre = 0.f;
   for (int j = 0; j < K; ++j) {
     int ts = t - (K - 1) + j;
@@ -42,11 +67,12 @@ __device__ float convDpre(long tok, int t, int c, int Cc, int K, const bf *x,
       pre += b2f(w[c * K + j]) * b2f(x[(tok - t + ts) * Cc + c]);
   }
   float s = sigmoidf_(pre);
-  return b2f(dy[tok * Cc + c]) * s * (1.f + pre * (1.f - s));
+  ConvColumn<const bf *> col = columnOf(dy, c);
+  return b2f(col.p[tok * col.stride]) * s * (1.f + pre * (1.f - s));
 }
 
 __global__ void convDxKernel(long N, int T, int Cc, int K, const bf *x,
-                             const bf *w, const bf *dy, bf *dx) {
+                             const bf *w, ConvGroups<const bf *> dy, bf *dx) {
   for (long i = blockIdx.x * long(blockDim.x) + threadIdx.x; i < N * Cc;
        i += long(gridDim.x) * blockDim.x) {
     int c = int(i % Cc);
@@ -64,7 +90,8 @@ __global__ void convDxKernel(long N, int T, int Cc, int K, const bf *x,
 
 /// partial[blk][c][j] = sum over tokens of block blk of dpre[t,c] x[t-K+1+j,c].
 __global__ void convDwPartialKernel(long N, int T, int Cc, int K, const bf *x,
-                                    const bf *w, const bf *dy, float *partial) {
+                                    const bf *w, ConvGroups<const bf *> dy,
+                                    float *partial) {
   int c = blockIdx.y * blockDim.x + threadIdx.x;
   if (c >= Cc)
     return;
@@ -114,10 +141,11 @@ constexpr int kConvAhead = 4;
 template <int K>
 __global__ void
 convWindowFwdKernel(long N, int T, int Cc, const bf *__restrict__ x,
-                    const bf *__restrict__ w, bf *__restrict__ y) {
+                    const bf *__restrict__ w, ConvGroups<bf *> y) {
   int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= Cc)
     return;
+  const ConvColumn<bf *> ycol = columnOf(y, c);
   long tok0 = long(blockIdx.y) * kConvFwdRows;
   if (tok0 >= N)
     return;
@@ -158,7 +186,7 @@ convWindowFwdKernel(long N, int T, int Cc, const bf *__restrict__ x,
 #pragma unroll
       for (int j = 0; j < K; ++j)
         pre += wc[j] * win[j];
-      y[tok * Cc + c] = f2b(pre * sigmoidf_(pre));
+      ycol.p[tok * ycol.stride] = f2b(pre * sigmoidf_(pre));
       ++t;
     }
   }
@@ -171,11 +199,12 @@ convWindowFwdKernel(long N, int T, int Cc, const bf *__restrict__ x,
 template <int K>
 __global__ void
 convWindowBwdKernel(long N, int T, int Cc, const bf *__restrict__ x,
-                    const bf *__restrict__ w, const bf *__restrict__ dy,
+                    const bf *__restrict__ w, ConvGroups<const bf *> dy,
                     bf *__restrict__ dx, float *__restrict__ partial) {
   int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= Cc)
     return;
+  const ConvColumn<const bf *> dycol = columnOf(dy, c);
   long tok0 = long(blockIdx.y) * kConvRows;
   long tokEnd = min(N, tok0 + kConvRows);
   float wc[K];
@@ -217,7 +246,7 @@ convWindowBwdKernel(long N, int T, int Cc, const bf *__restrict__ x,
       for (int j = 0; j < K; ++j)
         pre += wc[j] * xwin[j];
       float s = sigmoidf_(pre);
-      dp = b2f(dy[tok * Cc + c]) * s * (1.f + pre * (1.f - s));
+      dp = b2f(dycol.p[tok * dycol.stride]) * s * (1.f + pre * (1.f - s));
       if (tok < tokEnd) {
 #pragma unroll
         for (int j = 0; j < K; ++j)

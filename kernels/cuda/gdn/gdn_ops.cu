@@ -362,6 +362,20 @@ bool convWindowed(long tokens) {
          (tokens + kConvFwdRows - 1) / kConvFwdRows <= 65535;
 }
 
+/// The conv output layout of `a`: its groups, or the dense buffer as one.
+template <typename P, typename Q>
+ConvGroups<P> groupsOf(const GdnConvArgs &a, Q dense, Q const *groups) {
+  ConvGroups<P> g{};
+  g.n = a.splits == 0 ? 1 : a.splits;
+  g.start[0] = 0;
+  for (int s = 0; s < g.n; ++s) {
+    g.ptr[s] = static_cast<P>(a.splits == 0 ? dense : groups[s]);
+    g.start[s + 1] =
+        g.start[s] + int(a.splits == 0 ? a.channels : a.splitChannels[s]);
+  }
+  return g;
+}
+
 size_t convBackwardWorkspace(const GdnConvArgs &a) {
   long nb = (a.batch * a.seqLen + kConvRows - 1) / kConvRows;
   return size_t(nb) * a.channels * a.kernelSize * 4;
@@ -380,6 +394,8 @@ size_t gatedNormBackwardWorkspace(const GdnGatedNormArgs &a) {
 Status convForward(const KernelContext &ctx, const GdnConvArgs &a) {
   if (a.dtype != DType::BF16 || a.kernelSize < 1 || a.kernelSize > 8)
     return Status::Unsupported;
+  if (!gdnConvSplitsValid(a))
+    return Status::InvalidArgument;
   long N = a.batch * a.seqLen;
   if (convWindowed(N)) {
     dim3 grid(unsigned((a.channels + 127) / 128),
@@ -388,15 +404,15 @@ Status convForward(const KernelContext &ctx, const GdnConvArgs &a) {
       constexpr int K = decltype(k)::value;
       convWindowFwdKernel<K><<<grid, 128, 0, (cudaStream_t)ctx.stream>>>(
           N, int(a.seqLen), int(a.channels), (const bf *)a.x, (const bf *)a.w,
-          (bf *)a.y);
+          groupsOf<bf *>(a, a.y, a.ys));
     });
     AP_GDN_LAUNCH_CHECK(convWindowFwdKernel);
     return Status::Ok;
   }
   convFwdKernel<<<gridFor(N * a.channels, 256), 256, 0,
-                  (cudaStream_t)ctx.stream>>>(N, int(a.seqLen), int(a.channels),
-                                              a.kernelSize, (const bf *)a.x,
-                                              (const bf *)a.w, (bf *)a.y);
+                  (cudaStream_t)ctx.stream>>>(
+      N, int(a.seqLen), int(a.channels), a.kernelSize, (const bf *)a.x,
+      (const bf *)a.w, groupsOf<bf *>(a, a.y, a.ys));
   AP_GDN_LAUNCH_CHECK(convFwdKernel);
   return Status::Ok;
 }
@@ -404,6 +420,8 @@ Status convForward(const KernelContext &ctx, const GdnConvArgs &a) {
 Status convBackward(const KernelContext &ctx, const GdnConvArgs &a) {
   if (a.dtype != DType::BF16 || a.kernelSize < 1 || a.kernelSize > 8)
     return Status::Unsupported;
+  if (!gdnConvSplitsValid(a))
+    return Status::InvalidArgument;
   if (ctx.workspaceBytes < convBackwardWorkspace(a))
     return Status::InvalidArgument;
   cudaStream_t s = (cudaStream_t)ctx.stream;
@@ -415,9 +433,9 @@ Status convBackward(const KernelContext &ctx, const GdnConvArgs &a) {
     dim3 grid(unsigned((Cc + 127) / 128), unsigned(nb));
     withKernelSize(K, [&](auto k) {
       constexpr int KK = decltype(k)::value;
-      convWindowBwdKernel<KK>
-          <<<grid, 128, 0, s>>>(N, T, Cc, (const bf *)a.x, (const bf *)a.w,
-                                (const bf *)a.dy, (bf *)a.dx, partial);
+      convWindowBwdKernel<KK><<<grid, 128, 0, s>>>(
+          N, T, Cc, (const bf *)a.x, (const bf *)a.w,
+          groupsOf<const bf *>(a, a.dy, a.dys), (bf *)a.dx, partial);
     });
     AP_GDN_LAUNCH_CHECK(convWindowBwdKernel);
     sumPartialsKernel<<<gridFor(long(Cc) * K, 256), 256, 0, s>>>(
@@ -426,13 +444,14 @@ Status convBackward(const KernelContext &ctx, const GdnConvArgs &a) {
     return Status::Ok;
   }
   convDxKernel<<<gridFor(N * Cc, 256), 256, 0, s>>>(
-      N, T, Cc, K, (const bf *)a.x, (const bf *)a.w, (const bf *)a.dy,
-      (bf *)a.dx);
+      N, T, Cc, K, (const bf *)a.x, (const bf *)a.w,
+      groupsOf<const bf *>(a, a.dy, a.dys), (bf *)a.dx);
   AP_GDN_LAUNCH_CHECK(convDxKernel);
   long nb = (N + kConvRows - 1) / kConvRows;
   float *partial = (float *)ctx.workspace;
   convDwPartialKernel<<<dim3(unsigned(nb), (Cc + 127) / 128), 128, 0, s>>>(
-      N, T, Cc, K, (const bf *)a.x, (const bf *)a.w, (const bf *)a.dy, partial);
+      N, T, Cc, K, (const bf *)a.x, (const bf *)a.w,
+      groupsOf<const bf *>(a, a.dy, a.dys), partial);
   AP_GDN_LAUNCH_CHECK(convDwPartialKernel);
   sumPartialsKernel<<<gridFor(long(Cc) * K, 256), 256, 0, s>>>(
       nb, long(Cc) * K, partial, (float *)a.dw);

@@ -6,12 +6,31 @@
 //===----------------------------------------------------------------------===//
 #include "kernels/reference/gdn/gdn_reference.h"
 
+#include <utility>
 #include <vector>
 
 namespace ap::kernels::gdnref {
 
+/// Where channel c of token row `row` of the conv output (y or dy) lives:
+/// the dense [B, T, C] buffer, or its group's [B, T, Cs] buffer.
+template <typename Ptr>
+static std::pair<Ptr, int64_t> convOut(const GdnConvArgs &a, Ptr dense,
+                                       Ptr const *groups, int64_t row,
+                                       int64_t c) {
+  if (a.splits == 0)
+    return {dense, row * a.channels + c};
+  int s = 0;
+  while (c >= a.splitChannels[s]) {
+    c -= a.splitChannels[s];
+    ++s;
+  }
+  return {groups[s], row * a.splitChannels[s] + c};
+}
+
 template <typename S> Status convForward(const GdnConvArgs &a) {
   using A = AccOf<S>;
+  if (!gdnConvSplitsValid(a))
+    return Status::InvalidArgument;
   const int64_t C = a.channels, T = a.seqLen, K = a.kernelSize;
   for (int64_t b = 0; b < a.batch; ++b)
     for (int64_t t = 0; t < T; ++t)
@@ -22,13 +41,16 @@ template <typename S> Status convForward(const GdnConvArgs &a) {
           if (ts >= 0)
             pre += ld<S>(a.w, c * K + j) * ld<S>(a.x, (b * T + ts) * C + c);
         }
-        st<S>(a.y, (b * T + t) * C + c, pre * sigm(pre));
+        auto [y, at] = convOut<void *>(a, a.y, a.ys, b * T + t, c);
+        st<S>(y, at, pre * sigm(pre));
       }
   return Status::Ok;
 }
 
 template <typename S> Status convBackward(const GdnConvArgs &a) {
   using A = AccOf<S>;
+  if (!gdnConvSplitsValid(a))
+    return Status::InvalidArgument;
   const int64_t C = a.channels, T = a.seqLen, K = a.kernelSize;
   std::vector<A> dpre(static_cast<size_t>(T));
   A *dw = static_cast<A *>(a.dw);
@@ -43,8 +65,8 @@ template <typename S> Status convBackward(const GdnConvArgs &a) {
         for (int64_t j = 0; j < K; ++j)
           pre += ld<S>(a.w, c * K + j) * X(t - (K - 1) + j);
         A s = sigm(pre);
-        dpre[t] =
-            ld<S>(a.dy, (b * T + t) * C + c) * s * (A(1) + pre * (A(1) - s));
+        auto [dy, at] = convOut<const void *>(a, a.dy, a.dys, b * T + t, c);
+        dpre[t] = ld<S>(dy, at) * s * (A(1) + pre * (A(1) - s));
       }
       for (int64_t t = 0; t < T; ++t) {
         A dx = 0;

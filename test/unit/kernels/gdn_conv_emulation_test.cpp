@@ -105,43 +105,102 @@ struct Problem {
   }
 };
 
-/// The launches of gdn_ops.cu's default path.
-Outputs perElement(const Problem &p) {
+/// The conv output in groups of `widths` channels, each its own buffer
+/// (GdnConvArgs split output), and back.
+using Groups = std::vector<std::vector<bf>>;
+Groups scatter(const std::vector<bf> &dense, long N,
+               const std::vector<int> &widths) {
+  int C = 0;
+  for (int w : widths)
+    C += w;
+  Groups g;
+  for (int s = 0, c0 = 0; s < int(widths.size()); c0 += widths[s++]) {
+    g.emplace_back(size_t(N) * widths[s]);
+    for (long t = 0; t < N; ++t)
+      for (int c = 0; c < widths[s]; ++c)
+        g[s][size_t(t) * widths[s] + c] = dense[size_t(t) * C + c0 + c];
+  }
+  return g;
+}
+std::vector<bf> gather(const Groups &g, long N,
+                       const std::vector<int> &widths) {
+  int C = 0;
+  for (int w : widths)
+    C += w;
+  std::vector<bf> dense(size_t(N) * C);
+  for (int s = 0, c0 = 0; s < int(widths.size()); c0 += widths[s++])
+    for (long t = 0; t < N; ++t)
+      for (int c = 0; c < widths[s]; ++c)
+        dense[size_t(t) * C + c0 + c] = g[s][size_t(t) * widths[s] + c];
+  return dense;
+}
+template <typename P, typename G>
+ConvGroups<P> groupsOf(G &g, const std::vector<int> &widths) {
+  ConvGroups<P> r{};
+  r.n = int(widths.size());
+  for (int s = 0; s < r.n; ++s) {
+    r.ptr[s] = g[s].data();
+    r.start[s + 1] = r.start[s] + widths[s];
+  }
+  return r;
+}
+
+/// Runs `kernels(y, dy)` on the conv output laid out in groups of `widths`
+/// channels (empty: dense) and returns the outputs in the dense layout.
+template <typename F>
+Outputs inLayout(const Problem &p, std::vector<int> widths, F &&kernels) {
+  if (widths.empty())
+    widths = {p.C};
   Outputs o = p.empty();
-  long N = p.N();
-  unsigned blocks = unsigned((N * p.C + 255) / 256);
-  launch({blocks, 1}, 256, [&] {
-    convFwdKernel(N, p.T, p.C, p.K, p.x.data(), p.w.data(), o.y.data());
-  });
-  launch({blocks, 1}, 256, [&] {
-    convDxKernel(N, p.T, p.C, p.K, p.x.data(), p.w.data(), p.dy.data(),
-                 o.dx.data());
-  });
-  launch({unsigned(p.rowBlocks()), unsigned((p.C + 127) / 128)}, 128, [&] {
-    convDwPartialKernel(N, p.T, p.C, p.K, p.x.data(), p.w.data(), p.dy.data(),
-                        o.partial.data());
-  });
+  Groups yg = scatter(o.y, p.N(), widths);
+  const Groups dyg = scatter(p.dy, p.N(), widths);
+  kernels(groupsOf<bf *>(yg, widths), groupsOf<const bf *>(dyg, widths), o);
+  o.y = gather(yg, p.N(), widths);
   return o;
 }
 
-/// The launches of gdn_ops.cu's windowed path.
-Outputs windowed(const Problem &p) {
-  Outputs o = p.empty();
+/// The launches of gdn_ops.cu's per-element path.
+Outputs perElement(const Problem &p, std::vector<int> widths = {}) {
   long N = p.N();
-  unsigned channelBlocks = unsigned((p.C + 127) / 128);
-  withKernelSize(p.K, [&](auto k) {
-    constexpr int K = decltype(k)::value;
-    launch({channelBlocks, unsigned((N + kConvFwdRows - 1) / kConvFwdRows)},
-           128, [&] {
-             convWindowFwdKernel<K>(N, p.T, p.C, p.x.data(), p.w.data(),
-                                    o.y.data());
-           });
-    launch({channelBlocks, unsigned(p.rowBlocks())}, 128, [&] {
-      convWindowBwdKernel<K>(N, p.T, p.C, p.x.data(), p.w.data(), p.dy.data(),
-                             o.dx.data(), o.partial.data());
-    });
-  });
-  return o;
+  return inLayout(
+      p, widths,
+      [&](ConvGroups<bf *> y, ConvGroups<const bf *> dy, Outputs &o) {
+        unsigned blocks = unsigned((N * p.C + 255) / 256);
+        launch({blocks, 1}, 256, [&] {
+          convFwdKernel(N, p.T, p.C, p.K, p.x.data(), p.w.data(), y);
+        });
+        launch({blocks, 1}, 256, [&] {
+          convDxKernel(N, p.T, p.C, p.K, p.x.data(), p.w.data(), dy,
+                       o.dx.data());
+        });
+        launch({unsigned(p.rowBlocks()), unsigned((p.C + 127) / 128)}, 128,
+               [&] {
+                 convDwPartialKernel(N, p.T, p.C, p.K, p.x.data(), p.w.data(),
+                                     dy, o.partial.data());
+               });
+      });
+}
+
+/// The launches of gdn_ops.cu's windowed path (the default).
+Outputs windowed(const Problem &p, std::vector<int> widths = {}) {
+  long N = p.N();
+  return inLayout(
+      p, widths,
+      [&](ConvGroups<bf *> y, ConvGroups<const bf *> dy, Outputs &o) {
+        unsigned channelBlocks = unsigned((p.C + 127) / 128);
+        withKernelSize(p.K, [&](auto k) {
+          constexpr int K = decltype(k)::value;
+          launch(
+              {channelBlocks, unsigned((N + kConvFwdRows - 1) / kConvFwdRows)},
+              128, [&] {
+                convWindowFwdKernel<K>(N, p.T, p.C, p.x.data(), p.w.data(), y);
+              });
+          launch({channelBlocks, unsigned(p.rowBlocks())}, 128, [&] {
+            convWindowBwdKernel<K>(N, p.T, p.C, p.x.data(), p.w.data(), dy,
+                                   o.dx.data(), o.partial.data());
+          });
+        });
+      });
 }
 
 bool sameBits(const Outputs &a, const Outputs &b) {
@@ -170,6 +229,28 @@ TEST(GdnConvEmulation, WindowedEqualsPerElementBitwise) {
                                       << " C=" << s.C << " K=" << s.K);
     Problem p(s.B, s.T, s.C, s.K, 7);
     EXPECT_TRUE(sameBits(perElement(p), windowed(p)));
+  }
+}
+
+/// The output in groups (q, k, v of the GDN layer: widths that are not
+/// multiples of a warp or a block, a group of one channel): the dense
+/// layout's bits on both paths, every element written.
+TEST(GdnConvEmulation, SplitOutputEqualsDenseBitwise) {
+  for (const Shape &s : kShapes) {
+    if (s.C < 3)
+      continue;
+    std::vector<int> widths = {s.C / 3, 1, s.C - s.C / 3 - 1};
+    SCOPED_TRACE(::testing::Message()
+                 << "B=" << s.B << " T=" << s.T << " C=" << s.C << " K=" << s.K
+                 << " groups " << widths[0] << "," << widths[1] << ","
+                 << widths[2]);
+    Problem p(s.B, s.T, s.C, s.K, 23);
+    Outputs dense = windowed(p);
+    for (const Outputs &split : {windowed(p, widths), perElement(p, widths)}) {
+      EXPECT_TRUE(sameBits(dense, split));
+      for (const bf &b : split.y)
+        ASSERT_NE(b.bits, 0xffff);
+    }
   }
 }
 

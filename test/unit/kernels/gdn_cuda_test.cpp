@@ -24,8 +24,11 @@
 #include <cuda_runtime.h>
 #endif
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -539,6 +542,51 @@ TEST_F(GdnCuda, ConvPathsBitwiseEqual) {
   EXPECT_TRUE(ys[0] == ys[1]);
   EXPECT_TRUE(dxs[0] == dxs[1]);
   EXPECT_EQ(dws[0], dws[1]);
+}
+
+// The split output layout at the Qwen3.5 shape (q, k, v of 2048 channels
+// each in their own buffers) gives the dense layout's bits on both paths.
+TEST_F(GdnCuda, ConvSplitOutputEqualsDenseBitwise) {
+  ConvCase c(1, 4096, 6144, 4, 31, 0.25f);
+  forEachConvPath([&] {
+    c.run();
+    auto y = c.Y.raw(), dx = c.DX.raw();
+    Vec dw = c.DW.f32();
+    const size_t rows = 4096, group = 2048, C = 6144;
+    std::vector<bf16> dyh(rows * C);
+    cudaMemcpy(dyh.data(), c.DY.p, dyh.size() * 2, cudaMemcpyDeviceToHost);
+    std::vector<std::unique_ptr<Dev>> ys, dys;
+    GdnConvArgs g = c.a;
+    g.y = nullptr;
+    g.dy = nullptr;
+    g.splits = 3;
+    for (int s = 0; s < 3; ++s) {
+      std::vector<bf16> part(rows * group);
+      for (size_t r = 0; r < rows; ++r)
+        std::copy_n(dyh.begin() + r * C + s * group, group,
+                    part.begin() + r * group);
+      dys.push_back(std::make_unique<Dev>(part));
+      ys.push_back(std::make_unique<Dev>(rows * group * 2));
+      ys.back()->poison();
+      g.splitChannels[s] = group;
+      g.ys[s] = ys.back()->p;
+      g.dys[s] = dys.back()->p;
+    }
+    c.DX.poison();
+    cudaMemcpy(c.DW.p, c.dw0.data(), c.DW.bytes, cudaMemcpyHostToDevice);
+    ASSERT_EQ(gdnConvForward(c.ctx, g), Status::Ok);
+    ASSERT_EQ(gdnConvBackward(c.ctx, g), Status::Ok);
+    CK(cudaDeviceSynchronize());
+    for (int s = 0; s < 3; ++s) {
+      auto part = ys[s]->raw();
+      for (size_t r = 0; r < rows; ++r)
+        ASSERT_EQ(0, std::memcmp(part.data() + r * group * 2,
+                                 y.data() + (r * C + s * group) * 2, group * 2))
+            << "group " << s << " row " << r;
+    }
+    EXPECT_TRUE(c.DX.raw() == dx);
+    EXPECT_EQ(c.DW.f32(), dw);
+  });
 }
 
 TEST_F(GdnCuda, GatesForwardBackward) {

@@ -293,22 +293,76 @@ TEST(GdnReference, ChunkDeterministicAndBf16Sane) {
 // Short conv, gates, L2 norm, gated norm
 //===----------------------------------------------------------------------===//
 
+/// F64 short-conv arguments on x, w and y (the rest unset).
+GdnConvArgs f64Conv(int64_t B, int64_t T, int64_t C, int64_t K, const Vec &x,
+                    const Vec &w, Vec &y) {
+  GdnConvArgs a;
+  a.dtype = DType::F64;
+  a.batch = B;
+  a.seqLen = T;
+  a.channels = C;
+  a.kernelSize = int32_t(K);
+  a.x = x.data();
+  a.w = w.data();
+  a.y = y.data();
+  return a;
+}
+
+// The split output layout (q, k, v in their own buffers) gives the dense
+// layout's values exactly; bad splits are rejected.
+TEST(GdnReference, ConvSplitOutputEqualsDense) {
+  const int64_t B = 2, T = 9, C = 7, K = 4;
+  const int64_t widths[3] = {3, 1, 3};
+  Vec x = randn(size_t(B * T * C), 4), w = randn(size_t(C * K), 5, 0.5);
+  Vec dy = randn(x.size(), 6), y(x.size()), dx(x.size()), dw(w.size(), 0.0);
+  GdnConvArgs a = f64Conv(B, T, C, K, x, w, y);
+  a.dy = dy.data();
+  a.dx = dx.data();
+  a.dw = dw.data();
+  ASSERT_EQ(gdnConvForward(host(), a), Status::Ok);
+  ASSERT_EQ(gdnConvBackward(host(), a), Status::Ok);
+  // The same problem with y and dy in three groups.
+  std::vector<Vec> ys, dys;
+  for (int64_t s = 0, c0 = 0; s < 3; c0 += widths[s++]) {
+    ys.emplace_back(size_t(B * T * widths[s]), -7.0);
+    dys.emplace_back(size_t(B * T * widths[s]));
+    for (int64_t r = 0; r < B * T; ++r)
+      for (int64_t c = 0; c < widths[s]; ++c)
+        dys[s][size_t(r * widths[s] + c)] = dy[size_t(r * C + c0 + c)];
+  }
+  GdnConvArgs g = a;
+  g.y = nullptr;
+  g.dy = nullptr;
+  g.splits = 3;
+  Vec gdx(x.size()), gdw(w.size(), 0.0);
+  g.dx = gdx.data();
+  g.dw = gdw.data();
+  for (int s = 0; s < 3; ++s) {
+    g.splitChannels[s] = widths[s];
+    g.ys[s] = ys[s].data();
+    g.dys[s] = dys[s].data();
+  }
+  ASSERT_EQ(gdnConvForward(host(), g), Status::Ok);
+  ASSERT_EQ(gdnConvBackward(host(), g), Status::Ok);
+  for (int64_t s = 0, c0 = 0; s < 3; c0 += widths[s++])
+    for (int64_t r = 0; r < B * T; ++r)
+      for (int64_t c = 0; c < widths[s]; ++c)
+        ASSERT_EQ(ys[s][size_t(r * widths[s] + c)], y[size_t(r * C + c0 + c)])
+            << "group " << s << " row " << r << " channel " << c;
+  EXPECT_EQ(gdx, dx);
+  EXPECT_EQ(gdw, dw);
+  g.splitChannels[2] = 2; // groups sum to 6 of 7 channels
+  EXPECT_EQ(gdnConvForward(host(), g), Status::InvalidArgument);
+  g.splitChannels[2] = 3;
+  g.splits = kGdnConvMaxSplits + 1;
+  EXPECT_EQ(gdnConvBackward(host(), g), Status::InvalidArgument);
+}
+
 TEST(GdnReference, ConvBackwardMatchesFiniteDifferences) {
   const int64_t B = 2, T = 9, C = 5, K = 4;
   Vec x = randn(size_t(B * T * C), 1), w = randn(size_t(C * K), 2, 0.5);
   Vec r = randn(x.size(), 3), y(x.size());
-  auto run = [&]() {
-    GdnConvArgs a;
-    a.dtype = DType::F64;
-    a.batch = B;
-    a.seqLen = T;
-    a.channels = C;
-    a.kernelSize = K;
-    a.x = x.data();
-    a.w = w.data();
-    a.y = y.data();
-    return a;
-  };
+  auto run = [&]() { return f64Conv(B, T, C, K, x, w, y); };
   auto loss = [&]() {
     EXPECT_EQ(gdnConvForward(host(), run()), Status::Ok);
     return dot(y, r);
