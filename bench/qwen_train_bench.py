@@ -175,6 +175,12 @@ for _name in ("cal3", "elem46", "elem60"):
                            _what + "; arena holds copies as the defaults "
                            "predict")
 
+# No placement, with the loss and its gradient as two ops (a second logits
+# pass; train-autodiff fuse-loss-grad=false): what the fused loss of c81ab9e
+# saves, measured in the same run. Not a default arm.
+ARMS["none-unfused"] = (["--fuse-loss-grad=false"],
+                        "no placement, loss and its gradient as two ops")
+
 DEFAULT_ARMS = ["none", "ref", "ref+norm", "all", "max", "cal3", "elem46",
                 "elem60", "elem46-fc1"]
 
@@ -754,15 +760,23 @@ def write_report(manifest, arm, profile, report, build):
     flags, _ = ARMS[arm]
     opts = placement_options(flags)
     placement_report(import_graph(manifest, build), opts,
-                     f"{opts} profile={profile}", report, build, f"arm {arm}")
+                     f"{opts} profile={profile}", report, build, f"arm {arm}",
+                     autodiff_flag(flags))
 
 
-def placement_report(graph, place_opts, report_opts, report, build, what):
+def autodiff_flag(flags):
+    """The train-autodiff pass as actplace-compile ran it for `flags`."""
+    return ("-train-autodiff=fuse-loss-grad=false"
+            if "--fuse-loss-grad=false" in flags else "-train-autodiff")
+
+
+def placement_report(graph, place_opts, report_opts, report, build, what,
+                     autodiff="-train-autodiff"):
     """Places `graph` (actplace-import text) with the placement pipeline's
     options `place_opts` and writes the JSON placement report made with
     `report_opts` to `report`."""
     opt = subprocess.run(
-        [os.path.join(build, "actplace-opt"), "-train-autodiff",
+        [os.path.join(build, "actplace-opt"), autodiff,
          "-train-placement-pipeline=" + place_opts,
          f"-train-placement-report={report_opts} report-format=json "
          f"report-file={report}", "-o", os.devnull],
@@ -773,9 +787,11 @@ def placement_report(graph, place_opts, report_opts, report, build, what):
 
 def placement_options(flags):
     """actplace-compile placement flags -> placement pass options
-    (--copy-hold is the lowering's, not placement's)."""
+    (--copy-hold is the lowering's, --fuse-loss-grad autodiff's: not
+    placement's)."""
     return " ".join(f[2:] for f in flags
-                    if f.startswith("--") and not f.startswith("--copy-hold"))
+                    if f.startswith("--") and not f.startswith("--copy-hold")
+                    and not f.startswith("--fuse-loss-grad"))
 
 
 def cmd_predict(a):
