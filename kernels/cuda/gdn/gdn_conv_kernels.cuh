@@ -134,8 +134,8 @@ __device__ __forceinline__ void push(float (&win)[K], float v) {
 }
 
 /// Tokens whose x loads the windowed forward issues before it uses any of
-/// them: with one load in flight a thread waits on memory once per token
-/// (bench/conv_sweep.cu: 58 us at the Qwen shape with 1, 41 us with 4).
+/// them in the last, partial run of a column (whole runs load all theirs
+/// first): with one load in flight a thread waits on memory once per token.
 constexpr int kConvAhead = 4;
 
 template <int K>
@@ -165,6 +165,35 @@ convWindowFwdKernel(long N, int T, int Cc, const bf *__restrict__ x,
     int back = K - j;
     win[j] = t - back >= 0 ? b2f(x[(tok0 - back) * Cc + c]) : 0.f;
   }
+  auto step = [&](long tok, float xv) {
+    if (t == T) { // a new sequence: nothing before it
+      t = 0;
+#pragma unroll
+      for (int j = 0; j < K; ++j)
+        win[j] = 0.f;
+    }
+    push(win, xv);
+    float pre = 0.f;
+#pragma unroll
+    for (int j = 0; j < K; ++j)
+      pre += wc[j] * win[j];
+    ycol.p[tok * ycol.stride] = f2b(pre * sigmoidf_(pre));
+    ++t;
+  };
+  if (tokEnd - tok0 == kConvFwdRows) {
+    // A whole run (all but the last): the trip count is known, so every
+    // load of the run is issued before the first is used (elem_bench on
+    // the H200: 47.8 us at the Qwen shape, 56.2 us with 4 ahead only).
+    const bf *xp = x + tok0 * Cc + c;
+    float in[kConvFwdRows];
+#pragma unroll
+    for (int u = 0; u < kConvFwdRows; ++u)
+      in[u] = b2f(xp[long(u) * Cc]);
+#pragma unroll
+    for (int u = 0; u < kConvFwdRows; ++u)
+      step(tok0 + u, in[u]);
+    return;
+  }
   for (long base = tok0; base < tokEnd; base += kConvAhead) {
     float in[kConvAhead];
 #pragma unroll
@@ -172,22 +201,9 @@ convWindowFwdKernel(long N, int T, int Cc, const bf *__restrict__ x,
       in[u] = base + u < tokEnd ? b2f(x[(base + u) * Cc + c]) : 0.f;
 #pragma unroll
     for (int u = 0; u < kConvAhead; ++u) {
-      long tok = base + u;
-      if (tok >= tokEnd)
+      if (base + u >= tokEnd)
         break;
-      if (t == T) { // a new sequence: nothing before it
-        t = 0;
-#pragma unroll
-        for (int j = 0; j < K; ++j)
-          win[j] = 0.f;
-      }
-      push(win, in[u]);
-      float pre = 0.f;
-#pragma unroll
-      for (int j = 0; j < K; ++j)
-        pre += wc[j] * win[j];
-      ycol.p[tok * ycol.stride] = f2b(pre * sigmoidf_(pre));
-      ++t;
+      step(base + u, in[u]);
     }
   }
 }
