@@ -75,6 +75,24 @@ private:
   cudaEvent_t start = nullptr, stop = nullptr;
 };
 
+/// Median ms per call of fn(i % sets) over `samples` samples of `calls`
+/// back-to-back calls each, after two warm-up samples.
+template <class F>
+double medianMsPerCall(cudaStream_t stream, int samples, int calls, int sets,
+                       F &&fn) {
+  EventTimer timer(stream);
+  std::vector<float> perCall;
+  for (int s = 0; s < samples + 2; ++s) {
+    float ms = timer.ms([&] {
+      for (int i = 0; i < calls; ++i)
+        fn(i % sets);
+    });
+    if (s >= 2)
+      perCall.push_back(ms / calls);
+  }
+  return median(perCall);
+}
+
 } // namespace ap::bench
 
 #endif // ACTPLACE_BENCH_BENCH_TIMING_H

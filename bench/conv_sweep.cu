@@ -59,6 +59,31 @@ __device__ __forceinline__ void push(float (&win)[KK], float v) {
   win[KK - 1] = v;
 }
 
+/// Weights of channels c0 .. c0 + V - 1, and the window before token tok0
+/// (win[v][j], j >= 1: x at tok0 - K + j, zero before the sequence start).
+template <int V>
+__device__ __forceinline__ void initColumns(const bf *x, const bf *w, int c0,
+                                            long tok0, float (&wc)[V][K],
+                                            float (&win)[V][K]) {
+#pragma unroll
+  for (int v = 0; v < V; ++v) {
+#pragma unroll
+    for (int j = 0; j < K; ++j)
+      wc[v][j] = b2f(w[(c0 + v) * K + j]);
+    win[v][0] = 0.f;
+  }
+#pragma unroll
+  for (int j = 1; j < K; ++j) {
+    long back = K - j;
+    BfV<V> h = {};
+    if (tok0 - back >= 0)
+      h = ld<V>(x + (tok0 - back) * C + c0);
+#pragma unroll
+    for (int v = 0; v < V; ++v)
+      win[v][j] = tok0 - back >= 0 ? b2f(h.v[v]) : 0.f;
+  }
+}
+
 template <int V, int R, int A>
 __global__ void fwd(const bf *__restrict__ x, const bf *__restrict__ w,
                     bf *__restrict__ y) {
@@ -68,25 +93,7 @@ __global__ void fwd(const bf *__restrict__ x, const bf *__restrict__ w,
   long tok0 = long(blockIdx.y) * R;
   long tokEnd = min(N, tok0 + R);
   float wc[V][K], win[V][K];
-#pragma unroll
-  for (int v = 0; v < V; ++v)
-#pragma unroll
-    for (int j = 0; j < K; ++j)
-      wc[v][j] = b2f(w[(c0 + v) * K + j]);
-  int t = int(tok0);
-#pragma unroll
-  for (int v = 0; v < V; ++v)
-    win[v][0] = 0.f;
-#pragma unroll
-  for (int j = 1; j < K; ++j) {
-    int back = K - j;
-    BfV<V> h = {};
-    if (t - back >= 0)
-      h = ld<V>(x + (tok0 - back) * C + c0);
-#pragma unroll
-    for (int v = 0; v < V; ++v)
-      win[v][j] = t - back >= 0 ? b2f(h.v[v]) : 0.f;
-  }
+  initColumns<V>(x, w, c0, tok0, wc, win);
   for (long base = tok0; base < tokEnd; base += A) {
     BfV<V> in[A];
 #pragma unroll
@@ -122,29 +129,8 @@ __global__ void bwd(const bf *__restrict__ x, const bf *__restrict__ w,
     return;
   long tok0 = long(blockIdx.y) * R;
   long tokEnd = min(N, tok0 + R);
-  float wc[V][K], xwin[V][K], dwin[V][K], acc[V][K];
-#pragma unroll
-  for (int v = 0; v < V; ++v)
-#pragma unroll
-    for (int j = 0; j < K; ++j) {
-      wc[v][j] = b2f(w[(c0 + v) * K + j]);
-      dwin[v][j] = 0.f;
-      acc[v][j] = 0.f;
-    }
-  int t = int(tok0);
-#pragma unroll
-  for (int v = 0; v < V; ++v)
-    xwin[v][0] = 0.f;
-#pragma unroll
-  for (int j = 1; j < K; ++j) {
-    int back = K - j;
-    BfV<V> h = {};
-    if (t - back >= 0)
-      h = ld<V>(x + (tok0 - back) * C + c0);
-#pragma unroll
-    for (int v = 0; v < V; ++v)
-      xwin[v][j] = t - back >= 0 ? b2f(h.v[v]) : 0.f;
-  }
+  float wc[V][K], xwin[V][K], dwin[V][K] = {}, acc[V][K] = {};
+  initColumns<V>(x, w, c0, tok0, wc, xwin);
   int tpos[K] = {};
   const long last = tokEnd + K - 1;
   for (long base = tok0; base < last; base += A) {
@@ -222,17 +208,7 @@ std::vector<unsigned char> fetch(void *p, size_t n) {
 }
 
 double timeCalls(const std::function<void(int)> &fn) {
-  ap::bench::EventTimer timer(gStream);
-  std::vector<float> perCall;
-  for (int s = 0; s < kSamples + 2; ++s) {
-    float ms = timer.ms([&] {
-      for (int i = 0; i < kCalls; ++i)
-        fn(i % kSets);
-    });
-    if (s >= 2)
-      perCall.push_back(ms / kCalls);
-  }
-  return ap::bench::median(perCall);
+  return ap::bench::medianMsPerCall(gStream, kSamples, kCalls, kSets, fn);
 }
 
 void report(const char *kind, int V, int R, int A, int threads, double ms,

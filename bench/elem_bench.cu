@@ -61,17 +61,7 @@ int setsFor(double bytesPerCall) {
 /// Median ms per call of fn(set) over kSamples samples of kCalls calls,
 /// after two warm-up samples.
 double timeCalls(int sets, const std::function<void(int)> &fn) {
-  ap::bench::EventTimer timer(gStream);
-  std::vector<float> perCall;
-  for (int s = 0; s < kSamples + 2; ++s) {
-    float ms = timer.ms([&] {
-      for (int i = 0; i < kCalls; ++i)
-        fn(i % sets);
-    });
-    if (s >= 2)
-      perCall.push_back(ms / kCalls);
-  }
-  return ap::bench::median(perCall);
+  return ap::bench::medianMsPerCall(gStream, kSamples, kCalls, sets, fn);
 }
 
 void report(const std::string &name, const std::string &shape, double bytes,
