@@ -867,8 +867,11 @@ def print_leaf_costs(a, graph, build, profile, rel):
 
 def cmd_frontier(a):
     """Predicted trade-off of recompute sets, each with every other leaf
-    offloaded and the hide rule on, placed and reported under one profile:
-    reports only (actplace-import + actplace-opt), no binary, no GPU."""
+    offloaded and the hide rule on (and, with --recompute-only, also with
+    nothing offloaded: under a profile whose copies cost time, recompute of
+    cheap leaves alone can beat recompute + offload), placed and reported
+    under one profile: reports only (actplace-import + actplace-opt), no
+    binary, no GPU."""
     build = os.path.join(REPO, a.build_dir, "bin")
     manifest = {"model": os.path.abspath(a.model), "seq": a.seq,
                 "micro_batch_size": a.micro_batch_size,
@@ -881,27 +884,37 @@ def cmd_frontier(a):
     if a.leaf_costs:
         return print_leaf_costs(a, graph, build, profile, rel)
     rows = []
+    # (recompute set, offload the rest?) pairs.
+    variants = [(rc, True) for rc in sets]
+    if a.recompute_only:
+        variants += [(rc, False) for rc in sets if rc]
     with tempfile.TemporaryDirectory() as tmp:
-        for i, rc in enumerate(sets):
-            flags = recompute_offload_rest(rc) + (
-                ["--profile=" + profile] if profile else [])
+        for i, (rc, offload) in enumerate(variants):
+            flags = ((recompute_offload_rest(rc) if offload else
+                      ["--recompute-modules=" + ",".join(rc)]) +
+                     (["--profile=" + profile] if profile else []))
             opts = placement_options(flags)
             report = os.path.join(tmp, f"{i}.json")
+            name = ",".join(rc) or "(none: offload only)"
+            if not offload:
+                name += " (no offload)"
             placement_report(graph, opts, opts, report, build,
-                             f"frontier: recompute {','.join(rc) or '(none)'}")
+                             f"frontier: recompute {name}")
             t = json.load(open(report))["totals"]
             before = t["activation_peak_bytes_before"]
             removed = 100.0 * (1 - t["activation_peak_bytes_after"] / before)
             extra = t["step_seconds_after"] - t["step_seconds_before"]
-            rows.append((removed, ",".join(rc) or "(none: offload only)",
+            rows.append((removed, name,
                          extra * 1e3, 100.0 * extra / t["step_seconds_before"],
                          t["offloaded_bytes"] / 1e9,
                          t["recomputed_bytes"] / 1e9))
-            log(f"[{len(rows)}/{len(sets)}] {rows[-1][1]}")
+            log(f"[{len(rows)}/{len(variants)}] {rows[-1][1]}")
     print(f"# {rel(a.model)}: seq {a.seq}, {a.micro_batches} x "
           f"{a.micro_batch_size} sequences, {a.dtype}; profile "
           f"{rel(a.profile) if a.profile else '(H200 defaults)'}; every "
-          "other leaf offloaded, hide rule on; predicted")
+          "other leaf offloaded, hide rule on"
+          + (" (rows marked 'no offload': nothing offloaded)"
+             if a.recompute_only else "") + "; predicted")
     print("| recompute | act. peak removed % | pred. step +ms | "
           "pred. step + % | offloaded GB per microbatch | recomputed GB per "
           "microbatch |")
@@ -1152,6 +1165,8 @@ def main():
                    help="recompute sets, ';' between sets, ',' between "
                    "leaves (default: the run-6 list)")
     add_shape_args(f)
+    f.add_argument("--recompute-only", action="store_true",
+                   help="also each recompute set with nothing offloaded")
     f.add_argument("--leaf-costs", action="store_true",
                    help="instead: recompute the leaves of --sets (one set, "
                    "',' between leaves; default every leaf the passes "

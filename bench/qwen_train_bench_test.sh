@@ -63,6 +63,21 @@ python3 bench/qwen_train_bench.py frontier --model models/tiny-hybrid.json \
   --seq 64 --profile "" --sets "layernorm;layernorm,mlp_act,gdn_norm_out" \
   2> "$work/frontier.log" > "$work/frontier.md"
 test "$(grep -c '^| layernorm' "$work/frontier.md")" = 2
+# --recompute-only adds each set with nothing offloaded: a row of its own,
+# with less of the activation peak removed than the set with offload.
+python3 bench/qwen_train_bench.py frontier --model models/tiny-hybrid.json \
+  --seq 64 --profile "" --sets "layernorm;layernorm,mlp_act,gdn_norm_out" \
+  --recompute-only 2> "$work/frontier-ro.log" > "$work/frontier-ro.md"
+python3 - "$work/frontier-ro.md" <<'PY'
+import re, sys
+rows = re.findall(r"^\| ([a-z_,]+)( \(no offload\))? \| ([0-9.]+) \| ",
+                  open(sys.argv[1]).read(), re.M)
+by = {(name, bool(no)): float(removed) for name, no, removed in rows}
+assert len(by) == 4, by
+for name in ("layernorm", "layernorm,mlp_act,gdn_norm_out"):
+    assert 0 < by[(name, True)] < by[(name, False)], by
+print("frontier --recompute-only: 2 sets with and without offload")
+PY
 # Each leaf's predicted recompute time, from one report (every leaf).
 python3 bench/qwen_train_bench.py frontier --model models/tiny-hybrid.json \
   --seq 64 --profile "" --leaf-costs 2> "$work/leaf-costs.log" \
