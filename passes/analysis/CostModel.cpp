@@ -449,11 +449,17 @@ OpCost CostModel::cost(Operation *op) const {
     c.bytes = operandAndResultBytes(op);
 
   auto scaled = prof.opScale.find(op->getName().getStringRef().str());
-  // The fused loss runs the grad op's kernel entry: a profile calibrated
-  // before it existed (or with fuse-loss-grad=false) has that op's scale.
-  if (scaled == prof.opScale.end() && isa<LMHeadCrossEntropyWithGradOp>(op))
-    scaled =
-        prof.opScale.find(LMHeadCrossEntropyGradOp::getOperationName().str());
+  // The three LM-head ops run the same chunked GEMM + cross-entropy kernels
+  // (the fused one is the grad op's entry): a profile timed with one form of
+  // the loss (fuse-loss-grad on or off) has scales for that form's ops only,
+  // and they stand for the other form's.
+  if (isa<LMHeadCrossEntropyOp, LMHeadCrossEntropyGradOp,
+          LMHeadCrossEntropyWithGradOp>(op))
+    for (StringRef alias : {LMHeadCrossEntropyWithGradOp::getOperationName(),
+                            LMHeadCrossEntropyGradOp::getOperationName(),
+                            LMHeadCrossEntropyOp::getOperationName()})
+      if (scaled == prof.opScale.end())
+        scaled = prof.opScale.find(alias.str());
   double scale =
       scaled == prof.opScale.end() ? prof.computeScale : scaled->second;
   c.seconds =

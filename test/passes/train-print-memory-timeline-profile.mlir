@@ -5,6 +5,7 @@
 // RUN: actplace-opt %t/step.mlir '-train-print-memory-timeline=per-op=true profile=%t/calibrated.json' -o /dev/null | FileCheck %s --check-prefix=CALIB
 // RUN: actplace-opt %t/step.mlir '-train-print-memory-timeline=per-op=true profile=%t/op-scale.json' -o /dev/null | FileCheck %s --check-prefix=OPSCALE
 // RUN: actplace-opt %t/step.mlir '-train-print-memory-timeline=per-op=true profile=%t/slow-link-slack.json' -o /dev/null | FileCheck %s --check-prefix=SLACK
+// RUN: actplace-opt %t/step.mlir '-train-print-memory-timeline=per-op=true profile=%t/lm-head-scale.json' -o /dev/null | FileCheck %s --check-prefix=LMHEAD
 // RUN: sed 's/%lab :/%lab {train.max_inflight = 1 : i64} :/' %t/step.mlir \
 // RUN:   | actplace-opt '-train-print-memory-timeline=per-op=true profile=%t/slow-link.json' -o /dev/null | FileCheck %s --check-prefix=INFLIGHT
 
@@ -32,6 +33,14 @@
 // 1.5 x 4.004 = 6.006 us while the embedding keeps computeScale 2.5
 // (10.010 us).
 // OPSCALE: #3 train.linear L0.mlp_fc1 {{.*}} dur=6.006 start=10.010{{$}}
+
+// The three LM-head ops run the same kernels: a profile timed on the fused
+// loss (a scale for lm_head_cross_entropy_with_grad only) scales the
+// two-op form here too, 3 x 4.012 and 3 x 4.029 us; other ops keep
+// computeScale 1 (fc1 4.004 us).
+// LMHEAD: #3 train.linear L0.mlp_fc1 {{.*}} dur=4.004 start=4.004{{$}}
+// LMHEAD: #10 train.lm_head_cross_entropy model.lm_head {{.*}} dur=12.037 start=
+// LMHEAD-NEXT: #11 train.lm_head_cross_entropy_grad model.lm_head {{.*}} dur=12.086 start=
 
 // slow-link: every kernel takes exactly 1 us (launch latency; FLOP and
 // memory rates too high to matter) and the link moves 1e9 B/s one way,
@@ -93,6 +102,9 @@
 
 //--- op-scale.json
 {"computeScale": 2.5, "opScale": {"train.linear": 1.5}}
+
+//--- lm-head-scale.json
+{"opScale": {"train.lm_head_cross_entropy_with_grad": 3.0}}
 
 //--- slow-link.json
 {
