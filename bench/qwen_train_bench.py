@@ -175,6 +175,15 @@ for _name in ("cal3", "elem46", "elem60"):
                            _what + "; arena holds copies as the defaults "
                            "predict")
 
+# Recompute alone, nothing offloaded: under the run-9 profile (offloaded
+# copies cost ~0.7 ms per GB beside compute) predicted cheaper than the same
+# recompute with offload below ~45 % of the activation peak
+# (bench/notes/training.md, run 9: elementwise leaves 21.4 % at +1.83 %,
+# with mlp_fc1 42.2 % at +4.85 %). Not default arms: the next run's A/B.
+for _name, _rc in (("elem46-noff", ELEM46), ("elem46-fc1-noff", ELEM46_FC1)):
+    ARMS[_name] = (["--recompute-modules=" + ",".join(_rc)],
+                   "recompute " + ",".join(_rc) + ", nothing offloaded")
+
 # No placement, with the loss and its gradient as two ops (a second logits
 # pass; train-autodiff fuse-loss-grad=false): what the fused loss of c81ab9e
 # saves, measured in the same run. Not a default arm.
