@@ -16,6 +16,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "bench/bench_timing.h"
+#include "kernels/cuda/gdn/gdn_common.cuh"
 #include "kernels/kernels.h"
 
 #include <cuda_bf16.h>
@@ -30,33 +31,22 @@
 #include <vector>
 
 using namespace ap::kernels;
-using bf = __nv_bfloat16;
+using namespace ap::kernels::gdncuda; // bf, b2f, f2b, sigmoidf_
 
 namespace {
+
+// The library's conv helpers (push), as gdn_ops.cu includes them: the
+// variants below use the library's per-channel arithmetic.
+#include "kernels/cuda/gdn/gdn_conv_kernels.cuh"
 
 constexpr long N = 4096;
 constexpr int C = 6144, K = 4;
 constexpr int kCalls = 20, kSamples = 21, kSets = 4;
 
-__device__ __forceinline__ float b2f(bf x) { return __bfloat162float(x); }
-__device__ __forceinline__ bf f2b(float x) { return __float2bfloat16_rn(x); }
-// As kernels/cuda/gdn/gdn_common.cuh.
-__device__ __forceinline__ float sig(float x) {
-  return 1.f / (1.f + __expf(-x));
-}
-
 template <int V> struct alignas(2 * V) BfV { bf v[V]; };
 
 template <int V> __device__ __forceinline__ BfV<V> ld(const bf *p) {
   return *reinterpret_cast<const BfV<V> *>(p);
-}
-
-template <int KK>
-__device__ __forceinline__ void push(float (&win)[KK], float v) {
-#pragma unroll
-  for (int j = 0; j + 1 < KK; ++j)
-    win[j] = win[j + 1];
-  win[KK - 1] = v;
 }
 
 /// Weights of channels c0 .. c0 + V - 1, and the window before token tok0
@@ -113,7 +103,7 @@ __global__ void fwd(const bf *__restrict__ x, const bf *__restrict__ w,
 #pragma unroll
         for (int j = 0; j < K; ++j)
           pre += wc[v][j] * win[v][j];
-        out.v[v] = f2b(pre * sig(pre));
+        out.v[v] = f2b(pre * sigmoidf_(pre));
       }
       *reinterpret_cast<BfV<V> *>(y + tok * C + c0) = out;
     }
@@ -156,7 +146,7 @@ __global__ void bwd(const bf *__restrict__ x, const bf *__restrict__ w,
 #pragma unroll
           for (int j = 0; j < K; ++j)
             pre += wc[v][j] * xwin[v][j];
-          float s = sig(pre);
+          float s = sigmoidf_(pre);
           dp[v] = b2f(gin[u].v[v]) * s * (1.f + pre * (1.f - s));
           if (tok < tokEnd) {
 #pragma unroll

@@ -760,7 +760,8 @@ LogicalResult Emitter::emitKernel(Operation *op, int indent) {
     if (nGroups < 1 || nGroups > 4)
       return op->emitError("emit-cpp: '")
              << callee << "' with " << nGroups
-             << " channel groups (the kernels take 1 to 4)";
+             << " channel groups (the kernels take 1 to "
+                "kGdnConvMaxSplits = 4, kernels/gdn.h)";
     if (fwd) {
       if (results == 1)
         set("y", ptr(outs[0]));
