@@ -213,6 +213,9 @@ LogicalResult ShortConvOp::verify() {
         failed(c.dim(name, t, 1, in.getDimSize(1),
                      "the input's sequence length T")))
       return failure();
+    if (t.getDimSize(2) < 1)
+      return emitOpError() << name << " has " << t.getDimSize(2)
+                           << " channels, expected at least 1";
     channels += t.getDimSize(2);
   }
   if (channels != in.getDimSize(2))

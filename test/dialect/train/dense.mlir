@@ -26,6 +26,18 @@ func.func @dense(%tok: tensor<2x8xi32>, %table: tensor<32x16xbf16>, %w: tensor<2
   return %loss, %count : tensor<f32>, tensor<i32>
 }
 
+// The loss with its gradient in one op (what train-autodiff emits): loss,
+// count and d hidden; the tied table's main grad is named by symbol.
+// CHECK-LABEL: func.func @loss_with_grad
+func.func @loss_with_grad(%h: tensor<2x8x16xbf16>, %table: tensor<32x16xbf16>, %tok: tensor<2x8xi32>)
+    -> (tensor<f32>, tensor<i32>, tensor<2x8x16xbf16>) {
+  // CHECK: train.lm_head_cross_entropy_with_grad %{{.*}}, %{{.*}}, %{{.*}} scope<-1, lm_head> {chunk_tokens = 4 : i64, weight_grad = @table}
+  // CHECK-SAME: -> (tensor<f32>, tensor<i32>, tensor<2x8x16xbf16>)
+  %loss, %count, %dh = train.lm_head_cross_entropy_with_grad %h, %table, %tok scope<-1, lm_head> {chunk_tokens = 4 : i64, weight_grad = @table}
+      : (tensor<2x8x16xbf16>, tensor<32x16xbf16>, tensor<2x8xi32>) -> (tensor<f32>, tensor<i32>, tensor<2x8x16xbf16>)
+  return %loss, %count, %dh : tensor<f32>, tensor<i32>, tensor<2x8x16xbf16>
+}
+
 // CHECK-LABEL: func.func @f32_model
 func.func @f32_model(%x: tensor<1x4x8xf32>, %w: tensor<8x8xf32>) -> tensor<1x4x8xf32> {
   // CHECK: train.linear {{.*}} : (tensor<1x4x8xf32>, tensor<8x8xf32>) -> tensor<1x4x8xf32>

@@ -33,3 +33,18 @@ func.func @gdn(%mixed: tensor<1x64x128xbf16>, %convw: tensor<128x4xbf16>, %z: te
       : (tensor<1x64x4x16xbf16>, tensor<1x64x4x16xbf16>, tensor<16xbf16>) -> tensor<1x64x4x16xbf16>
   return %n : tensor<1x64x4x16xbf16>
 }
+
+// The split output: q, k, v as the conv's results; its grad reads one
+// gradient per result.
+// CHECK-LABEL: func.func @gdn_split
+func.func @gdn_split(%mixed: tensor<1x64x128xbf16>, %convw: tensor<128x4xbf16>,
+                     %dq: tensor<1x64x32xbf16>, %dk: tensor<1x64x32xbf16>,
+                     %dv: tensor<1x64x64xbf16>) -> tensor<1x64x128xbf16> {
+  // CHECK: train.short_conv %{{.*}}, %{{.*}} scope<0, gdn_prep> : (tensor<1x64x128xbf16>, tensor<128x4xbf16>) -> (tensor<1x64x32xbf16>, tensor<1x64x32xbf16>, tensor<1x64x64xbf16>)
+  %q, %k, %v = train.short_conv %mixed, %convw scope<0, gdn_prep>
+      : (tensor<1x64x128xbf16>, tensor<128x4xbf16>) -> (tensor<1x64x32xbf16>, tensor<1x64x32xbf16>, tensor<1x64x64xbf16>)
+  // CHECK: train.short_conv_grad %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} scope<0, gdn_prep> : (tensor<1x64x128xbf16>, tensor<128x4xbf16>, tensor<1x64x32xbf16>, tensor<1x64x32xbf16>, tensor<1x64x64xbf16>) -> tensor<1x64x128xbf16>
+  %dx = train.short_conv_grad %mixed, %convw, %dq, %dk, %dv scope<0, gdn_prep>
+      : (tensor<1x64x128xbf16>, tensor<128x4xbf16>, tensor<1x64x32xbf16>, tensor<1x64x32xbf16>, tensor<1x64x64xbf16>) -> tensor<1x64x128xbf16>
+  return %dx : tensor<1x64x128xbf16>
+}

@@ -123,6 +123,38 @@ func.func @conv_kernel(%x: tensor<1x8x16xbf16>, %w: tensor<16x9xbf16>) {
 
 // -----
 
+func.func @conv_split_channels(%x: tensor<1x8x16xbf16>, %w: tensor<16x4xbf16>) {
+  // expected-error @+1 {{results have 12 channels in all, expected the input's 16}}
+  %q, %k = train.short_conv %x, %w scope<0, gdn_prep> : (tensor<1x8x16xbf16>, tensor<16x4xbf16>) -> (tensor<1x8x8xbf16>, tensor<1x8x4xbf16>)
+  return
+}
+
+// -----
+
+func.func @conv_split_tokens(%x: tensor<1x8x16xbf16>, %w: tensor<16x4xbf16>) {
+  // expected-error @+1 {{result #1 dimension 1 is 4, expected 8 (the input's sequence length T)}}
+  %q, %k = train.short_conv %x, %w scope<0, gdn_prep> : (tensor<1x8x16xbf16>, tensor<16x4xbf16>) -> (tensor<1x8x8xbf16>, tensor<1x4x8xbf16>)
+  return
+}
+
+// -----
+
+func.func @conv_empty_group(%x: tensor<1x8x16xbf16>, %w: tensor<16x4xbf16>) {
+  // expected-error @+1 {{result #1 has 0 channels, expected at least 1}}
+  %q, %k = train.short_conv %x, %w scope<0, gdn_prep> : (tensor<1x8x16xbf16>, tensor<16x4xbf16>) -> (tensor<1x8x16xbf16>, tensor<1x8x0xbf16>)
+  return
+}
+
+// -----
+
+func.func @conv_no_results(%x: tensor<1x8x16xbf16>, %w: tensor<16x4xbf16>) {
+  // expected-error @+1 {{has no results, expected at least 1}}
+  train.short_conv %x, %w scope<0, gdn_prep> : (tensor<1x8x16xbf16>, tensor<16x4xbf16>) -> ()
+  return
+}
+
+// -----
+
 func.func @gates_heads(%a: tensor<1x8x4xbf16>, %b: tensor<1x8x4xbf16>, %al: tensor<2xf32>, %dt: tensor<4xf32>) {
   // expected-error @+1 {{A_log dimension 0 is 2, expected 4 (the value heads Hv, a's dimension 2)}}
   %g, %beta = train.gdn_gates %a, %b, %al, %dt scope<0, gdn_core_attn>
@@ -350,6 +382,24 @@ func.func @ce_hidden_width(%h: tensor<1x8x16xbf16>, %w: tensor<32x8xbf16>, %l: t
   // expected-error @+1 {{weight dimension 1 is 8, expected 16 (hidden's size D; weight is [V, D])}}
   %loss, %n = train.lm_head_cross_entropy %h, %w, %l scope<-1, lm_head>
       : (tensor<1x8x16xbf16>, tensor<32x8xbf16>, tensor<1x8xi32>) -> (tensor<f32>, tensor<i32>)
+  return
+}
+
+// -----
+
+func.func @ce_with_grad_type(%h: tensor<1x8x16xbf16>, %w: tensor<32x16xbf16>, %l: tensor<1x8xi32>) {
+  // expected-error @+1 {{hidden_grad}}
+  %loss, %n, %dh = train.lm_head_cross_entropy_with_grad %h, %w, %l scope<-1, lm_head>
+      : (tensor<1x8x16xbf16>, tensor<32x16xbf16>, tensor<1x8xi32>) -> (tensor<f32>, tensor<i32>, tensor<1x8x8xbf16>)
+  return
+}
+
+// -----
+
+func.func @ce_with_grad_labels(%h: tensor<1x8x16xbf16>, %w: tensor<32x16xbf16>, %l: tensor<1x4xi32>) {
+  // expected-error @+1 {{labels dimension 1 is 4, expected 8 (hidden's sequence length T)}}
+  %loss, %n, %dh = train.lm_head_cross_entropy_with_grad %h, %w, %l scope<-1, lm_head>
+      : (tensor<1x8x16xbf16>, tensor<32x16xbf16>, tensor<1x4xi32>) -> (tensor<f32>, tensor<i32>, tensor<1x8x16xbf16>)
   return
 }
 
