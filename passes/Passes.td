@@ -179,6 +179,36 @@ def TrainPrefetchAnchors : Pass<"train-prefetch-anchors", "mlir::ModuleOp"> {
   let options = PlacementOptions;
 }
 
+def TrainPlanBudget : Pass<"train-plan-budget", "mlir::ModuleOp"> {
+  let summary = "Choose offload and recompute jointly for a memory or step-time goal, then place";
+  let description = [{
+    Exactly one goal: `activation-cut=F` (remove at least F of the
+    activation peak at the least predicted step time), `memory-budget=B`
+    (a predicted device peak of at most B, e.g. 18GiB, at the least step
+    time) or `step-budget=F` (the most activation bytes removed with the
+    predicted step at most F longer). Every candidate is placed on a clone
+    by the placement passes and predicted with the memory timeline and
+    stream simulation (`profile` when given), so shared values, the hide
+    rule and copy costs count. Greedy on predicted time per byte removed,
+    then single-move improvements (PlacementSearch.h). The module is then
+    placed with the chosen lists, as train-placement-pipeline would with
+    them; the search's moves and the chosen options are written to
+    `log-file`. An unreachable goal is an error naming the best placement
+    found. The other placement options (hide-rule, fraction, ...) apply to
+    every candidate; offload-modules and recompute-modules must be empty.
+  }];
+  let options = !listconcat(PlacementOptions, [
+    Option<"activationCut", "activation-cut", "double", "0",
+           "Share of the activation peak to remove, (0, 1]">,
+    Option<"memoryBudget", "memory-budget", "std::string", "\"\"",
+           "Predicted device peak allowed (18GiB, 19.5GB, 512MiB, bytes)">,
+    Option<"stepBudget", "step-budget", "double", "-1",
+           "Predicted step-time increase allowed, share of the step (0.03 = 3 %)">,
+    Option<"logFile", "log-file", "std::string", "\"-\"",
+           "Where the search writes its moves (- = stderr, empty = nowhere)">
+  ]);
+}
+
 def TrainPlacementReport : Pass<"train-placement-report", "mlir::ModuleOp"> {
   let summary = "Report every saved activation's placement, anchors and predicted costs";
   let options = !listconcat(PlacementOptions, [

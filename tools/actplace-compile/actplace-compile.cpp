@@ -11,6 +11,11 @@
 // generated code is a bug: the compiler output is shown and the generated
 // file is kept (BINARY.cpp) for inspection.
 //
+// --activation-cut F, --memory-budget B or --step-budget F replaces the
+// module lists: the placement search (PlacementSearch.h, the same as the
+// train-plan-budget pass) picks them under --profile and prints its moves;
+// the rest of the chain then runs as if the chosen lists had been given.
+//
 // --memory-timeline FILE.svg draws the placed step's predicted memory
 // (MemoryTimelineSvg) with the peak of the same step before placement and
 // the planned arena as reference lines; --report-json FILE writes the
@@ -26,6 +31,7 @@
 #include "passes/analysis/CostModel.h"
 #include "passes/analysis/MemoryTimeline.h"
 #include "passes/analysis/MemoryTimelineSvg.h"
+#include "passes/analysis/PlacementSearch.h"
 #include "tools/actplace-import/GraphBuilder.h"
 #include "tools/actplace-import/ModelConfig.h"
 
@@ -38,8 +44,10 @@
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Pass/PassRegistry.h"
 #include "mlir/Support/FileUtilities.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
+#include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
@@ -83,6 +91,23 @@ static cl::opt<std::string> prefetchDepth("prefetch-depth",
                                           cl::init(""), cl::cat(category));
 static cl::opt<std::string> hideRule("hide-rule", cl::desc("on|off"),
                                      cl::init(""), cl::cat(category));
+static cl::opt<double> activationCut(
+    "activation-cut",
+    cl::desc("Choose the placement: remove at least this share of the "
+             "activation peak (0.6 = 60 %) at the least predicted step time "
+             "(train-plan-budget; replaces --offload-modules and "
+             "--recompute-modules)"),
+    cl::init(0), cl::cat(category));
+static cl::opt<std::string> memoryBudget(
+    "memory-budget",
+    cl::desc("Choose the placement: a predicted device peak of at most this "
+             "(18GiB, 19.5GB, 512MiB, bytes) at the least step time"),
+    cl::init(""), cl::cat(category));
+static cl::opt<double> stepBudget(
+    "step-budget",
+    cl::desc("Choose the placement: the most activation bytes removed with "
+             "the predicted step at most this share longer (0.03 = 3 %)"),
+    cl::init(-1), cl::cat(category));
 static cl::opt<int64_t> seqLen("seq", cl::desc("Tokens per sequence (JSON)"),
                                cl::init(4096), cl::cat(category));
 static cl::opt<int64_t> microBatchSize("micro-batch-size",
@@ -157,7 +182,9 @@ int main(int argc, char **argv) {
       argc, argv,
       "actplace-compile: model config or graph -> training binary\n\n"
       "  actplace-compile models/tiny-hybrid.json --seq 64 --micro-batches 2 "
-      "--offload-modules=gdn_core_attn -o train\n");
+      "--offload-modules=gdn_core_attn -o train\n"
+      "  actplace-compile models/qwen3.5-0.8b.json --micro-batches 4 "
+      "--activation-cut=0.5 --profile=PROFILE.json -o train\n");
   if (copyHold != "placement" && copyHold != "peak-rates")
     return fail("--copy-hold must be placement or peak-rates, got '" +
                 copyHold + "'");
@@ -192,6 +219,81 @@ int main(int argc, char **argv) {
     module = mlir::parseSourceFile<mlir::ModuleOp>(sm, &ctx);
     if (!module)
       return fail("cannot parse " + input);
+  }
+
+  // Three stages so the memory timeline can see the step before placement
+  // and the placed step while it is still in the train dialect.
+  auto runPipeline = [&](const std::string &pipeline) -> mlir::LogicalResult {
+    mlir::PassManager pm(&ctx);
+    std::string perr;
+    llvm::raw_string_ostream perrs(perr);
+    if (failed(mlir::parsePassPipeline(pipeline, pm, perrs))) {
+      fail("bad pipeline '" + pipeline + "': " + perr);
+      return mlir::failure();
+    }
+    if (failed(pm.run(*module))) {
+      fail("the compiler pipeline failed (diagnostics above)");
+      return mlir::failure();
+    }
+    return mlir::success();
+  };
+
+  if (failed(runPipeline(std::string("train-autodiff{fuse-loss-grad=") +
+                         (fuseLossGrad ? "true" : "false") + "}")))
+    return 1;
+
+  // A goal instead of module lists: the search picks them (under the same
+  // profile and options), then everything below runs as if they were given.
+  if (ap::train::PlacementGoal::requested(activationCut, memoryBudget,
+                                          stepBudget)) {
+    if (!offloadModules.empty() || !recomputeModules.empty())
+      return fail("--activation-cut, --memory-budget and --step-budget "
+                  "choose the modules; drop --offload-modules and "
+                  "--recompute-modules");
+    auto goal = ap::train::PlacementGoal::fromOptions(activationCut,
+                                                      memoryBudget, stepBudget);
+    if (!goal)
+      return fail(llvm::toString(goal.takeError()));
+    ap::train::PlacementConfig base;
+    base.profile = profile;
+    auto number = [](const std::string &text, auto &out) {
+      return text.empty() || !llvm::StringRef(text).getAsInteger(10, out);
+    };
+    if (!fraction.empty() &&
+        llvm::StringRef(fraction).getAsDouble(base.fraction))
+      return fail("--fraction must be a number, got '" + fraction + "'");
+    if (!number(minOffloadBytes, base.minOffloadBytes) ||
+        !number(maxInflight, base.maxInflight) ||
+        !number(prefetchDepth, base.prefetchDepth))
+      return fail("--min-offload-bytes, --max-inflight and --prefetch-depth "
+                  "must be integers");
+    if (!hideRule.empty())
+      base.hideRule = hideRule;
+    llvm::outs() << "placement search: " << goal->str() << ", cost model "
+                 << (profile.empty() ? std::string("H200 defaults")
+                                     : std::string(profile))
+                 << "\n";
+    int moves = 0;
+    auto result = ap::train::searchPlacement(
+        *module, base, *goal, [&](const ap::train::PlacementSearchStep &s) {
+          llvm::outs() << llvm::formatv("  {0,2}. {1}: {2}\n", ++moves, s.move,
+                                        s.after.summary());
+          llvm::outs().flush();
+        });
+    if (failed(result))
+      return fail("the placement search failed (diagnostics above)");
+    const ap::train::PlacementChoice &best = result->best;
+    if (!result->goalMet)
+      return fail(goal->str() +
+                  " is not reachable; the best placement "
+                  "found " +
+                  best.summary() +
+                  (best.options().empty() ? "" : " (" + best.options() + ")"));
+    llvm::outs() << "chose: "
+                 << (best.options().empty() ? "nothing placed" : best.options())
+                 << " (" << result->evaluations << " placements evaluated)\n";
+    offloadModules = llvm::join(best.offload, ",");
+    recomputeModules = llvm::join(best.recompute, ",");
   }
 
   // The placement flags given, in pass-option spelling (also the SVG's
@@ -229,22 +331,6 @@ int main(int argc, char **argv) {
                          std::to_string(gemmWorkspace) +
                          (holdUnderProfile ? " profile=" + profile : "") +
                          "},exec-plan-memory,exec-schedule-streams";
-  // Three stages so the memory timeline can see the step before placement
-  // and the placed step while it is still in the train dialect.
-  auto runPipeline = [&](const std::string &pipeline) -> mlir::LogicalResult {
-    mlir::PassManager pm(&ctx);
-    std::string perr;
-    llvm::raw_string_ostream perrs(perr);
-    if (failed(mlir::parsePassPipeline(pipeline, pm, perrs))) {
-      fail("bad pipeline '" + pipeline + "': " + perr);
-      return mlir::failure();
-    }
-    if (failed(pm.run(*module))) {
-      fail("the compiler pipeline failed (diagnostics above)");
-      return mlir::failure();
-    }
-    return mlir::success();
-  };
   bool drawTimeline = !memoryTimeline.empty();
   if (drawTimeline && memoryTimelineAxis != "time" &&
       memoryTimelineAxis != "op")
@@ -259,9 +345,6 @@ int main(int argc, char **argv) {
   }
   ap::train::CostModel cost(device);
 
-  if (failed(runPipeline(std::string("train-autodiff{fuse-loss-grad=") +
-                         (fuseLossGrad ? "true" : "false") + "}")))
-    return 1;
   int64_t unplacedPeak = 0;
   if (drawTimeline)
     unplacedPeak =

@@ -1,0 +1,463 @@
+//===- PlacementSearch.cpp - choose offload + recompute for a goal --------===//
+
+#include "passes/analysis/PlacementSearch.h"
+
+#include "dialect/train/ModuleNames.h"
+#include "passes/Passes.h"
+#include "passes/analysis/MemoryTimeline.h"
+#include "passes/analysis/StreamSimulation.h"
+
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/Pass/PassManager.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FormatVariadic.h"
+
+#include <cmath>
+#include <map>
+#include <optional>
+#include <set>
+
+using namespace mlir;
+using namespace ap::train;
+
+//===----------------------------------------------------------------------===//
+// PlacementGoal
+//===----------------------------------------------------------------------===//
+
+bool PlacementGoal::requested(double activationCut, StringRef memoryBudget,
+                              double stepBudget) {
+  return activationCut != 0 || !memoryBudget.empty() || stepBudget >= 0;
+}
+
+/// Bytes from "18GiB", "18.5 GB", "1073741824" or "512MiB".
+static std::optional<double> parseBytes(StringRef text) {
+  StringRef s = text.trim();
+  static const std::pair<StringRef, double> kUnits[] = {
+      {"KiB", 1024.0},
+      {"MiB", 1024.0 * 1024},
+      {"GiB", 1024.0 * 1024 * 1024},
+      {"KB", 1e3},
+      {"MB", 1e6},
+      {"GB", 1e9},
+      {"B", 1.0}};
+  double scale = 1.0;
+  for (auto [suffix, factor] : kUnits)
+    if (s.ends_with(suffix)) {
+      s = s.drop_back(suffix.size()).trim();
+      scale = factor;
+      break;
+    }
+  double number = 0;
+  if (s.empty() || s.getAsDouble(number) || !(number > 0) ||
+      !std::isfinite(number))
+    return std::nullopt;
+  return number * scale;
+}
+
+llvm::Expected<PlacementGoal> PlacementGoal::fromOptions(double activationCut,
+                                                         StringRef memoryBudget,
+                                                         double stepBudget) {
+  auto error = [](const Twine &msg) {
+    return llvm::createStringError(llvm::inconvertibleErrorCode(), msg);
+  };
+  int given = (activationCut != 0) + !memoryBudget.empty() + (stepBudget >= 0);
+  if (given != 1)
+    return error("give exactly one of activation-cut, memory-budget and "
+                 "step-budget (got " +
+                 Twine(given) + ")");
+  PlacementGoal goal;
+  if (activationCut != 0) {
+    if (!(activationCut > 0 && activationCut <= 1))
+      return error("activation-cut must be in (0, 1] (the share of the "
+                   "activation peak to remove), got " +
+                   llvm::formatv("{0}", activationCut).str());
+    goal.kind = Kind::ActivationCut;
+    goal.value = activationCut;
+  } else if (!memoryBudget.empty()) {
+    std::optional<double> bytes = parseBytes(memoryBudget);
+    if (!bytes)
+      return error("memory-budget must be a positive size such as 18GiB, "
+                   "19.5GB, 512MiB or a byte count, got '" +
+                   memoryBudget + "'");
+    goal.kind = Kind::MemoryBudget;
+    goal.value = *bytes;
+  } else {
+    if (!(stepBudget < 1))
+      return error("step-budget is a share of the step time (0.03 = 3 %), "
+                   "got " +
+                   llvm::formatv("{0}", stepBudget).str());
+    goal.kind = Kind::StepBudget;
+    goal.value = stepBudget;
+  }
+  return goal;
+}
+
+std::string PlacementGoal::str() const {
+  switch (kind) {
+  case Kind::ActivationCut:
+    return llvm::formatv("activation-cut={0}", value).str();
+  case Kind::MemoryBudget:
+    return llvm::formatv("memory-budget={0} bytes", static_cast<int64_t>(value))
+        .str();
+  case Kind::StepBudget:
+    return llvm::formatv("step-budget={0}", value).str();
+  }
+  return "";
+}
+
+//===----------------------------------------------------------------------===//
+// PlacementChoice
+//===----------------------------------------------------------------------===//
+
+double PlacementChoice::removedShare() const {
+  return activationPeakBefore ? 1.0 - static_cast<double>(activationPeakAfter) /
+                                          activationPeakBefore
+                              : 0.0;
+}
+
+double PlacementChoice::extraShare() const {
+  return stepBefore > 0 ? stepAfter / stepBefore - 1.0 : 0.0;
+}
+
+std::string PlacementChoice::options() const {
+  std::string out;
+  if (!recompute.empty())
+    out += "recompute-modules=" + llvm::join(recompute, ",");
+  if (!offload.empty())
+    out += std::string(out.empty() ? "" : " ") +
+           "offload-modules=" + llvm::join(offload, ",");
+  return out;
+}
+
+/// "18.31 GiB", "2.71 MiB", "900 bytes".
+static std::string humanBytes(int64_t bytes) {
+  double b = static_cast<double>(bytes);
+  if (b >= 1024.0 * 1024 * 1024)
+    return llvm::formatv("{0:F2} GiB", b / (1024.0 * 1024 * 1024)).str();
+  if (b >= 1024.0 * 1024)
+    return llvm::formatv("{0:F2} MiB", b / (1024.0 * 1024)).str();
+  if (b >= 1024.0)
+    return llvm::formatv("{0:F2} KiB", b / 1024.0).str();
+  return llvm::formatv("{0} bytes", bytes).str();
+}
+
+std::string PlacementChoice::summary() const {
+  return llvm::formatv("removes {0:F1} % of the activation peak, device peak "
+                       "{1}, step {2}{3:F2} % ({2}{4:F3} ms)",
+                       100.0 * removedShare(), humanBytes(peakAfter),
+                       stepAfter < stepBefore ? "" : "+", 100.0 * extraShare(),
+                       (stepAfter - stepBefore) * 1e3)
+      .str();
+}
+
+//===----------------------------------------------------------------------===//
+// Search
+//===----------------------------------------------------------------------===//
+
+namespace {
+template <typename Options>
+Options passOptions(const PlacementConfig &cfg,
+                    llvm::ArrayRef<std::string> offload,
+                    llvm::ArrayRef<std::string> recompute) {
+  Options o;
+  o.offloadModules.assign(offload.begin(), offload.end());
+  o.recomputeModules.assign(recompute.begin(), recompute.end());
+  o.fraction = cfg.fraction;
+  o.minOffloadBytes = cfg.minOffloadBytes;
+  o.maxInflight = cfg.maxInflight;
+  o.hideRule = cfg.hideRule;
+  o.prefetchDepth = cfg.prefetchDepth;
+  o.computeDtype = cfg.computeDtype;
+  o.cudaGraphs = cfg.cudaGraphs;
+  o.profile = cfg.profile;
+  return o;
+}
+} // namespace
+
+void ap::train::addPlacementPasses(OpPassManager &pm,
+                                   const PlacementConfig &cfg,
+                                   llvm::ArrayRef<std::string> offload,
+                                   llvm::ArrayRef<std::string> recompute) {
+  pm.addPass(ap::createTrainVerifyPlacementConfig(
+      passOptions<ap::TrainVerifyPlacementConfigOptions>(cfg, offload,
+                                                         recompute)));
+  pm.addPass(ap::createTrainRecompute(
+      passOptions<ap::TrainRecomputeOptions>(cfg, offload, recompute)));
+  pm.addPass(ap::createTrainOffloadScopes(
+      passOptions<ap::TrainOffloadScopesOptions>(cfg, offload, recompute)));
+  pm.addPass(ap::createTrainPrefetchAnchors(
+      passOptions<ap::TrainPrefetchAnchorsOptions>(cfg, offload, recompute)));
+}
+
+namespace {
+
+enum Decision : int8_t { Keep = 0, Recompute = 1, Offload = 2 };
+
+const char *decisionName(Decision d) {
+  return d == Recompute ? "recompute" : d == Offload ? "offload" : "keep";
+}
+
+using State = std::vector<int8_t>;
+
+struct Move {
+  std::string text;
+  State to;
+};
+
+/// Places clones of the module and predicts them, with a cache.
+class Evaluator {
+public:
+  Evaluator(ModuleOp module, const PlacementConfig &base, const CostModel &cost,
+            std::vector<std::string> leaves)
+      : module(module), base(base), cost(cost), leaves(std::move(leaves)) {}
+
+  /// The placed totals of `state`, or nullopt when the passes reject it.
+  std::optional<PlacementChoice> operator()(const State &state) {
+    std::string key(state.begin(), state.end());
+    auto it = cache.find(key);
+    if (it != cache.end())
+      return it->second;
+    std::optional<PlacementChoice> result = place(state);
+    cache.emplace(key, result);
+    return result;
+  }
+
+  int64_t evaluations() const { return static_cast<int64_t>(cache.size()); }
+
+  PlacementChoice unplaced;
+
+  std::vector<std::string> leavesOf(const State &state, Decision d) const {
+    std::vector<std::string> out;
+    for (auto [i, s] : llvm::enumerate(state))
+      if (s == d)
+        out.push_back(leaves[i]);
+    return out;
+  }
+
+  /// Predicted totals of `m` as it is (before = the unplaced step).
+  PlacementChoice measure(ModuleOp m) const {
+    MemoryTimeline timeline = MemoryTimeline::compute(m, cost);
+    PlacementChoice c = unplaced;
+    c.activationPeakAfter = timeline.activationPeakBytes();
+    c.peakAfter = timeline.peakBytes();
+    c.stepAfter =
+        timeline.bodySimulation().computeSeconds * timeline.microBatches();
+    return c;
+  }
+
+private:
+  std::optional<PlacementChoice> place(const State &state) {
+    OwningOpRef<ModuleOp> clone(module.clone());
+    PassManager pm(module.getContext(), ModuleOp::getOperationName());
+    // The passes are verified by their own tests; the search places
+    // hundreds of clones.
+    pm.enableVerifier(false);
+    addPlacementPasses(pm, base, leavesOf(state, Offload),
+                       leavesOf(state, Recompute));
+    // A candidate the passes reject is skipped, silently: the user asked
+    // for a goal, not for this combination.
+    ScopedDiagnosticHandler silence(module.getContext(),
+                                    [](Diagnostic &) { return success(); });
+    if (failed(pm.run(*clone)))
+      return std::nullopt;
+    PlacementChoice c = measure(*clone);
+    c.recompute = leavesOf(state, Recompute);
+    c.offload = leavesOf(state, Offload);
+    return c;
+  }
+
+  ModuleOp module;
+  const PlacementConfig &base;
+  const CostModel &cost;
+  std::vector<std::string> leaves;
+  std::map<std::string, std::optional<PlacementChoice>> cache;
+};
+
+} // namespace
+
+FailureOr<PlacementSearchResult> ap::train::searchPlacement(
+    ModuleOp module, const PlacementConfig &base, const PlacementGoal &goal,
+    std::function<void(const PlacementSearchStep &)> progress) {
+  if (!base.offloadModules.empty() || !base.recomputeModules.empty())
+    return module.emitError()
+           << "the placement search chooses offload-modules and "
+              "recompute-modules itself; give either a goal or module lists";
+  PlacementConfig config = base;
+  if (failed(config.validate([&] { return module.emitError(); })))
+    return failure();
+  FailureOr<CostModel> cost = config.costModel(module);
+  if (failed(cost))
+    return failure();
+  SavedActivations saved(module);
+  if (!saved.valid())
+    return failure();
+
+  // Candidate leaves: those owning or reading saved activations, in the
+  // table's order. The LM head's saved values are its inputs, owned by
+  // other scopes; its own op has nothing to recompute or offload.
+  std::set<std::string> present;
+  std::set<std::pair<std::string, std::string>> coupled;
+  for (const SavedActivation &s : saved.values()) {
+    std::set<std::string> group;
+    if (isModuleLeaf(s.scope.leaf))
+      group.insert(s.scope.leaf);
+    for (const Scope &n : s.neededBy)
+      if (isModuleLeaf(n.leaf))
+        group.insert(n.leaf);
+    group.erase("lm_head");
+    present.insert(group.begin(), group.end());
+    for (const std::string &a : group)
+      for (const std::string &b : group)
+        if (a < b)
+          coupled.insert({a, b});
+  }
+  std::vector<std::string> leaves;
+  for (const ModuleLeaf &l : moduleLeaves())
+    if (present.count(l.name.str()))
+      leaves.push_back(l.name.str());
+  auto indexOf = [&](const std::string &leaf) {
+    return static_cast<size_t>(llvm::find(leaves, leaf) - leaves.begin());
+  };
+  bool offloadAllowed = config.computeDtype == "bf16" && !config.cudaGraphs;
+
+  Evaluator eval(module, config, *cost, leaves);
+  eval.unplaced = PlacementChoice();
+  {
+    PlacementChoice before = eval.measure(module);
+    eval.unplaced.activationPeakBefore = eval.unplaced.activationPeakAfter =
+        before.activationPeakAfter;
+    eval.unplaced.peakBefore = eval.unplaced.peakAfter = before.peakAfter;
+    eval.unplaced.stepBefore = eval.unplaced.stepAfter = before.stepAfter;
+  }
+  if (eval.unplaced.stepBefore <= 0 || eval.unplaced.activationPeakBefore <= 0)
+    return module.emitError()
+           << "the placement search needs a differentiated step with saved "
+              "activations (run train-autodiff first)";
+
+  auto metric = [&](const PlacementChoice &c) -> double {
+    return goal.kind == PlacementGoal::Kind::MemoryBudget
+               ? static_cast<double>(c.peakBefore - c.peakAfter)
+               : static_cast<double>(c.activationPeakBefore -
+                                     c.activationPeakAfter);
+  };
+  auto goalMet = [&](const PlacementChoice &c) {
+    switch (goal.kind) {
+    case PlacementGoal::Kind::ActivationCut:
+      return c.removedShare() >= goal.value - 1e-12;
+    case PlacementGoal::Kind::MemoryBudget:
+      return static_cast<double>(c.peakAfter) <= goal.value;
+    case PlacementGoal::Kind::StepBudget:
+      return c.extraShare() <= goal.value + 1e-12;
+    }
+    return false;
+  };
+
+  // Moves from `state`: each leaf to each other decision; leaves that share
+  // saved values, both kept, to recompute or offload together (either alone
+  // may free nothing: a value leaves only when every scope reading it does).
+  auto movesFrom = [&](const State &state) {
+    std::vector<Move> moves;
+    for (size_t i = 0; i < leaves.size(); ++i)
+      for (Decision d : {Keep, Recompute, Offload}) {
+        if (state[i] == d || (d == Offload && !offloadAllowed))
+          continue;
+        Move m{std::string(decisionName(d)) + " " + leaves[i], state};
+        m.to[i] = d;
+        moves.push_back(std::move(m));
+      }
+    for (const auto &[a, b] : coupled) {
+      size_t i = indexOf(a), j = indexOf(b);
+      if (state[i] != Keep || state[j] != Keep)
+        continue;
+      for (Decision d : {Recompute, Offload}) {
+        if (d == Offload && !offloadAllowed)
+          continue;
+        Move m{std::string(decisionName(d)) + " " + a + "+" + b, state};
+        m.to[i] = m.to[j] = d;
+        moves.push_back(std::move(m));
+      }
+    }
+    return moves;
+  };
+
+  PlacementSearchResult result;
+  State state(leaves.size(), Keep);
+  PlacementChoice current = eval.unplaced;
+  auto accept = [&](const Move &m, const PlacementChoice &c) {
+    state = m.to;
+    current = c;
+    result.trail.push_back({m.text, c});
+    if (progress)
+      progress(result.trail.back());
+  };
+  bool budgetGoal = goal.kind == PlacementGoal::Kind::StepBudget;
+
+  // Greedy: least extra time per byte removed.
+  while (budgetGoal || !goalMet(current)) {
+    std::optional<std::pair<Move, PlacementChoice>> best;
+    double bestScore = 0;
+    for (Move &m : movesFrom(state)) {
+      std::optional<PlacementChoice> c = eval(m.to);
+      if (!c)
+        continue;
+      double gain = metric(*c) - metric(current);
+      if (gain <= 0 || (budgetGoal && !goalMet(*c)))
+        continue;
+      double score = (c->stepAfter - current.stepAfter) / gain;
+      if (!best || score < bestScore ||
+          (score == bestScore && m.text < best->first.text)) {
+        best.emplace(m, *c);
+        bestScore = score;
+      }
+    }
+    if (!best)
+      break;
+    accept(best->first, best->second);
+  }
+
+  // Improve by single moves: with the goal held, a faster step (bytes
+  // budgets) or more bytes removed (step budget).
+  if (goalMet(current)) {
+    for (;;) {
+      std::optional<std::pair<Move, PlacementChoice>> best;
+      auto better = [&](const PlacementChoice &a, const PlacementChoice &b) {
+        if (budgetGoal && metric(a) != metric(b))
+          return metric(a) > metric(b);
+        return a.stepAfter < b.stepAfter - 1e-12;
+      };
+      auto consider = [&](const Move &m) {
+        std::optional<PlacementChoice> c = eval(m.to);
+        if (!c || !goalMet(*c) || !better(*c, current))
+          return;
+        if (!best || better(*c, best->second))
+          best.emplace(m, *c);
+      };
+      std::vector<Move> singles = movesFrom(state);
+      for (const Move &m : singles)
+        consider(m);
+      // No single move helps: try two at once (a swap, say recompute one
+      // leaf and keep another), which the greedy's one-way steps miss.
+      if (!best)
+        for (size_t i = 0; i < singles.size(); ++i)
+          for (size_t j = i + 1; j < singles.size(); ++j) {
+            Move m{singles[i].text + ", " + singles[j].text, singles[i].to};
+            bool clash = false;
+            for (size_t k = 0; k < state.size(); ++k)
+              if (singles[j].to[k] != state[k]) {
+                clash |= m.to[k] != state[k];
+                m.to[k] = singles[j].to[k];
+              }
+            if (!clash)
+              consider(m);
+          }
+      if (!best)
+        break;
+      accept(best->first, best->second);
+    }
+  }
+
+  result.best = current;
+  result.goalMet = goalMet(current);
+  result.evaluations = eval.evaluations();
+  return result;
+}
