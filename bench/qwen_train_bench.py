@@ -184,6 +184,20 @@ for _name, _rc in (("elem46-noff", ELEM46), ("elem46-fc1-noff", ELEM46_FC1)):
     ARMS[_name] = (["--recompute-modules=" + ",".join(_rc)],
                    "recompute " + ",".join(_rc) + ", nothing offloaded")
 
+# Placements the compiler chooses for a goal (train-plan-budget,
+# actplace-compile --activation-cut / --step-budget) under the run-9
+# profile, the op times of the fused-loss step with copies costing 0.68 ms
+# per GB (bench/notes/training.md, run 9). Predicted there: auto3 30.5 % at
+# +2.91 %, auto60 60.1 % at +6.92 %, auto90 90.1 % at +11.50 %.
+RUN9_PROFILE = os.path.join(REPO, "bench", "profiles",
+                            "h200-optimes-d2fc210.json")
+for _name, _goal in (("auto3", "--step-budget=0.03"),
+                     ("auto60", "--activation-cut=0.6"),
+                     ("auto90", "--activation-cut=0.9")):
+    ARMS[_name] = ([_goal, "--profile=" + RUN9_PROFILE],
+                   "placement chosen by the compiler for " + _goal[2:] +
+                   " under the run-9 profile")
+
 # No placement, with the loss and its gradient as two ops (a second logits
 # pass; train-autodiff fuse-loss-grad=false): what the fused loss of c81ab9e
 # saves, measured in the same run. Not a default arm.
@@ -768,9 +782,12 @@ def write_report(manifest, arm, profile, report, build):
     keep other scopes under a slower compute model)."""
     flags, _ = ARMS[arm]
     opts = placement_options(flags)
+    # A goal arm's choice is made again, under the profile it was built
+    # with; the report then predicts that placement under `profile`.
+    report_opts = re.sub(r"(^| )profile=\S+", "", opts).strip()
     placement_report(import_graph(manifest, build), opts,
-                     f"{opts} profile={profile}", report, build, f"arm {arm}",
-                     autodiff_flag(flags))
+                     f"{report_opts} profile={profile}", report, build,
+                     f"arm {arm}", autodiff_flag(flags), goal_options(flags))
 
 
 def autodiff_flag(flags):
@@ -779,14 +796,25 @@ def autodiff_flag(flags):
             if "--fuse-loss-grad=false" in flags else "-train-autodiff")
 
 
+GOAL_FLAGS = ("--activation-cut", "--memory-budget", "--step-budget")
+
+
+def goal_options(flags):
+    """The placement goal among actplace-compile flags, in
+    train-plan-budget's option spelling ('' when the arm lists modules)."""
+    return " ".join(f[2:] for f in flags if f.startswith(GOAL_FLAGS))
+
+
 def placement_report(graph, place_opts, report_opts, report, build, what,
-                     autodiff="-train-autodiff"):
+                     autodiff="-train-autodiff", goal=""):
     """Places `graph` (actplace-import text) with the placement pipeline's
-    options `place_opts` and writes the JSON placement report made with
+    options `place_opts` (or, given a `goal`, with train-plan-budget's
+    choice under them) and writes the JSON placement report made with
     `report_opts` to `report`."""
+    place = (f"-train-plan-budget={place_opts} {goal} log-file=" if goal
+             else "-train-placement-pipeline=" + place_opts)
     opt = subprocess.run(
-        [os.path.join(build, "actplace-opt"), autodiff,
-         "-train-placement-pipeline=" + place_opts,
+        [os.path.join(build, "actplace-opt"), autodiff, place,
          f"-train-placement-report={report_opts} report-format=json "
          f"report-file={report}", "-o", os.devnull],
         input=graph, capture_output=True, text=True)
@@ -800,7 +828,8 @@ def placement_options(flags):
     placement's)."""
     return " ".join(f[2:] for f in flags
                     if f.startswith("--") and not f.startswith("--copy-hold")
-                    and not f.startswith("--fuse-loss-grad"))
+                    and not f.startswith("--fuse-loss-grad")
+                    and not f.startswith(GOAL_FLAGS))
 
 
 def cmd_predict(a):

@@ -78,6 +78,32 @@ for name in ("layernorm", "layernorm,mlp_act,gdn_norm_out"):
     assert 0 < by[(name, True)] < by[(name, False)], by
 print("frontier --recompute-only: 2 sets with and without offload")
 PY
+# Goal arms: actplace-compile chooses the placement (train-plan-budget);
+# the build's report and `predict`'s (the choice made again) meet the goal.
+python3 bench/qwen_train_bench.py build --model models/tiny-hybrid.json \
+  --seq 64 --micro-batches 4 --arms none,auto60,auto3 \
+  --carry "$work/carry-goal" 2> "$work/build-goal.log"
+grep -q 'chose: ' "$work/build-goal.log"
+python3 - "$work/carry-goal" <<'PY'
+import json, os, sys
+sys.path.insert(0, "bench")
+import qwen_train_bench as q
+carry = sys.argv[1]
+manifest = json.load(open(os.path.join(carry, "manifest.json")))
+for arm, floor in (("auto60", 60.0), ("auto3", 0.0)):
+    path = os.path.join(carry, manifest["arms"][arm]["report"])
+    for report in (path, path + ".again"):
+        if report.endswith(".again"):
+            q.write_report(manifest, arm, q.RUN9_PROFILE, report,
+                           os.path.join(q.REPO, manifest["build_dir"], "bin"))
+        t = json.load(open(report))["totals"]
+        cut = 100 * (1 - t["activation_peak_bytes_after"] /
+                     t["activation_peak_bytes_before"])
+        extra = t["step_seconds_after"] / t["step_seconds_before"] - 1
+        assert cut >= floor, (arm, report, cut)
+        assert arm != "auto3" or extra <= 0.03 + 1e-9, (arm, extra)
+print("goal arms: auto60 removes >= 60 %, auto3 within 3 % (predicted)")
+PY
 # Each leaf's predicted recompute time, from one report (every leaf).
 python3 bench/qwen_train_bench.py frontier --model models/tiny-hybrid.json \
   --seq 64 --profile "" --leaf-costs 2> "$work/leaf-costs.log" \
