@@ -188,12 +188,14 @@ for _name, _rc in (("elem46-noff", ELEM46), ("elem46-fc1-noff", ELEM46_FC1)):
 # actplace-compile --activation-cut / --step-budget) under the run-9
 # profile, the op times of the fused-loss step with copies costing 0.68 ms
 # per GB (bench/notes/training.md, run 9). Predicted there: auto3 30.5 % at
-# +2.91 %, auto60 60.1 % at +6.92 %, auto90 90.1 % at +11.50 %.
+# +2.91 %, auto60 60.1 % at +6.92 %, auto90 90.1 % at +11.50 %; auto16g
+# (a predicted device peak of at most 16 GiB) is not a default arm.
 RUN9_PROFILE = os.path.join(REPO, "bench", "profiles",
                             "h200-optimes-d2fc210.json")
 for _name, _goal in (("auto3", "--step-budget=0.03"),
                      ("auto60", "--activation-cut=0.6"),
-                     ("auto90", "--activation-cut=0.9")):
+                     ("auto90", "--activation-cut=0.9"),
+                     ("auto16g", "--memory-budget=16GiB")):
     ARMS[_name] = ([_goal, "--profile=" + RUN9_PROFILE],
                    "placement chosen by the compiler for " + _goal[2:] +
                    " under the run-9 profile")

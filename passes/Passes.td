@@ -184,8 +184,9 @@ def TrainPlanBudget : Pass<"train-plan-budget", "mlir::ModuleOp"> {
   let description = [{
     Exactly one goal: `activation-cut=F` (remove at least F of the
     activation peak at the least predicted step time), `memory-budget=B`
-    (a predicted device peak of at most B, e.g. 18GiB, at the least step
-    time) or `step-budget=F` (the most activation bytes removed with the
+    (a predicted device peak, the memory timeline's, of at most B, e.g.
+    18GiB, at the least step time; actplace-compile bounds the planned
+    arena instead, see docs/placement-search.md) or `step-budget=F` (the most activation bytes removed with the
     predicted step at most F longer). Every candidate is placed on a clone
     by the placement passes and predicted with the memory timeline and
     stream simulation (`profile` when given), so shared values, the hide

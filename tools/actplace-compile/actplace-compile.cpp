@@ -242,6 +242,15 @@ int main(int argc, char **argv) {
                          (fuseLossGrad ? "true" : "false") + "}")))
     return 1;
 
+  // The lowering predicts copy completion (how long offloaded bytes stay
+  // reserved in the arena) with the profile placement used, unless
+  // --copy-hold=peak-rates asks for the defaults.
+  bool holdUnderProfile = copyHold == "placement" && !profile.empty();
+  std::string lowering = "convert-train-to-exec{gemm-workspace-bytes=" +
+                         std::to_string(gemmWorkspace) +
+                         (holdUnderProfile ? " profile=" + profile : "") +
+                         "},exec-plan-memory,exec-schedule-streams";
+
   // A goal instead of module lists: the search picks them (under the same
   // profile and options), then everything below runs as if they were given.
   if (ap::train::PlacementGoal::requested(activationCut, memoryBudget,
@@ -273,25 +282,79 @@ int main(int argc, char **argv) {
                  << (profile.empty() ? std::string("H200 defaults")
                                      : std::string(profile))
                  << "\n";
-    int moves = 0;
-    auto result = ap::train::searchPlacement(
-        *module, base, *goal, [&](const ap::train::PlacementSearchStep &s) {
-          llvm::outs() << llvm::formatv("  {0,2}. {1}: {2}\n", ++moves, s.move,
-                                        s.after.summary());
-          llvm::outs().flush();
-        });
-    if (failed(result))
-      return fail("the placement search failed (diagnostics above)");
-    const ap::train::PlacementChoice &best = result->best;
-    if (!result->goalMet)
-      return fail(goal->str() +
-                  " is not reachable; the best placement "
-                  "found " +
-                  best.summary() +
-                  (best.options().empty() ? "" : " (" + best.options() + ")"));
-    llvm::outs() << "chose: "
-                 << (best.options().empty() ? "nothing placed" : best.options())
-                 << " (" << result->evaluations << " placements evaluated)\n";
+    // A memory budget bounds what the binary allocates, the planned arena
+    // (exec-plan-memory); the search predicts the memory timeline's peak,
+    // which packing and the shared workspace region exceed by a little. So
+    // the choice is lowered and planned, and when its arena is over, the
+    // search runs again for a predicted peak lower by the excess.
+    auto plannedArena = [&](const ap::train::PlacementChoice &c) -> int64_t {
+      mlir::OwningOpRef<mlir::ModuleOp> clone(module->clone());
+      mlir::PassManager pm(&ctx);
+      std::string pipeline = "train-placement-pipeline{" + c.options() +
+                             (profile.empty() ? "" : " profile=" + profile) +
+                             "}," + lowering;
+      if (failed(mlir::parsePassPipeline(pipeline, pm)) ||
+          failed(pm.run(*clone)))
+        return -1;
+      int64_t arena = -1;
+      clone->walk([&](mlir::Operation *op) {
+        if (auto a =
+                op->getAttrOfType<mlir::IntegerAttr>(ap::exec::kArenaBytesAttr))
+          arena = a.getInt();
+      });
+      return arena;
+    };
+    ap::train::PlacementGoal target = *goal;
+    ap::train::PlacementChoice best;
+    for (int attempt = 1;; ++attempt) {
+      int moves = 0;
+      auto result = ap::train::searchPlacement(
+          *module, base, target, [&](const ap::train::PlacementSearchStep &s) {
+            llvm::outs() << llvm::formatv("  {0,2}. {1}: {2}\n", ++moves,
+                                          s.move, s.after.summary());
+            llvm::outs().flush();
+          });
+      if (failed(result))
+        return fail("the placement search failed (diagnostics above)");
+      best = result->best;
+      if (!result->goalMet)
+        return fail(
+            goal->str() +
+            " is not reachable; the best placement "
+            "found " +
+            best.summary() +
+            (best.options().empty() ? "" : " (" + best.options() + ")"));
+      llvm::outs() << "chose: "
+                   << (best.options().empty() ? "nothing placed"
+                                              : best.options())
+                   << " (" << result->evaluations << " placements evaluated)\n";
+      if (goal->kind != ap::train::PlacementGoal::Kind::MemoryBudget)
+        break;
+      int64_t arena = plannedArena(best);
+      if (arena < 0)
+        return fail("the chosen placement did not lower (a compiler bug)");
+      double excess = static_cast<double>(arena) - goal->value;
+      llvm::outs() << "planned arena of the choice: " << arena
+                   << " bytes (predicted peak " << best.peakAfter << ")\n";
+      if (excess <= 0)
+        break;
+      if (attempt == 4)
+        return fail(llvm::formatv("{0} is not reachable as a planned arena: "
+                                  "the choice of the fourth search plans "
+                                  "{1} bytes",
+                                  goal->str(), arena)
+                        .str());
+      // The arena runs `gap` bytes above the predicted peak: ask the search
+      // for a predicted peak that leaves room for it.
+      double gap = static_cast<double>(arena - best.peakAfter);
+      target.value = std::min(target.value, goal->value - gap);
+      llvm::outs() << llvm::formatv(
+          "the arena is {0} bytes over the budget and {1} bytes above the "
+          "predicted peak; searching again for a predicted peak of at most "
+          "{2} bytes\n",
+          static_cast<int64_t>(excess), static_cast<int64_t>(gap),
+          static_cast<int64_t>(target.value));
+    }
     offloadModules = llvm::join(best.offload, ",");
     recomputeModules = llvm::join(best.recompute, ",");
   }
@@ -323,14 +386,6 @@ int main(int argc, char **argv) {
     placementPipeline += ",train-placement-report{report-format=json "
                          "report-file=" +
                          reportJson + " " + options + "}";
-  // The lowering predicts copy completion (how long offloaded bytes stay
-  // reserved in the arena) with the profile placement used, unless
-  // --copy-hold=peak-rates asks for the defaults.
-  bool holdUnderProfile = copyHold == "placement" && !profile.empty();
-  std::string lowering = "convert-train-to-exec{gemm-workspace-bytes=" +
-                         std::to_string(gemmWorkspace) +
-                         (holdUnderProfile ? " profile=" + profile : "") +
-                         "},exec-plan-memory,exec-schedule-streams";
   bool drawTimeline = !memoryTimeline.empty();
   if (drawTimeline && memoryTimelineAxis != "time" &&
       memoryTimelineAxis != "op")
