@@ -305,6 +305,7 @@ int main(int argc, char **argv) {
       return arena;
     };
     ap::train::PlacementGoal target = *goal;
+    int64_t unplacedArena = -1;
     ap::train::PlacementChoice best;
     for (int attempt = 1;; ++attempt) {
       int moves = 0;
@@ -328,32 +329,60 @@ int main(int argc, char **argv) {
                    << (best.options().empty() ? "nothing placed"
                                               : best.options())
                    << " (" << result->evaluations << " placements evaluated)\n";
-      if (goal->kind != ap::train::PlacementGoal::Kind::MemoryBudget)
+      using Kind = ap::train::PlacementGoal::Kind;
+      if (goal->kind == Kind::StepBudget)
         break;
       int64_t arena = plannedArena(best);
       if (arena < 0)
         return fail("the chosen placement did not lower (a compiler bug)");
-      double excess = static_cast<double>(arena) - goal->value;
       llvm::outs() << "planned arena of the choice: " << arena
                    << " bytes (predicted peak " << best.peakAfter << ")\n";
-      if (excess <= 0)
-        break;
+      if (goal->kind == Kind::MemoryBudget) {
+        double excess = static_cast<double>(arena) - goal->value;
+        if (excess <= 0)
+          break;
+        // The arena runs `gap` bytes above the predicted peak: ask the
+        // search for a predicted peak that leaves room for it.
+        double gap = static_cast<double>(arena - best.peakAfter);
+        target.value = std::min(target.value, goal->value - gap);
+        llvm::outs() << llvm::formatv(
+            "the arena is {0} bytes over the budget and {1} bytes above the "
+            "predicted peak; searching again for a predicted peak of at most "
+            "{2} bytes\n",
+            static_cast<int64_t>(excess), static_cast<int64_t>(gap),
+            static_cast<int64_t>(target.value));
+      } else {
+        // The cut the binary shows: planned arenas without and with the
+        // placement, against the activation peak.
+        if (unplacedArena < 0 && (unplacedArena = plannedArena({})) < 0)
+          return fail("the unplaced step did not lower (a compiler bug)");
+        double planned = static_cast<double>(unplacedArena - arena) /
+                         best.activationPeakBefore;
+        llvm::outs() << llvm::formatv("planned cut: {0:F2} % of the "
+                                      "activation peak (predicted {1:F2} %)\n",
+                                      100.0 * planned,
+                                      100.0 * best.removedShare());
+        if (planned >= goal->value)
+          break;
+        target.value =
+            std::max(target.value, goal->value + best.removedShare() - planned);
+        if (target.value > 1.0)
+          return fail(
+              goal->str() +
+              " is not reachable as a planned cut: the "
+              "arenas' packing takes back " +
+              llvm::formatv("{0:F2}", 100.0 * (best.removedShare() - planned))
+                  .str() +
+              " points");
+        llvm::outs() << llvm::formatv("searching again for a predicted cut of "
+                                      "at least {0:F2} %\n",
+                                      100.0 * target.value);
+      }
       if (attempt == 4)
-        return fail(llvm::formatv("{0} is not reachable as a planned arena: "
-                                  "the choice of the fourth search plans "
-                                  "{1} bytes",
-                                  goal->str(), arena)
-                        .str());
-      // The arena runs `gap` bytes above the predicted peak: ask the search
-      // for a predicted peak that leaves room for it.
-      double gap = static_cast<double>(arena - best.peakAfter);
-      target.value = std::min(target.value, goal->value - gap);
-      llvm::outs() << llvm::formatv(
-          "the arena is {0} bytes over the budget and {1} bytes above the "
-          "predicted peak; searching again for a predicted peak of at most "
-          "{2} bytes\n",
-          static_cast<int64_t>(excess), static_cast<int64_t>(gap),
-          static_cast<int64_t>(target.value));
+        return fail(goal->str() +
+                    " is not reachable as planned: the fourth "
+                    "search's choice plans " +
+                    std::to_string(arena) + " bytes");
     }
     offloadModules = llvm::join(best.offload, ",");
     recomputeModules = llvm::join(best.recompute, ",");
