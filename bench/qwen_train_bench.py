@@ -364,6 +364,8 @@ def cmd_build(a):
                 "compile_seconds": round(seconds, 1),
                 "planned_arena_bytes": planned,
             }
+            if goal_options(flags):
+                manifest["arms"][arm]["chosen"] = chosen_flags(p.stdout)
     json.dump(manifest, open(os.path.join(carry, "manifest.json"), "w"),
               indent=1)
     size = sum(os.path.getsize(os.path.join(carry, f))
@@ -783,9 +785,15 @@ def write_report(manifest, arm, profile, report, build):
     for the very placement that was measured (the hide rule would otherwise
     keep other scopes under a slower compute model)."""
     flags, _ = ARMS[arm]
+    chosen = manifest["arms"].get(arm, {}).get("chosen")
+    if chosen is not None:
+        # The lists the build's search chose (actplace-compile checks the
+        # goal on the planned arena, which may change the choice).
+        flags = [f for f in flags if not f.startswith(GOAL_FLAGS)] + chosen
     opts = placement_options(flags)
-    # A goal arm's choice is made again, under the profile it was built
-    # with; the report then predicts that placement under `profile`.
+    # A goal arm without a recorded choice has it made again, under the
+    # profile it was built with; the report then predicts that placement
+    # under `profile`.
     report_opts = re.sub(r"(^| )profile=\S+", "", opts).strip()
     placement_report(import_graph(manifest, build), opts,
                      f"{report_opts} profile={profile}", report, build,
@@ -799,6 +807,20 @@ def autodiff_flag(flags):
 
 
 GOAL_FLAGS = ("--activation-cut", "--memory-budget", "--step-budget")
+
+
+def chosen_flags(compile_output):
+    """The module lists actplace-compile's placement search chose (its last
+    'chose:' line; a memory or cut goal may search more than once), as
+    flags."""
+    chosen = None
+    for line in compile_output.splitlines():
+        if line.startswith("chose: "):
+            chosen = line[len("chose: "):].rsplit(" (", 1)[0]
+    if chosen is None:
+        sys.exit("actplace-compile printed no 'chose:' line for a goal arm")
+    return [] if chosen == "nothing placed" else \
+        ["--" + f for f in chosen.split()]
 
 
 def goal_options(flags):

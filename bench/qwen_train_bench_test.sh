@@ -91,6 +91,7 @@ import qwen_train_bench as q
 carry = sys.argv[1]
 manifest = json.load(open(os.path.join(carry, "manifest.json")))
 for arm, floor in (("auto60", 60.0), ("auto3", 0.0)):
+    assert manifest["arms"][arm]["chosen"] is not None, arm
     path = os.path.join(carry, manifest["arms"][arm]["report"])
     for report in (path, path + ".again"):
         if report.endswith(".again"):
