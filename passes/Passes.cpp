@@ -1,6 +1,7 @@
 //===- Passes.cpp - actplace pass and pipeline registration ---------------===//
 
 #include "passes/Passes.h"
+#include "passes/analysis/PlacementSearch.h"
 
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Pass/PassOptions.h"
@@ -47,34 +48,24 @@ struct PlacementPipelineOptions
                                  llvm::cl::desc("Report destination")};
 };
 
-template <typename PassOptions>
-PassOptions placementOptions(const PlacementPipelineOptions &o) {
-  PassOptions p;
-  p.offloadModules.assign(o.offloadModules.begin(), o.offloadModules.end());
-  p.recomputeModules.assign(o.recomputeModules.begin(),
-                            o.recomputeModules.end());
-  p.fraction = o.fraction;
-  p.minOffloadBytes = o.minOffloadBytes;
-  p.maxInflight = o.maxInflight;
-  p.hideRule = o.hideRule;
-  p.prefetchDepth = o.prefetchDepth;
-  p.computeDtype = o.computeDtype;
-  p.cudaGraphs = o.cudaGraphs;
-  p.profile = o.profile;
-  return p;
-}
-
 void buildPlacementPipeline(mlir::OpPassManager &pm,
                             const PlacementPipelineOptions &o) {
-  pm.addPass(createTrainVerifyPlacementConfig(
-      placementOptions<TrainVerifyPlacementConfigOptions>(o)));
-  pm.addPass(createTrainRecompute(placementOptions<TrainRecomputeOptions>(o)));
-  pm.addPass(
-      createTrainOffloadScopes(placementOptions<TrainOffloadScopesOptions>(o)));
-  pm.addPass(createTrainPrefetchAnchors(
-      placementOptions<TrainPrefetchAnchorsOptions>(o)));
+  train::PlacementConfig cfg;
+  cfg.fraction = o.fraction;
+  cfg.minOffloadBytes = o.minOffloadBytes;
+  cfg.maxInflight = o.maxInflight;
+  cfg.hideRule = o.hideRule;
+  cfg.prefetchDepth = o.prefetchDepth;
+  cfg.computeDtype = o.computeDtype;
+  cfg.cudaGraphs = o.cudaGraphs;
+  cfg.profile = o.profile;
+  std::vector<std::string> offload(o.offloadModules.begin(),
+                                   o.offloadModules.end()),
+      recompute(o.recomputeModules.begin(), o.recomputeModules.end());
+  train::addPlacementPasses(pm, cfg, offload, recompute);
   if (o.report) {
-    auto r = placementOptions<TrainPlacementReportOptions>(o);
+    auto r = train::placementPassOptions<TrainPlacementReportOptions>(
+        cfg, offload, recompute);
     r.reportFormat = o.reportFormat;
     r.reportFile = o.reportFile;
     pm.addPass(createTrainPlacementReport(r));

@@ -154,39 +154,22 @@ std::string PlacementChoice::summary() const {
 // Search
 //===----------------------------------------------------------------------===//
 
-namespace {
-template <typename Options>
-Options passOptions(const PlacementConfig &cfg,
-                    llvm::ArrayRef<std::string> offload,
-                    llvm::ArrayRef<std::string> recompute) {
-  Options o;
-  o.offloadModules.assign(offload.begin(), offload.end());
-  o.recomputeModules.assign(recompute.begin(), recompute.end());
-  o.fraction = cfg.fraction;
-  o.minOffloadBytes = cfg.minOffloadBytes;
-  o.maxInflight = cfg.maxInflight;
-  o.hideRule = cfg.hideRule;
-  o.prefetchDepth = cfg.prefetchDepth;
-  o.computeDtype = cfg.computeDtype;
-  o.cudaGraphs = cfg.cudaGraphs;
-  o.profile = cfg.profile;
-  return o;
-}
-} // namespace
-
 void ap::train::addPlacementPasses(OpPassManager &pm,
                                    const PlacementConfig &cfg,
                                    llvm::ArrayRef<std::string> offload,
                                    llvm::ArrayRef<std::string> recompute) {
   pm.addPass(ap::createTrainVerifyPlacementConfig(
-      passOptions<ap::TrainVerifyPlacementConfigOptions>(cfg, offload,
-                                                         recompute)));
-  pm.addPass(ap::createTrainRecompute(
-      passOptions<ap::TrainRecomputeOptions>(cfg, offload, recompute)));
+      placementPassOptions<ap::TrainVerifyPlacementConfigOptions>(cfg, offload,
+                                                                  recompute)));
+  pm.addPass(
+      ap::createTrainRecompute(placementPassOptions<ap::TrainRecomputeOptions>(
+          cfg, offload, recompute)));
   pm.addPass(ap::createTrainOffloadScopes(
-      passOptions<ap::TrainOffloadScopesOptions>(cfg, offload, recompute)));
+      placementPassOptions<ap::TrainOffloadScopesOptions>(cfg, offload,
+                                                          recompute)));
   pm.addPass(ap::createTrainPrefetchAnchors(
-      passOptions<ap::TrainPrefetchAnchorsOptions>(cfg, offload, recompute)));
+      placementPassOptions<ap::TrainPrefetchAnchorsOptions>(cfg, offload,
+                                                            recompute)));
 }
 
 namespace {

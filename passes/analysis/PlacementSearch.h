@@ -87,6 +87,26 @@ struct PlacementSearchResult {
   int64_t evaluations = 0;
 };
 
+/// The options struct of a placement pass (Passes.td PlacementOptions)
+/// with `cfg`'s settings and the given module lists.
+template <typename Options>
+Options placementPassOptions(const PlacementConfig &cfg,
+                             llvm::ArrayRef<std::string> offload,
+                             llvm::ArrayRef<std::string> recompute) {
+  Options o;
+  o.offloadModules.assign(offload.begin(), offload.end());
+  o.recomputeModules.assign(recompute.begin(), recompute.end());
+  o.fraction = cfg.fraction;
+  o.minOffloadBytes = cfg.minOffloadBytes;
+  o.maxInflight = cfg.maxInflight;
+  o.hideRule = cfg.hideRule;
+  o.prefetchDepth = cfg.prefetchDepth;
+  o.computeDtype = cfg.computeDtype;
+  o.cudaGraphs = cfg.cudaGraphs;
+  o.profile = cfg.profile;
+  return o;
+}
+
 /// Adds the placement passes (verify, recompute, offload scopes, prefetch
 /// anchors) to `pm` with `cfg`'s settings and the given module lists.
 void addPlacementPasses(mlir::OpPassManager &pm, const PlacementConfig &cfg,
