@@ -335,6 +335,17 @@ FailureOr<PlacementSearchResult> ap::train::searchPlacement(
     return false;
   };
 
+  // What the metric must still grow by for the goal (bytes goals only).
+  auto needed = [&](const PlacementChoice &c) -> double {
+    double need =
+        goal.kind == PlacementGoal::Kind::MemoryBudget
+            ? static_cast<double>(c.peakAfter) - goal.value
+            : goal.value * c.activationPeakBefore -
+                  static_cast<double>(c.activationPeakBefore -
+                                      c.activationPeakAfter);
+    return std::max(need, 1.0);
+  };
+
   // Moves from `state`: each leaf to each other decision; leaves that share
   // saved values, both kept, to recompute or offload together (either alone
   // may free nothing: a value leaves only when every scope reading it does).
@@ -386,6 +397,11 @@ FailureOr<PlacementSearchResult> ap::train::searchPlacement(
       double gain = metric(*c) - metric(current);
       if (gain <= 0 || (budgetGoal && !goalMet(*c)))
         continue;
+      // Bytes beyond what the goal still needs earn nothing: near the goal
+      // the cheapest move that completes it beats a better ratio that
+      // overshoots (the usual greedy cover).
+      if (!budgetGoal)
+        gain = std::min(gain, needed(current));
       double score = (c->stepAfter - current.stepAfter) / gain;
       if (!best || score < bestScore ||
           (score == bestScore && m.text < best->first.text)) {

@@ -17,7 +17,8 @@
 // The search is greedy on cost per byte: from nothing placed, take the move
 // (a leaf kept -> recomputed or offloaded, offloaded -> recomputed or back,
 // and pairs of leaves that share saved values) with the least predicted
-// extra time per byte removed, until the goal holds; then improve by single
+// extra time per byte removed (bytes beyond the goal's need not counted),
+// until the goal holds; then improve by single
 // moves that keep the goal and lower the step (or, under a step budget,
 // remove more). Deterministic: ties break on the move's spelling.
 //
