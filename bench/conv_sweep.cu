@@ -186,6 +186,68 @@ __global__ void bwd(const bf *__restrict__ x, const bf *__restrict__ w,
       partial[(long(blockIdx.y) * C + c0 + v) * K + j] = acc[v][j];
 }
 
+/// bwd<1, 128, 1> with the shape as kernel arguments instead of constants:
+/// with the library's dx pass, separates what constant shapes buy from what
+/// the library's sequence and group handling costs.
+__global__ void bwdRuntimeShape(long n, int cc, const bf *__restrict__ x,
+                                const bf *__restrict__ w,
+                                const bf *__restrict__ dy, bf *__restrict__ dx,
+                                float *__restrict__ partial) {
+  constexpr int R = 128;
+  int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= cc)
+    return;
+  long tok0 = long(blockIdx.y) * R;
+  long tokEnd = min(n, tok0 + R);
+  float wc[K], xwin[K], dwin[K] = {}, acc[K] = {};
+#pragma unroll
+  for (int j = 0; j < K; ++j)
+    wc[j] = b2f(w[c * K + j]);
+  xwin[0] = 0.f;
+#pragma unroll
+  for (int j = 1; j < K; ++j) {
+    long back = K - j;
+    xwin[j] = tok0 - back >= 0 ? b2f(x[(tok0 - back) * cc + c]) : 0.f;
+  }
+  int tpos[K] = {};
+  const long last = tokEnd + K - 1;
+  for (long tok = tok0; tok < last; ++tok) {
+    float dp = 0.f;
+    if (tok < n) {
+      push(xwin, b2f(x[tok * cc + c]));
+      float pre = 0.f;
+#pragma unroll
+      for (int j = 0; j < K; ++j)
+        pre += wc[j] * xwin[j];
+      float s = sigmoidf_(pre);
+      dp = b2f(dy[tok * cc + c]) * s * (1.f + pre * (1.f - s));
+      if (tok < tokEnd) {
+#pragma unroll
+        for (int j = 0; j < K; ++j)
+          acc[j] += dp * xwin[j];
+      }
+    }
+#pragma unroll
+    for (int j = 0; j + 1 < K; ++j)
+      tpos[j] = tpos[j + 1];
+    tpos[K - 1] = int(tok);
+    push(dwin, dp);
+    long emit = tok - (K - 1);
+    if (emit >= tok0 && emit < tokEnd) {
+      int te = tpos[0];
+      float sdx = 0.f;
+#pragma unroll
+      for (int j = 0; j < K; ++j)
+        if (te + K - 1 - j < n)
+          sdx += wc[j] * dwin[K - 1 - j];
+      dx[emit * cc + c] = f2b(sdx);
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < K; ++j)
+    partial[(long(blockIdx.y) * cc + c) * K + j] = acc[j];
+}
+
 cudaStream_t gStream;
 std::vector<void *> x, y, dy, dx;
 void *w, *partial, *ws;
@@ -305,6 +367,63 @@ int main() {
   });
   std::printf("{\"library_windowed_us\":[%.2f,%.2f]}\n", lib[0] * 1e3,
               lib[1] * 1e3);
+  // Where the library's backward time goes: its dx pass alone (dense dy,
+  // and dy in the three groups of the step), the sweep's kernel with the
+  // shape at run time, then the constant-shape variants below.
+  {
+    dim3 grid((C + 127) / 128, unsigned((N + 127) / 128));
+    ConvGroups<const bf *> dense{};
+    dense.n = 1;
+    dense.start[0] = 0;
+    dense.start[1] = C;
+    std::vector<void *> dyq(kSets);
+    for (int i = 0; i < kSets; ++i)
+      CK(cudaMalloc(&dyq[i], size_t(N) * C * 2));
+    double dxDense = timeCalls([&](int i) {
+      dense.ptr[0] = (const bf *)dy[i];
+      convWindowBwdKernel<K><<<grid, 128, 0, gStream>>>(
+          N, int(N), C, (const bf *)x[i], (const bf *)w, dense, (bf *)dx[i],
+          (float *)partial);
+    });
+    // Bits on operand set 0, the one the library reference ran on.
+    dense.ptr[0] = (const bf *)dy[0];
+    convWindowBwdKernel<K><<<grid, 128, 0, gStream>>>(
+        N, int(N), C, (const bf *)x[0], (const bf *)w, dense, (bf *)dx[0],
+        (float *)partial);
+    CK(cudaStreamSynchronize(gStream));
+    bool denseSame = fetch(dx[0], size_t(N) * C * 2) == refDx;
+    report("lib_dx_pass_dense", 1, 128, 1, 128, dxDense, 6.0 * N * C / 1e6,
+           denseSame);
+    // Three groups of C / 3 channels (q, k, v): their own buffers.
+    ConvGroups<const bf *> split{};
+    split.n = 3;
+    for (int g = 0; g <= 3; ++g)
+      split.start[g] = g * (C / 3);
+    double dxSplit = timeCalls([&](int i) {
+      for (int g = 0; g < 3; ++g)
+        split.ptr[g] =
+            (const bf *)dyq[i] + size_t(N) * (C / 3) * g;
+      convWindowBwdKernel<K><<<grid, 128, 0, gStream>>>(
+          N, int(N), C, (const bf *)x[i], (const bf *)w, split, (bf *)dx[i],
+          (float *)partial);
+    });
+    report("lib_dx_pass_split3", 1, 128, 1, 128, dxSplit, 6.0 * N * C / 1e6,
+           true);
+    double rt = timeCalls([&](int i) {
+      bwdRuntimeShape<<<grid, 128, 0, gStream>>>(
+          N, C, (const bf *)x[i], (const bf *)w, (const bf *)dy[i],
+          (bf *)dx[i], (float *)partial);
+    });
+    bwdRuntimeShape<<<grid, 128, 0, gStream>>>(N, C, (const bf *)x[0],
+                                               (const bf *)w,
+                                               (const bf *)dy[0], (bf *)dx[0],
+                                               (float *)partial);
+    CK(cudaStreamSynchronize(gStream));
+    report("sweep_bwd_runtime_shape", 1, 128, 1, 128, rt, 6.0 * N * C / 1e6,
+           fetch(dx[0], size_t(N) * C * 2) == refDx);
+    for (void *p : dyq)
+      CK(cudaFree(p));
+  }
   runFwd<1, 32, 1, 128>();
   runFwd<1, 32, 4, 128>();
   runFwd<2, 32, 4, 128>();
