@@ -188,12 +188,18 @@ __global__ void bwd(const bf *__restrict__ x, const bf *__restrict__ w,
 
 /// bwd<1, 128, 1> with the shape as kernel arguments instead of constants:
 /// with the library's dx pass, separates what constant shapes buy from what
-/// the library's sequence and group handling costs.
-__global__ void bwdRuntimeShape(long n, int cc, const bf *__restrict__ x,
+/// the library's sequence and group handling costs. CN / CC > 0 fix N / C
+/// at compile time; STEP walks x, dy and dx with pointers stepped by the
+/// row length instead of multiplying a token index by it.
+template <long CN, int CC, bool STEP>
+__global__ void bwdRuntimeShape(long nArg, int ccArg,
+                                const bf *__restrict__ x,
                                 const bf *__restrict__ w,
                                 const bf *__restrict__ dy, bf *__restrict__ dx,
                                 float *__restrict__ partial) {
   constexpr int R = 128;
+  const long n = CN > 0 ? CN : nArg;
+  const int cc = CC > 0 ? CC : ccArg;
   int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= cc)
     return;
@@ -211,22 +217,26 @@ __global__ void bwdRuntimeShape(long n, int cc, const bf *__restrict__ x,
   }
   int tpos[K] = {};
   const long last = tokEnd + K - 1;
+  const bf *xp = x + tok0 * cc + c, *gp = dy + tok0 * cc + c;
+  bf *op = dx + tok0 * cc + c;
   for (long tok = tok0; tok < last; ++tok) {
     float dp = 0.f;
     if (tok < n) {
-      push(xwin, b2f(x[tok * cc + c]));
+      push(xwin, b2f(STEP ? *xp : x[tok * cc + c]));
       float pre = 0.f;
 #pragma unroll
       for (int j = 0; j < K; ++j)
         pre += wc[j] * xwin[j];
       float s = sigmoidf_(pre);
-      dp = b2f(dy[tok * cc + c]) * s * (1.f + pre * (1.f - s));
+      dp = b2f(STEP ? *gp : dy[tok * cc + c]) * s * (1.f + pre * (1.f - s));
       if (tok < tokEnd) {
 #pragma unroll
         for (int j = 0; j < K; ++j)
           acc[j] += dp * xwin[j];
       }
     }
+    xp += cc;
+    gp += cc;
 #pragma unroll
     for (int j = 0; j + 1 < K; ++j)
       tpos[j] = tpos[j + 1];
@@ -240,13 +250,19 @@ __global__ void bwdRuntimeShape(long n, int cc, const bf *__restrict__ x,
       for (int j = 0; j < K; ++j)
         if (te + K - 1 - j < n)
           sdx += wc[j] * dwin[K - 1 - j];
-      dx[emit * cc + c] = f2b(sdx);
+      if (STEP) {
+        *op = f2b(sdx);
+        op += cc;
+      } else {
+        dx[emit * cc + c] = f2b(sdx);
+      }
     }
   }
 #pragma unroll
   for (int j = 0; j < K; ++j)
     partial[(long(blockIdx.y) * cc + c) * K + j] = acc[j];
 }
+
 
 cudaStream_t gStream;
 std::vector<void *> x, y, dy, dx;
@@ -294,6 +310,21 @@ template <int V, int R, int A, int TH> void runBwd() {
   CK(cudaGetLastError());
   CK(cudaStreamSynchronize(gStream));
   report("short_conv_grad", V, R, A, TH, ms, 6.0 * N * C / 1e6,
+         fetch(dx[0], size_t(N) * C * 2) == refDx);
+}
+
+template <long CN, int CC, bool STEP> void runRuntimeShape(const char *name) {
+  dim3 grid((C + 127) / 128, unsigned((N + 127) / 128));
+  double ms = timeCalls([&](int i) {
+    bwdRuntimeShape<CN, CC, STEP><<<grid, 128, 0, gStream>>>(
+        N, C, (const bf *)x[i], (const bf *)w, (const bf *)dy[i], (bf *)dx[i],
+        (float *)partial);
+  });
+  bwdRuntimeShape<CN, CC, STEP><<<grid, 128, 0, gStream>>>(
+      N, C, (const bf *)x[0], (const bf *)w, (const bf *)dy[0], (bf *)dx[0],
+      (float *)partial);
+  CK(cudaStreamSynchronize(gStream));
+  report(name, 1, 128, 1, 128, ms, 6.0 * N * C / 1e6,
          fetch(dx[0], size_t(N) * C * 2) == refDx);
 }
 
@@ -409,18 +440,11 @@ int main() {
     });
     report("lib_dx_pass_split3", 1, 128, 1, 128, dxSplit, 6.0 * N * C / 1e6,
            true);
-    double rt = timeCalls([&](int i) {
-      bwdRuntimeShape<<<grid, 128, 0, gStream>>>(
-          N, C, (const bf *)x[i], (const bf *)w, (const bf *)dy[i],
-          (bf *)dx[i], (float *)partial);
-    });
-    bwdRuntimeShape<<<grid, 128, 0, gStream>>>(N, C, (const bf *)x[0],
-                                               (const bf *)w,
-                                               (const bf *)dy[0], (bf *)dx[0],
-                                               (float *)partial);
-    CK(cudaStreamSynchronize(gStream));
-    report("sweep_bwd_runtime_shape", 1, 128, 1, 128, rt, 6.0 * N * C / 1e6,
-           fetch(dx[0], size_t(N) * C * 2) == refDx);
+    runRuntimeShape<0, 0, false>("sweep_bwd_runtime_shape");
+    runRuntimeShape<0, 0, true>("sweep_bwd_runtime_shape_stepped");
+    runRuntimeShape<0, C, false>("sweep_bwd_constant_C");
+    runRuntimeShape<N, 0, false>("sweep_bwd_constant_N");
+    runRuntimeShape<N, C, false>("sweep_bwd_constant_NC");
     for (void *p : dyq)
       CK(cudaFree(p));
   }
