@@ -12,7 +12,11 @@
 // depends on R). Its run of 2026-12-01 (bench/notes/gdn.md) chose 4 tokens
 // ahead for the forward and __restrict__ pointers for both. Median of 21
 // samples of 20 calls over rotating operand copies (no L2 reuse), as
-// bench/elem_bench.cu. Build and run: bench/conv_sweep.sh [build folder].
+// bench/elem_bench.cu. First, the backward's parts: the library's dx pass
+// alone (dense and grouped dy) and one sweep kernel with the shape at run
+// time or constant (bench/notes/gdn.md; these run first in the process, so
+// they share its early clock state with the library's timings). Build and
+// run: bench/conv_sweep.sh [build folder].
 //
 //===----------------------------------------------------------------------===//
 #include "bench/bench_timing.h"
