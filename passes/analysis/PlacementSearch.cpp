@@ -337,12 +337,11 @@ FailureOr<PlacementSearchResult> ap::train::searchPlacement(
 
   // What the metric must still grow by for the goal (bytes goals only).
   auto needed = [&](const PlacementChoice &c) -> double {
-    double need =
-        goal.kind == PlacementGoal::Kind::MemoryBudget
-            ? static_cast<double>(c.peakAfter) - goal.value
-            : goal.value * c.activationPeakBefore -
-                  static_cast<double>(c.activationPeakBefore -
-                                      c.activationPeakAfter);
+    double need = goal.kind == PlacementGoal::Kind::MemoryBudget
+                      ? static_cast<double>(c.peakAfter) - goal.value
+                      : goal.value * c.activationPeakBefore -
+                            static_cast<double>(c.activationPeakBefore -
+                                                c.activationPeakAfter);
     return std::max(need, 1.0);
   };
 
