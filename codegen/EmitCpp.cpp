@@ -736,6 +736,23 @@ LogicalResult Emitter::emitKernel(Operation *op, int indent) {
     close("linearBackward");
     return success();
   }
+  if (callee == "train.linear_input_grad") {
+    // dx only; x is not read (train-fuse-recompute defers the weight
+    // gradient to a train.linear_grad without result).
+    if (failed(expectCounts(2, 1)))
+      return failure();
+    int64_t in = dim(ins[0], 1), out = dim(ins[0], 0);
+    open("LinearBackwardArgs");
+    set("dtype", dt(ins[1]));
+    set("w", ptr(ins[0]));
+    set("dy", ptr(ins[1]));
+    set("dx", ptr(outs[0]));
+    set("rows", std::to_string(nel(ins[1]) / out));
+    set("in", std::to_string(in));
+    set("out", std::to_string(out));
+    close("linearBackward");
+    return success();
+  }
   if (callee == "train.short_conv" || callee == "train.short_conv_grad") {
     bool fwd = callee == "train.short_conv";
     open("GdnConvArgs");
@@ -1057,7 +1074,11 @@ LogicalResult Emitter::emitKernel(Operation *op, int indent) {
   }
   if (callee == "train.swiglu" || callee == "train.swiglu_grad") {
     bool fwd = callee == "train.swiglu";
-    if (fwd ? failed(expectCounts(2, 1)) : failed(expectCounts(3, 2)))
+    // A backward with three results also rebuilds the forward's output
+    // (train-fuse-recompute).
+    bool rebuildsY = !fwd && outs.size() == 3;
+    if (fwd ? failed(expectCounts(2, 1))
+            : failed(expectCounts(3, rebuildsY ? 3 : 2)))
       return failure();
     int64_t cols = dim(ins[0], -1), rows = nel(ins[0]) / cols;
     open(fwd ? "SwiGluForwardArgs" : "SwiGluBackwardArgs");
@@ -1073,6 +1094,8 @@ LogicalResult Emitter::emitKernel(Operation *op, int indent) {
       set("dy", ptr(ins[2]));
       set("dgate", ptr(outs[0]));
       set("dup", ptr(outs[1]));
+      if (rebuildsY)
+        set("y", ptr(outs[2]));
       close("swiGluBackward");
     }
     return success();

@@ -142,6 +142,9 @@ struct SwiGluForwardArgs {
   int64_t gateStride = 0, upStride = 0, yStride = 0;
 };
 /// dgate = dy * up * s * (1 + g (1 - s)), dup = dy * silu(g), s = sigmoid(g).
+/// With `y`, also the forward's output, bit-identical to swiGluForward's: a
+/// recomputed activation written by the backward that reads gate and up
+/// anyway (train-fuse-recompute).
 struct SwiGluBackwardArgs {
   DType dtype = DType::BF16;
   const void *gate = nullptr, *up = nullptr, *dy = nullptr;
@@ -149,6 +152,8 @@ struct SwiGluBackwardArgs {
   int64_t rows = 0, cols = 0;
   int64_t gateStride = 0, upStride = 0, dyStride = 0, dgateStride = 0,
           dupStride = 0;
+  void *y = nullptr; ///< overwritten when set; null: skip
+  int64_t yStride = 0;
 };
 Status swiGluForward(const KernelContext &ctx, const SwiGluForwardArgs &args);
 Status swiGluBackward(const KernelContext &ctx, const SwiGluBackwardArgs &args);

@@ -39,6 +39,9 @@ struct PlacementPipelineOptions
                           llvm::cl::desc("CUDA-graph capture")};
   Option<std::string> profile{*this, "profile", llvm::cl::init(""),
                               llvm::cl::desc("JSON device profile")};
+  Option<bool> fuseRecompute{
+      *this, "fuse-recompute", llvm::cl::init(true),
+      llvm::cl::desc("Rebuild a recomputed SwiGLU in its backward kernel")};
   Option<bool> report{*this, "report", llvm::cl::init(false),
                       llvm::cl::desc("Print the placement report")};
   Option<std::string> reportFormat{*this, "report-format",
@@ -59,6 +62,7 @@ void buildPlacementPipeline(mlir::OpPassManager &pm,
   cfg.computeDtype = o.computeDtype;
   cfg.cudaGraphs = o.cudaGraphs;
   cfg.profile = o.profile;
+  cfg.fuseRecompute = o.fuseRecompute;
   std::vector<std::string> offload(o.offloadModules.begin(),
                                    o.offloadModules.end()),
       recompute(o.recomputeModules.begin(), o.recomputeModules.end());
@@ -77,7 +81,7 @@ void registerAllActplacePasses() {
   registerActplacePasses();
   mlir::PassPipelineRegistration<PlacementPipelineOptions>(
       "train-placement-pipeline",
-      "Placement in order: verify the options, recompute, offload scopes, "
+      "Placement in order: verify the options, recompute, fuse recompute, offload scopes, "
       "prefetch anchors (and the report with report=true)",
       buildPlacementPipeline);
 }

@@ -125,6 +125,8 @@ defvar PlacementOptions = [
          "Capture the step as a CUDA graph (not supported with offload)">,
   Option<"profile", "profile", "std::string", "\"\"",
          "JSON device profile overriding the cost model's constants">,
+  Option<"fuseRecompute", "fuse-recompute", "bool", "true",
+         "Rebuild a recomputed SwiGLU inside its backward kernel instead of by a clone (train-fuse-recompute; same bits)">,
 ];
 
 def TrainVerifyPlacementConfig : Pass<"train-verify-placement-config", "mlir::ModuleOp"> {
@@ -148,6 +150,23 @@ def TrainRecompute : Pass<"train-recompute", "mlir::ModuleOp"> {
     offloaded or themselves recomputed. Selecting `gdn_prep` also recomputes
     the q/k L2 norms that read its output, so the recurrence's q, k and v are
     rebuilt from the saved conv input and need not be stored.
+  }];
+  let options = PlacementOptions;
+}
+
+def TrainFuseRecompute : Pass<"train-fuse-recompute", "mlir::ModuleOp"> {
+  let summary = "Fold a recomputed SwiGLU into its backward kernel";
+  let description = [{
+    After train-recompute, a recomputed `train.swiglu` whose only reader is
+    the weight gradient of the linear after it (mlp_fc2) reads gate and up a
+    second time, just before `train.swiglu_grad` reads them again. This pass
+    splits that `train.linear_grad` into `train.linear_input_grad` (dx, in
+    its place), the SwiGLU backward with its `output` result (the
+    activation, the forward's bits), and a `train.linear_grad` without
+    result (dW) right after it, and drops the clone. The weight gradient is
+    the same sum of the same products, so no bit changes; the activation
+    costs one write instead of a kernel that reads twice as much. Off with
+    fuse-recompute=false.
   }];
   let options = PlacementOptions;
 }

@@ -49,6 +49,24 @@ def Train_LinearGradOp : Train_AccumulatingGradOp<"linear_grad"> {
   let results = (outs Optional<Train_AnyFloatTensor>:$input_grad);
 }
 
+def Train_LinearInputGradOp : Train_ComputeOp<"linear_input_grad"> {
+  let summary = "the input half of linear backward: dx = dy W";
+  let description = [{
+    `train.linear_grad` without its weight gradient and without reading x:
+    train-fuse-recompute splits a linear backward in two when its x is a
+    recomputed value, so that dx can feed the backward that rebuilds x and
+    the weight gradient (a `train.linear_grad` with no result) follows it.
+
+    ```mlir
+    %dx = train.linear_input_grad %w, %dy scope<0, mlp_fc2>
+        : (tensor<32x96xbf16>, tensor<1x64x32xbf16>) -> tensor<1x64x96xbf16>
+    ```
+  }];
+  let arguments = (ins Train_Float2D:$weight, Train_AnyFloatTensor:$result_grad,
+                       Train_ScopeAttr:$scope);
+  let results = (outs Train_AnyFloatTensor:$input_grad);
+}
+
 def Train_RMSNormGradOp : Train_AccumulatingGradOp<"rms_norm_grad"> {
   let summary = "RMSNorm backward from the saved input and rstd";
   let arguments = (ins Train_AnyFloatTensor:$input, Train_Float1D:$weight,
@@ -134,10 +152,17 @@ def Train_OutputGateGradOp : Train_ComputeOp<"output_gate_grad"> {
 }
 
 def Train_SwiGLUGradOp : Train_ComputeOp<"swiglu_grad"> {
-  let summary = "SwiGLU backward";
+  let summary = "SwiGLU backward; optionally also the forward output";
+  let description = [{
+    `output`, when present, is the forward's y = silu(gate) * up, bit for
+    bit: a recomputed SwiGLU fused into its backward (train-fuse-recompute),
+    so the activation is written once from the gate and up this op reads
+    anyway instead of by a separate clone that reads them again.
+  }];
   let arguments = (ins Train_AnyFloatTensor:$gate, Train_AnyFloatTensor:$up,
                        Train_AnyFloatTensor:$result_grad, Train_ScopeAttr:$scope);
-  let results = (outs Train_AnyFloatTensor:$gate_grad, Train_AnyFloatTensor:$up_grad);
+  let results = (outs Train_AnyFloatTensor:$gate_grad, Train_AnyFloatTensor:$up_grad,
+                      Optional<Train_AnyFloatTensor>:$output);
 }
 
 def Train_SliceGradOp : Train_ComputeOp<"slice_grad"> {

@@ -320,7 +320,8 @@ LogicalResult SwiGLUOp::buildBackward(OpBuilder &b, ArrayRef<Value> resultGrads,
     return success();
   auto op =
       SwiGLUGradOp::create(b, getLoc(), getGate().getType(), getUp().getType(),
-                           getGate(), getUp(), resultGrads[0], getScope());
+                           /*output=*/Type(), getGate(), getUp(),
+                           resultGrads[0], getScope());
   appendNeeded(needsGrad, op->getResults(), operandGrads);
   return success();
 }

@@ -312,6 +312,13 @@ OpCost CostModel::cost(Operation *op) const {
             }
             return true;
           })
+          .Case([&](LinearInputGradOp l) {
+            double K = dim(l.getWeight(), 1), O = dim(l.getWeight(), 0);
+            double M = numel(l.getResultGrad()) / O;
+            c.flops = 2 * M * O * K;
+            c.bytes = operandAndResultBytes(op);
+            return true;
+          })
           .Case([&](RMSNormGradOp n) {
             c.bytes = operandAndResultBytes(op);
             if (n.getWeightGradAttr())
@@ -460,6 +467,10 @@ OpCost CostModel::cost(Operation *op) const {
                             LMHeadCrossEntropyOp::getOperationName()})
       if (scaled == prof.opScale.end())
         scaled = prof.opScale.find(alias.str());
+  // The input half of a split linear backward runs the dx GEMM of
+  // linear_grad; a profile timed before the split has only the whole op.
+  if (isa<LinearInputGradOp>(op) && scaled == prof.opScale.end())
+    scaled = prof.opScale.find(LinearGradOp::getOperationName().str());
   double scale =
       scaled == prof.opScale.end() ? prof.computeScale : scaled->second;
   c.seconds =

@@ -30,6 +30,7 @@ struct PlacementConfig {
   std::string computeDtype = "bf16";
   bool cudaGraphs = false;
   std::string profile;
+  bool fuseRecompute = true;
 
   /// Leaves the options select, after alias expansion.
   std::set<std::string> offloadLeaves, recomputeLeaves;
@@ -74,6 +75,7 @@ void recordPlacement(mlir::Operation *op, unsigned index,
     c.computeDtype = computeDtype;                                             \
     c.cudaGraphs = cudaGraphs;                                                 \
     c.profile = profile;                                                       \
+    c.fuseRecompute = fuseRecompute;                                           \
     return c;                                                                  \
   }()
 

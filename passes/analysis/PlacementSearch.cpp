@@ -164,6 +164,9 @@ void ap::train::addPlacementPasses(OpPassManager &pm,
   pm.addPass(
       ap::createTrainRecompute(placementPassOptions<ap::TrainRecomputeOptions>(
           cfg, offload, recompute)));
+  pm.addPass(ap::createTrainFuseRecompute(
+      placementPassOptions<ap::TrainFuseRecomputeOptions>(cfg, offload,
+                                                          recompute)));
   pm.addPass(ap::createTrainOffloadScopes(
       placementPassOptions<ap::TrainOffloadScopesOptions>(cfg, offload,
                                                           recompute)));

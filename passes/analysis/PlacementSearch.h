@@ -105,11 +105,12 @@ Options placementPassOptions(const PlacementConfig &cfg,
   o.computeDtype = cfg.computeDtype;
   o.cudaGraphs = cfg.cudaGraphs;
   o.profile = cfg.profile;
+  o.fuseRecompute = cfg.fuseRecompute;
   return o;
 }
 
-/// Adds the placement passes (verify, recompute, offload scopes, prefetch
-/// anchors) to `pm` with `cfg`'s settings and the given module lists.
+/// Adds the placement passes (verify, recompute, fuse recompute, offload
+/// scopes, prefetch anchors) to `pm` with `cfg`'s settings and the given module lists.
 void addPlacementPasses(mlir::OpPassManager &pm, const PlacementConfig &cfg,
                         llvm::ArrayRef<std::string> offload,
                         llvm::ArrayRef<std::string> recompute);

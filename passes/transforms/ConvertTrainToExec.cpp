@@ -85,7 +85,7 @@ private:
     if (isa<tr::LMHeadCrossEntropyOp, tr::LMHeadCrossEntropyGradOp,
             tr::LMHeadCrossEntropyWithGradOp>(op))
       ws = ex::alignTo256(ws) + gemmWorkspace;
-    else if (isa<tr::LinearOp, tr::LinearGradOp>(op))
+    else if (isa<tr::LinearOp, tr::LinearGradOp, tr::LinearInputGradOp>(op))
       ws = std::max(ws, gemmWorkspace);
     return ex::alignTo256(ws);
   }

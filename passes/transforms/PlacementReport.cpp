@@ -330,13 +330,28 @@ void TrainPlacementReportPass::runOnOperation() {
   for (const Row &r : rows)
     if (r.decision == "recompute")
       recomputeCosts[r.scope].bytes += r.bytes;
-  for (const SimulatedOp &so : simAfter.ops)
-    if (so.op && so.op->hasAttr(kRecomputedAttrName)) {
-      RecomputeCost &c = recomputeCosts[Scope::of(so.op).str()];
-      c.ops += 1;
-      c.seconds += so.end - so.start;
-      totals.recomputeSeconds += so.end - so.start;
+  for (const SimulatedOp &so : simAfter.ops) {
+    if (!so.op)
+      continue;
+    double seconds = so.end - so.start;
+    // A backward that also rebuilds a forward value (train-fuse-recompute)
+    // is charged the share of its time its extra output writes: it is
+    // memory-bound, and the rest is the backward it runs anyway.
+    if (auto grad = dyn_cast<SwiGLUGradOp>(so.op); grad && grad.getOutput()) {
+      int64_t all = 0;
+      for (Value v : llvm::concat<Value>(so.op->getOperands(),
+                                         so.op->getResults()))
+        all += tensorBytes(v.getType());
+      seconds *= double(tensorBytes(grad.getOutput().getType())) /
+                 double(std::max<int64_t>(all, 1));
+    } else if (!so.op->hasAttr(kRecomputedAttrName)) {
+      continue;
     }
+    RecomputeCost &c = recomputeCosts[Scope::of(so.op).str()];
+    c.ops += 1;
+    c.seconds += seconds;
+    totals.recomputeSeconds += seconds;
+  }
 
   // Values that are saved only because recomputed ops read them in
   // backward (the inputs of a recompute) have no row yet.

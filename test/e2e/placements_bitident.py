@@ -4,7 +4,8 @@
 # Compiles the tiny hybrid model with actplace-compile five times (no
 # offload; offload of gdn_core_attn, core_attn, attn_proj with the hide rule
 # off, at fraction 1 and 0.5; recompute of gdn_norm_out; offload and
-# recompute together), trains each for 6 steps on the host
+# recompute together; SwiGLU recompute fused into its backward and as a
+# clone), trains each for 6 steps on the host
 # backend with --fingerprints, and checks (DESIGN.md section 7):
 #   - every step's loss is finite and the binaries exit 0;
 #   - the fingerprints of loss, grads, params and optimizer state are equal
@@ -47,6 +48,11 @@ VARIANTS = {
     # The loss and its gradient as two ops (a second logits pass), not the
     # default fused one: the same bits.
     "unfused-loss": ["--fuse-loss-grad=false"],
+    # SwiGLU recomputed inside its backward kernel (train-fuse-recompute,
+    # the default) and by a separate clone: the same bits as keeping it.
+    "recompute-mlp": ["--recompute-modules=mlp_act,mlp_norm", "--keep-source"],
+    "recompute-mlp-clone": ["--recompute-modules=mlp_act,mlp_norm",
+                            "--fuse-recompute=false", "--keep-source"],
 }
 WITH_OFFLOAD = ("offload", "fraction", "both")
 OFFLOADED_LEAVES = ("gdn_core_attn", "core_attn", "attn_proj")
@@ -120,7 +126,22 @@ def main():
             if a["loss"] != b["loss"]:
                 fail("step %d: loss of '%s' differs" % (a["step"], name))
 
-    for name in ("none", "recompute"):
+    # The fused binary rebuilds each SwiGLU in its backward launch: one
+    # forward launch per MLP layer where the clone binary has two, and the
+    # same backward launches.
+    def launches(name):
+        with open(os.path.join(args.work, "train-" + name + ".cpp")) as f:
+            src = f.read()
+        return src.count("swiGluForward("), src.count("swiGluBackward(")
+    fwdF, bwdF = launches("recompute-mlp")
+    fwdC, bwdC = launches("recompute-mlp-clone")
+    if not (fwdF > 0 and bwdF == bwdC and fwdC == 2 * fwdF and bwdF == fwdF):
+        fail("swiglu launches: fused %d forward / %d backward, clone %d / %d"
+             % (fwdF, bwdF, fwdC, bwdC))
+    print("swiglu launches per microbatch: fused %d + %d, clone %d + %d" %
+          (fwdF, bwdF, fwdC, bwdC))
+
+    for name in ("none", "recompute", "recompute-mlp", "recompute-mlp-clone"):
         for m in runs[name]:
             for scope, c in m["transfers"].items():
                 if c["d2h_count"] or c["h2d_count"]:

@@ -165,6 +165,12 @@ static cl::opt<bool> fuseLossGrad(
              "logits once (train-autodiff fuse-loss-grad; default true; "
              "false gives the same bits with a second logits pass)"),
     cl::init(true), cl::cat(category));
+static cl::opt<bool> fuseRecompute(
+    "fuse-recompute", cl::init(true),
+    cl::desc("Rebuild a recomputed SwiGLU inside its backward kernel instead "
+             "of by a separate kernel (train-fuse-recompute; default true; "
+             "false gives the same bits)"),
+    cl::cat(category));
 static cl::opt<bool> keepSource("keep-source",
                                 cl::desc("Keep BINARY.cpp after a good build"),
                                 cl::init(false), cl::cat(category));
@@ -278,6 +284,7 @@ int main(int argc, char **argv) {
                   "must be integers");
     if (!hideRule.empty())
       base.hideRule = hideRule;
+    base.fuseRecompute = fuseRecompute;
     llvm::outs() << "placement search: " << goal->str() << ", cost model "
                  << (profile.empty() ? std::string("H200 defaults")
                                      : std::string(profile))
@@ -291,6 +298,7 @@ int main(int argc, char **argv) {
       mlir::OwningOpRef<mlir::ModuleOp> clone(module->clone());
       mlir::PassManager pm(&ctx);
       std::string pipeline = "train-placement-pipeline{" + c.options() +
+                             (fuseRecompute ? "" : " fuse-recompute=false") +
                              (profile.empty() ? "" : " profile=" + profile) +
                              "}," + lowering;
       if (failed(mlir::parsePassPipeline(pipeline, pm)) ||
@@ -398,7 +406,8 @@ int main(int argc, char **argv) {
         {"min-offload-bytes", minOffloadBytes},
         {"max-inflight", maxInflight},
         {"prefetch-depth", prefetchDepth},
-        {"hide-rule", hideRule}})
+        {"hide-rule", hideRule},
+        {"fuse-recompute", fuseRecompute ? "" : "false"}})
     if (!value.empty())
       placementFlags +=
           std::string(placementFlags.empty() ? "" : " ") + name + "=" + value;

@@ -369,6 +369,12 @@ template <int W> struct Pack {
   }
 };
 
+/// y = silu(g) * u, rounded step by step (no contraction), so the forward
+/// and a backward that rebuilds y write the same bits.
+__device__ __forceinline__ float swiGluValue(float g, float s, float u) {
+  return __fmul_rn(__fmul_rn(g, s), u);
+}
+
 template <int W>
 __global__ void swiGluFwdKernel(const bf *g, const bf *u, bf *y, int64_t rows,
                                 int64_t cols, int64_t gs, int64_t us,
@@ -382,21 +388,21 @@ __global__ void swiGluFwdKernel(const bf *g, const bf *u, bf *y, int64_t rows,
     uv.load(u + r * us + c);
 #pragma unroll
     for (int k = 0; k < W; ++k)
-      out.v[k] = __fmul_rn(__fmul_rn(gv.v[k], sigmoidf(gv.v[k])), uv.v[k]);
+      out.v[k] = swiGluValue(gv.v[k], sigmoidf(gv.v[k]), uv.v[k]);
     out.store(y + r * ys + c);
   }
 }
 
 template <int W>
 __global__ void swiGluBwdKernel(const bf *g, const bf *u, const bf *dy, bf *dg,
-                                bf *du, int64_t rows, int64_t cols, int64_t gs,
-                                int64_t us, int64_t dys, int64_t dgs,
-                                int64_t dus) {
+                                bf *du, bf *y, int64_t rows, int64_t cols,
+                                int64_t gs, int64_t us, int64_t dys,
+                                int64_t dgs, int64_t dus, int64_t ys) {
   int64_t c = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * W;
   if (c >= cols)
     return;
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
-    Pack<W> gv, uv, d, og, ou;
+    Pack<W> gv, uv, d, og, ou, oy;
     gv.load(g + r * gs + c);
     uv.load(u + r * us + c);
     d.load(dy + r * dys + c);
@@ -405,11 +411,14 @@ __global__ void swiGluBwdKernel(const bf *g, const bf *u, const bf *dy, bf *dg,
       float s = sigmoidf(gv.v[k]);
       og.v[k] = d.v[k] * uv.v[k] * s * (1.0f + gv.v[k] * (1.0f - s));
       ou.v[k] = d.v[k] * (gv.v[k] * s);
+      oy.v[k] = swiGluValue(gv.v[k], s, uv.v[k]);
     }
     if (dg)
       og.store(dg + r * dgs + c);
     if (du)
       ou.store(du + r * dus + c);
+    if (y)
+      oy.store(y + r * ys + c);
   }
 }
 
@@ -899,16 +908,18 @@ Status swiGluBackward(const KernelContext &ctx, const SwiGluBackwardArgs &a) {
   auto dy = static_cast<const bf *>(a.dy);
   auto dg = static_cast<bf *>(a.dgate);
   auto du = static_cast<bf *>(a.dup);
+  auto y = static_cast<bf *>(a.y);
   int64_t gs = strideOr(a.gateStride, a.cols),
           us = strideOr(a.upStride, a.cols), dys = strideOr(a.dyStride, a.cols),
           dgs = strideOr(a.dgateStride, a.cols),
-          dus = strideOr(a.dupStride, a.cols);
-  withWidth(ewWidth(a.cols, {gs, us, dys, dgs, dus}, {g, u, dy, dg, du}),
-            [&](auto w) {
-              EwLaunch l = ewLaunch(a.rows, a.cols, w.value);
-              swiGluBwdKernel<w.value><<<l.grid, l.block, 0, streamOf(ctx)>>>(
-                  g, u, dy, dg, du, a.rows, a.cols, gs, us, dys, dgs, dus);
-            });
+          dus = strideOr(a.dupStride, a.cols), ys = strideOr(a.yStride, a.cols);
+  withWidth(
+      ewWidth(a.cols, {gs, us, dys, dgs, dus, ys}, {g, u, dy, dg, du, y}),
+      [&](auto w) {
+        EwLaunch l = ewLaunch(a.rows, a.cols, w.value);
+        swiGluBwdKernel<w.value><<<l.grid, l.block, 0, streamOf(ctx)>>>(
+            g, u, dy, dg, du, y, a.rows, a.cols, gs, us, dys, dgs, dus, ys);
+      });
   AP_CUDA_CHECK_LAUNCH(swiGluBwdKernel);
   return Status::Ok;
 }

@@ -179,6 +179,10 @@ template <class T> Status rope(const RopeArgs &a, bool backward) {
 // Elementwise
 //===----------------------------------------------------------------------===//
 
+/// silu(g) * u with s = sigmoid(g): one expression for the forward and for a
+/// backward that rebuilds y, so both write the same bits.
+template <class A> A swiGluValue(A g, A s, A u) { return g * s * u; }
+
 template <class T> Status swiGluForward(const SwiGluForwardArgs &a) {
   using A = Acc<T>;
   const T *g = static_cast<const T *>(a.gate);
@@ -189,7 +193,7 @@ template <class T> Status swiGluForward(const SwiGluForwardArgs &a) {
   for (int64_t r = 0; r < a.rows; ++r)
     for (int64_t c = 0; c < a.cols; ++c) {
       A gv = load(g[r * gs + c]);
-      y[r * ys + c] = store<T>(gv * sigmoid(gv) * load(u[r * us + c]));
+      y[r * ys + c] = store<T>(swiGluValue(gv, sigmoid(gv), load(u[r * us + c])));
     }
   return Status::Ok;
 }
@@ -201,10 +205,11 @@ template <class T> Status swiGluBackward(const SwiGluBackwardArgs &a) {
   const T *dy = static_cast<const T *>(a.dy);
   T *dg = static_cast<T *>(a.dgate);
   T *du = static_cast<T *>(a.dup);
+  T *y = static_cast<T *>(a.y);
   int64_t gs = strideOr(a.gateStride, a.cols),
           us = strideOr(a.upStride, a.cols), dys = strideOr(a.dyStride, a.cols),
           dgs = strideOr(a.dgateStride, a.cols),
-          dus = strideOr(a.dupStride, a.cols);
+          dus = strideOr(a.dupStride, a.cols), ys = strideOr(a.yStride, a.cols);
   for (int64_t r = 0; r < a.rows; ++r)
     for (int64_t c = 0; c < a.cols; ++c) {
       A gv = load(g[r * gs + c]), uv = load(u[r * us + c]),
@@ -214,6 +219,8 @@ template <class T> Status swiGluBackward(const SwiGluBackwardArgs &a) {
         dg[r * dgs + c] = store<T>(d * uv * s * (A(1) + gv * (A(1) - s)));
       if (du)
         du[r * dus + c] = store<T>(d * (gv * s));
+      if (y)
+        y[r * ys + c] = store<T>(swiGluValue(gv, s, uv));
     }
   return Status::Ok;
 }

@@ -520,6 +520,27 @@ struct SwiGluCase {
   Dev<bf16> dG, dU, dDy, dY, dDg, dDu;
 };
 
+TEST_F(DenseCuda, SwiGluBackwardRebuildsForwardBits) {
+  // train-fuse-recompute reads the activation from the backward kernel: its
+  // y must be the forward kernel's bytes, and dg, du as without y. The MLP
+  // shape (8-wide path) and an odd width (scalar path).
+  for (int64_t cols : {kI, int64_t(37)}) {
+    SwiGluCase c(kT / 4, cols, 31);
+    ASSERT_NO_FATAL_FAILURE(c.prepare(host));
+    ASSERT_NO_FATAL_FAILURE(c.run(ctx));
+    Dev<bf16> y2(c.rows * c.cols), dg2(c.rows * c.cols), du2(c.rows * c.cols);
+    y2.poison(0xFF);
+    SwiGluBackwardArgs a{DType::BF16, c.dG.p, c.dU.p, c.dDy.p, dg2.p,
+                         du2.p,       c.rows, c.cols};
+    a.y = y2.p;
+    ASSERT_EQ(swiGluBackward(ctx, a), Status::Ok);
+    sync();
+    EXPECT_TRUE(sameBytes(y2.down(), c.dY.down())) << "cols " << cols;
+    EXPECT_TRUE(sameBytes(dg2.down(), c.dDg.down())) << "cols " << cols;
+    EXPECT_TRUE(sameBytes(du2.down(), c.dDu.down())) << "cols " << cols;
+  }
+}
+
 TEST_F(DenseCuda, SwiGluMlpShape) {
   SwiGluCase c(kT, kI, 30);
   ASSERT_NO_FATAL_FAILURE(c.prepare(host));

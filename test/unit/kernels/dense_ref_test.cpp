@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <random>
 #include <vector>
@@ -444,6 +445,34 @@ TEST(DenseRef, SwiGluFusedHalvesBf16) {
       ref[r * cols + c] = gv * sig(gv) * uv;
     }
   EXPECT_LT(relErr(toD(y), ref), 8e-3);
+}
+
+TEST(DenseRef, SwiGluBackwardRebuildsForwardBitsBf16) {
+  // The fused recompute (train-fuse-recompute) takes y from the backward:
+  // it must be the forward's bytes, and asking for it must not change dg, du.
+  // Gate and up as strided halves of one projection, as in a fused MLP.
+  const int64_t rows = 7, cols = 10;
+  auto gub = toBf16(roundBf16(randn(rows * 2 * cols, 54, 3.0)));
+  auto dy = toBf16(roundBf16(randn(rows * cols, 55)));
+  std::vector<bf16> yFwd(rows * cols), yBwd(rows * cols, bf16{}),
+      dg(rows * cols), du(rows * cols), dg2(rows * cols), du2(rows * cols);
+  SwiGluForwardArgs f{DType::BF16, gub.data(), gub.data() + cols,
+                      yFwd.data(), rows,       cols,
+                      2 * cols,    2 * cols,   0};
+  ASSERT_EQ(swiGluForward(hostCtx(), f), Status::Ok);
+  SwiGluBackwardArgs b{DType::BF16, gub.data(), gub.data() + cols, dy.data(),
+                       dg.data(),   du.data(),  rows,              cols,
+                       2 * cols,    2 * cols};
+  ASSERT_EQ(swiGluBackward(hostCtx(), b), Status::Ok);
+  SwiGluBackwardArgs fused = b;
+  fused.dgate = dg2.data();
+  fused.dup = du2.data();
+  fused.y = yBwd.data();
+  ASSERT_EQ(swiGluBackward(hostCtx(), fused), Status::Ok);
+  EXPECT_EQ(std::memcmp(yFwd.data(), yBwd.data(), yFwd.size() * sizeof(bf16)),
+            0);
+  EXPECT_EQ(std::memcmp(dg.data(), dg2.data(), dg.size() * sizeof(bf16)), 0);
+  EXPECT_EQ(std::memcmp(du.data(), du2.data(), du.size() * sizeof(bf16)), 0);
 }
 
 TEST(DenseRef, SigmoidGateFiniteDifferences) {
