@@ -184,6 +184,15 @@ for _name, _rc in (("elem46-noff", ELEM46), ("elem46-fc1-noff", ELEM46_FC1)):
     ARMS[_name] = (["--recompute-modules=" + ",".join(_rc)],
                    "recompute " + ",".join(_rc) + ", nothing offloaded")
 
+# The recompute-only elementwise arm with its SwiGLU rebuilt by a separate
+# clone kernel (--fuse-recompute=false, the behaviour before
+# train-fuse-recompute): against elem46-noff, what the fused recompute saves
+# at one placement, measured in the same run. Not a default arm.
+ARMS["elem46-noff-clone"] = (ARMS["elem46-noff"][0] +
+                             ["--fuse-recompute=false"],
+                             ARMS["elem46-noff"][1] + "; SwiGLU recomputed "
+                             "by a clone kernel, not in its backward")
+
 # Placements the compiler chooses for a goal (train-plan-budget,
 # actplace-compile --activation-cut / --step-budget) under the run-9
 # profile, the op times of the fused-loss step with copies costing 0.68 ms

@@ -74,6 +74,41 @@ Block *stepBody(ModuleOp module) {
   return nullptr;
 }
 
+/// Undoes train-fuse-recompute on an unplaced body (clones and waits
+/// already replaced): the SwiGLU backward loses its output and the split
+/// linear backward is one train.linear_grad of the forward activation again,
+/// at the dx op's place. The erased ops are those fusedRecomputeOps lists.
+void unfuseRecompute(Block &body) {
+  for (FusedRecompute f : fusedRecomputes(body)) {
+    SwiGLUOp fwd;
+    for (SwiGLUOp s : body.getOps<SwiGLUOp>())
+      if (!s->hasAttr(kRecomputedAttrName) && s.getGate() == f.grad.getGate() &&
+          s.getUp() == f.grad.getUp()) {
+        fwd = s;
+        break;
+      }
+    if (!fwd)
+      continue;
+    OpBuilder b(f.dx);
+    auto whole = LinearGradOp::create(
+        b, f.dx.getLoc(), f.dx.getType(), fwd.getResult(), f.dx.getWeight(),
+        f.dx.getResultGrad(), f.dw ? f.dw.getWeightGradAttr() : nullptr,
+        f.dx.getScope());
+    f.dx.getResult().replaceAllUsesWith(whole.getInputGrad());
+    b.setInsertionPoint(f.grad);
+    auto grad = SwiGLUGradOp::create(
+        b, f.grad.getLoc(), f.grad.getGateGrad().getType(),
+        f.grad.getUpGrad().getType(), Type(), f.grad.getGate(), f.grad.getUp(),
+        whole.getInputGrad(), f.grad.getScope());
+    f.grad.getGateGrad().replaceAllUsesWith(grad.getGateGrad());
+    f.grad.getUpGrad().replaceAllUsesWith(grad.getUpGrad());
+    if (f.dw)
+      f.dw.erase();
+    f.grad.erase();
+    f.dx.erase();
+  }
+}
+
 void unplaceWith(Block &body,
                  const llvm::DenseMap<Operation *, Operation *> &originals) {
   for (Operation &op : body)
@@ -82,6 +117,7 @@ void unplaceWith(Block &body,
   for (auto [clone, fwd] : originals)
     for (auto [c, f] : llvm::zip(clone->getResults(), fwd->getResults()))
       c.replaceAllUsesWith(f);
+  unfuseRecompute(body);
   SmallVector<Operation *> dead;
   for (Operation &op : llvm::reverse(body))
     if (isa<WaitOp, ReloadOp, OffloadOp>(op) || originals.count(&op))
@@ -133,6 +169,24 @@ ap::train::recomputedOriginals(Block &body) {
       }
   }
   return forwardOf;
+}
+
+SmallVector<FusedRecompute> ap::train::fusedRecomputes(Block &body) {
+  SmallVector<FusedRecompute> found;
+  for (SwiGLUGradOp grad : body.getOps<SwiGLUGradOp>()) {
+    if (!grad.getOutput())
+      continue;
+    auto dx = grad.getResultGrad().getDefiningOp<LinearInputGradOp>();
+    if (!dx)
+      continue;
+    LinearGradOp dw;
+    for (Operation *user : grad.getOutput().getUsers())
+      if (auto l = dyn_cast<LinearGradOp>(user);
+          l && !l.getInputGrad() && l.getInput() == grad.getOutput())
+        dw = l;
+    found.push_back({grad, dx, dw});
+  }
+  return found;
 }
 
 void ap::train::unplace(Block &body) {
@@ -407,6 +461,11 @@ PlacementMemoryDelta PlacementMemoryDelta::compute(ModuleOp placed,
     for (Operation &op : *body)
       if (isa<OffloadOp, ReloadOp, WaitOp>(op) || originals.count(&op))
         erased.insert(&op);
+    for (FusedRecompute f : fusedRecomputes(*body))
+      for (Operation *op : {f.grad.getOperation(), f.dx.getOperation(),
+                            f.dw ? f.dw.getOperation() : nullptr})
+        if (op)
+          erased.insert(op);
   }
   for (auto [p, u] : llvm::zip_equal(placedOps, unplacedOps)) {
     if (erased.count(u))

@@ -36,6 +36,7 @@
 #ifndef ACTPLACE_PASSES_ANALYSIS_MEMORYTIMELINE_H
 #define ACTPLACE_PASSES_ANALYSIS_MEMORYTIMELINE_H
 
+#include "dialect/train/TrainOps.h"
 #include "passes/analysis/CostModel.h"
 #include "passes/analysis/StreamSimulation.h"
 
@@ -166,8 +167,21 @@ recomputedOriginals(mlir::Block &body);
 
 /// Undoes placement in `body`: waits read the offloaded value again,
 /// recompute clones (recomputedOriginals) are replaced by the forward ops
-/// they copy, and offloads, reloads, waits and those clones are erased.
+/// they copy, fused recomputes (fusedRecomputes) are split back, and
+/// offloads, reloads, waits and those clones are erased.
 void unplace(mlir::Block &body);
+
+/// The ops train-fuse-recompute made: a train.swiglu_grad that also writes
+/// the activation, the train.linear_input_grad that feeds it and the
+/// train.linear_grad (dW only, null when the weight is frozen) that reads
+/// the activation. unplace turns each back into a linear_grad and a plain
+/// swiglu_grad.
+struct FusedRecompute {
+  SwiGLUGradOp grad;
+  LinearInputGradOp dx;
+  LinearGradOp dw;
+};
+llvm::SmallVector<FusedRecompute> fusedRecomputes(mlir::Block &body);
 
 /// One named term of the difference between the unplaced and the placed
 /// step at a point that is not an off-device value.

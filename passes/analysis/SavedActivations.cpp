@@ -26,8 +26,8 @@ std::string Scope::str() const {
 bool SavedActivations::isBackwardOp(Operation *op) {
   if (op->hasAttr(kRecomputedAttrName) || isa<ReloadOp, WaitOp>(op))
     return true;
-  return isa<EmbeddingGradOp, LinearGradOp, LinearInputGradOp, RMSNormGradOp, GatedRMSNormGradOp,
-             L2NormGradOp, ShortConvGradOp, GDNGatesGradOp,
+  return isa<EmbeddingGradOp, LinearGradOp, LinearInputGradOp, RMSNormGradOp,
+             GatedRMSNormGradOp, L2NormGradOp, ShortConvGradOp, GDNGatesGradOp,
              GatedDeltaRuleGradOp, RoPEGradOp, AttentionGradOp,
              OutputGateGradOp, SwiGLUGradOp, SliceGradOp, ExpandGradOp,
              LMHeadCrossEntropyGradOp, LMHeadCrossEntropyWithGradOp>(op);

@@ -46,8 +46,7 @@ Candidate match(SwiGLUGradOp grad) {
   if (grad.getOutput())
     return {};
   auto linear = grad.getResultGrad().getDefiningOp<LinearGradOp>();
-  if (!linear || !linear.getInputGrad() ||
-      !linear.getInputGrad().hasOneUse())
+  if (!linear || !linear.getInputGrad() || !linear.getInputGrad().hasOneUse())
     return {};
   auto act = linear.getInput().getDefiningOp<SwiGLUOp>();
   // Only a clone (train.recomputed) whose one reader is this linear: a kept
@@ -85,14 +84,13 @@ struct TrainFuseRecomputePass
       bool needsAct = static_cast<bool>(linear.getWeightGradAttr());
       auto rebuilt = SwiGLUGradOp::create(
           b, grad.getLoc(), grad.getGateGrad().getType(),
-          grad.getUpGrad().getType(),
-          needsAct ? c.act.getType() : Type(), grad.getGate(), grad.getUp(),
-          dx, grad.getScope());
+          grad.getUpGrad().getType(), needsAct ? c.act.getType() : Type(),
+          grad.getGate(), grad.getUp(), dx, grad.getScope());
       if (needsAct)
         LinearGradOp::create(b, linear.getLoc(), /*input_grad=*/Type(),
                              rebuilt.getOutput(), linear.getWeight(),
-                             linear.getResultGrad(),
-                             linear.getWeightGradAttr(), linear.getScope());
+                             linear.getResultGrad(), linear.getWeightGradAttr(),
+                             linear.getScope());
       grad.getGateGrad().replaceAllUsesWith(rebuilt.getGateGrad());
       grad.getUpGrad().replaceAllUsesWith(rebuilt.getUpGrad());
       grad.erase();

@@ -339,8 +339,8 @@ void TrainPlacementReportPass::runOnOperation() {
     // memory-bound, and the rest is the backward it runs anyway.
     if (auto grad = dyn_cast<SwiGLUGradOp>(so.op); grad && grad.getOutput()) {
       int64_t all = 0;
-      for (Value v : llvm::concat<Value>(so.op->getOperands(),
-                                         so.op->getResults()))
+      for (Value v :
+           llvm::concat<Value>(so.op->getOperands(), so.op->getResults()))
         all += tensorBytes(v.getType());
       seconds *= double(tensorBytes(grad.getOutput().getType())) /
                  double(std::max<int64_t>(all, 1));

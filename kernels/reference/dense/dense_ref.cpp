@@ -193,7 +193,8 @@ template <class T> Status swiGluForward(const SwiGluForwardArgs &a) {
   for (int64_t r = 0; r < a.rows; ++r)
     for (int64_t c = 0; c < a.cols; ++c) {
       A gv = load(g[r * gs + c]);
-      y[r * ys + c] = store<T>(swiGluValue(gv, sigmoid(gv), load(u[r * us + c])));
+      y[r * ys + c] =
+          store<T>(swiGluValue(gv, sigmoid(gv), load(u[r * us + c])));
     }
   return Status::Ok;
 }

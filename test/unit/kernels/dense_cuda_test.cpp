@@ -530,8 +530,8 @@ TEST_F(DenseCuda, SwiGluBackwardRebuildsForwardBits) {
     ASSERT_NO_FATAL_FAILURE(c.run(ctx));
     Dev<bf16> y2(c.rows * c.cols), dg2(c.rows * c.cols), du2(c.rows * c.cols);
     y2.poison(0xFF);
-    SwiGluBackwardArgs a{DType::BF16, c.dG.p, c.dU.p, c.dDy.p, dg2.p,
-                         du2.p,       c.rows, c.cols};
+    SwiGluBackwardArgs a{DType::BF16, c.dG.p, c.dU.p, c.dDy.p,
+                         dg2.p,       du2.p,  c.rows, c.cols};
     a.y = y2.p;
     ASSERT_EQ(swiGluBackward(ctx, a), Status::Ok);
     sync();

@@ -460,9 +460,10 @@ TEST(DenseRef, SwiGluBackwardRebuildsForwardBitsBf16) {
                       yFwd.data(), rows,       cols,
                       2 * cols,    2 * cols,   0};
   ASSERT_EQ(swiGluForward(hostCtx(), f), Status::Ok);
-  SwiGluBackwardArgs b{DType::BF16, gub.data(), gub.data() + cols, dy.data(),
-                       dg.data(),   du.data(),  rows,              cols,
-                       2 * cols,    2 * cols};
+  SwiGluBackwardArgs b{DType::BF16, gub.data(), gub.data() + cols,
+                       dy.data(),   dg.data(),  du.data(),
+                       rows,        cols,       2 * cols,
+                       2 * cols};
   ASSERT_EQ(swiGluBackward(hostCtx(), b), Status::Ok);
   SwiGluBackwardArgs fused = b;
   fused.dgate = dg2.data();

@@ -1,0 +1,48 @@
+// RUN: actplace-import %models/tiny-hybrid.json --seq 64 | actplace-opt -train-autodiff -o %t.mlir
+// RUN: actplace-opt %t.mlir -train-recompute=recompute-modules=mlp_act -train-fuse-recompute --verify-roundtrip | FileCheck %s --check-prefix=FUSED
+// RUN: actplace-opt %t.mlir -train-recompute=recompute-modules=mlp_act -train-fuse-recompute -train-print-saved-activations -o /dev/null | FileCheck %s --check-prefix=SAVED
+// RUN: actplace-opt %t.mlir -train-recompute=recompute-modules=mlp_act -train-fuse-recompute=fuse-recompute=false | FileCheck %s --check-prefix=CLONE
+// RUN: actplace-opt %t.mlir -train-recompute=recompute-modules=mlp_act -train-fuse-recompute '--remarks-filter=actplace.*' -o /dev/null 2>&1 | FileCheck %s --check-prefix=REMARK
+// Nothing recomputed: a kept SwiGLU stays as it is.
+// RUN: actplace-opt %t.mlir -train-fuse-recompute -o %t.kept.mlir && diff %t.mlir %t.kept.mlir
+// A frozen down projection has no weight gradient: nothing reads the
+// activation, so the backward does not write it.
+// RUN: actplace-import %models/tiny-hybrid.json --seq 64 --freeze=model.layers.1.mlp.down_proj | actplace-opt -train-autodiff -train-recompute=recompute-modules=mlp_act -train-fuse-recompute | FileCheck %s --check-prefix=FROZEN
+// The report undoes the fusion for its "before" step: the unplaced peaks
+// are the same as with the clone, and the fused op is charged to the scope.
+// RUN: actplace-opt %t.mlir '-train-placement-pipeline=recompute-modules=mlp_act report=true report-file=%t.fused.txt' -o /dev/null
+// RUN: actplace-opt %t.mlir '-train-placement-pipeline=recompute-modules=mlp_act fuse-recompute=false report=true report-file=%t.clone.txt' -o /dev/null
+// RUN: grep -o "peak: [0-9]* ->" %t.fused.txt > %t.fused.before
+// RUN: grep -o "peak: [0-9]* ->" %t.clone.txt | diff - %t.fused.before
+// RUN: FileCheck %s --check-prefix=REPORT < %t.fused.txt
+
+// REPORT: recompute L1.mlp_act: 1 ops, {{[0-9.]+}} us per microbatch, 16384 bytes spared
+
+// The forward SwiGLU is recorded as recomputed; in backward, dx of the down
+// projection first (without reading the activation), then the SwiGLU
+// backward that also writes the activation, then dW from it.
+// FUSED: %[[ACT:[0-9]+]] = train.swiglu %[[G:[0-9]+]], %[[U:[0-9]+]] scope<1, mlp_act> {train.placement = ["recompute"]}
+// FUSED: train.linear %[[ACT]], %[[W:[0-9]+]] scope<1, mlp_fc2>
+// FUSED: %[[DA:[0-9]+]] = train.linear_input_grad %[[W]], %[[DY:[0-9]+]] scope<1, mlp_fc2> :
+// FUSED-NEXT: %{{.*}}, %{{.*}}, %[[OUT:.*]] = train.swiglu_grad %[[G]], %[[U]], %[[DA]] scope<1, mlp_act> :
+// FUSED-SAME: -> (tensor<1x64x128xbf16>, tensor<1x64x128xbf16>, tensor<1x64x128xbf16>)
+// FUSED-NEXT: train.linear_grad %[[OUT]], %[[W]], %[[DY]] scope<1, mlp_fc2> {weight_grad = @model.layers.1.mlp.down_proj.weight} : {{.*}} -> ()
+// FUSED-NOT: train.recomputed
+
+// SAVED-NOT: mlp_act tensor
+// SAVED: saved activations:
+// SAVED-NOT: mlp_act tensor
+
+// CLONE: train.swiglu {{.*}} scope<1, mlp_act> {train.recomputed}
+// CLONE-NEXT: train.linear_grad
+// CLONE-NOT: train.linear_input_grad
+
+// REMARK-COUNT-3: remark: [Passed] fuse-recompute | Category:actplace-placement:L{{[135]}}.mlp_act | Remark="recomputed train.swiglu of L{{[135]}}.mlp_act inside its train.swiglu_grad
+
+// Backward runs layer 3 (trainable) before layer 1 (frozen).
+// FROZEN: train.linear_input_grad {{.*}} scope<3, mlp_fc2>
+// FROZEN-NEXT: train.swiglu_grad {{.*}} -> (tensor<1x64x128xbf16>, tensor<1x64x128xbf16>, tensor<1x64x128xbf16>)
+// FROZEN-NEXT: train.linear_grad {{.*}} scope<3, mlp_fc2>
+// FROZEN: %[[DA:[0-9]+]] = train.linear_input_grad {{.*}} scope<1, mlp_fc2>
+// FROZEN-NEXT: train.swiglu_grad %{{.*}}, %{{.*}}, %[[DA]] scope<1, mlp_act> : {{.*}} -> (tensor<1x64x128xbf16>, tensor<1x64x128xbf16>){{$}}
+// FROZEN-NOT: train.linear_grad {{.*}} scope<1, mlp_fc2>
