@@ -663,8 +663,11 @@ LogicalResult Emitter::emitKernel(Operation *op, int indent) {
     close("embeddingBackward");
     return success();
   }
-  if (callee == "train.rms_norm" || callee == "train.rms_norm_grad") {
+  if (callee == "train.rms_norm" || callee == "train.rms_norm_grad" ||
+      callee == "train.rms_norm_grad_rebuild") {
     bool fwd = callee == "train.rms_norm";
+    // The rebuilding backward's second result is the forward's output.
+    bool rebuildsY = callee == "train.rms_norm_grad_rebuild";
     if (fwd ? failed(expectCounts(2, 2)) : ins.size() != 4)
       return fwd ? failure()
                  : op->emitError(
@@ -693,6 +696,8 @@ LogicalResult Emitter::emitKernel(Operation *op, int indent) {
       set("dy", ptr(ins[3]));
       if (results >= 1)
         set("dx", ptr(outs[0]));
+      if (rebuildsY && results == 2)
+        set("y", ptr(outs[1]));
       if (grads >= 1)
         set("dw", ptr(outs[results]));
       set("rows", std::to_string(rows));

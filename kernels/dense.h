@@ -94,6 +94,10 @@ struct RmsNormBackwardArgs {
   int64_t rows = 0, dim = 0;
   int64_t xStride = 0, dyStride = 0, dxStride = 0;
   bool zeroCentered = true;
+  /// With y, also the forward's output from x and the saved rstd,
+  /// bit-identical to rmsNormForward's (train-fuse-recompute); null: skip.
+  void *y = nullptr;
+  int64_t yStride = 0;
 };
 
 /// Scratch for the fixed-order dw reduction (per-block partial sums).

@@ -41,7 +41,8 @@ struct PlacementPipelineOptions
                               llvm::cl::desc("JSON device profile")};
   Option<bool> fuseRecompute{
       *this, "fuse-recompute", llvm::cl::init(true),
-      llvm::cl::desc("Rebuild a recomputed SwiGLU in its backward kernel")};
+      llvm::cl::desc(
+          "Rebuild a recomputed SwiGLU or RMSNorm in its backward kernel")};
   Option<bool> report{*this, "report", llvm::cl::init(false),
                       llvm::cl::desc("Print the placement report")};
   Option<std::string> reportFormat{*this, "report-format",
@@ -81,7 +82,8 @@ void registerAllActplacePasses() {
   registerActplacePasses();
   mlir::PassPipelineRegistration<PlacementPipelineOptions>(
       "train-placement-pipeline",
-      "Placement in order: verify the options, recompute, fuse recompute, offload scopes, "
+      "Placement in order: verify the options, recompute, fuse recompute, "
+      "offload scopes, "
       "prefetch anchors (and the report with report=true)",
       buildPlacementPipeline);
 }

@@ -126,7 +126,7 @@ defvar PlacementOptions = [
   Option<"profile", "profile", "std::string", "\"\"",
          "JSON device profile overriding the cost model's constants">,
   Option<"fuseRecompute", "fuse-recompute", "bool", "true",
-         "Rebuild a recomputed SwiGLU inside its backward kernel instead of by a clone (train-fuse-recompute; same bits)">,
+         "Rebuild a recomputed SwiGLU or RMSNorm inside its backward kernel instead of by a clone (train-fuse-recompute; same bits)">,
 ];
 
 def TrainVerifyPlacementConfig : Pass<"train-verify-placement-config", "mlir::ModuleOp"> {
@@ -155,18 +155,19 @@ def TrainRecompute : Pass<"train-recompute", "mlir::ModuleOp"> {
 }
 
 def TrainFuseRecompute : Pass<"train-fuse-recompute", "mlir::ModuleOp"> {
-  let summary = "Fold a recomputed SwiGLU into its backward kernel";
+  let summary = "Fold a recomputed SwiGLU or RMSNorm into its backward kernel";
   let description = [{
-    After train-recompute, a recomputed `train.swiglu` whose only reader is
-    the weight gradient of the linear after it (mlp_fc2) reads gate and up a
-    second time, just before `train.swiglu_grad` reads them again. This pass
-    splits that `train.linear_grad` into `train.linear_input_grad` (dx, in
-    its place), the SwiGLU backward with its `output` result (the
-    activation, the forward's bits), and a `train.linear_grad` without
-    result (dW) right after it, and drops the clone. The weight gradient is
-    the same sum of the same products, so no bit changes; the activation
-    costs one write instead of a kernel that reads twice as much. Off with
-    fuse-recompute=false.
+    After train-recompute, a recomputed `train.swiglu` or `train.rms_norm`
+    whose output only the weight gradients of the linears after it read
+    (mlp_fc2; the projections after attn_norm and mlp_norm) is rebuilt by
+    its own backward, which reads the same inputs anyway. Each of those
+    `train.linear_grad` ops is split into `train.linear_input_grad` (dx, in
+    its place) and a `train.linear_grad` without result (dW) right after
+    the backward: `train.swiglu_grad` with its `output` result, or
+    `train.rms_norm_grad_rebuild`, which reads the forward's saved rstd.
+    The clone is dropped. dW is the same sum of the same products, so no bit
+    changes; the activation costs one store instead of a kernel that reads
+    its inputs again. Off with fuse-recompute=false.
   }];
   let options = PlacementOptions;
 }

@@ -76,6 +76,21 @@ def Train_RMSNormGradOp : Train_AccumulatingGradOp<"rms_norm_grad"> {
   let results = (outs Optional<Train_AnyFloatTensor>:$input_grad);
 }
 
+def Train_RMSNormGradRebuildOp : Train_AccumulatingGradOp<"rms_norm_grad_rebuild"> {
+  let summary = "RMSNorm backward that also writes the forward output";
+  let description = [{
+    `train.rms_norm_grad` whose second result is the forward's y = x rstd
+    w, bit for bit, from the saved rstd: a recomputed norm rebuilt by the
+    backward that reads x anyway (train-fuse-recompute), for the weight
+    gradients of the linears that read it, which follow this op.
+  }];
+  let arguments = (ins Train_AnyFloatTensor:$input, Train_Float1D:$weight,
+                       Train_F32Tensor:$rstd, Train_AnyFloatTensor:$result_grad,
+                       UnitAttr:$zero_centered,
+                       OptionalAttr<FlatSymbolRefAttr>:$weight_grad, Train_ScopeAttr:$scope);
+  let results = (outs Train_AnyFloatTensor:$input_grad, Train_AnyFloatTensor:$output);
+}
+
 def Train_GatedRMSNormGradOp : Train_AccumulatingGradOp<"gated_rms_norm_grad"> {
   let summary = "gated RMSNorm backward (model-math.md 1.5 ix)";
   let arguments = (ins Train_Float4D:$input, Train_Float4D:$gate, Train_Float1D:$weight,

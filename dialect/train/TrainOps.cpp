@@ -517,6 +517,7 @@ static void accumulateEffects(
 AP_ACCUMULATING_EFFECTS(EmbeddingGradOp, getWeightGradAttr())
 AP_ACCUMULATING_EFFECTS(LinearGradOp, getWeightGradAttr())
 AP_ACCUMULATING_EFFECTS(RMSNormGradOp, getWeightGradAttr())
+AP_ACCUMULATING_EFFECTS(RMSNormGradRebuildOp, getWeightGradAttr())
 AP_ACCUMULATING_EFFECTS(GatedRMSNormGradOp, getWeightGradAttr())
 AP_ACCUMULATING_EFFECTS(ShortConvGradOp, getWeightGradAttr())
 AP_ACCUMULATING_EFFECTS(GDNGatesGradOp, getALogGradAttr(), getDtBiasGradAttr())

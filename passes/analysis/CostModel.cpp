@@ -325,6 +325,12 @@ OpCost CostModel::cost(Operation *op) const {
               c.bytes += mainGradBytes(n.getWeight());
             return true;
           })
+          .Case([&](RMSNormGradRebuildOp n) {
+            c.bytes = operandAndResultBytes(op);
+            if (n.getWeightGradAttr())
+              c.bytes += mainGradBytes(n.getWeight());
+            return true;
+          })
           .Case([&](GatedRMSNormGradOp n) {
             c.bytes = operandAndResultBytes(op);
             if (n.getWeightGradAttr())
@@ -471,11 +477,18 @@ OpCost CostModel::cost(Operation *op) const {
   // linear_grad; a profile timed before the split has only the whole op.
   if (isa<LinearInputGradOp>(op) && scaled == prof.opScale.end())
     scaled = prof.opScale.find(LinearGradOp::getOperationName().str());
+  // The rebuilding norm backward is the norm backward kernel with one more
+  // store.
+  if (isa<RMSNormGradRebuildOp>(op) && scaled == prof.opScale.end())
+    scaled = prof.opScale.find(RMSNormGradOp::getOperationName().str());
   double scale =
       scaled == prof.opScale.end() ? prof.computeScale : scaled->second;
-  c.seconds =
-      scale * (prof.launchLatency +
-               std::max(c.flops / prof.peakFlops, c.bytes / prof.memBandwidth));
+  // A linear_grad with dx and dW is already two GEMM launches under one
+  // op's latency; split by train-fuse-recompute it is the same two
+  // launches, so the dx half adds no latency of its own.
+  double latency = isa<LinearInputGradOp>(op) ? 0.0 : prof.launchLatency;
+  c.seconds = scale * (latency + std::max(c.flops / prof.peakFlops,
+                                          c.bytes / prof.memBandwidth));
   return c;
 }
 

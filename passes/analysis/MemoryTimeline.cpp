@@ -75,37 +75,66 @@ Block *stepBody(ModuleOp module) {
 }
 
 /// Undoes train-fuse-recompute on an unplaced body (clones and waits
-/// already replaced): the SwiGLU backward loses its output and the split
-/// linear backward is one train.linear_grad of the forward activation again,
-/// at the dx op's place. The erased ops are those fusedRecomputeOps lists.
+/// already replaced): the backward loses its output and each split linear
+/// backward is one train.linear_grad of the forward activation again, at
+/// its dx op's place. The erased ops are those fusedRecomputes lists.
 void unfuseRecompute(Block &body) {
   for (FusedRecompute f : fusedRecomputes(body)) {
-    SwiGLUOp fwd;
-    for (SwiGLUOp s : body.getOps<SwiGLUOp>())
-      if (!s->hasAttr(kRecomputedAttrName) && s.getGate() == f.grad.getGate() &&
-          s.getUp() == f.grad.getUp()) {
-        fwd = s;
-        break;
-      }
-    if (!fwd)
+    // The forward op the activation copies: same inputs, not a clone.
+    Value forward;
+    if (auto grad = dyn_cast<SwiGLUGradOp>(f.grad)) {
+      for (SwiGLUOp s : body.getOps<SwiGLUOp>())
+        if (!s->hasAttr(kRecomputedAttrName) && s.getGate() == grad.getGate() &&
+            s.getUp() == grad.getUp())
+          forward = s.getResult();
+    } else if (auto grad = dyn_cast<RMSNormGradRebuildOp>(f.grad)) {
+      for (RMSNormOp n : body.getOps<RMSNormOp>())
+        if (!n->hasAttr(kRecomputedAttrName) &&
+            n.getInput() == grad.getInput() &&
+            n.getWeight() == grad.getWeight())
+          forward = n.getResult();
+    }
+    if (!forward)
       continue;
-    OpBuilder b(f.dx);
-    auto whole = LinearGradOp::create(
-        b, f.dx.getLoc(), f.dx.getType(), fwd.getResult(), f.dx.getWeight(),
-        f.dx.getResultGrad(), f.dw ? f.dw.getWeightGradAttr() : nullptr,
-        f.dx.getScope());
-    f.dx.getResult().replaceAllUsesWith(whole.getInputGrad());
+    OpBuilder b(f.grad);
+    auto whole = [&](LinearInputGradOp dx, LinearGradOp dw) {
+      b.setInsertionPoint(dx ? dx.getOperation() : dw.getOperation());
+      Operation *at = dx ? dx.getOperation() : dw.getOperation();
+      auto l =
+          LinearGradOp::create(b, at->getLoc(), dx ? dx.getType() : Type(),
+                               forward, dx ? dx.getWeight() : dw.getWeight(),
+                               dx ? dx.getResultGrad() : dw.getResultGrad(),
+                               dw ? dw.getWeightGradAttr() : nullptr,
+                               dx ? dx.getScope() : dw.getScope());
+      if (dx) {
+        dx.getResult().replaceAllUsesWith(l.getInputGrad());
+        dx.erase();
+      }
+      if (dw)
+        dw.erase();
+    };
+    for (auto [dx, dw] : f.linears)
+      whole(dx, dw);
+    if (f.unpairedDx)
+      whole(f.unpairedDx, LinearGradOp());
     b.setInsertionPoint(f.grad);
-    auto grad = SwiGLUGradOp::create(
-        b, f.grad.getLoc(), f.grad.getGateGrad().getType(),
-        f.grad.getUpGrad().getType(), Type(), f.grad.getGate(), f.grad.getUp(),
-        whole.getInputGrad(), f.grad.getScope());
-    f.grad.getGateGrad().replaceAllUsesWith(grad.getGateGrad());
-    f.grad.getUpGrad().replaceAllUsesWith(grad.getUpGrad());
-    if (f.dw)
-      f.dw.erase();
-    f.grad.erase();
-    f.dx.erase();
+    if (auto grad = dyn_cast<SwiGLUGradOp>(f.grad)) {
+      auto plain = SwiGLUGradOp::create(
+          b, grad.getLoc(), grad.getGateGrad().getType(),
+          grad.getUpGrad().getType(), Type(), grad.getGate(), grad.getUp(),
+          grad.getResultGrad(), grad.getScope());
+      grad.getGateGrad().replaceAllUsesWith(plain.getGateGrad());
+      grad.getUpGrad().replaceAllUsesWith(plain.getUpGrad());
+    } else {
+      auto norm = cast<RMSNormGradRebuildOp>(f.grad);
+      auto plain = RMSNormGradOp::create(
+          b, norm.getLoc(), norm.getInputGrad().getType(), norm.getInput(),
+          norm.getWeight(), norm.getRstd(), norm.getResultGrad(),
+          norm.getZeroCenteredAttr(), norm.getWeightGradAttr(),
+          norm.getScope());
+      norm.getInputGrad().replaceAllUsesWith(plain.getInputGrad());
+    }
+    f.grad->erase();
   }
 }
 
@@ -173,18 +202,35 @@ ap::train::recomputedOriginals(Block &body) {
 
 SmallVector<FusedRecompute> ap::train::fusedRecomputes(Block &body) {
   SmallVector<FusedRecompute> found;
-  for (SwiGLUGradOp grad : body.getOps<SwiGLUGradOp>()) {
-    if (!grad.getOutput())
+  for (Operation &op : body) {
+    FusedRecompute f;
+    f.grad = &op;
+    if (auto grad = dyn_cast<SwiGLUGradOp>(op)) {
+      f.output = grad.getOutput();
+      // A frozen down projection: the dx op is still split, with no dW.
+      auto dx = grad.getResultGrad().getDefiningOp<LinearInputGradOp>();
+      if (!f.output && dx)
+        f.unpairedDx = dx;
+      else if (!f.output)
+        continue;
+    } else if (auto grad = dyn_cast<RMSNormGradRebuildOp>(op)) {
+      f.output = grad.getOutput();
+    } else {
       continue;
-    auto dx = grad.getResultGrad().getDefiningOp<LinearInputGradOp>();
-    if (!dx)
-      continue;
-    LinearGradOp dw;
-    for (Operation *user : grad.getOutput().getUsers())
-      if (auto l = dyn_cast<LinearGradOp>(user);
-          l && !l.getInputGrad() && l.getInput() == grad.getOutput())
-        dw = l;
-    found.push_back({grad, dx, dw});
+    }
+    if (f.output)
+      for (Operation *user : f.output.getUsers()) {
+        auto dw = dyn_cast<LinearGradOp>(user);
+        if (!dw || dw.getInputGrad() || dw.getInput() != f.output)
+          continue;
+        LinearInputGradOp dx;
+        for (Operation *u : dw.getResultGrad().getUsers())
+          if (auto cand = dyn_cast<LinearInputGradOp>(u);
+              cand && cand.getWeight() == dw.getWeight())
+            dx = cand;
+        f.linears.push_back({dx, dw});
+      }
+    found.push_back(f);
   }
   return found;
 }
@@ -461,11 +507,16 @@ PlacementMemoryDelta PlacementMemoryDelta::compute(ModuleOp placed,
     for (Operation &op : *body)
       if (isa<OffloadOp, ReloadOp, WaitOp>(op) || originals.count(&op))
         erased.insert(&op);
-    for (FusedRecompute f : fusedRecomputes(*body))
-      for (Operation *op : {f.grad.getOperation(), f.dx.getOperation(),
-                            f.dw ? f.dw.getOperation() : nullptr})
-        if (op)
-          erased.insert(op);
+    for (const FusedRecompute &f : fusedRecomputes(*body)) {
+      erased.insert(f.grad);
+      if (f.unpairedDx)
+        erased.insert(f.unpairedDx);
+      for (auto [dx, dw] : f.linears) {
+        if (dx)
+          erased.insert(dx);
+        erased.insert(dw);
+      }
+    }
   }
   for (auto [p, u] : llvm::zip_equal(placedOps, unplacedOps)) {
     if (erased.count(u))

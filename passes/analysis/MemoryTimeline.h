@@ -171,15 +171,18 @@ recomputedOriginals(mlir::Block &body);
 /// offloads, reloads, waits and those clones are erased.
 void unplace(mlir::Block &body);
 
-/// The ops train-fuse-recompute made: a train.swiglu_grad that also writes
-/// the activation, the train.linear_input_grad that feeds it and the
-/// train.linear_grad (dW only, null when the weight is frozen) that reads
-/// the activation. unplace turns each back into a linear_grad and a plain
-/// swiglu_grad.
+/// The ops train-fuse-recompute made: a backward that also writes a
+/// recomputed activation (train.swiglu_grad with its output, or
+/// train.rms_norm_grad_rebuild) and each linear backward it split, as its
+/// train.linear_input_grad (null when it had no dx) and its dW-only
+/// train.linear_grad, which reads the activation. unplace turns them back
+/// into the plain backward and whole linear_grads of the forward value.
 struct FusedRecompute {
-  SwiGLUGradOp grad;
-  LinearInputGradOp dx;
-  LinearGradOp dw;
+  mlir::Operation *grad = nullptr;
+  mlir::Value output;
+  llvm::SmallVector<std::pair<LinearInputGradOp, LinearGradOp>> linears;
+  /// For a SwiGLU whose linear is frozen: the dx op with no dW partner.
+  LinearInputGradOp unpairedDx;
 };
 llvm::SmallVector<FusedRecompute> fusedRecomputes(mlir::Block &body);
 

@@ -26,7 +26,7 @@ std::string Scope::str() const {
 bool SavedActivations::isBackwardOp(Operation *op) {
   if (op->hasAttr(kRecomputedAttrName) || isa<ReloadOp, WaitOp>(op))
     return true;
-  return isa<EmbeddingGradOp, LinearGradOp, LinearInputGradOp, RMSNormGradOp,
+  return isa<EmbeddingGradOp, LinearGradOp, LinearInputGradOp, RMSNormGradOp, RMSNormGradRebuildOp,
              GatedRMSNormGradOp, L2NormGradOp, ShortConvGradOp, GDNGatesGradOp,
              GatedDeltaRuleGradOp, RoPEGradOp, AttentionGradOp,
              OutputGateGradOp, SwiGLUGradOp, SliceGradOp, ExpandGradOp,

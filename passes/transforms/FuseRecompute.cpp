@@ -1,9 +1,9 @@
 //===- FuseRecompute.cpp - train-fuse-recompute ---------------------------===//
 //
-// A recomputed SwiGLU is read by one op in backward: the weight gradient of
-// the linear after it (dW += dy^T act). Its clone reads gate and up, then
-// the SwiGLU backward reads them again right after. Splitting the linear
-// backward lets the SwiGLU backward write the activation itself:
+// A recomputed SwiGLU or RMSNorm is read in backward only by the weight
+// gradients of the linears after it (dW += dy^T y), while its own backward
+// reads the same inputs right after. Splitting those linear backwards lets
+// the op's backward write y itself:
 //
 //   %act = train.swiglu %g, %u {train.recomputed}
 //   %da  = train.linear_grad %act, %w, %dy {weight_grad = @w}
@@ -13,10 +13,13 @@
 //   %dg, %du, %act = train.swiglu_grad %g, %u, %da
 //   train.linear_grad %act, %w, %dy {weight_grad = @w}
 //
-// dx never read x, and dW is the same GEMM on the same bits (the backward
-// kernel writes the forward's expression, kernels/dense.h), so results do
-// not change. The activation costs one write in a kernel that runs anyway
-// instead of a launch that reads two tensors of its size.
+// and a recomputed RMSNorm (the projections' input) becomes one
+// train.rms_norm_grad_rebuild, which reads the forward's saved rstd (a float
+// per row, kept again) and writes y, followed by the projections' dW.
+// dx never read y, and dW is the same GEMM on the same bits (the backward
+// kernels write the forward's expression, kernels/dense.h), so results do
+// not change. y costs one store in a kernel that runs anyway instead of a
+// launch that reads its inputs a second time.
 //
 //===----------------------------------------------------------------------===//
 
@@ -58,6 +61,78 @@ Candidate match(SwiGLUGradOp grad) {
   return {act, linear};
 }
 
+/// The forward op `clone` was copied from: same name, operands and
+/// attributes (but the placement ones), not itself a clone.
+template <typename OpT> OpT forwardOf(OpT clone) {
+  for (OpT op : clone->getBlock()->template getOps<OpT>()) {
+    if (op == clone || op->hasAttr(kRecomputedAttrName) ||
+        !llvm::equal(op->getOperands(), clone->getOperands()))
+      continue;
+    bool same = llvm::all_of(clone->getAttrs(), [&](NamedAttribute a) {
+      return a.getName() == kRecomputedAttrName ||
+             a.getName() == kPlacementAttrName ||
+             op->getAttr(a.getName()) == a.getValue();
+    });
+    if (same)
+      return op;
+  }
+  return {};
+}
+
+/// A recomputed RMSNorm whose output only the weight gradients of linears
+/// read (attn_norm, mlp_norm: the projections after them), and whose rstd
+/// only its backward reads. The backward gets the forward's saved rstd (a
+/// float per row) and writes y; the linears' dW follow it.
+struct NormCandidate {
+  RMSNormOp clone, forward;
+  SmallVector<LinearGradOp> linears;
+};
+
+NormCandidate matchNorm(RMSNormGradOp grad) {
+  auto clone = grad.getRstd().getDefiningOp<RMSNormOp>();
+  if (!clone || !clone->hasAttr(kRecomputedAttrName) || !grad.getInputGrad() ||
+      !clone.getRstd().hasOneUse() || clone.getInput() != grad.getInput() ||
+      clone.getWeight() != grad.getWeight())
+    return {};
+  NormCandidate c{clone, forwardOf(clone), {}};
+  if (!c.forward || !c.forward.getRstd())
+    return {};
+  for (Operation *user : clone.getResult().getUsers()) {
+    auto linear = dyn_cast<LinearGradOp>(user);
+    // A frozen projection's backward would keep reading y without a dW.
+    if (!linear || linear.getInput() != clone.getResult() ||
+        !linear.getWeightGradAttr() || !linear->isBeforeInBlock(grad))
+      return {};
+    c.linears.push_back(linear);
+  }
+  if (c.linears.empty())
+    return {};
+  return c;
+}
+
+/// Splits `linear` into dx at its place (when it has one) and returns the
+/// builder state unchanged; the dW half is built by the caller.
+void splitInputGrad(OpBuilder &b, LinearGradOp linear) {
+  if (!linear.getInputGrad())
+    return;
+  b.setInsertionPoint(linear);
+  Value dx = LinearInputGradOp::create(
+      b, linear.getLoc(), linear.getInputGrad().getType(), linear.getWeight(),
+      linear.getResultGrad(), linear.getScope());
+  linear.getInputGrad().replaceAllUsesWith(dx);
+}
+
+void remarkFused(Operation *clone, StringRef what) {
+  std::string scope = Scope::of(clone).str();
+  remark::passed(clone->getLoc(), remark::RemarkOpts::name("fuse-recompute")
+                                      .category("actplace-placement")
+                                      .subCategory(scope))
+      << ("recomputed " + clone->getName().getStringRef() + " of " + scope +
+          " inside its " + what +
+          "; the weight gradients of the linears that read it follow it")
+             .str();
+}
+
 struct TrainFuseRecomputePass
     : ap::impl::TrainFuseRecomputeBase<TrainFuseRecomputePass> {
   using Base::Base;
@@ -75,10 +150,8 @@ struct TrainFuseRecomputePass
       if (!c.act)
         continue;
       LinearGradOp linear = c.linear;
-      b.setInsertionPoint(linear);
-      Value dx = LinearInputGradOp::create(
-          b, linear.getLoc(), linear.getInputGrad().getType(),
-          linear.getWeight(), linear.getResultGrad(), linear.getScope());
+      splitInputGrad(b, linear);
+      Value dx = grad.getResultGrad();
       b.setInsertionPoint(grad);
       // Without a weight gradient (frozen) nothing reads the activation.
       bool needsAct = static_cast<bool>(linear.getWeightGradAttr());
@@ -95,15 +168,37 @@ struct TrainFuseRecomputePass
       grad.getUpGrad().replaceAllUsesWith(rebuilt.getUpGrad());
       grad.erase();
       linear.erase();
-      Location actLoc = c.act.getLoc();
-      std::string scope = Scope::of(c.act).str();
+      remarkFused(c.act, "train.swiglu_grad");
       c.act.erase();
-      remark::passed(actLoc, remark::RemarkOpts::name("fuse-recompute")
-                                 .category("actplace-placement")
-                                 .subCategory(scope))
-          << ("recomputed train.swiglu of " + scope +
-              " inside its train.swiglu_grad; the weight gradient of the "
-              "next linear follows it");
+      ++fused;
+    }
+    SmallVector<RMSNormGradOp> normGrads;
+    module.walk([&](RMSNormGradOp g) { normGrads.push_back(g); });
+    for (RMSNormGradOp grad : normGrads) {
+      NormCandidate c = matchNorm(grad);
+      if (!c.clone)
+        continue;
+      for (LinearGradOp linear : c.linears)
+        splitInputGrad(b, linear);
+      b.setInsertionPoint(grad);
+      auto rebuilt = RMSNormGradRebuildOp::create(
+          b, grad.getLoc(), grad.getInputGrad().getType(),
+          c.clone.getResult().getType(), grad.getInput(), grad.getWeight(),
+          c.forward.getRstd(), grad.getResultGrad(), grad.getZeroCenteredAttr(),
+          grad.getWeightGradAttr(), grad.getScope());
+      for (LinearGradOp linear : c.linears)
+        LinearGradOp::create(b, linear.getLoc(), /*input_grad=*/Type(),
+                             rebuilt.getOutput(), linear.getWeight(),
+                             linear.getResultGrad(), linear.getWeightGradAttr(),
+                             linear.getScope());
+      grad.getInputGrad().replaceAllUsesWith(rebuilt.getInputGrad());
+      // The forward's rstd is read in backward again: kept (a float a row).
+      recordPlacement(c.forward, 1, "keep: read by the fused recompute");
+      remarkFused(c.clone, "train.rms_norm_grad_rebuild");
+      grad.erase();
+      for (LinearGradOp linear : c.linears)
+        linear.erase();
+      c.clone.erase();
       ++fused;
     }
     if (!fused)

@@ -337,12 +337,17 @@ void TrainPlacementReportPass::runOnOperation() {
     // A backward that also rebuilds a forward value (train-fuse-recompute)
     // is charged the share of its time its extra output writes: it is
     // memory-bound, and the rest is the backward it runs anyway.
-    if (auto grad = dyn_cast<SwiGLUGradOp>(so.op); grad && grad.getOutput()) {
+    Value rebuilt;
+    if (auto grad = dyn_cast<SwiGLUGradOp>(so.op))
+      rebuilt = grad.getOutput();
+    else if (auto norm = dyn_cast<RMSNormGradRebuildOp>(so.op))
+      rebuilt = norm.getOutput();
+    if (rebuilt) {
       int64_t all = 0;
       for (Value v :
            llvm::concat<Value>(so.op->getOperands(), so.op->getResults()))
         all += tensorBytes(v.getType());
-      seconds *= double(tensorBytes(grad.getOutput().getType())) /
+      seconds *= double(tensorBytes(rebuilt.getType())) /
                  double(std::max<int64_t>(all, 1));
     } else if (!so.op->hasAttr(kRecomputedAttrName)) {
       continue;

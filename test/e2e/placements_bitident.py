@@ -4,8 +4,8 @@
 # Compiles the tiny hybrid model with actplace-compile five times (no
 # offload; offload of gdn_core_attn, core_attn, attn_proj with the hide rule
 # off, at fraction 1 and 0.5; recompute of gdn_norm_out; offload and
-# recompute together; SwiGLU recompute fused into its backward and as a
-# clone), trains each for 6 steps on the host
+# recompute together; SwiGLU and RMSNorm recompute fused into their
+# backward and as clones), trains each for 6 steps on the host
 # backend with --fingerprints, and checks (DESIGN.md section 7):
 #   - every step's loss is finite and the binaries exit 0;
 #   - the fingerprints of loss, grads, params and optimizer state are equal
@@ -126,20 +126,28 @@ def main():
             if a["loss"] != b["loss"]:
                 fail("step %d: loss of '%s' differs" % (a["step"], name))
 
-    # The fused binary rebuilds each SwiGLU in its backward launch: one
-    # forward launch per MLP layer where the clone binary has two, and the
-    # same backward launches.
-    def launches(name):
+    # The fused binary rebuilds each SwiGLU and each mlp_norm in its
+    # backward launch: one SwiGLU forward launch per MLP layer where the
+    # clone binary has two, one RMSNorm forward launch fewer per MLP layer
+    # than the clone binary, the same backward launches.
+    def launches(name, op):
         with open(os.path.join(args.work, "train-" + name + ".cpp")) as f:
             src = f.read()
-        return src.count("swiGluForward("), src.count("swiGluBackward(")
-    fwdF, bwdF = launches("recompute-mlp")
-    fwdC, bwdC = launches("recompute-mlp-clone")
+        return (src.count("return " + op + "Forward("),
+                src.count("return " + op + "Backward("))
+    fwdF, bwdF = launches("recompute-mlp", "swiGlu")
+    fwdC, bwdC = launches("recompute-mlp-clone", "swiGlu")
     if not (fwdF > 0 and bwdF == bwdC and fwdC == 2 * fwdF and bwdF == fwdF):
         fail("swiglu launches: fused %d forward / %d backward, clone %d / %d"
              % (fwdF, bwdF, fwdC, bwdC))
-    print("swiglu launches per microbatch: fused %d + %d, clone %d + %d" %
-          (fwdF, bwdF, fwdC, bwdC))
+    nF, nbF = launches("recompute-mlp", "rmsNorm")
+    nC, nbC = launches("recompute-mlp-clone", "rmsNorm")
+    if not (nbF == nbC and nC - nF == fwdF):
+        fail("rms norm launches: fused %d forward / %d backward, clone %d / %d"
+             " (expected one forward fewer per MLP layer)" % (nF, nbF, nC, nbC))
+    print("swiglu launches per microbatch: fused %d + %d, clone %d + %d; "
+          "rms norm: fused %d + %d, clone %d + %d" %
+          (fwdF, bwdF, fwdC, bwdC, nF, nbF, nC, nbC))
 
     for name in ("none", "recompute", "recompute-mlp", "recompute-mlp-clone"):
         for m in runs[name]:

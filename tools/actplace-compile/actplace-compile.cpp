@@ -167,7 +167,8 @@ static cl::opt<bool> fuseLossGrad(
     cl::init(true), cl::cat(category));
 static cl::opt<bool> fuseRecompute(
     "fuse-recompute", cl::init(true),
-    cl::desc("Rebuild a recomputed SwiGLU inside its backward kernel instead "
+    cl::desc("Rebuild a recomputed SwiGLU or RMSNorm inside its backward "
+             "kernel instead "
              "of by a separate kernel (train-fuse-recompute; default true; "
              "false gives the same bits)"),
     cl::cat(category));

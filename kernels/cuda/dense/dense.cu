@@ -60,6 +60,12 @@ inline unsigned gridFor(int64_t n, int threads, int64_t cap = 1 << 20) {
 //===----------------------------------------------------------------------===//
 
 constexpr int kNormWarps = 8;
+
+/// y = x * rstd * w_eff, rounded step by step (no contraction): the forward
+/// and a backward that rebuilds y from the saved rstd write the same bits.
+__device__ __forceinline__ float rmsNormValue(float x, float rs, float we) {
+  return __fmul_rn(__fmul_rn(x, rs), we);
+}
 constexpr int kRowThreads = 32 * rowwise::kWarps;
 
 /// y = x * rstd * (1 + w) or x * rstd * w; the row is read once.
@@ -87,7 +93,7 @@ __global__ void __launch_bounds__(kRowThreads)
     rowwise::load8(w, e, dim, vec, wv);
 #pragma unroll
     for (int i = 0; i < 8; ++i)
-      out[i] = __fmul_rn(__fmul_rn(xv[k][i], rs), zc ? 1.0f + wv[i] : wv[i]);
+      out[i] = rmsNormValue(xv[k][i], rs, zc ? 1.0f + wv[i] : wv[i]);
     rowwise::store8(yr, e, dim, vec, out);
   }
 }
@@ -99,9 +105,10 @@ __global__ void __launch_bounds__(kRowThreads)
 template <int G, int V>
 __global__ void __launch_bounds__(kRowThreads)
     rmsNormBwdRowKernel(const bf *x, const bf *w, const float *rstd,
-                        const bf *dy, bf *dx, float *partial, int64_t rows,
-                        int dim, int64_t xs, int64_t dys, int64_t dxs,
-                        int passes, bool zc, bool vec) {
+                        const bf *dy, bf *dx, bf *y, float *partial,
+                        int64_t rows, int dim, int64_t xs, int64_t dys,
+                        int64_t dxs, int64_t ys, int passes, bool zc,
+                        bool vec) {
   constexpr int RPW = 32 / G;
   const int lane = threadIdx.x & 31, gl = lane % G, warp = threadIdx.x >> 5;
   float acc[V][8] = {};
@@ -119,7 +126,7 @@ __global__ void __launch_bounds__(kRowThreads)
       rowwise::load8(xr, rowwise::vecStart<G>(k, gl), dim, vec, xv[k]);
       rowwise::load8(dyr, rowwise::vecStart<G>(k, gl), dim, vec, dv[k]);
     }
-    if (dx) {
+    if (dx || y) {
       float we[V][8];
       float dot = 0.f;
 #pragma unroll
@@ -131,17 +138,28 @@ __global__ void __launch_bounds__(kRowThreads)
           dot += dv[k][i] * we[k][i] * xv[k][i];
         }
       }
+      if (y)
+#pragma unroll
+        for (int k = 0; k < V; ++k) {
+          float out[8];
+#pragma unroll
+          for (int i = 0; i < 8; ++i)
+            out[i] = rmsNormValue(xv[k][i], rs, we[k][i]);
+          rowwise::store8(y + r * ys, rowwise::vecStart<G>(k, gl), dim, vec,
+                          out);
+        }
       dot = rowwise::groupSum<G>(dot);
       const float c = dot * rs * rs * rs / float(dim);
+      if (dx)
 #pragma unroll
-      for (int k = 0; k < V; ++k) {
-        float out[8];
+        for (int k = 0; k < V; ++k) {
+          float out[8];
 #pragma unroll
-        for (int i = 0; i < 8; ++i)
-          out[i] = rs * we[k][i] * dv[k][i] - c * xv[k][i];
-        rowwise::store8(dx + r * dxs, rowwise::vecStart<G>(k, gl), dim, vec,
-                        out);
-      }
+          for (int i = 0; i < 8; ++i)
+            out[i] = rs * we[k][i] * dv[k][i] - c * xv[k][i];
+          rowwise::store8(dx + r * dxs, rowwise::vecStart<G>(k, gl), dim, vec,
+                          out);
+        }
     }
     if (partial)
 #pragma unroll
@@ -175,7 +193,7 @@ __global__ void rmsNormFwdKernel(const bf *x, const bf *w, bf *y, float *rstd,
   for (int64_t j = lane; j < dim; j += 32) {
     float wv = ld(w + j);
     float we = zc ? 1.0f + wv : wv;
-    yr[j] = st(__fmul_rn(__fmul_rn(ld(xr + j), rs), we));
+    yr[j] = st(rmsNormValue(ld(xr + j), rs, we));
   }
 }
 
@@ -186,12 +204,19 @@ constexpr int kNormBwdThreads = 32 * int(ref::kRmsNormRowsPerPartial);
 
 __global__ void __launch_bounds__(kNormBwdThreads)
     rmsNormBwdKernel(const bf *x, const bf *w, const float *rstd, const bf *dy,
-                     bf *dx, float *partial, int64_t rows, int64_t dim,
-                     int64_t xs, int64_t dys, int64_t dxs, bool zc) {
+                     bf *dx, bf *y, float *partial, int64_t rows, int64_t dim,
+                     int64_t xs, int64_t dys, int64_t dxs, int64_t ys,
+                     bool zc) {
   constexpr int64_t R = ref::kRmsNormRowsPerPartial;
   int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   int64_t r0 = int64_t(blockIdx.x) * R;
   int64_t r = r0 + warp;
+  if (y && r < rows)
+    for (int64_t j = lane; j < dim; j += 32) {
+      float wv = ld(w + j);
+      y[r * ys + j] =
+          st(rmsNormValue(ld(x + r * xs + j), rstd[r], zc ? 1.0f + wv : wv));
+    }
   if (dx && r < rows) {
     const bf *xr = x + r * xs, *dyr = dy + r * dys;
     float rs = rstd[r];
@@ -814,20 +839,21 @@ Status rmsNormBackward(const KernelContext &ctx, const RmsNormBackwardArgs &a) {
   }
   auto x = static_cast<const bf *>(a.x), w = static_cast<const bf *>(a.w);
   auto dy = static_cast<const bf *>(a.dy);
-  auto dx = static_cast<bf *>(a.dx);
+  auto dx = static_cast<bf *>(a.dx), y = static_cast<bf *>(a.y);
   auto rstd = static_cast<const float *>(a.rstd);
   const int64_t xs = strideOr(a.xStride, a.dim),
                 dys = strideOr(a.dyStride, a.dim),
-                dxs = strideOr(a.dxStride, a.dim);
+                dxs = strideOr(a.dxStride, a.dim),
+                ys = strideOr(a.yStride, a.dim);
   if (a.dim <= rowwise::kMaxDim) {
     const bool vec =
-        rowwise::vectorizable(a.dim, {xs, dys, dxs}, {x, w, dy, dx});
+        rowwise::vectorizable(a.dim, {xs, dys, dxs, ys}, {x, w, dy, dx, y});
     const int passes = int(rowwise::passesPerBlock(a.rows, a.dim));
     rowwise::withLayout(a.dim, [&](auto g, auto v) {
       rmsNormBwdRowKernel<g.value, v.value>
           <<<unsigned(parts), kRowThreads, 0, streamOf(ctx)>>>(
-              x, w, rstd, dy, dx, partial, a.rows, int(a.dim), xs, dys, dxs,
-              passes, a.zeroCentered, vec);
+              x, w, rstd, dy, dx, y, partial, a.rows, int(a.dim), xs, dys, dxs,
+              ys, passes, a.zeroCentered, vec);
     });
     AP_CUDA_CHECK_LAUNCH(rmsNormBwdRowKernel);
     if (a.dw) {
@@ -840,7 +866,8 @@ Status rmsNormBackward(const KernelContext &ctx, const RmsNormBackwardArgs &a) {
     return Status::Ok;
   }
   rmsNormBwdKernel<<<unsigned(parts), kNormBwdThreads, 0, streamOf(ctx)>>>(
-      x, w, rstd, dy, dx, partial, a.rows, a.dim, xs, dys, dxs, a.zeroCentered);
+      x, w, rstd, dy, dx, y, partial, a.rows, a.dim, xs, dys, dxs, ys,
+      a.zeroCentered);
   AP_CUDA_CHECK_LAUNCH(rmsNormBwdKernel);
   if (a.dw) {
     columnSumKernel<<<unsigned((a.dim + 31) / 32), dim3(32, 32), 0,
@@ -913,13 +940,13 @@ Status swiGluBackward(const KernelContext &ctx, const SwiGluBackwardArgs &a) {
           us = strideOr(a.upStride, a.cols), dys = strideOr(a.dyStride, a.cols),
           dgs = strideOr(a.dgateStride, a.cols),
           dus = strideOr(a.dupStride, a.cols), ys = strideOr(a.yStride, a.cols);
-  withWidth(
-      ewWidth(a.cols, {gs, us, dys, dgs, dus, ys}, {g, u, dy, dg, du, y}),
-      [&](auto w) {
-        EwLaunch l = ewLaunch(a.rows, a.cols, w.value);
-        swiGluBwdKernel<w.value><<<l.grid, l.block, 0, streamOf(ctx)>>>(
-            g, u, dy, dg, du, y, a.rows, a.cols, gs, us, dys, dgs, dus, ys);
-      });
+  withWidth(ewWidth(a.cols, {gs, us, dys, dgs, dus, ys}, {g, u, dy, dg, du, y}),
+            [&](auto w) {
+              EwLaunch l = ewLaunch(a.rows, a.cols, w.value);
+              swiGluBwdKernel<w.value><<<l.grid, l.block, 0, streamOf(ctx)>>>(
+                  g, u, dy, dg, du, y, a.rows, a.cols, gs, us, dys, dgs, dus,
+                  ys);
+            });
   AP_CUDA_CHECK_LAUNCH(swiGluBwdKernel);
   return Status::Ok;
 }

@@ -75,6 +75,10 @@ Status linearBackward(const T *x, const T *w, const T *dy, T *dx, Acc<T> *dw,
 // RMSNorm
 //===----------------------------------------------------------------------===//
 
+/// x * rstd * w_eff: one expression for the forward and for a backward that
+/// rebuilds y from the saved rstd, so both write the same bits.
+template <class A> A rmsNormValue(A x, A rs, A we) { return x * rs * we; }
+
 template <class T> Status rmsNormForward(const RmsNormForwardArgs &a) {
   using A = Acc<T>;
   const T *x = static_cast<const T *>(a.x);
@@ -97,7 +101,7 @@ template <class T> Status rmsNormForward(const RmsNormForwardArgs &a) {
       rstd[r] = rs;
     T *yr = y + r * ys;
     for (int64_t j = 0; j < a.dim; ++j)
-      yr[j] = store<T>(load(xr[j]) * rs * weff[j]);
+      yr[j] = store<T>(rmsNormValue(load(xr[j]), rs, weff[j]));
   }
   return Status::Ok;
 }
@@ -109,9 +113,10 @@ template <class T> Status rmsNormBackward(const RmsNormBackwardArgs &a) {
   const A *rstd = static_cast<const A *>(a.rstd);
   const T *dy = static_cast<const T *>(a.dy);
   T *dx = static_cast<T *>(a.dx);
+  T *y = static_cast<T *>(a.y);
   A *dw = static_cast<A *>(a.dw);
   int64_t xs = strideOr(a.xStride, a.dim), dys = strideOr(a.dyStride, a.dim),
-          dxs = strideOr(a.dxStride, a.dim);
+          dxs = strideOr(a.dxStride, a.dim), ys = strideOr(a.yStride, a.dim);
   std::vector<A> weff(static_cast<size_t>(a.dim)), dwSum(a.dim, A(0));
   for (int64_t j = 0; j < a.dim; ++j)
     weff[j] = a.zeroCentered ? A(1) + load(w[j]) : load(w[j]);
@@ -127,6 +132,8 @@ template <class T> Status rmsNormBackward(const RmsNormBackwardArgs &a) {
       A xv = load(xr[j]), g = load(dyr[j]);
       if (dx)
         dx[r * dxs + j] = store<T>(rs * weff[j] * g - c * xv);
+      if (y)
+        y[r * ys + j] = store<T>(rmsNormValue(xv, rs, weff[j]));
       dwSum[j] += g * xv * rs;
     }
   }

@@ -313,6 +313,28 @@ TEST_F(DenseCuda, RmsNormModelAndQNormShapes) {
       }
       y1 = y, dx1 = dx, rs1 = rs, dw1 = dw;
     }
+    {
+      // train-fuse-recompute: the backward that also writes y (from the
+      // saved rstd) writes the forward's bytes, and dx, dw as without y.
+      Dev<bf16> dY2(c.rows * c.dim), dDx2(c.rows * xs);
+      Dev<float> dDw2(c.dim);
+      dY2.poison(0xFF);
+      dDx2.poison(0xFF);
+      dDw2.up(dw0);
+      RmsNormBackwardArgs bg = b;
+      bg.x = dX.p;
+      bg.w = dWt.p;
+      bg.rstd = dRs.p;
+      bg.dy = dDy.p;
+      bg.dx = dDx2.p;
+      bg.dw = dDw2.p;
+      bg.y = dY2.p;
+      ASSERT_EQ(rmsNormBackward(ctx, bg), Status::Ok);
+      sync();
+      EXPECT_TRUE(sameBytes(dY2.down(), y1)) << "rebuilt y";
+      EXPECT_TRUE(sameBytes(dDx2.down(), dx1) && sameBytes(dDw2.down(), dw1))
+          << "dx, dw with y";
+    }
     EXPECT_LT(relErr(y1, yRef), 8e-3);
     EXPECT_LT(relErr(rs1, rsRef), 1e-5);
     // Only the dx view is compared; the other half of a strided row must

@@ -476,6 +476,38 @@ TEST(DenseRef, SwiGluBackwardRebuildsForwardBitsBf16) {
   EXPECT_EQ(std::memcmp(du.data(), du2.data(), du.size() * sizeof(bf16)), 0);
 }
 
+TEST(DenseRef, RmsNormBackwardRebuildsForwardBitsBf16) {
+  // train-fuse-recompute: the norm backward writes y from the saved rstd;
+  // it must be the forward's bytes, and dx, dw as without y.
+  const int64_t rows = 6, dim = 24;
+  for (bool zc : {true, false}) {
+    auto x = toBf16(roundBf16(randn(rows * dim, 56, 2.0)));
+    auto w = toBf16(roundBf16(randn(dim, 57, 0.5)));
+    auto dy = toBf16(roundBf16(randn(rows * dim, 58)));
+    std::vector<bf16> yFwd(rows * dim), yBwd(rows * dim), dx(rows * dim),
+        dx2(rows * dim);
+    std::vector<float> rstd(rows), dw(dim, 0.f), dw2(dim, 0.f);
+    RmsNormForwardArgs f{DType::BF16, x.data(), w.data(), yFwd.data(),
+                         rstd.data(), rows,     dim};
+    f.zeroCentered = zc;
+    ASSERT_EQ(rmsNormForward(hostCtx(), f), Status::Ok);
+    RmsNormBackwardArgs b{DType::BF16, x.data(),  w.data(),
+                          rstd.data(), dy.data(), dx.data(),
+                          dw.data(),   rows,      dim};
+    b.zeroCentered = zc;
+    ASSERT_EQ(rmsNormBackward(hostCtx(), b), Status::Ok);
+    RmsNormBackwardArgs fused = b;
+    fused.dx = dx2.data();
+    fused.dw = dw2.data();
+    fused.y = yBwd.data();
+    ASSERT_EQ(rmsNormBackward(hostCtx(), fused), Status::Ok);
+    EXPECT_EQ(std::memcmp(yFwd.data(), yBwd.data(), yFwd.size() * 2), 0)
+        << "zero-centered " << zc;
+    EXPECT_EQ(std::memcmp(dx.data(), dx2.data(), dx.size() * 2), 0);
+    EXPECT_EQ(std::memcmp(dw.data(), dw2.data(), dw.size() * 4), 0);
+  }
+}
+
 TEST(DenseRef, SigmoidGateFiniteDifferences) {
   const int64_t rows = 6, cols = 7;
   auto o = randn(rows * cols, 60), g = randn(rows * cols, 61, 2.0),
