@@ -8,6 +8,14 @@
 // A frozen down projection has no weight gradient: nothing reads the
 // activation, so the backward does not write it.
 // RUN: actplace-import %models/tiny-hybrid.json --seq 64 --freeze=model.layers.1.mlp.down_proj | actplace-opt -train-autodiff -train-recompute=recompute-modules=mlp_act -train-fuse-recompute | FileCheck %s --check-prefix=FROZEN
+// RMSNorm: the norm backward writes the projections' input from the
+// forward's saved rstd (kept again), and their dW follow it. When the
+// projections are recomputed too, their clones read the norm's clone: no
+// fusion.
+// RUN: actplace-opt %t.mlir -train-recompute=recompute-modules=mlp_norm -train-fuse-recompute --verify-roundtrip | FileCheck %s --check-prefix=NORM
+// RUN: actplace-opt %t.mlir -train-recompute=recompute-modules=mlp_norm -train-fuse-recompute -train-print-saved-activations -o /dev/null | FileCheck %s --check-prefix=NORM-SAVED
+// RUN: actplace-opt %t.mlir -train-recompute=recompute-modules=mlp_norm,mlp_fc1 -train-fuse-recompute | FileCheck %s --check-prefix=NORM-FC1
+
 // The report undoes the fusion for its "before" step: the unplaced peaks
 // are the same as with the clone, and the fused op is charged to the scope.
 // RUN: actplace-opt %t.mlir '-train-placement-pipeline=recompute-modules=mlp_act report=true report-file=%t.fused.txt' -o /dev/null
@@ -46,3 +54,22 @@
 // FROZEN: %[[DA:[0-9]+]] = train.linear_input_grad {{.*}} scope<1, mlp_fc2>
 // FROZEN-NEXT: train.swiglu_grad %{{.*}}, %{{.*}}, %[[DA]] scope<1, mlp_act> : {{.*}} -> (tensor<1x64x128xbf16>, tensor<1x64x128xbf16>){{$}}
 // FROZEN-NOT: train.linear_grad {{.*}} scope<1, mlp_fc2>
+
+// NORM: %[[Y:[a-z_0-9]+]], %[[RSTD:[a-z_0-9]+]] = train.rms_norm %[[X:[0-9]+]], %[[W:[0-9]+]] scope<1, mlp_norm> {eps = {{.*}}, train.placement = ["recompute", "keep: read by the fused recompute"], zero_centered}
+// NORM: train.linear %[[Y]], %[[WG:[0-9]+]] scope<1, mlp_fc1>
+// NORM: train.linear %[[Y]], %[[WU:[0-9]+]] scope<1, mlp_fc1>
+// NORM: %[[DU:[0-9]+]] = train.linear_input_grad %[[WU]], %[[GU:[a-z_0-9]+]] scope<1, mlp_fc1>
+// NORM-NEXT: %[[DG:[0-9]+]] = train.linear_input_grad %[[WG]], %[[GG:[a-z_0-9]+]] scope<1, mlp_fc1>
+// NORM-NEXT: %[[SUM:[0-9]+]] = train.add %[[DU]], %[[DG]] scope<1, mlp_norm>
+// NORM-NEXT: %{{.*}}, %[[OUT:[a-z_0-9]+]] = train.rms_norm_grad_rebuild %[[X]], %[[W]], %[[RSTD]], %[[SUM]] scope<1, mlp_norm> {weight_grad = @model.layers.1.input_layernorm.weight, zero_centered}
+// NORM-NEXT: train.linear_grad %[[OUT]], %[[WG]], %[[GG]] scope<1, mlp_fc1> {weight_grad = @model.layers.1.mlp.gate_proj.weight} : {{.*}} -> ()
+// NORM-NEXT: train.linear_grad %[[OUT]], %[[WU]], %[[GU]] scope<1, mlp_fc1> {weight_grad = @model.layers.1.mlp.up_proj.weight} : {{.*}} -> ()
+// NORM-NOT: train.recomputed
+
+// Only the norm's rstd (a float per row) stays saved of mlp_norm.
+// NORM-SAVED: train.rms_norm result 1 L1.mlp_norm tensor<1x64xf32> 256 bytes
+// NORM-SAVED-NOT: train.rms_norm result 0 L{{[0-9]}}.mlp_norm
+
+// NORM-FC1-NOT: train.rms_norm_grad_rebuild
+// NORM-FC1: train.rms_norm {{.*}} scope<1, mlp_norm> {eps = {{.*}}, train.recomputed
+// NORM-FC1-NOT: train.rms_norm_grad_rebuild
