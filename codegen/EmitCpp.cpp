@@ -1000,6 +1000,9 @@ LogicalResult Emitter::emitKernel(Operation *op, int indent) {
       set("dy", ptr(ins[4]));
       set("dx", ptr(outs[0]));
       set("dz", ptr(outs[1]));
+      // A third result rebuilds the forward's output (train-fuse-recompute).
+      if (results == 3)
+        set("y", ptr(outs[2]));
       if (grads >= 1)
         set("dw", ptr(outs[results]));
       close("gdnGatedNormBackward");

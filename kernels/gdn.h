@@ -205,7 +205,10 @@ struct GdnGatedNormArgs {
   const void *x = nullptr; ///< [N, H, d] storage
   const void *z = nullptr; ///< [N, H, d] storage
   const void *w = nullptr; ///< [d] storage
-  void *y = nullptr;       ///< [N, H, d] storage (forward output)
+  /// [N, H, d] storage: the forward's output; set in a backward call, the
+  /// backward writes it too, bit-identical to the forward's, from the saved
+  /// rstd (train-fuse-recompute).
+  void *y = nullptr;
   void *rstd = nullptr;    ///< [N, H] Acc (forward output, saved)
   // Backward:
   const void *dy = nullptr; ///< [N, H, d] storage

@@ -92,11 +92,17 @@ def Train_RMSNormGradRebuildOp : Train_AccumulatingGradOp<"rms_norm_grad_rebuild
 }
 
 def Train_GatedRMSNormGradOp : Train_AccumulatingGradOp<"gated_rms_norm_grad"> {
-  let summary = "gated RMSNorm backward (model-math.md 1.5 ix)";
+  let summary = "gated RMSNorm backward (model-math.md 1.5 ix); optionally also the forward output";
+  let description = [{
+    `output`, when present, is the forward's y, bit for bit, from the saved
+    rstd: a recomputed gated norm rebuilt by its backward
+    (train-fuse-recompute).
+  }];
   let arguments = (ins Train_Float4D:$input, Train_Float4D:$gate, Train_Float1D:$weight,
                        Train_F32_3D:$rstd, Train_Float4D:$result_grad,
                        OptionalAttr<FlatSymbolRefAttr>:$weight_grad, Train_ScopeAttr:$scope);
-  let results = (outs Train_Float4D:$input_grad, Train_Float4D:$gate_grad);
+  let results = (outs Train_Float4D:$input_grad, Train_Float4D:$gate_grad,
+                      Optional<Train_Float4D>:$output);
 }
 
 def Train_L2NormGradOp : Train_ComputeOp<"l2_norm_grad"> {

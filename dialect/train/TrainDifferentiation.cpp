@@ -144,8 +144,9 @@ LogicalResult GatedRMSNormOp::buildBackward(
     return success();
   }
   auto op = GatedRMSNormGradOp::create(
-      b, getLoc(), getInput().getType(), getGate().getType(), getInput(),
-      getGate(), getWeight(), getRstd(), resultGrads[0], sym, getScope());
+      b, getLoc(), getInput().getType(), getGate().getType(),
+      /*output=*/Type(), getInput(), getGate(), getWeight(), getRstd(),
+      resultGrads[0], sym, getScope());
   appendNeeded(needsGrad, op->getResults(), operandGrads);
   return success();
 }
@@ -318,10 +319,9 @@ LogicalResult SwiGLUOp::buildBackward(OpBuilder &b, ArrayRef<Value> resultGrads,
                                       SmallVectorImpl<Value> &operandGrads) {
   if (noOperandNeedsGrad(needsGrad, operandGrads))
     return success();
-  auto op =
-      SwiGLUGradOp::create(b, getLoc(), getGate().getType(), getUp().getType(),
-                           /*output=*/Type(), getGate(), getUp(),
-                           resultGrads[0], getScope());
+  auto op = SwiGLUGradOp::create(
+      b, getLoc(), getGate().getType(), getUp().getType(),
+      /*output=*/Type(), getGate(), getUp(), resultGrads[0], getScope());
   appendNeeded(needsGrad, op->getResults(), operandGrads);
   return success();
 }

@@ -2,6 +2,8 @@
 
 #include "passes/analysis/MemoryTimeline.h"
 
+#include "llvm/ADT/SetVector.h"
+
 #include "dialect/train/TrainOps.h"
 #include "passes/analysis/GraphSummary.h"
 
@@ -76,33 +78,45 @@ Block *stepBody(ModuleOp module) {
 
 /// Undoes train-fuse-recompute on an unplaced body (clones and waits
 /// already replaced): the backward loses its output and each split linear
-/// backward is one train.linear_grad of the forward activation again, at
-/// its dx op's place. The erased ops are those fusedRecomputes lists.
+/// backward is one train.linear_grad of the forward activation again (or of
+/// the forward's reshape of it), at its dx op's place. The erased ops are
+/// those fusedRecomputes lists.
 void unfuseRecompute(Block &body) {
+  // The forward op of the rebuilt value: the non-clone op of that kind on
+  // the same leading operands (the backward's forward inputs).
+  auto forwardOf = [&](Operation *grad, StringRef name,
+                       unsigned operands) -> Value {
+    for (Operation &op : body)
+      if (op.getName().getStringRef() == name &&
+          !op.hasAttr(kRecomputedAttrName) && op.getNumOperands() == operands &&
+          llvm::equal(op.getOperands(),
+                      grad->getOperands().take_front(operands)))
+        return op.getResult(0);
+    return Value();
+  };
   for (FusedRecompute f : fusedRecomputes(body)) {
-    // The forward op the activation copies: same inputs, not a clone.
     Value forward;
-    if (auto grad = dyn_cast<SwiGLUGradOp>(f.grad)) {
-      for (SwiGLUOp s : body.getOps<SwiGLUOp>())
-        if (!s->hasAttr(kRecomputedAttrName) && s.getGate() == grad.getGate() &&
-            s.getUp() == grad.getUp())
-          forward = s.getResult();
-    } else if (auto grad = dyn_cast<RMSNormGradRebuildOp>(f.grad)) {
-      for (RMSNormOp n : body.getOps<RMSNormOp>())
-        if (!n->hasAttr(kRecomputedAttrName) &&
-            n.getInput() == grad.getInput() &&
-            n.getWeight() == grad.getWeight())
-          forward = n.getResult();
-    }
+    if (isa<SwiGLUGradOp>(f.grad))
+      forward = forwardOf(f.grad, SwiGLUOp::getOperationName(), 2);
+    else if (isa<RMSNormGradRebuildOp>(f.grad))
+      forward = forwardOf(f.grad, RMSNormOp::getOperationName(), 2);
+    else
+      forward = forwardOf(f.grad, GatedRMSNormOp::getOperationName(), 3);
     if (!forward)
       continue;
     OpBuilder b(f.grad);
-    auto whole = [&](LinearInputGradOp dx, LinearGradOp dw) {
-      b.setInsertionPoint(dx ? dx.getOperation() : dw.getOperation());
+    auto whole = [&](LinearInputGradOp dx, LinearGradOp dw, ReshapeOp view) {
+      Value input = forward;
+      if (view)
+        for (Operation *user : forward.getUsers())
+          if (auto r = dyn_cast<ReshapeOp>(user);
+              r && r.getType() == view.getType())
+            input = r.getResult();
       Operation *at = dx ? dx.getOperation() : dw.getOperation();
+      b.setInsertionPoint(at);
       auto l =
           LinearGradOp::create(b, at->getLoc(), dx ? dx.getType() : Type(),
-                               forward, dx ? dx.getWeight() : dw.getWeight(),
+                               input, dx ? dx.getWeight() : dw.getWeight(),
                                dx ? dx.getResultGrad() : dw.getResultGrad(),
                                dw ? dw.getWeightGradAttr() : nullptr,
                                dx ? dx.getScope() : dw.getScope());
@@ -113,10 +127,16 @@ void unfuseRecompute(Block &body) {
       if (dw)
         dw.erase();
     };
-    for (auto [dx, dw] : f.linears)
-      whole(dx, dw);
+    llvm::SetVector<Operation *> views;
+    for (FusedLinear l : f.linears) {
+      whole(l.dx, l.dw, l.view);
+      if (l.view)
+        views.insert(l.view);
+    }
+    for (Operation *view : views)
+      view->erase();
     if (f.unpairedDx)
-      whole(f.unpairedDx, LinearGradOp());
+      whole(f.unpairedDx, LinearGradOp(), ReshapeOp());
     b.setInsertionPoint(f.grad);
     if (auto grad = dyn_cast<SwiGLUGradOp>(f.grad)) {
       auto plain = SwiGLUGradOp::create(
@@ -125,14 +145,22 @@ void unfuseRecompute(Block &body) {
           grad.getResultGrad(), grad.getScope());
       grad.getGateGrad().replaceAllUsesWith(plain.getGateGrad());
       grad.getUpGrad().replaceAllUsesWith(plain.getUpGrad());
-    } else {
-      auto norm = cast<RMSNormGradRebuildOp>(f.grad);
+    } else if (auto norm = dyn_cast<RMSNormGradRebuildOp>(f.grad)) {
       auto plain = RMSNormGradOp::create(
           b, norm.getLoc(), norm.getInputGrad().getType(), norm.getInput(),
           norm.getWeight(), norm.getRstd(), norm.getResultGrad(),
           norm.getZeroCenteredAttr(), norm.getWeightGradAttr(),
           norm.getScope());
       norm.getInputGrad().replaceAllUsesWith(plain.getInputGrad());
+    } else {
+      auto gated = cast<GatedRMSNormGradOp>(f.grad);
+      auto plain = GatedRMSNormGradOp::create(
+          b, gated.getLoc(), gated.getInputGrad().getType(),
+          gated.getGateGrad().getType(), Type(), gated.getInput(),
+          gated.getGate(), gated.getWeight(), gated.getRstd(),
+          gated.getResultGrad(), gated.getWeightGradAttr(), gated.getScope());
+      gated.getInputGrad().replaceAllUsesWith(plain.getInputGrad());
+      gated.getGateGrad().replaceAllUsesWith(plain.getGateGrad());
     }
     f.grad->erase();
   }
@@ -200,6 +228,19 @@ ap::train::recomputedOriginals(Block &body) {
   return forwardOf;
 }
 
+/// True for the activation a fused recompute writes (train-fuse-recompute):
+/// recomputed like a clone's result, by the backward that reads its inputs.
+bool ap::train::isRebuiltActivation(Value v) {
+  Operation *def = v.getDefiningOp();
+  if (auto grad = dyn_cast_or_null<SwiGLUGradOp>(def))
+    return v == grad.getOutput();
+  if (auto norm = dyn_cast_or_null<RMSNormGradRebuildOp>(def))
+    return v == norm.getOutput();
+  if (auto gated = dyn_cast_or_null<GatedRMSNormGradOp>(def))
+    return v == gated.getOutput();
+  return false;
+}
+
 SmallVector<FusedRecompute> ap::train::fusedRecomputes(Block &body) {
   SmallVector<FusedRecompute> found;
   for (Operation &op : body) {
@@ -213,23 +254,36 @@ SmallVector<FusedRecompute> ap::train::fusedRecomputes(Block &body) {
         f.unpairedDx = dx;
       else if (!f.output)
         continue;
-    } else if (auto grad = dyn_cast<RMSNormGradRebuildOp>(op)) {
-      f.output = grad.getOutput();
+    } else if (auto norm = dyn_cast<RMSNormGradRebuildOp>(op)) {
+      f.output = norm.getOutput();
+    } else if (auto gated = dyn_cast<GatedRMSNormGradOp>(op)) {
+      f.output = gated.getOutput();
+      if (!f.output)
+        continue;
     } else {
       continue;
     }
-    if (f.output)
-      for (Operation *user : f.output.getUsers()) {
+    // The dW-only linear backwards reading the output (or a reshape of it),
+    // each with the dx op of the same weight and dy.
+    auto addReaders = [&](Value x, ReshapeOp view) {
+      for (Operation *user : x.getUsers()) {
         auto dw = dyn_cast<LinearGradOp>(user);
-        if (!dw || dw.getInputGrad() || dw.getInput() != f.output)
+        if (!dw || dw.getInputGrad() || dw.getInput() != x)
           continue;
         LinearInputGradOp dx;
         for (Operation *u : dw.getResultGrad().getUsers())
           if (auto cand = dyn_cast<LinearInputGradOp>(u);
               cand && cand.getWeight() == dw.getWeight())
             dx = cand;
-        f.linears.push_back({dx, dw});
+        f.linears.push_back({dx, dw, view});
       }
+    };
+    if (f.output) {
+      addReaders(f.output, ReshapeOp());
+      for (Operation *user : f.output.getUsers())
+        if (auto view = dyn_cast<ReshapeOp>(user))
+          addReaders(view.getResult(), view);
+    }
     found.push_back(f);
   }
   return found;
@@ -307,7 +361,7 @@ MemoryTimeline MemoryTimeline::compute(ModuleOp module, const CostModel &cost) {
       buf.original = originalOf(root, clones);
       if (root.getDefiningOp<ReloadOp>())
         buf.origin = ActivationBuffer::Origin::Reload;
-      else if (clones.count(root.getDefiningOp()))
+      else if (clones.count(root.getDefiningOp()) || isRebuiltActivation(root))
         buf.origin = ActivationBuffer::Origin::Recompute;
       // Walk the root and its aliases (reshape / wait results) for uses.
       unsigned lastDevice = first;
@@ -507,14 +561,16 @@ PlacementMemoryDelta PlacementMemoryDelta::compute(ModuleOp placed,
     for (Operation &op : *body)
       if (isa<OffloadOp, ReloadOp, WaitOp>(op) || originals.count(&op))
         erased.insert(&op);
-    for (const FusedRecompute &f : fusedRecomputes(*body)) {
+    for (FusedRecompute f : fusedRecomputes(*body)) {
       erased.insert(f.grad);
       if (f.unpairedDx)
         erased.insert(f.unpairedDx);
-      for (auto [dx, dw] : f.linears) {
-        if (dx)
-          erased.insert(dx);
-        erased.insert(dw);
+      for (FusedLinear l : f.linears) {
+        if (l.dx)
+          erased.insert(l.dx);
+        erased.insert(l.dw);
+        if (l.view)
+          erased.insert(l.view);
       }
     }
   }

@@ -172,19 +172,29 @@ recomputedOriginals(mlir::Block &body);
 void unplace(mlir::Block &body);
 
 /// The ops train-fuse-recompute made: a backward that also writes a
-/// recomputed activation (train.swiglu_grad with its output, or
-/// train.rms_norm_grad_rebuild) and each linear backward it split, as its
-/// train.linear_input_grad (null when it had no dx) and its dW-only
-/// train.linear_grad, which reads the activation. unplace turns them back
-/// into the plain backward and whole linear_grads of the forward value.
+/// recomputed activation (train.swiglu_grad or train.gated_rms_norm_grad
+/// with their output, train.rms_norm_grad_rebuild) and each linear backward
+/// it split: its train.linear_input_grad (null when it had no dx), its
+/// dW-only train.linear_grad, which reads the activation, and the reshape
+/// between them (null when none). unplace turns them back into the plain
+/// backward and whole linear_grads of the forward value.
+struct FusedLinear {
+  LinearInputGradOp dx;
+  LinearGradOp dw;
+  ReshapeOp view;
+};
 struct FusedRecompute {
   mlir::Operation *grad = nullptr;
   mlir::Value output;
-  llvm::SmallVector<std::pair<LinearInputGradOp, LinearGradOp>> linears;
+  llvm::SmallVector<FusedLinear> linears;
   /// For a SwiGLU whose linear is frozen: the dx op with no dW partner.
   LinearInputGradOp unpairedDx;
 };
 llvm::SmallVector<FusedRecompute> fusedRecomputes(mlir::Block &body);
+
+/// True for the activation a fused recompute writes (the output of one of
+/// the backwards above): recomputed like a clone's result.
+bool isRebuiltActivation(mlir::Value v);
 
 /// One named term of the difference between the unplaced and the placed
 /// step at a point that is not an off-device value.

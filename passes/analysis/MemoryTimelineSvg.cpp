@@ -130,7 +130,7 @@ std::string primaryKey(Value v) {
   Operation *def = v.getDefiningOp();
   if (!def)
     return kInputs.str();
-  if (def->hasAttr(kRecomputedAttrName))
+  if (def->hasAttr(kRecomputedAttrName) || isRebuiltActivation(v))
     return kRecomputed.str();
   if (SavedActivations::isBackwardOp(def))
     return kBackward.str();

@@ -26,7 +26,9 @@
 #include "passes/Passes.h"
 #include "passes/analysis/PlacementConfig.h"
 
+#include "mlir/IR/IRMapping.h"
 #include "mlir/IR/Remarks.h"
+#include "llvm/ADT/SetVector.h"
 
 namespace ap {
 #define GEN_PASS_DEF_TRAINFUSERECOMPUTE
@@ -79,33 +81,99 @@ template <typename OpT> OpT forwardOf(OpT clone) {
   return {};
 }
 
-/// A recomputed RMSNorm whose output only the weight gradients of linears
-/// read (attn_norm, mlp_norm: the projections after them), and whose rstd
-/// only its backward reads. The backward gets the forward's saved rstd (a
-/// float per row) and writes y; the linears' dW follow it.
-struct NormCandidate {
-  RMSNormOp clone, forward;
-  SmallVector<LinearGradOp> linears;
+/// A reader of a recomputed norm's output: the weight gradient of a linear,
+/// directly or through a recomputed reshape (the gated norm's [.., H, d] to
+/// the out projection's [.., H d]).
+struct Reader {
+  ReshapeOp view;
+  LinearGradOp linear;
 };
 
-NormCandidate matchNorm(RMSNormGradOp grad) {
-  auto clone = grad.getRstd().getDefiningOp<RMSNormOp>();
-  if (!clone || !clone->hasAttr(kRecomputedAttrName) || !grad.getInputGrad() ||
-      !clone.getRstd().hasOneUse() || clone.getInput() != grad.getInput() ||
-      clone.getWeight() != grad.getWeight())
-    return {};
-  NormCandidate c{clone, forwardOf(clone), {}};
-  if (!c.forward || !c.forward.getRstd())
-    return {};
-  for (Operation *user : clone.getResult().getUsers()) {
+/// The readers of `y`, all before `grad`; false when anything else reads it
+/// (or a frozen projection, whose backward would keep reading y without a
+/// dW to move).
+bool linearReaders(Value y, Operation *grad, SmallVector<Reader> &out) {
+  auto weightGradOf = [&](Operation *user, Value x) {
     auto linear = dyn_cast<LinearGradOp>(user);
-    // A frozen projection's backward would keep reading y without a dW.
-    if (!linear || linear.getInput() != clone.getResult() ||
-        !linear.getWeightGradAttr() || !linear->isBeforeInBlock(grad))
-      return {};
-    c.linears.push_back(linear);
+    if (!linear || linear.getInput() != x || !linear.getWeightGradAttr() ||
+        !linear->isBeforeInBlock(grad))
+      return LinearGradOp();
+    return linear;
+  };
+  for (Operation *user : y.getUsers()) {
+    auto view = dyn_cast<ReshapeOp>(user);
+    if (view && view->hasAttr(kRecomputedAttrName)) {
+      for (Operation *u : view.getResult().getUsers()) {
+        LinearGradOp linear = weightGradOf(u, view.getResult());
+        if (!linear)
+          return false;
+        out.push_back({view, linear});
+      }
+      continue;
+    }
+    LinearGradOp linear = weightGradOf(user, y);
+    if (!linear)
+      return false;
+    out.push_back({ReshapeOp(), linear});
   }
-  if (c.linears.empty())
+  return !out.empty();
+}
+
+/// The readers' weight gradients from the rebuilt output, at the builder's
+/// point (right after the backward that writes it), views rebuilt as well.
+void buildWeightGrads(OpBuilder &b, Value rebuilt, ArrayRef<Reader> readers) {
+  llvm::DenseMap<Operation *, Value> views;
+  for (Reader r : readers) {
+    Value x = rebuilt;
+    if (r.view) {
+      Value &v = views[r.view];
+      if (!v) {
+        IRMapping map;
+        map.map(r.view.getInput(), rebuilt);
+        Operation *view = b.clone(*r.view, map);
+        view->removeAttr(kRecomputedAttrName);
+        v = view->getResult(0);
+      }
+      x = v;
+    }
+    LinearGradOp::create(b, r.linear.getLoc(), /*input_grad=*/Type(), x,
+                         r.linear.getWeight(), r.linear.getResultGrad(),
+                         r.linear.getWeightGradAttr(), r.linear.getScope());
+  }
+}
+
+/// Erases the readers' linear backwards, then their views.
+void eraseReaders(ArrayRef<Reader> readers) {
+  llvm::SetVector<Operation *> views;
+  for (Reader r : readers) {
+    r.linear.erase();
+    if (r.view)
+      views.insert(r.view);
+  }
+  for (Operation *view : views)
+    view->erase();
+}
+
+/// A recomputed RMSNorm (attn_norm, mlp_norm) or gated RMSNorm
+/// (gdn_norm_out) that only weight gradients read and whose rstd only its
+/// backward reads. The backward gets the forward's saved rstd (a float per
+/// row) and writes y; the weight gradients follow it.
+template <typename NormOp, typename GradOp> struct NormCandidate {
+  NormOp clone, forward;
+  SmallVector<Reader> readers;
+};
+
+template <typename NormOp, typename GradOp>
+NormCandidate<NormOp, GradOp> matchNorm(GradOp grad) {
+  auto clone = grad.getRstd().template getDefiningOp<NormOp>();
+  if (!clone || !clone->hasAttr(kRecomputedAttrName) ||
+      !clone.getRstd().hasOneUse() ||
+      !llvm::equal(clone->getOperands(),
+                   grad->getOperands().take_front(clone->getNumOperands())))
+    return {};
+  NormCandidate<NormOp, GradOp> c{clone, forwardOf(clone), {}};
+  if (!c.forward || !c.forward.getRstd() ||
+      !linearReaders(clone.getResult(), grad, c.readers))
     return {};
   return c;
 }
@@ -131,6 +199,17 @@ void remarkFused(Operation *clone, StringRef what) {
           " inside its " + what +
           "; the weight gradients of the linears that read it follow it")
              .str();
+}
+
+/// The common end of a norm fusion: the forward's rstd is read in backward
+/// again (kept: a float a row), the remark, and the replaced ops erased.
+void finish(Operation *grad, Operation *clone, Operation *forward,
+            ArrayRef<Reader> readers, StringRef what) {
+  recordPlacement(forward, 1, "keep: read by the fused recompute");
+  remarkFused(clone, what);
+  grad->erase();
+  eraseReaders(readers);
+  clone->erase();
 }
 
 struct TrainFuseRecomputePass
@@ -172,33 +251,53 @@ struct TrainFuseRecomputePass
       c.act.erase();
       ++fused;
     }
+    // RMSNorm: its backward has an optional dx, the rebuilding form is its
+    // own op. The clone's operands (x, w) lead the grad's.
     SmallVector<RMSNormGradOp> normGrads;
     module.walk([&](RMSNormGradOp g) { normGrads.push_back(g); });
     for (RMSNormGradOp grad : normGrads) {
-      NormCandidate c = matchNorm(grad);
+      if (!grad.getInputGrad())
+        continue;
+      auto c = matchNorm<RMSNormOp>(grad);
       if (!c.clone)
         continue;
-      for (LinearGradOp linear : c.linears)
-        splitInputGrad(b, linear);
+      for (Reader r : c.readers)
+        splitInputGrad(b, r.linear);
       b.setInsertionPoint(grad);
       auto rebuilt = RMSNormGradRebuildOp::create(
           b, grad.getLoc(), grad.getInputGrad().getType(),
           c.clone.getResult().getType(), grad.getInput(), grad.getWeight(),
           c.forward.getRstd(), grad.getResultGrad(), grad.getZeroCenteredAttr(),
           grad.getWeightGradAttr(), grad.getScope());
-      for (LinearGradOp linear : c.linears)
-        LinearGradOp::create(b, linear.getLoc(), /*input_grad=*/Type(),
-                             rebuilt.getOutput(), linear.getWeight(),
-                             linear.getResultGrad(), linear.getWeightGradAttr(),
-                             linear.getScope());
+      buildWeightGrads(b, rebuilt.getOutput(), c.readers);
       grad.getInputGrad().replaceAllUsesWith(rebuilt.getInputGrad());
-      // The forward's rstd is read in backward again: kept (a float a row).
-      recordPlacement(c.forward, 1, "keep: read by the fused recompute");
-      remarkFused(c.clone, "train.rms_norm_grad_rebuild");
-      grad.erase();
-      for (LinearGradOp linear : c.linears)
-        linear.erase();
-      c.clone.erase();
+      finish(grad, c.clone, c.forward, c.readers,
+             "train.rms_norm_grad_rebuild");
+      ++fused;
+    }
+    // Gated RMSNorm (x, z, w lead the grad's operands too): its backward
+    // takes the output as an optional third result.
+    SmallVector<GatedRMSNormGradOp> gatedGrads;
+    module.walk([&](GatedRMSNormGradOp g) { gatedGrads.push_back(g); });
+    for (GatedRMSNormGradOp grad : gatedGrads) {
+      if (grad.getOutput())
+        continue;
+      auto c = matchNorm<GatedRMSNormOp>(grad);
+      if (!c.clone)
+        continue;
+      for (Reader r : c.readers)
+        splitInputGrad(b, r.linear);
+      b.setInsertionPoint(grad);
+      auto rebuilt = GatedRMSNormGradOp::create(
+          b, grad.getLoc(), grad.getInputGrad().getType(),
+          grad.getGateGrad().getType(), c.clone.getResult().getType(),
+          grad.getInput(), grad.getGate(), grad.getWeight(),
+          c.forward.getRstd(), grad.getResultGrad(), grad.getWeightGradAttr(),
+          grad.getScope());
+      buildWeightGrads(b, rebuilt.getOutput(), c.readers);
+      grad.getInputGrad().replaceAllUsesWith(rebuilt.getInputGrad());
+      grad.getGateGrad().replaceAllUsesWith(rebuilt.getGateGrad());
+      finish(grad, c.clone, c.forward, c.readers, "train.gated_rms_norm_grad");
       ++fused;
     }
     if (!fused)

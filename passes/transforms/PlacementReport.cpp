@@ -342,6 +342,8 @@ void TrainPlacementReportPass::runOnOperation() {
       rebuilt = grad.getOutput();
     else if (auto norm = dyn_cast<RMSNormGradRebuildOp>(so.op))
       rebuilt = norm.getOutput();
+    else if (auto gated = dyn_cast<GatedRMSNormGradOp>(so.op))
+      rebuilt = gated.getOutput();
     if (rebuilt) {
       int64_t all = 0;
       for (Value v :

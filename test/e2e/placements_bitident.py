@@ -4,8 +4,8 @@
 # Compiles the tiny hybrid model with actplace-compile five times (no
 # offload; offload of gdn_core_attn, core_attn, attn_proj with the hide rule
 # off, at fraction 1 and 0.5; recompute of gdn_norm_out; offload and
-# recompute together; SwiGLU and RMSNorm recompute fused into their
-# backward and as clones), trains each for 6 steps on the host
+# recompute together; SwiGLU, RMSNorm and gated RMSNorm recompute fused
+# into their backward and as clones), trains each for 6 steps on the host
 # backend with --fingerprints, and checks (DESIGN.md section 7):
 #   - every step's loss is finite and the binaries exit 0;
 #   - the fingerprints of loss, grads, params and optimizer state are equal
@@ -50,8 +50,9 @@ VARIANTS = {
     "unfused-loss": ["--fuse-loss-grad=false"],
     # SwiGLU recomputed inside its backward kernel (train-fuse-recompute,
     # the default) and by a separate clone: the same bits as keeping it.
-    "recompute-mlp": ["--recompute-modules=mlp_act,mlp_norm", "--keep-source"],
-    "recompute-mlp-clone": ["--recompute-modules=mlp_act,mlp_norm",
+    "recompute-mlp": ["--recompute-modules=mlp_act,mlp_norm,gdn_norm_out",
+                      "--keep-source"],
+    "recompute-mlp-clone": ["--recompute-modules=mlp_act,mlp_norm,gdn_norm_out",
                             "--fuse-recompute=false", "--keep-source"],
 }
 WITH_OFFLOAD = ("offload", "fraction", "both")
@@ -145,9 +146,15 @@ def main():
     if not (nbF == nbC and nC - nF == fwdF):
         fail("rms norm launches: fused %d forward / %d backward, clone %d / %d"
              " (expected one forward fewer per MLP layer)" % (nF, nbF, nC, nbC))
+    gF, gbF = launches("recompute-mlp", "gdnGatedNorm")
+    gC, gbC = launches("recompute-mlp-clone", "gdnGatedNorm")
+    if not (gF > 0 and gbF == gbC and gC == 2 * gF):
+        fail("gated norm launches: fused %d forward / %d backward, clone %d /"
+             " %d" % (gF, gbF, gC, gbC))
     print("swiglu launches per microbatch: fused %d + %d, clone %d + %d; "
-          "rms norm: fused %d + %d, clone %d + %d" %
-          (fwdF, bwdF, fwdC, bwdC, nF, nbF, nC, nbC))
+          "rms norm: fused %d + %d, clone %d + %d; gated norm: fused %d + %d,"
+          " clone %d + %d" %
+          (fwdF, bwdF, fwdC, bwdC, nF, nbF, nC, nbC, gF, gbF, gC, gbC))
 
     for name in ("none", "recompute", "recompute-mlp", "recompute-mlp-clone"):
         for m in runs[name]:

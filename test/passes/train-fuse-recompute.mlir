@@ -16,14 +16,21 @@
 // RUN: actplace-opt %t.mlir -train-recompute=recompute-modules=mlp_norm -train-fuse-recompute -train-print-saved-activations -o /dev/null | FileCheck %s --check-prefix=NORM-SAVED
 // RUN: actplace-opt %t.mlir -train-recompute=recompute-modules=mlp_norm,mlp_fc1 -train-fuse-recompute | FileCheck %s --check-prefix=NORM-FC1
 
+// Gated RMSNorm (gdn_norm_out): the backward writes the out projection's
+// input (through the reshape to [.., H d]) from the saved rstd.
+// RUN: actplace-opt %t.mlir -train-recompute=recompute-modules=gdn_norm_out -train-fuse-recompute --verify-roundtrip | FileCheck %s --check-prefix=GATED
+// RUN: actplace-opt %t.mlir -train-recompute=recompute-modules=gdn_norm_out -train-fuse-recompute -train-print-saved-activations -o /dev/null | FileCheck %s --check-prefix=GATED-SAVED
+
 // The report undoes the fusion for its "before" step: the unplaced peaks
 // are the same as with the clone, and the fused op is charged to the scope.
-// RUN: actplace-opt %t.mlir '-train-placement-pipeline=recompute-modules=mlp_act report=true report-file=%t.fused.txt' -o /dev/null
-// RUN: actplace-opt %t.mlir '-train-placement-pipeline=recompute-modules=mlp_act fuse-recompute=false report=true report-file=%t.clone.txt' -o /dev/null
+// RUN: actplace-opt %t.mlir '-train-placement-pipeline=recompute-modules=mlp_act,layernorm,gdn_norm_out report=true report-file=%t.fused.txt' -o /dev/null
+// RUN: actplace-opt %t.mlir '-train-placement-pipeline=recompute-modules=mlp_act,layernorm,gdn_norm_out fuse-recompute=false report=true report-file=%t.clone.txt' -o /dev/null
 // RUN: grep -o "peak: [0-9]* ->" %t.fused.txt > %t.fused.before
 // RUN: grep -o "peak: [0-9]* ->" %t.clone.txt | diff - %t.fused.before
 // RUN: FileCheck %s --check-prefix=REPORT < %t.fused.txt
 
+// REPORT: recompute L0.gdn_norm_out: 1 ops, {{[0-9.]+}} us per microbatch, {{[0-9]+}} bytes spared
+// REPORT: recompute L1.mlp_norm: 1 ops, {{[0-9.]+}} us per microbatch, {{[0-9]+}} bytes spared
 // REPORT: recompute L1.mlp_act: 1 ops, {{[0-9.]+}} us per microbatch, 16384 bytes spared
 
 // The forward SwiGLU is recorded as recomputed; in backward, dx of the down
@@ -73,3 +80,14 @@
 // NORM-FC1-NOT: train.rms_norm_grad_rebuild
 // NORM-FC1: train.rms_norm {{.*}} scope<1, mlp_norm> {eps = {{.*}}, train.recomputed
 // NORM-FC1-NOT: train.rms_norm_grad_rebuild
+
+// GATED: %[[Y:[a-z_0-9]+]], %[[RSTD:[a-z_0-9]+]] = train.gated_rms_norm %[[O:[a-z_0-9]+]], %[[Z:[0-9]+]], %[[W:[0-9]+]] scope<0, gdn_norm_out> {eps = {{.*}}, train.placement = ["", "keep: read by the fused recompute"]}
+// GATED: %[[DX:[0-9]+]] = train.linear_input_grad %[[WO:[0-9]+]], %[[DY:[a-z_0-9]+]] scope<0, gdn_out_proj>
+// GATED: %{{.*}}, %{{.*}}, %[[OUT:[a-z_0-9]+]] = train.gated_rms_norm_grad %[[O]], %[[Z]], %[[W]], %[[RSTD]], %{{.*}} scope<0, gdn_norm_out>
+// GATED-NEXT: %[[FLAT:[0-9]+]] = train.reshape %[[OUT]] scope<0, gdn_norm_out> :
+// GATED-NEXT: train.linear_grad %[[FLAT]], %[[WO]], %[[DY]] scope<0, gdn_out_proj> {weight_grad = @model.layers.0.linear_attn.out_proj.weight} : {{.*}} -> ()
+// GATED-NOT: train.recomputed
+
+// GATED-SAVED: train.gated_rms_norm result 1 L0.gdn_norm_out tensor<1x64x4xf32>
+// GATED-SAVED-NOT: train.gated_rms_norm result 0
+// GATED-SAVED-NOT: train.reshape {{.*}} L0.gdn_norm_out

@@ -150,6 +150,14 @@ __global__ void __launch_bounds__(kRowThreads)
   }
 }
 
+/// y = w x rstd z sigmoid(z), multiplied left to right with a rounding at
+/// each step (no adds, so nothing contracts): the forward and a backward
+/// that rebuilds y from the saved rstd write the same bits.
+__device__ __forceinline__ float gatedNormValue(float w, float x, float r,
+                                                float z, float s) {
+  return w * x * r * z * s;
+}
+
 /// Gated RMSNorm forward of rows up to rowwise::kMaxDim wide: x and z are
 /// read once.
 template <int G, int V>
@@ -173,7 +181,7 @@ __global__ void __launch_bounds__(kRowThreads)
     rowwise::load8(w, e, d, vec, wv);
 #pragma unroll
     for (int i = 0; i < 8; ++i)
-      zv[i] = wv[i] * xv[k][i] * r * zv[i] * sigmoidf_(zv[i]);
+      zv[i] = gatedNormValue(wv[i], xv[k][i], r, zv[i], sigmoidf_(zv[i]));
     rowwise::store8(y + row * d, e, d, vec, zv);
   }
 }
@@ -187,7 +195,7 @@ template <int G, int V>
 __global__ void __launch_bounds__(kRowThreads)
     gatedNormBwdRowKernel(long rows, int d, const bf *x, const bf *z,
                           const bf *w, const float *rstd, const bf *dy, bf *dx,
-                          bf *dz, float *partial, int passes, bool vec) {
+                          bf *dz, bf *y, float *partial, int passes, bool vec) {
   constexpr int RPW = 32 / G;
   const int lane = threadIdx.x & 31, gl = lane % G, warp = threadIdx.x >> 5;
   float acc[V][8] = {};
@@ -202,21 +210,26 @@ __global__ void __launch_bounds__(kRowThreads)
 #pragma unroll
     for (int k = 0; k < V; ++k) {
       const int e = rowwise::vecStart<G>(k, gl);
-      float zv[8], dv[8], dzv[8];
+      float zv[8], dv[8], dzv[8], yv[8];
       rowwise::load8(x + row * d, e, d, vec, xh[k]);
       rowwise::load8(z + row * d, e, d, vec, zv);
       rowwise::load8(dy + row * d, e, d, vec, dv);
       rowwise::load8(w, e, d, vec, wv[k]);
 #pragma unroll
       for (int i = 0; i < 8; ++i) {
-        xh[k][i] *= r;
         const float s = sigmoidf_(zv[i]);
+        // The forward's output (train-fuse-recompute): its expression, in
+        // its order, from the raw x.
+        yv[i] = gatedNormValue(wv[k][i], xh[k][i], r, zv[i], s);
+        xh[k][i] *= r;
         dyh[k][i] = dv[i] * zv[i] * s;
         dzv[i] = dv[i] * wv[k][i] * xh[k][i] * s * (1.f + zv[i] * (1.f - s));
         acc[k][i] += dyh[k][i] * xh[k][i];
         mean += wv[k][i] * dyh[k][i] * xh[k][i];
       }
       rowwise::store8(dz + row * d, e, d, vec, dzv);
+      if (y)
+        rowwise::store8(y + row * d, e, d, vec, yv);
     }
     mean = rowwise::groupSum<G>(mean) / float(d);
 #pragma unroll
@@ -292,7 +305,8 @@ __global__ void gatedNormFwdKernel(long rows, int d, float eps, const bf *x,
     rstd[row] = r;
   for (int i = lane; i < d; i += 32) {
     float zv = b2f(zr[i]);
-    y[row * d + i] = f2b(b2f(w[i]) * b2f(xr[i]) * r * zv * sigmoidf_(zv));
+    y[row * d + i] =
+        f2b(gatedNormValue(b2f(w[i]), b2f(xr[i]), r, zv, sigmoidf_(zv)));
   }
 }
 
@@ -302,7 +316,7 @@ constexpr int kNormRowsPerBlock = 64;
 /// per block in fixed order.
 __global__ void gatedNormBwdKernel(long rows, int d, const bf *x, const bf *z,
                                    const bf *w, const float *rstd, const bf *dy,
-                                   bf *dx, bf *dz, float *partial) {
+                                   bf *dx, bf *dz, bf *y, float *partial) {
   extern __shared__ float wpart[]; // [8][d]
   int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   for (int i = threadIdx.x; i < 8 * d; i += blockDim.x)
@@ -320,6 +334,8 @@ __global__ void gatedNormBwdKernel(long rows, int d, const bf *x, const bf *z,
       float zv = b2f(z[row * d + i]), s = sigmoidf_(zv),
             dyv = b2f(dy[row * d + i]);
       float dyh = dyv * zv * s;
+      if (y)
+        y[row * d + i] = f2b(gatedNormValue(wv, b2f(x[row * d + i]), r, zv, s));
       dz[row * d + i] = f2b(dyv * wv * xh * s * (1.f + zv * (1.f - s)));
       wpart[warp * d + i] += dyh * xh;
       mean += wv * dyh * xh;
@@ -567,15 +583,15 @@ Status gatedNormBackward(const KernelContext &ctx, const GdnGatedNormArgs &a) {
   long nb = gatedNormPartials(rows, a.dim);
   float *partial = (float *)ctx.workspace;
   if (a.dim <= rowwise::kMaxDim) {
-    const bool vec =
-        rowwise::vectorizable(a.dim, {}, {a.x, a.z, a.w, a.dy, a.dx, a.dz});
+    const bool vec = rowwise::vectorizable(
+        a.dim, {}, {a.x, a.z, a.w, a.dy, a.dx, a.dz, a.y});
     const int passes = int(rowwise::passesPerBlock(rows, a.dim));
     rowwise::withLayout(a.dim, [&](auto g, auto v) {
       gatedNormBwdRowKernel<g.value, v.value>
           <<<unsigned(nb), kRowThreads, 0, s>>>(
               rows, a.dim, (const bf *)a.x, (const bf *)a.z, (const bf *)a.w,
               (const float *)a.rstd, (const bf *)a.dy, (bf *)a.dx, (bf *)a.dz,
-              partial, passes, vec);
+              (bf *)a.y, partial, passes, vec);
     });
     AP_GDN_LAUNCH_CHECK(gatedNormBwdRowKernel);
     if (a.dw) {
@@ -588,7 +604,8 @@ Status gatedNormBackward(const KernelContext &ctx, const GdnGatedNormArgs &a) {
   }
   gatedNormBwdKernel<<<unsigned(nb), 256, 8 * a.dim * sizeof(float), s>>>(
       rows, a.dim, (const bf *)a.x, (const bf *)a.z, (const bf *)a.w,
-      (const float *)a.rstd, (const bf *)a.dy, (bf *)a.dx, (bf *)a.dz, partial);
+      (const float *)a.rstd, (const bf *)a.dy, (bf *)a.dx, (bf *)a.dz,
+      (bf *)a.y, partial);
   AP_GDN_LAUNCH_CHECK(gatedNormBwdKernel);
   sumPartialsKernel<<<gridFor(a.dim, 256), 256, 0, s>>>(nb, a.dim, partial,
                                                         (float *)a.dw);

@@ -171,6 +171,12 @@ template <typename S> Status l2NormBackward(const GdnL2NormArgs &a) {
   return Status::Ok;
 }
 
+/// w x rstd z sigmoid(z), left to right: one expression for the forward
+/// and a backward that rebuilds y, so both write the same bits.
+template <typename A> A gatedNormValue(A w, A x, A r, A z, A s) {
+  return w * x * r * z * s;
+}
+
 template <typename S> Status gatedNormForward(const GdnGatedNormArgs &a) {
   using A = AccOf<S>;
   const int64_t H = a.heads, d = a.dim;
@@ -186,8 +192,9 @@ template <typename S> Status gatedNormForward(const GdnGatedNormArgs &a) {
       static_cast<A *>(a.rstd)[n * H + h] = r;
       for (int64_t i = 0; i < d; ++i) {
         A z = ld<S>(a.z, base + i);
-        st<S>(a.y, base + i,
-              ld<S>(a.w, i) * ld<S>(a.x, base + i) * r * z * sigm(z));
+        st<S>(
+            a.y, base + i,
+            gatedNormValue(ld<S>(a.w, i), ld<S>(a.x, base + i), r, z, sigm(z)));
       }
     }
   return Status::Ok;
@@ -206,6 +213,9 @@ template <typename S> Status gatedNormBackward(const GdnGatedNormArgs &a) {
         A xh = ld<S>(a.x, base + i) * r, w = ld<S>(a.w, i);
         A z = ld<S>(a.z, base + i), s = sigm(z), dy = ld<S>(a.dy, base + i);
         A dyh = dy * z * s;
+        if (a.y)
+          st<S>(a.y, base + i,
+                gatedNormValue(w, ld<S>(a.x, base + i), r, z, s));
         st<S>(a.dz, base + i, dy * w * xh * s * (A(1) + z * (A(1) - s)));
         dw[i] += dyh * xh;
         wdy[i] = w * dyh;

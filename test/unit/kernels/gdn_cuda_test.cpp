@@ -843,6 +843,19 @@ GatedOut checkGated(long N, int H, int d, size_t shift) {
                 o.dz == first.dz && o.dw == first.dw)
         << "gated norm not deterministic";
   }
+  {
+    // train-fuse-recompute: a backward alone, with y set, writes the
+    // forward's bytes there (from the saved rstd), and dx, dz, dw as before.
+    for (Shifted *p : {&Y, &DX, &DZ})
+      p->poison();
+    cudaMemcpy(DW.p, dw0.data(), DW.bytes, cudaMemcpyHostToDevice);
+    EXPECT_EQ(gdnGatedNormBackward(ctx, a), Status::Ok);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_TRUE(Y.raw(n * 2) == first.y) << "rebuilt y";
+    EXPECT_TRUE(DX.raw(n * 2) == first.dx && DZ.raw(n * 2) == first.dz &&
+                DW.raw() == first.dw)
+        << "dx, dz, dw with y";
+  }
   Vec ry(n), rr(N * H), rdx(n), rdz(n), rdw(d, 0.0);
   GdnGatedNormArgs r = a;
   r.dtype = DType::F64;

@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <random>
 #include <vector>
@@ -501,6 +502,50 @@ TEST(GdnReference, GatedNormBackwardMatchesFiniteDifferences) {
   EXPECT_LT(relErr(dx, finiteDiff(x, loss)), 1e-7);
   EXPECT_LT(relErr(dz, finiteDiff(z, loss)), 1e-7);
   EXPECT_LT(relErr(dw, finiteDiff(w, loss)), 1e-7);
+}
+
+TEST(GdnReference, GatedNormBackwardRebuildsForwardBitsBf16) {
+  // train-fuse-recompute: the backward writes y from the saved rstd; it must
+  // be the forward's bytes, and dx, dz, dw as without y.
+  const int64_t N = 7;
+  const int32_t H = 3, d = 20;
+  const size_t n = size_t(N * H * d);
+  auto bf = [](const Vec &v) {
+    std::vector<bf16> o(v.size());
+    for (size_t i = 0; i < v.size(); ++i)
+      o[i] = bf16(float(v[i]));
+    return o;
+  };
+  auto x = bf(randn(n, 11, 2.0)), z = bf(randn(n, 12, 2.0)),
+       w = bf(randn(size_t(d), 13)), dy = bf(randn(n, 14));
+  std::vector<bf16> yF(n), yB(n), dx(n), dz(n), dx2(n), dz2(n);
+  std::vector<float> rstd(size_t(N * H)), dw(size_t(d), 0.f), dw2 = dw;
+  GdnGatedNormArgs a;
+  a.dtype = DType::BF16;
+  a.tokens = N;
+  a.heads = H;
+  a.dim = d;
+  a.x = x.data();
+  a.z = z.data();
+  a.w = w.data();
+  a.y = yF.data();
+  a.rstd = rstd.data();
+  ASSERT_EQ(gdnGatedNormForward(host(), a), Status::Ok);
+  a.y = nullptr;
+  a.dy = dy.data();
+  a.dx = dx.data();
+  a.dz = dz.data();
+  a.dw = dw.data();
+  ASSERT_EQ(gdnGatedNormBackward(host(), a), Status::Ok);
+  a.y = yB.data();
+  a.dx = dx2.data();
+  a.dz = dz2.data();
+  a.dw = dw2.data();
+  ASSERT_EQ(gdnGatedNormBackward(host(), a), Status::Ok);
+  EXPECT_EQ(std::memcmp(yF.data(), yB.data(), n * 2), 0);
+  EXPECT_EQ(std::memcmp(dx.data(), dx2.data(), n * 2), 0);
+  EXPECT_EQ(std::memcmp(dz.data(), dz2.data(), n * 2), 0);
+  EXPECT_EQ(std::memcmp(dw.data(), dw2.data(), dw.size() * 4), 0);
 }
 
 #if !ACTPLACE_HAVE_CUDA
