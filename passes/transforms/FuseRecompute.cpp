@@ -13,9 +13,10 @@
 //   %dg, %du, %act = train.swiglu_grad %g, %u, %da
 //   train.linear_grad %act, %w, %dy {weight_grad = @w}
 //
-// and a recomputed RMSNorm (the projections' input) becomes one
-// train.rms_norm_grad_rebuild, which reads the forward's saved rstd (a float
-// per row, kept again) and writes y, followed by the projections' dW.
+// and a recomputed RMSNorm or gated RMSNorm (the projections' input, maybe
+// through a reshape) is written by train.rms_norm_grad_rebuild or by
+// train.gated_rms_norm_grad's output, from the forward's saved rstd (a float
+// per row, kept again), followed by the projections' dW.
 // dx never read y, and dW is the same GEMM on the same bits (the backward
 // kernels write the forward's expression, kernels/dense.h), so results do
 // not change. y costs one store in a kernel that runs anyway instead of a
@@ -29,6 +30,7 @@
 #include "mlir/IR/IRMapping.h"
 #include "mlir/IR/Remarks.h"
 #include "llvm/ADT/SetVector.h"
+#include "llvm/ADT/TypeSwitch.h"
 
 namespace ap {
 #define GEN_PASS_DEF_TRAINFUSERECOMPUTE
@@ -178,8 +180,8 @@ NormCandidate<NormOp, GradOp> matchNorm(GradOp grad) {
   return c;
 }
 
-/// Splits `linear` into dx at its place (when it has one) and returns the
-/// builder state unchanged; the dW half is built by the caller.
+/// Replaces the dx half of `linear` by a train.linear_input_grad in its
+/// place (when it has one); the caller builds the dW half and erases it.
 void splitInputGrad(OpBuilder &b, LinearGradOp linear) {
   if (!linear.getInputGrad())
     return;
@@ -212,6 +214,80 @@ void finish(Operation *grad, Operation *clone, Operation *forward,
   clone->erase();
 }
 
+/// The SwiGLU case: `grad`'s dy comes from the linear backward reading the
+/// clone. Returns whether it fused.
+bool fuseSwiGLU(OpBuilder &b, SwiGLUGradOp grad) {
+  Candidate c = match(grad);
+  if (!c.act)
+    return false;
+  LinearGradOp linear = c.linear;
+  splitInputGrad(b, linear);
+  b.setInsertionPoint(grad);
+  // Without a weight gradient (frozen) nothing reads the activation.
+  bool needsAct = static_cast<bool>(linear.getWeightGradAttr());
+  auto rebuilt = SwiGLUGradOp::create(
+      b, grad.getLoc(), grad.getGateGrad().getType(),
+      grad.getUpGrad().getType(), needsAct ? c.act.getType() : Type(),
+      grad.getGate(), grad.getUp(), grad.getResultGrad(), grad.getScope());
+  if (needsAct)
+    LinearGradOp::create(b, linear.getLoc(), /*input_grad=*/Type(),
+                         rebuilt.getOutput(), linear.getWeight(),
+                         linear.getResultGrad(), linear.getWeightGradAttr(),
+                         linear.getScope());
+  grad.getGateGrad().replaceAllUsesWith(rebuilt.getGateGrad());
+  grad.getUpGrad().replaceAllUsesWith(rebuilt.getUpGrad());
+  grad.erase();
+  linear.erase();
+  remarkFused(c.act, "train.swiglu_grad");
+  c.act.erase();
+  return true;
+}
+
+/// The RMSNorm case: its backward has an optional dx, so the rebuilding
+/// form is an op of its own. Returns whether it fused.
+bool fuseRMSNorm(OpBuilder &b, RMSNormGradOp grad) {
+  if (!grad.getInputGrad())
+    return false;
+  auto c = matchNorm<RMSNormOp>(grad);
+  if (!c.clone)
+    return false;
+  for (Reader r : c.readers)
+    splitInputGrad(b, r.linear);
+  b.setInsertionPoint(grad);
+  auto rebuilt = RMSNormGradRebuildOp::create(
+      b, grad.getLoc(), grad.getInputGrad().getType(),
+      c.clone.getResult().getType(), grad.getInput(), grad.getWeight(),
+      c.forward.getRstd(), grad.getResultGrad(), grad.getZeroCenteredAttr(),
+      grad.getWeightGradAttr(), grad.getScope());
+  buildWeightGrads(b, rebuilt.getOutput(), c.readers);
+  grad.getInputGrad().replaceAllUsesWith(rebuilt.getInputGrad());
+  finish(grad, c.clone, c.forward, c.readers, "train.rms_norm_grad_rebuild");
+  return true;
+}
+
+/// The gated RMSNorm case: its backward takes the output as an optional
+/// third result. Returns whether it fused.
+bool fuseGatedNorm(OpBuilder &b, GatedRMSNormGradOp grad) {
+  if (grad.getOutput())
+    return false;
+  auto c = matchNorm<GatedRMSNormOp>(grad);
+  if (!c.clone)
+    return false;
+  for (Reader r : c.readers)
+    splitInputGrad(b, r.linear);
+  b.setInsertionPoint(grad);
+  auto rebuilt = GatedRMSNormGradOp::create(
+      b, grad.getLoc(), grad.getInputGrad().getType(),
+      grad.getGateGrad().getType(), c.clone.getResult().getType(),
+      grad.getInput(), grad.getGate(), grad.getWeight(), c.forward.getRstd(),
+      grad.getResultGrad(), grad.getWeightGradAttr(), grad.getScope());
+  buildWeightGrads(b, rebuilt.getOutput(), c.readers);
+  grad.getInputGrad().replaceAllUsesWith(rebuilt.getInputGrad());
+  grad.getGateGrad().replaceAllUsesWith(rebuilt.getGateGrad());
+  finish(grad, c.clone, c.forward, c.readers, "train.gated_rms_norm_grad");
+  return true;
+}
+
 struct TrainFuseRecomputePass
     : ap::impl::TrainFuseRecomputeBase<TrainFuseRecomputePass> {
   using Base::Base;
@@ -220,86 +296,21 @@ struct TrainFuseRecomputePass
     ModuleOp module = getOperation();
     if (!fuseRecompute)
       return markAllAnalysesPreserved();
-    SmallVector<SwiGLUGradOp> grads;
-    module.walk([&](SwiGLUGradOp g) { grads.push_back(g); });
+    // Collected first: each fusion erases the op it visits.
+    SmallVector<Operation *> grads;
+    module.walk([&](Operation *op) {
+      if (isa<SwiGLUGradOp, RMSNormGradOp, GatedRMSNormGradOp>(op))
+        grads.push_back(op);
+    });
     OpBuilder b(&getContext());
-    int64_t fused = 0;
-    for (SwiGLUGradOp grad : grads) {
-      Candidate c = match(grad);
-      if (!c.act)
-        continue;
-      LinearGradOp linear = c.linear;
-      splitInputGrad(b, linear);
-      Value dx = grad.getResultGrad();
-      b.setInsertionPoint(grad);
-      // Without a weight gradient (frozen) nothing reads the activation.
-      bool needsAct = static_cast<bool>(linear.getWeightGradAttr());
-      auto rebuilt = SwiGLUGradOp::create(
-          b, grad.getLoc(), grad.getGateGrad().getType(),
-          grad.getUpGrad().getType(), needsAct ? c.act.getType() : Type(),
-          grad.getGate(), grad.getUp(), dx, grad.getScope());
-      if (needsAct)
-        LinearGradOp::create(b, linear.getLoc(), /*input_grad=*/Type(),
-                             rebuilt.getOutput(), linear.getWeight(),
-                             linear.getResultGrad(), linear.getWeightGradAttr(),
-                             linear.getScope());
-      grad.getGateGrad().replaceAllUsesWith(rebuilt.getGateGrad());
-      grad.getUpGrad().replaceAllUsesWith(rebuilt.getUpGrad());
-      grad.erase();
-      linear.erase();
-      remarkFused(c.act, "train.swiglu_grad");
-      c.act.erase();
-      ++fused;
-    }
-    // RMSNorm: its backward has an optional dx, the rebuilding form is its
-    // own op. The clone's operands (x, w) lead the grad's.
-    SmallVector<RMSNormGradOp> normGrads;
-    module.walk([&](RMSNormGradOp g) { normGrads.push_back(g); });
-    for (RMSNormGradOp grad : normGrads) {
-      if (!grad.getInputGrad())
-        continue;
-      auto c = matchNorm<RMSNormOp>(grad);
-      if (!c.clone)
-        continue;
-      for (Reader r : c.readers)
-        splitInputGrad(b, r.linear);
-      b.setInsertionPoint(grad);
-      auto rebuilt = RMSNormGradRebuildOp::create(
-          b, grad.getLoc(), grad.getInputGrad().getType(),
-          c.clone.getResult().getType(), grad.getInput(), grad.getWeight(),
-          c.forward.getRstd(), grad.getResultGrad(), grad.getZeroCenteredAttr(),
-          grad.getWeightGradAttr(), grad.getScope());
-      buildWeightGrads(b, rebuilt.getOutput(), c.readers);
-      grad.getInputGrad().replaceAllUsesWith(rebuilt.getInputGrad());
-      finish(grad, c.clone, c.forward, c.readers,
-             "train.rms_norm_grad_rebuild");
-      ++fused;
-    }
-    // Gated RMSNorm (x, z, w lead the grad's operands too): its backward
-    // takes the output as an optional third result.
-    SmallVector<GatedRMSNormGradOp> gatedGrads;
-    module.walk([&](GatedRMSNormGradOp g) { gatedGrads.push_back(g); });
-    for (GatedRMSNormGradOp grad : gatedGrads) {
-      if (grad.getOutput())
-        continue;
-      auto c = matchNorm<GatedRMSNormOp>(grad);
-      if (!c.clone)
-        continue;
-      for (Reader r : c.readers)
-        splitInputGrad(b, r.linear);
-      b.setInsertionPoint(grad);
-      auto rebuilt = GatedRMSNormGradOp::create(
-          b, grad.getLoc(), grad.getInputGrad().getType(),
-          grad.getGateGrad().getType(), c.clone.getResult().getType(),
-          grad.getInput(), grad.getGate(), grad.getWeight(),
-          c.forward.getRstd(), grad.getResultGrad(), grad.getWeightGradAttr(),
-          grad.getScope());
-      buildWeightGrads(b, rebuilt.getOutput(), c.readers);
-      grad.getInputGrad().replaceAllUsesWith(rebuilt.getInputGrad());
-      grad.getGateGrad().replaceAllUsesWith(rebuilt.getGateGrad());
-      finish(grad, c.clone, c.forward, c.readers, "train.gated_rms_norm_grad");
-      ++fused;
-    }
+    bool fused = false;
+    for (Operation *op : grads)
+      fused |=
+          llvm::TypeSwitch<Operation *, bool>(op)
+              .Case([&](SwiGLUGradOp g) { return fuseSwiGLU(b, g); })
+              .Case([&](RMSNormGradOp g) { return fuseRMSNorm(b, g); })
+              .Case([&](GatedRMSNormGradOp g) { return fuseGatedNorm(b, g); })
+              .Default([](Operation *) { return false; });
     if (!fused)
       markAllAnalysesPreserved();
   }
