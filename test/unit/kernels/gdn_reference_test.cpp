@@ -468,6 +468,23 @@ TEST(GdnReference, L2NormBackwardMatchesFiniteDifferences) {
   EXPECT_LT(relErr(dx, finiteDiff(x, loss)), 1e-7);
 }
 
+/// Gated norm forward arguments over host arrays.
+GdnGatedNormArgs gatedNormArgs(DType dtype, int64_t tokens, int32_t heads,
+                               int32_t dim, const void *x, const void *z,
+                               const void *w, void *y, void *rstd) {
+  GdnGatedNormArgs a;
+  a.dtype = dtype;
+  a.tokens = tokens;
+  a.heads = heads;
+  a.dim = dim;
+  a.x = x;
+  a.z = z;
+  a.w = w;
+  a.y = y;
+  a.rstd = rstd;
+  return a;
+}
+
 TEST(GdnReference, GatedNormBackwardMatchesFiniteDifferences) {
   const int64_t N = 5;
   const int32_t H = 2, d = 6;
@@ -475,17 +492,8 @@ TEST(GdnReference, GatedNormBackwardMatchesFiniteDifferences) {
       w = randn(size_t(d), 3), y(x.size()), rstd(size_t(N * H));
   Vec r = randn(x.size(), 4);
   auto args = [&]() {
-    GdnGatedNormArgs a;
-    a.dtype = DType::F64;
-    a.tokens = N;
-    a.heads = H;
-    a.dim = d;
-    a.x = x.data();
-    a.z = z.data();
-    a.w = w.data();
-    a.y = y.data();
-    a.rstd = rstd.data();
-    return a;
+    return gatedNormArgs(DType::F64, N, H, d, x.data(), z.data(), w.data(),
+                         y.data(), rstd.data());
   };
   auto loss = [&]() {
     EXPECT_EQ(gdnGatedNormForward(host(), args()), Status::Ok);
@@ -520,16 +528,8 @@ TEST(GdnReference, GatedNormBackwardRebuildsForwardBitsBf16) {
        w = bf(randn(size_t(d), 13)), dy = bf(randn(n, 14));
   std::vector<bf16> yF(n), yB(n), dx(n), dz(n), dx2(n), dz2(n);
   std::vector<float> rstd(size_t(N * H)), dw(size_t(d), 0.f), dw2 = dw;
-  GdnGatedNormArgs a;
-  a.dtype = DType::BF16;
-  a.tokens = N;
-  a.heads = H;
-  a.dim = d;
-  a.x = x.data();
-  a.z = z.data();
-  a.w = w.data();
-  a.y = yF.data();
-  a.rstd = rstd.data();
+  GdnGatedNormArgs a = gatedNormArgs(DType::BF16, N, H, d, x.data(), z.data(),
+                                     w.data(), yF.data(), rstd.data());
   ASSERT_EQ(gdnGatedNormForward(host(), a), Status::Ok);
   a.y = nullptr;
   a.dy = dy.data();
