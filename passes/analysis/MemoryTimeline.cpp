@@ -65,6 +65,52 @@ Value originalOf(Value v,
   return v;
 }
 
+/// The forward output a fused recompute's backward (train-fuse-recompute)
+/// rebuilds: the op of that kind, not a clone, on the same forward inputs
+/// (the backward's leading operands, through views, waits, reloads and
+/// clones); null when there is none.
+Value forwardOfFused(Operation *grad, Block &body,
+                     const llvm::DenseMap<Operation *, Operation *> &clones) {
+  StringRef name;
+  unsigned inputs = 0;
+  if (isa<SwiGLUGradOp>(grad))
+    name = SwiGLUOp::getOperationName(), inputs = 2;
+  else if (isa<RMSNormGradRebuildOp>(grad))
+    name = RMSNormOp::getOperationName(), inputs = 2;
+  else if (isa<GatedRMSNormGradOp>(grad))
+    name = GatedRMSNormOp::getOperationName(), inputs = 3;
+  else
+    return Value();
+  // The forward value an operand is, or a copy of: through waits, reloads
+  // and clones, not views (the forward op reads the view itself).
+  auto forwardValue = [&](Value v) {
+    while (Operation *def = v.getDefiningOp()) {
+      if (auto wait = dyn_cast<WaitOp>(def)) {
+        v = wait.getInput();
+      } else if (auto reload = dyn_cast<ReloadOp>(def)) {
+        auto offload = reload.getHost().getDefiningOp<OffloadOp>();
+        if (!offload)
+          break;
+        v = offload.getInput();
+      } else if (Operation *fwd = clones.lookup(def)) {
+        v = fwd->getResult(cast<OpResult>(v).getResultNumber());
+      } else {
+        break;
+      }
+    }
+    return v;
+  };
+  SmallVector<Value> forwardInputs;
+  for (Value in : grad->getOperands().take_front(inputs))
+    forwardInputs.push_back(forwardValue(in));
+  for (Operation &op : body)
+    if (op.getName().getStringRef() == name &&
+        !op.hasAttr(kRecomputedAttrName) &&
+        llvm::equal(op.getOperands(), forwardInputs))
+      return op.getResult(0);
+  return Value();
+}
+
 /// The microbatch loop body of `@train_step`, or null.
 Block *stepBody(ModuleOp module) {
   auto step = module.lookupSymbol<func::FuncOp>("train_step");
@@ -82,26 +128,8 @@ Block *stepBody(ModuleOp module) {
 /// the forward's reshape of it), at its dx op's place. The erased ops are
 /// those fusedRecomputes lists.
 void unfuseRecompute(Block &body) {
-  // The forward op of the rebuilt value: the non-clone op of that kind on
-  // the same leading operands (the backward's forward inputs).
-  auto forwardOf = [&](Operation *grad, StringRef name,
-                       unsigned operands) -> Value {
-    for (Operation &op : body)
-      if (op.getName().getStringRef() == name &&
-          !op.hasAttr(kRecomputedAttrName) && op.getNumOperands() == operands &&
-          llvm::equal(op.getOperands(),
-                      grad->getOperands().take_front(operands)))
-        return op.getResult(0);
-    return Value();
-  };
   for (FusedRecompute f : fusedRecomputes(body)) {
-    Value forward;
-    if (isa<SwiGLUGradOp>(f.grad))
-      forward = forwardOf(f.grad, SwiGLUOp::getOperationName(), 2);
-    else if (isa<RMSNormGradRebuildOp>(f.grad))
-      forward = forwardOf(f.grad, RMSNormOp::getOperationName(), 2);
-    else
-      forward = forwardOf(f.grad, GatedRMSNormOp::getOperationName(), 3);
+    Value forward = forwardOfFused(f.grad, body, {});
     if (!forward)
       continue;
     OpBuilder b(f.grad);
@@ -358,7 +386,12 @@ MemoryTimeline MemoryTimeline::compute(ModuleOp module, const CostModel &cost) {
       buf.scope = std::move(scope);
       buf.bytes = tensorBytes(root.getType());
       buf.first = first;
-      buf.original = originalOf(root, clones);
+      // A fused recompute's output copies the forward value, as a clone's
+      // result does.
+      Value rebuilt = isRebuiltActivation(root)
+                          ? forwardOfFused(root.getDefiningOp(), body, clones)
+                          : Value();
+      buf.original = rebuilt ? rebuilt : originalOf(root, clones);
       if (root.getDefiningOp<ReloadOp>())
         buf.origin = ActivationBuffer::Origin::Reload;
       else if (clones.count(root.getDefiningOp()) || isRebuiltActivation(root))

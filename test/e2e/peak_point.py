@@ -16,7 +16,8 @@
 #     no-placement step's bytes at the same op (train-print-memory-timeline
 #     on it, op named alike), the placed bytes the placed step's;
 #   - every offloaded value off the device comes back by a reload of an
-#     offloaded leaf, every recomputed one by a clone of its producer; with
+#     offloaded leaf, every recomputed one by a clone of its producer or,
+#     fused (train-fuse-recompute), by its producer's backward; with
 #     recompute, recomputed values are among them.
 #
 #===------------------------------------------------------------------------===#
@@ -144,8 +145,12 @@ def check_point(name, label, pp, report, none_points, placed_points):
                   "%s: offloaded %s comes back by %s" % (what, v["value"],
                                                          v["back_at"]))
         else:
+            # By a clone of its producer, or (train-fuse-recompute, the
+            # default) by its producer's backward, which writes it.
+            producer = v["value"].split(" ")[1].split("#")[0]
             check(v["kind"] == "recomputed" and leaf in RECOMPUTED_LEAVES and
-                  v["value"].split(" ")[1].startswith(back[1] + "#"),
+                  back[1] in (producer, producer + "_grad",
+                              producer + "_grad_rebuild"),
                   "%s: %s %s comes back by %s" % (what, v["kind"], v["value"],
                                                   v["back_at"]))
     return off
