@@ -670,8 +670,7 @@ LogicalResult Emitter::emitKernel(Operation *op, int indent) {
     bool rebuildsY = callee == "train.rms_norm_grad_rebuild";
     if (fwd ? failed(expectCounts(2, 2)) : ins.size() != 4)
       return fwd ? failure()
-                 : op->emitError(
-                       "emit-cpp: train.rms_norm_grad needs 4 inputs");
+                 : op->emitError("emit-cpp: '") << callee << "' needs 4 inputs";
     int64_t d = nel(ins[1]);
     int64_t rows = nel(ins[0]) / d;
     bool zc = args && args.get("zero_centered");
