@@ -15,8 +15,9 @@
 // bench/elem_bench.cu. First, the backward's parts: the library's dx pass
 // alone (dense and grouped dy) and one sweep kernel with the shape at run
 // time or constant (bench/notes/gdn.md; these run first in the process, so
-// they share its early clock state with the library's timings). Build and
-// run: bench/conv_sweep.sh [build folder].
+// they share its early clock state with the library's timings); last, the
+// library's backward, its dx pass and the sweep's kernel again, to tell run
+// order from code. Build and run: bench/conv_sweep.sh [build folder].
 //
 //===----------------------------------------------------------------------===//
 #include "bench/bench_timing.h"
@@ -407,5 +408,32 @@ int main() {
   runBwd<2, 16, 4, 128>();
   runBwd<4, 16, 4, 64>();
   runBwd<8, 32, 4, 64>();
+  // Run order: the library's backward, its dx pass alone and the sweep's
+  // bwd<1, 128, 1> again, last in the process. Equal to the early rows: the
+  // gap between the library and the sweep is the code; equal to the sweep's
+  // late rows: it was the process's early clock state.
+  double libLate = timeCalls([&](int i) {
+    a.x = x[i];
+    a.dy = dy[i];
+    a.dx = dx[i];
+    KS(gdnConvBackward(ctx, a));
+  });
+  std::printf("{\"library_windowed_bwd_us_late\":%.2f}\n", libLate * 1e3);
+  {
+    dim3 grid((C + 127) / 128, unsigned((N + 127) / 128));
+    ConvGroups<const bf *> dense{};
+    dense.n = 1;
+    dense.start[0] = 0;
+    dense.start[1] = C;
+    double dxLate = timeCalls([&](int i) {
+      dense.ptr[0] = (const bf *)dy[i];
+      convWindowBwdKernel<K><<<grid, 128, 0, gStream>>>(
+          N, int(N), C, (const bf *)x[i], (const bf *)w, dense, (bf *)dx[i],
+          (float *)partial);
+    });
+    report("lib_dx_pass_dense_late", 1, 128, 1, 128, dxLate, 6.0 * N * C / 1e6,
+           true);
+  }
+  runRuntimeShape<N, C>("sweep_bwd_constant_NC_late");
   return 0;
 }
