@@ -45,11 +45,13 @@ Value throughWaits(Value v) {
 }
 
 /// The forward value (or block argument) whose bytes `v` holds: through
-/// views, waits, reloads and recompute clones.
+/// views (unless `throughViews` is false), waits, reloads and recompute
+/// clones.
 Value originalOf(Value v,
-                 const llvm::DenseMap<Operation *, Operation *> &clones) {
+                 const llvm::DenseMap<Operation *, Operation *> &clones,
+                 bool throughViews = true) {
   while (Operation *def = v.getDefiningOp()) {
-    if (isa<ReshapeOp, WaitOp>(def)) {
+    if (isa<WaitOp>(def) || (throughViews && isa<ReshapeOp>(def))) {
       v = def->getOperand(0);
     } else if (auto reload = dyn_cast<ReloadOp>(def)) {
       auto offload = reload.getHost().getDefiningOp<OffloadOp>();
@@ -81,28 +83,10 @@ Value forwardOfFused(Operation *grad, Block &body,
     name = GatedRMSNormOp::getOperationName(), inputs = 3;
   else
     return Value();
-  // The forward value an operand is, or a copy of: through waits, reloads
-  // and clones, not views (the forward op reads the view itself).
-  auto forwardValue = [&](Value v) {
-    while (Operation *def = v.getDefiningOp()) {
-      if (auto wait = dyn_cast<WaitOp>(def)) {
-        v = wait.getInput();
-      } else if (auto reload = dyn_cast<ReloadOp>(def)) {
-        auto offload = reload.getHost().getDefiningOp<OffloadOp>();
-        if (!offload)
-          break;
-        v = offload.getInput();
-      } else if (Operation *fwd = clones.lookup(def)) {
-        v = fwd->getResult(cast<OpResult>(v).getResultNumber());
-      } else {
-        break;
-      }
-    }
-    return v;
-  };
+  // Not through views: the forward op reads the view itself.
   SmallVector<Value> forwardInputs;
   for (Value in : grad->getOperands().take_front(inputs))
-    forwardInputs.push_back(forwardValue(in));
+    forwardInputs.push_back(originalOf(in, clones, /*throughViews=*/false));
   for (Operation &op : body)
     if (op.getName().getStringRef() == name &&
         !op.hasAttr(kRecomputedAttrName) &&
