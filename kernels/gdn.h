@@ -209,7 +209,7 @@ struct GdnGatedNormArgs {
   /// backward writes it too, bit-identical to the forward's, from the saved
   /// rstd (train-fuse-recompute).
   void *y = nullptr;
-  void *rstd = nullptr;    ///< [N, H] Acc (forward output, saved)
+  void *rstd = nullptr; ///< [N, H] Acc (forward output, saved)
   // Backward:
   const void *dy = nullptr; ///< [N, H, d] storage
   void *dx = nullptr;       ///< [N, H, d] storage, overwritten

@@ -26,11 +26,12 @@ std::string Scope::str() const {
 bool SavedActivations::isBackwardOp(Operation *op) {
   if (op->hasAttr(kRecomputedAttrName) || isa<ReloadOp, WaitOp>(op))
     return true;
-  return isa<EmbeddingGradOp, LinearGradOp, LinearInputGradOp, RMSNormGradOp, RMSNormGradRebuildOp,
-             GatedRMSNormGradOp, L2NormGradOp, ShortConvGradOp, GDNGatesGradOp,
-             GatedDeltaRuleGradOp, RoPEGradOp, AttentionGradOp,
-             OutputGateGradOp, SwiGLUGradOp, SliceGradOp, ExpandGradOp,
-             LMHeadCrossEntropyGradOp, LMHeadCrossEntropyWithGradOp>(op);
+  return isa<EmbeddingGradOp, LinearGradOp, LinearInputGradOp, RMSNormGradOp,
+             RMSNormGradRebuildOp, GatedRMSNormGradOp, L2NormGradOp,
+             ShortConvGradOp, GDNGatesGradOp, GatedDeltaRuleGradOp, RoPEGradOp,
+             AttentionGradOp, OutputGateGradOp, SwiGLUGradOp, SliceGradOp,
+             ExpandGradOp, LMHeadCrossEntropyGradOp,
+             LMHeadCrossEntropyWithGradOp>(op);
 }
 
 Block *SavedActivations::findBody(ModuleOp module) {
