@@ -319,24 +319,13 @@ OpCost CostModel::cost(Operation *op) const {
             c.bytes = operandAndResultBytes(op);
             return true;
           })
-          .Case([&](RMSNormGradOp n) {
-            c.bytes = operandAndResultBytes(op);
-            if (n.getWeightGradAttr())
-              c.bytes += mainGradBytes(n.getWeight());
-            return true;
-          })
-          .Case([&](RMSNormGradRebuildOp n) {
-            c.bytes = operandAndResultBytes(op);
-            if (n.getWeightGradAttr())
-              c.bytes += mainGradBytes(n.getWeight());
-            return true;
-          })
-          .Case([&](GatedRMSNormGradOp n) {
-            c.bytes = operandAndResultBytes(op);
-            if (n.getWeightGradAttr())
-              c.bytes += mainGradBytes(n.getWeight());
-            return true;
-          })
+          .Case<RMSNormGradOp, RMSNormGradRebuildOp, GatedRMSNormGradOp>(
+              [&](auto n) {
+                c.bytes = operandAndResultBytes(op);
+                if (n.getWeightGradAttr())
+                  c.bytes += mainGradBytes(n.getWeight());
+                return true;
+              })
           .Case([&](ShortConvGradOp s) {
             c.bytes = operandAndResultBytes(op);
             if (s.getWeightGradAttr())

@@ -2,14 +2,13 @@
 
 #include "passes/analysis/MemoryTimeline.h"
 
-#include "llvm/ADT/SetVector.h"
-
 #include "dialect/train/TrainOps.h"
 #include "passes/analysis/GraphSummary.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/MapVector.h"
+#include "llvm/ADT/SetVector.h"
 
 #include <algorithm>
 
@@ -69,8 +68,8 @@ Value originalOf(Value v,
 
 /// The forward output a fused recompute's backward (train-fuse-recompute)
 /// rebuilds: the op of that kind, not a clone, on the same forward inputs
-/// (the backward's leading operands, through views, waits, reloads and
-/// clones); null when there is none.
+/// (the backward's leading operands, through waits, reloads and clones but
+/// not views); null when there is none.
 Value forwardOfFused(Operation *grad, Block &body,
                      const llvm::DenseMap<Operation *, Operation *> &clones) {
   StringRef name;
@@ -240,17 +239,18 @@ ap::train::recomputedOriginals(Block &body) {
   return forwardOf;
 }
 
-/// True for the activation a fused recompute writes (train-fuse-recompute):
-/// recomputed like a clone's result, by the backward that reads its inputs.
+Value ap::train::rebuiltOutputOf(Operation *op) {
+  if (auto grad = dyn_cast_or_null<SwiGLUGradOp>(op))
+    return grad.getOutput();
+  if (auto norm = dyn_cast_or_null<RMSNormGradRebuildOp>(op))
+    return norm.getOutput();
+  if (auto gated = dyn_cast_or_null<GatedRMSNormGradOp>(op))
+    return gated.getOutput();
+  return Value();
+}
+
 bool ap::train::isRebuiltActivation(Value v) {
-  Operation *def = v.getDefiningOp();
-  if (auto grad = dyn_cast_or_null<SwiGLUGradOp>(def))
-    return v == grad.getOutput();
-  if (auto norm = dyn_cast_or_null<RMSNormGradRebuildOp>(def))
-    return v == norm.getOutput();
-  if (auto gated = dyn_cast_or_null<GatedRMSNormGradOp>(def))
-    return v == gated.getOutput();
-  return false;
+  return v && v == rebuiltOutputOf(v.getDefiningOp());
 }
 
 SmallVector<FusedRecompute> ap::train::fusedRecomputes(Block &body) {
@@ -258,22 +258,16 @@ SmallVector<FusedRecompute> ap::train::fusedRecomputes(Block &body) {
   for (Operation &op : body) {
     FusedRecompute f;
     f.grad = &op;
-    if (auto grad = dyn_cast<SwiGLUGradOp>(op)) {
-      f.output = grad.getOutput();
-      // A frozen down projection: the dx op is still split, with no dW.
-      auto dx = grad.getResultGrad().getDefiningOp<LinearInputGradOp>();
-      if (!f.output && dx)
-        f.unpairedDx = dx;
-      else if (!f.output)
+    f.output = rebuiltOutputOf(&op);
+    if (!f.output) {
+      // A SwiGLU whose down projection is frozen: the dx op is still split,
+      // with no dW and no output.
+      auto grad = dyn_cast<SwiGLUGradOp>(op);
+      f.unpairedDx =
+          grad ? grad.getResultGrad().getDefiningOp<LinearInputGradOp>()
+               : LinearInputGradOp();
+      if (!f.unpairedDx)
         continue;
-    } else if (auto norm = dyn_cast<RMSNormGradRebuildOp>(op)) {
-      f.output = norm.getOutput();
-    } else if (auto gated = dyn_cast<GatedRMSNormGradOp>(op)) {
-      f.output = gated.getOutput();
-      if (!f.output)
-        continue;
-    } else {
-      continue;
     }
     // The dW-only linear backwards reading the output (or a reshape of it),
     // each with the dx op of the same weight and dy.

@@ -192,8 +192,11 @@ struct FusedRecompute {
 };
 llvm::SmallVector<FusedRecompute> fusedRecomputes(mlir::Block &body);
 
-/// True for the activation a fused recompute writes (the output of one of
-/// the backwards above): recomputed like a clone's result.
+/// The activation a fused recompute's backward writes: the output of
+/// train.swiglu_grad or train.gated_rms_norm_grad, the second result of
+/// train.rms_norm_grad_rebuild; null for any other op.
+mlir::Value rebuiltOutputOf(mlir::Operation *op);
+/// True for that activation: recomputed like a clone's result.
 bool isRebuiltActivation(mlir::Value v);
 
 /// One named term of the difference between the unplaced and the placed

@@ -337,14 +337,7 @@ void TrainPlacementReportPass::runOnOperation() {
     // A backward that also rebuilds a forward value (train-fuse-recompute)
     // is charged the share of its time its extra output writes: it is
     // memory-bound, and the rest is the backward it runs anyway.
-    Value rebuilt;
-    if (auto grad = dyn_cast<SwiGLUGradOp>(so.op))
-      rebuilt = grad.getOutput();
-    else if (auto norm = dyn_cast<RMSNormGradRebuildOp>(so.op))
-      rebuilt = norm.getOutput();
-    else if (auto gated = dyn_cast<GatedRMSNormGradOp>(so.op))
-      rebuilt = gated.getOutput();
-    if (rebuilt) {
+    if (Value rebuilt = rebuiltOutputOf(so.op)) {
       int64_t all = 0;
       for (Value v :
            llvm::concat<Value>(so.op->getOperands(), so.op->getResults()))
