@@ -6,18 +6,16 @@
 // (kernels/cuda/gdn/gdn_conv_kernels.cuh):
 // V channels a thread (V bf16 in one access), R tokens a thread (forward;
 // backward: R tokens per dw partial block), loads issued A tokens ahead.
-// The per-channel arithmetic is the library's, so every variant with the
-// library's R (32 forward, 128 backward) gives its bits; the sweep checks
-// y and dx of every variant against the windowed library path bitwise (dw
-// depends on R). Its run of 2026-12-01 (bench/notes/gdn.md) chose 4 tokens
-// ahead for the forward and __restrict__ pointers for both. Median of 21
-// samples of 20 calls over rotating operand copies (no L2 reuse), as
-// bench/elem_bench.cu. First, the backward's parts: the library's dx pass
-// alone (dense and grouped dy) and one sweep kernel with the shape at run
-// time or constant (bench/notes/gdn.md; these run first in the process, so
-// they share its early clock state with the library's timings); last, the
-// library's backward, its dx pass and the sweep's kernel again, to tell run
-// order from code. Build and run: bench/conv_sweep.sh [build folder].
+// The per-channel arithmetic is the library's, so every variant gives the
+// bits of y and dx of the per-element kernels (the library's fallback path,
+// which shares none of the windowed code), and the sweep checks each, and the
+// library's windowed path, against them bitwise (dw depends on R). Its run of
+// 2026-12-01 (bench/notes/gdn.md) chose 4 tokens ahead for the forward and
+// __restrict__ pointers for both. Median of 21 samples of 20 calls over
+// rotating operand copies (no L2 reuse), as bench/elem_bench.cu. First, the
+// library's dx pass by tokens loaded ahead (dense dy, and dy in the step's
+// three groups) and the sweep's kernel with the shape at run time; last, the
+// library's backward again. Build and run: bench/conv_sweep.sh [build folder].
 //
 //===----------------------------------------------------------------------===//
 #include "bench/bench_timing.h"
@@ -315,11 +313,34 @@ int main() {
   ctx.stream = gStream;
   ctx.workspace = ws;
   ctx.workspaceBytes = wsb;
-  KS(gdnConvForward(ctx, a));
-  KS(gdnConvBackward(ctx, a));
+  // The bits every variant must give: the per-element kernels (the
+  // library's fallback path), which share none of the windowed code.
+  {
+    ConvGroups<bf *> yd{};
+    yd.n = 1;
+    yd.start[1] = C;
+    yd.ptr[0] = (bf *)y[0];
+    ConvGroups<const bf *> dyd{};
+    dyd.n = 1;
+    dyd.start[1] = C;
+    dyd.ptr[0] = (const bf *)dy[0];
+    unsigned blocks = unsigned((N * C + 255) / 256);
+    convFwdKernel<<<blocks, 256, 0, gStream>>>(
+        N, int(N), C, K, (const bf *)x[0], (const bf *)w, yd);
+    convDxKernel<<<blocks, 256, 0, gStream>>>(N, int(N), C, K, (const bf *)x[0],
+                                              (const bf *)w, dyd, (bf *)dx[0]);
+    CK(cudaGetLastError());
+  }
   CK(cudaStreamSynchronize(gStream));
   refY = fetch(y[0], size_t(N) * C * 2);
   refDx = fetch(dx[0], size_t(N) * C * 2);
+  // The library's windowed path (the default) must give them too.
+  KS(gdnConvForward(ctx, a));
+  KS(gdnConvBackward(ctx, a));
+  CK(cudaStreamSynchronize(gStream));
+  std::printf("{\"library_windowed_bitwise_as_per_element\":[%s,%s]}\n",
+              fetch(y[0], size_t(N) * C * 2) == refY ? "true" : "false",
+              fetch(dx[0], size_t(N) * C * 2) == refDx ? "true" : "false");
   double lib[2];
   lib[0] = timeCalls([&](int i) {
     a.x = x[i];
@@ -334,53 +355,70 @@ int main() {
   });
   std::printf("{\"library_windowed_us\":[%.2f,%.2f]}\n", lib[0] * 1e3,
               lib[1] * 1e3);
-  // Where the library's backward time goes: its dx pass alone (dense dy,
-  // and dy in the three groups of the step), the sweep's kernel with the
-  // shape at run time, then the constant-shape variants below.
+  // The library's dx pass alone, by how many tokens it loads ahead (dense
+  // dy; the library's own count also with dy in the step's three groups),
+  // and the sweep's kernel with the shape at run time (112 us in d24).
   {
     dim3 grid((C + 127) / 128, unsigned((N + 127) / 128));
     ConvGroups<const bf *> dense{};
     dense.n = 1;
     dense.start[0] = 0;
     dense.start[1] = C;
-    std::vector<void *> dyq(kSets);
-    for (int i = 0; i < kSets; ++i)
-      CK(cudaMalloc(&dyq[i], size_t(N) * C * 2));
-    double dxDense = timeCalls([&](int i) {
-      dense.ptr[0] = (const bf *)dy[i];
-      convWindowBwdKernel<K><<<grid, 128, 0, gStream>>>(
-          N, int(N), C, (const bf *)x[i], (const bf *)w, dense, (bf *)dx[i],
+    auto dxPass = [&](auto ahead, const char *name) {
+      constexpr int A = decltype(ahead)::value;
+      double ms = timeCalls([&](int i) {
+        dense.ptr[0] = (const bf *)dy[i];
+        convWindowBwdKernel<K, A><<<grid, 128, 0, gStream>>>(
+            N, int(N), C, (const bf *)x[i], (const bf *)w, dense, (bf *)dx[i],
+            (float *)partial);
+      });
+      dense.ptr[0] = (const bf *)dy[0];
+      convWindowBwdKernel<K, A><<<grid, 128, 0, gStream>>>(
+          N, int(N), C, (const bf *)x[0], (const bf *)w, dense, (bf *)dx[0],
           (float *)partial);
-    });
-    // Bits on operand set 0, the one the library reference ran on.
-    dense.ptr[0] = (const bf *)dy[0];
-    convWindowBwdKernel<K><<<grid, 128, 0, gStream>>>(
-        N, int(N), C, (const bf *)x[0], (const bf *)w, dense, (bf *)dx[0],
-        (float *)partial);
-    CK(cudaStreamSynchronize(gStream));
-    bool denseSame = fetch(dx[0], size_t(N) * C * 2) == refDx;
-    report("lib_dx_pass_dense", 1, 128, 1, 128, dxDense, 6.0 * N * C / 1e6,
-           denseSame);
+      CK(cudaStreamSynchronize(gStream));
+      report(name, 1, 128, A, 128, ms, 6.0 * N * C / 1e6,
+             fetch(dx[0], size_t(N) * C * 2) == refDx);
+    };
+    dxPass(std::integral_constant<int, 1>{}, "lib_dx_pass_dense");
+    dxPass(std::integral_constant<int, 2>{}, "lib_dx_pass_dense");
+    dxPass(std::integral_constant<int, 4>{}, "lib_dx_pass_dense");
+    dxPass(std::integral_constant<int, 8>{}, "lib_dx_pass_dense");
     // Three groups of C / 3 channels (q, k, v): their own buffers.
+    std::vector<void *> dyq(kSets);
+    for (int i = 0; i < kSets; ++i) {
+      CK(cudaMalloc(&dyq[i], size_t(N) * C * 2));
+      // Group g of token t holds channels [g C/3, (g+1) C/3) of dy's row t.
+      CK(cudaMemcpy2D(dyq[i], size_t(C / 3) * 2, dy[i], size_t(C) * 2,
+                      size_t(C / 3) * 2, N, cudaMemcpyDeviceToDevice));
+      for (int g = 1; g < 3; ++g)
+        CK(cudaMemcpy2D((char *)dyq[i] + size_t(N) * (C / 3) * 2 * g,
+                        size_t(C / 3) * 2,
+                        (char *)dy[i] + size_t(C / 3) * 2 * g, size_t(C) * 2,
+                        size_t(C / 3) * 2, N, cudaMemcpyDeviceToDevice));
+    }
     ConvGroups<const bf *> split{};
     split.n = 3;
     for (int g = 0; g <= 3; ++g)
       split.start[g] = g * (C / 3);
-    double dxSplit = timeCalls([&](int i) {
+    auto setSplit = [&](int i) {
       for (int g = 0; g < 3; ++g)
         split.ptr[g] = (const bf *)dyq[i] + size_t(N) * (C / 3) * g;
+    };
+    double dxSplit = timeCalls([&](int i) {
+      setSplit(i);
       convWindowBwdKernel<K><<<grid, 128, 0, gStream>>>(
           N, int(N), C, (const bf *)x[i], (const bf *)w, split, (bf *)dx[i],
           (float *)partial);
     });
-    report("lib_dx_pass_split3", 1, 128, 1, 128, dxSplit, 6.0 * N * C / 1e6,
-           true);
+    setSplit(0);
+    convWindowBwdKernel<K><<<grid, 128, 0, gStream>>>(
+        N, int(N), C, (const bf *)x[0], (const bf *)w, split, (bf *)dx[0],
+        (float *)partial);
+    CK(cudaStreamSynchronize(gStream));
+    report("lib_dx_pass_split3", 1, 128, kConvBwdAhead, 128, dxSplit,
+           6.0 * N * C / 1e6, fetch(dx[0], size_t(N) * C * 2) == refDx);
     runRuntimeShape<0, 0>("sweep_bwd_runtime_shape");
-    runRuntimeShape<0, C>("sweep_bwd_constant_C");
-    runRuntimeShape<N, 0>("sweep_bwd_constant_N");
-    // The very kernel of the sweep's bwd<1, 128, 1> row below, timed early:
-    // a different time would be the process's clock state, not the code.
-    runRuntimeShape<N, C>("sweep_bwd_constant_NC");
     for (void *p : dyq)
       CK(cudaFree(p));
   }
@@ -408,10 +446,8 @@ int main() {
   runBwd<2, 16, 4, 128>();
   runBwd<4, 16, 4, 64>();
   runBwd<8, 32, 4, 64>();
-  // Run order: the library's backward, its dx pass alone and the sweep's
-  // bwd<1, 128, 1> again, last in the process. Equal to the early rows: the
-  // gap between the library and the sweep is the code; equal to the sweep's
-  // late rows: it was the process's early clock state.
+  // The library's backward again, last in the process (d24 found the first
+  // and last timings equal).
   double libLate = timeCalls([&](int i) {
     a.x = x[i];
     a.dy = dy[i];
@@ -419,21 +455,5 @@ int main() {
     KS(gdnConvBackward(ctx, a));
   });
   std::printf("{\"library_windowed_bwd_us_late\":%.2f}\n", libLate * 1e3);
-  {
-    dim3 grid((C + 127) / 128, unsigned((N + 127) / 128));
-    ConvGroups<const bf *> dense{};
-    dense.n = 1;
-    dense.start[0] = 0;
-    dense.start[1] = C;
-    double dxLate = timeCalls([&](int i) {
-      dense.ptr[0] = (const bf *)dy[i];
-      convWindowBwdKernel<K><<<grid, 128, 0, gStream>>>(
-          N, int(N), C, (const bf *)x[i], (const bf *)w, dense, (bf *)dx[i],
-          (float *)partial);
-    });
-    report("lib_dx_pass_dense_late", 1, 128, 1, 128, dxLate, 6.0 * N * C / 1e6,
-           true);
-  }
-  runRuntimeShape<N, C>("sweep_bwd_constant_NC_late");
   return 0;
 }

@@ -31,13 +31,22 @@ template <typename P> struct ConvColumn {
   P p;
   long stride;
 };
+// Every index into the groups is a constant after unrolling: a dynamic index
+// would copy the kernel parameter to the thread's stack (56 bytes of local
+// memory in the windowed backward, ptxas -v).
 template <typename P>
 __device__ __forceinline__ ConvColumn<P> columnOf(const ConvGroups<P> &g,
                                                   int c) {
-  int s = 0;
-  while (s + 1 < g.n && c >= g.start[s + 1])
-    ++s;
-  return {g.ptr[s] + (c - g.start[s]), long(g.start[s + 1] - g.start[s])};
+  P p = g.ptr[0];
+  int start = g.start[0], end = g.start[1];
+#pragma unroll
+  for (int s = 1; s < kGdnConvMaxSplits; ++s)
+    if (s < g.n && c >= g.start[s]) {
+      p = g.ptr[s];
+      start = g.start[s];
+      end = g.start[s + 1];
+    }
+  return {p + (c - start), long(end - start)};
 }
 
 __global__ void convFwdKernel(long N, int T, int Cc, int K, const bf *x,
@@ -208,11 +217,21 @@ convWindowFwdKernel(long N, int T, int Cc, const bf *__restrict__ x,
   }
 }
 
+/// Tokens whose x and dy loads the windowed backward issues before it uses
+/// the first of them. With one token at a time (the kernel before 2026-12-02)
+/// every token waited a full memory round trip: the whole grid is one wave of
+/// threads that each walk 131 tokens, so that chain was the kernel's time
+/// (144 us at the Qwen shape; bench/notes/gdn.md, "The conv backward's loads").
+constexpr int kConvBwdAhead = 4;
+
 /// dx for the tokens of one dw partial, and that partial:
 ///   dpre[t] = dy[t] silu'(pre[t]),
 ///   dx[t] = sum_j w[j] dpre[t + K-1-j] (same sequence only),
 ///   partial[blk][c][j] = sum over the block's tokens of dpre[t] x[t-K+1+j].
-template <int K>
+/// A: tokens loaded ahead (kConvBwdAhead in the library; the emulation test
+/// and bench/conv_sweep.cu take others). The arithmetic, and so every bit,
+/// does not depend on A.
+template <int K, int A = kConvBwdAhead>
 __global__ void
 convWindowBwdKernel(long N, int T, int Cc, const bf *__restrict__ x,
                     const bf *__restrict__ w, ConvGroups<const bf *> dy,
@@ -246,8 +265,9 @@ convWindowBwdKernel(long N, int T, int Cc, const bf *__restrict__ x,
     acc[j] = 0.f;
   }
   // Tokens tok0 .. tokEnd + K - 2: the last K - 1 only complete the dx of
-  // the block's own tokens.
-  for (long tok = tok0; tok < tokEnd + K - 1; ++tok, ++t) {
+  // the block's own tokens; those at or past N load nothing.
+  const long last = tokEnd + K - 1, loadEnd = min(last, N);
+  auto step = [&](long tok, float xv, float gv) {
     if (t == T) {
       t = 0;
 #pragma unroll
@@ -256,13 +276,13 @@ convWindowBwdKernel(long N, int T, int Cc, const bf *__restrict__ x,
     }
     float dp = 0.f;
     if (tok < N) {
-      push(xwin, b2f(x[tok * Cc + c]));
+      push(xwin, xv);
       float pre = 0.f;
 #pragma unroll
       for (int j = 0; j < K; ++j)
         pre += wc[j] * xwin[j];
       float s = sigmoidf_(pre);
-      dp = b2f(dycol.p[tok * dycol.stride]) * s * (1.f + pre * (1.f - s));
+      dp = gv * s * (1.f + pre * (1.f - s));
       if (tok < tokEnd) {
 #pragma unroll
         for (int j = 0; j < K; ++j)
@@ -285,6 +305,22 @@ convWindowBwdKernel(long N, int T, int Cc, const bf *__restrict__ x,
         if (te + K - 1 - j < T)
           sdx += wc[j] * dwin[K - 1 - j];
       dx[emit * Cc + c] = f2b(sdx);
+    }
+    ++t;
+  };
+  for (long base = tok0; base < last; base += A) {
+    float xin[A], gin[A];
+#pragma unroll
+    for (int u = 0; u < A; ++u) {
+      bool in = base + u < loadEnd;
+      xin[u] = in ? b2f(x[(base + u) * Cc + c]) : 0.f;
+      gin[u] = in ? b2f(dycol.p[(base + u) * dycol.stride]) : 0.f;
+    }
+#pragma unroll
+    for (int u = 0; u < A; ++u) {
+      if (base + u >= last)
+        break;
+      step(base + u, xin[u], gin[u]);
     }
   }
 #pragma unroll

@@ -181,7 +181,9 @@ Outputs perElement(const Problem &p, std::vector<int> widths = {}) {
       });
 }
 
-/// The launches of gdn_ops.cu's windowed path (the default).
+/// The launches of gdn_ops.cu's windowed path (the default); the backward
+/// loads `Ahead` tokens ahead (the library: kConvBwdAhead).
+template <int Ahead = kConvBwdAhead>
 Outputs windowed(const Problem &p, std::vector<int> widths = {}) {
   long N = p.N();
   return inLayout(
@@ -196,8 +198,8 @@ Outputs windowed(const Problem &p, std::vector<int> widths = {}) {
                 convWindowFwdKernel<K>(N, p.T, p.C, p.x.data(), p.w.data(), y);
               });
           launch({channelBlocks, unsigned(p.rowBlocks())}, 128, [&] {
-            convWindowBwdKernel<K>(N, p.T, p.C, p.x.data(), p.w.data(), dy,
-                                   o.dx.data(), o.partial.data());
+            convWindowBwdKernel<K, Ahead>(N, p.T, p.C, p.x.data(), p.w.data(),
+                                          dy, o.dx.data(), o.partial.data());
           });
         });
       });
@@ -246,11 +248,27 @@ TEST(GdnConvEmulation, SplitOutputEqualsDenseBitwise) {
                  << widths[2]);
     Problem p(s.B, s.T, s.C, s.K, 23);
     Outputs dense = windowed(p);
-    for (const Outputs &split : {windowed(p, widths), perElement(p, widths)}) {
+    for (const Outputs &split :
+         {windowed(p, widths), windowed<1>(p, widths), perElement(p, widths)}) {
       EXPECT_TRUE(sameBits(dense, split));
       for (const bf &b : split.y)
         ASSERT_NE(b.bits, 0xffff);
     }
+  }
+}
+
+/// However many tokens the backward loads ahead (sequence starts and the
+/// block's end fall anywhere inside a group of them), the bits are the same.
+TEST(GdnConvEmulation, BackwardBitsDoNotDependOnTokensAhead) {
+  for (const Shape &s : kShapes) {
+    SCOPED_TRACE(::testing::Message() << "B=" << s.B << " T=" << s.T
+                                      << " C=" << s.C << " K=" << s.K);
+    Problem p(s.B, s.T, s.C, s.K, 31);
+    Outputs one = windowed<1>(p);
+    EXPECT_TRUE(sameBits(one, perElement(p)));
+    EXPECT_TRUE(sameBits(one, windowed<2>(p)));
+    EXPECT_TRUE(sameBits(one, windowed<3>(p)));
+    EXPECT_TRUE(sameBits(one, windowed<8>(p)));
   }
 }
 
