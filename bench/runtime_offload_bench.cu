@@ -10,6 +10,7 @@
 // tables. Times are GPU times between CUDA events, medians of repeats.
 //
 //===----------------------------------------------------------------------===//
+#include "kernels/kernels.h"
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/runtime.h"
 
@@ -18,9 +19,11 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -743,10 +746,152 @@ void clockExperiment(Device &dev, char *copyArena, char *g, char *constAB,
     AP_CUDA_CHECK(cudaStreamDestroy(s));
 }
 
+/// Copies beside the step's other long kernels (`clocks-kernels`): the GDN
+/// chunk forward and backward (B = 1, T = 4096, 16 heads of 128, as a
+/// Qwen3.5-0.8B layer and microbatch), the GDN conv backward (4096 x 6144)
+/// and the model-shape GEMM as the control, each alone and beside one-way
+/// and two-way 256 MiB copies. Which kernels lose least beside H2D is where
+/// a schedule would put the reloads (bench/notes/runtime.md).
+void kernelsExperiment(Device &dev, char *copyArena, char *g,
+                       unsigned long long *probe, uint64_t gemmBytes,
+                       int rounds) {
+  using namespace ap::kernels;
+  Rig copies(dev, 256 * MiB, 2, copyArena);
+  ClockRig r{dev, copies, probe, nullptr, nullptr, nullptr, {}};
+  r.ev.resize(2 * ClockRig::kMaxSamples);
+  for (auto &e : r.ev)
+    AP_CUDA_CHECK(cudaEventCreate(&e));
+  auto devAlloc = [](size_t n) {
+    void *p = nullptr;
+    AP_CUDA_CHECK(cudaMalloc(&p, n));
+    AP_CUDA_CHECK(cudaMemset(p, 0, n));
+    return p;
+  };
+  auto upload = [&](const void *h, size_t n) {
+    void *p = devAlloc(n);
+    AP_CUDA_CHECK(cudaMemcpy(p, h, n, cudaMemcpyHostToDevice));
+    return p;
+  };
+  // GDN operands as gdn_bench.cu makes them: unit q, k rows (as after the
+  // L2 norm), normal v and dO, decays in (-0.305, -0.005), betas in (0.05,
+  // 0.95).
+  const int T = 4096, H = 16, dk = 128, dv = 128;
+  const size_t rows = size_t(T) * H;
+  std::mt19937 rng(1);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  std::uniform_real_distribution<float> ud(0.f, 1.f);
+  std::vector<ap::kernels::bf16> q(rows * dk), k(rows * dk), v(rows * dv),
+      dO(rows * dv);
+  for (auto *x : {&q, &k})
+    for (size_t row = 0; row < rows; ++row) {
+      float e[dk], ss = 0;
+      for (float &f : e) {
+        f = nd(rng);
+        ss += f * f;
+      }
+      for (int i = 0; i < dk; ++i)
+        (*x)[row * dk + i] = ap::kernels::bf16(e[i] / std::sqrt(ss));
+    }
+  for (auto *x : {&v, &dO})
+    for (auto &e : *x)
+      e = ap::kernels::bf16(nd(rng));
+  std::vector<float> gate(rows), beta(rows);
+  for (auto &e : gate)
+    e = -0.005f - 0.3f * ud(rng);
+  for (auto &e : beta)
+    e = 0.05f + 0.9f * ud(rng);
+  GdnChunkArgs a;
+  a.dtype = DType::BF16;
+  a.batch = 1;
+  a.seqLen = T;
+  a.keyHeads = H;
+  a.valueHeads = H;
+  a.keyDim = dk;
+  a.valueDim = dv;
+  a.scale = 1.f / std::sqrt(float(dk));
+  a.q = upload(q.data(), q.size() * 2);
+  a.k = upload(k.data(), k.size() * 2);
+  a.v = upload(v.data(), v.size() * 2);
+  a.g = upload(gate.data(), gate.size() * 4);
+  a.beta = upload(beta.data(), beta.size() * 4);
+  a.dO = upload(dO.data(), dO.size() * 2);
+  a.o = devAlloc(rows * dv * 2);
+  a.gCum = devAlloc(rows * 4);
+  a.tMat = devAlloc(rows * 64 * 2);
+  a.dq = devAlloc(q.size() * 2);
+  a.dk = devAlloc(k.size() * 2);
+  a.dv = devAlloc(v.size() * 2);
+  a.dg = devAlloc(rows * 4);
+  a.dbeta = devAlloc(rows * 4);
+  // The conv: 4096 tokens x 6144 channels, kernel 4, operands from the
+  // random GEMM operands.
+  GdnConvArgs c;
+  c.batch = 1;
+  c.seqLen = T;
+  c.channels = 6144;
+  c.kernelSize = 4;
+  c.x = g;
+  c.w = g + gemmBytes;
+  c.dy = g + 2 * gemmBytes;
+  c.dx = devAlloc(size_t(T) * 6144 * 2);
+  c.dw = devAlloc(size_t(6144) * 4 * 4);
+  size_t ws = std::max({gdnChunkForwardWorkspaceBytes(a),
+                        gdnChunkBackwardWorkspaceBytes(a),
+                        gdnConvBackwardWorkspaceBytes(c)});
+  KernelContext ctx = dev.kernelContext(Stream::Compute);
+  ctx.workspace = devAlloc(ws);
+  ctx.workspaceBytes = ws;
+  auto on = [&](cudaStream_t s) {
+    KernelContext k2 = ctx;
+    k2.stream = s;
+    return k2;
+  };
+  auto check = [](Status st, const char *what) {
+    if (st != Status::Ok)
+      fail(std::string("bench: ") + what + " failed");
+  };
+  auto fwd = [&](cudaStream_t s) {
+    check(gdnChunkForward(on(s), a), "gdnChunkForward");
+  };
+  fwd(native(dev, Stream::Compute)); // the backward reads o and gCum
+  AP_CUDA_CHECK(cudaStreamSynchronize(native(dev, Stream::Compute)));
+  auto lt = static_cast<cublasLtHandle_t>(dev.backend().cublasLtHandle());
+  Gemm model(lt, 4096, 1024, 3584, g, g + gemmBytes, g + 2 * gemmBytes,
+             dev.workspace(), dev.workspaceBytes());
+  std::vector<TrafficSpec> modes = {
+      TrafficSpec{"raw_d2h", true, false, 256 * MiB},
+      TrafficSpec{"raw_h2d", false, true, 256 * MiB},
+      TrafficSpec{"raw_both", true, true, 256 * MiB}};
+  clockSeries(
+      r, "gdn_chunk_bwd_b1", 0,
+      [&](cudaStream_t s) {
+        check(gdnChunkBackward(on(s), a), "gdnChunkBackward");
+      },
+      250, modes, rounds);
+  clockSeries(r, "gdn_chunk_fwd_b1", 0, fwd, 300, modes, rounds);
+  clockSeries(
+      r, "gdn_conv_bwd_4096x6144", 0,
+      [&](cudaStream_t s) {
+        for (int j = 0; j < 4; ++j)
+          check(gdnConvBackward(on(s), c), "gdnConvBackward");
+      },
+      300, modes, rounds);
+  clockSeries(
+      r, "gemm_bf16_4096x1024x3584", 20 * model.flops(),
+      [&](cudaStream_t s) {
+        for (int j = 0; j < 20; ++j)
+          model.run(s);
+      },
+      300, modes, rounds);
+  for (auto &e : r.ev)
+    AP_CUDA_CHECK(cudaEventDestroy(e));
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
-  // runtime_offload_bench [repeats] [slowdown-only | clocks | clocks-model]
+  // runtime_offload_bench [repeats] [slowdown-only | clocks | clocks-model |
+  //                                  clocks-kernels]
   int repeats = argc > 1 ? std::atoi(argv[1]) : 5;
   std::string what = argc > 2 ? argv[2] : "";
   bool bandwidthToo = what.empty();
@@ -782,7 +927,13 @@ int main(int argc, char **argv) {
   AP_CUDA_CHECK(cudaGetLastError());
   auto *t = reinterpret_cast<float *>(g + 3 * gemmBytes);
   char *constAB = g + 3 * gemmBytes + 3 * triadN * 4;
-  if (what == "clocks" || what == "clocks-model") {
+  if (what == "clocks-kernels") {
+    dev.synchronize();
+    kernelsExperiment(
+        dev, base, g,
+        reinterpret_cast<unsigned long long *>(constAB + 2 * gemmBytes),
+        gemmBytes, repeats);
+  } else if (what == "clocks" || what == "clocks-model") {
     dev.synchronize();
     clockExperiment(
         dev, base, g, constAB,
