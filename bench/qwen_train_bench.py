@@ -221,6 +221,19 @@ for _name, _goal in (("auto3-r12", "--step-budget=0.03"),
                    "placement chosen by the compiler for " + _goal[2:] +
                    " under the run-12 profile")
 
+# The same goals under a profile whose copies slow the kernels beside them
+# by each kernel's own rate (h2dSlowdown / d2hSlowdown: the rates measured
+# by runtime_offload_bench clocks-kernels in d29, times 2, the factor that
+# fits run 12's auto3-r12, auto60 and auto60-r12 best; bench/notes/
+# training.md, run 12).
+BESIDE_PROFILE = os.path.join(REPO, "bench", "profiles",
+                              "h200-beside-8a8ab91.json")
+for _name, _goal in (("auto3-beside", "--step-budget=0.03"),
+                     ("auto60-beside", "--activation-cut=0.6")):
+    ARMS[_name] = ([_goal, "--profile=" + BESIDE_PROFILE],
+                   "placement chosen by the compiler for " + _goal[2:] +
+                   " under the per-kernel copy-slowdown profile")
+
 # No placement, with the loss and its gradient as two ops (a second logits
 # pass; train-autodiff fuse-loss-grad=false): what the fused loss of c81ab9e
 # saves, measured in the same run. Not a default arm.

@@ -86,6 +86,22 @@ llvm::Expected<DeviceProfile> DeviceProfile::parse(StringRef json,
     keys.push_back(kv.first);
   llvm::sort(keys);
   for (StringRef key : keys) {
+    if (key == "h2dSlowdown" || key == "d2hSlowdown") {
+      const llvm::json::Object *ops = obj->get(key)->getAsObject();
+      if (!ops)
+        return fail("field '" + key +
+                    "' must be an object of op names (or \"*\") to "
+                    "non-negative numbers");
+      auto &table = key == "h2dSlowdown" ? p.h2dSlowdown : p.d2hSlowdown;
+      for (const auto &kv : *ops) {
+        std::optional<double> v = kv.second.getAsNumber();
+        if (!v || !(*v >= 0))
+          return fail(key.str() + "['" + kv.first.str() +
+                      "'] must be a non-negative number");
+        table[kv.first.str()] = *v;
+      }
+      continue;
+    }
     if (key == "opScale") {
       const llvm::json::Object *ops = obj->get(key)->getAsObject();
       if (!ops)
@@ -106,7 +122,7 @@ llvm::Expected<DeviceProfile> DeviceProfile::parse(StringRef json,
       std::string known;
       for (const Field &f : fields)
         known += (known.empty() ? "" : ", ") + f.key.str();
-      known += ", opScale";
+      known += ", opScale, h2dSlowdown, d2hSlowdown";
       return fail("unknown field '" + key + "' (known fields: " + known + ")");
     }
     std::optional<double> value = obj->get(key)->getAsNumber();
@@ -125,6 +141,10 @@ llvm::Expected<DeviceProfile> DeviceProfile::parse(StringRef json,
                   llvm::formatv("{0}", *value));
     p.*(field->member) = *value;
   }
+  if (p.slowdownBesideCopies() && p.copySlowdownPerByte > 0)
+    return fail("give either copySlowdownPerByte (copies slow the op that "
+                "issues them) or h2dSlowdown / d2hSlowdown (copies slow the "
+                "ops beside them), not both");
   return p;
 }
 
@@ -247,6 +267,17 @@ double CostModel::copyBandwidth(CopyDirection dir,
   return std::min(own, prof.duplexBandwidth * share);
 }
 
+double CostModel::slowdownBeside(Operation *op, CopyDirection dir) const {
+  const auto &table = dir == CopyDirection::HostToDevice ? prof.h2dSlowdown
+                                                         : prof.d2hSlowdown;
+  if (table.empty())
+    return 0;
+  auto it = table.find(op->getName().getStringRef().str());
+  if (it == table.end())
+    it = table.find("*");
+  return it == table.end() ? 0 : it->second;
+}
+
 double CostModel::copySeconds(int64_t bytes, CopyDirection dir,
                               bool otherDirectionBusy) const {
   return static_cast<double>(bytes) / copyBandwidth(dir, otherDirectionBusy);
@@ -270,6 +301,9 @@ OpCost CostModel::cost(Operation *op) const {
   // The copy itself runs on the d2h / h2d queue (StreamSimulation); the
   // compute stream only pays the measured slowdown copies cause beside it.
   if (isa<OffloadOp, ReloadOp>(op)) {
+    // With per-op slowdowns the simulation charges the ops beside the copy.
+    if (prof.slowdownBesideCopies())
+      return c;
     Value moved = isa<OffloadOp>(op) ? op->getOperand(0) : op->getResult(0);
     c.seconds = prof.copySlowdownPerByte *
                 double(tensorBytes(cast<RankedTensorType>(moved.getType())));

@@ -47,6 +47,16 @@ struct DeviceProfile {
   /// SMs' memory system), charged to the compute stream at the op that
   /// issues the copy. 0: copies never slow compute.
   double copySlowdownPerByte = 0.0;
+  /// Copy slowdown by what runs beside the copy, in place of
+  /// copySlowdownPerByte (a profile gives one or the other): compute seconds
+  /// an op loses per byte of H2D (h2dSlowdown) or D2H (d2hSlowdown) that
+  /// moves while it runs, by op name ("train.gated_delta_rule_grad"), "*"
+  /// for the ops not named (no "*": they lose nothing). The stream
+  /// simulation charges each op for the bytes its run overlaps. On the H200
+  /// an H2D costs the GDN chunk backward a quarter of what it costs a
+  /// model-shape GEMM per byte, and a D2H costs either almost nothing
+  /// (bench/notes/runtime.md, 2026-12-02).
+  std::map<std::string, double> h2dSlowdown, d2hSlowdown;
   /// Calibration: how long offloaded bytes stay reserved after a D2H is
   /// issued, as a multiple of the predicted issue-to-end time, minus 1. A D2H
   /// that ends later than predicted while the next writer of its region is
@@ -59,11 +69,20 @@ struct DeviceProfile {
   /// for the ops it names.
   std::map<std::string, double> opScale;
 
+  /// Whether copies slow the ops beside them (h2dSlowdown / d2hSlowdown)
+  /// rather than the op that issues them (copySlowdownPerByte).
+  bool slowdownBesideCopies() const {
+    return !h2dSlowdown.empty() || !d2hSlowdown.empty();
+  }
+
   /// Reads a JSON object whose keys are any subset of the field names above
   /// (`peakFlops`, `memBandwidth`, `launchLatency`, `d2hBandwidth`,
   /// `h2dBandwidth`, `duplexBandwidth`, `computeScale`,
   /// `copySlowdownPerByte`, `copyHoldSlack`) with positive numbers as values
-  /// (launchLatency, copySlowdownPerByte and copyHoldSlack may be 0);
+  /// (launchLatency, copySlowdownPerByte and copyHoldSlack may be 0), and
+  /// the objects `opScale` (op name -> positive number), `h2dSlowdown` and
+  /// `d2hSlowdown` (op name or "*" -> non-negative number; not together
+  /// with a non-zero copySlowdownPerByte);
   /// absent fields keep their defaults. An unknown key, a non-numeric or
   /// non-positive value, or malformed JSON is an error naming the file and
   /// the offending key.
@@ -107,6 +126,9 @@ public:
                      bool otherDirectionBusy) const;
   /// Bytes/s of one direction, alone or sharing the link with the other.
   double copyBandwidth(CopyDirection dir, bool otherDirectionBusy) const;
+  /// Compute seconds `op` loses per byte copied in `dir` while it runs
+  /// (DeviceProfile::h2dSlowdown / d2hSlowdown; 0 without them).
+  double slowdownBeside(mlir::Operation *op, CopyDirection dir) const;
 
   const DeviceProfile &profile() const { return prof; }
 

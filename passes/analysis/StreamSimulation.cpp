@@ -41,6 +41,10 @@ public:
     run(std::numeric_limits<double>::infinity(), id);
     return copies[id].end;
   }
+  /// Bytes moved so far in `dir`, up to the time the queues have run to.
+  double moved(CopyDirection dir) const {
+    return movedBytes[dir == CopyDirection::DeviceToHost ? 0 : 1];
+  }
   /// D2H copies issued and not yet ended, oldest first.
   const std::deque<int> &pendingDeviceToHost() const { return queues[0]; }
   /// Runs every queued copy to its end.
@@ -100,8 +104,10 @@ private:
         if (id < 0)
           continue;
         if (now + remaining[id] / rate[q] <= next) {
+          movedBytes[q] += remaining[id];
           complete(id, next);
         } else {
+          movedBytes[q] += rate[q] * dt;
           remaining[id] -= rate[q] * dt;
         }
       }
@@ -121,6 +127,7 @@ private:
   SmallVector<double> remaining;
   SmallVector<bool> done, started;
   std::deque<int> queues[2];
+  double movedBytes[2] = {0, 0};
   double now = 0;
 };
 
@@ -192,6 +199,20 @@ StreamSimulation StreamSimulation::simulate(Block &block,
       }
     }
     double seconds = cost.cost(&op).seconds;
+    // Copies slow the ops they run beside: charge the op for the bytes that
+    // move during its own (unslowed) run. The queues may run ahead to t +
+    // seconds: every later copy is issued at or after the op's end.
+    if (seconds > 0 && cost.profile().slowdownBesideCopies()) {
+      engine.advanceTo(t);
+      const double h0 = engine.moved(CopyDirection::HostToDevice),
+                   d0 = engine.moved(CopyDirection::DeviceToHost);
+      engine.advanceTo(t + seconds);
+      seconds +=
+          (engine.moved(CopyDirection::HostToDevice) - h0) *
+              cost.slowdownBeside(&op, CopyDirection::HostToDevice) +
+          (engine.moved(CopyDirection::DeviceToHost) - d0) *
+              cost.slowdownBeside(&op, CopyDirection::DeviceToHost);
+    }
     s.start = t;
     s.end = t + seconds;
     sim.busySeconds += seconds;

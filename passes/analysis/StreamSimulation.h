@@ -18,7 +18,11 @@
 // shared as a fluid: while both directions copy, each gets its
 // CostModel::copyBandwidth(dir, /*otherDirectionBusy=*/true) share, so a copy
 // that overlaps the other direction only in part is slowed only for that
-// part.
+// part. Copies cost compute time (DeviceProfile): either a fixed charge per
+// byte at the op that issues the copy (copySlowdownPerByte, in
+// CostModel::cost of train.offload / train.reload), or, with the per-op
+// h2dSlowdown / d2hSlowdown tables, each op is slowed by the bytes that move
+// during its run times its own rate.
 //
 //===----------------------------------------------------------------------===//
 #ifndef ACTPLACE_PASSES_ANALYSIS_STREAMSIMULATION_H

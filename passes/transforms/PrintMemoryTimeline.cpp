@@ -204,13 +204,19 @@ struct TrainPrintMemoryTimelinePass
       const MemoryPoint &pt = pts[i];
       std::string scope = scopeKey(pt.op);
       OpCost c = cost.cost(pt.op);
+      // In the loop body the simulated duration: with h2dSlowdown /
+      // d2hSlowdown an op runs longer beside copies than its cost alone.
+      const bool inBody = i >= bodyBegin && i < bodyEnd;
+      double seconds = inBody ? sim.ops[i - bodyBegin].end -
+                                    sim.ops[i - bodyBegin].start
+                              : c.seconds;
       os << llvm::formatv("#{0} {1} {2} total={3} act={4} ws={5} host={6} "
                           "flops={7:F0} bytes={8:F0} dur={9}",
                           i, pt.op->getName().getStringRef(),
                           scope.empty() ? "-" : scope, pt.total(),
                           pt.activations, pt.workspace, pt.pinnedHost, c.flops,
-                          c.bytes, us(c.seconds));
-      if (i >= bodyBegin && i < bodyEnd) {
+                          c.bytes, us(seconds));
+      if (inBody) {
         const SimulatedOp &s = sim.ops[i - bodyBegin];
         os << " start=" << us(s.start);
         if (s.stall > 0)

@@ -10,10 +10,13 @@
 // RUN: not actplace-opt %t/step.mlir '-train-print-memory-timeline=profile=%t/bad-op-scale.json' 2>&1 | FileCheck %s --check-prefix=OPSCALE
 // RUN: not actplace-opt %t/step.mlir '-train-print-memory-timeline=profile=%t/zero-scale.json' 2>&1 | FileCheck %s --check-prefix=ZEROSCALE
 // RUN: not actplace-opt %t/step.mlir '-train-print-memory-timeline=profile=%t/negative-slack.json' 2>&1 | FileCheck %s --check-prefix=NEGSLACK
+// RUN: not actplace-opt %t/step.mlir '-train-print-memory-timeline=profile=%t/negative-beside.json' 2>&1 | FileCheck %s --check-prefix=NEGBESIDE
+// RUN: not actplace-opt %t/step.mlir '-train-print-memory-timeline=profile=%t/beside-not-object.json' 2>&1 | FileCheck %s --check-prefix=BESIDEOBJ
+// RUN: not actplace-opt %t/step.mlir '-train-print-memory-timeline=profile=%t/both-slowdowns.json' 2>&1 | FileCheck %s --check-prefix=BOTH
 
 // NOSTEP: error: train-print-memory-timeline: the module has no @train_step function; run -train-autodiff first to build the training step
 // NOLOOP: error: train-print-memory-timeline: @train_step has no train.microbatch_loop; run -train-autodiff first to build the training step
-// UNKNOWN: error: train-print-memory-timeline: device profile '{{.*}}unknown-field.json': unknown field 'peakFlop' (known fields: peakFlops, memBandwidth, launchLatency, d2hBandwidth, h2dBandwidth, duplexBandwidth, computeScale, copySlowdownPerByte, copyHoldSlack, opScale)
+// UNKNOWN: error: train-print-memory-timeline: device profile '{{.*}}unknown-field.json': unknown field 'peakFlop' (known fields: peakFlops, memBandwidth, launchLatency, d2hBandwidth, h2dBandwidth, duplexBandwidth, computeScale, copySlowdownPerByte, copyHoldSlack, opScale, h2dSlowdown, d2hSlowdown)
 // NAN: error: train-print-memory-timeline: device profile '{{.*}}not-a-number.json': field 'launchLatency' must be a number
 // ZERO: error: train-print-memory-timeline: device profile '{{.*}}zero-rate.json': field 'h2dBandwidth' must be positive, got 0
 // MALFORMED: error: train-print-memory-timeline: device profile '{{.*}}malformed.json': invalid JSON:
@@ -22,6 +25,9 @@
 // OPSCALE: error: train-print-memory-timeline: device profile '{{.*}}bad-op-scale.json': opScale['train.linear'] must be a positive number
 // ZEROSCALE: error: train-print-memory-timeline: device profile '{{.*}}zero-scale.json': field 'computeScale' must be positive, got 0
 // NEGSLACK: error: train-print-memory-timeline: device profile '{{.*}}negative-slack.json': field 'copyHoldSlack' must be non-negative, got -0.5
+// NEGBESIDE: error: train-print-memory-timeline: device profile '{{.*}}negative-beside.json': h2dSlowdown['*'] must be a non-negative number
+// BESIDEOBJ: error: train-print-memory-timeline: device profile '{{.*}}beside-not-object.json': field 'd2hSlowdown' must be an object of op names (or "*") to non-negative numbers
+// BOTH: error: train-print-memory-timeline: device profile '{{.*}}both-slowdowns.json': give either copySlowdownPerByte (copies slow the op that issues them) or h2dSlowdown / d2hSlowdown (copies slow the ops beside them), not both
 
 //--- unknown-field.json
 {"memBandwidth": 3.3e12, "peakFlop": 9.9e14}
@@ -39,6 +45,12 @@
 {"computeScale": 0}
 //--- negative-slack.json
 {"copyHoldSlack": -0.5}
+//--- negative-beside.json
+{"h2dSlowdown": {"train.linear": 1e-9, "*": -1e-9}}
+//--- beside-not-object.json
+{"d2hSlowdown": 1e-9}
+//--- both-slowdowns.json
+{"copySlowdownPerByte": 1e-9, "h2dSlowdown": {"*": 1e-9}}
 
 //--- forward.mlir
 func.func @forward(%x: tensor<1x8x16xbf16>) -> tensor<1x8x16xbf16> {

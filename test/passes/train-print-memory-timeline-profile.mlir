@@ -6,6 +6,7 @@
 // RUN: actplace-opt %t/step.mlir '-train-print-memory-timeline=per-op=true profile=%t/op-scale.json' -o /dev/null | FileCheck %s --check-prefix=OPSCALE
 // RUN: actplace-opt %t/step.mlir '-train-print-memory-timeline=per-op=true profile=%t/slow-link-slack.json' -o /dev/null | FileCheck %s --check-prefix=SLACK
 // RUN: actplace-opt %t/step.mlir '-train-print-memory-timeline=per-op=true profile=%t/lm-head-scale.json' -o /dev/null | FileCheck %s --check-prefix=LMHEAD
+// RUN: actplace-opt %t/step.mlir '-train-print-memory-timeline=per-op=true profile=%t/slow-link-beside.json' -o /dev/null | FileCheck %s --check-prefix=BESIDE
 // RUN: sed 's/%lab :/%lab {train.max_inflight = 1 : i64} :/' %t/step.mlir \
 // RUN:   | actplace-opt '-train-print-memory-timeline=per-op=true profile=%t/slow-link.json' -o /dev/null | FileCheck %s --check-prefix=INFLIGHT
 
@@ -93,6 +94,35 @@
 // INFLIGHT: copy d2h L0.mlp_fc1 #4 bytes=4096 issue=2.000 start=2.000 end=6.096
 // INFLIGHT-NEXT: copy d2h model.embedding #7 bytes=8192 issue=6.096 start=6.096 end=18.384
 // INFLIGHT-NEXT: copy h2d L0.mlp_fc1 #8 bytes=4096 issue=6.096 start=6.096 end=14.288
+
+// d2hSlowdown {"train.linear": 1e-9} (slow-link otherwise): a copy slows
+// the ops that run beside it, each by its own rate per byte moved during
+// its run, and the offload itself costs nothing. fc1 (#3, 1 .. 2 us) runs
+// before any copy: 1 us. fc2 (#6) runs from 2 us beside the D2H of %a
+// (1e9 B/s): 1000 bytes move during its 1 us, +1 us: 2 us. The offload of
+// %h and the reload of %a are issued at 4 us instead of 3; the copies
+// themselves run as in LINK (the D2H of %a still ends at 6.096 us), so the
+// wait on %a stalls 10.288 us instead of 11.288 and the body takes as long
+// as in LINK. The linear_grads (no rate) and the embedding (no rate; "*"
+// not given) run beside copies unslowed.
+// BESIDE: body time: 28.576 us (busy 9.000 us, exposed 19.576 us)
+// BESIDE: #3 train.linear L0.mlp_fc1 {{.*}} dur=1.000 start=1.000{{$}}
+// BESIDE: #4 train.offload L0.mlp_fc1 {{.*}} dur=0.000 start=2.000{{$}}
+// BESIDE: #6 train.linear L0.mlp_fc2 {{.*}} dur=2.000 start=2.000{{$}}
+// BESIDE: #9 train.wait L0.mlp_fc1 {{.*}} start=14.288 stall=10.288{{$}}
+// BESIDE: copy d2h L0.mlp_fc1 #4 bytes=4096 issue=2.000 start=2.000 end=6.096
+// BESIDE-NEXT: copy d2h model.embedding #7 bytes=8192 issue=4.000 start=6.096 end=18.384
+
+//--- slow-link-beside.json
+{
+  "peakFlops": 1e30,
+  "memBandwidth": 1e30,
+  "launchLatency": 1e-6,
+  "d2hBandwidth": 1e9,
+  "h2dBandwidth": 1e9,
+  "duplexBandwidth": 1e9,
+  "d2hSlowdown": {"train.linear": 1e-9}
+}
 
 //--- slow-memory.json
 {"memBandwidth": 1e9}
