@@ -714,10 +714,25 @@ def cmd_calibrate(a):
                  f"more than the measured {none_meas * 1e3:.2f} ms")
     profile = dict(base, computeScale=round(scale, 6))
     none_pred = predicted("none", profile)
+    fit_arms = [n for n in a.fit_arms.split(",") if n]
+    for arm in fit_arms:
+        if arm not in med:
+            sys.exit(f"calibrate: --fit-arms names '{arm}', which the run "
+                     "did not measure")
+    if a.copy_beside:
+        if a.copy_hold_slack is not None:
+            # Part of the profile the factor is fitted under.
+            profile["copyHoldSlack"] = a.copy_hold_slack
+        return write_copy_beside(a, profile, med, fit_arms, predicted,
+                                 scale, none_meas, none_pred)
     num = den = 0.0
     used = []
     for arm, (meas, t) in med.items():
-        if arm == "none" or t["recomputed_bytes"] or not t["offloaded_bytes"]:
+        if fit_arms:
+            if arm not in fit_arms:
+                continue
+        elif (arm == "none" or t["recomputed_bytes"]
+              or not t["offloaded_bytes"]):
             continue
         moved = float(t["d2h_bytes_per_step"] + t["h2d_bytes_per_step"])
         resid = (meas - none_meas) - (predicted(arm, profile) - none_pred)
@@ -749,6 +764,61 @@ def cmd_calibrate(a):
     log(f"copySlowdownPerByte = {slowdown:.4e} s/B "
         f"({slowdown * 1e12:.3f} ms per GB) from " + ("; ".join(used) or
                                                      "no offload-only arm"))
+    log("wrote", a.out)
+
+
+def copy_beside_tables(rates, factor):
+    """The profile's h2dSlowdown / d2hSlowdown: measured ms per GB -> s per
+    byte, times `factor`."""
+    out = {}
+    for key in ("h2dSlowdown", "d2hSlowdown"):
+        out[key] = {op: float(f"{v * factor * 1e-12:.6e}")
+                    for op, v in sorted(rates.get(key, {}).items())}
+    return out
+
+
+def write_copy_beside(a, profile, med, fit_arms, predicted, scale,
+                      none_meas, none_pred):
+    """calibrate --copy-beside: copies slow the kernels beside them at the
+    measured per-kernel rates times one factor, given
+    (--copy-beside-scale) or fitted by least squares over the fit arms
+    (their measured step increase above none against the predicted one;
+    predictions are close to linear in the factor, so two reports per arm,
+    at 0 and 1, fix each line)."""
+    rates = json.load(open(a.copy_beside))
+    if not any(rates.get(k) for k in ("h2dSlowdown", "d2hSlowdown")):
+        sys.exit(f"calibrate: {a.copy_beside} has no h2dSlowdown or "
+                 "d2hSlowdown rates")
+    factor, used = a.copy_beside_scale, []
+    if factor is None:
+        arms = fit_arms or [arm for arm, (_, t) in med.items()
+                            if arm != "none" and t["offloaded_bytes"]]
+        if not arms:
+            sys.exit("calibrate: no arm with offload to fit the copy "
+                     "slowdown on; pass --copy-beside-scale")
+        num = den = 0.0
+        for arm in arms:
+            meas = med[arm][0] - none_meas
+            p0 = predicted(arm, dict(profile, **copy_beside_tables(rates, 0)))
+            p1 = predicted(arm, dict(profile, **copy_beside_tables(rates, 1)))
+            slope = p1 - p0
+            num += (meas - (p0 - none_pred)) * slope
+            den += slope * slope
+            used.append(arm)
+        factor = max(0.0, num / den) if den else 0.0
+    profile.update(copy_beside_tables(rates, factor))
+    with open(a.out, "w") as f:
+        json.dump(profile, f, indent=1)
+        f.write("\n")
+    log(f"computeScale = {scale:.4f}: the no-placement arm measured "
+        f"{none_meas * 1e3:.2f} ms, predicted now {none_pred * 1e3:.2f} ms")
+    log(f"copy slowdown beside kernels: {a.copy_beside} x {factor:.3f} "
+        + ("(given)" if not used else "(least squares over " +
+           ", ".join(used) + ")"))
+    for arm in used:
+        pred = predicted(arm, profile) - none_pred
+        log(f"  {arm}: measured {(med[arm][0] - none_meas) * 1e3:+.2f} ms, "
+            f"predicted {pred * 1e3:+.2f} ms")
     log("wrote", a.out)
 
 
@@ -1251,6 +1321,19 @@ def main():
                    help="copyHoldSlack to write into the profile (offloaded "
                    "bytes held (1 + F) x the predicted D2H time after its "
                    "issue)")
+    c.add_argument("--copy-beside", default="",
+                   help="JSON of measured per-kernel copy slowdowns, "
+                   "{\"h2dSlowdown\": {op or \"*\": ms per GB}, "
+                   "\"d2hSlowdown\": {...}} (bench/profiles/"
+                   "h200-copy-rates-d29.json): write them, times one "
+                   "factor, as the profile's h2dSlowdown / d2hSlowdown in "
+                   "place of copySlowdownPerByte")
+    c.add_argument("--copy-beside-scale", type=float, default=None,
+                   help="that factor (default: least squares over "
+                   "--fit-arms)")
+    c.add_argument("--fit-arms", default="",
+                   help="arms to fit the copy slowdown on (',' between "
+                   "names; default: the offload-only arms)")
     c.add_argument("--build-dir", default="build-bench")
     f = sub.add_parser("frontier", help="predicted activation-peak cut "
                        "and step-time cost of recompute sets (reports only)")

@@ -30,6 +30,35 @@ for op in ("train.linear", "train.linear_grad", "train.gated_delta_rule"):
 print("calibrated profile: %d op scales, computeScale %.3g" %
       (len(p["opScale"]), p["computeScale"]))
 PY
+# Copies that slow the kernels beside them: the measured per-kernel rates
+# times a given factor, and times a factor fitted on the offloading arms.
+python3 bench/qwen_train_bench.py calibrate "$work/run" \
+  --op-times "$work/run/op-times.json" --out "$work/profile-beside2.json" \
+  --copy-beside bench/profiles/h200-copy-rates-d29.json \
+  --copy-beside-scale 2 --copy-hold-slack 0.3 2> "$work/calibrate-beside2.log"
+python3 bench/qwen_train_bench.py calibrate "$work/run" \
+  --op-times "$work/run/op-times.json" --out "$work/profile-beside.json" \
+  --copy-beside bench/profiles/h200-copy-rates-d29.json \
+  2> "$work/calibrate-beside.log"
+grep -q 'least squares over' "$work/calibrate-beside.log"
+python3 - "$work/profile-beside2.json" "$work/profile-beside.json" <<'PY'
+import json, sys
+rates = json.load(open("bench/profiles/h200-copy-rates-d29.json"))
+given, fitted = (json.load(open(p)) for p in sys.argv[1:])
+for p in (given, fitted):
+    assert "copySlowdownPerByte" not in p, p.keys()
+    assert set(p["h2dSlowdown"]) == set(rates["h2dSlowdown"]), p
+assert given["copyHoldSlack"] == 0.3
+for key in ("h2dSlowdown", "d2hSlowdown"):
+    for op, v in rates[key].items():
+        assert abs(given[key][op] - 2e-12 * v) <= 1e-18, (key, op)
+k = fitted["h2dSlowdown"]["*"] / (1e-12 * rates["h2dSlowdown"]["*"])
+assert k >= 0 and all(
+    abs(fitted[key][op] - k * 1e-12 * v) <= 1e-6 * k * 1e-12 * v + 1e-24
+    for key in ("h2dSlowdown", "d2hSlowdown")
+    for op, v in rates[key].items()), fitted
+print("calibrate --copy-beside: rates x 2 as given, x %.3g fitted" % k)
+PY
 python3 bench/qwen_train_bench.py predict "$work/run" \
   --profile "$work/profile.json" --out "$work/calibrated" 2> "$work/predict.log"
 python3 bench/qwen_train_bench.py table "$work/calibrated" > "$work/table-calibrated.md"
