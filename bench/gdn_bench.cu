@@ -7,6 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "bench/bench_timing.h"
+#include "bench/gdn_operands.h"
 #include "kernels/kernels.h"
 
 #include <cuda_runtime.h>
@@ -16,7 +17,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -24,18 +24,6 @@ using namespace ap::kernels;
 
 namespace {
 
-void *upload(const std::vector<unsigned char> &h) {
-  void *p;
-  CK(cudaMalloc(&p, h.size()));
-  CK(cudaMemcpy(p, h.data(), h.size(), cudaMemcpyHostToDevice));
-  return p;
-}
-template <typename T>
-std::vector<unsigned char> bytesOf(const std::vector<T> &v) {
-  std::vector<unsigned char> b(v.size() * sizeof(T));
-  std::memcpy(b.data(), v.data(), b.size());
-  return b;
-}
 void *devZeros(size_t n) {
   void *p;
   CK(cudaMalloc(&p, n));
@@ -69,52 +57,15 @@ int main(int argc, char **argv) {
   for (int B : {1, 4}) {
     const int T = 4096, H = 16, dk = 128, dv = 128;
     const size_t N = size_t(B) * T;
-    std::mt19937 rng(B);
-    std::normal_distribution<float> nd(0.f, 1.f);
-    std::uniform_real_distribution<float> ud(0.f, 1.f);
-    std::vector<bf16> q(N * H * dk), k(q.size()), v(N * H * dv), dO(v.size());
-    for (auto *x : {&q, &k}) // unit rows, as after the L2 norm
-      for (size_t r = 0; r < N * H; ++r) {
-        std::vector<float> row(dk);
-        float ss = 0;
-        for (auto &e : row) {
-          e = nd(rng);
-          ss += e * e;
-        }
-        for (int i = 0; i < dk; ++i)
-          (*x)[r * dk + i] = bf16(row[i] / std::sqrt(ss));
-      }
-    for (auto *x : {&v, &dO})
-      for (auto &e : *x)
-        e = bf16(nd(rng));
-    std::vector<float> g(N * H), beta(N * H);
-    for (auto &e : g)
-      e = -0.005f - 0.3f * ud(rng);
-    for (auto &e : beta)
-      e = 0.05f + 0.9f * ud(rng);
-    GdnChunkArgs a;
-    a.dtype = DType::BF16;
-    a.batch = B;
-    a.seqLen = T;
-    a.keyHeads = H;
-    a.valueHeads = H;
-    a.keyDim = dk;
-    a.valueDim = dv;
-    a.scale = 1.f / std::sqrt(float(dk));
-    a.q = upload(bytesOf(q));
-    a.k = upload(bytesOf(k));
-    a.v = upload(bytesOf(v));
-    a.g = upload(bytesOf(g));
-    a.beta = upload(bytesOf(beta));
-    a.dO = upload(bytesOf(dO));
-    a.o = devZeros(N * H * dv * 2);
-    a.gCum = devZeros(N * H * 4);
-    a.tMat = devZeros(N * H * 64 * 2);
-    a.dq = devZeros(q.size() * 2);
-    a.dk = devZeros(k.size() * 2);
-    a.dv = devZeros(v.size() * 2);
-    a.dg = devZeros(N * H * 4);
-    a.dbeta = devZeros(N * H * 4);
+    GdnChunkArgs a = ap::bench::gdnChunkOperands(
+        B, T, H, dk, dv, unsigned(B),
+        [](const void *h, size_t n) {
+          void *p;
+          CK(cudaMalloc(&p, n));
+          CK(cudaMemcpy(p, h, n, cudaMemcpyHostToDevice));
+          return p;
+        },
+        devZeros);
     size_t wsb = std::max(gdnChunkForwardWorkspaceBytes(a),
                           gdnChunkBackwardWorkspaceBytes(a));
     KernelContext ctx;

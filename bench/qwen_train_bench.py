@@ -199,15 +199,22 @@ ARMS["elem46-noff-clone"] = (ARMS["elem46-noff"][0] +
 # per GB (bench/notes/training.md, run 9). Predicted there: auto3 30.5 % at
 # +2.91 %, auto60 60.1 % at +6.92 %, auto90 90.1 % at +11.50 %; auto16g
 # (a predicted device peak of at most 16 GiB) is not a default arm.
+def add_goal_arms(names_goals, profile, under):
+    """Arms whose placement actplace-compile chooses for a goal under
+    `profile` (described as "under `under`")."""
+    for name, goal in names_goals:
+        ARMS[name] = ([goal, "--profile=" + profile],
+                      "placement chosen by the compiler for " + goal[2:] +
+                      " under " + under)
+
+
 RUN9_PROFILE = os.path.join(REPO, "bench", "profiles",
                             "h200-optimes-d2fc210.json")
-for _name, _goal in (("auto3", "--step-budget=0.03"),
-                     ("auto60", "--activation-cut=0.6"),
-                     ("auto90", "--activation-cut=0.9"),
-                     ("auto16g", "--memory-budget=16GiB")):
-    ARMS[_name] = ([_goal, "--profile=" + RUN9_PROFILE],
-                   "placement chosen by the compiler for " + _goal[2:] +
-                   " under the run-9 profile")
+add_goal_arms((("auto3", "--step-budget=0.03"),
+               ("auto60", "--activation-cut=0.6"),
+               ("auto90", "--activation-cut=0.9"),
+               ("auto16g", "--memory-budget=16GiB")),
+              RUN9_PROFILE, "the run-9 profile")
 
 # The same goals under the profile of run 12 (op times of 8a8ab91, whose
 # conv backward is 30 us faster; copy slowdown and hold slack kept from run
@@ -215,24 +222,20 @@ for _name, _goal in (("auto3", "--step-budget=0.03"),
 # its budget (bench/notes/training.md, run 12).
 RUN12_PROFILE = os.path.join(REPO, "bench", "profiles",
                              "h200-optimes-8a8ab91.json")
-for _name, _goal in (("auto3-r12", "--step-budget=0.03"),
-                     ("auto60-r12", "--activation-cut=0.6")):
-    ARMS[_name] = ([_goal, "--profile=" + RUN12_PROFILE],
-                   "placement chosen by the compiler for " + _goal[2:] +
-                   " under the run-12 profile")
+add_goal_arms((("auto3-r12", "--step-budget=0.03"),
+               ("auto60-r12", "--activation-cut=0.6")),
+              RUN12_PROFILE, "the run-12 profile")
 
 # The same goals under a profile whose copies slow the kernels beside them
 # by each kernel's own rate (h2dSlowdown / d2hSlowdown: the rates measured
 # by runtime_offload_bench clocks-kernels in d29, times 2, the factor that
 # fits run 12's auto3-r12, auto60 and auto60-r12 best; bench/notes/
-# training.md, run 12).
+# training.md, run 12; `calibrate --copy-beside` writes it).
 BESIDE_PROFILE = os.path.join(REPO, "bench", "profiles",
                               "h200-beside-8a8ab91.json")
-for _name, _goal in (("auto3-beside", "--step-budget=0.03"),
-                     ("auto60-beside", "--activation-cut=0.6")):
-    ARMS[_name] = ([_goal, "--profile=" + BESIDE_PROFILE],
-                   "placement chosen by the compiler for " + _goal[2:] +
-                   " under the per-kernel copy-slowdown profile")
+add_goal_arms((("auto3-beside", "--step-budget=0.03"),
+               ("auto60-beside", "--activation-cut=0.6")),
+              BESIDE_PROFILE, "the per-kernel copy-slowdown profile")
 
 # No placement, with the loss and its gradient as two ops (a second logits
 # pass; train-autodiff fuse-loss-grad=false): what the fused loss of c81ab9e

@@ -10,6 +10,7 @@
 // tables. Times are GPU times between CUDA events, medians of repeats.
 //
 //===----------------------------------------------------------------------===//
+#include "bench/gdn_operands.h"
 #include "kernels/kernels.h"
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/runtime.h"
@@ -19,11 +20,9 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
-#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -772,57 +771,10 @@ void kernelsExperiment(Device &dev, char *copyArena, char *g,
     AP_CUDA_CHECK(cudaMemcpy(p, h, n, cudaMemcpyHostToDevice));
     return p;
   };
-  // GDN operands as gdn_bench.cu makes them: unit q, k rows (as after the
-  // L2 norm), normal v and dO, decays in (-0.305, -0.005), betas in (0.05,
-  // 0.95).
-  const int T = 4096, H = 16, dk = 128, dv = 128;
-  const size_t rows = size_t(T) * H;
-  std::mt19937 rng(1);
-  std::normal_distribution<float> nd(0.f, 1.f);
-  std::uniform_real_distribution<float> ud(0.f, 1.f);
-  std::vector<ap::kernels::bf16> q(rows * dk), k(rows * dk), v(rows * dv),
-      dO(rows * dv);
-  for (auto *x : {&q, &k})
-    for (size_t row = 0; row < rows; ++row) {
-      float e[dk], ss = 0;
-      for (float &f : e) {
-        f = nd(rng);
-        ss += f * f;
-      }
-      for (int i = 0; i < dk; ++i)
-        (*x)[row * dk + i] = ap::kernels::bf16(e[i] / std::sqrt(ss));
-    }
-  for (auto *x : {&v, &dO})
-    for (auto &e : *x)
-      e = ap::kernels::bf16(nd(rng));
-  std::vector<float> gate(rows), beta(rows);
-  for (auto &e : gate)
-    e = -0.005f - 0.3f * ud(rng);
-  for (auto &e : beta)
-    e = 0.05f + 0.9f * ud(rng);
-  GdnChunkArgs a;
-  a.dtype = DType::BF16;
-  a.batch = 1;
-  a.seqLen = T;
-  a.keyHeads = H;
-  a.valueHeads = H;
-  a.keyDim = dk;
-  a.valueDim = dv;
-  a.scale = 1.f / std::sqrt(float(dk));
-  a.q = upload(q.data(), q.size() * 2);
-  a.k = upload(k.data(), k.size() * 2);
-  a.v = upload(v.data(), v.size() * 2);
-  a.g = upload(gate.data(), gate.size() * 4);
-  a.beta = upload(beta.data(), beta.size() * 4);
-  a.dO = upload(dO.data(), dO.size() * 2);
-  a.o = devAlloc(rows * dv * 2);
-  a.gCum = devAlloc(rows * 4);
-  a.tMat = devAlloc(rows * 64 * 2);
-  a.dq = devAlloc(q.size() * 2);
-  a.dk = devAlloc(k.size() * 2);
-  a.dv = devAlloc(v.size() * 2);
-  a.dg = devAlloc(rows * 4);
-  a.dbeta = devAlloc(rows * 4);
+  // GDN operands as gdn_bench.cu makes them (bench/gdn_operands.h).
+  const int T = 4096;
+  GdnChunkArgs a =
+      ap::bench::gdnChunkOperands(1, T, 16, 128, 128, 1u, upload, devAlloc);
   // The conv: 4096 tokens x 6144 channels, kernel 4, operands from the
   // random GEMM operands.
   GdnConvArgs c;
