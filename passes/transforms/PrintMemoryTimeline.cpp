@@ -127,6 +127,14 @@ struct TrainPrintMemoryTimelinePass
                         p.peakFlops, p.memBandwidth, p.launchLatency,
                         p.d2hBandwidth, p.h2dBandwidth, p.duplexBandwidth,
                         p.computeScale, p.copySlowdownPerByte, p.copyHoldSlack);
+    // The per-op copy slowdowns, one "op=rate" per line (sorted by op).
+    for (const auto &[dir, table] :
+         {std::pair<const char *, const std::map<std::string, double> *>{
+              "h2d", &p.h2dSlowdown},
+          {"d2h", &p.d2hSlowdown}})
+      for (const auto &[name, rate] : *table)
+        os << llvm::formatv("profile: {0} slowdown beside {1} = {2:E3} s/B\n",
+                            dir, name, rate);
     os << "params: " << withMiB(peak.params) << "\n";
     os << "grads: " << withMiB(peak.grads) << "\n";
     os << "optimizer: " << withMiB(peak.optimizer) << "\n";
@@ -207,9 +215,9 @@ struct TrainPrintMemoryTimelinePass
       // In the loop body the simulated duration: with h2dSlowdown /
       // d2hSlowdown an op runs longer beside copies than its cost alone.
       const bool inBody = i >= bodyBegin && i < bodyEnd;
-      double seconds = inBody ? sim.ops[i - bodyBegin].end -
-                                    sim.ops[i - bodyBegin].start
-                              : c.seconds;
+      double seconds =
+          inBody ? sim.ops[i - bodyBegin].end - sim.ops[i - bodyBegin].start
+                 : c.seconds;
       os << llvm::formatv("#{0} {1} {2} total={3} act={4} ws={5} host={6} "
                           "flops={7:F0} bytes={8:F0} dur={9}",
                           i, pt.op->getName().getStringRef(),

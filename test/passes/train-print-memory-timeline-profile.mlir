@@ -105,6 +105,8 @@
 // wait on %a stalls 10.288 us instead of 11.288 and the body takes as long
 // as in LINK. The linear_grads (no rate) and the embedding (no rate; "*"
 // not given) run beside copies unslowed.
+// BESIDE: profile: d2h slowdown beside train.linear = 1.000E-09 s/B
+// BESIDE-NOT: profile: h2d slowdown
 // BESIDE: body time: 28.576 us (busy 9.000 us, exposed 19.576 us)
 // BESIDE: #3 train.linear L0.mlp_fc1 {{.*}} dur=1.000 start=1.000{{$}}
 // BESIDE: #4 train.offload L0.mlp_fc1 {{.*}} dur=0.000 start=2.000{{$}}
