@@ -59,6 +59,28 @@ assert k >= 0 and all(
     for op, v in rates[key].items()), fitted
 print("calibrate --copy-beside: rates x 2 as given, x %.3g fitted" % k)
 PY
+# The fit itself, on predictions linear in the factor: arms whose measured
+# increase is what factor 1.7 predicts give back 1.7.
+python3 - "$work" <<'PY'
+import argparse, json, os, sys
+sys.path.insert(0, "bench")
+import qwen_train_bench as q
+out = os.path.join(sys.argv[1], "profile-fit-synthetic.json")
+slope = {"a": 0.004, "b": 0.010}   # s per unit factor
+base = {"a": 0.001, "b": 0.003}    # predicted increase at factor 0
+def predicted(arm, profile):
+    k = profile["h2dSlowdown"]["*"] / (1e-12 * 0.793)
+    return 0.3 + (0 if arm == "none" else base[arm] + k * slope[arm])
+med = {"none": (0.3, {}), **{arm: (0.3 + base[arm] + 1.7 * slope[arm],
+                                   {"offloaded_bytes": 1}) for arm in base}}
+a = argparse.Namespace(copy_beside="bench/profiles/h200-copy-rates-d29.json",
+                       copy_beside_scale=None, out=out)
+q.write_copy_beside(a, {"computeScale": 1.0}, med, [], predicted, 1.0,
+                    0.3, 0.3)
+k = json.load(open(out))["h2dSlowdown"]["*"] / (1e-12 * 0.793)
+assert abs(k - 1.7) < 1e-4, k
+print("calibrate --copy-beside fit: factor 1.7 recovered (%.5f)" % k)
+PY
 python3 bench/qwen_train_bench.py predict "$work/run" \
   --profile "$work/profile.json" --out "$work/calibrated" 2> "$work/predict.log"
 python3 bench/qwen_train_bench.py table "$work/calibrated" > "$work/table-calibrated.md"
