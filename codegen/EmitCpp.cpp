@@ -522,6 +522,16 @@ LogicalResult Emitter::emitOp(Operation *op, int indent) {
     unsigned e = eventIndex(op->getOperand(0));
     if (stream(op) == "Stream::D2H")
       lastD2HWait_ = int(e);
+    // Compute waiting for a reload: through the runner, which times the
+    // stall under "<scope>/wait" when --op-times asks for it.
+    if (stream(op) == "Stream::Compute")
+      for (Operation *u : op->getOperand(0).getUsers())
+        if (isa<exec::H2DOp>(u) && u->getOperand(2) == op->getOperand(0) &&
+            copyScope_.count(u)) {
+          line(indent) << "r.waitCopy(\"" << copyScope_[u] << "/wait\", r.ev["
+                       << e << "]);\n";
+          return success();
+        }
     line(indent) << "r.dev.wait(" << stream(op) << ", r.ev[" << e << "]);\n";
     return success();
   }

@@ -76,6 +76,23 @@ void StepRunner::launch(const char *name, KernelFn fn) {
   t.seconds += std::max(0.0, s - syncSeconds);
 }
 
+void StepRunner::waitCopy(const char *name, EventId event) {
+  // Wait mode synchronises around every launch, so copies have all the time
+  // they need there: only the stream mode measures stalls.
+  if (!opTimes || !opTimesInStream) {
+    dev.wait(Stream::Compute, event);
+    return;
+  }
+  size_t used = 2 * pendingOpTimes_.size();
+  while (timers_.size() < used + 2)
+    timers_.push_back(dev.backend().createTimer());
+  PendingOpTime p{name, timers_[used], timers_[used + 1]};
+  dev.backend().recordTimer(p.start, Stream::Compute);
+  dev.wait(Stream::Compute, event);
+  dev.backend().recordTimer(p.end, Stream::Compute);
+  pendingOpTimes_.push_back(std::move(p));
+}
+
 void StepRunner::collectOpTimes() {
   for (const PendingOpTime &p : pendingOpTimes_) {
     OpTime &t = (*opTimes)[p.name];

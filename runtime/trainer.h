@@ -95,6 +95,11 @@ public:
   /// Runs a kernel entry on the compute stream; a non-Ok status is an error
   /// naming `name`.
   void launch(const char *name, KernelFn fn);
+  /// The compute stream waits for a reload's H2D (`event`). With stream-mode
+  /// --op-times the wait sits between two timers and is recorded under
+  /// `name` ("<scope>/wait"): the compute stream's stall on that copy, the
+  /// measured counterpart of the cost model's exposed transfer time.
+  void waitCopy(const char *name, EventId event);
 
   /// --op-times: per launch label, launches and seconds. Null: not timing.
   /// Stream mode (`opTimesInStream`): each launch between two timers, read

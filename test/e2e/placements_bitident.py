@@ -290,6 +290,8 @@ def main():
     # (the default) changes no bit of the run, and its kernel spans fit
     # inside the timed steps; wait mode times the same launches.
     plain = os.path.join(args.work, "op-times-plain.jsonl")
+    if os.path.exists(plain):
+        os.remove(plain)  # --metrics appends
     r = subprocess.run([os.path.join(args.work, "train-none"), "--steps", "3",
                         "--device", "host", "--fingerprints", "--metrics",
                         plain], capture_output=True, text=True)
@@ -301,6 +303,8 @@ def main():
     for mode in ("stream", "wait"):
         times = os.path.join(args.work, "op-times-%s.json" % mode)
         metrics = os.path.join(args.work, "op-times-%s.jsonl" % mode)
+        if os.path.exists(metrics):
+            os.remove(metrics)
         r = subprocess.run([os.path.join(args.work, "train-none"), "--steps",
                             "3", "--device", "host", "--op-times", times,
                             "--op-times-mode", mode, "--fingerprints",
@@ -356,6 +360,37 @@ def main():
                          "lm_head/lm_head_cross_entropy_grad": micro}:
         fail("unfused binary's LM head launches: %s" % lm["unfused"])
     print("fused loss: %s; unfused: %s" % (lm["fused"], lm["unfused"]))
+
+    # With offload, stream-mode --op-times also times each compute-stream
+    # wait for a reload, under "<scope>/wait" (the stall: the measured
+    # exposed transfer time), for every offloaded leaf; the run's bits stay
+    # the offload binary's.
+    times = os.path.join(args.work, "op-times-offload.json")
+    fp = {}
+    for label, flags in (("plain", []), ("timed", ["--op-times", times])):
+        metrics = os.path.join(args.work, "op-times-offload-%s.jsonl" % label)
+        if os.path.exists(metrics):
+            os.remove(metrics)  # --metrics appends
+        r = subprocess.run([os.path.join(args.work, "train-offload"),
+                            "--steps", "3", "--device", "host",
+                            "--fingerprints", "--metrics", metrics] + flags,
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            fail("offload %s 3-step run failed: %s" % (label, r.stderr))
+        with open(metrics) as f:
+            fp[label] = [json.loads(l)["fingerprints"] for l in f if l.strip()]
+    if fp["plain"] != fp["timed"] or len(fp["timed"]) != 3:
+        fail("--op-times changed the offload binary's fingerprints")
+    with open(times) as f:
+        ops = json.load(f)["ops"]
+    waits = {k: v for k, v in ops.items() if k.endswith("/wait")}
+    leaves = {k.split("/")[0].split(".", 1)[1] for k in waits}
+    if leaves != set(OFFLOADED_LEAVES) or any(
+            v["count"] < 2 * 2 or v["seconds"] < 0 for v in waits.values()):
+        fail("offload op times' waits: %s" % json.dumps(waits)[:400])
+    print("op times with offload: %d wait labels (%s), %d waits timed" %
+          (len(waits), ", ".join(sorted(leaves)),
+           sum(v["count"] for v in waits.values())))
 
     # A diverging run stops with a clear message and a non-zero exit.
     r = subprocess.run([os.path.join(args.work, "train-none"), "--steps", "6",
