@@ -519,6 +519,31 @@ def cmd_run(a):
             run["op_times"][mode] = {"rc": rc, "steps": a.op_times_steps,
                                      "file": os.path.basename(path)}
             log(f"  rc={rc}")
+    stall_arms = [n for n in a.op_times_arms.split(",") if n]
+    if a.op_times_steps and stall_arms:
+        # Placed arms' op times (stream mode): besides their kernels they
+        # time each compute-stream wait for a reload ("<scope>/wait"), the
+        # measured stall the table sets beside the predicted exposed time.
+        run["op_times_arms"] = {}
+        for arm in stall_arms:
+            if arm not in arms:
+                sys.exit(f"run: --op-times-arms names '{arm}', which is not "
+                         "an arm of this run")
+            path = os.path.join(out, f"op-times-{arm}.json")
+            cmd = [os.path.join(bindir, arm), "--steps",
+                   str(a.op_times_steps + 1), "--device", a.device, "--seed",
+                   str(a.seed), "--data", a.data, "--op-times", path,
+                   "--op-times-mode", "stream"]
+            log(f"op times of {arm}: " + " ".join(cmd[1:]))
+            try:
+                rc = subprocess.run(cmd, stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.STDOUT,
+                                    timeout=a.timeout).returncode
+            except subprocess.TimeoutExpired:
+                rc = "timeout"
+            run["op_times_arms"][arm] = {"rc": rc, "steps": a.op_times_steps,
+                                         "file": os.path.basename(path)}
+            log(f"  rc={rc}")
     run["gpu_after"] = gpu_info()
     run["finished"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     manifest["run"] = run
@@ -1184,7 +1209,7 @@ def print_table(a):
             "predicted peak MiB", "act. peak removed % pred / meas",
             "pinned MiB", "d2h / h2d MiB per step (pred)",
             "pred. exposed ms", "pred. step +ms", "meas. step +ms",
-            "meas - pred % of step"]
+            "meas - pred % of step", "meas. stall ms"]
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
     act_before = base.get("report", {}).get("activation_peak_bytes_before")
@@ -1198,7 +1223,8 @@ def print_table(a):
         if not s["n"]:
             print(f"| {arm} | 0 | no measured steps | | | | | "
                   f"{fmt_mib(t['peak_bytes_after'])} | {pred_removed:.1f} / - "
-                  f"| | | {pred_exposed * 1e3:.2f} | {pred_delta * 1e3:.2f} | | |")
+                  f"| | | {pred_exposed * 1e3:.2f} | {pred_delta * 1e3:.2f} | | "
+                  f"| {measured_stall(a.results, arm)} |")
             continue
         mfu = 100 * flops / s["median"] / peak
         vs_plan = 100 * (s["device_peak"] / s["planned"] - 1)
@@ -1219,7 +1245,8 @@ def print_table(a):
               f"{meas_removed} | {fmt_mib(s['pinned'])} | "
               f"{fmt_mib(s['d2h'])} / {fmt_mib(s['h2d'])} "
               f"({fmt_mib(t['d2h_bytes_per_step'])}) | {pred_exposed * 1e3:.2f} | "
-              f"{pred_delta * 1e3:+.2f} | {meas_delta} | {err} |")
+              f"{pred_delta * 1e3:+.2f} | {meas_delta} | {err} | "
+              f"{measured_stall(a.results, arm)} |")
     print()
     print(f"Model FLOPs: {manifest['forward_flops_per_token'] / 1e9:.4g} "
           f"GFLOP forward per token x 3 (forward + backward) x "
@@ -1235,7 +1262,9 @@ def print_table(a):
     print("Exposed transfer: predicted = stalls of the simulated streams x "
           "microbatches; 'pred. step +ms' = the cost model's step time with "
           "minus without the placement (recompute included); measured = "
-          "median step time minus the no-offload arm's median.")
+          "median step time minus the no-offload arm's median; 'meas. stall "
+          "ms' = the compute stream's waits for reloads per step, from the "
+          "arm's op times (run --op-times-arms; '-' without them).")
     bad = [arm for arm in arms if stats[arm]["n"] and
            (stats[arm]["pinned_in_use"] != 0 or not stats[arm]["finite"])]
     if bad:
@@ -1244,6 +1273,18 @@ def print_table(a):
     if failed:
         print("FAILED processes:", ", ".join(
             f"{p['arm']} round {p['round']} (rc {p['rc']})" for p in failed))
+
+
+def measured_stall(results, arm):
+    """Milliseconds a step the compute stream waited for reloads in the
+    arm's op times (op-times-ARM.json: the '<scope>/wait' labels), or '-'."""
+    path = os.path.join(results, f"op-times-{arm}.json")
+    if not os.path.exists(path):
+        return "-"
+    ot = json.load(open(path))
+    waits = sum(v["seconds"] for k, v in ot["ops"].items()
+                if k.endswith("/wait"))
+    return f"{waits / ot['steps'] * 1e3:.2f}"
 
 
 def add_shape_args(sp):
@@ -1289,6 +1330,10 @@ def main():
     r.add_argument("--op-times-steps", type=int, default=3,
                    help="timed steps of the no-placement binary with "
                    "--op-times after the arms (0: none); writes op-times.json")
+    r.add_argument("--op-times-arms", default="",
+                   help="placed arms whose op times to record too (',' "
+                   "between names; stream mode, --op-times-steps steps): "
+                   "their waits for reloads, the table's measured stall")
     r.add_argument("--op-times-modes", default="stream",
                    help="the binary's --op-times-mode for those steps, ',' "
                    "between modes (stream: in stream order, nothing waits; "

@@ -14,7 +14,8 @@ rm -rf "$work/carry" "$work/run"
 python3 bench/qwen_train_bench.py build --model models/tiny-hybrid.json \
   --seq 64 --micro-batches 4 --carry "$work/carry" 2> "$work/build.log"
 python3 bench/qwen_train_bench.py run --carry "$work/carry" \
-  --out "$work/run" --device host --rounds 2 2> "$work/run.log"
+  --out "$work/run" --device host --rounds 2 --op-times-arms ref,max \
+  2> "$work/run.log"
 python3 bench/qwen_train_bench.py table "$work/run" | tee "$work/table.md"
 # Calibration from the binary's own kernel times, then the table again.
 test -s "$work/run/op-times.json"
@@ -187,6 +188,13 @@ for arm, c in rows.items():
     assert c[1] == "20", (arm, "measured steps", c[1])
     moved = c[10].split()[0]
     assert (moved == "0.0") == (arm == "none"), (arm, "d2h MiB", c[10])
+    # The measured stall: from the op times of the arms that recorded them
+    # (--op-times-arms ref,max), '-' for the others.
+    stall = c[15]
+    if arm in ("ref", "max"):
+        assert float(stall) >= 0, (arm, "meas. stall ms", stall)
+    else:
+        assert stall == "-", (arm, "meas. stall ms", stall)
 assert "WARNING" not in text and "FAILED" not in text, "table flags a problem"
 print("qwen_train_bench_test: ok (%d arms, 20 measured steps each)" % len(ARMS))
 PY
