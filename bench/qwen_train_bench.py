@@ -497,6 +497,24 @@ def cmd_run(a):
             if rc != 0:
                 log("  log tail:", open(logf).read()[-2000:])
     results.close()
+    def record_op_times(arm, path, mode):
+        """One process of `arm` with --op-times into `path`; its entry for
+        the manifest."""
+        cmd = [os.path.join(bindir, arm), "--steps",
+               str(a.op_times_steps + 1), "--device", a.device, "--seed",
+               str(a.seed), "--data", a.data, "--op-times", path,
+               "--op-times-mode", mode]
+        log(f"op times of {arm}: " + " ".join(cmd[1:]))
+        try:
+            rc = subprocess.run(cmd, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.STDOUT,
+                                timeout=a.timeout).returncode
+        except subprocess.TimeoutExpired:
+            rc = "timeout"
+        log(f"  rc={rc}")
+        return {"rc": rc, "steps": a.op_times_steps,
+                "file": os.path.basename(path)}
+
     if a.op_times_steps and "none" in arms:
         # The kernel times `calibrate --op-times` turns into opScale, from
         # the no-placement binary: op-times.json in the first mode named,
@@ -505,20 +523,7 @@ def cmd_run(a):
         for i, mode in enumerate(a.op_times_modes.split(",")):
             path = os.path.join(out, "op-times.json" if i == 0
                                 else f"op-times-{mode}.json")
-            cmd = [os.path.join(bindir, "none"), "--steps",
-                   str(a.op_times_steps + 1), "--device", a.device, "--seed",
-                   str(a.seed), "--data", a.data, "--op-times", path,
-                   "--op-times-mode", mode]
-            log("op times: " + " ".join(cmd[1:]))
-            try:
-                rc = subprocess.run(cmd, stdout=subprocess.DEVNULL,
-                                    stderr=subprocess.STDOUT,
-                                    timeout=a.timeout).returncode
-            except subprocess.TimeoutExpired:
-                rc = "timeout"
-            run["op_times"][mode] = {"rc": rc, "steps": a.op_times_steps,
-                                     "file": os.path.basename(path)}
-            log(f"  rc={rc}")
+            run["op_times"][mode] = record_op_times("none", path, mode)
     stall_arms = [n for n in a.op_times_arms.split(",") if n]
     if a.op_times_steps and stall_arms:
         # Placed arms' op times (stream mode): besides their kernels they
@@ -529,21 +534,8 @@ def cmd_run(a):
             if arm not in arms:
                 sys.exit(f"run: --op-times-arms names '{arm}', which is not "
                          "an arm of this run")
-            path = os.path.join(out, f"op-times-{arm}.json")
-            cmd = [os.path.join(bindir, arm), "--steps",
-                   str(a.op_times_steps + 1), "--device", a.device, "--seed",
-                   str(a.seed), "--data", a.data, "--op-times", path,
-                   "--op-times-mode", "stream"]
-            log(f"op times of {arm}: " + " ".join(cmd[1:]))
-            try:
-                rc = subprocess.run(cmd, stdout=subprocess.DEVNULL,
-                                    stderr=subprocess.STDOUT,
-                                    timeout=a.timeout).returncode
-            except subprocess.TimeoutExpired:
-                rc = "timeout"
-            run["op_times_arms"][arm] = {"rc": rc, "steps": a.op_times_steps,
-                                         "file": os.path.basename(path)}
-            log(f"  rc={rc}")
+            run["op_times_arms"][arm] = record_op_times(
+                arm, os.path.join(out, f"op-times-{arm}.json"), "stream")
     run["gpu_after"] = gpu_info()
     run["finished"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     manifest["run"] = run
