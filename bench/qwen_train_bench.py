@@ -856,6 +856,8 @@ def op_name_of_label(label):
     """The train op a launch label of the binary belongs to: labels are
     '<scope>/<op>' (plus '(recompute)'), 'finalize_grads', or a parameter's
     name for its AdamW launch."""
+    if label.endswith("/wait"):
+        return None  # a wait for a reload, not a kernel (measured_stall)
     if "/" in label:
         return "train." + label.split("/", 1)[1].replace("(recompute)", "")
     if label == "finalize_grads":
