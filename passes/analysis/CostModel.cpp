@@ -268,8 +268,8 @@ double CostModel::copyBandwidth(CopyDirection dir,
 }
 
 double CostModel::slowdownBeside(Operation *op, CopyDirection dir) const {
-  const auto &table = dir == CopyDirection::HostToDevice ? prof.h2dSlowdown
-                                                         : prof.d2hSlowdown;
+  const auto &table =
+      dir == CopyDirection::HostToDevice ? prof.h2dSlowdown : prof.d2hSlowdown;
   if (table.empty())
     return 0;
   auto it = table.find(op->getName().getStringRef().str());

@@ -207,11 +207,10 @@ StreamSimulation StreamSimulation::simulate(Block &block,
       const double h0 = engine.moved(CopyDirection::HostToDevice),
                    d0 = engine.moved(CopyDirection::DeviceToHost);
       engine.advanceTo(t + seconds);
-      seconds +=
-          (engine.moved(CopyDirection::HostToDevice) - h0) *
-              cost.slowdownBeside(&op, CopyDirection::HostToDevice) +
-          (engine.moved(CopyDirection::DeviceToHost) - d0) *
-              cost.slowdownBeside(&op, CopyDirection::DeviceToHost);
+      seconds += (engine.moved(CopyDirection::HostToDevice) - h0) *
+                     cost.slowdownBeside(&op, CopyDirection::HostToDevice) +
+                 (engine.moved(CopyDirection::DeviceToHost) - d0) *
+                     cost.slowdownBeside(&op, CopyDirection::DeviceToHost);
     }
     s.start = t;
     s.end = t + seconds;
