@@ -634,6 +634,19 @@ void clockSeries(ClockRig &r, const char *gemmName, double flopsPerSample,
   clockPhase(r, gemmName, flopsPerSample, kernel, samples, nullptr, rounds);
 }
 
+/// The model-shape GEMM's series (20 launches a sample, 300 samples), the
+/// same in every experiment that uses it, so their rows compare.
+void modelGemmSeries(ClockRig &r, Gemm &model,
+                     const std::vector<TrafficSpec> &modes, int rounds) {
+  clockSeries(
+      r, "gemm_bf16_4096x1024x3584", 20 * model.flops(),
+      [&](cudaStream_t s) {
+        for (int j = 0; j < 20; ++j)
+          model.run(s);
+      },
+      300, modes, rounds);
+}
+
 void clockExperiment(Device &dev, char *copyArena, char *g, char *constAB,
                      unsigned long long *probe, uint64_t gemmBytes, int rounds,
                      bool modelOnly) {
@@ -706,18 +719,12 @@ void clockExperiment(Device &dev, char *copyArena, char *g, char *constAB,
          TrafficSpec{"raw_h2d_4m", false, true, 4 * MiB},
          TrafficSpec{"raw_h2d_4m_27", false, true, 4 * MiB, 27}},
         rounds);
-    clockSeries(
-        r, "gemm_bf16_4096x1024x3584", 20 * model.flops(),
-        [&](cudaStream_t s) {
-          for (int j = 0; j < 20; ++j)
-            model.run(s);
-        },
-        300,
-        {core[1], TrafficSpec{"raw_h2d_4m", false, true, 4 * MiB},
-         TrafficSpec{"raw_h2d_4m_27", false, true, 4 * MiB, 27},
-         TrafficSpec{"raw_h2d_16m_27", false, true, 16 * MiB, 27},
-         TrafficSpec{"raw_both_4m_27", true, true, 4 * MiB, 27}},
-        rounds);
+    modelGemmSeries(r, model,
+                    {core[1], TrafficSpec{"raw_h2d_4m", false, true, 4 * MiB},
+                     TrafficSpec{"raw_h2d_4m_27", false, true, 4 * MiB, 27},
+                     TrafficSpec{"raw_h2d_16m_27", false, true, 16 * MiB, 27},
+                     TrafficSpec{"raw_both_4m_27", true, true, 4 * MiB, 27}},
+                    rounds);
   } else {
     // Copies beside an idle GPU: what they draw (nvidia-smi) and the clock.
     clockSeries(
@@ -727,13 +734,7 @@ void clockExperiment(Device &dev, char *copyArena, char *g, char *constAB,
     clockSeries(
         r, "gemm_bf16_8192", big.flops(), [&](cudaStream_t s) { big.run(s); },
         200, full, rounds);
-    clockSeries(
-        r, "gemm_bf16_4096x1024x3584", 20 * model.flops(),
-        [&](cudaStream_t s) {
-          for (int j = 0; j < 20; ++j)
-            model.run(s);
-        },
-        300, core, rounds);
+    modelGemmSeries(r, model, core, rounds);
     clockSeries(
         r, "gemm_bf16_8192_const", constant.flops(),
         [&](cudaStream_t s) { constant.run(s); }, 200, core, rounds);
@@ -828,13 +829,7 @@ void kernelsExperiment(Device &dev, char *copyArena, char *g,
           check(gdnConvBackward(on(s), c), "gdnConvBackward");
       },
       300, modes, rounds);
-  clockSeries(
-      r, "gemm_bf16_4096x1024x3584", 20 * model.flops(),
-      [&](cudaStream_t s) {
-        for (int j = 0; j < 20; ++j)
-          model.run(s);
-      },
-      300, modes, rounds);
+  modelGemmSeries(r, model, modes, rounds);
   for (auto &e : r.ev)
     AP_CUDA_CHECK(cudaEventDestroy(e));
 }
