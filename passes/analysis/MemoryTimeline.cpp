@@ -111,8 +111,9 @@ Block *stepBody(ModuleOp module) {
 /// the forward's reshape of it), at its dx op's place. The erased ops are
 /// those fusedRecomputes lists.
 void unfuseRecompute(Block &body) {
+  const llvm::DenseMap<Operation *, Operation *> noClones;
   for (FusedRecompute f : fusedRecomputes(body)) {
-    Value forward = forwardOfFused(f.grad, body, {});
+    Value forward = forwardOfFused(f.grad, body, noClones);
     if (!forward)
       continue;
     OpBuilder b(f.grad);
