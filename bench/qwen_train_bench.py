@@ -237,6 +237,19 @@ add_goal_arms((("auto3-beside", "--step-budget=0.03"),
                ("auto60-beside", "--activation-cut=0.6")),
               BESIDE_PROFILE, "the per-kernel copy-slowdown profile")
 
+# The same goals with recompute issued ahead on the side stream, beside the
+# GDN chunk backward's idle SMs (train-recompute-stream; the side capacity
+# measured by runtime_offload_bench overlap in d31, bench/notes/runtime.md
+# "Side-stream recompute").
+for name, goal in (("auto3-side", "--step-budget=0.03"),
+                   ("auto60-side", "--activation-cut=0.6"),
+                   ("auto70-side", "--activation-cut=0.7")):
+    ARMS[name] = ([goal, "--profile=" + BESIDE_PROFILE,
+                   "--recompute-stream=side"],
+                  "placement chosen by the compiler for " + goal[2:] +
+                  " under the per-kernel copy-slowdown profile, recompute "
+                  "on the side stream")
+
 # No placement, with the loss and its gradient as two ops (a second logits
 # pass; train-autodiff fuse-loss-grad=false): what the fused loss of c81ab9e
 # saves, measured in the same run. Not a default arm.

@@ -23,6 +23,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -209,11 +210,19 @@ struct Gemm {
   void *a, *b, *c, *ws;
   uint64_t wsBytes;
   int m, n, k;
+  /// smTarget > 0 asks cuBLASLt to plan for that many SMs (left to other
+  /// streams' kernels otherwise).
+  /// `algoOf`: run that GEMM's algorithm (chosen without a target) instead
+  /// of asking the heuristic, as the runtime's side stream does.
   Gemm(cublasLtHandle_t handle, int M, int N, int K, void *A, void *B, void *C,
-       void *W, uint64_t wb)
+       void *W, uint64_t wb, int32_t smTarget = 0, const Gemm *algoOf = nullptr)
       : lt(handle), a(A), b(B), c(C), ws(W), wsBytes(wb), m(M), n(N), k(K) {
     AP_CUBLAS_CHECK(
         cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    if (smTarget > 0)
+      AP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+          op, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, &smTarget,
+          sizeof(smTarget)));
     AP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, m, k, m));
     AP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, k, n, k));
     AP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lc, CUDA_R_16BF, m, n, m));
@@ -224,11 +233,15 @@ struct Gemm {
         sizeof(wsBytes)));
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
-    AP_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, lc, lc, pref,
-                                                   1, &result, &found));
-    if (!found)
-      fail("bench: no cuBLASLt algorithm for the GEMM");
-    algo = result.algo;
+    if (algoOf) {
+      algo = algoOf->algo;
+    } else {
+      AP_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, lc, lc,
+                                                     pref, 1, &result, &found));
+      if (!found)
+        fail("bench: no cuBLASLt algorithm for the GEMM");
+      algo = result.algo;
+    }
     AP_CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
   }
   void run(cudaStream_t s) {
@@ -401,6 +414,16 @@ __global__ void clockProbe(unsigned long long *out, long long cycles) {
 }
 
 /// Keeps the GPU idle but for one warp for `ns` (copy-only phases).
+/// One warp that spins for `ns` nanoseconds in steps of about 1 us.
+__global__ void spinFor(unsigned long long ns) {
+  unsigned long long t0, t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  do {
+    __nanosleep(1000);
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  } while (t - t0 < ns);
+}
+
 __global__ void idleFor(unsigned long long ns) {
   unsigned long long t0, t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
@@ -746,6 +769,20 @@ void clockExperiment(Device &dev, char *copyArena, char *g, char *constAB,
     AP_CUDA_CHECK(cudaStreamDestroy(s));
 }
 
+/// Zeroed device memory outside the arena (the GDN and conv operands).
+void *devAlloc(size_t n) {
+  void *p = nullptr;
+  AP_CUDA_CHECK(cudaMalloc(&p, n));
+  AP_CUDA_CHECK(cudaMemset(p, 0, n));
+  return p;
+}
+/// A device copy of `n` host bytes.
+void *upload(const void *h, size_t n) {
+  void *p = devAlloc(n);
+  AP_CUDA_CHECK(cudaMemcpy(p, h, n, cudaMemcpyHostToDevice));
+  return p;
+}
+
 /// Copies beside the step's other long kernels (`clocks-kernels`): the GDN
 /// chunk forward and backward (B = 1, T = 4096, 16 heads of 128, as a
 /// Qwen3.5-0.8B layer and microbatch), the GDN conv backward (4096 x 6144)
@@ -761,17 +798,6 @@ void kernelsExperiment(Device &dev, char *copyArena, char *g,
   r.ev.resize(2 * ClockRig::kMaxSamples);
   for (auto &e : r.ev)
     AP_CUDA_CHECK(cudaEventCreate(&e));
-  auto devAlloc = [](size_t n) {
-    void *p = nullptr;
-    AP_CUDA_CHECK(cudaMalloc(&p, n));
-    AP_CUDA_CHECK(cudaMemset(p, 0, n));
-    return p;
-  };
-  auto upload = [&](const void *h, size_t n) {
-    void *p = devAlloc(n);
-    AP_CUDA_CHECK(cudaMemcpy(p, h, n, cudaMemcpyHostToDevice));
-    return p;
-  };
   // GDN operands as gdn_bench.cu makes them (bench/gdn_operands.h).
   const int T = 4096;
   GdnChunkArgs a =
@@ -834,11 +860,226 @@ void kernelsExperiment(Device &dev, char *copyArena, char *g,
     AP_CUDA_CHECK(cudaEventDestroy(e));
 }
 
+/// Side-stream work beside the GDN chunk backward (`overlap`): the
+/// backward's state passes keep one warp per SM scheduler busy at B = 1
+/// (bench/notes/gdn.md), so work that does not depend on it, such as the
+/// next layer's recompute, could run on the idle SMs. Times, per side
+/// bundle and priority: the backward alone, the bundle alone, both on one
+/// stream (the serial step), and both on two streams (makespan, and the
+/// backward's own time within it). Medians of `samples`.
+void overlapExperiment(Device &dev, char *g, uint64_t gemmBytes, int rounds) {
+  using namespace ap::kernels;
+  const int T = 4096;
+  GdnChunkArgs a =
+      ap::bench::gdnChunkOperands(1, T, 16, 128, 128, 1u, upload, devAlloc);
+  // gdn_prep's recompute: the conv over the 6144 q/k/v channels, then the
+  // q and k L2 norms (2 x 16 heads of 128) reading the conv output.
+  GdnConvArgs conv;
+  conv.batch = 1;
+  conv.seqLen = T;
+  conv.channels = 6144;
+  conv.kernelSize = 4;
+  conv.x = g;
+  conv.w = g + gemmBytes;
+  conv.y = devAlloc(size_t(T) * 6144 * 2);
+  GdnL2NormArgs l2;
+  l2.tokens = T;
+  l2.heads = 32;
+  l2.dim = 128;
+  l2.xStride = 6144;
+  l2.yStride = 4096;
+  l2.x = conv.y;
+  l2.y = devAlloc(size_t(T) * 4096 * 2);
+  l2.rstd = devAlloc(size_t(T) * 32 * 4);
+  size_t ws = std::max(gdnChunkForwardWorkspaceBytes(a),
+                       gdnChunkBackwardWorkspaceBytes(a));
+  KernelContext ctx = dev.kernelContext(Stream::Compute);
+  ctx.workspace = devAlloc(ws);
+  ctx.workspaceBytes = ws;
+  KernelContext sideCtx = ctx; // the side stream's kernels need no workspace
+  sideCtx.workspace = nullptr;
+  sideCtx.workspaceBytes = 0;
+  auto check = [](Status st, const char *what) {
+    if (st != Status::Ok)
+      fail(std::string("bench: ") + what + " failed");
+  };
+  int least = 0, greatest = 0;
+  AP_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+  cudaStream_t mainHi, mainNormal, sideLo, sideNormal;
+  AP_CUDA_CHECK(
+      cudaStreamCreateWithPriority(&mainHi, cudaStreamNonBlocking, greatest));
+  AP_CUDA_CHECK(
+      cudaStreamCreateWithPriority(&mainNormal, cudaStreamNonBlocking, least));
+  AP_CUDA_CHECK(
+      cudaStreamCreateWithPriority(&sideLo, cudaStreamNonBlocking, least));
+  AP_CUDA_CHECK(
+      cudaStreamCreateWithPriority(&sideNormal, cudaStreamNonBlocking, least));
+  auto bwd = [&](cudaStream_t s) {
+    KernelContext k = ctx;
+    k.stream = s;
+    check(gdnChunkBackward(k, a), "gdnChunkBackward");
+  };
+  {
+    KernelContext k = ctx;
+    k.stream = mainNormal;
+    check(gdnChunkForward(k, a), "gdnChunkForward");
+  }
+  // mlp_fc1's recompute: tokens x hidden -> 2 x intermediate, as two GEMMs
+  // (gate and up), with a workspace of their own (dev.workspace()).
+  auto lt = static_cast<cublasLtHandle_t>(dev.backend().cublasLtHandle());
+  Gemm fc1(lt, 3584, 4096, 1024, g, g + gemmBytes, g + 2 * gemmBytes,
+           dev.workspace(), dev.workspaceBytes());
+  Gemm fc1Sm100(lt, 3584, 4096, 1024, g, g + gemmBytes, g + 2 * gemmBytes,
+                dev.workspace(), dev.workspaceBytes(), 100);
+  Gemm fc1Sm64(lt, 3584, 4096, 1024, g, g + gemmBytes, g + 2 * gemmBytes,
+               dev.workspace(), dev.workspaceBytes(), 64);
+  // The runtime's side stream: the default algorithm, asked for 99 SMs.
+  // Its output must equal the default's bit for bit (recompute on the side
+  // stream may not change a bit); checked here on random operands.
+  void *c2 = devAlloc(size_t(3584) * 4096 * 2);
+  Gemm fc1Side(lt, 3584, 4096, 1024, g, g + gemmBytes, c2, dev.workspace(),
+               dev.workspaceBytes(), 99, &fc1);
+  {
+    cudaStream_t s0 = mainNormal;
+    fc1.run(s0);
+    fc1Side.run(s0);
+    AP_CUDA_CHECK(cudaStreamSynchronize(s0));
+    std::vector<uint16_t> x(size_t(3584) * 4096), y(x.size());
+    AP_CUDA_CHECK(cudaMemcpy(x.data(), g + 2 * gemmBytes, x.size() * 2,
+                             cudaMemcpyDeviceToHost));
+    AP_CUDA_CHECK(
+        cudaMemcpy(y.data(), c2, y.size() * 2, cudaMemcpyDeviceToHost));
+    size_t differ = 0;
+    for (size_t i = 0; i < x.size(); ++i)
+      differ += x[i] != y[i];
+    std::printf("{\"kind\":\"side_gemm_bits\",\"elements\":%zu,"
+                "\"differ\":%zu}\n",
+                x.size(), differ);
+  }
+  auto prep = [&](cudaStream_t s) {
+    KernelContext k = sideCtx;
+    k.stream = s;
+    check(gdnConvForward(k, conv), "gdnConvForward");
+    check(gdnL2NormForward(k, l2), "gdnL2NormForward");
+  };
+  struct Bundle {
+    const char *name;
+    std::function<void(cudaStream_t)> run;
+  };
+  std::vector<Bundle> bundles = {
+      {"fc1_x2", [&](cudaStream_t s) { fc1.run(s), fc1.run(s); }},
+      {"prep", prep},
+      {"fc1_x2+prep",
+       [&](cudaStream_t s) {
+         fc1.run(s);
+         fc1.run(s);
+         prep(s);
+       }},
+      {"fc1_x4",
+       [&](cudaStream_t s) {
+         for (int j = 0; j < 4; ++j)
+           fc1.run(s);
+       }},
+      {"fc1_sm100_x2",
+       [&](cudaStream_t s) { fc1Sm100.run(s), fc1Sm100.run(s); }},
+      {"fc1_sm64_x2", [&](cudaStream_t s) { fc1Sm64.run(s), fc1Sm64.run(s); }},
+      {"fc1_sm100_x4",
+       [&](cudaStream_t s) {
+         for (int j = 0; j < 4; ++j)
+           fc1Sm100.run(s);
+       }},
+      {"fc1_side_x4",
+       [&](cudaStream_t s) {
+         for (int j = 0; j < 4; ++j)
+           fc1Side.run(s);
+       }},
+      {"fc1_side_x8",
+       [&](cudaStream_t s) {
+         for (int j = 0; j < 8; ++j)
+           fc1Side.run(s);
+       }},
+      {"fc1_side_x12",
+       [&](cudaStream_t s) {
+         for (int j = 0; j < 12; ++j)
+           fc1Side.run(s);
+       }},
+  };
+  constexpr int kSamples = 40;
+  cudaEvent_t e0, eMain, eSide, eEnd;
+  for (cudaEvent_t *e : {&e0, &eMain, &eSide, &eEnd})
+    AP_CUDA_CHECK(cudaEventCreate(e));
+  auto ms = [](cudaEvent_t x, cudaEvent_t y) {
+    float t = 0;
+    AP_CUDA_CHECK(cudaEventElapsedTime(&t, x, y));
+    return double(t);
+  };
+  // One sample: `main` then (on `side`, or on main when side is null) the
+  // bundle, both issued at once; returns {makespan, main's own time}.
+  // `delayNs` > 0 holds the side stream back that long (one spinning warp),
+  // so the bundle meets the backward's sequential passes, not its first
+  // (parallel) kernel, as a schedule would arrange with an event.
+  auto sample = [&](cudaStream_t m, cudaStream_t side, bool withMain,
+                    const Bundle *b, unsigned long long delayNs) {
+    AP_CUDA_CHECK(cudaEventRecord(e0, m));
+    if (side)
+      AP_CUDA_CHECK(cudaStreamWaitEvent(side, e0, 0));
+    if (side && delayNs) {
+      spinFor<<<1, 32, 0, side>>>(delayNs);
+      AP_CUDA_CHECK(cudaGetLastError());
+    }
+    if (withMain)
+      bwd(m);
+    AP_CUDA_CHECK(cudaEventRecord(eMain, m));
+    if (b) {
+      b->run(side ? side : m);
+      if (side) {
+        AP_CUDA_CHECK(cudaEventRecord(eSide, side));
+        AP_CUDA_CHECK(cudaStreamWaitEvent(m, eSide, 0));
+      }
+    }
+    AP_CUDA_CHECK(cudaEventRecord(eEnd, m));
+    AP_CUDA_CHECK(cudaEventSynchronize(eEnd));
+    return std::pair<double, double>(ms(e0, eEnd), ms(e0, eMain));
+  };
+  auto series = [&](const char *arm, cudaStream_t m, cudaStream_t side,
+                    bool withMain, const Bundle *b, int round,
+                    unsigned long long delayNs = 0) {
+    for (int w = 0; w < 3; ++w)
+      sample(m, side, withMain, b, delayNs);
+    std::vector<double> span, own;
+    for (int i = 0; i < kSamples; ++i) {
+      auto [x, y] = sample(m, side, withMain, b, delayNs);
+      span.push_back(x);
+      own.push_back(y);
+    }
+    std::printf("{\"kind\":\"overlap\",\"bundle\":\"%s\",\"arm\":\"%s\","
+                "\"round\":%d,\"makespan_ms\":%.4f,\"main_ms\":%.4f,"
+                "\"min_makespan_ms\":%.4f}\n",
+                b ? b->name : "none", arm, round, median(span), median(own),
+                *std::min_element(span.begin(), span.end()));
+    std::fflush(stdout);
+  };
+  for (int round = 0; round < rounds; ++round) {
+    series("main_alone", mainNormal, nullptr, true, nullptr, round);
+    for (const Bundle &b : bundles) {
+      series("side_alone", mainNormal, nullptr, false, &b, round);
+      series("serial", mainNormal, nullptr, true, &b, round);
+      series("concurrent_same_prio", mainNormal, sideNormal, true, &b, round);
+      series("concurrent_main_hi", mainHi, sideLo, true, &b, round);
+      series("delayed70_main_hi", mainHi, sideLo, true, &b, round, 70'000);
+    }
+  }
+  for (cudaEvent_t e : {e0, eMain, eSide, eEnd})
+    AP_CUDA_CHECK(cudaEventDestroy(e));
+  for (cudaStream_t s : {mainHi, mainNormal, sideLo, sideNormal})
+    AP_CUDA_CHECK(cudaStreamDestroy(s));
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
   // runtime_offload_bench [repeats] [slowdown-only | clocks | clocks-model |
-  //                                  clocks-kernels]
+  //                                  clocks-kernels | overlap]
   int repeats = argc > 1 ? std::atoi(argv[1]) : 5;
   std::string what = argc > 2 ? argv[2] : "";
   bool bandwidthToo = what.empty();
@@ -874,7 +1115,10 @@ int main(int argc, char **argv) {
   AP_CUDA_CHECK(cudaGetLastError());
   auto *t = reinterpret_cast<float *>(g + 3 * gemmBytes);
   char *constAB = g + 3 * gemmBytes + 3 * triadN * 4;
-  if (what == "clocks-kernels") {
+  if (what == "overlap") {
+    dev.synchronize();
+    overlapExperiment(dev, g, gemmBytes, repeats);
+  } else if (what == "clocks-kernels") {
     dev.synchronize();
     kernelsExperiment(
         dev, base, g,

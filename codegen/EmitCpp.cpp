@@ -159,6 +159,8 @@ private:
       return "Stream::H2D";
     case 3:
       return "Stream::Comm";
+    case 4:
+      return "Stream::Side";
     default:
       return "Stream::Compute";
     }
@@ -185,6 +187,7 @@ private:
   std::map<std::string, unsigned> scopeIndex_;
   int lastD2HWait_ = -1; ///< event last waited for on the d2h stream
   uint64_t maxGateElems_ = 0;
+  bool sideKernels_ = false; ///< some exec.kernel runs on the side stream
   std::map<std::string, std::map<std::string, uint64_t>> persistent_;
   llvm::StringMap<unsigned> paramIndex_;
   std::map<unsigned, std::pair<uint64_t, uint64_t>> slotSpec_;
@@ -276,6 +279,7 @@ LogicalResult Emitter::collect(Operation *step) {
           copyScope_[u] = name;
     } else if (auto k = dyn_cast<exec::KernelOp>(op)) {
       StringRef c = k.getCallee();
+      sideKernels_ |= k.getStream() == exec::Stream::Side;
       if (c == "train.gdn_gates" || c == "train.gated_delta_rule" ||
           c == "train.gated_delta_rule_grad" || c == "train.gdn_gates_grad") {
         RankedTensorType t = tensorOf(op->getOperand(0));
@@ -354,16 +358,22 @@ LogicalResult Emitter::run(EmittedPlan *plan) {
       << "namespace {\nusing namespace ap::kernels;\nusing ap::rt::Stream;\n"
       << "using ap::rt::StepRunner;\n\n";
 
-  // Buffer plan.
+  // Buffer plan. The side workspace appears only where the plan has one or
+  // the step has side kernels, so other programs' code stays as it was.
+  uint64_t sideWorkspace = uint64_t(stepAttr("side_workspace_bytes"));
+  bool emitSide = sideWorkspace > 0 || sideKernels_;
   os_ << "// Buffer plan (exec-plan-memory): arena [persistent | activations | "
-         "workspace].\n";
+      << (emitSide ? "workspace | side workspace].\n" : "workspace].\n");
   os_ << "constexpr uint64_t kPersistentBytes = "
       << stepAttr("persistent_bytes")
       << "ull;\nconstexpr uint64_t kActivationBytes = "
       << stepAttr("activation_bytes")
       << "ull;\nconstexpr uint64_t kWorkspaceBytes = "
-      << stepAttr("workspace_bytes")
-      << "ull;\nconstexpr uint64_t kArenaBytes = " << arena
+      << stepAttr("workspace_bytes") << "ull;\n";
+  if (emitSide)
+    os_ << "constexpr uint64_t kSideWorkspaceBytes = " << sideWorkspace
+        << "ull;\n";
+  os_ << "constexpr uint64_t kArenaBytes = " << arena
       << "ull;\nconstexpr uint64_t kPinnedBytes = " << stepAttr("pinned_bytes")
       << "ull;\nconstexpr uint64_t kScratchBytes = " << scratch << "ull;\n\n";
 
@@ -382,8 +392,12 @@ LogicalResult Emitter::run(EmittedPlan *plan) {
       << ";\n  p.vocab = " << (vocab ? vocab : 256)
       << ";\n  p.persistentBytes = kPersistentBytes;\n"
       << "  p.activationBytes = kActivationBytes;\n"
-      << "  p.workspaceBytes = kWorkspaceBytes;\n  p.arenaBytes = "
-         "kArenaBytes;\n"
+      << "  p.workspaceBytes = kWorkspaceBytes;\n";
+  if (emitSide)
+    os_ << "  p.sideWorkspaceBytes = kSideWorkspaceBytes;\n";
+  if (sideKernels_)
+    os_ << "  p.sideKernels = true;\n";
+  os_ << "  p.arenaBytes = kArenaBytes;\n"
       << "  p.pinnedBytes = kPinnedBytes;\n  p.scratchBytes = kScratchBytes;\n";
   os_ << "  // Pinned slots: {offset, bytes}.\n";
   unsigned numSlots = 0;
@@ -476,6 +490,7 @@ LogicalResult Emitter::run(EmittedPlan *plan) {
     plan->persistentBytes = uint64_t(stepAttr("persistent_bytes"));
     plan->activationBytes = uint64_t(stepAttr("activation_bytes"));
     plan->workspaceBytes = uint64_t(stepAttr("workspace_bytes"));
+    plan->sideWorkspaceBytes = sideWorkspace;
     plan->pinnedBytes = uint64_t(stepAttr("pinned_bytes"));
     plan->scratchBytes = scratch;
     plan->numParams = params.size();
@@ -630,12 +645,30 @@ LogicalResult Emitter::emitKernel(Operation *op, int indent) {
   auto set = [&](const std::string &field, const std::string &value) {
     line(indent + 2) << "a." << field << " = " << value << ";\n";
   };
+  // `on side`: the runner launches it on the side stream, with that
+  // stream's workspace and SM target.
+  bool side = k.getStream() == exec::Stream::Side;
+  std::string launch = side ? "r.launchOn(Stream::Side, \"" : "r.launch(\"";
   auto close = [&](const char *entry) {
-    line(indent + 2) << "r.launch(\"" << label
+    line(indent + 2) << launch << label
                      << "\", [a](const KernelContext &c) { return " << entry
                      << "(c, a); });\n";
     line(indent) << "}\n";
   };
+  // The runner's helpers (data movement, dtype staging in the shared driver
+  // scratch, the step-level ops) run on the compute stream only.
+  auto notOnSide = [&](StringRef why) {
+    return op->emitError("emit-cpp: '")
+           << callee << "' cannot run on the side stream (" << why << ")";
+  };
+  if (side &&
+      (callee == "train.slice" || callee == "train.concat" ||
+       callee == "train.expand" || callee == "train.expand_grad" ||
+       callee == "train.gdn_gates" || callee == "train.gdn_gates_grad" ||
+       callee == "train.yield" || callee == "train.finalize_grads" ||
+       callee == "train.lr_schedule" || callee == "train.adamw" ||
+       callee == "train.loss_mean"))
+    return notOnSide("a runner helper on the compute stream");
   auto expectCounts = [&](size_t ni, size_t no) -> LogicalResult {
     if (ins.size() != ni || outs.size() != no)
       return op->emitError("emit-cpp: '")
@@ -938,6 +971,8 @@ LogicalResult Emitter::emitKernel(Operation *op, int indent) {
     int64_t nBeta = nel(beta);
     uint64_t stage = (maxGateElems_ * 8 + 255) / 256 * 256;
     bool betaStored = dt(beta) != acc;
+    if (side && (betaStored || (!fwd && dt(outs[4]) != acc)))
+      return notOnSide("its gates are staged in the driver scratch");
     line(indent) << "{\n";
     std::string betaPtr = ptr(beta);
     if (betaStored) {
@@ -977,7 +1012,7 @@ LogicalResult Emitter::emitKernel(Operation *op, int indent) {
     bool dbetaStored = dt(outs[4]) != acc;
     std::string dbetaScratch = "r.scratch(" + std::to_string(256 + stage) + ")";
     set("dbeta", dbetaStored ? dbetaScratch : ptr(outs[4]));
-    line(indent + 2) << "r.launch(\"" << label
+    line(indent + 2) << launch << label
                      << "\", [a](const KernelContext &c) { return "
                         "gdnChunkBackward(c, a); });\n";
     if (dbetaStored)
@@ -1170,6 +1205,8 @@ LogicalResult Emitter::emitKernel(Operation *op, int indent) {
       set("validCount", "static_cast<int32_t *>(" + ptr(outs[1]) + ")");
       set("dHidden", ptr(outs[2]));
     } else {
+      if (side)
+        return notOnSide("its loss sum goes to the driver scratch");
       set("lossSum", "r.scratch(8)");
       if (results >= 1)
         set("dHidden", ptr(outs[0]));

@@ -21,7 +21,8 @@ namespace ap::codegen {
 /// Planned sizes of the emitted step, for tools that report them.
 struct EmittedPlan {
   uint64_t arenaBytes = 0, persistentBytes = 0, activationBytes = 0,
-           workspaceBytes = 0, pinnedBytes = 0, scratchBytes = 0;
+           workspaceBytes = 0, sideWorkspaceBytes = 0, pinnedBytes = 0,
+           scratchBytes = 0;
   size_t numParams = 0, numSlots = 0, numScopes = 0;
 };
 

@@ -1,4 +1,4 @@
-//===- kernels.h - actplace kernel ABI ----------------------------*- C++ -*-===//
+//===- kernels.h - actplace kernel ABI --------------------------*- C++ -*-===//
 //
 // The one header through which generated code and the runtime reach kernels
 // (DESIGN.md section 6). Kernels know nothing of the runtime or of MLIR: each
@@ -36,6 +36,11 @@ struct KernelContext {
   /// Number of SMs of the device (0 on host): kernels may size grids by it,
   /// but never by pointer values, so placement cannot change results.
   int32_t smCount = 0;
+  /// > 0: GEMMs ask cuBLASLt to run on about this many SMs (leaving the rest
+  /// to kernels on other streams); the algorithm is the one chosen without
+  /// the target, so results are bit-identical. 0: all SMs. Host kernels
+  /// ignore it.
+  int32_t smTarget = 0;
 };
 
 /// Result of a kernel call. Kernels validate shapes and report instead of

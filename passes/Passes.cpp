@@ -43,6 +43,9 @@ struct PlacementPipelineOptions
       *this, "fuse-recompute", llvm::cl::init(true),
       llvm::cl::desc(
           "Rebuild a recomputed SwiGLU or RMSNorm in its backward kernel")};
+  Option<std::string> recomputeStream{
+      *this, "recompute-stream", llvm::cl::init("compute"),
+      llvm::cl::desc("compute | side: where recompute clones run")};
   Option<bool> report{*this, "report", llvm::cl::init(false),
                       llvm::cl::desc("Print the placement report")};
   Option<std::string> reportFormat{*this, "report-format",
@@ -64,6 +67,7 @@ void buildPlacementPipeline(mlir::OpPassManager &pm,
   cfg.cudaGraphs = o.cudaGraphs;
   cfg.profile = o.profile;
   cfg.fuseRecompute = o.fuseRecompute;
+  cfg.recomputeStream = o.recomputeStream;
   std::vector<std::string> offload(o.offloadModules.begin(),
                                    o.offloadModules.end()),
       recompute(o.recomputeModules.begin(), o.recomputeModules.end());
@@ -83,7 +87,7 @@ void registerAllActplacePasses() {
   mlir::PassPipelineRegistration<PlacementPipelineOptions>(
       "train-placement-pipeline",
       "Placement in order: verify the options, recompute, fuse recompute, "
-      "offload scopes, "
+      "recompute stream, offload scopes, "
       "prefetch anchors (and the report with report=true)",
       buildPlacementPipeline);
 }

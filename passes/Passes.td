@@ -127,6 +127,8 @@ defvar PlacementOptions = [
          "JSON device profile overriding the cost model's constants">,
   Option<"fuseRecompute", "fuse-recompute", "bool", "true",
          "Rebuild a recomputed SwiGLU or RMSNorm inside its backward kernel instead of by a clone (train-fuse-recompute; same bits)">,
+  Option<"recomputeStream", "recompute-stream", "std::string", "\"compute\"",
+         "compute: recompute right before its use; side: issue it ahead on a second stream beside kernels that leave SMs idle (train-recompute-stream; same bits)">,
 ];
 
 def TrainVerifyPlacementConfig : Pass<"train-verify-placement-config", "mlir::ModuleOp"> {
@@ -168,6 +170,23 @@ def TrainFuseRecompute : Pass<"train-fuse-recompute", "mlir::ModuleOp"> {
     The clone is dropped. dW is the same sum of the same products, so no bit
     changes; the activation costs one store instead of a kernel that reads
     its inputs again. Off with fuse-recompute=false.
+  }];
+  let options = PlacementOptions;
+}
+
+def TrainRecomputeStream : Pass<"train-recompute-stream", "mlir::ModuleOp"> {
+  let summary = "Issue recompute clones ahead on the side stream, beside kernels that leave SMs idle";
+  let description = [{
+    With recompute-stream=side: every run of consecutive recompute clones
+    (train.recomputed, after train-fuse-recompute) in the backward moves to
+    right before the nearest earlier backward op whose side capacity in the
+    cost model is positive (the GDN chunk backward on the H200), and its
+    ops are marked `train.side_stream`: they run on the side stream,
+    concurrently with that op, and the compute stream waits for them only
+    at their first use. A run whose operands are not all available there
+    (a reload issued later) or that has no such op before it stays where it
+    is, on the compute stream. Kernels and inputs are those of the clones,
+    so no bit changes. Without the option the pass does nothing.
   }];
   let options = PlacementOptions;
 }

@@ -39,6 +39,8 @@ const char *streamName(Stream stream) {
     return "h2d";
   case Stream::Comm:
     return "comm";
+  case Stream::Side:
+    return "side";
   }
   return "?";
 }

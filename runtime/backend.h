@@ -37,10 +37,19 @@ const char *deviceKindName(DeviceKind kind);
 /// Parses "host" or "cuda"; nullopt for anything else.
 std::optional<DeviceKind> parseDeviceKind(std::string_view text);
 
-/// The runtime's fixed set of streams (DESIGN.md section 3, exec dialect).
-enum class Stream : uint8_t { Compute = 0, D2H = 1, H2D = 2, Comm = 3 };
-inline constexpr int kNumStreams = 4;
-/// "compute" / "d2h" / "h2d" / "comm".
+/// The runtime's fixed set of streams (DESIGN.md section 3, exec dialect;
+/// the values are those of ap::exec::Stream). Side is a second compute
+/// stream: recompute kernels issued early so that they overlap compute
+/// kernels that leave SMs idle.
+enum class Stream : uint8_t {
+  Compute = 0,
+  D2H = 1,
+  H2D = 2,
+  Comm = 3,
+  Side = 4
+};
+inline constexpr int kNumStreams = 5;
+/// "compute" / "d2h" / "h2d" / "comm" / "side".
 const char *streamName(Stream stream);
 
 /// Direction of a copy. Both backends accept any direction on any stream;

@@ -47,12 +47,15 @@ void Device::initMemoryBaseline() {
 // Arena
 //===----------------------------------------------------------------------===//
 
-void Device::allocateArena(uint64_t planBytes, uint64_t workspaceBytes) {
+void Device::allocateArena(uint64_t planBytes, uint64_t workspaceBytes,
+                           uint64_t sideWorkspaceBytes) {
   if (allocation_)
     fail("device: the arena is allocated once per run (already ", planBytes_,
-         " + ", workspaceBytes_, " bytes)");
+         " + ", workspaceBytes_, " + ", sideWorkspaceBytes_, " bytes)");
   uint64_t planRounded = alignUp(planBytes, kDeviceAlignment);
-  uint64_t total = planRounded + alignUp(workspaceBytes, kDeviceAlignment);
+  uint64_t wsRounded = alignUp(workspaceBytes, kDeviceAlignment);
+  uint64_t total =
+      planRounded + wsRounded + alignUp(sideWorkspaceBytes, kDeviceAlignment);
   // A zero-byte plan still gets a real allocation so arenaBase() is valid.
   allocation_ =
       backend_->allocateDevice(std::max<uint64_t>(total, kDeviceAlignment));
@@ -62,16 +65,31 @@ void Device::allocateArena(uint64_t planBytes, uint64_t workspaceBytes) {
   planBytes_ = planBytes;
   workspace_ = arena_ + planRounded;
   workspaceBytes_ = workspaceBytes;
+  sideWorkspace_ = workspace_ + wsRounded;
+  sideWorkspaceBytes_ = sideWorkspaceBytes;
   sampleMemory();
 }
 
-void Device::useWorkspaceInArena(uint64_t offset, uint64_t bytes) {
-  char *p = static_cast<char *>(at(offset, bytes));
+namespace {
+/// The arena address of a workspace region at `offset`, checked aligned.
+char *alignedRegion(const Device &dev, uint64_t offset, uint64_t bytes,
+                    const char *what) {
+  char *p = static_cast<char *>(dev.at(offset, bytes));
   if (reinterpret_cast<uintptr_t>(p) % kDeviceAlignment != 0)
-    fail("device: workspace at arena offset ", offset, " is not ",
+    fail("device: ", what, " at arena offset ", offset, " is not ",
          kDeviceAlignment, "-byte aligned");
-  workspace_ = p;
+  return p;
+}
+} // namespace
+
+void Device::useWorkspaceInArena(uint64_t offset, uint64_t bytes) {
+  workspace_ = alignedRegion(*this, offset, bytes, "workspace");
   workspaceBytes_ = bytes;
+}
+
+void Device::useSideWorkspaceInArena(uint64_t offset, uint64_t bytes) {
+  sideWorkspace_ = alignedRegion(*this, offset, bytes, "side workspace");
+  sideWorkspaceBytes_ = bytes;
 }
 
 void *Device::at(uint64_t offset, uint64_t bytes) const {
@@ -235,11 +253,24 @@ kernels::KernelContext Device::kernelContext(Stream stream) const {
   ctx.stream = backend_->nativeStream(stream);
   ctx.cublasLt = backend_->cublasLtHandle();
   ctx.smCount = backend_->smCount();
-  // One workspace, owned by the compute stream: kernels on two streams at
+  // One workspace per stream that runs kernels: kernels on two streams at
   // once would otherwise share scratch.
   if (stream == Stream::Compute && workspaceBytes_) {
     ctx.workspace = workspace_;
     ctx.workspaceBytes = workspaceBytes_;
+  }
+  if (stream == Stream::Side) {
+    if (sideWorkspaceBytes_) {
+      ctx.workspace = sideWorkspace_;
+      ctx.workspaceBytes = sideWorkspaceBytes_;
+    }
+    // Side GEMMs leave about a quarter of the SMs to the compute stream's
+    // kernel they overlap. Measured (bench/runtime_offload_bench overlap
+    // mode, d31): a GEMM told to use 100 of 132 SMs hides almost completely
+    // beside the GDN chunk backward; without a target its persistent CTAs
+    // take every SM and the backward waits.
+    if (kind() == DeviceKind::Cuda)
+      ctx.smTarget = ctx.smCount * 3 / 4;
   }
   return ctx;
 }
@@ -255,7 +286,8 @@ void Device::sampleMemory() {
     use = *used > base ? *used - base : 0;
   } else if (allocation_) {
     use = alignUp(planBytes_, kDeviceAlignment) +
-          alignUp(workspaceBytes_, kDeviceAlignment);
+          alignUp(workspaceBytes_, kDeviceAlignment) +
+          alignUp(sideWorkspaceBytes_, kDeviceAlignment);
   }
   peakBytes_ = std::max(peakBytes_, use);
 }

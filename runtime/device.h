@@ -1,10 +1,10 @@
 //===- device.h - Streams, events, arena ------------------------*- C++ -*-===//
 //
 // ap::rt::Device is what generated code talks to for everything that is not
-// pinned memory or transfers: the four streams (compute, d2h, h2d, comm),
-// events, the single device arena laid out by the compiler's memory plan,
-// kernel workspaces, the cuBLASLt handle (through the KernelContext it fills)
-// and measured device memory.
+// pinned memory or transfers: the five streams (compute, d2h, h2d, comm,
+// side), events, the single device arena laid out by the compiler's memory
+// plan, kernel workspaces (one for compute, one for side), the cuBLASLt
+// handle (through the KernelContext it fills) and measured device memory.
 //
 // Ordering is tracked above the backend with vector clocks (one counter per
 // stream, advanced by each event record): an event record carries the clock
@@ -89,15 +89,20 @@ public:
   //===--- Arena ----------------------------------------------------------===//
   /// Allocates the one device arena: `planBytes` laid out by the compiled
   /// memory plan, followed by `workspaceBytes` of kernel workspace for the
-  /// compute stream. Allowed once per Device: steady-state allocation is a
-  /// bug (and on cuda a synchronisation point).
-  void allocateArena(uint64_t planBytes, uint64_t workspaceBytes = 0);
+  /// compute stream, then `sideWorkspaceBytes` for the side stream (each at
+  /// a 256-byte boundary). Allowed once per Device: steady-state allocation
+  /// is a bug (and on cuda a synchronisation point).
+  void allocateArena(uint64_t planBytes, uint64_t workspaceBytes = 0,
+                     uint64_t sideWorkspaceBytes = 0);
   /// Makes `bytes` at `offset` of the planned region (the plan's own
   /// workspace region) the compute stream's kernel workspace, instead of
   /// the separate tail; the tail is then unused, so callers that use this
   /// pass workspaceBytes = 0 to allocateArena. The range must be in the plan
   /// and 256-byte aligned.
   void useWorkspaceInArena(uint64_t offset, uint64_t bytes);
+  /// The same for the side stream's workspace (the plan's side workspace
+  /// region); callers pass sideWorkspaceBytes = 0 to allocateArena.
+  void useSideWorkspaceInArena(uint64_t offset, uint64_t bytes);
   bool hasArena() const { return arena_ != nullptr; }
   /// Start of the planned region (256-byte aligned).
   char *arenaBase() const { return arena_; }
@@ -109,6 +114,11 @@ public:
   bool inArena(const void *ptr, uint64_t bytes) const;
   void *workspace() const { return workspaceBytes_ ? workspace_ : nullptr; }
   uint64_t workspaceBytes() const { return workspaceBytes_; }
+  /// The side stream's kernel workspace (null when it has none).
+  void *sideWorkspace() const {
+    return sideWorkspaceBytes_ ? sideWorkspace_ : nullptr;
+  }
+  uint64_t sideWorkspaceBytes() const { return sideWorkspaceBytes_; }
 
   //===--- Streams and events ---------------------------------------------===//
   EventId createEvent();
@@ -148,7 +158,8 @@ public:
   void copyToHostSync(void *dst, const void *src, uint64_t bytes,
                       Stream stream = Stream::Compute);
   /// The context kernels receive on `stream`: backend, native stream,
-  /// cuBLASLt handle, SM count; the workspace only on the compute stream.
+  /// cuBLASLt handle, SM count; the compute workspace on compute, the side
+  /// workspace and an SM target for GEMMs on side, no workspace elsewhere.
   kernels::KernelContext kernelContext(Stream stream) const;
 
   //===--- Memory statistics ----------------------------------------------===//
@@ -181,6 +192,8 @@ private:
   uint64_t planBytes_ = 0;
   char *workspace_ = nullptr;
   uint64_t workspaceBytes_ = 0;
+  char *sideWorkspace_ = nullptr;
+  uint64_t sideWorkspaceBytes_ = 0;
   std::vector<EventState> events_;
   std::array<Clock, kNumStreams> streamClock_{};
   Clock hostClock_{};

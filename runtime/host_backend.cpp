@@ -208,7 +208,8 @@ public:
 
   DeviceKind kind() const override { return DeviceKind::Host; }
   std::string description() const override {
-    return "host: CPU, one worker thread per stream (compute, d2h, h2d, comm)";
+    return "host: CPU, one worker thread per stream (compute, d2h, h2d, comm, "
+           "side)";
   }
 
   void *allocateDevice(size_t bytes) override {

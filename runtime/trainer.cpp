@@ -2,7 +2,8 @@
 //
 // See trainer.h. Every op of the step, the data-movement and dtype-adapting
 // support ops included, is a kernel entry on the compute stream of the chosen
-// backend; the only host work inside a step is the scalar bookkeeping of the
+// backend (or, for recompute kernels the schedule issues early, on the side
+// stream); the only host work inside a step is the scalar bookkeeping of the
 // microbatch loop and the grad finalisation.
 //
 //===----------------------------------------------------------------------===//
@@ -44,9 +45,13 @@ StepRunner::StepRunner(const Program &program, Device &device,
   countParts_.assign(size_t(program.microBatches), 0);
 }
 
-void StepRunner::launch(const char *name, KernelFn fn) {
+void StepRunner::launchOn(Stream stream, const char *name, KernelFn fn) {
+  // Only these two streams have a kernel workspace.
+  if (stream != Stream::Compute && stream != Stream::Side)
+    fail("kernel '", name ? name : "?", "' launched on the ",
+         streamName(stream), " stream (kernels run on compute or side)");
   if (!opTimes) {
-    dev.launch(Stream::Compute, name, std::move(fn));
+    dev.launch(stream, name, std::move(fn));
     return;
   }
   if (opTimesInStream) {
@@ -56,18 +61,18 @@ void StepRunner::launch(const char *name, KernelFn fn) {
     while (timers_.size() < used + 2)
       timers_.push_back(dev.backend().createTimer());
     PendingOpTime p{name, timers_[used], timers_[used + 1]};
-    dev.backend().recordTimer(p.start, Stream::Compute);
-    dev.launch(Stream::Compute, name, std::move(fn));
-    dev.backend().recordTimer(p.end, Stream::Compute);
+    dev.backend().recordTimer(p.start, stream);
+    dev.launch(stream, name, std::move(fn));
+    dev.backend().recordTimer(p.end, stream);
     pendingOpTimes_.push_back(std::move(p));
     return;
   }
-  // Everything enqueued before is done, so the wait below covers this
-  // kernel alone (plus one empty wait, subtracted).
-  dev.synchronize(Stream::Compute);
+  // Everything enqueued before on the stream is done, so the wait below
+  // covers this kernel alone (plus one empty wait, subtracted).
+  dev.synchronize(stream);
   auto t0 = std::chrono::steady_clock::now();
-  dev.launch(Stream::Compute, name, std::move(fn));
-  dev.synchronize(Stream::Compute);
+  dev.launch(stream, name, std::move(fn));
+  dev.synchronize(stream);
   double s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
           .count();
@@ -648,19 +653,33 @@ int run(int argc, char **argv, const Program &p) {
   uint64_t ws = std::max<uint64_t>(p.workspaceBytes,
                                    kernels::gradNormWorkspaceBytes(kb, gq));
   ws = std::max<uint64_t>(ws, kernels::linearWorkspaceBytes(kb));
-  // The plan ends with its workspace region ([persistent | activations |
-  // workspace]): kernels use it when it is large enough, so the arena is
-  // the whole device footprint the compiler planned; otherwise a separate
-  // tail holds the larger workspace.
+  // The plan ends with its workspace regions ([persistent | activations |
+  // workspace | side workspace]): kernels use them when large enough, so
+  // the arena is the whole device footprint the compiler planned;
+  // otherwise a separate tail holds the larger workspace.
   uint64_t planWorkspaceOffset = p.persistentBytes + p.activationBytes;
   bool planWorkspaceFits =
       p.workspaceBytes >= ws &&
       planWorkspaceOffset + p.workspaceBytes <= p.arenaBytes &&
       planWorkspaceOffset % 256 == 0;
+  // The side stream's workspace likewise: the plan's region after the
+  // workspace when it is large enough, else a tail of its own. Side
+  // kernels include GEMMs, so it holds at least one GEMM's workspace.
+  uint64_t sideWs = 0;
+  if (p.sideWorkspaceBytes > 0 || p.sideKernels)
+    sideWs = std::max<uint64_t>(p.sideWorkspaceBytes,
+                                kernels::linearWorkspaceBytes(kb));
+  uint64_t planSideOffset = planWorkspaceOffset + p.workspaceBytes;
+  bool planSideFits = sideWs > 0 && p.sideWorkspaceBytes >= sideWs &&
+                      planSideOffset + p.sideWorkspaceBytes <= p.arenaBytes &&
+                      planSideOffset % 256 == 0;
   dev.allocateArena(p.arenaBytes + p.scratchBytes,
-                    planWorkspaceFits ? 0 : alignUp(ws, 256));
+                    planWorkspaceFits ? 0 : alignUp(ws, 256),
+                    planSideFits ? 0 : alignUp(sideWs, 256));
   if (planWorkspaceFits)
     dev.useWorkspaceInArena(planWorkspaceOffset, p.workspaceBytes);
+  if (planSideFits)
+    dev.useSideWorkspaceInArena(planSideOffset, p.sideWorkspaceBytes);
   PinnedLayout layout;
   layout.totalBytes = std::max<uint64_t>(p.pinnedBytes, 256);
   layout.slots = p.slots;

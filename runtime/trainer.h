@@ -21,6 +21,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace ap::rt {
@@ -53,9 +54,16 @@ class StepRunner;
 struct Program {
   const char *model = "";
   int64_t microBatches = 1, batch = 1, seq = 1, vocab = 256;
-  /// The plan (exec-plan-memory): [persistent | activations | workspace].
+  /// The plan (exec-plan-memory): [persistent | activations | workspace |
+  /// side workspace].
   uint64_t persistentBytes = 0, activationBytes = 0, workspaceBytes = 0,
            arenaBytes = 0, pinnedBytes = 0;
+  /// The plan's side workspace region: what the side stream's kernels
+  /// declare (0: none).
+  uint64_t sideWorkspaceBytes = 0;
+  /// The step launches kernels on the side stream (which then get a
+  /// workspace large enough for a GEMM even where the plan declares none).
+  bool sideKernels = false;
   /// Driver scratch after the plan (dtype staging of GDN gates, scalars).
   uint64_t scratchBytes = 0;
   std::vector<PinnedSlotSpec> slots;
@@ -94,7 +102,12 @@ public:
   }
   /// Runs a kernel entry on the compute stream; a non-Ok status is an error
   /// naming `name`.
-  void launch(const char *name, KernelFn fn);
+  void launch(const char *name, KernelFn fn) {
+    launchOn(Stream::Compute, name, std::move(fn));
+  }
+  /// Runs a kernel entry on `stream` (compute or side) with that stream's
+  /// kernel context; --op-times times it on that stream under `name`.
+  void launchOn(Stream stream, const char *name, KernelFn fn);
   /// The compute stream waits for a reload's H2D (`event`). With stream-mode
   /// --op-times the wait sits between two timers and is recorded under
   /// `name` ("<scope>/wait"): the compute stream's stall on that copy, the

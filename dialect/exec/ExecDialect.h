@@ -31,6 +31,9 @@ int64_t tensorBytes(mlir::RankedTensorType type);
 inline constexpr llvm::StringLiteral kPersistentBytesAttr = "persistent_bytes";
 inline constexpr llvm::StringLiteral kActivationBytesAttr = "activation_bytes";
 inline constexpr llvm::StringLiteral kWorkspaceBytesAttr = "workspace_bytes";
+/// The side stream's workspace region, after the compute one (absent: 0).
+inline constexpr llvm::StringLiteral kSideWorkspaceBytesAttr =
+    "side_workspace_bytes";
 inline constexpr llvm::StringLiteral kArenaBytesAttr = "arena_bytes";
 inline constexpr llvm::StringLiteral kPinnedBytesAttr = "pinned_bytes";
 } // namespace ap::exec

@@ -54,7 +54,8 @@ def Exec_Stream : I32EnumAttr<"Stream", "execution stream", [
   I32EnumAttrCase<"Compute", 0, "compute">,
   I32EnumAttrCase<"D2H", 1, "d2h">,
   I32EnumAttrCase<"H2D", 2, "h2d">,
-  I32EnumAttrCase<"Comm", 3, "comm">
+  I32EnumAttrCase<"Comm", 3, "comm">,
+  I32EnumAttrCase<"Side", 4, "side">
 ]> {
   let cppNamespace = "::ap::exec";
 }

@@ -115,6 +115,9 @@ LogicalResult KernelOp::verify() {
       if (in == out)
         return emitOpError() << "buffer is both an input and an output; "
                                 "an accumulated buffer is an output only";
+  if (getStream() != Stream::Compute && getStream() != Stream::Side)
+    return emitOpError() << "runs on the compute or side stream, not "
+                         << stringifyStream(getStream());
   return success();
 }
 

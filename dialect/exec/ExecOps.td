@@ -186,13 +186,16 @@ def Exec_LoadInputOp : Exec_Op<"load_input"> {
 }
 
 def Exec_KernelOp : Exec_Op<"kernel", [AttrSizedOperandSegments]> {
-  let summary = "a kernel call on the compute stream implementing one train op";
+  let summary = "a kernel call implementing one train op (compute or side stream)";
   let description = [{
     `callee` is the train op it implements; `ins` are read, `outs` are
     written (main-grad and optimizer-state outputs are read and written:
     gradients accumulate). `args` carries the train op's attributes (scope,
     eps, scale, ...); `workspace` is the scratch the kernel needs, which the
-    memory plan includes.
+    memory plan includes. `on side` runs it on the side stream (a recompute
+    issued ahead so that it overlaps compute-stream kernels that leave SMs
+    idle); side kernels have a workspace of their own and GEMMs there are
+    asked to use part of the SMs. Without it the call is on compute.
 
     ```mlir
     exec.kernel "train.linear" ins(%x, %w : !exec.buffer<tensor<1x64x64xbf16>>, !exec.buffer<tensor<128x64xbf16>>)
@@ -203,11 +206,12 @@ def Exec_KernelOp : Exec_Op<"kernel", [AttrSizedOperandSegments]> {
   let arguments = (ins StrAttr:$callee, Variadic<Exec_AnyBuffer>:$inputs,
                        Variadic<Exec_AnyBuffer>:$outputs,
                        Exec_NonNegI64:$workspace,
-                       DefaultValuedAttr<DictionaryAttr, "{}">:$args);
+                       DefaultValuedAttr<DictionaryAttr, "{}">:$args,
+                       DefaultValuedAttr<Exec_Stream, "::ap::exec::Stream::Compute">:$stream);
   let assemblyFormat = [{
     $callee (`ins` `(` $inputs^ `:` qualified(type($inputs)) `)`)?
     (`outs` `(` $outputs^ `:` qualified(type($outputs)) `)`)?
-    `workspace` $workspace (`args` $args^)? attr-dict
+    `workspace` $workspace (`on` $stream^)? (`args` $args^)? attr-dict
   }];
   let hasVerifier = 1;
 }

@@ -61,6 +61,13 @@ LogicalResult TrainDialect::verifyOperationAttribute(Operation *op,
                              << "' is a unit attribute of train compute ops";
     return success();
   }
+  if (attr.getName() == kSideStreamAttrName) {
+    if (!isa<UnitAttr>(attr.getValue()) || !op->hasAttr(kRecomputedAttrName))
+      return op->emitError() << "'" << kSideStreamAttrName
+                             << "' is a unit attribute of recompute clones ('"
+                             << kRecomputedAttrName << "')";
+    return success();
+  }
   if (attr.getName() == kPlacementAttrName) {
     auto entries = dyn_cast<ArrayAttr>(attr.getValue());
     if (!entries || entries.size() != op->getNumResults() ||

@@ -26,6 +26,9 @@ inline constexpr llvm::StringLiteral kMicroBatchesAttrName =
 inline constexpr llvm::StringLiteral kModelNameAttrName = "train.model";
 /// Unit attribute on forward ops cloned into backward by train-recompute.
 inline constexpr llvm::StringLiteral kRecomputedAttrName = "train.recomputed";
+/// Unit attribute on recompute clones that train-recompute-stream issued
+/// ahead: they run on the side stream.
+inline constexpr llvm::StringLiteral kSideStreamAttrName = "train.side_stream";
 /// Placement decisions per result of a forward op ("offload", "recompute",
 /// "keep: <reason>", or "" when none was taken), for reports.
 inline constexpr llvm::StringLiteral kPlacementAttrName = "train.placement";

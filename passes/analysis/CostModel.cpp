@@ -102,6 +102,21 @@ llvm::Expected<DeviceProfile> DeviceProfile::parse(StringRef json,
       }
       continue;
     }
+    if (key == "sideCapacity") {
+      const llvm::json::Object *ops = obj->get(key)->getAsObject();
+      if (!ops)
+        return fail("field 'sideCapacity' must be an object of op names (or "
+                    "\"*\") to numbers in [0, 1]");
+      p.sideCapacity.clear();
+      for (const auto &kv : *ops) {
+        std::optional<double> v = kv.second.getAsNumber();
+        if (!v || !(*v >= 0 && *v <= 1))
+          return fail("sideCapacity['" + kv.first.str() +
+                      "'] must be a number in [0, 1]");
+        p.sideCapacity[kv.first.str()] = *v;
+      }
+      continue;
+    }
     if (key == "opScale") {
       const llvm::json::Object *ops = obj->get(key)->getAsObject();
       if (!ops)
@@ -122,7 +137,7 @@ llvm::Expected<DeviceProfile> DeviceProfile::parse(StringRef json,
       std::string known;
       for (const Field &f : fields)
         known += (known.empty() ? "" : ", ") + f.key.str();
-      known += ", opScale, h2dSlowdown, d2hSlowdown";
+      known += ", opScale, h2dSlowdown, d2hSlowdown, sideCapacity";
       return fail("unknown field '" + key + "' (known fields: " + known + ")");
     }
     std::optional<double> value = obj->get(key)->getAsNumber();
@@ -272,6 +287,14 @@ double CostModel::slowdownBeside(Operation *op, CopyDirection dir) const {
       dir == CopyDirection::HostToDevice ? prof.h2dSlowdown : prof.d2hSlowdown;
   if (table.empty())
     return 0;
+  auto it = table.find(op->getName().getStringRef().str());
+  if (it == table.end())
+    it = table.find("*");
+  return it == table.end() ? 0 : it->second;
+}
+
+double CostModel::sideCapacity(Operation *op) const {
+  const auto &table = prof.sideCapacity;
   auto it = table.find(op->getName().getStringRef().str());
   if (it == table.end())
     it = table.find("*");

@@ -68,6 +68,18 @@ struct DeviceProfile {
   /// of that op alone (from the kernel benchmarks); replaces computeScale
   /// for the ops it names.
   std::map<std::string, double> opScale;
+  /// Side-stream capacity by op name ("*" for the ops not named; absent:
+  /// 0): seconds of side-stream work (recompute issued ahead, at its own
+  /// alone speed) that run beside one second of the op without slowing it.
+  /// A kernel that leaves most SMs idle (the GDN chunk backward's
+  /// sequential state passes: about 32 of 132 SMs at one sequence) hosts
+  /// side work; a GEMM or a bandwidth-bound kernel hosts none. Measured on
+  /// the H200 (runtime_offload_bench overlap, bench/notes/runtime.md
+  /// "Side-stream recompute"): the chunk backward of one Qwen3.5-0.8B layer
+  /// (0.887 ms) absorbed eight model-shape GEMMs (0.40 ms at full speed) run
+  /// on 99 SMs at +0.013 ms, twelve (0.60 ms) at +0.14 ms.
+  std::map<std::string, double> sideCapacity = {
+      {"train.gated_delta_rule_grad", 0.45}};
 
   /// Whether copies slow the ops beside them (h2dSlowdown / d2hSlowdown)
   /// rather than the op that issues them (copySlowdownPerByte).
@@ -82,7 +94,8 @@ struct DeviceProfile {
   /// (launchLatency, copySlowdownPerByte and copyHoldSlack may be 0), and
   /// the objects `opScale` (op name -> positive number), `h2dSlowdown` and
   /// `d2hSlowdown` (op name or "*" -> non-negative number; not together
-  /// with a non-zero copySlowdownPerByte);
+  /// with a non-zero copySlowdownPerByte), `sideCapacity` (op name or "*"
+  /// -> number in [0, 1]; replaces the default table);
   /// absent fields keep their defaults. An unknown key, a non-numeric or
   /// non-positive value, or malformed JSON is an error naming the file and
   /// the offending key.
@@ -129,6 +142,8 @@ public:
   /// Compute seconds `op` loses per byte copied in `dir` while it runs
   /// (DeviceProfile::h2dSlowdown / d2hSlowdown; 0 without them).
   double slowdownBeside(mlir::Operation *op, CopyDirection dir) const;
+  /// DeviceProfile::sideCapacity of `op` (0 for ops it does not name).
+  double sideCapacity(mlir::Operation *op) const;
 
   const DeviceProfile &profile() const { return prof; }
 

@@ -12,7 +12,9 @@ using namespace mlir;
 using namespace ap::exec;
 
 std::optional<Stream> ap::exec::streamOf(Operation *op) {
-  if (isa<KernelOp, LoadInputOp, MicrobatchLoopOp>(op))
+  if (auto k = dyn_cast<KernelOp>(op))
+    return k.getStream();
+  if (isa<LoadInputOp, MicrobatchLoopOp>(op))
     return Stream::Compute;
   if (auto d = dyn_cast<D2HOp>(op))
     return d.getStream();
@@ -49,8 +51,11 @@ MemoryPlan::MemoryPlan(StepOp step) {
       loop = l;
   }
   step.walk([&](Operation *op) {
-    if (auto k = dyn_cast<KernelOp>(op))
-      workspaceBytes = std::max(workspaceBytes, alignTo256(k.getWorkspace()));
+    if (auto k = dyn_cast<KernelOp>(op)) {
+      int64_t &region =
+          k.getStream() == Stream::Side ? sideWorkspaceBytes : workspaceBytes;
+      region = std::max(region, alignTo256(k.getWorkspace()));
+    }
     if (auto a = dyn_cast<PoolAcquireOp>(op))
       pinnedBytes =
           std::max(pinnedBytes, int64_t(a.getOffset() + a.getBytes()));
@@ -78,6 +83,28 @@ MemoryPlan::MemoryPlan(StepOp step) {
       kernelPos.push_back(pos[&op]);
   int64_t bodyEnd = int64_t(pos.size()) - 1;
 
+  // Side-stream kernels: the last position each one may still be running
+  // at. The side stream completes in order, so a side kernel is known done
+  // only at the first compute use of its own outputs or of a later side
+  // kernel's (the compute stream waits there); walk the body backwards
+  // keeping the earliest such use.
+  DenseMap<Operation *, int64_t> sideRunsUntil;
+  {
+    int64_t join = bodyEnd;
+    for (Operation &op : llvm::reverse(body)) {
+      auto k = dyn_cast<KernelOp>(op);
+      if (!k || k.getStream() != Stream::Side)
+        continue;
+      for (Value out : k.getOutputs())
+        forEachUser(out, [&](Operation *user) {
+          std::optional<Stream> s = streamOf(user);
+          if (user != &op && s && *s != Stream::Side)
+            join = std::min(join, pos.lookup(user) - 1);
+        });
+      sideRunsUntil[&op] = std::max(join, pos[&op]);
+    }
+  }
+
   for (Operation &op : body) {
     auto buf = dyn_cast<BufferOp>(op);
     if (!buf)
@@ -95,6 +122,9 @@ MemoryPlan::MemoryPlan(StepOp step) {
       }
       p.end = used ? std::max(p.end, at) : at;
       used = true;
+      auto side = sideRunsUntil.find(user);
+      if (side != sideRunsUntil.end())
+        p.end = std::max(p.end, side->second);
       if (auto d2h = dyn_cast<D2HOp>(user)) {
         p.d2hEvents.push_back(d2h.getEvent());
         // Keep the bytes until the copy is predicted done, so that their
@@ -204,11 +234,14 @@ MemoryPlan::MemoryPlan(StepOp step) {
 
 void MemoryPlan::print(llvm::raw_ostream &os) const {
   os << llvm::formatv("exec-plan-memory: arena {0} bytes = persistent {1} + "
-                      "activations {2} + workspace {3}; pinned {4} bytes; {5} "
-                      "transient buffers, {6} reuse waits\n",
+                      "activations {2} + workspace {3}",
                       arenaBytes(), persistentBytes, activationBytes,
-                      workspaceBytes, pinnedBytes, transients.size(),
-                      reuseWaits.size());
+                      workspaceBytes);
+  if (sideWorkspaceBytes)
+    os << llvm::formatv(" + side workspace {0}", sideWorkspaceBytes);
+  os << llvm::formatv("; pinned {0} bytes; {1} transient buffers, {2} reuse "
+                      "waits\n",
+                      pinnedBytes, transients.size(), reuseWaits.size());
   for (auto [i, p] : llvm::enumerate(transients)) {
     os << llvm::formatv("buffer {0} offset {1} bytes {2} live {3} {4} ", i,
                         persistentBytes + p.offset, p.bytes, p.start, p.end)

@@ -1,7 +1,8 @@
 //===- ExecMemoryPlan.h - device-arena plan ---------------------*- C++ -*-===//
 //
 // Decides where every buffer of an exec.step lives in the one device arena
-// the runtime allocates: [persistent | activations | workspace].
+// the runtime allocates: [persistent | activations | workspace | side
+// workspace].
 //   - Persistent buffers (and buffers defined at the step's top level) are
 //     laid out one after another in program order; they live across steps.
 //   - Transient buffers of the microbatch loop body share the activation
@@ -16,7 +17,14 @@
 //     (`done_by_kernel`), the bytes stay reserved until then, so the wait
 //     is not expected to stall compute.
 //   - One workspace region, the largest kernel workspace: kernels run one at
-//     a time on the compute stream.
+//     a time on the compute stream. Kernels on the side stream (recompute
+//     issued ahead) run beside them and have a region of their own.
+//   - A side-stream kernel may run any time between its issue and the
+//     compute stream's first wait for the side stream's later work (at the
+//     first compute use of its outputs or of a later side kernel's): every
+//     buffer it reads or writes stays live until then, so that no compute
+//     kernel in between reuses the bytes (which would make compute wait for
+//     the side stream and undo the overlap).
 // Everything is 256-byte aligned.
 //
 //===----------------------------------------------------------------------===//
@@ -63,9 +71,10 @@ public:
   bool valid() const { return ok; }
 
   int64_t persistentBytes = 0, activationBytes = 0, workspaceBytes = 0,
-          pinnedBytes = 0;
+          sideWorkspaceBytes = 0, pinnedBytes = 0;
   int64_t arenaBytes() const {
-    return persistentBytes + activationBytes + workspaceBytes;
+    return persistentBytes + activationBytes + workspaceBytes +
+           sideWorkspaceBytes;
   }
   /// Absolute arena offsets of persistent (and step-level) buffers.
   llvm::SmallVector<std::pair<mlir::Operation *, int64_t>> persistent;

@@ -12,7 +12,7 @@ using namespace mlir;
 using namespace ap::exec;
 
 namespace {
-constexpr int kStreams = 4;
+constexpr int kStreams = 5; // compute, d2h, h2d, comm, side
 constexpr int kCompute = int(Stream::Compute);
 constexpr int kD2H = int(Stream::D2H);
 /// clock[t]: how many ops of stream t are known to have completed first.

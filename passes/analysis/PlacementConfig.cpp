@@ -40,6 +40,9 @@ PlacementConfig::validate(function_ref<InFlightDiagnostic()> emitError) {
   if (prefetchDepth < 0)
     return emitError() << "prefetch-depth must be >= 0 (0 = cost model), got "
                        << prefetchDepth;
+  if (recomputeStream != "compute" && recomputeStream != "side")
+    return emitError() << "recompute-stream must be compute or side, got '"
+                       << recomputeStream << "'";
   if (hideRule != "on" && hideRule != "off")
     return emitError() << "hide-rule must be on or off, got '" << hideRule
                        << "'";

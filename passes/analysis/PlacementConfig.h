@@ -31,6 +31,8 @@ struct PlacementConfig {
   bool cudaGraphs = false;
   std::string profile;
   bool fuseRecompute = true;
+  /// "compute" or "side" (train-recompute-stream).
+  std::string recomputeStream = "compute";
 
   /// Leaves the options select, after alias expansion.
   std::set<std::string> offloadLeaves, recomputeLeaves;
@@ -76,6 +78,7 @@ void recordPlacement(mlir::Operation *op, unsigned index,
     c.cudaGraphs = cudaGraphs;                                                 \
     c.profile = profile;                                                       \
     c.fuseRecompute = fuseRecompute;                                           \
+    c.recomputeStream = recomputeStream;                                       \
     return c;                                                                  \
   }()
 

@@ -167,6 +167,9 @@ void ap::train::addPlacementPasses(OpPassManager &pm,
   pm.addPass(ap::createTrainFuseRecompute(
       placementPassOptions<ap::TrainFuseRecomputeOptions>(cfg, offload,
                                                           recompute)));
+  pm.addPass(ap::createTrainRecomputeStream(
+      placementPassOptions<ap::TrainRecomputeStreamOptions>(cfg, offload,
+                                                            recompute)));
   pm.addPass(ap::createTrainOffloadScopes(
       placementPassOptions<ap::TrainOffloadScopesOptions>(cfg, offload,
                                                           recompute)));

@@ -106,11 +106,12 @@ Options placementPassOptions(const PlacementConfig &cfg,
   o.cudaGraphs = cfg.cudaGraphs;
   o.profile = cfg.profile;
   o.fuseRecompute = cfg.fuseRecompute;
+  o.recomputeStream = cfg.recomputeStream;
   return o;
 }
 
-/// Adds the placement passes (verify, recompute, fuse recompute, offload
-/// scopes, prefetch anchors) to `pm` with `cfg`'s settings and the given module
+/// Adds the placement passes (verify, recompute, fuse recompute, recompute
+/// stream, offload scopes, prefetch anchors) to `pm` with `cfg`'s settings and the given module
 /// lists.
 void addPlacementPasses(mlir::OpPassManager &pm, const PlacementConfig &cfg,
                         llvm::ArrayRef<std::string> offload,

@@ -131,6 +131,72 @@ private:
   double now = 0;
 };
 
+/// The side stream's queue: ops in issue order with their remaining alone
+/// seconds, advanced by the compute walk at the rate the compute op beside
+/// them leaves free.
+class SideQueue {
+public:
+  explicit SideQueue(SmallVectorImpl<SimulatedOp> &ops) : ops(ops) {}
+
+  void enqueue(int opIndex, double seconds) {
+    pending.push_back({opIndex, seconds, false});
+    done[ops[opIndex].op] = false;
+  }
+  /// Whether `op` is a side op that has not completed.
+  bool running(Operation *op) const {
+    auto it = done.find(op);
+    return it != done.end() && !it->second;
+  }
+  /// Advances from `t` for `dt` seconds at `rate` seconds of side work per
+  /// second. Every queued item was issued at or before `t`.
+  void advance(double t, double dt, double rate) {
+    while (rate > 0 && !pending.empty()) {
+      Item &front = pending.front();
+      SimulatedOp &s = ops[front.op];
+      if (!front.begun) {
+        front.begun = true;
+        s.start = t;
+      }
+      double need = front.remaining / rate;
+      if (need > dt) {
+        front.remaining -= dt * rate;
+        return;
+      }
+      t += need;
+      dt -= need;
+      s.end = t;
+      done[s.op] = true;
+      pending.pop_front();
+    }
+  }
+  /// Runs the queue alone (rate 1) from `t` until `op` has completed;
+  /// returns when it did.
+  double finish(double t, Operation *op) {
+    while (running(op)) {
+      int front = pending.front().op;
+      advance(t, pending.front().remaining, 1.0);
+      t = ops[front].end;
+    }
+    return t;
+  }
+  /// Runs everything left from `t`; returns when the last item completed.
+  double drain(double t) {
+    if (!pending.empty())
+      t = finish(t, ops[pending.back().op].op);
+    return t;
+  }
+
+private:
+  struct Item {
+    int op;
+    double remaining;
+    bool begun;
+  };
+  SmallVectorImpl<SimulatedOp> &ops;
+  std::deque<Item> pending;
+  llvm::DenseMap<Operation *, bool> done;
+};
+
 } // namespace
 
 StreamSimulation StreamSimulation::simulate(Block &block,
@@ -144,6 +210,7 @@ StreamSimulation StreamSimulation::simulate(Block &block,
     if (auto attr = parent->getAttrOfType<IntegerAttr>(kMaxInflightAttrName))
       maxInflight = attr.getInt();
   double t = 0;
+  SideQueue side(sim.ops);
   auto stallUntil = [&](SimulatedOp &s, double ready) {
     if (ready <= t)
       return;
@@ -156,6 +223,25 @@ StreamSimulation StreamSimulation::simulate(Block &block,
     sim.opIndex[&op] = sim.ops.size();
     SimulatedOp s;
     s.op = &op;
+    if (op.hasAttr(kSideStreamAttrName)) {
+      // Issued now, run beside the compute ops that follow.
+      double seconds = cost.cost(&op).seconds;
+      s.side = true;
+      s.start = s.end = t;
+      sim.ops.push_back(s);
+      sim.sideSeconds += seconds;
+      side.enqueue(sim.ops.size() - 1, seconds);
+      continue;
+    }
+    // Reading a side op's result: wait for it (the side stream runs alone
+    // meanwhile).
+    for (Value v : op.getOperands())
+      if (Operation *def = v.getDefiningOp(); def && side.running(def)) {
+        double ready = side.finish(t, def);
+        s.sideWait += ready - t;
+        sim.sideWaitSeconds += ready - t;
+        t = ready;
+      }
     if (auto offload = dyn_cast<OffloadOp>(op)) {
       if (maxInflight > 0) {
         engine.advanceTo(t);
@@ -215,9 +301,14 @@ StreamSimulation StreamSimulation::simulate(Block &block,
     s.start = t;
     s.end = t + seconds;
     sim.busySeconds += seconds;
+    side.advance(t, seconds, cost.sideCapacity(&op));
     t = s.end;
     sim.ops.push_back(s);
   }
+  // The block ends when the side stream has drained.
+  double drained = side.drain(t);
+  sim.sideWaitSeconds += drained - t;
+  t = drained;
   sim.computeSeconds = t;
   engine.drain();
   const double slack = cost.profile().copyHoldSlack;

@@ -24,6 +24,16 @@
 // h2dSlowdown / d2hSlowdown tables, each op is slowed by the bytes that move
 // during its run times its own rate.
 //
+// Side stream (train-recompute-stream): an op marked `train.side_stream`
+// is issued when compute reaches it and does not hold compute up. Side ops
+// run in order; while a compute op runs, side work advances at that op's
+// CostModel::sideCapacity (seconds of side work per second, 0 for most
+// ops), without slowing it. A compute op that reads a side op's result
+// first waits for it; while compute waits, side work advances at full
+// speed. That wait is recompute time the overlap did not hide
+// (sideWaitSeconds), not transfer time. The block ends once the side
+// stream has drained (the loop's end barrier).
+//
 //===----------------------------------------------------------------------===//
 #ifndef ACTPLACE_PASSES_ANALYSIS_STREAMSIMULATION_H
 #define ACTPLACE_PASSES_ANALYSIS_STREAMSIMULATION_H
@@ -48,6 +58,12 @@ struct SimulatedOp {
   /// Seconds the compute stream waited before the op (train.wait for its
   /// H2D; train.offload over the max-inflight limit for the oldest D2H).
   double stall = 0;
+  /// Seconds the compute stream waited before the op for side-stream work
+  /// it reads (not in `stall`: recompute, not transfer).
+  double sideWait = 0;
+  /// A side-stream op: `start` is when it began on the side stream, `end`
+  /// when it completed.
+  bool side = false;
 };
 
 /// One D2H (offload) or H2D (reload) copy.
@@ -75,8 +91,12 @@ struct StreamSimulation {
   llvm::SmallVector<SimulatedCopy> copies;
   /// End of the last op on the compute stream (stalls included).
   double computeSeconds = 0;
-  /// Sum of all op durations without stalls (computeSeconds - exposed).
+  /// Sum of all compute-stream op durations without stalls
+  /// (computeSeconds - exposed - sideWait).
   double busySeconds = 0;
+  /// Side-stream work (alone seconds), and the compute stream's waits for
+  /// it: the part of sideSeconds the overlap did not hide.
+  double sideSeconds = 0, sideWaitSeconds = 0;
   /// When the last copy ends (may be after computeSeconds when D2Hs are
   /// still draining at the end of the block).
   double copyEndSeconds = 0;

@@ -159,8 +159,12 @@ LogicalResult Lowering::lowerKernel(Operation *op, ArrayRef<Value> extraOutputs,
   for (NamedAttribute a : op->getAttrs())
     if (a.getName() != tr::kPlacementAttrName)
       args.push_back(a);
-  ex::KernelOp::create(b, op->getLoc(), op->getName().getStringRef(), ins, outs,
-                       workspaceOf(op), b.getDictionaryAttr(args));
+  auto k =
+      ex::KernelOp::create(b, op->getLoc(), op->getName().getStringRef(), ins,
+                           outs, workspaceOf(op), b.getDictionaryAttr(args));
+  // Recompute issued ahead (train-recompute-stream) runs on the side stream.
+  if (op->hasAttr(tr::kSideStreamAttrName))
+    k.setStream(ex::Stream::Side);
   return success();
 }
 

@@ -47,6 +47,8 @@ struct ExecPlanMemoryPass : ap::impl::ExecPlanMemoryBase<ExecPlanMemoryPass> {
       step->setAttr(kPersistentBytesAttr, i64(plan.persistentBytes));
       step->setAttr(kActivationBytesAttr, i64(plan.activationBytes));
       step->setAttr(kWorkspaceBytesAttr, i64(plan.workspaceBytes));
+      if (plan.sideWorkspaceBytes)
+        step->setAttr(kSideWorkspaceBytesAttr, i64(plan.sideWorkspaceBytes));
       step->setAttr(kArenaBytesAttr, i64(plan.arenaBytes()));
       step->setAttr(kPinnedBytesAttr, i64(plan.pinnedBytes));
       if (printPlan)

@@ -170,6 +170,10 @@ struct TrainPrintMemoryTimelinePass
     os << "body time: " << us(sim.computeSeconds) << " us (busy "
        << us(sim.busySeconds) << " us, exposed " << us(sim.exposedSeconds)
        << " us)\n";
+    if (sim.sideSeconds > 0)
+      os << "side stream: " << us(sim.sideSeconds)
+         << " us of recompute, compute waited " << us(sim.sideWaitSeconds)
+         << " us for it\n";
     os << "copies: d2h " << d2hCount << " x " << d2hBytes << " bytes in "
        << us(sim.copySeconds(CopyDirection::DeviceToHost)) << " us, h2d "
        << h2dCount << " x " << h2dBytes << " bytes in "

@@ -1,7 +1,7 @@
 //===- cuda_backend.cpp - CUDA runtime backend ------------------*- C++ -*-===//
 //
 // Streams, events, the arena allocation, pinned memory and the cuBLASLt
-// handle on a real GPU. All four streams are non-blocking so that nothing
+// handle on a real GPU. All five streams are non-blocking so that nothing
 // implicitly orders them against the legacy default stream: the only
 // ordering is what the compiled schedule expresses with events.
 //

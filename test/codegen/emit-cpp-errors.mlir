@@ -26,3 +26,15 @@ module {
     exec.return
   }
 }
+
+// -----
+
+module {
+  exec.step @train_step attributes {arena_bytes = 1024 : i64} {
+    %0 = exec.buffer offset 0 bytes 256 : !exec.buffer<tensor<2x4xf32>>
+    %1 = exec.buffer offset 256 bytes 256 : !exec.buffer<tensor<1x4xf32>>
+    // expected-error @below {{emit-cpp: 'train.slice' cannot run on the side stream (a runner helper on the compute stream)}}
+    exec.kernel "train.slice" ins(%0 : !exec.buffer<tensor<2x4xf32>>) outs(%1 : !exec.buffer<tensor<1x4xf32>>) workspace 0 on side args {dim = 0 : i64, offset = 0 : i64}
+    exec.return
+  }
+}

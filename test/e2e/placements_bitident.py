@@ -24,7 +24,9 @@
 #   - with frozen parameters, offload still changes no bit;
 #   - the loss and its gradient as two ops (--fuse-loss-grad=false) give
 #     the bits of the default fused op, whose binary has one LM head
-#     launch per microbatch where the unfused one has two.
+#     launch per microbatch where the unfused one has two;
+#   - recompute on the side stream (--recompute-stream=side) gives the
+#     same bits, and its binary launches kernels on the side stream.
 #
 #===------------------------------------------------------------------------===#
 import argparse
@@ -54,6 +56,13 @@ VARIANTS = {
                       "--keep-source"],
     "recompute-mlp-clone": ["--recompute-modules=mlp_act,mlp_norm,gdn_norm_out",
                             "--fuse-recompute=false", "--keep-source"],
+    # Recompute issued ahead on the side stream (train-recompute-stream):
+    # layer 0's in_proj and gdn_prep recompute beside its GDN chunk
+    # backward, with offload in the same step; the same bits.
+    "recompute-side": ["--recompute-modules=gdn_in_proj,gdn_prep,mlp_fc1",
+                       "--recompute-stream=side",
+                       "--offload-modules=core_attn", "--hide-rule=off",
+                       "--keep-source"],
 }
 WITH_OFFLOAD = ("offload", "fraction", "both")
 OFFLOADED_LEAVES = ("gdn_core_attn", "core_attn", "attn_proj")
@@ -155,6 +164,18 @@ def main():
           "rms norm: fused %d + %d, clone %d + %d; gated norm: fused %d + %d,"
           " clone %d + %d" %
           (fwdF, bwdF, fwdC, bwdC, nF, nbF, nC, nbC, gF, gbF, gC, gbC))
+
+    # The side-stream binary launches recompute on the side stream; none of
+    # the others does.
+    sideLaunches = {}
+    for name in ("recompute-side", "recompute-mlp"):
+        with open(os.path.join(args.work, "train-" + name + ".cpp")) as f:
+            sideLaunches[name] = f.read().count("r.launchOn(Stream::Side, ")
+    if not (sideLaunches["recompute-side"] > 0 and
+            sideLaunches["recompute-mlp"] == 0):
+        fail("side-stream launches: %s" % sideLaunches)
+    print("side-stream launches per microbatch: %d" %
+          sideLaunches["recompute-side"])
 
     for name in ("none", "recompute", "recompute-mlp", "recompute-mlp-clone"):
         for m in runs[name]:

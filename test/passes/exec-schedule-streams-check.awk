@@ -63,7 +63,7 @@ function names(text, arr,    k, parts, i, cnt) {
   if (!inBody) next
 
   if (line ~ /exec\.kernel /) {
-    k = node("compute", $0)
+    k = node(line ~ / workspace [0-9]+ on side/ ? "side" : "compute", $0)
     if (match(line, /ins\([^)]*\)/)) {
       t = substr(line, RSTART + 4, RLENGTH - 5); c = names(t, ops)
       for (i = 1; i <= c; i++) access(k, ops[i], 0)

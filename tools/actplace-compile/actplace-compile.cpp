@@ -172,6 +172,12 @@ static cl::opt<bool> fuseRecompute(
              "of by a separate kernel (train-fuse-recompute; default true; "
              "false gives the same bits)"),
     cl::cat(category));
+static cl::opt<std::string> recomputeStream(
+    "recompute-stream", cl::init(""),
+    cl::desc("compute (default) | side: issue recompute ahead on a second "
+             "stream, beside kernels that leave SMs idle "
+             "(train-recompute-stream; same bits)"),
+    cl::value_desc("compute|side"), cl::cat(category));
 static cl::opt<bool> keepSource("keep-source",
                                 cl::desc("Keep BINARY.cpp after a good build"),
                                 cl::init(false), cl::cat(category));
@@ -286,6 +292,8 @@ int main(int argc, char **argv) {
     if (!hideRule.empty())
       base.hideRule = hideRule;
     base.fuseRecompute = fuseRecompute;
+    if (!recomputeStream.empty())
+      base.recomputeStream = recomputeStream;
     llvm::outs() << "placement search: " << goal->str() << ", cost model "
                  << (profile.empty() ? std::string("H200 defaults")
                                      : std::string(profile))
@@ -298,10 +306,12 @@ int main(int argc, char **argv) {
     auto plannedArena = [&](const ap::train::PlacementChoice &c) -> int64_t {
       mlir::OwningOpRef<mlir::ModuleOp> clone(module->clone());
       mlir::PassManager pm(&ctx);
-      std::string pipeline = "train-placement-pipeline{" + c.options() +
-                             (fuseRecompute ? "" : " fuse-recompute=false") +
-                             (profile.empty() ? "" : " profile=" + profile) +
-                             "}," + lowering;
+      std::string pipeline =
+          "train-placement-pipeline{" + c.options() +
+          (fuseRecompute ? "" : " fuse-recompute=false") +
+          (recomputeStream.empty() ? ""
+                                   : " recompute-stream=" + recomputeStream) +
+          (profile.empty() ? "" : " profile=" + profile) + "}," + lowering;
       if (failed(mlir::parsePassPipeline(pipeline, pm)) ||
           failed(pm.run(*clone)))
         return -1;
@@ -408,7 +418,8 @@ int main(int argc, char **argv) {
         {"max-inflight", maxInflight},
         {"prefetch-depth", prefetchDepth},
         {"hide-rule", hideRule},
-        {"fuse-recompute", fuseRecompute ? "" : "false"}})
+        {"fuse-recompute", fuseRecompute ? "" : "false"},
+        {"recompute-stream", recomputeStream}})
     if (!value.empty())
       placementFlags +=
           std::string(placementFlags.empty() ? "" : " ") + name + "=" + value;

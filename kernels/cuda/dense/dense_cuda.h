@@ -46,7 +46,8 @@ struct GemmShape {
 };
 
 /// Runs the GEMM on ctx.stream with the workspace slice `workspace` of
-/// ref::kCudaGemmWorkspaceBytes bytes.
+/// ref::kCudaGemmWorkspaceBytes bytes; ctx.smTarget > 0 narrows it to about
+/// that many SMs with the algorithm (and so the bits) of the untargeted run.
 Status gemm(const KernelContext &ctx, const GemmShape &shape, const void *a,
             const void *b, void *d, void *workspace);
 

@@ -10,6 +10,13 @@
 // fixed GPU (its split-K reductions are ordered), so the GEMMs are
 // deterministic.
 //
+// A context with an SM target (the side stream's) runs the same algorithm
+// through a second descriptor that also carries
+// CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET: the GEMM's persistent CTAs then
+// leave SMs to the compute stream's kernel beside it. The heuristic never
+// sees that descriptor, so the target cannot change the algorithm or a bit
+// of the result.
+//
 //===----------------------------------------------------------------------===//
 #include "kernels/cuda/dense/dense_cuda.h"
 
@@ -36,13 +43,18 @@ namespace {
 using Key = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t,
                        int64_t, int, bool, int>;
 
-/// A cached GEMM: descriptors and the algorithm, immutable once built.
+/// A cached GEMM: descriptors and the algorithm. Everything but `targeted`
+/// is immutable once built; `targeted` grows under gPlanMutex.
 struct Plan {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
   cublasLtMatmulAlgo_t algo{};
   size_t workspace = 0;
+  /// `desc` plus CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, per SM target.
+  std::map<int32_t, cublasLtMatmulDesc_t> targeted;
   ~Plan() {
+    for (auto &[target, t] : targeted)
+      cublasLtMatmulDescDestroy(t);
     if (d)
       cublasLtMatrixLayoutDestroy(d);
     if (b)
@@ -57,15 +69,49 @@ struct Plan {
 std::mutex gPlanMutex;
 std::map<Key, std::unique_ptr<Plan>> gPlans;
 
-Status buildPlan(cublasLtHandle_t handle, const GemmShape &s, Plan &p) {
+/// Sets the operation attributes of `desc`; with smTarget > 0 also the SM
+/// count target (a run-time hint, never given to the heuristic).
+Status setDescAttributes(cublasLtMatmulDesc_t desc, const GemmShape &s,
+                         int32_t smTarget) {
   cublasOperation_t opA = s.transA ? CUBLAS_OP_T : CUBLAS_OP_N;
   cublasOperation_t opB = s.transB ? CUBLAS_OP_T : CUBLAS_OP_N;
+  AP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+      desc, CUBLASLT_MATMUL_DESC_TRANSA, &opA, sizeof(opA)));
+  AP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+      desc, CUBLASLT_MATMUL_DESC_TRANSB, &opB, sizeof(opB)));
+  if (smTarget > 0)
+    AP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+        desc, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, &smTarget,
+        sizeof(smTarget)));
+  return Status::Ok;
+}
+
+/// The descriptor of `p` with SM target `smTarget`, built on first use.
+/// Caller holds gPlanMutex.
+Status targetedDesc(const GemmShape &s, int32_t smTarget, Plan &p,
+                    cublasLtMatmulDesc_t &out) {
+  auto it = p.targeted.find(smTarget);
+  if (it != p.targeted.end()) {
+    out = it->second;
+    return Status::Ok;
+  }
+  cublasLtMatmulDesc_t desc = nullptr;
+  AP_CUBLAS_CHECK(
+      cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  if (Status st = setDescAttributes(desc, s, smTarget); st != Status::Ok) {
+    cublasLtMatmulDescDestroy(desc);
+    return st;
+  }
+  p.targeted.emplace(smTarget, desc);
+  out = desc;
+  return Status::Ok;
+}
+
+Status buildPlan(cublasLtHandle_t handle, const GemmShape &s, Plan &p) {
   AP_CUBLAS_CHECK(
       cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  AP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
-      p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &opA, sizeof(opA)));
-  AP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
-      p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &opB, sizeof(opB)));
+  if (Status st = setDescAttributes(p.desc, s, 0); st != Status::Ok)
+    return st;
   // Stored (pre-op) shapes, column-major.
   uint64_t aRows = s.transA ? s.k : s.m, aCols = s.transA ? s.m : s.k;
   uint64_t bRows = s.transB ? s.n : s.k, bCols = s.transB ? s.k : s.n;
@@ -120,6 +166,7 @@ Status gemm(const KernelContext &ctx, const GemmShape &s, const void *a,
   AP_CUDA_CHECK(cudaGetDevice(&device));
   std::get<10>(key) = device;
   const Plan *plan = nullptr;
+  cublasLtMatmulDesc_t desc = nullptr;
   {
     std::lock_guard<std::mutex> lock(gPlanMutex);
     auto it = gPlans.find(key);
@@ -130,12 +177,19 @@ Status gemm(const KernelContext &ctx, const GemmShape &s, const void *a,
         return st;
       it = gPlans.emplace(key, std::move(p)).first;
     }
+    desc = it->second->desc;
+    // The algorithm stays the plan's (chosen without a target): only the
+    // descriptor cublasLtMatmul runs with carries it.
+    if (ctx.smTarget > 0)
+      if (Status st = targetedDesc(s, ctx.smTarget, *it->second, desc);
+          st != Status::Ok)
+        return st;
     plan = it->second.get();
   }
   const float alpha = 1.0f, beta = s.accumulate ? 1.0f : 0.0f;
-  AP_CUBLAS_CHECK(cublasLtMatmul(handle, plan->desc, &alpha, a, plan->a, b,
-                                 plan->b, &beta, d, plan->d, d, plan->d,
-                                 &plan->algo, workspace, plan->workspace,
+  AP_CUBLAS_CHECK(cublasLtMatmul(handle, desc, &alpha, a, plan->a, b, plan->b,
+                                 &beta, d, plan->d, d, plan->d, &plan->algo,
+                                 workspace, plan->workspace,
                                  static_cast<cudaStream_t>(ctx.stream)));
   return Status::Ok;
 }

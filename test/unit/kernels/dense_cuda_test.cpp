@@ -235,6 +235,47 @@ TEST_F(DenseCuda, LinearQwenShapesVsFloat64AndDeterministic) {
   }
 }
 
+// The side stream's SM target narrows the GEMM's grid, not its algorithm:
+// forward and both gradients are the same bits with and without it.
+TEST_F(DenseCuda, LinearSmTargetKeepsTheBits) {
+  if (ctx.smCount < 101)
+    GTEST_SKIP() << "needs more than 100 SMs (" << ctx.smCount << ")";
+  const int64_t M = kT, in = kD, out = kI;
+  auto x = randBf16(M * in, 11),
+       w = randBf16(out * in, 12, 1.f / std::sqrt(float(in))),
+       dy = randBf16(M * out, 13);
+  auto dw0 = hashFloats(out * in, 14, 0.1f);
+  Dev<bf16> dX(M * in), dW(out * in), dY(M * out), dOut(M * out), dDx(M * in);
+  Dev<float> dDw(out * in);
+  dX.up(x);
+  dW.up(w);
+  dY.up(dy);
+  std::vector<bf16> y0, dx0;
+  std::vector<float> dw0Out;
+  for (int32_t target : {0, 100}) {
+    KernelContext c = ctx;
+    c.smTarget = target;
+    dOut.poison(target ? 0x7F : 0xFF);
+    dDx.poison(target ? 0x7F : 0xFF);
+    dDw.up(dw0);
+    ASSERT_EQ(linearForward(c, {DType::BF16, dX.p, dW.p, dOut.p, M, in, out}),
+              Status::Ok);
+    ASSERT_EQ(linearBackward(
+                  c, {DType::BF16, dX.p, dW.p, dY.p, dDx.p, dDw.p, M, in, out}),
+              Status::Ok);
+    sync();
+    if (target == 0) {
+      y0 = dOut.down();
+      dx0 = dDx.down();
+      dw0Out = dDw.down();
+      continue;
+    }
+    EXPECT_TRUE(sameBytes(dOut.down(), y0)) << "forward changed by smTarget";
+    EXPECT_TRUE(sameBytes(dDx.down(), dx0)) << "dx changed by smTarget";
+    EXPECT_TRUE(sameBytes(dDw.down(), dw0Out)) << "dw changed by smTarget";
+  }
+}
+
 //===----------------------------------------------------------------------===//
 // RMSNorm
 //===----------------------------------------------------------------------===//

@@ -73,6 +73,100 @@ TEST_P(DeviceTest, KernelContextCarriesBackendStreamAndWorkspace) {
   }
 }
 
+TEST_P(DeviceTest, SideStreamHasItsOwnWorkspaceAndAnSmTarget) {
+  device->allocateArena(4096, 8192, 2048);
+  // Tail layout: [plan | compute workspace | side workspace].
+  EXPECT_EQ(device->workspace(), device->arenaBase() + 4096);
+  EXPECT_EQ(device->sideWorkspace(), device->arenaBase() + 4096 + 8192);
+  EXPECT_EQ(device->sideWorkspaceBytes(), 2048u);
+  auto compute = device->kernelContext(Stream::Compute);
+  auto side = device->kernelContext(Stream::Side);
+  EXPECT_EQ(compute.workspace, device->workspace());
+  EXPECT_EQ(compute.workspaceBytes, 8192u);
+  EXPECT_EQ(compute.smTarget, 0);
+  EXPECT_EQ(side.workspace, device->sideWorkspace());
+  EXPECT_EQ(side.workspaceBytes, 2048u);
+  EXPECT_EQ(side.backend, compute.backend);
+  EXPECT_EQ(side.cublasLt, compute.cublasLt);
+  EXPECT_EQ(side.smCount, compute.smCount);
+  for (Stream s : {Stream::D2H, Stream::H2D, Stream::Comm}) {
+    EXPECT_EQ(device->kernelContext(s).workspace, nullptr) << streamName(s);
+    EXPECT_EQ(device->kernelContext(s).smTarget, 0) << streamName(s);
+  }
+  if (GetParam() == DeviceKind::Cuda) {
+    EXPECT_NE(side.stream, nullptr);
+    EXPECT_NE(side.stream, compute.stream);
+    EXPECT_EQ(side.smTarget, side.smCount * 3 / 4);
+    EXPECT_GT(side.smTarget, 0);
+    EXPECT_LT(side.smTarget, side.smCount);
+  } else {
+    EXPECT_EQ(side.stream, nullptr);
+    EXPECT_EQ(side.smTarget, 0);
+  }
+  device->sampleMemory();
+  EXPECT_GE(device->devicePeakBytes(), 4096u + 8192u + 2048u);
+  if (GetParam() == DeviceKind::Host)
+    EXPECT_EQ(device->devicePeakBytes(), 4096u + 8192u + 2048u);
+}
+
+TEST_P(DeviceTest, SideWorkspaceCanBeThePlansRegion) {
+  device->allocateArena(8192);
+  EXPECT_EQ(device->sideWorkspace(), nullptr);
+  EXPECT_EQ(device->kernelContext(Stream::Side).workspace, nullptr);
+  EXPECT_RT_ERROR(device->useSideWorkspaceInArena(100, 256),
+                  "side workspace at arena offset 100 is not 256-byte aligned");
+  EXPECT_RT_ERROR(device->useSideWorkspaceInArena(7936, 512), "outside");
+  device->useWorkspaceInArena(4096, 2048);
+  device->useSideWorkspaceInArena(6144, 2048);
+  auto compute = device->kernelContext(Stream::Compute);
+  auto side = device->kernelContext(Stream::Side);
+  EXPECT_EQ(compute.workspace, device->at(4096));
+  EXPECT_EQ(side.workspace, device->at(6144));
+  EXPECT_EQ(side.workspaceBytes, 2048u);
+}
+
+// Compute produces, side transforms, compute consumes: ordered only by the
+// events between them, every round.
+TEST_P(DeviceTest, SideStreamWorkIsOrderedByEventsWithCompute) {
+  const size_t n = 16 << 20;
+  device->allocateArena(3 * n, 0, 4096);
+  char *a = static_cast<char *>(device->at(0, n));
+  char *b = static_cast<char *>(device->at(n, n));
+  char *c = static_cast<char *>(device->at(2 * n, n));
+  EventId produced = device->createEvent(), recomputed = device->createEvent();
+  auto seen = std::make_shared<ap::kernels::KernelContext>();
+  std::vector<uint8_t> host(n);
+  for (int round = 0; round < 6; ++round) {
+    int value = 0x20 + round;
+    device->memsetAsync(a, value, n, Stream::Compute);
+    device->record(produced, Stream::Compute);
+    SyncPoint p = device->lastRecord(produced);
+    EXPECT_FALSE(device->orderedBefore(p, Stream::Side));
+    device->wait(Stream::Side, produced);
+    EXPECT_TRUE(device->orderedBefore(p, Stream::Side));
+    device->launch(Stream::Side, "side/probe",
+                   [seen](const ap::kernels::KernelContext &ctx) {
+                     *seen = ctx;
+                     return ap::kernels::Status::Ok;
+                   });
+    device->copyAsync(b, a, n, CopyKind::DeviceToDevice, Stream::Side);
+    device->record(recomputed, Stream::Side);
+    device->wait(Stream::Compute, recomputed);
+    EXPECT_EQ(device->lastRecord(recomputed).stream, Stream::Side);
+    device->copyAsync(c, b, n, CopyKind::DeviceToDevice, Stream::Compute);
+    device->copyToHostSync(host.data(), c, n, Stream::Compute);
+    size_t bad = 0;
+    for (uint8_t v : host)
+      bad += v != value;
+    ASSERT_EQ(bad, 0u) << "round " << round;
+  }
+  device->synchronize();
+  EXPECT_EQ(seen->workspace, device->sideWorkspace());
+  EXPECT_EQ(seen->workspaceBytes, 4096u);
+  EXPECT_EQ(seen->stream, device->kernelContext(Stream::Side).stream);
+  EXPECT_EQ(rangeDepth(), 0);
+}
+
 TEST_P(DeviceTest, CopiesRoundTripThroughTheArena) {
   const size_t n = 3 << 20;
   device->allocateArena(2 * n);
@@ -287,6 +381,9 @@ TEST(DeviceSelection, NamesParse) {
   EXPECT_EQ(parseDeviceKind("host"), DeviceKind::Host);
   EXPECT_EQ(parseDeviceKind("gpu"), std::nullopt);
   EXPECT_STREQ(streamName(Stream::D2H), "d2h");
+  EXPECT_STREQ(streamName(Stream::Side), "side");
+  EXPECT_EQ(static_cast<int>(Stream::Side), 4); // ap::exec::Stream::Side
+  EXPECT_EQ(kNumStreams, 5);
   EXPECT_STREQ(deviceKindName(DeviceKind::Cuda), "cuda");
 }
 

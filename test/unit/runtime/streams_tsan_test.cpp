@@ -35,23 +35,23 @@ std::unique_ptr<Device> hostDevice() {
   return std::make_unique<Device>(options);
 }
 
-// Tasks on different streams hand a plain buffer around a ring of all four
+// Tasks on different streams hand a plain buffer around a ring of all five
 // streams; each reads what the previous one wrote and writes its own value.
 TEST(HostStreams, EventsHandOffPlainMemoryAroundAllStreams) {
   auto dev = hostDevice();
   std::vector<uint64_t> buf(4096, 0);
-  const Stream ring[4] = {Stream::Compute, Stream::D2H, Stream::H2D,
-                          Stream::Comm};
+  const Stream ring[kNumStreams] = {Stream::Compute, Stream::D2H, Stream::H2D,
+                                    Stream::Comm, Stream::Side};
   std::vector<EventId> events;
-  for (int i = 0; i < 4; ++i)
+  for (int i = 0; i < kNumStreams; ++i)
     events.push_back(dev->createEvent());
   std::atomic<int> mismatches{0};
   uint64_t expect = 0;
   for (int round = 0; round < 200; ++round) {
-    for (int k = 0; k < 4; ++k) {
+    for (int k = 0; k < kNumStreams; ++k) {
       Stream s = ring[k];
       if (round + k > 0)
-        dev->wait(s, events[(k + 3) % 4]);
+        dev->wait(s, events[(k + kNumStreams - 1) % kNumStreams]);
       uint64_t before = expect, after = expect + 1;
       dev->hostCallback(s, [&buf, &mismatches, before, after] {
         for (uint64_t &v : buf) {
@@ -90,7 +90,7 @@ TEST(HostStreams, StreamsRunConcurrently) {
   EXPECT_TRUE(sawIt.load());
 }
 
-// --op-times timers: workers on all four streams write their marks while
+// --op-times timers: workers on all five streams write their marks while
 // the host thread keeps creating timers (the table grows under them); the
 // host reads every span after a synchronisation. Race-free only if the
 // table's lock covers both.

@@ -1,0 +1,90 @@
+//===- trainer_test.cpp - StepRunner launches -------------------*- C++ -*-===//
+//
+// The runner's kernel launches on the compute and side streams: each gets
+// its stream's context (workspace, SM target), --op-times records them under
+// their label in both modes, and kernels run on no other stream.
+//
+//===----------------------------------------------------------------------===//
+#include "runtime/trainer.h"
+#include "runtime_test_util.h"
+
+#include <memory>
+
+using namespace ap::rt;
+using namespace ap::rt::test;
+using ap::kernels::KernelContext;
+using ap::kernels::Status;
+
+namespace {
+
+class StepRunnerTest : public BackendTest {
+protected:
+  void SetUp() override {
+    BackendTest::SetUp();
+    if (IsSkipped())
+      return;
+    device->allocateArena(4096, 1024, 2048);
+    PinnedLayout layout;
+    layout.totalBytes = 256;
+    pool = std::make_unique<PinnedPool>(*device, layout);
+    engine = std::make_unique<OffloadEngine>(*device, *pool);
+    runner =
+        std::make_unique<StepRunner>(program, *device, *pool, *engine, false);
+  }
+  void TearDown() override {
+    runner.reset();
+    engine.reset();
+    pool.reset();
+  }
+  /// A kernel that records the context it ran with.
+  KernelFn probe(std::shared_ptr<KernelContext> seen) {
+    return [seen](const KernelContext &ctx) {
+      *seen = ctx;
+      return Status::Ok;
+    };
+  }
+
+  Program program;
+  std::unique_ptr<PinnedPool> pool;
+  std::unique_ptr<OffloadEngine> engine;
+  std::unique_ptr<StepRunner> runner;
+};
+
+TEST_P(StepRunnerTest, LaunchOnRunsWithThatStreamsContext) {
+  auto compute = std::make_shared<KernelContext>();
+  auto side = std::make_shared<KernelContext>();
+  runner->launch("L0.mlp_fc1/linear", probe(compute));
+  runner->launchOn(Stream::Side, "L0.mlp_fc1/linear(recompute)", probe(side));
+  device->synchronize();
+  EXPECT_EQ(compute->workspace, device->workspace());
+  EXPECT_EQ(compute->workspaceBytes, 1024u);
+  EXPECT_EQ(compute->smTarget, 0);
+  EXPECT_EQ(side->workspace, device->sideWorkspace());
+  EXPECT_EQ(side->workspaceBytes, 2048u);
+  EXPECT_EQ(side->stream, device->kernelContext(Stream::Side).stream);
+  EXPECT_EQ(side->smTarget, device->kernelContext(Stream::Side).smTarget);
+  EXPECT_RT_ERROR(runner->launchOn(Stream::D2H, "x/y", probe(side)),
+                  "kernel 'x/y' launched on the d2h stream");
+}
+
+TEST_P(StepRunnerTest, OpTimesRecordSideLaunchesUnderTheirLabel) {
+  std::map<std::string, StepRunner::OpTime> times;
+  runner->opTimes = &times;
+  auto seen = std::make_shared<KernelContext>();
+  for (bool inStream : {true, false}) {
+    runner->opTimesInStream = inStream;
+    runner->launchOn(Stream::Side, "L0.mlp_fc1/linear(recompute)", probe(seen));
+    runner->launch("L0.mlp_fc1/linear", probe(seen));
+    device->synchronize();
+    runner->collectOpTimes();
+  }
+  runner->opTimes = nullptr;
+  ASSERT_EQ(times.size(), 2u);
+  EXPECT_EQ(times["L0.mlp_fc1/linear(recompute)"].count, 2);
+  EXPECT_EQ(times["L0.mlp_fc1/linear"].count, 2);
+  EXPECT_GE(times["L0.mlp_fc1/linear(recompute)"].seconds, 0.0);
+}
+
+AP_RT_INSTANTIATE_BACKENDS(StepRunnerTest);
+
+} // namespace
