@@ -203,6 +203,7 @@ ap::train::recomputedOriginals(Block &body) {
   auto sameAttrs = [](Operation *a, Operation *b) {
     for (NamedAttribute attr : a->getAttrs()) {
       if (attr.getName() == kRecomputedAttrName ||
+          attr.getName() == kSideStreamAttrName ||
           attr.getName() == kPlacementAttrName)
         continue;
       if (b->getAttr(attr.getName()) != attr.getValue())
