@@ -250,6 +250,20 @@ for name, goal in (("auto3-side", "--step-budget=0.03"),
                   " under the per-kernel copy-slowdown profile, recompute "
                   "on the side stream")
 
+# The same with the side capacity fitted to run 13's auto60-side and
+# auto70-side (0.22 instead of the isolated bench's 0.45;
+# bench/notes/training.md, run 13). A 62 % cut leaves the measured
+# reduction (0.5 points under the predicted in run 13) room above 60 %.
+SIDE_PROFILE = os.path.join(REPO, "bench", "profiles",
+                            "h200-side-29dbd41.json")
+for name, goal in (("auto3-cal", "--step-budget=0.03"),
+                   ("auto62-cal", "--activation-cut=0.62")):
+    ARMS[name] = ([goal, "--profile=" + SIDE_PROFILE,
+                   "--recompute-stream=side"],
+                  "placement chosen by the compiler for " + goal[2:] +
+                  " under the run-13 side-stream profile, recompute on the "
+                  "side stream")
+
 # No placement, with the loss and its gradient as two ops (a second logits
 # pass; train-autodiff fuse-loss-grad=false): what the fused loss of c81ab9e
 # saves, measured in the same run. Not a default arm.
