@@ -264,6 +264,16 @@ for name, goal in (("auto3-cal", "--step-budget=0.03"),
                   " under the run-13 side-stream profile, recompute on the "
                   "side stream")
 
+# auto60-side's lists as fixed flags, placed by the pass as of 2026-12-02
+# (after d34): only the GEMMs and what reads them on the side stream, the
+# norms feeding them moved ahead on the compute stream. In d34's op times
+# the GDN chunk backward ran 9 % slower beside side norms + GEMMs.
+ARMS["side60-gemms"] = (["--recompute-modules=attn_norm,gdn_in_proj,"
+                         "gdn_norm_out,mlp_norm,mlp_fc1,mlp_act,embedding",
+                         "--recompute-stream=side"],
+                        "auto60-side's recompute lists; GEMMs and their "
+                        "readers on the side stream, norms on compute")
+
 # No placement, with the loss and its gradient as two ops (a second logits
 # pass; train-autodiff fuse-loss-grad=false): what the fused loss of c81ab9e
 # saves, measured in the same run. Not a default arm.

@@ -12,11 +12,13 @@
 // A run of consecutive clones is the recompute of one first use (a conv
 // and its L2 norms, the two projections of an MLP input). The run moves,
 // as a whole and in order, to right before the nearest earlier backward op
-// with side capacity (CostModel::sideCapacity > 0) and is marked
-// `train.side_stream`. The clones keep their inputs and kernels, so the
-// bits are those of recompute on the compute stream. The exec lowering
-// puts marked kernels on the side stream; the stream schedule orders them
-// after their inputs' writers and the first use after them.
+// with side capacity (CostModel::sideCapacity > 0). Its GEMMs and what
+// reads their results are marked `train.side_stream`; the rest (the norm
+// that feeds the projections) stays on the compute stream, only earlier. The
+// clones keep their inputs and kernels, so the bits are those of recompute on
+// the compute stream. The exec lowering puts marked kernels on the side stream;
+// the stream schedule orders them after their inputs' writers and the first use
+// after them.
 //
 // The price is memory: the recomputed values live from the earlier op to
 // their use (about one layer longer); the memory timeline counts it.
@@ -30,6 +32,7 @@
 
 #include "mlir/IR/Remarks.h"
 #include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/SmallPtrSet.h"
 
 namespace ap {
 #define GEN_PASS_DEF_TRAINRECOMPUTESTREAM
@@ -126,10 +129,25 @@ struct TrainRecomputeStreamPass
         ++stayed;
         continue;
       }
+      // GEMMs, and what reads their results, go to the side stream; the
+      // rest of the run (a norm feeding the projections) moves along on
+      // the compute stream, where a memory-bound kernel costs its few
+      // microseconds. On the side stream such kernels take SM slots next
+      // to the host's CTAs (they ask for no SM target): in run 13 the GDN
+      // chunk backward ran 9 % slower beside side norms and GEMMs, where
+      // the GEMMs alone had cost it 1 % (bench/notes/training.md).
       OpBuilder b(module.getContext());
+      llvm::SmallPtrSet<Operation *, 8> onSide;
       for (Operation *op : run) {
+        bool side =
+            isa<LinearOp>(op) || llvm::any_of(op->getOperands(), [&](Value v) {
+              return onSide.contains(v.getDefiningOp());
+            });
         op->moveBefore(anchor);
-        op->setAttr(kSideStreamAttrName, b.getUnitAttr());
+        if (side) {
+          onSide.insert(op);
+          op->setAttr(kSideStreamAttrName, b.getUnitAttr());
+        }
         // Now before the anchor: later runs, whose anchors are not earlier,
         // may read it.
         pos[op] = pos[anchor] - 1;
@@ -141,8 +159,9 @@ struct TrainRecomputeStreamPass
                          .category("actplace-placement")
                          .subCategory(scope.str()))
           << ("recompute of " + scope.str() + " (" +
-              std::to_string(run.size()) +
-              " ops) issued on the side stream before " +
+              std::to_string(run.size()) + " ops, " +
+              std::to_string(onSide.size()) +
+              " on the side stream) issued before " +
               anchor->getName().getStringRef() + " of " +
               Scope::of(anchor).str())
                  .str();
