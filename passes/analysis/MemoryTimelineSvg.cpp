@@ -271,7 +271,8 @@ MemoryChart MemoryChart::build(const MemoryTimeline &tl,
     if (i == bodyBegin)
       bodyStart = t;
     p.start = t;
-    if (i >= bodyBegin && i < bodyEnd)
+    // A side-stream op takes no compute time: it is issued at t.
+    if (i >= bodyBegin && i < bodyEnd && !sim.ops[i - bodyBegin].side)
       t = bodyStart + sim.ops[i - bodyBegin].end;
     else
       t += cost.cost(pts[i].op).seconds;
@@ -300,6 +301,26 @@ MemoryChart MemoryChart::build(const MemoryTimeline &tl,
     chart.copies.push_back({c.direction == CopyDirection::DeviceToHost,
                             bodyStart + c.start, bodyStart + c.end, c.bytes,
                             c.scope, indexOf[leafOf(c.scope).str()]});
+  for (auto [k, s] : llvm::enumerate(sim.ops)) {
+    unsigned i = bodyBegin + k;
+    if (s.side)
+      chart.sideOps.push_back(
+          {bodyStart + s.start, bodyStart + s.end,
+           llvm::formatv("{0} on the side stream, "
+                         "{1:F1} us",
+                         chart.pointLabels[i], (s.end - s.start) * 1e6)
+               .str(),
+           i, i + 1});
+    if (s.sideWait > 0) {
+      double end = bodyStart + s.start - s.stall;
+      chart.sideWaits.push_back(
+          {end - s.sideWait, end,
+           llvm::formatv("{0:F1} us waiting for the side stream before {1}",
+                         s.sideWait * 1e6, chart.pointLabels[i])
+               .str(),
+           i, i + 1});
+    }
+  }
   for (auto [k, s] : llvm::enumerate(sim.ops))
     if (s.stall > 0) {
       unsigned i = bodyBegin + k;
@@ -475,6 +496,8 @@ private:
   }
   double lanesTop() const { return plotTop + kPlotHeight + kLaneGap; }
   double laneY(int lane) const { return lanesTop() + lane * (kLaneHeight + 3); }
+  /// d2h, h2d, side (only with side-stream work), stalls.
+  int numLanes() const { return chart.sideOps.empty() ? 3 : 4; }
 
   void header();
   void yAxis();
@@ -547,7 +570,7 @@ void SvgWriter::write() {
 
   double legendHeight =
       plotTop + 24 + (chart.categories.size() + 1) * kLegendRow;
-  height = std::max(laneY(3) + 44, legendHeight + 16);
+  height = std::max(laneY(numLanes()) + 44, legendHeight + 16);
   width = kLegendLeft + kLegendWidth;
 
   os << llvm::formatv(
@@ -685,7 +708,7 @@ void SvgWriter::stack() {
 
 void SvgWriter::phases() {
   os << "<g id=\"phases\" font-size=\"10\" fill=\"#444444\">\n";
-  double bottom = laneY(3) - 3;
+  double bottom = laneY(numLanes()) - 3;
   for (auto [i, ph] : llvm::enumerate(chart.phases)) {
     double x0 = xOf(axisStart(ph.firstPoint));
     double x1 = xOf(axisEnd(ph.endPoint - 1));
@@ -779,8 +802,12 @@ void SvgWriter::peak() {
 
 void SvgWriter::lanes() {
   os << "<g id=\"lanes\" font-size=\"10\">\n";
-  const char *names[] = {"d2h", "h2d", "stalls"};
-  for (int lane = 0; lane < 3; ++lane) {
+  const bool side = numLanes() == 4;
+  const int stallLane = numLanes() - 1;
+  const char *withSide[] = {"d2h", "h2d", "side", "stalls"};
+  const char *without[] = {"d2h", "h2d", "stalls"};
+  const char **names = side ? withSide : without;
+  for (int lane = 0; lane < numLanes(); ++lane) {
     double y = laneY(lane);
     os << llvm::formatv("<rect x=\"{0}\" y=\"{1}\" width=\"{2}\" "
                         "height=\"{3}\" fill=\"#f4f4f4\"/>\n",
@@ -816,7 +843,15 @@ void SvgWriter::lanes() {
                       (c.end - c.start) * 1e6)
             .str());
   for (const MemoryChart::Span &s : chart.stalls)
-    bar("stall", s.start, s.end, 2, "#d62728",
+    bar("stall", s.start, s.end, stallLane, "#d62728",
+        llvm::formatv("data-seconds=\"{0:E3}\"", s.end - s.start).str(),
+        s.label);
+  for (const MemoryChart::Span &s : chart.sideOps)
+    bar("side", s.start, s.end, 2, "#9467bd",
+        llvm::formatv("data-seconds=\"{0:E3}\"", s.end - s.start).str(),
+        s.label);
+  for (const MemoryChart::Span &s : chart.sideWaits)
+    bar("side-wait", s.start, s.end, stallLane, "#ff7f0e",
         llvm::formatv("data-seconds=\"{0:E3}\"", s.end - s.start).str(),
         s.label);
   os << "</g>\n";
@@ -830,7 +865,7 @@ void SvgWriter::xAxis() {
   double step = niceStep(range, 10);
   if (!time)
     step = std::max(1.0, step);
-  double y = laneY(3);
+  double y = laneY(numLanes());
   os << "<g id=\"x-axis\" font-size=\"10\" fill=\"#444444\">\n";
   for (int i = 0; i * step <= range * (1 + 1e-9); ++i) {
     double v = i * step;

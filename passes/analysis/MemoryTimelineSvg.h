@@ -72,6 +72,10 @@ struct MemoryChart {
   std::vector<Copy> copies;
   /// Compute-stream stalls (exposed transfer time).
   std::vector<Span> stalls;
+  /// Side-stream kernels (recompute issued ahead) as they run, and the
+  /// compute stream's waits for them; drawn on a lane of their own, which
+  /// the chart has only when the step has side-stream work.
+  std::vector<Span> sideOps, sideWaits;
   /// Before the loop (when anything runs there), forward and backward of one
   /// microbatch, the step's tail (grad finalisation, optimizer).
   std::vector<Span> phases;

@@ -126,9 +126,16 @@ void Lowering::predictCopies(Block &body) {
   tr::StreamSimulation sim = tr::StreamSimulation::simulate(body, cost);
   SmallVector<std::pair<double, int64_t>> kernelStarts;
   int64_t ordinal = 0;
+  // Side-stream kernels count in the ordinals (the memory plan numbers
+  // every kernel call) but are no candidates: their start is on the side
+  // stream, and the compute kernels after them in program order may start
+  // before the copy ends.
   for (const tr::SimulatedOp &s : sim.ops)
-    if (lowersToKernel(s.op))
-      kernelStarts.push_back({s.start, ordinal++});
+    if (lowersToKernel(s.op)) {
+      if (!s.side)
+        kernelStarts.push_back({s.start, ordinal});
+      ++ordinal;
+    }
   for (const tr::SimulatedCopy &c : sim.copies) {
     if (c.direction != tr::CopyDirection::DeviceToHost)
       continue;

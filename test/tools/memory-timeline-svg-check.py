@@ -69,7 +69,7 @@ def main():
         fail("expected one plot frame")
     left = float(frame[0].get("x"))
     right = left + float(frame[0].get("width"))
-    for cls in ("d2h", "h2d", "stall"):
+    for cls in ("d2h", "h2d", "stall", "side", "side-wait"):
         for b in elements("rect", cls):
             x, w = float(b.get("x")), float(b.get("width"))
             if x < left - 1e-6 or x + w > right + 0.7:
