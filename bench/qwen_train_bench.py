@@ -199,11 +199,11 @@ ARMS["elem46-noff-clone"] = (ARMS["elem46-noff"][0] +
 # per GB (bench/notes/training.md, run 9). Predicted there: auto3 30.5 % at
 # +2.91 %, auto60 60.1 % at +6.92 %, auto90 90.1 % at +11.50 %; auto16g
 # (a predicted device peak of at most 16 GiB) is not a default arm.
-def add_goal_arms(names_goals, profile, under):
+def add_goal_arms(names_goals, profile, under, extra=()):
     """Arms whose placement actplace-compile chooses for a goal under
-    `profile` (described as "under `under`")."""
+    `profile` (described as "under `under`"), with `extra` flags."""
     for name, goal in names_goals:
-        ARMS[name] = ([goal, "--profile=" + profile],
+        ARMS[name] = ([goal, "--profile=" + profile] + list(extra),
                       "placement chosen by the compiler for " + goal[2:] +
                       " under " + under)
 
@@ -241,14 +241,11 @@ add_goal_arms((("auto3-beside", "--step-budget=0.03"),
 # GDN chunk backward's idle SMs (train-recompute-stream; the side capacity
 # measured by runtime_offload_bench overlap in d31, bench/notes/runtime.md
 # "Side-stream recompute").
-for name, goal in (("auto3-side", "--step-budget=0.03"),
-                   ("auto60-side", "--activation-cut=0.6"),
-                   ("auto70-side", "--activation-cut=0.7")):
-    ARMS[name] = ([goal, "--profile=" + BESIDE_PROFILE,
-                   "--recompute-stream=side"],
-                  "placement chosen by the compiler for " + goal[2:] +
-                  " under the per-kernel copy-slowdown profile, recompute "
-                  "on the side stream")
+add_goal_arms((("auto3-side", "--step-budget=0.03"),
+               ("auto60-side", "--activation-cut=0.6"),
+               ("auto70-side", "--activation-cut=0.7")),
+              BESIDE_PROFILE, "the per-kernel copy-slowdown profile, "
+              "recompute on the side stream", ["--recompute-stream=side"])
 
 # The same with the side capacity fitted to run 13's auto60-side and
 # auto70-side (0.22 instead of the isolated bench's 0.45;
@@ -256,13 +253,10 @@ for name, goal in (("auto3-side", "--step-budget=0.03"),
 # reduction (0.5 points under the predicted in run 13) room above 60 %.
 SIDE_PROFILE = os.path.join(REPO, "bench", "profiles",
                             "h200-side-29dbd41.json")
-for name, goal in (("auto3-cal", "--step-budget=0.03"),
-                   ("auto62-cal", "--activation-cut=0.62")):
-    ARMS[name] = ([goal, "--profile=" + SIDE_PROFILE,
-                   "--recompute-stream=side"],
-                  "placement chosen by the compiler for " + goal[2:] +
-                  " under the run-13 side-stream profile, recompute on the "
-                  "side stream")
+add_goal_arms((("auto3-cal", "--step-budget=0.03"),
+               ("auto62-cal", "--activation-cut=0.62")),
+              SIDE_PROFILE, "the run-13 side-stream profile, recompute on "
+              "the side stream", ["--recompute-stream=side"])
 
 # auto60-side's lists as fixed flags, placed by the pass as of 2026-12-02
 # (after d34): only the GEMMs and what reads them on the side stream, the
