@@ -804,6 +804,7 @@ def cmd_calibrate(a):
         sys.exit("calibrate: the run has no offload-only arm to fit "
                  "copySlowdownPerByte on; pass --copy-slowdown-from PROFILE")
     profile["copySlowdownPerByte"] = float(f"{slowdown:.6e}")
+    fit_side_capacity(a, profile, med, predicted, none_meas, none_pred)
     with open(a.out, "w") as f:
         json.dump(profile, f, indent=1)
         f.write("\n")
@@ -816,6 +817,59 @@ def cmd_calibrate(a):
         f"({slowdown * 1e12:.3f} ms per GB) from " + ("; ".join(used) or
                                                      "no offload-only arm"))
     log("wrote", a.out)
+
+
+def fit_side_capacity(a, profile, med, predicted, none_meas, none_pred):
+    """calibrate --side-capacity-arms: the side capacity of one host op
+    (--side-capacity-op, the GDN chunk backward by default) that best
+    predicts the named arms (recompute on the side stream): least squares
+    of measured minus predicted step increase, by golden-section search on
+    [0, 1] (each arm's prediction only falls as the capacity grows). Sets
+    profile["sideCapacity"]; prints each arm's measured and predicted
+    increase. Run 13 fitted it by hand the same way (training.md)."""
+    arms = [n for n in a.side_capacity_arms.split(",") if n]
+    if not arms:
+        return
+    for arm in arms:
+        if arm not in med:
+            sys.exit(f"calibrate: --side-capacity-arms names '{arm}', which "
+                     "the run did not measure")
+
+    def with_capacity(c):
+        return dict(profile, sideCapacity={a.side_capacity_op: round(c, 4)})
+
+    cache = {}
+
+    def sse(c):
+        c = round(c, 4)
+        if c not in cache:
+            preds = {arm: predicted(arm, with_capacity(c)) - none_pred
+                     for arm in arms}
+            cache[c] = (sum((med[arm][0] - none_meas - p) ** 2
+                            for arm, p in preds.items()), preds)
+        return cache[c][0]
+
+    if abs(sse(0.0) - sse(1.0)) < 1e-12 and \
+            cache[0.0][1] == cache[1.0][1]:
+        sys.exit("calibrate: the predictions of " + ", ".join(arms) +
+                 " do not depend on the side capacity of " +
+                 a.side_capacity_op + " (no side-stream work beside it)")
+    lo, hi, g = 0.0, 1.0, (5 ** 0.5 - 1) / 2
+    x1, x2 = hi - g * (hi - lo), lo + g * (hi - lo)
+    while hi - lo > 0.01:
+        if sse(x1) <= sse(x2):
+            hi, x2 = x2, x1
+            x1 = hi - g * (hi - lo)
+        else:
+            lo, x1 = x1, x2
+            x2 = lo + g * (hi - lo)
+    best = min(cache, key=lambda c: cache[c][0])
+    profile["sideCapacity"] = {a.side_capacity_op: best}
+    log(f"side capacity of {a.side_capacity_op} = {best:.3f} (least squares "
+        f"over {', '.join(arms)}; {len(cache)} capacities tried)")
+    for arm in arms:
+        log(f"  {arm}: measured {(med[arm][0] - none_meas) * 1e3:+.2f} ms, "
+            f"predicted {cache[best][1][arm] * 1e3:+.2f} ms")
 
 
 def copy_beside_tables(rates, factor):
@@ -858,6 +912,7 @@ def write_copy_beside(a, profile, med, fit_arms, predicted, scale,
             used.append(arm)
         factor = max(0.0, num / den) if den else 0.0
     profile.update(copy_beside_tables(rates, factor))
+    fit_side_capacity(a, profile, med, predicted, none_meas, none_pred)
     with open(a.out, "w") as f:
         json.dump(profile, f, indent=1)
         f.write("\n")
@@ -1404,6 +1459,13 @@ def main():
     c.add_argument("--copy-beside-scale", type=float, default=None,
                    help="that factor (default: least squares over "
                    "--fit-arms)")
+    c.add_argument("--side-capacity-arms", default="",
+                   help="arms with recompute on the side stream to fit the "
+                   "side capacity of --side-capacity-op on (',' between "
+                   "names; least squares, golden-section search)")
+    c.add_argument("--side-capacity-op",
+                   default="train.gated_delta_rule_grad",
+                   help="the host op whose side capacity is fitted")
     c.add_argument("--fit-arms", default="",
                    help="arms to fit the copy slowdown on (',' between "
                    "names; default: the offload-only arms)")

@@ -81,6 +81,27 @@ q.write_copy_beside(a, {"computeScale": 1.0}, med, [], predicted, 1.0,
 k = json.load(open(out))["h2dSlowdown"]["*"] / (1e-12 * 0.793)
 assert abs(k - 1.7) < 1e-4, k
 print("calibrate --copy-beside fit: factor 1.7 recovered (%.5f)" % k)
+# calibrate --side-capacity-arms: each arm's predicted increase falls
+# linearly with the side capacity; measured at capacity 0.37.
+gain = {"a": 0.004, "b": 0.009}
+def predicted_side(arm, profile):
+    c = profile["sideCapacity"]["train.gated_delta_rule_grad"]
+    return 0.3 + (0 if arm == "none" else gain[arm] * (1 - c))
+med = {"none": (0.3, {}), **{arm: (0.3 + g * (1 - 0.37), {})
+                              for arm, g in gain.items()}}
+a = argparse.Namespace(side_capacity_arms="a,b",
+                       side_capacity_op="train.gated_delta_rule_grad")
+prof = {}
+q.fit_side_capacity(a, prof, med, predicted_side, 0.3, 0.3)
+c = prof["sideCapacity"]["train.gated_delta_rule_grad"]
+assert abs(c - 0.37) <= 0.01, c
+# Arms whose predictions ignore the capacity: an error, not a fit.
+try:
+    q.fit_side_capacity(a, {}, med, lambda arm, p: 0.3, 0.3, 0.3)
+    assert False, "a flat fit was accepted"
+except SystemExit as e:
+    assert "do not depend on the side capacity" in str(e), e
+print("calibrate --side-capacity-arms fit: capacity 0.37 recovered (%.3f)" % c)
 PY
 python3 bench/qwen_train_bench.py predict "$work/run" \
   --profile "$work/profile.json" --out "$work/calibrated" 2> "$work/predict.log"
