@@ -75,7 +75,7 @@ def predicted(arm, profile):
 med = {"none": (0.3, {}), **{arm: (0.3 + base[arm] + 1.7 * slope[arm],
                                    {"offloaded_bytes": 1}) for arm in base}}
 a = argparse.Namespace(copy_beside="bench/profiles/h200-copy-rates-d29.json",
-                       copy_beside_scale=None, out=out)
+                       copy_beside_scale=None, out=out, side_capacity_arms="")
 q.write_copy_beside(a, {"computeScale": 1.0}, med, [], predicted, 1.0,
                     0.3, 0.3)
 k = json.load(open(out))["h2dSlowdown"]["*"] / (1e-12 * 0.793)
