@@ -69,8 +69,8 @@ import argparse
 import contextlib
 import io
 import json
-import re
 import lzma
+import re
 import math
 import os
 import shutil
@@ -277,6 +277,15 @@ ARMS["none-unfused"] = (["--fuse-loss-grad=false"],
 DEFAULT_ARMS = ["none", "ref", "ref+norm", "all", "max", "cal3", "elem46",
                 "elem60", "elem46-fc1"]
 
+
+
+def open_result(path):
+    """A run folder's file as text, or its xz-compressed copy (PATH.xz):
+    older folders in bench/results keep their reports and step records
+    compressed, to leave room in the tree a device call carries."""
+    if not os.path.exists(path) and os.path.exists(path + ".xz"):
+        return lzma.open(path + ".xz", "rt")
+    return open(path)
 
 def log(*a):
     print(*a, file=sys.stderr, flush=True)
@@ -679,14 +688,15 @@ def cmd_check(a):
 def arm_medians(d):
     """Median measured step time per arm of a run folder, and its reports."""
     manifest = json.load(open(os.path.join(d, "manifest.json")))
-    rows = [json.loads(l) for l in open(os.path.join(d, "results.jsonl"))
+    rows = [json.loads(l)
+            for l in open_result(os.path.join(d, "results.jsonl"))
             if l.strip()]
     out = {}
     for arm, info in manifest["arms"].items():
         times = [r["step_time_s"] for r in rows
                  if r["arm"] == arm and not r["warmup"]]
         if times:
-            rep = json.load(open(os.path.join(d, info["report"])))
+            rep = json.load(open_result(os.path.join(d, info["report"])))
             out[arm] = (statistics.median(times), rep["totals"])
     return manifest, out
 
@@ -1077,8 +1087,10 @@ def cmd_predict(a):
     os.makedirs(dest, exist_ok=True)
     manifest = json.load(open(os.path.join(src, "manifest.json")))
     build = os.path.join(REPO, a.build_dir, "bin")
-    for f in ("results.jsonl", "manifest.json"):
-        shutil.copy(os.path.join(src, f), dest)
+    with open_result(os.path.join(src, "results.jsonl")) as f, \
+            open(os.path.join(dest, "results.jsonl"), "w") as o:
+        shutil.copyfileobj(f, o)
+    shutil.copy(os.path.join(src, "manifest.json"), dest)
     for arm, info in manifest["arms"].items():
         report = os.path.join(dest, info["report"])
         write_report(manifest, arm, os.path.abspath(a.profile), report, build)
@@ -1243,7 +1255,8 @@ def print_table(a):
     d = os.path.abspath(a.results)
     manifest = json.load(open(os.path.join(d, "manifest.json")))
     run = manifest.get("run", {})
-    rows = [json.loads(l) for l in open(os.path.join(d, "results.jsonl"))
+    rows = [json.loads(l)
+            for l in open_result(os.path.join(d, "results.jsonl"))
             if l.strip()]
     arms = [arm for arm in manifest["arms"]
             if any(r["arm"] == arm for r in rows)] or list(manifest["arms"])
@@ -1254,7 +1267,8 @@ def print_table(a):
     stats = {}
     for arm in arms:
         meas = [r for r in rows if r["arm"] == arm and not r["warmup"]]
-        rep = json.load(open(os.path.join(d, manifest["arms"][arm]["report"])))
+        rep = json.load(
+            open_result(os.path.join(d, manifest["arms"][arm]["report"])))
         t = rep["totals"]
         s = {"n": len(meas), "report": t}
         if meas:
