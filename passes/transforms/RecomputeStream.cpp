@@ -132,10 +132,11 @@ struct TrainRecomputeStreamPass
       // GEMMs, and what reads their results, go to the side stream; the
       // rest of the run (a norm feeding the projections) moves along on
       // the compute stream, where a memory-bound kernel costs its few
-      // microseconds. On the side stream such kernels take SM slots next
-      // to the host's CTAs (they ask for no SM target): in run 13 the GDN
-      // chunk backward ran 9 % slower beside side norms and GEMMs, where
-      // the GEMMs alone had cost it 1 % (bench/notes/training.md).
+      // microseconds. On the side stream such kernels would take SM slots
+      // next to the host's CTAs (they ask for no SM target). A choice of
+      // least interference, not a measured gain: run 13 measured the 60 %
+      // placement at +2.80 % this way and +2.75..+3.29 % with the norms on
+      // the side stream (bench/notes/training.md).
       OpBuilder b(module.getContext());
       llvm::SmallPtrSet<Operation *, 8> onSide;
       for (Operation *op : run) {
