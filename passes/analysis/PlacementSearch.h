@@ -111,8 +111,8 @@ Options placementPassOptions(const PlacementConfig &cfg,
 }
 
 /// Adds the placement passes (verify, recompute, fuse recompute, recompute
-/// stream, offload scopes, prefetch anchors) to `pm` with `cfg`'s settings and the given module
-/// lists.
+/// stream, offload scopes, prefetch anchors) to `pm` with `cfg`'s settings and
+/// the given module lists.
 void addPlacementPasses(mlir::OpPassManager &pm, const PlacementConfig &cfg,
                         llvm::ArrayRef<std::string> offload,
                         llvm::ArrayRef<std::string> recompute);
