@@ -783,6 +783,19 @@ void *upload(const void *h, size_t n) {
   return p;
 }
 
+/// The GDN conv of one Qwen3.5-0.8B layer and microbatch (4096 tokens x
+/// 6144 channels, kernel 4), its x and w from the random GEMM operands.
+ap::kernels::GdnConvArgs modelConvArgs(char *g, uint64_t gemmBytes) {
+  ap::kernels::GdnConvArgs c;
+  c.batch = 1;
+  c.seqLen = 4096;
+  c.channels = 6144;
+  c.kernelSize = 4;
+  c.x = g;
+  c.w = g + gemmBytes;
+  return c;
+}
+
 /// Copies beside the step's other long kernels (`clocks-kernels`): the GDN
 /// chunk forward and backward (B = 1, T = 4096, 16 heads of 128, as a
 /// Qwen3.5-0.8B layer and microbatch), the GDN conv backward (4096 x 6144)
@@ -802,15 +815,7 @@ void kernelsExperiment(Device &dev, char *copyArena, char *g,
   const int T = 4096;
   GdnChunkArgs a =
       ap::bench::gdnChunkOperands(1, T, 16, 128, 128, 1u, upload, devAlloc);
-  // The conv: 4096 tokens x 6144 channels, kernel 4, operands from the
-  // random GEMM operands.
-  GdnConvArgs c;
-  c.batch = 1;
-  c.seqLen = T;
-  c.channels = 6144;
-  c.kernelSize = 4;
-  c.x = g;
-  c.w = g + gemmBytes;
+  GdnConvArgs c = modelConvArgs(g, gemmBytes);
   c.dy = g + 2 * gemmBytes;
   c.dx = devAlloc(size_t(T) * 6144 * 2);
   c.dw = devAlloc(size_t(6144) * 4 * 4);
@@ -874,13 +879,7 @@ void overlapExperiment(Device &dev, char *g, uint64_t gemmBytes, int rounds) {
       ap::bench::gdnChunkOperands(1, T, 16, 128, 128, 1u, upload, devAlloc);
   // gdn_prep's recompute: the conv over the 6144 q/k/v channels, then the
   // q and k L2 norms (2 x 16 heads of 128) reading the conv output.
-  GdnConvArgs conv;
-  conv.batch = 1;
-  conv.seqLen = T;
-  conv.channels = 6144;
-  conv.kernelSize = 4;
-  conv.x = g;
-  conv.w = g + gemmBytes;
+  GdnConvArgs conv = modelConvArgs(g, gemmBytes);
   conv.y = devAlloc(size_t(T) * 6144 * 2);
   GdnL2NormArgs l2;
   l2.tokens = T;
