@@ -268,6 +268,13 @@ ARMS["side60-gemms"] = (["--recompute-modules=attn_norm,gdn_in_proj,"
                         "auto60-side's recompute lists; GEMMs and their "
                         "readers on the side stream, norms on compute")
 
+# side60-gemms with the side work enqueued where the run sits, before the
+# kernel it overlaps (--side-issue=with-run; the order of run 13's binaries):
+# the A/B of exec-defer-side-issue, which enqueues it after that kernel.
+ARMS["side60-withrun"] = (ARMS["side60-gemms"][0] + ["--side-issue=with-run"],
+                          "side60-gemms with side work enqueued before its "
+                          "host kernel (run 13's order)")
+
 # No placement, with the loss and its gradient as two ops (a second logits
 # pass; train-autodiff fuse-loss-grad=false): what the fused loss of c81ab9e
 # saves, measured in the same run. Not a default arm.
@@ -471,7 +478,12 @@ def open_carry(a, prefix):
     unpacked from the carry (remove it when done)."""
     carry = os.path.abspath(a.carry)
     manifest = json.load(open(os.path.join(carry, "manifest.json")))
+    add_variants(manifest, a.variant)
     arms = a.arms.split(",") if a.arms else list(manifest["arms"])
+    for arm in arms:
+        if arm not in manifest["arms"]:
+            sys.exit(f"--arms names '{arm}': neither a built arm of "
+                     f"{carry} nor a --variant")
     out = os.path.abspath(a.out)
     os.makedirs(out, exist_ok=True)
     bindir = tempfile.mkdtemp(prefix=prefix)
@@ -483,6 +495,39 @@ def open_carry(a, prefix):
             shutil.copyfileobj(f, o)
         os.chmod(path, 0o755)
     return carry, manifest, arms, out, bindir
+
+
+def add_variants(manifest, specs):
+    """Adds each --variant NAME=ARM:VAR=VALUE[;VAR=VALUE] to the manifest's
+    arms: ARM's entry (binary, report, predictions) plus "variant_of" and
+    "env", so that run, check and table treat it as an arm of its own."""
+    for spec in specs:
+        name, sep, rest = spec.partition("=")
+        base, sep2, env_text = rest.partition(":")
+        if not sep or not sep2 or not name or not base or not env_text:
+            sys.exit(f"--variant '{spec}': expected "
+                     "NAME=ARM:VAR=VALUE[;VAR=VALUE]")
+        if name in manifest["arms"]:
+            sys.exit(f"--variant '{spec}': arm '{name}' exists already")
+        if base not in manifest["arms"]:
+            sys.exit(f"--variant '{spec}': '{base}' is not a built arm "
+                     f"(built: {', '.join(manifest['arms'])})")
+        env = {}
+        for item in env_text.split(";"):
+            var, eq, value = item.partition("=")
+            if not eq or not var:
+                sys.exit(f"--variant '{spec}': '{item}' is not VAR=VALUE")
+            env[var] = value
+        info = dict(manifest["arms"][base])
+        info.update({"variant_of": base, "env": env})
+        manifest["arms"][name] = info
+
+
+def arm_env(info):
+    """The environment an arm's process runs in: ours plus its variant's."""
+    env = dict(os.environ)
+    env.update(info.get("env", {}))
+    return env
 
 
 def cmd_run(a):
@@ -515,6 +560,7 @@ def cmd_run(a):
             try:
                 with open(logf, "w") as lf:
                     rc = subprocess.run(cmd, stdout=lf, stderr=subprocess.STDOUT,
+                                        env=arm_env(manifest["arms"][arm]),
                                         timeout=a.timeout).returncode
             except subprocess.TimeoutExpired:
                 rc = "timeout"
@@ -528,8 +574,11 @@ def cmd_run(a):
                 row.update(m)
                 results.write(json.dumps(row) + "\n")
             results.flush()
+            # Start time (epoch s): lines up a process with GPU clock and
+            # power samples taken beside the run.
             proc = {"arm": arm, "round": r, "position": pos, "rc": rc,
-                    "wall_s": round(wall, 2), "steps_written": len(lines)}
+                    "started_s": round(t0, 2), "wall_s": round(wall, 2),
+                    "steps_written": len(lines)}
             run["processes"].append(proc)
             log(f"  rc={rc} wall={wall:.1f}s steps={len(lines)}"
                 + (f" last step {lines[-1]['step_time_s']:.4f}s" if lines
@@ -548,6 +597,7 @@ def cmd_run(a):
         try:
             rc = subprocess.run(cmd, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.STDOUT,
+                                env=arm_env(manifest["arms"][arm]),
                                 timeout=a.timeout).returncode
         except subprocess.TimeoutExpired:
             rc = "timeout"
@@ -632,6 +682,7 @@ def cmd_check(a):
         with open(os.path.join(out, f"{arm}.check.log"), "w") as lf:
             try:
                 rc = subprocess.run(cmd, stdout=lf, stderr=subprocess.STDOUT,
+                                    env=arm_env(manifest["arms"][arm]),
                                     timeout=a.timeout).returncode
             except subprocess.TimeoutExpired:
                 rc = "timeout"
@@ -1006,7 +1057,8 @@ def write_report(manifest, arm, profile, report, build):
     (the default); only the report uses the new one, so the prediction is
     for the very placement that was measured (the hide rule would otherwise
     keep other scopes under a slower compute model)."""
-    flags, _ = ARMS[arm]
+    # A --variant runs its base arm's binary: the same placement.
+    flags, _ = ARMS[manifest["arms"].get(arm, {}).get("variant_of", arm)]
     chosen = manifest["arms"].get(arm, {}).get("chosen")
     if chosen is not None:
         # The lists the build's search chose (actplace-compile checks the
@@ -1070,10 +1122,11 @@ def placement_report(graph, place_opts, report_opts, report, build, what,
 
 def placement_options(flags):
     """actplace-compile placement flags -> placement pass options
-    (--copy-hold is the lowering's, --fuse-loss-grad autodiff's: not
-    placement's)."""
+    (--copy-hold and --side-issue are the lowering's, --fuse-loss-grad
+    autodiff's: not placement's)."""
     return " ".join(f[2:] for f in flags
                     if f.startswith("--") and not f.startswith("--copy-hold")
+                    and not f.startswith("--side-issue")
                     and not f.startswith("--fuse-loss-grad")
                     and not f.startswith(GOAL_FLAGS))
 
@@ -1342,6 +1395,15 @@ def print_table(a):
               f"{pred_delta * 1e3:+.2f} | {meas_delta} | {err} | "
               f"{measured_stall(a.results, arm)} |")
     print()
+    variants = [(arm, manifest["arms"][arm]) for arm in arms
+                if "variant_of" in manifest["arms"][arm]]
+    if variants:
+        print("Variants (the base arm's binary and report, run with these "
+              "variables; the prediction is the base arm's): " + "; ".join(
+                  f"{arm} = {info['variant_of']} with " + " ".join(
+                      f"{k}={v}" for k, v in info["env"].items())
+                  for arm, info in variants) + ".")
+        print()
     print(f"Model FLOPs: {manifest['forward_flops_per_token'] / 1e9:.4g} "
           f"GFLOP forward per token x 3 (forward + backward) x "
           f"{manifest['tokens_per_step']} tokens = {flops / 1e12:.4g} TFLOP "
@@ -1402,6 +1464,11 @@ def add_process_args(sp, arms_help):
     sp.add_argument("--data", default="synthetic")
     sp.add_argument("--timeout", type=float, default=300,
                     help="seconds per process")
+    sp.add_argument("--variant", action="append", default=[],
+                    metavar="NAME=ARM:VAR=VALUE[;VAR=VALUE]",
+                    help="an extra arm NAME: ARM's binary run with the "
+                    "environment variables given (ACTPLACE_* switches); "
+                    "name it in --arms like a built arm (repeatable)")
 
 
 def main():

@@ -333,4 +333,23 @@ def ExecScheduleStreams : Pass<"exec-schedule-streams", "mlir::ModuleOp"> {
   ];
 }
 
+def ExecDeferSideIssue : Pass<"exec-defer-side-issue", "mlir::ModuleOp"> {
+  let summary = "Issue each run of side-stream work after the compute kernel that follows it";
+  let description = [{
+    A recompute run on the side stream sits right before the kernel it
+    overlaps (its host). Enqueued first, its GEMMs took their SMs before
+    the host's first, wide kernel could. This pass moves each run of side
+    ops (waits, kernels, records; value definitions stay) to right after
+    the next compute-stream kernel, when nothing between orders against the
+    run (a wait for an event the run records, a record of an event it
+    waits for, other side work, a region). Only the host issue order
+    changes: every stream sees the same ops in the same order and every
+    wait the same last record. `done_by_kernel` is renumbered to name the
+    same kernel. Run after exec-schedule-streams. Idempotent.
+  }];
+  let statistics = [
+    Statistic<"numRunsMoved", "runs-moved", "Side runs issued after their host">
+  ];
+}
+
 #endif // ACTPLACE_PASSES_TD

@@ -6,10 +6,31 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <string>
 
 namespace ap::rt {
 
-Device::Device(const DeviceOptions &options) {
+namespace {
+/// ACTPLACE_SIDE_SMS: the SM count side-stream GEMMs ask cuBLASLt for, in
+/// place of 3/4 of the device's SMs (0: no target, the GEMM may take every
+/// SM). A benchmark switch; -1 when unset. Any target keeps the bits: the
+/// algorithm is the one chosen without a target.
+int32_t sideSmsFromEnv() {
+  const char *v = std::getenv("ACTPLACE_SIDE_SMS");
+  if (!v || !*v)
+    return -1;
+  char *end = nullptr;
+  long n = std::strtol(v, &end, 10);
+  if (*end != '\0' || n < 0 || n > 100000)
+    fail("ACTPLACE_SIDE_SMS='", v,
+         "': expected a count of SMs >= 0 (0: no target)");
+  return static_cast<int32_t>(n);
+}
+} // namespace
+
+Device::Device(const DeviceOptions &options)
+    : sideSmsOverride_(sideSmsFromEnv()) {
   backend_ = createBackend(options.device, options.deviceIndex, &notice_);
   if (!notice_.empty() && !options.quiet)
     std::fprintf(stderr, "%s\n", notice_.c_str());
@@ -17,7 +38,7 @@ Device::Device(const DeviceOptions &options) {
 }
 
 Device::Device(std::unique_ptr<Backend> backend)
-    : backend_(std::move(backend)) {
+    : backend_(std::move(backend)), sideSmsOverride_(sideSmsFromEnv()) {
   if (!backend_)
     fail("device: null backend");
   initMemoryBaseline();
@@ -270,7 +291,9 @@ kernels::KernelContext Device::kernelContext(Stream stream) const {
     // beside the GDN chunk backward; without a target its persistent CTAs
     // take every SM and the backward waits.
     if (kind() == DeviceKind::Cuda)
-      ctx.smTarget = ctx.smCount * 3 / 4;
+      ctx.smTarget = sideSmsOverride_ >= 0
+                         ? std::min(sideSmsOverride_, ctx.smCount)
+                         : ctx.smCount * 3 / 4;
   }
   return ctx;
 }

@@ -186,6 +186,8 @@ private:
   void initMemoryBaseline();
 
   std::unique_ptr<Backend> backend_;
+  /// ACTPLACE_SIDE_SMS when set (side-stream GEMMs' SM target), else -1.
+  int32_t sideSmsOverride_ = -1;
   std::string notice_;
   char *arena_ = nullptr;
   void *allocation_ = nullptr;

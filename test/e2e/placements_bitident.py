@@ -63,6 +63,12 @@ VARIANTS = {
                        "--recompute-stream=side",
                        "--offload-modules=core_attn", "--hide-rule=off",
                        "--keep-source"],
+    # Same, with the side work enqueued after the kernel it overlaps
+    # (exec-defer-side-issue): only the host's issue order differs.
+    "recompute-side-after-host": [
+        "--recompute-modules=gdn_in_proj,gdn_prep,mlp_fc1",
+        "--recompute-stream=side", "--offload-modules=core_attn",
+        "--hide-rule=off", "--side-issue=after-host", "--keep-source"],
 }
 WITH_OFFLOAD = ("offload", "fraction", "both")
 OFFLOADED_LEAVES = ("gdn_core_attn", "core_attn", "attn_proj")
@@ -176,6 +182,37 @@ def main():
         fail("side-stream launches: %s" % sideLaunches)
     print("side-stream launches per microbatch: %d" %
           sideLaunches["recompute-side"])
+
+    # Issue order: the compute launch nearest to each side launch is the
+    # GDN chunk backward it overlaps; it follows the side run by default
+    # and precedes it with --side-issue=after-host. Same side launches.
+    def neighbour_launches(name):
+        with open(os.path.join(args.work, "train-" + name + ".cpp")) as f:
+            lines = [l for l in f if "r.launch(" in l or
+                     "r.launchOn(Stream::Side, " in l]
+        before, after = [], []
+        for i, l in enumerate(lines):
+            if "Stream::Side" not in l:
+                continue
+            j = i - 1
+            while j >= 0 and "Stream::Side" in lines[j]:
+                j -= 1
+            k = i + 1
+            while k < len(lines) and "Stream::Side" in lines[k]:
+                k += 1
+            before.append(lines[j] if j >= 0 else "")
+            after.append(lines[k] if k < len(lines) else "")
+        return before, after
+    _, nextLaunch = neighbour_launches("recompute-side")
+    prevLaunch, _ = neighbour_launches("recompute-side-after-host")
+    if not (nextLaunch and
+            all("gated_delta_rule_grad" in l for l in nextLaunch) and
+            len(prevLaunch) == len(nextLaunch) and
+            all("gated_delta_rule_grad" in l for l in prevLaunch)):
+        fail("side issue order: with-run next %s, after-host previous %s" %
+             (nextLaunch, prevLaunch))
+    print("side issue order: %d side launches before their chunk backward "
+          "(with-run), after it (after-host)" % len(nextLaunch))
 
     for name in ("none", "recompute", "recompute-mlp", "recompute-mlp-clone"):
         for m in runs[name]:

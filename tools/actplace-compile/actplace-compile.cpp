@@ -178,6 +178,13 @@ static cl::opt<std::string> recomputeStream(
              "stream, beside kernels that leave SMs idle "
              "(train-recompute-stream; same bits)"),
     cl::value_desc("compute|side"), cl::cat(category));
+static cl::opt<std::string> sideIssue(
+    "side-issue", cl::init("with-run"),
+    cl::desc("with-run (default) | after-host: when the host enqueues "
+             "side-stream recompute: where its run sits, right before the "
+             "compute kernel it overlaps, or right after that kernel "
+             "(exec-defer-side-issue); same events, same bits"),
+    cl::value_desc("with-run|after-host"), cl::cat(category));
 static cl::opt<bool> keepSource("keep-source",
                                 cl::desc("Keep BINARY.cpp after a good build"),
                                 cl::init(false), cl::cat(category));
@@ -263,6 +270,11 @@ int main(int argc, char **argv) {
                          std::to_string(gemmWorkspace) +
                          (holdUnderProfile ? " profile=" + profile : "") +
                          "},exec-plan-memory,exec-schedule-streams";
+  if (sideIssue == "after-host")
+    lowering += ",exec-defer-side-issue";
+  else if (sideIssue != "with-run")
+    return fail("--side-issue must be with-run or after-host, got '" +
+                sideIssue + "'");
 
   // A goal instead of module lists: the search picks them (under the same
   // profile and options), then everything below runs as if they were given.

@@ -3,6 +3,8 @@
 #include "runtime/nvtx.h"
 #include "runtime_test_util.h"
 
+#include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 using namespace ap::rt;
@@ -31,6 +33,39 @@ TEST_P(DeviceTest, ArenaIsAllocatedOnceAlignedAndBoundsChecked) {
   EXPECT_GE(device->devicePeakBytes(), 1024u + 512u);
   if (GetParam() == DeviceKind::Host)
     EXPECT_EQ(device->devicePeakBytes(), 1024u + 512u);
+}
+
+// ACTPLACE_SIDE_SMS (a benchmark switch) replaces the side stream's SM
+// target; 0 asks for no target; anything but a count is refused at startup.
+TEST_P(DeviceTest, SideSmsSwitchSetsTheSideTarget) {
+  struct EnvGuard {
+    ~EnvGuard() { unsetenv("ACTPLACE_SIDE_SMS"); }
+  } guard;
+  auto sideTarget = [&](const char *value) {
+    setenv("ACTPLACE_SIDE_SMS", value, 1);
+    DeviceOptions options;
+    options.device = GetParam();
+    options.quiet = true;
+    Device d(options);
+    return d.kernelContext(Stream::Side);
+  };
+  for (const char *value : {"40", "0", "100000"}) {
+    auto side = sideTarget(value);
+    int32_t want = GetParam() == DeviceKind::Cuda
+                       ? std::min<int32_t>(std::atoi(value), side.smCount)
+                       : 0;
+    EXPECT_EQ(side.smTarget, want) << value;
+  }
+  EXPECT_RT_ERROR(sideTarget("half"), "ACTPLACE_SIDE_SMS='half'");
+  EXPECT_RT_ERROR(sideTarget("-3"), "expected a count of SMs");
+  unsetenv("ACTPLACE_SIDE_SMS");
+  DeviceOptions options;
+  options.device = GetParam();
+  options.quiet = true;
+  Device plain(options);
+  auto side = plain.kernelContext(Stream::Side);
+  EXPECT_EQ(side.smTarget,
+            GetParam() == DeviceKind::Cuda ? side.smCount * 3 / 4 : 0);
 }
 
 TEST_P(DeviceTest, PeakMemoryReflectsTheArena) {
