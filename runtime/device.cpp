@@ -5,6 +5,7 @@
 #include "runtime/nvtx.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -27,10 +28,26 @@ int32_t sideSmsFromEnv() {
          "': expected a count of SMs >= 0 (0: no target)");
   return static_cast<int32_t>(n);
 }
+
+/// ACTPLACE_SIDE_DELAY_US: after each side-stream wait, hold the side
+/// stream this many microseconds more (a host function that spins), so
+/// that side work starts after the first kernel of the compute op it was
+/// issued beside. A benchmark switch for that question; 0 when unset.
+uint32_t sideDelayUsFromEnv() {
+  const char *v = std::getenv("ACTPLACE_SIDE_DELAY_US");
+  if (!v || !*v)
+    return 0;
+  char *end = nullptr;
+  long n = std::strtol(v, &end, 10);
+  if (*end != '\0' || n < 0 || n > 1000000)
+    fail("ACTPLACE_SIDE_DELAY_US='", v,
+         "': expected microseconds, 0 to 1000000");
+  return static_cast<uint32_t>(n);
+}
 } // namespace
 
 Device::Device(const DeviceOptions &options)
-    : sideSmsOverride_(sideSmsFromEnv()) {
+    : sideSmsOverride_(sideSmsFromEnv()), sideDelayUs_(sideDelayUsFromEnv()) {
   backend_ = createBackend(options.device, options.deviceIndex, &notice_);
   if (!notice_.empty() && !options.quiet)
     std::fprintf(stderr, "%s\n", notice_.c_str());
@@ -38,7 +55,8 @@ Device::Device(const DeviceOptions &options)
 }
 
 Device::Device(std::unique_ptr<Backend> backend)
-    : backend_(std::move(backend)), sideSmsOverride_(sideSmsFromEnv()) {
+    : backend_(std::move(backend)), sideSmsOverride_(sideSmsFromEnv()),
+      sideDelayUs_(sideDelayUsFromEnv()) {
   if (!backend_)
     fail("device: null backend");
   initMemoryBaseline();
@@ -178,6 +196,14 @@ void Device::wait(Stream stream, EventId event) {
     return;
   merge(streamClock_[static_cast<int>(stream)], ev.clock);
   backend_->waitEvent(stream, static_cast<uint32_t>(event));
+  if (stream == Stream::Side && sideDelayUs_ > 0) {
+    auto hold = std::chrono::microseconds(sideDelayUs_);
+    backend_->hostCallback(Stream::Side, [hold] {
+      auto until = std::chrono::steady_clock::now() + hold;
+      while (std::chrono::steady_clock::now() < until) {
+      }
+    });
+  }
 }
 
 void Device::synchronize(EventId event) {

@@ -188,6 +188,8 @@ private:
   std::unique_ptr<Backend> backend_;
   /// ACTPLACE_SIDE_SMS when set (side-stream GEMMs' SM target), else -1.
   int32_t sideSmsOverride_ = -1;
+  /// ACTPLACE_SIDE_DELAY_US: the side stream's hold after each wait.
+  uint32_t sideDelayUs_ = 0;
   std::string notice_;
   char *arena_ = nullptr;
   void *allocation_ = nullptr;

@@ -4,6 +4,7 @@
 #include "runtime_test_util.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 
@@ -66,6 +67,35 @@ TEST_P(DeviceTest, SideSmsSwitchSetsTheSideTarget) {
   auto side = plain.kernelContext(Stream::Side);
   EXPECT_EQ(side.smTarget,
             GetParam() == DeviceKind::Cuda ? side.smCount * 3 / 4 : 0);
+}
+
+// ACTPLACE_SIDE_DELAY_US (a benchmark switch) holds the side stream after
+// each wait; side work still runs after the event it waited for, and a
+// value that is not a count of microseconds is refused at startup.
+TEST_P(DeviceTest, SideDelaySwitchHoldsTheSideStream) {
+  struct EnvGuard {
+    ~EnvGuard() { unsetenv("ACTPLACE_SIDE_DELAY_US"); }
+  } guard;
+  auto make = [&](const char *value) {
+    setenv("ACTPLACE_SIDE_DELAY_US", value, 1);
+    DeviceOptions options;
+    options.device = GetParam();
+    options.quiet = true;
+    return std::make_unique<Device>(options);
+  };
+  EXPECT_RT_ERROR(make("soon"), "ACTPLACE_SIDE_DELAY_US='soon'");
+  EXPECT_RT_ERROR(make("-1"), "expected microseconds");
+  auto d = make("2000");
+  d->allocateArena(4096, 0);
+  EventId e = d->createEvent();
+  d->record(e, Stream::Compute);
+  auto t0 = std::chrono::steady_clock::now();
+  d->wait(Stream::Side, e);
+  d->synchronize(Stream::Side);
+  double us = std::chrono::duration<double, std::micro>(
+                  std::chrono::steady_clock::now() - t0)
+                  .count();
+  EXPECT_GE(us, 2000.0);
 }
 
 TEST_P(DeviceTest, PeakMemoryReflectsTheArena) {
