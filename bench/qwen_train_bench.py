@@ -1148,6 +1148,10 @@ def cmd_predict(a):
         report = os.path.join(dest, info["report"])
         write_report(manifest, arm, os.path.abspath(a.profile), report, build)
         log(f"[{arm}] wrote {os.path.relpath(report)}")
+    # The measured op times go along: the table's measured reload stalls.
+    for name in os.listdir(src):
+        if name.startswith("op-times") and name.endswith(".json"):
+            shutil.copy(os.path.join(src, name), dest)
 
 
 #===----------------------------------------------------------------------===#
