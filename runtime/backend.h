@@ -128,6 +128,9 @@ public:
   /// cublasLtHandle_t on cuda, null on host.
   virtual void *cublasLtHandle() const = 0;
   virtual int32_t smCount() const = 0;
+  /// The stream's scheduling priority (cudaStreamGetPriority: lower runs
+  /// first); 0 on host.
+  virtual int streamPriority(Stream) const { return 0; }
   /// Bytes of device memory in use on the device (cudaMemGetInfo: total -
   /// free) or nullopt where the backend cannot measure it (host).
   virtual std::optional<uint64_t> deviceMemoryUsed() = 0;

@@ -8,8 +8,12 @@
 //===----------------------------------------------------------------------===//
 #include "runtime/backend.h"
 #include "runtime/cuda/cuda_check.h"
+#include "runtime/error.h"
 #include "runtime/nvtx.h"
 
+#include <cstdlib>
+#include <iterator>
+#include <string>
 #include <vector>
 
 namespace ap::rt {
@@ -25,8 +29,24 @@ public:
     AP_CUDA_CHECK(cudaGetDeviceProperties(&props_, device_));
     AP_CUDA_CHECK(cudaDeviceGetAttribute(
         &smCount_, cudaDevAttrMultiProcessorCount, device_));
-    for (auto &s : streams_)
-      AP_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    // ACTPLACE_STREAM_PRIORITY=compute-high (a benchmark switch): the
+    // compute stream gets the greatest priority, so that when its kernels
+    // and side-stream recompute both wait for SMs, the block scheduler
+    // serves the compute stream first. Default: all streams equal.
+    bool computeHigh = false;
+    if (const char *v = std::getenv("ACTPLACE_STREAM_PRIORITY"); v && *v) {
+      if (std::string(v) != "compute-high")
+        fail("ACTPLACE_STREAM_PRIORITY='", v,
+             "': expected compute-high (or unset)");
+      computeHigh = true;
+    }
+    int least = 0, greatest = 0;
+    AP_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    for (size_t i = 0; i < std::size(streams_); ++i)
+      AP_CUDA_CHECK(cudaStreamCreateWithPriority(
+          &streams_[i], cudaStreamNonBlocking,
+          computeHigh && i == static_cast<size_t>(Stream::Compute) ? greatest
+                                                                   : least));
     AP_CUBLAS_CHECK(cublasLtCreate(&cublasLt_));
   }
 
@@ -153,6 +173,11 @@ public:
     AP_CUDA_CHECK(status);
   }
 
+  int streamPriority(Stream stream) const override {
+    int p = 0;
+    AP_CUDA_CHECK(cudaStreamGetPriority(native(stream), &p));
+    return p;
+  }
   void *nativeStream(Stream stream) const override {
     return streams_[static_cast<int>(stream)];
   }

@@ -98,6 +98,43 @@ TEST_P(DeviceTest, SideDelaySwitchHoldsTheSideStream) {
   EXPECT_GE(us, 2000.0);
 }
 
+// ACTPLACE_STREAM_PRIORITY=compute-high (a benchmark switch) gives the
+// compute stream the greatest priority on cuda; streams are equal without
+// it, and the host backend has no priorities.
+TEST_P(DeviceTest, StreamPrioritySwitch) {
+  struct EnvGuard {
+    ~EnvGuard() { unsetenv("ACTPLACE_STREAM_PRIORITY"); }
+  } guard;
+  auto make = [&](const char *value) {
+    if (value)
+      setenv("ACTPLACE_STREAM_PRIORITY", value, 1);
+    else
+      unsetenv("ACTPLACE_STREAM_PRIORITY");
+    DeviceOptions options;
+    options.device = GetParam();
+    options.quiet = true;
+    return std::make_unique<Device>(options);
+  };
+  auto plain = make(nullptr);
+  for (Stream s : {Stream::D2H, Stream::H2D, Stream::Comm, Stream::Side})
+    EXPECT_EQ(plain->backend().streamPriority(s),
+              plain->backend().streamPriority(Stream::Compute))
+        << streamName(s);
+  plain.reset();
+  auto high = make("compute-high");
+  int compute = high->backend().streamPriority(Stream::Compute);
+  int side = high->backend().streamPriority(Stream::Side);
+  if (GetParam() == DeviceKind::Cuda) {
+    EXPECT_LT(compute, side); // lower value: served first
+    EXPECT_EQ(side, high->backend().streamPriority(Stream::D2H));
+    high.reset();
+    EXPECT_RT_ERROR(make("side-high"), "ACTPLACE_STREAM_PRIORITY='side-high'");
+  } else {
+    EXPECT_EQ(compute, 0);
+    EXPECT_EQ(side, 0);
+  }
+}
+
 TEST_P(DeviceTest, PeakMemoryReflectsTheArena) {
   const uint64_t plan = 256ull << 20;
   device->allocateArena(plan, 1 << 20);
