@@ -275,6 +275,14 @@ ARMS["side60-withrun"] = (ARMS["side60-gemms"][0] + ["--side-issue=with-run"],
                           "side60-gemms with side work enqueued before its "
                           "host kernel (run 13's order)")
 
+# side60-gemms with side work enqueued after the kernel it overlaps
+# (exec-defer-side-issue): run 14's d37 measured it alike the default; with
+# the compute stream at high priority (ACTPLACE_STREAM_PRIORITY) the order
+# decides whose CTAs wait.
+ARMS["side60-after"] = (ARMS["side60-gemms"][0] + ["--side-issue=after-host"],
+                        "side60-gemms with side work enqueued after its "
+                        "host kernel")
+
 # No placement, with the loss and its gradient as two ops (a second logits
 # pass; train-autodiff fuse-loss-grad=false): what the fused loss of c81ab9e
 # saves, measured in the same run. Not a default arm.
