@@ -13,36 +13,37 @@
 namespace ap::rt {
 
 namespace {
-/// ACTPLACE_SIDE_SMS: the SM count side-stream GEMMs ask cuBLASLt for, in
-/// place of 3/4 of the device's SMs (0: no target, the GEMM may take every
-/// SM). A benchmark switch; -1 when unset. Any target keeps the bits: the
-/// algorithm is the one chosen without a target.
-int32_t sideSmsFromEnv() {
-  const char *v = std::getenv("ACTPLACE_SIDE_SMS");
+/// The value of benchmark switch `name`, a whole number in [0, max]; -1
+/// when unset. Anything else is refused at startup, naming the variable
+/// and `expected`.
+int64_t envCount(const char *name, int64_t max, const char *expected) {
+  const char *v = std::getenv(name);
   if (!v || !*v)
     return -1;
   char *end = nullptr;
-  long n = std::strtol(v, &end, 10);
-  if (*end != '\0' || n < 0 || n > 100000)
-    fail("ACTPLACE_SIDE_SMS='", v,
-         "': expected a count of SMs >= 0 (0: no target)");
-  return static_cast<int32_t>(n);
+  long long n = std::strtoll(v, &end, 10);
+  if (*end != '\0' || n < 0 || n > max)
+    fail(name, "='", v, "': expected ", expected);
+  return n;
+}
+
+/// ACTPLACE_SIDE_SMS: the SM count side-stream GEMMs ask cuBLASLt for, in
+/// place of 3/4 of the device's SMs (0: no target, the GEMM may take every
+/// SM); -1 when unset. Any target keeps the bits: the algorithm is the one
+/// chosen without a target.
+int32_t sideSmsFromEnv() {
+  return static_cast<int32_t>(envCount("ACTPLACE_SIDE_SMS", 100000,
+                                       "a count of SMs >= 0 (0: no target)"));
 }
 
 /// ACTPLACE_SIDE_DELAY_US: after each side-stream wait, hold the side
 /// stream this many microseconds more (a host function that spins), so
 /// that side work starts after the first kernel of the compute op it was
-/// issued beside. A benchmark switch for that question; 0 when unset.
+/// issued beside; 0 when unset.
 uint32_t sideDelayUsFromEnv() {
-  const char *v = std::getenv("ACTPLACE_SIDE_DELAY_US");
-  if (!v || !*v)
-    return 0;
-  char *end = nullptr;
-  long n = std::strtol(v, &end, 10);
-  if (*end != '\0' || n < 0 || n > 1000000)
-    fail("ACTPLACE_SIDE_DELAY_US='", v,
-         "': expected microseconds, 0 to 1000000");
-  return static_cast<uint32_t>(n);
+  return static_cast<uint32_t>(
+      std::max<int64_t>(0, envCount("ACTPLACE_SIDE_DELAY_US", 1000000,
+                                    "microseconds, 0 to 1000000")));
 }
 } // namespace
 

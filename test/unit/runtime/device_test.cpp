@@ -36,56 +36,53 @@ TEST_P(DeviceTest, ArenaIsAllocatedOnceAlignedAndBoundsChecked) {
     EXPECT_EQ(device->devicePeakBytes(), 1024u + 512u);
 }
 
+/// A benchmark switch (environment variable) for one test: devices made by
+/// device() read `value` (unset when null); unset again at the end.
+class SwitchedDevices {
+public:
+  SwitchedDevices(const char *name, DeviceKind kind)
+      : name_(name), kind_(kind) {}
+  ~SwitchedDevices() { unsetenv(name_); }
+  std::unique_ptr<Device> device(const char *value) {
+    if (value)
+      setenv(name_, value, 1);
+    else
+      unsetenv(name_);
+    DeviceOptions options;
+    options.device = kind_;
+    options.quiet = true;
+    return std::make_unique<Device>(options);
+  }
+
+private:
+  const char *name_;
+  DeviceKind kind_;
+};
+
 // ACTPLACE_SIDE_SMS (a benchmark switch) replaces the side stream's SM
 // target; 0 asks for no target; anything but a count is refused at startup.
 TEST_P(DeviceTest, SideSmsSwitchSetsTheSideTarget) {
-  struct EnvGuard {
-    ~EnvGuard() { unsetenv("ACTPLACE_SIDE_SMS"); }
-  } guard;
-  auto sideTarget = [&](const char *value) {
-    setenv("ACTPLACE_SIDE_SMS", value, 1);
-    DeviceOptions options;
-    options.device = GetParam();
-    options.quiet = true;
-    Device d(options);
-    return d.kernelContext(Stream::Side);
-  };
+  SwitchedDevices sw("ACTPLACE_SIDE_SMS", GetParam());
+  bool cuda = GetParam() == DeviceKind::Cuda;
   for (const char *value : {"40", "0", "100000"}) {
-    auto side = sideTarget(value);
-    int32_t want = GetParam() == DeviceKind::Cuda
-                       ? std::min<int32_t>(std::atoi(value), side.smCount)
-                       : 0;
+    auto side = sw.device(value)->kernelContext(Stream::Side);
+    int32_t want = cuda ? std::min<int32_t>(std::atoi(value), side.smCount) : 0;
     EXPECT_EQ(side.smTarget, want) << value;
   }
-  EXPECT_RT_ERROR(sideTarget("half"), "ACTPLACE_SIDE_SMS='half'");
-  EXPECT_RT_ERROR(sideTarget("-3"), "expected a count of SMs");
-  unsetenv("ACTPLACE_SIDE_SMS");
-  DeviceOptions options;
-  options.device = GetParam();
-  options.quiet = true;
-  Device plain(options);
-  auto side = plain.kernelContext(Stream::Side);
-  EXPECT_EQ(side.smTarget,
-            GetParam() == DeviceKind::Cuda ? side.smCount * 3 / 4 : 0);
+  EXPECT_RT_ERROR(sw.device("half"), "ACTPLACE_SIDE_SMS='half'");
+  EXPECT_RT_ERROR(sw.device("-3"), "expected a count of SMs");
+  auto side = sw.device(nullptr)->kernelContext(Stream::Side);
+  EXPECT_EQ(side.smTarget, cuda ? side.smCount * 3 / 4 : 0);
 }
 
 // ACTPLACE_SIDE_DELAY_US (a benchmark switch) holds the side stream after
 // each wait; side work still runs after the event it waited for, and a
 // value that is not a count of microseconds is refused at startup.
 TEST_P(DeviceTest, SideDelaySwitchHoldsTheSideStream) {
-  struct EnvGuard {
-    ~EnvGuard() { unsetenv("ACTPLACE_SIDE_DELAY_US"); }
-  } guard;
-  auto make = [&](const char *value) {
-    setenv("ACTPLACE_SIDE_DELAY_US", value, 1);
-    DeviceOptions options;
-    options.device = GetParam();
-    options.quiet = true;
-    return std::make_unique<Device>(options);
-  };
-  EXPECT_RT_ERROR(make("soon"), "ACTPLACE_SIDE_DELAY_US='soon'");
-  EXPECT_RT_ERROR(make("-1"), "expected microseconds");
-  auto d = make("2000");
+  SwitchedDevices sw("ACTPLACE_SIDE_DELAY_US", GetParam());
+  EXPECT_RT_ERROR(sw.device("soon"), "ACTPLACE_SIDE_DELAY_US='soon'");
+  EXPECT_RT_ERROR(sw.device("-1"), "expected microseconds");
+  auto d = sw.device("2000");
   d->allocateArena(4096, 0);
   EventId e = d->createEvent();
   d->record(e, Stream::Compute);
@@ -102,33 +99,22 @@ TEST_P(DeviceTest, SideDelaySwitchHoldsTheSideStream) {
 // compute stream the greatest priority on cuda; streams are equal without
 // it, and the host backend has no priorities.
 TEST_P(DeviceTest, StreamPrioritySwitch) {
-  struct EnvGuard {
-    ~EnvGuard() { unsetenv("ACTPLACE_STREAM_PRIORITY"); }
-  } guard;
-  auto make = [&](const char *value) {
-    if (value)
-      setenv("ACTPLACE_STREAM_PRIORITY", value, 1);
-    else
-      unsetenv("ACTPLACE_STREAM_PRIORITY");
-    DeviceOptions options;
-    options.device = GetParam();
-    options.quiet = true;
-    return std::make_unique<Device>(options);
-  };
-  auto plain = make(nullptr);
+  SwitchedDevices sw("ACTPLACE_STREAM_PRIORITY", GetParam());
+  auto plain = sw.device(nullptr);
   for (Stream s : {Stream::D2H, Stream::H2D, Stream::Comm, Stream::Side})
     EXPECT_EQ(plain->backend().streamPriority(s),
               plain->backend().streamPriority(Stream::Compute))
         << streamName(s);
   plain.reset();
-  auto high = make("compute-high");
+  auto high = sw.device("compute-high");
   int compute = high->backend().streamPriority(Stream::Compute);
   int side = high->backend().streamPriority(Stream::Side);
   if (GetParam() == DeviceKind::Cuda) {
     EXPECT_LT(compute, side); // lower value: served first
     EXPECT_EQ(side, high->backend().streamPriority(Stream::D2H));
     high.reset();
-    EXPECT_RT_ERROR(make("side-high"), "ACTPLACE_STREAM_PRIORITY='side-high'");
+    EXPECT_RT_ERROR(sw.device("side-high"),
+                    "ACTPLACE_STREAM_PRIORITY='side-high'");
   } else {
     EXPECT_EQ(compute, 0);
     EXPECT_EQ(side, 0);
