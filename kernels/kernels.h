@@ -41,6 +41,12 @@ struct KernelContext {
   /// the target, so results are bit-identical. 0: all SMs. Host kernels
   /// ignore it.
   int32_t smTarget = 0;
+  /// cudaEvent_t or null. A kernel made of several launches whose first
+  /// launch fills every SM and whose later ones leave SMs free (the GDN chunk
+  /// backward) records it after that first launch, so that work on another
+  /// stream can wait for the wide launch alone (the runtime's benchmark
+  /// switch ACTPLACE_SIDE_AFTER_FIRST_LAUNCH). Never changes results.
+  void *firstLaunchDone = nullptr;
 };
 
 /// Result of a kernel call. Kernels validate shapes and report instead of

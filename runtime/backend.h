@@ -125,6 +125,9 @@ public:
 
   /// cudaStream_t of `stream` on cuda, null on host.
   virtual void *nativeStream(Stream stream) const = 0;
+  /// cudaEvent_t of `event` on cuda (for kernels that record it themselves:
+  /// KernelContext::firstLaunchDone), null on host.
+  virtual void *nativeEvent(uint32_t) const { return nullptr; }
   /// cublasLtHandle_t on cuda, null on host.
   virtual void *cublasLtHandle() const = 0;
   virtual int32_t smCount() const = 0;

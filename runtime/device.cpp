@@ -45,7 +45,25 @@ uint32_t sideDelayUsFromEnv() {
       std::max<int64_t>(0, envCount("ACTPLACE_SIDE_DELAY_US", 1000000,
                                     "microseconds, 0 to 1000000")));
 }
+
+/// ACTPLACE_SIDE_AFTER_FIRST_LAUNCH=1: side work waits, besides its events,
+/// for the end of the first launch of the compute kernel issued before it,
+/// where that kernel marks it (the GDN chunk backward's SM-filling W/U pass);
+/// the side stream then takes SMs only when the state passes leave them free.
+/// Meaningful with side work issued after its host kernel (actplace-compile
+/// --side-issue=after-host): issued before, it waits for the previous host.
+bool sideAfterFirstLaunchFromEnv() {
+  return envCount("ACTPLACE_SIDE_AFTER_FIRST_LAUNCH", 1, "0 or 1") == 1;
+}
 } // namespace
+
+void Device::initFirstLaunchEvent() {
+  if (!sideAfterFirstLaunchFromEnv())
+    return;
+  firstLaunchEvent_ = createEvent();
+  firstLaunchDone_ = backend_->nativeEvent(
+      static_cast<uint32_t>(firstLaunchEvent_)); // null on host: no effect
+}
 
 Device::Device(const DeviceOptions &options)
     : sideSmsOverride_(sideSmsFromEnv()), sideDelayUs_(sideDelayUsFromEnv()) {
@@ -53,6 +71,7 @@ Device::Device(const DeviceOptions &options)
   if (!notice_.empty() && !options.quiet)
     std::fprintf(stderr, "%s\n", notice_.c_str());
   initMemoryBaseline();
+  initFirstLaunchEvent();
 }
 
 Device::Device(std::unique_ptr<Backend> backend)
@@ -61,6 +80,7 @@ Device::Device(std::unique_ptr<Backend> backend)
   if (!backend_)
     fail("device: null backend");
   initMemoryBaseline();
+  initFirstLaunchEvent();
 }
 
 Device::~Device() {
@@ -197,6 +217,10 @@ void Device::wait(Stream stream, EventId event) {
     return;
   merge(streamClock_[static_cast<int>(stream)], ev.clock);
   backend_->waitEvent(stream, static_cast<uint32_t>(event));
+  // Recorded inside a kernel, not through record(): an ordering the clocks
+  // do not know of, which only makes the side stream later.
+  if (stream == Stream::Side && firstLaunchDone_)
+    backend_->waitEvent(stream, static_cast<uint32_t>(firstLaunchEvent_));
   if (stream == Stream::Side && sideDelayUs_ > 0) {
     auto hold = std::chrono::microseconds(sideDelayUs_);
     backend_->hostCallback(Stream::Side, [hold] {
@@ -307,6 +331,8 @@ kernels::KernelContext Device::kernelContext(Stream stream) const {
     ctx.workspace = workspace_;
     ctx.workspaceBytes = workspaceBytes_;
   }
+  if (stream == Stream::Compute)
+    ctx.firstLaunchDone = firstLaunchDone_;
   if (stream == Stream::Side) {
     if (sideWorkspaceBytes_) {
       ctx.workspace = sideWorkspace_;

@@ -19,9 +19,25 @@
 namespace ap::rt {
 namespace {
 
+/// ACTPLACE_STREAM_PRIORITY=compute-high (a benchmark switch): the compute
+/// stream gets the greatest priority, so that when its kernels and
+/// side-stream recompute both wait for SMs, the block scheduler serves the
+/// compute stream first. Default: all streams equal. Read before the
+/// backend is made: a bad value is the user's error, not a reason to fall
+/// back to the host backend.
+bool computeHighFromEnv() {
+  const char *v = std::getenv("ACTPLACE_STREAM_PRIORITY");
+  if (!v || !*v)
+    return false;
+  if (std::string(v) != "compute-high")
+    fail("ACTPLACE_STREAM_PRIORITY='", v,
+         "': expected compute-high (or unset)");
+  return true;
+}
+
 class CudaBackend final : public Backend {
 public:
-  explicit CudaBackend(int deviceIndex) : device_(deviceIndex) {
+  CudaBackend(int deviceIndex, bool computeHigh) : device_(deviceIndex) {
     AP_CUDA_CHECK(cudaSetDevice(device_));
     // Creates the context now, so later calls cannot fail for that reason
     // and the memory baseline the Device takes excludes nothing of ours.
@@ -29,17 +45,6 @@ public:
     AP_CUDA_CHECK(cudaGetDeviceProperties(&props_, device_));
     AP_CUDA_CHECK(cudaDeviceGetAttribute(
         &smCount_, cudaDevAttrMultiProcessorCount, device_));
-    // ACTPLACE_STREAM_PRIORITY=compute-high (a benchmark switch): the
-    // compute stream gets the greatest priority, so that when its kernels
-    // and side-stream recompute both wait for SMs, the block scheduler
-    // serves the compute stream first. Default: all streams equal.
-    bool computeHigh = false;
-    if (const char *v = std::getenv("ACTPLACE_STREAM_PRIORITY"); v && *v) {
-      if (std::string(v) != "compute-high")
-        fail("ACTPLACE_STREAM_PRIORITY='", v,
-             "': expected compute-high (or unset)");
-      computeHigh = true;
-    }
     int least = 0, greatest = 0;
     AP_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
     for (size_t i = 0; i < std::size(streams_); ++i)
@@ -181,6 +186,7 @@ public:
   void *nativeStream(Stream stream) const override {
     return streams_[static_cast<int>(stream)];
   }
+  void *nativeEvent(uint32_t event) const override { return events_.at(event); }
   void *cublasLtHandle() const override { return cublasLt_; }
   int32_t smCount() const override { return smCount_; }
   std::optional<uint64_t> deviceMemoryUsed() override {
@@ -223,8 +229,9 @@ std::unique_ptr<Backend> createCudaBackend(int deviceIndex,
                                " visible)");
     return nullptr;
   }
+  bool computeHigh = computeHighFromEnv();
   try {
-    return std::make_unique<CudaBackend>(deviceIndex);
+    return std::make_unique<CudaBackend>(deviceIndex, computeHigh);
   } catch (const Error &e) {
     if (whyNot)
       *whyNot = e.what();

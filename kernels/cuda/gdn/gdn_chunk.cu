@@ -1387,6 +1387,11 @@ Status chunkBackward(const KernelContext &ctx, const GdnChunkArgs &a) {
   cudaStream_t s = (cudaStream_t)ctx.stream;
   if (Status st = runWU(d, a, s, true, w); st != Status::Ok)
     return st;
+  // The W/U pass runs a CTA per chunk and head on every SM; the state passes
+  // after it keep about a quarter of the SMs busy: the point where work on
+  // another stream can start without taking SMs from the wide pass.
+  if (ctx.firstLaunchDone)
+    AP_GDN_CUDA_CHECK(cudaEventRecord((cudaEvent_t)ctx.firstLaunchDone, s));
   const bool direct = d.r == 1;
   if (regPath(d)) {
     // Register-state passes; h, dh, Vnew, dVnew in bf16 (transposed, see

@@ -203,13 +203,27 @@ void checkChunk(Shape s, uint64_t seed) {
   KernelContext ctx = gpuCtx(ws.p, wsBytes);
   Dev *outs[] = {&o, &fin, &gc, &tm, &gq, &gk, &gv, &gg, &gb, &gh0};
   std::vector<std::vector<unsigned char>> first;
+  // The second run hands the backward an event to record after its first
+  // launch (KernelContext::firstLaunchDone): it must be recorded between the
+  // backward's start and end, and change no bit.
+  cudaEvent_t start = nullptr, firstDone = nullptr, end = nullptr;
+  CK(cudaEventCreate(&start));
+  CK(cudaEventCreate(&firstDone));
+  CK(cudaEventCreate(&end));
   for (int run = 0; run < 2; ++run) {
     for (Dev *d : outs)
       d->poison();
     ws.poison();
     ASSERT_EQ(gdnChunkForward(ctx, a), Status::Ok);
     ws.poison();
-    ASSERT_EQ(gdnChunkBackward(ctx, a), Status::Ok);
+    KernelContext bwd = ctx;
+    if (run == 1) {
+      bwd.firstLaunchDone = firstDone;
+      CK(cudaEventRecord(start, (cudaStream_t)ctx.stream));
+    }
+    ASSERT_EQ(gdnChunkBackward(bwd, a), Status::Ok);
+    if (run == 1)
+      CK(cudaEventRecord(end, (cudaStream_t)ctx.stream));
     CK(cudaDeviceSynchronize());
     std::vector<std::vector<unsigned char>> cur;
     for (Dev *d : outs)
@@ -221,6 +235,13 @@ void checkChunk(Shape s, uint64_t seed) {
         EXPECT_TRUE(cur[i] == first[i])
             << "output " << i << " differs between runs";
   }
+  float toFirst = -1, toEnd = -1;
+  CK(cudaEventElapsedTime(&toFirst, start, firstDone)); // fails unrecorded
+  CK(cudaEventElapsedTime(&toEnd, firstDone, end));
+  EXPECT_GT(toFirst, 0.f); // after the W/U pass ...
+  EXPECT_GT(toEnd, 0.f);   // ... before the state passes
+  for (cudaEvent_t e : {start, firstDone, end})
+    CK(cudaEventDestroy(e));
   // Reference on one (sequence, value head) slice: the last sequence and the
   // last value head (and its key head), in float64 on the same inputs.
   const int b = s.B - 1, h = s.Hv - 1, hk = h / (s.Hv / s.Hk);

@@ -59,6 +59,27 @@ private:
   DeviceKind kind_;
 };
 
+/// Holds the compute stream `holdUs` microseconds (a host function that
+/// spins), records an event after the hold, makes the side stream wait for
+/// it and returns the microseconds until the side stream is done.
+double sideWaitMicros(Device &d, int holdUs) {
+  EventId e = d.createEvent();
+  auto t0 = std::chrono::steady_clock::now();
+  if (holdUs > 0)
+    d.hostCallback(Stream::Compute, [holdUs] {
+      auto until =
+          std::chrono::steady_clock::now() + std::chrono::microseconds(holdUs);
+      while (std::chrono::steady_clock::now() < until) {
+      }
+    });
+  d.record(e, Stream::Compute);
+  d.wait(Stream::Side, e);
+  d.synchronize(Stream::Side);
+  return std::chrono::duration<double, std::micro>(
+             std::chrono::steady_clock::now() - t0)
+      .count();
+}
+
 // ACTPLACE_SIDE_SMS (a benchmark switch) replaces the side stream's SM
 // target; 0 asks for no target; anything but a count is refused at startup.
 TEST_P(DeviceTest, SideSmsSwitchSetsTheSideTarget) {
@@ -84,15 +105,7 @@ TEST_P(DeviceTest, SideDelaySwitchHoldsTheSideStream) {
   EXPECT_RT_ERROR(sw.device("-1"), "expected microseconds");
   auto d = sw.device("2000");
   d->allocateArena(4096, 0);
-  EventId e = d->createEvent();
-  d->record(e, Stream::Compute);
-  auto t0 = std::chrono::steady_clock::now();
-  d->wait(Stream::Side, e);
-  d->synchronize(Stream::Side);
-  double us = std::chrono::duration<double, std::micro>(
-                  std::chrono::steady_clock::now() - t0)
-                  .count();
-  EXPECT_GE(us, 2000.0);
+  EXPECT_GE(sideWaitMicros(*d, 0), 2000.0);
 }
 
 // ACTPLACE_STREAM_PRIORITY=compute-high (a benchmark switch) gives the
@@ -121,6 +134,26 @@ TEST_P(DeviceTest, StreamPrioritySwitch) {
   }
 }
 
+// ACTPLACE_SIDE_AFTER_FIRST_LAUNCH=1 (a benchmark switch) hands compute
+// kernels an event to record after their first launch (cuda only) and
+// makes each side-stream wait also wait for it; side work still runs after
+// the events it waits for, and anything but 0 or 1 is refused at startup.
+TEST_P(DeviceTest, SideAfterFirstLaunchSwitch) {
+  SwitchedDevices sw("ACTPLACE_SIDE_AFTER_FIRST_LAUNCH", GetParam());
+  EXPECT_RT_ERROR(sw.device("yes"), "ACTPLACE_SIDE_AFTER_FIRST_LAUNCH='yes'");
+  EXPECT_RT_ERROR(sw.device("2"), "expected 0 or 1");
+  for (const char *value : {static_cast<const char *>(nullptr), "0"})
+    EXPECT_EQ(sw.device(value)->kernelContext(Stream::Compute).firstLaunchDone,
+              nullptr);
+  auto d = sw.device("1");
+  bool cuda = GetParam() == DeviceKind::Cuda;
+  EXPECT_EQ(d->kernelContext(Stream::Compute).firstLaunchDone != nullptr, cuda);
+  EXPECT_EQ(d->kernelContext(Stream::Side).firstLaunchDone, nullptr);
+  // The side stream still waits for its own event (here: a compute-stream
+  // hold of 2 ms), whether or not a kernel recorded the first-launch event.
+  d->allocateArena(4096, 0);
+  EXPECT_GE(sideWaitMicros(*d, 2000), 2000.0);
+}
 TEST_P(DeviceTest, PeakMemoryReflectsTheArena) {
   const uint64_t plan = 256ull << 20;
   device->allocateArena(plan, 1 << 20);
