@@ -601,6 +601,12 @@ def cmd_run(a):
                str(a.op_times_steps + 1), "--device", a.device, "--seed",
                str(a.seed), "--data", a.data, "--op-times", path,
                "--op-times-mode", mode]
+        timeline = None
+        if a.timeline and mode == "stream":
+            # The last timed step's launches on their streams (what ran
+            # beside what): op-timeline-ARM.json.
+            timeline = f"op-timeline-{arm}.json"
+            cmd += ["--op-timeline", os.path.join(out, timeline)]
         log(f"op times of {arm}: " + " ".join(cmd[1:]))
         try:
             rc = subprocess.run(cmd, stdout=subprocess.DEVNULL,
@@ -610,8 +616,11 @@ def cmd_run(a):
         except subprocess.TimeoutExpired:
             rc = "timeout"
         log(f"  rc={rc}")
-        return {"rc": rc, "steps": a.op_times_steps,
-                "file": os.path.basename(path)}
+        entry = {"rc": rc, "steps": a.op_times_steps,
+                 "file": os.path.basename(path)}
+        if timeline:
+            entry["timeline"] = timeline
+        return entry
 
     if a.op_times_steps and "none" in arms:
         # The kernel times `calibrate --op-times` turns into opScale, from
@@ -1507,6 +1516,10 @@ def main():
                    help="placed arms whose op times to record too (',' "
                    "between names; stream mode, --op-times-steps steps): "
                    "their waits for reloads, the table's measured stall")
+    r.add_argument("--timeline", action="store_true",
+                   help="the stream-mode op-times processes also write the "
+                   "last timed step's launches with their streams and spans "
+                   "(--op-timeline): op-timeline-ARM.json")
     r.add_argument("--op-times-modes", default="stream",
                    help="the binary's --op-times-mode for those steps, ',' "
                    "between modes (stream: in stream order, nothing waits; "

@@ -15,10 +15,20 @@ python3 bench/qwen_train_bench.py build --model models/tiny-hybrid.json \
   --seq 64 --micro-batches 4 --carry "$work/carry" 2> "$work/build.log"
 python3 bench/qwen_train_bench.py run --carry "$work/carry" \
   --out "$work/run" --device host --rounds 2 --op-times-arms ref,max \
-  2> "$work/run.log"
+  --timeline 2> "$work/run.log"
 python3 bench/qwen_train_bench.py table "$work/run" | tee "$work/table.md"
 # Calibration from the binary's own kernel times, then the table again.
 test -s "$work/run/op-times.json"
+# --timeline: each op-times process wrote its last step's launches.
+python3 - "$work/run" <<'PY'
+import json, os, sys
+m = json.load(open(os.path.join(sys.argv[1], "manifest.json")))["run"]
+entries = [m["op_times"]["stream"]] + list(m["op_times_arms"].values())
+for e in entries:
+    tl = json.load(open(os.path.join(sys.argv[1], e["timeline"])))
+    assert tl["launches"] and tl["step"] == e["steps"] + 1, (e, tl["step"])
+    assert {l["stream"] for l in tl["launches"]} <= {"compute", "side"}, e
+PY
 python3 bench/qwen_train_bench.py calibrate "$work/run" \
   --op-times "$work/run/op-times.json" --out "$work/profile.json" \
   2> "$work/calibrate.log"

@@ -249,6 +249,13 @@ TrainFlags parseTrainFlags(int argc, const char *const *argv,
                   "in the step; wait: each launch waited for and timed on "
                   "the host less an empty wait (slow; launch latency "
                   "included)");
+  flags.addString("op-timeline", &out.opTimeline,
+                  "time the launches of steps 2..N in stream order (as "
+                  "--op-times-mode stream) and write the last step's, each "
+                  "with its label, stream and start and end in us from the "
+                  "step's first launch, as JSON: which kernels ran beside "
+                  "which on the compute and side streams",
+                  "FILE");
   out.usage = flags.usage();
   if (!flags.parse(argc, argv)) {
     out.help = true;
@@ -258,6 +265,9 @@ TrainFlags parseTrainFlags(int argc, const char *const *argv,
     out.device = parseDeviceKind(device);
   if (flags.given("save-every") && out.save.empty())
     throw CliError("--save-every needs --save DIR");
+  if (!out.opTimeline.empty() && out.opTimesMode != "stream")
+    throw CliError("--op-timeline times launches in stream order: it "
+                   "excludes --op-times-mode wait");
   if (!out.initWeights.empty() && !out.resume.empty())
     throw CliError("--init-weights and --resume exclude each other (a "
                    "checkpoint already holds the weights)");

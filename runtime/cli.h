@@ -99,6 +99,9 @@ struct TrainFlags {
   /// "wait" (the launch synchronised and timed on the host, less an empty
   /// wait: the kernel alone, launch latency included).
   std::string opTimesMode = "stream";
+  /// JSON file to write the last timed step's launches into, each with its
+  /// stream and its span from the step's first launch (empty: none).
+  std::string opTimeline;
   /// --help was given: print the usage text and exit 0.
   bool help = false;
   std::string usage;

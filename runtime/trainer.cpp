@@ -60,7 +60,7 @@ void StepRunner::launchOn(Stream stream, const char *name, KernelFn fn) {
     size_t used = 2 * pendingOpTimes_.size();
     while (timers_.size() < used + 2)
       timers_.push_back(dev.backend().createTimer());
-    PendingOpTime p{name, timers_[used], timers_[used + 1]};
+    PendingOpTime p{name, timers_[used], timers_[used + 1], stream};
     dev.backend().recordTimer(p.start, stream);
     dev.launch(stream, name, std::move(fn));
     dev.backend().recordTimer(p.end, stream);
@@ -91,7 +91,7 @@ void StepRunner::waitCopy(const char *name, EventId event) {
   size_t used = 2 * pendingOpTimes_.size();
   while (timers_.size() < used + 2)
     timers_.push_back(dev.backend().createTimer());
-  PendingOpTime p{name, timers_[used], timers_[used + 1]};
+  PendingOpTime p{name, timers_[used], timers_[used + 1], Stream::Compute};
   dev.backend().recordTimer(p.start, Stream::Compute);
   dev.wait(Stream::Compute, event);
   dev.backend().recordTimer(p.end, Stream::Compute);
@@ -103,6 +103,27 @@ void StepRunner::collectOpTimes() {
     OpTime &t = (*opTimes)[p.name];
     t.count += 1;
     t.seconds += dev.backend().timerSeconds(p.start, p.end);
+  }
+  if (timeline && opTimesInStream) {
+    // Spans against one timer, so launches on different streams share a
+    // time axis; shifted so that the earliest starts at 0.
+    timeline->clear();
+    double earliest = 0;
+    for (const PendingOpTime &p : pendingOpTimes_) {
+      uint32_t origin = pendingOpTimes_.front().start;
+      double start = dev.backend().timerSeconds(origin, p.start);
+      timeline->push_back({p.name, p.stream, start,
+                           start + dev.backend().timerSeconds(p.start, p.end)});
+      earliest = std::min(earliest, start);
+    }
+    for (TimelineEntry &e : *timeline) {
+      e.startS -= earliest;
+      e.endS -= earliest;
+    }
+    std::stable_sort(timeline->begin(), timeline->end(),
+                     [](const TimelineEntry &a, const TimelineEntry &b) {
+                       return a.startS < b.startS;
+                     });
   }
   pendingOpTimes_.clear();
 }
@@ -485,6 +506,32 @@ void writeOpTimes(const std::string &path,
     fail("--op-times: cannot write '", path, "'");
 }
 
+/// --op-timeline FILE: {"step", "device", "launches": [{"label", "stream",
+/// "start_us", "end_us"}]}, the last timed step's launches by start.
+void writeOpTimeline(const std::string &path,
+                     const std::vector<StepRunner::TimelineEntry> &launches,
+                     int64_t step, Device &dev) {
+  std::string json =
+      "{\"step\": " + std::to_string(step) + ", \"device\": " +
+      jsonQuote(dev.kind() == DeviceKind::Cuda ? "cuda" : "host") +
+      ", \"launches\": [";
+  bool first = true;
+  for (const StepRunner::TimelineEntry &e : launches) {
+    char span[96];
+    std::snprintf(span, sizeof(span), ", \"start_us\": %.3f, \"end_us\": %.3f}",
+                  e.startS * 1e6, e.endS * 1e6);
+    json += std::string(first ? "\n  " : ",\n  ") +
+            "{\"label\": " + jsonQuote(e.name) +
+            ", \"stream\": " + jsonQuote(streamName(e.stream)) + span;
+    first = false;
+  }
+  json += "\n]}\n";
+  std::FILE *f = std::fopen(path.c_str(), "w");
+  if (!f || std::fwrite(json.data(), 1, json.size(), f) != json.size() ||
+      std::fclose(f) != 0)
+    fail("--op-timeline: cannot write '", path, "'");
+}
+
 std::vector<ByteRange> paramRanges(const Program &p, StepRunner &r) {
   std::vector<ByteRange> out;
   for (const ParamEntry &e : p.params)
@@ -759,8 +806,13 @@ int run(int argc, char **argv, const Program &p) {
   r.labels.assign(mbElems * size_t(p.microBatches), 0);
 
   std::map<std::string, StepRunner::OpTime> opTimes;
+  std::vector<StepRunner::TimelineEntry> timeline;
   int64_t timedSteps = 0;
   r.opTimesInStream = flags.opTimesMode == "stream";
+  if (!flags.opTimeline.empty() && flags.steps - firstStep < 2)
+    fail("--op-timeline records a step after the first (untimed) one: run "
+         "at least 2 steps (",
+         flags.steps - firstStep, " to run)");
   if (!flags.opTimes.empty() && !r.opTimesInStream)
     r.syncSeconds = emptyLaunchSeconds(dev);
 
@@ -768,8 +820,10 @@ int run(int argc, char **argv, const Program &p) {
   ProgressLine progress(flags.steps);
   for (int64_t step = firstStep; step < flags.steps; ++step) {
     // The first step builds library plans and warms caches: not timed.
-    bool timed = !flags.opTimes.empty() && step > firstStep;
+    bool timed = (!flags.opTimes.empty() || !flags.opTimeline.empty()) &&
+                 step > firstStep;
     r.opTimes = timed ? &opTimes : nullptr;
+    r.timeline = timed && !flags.opTimeline.empty() ? &timeline : nullptr;
     timedSteps += timed;
     auto t0 = std::chrono::steady_clock::now();
     for (int64_t mb = 0; mb < p.microBatches; ++mb)
@@ -841,9 +895,12 @@ int run(int argc, char **argv, const Program &p) {
   }
   progress.finish();
   r.opTimes = nullptr;
+  r.timeline = nullptr;
   if (!flags.opTimes.empty())
     writeOpTimes(flags.opTimes, opTimes, timedSteps, r.syncSeconds,
                  flags.opTimesMode, dev);
+  if (!flags.opTimeline.empty())
+    writeOpTimeline(flags.opTimeline, timeline, flags.steps, dev);
   return 0;
 }
 

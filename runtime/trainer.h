@@ -123,6 +123,14 @@ public:
     double seconds = 0;
   };
   std::map<std::string, OpTime> *opTimes = nullptr;
+  /// --op-timeline (stream mode only): collectOpTimes() replaces it with the
+  /// launches since the last call, by start. Null: no timeline.
+  struct TimelineEntry {
+    std::string name;
+    Stream stream = Stream::Compute;
+    double startS = 0, endS = 0; ///< from the earliest launch's start
+  };
+  std::vector<TimelineEntry> *timeline = nullptr;
   bool opTimesInStream = true;
   double syncSeconds = 0;
   /// Adds the stream-mode timers of the launches since the last call to
@@ -195,6 +203,7 @@ private:
   struct PendingOpTime {
     std::string name; ///< a copy: read after the step, whoever made it
     uint32_t start, end;
+    Stream stream;
   };
   std::vector<uint32_t> timers_; ///< reused every step, two per launch
   std::vector<PendingOpTime> pendingOpTimes_;

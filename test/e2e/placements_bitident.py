@@ -450,6 +450,44 @@ def main():
           (len(waits), ", ".join(sorted(leaves)),
            sum(v["count"] for v in waits.values())))
 
+    # --op-timeline: the last timed step's launches, each on its stream from
+    # the step's first launch: the side-stream binary's recompute on side,
+    # one stream's launches one after another, as many launches as
+    # --op-times counts for one step; 1 step (nothing timed) is an error.
+    timeline = os.path.join(args.work, "op-timeline-side.json")
+    times = os.path.join(args.work, "op-times-side.json")
+    r = subprocess.run([os.path.join(args.work, "train-recompute-side"),
+                        "--steps", "3", "--device", "host", "--op-times",
+                        times, "--op-timeline", timeline],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        fail("--op-timeline run failed: " + r.stderr)
+    with open(timeline) as f:
+        tl = json.load(f)
+    with open(times) as f:
+        per_step = sum(v["count"] for v in json.load(f)["ops"].values()) // 2
+    launches = tl["launches"]
+    side = [l for l in launches if l["stream"] == "side"]
+    if tl["step"] != 3 or len(launches) != per_step or not side or \
+            not all("(recompute)" in l["label"] for l in side) or \
+            min(l["start_us"] for l in launches) != 0:
+        fail("--op-timeline: unexpected %s" % json.dumps(tl)[:400])
+    for stream in ("compute", "side"):
+        spans = [(l["start_us"], l["end_us"]) for l in launches
+                 if l["stream"] == stream]
+        if any(b[0] < a[1] - 1e-3 or a[1] < a[0]
+               for a, b in zip(spans, spans[1:])):
+            fail("--op-timeline: %s launches overlap: %s" % (stream, spans))
+    r = subprocess.run([os.path.join(args.work, "train-none"), "--steps", "1",
+                        "--device", "host", "--op-timeline", timeline],
+                       capture_output=True, text=True)
+    if r.returncode == 0 or "run at least 2 steps" not in r.stderr:
+        fail("--op-timeline with 1 step: exit %d, %s" % (r.returncode,
+                                                         r.stderr[-400:]))
+    print("op timeline: %d launches, %d on side, step %.1f ms" %
+          (len(launches), len(side), max(l["end_us"] for l in launches) /
+           1e3))
+
     # A diverging run stops with a clear message and a non-zero exit.
     r = subprocess.run([os.path.join(args.work, "train-none"), "--steps", "6",
                         "--device", "host", "--lr", "1e30"],

@@ -110,6 +110,17 @@ TEST(Cli, WeightsInAndGradientsOut) {
   EXPECT_NE(usage.find("BEFORE clipping"), std::string::npos) << usage;
 }
 
+TEST(Cli, OpTimelineIsStreamOrderOnly) {
+  EXPECT_EQ(parse({"--op-timeline", "t.json"}).opTimeline, "t.json");
+  EXPECT_EQ(parse({"--op-timeline=t.json", "--op-times", "o.json"}).opTimes,
+            "o.json");
+  EXPECT_EQ(errorOf({"--op-timeline", "t.json", "--op-times-mode", "wait"}),
+            "--op-timeline times launches in stream order: it excludes "
+            "--op-times-mode wait");
+  EXPECT_NE(parse({"--help"}).usage.find("--op-timeline FILE"),
+            std::string::npos);
+}
+
 TEST(Cli, FlagSetForOtherTools) {
   int64_t n = 1;
   std::string mode = "a";

@@ -85,6 +85,37 @@ TEST_P(StepRunnerTest, OpTimesRecordSideLaunchesUnderTheirLabel) {
   EXPECT_GE(times["L0.mlp_fc1/linear(recompute)"].seconds, 0.0);
 }
 
+// --op-timeline: one entry per launch of the collected step, on its stream,
+// by start from 0; launches on one stream follow each other.
+TEST_P(StepRunnerTest, TimelinePlacesLaunchesOnTheirStreams) {
+  std::map<std::string, StepRunner::OpTime> times;
+  std::vector<StepRunner::TimelineEntry> timeline;
+  runner->opTimes = &times;
+  runner->timeline = &timeline;
+  auto seen = std::make_shared<KernelContext>();
+  runner->launch("L0.attn_norm/rms_norm", probe(seen));
+  runner->launchOn(Stream::Side, "L0.mlp_fc1/linear(recompute)", probe(seen));
+  runner->launch("L0.mlp_fc1/linear", probe(seen));
+  device->synchronize();
+  runner->collectOpTimes();
+  runner->opTimes = nullptr;
+  runner->timeline = nullptr;
+  ASSERT_EQ(timeline.size(), 3u);
+  std::map<std::string, const StepRunner::TimelineEntry *> byName;
+  double earliest = 1e30;
+  for (const auto &e : timeline) {
+    byName[e.name] = &e;
+    EXPECT_LE(e.startS, e.endS) << e.name;
+    earliest = std::min(earliest, e.startS);
+  }
+  EXPECT_EQ(earliest, 0.0);
+  EXPECT_EQ(timeline.front().startS, 0.0); // sorted by start
+  EXPECT_EQ(byName["L0.mlp_fc1/linear(recompute)"]->stream, Stream::Side);
+  EXPECT_EQ(byName["L0.mlp_fc1/linear"]->stream, Stream::Compute);
+  EXPECT_LE(byName["L0.attn_norm/rms_norm"]->endS,
+            byName["L0.mlp_fc1/linear"]->startS);
+}
+
 AP_RT_INSTANTIATE_BACKENDS(StepRunnerTest);
 
 } // namespace
