@@ -476,6 +476,17 @@ double emptyLaunchSeconds(Device &dev) {
   return samples[25];
 }
 
+/// Writes `text` to `path`; a failure names the flag that asked for it.
+void writeWholeFile(const std::string &path, const std::string &text,
+                    const char *flag) {
+  std::FILE *f = std::fopen(path.c_str(), "w");
+  bool ok = f && std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  if (f && std::fclose(f) != 0)
+    ok = false;
+  if (!ok)
+    fail(flag, ": cannot write '", path, "'");
+}
+
 /// --op-times FILE: {"steps", "mode", "sync_seconds", "device", "ops":
 /// {label: {"count", "seconds"}}}, sums over the timed steps.
 void writeOpTimes(const std::string &path,
@@ -500,10 +511,7 @@ void writeOpTimes(const std::string &path,
     first = false;
   }
   json += "\n}}\n";
-  std::FILE *f = std::fopen(path.c_str(), "w");
-  if (!f || std::fwrite(json.data(), 1, json.size(), f) != json.size() ||
-      std::fclose(f) != 0)
-    fail("--op-times: cannot write '", path, "'");
+  writeWholeFile(path, json, "--op-times");
 }
 
 /// --op-timeline FILE: {"step", "device", "launches": [{"label", "stream",
@@ -526,10 +534,7 @@ void writeOpTimeline(const std::string &path,
     first = false;
   }
   json += "\n]}\n";
-  std::FILE *f = std::fopen(path.c_str(), "w");
-  if (!f || std::fwrite(json.data(), 1, json.size(), f) != json.size() ||
-      std::fclose(f) != 0)
-    fail("--op-timeline: cannot write '", path, "'");
+  writeWholeFile(path, json, "--op-timeline");
 }
 
 std::vector<ByteRange> paramRanges(const Program &p, StepRunner &r) {
