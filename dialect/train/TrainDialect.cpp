@@ -68,6 +68,14 @@ LogicalResult TrainDialect::verifyOperationAttribute(Operation *op,
                              << kRecomputedAttrName << "')";
     return success();
   }
+  if (attr.getName() == kSideHostAttrName) {
+    if (!isa<UnitAttr>(attr.getValue()) || !op->hasAttr("scope") ||
+        op->hasAttr(kRecomputedAttrName))
+      return op->emitError() << "'" << kSideHostAttrName
+                             << "' is a unit attribute of compute ops that "
+                                "are not recompute clones";
+    return success();
+  }
   if (attr.getName() == kPlacementAttrName) {
     auto entries = dyn_cast<ArrayAttr>(attr.getValue());
     if (!entries || entries.size() != op->getNumResults() ||

@@ -29,6 +29,10 @@ inline constexpr llvm::StringLiteral kRecomputedAttrName = "train.recomputed";
 /// Unit attribute on recompute clones that train-recompute-stream issued
 /// ahead: they run on the side stream.
 inline constexpr llvm::StringLiteral kSideStreamAttrName = "train.side_stream";
+/// Unit attribute on the backward op a side-stream run was issued before
+/// (train-recompute-stream's anchor); exec.kernel carries it in its args, so
+/// that exec-defer-side-issue can issue the run after that kernel.
+inline constexpr llvm::StringLiteral kSideHostAttrName = "train.side_host";
 /// Placement decisions per result of a forward op ("offload", "recompute",
 /// "keep: <reason>", or "" when none was taken), for reports.
 inline constexpr llvm::StringLiteral kPlacementAttrName = "train.placement";

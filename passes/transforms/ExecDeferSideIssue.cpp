@@ -10,11 +10,18 @@
 // runtime_offload_bench overlap: side work issued with or just after the
 // GDN chunk backward hides; see bench/notes/runtime.md).
 //
-// Only the host (CPU) issue order changes. A run is moved past the next
-// compute kernel only when nothing in between orders against it: no wait
-// for an event the run records, no record of an event the run waits for,
-// no other side-stream work, no region or host-side op. Each stream then
-// sees the same ops in the same order and every wait the same last record,
+// The target is the host train-recompute-stream chose (the compute kernel
+// marked `train.side_host`), past the compute kernels before it (the norms
+// that feed later runs): issued after one of those, a run's GEMMs started
+// while they ran and held most SMs (d41's --op-timeline: the norm recompute
+// at 18 us instead of 8). Side runs met on the way join the run, in order.
+// Without a host ahead, or when something orders against the run before
+// it, the run moves past the next compute kernel alone, as before.
+//
+// Only the host (CPU) issue order changes. Ops are moved past an op only
+// when it does not order against them: no wait for an event they record,
+// no record of an event they wait for, no region or host-side op. Each stream
+// then sees the same ops in the same order and every wait the same last record,
 // so the device executes the same dependency graph; placement's bits do
 // not change. `done_by_kernel` ordinals are renumbered to keep naming the
 // same kernel.
@@ -22,6 +29,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "dialect/exec/ExecOps.h"
+#include "dialect/train/TrainDialect.h"
 #include "passes/Passes.h"
 #include "passes/analysis/ExecMemoryPlan.h"
 
@@ -58,6 +66,13 @@ bool definesOnly(Operation *op) {
   return isa<BufferOp, ViewOp, EventCreateOp>(op);
 }
 
+/// A compute kernel that train-recompute-stream issued side work before.
+bool isSideHost(Operation *op) {
+  auto k = dyn_cast<KernelOp>(op);
+  return k && k.getStream() == Stream::Compute &&
+         k.getArgs().get(ap::train::kSideHostAttrName);
+}
+
 /// The event an op records (a record, or a copy's completion event).
 Value recordedEvent(Operation *op) {
   if (auto r = dyn_cast<RecordOp>(op))
@@ -85,27 +100,35 @@ struct ExecDeferSideIssuePass
       // The run: side-stream ops, with value definitions between them.
       SmallVector<Operation *> run;
       llvm::DenseSet<Value> runRecords, runWaits;
+      auto absorb = [&](Operation *side) {
+        run.push_back(side);
+        if (Value e = recordedEvent(side))
+          runRecords.insert(e);
+        if (auto w = dyn_cast<WaitOp>(side))
+          runWaits.insert(w.getEvent());
+      };
       Operation *cur = op;
       for (; cur; cur = cur->getNextNode()) {
         std::optional<Stream> cs = streamOf(cur);
         if (cs && *cs == Stream::Side) {
-          run.push_back(cur);
-          if (Value e = recordedEvent(cur))
-            runRecords.insert(e);
-          if (auto w = dyn_cast<WaitOp>(cur))
-            runWaits.insert(w.getEvent());
+          absorb(cur);
           continue;
         }
         if (!definesOnly(cur))
           break;
       }
-      // Walk to the next compute kernel past ops that do not order
-      // against the run.
-      Operation *target = nullptr;
+      const size_t ownOps = run.size();
+      // Walk towards the host past ops that do not order against the run;
+      // `first` is the next compute kernel, the target without a host.
+      Operation *target = nullptr, *first = nullptr;
       for (Operation *next = cur; next; next = next->getNextNode()) {
         if (definesOnly(next))
           continue;
         std::optional<Stream> ns = streamOf(next);
+        if (ns && *ns == Stream::Side && first) {
+          absorb(next); // a later run joins, keeping its order
+          continue;
+        }
         if (!ns || *ns == Stream::Side || next->getNumRegions())
           break;
         if (auto w = dyn_cast<WaitOp>(next);
@@ -115,9 +138,17 @@ struct ExecDeferSideIssuePass
           break;
         if (auto k = dyn_cast<KernelOp>(next);
             k && k.getStream() == Stream::Compute) {
-          target = next;
-          break;
+          if (!first)
+            first = next;
+          if (isSideHost(next)) {
+            target = next;
+            break;
+          }
         }
+      }
+      if (!target) {
+        run.resize(ownOps);
+        target = first;
       }
       Operation *resume = cur;
       // A run moved once stays: the pass is idempotent.

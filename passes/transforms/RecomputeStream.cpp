@@ -138,6 +138,7 @@ struct TrainRecomputeStreamPass
       // placement at +2.80 % this way and +2.75..+3.29 % with the norms on
       // the side stream (bench/notes/training.md).
       OpBuilder b(module.getContext());
+      anchor->setAttr(kSideHostAttrName, b.getUnitAttr());
       llvm::SmallPtrSet<Operation *, 8> onSide;
       for (Operation *op : run) {
         bool side =

@@ -128,3 +128,84 @@ exec.step @no_host_after {
   }
   exec.return
 }
+
+// -----
+
+// With a host marked train.side_host (train-recompute-stream's anchor)
+// ahead, a run moves past the compute kernels before it (here a norm that
+// feeds a later run), and the later run joins it: both, in order, after the
+// host. Each wait still comes after the record it waits for.
+
+// CHECK-LABEL: exec.step @moves_to_marked_host
+// CHECK: exec.kernel "train.k0"
+// CHECK: exec.record %[[P:.*]] on compute
+// CHECK-NEXT: %[[Y:.*]] = exec.buffer offset 512
+// CHECK-NEXT: %[[N:.*]] = exec.buffer offset 1024
+// CHECK-NEXT: exec.kernel "train.rms_norm"
+// CHECK-NEXT: %[[R:.*]] = exec.event_create
+// CHECK-NEXT: exec.record %[[R]] on compute
+// CHECK-NEXT: %[[Z:.*]] = exec.buffer offset 1536
+// CHECK-NEXT: %[[Q:.*]] = exec.event_create
+// CHECK-NEXT: exec.kernel "train.gated_delta_rule_grad" {{.*}}train.side_host
+// CHECK-NEXT: exec.wait %[[P]] on side {exec.issued_after_host}
+// CHECK-NEXT: exec.kernel "train.linear" {{.*}}outs(%[[Y]] {{.*}} on side {exec.issued_after_host}
+// CHECK-NEXT: exec.wait %[[R]] on side {exec.issued_after_host}
+// CHECK-NEXT: exec.kernel "train.linear" {{.*}}outs(%[[Z]] {{.*}} on side {exec.issued_after_host}
+// CHECK-NEXT: exec.record %[[Q]] on side {exec.issued_after_host}
+// CHECK-NEXT: exec.wait %[[Q]] on compute
+// CHECK-NEXT: exec.kernel "train.k2"
+exec.step @moves_to_marked_host {
+  exec.microbatch_loop count 1 {
+    %x = exec.buffer offset 0 bytes 256 : !exec.buffer<tensor<64xf32>>
+    exec.kernel "train.k0" outs(%x : !exec.buffer<tensor<64xf32>>) workspace 0
+    %p = exec.event_create : !exec.event
+    exec.record %p on compute
+    exec.wait %p on side
+    %y = exec.buffer offset 512 bytes 256 : !exec.buffer<tensor<64xf32>>
+    exec.kernel "train.linear" ins(%x : !exec.buffer<tensor<64xf32>>) outs(%y : !exec.buffer<tensor<64xf32>>) workspace 0 on side
+    %n = exec.buffer offset 1024 bytes 256 : !exec.buffer<tensor<64xf32>>
+    exec.kernel "train.rms_norm" ins(%x : !exec.buffer<tensor<64xf32>>) outs(%n : !exec.buffer<tensor<64xf32>>) workspace 0
+    %r = exec.event_create : !exec.event
+    exec.record %r on compute
+    exec.wait %r on side
+    %z = exec.buffer offset 1536 bytes 256 : !exec.buffer<tensor<64xf32>>
+    exec.kernel "train.linear" ins(%n : !exec.buffer<tensor<64xf32>>) outs(%z : !exec.buffer<tensor<64xf32>>) workspace 0 on side
+    %q = exec.event_create : !exec.event
+    exec.record %q on side
+    exec.kernel "train.gated_delta_rule_grad" ins(%x : !exec.buffer<tensor<64xf32>>) workspace 0 args {train.side_host}
+    exec.wait %q on compute
+    exec.kernel "train.k2" ins(%y, %z : !exec.buffer<tensor<64xf32>>, !exec.buffer<tensor<64xf32>>) workspace 0
+  }
+  exec.return
+}
+
+// -----
+
+// The host is marked, but compute waits for the run's record before it: the
+// run moves past the next compute kernel only, as without a marked host.
+
+// CHECK-LABEL: exec.step @marked_host_blocked
+// CHECK: exec.kernel "train.rms_norm"
+// CHECK-NEXT: exec.wait %{{.*}} on side {exec.issued_after_host}
+// CHECK-NEXT: exec.kernel "train.linear" {{.*}} on side {exec.issued_after_host}
+// CHECK-NEXT: exec.record %[[Q:.*]] on side {exec.issued_after_host}
+// CHECK-NEXT: exec.wait %[[Q]] on compute
+// CHECK-NEXT: exec.kernel "train.gated_delta_rule_grad"
+exec.step @marked_host_blocked {
+  exec.microbatch_loop count 1 {
+    %x = exec.buffer offset 0 bytes 256 : !exec.buffer<tensor<64xf32>>
+    exec.kernel "train.k0" outs(%x : !exec.buffer<tensor<64xf32>>) workspace 0
+    %p = exec.event_create : !exec.event
+    exec.record %p on compute
+    exec.wait %p on side
+    %y = exec.buffer offset 512 bytes 256 : !exec.buffer<tensor<64xf32>>
+    exec.kernel "train.linear" ins(%x : !exec.buffer<tensor<64xf32>>) outs(%y : !exec.buffer<tensor<64xf32>>) workspace 0 on side
+    %q = exec.event_create : !exec.event
+    exec.record %q on side
+    %n = exec.buffer offset 1024 bytes 256 : !exec.buffer<tensor<64xf32>>
+    exec.kernel "train.rms_norm" ins(%x : !exec.buffer<tensor<64xf32>>) outs(%n : !exec.buffer<tensor<64xf32>>) workspace 0
+    exec.wait %q on compute
+    exec.kernel "train.gated_delta_rule_grad" ins(%y : !exec.buffer<tensor<64xf32>>) workspace 0 args {train.side_host}
+  }
+  exec.return
+}
