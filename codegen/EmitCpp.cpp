@@ -188,6 +188,8 @@ private:
   int lastD2HWait_ = -1; ///< event last waited for on the d2h stream
   uint64_t maxGateElems_ = 0;
   bool sideKernels_ = false; ///< some exec.kernel runs on the side stream
+  /// some side op was issued after its host (exec-defer-side-issue)
+  bool sideAfterHost_ = false;
   std::map<std::string, std::map<std::string, uint64_t>> persistent_;
   llvm::StringMap<unsigned> paramIndex_;
   std::map<unsigned, std::pair<uint64_t, uint64_t>> slotSpec_;
@@ -280,6 +282,7 @@ LogicalResult Emitter::collect(Operation *step) {
     } else if (auto k = dyn_cast<exec::KernelOp>(op)) {
       StringRef c = k.getCallee();
       sideKernels_ |= k.getStream() == exec::Stream::Side;
+      sideAfterHost_ |= k->hasAttr("exec.issued_after_host");
       if (c == "train.gdn_gates" || c == "train.gated_delta_rule" ||
           c == "train.gated_delta_rule_grad" || c == "train.gdn_gates_grad") {
         RankedTensorType t = tensorOf(op->getOperand(0));
@@ -397,6 +400,8 @@ LogicalResult Emitter::run(EmittedPlan *plan) {
     os_ << "  p.sideWorkspaceBytes = kSideWorkspaceBytes;\n";
   if (sideKernels_)
     os_ << "  p.sideKernels = true;\n";
+  if (sideAfterHost_)
+    os_ << "  p.sideAfterHostStart = true;\n";
   os_ << "  p.arenaBytes = kArenaBytes;\n"
       << "  p.pinnedBytes = kPinnedBytes;\n  p.scratchBytes = kScratchBytes;\n";
   os_ << "  // Pinned slots: {offset, bytes}.\n";

@@ -46,23 +46,27 @@ uint32_t sideDelayUsFromEnv() {
                                     "microseconds, 0 to 1000000")));
 }
 
-/// ACTPLACE_SIDE_AFTER_FIRST_LAUNCH=1: side work waits, besides its events,
-/// for the end of the first launch of the compute kernel issued before it,
-/// where that kernel marks it (the GDN chunk backward's SM-filling W/U pass);
-/// the side stream then takes SMs only when the state passes leave them free.
-/// Meaningful with side work issued after its host kernel (actplace-compile
-/// --side-issue=after-host): issued before, it waits for the previous host.
-bool sideAfterFirstLaunchFromEnv() {
-  return envCount("ACTPLACE_SIDE_AFTER_FIRST_LAUNCH", 1, "0 or 1") == 1;
+/// ACTPLACE_SIDE_AFTER_FIRST_LAUNCH: 1 or 0 over the program's choice
+/// (Device::enableSideAfterFirstLaunch), -1 when unset.
+int sideAfterFirstLaunchFromEnv() {
+  return static_cast<int>(
+      envCount("ACTPLACE_SIDE_AFTER_FIRST_LAUNCH", 1, "0 or 1"));
 }
 } // namespace
 
-void Device::initFirstLaunchEvent() {
-  if (!sideAfterFirstLaunchFromEnv())
+void Device::enableSideAfterFirstLaunch() {
+  if (sideAfterFirstLaunchEnv_ == 0 || firstLaunchDone_ ||
+      kind() != DeviceKind::Cuda)
     return;
   firstLaunchEvent_ = createEvent();
   firstLaunchDone_ = backend_->nativeEvent(
       static_cast<uint32_t>(firstLaunchEvent_)); // null on host: no effect
+}
+
+void Device::initFirstLaunchEvent() {
+  sideAfterFirstLaunchEnv_ = sideAfterFirstLaunchFromEnv();
+  if (sideAfterFirstLaunchEnv_ == 1)
+    enableSideAfterFirstLaunch();
 }
 
 Device::Device(const DeviceOptions &options)

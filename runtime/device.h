@@ -161,6 +161,13 @@ public:
   /// cuBLASLt handle, SM count; the compute workspace on compute, the side
   /// workspace and an SM target for GEMMs on side, no workspace elsewhere.
   kernels::KernelContext kernelContext(Stream stream) const;
+  /// From now on compute kernels get an event to record after their first,
+  /// SM-filling launch (KernelContext::firstLaunchDone; the GDN chunk
+  /// backward records it) and each side-stream wait also waits for it:
+  /// with side work issued after its host kernel, the side stream starts
+  /// once the host's wide pass is done. cuda only (no effect on host);
+  /// ACTPLACE_SIDE_AFTER_FIRST_LAUNCH=0 turns it off, =1 on from the start.
+  void enableSideAfterFirstLaunch();
 
   //===--- Memory statistics ----------------------------------------------===//
   /// Samples device memory use. cuda: cudaMemGetInfo (total - free) minus the
@@ -196,6 +203,9 @@ private:
   /// after each of its waits; null otherwise.
   void *firstLaunchDone_ = nullptr;
   EventId firstLaunchEvent_{};
+  /// ACTPLACE_SIDE_AFTER_FIRST_LAUNCH: 1 on, 0 off (over the program's
+  /// choice), -1 unset.
+  int sideAfterFirstLaunchEnv_ = -1;
   void initFirstLaunchEvent();
   std::string notice_;
   char *arena_ = nullptr;

@@ -718,6 +718,8 @@ int run(int argc, char **argv, const Program &p) {
   // workspace when it is large enough, else a tail of its own. Side
   // kernels include GEMMs, so it holds at least one GEMM's workspace.
   uint64_t sideWs = 0;
+  if (p.sideAfterHostStart)
+    dev.enableSideAfterFirstLaunch();
   if (p.sideWorkspaceBytes > 0 || p.sideKernels)
     sideWs = std::max<uint64_t>(p.sideWorkspaceBytes,
                                 kernels::linearWorkspaceBytes(kb));

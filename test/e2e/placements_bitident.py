@@ -58,17 +58,20 @@ VARIANTS = {
                             "--fuse-recompute=false", "--keep-source"],
     # Recompute issued ahead on the side stream (train-recompute-stream):
     # layer 0's in_proj and gdn_prep recompute beside its GDN chunk
-    # backward, with offload in the same step; the same bits.
+    # backward, with offload in the same step; the same bits. Side work
+    # enqueued where its run sits, right before the chunk backward.
     "recompute-side": ["--recompute-modules=gdn_in_proj,gdn_prep,mlp_fc1",
                        "--recompute-stream=side",
                        "--offload-modules=core_attn", "--hide-rule=off",
-                       "--keep-source"],
+                       "--side-issue=with-run", "--keep-source"],
     # Same, with the side work enqueued after the kernel it overlaps
-    # (exec-defer-side-issue): only the host's issue order differs.
+    # (exec-defer-side-issue, the default; the program then also asks the
+    # runtime to hold it until that kernel's first launch): only the
+    # host's issue order differs.
     "recompute-side-after-host": [
         "--recompute-modules=gdn_in_proj,gdn_prep,mlp_fc1",
         "--recompute-stream=side", "--offload-modules=core_attn",
-        "--hide-rule=off", "--side-issue=after-host", "--keep-source"],
+        "--hide-rule=off", "--keep-source"],
 }
 WITH_OFFLOAD = ("offload", "fraction", "both")
 OFFLOADED_LEAVES = ("gdn_core_attn", "core_attn", "attn_proj")
@@ -184,8 +187,10 @@ def main():
           sideLaunches["recompute-side"])
 
     # Issue order: the compute launch nearest to each side launch is the
-    # GDN chunk backward it overlaps; it follows the side run by default
-    # and precedes it with --side-issue=after-host. Same side launches.
+    # GDN chunk backward it overlaps; it follows the side run with
+    # --side-issue=with-run and precedes it by default (after-host), where
+    # the program also holds side work until the host's first launch
+    # (p.sideAfterHostStart). Same side launches.
     def neighbour_launches(name):
         with open(os.path.join(args.work, "train-" + name + ".cpp")) as f:
             lines = [l for l in f if "r.launch(" in l or
@@ -211,6 +216,12 @@ def main():
             all("gated_delta_rule_grad" in l for l in prevLaunch)):
         fail("side issue order: with-run next %s, after-host previous %s" %
              (nextLaunch, prevLaunch))
+    flags = {}
+    for name in ("recompute-side", "recompute-side-after-host"):
+        with open(os.path.join(args.work, "train-" + name + ".cpp")) as f:
+            flags[name] = "p.sideAfterHostStart = true;" in f.read()
+    if flags != {"recompute-side": False, "recompute-side-after-host": True}:
+        fail("p.sideAfterHostStart in the programs: %s" % flags)
     print("side issue order: %d side launches before their chunk backward "
           "(with-run), after it (after-host)" % len(nextLaunch))
 

@@ -179,11 +179,12 @@ static cl::opt<std::string> recomputeStream(
              "(train-recompute-stream; same bits)"),
     cl::value_desc("compute|side"), cl::cat(category));
 static cl::opt<std::string> sideIssue(
-    "side-issue", cl::init("with-run"),
-    cl::desc("with-run (default) | after-host: when the host enqueues "
-             "side-stream recompute: where its run sits, right before the "
-             "compute kernel it overlaps, or right after that kernel "
-             "(exec-defer-side-issue); same events, same bits"),
+    "side-issue", cl::init("after-host"),
+    cl::desc("after-host (default) | with-run: when the host enqueues "
+             "side-stream recompute: right after the compute kernel it "
+             "overlaps (exec-defer-side-issue; the side stream then also "
+             "waits for that kernel's first launch), or where its run sits, "
+             "right before it; same events, same bits"),
     cl::value_desc("with-run|after-host"), cl::cat(category));
 static cl::opt<bool> keepSource("keep-source",
                                 cl::desc("Keep BINARY.cpp after a good build"),

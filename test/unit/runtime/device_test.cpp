@@ -134,19 +134,29 @@ TEST_P(DeviceTest, StreamPrioritySwitch) {
   }
 }
 
-// ACTPLACE_SIDE_AFTER_FIRST_LAUNCH=1 (a benchmark switch) hands compute
-// kernels an event to record after their first launch (cuda only) and
-// makes each side-stream wait also wait for it; side work still runs after
-// the events it waits for, and anything but 0 or 1 is refused at startup.
+// The first-launch wait (on for programs whose side work is issued after
+// its host; ACTPLACE_SIDE_AFTER_FIRST_LAUNCH=1 forces it, =0 keeps it off)
+// hands compute kernels an event to record after their first launch (cuda
+// only) and makes each side-stream wait also wait for it; side work still
+// runs after the events it waits for, and anything but 0 or 1 is refused
+// at startup.
 TEST_P(DeviceTest, SideAfterFirstLaunchSwitch) {
   SwitchedDevices sw("ACTPLACE_SIDE_AFTER_FIRST_LAUNCH", GetParam());
   EXPECT_RT_ERROR(sw.device("yes"), "ACTPLACE_SIDE_AFTER_FIRST_LAUNCH='yes'");
   EXPECT_RT_ERROR(sw.device("2"), "expected 0 or 1");
-  for (const char *value : {static_cast<const char *>(nullptr), "0"})
-    EXPECT_EQ(sw.device(value)->kernelContext(Stream::Compute).firstLaunchDone,
-              nullptr);
-  auto d = sw.device("1");
   bool cuda = GetParam() == DeviceKind::Cuda;
+  for (const char *value : {static_cast<const char *>(nullptr), "0"}) {
+    auto off = sw.device(value);
+    EXPECT_EQ(off->kernelContext(Stream::Compute).firstLaunchDone, nullptr);
+    // What a program with side work issued after its host asks for; the
+    // switch at 0 overrides it.
+    off->enableSideAfterFirstLaunch();
+    off->enableSideAfterFirstLaunch(); // once is enough
+    EXPECT_EQ(off->kernelContext(Stream::Compute).firstLaunchDone != nullptr,
+              cuda && value == nullptr)
+        << (value ? value : "unset");
+  }
+  auto d = sw.device("1");
   EXPECT_EQ(d->kernelContext(Stream::Compute).firstLaunchDone != nullptr, cuda);
   EXPECT_EQ(d->kernelContext(Stream::Side).firstLaunchDone, nullptr);
   // The side stream still waits for its own event (here: a compute-stream
