@@ -1075,7 +1075,10 @@ def write_report(manifest, arm, profile, report, build):
     for the very placement that was measured (the hide rule would otherwise
     keep other scopes under a slower compute model)."""
     # A --variant runs its base arm's binary: the same placement.
-    flags, _ = ARMS[manifest["arms"].get(arm, {}).get("variant_of", arm)]
+    base = manifest["arms"].get(arm, {}).get("variant_of", arm)
+    # The flags the carry was built with (an arm no longer in ARMS, or one
+    # whose definition changed since), else ARMS's.
+    flags = manifest["arms"].get(base, {}).get("flags") or ARMS[base][0]
     chosen = manifest["arms"].get(arm, {}).get("chosen")
     if chosen is not None:
         # The lists the build's search chose (actplace-compile checks the
@@ -1318,7 +1321,7 @@ def save_results(run_dir, table):
     os.makedirs(dest, exist_ok=True)
     for f in sorted(os.listdir(run_dir)):
         if f in ("results.jsonl", "manifest.json") or \
-                f.startswith("op-times") or \
+                f.startswith(("op-times", "op-timeline")) or \
                 f.endswith((".report.json", ".svg", ".log")):
             shutil.copy(os.path.join(run_dir, f), dest)
     open(os.path.join(dest, "table.md"), "w").write(table)
