@@ -269,16 +269,18 @@ ARMS["side60-gemms"] = (["--recompute-modules=attn_norm,gdn_in_proj,"
                         "readers on the side stream, norms on compute")
 
 # side60-gemms with the side work enqueued where the run sits, before the
-# kernel it overlaps (--side-issue=with-run; the order of run 13's binaries):
-# the A/B of exec-defer-side-issue, which enqueues it after that kernel.
+# kernel it overlaps (--side-issue=with-run; the order of run 13's binaries
+# and of side60-gemms before 49ef39e): the A/B of exec-defer-side-issue.
 ARMS["side60-withrun"] = (ARMS["side60-gemms"][0] + ["--side-issue=with-run"],
                           "side60-gemms with side work enqueued before its "
                           "host kernel (run 13's order)")
 
 # side60-gemms with side work enqueued after the kernel it overlaps
-# (exec-defer-side-issue): run 14's d37 measured it alike the default; with
-# the compute stream at high priority (ACTPLACE_STREAM_PRIORITY) the order
-# decides whose CTAs wait.
+# (exec-defer-side-issue), spelled out: actplace-compile's default since
+# 49ef39e, where the program also holds side work until its host's first
+# launch (run 15: +1.71 % against +2.80 % without the hold). Binaries built
+# before 9a6c963 / 49ef39e enqueued it after the next compute kernel and
+# did not hold it (runs 14-15, d37-d41).
 ARMS["side60-after"] = (ARMS["side60-gemms"][0] + ["--side-issue=after-host"],
                         "side60-gemms with side work enqueued after its "
                         "host kernel")
