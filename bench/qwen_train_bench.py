@@ -32,6 +32,10 @@ Three steps, each its own command:
          optimizer compared with the first arm's at every step); finite
          losses and grad norms, pinned pool constant and empty after every
          step, device peak constant; exit status 1 on a violation.
+  overlap (here)  from the timelines `run --timeline` writes: each compute
+         kernel of an arm against the same launch of the no-placement arm,
+         split by whether side-stream work ran beside it; what the side
+         stream costs the compute stream, op by op.
   frontier (here)  predicted activation-peak cut and step-time cost of
          recompute sets (every other leaf offloaded) under a profile,
          reports only: which placements to measure next; --leaf-costs:
@@ -66,6 +70,7 @@ MFU = training FLOPs per step / step time / peak, peak 989.5 TFLOP/s
 (H200 SXM dense BF16, datasheet; --peak-tflops to change).
 """
 import argparse
+import bisect
 import contextlib
 import io
 import json
@@ -1300,6 +1305,88 @@ def fmt_mib(b):
     return "-" if b is None else f"{b / MIB:,.1f}"
 
 
+def overlap_rows(base, placed):
+    """Per compute op kind (label less its layer): time added against the
+    same launch (label and occurrence) of `base`, split by whether side
+    work covered at least a fifth of the launch; microseconds of side work
+    beside it; launches. `base`, `placed`: --op-timeline launch lists."""
+    side = sorted((l["start_us"], l["end_us"]) for l in placed
+                  if l["stream"] == "side")
+    starts = [s for s, _ in side]
+
+    def beside(s, e):
+        total = 0.0
+        # Side launches are serial on their stream: scan from the last one
+        # that starts before `s`.
+        i = max(0, bisect.bisect_right(starts, s) - 1)
+        for a, b in side[i:]:
+            if a >= e:
+                break
+            total += max(0.0, min(b, e) - max(a, s))
+        return total
+
+    def by_occurrence(launches):
+        seen, out = {}, {}
+        for l in launches:
+            if l["stream"] != "compute":
+                continue
+            k = seen.get(l["label"], 0)
+            seen[l["label"]] = k + 1
+            out[(l["label"], k)] = l
+        return out
+
+    ref = by_occurrence(base)
+    rows = {}
+    for key, l in by_occurrence(placed).items():
+        dur = l["end_us"] - l["start_us"]
+        b = ref.get(key)
+        added = dur - (b["end_us"] - b["start_us"] if b else 0.0)
+        ov = beside(l["start_us"], l["end_us"])
+        r = rows.setdefault(re.sub(r"^L\d+\.", "", key[0]),
+                            {"beside": 0.0, "alone": 0.0, "side_us": 0.0,
+                             "launches": 0})
+        r["beside" if ov > 0.2 * dur else "alone"] += added
+        r["side_us"] += ov
+        r["launches"] += 1
+    return rows, sum(b - a for a, b in side)
+
+
+def cmd_overlap(a):
+    d = os.path.abspath(a.results)
+
+    def timeline(arm):
+        path = os.path.join(d, f"op-timeline-{arm}.json")
+        try:
+            with open_result(path) as f:
+                return json.load(f)["launches"]
+        except FileNotFoundError:
+            sys.exit(f"overlap: no {path}[.xz]: record it with run "
+                     f"--timeline --op-times-arms {arm}")
+    rows, side_us = overlap_rows(timeline(a.base), timeline(a.arm))
+    order = sorted(rows.items(), key=lambda kv: -abs(kv[1]["beside"]) -
+                   abs(kv[1]["alone"]))
+    print(f"# {a.arm} against {a.base} ({os.path.basename(d)}): compute "
+          "launches, time added against the same launch of the base arm, "
+          "split by whether side work covered >= 1/5 of the launch; us per "
+          "step")
+    print("| compute op | added beside side work | added alone | side work "
+          "beside it | launches |")
+    print("|---|---|---|---|---|")
+    for name, r in order[:a.top]:
+        print(f"| {name} | {r['beside']:+.1f} | {r['alone']:+.1f} | "
+              f"{r['side_us']:.1f} | {r['launches']} |")
+    tb = sum(r["beside"] for r in rows.values())
+    ta = sum(r["alone"] for r in rows.values())
+    print(f"| all ({len(rows)} ops) | {tb:+.1f} | {ta:+.1f} | "
+          f"{sum(r['side_us'] for r in rows.values()):.1f} | "
+          f"{sum(r['launches'] for r in rows.values())} |")
+    print(f"\nside stream busy {side_us / 1e3:.2f} ms of the step. A launch "
+          "matches the base arm's launch of the same label and occurrence: "
+          "an op the placement splits (linear_input_grad + linear_grad "
+          "around a rebuild) shows as one op added and one shortened; read "
+          "them together.")
+
+
 def cmd_table(a):
     if a.save:
         # Print to the terminal and into the saved folder.
@@ -1598,6 +1685,13 @@ def main():
                    "recompute together) and print each leaf's predicted "
                    "recompute time and bytes spared, summed over layers")
     f.add_argument("--build-dir", default="build-bench")
+    o = sub.add_parser("overlap", help="what side-stream work costs the "
+                       "compute kernels beside it, from run --timeline's "
+                       "timelines")
+    o.add_argument("results")
+    o.add_argument("--arm", required=True, help="the placed arm")
+    o.add_argument("--base", default="none", help="the arm to compare with")
+    o.add_argument("--top", type=int, default=20, help="rows to print")
     pr = sub.add_parser("predict", help="the run's reports under another "
                         "profile, into a copy of the run folder")
     pr.add_argument("results")
@@ -1607,7 +1701,8 @@ def main():
     a = p.parse_args()
     {"build": cmd_build, "run": cmd_run, "table": cmd_table,
      "calibrate": cmd_calibrate, "predict": cmd_predict,
-     "frontier": cmd_frontier, "check": cmd_check}[a.cmd](a)
+     "frontier": cmd_frontier, "check": cmd_check,
+     "overlap": cmd_overlap}[a.cmd](a)
 
 
 if __name__ == "__main__":

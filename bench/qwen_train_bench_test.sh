@@ -29,6 +29,9 @@ for e in entries:
     assert tl["launches"] and tl["step"] == e["steps"] + 1, (e, tl["step"])
     assert {l["stream"] for l in tl["launches"]} <= {"compute", "side"}, e
 PY
+python3 bench/qwen_train_bench.py overlap "$work/run" --arm max > "$work/overlap.md"
+grep -q "^| all ([0-9]* ops) |" "$work/overlap.md"
+grep -q "^side stream busy" "$work/overlap.md"
 python3 bench/qwen_train_bench.py calibrate "$work/run" \
   --op-times "$work/run/op-times.json" --out "$work/profile.json" \
   2> "$work/calibrate.log"
