@@ -32,6 +32,30 @@ PY
 python3 bench/qwen_train_bench.py overlap "$work/run" --arm max > "$work/overlap.md"
 grep -q "^| all ([0-9]* ops) |" "$work/overlap.md"
 grep -q "^side stream busy" "$work/overlap.md"
+# overlap's split on synthetic launches: a norm with side work over half of
+# it counts as beside, one without as alone; a split op shows as added.
+python3 - <<'PY'
+import importlib.util
+spec = importlib.util.spec_from_file_location("qb", "bench/qwen_train_bench.py")
+qb = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(qb)
+L = lambda label, stream, s, e: {"label": label, "stream": stream,
+                                 "start_us": s, "end_us": e}
+base = [L("L1.attn_norm/rms_norm", "compute", 0, 8),
+        L("L0.attn_norm/rms_norm", "compute", 10, 18),
+        L("L0.mlp_fc2/linear_grad", "compute", 20, 120)]
+placed = [L("L1.attn_norm/rms_norm", "compute", 0, 18),
+          L("L9.mlp_fc1/linear(recompute)", "side", 5, 60),
+          L("L0.attn_norm/rms_norm", "compute", 70, 78),
+          L("L0.mlp_fc2/linear_input_grad", "compute", 80, 130),
+          L("L0.mlp_fc2/linear_grad", "compute", 131, 181)]
+rows, side = qb.overlap_rows(base, placed)
+norm = rows["attn_norm/rms_norm"]
+assert side == 55 and norm["beside"] == 10 and norm["alone"] == 0, rows
+assert norm["side_us"] == 13 and norm["launches"] == 2, norm
+assert rows["mlp_fc2/linear_input_grad"]["alone"] == 50, rows
+assert rows["mlp_fc2/linear_grad"]["alone"] == -50, rows
+PY
 python3 bench/qwen_train_bench.py calibrate "$work/run" \
   --op-times "$work/run/op-times.json" --out "$work/profile.json" \
   2> "$work/calibrate.log"
