@@ -44,8 +44,9 @@ struct KernelContext {
   /// cudaEvent_t or null. A kernel made of several launches whose first
   /// launch fills every SM and whose later ones leave SMs free (the GDN chunk
   /// backward) records it after that first launch, so that work on another
-  /// stream can wait for the wide launch alone (the runtime's benchmark
-  /// switch ACTPLACE_SIDE_AFTER_FIRST_LAUNCH). Never changes results.
+  /// stream can wait for the wide launch alone (the runtime sets it for
+  /// programs whose side work is issued after its host:
+  /// Device::enableSideAfterFirstLaunch). Never changes results.
   void *firstLaunchDone = nullptr;
 };
 

@@ -197,8 +197,8 @@ private:
   int32_t sideSmsOverride_ = -1;
   /// ACTPLACE_SIDE_DELAY_US: the side stream's hold after each wait.
   uint32_t sideDelayUs_ = 0;
-  /// ACTPLACE_SIDE_AFTER_FIRST_LAUNCH=1 on cuda: the event compute kernels
-  /// record after their first, SM-filling launch (KernelContext::
+  /// Once enableSideAfterFirstLaunch() ran on cuda: the event compute
+  /// kernels record after their first, SM-filling launch (KernelContext::
   /// firstLaunchDone; the GDN chunk backward) and the side stream waits for
   /// after each of its waits; null otherwise.
   void *firstLaunchDone_ = nullptr;

@@ -109,8 +109,9 @@ void StepRunner::collectOpTimes() {
     // time axis; shifted so that the earliest starts at 0.
     timeline->clear();
     double earliest = 0;
+    uint32_t origin =
+        pendingOpTimes_.empty() ? 0 : pendingOpTimes_.front().start;
     for (const PendingOpTime &p : pendingOpTimes_) {
-      uint32_t origin = pendingOpTimes_.front().start;
       double start = dev.backend().timerSeconds(origin, p.start);
       timeline->push_back({p.name, p.stream, start,
                            start + dev.backend().timerSeconds(p.start, p.end)});
