@@ -263,6 +263,18 @@ add_goal_arms((("auto3-cal", "--step-budget=0.03"),
               SIDE_PROFILE, "the run-13 side-stream profile, recompute on "
               "the side stream", ["--recompute-stream=side"])
 
+# The same goals under run 16's profile: every op's scale from d44's op
+# times, copies as h200-beside-8a8ab91 (d29's rates x 2), the side capacity
+# fitted (0.266) to the 60 % placement built with side work after its host
+# and the first-launch hold, the default since 49ef39e (bench/notes/
+# training.md, run 16). Predicted there: auto3-r16 72.7 % at +8.58 ms,
+# auto65-r16 67.3 % at +7.22 ms.
+R16_PROFILE = os.path.join(REPO, "bench", "profiles", "h200-side-2a6abaf.json")
+add_goal_arms((("auto3-r16", "--step-budget=0.03"),
+               ("auto65-r16", "--activation-cut=0.65")),
+              R16_PROFILE, "the run-16 profile, recompute on the side stream",
+              ["--recompute-stream=side"])
+
 # auto60-side's lists as fixed flags, placed by the pass as of 2026-12-02
 # (after d34): only the GEMMs and what reads them on the side stream, the
 # norms feeding them moved ahead on the compute stream. In d34's op times

@@ -80,9 +80,13 @@ struct DeviceProfile {
   /// at +0.14 ms: capacity about 0.45 (runtime_offload_bench overlap,
   /// bench/notes/runtime.md). In the training step the side stream hid
   /// about half as much: two placements measured as capacity 0.20 and 0.23
-  /// would predict (bench/notes/training.md, run 13); the default is that.
+  /// would predict (bench/notes/training.md, run 13). Since side work is
+  /// enqueued after its host and held until the host's first, SM-filling
+  /// launch (exec-defer-side-issue, the default since 49ef39e), the 60 %
+  /// placement measured what 0.27 predicts in two calls (run 16, profile
+  /// h200-side-2a6abaf: 0.266); the default is that.
   std::map<std::string, double> sideCapacity = {
-      {"train.gated_delta_rule_grad", 0.22}};
+      {"train.gated_delta_rule_grad", 0.27}};
 
   /// Whether copies slow the ops beside them (h2dSlowdown / d2hSlowdown)
   /// rather than the op that issues them (copySlowdownPerByte).
