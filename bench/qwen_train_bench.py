@@ -275,6 +275,16 @@ add_goal_arms((("auto3-r16", "--step-budget=0.03"),
               R16_PROFILE, "the run-16 profile, recompute on the side stream",
               ["--recompute-stream=side"])
 
+# The 3 % goal under the profile refit after d45: copies beside the kernels
+# at d29's rates x 3.6 (least squares over the three offload + side-stream
+# arms of d44 / d45, which run-12's factor 2 under-predicted by 0.8-1.3 %
+# of step), the rest as h200-side-2a6abaf (bench/notes/training.md, run
+# 16). Predicted: 65.6 % at +8.86 ms.
+R16B_PROFILE = os.path.join(REPO, "bench", "profiles", "h200-side-7c1804e.json")
+add_goal_arms((("auto3-r16b", "--step-budget=0.03"),),
+              R16B_PROFILE, "the run-16 profile with the refit copy factor, "
+              "recompute on the side stream", ["--recompute-stream=side"])
+
 # auto60-side's lists as fixed flags, placed by the pass as of 2026-12-02
 # (after d34): only the GEMMs and what reads them on the side stream, the
 # norms feeding them moved ahead on the compute stream. In d34's op times
