@@ -279,9 +279,11 @@ add_goal_arms((("auto3-r16", "--step-budget=0.03"),
 # at d29's rates x 3.6 (least squares over the three offload + side-stream
 # arms of d44 / d45, which run-12's factor 2 under-predicted by 0.8-1.3 %
 # of step), the rest as h200-side-2a6abaf (bench/notes/training.md, run
-# 16). Predicted: 65.6 % at +8.86 ms.
+# 16). Predicted: auto3-r16b 65.6 % at +8.86 ms, auto25-r16b 62.8 % at
+# +6.97 ms.
 R16B_PROFILE = os.path.join(REPO, "bench", "profiles", "h200-side-7c1804e.json")
-add_goal_arms((("auto3-r16b", "--step-budget=0.03"),),
+add_goal_arms((("auto3-r16b", "--step-budget=0.03"),
+               ("auto25-r16b", "--step-budget=0.025")),
               R16B_PROFILE, "the run-16 profile with the refit copy factor, "
               "recompute on the side stream", ["--recompute-stream=side"])
 
