@@ -84,6 +84,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import typing
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -830,12 +831,7 @@ def cmd_calibrate(a):
                                                       build))
 
     def predicted(arm, profile):
-        with tempfile.TemporaryDirectory() as tmp:
-            path = os.path.join(tmp, "profile.json")
-            json.dump(profile, open(path, "w"))
-            report = os.path.join(tmp, "report.json")
-            write_report(manifest, arm, path, report, build)
-            return json.load(open(report))["totals"]["step_seconds_after"]
+        return predicted_step(manifest, arm, profile, build)
 
     none_meas = med["none"][0]
     t1 = predicted("none", dict(base, computeScale=1.0))
@@ -874,17 +870,21 @@ def cmd_calibrate(a):
                  f"more than the measured {none_meas * 1e3:.2f} ms")
     profile = dict(base, computeScale=round(scale, 6))
     none_pred = predicted("none", profile)
+    extra = [fit_run(d, build, profile) for d in a.also]
     fit_arms = [n for n in a.fit_arms.split(",") if n]
     for arm in fit_arms:
-        if arm not in med:
-            sys.exit(f"calibrate: --fit-arms names '{arm}', which the run "
-                     "did not measure")
+        if arm not in med and not any(arm in r.med for r in extra):
+            sys.exit(f"calibrate: --fit-arms names '{arm}', which no run "
+                     "folder measured")
+    if extra and not a.copy_beside:
+        sys.exit("calibrate: --also needs --copy-beside (the per-byte fit "
+                 "takes one run)")
     if a.copy_beside:
         if a.copy_hold_slack is not None:
             # Part of the profile the factor is fitted under.
             profile["copyHoldSlack"] = a.copy_hold_slack
         return write_copy_beside(a, profile, med, fit_arms, predicted,
-                                 scale, none_meas, none_pred)
+                                 scale, none_meas, none_pred, extra)
     num = den = 0.0
     used = []
     for arm, (meas, t) in med.items():
@@ -928,7 +928,44 @@ def cmd_calibrate(a):
     log("wrote", a.out)
 
 
-def fit_side_capacity(a, profile, med, predicted, none_meas, none_pred):
+class FitRun(typing.NamedTuple):
+    """One run folder's part in a fit: its measured medians per arm, a
+    predictor of its arms under a profile, and its none arm measured and
+    predicted (each arm's increase is taken against its own run's none)."""
+    label: str
+    med: dict
+    predicted: typing.Callable
+    none_meas: float
+    none_pred: float
+
+
+def fit_run(d, build, profile):
+    """calibrate --also DIR: the run folder `d` as a FitRun, its none
+    predicted under `profile`."""
+    manifest, med = arm_medians(os.path.abspath(d))
+    if "none" not in med:
+        sys.exit(f"calibrate: --also {d} has no measured 'none' arm")
+
+    def predicted(arm, prof):
+        return predicted_step(manifest, arm, prof, build)
+
+    return FitRun(d, med, predicted, med["none"][0],
+                  predicted("none", profile))
+
+
+def predicted_step(manifest, arm, profile, build):
+    """The step time the cost model predicts for `arm` of a run (its
+    manifest) under the profile dict `profile`."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "profile.json")
+        json.dump(profile, open(path, "w"))
+        report = os.path.join(tmp, "report.json")
+        write_report(manifest, arm, path, report, build)
+        return json.load(open(report))["totals"]["step_seconds_after"]
+
+
+def fit_side_capacity(a, profile, med, predicted, none_meas, none_pred,
+                      extra=()):
     """calibrate --side-capacity-arms: the side capacity of one host op
     (--side-capacity-op, the GDN chunk backward by default) that best
     predicts the named arms (recompute on the side stream): least squares
@@ -936,13 +973,17 @@ def fit_side_capacity(a, profile, med, predicted, none_meas, none_pred):
     [0, 1] (each arm's prediction only falls as the capacity grows). Sets
     profile["sideCapacity"]; prints each arm's measured and predicted
     increase. Run 13 fitted it by hand the same way (training.md)."""
-    arms = [n for n in a.side_capacity_arms.split(",") if n]
-    if not arms:
+    names = [n for n in a.side_capacity_arms.split(",") if n]
+    if not names:
         return
-    for arm in arms:
-        if arm not in med:
+    runs = [FitRun("", med, predicted, none_meas, none_pred)] + list(extra)
+    # (run, arm) pairs: every named arm in every run folder that measured it.
+    pairs = [(r, arm) for r in runs for arm in names if arm in r.med]
+    for arm in names:
+        if not any(arm == x for _, x in pairs):
             sys.exit(f"calibrate: --side-capacity-arms names '{arm}', which "
-                     "the run did not measure")
+                     "no run folder measured")
+    arms = [f"{r.label}:{arm}" if r.label else arm for r, arm in pairs]
 
     def with_capacity(c):
         return dict(profile, sideCapacity={a.side_capacity_op: round(c, 4)})
@@ -952,10 +993,10 @@ def fit_side_capacity(a, profile, med, predicted, none_meas, none_pred):
     def sse(c):
         c = round(c, 4)
         if c not in cache:
-            preds = {arm: predicted(arm, with_capacity(c)) - none_pred
-                     for arm in arms}
-            cache[c] = (sum((med[arm][0] - none_meas - p) ** 2
-                            for arm, p in preds.items()), preds)
+            preds = {name: r.predicted(arm, with_capacity(c)) - r.none_pred
+                     for name, (r, arm) in zip(arms, pairs)}
+            cache[c] = (sum((r.med[arm][0] - r.none_meas - preds[name]) ** 2
+                            for name, (r, arm) in zip(arms, pairs)), preds)
         return cache[c][0]
 
     if abs(sse(0.0) - sse(1.0)) < 1e-12 and \
@@ -976,9 +1017,9 @@ def fit_side_capacity(a, profile, med, predicted, none_meas, none_pred):
     profile["sideCapacity"] = {a.side_capacity_op: best}
     log(f"side capacity of {a.side_capacity_op} = {best:.3f} (least squares "
         f"over {', '.join(arms)}; {len(cache)} capacities tried)")
-    for arm in arms:
-        log(f"  {arm}: measured {(med[arm][0] - none_meas) * 1e3:+.2f} ms, "
-            f"predicted {cache[best][1][arm] * 1e3:+.2f} ms")
+    for name, (r, arm) in zip(arms, pairs):
+        log(f"  {name}: measured {(r.med[arm][0] - r.none_meas) * 1e3:+.2f} "
+            f"ms, predicted {cache[best][1][name] * 1e3:+.2f} ms")
 
 
 def copy_beside_tables(rates, factor):
@@ -992,48 +1033,55 @@ def copy_beside_tables(rates, factor):
 
 
 def write_copy_beside(a, profile, med, fit_arms, predicted, scale,
-                      none_meas, none_pred):
+                      none_meas, none_pred, extra=()):
     """calibrate --copy-beside: copies slow the kernels beside them at the
     measured per-kernel rates times one factor, given
     (--copy-beside-scale) or fitted by least squares over the fit arms
     (their measured step increase above none against the predicted one;
     predictions are close to linear in the factor, so two reports per arm,
-    at 0 and 1, fix each line)."""
+    at 0 and 1, fix each line). `extra` (FitRun, calibrate --also): other
+    run folders whose fit arms join the fit, each against its own none."""
     rates = json.load(open(a.copy_beside))
     if not any(rates.get(k) for k in ("h2dSlowdown", "d2hSlowdown")):
         sys.exit(f"calibrate: {a.copy_beside} has no h2dSlowdown or "
                  "d2hSlowdown rates")
+    runs = [FitRun("", med, predicted, none_meas, none_pred)] + list(extra)
     factor, used = a.copy_beside_scale, []
     if factor is None:
-        arms = fit_arms or [arm for arm, (_, t) in med.items()
-                            if arm != "none" and t["offloaded_bytes"]]
-        if not arms:
+        pairs = [(r, arm) for r in runs for arm, (_, t) in r.med.items()
+                 if (arm in fit_arms if fit_arms else
+                     arm != "none" and t["offloaded_bytes"])]
+        if not pairs:
             sys.exit("calibrate: no arm with offload to fit the copy "
                      "slowdown on; pass --copy-beside-scale")
         num = den = 0.0
-        for arm in arms:
-            meas = med[arm][0] - none_meas
-            p0 = predicted(arm, dict(profile, **copy_beside_tables(rates, 0)))
-            p1 = predicted(arm, dict(profile, **copy_beside_tables(rates, 1)))
+        for r, arm in pairs:
+            meas = r.med[arm][0] - r.none_meas
+            p0 = r.predicted(arm, dict(profile,
+                                       **copy_beside_tables(rates, 0)))
+            p1 = r.predicted(arm, dict(profile,
+                                       **copy_beside_tables(rates, 1)))
             slope = p1 - p0
-            num += (meas - (p0 - none_pred)) * slope
+            num += (meas - (p0 - r.none_pred)) * slope
             den += slope * slope
-            used.append(arm)
+            used.append((r, arm))
         factor = max(0.0, num / den) if den else 0.0
     profile.update(copy_beside_tables(rates, factor))
-    fit_side_capacity(a, profile, med, predicted, none_meas, none_pred)
+    fit_side_capacity(a, profile, med, predicted, none_meas, none_pred,
+                      extra)
     with open(a.out, "w") as f:
         json.dump(profile, f, indent=1)
         f.write("\n")
     log(f"computeScale = {scale:.4f}: the no-placement arm measured "
         f"{none_meas * 1e3:.2f} ms, predicted now {none_pred * 1e3:.2f} ms")
+    names = [f"{r.label}:{arm}" if r.label else arm for r, arm in used]
     log(f"copy slowdown beside kernels: {a.copy_beside} x {factor:.3f} "
         + ("(given)" if not used else "(least squares over " +
-           ", ".join(used) + ")"))
-    for arm in used:
-        pred = predicted(arm, profile) - none_pred
-        log(f"  {arm}: measured {(med[arm][0] - none_meas) * 1e3:+.2f} ms, "
-            f"predicted {pred * 1e3:+.2f} ms")
+           ", ".join(names) + ")"))
+    for name, (r, arm) in zip(names, used):
+        pred = r.predicted(arm, profile) - r.none_pred
+        log(f"  {name}: measured {(r.med[arm][0] - r.none_meas) * 1e3:+.2f} "
+            f"ms, predicted {pred * 1e3:+.2f} ms")
     log("wrote", a.out)
 
 
@@ -1691,6 +1739,12 @@ def main():
     c.add_argument("--fit-arms", default="",
                    help="arms to fit the copy slowdown on (',' between "
                    "names; default: the offload-only arms)")
+    c.add_argument("--also", action="append", default=[],
+                   metavar="RUN_DIR",
+                   help="another run folder (repeatable) whose --fit-arms "
+                   "and --side-capacity-arms join the fits, each arm against "
+                   "its own folder's none (--copy-beside only); the op "
+                   "scales and computeScale still come from RESULTS")
     c.add_argument("--build-dir", default="build-bench")
     f = sub.add_parser("frontier", help="predicted activation-peak cut "
                        "and step-time cost of recompute sets (reports only)")

@@ -118,6 +118,25 @@ q.write_copy_beside(a, {"computeScale": 1.0}, med, [], predicted, 1.0,
 k = json.load(open(out))["h2dSlowdown"]["*"] / (1e-12 * 0.793)
 assert abs(k - 1.7) < 1e-4, k
 print("calibrate --copy-beside fit: factor 1.7 recovered (%.5f)" % k)
+# calibrate --also: arms of a second run folder join the fit, each against
+# its own none (0.31 s there, 0.3 s here). Run B alone would say 2.5: the
+# fit over both must land between, at the least-squares value.
+def predicted_b(arm, profile):
+    k = profile["h2dSlowdown"]["*"] / (1e-12 * 0.793)
+    return 0.31 + (0 if arm == "none" else 0.002 + k * 0.006)
+med_a = {"none": (0.3, {}), "a": (0.3 + 0.001 + 1.7 * 0.004,
+                                  {"offloaded_bytes": 1})}
+run_b = q.FitRun("B", {"none": (0.31, {}),
+                       "c": (0.31 + 0.002 + 2.5 * 0.006,
+                             {"offloaded_bytes": 1})},
+                 predicted_b, 0.31, 0.31)
+q.write_copy_beside(a, {"computeScale": 1.0}, med_a, ["a", "c"], predicted,
+                    1.0, 0.3, 0.3, [run_b])
+k = json.load(open(out))["h2dSlowdown"]["*"] / (1e-12 * 0.793)
+want = (1.7 * 0.004 ** 2 + 2.5 * 0.006 ** 2) / (0.004 ** 2 + 0.006 ** 2)
+assert abs(k - want) < 1e-4, (k, want)
+print("calibrate --also: factor %.4f over two run folders (want %.4f)"
+      % (k, want))
 # calibrate --side-capacity-arms: each arm's predicted increase falls
 # linearly with the side capacity; measured at capacity 0.37.
 gain = {"a": 0.004, "b": 0.009}
@@ -139,6 +158,30 @@ try:
 except SystemExit as e:
     assert "do not depend on the side capacity" in str(e), e
 print("calibrate --side-capacity-arms fit: capacity 0.37 recovered (%.3f)" % c)
+# Over two run folders: the same arm measured at 0.37 here and at 0.37
+# against another none there gives 0.37 back; the arm only in the other
+# folder is fitted too.
+run_b = q.FitRun("B", {"none": (0.31, {}), "a": (0.31 + 0.004 * 0.63, {}),
+                       "c": (0.31 + 0.006 * 0.63, {})},
+                 lambda arm, p: 0.31 + (0 if arm == "none" else
+                                        {"a": 0.004, "c": 0.006}[arm] *
+                                        (1 - p["sideCapacity"][
+                                            "train.gated_delta_rule_grad"])),
+                 0.31, 0.31)
+a2 = argparse.Namespace(side_capacity_arms="a,c",
+                        side_capacity_op="train.gated_delta_rule_grad")
+prof = {}
+q.fit_side_capacity(a2, prof, med, predicted_side, 0.3, 0.3, [run_b])
+c = prof["sideCapacity"]["train.gated_delta_rule_grad"]
+assert abs(c - 0.37) <= 0.01, c
+try:
+    q.fit_side_capacity(argparse.Namespace(
+        side_capacity_arms="zz", side_capacity_op="x"), {}, med,
+        predicted_side, 0.3, 0.3, [run_b])
+    assert False, "an arm no folder measured was accepted"
+except SystemExit as e:
+    assert "no run folder measured" in str(e), e
+print("calibrate --also, side capacity over two folders: %.3f" % c)
 PY
 python3 bench/qwen_train_bench.py predict "$work/run" \
   --profile "$work/profile.json" --out "$work/calibrated" 2> "$work/predict.log"
