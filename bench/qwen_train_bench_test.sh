@@ -79,6 +79,20 @@ python3 bench/qwen_train_bench.py calibrate "$work/run" \
   --copy-beside bench/profiles/h200-copy-rates-d29.json \
   2> "$work/calibrate-beside.log"
 grep -q 'least squares over' "$work/calibrate-beside.log"
+# --also with a copy of the same run folder: every arm counted twice, each
+# against its own (equal) none: the same least-squares factor.
+rm -rf "$work/run-copy" && cp -r "$work/run" "$work/run-copy"
+python3 bench/qwen_train_bench.py calibrate "$work/run" \
+  --op-times "$work/run/op-times.json" --out "$work/profile-beside-also.json" \
+  --copy-beside bench/profiles/h200-copy-rates-d29.json \
+  --also "$work/run-copy" 2> "$work/calibrate-beside-also.log"
+grep -q "run-copy:" "$work/calibrate-beside-also.log"
+python3 - "$work/profile-beside.json" "$work/profile-beside-also.json" <<'PY'
+import json, sys
+one, two = (json.load(open(p))["h2dSlowdown"]["*"] for p in sys.argv[1:])
+assert abs(one - two) <= 1e-6 * abs(one) + 1e-24, (one, two)
+print("calibrate --also: the same folder twice gives the same factor")
+PY
 python3 - "$work/profile-beside2.json" "$work/profile-beside.json" <<'PY'
 import json, sys
 rates = json.load(open("bench/profiles/h200-copy-rates-d29.json"))
