@@ -379,64 +379,87 @@ FailureOr<PlacementSearchResult> ap::train::searchPlacement(
     return moves;
   };
 
-  PlacementSearchResult result;
-  State state(leaves.size(), Keep);
-  PlacementChoice current = eval.unplaced;
-  auto accept = [&](const Move &m, const PlacementChoice &c) {
-    state = m.to;
-    current = c;
-    result.trail.push_back({m.text, c});
-    if (progress)
-      progress(result.trail.back());
-  };
   bool budgetGoal = goal.kind == PlacementGoal::Kind::StepBudget;
+  auto better = [&](const PlacementChoice &a, const PlacementChoice &b) {
+    if (budgetGoal && metric(a) != metric(b))
+      return metric(a) > metric(b);
+    return a.stepAfter < b.stepAfter - 1e-12;
+  };
 
-  // Greedy: least extra time per byte removed.
-  while (budgetGoal || !goalMet(current)) {
-    std::optional<std::pair<Move, PlacementChoice>> best;
-    double bestScore = 0;
-    for (Move &m : movesFrom(state)) {
-      std::optional<PlacementChoice> c = eval(m.to);
-      if (!c)
-        continue;
-      double gain = metric(*c) - metric(current);
-      if (gain <= 0 || (budgetGoal && !goalMet(*c)))
-        continue;
-      // Bytes beyond what the goal still needs earn nothing: near the goal
-      // the cheapest move that completes it beats a better ratio that
-      // overshoots (the usual greedy cover).
-      if (!budgetGoal)
-        gain = std::min(gain, needed(current));
-      double score = (c->stepAfter - current.stepAfter) / gain;
-      if (!best || score < bestScore ||
-          (score == bestScore && m.text < best->first.text)) {
-        best.emplace(m, *c);
-        bestScore = score;
+  // One descent from nothing placed: a greedy, then improvements. With
+  // `recomputeFirst` the greedy takes recompute moves only until none
+  // helps, then any move. `banned` leaves stay kept through the greedy
+  // (the improvements may place them).
+  struct Descent {
+    State state;
+    PlacementChoice current;
+    std::vector<PlacementSearchStep> trail;
+  };
+  auto descend = [&](int start, const std::string &name, bool recomputeFirst,
+                     std::optional<size_t> banned) {
+    Descent run{State(leaves.size(), Keep), eval.unplaced, {}};
+    auto accept = [&](const Move &m, const PlacementChoice &c) {
+      run.state = m.to;
+      run.current = c;
+      run.trail.push_back(
+          {m.text, c, start,
+           llvm::formatv("descent {0} ({1})", start + 1, name).str()});
+      if (progress)
+        progress(run.trail.back());
+    };
+    auto offloads = [](const Move &m) {
+      return llvm::is_contained(m.to, static_cast<int8_t>(Offload));
+    };
+
+    // Greedy: least extra time per byte removed.
+    bool recomputeOnly = recomputeFirst;
+    while (budgetGoal || !goalMet(run.current)) {
+      std::optional<std::pair<Move, PlacementChoice>> best;
+      double bestScore = 0;
+      for (Move &m : movesFrom(run.state)) {
+        if ((recomputeOnly && offloads(m)) || (banned && m.to[*banned] != Keep))
+          continue;
+        std::optional<PlacementChoice> c = eval(m.to);
+        if (!c)
+          continue;
+        double gain = metric(*c) - metric(run.current);
+        if (gain <= 0 || (budgetGoal && !goalMet(*c)))
+          continue;
+        // Bytes beyond what the goal still needs earn nothing: near the
+        // goal the cheapest move that completes it beats a better ratio
+        // that overshoots (the usual greedy cover).
+        if (!budgetGoal)
+          gain = std::min(gain, needed(run.current));
+        double score = (c->stepAfter - run.current.stepAfter) / gain;
+        if (!best || score < bestScore ||
+            (score == bestScore && m.text < best->first.text)) {
+          best.emplace(m, *c);
+          bestScore = score;
+        }
       }
+      if (!best) {
+        if (!recomputeOnly)
+          break;
+        recomputeOnly = false;
+        continue;
+      }
+      accept(best->first, best->second);
     }
-    if (!best)
-      break;
-    accept(best->first, best->second);
-  }
 
-  // Improve by single moves: with the goal held, a faster step (bytes
-  // budgets) or more bytes removed (step budget).
-  if (goalMet(current)) {
+    // Improve by single moves: with the goal held, a faster step (bytes
+    // budgets) or more bytes removed (step budget).
+    if (!goalMet(run.current))
+      return run;
     for (;;) {
       std::optional<std::pair<Move, PlacementChoice>> best;
-      auto better = [&](const PlacementChoice &a, const PlacementChoice &b) {
-        if (budgetGoal && metric(a) != metric(b))
-          return metric(a) > metric(b);
-        return a.stepAfter < b.stepAfter - 1e-12;
-      };
       auto consider = [&](const Move &m) {
         std::optional<PlacementChoice> c = eval(m.to);
-        if (!c || !goalMet(*c) || !better(*c, current))
+        if (!c || !goalMet(*c) || !better(*c, run.current))
           return;
         if (!best || better(*c, best->second))
           best.emplace(m, *c);
       };
-      std::vector<Move> singles = movesFrom(state);
+      std::vector<Move> singles = movesFrom(run.state);
       for (const Move &m : singles)
         consider(m);
       // No single move helps: try two at once (a swap, say recompute one
@@ -446,9 +469,9 @@ FailureOr<PlacementSearchResult> ap::train::searchPlacement(
           for (size_t j = i + 1; j < singles.size(); ++j) {
             Move m{singles[i].text + ", " + singles[j].text, singles[i].to};
             bool clash = false;
-            for (size_t k = 0; k < state.size(); ++k)
-              if (singles[j].to[k] != state[k]) {
-                clash |= m.to[k] != state[k];
+            for (size_t k = 0; k < run.state.size(); ++k)
+              if (singles[j].to[k] != run.state[k]) {
+                clash |= m.to[k] != run.state[k];
                 m.to[k] = singles[j].to[k];
               }
             if (!clash)
@@ -458,8 +481,68 @@ FailureOr<PlacementSearchResult> ap::train::searchPlacement(
         break;
       accept(best->first, best->second);
     }
-  }
+    return run;
+  };
 
+  // Several descents; a later one wins only when strictly better (goal held
+  // first), so ties keep the earlier choice. The greedy is myopic where
+  // leaves compete for one resource (the side stream's idle SMs, the copy
+  // links): cheap small moves taken early can shut out a bigger one that
+  // would have paid more. Run 16 found such a point five leaves away from
+  // the search's choice, beyond what the improvement moves reach. So: the
+  // plain descent; one that recomputes before it offloads; and one per leaf
+  // the best so far placed, with that leaf kept through the greedy.
+  PlacementSearchResult result;
+  std::optional<Descent> winner;
+  auto offer = [&](Descent run, int start) {
+    bool met = goalMet(run.current);
+    if (!winner ||
+        (met &&
+         (!goalMet(winner->current) || better(run.current, winner->current))) ||
+        (!met && !goalMet(winner->current) &&
+         metric(run.current) > metric(winner->current))) {
+      winner = std::move(run);
+      result.start = start;
+    }
+  };
+  int start = 0;
+  offer(descend(start, "any move first", false, std::nullopt), start);
+  ++start;
+  if (offloadAllowed) {
+    offer(descend(start, "recompute first", true, std::nullopt), start);
+    ++start;
+  }
+  State placedByBest = winner->state;
+  for (size_t i = 0; i < leaves.size(); ++i) {
+    if (placedByBest[i] == Keep)
+      continue;
+    offer(descend(start, "greedy without " + leaves[i], false, i), start);
+    ++start;
+  }
+  // A placed leaf whose return to keep loses no bytes and no time (its
+  // values already leave with another leaf's recompute, say) is kept, so
+  // the lists name only what acts.
+  if (goalMet(winner->current))
+    for (size_t i = 0; i < leaves.size(); ++i) {
+      if (winner->state[i] == Keep)
+        continue;
+      State kept = winner->state;
+      kept[i] = Keep;
+      std::optional<PlacementChoice> c = eval(kept);
+      if (!c || !goalMet(*c) || metric(*c) < metric(winner->current) ||
+          c->stepAfter > winner->current.stepAfter + 1e-12)
+        continue;
+      winner->state = kept;
+      winner->current = *c;
+      winner->trail.push_back(
+          {"keep " + leaves[i] + " (placing it removes no bytes)", *c, start,
+           llvm::formatv("after the search, from descent {0}", result.start + 1)
+               .str()});
+      if (progress)
+        progress(winner->trail.back());
+    }
+  PlacementChoice current = winner->current;
+  result.trail = std::move(winner->trail);
   result.best = current;
   result.goalMet = goalMet(current);
   result.evaluations = eval.evaluations();

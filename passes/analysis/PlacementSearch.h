@@ -19,8 +19,12 @@
 // and pairs of leaves that share saved values) with the least predicted
 // extra time per byte removed (bytes beyond the goal's need not counted),
 // until the goal holds; then improve by single
-// moves that keep the goal and lower the step (or, under a step budget,
-// remove more). Deterministic: ties break on the move's spelling.
+// moves (or, when none helps, pairs) that keep the goal and lower the step
+// (or, under a step budget, remove more). It descends several times: taking
+// any move; taking recompute moves until none helps and only then offload;
+// and once per leaf the better of those placed, with that leaf kept through
+// the greedy. The best end wins (the earliest on a tie). Deterministic: ties
+// break on the move's spelling.
 //
 //===----------------------------------------------------------------------===//
 #ifndef ACTPLACE_PASSES_ANALYSIS_PLACEMENTSEARCH_H
@@ -78,12 +82,20 @@ struct PlacementChoice {
 struct PlacementSearchStep {
   std::string move;
   PlacementChoice after;
+  /// The descent it belongs to: its number from 0 and its heading
+  /// ("descent 2 (recompute first)", "descent 5 (greedy without gdn_prep)";
+  /// the last moves, which drop placements that act on nothing, have a
+  /// number of their own).
+  int start = 0;
+  std::string descent;
 };
 
 struct PlacementSearchResult {
   PlacementChoice best;
   bool goalMet = false;
-  /// The accepted moves in order (greedy, then improvements).
+  /// The descent that found `best`, and its accepted moves in order
+  /// (greedy, then improvements).
+  int start = 0;
   std::vector<PlacementSearchStep> trail;
   int64_t evaluations = 0;
 };

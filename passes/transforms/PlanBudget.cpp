@@ -62,12 +62,18 @@ void TrainPlanBudgetPass::runOnOperation() {
     *log << "placement search: " << goal->str() << ", cost model "
          << (cfg.profile.empty() ? std::string("H200 defaults") : cfg.profile)
          << "\n";
-  int step = 0;
+  int step = 0, start = -1;
   FailureOr<PlacementSearchResult> result =
       searchPlacement(module, cfg, *goal, [&](const PlacementSearchStep &s) {
-        if (log)
-          *log << llvm::formatv("  {0,2}. {1}: {2}\n", ++step, s.move,
-                                s.after.summary());
+        if (!log)
+          return;
+        if (s.start != start) {
+          start = s.start;
+          step = 0;
+          *log << s.descent << ":\n";
+        }
+        *log << llvm::formatv("  {0,2}. {1}: {2}\n", ++step, s.move,
+                              s.after.summary());
       });
   if (failed(result))
     return signalPassFailure();
@@ -76,8 +82,8 @@ void TrainPlanBudgetPass::runOnOperation() {
     *log << "chose: "
          << (best.options().empty() ? std::string("nothing placed")
                                     : best.options())
-         << " (" << best.summary() << "; " << result->evaluations
-         << " placements evaluated)\n";
+         << " (" << best.summary() << "; descent " << result->start + 1 << ", "
+         << result->evaluations << " placements evaluated)\n";
     log->flush();
   }
   if (file)

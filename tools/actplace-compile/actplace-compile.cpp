@@ -340,9 +340,14 @@ int main(int argc, char **argv) {
     int64_t unplacedArena = -1;
     ap::train::PlacementChoice best;
     for (int attempt = 1;; ++attempt) {
-      int moves = 0;
+      int moves = 0, start = -1;
       auto result = ap::train::searchPlacement(
           *module, base, target, [&](const ap::train::PlacementSearchStep &s) {
+            if (s.start != start) {
+              start = s.start;
+              moves = 0;
+              llvm::outs() << s.descent << ":\n";
+            }
             llvm::outs() << llvm::formatv("  {0,2}. {1}: {2}\n", ++moves,
                                           s.move, s.after.summary());
             llvm::outs().flush();
@@ -360,7 +365,8 @@ int main(int argc, char **argv) {
       llvm::outs() << "chose: "
                    << (best.options().empty() ? "nothing placed"
                                               : best.options())
-                   << " (" << result->evaluations << " placements evaluated)\n";
+                   << " (descent " << result->start + 1 << ", "
+                   << result->evaluations << " placements evaluated)\n";
       using Kind = ap::train::PlacementGoal::Kind;
       if (goal->kind == Kind::StepBudget)
         break;
