@@ -288,6 +288,18 @@ add_goal_arms((("auto3-r16b", "--step-budget=0.03"),
               R16B_PROFILE, "the run-16 profile with the refit copy factor, "
               "recompute on the side stream", ["--recompute-stream=side"])
 
+# The 2.5 % goal under the four-call fit of run 16 (copy factor 3.48 on the
+# three offload + side-stream arms, side capacity 0.239 on the four calls of
+# side60-gemms; `calibrate --also`), chosen by the search with several
+# descents (cdeada4; bench/notes/training.md, run 17). Predicted: auto25-r17
+# 62.8 % at +7.50 ms. (A 2 % budget there chooses side60-gemms' lists less
+# embedding: 60.5 % at +5.94 ms.)
+R16FIT_PROFILE = os.path.join(REPO, "bench", "profiles",
+                              "h200-side-6fb67cb.json")
+add_goal_arms((("auto25-r17", "--step-budget=0.025"),),
+              R16FIT_PROFILE, "the four-call fit of run 16, recompute on the "
+              "side stream", ["--recompute-stream=side"])
+
 # auto60-side's lists as fixed flags, placed by the pass as of 2026-12-02
 # (after d34): only the GEMMs and what reads them on the side stream, the
 # norms feeding them moved ahead on the compute stream. In d34's op times
