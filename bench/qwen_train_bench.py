@@ -888,6 +888,9 @@ def cmd_calibrate(a):
         if arm not in med and not any(arm in r.med for r in extra):
             sys.exit(f"calibrate: --fit-arms names '{arm}', which no run "
                      "folder measured")
+    if a.side_copy_arms and not a.copy_beside:
+        sys.exit("calibrate: --side-copy-arms needs --copy-beside (the scale "
+                 "multiplies the per-kernel rates)")
     if extra and not a.copy_beside:
         sys.exit("calibrate: --also needs --copy-beside (the per-byte fit "
                  "takes one run)")
@@ -1034,6 +1037,48 @@ def fit_side_capacity(a, profile, med, predicted, none_meas, none_pred,
             f"ms, predicted {cache[best][1][name] * 1e3:+.2f} ms")
 
 
+def fit_side_copy_scale(a, profile, runs):
+    """calibrate --side-copy-arms: sideStreamCopyScale (the copy slowdown
+    rates' multiplier in a step with side-stream recompute) by least squares
+    over the named arms of every run folder that measured them, under the
+    profile's copy factor and side capacity (fitted before it). Predictions
+    are linear in the scale (the charge is the rates times the bytes beside
+    each kernel, times it): two reports per arm, at 0 and 1, fix each line."""
+    names = [n for n in a.side_copy_arms.split(",") if n]
+    if not names:
+        return
+    pairs = [(r, arm) for r in runs for arm in names if arm in r.med]
+    for arm in names:
+        if not any(arm == x for _, x in pairs):
+            sys.exit(f"calibrate: --side-copy-arms names '{arm}', which no "
+                     "run folder measured")
+    num = den = 0.0
+    for r, arm in pairs:
+        p0 = r.predicted(arm, dict(profile, sideStreamCopyScale=1e-9))
+        p1 = r.predicted(arm, dict(profile, sideStreamCopyScale=1.0))
+        slope = p1 - p0
+        num += (r.med[arm][0] - r.none_meas - (p0 - r.none_pred)) * slope
+        den += slope * slope
+    if den < 1e-18:
+        sys.exit("calibrate: the predictions of " + ", ".join(names) +
+                 " do not depend on sideStreamCopyScale (no copies beside "
+                 "side-stream recompute)")
+    scale = num / den
+    if scale <= 0:
+        sys.exit(f"calibrate: sideStreamCopyScale fits {scale:.3f}; it must "
+                 "be positive (the arms measure less than their copies "
+                 "cost at the base rates)")
+    profile["sideStreamCopyScale"] = round(scale, 4)
+    log(f"sideStreamCopyScale = {scale:.3f} (least squares over "
+        + ", ".join(f"{r.label}:{arm}" if r.label else arm
+                    for r, arm in pairs) + ")")
+    for r, arm in pairs:
+        pred = r.predicted(arm, profile) - r.none_pred
+        log(f"  {r.label + ':' if r.label else ''}{arm}: measured "
+            f"{(r.med[arm][0] - r.none_meas) * 1e3:+.2f} ms, predicted "
+            f"{pred * 1e3:+.2f} ms")
+
+
 def copy_beside_tables(rates, factor):
     """The profile's h2dSlowdown / d2hSlowdown: measured ms per GB -> s per
     byte, times `factor`."""
@@ -1081,6 +1126,7 @@ def write_copy_beside(a, profile, med, fit_arms, predicted, scale,
     profile.update(copy_beside_tables(rates, factor))
     fit_side_capacity(a, profile, med, predicted, none_meas, none_pred,
                       extra)
+    fit_side_copy_scale(a, profile, runs)
     with open(a.out, "w") as f:
         json.dump(profile, f, indent=1)
         f.write("\n")
@@ -1745,6 +1791,11 @@ def main():
                    help="arms with recompute on the side stream to fit the "
                    "side capacity of --side-capacity-op on (',' between "
                    "names; least squares, golden-section search)")
+    c.add_argument("--side-copy-arms", default="",
+                   help="arms with side-stream recompute and offload to fit "
+                   "the profile's sideStreamCopyScale on (',' between names; "
+                   "least squares, after the copy factor and the side "
+                   "capacity; --copy-beside only)")
     c.add_argument("--side-capacity-op",
                    default="train.gated_delta_rule_grad",
                    help="the host op whose side capacity is fitted")

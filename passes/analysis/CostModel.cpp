@@ -79,6 +79,7 @@ llvm::Expected<DeviceProfile> DeviceProfile::parse(StringRef json,
       {"computeScale", &DeviceProfile::computeScale},
       {"copySlowdownPerByte", &DeviceProfile::copySlowdownPerByte},
       {"copyHoldSlack", &DeviceProfile::copyHoldSlack},
+      {"sideStreamCopyScale", &DeviceProfile::sideStreamCopyScale},
   };
   // Sorted keys give a deterministic first error for a file with several.
   SmallVector<StringRef> keys;

@@ -57,6 +57,13 @@ struct DeviceProfile {
   /// model-shape GEMM per byte, and a D2H costs either almost nothing
   /// (bench/notes/runtime.md, 2026-12-02).
   std::map<std::string, double> h2dSlowdown, d2hSlowdown;
+  /// Multiplies h2dSlowdown / d2hSlowdown in a step that runs recompute on
+  /// the side stream (any op marked train.side_stream). Copies there land
+  /// beside the side GEMMs as well as the kernel they overlap, and on the
+  /// H200 one-stream placements fit the per-kernel rates x 2 while
+  /// side-stream placements with offload fit x 3.5 (bench/notes/training.md,
+  /// runs 16-17). 1: the same rates either way.
+  double sideStreamCopyScale = 1.0;
   /// Calibration: how long offloaded bytes stay reserved after a D2H is
   /// issued, as a multiple of the predicted issue-to-end time, minus 1. A D2H
   /// that ends later than predicted while the next writer of its region is
@@ -97,7 +104,8 @@ struct DeviceProfile {
   /// Reads a JSON object whose keys are any subset of the field names above
   /// (`peakFlops`, `memBandwidth`, `launchLatency`, `d2hBandwidth`,
   /// `h2dBandwidth`, `duplexBandwidth`, `computeScale`,
-  /// `copySlowdownPerByte`, `copyHoldSlack`) with positive numbers as values
+  /// `copySlowdownPerByte`, `copyHoldSlack`, `sideStreamCopyScale`) with
+  /// positive numbers as values
   /// (launchLatency, copySlowdownPerByte and copyHoldSlack may be 0), and
   /// the objects `opScale` (op name -> positive number), `h2dSlowdown` and
   /// `d2hSlowdown` (op name or "*" -> non-negative number; not together

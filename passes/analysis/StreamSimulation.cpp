@@ -209,6 +209,13 @@ StreamSimulation StreamSimulation::simulate(Block &block,
   if (Operation *parent = block.getParentOp())
     if (auto attr = parent->getAttrOfType<IntegerAttr>(kMaxInflightAttrName))
       maxInflight = attr.getInt();
+  // Copies in a block that runs side-stream recompute land beside the
+  // side GEMMs too (DeviceProfile::sideStreamCopyScale).
+  const double besideScale =
+      llvm::any_of(block,
+                   [](Operation &o) { return o.hasAttr(kSideStreamAttrName); })
+          ? cost.profile().sideStreamCopyScale
+          : 1.0;
   double t = 0;
   SideQueue side(sim.ops);
   auto stallUntil = [&](SimulatedOp &s, double ready) {
@@ -293,10 +300,11 @@ StreamSimulation StreamSimulation::simulate(Block &block,
       const double h0 = engine.moved(CopyDirection::HostToDevice),
                    d0 = engine.moved(CopyDirection::DeviceToHost);
       engine.advanceTo(t + seconds);
-      seconds += (engine.moved(CopyDirection::HostToDevice) - h0) *
-                     cost.slowdownBeside(&op, CopyDirection::HostToDevice) +
-                 (engine.moved(CopyDirection::DeviceToHost) - d0) *
-                     cost.slowdownBeside(&op, CopyDirection::DeviceToHost);
+      seconds += besideScale *
+                 ((engine.moved(CopyDirection::HostToDevice) - h0) *
+                      cost.slowdownBeside(&op, CopyDirection::HostToDevice) +
+                  (engine.moved(CopyDirection::DeviceToHost) - d0) *
+                      cost.slowdownBeside(&op, CopyDirection::DeviceToHost));
     }
     s.start = t;
     s.end = t + seconds;

@@ -22,7 +22,8 @@
 // byte at the op that issues the copy (copySlowdownPerByte, in
 // CostModel::cost of train.offload / train.reload), or, with the per-op
 // h2dSlowdown / d2hSlowdown tables, each op is slowed by the bytes that move
-// during its run times its own rate.
+// during its run times its own rate (times sideStreamCopyScale in a block
+// with side-stream ops).
 //
 // Side stream (train-recompute-stream): an op marked `train.side_stream`
 // is issued when compute reaches it and does not hold compute up. Side ops

@@ -9,6 +9,7 @@
 // RUN: not actplace-opt %t/step.mlir '-train-print-memory-timeline=profile=%t/missing.json' 2>&1 | FileCheck %s --check-prefix=MISSING
 // RUN: not actplace-opt %t/step.mlir '-train-print-memory-timeline=profile=%t/bad-op-scale.json' 2>&1 | FileCheck %s --check-prefix=OPSCALE
 // RUN: not actplace-opt %t/step.mlir '-train-print-memory-timeline=profile=%t/zero-scale.json' 2>&1 | FileCheck %s --check-prefix=ZEROSCALE
+// RUN: not actplace-opt %t/step.mlir '-train-print-memory-timeline=profile=%t/zero-side-copy-scale.json' 2>&1 | FileCheck %s --check-prefix=ZEROSIDE
 // RUN: not actplace-opt %t/step.mlir '-train-print-memory-timeline=profile=%t/negative-slack.json' 2>&1 | FileCheck %s --check-prefix=NEGSLACK
 // RUN: not actplace-opt %t/step.mlir '-train-print-memory-timeline=profile=%t/negative-beside.json' 2>&1 | FileCheck %s --check-prefix=NEGBESIDE
 // RUN: not actplace-opt %t/step.mlir '-train-print-memory-timeline=profile=%t/beside-not-object.json' 2>&1 | FileCheck %s --check-prefix=BESIDEOBJ
@@ -16,7 +17,7 @@
 
 // NOSTEP: error: train-print-memory-timeline: the module has no @train_step function; run -train-autodiff first to build the training step
 // NOLOOP: error: train-print-memory-timeline: @train_step has no train.microbatch_loop; run -train-autodiff first to build the training step
-// UNKNOWN: error: train-print-memory-timeline: device profile '{{.*}}unknown-field.json': unknown field 'peakFlop' (known fields: peakFlops, memBandwidth, launchLatency, d2hBandwidth, h2dBandwidth, duplexBandwidth, computeScale, copySlowdownPerByte, copyHoldSlack, opScale, h2dSlowdown, d2hSlowdown, sideCapacity)
+// UNKNOWN: error: train-print-memory-timeline: device profile '{{.*}}unknown-field.json': unknown field 'peakFlop' (known fields: peakFlops, memBandwidth, launchLatency, d2hBandwidth, h2dBandwidth, duplexBandwidth, computeScale, copySlowdownPerByte, copyHoldSlack, sideStreamCopyScale, opScale, h2dSlowdown, d2hSlowdown, sideCapacity)
 // NAN: error: train-print-memory-timeline: device profile '{{.*}}not-a-number.json': field 'launchLatency' must be a number
 // ZERO: error: train-print-memory-timeline: device profile '{{.*}}zero-rate.json': field 'h2dBandwidth' must be positive, got 0
 // MALFORMED: error: train-print-memory-timeline: device profile '{{.*}}malformed.json': invalid JSON:
@@ -24,6 +25,7 @@
 // MISSING: error: train-print-memory-timeline: cannot read device profile '{{.*}}missing.json':
 // OPSCALE: error: train-print-memory-timeline: device profile '{{.*}}bad-op-scale.json': opScale['train.linear'] must be a positive number
 // ZEROSCALE: error: train-print-memory-timeline: device profile '{{.*}}zero-scale.json': field 'computeScale' must be positive, got 0
+// ZEROSIDE: error: train-print-memory-timeline: device profile '{{.*}}zero-side-copy-scale.json': field 'sideStreamCopyScale' must be positive, got 0
 // NEGSLACK: error: train-print-memory-timeline: device profile '{{.*}}negative-slack.json': field 'copyHoldSlack' must be non-negative, got -0.5
 // NEGBESIDE: error: train-print-memory-timeline: device profile '{{.*}}negative-beside.json': h2dSlowdown['*'] must be a non-negative number
 // BESIDEOBJ: error: train-print-memory-timeline: device profile '{{.*}}beside-not-object.json': field 'd2hSlowdown' must be an object of op names (or "*") to non-negative numbers
@@ -41,6 +43,8 @@
 [1, 2, 3]
 //--- bad-op-scale.json
 {"opScale": {"train.linear": -1}}
+//--- zero-side-copy-scale.json
+{"sideStreamCopyScale": 0}
 //--- zero-scale.json
 {"computeScale": 0}
 //--- negative-slack.json
