@@ -126,7 +126,8 @@ def predicted(arm, profile):
 med = {"none": (0.3, {}), **{arm: (0.3 + base[arm] + 1.7 * slope[arm],
                                    {"offloaded_bytes": 1}) for arm in base}}
 a = argparse.Namespace(copy_beside="bench/profiles/h200-copy-rates-d29.json",
-                       copy_beside_scale=None, out=out, side_capacity_arms="")
+                       copy_beside_scale=None, out=out, side_capacity_arms="",
+                       side_copy_arms="")
 q.write_copy_beside(a, {"computeScale": 1.0}, med, [], predicted, 1.0,
                     0.3, 0.3)
 k = json.load(open(out))["h2dSlowdown"]["*"] / (1e-12 * 0.793)
@@ -196,6 +197,36 @@ try:
 except SystemExit as e:
     assert "no run folder measured" in str(e), e
 print("calibrate --also, side capacity over two folders: %.3f" % c)
+# calibrate --side-copy-arms: predictions linear in sideStreamCopyScale,
+# arm a here measured at scale 2.75 and arm c in folder B at 2.75 against
+# its own none: 2.75 back; an arm whose prediction ignores it is an error.
+def lin(none, base, slope):
+    return lambda arm, p: none + (0 if arm == "none" else
+                                  base[arm] + slope[arm] *
+                                  p.get("sideStreamCopyScale", 1.0))
+pred_a = lin(0.3, {"a": 0.004}, {"a": 0.002})
+run_a = q.FitRun("", {"none": (0.3, {}), "a": (0.3 + 0.004 + 2.75 * 0.002,
+                                              {})}, pred_a, 0.3, 0.3)
+pred_c = lin(0.31, {"c": 0.001}, {"c": 0.003})
+run_c = q.FitRun("B", {"none": (0.31, {}), "c": (0.31 + 0.001 + 2.75 * 0.003,
+                                                {})}, pred_c, 0.31, 0.31)
+prof = {}
+q.fit_side_copy_scale(argparse.Namespace(side_copy_arms="a,c"), prof,
+                      [run_a, run_c])
+s = prof["sideStreamCopyScale"]
+assert abs(s - 2.75) < 1e-3, s
+flat = q.FitRun("", {"none": (0.3, {}), "a": (0.31, {})},
+                lambda arm, p: 0.3, 0.3, 0.3)
+for arms, runs, what in (("a", [flat], "do not depend"),
+                         ("zz", [run_a], "no run folder measured")):
+    try:
+        q.fit_side_copy_scale(argparse.Namespace(side_copy_arms=arms), {},
+                              runs)
+        assert False, "accepted: " + what
+    except SystemExit as e:
+        assert what in str(e), e
+print("calibrate --side-copy-arms: scale 2.75 recovered over two folders "
+      "(%.4f)" % s)
 PY
 python3 bench/qwen_train_bench.py predict "$work/run" \
   --profile "$work/profile.json" --out "$work/calibrated" 2> "$work/predict.log"
