@@ -300,6 +300,18 @@ add_goal_arms((("auto25-r17", "--step-budget=0.025"),),
               R16FIT_PROFILE, "the four-call fit of run 16, recompute on the "
               "side stream", ["--recompute-stream=side"])
 
+# The same goals under one profile for one-stream and side-stream
+# placements (h200-side-74d0ef4: copy rates x 1.16 fitted on d48's ref and
+# max, side capacity 0.239 on five calls of side60-gemms, the rates x 2.75
+# more in a step with side-stream recompute, fitted on run 16's three
+# offload + side-stream arms; bench/notes/training.md, run 17). Predicted:
+# auto2-r17u 60.5 % at +5.80 ms, auto25-r17u 63.5 % at +7.49 ms.
+R17_PROFILE = os.path.join(REPO, "bench", "profiles", "h200-side-74d0ef4.json")
+add_goal_arms((("auto2-r17u", "--step-budget=0.02"),
+               ("auto25-r17u", "--step-budget=0.025")),
+              R17_PROFILE, "the run-17 profile (one for both streams), "
+              "recompute on the side stream", ["--recompute-stream=side"])
+
 # auto60-side's lists as fixed flags, placed by the pass as of 2026-12-02
 # (after d34): only the GEMMs and what reads them on the side stream, the
 # norms feeding them moved ahead on the compute stream. In d34's op times
