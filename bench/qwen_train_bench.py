@@ -325,6 +325,18 @@ ARMS["side60-gemms"] = (["--recompute-modules=attn_norm,gdn_in_proj,"
 # side60-gemms with the side work enqueued where the run sits, before the
 # kernel it overlaps (--side-issue=with-run; the order of run 13's binaries
 # and of side60-gemms before 49ef39e): the A/B of exec-defer-side-issue.
+# What the compiler's offload + side-stream choices add to the 60 %
+# placement, one part at a time (run 17, d49: they measured 1-3 ms above
+# prediction, side60-gemms did not): gdn_prep's recompute (on the side
+# stream: its GEMM-free conv runs beside the hosts too), and the offload of
+# core_attn and attn_proj that auto2-r17u makes.
+ARMS["side60-prep"] = ([ARMS["side60-gemms"][0][0] + ",gdn_prep",
+                        "--recompute-stream=side"],
+                       "side60-gemms + gdn_prep recomputed")
+ARMS["side60-off"] = (ARMS["side60-gemms"][0] +
+                      ["--offload-modules=core_attn,attn_proj"],
+                      "side60-gemms + core_attn and attn_proj offloaded")
+
 ARMS["side60-withrun"] = (ARMS["side60-gemms"][0] + ["--side-issue=with-run"],
                           "side60-gemms with side work enqueued before its "
                           "host kernel (run 13's order)")
