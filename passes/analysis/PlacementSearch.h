@@ -22,8 +22,9 @@
 // moves (or, when none helps, pairs) that keep the goal and lower the step
 // (or, under a step budget, remove more). It descends several times: taking
 // any move; taking recompute moves until none helps and only then offload;
-// and once per leaf the better of those placed, with that leaf kept through
-// the greedy. The best end wins (the earliest on a tie). Deterministic: ties
+// once per leaf the better of those placed, with that leaf kept through
+// the greedy; and from the best's recompute set (offloads dropped),
+// recompute first. The best end wins (the earliest on a tie). Deterministic: ties
 // break on the move's spelling.
 //
 //===----------------------------------------------------------------------===//
