@@ -312,6 +312,18 @@ add_goal_arms((("auto2-r17u", "--step-budget=0.02"),
               R17_PROFILE, "the run-17 profile (one for both streams), "
               "recompute on the side stream", ["--recompute-stream=side"])
 
+# The same goals under the fit over every call of runs 16-17
+# (h200-side-5a736c0: copy factor, side capacity 0.287 with gdn_prep's side
+# recompute, sideStreamCopyScale 3.55; bench/notes/training.md, run 17),
+# measured in run 18 with predictions written down before the call. The 3 %
+# choice is side60-prep's lists, the 2.5 % choice recompute only (64.9 %).
+R17FIT_PROFILE = os.path.join(REPO, "bench", "profiles",
+                              "h200-side-5a736c0.json")
+add_goal_arms((("auto3-r18", "--step-budget=0.03"),
+               ("auto25-r18", "--step-budget=0.025")),
+              R17FIT_PROFILE, "the fit over every call of runs 16-17, "
+              "recompute on the side stream", ["--recompute-stream=side"])
+
 # auto60-side's lists as fixed flags, placed by the pass as of 2026-12-02
 # (after d34): only the GEMMs and what reads them on the side stream, the
 # norms feeding them moved ahead on the compute stream. In d34's op times
