@@ -83,6 +83,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tarfile
 import tempfile
 import typing
 import time
@@ -378,6 +379,8 @@ def open_result(path):
     """A run folder's file as text, or its xz-compressed copy (PATH.xz):
     older folders in bench/results keep their reports and step records
     compressed, to leave room in the tree a device call carries."""
+    if path.endswith(".xz"):
+        return lzma.open(path, "rt")
     if not os.path.exists(path) and os.path.exists(path + ".xz"):
         return lzma.open(path + ".xz", "rt")
     return open(path)
@@ -634,16 +637,43 @@ def cmd_run(a):
            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
            "processes": []}
     results = open(os.path.join(out, "results.jsonl"), "w")
+    run_start = time.time()
+    walls = []
+    total_processes = a.rounds * len(arms)
     for r in range(a.rounds):
+        # --time-limit: a round is started only if one more round as long
+        # as the longest so far still ends inside the limit, so that every
+        # arm has the same number of processes and the rotation stays fair.
+        # The first round always runs.
+        elapsed = time.time() - run_start
+        if a.time_limit and r > 0:
+            need = max(walls) * len(arms) if walls else 0.0
+            if elapsed + need > a.time_limit:
+                run["stopped"] = {"rounds_done": r, "elapsed_s":
+                                  round(elapsed, 1), "time_limit_s":
+                                  a.time_limit, "next_round_estimate_s":
+                                  round(need, 1)}
+                log(f"stopping after {r} of {a.rounds} rounds: {elapsed:.0f}"
+                    f" s spent, a round takes about {need:.0f} s, the limit "
+                    f"is {a.time_limit:g} s")
+                break
         # Rotate the order each round: every arm runs early and late.
         order = arms[r % len(arms):] + arms[:r % len(arms)]
         for pos, arm in enumerate(order):
             metrics = os.path.join(out, f"{arm}.r{r}.jsonl")
             logf = os.path.join(out, f"{arm}.r{r}.log")
+            if os.path.exists(metrics):
+                # The binary appends: a folder run into again would count
+                # the earlier process's steps as this one's.
+                os.remove(metrics)
             cmd = [os.path.join(bindir, arm), "--steps", str(total_steps),
                    "--device", a.device, "--seed", str(a.seed),
                    "--data", a.data, "--metrics", metrics]
-            log(f"round {r} #{pos} {arm}: {' '.join(cmd[1:])}")
+            done = len(walls)
+            eta = (f", about {statistics.mean(walls) * (total_processes - done):.0f} s left"
+                   if walls else "")
+            log(f"round {r} #{pos} {arm} (process {done + 1} of "
+                f"{total_processes}{eta}): {' '.join(cmd[1:])}")
             t0 = time.time()
             try:
                 with open(logf, "w") as lf:
@@ -653,6 +683,7 @@ def cmd_run(a):
             except subprocess.TimeoutExpired:
                 rc = "timeout"
             wall = time.time() - t0
+            walls.append(wall)
             lines = []
             if os.path.exists(metrics):
                 lines = [json.loads(l) for l in open(metrics) if l.strip()]
@@ -729,6 +760,18 @@ def cmd_run(a):
     json.dump(manifest, open(os.path.join(out, "manifest.json"), "w"), indent=1)
     shutil.rmtree(bindir, ignore_errors=True)
     log(f"wrote {out}")
+    pack_folder(a, out)
+
+
+def pack_folder(a, out):
+    """--pack FILE: the output folder as one gzipped tar (its own name at the
+    top), written as soon as the folder is complete: a device call brings
+    back a few files, not the hundred a run writes."""
+    if not a.pack:
+        return
+    with tarfile.open(a.pack, "w:gz") as t:
+        t.add(out, arcname=os.path.basename(out.rstrip("/")))
+    log(f"packed {out} into {a.pack} ({os.path.getsize(a.pack)} bytes)")
 
 
 def check_arm_lines(arm, lines, steps):
@@ -763,6 +806,11 @@ def cmd_check(a):
     optimizer) equal to the first arm's at every step, finite losses and
     grad norms, pinned pool constant and empty after every step, device peak
     constant."""
+    if a.baseline and not a.fingerprints:
+        sys.exit("check: --baseline compares fingerprints; add --fingerprints")
+    if a.baseline and not os.path.exists(a.baseline):
+        # Before any process runs: a late error would waste the device call.
+        sys.exit(f"check: --baseline {a.baseline}: no such file")
     _, manifest, arms, out, bindir = open_carry(a, "qwen-check-")
     runs, bad = {}, []
     for arm in arms:
@@ -791,10 +839,25 @@ def cmd_check(a):
         bad += check_arm_lines(arm, lines, a.steps)
         runs[arm] = lines
     shutil.rmtree(bindir, ignore_errors=True)
+    compared = 0
     if a.fingerprints:
-        first = arms[0]
-        for arm in arms[1:]:
-            for x, y in zip(runs[first], runs[arm]):
+        # The reference: an earlier check's NAME.check.jsonl (--baseline;
+        # e.g. `none` of another call, so that one new arm is compared
+        # with something), else the first arm of this check.
+        if a.baseline:
+            first = a.baseline
+            with open_result(a.baseline) as f:
+                reference = [json.loads(l) for l in f if l.strip()]
+            if len(reference) < a.steps:
+                sys.exit(f"check: --baseline {a.baseline} has "
+                         f"{len(reference)} steps, fewer than --steps "
+                         f"{a.steps}")
+            others = arms
+        else:
+            first, reference, others = arms[0], runs[arms[0]], arms[1:]
+        for arm in others:
+            compared += 1
+            for x, y in zip(reference, runs[arm]):
                 if x.get("fingerprints") is None or \
                         x.get("fingerprints") != y.get("fingerprints"):
                     bad.append(f"step {x['step']}: fingerprints of {arm} "
@@ -817,15 +880,25 @@ def cmd_check(a):
               f"{fmt_mib(last['device_peak_bytes'])} | "
               f"{statistics.median(m['step_time_s'] for m in lines[1:] or lines):.4f} |")
     json.dump({"commit": manifest["commit"], "arms": arms, "steps": a.steps,
-               "fingerprints": a.fingerprints, "violations": bad,
-               "gpu": gpu_info()},
+               "fingerprints": a.fingerprints,
+               "fingerprint_baseline": first if a.fingerprints else None,
+               "violations": bad, "gpu": gpu_info()},
               open(os.path.join(out, "check.json"), "w"), indent=1)
+    pack_folder(a, out)
     for b in bad:
         print("FAIL: " + b)
     if bad:
         sys.exit(1)
-    print(f"PASS: {len(arms)} arms, {a.steps} steps"
-          + (", fingerprints equal at every step" if a.fingerprints else "")
+    if not a.fingerprints:
+        said = ""
+    elif compared:
+        said = (f", fingerprints equal at every step ({compared} arm"
+                f"{'s' if compared > 1 else ''} against {first})")
+    else:
+        # One arm and nothing to hold it against: say so, not "equal".
+        said = (", fingerprints recorded, not compared (one arm, no "
+                "--baseline)")
+    print(f"PASS: {len(arms)} arms, {a.steps} steps" + said
           + "; finite, pinned pool constant and empty, device peak constant")
 
 
@@ -1629,6 +1702,10 @@ def print_table(a):
           f"({run.get('gpu_before') or 'no nvidia-smi'}); "
           f"{run.get('warmup')} warm-up + {run.get('steps')} measured steps "
           f"per process, {run.get('rounds')} rounds, arms rotated each round")
+    if run.get("stopped"):
+        st = run["stopped"]
+        print(f"# stopped by --time-limit {st['time_limit_s']:g} s after "
+              f"{st['rounds_done']} of {run.get('rounds')} rounds")
     print()
     head = ["arm", "steps", "step ms median [min, max]", "tokens/s", "MFU %",
             "planned peak MiB", "measured peak MiB (vs plan)",
@@ -1743,6 +1820,9 @@ def add_process_args(sp, arms_help):
     sp.add_argument("--data", default="synthetic")
     sp.add_argument("--timeout", type=float, default=300,
                     help="seconds per process")
+    sp.add_argument("--pack", metavar="FILE.tgz",
+                    help="when done, also pack the output folder into one "
+                    "gzipped tar (what a device call should bring back)")
     sp.add_argument("--variant", action="append", default=[],
                     metavar="NAME=ARM:VAR=VALUE[;VAR=VALUE]",
                     help="an extra arm NAME: ARM's binary run with the "
@@ -1767,6 +1847,11 @@ def main():
     r.add_argument("--warmup", type=int, default=3)
     r.add_argument("--steps", type=int, default=10)
     r.add_argument("--rounds", type=int, default=1)
+    r.add_argument("--time-limit", type=float, default=0, metavar="SECONDS",
+                   help="start no round that would end past SECONDS from the "
+                   "start (estimated from the longest process so far; the "
+                   "first round always runs); the manifest records where "
+                   "it stopped (0: no limit)")
     r.add_argument("--op-times-steps", type=int, default=3,
                    help="timed steps of the no-placement binary with "
                    "--op-times after the arms (0: none); writes op-times.json")
@@ -1789,7 +1874,12 @@ def main():
                      "fingerprint baseline")
     k.add_argument("--steps", type=int, default=3)
     k.add_argument("--fingerprints", action="store_true",
-                   help="SHA-256 fingerprints, compared with the first arm")
+                   help="SHA-256 fingerprints, compared with the first arm "
+                   "(or with --baseline)")
+    k.add_argument("--baseline", metavar="NAME.check.jsonl",
+                   help="an earlier check's metrics (or its .xz): every arm's "
+                   "fingerprints compared with its steps instead of the "
+                   "first arm's")
     t = sub.add_parser("table", help="print the table of a run folder")
     t.add_argument("results")
     t.add_argument("--peak-tflops", type=float, default=989.5)

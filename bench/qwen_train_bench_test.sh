@@ -249,6 +249,66 @@ grep -q "ACTPLACE_SIDE_SMS='half'" "$work/variant-bad/none-bad.check.log"
 python3 bench/qwen_train_bench.py check --carry "$work/carry" \
   --out "$work/stability" --device host --arms max --steps 30 \
   2> "$work/stability.log" | grep -q '^PASS: 1 arms, 30 steps'
+# --baseline: one arm's fingerprints against an earlier check's (here
+# none's, xz-compressed as bench/results keeps them); one changed
+# fingerprint in the baseline must fail it; one arm without a baseline says
+# it compared nothing. --pack leaves the folder as one tar.
+rm -f "$work/none-base.check.jsonl.xz"
+xz -k -c "$work/check/none.check.jsonl" > "$work/none-base.check.jsonl.xz"
+python3 bench/qwen_train_bench.py check --carry "$work/carry" \
+  --out "$work/check-base" --device host --arms elem46-fc1 --steps 3 \
+  --fingerprints --baseline "$work/none-base.check.jsonl.xz" \
+  --pack "$work/check-base.tgz" 2> "$work/check-base.log" \
+  | tee "$work/check-base.md"
+grep -q '^PASS: 1 arms, 3 steps, fingerprints equal at every step (1 arm against .*none-base.check.jsonl.xz)' "$work/check-base.md"
+tar -tzf "$work/check-base.tgz" | grep -q '^check-base/check.json$'
+python3 - "$work/check/none.check.jsonl" "$work/none-bad.check.jsonl" <<'PY'
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+lines[1]["fingerprints"]["grads"] = "0" * 64
+open(sys.argv[2], "w").write("".join(json.dumps(l) + "\n" for l in lines))
+PY
+if python3 bench/qwen_train_bench.py check --carry "$work/carry" \
+    --out "$work/check-bad-base" --device host --arms elem46-fc1 --steps 3 \
+    --fingerprints --baseline "$work/none-bad.check.jsonl" \
+    > "$work/check-bad-base.md" 2> "$work/check-bad-base.log"; then
+  echo "check passed against a baseline with a changed fingerprint" >&2; exit 1
+fi
+grep -q '^FAIL: step 2: fingerprints of elem46-fc1 .* differ from .*none-bad.check.jsonl' "$work/check-bad-base.md"
+python3 bench/qwen_train_bench.py check --carry "$work/carry" \
+  --out "$work/check-one" --device host --arms max --steps 2 --fingerprints \
+  2> "$work/check-one.log" | grep -q 'fingerprints recorded, not compared'
+if python3 bench/qwen_train_bench.py check --carry "$work/carry" \
+    --out "$work/check-nobase" --device host --arms max --steps 2 \
+    --fingerprints --baseline "$work/no-such.check.jsonl" 2> "$work/check-nobase.log"; then
+  echo "check ran with a missing baseline" >&2; exit 1
+fi
+grep -q 'no such file' "$work/check-nobase.log"
+test ! -e "$work/check-nobase/max.check.jsonl"
+# run --time-limit: the first round always runs, a second that cannot end
+# inside the limit does not start; the manifest says where it stopped and
+# --pack holds the results. Run twice into one folder: the second run's
+# rows are its own (the binary appends to a metrics file left there).
+rm -rf "$work/run-limit"
+for i in 1 2; do
+  python3 bench/qwen_train_bench.py run --carry "$work/carry" \
+    --out "$work/run-limit" --device host --arms none,ref --rounds 3 \
+    --op-times-steps 0 --time-limit 0.001 --pack "$work/run-limit.tgz" \
+    2> "$work/run-limit.log"
+done
+grep -q 'stopping after 1 of 3 rounds' "$work/run-limit.log"
+grep -q 'process 2 of 6, about [0-9]* s left' "$work/run-limit.log"
+tar -tzf "$work/run-limit.tgz" | grep -q '^run-limit/results.jsonl$'
+python3 bench/qwen_train_bench.py table "$work/run-limit" \
+  | grep -q '^# stopped by --time-limit 0.001 s after 1 of 3 rounds'
+python3 - "$work/run-limit" <<'PY'
+import json, os, sys
+m = json.load(open(os.path.join(sys.argv[1], "manifest.json")))["run"]
+assert m["stopped"]["rounds_done"] == 1, m["stopped"]
+rows = [json.loads(l) for l in open(os.path.join(sys.argv[1], "results.jsonl"))]
+assert {(r["arm"], r["round"]) for r in rows} == {("none", 0), ("ref", 0)}
+assert len(rows) == 2 * 13, len(rows)
+PY
 python3 - "$work/check/max.check.jsonl" <<'PY'
 import copy, json, sys
 sys.path.insert(0, "bench")
