@@ -5,13 +5,21 @@
 # rounds with --device host, print the table and check it: every arm has 20
 # measured steps, no process failed, no warning, the offloading arms moved
 # bytes and the no-offload arm none.
-#   bench/qwen_train_bench_test.sh [WORKDIR]   (default: a fresh temp dir)
+#   bench/qwen_train_bench_test.sh [WORKDIR [BUILD_DIR]]
+# WORKDIR: default a fresh temp dir. BUILD_DIR: an existing build whose
+# actplace-compile / -import / -opt are used as they are (ctest passes its
+# own); default build-bench, brought up to date first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 work=${1:-$(mktemp -d)}
+build_args=() tools_args=()
+if [ -n "${2:-}" ]; then
+  build_args=(--build-dir "$2" --no-rebuild)
+  tools_args=(--build-dir "$2")
+fi
 mkdir -p "$work"
 rm -rf "$work/carry" "$work/run"
-python3 bench/qwen_train_bench.py build --model models/tiny-hybrid.json \
+python3 bench/qwen_train_bench.py build "${build_args[@]}" --model models/tiny-hybrid.json \
   --seq 64 --micro-batches 4 --carry "$work/carry" 2> "$work/build.log"
 python3 bench/qwen_train_bench.py run --carry "$work/carry" \
   --out "$work/run" --device host --rounds 2 --op-times-arms ref,max \
@@ -56,7 +64,7 @@ assert norm["side_us"] == 13 and norm["launches"] == 2, norm
 assert rows["mlp_fc2/linear_input_grad"]["alone"] == 50, rows
 assert rows["mlp_fc2/linear_grad"]["alone"] == -50, rows
 PY
-python3 bench/qwen_train_bench.py calibrate "$work/run" \
+python3 bench/qwen_train_bench.py calibrate "${tools_args[@]}" "$work/run" \
   --op-times "$work/run/op-times.json" --out "$work/profile.json" \
   2> "$work/calibrate.log"
 python3 - "$work/profile.json" <<'PY'
@@ -70,11 +78,11 @@ print("calibrated profile: %d op scales, computeScale %.3g" %
 PY
 # Copies that slow the kernels beside them: the measured per-kernel rates
 # times a given factor, and times a factor fitted on the offloading arms.
-python3 bench/qwen_train_bench.py calibrate "$work/run" \
+python3 bench/qwen_train_bench.py calibrate "${tools_args[@]}" "$work/run" \
   --op-times "$work/run/op-times.json" --out "$work/profile-beside2.json" \
   --copy-beside bench/profiles/h200-copy-rates-d29.json \
   --copy-beside-scale 2 --copy-hold-slack 0.3 2> "$work/calibrate-beside2.log"
-python3 bench/qwen_train_bench.py calibrate "$work/run" \
+python3 bench/qwen_train_bench.py calibrate "${tools_args[@]}" "$work/run" \
   --op-times "$work/run/op-times.json" --out "$work/profile-beside.json" \
   --copy-beside bench/profiles/h200-copy-rates-d29.json \
   2> "$work/calibrate-beside.log"
@@ -82,7 +90,7 @@ grep -q 'least squares over' "$work/calibrate-beside.log"
 # --also with a copy of the same run folder: every arm counted twice, each
 # against its own (equal) none: the same least-squares factor.
 rm -rf "$work/run-copy" && cp -r "$work/run" "$work/run-copy"
-python3 bench/qwen_train_bench.py calibrate "$work/run" \
+python3 bench/qwen_train_bench.py calibrate "${tools_args[@]}" "$work/run" \
   --op-times "$work/run/op-times.json" --out "$work/profile-beside-also.json" \
   --copy-beside bench/profiles/h200-copy-rates-d29.json \
   --also "$work/run-copy" 2> "$work/calibrate-beside-also.log"
@@ -228,7 +236,7 @@ for arms, runs, what in (("a", [flat], "do not depend"),
 print("calibrate --side-copy-arms: scale 2.75 recovered over two folders "
       "(%.4f)" % s)
 PY
-python3 bench/qwen_train_bench.py predict "$work/run" \
+python3 bench/qwen_train_bench.py predict "${tools_args[@]}" "$work/run" \
   --profile "$work/profile.json" --out "$work/calibrated" 2> "$work/predict.log"
 python3 bench/qwen_train_bench.py table "$work/calibrated" > "$work/table-calibrated.md"
 # Bit identity and stability: three arms with fingerprints, then a longer
@@ -253,8 +261,11 @@ python3 bench/qwen_train_bench.py check --carry "$work/carry" \
 # none's, xz-compressed as bench/results keeps them); one changed
 # fingerprint in the baseline must fail it; one arm without a baseline says
 # it compared nothing. --pack leaves the folder as one tar.
-rm -f "$work/none-base.check.jsonl.xz"
-xz -k -c "$work/check/none.check.jsonl" > "$work/none-base.check.jsonl.xz"
+python3 - "$work/check/none.check.jsonl" "$work/none-base.check.jsonl.xz" <<'PY'
+import lzma, shutil, sys
+with open(sys.argv[1], "rb") as f, lzma.open(sys.argv[2], "wb") as o:
+    shutil.copyfileobj(f, o)
+PY
 python3 bench/qwen_train_bench.py check --carry "$work/carry" \
   --out "$work/check-base" --device host --arms elem46-fc1 --steps 3 \
   --fingerprints --baseline "$work/none-base.check.jsonl.xz" \
@@ -326,13 +337,13 @@ assert "expected 4" in check_arm_lines("max", lines, 4)[0]
 print("check_arm_lines: flags a leak, a growing peak, a NaN, a lost step")
 PY
 # The predicted frontier of two recompute sets (reports only).
-python3 bench/qwen_train_bench.py frontier --model models/tiny-hybrid.json \
+python3 bench/qwen_train_bench.py frontier "${tools_args[@]}" --model models/tiny-hybrid.json \
   --seq 64 --profile "" --sets "layernorm;layernorm,mlp_act,gdn_norm_out" \
   2> "$work/frontier.log" > "$work/frontier.md"
 test "$(grep -c '^| layernorm' "$work/frontier.md")" = 2
 # --recompute-only adds each set with nothing offloaded: a row of its own,
 # with less of the activation peak removed than the set with offload.
-python3 bench/qwen_train_bench.py frontier --model models/tiny-hybrid.json \
+python3 bench/qwen_train_bench.py frontier "${tools_args[@]}" --model models/tiny-hybrid.json \
   --seq 64 --profile "" --sets "layernorm;layernorm,mlp_act,gdn_norm_out" \
   --recompute-only 2> "$work/frontier-ro.log" > "$work/frontier-ro.md"
 python3 - "$work/frontier-ro.md" <<'PY'
@@ -347,7 +358,7 @@ print("frontier --recompute-only: 2 sets with and without offload")
 PY
 # Goal arms: actplace-compile chooses the placement (train-plan-budget);
 # the build's report and `predict`'s (the choice made again) meet the goal.
-python3 bench/qwen_train_bench.py build --model models/tiny-hybrid.json \
+python3 bench/qwen_train_bench.py build "${build_args[@]}" --model models/tiny-hybrid.json \
   --seq 64 --micro-batches 4 --arms none,auto60,auto3 \
   --carry "$work/carry-goal" 2> "$work/build-goal.log"
 grep -q 'chose: ' "$work/build-goal.log"
@@ -373,7 +384,7 @@ for arm, floor in (("auto60", 60.0), ("auto3", 0.0)):
 print("goal arms: auto60 removes >= 60 %, auto3 within 3 % (predicted)")
 PY
 # Each leaf's predicted recompute time, from one report (every leaf).
-python3 bench/qwen_train_bench.py frontier --model models/tiny-hybrid.json \
+python3 bench/qwen_train_bench.py frontier "${tools_args[@]}" --model models/tiny-hybrid.json \
   --seq 64 --profile "" --leaf-costs 2> "$work/leaf-costs.log" \
   > "$work/leaf-costs.md"
 python3 - "$work/leaf-costs.md" <<'PY'

@@ -6,7 +6,8 @@
 #   build-test-cuda  with CUDA (when nvcc is installed); GPU tests skip
 #                    themselves on a machine without a GPU.
 # Each runs `ctest`: the lit suite, every gtest binary, the MPI (mpirun -np 2)
-# and ThreadSanitizer tests.
+# and ThreadSanitizer tests, the end-to-end tests; the CPU-only one also the
+# benchmark harness on the host backend (bench/qwen_train_bench_test.sh).
 #
 #===----------------------------------------------------------------------===#
 set -euo pipefail
