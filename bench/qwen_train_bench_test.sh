@@ -256,7 +256,8 @@ fi
 grep -q "ACTPLACE_SIDE_SMS='half'" "$work/variant-bad/none-bad.check.log"
 python3 bench/qwen_train_bench.py check --carry "$work/carry" \
   --out "$work/stability" --device host --arms max --steps 30 \
-  2> "$work/stability.log" | grep -q '^PASS: 1 arms, 30 steps'
+  2> "$work/stability.log" > "$work/stability.md"
+grep -q '^PASS: 1 arms, 30 steps' "$work/stability.md"
 # --baseline: one arm's fingerprints against an earlier check's (here
 # none's, xz-compressed as bench/results keeps them); one changed
 # fingerprint in the baseline must fail it; one arm without a baseline says
@@ -272,7 +273,10 @@ python3 bench/qwen_train_bench.py check --carry "$work/carry" \
   --pack "$work/check-base.tgz" 2> "$work/check-base.log" \
   | tee "$work/check-base.md"
 grep -q '^PASS: 1 arms, 3 steps, fingerprints equal at every step (1 arm against .*none-base.check.jsonl.xz)' "$work/check-base.md"
-tar -tzf "$work/check-base.tgz" | grep -q '^check-base/check.json$'
+# (Listings go to files first: under pipefail a grep -q that stops reading
+# early fails the command before it.)
+tar -tzf "$work/check-base.tgz" > "$work/check-base.list"
+grep -q '^check-base/check.json$' "$work/check-base.list"
 python3 - "$work/check/none.check.jsonl" "$work/none-bad.check.jsonl" <<'PY'
 import json, sys
 lines = [json.loads(l) for l in open(sys.argv[1])]
@@ -288,7 +292,8 @@ fi
 grep -q '^FAIL: step 2: fingerprints of elem46-fc1 .* differ from .*none-bad.check.jsonl' "$work/check-bad-base.md"
 python3 bench/qwen_train_bench.py check --carry "$work/carry" \
   --out "$work/check-one" --device host --arms max --steps 2 --fingerprints \
-  2> "$work/check-one.log" | grep -q 'fingerprints recorded, not compared'
+  2> "$work/check-one.log" > "$work/check-one.md"
+grep -q 'fingerprints recorded, not compared' "$work/check-one.md"
 if python3 bench/qwen_train_bench.py check --carry "$work/carry" \
     --out "$work/check-nobase" --device host --arms max --steps 2 \
     --fingerprints --baseline "$work/no-such.check.jsonl" 2> "$work/check-nobase.log"; then
@@ -309,9 +314,10 @@ for i in 1 2; do
 done
 grep -q 'stopping after 1 of 3 rounds' "$work/run-limit.log"
 grep -q 'process 2 of 6, about [0-9]* s left' "$work/run-limit.log"
-tar -tzf "$work/run-limit.tgz" | grep -q '^run-limit/results.jsonl$'
-python3 bench/qwen_train_bench.py table "$work/run-limit" \
-  | grep -q '^# stopped by --time-limit 0.001 s after 1 of 3 rounds'
+tar -tzf "$work/run-limit.tgz" > "$work/run-limit.list"
+grep -q '^run-limit/results.jsonl$' "$work/run-limit.list"
+python3 bench/qwen_train_bench.py table "$work/run-limit" > "$work/run-limit.md"
+grep -q '^# stopped by --time-limit 0.001 s after 1 of 3 rounds' "$work/run-limit.md"
 python3 - "$work/run-limit" <<'PY'
 import json, os, sys
 m = json.load(open(os.path.join(sys.argv[1], "manifest.json")))["run"]
