@@ -215,6 +215,15 @@ def add_goal_arms(names_goals, profile, under, extra=()):
                       " under " + under)
 
 
+def add_side_goal_arms(names_goals, profile_file, under):
+    """add_goal_arms for placements with recompute on the side stream, under
+    bench/profiles/`profile_file`."""
+    add_goal_arms(names_goals, os.path.join(REPO, "bench", "profiles",
+                                            profile_file),
+                  under + ", recompute on the side stream",
+                  ["--recompute-stream=side"])
+
+
 RUN9_PROFILE = os.path.join(REPO, "bench", "profiles",
                             "h200-optimes-d2fc210.json")
 add_goal_arms((("auto3", "--step-budget=0.03"),
@@ -248,22 +257,19 @@ add_goal_arms((("auto3-beside", "--step-budget=0.03"),
 # GDN chunk backward's idle SMs (train-recompute-stream; the side capacity
 # measured by runtime_offload_bench overlap in d31, bench/notes/runtime.md
 # "Side-stream recompute").
-add_goal_arms((("auto3-side", "--step-budget=0.03"),
-               ("auto60-side", "--activation-cut=0.6"),
-               ("auto70-side", "--activation-cut=0.7")),
-              BESIDE_PROFILE, "the per-kernel copy-slowdown profile, "
-              "recompute on the side stream", ["--recompute-stream=side"])
+add_side_goal_arms((("auto3-side", "--step-budget=0.03"),
+                    ("auto60-side", "--activation-cut=0.6"),
+                    ("auto70-side", "--activation-cut=0.7")),
+                   "h200-beside-8a8ab91.json",
+                   "the per-kernel copy-slowdown profile")
 
 # The same with the side capacity fitted to run 13's auto60-side and
 # auto70-side (0.22 instead of the isolated bench's 0.45;
 # bench/notes/training.md, run 13). A 62 % cut leaves the measured
 # reduction (0.5 points under the predicted in run 13) room above 60 %.
-SIDE_PROFILE = os.path.join(REPO, "bench", "profiles",
-                            "h200-side-29dbd41.json")
-add_goal_arms((("auto3-cal", "--step-budget=0.03"),
-               ("auto62-cal", "--activation-cut=0.62")),
-              SIDE_PROFILE, "the run-13 side-stream profile, recompute on "
-              "the side stream", ["--recompute-stream=side"])
+add_side_goal_arms((("auto3-cal", "--step-budget=0.03"),
+                    ("auto62-cal", "--activation-cut=0.62")),
+                   "h200-side-29dbd41.json", "the run-13 side-stream profile")
 
 # The same goals under run 16's profile: every op's scale from d44's op
 # times, copies as h200-beside-8a8ab91 (d29's rates x 2), the side capacity
@@ -271,11 +277,9 @@ add_goal_arms((("auto3-cal", "--step-budget=0.03"),
 # and the first-launch hold, the default since 49ef39e (bench/notes/
 # training.md, run 16). Predicted there: auto3-r16 72.7 % at +8.58 ms,
 # auto65-r16 67.3 % at +7.22 ms.
-R16_PROFILE = os.path.join(REPO, "bench", "profiles", "h200-side-2a6abaf.json")
-add_goal_arms((("auto3-r16", "--step-budget=0.03"),
-               ("auto65-r16", "--activation-cut=0.65")),
-              R16_PROFILE, "the run-16 profile, recompute on the side stream",
-              ["--recompute-stream=side"])
+add_side_goal_arms((("auto3-r16", "--step-budget=0.03"),
+                    ("auto65-r16", "--activation-cut=0.65")),
+                   "h200-side-2a6abaf.json", "the run-16 profile")
 
 # The 3 % goal under the profile refit after d45: copies beside the kernels
 # at d29's rates x 3.6 (least squares over the three offload + side-stream
@@ -283,11 +287,10 @@ add_goal_arms((("auto3-r16", "--step-budget=0.03"),
 # of step), the rest as h200-side-2a6abaf (bench/notes/training.md, run
 # 16). Predicted: auto3-r16b 65.6 % at +8.86 ms, auto25-r16b 62.8 % at
 # +6.97 ms.
-R16B_PROFILE = os.path.join(REPO, "bench", "profiles", "h200-side-7c1804e.json")
-add_goal_arms((("auto3-r16b", "--step-budget=0.03"),
-               ("auto25-r16b", "--step-budget=0.025")),
-              R16B_PROFILE, "the run-16 profile with the refit copy factor, "
-              "recompute on the side stream", ["--recompute-stream=side"])
+add_side_goal_arms((("auto3-r16b", "--step-budget=0.03"),
+                    ("auto25-r16b", "--step-budget=0.025")),
+                   "h200-side-7c1804e.json",
+                   "the run-16 profile with the refit copy factor")
 
 # The 2.5 % goal under the four-call fit of run 16 (copy factor 3.48 on the
 # three offload + side-stream arms, side capacity 0.239 on the four calls of
@@ -295,11 +298,8 @@ add_goal_arms((("auto3-r16b", "--step-budget=0.03"),
 # descents (cdeada4; bench/notes/training.md, run 17). Predicted: auto25-r17
 # 62.8 % at +7.50 ms. (A 2 % budget there chooses side60-gemms' lists less
 # embedding: 60.5 % at +5.94 ms.)
-R16FIT_PROFILE = os.path.join(REPO, "bench", "profiles",
-                              "h200-side-6fb67cb.json")
-add_goal_arms((("auto25-r17", "--step-budget=0.025"),),
-              R16FIT_PROFILE, "the four-call fit of run 16, recompute on the "
-              "side stream", ["--recompute-stream=side"])
+add_side_goal_arms((("auto25-r17", "--step-budget=0.025"),),
+                   "h200-side-6fb67cb.json", "the four-call fit of run 16")
 
 # The same goals under one profile for one-stream and side-stream
 # placements (h200-side-74d0ef4: copy rates x 1.16 fitted on d48's ref and
@@ -307,23 +307,20 @@ add_goal_arms((("auto25-r17", "--step-budget=0.025"),),
 # more in a step with side-stream recompute, fitted on run 16's three
 # offload + side-stream arms; bench/notes/training.md, run 17). Predicted:
 # auto2-r17u 60.5 % at +5.80 ms, auto25-r17u 63.5 % at +7.49 ms.
-R17_PROFILE = os.path.join(REPO, "bench", "profiles", "h200-side-74d0ef4.json")
-add_goal_arms((("auto2-r17u", "--step-budget=0.02"),
-               ("auto25-r17u", "--step-budget=0.025")),
-              R17_PROFILE, "the run-17 profile (one for both streams), "
-              "recompute on the side stream", ["--recompute-stream=side"])
+add_side_goal_arms((("auto2-r17u", "--step-budget=0.02"),
+                    ("auto25-r17u", "--step-budget=0.025")),
+                   "h200-side-74d0ef4.json",
+                   "the run-17 profile (one for both streams)")
 
 # The same goals under the fit over every call of runs 16-17
 # (h200-side-5a736c0: copy factor, side capacity 0.287 with gdn_prep's side
 # recompute, sideStreamCopyScale 3.55; bench/notes/training.md, run 17),
 # measured in run 18 with predictions written down before the call. The 3 %
 # choice is side60-prep's lists, the 2.5 % choice recompute only (64.9 %).
-R17FIT_PROFILE = os.path.join(REPO, "bench", "profiles",
-                              "h200-side-5a736c0.json")
-add_goal_arms((("auto3-r18", "--step-budget=0.03"),
-               ("auto25-r18", "--step-budget=0.025")),
-              R17FIT_PROFILE, "the fit over every call of runs 16-17, "
-              "recompute on the side stream", ["--recompute-stream=side"])
+add_side_goal_arms((("auto3-r18", "--step-budget=0.03"),
+                    ("auto25-r18", "--step-budget=0.025")),
+                   "h200-side-5a736c0.json",
+                   "the fit over every call of runs 16-17")
 
 # auto60-side's lists as fixed flags, placed by the pass as of 2026-12-02
 # (after d34): only the GEMMs and what reads them on the side stream, the
