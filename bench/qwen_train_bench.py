@@ -644,7 +644,7 @@ def cmd_run(a):
         # The first round always runs.
         elapsed = time.time() - run_start
         if a.time_limit and r > 0:
-            need = max(walls) * len(arms) if walls else 0.0
+            need = max(walls) * len(arms)
             if elapsed + need > a.time_limit:
                 run["stopped"] = {"rounds_done": r, "elapsed_s":
                                   round(elapsed, 1), "time_limit_s":
@@ -805,9 +805,16 @@ def cmd_check(a):
     constant."""
     if a.baseline and not a.fingerprints:
         sys.exit("check: --baseline compares fingerprints; add --fingerprints")
-    if a.baseline and not os.path.exists(a.baseline):
-        # Before any process runs: a late error would waste the device call.
-        sys.exit(f"check: --baseline {a.baseline}: no such file")
+    reference = None
+    if a.baseline:
+        # Read before any process runs: a late error would waste the call.
+        if not os.path.exists(a.baseline):
+            sys.exit(f"check: --baseline {a.baseline}: no such file")
+        with open_result(a.baseline) as f:
+            reference = [json.loads(l) for l in f if l.strip()]
+        if len(reference) < a.steps:
+            sys.exit(f"check: --baseline {a.baseline} has {len(reference)} "
+                     f"steps, fewer than --steps {a.steps}")
     _, manifest, arms, out, bindir = open_carry(a, "qwen-check-")
     runs, bad = {}, []
     for arm in arms:
@@ -841,15 +848,8 @@ def cmd_check(a):
         # The reference: an earlier check's NAME.check.jsonl (--baseline;
         # e.g. `none` of another call, so that one new arm is compared
         # with something), else the first arm of this check.
-        if a.baseline:
-            first = a.baseline
-            with open_result(a.baseline) as f:
-                reference = [json.loads(l) for l in f if l.strip()]
-            if len(reference) < a.steps:
-                sys.exit(f"check: --baseline {a.baseline} has "
-                         f"{len(reference)} steps, fewer than --steps "
-                         f"{a.steps}")
-            others = arms
+        if reference is not None:
+            first, others = a.baseline, arms
         else:
             first, reference, others = arms[0], runs[arms[0]], arms[1:]
         for arm in others:

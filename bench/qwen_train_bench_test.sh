@@ -301,6 +301,15 @@ if python3 bench/qwen_train_bench.py check --carry "$work/carry" \
 fi
 grep -q 'no such file' "$work/check-nobase.log"
 test ! -e "$work/check-nobase/max.check.jsonl"
+# A baseline shorter than --steps is refused before any process too.
+if python3 bench/qwen_train_bench.py check --carry "$work/carry" \
+    --out "$work/check-shortbase" --device host --arms max --steps 4 \
+    --fingerprints --baseline "$work/check/none.check.jsonl" \
+    2> "$work/check-shortbase.log"; then
+  echo "check ran with a 3-step baseline for 4 steps" >&2; exit 1
+fi
+grep -q 'has 3 steps, fewer than --steps 4' "$work/check-shortbase.log"
+test ! -e "$work/check-shortbase/max.check.jsonl"
 # run --time-limit: the first round always runs, a second that cannot end
 # inside the limit does not start; the manifest says where it stopped and
 # --pack holds the results. Run twice into one folder: the second run's
@@ -318,6 +327,14 @@ tar -tzf "$work/run-limit.tgz" > "$work/run-limit.list"
 grep -q '^run-limit/results.jsonl$' "$work/run-limit.list"
 python3 bench/qwen_train_bench.py table "$work/run-limit" > "$work/run-limit.md"
 grep -q '^# stopped by --time-limit 0.001 s after 1 of 3 rounds' "$work/run-limit.md"
+# A limit with room for every round stops nothing.
+python3 bench/qwen_train_bench.py run --carry "$work/carry" \
+  --out "$work/run-roomy" --device host --arms none --rounds 2 \
+  --op-times-steps 0 --time-limit 3600 2> "$work/run-roomy.log"
+if grep -q stopping "$work/run-roomy.log"; then
+  echo "run stopped with an hour's limit" >&2; exit 1
+fi
+test -s "$work/run-roomy/none.r1.jsonl"
 python3 - "$work/run-limit" <<'PY'
 import json, os, sys
 m = json.load(open(os.path.join(sys.argv[1], "manifest.json")))["run"]
