@@ -10,6 +10,7 @@
 
 #include "dialect/train/TrainOps.h"
 #include "passes/analysis/GraphSummary.h"
+#include "support/JsonLimits.h"
 
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/SymbolTable.h"
@@ -19,6 +20,7 @@
 #include "llvm/Support/MemoryBuffer.h"
 
 #include <algorithm>
+#include <cmath>
 
 using namespace mlir;
 using namespace ap::train;
@@ -55,6 +57,12 @@ llvm::Expected<DeviceProfile> DeviceProfile::parse(StringRef json,
     return llvm::createStringError(llvm::inconvertibleErrorCode(),
                                    "device profile '" + origin + "': " + msg);
   };
+  // Before the recursive parser: bounded nesting, and no constant given
+  // twice (the parser would keep one of them without a word).
+  if (std::optional<ap::support::JsonScanProblem> problem =
+          ap::support::scanJsonLimits({json.data(), json.size()}))
+    return fail(llvm::formatv("line {0}, column {1}: {2}", problem->line,
+                              problem->column, problem->message));
   llvm::Expected<llvm::json::Value> parsed = llvm::json::parse(json);
   if (!parsed)
     return fail("invalid JSON: " + llvm::toString(parsed.takeError()));
@@ -99,6 +107,9 @@ llvm::Expected<DeviceProfile> DeviceProfile::parse(StringRef json,
         if (!v || !(*v >= 0))
           return fail(key.str() + "['" + kv.first.str() +
                       "'] must be a non-negative number");
+        if (!std::isfinite(*v))
+          return fail(key.str() + "['" + kv.first.str() +
+                      "'] must be finite, got " + llvm::formatv("{0}", *v).str());
         table[kv.first.str()] = *v;
       }
       continue;
@@ -128,6 +139,9 @@ llvm::Expected<DeviceProfile> DeviceProfile::parse(StringRef json,
         if (!v || !(*v > 0))
           return fail("opScale['" + kv.first.str() +
                       "'] must be a positive number");
+        if (!std::isfinite(*v))
+          return fail("opScale['" + kv.first.str() + "'] must be finite, got " +
+                      llvm::formatv("{0}", *v).str());
         p.opScale[kv.first.str()] = *v;
       }
       continue;
@@ -154,6 +168,11 @@ llvm::Expected<DeviceProfile> DeviceProfile::parse(StringRef json,
     if (!(isLatency ? *value >= 0 : *value > 0))
       return fail("field '" + key + "' must be " +
                   (isLatency ? "non-negative" : "positive") + ", got " +
+                  llvm::formatv("{0}", *value));
+    // 1e400 parses as infinity; a rate or scale of inf makes predictions 0,
+    // inf or NaN.
+    if (!std::isfinite(*value))
+      return fail("field '" + key + "' must be finite, got " +
                   llvm::formatv("{0}", *value));
     p.*(field->member) = *value;
   }

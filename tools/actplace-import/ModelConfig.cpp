@@ -2,11 +2,14 @@
 
 #include "ModelConfig.h"
 
+#include "support/JsonLimits.h"
+
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/MemoryBuffer.h"
 
+#include <cfloat>
 #include <cmath>
 
 using namespace ap::import;
@@ -28,6 +31,29 @@ namespace {
 /// Largest head dimension the kernels implement.
 constexpr int64_t kMaxHeadDim = 256;
 
+/// Upper bounds on the sizes a config gives. With them every product the
+/// compiler and the generated step form (tokens x width x bytes, vocab x
+/// width x bytes, heads x head dim x tokens, a GDN state per chunk) stays far
+/// inside int64, the type of tensor dims and of the train dialect's integer
+/// attributes, and token ids fit the i32 token tensors. Each is orders of
+/// magnitude above the largest published model's value.
+struct SizeLimit {
+  int64_t max;
+  const char *why;
+};
+constexpr SizeLimit kWidthLimit{
+    int64_t{1} << 20,
+    "2^20, the largest width accepted: every tensor's byte size must fit in "
+    "64 bits"};
+constexpr SizeLimit kVocabLimit{
+    int64_t{1} << 24,
+    "2^24, the largest vocabulary accepted: token ids are 32-bit and every "
+    "logits chunk's byte size must fit in 64 bits"};
+constexpr SizeLimit kHeadsLimit{int64_t{1} << 12,
+                                "2^12, the most heads accepted"};
+constexpr SizeLimit kLayersLimit{int64_t{1} << 12,
+                                 "2^12, the most layers accepted"};
+
 /// Looks fields up in the places HF configs keep them and turns every problem
 /// into one message that names file, line, field, expectation and finding.
 class FieldReader {
@@ -43,6 +69,23 @@ public:
 
   /// The first error met; later ones are usually consequences.
   std::optional<std::string> error;
+
+  /// `text_config` and `rope_parameters` hold fields; anything else there
+  /// would make every field in them silently fall back to its default. Null
+  /// reads as absent, as HF writes it for an unused sub-config.
+  void checkContainers() {
+    auto check = [&](const Object &in, llvm::StringRef key,
+                     const std::string &qualified) {
+      const Value *v = in.get(key);
+      if (v && v->kind() != Value::Null && !v->getAsObject())
+        fail(qualified,
+             "expected an object of model fields, found " + describe(*v));
+    };
+    check(root, "text_config", "text_config");
+    if (textConfig)
+      check(*textConfig, "rope_parameters", "text_config.rope_parameters");
+    check(root, "rope_parameters", "rope_parameters");
+  }
 
   /// A field as HF places it: in text_config when present, else top level.
   const Value *find(llvm::StringRef key, std::string &qualified) const {
@@ -93,6 +136,7 @@ public:
   }
 
   std::optional<int64_t> positiveInt(llvm::StringRef key, llvm::StringRef why,
+                                     const SizeLimit &limit,
                                      bool required = true) {
     std::string q;
     const Value *v = find(key, q);
@@ -101,12 +145,21 @@ public:
         failMissing(key, "a positive integer", why);
       return std::nullopt;
     }
-    return checkPositiveInt(*v, q);
+    return checkPositiveInt(*v, q, limit);
   }
 
-  std::optional<int64_t> checkPositiveInt(const Value &v,
-                                          const std::string &q) {
+  std::optional<int64_t> checkPositiveInt(const Value &v, const std::string &q,
+                                          const SizeLimit &limit) {
     std::optional<int64_t> i = v.getAsInteger();
+    std::optional<double> d = v.getAsNumber();
+    // Also numbers past int64 (1e30, 2^64 - 1): they are too large, not
+    // "not an integer".
+    if (i ? *i > limit.max : d && *d > static_cast<double>(limit.max)) {
+      fail(q, llvm::formatv("is {0}, expected at most {1} ({2})", numberText(v),
+                            limit.max, limit.why)
+                  .str());
+      return std::nullopt;
+    }
     if (!i || *i <= 0) {
       fail(q, "expected a positive integer, found " + describe(v));
       return std::nullopt;
@@ -124,8 +177,12 @@ public:
       return fallback;
     }
     std::optional<double> d = v->getAsNumber();
-    if (!d || !(*d > 0.0)) {
-      fail(q, "expected a positive number, found " + describe(*v));
+    // 1e400 parses as infinity. Float fields reach kernels that take float
+    // (the GDN norm's eps), so they must also be finite as floats.
+    if (!d || !(*d > 0.0) || !(*d <= FLT_MAX)) {
+      fail(q, "expected a finite positive number of at most 3.4e38 (the "
+              "largest float), found " +
+                  describe(*v));
       return std::nullopt;
     }
     return d;
@@ -157,18 +214,21 @@ public:
     return s->str();
   }
 
+  static std::string numberText(const Value &v) {
+    std::string s;
+    llvm::raw_string_ostream os(s);
+    os << v;
+    return s;
+  }
+
   static std::string describe(const Value &v) {
     switch (v.kind()) {
     case Value::Null:
       return "null";
     case Value::Boolean:
       return *v.getAsBoolean() ? "true" : "false";
-    case Value::Number: {
-      std::string s;
-      llvm::raw_string_ostream os(s);
-      os << v;
-      return "the number " + s;
-    }
+    case Value::Number:
+      return "the number " + numberText(v);
     case Value::String:
       return "the string \"" + v.getAsString()->str() + "\"";
     case Value::Array:
@@ -241,74 +301,141 @@ private:
   const Object *rope = nullptr;
 };
 
+/// A layout of `count` layers (its `unit`s) is within kLayersLimit.
+bool withinLayerLimit(FieldReader &r, const std::string &q, size_t count,
+                      llvm::StringRef unit) {
+  if (count <= static_cast<size_t>(kLayersLimit.max))
+    return true;
+  r.fail(q, llvm::formatv("has {0} {1}, expected at most {2} ({3})", count,
+                          unit, kLayersLimit.max, kLayersLimit.why)
+                .str());
+  return false;
+}
+
+/// `layer_types`: HF decoder layers, each a mixer and an MLP.
+bool readLayerTypes(FieldReader &r, const Value &types, const std::string &q,
+                    std::vector<LayerSpec> &layers) {
+  const llvm::json::Array *arr = types.getAsArray();
+  if (!arr) {
+    r.fail(q, "expected an array of layer type strings, found " +
+                  FieldReader::describe(types));
+    return false;
+  }
+  if (!withinLayerLimit(r, q, arr->size(), "entries"))
+    return false;
+  for (auto [i, v] : llvm::enumerate(*arr)) {
+    std::optional<llvm::StringRef> s = v.getAsString();
+    std::string where = q + "[" + std::to_string(i) + "]";
+    LayerSpec spec;
+    spec.hasMlp = true;
+    if (s && *s == "linear_attention")
+      spec.mixer = Mixer::GatedDeltaNet;
+    else if (s && *s == "full_attention")
+      spec.mixer = Mixer::Attention;
+    else if (s && *s == "mla")
+      spec.mixer = Mixer::Mla;
+    else if (s && *s == "mlp")
+      spec.mixer = Mixer::None;
+    else {
+      r.fail(where, "expected \"linear_attention\", \"full_attention\", "
+                    "\"mla\" or \"mlp\", found " +
+                        FieldReader::describe(v));
+      return false;
+    }
+    layers.push_back(spec);
+  }
+  return true;
+}
+
+/// `hybrid_layer_pattern`: one block per character.
+bool readLayerPattern(FieldReader &r, const Value &pat, const std::string &q,
+                      std::vector<LayerSpec> &layers) {
+  std::optional<llvm::StringRef> s = pat.getAsString();
+  if (!s || s->empty()) {
+    r.fail(q, "expected a non-empty string of G (GDN), A (attention), L "
+              "(MLA) and - (MLP), found " +
+                  FieldReader::describe(pat));
+    return false;
+  }
+  if (!withinLayerLimit(r, q, s->size(), "characters"))
+    return false;
+  for (auto [i, c] : llvm::enumerate(*s)) {
+    LayerSpec spec;
+    switch (c) {
+    case 'G':
+      spec.mixer = Mixer::GatedDeltaNet;
+      break;
+    case 'A':
+      spec.mixer = Mixer::Attention;
+      break;
+    case 'L':
+      spec.mixer = Mixer::Mla;
+      break;
+    case '-':
+      spec.hasMlp = true;
+      break;
+    default:
+      r.fail(q, llvm::formatv("character {0} is '{1}', expected G (GDN), A "
+                              "(attention), L (MLA) or - (MLP)",
+                              i, c)
+                    .str());
+      return false;
+    }
+    layers.push_back(spec);
+  }
+  return true;
+}
+
+std::string describeLayer(const LayerSpec &l) {
+  const char *mixer = l.mixer == Mixer::GatedDeltaNet ? "GDN"
+                      : l.mixer == Mixer::Attention   ? "attention"
+                      : l.mixer == Mixer::Mla         ? "MLA"
+                                                      : nullptr;
+  if (!mixer)
+    return l.hasMlp ? "an MLP layer" : "an empty layer";
+  return std::string(mixer) + (l.hasMlp ? " with an MLP" : " without an MLP");
+}
+
 /// Reads the layer layout: `layer_types` (HF decoder layers, mixer + MLP),
 /// `hybrid_layer_pattern` (one block per character) or
-/// `full_attention_interval` (Qwen3-Next style).
+/// `full_attention_interval` (Qwen3-Next style). A config that gives both
+/// `layer_types` and `hybrid_layer_pattern` must describe the same layers
+/// with them; otherwise which one is meant is a guess.
 bool readLayers(FieldReader &r, ModelConfig &cfg,
                 std::optional<int64_t> numLayers) {
-  std::string q;
+  std::string q, qp;
+  const Value *pat = r.find("hybrid_layer_pattern", qp);
   if (const Value *types = r.find("layer_types", q)) {
-    const llvm::json::Array *arr = types->getAsArray();
-    if (!arr) {
-      r.fail(q, "expected an array of layer type strings, found " +
-                    FieldReader::describe(*types));
+    if (!readLayerTypes(r, *types, q, cfg.layers))
+      return false;
+    std::vector<LayerSpec> fromPattern;
+    if (pat && !readLayerPattern(r, *pat, qp, fromPattern))
+      return false;
+    if (pat && fromPattern.size() != cfg.layers.size()) {
+      r.fail(qp, llvm::formatv("describes {0} layers but '{1}' describes {2}; "
+                               "give one of the two layouts or make them "
+                               "describe the same layers",
+                               fromPattern.size(), q, cfg.layers.size())
+                     .str());
       return false;
     }
-    for (auto [i, v] : llvm::enumerate(*arr)) {
-      std::optional<llvm::StringRef> s = v.getAsString();
-      std::string where = q + "[" + std::to_string(i) + "]";
-      LayerSpec spec;
-      spec.hasMlp = true;
-      if (s && *s == "linear_attention")
-        spec.mixer = Mixer::GatedDeltaNet;
-      else if (s && *s == "full_attention")
-        spec.mixer = Mixer::Attention;
-      else if (s && *s == "mla")
-        spec.mixer = Mixer::Mla;
-      else if (s && *s == "mlp")
-        spec.mixer = Mixer::None;
-      else {
-        r.fail(where, "expected \"linear_attention\", \"full_attention\", "
-                      "\"mla\" or \"mlp\", found " +
-                          FieldReader::describe(v));
+    for (size_t i = 0; pat && i < fromPattern.size(); ++i)
+      if (fromPattern[i].mixer != cfg.layers[i].mixer ||
+          fromPattern[i].hasMlp != cfg.layers[i].hasMlp) {
+        r.fail(qp, llvm::formatv("makes layer {0} {1} but '{2}' makes it {3}; "
+                                 "give one of the two layouts or make them "
+                                 "describe the same layers",
+                                 i, describeLayer(fromPattern[i]), q,
+                                 describeLayer(cfg.layers[i]))
+                       .str());
         return false;
       }
-      cfg.layers.push_back(spec);
-    }
-  } else if (const Value *pat = r.find("hybrid_layer_pattern", q)) {
-    std::optional<llvm::StringRef> s = pat->getAsString();
-    if (!s || s->empty()) {
-      r.fail(q, "expected a non-empty string of G (GDN), A (attention), L "
-                "(MLA) and - (MLP), found " +
-                    FieldReader::describe(*pat));
+  } else if (pat) {
+    q = qp;
+    if (!readLayerPattern(r, *pat, q, cfg.layers))
       return false;
-    }
-    for (auto [i, c] : llvm::enumerate(*s)) {
-      LayerSpec spec;
-      switch (c) {
-      case 'G':
-        spec.mixer = Mixer::GatedDeltaNet;
-        break;
-      case 'A':
-        spec.mixer = Mixer::Attention;
-        break;
-      case 'L':
-        spec.mixer = Mixer::Mla;
-        break;
-      case '-':
-        spec.hasMlp = true;
-        break;
-      default:
-        r.fail(q, llvm::formatv("character {0} is '{1}', expected G (GDN), A "
-                                "(attention), L (MLA) or - (MLP)",
-                                i, c)
-                      .str());
-        return false;
-      }
-      cfg.layers.push_back(spec);
-    }
   } else if (const Value *interval = r.find("full_attention_interval", q)) {
-    std::optional<int64_t> n = r.checkPositiveInt(*interval, q);
+    std::optional<int64_t> n = r.checkPositiveInt(*interval, q, kLayersLimit);
     if (!n || !numLayers) {
       if (!numLayers)
         r.failMissing("num_hidden_layers", "a positive integer",
@@ -363,6 +490,14 @@ void requireHeadDim(FieldReader &r, llvm::StringRef key, int64_t dim) {
 
 llvm::Expected<ModelConfig> ap::import::parseModelConfig(llvm::StringRef text,
                                                          llvm::StringRef path) {
+  // Before the recursive parser: bounded nesting, and no key given twice
+  // (the parser would keep one of them without a word).
+  if (std::optional<ap::support::JsonScanProblem> problem =
+          ap::support::scanJsonLimits({text.data(), text.size()}))
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   "%s:%u:%u: invalid config: %s",
+                                   path.str().c_str(), problem->line,
+                                   problem->column, problem->message.c_str());
   llvm::Expected<Value> parsed = llvm::json::parse(text);
   if (!parsed)
     return llvm::createStringError(llvm::inconvertibleErrorCode(),
@@ -375,6 +510,7 @@ llvm::Expected<ModelConfig> ap::import::parseModelConfig(llvm::StringRef text,
                                    path.str().c_str());
 
   FieldReader r(text, path, *root);
+  r.checkContainers();
   ModelConfig cfg;
   cfg.modelType = r.string("model_type").value_or("");
   cfg.name =
@@ -385,10 +521,13 @@ llvm::Expected<ModelConfig> ap::import::parseModelConfig(llvm::StringRef text,
   cfg.zeroCenteredNorms =
       r.boolean("zero_centered_norms", qwenStyle).value_or(false);
 
-  std::optional<int64_t> hidden = r.positiveInt("hidden_size", "every model");
-  std::optional<int64_t> vocab = r.positiveInt("vocab_size", "every model");
+  std::optional<int64_t> hidden =
+      r.positiveInt("hidden_size", "every model", kWidthLimit);
+  std::optional<int64_t> vocab =
+      r.positiveInt("vocab_size", "every model", kVocabLimit);
   std::optional<int64_t> numLayers =
-      r.positiveInt("num_hidden_layers", "", /*required=*/false);
+      r.positiveInt("num_hidden_layers", "", kLayersLimit,
+                    /*required=*/false);
   cfg.rmsNormEps = r.positiveNumber("rms_norm_eps", false, 1e-6).value_or(0);
   cfg.initializerRange =
       r.positiveNumber("initializer_range", false, 0.02).value_or(0);
@@ -408,19 +547,21 @@ llvm::Expected<ModelConfig> ap::import::parseModelConfig(llvm::StringRef text,
     anyMlp |= l.hasMlp;
   if (anyMlp)
     cfg.intermediateSize =
-        r.positiveInt("intermediate_size", "MLP layers").value_or(0);
+        r.positiveInt("intermediate_size", "MLP layers", kWidthLimit)
+            .value_or(0);
 
   if (cfg.hasMixer(Mixer::GatedDeltaNet)) {
     const char *why = "linear_attention (GDN) layers";
-    cfg.linearKeyHeads = r.positiveInt("linear_num_key_heads", why).value_or(0);
+    cfg.linearKeyHeads =
+        r.positiveInt("linear_num_key_heads", why, kHeadsLimit).value_or(0);
     cfg.linearValueHeads =
-        r.positiveInt("linear_num_value_heads", why).value_or(0);
+        r.positiveInt("linear_num_value_heads", why, kHeadsLimit).value_or(0);
     cfg.linearKeyHeadDim =
-        r.positiveInt("linear_key_head_dim", why).value_or(0);
+        r.positiveInt("linear_key_head_dim", why, kWidthLimit).value_or(0);
     cfg.linearValueHeadDim =
-        r.positiveInt("linear_value_head_dim", why).value_or(0);
+        r.positiveInt("linear_value_head_dim", why, kWidthLimit).value_or(0);
     cfg.linearConvKernel =
-        r.positiveInt("linear_conv_kernel_dim", why).value_or(0);
+        r.positiveInt("linear_conv_kernel_dim", why, kWidthLimit).value_or(0);
     requireDivisible(r, "linear_num_value_heads", cfg.linearValueHeads,
                      "linear_num_key_heads", cfg.linearKeyHeads);
     requireHeadDim(r, "linear_key_head_dim", cfg.linearKeyHeadDim);
@@ -438,14 +579,16 @@ llvm::Expected<ModelConfig> ap::import::parseModelConfig(llvm::StringRef text,
   bool mla = cfg.hasMixer(Mixer::Mla);
   if (attention || mla) {
     const char *why = attention ? "full_attention layers" : "MLA layers";
-    cfg.numHeads = r.positiveInt("num_attention_heads", why).value_or(0);
+    cfg.numHeads =
+        r.positiveInt("num_attention_heads", why, kHeadsLimit).value_or(0);
     cfg.ropeTheta = r.positiveNumber("rope_theta", true, 10000.0).value_or(0);
   }
   if (attention) {
     const char *why = "full_attention layers";
-    cfg.numKvHeads = r.positiveInt("num_key_value_heads", why).value_or(0);
+    cfg.numKvHeads =
+        r.positiveInt("num_key_value_heads", why, kHeadsLimit).value_or(0);
     std::optional<int64_t> headDim =
-        r.positiveInt("head_dim", "", /*required=*/false);
+        r.positiveInt("head_dim", "", kWidthLimit, /*required=*/false);
     if (!headDim && cfg.numHeads > 0 && !r.error) {
       requireDivisible(r, "hidden_size", cfg.hiddenSize, "num_attention_heads",
                        cfg.numHeads);
@@ -474,14 +617,19 @@ llvm::Expected<ModelConfig> ap::import::parseModelConfig(llvm::StringRef text,
   if (mla) {
     const char *why = "MLA layers";
     std::string q;
-    // DeepSeek-V2-Lite writes null (or leaves it out): no q compression.
+    // DeepSeek-V2-Lite writes null (or leaves it out), other HF configs 0:
+    // both mean no q compression.
     const Value *qLora = r.find("q_lora_rank", q);
-    if (qLora && qLora->kind() != Value::Null)
-      cfg.qLoraRank = r.checkPositiveInt(*qLora, q);
-    cfg.kvLoraRank = r.positiveInt("kv_lora_rank", why).value_or(0);
-    cfg.qkNopeHeadDim = r.positiveInt("qk_nope_head_dim", why).value_or(0);
-    cfg.qkRopeHeadDim = r.positiveInt("qk_rope_head_dim", why).value_or(0);
-    cfg.vHeadDim = r.positiveInt("v_head_dim", why).value_or(0);
+    if (qLora && qLora->kind() != Value::Null &&
+        qLora->getAsInteger() != std::optional<int64_t>(0))
+      cfg.qLoraRank = r.checkPositiveInt(*qLora, q, kWidthLimit);
+    cfg.kvLoraRank =
+        r.positiveInt("kv_lora_rank", why, kWidthLimit).value_or(0);
+    cfg.qkNopeHeadDim =
+        r.positiveInt("qk_nope_head_dim", why, kWidthLimit).value_or(0);
+    cfg.qkRopeHeadDim =
+        r.positiveInt("qk_rope_head_dim", why, kWidthLimit).value_or(0);
+    cfg.vHeadDim = r.positiveInt("v_head_dim", why, kWidthLimit).value_or(0);
     if (!r.error && cfg.qkNopeHeadDim + cfg.qkRopeHeadDim > kMaxHeadDim)
       r.failAt(llvm::formatv("qk_nope_head_dim + qk_rope_head_dim = {0}, "
                              "expected at most {1}",

@@ -4,7 +4,11 @@
 // Reads a model config JSON (flat, or the HF Qwen3.5 layout with text fields
 // under `text_config` and rope settings under `rope_parameters`) into a
 // validated ModelConfig. Every error names the file, the field (with the line
-// it sits on), what was expected and what was found.
+// it sits on), what was expected and what was found. Refused besides wrong
+// types: JSON nested deeper than support/JsonLimits.h allows, a key given
+// twice in one object, non-finite floats, sizes above the limits that keep
+// every size the compiler derives inside int64 (ModelConfig.cpp), and
+// `layer_types` and `hybrid_layer_pattern` that describe different layers.
 //
 //===----------------------------------------------------------------------===//
 #ifndef ACTPLACE_TOOLS_IMPORT_MODELCONFIG_H
