@@ -38,3 +38,57 @@ module {
     exec.return
   }
 }
+
+// -----
+
+// A number the C++ literal cannot carry is refused, naming the attribute:
+// not finite ...
+module {
+  exec.step @train_step attributes {arena_bytes = 1024 : i64} {
+    %x = exec.buffer offset 0 bytes 256 : !exec.buffer<tensor<2x8xf32>>
+    %w = exec.buffer offset 256 bytes 256 : !exec.buffer<tensor<8xf32>>
+    %y = exec.buffer offset 512 bytes 256 : !exec.buffer<tensor<2x8xf32>>
+    %r = exec.buffer offset 768 bytes 256 : !exec.buffer<tensor<2xf32>>
+    // expected-error @below {{emit-cpp: attribute 'eps' of 'exec.kernel' (train.rms_norm) = inf is not finite}}
+    exec.kernel "train.rms_norm" ins(%x, %w : !exec.buffer<tensor<2x8xf32>>, !exec.buffer<tensor<8xf32>>) outs(%y, %r : !exec.buffer<tensor<2x8xf32>>, !exec.buffer<tensor<2xf32>>) workspace 0 args {eps = 0x7FF0000000000000 : f64}
+    exec.return
+  }
+}
+
+// -----
+
+module {
+  exec.step @train_step attributes {arena_bytes = 1024 : i64} {
+    %c = exec.buffer offset 0 bytes 256 : !exec.buffer<tensor<i32>>
+    // expected-error @below {{emit-cpp: attribute 'max_norm' of 'exec.kernel' (train.finalize_grads) = nan is not finite}}
+    exec.kernel "train.finalize_grads" ins(%c : !exec.buffer<tensor<i32>>) workspace 0 args {max_norm = 0x7FF8000000000000 : f64}
+    exec.return
+  }
+}
+
+// -----
+
+// ... or, for a float kernel argument, beyond float's range or rounded to 0.
+module {
+  exec.step @train_step attributes {arena_bytes = 2048 : i64} {
+    %x = exec.buffer offset 0 bytes 512 : !exec.buffer<tensor<1x2x2x16xf32>>
+    %y = exec.buffer offset 512 bytes 512 : !exec.buffer<tensor<1x2x2x16xf32>>
+    %r = exec.buffer offset 1024 bytes 256 : !exec.buffer<tensor<1x2x2xf32>>
+    // expected-error @below {{emit-cpp: attribute 'eps' of 'exec.kernel' (train.l2_norm) = 1.0000000000000001e+300 is beyond the range of float (the kernel argument is a float)}}
+    exec.kernel "train.l2_norm" ins(%x : !exec.buffer<tensor<1x2x2x16xf32>>) outs(%y, %r : !exec.buffer<tensor<1x2x2x16xf32>>, !exec.buffer<tensor<1x2x2xf32>>) workspace 0 args {eps = 1.0e300 : f64}
+    exec.return
+  }
+}
+
+// -----
+
+module {
+  exec.step @train_step attributes {arena_bytes = 2048 : i64} {
+    %x = exec.buffer offset 0 bytes 512 : !exec.buffer<tensor<1x2x2x16xf32>>
+    %y = exec.buffer offset 512 bytes 512 : !exec.buffer<tensor<1x2x2x16xf32>>
+    %r = exec.buffer offset 1024 bytes 256 : !exec.buffer<tensor<1x2x2xf32>>
+    // expected-error @below {{emit-cpp: attribute 'eps' of 'exec.kernel' (train.l2_norm) = 1e-300 rounds to 0 as a float (the kernel argument is a float)}}
+    exec.kernel "train.l2_norm" ins(%x : !exec.buffer<tensor<1x2x2x16xf32>>) outs(%y, %r : !exec.buffer<tensor<1x2x2x16xf32>>, !exec.buffer<tensor<1x2x2xf32>>) workspace 0 args {eps = 1.0e-300 : f64}
+    exec.return
+  }
+}
