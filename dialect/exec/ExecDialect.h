@@ -19,6 +19,11 @@ namespace ap::exec {
 /// section 4: results never depend on pointer values).
 inline constexpr int64_t kAlignment = 256;
 
+/// Largest buffer or slot offset (64 PiB): room for 256 buffers of the
+/// largest tensor (ap::kMaxTensorBytes) while offset + bytes and the plan's
+/// sums stay far inside int64.
+inline constexpr int64_t kMaxOffsetBytes = int64_t(1) << 56;
+
 /// `n` rounded up to kAlignment.
 inline int64_t alignTo256(int64_t n) {
   return (n + kAlignment - 1) / kAlignment * kAlignment;

@@ -13,6 +13,16 @@ using namespace mlir;
 using namespace ap::exec;
 
 namespace {
+/// `value` of attribute `name` is at most `limit` (`what` says why): the
+/// memory plan adds offsets, sizes and workspaces, which must not overflow.
+LogicalResult verifyAtMost(Operation *op, StringRef name, int64_t value,
+                           int64_t limit, StringRef what) {
+  if (value <= limit)
+    return success();
+  return op->emitOpError() << name << " " << value << " exceeds " << limit
+                           << " (" << what << ")";
+}
+
 /// Checks that a planned extent is 256-byte aligned and large enough for
 /// `tensor`.
 LogicalResult verifyExtent(Operation *op, std::optional<int64_t> offset,
@@ -23,6 +33,11 @@ LogicalResult verifyExtent(Operation *op, std::optional<int64_t> offset,
   if (bytes % kAlignment != 0)
     return op->emitOpError()
            << "bytes must be a multiple of " << kAlignment << ", got " << bytes;
+  if (failed(verifyAtMost(op, "bytes", bytes, ap::kMaxTensorBytes,
+                          "the most one tensor may hold")) ||
+      (offset && failed(verifyAtMost(op, "offset", *offset, kMaxOffsetBytes,
+                                     "the largest arena or pool offset"))))
+    return failure();
   int64_t need = tensorBytes(tensor);
   if (bytes < need)
     return op->emitOpError()
@@ -118,7 +133,8 @@ LogicalResult KernelOp::verify() {
   if (getStream() != Stream::Compute && getStream() != Stream::Side)
     return emitOpError() << "runs on the compute or side stream, not "
                          << stringifyStream(getStream());
-  return success();
+  return verifyAtMost(*this, "workspace", getWorkspace(), ap::kMaxTensorBytes,
+                      "the most one kernel's scratch may take");
 }
 
 template <typename CopyOp>

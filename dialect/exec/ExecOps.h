@@ -3,6 +3,7 @@
 #define ACTPLACE_DIALECT_EXEC_EXECOPS_H
 
 #include "dialect/exec/ExecDialect.h"
+#include "dialect/train/TensorShapes.h"
 
 #include "mlir/Bytecode/BytecodeOpInterface.h"
 #include "mlir/IR/Builders.h"

@@ -15,8 +15,15 @@ include "dialect/exec/ExecDialect.td"
 include "mlir/IR/SymbolInterfaces.td"
 include "mlir/Interfaces/SideEffectInterfaces.td"
 
+/// Every tensor an op's buffers and slots hold has static dimensions >= 1,
+/// an integer or float element type and at most ap::kMaxTensorBytes bytes
+/// (dialect/train/TensorShapes.h).
+def Exec_TensorShapes : NativeOpTrait<"TensorShapes"> {
+  let cppNamespace = "::ap";
+}
+
 class Exec_Op<string mnemonic, list<Trait> traits = []>
-    : Op<Exec_Dialect, mnemonic, traits>;
+    : Op<Exec_Dialect, mnemonic, !listconcat([Exec_TensorShapes], traits)>;
 
 def Exec_AnyBuffer : Type<CPred<"::llvm::isa<::ap::exec::BufferType>($_self)">,
     "device buffer", "::ap::exec::BufferType">;

@@ -148,6 +148,7 @@ def Train_GatedDeltaRuleGradOp : Train_ComputeOp<"gated_delta_rule_grad"> {
                        Train_ScopeAttr:$scope);
   let results = (outs Train_Float4D:$q_grad, Train_Float4D:$k_grad, Train_Float4D:$v_grad,
                       Train_F32_3D:$g_grad, Train_Float3D:$beta_grad);
+  let hasVerifier = 1;
 }
 
 def Train_RoPEGradOp : Train_ComputeOp<"rope_grad"> {

@@ -72,6 +72,15 @@ private:
   Operation *op;
 };
 
+/// The GDN ops (forward and backward) run the kernels' one chunk size.
+LogicalResult verifyGdnChunkSize(Operation *op, int64_t chunkSize) {
+  if (chunkSize == kGdnChunkSize)
+    return success();
+  return op->emitOpError() << "chunk_size is " << chunkSize << ", expected "
+                           << kGdnChunkSize
+                           << " (the chunk size the GDN kernels implement)";
+}
+
 int64_t dimOf(Value v, unsigned d) {
   return cast<RankedTensorType>(v.getType()).getDimSize(d);
 }
@@ -213,9 +222,7 @@ LogicalResult ShortConvOp::verify() {
         failed(c.dim(name, t, 1, in.getDimSize(1),
                      "the input's sequence length T")))
       return failure();
-    if (t.getDimSize(2) < 1)
-      return emitOpError() << name << " has " << t.getDimSize(2)
-                           << " channels, expected at least 1";
+    // An empty group (0 channels) fails the shared shape rule first.
     channels += t.getDimSize(2);
   }
   if (channels != in.getDimSize(2))
@@ -288,11 +295,16 @@ LogicalResult GatedDeltaRuleOp::verify() {
       return emitOpError() << "saved results must be (g_cumsum: " << gt
                            << ", T: " << expectedT << ")";
   }
-  if (getChunkSize() != kGdnChunkSize)
-    return emitOpError() << "chunk_size is " << getChunkSize() << ", expected "
-                         << kGdnChunkSize
-                         << " (the chunk size the GDN kernels implement)";
+  if (failed(verifyGdnChunkSize(*this, getChunkSize())))
+    return failure();
   return c.positive("scale", getScale().convertToDouble());
+}
+
+LogicalResult GatedDeltaRuleGradOp::verify() {
+  // The cost model and the memory timeline count chunks as T / chunk_size.
+  if (failed(verifyGdnChunkSize(*this, getChunkSize())))
+    return failure();
+  return Checker(*this).positive("scale", getScale().convertToDouble());
 }
 
 //===----------------------------------------------------------------------===//

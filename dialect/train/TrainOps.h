@@ -4,6 +4,7 @@
 #define ACTPLACE_DIALECT_TRAIN_TRAINOPS_H
 
 #include "dialect/train/TrainDialect.h"
+#include "dialect/train/TensorShapes.h"
 
 #include "mlir/Bytecode/BytecodeOpInterface.h"
 #include "mlir/IR/Builders.h"

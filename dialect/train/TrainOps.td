@@ -49,8 +49,14 @@ def Train_F32Tensor : Train_Tensor<[F32], [], "static f32 tensor">;
 // Base classes
 //===----------------------------------------------------------------------===//
 
+/// Every tensor an op carries has static dimensions >= 1 and at most
+/// ap::kMaxTensorBytes bytes (dialect/train/TensorShapes.h).
+def Train_TensorShapes : NativeOpTrait<"TensorShapes"> {
+  let cppNamespace = "::ap";
+}
+
 class Train_Op<string mnemonic, list<Trait> traits = []>
-    : Op<Train_Dialect, mnemonic, traits>;
+    : Op<Train_Dialect, mnemonic, !listconcat([Train_TensorShapes], traits)>;
 
 /// A differentiable op whose backward reads only its operands and results.
 def DifferentiableOp : DeclareOpInterfaceMethods<Train_DifferentiableOpInterface>;

@@ -140,7 +140,7 @@ func.func @conv_split_tokens(%x: tensor<1x8x16xbf16>, %w: tensor<16x4xbf16>) {
 // -----
 
 func.func @conv_empty_group(%x: tensor<1x8x16xbf16>, %w: tensor<16x4xbf16>) {
-  // expected-error @+1 {{result #1 has 0 channels, expected at least 1}}
+  // expected-error @+1 {{'train.short_conv' op result #1 dimension 2 is 0 in 'tensor<1x8x0xbf16>'; every dimension must be at least 1}}
   %q, %k = train.short_conv %x, %w scope<0, gdn_prep> : (tensor<1x8x16xbf16>, tensor<16x4xbf16>) -> (tensor<1x8x16xbf16>, tensor<1x8x0xbf16>)
   return
 }
