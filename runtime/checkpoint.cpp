@@ -4,14 +4,23 @@
 #include "kernels/kernels.h"
 #include "runtime/error.h"
 
+#include "runtime/sha256.h"
+
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <dirent.h>
+#include <fcntl.h>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 namespace ap::rt {
 namespace {
@@ -59,7 +68,66 @@ uint64_t parseUInt(const std::string &text, const std::string &what) {
   return std::stoull(text);
 }
 
+/// A string map as a JSON object (metadata values must be strings).
+std::string mapToJson(const std::map<std::string, std::string> &m) {
+  std::string out = "{";
+  for (const auto &[k, v] : m)
+    out += (out.size() > 1 ? "," : "") + jsonQuote(k) + ":" + jsonQuote(v);
+  return out + "}";
+}
+
+std::map<std::string, std::string> mapFromJson(const std::string &text,
+                                               const std::string &what) {
+  JsonValue v = parseJson(text, what);
+  if (v.kind != JsonValue::Kind::Object)
+    fail(what, ": not a JSON object");
+  std::map<std::string, std::string> m;
+  for (const auto &[k, item] : v.members) {
+    if (item.kind != JsonValue::Kind::String)
+      fail(what, ": field '", k, "' is not a string");
+    m[k] = item.text;
+  }
+  return m;
+}
+
+constexpr const char *kRunConfigKey = "actplace.run_config";
+constexpr const char *kRunConfigHashKey = "actplace.run_config_sha256";
+constexpr const char *kPlacementKey = "actplace.placement";
+
 } // namespace
+
+std::string runConfigHash(const std::map<std::string, std::string> &config) {
+  Sha256 h;
+  for (const auto &[k, v] : config) {
+    std::string line = k + "=" + v + "\n";
+    h.update(line.data(), line.size());
+  }
+  return Sha256::hex(h.finish());
+}
+
+std::vector<std::string>
+diffRunConfig(const std::map<std::string, std::string> &saved,
+              const std::map<std::string, std::string> &current) {
+  std::set<std::string> names;
+  for (const auto &kv : saved)
+    names.insert(kv.first);
+  for (const auto &kv : current)
+    names.insert(kv.first);
+  auto value = [](const std::map<std::string, std::string> &m,
+                  const std::string &k) {
+    auto it = m.find(k);
+    return it == m.end() ? std::string("(none)") : "'" + it->second + "'";
+  };
+  std::vector<std::string> out;
+  for (const std::string &k : names) {
+    auto a = saved.find(k), b = current.find(k);
+    if (a != saved.end() && b != current.end() && a->second == b->second)
+      continue;
+    out.push_back(k + ": checkpoint " + value(saved, k) + ", this run " +
+                  value(current, k));
+  }
+  return out;
+}
 
 std::string checkpointShardName(int rank, int worldSize) {
   if (worldSize == 1)
@@ -100,6 +168,12 @@ std::string writeShard(const std::string &dir,
   w.setMetadata("actplace.rng", state.rng.serialize());
   if (!state.data.sourceId.empty())
     w.setMetadata("actplace.data_cursor", state.data.serialize());
+  if (!state.runConfig.empty()) {
+    w.setMetadata(kRunConfigKey, mapToJson(state.runConfig));
+    w.setMetadata(kRunConfigHashKey, runConfigHash(state.runConfig));
+  }
+  if (!state.placement.empty())
+    w.setMetadata(kPlacementKey, mapToJson(state.placement));
   for (const auto &[k, v] : state.extra) {
     if (k.rfind("actplace.", 0) == 0 || k == "format")
       fail("checkpoint: extra key '", k, "' is reserved");
@@ -125,8 +199,10 @@ std::string writeShard(const std::string &dir,
 }
 
 /// Runs `phase` on every rank and throws on every rank if it failed on any;
-/// the failing rank rethrows its own error.
-void agreeOrThrow(const ShardInfo &shard, const char *what, uint64_t step,
+/// the failing rank rethrows its own error. `what` names the phase ("writing
+/// the shards of step 100"), `aftermath` what the failure left as it was.
+void agreeOrThrow(const ShardInfo &shard, const std::string &what,
+                  const std::string &aftermath,
                   const std::function<void()> &phase) {
   std::string error;
   try {
@@ -141,13 +217,13 @@ void agreeOrThrow(const ShardInfo &shard, const char *what, uint64_t step,
   }
   bool all = shard.allTrue(error.empty());
   if (!error.empty())
-    fail(error, " (rank ", shard.rank,
-         "; 'latest' still names the previous "
-         "checkpoint)");
+    fail(error, " (rank ", shard.rank, "; ", aftermath, ")");
   if (!all)
-    fail("checkpoint: another rank failed while ", what, " step ", step,
-         "; 'latest' still names the previous checkpoint");
+    fail("checkpoint: another rank failed while ", what, "; ", aftermath);
 }
+
+constexpr const char *kLatestKept =
+    "'latest' still names the previous checkpoint";
 
 } // namespace
 
@@ -163,12 +239,14 @@ std::string saveCheckpoint(const std::string &dir,
   std::string stepDir;
   // Every shard must be durable on every rank before "latest" may name this
   // step.
-  agreeOrThrow(shard, "writing the shards of", state.step, [&] {
+  agreeOrThrow(shard, "writing the shards of step " + std::to_string(state.step),
+               kLatestKept, [&] {
     stepDir = writeShard(dir, tensors, state, shard, options);
   });
   // Nobody returns before "latest" names this step, so any rank may look it
   // up right after saving.
-  agreeOrThrow(shard, "publishing", state.step, [&] {
+  agreeOrThrow(shard, "publishing step " + std::to_string(state.step),
+               kLatestKept, [&] {
     if (shard.rank == 0)
       writeFileAtomically(dir + "/latest", stepFolderName(state.step) + "\n",
                           options.sync);
@@ -189,6 +267,241 @@ std::optional<std::string> latestCheckpoint(const std::string &dir) {
   if (!fileExists(stepDir))
     fail("checkpoint: '", p, "' names '", name, "', which does not exist");
   return stepDir;
+}
+
+std::string resolveCheckpoint(const std::string &dir) {
+  struct stat st;
+  if (::stat(dir.c_str(), &st) != 0)
+    fail("no checkpoint in '", dir, "' (", std::strerror(errno), ")");
+  if (!S_ISDIR(st.st_mode))
+    fail("no checkpoint in '", dir, "' (not a folder)");
+  if (std::optional<std::string> latest = latestCheckpoint(dir))
+    return *latest;
+  // A step folder given directly: a world-of-one shard or a sharded index.
+  if (fileExists(dir + "/" + checkpointShardName(0, 1)) ||
+      fileExists(dir + "/index.json"))
+    return dir;
+  CheckpointFolderContents c = inspectCheckpointFolder(dir);
+  if (!c.stepFolders.empty())
+    fail("no checkpoint in '", dir, "': it has no 'latest' file (",
+         c.describe(), "; a save that never completed leaves such folders)");
+  fail("no checkpoint in '", dir, "' (no 'latest' file and no ",
+       checkpointShardName(0, 1), ")");
+}
+
+std::optional<uint64_t> stepOfFolderName(const std::string &name) {
+  const std::string prefix = "step-";
+  if (name.size() != prefix.size() + 8 || name.compare(0, 5, prefix) != 0 ||
+      name.find_first_not_of("0123456789", prefix.size()) != std::string::npos)
+    return std::nullopt;
+  return std::stoull(name.substr(prefix.size()));
+}
+
+std::string CheckpointFolderContents::describe() const {
+  std::string s;
+  if (latestStep)
+    s = "latest: step " + std::to_string(*latestStep);
+  else
+    s = "no 'latest'";
+  if (!stepFolders.empty()) {
+    s += ", step folders ";
+    for (size_t i = 0; i < stepFolders.size() && i < 4; ++i)
+      s += (i ? ", " : "") + stepFolders[i];
+    if (stepFolders.size() > 4)
+      s += ", ... (" + std::to_string(stepFolders.size()) + " in all)";
+  }
+  return s;
+}
+
+CheckpointFolderContents inspectCheckpointFolder(const std::string &dir) {
+  CheckpointFolderContents c;
+  DIR *d = ::opendir(dir.c_str());
+  if (!d)
+    return c;
+  while (dirent *e = ::readdir(d))
+    if (stepOfFolderName(e->d_name))
+      c.stepFolders.push_back(e->d_name);
+  ::closedir(d);
+  std::sort(c.stepFolders.begin(), c.stepFolders.end());
+  std::string latest = dir + "/latest";
+  if (fileExists(latest)) {
+    std::string name = readSmallFile(latest);
+    while (!name.empty() && (name.back() == '\n' || name.back() == ' '))
+      name.pop_back();
+    c.latestStep = stepOfFolderName(name);
+  }
+  return c;
+}
+
+void removeCheckpoints(const std::string &dir) {
+  CheckpointFolderContents c = inspectCheckpointFolder(dir);
+  std::vector<std::string> paths;
+  if (fileExists(dir + "/latest"))
+    paths.push_back(dir + "/latest");
+  for (const std::string &s : c.stepFolders)
+    paths.push_back(dir + "/" + s);
+  // "latest" goes first: a crash half way leaves step folders that nothing
+  // names, never a "latest" naming a deleted folder.
+  for (const std::string &p : paths) {
+    std::error_code ec;
+    std::filesystem::remove_all(p, ec);
+    if (ec)
+      fail("checkpoint: cannot remove '", p, "': ", ec.message());
+  }
+}
+
+std::string checkpointRunId(
+    int worldSize, const std::function<const char *(const char *)> &getenv) {
+  auto env = [&](const char *name) -> std::string {
+    const char *v = getenv(name);
+    return v ? std::string(v) : std::string();
+  };
+  if (std::string v = env("ACTPLACE_RUN_ID"); !v.empty())
+    return v;
+  if (std::string v = env("TORCHELASTIC_RUN_ID"); !v.empty())
+    return "torchrun:" + v;
+  if (std::string v = env("SLURM_JOB_ID"); !v.empty()) {
+    std::string stepId = env("SLURM_STEP_ID");
+    return "slurm:" + v + (stepId.empty() ? "" : "." + stepId);
+  }
+  if (std::string v = env("PMIX_NAMESPACE"); !v.empty())
+    return "pmix:" + v;
+  if (worldSize > 1) {
+    std::string addr = env("MASTER_ADDR"), port = env("MASTER_PORT");
+    if (!addr.empty() && !port.empty())
+      return "rendezvous:" + addr + ":" + port;
+    fail("checkpoint: the ", worldSize,
+         " ranks of this job need a common run id for the checkpoint folder "
+         "lock and the launcher gives none: set ACTPLACE_RUN_ID to the same "
+         "value on every rank");
+  }
+  char host[256] = {0};
+  if (::gethostname(host, sizeof(host) - 1) != 0)
+    std::strcpy(host, "unknown-host");
+  auto now = std::chrono::system_clock::now().time_since_epoch();
+  return std::string(host) + ":" + std::to_string(::getpid()) + ":" +
+         std::to_string(
+             std::chrono::duration_cast<std::chrono::nanoseconds>(now).count());
+}
+
+namespace {
+
+/// "run <id>\npid <pid>\nhost <host>\n" -> the value of `key`.
+std::string lockField(const std::string &text, const std::string &key) {
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line))
+    if (line.compare(0, key.size() + 1, key + " ") == 0)
+      return line.substr(key.size() + 1);
+  return "";
+}
+
+std::string describeHolder(const std::string &text) {
+  std::string run = lockField(text, "run"), pid = lockField(text, "pid"),
+              host = lockField(text, "host");
+  if (run.empty())
+    return "a process that has not written its run id yet";
+  return "run '" + run + "' (pid " + (pid.empty() ? "?" : pid) + " on " +
+         (host.empty() ? "?" : host) + ")";
+}
+
+/// Makes and removes a probe file: the folder takes new files.
+void probeWritable(const std::string &dir, int rank) {
+  std::string probe = dir + "/.write-probe." + std::to_string(::getpid()) +
+                      "." + std::to_string(rank);
+  int fd = ::open(probe.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644);
+  if (fd < 0)
+    fail("checkpoint: cannot write into '", dir, "': ", std::strerror(errno));
+  bool ok = ::write(fd, "x", 1) == 1;
+  int e = errno;
+  ::close(fd);
+  ::unlink(probe.c_str());
+  if (!ok)
+    fail("checkpoint: cannot write into '", dir, "': ", std::strerror(e));
+}
+
+} // namespace
+
+CheckpointLock CheckpointLock::acquire(const std::string &dir,
+                                       const ShardInfo &shard,
+                                       const std::string &runId) {
+  if (shard.worldSize > 1 && !shard.allTrue)
+    fail("checkpoint: a distributed lock needs ShardInfo::allTrue");
+  if (runId.empty() || runId.find('\n') != std::string::npos)
+    fail("checkpoint: bad run id '", runId, "'");
+  std::string lockPath = dir + "/" + kCheckpointLockFile;
+  CheckpointLock lock;
+  // Rank 0 takes the lock and writes the run id before the others read it.
+  const std::string unlocked = "'" + dir + "' is not locked for this job";
+  agreeOrThrow(shard, "locking '" + dir + "'", unlocked, [&] {
+    if (shard.rank != 0)
+      return;
+    makeDir(dir);
+    probeWritable(dir, shard.rank);
+    int fd = ::open(lockPath.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0)
+      fail("checkpoint: cannot open the lock file '", lockPath,
+           "': ", std::strerror(errno));
+    if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      int e = errno;
+      std::string holder = readSmallFile(lockPath);
+      ::close(fd);
+      if (e == EWOULDBLOCK)
+        fail("checkpoint folder '", dir, "' is in use by ",
+             describeHolder(holder),
+             ": two runs saving into one folder would replace each other's "
+             "checkpoints (wait for it to end or save elsewhere)");
+      fail("checkpoint: cannot lock '", lockPath, "': ", std::strerror(e));
+    }
+    char host[256] = {0};
+    if (::gethostname(host, sizeof(host) - 1) != 0)
+      std::strcpy(host, "?");
+    std::string text = "run " + runId + "\npid " + std::to_string(::getpid()) +
+                       "\nhost " + host + "\n";
+    bool ok = ::ftruncate(fd, 0) == 0 &&
+              ::pwrite(fd, text.data(), text.size(), 0) == ssize_t(text.size()) &&
+              ::fsync(fd) == 0;
+    if (!ok) {
+      int e = errno;
+      ::close(fd);
+      fail("checkpoint: cannot write the lock file '", lockPath,
+           "': ", std::strerror(e));
+    }
+    lock.fd_ = fd;
+  });
+  // The other ranks join the holder's run or refuse.
+  agreeOrThrow(shard, "checking the lock of '" + dir + "'", unlocked, [&] {
+    if (shard.rank == 0)
+      return;
+    probeWritable(dir, shard.rank);
+    std::string text = readSmallFile(lockPath);
+    std::string holder = lockField(text, "run");
+    if (holder != runId)
+      fail("checkpoint folder '", dir, "' is locked by ", describeHolder(text),
+           ", not by this job (run '", runId, "') on rank ", shard.rank);
+  });
+  return lock;
+}
+
+CheckpointLock::CheckpointLock(CheckpointLock &&o) noexcept : fd_(o.fd_) {
+  o.fd_ = -1;
+}
+
+CheckpointLock &CheckpointLock::operator=(CheckpointLock &&o) noexcept {
+  if (this != &o) {
+    release();
+    fd_ = o.fd_;
+    o.fd_ = -1;
+  }
+  return *this;
+}
+
+CheckpointLock::~CheckpointLock() { release(); }
+
+void CheckpointLock::release() {
+  if (fd_ >= 0)
+    ::close(fd_); // closing the last descriptor drops the flock
+  fd_ = -1;
 }
 
 TrainingState loadCheckpoint(const std::string &stepDir,
@@ -272,6 +585,20 @@ TrainingState loadCheckpoint(const std::string &stepDir,
   }
   if (!f.meta("actplace.data_cursor").empty())
     st.data = DataCursor::deserialize(f.meta("actplace.data_cursor"));
+  // The data section's checksum does not cover the header: the record
+  // carries its own, so an edited record is found instead of trusted.
+  if (!f.meta(kRunConfigKey).empty()) {
+    st.runConfig = mapFromJson(f.meta(kRunConfigKey),
+                               "checkpoint: '" + path + "': " + kRunConfigKey);
+    std::string recorded = f.meta(kRunConfigHashKey);
+    if (recorded != runConfigHash(st.runConfig))
+      fail("checkpoint: '", path, "': ", kRunConfigKey,
+           " does not match its SHA-256 ", kRunConfigHashKey, " ('", recorded,
+           "'): the header was edited or damaged");
+  }
+  if (!f.meta(kPlacementKey).empty())
+    st.placement = mapFromJson(f.meta(kPlacementKey),
+                               "checkpoint: '" + path + "': " + kPlacementKey);
   for (const auto &[k, v] : f.metadata())
     if (k.rfind("extra.", 0) == 0)
       st.extra[k.substr(6)] = v;

@@ -63,7 +63,28 @@ struct TrainingState {
   /// Anything else the caller wants back (lr schedule state, model name,
   /// placement used, ...). Keys must not start with "actplace.".
   std::map<std::string, std::string> extra;
+  /// What the training's numbers depend on besides the tensors (model,
+  /// optimizer settings, data source, sequence length, global batch), field
+  /// name -> value text. Stored with its SHA-256 (runConfigHash); a resume
+  /// compares it with the new run's and refuses any difference
+  /// (diffRunConfig). Empty: not recorded (a checkpoint of an older
+  /// actplace, or a caller that does not keep one).
+  std::map<std::string, std::string> runConfig;
+  /// How the run was laid out (micro-batch split, parallel layout, the
+  /// plan): reported when a resume differs, never refused. Empty: not
+  /// recorded.
+  std::map<std::string, std::string> placement;
 };
+
+/// The SHA-256 (hex) of a run configuration: every "name=value" line in
+/// name order.
+std::string runConfigHash(const std::map<std::string, std::string> &config);
+/// One line per field that differs between a checkpoint's record and this
+/// run's, "name: checkpoint A, this run B" (a field only one side has
+/// shows as "(none)" on the other). Empty when they agree.
+std::vector<std::string>
+diffRunConfig(const std::map<std::string, std::string> &saved,
+              const std::map<std::string, std::string> &current);
 
 /// This process's place in a distributed save/load.
 struct ShardInfo {
@@ -99,6 +120,70 @@ std::string saveCheckpoint(const std::string &dir,
 /// The folder "latest" points to, or nullopt when `dir` holds no complete
 /// checkpoint.
 std::optional<std::string> latestCheckpoint(const std::string &dir);
+
+/// The step folder a --resume argument names: `dir`'s "latest", or `dir`
+/// itself when it is a step folder (holds a shard or index.json). Throws
+/// ap::rt::Error "no checkpoint in 'DIR'" when it is neither (a missing or
+/// empty folder included).
+std::string resolveCheckpoint(const std::string &dir);
+
+/// The step recorded in a step folder's name ("step-00000100" -> 100), or
+/// nullopt for any other name.
+std::optional<uint64_t> stepOfFolderName(const std::string &name);
+
+/// What a checkpoint folder holds: the step "latest" names (none when there
+/// is no readable "latest") and every step-NNNNNNNN folder, sorted. A
+/// missing folder holds nothing.
+struct CheckpointFolderContents {
+  std::optional<uint64_t> latestStep;
+  std::vector<std::string> stepFolders;
+  bool empty() const { return !latestStep && stepFolders.empty(); }
+  /// "latest: step 6" or "no 'latest', step folders step-00000004, ...".
+  std::string describe() const;
+};
+CheckpointFolderContents inspectCheckpointFolder(const std::string &dir);
+/// Deletes `dir`'s "latest" and its step folders (--overwrite); other files
+/// stay. Throws ap::rt::Error naming what could not be removed.
+void removeCheckpoints(const std::string &dir);
+
+/// The run id a job's ranks agree on without talking: ACTPLACE_RUN_ID, else
+/// the launcher's job id (TORCHELASTIC_RUN_ID, SLURM_JOB_ID[.SLURM_STEP_ID],
+/// PMIX_NAMESPACE, MASTER_ADDR:MASTER_PORT). A world of one with none of
+/// them gets "<host>:<pid>:<start time>". Several ranks with none of them
+/// throw ap::rt::Error (set ACTPLACE_RUN_ID).
+std::string checkpointRunId(
+    int worldSize, const std::function<const char *(const char *)> &getenv);
+
+/// Holds a checkpoint folder for one run (one job with several ranks):
+/// creates the folder (one level, as saveCheckpoint does), checks that it
+/// can be written (a probe file made and removed), then rank 0 takes an
+/// exclusive flock on "<dir>/lock" and writes the run id, its pid and host
+/// into it; the other ranks read the file and insist on their own run id.
+/// Every rank throws when any rank failed (ShardInfo::allTrue, as a save).
+/// A second process, or a job with another run id, is refused with an
+/// error naming the folder and the holder. The flock goes with the
+/// process (also on a crash); the file stays, naming the last holder.
+/// flock is advisory and local to one machine unless the file system
+/// forwards it (NFS v4 and Lustre with flock do).
+class CheckpointLock {
+public:
+  static CheckpointLock acquire(const std::string &dir, const ShardInfo &shard,
+                                const std::string &runId);
+  CheckpointLock() = default;
+  CheckpointLock(CheckpointLock &&o) noexcept;
+  CheckpointLock &operator=(CheckpointLock &&o) noexcept;
+  CheckpointLock(const CheckpointLock &) = delete;
+  CheckpointLock &operator=(const CheckpointLock &) = delete;
+  ~CheckpointLock();
+  bool held() const { return fd_ >= 0; }
+  void release();
+
+private:
+  int fd_ = -1;
+};
+
+/// The lock file's name inside a checkpoint folder.
+inline constexpr const char *kCheckpointLockFile = "lock";
 
 /// Loads this rank's shard of the checkpoint in `stepDir` (a folder returned
 /// by saveCheckpoint / latestCheckpoint) into `tensors` and returns the

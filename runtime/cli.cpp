@@ -226,7 +226,15 @@ TrainFlags parseTrainFlags(int argc, const char *const *argv,
   flags.addString("save", &out.save, "checkpoint directory to write", "DIR");
   flags.addInt("save-every", &out.saveEvery,
                "save every N steps (0: at the end only)", 0);
-  flags.addString("resume", &out.resume, "checkpoint to resume from", "DIR");
+  flags.addString("resume", &out.resume,
+                  "checkpoint to resume from (a --save folder or one of its "
+                  "step folders); --steps stays the total, --seed may only "
+                  "repeat the checkpoint's",
+                  "DIR");
+  flags.addBool("overwrite", &out.overwrite,
+                "let --save replace the checkpoints DIR already holds (they "
+                "are deleted before the first step); without it such a run "
+                "is refused");
   flags.addString("init-weights", &out.initWeights,
                   "start from these weights instead of the seeded init: a "
                   "safetensors file holding exactly the model's parameters by "
@@ -263,6 +271,9 @@ TrainFlags parseTrainFlags(int argc, const char *const *argv,
   }
   if (!device.empty())
     out.device = parseDeviceKind(device);
+  out.seedGiven = flags.given("seed");
+  if (out.overwrite && out.save.empty())
+    throw CliError("--overwrite needs --save DIR");
   if (flags.given("save-every") && out.save.empty())
     throw CliError("--save-every needs --save DIR");
   if (!out.opTimeline.empty() && out.opTimesMode != "stream")

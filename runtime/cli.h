@@ -87,6 +87,12 @@ struct TrainFlags {
   int64_t saveEvery = 0;
   /// Checkpoint to resume from, empty for a fresh run.
   std::string resume;
+  /// Let a run replace the checkpoints a --save folder already holds
+  /// (without it such a run is refused, naming the folder's latest step).
+  bool overwrite = false;
+  /// --seed was on the command line (a resume refuses a seed other than
+  /// the checkpoint's instead of ignoring it).
+  bool seedGiven = false;
   /// safetensors file of every parameter by its HF name, replacing the
   /// seeded init (empty: none). Excludes --resume.
   std::string initWeights;

@@ -129,19 +129,26 @@ DataLoader::DataLoader(const DataConfig &config) : config_(config) {
   if (config_.vocabSize == 0 || config_.vocabSize > 0x7fffffffu)
     fail("data: bad vocabulary size ", config_.vocabSize);
 
+  // The source id covers what decides which tokens a step reads: the
+  // source and its content, the seed, the sequence length and the global
+  // batch (sequences per step over all ranks). How a step's sequences are
+  // split into microbatches and ranks is left out: file windows are
+  // numbered over the global batch, so another split reads the same
+  // sequences (synthetic tokens are keyed by microbatch and rank and do
+  // change; they are random either way).
   Sha256 id;
   auto mix = [&](uint64_t v) { id.update(&v, sizeof(v)); };
   mix(uint64_t(config_.kind));
   mix(config_.seed);
-  mix(uint64_t(config_.batch));
   mix(uint64_t(config_.seqLen));
-  mix(config_.microbatchesPerStep);
-  mix(config_.worldSize);
-  mix(config_.rank);
+  mix(uint64_t(config_.batch) * config_.microbatchesPerStep *
+      config_.worldSize);
   mix(config_.shuffle);
   mix(config_.vocabSize);
 
-  if (config_.kind != DataSourceKind::Synthetic) {
+  if (config_.kind == DataSourceKind::Synthetic) {
+    description_ = "synthetic";
+  } else {
     if (config_.kind == DataSourceKind::ByteText) {
       if (config_.vocabSize < 256)
         fail("data: byte-level text needs a vocabulary of at least 256 ids, "
@@ -165,10 +172,33 @@ DataLoader::DataLoader(const DataConfig &config) : config_(config) {
     numWindows_ = (numTokens_ - 1) / uint64_t(config_.seqLen);
     mix(uint64_t(config_.tokenBytes));
     mix(numTokens_);
-    // The leading MiB identifies the file cheaply even for huge corpora.
-    id.update(file_->data(), std::min<size_t>(file_->size(), 1 << 20));
+    std::string content = contentDigest(file_->data(), file_->size());
+    id.update(content.data(), content.size());
+    description_ =
+        std::string(config_.kind == DataSourceKind::ByteText ? "text"
+                    : config_.tokenBytes == 2              ? "tokens16"
+                                                           : "tokens32") +
+        ", " + std::to_string(file_->size()) + " bytes, " +
+        (file_->size() <= kWholeDigestBytes ? "sha256 " : "sampled sha256 ") +
+        content;
   }
   cursor_.sourceId = Sha256::hex(id.finish());
+}
+
+std::string DataLoader::contentDigest(const uint8_t *data, size_t size) {
+  Sha256 h;
+  if (size <= kWholeDigestBytes) {
+    h.update(data, size);
+    return Sha256::hex(h.finish());
+  }
+  // kDigestBlocks blocks of kDigestBlockBytes, evenly spaced from the first
+  // to the last byte: a fixed cost however large the corpus.
+  uint64_t span = size - kDigestBlockBytes;
+  for (uint64_t i = 0; i < kDigestBlocks; ++i) {
+    uint64_t at = span * i / (kDigestBlocks - 1);
+    h.update(data + at, kDigestBlockBytes);
+  }
+  return Sha256::hex(h.finish());
 }
 
 DataLoader::~DataLoader() = default;
@@ -273,8 +303,8 @@ void DataLoader::restore(const DataCursor &cursor) {
     fail("data: the checkpoint's data cursor was taken over a different source "
          "or layout (source id ",
          cursor.sourceId, ", this run ", cursor_.sourceId,
-         "): same file, seed, batch, sequence length, microbatches and world "
-         "size are needed to resume");
+         "): the same data (content), seed, sequence length and global "
+         "batch are needed to resume");
   if (cursor.microbatch >= config_.microbatchesPerStep)
     fail("data: cursor microbatch ", cursor.microbatch, " out of range");
   cursor_ = cursor;

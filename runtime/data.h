@@ -64,8 +64,10 @@ void parseDataSource(const std::string &spec, DataConfig &config);
 struct DataCursor {
   uint64_t step = 0;
   uint32_t microbatch = 0;
-  /// Digest of the source: kind, size and leading bytes of the file, seed,
-  /// batch shape and world layout.
+  /// Digest of what decides the tokens of a step: the source's kind, size
+  /// and content digest (DataLoader::contentDigest), the seed, the sequence
+  /// length and the global batch in sequences. The split of a step into
+  /// microbatches and ranks is not part of it.
   std::string sourceId;
 
   std::string serialize() const;
@@ -96,6 +98,19 @@ public:
   const DataConfig &config() const { return config_; }
   /// Tokens in the source (0 for synthetic: unbounded).
   uint64_t numTokens() const { return numTokens_; }
+  /// The source's identity, without its path: "synthetic", or the kind,
+  /// the size in bytes and the content digest ("text, 5000 bytes, sha256
+  /// <hex>"). Equal for the same content anywhere.
+  const std::string &sourceDescription() const { return description_; }
+
+  /// Files up to this size are hashed whole; larger ones by kDigestBlocks
+  /// evenly spaced blocks of kDigestBlockBytes (the first and the last
+  /// included), so opening a corpus of terabytes reads 64 MiB.
+  static constexpr size_t kWholeDigestBytes = size_t(64) << 20;
+  static constexpr size_t kDigestBlockBytes = size_t(1) << 20;
+  static constexpr uint64_t kDigestBlocks = 64;
+  /// SHA-256 (hex) of `size` bytes as described above.
+  static std::string contentDigest(const uint8_t *data, size_t size);
   /// Elements of one tokens (or labels) buffer: B * T.
   size_t microbatchElements() const {
     return size_t(config_.batch) * size_t(config_.seqLen);
@@ -125,6 +140,7 @@ private:
   std::unique_ptr<MappedFile> file_;
   uint64_t numTokens_ = 0;
   uint64_t numWindows_ = 0;
+  std::string description_;
   DataCursor cursor_;
 };
 

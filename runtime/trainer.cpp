@@ -15,7 +15,10 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <cstdlib>
 #include <exception>
+#include <optional>
+#include <sys/stat.h>
 #include <thread>
 
 namespace ap::rt {
@@ -671,6 +674,117 @@ struct CheckpointMirror {
   }
 };
 
+/// The first tensor of the mirror holding a value that is not finite (NaN
+/// or +-Inf), or "" when all are.
+std::string firstNonFinite(const CheckpointMirror &mirror) {
+  for (size_t i = 0; i < mirror.tensors.size(); ++i) {
+    const CheckpointTensor &t = mirror.tensors[i];
+    const char *b = mirror.buffers[i].data();
+    bool finite = true;
+    if (t.dtype == StDType::BF16) {
+      for (size_t j = 0; finite && j < t.bytes / 2; ++j) {
+        uint16_t v;
+        std::memcpy(&v, b + 2 * j, 2);
+        finite = (v & 0x7f80u) != 0x7f80u;
+      }
+    } else if (t.dtype == StDType::F32) {
+      for (size_t j = 0; finite && j < t.bytes / 4; ++j) {
+        float v;
+        std::memcpy(&v, b + 4 * j, 4);
+        finite = std::isfinite(v);
+      }
+    } else if (t.dtype == StDType::F64) {
+      for (size_t j = 0; finite && j < t.bytes / 8; ++j) {
+        double v;
+        std::memcpy(&v, b + 8 * j, 8);
+        finite = std::isfinite(v);
+      }
+    }
+    if (!finite)
+      return t.name;
+  }
+  return "";
+}
+
+/// `v` for a message ("nan" whatever its sign bit).
+std::string valueText(float v) {
+  if (std::isnan(v))
+    return "nan";
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%g", double(v));
+  return buf;
+}
+
+/// After a step: what of it is not finite ("" when all is). The loss and
+/// the grad norm are the step's host scalars; the updated master weights
+/// and Adam moments are reduced on the device, one L2-norm launch over each
+/// (a NaN or Inf anywhere makes the norm NaN or Inf; so does a value near
+/// float's limit, whose square overflows: no healthier). Compute copies
+/// are roundings of the masters.
+
+std::string nonFiniteInStep(StepRunner &r,
+                            const std::vector<kernels::GradTensor> &masters,
+                            const std::vector<kernels::GradTensor> &moments1,
+                            const std::vector<kernels::GradTensor> &moments2) {
+  if (!std::isfinite(r.loss))
+    return "the loss is " + valueText(r.loss);
+  if (!std::isfinite(r.gradNorm))
+    return "the grad norm is " + valueText(r.gradNorm) + " (loss " +
+           valueText(r.loss) + ")";
+  if (masters.empty())
+    return "";
+  const std::vector<kernels::GradTensor> *groups[] = {&masters, &moments1,
+                                                      &moments2};
+  const char *names[] = {"the master weights", "the Adam first moments",
+                         "the Adam second moments"};
+  float *out = reinterpret_cast<float *>(r.scratch(64));
+  for (int g = 0; g < 3; ++g) {
+    kernels::GradNormArgs args;
+    args.tensors = groups[g]->data();
+    args.numTensors = int64_t(groups[g]->size());
+    args.maxNorm = 0;
+    args.norm = out + g;
+    r.dev.launch(Stream::Compute, "check_finite",
+                 [args](const KernelContext &c) {
+                   return kernels::gradNorm(c, args);
+                 });
+  }
+  float norms[3];
+  r.dev.copyToHostSync(norms, out, sizeof(norms));
+  for (int g = 0; g < 3; ++g)
+    if (!std::isfinite(norms[g]))
+      return std::string(names[g]) +
+             " are not finite after the update (L2 norm " +
+             valueText(norms[g]) + "; loss " + valueText(r.loss) +
+             ", grad norm " + valueText(r.gradNorm) + ")";
+  return "";
+}
+
+/// The step folder's parent: the folder a --resume argument saves into.
+std::string parentFolder(const std::string &stepDir) {
+  size_t slash = stepDir.find_last_of('/');
+  return slash == std::string::npos ? std::string(".")
+                                    : stepDir.substr(0, slash ? slash : 1);
+}
+
+/// Whether two paths name one existing folder.
+bool sameFolder(const std::string &a, const std::string &b) {
+  struct stat sa, sb;
+  return ::stat(a.c_str(), &sa) == 0 && ::stat(b.c_str(), &sb) == 0 &&
+         sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+/// "; 'DIR/latest' still names step-00000003" (or that none was saved).
+std::string latestNote(const std::string &saveDir) {
+  if (saveDir.empty())
+    return "";
+  CheckpointFolderContents c = inspectCheckpointFolder(saveDir);
+  if (!c.latestStep)
+    return "; no checkpoint was saved in '" + saveDir + "'";
+  return "; '" + saveDir + "/latest' still names step " +
+         std::to_string(*c.latestStep);
+}
+
 int run(int argc, char **argv, const Program &p) {
   TrainFlags defaults;
   if (p.maxLr > 0)
@@ -688,6 +802,121 @@ int run(int argc, char **argv, const Program &p) {
     fail("this binary trains on one rank; the launcher started ",
          launchInfo.worldSize,
          " (data-parallel training is not implemented yet)");
+  const int worldSize = 1;
+
+  // Whatever can refuse the run is checked before the device starts and
+  // before the first step: the checkpoint to resume and the flags against
+  // it, the data, the --save folder.
+  CheckpointMirror mirror(p);
+  std::optional<TrainingState> resumed;
+  std::string resumeDir;
+  if (!flags.resume.empty()) {
+    resumeDir = resolveCheckpoint(flags.resume);
+    resumed = loadCheckpoint(resumeDir, mirror.tensors, ShardInfo{});
+    auto model = resumed->extra.find("model");
+    if (model != resumed->extra.end() && model->second != p.model)
+      fail("--resume: checkpoint of model '", model->second,
+           "', this binary trains '", p.model, "'");
+    uint64_t at = resumed->step;
+    // --steps counts from the start of the run. Asking for the step the
+    // checkpoint already reached is a finished job run again: nothing to
+    // do, not an error. Fewer steps cannot be had.
+    if (uint64_t(flags.steps) == at) {
+      std::fprintf(stderr,
+                   "note: --steps %lld is the step of checkpoint '%s': "
+                   "nothing to train (--steps is the total from the start of "
+                   "the run, not the steps to add)\n",
+                   static_cast<long long>(flags.steps), resumeDir.c_str());
+      return 0;
+    }
+    if (uint64_t(flags.steps) < at)
+      throw CliError("--steps " + std::to_string(flags.steps) +
+                     " is below the step of checkpoint '" + resumeDir +
+                     "', " + std::to_string(at) +
+                     ": a resumed run cannot go back (--steps is the total "
+                     "from the start of the run; pass more than " +
+                     std::to_string(at) + ")");
+    // The random streams (synthetic tokens, the shuffle, dropout) are keyed
+    // by the seed; a resumed run continues the checkpoint's, so another
+    // seed would silently start other streams mid-run.
+    if (flags.seedGiven && flags.seed != resumed->rng.seed)
+      throw CliError("--seed " + std::to_string(flags.seed) +
+                     " differs from the seed of checkpoint '" + resumeDir +
+                     "', " + std::to_string(resumed->rng.seed) +
+                     ": a resumed run continues the checkpoint's random "
+                     "streams (leave --seed out or pass " +
+                     std::to_string(resumed->rng.seed) + ")");
+  }
+  const uint64_t seed = resumed ? resumed->rng.seed : flags.seed;
+
+  DataConfig dc;
+  parseDataSource(flags.data, dc);
+  dc.vocabSize = uint32_t(p.vocab);
+  dc.seed = seed;
+  dc.batch = p.batch;
+  dc.seqLen = p.seq;
+  dc.microbatchesPerStep = uint32_t(p.microBatches);
+  DataLoader data(dc);
+  const std::map<std::string, std::string> runConfig =
+      runConfigOf(p, flags.lr, data.sourceDescription(), worldSize);
+  if (resumed) {
+    if (resumed->runConfig.empty()) {
+      // Checkpoints of an older actplace have no record: they still load
+      // (what they hold is complete), and the binary says what it could
+      // not check.
+      std::fprintf(stderr,
+                   "warning: checkpoint '%s' has no run configuration "
+                   "(saved by an older actplace): the model, optimizer "
+                   "settings, data and batch are not checked against it\n",
+                   resumeDir.c_str());
+      DataCursor at = data.cursor();
+      at.step = resumed->step;
+      at.microbatch = 0;
+      data.restore(at);
+    } else {
+      std::vector<std::string> diffs =
+          diffRunConfig(resumed->runConfig, runConfig);
+      if (!diffs.empty())
+        fail("--resume: checkpoint '", resumeDir,
+             "' was saved by a run with other settings; resuming would "
+             "change the training:",
+             listProblems(diffs, 16));
+      if (resumed->data.step != resumed->step || resumed->data.microbatch != 0)
+        fail("--resume: checkpoint '", resumeDir, "' has data cursor step ",
+             resumed->data.step, " microbatch ", resumed->data.microbatch,
+             ", not the start of its step ", resumed->step);
+      data.restore(resumed->data);
+    }
+  }
+
+  // The --save folder: locked for this run, writable, and holding no other
+  // run's checkpoints unless --overwrite.
+  CheckpointLock lock;
+  if (!flags.save.empty()) {
+    lock = CheckpointLock::acquire(
+        flags.save, ShardInfo{},
+        checkpointRunId(worldSize,
+                        [](const char *n) { return std::getenv(n); }));
+    CheckpointFolderContents held = inspectCheckpointFolder(flags.save);
+    bool continuing =
+        resumed && sameFolder(parentFolder(resumeDir), flags.save);
+    if (!held.empty() && !continuing) {
+      if (!flags.overwrite)
+        fail("--save folder '", flags.save, "' already holds checkpoints (",
+             held.describe(), "): ",
+             resumed ? "this run, resumed from '" + resumeDir + "',"
+                     : std::string("a fresh run"),
+             " would overwrite them; continue that run with --resume ",
+             flags.save, ", save elsewhere, or pass --overwrite to replace "
+                         "them");
+      removeCheckpoints(flags.save);
+      std::fprintf(stderr,
+                   "note: --overwrite: removed the checkpoints of '%s' "
+                   "(%s)\n",
+                   flags.save.c_str(), held.describe().c_str());
+    }
+  }
+
   DeviceOptions dopts;
   dopts.device = flags.device;
   Device dev(dopts);
@@ -787,31 +1016,37 @@ int run(int argc, char **argv, const Program &p) {
   // --resume continues a run: weights, masters, moments, the step counter
   // and the data/seed stream come from the checkpoint; --steps is the total.
   int64_t firstStep = 0;
-  uint64_t seed = flags.seed;
-  CheckpointMirror mirror(p);
-  if (!flags.resume.empty()) {
-    std::string stepDir = latestCheckpoint(flags.resume).value_or(flags.resume);
-    TrainingState st = loadCheckpoint(stepDir, mirror.tensors, ShardInfo{});
-    auto model = st.extra.find("model");
-    if (model != st.extra.end() && model->second != p.model)
-      fail("--resume: checkpoint of model '", model->second,
-           "', this binary trains '", p.model, "'");
+  const std::map<std::string, std::string> placement = placementOf(
+      p, dev.kind() == DeviceKind::Cuda ? "cuda" : "host", worldSize);
+  if (resumed) {
     mirror.toDevice(dev);
-    firstStep = int64_t(st.step);
-    seed = st.rng.seed;
+    firstStep = int64_t(resumed->step);
+    // Another placement, kernel choice, micro-batch split or parallel
+    // layout trains the same model on the same data: said, not refused.
+    if (!resumed->placement.empty()) {
+      std::vector<std::string> diffs =
+          diffRunConfig(resumed->placement, placement);
+      if (!diffs.empty()) {
+        std::string text;
+        for (const std::string &d : diffs)
+          text += (text.empty() ? "" : "; ") + d;
+        std::fprintf(stderr,
+                     "note: resumed under a different placement (%s)\n",
+                     text.c_str());
+      }
+    }
   }
-
-  DataConfig dc;
-  parseDataSource(flags.data, dc);
-  dc.vocabSize = uint32_t(p.vocab);
-  dc.seed = seed;
-  dc.batch = p.batch;
-  dc.seqLen = p.seq;
-  dc.microbatchesPerStep = uint32_t(p.microBatches);
-  DataLoader data(dc);
   size_t mbElems = data.microbatchElements();
   r.tokens.assign(mbElems * size_t(p.microBatches), 0);
   r.labels.assign(mbElems * size_t(p.microBatches), 0);
+  // The device buffers the per-step finiteness check reduces.
+  std::vector<kernels::GradTensor> masters, moments1, moments2;
+  for (const ParamEntry &e : p.params)
+    if (!e.frozen) {
+      masters.push_back({static_cast<const float *>(r.at(e.master)), e.numel});
+      moments1.push_back({static_cast<const float *>(r.at(e.adamM)), e.numel});
+      moments2.push_back({static_cast<const float *>(r.at(e.adamV)), e.numel});
+    }
 
   std::map<std::string, StepRunner::OpTime> opTimes;
   std::vector<StepRunner::TimelineEntry> timeline;
@@ -834,9 +1069,12 @@ int run(int argc, char **argv, const Program &p) {
     r.timeline = timed && !flags.opTimeline.empty() ? &timeline : nullptr;
     timedSteps += timed;
     auto t0 = std::chrono::steady_clock::now();
+    // The data loader's cursor (restored on --resume) is the position.
+    if (data.cursor().step != uint64_t(step) || data.cursor().microbatch != 0)
+      fail("data: cursor at step ", data.cursor().step, " microbatch ",
+           data.cursor().microbatch, " before step ", step + 1);
     for (int64_t mb = 0; mb < p.microBatches; ++mb)
-      data.fill(uint64_t(step), uint32_t(mb), r.tokens.data() + mb * mbElems,
-                r.labels.data() + mb * mbElems);
+      data.next(r.tokens.data() + mb * mbElems, r.labels.data() + mb * mbElems);
     r.stepIndex = step;
     r.fingerprintSeconds = 0;
     p.step(r);
@@ -846,6 +1084,8 @@ int run(int argc, char **argv, const Program &p) {
     pool.assertNoneInUse("step " + std::to_string(step + 1));
     engine.assertAllReloaded("step " + std::to_string(step + 1));
     auto t1 = std::chrono::steady_clock::now();
+    // Nothing of a step that is not finite may reach a checkpoint.
+    std::string bad = nonFiniteInStep(r, masters, moments1, moments2);
 
     StepMetrics m;
     m.step = step + 1;
@@ -879,26 +1119,33 @@ int run(int argc, char **argv, const Program &p) {
     writer.write(m);
     engine.resetCounters();
     progress.update(m);
-    if (!flags.save.empty() && std::isfinite(r.loss) &&
+    auto stopNotFinite = [&](const std::string &what) {
+      progress.finish();
+      std::fprintf(stderr,
+                   "error: step %lld is not finite: %s; training stopped "
+                   "without saving it%s\n",
+                   static_cast<long long>(step + 1), what.c_str(),
+                   latestNote(flags.save).c_str());
+      return 3;
+    };
+    if (!bad.empty())
+      return stopNotFinite(bad);
+    if (!flags.save.empty() &&
         ((flags.saveEvery > 0 && (step + 1) % flags.saveEvery == 0) ||
          step + 1 == flags.steps)) {
       mirror.fromDevice(dev);
+      // Every saved value, compute copies included, checked on the host.
+      if (std::string name = firstNonFinite(mirror); !name.empty())
+        return stopNotFinite("tensor '" + name + "' holds NaN or Inf");
       TrainingState st;
       st.step = uint64_t(step + 1);
       st.rng.seed = seed;
       st.rng.step = uint64_t(step + 1);
       st.data = data.cursor();
-      st.data.step = uint64_t(step + 1);
-      st.data.microbatch = 0;
       st.extra["model"] = p.model;
+      st.runConfig = runConfig;
+      st.placement = placement;
       saveCheckpoint(flags.save, mirror.tensors, st, ShardInfo{});
-    }
-    if (!std::isfinite(r.loss)) {
-      progress.finish();
-      std::fprintf(stderr,
-                   "error: step %lld: the loss is not finite (%g); stopping\n",
-                   static_cast<long long>(step + 1), double(r.loss));
-      return 3;
     }
   }
   progress.finish();
@@ -913,6 +1160,112 @@ int run(int argc, char **argv, const Program &p) {
 }
 
 } // namespace
+
+std::string exactNumberText(double v) {
+  char buf[40];
+  for (int digits = 1; digits <= 17; ++digits) {
+    std::snprintf(buf, sizeof(buf), "%.*g", digits, v);
+    if (std::strtod(buf, nullptr) == v)
+      break;
+  }
+  return buf;
+}
+
+std::map<std::string, std::string>
+runConfigOf(const Program &p, double lr, const std::string &dataSource,
+            int worldSize) {
+  std::map<std::string, std::string> c;
+  c["model"] = p.model;
+  c["vocab"] = std::to_string(p.vocab);
+  // The parameter table stands for the architecture: every parameter's
+  // name, dtype, shape, initialiser and frozen flag (the arena offsets are
+  // the plan's and stay out).
+  Sha256 table;
+  int64_t values = 0;
+  for (const ParamEntry &e : p.params) {
+    std::string line = std::string(e.name) + " " +
+                       std::to_string(int(e.dtype)) + " [";
+    for (int32_t i = 0; i < e.rank; ++i)
+      line += (i ? "," : "") + std::to_string(e.shape[i]);
+    line += "] " + std::to_string(int(e.init)) + " " +
+            exactNumberText(e.initA) + " " + exactNumberText(e.initB) +
+            (e.frozen ? " frozen" : "") + "\n";
+    table.update(line.data(), line.size());
+    values += e.numel;
+  }
+  c["parameters"] = std::to_string(p.params.size()) + " tensors, " +
+                    std::to_string(values) + " values, sha256 " +
+                    Sha256::hex(table.finish()).substr(0, 16);
+  c["seq"] = std::to_string(p.seq);
+  c["global_batch_tokens"] =
+      std::to_string(p.batch * p.microBatches * p.seq * int64_t(worldSize));
+  c["data"] = dataSource;
+  c["lr"] = p.maxLr > 0 ? exactNumberText(lr) : "none (no lr schedule)";
+  const OptimizerSettings &o = p.optimizer;
+  if (o.known) {
+    c["lr_schedule"] = "compiled peak " + exactNumberText(p.maxLr) +
+                       ", floor " + exactNumberText(o.minLr) + ", warmup " +
+                       std::to_string(o.warmupSteps) + " steps, cosine to step " +
+                       std::to_string(o.totalSteps);
+    c["grad_clip"] = "max norm " + exactNumberText(o.maxGradNorm);
+    // Distinct settings with how many parameters use each (weight decay
+    // usually differs between matrices and norms), plus a digest of which
+    // parameter has which.
+    std::map<std::string, int> distinct;
+    Sha256 which;
+    for (const AdamWSettings &a : o.adamw) {
+      std::string text = "beta1 " + exactNumberText(a.beta1) + ", beta2 " +
+                         exactNumberText(a.beta2) + ", eps " +
+                         exactNumberText(a.eps) + ", weight decay " +
+                         exactNumberText(a.weightDecay);
+      distinct[text] += 1;
+      std::string line = std::to_string(a.param) + " " + text + "\n";
+      which.update(line.data(), line.size());
+    }
+    std::string adamw;
+    for (const auto &[text, n] : distinct)
+      adamw += (adamw.empty() ? "" : "; ") + text + " (" + std::to_string(n) +
+               " parameters)";
+    c["adamw"] = adamw + "; sha256 " + Sha256::hex(which.finish()).substr(0, 16);
+  }
+  return c;
+}
+
+std::map<std::string, std::string> placementOf(const Program &p,
+                                               const std::string &device,
+                                               int worldSize) {
+  std::map<std::string, std::string> c;
+  c["micro_batches"] = std::to_string(p.microBatches);
+  c["micro_batch_size"] = std::to_string(p.batch);
+  c["world_size"] = std::to_string(worldSize);
+  c["device"] = device;
+  c["arena_bytes"] = std::to_string(p.arenaBytes);
+  c["pinned_bytes"] = std::to_string(p.pinnedBytes);
+  c["offload_scopes"] = std::to_string(p.scopes.size());
+  c["side_stream"] = p.sideKernels ? "yes" : "no";
+  // The rest of the plan (regions, slots, scopes, parameter offsets) as
+  // one digest: equal plans place every buffer alike.
+  std::string plan = std::to_string(p.persistentBytes) + " " +
+                     std::to_string(p.activationBytes) + " " +
+                     std::to_string(p.workspaceBytes) + " " +
+                     std::to_string(p.sideWorkspaceBytes) + " " +
+                     std::to_string(p.scratchBytes) + " " +
+                     std::to_string(p.numEvents) + " " +
+                     (p.sideAfterHostStart ? "after-host" : "with-run") + "\n";
+  for (const PinnedSlotSpec &sl : p.slots)
+    plan += "slot " + std::to_string(sl.offset) + " " +
+            std::to_string(sl.bytes) + "\n";
+  for (const std::string &sc : p.scopes)
+    plan += "scope " + sc + "\n";
+  for (const ParamEntry &e : p.params)
+    plan += std::to_string(e.weight) + " " + std::to_string(e.master) + " " +
+            std::to_string(e.grad) + " " + std::to_string(e.adamM) + " " +
+            std::to_string(e.adamV) + "\n";
+  Sha256 h;
+  h.update(plan.data(), plan.size());
+  c["plan"] = Sha256::hex(h.finish()).substr(0, 16);
+  return c;
+}
 
 int trainMain(int argc, char **argv, const Program &program) {
   try {

@@ -50,6 +50,25 @@ struct StateOffsets {
 
 class StepRunner;
 
+/// One parameter's AdamW hyperparameters (train.adamw's arguments).
+struct AdamWSettings {
+  int64_t param = 0; ///< index into Program::params
+  double beta1 = 0, beta2 = 0, eps = 0, weightDecay = 0;
+};
+
+/// The step's optimizer as compiled (the arguments of train.lr_schedule,
+/// train.finalize_grads and train.adamw): part of the run configuration a
+/// checkpoint records, so that a resume under other settings is refused.
+struct OptimizerSettings {
+  /// False in a program that does not describe its optimizer (hand-written
+  /// ones); the run configuration then leaves these fields out.
+  bool known = false;
+  double minLr = 0;
+  int64_t warmupSteps = 0, totalSteps = 0;
+  double maxGradNorm = 0;
+  std::vector<AdamWSettings> adamw;
+};
+
 /// Everything the generated file describes.
 struct Program {
   const char *model = "";
@@ -79,6 +98,7 @@ struct Program {
   uint32_t numEvents = 0;
   /// Peak of the compiled lr schedule (the default of --lr); 0: none.
   double maxLr = 0;
+  OptimizerSettings optimizer;
   void (*step)(StepRunner &) = nullptr;
 };
 
@@ -222,8 +242,35 @@ private:
 };
 
 /// The training binary: parses the train flags, runs `program`. Returns the
-/// process exit code (non-zero on a bad flag, an error, or a NaN/Inf loss).
+/// process exit code:
+///   0  done (also: --resume at a checkpoint whose step equals --steps,
+///      nothing to train; said on stderr);
+///   1  an error (a checkpoint that does not fit this run, a locked or
+///      unwritable --save folder, a folder holding checkpoints without
+///      --overwrite, ...);
+///   2  a bad flag (also: --steps below the checkpoint's step, a --seed
+///      other than the checkpoint's);
+///   3  a step that is not finite (loss, grad norm, or the updated master
+///      weights or Adam moments): training stops and that step is not
+///      saved, so "latest" keeps naming the last good checkpoint.
 int trainMain(int argc, char **argv, const Program &program);
+
+/// The shortest decimal text that reads back as `v` exactly.
+std::string exactNumberText(double v);
+
+/// The run configuration a checkpoint records (TrainingState::runConfig):
+/// model (name, vocabulary, parameter table digest), sequence length,
+/// global batch in tokens, data source identity, peak lr, lr schedule,
+/// gradient clipping and AdamW settings. `dataSource` is
+/// DataLoader::sourceDescription().
+std::map<std::string, std::string>
+runConfigOf(const Program &program, double lr, const std::string &dataSource,
+            int worldSize);
+/// How the run is laid out (TrainingState::placement): micro-batch split,
+/// world size, device kind and the buffer plan. Reported, never refused.
+std::map<std::string, std::string> placementOf(const Program &program,
+                                               const std::string &device,
+                                               int worldSize);
 
 } // namespace ap::rt
 

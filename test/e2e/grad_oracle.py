@@ -184,6 +184,9 @@ def main():
     for f in ("grads.safetensors", "metrics.jsonl"):
         if os.path.exists(w(f)):
             os.remove(w(f))
+    # A fresh run refuses a --save folder that holds checkpoints (from the
+    # last run of this test).
+    subprocess.run(["rm", "-rf", w("ckpt")], check=True)
     t0 = time.time()
     run([binary, "--steps", "1", "--device", "host", "--init-weights",
          w("init.safetensors"), "--dump-grads", w("grads.safetensors"),
