@@ -5,6 +5,8 @@
 # CUDA 13 (nvcc, cuBLASLt, NCCL) is not a Debian package; when
 # /usr/local/cuda/bin/nvcc exists the CUDA parts are built too. python3-torch
 # (PyTorch 1.13, CPU) is for the gradient oracle test (test/e2e/grad_oracle.py).
+# clang-22 and libclang-rt-22-dev (libFuzzer, ASan, UBSan) build the fuzz
+# targets (tools/scripts/fuzz.sh, docs/fuzzing.md).
 #
 #===----------------------------------------------------------------------===#
 set -euo pipefail
@@ -14,6 +16,7 @@ packages=(
   libmlir-22-dev mlir-22-tools llvm-22-dev llvm-22-tools
   libgtest-dev libopenmpi-dev openmpi-bin
   python3-torch
+  clang-22 libclang-rt-22-dev
 )
 
 missing=()

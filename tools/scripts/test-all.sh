@@ -8,6 +8,10 @@
 # Each runs `ctest`: the lit suite, every gtest binary, the MPI (mpirun -np 2)
 # and ThreadSanitizer tests, the end-to-end tests; the CPU-only one also the
 # benchmark harness on the host backend (bench/qwen_train_bench_test.sh).
+# Then the fuzz stage: build-test-fuzz (clang-22, ASan + UBSan, libFuzzer;
+# only the fuzz targets are built) runs each fuzz target for
+# ACTPLACE_FUZZ_SECONDS (default 20, so 60 s for the three) on seeds from
+# test/ and models/; a crash fails the run (docs/fuzzing.md). 0 skips it.
 #
 #===----------------------------------------------------------------------===#
 set -euo pipefail
@@ -33,6 +37,15 @@ run_config() {
 
 mkdir -p "$root/build-test-cpu"
 run_config cpu -DACTPLACE_ENABLE_CUDA=OFF
+
+fuzz_seconds=${ACTPLACE_FUZZ_SECONDS:-20}
+if [ "$fuzz_seconds" -gt 0 ]; then
+  start=$SECONDS
+  echo "== actplace: fuzz stage ($fuzz_seconds s per target) in $root/build-test-fuzz"
+  "$root/tools/scripts/fuzz.sh" --build "$root/build-test-fuzz" --tools "$root/build-test-cpu/bin" \
+    --time "$fuzz_seconds" all
+  echo "== actplace: fuzz stage passed in $((SECONDS - start)) s"
+fi
 if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
   mkdir -p "$root/build-test-cuda"
   run_config cuda -DACTPLACE_ENABLE_CUDA=ON
