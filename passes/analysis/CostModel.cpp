@@ -217,17 +217,31 @@ double operandAndResultBytes(Operation *op) {
 /// Main-grad traffic of one FP32 accumulation (+=): read and write.
 double mainGradBytes(Value weight) { return 2.0 * 4.0 * numel(weight); }
 
-int64_t align256(int64_t n) { return (n + 255) / 256 * 256; }
+/// Workspace sizes are computed in double (exact below 2^53, which covers
+/// every real shape) and capped at kWorkspaceCap: a shape the verifier
+/// accepts can ask for more scratch than int64 holds (the attention
+/// backward's dS tiles grow with T^2), and the memory timeline adds
+/// workspaces to other byte counts. 2^56 bytes is more than any device has,
+/// so the cap changes no placement decision.
+constexpr double kWorkspaceCap = double(int64_t(1) << 56);
+
+double align256(double n) { return std::ceil(n / 256) * 256; }
+
+int64_t cappedBytes(double bytes) {
+  return static_cast<int64_t>(std::min(bytes, kWorkspaceCap));
+}
 
 /// Scratch of the chunked LM head + cross-entropy kernels (kernels/dense.h,
 /// lmHeadCrossEntropyWorkspaceBytes): fp32 logits, bf16 dlogits and 12 bytes
 /// of per-token state for one chunk of tokens. The shared 32 MiB GEMM
 /// workspace is a fixed arena, not per-op scratch.
 int64_t lmHeadWorkspace(int64_t tokens, int64_t vocab, int64_t chunkTokens) {
-  int64_t c = std::min(chunkTokens, tokens);
+  double c = static_cast<double>(std::min(chunkTokens, tokens));
   if (c <= 0)
     return 0;
-  return align256(c * vocab * 4) + align256(c * vocab * 2) + align256(c * 12);
+  double v = static_cast<double>(vocab);
+  return cappedBytes(align256(c * v * 4) + align256(c * v * 2) +
+                     align256(c * 12));
 }
 
 /// Scratch of the deterministic attention backward (kernels/attention.h,
@@ -236,17 +250,22 @@ int64_t lmHeadWorkspace(int64_t tokens, int64_t vocab, int64_t chunkTokens) {
 /// as fit in 256 MiB.
 int64_t attentionBackwardWorkspace(int64_t B, int64_t T, int64_t Hq,
                                    int64_t Hkv, int64_t Dqk, int64_t Dv) {
-  int64_t rows = B * T;
-  int64_t bytes = align256(rows * Hq * 4);
+  double rows = double(B) * double(T);
+  double bytes = align256(rows * Hq * 4);
   if (Hq != Hkv)
     bytes += align256(rows * Hq * Dqk * 4) + align256(rows * Hq * Dv * 4);
-  int64_t tiles = (T + 63) / 64;
-  int64_t perPair = tiles * (tiles + 1) / 2 * 64 * 64 * 2;
-  int64_t maxChunk = std::max<int64_t>(1, (int64_t(256) << 20) / perPair);
+  double tiles = static_cast<double>((T + 63) / 64);
+  double perPair = tiles * (tiles + 1) / 2 * 64 * 64 * 2;
+  constexpr int64_t kTileBudget = int64_t(256) << 20;
+  // Dimensions are at least 1 (the dialect's shape rule), so perPair > 0.
+  int64_t maxChunk =
+      perPair >= double(kTileBudget)
+          ? 1
+          : std::max<int64_t>(1, kTileBudget / static_cast<int64_t>(perPair));
   int64_t pairs = B * Hq;
   int64_t launches = (pairs + maxChunk - 1) / maxChunk;
   int64_t chunk = (pairs + launches - 1) / launches;
-  return bytes + align256(chunk * perPair);
+  return cappedBytes(bytes + align256(double(chunk) * perPair));
 }
 
 /// Scratch of the chunked gated delta rule (kernels/gdn.h): W, U, Vnew
@@ -254,14 +273,14 @@ int64_t attentionBackwardWorkspace(int64_t B, int64_t T, int64_t Hq,
 /// h (fp32); backward adds dh and fp32 dVnew, dQ, dK, dW.
 int64_t gdnWorkspace(int64_t B, int64_t NT, int64_t Hv, int64_t C, int64_t dk,
                      int64_t dv, bool backward) {
-  int64_t rows = B * Hv * NT * C;
-  int64_t states = B * Hv * NT * dk * dv;
-  int64_t bytes = align256(rows * dk * 2) + 2 * align256(rows * dv * 2) +
-                  align256(states * 4);
+  double rows = double(B) * double(Hv) * double(NT) * double(C);
+  double states = double(B) * double(Hv) * double(NT) * double(dk) * dv;
+  double bytes = align256(rows * dk * 2) + 2 * align256(rows * dv * 2) +
+                 align256(states * 4);
   if (backward)
     bytes += align256(states * 4) + align256(rows * dv * 4) +
              3 * align256(rows * dk * 4);
-  return bytes;
+  return cappedBytes(bytes);
 }
 
 /// Chunked gated-delta-rule FLOPs per (sequence, chunk, value head); the

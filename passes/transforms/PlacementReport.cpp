@@ -25,8 +25,10 @@
 #include "llvm/ADT/MapVector.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
+#include "llvm/Support/MathExtras.h"
 #include "llvm/Support/ToolOutputFile.h"
 
+#include <limits>
 #include <map>
 #include <set>
 
@@ -52,6 +54,16 @@ struct Totals {
   double stepBefore = 0, stepAfter = 0, exposed = 0, hidden = 0;
   double recomputeSeconds = 0; ///< recompute kernels, per microbatch
   int64_t microBatches = 1;
+
+  /// Offloaded bytes per step (each direction). A microbatch count the
+  /// verifier accepts times the bytes of one microbatch can exceed int64;
+  /// the product saturates instead of wrapping.
+  int64_t transferBytesPerStep() const {
+    int64_t product = 0;
+    if (llvm::MulOverflow(offloadBytes, microBatches, product))
+      return std::numeric_limits<int64_t>::max();
+    return product;
+  }
 };
 
 /// The recompute kernels of one scope in the placed backward.
@@ -461,8 +473,8 @@ void TrainPlacementReportPass::runOnOperation() {
              {"offloaded_bytes", totals.offloadBytes},
              {"recomputed_bytes", totals.recomputeBytes},
              {"recompute_seconds_per_microbatch", totals.recomputeSeconds},
-             {"d2h_bytes_per_step", totals.offloadBytes * totals.microBatches},
-             {"h2d_bytes_per_step", totals.offloadBytes * totals.microBatches},
+             {"d2h_bytes_per_step", totals.transferBytesPerStep()},
+             {"h2d_bytes_per_step", totals.transferBytesPerStep()},
              {"peak_bytes_before", totals.peakBefore},
              {"peak_bytes_after", totals.peakAfter},
              {"activation_peak_bytes_before", totals.actPeakBefore},
@@ -494,7 +506,7 @@ void TrainPlacementReportPass::runOnOperation() {
                         totals.keptBytes, totals.offloadBytes,
                         totals.recomputeBytes, totals.recomputeSeconds * 1e6);
     os << llvm::formatv("transfers per step: d2h {0} bytes, h2d {0} bytes\n",
-                        totals.offloadBytes * totals.microBatches);
+                        totals.transferBytesPerStep());
     os << llvm::formatv("predicted device peak: {0} -> {1} bytes ({2:F1} -> "
                         "{3:F1} MiB)\n",
                         totals.peakBefore, totals.peakAfter,
