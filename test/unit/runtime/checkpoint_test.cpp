@@ -13,6 +13,7 @@
 #include <fstream>
 #include <functional>
 #include <iterator>
+#include <map>
 #include <mutex>
 #include <thread>
 #include <unistd.h>
@@ -318,6 +319,156 @@ TEST(Checkpoint, ShardedSaveFailingOnOneRankMovesNothing) {
   expectError(
       [&] { saveCheckpoint(dir, s0.tensors(), sampleState(3), lonely); },
       "allTrue");
+}
+
+TEST(Checkpoint, RunConfigAndPlacementRoundTripWithTheirHash) {
+  std::string dir = freshDir("runconfig");
+  ToyState a(1);
+  TrainingState st = sampleState(3);
+  st.runConfig = {{"lr", "0.0003"}, {"seq", "64"}, {"data", "synthetic"}};
+  st.placement = {{"micro_batches", "2"}};
+  saveCheckpoint(dir, a.tensors(), st, {});
+  ToyState b(2);
+  TrainingState got = loadCheckpoint(*latestCheckpoint(dir), b.tensors(), {});
+  EXPECT_EQ(got.runConfig, st.runConfig);
+  EXPECT_EQ(got.placement, st.placement);
+  // The hash is SHA-256 over "name=value\n" lines in name order.
+  EXPECT_EQ(runConfigHash({{"b", "2"}, {"a", "1"}}),
+            runConfigHash({{"a", "1"}, {"b", "2"}}));
+  EXPECT_NE(runConfigHash({{"a", "1"}}), runConfigHash({{"a", "2"}}));
+  EXPECT_EQ(runConfigHash({}), "e3b0c44298fc1c149afbf4c8996fb924"
+                               "27ae41e4649b934ca495991b7852b855");
+  // A checkpoint without a record loads with an empty one.
+  std::string old = freshDir("runconfig_old");
+  saveCheckpoint(old, a.tensors(), sampleState(3), {});
+  EXPECT_TRUE(
+      loadCheckpoint(*latestCheckpoint(old), b.tensors(), {}).runConfig.empty());
+}
+
+TEST(Checkpoint, RunConfigDiffNamesEachField) {
+  std::vector<std::string> d =
+      diffRunConfig({{"lr", "0.0003"}, {"seq", "64"}, {"old", "x"}},
+                    {{"lr", "0.001"}, {"seq", "64"}, {"new", "y"}});
+  ASSERT_EQ(d.size(), 3u);
+  EXPECT_EQ(d[0], "lr: checkpoint '0.0003', this run '0.001'");
+  EXPECT_EQ(d[1], "new: checkpoint (none), this run 'y'");
+  EXPECT_EQ(d[2], "old: checkpoint 'x', this run (none)");
+  EXPECT_TRUE(diffRunConfig({{"a", "1"}}, {{"a", "1"}}).empty());
+}
+
+TEST(Checkpoint, ResolveSaysNoCheckpointForMissingOrEmptyFolders) {
+  std::string dir = freshDir("resolve");
+  expectError([&] { resolveCheckpoint(dir); },
+              "no checkpoint in '" + dir + "'");
+  ASSERT_EQ(std::system(("mkdir -p '" + dir + "'").c_str()), 0);
+  expectError([&] { resolveCheckpoint(dir); },
+              "no checkpoint in '" + dir + "' (no 'latest' file");
+  // A step folder left by a save that never completed.
+  ASSERT_EQ(std::system(("mkdir -p '" + dir + "/step-00000004'").c_str()), 0);
+  expectError([&] { resolveCheckpoint(dir); }, "step-00000004");
+  ToyState a(1);
+  saveCheckpoint(dir, a.tensors(), sampleState(5), {});
+  EXPECT_EQ(resolveCheckpoint(dir), dir + "/step-00000005");
+  // A step folder named directly.
+  EXPECT_EQ(resolveCheckpoint(dir + "/step-00000005"), dir + "/step-00000005");
+}
+
+TEST(Checkpoint, FolderContentsAndRemoval) {
+  std::string dir = freshDir("contents");
+  EXPECT_TRUE(inspectCheckpointFolder(dir).empty());
+  ToyState a(1);
+  saveCheckpoint(dir, a.tensors(), sampleState(2), {});
+  saveCheckpoint(dir, a.tensors(), sampleState(6), {});
+  { std::ofstream(dir + "/notes.txt") << "keep me\n"; }
+  CheckpointFolderContents c = inspectCheckpointFolder(dir);
+  ASSERT_TRUE(c.latestStep.has_value());
+  EXPECT_EQ(*c.latestStep, 6u);
+  EXPECT_EQ(c.stepFolders,
+            (std::vector<std::string>{"step-00000002", "step-00000006"}));
+  EXPECT_NE(c.describe().find("latest: step 6"), std::string::npos);
+  EXPECT_EQ(stepOfFolderName("step-00000042"), std::optional<uint64_t>(42));
+  EXPECT_FALSE(stepOfFolderName("step-42").has_value());
+  EXPECT_FALSE(stepOfFolderName("step-0000004x").has_value());
+  removeCheckpoints(dir);
+  EXPECT_TRUE(inspectCheckpointFolder(dir).empty());
+  EXPECT_FALSE(latestCheckpoint(dir).has_value());
+  EXPECT_TRUE(std::ifstream(dir + "/notes.txt").good());
+}
+
+TEST(Checkpoint, LockRefusesASecondHolderNamingTheFirst) {
+  std::string dir = freshDir("lock");
+  CheckpointLock first = CheckpointLock::acquire(dir, {}, "run-a");
+  EXPECT_TRUE(first.held());
+  // Another open file description conflicts like another process would.
+  expectError([&] { CheckpointLock::acquire(dir, {}, "run-b"); },
+              "checkpoint folder '" + dir + "' is in use by run 'run-a' (pid " +
+                  std::to_string(::getpid()));
+  first.release();
+  CheckpointLock second = CheckpointLock::acquire(dir, {}, "run-b");
+  EXPECT_TRUE(second.held());
+  // A folder that cannot be made is reported at once.
+  std::string file = freshDir("lock_file");
+  { std::ofstream(file) << "x"; }
+  expectError([&] { CheckpointLock::acquire(file + "/ckpt", {}, "run-c"); },
+              "cannot create directory '" + file + "/ckpt'");
+}
+
+TEST(Checkpoint, ShardedLockIsTheJobsOnRankZero) {
+  std::string dir = freshDir("lock_sharded");
+  ThreadAllTrue agree(2);
+  auto lockAll = [&](const std::string &id0, const std::string &id1) {
+    std::vector<std::string> errors(2);
+    std::vector<bool> held(2);
+    auto body = [&](int rank, std::string id) {
+      ShardInfo info{rank, 2, [&](bool ok) { return agree.arrive(ok); }};
+      try {
+        CheckpointLock l = CheckpointLock::acquire(dir, info, id);
+        held[rank] = l.held();
+      } catch (const Error &e) {
+        errors[rank] = e.what();
+      }
+    };
+    std::thread t0(body, 0, id0), t1(body, 1, id1);
+    t0.join();
+    t1.join();
+    return std::make_pair(errors, held);
+  };
+  auto [ok, held] = lockAll("job-7", "job-7");
+  EXPECT_EQ(ok[0], "");
+  EXPECT_EQ(ok[1], "");
+  EXPECT_TRUE(held[0]);  // rank 0 holds the flock
+  EXPECT_FALSE(held[1]); // the others only checked the run id
+  auto [bad, unused] = lockAll("job-7", "job-8");
+  EXPECT_NE(bad[1].find("is locked by run 'job-7'"), std::string::npos)
+      << bad[1];
+  EXPECT_NE(bad[1].find("(run 'job-8') on rank 1"), std::string::npos)
+      << bad[1];
+  EXPECT_NE(bad[0].find("another rank failed while checking the lock"),
+            std::string::npos)
+      << bad[0];
+}
+
+TEST(Checkpoint, RunIdFromTheLauncher) {
+  std::map<std::string, std::string> env;
+  auto get = [&](const char *n) -> const char * {
+    auto it = env.find(n);
+    return it == env.end() ? nullptr : it->second.c_str();
+  };
+  std::string own = checkpointRunId(1, get);
+  EXPECT_NE(own.find(":" + std::to_string(::getpid()) + ":"),
+            std::string::npos)
+      << own;
+  expectError([&] { checkpointRunId(2, get); }, "ACTPLACE_RUN_ID");
+  env["MASTER_ADDR"] = "node1";
+  env["MASTER_PORT"] = "29500";
+  EXPECT_EQ(checkpointRunId(2, get), "rendezvous:node1:29500");
+  env["SLURM_JOB_ID"] = "123";
+  env["SLURM_STEP_ID"] = "4";
+  EXPECT_EQ(checkpointRunId(2, get), "slurm:123.4");
+  env["TORCHELASTIC_RUN_ID"] = "abc";
+  EXPECT_EQ(checkpointRunId(2, get), "torchrun:abc");
+  env["ACTPLACE_RUN_ID"] = "mine";
+  EXPECT_EQ(checkpointRunId(2, get), "mine");
 }
 
 // Writes a checkpoint for an external reader when AP_CHECKPOINT_EXPORT names

@@ -81,6 +81,20 @@ TEST(Cli, MistakesAreClearErrors) {
             "--save-every: -1 is out of range (at least 0)");
   EXPECT_EQ(errorOf({"--data="}),
             "--data: expected a value, got an empty string");
+  EXPECT_EQ(errorOf({"--overwrite"}), "--overwrite needs --save DIR");
+}
+
+TEST(Cli, OverwriteAndWhetherTheSeedWasGiven) {
+  const char *plain[] = {"train", "--save", "d"};
+  TrainFlags f = parseTrainFlags(3, plain);
+  EXPECT_FALSE(f.overwrite);
+  EXPECT_FALSE(f.seedGiven);
+  // The default seed written out is still "given": a resume compares it.
+  const char *both[] = {"train", "--save", "d", "--overwrite", "--seed", "0"};
+  f = parseTrainFlags(6, both);
+  EXPECT_TRUE(f.overwrite);
+  EXPECT_TRUE(f.seedGiven);
+  EXPECT_EQ(f.seed, 0u);
 }
 
 TEST(Cli, HelpListsEveryFlag) {

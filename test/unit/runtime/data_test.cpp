@@ -144,6 +144,67 @@ TEST(Data, TokenFileSequentialWindows) {
   std::remove(p.c_str());
 }
 
+TEST(Data, AnotherMicrobatchSplitReadsTheSameSequences) {
+  std::vector<uint16_t> ids(400);
+  for (int i = 0; i < 400; ++i)
+    ids[i] = uint16_t(i * 13 % 1000);
+  std::string p = writeTokens("split.bin", ids);
+  DataConfig a = baseConfig();
+  parseDataSource("tokens:" + p, a);
+  a.batch = 2;
+  a.microbatchesPerStep = 2;
+  DataConfig b = a;
+  b.batch = 4;
+  b.microbatchesPerStep = 1;
+  DataLoader la(a), lb(b);
+  // Same global batch: one source id, so a cursor carries over.
+  EXPECT_EQ(la.cursor().sourceId, lb.cursor().sourceId);
+  DataCursor at = la.cursor();
+  at.step = 3;
+  lb.restore(at);
+  size_t T = size_t(a.seqLen);
+  std::vector<int32_t> ta(4 * T), tmp(4 * T), tb(4 * T);
+  la.fill(3, 0, ta.data(), tmp.data());
+  la.fill(3, 1, ta.data() + 2 * T, tmp.data());
+  lb.next(tb.data(), tmp.data());
+  EXPECT_EQ(ta, tb);
+  // Another global batch is another stream.
+  DataConfig c = a;
+  c.batch = 3;
+  EXPECT_NE(DataLoader(c).cursor().sourceId, la.cursor().sourceId);
+  // The description names the content, not the path.
+  std::string copy = writeTokens("split-copy.bin", ids);
+  DataConfig d = a;
+  parseDataSource("tokens:" + copy, d);
+  EXPECT_EQ(DataLoader(d).sourceDescription(), la.sourceDescription());
+  EXPECT_EQ(la.sourceDescription().rfind("tokens16, 800 bytes, sha256 ", 0), 0u)
+      << la.sourceDescription();
+  EXPECT_EQ(DataLoader(baseConfig()).sourceDescription(), "synthetic");
+  std::remove(p.c_str());
+  std::remove(copy.c_str());
+}
+
+TEST(Data, ContentDigestOfLargeFilesSamplesBlocks) {
+  // Whole below the limit: any byte counts.
+  std::vector<uint8_t> small(1000, 7);
+  std::string d0 = DataLoader::contentDigest(small.data(), small.size());
+  small[500] = 8;
+  EXPECT_NE(DataLoader::contentDigest(small.data(), small.size()), d0);
+  // Above it: the evenly spaced blocks (first and last included) count,
+  // the bytes between them do not.
+  size_t n = DataLoader::kWholeDigestBytes + 3 * DataLoader::kDigestBlockBytes;
+  std::vector<uint8_t> big(n, 1);
+  std::string b0 = DataLoader::contentDigest(big.data(), n);
+  big[n - 1] = 2;
+  std::string b1 = DataLoader::contentDigest(big.data(), n);
+  EXPECT_NE(b1, b0);
+  big[0] = 2;
+  EXPECT_NE(DataLoader::contentDigest(big.data(), n), b1);
+  std::string b2 = DataLoader::contentDigest(big.data(), n);
+  big[DataLoader::kDigestBlockBytes + 10] = 9; // before the second block
+  EXPECT_EQ(DataLoader::contentDigest(big.data(), n), b2);
+}
+
 TEST(Data, TokenFile32AndShuffle) {
   std::vector<uint32_t> ids(1000);
   for (int i = 0; i < 1000; ++i)
