@@ -240,6 +240,11 @@ void TrainAutodiffPass::runOnOperation() {
                           "runs once";
     return signalPassFailure();
   }
+  if (forward.isExternal()) {
+    forward.emitError() << "@forward is a declaration: train-autodiff needs "
+                           "its body (the forward graph)";
+    return signalPassFailure();
+  }
   FunctionType fwdType = forward.getFunctionType();
   auto tokType = dyn_cast_or_null<RankedTensorType>(
       fwdType.getNumInputs() == 2 ? fwdType.getInput(0) : Type());

@@ -409,6 +409,11 @@ struct ConvertTrainToExecPass
                          << stepFunction << " (run train-autodiff first)";
       return signalPassFailure();
     }
+    if (func.isExternal()) {
+      func.emitError() << "convert-train-to-exec: @" << stepFunction
+                       << " is a declaration; the step needs its body";
+      return signalPassFailure();
+    }
     // The copy-completion predictions must come from the cost model that
     // placed the copies: a faster compute model (the defaults against a
     // calibrated profile) predicts each D2H done many kernels later and

@@ -45,3 +45,12 @@ module {
     return %l : tensor<f32>
   }
 }
+
+// -----
+
+// A declared step has no body to lower (reading its missing body never
+// returned).
+module {
+  // expected-error @+1 {{convert-train-to-exec: @train_step is a declaration; the step needs its body}}
+  func.func private @train_step(tensor<1x1x4xi32>, tensor<1x1x4xi32>) -> (tensor<f32>, tensor<f32>)
+}

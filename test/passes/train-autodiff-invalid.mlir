@@ -36,3 +36,12 @@ module attributes {train.micro_batches = 1 : i64} {
     return %l, %c : tensor<f32>, tensor<i32>
   }
 }
+
+// -----
+
+// A declared @forward has no graph to differentiate (reading its missing
+// body crashed the pass).
+module {
+  // expected-error @+1 {{@forward is a declaration: train-autodiff needs its body (the forward graph)}}
+  func.func private @forward(tensor<1x4xi32>, tensor<1x4xi32>) -> (tensor<f32>, tensor<i32>)
+}
