@@ -39,6 +39,7 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Parser/Parser.h"
 #include "mlir/Pass/PassManager.h"
@@ -47,6 +48,7 @@
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Format.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/MemoryBuffer.h"
@@ -195,6 +197,87 @@ static int fail(const llvm::Twine &msg) {
   return 1;
 }
 
+/// `s` as one word for /bin/sh: single quotes, each `'` as `'\''`.
+static std::string shellQuote(llvm::StringRef s) {
+  std::string out = "'";
+  for (char c : s) {
+    if (c == '\'')
+      out += "'\\''";
+    else
+      out += c;
+  }
+  return out + "'";
+}
+
+/// A path as a pass-option value: in double quotes, so that spaces, quotes
+/// and braces stay part of it (checkOptions refuses a `"` in it).
+static std::string quoted(llvm::StringRef path) {
+  return "\"" + path.str() + "\"";
+}
+
+/// The most bytes the binary's plan may ask for, arena or pinned host
+/// memory (256 TiB): beyond any device or host, so a plan above it is
+/// refused here rather than failing to allocate when the binary starts.
+static constexpr int64_t kMaxPlanBytes = int64_t(1) << 48;
+
+/// `v` as printf's %g: 0.001 stays 0.001 (formatv's default shows 0.00).
+static std::string g(double v) {
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  os << llvm::format("%g", v);
+  return s;
+}
+
+/// The step's planned sizes (exec-plan-memory's attributes on exec.step),
+/// -1 where absent.
+static int64_t stepBytes(mlir::ModuleOp module, llvm::StringRef attr) {
+  int64_t bytes = -1;
+  module->walk([&](mlir::Operation *op) {
+    if (auto a = op->getAttrOfType<mlir::IntegerAttr>(attr))
+      bytes = a.getInt();
+  });
+  return bytes;
+}
+
+/// The options checked before anything runs: a size of zero divides by zero
+/// in the cost model, one near 2^31 overflows later, and a goal outside its
+/// range would otherwise be taken for "no goal" (the defaults 0 and -1 mean
+/// not given) and silently ignored. Returns the message naming the option,
+/// its value and the valid range; empty when all are good.
+static std::string checkOptions() {
+  for (const auto &[name, path] :
+       {std::pair<const char *, std::string>{"-o", output},
+        {"--profile", profile},
+        {"--report-json", reportJson}})
+    if (llvm::StringRef(path).contains('"'))
+      return std::string(name) + " cannot name a path with a '\"' (it is "
+             "passed to the compiler's passes in double quotes), got " + path;
+  ap::import::TrainShape shape;
+  shape.seqLen = seqLen;
+  shape.microBatchSize = microBatchSize;
+  shape.microBatches = microBatches;
+  if (llvm::Error err = ap::import::checkTrainShape(shape))
+    return llvm::toString(std::move(err));
+  if (gemmWorkspace < 0 || gemmWorkspace > kMaxPlanBytes)
+    return llvm::formatv("--gemm-workspace-bytes must be in [0, {0}], got {1}",
+                         kMaxPlanBytes, int64_t(gemmWorkspace))
+        .str();
+  if (activationCut.getNumOccurrences() &&
+      !(activationCut > 0 && activationCut <= 1))
+    return "--activation-cut must be in (0, 1] (the share of the activation "
+           "peak to remove: 0.6 = 60 %), got " +
+           g(activationCut);
+  // 0 is a budget too: only placements predicted to cost no step time.
+  if (stepBudget.getNumOccurrences() && !(stepBudget >= 0 && stepBudget < 1))
+    return "--step-budget must be in [0, 1) (the share the predicted step "
+           "may grow: 0.03 = 3 %), got " +
+           g(stepBudget);
+  if (memoryBudget.getNumOccurrences() && memoryBudget.empty())
+    return "--memory-budget must be a positive size such as 18GiB, 19.5GB, "
+           "512MiB or a byte count, got ''";
+  return "";
+}
+
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
   ap::registerAllActplacePasses();
@@ -209,6 +292,9 @@ int main(int argc, char **argv) {
   if (copyHold != "placement" && copyHold != "peak-rates")
     return fail("--copy-hold must be placement or peak-rates, got '" +
                 copyHold + "'");
+  std::string badOption = checkOptions();
+  if (!badOption.empty())
+    return fail(badOption);
 
   mlir::DialectRegistry registry;
   registry.insert<ap::exec::ExecDialect, ap::train::TrainDialect,
@@ -216,6 +302,40 @@ int main(int argc, char **argv) {
                   mlir::scf::SCFDialect, mlir::tensor::TensorDialect>();
   mlir::MLIRContext ctx(registry);
   ctx.loadAllAvailableDialects();
+  // Every diagnostic is shown, warnings and notes too (the context alone
+  // prints only errors): train-verify-placement-config warns about a module
+  // the model lacks, as in actplace-opt. Those with a place in the input
+  // .mlir show it; the rest (a JSON config's graph has no locations) are
+  // one line each. Not the whole module after a failing op's error.
+  ctx.printOpOnDiagnostic(false);
+  llvm::SourceMgr sm;
+  mlir::SourceMgrDiagnosticHandler fileDiagnostics(sm, &ctx);
+  mlir::ScopedDiagnosticHandler plainDiagnostics(
+      &ctx, [](mlir::Diagnostic &d) -> mlir::LogicalResult {
+        if (!llvm::isa<mlir::UnknownLoc>(d.getLocation()))
+          return mlir::failure(); // to fileDiagnostics
+        auto print = [](mlir::Diagnostic &one) {
+          const char *kind = "error";
+          switch (one.getSeverity()) {
+          case mlir::DiagnosticSeverity::Warning:
+            kind = "warning";
+            break;
+          case mlir::DiagnosticSeverity::Note:
+            kind = "note";
+            break;
+          case mlir::DiagnosticSeverity::Remark:
+            kind = "remark";
+            break;
+          case mlir::DiagnosticSeverity::Error:
+            break;
+          }
+          llvm::errs() << "actplace-compile: " << kind << ": " << one << "\n";
+        };
+        print(d);
+        for (mlir::Diagnostic &note : d.getNotes())
+          print(note);
+        return mlir::success();
+      });
 
   mlir::OwningOpRef<mlir::ModuleOp> module;
   if (llvm::StringRef(input).ends_with(".json")) {
@@ -231,7 +351,6 @@ int main(int argc, char **argv) {
     if (!module)
       return fail("the imported graph does not verify (diagnostics above)");
   } else {
-    llvm::SourceMgr sm;
     std::string err;
     auto buf = mlir::openInputFile(input, &err);
     if (!buf)
@@ -269,7 +388,7 @@ int main(int argc, char **argv) {
   bool holdUnderProfile = copyHold == "placement" && !profile.empty();
   std::string lowering = "convert-train-to-exec{gemm-workspace-bytes=" +
                          std::to_string(gemmWorkspace) +
-                         (holdUnderProfile ? " profile=" + profile : "") +
+                         (holdUnderProfile ? " profile=" + quoted(profile) : "") +
                          "},exec-plan-memory,exec-schedule-streams";
   if (sideIssue == "after-host")
     lowering += ",exec-defer-side-issue";
@@ -324,17 +443,12 @@ int main(int argc, char **argv) {
           (fuseRecompute ? "" : " fuse-recompute=false") +
           (recomputeStream.empty() ? ""
                                    : " recompute-stream=" + recomputeStream) +
-          (profile.empty() ? "" : " profile=" + profile) + "}," + lowering;
+          (profile.empty() ? "" : " profile=" + quoted(profile)) + "}," +
+          lowering;
       if (failed(mlir::parsePassPipeline(pipeline, pm)) ||
           failed(pm.run(*clone)))
         return -1;
-      int64_t arena = -1;
-      clone->walk([&](mlir::Operation *op) {
-        if (auto a =
-                op->getAttrOfType<mlir::IntegerAttr>(ap::exec::kArenaBytesAttr))
-          arena = a.getInt();
-      });
-      return arena;
+      return stepBytes(*clone, ap::exec::kArenaBytesAttr);
     };
     ap::train::PlacementGoal target = *goal;
     int64_t unplacedArena = -1;
@@ -444,17 +558,17 @@ int main(int argc, char **argv) {
           std::string(placementFlags.empty() ? "" : " ") + name + "=" + value;
   std::string options = placementFlags;
   if (!profile.empty())
-    options += " profile=" + profile;
+    options += " profile=" + quoted(profile);
   std::string reportPath = output + ".report.txt";
   std::string placementPipeline = "train-placement-pipeline{report=true "
                                   "report-file=" +
-                                  reportPath + " " + options + "}";
+                                  quoted(reportPath) + " " + options + "}";
   // The JSON report is a second run of the report pass (same options), so
   // the text report and the totals printed from it stay as they are.
   if (!reportJson.empty())
     placementPipeline += ",train-placement-report{report-format=json "
                          "report-file=" +
-                         reportJson + " " + options + "}";
+                         quoted(reportJson) + " " + options + "}";
   bool drawTimeline = !memoryTimeline.empty();
   if (drawTimeline && memoryTimelineAxis != "time" &&
       memoryTimelineAxis != "op")
@@ -481,6 +595,20 @@ int main(int argc, char **argv) {
         ap::train::MemoryTimeline::compute(*module, cost), cost);
   if (failed(runPipeline(lowering)))
     return 1;
+  // What the binary allocates, checked before it is built.
+  for (llvm::StringRef attr :
+       {ap::exec::kArenaBytesAttr, ap::exec::kPinnedBytesAttr}) {
+    int64_t bytes = stepBytes(*module, attr);
+    if (bytes > kMaxPlanBytes)
+      return fail(llvm::formatv(
+          "the planned {0} is {1} bytes (persistent {2}, activations {3}, "
+          "workspace {4}), over the limit of {5} (2^48) bytes; lower --seq, "
+          "--micro-batch-size or the model's sizes",
+          attr, bytes, stepBytes(*module, ap::exec::kPersistentBytesAttr),
+          stepBytes(*module, ap::exec::kActivationBytesAttr),
+          stepBytes(*module, ap::exec::kWorkspaceBytesAttr),
+          kMaxPlanBytes));
+  }
 
   // Placement report totals (the whole report is kept beside the binary).
   {
@@ -543,8 +671,9 @@ int main(int argc, char **argv) {
   std::string logPath = output + ".build.log";
   std::string cmd = std::string(ACTPLACE_CXX) + " -std=c++17 -O2 -I" +
                     ACTPLACE_SOURCE_DIR + " " + ACTPLACE_EXTRA_FLAGS + " " +
-                    cxxFlags + " '" + cppPath + "' -o '" + output + "' " +
-                    ACTPLACE_LINK_ITEMS + " > '" + logPath + "' 2>&1";
+                    cxxFlags + " " + shellQuote(cppPath) + " -o " +
+                    shellQuote(output) + " " +
+                    ACTPLACE_LINK_ITEMS + " > " + shellQuote(logPath) + " 2>&1";
   int rc = std::system(cmd.c_str());
   if (rc != 0) {
     auto log = llvm::MemoryBuffer::getFile(logPath);

@@ -385,3 +385,28 @@ OwningOpRef<ModuleOp> ap::import::buildForwardGraph(MLIRContext &ctx,
   ctx.loadDialect<TrainDialect, func::FuncDialect>();
   return GraphEmitter(ctx, cfg, shape).build();
 }
+
+llvm::Error ap::import::checkTrainShape(const TrainShape &shape) {
+  auto error = [](const llvm::Twine &msg) {
+    return llvm::createStringError(llvm::inconvertibleErrorCode(), msg);
+  };
+  for (auto [name, value] :
+       {std::pair<const char *, int64_t>{"--seq", shape.seqLen},
+        {"--micro-batch-size", shape.microBatchSize},
+        {"--micro-batches", shape.microBatches},
+        {"--loss-chunk-tokens", shape.lossChunkTokens}})
+    if (value < 1 || value > kMaxStepTokens)
+      return error(llvm::Twine(name) + " must be in [1, " +
+                   llvm::Twine(kMaxStepTokens) + "], got " +
+                   llvm::Twine(value));
+  // Each factor is below 2^31, so neither product overflows.
+  int64_t perMicrobatch = shape.seqLen * shape.microBatchSize;
+  if (perMicrobatch > kMaxStepTokens ||
+      perMicrobatch * shape.microBatches > kMaxStepTokens)
+    return error("tokens per step (--seq " + llvm::Twine(shape.seqLen) +
+                 " x --micro-batch-size " + llvm::Twine(shape.microBatchSize) +
+                 " x --micro-batches " + llvm::Twine(shape.microBatches) +
+                 ") must be at most " + llvm::Twine(kMaxStepTokens) +
+                 " (the step counts its tokens in an i32)");
+  return llvm::Error::success();
+}

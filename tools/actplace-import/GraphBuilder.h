@@ -36,6 +36,17 @@ mlir::OwningOpRef<mlir::ModuleOp> buildForwardGraph(mlir::MLIRContext &ctx,
                                                     const ModelConfig &cfg,
                                                     const TrainShape &shape);
 
+/// The most tokens one step may hold: the step counts its tokens in an i32
+/// (train.lm_head_cross_entropy's token_count) and the runtime keeps every
+/// microbatch's ids in int32 vectors.
+inline constexpr int64_t kMaxStepTokens = 2147483647;
+
+/// Checks the training shape before a graph is built: --seq,
+/// --micro-batch-size, --micro-batches and --loss-chunk-tokens positive,
+/// the tokens of a step at most kMaxStepTokens. The message names the
+/// option, the value and the limit.
+llvm::Error checkTrainShape(const TrainShape &shape);
+
 } // namespace ap::import
 
 #endif // ACTPLACE_TOOLS_IMPORT_GRAPHBUILDER_H
