@@ -21,6 +21,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 using namespace mlir;
 using namespace ap::train;
@@ -223,6 +224,19 @@ double mainGradBytes(Value weight) { return 2.0 * 4.0 * numel(weight); }
 /// backward's dS tiles grow with T^2), and the memory timeline adds
 /// workspaces to other byte counts. 2^56 bytes is more than any device has,
 /// so the cap changes no placement decision.
+/// `amount / rate`: seconds to move or compute `amount` at `rate` per
+/// second. DeviceProfile::parse refuses rates that are not positive and
+/// finite; a profile built otherwise must still not make the simulation
+/// see NaN (0 / 0): nothing takes no time, anything else at rate <= 0 never
+/// ends.
+double secondsAt(double amount, double rate) {
+  if (amount <= 0)
+    return 0;
+  if (!(rate > 0))
+    return std::numeric_limits<double>::infinity();
+  return amount / rate;
+}
+
 constexpr double kWorkspaceCap = double(int64_t(1) << 56);
 
 double align256(double n) { return std::ceil(n / 256) * 256; }
@@ -316,7 +330,8 @@ double CostModel::copyBandwidth(CopyDirection dir,
                                                   : prof.h2dBandwidth;
   if (!otherDirectionBusy)
     return own;
-  double share = own / (prof.d2hBandwidth + prof.h2dBandwidth);
+  double both = prof.d2hBandwidth + prof.h2dBandwidth;
+  double share = both > 0 ? own / both : 0;
   // Sharing never makes one direction faster than it is alone.
   return std::min(own, prof.duplexBandwidth * share);
 }
@@ -342,7 +357,8 @@ double CostModel::sideCapacity(Operation *op) const {
 
 double CostModel::copySeconds(int64_t bytes, CopyDirection dir,
                               bool otherDirectionBusy) const {
-  return static_cast<double>(bytes) / copyBandwidth(dir, otherDirectionBusy);
+  return secondsAt(static_cast<double>(bytes),
+                   copyBandwidth(dir, otherDirectionBusy));
 }
 
 double CostModel::copySeconds(int64_t bytes, bool otherDirectionBusy) const {
@@ -572,8 +588,8 @@ OpCost CostModel::cost(Operation *op) const {
   // op's latency; split by train-fuse-recompute it is the same two
   // launches, so the dx half adds no latency of its own.
   double latency = isa<LinearInputGradOp>(op) ? 0.0 : prof.launchLatency;
-  c.seconds = scale * (latency + std::max(c.flops / prof.peakFlops,
-                                          c.bytes / prof.memBandwidth));
+  c.seconds = scale * (latency + std::max(secondsAt(c.flops, prof.peakFlops),
+                                          secondsAt(c.bytes, prof.memBandwidth)));
   return c;
 }
 
