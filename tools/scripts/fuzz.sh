@@ -106,8 +106,6 @@ for n in "$time_per_target" "$jobs" "$timeout" "$rss_limit"; do
   [[ $n =~ ^[0-9]+$ ]] && [ "$n" -gt 0 ] || die "expected a positive integer, got '$n'"
 done
 [ "$jobs" -gt 1 ] && keep_going=1
-build=$(mkdir -p "$build" && cd "$build" && pwd)
-out=${out:-$build/fuzz-out}
 
 #--- seed corpora -----------------------------------------------------------#
 
@@ -213,6 +211,9 @@ fi
 
 #--- build ------------------------------------------------------------------#
 
+build=$(mkdir -p "$build" && cd "$build" && pwd)
+out=${out:-$build/fuzz-out}
+
 if [ "$do_build" = 1 ]; then
   start=$SECONDS
   if [ ! -f "$build/build.ninja" ]; then
@@ -283,8 +284,14 @@ for t in "${targets[@]}"; do
     done
     kill -0 "$pid" 2>/dev/null || break
     line=$(grep -E '^#[0-9]+' "$log" | tail -1 || true)
-    echo "   $t: $((SECONDS - start)) s: inputs ${line%%[: ]*}, $(grep -oE 'corp: [0-9]+' <<<"$line" | tail -1 || true)," \
-         "$(grep -oE 'exec/s: [0-9]+' <<<"$line" || true), crashes $(( $(ls "$crashes" | wc -l) - before ))"
+    if [ -z "$line" ]; then
+      echo "   $t: $((SECONDS - start)) s: running the seed corpus"
+      continue
+    fi
+    echo "   $t: $((SECONDS - start)) s: $(grep -oE '^#[0-9]+' <<<"$line" | tr -d '#') inputs," \
+         "$(grep -oE 'corp: [0-9]+' <<<"$line" | sed 's/corp: /corpus /')," \
+         "$(grep -oE 'exec/s: [0-9]+' <<<"$line" | sed 's|exec/s: ||') inputs/s," \
+         "crash/timeout/oom inputs $(( $(ls "$crashes" | wc -l) - before ))"
   done
   rc=0
   wait "$pid" || rc=$?
