@@ -474,6 +474,12 @@ LogicalResult Emitter::run(EmittedPlan *plan) {
       << ";\n  p.persistentBytes = kPersistentBytes;\n"
       << "  p.activationBytes = kActivationBytes;\n"
       << "  p.workspaceBytes = kWorkspaceBytes;\n";
+  if (auto fields =
+          module_->getAttrOfType<DictionaryAttr>(train::kModelConfigAttrName))
+    for (NamedAttribute field : fields)
+      os_ << "  p.modelConfig.push_back({" << cppString(field.getName())
+          << ", " << cppString(cast<StringAttr>(field.getValue()).getValue())
+          << "});\n";
   if (emitSide)
     os_ << "  p.sideWorkspaceBytes = kSideWorkspaceBytes;\n";
   if (sideKernels_)

@@ -719,19 +719,19 @@ std::string valueText(float v) {
 /// the grad norm are the step's host scalars; the updated master weights
 /// and Adam moments are reduced on the device, one L2-norm launch over each
 /// (a NaN or Inf anywhere makes the norm NaN or Inf; so does a value near
-/// float's limit, whose square overflows: no healthier). Compute copies
-/// are roundings of the masters.
-
+/// float's limit, whose square overflows: no healthier), only when
+/// `checkState`. Compute copies are roundings of the masters.
 std::string nonFiniteInStep(StepRunner &r,
                             const std::vector<kernels::GradTensor> &masters,
                             const std::vector<kernels::GradTensor> &moments1,
-                            const std::vector<kernels::GradTensor> &moments2) {
+                            const std::vector<kernels::GradTensor> &moments2,
+                            bool checkState) {
   if (!std::isfinite(r.loss))
     return "the loss is " + valueText(r.loss);
   if (!std::isfinite(r.gradNorm))
     return "the grad norm is " + valueText(r.gradNorm) + " (loss " +
            valueText(r.loss) + ")";
-  if (masters.empty())
+  if (masters.empty() || !checkState)
     return "";
   const std::vector<kernels::GradTensor> *groups[] = {&masters, &moments1,
                                                       &moments2};
@@ -1085,7 +1085,15 @@ int run(int argc, char **argv, const Program &p) {
     engine.assertAllReloaded("step " + std::to_string(step + 1));
     auto t1 = std::chrono::steady_clock::now();
     // Nothing of a step that is not finite may reach a checkpoint.
-    std::string bad = nonFiniteInStep(r, masters, moments1, moments2);
+    // The loss and grad norm are checked every step (scalars the step has
+    // anyway); the updated state, three reductions over every master and
+    // moment, only where it matters: before a save and after the last step.
+    // A non-finite update shows in the next step's loss or grad norm.
+    bool saving = !flags.save.empty() &&
+                  ((flags.saveEvery > 0 && (step + 1) % flags.saveEvery == 0) ||
+                   step + 1 == flags.steps);
+    std::string bad = nonFiniteInStep(r, masters, moments1, moments2,
+                                      saving || step + 1 == flags.steps);
 
     StepMetrics m;
     m.step = step + 1;
@@ -1130,9 +1138,7 @@ int run(int argc, char **argv, const Program &p) {
     };
     if (!bad.empty())
       return stopNotFinite(bad);
-    if (!flags.save.empty() &&
-        ((flags.saveEvery > 0 && (step + 1) % flags.saveEvery == 0) ||
-         step + 1 == flags.steps)) {
+    if (saving) {
       mirror.fromDevice(dev);
       // Every saved value, compute copies included, checked on the host.
       if (std::string name = firstNonFinite(mirror); !name.empty())
@@ -1176,6 +1182,8 @@ runConfigOf(const Program &p, double lr, const std::string &dataSource,
             int worldSize) {
   std::map<std::string, std::string> c;
   c["model"] = p.model;
+  for (const auto &[field, value] : p.modelConfig)
+    c["model." + std::string(field)] = value;
   c["vocab"] = std::to_string(p.vocab);
   // The parameter table stands for the architecture: every parameter's
   // name, dtype, shape, initialiser and frozen flag (the arena offsets are

@@ -72,6 +72,10 @@ struct OptimizerSettings {
 /// Everything the generated file describes.
 struct Program {
   const char *model = "";
+  /// The model settings that shape what it computes (HF field name, exact
+  /// text), from the compiler; a checkpoint records them as "model.<field>"
+  /// in its run configuration. Empty in a hand-written program.
+  std::vector<std::pair<const char *, const char *>> modelConfig;
   int64_t microBatches = 1, batch = 1, seq = 1, vocab = 256;
   /// The plan (exec-plan-memory): [persistent | activations | workspace |
   /// side workspace].

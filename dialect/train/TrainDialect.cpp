@@ -55,6 +55,18 @@ LogicalResult TrainDialect::verifyOperationAttribute(Operation *op,
                              << "' must be a string, got " << attr.getValue();
     return success();
   }
+  if (attr.getName() == kModelConfigAttrName) {
+    auto dict = dyn_cast<DictionaryAttr>(attr.getValue());
+    if (!dict || !isa<ModuleOp>(op) ||
+        llvm::any_of(dict, [](NamedAttribute field) {
+          return !isa<StringAttr>(field.getValue());
+        }))
+      return op->emitError() << "'" << kModelConfigAttrName
+                             << "' is a module attribute, a dictionary of "
+                                "strings; got "
+                             << attr.getValue();
+    return success();
+  }
   if (attr.getName() == kRecomputedAttrName) {
     if (!isa<UnitAttr>(attr.getValue()) || !op->hasAttr("scope"))
       return op->emitError() << "'" << kRecomputedAttrName

@@ -24,6 +24,12 @@ inline constexpr llvm::StringLiteral kMicroBatchesAttrName =
     "train.micro_batches";
 /// Module attribute: model name for reports.
 inline constexpr llvm::StringLiteral kModelNameAttrName = "train.model";
+/// Module attribute: a dictionary of strings, every model setting that
+/// shapes what the model computes (its HF field name -> exact text). The
+/// generated binary records it in each checkpoint; a resume under other
+/// settings is refused naming the field.
+inline constexpr llvm::StringLiteral kModelConfigAttrName =
+    "train.model_config";
 /// Unit attribute on forward ops cloned into backward by train-recompute.
 inline constexpr llvm::StringLiteral kRecomputedAttrName = "train.recomputed";
 /// Unit attribute on recompute clones that train-recompute-stream issued

@@ -145,9 +145,17 @@ def main():
 
     # --- A step that is not finite is never saved. -----------------------
     # --lr 1e300: step 1's loss and grad norm are finite, its update is not
-    # (the lr is inf as a float): nothing may be saved.
-    ck = w("ck-nan-update")
+    # (the lr is inf as a float): nothing may be saved. The updated state
+    # is checked before a save and after the last step: with one step, the
+    # master weights are named; with two (no save after step 1), step 2's
+    # loss stops the run.
+    ck = w("ck-nan-update-2")
     r = train("--steps", "2", "--lr", "1e300", "--save", ck)
+    check(r.returncode == 3 and "step 2 is not finite: the loss is" in
+          r.stderr and not os.path.exists(os.path.join(ck, "latest")),
+          "--lr 1e300, 2 steps: exit %d: %s" % (r.returncode, r.stderr))
+    ck = w("ck-nan-update")
+    r = train("--steps", "1", "--lr", "1e300", "--save", ck)
     check(r.returncode == 3, "--lr 1e300: exit %d, expected 3" % r.returncode)
     check("step 1 is not finite: the master weights are not finite" in
           r.stderr and "no checkpoint was saved" in r.stderr,
@@ -339,6 +347,30 @@ def main():
           not os.path.exists(os.path.join(ck_old, "step-00000003")),
           "older + --lr 1e300: exit %d, latest %s: %s" %
           (r.returncode, latest(ck_old), r.stderr))
+
+    # --- A model setting that shapes no parameter (rms_norm_eps) --------
+    # reaches the checkpoint through the compiler: a binary of the same
+    # model with another eps refuses the checkpoint naming the field.
+    with open(args.model) as f:
+        cfg = json.load(f)
+    cfg["rms_norm_eps"] = 2.5e-5
+    other_model = w("other-eps.json")
+    with open(other_model, "w") as f:
+        json.dump(cfg, f)
+    other_binary = w("train-other-eps")
+    r = subprocess.run([args.compile, other_model, "-o", other_binary,
+                        "--seq", "16", "--micro-batches", "2"],
+                       capture_output=True, text=True)
+    check(r.returncode == 0, "eps: the second compile failed: " + r.stderr)
+    if r.returncode == 0:
+        r = subprocess.run([other_binary, "--device", "host", "--steps", "5",
+                            "--data", "text:" + text, "--resume", ck],
+                           capture_output=True, text=True)
+        check(r.returncode != 0 and
+              "model.rms_norm_eps: checkpoint '1e-06', this run '2.5e-05'"
+              in r.stderr,
+              "eps: another rms_norm_eps was not refused naming it: " +
+              r.stderr)
 
     # --- --steps at or below the checkpoint's step. ----------------------
     r = train("--steps", "4", "--data", "text:" + text, "--resume", ck)

@@ -323,6 +323,10 @@ OwningOpRef<ModuleOp> GraphEmitter::build() {
     module->setAttr(kModelNameAttrName, b.getStringAttr(name));
   module->setAttr(kMicroBatchesAttrName,
                   b.getI64IntegerAttr(shape.microBatches));
+  SmallVector<NamedAttribute> fields;
+  for (const auto &[field, value] : cfg.computeFields())
+    fields.push_back(b.getNamedAttr(field, b.getStringAttr(value)));
+  module->setAttr(kModelConfigAttrName, b.getDictionaryAttr(fields));
 
   b.setInsertionPointToEnd(module.getBody());
   auto tokensType = RankedTensorType::get({B, T}, b.getI32Type());

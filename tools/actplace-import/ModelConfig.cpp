@@ -11,6 +11,8 @@
 
 #include <cfloat>
 #include <cmath>
+#include <cstdlib>
+#include <cstdio>
 
 using namespace ap::import;
 using llvm::json::Object;
@@ -25,6 +27,71 @@ bool ModelConfig::hasMixer(Mixer m) const {
 
 int64_t ModelConfig::rotaryDim() const {
   return static_cast<int64_t>(std::llround(headDim * partialRotaryFactor));
+}
+
+std::vector<std::pair<std::string, std::string>>
+ModelConfig::computeFields() const {
+  auto num = [](double v) {
+    // The shortest text that reads back as the same double.
+    char buf[40];
+    for (int digits = 1; digits <= 17; ++digits) {
+      std::snprintf(buf, sizeof(buf), "%.*g", digits, v);
+      if (std::strtod(buf, nullptr) == v)
+        break;
+    }
+    return std::string(buf);
+  };
+  auto i = [](int64_t v) { return std::to_string(v); };
+  auto flag = [](bool v) { return std::string(v ? "true" : "false"); };
+  std::string layout;
+  for (const LayerSpec &l : layers) {
+    switch (l.mixer) {
+    case Mixer::GatedDeltaNet: layout += 'G'; break;
+    case Mixer::Attention: layout += 'A'; break;
+    case Mixer::Mla: layout += 'L'; break;
+    case Mixer::None: break;
+    }
+    if (l.hasMlp)
+      layout += '-';
+    layout += ' ';
+  }
+  if (!layout.empty())
+    layout.pop_back();
+  std::vector<std::pair<std::string, std::string>> f = {
+      {"model_type", modelType},
+      {"layers", layout},
+      {"hidden_size", i(hiddenSize)},
+      {"vocab_size", i(vocabSize)},
+      {"intermediate_size", i(intermediateSize)},
+      {"rms_norm_eps", num(rmsNormEps)},
+      {"tie_word_embeddings", flag(tieWordEmbeddings)},
+      {"zero_centered_norms", flag(zeroCenteredNorms)},
+      {"initializer_range", num(initializerRange)}};
+  if (hasMixer(Mixer::GatedDeltaNet)) {
+    f.push_back({"linear_num_key_heads", i(linearKeyHeads)});
+    f.push_back({"linear_num_value_heads", i(linearValueHeads)});
+    f.push_back({"linear_key_head_dim", i(linearKeyHeadDim)});
+    f.push_back({"linear_value_head_dim", i(linearValueHeadDim)});
+    f.push_back({"linear_conv_kernel_dim", i(linearConvKernel)});
+  }
+  if (hasMixer(Mixer::Attention) || hasMixer(Mixer::Mla)) {
+    f.push_back({"num_attention_heads", i(numHeads)});
+    f.push_back({"rope_theta", num(ropeTheta)});
+  }
+  if (hasMixer(Mixer::Attention)) {
+    f.push_back({"num_key_value_heads", i(numKvHeads)});
+    f.push_back({"head_dim", i(headDim)});
+    f.push_back({"attn_output_gate", flag(attnOutputGate)});
+    f.push_back({"partial_rotary_factor", num(partialRotaryFactor)});
+  }
+  if (hasMixer(Mixer::Mla)) {
+    f.push_back({"q_lora_rank", qLoraRank ? i(*qLoraRank) : "none"});
+    f.push_back({"kv_lora_rank", i(kvLoraRank)});
+    f.push_back({"qk_nope_head_dim", i(qkNopeHeadDim)});
+    f.push_back({"qk_rope_head_dim", i(qkRopeHeadDim)});
+    f.push_back({"v_head_dim", i(vHeadDim)});
+  }
+  return f;
 }
 
 namespace {

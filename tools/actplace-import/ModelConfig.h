@@ -19,6 +19,7 @@
 
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace ap::import {
@@ -62,6 +63,11 @@ struct ModelConfig {
   bool hasMixer(Mixer m) const;
   /// Rotary dims of full attention: head_dim * partial_rotary_factor.
   int64_t rotaryDim() const;
+  /// Every setting that shapes what the model computes (all but its name),
+  /// by its HF field name, as exact text (floats round-trip). A checkpoint
+  /// records them, so that a resume under a model that computes something
+  /// else is refused naming the field.
+  std::vector<std::pair<std::string, std::string>> computeFields() const;
 };
 
 /// Parses and validates `path`.

@@ -75,13 +75,16 @@ int main(int argc, char **argv) {
       "  actplace-import models/qwen3.5-0.8b.json --seq 4096 --micro-batches 4 "
       "-o qwen.mlir\n");
 
-  for (auto [name, value] : {std::pair<const char *, int64_t>{"--seq", seqLen},
-                             {"--micro-batch-size", microBatchSize},
-                             {"--micro-batches", microBatches},
-                             {"--loss-chunk-tokens", lossChunkTokens}})
-    if (value < 1)
-      return fail(llvm::Twine(name) + " must be a positive integer, got " +
-                  llvm::Twine(value));
+  ap::import::TrainShape shape;
+  shape.seqLen = seqLen;
+  shape.microBatchSize = microBatchSize;
+  shape.microBatches = microBatches;
+  shape.dtype = dtype;
+  shape.lossChunkTokens = lossChunkTokens;
+  // The same shape limits as actplace-compile, checked before the config
+  // is read so that a bad option is reported whatever the config holds.
+  if (llvm::Error err = ap::import::checkTrainShape(shape))
+    return fail(llvm::toString(std::move(err)));
   if (dtype != "bf16" && dtype != "f32")
     return fail("--dtype must be bf16 or f32, got '" + dtype + "'");
 
@@ -90,12 +93,6 @@ int main(int argc, char **argv) {
   if (!cfg)
     return fail(llvm::toString(cfg.takeError()));
 
-  ap::import::TrainShape shape;
-  shape.seqLen = seqLen;
-  shape.microBatchSize = microBatchSize;
-  shape.microBatches = microBatches;
-  shape.dtype = dtype;
-  shape.lossChunkTokens = lossChunkTokens;
   shape.freezePrefixes.assign(freeze.begin(), freeze.end());
   shape.modelName = modelName;
   if (shape.modelName.empty() && cfg->name.empty())
