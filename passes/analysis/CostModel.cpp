@@ -175,6 +175,21 @@ llvm::Expected<DeviceProfile> DeviceProfile::parse(StringRef json,
     if (!std::isfinite(*value))
       return fail("field '" + key + "' must be finite, got " +
                   llvm::formatv("{0}", *value));
+    // Finite but extreme values still make every prediction infinite (a
+    // kernel's work over a rate of 1e-300 per second, a cost times a scale
+    // of 1e300), so rates are at least what any device has and the other
+    // fields at most a bound no calibration comes near.
+    bool isRate = field->member == &DeviceProfile::peakFlops ||
+                  field->member == &DeviceProfile::memBandwidth ||
+                  field->member == &DeviceProfile::d2hBandwidth ||
+                  field->member == &DeviceProfile::h2dBandwidth ||
+                  field->member == &DeviceProfile::duplexBandwidth;
+    if (isRate && *value < 1e3)
+      return fail("field '" + key + "' must be at least 1e3 (a rate per "
+                  "second), got " + llvm::formatv("{0:e}", *value).str());
+    if (!isRate && *value > 1e6)
+      return fail("field '" + key + "' must be at most 1e6, got " +
+                  llvm::formatv("{0:e}", *value).str());
     p.*(field->member) = *value;
   }
   if (p.slowdownBesideCopies() && p.copySlowdownPerByte > 0)
