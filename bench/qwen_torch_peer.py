@@ -30,7 +30,7 @@ Cores (--gdn, --attention):
                fla.ops.common.chunk_o.TRITON_ABOVE_3_7_1 = True, so its
                gradients are only as right as that Triton: `parity` runs the
                torch-chunk core too.
-  torch-chunk  the chunked (C = 64) forward of model-math.md 1.4 in plain
+  torch-chunk  the chunked (C = 64) forward of docs/model-math.md 1.4 in plain
                PyTorch ops, backward by autograd: slower, independent.
   naive        torchref's per-token recurrence (CPU tests only).
   sdpa         torch.nn.functional.scaled_dot_product_attention, causal.
@@ -93,7 +93,7 @@ def fla_gdn_core():
 
 
 def torch_chunk_gdn_core(q, k, v, g, beta, scale, chunk=64):
-    """The gated delta rule in chunks of `chunk` tokens (model-math.md 1.4),
+    """The gated delta rule in chunks of `chunk` tokens (docs/model-math.md 1.4),
     state and products in at least fp32, backward by autograd.
 
     Shapes as torchref's naive core: q, k [B, T, H, dk], v [B, T, H, dv],

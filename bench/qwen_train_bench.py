@@ -90,7 +90,7 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-# Every leaf module (DESIGN.md section 3), for "offload everything".
+# Every leaf module (docs/architecture.md section 3), for "offload everything".
 ALL_LEAVES = ["attn_norm", "gdn_in_proj", "gdn_prep", "gdn_core_attn",
               "gdn_norm_out", "gdn_out_proj", "qkv_linear", "mla_up_proj",
               "core_attn", "attn_proj", "mlp_norm", "mlp_fc1", "mlp_act",

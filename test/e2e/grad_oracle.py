@@ -2,7 +2,7 @@
 #===- grad_oracle.py - compiled f32 step vs an independent PyTorch model ---===#
 #
 # Bit-identity across placements proves placement is harmless, not that the
-# gradients are right (DESIGN.md section 7, Oracle). This test compiles the
+# gradients are right (docs/architecture.md section 7, Oracle). This test compiles the
 # tiny hybrid model (GDN, gated attention, MLA, MLP layers) with f32
 # parameters and activations, runs one training step on the host backend
 # from random weights (--init-weights) on a token file it wrote, and checks

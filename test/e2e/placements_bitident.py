@@ -6,7 +6,7 @@
 # off, at fraction 1 and 0.5; recompute of gdn_norm_out; offload and
 # recompute together; SwiGLU, RMSNorm and gated RMSNorm recompute fused
 # into their backward and as clones), trains each for 6 steps on the host
-# backend with --fingerprints, and checks (DESIGN.md section 7):
+# backend with --fingerprints, and checks (docs/architecture.md section 7):
 #   - every step's loss is finite and the binaries exit 0;
 #   - the fingerprints of loss, grads, params and optimizer state are equal
 #     across the five binaries, step by step;

@@ -176,7 +176,7 @@ exec.step @already_ordered {
 // -----
 
 // max_inflight = 1: an offload that finds one D2H pending makes compute wait
-// for it first (DESIGN.md section 4, offload rule (b)).
+// for it first (docs/architecture.md section 4, offload rule (b)).
 
 // CHECK-LABEL: exec.step @max_inflight
 // CHECK: exec.d2h %{{.*}} on d2h record %[[E1:[0-9]+]]

@@ -1,7 +1,7 @@
 """An independent PyTorch implementation of the model family actplace
 compiles: Qwen3.5-style hybrids of Gated DeltaNet (GDN), gated full
 attention, multi-head latent attention (MLA) and SwiGLU MLP layers, written
-from shared/spec/model-math.md and the train dialect's op descriptions (never
+from docs/model-math.md and the train dialect's op descriptions (never
 from actplace's C++).
 
     cfg = ModelConfig.from_json("models/tiny-hybrid.json")
@@ -159,7 +159,7 @@ class ModelConfig:
 #===----------------------------------------------------------------------===#
 
 def naive_gdn_core(q, k, v, g, beta, scale):
-    """The gated delta rule, one token at a time (model-math.md 1.3).
+    """The gated delta rule, one token at a time (docs/model-math.md 1.3).
 
     q, k: [B, T, H, dk] (L2-normalised, heads already matched to v's);
     v: [B, T, H, dv]; g (log decay, <= 0), beta: [B, T, H]. Returns o
@@ -269,7 +269,7 @@ def repeat_heads(x, n):
 #===----------------------------------------------------------------------===#
 
 class GatedDeltaNet(nn.Module):
-    """model-math.md 1.2."""
+    """docs/model-math.md 1.2."""
 
     def __init__(self, cfg, dtype, kernels):
         super().__init__()
@@ -381,7 +381,7 @@ class GatedAttention(nn.Module):
 
 
 class MultiHeadLatentAttention(nn.Module):
-    """model-math.md 2 (DeepSeek-V2/V3 MLA, no YaRN), rotate-half RoPE on the
+    """docs/model-math.md 2 (DeepSeek-V2/V3 MLA, no YaRN), rotate-half RoPE on the
     qk_rope dims; the rotary key is shared by all heads."""
 
     def __init__(self, cfg, dtype, kernels):

@@ -1,4 +1,4 @@
-"""The training step of actplace in PyTorch terms (DESIGN.md section 4, the
+"""The training step of actplace in PyTorch terms (docs/architecture.md section 4, the
 train-autodiff pass's options and the train dialect's step ops):
 
   * for each microbatch forward + backward; the step's loss is the sum of the
