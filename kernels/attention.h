@@ -3,7 +3,7 @@
 // Included from kernels/kernels.h; do not include directly.
 //
 // Causal softmax attention, flash style, for the two attention flavours of the
-// models (shared/spec/model-math.md sections 2 and 3):
+// models (docs/model-math.md sections 2 and 3):
 //   - Qwen3.5 full attention: GQA, 8 q heads / 2 kv heads, head dim 256,
 //     scale 1/16. The sigmoid output gate is a separate op (dense kernels).
 //   - MLA: q/k head dim 192 (128 nope + 64 rope), v head dim 128, Hq == Hkv.

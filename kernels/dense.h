@@ -6,7 +6,7 @@
 // Dense op family (issue 6): GEMM for every linear, RMSNorm (zero-centred and
 // plain), partial rotary embedding, SwiGLU, sigmoid output gate, residual
 // add, token embedding, tied LM head + chunked cross-entropy, AdamW and the
-// global gradient norm. Formulas: shared/spec/model-math.md sections 2 and 3.
+// global gradient norm. Formulas: docs/model-math.md sections 2 and 3.
 //
 // Conventions shared by every entry below:
 //  - `dtype` is the storage type of activations and compute weights: BF16 on

@@ -2,7 +2,7 @@
 //
 // Included from kernels/kernels.h; do not include directly.
 //
-// The GDN family (shared/spec/model-math.md section 1): causal depthwise short
+// The GDN family (docs/model-math.md section 1): causal depthwise short
 // conv + SiLU, the gates, the per-head L2 norm, the chunked gated delta rule
 // (chunk 64) and the gated RMSNorm with a silu(z) gate. Every op has a forward
 // and a backward entry dispatching on KernelContext::backend.
@@ -146,12 +146,12 @@ Status gdnL2NormBackward(const KernelContext &ctx, const GdnL2NormArgs &args);
 // Chunked gated delta rule
 //===----------------------------------------------------------------------===//
 
-/// Recurrence of model-math 1.3 over value heads h = 0..Hv-1, which read q/k
-/// head h / (Hv/Hk). q and k are the L2-normalised q^, k^. The forward saves
-/// gCum (chunk-local inclusive cumsum of g) and tMat (T = (I+A)^-1 per chunk,
-/// row r of chunk n stored at token n*64+r); backward reads q, k, v, gCum,
-/// beta, tMat, initialState and recomputes W, U, the chunk states and Vnew.
-/// Both cuda entries need dk, dv multiples of 16 and <= 256 (Unsupported
+/// Recurrence of docs/model-math.md 1.3 over value heads h = 0..Hv-1, which
+/// read q/k head h / (Hv/Hk). q and k are the L2-normalised q^, k^. The forward
+/// saves gCum (chunk-local inclusive cumsum of g) and tMat (T = (I+A)^-1 per
+/// chunk, row r of chunk n stored at token n*64+r); backward reads q, k, v,
+/// gCum, beta, tMat, initialState and recomputes W, U, the chunk states and
+/// Vnew. Both cuda entries need dk, dv multiples of 16 and <= 256 (Unsupported
 /// otherwise); the host reference takes any size.
 struct GdnChunkArgs {
   DType dtype = DType::BF16;

@@ -1,9 +1,9 @@
 //===- kernels.h - actplace kernel ABI --------------------------*- C++ -*-===//
 //
 // The one header through which generated code and the runtime reach kernels
-// (DESIGN.md section 6). Kernels know nothing of the runtime or of MLIR: each
-// entry takes a KernelContext (owned and filled by the runtime) and a small
-// args struct of pointers and shapes.
+// (docs/architecture.md section 6). Kernels know nothing of the runtime or of
+// MLIR: each entry takes a KernelContext (owned and filled by the runtime) and
+// a small args struct of pointers and shapes.
 //
 // Every op family declares its args structs and entries in its own header,
 // included at the bottom, so that this file stays the single include.

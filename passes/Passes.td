@@ -1,7 +1,7 @@
 //===- Passes.td - actplace passes -------------------------*- tablegen -*-===//
 //
 // Every pass of the compiler: one .cpp per pass under transforms/, decisions
-// in analysis classes under analysis/ (DESIGN.md section 8).
+// in analysis classes under analysis/ (docs/architecture.md section 8).
 //
 //===----------------------------------------------------------------------===//
 #ifndef ACTPLACE_PASSES_TD
@@ -27,7 +27,7 @@ def TrainAutodiff : Pass<"train-autodiff", "mlir::ModuleOp"> {
   let summary = "Build the training step: microbatch loop of forward + backward, grad finalisation, AdamW";
   let description = [{
     Turns the one-microbatch `@forward` graph into `@train_step(tokens,
-    labels: [M, B, T]) -> (loss, grad_norm)` (DESIGN.md section 4):
+    labels: [M, B, T]) -> (loss, grad_norm)` (docs/architecture.md section 4):
 
     * a `train.microbatch_loop` whose body is the forward graph followed by
       explicit backward ops built through DifferentiableOpInterface; forward
@@ -100,7 +100,7 @@ def TrainPrintMemoryTimeline : Pass<"train-print-memory-timeline", "mlir::Module
 }
 
 //===----------------------------------------------------------------------===//
-// Placement. The passes share one option set (DESIGN.md section 4), so the
+// Placement. The passes share one option set (docs/architecture.md section 4), so the
 // pipeline and every pass read the same spelling of each choice.
 //===----------------------------------------------------------------------===//
 

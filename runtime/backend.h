@@ -1,7 +1,7 @@
 //===- backend.h - Backend interface: cuda and host -------------*- C++ -*-===//
 //
-// The runtime has one API and two backends (DESIGN.md section 5). A Backend
-// is the thin, backend-specific layer under ap::rt::Device: it owns the
+// The runtime has one API and two backends (docs/architecture.md section 5). A
+// Backend is the thin, backend-specific layer under ap::rt::Device: it owns the
 // native streams, events and allocations and executes copies and kernel
 // launches. Everything that must behave identically on both backends (event
 // generations, ordering checks, the arena, NVTX, memory statistics) lives in
@@ -37,8 +37,8 @@ const char *deviceKindName(DeviceKind kind);
 /// Parses "host" or "cuda"; nullopt for anything else.
 std::optional<DeviceKind> parseDeviceKind(std::string_view text);
 
-/// The runtime's fixed set of streams (DESIGN.md section 3, exec dialect;
-/// the values are those of ap::exec::Stream). Side is a second compute
+/// The runtime's fixed set of streams (docs/architecture.md section 3, exec
+/// dialect; the values are those of ap::exec::Stream). Side is a second compute
 /// stream: recompute kernels issued early so that they overlap compute
 /// kernels that leave SMs idle.
 enum class Stream : uint8_t {

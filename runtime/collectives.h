@@ -3,7 +3,7 @@
 //
 // All-reduce (sum), reduce-scatter (sum), all-gather, broadcast and
 // send/recv over communicators: the world, tensor-parallel and data-parallel
-// groups, and pipeline neighbours (DESIGN.md section 5).
+// groups, and pipeline neighbours (docs/architecture.md section 5).
 //
 // Implementations:
 //   - "self": a world of one on the host backend (copies; no launcher).

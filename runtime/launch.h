@@ -2,7 +2,7 @@
 //-*-===//
 //
 // How a training binary learns its place in a distributed run, using the
-// conventions users already know (DESIGN.md section 5):
+// conventions users already know (docs/architecture.md section 5):
 //   - torchrun-style env: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
 //     MASTER_ADDR, MASTER_PORT;
 //   - mpirun (Open MPI): OMPI_COMM_WORLD_RANK / _SIZE / _LOCAL_RANK /

@@ -2,7 +2,7 @@
 //
 // The compiled schedule decides which copy runs after which event; the
 // engine executes it and checks its invariants on every call (cheap, always
-// on, DESIGN.md sections 4 and 5):
+// on, docs/architecture.md sections 4 and 5):
 //   offload: the d2h stream waits for the producer's event, then copies the
 //            value into its planned pinned slot and records the D2H event;
 //   reload:  the h2d stream waits for that same value's D2H event, copies it

@@ -11,9 +11,9 @@
 // Ownership is checked on every call, with messages that name the slot:
 // acquiring a held slot, releasing twice, releasing a handle of another pool
 // ("foreign slot"), and reusing a slot before the H2D that read it completed
-// (the DESIGN.md section 4 rule). The last one is decided with the Device's
-// ordering clocks: the writer's stream must be ordered after the H2D's event
-// (by waits, transitively) or the event must be complete.
+// (the docs/architecture.md section 4 rule). The last one is decided with the
+// Device's ordering clocks: the writer's stream must be ordered after the H2D's
+// event (by waits, transitively) or the event must be complete.
 //
 // Statistics: buffers (host allocations held), bytes retained, bytes in use.
 // In use must be 0 after every step; the training loop calls
@@ -40,7 +40,7 @@ struct PinnedSlotSpec {
 };
 
 /// The compiled plan's pinned layout (one microbatch plus what is in
-/// flight, DESIGN.md section 4).
+/// flight, docs/architecture.md section 4).
 struct PinnedLayout {
   uint64_t totalBytes = 0;
   std::vector<PinnedSlotSpec> slots;

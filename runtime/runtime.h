@@ -1,7 +1,7 @@
 //===- runtime.h - The runtime's public header set --------------*- C++ -*-===//
 //
-// The one include of generated training steps (DESIGN.md section 2: the
-// compiler and the runtime meet only here). Everything is in ap::rt:
+// The one include of generated training steps (docs/architecture.md section 2:
+// the compiler and the runtime meet only here). Everything is in ap::rt:
 //   Device         streams, events, the device arena, kernel launches
 //   PinnedPool     planned pinned slots and the staging pool
 //   OffloadEngine  D2H / H2D of saved activations with checked invariants

@@ -15,8 +15,8 @@
 #include "dialect/exec/ExecTypes.h.inc"
 
 namespace ap::exec {
-/// Every buffer and slot offset and size is a multiple of this (DESIGN.md
-/// section 4: results never depend on pointer values).
+/// Every buffer and slot offset and size is a multiple of this
+/// (docs/architecture.md section 4: results never depend on pointer values).
 inline constexpr int64_t kAlignment = 256;
 
 /// Largest buffer or slot offset (64 PiB): room for 256 buffers of the

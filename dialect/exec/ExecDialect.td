@@ -1,6 +1,6 @@
 //===- ExecDialect.td - exec dialect definition ------------*- tablegen -*-===//
 //
-// The exec dialect: the training step as an explicit schedule (DESIGN.md
+// The exec dialect: the training step as an explicit schedule (docs/architecture.md
 // section 3). Every tensor of the train step is a buffer: a typed view into
 // one device arena whose offsets exec-plan-memory fixes. Copies, collectives
 // and kernels run on named streams and are ordered by events, which

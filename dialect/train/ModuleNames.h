@@ -1,10 +1,10 @@
 //===- ModuleNames.h - module scope leaves and aliases ------------*- C++
 //-*-===//
 //
-// The module names users select placement with (DESIGN.md section 3). Every
-// train op carries one leaf; options accept leaves and aliases. The table
-// lives here, apart from MLIR, so the dialect verifier, the placement passes
-// and the tools share one definition.
+// The module names users select placement with (docs/architecture.md section
+// 3). Every train op carries one leaf; options accept leaves and aliases. The
+// table lives here, apart from MLIR, so the dialect verifier, the placement
+// passes and the tools share one definition.
 //
 //===----------------------------------------------------------------------===//
 #ifndef ACTPLACE_DIALECT_TRAIN_MODULENAMES_H

@@ -92,7 +92,7 @@ def Train_RMSNormGradRebuildOp : Train_AccumulatingGradOp<"rms_norm_grad_rebuild
 }
 
 def Train_GatedRMSNormGradOp : Train_AccumulatingGradOp<"gated_rms_norm_grad"> {
-  let summary = "gated RMSNorm backward (model-math.md 1.5 ix); optionally also the forward output";
+  let summary = "gated RMSNorm backward (docs/model-math.md 1.5 ix); optionally also the forward output";
   let description = [{
     `output`, when present, is the forward's y, bit for bit, from the saved
     rstd: a recomputed gated norm rebuilt by its backward
@@ -135,7 +135,7 @@ def Train_GDNGatesGradOp : Train_AccumulatingGradOp<"gdn_gates_grad"> {
 }
 
 def Train_GatedDeltaRuleGradOp : Train_ComputeOp<"gated_delta_rule_grad"> {
-  let summary = "gated delta rule backward (model-math.md 1.5): dq, dk, dv, dg, dbeta";
+  let summary = "gated delta rule backward (docs/model-math.md 1.5): dq, dk, dv, dg, dbeta";
   let description = [{
     Reads the saved q, k (normalised), v, beta, the chunk-local cumulative
     gate sum and T; recomputes W, U, the chunk states and Vnew. `g_grad` is

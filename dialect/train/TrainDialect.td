@@ -22,7 +22,7 @@ def Train_Dialect : Dialect {
     Parameters are module-level `train.param` symbols referenced with
     `train.param_ref`. Every compute op carries a `#train.scope<layer, leaf>`
     naming the decoder layer (-1 for model-level ops) and one leaf module from
-    DESIGN.md section 3; offload and recompute options select these leaves.
+    docs/architecture.md section 3; offload and recompute options select these leaves.
 
     Module attributes: `train.micro_batches` (positive integer, microbatches per
     training step) and `train.model` (a name, for reports).
@@ -43,7 +43,7 @@ def Train_ScopeAttr : Train_Attr<"Scope", "scope"> {
     `#train.scope<3, gdn_core_attn>`: the op belongs to leaf module
     `gdn_core_attn` of decoder layer 3. Model-level leaves (`embedding`,
     `final_norm`, `lm_head`) use layer -1. The leaf must be one of the names in
-    DESIGN.md section 3.
+    docs/architecture.md section 3.
   }];
   let parameters = (ins "int64_t":$layer, StringRefParameter<"leaf module name">:$module);
   let hasCustomAssemblyFormat = 1;

@@ -2,7 +2,7 @@
 //
 // DifferentiableOpInterface for the forward ops: which intermediates each
 // backward reads (made explicit results) and how its backward ops are built.
-// Formulas: shared/spec/model-math.md. Backward ops carry the forward op's
+// Formulas: docs/model-math.md. Backward ops carry the forward op's
 // scope, so the values they read are that scope's saved activations.
 //
 //===----------------------------------------------------------------------===//

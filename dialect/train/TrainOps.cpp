@@ -17,7 +17,8 @@ using namespace mlir;
 using namespace ap::train;
 
 namespace {
-/// Largest head dimension the kernels implement (model-math.md; DESIGN.md 6).
+/// Largest head dimension the kernels implement (docs/model-math.md;
+/// docs/architecture.md 6).
 constexpr int64_t kMaxHeadDim = 256;
 /// The GDN chunk size the kernels implement.
 constexpr int64_t kGdnChunkSize = 64;

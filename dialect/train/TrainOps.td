@@ -262,9 +262,9 @@ def Train_GatedDeltaRuleOp : Train_ComputeOp<"gated_delta_rule", [Differentiable
     `S_t = exp(g_t) (I - beta_t k_t k_t^T) S_{t-1} + beta_t k_t v_t^T`,
     `o_t = scale * S_t^T q_t`. Inputs q, k are L2-normalised [B, T, Hk, dk],
     v is [B, T, Hv, dv], g (f32) and beta are [B, T, Hv]. Computed in chunks of
-    `chunk_size` = 64 tokens (WY form, model-math.md 1.4); head dims up to 256;
+    `chunk_size` = 64 tokens (WY form, docs/model-math.md 1.4); head dims up to 256;
     Hv must be a multiple of Hk. After train-autodiff the op also returns
-    what its backward reads beside q, k, v and beta (model-math.md 1.5): the
+    what its backward reads beside q, k, v and beta (docs/model-math.md 1.5): the
     chunk-local cumulative sum of g (f32 [B, T, Hv]) and the per-chunk
     T = (I + A)^-1 rows ([B, T, Hv, 64], the storage type of v).
 
@@ -318,7 +318,7 @@ def Train_AttentionOp : Train_ComputeOp<"attention", [DifferentiableSavingOp]> {
     [B, T, Hq, Dqk], k is [B, T, Hkv, Dqk], v is [B, T, Hkv, Dv] with Hq a
     multiple of Hkv (GQA); Dqk may differ from Dv (MLA: 192 and 128). Head dims
     up to 256. An output gate, where the model has one, is a separate
-    `train.output_gate` in the `attn_proj` scope, because DESIGN.md places the
+    `train.output_gate` in the `attn_proj` scope, because docs/architecture.md places the
     gate there and the attention output is then needed by both scopes.
     After train-autodiff the op also returns the softmax log-sum-exp
     `lse` (f32 [B, Hq, T]) its backward reads.

@@ -1,6 +1,6 @@
 //===- TrainPlacementOps.td - activation placement ops -----*- tablegen -*-===//
 //
-// What the placement passes insert (DESIGN.md section 4). Their position in
+// What the placement passes insert (docs/architecture.md section 4). Their position in
 // the block is the schedule: `train.offload` right after the producer (the
 // D2H is issued there), `train.reload` right after its prefetch anchor (the
 // H2D is issued there) and `train.wait` right before the first backward

@@ -1,6 +1,6 @@
 //===- TrainStepOps.td - training step structure -----------*- tablegen -*-===//
 //
-// The step train-autodiff builds (DESIGN.md section 4): a microbatch loop of
+// The step train-autodiff builds (docs/architecture.md section 4): a microbatch loop of
 // forward then backward, then finalising the gradients (token mean, global
 // norm, clipping) and AdamW on FP32 master weights.
 //

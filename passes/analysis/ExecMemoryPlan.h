@@ -12,7 +12,8 @@
 //     fits), which is deterministic and close to the live-bytes peak.
 //   - A region a D2H copy reads is reusable only once that copy completed:
 //     the plan lists, for the first later writer of an overlapping region, a
-//     wait on the copy's event on the writer's stream (DESIGN.md section 4,
+//     wait on the copy's event on the writer's stream (docs/architecture.md
+// section 4,
 //     offload rule (a)). When the lowering predicted when the copy ends
 //     (`done_by_kernel`), the bytes stay reserved until then, so the wait
 //     is not expected to stall compute.

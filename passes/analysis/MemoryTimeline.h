@@ -2,7 +2,7 @@
 //
 // Predicts the device memory of `@train_step` op by op in program order: the
 // microbatch loop body (one microbatch; every body value dies before the next
-// iteration, DESIGN.md section 4), then the ops after the loop (grad
+// iteration, docs/architecture.md section 4), then the ops after the loop (grad
 // finalisation, AdamW). Used by train-print-memory-timeline and by placement
 // passes and reports to compare the peak before and after placement.
 //

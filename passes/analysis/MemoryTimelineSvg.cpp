@@ -44,10 +44,10 @@ struct CategoryStyle {
 };
 
 /// The stack, bottom first: the persistent state, then activations in
-/// forward order (embedding, the decoder-layer leaves in DESIGN.md order at
-/// kLayerLeaves, the model head), then what placement and backward add,
-/// then scratch. Fixed, so pictures of two placements compare band by band.
-/// Colours: greys for the persistent state (large and constant, so it
+/// forward order (embedding, the decoder-layer leaves in docs/architecture.md
+/// order at kLayerLeaves, the model head), then what placement and backward
+/// add, then scratch. Fixed, so pictures of two placements compare band by
+/// band. Colours: greys for the persistent state (large and constant, so it
 /// should not draw the eye).
 constexpr CategoryStyle kStack[] = {
     {kParams, "parameters", "#7f7f7f"},

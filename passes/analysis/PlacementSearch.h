@@ -1,8 +1,8 @@
 //===- PlacementSearch.h - choose offload + recompute for a goal --*- C++
 //-*-===//
 //
-// The joint placement choice DESIGN.md section 4 promises: instead of a
-// person listing modules, the compiler picks which leaves to recompute and
+// The joint placement choice docs/architecture.md section 4 promises: instead
+// of a person listing modules, the compiler picks which leaves to recompute and
 // which to offload so that one goal holds (a share of the activation peak
 // removed, a device-peak budget, or a step-time budget) at the least
 // predicted step time (or, for a step budget, the most bytes removed).
@@ -24,8 +24,8 @@
 // any move; taking recompute moves until none helps and only then offload;
 // once per leaf the better of those placed, with that leaf kept through
 // the greedy; and from the best's recompute set (offloads dropped),
-// recompute first. The best end wins (the earliest on a tie). Deterministic: ties
-// break on the move's spelling.
+// recompute first. The best end wins (the earliest on a tie). Deterministic:
+// ties break on the move's spelling.
 //
 //===----------------------------------------------------------------------===//
 #ifndef ACTPLACE_PASSES_ANALYSIS_PLACEMENTSEARCH_H

@@ -5,8 +5,8 @@
 // value defined in the forward part of the microbatch body and used in its
 // backward part. This analysis lists them with their producer, scope, bytes,
 // forward definition point, first and last backward use, and the scopes whose
-// backward needs them (DESIGN.md section 4: a value is counted once and
-// belongs to every scope that needs it).
+// backward needs them (docs/architecture.md section 4: a value is counted once
+// and belongs to every scope that needs it).
 //
 //===----------------------------------------------------------------------===//
 #ifndef ACTPLACE_PASSES_ANALYSIS_SAVEDACTIVATIONS_H

@@ -203,7 +203,7 @@ StreamSimulation StreamSimulation::simulate(Block &block,
                                             const CostModel &cost) {
   StreamSimulation sim;
   CopyEngine engine(cost, sim.copies);
-  // DESIGN.md section 4: compute waits for a D2H when more than
+  // docs/architecture.md section 4: compute waits for a D2H when more than
   // max-inflight offloads would be pending.
   int64_t maxInflight = 0;
   if (Operation *parent = block.getParentOp())

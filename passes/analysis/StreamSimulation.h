@@ -3,7 +3,7 @@
 // Predicts when each op of a block runs on the compute stream and when each
 // offload (D2H) and reload (H2D) copy runs on its host-link queue, so that
 // placement passes can choose prefetch anchors and report hidden versus
-// exposed transfer time (DESIGN.md section 4). Reads the IR only.
+// exposed transfer time (docs/architecture.md section 4). Reads the IR only.
 //
 // Model: the compute stream runs the block's ops in order, each taking
 // CostModel::cost(op).seconds. `train.offload` issues a D2H when the compute

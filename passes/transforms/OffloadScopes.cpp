@@ -1,8 +1,8 @@
 //===- OffloadScopes.cpp - train-offload-scopes ---------------------------===//
 //
-// Applies DESIGN.md section 4's offload rules. Decisions are recorded on the
-// producing op (`train.placement`, one string per result) for the report and
-// emitted as remarks.
+// Applies docs/architecture.md section 4's offload rules. Decisions are
+// recorded on the producing op (`train.placement`, one string per result) for
+// the report and emitted as remarks.
 //
 //===----------------------------------------------------------------------===//
 

@@ -152,7 +152,7 @@ Value GraphEmitter::gdnBlock(Value h, int64_t i) {
   Value k = reshape(conv.getOutputs()[1], {B, T, hk, dk}, i, "gdn_prep");
   Value v = reshape(conv.getOutputs()[2], {B, T, hv, dv}, i, "gdn_prep");
 
-  // The L2 norm eps sits inside the square root (model-math.md 1.2).
+  // The L2 norm eps sits inside the square root (docs/model-math.md 1.2).
   Value qn = L2NormOp::create(b, loc, q.getType(), Type(), q, f64(1e-6),
                               scope(i, "gdn_core_attn"))
                  .getResult();

@@ -1,9 +1,9 @@
 //===- gdn_chunk.cpp - gated delta rule host reference ----------*- C++ -*-===//
 //
 // The naive per-token recurrence (the oracle) and the chunked (WY/UT)
-// forward and backward of model-math 1.3-1.5, chunk 64, in the accumulation
-// type. The backward recomputes W, U, the chunk states and Vnew from the
-// saved q, k, v, g cumsum, beta, T and initial state.
+// forward and backward of docs/model-math.md 1.3-1.5, chunk 64, in the
+// accumulation type. The backward recomputes W, U, the chunk states and Vnew
+// from the saved q, k, v, g cumsum, beta, T and initial state.
 //
 //===----------------------------------------------------------------------===//
 #include "kernels/reference/gdn/gdn_reference.h"

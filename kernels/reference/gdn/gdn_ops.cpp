@@ -1,7 +1,7 @@
 //===- gdn_ops.cpp - GDN short conv, gates, L2 norm, gated norm -*- C++ -*-===//
 //
 // Host reference kernels (plain loops, fixed reduction order) for the
-// element- and row-wise GDN ops of model-math section 1.
+// element- and row-wise GDN ops of docs/model-math.md section 1.
 //
 //===----------------------------------------------------------------------===//
 #include "kernels/reference/gdn/gdn_reference.h"
