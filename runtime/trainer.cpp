@@ -1168,13 +1168,11 @@ int run(int argc, char **argv, const Program &p) {
 } // namespace
 
 std::string exactNumberText(double v) {
-  char buf[40];
-  for (int digits = 1; digits <= 17; ++digits) {
-    std::snprintf(buf, sizeof(buf), "%.*g", digits, v);
-    if (std::strtod(buf, nullptr) == v)
-      break;
-  }
-  return buf;
+  // The metrics writer already prints the shortest exact text; only its
+  // spelling of non-finite values (JSON null) differs.
+  if (std::isfinite(v))
+    return jsonNumber(v);
+  return std::isnan(v) ? "nan" : v > 0 ? "inf" : "-inf";
 }
 
 std::map<std::string, std::string>

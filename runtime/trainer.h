@@ -90,8 +90,8 @@ struct Program {
   /// Side runs were issued after their host (exec-defer-side-issue): each
   /// side-stream wait also waits for the host's first launch
   /// (Device::enableSideAfterFirstLaunch), so the side GEMMs take SMs once
-  /// the host's SM-filling pass is done (run 15: the 60 % placement at
-  /// +5.2 ms against +8.6 ms without).
+  /// the host's SM-filling pass is done (measured in bench/notes/training.md,
+  /// run 15).
   bool sideAfterHostStart = false;
   /// Driver scratch after the plan (dtype staging of GDN gates, scalars).
   uint64_t scratchBytes = 0;
