@@ -468,17 +468,16 @@ LogicalResult Emitter::run(EmittedPlan *plan) {
   // Program table.
   os_ << "ap::rt::Program makeProgram() {\n  ap::rt::Program p;\n";
   os_ << "  p.model = " << cppString(model)
-      << ";\n  p.microBatches = " << microBatches
-      << ";\n  p.batch = " << batch << ";\n  p.seq = " << seq
-      << ";\n  p.vocab = " << (vocab ? vocab : 256)
+      << ";\n  p.microBatches = " << microBatches << ";\n  p.batch = " << batch
+      << ";\n  p.seq = " << seq << ";\n  p.vocab = " << (vocab ? vocab : 256)
       << ";\n  p.persistentBytes = kPersistentBytes;\n"
       << "  p.activationBytes = kActivationBytes;\n"
       << "  p.workspaceBytes = kWorkspaceBytes;\n";
   if (auto fields =
           module_->getAttrOfType<DictionaryAttr>(train::kModelConfigAttrName))
     for (NamedAttribute field : fields)
-      os_ << "  p.modelConfig.push_back({" << cppString(field.getName())
-          << ", " << cppString(cast<StringAttr>(field.getValue()).getValue())
+      os_ << "  p.modelConfig.push_back({" << cppString(field.getName()) << ", "
+          << cppString(cast<StringAttr>(field.getValue()).getValue())
           << "});\n";
   if (emitSide)
     os_ << "  p.sideWorkspaceBytes = kSideWorkspaceBytes;\n";
@@ -587,9 +586,8 @@ LogicalResult Emitter::run(EmittedPlan *plan) {
     } else if (k.getCallee() == "train.adamw") {
       auto sym = args ? args.getAs<FlatSymbolRefAttr>("param") : nullptr;
       if (sym && paramIndex_.count(sym.getValue()))
-        os_ << "  p.optimizer.adamw.push_back({"
-            << paramIndex_[sym.getValue()] << ", "
-            << arg(op, args, "beta1", 0.9) << ", "
+        os_ << "  p.optimizer.adamw.push_back({" << paramIndex_[sym.getValue()]
+            << ", " << arg(op, args, "beta1", 0.9) << ", "
             << arg(op, args, "beta2", 0.999) << ", "
             << arg(op, args, "eps", 1e-8) << ", "
             << arg(op, args, "weight_decay", 0) << "});\n";
@@ -662,8 +660,7 @@ LogicalResult Emitter::emitOp(Operation *op, int indent) {
         if (isa<exec::H2DOp>(u) && u->getOperand(2) == op->getOperand(0) &&
             copyScope_.count(u)) {
           line(indent) << "r.waitCopy(" << cppString(copyScope_[u] + "/wait")
-                       << ", r.ev["
-                       << e << "]);\n";
+                       << ", r.ev[" << e << "]);\n";
           return success();
         }
     line(indent) << "r.dev.wait(" << stream(op) << ", r.ev[" << e << "]);\n";
@@ -713,8 +710,8 @@ LogicalResult Emitter::emitOp(Operation *op, int indent) {
                  << "], " << slotOf_[slotV] << ", r.at(" << o << "ull), "
                  << numel(t) * elemBytes(t) << "ull, r.ev["
                  << eventIndex(d2h->second) << "], r.ev["
-                 << eventIndex(op->getOperand(2))
-                 << "]); // " << cppString(copyScope_[op]) << "\n";
+                 << eventIndex(op->getOperand(2)) << "]); // "
+                 << cppString(copyScope_[op]) << "\n";
     return success();
   }
   if (isa<exec::AllReduceOp>(op)) {
@@ -1024,9 +1021,9 @@ LogicalResult Emitter::emitKernel(Operation *op, int indent) {
     for (int64_t i = d + 1; i < big.getRank(); ++i)
       inner *= big.getDimSize(i);
     line(indent) << "r." << (fwd ? "expand" : "expandGrad") << "(" << label
-                 << ", " << off_[ins[0]] << "ull, " << off_[outs[0]]
-                 << "ull, " << outer << ", " << big.getDimSize(d) << ", "
-                 << inner << ", " << dtypeName(big.getElementType()) << ");\n";
+                 << ", " << off_[ins[0]] << "ull, " << off_[outs[0]] << "ull, "
+                 << outer << ", " << big.getDimSize(d) << ", " << inner << ", "
+                 << dtypeName(big.getElementType()) << ");\n";
     return success();
   }
   if (callee == "train.l2_norm" || callee == "train.l2_norm_grad") {
@@ -1056,12 +1053,11 @@ LogicalResult Emitter::emitKernel(Operation *op, int indent) {
   if (callee == "train.gdn_gates") {
     if (failed(expectCounts(4, 2)))
       return failure();
-    line(indent) << "r.gdnGates(" << label << ", " << off_[ins[0]]
-                 << "ull, " << off_[ins[1]] << "ull, " << off_[ins[2]]
-                 << "ull, " << off_[ins[3]] << "ull, " << off_[outs[0]]
-                 << "ull, " << off_[outs[1]] << "ull, "
-                 << nel(ins[0]) / dim(ins[0], -1) << ", " << dim(ins[0], -1)
-                 << ", " << dt(ins[0]) << ");\n";
+    line(indent) << "r.gdnGates(" << label << ", " << off_[ins[0]] << "ull, "
+                 << off_[ins[1]] << "ull, " << off_[ins[2]] << "ull, "
+                 << off_[ins[3]] << "ull, " << off_[outs[0]] << "ull, "
+                 << off_[outs[1]] << "ull, " << nel(ins[0]) / dim(ins[0], -1)
+                 << ", " << dim(ins[0], -1) << ", " << dt(ins[0]) << ");\n";
     return success();
   }
   if (callee == "train.gdn_gates_grad") {
@@ -1136,9 +1132,9 @@ LogicalResult Emitter::emitKernel(Operation *op, int indent) {
                      << ", [a](const KernelContext &c) { return "
                         "gdnChunkBackward(c, a); });\n";
     if (dbetaStored)
-      line(indent + 2) << "r.convert(" << label << ", " << dbetaScratch
-                       << ", " << acc << ", " << ptr(outs[4]) << ", "
-                       << dt(outs[4]) << ", " << nel(outs[4]) << ");\n";
+      line(indent + 2) << "r.convert(" << label << ", " << dbetaScratch << ", "
+                       << acc << ", " << ptr(outs[4]) << ", " << dt(outs[4])
+                       << ", " << nel(outs[4]) << ");\n";
     line(indent) << "}\n";
     return success();
   }
@@ -1344,8 +1340,8 @@ LogicalResult Emitter::emitKernel(Operation *op, int indent) {
     return success();
   }
   if (callee == "train.finalize_grads") {
-    line(indent) << "r.finalizeGrads("
-                 << arg(op, args, "max_norm", 1.0) << ");\n";
+    line(indent) << "r.finalizeGrads(" << arg(op, args, "max_norm", 1.0)
+                 << ");\n";
     return success();
   }
   if (callee == "train.lr_schedule") {

@@ -239,18 +239,18 @@ std::string saveCheckpoint(const std::string &dir,
   std::string stepDir;
   // Every shard must be durable on every rank before "latest" may name this
   // step.
-  agreeOrThrow(shard, "writing the shards of step " + std::to_string(state.step),
-               kLatestKept, [&] {
-    stepDir = writeShard(dir, tensors, state, shard, options);
-  });
+  agreeOrThrow(
+      shard, "writing the shards of step " + std::to_string(state.step),
+      kLatestKept,
+      [&] { stepDir = writeShard(dir, tensors, state, shard, options); });
   // Nobody returns before "latest" names this step, so any rank may look it
   // up right after saving.
-  agreeOrThrow(shard, "publishing step " + std::to_string(state.step),
-               kLatestKept, [&] {
-    if (shard.rank == 0)
-      writeFileAtomically(dir + "/latest", stepFolderName(state.step) + "\n",
-                          options.sync);
-  });
+  agreeOrThrow(
+      shard, "publishing step " + std::to_string(state.step), kLatestKept, [&] {
+        if (shard.rank == 0)
+          writeFileAtomically(dir + "/latest",
+                              stepFolderName(state.step) + "\n", options.sync);
+      });
   return stepDir;
 }
 
@@ -350,8 +350,9 @@ void removeCheckpoints(const std::string &dir) {
   }
 }
 
-std::string checkpointRunId(
-    int worldSize, const std::function<const char *(const char *)> &getenv) {
+std::string
+checkpointRunId(int worldSize,
+                const std::function<const char *(const char *)> &getenv) {
   auto env = [&](const char *name) -> std::string {
     const char *v = getenv(name);
     return v ? std::string(v) : std::string();
@@ -458,9 +459,10 @@ CheckpointLock CheckpointLock::acquire(const std::string &dir,
       std::strcpy(host, "?");
     std::string text = "run " + runId + "\npid " + std::to_string(::getpid()) +
                        "\nhost " + host + "\n";
-    bool ok = ::ftruncate(fd, 0) == 0 &&
-              ::pwrite(fd, text.data(), text.size(), 0) == ssize_t(text.size()) &&
-              ::fsync(fd) == 0;
+    bool ok =
+        ::ftruncate(fd, 0) == 0 &&
+        ::pwrite(fd, text.data(), text.size(), 0) == ssize_t(text.size()) &&
+        ::fsync(fd) == 0;
     if (!ok) {
       int e = errno;
       ::close(fd);

@@ -151,8 +151,9 @@ void removeCheckpoints(const std::string &dir);
 /// PMIX_NAMESPACE, MASTER_ADDR:MASTER_PORT). A world of one with none of
 /// them gets "<host>:<pid>:<start time>". Several ranks with none of them
 /// throw ap::rt::Error (set ACTPLACE_RUN_ID).
-std::string checkpointRunId(
-    int worldSize, const std::function<const char *(const char *)> &getenv);
+std::string
+checkpointRunId(int worldSize,
+                const std::function<const char *(const char *)> &getenv);
 
 /// Holds a checkpoint folder for one run (one job with several ranks):
 /// creates the folder (one level, as saveCheckpoint does), checks that it

@@ -176,8 +176,8 @@ DataLoader::DataLoader(const DataConfig &config) : config_(config) {
     id.update(content.data(), content.size());
     description_ =
         std::string(config_.kind == DataSourceKind::ByteText ? "text"
-                    : config_.tokenBytes == 2              ? "tokens16"
-                                                           : "tokens32") +
+                    : config_.tokenBytes == 2                ? "tokens16"
+                                                             : "tokens32") +
         ", " + std::to_string(file_->size()) + " bytes, " +
         (file_->size() <= kWholeDigestBytes ? "sha256 " : "sampled sha256 ") +
         content;

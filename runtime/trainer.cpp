@@ -14,8 +14,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <optional>
 #include <sys/stat.h>
@@ -744,10 +744,9 @@ std::string nonFiniteInStep(StepRunner &r,
     args.numTensors = int64_t(groups[g]->size());
     args.maxNorm = 0;
     args.norm = out + g;
-    r.dev.launch(Stream::Compute, "check_finite",
-                 [args](const KernelContext &c) {
-                   return kernels::gradNorm(c, args);
-                 });
+    r.dev.launch(
+        Stream::Compute, "check_finite",
+        [args](const KernelContext &c) { return kernels::gradNorm(c, args); });
   }
   float norms[3];
   r.dev.copyToHostSync(norms, out, sizeof(norms));
@@ -831,8 +830,8 @@ int run(int argc, char **argv, const Program &p) {
     }
     if (uint64_t(flags.steps) < at)
       throw CliError("--steps " + std::to_string(flags.steps) +
-                     " is below the step of checkpoint '" + resumeDir +
-                     "', " + std::to_string(at) +
+                     " is below the step of checkpoint '" + resumeDir + "', " +
+                     std::to_string(at) +
                      ": a resumed run cannot go back (--steps is the total "
                      "from the start of the run; pass more than " +
                      std::to_string(at) + ")");
@@ -894,9 +893,9 @@ int run(int argc, char **argv, const Program &p) {
   CheckpointLock lock;
   if (!flags.save.empty()) {
     lock = CheckpointLock::acquire(
-        flags.save, ShardInfo{},
-        checkpointRunId(worldSize,
-                        [](const char *n) { return std::getenv(n); }));
+        flags.save, ShardInfo{}, checkpointRunId(worldSize, [](const char *n) {
+          return std::getenv(n);
+        }));
     CheckpointFolderContents held = inspectCheckpointFolder(flags.save);
     bool continuing =
         resumed && sameFolder(parentFolder(resumeDir), flags.save);
@@ -907,8 +906,9 @@ int run(int argc, char **argv, const Program &p) {
              resumed ? "this run, resumed from '" + resumeDir + "',"
                      : std::string("a fresh run"),
              " would overwrite them; continue that run with --resume ",
-             flags.save, ", save elsewhere, or pass --overwrite to replace "
-                         "them");
+             flags.save,
+             ", save elsewhere, or pass --overwrite to replace "
+             "them");
       removeCheckpoints(flags.save);
       std::fprintf(stderr,
                    "note: --overwrite: removed the checkpoints of '%s' "
@@ -1030,8 +1030,7 @@ int run(int argc, char **argv, const Program &p) {
         std::string text;
         for (const std::string &d : diffs)
           text += (text.empty() ? "" : "; ") + d;
-        std::fprintf(stderr,
-                     "note: resumed under a different placement (%s)\n",
+        std::fprintf(stderr, "note: resumed under a different placement (%s)\n",
                      text.c_str());
       }
     }
@@ -1175,9 +1174,9 @@ std::string exactNumberText(double v) {
   return std::isnan(v) ? "nan" : v > 0 ? "inf" : "-inf";
 }
 
-std::map<std::string, std::string>
-runConfigOf(const Program &p, double lr, const std::string &dataSource,
-            int worldSize) {
+std::map<std::string, std::string> runConfigOf(const Program &p, double lr,
+                                               const std::string &dataSource,
+                                               int worldSize) {
   std::map<std::string, std::string> c;
   c["model"] = p.model;
   for (const auto &[field, value] : p.modelConfig)
@@ -1189,8 +1188,8 @@ runConfigOf(const Program &p, double lr, const std::string &dataSource,
   Sha256 table;
   int64_t values = 0;
   for (const ParamEntry &e : p.params) {
-    std::string line = std::string(e.name) + " " +
-                       std::to_string(int(e.dtype)) + " [";
+    std::string line =
+        std::string(e.name) + " " + std::to_string(int(e.dtype)) + " [";
     for (int32_t i = 0; i < e.rank; ++i)
       line += (i ? "," : "") + std::to_string(e.shape[i]);
     line += "] " + std::to_string(int(e.init)) + " " +
@@ -1211,8 +1210,8 @@ runConfigOf(const Program &p, double lr, const std::string &dataSource,
   if (o.known) {
     c["lr_schedule"] = "compiled peak " + exactNumberText(p.maxLr) +
                        ", floor " + exactNumberText(o.minLr) + ", warmup " +
-                       std::to_string(o.warmupSteps) + " steps, cosine to step " +
-                       std::to_string(o.totalSteps);
+                       std::to_string(o.warmupSteps) +
+                       " steps, cosine to step " + std::to_string(o.totalSteps);
     c["grad_clip"] = "max norm " + exactNumberText(o.maxGradNorm);
     // Distinct settings with how many parameters use each (weight decay
     // usually differs between matrices and norms), plus a digest of which
@@ -1232,14 +1231,14 @@ runConfigOf(const Program &p, double lr, const std::string &dataSource,
     for (const auto &[text, n] : distinct)
       adamw += (adamw.empty() ? "" : "; ") + text + " (" + std::to_string(n) +
                " parameters)";
-    c["adamw"] = adamw + "; sha256 " + Sha256::hex(which.finish()).substr(0, 16);
+    c["adamw"] =
+        adamw + "; sha256 " + Sha256::hex(which.finish()).substr(0, 16);
   }
   return c;
 }
 
-std::map<std::string, std::string> placementOf(const Program &p,
-                                               const std::string &device,
-                                               int worldSize) {
+std::map<std::string, std::string>
+placementOf(const Program &p, const std::string &device, int worldSize) {
   std::map<std::string, std::string> c;
   c["micro_batches"] = std::to_string(p.microBatches);
   c["micro_batch_size"] = std::to_string(p.batch);

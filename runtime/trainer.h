@@ -267,14 +267,14 @@ std::string exactNumberText(double v);
 /// global batch in tokens, data source identity, peak lr, lr schedule,
 /// gradient clipping and AdamW settings. `dataSource` is
 /// DataLoader::sourceDescription().
-std::map<std::string, std::string>
-runConfigOf(const Program &program, double lr, const std::string &dataSource,
-            int worldSize);
+std::map<std::string, std::string> runConfigOf(const Program &program,
+                                               double lr,
+                                               const std::string &dataSource,
+                                               int worldSize);
 /// How the run is laid out (TrainingState::placement): micro-batch split,
 /// world size, device kind and the buffer plan. Reported, never refused.
-std::map<std::string, std::string> placementOf(const Program &program,
-                                               const std::string &device,
-                                               int worldSize);
+std::map<std::string, std::string>
+placementOf(const Program &program, const std::string &device, int worldSize);
 
 } // namespace ap::rt
 

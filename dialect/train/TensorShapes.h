@@ -1,4 +1,5 @@
-//===- TensorShapes.h - the tensor shapes train and exec ops accept -*- C++ -*-===//
+//===- TensorShapes.h - the tensor shapes train and exec ops accept -*- C++
+//-*-===//
 //
 // One shape rule for every op of the train and exec dialects, checked once
 // by an op trait instead of in each verifier: every tensor an op carries (its
@@ -76,9 +77,8 @@ inline mlir::LogicalResult verifyTensorShape(mlir::Operation *op,
 
 /// Checks every tensor inside `type` (itself, or the tensor a wrapper type
 /// such as !exec.buffer holds).
-inline mlir::LogicalResult verifyTensorsIn(mlir::Operation *op,
-                                           llvm::StringRef what,
-                                           mlir::Type type) {
+inline mlir::LogicalResult
+verifyTensorsIn(mlir::Operation *op, llvm::StringRef what, mlir::Type type) {
   mlir::LogicalResult result = mlir::success();
   type.walk([&](mlir::RankedTensorType tensor) {
     if (succeeded(result))
@@ -90,12 +90,12 @@ inline mlir::LogicalResult verifyTensorsIn(mlir::Operation *op,
 /// The whole rule for one op.
 inline mlir::LogicalResult verifyTensorShapes(mlir::Operation *op) {
   for (auto [i, v] : llvm::enumerate(op->getOperands()))
-    if (failed(verifyTensorsIn(op, "operand #" + std::to_string(i),
-                               v.getType())))
+    if (failed(
+            verifyTensorsIn(op, "operand #" + std::to_string(i), v.getType())))
       return mlir::failure();
   for (auto [i, v] : llvm::enumerate(op->getResults()))
-    if (failed(verifyTensorsIn(op, "result #" + std::to_string(i),
-                               v.getType())))
+    if (failed(
+            verifyTensorsIn(op, "result #" + std::to_string(i), v.getType())))
       return mlir::failure();
   for (auto [r, region] : llvm::enumerate(op->getRegions()))
     for (mlir::Block &block : region)
@@ -123,7 +123,8 @@ inline mlir::LogicalResult verifyTensorShapes(mlir::Operation *op) {
 /// exec op carries. Trait verifiers run before the op's own verifier, so
 /// those may divide by any dimension.
 template <typename ConcreteType>
-class TensorShapes : public mlir::OpTrait::TraitBase<ConcreteType, TensorShapes> {
+class TensorShapes
+    : public mlir::OpTrait::TraitBase<ConcreteType, TensorShapes> {
 public:
   static mlir::LogicalResult verifyTrait(mlir::Operation *op) {
     return verifyTensorShapes(op);

@@ -3,8 +3,8 @@
 #ifndef ACTPLACE_DIALECT_TRAIN_TRAINOPS_H
 #define ACTPLACE_DIALECT_TRAIN_TRAINOPS_H
 
-#include "dialect/train/TrainDialect.h"
 #include "dialect/train/TensorShapes.h"
+#include "dialect/train/TrainDialect.h"
 
 #include "mlir/Bytecode/BytecodeOpInterface.h"
 #include "mlir/IR/Builders.h"

@@ -110,7 +110,8 @@ llvm::Expected<DeviceProfile> DeviceProfile::parse(StringRef json,
                       "'] must be a non-negative number");
         if (!std::isfinite(*v))
           return fail(key.str() + "['" + kv.first.str() +
-                      "'] must be finite, got " + llvm::formatv("{0}", *v).str());
+                      "'] must be finite, got " +
+                      llvm::formatv("{0}", *v).str());
         table[kv.first.str()] = *v;
       }
       continue;
@@ -185,8 +186,10 @@ llvm::Expected<DeviceProfile> DeviceProfile::parse(StringRef json,
                   field->member == &DeviceProfile::h2dBandwidth ||
                   field->member == &DeviceProfile::duplexBandwidth;
     if (isRate && *value < 1e3)
-      return fail("field '" + key + "' must be at least 1e3 (a rate per "
-                  "second), got " + llvm::formatv("{0:e}", *value).str());
+      return fail("field '" + key +
+                  "' must be at least 1e3 (a rate per "
+                  "second), got " +
+                  llvm::formatv("{0:e}", *value).str());
     if (!isRate && *value > 1e6)
       return fail("field '" + key + "' must be at most 1e6, got " +
                   llvm::formatv("{0:e}", *value).str());
@@ -603,8 +606,9 @@ OpCost CostModel::cost(Operation *op) const {
   // op's latency; split by train-fuse-recompute it is the same two
   // launches, so the dx half adds no latency of its own.
   double latency = isa<LinearInputGradOp>(op) ? 0.0 : prof.launchLatency;
-  c.seconds = scale * (latency + std::max(secondsAt(c.flops, prof.peakFlops),
-                                          secondsAt(c.bytes, prof.memBandwidth)));
+  c.seconds =
+      scale * (latency + std::max(secondsAt(c.flops, prof.peakFlops),
+                                  secondsAt(c.bytes, prof.memBandwidth)));
   return c;
 }
 

@@ -250,8 +250,10 @@ static std::string checkOptions() {
         {"--profile", profile},
         {"--report-json", reportJson}})
     if (llvm::StringRef(path).contains('"'))
-      return std::string(name) + " cannot name a path with a '\"' (it is "
-             "passed to the compiler's passes in double quotes), got " + path;
+      return std::string(name) +
+             " cannot name a path with a '\"' (it is "
+             "passed to the compiler's passes in double quotes), got " +
+             path;
   ap::import::TrainShape shape;
   shape.seqLen = seqLen;
   shape.microBatchSize = microBatchSize;
@@ -386,10 +388,11 @@ int main(int argc, char **argv) {
   // reserved in the arena) with the profile placement used, unless
   // --copy-hold=peak-rates asks for the defaults.
   bool holdUnderProfile = copyHold == "placement" && !profile.empty();
-  std::string lowering = "convert-train-to-exec{gemm-workspace-bytes=" +
-                         std::to_string(gemmWorkspace) +
-                         (holdUnderProfile ? " profile=" + quoted(profile) : "") +
-                         "},exec-plan-memory,exec-schedule-streams";
+  std::string lowering =
+      "convert-train-to-exec{gemm-workspace-bytes=" +
+      std::to_string(gemmWorkspace) +
+      (holdUnderProfile ? " profile=" + quoted(profile) : "") +
+      "},exec-plan-memory,exec-schedule-streams";
   if (sideIssue == "after-host")
     lowering += ",exec-defer-side-issue";
   else if (sideIssue != "with-run")
@@ -606,8 +609,7 @@ int main(int argc, char **argv) {
           "--micro-batch-size or the model's sizes",
           attr, bytes, stepBytes(*module, ap::exec::kPersistentBytesAttr),
           stepBytes(*module, ap::exec::kActivationBytesAttr),
-          stepBytes(*module, ap::exec::kWorkspaceBytesAttr),
-          kMaxPlanBytes));
+          stepBytes(*module, ap::exec::kWorkspaceBytesAttr), kMaxPlanBytes));
   }
 
   // Placement report totals (the whole report is kept beside the binary).
@@ -672,8 +674,8 @@ int main(int argc, char **argv) {
   std::string cmd = std::string(ACTPLACE_CXX) + " -std=c++17 -O2 -I" +
                     ACTPLACE_SOURCE_DIR + " " + ACTPLACE_EXTRA_FLAGS + " " +
                     cxxFlags + " " + shellQuote(cppPath) + " -o " +
-                    shellQuote(output) + " " +
-                    ACTPLACE_LINK_ITEMS + " > " + shellQuote(logPath) + " 2>&1";
+                    shellQuote(output) + " " + ACTPLACE_LINK_ITEMS + " > " +
+                    shellQuote(logPath) + " 2>&1";
   int rc = std::system(cmd.c_str());
   if (rc != 0) {
     auto log = llvm::MemoryBuffer::getFile(logPath);

@@ -11,8 +11,8 @@
 
 #include <cfloat>
 #include <cmath>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 
 using namespace ap::import;
 using llvm::json::Object;
@@ -46,10 +46,17 @@ ModelConfig::computeFields() const {
   std::string layout;
   for (const LayerSpec &l : layers) {
     switch (l.mixer) {
-    case Mixer::GatedDeltaNet: layout += 'G'; break;
-    case Mixer::Attention: layout += 'A'; break;
-    case Mixer::Mla: layout += 'L'; break;
-    case Mixer::None: break;
+    case Mixer::GatedDeltaNet:
+      layout += 'G';
+      break;
+    case Mixer::Attention:
+      layout += 'A';
+      break;
+    case Mixer::Mla:
+      layout += 'L';
+      break;
+    case Mixer::None:
+      break;
     }
     if (l.hasMlp)
       layout += '-';

@@ -341,8 +341,8 @@ TEST(Checkpoint, RunConfigAndPlacementRoundTripWithTheirHash) {
   // A checkpoint without a record loads with an empty one.
   std::string old = freshDir("runconfig_old");
   saveCheckpoint(old, a.tensors(), sampleState(3), {});
-  EXPECT_TRUE(
-      loadCheckpoint(*latestCheckpoint(old), b.tensors(), {}).runConfig.empty());
+  EXPECT_TRUE(loadCheckpoint(*latestCheckpoint(old), b.tensors(), {})
+                  .runConfig.empty());
 }
 
 TEST(Checkpoint, RunConfigDiffNamesEachField) {
@@ -379,7 +379,9 @@ TEST(Checkpoint, FolderContentsAndRemoval) {
   ToyState a(1);
   saveCheckpoint(dir, a.tensors(), sampleState(2), {});
   saveCheckpoint(dir, a.tensors(), sampleState(6), {});
-  { std::ofstream(dir + "/notes.txt") << "keep me\n"; }
+  {
+    std::ofstream(dir + "/notes.txt") << "keep me\n";
+  }
   CheckpointFolderContents c = inspectCheckpointFolder(dir);
   ASSERT_TRUE(c.latestStep.has_value());
   EXPECT_EQ(*c.latestStep, 6u);
@@ -408,7 +410,9 @@ TEST(Checkpoint, LockRefusesASecondHolderNamingTheFirst) {
   EXPECT_TRUE(second.held());
   // A folder that cannot be made is reported at once.
   std::string file = freshDir("lock_file");
-  { std::ofstream(file) << "x"; }
+  {
+    std::ofstream(file) << "x";
+  }
   expectError([&] { CheckpointLock::acquire(file + "/ckpt", {}, "run-c"); },
               "cannot create directory '" + file + "/ckpt'");
 }
@@ -455,8 +459,7 @@ TEST(Checkpoint, RunIdFromTheLauncher) {
     return it == env.end() ? nullptr : it->second.c_str();
   };
   std::string own = checkpointRunId(1, get);
-  EXPECT_NE(own.find(":" + std::to_string(::getpid()) + ":"),
-            std::string::npos)
+  EXPECT_NE(own.find(":" + std::to_string(::getpid()) + ":"), std::string::npos)
       << own;
   expectError([&] { checkpointRunId(2, get); }, "ACTPLACE_RUN_ID");
   env["MASTER_ADDR"] = "node1";
