@@ -9,7 +9,8 @@
 # backend with --fingerprints, and checks (docs/architecture.md section 7):
 #   - every step's loss is finite and the binaries exit 0;
 #   - the fingerprints of loss, grads, params and optimizer state are equal
-#     across the five binaries, step by step;
+#     across the binaries, step by step, and equal to the committed golden
+#     fingerprints (golden/tiny-hybrid-host.json) when --golden is given;
 #   - with offload every offloaded scope has d2h_count == h2d_count > 0 and
 #     positive bytes in every step; without offload every count is 0; at
 #     fraction 0.5 a proper subset of the fraction-1 scopes is offloaded;
@@ -89,6 +90,8 @@ def main():
     ap.add_argument("--model", required=True)
     ap.add_argument("--work", required=True)
     ap.add_argument("--import-tool", required=True)
+    ap.add_argument("--golden",
+                    help="committed fingerprints every placement must equal")
     args = ap.parse_args()
     os.makedirs(args.work, exist_ok=True)
 
@@ -145,6 +148,28 @@ def main():
                                        b["fingerprints"]))
             if a["loss"] != b["loss"]:
                 fail("step %d: loss of '%s' differs" % (a["step"], name))
+
+    # Equal across placements is not enough: a change that moved every
+    # placement's bits together (a kernel, the emitter, the runtime) must
+    # show too. The golden file was taken before such restructuring.
+    if args.golden:
+        with open(args.golden) as f:
+            golden = json.load(f)
+        if golden["compile_flags"] != COMMON:
+            fail("golden file %s was taken with %s, this test compiles with %s"
+                 % (args.golden, golden["compile_flags"], COMMON))
+        if len(golden["steps"]) != STEPS:
+            fail("golden file %s has %d steps, this test runs %d" %
+                 (args.golden, len(golden["steps"]), STEPS))
+        for name in VARIANTS:
+            for g, m in zip(golden["steps"], runs[name]):
+                if g["fingerprints"] != m["fingerprints"]:
+                    fail("step %d of '%s' differs from the golden fingerprints"
+                         " in %s:\n  golden %s\n  now    %s" %
+                         (m["step"], name, args.golden, g["fingerprints"],
+                          m["fingerprints"]))
+        print("golden: %d placements x %d steps equal %s" %
+              (len(VARIANTS), STEPS, os.path.basename(args.golden)))
 
     # The fused binary rebuilds each SwiGLU and each mlp_norm in its
     # backward launch: one SwiGLU forward launch per MLP layer where the

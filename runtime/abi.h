@@ -1,0 +1,244 @@
+/*===- abi.h - The compiler-runtime contract (C ABI) ----------------------===*
+ *
+ * Everything a generated training step may use from the runtime: a
+ * versioned, plain-data description of the program (buffer plan, pinned
+ * slots, offload scopes, parameters, optimizer settings, the step function)
+ * and the calls the step makes (kernel launches by id, stream events,
+ * offload and reload, the microbatch loop, the data-movement and step-level
+ * ops). C linkage, plain structs, fixed-width integers: what the C++ emitter
+ * prints today, an LLVM-dialect lowering can produce as well. The kernels'
+ * argument structs come from the kernel library (kernels/kernels.h); the
+ * runtime copies them by value, checking each size against the kernel id.
+ *
+ * Invariants, checked on every call (an error names the call and the value):
+ *   - ap_train_main refuses a program whose abi_version is not
+ *     AP_ABI_VERSION or whose struct_size differs from sizeof(ap_program);
+ *   - arena offsets and byte counts lie inside the program's arena, event,
+ *     scope, slot and parameter indices below their counts, streams and
+ *     dtypes are values of their enums;
+ *   - a kernel id is one of AP_KERNEL_LIST and args_size is the size of
+ *     that kernel's argument struct.
+ * Handles are opaque: generated code never reaches into runtime members.
+ * The version changes whenever a struct layout, an enum value or a call's
+ * meaning changes; adding a kernel id at the end of AP_KERNEL_LIST or a call
+ * keeps old programs valid and does not change it.
+ *
+ *===----------------------------------------------------------------------===*/
+#ifndef ACTPLACE_RUNTIME_ABI_H
+#define ACTPLACE_RUNTIME_ABI_H
+
+#include <stdint.h>
+
+/* The contract's version: generated code stores it in ap_program. */
+#define AP_ABI_VERSION 1
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The step's handle (the runtime's step runner). */
+typedef struct ap_step ap_step;
+
+/* Streams of the device. */
+enum { AP_STREAM_COMPUTE = 0, AP_STREAM_D2H = 1, AP_STREAM_H2D = 2,
+       AP_STREAM_SIDE = 3 };
+
+/* Element types (the kernel library's DType values). */
+enum { AP_DTYPE_BF16 = 0, AP_DTYPE_F32 = 1, AP_DTYPE_F64 = 2,
+       AP_DTYPE_I32 = 3 };
+
+/* Parameter initialisers (the runtime's Philox-based InitKind). */
+enum { AP_INIT_ZEROS = 0, AP_INIT_ONES = 1, AP_INIT_NORMAL = 2,
+       AP_INIT_UNIFORM = 3, AP_INIT_LOG_UNIFORM = 4 };
+
+/* An arena offset that is absent (frozen parameters have no master, grad,
+   moments; a program without a state scalar). */
+#define AP_NO_OFFSET UINT64_MAX
+
+/* The kernel entries a step launches: X(ID, entry, args struct) with the
+   entry and struct of kernels/kernels.h. Ids are positions in this list;
+   new kernels go at the end. */
+#define AP_KERNEL_LIST(X)                                                     \
+  X(EMBEDDING_FORWARD, embeddingForward, EmbeddingForwardArgs)                \
+  X(EMBEDDING_BACKWARD, embeddingBackward, EmbeddingBackwardArgs)             \
+  X(RMS_NORM_FORWARD, rmsNormForward, RmsNormForwardArgs)                     \
+  X(RMS_NORM_BACKWARD, rmsNormBackward, RmsNormBackwardArgs)                  \
+  X(LINEAR_FORWARD, linearForward, LinearForwardArgs)                         \
+  X(LINEAR_BACKWARD, linearBackward, LinearBackwardArgs)                      \
+  X(ROPE_FORWARD, ropeForward, RopeArgs)                                      \
+  X(ROPE_BACKWARD, ropeBackward, RopeArgs)                                    \
+  X(SWIGLU_FORWARD, swiGluForward, SwiGluForwardArgs)                         \
+  X(SWIGLU_BACKWARD, swiGluBackward, SwiGluBackwardArgs)                      \
+  X(SIGMOID_GATE_FORWARD, sigmoidGateForward, SigmoidGateForwardArgs)         \
+  X(SIGMOID_GATE_BACKWARD, sigmoidGateBackward, SigmoidGateBackwardArgs)      \
+  X(RESIDUAL_ADD_FORWARD, residualAddForward, ResidualAddArgs)                \
+  X(LM_HEAD_CROSS_ENTROPY_FORWARD, lmHeadCrossEntropyForward,                 \
+    LmHeadCrossEntropyArgs)                                                   \
+  X(LM_HEAD_CROSS_ENTROPY_BACKWARD, lmHeadCrossEntropyBackward,               \
+    LmHeadCrossEntropyArgs)                                                   \
+  X(GDN_CONV_FORWARD, gdnConvForward, GdnConvArgs)                            \
+  X(GDN_CONV_BACKWARD, gdnConvBackward, GdnConvArgs)                          \
+  X(GDN_L2_NORM_FORWARD, gdnL2NormForward, GdnL2NormArgs)                     \
+  X(GDN_L2_NORM_BACKWARD, gdnL2NormBackward, GdnL2NormArgs)                   \
+  X(GDN_CHUNK_FORWARD, gdnChunkForward, GdnChunkArgs)                         \
+  X(GDN_CHUNK_BACKWARD, gdnChunkBackward, GdnChunkArgs)                       \
+  X(GDN_GATED_NORM_FORWARD, gdnGatedNormForward, GdnGatedNormArgs)            \
+  X(GDN_GATED_NORM_BACKWARD, gdnGatedNormBackward, GdnGatedNormArgs)          \
+  X(ATTENTION_FORWARD, attentionForward, AttentionForwardArgs)                \
+  X(ATTENTION_BACKWARD, attentionBackward, AttentionBackwardArgs)
+
+#define AP_KERNEL_ENUM_ENTRY(id, entry, args) AP_KERNEL_##id,
+enum { AP_KERNEL_LIST(AP_KERNEL_ENUM_ENTRY) AP_KERNEL_COUNT };
+#undef AP_KERNEL_ENUM_ENTRY
+
+/* One parameter, in declaration order (HF names). */
+typedef struct ap_param {
+  const char *name;
+  int32_t dtype; /* AP_DTYPE_*: the weight's storage type */
+  int32_t rank;  /* 1..4 */
+  int64_t shape[4]; /* unused dims are 1 */
+  int64_t numel;
+  int32_t init; /* AP_INIT_* */
+  int32_t frozen;
+  double init_a, init_b;
+  /* arena offsets; AP_NO_OFFSET for the absent roles of a frozen one */
+  uint64_t weight, master, grad, adam_m, adam_v;
+} ap_param;
+
+/* A pinned host slot: offset from the slot region's start, bytes. */
+typedef struct ap_slot {
+  uint64_t offset, bytes;
+} ap_slot;
+
+/* One parameter's AdamW hyperparameters (train.adamw's arguments). */
+typedef struct ap_adamw {
+  int64_t param; /* index into ap_program.params */
+  double beta1, beta2, eps, weight_decay;
+} ap_adamw;
+
+/* One model setting (HF field name, exact text). */
+typedef struct ap_config_entry {
+  const char *key, *value;
+} ap_config_entry;
+
+/* The whole program. Zero-initialise, then set every field. */
+typedef struct ap_program {
+  uint32_t abi_version; /* AP_ABI_VERSION */
+  uint32_t struct_size; /* sizeof(ap_program) */
+  const char *model;
+  const ap_config_entry *model_config;
+  uint32_t num_model_config;
+  int64_t micro_batches, batch, seq, vocab;
+  /* The plan (exec-plan-memory): arena = [persistent | activations |
+     workspace | side workspace]; then the driver scratch and the pinned
+     slot region. */
+  uint64_t persistent_bytes, activation_bytes, workspace_bytes,
+      side_workspace_bytes, arena_bytes, pinned_bytes, scratch_bytes;
+  /* Nonzero: the step launches kernels on the side stream. */
+  int32_t side_kernels;
+  /* Nonzero: side runs were issued after their host kernel
+     (exec-defer-side-issue); side waits also wait for its first launch. */
+  int32_t side_after_host_start;
+  const ap_slot *slots;
+  uint32_t num_slots;
+  const char *const *scopes; /* offload scopes, "L<layer>.<leaf>" */
+  uint32_t num_scopes;
+  const ap_param *params;
+  uint32_t num_params;
+  uint32_t num_events;
+  /* Arena offsets of the step's state scalars (AP_NO_OFFSET: absent). */
+  uint64_t state_loss_sum, state_token_count, state_grad_norm, state_lr,
+      state_loss;
+  /* Peak of the compiled lr schedule (the default of --lr); 0: none. */
+  double max_lr;
+  /* The optimizer as compiled; optimizer_known 0: not described. */
+  int32_t optimizer_known;
+  int64_t warmup_steps, total_steps;
+  double min_lr, max_grad_norm;
+  const ap_adamw *adamw;
+  uint32_t num_adamw;
+  void (*step)(ap_step *);
+} ap_program;
+
+/* The training binary: parses the train flags and runs `program`; returns
+   the process exit code (0 done, 1 error, 2 bad flag, 3 a step that is not
+   finite; docs/tools.md). */
+int ap_train_main(int argc, char **argv, const ap_program *program);
+
+/*--- Addresses ------------------------------------------------------------*/
+/* The arena address of a plan offset. */
+void *ap_at(ap_step *step, uint64_t offset);
+/* An address inside the driver scratch (after the plan). */
+void *ap_scratch(ap_step *step, uint64_t offset);
+
+/*--- Kernels and streams --------------------------------------------------*/
+/* Launches kernel `kernel` (AP_KERNEL_*) on `stream` (compute or side) with
+   a copy of `args` (its kernels/kernels.h struct, `args_size` bytes);
+   `label` names it in errors and --op-times. */
+void ap_launch(ap_step *step, int32_t stream, const char *label,
+               int32_t kernel, const void *args, uint64_t args_size);
+void ap_record(ap_step *step, uint32_t event, int32_t stream);
+void ap_wait(ap_step *step, int32_t stream, uint32_t event);
+/* The compute stream waits for a reload's H2D event; --op-times records
+   the stall under `label` ("<scope>/wait"). */
+void ap_wait_copy(ap_step *step, const char *label, uint32_t event);
+/* D2H of `bytes` at arena `offset` into pinned slot `slot` after
+   `producer`; records `done`. */
+void ap_offload(ap_step *step, uint32_t scope, uint32_t slot,
+                uint64_t offset, uint64_t bytes, uint32_t producer,
+                uint32_t done);
+/* H2D of slot `slot` into arena `offset` after the D2H's `d2h_done`;
+   records `done` and frees the slot once the copy is done. */
+void ap_reload(ap_step *step, uint32_t scope, uint32_t slot, uint64_t offset,
+               uint64_t bytes, uint32_t d2h_done, uint32_t done);
+
+/*--- The microbatch loop --------------------------------------------------*/
+void ap_begin_microbatch(ap_step *step, int64_t microbatch);
+void ap_load_input(ap_step *step, const char *name, uint64_t offset,
+                   uint64_t bytes);
+/* train.yield: the microbatch's loss sum and token count. */
+void ap_yield(ap_step *step, uint64_t loss_offset, uint64_t count_offset);
+void ap_end_loop(ap_step *step);
+void ap_all_reduce(ap_step *step, uint64_t offset, uint64_t bytes,
+                   int32_t dtype);
+
+/*--- Data movement (compute stream) ---------------------------------------*/
+/* y[outer, len, inner] = x[outer, first:first+len, inner]; x has dim_x. */
+void ap_slice(ap_step *step, const char *label, uint64_t x, uint64_t y,
+              int64_t outer, int64_t dim_x, int64_t first, int64_t len,
+              int64_t inner, int64_t elem_bytes);
+/* y[outer, sum dims, inner] = the n inputs joined along the middle dim. */
+void ap_concat(ap_step *step, const char *label, const uint64_t *xs,
+               const int64_t *dims, uint32_t n, uint64_t y, int64_t outer,
+               int64_t inner, int64_t elem_bytes);
+void ap_expand(ap_step *step, const char *label, uint64_t x, uint64_t y,
+               int64_t outer, int64_t n, int64_t inner, int32_t dtype);
+void ap_expand_grad(ap_step *step, const char *label, uint64_t dy,
+                    uint64_t dx, int64_t outer, int64_t n, int64_t inner,
+                    int32_t dtype);
+void ap_gdn_gates(ap_step *step, const char *label, uint64_t a, uint64_t b,
+                  uint64_t a_log, uint64_t dt_bias, uint64_t g, uint64_t beta,
+                  int64_t tokens, int32_t heads, int32_t dtype);
+void ap_gdn_gates_grad(ap_step *step, const char *label, uint64_t a,
+                       uint64_t a_log, uint64_t dt_bias, uint64_t beta,
+                       uint64_t dg, uint64_t dbeta, uint64_t da, uint64_t db,
+                       uint64_t d_a_log, uint64_t d_dt_bias, int64_t tokens,
+                       int32_t heads, int32_t dtype);
+/* Copies n elements between dtypes; src and dst are ap_at / ap_scratch
+   addresses. */
+void ap_convert(ap_step *step, const char *label, const void *src,
+                int32_t from, void *dst, int32_t to, int64_t n);
+
+/*--- Step-level ops -------------------------------------------------------*/
+void ap_finalize_grads(ap_step *step, double max_norm);
+void ap_lr_schedule(ap_step *step, double max_lr, double min_lr,
+                    int64_t warmup, int64_t total);
+void ap_adamw_step(ap_step *step, uint32_t param, double beta1, double beta2,
+                   double eps, double weight_decay);
+void ap_loss_mean(ap_step *step);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* ACTPLACE_RUNTIME_ABI_H */
