@@ -1,0 +1,339 @@
+//===- step_runner.cpp - The support calls of a generated step --*- C++ -*-===//
+//
+// See trainer.h (StepRunner). Every op of the step, the data-movement and
+// dtype-adapting support ops included, is a kernel entry on the compute
+// stream of the chosen backend (or, for recompute kernels the schedule issues
+// early, on the side stream); the only host work inside a step is the scalar
+// bookkeeping of the microbatch loop and the grad finalisation. The timed
+// launch paths (launchOn, waitCopy, collectOpTimes) are in op_timing.cpp.
+//
+//===----------------------------------------------------------------------===//
+#include "runtime/trainer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+
+namespace ap::rt {
+
+using kernels::DType;
+using kernels::KernelContext;
+
+StepRunner::StepRunner(const Program &program, Device &device,
+                       PinnedPool &pinned, OffloadEngine &offload,
+                       bool fingerprints)
+    : dev(device), pool(pinned), engine(offload), program_(program),
+      fingerprints_(fingerprints) {
+  for (uint32_t i = 0; i < program.numEvents; ++i)
+    ev.push_back(dev.createEvent());
+  for (const std::string &s : program.scopes)
+    scope.push_back(engine.scope(s));
+  lossParts_.assign(size_t(program.microBatches), 0.f);
+  countParts_.assign(size_t(program.microBatches), 0);
+}
+
+char *StepRunner::scratch(uint64_t offset) const {
+  return static_cast<char *>(dev.at(program_.arenaBytes + offset));
+}
+
+//===----------------------------------------------------------------------===//
+// Loop ops
+//===----------------------------------------------------------------------===//
+
+void StepRunner::loadInput(const char *name, uint64_t offset, uint64_t bytes) {
+  const std::vector<int32_t> *src = nullptr;
+  if (std::strcmp(name, "tokens") == 0)
+    src = &tokens;
+  else if (std::strcmp(name, "labels") == 0)
+    src = &labels;
+  else
+    fail("load_input: unknown input '", name, "'");
+  uint64_t n = uint64_t(program_.batch * program_.seq);
+  if (n * sizeof(int32_t) > bytes)
+    fail("load_input ", name, ": ", n * 4, " bytes do not fit the ", bytes,
+         "-byte buffer");
+  dev.copyAsync(dev.at(offset, n * 4), src->data() + microbatch * n, n * 4,
+                CopyKind::HostToDevice, Stream::Compute);
+}
+
+void StepRunner::yield(uint64_t lossOff, uint64_t countOff) {
+  dev.copyAsync(&lossParts_[size_t(microbatch)], dev.at(lossOff, 4), 4,
+                CopyKind::DeviceToHost, Stream::Compute);
+  dev.copyAsync(&countParts_[size_t(microbatch)], dev.at(countOff, 4), 4,
+                CopyKind::DeviceToHost, Stream::Compute);
+}
+
+void StepRunner::endLoop() {
+  dev.synchronize(Stream::Compute);
+  // The same order a device-side running sum would use: microbatch 0 first.
+  float sum = 0.f;
+  int32_t count = 0;
+  for (size_t i = 0; i < lossParts_.size(); ++i) {
+    sum += lossParts_[i];
+    count += countParts_[i];
+  }
+  lossParts_.assign(lossParts_.size(), sum);
+  countParts_.assign(countParts_.size(), count);
+  const StateOffsets &s = program_.state;
+  dev.copyAsync(dev.at(s.lossSum, 4), &lossParts_[0], 4, CopyKind::HostToDevice,
+                Stream::Compute);
+  dev.copyAsync(dev.at(s.tokenCount, 4), &countParts_[0], 4,
+                CopyKind::HostToDevice, Stream::Compute);
+  dev.synchronize(Stream::Compute);
+}
+
+void StepRunner::allReduce(uint64_t offset, uint64_t bytes, DType dtype) {
+  if (!dataParallel)
+    fail("all_reduce: the step has no data-parallel communicator");
+  void *p = dev.at(offset, bytes);
+  // A world of one: the sum over "dp" is the buffer itself, so no call (an
+  // in-place sum over one rank is the identity on every backend).
+  if (dataParallel->size() == 1)
+    return;
+  size_t count = size_t(bytes) / dtypeBytes(dtype);
+  dev.synchronize(Stream::Compute);
+  dataParallel->allReduceSum(p, p, count, dtype,
+                             dev.kernelContext(Stream::Compute).stream);
+}
+
+//===----------------------------------------------------------------------===//
+// Data movement
+//===----------------------------------------------------------------------===//
+
+void StepRunner::slice(const char *name, uint64_t x, uint64_t y, int64_t outer,
+                       int64_t dimX, int64_t offset, int64_t len, int64_t inner,
+                       int64_t eb) {
+  kernels::CopyRowsArgs a;
+  a.src = static_cast<const char *>(at(x)) + offset * inner * eb;
+  a.dst = at(y);
+  a.outer = outer;
+  a.rowBytes = len * inner * eb;
+  a.srcPitch = dimX * inner * eb;
+  a.dstPitch = a.rowBytes;
+  launch(name, [a](const KernelContext &c) { return kernels::copyRows(c, a); });
+}
+
+void StepRunner::concat(const char *name, std::vector<uint64_t> xs,
+                        std::vector<int64_t> dims, uint64_t y, int64_t outer,
+                        int64_t inner, int64_t eb) {
+  int64_t total = 0;
+  for (int64_t d : dims)
+    total += d;
+  int64_t pos = 0;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    kernels::CopyRowsArgs a;
+    a.src = at(xs[i]);
+    a.dst = static_cast<char *>(at(y)) + pos * inner * eb;
+    a.outer = outer;
+    a.rowBytes = dims[i] * inner * eb;
+    a.srcPitch = a.rowBytes;
+    a.dstPitch = total * inner * eb;
+    launch(name,
+           [a](const KernelContext &c) { return kernels::copyRows(c, a); });
+    pos += dims[i];
+  }
+}
+
+void StepRunner::expand(const char *name, uint64_t x, uint64_t y, int64_t outer,
+                        int64_t n, int64_t inner, DType dtype) {
+  kernels::CopyRowsArgs a;
+  a.src = at(x);
+  a.dst = at(y);
+  a.outer = outer;
+  a.rowBytes = inner * int64_t(dtypeBytes(dtype));
+  a.srcPitch = a.rowBytes;
+  a.dstPitch = n * a.rowBytes;
+  a.repeats = n;
+  launch(name, [a](const KernelContext &c) { return kernels::copyRows(c, a); });
+}
+
+void StepRunner::expandGrad(const char *name, uint64_t dy, uint64_t dx,
+                            int64_t outer, int64_t n, int64_t inner,
+                            DType dtype) {
+  // Sum of the n copies in increasing order, in Acc, rounded once.
+  kernels::SumRepeatsArgs a;
+  a.dtype = dtype;
+  a.x = at(dy);
+  a.y = at(dx);
+  a.outer = outer;
+  a.repeats = n;
+  a.inner = inner;
+  launch(name,
+         [a](const KernelContext &c) { return kernels::sumRepeats(c, a); });
+}
+
+void StepRunner::convert(const char *name, const void *src, DType from,
+                         void *dst, DType to, int64_t n) {
+  kernels::ConvertArgs a;
+  a.from = from;
+  a.to = to;
+  a.x = src;
+  a.y = dst;
+  a.n = n;
+  launch(name,
+         [a](const KernelContext &c) { return kernels::convertDType(c, a); });
+}
+
+void StepRunner::gdnGates(const char *name, uint64_t a, uint64_t b,
+                          uint64_t aLog, uint64_t dtBias, uint64_t g,
+                          uint64_t beta, int64_t tokens, int32_t heads,
+                          DType dtype) {
+  kernels::GdnGatesArgs args;
+  args.dtype = dtype;
+  args.tokens = tokens;
+  args.heads = heads;
+  args.a = at(a);
+  args.b = at(b);
+  args.aLog = at(aLog);
+  args.dtBias = at(dtBias);
+  args.g = at(g);
+  args.beta = at(beta);
+  launch(name, [args](const KernelContext &c) {
+    return kernels::gdnGatesForward(c, args);
+  });
+}
+
+void StepRunner::gdnGatesGrad(const char *name, uint64_t a, uint64_t aLog,
+                              uint64_t dtBias, uint64_t beta, uint64_t dg,
+                              uint64_t dbeta, uint64_t da, uint64_t db,
+                              uint64_t dALog, uint64_t dDtBias, int64_t tokens,
+                              int32_t heads, DType dtype) {
+  kernels::GdnGatesArgs args;
+  args.dtype = dtype;
+  args.tokens = tokens;
+  args.heads = heads;
+  args.a = at(a);
+  args.aLog = at(aLog);
+  args.dtBias = at(dtBias);
+  args.beta = at(beta);
+  args.dg = at(dg);
+  args.dbeta = at(dbeta);
+  args.da = at(da);
+  args.db = at(db);
+  args.dALog = at(dALog);
+  args.dDtBias = at(dDtBias);
+  launch(name, [args](const KernelContext &c) {
+    return kernels::gdnGatesBackward(c, args);
+  });
+}
+
+//===----------------------------------------------------------------------===//
+// Step-level ops
+//===----------------------------------------------------------------------===//
+
+void StepRunner::finalizeGrads(double maxNorm) {
+  // Every microbatch is done (endLoop synchronised). The main grads hold
+  // sums over the step's tokens; the division by the token count and the
+  // clip are folded into one coefficient that AdamW applies (g * coef), so
+  // the norm is computed once, in the kernel's fixed order, over the sums.
+  const StateOffsets &s = program_.state;
+  int32_t count = countParts_.empty() ? 0 : countParts_[0];
+  if (count <= 0)
+    fail("finalize_grads: the step has no valid tokens (token count ", count,
+         ")");
+  std::vector<kernels::GradTensor> tensors;
+  std::vector<ByteRange> ranges;
+  for (const ParamEntry &p : program_.params) {
+    if (p.frozen)
+      continue;
+    tensors.push_back({static_cast<const float *>(at(p.grad)), p.numel});
+    ranges.push_back({at(p.grad), uint64_t(p.numel) * 4, true});
+  }
+  if (fingerprints_) {
+    // Hashing gigabytes is not part of the step: its time is left out of
+    // step_time_s (the device is idle meanwhile, so nothing else is lost).
+    auto t0 = std::chrono::steady_clock::now();
+    gradsFingerprint = fingerprint(dev, pool, ranges);
+    fingerprintSeconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+            .count();
+  }
+  float *normDev = reinterpret_cast<float *>(scratch(0));
+  kernels::GradNormArgs args;
+  args.tensors = tensors.data();
+  args.numTensors = int64_t(tensors.size());
+  args.maxNorm = 0; // clip computed below from the mean-gradient norm
+  args.norm = normDev;
+  args.clipCoef = nullptr;
+  launch("finalize_grads",
+         [args](const KernelContext &c) { return kernels::gradNorm(c, args); });
+  float rawNorm = 0;
+  dev.copyToHostSync(&rawNorm, normDev, 4);
+  gradNorm = rawNorm / float(count);
+  float clip = 1.f;
+  if (maxNorm > 0)
+    clip = std::min(1.f, float(maxNorm / (double(gradNorm) + 1e-6)));
+  clipHost_ = clip / float(count);
+  dev.copyAsync(scratch(4), &clipHost_, 4, CopyKind::HostToDevice,
+                Stream::Compute);
+  if (s.gradNorm != kNoOffset)
+    dev.copyAsync(at(s.gradNorm), &gradNorm, 4, CopyKind::HostToDevice,
+                  Stream::Compute);
+  dev.synchronize(Stream::Compute);
+  if (onGradsFinalized)
+    onGradsFinalized(count, clip);
+}
+
+void StepRunner::lrSchedule(double maxLr, double minLr, int64_t warmup,
+                            int64_t total) {
+  // --lr replaces the compiled peak; the floor keeps its ratio to it.
+  if (program_.maxLr > 0 && lrOverride > 0) {
+    minLr *= lrOverride / maxLr;
+    maxLr = lrOverride;
+  }
+  double st = double(stepIndex), v;
+  if (stepIndex < warmup) {
+    v = maxLr * (st + 1) / double(warmup);
+  } else {
+    double p =
+        (st - double(warmup)) / double(std::max<int64_t>(1, total - warmup));
+    p = std::min(1.0, p);
+    v = minLr + (maxLr - minLr) * (1 + std::cos(M_PI * p)) / 2;
+  }
+  lr = float(v);
+  if (program_.state.lr != kNoOffset) {
+    dev.copyAsync(at(program_.state.lr), &lr, 4, CopyKind::HostToDevice,
+                  Stream::Compute);
+    dev.synchronize(Stream::Compute);
+  }
+}
+
+void StepRunner::adamw(size_t param, double beta1, double beta2, double eps,
+                       double weightDecay) {
+  const ParamEntry &p = program_.params.at(param);
+  if (p.frozen)
+    return;
+  kernels::AdamWArgs args;
+  args.master = static_cast<float *>(at(p.master));
+  args.expAvg = static_cast<float *>(at(p.adamM));
+  args.expAvgSq = static_cast<float *>(at(p.adamV));
+  args.grad = static_cast<const float *>(at(p.grad));
+  args.clipCoef = reinterpret_cast<const float *>(scratch(4));
+  args.computeCopy = at(p.weight);
+  args.computeDType = p.dtype;
+  args.n = p.numel;
+  args.lr = double(lr);
+  args.beta1 = beta1;
+  args.beta2 = beta2;
+  args.eps = eps;
+  args.weightDecay = weightDecay;
+  args.step = stepIndex + 1;
+  launch(p.name, [args](const KernelContext &c) {
+    return kernels::adamWStep(c, args);
+  });
+  // The main grad starts the next step at zero (gradients accumulate).
+  dev.memsetAsync(at(p.grad), 0, uint64_t(p.numel) * 4, Stream::Compute);
+}
+
+void StepRunner::lossMean() {
+  int32_t count = countParts_.empty() ? 0 : countParts_[0];
+  loss = lossParts_.empty() || count <= 0 ? NAN : lossParts_[0] / float(count);
+  if (program_.state.loss != kNoOffset) {
+    dev.copyAsync(at(program_.state.loss), &loss, 4, CopyKind::HostToDevice,
+                  Stream::Compute);
+    dev.synchronize(Stream::Compute);
+  }
+}
+
+} // namespace ap::rt
