@@ -3,6 +3,7 @@
 #include "dialect/train/ModuleNames.h"
 
 #include "llvm/ADT/STLExtras.h"
+#include "llvm/Support/ErrorHandling.h"
 
 #include <string>
 
@@ -70,6 +71,31 @@ bool ap::train::expandModuleName(
     return true;
   }
   return false;
+}
+
+llvm::SmallVector<llvm::StringRef> ap::train::moduleAliasNames() {
+  llvm::SmallVector<llvm::StringRef> names;
+  for (const ModuleAlias &a : kAliases)
+    names.push_back(a.name);
+  return names;
+}
+
+llvm::StringRef ap::train::leafKindName(LeafKind kind) {
+  switch (kind) {
+  case LeafKind::Shared:
+    return "shared";
+  case LeafKind::Gdn:
+    return "gdn";
+  case LeafKind::Attention:
+    return "attention";
+  case LeafKind::Mla:
+    return "mla";
+  case LeafKind::Mlp:
+    return "mlp";
+  case LeafKind::Model:
+    return "model";
+  }
+  llvm_unreachable("unknown LeafKind");
 }
 
 std::string ap::train::knownModuleNamesForDiagnostics() {

@@ -39,6 +39,14 @@ bool isModelLevelLeaf(llvm::StringRef name);
 bool expandModuleName(llvm::StringRef name,
                       llvm::SmallVectorImpl<llvm::StringRef> &leaves);
 
+/// The alias names (mlp, layernorm, gdn, attn, mla), in table order;
+/// expandModuleName gives each one's leaves.
+llvm::SmallVector<llvm::StringRef> moduleAliasNames();
+
+/// Lower-case name of a leaf kind ("shared", "gdn", "attention", "mla",
+/// "mlp", "model"), as tools print it.
+llvm::StringRef leafKindName(LeafKind kind);
+
 /// Comma-separated list of every leaf and alias, for diagnostics.
 std::string knownModuleNamesForDiagnostics();
 

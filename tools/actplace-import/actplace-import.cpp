@@ -9,11 +9,13 @@
 #include "GraphBuilder.h"
 #include "ModelConfig.h"
 
+#include "dialect/train/ModuleNames.h"
 #include "dialect/train/TrainDialect.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Support/FileUtilities.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/Path.h"
@@ -23,7 +25,7 @@
 namespace cl = llvm::cl;
 
 static cl::OptionCategory category("actplace-import options");
-static cl::opt<std::string> inputPath(cl::Positional, cl::Required,
+static cl::opt<std::string> inputPath(cl::Positional,
                                       cl::desc("<model config .json>"),
                                       cl::cat(category));
 static cl::opt<std::string> outputPath("o",
@@ -61,6 +63,14 @@ static cl::opt<std::string>
     modelName("model-name", cl::desc("Model name recorded in the graph"),
               cl::init(""), cl::cat(category));
 
+static cl::opt<bool> listModules(
+    "list-modules",
+    cl::desc("Print the module names placement options accept, one per "
+             "line, and exit: '<leaf> leaf <kind>' for each leaf, then "
+             "'<alias> alias <leaf>,<leaf>,...' for each alias (no model "
+             "config is read)"),
+    cl::init(false), cl::cat(category));
+
 static int fail(const llvm::Twine &message) {
   llvm::WithColor::error(llvm::errs(), "actplace-import") << message << "\n";
   return 1;
@@ -74,6 +84,26 @@ int main(int argc, char **argv) {
       "actplace-import: model config JSON -> train dialect forward graph\n\n"
       "  actplace-import models/qwen3.5-0.8b.json --seq 4096 --micro-batches 4 "
       "-o qwen.mlir\n");
+
+  // The compiler's own table, printed for scripts (the benchmark harness)
+  // that name modules and must not keep a copy of it.
+  if (listModules) {
+    if (!inputPath.empty())
+      return fail("--list-modules reads no model config, got '" + inputPath +
+                  "'");
+    for (const ap::train::ModuleLeaf &leaf : ap::train::moduleLeaves())
+      llvm::outs() << leaf.name << " leaf "
+                   << ap::train::leafKindName(leaf.kind) << "\n";
+    for (llvm::StringRef alias : ap::train::moduleAliasNames()) {
+      llvm::SmallVector<llvm::StringRef> leaves;
+      ap::train::expandModuleName(alias, leaves);
+      llvm::outs() << alias << " alias " << llvm::join(leaves, ",") << "\n";
+    }
+    return 0;
+  }
+  if (inputPath.empty())
+    return fail("no model config given (usage: actplace-import <model "
+                "config .json> [options], or --list-modules)");
 
   ap::import::TrainShape shape;
   shape.seqLen = seqLen;
