@@ -13,9 +13,29 @@
 # ACTPLACE_FUZZ_SECONDS (default 20, so 60 s for the three) on seeds from
 # test/ and models/; a crash fails the run (docs/fuzzing.md). 0 skips it.
 #
+# Tests labelled `long` (larger matrices) are left out unless --long is
+# given. After each ctest run one summary line gives the passed / skipped /
+# failed counts and the time, then the skipped tests and the 10 slowest
+# (tools/scripts/ctest_summary.py). A GPU test that could not run here is
+# counted as skipped, never as passed.
+#
 #===----------------------------------------------------------------------===#
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
+ctest_labels=(-LE long)
+for arg in "$@"; do
+  case "$arg" in
+  --long) ctest_labels=() ;;
+  -h | --help)
+    echo "usage: test-all.sh [--long]   (--long: also the tests labelled long)"
+    exit 0
+    ;;
+  *)
+    echo "test-all.sh: unknown argument '$arg' (expected --long)" >&2
+    exit 2
+    ;;
+  esac
+done
 "$root/tools/scripts/install-deps.sh"
 
 jobs=${ACTPLACE_JOBS:-$(nproc)}
@@ -31,7 +51,12 @@ run_config() {
   }
   ninja -C "$dir" -j "$jobs"
   echo "== actplace: build ($name) took $((SECONDS - start)) s; running ctest"
-  ctest --test-dir "$dir" --output-on-failure -j "$jobs"
+  local ctest_start=$SECONDS rc=0
+  ctest --test-dir "$dir" --output-on-failure -j "$jobs" ${ctest_labels[@]+"${ctest_labels[@]}"} \
+    --output-junit "$dir/ctest-junit.xml" || rc=$?
+  python3 "$root/tools/scripts/ctest_summary.py" "$name" "$dir/ctest-junit.xml" \
+    --wall $((SECONDS - ctest_start)) || true
+  [ "$rc" -eq 0 ] || return "$rc"
   echo "== actplace: $name configuration passed in $((SECONDS - start)) s"
 }
 
