@@ -2,10 +2,14 @@
 //
 // Picks the backend at startup. A binary built with CUDA must still start on
 // a machine without a GPU driver (CI has the CUDA libraries but no driver), so
-// every cuda request may fall back to host, and says why on one line.
+// `--device auto` (the default) falls back to host and says why on one line;
+// an explicit cuda request without a usable GPU is an error, so a run never
+// reports host numbers as GPU ones.
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/backend.h"
+
+#include "runtime/error.h"
 
 namespace ap::rt {
 
@@ -78,12 +82,13 @@ std::unique_ptr<Backend> createBackend(std::optional<DeviceKind> requested,
   std::string whyNot;
   if (auto cuda = createCudaBackend(deviceIndex, &whyNot))
     return cuda;
-  if (notice) {
-    *notice = std::string("actplace: ") +
-              (requested ? "--device cuda requested but " : "") +
-              "no usable GPU (" + whyNot +
+  if (requested == DeviceKind::Cuda)
+    fail("--device cuda: no usable GPU (", whyNot,
+         "); use --device host, or --device auto to fall back to the host "
+         "backend");
+  if (notice)
+    *notice = "actplace: --device auto: no usable GPU (" + whyNot +
               "); falling back to the host backend";
-  }
   return createHostBackend();
 }
 

@@ -80,6 +80,9 @@ public:
   virtual DeviceKind kind() const = 0;
   /// One line for logs, e.g. "cuda: NVIDIA H200 (sm_90, 132 SMs, 140 GiB)".
   virtual std::string description() const = 0;
+  /// The name of the device that runs the work, for metrics lines: the GPU's
+  /// name on cuda (e.g. "NVIDIA H200"), "CPU" on host.
+  virtual std::string deviceName() const = 0;
 
   /// Device memory (cudaMalloc on cuda). Called once per run for the arena.
   virtual void *allocateDevice(size_t bytes) = 0;
@@ -147,9 +150,10 @@ std::unique_ptr<Backend> createHostBackend();
 std::unique_ptr<Backend> createCudaBackend(int deviceIndex,
                                            std::string *whyNot);
 
-/// Chooses a backend: `requested` = nullopt means cuda when a GPU is usable,
-/// else host. A cuda request on a machine without a usable GPU falls back to
-/// host; `*notice` then says why (empty when no fallback happened).
+/// Chooses a backend: `requested` = nullopt (`--device auto`) means cuda when
+/// a GPU is usable, else host, and `*notice` then says why it fell back
+/// (empty when no fallback happened). A cuda request on a machine without a
+/// usable GPU throws Error naming the reason.
 std::unique_ptr<Backend> createBackend(std::optional<DeviceKind> requested,
                                        int deviceIndex, std::string *notice);
 

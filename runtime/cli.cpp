@@ -210,8 +210,10 @@ TrainFlags parseTrainFlags(int argc, const char *const *argv,
   FlagSet flags(argc > 0 ? argv[0] : "train",
                 "Runs the compiled training step (actplace).");
   flags.addInt("steps", &out.steps, "optimizer steps to run", 1);
-  flags.addChoice("device", &device, {"cuda", "host"},
-                  "backend; without it cuda when a GPU is usable, else host");
+  flags.addChoice("device", &device, {"auto", "cuda", "host"},
+                  "backend; auto (the default): cuda when a GPU is usable, "
+                  "else host, saying so; cuda without a usable GPU is an "
+                  "error");
   flags.addUInt("seed", &out.seed, "seed of parameter init and synthetic data");
   flags.addDouble("lr", &out.lr, "peak learning rate", /*positive=*/true);
   flags.addString("data", &out.data,
@@ -269,8 +271,10 @@ TrainFlags parseTrainFlags(int argc, const char *const *argv,
     out.help = true;
     return out;
   }
-  if (!device.empty())
+  if (!device.empty() && device != "auto")
     out.device = parseDeviceKind(device);
+  else if (device == "auto")
+    out.device = std::nullopt;
   out.seedGiven = flags.given("seed");
   if (out.overwrite && out.save.empty())
     throw CliError("--overwrite needs --save DIR");

@@ -54,7 +54,8 @@ inline constexpr uint64_t alignUp(uint64_t v, uint64_t a) {
 }
 
 struct DeviceOptions {
-  /// nullopt: cuda when a GPU is usable, else host.
+  /// nullopt (`--device auto`): cuda when a GPU is usable, else host;
+  /// Cuda without a usable GPU is an error.
   std::optional<DeviceKind> device;
   /// CUDA device ordinal (launchers set it from LOCAL_RANK).
   int deviceIndex = 0;
@@ -64,8 +65,9 @@ struct DeviceOptions {
 
 class Device {
 public:
-  /// Picks the backend; on a machine without a usable GPU a cuda request
-  /// falls back to host and prints notice() on stderr.
+  /// Picks the backend; on a machine without a usable GPU an auto request
+  /// (options.device unset) falls back to host and prints notice() on
+  /// stderr, a cuda request throws Error.
   explicit Device(const DeviceOptions &options = {});
   /// Uses the given backend (tests).
   explicit Device(std::unique_ptr<Backend> backend);
@@ -77,6 +79,8 @@ public:
 
   DeviceKind kind() const { return backend_->kind(); }
   std::string description() const { return backend_->description(); }
+  /// "CPU" on host, the GPU's name on cuda (metrics lines).
+  std::string deviceName() const { return backend_->deviceName(); }
   /// Why the requested backend was not used; empty when it was.
   const std::string &notice() const { return notice_; }
   Backend &backend() { return *backend_; }

@@ -211,6 +211,7 @@ public:
     return "host: CPU, one worker thread per stream (compute, d2h, h2d, comm, "
            "side)";
   }
+  std::string deviceName() const override { return "CPU"; }
 
   void *allocateDevice(size_t bytes) override {
     void *p = alignedAllocate(bytes, "host-backend device memory");

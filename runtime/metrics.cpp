@@ -32,7 +32,9 @@ std::string jsonNumber(double v) {
 
 std::string metricsJson(const StepMetrics &m) {
   std::ostringstream os;
-  os << "{\"step\":" << m.step << ",\"loss\":" << jsonNumber(m.loss)
+  os << "{\"step\":" << m.step << ",\"backend\":" << jsonQuote(m.backend)
+     << ",\"device\":" << jsonQuote(m.device)
+     << ",\"loss\":" << jsonNumber(m.loss)
      << ",\"grad_norm\":" << jsonNumber(m.gradNorm)
      << ",\"lr\":" << jsonNumber(m.lr)
      << ",\"step_time_s\":" << jsonNumber(m.stepTimeS)
@@ -65,6 +67,8 @@ std::string metricsJson(const StepMetrics &m) {
 
 void collectRuntimeMetrics(StepMetrics &m, Device &device, PinnedPool &pool,
                            const OffloadEngine *engine) {
+  m.backend = deviceKindName(device.kind());
+  m.device = device.deviceName();
   device.sampleMemory();
   m.devicePeakBytes = device.devicePeakBytes();
   m.pinnedPool = pool.stats();

@@ -37,6 +37,11 @@ struct Fingerprints {
 /// Everything one metrics line holds.
 struct StepMetrics {
   int64_t step = 0;
+  /// The backend that ran the step ("host" / "cuda") and its device's name
+  /// (Device::deviceName()), so a line never passes host numbers off as GPU
+  /// ones.
+  std::string backend;
+  std::string device;
   double loss = 0;
   double gradNorm = 0;
   double lr = 0;
@@ -58,7 +63,8 @@ std::string metricsJson(const StepMetrics &m);
 /// "null" for NaN and infinities.
 std::string jsonNumber(double v);
 
-/// Fills the runtime's part of a metrics line: device_peak_bytes (memory is
+/// Fills the runtime's part of a metrics line: backend and device,
+/// device_peak_bytes (memory is
 /// sampled now, so call it after the step's last synchronisation),
 /// pinned_pool and transfers (from `engine`; none when it is null). The
 /// training loop fills step, loss, grad_norm, lr, times, planned bytes.

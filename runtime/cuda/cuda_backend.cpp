@@ -76,6 +76,7 @@ public:
                           props_.totalGlobalMem >> 30, " GiB, device ", device_,
                           ")");
   }
+  std::string deviceName() const override { return props_.name; }
 
   void *allocateDevice(size_t bytes) override {
     void *p = nullptr;

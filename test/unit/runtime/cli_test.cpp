@@ -41,6 +41,10 @@ TEST(Cli, EveryFlagInBothSpellings) {
   EXPECT_EQ(f.resume, "old");
   EXPECT_FALSE(f.help);
   EXPECT_EQ(parse({"--device", "cuda"}).device, DeviceKind::Cuda);
+  EXPECT_EQ(parse({"--device", "auto"}).device, std::nullopt);
+  TrainFlags hostDefault;
+  hostDefault.device = DeviceKind::Host;
+  EXPECT_EQ(parse({"--device", "auto"}, hostDefault).device, std::nullopt);
   EXPECT_FALSE(parse({"--fingerprints=false"}).fingerprints);
 }
 
@@ -64,7 +68,7 @@ TEST(Cli, MistakesAreClearErrors) {
   EXPECT_EQ(errorOf({"--steps=0"}), "--steps: 0 is out of range (at least 1)");
   EXPECT_EQ(errorOf({"--steps=3x"}), "--steps: expected an integer, got '3x'");
   EXPECT_EQ(errorOf({"--device", "gpu"}),
-            "--device: expected one of cuda|host, got 'gpu'");
+            "--device: expected one of auto|cuda|host, got 'gpu'");
   EXPECT_EQ(errorOf({"--lr", "0"}), "--lr: must be > 0, got 0");
   EXPECT_EQ(errorOf({"--lr", "nan"}),
             "--lr: expected a finite number, got 'nan'");
@@ -101,7 +105,7 @@ TEST(Cli, HelpListsEveryFlag) {
   TrainFlags f = parse({"--steps", "3", "--help", "--bogus"});
   EXPECT_TRUE(f.help);
   for (const char *flag :
-       {"--steps N", "--device cuda|host", "--seed N", "--lr X", "--data SRC",
+       {"--steps N", "--device auto|cuda|host", "--seed N", "--lr X", "--data SRC",
         "--metrics PATH", "--fingerprints", "--save DIR", "--save-every N",
         "--resume DIR", "--help"})
     EXPECT_NE(f.usage.find(flag), std::string::npos) << flag << "\n" << f.usage;

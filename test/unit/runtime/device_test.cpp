@@ -467,30 +467,37 @@ TEST_P(DeviceTest, NullCopiesAndUnknownEventsAreErrors) {
 
 AP_RT_INSTANTIATE_BACKENDS(DeviceTest);
 
-TEST(DeviceSelection, CudaRequestFallsBackToHostWithAMessage) {
+TEST(DeviceSelection, CudaRequestWithoutAGpuIsAnError) {
   DeviceOptions options;
   options.device = DeviceKind::Cuda;
   options.quiet = true;
-  Device dev(options);
   if (cudaUsable()) {
+    Device dev(options);
     EXPECT_EQ(dev.kind(), DeviceKind::Cuda);
     EXPECT_TRUE(dev.notice().empty());
   } else {
-    EXPECT_EQ(dev.kind(), DeviceKind::Host);
-    EXPECT_NE(dev.notice().find("--device cuda requested but no usable GPU"),
-              std::string::npos)
-        << dev.notice();
-    EXPECT_NE(dev.notice().find("falling back to the host backend"),
-              std::string::npos);
+    EXPECT_RT_ERROR(Device dev(options), "--device cuda: no usable GPU (");
+    EXPECT_RT_ERROR(Device dev(options), "--device auto to fall back");
   }
 }
 
-TEST(DeviceSelection, DefaultPicksCudaOnlyWhenUsable) {
+TEST(DeviceSelection, AutoPicksCudaOnlyWhenUsableAndSaysWhenItFallsBack) {
   DeviceOptions options;
   options.quiet = true;
   Device dev(options);
   EXPECT_EQ(dev.kind(), cudaUsable() ? DeviceKind::Cuda : DeviceKind::Host);
   EXPECT_FALSE(dev.description().empty());
+  EXPECT_FALSE(dev.deviceName().empty());
+  if (cudaUsable()) {
+    EXPECT_TRUE(dev.notice().empty());
+  } else {
+    EXPECT_EQ(dev.deviceName(), "CPU");
+    EXPECT_NE(dev.notice().find("--device auto: no usable GPU ("),
+              std::string::npos)
+        << dev.notice();
+    EXPECT_NE(dev.notice().find("falling back to the host backend"),
+              std::string::npos);
+  }
 }
 
 TEST(DeviceSelection, HostRequestNeverTouchesCuda) {

@@ -17,6 +17,8 @@ namespace {
 StepMetrics sample() {
   StepMetrics m;
   m.step = 12;
+  m.backend = "host";
+  m.device = "CPU";
   m.loss = 3.25;
   m.gradNorm = 0.5;
   m.lr = 3e-4;
@@ -32,7 +34,8 @@ StepMetrics sample() {
 
 TEST(Metrics, LineFollowsTheDocumentedSchemaExactly) {
   EXPECT_EQ(metricsJson(sample()),
-            "{\"step\":12,\"loss\":3.25,\"grad_norm\":0.5,\"lr\":0.0003,"
+            "{\"step\":12,\"backend\":\"host\",\"device\":\"CPU\","
+            "\"loss\":3.25,\"grad_norm\":0.5,\"lr\":0.0003,"
             "\"step_time_s\":0.125,\"tokens_per_s\":32768,"
             "\"device_peak_bytes\":1234567,\"planned_peak_bytes\":1200000,"
             "\"pinned_pool\":{\"buffers\":2,\"bytes\":8192,\"in_use\":0},"
@@ -230,6 +233,16 @@ TEST_P(FingerprintTest, RuntimePartOfTheLineComesFromDevicePoolAndEngine) {
   device->synchronize();
   StepMetrics m;
   collectRuntimeMetrics(m, *device, pool, &engine);
+  // The backend and device that ran are on every line.
+  EXPECT_EQ(m.backend, deviceKindName(GetParam()));
+  EXPECT_EQ(m.device, device->deviceName());
+  EXPECT_EQ(m.device, GetParam() == DeviceKind::Host ? "CPU" : m.device);
+  EXPECT_FALSE(m.device.empty());
+  EXPECT_EQ(metricsJson(m).rfind("{\"step\":0,\"backend\":\"" + m.backend +
+                                     "\",\"device\":\"" + m.device + "\",",
+                                 0),
+            0u)
+      << metricsJson(m);
   EXPECT_GE(m.devicePeakBytes, 1u << 20);
   EXPECT_EQ(m.pinnedPool.buffers, 1u);
   EXPECT_EQ(m.pinnedPool.bytes, 1u << 16);
