@@ -3,11 +3,14 @@
 // One pass over the step in program order (program order is enqueue order,
 // docs/exec-dialect.md): host-side ops (buffers, views, events, pool
 // acquire/release) become nothing at run time (their offsets and indices are
-// folded into the calls), stream ops become Device / OffloadEngine calls,
-// kernel calls become a kernel-entry launch with its args struct filled from
-// the buffer types and the op's `args`, and the few ops without a kernel
-// entry of its own (slice, concat, expand, the GDN gates, the
-// step-level scalar ops) become StepRunner calls (runtime/trainer.h).
+// folded into the calls); everything else becomes a call of the runtime's C
+// ABI (runtime/abi.h): stream ops become ap_record / ap_wait / ap_offload /
+// ap_reload, kernel calls an ap_launch of their AP_KERNEL_LIST id with the
+// args struct filled from the buffer types and the op's `args`, and the ops
+// without a kernel entry of their own (slice, concat, expand, the GDN gates,
+// the step-level scalar ops) their ap_* call. The program tables are
+// constant ap_* structs. The generated file includes only kernels/kernels.h
+// (the args structs) and runtime/abi.h.
 //
 //===----------------------------------------------------------------------===//
 #include "codegen/EmitCpp.h"
@@ -16,6 +19,7 @@
 #include "dialect/exec/ExecOps.h"
 #include "dialect/train/TrainDialect.h"
 #include "dialect/train/TrainOps.h"
+#include "runtime/abi.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -29,6 +33,7 @@
 #include "llvm/Support/Format.h"
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <map>
 #include <string>
@@ -86,6 +91,26 @@ std::string dtypeName(Type e) {
   if (e.isInteger(32))
     return "DType::I32";
   return "";
+}
+
+/// A DType name of dtypeName() as the runtime ABI's AP_DTYPE_* constant
+/// (the same values): what the ABI's calls take.
+std::string abiDtype(StringRef dtype) {
+  return ("AP_DTYPE_" + dtype.drop_front(strlen("DType::"))).str();
+}
+
+/// The AP_KERNEL_* id of a kernel entry of kernels/kernels.h, from the
+/// runtime ABI's own list (runtime/abi.h), so that the compiler and the
+/// runtime cannot disagree on ids; empty for an entry the ABI lacks.
+StringRef kernelId(StringRef entry) {
+#define AP_KERNEL_ENTRY_NAME(ID, fn, Args) {#fn, "AP_KERNEL_" #ID},
+  static const std::pair<StringRef, StringRef> kIds[] = {
+      AP_KERNEL_LIST(AP_KERNEL_ENTRY_NAME)};
+#undef AP_KERNEL_ENTRY_NAME
+  for (const auto &[fn, id] : kIds)
+    if (fn == entry)
+      return id;
+  return {};
 }
 
 /// `s` as a C++ narrow string literal, quotes included. Everything that
@@ -182,20 +207,20 @@ private:
   LogicalResult emitKernel(Operation *op, int indent);
   LogicalResult offsetOf(Value v, Operation *user, uint64_t &out);
   std::string ptr(Value v) {
-    return "r.at(" + std::to_string(off_[v]) + "ull)";
+    return "ap_at(r, " + std::to_string(off_[v]) + "ull)";
   }
   std::string stream(Operation *op) {
     switch (intAttr(op, "stream", 0)) {
     case 1:
-      return "Stream::D2H";
+      return "AP_STREAM_D2H";
     case 2:
-      return "Stream::H2D";
+      return "AP_STREAM_H2D";
     case 3:
-      return "Stream::Comm";
+      return "AP_STREAM_COMM";
     case 4:
-      return "Stream::Side";
+      return "AP_STREAM_SIDE";
     default:
-      return "Stream::Compute";
+      return "AP_STREAM_COMPUTE";
     }
   }
   unsigned eventIndex(Value e) {
@@ -237,6 +262,8 @@ private:
   int lastD2HWait_ = -1; ///< event last waited for on the d2h stream
   uint64_t maxGateElems_ = 0;
   bool sideKernels_ = false; ///< some exec.kernel runs on the side stream
+  /// An op named a kernel entry missing from the runtime ABI (reported).
+  bool abiError_ = false;
   /// some side op was issued after its host (exec-defer-side-issue)
   bool sideAfterHost_ = false;
   std::map<std::string, std::map<std::string, uint64_t>> persistent_;
@@ -436,10 +463,9 @@ LogicalResult Emitter::run(EmittedPlan *plan) {
       << "//\n//"
          "===------------------------------------------------------------===//"
          "\n"
-      << "#include \"kernels/kernels.h\"\n#include \"runtime/runtime.h\"\n"
-      << "#include \"runtime/trainer.h\"\n\n#include <cstdint>\n\n"
-      << "namespace {\nusing namespace ap::kernels;\nusing ap::rt::Stream;\n"
-      << "using ap::rt::StepRunner;\n\n";
+      << "#include \"kernels/kernels.h\"\n#include \"runtime/abi.h\"\n\n"
+      << "#include <cstdint>\n\n"
+      << "namespace {\nusing namespace ap::kernels;\n\n";
 
   // Buffer plan. The side workspace appears only where the plan has one or
   // the step has side kernels, so other programs' code stays as it was.
@@ -460,53 +486,57 @@ LogicalResult Emitter::run(EmittedPlan *plan) {
       << "ull;\nconstexpr uint64_t kPinnedBytes = " << stepAttr("pinned_bytes")
       << "ull;\nconstexpr uint64_t kScratchBytes = " << scratch << "ull;\n\n";
 
-  os_ << "void trainStep(StepRunner &r) {\n";
+  os_ << "void trainStep(ap_step *r) {\n";
   if (failed(emitBlock(step->getRegion(0).front(), 2)))
     return failure();
   os_ << "}\n\n";
 
-  // Program table.
-  os_ << "ap::rt::Program makeProgram() {\n  ap::rt::Program p;\n";
-  os_ << "  p.model = " << cppString(model)
-      << ";\n  p.microBatches = " << microBatches << ";\n  p.batch = " << batch
-      << ";\n  p.seq = " << seq << ";\n  p.vocab = " << (vocab ? vocab : 256)
-      << ";\n  p.persistentBytes = kPersistentBytes;\n"
-      << "  p.activationBytes = kActivationBytes;\n"
-      << "  p.workspaceBytes = kWorkspaceBytes;\n";
-  if (auto fields =
-          module_->getAttrOfType<DictionaryAttr>(train::kModelConfigAttrName))
-    for (NamedAttribute field : fields)
-      os_ << "  p.modelConfig.push_back({" << cppString(field.getName()) << ", "
-          << cppString(cast<StringAttr>(field.getValue()).getValue())
-          << "});\n";
-  if (emitSide)
-    os_ << "  p.sideWorkspaceBytes = kSideWorkspaceBytes;\n";
-  if (sideKernels_)
-    os_ << "  p.sideKernels = true;\n";
-  if (sideAfterHost_)
-    os_ << "  p.sideAfterHostStart = true;\n";
-  os_ << "  p.arenaBytes = kArenaBytes;\n"
-      << "  p.pinnedBytes = kPinnedBytes;\n  p.scratchBytes = kScratchBytes;\n";
-  os_ << "  // Pinned slots: {offset, bytes}.\n";
+  // Program tables: plain constant data of the C ABI (runtime/abi.h).
   unsigned numSlots = 0;
   for (auto &[s, spec] : slotSpec_)
     numSlots = std::max(numSlots, s + 1);
-  os_ << "  p.slots.resize(" << numSlots << ");\n";
-  for (auto &[s, spec] : slotSpec_)
-    os_ << "  p.slots[" << s << "] = {" << spec.first << "ull, " << spec.second
-        << "ull};\n";
-  os_ << "  // Offload scopes (the transfer counters of the metrics line).\n";
-  for (const std::string &s : scopes_)
-    os_ << "  p.scopes.push_back(" << cppString(s) << ");\n";
-  os_ << "  // Parameters: name, dtype, shape, init, frozen, offsets of weight,"
-         " master, main grad, Adam m, Adam v.\n";
+  if (numSlots) {
+    os_ << "// Pinned slots: {offset, bytes}.\nconst ap_slot kSlots[] = {\n";
+    for (unsigned s = 0; s < numSlots; ++s) {
+      auto it = slotSpec_.find(s);
+      uint64_t off = it == slotSpec_.end() ? 0 : it->second.first;
+      uint64_t bytes = it == slotSpec_.end() ? 0 : it->second.second;
+      os_ << "    {" << off << "ull, " << bytes << "ull},\n";
+    }
+    os_ << "};\n";
+  }
+  if (!scopes_.empty()) {
+    os_ << "// Offload scopes (the transfer counters of the metrics line).\n"
+        << "const char *const kScopes[] = {\n";
+    for (const std::string &s : scopes_)
+      os_ << "    " << cppString(s) << ",\n";
+    os_ << "};\n";
+  }
+  unsigned numConfig = 0;
+  if (auto fields =
+          module_->getAttrOfType<DictionaryAttr>(train::kModelConfigAttrName);
+      fields && !fields.empty()) {
+    os_ << "// Model settings (recorded in checkpoints).\n"
+        << "const ap_config_entry kModelConfig[] = {\n";
+    for (NamedAttribute field : fields) {
+      os_ << "    {" << cppString(field.getName()) << ", "
+          << cppString(cast<StringAttr>(field.getValue()).getValue())
+          << "},\n";
+      ++numConfig;
+    }
+    os_ << "};\n";
+  }
   auto offStr = [&](const std::map<std::string, uint64_t> &roles,
                     const char *role) -> std::string {
     auto it = roles.find(role);
     if (it == roles.end())
-      return "ap::rt::kNoOffset";
+      return "AP_NO_OFFSET";
     return std::to_string(it->second) + "ull";
   };
+  if (!params.empty())
+    os_ << "// Parameters: name, dtype, rank, shape, numel, init, frozen, "
+           "init a, b,\n// offsets of weight, master, main grad, Adam m, "
+           "Adam v.\nconst ap_param kParams[] = {\n";
   for (train::ParamOp p : params) {
     std::string name = p.getSymName().str();
     auto pit = persistent_.find(name);
@@ -525,79 +555,122 @@ LogicalResult Emitter::run(EmittedPlan *plan) {
       return p->emitError("emit-cpp: parameter '")
              << name << "' needs a ranked tensor type of rank <= 4";
     train::InitAttr init = p.getInit();
-    const char *kind = "Zeros";
+    const char *kind = "AP_INIT_ZEROS";
     switch (init.getKind()) {
     case train::InitKind::Zeros:
-      kind = "Zeros";
+      kind = "AP_INIT_ZEROS";
       break;
     case train::InitKind::Ones:
-      kind = "Ones";
+      kind = "AP_INIT_ONES";
       break;
     case train::InitKind::Normal:
-      kind = "Normal";
+      kind = "AP_INIT_NORMAL";
       break;
     case train::InitKind::Uniform:
-      kind = "Uniform";
+      kind = "AP_INIT_UNIFORM";
       break;
     case train::InitKind::LogUniform:
-      kind = "LogUniform";
+      kind = "AP_INIT_LOG_UNIFORM";
       break;
     }
-    os_ << "  p.params.push_back({" << cppString(name) << ", "
-        << dtypeName(t.getElementType()) << ", " << t.getRank() << ", {";
+    os_ << "    {" << cppString(name) << ", "
+        << abiDtype(dtypeName(t.getElementType())) << ", " << t.getRank()
+        << ", {";
     for (int64_t i = 0; i < 4; ++i)
       os_ << (i ? ", " : "") << (i < t.getRank() ? t.getDimSize(i) : 1);
-    os_ << "}, " << numel(t) << ", ap::rt::InitKind::" << kind << ", "
+    os_ << "}, " << numel(t) << ", " << kind << ", "
+        << (p.getFrozen() ? 1 : 0) << ", "
         << num(p, init.getA().convertToDouble(), "init.a") << ", "
         << num(p, init.getB().convertToDouble(), "init.b") << ", "
-        << (p.getFrozen() ? "true" : "false") << ", "
         << offStr(pit->second, "weight") << ", "
         << offStr(pit->second, "master") << ", "
         << offStr(pit->second, "main_grad") << ", "
         << offStr(pit->second, "adam_m") << ", "
-        << offStr(pit->second, "adam_v") << "});\n";
+        << offStr(pit->second, "adam_v") << "},\n";
   }
-  const char *stateNames[] = {"loss_sum", "token_count", "grad_norm", "lr",
-                              "loss"};
-  const char *stateFields[] = {"lossSum", "tokenCount", "gradNorm", "lr",
-                               "loss"};
-  for (int i = 0; i < 5; ++i) {
-    auto it = persistent_.find(stateNames[i]);
-    if (it != persistent_.end() && it->second.count("state"))
-      os_ << "  p.state." << stateFields[i] << " = " << it->second["state"]
-          << "ull;\n";
-  }
+  if (!params.empty())
+    os_ << "};\n";
   // The optimizer as the step runs it (the same arguments and defaults as
-  // its runner calls in trainStep), as numbers: the run configuration a
+  // its calls in trainStep), as numbers: the run configuration a
   // checkpoint records, so that a resume under other settings is refused.
-  os_ << "  p.optimizer.known = true;\n";
+  std::string schedule, adamw;
+  llvm::raw_string_ostream sched(schedule), adam(adamw);
+  unsigned numAdamW = 0;
   step->walk([&](exec::KernelOp k) {
     Operation *op = k.getOperation();
     DictionaryAttr args = k.getArgs();
     if (k.getCallee() == "train.lr_schedule") {
-      os_ << "  p.optimizer.minLr = " << arg(op, args, "min_lr", 0)
-          << ";\n  p.optimizer.warmupSteps = "
-          << intArg(args, "warmup_steps", 0)
-          << ";\n  p.optimizer.totalSteps = " << intArg(args, "total_steps", 1)
-          << ";\n";
+      sched << "  p.min_lr = " << arg(op, args, "min_lr", 0)
+            << ";\n  p.warmup_steps = " << intArg(args, "warmup_steps", 0)
+            << ";\n  p.total_steps = " << intArg(args, "total_steps", 1)
+            << ";\n";
     } else if (k.getCallee() == "train.finalize_grads") {
-      os_ << "  p.optimizer.maxGradNorm = " << arg(op, args, "max_norm", 1.0)
-          << ";\n";
+      sched << "  p.max_grad_norm = " << arg(op, args, "max_norm", 1.0)
+            << ";\n";
     } else if (k.getCallee() == "train.adamw") {
       auto sym = args ? args.getAs<FlatSymbolRefAttr>("param") : nullptr;
-      if (sym && paramIndex_.count(sym.getValue()))
-        os_ << "  p.optimizer.adamw.push_back({" << paramIndex_[sym.getValue()]
-            << ", " << arg(op, args, "beta1", 0.9) << ", "
-            << arg(op, args, "beta2", 0.999) << ", "
-            << arg(op, args, "eps", 1e-8) << ", "
-            << arg(op, args, "weight_decay", 0) << "});\n";
+      if (sym && paramIndex_.count(sym.getValue())) {
+        adam << "    {" << paramIndex_[sym.getValue()] << ", "
+             << arg(op, args, "beta1", 0.9) << ", "
+             << arg(op, args, "beta2", 0.999) << ", "
+             << arg(op, args, "eps", 1e-8) << ", "
+             << arg(op, args, "weight_decay", 0) << "},\n";
+        ++numAdamW;
+      }
     }
   });
-  os_ << "  p.maxLr = " << num(step, maxLr, "max_lr") << ";\n";
-  os_ << "  p.numEvents = " << numEvents_ << ";\n  p.step = trainStep;\n"
-      << "  return p;\n}\n\nconst ap::rt::Program kProgram = makeProgram();\n"
+  if (numAdamW)
+    os_ << "// AdamW: parameter index, beta1, beta2, eps, weight decay.\n"
+        << "const ap_adamw kAdamW[] = {\n"
+        << adamw << "};\n";
+  os_ << "\nap_program makeProgram() {\n  ap_program p = {};\n"
+      << "  p.abi_version = AP_ABI_VERSION;\n"
+      << "  p.struct_size = sizeof(ap_program);\n";
+  os_ << "  p.model = " << cppString(model)
+      << ";\n  p.micro_batches = " << microBatches << ";\n  p.batch = " << batch
+      << ";\n  p.seq = " << seq << ";\n  p.vocab = " << (vocab ? vocab : 256)
+      << ";\n";
+  if (numConfig)
+    os_ << "  p.model_config = kModelConfig;\n  p.num_model_config = "
+        << numConfig << ";\n";
+  os_ << "  p.persistent_bytes = kPersistentBytes;\n"
+      << "  p.activation_bytes = kActivationBytes;\n"
+      << "  p.workspace_bytes = kWorkspaceBytes;\n";
+  if (emitSide)
+    os_ << "  p.side_workspace_bytes = kSideWorkspaceBytes;\n";
+  if (sideKernels_)
+    os_ << "  p.side_kernels = 1;\n";
+  if (sideAfterHost_)
+    os_ << "  p.side_after_host_start = 1;\n";
+  os_ << "  p.arena_bytes = kArenaBytes;\n"
+      << "  p.pinned_bytes = kPinnedBytes;\n"
+      << "  p.scratch_bytes = kScratchBytes;\n";
+  if (numSlots)
+    os_ << "  p.slots = kSlots;\n  p.num_slots = " << numSlots << ";\n";
+  if (!scopes_.empty())
+    os_ << "  p.scopes = kScopes;\n  p.num_scopes = " << scopes_.size()
+        << ";\n";
+  if (!params.empty())
+    os_ << "  p.params = kParams;\n  p.num_params = " << params.size()
+        << ";\n";
+  const char *stateNames[] = {"loss_sum", "token_count", "grad_norm", "lr",
+                              "loss"};
+  for (int i = 0; i < 5; ++i) {
+    auto it = persistent_.find(stateNames[i]);
+    os_ << "  p.state_" << stateNames[i] << " = "
+        << (it != persistent_.end() && it->second.count("state")
+                ? std::to_string(it->second["state"]) + "ull"
+                : std::string("AP_NO_OFFSET"))
+        << ";\n";
+  }
+  os_ << "  p.optimizer_known = 1;\n" << schedule;
+  if (numAdamW)
+    os_ << "  p.adamw = kAdamW;\n  p.num_adamw = " << numAdamW << ";\n";
+  os_ << "  p.max_lr = " << num(step, maxLr, "max_lr") << ";\n";
+  os_ << "  p.num_events = " << numEvents_ << ";\n  p.step = trainStep;\n"
+      << "  return p;\n}\n\nconst ap_program kProgram = makeProgram();\n"
       << "} // namespace\n\nint main(int argc, char **argv) {\n"
-      << "  return ap::rt::trainMain(argc, argv, kProgram);\n}\n";
+      << "  return ap_train_main(argc, argv, &kProgram);\n}\n";
   if (failed(numbersOk()))
     return failure();
 
@@ -637,33 +710,34 @@ LogicalResult Emitter::emitOp(Operation *op, int indent) {
   if (auto loop = dyn_cast<exec::MicrobatchLoopOp>(op)) {
     int64_t n = intAttr(op, "count", 1);
     line(indent) << "for (int64_t mb = 0; mb < " << n << "; ++mb) {\n";
-    line(indent + 2) << "r.microbatch = mb;\n";
+    line(indent + 2) << "ap_begin_microbatch(r, mb);\n";
     if (failed(emitBlock(op->getRegion(0).front(), indent + 2)))
       return failure();
     line(indent) << "}\n";
-    line(indent) << "r.endLoop();\n";
+    line(indent) << "ap_end_loop(r);\n";
     return success();
   }
   if (isa<exec::RecordOp>(op)) {
-    line(indent) << "r.dev.record(r.ev[" << eventIndex(op->getOperand(0))
-                 << "], " << stream(op) << ");\n";
+    line(indent) << "ap_record(r, " << eventIndex(op->getOperand(0)) << ", "
+                 << stream(op) << ");\n";
     return success();
   }
   if (isa<exec::WaitOp>(op)) {
     unsigned e = eventIndex(op->getOperand(0));
-    if (stream(op) == "Stream::D2H")
+    if (stream(op) == "AP_STREAM_D2H")
       lastD2HWait_ = int(e);
     // Compute waiting for a reload: through the runner, which times the
     // stall under "<scope>/wait" when --op-times asks for it.
-    if (stream(op) == "Stream::Compute")
+    if (stream(op) == "AP_STREAM_COMPUTE")
       for (Operation *u : op->getOperand(0).getUsers())
         if (isa<exec::H2DOp>(u) && u->getOperand(2) == op->getOperand(0) &&
             copyScope_.count(u)) {
-          line(indent) << "r.waitCopy(" << cppString(copyScope_[u] + "/wait")
-                       << ", r.ev[" << e << "]);\n";
+          line(indent) << "ap_wait_copy(r, "
+                       << cppString(copyScope_[u] + "/wait") << ", " << e
+                       << ");\n";
           return success();
         }
-    line(indent) << "r.dev.wait(" << stream(op) << ", r.ev[" << e << "]);\n";
+    line(indent) << "ap_wait(r, " << stream(op) << ", " << e << ");\n";
     return success();
   }
   if (isa<exec::LoadInputOp>(op)) {
@@ -671,7 +745,7 @@ LogicalResult Emitter::emitOp(Operation *op, int indent) {
     if (failed(offsetOf(op->getOperand(0), op, o)))
       return failure();
     auto name = cast<StringAttr>(*attrOf(op, "name"));
-    line(indent) << "r.loadInput(" << cppString(name.getValue()) << ", " << o
+    line(indent) << "ap_load_input(r, " << cppString(name.getValue()) << ", " << o
                  << "ull, " << numel(tensorOf(op->getOperand(0))) * 4
                  << "ull);\n";
     return success();
@@ -687,13 +761,12 @@ LogicalResult Emitter::emitOp(Operation *op, int indent) {
       // The engine makes the d2h stream wait on a producer event; with no
       // earlier wait on d2h, record one on compute now.
       producer = int(numEvents_++);
-      line(indent) << "r.dev.record(r.ev[" << producer
-                   << "], Stream::Compute);\n";
+      line(indent) << "ap_record(r, " << producer << ", AP_STREAM_COMPUTE);\n";
     }
-    line(indent) << "r.engine.offload(r.scope[" << scopeIndex_[copyScope_[op]]
-                 << "], " << slot << ", r.at(" << o << "ull), "
-                 << numel(t) * elemBytes(t) << "ull, r.ev[" << producer
-                 << "], r.ev[" << eventIndex(op->getOperand(2)) << "]); // "
+    line(indent) << "ap_offload(r, " << scopeIndex_[copyScope_[op]] << ", "
+                 << slot << ", " << o << "ull, " << numel(t) * elemBytes(t)
+                 << "ull, " << producer << ", "
+                 << eventIndex(op->getOperand(2)) << "); // "
                  << cppString(copyScope_[op]) << "\n";
     return success();
   }
@@ -706,11 +779,11 @@ LogicalResult Emitter::emitOp(Operation *op, int indent) {
     auto d2h = slotD2HEvent_.find(slotV);
     if (d2h == slotD2HEvent_.end())
       return op->emitError("emit-cpp: h2d from a slot no d2h filled");
-    line(indent) << "r.engine.reload(r.scope[" << scopeIndex_[copyScope_[op]]
-                 << "], " << slotOf_[slotV] << ", r.at(" << o << "ull), "
-                 << numel(t) * elemBytes(t) << "ull, r.ev["
-                 << eventIndex(d2h->second) << "], r.ev["
-                 << eventIndex(op->getOperand(2)) << "]); // "
+    line(indent) << "ap_reload(r, " << scopeIndex_[copyScope_[op]] << ", "
+                 << slotOf_[slotV] << ", " << o << "ull, "
+                 << numel(t) * elemBytes(t) << "ull, "
+                 << eventIndex(d2h->second) << ", "
+                 << eventIndex(op->getOperand(2)) << "); // "
                  << cppString(copyScope_[op]) << "\n";
     return success();
   }
@@ -719,12 +792,14 @@ LogicalResult Emitter::emitOp(Operation *op, int indent) {
     if (failed(offsetOf(op->getOperand(0), op, o)))
       return failure();
     RankedTensorType t = tensorOf(op->getOperand(0));
-    line(indent) << "r.allReduce(" << o << "ull, " << numel(t) * elemBytes(t)
-                 << "ull, " << dtypeName(t.getElementType()) << ");\n";
+    line(indent) << "ap_all_reduce(r, " << o << "ull, "
+                 << numel(t) * elemBytes(t) << "ull, "
+                 << abiDtype(dtypeName(t.getElementType())) << ");\n";
     return success();
   }
   if (isa<exec::KernelOp>(op))
-    return failure(failed(emitKernel(op, indent)) || failed(numbersOk()));
+    return failure(failed(emitKernel(op, indent)) || abiError_ ||
+                   failed(numbersOk()));
   return op->emitError("emit-cpp: unsupported op '")
          << op->getName().getStringRef() << "'";
 }
@@ -765,11 +840,21 @@ LogicalResult Emitter::emitKernel(Operation *op, int indent) {
   // `on side`: the runner launches it on the side stream, with that
   // stream's workspace and SM target.
   bool side = k.getStream() == exec::Stream::Side;
-  std::string launch = side ? "r.launchOn(Stream::Side, " : "r.launch(";
+  // The launch through the C ABI: the kernel by its AP_KERNEL_LIST id, the
+  // args struct by address and size (the runtime copies it).
+  std::string launchStream = side ? "AP_STREAM_SIDE" : "AP_STREAM_COMPUTE";
+  auto launchLine = [&](const char *entry) {
+    StringRef id = kernelId(entry);
+    if (id.empty()) {
+      abiError_ = true;
+      op->emitError("emit-cpp: kernel entry '")
+          << entry << "' is not in the runtime ABI's AP_KERNEL_LIST";
+    }
+    line(indent + 2) << "ap_launch(r, " << launchStream << ", " << label
+                     << ", " << id << ", &a, sizeof a);\n";
+  };
   auto close = [&](const char *entry) {
-    line(indent + 2) << launch << label
-                     << ", [a](const KernelContext &c) { return " << entry
-                     << "(c, a); });\n";
+    launchLine(entry);
     line(indent) << "}\n";
   };
   // The runner's helpers (data movement, dtype staging in the shared driver
@@ -974,7 +1059,7 @@ LogicalResult Emitter::emitKernel(Operation *op, int indent) {
       outer *= x.getDimSize(i);
     for (int64_t i = d + 1; i < x.getRank(); ++i)
       inner *= x.getDimSize(i);
-    line(indent) << "r.slice(" << label << ", " << off_[ins[0]] << "ull, "
+    line(indent) << "ap_slice(r, " << label << ", " << off_[ins[0]] << "ull, "
                  << off_[outs[0]] << "ull, " << outer << ", " << x.getDimSize(d)
                  << ", " << intArg(args, "offset", 0) << ", " << y.getDimSize(d)
                  << ", " << inner << ", " << elemBytes(x) << ");\n";
@@ -992,14 +1077,19 @@ LogicalResult Emitter::emitKernel(Operation *op, int indent) {
       outer *= y.getDimSize(i);
     for (int64_t i = d + 1; i < y.getRank(); ++i)
       inner *= y.getDimSize(i);
-    line(indent) << "r.concat(" << label << ", {";
+    line(indent) << "{\n";
+    line(indent + 2) << "const uint64_t xs[] = {";
     for (size_t i = 0; i < ins.size(); ++i)
       os_ << (i ? ", " : "") << off_[ins[i]] << "ull";
-    os_ << "}, {";
+    os_ << "};\n";
+    line(indent + 2) << "const int64_t dims[] = {";
     for (size_t i = 0; i < ins.size(); ++i)
       os_ << (i ? ", " : "") << T(ins[i]).getDimSize(d);
-    os_ << "}, " << off_[outs[0]] << "ull, " << outer << ", " << inner << ", "
-        << elemBytes(y) << ");\n";
+    os_ << "};\n";
+    line(indent + 2) << "ap_concat(r, " << label << ", xs, dims, "
+                     << ins.size() << ", " << off_[outs[0]] << "ull, " << outer
+                     << ", " << inner << ", " << elemBytes(y) << ");\n";
+    line(indent) << "}\n";
     return success();
   }
   if (callee == "train.expand" || callee == "train.expand_grad") {
@@ -1020,10 +1110,10 @@ LogicalResult Emitter::emitKernel(Operation *op, int indent) {
       outer *= big.getDimSize(i);
     for (int64_t i = d + 1; i < big.getRank(); ++i)
       inner *= big.getDimSize(i);
-    line(indent) << "r." << (fwd ? "expand" : "expandGrad") << "(" << label
+    line(indent) << (fwd ? "ap_expand" : "ap_expand_grad") << "(r, " << label
                  << ", " << off_[ins[0]] << "ull, " << off_[outs[0]] << "ull, "
                  << outer << ", " << big.getDimSize(d) << ", " << inner << ", "
-                 << dtypeName(big.getElementType()) << ");\n";
+                 << abiDtype(dtypeName(big.getElementType())) << ");\n";
     return success();
   }
   if (callee == "train.l2_norm" || callee == "train.l2_norm_grad") {
@@ -1053,11 +1143,12 @@ LogicalResult Emitter::emitKernel(Operation *op, int indent) {
   if (callee == "train.gdn_gates") {
     if (failed(expectCounts(4, 2)))
       return failure();
-    line(indent) << "r.gdnGates(" << label << ", " << off_[ins[0]] << "ull, "
+    line(indent) << "ap_gdn_gates(r, " << label << ", " << off_[ins[0]] << "ull, "
                  << off_[ins[1]] << "ull, " << off_[ins[2]] << "ull, "
                  << off_[ins[3]] << "ull, " << off_[outs[0]] << "ull, "
                  << off_[outs[1]] << "ull, " << nel(ins[0]) / dim(ins[0], -1)
-                 << ", " << dim(ins[0], -1) << ", " << dt(ins[0]) << ");\n";
+                 << ", " << dim(ins[0], -1) << ", " << abiDtype(dt(ins[0]))
+                 << ");\n";
     return success();
   }
   if (callee == "train.gdn_gates_grad") {
@@ -1065,14 +1156,14 @@ LogicalResult Emitter::emitKernel(Operation *op, int indent) {
       return op->emitError("emit-cpp: train.gdn_gates_grad of frozen gate "
                            "parameters is not supported");
     // ins: a, A_log, dt_bias, g, beta, dg, dbeta; outs: da, db, dA_log, ddt.
-    line(indent) << "r.gdnGatesGrad(" << label << ", " << off_[ins[0]]
+    line(indent) << "ap_gdn_gates_grad(r, " << label << ", " << off_[ins[0]]
                  << "ull, " << off_[ins[1]] << "ull, " << off_[ins[2]]
                  << "ull, " << off_[ins[4]] << "ull, " << off_[ins[5]]
                  << "ull, " << off_[ins[6]] << "ull, " << off_[outs[0]]
                  << "ull, " << off_[outs[1]] << "ull, " << off_[outs[2]]
                  << "ull, " << off_[outs[3]] << "ull, "
                  << nel(ins[0]) / dim(ins[0], -1) << ", " << dim(ins[0], -1)
-                 << ", " << dt(ins[0]) << ");\n";
+                 << ", " << abiDtype(dt(ins[0])) << ");\n";
     return success();
   }
   if (callee == "train.gated_delta_rule" ||
@@ -1092,10 +1183,10 @@ LogicalResult Emitter::emitKernel(Operation *op, int indent) {
     line(indent) << "{\n";
     std::string betaPtr = ptr(beta);
     if (betaStored) {
-      line(indent + 2) << "r.convert(" << label << ", " << ptr(beta) << ", "
-                       << dt(beta) << ", r.scratch(256), " << acc << ", "
-                       << nBeta << ");\n";
-      betaPtr = "r.scratch(256)";
+      line(indent + 2) << "ap_convert(r, " << label << ", " << ptr(beta)
+                       << ", " << abiDtype(dt(beta)) << ", ap_scratch(r, 256), "
+                       << abiDtype(acc) << ", " << nBeta << ");\n";
+      betaPtr = "ap_scratch(r, 256)";
     }
     line(indent + 2) << "GdnChunkArgs a;\n";
     set("dtype", st);
@@ -1126,15 +1217,15 @@ LogicalResult Emitter::emitKernel(Operation *op, int indent) {
     set("dv", ptr(outs[2]));
     set("dg", ptr(outs[3]));
     bool dbetaStored = dt(outs[4]) != acc;
-    std::string dbetaScratch = "r.scratch(" + std::to_string(256 + stage) + ")";
+    std::string dbetaScratch =
+        "ap_scratch(r, " + std::to_string(256 + stage) + ")";
     set("dbeta", dbetaStored ? dbetaScratch : ptr(outs[4]));
-    line(indent + 2) << launch << label
-                     << ", [a](const KernelContext &c) { return "
-                        "gdnChunkBackward(c, a); });\n";
+    launchLine("gdnChunkBackward");
     if (dbetaStored)
-      line(indent + 2) << "r.convert(" << label << ", " << dbetaScratch << ", "
-                       << acc << ", " << ptr(outs[4]) << ", " << dt(outs[4])
-                       << ", " << nel(outs[4]) << ");\n";
+      line(indent + 2) << "ap_convert(r, " << label << ", " << dbetaScratch
+                       << ", " << abiDtype(acc) << ", " << ptr(outs[4]) << ", "
+                       << abiDtype(dt(outs[4])) << ", " << nel(outs[4])
+                       << ");\n";
     line(indent) << "}\n";
     return success();
   }
@@ -1323,7 +1414,7 @@ LogicalResult Emitter::emitKernel(Operation *op, int indent) {
     } else {
       if (side)
         return notOnSide("its loss sum goes to the driver scratch");
-      set("lossSum", "r.scratch(8)");
+      set("lossSum", "ap_scratch(r, 8)");
       if (results >= 1)
         set("dHidden", ptr(outs[0]));
     }
@@ -1335,17 +1426,17 @@ LogicalResult Emitter::emitKernel(Operation *op, int indent) {
   if (callee == "train.yield") {
     if (failed(expectCounts(2, 2)))
       return failure();
-    line(indent) << "r.yield(" << off_[ins[0]] << "ull, " << off_[ins[1]]
+    line(indent) << "ap_yield(r, " << off_[ins[0]] << "ull, " << off_[ins[1]]
                  << "ull);\n";
     return success();
   }
   if (callee == "train.finalize_grads") {
-    line(indent) << "r.finalizeGrads(" << arg(op, args, "max_norm", 1.0)
+    line(indent) << "ap_finalize_grads(r, " << arg(op, args, "max_norm", 1.0)
                  << ");\n";
     return success();
   }
   if (callee == "train.lr_schedule") {
-    line(indent) << "r.lrSchedule(" << arg(op, args, "max_lr", 3e-4) << ", "
+    line(indent) << "ap_lr_schedule(r, " << arg(op, args, "max_lr", 3e-4) << ", "
                  << arg(op, args, "min_lr", 0) << ", "
                  << intArg(args, "warmup_steps", 0) << ", "
                  << intArg(args, "total_steps", 1) << ");\n";
@@ -1355,7 +1446,7 @@ LogicalResult Emitter::emitKernel(Operation *op, int indent) {
     auto sym = args ? args.getAs<FlatSymbolRefAttr>("param") : nullptr;
     if (!sym || !paramIndex_.count(sym.getValue()))
       return op->emitError("emit-cpp: train.adamw without a known `param`");
-    line(indent) << "r.adamw(" << paramIndex_[sym.getValue()] << ", "
+    line(indent) << "ap_adamw_step(r, " << paramIndex_[sym.getValue()] << ", "
                  << arg(op, args, "beta1", 0.9) << ", "
                  << arg(op, args, "beta2", 0.999) << ", "
                  << arg(op, args, "eps", 1e-8) << ", "
@@ -1364,7 +1455,7 @@ LogicalResult Emitter::emitKernel(Operation *op, int indent) {
     return success();
   }
   if (callee == "train.loss_mean") {
-    line(indent) << "r.lossMean();\n";
+    line(indent) << "ap_loss_mean(r);\n";
     return success();
   }
   return op->emitError("emit-cpp: unsupported kernel '") << callee << "'";

@@ -39,9 +39,9 @@ extern "C" {
 /* The step's handle (the runtime's step runner). */
 typedef struct ap_step ap_step;
 
-/* Streams of the device. */
+/* Streams of the device (the values of the exec dialect's streams). */
 enum { AP_STREAM_COMPUTE = 0, AP_STREAM_D2H = 1, AP_STREAM_H2D = 2,
-       AP_STREAM_SIDE = 3 };
+       AP_STREAM_COMM = 3, AP_STREAM_SIDE = 4 };
 
 /* Element types (the kernel library's DType values). */
 enum { AP_DTYPE_BF16 = 0, AP_DTYPE_F32 = 1, AP_DTYPE_F64 = 2,

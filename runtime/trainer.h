@@ -1,15 +1,15 @@
 //===- trainer.h - The training binary's driver -----------------*- C++ -*-===//
 //
-// What a generated training step (actplace-translate --emit-cpp) links
-// against besides the kernels: the program tables it emits (parameters, the
-// buffer plan, pinned slots, offload scopes) and the StepRunner it calls for
-// everything that is not a plain kernel entry or a runtime call (inputs, the
-// microbatch loss sums, the step-level grad finalisation, learning rate and
-// AdamW, and the data-movement ops the train dialect keeps as ops: slice,
-// concat, expand). trainMain() is the whole binary: flags, device, arena and
-// pinned pool once, parameter init from the Philox RNG, N steps on synthetic
-// (or file) data, the metrics line per step, the pinned-pool check and the
-// NaN/Inf stop. No MLIR here.
+// The runtime side of a training binary: the program tables (parameters,
+// the buffer plan, pinned slots, offload scopes), the StepRunner that
+// carries out the step's calls (inputs, the microbatch loss sums, the
+// step-level grad finalisation, learning rate and AdamW, and the
+// data-movement ops the train dialect keeps as ops: slice, concat, expand),
+// and trainMain(), the whole binary: flags, device, arena and pinned pool
+// once, parameter init from the Philox RNG, N steps on synthetic (or file)
+// data, the metrics line per step, the pinned-pool check and the NaN/Inf
+// stop. Generated code does not include this header: it reaches all of this
+// through the C ABI of runtime/abi.h (runtime/abi.cpp forwards). No MLIR.
 //
 //===----------------------------------------------------------------------===//
 #ifndef ACTPLACE_RUNTIME_TRAINER_H
@@ -23,6 +23,8 @@
 #include <string>
 #include <utility>
 #include <vector>
+
+struct ap_step; // runtime/abi.h
 
 namespace ap::rt {
 
@@ -104,6 +106,9 @@ struct Program {
   double maxLr = 0;
   OptimizerSettings optimizer;
   void (*step)(StepRunner &) = nullptr;
+  /// A program that came through the C ABI (runtime/abi.h): its step, which
+  /// `step` calls with the runner as the ap_step handle.
+  void (*abiStep)(::ap_step *) = nullptr;
 };
 
 /// The support calls of a generated step. One per run; the generated step
@@ -112,6 +117,9 @@ class StepRunner {
 public:
   StepRunner(const Program &program, Device &dev, PinnedPool &pool,
              OffloadEngine &engine, bool fingerprints);
+
+  /// The program this runner runs.
+  const Program &program() const { return program_; }
 
   Device &dev;
   PinnedPool &pool;

@@ -8,7 +8,7 @@
 // CHECK:      a.eps = 1.0f;
 // CHECK:      GdnL2NormArgs a;
 // CHECK:      a.eps = 9.9999999999999995e-07f;
-// CHECK:      r.finalizeGrads(0.10000000000000001);
+// CHECK:      ap_finalize_grads(r, 0.10000000000000001);
 
 module {
   exec.step @train_step attributes {arena_bytes = 4096 : i64} {

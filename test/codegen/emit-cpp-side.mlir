@@ -1,7 +1,7 @@
 // RUN: actplace-translate --emit-cpp %s | FileCheck %s
 
 // A recompute issued early on the side stream: it waits for compute's event,
-// runs through the runner's launchOn(Stream::Side, ...) (side workspace and
+// runs through the runner's launchOn(AP_STREAM_SIDE, ...) (side workspace and
 // SM target), and compute waits for the side's event before reading it. The
 // plan's side workspace reaches the program table.
 
@@ -10,20 +10,20 @@
 // CHECK-NEXT: constexpr uint64_t kSideWorkspaceBytes = 512ull;
 // CHECK-NEXT: constexpr uint64_t kArenaBytes = 4096ull;
 
-// CHECK-LABEL: void trainStep(StepRunner &r) {
-// CHECK:      r.dev.record(r.ev[[[E0:[0-9]+]]], Stream::Compute);
-// CHECK-NEXT: r.dev.wait(Stream::Side, r.ev[[[E0]]]);
+// CHECK-LABEL: void trainStep(ap_step *r) {
+// CHECK:      ap_record(r, [[E0:[0-9]+]], AP_STREAM_COMPUTE);
+// CHECK-NEXT: ap_wait(r, AP_STREAM_SIDE, [[E0]]);
 // CHECK:      LinearForwardArgs a;
-// CHECK:      r.launchOn(Stream::Side, "L0.mlp_fc1/linear(recompute)", [a](const KernelContext &c) { return linearForward(c, a); });
-// CHECK:      r.dev.record(r.ev[[[E1:[0-9]+]]], Stream::Side);
-// CHECK-NEXT: r.dev.wait(Stream::Compute, r.ev[[[E1]]]);
-// CHECK:      r.launch("L0.mlp_fc1/add", [a](const KernelContext &c) { return residualAddForward(c, a); });
+// CHECK:      ap_launch(r, AP_STREAM_SIDE, "L0.mlp_fc1/linear(recompute)", AP_KERNEL_LINEAR_FORWARD, &a, sizeof a);
+// CHECK:      ap_record(r, [[E1:[0-9]+]], AP_STREAM_SIDE);
+// CHECK-NEXT: ap_wait(r, AP_STREAM_COMPUTE, [[E1]]);
+// CHECK:      ap_launch(r, AP_STREAM_COMPUTE, "L0.mlp_fc1/add", AP_KERNEL_RESIDUAL_ADD_FORWARD, &a, sizeof a);
 
-// CHECK-LABEL: ap::rt::Program makeProgram() {
-// CHECK:      p.workspaceBytes = kWorkspaceBytes;
-// CHECK-NEXT: p.sideWorkspaceBytes = kSideWorkspaceBytes;
-// CHECK-NEXT: p.sideKernels = true;
-// CHECK-NEXT: p.arenaBytes = kArenaBytes;
+// CHECK-LABEL: ap_program makeProgram() {
+// CHECK:      p.workspace_bytes = kWorkspaceBytes;
+// CHECK-NEXT: p.side_workspace_bytes = kSideWorkspaceBytes;
+// CHECK-NEXT: p.side_kernels = 1;
+// CHECK-NEXT: p.arena_bytes = kArenaBytes;
 
 module {
   exec.step @train_step attributes {arena_bytes = 4096 : i64, persistent_bytes = 512 : i64, activation_bytes = 2048 : i64, workspace_bytes = 1024 : i64, side_workspace_bytes = 512 : i64} {

@@ -205,7 +205,7 @@ def main():
     sideLaunches = {}
     for name in ("recompute-side", "recompute-mlp"):
         with open(os.path.join(args.work, "train-" + name + ".cpp")) as f:
-            sideLaunches[name] = f.read().count("r.launchOn(Stream::Side, ")
+            sideLaunches[name] = f.read().count("ap_launch(r, AP_STREAM_SIDE, ")
     if not (sideLaunches["recompute-side"] > 0 and
             sideLaunches["recompute-mlp"] == 0):
         fail("side-stream launches: %s" % sideLaunches)
@@ -216,20 +216,20 @@ def main():
     # GDN chunk backward it overlaps; it follows the side run with
     # --side-issue=with-run and precedes it by default (after-host), where
     # the program also holds side work until the host's first launch
-    # (p.sideAfterHostStart). Same side launches.
+    # (p.side_after_host_start). Same side launches.
     def neighbour_launches(name):
         with open(os.path.join(args.work, "train-" + name + ".cpp")) as f:
-            lines = [l for l in f if "r.launch(" in l or
-                     "r.launchOn(Stream::Side, " in l]
+            lines = [l for l in f if "ap_launch(r, AP_STREAM_COMPUTE, " in l or
+                     "ap_launch(r, AP_STREAM_SIDE, " in l]
         before, after = [], []
         for i, l in enumerate(lines):
-            if "Stream::Side" not in l:
+            if "AP_STREAM_SIDE" not in l:
                 continue
             j = i - 1
-            while j >= 0 and "Stream::Side" in lines[j]:
+            while j >= 0 and "AP_STREAM_SIDE" in lines[j]:
                 j -= 1
             k = i + 1
-            while k < len(lines) and "Stream::Side" in lines[k]:
+            while k < len(lines) and "AP_STREAM_SIDE" in lines[k]:
                 k += 1
             before.append(lines[j] if j >= 0 else "")
             after.append(lines[k] if k < len(lines) else "")
@@ -245,9 +245,9 @@ def main():
     flags = {}
     for name in ("recompute-side", "recompute-side-after-host"):
         with open(os.path.join(args.work, "train-" + name + ".cpp")) as f:
-            flags[name] = "p.sideAfterHostStart = true;" in f.read()
+            flags[name] = "p.side_after_host_start = 1;" in f.read()
     if flags != {"recompute-side": False, "recompute-side-after-host": True}:
-        fail("p.sideAfterHostStart in the programs: %s" % flags)
+        fail("p.side_after_host_start in the programs: %s" % flags)
     print("side issue order: %d side launches before their chunk backward "
           "(with-run), after it (after-host)" % len(nextLaunch))
 

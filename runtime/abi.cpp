@@ -1,0 +1,397 @@
+//===- abi.cpp - The C ABI over the step runner -----------------*- C++ -*-===//
+//
+// Each ap_* call checks its arguments against the program (runtime/abi.h
+// lists the invariants) and forwards to the StepRunner, the Device or the
+// OffloadEngine. Kernel launches go through one table built from
+// AP_KERNEL_LIST: the id selects the entry and its argument struct, whose
+// size must match what the caller passed; the struct is copied by value into
+// the launch, so the caller's storage may end with the call.
+//
+//===----------------------------------------------------------------------===//
+#include "runtime/abi.h"
+
+#include "kernels/kernels.h"
+#include "runtime/error.h"
+#include "runtime/trainer.h"
+
+#include <cstring>
+#include <iostream>
+#include <string>
+#include <vector>
+
+using namespace ap;
+using namespace ap::rt;
+
+namespace {
+
+StepRunner &runner(ap_step *step) {
+  if (!step)
+    fail("abi: a call with a null step handle");
+  return *reinterpret_cast<StepRunner *>(step);
+}
+
+Stream streamOf(const char *call, int32_t s) {
+  switch (s) {
+  case AP_STREAM_COMPUTE:
+    return Stream::Compute;
+  case AP_STREAM_D2H:
+    return Stream::D2H;
+  case AP_STREAM_H2D:
+    return Stream::H2D;
+  case AP_STREAM_COMM:
+    return Stream::Comm;
+  case AP_STREAM_SIDE:
+    return Stream::Side;
+  }
+  fail("abi: ", call, ": stream ", s, " is not an AP_STREAM_* value");
+}
+
+kernels::DType dtypeOf(const char *call, int32_t d) {
+  if (d < AP_DTYPE_BF16 || d > AP_DTYPE_I32)
+    fail("abi: ", call, ": dtype ", d, " is not an AP_DTYPE_* value");
+  return static_cast<kernels::DType>(d);
+}
+
+EventId eventOf(StepRunner &r, const char *call, uint32_t e) {
+  if (e >= r.ev.size())
+    fail("abi: ", call, ": event ", e, " of a program with ", r.ev.size(),
+         " events");
+  return r.ev[e];
+}
+
+OffloadEngine::ScopeId scopeOf(StepRunner &r, const char *call, uint32_t s) {
+  if (s >= r.scope.size())
+    fail("abi: ", call, ": scope ", s, " of a program with ", r.scope.size(),
+         " offload scopes");
+  return r.scope[s];
+}
+
+const char *labelOf(const char *call, const char *label) {
+  if (!label)
+    fail("abi: ", call, ": a null label");
+  return label;
+}
+
+//===--- The kernel table -------------------------------------------------===//
+
+using Launcher = void (*)(StepRunner &, Stream, const char *, const void *);
+
+template <typename Args, kernels::Status (*Entry)(const kernels::KernelContext &,
+                                                  const Args &)>
+void launchCopy(StepRunner &r, Stream stream, const char *label,
+                const void *args) {
+  Args a;
+  std::memcpy(static_cast<void *>(&a), args, sizeof(Args));
+  r.launchOn(stream, label,
+             [a](const kernels::KernelContext &c) { return Entry(c, a); });
+}
+
+struct KernelInfo {
+  const char *id;
+  uint64_t argsSize;
+  Launcher launch;
+};
+
+#define AP_KERNEL_INFO(ID, entry, Args)                                        \
+  {"AP_KERNEL_" #ID, sizeof(kernels::Args),                                   \
+   &launchCopy<kernels::Args, &kernels::entry>},
+const KernelInfo kKernels[] = {AP_KERNEL_LIST(AP_KERNEL_INFO)};
+#undef AP_KERNEL_INFO
+static_assert(sizeof(kKernels) / sizeof(kKernels[0]) == AP_KERNEL_COUNT,
+              "one table row per AP_KERNEL_LIST entry");
+
+//===--- The program ------------------------------------------------------===//
+
+/// Program::step for an ABI program: the runner hands itself to the C step.
+void runAbiStep(StepRunner &r) {
+  r.program().abiStep(reinterpret_cast<ap_step *>(&r));
+}
+
+template <typename T>
+void checkArray(const char *what, const T *data, uint32_t count) {
+  if (count && !data)
+    fail("abi: program: ", what, " has ", count, " entries and no data");
+}
+
+/// The runtime's Program for `p`, every field checked.
+Program programOf(const ap_program &p) {
+  if (p.abi_version != AP_ABI_VERSION)
+    fail("abi: the program was generated for runtime ABI version ",
+         p.abi_version, "; this runtime implements version ", AP_ABI_VERSION,
+         ": rebuild it with the actplace-compile of this release");
+  if (p.struct_size != sizeof(ap_program))
+    fail("abi: program struct of ", p.struct_size,
+         " bytes; ABI version ", AP_ABI_VERSION, " has ", sizeof(ap_program));
+  if (!p.step)
+    fail("abi: program has no step function");
+  checkArray("model_config", p.model_config, p.num_model_config);
+  checkArray("slots", p.slots, p.num_slots);
+  checkArray("scopes", p.scopes, p.num_scopes);
+  checkArray("params", p.params, p.num_params);
+  checkArray("adamw", p.adamw, p.num_adamw);
+  Program out;
+  out.model = p.model ? p.model : "";
+  for (uint32_t i = 0; i < p.num_model_config; ++i) {
+    const ap_config_entry &e = p.model_config[i];
+    if (!e.key || !e.value)
+      fail("abi: program: model_config entry ", i, " has a null key or value");
+    out.modelConfig.push_back({e.key, e.value});
+  }
+  out.microBatches = p.micro_batches;
+  out.batch = p.batch;
+  out.seq = p.seq;
+  out.vocab = p.vocab;
+  out.persistentBytes = p.persistent_bytes;
+  out.activationBytes = p.activation_bytes;
+  out.workspaceBytes = p.workspace_bytes;
+  out.sideWorkspaceBytes = p.side_workspace_bytes;
+  out.arenaBytes = p.arena_bytes;
+  out.pinnedBytes = p.pinned_bytes;
+  out.scratchBytes = p.scratch_bytes;
+  out.sideKernels = p.side_kernels != 0;
+  out.sideAfterHostStart = p.side_after_host_start != 0;
+  for (uint32_t i = 0; i < p.num_slots; ++i)
+    out.slots.push_back({p.slots[i].offset, p.slots[i].bytes});
+  for (uint32_t i = 0; i < p.num_scopes; ++i) {
+    if (!p.scopes[i])
+      fail("abi: program: offload scope ", i, " is null");
+    out.scopes.push_back(p.scopes[i]);
+  }
+  for (uint32_t i = 0; i < p.num_params; ++i) {
+    const ap_param &a = p.params[i];
+    if (!a.name)
+      fail("abi: program: parameter ", i, " has no name");
+    if (a.rank < 1 || a.rank > 4)
+      fail("abi: program: parameter '", a.name, "' has rank ", a.rank,
+           " (expected 1 to 4)");
+    if (a.init < AP_INIT_ZEROS || a.init > AP_INIT_LOG_UNIFORM)
+      fail("abi: program: parameter '", a.name, "' has initialiser ", a.init,
+           ", not an AP_INIT_* value");
+    ParamEntry e;
+    e.name = a.name;
+    e.dtype = dtypeOf("program", a.dtype);
+    e.rank = a.rank;
+    for (int d = 0; d < 4; ++d)
+      e.shape[d] = a.shape[d];
+    e.numel = a.numel;
+    e.init = static_cast<InitKind>(a.init);
+    e.initA = a.init_a;
+    e.initB = a.init_b;
+    e.frozen = a.frozen != 0;
+    e.weight = a.weight;
+    e.master = a.master;
+    e.grad = a.grad;
+    e.adamM = a.adam_m;
+    e.adamV = a.adam_v;
+    out.params.push_back(e);
+  }
+  out.state.lossSum = p.state_loss_sum;
+  out.state.tokenCount = p.state_token_count;
+  out.state.gradNorm = p.state_grad_norm;
+  out.state.lr = p.state_lr;
+  out.state.loss = p.state_loss;
+  out.numEvents = p.num_events;
+  out.maxLr = p.max_lr;
+  out.optimizer.known = p.optimizer_known != 0;
+  out.optimizer.minLr = p.min_lr;
+  out.optimizer.warmupSteps = p.warmup_steps;
+  out.optimizer.totalSteps = p.total_steps;
+  out.optimizer.maxGradNorm = p.max_grad_norm;
+  for (uint32_t i = 0; i < p.num_adamw; ++i) {
+    const ap_adamw &w = p.adamw[i];
+    if (w.param < 0 || uint64_t(w.param) >= p.num_params)
+      fail("abi: program: adamw entry ", i, " names parameter ", w.param,
+           " of ", p.num_params);
+    out.optimizer.adamw.push_back(
+        {w.param, w.beta1, w.beta2, w.eps, w.weight_decay});
+  }
+  out.abiStep = p.step;
+  out.step = runAbiStep;
+  return out;
+}
+
+} // namespace
+
+static_assert(uint64_t(AP_NO_OFFSET) == kNoOffset,
+              "AP_NO_OFFSET is the runtime's absent offset");
+static_assert(int(InitKind::LogUniform) == AP_INIT_LOG_UNIFORM &&
+                  int(InitKind::Normal) == AP_INIT_NORMAL,
+              "AP_INIT_* are InitKind's values");
+static_assert(int(kernels::DType::I32) == AP_DTYPE_I32 &&
+                  int(kernels::DType::F32) == AP_DTYPE_F32,
+              "AP_DTYPE_* are DType's values");
+
+extern "C" {
+
+int ap_train_main(int argc, char **argv, const ap_program *program) {
+  Program p;
+  try {
+    if (!program)
+      fail("abi: ap_train_main with a null program");
+    p = programOf(*program);
+  } catch (const std::exception &e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 1;
+  }
+  return trainMain(argc, argv, p);
+}
+
+void *ap_at(ap_step *step, uint64_t offset) { return runner(step).at(offset); }
+
+void *ap_scratch(ap_step *step, uint64_t offset) {
+  return runner(step).scratch(offset);
+}
+
+void ap_launch(ap_step *step, int32_t stream, const char *label,
+               int32_t kernel, const void *args, uint64_t argsSize) {
+  StepRunner &r = runner(step);
+  labelOf("ap_launch", label);
+  Stream s = streamOf("ap_launch", stream);
+  if (s != Stream::Compute && s != Stream::Side)
+    fail("abi: ap_launch '", label, "': kernels run on the compute or the "
+         "side stream, not ", streamName(s));
+  if (kernel < 0 || kernel >= AP_KERNEL_COUNT)
+    fail("abi: ap_launch '", label, "': kernel id ", kernel,
+         " (this runtime has ", int(AP_KERNEL_COUNT), ")");
+  const KernelInfo &k = kKernels[kernel];
+  if (!args || argsSize != k.argsSize)
+    fail("abi: ap_launch '", label, "': ", k.id, " takes ", k.argsSize,
+         " bytes of arguments, got ", args ? argsSize : 0);
+  k.launch(r, s, label, args);
+}
+
+void ap_record(ap_step *step, uint32_t event, int32_t stream) {
+  StepRunner &r = runner(step);
+  r.dev.record(eventOf(r, "ap_record", event), streamOf("ap_record", stream));
+}
+
+void ap_wait(ap_step *step, int32_t stream, uint32_t event) {
+  StepRunner &r = runner(step);
+  r.dev.wait(streamOf("ap_wait", stream), eventOf(r, "ap_wait", event));
+}
+
+void ap_wait_copy(ap_step *step, const char *label, uint32_t event) {
+  StepRunner &r = runner(step);
+  r.waitCopy(labelOf("ap_wait_copy", label),
+             eventOf(r, "ap_wait_copy", event));
+}
+
+void ap_offload(ap_step *step, uint32_t scope, uint32_t slot, uint64_t offset,
+                uint64_t bytes, uint32_t producer, uint32_t done) {
+  StepRunner &r = runner(step);
+  r.engine.offload(scopeOf(r, "ap_offload", scope), slot,
+                   r.dev.at(offset, bytes), bytes,
+                   eventOf(r, "ap_offload", producer),
+                   eventOf(r, "ap_offload", done));
+}
+
+void ap_reload(ap_step *step, uint32_t scope, uint32_t slot, uint64_t offset,
+               uint64_t bytes, uint32_t d2hDone, uint32_t done) {
+  StepRunner &r = runner(step);
+  r.engine.reload(scopeOf(r, "ap_reload", scope), slot,
+                  r.dev.at(offset, bytes), bytes,
+                  eventOf(r, "ap_reload", d2hDone),
+                  eventOf(r, "ap_reload", done));
+}
+
+void ap_begin_microbatch(ap_step *step, int64_t microbatch) {
+  StepRunner &r = runner(step);
+  if (microbatch < 0 || microbatch >= r.program().microBatches)
+    fail("abi: ap_begin_microbatch ", microbatch, " of a program with ",
+         r.program().microBatches, " microbatches");
+  r.microbatch = microbatch;
+}
+
+void ap_load_input(ap_step *step, const char *name, uint64_t offset,
+                   uint64_t bytes) {
+  runner(step).loadInput(labelOf("ap_load_input", name), offset, bytes);
+}
+
+void ap_yield(ap_step *step, uint64_t lossOffset, uint64_t countOffset) {
+  runner(step).yield(lossOffset, countOffset);
+}
+
+void ap_end_loop(ap_step *step) { runner(step).endLoop(); }
+
+void ap_all_reduce(ap_step *step, uint64_t offset, uint64_t bytes,
+                   int32_t dtype) {
+  runner(step).allReduce(offset, bytes, dtypeOf("ap_all_reduce", dtype));
+}
+
+void ap_slice(ap_step *step, const char *label, uint64_t x, uint64_t y,
+              int64_t outer, int64_t dimX, int64_t first, int64_t len,
+              int64_t inner, int64_t elemBytes) {
+  runner(step).slice(labelOf("ap_slice", label), x, y, outer, dimX, first,
+                     len, inner, elemBytes);
+}
+
+void ap_concat(ap_step *step, const char *label, const uint64_t *xs,
+               const int64_t *dims, uint32_t n, uint64_t y, int64_t outer,
+               int64_t inner, int64_t elemBytes) {
+  labelOf("ap_concat", label);
+  if (n == 0 || !xs || !dims)
+    fail("abi: ap_concat '", label, "': ", n, " inputs",
+         n ? " and a null array" : "");
+  runner(step).concat(label, std::vector<uint64_t>(xs, xs + n),
+                      std::vector<int64_t>(dims, dims + n), y, outer, inner,
+                      elemBytes);
+}
+
+void ap_expand(ap_step *step, const char *label, uint64_t x, uint64_t y,
+               int64_t outer, int64_t n, int64_t inner, int32_t dtype) {
+  runner(step).expand(labelOf("ap_expand", label), x, y, outer, n, inner,
+                      dtypeOf("ap_expand", dtype));
+}
+
+void ap_expand_grad(ap_step *step, const char *label, uint64_t dy,
+                    uint64_t dx, int64_t outer, int64_t n, int64_t inner,
+                    int32_t dtype) {
+  runner(step).expandGrad(labelOf("ap_expand_grad", label), dy, dx, outer, n,
+                          inner, dtypeOf("ap_expand_grad", dtype));
+}
+
+void ap_gdn_gates(ap_step *step, const char *label, uint64_t a, uint64_t b,
+                  uint64_t aLog, uint64_t dtBias, uint64_t g, uint64_t beta,
+                  int64_t tokens, int32_t heads, int32_t dtype) {
+  runner(step).gdnGates(labelOf("ap_gdn_gates", label), a, b, aLog, dtBias, g,
+                        beta, tokens, heads, dtypeOf("ap_gdn_gates", dtype));
+}
+
+void ap_gdn_gates_grad(ap_step *step, const char *label, uint64_t a,
+                       uint64_t aLog, uint64_t dtBias, uint64_t beta,
+                       uint64_t dg, uint64_t dbeta, uint64_t da, uint64_t db,
+                       uint64_t dALog, uint64_t dDtBias, int64_t tokens,
+                       int32_t heads, int32_t dtype) {
+  runner(step).gdnGatesGrad(labelOf("ap_gdn_gates_grad", label), a, aLog,
+                            dtBias, beta, dg, dbeta, da, db, dALog, dDtBias,
+                            tokens, heads, dtypeOf("ap_gdn_gates_grad", dtype));
+}
+
+void ap_convert(ap_step *step, const char *label, const void *src,
+                int32_t from, void *dst, int32_t to, int64_t n) {
+  runner(step).convert(labelOf("ap_convert", label), src,
+                       dtypeOf("ap_convert", from), dst,
+                       dtypeOf("ap_convert", to), n);
+}
+
+void ap_finalize_grads(ap_step *step, double maxNorm) {
+  runner(step).finalizeGrads(maxNorm);
+}
+
+void ap_lr_schedule(ap_step *step, double maxLr, double minLr, int64_t warmup,
+                    int64_t total) {
+  runner(step).lrSchedule(maxLr, minLr, warmup, total);
+}
+
+void ap_adamw_step(ap_step *step, uint32_t param, double beta1, double beta2,
+                   double eps, double weightDecay) {
+  StepRunner &r = runner(step);
+  if (param >= r.program().params.size())
+    fail("abi: ap_adamw_step: parameter ", param, " of ",
+         r.program().params.size());
+  r.adamw(param, beta1, beta2, eps, weightDecay);
+}
+
+void ap_loss_mean(ap_step *step) { runner(step).lossMean(); }
+
+} // extern "C"

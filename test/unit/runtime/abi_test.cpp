@@ -1,0 +1,261 @@
+//===- abi_test.cpp - The compiler-runtime C ABI ----------------*- C++ -*-===//
+//
+// runtime/abi.h's invariants on the host backend: a program of another ABI
+// version or struct size is refused by ap_train_main with a message naming
+// both versions; malformed tables are refused by name; ap_launch runs the
+// kernel its id names with a copy of the caller's args and refuses an
+// unknown id, a wrong args size or a copy stream; event, scope, parameter
+// and microbatch indices outside the program and offsets outside the arena
+// are errors naming the call.
+//
+//===----------------------------------------------------------------------===//
+#include "runtime/abi.h"
+
+#include "kernels/kernels.h"
+#include "runtime/trainer.h"
+#include "runtime_test_util.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <memory>
+#include <string>
+
+using namespace ap::rt;
+using namespace ap::kernels;
+
+namespace {
+
+void emptyStep(ap_step *) {}
+
+/// A minimal valid ABI program: one parameter, one scope, two events.
+struct AbiProgram {
+  ap_param param{};
+  const char *scopes[1] = {"L0.core_attn"};
+  ap_adamw adamw{};
+  ap_program p{};
+  AbiProgram() {
+    param.name = "w";
+    param.dtype = AP_DTYPE_BF16;
+    param.rank = 1;
+    param.shape[0] = 64;
+    param.shape[1] = param.shape[2] = param.shape[3] = 1;
+    param.numel = 64;
+    param.init = AP_INIT_ONES;
+    param.weight = 0;
+    param.master = param.grad = param.adam_m = param.adam_v = AP_NO_OFFSET;
+    param.frozen = 1;
+    adamw.param = 0;
+    p.abi_version = AP_ABI_VERSION;
+    p.struct_size = sizeof(ap_program);
+    p.model = "abi-test";
+    p.micro_batches = 1;
+    p.batch = 1;
+    p.seq = 8;
+    p.vocab = 256;
+    p.arena_bytes = 4096;
+    p.persistent_bytes = 4096;
+    p.params = &param;
+    p.num_params = 1;
+    p.scopes = scopes;
+    p.num_scopes = 1;
+    p.num_events = 2;
+    p.state_loss_sum = p.state_token_count = p.state_grad_norm = p.state_lr =
+        p.state_loss = AP_NO_OFFSET;
+    p.step = emptyStep;
+  }
+};
+
+/// ap_train_main's exit code and what it printed on stderr.
+std::pair<int, std::string> trainMainOf(const ap_program &p) {
+  char arg0[] = "abi_test";
+  char *argv[] = {arg0, nullptr};
+  testing::internal::CaptureStderr();
+  int rc = ap_train_main(1, argv, &p);
+  return {rc, testing::internal::GetCapturedStderr()};
+}
+
+TEST(AbiProgramTest, RefusesAnotherAbiVersion) {
+  AbiProgram a;
+  a.p.abi_version = AP_ABI_VERSION + 1;
+  auto [rc, err] = trainMainOf(a.p);
+  EXPECT_EQ(rc, 1);
+  EXPECT_NE(err.find("runtime ABI version " +
+                     std::to_string(AP_ABI_VERSION + 1)),
+            std::string::npos)
+      << err;
+  EXPECT_NE(err.find("this runtime implements version " +
+                     std::to_string(AP_ABI_VERSION)),
+            std::string::npos)
+      << err;
+}
+
+TEST(AbiProgramTest, RefusesAnotherStructSize) {
+  AbiProgram a;
+  a.p.struct_size = sizeof(ap_program) - 8;
+  auto [rc, err] = trainMainOf(a.p);
+  EXPECT_EQ(rc, 1);
+  EXPECT_NE(err.find("program struct of " +
+                     std::to_string(sizeof(ap_program) - 8) + " bytes"),
+            std::string::npos)
+      << err;
+}
+
+TEST(AbiProgramTest, RefusesMalformedTables) {
+  {
+    AbiProgram a;
+    a.param.rank = 5;
+    auto [rc, err] = trainMainOf(a.p);
+    EXPECT_EQ(rc, 1);
+    EXPECT_NE(err.find("parameter 'w' has rank 5"), std::string::npos) << err;
+  }
+  {
+    AbiProgram a;
+    a.p.adamw = &a.adamw;
+    a.p.num_adamw = 1;
+    a.adamw.param = 3;
+    auto [rc, err] = trainMainOf(a.p);
+    EXPECT_EQ(rc, 1);
+    EXPECT_NE(err.find("adamw entry 0 names parameter 3 of 1"),
+              std::string::npos)
+        << err;
+  }
+  {
+    AbiProgram a;
+    a.p.params = nullptr;
+    auto [rc, err] = trainMainOf(a.p);
+    EXPECT_EQ(rc, 1);
+    EXPECT_NE(err.find("params has 1 entries and no data"), std::string::npos)
+        << err;
+  }
+  {
+    AbiProgram a;
+    a.p.step = nullptr;
+    auto [rc, err] = trainMainOf(a.p);
+    EXPECT_EQ(rc, 1);
+    EXPECT_NE(err.find("no step function"), std::string::npos) << err;
+  }
+}
+
+/// A step runner on the host backend, seen through the ABI handle.
+class AbiStepTest : public ::testing::Test {
+protected:
+  void SetUp() override {
+    DeviceOptions options;
+    options.device = DeviceKind::Host;
+    options.quiet = true;
+    device = std::make_unique<Device>(options);
+    device->allocateArena(4096, 1024, 2048);
+    PinnedLayout layout;
+    layout.totalBytes = 256;
+    pool = std::make_unique<PinnedPool>(*device, layout);
+    engine = std::make_unique<OffloadEngine>(*device, *pool);
+    program.arenaBytes = 4096;
+    program.numEvents = 2;
+    program.scopes = {"L0.core_attn"};
+    runner =
+        std::make_unique<StepRunner>(program, *device, *pool, *engine, false);
+  }
+  void TearDown() override {
+    runner.reset();
+    engine.reset();
+    pool.reset();
+  }
+  ap_step *handle() { return reinterpret_cast<ap_step *>(runner.get()); }
+  /// The message of the ap::rt::Error `fn` throws ("" if none).
+  template <typename Fn> std::string errorOf(Fn fn) {
+    try {
+      fn();
+    } catch (const std::exception &e) {
+      return e.what();
+    }
+    return "";
+  }
+
+  Program program;
+  std::unique_ptr<Device> device;
+  std::unique_ptr<PinnedPool> pool;
+  std::unique_ptr<OffloadEngine> engine;
+  std::unique_ptr<StepRunner> runner;
+};
+
+TEST_F(AbiStepTest, LaunchRunsTheKernelItsIdNames) {
+  auto *x = static_cast<float *>(ap_at(handle(), 0));
+  for (int i = 0; i < 16; ++i)
+    x[i] = float(i);
+  ResidualAddArgs a;
+  a.dtype = DType::F32;
+  a.a = ap_at(handle(), 0);
+  a.b = ap_at(handle(), 0);
+  a.y = ap_at(handle(), 256);
+  a.n = 16;
+  {
+    // The runtime copies the args: the caller's storage may change at once.
+    ResidualAddArgs copy = a;
+    ap_launch(handle(), AP_STREAM_COMPUTE, "t/add", AP_KERNEL_RESIDUAL_ADD_FORWARD,
+              &copy, sizeof copy);
+    std::memset(static_cast<void *>(&copy), 0, sizeof copy);
+  }
+  device->synchronize();
+  auto *y = static_cast<const float *>(ap_at(handle(), 256));
+  for (int i = 0; i < 16; ++i)
+    EXPECT_EQ(y[i], 2.f * float(i)) << i;
+}
+
+TEST_F(AbiStepTest, LaunchRefusesUnknownIdsSizesAndStreams) {
+  ResidualAddArgs a;
+  EXPECT_NE(errorOf([&] {
+              ap_launch(handle(), AP_STREAM_COMPUTE, "t/x", AP_KERNEL_COUNT,
+                        &a, sizeof a);
+            }).find("'t/x': kernel id " + std::to_string(AP_KERNEL_COUNT)),
+            std::string::npos);
+  std::string err = errorOf([&] {
+    ap_launch(handle(), AP_STREAM_COMPUTE, "t/x", AP_KERNEL_LINEAR_FORWARD,
+              &a, sizeof a);
+  });
+  EXPECT_NE(err.find("AP_KERNEL_LINEAR_FORWARD takes " +
+                     std::to_string(sizeof(LinearForwardArgs)) +
+                     " bytes of arguments, got " + std::to_string(sizeof a)),
+            std::string::npos)
+      << err;
+  err = errorOf([&] {
+    ap_launch(handle(), AP_STREAM_D2H, "t/x", AP_KERNEL_RESIDUAL_ADD_FORWARD,
+              &a, sizeof a);
+  });
+  EXPECT_NE(err.find("not d2h"), std::string::npos) << err;
+  err = errorOf([&] {
+    ap_launch(handle(), 9, "t/x", AP_KERNEL_RESIDUAL_ADD_FORWARD, &a,
+              sizeof a);
+  });
+  EXPECT_NE(err.find("stream 9 is not an AP_STREAM_* value"),
+            std::string::npos)
+      << err;
+}
+
+TEST_F(AbiStepTest, IndicesOutsideTheProgramAreErrors) {
+  EXPECT_NE(errorOf([&] { ap_record(handle(), 2, AP_STREAM_COMPUTE); })
+                .find("ap_record: event 2 of a program with 2 events"),
+            std::string::npos);
+  EXPECT_NE(errorOf([&] { ap_wait(handle(), AP_STREAM_COMPUTE, 7); })
+                .find("ap_wait: event 7"),
+            std::string::npos);
+  EXPECT_NE(errorOf([&] { ap_offload(handle(), 1, 0, 0, 64, 0, 1); })
+                .find("ap_offload: scope 1 of a program with 1 offload scopes"),
+            std::string::npos);
+  EXPECT_NE(errorOf([&] { ap_begin_microbatch(handle(), 1); })
+                .find("ap_begin_microbatch 1 of a program with 1"),
+            std::string::npos);
+  EXPECT_NE(errorOf([&] { ap_adamw_step(handle(), 0, 0.9, 0.95, 1e-8, 0); })
+                .find("ap_adamw_step: parameter 0 of 0"),
+            std::string::npos);
+  EXPECT_NE(errorOf([&] { ap_all_reduce(handle(), 0, 4, 17); })
+                .find("dtype 17 is not an AP_DTYPE_* value"),
+            std::string::npos);
+  // An offset past the arena: the device's range check, through the ABI.
+  EXPECT_FALSE(errorOf([&] { ap_at(handle(), 1ull << 40); }).empty());
+  EXPECT_NE(errorOf([&] { ap_launch(nullptr, 0, "t", 0, nullptr, 0); })
+                .find("null step handle"),
+            std::string::npos);
+}
+
+} // namespace
