@@ -131,6 +131,19 @@ llvm::Expected<DeviceProfile> DeviceProfile::parse(StringRef json,
       }
       continue;
     }
+    // Where the numbers came from (command, commit, date, binary): kept in
+    // the file so that a profile carries its own record; the model reads
+    // none of it.
+    if (key == "provenance") {
+      const llvm::json::Object *entries = obj->get(key)->getAsObject();
+      if (!entries)
+        return fail("field 'provenance' must be an object of strings (what "
+                    "produced the profile: command, commit, date, ...)");
+      for (const auto &kv : *entries)
+        if (!kv.second.getAsString())
+          return fail("provenance['" + kv.first.str() + "'] must be a string");
+      continue;
+    }
     if (key == "opScale") {
       const llvm::json::Object *ops = obj->get(key)->getAsObject();
       if (!ops)
@@ -154,7 +167,7 @@ llvm::Expected<DeviceProfile> DeviceProfile::parse(StringRef json,
       std::string known;
       for (const Field &f : fields)
         known += (known.empty() ? "" : ", ") + f.key.str();
-      known += ", opScale, h2dSlowdown, d2hSlowdown, sideCapacity";
+      known += ", opScale, h2dSlowdown, d2hSlowdown, sideCapacity, provenance";
       return fail("unknown field '" + key + "' (known fields: " + known + ")");
     }
     std::optional<double> value = obj->get(key)->getAsNumber();

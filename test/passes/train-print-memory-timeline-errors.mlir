@@ -14,10 +14,12 @@
 // RUN: not actplace-opt %t/step.mlir '-train-print-memory-timeline=profile=%t/negative-beside.json' 2>&1 | FileCheck %s --check-prefix=NEGBESIDE
 // RUN: not actplace-opt %t/step.mlir '-train-print-memory-timeline=profile=%t/beside-not-object.json' 2>&1 | FileCheck %s --check-prefix=BESIDEOBJ
 // RUN: not actplace-opt %t/step.mlir '-train-print-memory-timeline=profile=%t/both-slowdowns.json' 2>&1 | FileCheck %s --check-prefix=BOTH
+// RUN: not actplace-opt %t/step.mlir '-train-print-memory-timeline=profile=%t/provenance-array.json' 2>&1 | FileCheck %s --check-prefix=PROVOBJ
+// RUN: not actplace-opt %t/step.mlir '-train-print-memory-timeline=profile=%t/provenance-number.json' 2>&1 | FileCheck %s --check-prefix=PROVSTR
 
 // NOSTEP: error: train-print-memory-timeline: the module has no @train_step function; run -train-autodiff first to build the training step
 // NOLOOP: error: train-print-memory-timeline: @train_step has no train.microbatch_loop; run -train-autodiff first to build the training step
-// UNKNOWN: error: train-print-memory-timeline: device profile '{{.*}}unknown-field.json': unknown field 'peakFlop' (known fields: peakFlops, memBandwidth, launchLatency, d2hBandwidth, h2dBandwidth, duplexBandwidth, computeScale, copySlowdownPerByte, copyHoldSlack, sideStreamCopyScale, opScale, h2dSlowdown, d2hSlowdown, sideCapacity)
+// UNKNOWN: error: train-print-memory-timeline: device profile '{{.*}}unknown-field.json': unknown field 'peakFlop' (known fields: peakFlops, memBandwidth, launchLatency, d2hBandwidth, h2dBandwidth, duplexBandwidth, computeScale, copySlowdownPerByte, copyHoldSlack, sideStreamCopyScale, opScale, h2dSlowdown, d2hSlowdown, sideCapacity, provenance)
 // NAN: error: train-print-memory-timeline: device profile '{{.*}}not-a-number.json': field 'launchLatency' must be a number
 // ZERO: error: train-print-memory-timeline: device profile '{{.*}}zero-rate.json': field 'h2dBandwidth' must be positive, got 0
 // MALFORMED: error: train-print-memory-timeline: device profile '{{.*}}malformed.json': invalid JSON:
@@ -29,6 +31,8 @@
 // NEGSLACK: error: train-print-memory-timeline: device profile '{{.*}}negative-slack.json': field 'copyHoldSlack' must be non-negative, got -0.5
 // NEGBESIDE: error: train-print-memory-timeline: device profile '{{.*}}negative-beside.json': h2dSlowdown['*'] must be a non-negative number
 // BESIDEOBJ: error: train-print-memory-timeline: device profile '{{.*}}beside-not-object.json': field 'd2hSlowdown' must be an object of op names (or "*") to non-negative numbers
+// PROVOBJ: error: train-print-memory-timeline: device profile '{{.*}}provenance-array.json': field 'provenance' must be an object of strings (what produced the profile: command, commit, date, ...)
+// PROVSTR: error: train-print-memory-timeline: device profile '{{.*}}provenance-number.json': provenance['commit'] must be a string
 // BOTH: error: train-print-memory-timeline: device profile '{{.*}}both-slowdowns.json': give either copySlowdownPerByte (copies slow the op that issues them) or h2dSlowdown / d2hSlowdown (copies slow the ops beside them), not both
 
 //--- unknown-field.json
@@ -55,6 +59,10 @@
 {"d2hSlowdown": 1e-9}
 //--- both-slowdowns.json
 {"copySlowdownPerByte": 1e-9, "h2dSlowdown": {"*": 1e-9}}
+//--- provenance-array.json
+{"provenance": ["calibrate"], "computeScale": 1.0}
+//--- provenance-number.json
+{"provenance": {"command": "calibrate", "commit": 1234}, "computeScale": 1.0}
 
 //--- forward.mlir
 func.func @forward(%x: tensor<1x8x16xbf16>) -> tensor<1x8x16xbf16> {
