@@ -43,10 +43,9 @@ grep -q "^side stream busy" "$work/overlap.md"
 # overlap's split on synthetic launches: a norm with side work over half of
 # it counts as beside, one without as alone; a split op shows as added.
 python3 - <<'PY'
-import importlib.util
-spec = importlib.util.spec_from_file_location("qb", "bench/qwen_train_bench.py")
-qb = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(qb)
+import sys
+sys.path.insert(0, "bench")
+from qwenbench import tables as qb
 L = lambda label, stream, s, e: {"label": label, "stream": stream,
                                  "start_us": s, "end_us": e}
 base = [L("L1.attn_norm/rms_norm", "compute", 0, 8),
@@ -71,6 +70,14 @@ python3 - "$work/profile.json" <<'PY'
 import json, sys
 p = json.load(open(sys.argv[1]))
 assert p["computeScale"] > 0 and p["copySlowdownPerByte"] >= 0, p
+# The profile says what produced it: the command, the commit, the date and
+# the binaries of the run it was fitted to.
+prov = p["provenance"]
+assert prov["command"].startswith("bench/qwen_train_bench.py calibrate "), prov
+assert "--op-times" in prov["command"] and prov["date"][:2] == "20", prov
+assert prov["binary"].startswith("actplace-compile of ") and \
+    "run folder run" in prov["binary"], prov
+assert len(prov["commit"].split()[0]) == 40, prov
 for op in ("train.linear", "train.linear_grad", "train.gated_delta_rule"):
     assert p["opScale"].get(op, 0) > 0, (op, p["opScale"])
 print("calibrated profile: %d op scales, computeScale %.3g" %
@@ -80,11 +87,11 @@ PY
 # times a given factor, and times a factor fitted on the offloading arms.
 python3 bench/qwen_train_bench.py calibrate "${tools_args[@]}" "$work/run" \
   --op-times "$work/run/op-times.json" --out "$work/profile-beside2.json" \
-  --copy-beside bench/profiles/h200-copy-rates-d29.json \
+  --copy-beside bench/notes/data/h200-copy-rates-d29.json \
   --copy-beside-scale 2 --copy-hold-slack 0.3 2> "$work/calibrate-beside2.log"
 python3 bench/qwen_train_bench.py calibrate "${tools_args[@]}" "$work/run" \
   --op-times "$work/run/op-times.json" --out "$work/profile-beside.json" \
-  --copy-beside bench/profiles/h200-copy-rates-d29.json \
+  --copy-beside bench/notes/data/h200-copy-rates-d29.json \
   2> "$work/calibrate-beside.log"
 grep -q 'least squares over' "$work/calibrate-beside.log"
 # --also with a copy of the same run folder: every arm counted twice, each
@@ -92,7 +99,7 @@ grep -q 'least squares over' "$work/calibrate-beside.log"
 rm -rf "$work/run-copy" && cp -r "$work/run" "$work/run-copy"
 python3 bench/qwen_train_bench.py calibrate "${tools_args[@]}" "$work/run" \
   --op-times "$work/run/op-times.json" --out "$work/profile-beside-also.json" \
-  --copy-beside bench/profiles/h200-copy-rates-d29.json \
+  --copy-beside bench/notes/data/h200-copy-rates-d29.json \
   --also "$work/run-copy" 2> "$work/calibrate-beside-also.log"
 grep -q "run-copy:" "$work/calibrate-beside-also.log"
 python3 - "$work/profile-beside.json" "$work/profile-beside-also.json" <<'PY'
@@ -103,7 +110,7 @@ print("calibrate --also: the same folder twice gives the same factor")
 PY
 python3 - "$work/profile-beside2.json" "$work/profile-beside.json" <<'PY'
 import json, sys
-rates = json.load(open("bench/profiles/h200-copy-rates-d29.json"))
+rates = json.load(open("bench/notes/data/h200-copy-rates-d29.json"))
 given, fitted = (json.load(open(p)) for p in sys.argv[1:])
 for p in (given, fitted):
     assert "copySlowdownPerByte" not in p, p.keys()
@@ -124,7 +131,7 @@ PY
 python3 - "$work" <<'PY'
 import argparse, json, os, sys
 sys.path.insert(0, "bench")
-import qwen_train_bench as q
+from qwenbench import calibrate as q
 out = os.path.join(sys.argv[1], "profile-fit-synthetic.json")
 slope = {"a": 0.004, "b": 0.010}   # s per unit factor
 base = {"a": 0.001, "b": 0.003}    # predicted increase at factor 0
@@ -133,7 +140,7 @@ def predicted(arm, profile):
     return 0.3 + (0 if arm == "none" else base[arm] + k * slope[arm])
 med = {"none": (0.3, {}), **{arm: (0.3 + base[arm] + 1.7 * slope[arm],
                                    {"offloaded_bytes": 1}) for arm in base}}
-a = argparse.Namespace(copy_beside="bench/profiles/h200-copy-rates-d29.json",
+a = argparse.Namespace(copy_beside="bench/notes/data/h200-copy-rates-d29.json",
                        copy_beside_scale=None, out=out, side_capacity_arms="",
                        side_copy_arms="")
 q.write_copy_beside(a, {"computeScale": 1.0}, med, [], predicted, 1.0,
@@ -259,7 +266,7 @@ python3 bench/qwen_train_bench.py check --carry "$work/carry" \
   2> "$work/stability.log" > "$work/stability.md"
 grep -q '^PASS: 1 arms, 30 steps' "$work/stability.md"
 # --baseline: one arm's fingerprints against an earlier check's (here
-# none's, xz-compressed as bench/results keeps them); one changed
+# none's, xz-compressed as run folders may keep them); one changed
 # fingerprint in the baseline must fail it; one arm without a baseline says
 # it compared nothing. --pack leaves the folder as one tar.
 python3 - "$work/check/none.check.jsonl" "$work/none-base.check.jsonl.xz" <<'PY'
@@ -346,7 +353,7 @@ PY
 python3 - "$work/check/max.check.jsonl" <<'PY'
 import copy, json, sys
 sys.path.insert(0, "bench")
-from qwen_train_bench import check_arm_lines
+from qwenbench.device import check_arm_lines
 lines = [json.loads(l) for l in open(sys.argv[1])]
 assert check_arm_lines("max", lines, 3) == []
 leak = copy.deepcopy(lines); leak[2]["pinned_pool"]["in_use"] = 4096
@@ -388,7 +395,7 @@ grep -q 'chose: ' "$work/build-goal.log"
 python3 - "$work/carry-goal" <<'PY'
 import json, os, sys
 sys.path.insert(0, "bench")
-import qwen_train_bench as q
+from qwenbench import common, profiles, reports
 carry = sys.argv[1]
 manifest = json.load(open(os.path.join(carry, "manifest.json")))
 for arm, floor in (("auto60", 60.0), ("auto3", 0.0)):
@@ -396,8 +403,9 @@ for arm, floor in (("auto60", 60.0), ("auto3", 0.0)):
     path = os.path.join(carry, manifest["arms"][arm]["report"])
     for report in (path, path + ".again"):
         if report.endswith(".again"):
-            q.write_report(manifest, arm, q.RUN9_PROFILE, report,
-                           os.path.join(q.REPO, manifest["build_dir"], "bin"))
+            reports.write_report(
+                manifest, arm, profiles.path("h200"), report,
+                os.path.join(common.REPO, manifest["build_dir"], "bin"))
         t = json.load(open(report))["totals"]
         cut = 100 * (1 - t["activation_peak_bytes_after"] /
                      t["activation_peak_bytes_before"])
