@@ -3,12 +3,14 @@
 
 #include "kernels/kernels.h"
 #include "runtime/error.h"
+#include "runtime/json.h"
 
 #include "runtime/sha256.h"
 
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -69,23 +71,21 @@ uint64_t parseUInt(const std::string &text, const std::string &what) {
 }
 
 /// A string map as a JSON object (metadata values must be strings).
-std::string mapToJson(const std::map<std::string, std::string> &m) {
-  std::string out = "{";
-  for (const auto &[k, v] : m)
-    out += (out.size() > 1 ? "," : "") + jsonQuote(k) + ":" + jsonQuote(v);
-  return out + "}";
+std::string mapToJson(const std::map<std::string, std::string> &m,
+                      const std::string &what) {
+  return dumpJson(Json(m), what);
 }
 
 std::map<std::string, std::string> mapFromJson(const std::string &text,
                                                const std::string &what) {
-  JsonValue v = parseJson(text, what);
-  if (v.kind != JsonValue::Kind::Object)
+  Json v = parseJson(text, what);
+  if (!v.is_object())
     fail(what, ": not a JSON object");
   std::map<std::string, std::string> m;
-  for (const auto &[k, item] : v.members) {
-    if (item.kind != JsonValue::Kind::String)
+  for (const auto &[k, item] : v.items()) {
+    if (!item.is_string())
       fail(what, ": field '", k, "' is not a string");
-    m[k] = item.text;
+    m[k] = item.get<std::string>();
   }
   return m;
 }
@@ -169,11 +169,13 @@ std::string writeShard(const std::string &dir,
   if (!state.data.sourceId.empty())
     w.setMetadata("actplace.data_cursor", state.data.serialize());
   if (!state.runConfig.empty()) {
-    w.setMetadata(kRunConfigKey, mapToJson(state.runConfig));
+    w.setMetadata(kRunConfigKey,
+                  mapToJson(state.runConfig, "checkpoint: run configuration"));
     w.setMetadata(kRunConfigHashKey, runConfigHash(state.runConfig));
   }
   if (!state.placement.empty())
-    w.setMetadata(kPlacementKey, mapToJson(state.placement));
+    w.setMetadata(kPlacementKey,
+                  mapToJson(state.placement, "checkpoint: placement"));
   for (const auto &[k, v] : state.extra) {
     if (k.rfind("actplace.", 0) == 0 || k == "format")
       fail("checkpoint: extra key '", k, "' is reserved");
@@ -185,15 +187,15 @@ std::string writeShard(const std::string &dir,
   w.write(stepDir + "/" + checkpointShardName(shard.rank, shard.worldSize), wo);
 
   if (shard.worldSize > 1 && shard.rank == 0) {
-    std::string index = "{\"format\":" + jsonQuote(kFormat) +
-                        ",\"step\":" + std::to_string(state.step) +
-                        ",\"world_size\":" + std::to_string(shard.worldSize) +
-                        ",\"shards\":[";
+    Json index = {{"format", kFormat},
+                  {"step", state.step},
+                  {"world_size", shard.worldSize},
+                  {"shards", Json::array()}};
     for (int r = 0; r < shard.worldSize; ++r)
-      index +=
-          (r ? "," : "") + jsonQuote(checkpointShardName(r, shard.worldSize));
-    index += "]}\n";
-    writeFileAtomically(stepDir + "/index.json", index, options.sync);
+      index["shards"].push_back(checkpointShardName(r, shard.worldSize));
+    writeFileAtomically(stepDir + "/index.json",
+                        dumpJson(index, "checkpoint: index.json") + "\n",
+                        options.sync);
   }
   return stepDir;
 }
@@ -514,13 +516,12 @@ TrainingState loadCheckpoint(const std::string &stepDir,
   std::string indexPath = stepDir + "/index.json";
   int savedWorld = 1;
   if (fileExists(indexPath)) {
-    JsonValue idx =
-        parseJson(readSmallFile(indexPath), "checkpoint: " + indexPath);
-    const JsonValue *ws = idx.get("world_size");
-    uint64_t w = 0;
-    if (!ws || !ws->asUInt(w) || w == 0)
+    Json idx = parseJson(readSmallFile(indexPath), "checkpoint: " + indexPath);
+    auto ws = idx.find("world_size"); // end() when idx is no object
+    if (ws == idx.end() || !ws->is_number_unsigned() ||
+        ws->get<uint64_t>() == 0 || ws->get<uint64_t>() > uint64_t(INT_MAX))
       fail("checkpoint: '", indexPath, "' has no valid world_size");
-    savedWorld = int(w);
+    savedWorld = int(ws->get<uint64_t>());
   }
   if (savedWorld != shard.worldSize)
     fail("checkpoint: '", stepDir, "' was saved by ", savedWorld,

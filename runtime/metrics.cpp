@@ -2,7 +2,7 @@
 #include "runtime/metrics.h"
 
 #include "runtime/error.h"
-#include "runtime/safetensors.h"
+#include "runtime/json.h"
 #include "runtime/sha256.h"
 
 #include <algorithm>
@@ -10,7 +10,6 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <sstream>
 #include <thread>
 #include <unistd.h>
 
@@ -31,38 +30,41 @@ std::string jsonNumber(double v) {
 }
 
 std::string metricsJson(const StepMetrics &m) {
-  std::ostringstream os;
-  os << "{\"step\":" << m.step << ",\"backend\":" << jsonQuote(m.backend)
-     << ",\"device\":" << jsonQuote(m.device)
-     << ",\"loss\":" << jsonNumber(m.loss)
-     << ",\"grad_norm\":" << jsonNumber(m.gradNorm)
-     << ",\"lr\":" << jsonNumber(m.lr)
-     << ",\"step_time_s\":" << jsonNumber(m.stepTimeS)
-     << ",\"tokens_per_s\":" << jsonNumber(m.tokensPerS)
-     << ",\"device_peak_bytes\":" << m.devicePeakBytes
-     << ",\"planned_peak_bytes\":" << m.plannedPeakBytes
-     << ",\"pinned_pool\":{\"buffers\":" << m.pinnedPool.buffers
-     << ",\"bytes\":" << m.pinnedPool.bytes
-     << ",\"in_use\":" << m.pinnedPool.inUse << "},\"transfers\":{";
-  bool first = true;
-  for (const auto &entry : m.transfers) {
-    const TransferCounters &c = entry.second;
-    os << (first ? "" : ",") << jsonQuote(entry.first)
-       << ":{\"d2h_count\":" << c.d2hCount << ",\"h2d_count\":" << c.h2dCount
-       << ",\"d2h_bytes\":" << c.d2hBytes << ",\"h2d_bytes\":" << c.h2dBytes
-       << "}";
-    first = false;
-  }
-  os << "}";
+  // nlohmann writes the strings, the integers and the nested objects. The
+  // five measured numbers keep jsonNumber's text (the shortest %.Ng that
+  // reads back exactly: "32768", "0.0003"), which nlohmann's own spelling
+  // of a double would change ("32768.0"), so the top level joins them as
+  // text. Bytes that are not UTF-8 in a name become U+FFFD, as in jsonQuote.
+  auto text = [](const Json &v) {
+    return v.dump(-1, ' ', false, Json::error_handler_t::replace);
+  };
+  Json transfers = Json::object();
+  for (const auto &[scope, c] : m.transfers)
+    transfers[scope] = {{"d2h_count", c.d2hCount},
+                        {"h2d_count", c.h2dCount},
+                        {"d2h_bytes", c.d2hBytes},
+                        {"h2d_bytes", c.h2dBytes}};
+  Json pinned = {{"buffers", m.pinnedPool.buffers},
+                 {"bytes", m.pinnedPool.bytes},
+                 {"in_use", m.pinnedPool.inUse}};
+  std::string line =
+      "{\"step\":" + text(m.step) + ",\"backend\":" + text(m.backend) +
+      ",\"device\":" + text(m.device) + ",\"loss\":" + jsonNumber(m.loss) +
+      ",\"grad_norm\":" + jsonNumber(m.gradNorm) +
+      ",\"lr\":" + jsonNumber(m.lr) +
+      ",\"step_time_s\":" + jsonNumber(m.stepTimeS) +
+      ",\"tokens_per_s\":" + jsonNumber(m.tokensPerS) +
+      ",\"device_peak_bytes\":" + text(m.devicePeakBytes) +
+      ",\"planned_peak_bytes\":" + text(m.plannedPeakBytes) +
+      ",\"pinned_pool\":" + text(pinned) + ",\"transfers\":" + text(transfers);
   if (m.fingerprints) {
     const Fingerprints &f = *m.fingerprints;
-    os << ",\"fingerprints\":{\"loss\":" << jsonQuote(f.loss)
-       << ",\"grads\":" << jsonQuote(f.grads)
-       << ",\"params\":" << jsonQuote(f.params)
-       << ",\"optimizer\":" << jsonQuote(f.optimizer) << "}";
+    line += ",\"fingerprints\":" + text({{"loss", f.loss},
+                                         {"grads", f.grads},
+                                         {"params", f.params},
+                                         {"optimizer", f.optimizer}});
   }
-  os << "}";
-  return os.str();
+  return line + "}";
 }
 
 void collectRuntimeMetrics(StepMetrics &m, Device &device, PinnedPool &pool,

@@ -5,9 +5,11 @@
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/op_timing.h"
+#include "runtime/json.h"
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 
 namespace ap::rt {
@@ -134,46 +136,34 @@ void writeOpTimes(const std::string &path,
                   const std::map<std::string, StepRunner::OpTime> &times,
                   int64_t steps, double syncSeconds, const std::string &mode,
                   Device &dev) {
-  char sync[64];
-  std::snprintf(sync, sizeof(sync), "%.9e", syncSeconds);
-  std::string json =
-      "{\"steps\": " + std::to_string(steps) +
-      ", \"mode\": " + jsonQuote(mode) + ", \"sync_seconds\": " + sync +
-      ", \"device\": " +
-      jsonQuote(dev.kind() == DeviceKind::Cuda ? "cuda" : "host") +
-      ", \"ops\": {";
-  bool first = true;
-  for (const auto &[label, t] : times) {
-    char seconds[64];
-    std::snprintf(seconds, sizeof(seconds), "%.9e", t.seconds);
-    json += std::string(first ? "\n  " : ",\n  ") + jsonQuote(label) +
-            ": {\"count\": " + std::to_string(t.count) +
-            ", \"seconds\": " + seconds + "}";
-    first = false;
-  }
-  json += "\n}}\n";
-  writeWholeFile(path, json, "--op-times");
+  Json ops = Json::object();
+  for (const auto &[label, t] : times)
+    ops[label] = {{"count", t.count}, {"seconds", t.seconds}};
+  Json doc = {{"steps", steps},
+              {"mode", mode},
+              {"sync_seconds", syncSeconds},
+              {"device", dev.kind() == DeviceKind::Cuda ? "cuda" : "host"},
+              {"ops", ops}};
+  writeWholeFile(path, dumpJson(doc, "--op-times " + path, 2) + "\n",
+                 "--op-times");
 }
 
 void writeOpTimeline(const std::string &path,
                      const std::vector<StepRunner::TimelineEntry> &launches,
                      int64_t step, Device &dev) {
-  std::string json =
-      "{\"step\": " + std::to_string(step) + ", \"device\": " +
-      jsonQuote(dev.kind() == DeviceKind::Cuda ? "cuda" : "host") +
-      ", \"launches\": [";
-  bool first = true;
-  for (const StepRunner::TimelineEntry &e : launches) {
-    char span[96];
-    std::snprintf(span, sizeof(span), ", \"start_us\": %.3f, \"end_us\": %.3f}",
-                  e.startS * 1e6, e.endS * 1e6);
-    json += std::string(first ? "\n  " : ",\n  ") +
-            "{\"label\": " + jsonQuote(e.name) +
-            ", \"stream\": " + jsonQuote(streamName(e.stream)) + span;
-    first = false;
-  }
-  json += "\n]}\n";
-  writeWholeFile(path, json, "--op-timeline");
+  // Microseconds to the nanosecond: finer digits are timer noise.
+  auto us = [](double seconds) { return std::round(seconds * 1e9) / 1e3; };
+  Json list = Json::array();
+  for (const StepRunner::TimelineEntry &e : launches)
+    list.push_back({{"label", e.name},
+                    {"stream", streamName(e.stream)},
+                    {"start_us", us(e.startS)},
+                    {"end_us", us(e.endS)}});
+  Json doc = {{"step", step},
+              {"device", dev.kind() == DeviceKind::Cuda ? "cuda" : "host"},
+              {"launches", list}};
+  writeWholeFile(path, dumpJson(doc, "--op-timeline " + path, 2) + "\n",
+                 "--op-timeline");
 }
 
 } // namespace ap::rt

@@ -1,17 +1,14 @@
-//===- safetensors.cpp - safetensors I/O, atomic writes, tiny JSON --------===//
+//===- safetensors.cpp - safetensors I/O, atomic writes -------------------===//
 #include "runtime/safetensors.h"
 
 #include "runtime/error.h"
+#include "runtime/json.h"
 #include "runtime/sha256.h"
 
 #include <algorithm>
 #include <cerrno>
-#include <climits>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
-#include <set>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -76,280 +73,11 @@ uint64_t StTensorInfo::numElements() const {
 // JSON
 //===----------------------------------------------------------------------===//
 
-const JsonValue *JsonValue::get(const std::string &key) const {
-  for (const auto &m : members)
-    if (m.first == key)
-      return &m.second;
-  return nullptr;
-}
-
-bool JsonValue::asUInt(uint64_t &out) const {
-  if (kind != Kind::Number || text.empty() ||
-      text.find_first_not_of("0123456789") != std::string::npos)
-    return false;
-  errno = 0;
-  char *end = nullptr;
-  unsigned long long v = std::strtoull(text.c_str(), &end, 10);
-  if (errno == ERANGE || *end != '\0')
-    return false;
-  out = v;
-  return true;
-}
-
-bool JsonValue::asInt(int64_t &out) const {
-  if (kind != Kind::Number || text.empty() ||
-      text.find_first_not_of("-0123456789") != std::string::npos)
-    return false;
-  errno = 0;
-  char *end = nullptr;
-  long long v = std::strtoll(text.c_str(), &end, 10);
-  if (errno == ERANGE || *end != '\0')
-    return false;
-  out = v;
-  return true;
-}
-
-namespace {
-
-class JsonParser {
-public:
-  JsonParser(const std::string &s, const std::string &what)
-      : s_(s), what_(what) {}
-
-  JsonValue parseDocument() {
-    JsonValue v = parseValue(0);
-    skipSpace();
-    if (pos_ != s_.size())
-      error("trailing characters after the JSON value");
-    return v;
-  }
-
-private:
-  [[noreturn]] void error(const std::string &msg) {
-    fail(what_, ": malformed JSON at byte ", pos_, ": ", msg);
-  }
-  void skipSpace() {
-    while (pos_ < s_.size() && (s_[pos_] == ' ' || s_[pos_] == '\t' ||
-                                s_[pos_] == '\n' || s_[pos_] == '\r'))
-      ++pos_;
-  }
-  bool consume(char c) {
-    skipSpace();
-    if (pos_ < s_.size() && s_[pos_] == c) {
-      ++pos_;
-      return true;
-    }
-    return false;
-  }
-  void expect(char c) {
-    if (!consume(c))
-      error(std::string("expected '") + c + "'");
-  }
-
-  JsonValue parseValue(int depth) {
-    if (depth > 64)
-      error("nesting too deep");
-    skipSpace();
-    if (pos_ >= s_.size())
-      error("unexpected end of input");
-    char c = s_[pos_];
-    JsonValue v;
-    if (c == '{') {
-      ++pos_;
-      v.kind = JsonValue::Kind::Object;
-      std::set<std::string> seen;
-      if (consume('}'))
-        return v;
-      do {
-        skipSpace();
-        std::string key = parseString();
-        if (!seen.insert(key).second)
-          error("duplicate key \"" + key + "\"");
-        expect(':');
-        v.members.emplace_back(key, parseValue(depth + 1));
-      } while (consume(','));
-      expect('}');
-    } else if (c == '[') {
-      ++pos_;
-      v.kind = JsonValue::Kind::Array;
-      if (consume(']'))
-        return v;
-      do
-        v.items.push_back(parseValue(depth + 1));
-      while (consume(','));
-      expect(']');
-    } else if (c == '"') {
-      v.kind = JsonValue::Kind::String;
-      v.text = parseString();
-    } else if (s_.compare(pos_, 4, "true") == 0) {
-      pos_ += 4;
-      v.kind = JsonValue::Kind::Bool;
-      v.boolean = true;
-    } else if (s_.compare(pos_, 5, "false") == 0) {
-      pos_ += 5;
-      v.kind = JsonValue::Kind::Bool;
-    } else if (s_.compare(pos_, 4, "null") == 0) {
-      pos_ += 4;
-    } else if (c == '-' || (c >= '0' && c <= '9')) {
-      size_t start = pos_;
-      while (pos_ < s_.size() &&
-             std::strchr("+-0123456789.eE", s_[pos_]) != nullptr)
-        ++pos_;
-      v.kind = JsonValue::Kind::Number;
-      v.text = s_.substr(start, pos_ - start);
-      char *end = nullptr;
-      std::strtod(v.text.c_str(), &end);
-      if (*end != '\0')
-        error("bad number '" + v.text + "'");
-    } else {
-      error(std::string("unexpected character '") + c + "'");
-    }
-    return v;
-  }
-
-  std::string parseString() {
-    if (pos_ >= s_.size() || s_[pos_] != '"')
-      error("expected a string");
-    ++pos_;
-    std::string out;
-    while (true) {
-      if (pos_ >= s_.size())
-        error("unterminated string");
-      char c = s_[pos_++];
-      if (c == '"')
-        return out;
-      if (static_cast<unsigned char>(c) < 0x20)
-        error("control character in string");
-      if (c != '\\') {
-        out += c;
-        continue;
-      }
-      if (pos_ >= s_.size())
-        error("unterminated escape");
-      char e = s_[pos_++];
-      switch (e) {
-      case '"':
-        out += '"';
-        break;
-      case '\\':
-        out += '\\';
-        break;
-      case '/':
-        out += '/';
-        break;
-      case 'b':
-        out += '\b';
-        break;
-      case 'f':
-        out += '\f';
-        break;
-      case 'n':
-        out += '\n';
-        break;
-      case 'r':
-        out += '\r';
-        break;
-      case 't':
-        out += '\t';
-        break;
-      case 'u': {
-        uint32_t cp = parseHex4();
-        if (cp >= 0xd800 && cp < 0xdc00) {
-          if (s_.compare(pos_, 2, "\\u") != 0)
-            error("unpaired surrogate");
-          pos_ += 2;
-          uint32_t lo = parseHex4();
-          if (lo < 0xdc00 || lo >= 0xe000)
-            error("bad low surrogate");
-          cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
-        }
-        appendUtf8(out, cp);
-        break;
-      }
-      default:
-        error(std::string("bad escape '\\") + e + "'");
-      }
-    }
-  }
-
-  uint32_t parseHex4() {
-    if (pos_ + 4 > s_.size())
-      error("short \\u escape");
-    uint32_t v = 0;
-    for (int i = 0; i < 4; ++i) {
-      char h = s_[pos_++];
-      v <<= 4;
-      if (h >= '0' && h <= '9')
-        v |= uint32_t(h - '0');
-      else if (h >= 'a' && h <= 'f')
-        v |= uint32_t(h - 'a' + 10);
-      else if (h >= 'A' && h <= 'F')
-        v |= uint32_t(h - 'A' + 10);
-      else
-        error("bad hex digit in \\u escape");
-    }
-    return v;
-  }
-
-  static void appendUtf8(std::string &out, uint32_t cp) {
-    if (cp < 0x80) {
-      out += char(cp);
-    } else if (cp < 0x800) {
-      out += char(0xc0 | (cp >> 6));
-      out += char(0x80 | (cp & 0x3f));
-    } else if (cp < 0x10000) {
-      out += char(0xe0 | (cp >> 12));
-      out += char(0x80 | ((cp >> 6) & 0x3f));
-      out += char(0x80 | (cp & 0x3f));
-    } else {
-      out += char(0xf0 | (cp >> 18));
-      out += char(0x80 | ((cp >> 12) & 0x3f));
-      out += char(0x80 | ((cp >> 6) & 0x3f));
-      out += char(0x80 | (cp & 0x3f));
-    }
-  }
-
-  const std::string &s_;
-  const std::string &what_;
-  size_t pos_ = 0;
-};
-
-} // namespace
-
-JsonValue parseJson(const std::string &text, const std::string &what) {
-  return JsonParser(text, what).parseDocument();
-}
-
 std::string jsonQuote(const std::string &s) {
-  std::string out = "\"";
-  for (char c : s) {
-    switch (c) {
-    case '"':
-      out += "\\\"";
-      break;
-    case '\\':
-      out += "\\\\";
-      break;
-    case '\n':
-      out += "\\n";
-      break;
-    case '\r':
-      out += "\\r";
-      break;
-    case '\t':
-      out += "\\t";
-      break;
-    default:
-      if (static_cast<unsigned char>(c) < 0x20) {
-        char buf[8];
-        std::snprintf(buf, sizeof(buf), "\\u%04x", unsigned(c));
-        out += buf;
-      } else {
-        out += c;
-      }
-    }
-  }
-  return out + "\"";
+  // A log line or metrics file stays valid JSON whatever the bytes: invalid
+  // UTF-8 becomes U+FFFD here (files that must read back use dumpJson, which
+  // refuses it).
+  return Json(s).dump(-1, ' ', false, Json::error_handler_t::replace);
 }
 
 //===----------------------------------------------------------------------===//
@@ -450,6 +178,7 @@ void SafetensorsWriter::add(const std::string &name, StDType dtype,
                             size_t bytes) {
   if (name.empty() || name == "__metadata__")
     fail("safetensors: invalid tensor name '", name, "'");
+  dumpJson(Json(name), "safetensors: tensor name '" + name + "'");
   for (const Entry &e : entries_)
     if (e.info.name == name)
       fail("safetensors: tensor '", name, "' added twice");
@@ -472,6 +201,9 @@ void SafetensorsWriter::add(const std::string &name, StDType dtype,
 
 void SafetensorsWriter::setMetadata(const std::string &key,
                                     const std::string &value) {
+  // Refused here, where the entry is known, rather than at write().
+  dumpJson(Json(key), "safetensors: metadata key '" + key + "'");
+  dumpJson(Json(value), "safetensors: metadata '" + key + "'");
   metadata_[key] = value;
 }
 
@@ -504,30 +236,15 @@ std::string SafetensorsWriter::header(const WriteOptions &options) const {
   std::map<std::string, std::string> meta = metadata_;
   if (!options.checksumKey.empty())
     meta[options.checksumKey] = checksum();
-  std::string json = "{";
-  bool first = true;
-  if (!meta.empty()) {
-    json += "\"__metadata__\":{";
-    for (auto it = meta.begin(); it != meta.end(); ++it) {
-      if (it != meta.begin())
-        json += ",";
-      json += jsonQuote(it->first) + ":" + jsonQuote(it->second);
-    }
-    json += "}";
-    first = false;
-  }
-  for (const Entry &e : ordered()) {
-    if (!first)
-      json += ",";
-    first = false;
-    json += jsonQuote(e.info.name) + ":{\"dtype\":\"" +
-            stDTypeName(e.info.dtype) + "\",\"shape\":[";
-    for (size_t i = 0; i < e.info.shape.size(); ++i)
-      json += (i ? "," : "") + std::to_string(e.info.shape[i]);
-    json += "],\"data_offsets\":[" + std::to_string(e.info.begin) + "," +
-            std::to_string(e.info.end) + "]}";
-  }
-  json += "}";
+  Json root = Json::object();
+  if (!meta.empty())
+    root["__metadata__"] = meta;
+  for (const Entry &e : ordered())
+    root[e.info.name] = {
+        {"dtype", stDTypeName(e.info.dtype)},
+        {"shape", e.info.shape},
+        {"data_offsets", Json::array({e.info.begin, e.info.end})}};
+  std::string json = dumpJson(root, "safetensors: header");
   // Pad with spaces (valid JSON whitespace) so the data section is 8-byte
   // aligned, as the reference implementation does.
   while (json.size() % 8 != 0)
@@ -642,52 +359,57 @@ void SafetensorsFile::parse() {
     fail("safetensors: '", path_, "' is truncated: header of ", n,
          " bytes but the file has ", imageSize_);
   std::string json(reinterpret_cast<const char *>(image_ + 8), size_t(n));
-  JsonValue root = parseJson(json, "safetensors: header of '" + path_ + "'");
-  if (root.kind != JsonValue::Kind::Object)
+  Json root = parseJson(json, "safetensors: header of '" + path_ + "'");
+  if (!root.is_object())
     fail("safetensors: header of '", path_, "' is not a JSON object");
   dataSection_ = image_ + 8 + n;
   dataBytes_ = imageSize_ - 8 - n;
 
-  for (const auto &[name, v] : root.members) {
+  for (const auto &[name, v] : root.items()) {
     if (name == "__metadata__") {
-      if (v.kind != JsonValue::Kind::Object)
+      if (!v.is_object())
         fail("safetensors: '", path_, "': __metadata__ is not an object");
-      for (const auto &[k, mv] : v.members) {
-        if (mv.kind != JsonValue::Kind::String)
+      for (const auto &[k, mv] : v.items()) {
+        if (!mv.is_string())
           fail("safetensors: '", path_, "': metadata '", k,
                "' is not a string");
-        metadata_[k] = mv.text;
+        metadata_[k] = mv.get<std::string>();
       }
       continue;
     }
     auto bad = [&](const std::string &why) {
       fail("safetensors: '", path_, "': tensor '", name, "': ", why);
     };
-    if (v.kind != JsonValue::Kind::Object)
+    if (!v.is_object())
       bad("entry is not an object");
     StTensorInfo t;
     t.name = name;
-    const JsonValue *dt = v.get("dtype");
-    if (!dt || dt->kind != JsonValue::Kind::String ||
-        !parseStDType(dt->text, t.dtype))
+    auto dt = v.find("dtype");
+    if (dt == v.end() || !dt->is_string() ||
+        !parseStDType(dt->get<std::string>(), t.dtype))
       bad("missing or unknown dtype");
-    const JsonValue *shape = v.get("shape");
-    if (!shape || shape->kind != JsonValue::Kind::Array)
+    auto shape = v.find("shape");
+    if (shape == v.end() || !shape->is_array())
       bad("missing shape");
     uint64_t elems = 1;
-    for (const JsonValue &d : shape->items) {
-      uint64_t dim;
-      if (!d.asUInt(dim) || dim > (uint64_t(1) << 48))
+    for (const Json &d : *shape) {
+      // Non-negative integers only: nlohmann reads "2" as unsigned, "-2" as
+      // signed, "2.0" and integers beyond 64 bits as floating point.
+      if (!d.is_number_unsigned() || d.get<uint64_t>() > (uint64_t(1) << 48))
         bad("bad dimension in shape");
+      uint64_t dim = d.get<uint64_t>();
       t.shape.push_back(int64_t(dim));
       if (dim != 0 && elems > UINT64_MAX / dim)
         bad("shape overflows");
       elems *= dim;
     }
-    const JsonValue *offs = v.get("data_offsets");
-    if (!offs || offs->kind != JsonValue::Kind::Array ||
-        offs->items.size() != 2 || !offs->items[0].asUInt(t.begin) ||
-        !offs->items[1].asUInt(t.end) || t.end < t.begin)
+    auto offs = v.find("data_offsets");
+    if (offs == v.end() || !offs->is_array() || offs->size() != 2 ||
+        !(*offs)[0].is_number_unsigned() || !(*offs)[1].is_number_unsigned())
+      bad("missing or bad data_offsets");
+    t.begin = (*offs)[0].get<uint64_t>();
+    t.end = (*offs)[1].get<uint64_t>();
+    if (t.end < t.begin)
       bad("missing or bad data_offsets");
     uint64_t esz = stDTypeSize(t.dtype);
     if (elems > UINT64_MAX / esz || t.end - t.begin != elems * esz)

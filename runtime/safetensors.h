@@ -1,5 +1,4 @@
-//===- safetensors.h - safetensors reader and writer --------------*- C++
-//-*-===//
+//===- safetensors.h - safetensors reader and writer ------------*- C++ -*-===//
 //
 // The checkpoint container (docs/checkpoint-format.md), chosen so that
 // PyTorch users read our checkpoints with `safetensors.torch.load_file` and we
@@ -10,7 +9,9 @@
 // The reader validates everything it is given (lengths, offsets contiguous and
 // inside the file, sizes matching dtype x shape, no duplicate names) and
 // throws ap::rt::Error with the file name and the problem, so a truncated or
-// corrupt file can never be half-loaded.
+// corrupt file can never be half-loaded. The header is JSON read and written
+// with nlohmann-json (runtime/json.h), strict, with duplicate keys and deep
+// nesting refused.
 //
 //===----------------------------------------------------------------------===//
 #ifndef ACTPLACE_RUNTIME_SAFETENSORS_H
@@ -153,36 +154,9 @@ private:
 void writeFileAtomically(const std::string &path, const std::string &bytes,
                          bool sync = true);
 
-//===----------------------------------------------------------------------===//
-// Minimal JSON (headers and checkpoint index files only)
-//===----------------------------------------------------------------------===//
-
-struct JsonValue {
-  enum class Kind {
-    Null,
-    Bool,
-    Number,
-    String,
-    Array,
-    Object
-  } kind = Kind::Null;
-  bool boolean = false;
-  /// Numbers keep their text so that 64-bit integers survive exactly.
-  std::string text;
-  std::vector<JsonValue> items;
-  /// Object members in file order.
-  std::vector<std::pair<std::string, JsonValue>> members;
-
-  const JsonValue *get(const std::string &key) const;
-  /// The number as a non-negative 64-bit integer; false if it is not one.
-  bool asUInt(uint64_t &out) const;
-  bool asInt(int64_t &out) const;
-};
-
-/// Parses JSON text; throws ap::rt::Error("<what>: ...") with the byte offset
-/// on malformed input.
-JsonValue parseJson(const std::string &text, const std::string &what);
-/// A JSON string literal for `s` (quotes and escapes).
+/// A JSON string literal for `s` (quotes and escapes; bytes that are not
+/// valid UTF-8 become U+FFFD). The JSON documents themselves are read and
+/// written with runtime/json.h.
 std::string jsonQuote(const std::string &s);
 
 } // namespace ap::rt

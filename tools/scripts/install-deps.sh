@@ -14,7 +14,7 @@ set -euo pipefail
 packages=(
   cmake ninja-build g++ python3
   libmlir-22-dev mlir-22-tools llvm-22-dev llvm-22-tools
-  libgtest-dev libopenmpi-dev openmpi-bin
+  libgtest-dev libopenmpi-dev openmpi-bin nlohmann-json3-dev
   python3-torch
   clang-22 libclang-rt-22-dev
 )

@@ -220,6 +220,91 @@ TEST(Safetensors, InconsistentHeadersAreRejected) {
   EXPECT_EQ(ok.meta("k"), "\xc3\xa9\xf0\x9f\x98\x80");
 }
 
+TEST(Safetensors, HeaderNestingIsBounded) {
+  // The document is at depth 0 and the tensor entry at 1, so n arrays
+  // nested in the entry reach depth n + 1: 63 are the most a header holds.
+  auto nested = [](int n) {
+    return fileFromHeader(
+        R"({"x":{"dtype":"U8","shape":[1],"data_offsets":[0,1],"deep":)" +
+            std::string(size_t(n), '[') + std::string(size_t(n), ']') + "}}",
+        1);
+  };
+  EXPECT_EQ(SafetensorsFile::fromBytes(nested(63), "63").tensors().size(), 1u);
+  expectError([&] { SafetensorsFile::fromBytes(nested(64), "64"); },
+              "nested deeper than 64 levels");
+  // Far deeper than any parser stack would take: refused just the same.
+  expectError([&] { SafetensorsFile::fromBytes(nested(100000), "deep"); },
+              "nested deeper than 64 levels");
+}
+
+TEST(Safetensors, HeaderTextIsStrictJson) {
+  const std::string entry =
+      R"("x":{"dtype":"U8","shape":[1],"data_offsets":[0,1]})";
+  // A trailing comma, a bare word and a number with a leading zero are not
+  // JSON; the message gives the byte where reading stopped.
+  expectError(
+      [&] {
+        SafetensorsFile::fromBytes(fileFromHeader("{" + entry + ",}", 1),
+                                   "comma");
+      },
+      "malformed JSON at byte");
+  expectError(
+      [&] {
+        SafetensorsFile::fromBytes(
+            fileFromHeader(R"({"__metadata__":{"k":nope},)" + entry + "}", 1),
+            "word");
+      },
+      "malformed JSON at byte");
+  expectError(
+      [&] {
+        SafetensorsFile::fromBytes(
+            fileFromHeader(
+                R"({"x":{"dtype":"U8","shape":[01],"data_offsets":[0,1]}})", 1),
+            "zero");
+      },
+      "malformed JSON at byte");
+  // Strings must be UTF-8 (a name such as this could not be written back).
+  expectError(
+      [&] {
+        SafetensorsFile::fromBytes(
+            fileFromHeader("{\"x\xff\":" + entry.substr(4) + "}", 1), "utf8");
+      },
+      "malformed JSON at byte");
+  // Dimensions and offsets are non-negative integers.
+  for (const char *bad : {"-1", "1.0", "1e0", "18446744073709551616"})
+    expectError(
+        [&] {
+          SafetensorsFile::fromBytes(
+              fileFromHeader(R"({"x":{"dtype":"U8","shape":[)" +
+                                 std::string(bad) +
+                                 R"(],"data_offsets":[0,1]}})",
+                             1),
+              bad);
+        },
+        "bad dimension in shape");
+  expectError(
+      [&] {
+        SafetensorsFile::fromBytes(
+            fileFromHeader(
+                R"({"x":{"dtype":"U8","shape":[1],"data_offsets":[0,1.0]}})",
+                1),
+            "offset");
+      },
+      "missing or bad data_offsets");
+}
+
+TEST(Safetensors, WriterRefusesTextThatIsNotUtf8) {
+  // Such a header would not read back (nor load in safetensors.torch).
+  uint8_t v = 1;
+  SafetensorsWriter w;
+  expectError([&] { w.add("bad\xff", StDType::U8, {1}, &v, 1); },
+              "safetensors: tensor name 'bad\xff': cannot be written as "
+              "JSON: invalid UTF-8 byte at index 3");
+  expectError([&] { w.setMetadata("k", "\xc3"); },
+              "safetensors: metadata 'k': cannot be written as JSON");
+  expectError([&] { w.setMetadata("\xc3", "v"); }, "safetensors: metadata key");
+}
+
 TEST(Safetensors, FailedWriteKeepsPreviousFile) {
   std::vector<float> a(1000, 1.0f), b(1000, 2.0f);
   std::string p = tempPath("atomic.safetensors");

@@ -3,6 +3,7 @@
 
 #include "kernels/kernels.h"
 #include "runtime/error.h"
+#include "runtime/json.h"
 
 #include <gtest/gtest.h>
 
@@ -258,16 +259,15 @@ TEST(Checkpoint, ShardedSaveWithIndex) {
   t1.join();
   EXPECT_EQ(stepDirs[0], stepDirs[1]);
   std::string stepDir = *latestCheckpoint(dir);
-  JsonValue idx = parseJson(std::string(std::istreambuf_iterator<char>(
-                                            *std::make_unique<std::ifstream>(
-                                                stepDir + "/index.json")),
-                                        {}),
-                            "index");
-  uint64_t ws = 0;
-  ASSERT_TRUE(idx.get("world_size")->asUInt(ws));
-  EXPECT_EQ(ws, 2u);
-  ASSERT_EQ(idx.get("shards")->items.size(), 2u);
-  EXPECT_EQ(idx.get("shards")->items[1].text,
+  Json idx = parseJson(std::string(std::istreambuf_iterator<char>(
+                                       *std::make_unique<std::ifstream>(
+                                           stepDir + "/index.json")),
+                                   {}),
+                       "index");
+  ASSERT_TRUE(idx.at("world_size").is_number_unsigned());
+  EXPECT_EQ(idx.at("world_size").get<uint64_t>(), 2u);
+  ASSERT_EQ(idx.at("shards").size(), 2u);
+  EXPECT_EQ(idx.at("shards")[1].get<std::string>(),
             "model-rank00001-of-00002.safetensors");
   // Each rank gets its own shard back.
   ToyState r0(20), r1(21);
