@@ -9,7 +9,9 @@
 #                   planned peak in DIR/arms.json;
 #   run    (there)  train every arm N steps with --fingerprints on --device
 #                   cuda (or host) and check, as placements_bitident.py does
-#                   on the host backend: exit 0, finite losses, pinned pool
+#                   on the host backend: exit 0, one metrics line for each
+#                   step asked for (steps 1..N), each recording the backend
+#                   asked for, finite losses, pinned pool
 #                   empty after every step, fingerprints (loss, grads, params,
 #                   optimizer) equal to the first arm's step by step, every
 #                   offloaded scope with d2h == h2d > 0 copies and bytes in
@@ -106,6 +108,15 @@ def run(args):
         if len(lines) != args.steps:
             fail("arm %s wrote %d metrics lines, expected %d" %
                  (name, len(lines), args.steps))
+        steps = [m.get("step") for m in lines]
+        if steps != list(range(1, args.steps + 1)):
+            fail("arm %s: metrics lines for steps %s, expected 1..%d" %
+                 (name, steps, args.steps))
+        for m in lines:
+            if m.get("backend") != args.device:
+                fail("arm %s step %s ran on backend %r (device %r), not %s" %
+                     (name, m.get("step"), m.get("backend"), m.get("device"),
+                      args.device))
         runs[name] = lines
 
     first = meta["arms"][0]

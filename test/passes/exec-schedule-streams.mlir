@@ -150,7 +150,7 @@ exec.step @slot_reuse {
 // needs no wait of its own.
 
 // CHECK-LABEL: exec.step @already_ordered
-// CHECK-COUNT-1: exec.record
+// CHECK-COUNT-1: {{^ *}}exec.record %{{[0-9]+}} on compute{{$}}
 // CHECK-NOT: exec.record
 // CHECK: exec.kernel "train.k2"
 // CHECK-NEXT: }

@@ -52,7 +52,7 @@
 // CLONE-NEXT: train.linear_grad
 // CLONE-NOT: train.linear_input_grad
 
-// REMARK-COUNT-3: remark: [Passed] fuse-recompute | Category:actplace-placement:L{{[135]}}.mlp_act | Remark="recomputed train.swiglu of L{{[135]}}.mlp_act inside its train.swiglu_grad
+// REMARK-COUNT-3: {{^.*}}.mlir:{{[0-9]+}}:{{[0-9]+}}: remark: [Passed] fuse-recompute | Category:actplace-placement:L{{[135]}}.mlp_act | Remark="recomputed train.swiglu of L{{[135]}}.mlp_act inside its train.swiglu_grad; the weight gradients of the linears that read it follow it"{{$}}
 
 // Backward runs layer 3 (trainable) before layer 1 (frozen).
 // FROZEN: train.linear_input_grad {{.*}} scope<3, mlp_fc2>
