@@ -1,6 +1,8 @@
 //===- cli.cpp - Command-line flags of training binaries --------*- C++ -*-===//
 #include "runtime/cli.h"
 
+#include "support/Version.h"
+
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -200,6 +202,8 @@ std::string FlagSet::usage() const {
     os << "\n";
   }
   os << "  --help                    print this text\n";
+  os << "  --version                 print the actplace release and the "
+        "compiler-runtime ABI version\n";
   return os.str();
 }
 
@@ -267,6 +271,13 @@ TrainFlags parseTrainFlags(int argc, const char *const *argv,
                   "which on the compute and side streams",
                   "FILE");
   out.usage = flags.usage();
+  for (int i = 1; i < argc; ++i)
+    if (std::string(argv[i]) == "--version") {
+      std::string program = argc > 0 ? argv[0] : "train";
+      out.help = out.version = true;
+      out.usage = ap::versionText(program.substr(program.rfind('/') + 1));
+      return out;
+    }
   if (!flags.parse(argc, argv)) {
     out.help = true;
     return out;

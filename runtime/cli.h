@@ -108,13 +108,17 @@ struct TrainFlags {
   /// JSON file to write the last timed step's launches into, each with its
   /// stream and its span from the step's first launch (empty: none).
   std::string opTimeline;
-  /// --help was given: print the usage text and exit 0.
+  /// --help or --version was given: print `usage` (the usage text, or for
+  /// --version the release and compiler-runtime ABI version) and exit 0.
   bool help = false;
+  /// --version was given (`usage` then holds the version text).
+  bool version = false;
   std::string usage;
 };
 
 /// Parses the training flags over `defaults` (the compiled model's values).
-/// Throws CliError on a mistake; sets `help` and `usage` for --help.
+/// Throws CliError on a mistake; sets `help` and `usage` for --help and
+/// --version.
 TrainFlags parseTrainFlags(int argc, const char *const *argv,
                            const TrainFlags &defaults = {});
 

@@ -1,6 +1,7 @@
 # -*- Python -*-
 # lit configuration for the actplace compiler tests.
 import os
+import re
 
 import lit.formats
 from lit.llvm import llvm_config
@@ -15,6 +16,12 @@ config.excludes = ["unit", "e2e", "CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.
 
 config.substitutions.append(("%models", os.path.join(config.actplace_src_root, "models")))
 config.substitutions.append(("%inputs", os.path.join(config.test_source_root, "Inputs")))
+# --version tests: the release (project VERSION) and the compiler-runtime ABI
+# version runtime/abi.h declares.
+config.substitutions.append(("%actplace_version", config.actplace_version))
+with open(os.path.join(config.actplace_src_root, "runtime", "abi.h")) as abi_header:
+    abi_match = re.search(r"^#define AP_ABI_VERSION (\d+)", abi_header.read(), re.M)
+config.substitutions.append(("%actplace_abi", abi_match.group(1) if abi_match else "?"))
 
 llvm_config.use_default_substitutions()
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)

@@ -23,6 +23,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "CompileConfig.inc"
+#include "StepToolchain.h"
 
 #include "codegen/EmitCpp.h"
 #include "dialect/exec/ExecDialect.h"
@@ -32,6 +33,7 @@
 #include "passes/analysis/MemoryTimeline.h"
 #include "passes/analysis/MemoryTimelineSvg.h"
 #include "passes/analysis/PlacementSearch.h"
+#include "support/ToolVersion.h"
 #include "tools/actplace-import/GraphBuilder.h"
 #include "tools/actplace-import/ModelConfig.h"
 
@@ -197,17 +199,7 @@ static int fail(const llvm::Twine &msg) {
   return 1;
 }
 
-/// `s` as one word for /bin/sh: single quotes, each `'` as `'\''`.
-static std::string shellQuote(llvm::StringRef s) {
-  std::string out = "'";
-  for (char c : s) {
-    if (c == '\'')
-      out += "'\\''";
-    else
-      out += c;
-  }
-  return out + "'";
-}
+using ap::tools::shellQuote; // StepToolchain.h
 
 /// A path as a pass-option value: in double quotes, so that spaces, quotes
 /// and braces stay part of it (checkOptions refuses a `"` in it).
@@ -282,6 +274,7 @@ static std::string checkOptions() {
 
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
+  ap::setToolVersionPrinter("actplace-compile");
   ap::registerAllActplacePasses();
   cl::HideUnrelatedOptions(category);
   cl::ParseCommandLineOptions(
@@ -671,10 +664,14 @@ int main(int argc, char **argv) {
   }
 
   std::string logPath = output + ".build.log";
+  // Headers and archives next to this executable when it runs from an
+  // install tree, else the build tree it was built in.
+  ap::tools::StepToolchain toolchain = ap::tools::locateStepToolchain();
   std::string cmd = std::string(ACTPLACE_CXX) + " -std=c++17 -O2 -I" +
-                    ACTPLACE_SOURCE_DIR + " " + ACTPLACE_EXTRA_FLAGS + " " +
+                    shellQuote(toolchain.includeRoot) + " " +
+                    ACTPLACE_EXTRA_FLAGS + " " +
                     cxxFlags + " " + shellQuote(cppPath) + " -o " +
-                    shellQuote(output) + " " + ACTPLACE_LINK_ITEMS + " > " +
+                    shellQuote(output) + " " + toolchain.linkItems + " > " +
                     shellQuote(logPath) + " 2>&1";
   int rc = std::system(cmd.c_str());
   if (rc != 0) {

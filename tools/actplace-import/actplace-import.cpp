@@ -11,6 +11,7 @@
 
 #include "dialect/train/ModuleNames.h"
 #include "dialect/train/TrainDialect.h"
+#include "support/ToolVersion.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/MLIRContext.h"
@@ -78,6 +79,7 @@ static int fail(const llvm::Twine &message) {
 
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
+  ap::setToolVersionPrinter("actplace-import");
   cl::HideUnrelatedOptions(category);
   cl::ParseCommandLineOptions(
       argc, argv,

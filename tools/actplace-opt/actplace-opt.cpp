@@ -8,6 +8,7 @@
 #include "dialect/exec/ExecDialect.h"
 #include "dialect/train/TrainDialect.h"
 #include "passes/Passes.h"
+#include "support/ToolVersion.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -18,6 +19,7 @@
 #include "mlir/Transforms/Passes.h"
 
 int main(int argc, char **argv) {
+  ap::setToolVersionPrinter("actplace-opt");
   mlir::DialectRegistry registry;
   registry.insert<ap::exec::ExecDialect>();
   registry.insert<ap::train::TrainDialect, mlir::func::FuncDialect,

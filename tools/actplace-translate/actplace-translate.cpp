@@ -5,11 +5,13 @@
 //
 //===----------------------------------------------------------------------===//
 #include "codegen/EmitCpp.h"
+#include "support/ToolVersion.h"
 
 #include "mlir/Support/LogicalResult.h"
 #include "mlir/Tools/mlir-translate/MlirTranslateMain.h"
 
 int main(int argc, char **argv) {
+  ap::setToolVersionPrinter("actplace-translate");
   ap::codegen::registerEmitCppTranslation();
   return mlir::failed(
       mlir::mlirTranslateMain(argc, argv, "actplace translation driver\n"));

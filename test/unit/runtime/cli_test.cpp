@@ -1,5 +1,6 @@
 //===- cli_test.cpp - Training binary flags ---------------------*- C++ -*-===//
 #include "runtime/cli.h"
+#include "support/Version.h"
 
 #include <gtest/gtest.h>
 
@@ -99,6 +100,16 @@ TEST(Cli, OverwriteAndWhetherTheSeedWasGiven) {
   EXPECT_TRUE(f.overwrite);
   EXPECT_TRUE(f.seedGiven);
   EXPECT_EQ(f.seed, 0u);
+}
+
+TEST(Cli, VersionNamesTheReleaseAndTheAbi) {
+  TrainFlags f = parse({"--steps", "3", "--version"});
+  EXPECT_TRUE(f.help);
+  EXPECT_TRUE(f.version);
+  EXPECT_EQ(f.usage, "train (actplace) " ACTPLACE_VERSION_STRING
+                     "\ncompiler-runtime ABI " +
+                         std::to_string(AP_ABI_VERSION) + "\n");
+  EXPECT_NE(parse({"--help"}).usage.find("--version"), std::string::npos);
 }
 
 TEST(Cli, HelpListsEveryFlag) {
