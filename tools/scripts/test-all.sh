@@ -39,6 +39,9 @@ done
 "$root/tools/scripts/install-deps.sh"
 
 jobs=${ACTPLACE_JOBS:-$(nproc)}
+# Each configuration's summary, printed again together at the end.
+summaries=$(mktemp)
+trap 'rm -f "$summaries"' EXIT
 run_config() {
   local name=$1
   shift
@@ -55,7 +58,7 @@ run_config() {
   ctest --test-dir "$dir" --output-on-failure -j "$jobs" ${ctest_labels[@]+"${ctest_labels[@]}"} \
     --output-junit "$dir/ctest-junit.xml" || rc=$?
   python3 "$root/tools/scripts/ctest_summary.py" "$name" "$dir/ctest-junit.xml" \
-    --wall $((SECONDS - ctest_start)) || true
+    --wall $((SECONDS - ctest_start)) | tee -a "$summaries" || true
   [ "$rc" -eq 0 ] || return "$rc"
   echo "== actplace: $name configuration passed in $((SECONDS - start)) s"
 }
@@ -77,3 +80,5 @@ if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
 else
   echo "== actplace: nvcc not found: the CUDA configuration was not built"
 fi
+echo "== actplace: all configurations passed; per configuration:"
+cat "$summaries"
