@@ -4,6 +4,7 @@
 #define ACTPLACE_PASSES_PASSES_H
 
 #include "dialect/train/TrainDialect.h"
+#include "passes/PassEnums.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinOps.h"

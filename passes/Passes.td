@@ -115,8 +115,12 @@ defvar PlacementOptions = [
          "Scopes with fewer offloadable bytes per microbatch stay on the device">,
   Option<"maxInflight", "max-inflight", "int64_t", "0",
          "Most D2H copies pending before compute waits (0: no limit)">,
-  Option<"hideRule", "hide-rule", "std::string", "\"on\"",
-         "on: keep the last scopes whose reload cannot hide under backward compute; off: offload them anyway">,
+  Option<"hideRule", "hide-rule", "::ap::train::HideRule",
+         "::ap::train::HideRule::On",
+         "on: keep the last scopes whose reload cannot hide under backward compute; off: offload them anyway",
+         [{::llvm::cl::values(
+             clEnumValN(::ap::train::HideRule::On, "on", "keep unhidable scopes"),
+             clEnumValN(::ap::train::HideRule::Off, "off", "offload them anyway"))}]>,
   Option<"prefetchDepth", "prefetch-depth", "int64_t", "0",
          "0: cost-model anchors; N: issue each reload N offloaded scopes ahead (the reference rule)">,
   Option<"computeDtype", "compute-dtype", "std::string", "\"bf16\"",
@@ -127,8 +131,12 @@ defvar PlacementOptions = [
          "JSON device profile overriding the cost model's constants">,
   Option<"fuseRecompute", "fuse-recompute", "bool", "true",
          "Rebuild a recomputed SwiGLU or RMSNorm inside its backward kernel instead of by a clone (train-fuse-recompute; same bits)">,
-  Option<"recomputeStream", "recompute-stream", "std::string", "\"compute\"",
-         "compute: recompute right before its use; side: issue it ahead on a second stream beside kernels that leave SMs idle (train-recompute-stream; same bits)">,
+  Option<"recomputeStream", "recompute-stream", "::ap::train::RecomputeStream",
+         "::ap::train::RecomputeStream::Compute",
+         "compute: recompute right before its use; side: issue it ahead on a second stream beside kernels that leave SMs idle (train-recompute-stream; same bits)",
+         [{::llvm::cl::values(
+             clEnumValN(::ap::train::RecomputeStream::Compute, "compute", "right before its use"),
+             clEnumValN(::ap::train::RecomputeStream::Side, "side", "ahead, on the side stream"))}]>,
 ];
 
 def TrainVerifyPlacementConfig : Pass<"train-verify-placement-config", "mlir::ModuleOp"> {
@@ -252,7 +260,11 @@ def TrainPlanBudget : Pass<"train-plan-budget", "mlir::ModuleOp"> {
 def TrainPlacementReport : Pass<"train-placement-report", "mlir::ModuleOp"> {
   let summary = "Report every saved activation's placement, anchors and predicted costs";
   let options = !listconcat(PlacementOptions, [
-    Option<"reportFormat", "report-format", "std::string", "\"text\"", "text or json">,
+    Option<"reportFormat", "report-format", "::ap::train::ReportFormat",
+           "::ap::train::ReportFormat::Text", "text or json",
+           [{::llvm::cl::values(
+               clEnumValN(::ap::train::ReportFormat::Text, "text", "a table"),
+               clEnumValN(::ap::train::ReportFormat::Json, "json", "one JSON object"))}]>,
     Option<"reportFile", "report-file", "std::string", "\"-\"", "Where to write the report (- = stdout)">
   ]);
 }

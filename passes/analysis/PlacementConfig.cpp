@@ -40,12 +40,6 @@ PlacementConfig::validate(function_ref<InFlightDiagnostic()> emitError) {
   if (prefetchDepth < 0)
     return emitError() << "prefetch-depth must be >= 0 (0 = cost model), got "
                        << prefetchDepth;
-  if (recomputeStream != "compute" && recomputeStream != "side")
-    return emitError() << "recompute-stream must be compute or side, got '"
-                       << recomputeStream << "'";
-  if (hideRule != "on" && hideRule != "off")
-    return emitError() << "hide-rule must be on or off, got '" << hideRule
-                       << "'";
   static const char *const kDtypes[] = {"bf16", "f16", "f32", "fp8", "fp4"};
   if (!llvm::is_contained(kDtypes, computeDtype))
     return emitError() << "compute-dtype must be one of bf16, f16, f32, fp8, "

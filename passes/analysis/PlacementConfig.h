@@ -9,6 +9,7 @@
 #ifndef ACTPLACE_PASSES_ANALYSIS_PLACEMENTCONFIG_H
 #define ACTPLACE_PASSES_ANALYSIS_PLACEMENTCONFIG_H
 
+#include "passes/PassEnums.h"
 #include "passes/analysis/CostModel.h"
 #include "passes/analysis/SavedActivations.h"
 
@@ -25,14 +26,14 @@ struct PlacementConfig {
   double fraction = 1.0;
   int64_t minOffloadBytes = 0;
   int64_t maxInflight = 0;
-  std::string hideRule = "on";
+  HideRule hideRule = HideRule::On;
   int64_t prefetchDepth = 0;
   std::string computeDtype = "bf16";
   bool cudaGraphs = false;
   std::string profile;
   bool fuseRecompute = true;
-  /// "compute" or "side" (train-recompute-stream).
-  std::string recomputeStream = "compute";
+  /// Where recompute clones run (train-recompute-stream).
+  RecomputeStream recomputeStream = RecomputeStream::Compute;
 
   /// Leaves the options select, after alias expansion.
   std::set<std::string> offloadLeaves, recomputeLeaves;
@@ -47,7 +48,7 @@ struct PlacementConfig {
   /// The cost model, with the constants of the `profile` file when one is
   /// named; a bad file is reported on `diagnosticOp`.
   mlir::FailureOr<CostModel> costModel(mlir::Operation *diagnosticOp) const;
-  bool hideRuleOn() const { return hideRule != "off"; }
+  bool hideRuleOn() const { return hideRule == HideRule::On; }
 
   /// True when `op` (a forward op) is recomputed under this config: its scope
   /// is selected, or it is an L2 norm reading a recomputed gdn_prep output

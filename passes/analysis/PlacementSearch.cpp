@@ -154,30 +154,6 @@ std::string PlacementChoice::summary() const {
 // Search
 //===----------------------------------------------------------------------===//
 
-void ap::train::addPlacementPasses(OpPassManager &pm,
-                                   const PlacementConfig &cfg,
-                                   llvm::ArrayRef<std::string> offload,
-                                   llvm::ArrayRef<std::string> recompute) {
-  pm.addPass(ap::createTrainVerifyPlacementConfig(
-      placementPassOptions<ap::TrainVerifyPlacementConfigOptions>(cfg, offload,
-                                                                  recompute)));
-  pm.addPass(
-      ap::createTrainRecompute(placementPassOptions<ap::TrainRecomputeOptions>(
-          cfg, offload, recompute)));
-  pm.addPass(ap::createTrainFuseRecompute(
-      placementPassOptions<ap::TrainFuseRecomputeOptions>(cfg, offload,
-                                                          recompute)));
-  pm.addPass(ap::createTrainRecomputeStream(
-      placementPassOptions<ap::TrainRecomputeStreamOptions>(cfg, offload,
-                                                            recompute)));
-  pm.addPass(ap::createTrainOffloadScopes(
-      placementPassOptions<ap::TrainOffloadScopesOptions>(cfg, offload,
-                                                          recompute)));
-  pm.addPass(ap::createTrainPrefetchAnchors(
-      placementPassOptions<ap::TrainPrefetchAnchorsOptions>(cfg, offload,
-                                                            recompute)));
-}
-
 namespace {
 
 enum Decision : int8_t { Keep = 0, Recompute = 1, Offload = 2 };

@@ -123,9 +123,9 @@ Options placementPassOptions(const PlacementConfig &cfg,
   return o;
 }
 
-/// Adds the placement passes (verify, recompute, fuse recompute, recompute
-/// stream, offload scopes, prefetch anchors) to `pm` with `cfg`'s settings and
-/// the given module lists.
+/// Adds the placement stage of buildPipeline (passes/Pipeline.h: verify,
+/// recompute, fuse recompute, recompute stream, offload scopes, prefetch
+/// anchors) to `pm` with `cfg`'s settings and the given module lists.
 void addPlacementPasses(mlir::OpPassManager &pm, const PlacementConfig &cfg,
                         llvm::ArrayRef<std::string> offload,
                         llvm::ArrayRef<std::string> recompute);

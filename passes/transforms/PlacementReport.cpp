@@ -210,11 +210,6 @@ void TrainPlacementReportPass::runOnOperation() {
   PlacementConfig cfg = AP_PLACEMENT_CONFIG();
   if (failed(cfg.validate([&] { return module.emitError(); })))
     return signalPassFailure();
-  if (reportFormat != "text" && reportFormat != "json") {
-    module.emitError() << "report-format must be text or json, got '"
-                       << reportFormat << "'";
-    return signalPassFailure();
-  }
   Block *body = SavedActivations::findBodyOrEmitError(module);
   if (!body)
     return signalPassFailure();
@@ -441,7 +436,7 @@ void TrainPlacementReportPass::runOnOperation() {
   }
   llvm::raw_ostream &os = file->os();
   auto mib = [](int64_t b) { return b / (1024.0 * 1024.0); };
-  if (reportFormat == "json") {
+  if (reportFormat == ReportFormat::Json) {
     llvm::json::Array jrows;
     for (const Row &r : rows)
       jrows.push_back(llvm::json::Object{{"value", r.value},

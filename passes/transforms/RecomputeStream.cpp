@@ -63,7 +63,7 @@ struct TrainRecomputeStreamPass
     PlacementConfig cfg = AP_PLACEMENT_CONFIG();
     if (failed(cfg.validate([&] { return module.emitError(); })))
       return signalPassFailure();
-    if (cfg.recomputeStream != "side")
+    if (cfg.recomputeStream != RecomputeStream::Side)
       return markAllAnalysesPreserved();
     FailureOr<CostModel> cost = cfg.costModel(module);
     if (failed(cost))

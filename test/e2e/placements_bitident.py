@@ -178,20 +178,20 @@ def main():
     def launches(name, op):
         with open(os.path.join(args.work, "train-" + name + ".cpp")) as f:
             src = f.read()
-        return (src.count("return " + op + "Forward("),
-                src.count("return " + op + "Backward("))
-    fwdF, bwdF = launches("recompute-mlp", "swiGlu")
-    fwdC, bwdC = launches("recompute-mlp-clone", "swiGlu")
+        return (src.count(", AP_KERNEL_" + op + "_FORWARD, "),
+                src.count(", AP_KERNEL_" + op + "_BACKWARD, "))
+    fwdF, bwdF = launches("recompute-mlp", "SWIGLU")
+    fwdC, bwdC = launches("recompute-mlp-clone", "SWIGLU")
     if not (fwdF > 0 and bwdF == bwdC and fwdC == 2 * fwdF and bwdF == fwdF):
         fail("swiglu launches: fused %d forward / %d backward, clone %d / %d"
              % (fwdF, bwdF, fwdC, bwdC))
-    nF, nbF = launches("recompute-mlp", "rmsNorm")
-    nC, nbC = launches("recompute-mlp-clone", "rmsNorm")
+    nF, nbF = launches("recompute-mlp", "RMS_NORM")
+    nC, nbC = launches("recompute-mlp-clone", "RMS_NORM")
     if not (nbF == nbC and nC - nF == fwdF):
         fail("rms norm launches: fused %d forward / %d backward, clone %d / %d"
              " (expected one forward fewer per MLP layer)" % (nF, nbF, nC, nbC))
-    gF, gbF = launches("recompute-mlp", "gdnGatedNorm")
-    gC, gbC = launches("recompute-mlp-clone", "gdnGatedNorm")
+    gF, gbF = launches("recompute-mlp", "GDN_GATED_NORM")
+    gC, gbC = launches("recompute-mlp-clone", "GDN_GATED_NORM")
     if not (gF > 0 and gbF == gbC and gC == 2 * gF):
         fail("gated norm launches: fused %d forward / %d backward, clone %d /"
              " %d" % (gF, gbF, gC, gbC))

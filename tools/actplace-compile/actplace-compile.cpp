@@ -32,6 +32,7 @@
 #include "passes/analysis/CostModel.h"
 #include "passes/analysis/MemoryTimeline.h"
 #include "passes/analysis/MemoryTimelineSvg.h"
+#include "passes/Pipeline.h"
 #include "passes/analysis/PlacementSearch.h"
 #include "support/ToolVersion.h"
 #include "tools/actplace-import/GraphBuilder.h"
@@ -93,8 +94,15 @@ static cl::opt<std::string> maxInflight("max-inflight",
 static cl::opt<std::string> prefetchDepth("prefetch-depth",
                                           cl::desc("Reload prefetch depth"),
                                           cl::init(""), cl::cat(category));
-static cl::opt<std::string> hideRule("hide-rule", cl::desc("on|off"),
-                                     cl::init(""), cl::cat(category));
+static cl::opt<ap::train::HideRule> hideRule(
+    "hide-rule",
+    cl::desc("Offload scopes whose reload cannot hide under backward compute"),
+    cl::init(ap::train::HideRule::On),
+    cl::values(clEnumValN(ap::train::HideRule::On, "on",
+                          "keep them on the device (default)"),
+               clEnumValN(ap::train::HideRule::Off, "off",
+                          "offload them anyway")),
+    cl::cat(category));
 static cl::opt<double> activationCut(
     "activation-cut",
     cl::desc("Choose the placement: remove at least this share of the "
@@ -136,7 +144,8 @@ static cl::opt<std::string>
             cl::desc("JSON device profile for the cost model (placement, "
                      "report and memory timeline)"),
             cl::init(""), cl::cat(category));
-static cl::opt<std::string> copyHold(
+enum class CopyHold { Placement, PeakRates };
+static cl::opt<CopyHold> copyHold(
     "copy-hold",
     cl::desc("How long the arena keeps offloaded bytes: until the D2H is "
              "predicted done under --profile (placement, the default) or "
@@ -144,7 +153,10 @@ static cl::opt<std::string> copyHold(
              "calibrated profile, whose compute is slower than peak, "
              "peak-rates holds longer: more memory, fewer stalls on late "
              "copies"),
-    cl::init("placement"), cl::cat(category));
+    cl::init(CopyHold::Placement),
+    cl::values(clEnumValN(CopyHold::Placement, "placement", "(default)"),
+               clEnumValN(CopyHold::PeakRates, "peak-rates", "")),
+    cl::cat(category));
 static cl::opt<std::string>
     reportJson("report-json",
                cl::desc("Also write the placement report as JSON here"),
@@ -153,11 +165,14 @@ static cl::opt<std::string> memoryTimeline(
     "memory-timeline",
     cl::desc("Write the predicted device-memory timeline as an SVG here"),
     cl::init(""), cl::cat(category));
-static cl::opt<std::string>
-    memoryTimelineAxis("memory-timeline-axis",
-                       cl::desc("x axis of the SVG: time (predicted ms) or "
-                                "op (op index)"),
-                       cl::init("time"), cl::cat(category));
+static cl::opt<ap::train::MemoryChartStyle::Axis> memoryTimelineAxis(
+    "memory-timeline-axis", cl::desc("x axis of the SVG"),
+    cl::init(ap::train::MemoryChartStyle::Axis::Time),
+    cl::values(clEnumValN(ap::train::MemoryChartStyle::Axis::Time, "time",
+                          "predicted ms (default)"),
+               clEnumValN(ap::train::MemoryChartStyle::Axis::OpIndex, "op",
+                          "op index")),
+    cl::cat(category));
 static cl::opt<std::string>
     memoryTimelineTitle("memory-timeline-title",
                         cl::desc("Title of the SVG (default: the input and "
@@ -176,20 +191,26 @@ static cl::opt<bool> fuseRecompute(
              "of by a separate kernel (train-fuse-recompute; default true; "
              "false gives the same bits)"),
     cl::cat(category));
-static cl::opt<std::string> recomputeStream(
-    "recompute-stream", cl::init(""),
-    cl::desc("compute (default) | side: issue recompute ahead on a second "
-             "stream, beside kernels that leave SMs idle "
-             "(train-recompute-stream; same bits)"),
-    cl::value_desc("compute|side"), cl::cat(category));
-static cl::opt<std::string> sideIssue(
-    "side-issue", cl::init("after-host"),
-    cl::desc("after-host (default) | with-run: when the host enqueues "
-             "side-stream recompute: right after the compute kernel it "
-             "overlaps (exec-defer-side-issue; the side stream then also "
-             "waits for that kernel's first launch), or where its run sits, "
-             "right before it; same events, same bits"),
-    cl::value_desc("with-run|after-host"), cl::cat(category));
+static cl::opt<ap::train::RecomputeStream> recomputeStream(
+    "recompute-stream", cl::init(ap::train::RecomputeStream::Compute),
+    cl::desc("Where recompute runs (train-recompute-stream; same bits)"),
+    cl::values(clEnumValN(ap::train::RecomputeStream::Compute, "compute",
+                          "right before its use (default)"),
+               clEnumValN(ap::train::RecomputeStream::Side, "side",
+                          "issued ahead on a second stream, beside kernels "
+                          "that leave SMs idle")),
+    cl::cat(category));
+static cl::opt<ap::SideIssue> sideIssue(
+    "side-issue", cl::init(ap::SideIssue::AfterHost),
+    cl::desc("When the host enqueues side-stream recompute (same events, "
+             "same bits)"),
+    cl::values(clEnumValN(ap::SideIssue::AfterHost, "after-host",
+                          "right after the compute kernel it overlaps "
+                          "(exec-defer-side-issue; the side stream then also "
+                          "waits for that kernel's first launch; default)"),
+               clEnumValN(ap::SideIssue::WithRun, "with-run",
+                          "where its run sits, right before it")),
+    cl::cat(category));
 static cl::opt<bool> keepSource("keep-source",
                                 cl::desc("Keep BINARY.cpp after a good build"),
                                 cl::init(false), cl::cat(category));
@@ -200,12 +221,6 @@ static int fail(const llvm::Twine &msg) {
 }
 
 using ap::tools::shellQuote; // StepToolchain.h
-
-/// A path as a pass-option value: in double quotes, so that spaces, quotes
-/// and braces stay part of it (checkOptions refuses a `"` in it).
-static std::string quoted(llvm::StringRef path) {
-  return "\"" + path.str() + "\"";
-}
 
 /// The most bytes the binary's plan may ask for, arena or pinned host
 /// memory (256 TiB): beyond any device or host, so a plan above it is
@@ -237,15 +252,6 @@ static int64_t stepBytes(mlir::ModuleOp module, llvm::StringRef attr) {
 /// not given) and silently ignored. Returns the message naming the option,
 /// its value and the valid range; empty when all are good.
 static std::string checkOptions() {
-  for (const auto &[name, path] :
-       {std::pair<const char *, std::string>{"-o", output},
-        {"--profile", profile},
-        {"--report-json", reportJson}})
-    if (llvm::StringRef(path).contains('"'))
-      return std::string(name) +
-             " cannot name a path with a '\"' (it is "
-             "passed to the compiler's passes in double quotes), got " +
-             path;
   ap::import::TrainShape shape;
   shape.seqLen = seqLen;
   shape.microBatchSize = microBatchSize;
@@ -284,9 +290,6 @@ int main(int argc, char **argv) {
       "--offload-modules=gdn_core_attn -o train\n"
       "  actplace-compile models/qwen3.5-0.8b.json --micro-batches 4 "
       "--activation-cut=0.5 --profile=PROFILE.json -o train\n");
-  if (copyHold != "placement" && copyHold != "peak-rates")
-    return fail("--copy-hold must be placement or peak-rates, got '" +
-                copyHold + "'");
   std::string badOption = checkOptions();
   if (!badOption.empty())
     return fail(badOption);
@@ -356,41 +359,51 @@ int main(int argc, char **argv) {
       return fail("cannot parse " + input);
   }
 
+  // One options struct for the whole compile (passes/Pipeline.h); the
+  // module lists may still come from the search below.
+  ap::CompileOptions opts;
+  opts.autodiff.fuseLossGrad = fuseLossGrad;
+  ap::train::PlacementConfig &placement = opts.placement;
+  placement.profile = profile;
+  placement.hideRule = hideRule;
+  placement.fuseRecompute = fuseRecompute;
+  placement.recomputeStream = recomputeStream;
+  {
+    auto integer = [](const std::string &text, auto &out) {
+      return text.empty() || !llvm::StringRef(text).getAsInteger(10, out);
+    };
+    if (!fraction.empty() &&
+        llvm::StringRef(fraction).getAsDouble(placement.fraction))
+      return fail("--fraction must be a number, got '" + fraction + "'");
+    if (!integer(minOffloadBytes, placement.minOffloadBytes) ||
+        !integer(maxInflight, placement.maxInflight) ||
+        !integer(prefetchDepth, placement.prefetchDepth))
+      return fail("--min-offload-bytes, --max-inflight and --prefetch-depth "
+                  "must be integers");
+  }
+  opts.lowering.gemmWorkspaceBytes = gemmWorkspace;
+  // The lowering predicts copy completion (how long offloaded bytes stay
+  // reserved in the arena) with the profile placement used, unless
+  // --copy-hold=peak-rates asks for the defaults.
+  if (copyHold == CopyHold::Placement)
+    opts.lowering.profile = profile;
+  opts.sideIssue = sideIssue;
+
   // Three stages so the memory timeline can see the step before placement
   // and the placed step while it is still in the train dialect.
-  auto runPipeline = [&](const std::string &pipeline) -> mlir::LogicalResult {
+  auto runStages = [&](const ap::CompileOptions &o, ap::PipelineStage first,
+                       ap::PipelineStage last) -> mlir::LogicalResult {
     mlir::PassManager pm(&ctx);
-    std::string perr;
-    llvm::raw_string_ostream perrs(perr);
-    if (failed(mlir::parsePassPipeline(pipeline, pm, perrs))) {
-      fail("bad pipeline '" + pipeline + "': " + perr);
-      return mlir::failure();
-    }
+    ap::buildPipeline(pm, o, first, last);
     if (failed(pm.run(*module))) {
       fail("the compiler pipeline failed (diagnostics above)");
       return mlir::failure();
     }
     return mlir::success();
   };
-
-  if (failed(runPipeline(std::string("train-autodiff{fuse-loss-grad=") +
-                         (fuseLossGrad ? "true" : "false") + "}")))
+  using Stage = ap::PipelineStage;
+  if (failed(runStages(opts, Stage::Autodiff, Stage::Autodiff)))
     return 1;
-
-  // The lowering predicts copy completion (how long offloaded bytes stay
-  // reserved in the arena) with the profile placement used, unless
-  // --copy-hold=peak-rates asks for the defaults.
-  bool holdUnderProfile = copyHold == "placement" && !profile.empty();
-  std::string lowering =
-      "convert-train-to-exec{gemm-workspace-bytes=" +
-      std::to_string(gemmWorkspace) +
-      (holdUnderProfile ? " profile=" + quoted(profile) : "") +
-      "},exec-plan-memory,exec-schedule-streams";
-  if (sideIssue == "after-host")
-    lowering += ",exec-defer-side-issue";
-  else if (sideIssue != "with-run")
-    return fail("--side-issue must be with-run or after-host, got '" +
-                sideIssue + "'");
 
   // A goal instead of module lists: the search picks them (under the same
   // profile and options), then everything below runs as if they were given.
@@ -404,24 +417,7 @@ int main(int argc, char **argv) {
                                                       memoryBudget, stepBudget);
     if (!goal)
       return fail(llvm::toString(goal.takeError()));
-    ap::train::PlacementConfig base;
-    base.profile = profile;
-    auto number = [](const std::string &text, auto &out) {
-      return text.empty() || !llvm::StringRef(text).getAsInteger(10, out);
-    };
-    if (!fraction.empty() &&
-        llvm::StringRef(fraction).getAsDouble(base.fraction))
-      return fail("--fraction must be a number, got '" + fraction + "'");
-    if (!number(minOffloadBytes, base.minOffloadBytes) ||
-        !number(maxInflight, base.maxInflight) ||
-        !number(prefetchDepth, base.prefetchDepth))
-      return fail("--min-offload-bytes, --max-inflight and --prefetch-depth "
-                  "must be integers");
-    if (!hideRule.empty())
-      base.hideRule = hideRule;
-    base.fuseRecompute = fuseRecompute;
-    if (!recomputeStream.empty())
-      base.recomputeStream = recomputeStream;
+    ap::train::PlacementConfig base = placement;
     llvm::outs() << "placement search: " << goal->str() << ", cost model "
                  << (profile.empty() ? std::string("H200 defaults")
                                      : std::string(profile))
@@ -433,16 +429,12 @@ int main(int argc, char **argv) {
     // search runs again for a predicted peak lower by the excess.
     auto plannedArena = [&](const ap::train::PlacementChoice &c) -> int64_t {
       mlir::OwningOpRef<mlir::ModuleOp> clone(module->clone());
+      ap::CompileOptions o = opts;
+      o.placement.offloadModules = c.offload;
+      o.placement.recomputeModules = c.recompute;
       mlir::PassManager pm(&ctx);
-      std::string pipeline =
-          "train-placement-pipeline{" + c.options() +
-          (fuseRecompute ? "" : " fuse-recompute=false") +
-          (recomputeStream.empty() ? ""
-                                   : " recompute-stream=" + recomputeStream) +
-          (profile.empty() ? "" : " profile=" + quoted(profile)) + "}," +
-          lowering;
-      if (failed(mlir::parsePassPipeline(pipeline, pm)) ||
-          failed(pm.run(*clone)))
+      ap::buildPipeline(pm, o, Stage::Placement, Stage::Lowering);
+      if (failed(pm.run(*clone)))
         return -1;
       return stepBytes(*clone, ap::exec::kArenaBytesAttr);
     };
@@ -536,8 +528,23 @@ int main(int argc, char **argv) {
     recomputeModules = llvm::join(best.recompute, ",");
   }
 
-  // The placement flags given, in pass-option spelling (also the SVG's
-  // subtitle).
+  // Comma lists, as the passes' list options read them.
+  auto split = [](llvm::StringRef text) {
+    std::vector<std::string> out;
+    llvm::SmallVector<llvm::StringRef> parts;
+    if (!text.empty())
+      text.split(parts, ',');
+    for (llvm::StringRef p : parts)
+      out.push_back(p.trim().str());
+    return out;
+  };
+  placement.offloadModules = split(offloadModules);
+  placement.recomputeModules = split(recomputeModules);
+
+  // The placement flags given, in pass-option spelling: the SVG's subtitle.
+  auto given = [](const auto &opt, std::string text) {
+    return opt.getNumOccurrences() ? text : std::string();
+  };
   std::string placementFlags;
   for (const auto &[name, value] :
        {std::pair<const char *, std::string>{"offload-modules", offloadModules},
@@ -546,30 +553,23 @@ int main(int argc, char **argv) {
         {"min-offload-bytes", minOffloadBytes},
         {"max-inflight", maxInflight},
         {"prefetch-depth", prefetchDepth},
-        {"hide-rule", hideRule},
+        {"hide-rule",
+         given(hideRule,
+               hideRule == ap::train::HideRule::On ? "on" : "off")},
         {"fuse-recompute", fuseRecompute ? "" : "false"},
-        {"recompute-stream", recomputeStream}})
+        {"recompute-stream",
+         given(recomputeStream,
+               recomputeStream == ap::train::RecomputeStream::Side
+                   ? "side"
+                   : "compute")}})
     if (!value.empty())
       placementFlags +=
           std::string(placementFlags.empty() ? "" : " ") + name + "=" + value;
-  std::string options = placementFlags;
-  if (!profile.empty())
-    options += " profile=" + quoted(profile);
   std::string reportPath = output + ".report.txt";
-  std::string placementPipeline = "train-placement-pipeline{report=true "
-                                  "report-file=" +
-                                  quoted(reportPath) + " " + options + "}";
-  // The JSON report is a second run of the report pass (same options), so
-  // the text report and the totals printed from it stay as they are.
-  if (!reportJson.empty())
-    placementPipeline += ",train-placement-report{report-format=json "
-                         "report-file=" +
-                         quoted(reportJson) + " " + options + "}";
+  opts.report = true;
+  opts.reportFile = reportPath;
+  opts.jsonReportFile = reportJson;
   bool drawTimeline = !memoryTimeline.empty();
-  if (drawTimeline && memoryTimelineAxis != "time" &&
-      memoryTimelineAxis != "op")
-    return fail("--memory-timeline-axis must be time or op, got '" +
-                memoryTimelineAxis + "'");
   ap::train::DeviceProfile device;
   if (drawTimeline && !profile.empty()) {
     auto loaded = ap::train::DeviceProfile::load(profile);
@@ -583,13 +583,13 @@ int main(int argc, char **argv) {
   if (drawTimeline)
     unplacedPeak =
         ap::train::MemoryTimeline::compute(*module, cost).peakBytes();
-  if (failed(runPipeline(placementPipeline)))
+  if (failed(runStages(opts, Stage::Placement, Stage::Placement)))
     return 1;
   ap::train::MemoryChart chart;
   if (drawTimeline)
     chart = ap::train::MemoryChart::build(
         ap::train::MemoryTimeline::compute(*module, cost), cost);
-  if (failed(runPipeline(lowering)))
+  if (failed(runStages(opts, Stage::Lowering, Stage::Lowering)))
     return 1;
   // What the binary allocates, checked before it is built.
   for (llvm::StringRef attr :
@@ -650,9 +650,7 @@ int main(int argc, char **argv) {
     style.lines.push_back({"peak before placement", unplacedPeak});
     style.lines.push_back({"planned arena (exec-plan-memory)",
                            static_cast<int64_t>(plan.arenaBytes)});
-    style.axis = memoryTimelineAxis == "op"
-                     ? ap::train::MemoryChartStyle::Axis::OpIndex
-                     : ap::train::MemoryChartStyle::Axis::Time;
+    style.axis = memoryTimelineAxis;
     std::error_code ec;
     llvm::raw_fd_ostream os(memoryTimeline, ec);
     if (ec)

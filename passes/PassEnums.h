@@ -1,0 +1,25 @@
+//===- PassEnums.h - Enum-valued pass options -------------------*- C++ -*-===//
+//
+// The fixed sets of choices the passes' options take (Passes.td spells their
+// values with llvm::cl::values), declared before the generated option
+// structs that hold them.
+//
+//===----------------------------------------------------------------------===//
+#ifndef ACTPLACE_PASSES_PASSENUMS_H
+#define ACTPLACE_PASSES_PASSENUMS_H
+
+#include <cstdint>
+
+namespace ap::train {
+
+/// hide-rule: keep the last offload scopes whose reload cannot hide under
+/// backward compute (On), or offload them anyway (Off).
+enum class HideRule : uint8_t { On, Off };
+/// recompute-stream: where recompute clones run.
+enum class RecomputeStream : uint8_t { Compute, Side };
+/// report-format of train-placement-report.
+enum class ReportFormat : uint8_t { Text, Json };
+
+} // namespace ap::train
+
+#endif // ACTPLACE_PASSES_PASSENUMS_H
