@@ -17,6 +17,7 @@
 
 #include "dialect/exec/ExecDialect.h"
 #include "dialect/exec/ExecOps.h"
+#include "dialect/exec/KernelSignatures.h"
 #include "dialect/train/TrainDialect.h"
 #include "dialect/train/TrainOps.h"
 #include "runtime/abi.h"
@@ -183,16 +184,6 @@ std::string scopeName(DictionaryAttr args) {
 
 /// Number of `*_grad` symbol attributes (the main grads a kernel
 /// accumulates into, appended after the train op's results).
-unsigned numGradAttrs(DictionaryAttr args) {
-  unsigned n = 0;
-  if (!args)
-    return 0;
-  for (NamedAttribute a : args)
-    if (a.getName().strref().ends_with("_grad") &&
-        isa<FlatSymbolRefAttr>(a.getValue()))
-      ++n;
-  return n;
-}
 
 class Emitter {
 public:
@@ -821,7 +812,7 @@ LogicalResult Emitter::emitKernel(Operation *op, int indent) {
   if (args && args.get("train.recomputed"))
     label += "(recompute)";
   label = cppString(label); // printed as a literal only
-  unsigned grads = numGradAttrs(args);
+  unsigned grads = exec::numGradOutputs(args);
   unsigned results = outs.size() >= grads ? outs.size() - grads : 0;
   auto T = [&](Value v) { return tensorOf(v); };
   auto dt = [&](Value v) { return dtypeName(T(v).getElementType()); };

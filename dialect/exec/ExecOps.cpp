@@ -6,6 +6,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "dialect/exec/ExecOps.h"
+#include "dialect/exec/KernelSignatures.h"
 
 #include "mlir/IR/OpImplementation.h"
 
@@ -119,9 +120,10 @@ LogicalResult LoadInputOp::verify() {
 }
 
 LogicalResult KernelOp::verify() {
-  if (!getCallee().starts_with("train."))
-    return emitOpError() << "callee must name a train op (\"train.<op>\"), "
-                            "got \""
+  bool testKernel = getCallee().starts_with("test.");
+  if (!getCallee().starts_with("train.") && !testKernel)
+    return emitOpError() << "callee must name a train op (\"train.<op>\") or "
+                            "a test kernel (\"test.<name>\"), got \""
                          << getCallee() << "\"";
   if (getInputs().empty() && getOutputs().empty())
     return emitOpError() << "expects at least one buffer operand";
@@ -133,6 +135,15 @@ LogicalResult KernelOp::verify() {
   if (getStream() != Stream::Compute && getStream() != Stream::Side)
     return emitOpError() << "runs on the compute or side stream, not "
                          << stringifyStream(getStream());
+  // What the kernel takes (dialect/exec/KernelSignatures.cpp). A test
+  // kernel is opaque: exec pass tests schedule it, no emitter lowers it.
+  if (!testKernel &&
+      failed(verifyKernelCall(getCallee(), getInputs().size(),
+                              getOutputs().size(), getArgs(),
+                              [&](const llvm::Twine &msg) {
+                                emitOpError() << msg;
+                              })))
+    return failure();
   return verifyAtMost(*this, "workspace", getWorkspace(), ap::kMaxTensorBytes,
                       "the most one kernel's scratch may take");
 }

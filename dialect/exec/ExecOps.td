@@ -197,7 +197,11 @@ def Exec_KernelOp : Exec_Op<"kernel", [AttrSizedOperandSegments]> {
   let description = [{
     `callee` is the train op it implements; `ins` are read, `outs` are
     written (main-grad and optimizer-state outputs are read and written:
-    gradients accumulate). `args` carries the train op's attributes (scope,
+    gradients accumulate). The verifier checks the call against the kernel's
+    signature (dialect/exec/KernelSignatures.cpp): how many inputs and
+    results it takes, one trailing main-grad output per `*_grad` symbol in
+    `args`, and the `args` entries it needs with their kinds. A `test.<name>`
+    callee is an opaque kernel for exec pass tests; no emitter lowers it. `args` carries the train op's attributes (scope,
     eps, scale, ...); `workspace` is the scratch the kernel needs, which the
     memory plan includes. `on side` runs it on the side stream (a recompute
     issued ahead so that it overlaps compute-stream kernels that leave SMs

@@ -9,8 +9,8 @@ module {
 module {
   exec.step @train_step attributes {arena_bytes = 512 : i64} {
     %0 = exec.buffer offset 0 bytes 256 : !exec.buffer<tensor<4xf32>>
-    // expected-error @below {{emit-cpp: unsupported kernel 'train.frobnicate'}}
-    exec.kernel "train.frobnicate" ins(%0 : !exec.buffer<tensor<4xf32>>) workspace 0
+    // expected-error @below {{emit-cpp: unsupported kernel 'test.frobnicate'}}
+    exec.kernel "test.frobnicate" ins(%0 : !exec.buffer<tensor<4xf32>>) workspace 0
     exec.return
   }
 }

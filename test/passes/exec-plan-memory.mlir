@@ -25,20 +25,20 @@ exec.step @train_step {
   exec.microbatch_loop count 1 {
     // CHECK: %[[A:.*]] = exec.buffer offset 512 bytes 1024
     %a = exec.buffer bytes 1024 : !exec.buffer<tensor<256xf32>>
-    exec.kernel "train.k0" ins(%w : !exec.buffer<tensor<4xf32>>) outs(%a : !exec.buffer<tensor<256xf32>>) workspace 1000
+    exec.kernel "test.k0" ins(%w : !exec.buffer<tensor<4xf32>>) outs(%a : !exec.buffer<tensor<256xf32>>) workspace 1000
     %s = exec.pool_acquire slot 0 offset 0 bytes 1024 : !exec.host<tensor<256xf32>>
     %e = exec.event_create : !exec.event
     // CHECK: exec.d2h %[[A]] to %{{.*}} on d2h record %[[E:[0-9]+]]
     exec.d2h %a to %s on d2h record %e : !exec.buffer<tensor<256xf32>> to !exec.host<tensor<256xf32>>
     // CHECK: exec.buffer offset 1536 bytes 512
     %b = exec.buffer bytes 512 : !exec.buffer<tensor<128xf32>>
-    // CHECK-NEXT: exec.kernel "train.k1"
-    exec.kernel "train.k1" ins(%w : !exec.buffer<tensor<4xf32>>) outs(%b : !exec.buffer<tensor<128xf32>>) workspace 0
+    // CHECK-NEXT: exec.kernel "test.k1"
+    exec.kernel "test.k1" ins(%w : !exec.buffer<tensor<4xf32>>) outs(%b : !exec.buffer<tensor<128xf32>>) workspace 0
     // CHECK-NEXT: %[[C:.*]] = exec.buffer offset 512 bytes 1024
     %c = exec.buffer bytes 1024 : !exec.buffer<tensor<256xf32>>
     // CHECK-NEXT: exec.wait %[[E]] on compute
-    // CHECK-NEXT: exec.kernel "train.k2"
-    exec.kernel "train.k2" ins(%b : !exec.buffer<tensor<128xf32>>) outs(%c : !exec.buffer<tensor<256xf32>>) workspace 0
+    // CHECK-NEXT: exec.kernel "test.k2"
+    exec.kernel "test.k2" ins(%b : !exec.buffer<tensor<128xf32>>) outs(%c : !exec.buffer<tensor<256xf32>>) workspace 0
     // CHECK-NEXT: exec.buffer offset 1536 bytes 1024
     %r = exec.buffer bytes 1024 : !exec.buffer<tensor<256xf32>>
     %e2 = exec.event_create : !exec.event
@@ -47,7 +47,7 @@ exec.step @train_step {
     exec.wait %e2 on compute
     // CHECK: exec.buffer offset 2560 bytes 256
     %d = exec.buffer bytes 256 : !exec.buffer<tensor<4xf32>>
-    exec.kernel "train.k3" ins(%r, %c : !exec.buffer<tensor<256xf32>>, !exec.buffer<tensor<256xf32>>) outs(%d : !exec.buffer<tensor<4xf32>>) workspace 0
+    exec.kernel "test.k3" ins(%r, %c : !exec.buffer<tensor<256xf32>>, !exec.buffer<tensor<256xf32>>) outs(%d : !exec.buffer<tensor<4xf32>>) workspace 0
   }
   exec.return %l : !exec.buffer<tensor<f32>>
 }
@@ -64,12 +64,12 @@ exec.step @train_step {
 exec.step @views {
   exec.microbatch_loop count 1 {
     %x = exec.buffer bytes 256 : !exec.buffer<tensor<2x8xf32>>
-    exec.kernel "train.k0" outs(%x : !exec.buffer<tensor<2x8xf32>>) workspace 0
+    exec.kernel "test.k0" outs(%x : !exec.buffer<tensor<2x8xf32>>) workspace 0
     %v = exec.view %x : !exec.buffer<tensor<2x8xf32>> to !exec.buffer<tensor<16xf32>>
     %y = exec.buffer bytes 256 : !exec.buffer<tensor<16xf32>>
-    exec.kernel "train.k1" outs(%y : !exec.buffer<tensor<16xf32>>) workspace 0
+    exec.kernel "test.k1" outs(%y : !exec.buffer<tensor<16xf32>>) workspace 0
     %z = exec.buffer bytes 512 : !exec.buffer<tensor<128xf32>>
-    exec.kernel "train.k2" ins(%v : !exec.buffer<tensor<16xf32>>) outs(%z : !exec.buffer<tensor<128xf32>>) workspace 0
+    exec.kernel "test.k2" ins(%v : !exec.buffer<tensor<16xf32>>) outs(%z : !exec.buffer<tensor<128xf32>>) workspace 0
   }
   exec.return
 }
@@ -88,18 +88,18 @@ exec.step @views {
 // CHECK-LABEL: exec.step @hold
 // CHECK: %[[E:.*]] = exec.event_create
 // CHECK: exec.wait %[[E]] on compute
-// CHECK-NEXT: exec.kernel "train.k2"
+// CHECK-NEXT: exec.kernel "test.k2"
 exec.step @hold {
   exec.microbatch_loop count 1 {
     %a = exec.buffer bytes 256 : !exec.buffer<tensor<64xf32>>
-    exec.kernel "train.k0" outs(%a : !exec.buffer<tensor<64xf32>>) workspace 0
+    exec.kernel "test.k0" outs(%a : !exec.buffer<tensor<64xf32>>) workspace 0
     %s = exec.pool_acquire slot 0 offset 0 bytes 256 : !exec.host<tensor<64xf32>>
     %e = exec.event_create : !exec.event
     exec.d2h %a to %s on d2h record %e {done_by_kernel = 2 : i64} : !exec.buffer<tensor<64xf32>> to !exec.host<tensor<64xf32>>
     %b = exec.buffer bytes 512 : !exec.buffer<tensor<128xf32>>
-    exec.kernel "train.k1" outs(%b : !exec.buffer<tensor<128xf32>>) workspace 0
+    exec.kernel "test.k1" outs(%b : !exec.buffer<tensor<128xf32>>) workspace 0
     %c = exec.buffer bytes 256 : !exec.buffer<tensor<64xf32>>
-    exec.kernel "train.k2" ins(%b : !exec.buffer<tensor<128xf32>>) outs(%c : !exec.buffer<tensor<64xf32>>) workspace 0
+    exec.kernel "test.k2" ins(%b : !exec.buffer<tensor<128xf32>>) outs(%c : !exec.buffer<tensor<64xf32>>) workspace 0
   }
   exec.return
 }

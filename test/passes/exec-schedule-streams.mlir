@@ -14,7 +14,7 @@
 // CHECK-LABEL: exec.step @offload_then_reuse
 // CHECK: exec.microbatch_loop
 // CHECK-NEXT: %[[A:.*]] = exec.buffer offset 0
-// CHECK-NEXT: exec.kernel "train.k0"
+// CHECK-NEXT: exec.kernel "test.k0"
 // CHECK-NEXT: %[[P:.*]] = exec.event_create
 // CHECK-NEXT: exec.record %[[P]] on compute
 // CHECK-NEXT: %[[S:.*]] = exec.pool_acquire
@@ -23,17 +23,17 @@
 // CHECK-NEXT: exec.d2h %[[A]] to %[[S]] on d2h record %[[E]]
 // CHECK-NEXT: %[[C:.*]] = exec.buffer offset 0
 // CHECK-NEXT: exec.wait %[[E]] on compute
-// CHECK-NEXT: exec.kernel "train.k1" outs(%[[C]]
+// CHECK-NEXT: exec.kernel "test.k1" outs(%[[C]]
 // CHECK-NEXT: }
 exec.step @offload_then_reuse {
   exec.microbatch_loop count 1 {
     %a = exec.buffer offset 0 bytes 256 : !exec.buffer<tensor<64xf32>>
-    exec.kernel "train.k0" outs(%a : !exec.buffer<tensor<64xf32>>) workspace 0
+    exec.kernel "test.k0" outs(%a : !exec.buffer<tensor<64xf32>>) workspace 0
     %s = exec.pool_acquire slot 0 offset 0 bytes 256 : !exec.host<tensor<64xf32>>
     %e = exec.event_create : !exec.event
     exec.d2h %a to %s on d2h record %e : !exec.buffer<tensor<64xf32>> to !exec.host<tensor<64xf32>>
     %c = exec.buffer offset 0 bytes 256 : !exec.buffer<tensor<64xf32>>
-    exec.kernel "train.k1" outs(%c : !exec.buffer<tensor<64xf32>>) workspace 0
+    exec.kernel "test.k1" outs(%c : !exec.buffer<tensor<64xf32>>) workspace 0
   }
   exec.return
 }
@@ -53,13 +53,13 @@ exec.step @offload_then_reuse {
 // CHECK-NEXT: exec.pool_release %[[S]] after %[[E2]]
 // CHECK-NEXT: %[[D:.*]] = exec.buffer offset 512
 // CHECK-NEXT: exec.wait %[[E2]] on compute
-// CHECK-NEXT: exec.kernel "train.k1" ins(%[[R]] : {{.*}}) outs(%[[D]]
+// CHECK-NEXT: exec.kernel "test.k1" ins(%[[R]] : {{.*}}) outs(%[[D]]
 // Nothing left in flight at the end of the body: compute already waited.
 // CHECK-NEXT: }
 exec.step @reload_then_use {
   exec.microbatch_loop count 1 {
     %a = exec.buffer offset 0 bytes 256 : !exec.buffer<tensor<64xf32>>
-    exec.kernel "train.k0" outs(%a : !exec.buffer<tensor<64xf32>>) workspace 0
+    exec.kernel "test.k0" outs(%a : !exec.buffer<tensor<64xf32>>) workspace 0
     %s = exec.pool_acquire slot 0 offset 0 bytes 256 : !exec.host<tensor<64xf32>>
     %e1 = exec.event_create : !exec.event
     exec.d2h %a to %s on d2h record %e1 : !exec.buffer<tensor<64xf32>> to !exec.host<tensor<64xf32>>
@@ -68,7 +68,7 @@ exec.step @reload_then_use {
     exec.h2d %s to %r on h2d record %e2 : !exec.host<tensor<64xf32>> to !exec.buffer<tensor<64xf32>>
     exec.pool_release %s after %e2 : !exec.host<tensor<64xf32>>
     %d = exec.buffer offset 512 bytes 256 : !exec.buffer<tensor<64xf32>>
-    exec.kernel "train.k1" ins(%r : !exec.buffer<tensor<64xf32>>) outs(%d : !exec.buffer<tensor<64xf32>>) workspace 0
+    exec.kernel "test.k1" ins(%r : !exec.buffer<tensor<64xf32>>) outs(%d : !exec.buffer<tensor<64xf32>>) workspace 0
   }
   exec.return
 }
@@ -109,7 +109,7 @@ exec.step @reload_before_own_d2h {
 // CHECK-LABEL: exec.step @slot_reuse
 // CHECK: exec.h2d %{{.*}} on h2d record %[[H:[0-9]+]]
 // CHECK: exec.pool_release
-// CHECK: exec.kernel "train.k1"
+// CHECK: exec.kernel "test.k1"
 // CHECK-NEXT: %[[P:.*]] = exec.event_create
 // CHECK-NEXT: exec.record %[[P]] on compute
 // CHECK-NEXT: %[[S1:.*]] = exec.pool_acquire slot 1 offset 0
@@ -123,7 +123,7 @@ exec.step @reload_before_own_d2h {
 exec.step @slot_reuse {
   exec.microbatch_loop count 1 {
     %a = exec.buffer offset 0 bytes 256 : !exec.buffer<tensor<64xf32>>
-    exec.kernel "train.k0" outs(%a : !exec.buffer<tensor<64xf32>>) workspace 0
+    exec.kernel "test.k0" outs(%a : !exec.buffer<tensor<64xf32>>) workspace 0
     %s0 = exec.pool_acquire slot 0 offset 0 bytes 256 : !exec.host<tensor<64xf32>>
     %e1 = exec.event_create : !exec.event
     exec.d2h %a to %s0 on d2h record %e1 : !exec.buffer<tensor<64xf32>> to !exec.host<tensor<64xf32>>
@@ -133,7 +133,7 @@ exec.step @slot_reuse {
     exec.h2d %s0 to %r on h2d record %e2 : !exec.host<tensor<64xf32>> to !exec.buffer<tensor<64xf32>>
     exec.pool_release %s0 after %e2 : !exec.host<tensor<64xf32>>
     %b = exec.buffer offset 512 bytes 256 : !exec.buffer<tensor<64xf32>>
-    exec.kernel "train.k1" outs(%b : !exec.buffer<tensor<64xf32>>) workspace 0
+    exec.kernel "test.k1" outs(%b : !exec.buffer<tensor<64xf32>>) workspace 0
     %s1 = exec.pool_acquire slot 1 offset 0 bytes 256 : !exec.host<tensor<64xf32>>
     %e3 = exec.event_create : !exec.event
     exec.d2h %b to %s1 on d2h record %e3 : !exec.buffer<tensor<64xf32>> to !exec.host<tensor<64xf32>>
@@ -152,12 +152,12 @@ exec.step @slot_reuse {
 // CHECK-LABEL: exec.step @already_ordered
 // CHECK-COUNT-1: {{^ *}}exec.record %{{[0-9]+}} on compute{{$}}
 // CHECK-NOT: exec.record
-// CHECK: exec.kernel "train.k2"
+// CHECK: exec.kernel "test.k2"
 // CHECK-NEXT: }
 exec.step @already_ordered {
   exec.microbatch_loop count 1 {
     %a = exec.buffer offset 0 bytes 256 : !exec.buffer<tensor<64xf32>>
-    exec.kernel "train.k0" outs(%a : !exec.buffer<tensor<64xf32>>) workspace 0
+    exec.kernel "test.k0" outs(%a : !exec.buffer<tensor<64xf32>>) workspace 0
     %s = exec.pool_acquire slot 0 offset 0 bytes 256 : !exec.host<tensor<64xf32>>
     %e1 = exec.event_create : !exec.event
     exec.d2h %a to %s on d2h record %e1 : !exec.buffer<tensor<64xf32>> to !exec.host<tensor<64xf32>>
@@ -168,7 +168,7 @@ exec.step @already_ordered {
     exec.pool_release %s after %e2 : !exec.host<tensor<64xf32>>
     exec.wait %e2 on compute
     %d = exec.buffer offset 0 bytes 256 : !exec.buffer<tensor<64xf32>>
-    exec.kernel "train.k2" ins(%r : !exec.buffer<tensor<64xf32>>) outs(%d : !exec.buffer<tensor<64xf32>>) workspace 0
+    exec.kernel "test.k2" ins(%r : !exec.buffer<tensor<64xf32>>) outs(%d : !exec.buffer<tensor<64xf32>>) workspace 0
   }
   exec.return
 }
@@ -183,24 +183,24 @@ exec.step @already_ordered {
 // CHECK: exec.wait %[[E1]] on compute
 // CHECK: exec.d2h %{{.*}} on d2h record %[[E2:[0-9]+]]
 // CHECK-NEXT: %{{.*}} = exec.buffer offset 512
-// CHECK-NEXT: exec.kernel "train.k2"
+// CHECK-NEXT: exec.kernel "test.k2"
 // End of body: compute waits for the last D2H.
 // CHECK-NEXT: exec.wait %[[E2]] on compute
 // CHECK-NEXT: }
 exec.step @max_inflight {
   exec.microbatch_loop count 1 attributes {max_inflight = 1 : i64} {
     %a = exec.buffer offset 0 bytes 256 : !exec.buffer<tensor<64xf32>>
-    exec.kernel "train.k0" outs(%a : !exec.buffer<tensor<64xf32>>) workspace 0
+    exec.kernel "test.k0" outs(%a : !exec.buffer<tensor<64xf32>>) workspace 0
     %s0 = exec.pool_acquire slot 0 offset 0 bytes 256 : !exec.host<tensor<64xf32>>
     %e1 = exec.event_create : !exec.event
     exec.d2h %a to %s0 on d2h record %e1 : !exec.buffer<tensor<64xf32>> to !exec.host<tensor<64xf32>>
     %b = exec.buffer offset 256 bytes 256 : !exec.buffer<tensor<64xf32>>
-    exec.kernel "train.k1" outs(%b : !exec.buffer<tensor<64xf32>>) workspace 0
+    exec.kernel "test.k1" outs(%b : !exec.buffer<tensor<64xf32>>) workspace 0
     %s1 = exec.pool_acquire slot 1 offset 256 bytes 256 : !exec.host<tensor<64xf32>>
     %e2 = exec.event_create : !exec.event
     exec.d2h %b to %s1 on d2h record %e2 : !exec.buffer<tensor<64xf32>> to !exec.host<tensor<64xf32>>
     %c = exec.buffer offset 512 bytes 256 : !exec.buffer<tensor<64xf32>>
-    exec.kernel "train.k2" outs(%c : !exec.buffer<tensor<64xf32>>) workspace 0
+    exec.kernel "test.k2" outs(%c : !exec.buffer<tensor<64xf32>>) workspace 0
   }
   exec.return
 }
@@ -222,18 +222,18 @@ exec.step @max_inflight {
 // CHECK-NEXT: %[[C:.*]] = exec.event_create
 // CHECK-NEXT: exec.record %[[C]] on comm
 // CHECK-NEXT: exec.wait %[[C]] on compute
-// CHECK-NEXT: exec.kernel "train.finalize_grads"
+// CHECK-NEXT: exec.kernel "test.finalize_grads"
 // CHECK-NEXT: exec.return
 exec.step @collectives {
   %g0 = exec.persistent "w0" main_grad offset 0 bytes 256 : !exec.buffer<tensor<4xf32>>
   %g1 = exec.persistent "w1" main_grad offset 256 bytes 256 : !exec.buffer<tensor<4xf32>>
   %n = exec.persistent "grad_norm" state offset 512 bytes 256 : !exec.buffer<tensor<f32>>
   exec.microbatch_loop count 2 {
-    exec.kernel "train.k0" outs(%g0, %g1 : !exec.buffer<tensor<4xf32>>, !exec.buffer<tensor<4xf32>>) workspace 0
+    exec.kernel "test.k0" outs(%g0, %g1 : !exec.buffer<tensor<4xf32>>, !exec.buffer<tensor<4xf32>>) workspace 0
   }
   exec.all_reduce %g0 over "dp" on comm : !exec.buffer<tensor<4xf32>>
   exec.all_reduce %g1 over "dp" on comm : !exec.buffer<tensor<4xf32>>
-  exec.kernel "train.finalize_grads" outs(%n, %g0, %g1 : !exec.buffer<tensor<f32>>, !exec.buffer<tensor<4xf32>>, !exec.buffer<tensor<4xf32>>) workspace 0
+  exec.kernel "test.finalize_grads" outs(%n, %g0, %g1 : !exec.buffer<tensor<f32>>, !exec.buffer<tensor<4xf32>>, !exec.buffer<tensor<4xf32>>) workspace 0
   exec.return
 }
 
@@ -254,7 +254,7 @@ exec.step @collectives {
 exec.step @unplanned {
   exec.microbatch_loop count 1 {
     %a = exec.buffer bytes 256 : !exec.buffer<tensor<64xf32>>
-    exec.kernel "train.k0" outs(%a : !exec.buffer<tensor<64xf32>>) workspace 0
+    exec.kernel "test.k0" outs(%a : !exec.buffer<tensor<64xf32>>) workspace 0
     %s = exec.pool_acquire slot 0 offset 0 bytes 256 : !exec.host<tensor<64xf32>>
     %e1 = exec.event_create : !exec.event
     exec.d2h %a to %s on d2h record %e1 : !exec.buffer<tensor<64xf32>> to !exec.host<tensor<64xf32>>

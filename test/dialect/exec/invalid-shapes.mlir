@@ -57,6 +57,6 @@ exec.step @s {
 exec.step @s {
   %b = exec.buffer bytes 256 : !exec.buffer<tensor<4xf32>>
   // expected-error @+1 {{'exec.kernel' op workspace 9223372036854775807 exceeds 281474976710656 (the most one kernel's scratch may take)}}
-  exec.kernel "train.add" outs(%b : !exec.buffer<tensor<4xf32>>) workspace 9223372036854775807
+  exec.kernel "test.add" outs(%b : !exec.buffer<tensor<4xf32>>) workspace 9223372036854775807
   exec.return
 }

@@ -111,7 +111,7 @@ exec.step @s {
 
 exec.step @s {
   %b = exec.buffer bytes 256 : !exec.buffer<tensor<4xf32>>
-  // expected-error @+1 {{'exec.kernel' op callee must name a train op ("train.<op>"), got "linear"}}
+  // expected-error @+1 {{'exec.kernel' op callee must name a train op ("train.<op>") or a test kernel ("test.<name>"), got "linear"}}
   exec.kernel "linear" outs(%b : !exec.buffer<tensor<4xf32>>) workspace 0
   exec.return
 }
@@ -167,3 +167,76 @@ exec.step @s {
 
 // expected-error @+1 {{'exec.persistent' op expects parent op 'exec.step'}}
 %w = exec.persistent "w" weight bytes 256 : !exec.buffer<tensor<4xbf16>>
+
+// -----
+
+// Kernel signatures (dialect/exec/KernelSignatures.cpp): the callee, the
+// buffer counts and the args a kernel needs are checked at the op.
+exec.step @s {
+  %b = exec.buffer bytes 256 : !exec.buffer<tensor<4xf32>>
+  // expected-error-re @+1 {{'exec.kernel' op no kernel implements "train.frobnicate"; known callees: train.embedding, {{.*}}, train.loss_mean}}
+  exec.kernel "train.frobnicate" outs(%b : !exec.buffer<tensor<4xf32>>) workspace 0
+  exec.return
+}
+
+// -----
+
+exec.step @s {
+  %x = exec.buffer offset 0 bytes 256 : !exec.buffer<tensor<4x4xbf16>>
+  %y = exec.buffer offset 256 bytes 256 : !exec.buffer<tensor<4x4xbf16>>
+  // expected-error @+1 {{'exec.kernel' op "train.linear" takes 2 input buffers, got 1}}
+  exec.kernel "train.linear" ins(%x : !exec.buffer<tensor<4x4xbf16>>) outs(%y : !exec.buffer<tensor<4x4xbf16>>) workspace 0
+  exec.return
+}
+
+// -----
+
+exec.step @s {
+  %x = exec.buffer offset 0 bytes 256 : !exec.buffer<tensor<4x4xbf16>>
+  %y = exec.buffer offset 256 bytes 256 : !exec.buffer<tensor<4x4xbf16>>
+  // expected-error @+1 {{'exec.kernel' op "train.concat" takes at least 1 input buffers, got 0}}
+  exec.kernel "train.concat" outs(%y : !exec.buffer<tensor<4x4xbf16>>) workspace 0 args {dim = 1 : i64}
+  exec.return
+}
+
+// -----
+
+exec.step @s {
+  %x = exec.buffer offset 0 bytes 256 : !exec.buffer<tensor<4x4xbf16>>
+  %w = exec.buffer offset 256 bytes 256 : !exec.buffer<tensor<4x4xbf16>>
+  %y = exec.buffer offset 512 bytes 256 : !exec.buffer<tensor<4x4xbf16>>
+  // expected-error @+1 {{'exec.kernel' op "train.rms_norm" writes 2 result buffers before its 0 main grads, got 1}}
+  exec.kernel "train.rms_norm" ins(%x, %w : !exec.buffer<tensor<4x4xbf16>>, !exec.buffer<tensor<4x4xbf16>>) outs(%y : !exec.buffer<tensor<4x4xbf16>>) workspace 0 args {eps = 1.0e-6 : f64}
+  exec.return
+}
+
+// -----
+
+exec.step @s {
+  %x = exec.buffer offset 0 bytes 256 : !exec.buffer<tensor<4x4xbf16>>
+  %y = exec.buffer offset 256 bytes 256 : !exec.buffer<tensor<4x4xbf16>>
+  // expected-error @+1 {{'exec.kernel' op "train.slice" needs args.offset (an integer)}}
+  exec.kernel "train.slice" ins(%x : !exec.buffer<tensor<4x4xbf16>>) outs(%y : !exec.buffer<tensor<4x4xbf16>>) workspace 0 args {dim = 1 : i64}
+  exec.return
+}
+
+// -----
+
+exec.step @s {
+  %q = exec.buffer offset 0 bytes 256 : !exec.buffer<tensor<1x4x2x8xbf16>>
+  %o = exec.buffer offset 256 bytes 256 : !exec.buffer<tensor<1x4x2x8xbf16>>
+  %l = exec.buffer offset 512 bytes 256 : !exec.buffer<tensor<1x2x4xf32>>
+  // expected-error @+1 {{'exec.kernel' op "train.attention" args.scale must be a float}}
+  exec.kernel "train.attention" ins(%q, %q, %q : !exec.buffer<tensor<1x4x2x8xbf16>>, !exec.buffer<tensor<1x4x2x8xbf16>>, !exec.buffer<tensor<1x4x2x8xbf16>>) outs(%o, %l : !exec.buffer<tensor<1x4x2x8xbf16>>, !exec.buffer<tensor<1x2x4xf32>>) workspace 0 args {scale = 1 : i64}
+  exec.return
+}
+
+// -----
+
+exec.step @s {
+  %x = exec.buffer offset 0 bytes 256 : !exec.buffer<tensor<4xi32>>
+  %d = exec.buffer offset 256 bytes 256 : !exec.buffer<tensor<4x4xbf16>>
+  // expected-error @+1 {{'exec.kernel' op "train.embedding_grad" accumulates 1 main grads (its *_grad args) into trailing outputs, but has only 0 outputs}}
+  exec.kernel "train.embedding_grad" ins(%x, %d : !exec.buffer<tensor<4xi32>>, !exec.buffer<tensor<4x4xbf16>>) workspace 0 args {weight_grad = @w}
+  exec.return
+}
