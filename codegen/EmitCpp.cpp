@@ -747,13 +747,15 @@ LogicalResult Emitter::emitOp(Operation *op, int indent) {
       return failure();
     RankedTensorType t = tensorOf(op->getOperand(0));
     unsigned slot = slotOf_[op->getOperand(1)];
+    // The engine orders the copy after a producer event: the event the d2h
+    // stream last waited on, which exec-schedule-streams puts before every
+    // copy (the copy reads bytes compute wrote). Emission adds no event of
+    // its own: scheduling is the passes' decision.
     int producer = lastD2HWait_;
-    if (producer < 0) {
-      // The engine makes the d2h stream wait on a producer event; with no
-      // earlier wait on d2h, record one on compute now.
-      producer = int(numEvents_++);
-      line(indent) << "ap_record(r, " << producer << ", AP_STREAM_COMPUTE);\n";
-    }
+    if (producer < 0)
+      return op->emitError(
+          "emit-cpp: exec.d2h with no earlier exec.wait on the d2h stream "
+          "to order it after its producer (run exec-schedule-streams)");
     line(indent) << "ap_offload(r, " << scopeIndex_[copyScope_[op]] << ", "
                  << slot << ", " << o << "ull, " << numel(t) * elemBytes(t)
                  << "ull, " << producer << ", "
