@@ -92,3 +92,24 @@ module {
     exec.return
   }
 }
+
+// -----
+
+// A copy must follow a wait on the d2h stream (exec-schedule-streams puts
+// one before every copy); emission does not invent the ordering.
+module {
+  exec.step @train_step attributes {arena_bytes = 512 : i64, pinned_bytes = 256 : i64} {
+    %v = exec.buffer offset 0 bytes 256 : !exec.buffer<tensor<4xf32>>
+    %s = exec.pool_acquire slot 0 offset 0 bytes 256 : !exec.host<tensor<4xf32>>
+    %r = exec.buffer offset 256 bytes 256 : !exec.buffer<tensor<4xf32>>
+    %e = exec.event_create : !exec.event
+    %e2 = exec.event_create : !exec.event
+    // expected-error @below {{emit-cpp: exec.d2h with no earlier exec.wait on the d2h stream to order it after its producer (run exec-schedule-streams)}}
+    exec.d2h %v to %s on d2h record %e : !exec.buffer<tensor<4xf32>> to !exec.host<tensor<4xf32>>
+    exec.wait %e on h2d
+    exec.h2d %s to %r on h2d record %e2 : !exec.host<tensor<4xf32>> to !exec.buffer<tensor<4xf32>>
+    exec.wait %e2 on compute
+    exec.kernel "train.add" ins(%r, %r : !exec.buffer<tensor<4xf32>>, !exec.buffer<tensor<4xf32>>) outs(%v : !exec.buffer<tensor<4xf32>>) workspace 0 args {scope = #train.scope<0, mlp_fc2>}
+    exec.return
+  }
+}
