@@ -1,8 +1,8 @@
 //===- PassEnums.h - Enum-valued pass options -------------------*- C++ -*-===//
 //
-// The fixed sets of choices the passes' options take (Passes.td spells their
-// values with llvm::cl::values), declared before the generated option
-// structs that hold them.
+// The fixed sets of choices the passes' options take (the pass .td files
+// spell their values with llvm::cl::values), declared before the generated
+// option structs that hold them.
 //
 //===----------------------------------------------------------------------===//
 #ifndef ACTPLACE_PASSES_PASSENUMS_H

@@ -6,10 +6,16 @@
 
 namespace ap {
 #define GEN_PASS_REGISTRATION
-#include "passes/Passes.h.inc"
+#include "passes/train/TrainPasses.h.inc"
+#define GEN_PASS_REGISTRATION
+#include "passes/conversion/TrainToExec/TrainToExecPasses.h.inc"
+#define GEN_PASS_REGISTRATION
+#include "passes/exec/ExecPasses.h.inc"
 
 void registerAllActplacePasses() {
-  registerActplacePasses();
+  registerActplaceTrainPasses();
+  registerActplaceTrainToExecPasses();
+  registerActplaceExecPasses();
   registerActplacePipelines();
 }
 } // namespace ap

@@ -12,8 +12,13 @@
 
 namespace ap {
 
+// Every pass, by area: one generated header per .td file.
 #define GEN_PASS_DECL
-#include "passes/Passes.h.inc"
+#include "passes/train/TrainPasses.h.inc"
+#define GEN_PASS_DECL
+#include "passes/conversion/TrainToExec/TrainToExecPasses.h.inc"
+#define GEN_PASS_DECL
+#include "passes/exec/ExecPasses.h.inc"
 
 /// Registers every actplace pass (and pipeline) with the global registry.
 void registerAllActplacePasses();

@@ -72,7 +72,7 @@ void train::addPlacementPasses(OpPassManager &pm, const PlacementConfig &cfg,
 }
 
 namespace {
-/// train-placement-pipeline's options: the placement options of Passes.td
+/// train-placement-pipeline's options: the placement options of PlacementOptions.td
 /// (one spelling, PlacementOptions) and the report's.
 struct PlacementPipelineOptions
     : PassPipelineOptions<PlacementPipelineOptions> {

@@ -1,7 +1,7 @@
 //===- PlacementConfig.h - the placement options, validated -------*- C++
 //-*-===//
 //
-// Every placement pass takes the same options (Passes.td PlacementOptions);
+// Every placement pass takes the same options (passes/PlacementOptions.td);
 // this is their parsed form with aliases expanded to leaves, and the rules
 // that decide which scopes are selected.
 //

@@ -101,7 +101,7 @@ struct PlacementSearchResult {
   int64_t evaluations = 0;
 };
 
-/// The options struct of a placement pass (Passes.td PlacementOptions)
+/// The options struct of a placement pass (passes/PlacementOptions.td)
 /// with `cfg`'s settings and the given module lists.
 template <typename Options>
 Options placementPassOptions(const PlacementConfig &cfg,

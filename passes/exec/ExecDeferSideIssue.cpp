@@ -39,7 +39,7 @@
 
 namespace ap {
 #define GEN_PASS_DEF_EXECDEFERSIDEISSUE
-#include "passes/Passes.h.inc"
+#include "passes/exec/ExecPasses.h.inc"
 } // namespace ap
 
 using namespace mlir;

@@ -34,7 +34,7 @@
 
 namespace ap {
 #define GEN_PASS_DEF_TRAINFUSERECOMPUTE
-#include "passes/Passes.h.inc"
+#include "passes/train/TrainPasses.h.inc"
 } // namespace ap
 
 using namespace mlir;

@@ -10,7 +10,7 @@
 
 namespace ap {
 #define GEN_PASS_DEF_TRAINPRINTSAVEDACTIVATIONS
-#include "passes/Passes.h.inc"
+#include "passes/train/TrainPasses.h.inc"
 } // namespace ap
 
 using namespace mlir;

@@ -7,7 +7,7 @@
 
 namespace ap {
 #define GEN_PASS_DEF_TRAINPRINTSUMMARY
-#include "passes/Passes.h.inc"
+#include "passes/train/TrainPasses.h.inc"
 } // namespace ap
 
 namespace {

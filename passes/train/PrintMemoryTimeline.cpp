@@ -21,7 +21,7 @@
 
 namespace ap {
 #define GEN_PASS_DEF_TRAINPRINTMEMORYTIMELINE
-#include "passes/Passes.h.inc"
+#include "passes/train/TrainPasses.h.inc"
 } // namespace ap
 
 using namespace mlir;

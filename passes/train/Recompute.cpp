@@ -17,7 +17,7 @@
 
 namespace ap {
 #define GEN_PASS_DEF_TRAINRECOMPUTE
-#include "passes/Passes.h.inc"
+#include "passes/train/TrainPasses.h.inc"
 } // namespace ap
 
 using namespace mlir;

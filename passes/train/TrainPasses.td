@@ -1,13 +1,15 @@
-//===- Passes.td - actplace passes -------------------------*- tablegen -*-===//
+//===- TrainPasses.td - train-dialect passes ---------------*- tablegen -*-===//
 //
-// Every pass of the compiler: one .cpp per pass under transforms/, decisions
-// in analysis classes under analysis/ (docs/architecture.md section 8).
+// The passes on the train dialect: autodiff, the placement passes and
+// the reports (one .cpp per pass in this folder; decisions in
+// passes/analysis/, docs/architecture.md section 8).
 //
 //===----------------------------------------------------------------------===//
-#ifndef ACTPLACE_PASSES_TD
-#define ACTPLACE_PASSES_TD
+#ifndef ACTPLACE_PASSES_TRAIN_TRAINPASSES_TD
+#define ACTPLACE_PASSES_TRAIN_TRAINPASSES_TD
 
 include "mlir/Pass/PassBase.td"
+include "passes/PlacementOptions.td"
 
 def TrainPrintSummary : Pass<"train-print-summary", "mlir::ModuleOp"> {
   let summary = "Print a summary of a train graph: parameters, layers, scopes, op counts";
@@ -100,44 +102,8 @@ def TrainPrintMemoryTimeline : Pass<"train-print-memory-timeline", "mlir::Module
 }
 
 //===----------------------------------------------------------------------===//
-// Placement. The passes share one option set (docs/architecture.md section 4), so the
-// pipeline and every pass read the same spelling of each choice.
+// Placement. Every pass takes PlacementOptions (passes/PlacementOptions.td).
 //===----------------------------------------------------------------------===//
-
-defvar PlacementOptions = [
-  ListOption<"offloadModules", "offload-modules", "std::string",
-             "Leaf modules or aliases whose saved activations go to pinned host memory">,
-  ListOption<"recomputeModules", "recompute-modules", "std::string",
-             "Leaf modules or aliases whose forward ops are recomputed in backward">,
-  Option<"fraction", "fraction", "double", "1.0",
-         "Of the eligible offload scopes in forward order, offload the first ceil(f * n)">,
-  Option<"minOffloadBytes", "min-offload-bytes", "int64_t", "0",
-         "Scopes with fewer offloadable bytes per microbatch stay on the device">,
-  Option<"maxInflight", "max-inflight", "int64_t", "0",
-         "Most D2H copies pending before compute waits (0: no limit)">,
-  Option<"hideRule", "hide-rule", "::ap::train::HideRule",
-         "::ap::train::HideRule::On",
-         "on: keep the last scopes whose reload cannot hide under backward compute; off: offload them anyway",
-         [{::llvm::cl::values(
-             clEnumValN(::ap::train::HideRule::On, "on", "keep unhidable scopes"),
-             clEnumValN(::ap::train::HideRule::Off, "off", "offload them anyway"))}]>,
-  Option<"prefetchDepth", "prefetch-depth", "int64_t", "0",
-         "0: cost-model anchors; N: issue each reload N offloaded scopes ahead (the reference rule)">,
-  Option<"computeDtype", "compute-dtype", "std::string", "\"bf16\"",
-         "Compute dtype the step runs in (offload requires bf16)">,
-  Option<"cudaGraphs", "cuda-graphs", "bool", "false",
-         "Capture the step as a CUDA graph (not supported with offload)">,
-  Option<"profile", "profile", "std::string", "\"\"",
-         "JSON device profile overriding the cost model's constants">,
-  Option<"fuseRecompute", "fuse-recompute", "bool", "true",
-         "Rebuild a recomputed SwiGLU or RMSNorm inside its backward kernel instead of by a clone (train-fuse-recompute; same bits)">,
-  Option<"recomputeStream", "recompute-stream", "::ap::train::RecomputeStream",
-         "::ap::train::RecomputeStream::Compute",
-         "compute: recompute right before its use; side: issue it ahead on a second stream beside kernels that leave SMs idle (train-recompute-stream; same bits)",
-         [{::llvm::cl::values(
-             clEnumValN(::ap::train::RecomputeStream::Compute, "compute", "right before its use"),
-             clEnumValN(::ap::train::RecomputeStream::Side, "side", "ahead, on the side stream"))}]>,
-];
 
 def TrainVerifyPlacementConfig : Pass<"train-verify-placement-config", "mlir::ModuleOp"> {
   let summary = "Reject unsupported placement options with clear diagnostics";
@@ -269,99 +235,4 @@ def TrainPlacementReport : Pass<"train-placement-report", "mlir::ModuleOp"> {
   ]);
 }
 
-def ConvertTrainToExec : Pass<"convert-train-to-exec", "mlir::ModuleOp"> {
-  let summary = "Lower the placed train step to an exec.step (buffers, streams, copies, kernels)";
-  let description = [{
-    Every tensor of @train_step becomes a buffer (train.reshape a view of
-    its input); parameters get persistent weight, FP32 master, main-grad and
-    Adam-moment buffers (weight only when frozen); train.offload becomes a
-    pinned-slot acquire and a D2H copy on the d2h stream recording an event,
-    train.reload an H2D copy on the h2d stream recording an event after
-    which the slot is released, train.wait a wait of the compute stream on
-    that event. Recomputed ops are ordinary kernel calls. Main grads are
-    all-reduced over the data-parallel communicator before finalize_grads.
-    Kernel calls declare the workspace the cost model states (GEMMs the
-    fixed cuBLASLt workspace). Each D2H carries `done_by_kernel`, the first
-    kernel the cost model (with `profile`, the same one placement used)
-    predicts to start after the copy ended, stretched by the profile's
-    copyHoldSlack; exec-plan-memory keeps the copied bytes until then. Offsets are left to exec-plan-memory.
-  }];
-  let dependentDialects = ["::ap::exec::ExecDialect"];
-  let options = [
-    Option<"stepFunction", "step-function", "std::string", "\"train_step\"",
-           "The function train-autodiff built">,
-    Option<"gemmWorkspaceBytes", "gemm-workspace-bytes", "int64_t", "33554432",
-           "Fixed cuBLASLt workspace of GEMM kernels (0 for the host backend)">,
-    Option<"profile", "profile", "std::string", "\"\"",
-           "JSON device profile of the cost model that predicts when each "
-           "D2H is done (done_by_kernel); give the one placement used">
-  ];
-}
-
-def ExecPlanMemory : Pass<"exec-plan-memory", "mlir::ModuleOp"> {
-  let summary = "Static offsets of every buffer in one device arena; the planned peak";
-  let description = [{
-    Arena layout: persistent buffers in program order, then the activation
-    region shared by the microbatch loop's buffers (live from first to last
-    use in body order, views extending their root; greedy by size, lowest
-    fitting offset), then one workspace region as large as the largest
-    kernel workspace. A region a D2H copy read is reusable only after that
-    copy's event: the pass adds `exec.wait` before the next writer.
-    Everything is 256-byte aligned. Records `persistent_bytes`,
-    `activation_bytes`, `workspace_bytes`, `arena_bytes` (the planned peak
-    the runtime allocates) and `pinned_bytes` on the step.
-  }];
-  let options = [
-    Option<"printPlan", "print-plan", "bool", "false",
-           "Print the plan: one line per transient buffer and the totals">
-  ];
-}
-
-def ExecScheduleStreams : Pass<"exec-schedule-streams", "mlir::ModuleOp"> {
-  let summary = "Insert the event records and waits that order every cross-stream use";
-  let description = [{
-    Every read or write of device (arena) or pinned (pool) bytes on one
-    stream is ordered after the conflicting earlier accesses on other
-    streams: a reload's use after its H2D, a reload's H2D after its own
-    D2H, a write into an offloaded region after the D2H that read it, a
-    pinned slot's next D2H after the H2D that read it, the all-reduce after
-    the loop's grads, the optimizer after the all-reduce. Vector clocks
-    skip pairs already ordered (directly or transitively) and a wait uses
-    the earliest sufficient event, reusing copy events and records; new
-    records go right after the op that must complete. The loop body starts
-    with the copy streams waiting for compute and ends with compute waiting
-    for the copy streams; `max_inflight` bounds pending D2H copies.
-    Finally, in each run of waits of one stream, a wait implied by the
-    others is removed. Idempotent.
-  }];
-  let statistics = [
-    Statistic<"numRecords", "records", "Event records inserted">,
-    Statistic<"numWaits", "waits", "Stream waits inserted">,
-    Statistic<"numRemoved", "removed-waits", "Waits implied by others, removed">
-  ];
-  let options = [
-    Option<"remarks", "remarks", "bool", "false",
-           "Emit a remark per inserted wait saying why it is needed">
-  ];
-}
-
-def ExecDeferSideIssue : Pass<"exec-defer-side-issue", "mlir::ModuleOp"> {
-  let summary = "Issue each run of side-stream work after the compute kernel that follows it";
-  let description = [{
-    A recompute run on the side stream sits right before the kernel it
-    overlaps (its host). Enqueued first, its GEMMs took their SMs before
-    the host's first, wide kernel could. This pass moves each run of side
-    ops (waits, kernels, records; value definitions stay) to right after
-    the next compute-stream kernel, when nothing between orders against the
-    run (a wait for an event the run records, a record of an event it
-    waits for, other side work, a region). Only the host issue order
-    changes: every stream sees the same ops in the same order and every
-    wait the same last record. `done_by_kernel` is renumbered to name the
-    same kernel. Run after exec-schedule-streams. Idempotent.
-  }];
-  let statistics = [
-    Statistic<"numRunsMoved", "runs-moved", "Side runs issued after their host">
-  ];
-}
-
-#endif // ACTPLACE_PASSES_TD
+#endif // ACTPLACE_PASSES_TRAIN_TRAINPASSES_TD

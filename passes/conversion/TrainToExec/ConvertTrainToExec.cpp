@@ -22,7 +22,7 @@
 
 namespace ap {
 #define GEN_PASS_DEF_CONVERTTRAINTOEXEC
-#include "passes/Passes.h.inc"
+#include "passes/conversion/TrainToExec/TrainToExecPasses.h.inc"
 } // namespace ap
 
 using namespace mlir;

@@ -36,7 +36,7 @@
 
 namespace ap {
 #define GEN_PASS_DEF_TRAINRECOMPUTESTREAM
-#include "passes/Passes.h.inc"
+#include "passes/train/TrainPasses.h.inc"
 } // namespace ap
 
 using namespace mlir;

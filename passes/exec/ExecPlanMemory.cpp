@@ -15,7 +15,7 @@
 
 namespace ap {
 #define GEN_PASS_DEF_EXECPLANMEMORY
-#include "passes/Passes.h.inc"
+#include "passes/exec/ExecPasses.h.inc"
 } // namespace ap
 
 using namespace mlir;

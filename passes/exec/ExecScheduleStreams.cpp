@@ -13,7 +13,7 @@
 
 namespace ap {
 #define GEN_PASS_DEF_EXECSCHEDULESTREAMS
-#include "passes/Passes.h.inc"
+#include "passes/exec/ExecPasses.h.inc"
 } // namespace ap
 
 using namespace mlir;

@@ -19,7 +19,7 @@
 
 namespace ap {
 #define GEN_PASS_DEF_TRAINOFFLOADSCOPES
-#include "passes/Passes.h.inc"
+#include "passes/train/TrainPasses.h.inc"
 } // namespace ap
 
 using namespace mlir;

@@ -9,7 +9,7 @@
 
 namespace ap {
 #define GEN_PASS_DEF_TRAINVERIFYPLACEMENTCONFIG
-#include "passes/Passes.h.inc"
+#include "passes/train/TrainPasses.h.inc"
 } // namespace ap
 
 using namespace mlir;

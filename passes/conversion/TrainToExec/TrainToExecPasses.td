@@ -1,0 +1,41 @@
+//===- TrainToExecPasses.td - train -> exec conversion -----*- tablegen -*-===//
+//
+// The lowering of the placed train step to the exec dialect
+// (ConvertTrainToExec.cpp in this folder).
+//
+//===----------------------------------------------------------------------===//
+#ifndef ACTPLACE_PASSES_CONVERSION_TRAINTOEXEC_TD
+#define ACTPLACE_PASSES_CONVERSION_TRAINTOEXEC_TD
+
+include "mlir/Pass/PassBase.td"
+
+def ConvertTrainToExec : Pass<"convert-train-to-exec", "mlir::ModuleOp"> {
+  let summary = "Lower the placed train step to an exec.step (buffers, streams, copies, kernels)";
+  let description = [{
+    Every tensor of @train_step becomes a buffer (train.reshape a view of
+    its input); parameters get persistent weight, FP32 master, main-grad and
+    Adam-moment buffers (weight only when frozen); train.offload becomes a
+    pinned-slot acquire and a D2H copy on the d2h stream recording an event,
+    train.reload an H2D copy on the h2d stream recording an event after
+    which the slot is released, train.wait a wait of the compute stream on
+    that event. Recomputed ops are ordinary kernel calls. Main grads are
+    all-reduced over the data-parallel communicator before finalize_grads.
+    Kernel calls declare the workspace the cost model states (GEMMs the
+    fixed cuBLASLt workspace). Each D2H carries `done_by_kernel`, the first
+    kernel the cost model (with `profile`, the same one placement used)
+    predicts to start after the copy ended, stretched by the profile's
+    copyHoldSlack; exec-plan-memory keeps the copied bytes until then. Offsets are left to exec-plan-memory.
+  }];
+  let dependentDialects = ["::ap::exec::ExecDialect"];
+  let options = [
+    Option<"stepFunction", "step-function", "std::string", "\"train_step\"",
+           "The function train-autodiff built">,
+    Option<"gemmWorkspaceBytes", "gemm-workspace-bytes", "int64_t", "33554432",
+           "Fixed cuBLASLt workspace of GEMM kernels (0 for the host backend)">,
+    Option<"profile", "profile", "std::string", "\"\"",
+           "JSON device profile of the cost model that predicts when each "
+           "D2H is done (done_by_kernel); give the one placement used">
+  ];
+}
+
+#endif // ACTPLACE_PASSES_CONVERSION_TRAINTOEXEC_TD

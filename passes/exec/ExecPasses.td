@@ -1,0 +1,78 @@
+//===- ExecPasses.td - exec-dialect passes -----------------*- tablegen -*-===//
+//
+// The passes on the exec dialect: memory plan, stream schedule and issue
+// order (one .cpp per pass in this folder; decisions in passes/analysis/).
+//
+//===----------------------------------------------------------------------===//
+#ifndef ACTPLACE_PASSES_EXEC_EXECPASSES_TD
+#define ACTPLACE_PASSES_EXEC_EXECPASSES_TD
+
+include "mlir/Pass/PassBase.td"
+
+def ExecPlanMemory : Pass<"exec-plan-memory", "mlir::ModuleOp"> {
+  let summary = "Static offsets of every buffer in one device arena; the planned peak";
+  let description = [{
+    Arena layout: persistent buffers in program order, then the activation
+    region shared by the microbatch loop's buffers (live from first to last
+    use in body order, views extending their root; greedy by size, lowest
+    fitting offset), then one workspace region as large as the largest
+    kernel workspace. A region a D2H copy read is reusable only after that
+    copy's event: the pass adds `exec.wait` before the next writer.
+    Everything is 256-byte aligned. Records `persistent_bytes`,
+    `activation_bytes`, `workspace_bytes`, `arena_bytes` (the planned peak
+    the runtime allocates) and `pinned_bytes` on the step.
+  }];
+  let options = [
+    Option<"printPlan", "print-plan", "bool", "false",
+           "Print the plan: one line per transient buffer and the totals">
+  ];
+}
+
+def ExecScheduleStreams : Pass<"exec-schedule-streams", "mlir::ModuleOp"> {
+  let summary = "Insert the event records and waits that order every cross-stream use";
+  let description = [{
+    Every read or write of device (arena) or pinned (pool) bytes on one
+    stream is ordered after the conflicting earlier accesses on other
+    streams: a reload's use after its H2D, a reload's H2D after its own
+    D2H, a write into an offloaded region after the D2H that read it, a
+    pinned slot's next D2H after the H2D that read it, the all-reduce after
+    the loop's grads, the optimizer after the all-reduce. Vector clocks
+    skip pairs already ordered (directly or transitively) and a wait uses
+    the earliest sufficient event, reusing copy events and records; new
+    records go right after the op that must complete. The loop body starts
+    with the copy streams waiting for compute and ends with compute waiting
+    for the copy streams; `max_inflight` bounds pending D2H copies.
+    Finally, in each run of waits of one stream, a wait implied by the
+    others is removed. Idempotent.
+  }];
+  let statistics = [
+    Statistic<"numRecords", "records", "Event records inserted">,
+    Statistic<"numWaits", "waits", "Stream waits inserted">,
+    Statistic<"numRemoved", "removed-waits", "Waits implied by others, removed">
+  ];
+  let options = [
+    Option<"remarks", "remarks", "bool", "false",
+           "Emit a remark per inserted wait saying why it is needed">
+  ];
+}
+
+def ExecDeferSideIssue : Pass<"exec-defer-side-issue", "mlir::ModuleOp"> {
+  let summary = "Issue each run of side-stream work after the compute kernel that follows it";
+  let description = [{
+    A recompute run on the side stream sits right before the kernel it
+    overlaps (its host). Enqueued first, its GEMMs took their SMs before
+    the host's first, wide kernel could. This pass moves each run of side
+    ops (waits, kernels, records; value definitions stay) to right after
+    the next compute-stream kernel, when nothing between orders against the
+    run (a wait for an event the run records, a record of an event it
+    waits for, other side work, a region). Only the host issue order
+    changes: every stream sees the same ops in the same order and every
+    wait the same last record. `done_by_kernel` is renumbered to name the
+    same kernel. Run after exec-schedule-streams. Idempotent.
+  }];
+  let statistics = [
+    Statistic<"numRunsMoved", "runs-moved", "Side runs issued after their host">
+  ];
+}
+
+#endif // ACTPLACE_PASSES_EXEC_EXECPASSES_TD
