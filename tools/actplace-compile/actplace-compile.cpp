@@ -31,7 +31,7 @@
 #include "passes/Passes.h"
 #include "passes/analysis/CostModel.h"
 #include "passes/analysis/MemoryTimeline.h"
-#include "passes/analysis/MemoryTimelineSvg.h"
+#include "passes/render/MemoryTimelineSvg.h"
 #include "passes/Pipeline.h"
 #include "passes/analysis/PlacementSearch.h"
 #include "support/ToolVersion.h"

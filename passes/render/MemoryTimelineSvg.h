@@ -15,8 +15,8 @@
 // (no scripts, no external fonts or styles).
 //
 //===----------------------------------------------------------------------===//
-#ifndef ACTPLACE_PASSES_ANALYSIS_MEMORYTIMELINESVG_H
-#define ACTPLACE_PASSES_ANALYSIS_MEMORYTIMELINESVG_H
+#ifndef ACTPLACE_PASSES_RENDER_MEMORYTIMELINESVG_H
+#define ACTPLACE_PASSES_RENDER_MEMORYTIMELINESVG_H
 
 #include "passes/analysis/CostModel.h"
 #include "passes/analysis/MemoryTimeline.h"
@@ -119,4 +119,4 @@ void writeMemoryChartSvg(const MemoryChart &chart,
 
 } // namespace ap::train
 
-#endif // ACTPLACE_PASSES_ANALYSIS_MEMORYTIMELINESVG_H
+#endif // ACTPLACE_PASSES_RENDER_MEMORYTIMELINESVG_H

@@ -1,6 +1,6 @@
 //===- MemoryTimelineSvg.cpp - the memory timeline as an SVG picture ------===//
 
-#include "passes/analysis/MemoryTimelineSvg.h"
+#include "passes/render/MemoryTimelineSvg.h"
 
 #include "dialect/train/ModuleNames.h"
 #include "dialect/train/TrainOps.h"
