@@ -13,8 +13,8 @@
 
 #include "FuzzCommon.h"
 
-#include "tools/actplace-import/GraphBuilder.h"
-#include "tools/actplace-import/ModelConfig.h"
+#include "import/GraphBuilder.h"
+#include "import/ModelConfig.h"
 
 #include "mlir/IR/BuiltinOps.h"
 

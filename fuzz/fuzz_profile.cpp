@@ -20,8 +20,8 @@
 
 #include "passes/Passes.h"
 #include "passes/analysis/CostModel.h"
-#include "tools/actplace-import/GraphBuilder.h"
-#include "tools/actplace-import/ModelConfig.h"
+#include "import/GraphBuilder.h"
+#include "import/ModelConfig.h"
 
 #include "mlir/IR/BuiltinOps.h"
 #include "llvm/Support/FileSystem.h"

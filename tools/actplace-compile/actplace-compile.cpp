@@ -35,8 +35,8 @@
 #include "passes/Pipeline.h"
 #include "passes/analysis/PlacementSearch.h"
 #include "support/ToolVersion.h"
-#include "tools/actplace-import/GraphBuilder.h"
-#include "tools/actplace-import/ModelConfig.h"
+#include "import/GraphBuilder.h"
+#include "import/ModelConfig.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"

@@ -6,8 +6,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "GraphBuilder.h"
-#include "ModelConfig.h"
+#include "import/GraphBuilder.h"
+#include "import/ModelConfig.h"
 
 #include "dialect/train/ModuleNames.h"
 #include "dialect/train/TrainDialect.h"

@@ -6,10 +6,10 @@
 // labels) -> (loss_sum, token_count)` with every op in its module scope.
 //
 //===----------------------------------------------------------------------===//
-#ifndef ACTPLACE_TOOLS_IMPORT_GRAPHBUILDER_H
-#define ACTPLACE_TOOLS_IMPORT_GRAPHBUILDER_H
+#ifndef ACTPLACE_IMPORT_GRAPHBUILDER_H
+#define ACTPLACE_IMPORT_GRAPHBUILDER_H
 
-#include "ModelConfig.h"
+#include "import/ModelConfig.h"
 
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/OwningOpRef.h"
@@ -49,4 +49,4 @@ llvm::Error checkTrainShape(const TrainShape &shape);
 
 } // namespace ap::import
 
-#endif // ACTPLACE_TOOLS_IMPORT_GRAPHBUILDER_H
+#endif // ACTPLACE_IMPORT_GRAPHBUILDER_H

@@ -11,8 +11,8 @@
 // `layer_types` and `hybrid_layer_pattern` that describe different layers.
 //
 //===----------------------------------------------------------------------===//
-#ifndef ACTPLACE_TOOLS_IMPORT_MODELCONFIG_H
-#define ACTPLACE_TOOLS_IMPORT_MODELCONFIG_H
+#ifndef ACTPLACE_IMPORT_MODELCONFIG_H
+#define ACTPLACE_IMPORT_MODELCONFIG_H
 
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
@@ -78,4 +78,4 @@ llvm::Expected<ModelConfig> parseModelConfig(llvm::StringRef text,
 
 } // namespace ap::import
 
-#endif // ACTPLACE_TOOLS_IMPORT_MODELCONFIG_H
+#endif // ACTPLACE_IMPORT_MODELCONFIG_H

@@ -1,6 +1,6 @@
 //===- GraphBuilder.cpp - model config -> train forward graph -------------===//
 
-#include "GraphBuilder.h"
+#include "import/GraphBuilder.h"
 
 #include "dialect/train/TrainOps.h"
 

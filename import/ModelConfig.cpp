@@ -1,6 +1,6 @@
 //===- ModelConfig.cpp - model configs with HF-style fields ---------------===//
 
-#include "ModelConfig.h"
+#include "import/ModelConfig.h"
 
 #include "support/JsonLimits.h"
 
