@@ -249,18 +249,18 @@ python3 bench/qwen_train_bench.py table "$work/calibrated" > "$work/table-calibr
 # Bit identity and stability: three arms with fingerprints, then a longer
 # run of the most aggressive arm; and the checker must see a violation.
 python3 bench/qwen_train_bench.py check --carry "$work/carry" \
-  --out "$work/check" --device host --arms none,elem46-fc1,max,max-sms0 \
-  --variant max-sms0=max:ACTPLACE_SIDE_SMS=0 --steps 3 \
+  --out "$work/check" --device host --arms none,elem46-fc1,max,max-1rank \
+  --variant 'max-1rank=max:RANK=0;WORLD_SIZE=1' --steps 3 \
   --fingerprints 2> "$work/check.log" | tee "$work/check.md"
 grep -q '^PASS: 4 arms, 3 steps, fingerprints equal' "$work/check.md"
-# A variant's environment reaches its process: a bad switch value fails it.
+# A variant's environment reaches its process: a bad launcher value fails it.
 if python3 bench/qwen_train_bench.py check --carry "$work/carry" \
     --out "$work/variant-bad" --device host --arms none-bad \
-    --variant none-bad=none:ACTPLACE_SIDE_SMS=half --steps 1 \
+    --variant 'none-bad=none:RANK=0;WORLD_SIZE=half' --steps 1 \
     > "$work/variant-bad.md" 2> "$work/variant-bad.log"; then
-  echo "a variant with ACTPLACE_SIDE_SMS=half passed" >&2; exit 1
+  echo "a variant with WORLD_SIZE=half passed" >&2; exit 1
 fi
-grep -q "ACTPLACE_SIDE_SMS='half'" "$work/variant-bad/none-bad.check.log"
+grep -q "WORLD_SIZE='half'" "$work/variant-bad/none-bad.check.log"
 python3 bench/qwen_train_bench.py check --carry "$work/carry" \
   --out "$work/stability" --device host --arms max --steps 30 \
   2> "$work/stability.log" > "$work/stability.md"

@@ -633,6 +633,22 @@ LogicalResult Emitter::run(EmittedPlan *plan) {
     os_ << "  p.side_kernels = 1;\n";
   if (sideAfterHost_)
     os_ << "  p.side_after_host_start = 1;\n";
+  // Side GEMMs' SM share: the cost model's (convert-train-to-exec writes
+  // it from the device profile), required once the step has side kernels.
+  if (sideKernels_) {
+    int64_t sideSmPercent = stepAttr(exec::kSideSmPercentAttr);
+    if (sideSmPercent < 1 || sideSmPercent > 100) {
+      std::string got = attrOf(step, exec::kSideSmPercentAttr)
+                            ? std::to_string(sideSmPercent)
+                            : std::string("absent");
+      return step->emitError("emit-cpp: exec.step has side-stream kernels "
+                             "but its ")
+             << exec::kSideSmPercentAttr << " is " << got
+             << " (expected 1 to 100, set by convert-train-to-exec from the "
+                "device profile's sideSmPercent)";
+    }
+    os_ << "  p.side_sm_percent = " << sideSmPercent << ";\n";
+  }
   os_ << "  p.arena_bytes = kArenaBytes;\n"
       << "  p.pinned_bytes = kPinnedBytes;\n"
       << "  p.scratch_bytes = kScratchBytes;\n";

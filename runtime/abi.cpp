@@ -9,6 +9,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/abi.h"
+#include "runtime/abi_program.h"
 
 #include "kernels/kernels.h"
 #include "runtime/error.h"
@@ -113,8 +114,9 @@ void checkArray(const char *what, const T *data, uint32_t count) {
     fail("abi: program: ", what, " has ", count, " entries and no data");
 }
 
-/// The runtime's Program for `p`, every field checked.
-Program programOf(const ap_program &p) {
+} // namespace
+
+Program ap::rt::programOfAbi(const ap_program &p) {
   if (p.abi_version != AP_ABI_VERSION)
     fail("abi: the program was generated for runtime ABI version ",
          p.abi_version, "; this runtime implements version ", AP_ABI_VERSION,
@@ -150,6 +152,13 @@ Program programOf(const ap_program &p) {
   out.scratchBytes = p.scratch_bytes;
   out.sideKernels = p.side_kernels != 0;
   out.sideAfterHostStart = p.side_after_host_start != 0;
+  if (p.side_kernels != 0 || p.side_sm_percent != 0) {
+    if (p.side_sm_percent < 1 || p.side_sm_percent > 100)
+      fail("abi: program: side_sm_percent is ", p.side_sm_percent,
+           " (expected 1 to 100, the side-stream GEMMs' share of the SMs, ",
+           "set whenever side_kernels is)");
+    out.sideSmPercent = p.side_sm_percent;
+  }
   for (uint32_t i = 0; i < p.num_slots; ++i)
     out.slots.push_back({p.slots[i].offset, p.slots[i].bytes});
   for (uint32_t i = 0; i < p.num_scopes; ++i) {
@@ -210,8 +219,6 @@ Program programOf(const ap_program &p) {
   return out;
 }
 
-} // namespace
-
 static_assert(uint64_t(AP_NO_OFFSET) == kNoOffset,
               "AP_NO_OFFSET is the runtime's absent offset");
 static_assert(int(InitKind::LogUniform) == AP_INIT_LOG_UNIFORM &&
@@ -228,7 +235,7 @@ int ap_train_main(int argc, char **argv, const ap_program *program) {
   try {
     if (!program)
       fail("abi: ap_train_main with a null program");
-    p = programOf(*program);
+    p = programOfAbi(*program);
   } catch (const std::exception &e) {
     std::cerr << "error: " << e.what() << "\n";
     return 1;

@@ -30,7 +30,7 @@
 #include <stdint.h>
 
 /* The contract's version: generated code stores it in ap_program. */
-#define AP_ABI_VERSION 1
+#define AP_ABI_VERSION 2
 
 #ifdef __cplusplus
 extern "C" {
@@ -139,6 +139,10 @@ typedef struct ap_program {
   /* Nonzero: side runs were issued after their host kernel
      (exec-defer-side-issue); side waits also wait for its first launch. */
   int32_t side_after_host_start;
+  /* Side-stream GEMMs' share of the device's SMs, percent (1 to 100):
+     what the compiler's cost model measured side capacity under. Required
+     when side_kernels is nonzero; 0 otherwise. */
+  int32_t side_sm_percent;
   const ap_slot *slots;
   uint32_t num_slots;
   const char *const *scopes; /* offload scopes, "L<layer>.<leaf>" */

@@ -96,6 +96,10 @@ std::unique_ptr<Communicator> createSelfCommunicator();
 struct CommOptions {
   /// How long ranks wait for each other in the bootstrap.
   double rendezvousTimeoutSeconds = 300.0;
+  /// MPI (host backend): the most bytes of one MPI message, and the
+  /// all-reduce segment (bounds its temporaries); 64 to 256 MiB, 0 for
+  /// 256 MiB. Tests use a small value to exercise segmentation.
+  size_t mpiSegmentBytes = 0;
 };
 
 /// The world communicator for this process:
@@ -129,8 +133,9 @@ ParallelGroups makeParallelGroups(Communicator &world, int tpSize, int ppSize);
 
 #if defined(ACTPLACE_HAVE_MPI)
 /// MPI_COMM_WORLD (initialising MPI with MPI_THREAD_MULTIPLE if needed,
-/// finalised at exit). Defined in runtime/mpi/.
-std::unique_ptr<Communicator> createMpiWorldCommunicator();
+/// finalised at exit), messages of at most `segmentBytes` (CommOptions::
+/// mpiSegmentBytes). Defined in runtime/mpi/.
+std::unique_ptr<Communicator> createMpiWorldCommunicator(size_t segmentBytes);
 /// Broadcasts `bytes` from world rank 0 over MPI_COMM_WORLD.
 void mpiBroadcastBytes(void *bytes, size_t n);
 #endif

@@ -29,7 +29,8 @@ createWorldCommunicator(Backend backend, const LaunchInfo &launch,
            "MPI; launch the ",
            launch.worldSize, " ranks with mpirun (found launcher '",
            launcherName(launch.launcher), "')");
-    std::unique_ptr<Communicator> c = createMpiWorldCommunicator();
+    std::unique_ptr<Communicator> c =
+        createMpiWorldCommunicator(options.mpiSegmentBytes);
     if (c->size() != launch.worldSize || c->rank() != launch.rank)
       fail("collectives: MPI reports rank ", c->rank(), " of ", c->size(),
            " but the launch environment says ", launch.rank, " of ",

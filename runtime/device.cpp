@@ -5,86 +5,38 @@
 #include "runtime/nvtx.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <string>
 
 namespace ap::rt {
 
-namespace {
-/// The value of benchmark switch `name`, a whole number in [0, max]; -1
-/// when unset. Anything else is refused at startup, naming the variable
-/// and `expected`.
-int64_t envCount(const char *name, int64_t max, const char *expected) {
-  const char *v = std::getenv(name);
-  if (!v || !*v)
-    return -1;
-  char *end = nullptr;
-  long long n = std::strtoll(v, &end, 10);
-  if (*end != '\0' || n < 0 || n > max)
-    fail(name, "='", v, "': expected ", expected);
-  return n;
-}
-
-/// ACTPLACE_SIDE_SMS: the SM count side-stream GEMMs ask cuBLASLt for, in
-/// place of 3/4 of the device's SMs (0: no target, the GEMM may take every
-/// SM); -1 when unset. Any target keeps the bits: the algorithm is the one
-/// chosen without a target.
-int32_t sideSmsFromEnv() {
-  return static_cast<int32_t>(envCount("ACTPLACE_SIDE_SMS", 100000,
-                                       "a count of SMs >= 0 (0: no target)"));
-}
-
-/// ACTPLACE_SIDE_DELAY_US: after each side-stream wait, hold the side
-/// stream this many microseconds more (a host function that spins), so
-/// that side work starts after the first kernel of the compute op it was
-/// issued beside; 0 when unset.
-uint32_t sideDelayUsFromEnv() {
-  return static_cast<uint32_t>(
-      std::max<int64_t>(0, envCount("ACTPLACE_SIDE_DELAY_US", 1000000,
-                                    "microseconds, 0 to 1000000")));
-}
-
-/// ACTPLACE_SIDE_AFTER_FIRST_LAUNCH: 1 or 0 over the program's choice
-/// (Device::enableSideAfterFirstLaunch), -1 when unset.
-int sideAfterFirstLaunchFromEnv() {
-  return static_cast<int>(
-      envCount("ACTPLACE_SIDE_AFTER_FIRST_LAUNCH", 1, "0 or 1"));
-}
-} // namespace
-
 void Device::enableSideAfterFirstLaunch() {
-  if (sideAfterFirstLaunchEnv_ == 0 || firstLaunchDone_ ||
-      kind() != DeviceKind::Cuda)
+  if (firstLaunchDone_ || kind() != DeviceKind::Cuda)
     return;
   firstLaunchEvent_ = createEvent();
   firstLaunchDone_ = backend_->nativeEvent(
       static_cast<uint32_t>(firstLaunchEvent_)); // null on host: no effect
 }
 
-void Device::initFirstLaunchEvent() {
-  sideAfterFirstLaunchEnv_ = sideAfterFirstLaunchFromEnv();
-  if (sideAfterFirstLaunchEnv_ == 1)
-    enableSideAfterFirstLaunch();
+void Device::setSideSmPercent(int32_t percent) {
+  if (percent < 1 || percent > 100)
+    fail("device: side-stream SM share ", percent,
+         " %: expected 1 to 100 (percent of the SMs)");
+  sideSmPercent_ = percent;
 }
 
-Device::Device(const DeviceOptions &options)
-    : sideSmsOverride_(sideSmsFromEnv()), sideDelayUs_(sideDelayUsFromEnv()) {
+Device::Device(const DeviceOptions &options) {
   backend_ = createBackend(options.device, options.deviceIndex, &notice_);
   if (!notice_.empty() && !options.quiet)
     std::fprintf(stderr, "%s\n", notice_.c_str());
   initMemoryBaseline();
-  initFirstLaunchEvent();
 }
 
 Device::Device(std::unique_ptr<Backend> backend)
-    : backend_(std::move(backend)), sideSmsOverride_(sideSmsFromEnv()),
-      sideDelayUs_(sideDelayUsFromEnv()) {
+    : backend_(std::move(backend)) {
   if (!backend_)
     fail("device: null backend");
   initMemoryBaseline();
-  initFirstLaunchEvent();
 }
 
 Device::~Device() {
@@ -225,14 +177,6 @@ void Device::wait(Stream stream, EventId event) {
   // do not know of, which only makes the side stream later.
   if (stream == Stream::Side && firstLaunchDone_)
     backend_->waitEvent(stream, static_cast<uint32_t>(firstLaunchEvent_));
-  if (stream == Stream::Side && sideDelayUs_ > 0) {
-    auto hold = std::chrono::microseconds(sideDelayUs_);
-    backend_->hostCallback(Stream::Side, [hold] {
-      auto until = std::chrono::steady_clock::now() + hold;
-      while (std::chrono::steady_clock::now() < until) {
-      }
-    });
-  }
 }
 
 void Device::synchronize(EventId event) {
@@ -342,15 +286,13 @@ kernels::KernelContext Device::kernelContext(Stream stream) const {
       ctx.workspace = sideWorkspace_;
       ctx.workspaceBytes = sideWorkspaceBytes_;
     }
-    // Side GEMMs leave about a quarter of the SMs to the compute stream's
-    // kernel they overlap. Measured (bench/runtime_offload_bench overlap
-    // mode, d31): a GEMM told to use 100 of 132 SMs hides almost completely
-    // beside the GDN chunk backward; without a target its persistent CTAs
-    // take every SM and the backward waits.
+    // Side GEMMs leave the rest of the SMs to the compute stream's kernel
+    // they overlap: without a target their persistent CTAs take every SM
+    // and the kernel they should hide beside waits. The share is the
+    // program's (setSideSmPercent), which the cost model's side capacity
+    // was measured under.
     if (kind() == DeviceKind::Cuda)
-      ctx.smTarget = sideSmsOverride_ >= 0
-                         ? std::min(sideSmsOverride_, ctx.smCount)
-                         : ctx.smCount * 3 / 4;
+      ctx.smTarget = std::max(1, ctx.smCount * sideSmPercent_ / 100);
   }
   return ctx;
 }

@@ -169,9 +169,15 @@ public:
   /// SM-filling launch (KernelContext::firstLaunchDone; the GDN chunk
   /// backward records it) and each side-stream wait also waits for it:
   /// with side work issued after its host kernel, the side stream starts
-  /// once the host's wide pass is done. cuda only (no effect on host);
-  /// ACTPLACE_SIDE_AFTER_FIRST_LAUNCH=0 turns it off, =1 on from the start.
+  /// once the host's wide pass is done. cuda only (no effect on host); the
+  /// program asks for it (Program::sideAfterHostStart).
   void enableSideAfterFirstLaunch();
+  /// The share of the SMs, in percent (1 to 100), that side-stream GEMMs
+  /// ask cuBLASLt for (KernelContext::smTarget, cuda only; the algorithm
+  /// and the bits stay those chosen without a target). The program's
+  /// Program::sideSmPercent; 75 until set.
+  void setSideSmPercent(int32_t percent);
+  int32_t sideSmPercent() const { return sideSmPercent_; }
 
   //===--- Memory statistics ----------------------------------------------===//
   /// Samples device memory use. cuda: cudaMemGetInfo (total - free) minus the
@@ -197,20 +203,14 @@ private:
   void initMemoryBaseline();
 
   std::unique_ptr<Backend> backend_;
-  /// ACTPLACE_SIDE_SMS when set (side-stream GEMMs' SM target), else -1.
-  int32_t sideSmsOverride_ = -1;
-  /// ACTPLACE_SIDE_DELAY_US: the side stream's hold after each wait.
-  uint32_t sideDelayUs_ = 0;
+  /// setSideSmPercent: side-stream GEMMs' share of the SMs.
+  int32_t sideSmPercent_ = 75;
   /// Once enableSideAfterFirstLaunch() ran on cuda: the event compute
   /// kernels record after their first, SM-filling launch (KernelContext::
   /// firstLaunchDone; the GDN chunk backward) and the side stream waits for
   /// after each of its waits; null otherwise.
   void *firstLaunchDone_ = nullptr;
   EventId firstLaunchEvent_{};
-  /// ACTPLACE_SIDE_AFTER_FIRST_LAUNCH: 1 on, 0 off (over the program's
-  /// choice), -1 unset.
-  int sideAfterFirstLaunchEnv_ = -1;
-  void initFirstLaunchEvent();
   std::string notice_;
   char *arena_ = nullptr;
   void *allocation_ = nullptr;

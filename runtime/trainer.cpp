@@ -465,6 +465,8 @@ int run(int argc, char **argv, const Program &p) {
   uint64_t sideWs = 0;
   if (p.sideAfterHostStart)
     dev.enableSideAfterFirstLaunch();
+  if (p.sideSmPercent > 0)
+    dev.setSideSmPercent(p.sideSmPercent);
   if (p.sideWorkspaceBytes > 0 || p.sideKernels)
     sideWs = std::max<uint64_t>(p.sideWorkspaceBytes,
                                 kernels::linearWorkspaceBytes(kb));

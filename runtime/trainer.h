@@ -95,6 +95,9 @@ struct Program {
   /// the host's SM-filling pass is done (measured in bench/notes/training.md,
   /// run 15).
   bool sideAfterHostStart = false;
+  /// Side-stream GEMMs' share of the SMs in percent (Device::
+  /// setSideSmPercent); 0 when the step has no side kernels.
+  int32_t sideSmPercent = 0;
   /// Driver scratch after the plan (dtype staging of GDN gates, scalars).
   uint64_t scratchBytes = 0;
   std::vector<PinnedSlotSpec> slots;

@@ -40,6 +40,10 @@ inline constexpr llvm::StringLiteral kWorkspaceBytesAttr = "workspace_bytes";
 inline constexpr llvm::StringLiteral kSideWorkspaceBytesAttr =
     "side_workspace_bytes";
 inline constexpr llvm::StringLiteral kArenaBytesAttr = "arena_bytes";
+/// Side-stream GEMMs' share of the SMs in percent, from the device profile
+/// the cost model predicted with (convert-train-to-exec writes it; the
+/// emitter copies it into the program).
+inline constexpr llvm::StringLiteral kSideSmPercentAttr = "side_sm_percent";
 inline constexpr llvm::StringLiteral kPinnedBytesAttr = "pinned_bytes";
 } // namespace ap::exec
 

@@ -131,6 +131,14 @@ llvm::Expected<DeviceProfile> DeviceProfile::parse(StringRef json,
       }
       continue;
     }
+    if (key == "sideSmPercent") {
+      std::optional<int64_t> v = obj->get(key)->getAsInteger();
+      if (!v || *v < 1 || *v > 100)
+        return fail("field 'sideSmPercent' must be a whole number from 1 to "
+                    "100 (side-stream GEMMs' share of the SMs, percent)");
+      p.sideSmPercent = *v;
+      continue;
+    }
     // Where the numbers came from (command, commit, date, binary): kept in
     // the file so that a profile carries its own record; the model reads
     // none of it.
@@ -167,7 +175,8 @@ llvm::Expected<DeviceProfile> DeviceProfile::parse(StringRef json,
       std::string known;
       for (const Field &f : fields)
         known += (known.empty() ? "" : ", ") + f.key.str();
-      known += ", opScale, h2dSlowdown, d2hSlowdown, sideCapacity, provenance";
+      known += ", opScale, h2dSlowdown, d2hSlowdown, sideCapacity, "
+               "sideSmPercent, provenance";
       return fail("unknown field '" + key + "' (known fields: " + known + ")");
     }
     std::optional<double> value = obj->get(key)->getAsNumber();

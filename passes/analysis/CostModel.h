@@ -94,6 +94,16 @@ struct DeviceProfile {
   /// h200-side-2a6abaf: 0.266); the default is that.
   std::map<std::string, double> sideCapacity = {
       {"train.gated_delta_rule_grad", 0.27}};
+  /// The share of the SMs, in percent (1 to 100), that side-stream GEMMs
+  /// ask for (cuBLASLt's SM count target), leaving the rest to the kernel
+  /// they run beside: sideCapacity holds for this share only. The
+  /// compiler writes it into the program (convert-train-to-exec sets
+  /// exec.step's exec.side_sm_percent, the emitter ap_program's
+  /// side_sm_percent) so the runtime runs what the model assumed. On the
+  /// H200 with Qwen3.5-0.8B, 60, 80 and 99 of 132 SMs measured alike, 110
+  /// SMs or no target two to three times the cost (bench/notes/training.md,
+  /// run 14); every side capacity above was fitted at 75 (99 SMs).
+  int64_t sideSmPercent = 75;
 
   /// Whether copies slow the ops beside them (h2dSlowdown / d2hSlowdown)
   /// rather than the op that issues them (copySlowdownPerByte).
@@ -110,7 +120,8 @@ struct DeviceProfile {
   /// the objects `opScale` (op name -> positive number), `h2dSlowdown` and
   /// `d2hSlowdown` (op name or "*" -> non-negative number; not together
   /// with a non-zero copySlowdownPerByte), `sideCapacity` (op name or "*"
-  /// -> number in [0, 1]; replaces the default table);
+  /// -> number in [0, 1]; replaces the default table), `sideSmPercent`
+  /// (a whole number from 1 to 100);
   /// absent fields keep their defaults. An unknown key, a non-numeric or
   /// non-positive value, or malformed JSON is an error naming the file and
   /// the offending key.

@@ -19,25 +19,9 @@
 namespace ap::rt {
 namespace {
 
-/// ACTPLACE_STREAM_PRIORITY=compute-high (a benchmark switch): the compute
-/// stream gets the greatest priority, so that when its kernels and
-/// side-stream recompute both wait for SMs, the block scheduler serves the
-/// compute stream first. Default: all streams equal. Read before the
-/// backend is made: a bad value is the user's error, not a reason to fall
-/// back to the host backend.
-bool computeHighFromEnv() {
-  const char *v = std::getenv("ACTPLACE_STREAM_PRIORITY");
-  if (!v || !*v)
-    return false;
-  if (std::string(v) != "compute-high")
-    fail("ACTPLACE_STREAM_PRIORITY='", v,
-         "': expected compute-high (or unset)");
-  return true;
-}
-
 class CudaBackend final : public Backend {
 public:
-  CudaBackend(int deviceIndex, bool computeHigh) : device_(deviceIndex) {
+  explicit CudaBackend(int deviceIndex) : device_(deviceIndex) {
     AP_CUDA_CHECK(cudaSetDevice(device_));
     // Creates the context now, so later calls cannot fail for that reason
     // and the memory baseline the Device takes excludes nothing of ours.
@@ -45,13 +29,11 @@ public:
     AP_CUDA_CHECK(cudaGetDeviceProperties(&props_, device_));
     AP_CUDA_CHECK(cudaDeviceGetAttribute(
         &smCount_, cudaDevAttrMultiProcessorCount, device_));
-    int least = 0, greatest = 0;
-    AP_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
-    for (size_t i = 0; i < std::size(streams_); ++i)
-      AP_CUDA_CHECK(cudaStreamCreateWithPriority(
-          &streams_[i], cudaStreamNonBlocking,
-          computeHigh && i == static_cast<size_t>(Stream::Compute) ? greatest
-                                                                   : least));
+    // All streams at one priority: the compute stream at the greatest
+    // priority measured no gain beside side-stream recompute (the block
+    // scheduler does not preempt running CTAs; bench/notes/training.md).
+    for (cudaStream_t &s : streams_)
+      AP_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     AP_CUBLAS_CHECK(cublasLtCreate(&cublasLt_));
   }
 
@@ -230,9 +212,8 @@ std::unique_ptr<Backend> createCudaBackend(int deviceIndex,
                                " visible)");
     return nullptr;
   }
-  bool computeHigh = computeHighFromEnv();
   try {
-    return std::make_unique<CudaBackend>(deviceIndex, computeHigh);
+    return std::make_unique<CudaBackend>(deviceIndex);
   } catch (const Error &e) {
     if (whyNot)
       *whyNot = e.what();

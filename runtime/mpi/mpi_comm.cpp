@@ -43,8 +43,8 @@ using ap::kernels::DType;
   } while (0)
 
 /// Largest byte count handed to one MPI call (counts are int), and the
-/// all-reduce segment size (bounds its temporaries). AP_MPI_SEGMENT_BYTES
-/// overrides it (tests use a small value to exercise segmentation).
+/// all-reduce segment size (bounds its temporaries), unless CommOptions::
+/// mpiSegmentBytes asks for less.
 constexpr size_t kDefaultSegmentBytes = size_t(1) << 28;
 
 void finalizeAtExit() {
@@ -72,18 +72,17 @@ void ensureMpi() {
 
 class MpiCommunicator final : public Communicator {
 public:
-  /// Takes ownership of `comm` unless it is MPI_COMM_WORLD.
-  explicit MpiCommunicator(MPI_Comm comm) : comm_(comm) {
+  /// Takes ownership of `comm` unless it is MPI_COMM_WORLD. `segmentBytes`:
+  /// see CommOptions::mpiSegmentBytes (0: kDefaultSegmentBytes).
+  MpiCommunicator(MPI_Comm comm, size_t segmentBytes) : comm_(comm) {
     AP_MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
     AP_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
     AP_MPI_CHECK(MPI_Comm_size(comm_, &size_));
-    if (const char *env = std::getenv("AP_MPI_SEGMENT_BYTES")) {
-      char *end = nullptr;
-      unsigned long long v = std::strtoull(env, &end, 10);
-      if (*env == '\0' || *end != '\0' || v < 64 || v > kDefaultSegmentBytes)
-        fail("mpi: AP_MPI_SEGMENT_BYTES='", env, "' must be in [64, ",
-             kDefaultSegmentBytes, "]");
-      segmentBytes_ = size_t(v);
+    if (segmentBytes != 0) {
+      if (segmentBytes < 64 || segmentBytes > kDefaultSegmentBytes)
+        fail("mpi: segment of ", segmentBytes, " bytes (CommOptions::"
+             "mpiSegmentBytes) must be in [64, ", kDefaultSegmentBytes, "]");
+      segmentBytes_ = segmentBytes;
     }
   }
   ~MpiCommunicator() override {
@@ -215,9 +214,7 @@ public:
   std::unique_ptr<Communicator> split(int color, int key) override {
     MPI_Comm sub;
     AP_MPI_CHECK(MPI_Comm_split(comm_, color, key, &sub));
-    auto c = std::make_unique<MpiCommunicator>(sub);
-    c->segmentBytes_ = segmentBytes_;
-    return c;
+    return std::make_unique<MpiCommunicator>(sub, segmentBytes_);
   }
 
 private:
@@ -242,9 +239,9 @@ private:
 
 } // namespace
 
-std::unique_ptr<Communicator> createMpiWorldCommunicator() {
+std::unique_ptr<Communicator> createMpiWorldCommunicator(size_t segmentBytes) {
   ensureMpi();
-  return std::make_unique<MpiCommunicator>(MPI_COMM_WORLD);
+  return std::make_unique<MpiCommunicator>(MPI_COMM_WORLD, segmentBytes);
 }
 
 void mpiBroadcastBytes(void *bytes, size_t n) {

@@ -3,7 +3,8 @@
 // A recompute issued early on the side stream: it waits for compute's event,
 // runs through the runner's launchOn(AP_STREAM_SIDE, ...) (side workspace and
 // SM target), and compute waits for the side's event before reading it. The
-// plan's side workspace reaches the program table.
+// plan's side workspace and the step's side-stream SM share (from the device
+// profile) reach the program table.
 
 // CHECK: // Buffer plan (exec-plan-memory): arena [persistent | activations | workspace | side workspace].
 // CHECK: constexpr uint64_t kWorkspaceBytes = 1024ull;
@@ -23,10 +24,11 @@
 // CHECK:      p.workspace_bytes = kWorkspaceBytes;
 // CHECK-NEXT: p.side_workspace_bytes = kSideWorkspaceBytes;
 // CHECK-NEXT: p.side_kernels = 1;
+// CHECK-NEXT: p.side_sm_percent = 60;
 // CHECK-NEXT: p.arena_bytes = kArenaBytes;
 
 module {
-  exec.step @train_step attributes {arena_bytes = 4096 : i64, persistent_bytes = 512 : i64, activation_bytes = 2048 : i64, workspace_bytes = 1024 : i64, side_workspace_bytes = 512 : i64} {
+  exec.step @train_step attributes {arena_bytes = 4096 : i64, persistent_bytes = 512 : i64, activation_bytes = 2048 : i64, workspace_bytes = 1024 : i64, side_workspace_bytes = 512 : i64, side_sm_percent = 60 : i64} {
     %w = exec.persistent "w" weight offset 0 bytes 256 : !exec.buffer<tensor<8x4xbf16>>
     %x = exec.buffer offset 512 bytes 256 : !exec.buffer<tensor<1x8x4xbf16>>
     %y = exec.buffer offset 768 bytes 256 : !exec.buffer<tensor<1x8x8xbf16>>

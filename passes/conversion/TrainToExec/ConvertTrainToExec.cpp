@@ -393,6 +393,19 @@ LogicalResult Lowering::run() {
   }
   if (auto mb = module->getAttrOfType<IntegerAttr>(tr::kMicroBatchesAttrName))
     step->setAttr("micro_batches", mb);
+  // A step with side-stream kernels runs their GEMMs on the SM share the
+  // cost model's side capacity was measured under: one value, from the
+  // profile.
+  bool sideKernels = step
+                         .walk([](ex::KernelOp k) {
+                           return k.getStream() == ex::Stream::Side
+                                      ? WalkResult::interrupt()
+                                      : WalkResult::advance();
+                         })
+                         .wasInterrupted();
+  if (sideKernels)
+    step->setAttr(ex::kSideSmPercentAttr,
+                  b.getI64IntegerAttr(cost.profile().sideSmPercent));
   func.erase();
   return success();
 }

@@ -252,8 +252,8 @@ TEST_F(DenseCuda, LinearSmTargetKeepsTheBits) {
   dY.up(dy);
   std::vector<bf16> y0, dx0;
   std::vector<float> dw0Out;
-  // 0 first (the reference); then the default side target and the
-  // ACTPLACE_SIDE_SMS values the benchmarks try.
+  // 0 first (the reference); then the default side target (75 % of 132
+  // SMs) and the other side-stream SM targets the benchmarks tried.
   for (int32_t target : {0, 99, 110, 80, 66, 33}) {
     KernelContext c = ctx;
     c.smTarget = target;

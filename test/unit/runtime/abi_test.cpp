@@ -12,6 +12,7 @@
 #include "runtime/abi.h"
 
 #include "kernels/kernels.h"
+#include "runtime/abi_program.h"
 #include "runtime/trainer.h"
 #include "runtime_test_util.h"
 
@@ -134,6 +135,28 @@ TEST(AbiProgramTest, RefusesMalformedTables) {
     auto [rc, err] = trainMainOf(a.p);
     EXPECT_EQ(rc, 1);
     EXPECT_NE(err.find("no step function"), std::string::npos) << err;
+  }
+}
+
+// The side-stream GEMMs' SM share is the program's (the compiler copies the
+// cost model's value into it): it reaches the runtime's Program, is
+// required once the step has side kernels, and must be a percentage.
+TEST(AbiProgramTest, SideSmPercentReachesTheProgram) {
+  AbiProgram a;
+  EXPECT_EQ(programOfAbi(a.p).sideSmPercent, 0);
+  a.p.side_kernels = 1;
+  a.p.side_sm_percent = 60;
+  Program p = programOfAbi(a.p);
+  EXPECT_TRUE(p.sideKernels);
+  EXPECT_EQ(p.sideSmPercent, 60);
+  for (int32_t bad : {0, -5, 101}) {
+    a.p.side_sm_percent = bad;
+    auto [rc, err] = trainMainOf(a.p);
+    EXPECT_EQ(rc, 1);
+    EXPECT_NE(err.find("side_sm_percent is " + std::to_string(bad) +
+                       " (expected 1 to 100"),
+              std::string::npos)
+        << err;
   }
 }
 

@@ -13,6 +13,7 @@
 #include <mpi.h>
 
 #include <cstdlib>
+#include <string>
 #include <unistd.h>
 #include <vector>
 
@@ -23,9 +24,11 @@ using ap::kernels::DType;
 
 namespace {
 
-std::unique_ptr<Communicator> world() {
+std::unique_ptr<Communicator> world(size_t segmentBytes = 0) {
   LaunchInfo li = detectLaunch();
-  return createWorldCommunicator(Backend::Host, li);
+  CommOptions options;
+  options.mpiSegmentBytes = segmentBytes;
+  return createWorldCommunicator(Backend::Host, li, options);
 }
 
 /// Rank r's input: Philox values that make float sums order-sensitive.
@@ -139,9 +142,7 @@ TEST(MpiCollectives, SendRecvAndErrors) {
 
 TEST(MpiCollectives, SegmentedMessages) {
   // 1000-byte segments: every call below is split into many MPI messages.
-  ::setenv("AP_MPI_SEGMENT_BYTES", "1000", 1);
-  auto w = world();
-  ::unsetenv("AP_MPI_SEGMENT_BYTES");
+  auto w = world(1000);
   const size_t n = 10007;
   std::vector<float> a = input(0, n), b = input(1, n), out(n);
   w->allReduceSum(w->rank() ? b.data() : a.data(), out.data(), n, DType::F32,
@@ -170,9 +171,16 @@ TEST(MpiCollectives, SegmentedMessages) {
                     nullptr);
   for (size_t i = 0; i < n; ++i)
     ASSERT_EQ(out[i], a[i] + b[i]) << i;
-  ::setenv("AP_MPI_SEGMENT_BYTES", "12", 1);
-  EXPECT_THROW(world(), Error);
-  ::unsetenv("AP_MPI_SEGMENT_BYTES");
+  try {
+    world(12);
+    ADD_FAILURE() << "a 12-byte segment was accepted";
+  } catch (const Error &e) {
+    EXPECT_NE(std::string(e.what()).find(
+                  "segment of 12 bytes (CommOptions::mpiSegmentBytes) must be "
+                  "in [64, "),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(MpiCollectives, ParallelGroups) {

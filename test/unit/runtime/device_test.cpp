@@ -36,28 +36,13 @@ TEST_P(DeviceTest, ArenaIsAllocatedOnceAlignedAndBoundsChecked) {
     EXPECT_EQ(device->devicePeakBytes(), 1024u + 512u);
 }
 
-/// A benchmark switch (environment variable) for one test: devices made by
-/// device() read `value` (unset when null); unset again at the end.
-class SwitchedDevices {
-public:
-  SwitchedDevices(const char *name, DeviceKind kind)
-      : name_(name), kind_(kind) {}
-  ~SwitchedDevices() { unsetenv(name_); }
-  std::unique_ptr<Device> device(const char *value) {
-    if (value)
-      setenv(name_, value, 1);
-    else
-      unsetenv(name_);
-    DeviceOptions options;
-    options.device = kind_;
-    options.quiet = true;
-    return std::make_unique<Device>(options);
-  }
-
-private:
-  const char *name_;
-  DeviceKind kind_;
-};
+/// A fresh device of `kind` (quiet).
+std::unique_ptr<Device> deviceOf(DeviceKind kind) {
+  DeviceOptions options;
+  options.device = kind;
+  options.quiet = true;
+  return std::make_unique<Device>(options);
+}
 
 /// Holds the compute stream `holdUs` microseconds (a host function that
 /// spins), records an event after the hold, makes the side stream wait for
@@ -80,83 +65,49 @@ double sideWaitMicros(Device &d, int holdUs) {
       .count();
 }
 
-// ACTPLACE_SIDE_SMS (a benchmark switch) replaces the side stream's SM
-// target; 0 asks for no target; anything but a count is refused at startup.
-TEST_P(DeviceTest, SideSmsSwitchSetsTheSideTarget) {
-  SwitchedDevices sw("ACTPLACE_SIDE_SMS", GetParam());
+// The side stream's SM target is the program's share of the SMs (75 %
+// until set); a share outside 1..100 is refused naming it. Host kernels
+// get no target.
+TEST_P(DeviceTest, SideSmPercentSetsTheSideTarget) {
   bool cuda = GetParam() == DeviceKind::Cuda;
-  for (const char *value : {"40", "0", "100000"}) {
-    auto side = sw.device(value)->kernelContext(Stream::Side);
-    int32_t want = cuda ? std::min<int32_t>(std::atoi(value), side.smCount) : 0;
-    EXPECT_EQ(side.smTarget, want) << value;
-  }
-  EXPECT_RT_ERROR(sw.device("half"), "ACTPLACE_SIDE_SMS='half'");
-  EXPECT_RT_ERROR(sw.device("-3"), "expected a count of SMs");
-  auto side = sw.device(nullptr)->kernelContext(Stream::Side);
+  auto d = deviceOf(GetParam());
+  EXPECT_EQ(d->sideSmPercent(), 75);
+  auto side = d->kernelContext(Stream::Side);
   EXPECT_EQ(side.smTarget, cuda ? side.smCount * 3 / 4 : 0);
+  for (int32_t percent : {40, 100, 1}) {
+    d->setSideSmPercent(percent);
+    EXPECT_EQ(d->sideSmPercent(), percent);
+    side = d->kernelContext(Stream::Side);
+    EXPECT_EQ(side.smTarget,
+              cuda ? std::max(1, side.smCount * percent / 100) : 0)
+        << percent;
+    EXPECT_EQ(d->kernelContext(Stream::Compute).smTarget, 0);
+  }
+  EXPECT_RT_ERROR(d->setSideSmPercent(0), "side-stream SM share 0 %");
+  EXPECT_RT_ERROR(d->setSideSmPercent(101), "expected 1 to 100");
+  EXPECT_EQ(d->sideSmPercent(), 1);
 }
 
-// ACTPLACE_SIDE_DELAY_US (a benchmark switch) holds the side stream after
-// each wait; side work still runs after the event it waited for, and a
-// value that is not a count of microseconds is refused at startup.
-TEST_P(DeviceTest, SideDelaySwitchHoldsTheSideStream) {
-  SwitchedDevices sw("ACTPLACE_SIDE_DELAY_US", GetParam());
-  EXPECT_RT_ERROR(sw.device("soon"), "ACTPLACE_SIDE_DELAY_US='soon'");
-  EXPECT_RT_ERROR(sw.device("-1"), "expected microseconds");
-  auto d = sw.device("2000");
-  d->allocateArena(4096, 0);
-  EXPECT_GE(sideWaitMicros(*d, 0), 2000.0);
-}
-
-// ACTPLACE_STREAM_PRIORITY=compute-high (a benchmark switch) gives the
-// compute stream the greatest priority on cuda; streams are equal without
-// it, and the host backend has no priorities.
-TEST_P(DeviceTest, StreamPrioritySwitch) {
-  SwitchedDevices sw("ACTPLACE_STREAM_PRIORITY", GetParam());
-  auto plain = sw.device(nullptr);
+// Every stream has the same priority (the compute stream at the greatest
+// priority measured no gain); the host backend has none.
+TEST_P(DeviceTest, StreamsShareOnePriority) {
+  auto d = deviceOf(GetParam());
   for (Stream s : {Stream::D2H, Stream::H2D, Stream::Comm, Stream::Side})
-    EXPECT_EQ(plain->backend().streamPriority(s),
-              plain->backend().streamPriority(Stream::Compute))
+    EXPECT_EQ(d->backend().streamPriority(s),
+              d->backend().streamPriority(Stream::Compute))
         << streamName(s);
-  plain.reset();
-  auto high = sw.device("compute-high");
-  int compute = high->backend().streamPriority(Stream::Compute);
-  int side = high->backend().streamPriority(Stream::Side);
-  if (GetParam() == DeviceKind::Cuda) {
-    EXPECT_LT(compute, side); // lower value: served first
-    EXPECT_EQ(side, high->backend().streamPriority(Stream::D2H));
-    high.reset();
-    EXPECT_RT_ERROR(sw.device("side-high"),
-                    "ACTPLACE_STREAM_PRIORITY='side-high'");
-  } else {
-    EXPECT_EQ(compute, 0);
-    EXPECT_EQ(side, 0);
-  }
 }
 
-// The first-launch wait (on for programs whose side work is issued after
-// its host; ACTPLACE_SIDE_AFTER_FIRST_LAUNCH=1 forces it, =0 keeps it off)
-// hands compute kernels an event to record after their first launch (cuda
-// only) and makes each side-stream wait also wait for it; side work still
-// runs after the events it waits for, and anything but 0 or 1 is refused
-// at startup.
-TEST_P(DeviceTest, SideAfterFirstLaunchSwitch) {
-  SwitchedDevices sw("ACTPLACE_SIDE_AFTER_FIRST_LAUNCH", GetParam());
-  EXPECT_RT_ERROR(sw.device("yes"), "ACTPLACE_SIDE_AFTER_FIRST_LAUNCH='yes'");
-  EXPECT_RT_ERROR(sw.device("2"), "expected 0 or 1");
+// The first-launch wait is off until the program asks for it (side work
+// issued after its host): then compute kernels get an event to record after
+// their first launch (cuda only) and each side-stream wait also waits for
+// it; side work still runs after the events it waits for.
+TEST_P(DeviceTest, SideAfterFirstLaunchIsTheProgramsChoice) {
   bool cuda = GetParam() == DeviceKind::Cuda;
-  for (const char *value : {static_cast<const char *>(nullptr), "0"}) {
-    auto off = sw.device(value);
-    EXPECT_EQ(off->kernelContext(Stream::Compute).firstLaunchDone, nullptr);
-    // What a program with side work issued after its host asks for; the
-    // switch at 0 overrides it.
-    off->enableSideAfterFirstLaunch();
-    off->enableSideAfterFirstLaunch(); // once is enough
-    EXPECT_EQ(off->kernelContext(Stream::Compute).firstLaunchDone != nullptr,
-              cuda && value == nullptr)
-        << (value ? value : "unset");
-  }
-  auto d = sw.device("1");
+  auto d = deviceOf(GetParam());
+  EXPECT_EQ(d->kernelContext(Stream::Compute).firstLaunchDone, nullptr);
+  d->enableSideAfterFirstLaunch();
+  d->enableSideAfterFirstLaunch(); // once is enough
   EXPECT_EQ(d->kernelContext(Stream::Compute).firstLaunchDone != nullptr, cuda);
   EXPECT_EQ(d->kernelContext(Stream::Side).firstLaunchDone, nullptr);
   // The side stream still waits for its own event (here: a compute-stream
