@@ -1,0 +1,267 @@
+#!/usr/bin/env bash
+#===- gpu-check.sh - every GPU test and GPU end-to-end check, one command --===#
+#
+# The GPU machine has no compiler (libMLIR and the host toolchain stay
+# here), so the check travels as one bundle of compiled binaries:
+#
+#   gpu-check.sh pack BUILD_DIR OUT.tar.xz [--no-build] [--seq N]
+#                [--tests REGEX] [--xz-level N] [--mla-model M.json]
+#       here, in a CUDA build (-DACTPLACE_ENABLE_CUDA=ON): builds what it
+#       needs (unless --no-build), compiles with BUILD_DIR's actplace-compile
+#       the end-to-end arms (tiny-hybrid-gpu under five placements, the
+#       MLA/MLP hybrid with core_attn + attn_proj offload and without, a bf16
+#       gradient-oracle step), collects the binaries of the ctest label
+#       `gpu` (--tests narrows them, a ctest -R regex), the Python checks and
+#       this script, strips every binary and writes one tar.xz. Refuses a
+#       bundle over 48 MiB. --seq, --tests, --xz-level and --mla-model
+#       (another model for the MLA arms: hybrid-mla-mlp's 32000-token
+#       vocabulary takes 6 s a step on the host backend) keep the host
+#       self-test short; the GPU bundle takes the defaults.
+#
+#   gpu-check.sh run BUNDLE_DIR [--device cuda|host] [--log FILE]
+#       there, in the unpacked folder: nvidia-smi, every GPU unit test,
+#       bit identity across placements for both models (gpu_bitident.py),
+#       checkpoint save/resume including a resume under another placement
+#       (gpu_checkpoint.py), the bf16 step against the PyTorch oracle
+#       (grad_oracle.py, bounds in its BF16_BOUNDS). One log (default
+#       BUNDLE_DIR/gpu-check.log), one PASS/FAIL/SKIP line per part, exit 1
+#       if any part failed. On cuda a GPU test that skips (exit 77) or an
+#       oracle without PyTorch fails: on the GPU machine nothing may skip.
+#       --device host runs the same bundle on the host backend (a bundle
+#       packed from a CPU-only build): the self-test CI runs, where GPU
+#       tests report skipped.
+#
+#===------------------------------------------------------------------------===#
+set -u -o pipefail
+
+LIMIT_BYTES=$((48 * 1024 * 1024))
+die() { echo "gpu-check: error: $*" >&2; exit 2; }
+
+# The five placements of tiny-hybrid-gpu (the first is the baseline) and
+# the two of the MLA/MLP hybrid.
+TINY_ARMS=(
+  "none="
+  "gdn_core_attn=--offload-modules=gdn_core_attn"
+  "core_attn+attn_proj=--offload-modules=core_attn,attn_proj"
+  "recompute=--recompute-modules=gdn_norm_out,mlp_act"
+  "gdn_core_attn+recompute=--offload-modules=gdn_core_attn --recompute-modules=gdn_norm_out"
+)
+MLA_ARMS=(
+  "none="
+  "core_attn+attn_proj=--offload-modules=core_attn,attn_proj"
+)
+
+pack() {
+  [ $# -ge 2 ] || die "usage: gpu-check.sh pack BUILD_DIR OUT.tar.xz [--no-build] [--seq N] [--tests REGEX] [--xz-level N] [--mla-model M.json]"
+  local src; src=$(cd "$(dirname "$0")/../.." && pwd)
+  local build out nobuild="" seq_tiny=4096 seq_mla=1024 tests="" level=9
+  local mla_model=$src/models/hybrid-mla-mlp.json
+  build=$(cd "$1" 2>/dev/null && pwd) || die "no build folder '$1'"
+  out=$2; shift 2
+  while [ $# -gt 0 ]; do
+    case $1 in
+      --no-build) nobuild=1 ;;
+      --seq) [ $# -ge 2 ] || die "--seq needs a value"
+             seq_tiny=$2; seq_mla=$2; shift ;;
+      --tests) [ $# -ge 2 ] || die "--tests needs a regex"; tests=$2; shift ;;
+      --xz-level) [ $# -ge 2 ] || die "--xz-level needs 0-9"; level=$2; shift ;;
+      --mla-model) [ $# -ge 2 ] && [ -f "$2" ] || die "--mla-model needs a model config file"
+                   mla_model=$(cd "$(dirname "$2")" && pwd)/$(basename "$2"); shift ;;
+      *) die "pack: unknown option '$1'" ;;
+    esac
+    shift
+  done
+  [ -f "$build/CMakeCache.txt" ] || die "'$build' is not a CMake build folder (no CMakeCache.txt)"
+  local cuda; cuda=$(sed -n 's/^ACTPLACE_ENABLE_CUDA:[A-Z]*=//p' "$build/CMakeCache.txt")
+  echo "pack: $build (ACTPLACE_ENABLE_CUDA=${cuda:-unset})"
+
+  # The GPU tests: ctest's own commands, label gpu.
+  local tsv; tsv=$(mktemp)
+  ctest --test-dir "$build" -N -L gpu ${tests:+-R "$tests"} \
+      --show-only=json-v1 | python3 -c '
+import json, os, shlex, sys
+for t in json.load(sys.stdin)["tests"]:
+    cmd = t["command"]
+    print("\t".join([t["name"], cmd[0], shlex.join(cmd[1:])]))
+' > "$tsv" || die "ctest --show-only failed in $build"
+  [ -s "$tsv" ] || die "no ctest with label gpu${tests:+ matching '$tests'} in $build"
+  local tool_targets=(actplace-compile actplace-import)
+  if [ -z "$nobuild" ]; then
+    local targets; targets=$(cut -f2 "$tsv" | xargs -n1 basename | sort -u)
+    echo "pack: ninja ${tool_targets[*]} $(echo $targets)"
+    ninja -C "$build" "${tool_targets[@]}" $targets || die "ninja failed in $build"
+  fi
+  local compile=$build/bin/actplace-compile import=$build/bin/actplace-import
+  [ -x "$compile" ] && [ -x "$import" ] || die "no $compile or $import (build them, or drop --no-build)"
+
+  local stage; stage=$(mktemp -d)
+  local b=$stage/gpu-check
+  mkdir -p "$b/bin" "$b/test/e2e" "$b/tools/scripts" "$b/tools/torchref" "$b/models" "$b/arms"
+  cp "$src/tools/scripts/gpu-check.sh" "$b/tools/scripts/"
+  cp "$src"/test/e2e/{gpu_bitident,gpu_checkpoint,grad_oracle,e2echeck}.py "$b/test/e2e/"
+  cp "$src"/tools/torchref/*.py "$b/tools/torchref/"
+  cp "$src"/models/{tiny-hybrid,tiny-hybrid-gpu,hybrid-mla-mlp}.json "$b/models/"
+
+  : > "$b/tests.tsv"
+  local name exe argv
+  while IFS=$'\t' read -r name exe argv; do
+    [ -x "$exe" ] || die "test $name: no binary $exe (build it, or drop --no-build)"
+    [ -e "$b/bin/$(basename "$exe")" ] || strip -o "$b/bin/$(basename "$exe")" "$exe" ||
+      die "strip $exe failed"
+    printf '%s\t%s\t%s\n' "$name" "$(basename "$exe")" "$argv" >> "$b/tests.tsv"
+  done < "$tsv"
+  rm -f "$tsv"
+  echo "pack: $(wc -l < "$b/tests.tsv") GPU tests, $(ls "$b/bin" | wc -l) binaries"
+
+  local arm armflags=()
+  for arm in "${TINY_ARMS[@]}"; do armflags+=(--arm "$arm"); done
+  python3 "$src/test/e2e/gpu_bitident.py" build --compile "$compile" \
+      --model "$src/models/tiny-hybrid-gpu.json" --dir "$b/arms/tiny" \
+      --seq "$seq_tiny" --micro-batches 4 "${armflags[@]}" || die "tiny-hybrid-gpu arms failed"
+  armflags=()
+  for arm in "${MLA_ARMS[@]}"; do armflags+=(--arm "$arm"); done
+  python3 "$src/test/e2e/gpu_bitident.py" build --compile "$compile" \
+      --model "$mla_model" --dir "$b/arms/mla" \
+      --seq "$seq_mla" --micro-batches 2 "${armflags[@]}" || die "$(basename "$mla_model") arms failed"
+  python3 "$src/test/e2e/grad_oracle.py" --build-only --dtype bf16 \
+      --import-tool "$import" --compile "$compile" \
+      --model "$src/models/tiny-hybrid.json" --work "$stage/grad" || die "bf16 oracle step failed to build"
+  mkdir -p "$b/grad" && strip -o "$b/grad/train-bf16" "$stage/grad/train-bf16" || die "strip train-bf16 failed"
+
+  {
+    echo "source: $(git -C "$src" describe --always --dirty 2>/dev/null || echo unknown)"
+    echo "build: $build (ACTPLACE_ENABLE_CUDA=${cuda:-unset})"
+    echo "packed: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname)"
+    echo "seq: tiny-hybrid-gpu $seq_tiny, $(basename "$mla_model" .json) $seq_mla"
+  } > "$b/MANIFEST"
+
+  mkdir -p "$(dirname "$out")"
+  tar -C "$stage" -cf - gpu-check | xz -"$level" -T2 > "$out" || die "tar/xz into $out failed"
+  local size; size=$(stat -c %s "$out")
+  echo "pack: $(du -sh "$b" | cut -f1) unpacked"
+  rm -rf "$stage"
+  if [ "$size" -gt "$LIMIT_BYTES" ]; then
+    rm -f "$out"
+    die "bundle $out is $size bytes, over the 48 MiB limit ($LIMIT_BYTES bytes); removed"
+  fi
+  echo "pack: wrote $out: $size bytes ($((size / 1024)) KiB, limit $LIMIT_BYTES)"
+  echo "then: copy it to the GPU machine, tar xJf $(basename "$out"), gpu-check/tools/scripts/gpu-check.sh run gpu-check"
+}
+
+run() {
+  [ $# -ge 1 ] || die "usage: gpu-check.sh run BUNDLE_DIR [--device cuda|host] [--log FILE]"
+  local bundle device=cuda log=""
+  bundle=$(cd "$1" 2>/dev/null && pwd) || die "no bundle folder '$1'"
+  shift
+  while [ $# -gt 0 ]; do
+    case $1 in
+      --device) [ $# -ge 2 ] || die "--device needs cuda or host"; device=$2; shift ;;
+      --log) [ $# -ge 2 ] || die "--log needs a file"; log=$2; shift ;;
+      *) die "run: unknown option '$1'" ;;
+    esac
+    shift
+  done
+  case $device in cuda|host) ;; *) die "--device '$device': expected cuda or host" ;; esac
+  [ -f "$bundle/tests.tsv" ] && [ -f "$bundle/MANIFEST" ] ||
+    die "'$bundle' is not an unpacked gpu-check bundle (no tests.tsv / MANIFEST)"
+  log=${log:-$bundle/gpu-check.log}
+  local work=$bundle/work
+  rm -rf "$work" && mkdir -p "$work"
+  exec > >(tee "$log") 2>&1
+  local start=$SECONDS results=() failed=0
+
+  local t0=$SECONDS
+  part() {  # part NAME STATUS DETAIL
+    results+=("gpu-check: $2 $1${3:+ ($3)}, $((SECONDS - t0)) s")
+    [ "$2" = FAIL ] && failed=1
+    echo "== $2 $1${3:+ ($3)}, $((SECONDS - t0)) s"
+    t0=$SECONDS
+  }
+  # A check that could not run: skipped on host, failed on the GPU machine.
+  skipped() { if [ "$device" = cuda ]; then part "$1" FAIL "skipped on the GPU machine: $2"; else part "$1" SKIP "$2"; fi; }
+
+  echo "gpu-check run: $bundle on --device $device, $(date -u +%Y-%m-%dT%H:%M:%SZ), $(hostname)"
+  sed 's/^/  /' "$bundle/MANIFEST"
+  echo "== device"
+  if [ "$device" = cuda ]; then
+    if nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; then
+      part device PASS "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
+    else
+      part device FAIL "nvidia-smi failed: no usable GPU"
+    fi
+  else
+    part device PASS "host backend self-test, $(uname -m)"
+  fi
+
+  echo "== GPU unit tests"
+  local name exe argv rc npass=0 nskip=0 nfail=0 missing
+  while IFS=$'\t' read -r name exe argv; do
+    missing=$(ldd "$bundle/bin/$exe" 2>/dev/null | awk '/not found/ {print $1}' | xargs)
+    if [ -n "$missing" ]; then
+      echo "FAIL: $name: libraries not found: $missing"; nfail=$((nfail + 1)); continue
+    fi
+    mkdir -p "$work/tests/$name"
+    echo "$ $exe $argv"
+    # shellcheck disable=SC2086  # argv is ctest's own word list
+    (cd "$work/tests/$name" && eval timeout 300 "\"$bundle/bin/$exe\"" $argv) \
+        > "$work/tests/$name.out" 2>&1
+    rc=$?
+    tail -4 "$work/tests/$name.out" | sed 's/^/  /'
+    if [ $rc -eq 0 ]; then echo "  $name: passed"; npass=$((npass + 1))
+    elif [ $rc -eq 77 ] && [ "$device" = host ]; then echo "  $name: skipped"; nskip=$((nskip + 1))
+    else echo "FAIL: $name exited $rc$([ $rc -eq 77 ] && echo ' (skipped: no GPU seen)')"
+         tail -40 "$work/tests/$name.out"; nfail=$((nfail + 1)); fi
+  done < "$bundle/tests.tsv"
+  local counts="$npass passed, $nskip skipped, $nfail failed"
+  if [ $nfail -gt 0 ]; then part unit-tests FAIL "$counts"
+  elif [ $npass -eq 0 ]; then skipped unit-tests "$counts"
+  else part unit-tests PASS "$counts"; fi
+
+  local model
+  for model in tiny mla; do
+    echo "== bit identity across placements: $(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["model"])' "$bundle/arms/$model/arms.json")"
+    if python3 "$bundle/test/e2e/gpu_bitident.py" run --dir "$bundle/arms/$model" \
+        --steps 3 --device "$device" --out "$work/bit-$model"; then
+      part "bitident-$model" PASS "$(python3 -c 'import json,sys; print(len(json.load(open(sys.argv[1]))["arms"]))' "$bundle/arms/$model/arms.json") placements, 3 steps"
+    else
+      part "bitident-$model" FAIL
+    fi
+  done
+
+  echo "== checkpoint save/resume"
+  if python3 "$bundle/test/e2e/gpu_checkpoint.py" --dir "$bundle/arms/tiny" \
+      --arm gdn_core_attn --other none --device "$device" --work "$work/checkpoint"; then
+    part checkpoint PASS "resume bitwise, also under another placement; --lr 1e300 exit 3"
+  else
+    part checkpoint FAIL
+  fi
+
+  echo "== bf16 step against the PyTorch oracle"
+  local py=""
+  for cand in ${ACTPLACE_TORCH_PYTHON:-} python3 /usr/bin/python3; do
+    if command -v "$cand" > /dev/null && "$cand" -c "import torch" 2> /dev/null; then py=$cand; break; fi
+  done
+  if [ -z "$py" ]; then
+    skipped grad-oracle "no python3 imports torch (set ACTPLACE_TORCH_PYTHON)"
+  else
+    "$py" "$bundle/test/e2e/grad_oracle.py" --binary "$bundle/grad/train-bf16" \
+        --dtype bf16 --device "$device" --model "$bundle/models/tiny-hybrid.json" \
+        --work "$work/grad"
+    rc=$?
+    if [ $rc -eq 0 ]; then part grad-oracle PASS "bf16 on $device vs float64 torch, bounds in grad_oracle.py BF16_BOUNDS"
+    elif [ $rc -eq 77 ]; then skipped grad-oracle "oracle skipped"
+    else part grad-oracle FAIL; fi
+  fi
+
+  echo
+  printf '%s\n' "${results[@]}"
+  local verdict=PASS; [ $failed -eq 0 ] || verdict=FAIL
+  echo "gpu-check: $verdict on $device in $((SECONDS - start)) s; log $log"
+  return $failed
+}
+
+case ${1:-} in
+  pack) shift; pack "$@" ;;
+  run) shift; run "$@" ;;
+  *) die "usage: gpu-check.sh pack BUILD_DIR OUT.tar.xz [options] | run BUNDLE_DIR [--device cuda|host] [--log FILE]" ;;
+esac
