@@ -207,6 +207,16 @@ run() {
         > "$work/tests/$name.out" 2>&1
     rc=$?
     tail -4 "$work/tests/$name.out" | sed 's/^/  /'
+    # A binary that exits 0 with every test skipped did not run (older
+    # binaries, or a main without gtest_skip_main.cpp): treated as exit 77.
+    # On the GPU machine one skipped test is already a failure.
+    local nskipped; nskipped=$(grep -c '^\[  SKIPPED \] .* ([0-9]* ms)$' "$work/tests/$name.out")
+    if [ $rc -eq 0 ] && grep -q '^\[  PASSED  \] 0 tests' "$work/tests/$name.out"; then rc=77; fi
+    if [ $rc -eq 0 ] && [ "$nskipped" -gt 0 ] && [ "$device" = cuda ]; then
+      echo "FAIL: $name: $nskipped tests skipped on the GPU machine"
+      grep '^\[  SKIPPED \] .* ([0-9]* ms)$' "$work/tests/$name.out" | head -5
+      nfail=$((nfail + 1)); continue
+    fi
     if [ $rc -eq 0 ]; then echo "  $name: passed"; npass=$((npass + 1))
     elif [ $rc -eq 77 ] && [ "$device" = host ]; then echo "  $name: skipped"; nskip=$((nskip + 1))
     else echo "FAIL: $name exited $rc$([ $rc -eq 77 ] && echo ' (skipped: no GPU seen)')"
