@@ -19,7 +19,6 @@ import argparse
 import ctypes
 import json
 import math
-import os
 import sys
 
 import torch
@@ -32,11 +31,6 @@ CONFIGS = [
     ("mla-16h", 1, 4096, 16, 16, 192, 128, 192 ** -0.5),
     ("mla-128h", 1, 4096, 128, 128, 192, 128, 192 ** -0.5),
 ]
-
-
-# Set: the library runs its portable mma.sync kernels instead of the sm_90a
-# wgmma ones.
-PORTABLE_ENV = "ACTPLACE_ATTENTION_PORTABLE"
 
 
 def timed(fn, iters, warmup=3):
@@ -76,6 +70,11 @@ class Actplace:
         self.lib.apAttentionBackward.argtypes = (
             [vp, vp, ctypes.c_size_t] + [vp] * 9 + [i] * 6 + [d, i])
         self.lib.apAttentionBackward.restype = i
+        # Absent from libraries built before the call existed (--baseline).
+        self.set_portable = getattr(self.lib, "apAttentionUsePortable", None)
+        if self.set_portable is not None:
+            self.set_portable.argtypes = [i]
+            self.set_portable.restype = None
 
     def run(self, cfg, q, k, v, dO, algo=-1):
         _, B, T, Hq, Hkv, Dqk, Dv, scale = cfg
@@ -146,7 +145,7 @@ def main():
                     help="an earlier build of the library, timed alongside")
     ap.add_argument("--portable", action="store_true",
                     help="also time the portable mma.sync kernels "
-                    f"({PORTABLE_ENV}=1)")
+                    "(apAttentionUsePortable)")
     args = ap.parse_args()
     torch.manual_seed(0)
     dev = torch.cuda.get_device_name()
@@ -191,16 +190,16 @@ def main():
         if args.portable:
             others.append(("portable", ours))
         for tag, lib in others:
-            # portable: the mma.sync kernels of the same library (the
-            # library reads the variable at each call).
+            # portable: the mma.sync kernels of the same library.
             if tag == "portable":
-                os.environ[PORTABLE_ENV] = "1"
+                lib.set_portable(1)
             f0, b0, _, _ = lib.run(cfg, q, k, v, dO)
             row[f"{tag}_fwd_ms"] = timed(f0, args.iters)
             f0()
             row[f"{tag}_bwd_ms"] = timed(b0, args.iters)
             row[f"{tag}_fwdbwd_ms"] = timed(lambda: (f0(), b0()), args.iters)
-            os.environ.pop(PORTABLE_ENV, None)
+            if tag == "portable":
+                lib.set_portable(0)
             del f0, b0
         fwd, bwd, outs, wsb = ours.run(cfg, q, k, v, dO)
         row["ours_fwd_ms"] = timed(fwd, args.iters)

@@ -32,9 +32,18 @@ AttentionShape shapeOf(int B, int T, int Hq, int Hkv, int Dqk, int Dv,
   s.softmaxScale = scale;
   return s;
 }
+
+/// The kernels every call below asks for (apAttentionUsePortable).
+AttentionKernels gKernels = AttentionKernels::Fastest;
 } // namespace
 
 extern "C" {
+
+/// Nonzero: later calls run the portable mma.sync kernels
+/// (AttentionKernels::Portable); 0: the fastest available.
+void apAttentionUsePortable(int portable) {
+  gKernels = portable ? AttentionKernels::Portable : AttentionKernels::Fastest;
+}
 
 /// Returns the Status value of the forward (0 = Ok).
 int apAttentionForward(void *stream, const void *q, const void *k,
@@ -50,6 +59,7 @@ int apAttentionForward(void *stream, const void *q, const void *k,
   a.v = v;
   a.o = o;
   a.lse = lse;
+  a.kernels = gKernels;
   return static_cast<int>(attentionForward(ctx, a));
 }
 
@@ -92,6 +102,7 @@ int apAttentionBackward(void *stream, void *workspace, size_t workspaceBytes,
   a.dq = dq;
   a.dk = dk;
   a.dv = dv;
+  a.kernels = gKernels;
   if (algo < 0)
     return static_cast<int>(attentionBackward(ctx, a));
   return static_cast<int>(cuda::attentionBackwardWithAlgo(

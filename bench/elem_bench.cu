@@ -249,8 +249,8 @@ void benchRope(int64_t heads) {
 }
 
 /// The GDN short conv + SiLU at [T, 6144] channels, kernel 4, on both paths
-/// (gdn_ops.cu reads ACTPLACE_GDN_CONV_WINDOWED at every call): the
-/// per-element kernels and the windowed ones (the default). Forward: x in,
+/// (GdnConvArgs::kernels): the per-element kernels and the windowed ones
+/// (the default). Forward: x in,
 /// y out; backward: x, dy in, dx out (the dw partials are small).
 void benchConv() {
   const int64_t C = 6144;
@@ -261,8 +261,10 @@ void benchConv() {
   auto x = bufs(sets, n * 2), y = bufs(sets, n * 2), dy = bufs(sets, n * 2),
        dx = bufs(sets, n * 2);
   void *w = devAlloc(C * K * 2), *dw = devAlloc(C * K * 4);
+  GdnConvKernels kernels = GdnConvKernels::Fastest;
   auto args = [&](int i) {
     GdnConvArgs a;
+    a.kernels = kernels;
     a.dtype = DType::BF16;
     a.batch = 1;
     a.seqLen = T;
@@ -278,15 +280,16 @@ void benchConv() {
   };
   useWorkspace(gdnConvBackwardWorkspaceBytes(args(0)));
   const std::string shape = std::to_string(T) + "x" + std::to_string(C);
-  for (const char *windowed : {"0", "1"}) {
-    setenv("ACTPLACE_GDN_CONV_WINDOWED", windowed, 1);
-    std::string path = windowed[0] == '1' ? "[windowed]" : "[per-element]";
+  for (GdnConvKernels k :
+       {GdnConvKernels::PerElement, GdnConvKernels::Fastest}) {
+    kernels = k;
+    std::string path = k == GdnConvKernels::Fastest ? "[windowed]"
+                                                    : "[per-element]";
     report("short_conv" + path, shape, fb,
            timeCalls(sets, [&](int i) { KS(gdnConvForward(gCtx, args(i))); }));
     report("short_conv_grad" + path, shape, bb,
            timeCalls(sets, [&](int i) { KS(gdnConvBackward(gCtx, args(i))); }));
   }
-  unsetenv("ACTPLACE_GDN_CONV_WINDOWED");
   freeAll();
 }
 

@@ -49,6 +49,14 @@ struct AttentionShape {
 };
 
 /// Forward: o and lse are written.
+/// Which CUDA kernels attention runs. Fastest: the sm_90a wgmma kernels
+/// where the loaded binary has them and the device is compute capability 9
+/// (measured faster at every shape they cover, bench/notes/attention.md),
+/// else the portable mma.sync ones. Portable: the mma.sync kernels always,
+/// so that tests and benchmarks on an H100/H200 reach them. The host
+/// backend has one implementation and ignores it.
+enum class AttentionKernels : int32_t { Fastest = 0, Portable = 1 };
+
 struct AttentionForwardArgs {
   DType dtype = DType::BF16; ///< storage of q, k, v, o
   AttentionShape shape;
@@ -57,6 +65,7 @@ struct AttentionForwardArgs {
   const void *v = nullptr;
   void *o = nullptr;
   void *lse = nullptr;
+  AttentionKernels kernels = AttentionKernels::Fastest;
 };
 
 /// Backward: dq, dk, dv are overwritten. o and lse are the forward's outputs.
@@ -72,6 +81,7 @@ struct AttentionBackwardArgs {
   void *dq = nullptr;
   void *dk = nullptr;
   void *dv = nullptr;
+  AttentionKernels kernels = AttentionKernels::Fastest;
 };
 
 /// How the CUDA backward gets dQ without float atomics (both deterministic):

@@ -52,6 +52,14 @@ constexpr int kGdnChunk = 64;
 /// and the backward reads their gradients with no concat. Same values as
 /// the dense layout, bit for bit.
 constexpr int kGdnConvMaxSplits = 4;
+/// Which CUDA kernels the short conv runs. Fastest: the windowed kernels
+/// (runs of tokens share their loads; bitwise equal to the per-element ones
+/// and faster at the model shapes, bench/notes/training.md) where the grid
+/// allows, else the per-element ones. PerElement: the per-element kernels
+/// always, for tests and benchmarks that compare the two. The host backend
+/// has one implementation and ignores it.
+enum class GdnConvKernels : int32_t { Fastest = 0, PerElement = 1 };
+
 struct GdnConvArgs {
   DType dtype = DType::BF16;
   int64_t batch = 0, seqLen = 0, channels = 0;
@@ -68,6 +76,7 @@ struct GdnConvArgs {
   int64_t splitChannels[kGdnConvMaxSplits] = {};
   void *ys[kGdnConvMaxSplits] = {};
   const void *dys[kGdnConvMaxSplits] = {};
+  GdnConvKernels kernels = GdnConvKernels::Fastest;
 };
 /// Whether `a`'s split layout is usable: 0 <= splits <= kGdnConvMaxSplits,
 /// positive groups that sum to the channels.

@@ -1507,13 +1507,16 @@ template <int DQK> constexpr bool hasSm90Dq() {
   return DQK == 64 || DQK == 128 || DQK == 192;
 }
 
-/// Whether the sm_90a kernel `kernel` runs here: the loaded binary is sm_90
-/// (the project builds sm_90a, whose device pass emits the wgmma bodies) on
-/// a compute capability 9.0 device. ACTPLACE_ATTENTION_PORTABLE=1 forces the
-/// mma.sync kernels (tests and A/B timing).
-bool useSm90(const void *kernel) {
-  if (const char *e = std::getenv("ACTPLACE_ATTENTION_PORTABLE");
-      e && *e && *e != '0')
+bool validKernels(AttentionKernels k) {
+  return k == AttentionKernels::Fastest || k == AttentionKernels::Portable;
+}
+
+/// Whether the sm_90a kernel `kernel` runs here: the call asks for the
+/// fastest kernels (AttentionKernels) and the loaded binary is sm_90 (the
+/// project builds sm_90a, whose device pass emits the wgmma bodies) on a
+/// compute capability 9.0 device.
+bool useSm90(const void *kernel, AttentionKernels kernels) {
+  if (kernels == AttentionKernels::Portable)
     return false;
   int dev = 0, major = 0;
   if (cudaGetDevice(&dev) != cudaSuccess ||
@@ -1543,11 +1546,12 @@ Status launch(Kernel kernel, dim3 grid, int threads, int smemBytes,
 }
 
 template <int DQK, int DV>
-Status launchForward(cudaStream_t stream, const Params &p) {
+Status launchForward(cudaStream_t stream, const Params &p,
+                     AttentionKernels kernels) {
   if constexpr (hasSm90Fwd<DQK, DV>()) {
     using C = FwdSm90Cfg<DQK, DV>;
     auto kernel = attnFwdSm90Kernel<DQK, DV>;
-    if (useSm90(reinterpret_cast<const void *>(kernel)))
+    if (useSm90(reinterpret_cast<const void *>(kernel), kernels))
       return launch(kernel, dim3(p.B * p.Hq, (p.T + C::kBr - 1) / C::kBr),
                     C::kThreads, C::kSmem, stream, p);
   }
@@ -1559,11 +1563,12 @@ Status launchForward(cudaStream_t stream, const Params &p) {
 
 /// The dK/dV pass for the (batch, q head) pairs p.bhOffset.. p.bhOffset + n.
 template <int DQK, int DV, bool STORE_DS>
-Status launchKV(cudaStream_t stream, const Params &p, int64_t n) {
+Status launchKV(cudaStream_t stream, const Params &p, int64_t n,
+                AttentionKernels kernels) {
   if constexpr (hasSm90Bwd<DQK, DV>()) {
     using C = BwdSm90Cfg<DQK, DV>;
     auto kernel = attnBwdKVSm90Kernel<DQK, DV, STORE_DS>;
-    if (useSm90(reinterpret_cast<const void *>(kernel)))
+    if (useSm90(reinterpret_cast<const void *>(kernel), kernels))
       return launch(kernel, dim3(n, (p.T + C::kBc - 1) / C::kBc), C::kThreads,
                     C::kSmem, stream, p);
   }
@@ -1575,11 +1580,12 @@ Status launchKV(cudaStream_t stream, const Params &p, int64_t n) {
 
 /// The dQ-from-dS pass for the (batch, q head) pairs p.bhOffset.. + n.
 template <int DQK>
-Status launchDq(cudaStream_t stream, const Params &p, int64_t n) {
+Status launchDq(cudaStream_t stream, const Params &p, int64_t n,
+                AttentionKernels kernels) {
   if constexpr (hasSm90Dq<DQK>()) {
     using C = DqSm90Cfg<DQK>;
     auto kernel = attnBwdQFromDsSm90Kernel<DQK>;
-    if (useSm90(reinterpret_cast<const void *>(kernel)))
+    if (useSm90(reinterpret_cast<const void *>(kernel), kernels))
       return launch(kernel, dim3(n, (p.T + C::kBr - 1) / C::kBr), C::kThreads,
                     C::kSmem, stream, p);
   }
@@ -1590,7 +1596,7 @@ Status launchDq(cudaStream_t stream, const Params &p, int64_t n) {
 
 template <int DQK, int DV>
 Status launchBackward(cudaStream_t stream, Params p, AttentionBackwardAlgo algo,
-                      int64_t dsChunk) {
+                      int64_t dsChunk, AttentionKernels kernels) {
   using C = BwdCfg<DQK, DV>;
   const int64_t rows = int64_t(p.B) * p.T * p.Hq;
   attnBwdDotKernel<DV><<<(rows + 7) / 8, 256, 0, stream>>>(p);
@@ -1600,7 +1606,7 @@ Status launchBackward(cudaStream_t stream, Params p, AttentionBackwardAlgo algo,
 
   if (algo == AttentionBackwardAlgo::RecomputeDq) {
     p.bhOffset = 0;
-    if (Status st = launchKV<DQK, DV, false>(stream, p, pairs);
+    if (Status st = launchKV<DQK, DV, false>(stream, p, pairs, kernels);
         st != Status::Ok)
       return st;
     if (Status st = launch(attnBwdQKernel<DQK, DV>, dim3(pairs, numTiles),
@@ -1612,9 +1618,10 @@ Status launchBackward(cudaStream_t stream, Params p, AttentionBackwardAlgo algo,
     for (int64_t first = 0; first < pairs; first += dsChunk) {
       const int64_t n = std::min<int64_t>(dsChunk, pairs - first);
       p.bhOffset = static_cast<int>(first);
-      if (Status st = launchKV<DQK, DV, true>(stream, p, n); st != Status::Ok)
+      if (Status st = launchKV<DQK, DV, true>(stream, p, n, kernels);
+          st != Status::Ok)
         return st;
-      if (Status st = launchDq<DQK>(stream, p, n); st != Status::Ok)
+      if (Status st = launchDq<DQK>(stream, p, n, kernels); st != Status::Ok)
         return st;
     }
   }
@@ -1644,8 +1651,9 @@ template <typename Fn> Status dispatchDims(const AttentionShape &s, Fn &&fn) {
 struct FwdLauncher {
   cudaStream_t stream;
   const Params &p;
+  AttentionKernels kernels;
   template <int DQK, int DV> Status operator()() const {
-    return launchForward<DQK, DV>(stream, p);
+    return launchForward<DQK, DV>(stream, p, kernels);
   }
 };
 struct BwdLauncher {
@@ -1653,8 +1661,9 @@ struct BwdLauncher {
   const Params &p;
   AttentionBackwardAlgo algo;
   int64_t dsChunk;
+  AttentionKernels kernels;
   template <int DQK, int DV> Status operator()() const {
-    return launchBackward<DQK, DV>(stream, p, algo, dsChunk);
+    return launchBackward<DQK, DV>(stream, p, algo, dsChunk, kernels);
   }
 };
 
@@ -1666,6 +1675,8 @@ Status attentionForward(const KernelContext &ctx,
     return st;
   if (!a.q || !a.k || !a.v || !a.o || !a.lse)
     return Status::InvalidArgument;
+  if (!validKernels(a.kernels))
+    return Status::InvalidArgument;
   if (a.dtype != DType::BF16)
     return Status::Unsupported;
   Params p = makeParams(a.shape);
@@ -1675,7 +1686,8 @@ Status attentionForward(const KernelContext &ctx,
   p.oOut = static_cast<__nv_bfloat16 *>(a.o);
   p.lse = static_cast<float *>(a.lse);
   return dispatchDims(a.shape,
-                      FwdLauncher{static_cast<cudaStream_t>(ctx.stream), p});
+                      FwdLauncher{static_cast<cudaStream_t>(ctx.stream), p,
+                                  a.kernels});
 }
 
 Status attentionBackwardWithAlgo(const KernelContext &ctx,
@@ -1685,6 +1697,8 @@ Status attentionBackwardWithAlgo(const KernelContext &ctx,
     return st;
   if (!a.q || !a.k || !a.v || !a.o || !a.lse || !a.dO || !a.dq || !a.dk ||
       !a.dv)
+    return Status::InvalidArgument;
+  if (!validKernels(a.kernels))
     return Status::InvalidArgument;
   if (a.dtype != DType::BF16)
     return Status::Unsupported;
@@ -1718,7 +1732,8 @@ Status attentionBackwardWithAlgo(const KernelContext &ctx,
   if (algo == AttentionBackwardAlgo::StoredDs)
     p.dsBuf = reinterpret_cast<__nv_bfloat16 *>(ws + off);
   return dispatchDims(s, BwdLauncher{static_cast<cudaStream_t>(ctx.stream), p,
-                                     algo, detail::attentionStoredDsChunk(s)});
+                                     algo, detail::attentionStoredDsChunk(s),
+                                     a.kernels});
 }
 
 Status attentionBackward(const KernelContext &ctx,

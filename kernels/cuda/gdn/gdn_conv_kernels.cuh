@@ -2,7 +2,7 @@
 //
 // The causal depthwise short conv + SiLU kernels of the cuda backend: the
 // windowed ones (the default) and the per-element ones
-// (ACTPLACE_GDN_CONV_WINDOWED=0, and inputs too long for the windowed grid).
+// (GdnConvKernels::PerElement, and inputs too long for the windowed grid).
 // Included inside gdn_ops.cu's anonymous namespace, and, for a CPU check of
 // their index logic, by test/unit/kernels/gdn_conv_emulation_test.cpp, which
 // defines `bf`, `b2f`, `f2b`, `sigmoidf_`, the launch builtins (blockIdx,

@@ -367,14 +367,13 @@ int gridFor(long n, int threads) {
 /// Keeps this object file linked whenever the cuda entries are used.
 void opsAnchor() {}
 
-/// The windowed conv kernels are the default since they passed the GPU tests
-/// on the H200 (b9a54af: bitwise equal to the per-element kernels at the
-/// Qwen shape; a step 17 % faster). ACTPLACE_GDN_CONV_WINDOWED=0 selects the
-/// per-element kernels. The windowed ones put runs of tokens on grid.y, so
-/// more than 65535 runs (about 2M tokens forward) take the per-element ones.
-bool convWindowed(long tokens) {
-  const char *v = std::getenv("ACTPLACE_GDN_CONV_WINDOWED");
-  return !(v && v[0] == '0') &&
+/// Whether `a` runs the windowed conv kernels: what GdnConvKernels::Fastest
+/// asks for (bitwise equal to the per-element kernels on the H200 at the
+/// Qwen shape, the step 17 % faster) unless the tokens do not fit the
+/// grid: the windowed kernels put runs of tokens on grid.y, so more than
+/// 65535 runs (about 2M tokens forward) take the per-element ones.
+bool convWindowed(const GdnConvArgs &a, long tokens) {
+  return a.kernels == GdnConvKernels::Fastest &&
          (tokens + kConvFwdRows - 1) / kConvFwdRows <= 65535;
 }
 
@@ -410,10 +409,11 @@ size_t gatedNormBackwardWorkspace(const GdnGatedNormArgs &a) {
 Status convForward(const KernelContext &ctx, const GdnConvArgs &a) {
   if (a.dtype != DType::BF16 || a.kernelSize < 1 || a.kernelSize > 8)
     return Status::Unsupported;
-  if (!gdnConvSplitsValid(a))
+  if (!gdnConvSplitsValid(a) || (a.kernels != GdnConvKernels::Fastest &&
+                                 a.kernels != GdnConvKernels::PerElement))
     return Status::InvalidArgument;
   long N = a.batch * a.seqLen;
-  if (convWindowed(N)) {
+  if (convWindowed(a, N)) {
     dim3 grid(unsigned((a.channels + 127) / 128),
               unsigned((N + kConvFwdRows - 1) / kConvFwdRows));
     withKernelSize(a.kernelSize, [&](auto k) {
@@ -436,14 +436,15 @@ Status convForward(const KernelContext &ctx, const GdnConvArgs &a) {
 Status convBackward(const KernelContext &ctx, const GdnConvArgs &a) {
   if (a.dtype != DType::BF16 || a.kernelSize < 1 || a.kernelSize > 8)
     return Status::Unsupported;
-  if (!gdnConvSplitsValid(a))
+  if (!gdnConvSplitsValid(a) || (a.kernels != GdnConvKernels::Fastest &&
+                                 a.kernels != GdnConvKernels::PerElement))
     return Status::InvalidArgument;
   if (ctx.workspaceBytes < convBackwardWorkspace(a))
     return Status::InvalidArgument;
   cudaStream_t s = (cudaStream_t)ctx.stream;
   long N = a.batch * a.seqLen;
   int T = int(a.seqLen), Cc = int(a.channels), K = a.kernelSize;
-  if (convWindowed(N)) {
+  if (convWindowed(a, N)) {
     long nb = (N + kConvRows - 1) / kConvRows;
     float *partial = (float *)ctx.workspace;
     dim3 grid(unsigned((Cc + 127) / 128), unsigned(nb));

@@ -114,7 +114,8 @@ void compare(const std::string &what, const std::vector<double> &got,
   EXPECT_LE(maxErr, maxTol * maxRef) << what;
 }
 
-void runCase(const Case &c) {
+void runCase(const Case &c,
+             AttentionKernels kernels = AttentionKernels::Fastest) {
   SCOPED_TRACE(c.name);
   std::printf("[%s] B=%d T=%d Hq=%d Hkv=%d Dqk=%d Dv=%d\n", c.name, c.B, c.T,
               c.Hq, c.Hkv, c.Dqk, c.Dv);
@@ -178,6 +179,8 @@ void runCase(const Case &c) {
   gpu.smCount = sms;
 
   AttentionForwardArgs gf = fa;
+  gf.kernels = kernels;
+  ba.kernels = kernels;
   gf.q = dQ.p;
   gf.k = dK.p;
   gf.v = dV.p;
@@ -310,15 +313,13 @@ TEST(AttentionCuda, SmallAwkwardShapes) {
 }
 
 /// The portable mma.sync kernels, which an sm_90a build on an H100/H200 only
-/// runs when ACTPLACE_ATTENTION_PORTABLE is set (elsewhere they are the
-/// default and this repeats the test above).
+/// runs when the call asks for them (AttentionKernels::Portable; elsewhere
+/// they are the fastest available and this repeats the test above).
 TEST(AttentionCuda, SmallAwkwardShapesPortable) {
   if (!haveGpu())
     GTEST_SKIP() << "no usable GPU";
-  ASSERT_EQ(setenv("ACTPLACE_ATTENTION_PORTABLE", "1", 1), 0);
   for (const Case &c : kSmallCases)
-    runCase(c);
-  unsetenv("ACTPLACE_ATTENTION_PORTABLE");
+    runCase(c, AttentionKernels::Portable);
 }
 
 TEST(AttentionCuda, Qwen35FullAttentionT4096) {

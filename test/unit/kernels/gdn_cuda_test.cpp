@@ -554,15 +554,17 @@ TEST_F(GdnCuda, ConvForwardBackward) {
   EXPECT_EQ(c.DW.f32(), dwg);
 }
 
-/// Runs `body` with the per-element conv kernels
-/// (ACTPLACE_GDN_CONV_WINDOWED=0), then with the windowed ones (the default).
-template <typename F> void forEachConvPath(F &&body) {
-  for (const char *mode : {"0", "1"}) {
-    SCOPED_TRACE(::testing::Message() << "ACTPLACE_GDN_CONV_WINDOWED=" << mode);
-    setenv("ACTPLACE_GDN_CONV_WINDOWED", mode, 1);
+/// Runs `body` with `a` asking for the per-element conv kernels, then for
+/// the windowed ones (GdnConvKernels::Fastest, the default).
+template <typename F> void forEachConvPath(GdnConvArgs &a, F &&body) {
+  for (GdnConvKernels k :
+       {GdnConvKernels::PerElement, GdnConvKernels::Fastest}) {
+    SCOPED_TRACE(::testing::Message()
+                 << (k == GdnConvKernels::PerElement ? "per-element"
+                                                     : "windowed"));
+    a.kernels = k;
     body();
   }
-  unsetenv("ACTPLACE_GDN_CONV_WINDOWED");
 }
 
 // The windowed conv kernels slide windows over runs of tokens (32 forward,
@@ -582,7 +584,7 @@ TEST_F(GdnCuda, ConvWindowsAcrossSequences) {
     ConvCase c(sh.B, sh.T, sh.Cc, sh.K, 11, 0.f);
     Vec ry, rdx, rdw;
     c.reference(ry, rdx, rdw);
-    forEachConvPath([&] {
+    forEachConvPath(c.a, [&] {
       c.run();
       // Elementwise: bf16 rounding of y and dx (2^-9 relative) plus fp32
       // sums.
@@ -603,7 +605,7 @@ TEST_F(GdnCuda, ConvPathsBitwiseEqual) {
   ConvCase c(1, 4096, 6144, 4, 21, 0.25f);
   std::vector<std::vector<unsigned char>> ys, dxs;
   std::vector<Vec> dws;
-  forEachConvPath([&] {
+  forEachConvPath(c.a, [&] {
     c.run();
     ys.push_back(c.Y.raw());
     dxs.push_back(c.DX.raw());
@@ -619,7 +621,7 @@ TEST_F(GdnCuda, ConvPathsBitwiseEqual) {
 // each in their own buffers) gives the dense layout's bits on both paths.
 TEST_F(GdnCuda, ConvSplitOutputEqualsDenseBitwise) {
   ConvCase c(1, 4096, 6144, 4, 31, 0.25f);
-  forEachConvPath([&] {
+  forEachConvPath(c.a, [&] {
     c.run();
     auto y = c.Y.raw(), dx = c.DX.raw();
     Vec dw = c.DW.f32();
