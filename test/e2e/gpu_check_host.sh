@@ -2,8 +2,8 @@
 #===- gpu_check_host.sh - the one GPU command, checked on the host --------===#
 #
 # tools/scripts/gpu-check.sh on a CPU-only build: pack a bundle (two GPU
-# tests, short sequences, models/tiny-hybrid.json for the MLA arms, no
-# compression), unpack it in another folder and run every part with
+# tests, short sequences, models/tiny-hybrid.json for the MLA arms and the
+# oracle, no compression), unpack it in another folder and run every part with
 # --device host: GPU tests report skipped, every other part must pass.
 # Then the same bundle with --device cuda, which a CPU-only build cannot
 # serve, must fail: GPU tests that skip and binaries without a GPU are
@@ -18,7 +18,8 @@ fail() { echo "FAIL: $*"; exit 1; }
 rm -rf "$work" && mkdir -p "$work/unpacked" || exit 1
 "$src/tools/scripts/gpu-check.sh" pack "$build" "$work/b.tar.xz" --no-build \
     --seq 64 --xz-level 0 --tests 'runtime_device_test_cuda|kernels_dense_cuda_test' \
-    --mla-model "$src/models/tiny-hybrid.json" || fail "pack exited $?"
+    --mla-model "$src/models/tiny-hybrid.json" \
+    --oracle-model "$src/models/tiny-hybrid.json" || fail "pack exited $?"
 tar -C "$work/unpacked" -xJf "$work/b.tar.xz" || fail "the bundle does not unpack"
 b=$work/unpacked/gpu-check
 "$b/tools/scripts/gpu-check.sh" run "$b" --device host || fail "run --device host exited $?"

@@ -6,17 +6,20 @@
 #
 #   gpu-check.sh pack BUILD_DIR OUT.tar.xz [--no-build] [--seq N]
 #                [--tests REGEX] [--xz-level N] [--mla-model M.json]
+#                [--oracle-model M.json]
 #       here, in a CUDA build (-DACTPLACE_ENABLE_CUDA=ON): builds what it
 #       needs (unless --no-build), compiles with BUILD_DIR's actplace-compile
 #       the end-to-end arms (tiny-hybrid-gpu under five placements, the
 #       MLA/MLP hybrid with core_attn + attn_proj offload and without, a bf16
-#       gradient-oracle step), collects the binaries of the ctest label
+#       gradient-oracle step of tiny-hybrid-gpu, whose head dims the CUDA
+#       attention kernels take), collects the binaries of the ctest label
 #       `gpu` (--tests narrows them, a ctest -R regex), the Python checks and
 #       this script, strips every binary and writes one tar.xz. Refuses a
-#       bundle over 48 MiB. --seq, --tests, --xz-level and --mla-model
+#       bundle over 48 MiB. --seq, --tests, --xz-level, --mla-model
 #       (another model for the MLA arms: hybrid-mla-mlp's 32000-token
-#       vocabulary takes 6 s a step on the host backend) keep the host
-#       self-test short; the GPU bundle takes the defaults.
+#       vocabulary takes 6 s a step on the host backend) and --oracle-model
+#       (tiny-hybrid-gpu's float64 reference takes a minute on two cores)
+#       keep the host self-test short; the GPU bundle takes the defaults.
 #
 #   gpu-check.sh run BUNDLE_DIR [--device cuda|host] [--log FILE]
 #       there, in the unpacked folder: nvidia-smi, every GPU unit test,
@@ -56,6 +59,7 @@ pack() {
   local src; src=$(cd "$(dirname "$0")/../.." && pwd)
   local build out nobuild="" seq_tiny=4096 seq_mla=1024 tests="" level=9
   local mla_model=$src/models/hybrid-mla-mlp.json
+  local oracle_model=$src/models/tiny-hybrid-gpu.json
   build=$(cd "$1" 2>/dev/null && pwd) || die "no build folder '$1'"
   out=$2; shift 2
   while [ $# -gt 0 ]; do
@@ -67,6 +71,8 @@ pack() {
       --xz-level) [ $# -ge 2 ] || die "--xz-level needs 0-9"; level=$2; shift ;;
       --mla-model) [ $# -ge 2 ] && [ -f "$2" ] || die "--mla-model needs a model config file"
                    mla_model=$(cd "$(dirname "$2")" && pwd)/$(basename "$2"); shift ;;
+      --oracle-model) [ $# -ge 2 ] && [ -f "$2" ] || die "--oracle-model needs a model config file"
+                      oracle_model=$(cd "$(dirname "$2")" && pwd)/$(basename "$2"); shift ;;
       *) die "pack: unknown option '$1'" ;;
     esac
     shift
@@ -96,11 +102,10 @@ for t in json.load(sys.stdin)["tests"]:
 
   local stage; stage=$(mktemp -d)
   local b=$stage/gpu-check
-  mkdir -p "$b/bin" "$b/test/e2e" "$b/tools/scripts" "$b/tools/torchref" "$b/models" "$b/arms"
+  mkdir -p "$b/bin" "$b/test/e2e" "$b/tools/scripts" "$b/tools/torchref" "$b/arms"
   cp "$src/tools/scripts/gpu-check.sh" "$b/tools/scripts/"
   cp "$src"/test/e2e/{gpu_bitident,gpu_checkpoint,grad_oracle,e2echeck}.py "$b/test/e2e/"
   cp "$src"/tools/torchref/*.py "$b/tools/torchref/"
-  cp "$src"/models/{tiny-hybrid,tiny-hybrid-gpu,hybrid-mla-mlp}.json "$b/models/"
 
   : > "$b/tests.tsv"
   local name exe argv
@@ -125,14 +130,15 @@ for t in json.load(sys.stdin)["tests"]:
       --seq "$seq_mla" --micro-batches 2 "${armflags[@]}" || die "$(basename "$mla_model") arms failed"
   python3 "$src/test/e2e/grad_oracle.py" --build-only --dtype bf16 \
       --import-tool "$import" --compile "$compile" \
-      --model "$src/models/tiny-hybrid.json" --work "$stage/grad" || die "bf16 oracle step failed to build"
+      --model "$oracle_model" --work "$stage/grad" || die "bf16 oracle step failed to build"
   mkdir -p "$b/grad" && strip -o "$b/grad/train-bf16" "$stage/grad/train-bf16" || die "strip train-bf16 failed"
+  cp "$oracle_model" "$b/grad/model.json"
 
   {
     echo "source: $(git -C "$src" describe --always --dirty 2>/dev/null || echo unknown)"
     echo "build: $build (ACTPLACE_ENABLE_CUDA=${cuda:-unset})"
     echo "packed: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname)"
-    echo "seq: tiny-hybrid-gpu $seq_tiny, $(basename "$mla_model" .json) $seq_mla"
+    echo "seq: tiny-hybrid-gpu $seq_tiny, $(basename "$mla_model" .json) $seq_mla; oracle $(basename "$oracle_model" .json)"
   } > "$b/MANIFEST"
 
   mkdir -p "$(dirname "$out")"
@@ -255,7 +261,7 @@ run() {
     skipped grad-oracle "no python3 imports torch (set ACTPLACE_TORCH_PYTHON)"
   else
     "$py" "$bundle/test/e2e/grad_oracle.py" --binary "$bundle/grad/train-bf16" \
-        --dtype bf16 --device "$device" --model "$bundle/models/tiny-hybrid.json" \
+        --dtype bf16 --device "$device" --model "$bundle/grad/model.json" \
         --work "$work/grad"
     rc=$?
     if [ $rc -eq 0 ]; then part grad-oracle PASS "bf16 on $device vs float64 torch, bounds in grad_oracle.py BF16_BOUNDS"
