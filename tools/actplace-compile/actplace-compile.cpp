@@ -385,8 +385,17 @@ int main(int argc, char **argv) {
   // The lowering predicts copy completion (how long offloaded bytes stay
   // reserved in the arena) with the profile placement used, unless
   // --copy-hold=peak-rates asks for the defaults.
-  if (copyHold == CopyHold::Placement)
+  if (copyHold == CopyHold::Placement) {
     opts.lowering.profile = profile;
+  } else if (!profile.empty()) {
+    // The copies are predicted at peak rates, but side GEMMs still run on
+    // the SM share the placement profile's side capacity was measured at.
+    llvm::Expected<ap::train::DeviceProfile> prof =
+        ap::train::DeviceProfile::load(profile);
+    if (!prof)
+      return fail(llvm::toString(prof.takeError()));
+    opts.lowering.sideSmPercent = prof->sideSmPercent;
+  }
   opts.sideIssue = sideIssue;
 
   // Three stages so the memory timeline can see the step before placement

@@ -46,9 +46,10 @@ bool isGradSymbolAttr(NamedAttribute a) {
 class Lowering {
 public:
   Lowering(ModuleOp module, func::FuncOp func, int64_t gemmWorkspace,
-           tr::CostModel cost)
+           tr::CostModel cost, int64_t sideSmPercent)
       : module(module), func(func), b(module.getContext()),
-        gemmWorkspace(gemmWorkspace), cost(std::move(cost)) {}
+        gemmWorkspace(gemmWorkspace), cost(std::move(cost)),
+        sideSmPercent(sideSmPercent) {}
 
   LogicalResult run();
 
@@ -100,6 +101,8 @@ private:
   OpBuilder b;
   int64_t gemmWorkspace;
   tr::CostModel cost;
+  /// exec.step's side_sm_percent when it has side-stream kernels.
+  int64_t sideSmPercent;
   IRMapping map;
   llvm::StringMap<ParamBuffers> params;
   /// train.offload result -> its pinned slot.
@@ -404,8 +407,7 @@ LogicalResult Lowering::run() {
                          })
                          .wasInterrupted();
   if (sideKernels)
-    step->setAttr(ex::kSideSmPercentAttr,
-                  b.getI64IntegerAttr(cost.profile().sideSmPercent));
+    step->setAttr(ex::kSideSmPercentAttr, b.getI64IntegerAttr(sideSmPercent));
   func.erase();
   return success();
 }
@@ -433,8 +435,18 @@ struct ConvertTrainToExecPass
     // reserves its bytes that much longer.
     FailureOr<tr::CostModel> cost =
         tr::CostModel::fromProfile(profile, module, "convert-train-to-exec: ");
-    if (failed(cost) ||
-        failed(Lowering(module, func, gemmWorkspaceBytes, *cost).run()))
+    if (failed(cost))
+      return signalPassFailure();
+    int64_t share = sideSmPercent != 0 ? int64_t(sideSmPercent)
+                                       : cost->profile().sideSmPercent;
+    if (share < 1 || share > 100) {
+      module.emitError() << "convert-train-to-exec: side-sm-percent " << share
+                         << " (expected 1 to 100, the side-stream GEMMs' "
+                            "share of the SMs; 0 for the profile's)";
+      return signalPassFailure();
+    }
+    if (failed(
+            Lowering(module, func, gemmWorkspaceBytes, *cost, share).run()))
       signalPassFailure();
   }
 };

@@ -25,6 +25,9 @@ def ConvertTrainToExec : Pass<"convert-train-to-exec", "mlir::ModuleOp"> {
     kernel the cost model (with `profile`, the same one placement used)
     predicts to start after the copy ended, stretched by the profile's
     copyHoldSlack; exec-plan-memory keeps the copied bytes until then. Offsets are left to exec-plan-memory.
+    A step with side-stream kernels gets `side_sm_percent`, the share of the
+    SMs its side GEMMs use, from the profile (`sideSmPercent`, the share the
+    cost model's side capacity was measured under) or `side-sm-percent`.
   }];
   let dependentDialects = ["::ap::exec::ExecDialect"];
   let options = [
@@ -34,7 +37,12 @@ def ConvertTrainToExec : Pass<"convert-train-to-exec", "mlir::ModuleOp"> {
            "Fixed cuBLASLt workspace of GEMM kernels (0 for the host backend)">,
     Option<"profile", "profile", "std::string", "\"\"",
            "JSON device profile of the cost model that predicts when each "
-           "D2H is done (done_by_kernel); give the one placement used">
+           "D2H is done (done_by_kernel); give the one placement used">,
+    Option<"sideSmPercent", "side-sm-percent", "int64_t", "0",
+           "Side-stream GEMMs' share of the SMs in percent, written on a step "
+           "with side kernels (exec.step side_sm_percent); 0: the profile's "
+           "sideSmPercent. Give the placement profile's when `profile` is "
+           "another">
   ];
 }
 
