@@ -29,7 +29,9 @@
 #       (grad_oracle.py, bounds in its BF16_BOUNDS). One log (default
 #       BUNDLE_DIR/gpu-check.log), one PASS/FAIL/SKIP line per part, exit 1
 #       if any part failed. On cuda a GPU test that skips (exit 77) or an
-#       oracle without PyTorch fails: on the GPU machine nothing may skip.
+#       oracle without PyTorch fails: on the GPU machine nothing may skip,
+#       except the multi-rank NCCL test on a machine with one GPU (it runs
+#       as two ranks where there are two GPUs).
 #       --device host runs the same bundle on the host backend (a bundle
 #       packed from a CPU-only build): the self-test CI runs, where GPU
 #       tests report skipped.
@@ -173,7 +175,10 @@ run() {
   log=${log:-$bundle/gpu-check.log}
   local work=$bundle/work
   rm -rf "$work" && mkdir -p "$work"
-  exec > >(tee "$log") 2>&1
+  # Everything from here on goes to the terminal and the log; the end of
+  # run waits for tee, so the log is whole when the script exits.
+  exec 3>&1 4>&2 > >(tee "$log") 2>&1
+  local tee_pid=$!
   local start=$SECONDS results=() failed=0
 
   local t0=$SECONDS
@@ -207,11 +212,32 @@ run() {
       echo "FAIL: $name: libraries not found: $missing"; nfail=$((nfail + 1)); continue
     fi
     mkdir -p "$work/tests/$name"
-    echo "$ $exe $argv"
-    # shellcheck disable=SC2086  # argv is ctest's own word list
-    (cd "$work/tests/$name" && eval timeout 300 "\"$bundle/bin/$exe\"" $argv) \
-        > "$work/tests/$name.out" 2>&1
-    rc=$?
+    if [[ $name == *_ranks_* ]] && [ "$device" = cuda ]; then
+      # Multi-rank NCCL: one process per GPU, launched torchrun-style on two
+      # GPUs; a one-GPU machine cannot run it (said, counted as skipped).
+      local ngpu; ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+      if [ "$ngpu" -lt 2 ]; then
+        echo "  $name: skipped (needs 2 GPUs, this machine has $ngpu)"
+        nskip=$((nskip + 1)); continue
+      fi
+      echo "$ 2 ranks: $exe"
+      local r pids=()
+      for r in 0 1; do
+        (cd "$work/tests/$name" && RANK=$r LOCAL_RANK=$r WORLD_SIZE=2 \
+           MASTER_ADDR=127.0.0.1 MASTER_PORT=29555 timeout 300 "$bundle/bin/$exe") \
+          > "$work/tests/$name.rank$r" 2>&1 &
+        pids+=($!)
+      done
+      rc=0
+      for r in 0 1; do wait "${pids[$r]}" || rc=$?; done
+      cat "$work/tests/$name.rank0" "$work/tests/$name.rank1" > "$work/tests/$name.out"
+    else
+      echo "$ $exe $argv"
+      # shellcheck disable=SC2086  # argv is ctest's own word list
+      (cd "$work/tests/$name" && eval timeout 300 "\"$bundle/bin/$exe\"" $argv) \
+          > "$work/tests/$name.out" 2>&1
+      rc=$?
+    fi
     tail -4 "$work/tests/$name.out" | sed 's/^/  /'
     # A binary that exits 0 with every test skipped did not run (older
     # binaries, or a main without gtest_skip_main.cpp): treated as exit 77.
@@ -273,6 +299,8 @@ run() {
   printf '%s\n' "${results[@]}"
   local verdict=PASS; [ $failed -eq 0 ] || verdict=FAIL
   echo "gpu-check: $verdict on $device in $((SECONDS - start)) s; log $log"
+  exec 1>&3 2>&4 3>&- 4>&-
+  wait "$tee_pid"
   return $failed
 }
 
