@@ -57,7 +57,7 @@ MLA_ARMS=(
 )
 
 pack() {
-  [ $# -ge 2 ] || die "usage: gpu-check.sh pack BUILD_DIR OUT.tar.xz [--no-build] [--seq N] [--tests REGEX] [--xz-level N] [--mla-model M.json]"
+  [ $# -ge 2 ] || die "usage: gpu-check.sh pack BUILD_DIR OUT.tar.xz [--no-build] [--seq N] [--tests REGEX] [--xz-level N] [--mla-model M.json] [--oracle-model M.json]"
   local src; src=$(cd "$(dirname "$0")/../.." && pwd)
   local build out nobuild="" seq_tiny=4096 seq_mla=1024 tests="" level=9
   local mla_model=$src/models/hybrid-mla-mlp.json
@@ -82,6 +82,7 @@ pack() {
   [ -f "$build/CMakeCache.txt" ] || die "'$build' is not a CMake build folder (no CMakeCache.txt)"
   local cuda; cuda=$(sed -n 's/^ACTPLACE_ENABLE_CUDA:[A-Z]*=//p' "$build/CMakeCache.txt")
   echo "pack: $build (ACTPLACE_ENABLE_CUDA=${cuda:-unset})"
+  [ "$cuda" = ON ] || echo "pack: warning: $build is not a CUDA build; its binaries run only with --device host"
 
   # The GPU tests: ctest's own commands, label gpu.
   local tsv; tsv=$(mktemp)
@@ -103,6 +104,8 @@ for t in json.load(sys.stdin)["tests"]:
   [ -x "$compile" ] && [ -x "$import" ] || die "no $compile or $import (build them, or drop --no-build)"
 
   local stage; stage=$(mktemp -d)
+  # shellcheck disable=SC2064  # the folder is known now
+  trap "rm -rf '$stage'" EXIT
   local b=$stage/gpu-check
   mkdir -p "$b/bin" "$b/test/e2e" "$b/tools/scripts" "$b/tools/torchref" "$b/arms"
   cp "$src/tools/scripts/gpu-check.sh" "$b/tools/scripts/"
