@@ -72,8 +72,8 @@ void train::addPlacementPasses(OpPassManager &pm, const PlacementConfig &cfg,
 }
 
 namespace {
-/// train-placement-pipeline's options: the placement options of PlacementOptions.td
-/// (one spelling, PlacementOptions) and the report's.
+/// train-placement-pipeline's options: the placement options of
+/// PlacementOptions.td (one spelling, PlacementOptions) and the report's.
 struct PlacementPipelineOptions
     : PassPipelineOptions<PlacementPipelineOptions> {
   ListOption<std::string> offloadModules{

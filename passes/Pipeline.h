@@ -29,7 +29,11 @@ enum class SideIssue : uint8_t {
   AfterHost, ///< after the kernel it overlaps (the default)
 };
 
-enum class PipelineStage : uint8_t { Autodiff = 0, Placement = 1, Lowering = 2 };
+enum class PipelineStage : uint8_t {
+  Autodiff = 0,
+  Placement = 1,
+  Lowering = 2
+};
 
 /// Everything a compile decides, by stage.
 struct CompileOptions {

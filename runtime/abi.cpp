@@ -77,8 +77,8 @@ const char *labelOf(const char *call, const char *label) {
 
 using Launcher = void (*)(StepRunner &, Stream, const char *, const void *);
 
-template <typename Args, kernels::Status (*Entry)(const kernels::KernelContext &,
-                                                  const Args &)>
+template <typename Args, kernels::Status (*Entry)(
+                             const kernels::KernelContext &, const Args &)>
 void launchCopy(StepRunner &r, Stream stream, const char *label,
                 const void *args) {
   Args a;
@@ -94,7 +94,7 @@ struct KernelInfo {
 };
 
 #define AP_KERNEL_INFO(ID, entry, Args)                                        \
-  {"AP_KERNEL_" #ID, sizeof(kernels::Args),                                   \
+  {"AP_KERNEL_" #ID, sizeof(kernels::Args),                                    \
    &launchCopy<kernels::Args, &kernels::entry>},
 const KernelInfo kKernels[] = {AP_KERNEL_LIST(AP_KERNEL_INFO)};
 #undef AP_KERNEL_INFO
@@ -122,8 +122,8 @@ Program ap::rt::programOfAbi(const ap_program &p) {
          p.abi_version, "; this runtime implements version ", AP_ABI_VERSION,
          ": rebuild it with the actplace-compile of this release");
   if (p.struct_size != sizeof(ap_program))
-    fail("abi: program struct of ", p.struct_size,
-         " bytes; ABI version ", AP_ABI_VERSION, " has ", sizeof(ap_program));
+    fail("abi: program struct of ", p.struct_size, " bytes; ABI version ",
+         AP_ABI_VERSION, " has ", sizeof(ap_program));
   if (!p.step)
     fail("abi: program has no step function");
   checkArray("model_config", p.model_config, p.num_model_config);
@@ -249,14 +249,16 @@ void *ap_scratch(ap_step *step, uint64_t offset) {
   return runner(step).scratch(offset);
 }
 
-void ap_launch(ap_step *step, int32_t stream, const char *label,
-               int32_t kernel, const void *args, uint64_t argsSize) {
+void ap_launch(ap_step *step, int32_t stream, const char *label, int32_t kernel,
+               const void *args, uint64_t argsSize) {
   StepRunner &r = runner(step);
   labelOf("ap_launch", label);
   Stream s = streamOf("ap_launch", stream);
   if (s != Stream::Compute && s != Stream::Side)
-    fail("abi: ap_launch '", label, "': kernels run on the compute or the "
-         "side stream, not ", streamName(s));
+    fail("abi: ap_launch '", label,
+         "': kernels run on the compute or the "
+         "side stream, not ",
+         streamName(s));
   if (kernel < 0 || kernel >= AP_KERNEL_COUNT)
     fail("abi: ap_launch '", label, "': kernel id ", kernel,
          " (this runtime has ", int(AP_KERNEL_COUNT), ")");
@@ -279,25 +281,22 @@ void ap_wait(ap_step *step, int32_t stream, uint32_t event) {
 
 void ap_wait_copy(ap_step *step, const char *label, uint32_t event) {
   StepRunner &r = runner(step);
-  r.waitCopy(labelOf("ap_wait_copy", label),
-             eventOf(r, "ap_wait_copy", event));
+  r.waitCopy(labelOf("ap_wait_copy", label), eventOf(r, "ap_wait_copy", event));
 }
 
 void ap_offload(ap_step *step, uint32_t scope, uint32_t slot, uint64_t offset,
                 uint64_t bytes, uint32_t producer, uint32_t done) {
   StepRunner &r = runner(step);
-  r.engine.offload(scopeOf(r, "ap_offload", scope), slot,
-                   r.dev.at(offset, bytes), bytes,
-                   eventOf(r, "ap_offload", producer),
-                   eventOf(r, "ap_offload", done));
+  r.engine.offload(
+      scopeOf(r, "ap_offload", scope), slot, r.dev.at(offset, bytes), bytes,
+      eventOf(r, "ap_offload", producer), eventOf(r, "ap_offload", done));
 }
 
 void ap_reload(ap_step *step, uint32_t scope, uint32_t slot, uint64_t offset,
                uint64_t bytes, uint32_t d2hDone, uint32_t done) {
   StepRunner &r = runner(step);
-  r.engine.reload(scopeOf(r, "ap_reload", scope), slot,
-                  r.dev.at(offset, bytes), bytes,
-                  eventOf(r, "ap_reload", d2hDone),
+  r.engine.reload(scopeOf(r, "ap_reload", scope), slot, r.dev.at(offset, bytes),
+                  bytes, eventOf(r, "ap_reload", d2hDone),
                   eventOf(r, "ap_reload", done));
 }
 
@@ -328,8 +327,8 @@ void ap_all_reduce(ap_step *step, uint64_t offset, uint64_t bytes,
 void ap_slice(ap_step *step, const char *label, uint64_t x, uint64_t y,
               int64_t outer, int64_t dimX, int64_t first, int64_t len,
               int64_t inner, int64_t elemBytes) {
-  runner(step).slice(labelOf("ap_slice", label), x, y, outer, dimX, first,
-                     len, inner, elemBytes);
+  runner(step).slice(labelOf("ap_slice", label), x, y, outer, dimX, first, len,
+                     inner, elemBytes);
 }
 
 void ap_concat(ap_step *step, const char *label, const uint64_t *xs,
@@ -350,9 +349,8 @@ void ap_expand(ap_step *step, const char *label, uint64_t x, uint64_t y,
                       dtypeOf("ap_expand", dtype));
 }
 
-void ap_expand_grad(ap_step *step, const char *label, uint64_t dy,
-                    uint64_t dx, int64_t outer, int64_t n, int64_t inner,
-                    int32_t dtype) {
+void ap_expand_grad(ap_step *step, const char *label, uint64_t dy, uint64_t dx,
+                    int64_t outer, int64_t n, int64_t inner, int32_t dtype) {
   runner(step).expandGrad(labelOf("ap_expand_grad", label), dy, dx, outer, n,
                           inner, dtypeOf("ap_expand_grad", dtype));
 }
@@ -374,8 +372,8 @@ void ap_gdn_gates_grad(ap_step *step, const char *label, uint64_t a,
                             tokens, heads, dtypeOf("ap_gdn_gates_grad", dtype));
 }
 
-void ap_convert(ap_step *step, const char *label, const void *src,
-                int32_t from, void *dst, int32_t to, int64_t n) {
+void ap_convert(ap_step *step, const char *label, const void *src, int32_t from,
+                void *dst, int32_t to, int64_t n) {
   runner(step).convert(labelOf("ap_convert", label), src,
                        dtypeOf("ap_convert", from), dst,
                        dtypeOf("ap_convert", to), n);

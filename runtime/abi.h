@@ -40,16 +40,30 @@ extern "C" {
 typedef struct ap_step ap_step;
 
 /* Streams of the device (the values of the exec dialect's streams). */
-enum { AP_STREAM_COMPUTE = 0, AP_STREAM_D2H = 1, AP_STREAM_H2D = 2,
-       AP_STREAM_COMM = 3, AP_STREAM_SIDE = 4 };
+enum {
+  AP_STREAM_COMPUTE = 0,
+  AP_STREAM_D2H = 1,
+  AP_STREAM_H2D = 2,
+  AP_STREAM_COMM = 3,
+  AP_STREAM_SIDE = 4
+};
 
 /* Element types (the kernel library's DType values). */
-enum { AP_DTYPE_BF16 = 0, AP_DTYPE_F32 = 1, AP_DTYPE_F64 = 2,
-       AP_DTYPE_I32 = 3 };
+enum {
+  AP_DTYPE_BF16 = 0,
+  AP_DTYPE_F32 = 1,
+  AP_DTYPE_F64 = 2,
+  AP_DTYPE_I32 = 3
+};
 
 /* Parameter initialisers (the runtime's Philox-based InitKind). */
-enum { AP_INIT_ZEROS = 0, AP_INIT_ONES = 1, AP_INIT_NORMAL = 2,
-       AP_INIT_UNIFORM = 3, AP_INIT_LOG_UNIFORM = 4 };
+enum {
+  AP_INIT_ZEROS = 0,
+  AP_INIT_ONES = 1,
+  AP_INIT_NORMAL = 2,
+  AP_INIT_UNIFORM = 3,
+  AP_INIT_LOG_UNIFORM = 4
+};
 
 /* An arena offset that is absent (frozen parameters have no master, grad,
    moments; a program without a state scalar). */
@@ -58,33 +72,33 @@ enum { AP_INIT_ZEROS = 0, AP_INIT_ONES = 1, AP_INIT_NORMAL = 2,
 /* The kernel entries a step launches: X(ID, entry, args struct) with the
    entry and struct of kernels/kernels.h. Ids are positions in this list;
    new kernels go at the end. */
-#define AP_KERNEL_LIST(X)                                                     \
-  X(EMBEDDING_FORWARD, embeddingForward, EmbeddingForwardArgs)                \
-  X(EMBEDDING_BACKWARD, embeddingBackward, EmbeddingBackwardArgs)             \
-  X(RMS_NORM_FORWARD, rmsNormForward, RmsNormForwardArgs)                     \
-  X(RMS_NORM_BACKWARD, rmsNormBackward, RmsNormBackwardArgs)                  \
-  X(LINEAR_FORWARD, linearForward, LinearForwardArgs)                         \
-  X(LINEAR_BACKWARD, linearBackward, LinearBackwardArgs)                      \
-  X(ROPE_FORWARD, ropeForward, RopeArgs)                                      \
-  X(ROPE_BACKWARD, ropeBackward, RopeArgs)                                    \
-  X(SWIGLU_FORWARD, swiGluForward, SwiGluForwardArgs)                         \
-  X(SWIGLU_BACKWARD, swiGluBackward, SwiGluBackwardArgs)                      \
-  X(SIGMOID_GATE_FORWARD, sigmoidGateForward, SigmoidGateForwardArgs)         \
-  X(SIGMOID_GATE_BACKWARD, sigmoidGateBackward, SigmoidGateBackwardArgs)      \
-  X(RESIDUAL_ADD_FORWARD, residualAddForward, ResidualAddArgs)                \
-  X(LM_HEAD_CROSS_ENTROPY_FORWARD, lmHeadCrossEntropyForward,                 \
-    LmHeadCrossEntropyArgs)                                                   \
-  X(LM_HEAD_CROSS_ENTROPY_BACKWARD, lmHeadCrossEntropyBackward,               \
-    LmHeadCrossEntropyArgs)                                                   \
-  X(GDN_CONV_FORWARD, gdnConvForward, GdnConvArgs)                            \
-  X(GDN_CONV_BACKWARD, gdnConvBackward, GdnConvArgs)                          \
-  X(GDN_L2_NORM_FORWARD, gdnL2NormForward, GdnL2NormArgs)                     \
-  X(GDN_L2_NORM_BACKWARD, gdnL2NormBackward, GdnL2NormArgs)                   \
-  X(GDN_CHUNK_FORWARD, gdnChunkForward, GdnChunkArgs)                         \
-  X(GDN_CHUNK_BACKWARD, gdnChunkBackward, GdnChunkArgs)                       \
-  X(GDN_GATED_NORM_FORWARD, gdnGatedNormForward, GdnGatedNormArgs)            \
-  X(GDN_GATED_NORM_BACKWARD, gdnGatedNormBackward, GdnGatedNormArgs)          \
-  X(ATTENTION_FORWARD, attentionForward, AttentionForwardArgs)                \
+#define AP_KERNEL_LIST(X)                                                      \
+  X(EMBEDDING_FORWARD, embeddingForward, EmbeddingForwardArgs)                 \
+  X(EMBEDDING_BACKWARD, embeddingBackward, EmbeddingBackwardArgs)              \
+  X(RMS_NORM_FORWARD, rmsNormForward, RmsNormForwardArgs)                      \
+  X(RMS_NORM_BACKWARD, rmsNormBackward, RmsNormBackwardArgs)                   \
+  X(LINEAR_FORWARD, linearForward, LinearForwardArgs)                          \
+  X(LINEAR_BACKWARD, linearBackward, LinearBackwardArgs)                       \
+  X(ROPE_FORWARD, ropeForward, RopeArgs)                                       \
+  X(ROPE_BACKWARD, ropeBackward, RopeArgs)                                     \
+  X(SWIGLU_FORWARD, swiGluForward, SwiGluForwardArgs)                          \
+  X(SWIGLU_BACKWARD, swiGluBackward, SwiGluBackwardArgs)                       \
+  X(SIGMOID_GATE_FORWARD, sigmoidGateForward, SigmoidGateForwardArgs)          \
+  X(SIGMOID_GATE_BACKWARD, sigmoidGateBackward, SigmoidGateBackwardArgs)       \
+  X(RESIDUAL_ADD_FORWARD, residualAddForward, ResidualAddArgs)                 \
+  X(LM_HEAD_CROSS_ENTROPY_FORWARD, lmHeadCrossEntropyForward,                  \
+    LmHeadCrossEntropyArgs)                                                    \
+  X(LM_HEAD_CROSS_ENTROPY_BACKWARD, lmHeadCrossEntropyBackward,                \
+    LmHeadCrossEntropyArgs)                                                    \
+  X(GDN_CONV_FORWARD, gdnConvForward, GdnConvArgs)                             \
+  X(GDN_CONV_BACKWARD, gdnConvBackward, GdnConvArgs)                           \
+  X(GDN_L2_NORM_FORWARD, gdnL2NormForward, GdnL2NormArgs)                      \
+  X(GDN_L2_NORM_BACKWARD, gdnL2NormBackward, GdnL2NormArgs)                    \
+  X(GDN_CHUNK_FORWARD, gdnChunkForward, GdnChunkArgs)                          \
+  X(GDN_CHUNK_BACKWARD, gdnChunkBackward, GdnChunkArgs)                        \
+  X(GDN_GATED_NORM_FORWARD, gdnGatedNormForward, GdnGatedNormArgs)             \
+  X(GDN_GATED_NORM_BACKWARD, gdnGatedNormBackward, GdnGatedNormArgs)           \
+  X(ATTENTION_FORWARD, attentionForward, AttentionForwardArgs)                 \
   X(ATTENTION_BACKWARD, attentionBackward, AttentionBackwardArgs)
 
 #define AP_KERNEL_ENUM_ENTRY(id, entry, args) AP_KERNEL_##id,
@@ -94,8 +108,8 @@ enum { AP_KERNEL_LIST(AP_KERNEL_ENUM_ENTRY) AP_KERNEL_COUNT };
 /* One parameter, in declaration order (HF names). */
 typedef struct ap_param {
   const char *name;
-  int32_t dtype; /* AP_DTYPE_*: the weight's storage type */
-  int32_t rank;  /* 1..4 */
+  int32_t dtype;    /* AP_DTYPE_*: the weight's storage type */
+  int32_t rank;     /* 1..4 */
   int64_t shape[4]; /* unused dims are 1 */
   int64_t numel;
   int32_t init; /* AP_INIT_* */
@@ -179,8 +193,8 @@ void *ap_scratch(ap_step *step, uint64_t offset);
 /* Launches kernel `kernel` (AP_KERNEL_*) on `stream` (compute or side) with
    a copy of `args` (its kernels/kernels.h struct, `args_size` bytes);
    `label` names it in errors and --op-times. */
-void ap_launch(ap_step *step, int32_t stream, const char *label,
-               int32_t kernel, const void *args, uint64_t args_size);
+void ap_launch(ap_step *step, int32_t stream, const char *label, int32_t kernel,
+               const void *args, uint64_t args_size);
 void ap_record(ap_step *step, uint32_t event, int32_t stream);
 void ap_wait(ap_step *step, int32_t stream, uint32_t event);
 /* The compute stream waits for a reload's H2D event; --op-times records
@@ -188,9 +202,8 @@ void ap_wait(ap_step *step, int32_t stream, uint32_t event);
 void ap_wait_copy(ap_step *step, const char *label, uint32_t event);
 /* D2H of `bytes` at arena `offset` into pinned slot `slot` after
    `producer`; records `done`. */
-void ap_offload(ap_step *step, uint32_t scope, uint32_t slot,
-                uint64_t offset, uint64_t bytes, uint32_t producer,
-                uint32_t done);
+void ap_offload(ap_step *step, uint32_t scope, uint32_t slot, uint64_t offset,
+                uint64_t bytes, uint32_t producer, uint32_t done);
 /* H2D of slot `slot` into arena `offset` after the D2H's `d2h_done`;
    records `done` and frees the slot once the copy is done. */
 void ap_reload(ap_step *step, uint32_t scope, uint32_t slot, uint64_t offset,
@@ -217,9 +230,8 @@ void ap_concat(ap_step *step, const char *label, const uint64_t *xs,
                int64_t inner, int64_t elem_bytes);
 void ap_expand(ap_step *step, const char *label, uint64_t x, uint64_t y,
                int64_t outer, int64_t n, int64_t inner, int32_t dtype);
-void ap_expand_grad(ap_step *step, const char *label, uint64_t dy,
-                    uint64_t dx, int64_t outer, int64_t n, int64_t inner,
-                    int32_t dtype);
+void ap_expand_grad(ap_step *step, const char *label, uint64_t dy, uint64_t dx,
+                    int64_t outer, int64_t n, int64_t inner, int32_t dtype);
 void ap_gdn_gates(ap_step *step, const char *label, uint64_t a, uint64_t b,
                   uint64_t a_log, uint64_t dt_bias, uint64_t g, uint64_t beta,
                   int64_t tokens, int32_t heads, int32_t dtype);
@@ -230,13 +242,13 @@ void ap_gdn_gates_grad(ap_step *step, const char *label, uint64_t a,
                        int32_t heads, int32_t dtype);
 /* Copies n elements between dtypes; src and dst are ap_at / ap_scratch
    addresses. */
-void ap_convert(ap_step *step, const char *label, const void *src,
-                int32_t from, void *dst, int32_t to, int64_t n);
+void ap_convert(ap_step *step, const char *label, const void *src, int32_t from,
+                void *dst, int32_t to, int64_t n);
 
 /*--- Step-level ops -------------------------------------------------------*/
 void ap_finalize_grads(ap_step *step, double max_norm);
-void ap_lr_schedule(ap_step *step, double max_lr, double min_lr,
-                    int64_t warmup, int64_t total);
+void ap_lr_schedule(ap_step *step, double max_lr, double min_lr, int64_t warmup,
+                    int64_t total);
 void ap_adamw_step(ap_step *step, uint32_t param, double beta1, double beta2,
                    double eps, double weight_decay);
 void ap_loss_mean(ap_step *step);

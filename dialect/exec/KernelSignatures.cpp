@@ -150,17 +150,17 @@ unsigned ap::exec::numGradOutputs(DictionaryAttr args) {
   return n;
 }
 
-LogicalResult
-ap::exec::verifyKernelCall(llvm::StringRef callee, size_t numIns,
-                           size_t numOuts, DictionaryAttr args,
-                           llvm::function_ref<void(const llvm::Twine &)> error) {
+LogicalResult ap::exec::verifyKernelCall(
+    llvm::StringRef callee, size_t numIns, size_t numOuts, DictionaryAttr args,
+    llvm::function_ref<void(const llvm::Twine &)> error) {
   const KernelSignature *sig = lookupKernelSignature(callee);
   if (!sig) {
-    error("no kernel implements \"" + callee + "\"; known callees: " +
-          knownKernelCallees());
+    error("no kernel implements \"" + callee +
+          "\"; known callees: " + knownKernelCallees());
     return failure();
   }
-  if (int(numIns) < sig->minIns || (sig->maxIns >= 0 && int(numIns) > sig->maxIns)) {
+  if (int(numIns) < sig->minIns ||
+      (sig->maxIns >= 0 && int(numIns) > sig->maxIns)) {
     error("\"" + callee + "\" takes " + range(sig->minIns, sig->maxIns) +
           " input buffers, got " + llvm::Twine(numIns));
     return failure();

@@ -81,9 +81,9 @@ TEST(AbiProgramTest, RefusesAnotherAbiVersion) {
   a.p.abi_version = AP_ABI_VERSION + 1;
   auto [rc, err] = trainMainOf(a.p);
   EXPECT_EQ(rc, 1);
-  EXPECT_NE(err.find("runtime ABI version " +
-                     std::to_string(AP_ABI_VERSION + 1)),
-            std::string::npos)
+  EXPECT_NE(
+      err.find("runtime ABI version " + std::to_string(AP_ABI_VERSION + 1)),
+      std::string::npos)
       << err;
   EXPECT_NE(err.find("this runtime implements version " +
                      std::to_string(AP_ABI_VERSION)),
@@ -215,8 +215,8 @@ TEST_F(AbiStepTest, LaunchRunsTheKernelItsIdNames) {
   {
     // The runtime copies the args: the caller's storage may change at once.
     ResidualAddArgs copy = a;
-    ap_launch(handle(), AP_STREAM_COMPUTE, "t/add", AP_KERNEL_RESIDUAL_ADD_FORWARD,
-              &copy, sizeof copy);
+    ap_launch(handle(), AP_STREAM_COMPUTE, "t/add",
+              AP_KERNEL_RESIDUAL_ADD_FORWARD, &copy, sizeof copy);
     std::memset(static_cast<void *>(&copy), 0, sizeof copy);
   }
   device->synchronize();
@@ -228,13 +228,13 @@ TEST_F(AbiStepTest, LaunchRunsTheKernelItsIdNames) {
 TEST_F(AbiStepTest, LaunchRefusesUnknownIdsSizesAndStreams) {
   ResidualAddArgs a;
   EXPECT_NE(errorOf([&] {
-              ap_launch(handle(), AP_STREAM_COMPUTE, "t/x", AP_KERNEL_COUNT,
-                        &a, sizeof a);
+              ap_launch(handle(), AP_STREAM_COMPUTE, "t/x", AP_KERNEL_COUNT, &a,
+                        sizeof a);
             }).find("'t/x': kernel id " + std::to_string(AP_KERNEL_COUNT)),
             std::string::npos);
   std::string err = errorOf([&] {
-    ap_launch(handle(), AP_STREAM_COMPUTE, "t/x", AP_KERNEL_LINEAR_FORWARD,
-              &a, sizeof a);
+    ap_launch(handle(), AP_STREAM_COMPUTE, "t/x", AP_KERNEL_LINEAR_FORWARD, &a,
+              sizeof a);
   });
   EXPECT_NE(err.find("AP_KERNEL_LINEAR_FORWARD takes " +
                      std::to_string(sizeof(LinearForwardArgs)) +
@@ -247,37 +247,42 @@ TEST_F(AbiStepTest, LaunchRefusesUnknownIdsSizesAndStreams) {
   });
   EXPECT_NE(err.find("not d2h"), std::string::npos) << err;
   err = errorOf([&] {
-    ap_launch(handle(), 9, "t/x", AP_KERNEL_RESIDUAL_ADD_FORWARD, &a,
-              sizeof a);
+    ap_launch(handle(), 9, "t/x", AP_KERNEL_RESIDUAL_ADD_FORWARD, &a, sizeof a);
   });
-  EXPECT_NE(err.find("stream 9 is not an AP_STREAM_* value"),
-            std::string::npos)
+  EXPECT_NE(err.find("stream 9 is not an AP_STREAM_* value"), std::string::npos)
       << err;
 }
 
 TEST_F(AbiStepTest, IndicesOutsideTheProgramAreErrors) {
-  EXPECT_NE(errorOf([&] { ap_record(handle(), 2, AP_STREAM_COMPUTE); })
-                .find("ap_record: event 2 of a program with 2 events"),
+  EXPECT_NE(errorOf([&] {
+              ap_record(handle(), 2, AP_STREAM_COMPUTE);
+            }).find("ap_record: event 2 of a program with 2 events"),
             std::string::npos);
-  EXPECT_NE(errorOf([&] { ap_wait(handle(), AP_STREAM_COMPUTE, 7); })
-                .find("ap_wait: event 7"),
+  EXPECT_NE(errorOf([&] {
+              ap_wait(handle(), AP_STREAM_COMPUTE, 7);
+            }).find("ap_wait: event 7"),
             std::string::npos);
-  EXPECT_NE(errorOf([&] { ap_offload(handle(), 1, 0, 0, 64, 0, 1); })
-                .find("ap_offload: scope 1 of a program with 1 offload scopes"),
+  EXPECT_NE(errorOf([&] {
+              ap_offload(handle(), 1, 0, 0, 64, 0, 1);
+            }).find("ap_offload: scope 1 of a program with 1 offload scopes"),
             std::string::npos);
-  EXPECT_NE(errorOf([&] { ap_begin_microbatch(handle(), 1); })
-                .find("ap_begin_microbatch 1 of a program with 1"),
+  EXPECT_NE(errorOf([&] {
+              ap_begin_microbatch(handle(), 1);
+            }).find("ap_begin_microbatch 1 of a program with 1"),
             std::string::npos);
-  EXPECT_NE(errorOf([&] { ap_adamw_step(handle(), 0, 0.9, 0.95, 1e-8, 0); })
-                .find("ap_adamw_step: parameter 0 of 0"),
+  EXPECT_NE(errorOf([&] {
+              ap_adamw_step(handle(), 0, 0.9, 0.95, 1e-8, 0);
+            }).find("ap_adamw_step: parameter 0 of 0"),
             std::string::npos);
-  EXPECT_NE(errorOf([&] { ap_all_reduce(handle(), 0, 4, 17); })
-                .find("dtype 17 is not an AP_DTYPE_* value"),
+  EXPECT_NE(errorOf([&] {
+              ap_all_reduce(handle(), 0, 4, 17);
+            }).find("dtype 17 is not an AP_DTYPE_* value"),
             std::string::npos);
   // An offset past the arena: the device's range check, through the ABI.
   EXPECT_FALSE(errorOf([&] { ap_at(handle(), 1ull << 40); }).empty());
-  EXPECT_NE(errorOf([&] { ap_launch(nullptr, 0, "t", 0, nullptr, 0); })
-                .find("null step handle"),
+  EXPECT_NE(errorOf([&] {
+              ap_launch(nullptr, 0, "t", 0, nullptr, 0);
+            }).find("null step handle"),
             std::string::npos);
 }
 
