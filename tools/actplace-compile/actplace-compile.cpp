@@ -46,6 +46,7 @@
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Parser/Parser.h"
 #include "mlir/Pass/PassManager.h"
+#include "mlir/Support/Timing.h"
 #include "mlir/Pass/PassRegistry.h"
 #include "mlir/Support/FileUtilities.h"
 #include "llvm/ADT/StringExtras.h"
@@ -211,6 +212,12 @@ static cl::opt<ap::SideIssue> sideIssue(
                clEnumValN(ap::SideIssue::WithRun, "with-run",
                           "where its run sits, right before it")),
     cl::cat(category));
+static cl::opt<bool> timing(
+    "timing",
+    cl::desc("Print where the compile's time goes on stderr, in MLIR's "
+             "pass-timing style: import, each pass of each stage, the "
+             "placement search, emission and the host C++ build"),
+    cl::init(false), cl::cat(category));
 static cl::opt<bool> keepSource("keep-source",
                                 cl::desc("Keep BINARY.cpp after a good build"),
                                 cl::init(false), cl::cat(category));
@@ -335,6 +342,12 @@ int main(int argc, char **argv) {
         return mlir::success();
       });
 
+  // --timing: one tree of timers, printed on stderr when the compile ends.
+  mlir::DefaultTimingManager timingManager;
+  timingManager.setEnabled(timing);
+  mlir::TimingScope rootTimer = timingManager.getRootScope();
+  mlir::TimingScope importTimer = rootTimer.nest("import");
+
   mlir::OwningOpRef<mlir::ModuleOp> module;
   if (llvm::StringRef(input).ends_with(".json")) {
     auto cfg = ap::import::loadModelConfig(input);
@@ -400,10 +413,15 @@ int main(int argc, char **argv) {
 
   // Three stages so the memory timeline can see the step before placement
   // and the placed step while it is still in the train dialect.
+  importTimer.stop();
   auto runStages = [&](const ap::CompileOptions &o, ap::PipelineStage first,
                        ap::PipelineStage last) -> mlir::LogicalResult {
+    static const char *const kStageNames[] = {"autodiff", "placement",
+                                              "lowering"};
+    mlir::TimingScope stageTimer = rootTimer.nest(kStageNames[int(first)]);
     mlir::PassManager pm(&ctx);
     ap::buildPipeline(pm, o, first, last);
+    pm.enableTiming(stageTimer);
     if (failed(pm.run(*module))) {
       fail("the compiler pipeline failed (diagnostics above)");
       return mlir::failure();
@@ -450,6 +468,7 @@ int main(int argc, char **argv) {
     ap::train::PlacementGoal target = *goal;
     int64_t unplacedArena = -1;
     ap::train::PlacementChoice best;
+    mlir::TimingScope searchTimer = rootTimer.nest("placement search");
     for (int attempt = 1;; ++attempt) {
       int moves = 0, start = -1;
       auto result = ap::train::searchPlacement(
@@ -627,6 +646,7 @@ int main(int argc, char **argv) {
   std::string cppPath = output + ".cpp";
   ap::codegen::EmittedPlan plan;
   {
+    mlir::TimingScope emitTimer = rootTimer.nest("emission (C++)");
     std::error_code ec;
     llvm::raw_fd_ostream os(cppPath, ec);
     if (ec)
@@ -680,7 +700,9 @@ int main(int argc, char **argv) {
                     cxxFlags + " " + shellQuote(cppPath) + " -o " +
                     shellQuote(output) + " " + toolchain.linkItems + " > " +
                     shellQuote(logPath) + " 2>&1";
+  mlir::TimingScope buildTimer = rootTimer.nest("host C++ build");
   int rc = std::system(cmd.c_str());
+  buildTimer.stop();
   if (rc != 0) {
     auto log = llvm::MemoryBuffer::getFile(logPath);
     llvm::errs() << "actplace-compile: error: the generated step did not "
