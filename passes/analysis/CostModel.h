@@ -55,21 +55,21 @@ struct DeviceProfile {
   /// simulation charges each op for the bytes its run overlaps. On the H200
   /// an H2D costs the GDN chunk backward a quarter of what it costs a
   /// model-shape GEMM per byte, and a D2H costs either almost nothing
-  /// (bench/notes/runtime.md, 2026-12-02).
+  /// (bench/notes/runtime.md).
   std::map<std::string, double> h2dSlowdown, d2hSlowdown;
   /// Multiplies h2dSlowdown / d2hSlowdown in a step that runs recompute on
   /// the side stream (any op marked train.side_stream). Copies there land
   /// beside the side GEMMs as well as the kernel they overlap, and on the
   /// H200 one-stream placements fit the per-kernel rates x 2 while
-  /// side-stream placements with offload fit x 3.5 (bench/notes/training.md,
-  /// runs 16-17). 1: the same rates either way.
+  /// side-stream placements with offload fit x 3.5 (bench/notes/training.md).
+  /// 1: the same rates either way.
   double sideStreamCopyScale = 1.0;
   /// Calibration: how long offloaded bytes stay reserved after a D2H is
   /// issued, as a multiple of the predicted issue-to-end time, minus 1. A D2H
   /// that ends later than predicted while the next writer of its region is
   /// already due stalls compute; on the H200 the tight holds (0) of placements
   /// made under a calibrated profile cost 6-7 ms per step, and 0.3 none
-  /// (bench/notes/training.md, run 5). 0: held exactly as predicted.
+  /// (bench/notes/training.md). 0: held exactly as predicted.
   double copyHoldSlack = 0.0;
   /// Per op name ("train.gated_delta_rule"): measured over rate-based time
   /// of that op alone (from the kernel benchmarks); replaces computeScale
@@ -87,11 +87,10 @@ struct DeviceProfile {
   /// at +0.14 ms: capacity about 0.45 (runtime_offload_bench overlap,
   /// bench/notes/runtime.md). In the training step the side stream hid
   /// about half as much: two placements measured as capacity 0.20 and 0.23
-  /// would predict (bench/notes/training.md, run 13). Since side work is
-  /// enqueued after its host and held until the host's first, SM-filling
-  /// launch (exec-defer-side-issue, the default since 49ef39e), the 60 %
-  /// placement measured what 0.27 predicts in two calls (run 16, profile
-  /// h200-side-2a6abaf: 0.266); the default is that.
+  /// would predict. With side work enqueued after its host and held until
+  /// the host's first, SM-filling launch (exec-defer-side-issue, the
+  /// default), the 60 % placement measured what 0.27 predicts; the default
+  /// is that (bench/notes/training.md has the runs).
   std::map<std::string, double> sideCapacity = {
       {"train.gated_delta_rule_grad", 0.27}};
   /// The share of the SMs, in percent (1 to 100), that side-stream GEMMs
@@ -101,8 +100,8 @@ struct DeviceProfile {
   /// exec.step's exec.side_sm_percent, the emitter ap_program's
   /// side_sm_percent) so the runtime runs what the model assumed. On the
   /// H200 with Qwen3.5-0.8B, 60, 80 and 99 of 132 SMs measured alike, 110
-  /// SMs or no target two to three times the cost (bench/notes/training.md,
-  /// run 14); every side capacity above was fitted at 75 (99 SMs).
+  /// SMs or no target two to three times the cost (bench/notes/training.md);
+  /// every side capacity above was fitted at 75 (99 SMs).
   int64_t sideSmPercent = 75;
 
   /// Whether copies slow the ops beside them (h2dSlowdown / d2hSlowdown)

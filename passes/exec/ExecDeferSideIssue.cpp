@@ -13,8 +13,8 @@
 // The target is the host train-recompute-stream chose (the compute kernel
 // marked `train.side_host`), past the compute kernels before it (the norms
 // that feed later runs): issued after one of those, a run's GEMMs started
-// while they ran and held most SMs (d41's --op-timeline: the norm recompute
-// at 18 us instead of 8). Side runs met on the way join the run, in order.
+// while they ran and held most SMs (measured with --op-timeline: the norm
+// recompute took twice as long; bench/notes/training.md). Side runs met on the way join the run, in order.
 // Without a host ahead, or when something orders against the run before
 // it, the run moves past the next compute kernel alone, as before.
 //

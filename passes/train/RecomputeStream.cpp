@@ -134,9 +134,9 @@ struct TrainRecomputeStreamPass
       // the compute stream, where a memory-bound kernel costs its few
       // microseconds. On the side stream such kernels would take SM slots
       // next to the host's CTAs (they ask for no SM target). A choice of
-      // least interference, not a measured gain: run 13 measured the 60 %
-      // placement at +2.80 % this way and +2.75..+3.29 % with the norms on
-      // the side stream (bench/notes/training.md).
+      // least interference, not a measured gain: the 60 % placement
+      // measured the same step time within noise either way
+      // (bench/notes/training.md).
       OpBuilder b(module.getContext());
       anchor->setAttr(kSideHostAttrName, b.getUnitAttr());
       llvm::SmallPtrSet<Operation *, 8> onSide;

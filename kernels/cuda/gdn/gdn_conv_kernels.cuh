@@ -218,8 +218,8 @@ convWindowFwdKernel(long N, int T, int Cc, const bf *__restrict__ x,
 }
 
 /// Tokens whose x and dy loads the windowed backward issues before it uses
-/// the first of them. With one token at a time (the kernel before 2026-12-02)
-/// every token waited a full memory round trip: the whole grid is one wave of
+/// the first of them. With one token at a time every token would wait a full
+/// memory round trip: the whole grid is one wave of
 /// threads that each walk 131 tokens, so that chain was the kernel's time
 /// (144 us at the Qwen shape; bench/notes/gdn.md, "The conv backward's loads").
 constexpr int kConvBwdAhead = 4;
