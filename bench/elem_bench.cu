@@ -283,8 +283,8 @@ void benchConv() {
   for (GdnConvKernels k :
        {GdnConvKernels::PerElement, GdnConvKernels::Fastest}) {
     kernels = k;
-    std::string path = k == GdnConvKernels::Fastest ? "[windowed]"
-                                                    : "[per-element]";
+    std::string path =
+        k == GdnConvKernels::Fastest ? "[windowed]" : "[per-element]";
     report("short_conv" + path, shape, fb,
            timeCalls(sets, [&](int i) { KS(gdnConvForward(gCtx, args(i))); }));
     report("short_conv_grad" + path, shape, bb,

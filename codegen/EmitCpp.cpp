@@ -511,8 +511,7 @@ LogicalResult Emitter::run(EmittedPlan *plan) {
         << "const ap_config_entry kModelConfig[] = {\n";
     for (NamedAttribute field : fields) {
       os_ << "    {" << cppString(field.getName()) << ", "
-          << cppString(cast<StringAttr>(field.getValue()).getValue())
-          << "},\n";
+          << cppString(cast<StringAttr>(field.getValue()).getValue()) << "},\n";
       ++numConfig;
     }
     os_ << "};\n";
@@ -569,9 +568,8 @@ LogicalResult Emitter::run(EmittedPlan *plan) {
         << ", {";
     for (int64_t i = 0; i < 4; ++i)
       os_ << (i ? ", " : "") << (i < t.getRank() ? t.getDimSize(i) : 1);
-    os_ << "}, " << numel(t) << ", " << kind << ", "
-        << (p.getFrozen() ? 1 : 0) << ", "
-        << num(p, init.getA().convertToDouble(), "init.a") << ", "
+    os_ << "}, " << numel(t) << ", " << kind << ", " << (p.getFrozen() ? 1 : 0)
+        << ", " << num(p, init.getA().convertToDouble(), "init.a") << ", "
         << num(p, init.getB().convertToDouble(), "init.b") << ", "
         << offStr(pit->second, "weight") << ", "
         << offStr(pit->second, "master") << ", "
@@ -658,8 +656,7 @@ LogicalResult Emitter::run(EmittedPlan *plan) {
     os_ << "  p.scopes = kScopes;\n  p.num_scopes = " << scopes_.size()
         << ";\n";
   if (!params.empty())
-    os_ << "  p.params = kParams;\n  p.num_params = " << params.size()
-        << ";\n";
+    os_ << "  p.params = kParams;\n  p.num_params = " << params.size() << ";\n";
   const char *stateNames[] = {"loss_sum", "token_count", "grad_norm", "lr",
                               "loss"};
   for (int i = 0; i < 5; ++i) {
@@ -752,8 +749,8 @@ LogicalResult Emitter::emitOp(Operation *op, int indent) {
     if (failed(offsetOf(op->getOperand(0), op, o)))
       return failure();
     auto name = cast<StringAttr>(*attrOf(op, "name"));
-    line(indent) << "ap_load_input(r, " << cppString(name.getValue()) << ", " << o
-                 << "ull, " << numel(tensorOf(op->getOperand(0))) * 4
+    line(indent) << "ap_load_input(r, " << cppString(name.getValue()) << ", "
+                 << o << "ull, " << numel(tensorOf(op->getOperand(0))) * 4
                  << "ull);\n";
     return success();
   }
@@ -774,9 +771,8 @@ LogicalResult Emitter::emitOp(Operation *op, int indent) {
           "to order it after its producer (run exec-schedule-streams)");
     line(indent) << "ap_offload(r, " << scopeIndex_[copyScope_[op]] << ", "
                  << slot << ", " << o << "ull, " << numel(t) * elemBytes(t)
-                 << "ull, " << producer << ", "
-                 << eventIndex(op->getOperand(2)) << "); // "
-                 << cppString(copyScope_[op]) << "\n";
+                 << "ull, " << producer << ", " << eventIndex(op->getOperand(2))
+                 << "); // " << cppString(copyScope_[op]) << "\n";
     return success();
   }
   if (isa<exec::H2DOp>(op)) {
@@ -859,8 +855,8 @@ LogicalResult Emitter::emitKernel(Operation *op, int indent) {
       op->emitError("emit-cpp: kernel entry '")
           << entry << "' is not in the runtime ABI's AP_KERNEL_LIST";
     }
-    line(indent + 2) << "ap_launch(r, " << launchStream << ", " << label
-                     << ", " << id << ", &a, sizeof a);\n";
+    line(indent + 2) << "ap_launch(r, " << launchStream << ", " << label << ", "
+                     << id << ", &a, sizeof a);\n";
   };
   auto close = [&](const char *entry) {
     launchLine(entry);
@@ -1095,9 +1091,9 @@ LogicalResult Emitter::emitKernel(Operation *op, int indent) {
     for (size_t i = 0; i < ins.size(); ++i)
       os_ << (i ? ", " : "") << T(ins[i]).getDimSize(d);
     os_ << "};\n";
-    line(indent + 2) << "ap_concat(r, " << label << ", xs, dims, "
-                     << ins.size() << ", " << off_[outs[0]] << "ull, " << outer
-                     << ", " << inner << ", " << elemBytes(y) << ");\n";
+    line(indent + 2) << "ap_concat(r, " << label << ", xs, dims, " << ins.size()
+                     << ", " << off_[outs[0]] << "ull, " << outer << ", "
+                     << inner << ", " << elemBytes(y) << ");\n";
     line(indent) << "}\n";
     return success();
   }
@@ -1152,12 +1148,12 @@ LogicalResult Emitter::emitKernel(Operation *op, int indent) {
   if (callee == "train.gdn_gates") {
     if (failed(expectCounts(4, 2)))
       return failure();
-    line(indent) << "ap_gdn_gates(r, " << label << ", " << off_[ins[0]] << "ull, "
-                 << off_[ins[1]] << "ull, " << off_[ins[2]] << "ull, "
-                 << off_[ins[3]] << "ull, " << off_[outs[0]] << "ull, "
-                 << off_[outs[1]] << "ull, " << nel(ins[0]) / dim(ins[0], -1)
-                 << ", " << dim(ins[0], -1) << ", " << abiDtype(dt(ins[0]))
-                 << ");\n";
+    line(indent) << "ap_gdn_gates(r, " << label << ", " << off_[ins[0]]
+                 << "ull, " << off_[ins[1]] << "ull, " << off_[ins[2]]
+                 << "ull, " << off_[ins[3]] << "ull, " << off_[outs[0]]
+                 << "ull, " << off_[outs[1]] << "ull, "
+                 << nel(ins[0]) / dim(ins[0], -1) << ", " << dim(ins[0], -1)
+                 << ", " << abiDtype(dt(ins[0])) << ");\n";
     return success();
   }
   if (callee == "train.gdn_gates_grad") {
@@ -1192,8 +1188,8 @@ LogicalResult Emitter::emitKernel(Operation *op, int indent) {
     line(indent) << "{\n";
     std::string betaPtr = ptr(beta);
     if (betaStored) {
-      line(indent + 2) << "ap_convert(r, " << label << ", " << ptr(beta)
-                       << ", " << abiDtype(dt(beta)) << ", ap_scratch(r, 256), "
+      line(indent + 2) << "ap_convert(r, " << label << ", " << ptr(beta) << ", "
+                       << abiDtype(dt(beta)) << ", ap_scratch(r, 256), "
                        << abiDtype(acc) << ", " << nBeta << ");\n";
       betaPtr = "ap_scratch(r, 256)";
     }
@@ -1445,8 +1441,8 @@ LogicalResult Emitter::emitKernel(Operation *op, int indent) {
     return success();
   }
   if (callee == "train.lr_schedule") {
-    line(indent) << "ap_lr_schedule(r, " << arg(op, args, "max_lr", 3e-4) << ", "
-                 << arg(op, args, "min_lr", 0) << ", "
+    line(indent) << "ap_lr_schedule(r, " << arg(op, args, "max_lr", 3e-4)
+                 << ", " << arg(op, args, "min_lr", 0) << ", "
                  << intArg(args, "warmup_steps", 0) << ", "
                  << intArg(args, "total_steps", 1) << ");\n";
     return success();

@@ -18,10 +18,10 @@
 
 #include "FuzzCommon.h"
 
-#include "passes/Passes.h"
-#include "passes/analysis/CostModel.h"
 #include "import/GraphBuilder.h"
 #include "import/ModelConfig.h"
+#include "passes/Passes.h"
+#include "passes/analysis/CostModel.h"
 
 #include "mlir/IR/BuiltinOps.h"
 #include "llvm/Support/FileSystem.h"

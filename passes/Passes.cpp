@@ -3,7 +3,6 @@
 #include "passes/Passes.h"
 #include "passes/Pipeline.h"
 
-
 namespace ap {
 #define GEN_PASS_REGISTRATION
 #include "passes/train/TrainPasses.h.inc"

@@ -138,11 +138,9 @@ LogicalResult KernelOp::verify() {
   // What the kernel takes (dialect/exec/KernelSignatures.cpp). A test
   // kernel is opaque: exec pass tests schedule it, no emitter lowers it.
   if (!testKernel &&
-      failed(verifyKernelCall(getCallee(), getInputs().size(),
-                              getOutputs().size(), getArgs(),
-                              [&](const llvm::Twine &msg) {
-                                emitOpError() << msg;
-                              })))
+      failed(verifyKernelCall(
+          getCallee(), getInputs().size(), getOutputs().size(), getArgs(),
+          [&](const llvm::Twine &msg) { emitOpError() << msg; })))
     return failure();
   return verifyAtMost(*this, "workspace", getWorkspace(), ap::kMaxTensorBytes,
                       "the most one kernel's scratch may take");

@@ -14,9 +14,10 @@
 // marked `train.side_host`), past the compute kernels before it (the norms
 // that feed later runs): issued after one of those, a run's GEMMs started
 // while they ran and held most SMs (measured with --op-timeline: the norm
-// recompute took twice as long; bench/notes/training.md). Side runs met on the way join the run, in order.
-// Without a host ahead, or when something orders against the run before
-// it, the run moves past the next compute kernel alone, as before.
+// recompute took twice as long; bench/notes/training.md). Side runs met on the
+// way join the run, in order. Without a host ahead, or when something orders
+// against the run before it, the run moves past the next compute kernel alone,
+// as before.
 //
 // Only the host (CPU) issue order changes. Ops are moved past an op only
 // when it does not order against them: no wait for an event they record,

@@ -80,8 +80,10 @@ public:
     AP_MPI_CHECK(MPI_Comm_size(comm_, &size_));
     if (segmentBytes != 0) {
       if (segmentBytes < 64 || segmentBytes > kDefaultSegmentBytes)
-        fail("mpi: segment of ", segmentBytes, " bytes (CommOptions::"
-             "mpiSegmentBytes) must be in [64, ", kDefaultSegmentBytes, "]");
+        fail("mpi: segment of ", segmentBytes,
+             " bytes (CommOptions::"
+             "mpiSegmentBytes) must be in [64, ",
+             kDefaultSegmentBytes, "]");
       segmentBytes_ = segmentBytes;
     }
   }

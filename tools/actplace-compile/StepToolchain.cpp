@@ -54,8 +54,8 @@ StepToolchain locateStepToolchain() {
       nullptr, reinterpret_cast<void *>(&locateStepToolchain));
   llvm::SmallString<256> real;
   if (!exe.empty() && !llvm::sys::fs::real_path(exe, real)) {
-    llvm::SmallString<256> prefix = llvm::sys::path::parent_path(
-        llvm::sys::path::parent_path(real.str()));
+    llvm::SmallString<256> prefix =
+        llvm::sys::path::parent_path(llvm::sys::path::parent_path(real.str()));
     llvm::SmallString<256> include(prefix), abi;
     llvm::sys::path::append(include, "include", "actplace");
     abi = include;

@@ -28,15 +28,15 @@
 #include "codegen/EmitCpp.h"
 #include "dialect/exec/ExecDialect.h"
 #include "dialect/train/TrainDialect.h"
-#include "passes/Passes.h"
-#include "passes/analysis/CostModel.h"
-#include "passes/analysis/MemoryTimeline.h"
-#include "passes/render/MemoryTimelineSvg.h"
-#include "passes/Pipeline.h"
-#include "passes/analysis/PlacementSearch.h"
-#include "support/ToolVersion.h"
 #include "import/GraphBuilder.h"
 #include "import/ModelConfig.h"
+#include "passes/Passes.h"
+#include "passes/Pipeline.h"
+#include "passes/analysis/CostModel.h"
+#include "passes/analysis/MemoryTimeline.h"
+#include "passes/analysis/PlacementSearch.h"
+#include "passes/render/MemoryTimelineSvg.h"
+#include "support/ToolVersion.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -46,9 +46,9 @@
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Parser/Parser.h"
 #include "mlir/Pass/PassManager.h"
-#include "mlir/Support/Timing.h"
 #include "mlir/Pass/PassRegistry.h"
 #include "mlir/Support/FileUtilities.h"
+#include "mlir/Support/Timing.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
@@ -212,12 +212,12 @@ static cl::opt<ap::SideIssue> sideIssue(
                clEnumValN(ap::SideIssue::WithRun, "with-run",
                           "where its run sits, right before it")),
     cl::cat(category));
-static cl::opt<bool> timing(
-    "timing",
-    cl::desc("Print where the compile's time goes on stderr, in MLIR's "
-             "pass-timing style: import, each pass of each stage, the "
-             "placement search, emission and the host C++ build"),
-    cl::init(false), cl::cat(category));
+static cl::opt<bool>
+    timing("timing",
+           cl::desc("Print where the compile's time goes on stderr, in MLIR's "
+                    "pass-timing style: import, each pass of each stage, the "
+                    "placement search, emission and the host C++ build"),
+           cl::init(false), cl::cat(category));
 static cl::opt<bool> keepSource("keep-source",
                                 cl::desc("Keep BINARY.cpp after a good build"),
                                 cl::init(false), cl::cat(category));
@@ -582,8 +582,7 @@ int main(int argc, char **argv) {
         {"max-inflight", maxInflight},
         {"prefetch-depth", prefetchDepth},
         {"hide-rule",
-         given(hideRule,
-               hideRule == ap::train::HideRule::On ? "on" : "off")},
+         given(hideRule, hideRule == ap::train::HideRule::On ? "on" : "off")},
         {"fuse-recompute", fuseRecompute ? "" : "false"},
         {"recompute-stream",
          given(recomputeStream,
@@ -696,10 +695,9 @@ int main(int argc, char **argv) {
   ap::tools::StepToolchain toolchain = ap::tools::locateStepToolchain();
   std::string cmd = std::string(ACTPLACE_CXX) + " -std=c++17 -O2 -I" +
                     shellQuote(toolchain.includeRoot) + " " +
-                    ACTPLACE_EXTRA_FLAGS + " " +
-                    cxxFlags + " " + shellQuote(cppPath) + " -o " +
-                    shellQuote(output) + " " + toolchain.linkItems + " > " +
-                    shellQuote(logPath) + " 2>&1";
+                    ACTPLACE_EXTRA_FLAGS + " " + cxxFlags + " " +
+                    shellQuote(cppPath) + " -o " + shellQuote(output) + " " +
+                    toolchain.linkItems + " > " + shellQuote(logPath) + " 2>&1";
   mlir::TimingScope buildTimer = rootTimer.nest("host C++ build");
   int rc = std::system(cmd.c_str());
   buildTimer.stop();

@@ -1379,8 +1379,8 @@ __global__ void __launch_bounds__(256, 1) attnBwdKVSm90Kernel(Params p) {
     if (kv >= T)
       continue;
     storeDkDvRow<DQK, DV>(p, b, h, hk, kv, hf, t4, 0, 0,
-                          reinterpret_cast<const float(&)[DQK / 8][4]>(dk),
-                          reinterpret_cast<const float(&)[DV / 8][4]>(dv));
+                          reinterpret_cast<const float (&)[DQK / 8][4]>(dk),
+                          reinterpret_cast<const float (&)[DV / 8][4]>(dv));
   }
 #endif
 }
@@ -1685,9 +1685,9 @@ Status attentionForward(const KernelContext &ctx,
   p.v = static_cast<const __nv_bfloat16 *>(a.v);
   p.oOut = static_cast<__nv_bfloat16 *>(a.o);
   p.lse = static_cast<float *>(a.lse);
-  return dispatchDims(a.shape,
-                      FwdLauncher{static_cast<cudaStream_t>(ctx.stream), p,
-                                  a.kernels});
+  return dispatchDims(
+      a.shape,
+      FwdLauncher{static_cast<cudaStream_t>(ctx.stream), p, a.kernels});
 }
 
 Status attentionBackwardWithAlgo(const KernelContext &ctx,

@@ -399,8 +399,7 @@ LogicalResult Lowering::run() {
   // A step with side-stream kernels runs their GEMMs on the SM share the
   // cost model's side capacity was measured under: one value, from the
   // profile.
-  bool sideKernels = step
-                         .walk([](ex::KernelOp k) {
+  bool sideKernels = step.walk([](ex::KernelOp k) {
                            return k.getStream() == ex::Stream::Side
                                       ? WalkResult::interrupt()
                                       : WalkResult::advance();
@@ -445,8 +444,7 @@ struct ConvertTrainToExecPass
                             "share of the SMs; 0 for the profile's)";
       return signalPassFailure();
     }
-    if (failed(
-            Lowering(module, func, gemmWorkspaceBytes, *cost, share).run()))
+    if (failed(Lowering(module, func, gemmWorkspaceBytes, *cost, share).run()))
       signalPassFailure();
   }
 };

@@ -559,9 +559,9 @@ TEST_F(GdnCuda, ConvForwardBackward) {
 template <typename F> void forEachConvPath(GdnConvArgs &a, F &&body) {
   for (GdnConvKernels k :
        {GdnConvKernels::PerElement, GdnConvKernels::Fastest}) {
-    SCOPED_TRACE(::testing::Message()
-                 << (k == GdnConvKernels::PerElement ? "per-element"
-                                                     : "windowed"));
+    SCOPED_TRACE(
+        ::testing::Message()
+        << (k == GdnConvKernels::PerElement ? "per-element" : "windowed"));
     a.kernels = k;
     body();
   }

@@ -116,9 +116,9 @@ TEST(Cli, HelpListsEveryFlag) {
   TrainFlags f = parse({"--steps", "3", "--help", "--bogus"});
   EXPECT_TRUE(f.help);
   for (const char *flag :
-       {"--steps N", "--device auto|cuda|host", "--seed N", "--lr X", "--data SRC",
-        "--metrics PATH", "--fingerprints", "--save DIR", "--save-every N",
-        "--resume DIR", "--help"})
+       {"--steps N", "--device auto|cuda|host", "--seed N", "--lr X",
+        "--data SRC", "--metrics PATH", "--fingerprints", "--save DIR",
+        "--save-every N", "--resume DIR", "--help"})
     EXPECT_NE(f.usage.find(flag), std::string::npos) << flag << "\n" << f.usage;
   EXPECT_EQ(f.usage.rfind("usage: ./train [flags]", 0), 0u);
 }
