@@ -1,13 +1,15 @@
 // RUN: actplace-translate --emit-cpp %s | FileCheck %s
 
 // Numbers reach the generated C++ exactly (%.17g round-trips a double), and
-// a float kernel argument is always a float literal: an integral value gets
-// its ".0" ("1f" would not compile).
+// a float kernel argument is always a float literal of the float the
+// kernel gets (%.9g round-trips a float, so the C++ and the LLVM path hand
+// the kernel the same bits): an integral value gets its ".0" ("1f" would
+// not compile).
 
 // CHECK:      GdnL2NormArgs a;
 // CHECK:      a.eps = 1.0f;
 // CHECK:      GdnL2NormArgs a;
-// CHECK:      a.eps = 9.9999999999999995e-07f;
+// CHECK:      a.eps = 9.99999997e-07f;
 // CHECK:      ap_finalize_grads(r, 0.10000000000000001);
 
 module {

@@ -72,24 +72,32 @@ def main():
           f"moved actplace-compile --version: rc {r.returncode}, output {r.stdout!r}")
 
     base = [compile_tool, a.model, "--seq", "64", "--micro-batches", "2"]
-    # A failing step build prints its command: which headers and archives.
+    # A failing link prints its command: which archives. The readable C++
+    # (--emit=cpp) prints how to build it: which headers and archives.
     r = run(base + ["-o", os.path.join(a.work, "probe"),
-                    "--cxx-flags=--actplace-install-probe-no-such-flag"],
+                    "--link-flags=-l:actplace-install-probe-no-such-archive.a"],
             cwd=a.work)
     out = r.stdout + r.stderr
-    check(r.returncode != 0, "the probe build with an unknown compiler flag succeeded")
+    check(r.returncode != 0, "the probe link with a missing archive succeeded")
     command = out[out.find("command:"):] if "command:" in out else ""
-    check(command != "", f"no build command printed:\n{out}")
+    check(command != "", f"no link command printed:\n{out}")
     command = command.splitlines()[1] if command.count("\n") >= 1 else command
-    check(f"-I'{moved}/include/actplace'" in command,
-          f"the step build does not take headers from the moved tree: {command}")
-    check(f"'{moved}/lib/libactplace_runtime.a'" in command,
-          f"the step build does not link the moved tree's runtime: {command}")
-    # The work folder may lie inside the build folder: leave its paths out.
-    rest = command.replace(os.path.realpath(a.work), "<work>").replace(a.work, "<work>")
-    for other in (os.path.realpath(a.build), os.path.realpath(a.source)):
-        check(re.search(re.escape(other) + r"(/|'|\s|$)", rest) is None,
-              f"the step build still uses {other}: {command}")
+    r = run(base + ["-o", os.path.join(a.work, "probe.cpp"), "--emit=cpp"],
+            cwd=a.work)
+    build = [l for l in r.stdout.splitlines() if l.startswith("build it with: ")]
+    check(r.returncode == 0 and len(build) == 1,
+          f"--emit=cpp printed no build command:\n{r.stdout}{r.stderr}")
+    build = build[0] if build else ""
+    check(f"-I'{moved}/include/actplace'" in build,
+          f"the C++ build does not take headers from the moved tree: {build}")
+    for text in (command, build):
+        check(f"'{moved}/lib/libactplace_runtime.a'" in text,
+              f"the step does not link the moved tree's runtime: {text}")
+        # The work folder may lie inside the build folder: leave its paths out.
+        rest = text.replace(os.path.realpath(a.work), "<work>").replace(a.work, "<work>")
+        for other in (os.path.realpath(a.build), os.path.realpath(a.source)):
+            check(re.search(re.escape(other) + r"(/|'|\s|$)", rest) is None,
+                  f"the step still uses {other}: {text}")
 
     binary = os.path.join(a.work, "train-tiny")
     r = run(base + ["-o", binary], cwd=a.work)

@@ -28,7 +28,10 @@
 #     the bits of the default fused op, whose binary has one LM head
 #     launch per microbatch where the unfused one has two;
 #   - recompute on the side stream (--recompute-stream=side) gives the
-#     same bits, and its binary launches kernels on the side stream.
+#     same bits, and its binary launches kernels on the side stream;
+#   - binaries are built through the LLVM dialect; five placements built
+#     from their readable C++ (--emit=cpp, the printed build command) give
+#     the same bits as the LLVM-built ones.
 #
 #===------------------------------------------------------------------------===#
 import argparse
@@ -76,6 +79,9 @@ VARIANTS = {
         "--hide-rule=off", "--keep-source"],
 }
 WITH_OFFLOAD = ("offload", "fraction", "both")
+# Placements also built from their readable C++ (--emit=cpp), compared
+# with the LLVM-built binaries bit for bit.
+CPP_PATH = ("none", "offload", "recompute", "both", "recompute-side")
 OFFLOADED_LEAVES = ("gdn_core_attn", "core_attn", "attn_proj")
 
 
@@ -170,6 +176,46 @@ def main():
                           m["fingerprints"]))
         print("golden: %d placements x %d steps equal %s" %
               (len(VARIANTS), STEPS, os.path.basename(args.golden)))
+
+    # Binaries are built through the LLVM dialect; the readable C++ of the
+    # same step (--emit=cpp), built with the command actplace-compile
+    # prints, trains to the same bits.
+    for name in CPP_PATH:
+        source = os.path.join(args.work, "cpp-" + name + ".cpp")
+        binary = os.path.join(args.work, "cpp-" + name)
+        cmd = ([args.compile, args.model, "-o", source, "--emit=cpp"] +
+               COMMON + VARIANTS[name])
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        build = [l[len("build it with: "):] for l in r.stdout.splitlines()
+                 if l.startswith("build it with: ")]
+        if r.returncode != 0 or len(build) != 1 or " -o BINARY " not in build[0]:
+            fail("--emit=cpp for %s: rc %d, no build command:\n%s%s" %
+                 (name, r.returncode, r.stdout, r.stderr))
+        build = build[0].replace(" -o BINARY ", " -o '%s' " % binary)
+        r = subprocess.run(build, shell=True, capture_output=True, text=True)
+        if r.returncode != 0:
+            fail("the printed build of %s failed:\n%s\n%s%s" %
+                 (name, build, r.stdout, r.stderr))
+        metrics = os.path.join(args.work, "cpp-" + name + ".jsonl")
+        if os.path.exists(metrics):
+            os.remove(metrics)
+        r = subprocess.run([binary, "--steps", str(STEPS), "--device", "host",
+                            "--fingerprints", "--metrics", metrics],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            fail("C++-built %s exited with %d: %s" %
+                 (name, r.returncode, r.stderr))
+        with open(metrics) as f:
+            lines = [json.loads(l) for l in f if l.strip()]
+        if len(lines) != STEPS:
+            fail("C++-built %s wrote %d metrics lines" % (name, len(lines)))
+        for a, b in zip(runs[name], lines):
+            if a["fingerprints"] != b["fingerprints"] or a["loss"] != b["loss"]:
+                fail("step %d of '%s': the LLVM-built binary and the one built"
+                     " from its C++ differ:\n  llvm %s\n  c++  %s" %
+                     (a["step"], name, a["fingerprints"], b["fingerprints"]))
+    print("LLVM path = C++ path: %d placements x %d steps" %
+          (len(CPP_PATH), STEPS))
 
     # The fused binary rebuilds each SwiGLU and each mlp_norm in its
     # backward launch: one SwiGLU forward launch per MLP layer where the

@@ -4,12 +4,14 @@
 //
 // Runs the whole chain in one process: import (for a JSON config),
 // train-autodiff, train-placement-pipeline (with the report), the lowering
-// to exec, exec-plan-memory, exec-schedule-streams and the C++ emitter; then
-// compiles the generated step with the host C++ compiler and links the
-// prebuilt runtime and kernel archives (fixed at configure time). Prints the
-// placement report's totals and the planned peak. A build error in the
-// generated code is a bug: the compiler output is shown and the generated
-// file is kept (BINARY.cpp) for inspection.
+// to exec, exec-plan-memory, exec-schedule-streams and the lowering of the
+// step to the LLVM dialect (codegen/EmitLLVM.h); LLVM's target machine
+// compiles that to an object in process, and the host compiler driver links
+// it with the prebuilt runtime and kernel archives (found as
+// StepToolchain.h says): no C++ is compiled. Prints the placement report's
+// totals and the planned peak. A link error is a bug: the command and its
+// output are shown and the object is kept. --emit=cpp|mlir|object writes
+// the readable C++, the LLVM-dialect module or the object instead.
 //
 // --activation-cut F, --memory-budget B or --step-budget F replaces the
 // module lists: the placement search (PlacementSearch.h, the same as the
@@ -26,6 +28,7 @@
 #include "StepToolchain.h"
 
 #include "codegen/EmitCpp.h"
+#include "codegen/EmitLLVM.h"
 #include "dialect/exec/ExecDialect.h"
 #include "dialect/train/TrainDialect.h"
 #include "import/GraphBuilder.h"
@@ -137,9 +140,30 @@ static cl::opt<int64_t> gemmWorkspace(
              "in a CUDA build, 0 otherwise)"),
     cl::init(ACTPLACE_GEMM_WORKSPACE_BYTES), cl::cat(category));
 static cl::opt<std::string>
-    cxxFlags("cxx-flags",
-             cl::desc("Extra flags for the host C++ compiler (e.g. -g)"),
-             cl::init(""), cl::cat(category));
+    linkFlags("link-flags",
+              cl::desc("Extra flags for linking the binary (e.g. -g, -L...)"),
+              cl::init(""), cl::cat(category));
+enum class Emit { Binary, Object, Mlir, Cpp };
+static cl::opt<Emit> emit(
+    "emit", cl::init(Emit::Binary),
+    cl::desc("What -o receives (every form runs the same calls)"),
+    cl::values(clEnumValN(Emit::Binary, "binary",
+                          "the training binary: the step lowered to the LLVM "
+                          "dialect, compiled in process to an object and "
+                          "linked with the runtime (default)"),
+               clEnumValN(Emit::Object, "object",
+                          "the step's object file, not linked"),
+               clEnumValN(Emit::Mlir, "mlir",
+                          "the final LLVM-dialect module"),
+               clEnumValN(Emit::Cpp, "cpp",
+                          "the step as readable C++ (for reading a "
+                          "placement; prints how to build it)")),
+    cl::cat(category));
+static cl::opt<int> codegenOpt(
+    "codegen-opt", cl::init(0),
+    cl::desc("LLVM code generation level of the step, 0-3 (the step is "
+             "straight-line runtime calls: 0 builds fastest)"),
+    cl::cat(category));
 static cl::opt<std::string>
     profile("profile",
             cl::desc("JSON device profile for the cost model (placement, "
@@ -216,11 +240,15 @@ static cl::opt<bool>
     timing("timing",
            cl::desc("Print where the compile's time goes on stderr, in MLIR's "
                     "pass-timing style: import, each pass of each stage, the "
-                    "placement search, emission and the host C++ build"),
+                    "placement search, lowering to the LLVM dialect, LLVM "
+                    "code generation and the link"),
            cl::init(false), cl::cat(category));
-static cl::opt<bool> keepSource("keep-source",
-                                cl::desc("Keep BINARY.cpp after a good build"),
-                                cl::init(false), cl::cat(category));
+static cl::opt<bool>
+    keepSource("keep-source",
+               cl::desc("Also write the step as readable C++ beside the "
+                        "binary (BINARY.cpp); the binary is still built "
+                        "through LLVM"),
+               cl::init(false), cl::cat(category));
 
 static int fail(const llvm::Twine &msg) {
   llvm::errs() << "actplace-compile: error: " << msg << "\n";
@@ -642,15 +670,24 @@ int main(int argc, char **argv) {
         llvm::outs() << l << "\n";
   }
 
-  std::string cppPath = output + ".cpp";
+  // The readable C++ (--emit=cpp, --keep-source) is printed from the
+  // planned exec module, before the LLVM lowering replaces it.
   ap::codegen::EmittedPlan plan;
-  {
-    mlir::TimingScope emitTimer = rootTimer.nest("emission (C++)");
+  std::string cppPath = emit == Emit::Cpp ? std::string(output)
+                        : keepSource      ? output + ".cpp"
+                                          : std::string();
+  if (!cppPath.empty()) {
+    mlir::TimingScope emitTimer = rootTimer.nest("readable C++");
     std::error_code ec;
     llvm::raw_fd_ostream os(cppPath, ec);
     if (ec)
       return fail("cannot write " + cppPath + ": " + ec.message());
     if (failed(ap::codegen::emitCpp(*module, os, &plan)))
+      return fail("code generation failed (diagnostics above)");
+  }
+  {
+    mlir::TimingScope lowerTimer = rootTimer.nest("lowering to LLVM dialect");
+    if (failed(ap::codegen::lowerStepToLLVM(*module, &plan)))
       return fail("code generation failed (diagnostics above)");
   }
   llvm::outs() << "planned peak: arena " << plan.arenaBytes
@@ -689,31 +726,60 @@ int main(int argc, char **argv) {
                  << unplacedPeak << ")\n";
   }
 
-  std::string logPath = output + ".build.log";
-  // Headers and archives next to this executable when it runs from an
-  // install tree, else the build tree it was built in.
   ap::tools::StepToolchain toolchain = ap::tools::locateStepToolchain();
-  std::string cmd = std::string(ACTPLACE_CXX) + " -std=c++17 -O2 -I" +
-                    shellQuote(toolchain.includeRoot) + " " +
-                    ACTPLACE_EXTRA_FLAGS + " " + cxxFlags + " " +
-                    shellQuote(cppPath) + " -o " + shellQuote(output) + " " +
-                    toolchain.linkItems + " > " + shellQuote(logPath) + " 2>&1";
-  mlir::TimingScope buildTimer = rootTimer.nest("host C++ build");
+  if (emit == Emit::Cpp) {
+    // Not built here: binaries come from the LLVM path. How to build it by
+    // hand (the same headers and archives that path links).
+    llvm::outs() << "wrote " << output << "\nbuild it with: "
+                 << ACTPLACE_CXX << " -std=c++17 -O2 -I"
+                 << shellQuote(toolchain.includeRoot) << " "
+                 << ACTPLACE_EXTRA_FLAGS << " " << shellQuote(output)
+                 << " -o BINARY " << toolchain.linkItems << "\n";
+    return 0;
+  }
+  if (emit == Emit::Mlir) {
+    std::error_code ec;
+    llvm::raw_fd_ostream os(output, ec);
+    if (ec)
+      return fail("cannot write " + output + ": " + ec.message());
+    module->print(os);
+    llvm::outs() << "wrote " << output << "\n";
+    return 0;
+  }
+  std::string objPath = emit == Emit::Object ? std::string(output)
+                                             : output + ".o";
+  {
+    mlir::TimingScope llvmTimer = rootTimer.nest("LLVM (object file)");
+    std::string error;
+    if (!ap::codegen::emitObjectFile(*module, objPath, codegenOpt, error))
+      return fail(error);
+  }
+  if (emit == Emit::Object) {
+    llvm::outs() << "wrote " << output << "\n";
+    return 0;
+  }
+
+  // The link: the host compiler driver as linker only (crt files, the C++
+  // runtime the archives need); nothing is compiled.
+  std::string logPath = output + ".link.log";
+  std::string cmd = std::string(ACTPLACE_CXX) + " " + shellQuote(objPath) +
+                    " -o " + shellQuote(output) + " " + toolchain.linkItems +
+                    " " + linkFlags + " > " + shellQuote(logPath) + " 2>&1";
+  mlir::TimingScope linkTimer = rootTimer.nest("link");
   int rc = std::system(cmd.c_str());
-  buildTimer.stop();
+  linkTimer.stop();
   if (rc != 0) {
     auto log = llvm::MemoryBuffer::getFile(logPath);
-    llvm::errs() << "actplace-compile: error: the generated step did not "
-                    "build (a compiler bug); command:\n  "
+    llvm::errs() << "actplace-compile: error: the step did not link; "
+                    "command:\n  "
                  << cmd << "\n";
     if (log)
       llvm::errs() << (*log)->getBuffer();
-    llvm::errs() << "generated source kept at " << cppPath << "\n";
+    llvm::errs() << "object kept at " << objPath << "\n";
     return 1;
   }
   llvm::sys::fs::remove(logPath);
-  if (!keepSource)
-    llvm::sys::fs::remove(cppPath);
+  llvm::sys::fs::remove(objPath);
   llvm::outs() << "wrote " << output << "\n";
   return 0;
 }

@@ -1,0 +1,1477 @@
+//===- StepWalk.cpp - exec.step -> runtime calls and program tables -------===//
+//
+// One pass over the step in program order (program order is enqueue order,
+// docs/exec-dialect.md): host-side ops (buffers, views, events, pool
+// acquire/release) become nothing at run time (their offsets and indices are
+// folded into the calls); everything else becomes a call of the runtime's C
+// ABI (runtime/abi.h): stream ops become ap_record / ap_wait / ap_offload /
+// ap_reload, kernel calls an ap_launch of their AP_KERNEL_LIST id with the
+// args struct filled from the buffer types and the op's `args`, and the ops
+// without a kernel entry of their own (slice, concat, expand, the GDN gates,
+// the step-level scalar ops) their ap_* call. The program description is a
+// ProgramDesc. A StepSink writes both down (StepSink.h).
+//
+//===----------------------------------------------------------------------===//
+#include "codegen/StepSink.h"
+
+#include "dialect/exec/ExecDialect.h"
+#include "dialect/exec/ExecOps.h"
+#include "dialect/exec/KernelSignatures.h"
+#include "dialect/train/TrainDialect.h"
+#include "dialect/train/TrainOps.h"
+
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/Diagnostics.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/StringMap.h"
+#include "llvm/Support/Format.h"
+
+#include <cmath>
+#include <limits>
+#include <map>
+#include <new>
+#include <string>
+#include <vector>
+
+using namespace mlir;
+using namespace ap::kernels;
+
+namespace ap::codegen {
+
+std::string cppString(StringRef s) {
+  // Everything that reaches generated source from the model (its name,
+  // parameter and scope names, op names) goes through here, as data and
+  // never as code: printable ASCII stays as it is except `\`, `"` and `?`
+  // (escaped, so no `??/` trigraph can form); every other byte (newlines,
+  // control characters, the bytes of non-ASCII UTF-8) becomes a three-digit
+  // octal escape, which, unlike `\x`, cannot run into a following digit. The
+  // literal holds the same bytes as `s`, and no line of it ends in a
+  // backslash, so it is also safe in a `//` comment (no line splice). No
+  // identifier is ever made from a name.
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    if (c == '\\' || c == '"' || c == '?') {
+      out += '\\';
+      out += char(c);
+    } else if (c >= 0x20 && c < 0x7f) {
+      out += char(c);
+    } else {
+      out += '\\';
+      out += char('0' + (c >> 6));
+      out += char('0' + ((c >> 3) & 7));
+      out += char('0' + (c & 7));
+    }
+  }
+  out += '"';
+  return out;
+}
+
+namespace {
+
+std::optional<Attribute> attrOf(Operation *op, StringRef name) {
+  if (auto a = op->getInherentAttr(name))
+    if (*a)
+      return a;
+  if (Attribute a = op->getAttr(name))
+    return a;
+  return std::nullopt;
+}
+
+int64_t intAttr(Operation *op, StringRef name, int64_t dflt = -1) {
+  if (auto a = attrOf(op, name))
+    if (auto i = dyn_cast<IntegerAttr>(*a))
+      return i.getInt();
+  return dflt;
+}
+
+/// The tensor type a buffer / host slot value carries.
+RankedTensorType tensorOf(Value v) {
+  Type t = v.getType();
+  if (auto b = dyn_cast<exec::BufferType>(t))
+    return b.getTensor();
+  if (auto h = dyn_cast<exec::HostSlotType>(t))
+    return h.getTensor();
+  return {};
+}
+
+int64_t numel(RankedTensorType t) {
+  int64_t n = 1;
+  for (int64_t d : t.getShape())
+    n *= d;
+  return n;
+}
+
+int64_t elemBytes(RankedTensorType t) {
+  return (t.getElementType().getIntOrFloatBitWidth() + 7) / 8;
+}
+
+/// The kernel library's DType of an element type (the ABI's AP_DTYPE_* have
+/// the same values).
+std::optional<DType> dtypeOf(Type e) {
+  if (e.isBF16())
+    return DType::BF16;
+  if (e.isF32())
+    return DType::F32;
+  if (e.isF64())
+    return DType::F64;
+  if (e.isInteger(32))
+    return DType::I32;
+  return std::nullopt;
+}
+
+const char *dtypeSuffix(DType d) {
+  switch (d) {
+  case DType::BF16:
+    return "BF16";
+  case DType::F32:
+    return "F32";
+  case DType::F64:
+    return "F64";
+  case DType::I32:
+    return "I32";
+  }
+  return "BF16";
+}
+
+/// A DType as a call argument (AP_DTYPE_*).
+CallArg abiDtype(DType d) {
+  return CallArg::i32(int32_t(d), std::string("AP_DTYPE_") + dtypeSuffix(d));
+}
+
+/// The AP_KERNEL_* id of a kernel entry of kernels/kernels.h, from the
+/// runtime ABI's own list (runtime/abi.h), so that the compiler and the
+/// runtime cannot disagree on ids; -1 for an entry the ABI lacks.
+std::pair<int32_t, StringRef> kernelId(StringRef entry) {
+#define AP_KERNEL_ENTRY_NAME(ID, fn, Args)                                     \
+  {#fn, "AP_KERNEL_" #ID, AP_KERNEL_##ID},
+  static const struct {
+    StringRef fn, name;
+    int32_t id;
+  } kIds[] = {AP_KERNEL_LIST(AP_KERNEL_ENTRY_NAME)};
+#undef AP_KERNEL_ENTRY_NAME
+  for (const auto &k : kIds)
+    if (k.fn == entry)
+      return {k.id, k.name};
+  return {-1, {}};
+}
+
+/// `v` printed exactly (%.17g round-trips a double).
+std::string fmtDouble(double v) {
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  os << llvm::format("%.17g", v);
+  return s;
+}
+
+/// `v` as a C++ float literal that reads back as `v` (%.9g round-trips a
+/// float; "1f" is not a literal, "1.0f" is).
+std::string fmtFloat(float v) {
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  os << llvm::format("%.9g", double(v));
+  if (s.find_first_of(".e") == std::string::npos)
+    s += ".0";
+  return s + "f";
+}
+
+double dblArg(DictionaryAttr args, StringRef name, double dflt) {
+  if (!args)
+    return dflt;
+  if (auto f = args.getAs<FloatAttr>(name))
+    return f.getValueAsDouble();
+  if (auto i = args.getAs<IntegerAttr>(name))
+    return double(i.getInt());
+  return dflt;
+}
+
+int64_t intArg(DictionaryAttr args, StringRef name, int64_t dflt) {
+  if (!args)
+    return dflt;
+  if (auto i = args.getAs<IntegerAttr>(name))
+    return i.getInt();
+  return dflt;
+}
+
+/// "L<layer>.<leaf>" (model-level scopes have no layer: "<leaf>").
+std::string scopeName(DictionaryAttr args) {
+  if (!args)
+    return "";
+  auto s = args.getAs<train::ScopeAttr>("scope");
+  if (!s)
+    return "";
+  if (s.getLayer() < 0)
+    return s.getModule().str();
+  return "L" + std::to_string(s.getLayer()) + "." + s.getModule().str();
+}
+
+/// The C++ cast a typed pointer field needs from ap_at's `void *`.
+template <typename P> std::string ptrCast() {
+  using T = std::remove_cv_t<std::remove_pointer_t<P>>;
+  if constexpr (std::is_void_v<T>)
+    return "";
+  else if constexpr (std::is_same_v<T, int32_t>)
+    return std::is_const_v<std::remove_pointer_t<P>> ? "const int32_t *"
+                                                     : "int32_t *";
+  else
+    static_assert(std::is_void_v<T>, "add the field's pointer type here");
+}
+
+/// A kernels/kernels.h args struct filled in the compiler: default
+/// constructed over zeroed bytes (padding stays zero), each set recorded.
+template <typename A> class ArgsOf {
+public:
+  explicit ArgsOf(const char *type) {
+    std::memset(storage_, 0, sizeof storage_);
+    a = new (storage_) A();
+    out.type = type;
+    out.align = alignof(A);
+  }
+  /// A scalar field (integer, enum, bool, float, double).
+  template <typename F, typename V>
+  void val(F &field, const std::string &name, V v) {
+    field = static_cast<F>(v);
+    std::string text;
+    if constexpr (std::is_same_v<F, bool>)
+      text = field ? "true" : "false";
+    else if constexpr (std::is_same_v<F, DType>)
+      text = std::string("DType::") + dtypeSuffix(field);
+    else if constexpr (std::is_same_v<F, float>)
+      text = fmtFloat(field);
+    else if constexpr (std::is_same_v<F, double>) {
+      text = fmtDouble(field);
+      if (text.find_first_of(".en") == std::string::npos)
+        text += ".0"; // reads as a double (1.0, not 1)
+    } else
+      text = std::to_string(field);
+    out.fields.push_back({name, text, offsetOf(&field)});
+  }
+  /// A pointer field: resolved at run time from `addr`.
+  template <typename P> void ptr(P &field, const std::string &name, Addr addr) {
+    static_assert(std::is_pointer_v<P>, "ptr() sets pointer fields");
+    KernelArgs::Field f{name, "", offsetOf(&field), true, addr, ptrCast<P>()};
+    out.fields.push_back(std::move(f));
+  }
+  /// The filled struct.
+  const KernelArgs &done() {
+    out.bytes.assign(storage_, storage_ + sizeof(A));
+    return out;
+  }
+
+  A *a;
+
+private:
+  uint64_t offsetOf(const void *field) const {
+    return uint64_t(static_cast<const unsigned char *>(field) - storage_);
+  }
+  alignas(A) unsigned char storage_[sizeof(A)];
+  KernelArgs out;
+};
+
+#define SETV(field, value) A.val(A.a->field, #field, value)
+#define SETP(field, value) A.ptr(A.a->field, #field, value)
+
+/// First kernel (in block order) that reads `v` or a view of it.
+Operation *firstKernelReader(Value v) {
+  Operation *best = nullptr;
+  SmallVector<Value> work{v};
+  while (!work.empty()) {
+    Value cur = work.pop_back_val();
+    for (Operation *u : cur.getUsers()) {
+      if (isa<exec::ViewOp>(u)) {
+        work.push_back(u->getResult(0));
+        continue;
+      }
+      if (!isa<exec::KernelOp>(u))
+        continue;
+      if (!best ||
+          (u->getBlock() == best->getBlock() && u->isBeforeInBlock(best)))
+        best = u;
+    }
+  }
+  return best;
+}
+
+class Walker {
+public:
+  Walker(ModuleOp module, StepSink &sink, StringRef tool)
+      : module_(module), sink_(sink), tool_(tool.str()) {}
+
+  LogicalResult run(EmittedPlan *plan);
+
+private:
+  LogicalResult collect(Operation *step);
+  LogicalResult walkBlock(Block &block);
+  LogicalResult walkOp(Operation *op);
+  LogicalResult walkKernel(Operation *op);
+  LogicalResult offsetOf(Value v, Operation *user, uint64_t &out);
+  std::string pfx() const { return tool_ + ": "; }
+  Addr at(Value v) { return {Addr::Arena, off_[v]}; }
+  CallArg off(Value v) { return CallArg::u64(off_[v]); }
+  static CallArg stream(Operation *op) {
+    switch (intAttr(op, "stream", 0)) {
+    case 1:
+      return CallArg::i32(AP_STREAM_D2H, "AP_STREAM_D2H");
+    case 2:
+      return CallArg::i32(AP_STREAM_H2D, "AP_STREAM_H2D");
+    case 3:
+      return CallArg::i32(AP_STREAM_COMM, "AP_STREAM_COMM");
+    case 4:
+      return CallArg::i32(AP_STREAM_SIDE, "AP_STREAM_SIDE");
+    default:
+      return CallArg::i32(AP_STREAM_COMPUTE, "AP_STREAM_COMPUTE");
+    }
+  }
+  unsigned eventIndex(Value e) {
+    auto it = events_.find(e);
+    if (it != events_.end())
+      return it->second;
+    unsigned i = numEvents_++;
+    events_[e] = i;
+    return i;
+  }
+  /// `v`, attribute `attr` of `op`, checked for the kernel argument it
+  /// becomes (a float one with `f32`): a value the argument cannot carry
+  /// (not finite; with `f32`, beyond float's range, or a nonzero that float
+  /// rounds to zero) is recorded in numError_, and the caller fails once
+  /// the op is walked.
+  double num(Operation *op, double v, StringRef attr, bool f32 = false);
+  /// num() of the kernel argument `name` (`dflt` when absent).
+  double arg(Operation *op, DictionaryAttr args, StringRef name, double dflt,
+             bool f32 = false) {
+    return num(op, dblArg(args, name, dflt), name, f32);
+  }
+  /// The first number num() refused, as a diagnostic on its op.
+  LogicalResult numbersOk() {
+    if (!numOp_)
+      return success();
+    return numOp_->emitError(pfx()) << numError_;
+  }
+
+  ModuleOp module_;
+  StepSink &sink_;
+  std::string tool_;
+  llvm::DenseMap<Value, uint64_t> off_;    ///< arena offset of every buffer
+  llvm::DenseMap<Value, unsigned> events_; ///< event value -> index
+  unsigned numEvents_ = 0;
+  llvm::DenseMap<Value, unsigned> slotOf_;    ///< pool_acquire value -> slot
+  llvm::DenseMap<Value, Value> slotD2HEvent_; ///< slot value -> d2h event
+  llvm::DenseMap<Operation *, std::string> copyScope_;
+  std::vector<std::string> scopes_;
+  std::map<std::string, unsigned> scopeIndex_;
+  int lastD2HWait_ = -1; ///< event last waited for on the d2h stream
+  uint64_t maxGateElems_ = 0;
+  bool sideKernels_ = false; ///< some exec.kernel runs on the side stream
+  /// An op named a kernel entry missing from the runtime ABI (reported).
+  bool abiError_ = false;
+  /// some side op was issued after its host (exec-defer-side-issue)
+  bool sideAfterHost_ = false;
+  std::map<std::string, std::map<std::string, uint64_t>> persistent_;
+  llvm::StringMap<unsigned> paramIndex_;
+  std::map<unsigned, std::pair<uint64_t, uint64_t>> slotSpec_;
+  Operation *numOp_ = nullptr; ///< op of the first number num() refused
+  std::string numError_;
+};
+
+double Walker::num(Operation *op, double v, StringRef attr, bool f32) {
+  std::string why;
+  if (!std::isfinite(v))
+    why = "is not finite";
+  else if (f32 && std::fabs(v) > double(std::numeric_limits<float>::max()))
+    why = "is beyond the range of float (the kernel argument is a float)";
+  else if (f32 && v != 0 && float(v) == 0)
+    why = "rounds to 0 as a float (the kernel argument is a float)";
+  if (why.empty())
+    return v;
+  if (!numOp_) {
+    numOp_ = op;
+    numError_ = "attribute '" + attr.str() + "' of '" +
+                op->getName().getStringRef().str() + "'";
+    if (auto k = dyn_cast<exec::KernelOp>(op))
+      numError_ += " (" + k.getCallee().str() + ")";
+    numError_ += " = " + fmtDouble(v) + " " + why;
+  }
+  return 0;
+}
+
+LogicalResult Walker::offsetOf(Value v, Operation *user, uint64_t &out) {
+  auto it = off_.find(v);
+  if (it == off_.end())
+    return user->emitError(pfx() + "operand has no planned arena offset "
+                                   "(run exec-plan-memory first)");
+  out = it->second;
+  return success();
+}
+
+LogicalResult Walker::collect(Operation *step) {
+  WalkResult r = step->walk([&](Operation *op) -> WalkResult {
+    if (auto b = dyn_cast<exec::BufferOp>(op)) {
+      int64_t o = intAttr(op, "offset");
+      if (o < 0)
+        return op->emitError(pfx() + "exec.buffer without a planned offset "
+                                     "(run exec-plan-memory first)"),
+               WalkResult::interrupt();
+      off_[b->getResult(0)] = uint64_t(o);
+    } else if (auto p = dyn_cast<exec::PersistentOp>(op)) {
+      int64_t o = intAttr(op, "offset");
+      if (o < 0)
+        return op->emitError(pfx() + "exec.persistent without a planned "
+                                     "offset (run exec-plan-memory first)"),
+               WalkResult::interrupt();
+      off_[p->getResult(0)] = uint64_t(o);
+      persistent_[p.getName().str()]
+                 [exec::stringifyBufferRole(p.getRole()).str()] = uint64_t(o);
+    } else if (auto v = dyn_cast<exec::ViewOp>(op)) {
+      auto it = off_.find(op->getOperand(0));
+      if (it == off_.end())
+        return op->emitError(pfx() + "view of an unplanned buffer"),
+               WalkResult::interrupt();
+      off_[v->getResult(0)] = it->second;
+    } else if (isa<exec::PoolAcquireOp>(op)) {
+      unsigned s = unsigned(intAttr(op, "slot"));
+      slotOf_[op->getResult(0)] = s;
+      slotSpec_[s] = {uint64_t(intAttr(op, "offset")),
+                      uint64_t(intAttr(op, "bytes"))};
+    } else if (auto d = dyn_cast<exec::D2HOp>(op)) {
+      slotD2HEvent_[op->getOperand(1)] = op->getOperand(2);
+      // The scope is the backward op that consumes the reloaded value.
+      Value slot = op->getOperand(1);
+      Operation *reader = nullptr;
+      for (Operation *u : slot.getUsers())
+        if (isa<exec::H2DOp>(u))
+          reader = firstKernelReader(u->getOperand(1));
+      if (!reader)
+        return op->emitError(pfx() + "offloaded value is never reloaded and "
+                                     "read by a kernel; cannot name its scope"),
+               WalkResult::interrupt();
+      std::string name = scopeName(cast<exec::KernelOp>(reader).getArgs());
+      if (name.empty())
+        return op->emitError(pfx() + "the reader of an offloaded value has "
+                                     "no scope"),
+               WalkResult::interrupt();
+      if (!scopeIndex_.count(name)) {
+        scopeIndex_[name] = unsigned(scopes_.size());
+        scopes_.push_back(name);
+      }
+      copyScope_[op] = name;
+      for (Operation *u : slot.getUsers())
+        if (isa<exec::H2DOp>(u))
+          copyScope_[u] = name;
+    } else if (auto k = dyn_cast<exec::KernelOp>(op)) {
+      StringRef c = k.getCallee();
+      sideKernels_ |= k.getStream() == exec::Stream::Side;
+      sideAfterHost_ |= k->hasAttr("exec.issued_after_host");
+      if (c == "train.gdn_gates" || c == "train.gated_delta_rule" ||
+          c == "train.gated_delta_rule_grad" || c == "train.gdn_gates_grad") {
+        RankedTensorType t = tensorOf(op->getOperand(0));
+        uint64_t n = uint64_t(numel(t));
+        if (c.starts_with(
+                "train.gated_delta_rule")) // q [B,T,Hk,dk]; gates from v
+          n = uint64_t(numel(tensorOf(k.getInputs()[3])));
+        maxGateElems_ = std::max(maxGateElems_, n);
+      }
+    }
+    return WalkResult::advance();
+  });
+  return failure(r.wasInterrupted());
+}
+
+LogicalResult Walker::run(EmittedPlan *plan) {
+  Operation *step = nullptr;
+  SmallVector<train::ParamOp> params;
+  for (Operation &op : module_.getBody()->getOperations()) {
+    if (isa<exec::StepOp>(op)) {
+      if (step)
+        return op.emitError(pfx() + "more than one exec.step");
+      step = &op;
+    } else if (auto p = dyn_cast<train::ParamOp>(op)) {
+      params.push_back(p);
+    }
+  }
+  if (!step)
+    return module_.emitError(pfx() + "no exec.step in the module (run "
+                                     "convert-train-to-exec first)");
+  if (failed(collect(step)))
+    return failure();
+  for (train::ParamOp p : params)
+    paramIndex_[p.getSymName()] = paramIndex_.size();
+
+  auto stepAttr = [&](StringRef n) { return intAttr(step, n, 0); };
+  ProgramDesc d;
+  d.arenaBytes = uint64_t(stepAttr("arena_bytes"));
+  if (d.arenaBytes == 0)
+    return step->emitError(pfx() + "exec.step has no arena_bytes (run "
+                                   "exec-plan-memory first)");
+  // Driver scratch: 256 bytes of scalars, then two Acc staging arrays for
+  // the GDN gates (beta in, dbeta out), 8 bytes an element at most.
+  uint64_t stage = (maxGateElems_ * 8 + 255) / 256 * 256;
+  d.scratchBytes = 256 + 2 * stage;
+
+  // The microbatch input shape comes from load_input "tokens".
+  d.batch = 1;
+  d.seq = 1;
+  d.microBatches = stepAttr("micro_batches");
+  step->walk([&](exec::LoadInputOp l) {
+    RankedTensorType t = tensorOf(l->getOperand(0));
+    if (t && t.getRank() == 2) {
+      d.batch = t.getDimSize(0);
+      d.seq = t.getDimSize(1);
+    }
+  });
+  step->walk([&](exec::KernelOp k) {
+    if (k.getCallee() == "train.embedding")
+      d.vocab = tensorOf(k.getInputs()[1]).getDimSize(0);
+    if (k.getCallee() == "train.lr_schedule")
+      d.maxLr = dblArg(k.getArgs(), "max_lr", 0);
+  });
+  if (!d.vocab)
+    d.vocab = 256;
+  if (auto m = module_->getAttrOfType<StringAttr>(train::kModelNameAttrName))
+    d.model = m.getValue().str();
+
+  d.persistentBytes = uint64_t(stepAttr("persistent_bytes"));
+  d.activationBytes = uint64_t(stepAttr("activation_bytes"));
+  d.workspaceBytes = uint64_t(stepAttr("workspace_bytes"));
+  d.sideWorkspaceBytes = uint64_t(stepAttr("side_workspace_bytes"));
+  d.pinnedBytes = uint64_t(stepAttr("pinned_bytes"));
+  // The side workspace is described only where the plan has one or the
+  // step has side kernels.
+  d.describeSide = d.sideWorkspaceBytes > 0 || sideKernels_;
+
+  if (failed(walkBlock(step->getRegion(0).front())))
+    return failure();
+
+  d.sideKernels = sideKernels_;
+  d.sideAfterHostStart = sideAfterHost_;
+  // Side GEMMs' SM share: the cost model's (convert-train-to-exec writes
+  // it from the device profile), required once the step has side kernels.
+  if (sideKernels_) {
+    int64_t sideSmPercent = stepAttr(exec::kSideSmPercentAttr);
+    if (sideSmPercent < 1 || sideSmPercent > 100) {
+      std::string got = attrOf(step, exec::kSideSmPercentAttr)
+                            ? std::to_string(sideSmPercent)
+                            : std::string("absent");
+      return step->emitError(pfx() + "exec.step has side-stream kernels "
+                                     "but its ")
+             << exec::kSideSmPercentAttr << " is " << got
+             << " (expected 1 to 100, set by convert-train-to-exec from the "
+                "device profile's sideSmPercent)";
+    }
+    d.sideSmPercent = int32_t(sideSmPercent);
+  }
+
+  unsigned numSlots = 0;
+  for (auto &[s, spec] : slotSpec_)
+    numSlots = std::max(numSlots, s + 1);
+  for (unsigned s = 0; s < numSlots; ++s) {
+    auto it = slotSpec_.find(s);
+    d.slots.push_back(it == slotSpec_.end() ? std::pair<uint64_t, uint64_t>{}
+                                            : it->second);
+  }
+  d.scopes = scopes_;
+  if (auto fields =
+          module_->getAttrOfType<DictionaryAttr>(train::kModelConfigAttrName))
+    for (NamedAttribute field : fields)
+      d.modelConfig.emplace_back(
+          field.getName().str(),
+          cast<StringAttr>(field.getValue()).getValue().str());
+
+  for (train::ParamOp p : params) {
+    std::string name = p.getSymName().str();
+    auto pit = persistent_.find(name);
+    if (pit == persistent_.end() || !pit->second.count("weight"))
+      return p->emitError(pfx() + "parameter '")
+             << name << "' has no persistent weight buffer in the exec.step";
+    auto t = dyn_cast<RankedTensorType>(p.getType());
+    if (!t) {
+      // train.param's type is a tensor-like param type; read the weight's.
+      for (Operation &op : step->getRegion(0).front())
+        if (auto po = dyn_cast<exec::PersistentOp>(op))
+          if (po.getName() == name && po.getRole() == exec::BufferRole::Weight)
+            t = tensorOf(po->getResult(0));
+    }
+    std::optional<DType> dtype = t ? dtypeOf(t.getElementType()) : std::nullopt;
+    if (!t || t.getRank() > 4 || !dtype)
+      return p->emitError(pfx() + "parameter '")
+             << name << "' needs a ranked tensor type of rank <= 4 of bf16, "
+             << "f32, f64 or i32";
+    ProgramDesc::Param q;
+    q.name = name;
+    q.dtype = int32_t(*dtype);
+    q.dtypeName = std::string("AP_DTYPE_") + dtypeSuffix(*dtype);
+    q.rank = int32_t(t.getRank());
+    for (int64_t i = 0; i < t.getRank(); ++i)
+      q.shape[i] = t.getDimSize(i);
+    q.numel = numel(t);
+    train::InitAttr init = p.getInit();
+    switch (init.getKind()) {
+    case train::InitKind::Zeros:
+      q.init = AP_INIT_ZEROS, q.initName = "AP_INIT_ZEROS";
+      break;
+    case train::InitKind::Ones:
+      q.init = AP_INIT_ONES, q.initName = "AP_INIT_ONES";
+      break;
+    case train::InitKind::Normal:
+      q.init = AP_INIT_NORMAL, q.initName = "AP_INIT_NORMAL";
+      break;
+    case train::InitKind::Uniform:
+      q.init = AP_INIT_UNIFORM, q.initName = "AP_INIT_UNIFORM";
+      break;
+    case train::InitKind::LogUniform:
+      q.init = AP_INIT_LOG_UNIFORM, q.initName = "AP_INIT_LOG_UNIFORM";
+      break;
+    }
+    q.frozen = p.getFrozen();
+    q.initA = num(p, init.getA().convertToDouble(), "init.a");
+    q.initB = num(p, init.getB().convertToDouble(), "init.b");
+    const char *roles[] = {"weight", "master", "main_grad", "adam_m", "adam_v"};
+    for (int i = 0; i < 5; ++i) {
+      auto it = pit->second.find(roles[i]);
+      if (it != pit->second.end())
+        q.offsets[i] = it->second;
+    }
+    d.params.push_back(std::move(q));
+  }
+  // The optimizer as the step runs it (the same arguments and defaults as
+  // its calls in the step), as numbers: the run configuration a checkpoint
+  // records, so that a resume under other settings is refused.
+  step->walk([&](exec::KernelOp k) {
+    Operation *op = k.getOperation();
+    DictionaryAttr args = k.getArgs();
+    if (k.getCallee() == "train.lr_schedule") {
+      d.minLr = arg(op, args, "min_lr", 0);
+      d.warmupSteps = intArg(args, "warmup_steps", 0);
+      d.totalSteps = intArg(args, "total_steps", 1);
+    } else if (k.getCallee() == "train.finalize_grads") {
+      d.maxGradNorm = arg(op, args, "max_norm", 1.0);
+    } else if (k.getCallee() == "train.adamw") {
+      auto sym = args ? args.getAs<FlatSymbolRefAttr>("param") : nullptr;
+      if (sym && paramIndex_.count(sym.getValue()))
+        d.adamw.push_back(
+            {int64_t(paramIndex_[sym.getValue()]), arg(op, args, "beta1", 0.9),
+             arg(op, args, "beta2", 0.999), arg(op, args, "eps", 1e-8),
+             arg(op, args, "weight_decay", 0)});
+    }
+  });
+  const char *stateNames[] = {"loss_sum", "token_count", "grad_norm", "lr",
+                              "loss"};
+  for (int i = 0; i < 5; ++i) {
+    auto it = persistent_.find(stateNames[i]);
+    if (it != persistent_.end() && it->second.count("state"))
+      d.stateOffsets[i] = it->second["state"];
+  }
+  d.maxLr = num(step, d.maxLr, "max_lr");
+  d.numEvents = numEvents_;
+  if (failed(numbersOk()))
+    return failure();
+  if (failed(sink_.program(d)))
+    return failure();
+
+  if (plan) {
+    plan->arenaBytes = d.arenaBytes;
+    plan->persistentBytes = d.persistentBytes;
+    plan->activationBytes = d.activationBytes;
+    plan->workspaceBytes = d.workspaceBytes;
+    plan->sideWorkspaceBytes = d.sideWorkspaceBytes;
+    plan->pinnedBytes = d.pinnedBytes;
+    plan->scratchBytes = d.scratchBytes;
+    plan->numParams = d.params.size();
+    plan->numSlots = d.slots.size();
+    plan->numScopes = d.scopes.size();
+  }
+  return success();
+}
+
+LogicalResult Walker::walkBlock(Block &block) {
+  for (Operation &op : block)
+    if (failed(walkOp(&op)))
+      return failure();
+  return success();
+}
+
+LogicalResult Walker::walkOp(Operation *op) {
+  if (isa<exec::BufferOp, exec::PersistentOp, exec::ViewOp, exec::PoolAcquireOp,
+          exec::EventCreateOp>(op))
+    return success(); // folded into the calls (offsets, slot and event ids)
+  if (isa<exec::PoolReleaseOp>(op))
+    return success(); // OffloadEngine::reload releases on the H2D event
+  if (isa<exec::ReturnOp>(op)) {
+    sink_.note("exec.return: loss and grad norm are in the state buffers and "
+               "on the runner.");
+    return success();
+  }
+  if (auto loop = dyn_cast<exec::MicrobatchLoopOp>(op)) {
+    sink_.beginLoop(intAttr(op, "count", 1));
+    sink_.call("ap_begin_microbatch", {CallArg::loopIndex()});
+    if (failed(walkBlock(op->getRegion(0).front())))
+      return failure();
+    sink_.endLoop();
+    sink_.call("ap_end_loop", {});
+    return success();
+  }
+  if (isa<exec::RecordOp>(op)) {
+    sink_.call("ap_record",
+               {CallArg::u32(eventIndex(op->getOperand(0))), stream(op)});
+    return success();
+  }
+  if (isa<exec::WaitOp>(op)) {
+    unsigned e = eventIndex(op->getOperand(0));
+    CallArg s = stream(op);
+    if (s.i == AP_STREAM_D2H)
+      lastD2HWait_ = int(e);
+    // Compute waiting for a reload: through the runner, which times the
+    // stall under "<scope>/wait" when --op-times asks for it.
+    if (s.i == AP_STREAM_COMPUTE)
+      for (Operation *u : op->getOperand(0).getUsers())
+        if (isa<exec::H2DOp>(u) && u->getOperand(2) == op->getOperand(0) &&
+            copyScope_.count(u)) {
+          sink_.call("ap_wait_copy",
+                     {CallArg::str(copyScope_[u] + "/wait"), CallArg::u32(e)});
+          return success();
+        }
+    sink_.call("ap_wait", {s, CallArg::u32(e)});
+    return success();
+  }
+  if (isa<exec::LoadInputOp>(op)) {
+    uint64_t o;
+    if (failed(offsetOf(op->getOperand(0), op, o)))
+      return failure();
+    auto name = cast<StringAttr>(*attrOf(op, "name"));
+    sink_.call("ap_load_input",
+               {CallArg::str(name.getValue().str()), CallArg::u64(o),
+                CallArg::u64(numel(tensorOf(op->getOperand(0))) * 4)});
+    return success();
+  }
+  if (isa<exec::D2HOp>(op)) {
+    uint64_t o;
+    if (failed(offsetOf(op->getOperand(0), op, o)))
+      return failure();
+    RankedTensorType t = tensorOf(op->getOperand(0));
+    unsigned slot = slotOf_[op->getOperand(1)];
+    // The engine orders the copy after a producer event: the event the d2h
+    // stream last waited on, which exec-schedule-streams puts before every
+    // copy (the copy reads bytes compute wrote). Code generation adds no
+    // event of its own: scheduling is the passes' decision.
+    int producer = lastD2HWait_;
+    if (producer < 0)
+      return op->emitError(
+          pfx() + "exec.d2h with no earlier exec.wait on the d2h stream "
+                  "to order it after its producer (run exec-schedule-streams)");
+    sink_.call("ap_offload",
+               {CallArg::u32(scopeIndex_[copyScope_[op]]), CallArg::u32(slot),
+                CallArg::u64(o), CallArg::u64(numel(t) * elemBytes(t)),
+                CallArg::u32(producer),
+                CallArg::u32(eventIndex(op->getOperand(2)))},
+               copyScope_[op]);
+    return success();
+  }
+  if (isa<exec::H2DOp>(op)) {
+    uint64_t o;
+    if (failed(offsetOf(op->getOperand(1), op, o)))
+      return failure();
+    RankedTensorType t = tensorOf(op->getOperand(1));
+    Value slotV = op->getOperand(0);
+    auto d2h = slotD2HEvent_.find(slotV);
+    if (d2h == slotD2HEvent_.end())
+      return op->emitError(pfx() + "h2d from a slot no d2h filled");
+    sink_.call("ap_reload",
+               {CallArg::u32(scopeIndex_[copyScope_[op]]),
+                CallArg::u32(slotOf_[slotV]), CallArg::u64(o),
+                CallArg::u64(numel(t) * elemBytes(t)),
+                CallArg::u32(eventIndex(d2h->second)),
+                CallArg::u32(eventIndex(op->getOperand(2)))},
+               copyScope_[op]);
+    return success();
+  }
+  if (isa<exec::AllReduceOp>(op)) {
+    uint64_t o;
+    if (failed(offsetOf(op->getOperand(0), op, o)))
+      return failure();
+    RankedTensorType t = tensorOf(op->getOperand(0));
+    std::optional<DType> dt = dtypeOf(t.getElementType());
+    if (!dt)
+      return op->emitError(pfx() + "all-reduce of an unsupported element type");
+    sink_.call("ap_all_reduce",
+               {CallArg::u64(o), CallArg::u64(numel(t) * elemBytes(t)),
+                abiDtype(*dt)});
+    return success();
+  }
+  if (isa<exec::KernelOp>(op))
+    return failure(failed(walkKernel(op)) || abiError_ || failed(numbersOk()));
+  return op->emitError(pfx() + "unsupported op '")
+         << op->getName().getStringRef() << "'";
+}
+
+LogicalResult Walker::walkKernel(Operation *op) {
+  auto k = cast<exec::KernelOp>(op);
+  StringRef callee = k.getCallee();
+  DictionaryAttr args = k.getArgs();
+  SmallVector<Value> ins(k.getInputs().begin(), k.getInputs().end());
+  SmallVector<Value> outs(k.getOutputs().begin(), k.getOutputs().end());
+  for (Value v : llvm::concat<Value>(ins, outs)) {
+    uint64_t o;
+    if (failed(offsetOf(v, op, o)))
+      return failure();
+  }
+  std::string scope = scopeName(args);
+  std::string label = (scope.empty() ? std::string("step") : scope) + "/" +
+                      callee.drop_front(6).str();
+  if (args && args.get("train.recomputed"))
+    label += "(recompute)";
+  unsigned grads = exec::numGradOutputs(args);
+  unsigned results = outs.size() >= grads ? outs.size() - grads : 0;
+  auto T = [&](Value v) { return tensorOf(v); };
+  auto dt = [&](Value v) {
+    return dtypeOf(T(v).getElementType()).value_or(DType::BF16);
+  };
+  auto dim = [&](Value v, int64_t i) {
+    RankedTensorType t = T(v);
+    return t.getDimSize(i < 0 ? t.getRank() + i : i);
+  };
+  auto nel = [&](Value v) { return numel(T(v)); };
+  // `on side`: the runner launches it on the side stream, with that
+  // stream's workspace and SM target.
+  bool side = k.getStream() == exec::Stream::Side;
+  // The launch through the C ABI: the kernel by its AP_KERNEL_LIST id, the
+  // args struct by address and size (the runtime copies it).
+  auto launch = [&](auto &A, const char *entry) {
+    auto [id, idName] = kernelId(entry);
+    if (id < 0) {
+      abiError_ = true;
+      op->emitError(pfx() + "kernel entry '")
+          << entry << "' is not in the runtime ABI's AP_KERNEL_LIST";
+      return;
+    }
+    sink_.launch(side ? AP_STREAM_SIDE : AP_STREAM_COMPUTE,
+                 side ? "AP_STREAM_SIDE" : "AP_STREAM_COMPUTE", label, id,
+                 idName, A.done());
+  };
+  auto lbl = [&] { return CallArg::str(label); };
+  // The runner's helpers (data movement, dtype staging in the shared driver
+  // scratch, the step-level ops) run on the compute stream only.
+  auto notOnSide = [&](StringRef why) {
+    return op->emitError(pfx() + "'")
+           << callee << "' cannot run on the side stream (" << why << ")";
+  };
+  if (side &&
+      (callee == "train.slice" || callee == "train.concat" ||
+       callee == "train.expand" || callee == "train.expand_grad" ||
+       callee == "train.gdn_gates" || callee == "train.gdn_gates_grad" ||
+       callee == "train.yield" || callee == "train.finalize_grads" ||
+       callee == "train.lr_schedule" || callee == "train.adamw" ||
+       callee == "train.loss_mean"))
+    return notOnSide("a runner helper on the compute stream");
+  auto expectCounts = [&](size_t ni, size_t no) -> LogicalResult {
+    if (ins.size() != ni || outs.size() != no)
+      return op->emitError(pfx() + "'")
+             << callee << "' with " << ins.size() << " inputs and "
+             << outs.size() << " outputs (expected " << ni << " and " << no
+             << ")";
+    return success();
+  };
+
+  if (callee == "train.embedding") {
+    if (failed(expectCounts(2, 1)))
+      return failure();
+    ArgsOf<EmbeddingForwardArgs> A("EmbeddingForwardArgs");
+    SETV(dtype, dt(ins[1]));
+    SETP(ids, at(ins[0]));
+    SETP(w, at(ins[1]));
+    SETP(y, at(outs[0]));
+    SETV(tokens, nel(ins[0]));
+    SETV(vocab, dim(ins[1], 0));
+    SETV(dim, dim(ins[1], 1));
+    launch(A, "embeddingForward");
+    return success();
+  }
+  if (callee == "train.embedding_grad") {
+    if (failed(expectCounts(2, 1)))
+      return failure();
+    ArgsOf<EmbeddingBackwardArgs> A("EmbeddingBackwardArgs");
+    SETV(dtype, dt(ins[1]));
+    SETP(ids, at(ins[0]));
+    SETP(dy, at(ins[1]));
+    SETP(dw, at(outs[0]));
+    SETV(tokens, nel(ins[0]));
+    SETV(vocab, dim(outs[0], 0));
+    SETV(dim, dim(outs[0], 1));
+    launch(A, "embeddingBackward");
+    return success();
+  }
+  if (callee == "train.rms_norm" || callee == "train.rms_norm_grad" ||
+      callee == "train.rms_norm_grad_rebuild") {
+    bool fwd = callee == "train.rms_norm";
+    // The rebuilding backward's second result is the forward's output.
+    bool rebuildsY = callee == "train.rms_norm_grad_rebuild";
+    if (fwd ? failed(expectCounts(2, 2)) : ins.size() != 4)
+      return fwd ? failure()
+                 : op->emitError(pfx() + "'") << callee << "' needs 4 inputs";
+    int64_t d = nel(ins[1]);
+    int64_t rows = nel(ins[0]) / d;
+    bool zc = args && args.get("zero_centered");
+    if (fwd) {
+      ArgsOf<RmsNormForwardArgs> A("RmsNormForwardArgs");
+      SETV(dtype, dt(ins[0]));
+      SETP(x, at(ins[0]));
+      SETP(w, at(ins[1]));
+      SETP(y, at(outs[0]));
+      SETP(rstd, at(outs[1]));
+      SETV(rows, rows);
+      SETV(dim, d);
+      SETV(eps, arg(op, args, "eps", 1e-6));
+      SETV(zeroCentered, zc);
+      launch(A, "rmsNormForward");
+    } else {
+      ArgsOf<RmsNormBackwardArgs> A("RmsNormBackwardArgs");
+      SETV(dtype, dt(ins[0]));
+      SETP(x, at(ins[0]));
+      SETP(w, at(ins[1]));
+      SETP(rstd, at(ins[2]));
+      SETP(dy, at(ins[3]));
+      if (results >= 1)
+        SETP(dx, at(outs[0]));
+      if (rebuildsY && results == 2)
+        SETP(y, at(outs[1]));
+      if (grads >= 1)
+        SETP(dw, at(outs[results]));
+      SETV(rows, rows);
+      SETV(dim, d);
+      SETV(zeroCentered, zc);
+      launch(A, "rmsNormBackward");
+    }
+    return success();
+  }
+  if (callee == "train.linear") {
+    if (failed(expectCounts(2, 1)))
+      return failure();
+    int64_t in = dim(ins[1], 1), out = dim(ins[1], 0);
+    ArgsOf<LinearForwardArgs> A("LinearForwardArgs");
+    SETV(dtype, dt(ins[0]));
+    SETP(x, at(ins[0]));
+    SETP(w, at(ins[1]));
+    SETP(y, at(outs[0]));
+    SETV(rows, nel(ins[0]) / in);
+    SETV(in, in);
+    SETV(out, out);
+    launch(A, "linearForward");
+    return success();
+  }
+  if (callee == "train.linear_grad") {
+    if (ins.size() != 3)
+      return op->emitError(pfx() + "train.linear_grad needs 3 inputs");
+    int64_t in = dim(ins[1], 1), out = dim(ins[1], 0);
+    ArgsOf<LinearBackwardArgs> A("LinearBackwardArgs");
+    SETV(dtype, dt(ins[0]));
+    SETP(x, at(ins[0]));
+    SETP(w, at(ins[1]));
+    SETP(dy, at(ins[2]));
+    if (results >= 1)
+      SETP(dx, at(outs[0]));
+    if (grads >= 1)
+      SETP(dw, at(outs[results]));
+    SETV(rows, nel(ins[0]) / in);
+    SETV(in, in);
+    SETV(out, out);
+    launch(A, "linearBackward");
+    return success();
+  }
+  if (callee == "train.linear_input_grad") {
+    // dx only; x is not read (train-fuse-recompute defers the weight
+    // gradient to a train.linear_grad without result).
+    if (failed(expectCounts(2, 1)))
+      return failure();
+    int64_t in = dim(ins[0], 1), out = dim(ins[0], 0);
+    ArgsOf<LinearBackwardArgs> A("LinearBackwardArgs");
+    SETV(dtype, dt(ins[1]));
+    SETP(w, at(ins[0]));
+    SETP(dy, at(ins[1]));
+    SETP(dx, at(outs[0]));
+    SETV(rows, nel(ins[1]) / out);
+    SETV(in, in);
+    SETV(out, out);
+    launch(A, "linearBackward");
+    return success();
+  }
+  if (callee == "train.short_conv" || callee == "train.short_conv_grad") {
+    bool fwd = callee == "train.short_conv";
+    ArgsOf<GdnConvArgs> A("GdnConvArgs");
+    SETV(dtype, dt(ins[0]));
+    SETV(batch, dim(ins[0], 0));
+    SETV(seqLen, dim(ins[0], 1));
+    SETV(channels, dim(ins[0], 2));
+    SETV(kernelSize, dim(ins[1], 1));
+    SETP(x, at(ins[0]));
+    SETP(w, at(ins[1]));
+    // A split conv's channel groups (its results; the grad's dy operands):
+    // one buffer each.
+    auto groups = [&](ArrayRef<Value> vs, bool outputs) {
+      SETV(splits, vs.size());
+      for (auto [s, v] : llvm::enumerate(vs)) {
+        std::string i = "[" + std::to_string(s) + "]";
+        A.val(A.a->splitChannels[s], "splitChannels" + i, dim(v, 2));
+        if (outputs)
+          A.ptr(A.a->ys[s], "ys" + i, at(v));
+        else
+          A.ptr(A.a->dys[s], "dys" + i, at(v));
+      }
+    };
+    size_t nGroups = fwd ? results : ins.size() - 2;
+    if (nGroups < 1 || nGroups > 4)
+      return op->emitError(pfx() + "'")
+             << callee << "' with " << nGroups
+             << " channel groups (the kernels take 1 to "
+                "kGdnConvMaxSplits = 4, kernels/gdn.h)";
+    if (fwd) {
+      if (results == 1)
+        SETP(y, at(outs[0]));
+      else
+        groups(ArrayRef<Value>(outs).take_front(results), true);
+      launch(A, "gdnConvForward");
+    } else {
+      if (nGroups > 1)
+        groups(ArrayRef<Value>(ins).drop_front(2), false);
+      else
+        SETP(dy, at(ins[2]));
+      if (results >= 1)
+        SETP(dx, at(outs[0]));
+      if (grads >= 1)
+        SETP(dw, at(outs[results]));
+      launch(A, "gdnConvBackward");
+    }
+    return success();
+  }
+  if (callee == "train.slice") {
+    if (failed(expectCounts(1, 1)))
+      return failure();
+    int64_t d = intArg(args, "dim", -1);
+    RankedTensorType x = T(ins[0]), y = T(outs[0]);
+    if (d < 0 || d >= x.getRank())
+      return op->emitError(pfx() + "train.slice without a valid dim");
+    int64_t outer = 1, inner = 1;
+    for (int64_t i = 0; i < d; ++i)
+      outer *= x.getDimSize(i);
+    for (int64_t i = d + 1; i < x.getRank(); ++i)
+      inner *= x.getDimSize(i);
+    sink_.call("ap_slice", {lbl(), off(ins[0]), off(outs[0]),
+                            CallArg::i64(outer), CallArg::i64(x.getDimSize(d)),
+                            CallArg::i64(intArg(args, "offset", 0)),
+                            CallArg::i64(y.getDimSize(d)), CallArg::i64(inner),
+                            CallArg::i64(elemBytes(x))});
+    return success();
+  }
+  if (callee == "train.concat") {
+    if (outs.size() != 1 || ins.empty())
+      return op->emitError(pfx() + "train.concat needs inputs and 1 output");
+    int64_t d = intArg(args, "dim", -1);
+    RankedTensorType y = T(outs[0]);
+    if (d < 0 || d >= y.getRank())
+      return op->emitError(pfx() + "train.concat without a valid dim");
+    int64_t outer = 1, inner = 1;
+    for (int64_t i = 0; i < d; ++i)
+      outer *= y.getDimSize(i);
+    for (int64_t i = d + 1; i < y.getRank(); ++i)
+      inner *= y.getDimSize(i);
+    std::vector<int64_t> xs, dims;
+    for (Value v : ins) {
+      xs.push_back(int64_t(off_[v]));
+      dims.push_back(T(v).getDimSize(d));
+    }
+    sink_.call("ap_concat",
+               {lbl(), CallArg::array(CallArg::U64Array, std::move(xs)),
+                CallArg::array(CallArg::I64Array, std::move(dims)),
+                CallArg::u32(ins.size()), off(outs[0]), CallArg::i64(outer),
+                CallArg::i64(inner), CallArg::i64(elemBytes(y))});
+    return success();
+  }
+  if (callee == "train.expand" || callee == "train.expand_grad") {
+    if (failed(expectCounts(1, 1)))
+      return failure();
+    bool fwd = callee == "train.expand";
+    RankedTensorType small = fwd ? T(ins[0]) : T(outs[0]);
+    RankedTensorType big = fwd ? T(outs[0]) : T(ins[0]);
+    int64_t d = -1;
+    for (int64_t i = 0; i < big.getRank(); ++i)
+      if (small.getDimSize(i) != big.getDimSize(i))
+        d = i;
+    if (d < 0 || small.getDimSize(d) != 1)
+      return op->emitError(pfx() + "'")
+             << callee << "' must broadcast one unit dim";
+    int64_t outer = 1, inner = 1;
+    for (int64_t i = 0; i < d; ++i)
+      outer *= big.getDimSize(i);
+    for (int64_t i = d + 1; i < big.getRank(); ++i)
+      inner *= big.getDimSize(i);
+    std::optional<DType> bigType = dtypeOf(big.getElementType());
+    if (!bigType)
+      return op->emitError(pfx() + "'")
+             << callee << "' of an unsupported element type";
+    sink_.call(fwd ? "ap_expand" : "ap_expand_grad",
+               {lbl(), off(ins[0]), off(outs[0]), CallArg::i64(outer),
+                CallArg::i64(big.getDimSize(d)), CallArg::i64(inner),
+                abiDtype(*bigType)});
+    return success();
+  }
+  if (callee == "train.l2_norm" || callee == "train.l2_norm_grad") {
+    bool fwd = callee == "train.l2_norm";
+    Value shaped = fwd ? ins[0] : ins[0];
+    int64_t h = dim(shaped, -2), d = dim(shaped, -1);
+    ArgsOf<GdnL2NormArgs> A("GdnL2NormArgs");
+    SETV(dtype, dt(shaped));
+    SETV(tokens, nel(shaped) / (h * d));
+    SETV(heads, h);
+    SETV(dim, d);
+    if (fwd) {
+      SETV(eps, arg(op, args, "eps", 1e-6, /*f32=*/true));
+      SETP(x, at(ins[0]));
+      SETP(y, at(outs[0]));
+      SETP(rstd, at(outs[1]));
+      launch(A, "gdnL2NormForward");
+    } else {
+      SETP(y, at(ins[0]));
+      SETP(rstd, at(ins[1]));
+      SETP(dy, at(ins[2]));
+      SETP(dx, at(outs[0]));
+      launch(A, "gdnL2NormBackward");
+    }
+    return success();
+  }
+  if (callee == "train.gdn_gates") {
+    if (failed(expectCounts(4, 2)))
+      return failure();
+    sink_.call("ap_gdn_gates",
+               {lbl(), off(ins[0]), off(ins[1]), off(ins[2]), off(ins[3]),
+                off(outs[0]), off(outs[1]),
+                CallArg::i64(nel(ins[0]) / dim(ins[0], -1)),
+                CallArg::i32(dim(ins[0], -1)), abiDtype(dt(ins[0]))});
+    return success();
+  }
+  if (callee == "train.gdn_gates_grad") {
+    if (failed(expectCounts(7, 4)))
+      return op->emitError(pfx() + "train.gdn_gates_grad of frozen gate "
+                                   "parameters is not supported");
+    // ins: a, A_log, dt_bias, g, beta, dg, dbeta; outs: da, db, dA_log, ddt.
+    sink_.call("ap_gdn_gates_grad",
+               {lbl(), off(ins[0]), off(ins[1]), off(ins[2]), off(ins[4]),
+                off(ins[5]), off(ins[6]), off(outs[0]), off(outs[1]),
+                off(outs[2]), off(outs[3]),
+                CallArg::i64(nel(ins[0]) / dim(ins[0], -1)),
+                CallArg::i32(dim(ins[0], -1)), abiDtype(dt(ins[0]))});
+    return success();
+  }
+  if (callee == "train.gated_delta_rule" ||
+      callee == "train.gated_delta_rule_grad") {
+    bool fwd = callee == "train.gated_delta_rule";
+    if (fwd ? failed(expectCounts(5, 3)) : failed(expectCounts(7, 5)))
+      return failure();
+    Value q = ins[0], kk = ins[1], v = ins[2];
+    Value beta = fwd ? ins[4] : ins[4];
+    DType st = dt(q);
+    DType acc = st == DType::F64 ? DType::F64 : DType::F32;
+    int64_t nBeta = nel(beta);
+    uint64_t stage = (maxGateElems_ * 8 + 255) / 256 * 256;
+    bool betaStored = dt(beta) != acc;
+    if (side && (betaStored || (!fwd && dt(outs[4]) != acc)))
+      return notOnSide("its gates are staged in the driver scratch");
+    // Gates in another dtype than the kernel's Acc are staged in the driver
+    // scratch: beta converted in before, dbeta converted out after.
+    Addr betaAt = at(beta);
+    if (betaStored) {
+      betaAt = {Addr::Scratch, 256};
+      sink_.call("ap_convert",
+                 {lbl(), CallArg::ptr(at(beta)), abiDtype(dt(beta)),
+                  CallArg::ptr(betaAt), abiDtype(acc), CallArg::i64(nBeta)});
+    }
+    ArgsOf<GdnChunkArgs> A("GdnChunkArgs");
+    SETV(dtype, st);
+    SETV(batch, dim(q, 0));
+    SETV(seqLen, dim(q, 1));
+    SETV(keyHeads, dim(q, 2));
+    SETV(keyDim, dim(q, 3));
+    SETV(valueHeads, dim(v, 2));
+    SETV(valueDim, dim(v, 3));
+    SETV(scale, arg(op, args, "scale", 0, /*f32=*/true));
+    SETP(q, at(q));
+    SETP(k, at(kk));
+    SETP(v, at(v));
+    SETP(beta, betaAt);
+    if (fwd) {
+      SETP(g, at(ins[3]));
+      SETP(o, at(outs[0]));
+      SETP(gCum, at(outs[1]));
+      SETP(tMat, at(outs[2]));
+      launch(A, "gdnChunkForward");
+      return success();
+    }
+    SETP(gCum, at(ins[3]));
+    SETP(tMat, at(ins[5]));
+    SETP(dO, at(ins[6]));
+    SETP(dq, at(outs[0]));
+    SETP(dk, at(outs[1]));
+    SETP(dv, at(outs[2]));
+    SETP(dg, at(outs[3]));
+    bool dbetaStored = dt(outs[4]) != acc;
+    Addr dbetaScratch{Addr::Scratch, 256 + stage};
+    SETP(dbeta, dbetaStored ? dbetaScratch : at(outs[4]));
+    launch(A, "gdnChunkBackward");
+    if (dbetaStored)
+      sink_.call("ap_convert",
+                 {lbl(), CallArg::ptr(dbetaScratch), abiDtype(acc),
+                  CallArg::ptr(at(outs[4])), abiDtype(dt(outs[4])),
+                  CallArg::i64(nel(outs[4]))});
+    return success();
+  }
+  if (callee == "train.gated_rms_norm" ||
+      callee == "train.gated_rms_norm_grad") {
+    bool fwd = callee == "train.gated_rms_norm";
+    int64_t h = dim(ins[0], -2), d = dim(ins[0], -1);
+    ArgsOf<GdnGatedNormArgs> A("GdnGatedNormArgs");
+    SETV(dtype, dt(ins[0]));
+    SETV(tokens, nel(ins[0]) / (h * d));
+    SETV(heads, h);
+    SETV(dim, d);
+    SETP(x, at(ins[0]));
+    SETP(z, at(ins[1]));
+    SETP(w, at(ins[2]));
+    if (fwd) {
+      SETV(eps, arg(op, args, "eps", 1e-6, /*f32=*/true));
+      SETP(y, at(outs[0]));
+      SETP(rstd, at(outs[1]));
+      launch(A, "gdnGatedNormForward");
+    } else {
+      SETP(rstd, at(ins[3]));
+      SETP(dy, at(ins[4]));
+      SETP(dx, at(outs[0]));
+      SETP(dz, at(outs[1]));
+      // A third result rebuilds the forward's output (train-fuse-recompute).
+      if (results == 3)
+        SETP(y, at(outs[2]));
+      if (grads >= 1)
+        SETP(dw, at(outs[results]));
+      launch(A, "gdnGatedNormBackward");
+    }
+    return success();
+  }
+  if (callee == "train.rope" || callee == "train.rope_grad") {
+    if (failed(expectCounts(1, 1)))
+      return failure();
+    ArgsOf<RopeArgs> A("RopeArgs");
+    SETV(dtype, dt(ins[0]));
+    SETP(x, at(ins[0]));
+    SETP(y, at(outs[0]));
+    SETV(batch, dim(ins[0], 0));
+    SETV(seq, dim(ins[0], 1));
+    SETV(heads, dim(ins[0], 2));
+    SETV(headDim, dim(ins[0], 3));
+    SETV(offset, intArg(args, "offset", 0));
+    SETV(rotaryDim, intArg(args, "rotary_dim", dim(ins[0], 3)));
+    SETV(theta, arg(op, args, "theta", 1e4));
+    launch(A, callee == "train.rope" ? "ropeForward" : "ropeBackward");
+    return success();
+  }
+  if (callee == "train.attention" || callee == "train.attention_grad") {
+    bool fwd = callee == "train.attention";
+    if (fwd ? failed(expectCounts(3, 2)) : failed(expectCounts(6, 3)))
+      return failure();
+    // The fields both directions share.
+    auto common = [&](auto &A) {
+      SETV(dtype, dt(ins[0]));
+      SETV(shape.batch, dim(ins[0], 0));
+      SETV(shape.seqLen, dim(ins[0], 1));
+      SETV(shape.numQHeads, dim(ins[0], 2));
+      SETV(shape.numKvHeads, dim(ins[1], 2));
+      SETV(shape.headDimQk, dim(ins[0], 3));
+      SETV(shape.headDimV, dim(ins[2], 3));
+      SETV(shape.softmaxScale, arg(op, args, "scale", 0));
+      SETP(q, at(ins[0]));
+      SETP(k, at(ins[1]));
+      SETP(v, at(ins[2]));
+    };
+    if (fwd) {
+      ArgsOf<AttentionForwardArgs> A("AttentionForwardArgs");
+      common(A);
+      SETP(o, at(outs[0]));
+      SETP(lse, at(outs[1]));
+      launch(A, "attentionForward");
+    } else {
+      ArgsOf<AttentionBackwardArgs> A("AttentionBackwardArgs");
+      common(A);
+      SETP(o, at(ins[3]));
+      SETP(lse, at(ins[4]));
+      SETP(dO, at(ins[5]));
+      SETP(dq, at(outs[0]));
+      SETP(dk, at(outs[1]));
+      SETP(dv, at(outs[2]));
+      launch(A, "attentionBackward");
+    }
+    return success();
+  }
+  if (callee == "train.output_gate" || callee == "train.output_gate_grad") {
+    bool fwd = callee == "train.output_gate";
+    if (fwd ? failed(expectCounts(2, 1)) : failed(expectCounts(3, 2)))
+      return failure();
+    int64_t cols = dim(ins[0], -1), rows = nel(ins[0]) / cols;
+    auto common = [&](auto &A) {
+      SETV(dtype, dt(ins[0]));
+      SETP(o, at(ins[0]));
+      SETP(gate, at(ins[1]));
+      SETV(rows, rows);
+      SETV(cols, cols);
+    };
+    if (fwd) {
+      ArgsOf<SigmoidGateForwardArgs> A("SigmoidGateForwardArgs");
+      common(A);
+      SETP(y, at(outs[0]));
+      launch(A, "sigmoidGateForward");
+    } else {
+      ArgsOf<SigmoidGateBackwardArgs> A("SigmoidGateBackwardArgs");
+      common(A);
+      SETP(dy, at(ins[2]));
+      SETP(dout, at(outs[0]));
+      SETP(dgate, at(outs[1]));
+      launch(A, "sigmoidGateBackward");
+    }
+    return success();
+  }
+  if (callee == "train.swiglu" || callee == "train.swiglu_grad") {
+    bool fwd = callee == "train.swiglu";
+    // A backward with three results also rebuilds the forward's output
+    // (train-fuse-recompute).
+    bool rebuildsY = !fwd && outs.size() == 3;
+    if (fwd ? failed(expectCounts(2, 1))
+            : failed(expectCounts(3, rebuildsY ? 3 : 2)))
+      return failure();
+    int64_t cols = dim(ins[0], -1), rows = nel(ins[0]) / cols;
+    auto common = [&](auto &A) {
+      SETV(dtype, dt(ins[0]));
+      SETP(gate, at(ins[0]));
+      SETP(up, at(ins[1]));
+      SETV(rows, rows);
+      SETV(cols, cols);
+    };
+    if (fwd) {
+      ArgsOf<SwiGluForwardArgs> A("SwiGluForwardArgs");
+      common(A);
+      SETP(y, at(outs[0]));
+      launch(A, "swiGluForward");
+    } else {
+      ArgsOf<SwiGluBackwardArgs> A("SwiGluBackwardArgs");
+      common(A);
+      SETP(dy, at(ins[2]));
+      SETP(dgate, at(outs[0]));
+      SETP(dup, at(outs[1]));
+      if (rebuildsY)
+        SETP(y, at(outs[2]));
+      launch(A, "swiGluBackward");
+    }
+    return success();
+  }
+  if (callee == "train.add") {
+    if (failed(expectCounts(2, 1)))
+      return failure();
+    ArgsOf<ResidualAddArgs> A("ResidualAddArgs");
+    SETV(dtype, dt(ins[0]));
+    SETP(a, at(ins[0]));
+    SETP(b, at(ins[1]));
+    SETP(y, at(outs[0]));
+    SETV(n, nel(outs[0]));
+    launch(A, "residualAddForward");
+    return success();
+  }
+  if (callee == "train.lm_head_cross_entropy" ||
+      callee == "train.lm_head_cross_entropy_grad" ||
+      callee == "train.lm_head_cross_entropy_with_grad") {
+    bool fwd = callee == "train.lm_head_cross_entropy";
+    bool fused = callee == "train.lm_head_cross_entropy_with_grad";
+    if (fwd && failed(expectCounts(3, 3)))
+      return failure();
+    if (!fwd && ins.size() != (fused ? 3u : 4u))
+      return op->emitError(pfx() + "'")
+             << callee << "' with " << ins.size() << " inputs (expected "
+             << (fused ? 3 : 4) << ")";
+    if (fused && results != 3)
+      return op->emitError(pfx() + "the fused lm head needs loss, count "
+                                   "and hidden-grad outputs");
+    int64_t d = dim(ins[1], 1), vocab = dim(ins[1], 0);
+    ArgsOf<LmHeadCrossEntropyArgs> A("LmHeadCrossEntropyArgs");
+    SETV(dtype, dt(ins[0]));
+    SETP(hidden, at(ins[0]));
+    SETP(weight, at(ins[1]));
+    SETP(labels, at(ins[2]));
+    SETV(tokens, nel(ins[0]) / d);
+    SETV(dim, d);
+    SETV(vocab, vocab);
+    SETV(chunkTokens, intArg(args, "chunk_tokens", 1024));
+    SETV(ignoreIndex, intArg(args, "ignore_index", -100));
+    if (fwd) {
+      SETP(lossSum, at(outs[0]));
+      SETP(validCount, at(outs[1]));
+      SETP(lse, at(outs[2]));
+      launch(A, "lmHeadCrossEntropyForward");
+      return success();
+    }
+    // The backward entry writes the loss outputs too (kernels/dense.h): the
+    // fused op's are its results, the grad op's are thrown away.
+    // Sum of token losses: finalize_grads divides by the step's tokens.
+    SETV(gradScale, 1.0);
+    if (fused) {
+      SETP(lossSum, at(outs[0]));
+      SETP(validCount, at(outs[1]));
+      SETP(dHidden, at(outs[2]));
+    } else {
+      if (side)
+        return notOnSide("its loss sum goes to the driver scratch");
+      SETP(lossSum, (Addr{Addr::Scratch, 8}));
+      if (results >= 1)
+        SETP(dHidden, at(outs[0]));
+    }
+    if (grads >= 1)
+      SETP(dWeight, at(outs[results]));
+    launch(A, "lmHeadCrossEntropyBackward");
+    return success();
+  }
+  if (callee == "train.yield") {
+    if (failed(expectCounts(2, 2)))
+      return failure();
+    sink_.call("ap_yield", {off(ins[0]), off(ins[1])});
+    return success();
+  }
+  if (callee == "train.finalize_grads") {
+    sink_.call("ap_finalize_grads",
+               {CallArg::f64(arg(op, args, "max_norm", 1.0))});
+    return success();
+  }
+  if (callee == "train.lr_schedule") {
+    sink_.call("ap_lr_schedule",
+               {CallArg::f64(arg(op, args, "max_lr", 3e-4)),
+                CallArg::f64(arg(op, args, "min_lr", 0)),
+                CallArg::i64(intArg(args, "warmup_steps", 0)),
+                CallArg::i64(intArg(args, "total_steps", 1))});
+    return success();
+  }
+  if (callee == "train.adamw") {
+    auto sym = args ? args.getAs<FlatSymbolRefAttr>("param") : nullptr;
+    if (!sym || !paramIndex_.count(sym.getValue()))
+      return op->emitError(pfx() + "train.adamw without a known `param`");
+    sink_.call("ap_adamw_step",
+               {CallArg::u32(paramIndex_[sym.getValue()]),
+                CallArg::f64(arg(op, args, "beta1", 0.9)),
+                CallArg::f64(arg(op, args, "beta2", 0.999)),
+                CallArg::f64(arg(op, args, "eps", 1e-8)),
+                CallArg::f64(arg(op, args, "weight_decay", 0))},
+               sym.getValue());
+    return success();
+  }
+  if (callee == "train.loss_mean") {
+    sink_.call("ap_loss_mean", {});
+    return success();
+  }
+  return op->emitError(pfx() + "unsupported kernel '") << callee << "'";
+}
+
+} // namespace
+
+LogicalResult walkStep(ModuleOp module, StepSink &sink, StringRef tool,
+                       EmittedPlan *plan) {
+  return Walker(module, sink, tool).run(plan);
+}
+
+} // namespace ap::codegen
