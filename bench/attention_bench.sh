@@ -1,6 +1,7 @@
 #!/bin/sh
 # Builds the library bench/attention_bench.py loads: the attention kernels
-# (CUDA and reference, for the shared argument checks and workspace queries)
+# (CUDA and reference) with kernels/workspace.cpp (the shared argument check
+# and workspace queries)
 # and the flat C entries of bench/attention_bench_capi.cpp, with the CUDA
 # runtime linked statically so that it loads next to PyTorch's.
 #   sh bench/attention_bench.sh [build folder, default build-attn]
@@ -14,5 +15,6 @@ mkdir -p "$build"
   -DACTPLACE_HAVE_CUDA=1 -Xcompiler -fPIC -shared -cudart static \
   "$root/kernels/cuda/attention/attention.cu" \
   "$root/kernels/reference/attention/attention.cpp" \
+  "$root/kernels/workspace.cpp" \
   "$root/bench/attention_bench_capi.cpp" -o "$build/libattention_bench.so"
 echo "$build/libattention_bench.so"

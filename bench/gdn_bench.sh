@@ -9,7 +9,8 @@ build)
   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr \
     -Xptxas -v -I. bench/gdn_bench.cu kernels/cuda/gdn/gdn_chunk.cu \
     kernels/cuda/gdn/gdn_state.cu \
-    kernels/cuda/gdn/gdn_ops.cu kernels/reference/gdn/*.cpp -o build-gdn/gdn_bench
+    kernels/cuda/gdn/gdn_ops.cu kernels/reference/gdn/*.cpp kernels/workspace.cpp \
+    -o build-gdn/gdn_bench
   ;;
 run)
   nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,noheader || true

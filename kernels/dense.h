@@ -270,6 +270,12 @@ struct LmHeadCrossEntropyArgs {
 /// beyond one chunk (plus the GEMM workspace on CUDA).
 size_t lmHeadCrossEntropyWorkspaceBytes(Backend backend,
                                         const LmHeadCrossEntropyArgs &args);
+/// The chunk buffers alone (fp32 logits, bf16 dlogits, per-token state):
+/// lmHeadCrossEntropyWorkspaceBytes less linearWorkspaceBytes, for a memory
+/// plan that reserves the GEMM workspace once for every GEMM.
+size_t
+lmHeadCrossEntropyChunkWorkspaceBytes(Backend backend,
+                                      const LmHeadCrossEntropyArgs &args);
 Status lmHeadCrossEntropyForward(const KernelContext &ctx,
                                  const LmHeadCrossEntropyArgs &args);
 Status lmHeadCrossEntropyBackward(const KernelContext &ctx,

@@ -26,7 +26,10 @@
 // Backends: the host reference takes BF16, F32 and F64 storage and any head
 // size; the cuda kernels take BF16 storage only (Unsupported otherwise).
 // Workspace queries give the scratch the cuda kernels need (the reference
-// needs none); they answer 0 in a binary without the cuda kernels.
+// needs none). The forms taking a Backend answer for that backend in any
+// build (kernels/workspace.cpp, which the compiler links to plan for the
+// cuda backend); the forms without one answer for the kernels this binary
+// has: the cuda figure in a build with them, 0 in one without.
 //
 //===----------------------------------------------------------------------===//
 #ifndef ACTPLACE_KERNELS_GDN_H
@@ -96,6 +99,7 @@ inline bool gdnConvSplitsValid(const GdnConvArgs &a) {
 Status gdnConvForward(const KernelContext &ctx, const GdnConvArgs &args);
 Status gdnConvBackward(const KernelContext &ctx, const GdnConvArgs &args);
 size_t gdnConvBackwardWorkspaceBytes(const GdnConvArgs &args);
+size_t gdnConvBackwardWorkspaceBytes(Backend backend, const GdnConvArgs &args);
 
 //===----------------------------------------------------------------------===//
 // Gates
@@ -128,6 +132,8 @@ struct GdnGatesArgs {
 Status gdnGatesForward(const KernelContext &ctx, const GdnGatesArgs &args);
 Status gdnGatesBackward(const KernelContext &ctx, const GdnGatesArgs &args);
 size_t gdnGatesBackwardWorkspaceBytes(const GdnGatesArgs &args);
+size_t gdnGatesBackwardWorkspaceBytes(Backend backend,
+                                      const GdnGatesArgs &args);
 
 //===----------------------------------------------------------------------===//
 // Per-head L2 norm
@@ -195,6 +201,9 @@ Status gdnChunkForward(const KernelContext &ctx, const GdnChunkArgs &args);
 Status gdnChunkBackward(const KernelContext &ctx, const GdnChunkArgs &args);
 size_t gdnChunkForwardWorkspaceBytes(const GdnChunkArgs &args);
 size_t gdnChunkBackwardWorkspaceBytes(const GdnChunkArgs &args);
+size_t gdnChunkForwardWorkspaceBytes(Backend backend, const GdnChunkArgs &args);
+size_t gdnChunkBackwardWorkspaceBytes(Backend backend,
+                                      const GdnChunkArgs &args);
 
 /// The naive per-token recurrence (the oracle; host only, any dtype): writes
 /// o and, when non-null, finalState. Ignores gCum/tMat.
@@ -230,6 +239,8 @@ Status gdnGatedNormForward(const KernelContext &ctx,
 Status gdnGatedNormBackward(const KernelContext &ctx,
                             const GdnGatedNormArgs &args);
 size_t gdnGatedNormBackwardWorkspaceBytes(const GdnGatedNormArgs &args);
+size_t gdnGatedNormBackwardWorkspaceBytes(Backend backend,
+                                          const GdnGatedNormArgs &args);
 
 //===----------------------------------------------------------------------===//
 // Linking the cuda implementation

@@ -21,7 +21,9 @@
 namespace ap::kernels::gdncuda {
 namespace {
 
-/// Workspace carve-up (each region 256-byte aligned).
+/// Workspace carve-up (each region 256-byte aligned); its size is
+/// gdnChunk{Forward,Backward}WorkspaceBytes (kernels/workspace.cpp), which
+/// lists the same regions.
 struct Ws {
   bf *W, *U, *Vn;      // [B*Hv][NT*64][dk | dv | dv]
   bf *P;               // [B*Hv][NT][64][64]
@@ -1337,13 +1339,6 @@ Status runState(const Dims &d, const GdnChunkArgs &a, cudaStream_t s,
 
 } // namespace
 
-size_t chunkForwardWorkspace(const GdnChunkArgs &a) {
-  return carve(dimsOf(a), false, nullptr, nullptr);
-}
-size_t chunkBackwardWorkspace(const GdnChunkArgs &a) {
-  return carve(dimsOf(a), true, nullptr, nullptr);
-}
-
 Status chunkForward(const KernelContext &ctx, const GdnChunkArgs &a) {
   if (!supported(a))
     return Status::Unsupported;
@@ -1351,7 +1346,11 @@ Status chunkForward(const KernelContext &ctx, const GdnChunkArgs &a) {
     return Status::InvalidArgument;
   Dims d = dimsOf(a);
   Ws w;
-  if (ctx.workspaceBytes < carve(d, false, (char *)ctx.workspace, &w))
+  // The size is the shared query's (kernels/workspace.cpp); a carve that
+  // outgrew it is refused rather than run past the workspace.
+  const size_t need = gdnChunkForwardWorkspaceBytes(Backend::Cuda, a);
+  if (ctx.workspaceBytes < need ||
+      carve(d, false, (char *)ctx.workspace, &w) > need)
     return Status::InvalidArgument;
   cudaStream_t s = (cudaStream_t)ctx.stream;
   if (Status st = runWU(d, a, s, false, w); st != Status::Ok)
@@ -1382,7 +1381,9 @@ Status chunkBackward(const KernelContext &ctx, const GdnChunkArgs &a) {
     return Status::InvalidArgument;
   Dims d = dimsOf(a);
   Ws w;
-  if (ctx.workspaceBytes < carve(d, true, (char *)ctx.workspace, &w))
+  const size_t need = gdnChunkBackwardWorkspaceBytes(Backend::Cuda, a);
+  if (ctx.workspaceBytes < need ||
+      carve(d, true, (char *)ctx.workspace, &w) > need)
     return Status::InvalidArgument;
   cudaStream_t s = (cudaStream_t)ctx.stream;
   if (Status st = runWU(d, a, s, true, w); st != Status::Ok)

@@ -8,13 +8,12 @@
 // defines `bf`, `b2f`, `f2b`, `sigmoidf_`, the launch builtins (blockIdx,
 // threadIdx, blockDim, gridDim) and `min` for the host first. So the bodies use
 // nothing else (and std::integral_constant, from <type_traits>, for the
-// dispatch).
+// dispatch, and kConvRows, from gdn_layout.h, which both include first: the
+// workspace query sizes the dw partials with it).
 //
 //===----------------------------------------------------------------------===//
 #ifndef ACTPLACE_KERNELS_CUDA_GDN_GDN_CONV_KERNELS_CUH
 #define ACTPLACE_KERNELS_CUDA_GDN_GDN_CONV_KERNELS_CUH
-
-constexpr int kConvRows = 128; // tokens per partial of the conv dw
 
 /// The conv output's layout (GdnConvArgs): n groups of channels, group s
 /// holding channels [start[s], start[s + 1]) in its own dense buffer of

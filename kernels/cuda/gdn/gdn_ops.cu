@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "kernels/cuda/gdn/gdn_common.cuh"
+#include "kernels/cuda/gdn/gdn_layout.h"
 #include "kernels/cuda/rowwise.cuh"
 
 #include <cstdlib>
@@ -310,8 +311,6 @@ __global__ void gatedNormFwdKernel(long rows, int d, float eps, const bf *x,
   }
 }
 
-constexpr int kNormRowsPerBlock = 64;
-
 /// Rows wider than rowwise::kMaxDim: 8 warps x 8 rows per block; dw partial
 /// per block in fixed order.
 __global__ void gatedNormBwdKernel(long rows, int d, const bf *x, const bf *z,
@@ -391,21 +390,6 @@ ConvGroups<P> groupsOf(const GdnConvArgs &a, Q dense, Q const *groups) {
   return g;
 }
 
-size_t convBackwardWorkspace(const GdnConvArgs &a) {
-  long nb = (a.batch * a.seqLen + kConvRows - 1) / kConvRows;
-  return size_t(nb) * a.channels * a.kernelSize * 4;
-}
-size_t gatesBackwardWorkspace(const GdnGatesArgs &) { return 0; }
-/// Partial dw rows of the gated norm backward (one per block).
-long gatedNormPartials(long rows, int d) {
-  if (d <= rowwise::kMaxDim)
-    return long(rowwise::partials(rows, d));
-  return (rows + kNormRowsPerBlock - 1) / kNormRowsPerBlock;
-}
-size_t gatedNormBackwardWorkspace(const GdnGatedNormArgs &a) {
-  return size_t(gatedNormPartials(a.tokens * a.heads, a.dim)) * a.dim * 4;
-}
-
 Status convForward(const KernelContext &ctx, const GdnConvArgs &a) {
   if (a.dtype != DType::BF16 || a.kernelSize < 1 || a.kernelSize > 8)
     return Status::Unsupported;
@@ -439,7 +423,7 @@ Status convBackward(const KernelContext &ctx, const GdnConvArgs &a) {
   if (!gdnConvSplitsValid(a) || (a.kernels != GdnConvKernels::Fastest &&
                                  a.kernels != GdnConvKernels::PerElement))
     return Status::InvalidArgument;
-  if (ctx.workspaceBytes < convBackwardWorkspace(a))
+  if (ctx.workspaceBytes < gdnConvBackwardWorkspaceBytes(Backend::Cuda, a))
     return Status::InvalidArgument;
   cudaStream_t s = (cudaStream_t)ctx.stream;
   long N = a.batch * a.seqLen;
@@ -577,7 +561,7 @@ Status gatedNormForward(const KernelContext &ctx, const GdnGatedNormArgs &a) {
 Status gatedNormBackward(const KernelContext &ctx, const GdnGatedNormArgs &a) {
   if (a.dtype != DType::BF16)
     return Status::Unsupported;
-  if (ctx.workspaceBytes < gatedNormBackwardWorkspace(a))
+  if (ctx.workspaceBytes < gdnGatedNormBackwardWorkspaceBytes(Backend::Cuda, a))
     return Status::InvalidArgument;
   cudaStream_t s = (cudaStream_t)ctx.stream;
   long rows = a.tokens * a.heads;

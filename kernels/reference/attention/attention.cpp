@@ -218,76 +218,9 @@ template <typename T> Status backwardImpl(const AttentionBackwardArgs &a) {
   return Status::Ok;
 }
 
-bool hostDtype(DType t) {
-  return t == DType::BF16 || t == DType::F32 || t == DType::F64;
-}
-
 } // namespace
 
-Status attentionValidate(const AttentionShape &s, DType dtype) {
-  if (!hostDtype(dtype))
-    return Status::InvalidArgument;
-  if (s.batch <= 0 || s.seqLen <= 0 || s.numQHeads <= 0 || s.numKvHeads <= 0 ||
-      s.headDimQk <= 0 || s.headDimV <= 0)
-    return Status::InvalidArgument;
-  if (s.numQHeads % s.numKvHeads != 0)
-    return Status::InvalidArgument;
-  if (!(s.softmaxScale > 0.0) || !std::isfinite(s.softmaxScale))
-    return Status::InvalidArgument;
-  return Status::Ok;
-}
-
-size_t attentionForwardWorkspaceBytes(const AttentionForwardArgs &) {
-  return 0;
-}
-
-namespace detail {
-
-// Measured on the H200 (bench/notes/attention.md): StoredDs's backward is
-// 1.4x faster than RecomputeDq at every model shape at T = 4096 (Qwen3.5
-// GQA, MLA with 16 and 128 heads), for at most 256 MiB of extra scratch.
-AttentionBackwardAlgo attentionBackwardDefaultAlgo(const AttentionShape &) {
-  return AttentionBackwardAlgo::StoredDs;
-}
-
-int64_t attentionStoredDsChunk(const AttentionShape &s) {
-  const int64_t tiles = (int64_t(s.seqLen) + 63) / 64;
-  const int64_t perPair = tiles * (tiles + 1) / 2 * 64 * 64 * 2;
-  const int64_t cap = int64_t(256) << 20;
-  const int64_t pairs = int64_t(s.batch) * s.numQHeads;
-  const int64_t maxChunk = std::max<int64_t>(1, cap / perPair);
-  // As few launches as the cap allows, with the pairs spread evenly over
-  // them (16 pairs of which 15 fit: two launches of 8, not 15 + 1).
-  const int64_t launches = (pairs + maxChunk - 1) / maxChunk;
-  return (pairs + launches - 1) / launches;
-}
-
-size_t attentionBackwardWorkspaceBytesFor(const AttentionShape &s,
-                                          AttentionBackwardAlgo algo) {
-  if (attentionValidate(s, DType::BF16) != Status::Ok)
-    return 0;
-  auto align = [](size_t n) { return (n + 255) / 256 * 256; };
-  const size_t rows = size_t(s.batch) * s.seqLen;
-  size_t bytes = align(rows * s.numQHeads * sizeof(float)); // D
-  if (s.numQHeads != s.numKvHeads)
-    bytes += align(rows * s.numQHeads * s.headDimQk * sizeof(float)) +
-             align(rows * s.numQHeads * s.headDimV * sizeof(float));
-  if (algo == AttentionBackwardAlgo::StoredDs) {
-    const size_t tiles = (size_t(s.seqLen) + 63) / 64;
-    bytes += align(size_t(attentionStoredDsChunk(s)) * tiles * (tiles + 1) / 2 *
-                   64 * 64 * 2);
-  }
-  return bytes;
-}
-
-} // namespace detail
-
-size_t attentionBackwardWorkspaceBytes(const AttentionBackwardArgs &a) {
-  if (attentionValidate(a.shape, a.dtype) != Status::Ok)
-    return 0;
-  return detail::attentionBackwardWorkspaceBytesFor(
-      a.shape, detail::attentionBackwardDefaultAlgo(a.shape));
-}
+// attentionValidate and the workspace queries are in kernels/workspace.cpp.
 
 namespace reference {
 

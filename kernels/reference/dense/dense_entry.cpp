@@ -2,7 +2,8 @@
 //-*-===//
 //
 // The ABI entries of kernels/dense.h: validate the arguments, then run the
-// reference kernel (Host) or the CUDA one (Cuda). The CUDA hooks are weak
+// reference kernel (Host) or the CUDA one (Cuda). The workspace queries are
+// in kernels/workspace.cpp. The CUDA hooks are weak
 // references: in a build without actplace_kernels_cuda they stay null and the
 // entry answers Unsupported.
 //
@@ -52,10 +53,6 @@ bool strideOk(int64_t stride, int64_t cols) {
 // GEMM
 //===----------------------------------------------------------------------===//
 
-size_t linearWorkspaceBytes(Backend backend) {
-  return backend == Backend::Cuda ? ref::kCudaGemmWorkspaceBytes : 0;
-}
-
 Status linearForward(const KernelContext &ctx, const LinearForwardArgs &a) {
   if (!isFloatType(a.dtype) || !a.x || !a.w || !a.y || a.rows <= 0 ||
       a.in <= 0 || a.out <= 0)
@@ -88,14 +85,6 @@ Status linearBackward(const KernelContext &ctx, const LinearBackwardArgs &a) {
 //===----------------------------------------------------------------------===//
 // RMSNorm
 //===----------------------------------------------------------------------===//
-
-size_t rmsNormBackwardWorkspaceBytes(Backend backend,
-                                     const RmsNormBackwardArgs &a) {
-  if (backend != Backend::Cuda || a.rows <= 0 || a.dim <= 0)
-    return 0;
-  return size_t(ref::rmsNormBackwardPartials(a.rows, a.dim)) * size_t(a.dim) *
-         sizeof(float);
-}
 
 Status rmsNormForward(const KernelContext &ctx, const RmsNormForwardArgs &a) {
   if (!isFloatType(a.dtype) || !a.x || !a.w || !a.y || a.rows <= 0 ||
@@ -259,21 +248,6 @@ Status embeddingBackward(const KernelContext &ctx,
 // LM head + cross-entropy
 //===----------------------------------------------------------------------===//
 
-size_t lmHeadCrossEntropyWorkspaceBytes(Backend backend,
-                                        const LmHeadCrossEntropyArgs &a) {
-  if (backend != Backend::Cuda || a.tokens <= 0 || a.vocab <= 0)
-    return 0;
-  int64_t c = a.chunkTokens < a.tokens ? a.chunkTokens : a.tokens;
-  if (c <= 0)
-    return 0;
-  auto up = [](size_t b) { return (b + 255) / 256 * 256; };
-  // fp32 logits, bf16 dlogits, per-token loss, valid flag and lse, GEMM
-  // workspace.
-  return up(size_t(c) * size_t(a.vocab) * 4) +
-         up(size_t(c) * size_t(a.vocab) * 2) + up(size_t(c) * 12) +
-         ref::kCudaGemmWorkspaceBytes;
-}
-
 static bool ceOk(const LmHeadCrossEntropyArgs &a) {
   return isFloatType(a.dtype) && a.hidden && a.weight && a.labels &&
          a.lossSum && a.tokens > 0 && a.dim > 0 && a.vocab > 0 &&
@@ -305,15 +279,6 @@ Status lmHeadCrossEntropyBackward(const KernelContext &ctx,
 //===----------------------------------------------------------------------===//
 // Optimizer
 //===----------------------------------------------------------------------===//
-
-size_t gradNormWorkspaceBytes(Backend backend, const GradNormArgs &a) {
-  if (backend != Backend::Cuda)
-    return 0;
-  int64_t parts = 0;
-  for (int64_t t = 0; t < a.numTensors; ++t)
-    parts += (a.tensors[t].n + ref::kGradNormBlock - 1) / ref::kGradNormBlock;
-  return size_t(parts > 0 ? parts : 1) * sizeof(double);
-}
 
 Status gradNorm(const KernelContext &ctx, const GradNormArgs &a) {
   if (!a.norm || a.numTensors < 0 || (a.numTensors > 0 && !a.tensors))

@@ -25,12 +25,6 @@ AP_GDN_CUDA_DECL(chunkBackward, GdnChunkArgs)
 AP_GDN_CUDA_DECL(gatedNormForward, GdnGatedNormArgs)
 AP_GDN_CUDA_DECL(gatedNormBackward, GdnGatedNormArgs)
 #undef AP_GDN_CUDA_DECL
-__attribute__((weak)) size_t convBackwardWorkspace(const GdnConvArgs &);
-__attribute__((weak)) size_t gatesBackwardWorkspace(const GdnGatesArgs &);
-__attribute__((weak)) size_t chunkForwardWorkspace(const GdnChunkArgs &);
-__attribute__((weak)) size_t chunkBackwardWorkspace(const GdnChunkArgs &);
-__attribute__((weak)) size_t
-gatedNormBackwardWorkspace(const GdnGatedNormArgs &);
 } // namespace gdncuda
 
 namespace {
@@ -76,24 +70,31 @@ Status gdnRecurrentForwardReference(const GdnChunkArgs &a) {
       a, [&](auto tag) { return gdnref::recurrentForward<decltype(tag)>(a); });
 }
 
-// Workspace queries: the host reference needs none.
+// The workspace queries without a backend answer for the kernels this
+// binary has (kernels/gdn.h): the cuda figure where the cuda entry of the
+// same object is linked (its weak reference is set), else the host's none.
+// The sizes are in kernels/workspace.cpp.
 size_t gdnConvBackwardWorkspaceBytes(const GdnConvArgs &a) {
-  return gdncuda::convBackwardWorkspace ? gdncuda::convBackwardWorkspace(a) : 0;
+  return gdncuda::convBackward ? gdnConvBackwardWorkspaceBytes(Backend::Cuda, a)
+                               : 0;
 }
 size_t gdnGatesBackwardWorkspaceBytes(const GdnGatesArgs &a) {
-  return gdncuda::gatesBackwardWorkspace ? gdncuda::gatesBackwardWorkspace(a)
-                                         : 0;
+  return gdncuda::gatesBackward
+             ? gdnGatesBackwardWorkspaceBytes(Backend::Cuda, a)
+             : 0;
 }
 size_t gdnChunkForwardWorkspaceBytes(const GdnChunkArgs &a) {
-  return gdncuda::chunkForwardWorkspace ? gdncuda::chunkForwardWorkspace(a) : 0;
+  return gdncuda::chunkForward ? gdnChunkForwardWorkspaceBytes(Backend::Cuda, a)
+                               : 0;
 }
 size_t gdnChunkBackwardWorkspaceBytes(const GdnChunkArgs &a) {
-  return gdncuda::chunkBackwardWorkspace ? gdncuda::chunkBackwardWorkspace(a)
-                                         : 0;
+  return gdncuda::chunkBackward
+             ? gdnChunkBackwardWorkspaceBytes(Backend::Cuda, a)
+             : 0;
 }
 size_t gdnGatedNormBackwardWorkspaceBytes(const GdnGatedNormArgs &a) {
-  return gdncuda::gatedNormBackwardWorkspace
-             ? gdncuda::gatedNormBackwardWorkspace(a)
+  return gdncuda::gatedNormBackward
+             ? gdnGatedNormBackwardWorkspaceBytes(Backend::Cuda, a)
              : 0;
 }
 

@@ -12,6 +12,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "gdn_conv_reference.h"
+#include "kernels/cuda/gdn/gdn_layout.h"
 #include "kernels/kernels.h"
 #include "random_data.h"
 
@@ -54,6 +55,7 @@ struct Dim3 {
   unsigned x = 0, y = 0, z = 0;
 };
 Dim3 blockIdx, threadIdx, blockDim, gridDim;
+using ap::kernels::gdncuda::kConvRows;
 using std::min;
 
 #define __global__ static

@@ -1,0 +1,219 @@
+//===- workspace_test.cpp - the kernels' workspace queries ------*- C++ -*-===//
+//
+// kernels/workspace.cpp is the one definition of the scratch every kernel
+// asks for; the compiler's memory plan calls it for the CUDA backend
+// (passes/analysis/KernelWorkspace.cpp). These tests pin the CUDA sizes at a
+// few shapes to the figures the cost model planned before it called the
+// queries (its own copies of the formulas, worked out by hand in the
+// comments), check that the host backend needs none, and that the queries
+// without a backend, which the kernel tests and benchmarks use, answer for
+// the kernels this binary has.
+//
+//===----------------------------------------------------------------------===//
+#include "kernels/kernels.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <limits>
+
+using namespace ap::kernels;
+
+namespace {
+
+#ifdef ACTPLACE_HAVE_CUDA
+constexpr Backend kBuilt = Backend::Cuda;
+#else
+constexpr Backend kBuilt = Backend::Host;
+#endif
+
+constexpr size_t kGemm = size_t(32) << 20;
+
+LmHeadCrossEntropyArgs lmHead(int64_t tokens, int64_t vocab, int64_t chunk) {
+  LmHeadCrossEntropyArgs a;
+  a.tokens = tokens;
+  a.vocab = vocab;
+  a.dim = 1024;
+  a.chunkTokens = chunk;
+  return a;
+}
+
+AttentionBackwardArgs attention(int32_t B, int32_t T, int32_t Hq, int32_t Hkv,
+                                int32_t Dqk, int32_t Dv) {
+  AttentionBackwardArgs a;
+  a.shape = {B, T, Hq, Hkv, Dqk, Dv, 0.0625};
+  return a;
+}
+
+GdnChunkArgs gdnChunk(int64_t B, int64_t T, int32_t Hk, int32_t Hv, int32_t dk,
+                      int32_t dv) {
+  GdnChunkArgs a;
+  a.batch = B;
+  a.seqLen = T;
+  a.keyHeads = Hk;
+  a.valueHeads = Hv;
+  a.keyDim = dk;
+  a.valueDim = dv;
+  return a;
+}
+
+// The LM head's chunk buffers, c = min(chunk_tokens, tokens) rows:
+// align256(c V 4) + align256(c V 2) + align256(12 c), the cost model's
+// lmHeadWorkspace; the full query adds the 32 MiB GEMM workspace.
+TEST(WorkspaceQueries, LmHeadCudaMatchesFormerPlan) {
+  // c = 1024, V = 248320: 1017118720 + 508559360 + 12288.
+  EXPECT_EQ(lmHeadCrossEntropyChunkWorkspaceBytes(Backend::Cuda,
+                                                  lmHead(8192, 248320, 1024)),
+            1525690368u);
+  // c = 100 (fewer tokens than a chunk), V = 1000: align256(400000) = 400128,
+  // align256(200000) = 200192, align256(1200) = 1280.
+  EXPECT_EQ(lmHeadCrossEntropyChunkWorkspaceBytes(Backend::Cuda,
+                                                  lmHead(100, 1000, 1024)),
+            601600u);
+  EXPECT_EQ(
+      lmHeadCrossEntropyWorkspaceBytes(Backend::Cuda, lmHead(100, 1000, 1024)),
+      601600u + kGemm);
+  EXPECT_EQ(linearWorkspaceBytes(Backend::Cuda), kGemm);
+}
+
+// The attention backward (StoredDs): align256(N Hq 4) for D, under GQA
+// align256(N Hq Dqk 4) + align256(N Hq Dv 4), then align256(chunk * perPair)
+// with perPair = tiles (tiles + 1) / 2 * 64 * 64 * 2, tiles = ceil(T / 64),
+// and chunk the (batch, head) pairs per launch of at most 256 MiB, spread
+// evenly: the cost model's attentionBackwardWorkspace.
+TEST(WorkspaceQueries, AttentionBackwardMatchesFormerPlan) {
+  // MHA, N = 4096, Hq = 16: D = 262144; tiles = 64, perPair = 17039360, 15
+  // pairs fit 256 MiB, 16 pairs: 2 launches of 8 -> 136314880.
+  EXPECT_EQ(
+      attentionBackwardWorkspaceBytes(attention(1, 4096, 16, 16, 128, 128)),
+      136577024u);
+  // GQA, N = 200, Hq = 8: D = align256(6400) = 6400; partials
+  // 2 * 1638400; tiles = 2, perPair = 24576, all 16 pairs in one launch:
+  // 393216.
+  EXPECT_EQ(attentionBackwardWorkspaceBytes(attention(2, 100, 8, 2, 256, 256)),
+            3676416u);
+  // GQA, N = 32768, Hq = 32: D = 4194304, partials 536870912 + 268435456;
+  // tiles = 128, perPair = 67633152, 3 pairs fit, 128 pairs in 43 launches
+  // of at most 3: 202899456.
+  EXPECT_EQ(attentionBackwardWorkspaceBytes(attention(4, 8192, 32, 4, 128, 64)),
+            1012400128u);
+}
+
+// The chunked gated delta rule. The cost model's gdnWorkspace had W, U,
+// Vnew (bf16, rows = B Hv NT 64) and the fp32 states h (B Hv NT dk dv),
+// backward dh, fp32 dVnew, dQ, dK, dW. The kernel's carve-up
+// (kernels/cuda/gdn/gdn_chunk.cu) also holds the bf16 64x64 P tile of every
+// chunk, rows * 64 * 2 bytes, which that copy lacked: the plan was short by
+// that much, and the query states it.
+TEST(WorkspaceQueries, GdnChunkIsFormerPlanPlusPTiles) {
+  // B = 1, T = 4096, Hv = 32, dk = dv = 128: rows = 131072,
+  // states = 33554432. Forward 33554432 + 2 * 33554432 + 134217728 =
+  // 234881024; backward adds 134217728 + 67108864 + 3 * 67108864 =
+  // 637534208. P: 131072 * 128 = 16777216.
+  GdnChunkArgs qwen = gdnChunk(1, 4096, 16, 32, 128, 128);
+  EXPECT_EQ(gdnChunkForwardWorkspaceBytes(Backend::Cuda, qwen),
+            234881024u + 16777216u);
+  EXPECT_EQ(gdnChunkBackwardWorkspaceBytes(Backend::Cuda, qwen),
+            637534208u + 16777216u);
+  // B = 2, T = 100 (NT = 2, padded), Hv = 4, dk = 32, dv = 48: rows = 1024,
+  // states = 24576; forward 65536 + 2 * 98304 + 98304 = 360448, backward
+  // 1048576; P 131072.
+  GdnChunkArgs small = gdnChunk(2, 100, 2, 4, 32, 48);
+  EXPECT_EQ(gdnChunkForwardWorkspaceBytes(Backend::Cuda, small),
+            360448u + 131072u);
+  EXPECT_EQ(gdnChunkBackwardWorkspaceBytes(Backend::Cuda, small),
+            1048576u + 131072u);
+}
+
+// Shapes the dialect accepts can need more than 64 bits count: the sizes
+// stop at SIZE_MAX instead of wrapping into a small number.
+TEST(WorkspaceQueries, SaturateInsteadOfWrapping) {
+  constexpr size_t kMax = std::numeric_limits<size_t>::max();
+  // N Hq 4 = 2^60 2^20 4 = 2^82 bytes for D alone.
+  EXPECT_EQ(attentionBackwardWorkspaceBytes(
+                attention(1 << 30, 1 << 30, 1 << 20, 1 << 20, 64, 64)),
+            kMax);
+  EXPECT_EQ(gdnChunkBackwardWorkspaceBytes(
+                Backend::Cuda, gdnChunk(int64_t(1) << 40, int64_t(1) << 20, 256,
+                                        256, 256, 256)),
+            kMax);
+  EXPECT_EQ(lmHeadCrossEntropyWorkspaceBytes(
+                Backend::Cuda,
+                lmHead(int64_t(1) << 62, int64_t(1) << 62, int64_t(1) << 62)),
+            kMax);
+}
+
+// The host reference kernels take no workspace.
+TEST(WorkspaceQueries, HostNeedsNone) {
+  EXPECT_EQ(linearWorkspaceBytes(Backend::Host), 0u);
+  RmsNormBackwardArgs rms;
+  rms.rows = 4096;
+  rms.dim = 2048;
+  EXPECT_EQ(rmsNormBackwardWorkspaceBytes(Backend::Host, rms), 0u);
+  EXPECT_GT(rmsNormBackwardWorkspaceBytes(Backend::Cuda, rms), 0u);
+  EXPECT_EQ(lmHeadCrossEntropyWorkspaceBytes(Backend::Host,
+                                             lmHead(8192, 248320, 1024)),
+            0u);
+  EXPECT_EQ(lmHeadCrossEntropyChunkWorkspaceBytes(Backend::Host,
+                                                  lmHead(8192, 248320, 1024)),
+            0u);
+  GradTensor t{nullptr, 1 << 20};
+  GradNormArgs gn;
+  gn.tensors = &t;
+  gn.numTensors = 1;
+  EXPECT_EQ(gradNormWorkspaceBytes(Backend::Host, gn), 0u);
+  // 2^20 elements in blocks of 65536: 16 partial sums in double.
+  EXPECT_EQ(gradNormWorkspaceBytes(Backend::Cuda, gn), 16u * 8u);
+  GdnChunkArgs qwen = gdnChunk(1, 4096, 16, 32, 128, 128);
+  EXPECT_EQ(gdnChunkForwardWorkspaceBytes(Backend::Host, qwen), 0u);
+  EXPECT_EQ(gdnChunkBackwardWorkspaceBytes(Backend::Host, qwen), 0u);
+  GdnConvArgs conv;
+  conv.batch = 1;
+  conv.seqLen = 4096;
+  conv.channels = 6144;
+  conv.kernelSize = 4;
+  EXPECT_EQ(gdnConvBackwardWorkspaceBytes(Backend::Host, conv), 0u);
+  // One fp32 [6144][4] dw partial per 128 tokens: 32 partials.
+  EXPECT_EQ(gdnConvBackwardWorkspaceBytes(Backend::Cuda, conv),
+            32u * 6144u * 4u * 4u);
+  GdnGatedNormArgs norm;
+  norm.tokens = 4096;
+  norm.heads = 32;
+  norm.dim = 128;
+  EXPECT_EQ(gdnGatedNormBackwardWorkspaceBytes(Backend::Host, norm), 0u);
+  EXPECT_GT(gdnGatedNormBackwardWorkspaceBytes(Backend::Cuda, norm), 0u);
+  GdnGatesArgs gates;
+  EXPECT_EQ(gdnGatesBackwardWorkspaceBytes(Backend::Host, gates), 0u);
+  EXPECT_EQ(gdnGatesBackwardWorkspaceBytes(Backend::Cuda, gates), 0u);
+}
+
+// The GDN queries without a backend (the kernel tests and benchmarks size
+// their workspaces with them) answer for the kernels this binary has: the
+// CUDA figure in a build with them, the host's 0 otherwise. The CUDA entries
+// themselves check ctx.workspaceBytes against the Backend::Cuda forms
+// (kernels/cuda/gdn/gdn_chunk.cu, gdn_ops.cu; dense.cu for the dense ones).
+TEST(WorkspaceQueries, BackendlessFormsAnswerForTheBuiltKernels) {
+  GdnChunkArgs qwen = gdnChunk(1, 4096, 16, 32, 128, 128);
+  EXPECT_EQ(gdnChunkForwardWorkspaceBytes(qwen),
+            gdnChunkForwardWorkspaceBytes(kBuilt, qwen));
+  EXPECT_EQ(gdnChunkBackwardWorkspaceBytes(qwen),
+            gdnChunkBackwardWorkspaceBytes(kBuilt, qwen));
+  GdnConvArgs conv;
+  conv.batch = 2;
+  conv.seqLen = 1000;
+  conv.channels = 512;
+  conv.kernelSize = 4;
+  EXPECT_EQ(gdnConvBackwardWorkspaceBytes(conv),
+            gdnConvBackwardWorkspaceBytes(kBuilt, conv));
+  GdnGatedNormArgs norm;
+  norm.tokens = 1000;
+  norm.heads = 8;
+  norm.dim = 2048; // wider than the register-tiled rows
+  EXPECT_EQ(gdnGatedNormBackwardWorkspaceBytes(norm),
+            gdnGatedNormBackwardWorkspaceBytes(kBuilt, norm));
+  // 8000 rows in blocks of 64: 125 fp32 partial rows of 2048.
+  EXPECT_EQ(gdnGatedNormBackwardWorkspaceBytes(Backend::Cuda, norm),
+            125u * 2048u * 4u);
+}
+
+} // namespace
