@@ -1,7 +1,8 @@
 //===- CostModel.cpp - predicted time and bytes of train ops --------------===//
 //
 // The formulas are stated (and derived) in docs/cost-model.md; keep the two
-// in step.
+// in step. Time only: the scratch an op's kernel needs is the kernel
+// library's own query (KernelWorkspace.h).
 //
 //===----------------------------------------------------------------------===//
 
@@ -258,12 +259,6 @@ double operandAndResultBytes(Operation *op) {
 /// Main-grad traffic of one FP32 accumulation (+=): read and write.
 double mainGradBytes(Value weight) { return 2.0 * 4.0 * numel(weight); }
 
-/// Workspace sizes are computed in double (exact below 2^53, which covers
-/// every real shape) and capped at kWorkspaceCap: a shape the verifier
-/// accepts can ask for more scratch than int64 holds (the attention
-/// backward's dS tiles grow with T^2), and the memory timeline adds
-/// workspaces to other byte counts. 2^56 bytes is more than any device has,
-/// so the cap changes no placement decision.
 /// `amount / rate`: seconds to move or compute `amount` at `rate` per
 /// second. DeviceProfile::parse refuses rates that are not positive and
 /// finite; a profile built otherwise must still not make the simulation
@@ -275,66 +270,6 @@ double secondsAt(double amount, double rate) {
   if (!(rate > 0))
     return std::numeric_limits<double>::infinity();
   return amount / rate;
-}
-
-constexpr double kWorkspaceCap = double(int64_t(1) << 56);
-
-double align256(double n) { return std::ceil(n / 256) * 256; }
-
-int64_t cappedBytes(double bytes) {
-  return static_cast<int64_t>(std::min(bytes, kWorkspaceCap));
-}
-
-/// Scratch of the chunked LM head + cross-entropy kernels (kernels/dense.h,
-/// lmHeadCrossEntropyWorkspaceBytes): fp32 logits, bf16 dlogits and 12 bytes
-/// of per-token state for one chunk of tokens. The shared 32 MiB GEMM
-/// workspace is a fixed arena, not per-op scratch.
-int64_t lmHeadWorkspace(int64_t tokens, int64_t vocab, int64_t chunkTokens) {
-  double c = static_cast<double>(std::min(chunkTokens, tokens));
-  if (c <= 0)
-    return 0;
-  double v = static_cast<double>(vocab);
-  return cappedBytes(align256(c * v * 4) + align256(c * v * 2) +
-                     align256(c * 12));
-}
-
-/// Scratch of the deterministic attention backward (kernels/attention.h,
-/// StoredDs algorithm): the per-row D = dO . O, fp32 per-q-head dK/dV
-/// partials under GQA, and the bf16 dS tiles of as many (batch, head) pairs
-/// as fit in 256 MiB.
-int64_t attentionBackwardWorkspace(int64_t B, int64_t T, int64_t Hq,
-                                   int64_t Hkv, int64_t Dqk, int64_t Dv) {
-  double rows = double(B) * double(T);
-  double bytes = align256(rows * Hq * 4);
-  if (Hq != Hkv)
-    bytes += align256(rows * Hq * Dqk * 4) + align256(rows * Hq * Dv * 4);
-  double tiles = static_cast<double>((T + 63) / 64);
-  double perPair = tiles * (tiles + 1) / 2 * 64 * 64 * 2;
-  constexpr int64_t kTileBudget = int64_t(256) << 20;
-  // Dimensions are at least 1 (the dialect's shape rule), so perPair > 0.
-  int64_t maxChunk =
-      perPair >= double(kTileBudget)
-          ? 1
-          : std::max<int64_t>(1, kTileBudget / static_cast<int64_t>(perPair));
-  int64_t pairs = B * Hq;
-  int64_t launches = (pairs + maxChunk - 1) / maxChunk;
-  int64_t chunk = (pairs + launches - 1) / launches;
-  return cappedBytes(bytes + align256(double(chunk) * perPair));
-}
-
-/// Scratch of the chunked gated delta rule (kernels/gdn.h): W, U, Vnew
-/// (bf16, one row per padded token and value head) and the per-chunk states
-/// h (fp32); backward adds dh and fp32 dVnew, dQ, dK, dW.
-int64_t gdnWorkspace(int64_t B, int64_t NT, int64_t Hv, int64_t C, int64_t dk,
-                     int64_t dv, bool backward) {
-  double rows = double(B) * double(Hv) * double(NT) * double(C);
-  double states = double(B) * double(Hv) * double(NT) * double(dk) * dv;
-  double bytes = align256(rows * dk * 2) + 2 * align256(rows * dv * 2) +
-                 align256(states * 4);
-  if (backward)
-    bytes += align256(states * 4) + align256(rows * dv * 4) +
-             3 * align256(rows * dk * 4);
-  return cappedBytes(bytes);
 }
 
 /// Chunked gated-delta-rule FLOPs per (sequence, chunk, value head); the
@@ -499,7 +434,6 @@ OpCost CostModel::cost(Operation *op) const {
             int64_t NT = (T + C - 1) / C;
             c.flops = double(B * NT * Hv) * gdnChunkFlops(C, dk, dv, false);
             c.bytes = operandAndResultBytes(op);
-            c.workspaceBytes = gdnWorkspace(B, NT, Hv, C, dk, dv, false);
             return true;
           })
           .Case([&](GatedDeltaRuleGradOp g) {
@@ -509,7 +443,6 @@ OpCost CostModel::cost(Operation *op) const {
             int64_t NT = (T + C - 1) / C;
             c.flops = double(B * NT * Hv) * gdnChunkFlops(C, dk, dv, true);
             c.bytes = operandAndResultBytes(op);
-            c.workspaceBytes = gdnWorkspace(B, NT, Hv, C, dk, dv, true);
             return true;
           })
           .Case([&](AttentionOp a) {
@@ -524,14 +457,12 @@ OpCost CostModel::cost(Operation *op) const {
           .Case([&](AttentionGradOp a) {
             int64_t B = dim(a.getQ(), 0), T = dim(a.getQ(), 1);
             int64_t Hq = dim(a.getQ(), 2), Dqk = dim(a.getQ(), 3);
-            int64_t Hkv = dim(a.getK(), 2), Dv = dim(a.getV(), 3);
+            int64_t Dv = dim(a.getV(), 3);
             // Recomputed QK^T, dV = P^T dO, dP = dO V^T, dQ = dS K,
             // dK = dS^T Q over the causal half.
             c.flops =
                 double(B) * Hq * double(T) * T / 2 * 2 * (3.0 * Dqk + 2.0 * Dv);
             c.bytes = operandAndResultBytes(op);
-            c.workspaceBytes =
-                attentionBackwardWorkspace(B, T, Hq, Hkv, Dqk, Dv);
             return true;
           })
           .Case([&](SliceOp s) {
@@ -548,8 +479,6 @@ OpCost CostModel::cost(Operation *op) const {
             c.flops = 2 * N * V * D;
             // fp32 logits written and read back for the log-sum-exp.
             c.bytes = operandAndResultBytes(op) + N * V * 8;
-            c.workspaceBytes =
-                lmHeadWorkspace(int64_t(N), int64_t(V), l.getChunkTokens());
             return true;
           })
           .Case<LMHeadCrossEntropyGradOp, LMHeadCrossEntropyWithGradOp>(
@@ -568,8 +497,6 @@ OpCost CostModel::cost(Operation *op) const {
                     operandAndResultBytes(op) + N * V * (8 + 2 + (dW ? 4 : 2));
                 if (dW)
                   c.bytes += mainGradBytes(l.getWeight());
-                c.workspaceBytes =
-                    lmHeadWorkspace(int64_t(N), int64_t(V), l.getChunkTokens());
                 return true;
               })
           .Case([&](AdamWOp a) {

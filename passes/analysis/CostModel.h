@@ -140,8 +140,8 @@ struct OpCost {
   /// launchLatency + max(flops / peakFlops, bytes / memBandwidth), or 0 for
   /// ops that launch no kernel (views, param_ref, yield, placement ops).
   double seconds = 0;
-  /// Scratch device memory the op's kernels need while it runs.
-  int64_t workspaceBytes = 0;
+  // Scratch memory is not a prediction: the kernel library's queries state
+  // it (passes/analysis/KernelWorkspace.h).
 };
 
 /// Which host link a copy uses.

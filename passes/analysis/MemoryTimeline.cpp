@@ -4,6 +4,7 @@
 
 #include "dialect/train/TrainOps.h"
 #include "passes/analysis/GraphSummary.h"
+#include "passes/analysis/KernelWorkspace.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "llvm/ADT/DenseSet.h"
@@ -337,7 +338,7 @@ MemoryTimeline MemoryTimeline::compute(ModuleOp module, const CostModel &cost) {
     p.params = params;
     p.grads = grads;
     p.optimizer = optimizer;
-    p.workspace = cost.cost(p.op).workspaceBytes;
+    p.workspace = kernelWorkspaceBytes(p.op, kPlannedBackend);
   }
 
   if (loop) {

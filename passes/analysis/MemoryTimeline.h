@@ -20,7 +20,8 @@
 //    (StreamSimulation); a reload result occupies memory from the reload to
 //    the last use of its wait. param_ref results are params, not
 //    activations;
-//  * workspace: CostModel::cost(op).workspaceBytes of the op itself;
+//  * workspace: kernelWorkspaceBytes(op) (KernelWorkspace.h), the kernel
+//    library's own query, for the op itself;
 //  * pinnedHost (host side, not in total()): pinned slots in use, from the
 //    offload until the H2D of the last reload of the slot has ended (until
 //    the end of the body when nothing reloads it).

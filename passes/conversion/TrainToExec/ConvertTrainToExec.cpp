@@ -13,6 +13,7 @@
 #include "dialect/train/TrainOps.h"
 #include "passes/Passes.h"
 #include "passes/analysis/CostModel.h"
+#include "passes/analysis/KernelWorkspace.h"
 #include "passes/analysis/StreamSimulation.h"
 
 #include "mlir/IR/Builders.h"
@@ -75,14 +76,15 @@ private:
                            "(unsupported producer)";
     return m;
   }
-  /// The kernel scratch of `op`: the cost model's figure (which mirrors the
-  /// kernels' workspace queries for the chunked GDN, attention backward and
-  /// the chunked LM head) plus the fixed cuBLASLt workspace of GEMM kernels,
-  /// fixed so that the GEMM algorithm never depends on the space handed in
-  /// (kernels/dense.h). The LM head's query counts its GEMM workspace on top
-  /// of its chunk buffers; a linear needs the GEMM workspace alone.
+  /// The kernel scratch of `op`: the kernel library's own query
+  /// (kernelWorkspaceBytes: the chunked GDN, attention backward and the
+  /// chunked LM head's chunk buffers) plus the fixed cuBLASLt workspace of
+  /// GEMM kernels, fixed so that the GEMM algorithm never depends on the
+  /// space handed in (kernels/dense.h). The LM head's query counts its GEMM
+  /// workspace on top of its chunk buffers; a linear needs the GEMM
+  /// workspace alone.
   int64_t workspaceOf(Operation *op) {
-    int64_t ws = cost.cost(op).workspaceBytes;
+    int64_t ws = tr::kernelWorkspaceBytes(op, tr::kPlannedBackend);
     if (isa<tr::LMHeadCrossEntropyOp, tr::LMHeadCrossEntropyGradOp,
             tr::LMHeadCrossEntropyWithGradOp>(op))
       ws = ex::alignTo256(ws) + gemmWorkspace;

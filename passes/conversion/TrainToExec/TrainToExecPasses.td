@@ -20,8 +20,8 @@ def ConvertTrainToExec : Pass<"convert-train-to-exec", "mlir::ModuleOp"> {
     which the slot is released, train.wait a wait of the compute stream on
     that event. Recomputed ops are ordinary kernel calls. Main grads are
     all-reduced over the data-parallel communicator before finalize_grads.
-    Kernel calls declare the workspace the cost model states (GEMMs the
-    fixed cuBLASLt workspace). Each D2H carries `done_by_kernel`, the first
+    Kernel calls declare the workspace the kernel library's query states
+    for the CUDA kernels (GEMMs the fixed cuBLASLt workspace). Each D2H carries `done_by_kernel`, the first
     kernel the cost model (with `profile`, the same one placement used)
     predicts to start after the copy ended, stretched by the profile's
     copyHoldSlack; exec-plan-memory keeps the copied bytes until then. Offsets are left to exec-plan-memory.

@@ -1,0 +1,113 @@
+//===- KernelWorkspace.cpp - kernel scratch of train ops --------*- C++ -*-===//
+//
+// Args structs built from the op's shapes, sizes from the kernel library's
+// queries (kernels/workspace.cpp). Only the shape fields a query reads are
+// set; the pointers stay null (the queries never read them).
+//
+//===----------------------------------------------------------------------===//
+
+#include "passes/analysis/KernelWorkspace.h"
+
+#include "dialect/train/TrainOps.h"
+
+#include "llvm/ADT/TypeSwitch.h"
+
+#include <algorithm>
+#include <limits>
+#include <optional>
+
+using namespace mlir;
+using namespace ap::train;
+namespace k = ap::kernels;
+
+namespace {
+
+int64_t dim(Value v, unsigned i) {
+  return cast<ShapedType>(v.getType()).getDimSize(i);
+}
+
+/// `v` as an int32 args field, or nothing when it does not fit.
+std::optional<int32_t> i32(int64_t v) {
+  if (v < std::numeric_limits<int32_t>::min() ||
+      v > std::numeric_limits<int32_t>::max())
+    return std::nullopt;
+  return static_cast<int32_t>(v);
+}
+
+int64_t capped(size_t bytes) {
+  return static_cast<int64_t>(
+      std::min<size_t>(bytes, size_t(kMaxKernelWorkspaceBytes)));
+}
+
+/// The chunked gated delta rule's args: q [B, T, Hk, dk], v [B, T, Hv, dv].
+std::optional<k::GdnChunkArgs> gdnArgs(Value q, Value v) {
+  std::optional<int32_t> hk = i32(dim(q, 2)), dk = i32(dim(q, 3));
+  std::optional<int32_t> hv = i32(dim(v, 2)), dv = i32(dim(v, 3));
+  if (!hk || !dk || !hv || !dv)
+    return std::nullopt;
+  k::GdnChunkArgs a;
+  a.batch = dim(v, 0);
+  a.seqLen = dim(v, 1);
+  a.keyHeads = *hk;
+  a.valueHeads = *hv;
+  a.keyDim = *dk;
+  a.valueDim = *dv;
+  return a;
+}
+
+/// The LM head's args: labels [B, T], weight [V, D].
+template <class Op> k::LmHeadCrossEntropyArgs lmHeadArgs(Op l) {
+  k::LmHeadCrossEntropyArgs a;
+  a.tokens = cast<ShapedType>(l.getLabels().getType()).getNumElements();
+  a.vocab = dim(l.getWeight(), 0);
+  a.dim = dim(l.getWeight(), 1);
+  a.chunkTokens = l.getChunkTokens();
+  return a;
+}
+
+} // namespace
+
+int64_t ap::train::kernelWorkspaceBytes(Operation *op, k::Backend backend) {
+  // std::nullopt: the shape does not fit the args struct.
+  std::optional<size_t> bytes =
+      llvm::TypeSwitch<Operation *, std::optional<size_t>>(op)
+          .Case([&](GatedDeltaRuleOp g) -> std::optional<size_t> {
+            if (auto a = gdnArgs(g.getQ(), g.getV()))
+              return k::gdnChunkForwardWorkspaceBytes(backend, *a);
+            return std::nullopt;
+          })
+          .Case([&](GatedDeltaRuleGradOp g) -> std::optional<size_t> {
+            if (auto a = gdnArgs(g.getQ(), g.getV()))
+              return k::gdnChunkBackwardWorkspaceBytes(backend, *a);
+            return std::nullopt;
+          })
+          .Case([&](AttentionGradOp g) -> std::optional<size_t> {
+            // q [B, T, Hq, Dqk], k [B, T, Hkv, Dqk], v [B, T, Hkv, Dv].
+            std::optional<int32_t> dims[] = {
+                i32(dim(g.getQ(), 0)), i32(dim(g.getQ(), 1)),
+                i32(dim(g.getQ(), 2)), i32(dim(g.getK(), 2)),
+                i32(dim(g.getQ(), 3)), i32(dim(g.getV(), 3))};
+            if (llvm::any_of(dims, [](auto d) { return !d; }))
+              return std::nullopt;
+            // One query for both backends (kernels/attention.h).
+            k::AttentionBackwardArgs a;
+            // The CUDA kernels' storage; the size does not depend on it.
+            a.dtype = k::DType::BF16;
+            a.shape = {*dims[0],
+                       *dims[1],
+                       *dims[2],
+                       *dims[3],
+                       *dims[4],
+                       *dims[5],
+                       g.getScale().convertToDouble()};
+            return k::attentionBackwardWorkspaceBytes(a);
+          })
+          .Case<LMHeadCrossEntropyOp, LMHeadCrossEntropyGradOp,
+                LMHeadCrossEntropyWithGradOp>(
+              [&](auto l) -> std::optional<size_t> {
+                return k::lmHeadCrossEntropyChunkWorkspaceBytes(backend,
+                                                                lmHeadArgs(l));
+              })
+          .Default([](Operation *) -> std::optional<size_t> { return 0; });
+  return bytes ? capped(*bytes) : kMaxKernelWorkspaceBytes;
+}
