@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 #===- hostile_config.py - a model config can never run code ----------------===#
 #
-# The model's name (name_or_path) reaches the generated C++ (the program
+# The model's name (name_or_path) reaches the generated step (the program
 # table's model name, which the binary writes into its checkpoints and checks
-# on resume). Two copies of models/tiny-hybrid.json with hostile names are
-# compiled with actplace-compile; for each:
+# on resume): a string constant of the LLVM-dialect step that binaries are
+# built from, and a literal of the readable C++ (--emit=cpp). Two copies of
+# models/tiny-hybrid.json with hostile names are compiled with
+# actplace-compile (through LLVM); for each:
 #   - the binary is built and trains a step on the host backend;
 #   - the payload never runs: no marker file appears, neither where the
 #     compiler nor where the binary ran;
