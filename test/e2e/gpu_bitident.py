@@ -22,7 +22,9 @@
 #                   way) and writes the raw metrics as JSONL into --out.
 #
 #   gpu_bitident.py build --compile BIN --model M.json --dir D [--seq N]
-#       [--micro-batches K] [--arm NAME=FLAGS]...
+#       [--micro-batches K] [--arm NAME=FLAGS]... [--cpp-arm NAME]...
+#       (binaries are built through LLVM; --cpp-arm NAME also builds arm
+#       cpp-NAME from the placement's readable C++, --emit=cpp)
 #   gpu_bitident.py run --dir D [--steps 3] [--device cuda] [--out DIR]
 #
 # Exit status 1 with a FAIL line on the first violated check.
@@ -78,6 +80,34 @@ def build(args):
         meta["arms"].append({"name": name, "flags": flags,
                              "planned_arena_bytes": peak,
                              "offload": "--offload-modules" in flags})
+        if name in args.cpp_arm:
+            # The same placement built from its readable C++ (--emit=cpp,
+            # with the command actplace-compile prints): another arm, so
+            # run compares its bits with the LLVM-built ones.
+            source = os.path.join(args.dir, "cpp-" + name + ".cpp")
+            cbin = os.path.join(args.dir, "train-cpp-" + name)
+            cmd = ([args.compile, args.model, "-o", source, "--emit=cpp",
+                    "--seq", str(args.seq), "--micro-batches",
+                    str(args.micro_batches)] + shlex.split(flags))
+            r = subprocess.run(cmd, capture_output=True, text=True)
+            lines = [l[len("build it with: "):] for l in r.stdout.splitlines()
+                     if l.startswith("build it with: ")]
+            if r.returncode != 0 or len(lines) != 1:
+                print(r.stdout + r.stderr)
+                fail("--emit=cpp failed for arm " + name)
+            build_cmd = lines[0].replace(" -o BINARY ", " -o %s " %
+                                         shlex.quote(cbin))
+            print("$ " + build_cmd, flush=True)
+            r = subprocess.run(build_cmd, shell=True, capture_output=True,
+                               text=True)
+            if r.returncode != 0:
+                print(r.stdout + r.stderr)
+                fail("the C++ build of arm " + name + " failed")
+            os.remove(source)
+            subprocess.run(["strip", cbin], check=True)
+            meta["arms"].append({"name": "cpp-" + name, "flags": flags,
+                                 "planned_arena_bytes": peak,
+                                 "offload": "--offload-modules" in flags})
     with open(os.path.join(args.dir, "arms.json"), "w") as f:
         json.dump(meta, f, indent=1)
     print("built %d arms into %s" % (len(arms), args.dir))
@@ -200,6 +230,9 @@ def main():
     b.add_argument("--dir", required=True)
     b.add_argument("--seq", type=int, default=4096)
     b.add_argument("--micro-batches", type=int, default=4)
+    b.add_argument("--cpp-arm", action="append", default=[],
+                   help="also build this arm from its --emit=cpp C++ "
+                        "(arm cpp-NAME): its bits must equal the others'")
     b.add_argument("--arm", action="append", default=[],
                    help="NAME=FLAGS (repeatable; the first is the baseline)")
     r = sub.add_parser("run", help="train the arms and compare")

@@ -24,7 +24,7 @@ tar -C "$work/unpacked" -xJf "$work/b.tar.xz" || fail "the bundle does not unpac
 b=$work/unpacked/gpu-check
 "$b/tools/scripts/gpu-check.sh" run "$b" --device host || fail "run --device host exited $?"
 for want in "PASS device" "SKIP unit-tests (0 passed, 2 skipped, 0 failed)" \
-    "PASS bitident-tiny (5 placements" "PASS bitident-mla (2 placements" \
+    "PASS bitident-tiny (10 placements" "PASS bitident-mla (2 placements" \
     "PASS checkpoint" "PASS on host"; do
   grep -q "^gpu-check: $want" "$b/gpu-check.log" || fail "no 'gpu-check: $want' in $b/gpu-check.log"
 done

@@ -9,7 +9,8 @@
 #                [--oracle-model M.json]
 #       here, in a CUDA build (-DACTPLACE_ENABLE_CUDA=ON): builds what it
 #       needs (unless --no-build), compiles with BUILD_DIR's actplace-compile
-#       the end-to-end arms (tiny-hybrid-gpu under five placements, the
+#       the end-to-end arms (tiny-hybrid-gpu under five placements, each
+#       also built from its readable C++ as arm cpp-NAME, the
 #       MLA/MLP hybrid with core_attn + attn_proj offload and without, a bf16
 #       gradient-oracle step of tiny-hybrid-gpu, whose head dims the CUDA
 #       attention kernels take), collects the binaries of the ctest label
@@ -124,7 +125,9 @@ for t in json.load(sys.stdin)["tests"]:
   echo "pack: $(wc -l < "$b/tests.tsv") GPU tests, $(ls "$b/bin" | wc -l) binaries"
 
   local arm armflags=()
-  for arm in "${TINY_ARMS[@]}"; do armflags+=(--arm "$arm"); done
+  # Each tiny arm also built from its readable C++ (cpp-NAME): the LLVM
+  # path and the C++ path give the same bits.
+  for arm in "${TINY_ARMS[@]}"; do armflags+=(--arm "$arm" --cpp-arm "${arm%%=*}"); done
   python3 "$src/test/e2e/gpu_bitident.py" build --compile "$compile" \
       --model "$src/models/tiny-hybrid-gpu.json" --dir "$b/arms/tiny" \
       --seq "$seq_tiny" --micro-batches 4 "${armflags[@]}" || die "tiny-hybrid-gpu arms failed"
