@@ -169,6 +169,7 @@ LogicalResult CppSink::program(const ProgramDesc &d) {
   os_ << "constexpr uint64_t kArenaBytes = " << u64(d.arenaBytes)
       << ";\nconstexpr uint64_t kPinnedBytes = " << u64(d.pinnedBytes)
       << ";\nconstexpr uint64_t kScratchBytes = " << u64(d.scratchBytes)
+      << ";\nconstexpr uint64_t kScratchOffset = " << u64(d.scratchOffset)
       << ";\n\n";
   os_ << "void trainStep(ap_step *r) {\n" << bodyText_ << "}\n\n";
 
@@ -245,7 +246,8 @@ LogicalResult CppSink::program(const ProgramDesc &d) {
     os_ << "  p.side_sm_percent = " << d.sideSmPercent << ";\n";
   os_ << "  p.arena_bytes = kArenaBytes;\n"
       << "  p.pinned_bytes = kPinnedBytes;\n"
-      << "  p.scratch_bytes = kScratchBytes;\n";
+      << "  p.scratch_bytes = kScratchBytes;\n"
+      << "  p.scratch_offset = kScratchOffset;\n";
   if (!d.slots.empty())
     os_ << "  p.slots = kSlots;\n  p.num_slots = " << d.slots.size() << ";\n";
   if (!d.scopes.empty())

@@ -439,6 +439,7 @@ LogicalResult LLVMSink::program(const ProgramDesc &d) {
   p.arena_bytes = d.arenaBytes;
   p.pinned_bytes = d.pinnedBytes;
   p.scratch_bytes = d.scratchBytes;
+  p.scratch_offset = d.scratchOffset;
   p.num_model_config = uint32_t(d.modelConfig.size());
   p.num_slots = uint32_t(d.slots.size());
   p.num_scopes = uint32_t(d.scopes.size());

@@ -142,7 +142,7 @@ struct ProgramDesc {
   int64_t microBatches = 0, batch = 0, seq = 0, vocab = 0;
   uint64_t persistentBytes = 0, activationBytes = 0, workspaceBytes = 0,
            sideWorkspaceBytes = 0, arenaBytes = 0, pinnedBytes = 0,
-           scratchBytes = 0;
+           scratchBytes = 0, scratchOffset = 0;
   /// Whether the plan has a side workspace to describe (printing only).
   bool describeSide = false;
   bool sideKernels = false, sideAfterHostStart = false;

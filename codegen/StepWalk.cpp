@@ -360,6 +360,18 @@ private:
   std::map<std::string, unsigned> scopeIndex_;
   int lastD2HWait_ = -1; ///< event last waited for on the d2h stream
   uint64_t maxGateElems_ = 0;
+  /// Bytes of one GDN gate staging array the step needs (collect()).
+  uint64_t gateStage_ = 0;
+  /// The driver scratch buffer (exec.persistent of role scratch).
+  exec::PersistentOp scratch_;
+  /// Where the dbeta staging array starts in the driver scratch: after the
+  /// scalars and the beta array, each array half of the rest.
+  uint64_t dbetaStage() {
+    uint64_t bytes = scratch_ ? uint64_t(scratch_.getBytes()) : 0;
+    uint64_t rest =
+        bytes > AP_SCRATCH_SCALAR_BYTES ? bytes - AP_SCRATCH_SCALAR_BYTES : 0;
+    return AP_SCRATCH_SCALAR_BYTES + rest / 2;
+  }
   bool sideKernels_ = false; ///< some exec.kernel runs on the side stream
   /// An op named a kernel entry missing from the runtime ABI (reported).
   bool abiError_ = false;
@@ -420,6 +432,12 @@ LogicalResult Walker::collect(Operation *step) {
       off_[p->getResult(0)] = uint64_t(o);
       persistent_[p.getName().str()]
                  [exec::stringifyBufferRole(p.getRole()).str()] = uint64_t(o);
+      if (p.getRole() == exec::BufferRole::Scratch) {
+        if (scratch_)
+          return op->emitError(pfx() + "a second driver scratch buffer"),
+                 WalkResult::interrupt();
+        scratch_ = p;
+      }
     } else if (auto v = dyn_cast<exec::ViewOp>(op)) {
       auto it = off_.find(op->getOperand(0));
       if (it == off_.end())
@@ -492,6 +510,7 @@ LogicalResult Walker::run(EmittedPlan *plan) {
                                      "convert-train-to-exec first)");
   if (failed(collect(step)))
     return failure();
+  gateStage_ = uint64_t(exec::alignTo256(int64_t(maxGateElems_) * 8));
   for (train::ParamOp p : params)
     paramIndex_[p.getSymName()] = paramIndex_.size();
 
@@ -501,10 +520,6 @@ LogicalResult Walker::run(EmittedPlan *plan) {
   if (d.arenaBytes == 0)
     return step->emitError(pfx() + "exec.step has no arena_bytes (run "
                                    "exec-plan-memory first)");
-  // Driver scratch: 256 bytes of scalars, then two Acc staging arrays for
-  // the GDN gates (beta in, dbeta out), 8 bytes an element at most.
-  uint64_t stage = (maxGateElems_ * 8 + 255) / 256 * 256;
-  d.scratchBytes = 256 + 2 * stage;
 
   // The microbatch input shape comes from load_input "tokens".
   d.batch = 1;
@@ -539,6 +554,18 @@ LogicalResult Walker::run(EmittedPlan *plan) {
 
   if (failed(walkBlock(step->getRegion(0).front())))
     return failure();
+  // The driver scratch is the plan's buffer of role `scratch`
+  // (convert-train-to-exec declares it, exec-plan-memory places it).
+  if (!scratch_)
+    return step->emitError(pfx() + "exec.step has no driver scratch buffer "
+                                   "(exec.persistent of role scratch, which "
+                                   "convert-train-to-exec declares)");
+  d.scratchOffset = off_[scratch_->getResult(0)];
+  d.scratchBytes = uint64_t(scratch_.getBytes());
+  if (d.scratchBytes < AP_SCRATCH_SCALAR_BYTES + 2 * gateStage_)
+    return scratch_->emitError(pfx() + "the driver scratch has ")
+           << d.scratchBytes << " bytes; the step's GDN gates need "
+           << AP_SCRATCH_SCALAR_BYTES + 2 * gateStage_;
 
   d.sideKernels = sideKernels_;
   d.sideAfterHostStart = sideAfterHost_;
@@ -1167,7 +1194,6 @@ LogicalResult Walker::walkKernel(Operation *op) {
     DType st = dt(q);
     DType acc = st == DType::F64 ? DType::F64 : DType::F32;
     int64_t nBeta = nel(beta);
-    uint64_t stage = (maxGateElems_ * 8 + 255) / 256 * 256;
     bool betaStored = dt(beta) != acc;
     if (side && (betaStored || (!fwd && dt(outs[4]) != acc)))
       return notOnSide("its gates are staged in the driver scratch");
@@ -1175,7 +1201,7 @@ LogicalResult Walker::walkKernel(Operation *op) {
     // scratch: beta converted in before, dbeta converted out after.
     Addr betaAt = at(beta);
     if (betaStored) {
-      betaAt = {Addr::Scratch, 256};
+      betaAt = {Addr::Scratch, AP_SCRATCH_SCALAR_BYTES};
       sink_.call("ap_convert",
                  {lbl(), CallArg::ptr(at(beta)), abiDtype(dt(beta)),
                   CallArg::ptr(betaAt), abiDtype(acc), CallArg::i64(nBeta)});
@@ -1209,7 +1235,7 @@ LogicalResult Walker::walkKernel(Operation *op) {
     SETP(dv, at(outs[2]));
     SETP(dg, at(outs[3]));
     bool dbetaStored = dt(outs[4]) != acc;
-    Addr dbetaScratch{Addr::Scratch, 256 + stage};
+    Addr dbetaScratch{Addr::Scratch, dbetaStage()};
     SETP(dbeta, dbetaStored ? dbetaScratch : at(outs[4]));
     launch(A, "gdnChunkBackward");
     if (dbetaStored)
@@ -1419,7 +1445,7 @@ LogicalResult Walker::walkKernel(Operation *op) {
     } else {
       if (side)
         return notOnSide("its loss sum goes to the driver scratch");
-      SETP(lossSum, (Addr{Addr::Scratch, 8}));
+      SETP(lossSum, (Addr{Addr::Scratch, AP_SCRATCH_LOSS_DISCARD}));
       if (results >= 1)
         SETP(dHidden, at(outs[0]));
     }

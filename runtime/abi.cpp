@@ -150,6 +150,16 @@ Program ap::rt::programOfAbi(const ap_program &p) {
   out.arenaBytes = p.arena_bytes;
   out.pinnedBytes = p.pinned_bytes;
   out.scratchBytes = p.scratch_bytes;
+  out.scratchOffset = p.scratch_offset;
+  // The driver scratch is a buffer of the plan: inside the arena, with
+  // room for the runtime's scalars.
+  if (p.scratch_bytes < AP_SCRATCH_SCALAR_BYTES ||
+      p.scratch_offset > p.arena_bytes ||
+      p.scratch_bytes > p.arena_bytes - p.scratch_offset)
+    fail("abi: program: the driver scratch [", p.scratch_offset, ", +",
+         p.scratch_bytes, ") is not a buffer of at least ",
+         AP_SCRATCH_SCALAR_BYTES, " bytes inside the arena of ",
+         p.arena_bytes, " bytes");
   out.sideKernels = p.side_kernels != 0;
   out.sideAfterHostStart = p.side_after_host_start != 0;
   if (p.side_kernels != 0 || p.side_sm_percent != 0) {
@@ -246,7 +256,11 @@ int ap_train_main(int argc, char **argv, const ap_program *program) {
 void *ap_at(ap_step *step, uint64_t offset) { return runner(step).at(offset); }
 
 void *ap_scratch(ap_step *step, uint64_t offset) {
-  return runner(step).scratch(offset);
+  StepRunner &r = runner(step);
+  if (offset >= r.program().scratchBytes)
+    fail("ap_scratch: offset ", offset, " is outside the driver scratch of ",
+         r.program().scratchBytes, " bytes");
+  return r.scratch(offset);
 }
 
 void ap_launch(ap_step *step, int32_t stream, const char *label, int32_t kernel,

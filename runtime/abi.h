@@ -30,7 +30,7 @@
 #include <stdint.h>
 
 /* The contract's version: generated code stores it in ap_program. */
-#define AP_ABI_VERSION 2
+#define AP_ABI_VERSION 3
 
 #ifdef __cplusplus
 extern "C" {
@@ -68,6 +68,19 @@ enum {
 /* An arena offset that is absent (frozen parameters have no master, grad,
    moments; a program without a state scalar). */
 #define AP_NO_OFFSET UINT64_MAX
+
+/* The driver scratch: an exec buffer of the plan (role `scratch`, declared by
+   convert-train-to-exec, placed by exec-plan-memory like any other buffer),
+   at arena offset ap_program.scratch_offset, scratch_bytes long. Its first
+   AP_SCRATCH_SCALAR_BYTES hold the scalars of the runtime's step-level
+   calls at these offsets; after them the step stages the GDN gates in the
+   kernels' accumulation type (beta in, then dbeta out, each half of the
+   rest). ap_scratch addresses it. */
+#define AP_SCRATCH_GRAD_NORM 0     /* float: global grad norm */
+#define AP_SCRATCH_CLIP_COEF 4     /* float: gradient clip coefficient */
+#define AP_SCRATCH_LOSS_DISCARD 8  /* Acc: a loss sum nobody reads */
+#define AP_SCRATCH_STATE_NORMS 64  /* 3 floats: norms of the optimizer state */
+#define AP_SCRATCH_SCALAR_BYTES 256
 
 /* The kernel entries a step launches: X(ID, entry, args struct) with the
    entry and struct of kernels/kernels.h. Ids are positions in this list;
@@ -144,10 +157,11 @@ typedef struct ap_program {
   uint32_t num_model_config;
   int64_t micro_batches, batch, seq, vocab;
   /* The plan (exec-plan-memory): arena = [persistent | activations |
-     workspace | side workspace]; then the driver scratch and the pinned
-     slot region. */
+     workspace | side workspace], the driver scratch one of its persistent
+     buffers (scratch_offset, scratch_bytes); then the pinned slot region. */
   uint64_t persistent_bytes, activation_bytes, workspace_bytes,
-      side_workspace_bytes, arena_bytes, pinned_bytes, scratch_bytes;
+      side_workspace_bytes, arena_bytes, pinned_bytes, scratch_bytes,
+      scratch_offset;
   /* Nonzero: the step launches kernels on the side stream. */
   int32_t side_kernels;
   /* Nonzero: side runs were issued after their host kernel
@@ -186,7 +200,7 @@ int ap_train_main(int argc, char **argv, const ap_program *program);
 /*--- Addresses ------------------------------------------------------------*/
 /* The arena address of a plan offset. */
 void *ap_at(ap_step *step, uint64_t offset);
-/* An address inside the driver scratch (after the plan). */
+/* An address inside the driver scratch (AP_SCRATCH_*). */
 void *ap_scratch(ap_step *step, uint64_t offset);
 
 /*--- Kernels and streams --------------------------------------------------*/

@@ -9,6 +9,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/trainer.h"
+#include "runtime/abi.h"
 
 #include <algorithm>
 #include <chrono>
@@ -34,7 +35,7 @@ StepRunner::StepRunner(const Program &program, Device &device,
 }
 
 char *StepRunner::scratch(uint64_t offset) const {
-  return static_cast<char *>(dev.at(program_.arenaBytes + offset));
+  return static_cast<char *>(dev.at(program_.scratchOffset + offset));
 }
 
 //===----------------------------------------------------------------------===//
@@ -249,7 +250,7 @@ void StepRunner::finalizeGrads(double maxNorm) {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
             .count();
   }
-  float *normDev = reinterpret_cast<float *>(scratch(0));
+  float *normDev = reinterpret_cast<float *>(scratch(AP_SCRATCH_GRAD_NORM));
   kernels::GradNormArgs args;
   args.tensors = tensors.data();
   args.numTensors = int64_t(tensors.size());
@@ -265,7 +266,7 @@ void StepRunner::finalizeGrads(double maxNorm) {
   if (maxNorm > 0)
     clip = std::min(1.f, float(maxNorm / (double(gradNorm) + 1e-6)));
   clipHost_ = clip / float(count);
-  dev.copyAsync(scratch(4), &clipHost_, 4, CopyKind::HostToDevice,
+  dev.copyAsync(scratch(AP_SCRATCH_CLIP_COEF), &clipHost_, 4, CopyKind::HostToDevice,
                 Stream::Compute);
   if (s.gradNorm != kNoOffset)
     dev.copyAsync(at(s.gradNorm), &gradNorm, 4, CopyKind::HostToDevice,
@@ -309,7 +310,7 @@ void StepRunner::adamw(size_t param, double beta1, double beta2, double eps,
   args.expAvg = static_cast<float *>(at(p.adamM));
   args.expAvgSq = static_cast<float *>(at(p.adamV));
   args.grad = static_cast<const float *>(at(p.grad));
-  args.clipCoef = reinterpret_cast<const float *>(scratch(4));
+  args.clipCoef = reinterpret_cast<const float *>(scratch(AP_SCRATCH_CLIP_COEF));
   args.computeCopy = at(p.weight);
   args.computeDType = p.dtype;
   args.n = p.numel;

@@ -9,6 +9,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/trainer.h"
+#include "runtime/abi.h"
 #include "runtime/op_timing.h"
 #include "runtime/weights.h"
 
@@ -252,7 +253,7 @@ std::string nonFiniteInStep(StepRunner &r,
                                                       &moments2};
   const char *names[] = {"the master weights", "the Adam first moments",
                          "the Adam second moments"};
-  float *out = reinterpret_cast<float *>(r.scratch(64));
+  float *out = reinterpret_cast<float *>(r.scratch(AP_SCRATCH_STATE_NORMS));
   for (int g = 0; g < 3; ++g) {
     kernels::GradNormArgs args;
     args.tensors = groups[g]->data();
@@ -474,7 +475,7 @@ int run(int argc, char **argv, const Program &p) {
   bool planSideFits = sideWs > 0 && p.sideWorkspaceBytes >= sideWs &&
                       planSideOffset + p.sideWorkspaceBytes <= p.arenaBytes &&
                       planSideOffset % 256 == 0;
-  dev.allocateArena(p.arenaBytes + p.scratchBytes,
+  dev.allocateArena(p.arenaBytes,
                     planWorkspaceFits ? 0 : alignUp(ws, 256),
                     planSideFits ? 0 : alignUp(sideWs, 256));
   if (planWorkspaceFits)
@@ -771,7 +772,8 @@ placementOf(const Program &p, const std::string &device, int worldSize) {
                      std::to_string(p.activationBytes) + " " +
                      std::to_string(p.workspaceBytes) + " " +
                      std::to_string(p.sideWorkspaceBytes) + " " +
-                     std::to_string(p.scratchBytes) + " " +
+                     std::to_string(p.scratchBytes) + "@" +
+                     std::to_string(p.scratchOffset) + " " +
                      std::to_string(p.numEvents) + " " +
                      (p.sideAfterHostStart ? "after-host" : "with-run") + "\n";
   for (const PinnedSlotSpec &sl : p.slots)

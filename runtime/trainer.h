@@ -98,8 +98,10 @@ struct Program {
   /// Side-stream GEMMs' share of the SMs in percent (Device::
   /// setSideSmPercent); 0 when the step has no side kernels.
   int32_t sideSmPercent = 0;
-  /// Driver scratch after the plan (dtype staging of GDN gates, scalars).
-  uint64_t scratchBytes = 0;
+  /// The driver scratch, a persistent buffer of the plan at arena offset
+  /// scratchOffset (runtime/abi.h AP_SCRATCH_*: scalars, then the GDN
+  /// gates' dtype staging).
+  uint64_t scratchBytes = 0, scratchOffset = 0;
   std::vector<PinnedSlotSpec> slots;
   std::vector<ParamEntry> params;
   std::vector<std::string> scopes; ///< offload scopes, "L<layer>.<leaf>"

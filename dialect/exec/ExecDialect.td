@@ -66,7 +66,10 @@ def Exec_BufferRole : I32EnumAttr<"BufferRole", "role of a persistent buffer", [
   I32EnumAttrCase<"MainGrad", 2, "main_grad">,
   I32EnumAttrCase<"AdamM", 3, "adam_m">,
   I32EnumAttrCase<"AdamV", 4, "adam_v">,
-  I32EnumAttrCase<"State", 5, "state">
+  I32EnumAttrCase<"State", 5, "state">,
+  // The driver scratch (runtime/abi.h AP_SCRATCH_*): the runtime's scalars,
+  // then the GDN gates' dtype staging; one per step.
+  I32EnumAttrCase<"Scratch", 6, "scratch">
 ]> {
   let cppNamespace = "::ap::exec";
 }

@@ -113,3 +113,14 @@ module {
     exec.return
   }
 }
+
+// -----
+
+// The driver scratch is a buffer of the plan (convert-train-to-exec
+// declares it): a step without one cannot be emitted.
+module {
+  // expected-error @below {{emit-cpp: exec.step has no driver scratch buffer (exec.persistent of role scratch, which convert-train-to-exec declares)}}
+  exec.step @train_step attributes {arena_bytes = 512 : i64} {
+    exec.return
+  }
+}

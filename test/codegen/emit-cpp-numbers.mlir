@@ -14,6 +14,7 @@
 
 module {
   exec.step @train_step attributes {arena_bytes = 4096 : i64} {
+    %s = exec.persistent "driver_scratch" scratch offset 2048 bytes 256 : !exec.buffer<tensor<256xi8>>
     %x = exec.buffer offset 0 bytes 512 : !exec.buffer<tensor<1x2x2x16xf32>>
     %y = exec.buffer offset 512 bytes 512 : !exec.buffer<tensor<1x2x2x16xf32>>
     %r = exec.buffer offset 1024 bytes 256 : !exec.buffer<tensor<1x2x2xf32>>

@@ -26,10 +26,14 @@
 // CHECK-NEXT: p.side_kernels = 1;
 // CHECK-NEXT: p.side_sm_percent = 60;
 // CHECK-NEXT: p.arena_bytes = kArenaBytes;
+// CHECK-NEXT: p.pinned_bytes = kPinnedBytes;
+// CHECK-NEXT: p.scratch_bytes = kScratchBytes;
+// CHECK-NEXT: p.scratch_offset = kScratchOffset;
 
 module {
   exec.step @train_step attributes {arena_bytes = 4096 : i64, persistent_bytes = 512 : i64, activation_bytes = 2048 : i64, workspace_bytes = 1024 : i64, side_workspace_bytes = 512 : i64, side_sm_percent = 60 : i64} {
     %w = exec.persistent "w" weight offset 0 bytes 256 : !exec.buffer<tensor<8x4xbf16>>
+    %s = exec.persistent "driver_scratch" scratch offset 256 bytes 256 : !exec.buffer<tensor<256xi8>>
     %x = exec.buffer offset 512 bytes 256 : !exec.buffer<tensor<1x8x4xbf16>>
     %y = exec.buffer offset 768 bytes 256 : !exec.buffer<tensor<1x8x8xbf16>>
     %z = exec.buffer offset 1024 bytes 256 : !exec.buffer<tensor<1x8x8xbf16>>

@@ -11,6 +11,7 @@
 
 #include "dialect/exec/ExecOps.h"
 #include "dialect/train/TrainOps.h"
+#include "runtime/abi.h"
 #include "passes/Passes.h"
 #include "passes/analysis/CostModel.h"
 #include "passes/analysis/KernelWorkspace.h"
@@ -398,6 +399,36 @@ LogicalResult Lowering::run() {
   }
   if (auto mb = module->getAttrOfType<IntegerAttr>(tr::kMicroBatchesAttrName))
     step->setAttr("micro_batches", mb);
+  // The driver scratch, a persistent buffer the plan places like any other
+  // (before the loop, after the parameters and state): the runtime's
+  // scalars (AP_SCRATCH_SCALAR_BYTES), then two staging arrays for the GDN
+  // gates in the kernels' accumulation type (beta in, dbeta out), 8 bytes an
+  // element at most, as large as the largest gate tensor.
+  int64_t gateElems = 0;
+  step.walk([&](ex::KernelOp k) {
+    StringRef c = k.getCallee();
+    if (c == "train.gdn_gates" || c == "train.gdn_gates_grad")
+      gateElems = std::max(
+          gateElems, cast<ex::BufferType>(k.getInputs()[0].getType())
+                         .getTensor()
+                         .getNumElements());
+    if (c == "train.gated_delta_rule" || c == "train.gated_delta_rule_grad")
+      gateElems = std::max(
+          gateElems, cast<ex::BufferType>(k.getInputs()[3].getType())
+                         .getTensor()
+                         .getNumElements());
+  });
+  {
+    OpBuilder::InsertionGuard g(b);
+    if (execLoop)
+      b.setInsertionPoint(execLoop);
+    else
+      b.setInsertionPointToEnd(&step.getBody().front());
+    int64_t stage = ex::alignTo256(gateElems * 8);
+    persistent(step.getLoc(), "driver_scratch", ex::BufferRole::Scratch,
+               RankedTensorType::get({AP_SCRATCH_SCALAR_BYTES + 2 * stage},
+                                     b.getIntegerType(8)));
+  }
   // A step with side-stream kernels runs their GEMMs on the SM share the
   // cost model's side capacity was measured under: one value, from the
   // profile.

@@ -56,6 +56,8 @@ struct AbiProgram {
     p.vocab = 256;
     p.arena_bytes = 4096;
     p.persistent_bytes = 4096;
+    p.scratch_offset = 2048;
+    p.scratch_bytes = AP_SCRATCH_SCALAR_BYTES;
     p.params = &param;
     p.num_params = 1;
     p.scopes = scopes;
@@ -136,6 +138,26 @@ TEST(AbiProgramTest, RefusesMalformedTables) {
     EXPECT_EQ(rc, 1);
     EXPECT_NE(err.find("no step function"), std::string::npos) << err;
   }
+  // The driver scratch is a buffer of the plan: inside the arena, with the
+  // runtime's scalars.
+  {
+    AbiProgram a;
+    a.p.scratch_offset = 4000;
+    auto [rc, err] = trainMainOf(a.p);
+    EXPECT_EQ(rc, 1);
+    EXPECT_NE(err.find("the driver scratch [4000, +256) is not a buffer of at "
+                       "least 256 bytes inside the arena of 4096 bytes"),
+              std::string::npos)
+        << err;
+  }
+  {
+    AbiProgram a;
+    a.p.scratch_bytes = 16;
+    auto [rc, err] = trainMainOf(a.p);
+    EXPECT_EQ(rc, 1);
+    EXPECT_NE(err.find("the driver scratch [2048, +16)"), std::string::npos)
+        << err;
+  }
 }
 
 // The side-stream GEMMs' SM share is the program's (the compiler copies the
@@ -174,6 +196,8 @@ protected:
     pool = std::make_unique<PinnedPool>(*device, layout);
     engine = std::make_unique<OffloadEngine>(*device, *pool);
     program.arenaBytes = 4096;
+    program.scratchOffset = 3072;
+    program.scratchBytes = 512;
     program.numEvents = 2;
     program.scopes = {"L0.core_attn"};
     runner =
@@ -277,6 +301,15 @@ TEST_F(AbiStepTest, IndicesOutsideTheProgramAreErrors) {
   EXPECT_NE(errorOf([&] {
               ap_all_reduce(handle(), 0, 4, 17);
             }).find("dtype 17 is not an AP_DTYPE_* value"),
+            std::string::npos);
+  // The driver scratch is the program's buffer: its addresses are arena
+  // addresses, and an offset past it is an error.
+  EXPECT_EQ(ap_scratch(handle(), 16),
+            static_cast<char *>(ap_at(handle(), 3072 + 16)));
+  EXPECT_NE(errorOf([&] {
+              ap_scratch(handle(), 512);
+            }).find("ap_scratch: offset 512 is outside the driver scratch of "
+                    "512 bytes"),
             std::string::npos);
   // An offset past the arena: the device's range check, through the ABI.
   EXPECT_FALSE(errorOf([&] { ap_at(handle(), 1ull << 40); }).empty());
