@@ -78,18 +78,33 @@ template <typename... A> struct AbiSignature<void(ap_step *, A...)> {
 
 /// The parameter kinds after `ap_step *` of every call a step makes.
 const llvm::StringMap<std::string> &abiCalls() {
-#define AP_ABI_CALL(fn) {#fn, AbiSignature<decltype(fn)>::get()},
+#define AP_ABI_CALL(fn)                                                        \
+  {                                                                            \
+    #fn, AbiSignature<decltype(fn)>::get()                                     \
+  }
   static const llvm::StringMap<std::string> calls = {
-      AP_ABI_CALL(ap_launch) AP_ABI_CALL(ap_record) AP_ABI_CALL(
-          ap_wait) AP_ABI_CALL(ap_wait_copy) AP_ABI_CALL(ap_offload)
-          AP_ABI_CALL(ap_reload) AP_ABI_CALL(ap_begin_microbatch) AP_ABI_CALL(
-              ap_load_input) AP_ABI_CALL(ap_yield) AP_ABI_CALL(ap_end_loop)
-              AP_ABI_CALL(ap_all_reduce) AP_ABI_CALL(ap_slice) AP_ABI_CALL(
-                  ap_concat) AP_ABI_CALL(ap_expand) AP_ABI_CALL(ap_expand_grad)
-                  AP_ABI_CALL(ap_gdn_gates) AP_ABI_CALL(ap_gdn_gates_grad)
-                      AP_ABI_CALL(ap_convert) AP_ABI_CALL(ap_finalize_grads)
-                          AP_ABI_CALL(ap_lr_schedule) AP_ABI_CALL(ap_adamw_step)
-                              AP_ABI_CALL(ap_loss_mean)};
+      AP_ABI_CALL(ap_launch),
+      AP_ABI_CALL(ap_record),
+      AP_ABI_CALL(ap_wait),
+      AP_ABI_CALL(ap_wait_copy),
+      AP_ABI_CALL(ap_offload),
+      AP_ABI_CALL(ap_reload),
+      AP_ABI_CALL(ap_begin_microbatch),
+      AP_ABI_CALL(ap_load_input),
+      AP_ABI_CALL(ap_yield),
+      AP_ABI_CALL(ap_end_loop),
+      AP_ABI_CALL(ap_all_reduce),
+      AP_ABI_CALL(ap_slice),
+      AP_ABI_CALL(ap_concat),
+      AP_ABI_CALL(ap_expand),
+      AP_ABI_CALL(ap_expand_grad),
+      AP_ABI_CALL(ap_gdn_gates),
+      AP_ABI_CALL(ap_gdn_gates_grad),
+      AP_ABI_CALL(ap_convert),
+      AP_ABI_CALL(ap_finalize_grads),
+      AP_ABI_CALL(ap_lr_schedule),
+      AP_ABI_CALL(ap_adamw_step),
+      AP_ABI_CALL(ap_loss_mean)};
 #undef AP_ABI_CALL
   return calls;
 }
