@@ -39,9 +39,13 @@ struct TrainRecomputePass : ap::impl::TrainRecomputeBase<TrainRecomputePass> {
       return signalPassFailure();
 
     int64_t bwdStart = saved.backwardStart();
+    // Forward compute ops only: a value that already went through
+    // train.offload / reload / wait (a step placed before) stays as placed;
+    // cloning the copy ops would put a reload before its offload.
     auto isForward = [&](Operation *op) {
       return op && op->getBlock() == saved.getBody() &&
-             saved.indexOf(op) < bwdStart && !isa<ParamRefOp>(op);
+             saved.indexOf(op) < bwdStart &&
+             !isa<ParamRefOp, OffloadOp, ReloadOp, WaitOp>(op);
     };
     llvm::DenseMap<Operation *, Operation *> clones;
     OpBuilder b(&getContext());
