@@ -2,12 +2,16 @@
 #===- test-all.sh - build and run every actplace test ---------------------===#
 #
 # Installs dependencies, then builds and tests both configurations users have:
-#   build-test-cpu   CPU only (-DACTPLACE_ENABLE_CUDA=OFF)
-#   build-test-cuda  with CUDA (when nvcc is installed); GPU tests skip
+#   build-test-cpu   CPU only (-DACTPLACE_ENABLE_CUDA=OFF), the compiler
+#                    included: `ctest` runs the lit suite, every gtest binary,
+#                    the MPI (mpirun -np 2) and ThreadSanitizer tests, the
+#                    end-to-end tests and the benchmark harness on the host
+#                    backend (bench/qwen_train_bench_test.sh);
+#   build-test-cuda  with CUDA, when nvcc is installed: the runtime and
+#                    kernels only (-DACTPLACE_BUILD_COMPILER=OFF, not built
+#                    twice), and `ctest -L gpu`, the tests that need CUDA
+#                    (each test runs in one configuration); they skip
 #                    themselves on a machine without a GPU.
-# Each runs `ctest`: the lit suite, every gtest binary, the MPI (mpirun -np 2)
-# and ThreadSanitizer tests, the end-to-end tests; the CPU-only one also the
-# benchmark harness on the host backend (bench/qwen_train_bench_test.sh).
 # Then the fuzz stage: build-test-fuzz (clang-22, ASan + UBSan, libFuzzer;
 # only the fuzz targets are built) runs each fuzz target for
 # ACTPLACE_FUZZ_SECONDS (default 20, so 60 s for the three) on seeds from
@@ -23,6 +27,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 ctest_labels=(-LE long)
+config_labels=()
 for arg in "$@"; do
   case "$arg" in
   --long) ctest_labels=() ;;
@@ -56,6 +61,7 @@ run_config() {
   echo "== actplace: build ($name) took $((SECONDS - start)) s; running ctest"
   local ctest_start=$SECONDS rc=0
   ctest --test-dir "$dir" --output-on-failure -j "$jobs" ${ctest_labels[@]+"${ctest_labels[@]}"} \
+    ${config_labels[@]+"${config_labels[@]}"} \
     --output-junit "$dir/ctest-junit.xml" || rc=$?
   python3 "$root/tools/scripts/ctest_summary.py" "$name" "$dir/ctest-junit.xml" \
     --wall $((SECONDS - ctest_start)) | tee -a "$summaries" || true
@@ -75,8 +81,14 @@ if [ "$fuzz_seconds" -gt 0 ]; then
   echo "== actplace: fuzz stage passed in $((SECONDS - start)) s"
 fi
 if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
+  # Each test runs in one configuration: the CUDA one compiles the CUDA code
+  # (runtime and kernels; the compiler was built above) and runs what needs
+  # it, the tests labelled gpu (skipped where no GPU is usable). GPU binaries
+  # for the GPU machine come from a CUDA build with the compiler
+  # (tools/scripts/gpu-check.sh pack).
   mkdir -p "$root/build-test-cuda"
-  run_config cuda -DACTPLACE_ENABLE_CUDA=ON
+  config_labels=(-L gpu)
+  run_config cuda -DACTPLACE_ENABLE_CUDA=ON -DACTPLACE_BUILD_COMPILER=OFF
 else
   echo "== actplace: nvcc not found: the CUDA configuration was not built"
 fi
