@@ -158,8 +158,8 @@ Program ap::rt::programOfAbi(const ap_program &p) {
       p.scratch_bytes > p.arena_bytes - p.scratch_offset)
     fail("abi: program: the driver scratch [", p.scratch_offset, ", +",
          p.scratch_bytes, ") is not a buffer of at least ",
-         AP_SCRATCH_SCALAR_BYTES, " bytes inside the arena of ",
-         p.arena_bytes, " bytes");
+         AP_SCRATCH_SCALAR_BYTES, " bytes inside the arena of ", p.arena_bytes,
+         " bytes");
   out.sideKernels = p.side_kernels != 0;
   out.sideAfterHostStart = p.side_after_host_start != 0;
   if (p.side_kernels != 0 || p.side_sm_percent != 0) {

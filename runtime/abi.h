@@ -76,10 +76,10 @@ enum {
    calls at these offsets; after them the step stages the GDN gates in the
    kernels' accumulation type (beta in, then dbeta out, each half of the
    rest). ap_scratch addresses it. */
-#define AP_SCRATCH_GRAD_NORM 0     /* float: global grad norm */
-#define AP_SCRATCH_CLIP_COEF 4     /* float: gradient clip coefficient */
-#define AP_SCRATCH_LOSS_DISCARD 8  /* Acc: a loss sum nobody reads */
-#define AP_SCRATCH_STATE_NORMS 64  /* 3 floats: norms of the optimizer state */
+#define AP_SCRATCH_GRAD_NORM 0    /* float: global grad norm */
+#define AP_SCRATCH_CLIP_COEF 4    /* float: gradient clip coefficient */
+#define AP_SCRATCH_LOSS_DISCARD 8 /* Acc: a loss sum nobody reads */
+#define AP_SCRATCH_STATE_NORMS 64 /* 3 floats: norms of the optimizer state */
 #define AP_SCRATCH_SCALAR_BYTES 256
 
 /* The kernel entries a step launches: X(ID, entry, args struct) with the

@@ -8,8 +8,8 @@
 // launch paths (launchOn, waitCopy, collectOpTimes) are in op_timing.cpp.
 //
 //===----------------------------------------------------------------------===//
-#include "runtime/trainer.h"
 #include "runtime/abi.h"
+#include "runtime/trainer.h"
 
 #include <algorithm>
 #include <chrono>
@@ -266,8 +266,8 @@ void StepRunner::finalizeGrads(double maxNorm) {
   if (maxNorm > 0)
     clip = std::min(1.f, float(maxNorm / (double(gradNorm) + 1e-6)));
   clipHost_ = clip / float(count);
-  dev.copyAsync(scratch(AP_SCRATCH_CLIP_COEF), &clipHost_, 4, CopyKind::HostToDevice,
-                Stream::Compute);
+  dev.copyAsync(scratch(AP_SCRATCH_CLIP_COEF), &clipHost_, 4,
+                CopyKind::HostToDevice, Stream::Compute);
   if (s.gradNorm != kNoOffset)
     dev.copyAsync(at(s.gradNorm), &gradNorm, 4, CopyKind::HostToDevice,
                   Stream::Compute);
@@ -310,7 +310,8 @@ void StepRunner::adamw(size_t param, double beta1, double beta2, double eps,
   args.expAvg = static_cast<float *>(at(p.adamM));
   args.expAvgSq = static_cast<float *>(at(p.adamV));
   args.grad = static_cast<const float *>(at(p.grad));
-  args.clipCoef = reinterpret_cast<const float *>(scratch(AP_SCRATCH_CLIP_COEF));
+  args.clipCoef =
+      reinterpret_cast<const float *>(scratch(AP_SCRATCH_CLIP_COEF));
   args.computeCopy = at(p.weight);
   args.computeDType = p.dtype;
   args.n = p.numel;

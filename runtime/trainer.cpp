@@ -475,8 +475,7 @@ int run(int argc, char **argv, const Program &p) {
   bool planSideFits = sideWs > 0 && p.sideWorkspaceBytes >= sideWs &&
                       planSideOffset + p.sideWorkspaceBytes <= p.arenaBytes &&
                       planSideOffset % 256 == 0;
-  dev.allocateArena(p.arenaBytes,
-                    planWorkspaceFits ? 0 : alignUp(ws, 256),
+  dev.allocateArena(p.arenaBytes, planWorkspaceFits ? 0 : alignUp(ws, 256),
                     planSideFits ? 0 : alignUp(sideWs, 256));
   if (planWorkspaceFits)
     dev.useWorkspaceInArena(planWorkspaceOffset, p.workspaceBytes);

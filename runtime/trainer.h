@@ -92,8 +92,7 @@ struct Program {
   /// Side runs were issued after their host (exec-defer-side-issue): each
   /// side-stream wait also waits for the host's first launch
   /// (Device::enableSideAfterFirstLaunch), so the side GEMMs take SMs once
-  /// the host's SM-filling pass is done (measured in bench/notes/training.md,
-  /// run 15).
+  /// the host's SM-filling pass is done (measured: bench/notes/training.md).
   bool sideAfterHostStart = false;
   /// Side-stream GEMMs' share of the SMs in percent (Device::
   /// setSideSmPercent); 0 when the step has no side kernels.

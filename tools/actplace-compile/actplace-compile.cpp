@@ -153,8 +153,7 @@ static cl::opt<Emit> emit(
                           "linked with the runtime (default)"),
                clEnumValN(Emit::Object, "object",
                           "the step's object file, not linked"),
-               clEnumValN(Emit::Mlir, "mlir",
-                          "the final LLVM-dialect module"),
+               clEnumValN(Emit::Mlir, "mlir", "the final LLVM-dialect module"),
                clEnumValN(Emit::Cpp, "cpp",
                           "the step as readable C++ (for reading a "
                           "placement; prints how to build it)")),
@@ -730,10 +729,9 @@ int main(int argc, char **argv) {
   if (emit == Emit::Cpp) {
     // Not built here: binaries come from the LLVM path. How to build it by
     // hand (the same headers and archives that path links).
-    llvm::outs() << "wrote " << output << "\nbuild it with: "
-                 << ACTPLACE_CXX << " -std=c++17 -O2 -I"
-                 << shellQuote(toolchain.includeRoot) << " "
-                 << ACTPLACE_EXTRA_FLAGS << " " << shellQuote(output)
+    llvm::outs() << "wrote " << output << "\nbuild it with: " << ACTPLACE_CXX
+                 << " -std=c++17 -O2 -I" << shellQuote(toolchain.includeRoot)
+                 << " " << ACTPLACE_EXTRA_FLAGS << " " << shellQuote(output)
                  << " -o BINARY " << toolchain.linkItems << "\n";
     return 0;
   }
@@ -746,8 +744,8 @@ int main(int argc, char **argv) {
     llvm::outs() << "wrote " << output << "\n";
     return 0;
   }
-  std::string objPath = emit == Emit::Object ? std::string(output)
-                                             : output + ".o";
+  std::string objPath =
+      emit == Emit::Object ? std::string(output) : output + ".o";
   {
     mlir::TimingScope llvmTimer = rootTimer.nest("LLVM (object file)");
     std::string error;

@@ -11,11 +11,11 @@
 
 #include "dialect/exec/ExecOps.h"
 #include "dialect/train/TrainOps.h"
-#include "runtime/abi.h"
 #include "passes/Passes.h"
 #include "passes/analysis/CostModel.h"
 #include "passes/analysis/KernelWorkspace.h"
 #include "passes/analysis/StreamSimulation.h"
+#include "runtime/abi.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/IRMapping.h"
@@ -408,15 +408,15 @@ LogicalResult Lowering::run() {
   step.walk([&](ex::KernelOp k) {
     StringRef c = k.getCallee();
     if (c == "train.gdn_gates" || c == "train.gdn_gates_grad")
-      gateElems = std::max(
-          gateElems, cast<ex::BufferType>(k.getInputs()[0].getType())
-                         .getTensor()
-                         .getNumElements());
+      gateElems =
+          std::max(gateElems, cast<ex::BufferType>(k.getInputs()[0].getType())
+                                  .getTensor()
+                                  .getNumElements());
     if (c == "train.gated_delta_rule" || c == "train.gated_delta_rule_grad")
-      gateElems = std::max(
-          gateElems, cast<ex::BufferType>(k.getInputs()[3].getType())
-                         .getTensor()
-                         .getNumElements());
+      gateElems =
+          std::max(gateElems, cast<ex::BufferType>(k.getInputs()[3].getType())
+                                  .getTensor()
+                                  .getNumElements());
   });
   {
     OpBuilder::InsertionGuard g(b);

@@ -306,10 +306,9 @@ TEST_F(AbiStepTest, IndicesOutsideTheProgramAreErrors) {
   // addresses, and an offset past it is an error.
   EXPECT_EQ(ap_scratch(handle(), 16),
             static_cast<char *>(ap_at(handle(), 3072 + 16)));
-  EXPECT_NE(errorOf([&] {
-              ap_scratch(handle(), 512);
-            }).find("ap_scratch: offset 512 is outside the driver scratch of "
-                    "512 bytes"),
+  EXPECT_NE(errorOf([&] { ap_scratch(handle(), 512); })
+                .find("ap_scratch: offset 512 is outside the driver scratch of "
+                      "512 bytes"),
             std::string::npos);
   // An offset past the arena: the device's range check, through the ABI.
   EXPECT_FALSE(errorOf([&] { ap_at(handle(), 1ull << 40); }).empty());
