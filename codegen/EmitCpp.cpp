@@ -273,6 +273,10 @@ LogicalResult CppSink::program(const ProgramDesc &d) {
   if (!d.adamw.empty())
     os_ << "  p.adamw = kAdamW;\n  p.num_adamw = " << d.adamw.size() << ";\n";
   os_ << "  p.max_lr = " << fmtDouble(d.maxLr) << ";\n";
+  os_ << "  p.data_parallel_size = " << d.dataParallelSize << ";\n"
+      << "  p.data_parallel_mode = "
+      << (d.dataParallelMode == AP_DP_ZERO3 ? "AP_DP_ZERO3" : "AP_DP_REPLICATE")
+      << ";\n";
   os_ << "  p.num_events = " << d.numEvents << ";\n  p.step = trainStep;\n"
       << "  return p;\n}\n\nconst ap_program kProgram = makeProgram();\n"
       << "} // namespace\n\nint main(int argc, char **argv) {\n"

@@ -471,6 +471,8 @@ LogicalResult LLVMSink::program(const ProgramDesc &d) {
   p.total_steps = d.totalSteps.value_or(0);
   p.max_grad_norm = d.maxGradNorm.value_or(0);
   p.num_adamw = uint32_t(d.adamw.size());
+  p.data_parallel_size = d.dataParallelSize;
+  p.data_parallel_mode = d.dataParallelMode;
   Image prog = Image::of(&p, 1);
   prog.reloc(&p, 0, &ap_program::model, symbolOf(stringGlobal(d.model)));
   prog.reloc(&p, 0, &ap_program::step, step_.getSymName().str());

@@ -147,6 +147,8 @@ struct ProgramDesc {
   bool describeSide = false;
   bool sideKernels = false, sideAfterHostStart = false;
   int32_t sideSmPercent = 0;
+  /// Data parallelism as compiled (ranks; AP_DP_*).
+  int32_t dataParallelSize = 1, dataParallelMode = 0;
   std::vector<std::pair<uint64_t, uint64_t>> slots; ///< offset, bytes
   std::vector<std::string> scopes;
   std::vector<Param> params;

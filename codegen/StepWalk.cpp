@@ -569,6 +569,23 @@ LogicalResult Walker::run(EmittedPlan *plan) {
 
   d.sideKernels = sideKernels_;
   d.sideAfterHostStart = sideAfterHost_;
+  int64_t dpSize = attrOf(step, exec::kDataParallelSizeAttr)
+                       ? stepAttr(exec::kDataParallelSizeAttr)
+                       : 1;
+  if (dpSize < 1 || dpSize > (int64_t(1) << 20))
+    return step->emitError(pfx() + "exec.step has ")
+           << exec::kDataParallelSizeAttr << " " << dpSize
+           << " (expected 1 or more ranks)";
+  d.dataParallelSize = int32_t(dpSize);
+  d.dataParallelMode = AP_DP_REPLICATE;
+  if (auto mode = step->getAttrOfType<StringAttr>(exec::kDataParallelModeAttr)) {
+    if (mode.getValue() == "zero3")
+      d.dataParallelMode = AP_DP_ZERO3;
+    else if (mode.getValue() != "replicate")
+      return step->emitError(pfx() + "exec.step has ")
+             << exec::kDataParallelModeAttr << " '" << mode.getValue()
+             << "' (expected replicate or zero3)";
+  }
   // Side GEMMs' SM share: the cost model's (convert-train-to-exec writes
   // it from the device profile), required once the step has side kernels.
   if (sideKernels_) {
@@ -809,7 +826,7 @@ LogicalResult Walker::walkOp(Operation *op) {
                copyScope_[op]);
     return success();
   }
-  if (isa<exec::AllReduceOp>(op)) {
+  if (auto ar = dyn_cast<exec::AllReduceOp>(op)) {
     uint64_t o;
     if (failed(offsetOf(op->getOperand(0), op, o)))
       return failure();
@@ -819,7 +836,12 @@ LogicalResult Walker::walkOp(Operation *op) {
       return op->emitError(pfx() + "all-reduce of an unsupported element type");
     sink_.call("ap_all_reduce",
                {CallArg::u64(o), CallArg::u64(numel(t) * elemBytes(t)),
-                abiDtype(*dt)});
+                abiDtype(*dt), stream(op),
+                CallArg::i32(ar.getLastMicrobatch() ? AP_REDUCE_LAST_MICROBATCH
+                                                    : 0,
+                             ar.getLastMicrobatch()
+                                 ? "AP_REDUCE_LAST_MICROBATCH"
+                                 : "0")});
     return success();
   }
   if (isa<exec::KernelOp>(op))

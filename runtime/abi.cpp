@@ -224,6 +224,17 @@ Program ap::rt::programOfAbi(const ap_program &p) {
     out.optimizer.adamw.push_back(
         {w.param, w.beta1, w.beta2, w.eps, w.weight_decay});
   }
+  if (p.data_parallel_size < 1)
+    fail("abi: program: data_parallel_size is ", p.data_parallel_size,
+         " (expected 1 or more ranks)");
+  if (p.data_parallel_mode != AP_DP_REPLICATE &&
+      p.data_parallel_mode != AP_DP_ZERO3)
+    fail("abi: program: data_parallel_mode is ", p.data_parallel_mode,
+         ", not an AP_DP_* value");
+  out.dataParallelSize = p.data_parallel_size;
+  out.dataParallelMode = p.data_parallel_mode == AP_DP_ZERO3
+                             ? DataParallelMode::Zero3
+                             : DataParallelMode::Replicate;
   out.abiStep = p.step;
   out.step = runAbiStep;
   return out;
@@ -334,8 +345,12 @@ void ap_yield(ap_step *step, uint64_t lossOffset, uint64_t countOffset) {
 void ap_end_loop(ap_step *step) { runner(step).endLoop(); }
 
 void ap_all_reduce(ap_step *step, uint64_t offset, uint64_t bytes,
-                   int32_t dtype) {
-  runner(step).allReduce(offset, bytes, dtypeOf("ap_all_reduce", dtype));
+                   int32_t dtype, int32_t stream, int32_t flags) {
+  if (flags & ~int32_t(AP_REDUCE_LAST_MICROBATCH))
+    fail("ap_all_reduce: flags ", flags, " (expected AP_REDUCE_* bits)");
+  runner(step).allReduce(offset, bytes, dtypeOf("ap_all_reduce", dtype),
+                         streamOf("ap_all_reduce", stream),
+                         (flags & AP_REDUCE_LAST_MICROBATCH) != 0);
 }
 
 void ap_slice(ap_step *step, const char *label, uint64_t x, uint64_t y,

@@ -30,7 +30,17 @@
 #include <stdint.h>
 
 /* The contract's version: generated code stores it in ap_program. */
-#define AP_ABI_VERSION 3
+#define AP_ABI_VERSION 4
+
+/* ap_program.data_parallel_mode: every rank holds all parameters and
+   optimizer state (main grads all-reduced), or each holds a flat 1/N shard
+   (ZeRO-3). */
+enum { AP_DP_REPLICATE = 0, AP_DP_ZERO3 = 1 };
+
+/* ap_all_reduce flags: AP_REDUCE_LAST_MICROBATCH: issued inside the
+   microbatch loop, it runs in the last microbatch only (a main grad is final
+   once the last microbatch's backward wrote it). */
+enum { AP_REDUCE_LAST_MICROBATCH = 1 };
 
 #ifdef __cplusplus
 extern "C" {
@@ -189,6 +199,11 @@ typedef struct ap_program {
   double min_lr, max_grad_norm;
   const ap_adamw *adamw;
   uint32_t num_adamw;
+  /* Data parallelism as compiled: the ranks the plan is for (1: one rank)
+     and how parameters and optimizer state are held (AP_DP_*). The binary
+     refuses a launch of another world size. */
+  int32_t data_parallel_size;
+  int32_t data_parallel_mode;
   void (*step)(ap_step *);
 } ap_program;
 
@@ -230,8 +245,11 @@ void ap_load_input(ap_step *step, const char *name, uint64_t offset,
 /* train.yield: the microbatch's loss sum and token count. */
 void ap_yield(ap_step *step, uint64_t loss_offset, uint64_t count_offset);
 void ap_end_loop(ap_step *step);
+/* Sums `bytes` at arena `offset` over the data-parallel ranks in place, on
+   `stream` (comm: ordered by the step's events; compute: after the compute
+   stream's earlier work). `flags`: AP_REDUCE_*. A world of one: no-op. */
 void ap_all_reduce(ap_step *step, uint64_t offset, uint64_t bytes,
-                   int32_t dtype);
+                   int32_t dtype, int32_t stream, int32_t flags);
 
 /*--- Data movement (compute stream) ---------------------------------------*/
 /* y[outer, len, inner] = x[outer, first:first+len, inner]; x has dim_x. */

@@ -84,18 +84,32 @@ void StepRunner::endLoop() {
   dev.synchronize(Stream::Compute);
 }
 
-void StepRunner::allReduce(uint64_t offset, uint64_t bytes, DType dtype) {
+void StepRunner::allReduce(uint64_t offset, uint64_t bytes, DType dtype,
+                           Stream stream, bool lastMicrobatchOnly) {
+  if (stream != Stream::Comm && stream != Stream::Compute)
+    fail("all_reduce: stream ", streamName(stream),
+         " (expected comm or compute)");
   if (!dataParallel)
     fail("all_reduce: the step has no data-parallel communicator");
+  if (lastMicrobatchOnly && microbatch + 1 != program_.microBatches)
+    return;
   void *p = dev.at(offset, bytes);
   // A world of one: the sum over "dp" is the buffer itself, so no call (an
   // in-place sum over one rank is the identity on every backend).
   if (dataParallel->size() == 1)
     return;
   size_t count = size_t(bytes) / dtypeBytes(dtype);
-  dev.synchronize(Stream::Compute);
-  dataParallel->allReduceSum(p, p, count, dtype,
-                             dev.kernelContext(Stream::Compute).stream);
+  Communicator *comm = dataParallel;
+  if (dev.kind() == DeviceKind::Cuda) {
+    // NCCL enqueues on the stream's cudaStream_t: ordered by its events.
+    comm->allReduceSum(p, p, count, dtype, dev.nativeStream(stream));
+    return;
+  }
+  // Host: MPI blocks its calling thread, so the call runs on the stream's
+  // worker, in that stream's order like a kernel.
+  dev.hostCallback(stream, [comm, p, count, dtype] {
+    comm->allReduceSum(p, p, count, dtype, nullptr);
+  });
 }
 
 //===----------------------------------------------------------------------===//

@@ -71,6 +71,10 @@ struct OptimizerSettings {
   std::vector<AdamWSettings> adamw;
 };
 
+/// How data-parallel ranks hold parameters and optimizer state
+/// (runtime/abi.h AP_DP_*).
+enum class DataParallelMode { Replicate, Zero3 };
+
 /// Everything the generated file describes.
 struct Program {
   const char *model = "";
@@ -109,6 +113,10 @@ struct Program {
   /// Peak of the compiled lr schedule (the default of --lr); 0: none.
   double maxLr = 0;
   OptimizerSettings optimizer;
+  /// The data-parallel ranks the plan is for; the binary refuses a launch
+  /// of another world size.
+  int32_t dataParallelSize = 1;
+  DataParallelMode dataParallelMode = DataParallelMode::Replicate;
   void (*step)(StepRunner &) = nullptr;
   /// A program that came through the C ABI (runtime/abi.h): its step, which
   /// `step` calls with the runner as the ap_step handle.
@@ -130,8 +138,7 @@ public:
   OffloadEngine &engine;
   std::vector<EventId> ev;
   std::vector<OffloadEngine::ScopeId> scope;
-  /// The data-parallel group train.all_reduce sums over (a world of one for
-  /// now: the trainer refuses several ranks).
+  /// The data-parallel group exec.all_reduce sums over.
   Communicator *dataParallel = nullptr;
 
   /// Arena address of an offset of the plan (checked).
@@ -193,7 +200,13 @@ public:
   /// After the microbatch loop: writes the summed loss and token count into
   /// the state buffers.
   void endLoop();
-  void allReduce(uint64_t offset, uint64_t bytes, kernels::DType dtype);
+  /// Sums `bytes` at `offset` over `dataParallel` in place, enqueued on
+  /// `stream` (comm or compute; ordered against other streams by the
+  /// step's events). `lastMicrobatchOnly`: issued inside the microbatch
+  /// loop, it runs in the last microbatch only. A world of one: no call.
+  void allReduce(uint64_t offset, uint64_t bytes, kernels::DType dtype,
+                 Stream stream = Stream::Compute,
+                 bool lastMicrobatchOnly = false);
 
   //===--- Data movement ops (kernels on the compute stream) -----------===//
   /// y[outer, len, inner] = x[outer, offset:offset+len, inner]; x has `dimX`.

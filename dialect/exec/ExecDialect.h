@@ -45,6 +45,12 @@ inline constexpr llvm::StringLiteral kArenaBytesAttr = "arena_bytes";
 /// emitter copies it into the program).
 inline constexpr llvm::StringLiteral kSideSmPercentAttr = "side_sm_percent";
 inline constexpr llvm::StringLiteral kPinnedBytesAttr = "pinned_bytes";
+/// Data parallelism the step is planned for (convert-train-to-exec writes
+/// them): the number of ranks (absent: 1) and "replicate" or "zero3"
+/// (absent: replicate). The emitter copies them into the program.
+inline constexpr llvm::StringLiteral kDataParallelSizeAttr =
+    "data_parallel_size";
+inline constexpr llvm::StringLiteral kDataParallelModeAttr = "data_parallel";
 } // namespace ap::exec
 
 #endif // ACTPLACE_DIALECT_EXEC_EXECDIALECT_H

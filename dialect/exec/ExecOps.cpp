@@ -175,11 +175,19 @@ LogicalResult AllReduceOp::verify() {
     return emitOpError() << "sums f32 (main grads, loss) or i32 (token "
                             "counts) buffers, got "
                          << t;
-  if (getStream() == Stream::D2H || getStream() == Stream::H2D)
+  if (getStream() != Stream::Comm && getStream() != Stream::Compute)
     return emitOpError() << "runs on the comm (or compute) stream, not "
                          << stringifyStream(getStream());
   if (getCommunicator().empty())
     return emitOpError() << "communicator must not be empty";
+  bool inLoop = (*this)->getParentOfType<MicrobatchLoopOp>() != nullptr;
+  if (inLoop && !getLastMicrobatch())
+    return emitOpError() << "inside exec.microbatch_loop must be marked "
+                            "last_microbatch (main grads accumulate over "
+                            "microbatches and are summed once)";
+  if (!inLoop && getLastMicrobatch())
+    return emitOpError() << "is marked last_microbatch outside "
+                            "exec.microbatch_loop";
   return success();
 }
 

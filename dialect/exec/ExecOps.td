@@ -257,15 +257,26 @@ def Exec_H2DOp : Exec_Op<"h2d"> {
 def Exec_AllReduceOp : Exec_Op<"all_reduce"> {
   let summary = "sums a buffer over a communicator in place (main grads, loss sum, token count)";
   let description = [{
-    Runs through the runtime's collective API (NCCL on the GPU, MPI on the
-    host backend; a world of one is a no-op there, not here).
+    Runs through the runtime's collective API (NCCL on the GPU, MPI with
+    fixed-order sums on the host backend; a world of one is a no-op there,
+    not here), enqueued on `stream` (comm or compute) and ordered against
+    the other streams by the step's events like any other op.
+
+    At the step level it sums what the microbatch loop accumulated. Inside
+    the loop it must be marked `last_microbatch`: main grads accumulate over
+    microbatches, so a reduction there runs once, in the last microbatch,
+    right after the last backward kernel that writes its buffer
+    (exec-bucket-grad-reduce places it there so that the reduction overlaps
+    the rest of the backward).
 
     ```mlir
     exec.all_reduce %g over "dp" on comm : !exec.buffer<tensor<64xf32>>
+    exec.all_reduce %g over "dp" on comm last_microbatch : !exec.buffer<tensor<64xf32>>
     ```
   }];
-  let arguments = (ins Exec_AnyBuffer:$buffer, StrAttr:$communicator, Exec_Stream:$stream);
-  let assemblyFormat = "$buffer `over` $communicator `on` $stream attr-dict `:` qualified(type($buffer))";
+  let arguments = (ins Exec_AnyBuffer:$buffer, StrAttr:$communicator,
+                       Exec_Stream:$stream, UnitAttr:$last_microbatch);
+  let assemblyFormat = "$buffer `over` $communicator `on` $stream (`last_microbatch` $last_microbatch^)? attr-dict `:` qualified(type($buffer))";
   let hasVerifier = 1;
 }
 

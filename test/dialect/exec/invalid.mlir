@@ -110,6 +110,35 @@ exec.step @s {
 // -----
 
 exec.step @s {
+  %g = exec.persistent "w" main_grad bytes 256 : !exec.buffer<tensor<4xf32>>
+  // expected-error @+1 {{'exec.all_reduce' op runs on the comm (or compute) stream, not side}}
+  exec.all_reduce %g over "dp" on side : !exec.buffer<tensor<4xf32>>
+  exec.return
+}
+
+// -----
+
+exec.step @s {
+  %g = exec.persistent "w" main_grad bytes 256 : !exec.buffer<tensor<4xf32>>
+  exec.microbatch_loop count 2 {
+    // expected-error @+1 {{'exec.all_reduce' op inside exec.microbatch_loop must be marked last_microbatch (main grads accumulate over microbatches and are summed once)}}
+    exec.all_reduce %g over "dp" on comm : !exec.buffer<tensor<4xf32>>
+  }
+  exec.return
+}
+
+// -----
+
+exec.step @s {
+  %g = exec.persistent "w" main_grad bytes 256 : !exec.buffer<tensor<4xf32>>
+  // expected-error @+1 {{'exec.all_reduce' op is marked last_microbatch outside exec.microbatch_loop}}
+  exec.all_reduce %g over "dp" on comm last_microbatch : !exec.buffer<tensor<4xf32>>
+  exec.return
+}
+
+// -----
+
+exec.step @s {
   %b = exec.buffer bytes 256 : !exec.buffer<tensor<4xf32>>
   // expected-error @+1 {{'exec.kernel' op callee must name a train op ("train.<op>") or a test kernel ("test.<name>"), got "linear"}}
   exec.kernel "linear" outs(%b : !exec.buffer<tensor<4xf32>>) workspace 0

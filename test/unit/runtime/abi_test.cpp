@@ -65,6 +65,8 @@ struct AbiProgram {
     p.num_events = 2;
     p.state_loss_sum = p.state_token_count = p.state_grad_norm = p.state_lr =
         p.state_loss = AP_NO_OFFSET;
+    p.data_parallel_size = 1;
+    p.data_parallel_mode = AP_DP_REPLICATE;
     p.step = emptyStep;
   }
 };
@@ -137,6 +139,25 @@ TEST(AbiProgramTest, RefusesMalformedTables) {
     auto [rc, err] = trainMainOf(a.p);
     EXPECT_EQ(rc, 1);
     EXPECT_NE(err.find("no step function"), std::string::npos) << err;
+  }
+  {
+    // Zero-initialised and never set: the plan's rank count is not known.
+    AbiProgram a;
+    a.p.data_parallel_size = 0;
+    auto [rc, err] = trainMainOf(a.p);
+    EXPECT_EQ(rc, 1);
+    EXPECT_NE(err.find("data_parallel_size is 0 (expected 1 or more ranks)"),
+              std::string::npos)
+        << err;
+  }
+  {
+    AbiProgram a;
+    a.p.data_parallel_mode = 7;
+    auto [rc, err] = trainMainOf(a.p);
+    EXPECT_EQ(rc, 1);
+    EXPECT_NE(err.find("data_parallel_mode is 7, not an AP_DP_* value"),
+              std::string::npos)
+        << err;
   }
   // The driver scratch is a buffer of the plan: inside the arena, with the
   // runtime's scalars.
@@ -299,8 +320,16 @@ TEST_F(AbiStepTest, IndicesOutsideTheProgramAreErrors) {
             }).find("ap_adamw_step: parameter 0 of 0"),
             std::string::npos);
   EXPECT_NE(errorOf([&] {
-              ap_all_reduce(handle(), 0, 4, 17);
+              ap_all_reduce(handle(), 0, 4, 17, AP_STREAM_COMM, 0);
             }).find("dtype 17 is not an AP_DTYPE_* value"),
+            std::string::npos);
+  EXPECT_NE(errorOf([&] {
+              ap_all_reduce(handle(), 0, 4, AP_DTYPE_F32, AP_STREAM_COMM, 6);
+            }).find("ap_all_reduce: flags 6 (expected AP_REDUCE_* bits)"),
+            std::string::npos);
+  EXPECT_NE(errorOf([&] {
+              ap_all_reduce(handle(), 0, 4, AP_DTYPE_F32, AP_STREAM_D2H, 0);
+            }).find("all_reduce: stream d2h (expected comm or compute)"),
             std::string::npos);
   // The driver scratch is the program's buffer: its addresses are arena
   // addresses, and an offset past it is an error.
