@@ -50,9 +50,16 @@ inline bool verbose() {
   return on;
 }
 
-/// The fuzz input as text.
-inline llvm::StringRef asText(const uint8_t *data, size_t size) {
-  return llvm::StringRef(reinterpret_cast<const char *>(data), size);
+/// The fuzz input as text: a NUL-terminated copy. libFuzzer hands the target
+/// a buffer of exactly `size` bytes with nothing after them, while MLIR's
+/// lexer (parseSourceString wraps the text in a MemoryBuffer without
+/// checking for a terminator) stops only at a NUL: an input that ends inside
+/// an identifier, a string or a comment made it read on into whatever the
+/// heap held past the buffer. A finding of that kind depended on the heap
+/// rather than on the input, so replaying it did not reproduce it
+/// (fuzz/GuardReplay.cpp now replays inputs against an unreadable page).
+inline std::string inputText(const uint8_t *data, size_t size) {
+  return std::string(reinterpret_cast<const char *>(data), size);
 }
 
 /// The dialects actplace-opt registers, so the targets accept what the tools

@@ -30,8 +30,9 @@ extern "C" int LLVMFuzzerInitialize(int *, char ***) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size > kMaxConfigBytes)
     return -1; // not added to the corpus
+  std::string text = ap::fuzz::inputText(data, size);
   llvm::Expected<ap::import::ModelConfig> cfg =
-      ap::import::parseModelConfig(ap::fuzz::asText(data, size), "fuzz.json");
+      ap::import::parseModelConfig(text, "fuzz.json");
   if (!cfg) {
     std::string message = llvm::toString(cfg.takeError());
     if (ap::fuzz::verbose())

@@ -145,7 +145,7 @@ extern "C" int LLVMFuzzerInitialize(int *, char ***) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size > kMaxIrBytes)
     return -1; // not added to the corpus
-  llvm::StringRef text = ap::fuzz::asText(data, size);
+  std::string text = ap::fuzz::inputText(data, size);
   ap::fuzz::FuzzContext fctx;
   MLIRContext &ctx = fctx.get();
   // The parser verifies what it built; an input that does not verify ends

@@ -85,7 +85,7 @@ extern "C" int LLVMFuzzerInitialize(int *, char ***) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size > kMaxProfileBytes)
     return -1; // not added to the corpus
-  llvm::StringRef text = ap::fuzz::asText(data, size);
+  std::string text = ap::fuzz::inputText(data, size);
   llvm::Expected<ap::train::DeviceProfile> profile =
       ap::train::DeviceProfile::parse(text, "fuzz.json");
   if (!profile) {

@@ -3,7 +3,8 @@
 #
 # Configures a separate instrumented build (clang-22, ASan + UBSan, libFuzzer;
 # -DACTPLACE_ENABLE_FUZZ=ON), builds only the fuzz targets, builds the seed
-# corpora from the repository and runs each target for a bounded time.
+# corpora from the repository, replays the inputs of past findings
+# (fuzz/regressions/TARGET/) and runs each target for a bounded time.
 # docs/fuzzing.md explains the targets and how a crash becomes a lit test.
 #
 #===----------------------------------------------------------------------===#
@@ -38,10 +39,15 @@ fuzz_config, fuzz_ir, fuzz_profile (or config, ir, profile) or all
   --no-build           use the fuzz build as it is
   --seeds DIR          only write the seed corpora to DIR/TARGET and exit
   --replay FILE...     run TARGET (exactly one) on the given inputs, with
-                       diagnostics and printed output shown, and exit
+                       diagnostics and printed output shown, then again with
+                       each input against an unreadable page (TARGET-guard),
+                       and exit
   --minimize FILE      minimize a crashing input of TARGET (exactly one)
                        into FILE.min and exit
   -h, --help           this text
+
+Before fuzzing a target, TARGET-guard replays fuzz/regressions/TARGET/*
+(inputs of past findings); a crash there fails the run.
 
 Progress: one line per target every 30 s (inputs run, inputs/s, corpus size,
 crashes); libFuzzer's own log is OUT/logs/TARGET.log. The exit status is 1
@@ -228,12 +234,30 @@ if [ "$do_build" = 1 ]; then
     }
   fi
   echo "== fuzz.sh: building ${targets[*]} in $build"
-  ninja -C "$build" -j "${ACTPLACE_JOBS:-$(nproc)}" "${targets[@]}" || die "building the fuzz targets failed"
+  ninja -C "$build" -j "${ACTPLACE_JOBS:-$(nproc)}" "${targets[@]}" "${targets[@]/%/-guard}" ||
+    die "building the fuzz targets failed"
   echo "== fuzz.sh: build took $((SECONDS - start)) s"
 fi
 for t in "${targets[@]}"; do
-  [ -x "$build/fuzz/$t" ] || die "$build/fuzz/$t is not built (drop --no-build)"
+  for b in "$t" "$t-guard"; do
+    [ -x "$build/fuzz/$b" ] || die "$build/fuzz/$b is not built (drop --no-build)"
+  done
 done
+
+# Runs TARGET-guard ($1) on the files $3... with its output to $2: each input
+# ends at an unreadable page, so a read past its end crashes whatever the
+# heap holds (fuzz/GuardReplay.cpp). The exit status is the replayer's.
+guard_replay() {
+  local t=$1 log=$2
+  shift 2
+  timeout "$timeout" "$build/fuzz/$t-guard" "$@" >"$log" 2>&1
+}
+
+# Prints the sanitizer report or invariant failure of log $1, with its stack.
+print_report() {
+  grep -E -A24 '^(==[0-9]+==ERROR|actplace fuzz:)|runtime error' "$1" |
+    grep -E '^(==[0-9]+==ERROR|SUMMARY|actplace fuzz:)|runtime error|^ +#[0-9]+ ' | head -30 | sed 's/^/    /' >&2
+}
 
 #--- replay / minimize ------------------------------------------------------#
 
@@ -242,7 +266,11 @@ if [ "$mode" != run ]; then
   [ ${#files[@]} -gt 0 ] || die "--replay needs input files"
   t=${targets[0]}
   if [ "$mode" = replay ]; then
-    ACTPLACE_FUZZ_VERBOSE=1 "$build/fuzz/$t" -rss_limit_mb="$rss_limit" -timeout="$timeout" "${files[@]}"
+    rc=0
+    ACTPLACE_FUZZ_VERBOSE=1 "$build/fuzz/$t" -rss_limit_mb="$rss_limit" -timeout="$timeout" "${files[@]}" || rc=$?
+    echo "== fuzz.sh: the same inputs against an unreadable page ($t-guard)"
+    ACTPLACE_FUZZ_VERBOSE=1 "$build/fuzz/$t-guard" "${files[@]}" || rc=$?
+    exit $rc
   else
     f=${files[0]}
     "$build/fuzz/$t" -minimize_crash=1 -max_total_time="$time_per_target" -rss_limit_mb="$rss_limit" \
@@ -260,6 +288,19 @@ mkdir -p "$out/logs"
 status=0
 summary=()
 for t in "${targets[@]}"; do
+  regressions=("$root/fuzz/regressions/$t"/*)
+  if [ -e "${regressions[0]}" ]; then
+    log=$out/logs/$t.regressions.log
+    if guard_replay "$t" "$log" "${regressions[@]}"; then
+      echo "== fuzz.sh: $t: the ${#regressions[@]} inputs of fuzz/regressions/$t pass"
+    else
+      status=1
+      summary+=("$t: an input of fuzz/regressions/$t crashes (log $log)")
+      echo "fuzz.sh: $t crashes on an input of fuzz/regressions/$t (log $log):" >&2
+      grep '^guarded replay:' "$log" | tail -1 | sed 's/^/  /' >&2
+      print_report "$log"
+    fi
+  fi
   make_seeds "$t" "$seeds/$t"
   corpus=$out/corpus/$t
   crashes=$out/crashes/$t
@@ -297,7 +338,9 @@ for t in "${targets[@]}"; do
   wait "$pid" || rc=$?
   elapsed=$((SECONDS - start))
   runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
-  [ -n "$runs" ] || runs=$(grep -oE '^#[0-9]+' "$log" | tail -1 | tr -d '#')
+  # (A crash among the seeds leaves no status line: no count, and no exit
+  # here under `set -e` before the crash is reported.)
+  [ -n "$runs" ] || runs=$(grep -oE '^#[0-9]+' "$log" | tail -1 | tr -d '#' || true)
   new=$(( $(ls "$crashes" | wc -l) - before ))
   rate=$(( ${runs:-0} / (elapsed > 0 ? elapsed : 1) ))
   line="$t: ${runs:-0} inputs in $elapsed s ($rate/s), corpus $(ls "$corpus" | wc -l), new crash/timeout/oom inputs: $new"
@@ -306,7 +349,17 @@ for t in "${targets[@]}"; do
     status=1
     echo "fuzz.sh: $t found a problem (exit $rc); the inputs are in $crashes:" >&2
     ls -t "$crashes" | head -"$((new > 0 ? new : 1))" | sed "s|^|  $crashes/|" >&2
-    grep -E '^(==[0-9]+==ERROR|SUMMARY|actplace fuzz:)|runtime error' "$log" | head -10 | sed 's/^/  /' >&2
+    print_report "$log"
+    # Replayed against an unreadable page, a read past the input's end
+    # crashes whatever the heap held when libFuzzer ran it.
+    for f in $(ls -t "$crashes" | head -"$new" | grep '^crash-' || true); do
+      if guard_replay "$t" "$out/logs/$t.replay.log" "$crashes/$f"; then
+        echo "  $f: does not crash when replayed ($t-guard)" >&2
+      else
+        echo "  $f: crashes again when replayed ($t-guard, log $out/logs/$t.replay.log):" >&2
+        print_report "$out/logs/$t.replay.log"
+      fi
+    done
     echo "  replay with: tools/scripts/fuzz.sh --no-build --build $build --replay FILE ${t}" >&2
   fi
 done

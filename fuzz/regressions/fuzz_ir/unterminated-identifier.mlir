@@ -1,0 +1,1 @@
+train.short_conv_grad

@@ -1,0 +1,3 @@
+module {
+}
+%0 = arith.constant 12
