@@ -54,6 +54,8 @@ void buildPipeline(OpPassManager &pm, const CompileOptions &o,
     addPlacementStage(pm, o);
   if (runs(PipelineStage::Lowering)) {
     pm.addPass(createConvertTrainToExec(o.lowering));
+    if (o.lowering.dataParallelSize > 1)
+      pm.addPass(createExecBucketGradReduce(o.gradBuckets));
     pm.addPass(createExecPlanMemory());
     pm.addPass(createExecScheduleStreams());
     if (o.sideIssue == SideIssue::AfterHost)

@@ -50,6 +50,8 @@ struct CompileOptions {
   /// convert-train-to-exec (GEMM workspace, the profile that predicts copy
   /// completion).
   ConvertTrainToExecOptions lowering;
+  /// exec-bucket-grad-reduce (runs when lowering.dataParallelSize > 1).
+  ExecBucketGradReduceOptions gradBuckets;
   SideIssue sideIssue = SideIssue::AfterHost;
 };
 

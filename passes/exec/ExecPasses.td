@@ -28,6 +28,33 @@ def ExecPlanMemory : Pass<"exec-plan-memory", "mlir::ModuleOp"> {
   ];
 }
 
+def ExecBucketGradReduce : Pass<"exec-bucket-grad-reduce", "mlir::ModuleOp"> {
+  let summary = "Sum main grads over data-parallel ranks in buckets, each as soon as its grads are final";
+  let description = [{
+    On a step planned for several replicated data-parallel ranks
+    (`data_parallel_size` > 1), moves the step-level `exec.all_reduce` of
+    each main grad into the microbatch loop, right after the last kernel
+    that writes it, marked `last_microbatch`: the reductions run on the comm
+    stream in the last microbatch while the rest of its backward computes.
+    Grads are packed in backward order into buckets of at least
+    `bucket-bytes`; a bucket is issued after the last writer of its last
+    grad (GradReduceBuckets in passes/analysis). Run before
+    exec-schedule-streams, which orders each bucket after its writers and
+    the optimizer after the buckets. A step of one rank is left unchanged
+    (its reductions are no-ops). Idempotent.
+  }];
+  let statistics = [
+    Statistic<"numBuckets", "buckets", "Buckets issued inside the microbatch loop">,
+    Statistic<"numMoved", "moved", "Main-grad all-reduces moved into the loop">,
+    Statistic<"numStayed", "stayed", "Main-grad all-reduces left after the loop (no writer in it)">
+  ];
+  let options = [
+    Option<"bucketBytes", "bucket-bytes", "int64_t", "26214400",
+           "Smallest bucket in bytes of main grads (the last one takes the "
+           "rest); 0: one bucket per grad">
+  ];
+}
+
 def ExecScheduleStreams : Pass<"exec-schedule-streams", "mlir::ModuleOp"> {
   let summary = "Insert the event records and waits that order every cross-stream use";
   let description = [{

@@ -132,6 +132,28 @@ static cl::opt<int64_t> microBatchSize("micro-batch-size",
 static cl::opt<int64_t> microBatches("micro-batches",
                                      cl::desc("Microbatches per step"),
                                      cl::init(1), cl::cat(category));
+enum class DataParallel { Replicate, Zero3 };
+static cl::opt<DataParallel> dataParallel(
+    "data-parallel", cl::init(DataParallel::Replicate),
+    cl::desc("How data-parallel ranks hold parameters and optimizer state"),
+    cl::values(clEnumValN(DataParallel::Replicate, "replicate",
+                          "every rank holds all of them; main grads are "
+                          "summed over ranks in buckets on the comm stream "
+                          "during the last microbatch's backward (default)"),
+               clEnumValN(DataParallel::Zero3, "zero3",
+                          "flat 1/N shards per rank (not implemented yet)")),
+    cl::cat(category));
+static cl::opt<int64_t> dataParallelSize(
+    "data-parallel-size",
+    cl::desc("Data-parallel ranks (the plan is per rank; the binary refuses "
+             "a launch of another world size). The global batch is "
+             "micro-batches x micro-batch-size x this"),
+    cl::init(1), cl::cat(category));
+static cl::opt<int64_t> gradBucketBytes(
+    "grad-bucket-bytes",
+    cl::desc("Smallest bucket of main grads summed in one go under "
+             "--data-parallel=replicate (default 25 MiB; 0: one per grad)"),
+    cl::init(26214400), cl::cat(category));
 static cl::opt<std::string> dtype("dtype", cl::desc("bf16 or f32 (JSON)"),
                                   cl::init("bf16"), cl::cat(category));
 static cl::opt<int64_t> gemmWorkspace(
@@ -292,6 +314,18 @@ static std::string checkOptions() {
   shape.microBatches = microBatches;
   if (llvm::Error err = ap::import::checkTrainShape(shape))
     return llvm::toString(std::move(err));
+  if (dataParallelSize < 1 || dataParallelSize > (int64_t(1) << 20))
+    return llvm::formatv("--data-parallel-size must be in [1, {0}] ranks, "
+                         "got {1}",
+                         int64_t(1) << 20, int64_t(dataParallelSize))
+        .str();
+  if (gradBucketBytes < 0 || gradBucketBytes > kMaxPlanBytes)
+    return llvm::formatv("--grad-bucket-bytes must be in [0, {0}], got {1}",
+                         kMaxPlanBytes, int64_t(gradBucketBytes))
+        .str();
+  if (dataParallel == DataParallel::Zero3)
+    return "--data-parallel=zero3 (sharded parameters, grads and optimizer "
+           "state) is not implemented yet; use --data-parallel=replicate";
   if (gemmWorkspace < 0 || gemmWorkspace > kMaxPlanBytes)
     return llvm::formatv("--gemm-workspace-bytes must be in [0, {0}], got {1}",
                          kMaxPlanBytes, int64_t(gemmWorkspace))
@@ -422,6 +456,10 @@ int main(int argc, char **argv) {
                   "must be integers");
   }
   opts.lowering.gemmWorkspaceBytes = gemmWorkspace;
+  opts.lowering.dataParallel =
+      dataParallel == DataParallel::Zero3 ? "zero3" : "replicate";
+  opts.lowering.dataParallelSize = dataParallelSize;
+  opts.gradBuckets.bucketBytes = gradBucketBytes;
   // The lowering predicts copy completion (how long offloaded bytes stay
   // reserved in the arena) with the profile placement used, unless
   // --copy-hold=peak-rates asks for the defaults.

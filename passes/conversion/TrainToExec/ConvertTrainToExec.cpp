@@ -477,8 +477,36 @@ struct ConvertTrainToExecPass
                             "share of the SMs; 0 for the profile's)";
       return signalPassFailure();
     }
+    if (dataParallelSize < 1 || dataParallelSize > (int64_t(1) << 20)) {
+      module.emitError() << "convert-train-to-exec: data-parallel-size "
+                         << int64_t(dataParallelSize) << " (expected 1 or more ranks)";
+      return signalPassFailure();
+    }
+    if (dataParallel != "replicate" && dataParallel != "zero3") {
+      module.emitError() << "convert-train-to-exec: data-parallel '"
+                         << std::string(dataParallel)
+                         << "' (expected replicate or zero3)";
+      return signalPassFailure();
+    }
+    if (dataParallel == "zero3") {
+      module.emitError()
+          << "convert-train-to-exec: data-parallel=zero3 (sharded "
+             "parameters, grads and optimizer state) is not implemented yet; "
+             "use data-parallel=replicate";
+      return signalPassFailure();
+    }
     if (failed(Lowering(module, func, gemmWorkspaceBytes, *cost, share).run()))
-      signalPassFailure();
+      return signalPassFailure();
+    // One replicated rank is what a step without the attributes means, so
+    // single-rank IR stays as it was.
+    if (dataParallelSize > 1)
+      for (ex::StepOp step : module.getOps<ex::StepOp>()) {
+        Builder b(module.getContext());
+        step->setAttr(ex::kDataParallelSizeAttr,
+                      b.getI64IntegerAttr(dataParallelSize));
+        step->setAttr(ex::kDataParallelModeAttr,
+                      b.getStringAttr(dataParallel));
+      }
   }
 };
 } // namespace

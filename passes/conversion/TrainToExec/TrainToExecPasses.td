@@ -28,6 +28,9 @@ def ConvertTrainToExec : Pass<"convert-train-to-exec", "mlir::ModuleOp"> {
     A step with side-stream kernels gets `side_sm_percent`, the share of the
     SMs its side GEMMs use, from the profile (`sideSmPercent`, the share the
     cost model's side capacity was measured under) or `side-sm-percent`.
+    The step records the data parallelism it is planned for
+    (`data_parallel_size`, `data_parallel`) when it is not one replicated
+    rank; the binary refuses a launch of another world size.
   }];
   let dependentDialects = ["::ap::exec::ExecDialect"];
   let options = [
@@ -42,7 +45,13 @@ def ConvertTrainToExec : Pass<"convert-train-to-exec", "mlir::ModuleOp"> {
            "Side-stream GEMMs' share of the SMs in percent, written on a step "
            "with side kernels (exec.step side_sm_percent); 0: the profile's "
            "sideSmPercent. Give the placement profile's when `profile` is "
-           "another">
+           "another">,
+    Option<"dataParallel", "data-parallel", "std::string", "\"replicate\"",
+           "How data-parallel ranks hold parameters and optimizer state: "
+           "replicate (every rank all of it; main grads all-reduced) or "
+           "zero3 (flat 1/N shards)">,
+    Option<"dataParallelSize", "data-parallel-size", "int64_t", "1",
+           "Data-parallel ranks the per-rank plan is for">
   ];
 }
 

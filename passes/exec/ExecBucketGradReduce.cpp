@@ -1,0 +1,54 @@
+//===- ExecBucketGradReduce.cpp - exec-bucket-grad-reduce -----------------===//
+//
+// Applies GradReduceBuckets: moves each bucket's main-grad all-reduces into
+// the microbatch loop after the bucket's last writer, marked
+// last_microbatch.
+//
+//===----------------------------------------------------------------------===//
+
+#include "dialect/exec/ExecOps.h"
+#include "passes/Passes.h"
+#include "passes/analysis/GradReduceBuckets.h"
+
+namespace ap {
+#define GEN_PASS_DEF_EXECBUCKETGRADREDUCE
+#include "passes/exec/ExecPasses.h.inc"
+} // namespace ap
+
+using namespace mlir;
+using namespace ap::exec;
+
+namespace {
+struct ExecBucketGradReducePass
+    : ap::impl::ExecBucketGradReduceBase<ExecBucketGradReducePass> {
+  using Base::Base;
+
+  void runOnOperation() override {
+    if (bucketBytes < 0) {
+      getOperation().emitError()
+          << "exec-bucket-grad-reduce: bucket-bytes " << int64_t(bucketBytes)
+          << " (expected 0 or more)";
+      return signalPassFailure();
+    }
+    for (StepOp step : getOperation().getOps<StepOp>()) {
+      auto size = step->getAttrOfType<IntegerAttr>(kDataParallelSizeAttr);
+      if (!size || size.getInt() <= 1)
+        continue;
+      GradReduceBuckets plan(step, bucketBytes);
+      for (GradBucket &bucket : plan.buckets) {
+        OpBuilder b(bucket.after->getContext());
+        b.setInsertionPointAfter(bucket.after);
+        for (AllReduceOp ar : bucket.reductions) {
+          AllReduceOp::create(b, ar.getLoc(), ar.getBuffer(),
+                              ar.getCommunicator(), Stream::Comm,
+                              /*last_microbatch=*/true);
+          ar.erase();
+          ++numMoved;
+        }
+        ++numBuckets;
+      }
+      numStayed += plan.numUnwritten;
+    }
+  }
+};
+} // namespace
