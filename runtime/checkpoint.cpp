@@ -241,10 +241,16 @@ std::string saveCheckpoint(const std::string &dir,
   std::string stepDir;
   // Every shard must be durable on every rank before "latest" may name this
   // step.
+  // A replicated save is rank 0's world-of-one file; the others only vote.
+  const ShardInfo file = shard.replicated ? ShardInfo{} : shard;
   agreeOrThrow(
       shard, "writing the shards of step " + std::to_string(state.step),
-      kLatestKept,
-      [&] { stepDir = writeShard(dir, tensors, state, shard, options); });
+      kLatestKept, [&] {
+        if (shard.replicated && shard.rank != 0)
+          stepDir = dir + "/" + stepFolderName(state.step);
+        else
+          stepDir = writeShard(dir, tensors, state, file, options);
+      });
   // Nobody returns before "latest" names this step, so any rank may look it
   // up right after saving.
   agreeOrThrow(

@@ -95,6 +95,12 @@ struct ShardInfo {
   /// the shards are written, after rank 0 published "latest"). If any rank
   /// fails, every rank throws and "latest" is not moved. Unused by loads.
   std::function<bool(bool)> allTrue;
+  /// Every rank holds the same state (replicated data parallelism): a save
+  /// writes one world-of-one checkpoint from rank 0, the other ranks write
+  /// nothing, and "latest" still moves only after every rank agreed
+  /// (allTrue) that the file is complete. Such a checkpoint loads with
+  /// ShardInfo{} on any number of ranks. Unused by locks and loads.
+  bool replicated = false;
 
   /// The shard info of `comm`'s ranks (using comm.allTrue).
   static ShardInfo of(Communicator &comm) {

@@ -132,10 +132,11 @@ DataLoader::DataLoader(const DataConfig &config) : config_(config) {
   // The source id covers what decides which tokens a step reads: the
   // source and its content, the seed, the sequence length and the global
   // batch (sequences per step over all ranks). How a step's sequences are
-  // split into microbatches and ranks is left out: file windows are
-  // numbered over the global batch, so another split reads the same
-  // sequences (synthetic tokens are keyed by microbatch and rank and do
-  // change; they are random either way).
+  // split into microbatches and ranks is left out: file windows and
+  // synthetic tokens are both numbered by the global microbatch
+  // (globalMicrobatch), so the same global batch split over other ranks
+  // reads the same sequences. (Another micro-batch size B reads other
+  // synthetic tokens: a key draws one microbatch of B rows.)
   Sha256 id;
   auto mix = [&](uint64_t v) { id.update(&v, sizeof(v)); };
   mix(uint64_t(config_.kind));
@@ -255,18 +256,22 @@ void DataLoader::fillRaw(uint64_t step, uint32_t microbatch,
     fail("data: microbatch ", microbatch, " of a step with ",
          config_.microbatchesPerStep);
   const uint64_t B = uint64_t(config_.batch), T = uint64_t(config_.seqLen);
-  RngKey key{config_.seed, step, microbatch, config_.rank, 0};
+  const uint64_t g = globalMicrobatch(microbatch);
   if (config_.kind == DataSourceKind::Synthetic) {
-    key.stream = kSyntheticTokenStream;
+    // Keyed by the global microbatch (rank 0 in the key's rank word), so a
+    // world of one keys exactly as before ranks existed, and another split
+    // of the same global batch (M microbatches on N ranks against M*N on
+    // one) draws the same tokens.
+    RngKey key{config_.seed, step, uint32_t(g), 0, kSyntheticTokenStream};
     PhiloxStream(key).fillTokens(raw, size_t(B * (T + 1)), config_.vocabSize);
     return;
   }
-  // Global sample number: consecutive over (step, microbatch, rank, row), so
-  // the ranks of one step read disjoint consecutive windows.
+  // Global sample number: consecutive over (step, global microbatch, row),
+  // so the ranks of one step read disjoint consecutive windows and the
+  // step's global batch is samples [step*M*N*B, (step+1)*M*N*B) however it
+  // is split.
   uint64_t first =
-      ((step * config_.microbatchesPerStep + microbatch) * config_.worldSize +
-       config_.rank) *
-      B;
+      (step * config_.microbatchesPerStep * config_.worldSize + g) * B;
   for (uint64_t b = 0; b < B; ++b) {
     uint64_t sample = first + b;
     uint64_t window = sample % numWindows_;

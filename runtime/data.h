@@ -11,8 +11,11 @@
 //
 // A microbatch is read as [B, T+1] tokens; tokens = [:, :T] and labels =
 // [:, 1:] (next-token prediction). Which tokens a microbatch gets is a pure
-// function of (seed, step, microbatch, rank): resuming at a cursor gives the
-// same data as the uninterrupted run, and ranks never read the same sample.
+// function of (seed, step, g), g = microbatch * worldSize + rank the global
+// microbatch: resuming at a cursor gives the same data as the uninterrupted
+// run, ranks never read the same sample, and a step's global batch (g over
+// [0, M*N)) is the same sequences whether it runs as M*N microbatches on
+// one rank or M on each of N (docs/tools.md, "Running on several ranks").
 //
 //===----------------------------------------------------------------------===//
 #ifndef ACTPLACE_RUNTIME_DATA_H
@@ -116,6 +119,13 @@ public:
     return size_t(config_.batch) * size_t(config_.seqLen);
   }
 
+  /// The global index of this rank's `microbatch` within a step:
+  /// microbatch * worldSize + rank, in [0, M*N). Data is keyed by it, so
+  /// microbatch m of rank r on N ranks reads what microbatch m*N+r reads on
+  /// one rank with M*N microbatches.
+  uint64_t globalMicrobatch(uint32_t microbatch) const {
+    return uint64_t(microbatch) * config_.worldSize + config_.rank;
+  }
   /// The [B, T+1] window layout of microbatch (step, microbatch).
   void fillRaw(uint64_t step, uint32_t microbatch, int32_t *raw) const;
   /// tokens[B, T] and labels[B, T] (labels[b, t] = raw[b, t + 1]).

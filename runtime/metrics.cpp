@@ -49,7 +49,11 @@ std::string metricsJson(const StepMetrics &m) {
                  {"in_use", m.pinnedPool.inUse}};
   std::string line =
       "{\"step\":" + text(m.step) + ",\"backend\":" + text(m.backend) +
-      ",\"device\":" + text(m.device) + ",\"loss\":" + jsonNumber(m.loss) +
+      ",\"device\":" + text(m.device) +
+      (m.worldSize > 1 ? ",\"rank\":" + text(m.rank) +
+                             ",\"world_size\":" + text(m.worldSize)
+                       : std::string()) +
+      ",\"loss\":" + jsonNumber(m.loss) +
       ",\"grad_norm\":" + jsonNumber(m.gradNorm) +
       ",\"lr\":" + jsonNumber(m.lr) +
       ",\"step_time_s\":" + jsonNumber(m.stepTimeS) +

@@ -42,6 +42,11 @@ struct StepMetrics {
   /// ones.
   std::string backend;
   std::string device;
+  /// The data-parallel rank that wrote the line and the world size; both
+  /// written (after "device") only when worldSize > 1, so a world of one
+  /// keeps its lines as they were.
+  int rank = 0;
+  int worldSize = 1;
   double loss = 0;
   double gradNorm = 0;
   double lr = 0;

@@ -237,11 +237,27 @@ void StepRunner::gdnGatesGrad(const char *name, uint64_t a, uint64_t aLog,
 // Step-level ops
 //===----------------------------------------------------------------------===//
 
+void StepRunner::readSummedState() {
+  if (!dataParallel || dataParallel->size() == 1)
+    return;
+  // The step's all-reduces summed the state buffers over the ranks (the
+  // compute stream waits for them, so a full synchronisation covers them):
+  // the loss is the mean over the global batch's tokens, and the grads,
+  // summed alike, are divided by the global count.
+  dev.synchronize();
+  const StateOffsets &s = program_.state;
+  if (s.lossSum != kNoOffset)
+    dev.copyToHostSync(&lossParts_[0], dev.at(s.lossSum, 4), 4);
+  if (s.tokenCount != kNoOffset)
+    dev.copyToHostSync(&countParts_[0], dev.at(s.tokenCount, 4), 4);
+}
+
 void StepRunner::finalizeGrads(double maxNorm) {
   // Every microbatch is done (endLoop synchronised). The main grads hold
   // sums over the step's tokens; the division by the token count and the
   // clip are folded into one coefficient that AdamW applies (g * coef), so
   // the norm is computed once, in the kernel's fixed order, over the sums.
+  readSummedState();
   const StateOffsets &s = program_.state;
   int32_t count = countParts_.empty() ? 0 : countParts_[0];
   if (count <= 0)
@@ -343,6 +359,7 @@ void StepRunner::adamw(size_t param, double beta1, double beta2, double eps,
 }
 
 void StepRunner::lossMean() {
+  readSummedState();
   int32_t count = countParts_.empty() ? 0 : countParts_[0];
   loss = lossParts_.empty() || count <= 0 ? NAN : lossParts_[0] / float(count);
   if (program_.state.loss != kNoOffset) {

@@ -14,6 +14,7 @@
 #include "runtime/weights.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -300,6 +301,137 @@ std::string latestNote(const std::string &saveDir) {
          std::to_string(*c.latestStep);
 }
 
+/// This process's place in the run, for trainMain's error lines: set by
+/// run() once the launch is known; `communicating` once the world
+/// communicator exists (an error then ends the process at once, see
+/// trainMain).
+struct RankContext {
+  int rank = 0, worldSize = 1;
+  bool communicating = false;
+};
+RankContext rankContext;
+
+/// SHA-256 of what every rank must agree on to train one model together:
+/// the program (model and its settings, shapes, microbatches, the plan's
+/// sizes, slots, scopes, state offsets and events, the parameter table
+/// with its offsets, the optimizer, the data-parallel size and mode) and,
+/// second half, the flags that decide the numbers or the collectives each
+/// step makes (steps, seed, lr, data, resume, init weights, saving).
+std::pair<std::string, std::string> runDigests(const Program &p,
+                                               const TrainFlags &flags) {
+  std::string prog = std::string(p.model) + "\n";
+  for (const auto &[field, value] : p.modelConfig)
+    prog += std::string(field) + "=" + value + "\n";
+  auto add = [&](auto... v) {
+    ((prog += std::to_string(v) + " "), ...);
+    prog += "\n";
+  };
+  add(p.microBatches, p.batch, p.seq, p.vocab);
+  add(p.persistentBytes, p.activationBytes, p.workspaceBytes, p.arenaBytes,
+      p.pinnedBytes, p.sideWorkspaceBytes, p.scratchBytes, p.scratchOffset);
+  add(int(p.sideKernels), int(p.sideAfterHostStart), p.sideSmPercent,
+      p.numEvents, p.dataParallelSize, int(p.dataParallelMode));
+  const StateOffsets &st = p.state;
+  add(st.lossSum, st.tokenCount, st.gradNorm, st.lr, st.loss);
+  for (const PinnedSlotSpec &sl : p.slots)
+    add(sl.offset, sl.bytes);
+  for (const std::string &sc : p.scopes)
+    prog += sc + "\n";
+  for (const ParamEntry &e : p.params) {
+    prog += std::string(e.name) + " ";
+    add(int(e.dtype), e.rank, e.shape[0], e.shape[1], e.shape[2], e.shape[3],
+        int(e.init), int(e.frozen), e.weight, e.master, e.grad, e.adamM,
+        e.adamV);
+    prog += exactNumberText(e.initA) + " " + exactNumberText(e.initB) + "\n";
+  }
+  const OptimizerSettings &o = p.optimizer;
+  prog += exactNumberText(p.maxLr) + " " + exactNumberText(o.minLr) + " " +
+          exactNumberText(o.maxGradNorm) + "\n";
+  add(int(o.known), o.warmupSteps, o.totalSteps);
+  for (const AdamWSettings &a : o.adamw)
+    prog += std::to_string(a.param) + " " + exactNumberText(a.beta1) + " " +
+            exactNumberText(a.beta2) + " " + exactNumberText(a.eps) + " " +
+            exactNumberText(a.weightDecay) + "\n";
+  std::string run = std::to_string(flags.steps) + "\n" +
+                    std::to_string(flags.seed) + "\n" +
+                    exactNumberText(flags.lr) + "\n" + flags.data + "\n" +
+                    flags.resume + "\n" + flags.initWeights + "\n" +
+                    flags.save + "\n" + std::to_string(flags.saveEvery) +
+                    "\n" + (flags.overwrite ? "overwrite" : "") + "\n";
+  auto digest = [](const std::string &text) {
+    Sha256 h;
+    h.update(text.data(), text.size());
+    std::array<uint8_t, 32> d = h.finish();
+    return std::string(reinterpret_cast<const char *>(d.data()), d.size());
+  };
+  return {digest(prog), digest(run)};
+}
+
+/// Every rank's `mine` (the same size on every rank, a multiple of 4
+/// bytes), by rank. The communicator's backend decides where the buffers
+/// live: host memory for self and MPI; for NCCL the start of the device
+/// arena, which must be allocated and hold nothing yet.
+std::vector<std::string> allGatherBytes(Communicator &world, Device *dev,
+                                        const std::string &mine) {
+  size_t n = mine.size(), ranks = size_t(world.size());
+  std::string all(n * ranks, '\0');
+  if (world.backend() == kernels::Backend::Host) {
+    world.allGather(mine.data(), all.data(), n / 4, DType::I32, nullptr);
+  } else {
+    if (!dev || !dev->hasArena())
+      fail("the ranks' program check needs the device arena");
+    void *send = dev->at(0, n), *recv = dev->at(n, n * ranks);
+    dev->copyAsync(send, mine.data(), n, CopyKind::HostToDevice,
+                   Stream::Compute);
+    dev->synchronize();
+    world.allGather(send, recv, n / 4, DType::I32,
+                    dev->nativeStream(Stream::Compute));
+    dev->synchronize();
+    dev->copyToHostSync(all.data(), recv, all.size());
+  }
+  std::vector<std::string> out;
+  for (size_t r = 0; r < ranks; ++r)
+    out.push_back(all.substr(r * n, n));
+  return out;
+}
+
+/// Refuses ranks that run different programs or different training flags
+/// (they would deadlock in mismatched collectives or silently average
+/// different models): collective over `world`, every rank fails alike,
+/// naming the ranks that differ from rank 0 and both hashes.
+void checkSameRun(Communicator &world, Device *dev, const Program &p,
+                  const TrainFlags &flags) {
+  auto [prog, run] = runDigests(p, flags);
+  std::vector<std::string> all = allGatherBytes(world, dev, prog + run);
+  auto hex = [](const std::string &d) {
+    std::array<uint8_t, 32> a;
+    std::memcpy(a.data(), d.data(), 32);
+    return Sha256::hex(a).substr(0, 16);
+  };
+  std::vector<std::string> problems;
+  for (size_t r = 1; r < all.size(); ++r) {
+    std::string p0 = all[0].substr(0, 32), pr = all[r].substr(0, 32);
+    std::string f0 = all[0].substr(32), fr = all[r].substr(32);
+    if (pr != p0)
+      problems.push_back("rank " + std::to_string(r) +
+                         " runs another program than rank 0 (program hash " +
+                         hex(pr) + " on rank " + std::to_string(r) + ", " +
+                         hex(p0) + " on rank 0)");
+    else if (fr != f0)
+      problems.push_back("rank " + std::to_string(r) +
+                         " was started with other training flags than rank "
+                         "0 (--steps, --seed, --lr, --data, --resume, "
+                         "--init-weights, --save, --save-every, --overwrite; "
+                         "flags hash " +
+                         hex(fr) + " on rank " + std::to_string(r) + ", " +
+                         hex(f0) + " on rank 0)");
+  }
+  if (!problems.empty())
+    fail("the ", all.size(),
+         " ranks must run one binary with the same flags:",
+         listProblems(problems, 8));
+}
+
 int run(int argc, char **argv, const Program &p) {
   TrainFlags defaults;
   if (p.maxLr > 0)
@@ -309,15 +441,60 @@ int run(int argc, char **argv, const Program &p) {
     std::fputs(flags.usage.c_str(), stdout);
     return 0;
   }
-  // Several ranks need the data sharding and the global token count wired
-  // into the step as well as the gradient sum; until then say so instead of
-  // training N copies of one model.
+  // Data parallelism: the plan is per rank and static, so the world size
+  // is compiled in; every rank trains the whole model on its share of the
+  // global batch and the step sums the loss, the token count and the main
+  // grads over the ranks.
   LaunchInfo launchInfo = detectLaunch();
-  if (launchInfo.worldSize > 1)
-    fail("this binary trains on one rank; the launcher started ",
-         launchInfo.worldSize,
-         " (data-parallel training is not implemented yet)");
-  const int worldSize = 1;
+  const int worldSize = launchInfo.worldSize;
+  const int rank = launchInfo.rank;
+  rankContext.rank = rank;
+  rankContext.worldSize = worldSize;
+  if (p.dataParallelMode == DataParallelMode::Zero3)
+    fail("this binary was compiled for --data-parallel=zero3, which this "
+         "runtime does not implement (sharded parameters, gathers and "
+         "reduce-scatters); compile with --data-parallel=replicate");
+  if (worldSize != p.dataParallelSize)
+    fail("the launcher (", launcherName(launchInfo.launcher), ") started ",
+         worldSize, " rank(s) but this binary was compiled for ",
+         p.dataParallelSize,
+         " data-parallel rank(s) (the plan is per rank, so the world size is "
+         "a compile option): launch ",
+         p.dataParallelSize, " rank(s) (mpirun -np ", p.dataParallelSize,
+         ") or recompile with actplace-compile --data-parallel-size=",
+         worldSize);
+  // Several ranks: the device (the GPU of the local rank) and the world
+  // communicator come first, so that everything after may agree over it
+  // (the --save lock, the checkpoint writes). A world of one keeps its
+  // device start after the checks below.
+  std::unique_ptr<Device> device;
+  auto startDevice = [&] {
+    DeviceOptions dopts;
+    dopts.device = flags.device;
+    dopts.deviceIndex = launchInfo.localRank;
+    dopts.quiet = rank != 0;
+    device = std::make_unique<Device>(dopts);
+  };
+  std::unique_ptr<Communicator> world;
+  if (worldSize > 1) {
+    startDevice();
+    world = createWorldCommunicator(device->kind() == DeviceKind::Cuda
+                                        ? kernels::Backend::Cuda
+                                        : kernels::Backend::Host,
+                                    launchInfo);
+    rankContext.communicating = true;
+    // NCCL gathers through device memory: checked once the arena exists.
+    if (world->backend() == kernels::Backend::Host)
+      checkSameRun(*world, nullptr, p, flags);
+  } else {
+    world = createSelfCommunicator();
+  }
+  // Only rank 0 prints the notes every rank would print alike.
+  std::FILE *notes = rank == 0 ? stderr : nullptr;
+  auto note = [&](const std::string &text) {
+    if (notes)
+      std::fprintf(notes, "%s\n", text.c_str());
+  };
 
   // Whatever can refuse the run is checked before the device starts and
   // before the first step: the checkpoint to resume and the flags against
@@ -337,11 +514,10 @@ int run(int argc, char **argv, const Program &p) {
     // checkpoint already reached is a finished job run again: nothing to
     // do, not an error. Fewer steps cannot be had.
     if (uint64_t(flags.steps) == at) {
-      std::fprintf(stderr,
-                   "note: --steps %lld is the step of checkpoint '%s': "
-                   "nothing to train (--steps is the total from the start of "
-                   "the run, not the steps to add)\n",
-                   static_cast<long long>(flags.steps), resumeDir.c_str());
+      note("note: --steps " + std::to_string(flags.steps) +
+           " is the step of checkpoint '" + resumeDir +
+           "': nothing to train (--steps is the total from the start of the "
+           "run, not the steps to add)");
       return 0;
     }
     if (uint64_t(flags.steps) < at)
@@ -371,6 +547,8 @@ int run(int argc, char **argv, const Program &p) {
   dc.batch = p.batch;
   dc.seqLen = p.seq;
   dc.microbatchesPerStep = uint32_t(p.microBatches);
+  dc.rank = uint32_t(rank);
+  dc.worldSize = uint32_t(worldSize);
   DataLoader data(dc);
   const std::map<std::string, std::string> runConfig =
       runConfigOf(p, flags.lr, data.sourceDescription(), worldSize);
@@ -379,11 +557,10 @@ int run(int argc, char **argv, const Program &p) {
       // Checkpoints of an older actplace have no record: they still load
       // (what they hold is complete), and the binary says what it could
       // not check.
-      std::fprintf(stderr,
-                   "warning: checkpoint '%s' has no run configuration "
-                   "(saved by an older actplace): the model, optimizer "
-                   "settings, data and batch are not checked against it\n",
-                   resumeDir.c_str());
+      note("warning: checkpoint '" + resumeDir +
+           "' has no run configuration (saved by an older actplace): the "
+           "model, optimizer settings, data and batch are not checked "
+           "against it");
       DataCursor at = data.cursor();
       at.step = resumed->step;
       at.microbatch = 0;
@@ -407,9 +584,10 @@ int run(int argc, char **argv, const Program &p) {
   // The --save folder: locked for this run, writable, and holding no other
   // run's checkpoints unless --overwrite.
   CheckpointLock lock;
+  const ShardInfo ranks = worldSize > 1 ? ShardInfo::of(*world) : ShardInfo{};
   if (!flags.save.empty()) {
     lock = CheckpointLock::acquire(
-        flags.save, ShardInfo{}, checkpointRunId(worldSize, [](const char *n) {
+        flags.save, ranks, checkpointRunId(worldSize, [](const char *n) {
           return std::getenv(n);
         }));
     CheckpointFolderContents held = inspectCheckpointFolder(flags.save);
@@ -425,17 +603,19 @@ int run(int argc, char **argv, const Program &p) {
              flags.save,
              ", save elsewhere, or pass --overwrite to replace "
              "them");
-      removeCheckpoints(flags.save);
-      std::fprintf(stderr,
-                   "note: --overwrite: removed the checkpoints of '%s' "
-                   "(%s)\n",
-                   flags.save.c_str(), held.describe().c_str());
+      // Every rank has looked before rank 0 alone removes.
+      world->barrier();
+      if (rank == 0)
+        removeCheckpoints(flags.save);
+      note("note: --overwrite: removed the checkpoints of '" + flags.save +
+           "' (" + held.describe() + ")");
     }
+    world->barrier();
   }
 
-  DeviceOptions dopts;
-  dopts.device = flags.device;
-  Device dev(dopts);
+  if (!device)
+    startDevice();
+  Device &dev = *device;
   // The plan (its workspace region included) plus the driver scratch; the
   // kernel workspace the runtime hands out is sized by the plan's largest
   // declared workspace and the grad-norm query.
@@ -486,8 +666,9 @@ int run(int argc, char **argv, const Program &p) {
   layout.slots = p.slots;
   PinnedPool pool(dev, layout);
   OffloadEngine engine(dev, pool);
+  if (worldSize > 1 && world->backend() != kernels::Backend::Host)
+    checkSameRun(*world, &dev, p, flags);
   StepRunner r(p, dev, pool, engine, flags.fingerprints);
-  std::unique_ptr<Communicator> world = createSelfCommunicator();
   r.dataParallel = world.get();
   r.lrOverride = flags.lr;
 
@@ -524,7 +705,8 @@ int run(int argc, char **argv, const Program &p) {
 
   if (!flags.initWeights.empty())
     loadInitWeights(p, r, flags.initWeights);
-  if (!flags.dumpGrads.empty())
+  // Every rank holds the same summed grads: rank 0 writes them.
+  if (!flags.dumpGrads.empty() && rank == 0)
     r.onGradsFinalized = [&](int32_t tokenCount, float clipCoef) {
       if (r.stepIndex + 1 == flags.steps)
         dumpGrads(p, r, flags.dumpGrads, tokenCount, clipCoef);
@@ -547,8 +729,7 @@ int run(int argc, char **argv, const Program &p) {
         std::string text;
         for (const std::string &d : diffs)
           text += (text.empty() ? "" : "; ") + d;
-        std::fprintf(stderr, "note: resumed under a different placement (%s)\n",
-                     text.c_str());
+        note("note: resumed under a different placement (" + text + ")");
       }
     }
   }
@@ -575,8 +756,16 @@ int run(int argc, char **argv, const Program &p) {
   if (!flags.opTimes.empty() && !r.opTimesInStream)
     r.syncSeconds = emptyLaunchSeconds(dev);
 
-  MetricsWriter writer(flags.metrics);
-  ProgressLine progress(flags.steps);
+  // Rank 0 writes --metrics PATH (and "-", stdout); rank R > 0 its own
+  // PATH.rank<R> (its transfers, pool, times and fingerprints), so every
+  // rank's state can be compared. Only rank 0 shows progress.
+  std::string metricsPath = flags.metrics;
+  if (rank > 0)
+    metricsPath = flags.metrics.empty() || flags.metrics == "-"
+                      ? std::string()
+                      : flags.metrics + ".rank" + std::to_string(rank);
+  MetricsWriter writer(metricsPath);
+  ProgressLine progress(flags.steps, notes);
   for (int64_t step = firstStep; step < flags.steps; ++step) {
     // The first step builds library plans and warms caches: not timed.
     bool timed = (!flags.opTimes.empty() || !flags.opTimeline.empty()) &&
@@ -618,9 +807,13 @@ int run(int argc, char **argv, const Program &p) {
     m.lr = r.lr;
     m.stepTimeS =
         std::chrono::duration<double>(t1 - t0).count() - r.fingerprintSeconds;
-    m.tokensPerS = m.stepTimeS > 0
-                       ? double(mbElems * size_t(p.microBatches)) / m.stepTimeS
-                       : 0;
+    // The step's tokens over all ranks (the global batch).
+    m.tokensPerS = m.stepTimeS > 0 ? double(mbElems * size_t(p.microBatches) *
+                                            size_t(worldSize)) /
+                                         m.stepTimeS
+                                   : 0;
+    m.rank = rank;
+    m.worldSize = worldSize;
     m.plannedPeakBytes = p.arenaBytes;
     collectRuntimeMetrics(m, dev, pool, &engine);
     if (flags.fingerprints) {
@@ -643,13 +836,13 @@ int run(int argc, char **argv, const Program &p) {
     writer.write(m);
     engine.resetCounters();
     progress.update(m);
+    // Every rank sees the same summed loss, grad norm and state, so all
+    // stop here together; rank 0 says why.
     auto stopNotFinite = [&](const std::string &what) {
       progress.finish();
-      std::fprintf(stderr,
-                   "error: step %lld is not finite: %s; training stopped "
-                   "without saving it%s\n",
-                   static_cast<long long>(step + 1), what.c_str(),
-                   latestNote(flags.save).c_str());
+      note("error: step " + std::to_string(step + 1) +
+           " is not finite: " + what + "; training stopped without saving it" +
+           latestNote(flags.save));
       return 3;
     };
     if (!bad.empty())
@@ -667,16 +860,21 @@ int run(int argc, char **argv, const Program &p) {
       st.extra["model"] = p.model;
       st.runConfig = runConfig;
       st.placement = placement;
-      saveCheckpoint(flags.save, mirror.tensors, st, ShardInfo{});
+      // Replicated state: rank 0 writes the world-of-one checkpoint and
+      // it counts ("latest" moves) once every rank agreed it is complete.
+      ShardInfo save = ranks;
+      save.replicated = worldSize > 1;
+      saveCheckpoint(flags.save, mirror.tensors, st, save);
     }
   }
   progress.finish();
   r.opTimes = nullptr;
   r.timeline = nullptr;
-  if (!flags.opTimes.empty())
+  // Rank 0's times stand for the run (the ranks run the same step).
+  if (!flags.opTimes.empty() && rank == 0)
     writeOpTimes(flags.opTimes, opTimes, timedSteps, r.syncSeconds,
                  flags.opTimesMode, dev);
-  if (!flags.opTimeline.empty())
+  if (!flags.opTimeline.empty() && rank == 0)
     writeOpTimeline(flags.opTimeline, timeline, flags.steps, dev);
   return 0;
 }
@@ -790,15 +988,33 @@ placementOf(const Program &p, const std::string &device, int worldSize) {
   return c;
 }
 
+namespace {
+/// Prints an error of this rank and gives the exit code. On several ranks
+/// the line names the rank; once the world communicator exists the process
+/// ends here (std::_Exit, no MPI_Finalize), because the other ranks may be
+/// waiting in a collective that this one will never join: the launcher
+/// (mpirun, torchrun) sees a rank exit with an error and ends the job.
+int rankError(const char *what, int code) {
+  if (rankContext.worldSize > 1)
+    std::fprintf(stderr, "error: rank %d of %d: %s\n", rankContext.rank,
+                 rankContext.worldSize, what);
+  else
+    std::fprintf(stderr, "error: %s\n", what);
+  if (rankContext.communicating) {
+    std::fflush(nullptr);
+    std::_Exit(code);
+  }
+  return code;
+}
+} // namespace
+
 int trainMain(int argc, char **argv, const Program &program) {
   try {
     return run(argc, argv, program);
   } catch (const CliError &e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 2;
+    return rankError(e.what(), 2);
   } catch (const std::exception &e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
+    return rankError(e.what(), 1);
   }
 }
 

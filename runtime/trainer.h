@@ -255,6 +255,11 @@ public:
   std::function<void(int32_t tokenCount, float clipCoef)> onGradsFinalized;
 
 private:
+  /// On several data-parallel ranks: the loss sum and token count the
+  /// step's all-reduces summed into the state buffers replace this rank's
+  /// host copies (a world of one keeps them).
+  void readSummedState();
+
   struct PendingOpTime {
     std::string name; ///< a copy: read after the step, whoever made it
     uint32_t start, end;

@@ -11,6 +11,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <iterator>
@@ -319,6 +320,53 @@ TEST(Checkpoint, ShardedSaveFailingOnOneRankMovesNothing) {
   expectError(
       [&] { saveCheckpoint(dir, s0.tensors(), sampleState(3), lonely); },
       "allTrue");
+}
+
+TEST(Checkpoint, ReplicatedSaveIsRankZerosFileAgreedByAll) {
+  // Replicated data parallelism: every rank holds the same state; rank 0
+  // writes one world-of-one file, the others write nothing, and "latest"
+  // moves once both agreed. It loads with ShardInfo{} on any rank.
+  std::string dir = freshDir("replicated");
+  ThreadAllTrue agree(2);
+  ToyState s(10);
+  auto saveAll = [&](uint64_t step, bool rank0Fails) {
+    std::vector<std::string> errors(2), stepDirs(2);
+    auto body = [&](int rank) {
+      ShardInfo info{rank, 2, [&](bool ok) { return agree.arrive(ok); }};
+      info.replicated = true;
+      SaveOptions opt;
+      if (rank == 0 && rank0Fails)
+        opt.failAfterBytes = 100;
+      try {
+        stepDirs[rank] =
+            saveCheckpoint(dir, s.tensors(), sampleState(step), info, opt);
+      } catch (const Error &e) {
+        errors[rank] = e.what();
+      }
+    };
+    std::thread t0(body, 0), t1(body, 1);
+    t0.join();
+    t1.join();
+    return std::make_pair(errors, stepDirs);
+  };
+  auto [ok, dirs] = saveAll(4, false);
+  EXPECT_EQ(ok[0], "");
+  EXPECT_EQ(ok[1], "");
+  EXPECT_EQ(dirs[0], dirs[1]);
+  std::string good = *latestCheckpoint(dir);
+  EXPECT_EQ(good, dirs[0]);
+  std::vector<std::string> files;
+  for (const auto &e : std::filesystem::directory_iterator(good))
+    files.push_back(e.path().filename().string());
+  EXPECT_EQ(files, std::vector<std::string>{"model.safetensors"});
+  ToyState back(20);
+  loadCheckpoint(good, back.tensors(), {});
+  EXPECT_TRUE(back == s);
+  // Rank 0's write fails: both ranks report it, "latest" stays.
+  auto [errs, unused] = saveAll(5, true);
+  EXPECT_NE(errs[0].find("simulated failure"), std::string::npos) << errs[0];
+  EXPECT_NE(errs[1].find("another rank failed"), std::string::npos) << errs[1];
+  EXPECT_EQ(latestCheckpoint(dir), good);
 }
 
 TEST(Checkpoint, RunConfigAndPlacementRoundTripWithTheirHash) {
