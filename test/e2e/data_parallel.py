@@ -1,0 +1,384 @@
+#!/usr/bin/env python3
+#===- data_parallel.py - replicated data parallelism on the host backend ---===#
+#
+# Generated binaries of the tiny model (models/tiny-hybrid.json, seq 16)
+# trained on 2 ranks under mpirun (host backend, MPI with fixed-order sums).
+# One case per run (--case), each registered as its own ctest:
+#
+#   equivalence  N=2 with 1 microbatch against N=1 with 2 (the same global
+#                batch, the same sequences: docs/tools.md "Running on several
+#                ranks"). Both ranks hold identical bits every step (the
+#                per-rank fingerprints are equal). Against N=1 the loss and
+#                the grad norm, the last step's gradients (--dump-grads) and
+#                the saved parameters, masters and Adam moments agree within
+#                FP32_BOUND relative to each tensor's largest magnitude (the
+#                scalars relative to themselves). Not bitwise: a parameter's
+#                main grad accumulates several contributions within one
+#                microbatch's backward (every token's embedding row, every
+#                GEMM's dW added onto the running sum), and one rank with
+#                two microbatches adds microbatch 1's contributions onto
+#                microbatch 0's running sum one by one, while two ranks sum
+#                each microbatch alone and then add the two totals: the same
+#                terms, associated differently, a few float roundings apart.
+#                The loss sum is one float per microbatch, added in the same
+#                order either way. The checkpoint of N=2 is one
+#                model.safetensors written by rank 0.
+#   placement    N=2 with offload (gdn_core_attn, core_attn, attn_proj)
+#                against N=2 without: per-rank fingerprints bitwise equal
+#                every step; with offload every rank's every offloaded scope
+#                has d2h_count == h2d_count > 0 each step, without it none;
+#                the pinned pool is empty after every step on every rank.
+#   errors       a world size other than the compiled one is refused naming
+#                both numbers and both fixes (N=1 binary on 2 ranks, N=2
+#                binary alone); ranks running different programs or
+#                different flags are refused naming the ranks and both
+#                hashes; a rank that fails after the ranks connected ends
+#                the job with an error naming the rank.
+#   resume       N=2: 2 steps + --save, then --resume to 4 equals 4 steps
+#                without stopping, bitwise, on each rank; a checkpoint of
+#                N=2 also resumes on N=1 (same global batch), saying that
+#                the world size differs.
+#
+#===------------------------------------------------------------------------===#
+import argparse
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+
+from e2echeck import check, exit_status
+
+# Relative to the largest magnitude of each tensor (and to each scalar):
+# 2^-18, 32 float ulps of that magnitude. Measured on this model over 3
+# steps: 7e-8 for the grads, 1.8e-7 for the saved state.
+FP32_BOUND = 2.0 ** -18
+OFFLOAD = ["--offload-modules=gdn_core_attn,core_attn,attn_proj",
+           "--hide-rule=off"]
+
+
+def read_f32(path):
+    """{name: tuple of floats} of the F32 tensors of a safetensors file."""
+    with open(path, "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(n))
+        data = f.read()
+    out = {}
+    for name, t in header.items():
+        if name == "__metadata__" or t["dtype"] != "F32":
+            continue
+        b, e = t["data_offsets"]
+        out[name] = struct.unpack("<%df" % ((e - b) // 4), data[b:e])
+    return out
+
+
+def compare_tensors(what, a_path, b_path):
+    """Checks every F32 tensor of two files within FP32_BOUND; returns the
+    worst tensor-relative difference and how many values differ."""
+    a, b = read_f32(a_path), read_f32(b_path)
+    check(sorted(a) == sorted(b) and a,
+          "%s: the files hold other tensors: %s / %s" %
+          (what, sorted(a)[:4], sorted(b)[:4]))
+    worst, differ, total = 0.0, 0, 0
+    for name in sorted(set(a) & set(b)):
+        scale = max(abs(x) for x in a[name]) or 1.0
+        d = 0.0
+        for x, y in zip(a[name], b[name]):
+            total += 1
+            if x != y:
+                differ += 1
+                d = max(d, abs(x - y))
+        check(d <= FP32_BOUND * scale,
+              "%s: %s differs by %g, above %g x max |value| %g" %
+              (what, name, d, FP32_BOUND, scale))
+        worst = max(worst, d / scale)
+    print("%s: %d of %d values differ, worst %.3g of the tensor's largest "
+          "magnitude (bound %.3g)" % (what, differ, total, worst, FP32_BOUND),
+          flush=True)
+
+
+def close(a, b):
+    return abs(a - b) <= FP32_BOUND * max(abs(a), abs(b))
+
+
+class Runner:
+    def __init__(self, args):
+        self.args = args
+        self.work = args.work
+
+    def path(self, *p):
+        return os.path.join(self.work, *p)
+
+    def compile(self, name, *flags):
+        binary = self.path(name)
+        cmd = [self.args.compile, self.args.model, "-o", binary, "--seq",
+               "16"] + list(flags)
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode != 0:
+            print(r.stdout + r.stderr)
+            print("FAIL: " + " ".join(cmd))
+            sys.exit(1)
+        return binary
+
+    def run(self, cmd, timeout=120):
+        print("$ " + " ".join(os.path.relpath(c, self.work)
+                              if c.startswith(self.work) else c
+                              for c in cmd), flush=True)
+        try:
+            r = subprocess.run(cmd, capture_output=True, text=True,
+                               timeout=timeout, cwd=self.work)
+        except subprocess.TimeoutExpired:
+            check(False, "timed out after %d s: %s" % (timeout, cmd))
+            return subprocess.CompletedProcess(cmd, 124, "", "timeout")
+        print("  -> %d" % r.returncode, flush=True)
+        if r.returncode != 0 and r.stderr.strip():
+            print("  " + r.stderr.strip().replace("\n", "\n  "), flush=True)
+        return r
+
+    def mpirun(self, n, *rest, timeout=120):
+        return self.run([self.args.mpirun, "-np", str(n), "--oversubscribe",
+                         "--allow-run-as-root"] + list(rest), timeout=timeout)
+
+    def train(self, binary, ranks, *flags, metrics=None):
+        """Runs `binary` on `ranks` ranks (1: no launcher); returns the
+        completed process and the metrics lines by rank."""
+        if metrics:
+            for f in os.listdir(self.work):
+                if f == metrics or f.startswith(metrics + ".rank"):
+                    os.remove(self.path(f))
+        cmd = [binary, "--device", "host"] + list(flags)
+        if metrics:
+            cmd += ["--fingerprints", "--metrics", self.path(metrics)]
+        r = self.mpirun(ranks, *cmd) if ranks > 1 else self.run(cmd)
+        lines = []
+        for rank in range(ranks if metrics else 0):
+            p = self.path(metrics + ("" if rank == 0 else ".rank%d" % rank))
+            if not check(os.path.exists(p), "no metrics file " + p):
+                lines.append([])
+                continue
+            with open(p) as f:
+                lines.append([json.loads(l) for l in f if l.strip()])
+        return r, lines
+
+
+def replicas_agree(what, lines, steps):
+    """Every rank wrote `steps` lines and holds rank 0's bits every step."""
+    for rank, ls in enumerate(lines):
+        check(len(ls) == steps, "%s rank %d: %d metrics lines, expected %d" %
+              (what, rank, len(ls), steps))
+        for m in ls:
+            check(m.get("rank") == rank and m.get("world_size") == len(lines),
+                  "%s rank %d step %s: rank/world_size fields %s/%s" %
+                  (what, rank, m.get("step"), m.get("rank"),
+                   m.get("world_size")))
+            check(m["pinned_pool"]["in_use"] == 0,
+                  "%s rank %d step %d: pinned pool in use" %
+                  (what, rank, m["step"]))
+    for rank in range(1, len(lines)):
+        for a, b in zip(lines[0], lines[rank]):
+            check(a["fingerprints"] == b["fingerprints"] and
+                  a["loss"] == b["loss"] and a["grad_norm"] == b["grad_norm"],
+                  "%s step %d: rank %d differs from rank 0:\n  %s\n  %s" %
+                  (what, a["step"], rank, a["fingerprints"],
+                   b["fingerprints"]))
+
+
+def case_equivalence(t):
+    steps = 3
+    n2 = t.compile("train-n2", "--micro-batches", "1",
+                   "--data-parallel-size=2")
+    n1 = t.compile("train-n1", "--micro-batches", "2")
+    r2, l2 = t.train(n2, 2, "--steps", str(steps), "--save", t.path("ck-n2"),
+                     "--dump-grads", t.path("grads-n2.safetensors"),
+                     metrics="n2.jsonl")
+    check(r2.returncode == 0, "N=2 run failed")
+    r1, l1 = t.train(n1, 1, "--steps", str(steps), "--save", t.path("ck-n1"),
+                     "--dump-grads", t.path("grads-n1.safetensors"),
+                     metrics="n1.jsonl")
+    check(r1.returncode == 0, "N=1 run failed")
+    replicas_agree("N=2", l2, steps)
+    check(len(l1) == 1 and len(l1[0]) == steps, "N=1 metrics lines")
+    check(all("rank" not in m for m in l1[0]),
+          "a world of one writes rank fields")
+    # Only rank 0 shows progress.
+    check(r2.stderr.count("step %d/%d" % (steps, steps)) == 1,
+          "N=2: the progress line is not printed once:\n" + r2.stderr)
+    bitwise = True
+    for a, b in zip(l2[0], l1[0]):
+        for key in ("loss", "grad_norm", "lr"):
+            check(close(a[key], b[key]), "step %d: %s %r on N=2, %r on N=1" %
+                  (a["step"], key, a[key], b[key]))
+            bitwise &= a[key] == b[key]
+        # The global batch: the same tokens per step either way.
+        check(a["tokens_per_s"] * a["step_time_s"] ==
+              b["tokens_per_s"] * b["step_time_s"] or
+              close(a["tokens_per_s"] * a["step_time_s"],
+                    b["tokens_per_s"] * b["step_time_s"]),
+              "step %d: tokens per step differ" % a["step"])
+    print("losses N=2 %s\n       N=1 %s (%s)" %
+          ([m["loss"] for m in l2[0]], [m["loss"] for m in l1[0]],
+           "bitwise" if bitwise else "within the bound"), flush=True)
+    compare_tensors("last step's grads", t.path("grads-n2.safetensors"),
+                    t.path("grads-n1.safetensors"))
+    step_dir = "step-%08d" % steps
+    files = sorted(os.listdir(t.path("ck-n2", step_dir)))
+    check(files == ["model.safetensors"],
+          "N=2 checkpoint: expected rank 0's model.safetensors only, found %s"
+          % files)
+    compare_tensors("saved state after %d steps" % steps,
+                    t.path("ck-n2", step_dir, "model.safetensors"),
+                    t.path("ck-n1", step_dir, "model.safetensors"))
+
+
+def case_placement(t):
+    steps = 3
+    off = t.compile("train-n2", "--micro-batches", "2",
+                    "--data-parallel-size=2")
+    on = t.compile("train-n2-offload", "--micro-batches", "2",
+                   "--data-parallel-size=2", *OFFLOAD)
+    r, loff = t.train(off, 2, "--steps", str(steps), metrics="off.jsonl")
+    check(r.returncode == 0, "N=2 without offload failed")
+    r, lon = t.train(on, 2, "--steps", str(steps), metrics="on.jsonl")
+    check(r.returncode == 0, "N=2 with offload failed")
+    replicas_agree("no offload", loff, steps)
+    replicas_agree("offload", lon, steps)
+    for rank in range(2):
+        for a, b in zip(loff[rank], lon[rank]):
+            check(a["fingerprints"] == b["fingerprints"],
+                  "rank %d step %d: offload changed the bits:\n  %s\n  %s" %
+                  (rank, a["step"], a["fingerprints"], b["fingerprints"]))
+            for scope, c in a["transfers"].items():
+                check(c["d2h_count"] == 0 and c["h2d_count"] == 0,
+                      "rank %d step %d: %s transferred without offload" %
+                      (rank, a["step"], scope))
+            check(b["transfers"], "rank %d step %d: no offload scopes" %
+                  (rank, b["step"]))
+            for scope, c in b["transfers"].items():
+                check(c["d2h_count"] > 0 and
+                      c["d2h_count"] == c["h2d_count"] and
+                      c["d2h_bytes"] > 0 and c["h2d_bytes"] > 0,
+                      "rank %d step %d: scope %s counters %s" %
+                      (rank, b["step"], scope, c))
+        scopes = sorted(lon[rank][0]["transfers"]) if lon[rank] else []
+        for leaf in ("gdn_core_attn", "core_attn", "attn_proj"):
+            check(any(s.endswith("." + leaf) for s in scopes),
+                  "rank %d: no offloaded %s scope in %s" % (rank, leaf,
+                                                           scopes))
+        print("rank %d offloaded scopes: %s" % (rank, ", ".join(scopes)),
+              flush=True)
+
+
+def case_errors(t):
+    n1 = t.compile("train-n1")
+    n2 = t.compile("train-n2", "--data-parallel-size=2")
+    n2b = t.compile("train-n2-seq8", "--data-parallel-size=2", "--seq", "8")
+    # The N=1 binary on 2 ranks.
+    r = t.mpirun(2, n1, "--device", "host", "--steps", "1")
+    check(r.returncode != 0, "an N=1 binary trained on 2 ranks")
+    check("started 2 rank(s) but this binary was compiled for 1" in r.stderr
+          and "--data-parallel-size=2" in r.stderr and "mpirun -np 1" in
+          r.stderr, "N=1 on 2 ranks: the error does not name both numbers "
+          "and both fixes:\n" + r.stderr)
+    # The N=2 binary alone.
+    r = t.run([n2, "--device", "host", "--steps", "1"])
+    check(r.returncode == 1, "an N=2 binary trained alone (exit %d)" %
+          r.returncode)
+    check("started 1 rank(s) but this binary was compiled for 2" in r.stderr
+          and "--data-parallel-size=1" in r.stderr and "mpirun -np 2" in
+          r.stderr, "N=2 alone: the error does not name both numbers:\n" +
+          r.stderr)
+    # Two programs (another sequence length) in one job.
+    r = t.run([t.args.mpirun, "--oversubscribe", "--allow-run-as-root",
+               "-np", "1", n2, "--device", "host", "--steps", "1", ":",
+               "-np", "1", n2b, "--device", "host", "--steps", "1"])
+    check(r.returncode != 0, "two programs trained together")
+    check("rank 1 runs another program than rank 0 (program hash" in r.stderr,
+          "two programs: the error does not name the ranks and hashes:\n" +
+          r.stderr)
+    # One program with other flags on rank 1.
+    r = t.run([t.args.mpirun, "--oversubscribe", "--allow-run-as-root",
+               "-np", "1", n2, "--device", "host", "--steps", "2", ":",
+               "-np", "1", n2, "--device", "host", "--steps", "3"])
+    check(r.returncode != 0, "ranks with other --steps trained together")
+    check("rank 1 was started with other training flags than rank 0" in
+          r.stderr and "flags hash" in r.stderr,
+          "other flags: the error does not name the ranks and hashes:\n" +
+          r.stderr)
+    # A rank that fails after the ranks connected (rank 1 cannot open its
+    # metrics file: a folder is in the way) ends the job, naming the rank,
+    # while rank 0 waits in the first step's collectives.
+    os.makedirs(t.path("fail.jsonl.rank1"), exist_ok=True)
+    r = t.mpirun(2, n2, "--device", "host", "--steps", "2", "--metrics",
+                 t.path("fail.jsonl"), timeout=60)
+    check(r.returncode not in (0, 124), "a failing rank: exit %d" %
+          r.returncode)
+    check("error: rank 1 of 2:" in r.stderr and "fail.jsonl.rank1" in
+          r.stderr, "a failing rank: no error naming rank 1 and its file:\n"
+          + r.stderr)
+
+
+def case_resume(t):
+    n2 = t.compile("train-n2", "--micro-batches", "2",
+                   "--data-parallel-size=2")
+    n1 = t.compile("train-n1", "--micro-batches", "4")
+    r, full = t.train(n2, 2, "--steps", "4", metrics="full.jsonl")
+    check(r.returncode == 0, "uninterrupted N=2 run failed")
+    ck = t.path("ck")
+    r, first = t.train(n2, 2, "--steps", "2", "--save", ck,
+                       metrics="first.jsonl")
+    check(r.returncode == 0, "N=2 run to step 2 failed")
+    check(open(os.path.join(ck, "latest")).read().strip() == "step-00000002",
+          "N=2: 'latest' does not name step 2")
+    r, rest = t.train(n2, 2, "--steps", "4", "--resume", ck,
+                      metrics="rest.jsonl")
+    check(r.returncode == 0, "N=2 resume failed")
+    check("note:" not in r.stderr,
+          "N=2 resume at the same layout printed a note:\n" + r.stderr)
+    replicas_agree("resumed", rest, 2)
+    for rank in range(2):
+        got = first[rank] + rest[rank]
+        check([m["step"] for m in got] == [1, 2, 3, 4],
+              "rank %d: steps %s" % (rank, [m["step"] for m in got]))
+        for a, b in zip(full[rank], got):
+            check(a["fingerprints"] == b["fingerprints"] and
+                  a["loss"] == b["loss"],
+                  "rank %d step %d: 2 + resume + 2 differs from 4 steps:\n"
+                  "  %s\n  %s" % (rank, a["step"], a["fingerprints"],
+                                  b["fingerprints"]))
+    # The replicated checkpoint is one world-of-one file: N=1 with the same
+    # global batch (4 microbatches) resumes it, saying the layout differs,
+    # and trains on the same sequences (within the bound; see equivalence).
+    r, other = t.train(n1, 1, "--steps", "4", "--resume", ck,
+                       metrics="n1.jsonl")
+    check(r.returncode == 0, "N=1 resume of the N=2 checkpoint failed")
+    check("note: resumed under a different placement" in r.stderr and
+          "world_size: checkpoint '2', this run '1'" in r.stderr,
+          "N=1 resume: no note naming the world size:\n" + r.stderr)
+    if other and len(other[0]) == 2:
+        for a, b in zip(full[0][2:], other[0]):
+            check(close(a["loss"], b["loss"]),
+                  "step %d: loss %r on N=2, %r on N=1 after resume" %
+                  (a["step"], a["loss"], b["loss"]))
+
+
+CASES = {"equivalence": case_equivalence, "placement": case_placement,
+         "errors": case_errors, "resume": case_resume}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--compile", required=True)
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--mpirun", required=True)
+    ap.add_argument("--work", required=True)
+    ap.add_argument("--case", required=True, choices=sorted(CASES))
+    args = ap.parse_args()
+    shutil.rmtree(args.work, ignore_errors=True)
+    os.makedirs(args.work)
+    CASES[args.case](Runner(args))
+    return exit_status("data parallel %s: ok" % args.case)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
