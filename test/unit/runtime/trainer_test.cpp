@@ -2,13 +2,19 @@
 //
 // The runner's kernel launches on the compute and side streams: each gets
 // its stream's context (workspace, SM target), --op-times records them under
-// their label in both modes, and kernels run on no other stream.
+// their label in both modes, and kernels run on no other stream. trainMain
+// refuses a world size other than the compiled data-parallel size, and
+// zero3 programs.
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/trainer.h"
 #include "runtime_test_util.h"
 
+#include <cstdlib>
 #include <memory>
+#include <string>
+#include <tuple>
+#include <utility>
 
 using namespace ap::rt;
 using namespace ap::rt::test;
@@ -119,3 +125,67 @@ TEST_P(StepRunnerTest, TimelinePlacesLaunchesOnTheirStreams) {
 AP_RT_INSTANTIATE_BACKENDS(StepRunnerTest);
 
 } // namespace
+
+namespace {
+
+/// trainMain on `p` with --device host; returns the exit code and stderr.
+std::pair<int, std::string> trainAlone(const Program &p) {
+  const char *argv[] = {"train", "--device", "host", "--steps", "1"};
+  ::testing::internal::CaptureStderr();
+  int rc = trainMain(5, const_cast<char **>(argv), p);
+  return {rc, ::testing::internal::GetCapturedStderr()};
+}
+
+/// Sets launcher variables for the scope (torchrun's, which win over any
+/// other launcher's).
+struct LaunchEnv {
+  LaunchEnv(const char *rank, const char *world) {
+    ::setenv("RANK", rank, 1);
+    ::setenv("WORLD_SIZE", world, 1);
+  }
+  ~LaunchEnv() {
+    ::unsetenv("RANK");
+    ::unsetenv("WORLD_SIZE");
+  }
+};
+
+} // namespace
+
+// The world size is compiled in: a launch of another size is refused before
+// anything starts, naming both numbers and both fixes; zero3 programs are
+// refused by this runtime.
+TEST(TrainMain, RefusesAWorldSizeOtherThanTheCompiledOne) {
+  ::unsetenv("RANK");
+  ::unsetenv("WORLD_SIZE");
+  Program two;
+  two.dataParallelSize = 2;
+  auto [rc, err] = trainAlone(two);
+  EXPECT_EQ(rc, 1);
+  EXPECT_NE(err.find("started 1 rank(s) but this binary was compiled for 2 "
+                     "data-parallel rank(s)"),
+            std::string::npos)
+      << err;
+  EXPECT_NE(err.find("mpirun -np 2"), std::string::npos) << err;
+  EXPECT_NE(err.find("--data-parallel-size=1"), std::string::npos) << err;
+
+  LaunchEnv env("1", "3");
+  Program one;
+  std::tie(rc, err) = trainAlone(one);
+  EXPECT_EQ(rc, 1);
+  EXPECT_NE(err.find("error: rank 1 of 3: the launcher (torchrun) started 3 "
+                     "rank(s) but this binary was compiled for 1"),
+            std::string::npos)
+      << err;
+  EXPECT_NE(err.find("--data-parallel-size=3"), std::string::npos) << err;
+}
+
+TEST(TrainMain, RefusesZero3) {
+  Program p;
+  p.dataParallelMode = DataParallelMode::Zero3;
+  auto [rc, err] = trainAlone(p);
+  EXPECT_EQ(rc, 1);
+  EXPECT_NE(err.find("--data-parallel=zero3, which this runtime does not "
+                     "implement"),
+            std::string::npos)
+      << err;
+}
