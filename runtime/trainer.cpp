@@ -433,6 +433,7 @@ void checkSameRun(Communicator &world, Device *dev, const Program &p,
 }
 
 int run(int argc, char **argv, const Program &p) {
+  rankContext = RankContext();
   TrainFlags defaults;
   if (p.maxLr > 0)
     defaults.lr = p.maxLr; // the compiled schedule's peak
