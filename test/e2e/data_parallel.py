@@ -5,7 +5,7 @@
 # trained on 2 ranks under mpirun (host backend, MPI with fixed-order sums).
 # One case per run (--case), each registered as its own ctest:
 #
-#   equivalence  N=2 with 1 microbatch against N=1 with 2 (the same global
+#   equivalence  N=2 (--ranks N) with 1 microbatch against N=1 with N (the same global
 #                batch, the same sequences: docs/tools.md "Running on several
 #                ranks"). Both ranks hold identical bits every step (the
 #                per-rank fingerprints are equal). Against N=1 the loss and
@@ -36,8 +36,9 @@
 #                the job with an error naming the rank.
 #   resume       N=2: 2 steps + --save, then --resume to 4 equals 4 steps
 #                without stopping, bitwise, on each rank; a checkpoint of
-#                N=2 also resumes on N=1 (same global batch), saying that
-#                the world size differs.
+#                N=2 also resumes on N=1 (--resume-ranks 4: on N=4) with
+#                the same global batch, saying that the world size differs,
+#                loss and grad norm within the bound.
 #
 #===------------------------------------------------------------------------===#
 import argparse
@@ -185,11 +186,11 @@ def replicas_agree(what, lines, steps):
 
 
 def case_equivalence(t):
-    steps = 3
+    steps, n = 3, t.args.ranks
     n2 = t.compile("train-n2", "--micro-batches", "1",
-                   "--data-parallel-size=2")
-    n1 = t.compile("train-n1", "--micro-batches", "2")
-    r2, l2 = t.train(n2, 2, "--steps", str(steps), "--save", t.path("ck-n2"),
+                   "--data-parallel-size=%d" % n)
+    n1 = t.compile("train-n1", "--micro-batches", str(n))
+    r2, l2 = t.train(n2, n, "--steps", str(steps), "--save", t.path("ck-n2"),
                      "--dump-grads", t.path("grads-n2.safetensors"),
                      metrics="n2.jsonl")
     check(r2.returncode == 0, "N=2 run failed")
@@ -321,7 +322,10 @@ def case_errors(t):
 def case_resume(t):
     n2 = t.compile("train-n2", "--micro-batches", "2",
                    "--data-parallel-size=2")
-    n1 = t.compile("train-n1", "--micro-batches", "4")
+    # Another world size with the same global batch (4 microbatches).
+    other_n = t.args.resume_ranks
+    n1 = t.compile("train-other", "--micro-batches", str(4 // other_n),
+                   "--data-parallel-size=%d" % other_n)
     r, full = t.train(n2, 2, "--steps", "4", metrics="full.jsonl")
     check(r.returncode == 0, "uninterrupted N=2 run failed")
     ck = t.path("ck")
@@ -346,20 +350,27 @@ def case_resume(t):
                   "rank %d step %d: 2 + resume + 2 differs from 4 steps:\n"
                   "  %s\n  %s" % (rank, a["step"], a["fingerprints"],
                                   b["fingerprints"]))
-    # The replicated checkpoint is one world-of-one file: N=1 with the same
-    # global batch (4 microbatches) resumes it, saying the layout differs,
-    # and trains on the same sequences (within the bound; see equivalence).
-    r, other = t.train(n1, 1, "--steps", "4", "--resume", ck,
-                       metrics="n1.jsonl")
-    check(r.returncode == 0, "N=1 resume of the N=2 checkpoint failed")
+    # The replicated checkpoint is one world-of-one file: another N with
+    # the same global batch resumes it, saying the layout differs, and
+    # trains on the same sequences (within the bound; see equivalence).
+    r, other = t.train(n1, other_n, "--steps", "4", "--resume", ck,
+                       metrics="other.jsonl")
+    check(r.returncode == 0, "N=%d resume of the N=2 checkpoint failed" %
+          other_n)
     check("note: resumed under a different placement" in r.stderr and
-          "world_size: checkpoint '2', this run '1'" in r.stderr,
-          "N=1 resume: no note naming the world size:\n" + r.stderr)
-    if other and len(other[0]) == 2:
-        for a, b in zip(full[0][2:], other[0]):
-            check(close(a["loss"], b["loss"]),
-                  "step %d: loss %r on N=2, %r on N=1 after resume" %
-                  (a["step"], a["loss"], b["loss"]))
+          "world_size: checkpoint '2', this run '%d'" % other_n in r.stderr,
+          "N=%d resume: no note naming the world size:\n%s" %
+          (other_n, r.stderr))
+    if other_n > 1:
+        replicas_agree("resumed on N=%d" % other_n, other, 2)
+    check(other and len(other[0]) == 2, "N=%d resume: 2 metrics lines" %
+          other_n)
+    for a, b in zip(full[0][2:], other[0] if other else []):
+        check(close(a["loss"], b["loss"]) and
+              close(a["grad_norm"], b["grad_norm"]),
+              "step %d: loss, grad norm %r, %r on N=2, %r, %r on N=%d after "
+              "resume" % (a["step"], a["loss"], a["grad_norm"], b["loss"],
+                          b["grad_norm"], other_n))
 
 
 CASES = {"equivalence": case_equivalence, "placement": case_placement,
@@ -373,6 +384,12 @@ def main():
     ap.add_argument("--mpirun", required=True)
     ap.add_argument("--work", required=True)
     ap.add_argument("--case", required=True, choices=sorted(CASES))
+    ap.add_argument("--resume-ranks", type=int, default=1, choices=(1, 4),
+                    help="resume: the other world size that resumes the "
+                    "N=2 checkpoint")
+    ap.add_argument("--ranks", type=int, default=2,
+                    help="equivalence: N ranks x 1 microbatch against one "
+                    "rank x N")
     args = ap.parse_args()
     shutil.rmtree(args.work, ignore_errors=True)
     os.makedirs(args.work)
