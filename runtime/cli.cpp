@@ -225,7 +225,8 @@ TrainFlags parseTrainFlags(int argc, const char *const *argv,
                   "uint32) or text:PATH (bytes as ids)",
                   "SRC");
   flags.addString("metrics", &out.metrics,
-                  "append one JSON line per step to PATH ('-': stdout)",
+                  "append one JSON line per step to PATH ('-': stdout); on "
+                  "several ranks rank 0 writes PATH, rank R PATH.rank<R>",
                   "PATH");
   flags.addBool("fingerprints", &out.fingerprints,
                 "add SHA-256 fingerprints of loss, grads, params, optimizer");
