@@ -5,24 +5,26 @@
 # trained on 2 ranks under mpirun (host backend, MPI with fixed-order sums).
 # One case per run (--case), each registered as its own ctest:
 #
-#   equivalence  N=2 (--ranks N) with 1 microbatch against N=1 with N (the same global
-#                batch, the same sequences: docs/tools.md "Running on several
-#                ranks"). Both ranks hold identical bits every step (the
-#                per-rank fingerprints are equal). Against N=1 the loss and
-#                the grad norm, the last step's gradients (--dump-grads) and
-#                the saved parameters, masters and Adam moments agree within
-#                FP32_BOUND relative to each tensor's largest magnitude (the
-#                scalars relative to themselves). Not bitwise: a parameter's
-#                main grad accumulates several contributions within one
-#                microbatch's backward (every token's embedding row, every
-#                GEMM's dW added onto the running sum), and one rank with
-#                two microbatches adds microbatch 1's contributions onto
-#                microbatch 0's running sum one by one, while two ranks sum
-#                each microbatch alone and then add the two totals: the same
-#                terms, associated differently, a few float roundings apart.
-#                The loss sum is one float per microbatch, added in the same
-#                order either way. The checkpoint of N=2 is one
-#                model.safetensors written by rank 0.
+#   equivalence  N=2 (--ranks N) ranks with 1 microbatch against one rank
+#                with N (the same global batch, the same sequences:
+#                docs/tools.md "Running on several ranks"). All ranks hold
+#                identical bits every step (equal per-rank fingerprints).
+#                Against one rank the loss and the grad norm, the last
+#                step's gradients (--dump-grads) and the saved parameters,
+#                masters and Adam moments agree within FP32_BOUND relative
+#                to each tensor's largest magnitude (the scalars relative to
+#                themselves); the losses on a text file too. Not bitwise: a
+#                parameter's main grad accumulates several contributions
+#                within one microbatch's backward (every token's embedding
+#                row, every GEMM's dW added onto the running sum), and one
+#                rank with two microbatches adds microbatch 1's
+#                contributions onto microbatch 0's running sum one by one,
+#                while two ranks sum each microbatch alone and then add the
+#                two totals: the same terms, associated differently, a few
+#                float roundings apart. The loss sum is one float per
+#                microbatch, added in the same order either way. The
+#                checkpoint of N ranks is one model.safetensors written by
+#                rank 0.
 #   placement    N=2 with offload (gdn_core_attn, core_attn, attn_proj)
 #                against N=2 without: per-rank fingerprints bitwise equal
 #                every step; with offload every rank's every offloaded scope
@@ -230,6 +232,27 @@ def case_equivalence(t):
     compare_tensors("saved state after %d steps" % steps,
                     t.path("ck-n2", step_dir, "model.safetensors"),
                     t.path("ck-n1", step_dir, "model.safetensors"))
+    # A text file (byte tokens): the ranks read consecutive windows of the
+    # global batch, so the losses again agree with one rank's.
+    src = os.path.dirname(os.path.dirname(os.path.abspath(t.args.model)))
+    text = t.path("text.txt")
+    with open(text, "w") as out, \
+            open(os.path.join(src, "docs", "tools.md")) as f:
+        out.write(f.read())
+    data = "--data=text:" + text
+    r2, l2 = t.train(n2, n, "--steps", "2", data, metrics="n2-text.jsonl")
+    r1, l1 = t.train(n1, 1, "--steps", "2", data, metrics="n1-text.jsonl")
+    check(r2.returncode == 0 and r1.returncode == 0, "text runs failed")
+    replicas_agree("N=%d text" % n, l2, 2)
+    for a, b in zip(l2[0] if l2 else [], l1[0] if l1 else []):
+        check(close(a["loss"], b["loss"]) and
+              close(a["grad_norm"], b["grad_norm"]),
+              "text step %d: loss, grad norm %r, %r on N=%d, %r, %r on N=1" %
+              (a["step"], a["loss"], a["grad_norm"], n, b["loss"],
+               b["grad_norm"]))
+    print("text losses N=%d %s, N=1 %s" % (
+        n, [m["loss"] for m in l2[0]] if l2 else [],
+        [m["loss"] for m in l1[0]] if l1 else []), flush=True)
 
 
 def case_placement(t):
