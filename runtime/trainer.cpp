@@ -497,9 +497,9 @@ int run(int argc, char **argv, const Program &p) {
       std::fprintf(notes, "%s\n", text.c_str());
   };
 
-  // Whatever can refuse the run is checked before the device starts and
-  // before the first step: the checkpoint to resume and the flags against
-  // it, the data, the --save folder.
+  // Whatever can refuse the run is checked before the first step (in a
+  // world of one also before the device starts): the checkpoint to resume
+  // and the flags against it, the data, the --save folder.
   CheckpointMirror mirror(p);
   std::optional<TrainingState> resumed;
   std::string resumeDir;
