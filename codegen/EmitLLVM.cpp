@@ -94,6 +94,8 @@ const llvm::StringMap<std::string> &abiCalls() {
       AP_ABI_CALL(ap_yield),
       AP_ABI_CALL(ap_end_loop),
       AP_ABI_CALL(ap_all_reduce),
+      AP_ABI_CALL(ap_all_gather),
+      AP_ABI_CALL(ap_reduce_scatter),
       AP_ABI_CALL(ap_slice),
       AP_ABI_CALL(ap_concat),
       AP_ABI_CALL(ap_expand),

@@ -844,6 +844,25 @@ LogicalResult Walker::walkOp(Operation *op) {
                                  : "0")});
     return success();
   }
+  if (isa<exec::AllGatherOp, exec::ReduceScatterOp>(op)) {
+    // (shard, full) for a gather, (full, shard) for a scatter: the operands
+    // keep their order in the call.
+    bool gather = isa<exec::AllGatherOp>(op);
+    Value shard = op->getOperand(gather ? 0 : 1);
+    uint64_t o0, o1;
+    if (failed(offsetOf(op->getOperand(0), op, o0)) ||
+        failed(offsetOf(op->getOperand(1), op, o1)))
+      return failure();
+    RankedTensorType t = tensorOf(shard);
+    std::optional<DType> dt = dtypeOf(t.getElementType());
+    if (!dt)
+      return op->emitError(pfx() + "collective of an unsupported element type");
+    sink_.call(gather ? "ap_all_gather" : "ap_reduce_scatter",
+               {CallArg::u64(o0), CallArg::u64(o1),
+                CallArg::u64(numel(t) * elemBytes(t)), abiDtype(*dt),
+                stream(op)});
+    return success();
+  }
   if (isa<exec::KernelOp>(op))
     return failure(failed(walkKernel(op)) || abiError_ || failed(numbersOk()));
   return op->emitError(pfx() + "unsupported op '")

@@ -353,6 +353,20 @@ void ap_all_reduce(ap_step *step, uint64_t offset, uint64_t bytes,
                          (flags & AP_REDUCE_LAST_MICROBATCH) != 0);
 }
 
+void ap_all_gather(ap_step *step, uint64_t shard, uint64_t full,
+                   uint64_t shardBytes, int32_t dtype, int32_t stream) {
+  runner(step).allGather(shard, full, shardBytes,
+                         dtypeOf("ap_all_gather", dtype),
+                         streamOf("ap_all_gather", stream));
+}
+
+void ap_reduce_scatter(ap_step *step, uint64_t full, uint64_t shard,
+                       uint64_t shardBytes, int32_t dtype, int32_t stream) {
+  runner(step).reduceScatter(full, shard, shardBytes,
+                             dtypeOf("ap_reduce_scatter", dtype),
+                             streamOf("ap_reduce_scatter", stream));
+}
+
 void ap_slice(ap_step *step, const char *label, uint64_t x, uint64_t y,
               int64_t outer, int64_t dimX, int64_t first, int64_t len,
               int64_t inner, int64_t elemBytes) {

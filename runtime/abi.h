@@ -250,6 +250,16 @@ void ap_end_loop(ap_step *step);
    stream's earlier work). `flags`: AP_REDUCE_*. A world of one: no-op. */
 void ap_all_reduce(ap_step *step, uint64_t offset, uint64_t bytes,
                    int32_t dtype, int32_t stream, int32_t flags);
+/* Gathers `shard_bytes` at arena `shard` from every data-parallel rank into
+   arena `full` (rank r's at byte r x shard_bytes) on `stream` (comm or
+   compute). A world of one copies. */
+void ap_all_gather(ap_step *step, uint64_t shard, uint64_t full,
+                   uint64_t shard_bytes, int32_t dtype, int32_t stream);
+/* Sums `full` (ranks x shard_bytes at arena `full`) over the data-parallel
+   ranks and writes this rank's block of the sum to arena `shard`, on
+   `stream`. A world of one copies. */
+void ap_reduce_scatter(ap_step *step, uint64_t full, uint64_t shard,
+                       uint64_t shard_bytes, int32_t dtype, int32_t stream);
 
 /*--- Data movement (compute stream) ---------------------------------------*/
 /* y[outer, len, inner] = x[outer, first:first+len, inner]; x has dim_x. */

@@ -112,6 +112,59 @@ void StepRunner::allReduce(uint64_t offset, uint64_t bytes, DType dtype,
   });
 }
 
+namespace {
+/// The communicator, the element count and a checked stream for a shard
+/// collective: `shardBytes` whole elements, the full buffer inside the
+/// arena, the comm or compute stream.
+size_t shardCount(const char *what, Communicator *comm, Stream stream,
+                  uint64_t shardBytes, DType dtype) {
+  if (stream != Stream::Comm && stream != Stream::Compute)
+    fail(what, ": stream ", streamName(stream), " (expected comm or compute)");
+  if (!comm)
+    fail(what, ": the step has no data-parallel communicator");
+  size_t eb = dtypeBytes(dtype);
+  if (shardBytes == 0 || shardBytes % eb != 0)
+    fail(what, ": shard of ", shardBytes, " bytes is not a whole number of ",
+         eb, "-byte elements");
+  return size_t(shardBytes / eb);
+}
+} // namespace
+
+void StepRunner::allGather(uint64_t shard, uint64_t full, uint64_t shardBytes,
+                           DType dtype, Stream stream) {
+  size_t count =
+      shardCount("all_gather", dataParallel, stream, shardBytes, dtype);
+  uint64_t ranks = uint64_t(dataParallel->size());
+  void *s = dev.at(shard, shardBytes);
+  void *f = dev.at(full, shardBytes * ranks);
+  Communicator *comm = dataParallel;
+  if (dev.kind() == DeviceKind::Cuda) {
+    comm->allGather(s, f, count, dtype, dev.nativeStream(stream));
+    return;
+  }
+  dev.hostCallback(stream, [comm, s, f, count, dtype] {
+    comm->allGather(s, f, count, dtype, nullptr);
+  });
+}
+
+void StepRunner::reduceScatter(uint64_t full, uint64_t shard,
+                               uint64_t shardBytes, DType dtype,
+                               Stream stream) {
+  size_t count =
+      shardCount("reduce_scatter", dataParallel, stream, shardBytes, dtype);
+  uint64_t ranks = uint64_t(dataParallel->size());
+  void *f = dev.at(full, shardBytes * ranks);
+  void *s = dev.at(shard, shardBytes);
+  Communicator *comm = dataParallel;
+  if (dev.kind() == DeviceKind::Cuda) {
+    comm->reduceScatterSum(f, s, count, dtype, dev.nativeStream(stream));
+    return;
+  }
+  dev.hostCallback(stream, [comm, f, s, count, dtype] {
+    comm->reduceScatterSum(f, s, count, dtype, nullptr);
+  });
+}
+
 //===----------------------------------------------------------------------===//
 // Data movement
 //===----------------------------------------------------------------------===//

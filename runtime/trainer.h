@@ -207,6 +207,14 @@ public:
   void allReduce(uint64_t offset, uint64_t bytes, kernels::DType dtype,
                  Stream stream = Stream::Compute,
                  bool lastMicrobatchOnly = false);
+  /// `shardBytes` at `shard` from every rank of `dataParallel` into `full`
+  /// (rank r's at r x shardBytes), enqueued on `stream` (comm or compute).
+  void allGather(uint64_t shard, uint64_t full, uint64_t shardBytes,
+                 kernels::DType dtype, Stream stream);
+  /// This rank's block of the sum over ranks of `full` (ranks x shardBytes)
+  /// into `shard`, enqueued on `stream`.
+  void reduceScatter(uint64_t full, uint64_t shard, uint64_t shardBytes,
+                     kernels::DType dtype, Stream stream);
 
   //===--- Data movement ops (kernels on the compute stream) -----------===//
   /// y[outer, len, inner] = x[outer, offset:offset+len, inner]; x has `dimX`.

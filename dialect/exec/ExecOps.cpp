@@ -191,5 +191,49 @@ LogicalResult AllReduceOp::verify() {
   return success();
 }
 
+/// Shared checks of exec.all_gather and exec.reduce_scatter: one element
+/// type (bf16 or f32), the full buffer N shards long (N the step's
+/// data_parallel_size when it has one), the comm or compute stream.
+static LogicalResult verifyShardCollective(Operation *op, BufferType shard,
+                                           BufferType full, Stream stream,
+                                           StringRef communicator) {
+  RankedTensorType s = shard.getTensor(), f = full.getTensor();
+  if (s.getElementType() != f.getElementType())
+    return op->emitOpError() << "shard " << s << " and full buffer " << f
+                             << " differ in element type";
+  if (!s.getElementType().isBF16() && !s.getElementType().isF32())
+    return op->emitOpError() << "moves bf16 or f32 buffers, got " << s;
+  if (stream != Stream::Comm && stream != Stream::Compute)
+    return op->emitOpError() << "runs on the comm (or compute) stream, not "
+                             << stringifyStream(stream);
+  if (communicator.empty())
+    return op->emitOpError() << "communicator must not be empty";
+  int64_t ns = s.getNumElements(), nf = f.getNumElements();
+  if (nf % ns != 0)
+    return op->emitOpError() << "full buffer of " << nf
+                             << " elements is not a whole number of shards of "
+                             << ns;
+  if (auto step = op->getParentOfType<StepOp>())
+    if (auto size = step->getAttrOfType<IntegerAttr>(kDataParallelSizeAttr))
+      if (nf != ns * size.getInt())
+        return op->emitOpError()
+               << "full buffer of " << nf << " elements is not "
+               << size.getInt() << " (the step's data_parallel_size) shards of "
+               << ns;
+  return success();
+}
+
+LogicalResult AllGatherOp::verify() {
+  return verifyShardCollective(*this, getShard().getType(),
+                               getFull().getType(), getStream(),
+                               getCommunicator());
+}
+
+LogicalResult ReduceScatterOp::verify() {
+  return verifyShardCollective(*this, getShard().getType(),
+                               getFull().getType(), getStream(),
+                               getCommunicator());
+}
+
 #define GET_OP_CLASSES
 #include "dialect/exec/ExecOps.cpp.inc"

@@ -280,4 +280,48 @@ def Exec_AllReduceOp : Exec_Op<"all_reduce"> {
   let hasVerifier = 1;
 }
 
+def Exec_AllGatherOp : Exec_Op<"all_gather"> {
+  let summary = "gathers every rank's shard into one full buffer (sharded parameters)";
+  let description = [{
+    `full` receives the ranks' `shard`s one after another in rank order
+    (rank r's at element r x shard size), so `full` has N times the
+    elements of `shard`, N the step's `data_parallel_size` when it has one.
+    Used by ZeRO-3 sharding to assemble a layer group's parameters before
+    its forward and again before its backward. Runs through the runtime's
+    collective API on `stream` (comm or compute); a world of one copies.
+
+    ```mlir
+    exec.all_gather %shard into %full over "dp" on comm : !exec.buffer<tensor<32xbf16>> to !exec.buffer<tensor<64xbf16>>
+    ```
+  }];
+  let arguments = (ins Exec_AnyBuffer:$shard, Exec_AnyBuffer:$full,
+                       StrAttr:$communicator, Exec_Stream:$stream);
+  let assemblyFormat = [{
+    $shard `into` $full `over` $communicator `on` $stream attr-dict `:` qualified(type($shard)) `to` qualified(type($full))
+  }];
+  let hasVerifier = 1;
+}
+
+def Exec_ReduceScatterOp : Exec_Op<"reduce_scatter"> {
+  let summary = "sums a full buffer over ranks and keeps this rank's shard of the sum (sharded grads)";
+  let description = [{
+    `shard` receives block r of the element-wise sum over ranks of `full`
+    (r this rank; blocks of shard size in rank order), so `full` has N
+    times the elements of `shard`. Sums have a fixed order on every
+    backend (MPI: rank order; NCCL: its deterministic ring). Used by ZeRO-3
+    sharding to reduce a layer group's gradients into the sharded main
+    grads. Runs on `stream` (comm or compute); a world of one copies.
+
+    ```mlir
+    exec.reduce_scatter %full into %shard over "dp" on comm : !exec.buffer<tensor<64xf32>> to !exec.buffer<tensor<32xf32>>
+    ```
+  }];
+  let arguments = (ins Exec_AnyBuffer:$full, Exec_AnyBuffer:$shard,
+                       StrAttr:$communicator, Exec_Stream:$stream);
+  let assemblyFormat = [{
+    $full `into` $shard `over` $communicator `on` $stream attr-dict `:` qualified(type($full)) `to` qualified(type($shard))
+  }];
+  let hasVerifier = 1;
+}
+
 #endif // ACTPLACE_EXEC_OPS_TD

@@ -22,6 +22,10 @@ std::optional<Stream> ap::exec::streamOf(Operation *op) {
     return h.getStream();
   if (auto a = dyn_cast<AllReduceOp>(op))
     return a.getStream();
+  if (auto g = dyn_cast<AllGatherOp>(op))
+    return g.getStream();
+  if (auto r = dyn_cast<ReduceScatterOp>(op))
+    return r.getStream();
   return std::nullopt;
 }
 

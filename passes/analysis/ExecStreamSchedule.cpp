@@ -122,6 +122,12 @@ SmallVector<Access> accessesOf(Operation *op) {
     acc.push_back(locate(h.getDest(), true));
   } else if (auto a = dyn_cast<AllReduceOp>(op)) {
     acc.push_back(locate(a.getBuffer(), true));
+  } else if (auto g = dyn_cast<AllGatherOp>(op)) {
+    acc.push_back(locate(g.getShard(), false));
+    acc.push_back(locate(g.getFull(), true));
+  } else if (auto r = dyn_cast<ReduceScatterOp>(op)) {
+    acc.push_back(locate(r.getFull(), false));
+    acc.push_back(locate(r.getShard(), true));
   } else if (auto loop = dyn_cast<MicrobatchLoopOp>(op)) {
     // The whole loop, seen from the step: compute work reading and writing
     // every buffer from outside it that it touches.

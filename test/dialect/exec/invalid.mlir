@@ -269,3 +269,53 @@ exec.step @s {
   exec.kernel "train.embedding_grad" ins(%x, %d : !exec.buffer<tensor<4xi32>>, !exec.buffer<tensor<4x4xbf16>>) workspace 0 args {weight_grad = @w}
   exec.return
 }
+
+// -----
+
+exec.step @s {
+  %s = exec.persistent "w" weight bytes 256 : !exec.buffer<tensor<32xbf16>>
+  %f = exec.buffer bytes 256 : !exec.buffer<tensor<64xf32>>
+  // expected-error @+1 {{'exec.all_gather' op shard 'tensor<32xbf16>' and full buffer 'tensor<64xf32>' differ in element type}}
+  exec.all_gather %s into %f over "dp" on comm : !exec.buffer<tensor<32xbf16>> to !exec.buffer<tensor<64xf32>>
+  exec.return
+}
+
+// -----
+
+exec.step @s {
+  %s = exec.persistent "w" weight bytes 256 : !exec.buffer<tensor<32xbf16>>
+  %f = exec.buffer bytes 256 : !exec.buffer<tensor<48xbf16>>
+  // expected-error @+1 {{'exec.all_gather' op full buffer of 48 elements is not a whole number of shards of 32}}
+  exec.all_gather %s into %f over "dp" on comm : !exec.buffer<tensor<32xbf16>> to !exec.buffer<tensor<48xbf16>>
+  exec.return
+}
+
+// -----
+
+exec.step @s attributes {data_parallel_size = 4 : i64} {
+  %s = exec.persistent "w" weight bytes 256 : !exec.buffer<tensor<32xbf16>>
+  %f = exec.buffer bytes 256 : !exec.buffer<tensor<64xbf16>>
+  // expected-error @+1 {{'exec.all_gather' op full buffer of 64 elements is not 4 (the step's data_parallel_size) shards of 32}}
+  exec.all_gather %s into %f over "dp" on comm : !exec.buffer<tensor<32xbf16>> to !exec.buffer<tensor<64xbf16>>
+  exec.return
+}
+
+// -----
+
+exec.step @s {
+  %f = exec.buffer bytes 256 : !exec.buffer<tensor<64xf32>>
+  %s = exec.persistent "w" main_grad bytes 256 : !exec.buffer<tensor<32xf32>>
+  // expected-error @+1 {{'exec.reduce_scatter' op runs on the comm (or compute) stream, not h2d}}
+  exec.reduce_scatter %f into %s over "dp" on h2d : !exec.buffer<tensor<64xf32>> to !exec.buffer<tensor<32xf32>>
+  exec.return
+}
+
+// -----
+
+exec.step @s {
+  %f = exec.buffer bytes 256 : !exec.buffer<tensor<64xi32>>
+  %s = exec.buffer bytes 256 : !exec.buffer<tensor<32xi32>>
+  // expected-error @+1 {{'exec.reduce_scatter' op moves bf16 or f32 buffers, got 'tensor<32xi32>'}}
+  exec.reduce_scatter %f into %s over "dp" on comm : !exec.buffer<tensor<64xi32>> to !exec.buffer<tensor<32xi32>>
+  exec.return
+}

@@ -46,6 +46,16 @@ exec.step @train_step attributes {arena_bytes = 4096 : i64} {
     // CHECK: exec.kernel "train.embedding_grad" ins(%{{.*}}, %{{.*}} : {{.*}}) outs(%[[G]] : !exec.buffer<tensor<4x8xf32>>) workspace 1024 args {weight_grad = @w}
     %rv = exec.view %r : !exec.buffer<tensor<1x8x2x2xbf16>> to !exec.buffer<tensor<1x8x4xbf16>>
     exec.kernel "train.embedding_grad" ins(%t, %rv : !exec.buffer<tensor<1x8xi32>>, !exec.buffer<tensor<1x8x4xbf16>>) outs(%g : !exec.buffer<tensor<4x8xf32>>) workspace 1024 args {weight_grad = @w}
+    // CHECK: exec.all_reduce %[[G]] over "dp" on comm last_microbatch : !exec.buffer<tensor<4x8xf32>>
+    exec.all_reduce %g over "dp" on comm last_microbatch : !exec.buffer<tensor<4x8xf32>>
+    // CHECK: %[[FULL:.*]] = exec.buffer bytes 256 : !exec.buffer<tensor<64xbf16>>
+    %full = exec.buffer bytes 256 : !exec.buffer<tensor<64xbf16>>
+    // CHECK: exec.all_gather %[[W]] into %[[FULL]] over "dp" on comm : !exec.buffer<tensor<4x8xbf16>> to !exec.buffer<tensor<64xbf16>>
+    exec.all_gather %w into %full over "dp" on comm : !exec.buffer<tensor<4x8xbf16>> to !exec.buffer<tensor<64xbf16>>
+    // CHECK: %[[GF:.*]] = exec.buffer bytes 256 : !exec.buffer<tensor<64xf32>>
+    %gfull = exec.buffer bytes 256 : !exec.buffer<tensor<64xf32>>
+    // CHECK: exec.reduce_scatter %[[GF]] into %[[G]] over "dp" on compute : !exec.buffer<tensor<64xf32>> to !exec.buffer<tensor<4x8xf32>>
+    exec.reduce_scatter %gfull into %g over "dp" on compute : !exec.buffer<tensor<64xf32>> to !exec.buffer<tensor<4x8xf32>>
   }
   // CHECK: exec.all_reduce %[[G]] over "dp" on comm : !exec.buffer<tensor<4x8xf32>>
   exec.all_reduce %g over "dp" on comm : !exec.buffer<tensor<4x8xf32>>

@@ -1,0 +1,176 @@
+//===- step_collectives_mpi_test.cpp - The step's collectives, 2 ranks ----===//
+//
+// Run as `mpirun -np 2 runtime_step_collectives_mpi_test`. The calls a
+// generated data-parallel step makes (ap_all_reduce, ap_all_gather,
+// ap_reduce_scatter), through the C ABI on a host-backend StepRunner whose
+// data-parallel group is the MPI world: each runs on the stream it names,
+// in that stream's order, and gives exact rank-order sums. A
+// last-microbatch reduction runs only in the last microbatch.
+//
+//===----------------------------------------------------------------------===//
+#include "runtime/abi.h"
+#include "runtime/collectives.h"
+#include "runtime/device.h"
+#include "runtime/offload.h"
+#include "runtime/pinned_pool.h"
+#include "runtime/trainer.h"
+
+#include <gtest/gtest.h>
+#include <mpi.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <memory>
+#include <vector>
+
+using namespace ap::rt;
+
+
+namespace {
+
+class StepCollectives : public ::testing::Test {
+protected:
+  void SetUp() override {
+    LaunchInfo li = detectLaunch();
+    world = createWorldCommunicator(ap::kernels::Backend::Host, li);
+    ASSERT_EQ(world->size(), 2);
+    rank = world->rank();
+    DeviceOptions options;
+    options.device = DeviceKind::Host;
+    options.quiet = true;
+    device = std::make_unique<Device>(options);
+    device->allocateArena(8192);
+    PinnedLayout layout;
+    layout.totalBytes = 256;
+    pool = std::make_unique<PinnedPool>(*device, layout);
+    engine = std::make_unique<OffloadEngine>(*device, *pool);
+    program.arenaBytes = 8192;
+    program.scratchOffset = 7680;
+    program.scratchBytes = 512;
+    program.microBatches = 2;
+    program.dataParallelSize = 2;
+    runner =
+        std::make_unique<StepRunner>(program, *device, *pool, *engine, false);
+    runner->dataParallel = world.get();
+  }
+  void TearDown() override {
+    runner.reset();
+    engine.reset();
+    pool.reset();
+  }
+  ap_step *handle() { return reinterpret_cast<ap_step *>(runner.get()); }
+  float *f32(uint64_t offset) {
+    return static_cast<float *>(ap_at(handle(), offset));
+  }
+  /// Rank r's value i: not exactly representable sums unless added in a
+  /// fixed order.
+  static float value(int r, int i) {
+    return 0.1f * float(i + 1) + (r ? 1e7f : 1e-3f) * float(i % 3);
+  }
+
+  std::unique_ptr<Communicator> world;
+  int rank = 0;
+  Program program;
+  std::unique_ptr<Device> device;
+  std::unique_ptr<PinnedPool> pool;
+  std::unique_ptr<OffloadEngine> engine;
+  std::unique_ptr<StepRunner> runner;
+};
+
+TEST_F(StepCollectives, AllReduceOnCommIsARankOrderSum) {
+  for (int i = 0; i < 64; ++i)
+    f32(0)[i] = value(rank, i);
+  ap_all_reduce(handle(), 0, 256, AP_DTYPE_F32, AP_STREAM_COMM, 0);
+  device->synchronize();
+  for (int i = 0; i < 64; ++i)
+    ASSERT_EQ(f32(0)[i], value(0, i) + value(1, i)) << i;
+}
+
+TEST_F(StepCollectives, LastMicrobatchReductionRunsOnceInTheLastOne) {
+  for (int i = 0; i < 64; ++i)
+    f32(0)[i] = value(rank, i);
+  runner->microbatch = 0;
+  ap_all_reduce(handle(), 0, 256, AP_DTYPE_F32, AP_STREAM_COMM,
+                AP_REDUCE_LAST_MICROBATCH);
+  device->synchronize();
+  for (int i = 0; i < 64; ++i)
+    ASSERT_EQ(f32(0)[i], value(rank, i)) << "summed in microbatch 0: " << i;
+  runner->microbatch = 1;
+  ap_all_reduce(handle(), 0, 256, AP_DTYPE_F32, AP_STREAM_COMM,
+                AP_REDUCE_LAST_MICROBATCH);
+  device->synchronize();
+  for (int i = 0; i < 64; ++i)
+    ASSERT_EQ(f32(0)[i], value(0, i) + value(1, i)) << i;
+}
+
+TEST_F(StepCollectives, AllGatherPutsRankRAtBlockR) {
+  for (int i = 0; i < 32; ++i)
+    f32(0)[i] = value(rank, i);
+  ap_all_gather(handle(), 0, 256, 128, AP_DTYPE_F32, AP_STREAM_COMM);
+  device->synchronize();
+  for (int r = 0; r < 2; ++r)
+    for (int i = 0; i < 32; ++i)
+      ASSERT_EQ(f32(256)[r * 32 + i], value(r, i)) << r << " " << i;
+}
+
+TEST_F(StepCollectives, ReduceScatterKeepsThisRanksBlockOfTheSum) {
+  for (int i = 0; i < 64; ++i)
+    f32(0)[i] = value(rank, i);
+  ap_reduce_scatter(handle(), 0, 512, 128, AP_DTYPE_F32, AP_STREAM_COMM);
+  device->synchronize();
+  for (int i = 0; i < 32; ++i) {
+    int e = rank * 32 + i;
+    ASSERT_EQ(f32(512)[i], value(0, e) + value(1, e)) << i;
+  }
+}
+
+// Stream order: a compute kernel's write that the comm stream waits for
+// (an event, as the compiled schedule records it) is what the sum sees.
+TEST_F(StepCollectives, CommWaitsForTheComputeRecord) {
+  EventId ev = device->createEvent();
+  std::vector<float> mine(64);
+  for (int i = 0; i < 64; ++i)
+    mine[i] = value(rank, i);
+  device->copyAsync(f32(0), mine.data(), 256, CopyKind::HostToDevice,
+                    Stream::Compute);
+  device->record(ev, Stream::Compute);
+  device->wait(Stream::Comm, ev);
+  ap_all_reduce(handle(), 0, 256, AP_DTYPE_F32, AP_STREAM_COMM, 0);
+  device->synchronize();
+  for (int i = 0; i < 64; ++i)
+    ASSERT_EQ(f32(0)[i], value(0, i) + value(1, i)) << i;
+}
+
+TEST_F(StepCollectives, ShardOfPartialElementsIsRefused) {
+  try {
+    ap_all_gather(handle(), 0, 256, 6, AP_DTYPE_F32, AP_STREAM_COMM);
+    FAIL() << "a 6-byte f32 shard was accepted";
+  } catch (const std::exception &e) {
+    EXPECT_NE(std::string(e.what()).find("all_gather: shard of 6 bytes is not "
+                                         "a whole number of 4-byte elements"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  // A rank that fails skips collectives its peer waits in: the alarm turns
+  // the hang into a failure.
+  ::alarm(300);
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  ::testing::InitGoogleTest(&argc, argv);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (rank != 0) {
+    auto &listeners = ::testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+  }
+  int rc = RUN_ALL_TESTS();
+  int worst = 0;
+  MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  MPI_Finalize();
+  return worst;
+}
