@@ -4,7 +4,8 @@
 // option and actplace-compile --profile read) and, for a profile it accepts,
 // the predictions that use it: the memory timeline, the placement passes
 // (hide rule, prefetch anchors and side-stream recompute all read the cost
-// model) and the lowering's copy-completion prediction, on the training step
+// model; the report prices the main-grad all-reduces of three data-parallel
+// ranks) and the lowering's copy-completion prediction, on the training step
 // of models/tiny-hybrid.json (seq 64, 2 microbatches), built once. Every
 // pass that succeeds must leave IR that verifies. train-plan-budget is left
 // out: its search evaluates thousands of placements of that step (over ten
@@ -109,7 +110,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       *placed,
       "train-print-memory-timeline{per-op=true" + p +
           "},train-placement-pipeline{offload-modules=gdn_core_attn,core_attn "
-          "recompute-modules=gdn_norm_out recompute-stream=side report=true" +
+          "recompute-modules=gdn_norm_out recompute-stream=side report=true "
+          "data-parallel-size=3 grad-bucket-bytes=4096" +
           p + "},train-print-memory-timeline{" + p +
           "},convert-train-to-exec{" + p +
           "},exec-plan-memory,exec-schedule-streams,exec-defer-side-issue");

@@ -116,6 +116,12 @@ struct PlacementPipelineOptions
       llvm::cl::values(
           clEnumValN(train::RecomputeStream::Compute, "compute", ""),
           clEnumValN(train::RecomputeStream::Side, "side", ""))};
+  Option<int64_t> dataParallelSize{
+      *this, "data-parallel-size", llvm::cl::init(1),
+      llvm::cl::desc("Replicated data-parallel ranks the prediction assumes")};
+  Option<int64_t> gradBucketBytes{
+      *this, "grad-bucket-bytes", llvm::cl::init(26214400),
+      llvm::cl::desc("Smallest main-grad bucket the prediction assumes")};
   Option<bool> report{*this, "report", llvm::cl::init(false),
                       llvm::cl::desc("Print the placement report")};
   Option<train::ReportFormat> reportFormat{
@@ -144,6 +150,8 @@ void buildRegisteredPlacementPipeline(OpPassManager &pm,
   cfg.profile = p.profile;
   cfg.fuseRecompute = p.fuseRecompute;
   cfg.recomputeStream = p.recomputeStream;
+  cfg.dataParallelSize = p.dataParallelSize;
+  cfg.gradBucketBytes = p.gradBucketBytes;
   o.report = p.report;
   o.reportFormat = p.reportFormat;
   o.reportFile = p.reportFile;

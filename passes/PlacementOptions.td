@@ -44,6 +44,13 @@ defvar PlacementOptions = [
          [{::llvm::cl::values(
              clEnumValN(::ap::train::RecomputeStream::Compute, "compute", "right before its use"),
              clEnumValN(::ap::train::RecomputeStream::Side, "side", "ahead, on the side stream"))}]>,
+  // The step's data-parallel ranks and grad buckets, for the cost model
+  // only (passes/analysis/DataParallelCost.h): the placement is per rank
+  // either way. The bucket default is exec-bucket-grad-reduce's.
+  Option<"dataParallelSize", "data-parallel-size", "int64_t", "1",
+         "Replicated data-parallel ranks the step is planned for: the predicted step sums the main grads over them on the comm stream">,
+  Option<"gradBucketBytes", "grad-bucket-bytes", "int64_t", "26214400",
+         "Smallest main-grad bucket in bytes the prediction assumes (as exec-bucket-grad-reduce's bucket-bytes; 0: one per grad)">,
 ];
 
 #endif // ACTPLACE_PASSES_PLACEMENTOPTIONS_TD

@@ -90,6 +90,12 @@ llvm::Expected<DeviceProfile> DeviceProfile::parse(StringRef json,
       {"copySlowdownPerByte", &DeviceProfile::copySlowdownPerByte},
       {"copyHoldSlack", &DeviceProfile::copyHoldSlack},
       {"sideStreamCopyScale", &DeviceProfile::sideStreamCopyScale},
+      {"allReduceBusBandwidth", &DeviceProfile::allReduceBusBandwidth},
+      {"allReduceLatency", &DeviceProfile::allReduceLatency},
+      {"allGatherBusBandwidth", &DeviceProfile::allGatherBusBandwidth},
+      {"allGatherLatency", &DeviceProfile::allGatherLatency},
+      {"reduceScatterBusBandwidth", &DeviceProfile::reduceScatterBusBandwidth},
+      {"reduceScatterLatency", &DeviceProfile::reduceScatterLatency},
   };
   // Sorted keys give a deterministic first error for a file with several.
   SmallVector<StringRef> keys;
@@ -183,13 +189,16 @@ llvm::Expected<DeviceProfile> DeviceProfile::parse(StringRef json,
     std::optional<double> value = obj->get(key)->getAsNumber();
     if (!value)
       return fail("field '" + key + "' must be a number");
-    // launchLatency, the copy slowdown and the hold slack may be 0 (an
+    // The latencies, the copy slowdown and the hold slack may be 0 (an
     // idealised device);
     // rates and the scale must be positive because the model divides by
     // them or multiplies every cost by them.
     bool isLatency = field->member == &DeviceProfile::launchLatency ||
                      field->member == &DeviceProfile::copySlowdownPerByte ||
-                     field->member == &DeviceProfile::copyHoldSlack;
+                     field->member == &DeviceProfile::copyHoldSlack ||
+                     field->member == &DeviceProfile::allReduceLatency ||
+                     field->member == &DeviceProfile::allGatherLatency ||
+                     field->member == &DeviceProfile::reduceScatterLatency;
     if (!(isLatency ? *value >= 0 : *value > 0))
       return fail("field '" + key + "' must be " +
                   (isLatency ? "non-negative" : "positive") + ", got " +
@@ -207,7 +216,10 @@ llvm::Expected<DeviceProfile> DeviceProfile::parse(StringRef json,
                   field->member == &DeviceProfile::memBandwidth ||
                   field->member == &DeviceProfile::d2hBandwidth ||
                   field->member == &DeviceProfile::h2dBandwidth ||
-                  field->member == &DeviceProfile::duplexBandwidth;
+                  field->member == &DeviceProfile::duplexBandwidth ||
+                  field->member == &DeviceProfile::allReduceBusBandwidth ||
+                  field->member == &DeviceProfile::allGatherBusBandwidth ||
+                  field->member == &DeviceProfile::reduceScatterBusBandwidth;
     if (isRate && *value < 1e3)
       return fail("field '" + key +
                   "' must be at least 1e3 (a rate per "
@@ -328,6 +340,33 @@ double CostModel::sideCapacity(Operation *op) const {
   if (it == table.end())
     it = table.find("*");
   return it == table.end() ? 0 : it->second;
+}
+
+double CostModel::collectiveSeconds(Collective kind, int64_t bytes,
+                                    int64_t ranks) const {
+  if (ranks <= 1 || bytes <= 0)
+    return 0;
+  double n = static_cast<double>(ranks);
+  // Bytes each rank sends (and receives) over its link, as a share of the
+  // buffer: a ring all-reduce is a reduce-scatter then an all-gather.
+  double share = (n - 1) / n;
+  double busBandwidth, latency;
+  switch (kind) {
+  case Collective::AllReduce:
+    share *= 2;
+    busBandwidth = prof.allReduceBusBandwidth;
+    latency = prof.allReduceLatency;
+    break;
+  case Collective::AllGather:
+    busBandwidth = prof.allGatherBusBandwidth;
+    latency = prof.allGatherLatency;
+    break;
+  case Collective::ReduceScatter:
+    busBandwidth = prof.reduceScatterBusBandwidth;
+    latency = prof.reduceScatterLatency;
+    break;
+  }
+  return latency + secondsAt(share * static_cast<double>(bytes), busBandwidth);
 }
 
 double CostModel::copySeconds(int64_t bytes, CopyDirection dir,

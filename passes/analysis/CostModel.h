@@ -104,6 +104,20 @@ struct DeviceProfile {
   /// every side capacity above was fitted at 75 (99 SMs).
   int64_t sideSmPercent = 75;
 
+  /// Collectives over data-parallel ranks, priced in NCCL's bus-bandwidth
+  /// convention (nccl-tests doc/PERFORMANCE.md): a ring all-reduce of S
+  /// bytes over N ranks takes 2(N-1)/N * S / allReduceBusBandwidth +
+  /// allReduceLatency, an all-gather or reduce-scatter of S bytes (the
+  /// whole gathered size) (N-1)/N * S / its bus bandwidth + its latency.
+  /// Bytes/s and seconds per collective. The defaults are not measured
+  /// here: the bandwidths are a round figure of public nccl-tests results
+  /// for large messages on H100 / H200 SXM nodes (NVLink 4, 450 GB/s per
+  /// direction, NVLink SHARP off), the latencies the order of their
+  /// small-message times. A measured profile should replace them.
+  double allReduceBusBandwidth = 360e9, allReduceLatency = 15e-6;
+  double allGatherBusBandwidth = 360e9, allGatherLatency = 15e-6;
+  double reduceScatterBusBandwidth = 360e9, reduceScatterLatency = 15e-6;
+
   /// Whether copies slow the ops beside them (h2dSlowdown / d2hSlowdown)
   /// rather than the op that issues them (copySlowdownPerByte).
   bool slowdownBesideCopies() const {
@@ -113,9 +127,12 @@ struct DeviceProfile {
   /// Reads a JSON object whose keys are any subset of the field names above
   /// (`peakFlops`, `memBandwidth`, `launchLatency`, `d2hBandwidth`,
   /// `h2dBandwidth`, `duplexBandwidth`, `computeScale`,
-  /// `copySlowdownPerByte`, `copyHoldSlack`, `sideStreamCopyScale`) with
-  /// positive numbers as values
-  /// (launchLatency, copySlowdownPerByte and copyHoldSlack may be 0), and
+  /// `copySlowdownPerByte`, `copyHoldSlack`, `sideStreamCopyScale`, the
+  /// collectives' `allReduceBusBandwidth`, `allReduceLatency`,
+  /// `allGatherBusBandwidth`, `allGatherLatency`,
+  /// `reduceScatterBusBandwidth`, `reduceScatterLatency`) with
+  /// positive numbers as values (launchLatency, copySlowdownPerByte,
+  /// copyHoldSlack and the collective latencies may be 0), and
   /// the objects `opScale` (op name -> positive number), `h2dSlowdown` and
   /// `d2hSlowdown` (op name or "*" -> non-negative number; not together
   /// with a non-zero copySlowdownPerByte), `sideCapacity` (op name or "*"
@@ -147,6 +164,9 @@ struct OpCost {
 /// Which host link a copy uses.
 enum class CopyDirection { DeviceToHost, HostToDevice };
 
+/// A collective over data-parallel ranks (DeviceProfile prices each).
+enum class Collective { AllReduce, AllGather, ReduceScatter };
+
 class CostModel {
 public:
   explicit CostModel(DeviceProfile p = {});
@@ -169,6 +189,10 @@ public:
   double slowdownBeside(mlir::Operation *op, CopyDirection dir) const;
   /// DeviceProfile::sideCapacity of `op` (0 for ops it does not name).
   double sideCapacity(mlir::Operation *op) const;
+  /// Seconds of one `kind` collective of `bytes` over `ranks` ranks (for an
+  /// all-gather or reduce-scatter, `bytes` is the whole gathered size): the
+  /// bus-bandwidth formula of DeviceProfile. 0 for one rank or no bytes.
+  double collectiveSeconds(Collective kind, int64_t bytes, int64_t ranks) const;
 
   const DeviceProfile &profile() const { return prof; }
 

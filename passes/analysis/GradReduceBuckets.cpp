@@ -18,6 +18,31 @@ PersistentOp mainGradOf(Value v) {
 }
 } // namespace
 
+SmallVector<SmallVector<unsigned>>
+ap::packGradBuckets(ArrayRef<GradFinalPoint> grads, int64_t bucketBytes) {
+  SmallVector<unsigned> order(grads.size());
+  for (unsigned i = 0; i < grads.size(); ++i)
+    order[i] = i;
+  llvm::stable_sort(order, [&](unsigned a, unsigned b) {
+    return grads[a].position < grads[b].position;
+  });
+  SmallVector<SmallVector<unsigned>> buckets;
+  SmallVector<unsigned> open;
+  int64_t openBytes = 0;
+  for (unsigned i : order) {
+    open.push_back(i);
+    openBytes += grads[i].bytes;
+    if (openBytes >= bucketBytes) {
+      buckets.push_back(std::move(open));
+      open.clear();
+      openBytes = 0;
+    }
+  }
+  if (!open.empty())
+    buckets.push_back(std::move(open));
+  return buckets;
+}
+
 GradReduceBuckets::GradReduceBuckets(StepOp step, int64_t bucketBytes) {
   MicrobatchLoopOp loop;
   for (Operation &op : step.getBody().front())
@@ -52,12 +77,11 @@ GradReduceBuckets::GradReduceBuckets(StepOp step, int64_t bucketBytes) {
   }
 
   struct Final {
-    int64_t pos;
     Operation *writer;
     AllReduceOp reduction;
-    int64_t bytes;
   };
   SmallVector<Final> finals;
+  SmallVector<GradFinalPoint> points;
   // Step order of the reductions keeps ties (one kernel writing several
   // grads) in a fixed order.
   for (Operation &op : step.getBody().front()) {
@@ -72,23 +96,18 @@ GradReduceBuckets::GradReduceBuckets(StepOp step, int64_t bucketBytes) {
       ++numUnwritten;
       continue;
     }
-    finals.push_back({it->second.first, it->second.second, ar,
-                      tensorBytes(ar.getBuffer().getType().getTensor())});
+    finals.push_back({it->second.second, ar});
+    points.push_back(
+        {it->second.first, tensorBytes(ar.getBuffer().getType().getTensor())});
   }
-  llvm::stable_sort(finals, [](const Final &a, const Final &b) {
-    return a.pos < b.pos;
-  });
 
-  GradBucket open;
-  for (const Final &f : finals) {
-    open.reductions.push_back(f.reduction);
-    open.bytes += f.bytes;
-    open.after = f.writer;
-    if (open.bytes >= bucketBytes) {
-      buckets.push_back(std::move(open));
-      open = GradBucket();
+  for (ArrayRef<unsigned> members : packGradBuckets(points, bucketBytes)) {
+    GradBucket bucket;
+    for (unsigned i : members) {
+      bucket.reductions.push_back(finals[i].reduction);
+      bucket.bytes += points[i].bytes;
     }
+    bucket.after = finals[members.back()].writer;
+    buckets.push_back(std::move(bucket));
   }
-  if (!open.reductions.empty())
-    buckets.push_back(std::move(open));
 }

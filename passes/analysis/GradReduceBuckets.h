@@ -25,9 +25,31 @@
 
 #include "dialect/exec/ExecOps.h"
 
+#include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/SmallVector.h"
 
 #include <cstdint>
+
+namespace ap {
+
+/// One main grad to bucket: where its last writer sits in the microbatch
+/// loop body (any order-preserving position) and its bytes.
+struct GradFinalPoint {
+  int64_t position = 0;
+  int64_t bytes = 0;
+};
+
+/// The bucketing rule, one place for the pass (exec IR) and the cost model
+/// (train IR, passes/analysis/DataParallelCost.h): `grads` in step order
+/// (the order the lowering emits their reductions, the module's parameter
+/// order) are taken by their last writer's position, ties in step order,
+/// and packed greedily into buckets of at least `bucketBytes` (the last
+/// takes the rest). Returns each bucket's grads, as indices into `grads`,
+/// in issue order.
+llvm::SmallVector<llvm::SmallVector<unsigned>>
+packGradBuckets(llvm::ArrayRef<GradFinalPoint> grads, int64_t bucketBytes);
+
+} // namespace ap
 
 namespace ap::exec {
 

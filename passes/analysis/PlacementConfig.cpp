@@ -37,6 +37,13 @@ PlacementConfig::validate(function_ref<InFlightDiagnostic()> emitError) {
   if (maxInflight < 0)
     return emitError() << "max-inflight must be >= 0 (0 = no limit), got "
                        << maxInflight;
+  if (dataParallelSize < 1)
+    return emitError() << "data-parallel-size must be >= 1 (ranks), got "
+                       << dataParallelSize;
+  if (gradBucketBytes < 0)
+    return emitError() << "grad-bucket-bytes must be >= 0 (0 = one bucket "
+                          "per grad), got "
+                       << gradBucketBytes;
   if (prefetchDepth < 0)
     return emitError() << "prefetch-depth must be >= 0 (0 = cost model), got "
                        << prefetchDepth;

@@ -34,6 +34,11 @@ struct PlacementConfig {
   bool fuseRecompute = true;
   /// Where recompute clones run (train-recompute-stream).
   RecomputeStream recomputeStream = RecomputeStream::Compute;
+  /// Replicated data-parallel ranks and the main-grad bucket size the step
+  /// prediction assumes (DataParallelCost.h; exec-bucket-grad-reduce places
+  /// the buckets the same way). 1 rank: no communication.
+  int64_t dataParallelSize = 1;
+  int64_t gradBucketBytes = 26214400;
 
   /// Leaves the options select, after alias expansion.
   std::set<std::string> offloadLeaves, recomputeLeaves;
@@ -80,6 +85,8 @@ void recordPlacement(mlir::Operation *op, unsigned index,
     c.profile = profile;                                                       \
     c.fuseRecompute = fuseRecompute;                                           \
     c.recomputeStream = recomputeStream;                                       \
+    c.dataParallelSize = dataParallelSize;                                     \
+    c.gradBucketBytes = gradBucketBytes;                                       \
     return c;                                                                  \
   }()
 

@@ -70,13 +70,20 @@ struct PlacementChoice {
   int64_t activationPeakBefore = 0, activationPeakAfter = 0;
   int64_t peakBefore = 0, peakAfter = 0;
   double stepBefore = 0, stepAfter = 0;
+  /// Data-parallel ranks of the prediction and, for more than one, the
+  /// communication the step does not hide (part of stepAfter,
+  /// DataParallelCost.h).
+  int64_t ranks = 1;
+  double exposedCommAfter = 0;
 
   double removedShare() const;
   double extraShare() const;
   /// "recompute-modules=a,b offload-modules=c" (pass-option spelling; empty
   /// when nothing is placed).
   std::string options() const;
-  /// "removed 41.2 % of the activation peak, peak 18.1 GiB, step +2.31 %".
+  /// "removed 41.2 % of the activation peak, peak 18.1 GiB, step +2.31 %"
+  /// (and, on several ranks, the exposed communication and that the peak
+  /// is per rank).
   std::string summary() const;
 };
 
@@ -120,6 +127,8 @@ Options placementPassOptions(const PlacementConfig &cfg,
   o.profile = cfg.profile;
   o.fuseRecompute = cfg.fuseRecompute;
   o.recomputeStream = cfg.recomputeStream;
+  o.dataParallelSize = cfg.dataParallelSize;
+  o.gradBucketBytes = cfg.gradBucketBytes;
   return o;
 }
 

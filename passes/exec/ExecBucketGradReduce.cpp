@@ -10,6 +10,8 @@
 #include "passes/Passes.h"
 #include "passes/analysis/GradReduceBuckets.h"
 
+#include "llvm/ADT/DenseMap.h"
+
 namespace ap {
 #define GEN_PASS_DEF_EXECBUCKETGRADREDUCE
 #include "passes/exec/ExecPasses.h.inc"
@@ -35,13 +37,18 @@ struct ExecBucketGradReducePass
       if (!size || size.getInt() <= 1)
         continue;
       GradReduceBuckets plan(step, bucketBytes);
+      // Buckets closed by the same kernel (one that writes several grads,
+      // bucket-bytes small) go after each other in bucket order, as the
+      // cost model (DataParallelCost) issues them.
+      llvm::DenseMap<Operation *, Operation *> lastPlaced;
       for (GradBucket &bucket : plan.buckets) {
         OpBuilder b(bucket.after->getContext());
-        b.setInsertionPointAfter(bucket.after);
+        Operation *&last = lastPlaced[bucket.after];
+        b.setInsertionPointAfter(last ? last : bucket.after);
         for (AllReduceOp ar : bucket.reductions) {
-          AllReduceOp::create(b, ar.getLoc(), ar.getBuffer(),
-                              ar.getCommunicator(), Stream::Comm,
-                              /*last_microbatch=*/true);
+          last = AllReduceOp::create(b, ar.getLoc(), ar.getBuffer(),
+                                     ar.getCommunicator(), Stream::Comm,
+                                     /*last_microbatch=*/true);
           ar.erase();
           ++numMoved;
         }

@@ -10,12 +10,16 @@
 // cost per byte can be read off. At the placed step's peak op, and at the
 // unplaced step's, the report lists the activations off the device there; the
 // difference of the two timelines at that op is their bytes plus any other
-// term PlacementMemoryDelta names.
+// term PlacementMemoryDelta names. On several data-parallel ranks
+// (data-parallel-size), the step on those ranks (DataParallelCost): the
+// main-grad buckets on the comm stream and the communication the last
+// backward does not hide; every byte count is per rank.
 //
 //===----------------------------------------------------------------------===//
 
 #include "passes/Passes.h"
 #include "passes/analysis/CostModel.h"
+#include "passes/analysis/DataParallelCost.h"
 #include "passes/analysis/GraphSummary.h"
 #include "passes/analysis/MemoryTimeline.h"
 #include "passes/analysis/PlacementConfig.h"
@@ -54,6 +58,9 @@ struct Totals {
   double stepBefore = 0, stepAfter = 0, exposed = 0, hidden = 0;
   double recomputeSeconds = 0; ///< recompute kernels, per microbatch
   int64_t microBatches = 1;
+  /// The step on the data-parallel ranks, unplaced and placed (one rank:
+  /// no collectives, the compute step).
+  DataParallelStep dpBefore, dpAfter;
 
   /// Offloaded bytes per step (each direction). A microbatch count the
   /// verifier accepts times the bytes of one microbatch can exceed int64;
@@ -199,6 +206,20 @@ llvm::json::Object peakPointJson(const PeakPoint &pp,
       {"unaccounted_bytes", at.unaccounted()}};
 }
 
+const char *collectiveName(PredictedCollective::Kind k) {
+  switch (k) {
+  case PredictedCollective::Kind::GradBucket:
+    return "grad bucket";
+  case PredictedCollective::Kind::LossSum:
+    return "loss sum";
+  case PredictedCollective::Kind::TokenCount:
+    return "token count";
+  case PredictedCollective::Kind::UnwrittenGrad:
+    return "unwritten grad";
+  }
+  return "";
+}
+
 struct TrainPlacementReportPass
     : ap::impl::TrainPlacementReportBase<TrainPlacementReportPass> {
   using Base::Base;
@@ -237,6 +258,12 @@ void TrainPlacementReportPass::runOnOperation() {
   totals.actPeakAfter = memAfter.activationPeakBytes();
   totals.stepBefore = simBefore.computeSeconds * totals.microBatches;
   totals.stepAfter = simAfter.computeSeconds * totals.microBatches;
+  totals.dpBefore = DataParallelStep::predict(
+      *baselineBody, simBefore, costs, totals.microBatches,
+      cfg.dataParallelSize, cfg.gradBucketBytes);
+  totals.dpAfter =
+      DataParallelStep::predict(*body, simAfter, costs, totals.microBatches,
+                                cfg.dataParallelSize, cfg.gradBucketBytes);
 
   // Rows: every saved activation of the unplaced step, in forward order;
   // the placed step's producer (same position) carries the decision.
@@ -455,6 +482,33 @@ void TrainPlacementReportPass::runOnOperation() {
                              {"ops", c.ops},
                              {"seconds_per_microbatch", c.seconds},
                              {"bytes", c.bytes}});
+    const DataParallelStep &dp = totals.dpAfter;
+    llvm::json::Array jcomm;
+    for (const PredictedCollective &c : dp.collectives)
+      jcomm.push_back(llvm::json::Object{
+          {"kind", collectiveName(c.kind)},
+          {"grads", c.grads},
+          {"grad_names", llvm::json::Array(c.gradNames)},
+          {"bytes", c.bytes},
+          {"after", c.after ? describe(c.after, placedIndex.lookup(c.after))
+                            : std::string("the microbatch loop")},
+          {"issue_seconds", c.issue},
+          {"start_seconds", c.start},
+          {"end_seconds", c.end}});
+    llvm::json::Object jdp{
+        {"size", dp.ranks},
+        {"mode", "replicate"},
+        {"grad_bucket_bytes", dp.bucketBytes},
+        {"peaks_per_rank", true},
+        {"buckets", dp.numBuckets()},
+        {"microbatch_seconds", dp.microbatchSeconds},
+        {"compute_step_seconds", dp.computeStepSeconds},
+        {"step_seconds_before", totals.dpBefore.stepSeconds},
+        {"step_seconds_after", dp.stepSeconds},
+        {"exposed_comm_seconds_before", totals.dpBefore.exposedCommSeconds},
+        {"exposed_comm_seconds_after", dp.exposedCommSeconds},
+        {"comm_seconds", dp.commSeconds},
+        {"last_microbatch_collectives", std::move(jcomm)}};
     llvm::json::Object jpeaks;
     for (const PeakPoint &pp : peakPoints)
       jpeaks[pp.label + "_peak"] = peakPointJson(pp, names);
@@ -462,6 +516,7 @@ void TrainPlacementReportPass::runOnOperation() {
         {"values", std::move(jrows)},
         {"recompute_scopes", std::move(jrecompute)},
         {"peak_points", std::move(jpeaks)},
+        {"data_parallel", std::move(jdp)},
         {"totals",
          llvm::json::Object{
              {"kept_bytes", totals.keptBytes},
@@ -502,10 +557,15 @@ void TrainPlacementReportPass::runOnOperation() {
                         totals.recomputeBytes, totals.recomputeSeconds * 1e6);
     os << llvm::formatv("transfers per step: d2h {0} bytes, h2d {0} bytes\n",
                         totals.transferBytesPerStep());
+    const DataParallelStep &dp = totals.dpAfter;
+    // One rank keeps the lines as they were; several say the peaks are per
+    // rank (every rank holds the whole replicated plan).
+    std::string perRank =
+        dp.ranks > 1 ? llvm::formatv(" per rank of {0}", dp.ranks).str() : "";
     os << llvm::formatv("predicted device peak: {0} -> {1} bytes ({2:F1} -> "
-                        "{3:F1} MiB)\n",
+                        "{3:F1} MiB){4}\n",
                         totals.peakBefore, totals.peakAfter,
-                        mib(totals.peakBefore), mib(totals.peakAfter));
+                        mib(totals.peakBefore), mib(totals.peakAfter), perRank);
     os << llvm::formatv("predicted activation peak: {0} -> {1} bytes ({2:F1} "
                         "-> {3:F1} MiB)\n",
                         totals.actPeakBefore, totals.actPeakAfter,
@@ -526,6 +586,28 @@ void TrainPlacementReportPass::runOnOperation() {
     os << llvm::formatv("predicted step compute time: {0:F3} -> {1:F3} ms "
                         "({2:F2}%)\n",
                         totals.stepBefore * 1e3, totals.stepAfter * 1e3, cost);
+    if (dp.ranks > 1) {
+      os << llvm::formatv(
+          "data parallel: {0} replicated ranks, main grads summed in {1} "
+          "buckets of at least {2} bytes on the comm stream in the last "
+          "microbatch; device bytes are per rank\n",
+          dp.ranks, dp.numBuckets(), dp.bucketBytes);
+      for (const PredictedCollective &c : dp.collectives)
+        os << llvm::formatv(
+            "  comm {0}: {1} grads, {2} bytes, issued after {3} at {4:F1} "
+            "us, runs {5:F1} -> {6:F1} us\n",
+            collectiveName(c.kind), c.grads, c.bytes,
+            c.after ? describe(c.after, placedIndex.lookup(c.after))
+                    : std::string("the microbatch loop"),
+            c.issue * 1e6, c.start * 1e6, c.end * 1e6);
+      os << llvm::formatv(
+          "predicted step time on {0} ranks: {1:F3} -> {2:F3} ms, exposed "
+          "communication {3:F1} -> {4:F1} us ({5:F1} us on the comm "
+          "stream)\n",
+          dp.ranks, totals.dpBefore.stepSeconds * 1e3, dp.stepSeconds * 1e3,
+          totals.dpBefore.exposedCommSeconds * 1e6, dp.exposedCommSeconds * 1e6,
+          dp.commSeconds * 1e6);
+    }
     for (const PeakPoint &pp : peakPoints)
       printPeakPoint(os, pp, names);
   }

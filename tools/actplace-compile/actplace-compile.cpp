@@ -460,6 +460,10 @@ int main(int argc, char **argv) {
       dataParallel == DataParallel::Zero3 ? "zero3" : "replicate";
   opts.lowering.dataParallelSize = dataParallelSize;
   opts.gradBuckets.bucketBytes = gradBucketBytes;
+  // The cost model prices the same buckets (the report's and the search's
+  // step prediction on N ranks).
+  placement.dataParallelSize = dataParallelSize;
+  placement.gradBucketBytes = gradBucketBytes;
   // The lowering predicts copy completion (how long offloaded bytes stay
   // reserved in the arena) with the profile placement used, unless
   // --copy-hold=peak-rates asks for the defaults.
