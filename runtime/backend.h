@@ -140,6 +140,9 @@ public:
   /// Bytes of device memory in use on the device (cudaMemGetInfo: total -
   /// free) or nullopt where the backend cannot measure it (host).
   virtual std::optional<uint64_t> deviceMemoryUsed() = 0;
+  /// Bytes of device memory free now (cudaMemGetInfo) or nullopt where the
+  /// backend has no device memory of its own (host).
+  virtual std::optional<uint64_t> deviceMemoryFree() = 0;
 };
 
 /// The host backend (always available).

@@ -3,6 +3,8 @@
 
 #include "support/Version.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -207,6 +209,34 @@ std::string FlagSet::usage() const {
   return os.str();
 }
 
+uint64_t parseByteSize(const std::string &flag, const std::string &text) {
+  auto bad = [&] {
+    return CliError(flag + " must be a size such as 18GiB, 19.5GB, 512MiB or "
+                           "a byte count, got '" +
+                    text + "'");
+  };
+  size_t i = 0;
+  while (i < text.size() &&
+         (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.'))
+    ++i;
+  std::string number = text.substr(0, i), unit = text.substr(i);
+  if (number.empty() || std::count(number.begin(), number.end(), '.') > 1)
+    throw bad();
+  static const std::pair<const char *, double> kUnits[] = {
+      {"", 1},           {"B", 1},          {"KB", 1e3},
+      {"MB", 1e6},       {"GB", 1e9},       {"TB", 1e12},
+      {"KiB", 1024.0},   {"MiB", 1048576.0}, {"GiB", 1073741824.0},
+      {"TiB", 1099511627776.0}};
+  for (const auto &[name, scale] : kUnits)
+    if (unit == name) {
+      double bytes = std::strtod(number.c_str(), nullptr) * scale;
+      if (!(bytes >= 1) || bytes > 1.8e19)
+        throw bad();
+      return uint64_t(bytes);
+    }
+  throw bad();
+}
+
 TrainFlags parseTrainFlags(int argc, const char *const *argv,
                            const TrainFlags &defaults) {
   TrainFlags out = defaults;
@@ -271,6 +301,13 @@ TrainFlags parseTrainFlags(int argc, const char *const *argv,
                   "step's first launch, as JSON: which kernels ran beside "
                   "which on the compute and side streams",
                   "FILE");
+  std::string deviceMemory;
+  flags.addString("device-memory", &deviceMemory,
+                  "the device's free memory for the start-up check that the "
+                  "compiled plan fits (18GiB, 19.5GB, bytes): on the host "
+                  "backend a simulated device of that size, on cuda the "
+                  "smaller of it and the free memory measured",
+                  "SIZE");
   out.usage = flags.usage();
   for (int i = 1; i < argc; ++i)
     if (std::string(argv[i]) == "--version") {
@@ -288,6 +325,8 @@ TrainFlags parseTrainFlags(int argc, const char *const *argv,
   else if (device == "auto")
     out.device = std::nullopt;
   out.seedGiven = flags.given("seed");
+  if (flags.given("device-memory"))
+    out.deviceMemory = parseByteSize("--device-memory", deviceMemory);
   if (out.overwrite && out.save.empty())
     throw CliError("--overwrite needs --save DIR");
   if (flags.given("save-every") && out.save.empty())

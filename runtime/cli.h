@@ -108,6 +108,10 @@ struct TrainFlags {
   /// JSON file to write the last timed step's launches into, each with its
   /// stream and its span from the step's first launch (empty: none).
   std::string opTimeline;
+  /// --device-memory: the device's free memory in bytes for the start-up
+  /// check (host: a simulated device of that size; cuda: the smaller of it
+  /// and the measured free memory); nullopt: measured (host: unchecked).
+  std::optional<uint64_t> deviceMemory;
   /// --help or --version was given: print `usage` (the usage text, or for
   /// --version the release and compiler-runtime ABI version) and exit 0.
   bool help = false;
@@ -115,6 +119,11 @@ struct TrainFlags {
   bool version = false;
   std::string usage;
 };
+
+/// Parses a byte size: a count, or a number with a unit B, KB, MB, GB, TB
+/// (powers of 1000) or KiB, MiB, GiB, TiB (powers of 1024): "18GiB",
+/// "19.5GB", "4096". Throws CliError naming `flag` and the text.
+uint64_t parseByteSize(const std::string &flag, const std::string &text);
 
 /// Parses the training flags over `defaults` (the compiled model's values).
 /// Throws CliError on a mistake; sets `help` and `usage` for --help and

@@ -296,6 +296,7 @@ public:
   void *cublasLtHandle() const override { return nullptr; }
   int32_t smCount() const override { return 0; }
   std::optional<uint64_t> deviceMemoryUsed() override { return std::nullopt; }
+  std::optional<uint64_t> deviceMemoryFree() override { return std::nullopt; }
 
 private:
   Worker &worker(Stream stream) { return *workers_[static_cast<int>(stream)]; }

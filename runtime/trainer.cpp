@@ -432,6 +432,52 @@ void checkSameRun(Communicator &world, Device *dev, const Program &p,
          listProblems(problems, 8));
 }
 
+/// Device memory the run needs beside the arena: the cuBLASLt handle, the
+/// CUDA allocator's rounding and, on several ranks, NCCL's buffers (its
+/// defaults: a few MiB per channel and peer). A stated margin, not a
+/// measurement; the host backend allocates nothing beside the arena.
+constexpr uint64_t kCudaReserveBytes = uint64_t(256) << 20;
+constexpr uint64_t kNcclReserveBytes = uint64_t(512) << 20;
+
+/// Refuses, before anything is allocated, a plan that cannot fit: the
+/// arena (and any workspace tail) plus the reserve above must be free on
+/// the device (cuda: measured, capped by --device-memory; host: only when
+/// --device-memory simulates a capacity). The message names both numbers.
+void checkPlanFits(Device &dev, std::optional<uint64_t> deviceMemory,
+                   int worldSize, uint64_t allocBytes, uint64_t planBytes) {
+  std::optional<uint64_t> freeBytes = dev.backend().deviceMemoryFree();
+  uint64_t reserve = 0;
+  if (dev.kind() == DeviceKind::Cuda)
+    reserve = kCudaReserveBytes + (worldSize > 1 ? kNcclReserveBytes : 0);
+  if (deviceMemory)
+    freeBytes = freeBytes ? std::min(*freeBytes, *deviceMemory) : *deviceMemory;
+  if (!freeBytes)
+    return;
+  uint64_t need = allocBytes + reserve;
+  if (need <= *freeBytes)
+    return;
+  auto gib = [](uint64_t b) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.2f GiB", double(b) / double(1ull << 30));
+    return std::string(buf);
+  };
+  fail("the compiled plan does not fit this device: it needs ", need,
+       " bytes (", gib(need), ": the planned arena of ", planBytes, " bytes",
+       allocBytes > planBytes
+           ? ", workspace beyond the plan " + std::to_string(allocBytes - planBytes) +
+                 " bytes"
+           : std::string(),
+       reserve ? ", a reserve of " + std::to_string(reserve) +
+                     " bytes for cuBLASLt" +
+                     (worldSize > 1 ? std::string(" and NCCL") : "")
+               : std::string(),
+       ") and the device has ", *freeBytes, " bytes (", gib(*freeBytes),
+       ") free", deviceMemory ? " (--device-memory)" : "",
+       "; recompile with a placement that removes more (actplace-compile "
+       "--memory-budget, --offload-modules, --recompute-modules) or a smaller "
+       "micro-batch");
+}
+
 int run(int argc, char **argv, const Program &p) {
   rankContext = RankContext();
   TrainFlags defaults;
@@ -656,6 +702,10 @@ int run(int argc, char **argv, const Program &p) {
   bool planSideFits = sideWs > 0 && p.sideWorkspaceBytes >= sideWs &&
                       planSideOffset + p.sideWorkspaceBytes <= p.arenaBytes &&
                       planSideOffset % 256 == 0;
+  checkPlanFits(dev, flags.deviceMemory, worldSize,
+                p.arenaBytes + (planWorkspaceFits ? 0 : alignUp(ws, 256)) +
+                    (planSideFits ? 0 : alignUp(sideWs, 256)),
+                p.arenaBytes);
   dev.allocateArena(p.arenaBytes, planWorkspaceFits ? 0 : alignUp(ws, 256),
                     planSideFits ? 0 : alignUp(sideWs, 256));
   if (planWorkspaceFits)

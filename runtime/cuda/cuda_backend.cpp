@@ -177,6 +177,11 @@ public:
     AP_CUDA_CHECK(cudaMemGetInfo(&freeBytes, &totalBytes));
     return static_cast<uint64_t>(totalBytes - freeBytes);
   }
+  std::optional<uint64_t> deviceMemoryFree() override {
+    size_t freeBytes = 0, totalBytes = 0;
+    AP_CUDA_CHECK(cudaMemGetInfo(&freeBytes, &totalBytes));
+    return static_cast<uint64_t>(freeBytes);
+  }
 
 private:
   cudaStream_t native(Stream stream) const {

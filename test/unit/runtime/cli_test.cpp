@@ -169,3 +169,24 @@ TEST(Cli, FlagSetForOtherTools) {
 }
 
 } // namespace
+
+TEST(Cli, DeviceMemoryTakesSizesWithUnits) {
+  EXPECT_EQ(parse({}).deviceMemory, std::nullopt);
+  EXPECT_EQ(parse({"--device-memory", "4096"}).deviceMemory, 4096u);
+  EXPECT_EQ(parse({"--device-memory=1MiB"}).deviceMemory, 1048576u);
+  EXPECT_EQ(parse({"--device-memory", "19.5GB"}).deviceMemory,
+            19500000000u);
+  EXPECT_EQ(parse({"--device-memory", "2GiB"}).deviceMemory,
+            uint64_t(2) << 30);
+  for (const char *bad : {"GiB", "12XB", "1.2.3GB", "-5", "0"}) {
+    try {
+      parse({"--device-memory", bad});
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const CliError &e) {
+      EXPECT_NE(std::string(e.what()).find(
+                    "--device-memory must be a size such as 18GiB"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+}
