@@ -71,6 +71,8 @@ std::unique_ptr<Backend> createCudaBackend(int, std::string *whyNot) {
     *whyNot = "this binary was built without CUDA";
   return nullptr;
 }
+
+int visibleCudaDevices() { return 0; }
 #endif
 
 std::unique_ptr<Backend> createBackend(std::optional<DeviceKind> requested,

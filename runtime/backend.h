@@ -153,6 +153,9 @@ std::unique_ptr<Backend> createHostBackend();
 std::unique_ptr<Backend> createCudaBackend(int deviceIndex,
                                            std::string *whyNot);
 
+/// CUDA devices visible to this process (0 without CUDA or a driver).
+int visibleCudaDevices();
+
 /// Chooses a backend: `requested` = nullopt (`--device auto`) means cuda when
 /// a GPU is usable, else host, and `*notice` then says why it fell back
 /// (empty when no fallback happened). A cuda request on a machine without a

@@ -308,6 +308,11 @@ TrainFlags parseTrainFlags(int argc, const char *const *argv,
                   "backend a simulated device of that size, on cuda the "
                   "smaller of it and the free memory measured",
                   "SIZE");
+  flags.addChoice("comm", &out.comm, {"auto", "mpi-staged"},
+                  "collectives of several ranks: auto (default: NCCL on "
+                  "cuda, MPI on host) or mpi-staged (cuda: MPI on device "
+                  "buffers staged through pinned memory, under mpirun; ranks "
+                  "may share a GPU; checks bits and memory, not speed)");
   out.usage = flags.usage();
   for (int i = 1; i < argc; ++i)
     if (std::string(argv[i]) == "--version") {

@@ -112,6 +112,10 @@ struct TrainFlags {
   /// check (host: a simulated device of that size; cuda: the smaller of it
   /// and the measured free memory); nullopt: measured (host: unchecked).
   std::optional<uint64_t> deviceMemory;
+  /// --comm: how several ranks communicate. "auto": NCCL on cuda, MPI on
+  /// host; "mpi-staged": on cuda, MPI on device buffers staged through
+  /// pinned memory, ranks sharing GPUs allowed (bits, not speed).
+  std::string comm = "auto";
   /// --help or --version was given: print `usage` (the usage text, or for
   /// --version the release and compiler-runtime ABI version) and exit 0.
   bool help = false;

@@ -100,6 +100,10 @@ struct CommOptions {
   /// all-reduce segment (bounds its temporaries); 64 to 256 MiB, 0 for
   /// 256 MiB. Tests use a small value to exercise segmentation.
   size_t mpiSegmentBytes = 0;
+  /// cuda backend: run the collectives over MPI with device buffers staged
+  /// through pinned host memory instead of NCCL (several ranks on one GPU,
+  /// which NCCL refuses; bits and peaks, not speed). Needs mpirun.
+  bool stagedMpi = false;
 };
 
 /// The world communicator for this process:
@@ -107,7 +111,9 @@ struct CommOptions {
 ///   - host backend, several ranks: MPI (launched by mpirun, or MPI already
 ///     initialised); an error naming the fix otherwise;
 ///   - cuda backend: NCCL; the unique id travels by MPI_Bcast under mpirun
-///     (when built with MPI), else by TcpRendezvous (MASTER_ADDR/PORT).
+///     (when built with MPI), else by TcpRendezvous (MASTER_ADDR/PORT);
+///     with options.stagedMpi, MPI on device buffers staged through pinned
+///     memory (mpirun only).
 /// Throws ap::rt::Error when the backend is unavailable in this build.
 std::unique_ptr<Communicator>
 createWorldCommunicator(ap::kernels::Backend backend, const LaunchInfo &launch,
@@ -138,6 +144,14 @@ ParallelGroups makeParallelGroups(Communicator &world, int tpSize, int ppSize);
 std::unique_ptr<Communicator> createMpiWorldCommunicator(size_t segmentBytes);
 /// Broadcasts `bytes` from world rank 0 over MPI_COMM_WORLD.
 void mpiBroadcastBytes(void *bytes, size_t n);
+#endif
+
+#if defined(ACTPLACE_HAVE_CUDA) && defined(ACTPLACE_HAVE_MPI)
+/// Device buffers staged through pinned host memory around `host`'s
+/// collectives (CommOptions::stagedMpi). Defined in
+/// runtime/cuda/staged_comm.cpp.
+std::unique_ptr<Communicator>
+createStagedMpiCommunicator(std::unique_ptr<Communicator> host);
 #endif
 
 #if defined(ACTPLACE_HAVE_CUDA)

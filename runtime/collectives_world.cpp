@@ -42,6 +42,21 @@ createWorldCommunicator(Backend backend, const LaunchInfo &launch,
 #endif
   }
 #if defined(ACTPLACE_HAVE_CUDA)
+  if (options.stagedMpi) {
+#if defined(ACTPLACE_HAVE_MPI)
+    if (launch.launcher != Launcher::Mpirun && launch.worldSize > 1)
+      fail("collectives: mpi-staged runs over MPI; launch the ",
+           launch.worldSize, " ranks with mpirun (found launcher '",
+           launcherName(launch.launcher), "')");
+    return createStagedMpiCommunicator(
+        launch.worldSize == 1
+            ? createSelfCommunicator()
+            : createMpiWorldCommunicator(options.mpiSegmentBytes));
+#else
+    fail("collectives: mpi-staged needs MPI, and this build has none "
+         "(rebuild with Open MPI installed)");
+#endif
+  }
   std::function<void(void *, size_t)> share;
   std::shared_ptr<TcpRendezvous> tcp;
   if (launch.worldSize > 1) {

@@ -26,7 +26,11 @@ void Device::setSideSmPercent(int32_t percent) {
 }
 
 Device::Device(const DeviceOptions &options) {
-  backend_ = createBackend(options.device, options.deviceIndex, &notice_);
+  int index = options.deviceIndex;
+  if (options.shareDevices && options.device != DeviceKind::Host)
+    if (int count = visibleCudaDevices(); count > 0)
+      index %= count;
+  backend_ = createBackend(options.device, index, &notice_);
   if (!notice_.empty() && !options.quiet)
     std::fprintf(stderr, "%s\n", notice_.c_str());
   initMemoryBaseline();

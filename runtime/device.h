@@ -59,6 +59,9 @@ struct DeviceOptions {
   std::optional<DeviceKind> device;
   /// CUDA device ordinal (launchers set it from LOCAL_RANK).
   int deviceIndex = 0;
+  /// Ranks may share GPUs (collectives staged through MPI): the cuda
+  /// backend takes deviceIndex modulo the visible devices.
+  bool shareDevices = false;
   /// Do not print the fallback notice on stderr (it is still in notice()).
   bool quiet = false;
 };

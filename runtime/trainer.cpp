@@ -519,16 +519,20 @@ int run(int argc, char **argv, const Program &p) {
     DeviceOptions dopts;
     dopts.device = flags.device;
     dopts.deviceIndex = launchInfo.localRank;
+    dopts.shareDevices = flags.comm == "mpi-staged";
     dopts.quiet = rank != 0;
     device = std::make_unique<Device>(dopts);
   };
   std::unique_ptr<Communicator> world;
   if (worldSize > 1) {
     startDevice();
+    CommOptions copts;
+    copts.stagedMpi = flags.comm == "mpi-staged" &&
+                      device->kind() == DeviceKind::Cuda;
     world = createWorldCommunicator(device->kind() == DeviceKind::Cuda
                                         ? kernels::Backend::Cuda
                                         : kernels::Backend::Host,
-                                    launchInfo);
+                                    launchInfo, copts);
     rankContext.communicating = true;
     // NCCL gathers through device memory: checked once the arena exists.
     if (world->backend() == kernels::Backend::Host)

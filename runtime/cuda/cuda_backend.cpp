@@ -199,6 +199,15 @@ private:
 
 } // namespace
 
+int visibleCudaDevices() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return count;
+}
+
 std::unique_ptr<Backend> createCudaBackend(int deviceIndex,
                                            std::string *whyNot) {
   int count = 0;

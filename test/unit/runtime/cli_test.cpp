@@ -190,3 +190,9 @@ TEST(Cli, DeviceMemoryTakesSizesWithUnits) {
     }
   }
 }
+
+TEST(Cli, CommChoosesHowRanksCommunicate) {
+  EXPECT_EQ(parse({}).comm, "auto");
+  EXPECT_EQ(parse({"--comm", "mpi-staged"}).comm, "mpi-staged");
+  EXPECT_NE(errorOf({"--comm", "gloo"}).find("--comm"), std::string::npos);
+}
