@@ -508,6 +508,17 @@ void TrainPlacementReportPass::runOnOperation() {
         {"exposed_comm_seconds_before", totals.dpBefore.exposedCommSeconds},
         {"exposed_comm_seconds_after", dp.exposedCommSeconds},
         {"comm_seconds", dp.commSeconds},
+        // What one collective of 1 MiB costs on these ranks under the
+        // profile, so a profile's collective constants can be read off.
+        {"seconds_per_mib",
+         llvm::json::Object{
+             {"all_reduce", costs.collectiveSeconds(Collective::AllReduce,
+                                                    1 << 20, dp.ranks)},
+             {"all_gather", costs.collectiveSeconds(Collective::AllGather,
+                                                    1 << 20, dp.ranks)},
+             {"reduce_scatter",
+              costs.collectiveSeconds(Collective::ReduceScatter, 1 << 20,
+                                      dp.ranks)}}},
         {"last_microbatch_collectives", std::move(jcomm)}};
     llvm::json::Object jpeaks;
     for (const PeakPoint &pp : peakPoints)
