@@ -25,7 +25,7 @@ b=$work/unpacked/gpu-check
 "$b/tools/scripts/gpu-check.sh" run "$b" --device host || fail "run --device host exited $?"
 for want in "PASS device" "SKIP unit-tests (0 passed, 2 skipped, 0 failed)" \
     "PASS bitident-tiny (10 placements" "PASS bitident-mla (2 placements" \
-    "PASS checkpoint" "PASS on host"; do
+    "PASS checkpoint" "PASS data-parallel (2 ranks, --comm auto" "PASS on host"; do
   grep -q "^gpu-check: $want" "$b/gpu-check.log" || fail "no 'gpu-check: $want' in $b/gpu-check.log"
 done
 grep -q "^gpu-check: \(PASS\|SKIP\) grad-oracle" "$b/gpu-check.log" || fail "no grad-oracle line in $b/gpu-check.log"
@@ -34,7 +34,7 @@ grep -q "^gpu-check: \(PASS\|SKIP\) grad-oracle" "$b/gpu-check.log" || fail "no 
 rc=$?
 [ $rc -eq 1 ] || fail "run --device cuda from a CPU-only build exited $rc, expected 1"
 for want in "FAIL unit-tests (0 passed, 0 skipped, 2 failed)" "FAIL bitident-tiny" \
-    "FAIL checkpoint" "FAIL on cuda"; do
+    "FAIL checkpoint" "FAIL data-parallel (--comm mpi-staged)" "FAIL on cuda"; do
   grep -q "^gpu-check: $want" "$work/cuda.log" || fail "no 'gpu-check: $want' in $work/cuda.log"
 done
 echo "PASS: gpu-check.sh packs, runs on the host backend, and fails where the GPU is missing"

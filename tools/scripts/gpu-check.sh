@@ -10,7 +10,8 @@
 #       here, in a CUDA build (-DACTPLACE_ENABLE_CUDA=ON): builds what it
 #       needs (unless --no-build), compiles with BUILD_DIR's actplace-compile
 #       the end-to-end arms (tiny-hybrid-gpu under five placements, each
-#       also built from its readable C++ as arm cpp-NAME, the
+#       also built from its readable C++ as arm cpp-NAME, and for 2
+#       data-parallel ranks with and without offload beside one rank; the
 #       MLA/MLP hybrid with core_attn + attn_proj offload and without, a bf16
 #       gradient-oracle step of tiny-hybrid-gpu, whose head dims the CUDA
 #       attention kernels take), collects the binaries of the ctest label
@@ -26,7 +27,9 @@
 #       there, in the unpacked folder: nvidia-smi, every GPU unit test,
 #       bit identity across placements for both models (gpu_bitident.py),
 #       checkpoint save/resume including a resume under another placement
-#       (gpu_checkpoint.py), the bf16 step against the PyTorch oracle
+#       (gpu_checkpoint.py), replicated data parallelism on 2 ranks
+#       (gpu_data_parallel.py: NCCL on two GPUs, MPI on staged device
+#       buffers when the ranks share one), the bf16 step against the PyTorch oracle
 #       (grad_oracle.py, bounds in its BF16_BOUNDS). One log (default
 #       BUNDLE_DIR/gpu-check.log), one PASS/FAIL/SKIP line per part, exit 1
 #       if any part failed. On cuda a GPU test that skips (exit 77) or an
@@ -110,7 +113,7 @@ for t in json.load(sys.stdin)["tests"]:
   local b=$stage/gpu-check
   mkdir -p "$b/bin" "$b/test/e2e" "$b/tools/scripts" "$b/tools/torchref" "$b/arms"
   cp "$src/tools/scripts/gpu-check.sh" "$b/tools/scripts/"
-  cp "$src"/test/e2e/{gpu_bitident,gpu_checkpoint,grad_oracle,e2echeck}.py "$b/test/e2e/"
+  cp "$src"/test/e2e/{gpu_bitident,gpu_checkpoint,gpu_data_parallel,grad_oracle,e2echeck}.py "$b/test/e2e/"
   cp "$src"/tools/torchref/*.py "$b/tools/torchref/"
 
   : > "$b/tests.tsv"
@@ -136,6 +139,9 @@ for t in json.load(sys.stdin)["tests"]:
   python3 "$src/test/e2e/gpu_bitident.py" build --compile "$compile" \
       --model "$mla_model" --dir "$b/arms/mla" \
       --seq "$seq_mla" --micro-batches 2 "${armflags[@]}" || die "$(basename "$mla_model") arms failed"
+  python3 "$src/test/e2e/gpu_data_parallel.py" build --compile "$compile" \
+      --model "$src/models/tiny-hybrid-gpu.json" --dir "$b/arms/dp" \
+      --seq "$seq_tiny" > /dev/null || die "data-parallel arms failed"
   python3 "$src/test/e2e/grad_oracle.py" --build-only --dtype bf16 \
       --import-tool "$import" --compile "$compile" \
       --model "$oracle_model" --work "$stage/grad" || die "bf16 oracle step failed to build"
@@ -282,6 +288,24 @@ run() {
     part checkpoint PASS "resume bitwise, also under another placement; --lr 1e300 exit 3"
   else
     part checkpoint FAIL
+  fi
+
+  echo "== data parallel: 2 ranks"
+  if ! command -v mpirun > /dev/null; then
+    skipped data-parallel "no mpirun"
+  else
+    # Two GPUs: NCCL, one rank each. One GPU: NCCL refuses two ranks on it,
+    # so the collectives go through MPI on staged device buffers (bits and
+    # peaks, not speed).
+    local comm=auto ngpus=0
+    [ "$device" = cuda ] && ngpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+    [ "$device" = cuda ] && [ "$ngpus" -lt 2 ] && comm=mpi-staged
+    if python3 "$bundle/test/e2e/gpu_data_parallel.py" run --dir "$bundle/arms/dp" \
+        --work "$work/dp" --device "$device" --comm "$comm"; then
+      part data-parallel PASS "2 ranks, --comm $comm: ranks identical, offload bitwise, one rank within the bound"
+    else
+      part data-parallel FAIL "--comm $comm"
+    fi
   fi
 
   echo "== bf16 step against the PyTorch oracle"

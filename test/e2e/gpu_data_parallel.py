@@ -1,0 +1,144 @@
+#!/usr/bin/env python3
+#===- gpu_data_parallel.py - data parallelism in the gpu-check bundle -----===#
+#
+# Replicated data parallelism on prebuilt binaries of one model (gpu-check
+# packs them; the GPU machine has no compiler):
+#
+#   build  here: compiles into DIR the one-rank binary `dp1` (2
+#          microbatches), the two-rank binaries `dp2` (1 microbatch each:
+#          the same global batch) and `dp2-offload` (gdn_core_attn, core_attn
+#          and attn_proj offloaded).
+#   run    there: trains each for --steps steps (the two-rank ones under
+#          mpirun, --comm as given: auto is NCCL on cuda, mpi-staged stages
+#          device buffers through MPI where the ranks share one GPU) and
+#          checks: both ranks hold identical bits every step; offload on and
+#          off give bitwise-equal per-rank fingerprints, every offloaded
+#          scope copies both ways each step on every rank (none without
+#          offload) and the pinned pool is empty after every step; two ranks
+#          against one rank with the same global batch give the same loss
+#          and grad norm within REL_BOUND (not bitwise: a grad's
+#          contributions are associated differently, docs/tools.md
+#          "Running on several ranks").
+#
+#===------------------------------------------------------------------------===#
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+from e2echeck import check, exit_status
+
+# Relative, on loss and grad norm: the host test's fp32 bound (2^-18)
+# widened for bf16 activations, whose roundings the two associations of a
+# main grad's terms can carry into the next step.
+REL_BOUND = 2.0 ** -10
+OFFLOAD = "--offload-modules=gdn_core_attn,core_attn,attn_proj"
+
+
+def build(args):
+    os.makedirs(args.dir, exist_ok=True)
+    arms = [("dp1", ["--micro-batches", "2"]),
+            ("dp2", ["--micro-batches", "1", "--data-parallel-size=2"]),
+            ("dp2-offload", ["--micro-batches", "1", "--data-parallel-size=2",
+                             "--hide-rule=off", OFFLOAD])]
+    for name, flags in arms:
+        cmd = [args.compile, args.model, "--seq", str(args.seq),
+               "-o", os.path.join(args.dir, name)] + flags
+        print("$ " + " ".join(cmd), flush=True)
+        if subprocess.run(cmd, stdout=subprocess.DEVNULL).returncode != 0:
+            return 1
+    return 0
+
+
+def lines(path):
+    with open(path) as f:
+        return [json.loads(l) for l in f if l.strip()]
+
+
+def train(args, name, ranks):
+    metrics = os.path.join(args.work, name + ".jsonl")
+    cmd = [os.path.join(args.dir, name), "--steps", str(args.steps),
+           "--device", args.device, "--fingerprints", "--metrics", metrics]
+    if ranks > 1:
+        cmd = [args.mpirun, "-np", str(ranks), "--oversubscribe",
+               "--allow-run-as-root", "-x", "NCCL_NVLS_ENABLE=0"] + cmd + \
+              ["--comm", args.comm]
+    print("$ " + " ".join(cmd), flush=True)
+    r = subprocess.run(cmd, timeout=600)
+    if not check(r.returncode == 0, "%s exited %d" % (name, r.returncode)):
+        return None
+    out = [lines(metrics)]
+    for rank in range(1, ranks):
+        out.append(lines("%s.rank%d" % (metrics, rank)))
+    return out
+
+
+def close(a, b):
+    return abs(a - b) <= REL_BOUND * max(abs(a), abs(b))
+
+
+def run(args):
+    os.makedirs(args.work, exist_ok=True)
+    one, off, on = (train(args, "dp1", 1), train(args, "dp2", 2),
+                    train(args, "dp2-offload", 2))
+    if not (one and off and on):
+        return exit_status("")
+    for what, ranks in (("dp2", off), ("dp2-offload", on)):
+        check(all(len(r) == args.steps for r in ranks),
+              "%s: %s steps per rank" % (what, [len(r) for r in ranks]))
+        for a, b in zip(ranks[0], ranks[1]):
+            check(a["fingerprints"] == b["fingerprints"],
+                  "%s step %d: the ranks differ" % (what, a["step"]))
+        for rank, ms in enumerate(ranks):
+            for m in ms:
+                check(m["pinned_pool"]["in_use"] == 0,
+                      "%s rank %d step %d: pinned pool not empty" %
+                      (what, rank, m["step"]))
+    for rank in range(2):
+        for a, b in zip(off[rank], on[rank]):
+            check(a["fingerprints"] == b["fingerprints"],
+                  "rank %d step %d: offload changed the bits" %
+                  (rank, a["step"]))
+            check(all(c["d2h_count"] == 0 for c in a["transfers"].values()),
+                  "rank %d step %d: copies without offload" %
+                  (rank, a["step"]))
+            check(b["transfers"] and all(
+                c["d2h_count"] > 0 and c["d2h_count"] == c["h2d_count"]
+                for c in b["transfers"].values()),
+                  "rank %d step %d: an offloaded scope did not copy both "
+                  "ways: %s" % (rank, b["step"], b["transfers"]))
+    for a, b in zip(one[0], off[0]):
+        check(close(a["loss"], b["loss"]) and
+              close(a["grad_norm"], b["grad_norm"]),
+              "step %d: one rank loss %r grad norm %r, two ranks %r %r" %
+              (a["step"], a["loss"], a["grad_norm"], b["loss"],
+               b["grad_norm"]))
+    print("losses: one rank %s, two ranks %s" %
+          ([m["loss"] for m in one[0]], [m["loss"] for m in off[0]]))
+    return exit_status("data parallel: ranks identical, offload bitwise, "
+                       "one rank within %g" % REL_BOUND)
+
+
+def main():
+    ap = argparse.ArgumentParser(
+        description="replicated data parallelism on prebuilt binaries")
+    sub = ap.add_subparsers(dest="mode", required=True)
+    b = sub.add_parser("build")
+    b.add_argument("--compile", required=True)
+    b.add_argument("--model", required=True)
+    b.add_argument("--dir", required=True)
+    b.add_argument("--seq", type=int, default=4096)
+    r = sub.add_parser("run")
+    r.add_argument("--dir", required=True)
+    r.add_argument("--work", required=True)
+    r.add_argument("--mpirun", default="mpirun")
+    r.add_argument("--device", default="cuda", choices=("cuda", "host"))
+    r.add_argument("--comm", default="auto", choices=("auto", "mpi-staged"))
+    r.add_argument("--steps", type=int, default=3)
+    args = ap.parse_args()
+    return build(args) if args.mode == "build" else run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
