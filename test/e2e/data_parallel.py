@@ -35,7 +35,9 @@
 #                binary alone); ranks running different programs or
 #                different flags are refused naming the ranks and both
 #                hashes; a rank that fails after the ranks connected ends
-#                the job with an error naming the rank.
+#                the job with an error naming the rank; a rank killed
+#                mid-training (SIGKILL) ends the job within 60 s with an
+#                error naming it (mpirun's, the rank itself cannot speak).
 #   resume       N=2: 2 steps + --save, then --resume to 4 equals 4 steps
 #                without stopping, bitwise, on each rank; a checkpoint of
 #                N=2 also resumes on N=1 (--resume-ranks 4: on N=4) with
@@ -340,6 +342,59 @@ def case_errors(t):
     check("error: rank 1 of 2:" in r.stderr and "fail.jsonl.rank1" in
           r.stderr, "a failing rank: no error naming rank 1 and its file:\n"
           + r.stderr)
+    killed_rank(t, n2)
+
+
+def killed_rank(t, binary):
+    """A rank killed mid-training (SIGKILL: no error path of its own runs)
+    ends the job within 60 s with an error naming the rank, while the other
+    rank waits in a collective: mpirun sees the death and stops the job."""
+    import signal
+    import time
+    metrics = t.path("killed.jsonl")
+    cmd = [t.args.mpirun, "-np", "2", "--oversubscribe", "--allow-run-as-root",
+           binary, "--device", "host", "--steps", "100000", "--metrics",
+           metrics]
+    print("$ " + " ".join(cmd) + "   (rank 1 killed after a step)", flush=True)
+    job = subprocess.Popen(cmd, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, cwd=t.work)
+    victim = None
+    deadline = time.time() + 60
+    while victim is None and time.time() < deadline and job.poll() is None:
+        time.sleep(0.2)
+        if not (os.path.exists(metrics + ".rank1") and
+                os.path.getsize(metrics + ".rank1") > 0):
+            continue
+        # Rank 1 is the process of the binary whose MPI rank is 1.
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open("/proc/%s/cmdline" % pid, "rb") as f:
+                    argv0 = f.read().split(b"\0")[0].decode()
+                with open("/proc/%s/environ" % pid, "rb") as f:
+                    env = f.read().split(b"\0")
+            except OSError:
+                continue
+            if argv0 == binary and b"OMPI_COMM_WORLD_RANK=1" in env:
+                victim = int(pid)
+                break
+    if not check(victim is not None, "killed rank: rank 1 never trained a "
+                 "step or was not found"):
+        job.kill()
+        job.communicate()
+        return
+    killed = time.time()
+    os.kill(victim, signal.SIGKILL)
+    try:
+        _, err = job.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        job.kill()
+        job.communicate()
+        check(False, "killed rank: the job still ran 60 s after rank 1 died")
+        return
+    took = time.time() - killed
+    print("  -> %d after %.1f s" % (job.returncode, took), flush=True)
+    check(job.returncode != 0, "killed rank: the job exited 0")
+    check("rank 1" in err, "killed rank: no error naming rank 1:\n" + err)
 
 
 def case_resume(t):
