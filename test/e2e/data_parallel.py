@@ -25,8 +25,9 @@
 #                microbatch, added in the same order either way. The
 #                checkpoint of N ranks is one model.safetensors written by
 #                rank 0.
-#   placement    N=2 with offload (gdn_core_attn, core_attn, attn_proj)
-#                against N=2 without: per-rank fingerprints bitwise equal
+#   placement    N=2 with offload (gdn_core_attn, core_attn, attn_proj),
+#                and with side-stream recompute beside it, against N=2
+#                without: per-rank fingerprints bitwise equal
 #                every step; with offload every rank's every offloaded scope
 #                has d2h_count == h2d_count > 0 each step, without it none;
 #                the pinned pool is empty after every step on every rank.
@@ -293,6 +294,23 @@ def case_placement(t):
                                                            scopes))
         print("rank %d offloaded scopes: %s" % (rank, ", ".join(scopes)),
               flush=True)
+    # Recompute issued on the side stream (layer 0's in_proj and gdn_prep
+    # beside its GDN chunk backward, as in placements_bitident.py) with
+    # offload: the same bits per rank again (side kernels and the comm
+    # stream's bucketed sums ordered by the schedule's events).
+    side = t.compile("train-n2-side", "--micro-batches", "2",
+                     "--data-parallel-size=2",
+                     "--recompute-modules=gdn_in_proj,gdn_prep,mlp_fc1",
+                     "--recompute-stream=side", "--offload-modules=core_attn",
+                     "--hide-rule=off")
+    r, lside = t.train(side, 2, "--steps", str(steps), metrics="side.jsonl")
+    check(r.returncode == 0, "N=2 with side-stream recompute failed")
+    replicas_agree("side-stream recompute", lside, steps)
+    for rank in range(2):
+        for a, b in zip(loff[rank], lside[rank]):
+            check(a["fingerprints"] == b["fingerprints"],
+                  "rank %d step %d: side-stream recompute changed the bits"
+                  % (rank, a["step"]))
 
 
 def case_errors(t):
