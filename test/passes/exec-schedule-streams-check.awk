@@ -83,6 +83,18 @@ function names(text, arr,    k, parts, i, cnt) {
     k = node(s, $0)
     access(k, src, 0); access(k, dst, 1)
     evNode[ev] = k
+  } else if (line ~ /exec\.all_reduce /) {
+    # exec.all_reduce %b over "dp" on STREAM [last_microbatch] : ...
+    for (i = 1; i <= NF; i++) if ($i == "exec.all_reduce") { src = $(i + 1); s = $(i + 5) }
+    k = node(s, $0)
+    access(k, src, 1)
+  } else if (line ~ /exec\.(all_gather|reduce_scatter) /) {
+    # exec.all_gather %shard into %full over "dp" on STREAM : ... (a
+    # reduce-scatter reads the first and writes the second alike)
+    for (i = 1; i <= NF; i++)
+      if ($i ~ /^exec\.(all_gather|reduce_scatter)$/) { src = $(i + 1); dst = $(i + 3); s = $(i + 7) }
+    k = node(s, $0)
+    access(k, src, 0); access(k, dst, 1)
   } else if (line ~ /exec\.record /) {
     k = node($4, $0); evNode[$2] = k
   } else if (line ~ /exec\.wait /) {
