@@ -578,7 +578,8 @@ LogicalResult Walker::run(EmittedPlan *plan) {
            << " (expected 1 or more ranks)";
   d.dataParallelSize = int32_t(dpSize);
   d.dataParallelMode = AP_DP_REPLICATE;
-  if (auto mode = step->getAttrOfType<StringAttr>(exec::kDataParallelModeAttr)) {
+  if (auto mode =
+          step->getAttrOfType<StringAttr>(exec::kDataParallelModeAttr)) {
     if (mode.getValue() == "zero3")
       d.dataParallelMode = AP_DP_ZERO3;
     else if (mode.getValue() != "replicate")
@@ -834,14 +835,13 @@ LogicalResult Walker::walkOp(Operation *op) {
     std::optional<DType> dt = dtypeOf(t.getElementType());
     if (!dt)
       return op->emitError(pfx() + "all-reduce of an unsupported element type");
-    sink_.call("ap_all_reduce",
-               {CallArg::u64(o), CallArg::u64(numel(t) * elemBytes(t)),
-                abiDtype(*dt), stream(op),
-                CallArg::i32(ar.getLastMicrobatch() ? AP_REDUCE_LAST_MICROBATCH
-                                                    : 0,
-                             ar.getLastMicrobatch()
-                                 ? "AP_REDUCE_LAST_MICROBATCH"
-                                 : "0")});
+    sink_.call(
+        "ap_all_reduce",
+        {CallArg::u64(o), CallArg::u64(numel(t) * elemBytes(t)), abiDtype(*dt),
+         stream(op),
+         CallArg::i32(ar.getLastMicrobatch() ? AP_REDUCE_LAST_MICROBATCH : 0,
+                      ar.getLastMicrobatch() ? "AP_REDUCE_LAST_MICROBATCH"
+                                             : "0")});
     return success();
   }
   if (isa<exec::AllGatherOp, exec::ReduceScatterOp>(op)) {

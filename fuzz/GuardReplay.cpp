@@ -52,8 +52,7 @@ bool runGuarded(const std::vector<char> &bytes) {
     std::memcpy(data, bytes.data(), bytes.size());
   // The target only reads the input, as under libFuzzer (which checks that).
   ::mprotect(base, readable, PROT_READ);
-  LLVMFuzzerTestOneInput(reinterpret_cast<const uint8_t *>(data),
-                         bytes.size());
+  LLVMFuzzerTestOneInput(reinterpret_cast<const uint8_t *>(data), bytes.size());
   ::munmap(map, readable + page);
   return true;
 }
@@ -69,8 +68,8 @@ int main(int argc, char **argv) {
   for (int i = 1; i < argc; ++i) {
     std::ifstream in(argv[i], std::ios::binary);
     if (!in) {
-      std::fprintf(stderr, "%s: cannot read input '%s': %s\n", argv[0],
-                   argv[i], std::strerror(errno));
+      std::fprintf(stderr, "%s: cannot read input '%s': %s\n", argv[0], argv[i],
+                   std::strerror(errno));
       return 2;
     }
     std::vector<char> bytes((std::istreambuf_iterator<char>(in)),

@@ -243,14 +243,14 @@ std::string saveCheckpoint(const std::string &dir,
   // step.
   // A replicated save is rank 0's world-of-one file; the others only vote.
   const ShardInfo file = shard.replicated ? ShardInfo{} : shard;
-  agreeOrThrow(
-      shard, "writing the shards of step " + std::to_string(state.step),
-      kLatestKept, [&] {
-        if (shard.replicated && shard.rank != 0)
-          stepDir = dir + "/" + stepFolderName(state.step);
-        else
-          stepDir = writeShard(dir, tensors, state, file, options);
-      });
+  agreeOrThrow(shard,
+               "writing the shards of step " + std::to_string(state.step),
+               kLatestKept, [&] {
+                 if (shard.replicated && shard.rank != 0)
+                   stepDir = dir + "/" + stepFolderName(state.step);
+                 else
+                   stepDir = writeShard(dir, tensors, state, file, options);
+               });
   // Nobody returns before "latest" names this step, so any rank may look it
   // up right after saving.
   agreeOrThrow(

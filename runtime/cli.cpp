@@ -211,8 +211,9 @@ std::string FlagSet::usage() const {
 
 uint64_t parseByteSize(const std::string &flag, const std::string &text) {
   auto bad = [&] {
-    return CliError(flag + " must be a size such as 18GiB, 19.5GB, 512MiB or "
-                           "a byte count, got '" +
+    return CliError(flag +
+                    " must be a size such as 18GiB, 19.5GB, 512MiB or "
+                    "a byte count, got '" +
                     text + "'");
   };
   size_t i = 0;
@@ -223,9 +224,15 @@ uint64_t parseByteSize(const std::string &flag, const std::string &text) {
   if (number.empty() || std::count(number.begin(), number.end(), '.') > 1)
     throw bad();
   static const std::pair<const char *, double> kUnits[] = {
-      {"", 1},           {"B", 1},          {"KB", 1e3},
-      {"MB", 1e6},       {"GB", 1e9},       {"TB", 1e12},
-      {"KiB", 1024.0},   {"MiB", 1048576.0}, {"GiB", 1073741824.0},
+      {"", 1},
+      {"B", 1},
+      {"KB", 1e3},
+      {"MB", 1e6},
+      {"GB", 1e9},
+      {"TB", 1e12},
+      {"KiB", 1024.0},
+      {"MiB", 1048576.0},
+      {"GiB", 1073741824.0},
       {"TiB", 1099511627776.0}};
   for (const auto &[name, scale] : kUnits)
     if (unit == name) {

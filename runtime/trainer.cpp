@@ -356,8 +356,8 @@ std::pair<std::string, std::string> runDigests(const Program &p,
                     std::to_string(flags.seed) + "\n" +
                     exactNumberText(flags.lr) + "\n" + flags.data + "\n" +
                     flags.resume + "\n" + flags.initWeights + "\n" +
-                    flags.save + "\n" + std::to_string(flags.saveEvery) +
-                    "\n" + (flags.overwrite ? "overwrite" : "") + "\n";
+                    flags.save + "\n" + std::to_string(flags.saveEvery) + "\n" +
+                    (flags.overwrite ? "overwrite" : "") + "\n";
   auto digest = [](const std::string &text) {
     Sha256 h;
     h.update(text.data(), text.size());
@@ -427,8 +427,7 @@ void checkSameRun(Communicator &world, Device *dev, const Program &p,
                          hex(f0) + " on rank 0)");
   }
   if (!problems.empty())
-    fail("the ", all.size(),
-         " ranks must run one binary with the same flags:",
+    fail("the ", all.size(), " ranks must run one binary with the same flags:",
          listProblems(problems, 8));
 }
 
@@ -464,8 +463,8 @@ void checkPlanFits(Device &dev, std::optional<uint64_t> deviceMemory,
   fail("the compiled plan does not fit this device: it needs ", need,
        " bytes (", gib(need), ": the planned arena of ", planBytes, " bytes",
        allocBytes > planBytes
-           ? ", workspace beyond the plan " + std::to_string(allocBytes - planBytes) +
-                 " bytes"
+           ? ", workspace beyond the plan " +
+                 std::to_string(allocBytes - planBytes) + " bytes"
            : std::string(),
        reserve ? ", a reserve of " + std::to_string(reserve) +
                      " bytes for cuBLASLt" +
@@ -527,8 +526,8 @@ int run(int argc, char **argv, const Program &p) {
   if (worldSize > 1) {
     startDevice();
     CommOptions copts;
-    copts.stagedMpi = flags.comm == "mpi-staged" &&
-                      device->kind() == DeviceKind::Cuda;
+    copts.stagedMpi =
+        flags.comm == "mpi-staged" && device->kind() == DeviceKind::Cuda;
     world = createWorldCommunicator(device->kind() == DeviceKind::Cuda
                                         ? kernels::Backend::Cuda
                                         : kernels::Backend::Host,
@@ -863,10 +862,11 @@ int run(int argc, char **argv, const Program &p) {
     m.stepTimeS =
         std::chrono::duration<double>(t1 - t0).count() - r.fingerprintSeconds;
     // The step's tokens over all ranks (the global batch).
-    m.tokensPerS = m.stepTimeS > 0 ? double(mbElems * size_t(p.microBatches) *
-                                            size_t(worldSize)) /
-                                         m.stepTimeS
-                                   : 0;
+    m.tokensPerS =
+        m.stepTimeS > 0
+            ? double(mbElems * size_t(p.microBatches) * size_t(worldSize)) /
+                  m.stepTimeS
+            : 0;
     m.rank = rank;
     m.worldSize = worldSize;
     m.plannedPeakBytes = p.arenaBytes;

@@ -210,9 +210,9 @@ static LogicalResult verifyShardCollective(Operation *op, BufferType shard,
     return op->emitOpError() << "communicator must not be empty";
   int64_t ns = s.getNumElements(), nf = f.getNumElements();
   if (nf % ns != 0)
-    return op->emitOpError() << "full buffer of " << nf
-                             << " elements is not a whole number of shards of "
-                             << ns;
+    return op->emitOpError()
+           << "full buffer of " << nf
+           << " elements is not a whole number of shards of " << ns;
   if (auto step = op->getParentOfType<StepOp>())
     if (auto size = step->getAttrOfType<IntegerAttr>(kDataParallelSizeAttr))
       if (nf != ns * size.getInt())
@@ -224,15 +224,13 @@ static LogicalResult verifyShardCollective(Operation *op, BufferType shard,
 }
 
 LogicalResult AllGatherOp::verify() {
-  return verifyShardCollective(*this, getShard().getType(),
-                               getFull().getType(), getStream(),
-                               getCommunicator());
+  return verifyShardCollective(*this, getShard().getType(), getFull().getType(),
+                               getStream(), getCommunicator());
 }
 
 LogicalResult ReduceScatterOp::verify() {
-  return verifyShardCollective(*this, getShard().getType(),
-                               getFull().getType(), getStream(),
-                               getCommunicator());
+  return verifyShardCollective(*this, getShard().getType(), getFull().getType(),
+                               getStream(), getCommunicator());
 }
 
 #define GET_OP_CLASSES

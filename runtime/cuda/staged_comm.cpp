@@ -1,4 +1,5 @@
-//===- staged_comm.cpp - Device collectives staged through MPI -------------===//
+//===- staged_comm.cpp - Device collectives staged through MPI
+//-------------===//
 //
 // A cuda-backend communicator that moves device buffers through pinned host
 // memory and runs each collective over MPI (fixed-order sums): several

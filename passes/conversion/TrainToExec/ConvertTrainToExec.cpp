@@ -479,7 +479,8 @@ struct ConvertTrainToExecPass
     }
     if (dataParallelSize < 1 || dataParallelSize > (int64_t(1) << 20)) {
       module.emitError() << "convert-train-to-exec: data-parallel-size "
-                         << int64_t(dataParallelSize) << " (expected 1 or more ranks)";
+                         << int64_t(dataParallelSize)
+                         << " (expected 1 or more ranks)";
       return signalPassFailure();
     }
     if (dataParallel != "replicate" && dataParallel != "zero3") {
@@ -504,8 +505,7 @@ struct ConvertTrainToExecPass
         Builder b(module.getContext());
         step->setAttr(ex::kDataParallelSizeAttr,
                       b.getI64IntegerAttr(dataParallelSize));
-        step->setAttr(ex::kDataParallelModeAttr,
-                      b.getStringAttr(dataParallel));
+        step->setAttr(ex::kDataParallelModeAttr, b.getStringAttr(dataParallel));
       }
   }
 };

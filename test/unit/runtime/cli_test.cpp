@@ -174,10 +174,8 @@ TEST(Cli, DeviceMemoryTakesSizesWithUnits) {
   EXPECT_EQ(parse({}).deviceMemory, std::nullopt);
   EXPECT_EQ(parse({"--device-memory", "4096"}).deviceMemory, 4096u);
   EXPECT_EQ(parse({"--device-memory=1MiB"}).deviceMemory, 1048576u);
-  EXPECT_EQ(parse({"--device-memory", "19.5GB"}).deviceMemory,
-            19500000000u);
-  EXPECT_EQ(parse({"--device-memory", "2GiB"}).deviceMemory,
-            uint64_t(2) << 30);
+  EXPECT_EQ(parse({"--device-memory", "19.5GB"}).deviceMemory, 19500000000u);
+  EXPECT_EQ(parse({"--device-memory", "2GiB"}).deviceMemory, uint64_t(2) << 30);
   for (const char *bad : {"GiB", "12XB", "1.2.3GB", "-5", "0"}) {
     try {
       parse({"--device-memory", bad});

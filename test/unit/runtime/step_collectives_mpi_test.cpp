@@ -25,7 +25,6 @@
 
 using namespace ap::rt;
 
-
 namespace {
 
 class StepCollectives : public ::testing::Test {
