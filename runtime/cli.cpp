@@ -1,10 +1,9 @@
 //===- cli.cpp - Command-line flags of training binaries --------*- C++ -*-===//
 #include "runtime/cli.h"
 
+#include "support/ByteSize.h"
 #include "support/Version.h"
 
-#include <algorithm>
-#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -210,38 +209,13 @@ std::string FlagSet::usage() const {
 }
 
 uint64_t parseByteSize(const std::string &flag, const std::string &text) {
-  auto bad = [&] {
-    return CliError(flag +
-                    " must be a size such as 18GiB, 19.5GB, 512MiB or "
-                    "a byte count, got '" +
-                    text + "'");
-  };
-  size_t i = 0;
-  while (i < text.size() &&
-         (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.'))
-    ++i;
-  std::string number = text.substr(0, i), unit = text.substr(i);
-  if (number.empty() || std::count(number.begin(), number.end(), '.') > 1)
-    throw bad();
-  static const std::pair<const char *, double> kUnits[] = {
-      {"", 1},
-      {"B", 1},
-      {"KB", 1e3},
-      {"MB", 1e6},
-      {"GB", 1e9},
-      {"TB", 1e12},
-      {"KiB", 1024.0},
-      {"MiB", 1048576.0},
-      {"GiB", 1073741824.0},
-      {"TiB", 1099511627776.0}};
-  for (const auto &[name, scale] : kUnits)
-    if (unit == name) {
-      double bytes = std::strtod(number.c_str(), nullptr) * scale;
-      if (!(bytes >= 1) || bytes > 1.8e19)
-        throw bad();
-      return uint64_t(bytes);
-    }
-  throw bad();
+  std::optional<double> bytes = ap::support::parseByteSize(text);
+  if (!bytes || *bytes < 1 || *bytes > 1.8e19)
+    throw CliError(flag +
+                   " must be a size such as 18GiB, 19.5GB, 512MiB or "
+                   "a byte count, got '" +
+                   text + "'");
+  return uint64_t(*bytes);
 }
 
 TrainFlags parseTrainFlags(int argc, const char *const *argv,

@@ -7,6 +7,7 @@
 #include "passes/analysis/DataParallelCost.h"
 #include "passes/analysis/MemoryTimeline.h"
 #include "passes/analysis/StreamSimulation.h"
+#include "support/ByteSize.h"
 
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/Pass/PassManager.h"
@@ -30,31 +31,6 @@ bool PlacementGoal::requested(double activationCut, StringRef memoryBudget,
   return activationCut != 0 || !memoryBudget.empty() || stepBudget >= 0;
 }
 
-/// Bytes from "18GiB", "18.5 GB", "1073741824" or "512MiB".
-static std::optional<double> parseBytes(StringRef text) {
-  StringRef s = text.trim();
-  static const std::pair<StringRef, double> kUnits[] = {
-      {"KiB", 1024.0},
-      {"MiB", 1024.0 * 1024},
-      {"GiB", 1024.0 * 1024 * 1024},
-      {"KB", 1e3},
-      {"MB", 1e6},
-      {"GB", 1e9},
-      {"B", 1.0}};
-  double scale = 1.0;
-  for (auto [suffix, factor] : kUnits)
-    if (s.ends_with(suffix)) {
-      s = s.drop_back(suffix.size()).trim();
-      scale = factor;
-      break;
-    }
-  double number = 0;
-  if (s.empty() || s.getAsDouble(number) || !(number > 0) ||
-      !std::isfinite(number))
-    return std::nullopt;
-  return number * scale;
-}
-
 llvm::Expected<PlacementGoal> PlacementGoal::fromOptions(double activationCut,
                                                          StringRef memoryBudget,
                                                          double stepBudget) {
@@ -75,7 +51,8 @@ llvm::Expected<PlacementGoal> PlacementGoal::fromOptions(double activationCut,
     goal.kind = Kind::ActivationCut;
     goal.value = activationCut;
   } else if (!memoryBudget.empty()) {
-    std::optional<double> bytes = parseBytes(memoryBudget);
+    std::optional<double> bytes =
+        ap::support::parseByteSize(std::string_view(memoryBudget));
     if (!bytes)
       return error("memory-budget must be a positive size such as 18GiB, "
                    "19.5GB, 512MiB or a byte count, got '" +

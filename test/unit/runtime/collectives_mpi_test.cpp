@@ -9,12 +9,12 @@
 #include "runtime/error.h"
 #include "runtime/rng.h"
 
+#include "mpi_gtest_main.h"
+
 #include <gtest/gtest.h>
-#include <mpi.h>
 
 #include <cstdlib>
 #include <string>
-#include <unistd.h>
 #include <vector>
 
 using namespace ap::rt;
@@ -247,23 +247,4 @@ TEST(MpiCollectives, ShardedCheckpointWithMpiBarrier) {
 
 } // namespace
 
-int main(int argc, char **argv) {
-  // A rank that fails an assertion skips collectives its peer is waiting
-  // in; the alarm turns such a hang into a failure instead of a stuck CI job.
-  ::alarm(300);
-  int provided = 0;
-  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-  ::testing::InitGoogleTest(&argc, argv);
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  // Only rank 0 prints the gtest report; both return the result.
-  if (rank != 0) {
-    auto &listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-  }
-  int rc = RUN_ALL_TESTS();
-  int worst = 0;
-  MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  MPI_Finalize();
-  return worst;
-}
+AP_MPI_GTEST_MAIN()

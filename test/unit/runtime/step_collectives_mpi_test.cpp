@@ -15,9 +15,9 @@
 #include "runtime/pinned_pool.h"
 #include "runtime/trainer.h"
 
+#include "mpi_gtest_main.h"
+
 #include <gtest/gtest.h>
-#include <mpi.h>
-#include <unistd.h>
 
 #include <cstring>
 #include <memory>
@@ -154,22 +154,4 @@ TEST_F(StepCollectives, ShardOfPartialElementsIsRefused) {
 
 } // namespace
 
-int main(int argc, char **argv) {
-  // A rank that fails skips collectives its peer waits in: the alarm turns
-  // the hang into a failure.
-  ::alarm(300);
-  int provided = 0;
-  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-  ::testing::InitGoogleTest(&argc, argv);
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  if (rank != 0) {
-    auto &listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-  }
-  int rc = RUN_ALL_TESTS();
-  int worst = 0;
-  MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  MPI_Finalize();
-  return worst;
-}
+AP_MPI_GTEST_MAIN()

@@ -1,0 +1,42 @@
+//===- mpi_gtest_main.h - main() of the gtest binaries run by mpirun ------===//
+//
+// Each *_mpi_test.cpp ends with `AP_MPI_GTEST_MAIN()`: MPI initialised with
+// MPI_THREAD_MULTIPLE (the runtime issues collectives from stream workers),
+// only rank 0 prints the gtest report, every rank returns the worst result,
+// and an alarm turns a hang (a rank that failed an assertion skips the
+// collectives its peer waits in) into a failure instead of a stuck CI job.
+//
+//===----------------------------------------------------------------------===//
+#ifndef ACTPLACE_TEST_UNIT_RUNTIME_MPI_GTEST_MAIN_H
+#define ACTPLACE_TEST_UNIT_RUNTIME_MPI_GTEST_MAIN_H
+
+#include <gtest/gtest.h>
+#include <mpi.h>
+#include <unistd.h>
+
+namespace ap::rt::test {
+inline int runMpiGtests(int argc, char **argv) {
+  ::alarm(300);
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  ::testing::InitGoogleTest(&argc, argv);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (rank != 0) {
+    auto &listeners = ::testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+  }
+  int rc = RUN_ALL_TESTS();
+  int worst = 0;
+  MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  MPI_Finalize();
+  return worst;
+}
+} // namespace ap::rt::test
+
+#define AP_MPI_GTEST_MAIN()                                                    \
+  int main(int argc, char **argv) {                                            \
+    return ap::rt::test::runMpiGtests(argc, argv);                             \
+  }
+
+#endif // ACTPLACE_TEST_UNIT_RUNTIME_MPI_GTEST_MAIN_H
