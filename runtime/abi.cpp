@@ -176,6 +176,13 @@ Program ap::rt::programOfAbi(const ap_program &p) {
       fail("abi: program: offload scope ", i, " is null");
     out.scopes.push_back(p.scopes[i]);
   }
+  if (p.data_parallel_size < 1)
+    fail("abi: program: data_parallel_size is ", p.data_parallel_size,
+         " (expected 1 or more ranks)");
+  if (p.data_parallel_mode != AP_DP_REPLICATE &&
+      p.data_parallel_mode != AP_DP_ZERO3)
+    fail("abi: program: data_parallel_mode is ", p.data_parallel_mode,
+         ", not an AP_DP_* value");
   for (uint32_t i = 0; i < p.num_params; ++i) {
     const ap_param &a = p.params[i];
     if (!a.name)
@@ -202,6 +209,23 @@ Program ap::rt::programOfAbi(const ap_program &p) {
     e.grad = a.grad;
     e.adamM = a.adam_m;
     e.adamV = a.adam_v;
+    // Replicate: every buffer holds the whole parameter. ZeRO-3: each holds
+    // this rank's flat shard, the parameter padded to a multiple of the
+    // ranks and split evenly (what the compiler planned the buffers for).
+    int64_t expected =
+        p.data_parallel_mode == AP_DP_ZERO3
+            ? (a.numel + p.data_parallel_size - 1) / p.data_parallel_size
+            : 0;
+    if (a.shard_numel != expected)
+      fail("abi: program: parameter '", a.name, "' has shard_numel ",
+           a.shard_numel, "; expected ", expected,
+           p.data_parallel_mode == AP_DP_ZERO3
+               ? " (ceil of its numel " + std::to_string(a.numel) +
+                     " over data_parallel_size " +
+                     std::to_string(p.data_parallel_size) + ", zero3)"
+               : std::string(" (replicate: the buffers hold the whole "
+                             "parameter)"));
+    e.shardNumel = a.shard_numel;
     out.params.push_back(e);
   }
   out.state.lossSum = p.state_loss_sum;
@@ -224,13 +248,6 @@ Program ap::rt::programOfAbi(const ap_program &p) {
     out.optimizer.adamw.push_back(
         {w.param, w.beta1, w.beta2, w.eps, w.weight_decay});
   }
-  if (p.data_parallel_size < 1)
-    fail("abi: program: data_parallel_size is ", p.data_parallel_size,
-         " (expected 1 or more ranks)");
-  if (p.data_parallel_mode != AP_DP_REPLICATE &&
-      p.data_parallel_mode != AP_DP_ZERO3)
-    fail("abi: program: data_parallel_mode is ", p.data_parallel_mode,
-         ", not an AP_DP_* value");
   out.dataParallelSize = p.data_parallel_size;
   out.dataParallelMode = p.data_parallel_mode == AP_DP_ZERO3
                              ? DataParallelMode::Zero3
@@ -361,10 +378,19 @@ void ap_all_gather(ap_step *step, uint64_t shard, uint64_t full,
 }
 
 void ap_reduce_scatter(ap_step *step, uint64_t full, uint64_t shard,
-                       uint64_t shardBytes, int32_t dtype, int32_t stream) {
+                       uint64_t shardBytes, int32_t dtype, int32_t stream,
+                       int32_t flags) {
+  if (flags & ~int32_t(AP_REDUCE_ACCUMULATE))
+    fail("ap_reduce_scatter: flags ", flags,
+         " (expected 0 or AP_REDUCE_ACCUMULATE)");
   runner(step).reduceScatter(full, shard, shardBytes,
                              dtypeOf("ap_reduce_scatter", dtype),
-                             streamOf("ap_reduce_scatter", stream));
+                             streamOf("ap_reduce_scatter", stream),
+                             (flags & AP_REDUCE_ACCUMULATE) != 0);
+}
+
+void ap_zero(ap_step *step, uint64_t offset, uint64_t bytes, int32_t stream) {
+  runner(step).zero(offset, bytes, streamOf("ap_zero", stream));
 }
 
 void ap_slice(ap_step *step, const char *label, uint64_t x, uint64_t y,

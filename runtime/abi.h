@@ -30,17 +30,20 @@
 #include <stdint.h>
 
 /* The contract's version: generated code stores it in ap_program. */
-#define AP_ABI_VERSION 4
+#define AP_ABI_VERSION 5
 
 /* ap_program.data_parallel_mode: every rank holds all parameters and
    optimizer state (main grads all-reduced), or each holds a flat 1/N shard
    (ZeRO-3). */
 enum { AP_DP_REPLICATE = 0, AP_DP_ZERO3 = 1 };
 
-/* ap_all_reduce flags: AP_REDUCE_LAST_MICROBATCH: issued inside the
-   microbatch loop, it runs in the last microbatch only (a main grad is final
-   once the last microbatch's backward wrote it). */
-enum { AP_REDUCE_LAST_MICROBATCH = 1 };
+/* Collective flags. AP_REDUCE_LAST_MICROBATCH (ap_all_reduce): issued
+   inside the microbatch loop, it runs in the last microbatch only (a main
+   grad is final once the last microbatch's backward wrote it).
+   AP_REDUCE_ACCUMULATE (ap_reduce_scatter): the shard receives its block of
+   the sum added to what it holds (a sharded main grad accumulating
+   microbatches), instead of being overwritten. */
+enum { AP_REDUCE_LAST_MICROBATCH = 1, AP_REDUCE_ACCUMULATE = 2 };
 
 #ifdef __cplusplus
 extern "C" {
@@ -140,6 +143,12 @@ typedef struct ap_param {
   double init_a, init_b;
   /* arena offsets; AP_NO_OFFSET for the absent roles of a frozen one */
   uint64_t weight, master, grad, adam_m, adam_v;
+  /* 0: the five buffers hold the whole parameter (data_parallel_mode
+     AP_DP_REPLICATE). Otherwise (AP_DP_ZERO3) each holds this rank's shard:
+     shard_numel = ceil(numel / data_parallel_size) elements, elements
+     [rank x shard_numel, (rank + 1) x shard_numel) of the flattened
+     parameter, zeros past numel (the last ranks' padding). */
+  int64_t shard_numel;
 } ap_param;
 
 /* A pinned host slot: offset from the slot region's start, bytes. */
@@ -257,9 +266,16 @@ void ap_all_gather(ap_step *step, uint64_t shard, uint64_t full,
                    uint64_t shard_bytes, int32_t dtype, int32_t stream);
 /* Sums `full` (ranks x shard_bytes at arena `full`) over the data-parallel
    ranks and writes this rank's block of the sum to arena `shard`, on
-   `stream`. A world of one copies. */
+   `stream`; with AP_REDUCE_ACCUMULATE in `flags` adds it to `shard`
+   instead. `full` is scratch afterwards (its contents are unspecified). A
+   world of one copies (or adds). */
 void ap_reduce_scatter(ap_step *step, uint64_t full, uint64_t shard,
-                       uint64_t shard_bytes, int32_t dtype, int32_t stream);
+                       uint64_t shard_bytes, int32_t dtype, int32_t stream,
+                       int32_t flags);
+/* Sets `bytes` at arena `offset` to zero on `stream` (compute or comm):
+   the per-microbatch gradient buffers of ZeRO-3 sharding, which backward
+   kernels accumulate into. */
+void ap_zero(ap_step *step, uint64_t offset, uint64_t bytes, int32_t stream);
 
 /*--- Data movement (compute stream) ---------------------------------------*/
 /* y[outer, len, inner] = x[outer, first:first+len, inner]; x has dim_x. */

@@ -79,6 +79,14 @@ void sumInOrder(DType dtype, const void *const *blocks, size_t numBlocks,
   }
 }
 
+void addInto(DType dtype, void *recv, const void *add, size_t count) {
+  // Two blocks in order: recv first, then add (sumInOrder reads element i of
+  // every block before it writes out[i], so out may be recv).
+  const void *blocks[2] = {recv, add};
+  if (count)
+    sumInOrder(dtype, blocks, 2, count, recv);
+}
+
 } // namespace detail
 
 namespace {
@@ -100,6 +108,12 @@ public:
     if (send == recv)
       fail("collectives(self): reduceScatterSum cannot run in place");
     copy(send, recv, recvCount, dtype);
+  }
+  void reduceScatterSumAdd(void *send, void *recv, size_t recvCount,
+                           DType dtype, void *) override {
+    if (send == recv)
+      fail("collectives(self): reduceScatterSumAdd cannot run in place");
+    detail::addInto(dtype, recv, send, recvCount);
   }
   void allGather(const void *send, void *recv, size_t sendCount, DType dtype,
                  void *) override {

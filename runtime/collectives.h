@@ -56,6 +56,12 @@ public:
   /// sum over ranks of block rank().
   virtual void reduceScatterSum(const void *send, void *recv, size_t recvCount,
                                 ap::kernels::DType dtype, void *stream) = 0;
+  /// recv[i] += block rank() of the sum over ranks of send (the sum in
+  /// rank order as reduceScatterSum, then one add, rounded once): a sharded
+  /// main grad accumulating microbatches. `send` is scratch afterwards (nccl
+  /// reduces in place inside it, then adds on the same stream).
+  virtual void reduceScatterSumAdd(void *send, void *recv, size_t recvCount,
+                                   ap::kernels::DType dtype, void *stream) = 0;
   /// recv holds size() blocks of sendCount elements, block r from rank r.
   virtual void allGather(const void *send, void *recv, size_t sendCount,
                          ap::kernels::DType dtype, void *stream) = 0;
@@ -88,6 +94,10 @@ namespace detail {
 /// I32. The fixed order is what makes host reductions bit-reproducible.
 void sumInOrder(ap::kernels::DType dtype, const void *const *blocks,
                 size_t numBlocks, size_t count, void *out);
+/// recv[i] = recv[i] + add[i] in the dtype's accumulation type, rounded
+/// once (the host side of reduceScatterSumAdd).
+void addInto(ap::kernels::DType dtype, void *recv, const void *add,
+             size_t count);
 } // namespace detail
 
 /// A world of one on the host backend: reductions are copies.
@@ -152,6 +162,14 @@ void mpiBroadcastBytes(void *bytes, size_t n);
 /// runtime/cuda/staged_comm.cpp.
 std::unique_ptr<Communicator>
 createStagedMpiCommunicator(std::unique_ptr<Communicator> host);
+#endif
+
+#if defined(ACTPLACE_HAVE_CUDA)
+/// recv[i] += add[i] (F32 or BF16, in float, rounded once) enqueued on the
+/// cudaStream_t `stream`: the add of reduceScatterSumAdd on NCCL. Defined in
+/// runtime/cuda/accumulate.cu.
+void cudaAddInto(ap::kernels::DType dtype, void *recv, const void *add,
+                 size_t count, void *stream);
 #endif
 
 #if defined(ACTPLACE_HAVE_CUDA)

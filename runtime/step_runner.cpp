@@ -148,8 +148,8 @@ void StepRunner::allGather(uint64_t shard, uint64_t full, uint64_t shardBytes,
 }
 
 void StepRunner::reduceScatter(uint64_t full, uint64_t shard,
-                               uint64_t shardBytes, DType dtype,
-                               Stream stream) {
+                               uint64_t shardBytes, DType dtype, Stream stream,
+                               bool accumulate) {
   size_t count =
       shardCount("reduce_scatter", dataParallel, stream, shardBytes, dtype);
   uint64_t ranks = uint64_t(dataParallel->size());
@@ -157,12 +157,25 @@ void StepRunner::reduceScatter(uint64_t full, uint64_t shard,
   void *s = dev.at(shard, shardBytes);
   Communicator *comm = dataParallel;
   if (dev.kind() == DeviceKind::Cuda) {
-    comm->reduceScatterSum(f, s, count, dtype, dev.nativeStream(stream));
+    void *native = dev.nativeStream(stream);
+    if (accumulate)
+      comm->reduceScatterSumAdd(f, s, count, dtype, native);
+    else
+      comm->reduceScatterSum(f, s, count, dtype, native);
     return;
   }
-  dev.hostCallback(stream, [comm, f, s, count, dtype] {
-    comm->reduceScatterSum(f, s, count, dtype, nullptr);
+  dev.hostCallback(stream, [comm, f, s, count, dtype, accumulate] {
+    if (accumulate)
+      comm->reduceScatterSumAdd(f, s, count, dtype, nullptr);
+    else
+      comm->reduceScatterSum(f, s, count, dtype, nullptr);
   });
+}
+
+void StepRunner::zero(uint64_t offset, uint64_t bytes, Stream stream) {
+  if (stream != Stream::Comm && stream != Stream::Compute)
+    fail("zero: stream ", streamName(stream), " (expected comm or compute)");
+  dev.memsetAsync(dev.at(offset, bytes), 0, bytes, stream);
 }
 
 //===----------------------------------------------------------------------===//

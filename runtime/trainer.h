@@ -42,6 +42,11 @@ struct ParamEntry {
   double initA, initB;
   bool frozen;
   uint64_t weight, master, grad, adamM, adamV; ///< arena offsets
+  /// 0: the buffers hold the whole parameter (replicate). Otherwise
+  /// (ZeRO-3) each holds this rank's shard of ceil(numel / ranks) elements,
+  /// elements [rank x shardNumel, (rank + 1) x shardNumel) of the flattened
+  /// parameter, zeros past numel (runtime/abi.h ap_param.shard_numel).
+  int64_t shardNumel = 0;
 };
 
 /// Offsets of the step's state scalars.
@@ -212,9 +217,14 @@ public:
   void allGather(uint64_t shard, uint64_t full, uint64_t shardBytes,
                  kernels::DType dtype, Stream stream);
   /// This rank's block of the sum over ranks of `full` (ranks x shardBytes)
-  /// into `shard`, enqueued on `stream`.
+  /// into `shard`, enqueued on `stream`; `accumulate`: added to what
+  /// `shard` holds (the rank-order sum, then one add). `full` is scratch
+  /// afterwards.
   void reduceScatter(uint64_t full, uint64_t shard, uint64_t shardBytes,
-                     kernels::DType dtype, Stream stream);
+                     kernels::DType dtype, Stream stream,
+                     bool accumulate = false);
+  /// Zeroes `bytes` at `offset`, enqueued on `stream` (compute or comm).
+  void zero(uint64_t offset, uint64_t bytes, Stream stream);
 
   //===--- Data movement ops (kernels on the compute stream) -----------===//
   /// y[outer, len, inner] = x[outer, offset:offset+len, inner]; x has `dimX`.

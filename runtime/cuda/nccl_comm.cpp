@@ -81,6 +81,16 @@ public:
     AP_NCCL_CHECK(ncclReduceScatter(send, recv, recvCount, ncclType(dtype),
                                     ncclSum, comm_, cudaStream_t(stream)));
   }
+  void reduceScatterSumAdd(void *send, void *recv, size_t recvCount,
+                           DType dtype, void *stream) override {
+    // In place (NCCL's rule: the output is the rank's own block of the
+    // input), then the block is added into recv on the same stream.
+    char *block =
+        static_cast<char *>(send) + size_t(rank_) * recvCount * dtypeBytes(dtype);
+    AP_NCCL_CHECK(ncclReduceScatter(send, block, recvCount, ncclType(dtype),
+                                    ncclSum, comm_, cudaStream_t(stream)));
+    cudaAddInto(dtype, recv, block, recvCount, stream);
+  }
   void allGather(const void *send, void *recv, size_t sendCount, DType dtype,
                  void *stream) override {
     AP_NCCL_CHECK(ncclAllGather(send, recv, sendCount, ncclType(dtype), comm_,

@@ -78,6 +78,18 @@ public:
     host_->reduceScatterSum(hin, hout, recvCount, dtype, nullptr);
     toDevice(recv, hout, bytes, stream);
   }
+  void reduceScatterSumAdd(void *send, void *recv, size_t recvCount,
+                           DType dtype, void *stream) override {
+    // recv is staged too: the host communicator adds into the staged copy,
+    // which goes back whole.
+    size_t bytes = recvCount * dtypeBytes(dtype);
+    void *hin = in_.get(bytes * size_t(size()));
+    void *hout = out_.get(bytes);
+    toHost(hin, send, bytes * size_t(size()), stream);
+    toHost(hout, recv, bytes, stream);
+    host_->reduceScatterSumAdd(hin, hout, recvCount, dtype, nullptr);
+    toDevice(recv, hout, bytes, stream);
+  }
   void allGather(const void *send, void *recv, size_t sendCount, DType dtype,
                  void *stream) override {
     size_t bytes = sendCount * dtypeBytes(dtype);

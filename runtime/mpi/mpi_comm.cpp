@@ -159,6 +159,18 @@ public:
       detail::sumInOrder(dtype, blocks.data(), P, recvCount, recv);
   }
 
+  void reduceScatterSumAdd(void *send, void *recv, size_t recvCount,
+                           DType dtype, void *) override {
+    if (send == recv)
+      fail("mpi: reduceScatterSumAdd cannot run in place");
+    // The rank-order sum as reduceScatterSum gives it (rounded to the
+    // dtype), then one add into recv: the same two roundings as NCCL's
+    // reduce-scatter followed by the add kernel.
+    std::vector<uint8_t> sum(recvCount * dtypeBytes(dtype));
+    reduceScatterSum(send, sum.data(), recvCount, dtype, nullptr);
+    detail::addInto(dtype, recv, sum.data(), recvCount);
+  }
+
   void allGather(const void *send, void *recv, size_t sendCount, DType dtype,
                  void *) override {
     if (send == recv)

@@ -159,6 +159,33 @@ TEST(AbiProgramTest, RefusesMalformedTables) {
               std::string::npos)
         << err;
   }
+  // shard_numel: 0 in replicate; ceil(numel / ranks) in zero3.
+  {
+    AbiProgram a;
+    a.param.shard_numel = 64;
+    auto [rc, err] = trainMainOf(a.p);
+    EXPECT_EQ(rc, 1);
+    EXPECT_NE(err.find("parameter 'w' has shard_numel 64; expected 0 "
+                       "(replicate: the buffers hold the whole parameter)"),
+              std::string::npos)
+        << err;
+  }
+  {
+    AbiProgram a;
+    a.param.numel = 63;
+    a.param.shape[0] = 63;
+    a.p.data_parallel_mode = AP_DP_ZERO3;
+    a.p.data_parallel_size = 2;
+    a.param.shard_numel = 31;
+    auto [rc, err] = trainMainOf(a.p);
+    EXPECT_EQ(rc, 1);
+    EXPECT_NE(err.find("parameter 'w' has shard_numel 31; expected 32 (ceil "
+                       "of its numel 63 over data_parallel_size 2, zero3)"),
+              std::string::npos)
+        << err;
+    a.param.shard_numel = 32;
+    EXPECT_EQ(programOfAbi(a.p).params[0].shardNumel, 32);
+  }
   // The driver scratch is a buffer of the plan: inside the arena, with the
   // runtime's scalars.
   {
@@ -298,6 +325,33 @@ TEST_F(AbiStepTest, LaunchRefusesUnknownIdsSizesAndStreams) {
       << err;
 }
 
+// ap_zero clears its range in stream order; a world of one's
+// reduce-scatter copies, or adds with AP_REDUCE_ACCUMULATE.
+TEST_F(AbiStepTest, ZeroAndReduceScatterAccumulateOnOneRank) {
+  std::unique_ptr<Communicator> self = createSelfCommunicator();
+  runner->dataParallel = self.get();
+  auto *x = static_cast<float *>(ap_at(handle(), 0));
+  auto *y = static_cast<float *>(ap_at(handle(), 256));
+  for (int i = 0; i < 16; ++i) {
+    x[i] = 0.5f * float(i);
+    y[i] = 100.f;
+  }
+  ap_reduce_scatter(handle(), 0, 256, 64, AP_DTYPE_F32, AP_STREAM_COMM,
+                    AP_REDUCE_ACCUMULATE);
+  device->synchronize();
+  for (int i = 0; i < 16; ++i)
+    ASSERT_EQ(y[i], 100.f + 0.5f * float(i)) << i;
+  ap_reduce_scatter(handle(), 0, 256, 64, AP_DTYPE_F32, AP_STREAM_COMPUTE, 0);
+  device->synchronize();
+  for (int i = 0; i < 16; ++i)
+    ASSERT_EQ(y[i], 0.5f * float(i)) << i;
+  ap_zero(handle(), 256, 32, AP_STREAM_COMM);
+  device->synchronize();
+  for (int i = 0; i < 16; ++i)
+    ASSERT_EQ(y[i], i < 8 ? 0.f : 0.5f * float(i)) << i;
+  runner->dataParallel = nullptr;
+}
+
 TEST_F(AbiStepTest, IndicesOutsideTheProgramAreErrors) {
   EXPECT_NE(errorOf([&] {
               ap_record(handle(), 2, AP_STREAM_COMPUTE);
@@ -330,6 +384,20 @@ TEST_F(AbiStepTest, IndicesOutsideTheProgramAreErrors) {
   EXPECT_NE(errorOf([&] {
               ap_all_reduce(handle(), 0, 4, AP_DTYPE_F32, AP_STREAM_D2H, 0);
             }).find("all_reduce: stream d2h (expected comm or compute)"),
+            std::string::npos);
+  EXPECT_NE(errorOf([&] {
+              ap_reduce_scatter(handle(), 0, 256, 4, AP_DTYPE_F32,
+                                AP_STREAM_COMM, AP_REDUCE_LAST_MICROBATCH);
+            }).find("ap_reduce_scatter: flags 1 (expected 0 or "
+                    "AP_REDUCE_ACCUMULATE)"),
+            std::string::npos);
+  EXPECT_NE(errorOf([&] {
+              ap_zero(handle(), 4000, 256, AP_STREAM_COMPUTE);
+            }).find("4000"),
+            std::string::npos);
+  EXPECT_NE(errorOf([&] {
+              ap_zero(handle(), 0, 64, AP_STREAM_H2D);
+            }).find("zero: stream h2d (expected comm or compute)"),
             std::string::npos);
   // The driver scratch is the program's buffer: its addresses are arena
   // addresses, and an offset past it is an error.

@@ -115,11 +115,45 @@ TEST_F(StepCollectives, AllGatherPutsRankRAtBlockR) {
 TEST_F(StepCollectives, ReduceScatterKeepsThisRanksBlockOfTheSum) {
   for (int i = 0; i < 64; ++i)
     f32(0)[i] = value(rank, i);
-  ap_reduce_scatter(handle(), 0, 512, 128, AP_DTYPE_F32, AP_STREAM_COMM);
+  ap_reduce_scatter(handle(), 0, 512, 128, AP_DTYPE_F32, AP_STREAM_COMM, 0);
   device->synchronize();
   for (int i = 0; i < 32; ++i) {
     int e = rank * 32 + i;
     ASSERT_EQ(f32(512)[i], value(0, e) + value(1, e)) << i;
+  }
+}
+
+// AP_REDUCE_ACCUMULATE: the rank-order sum of this rank's block, then added
+// to what the shard held (a sharded main grad over microbatches); bf16
+// rounds the sum, then the add.
+TEST_F(StepCollectives, ReduceScatterAccumulateAddsTheBlockSum) {
+  for (int i = 0; i < 64; ++i)
+    f32(0)[i] = value(rank, i);
+  for (int i = 0; i < 32; ++i)
+    f32(512)[i] = 0.25f * float(i) + float(rank);
+  ap_reduce_scatter(handle(), 0, 512, 128, AP_DTYPE_F32, AP_STREAM_COMM,
+                    AP_REDUCE_ACCUMULATE);
+  device->synchronize();
+  for (int i = 0; i < 32; ++i) {
+    int e = rank * 32 + i;
+    float sum = value(0, e) + value(1, e);
+    ASSERT_EQ(f32(512)[i], (0.25f * float(i) + float(rank)) + sum) << i;
+  }
+  using ap::kernels::bf16;
+  auto *full = static_cast<bf16 *>(ap_at(handle(), 1024));
+  auto *shard = static_cast<bf16 *>(ap_at(handle(), 2048));
+  for (int i = 0; i < 64; ++i)
+    full[i] = bf16(value(rank, i));
+  for (int i = 0; i < 32; ++i)
+    shard[i] = bf16(1.f + 0.125f * float(i));
+  ap_reduce_scatter(handle(), 1024, 2048, 64, AP_DTYPE_BF16, AP_STREAM_COMPUTE,
+                    AP_REDUCE_ACCUMULATE);
+  device->synchronize();
+  for (int i = 0; i < 32; ++i) {
+    int e = rank * 32 + i;
+    bf16 sum = bf16(float(bf16(value(0, e))) + float(bf16(value(1, e))));
+    bf16 want = bf16(float(bf16(1.f + 0.125f * float(i))) + float(sum));
+    ASSERT_EQ(float(shard[i]), float(want)) << i;
   }
 }
 
