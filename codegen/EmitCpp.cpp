@@ -199,7 +199,7 @@ LogicalResult CppSink::program(const ProgramDesc &d) {
   if (!d.params.empty()) {
     os_ << "// Parameters: name, dtype, rank, shape, numel, init, frozen, "
            "init a, b,\n// offsets of weight, master, main grad, Adam m, "
-           "Adam v.\nconst ap_param kParams[] = {\n";
+           "Adam v,\n// shard elements (0: whole).\nconst ap_param kParams[] = {\n";
     for (const ProgramDesc::Param &p : d.params) {
       os_ << "    {" << cppString(p.name) << ", " << p.dtypeName << ", "
           << p.rank << ", {";
@@ -210,7 +210,7 @@ LogicalResult CppSink::program(const ProgramDesc &d) {
           << fmtDouble(p.initB);
       for (const auto &o : p.offsets)
         os_ << ", " << offText(o);
-      os_ << "},\n";
+      os_ << ", " << p.shardNumel << "},\n";
     }
     os_ << "};\n";
   }

@@ -96,6 +96,7 @@ const llvm::StringMap<std::string> &abiCalls() {
       AP_ABI_CALL(ap_all_reduce),
       AP_ABI_CALL(ap_all_gather),
       AP_ABI_CALL(ap_reduce_scatter),
+      AP_ABI_CALL(ap_zero),
       AP_ABI_CALL(ap_slice),
       AP_ABI_CALL(ap_concat),
       AP_ABI_CALL(ap_expand),
@@ -525,6 +526,7 @@ LogicalResult LLVMSink::program(const ProgramDesc &d) {
       uint64_t *offs[] = {&a.weight, &a.master, &a.grad, &a.adam_m, &a.adam_v};
       for (int j = 0; j < 5; ++j)
         *offs[j] = q.offsets[j] ? *q.offsets[j] : AP_NO_OFFSET;
+      a.shard_numel = q.shardNumel;
     }
     Image im = Image::of(params.data(), params.size());
     for (size_t i = 0; i < params.size(); ++i)

@@ -132,6 +132,8 @@ struct ProgramDesc {
     double initA = 0, initB = 0;
     /// weight, master, main grad, Adam m, Adam v (nullopt: AP_NO_OFFSET)
     std::array<std::optional<uint64_t>, 5> offsets;
+    /// ap_param.shard_numel: 0, or the elements of each ZeRO-3 shard.
+    int64_t shardNumel = 0;
   };
   struct AdamW {
     int64_t param = 0;

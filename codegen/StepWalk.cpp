@@ -674,6 +674,23 @@ LogicalResult Walker::run(EmittedPlan *plan) {
       if (it != pit->second.end())
         q.offsets[i] = it->second;
     }
+    // ZeRO-3: the persistent buffers are this rank's shards of the
+    // flattened parameter (exec-shard-params).
+    if (d.dataParallelMode == AP_DP_ZERO3) {
+      q.shardNumel = (q.numel + dpSize - 1) / dpSize;
+      int64_t held = -1;
+      for (Operation &op : step->getRegion(0).front())
+        if (auto po = dyn_cast<exec::PersistentOp>(op))
+          if (po.getName() == name &&
+              po.getRole() == exec::BufferRole::Weight)
+            held = numel(tensorOf(po->getResult(0)));
+      if (held != q.shardNumel)
+        return p->emitError(pfx() + "parameter '")
+               << name << "' has a weight buffer of " << held
+               << " elements; a zero3 step over " << dpSize
+               << " ranks holds shards of " << q.shardNumel
+               << " (run exec-shard-params)";
+    }
     d.params.push_back(std::move(q));
   }
   // The optimizer as the step runs it (the same arguments and defaults as
@@ -857,10 +874,24 @@ LogicalResult Walker::walkOp(Operation *op) {
     std::optional<DType> dt = dtypeOf(t.getElementType());
     if (!dt)
       return op->emitError(pfx() + "collective of an unsupported element type");
-    sink_.call(gather ? "ap_all_gather" : "ap_reduce_scatter",
-               {CallArg::u64(o0), CallArg::u64(o1),
-                CallArg::u64(numel(t) * elemBytes(t)), abiDtype(*dt),
-                stream(op)});
+    SmallVector<CallArg> args{CallArg::u64(o0), CallArg::u64(o1),
+                              CallArg::u64(numel(t) * elemBytes(t)),
+                              abiDtype(*dt), stream(op)};
+    if (!gather) {
+      bool acc = cast<exec::ReduceScatterOp>(op).getAccumulate();
+      args.push_back(CallArg::i32(acc ? AP_REDUCE_ACCUMULATE : 0,
+                                  acc ? "AP_REDUCE_ACCUMULATE" : "0"));
+    }
+    sink_.call(gather ? "ap_all_gather" : "ap_reduce_scatter", args);
+    return success();
+  }
+  if (isa<exec::ZeroOp>(op)) {
+    uint64_t o;
+    if (failed(offsetOf(op->getOperand(0), op, o)))
+      return failure();
+    RankedTensorType t = tensorOf(op->getOperand(0));
+    sink_.call("ap_zero", {CallArg::u64(o),
+                           CallArg::u64(numel(t) * elemBytes(t)), stream(op)});
     return success();
   }
   if (isa<exec::KernelOp>(op))

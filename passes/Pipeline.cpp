@@ -54,7 +54,9 @@ void buildPipeline(OpPassManager &pm, const CompileOptions &o,
     addPlacementStage(pm, o);
   if (runs(PipelineStage::Lowering)) {
     pm.addPass(createConvertTrainToExec(o.lowering));
-    if (o.lowering.dataParallelSize > 1)
+    if (o.lowering.dataParallel == "zero3")
+      pm.addPass(createExecShardParams(o.zeroShard));
+    else if (o.lowering.dataParallelSize > 1)
       pm.addPass(createExecBucketGradReduce(o.gradBuckets));
     pm.addPass(createExecPlanMemory());
     pm.addPass(createExecScheduleStreams());

@@ -52,6 +52,8 @@ struct CompileOptions {
   ConvertTrainToExecOptions lowering;
   /// exec-bucket-grad-reduce (runs when lowering.dataParallelSize > 1).
   ExecBucketGradReduceOptions gradBuckets;
+  /// exec-shard-params (runs when lowering.dataParallel is "zero3").
+  ExecShardParamsOptions zeroShard;
   SideIssue sideIssue = SideIssue::AfterHost;
 };
 

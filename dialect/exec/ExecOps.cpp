@@ -91,10 +91,24 @@ LogicalResult ViewOp::verify() {
     return emitOpError() << "element type changes from "
                          << from.getElementType() << " to "
                          << to.getElementType();
+  if (getPrefix()) {
+    if (to.getNumElements() > from.getNumElements())
+      return emitOpError() << "prefix of " << to.getNumElements()
+                           << " elements is longer than its source of "
+                           << from.getNumElements();
+    return success();
+  }
   if (from.getNumElements() != to.getNumElements())
     return emitOpError() << "element count changes from "
                          << from.getNumElements() << " to "
                          << to.getNumElements();
+  return success();
+}
+
+LogicalResult ZeroOp::verify() {
+  if (getStream() != Stream::Compute && getStream() != Stream::Comm)
+    return emitOpError() << "runs on the compute or comm stream, not "
+                         << stringifyStream(getStream());
   return success();
 }
 

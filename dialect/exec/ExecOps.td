@@ -130,9 +130,36 @@ def Exec_PersistentOp : Exec_Op<"persistent", [HasParent<"StepOp">]> {
 
 def Exec_ViewOp : Exec_Op<"view", [Pure]> {
   let summary = "the same bytes with another shape (a reshape, no copy)";
-  let arguments = (ins Exec_AnyBuffer:$source);
+  let description = [{
+    Without `prefix` the element counts match (a reshape). With `prefix` the
+    result is the first elements of the source: a ZeRO-3 parameter gathered
+    into a buffer padded to a multiple of the ranks is used through a prefix
+    view of its own shape.
+
+    ```mlir
+    %v = exec.view %b : !exec.buffer<tensor<4x4xbf16>> to !exec.buffer<tensor<16xbf16>>
+    %w = exec.view %g prefix : !exec.buffer<tensor<18xbf16>> to !exec.buffer<tensor<17xbf16>>
+    ```
+  }];
+  let arguments = (ins Exec_AnyBuffer:$source, UnitAttr:$prefix);
   let results = (outs Exec_AnyBuffer:$result);
-  let assemblyFormat = "$source attr-dict `:` qualified(type($source)) `to` qualified(type($result))";
+  let assemblyFormat = "$source (`prefix` $prefix^)? attr-dict `:` qualified(type($source)) `to` qualified(type($result))";
+  let hasVerifier = 1;
+}
+
+def Exec_ZeroOp : Exec_Op<"zero"> {
+  let summary = "sets a buffer to zero (per-microbatch gradient buffers)";
+  let description = [{
+    Runs on `stream` (compute or comm) in order with that stream's other
+    work. ZeRO-3 sharding zeroes each layer group's gathered gradient buffer
+    before the backward kernels accumulate into it.
+
+    ```mlir
+    exec.zero %g on compute : !exec.buffer<tensor<64xf32>>
+    ```
+  }];
+  let arguments = (ins Exec_AnyBuffer:$buffer, Exec_Stream:$stream);
+  let assemblyFormat = "$buffer `on` $stream attr-dict `:` qualified(type($buffer))";
   let hasVerifier = 1;
 }
 
@@ -307,19 +334,24 @@ def Exec_ReduceScatterOp : Exec_Op<"reduce_scatter"> {
   let description = [{
     `shard` receives block r of the element-wise sum over ranks of `full`
     (r this rank; blocks of shard size in rank order), so `full` has N
-    times the elements of `shard`. Sums have a fixed order on every
-    backend (MPI: rank order; NCCL: its deterministic ring). Used by ZeRO-3
-    sharding to reduce a layer group's gradients into the sharded main
-    grads. Runs on `stream` (comm or compute); a world of one copies.
+    times the elements of `shard`. With `accumulate` the block is added to
+    what `shard` holds (a sharded main grad summing microbatches) instead of
+    overwriting it. `full` is scratch afterwards: the runtime may reduce in
+    place. Sums have a fixed order on every backend (MPI: rank order; NCCL:
+    its deterministic ring). Used by ZeRO-3 sharding to reduce a layer
+    group's gradients into the sharded main grads. Runs on `stream` (comm or
+    compute); a world of one copies (or adds).
 
     ```mlir
     exec.reduce_scatter %full into %shard over "dp" on comm : !exec.buffer<tensor<64xf32>> to !exec.buffer<tensor<32xf32>>
+    exec.reduce_scatter %full into %shard over "dp" on comm accumulate : !exec.buffer<tensor<64xf32>> to !exec.buffer<tensor<32xf32>>
     ```
   }];
   let arguments = (ins Exec_AnyBuffer:$full, Exec_AnyBuffer:$shard,
-                       StrAttr:$communicator, Exec_Stream:$stream);
+                       StrAttr:$communicator, Exec_Stream:$stream,
+                       UnitAttr:$accumulate);
   let assemblyFormat = [{
-    $full `into` $shard `over` $communicator `on` $stream attr-dict `:` qualified(type($full)) `to` qualified(type($shard))
+    $full `into` $shard `over` $communicator `on` $stream (`accumulate` $accumulate^)? attr-dict `:` qualified(type($full)) `to` qualified(type($shard))
   }];
   let hasVerifier = 1;
 }

@@ -26,6 +26,8 @@ std::optional<Stream> ap::exec::streamOf(Operation *op) {
     return g.getStream();
   if (auto r = dyn_cast<ReduceScatterOp>(op))
     return r.getStream();
+  if (auto z = dyn_cast<ZeroOp>(op))
+    return z.getStream();
   return std::nullopt;
 }
 

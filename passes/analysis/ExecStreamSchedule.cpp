@@ -126,8 +126,12 @@ SmallVector<Access> accessesOf(Operation *op) {
     acc.push_back(locate(g.getShard(), false));
     acc.push_back(locate(g.getFull(), true));
   } else if (auto r = dyn_cast<ReduceScatterOp>(op)) {
-    acc.push_back(locate(r.getFull(), false));
+    // The runtime may reduce in place inside `full` (its contents are
+    // unspecified afterwards): a write, not a read.
+    acc.push_back(locate(r.getFull(), true));
     acc.push_back(locate(r.getShard(), true));
+  } else if (auto z = dyn_cast<ZeroOp>(op)) {
+    acc.push_back(locate(z.getBuffer(), true));
   } else if (auto loop = dyn_cast<MicrobatchLoopOp>(op)) {
     // The whole loop, seen from the step: compute work reading and writing
     // every buffer from outside it that it touches.

@@ -34,7 +34,9 @@ struct ExecBucketGradReducePass
     }
     for (StepOp step : getOperation().getOps<StepOp>()) {
       auto size = step->getAttrOfType<IntegerAttr>(kDataParallelSizeAttr);
-      if (!size || size.getInt() <= 1)
+      auto mode = step->getAttrOfType<StringAttr>(kDataParallelModeAttr);
+      // ZeRO-3 reduce-scatters its grads per window (exec-shard-params).
+      if (!size || size.getInt() <= 1 || (mode && mode.getValue() == "zero3"))
         continue;
       GradReduceBuckets plan(step, bucketBytes);
       // Buckets closed by the same kernel (one that writes several grads,

@@ -55,6 +55,38 @@ def ExecBucketGradReduce : Pass<"exec-bucket-grad-reduce", "mlir::ModuleOp"> {
   ];
 }
 
+def ExecShardParams : Pass<"exec-shard-params", "mlir::ModuleOp"> {
+  let summary = "ZeRO-3: shard parameters, grads and optimizer state; gather per layer group, reduce-scatter its grads";
+  let description = [{
+    On a step planned for ZeRO-3 (`data_parallel = "zero3"`, N =
+    `data_parallel_size`): every parameter's weight, master, main grad and
+    Adam moments become this rank's shard (ceil(numel / N) elements, the
+    flattened parameter zero-padded to a multiple of N, rank r holding block
+    r). In the microbatch loop, each window of one layer group's uses (its
+    forward, its backward; ZeroShardPlan in passes/analysis) all-gathers the
+    weights it reads on the comm stream into transient buffers, read
+    through prefix views of the parameter's shape; the gathers of a window
+    are issued `gather-max-inflight` windows ahead (0: right before it).
+    Main grads a window accumulates into are transient fp32 buffers, zeroed
+    before the window and reduce-scattered (accumulate) into the shard on
+    the comm stream after it. The optimizer and clipping after the loop work
+    on the shards. Run after convert-train-to-exec and before
+    exec-plan-memory, which counts the gathered buffers, and
+    exec-schedule-streams, which orders them. Other steps are left
+    unchanged.
+  }];
+  let statistics = [
+    Statistic<"numSharded", "sharded", "Persistent parameter buffers turned into shards">,
+    Statistic<"numGathers", "gathers", "All-gathers per microbatch">,
+    Statistic<"numReduceScatters", "reduce-scatters", "Reduce-scatters per microbatch">
+  ];
+  let options = [
+    Option<"gatherMaxInflight", "gather-max-inflight", "int64_t", "1",
+           "Windows whose parameters are gathered ahead of the one computing "
+           "(0: gather each right before it)">
+  ];
+}
+
 def ExecScheduleStreams : Pass<"exec-schedule-streams", "mlir::ModuleOp"> {
   let summary = "Insert the event records and waits that order every cross-stream use";
   let description = [{

@@ -94,7 +94,13 @@ function names(text, arr,    k, parts, i, cnt) {
     for (i = 1; i <= NF; i++)
       if ($i ~ /^exec\.(all_gather|reduce_scatter)$/) { src = $(i + 1); dst = $(i + 3); s = $(i + 7) }
     k = node(s, $0)
-    access(k, src, 0); access(k, dst, 1)
+    # A reduce-scatter may reduce in place inside its full buffer: a write.
+    access(k, src, line ~ /exec\.reduce_scatter /); access(k, dst, 1)
+  } else if (line ~ /exec\.zero /) {
+    # exec.zero %b on STREAM : ...
+    for (i = 1; i <= NF; i++) if ($i == "exec.zero") { src = $(i + 1); s = $(i + 3) }
+    k = node(s, $0)
+    access(k, src, 1)
   } else if (line ~ /exec\.record /) {
     k = node($4, $0); evNode[$2] = k
   } else if (line ~ /exec\.wait /) {

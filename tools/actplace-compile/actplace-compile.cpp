@@ -141,7 +141,10 @@ static cl::opt<DataParallel> dataParallel(
                           "summed over ranks in buckets on the comm stream "
                           "during the last microbatch's backward (default)"),
                clEnumValN(DataParallel::Zero3, "zero3",
-                          "flat 1/N shards per rank (not implemented yet)")),
+                          "each rank holds 1/N of every parameter, main "
+                          "grad and optimizer state; a layer group's "
+                          "weights are gathered before its forward and its "
+                          "backward, its grads reduce-scattered after")),
     cl::cat(category));
 static cl::opt<int64_t> dataParallelSize(
     "data-parallel-size",
@@ -154,6 +157,13 @@ static cl::opt<int64_t> gradBucketBytes(
     cl::desc("Smallest bucket of main grads summed in one go under "
              "--data-parallel=replicate (default 25 MiB; 0: one per grad)"),
     cl::init(26214400), cl::cat(category));
+static cl::opt<int64_t> gatherMaxInflight(
+    "gather-max-inflight",
+    cl::desc("Under --data-parallel=zero3: layer-group windows whose "
+             "parameters are gathered ahead of the one computing (default 1; "
+             "0: each right before it). At most this + 1 windows' gathered "
+             "parameters are in device memory at once"),
+    cl::init(1), cl::cat(category));
 static cl::opt<std::string> dtype("dtype", cl::desc("bf16 or f32 (JSON)"),
                                   cl::init("bf16"), cl::cat(category));
 static cl::opt<int64_t> gemmWorkspace(
@@ -323,9 +333,15 @@ static std::string checkOptions() {
     return llvm::formatv("--grad-bucket-bytes must be in [0, {0}], got {1}",
                          kMaxPlanBytes, int64_t(gradBucketBytes))
         .str();
-  if (dataParallel == DataParallel::Zero3)
-    return "--data-parallel=zero3 (sharded parameters, grads and optimizer "
-           "state) is not implemented yet; use --data-parallel=replicate";
+  if (gatherMaxInflight < 0 || gatherMaxInflight > 1024)
+    return llvm::formatv("--gather-max-inflight must be in [0, 1024] "
+                         "windows, got {0}",
+                         int64_t(gatherMaxInflight))
+        .str();
+  if (gatherMaxInflight.getNumOccurrences() &&
+      dataParallel != DataParallel::Zero3)
+    return "--gather-max-inflight applies to --data-parallel=zero3 only "
+           "(replicated ranks gather nothing)";
   if (gemmWorkspace < 0 || gemmWorkspace > kMaxPlanBytes)
     return llvm::formatv("--gemm-workspace-bytes must be in [0, {0}], got {1}",
                          kMaxPlanBytes, int64_t(gemmWorkspace))
@@ -460,6 +476,7 @@ int main(int argc, char **argv) {
       dataParallel == DataParallel::Zero3 ? "zero3" : "replicate";
   opts.lowering.dataParallelSize = dataParallelSize;
   opts.gradBuckets.bucketBytes = gradBucketBytes;
+  opts.zeroShard.gatherMaxInflight = gatherMaxInflight;
   // The cost model prices the same buckets (the report's and the search's
   // step prediction on N ranks).
   placement.dataParallelSize = dataParallelSize;

@@ -48,10 +48,10 @@ bool isGradSymbolAttr(NamedAttribute a) {
 class Lowering {
 public:
   Lowering(ModuleOp module, func::FuncOp func, int64_t gemmWorkspace,
-           tr::CostModel cost, int64_t sideSmPercent)
+           tr::CostModel cost, int64_t sideSmPercent, bool zero3)
       : module(module), func(func), b(module.getContext()),
         gemmWorkspace(gemmWorkspace), cost(std::move(cost)),
-        sideSmPercent(sideSmPercent) {}
+        sideSmPercent(sideSmPercent), zero3(zero3) {}
 
   LogicalResult run();
 
@@ -106,6 +106,9 @@ private:
   tr::CostModel cost;
   /// exec.step's side_sm_percent when it has side-stream kernels.
   int64_t sideSmPercent;
+  /// ZeRO-3: main grads are reduce-scattered per window
+  /// (exec-shard-params), not all-reduced after the loop.
+  bool zero3;
   IRMapping map;
   llvm::StringMap<ParamBuffers> params;
   /// train.offload result -> its pinned slot.
@@ -284,15 +287,17 @@ LogicalResult Lowering::lowerStepOp(Operation *op) {
   };
   if (auto fin = dyn_cast<tr::FinalizeGradsOp>(op)) {
     // Main grads, the loss sum and the token count are summed over
-    // data-parallel ranks before the token mean and the norm (one rank
-    // today, through the same collective API), so the step's loss is the
-    // token-weighted mean over every rank's tokens.
+    // data-parallel ranks before the token mean and the norm, so the step's
+    // loss is the token-weighted mean over every rank's tokens. Under ZeRO-3
+    // each rank's main-grad shards already hold their sums (reduce-scattered
+    // in the loop) and the norm sums the ranks' partial squares (runtime).
     SmallVector<Value> grads;
     ex::AllReduceOp::create(b, loc, lossAcc, "dp", ex::Stream::Comm);
     ex::AllReduceOp::create(b, loc, countAcc, "dp", ex::Stream::Comm);
     for (tr::ParamOp p : module.getOps<tr::ParamOp>())
       if (Value g = params[p.getSymName()].grad) {
-        ex::AllReduceOp::create(b, loc, g, "dp", ex::Stream::Comm);
+        if (!zero3)
+          ex::AllReduceOp::create(b, loc, g, "dp", ex::Stream::Comm);
         grads.push_back(g);
       }
     Value norm = stateOf(fin.getGradNorm(), "grad_norm");
@@ -489,18 +494,13 @@ struct ConvertTrainToExecPass
                          << "' (expected replicate or zero3)";
       return signalPassFailure();
     }
-    if (dataParallel == "zero3") {
-      module.emitError()
-          << "convert-train-to-exec: data-parallel=zero3 (sharded "
-             "parameters, grads and optimizer state) is not implemented yet; "
-             "use data-parallel=replicate";
-      return signalPassFailure();
-    }
-    if (failed(Lowering(module, func, gemmWorkspaceBytes, *cost, share).run()))
+    if (failed(Lowering(module, func, gemmWorkspaceBytes, *cost, share,
+                        dataParallel == "zero3")
+                   .run()))
       return signalPassFailure();
     // One replicated rank is what a step without the attributes means, so
-    // single-rank IR stays as it was.
-    if (dataParallelSize > 1)
+    // single-rank IR stays as it was; ZeRO-3 is recorded at any size.
+    if (dataParallelSize > 1 || dataParallel == "zero3")
       for (ex::StepOp step : module.getOps<ex::StepOp>()) {
         Builder b(module.getContext());
         step->setAttr(ex::kDataParallelSizeAttr,

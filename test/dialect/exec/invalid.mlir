@@ -43,6 +43,24 @@ exec.step @s {
 
 exec.step @s {
   %b = exec.buffer bytes 256 : !exec.buffer<tensor<4x4xbf16>>
+  // expected-error @+1 {{'exec.view' op prefix of 20 elements is longer than its source of 16}}
+  %v = exec.view %b prefix : !exec.buffer<tensor<4x4xbf16>> to !exec.buffer<tensor<20xbf16>>
+  exec.return
+}
+
+// -----
+
+exec.step @s {
+  %b = exec.buffer bytes 256 : !exec.buffer<tensor<16xf32>>
+  // expected-error @+1 {{'exec.zero' op runs on the compute or comm stream, not d2h}}
+  exec.zero %b on d2h : !exec.buffer<tensor<16xf32>>
+  exec.return
+}
+
+// -----
+
+exec.step @s {
+  %b = exec.buffer bytes 256 : !exec.buffer<tensor<4x4xbf16>>
   // expected-error @+1 {{'exec.view' op element type changes from 'bf16' to 'f16'}}
   %v = exec.view %b : !exec.buffer<tensor<4x4xbf16>> to !exec.buffer<tensor<16xf16>>
   exec.return

@@ -56,6 +56,12 @@ exec.step @train_step attributes {arena_bytes = 4096 : i64} {
     %gfull = exec.buffer bytes 256 : !exec.buffer<tensor<64xf32>>
     // CHECK: exec.reduce_scatter %[[GF]] into %[[G]] over "dp" on compute : !exec.buffer<tensor<64xf32>> to !exec.buffer<tensor<4x8xf32>>
     exec.reduce_scatter %gfull into %g over "dp" on compute : !exec.buffer<tensor<64xf32>> to !exec.buffer<tensor<4x8xf32>>
+    // CHECK: exec.zero %[[GF]] on compute : !exec.buffer<tensor<64xf32>>
+    exec.zero %gfull on compute : !exec.buffer<tensor<64xf32>>
+    // CHECK: exec.view %[[GF]] prefix : !exec.buffer<tensor<64xf32>> to !exec.buffer<tensor<5x8xf32>>
+    %gp = exec.view %gfull prefix : !exec.buffer<tensor<64xf32>> to !exec.buffer<tensor<5x8xf32>>
+    // CHECK: exec.reduce_scatter %[[GF]] into %[[G]] over "dp" on comm accumulate : !exec.buffer<tensor<64xf32>> to !exec.buffer<tensor<4x8xf32>>
+    exec.reduce_scatter %gfull into %g over "dp" on comm accumulate : !exec.buffer<tensor<64xf32>> to !exec.buffer<tensor<4x8xf32>>
   }
   // CHECK: exec.all_reduce %[[G]] over "dp" on comm : !exec.buffer<tensor<4x8xf32>>
   exec.all_reduce %g over "dp" on comm : !exec.buffer<tensor<4x8xf32>>
