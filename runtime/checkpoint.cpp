@@ -140,6 +140,43 @@ std::string checkpointShardName(int rank, int worldSize) {
 
 namespace {
 
+int64_t numelOf(const std::vector<int64_t> &shape) {
+  int64_t n = 1;
+  for (int64_t d : shape)
+    n *= d;
+  return n;
+}
+
+/// The index's "tensors" map of a flat-sharded save: rank r's file holds
+/// elements [r x shardNumel, (r + 1) x shardNumel) of every tensor (the
+/// same split on every rank, so rank 0 writes it for all), clipped to the
+/// tensor; ranks whose slice is all padding hold no piece.
+Json flatIndex(const std::vector<CheckpointTensor> &tensors, int worldSize) {
+  Json map = Json::object();
+  for (const CheckpointTensor &t : tensors) {
+    int64_t numel = numelOf(t.shape);
+    int64_t s = t.shardNumel > 0 ? t.shardNumel : numel;
+    if (t.shardNumel > 0 && s * int64_t(worldSize) < numel)
+      fail("checkpoint: '", t.name, "' has ", numel, " elements, more than ",
+           worldSize, " shards of ", s);
+    Json pieces = Json::array();
+    for (int r = 0; r < (t.shardNumel > 0 ? worldSize : 1); ++r) {
+      int64_t begin = int64_t(r) * s, end = std::min(begin + s, numel);
+      if (begin >= end)
+        break;
+      pieces.push_back({{"file", checkpointShardName(r, worldSize)},
+                        {"begin", begin},
+                        {"end", end}});
+    }
+    map[t.name] = {{"dtype", stDTypeName(t.dtype)},
+                   {"shape", t.shape},
+                   {"shard_numel", s},
+                   {"data_parallel_size", t.shardNumel > 0 ? worldSize : 1},
+                   {"pieces", pieces}};
+  }
+  return map;
+}
+
 /// Writes this rank's shard (and, on rank 0 of a distributed save, the
 /// index); returns the step folder.
 std::string writeShard(const std::string &dir,
@@ -151,10 +188,22 @@ std::string writeShard(const std::string &dir,
   makeDir(stepDir);
 
   SafetensorsWriter w;
+  bool flat = false;
   for (const CheckpointTensor &t : tensors) {
     if (t.name == kStepTensor)
       fail("checkpoint: tensor name '", t.name, "' is reserved");
-    w.add(t.name, t.dtype, t.shape, t.data, t.bytes);
+    // A flat shard is stored as what it is, a 1-D slice; the index says
+    // which elements of the whole tensor it holds.
+    if (t.shardNumel > 0) {
+      flat = true;
+      // Without an index nothing would say which elements it holds.
+      if (shard.worldSize < 2)
+        fail("checkpoint: flat shard of '", t.name,
+             "' in a world of one (which holds whole tensors)");
+      w.add(t.name, t.dtype, {t.shardNumel}, t.data, t.bytes);
+    } else {
+      w.add(t.name, t.dtype, t.shape, t.data, t.bytes);
+    }
   }
   int64_t step = int64_t(state.step);
   w.add(kStepTensor, StDType::I64, {}, &step, sizeof(step));
@@ -193,6 +242,8 @@ std::string writeShard(const std::string &dir,
                   {"shards", Json::array()}};
     for (int r = 0; r < shard.worldSize; ++r)
       index["shards"].push_back(checkpointShardName(r, shard.worldSize));
+    if (flat)
+      index["tensors"] = flatIndex(tensors, shard.worldSize);
     writeFileAtomically(stepDir + "/index.json",
                         dumpJson(index, "checkpoint: index.json") + "\n",
                         options.sync);
@@ -514,13 +565,322 @@ void CheckpointLock::release() {
   fd_ = -1;
 }
 
+namespace {
+
+/// Where the elements of one whole tensor of a checkpoint are: the files
+/// and element ranges (of the flattened tensor) that hold them.
+struct FlatPiece {
+  std::string file; ///< name inside the step folder
+  int64_t begin = 0, end = 0;
+};
+struct FlatSource {
+  StDType dtype = StDType::F32;
+  std::vector<int64_t> shape;
+  /// Elements of the tensor in each file (0: the file holds the whole
+  /// tensor under its whole shape).
+  int64_t shardNumel = 0;
+  std::vector<FlatPiece> pieces;
+};
+/// A checkpoint's tensors as whole tensors: what a flat load reads.
+struct FlatCatalog {
+  std::string describedBy; ///< the index or the world-of-one file
+  std::vector<std::string> order;
+  std::map<std::string, FlatSource> tensors;
+  std::string stateFile; ///< the file whose metadata is the training state
+};
+
+TrainingState stateOf(const SafetensorsFile &f, const std::string &path);
+
+FlatCatalog catalogOfFile(const std::string &stepDir) {
+  FlatCatalog c;
+  std::string name = checkpointShardName(0, 1);
+  c.describedBy = stepDir + "/" + name;
+  c.stateFile = name;
+  SafetensorsFile f = SafetensorsFile::open(c.describedBy);
+  for (const StTensorInfo &info : f.tensors()) {
+    if (info.name == kStepTensor)
+      continue;
+    FlatSource src;
+    src.dtype = info.dtype;
+    src.shape = info.shape;
+    src.pieces.push_back({name, 0, numelOf(info.shape)});
+    c.order.push_back(info.name);
+    c.tensors[info.name] = src;
+  }
+  return c;
+}
+
+/// The "tensors" map of a flat index, checked for form (not yet against a
+/// model): every value a number where a number belongs, pieces inside the
+/// tensor, in files the index lists.
+FlatCatalog catalogOfIndex(const std::string &stepDir, const Json &idx) {
+  FlatCatalog c;
+  c.describedBy = stepDir + "/index.json";
+  const std::string &where = c.describedBy;
+  std::set<std::string> files;
+  const Json *shards = idx.contains("shards") ? &idx["shards"] : nullptr;
+  if (!shards || !shards->is_array() || shards->empty())
+    fail("checkpoint: '", where, "' lists no shards");
+  for (const Json &f : *shards) {
+    if (!f.is_string() || f.get<std::string>().empty() ||
+        f.get<std::string>().find('/') != std::string::npos)
+      fail("checkpoint: '", where, "': shard entry ", f.dump(),
+           " is not a file name");
+    files.insert(f.get<std::string>());
+  }
+  c.stateFile = (*shards)[0].get<std::string>();
+  const Json &map = idx["tensors"];
+  if (!map.is_object())
+    fail("checkpoint: '", where, "': \"tensors\" is not an object");
+  auto integer = [&](const Json &v, const std::string &what) {
+    if (!v.is_number_integer() || v.get<int64_t>() < 0)
+      fail("checkpoint: '", where, "': ", what, " is ", v.dump(),
+           ", not a non-negative integer");
+    return v.get<int64_t>();
+  };
+  for (const auto &[name, t] : map.items()) {
+    if (!t.is_object() || !t.contains("dtype") || !t.contains("shape") ||
+        !t.contains("shard_numel") || !t.contains("pieces") ||
+        !t["pieces"].is_array() || !t["shape"].is_array())
+      fail("checkpoint: '", where, "': tensor '", name,
+           "' needs dtype, shape, shard_numel and pieces");
+    FlatSource src;
+    if (!t["dtype"].is_string() ||
+        !parseStDType(t["dtype"].get<std::string>(), src.dtype))
+      fail("checkpoint: '", where, "': tensor '", name, "' has dtype ",
+           t["dtype"].dump());
+    for (const Json &d : t["shape"])
+      src.shape.push_back(integer(d, "a dimension of '" + name + "'"));
+    src.shardNumel = integer(t["shard_numel"], "shard_numel of '" + name + "'");
+    int64_t numel = numelOf(src.shape);
+    for (const Json &piece : t["pieces"]) {
+      if (!piece.is_object() || !piece.contains("file") ||
+          !piece["file"].is_string() || !piece.contains("begin") ||
+          !piece.contains("end"))
+        fail("checkpoint: '", where, "': a piece of '", name,
+             "' needs file, begin and end");
+      FlatPiece fp{piece["file"].get<std::string>(),
+                   integer(piece["begin"], "a begin of '" + name + "'"),
+                   integer(piece["end"], "an end of '" + name + "'")};
+      if (!files.count(fp.file))
+        fail("checkpoint: '", where, "': a piece of '", name, "' is in '",
+             fp.file, "', which the index does not list as a shard");
+      if (fp.begin >= fp.end || fp.end > numel ||
+          fp.end - fp.begin > src.shardNumel)
+        fail("checkpoint: '", where, "': the piece of '", name, "' in '",
+             fp.file, "' holds elements [", fp.begin, ", ", fp.end,
+             "), not a range of at most shard_numel ", src.shardNumel,
+             " inside its ", numel, " elements");
+      src.pieces.push_back(fp);
+    }
+    std::sort(src.pieces.begin(), src.pieces.end(),
+              [](const FlatPiece &a, const FlatPiece &b) {
+                return a.begin < b.begin;
+              });
+    c.order.push_back(name);
+    c.tensors[name] = src;
+  }
+  return c;
+}
+
+/// Loads `tensors` (whole or flat shards) from the files `c` names: checks
+/// everything (names, dtypes, shapes, that the pieces cover every tensor,
+/// each file's checksum and tensors) before it copies anything.
+TrainingState loadFlat(const std::string &stepDir, const FlatCatalog &c,
+                       const std::vector<CheckpointTensor> &tensors,
+                       const LoadOptions &options) {
+  std::vector<std::string> problems;
+  std::set<std::string> requested;
+  for (const CheckpointTensor &t : tensors) {
+    requested.insert(t.name);
+    auto it = c.tensors.find(t.name);
+    if (it == c.tensors.end()) {
+      problems.push_back("missing tensor '" + t.name + "'");
+      continue;
+    }
+    const FlatSource &src = it->second;
+    int64_t numel = numelOf(t.shape);
+    size_t eb = stDTypeSize(t.dtype);
+    int64_t want = t.shardNumel > 0 ? t.shardNumel : numel;
+    if (src.dtype != t.dtype)
+      problems.push_back("tensor '" + t.name + "' is " +
+                         stDTypeName(src.dtype) + ", expected " +
+                         stDTypeName(t.dtype));
+    else if (src.shape != t.shape)
+      problems.push_back("tensor '" + t.name + "' has shape " +
+                         shapeString(src.shape) + ", expected " +
+                         shapeString(t.shape));
+    else if (t.bytes != size_t(want) * eb)
+      problems.push_back("tensor '" + t.name + "': destination holds " +
+                         std::to_string(t.bytes) + " bytes, not " +
+                         std::to_string(want) + " elements");
+    // The pieces must tile the whole tensor: a gap is state nobody saved.
+    int64_t next = 0;
+    for (const FlatPiece &p : src.pieces) {
+      if (p.begin != next)
+        break;
+      next = p.end;
+    }
+    if (next != numel)
+      problems.push_back("tensor '" + t.name + "': elements [" +
+                         std::to_string(next) + ", " + std::to_string(numel) +
+                         ") are in no shard (the index does not cover it)");
+  }
+  if (!options.subset)
+    for (const std::string &name : c.order)
+      if (!requested.count(name))
+        problems.push_back("unexpected tensor '" + name +
+                           "' (the model has no such state)");
+  if (!problems.empty())
+    fail("checkpoint: '", c.describedBy,
+         "' does not match this model:", listProblems(problems, 8));
+
+  // The files this rank needs, the state's file first.
+  std::vector<std::string> files{c.stateFile};
+  for (const CheckpointTensor &t : tensors) {
+    int64_t numel = numelOf(t.shape);
+    int64_t lo = t.shardNumel > 0 ? t.flatBegin : 0;
+    int64_t hi = t.shardNumel > 0 ? std::min(lo + t.shardNumel, numel) : numel;
+    for (const FlatPiece &p : c.tensors.at(t.name).pieces)
+      if (p.begin < hi && p.end > lo &&
+          std::find(files.begin(), files.end(), p.file) == files.end())
+        files.push_back(p.file);
+  }
+  // Staged copies: the destinations change only once every file checked.
+  std::vector<std::vector<uint8_t>> staged(tensors.size());
+  for (size_t i = 0; i < tensors.size(); ++i)
+    staged[i].assign(tensors[i].bytes, 0);
+  TrainingState st;
+  for (size_t fi = 0; fi < files.size(); ++fi) {
+    const std::string path = stepDir + "/" + files[fi];
+    if (!fileExists(path))
+      fail("checkpoint: shard '", path, "' is missing (", c.describedBy,
+           " names it)");
+    SafetensorsFile f = SafetensorsFile::open(path);
+    f.verifyChecksum();
+    if (f.meta("actplace.format") != kFormat)
+      fail("checkpoint: '", path, "' is not an actplace checkpoint (format '",
+           f.meta("actplace.format"), "')");
+    if (fi == 0)
+      st = stateOf(f, path);
+    else if (f.meta("actplace.step") != std::to_string(st.step))
+      fail("checkpoint: '", path, "' is of step ", f.meta("actplace.step"),
+           ", '", stepDir + "/" + files[0], "' of step ", st.step,
+           " (shards of different saves)");
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      const CheckpointTensor &t = tensors[i];
+      const FlatSource &src = c.tensors.at(t.name);
+      int64_t numel = numelOf(t.shape);
+      int64_t lo = t.shardNumel > 0 ? t.flatBegin : 0;
+      int64_t hi =
+          t.shardNumel > 0 ? std::min(lo + t.shardNumel, numel) : numel;
+      size_t eb = stDTypeSize(t.dtype);
+      for (const FlatPiece &p : src.pieces) {
+        if (p.file != files[fi] || p.begin >= hi || p.end <= lo)
+          continue;
+        const StTensorInfo *info = f.find(t.name);
+        std::vector<int64_t> shape =
+            src.shardNumel > 0 ? std::vector<int64_t>{src.shardNumel}
+                               : src.shape;
+        if (!info)
+          fail("checkpoint: '", path, "' has no tensor '", t.name, "' (",
+               c.describedBy, " says it holds elements [", p.begin, ", ",
+               p.end, ") of it): a shard of another model or save");
+        if (info->dtype != src.dtype || info->shape != shape)
+          fail("checkpoint: '", path, "': tensor '", t.name, "' is ",
+               stDTypeName(info->dtype), " ", shapeString(info->shape), ", ",
+               c.describedBy, " says ", stDTypeName(src.dtype), " ",
+               shapeString(shape), ": a shard of another model or save");
+        int64_t from = std::max(lo, p.begin), to = std::min(hi, p.end);
+        std::memcpy(staged[i].data() + size_t(from - lo) * eb,
+                    f.data(*info) + size_t(from - p.begin) * eb,
+                    size_t(to - from) * eb);
+      }
+    }
+  }
+  for (size_t i = 0; i < tensors.size(); ++i)
+    if (tensors[i].bytes)
+      std::memcpy(tensors[i].data, staged[i].data(), tensors[i].bytes);
+  return st;
+}
+
+} // namespace
+
+namespace {
+/// The training state a checkpoint file's metadata and step tensor record.
+TrainingState stateOf(const SafetensorsFile &f, const std::string &path) {
+  const StTensorInfo *stepInfo = f.find(kStepTensor);
+  if (!stepInfo || stepInfo->dtype != StDType::I64 || !stepInfo->shape.empty())
+    fail("checkpoint: '", path, "': missing scalar I64 '", kStepTensor, "'");
+  TrainingState st;
+  st.step = parseUInt(f.meta("actplace.step"), "step");
+  int64_t stepTensor;
+  std::memcpy(&stepTensor, f.data(*stepInfo), sizeof(stepTensor));
+  if (uint64_t(stepTensor) != st.step)
+    fail("checkpoint: '", path, "': step tensor ", stepTensor,
+         " disagrees with metadata step ", st.step);
+  try {
+    st.rng = RngState::deserialize(f.meta("actplace.rng"));
+  } catch (const std::exception &e) {
+    fail("checkpoint: '", path, "': ", e.what());
+  }
+  if (!f.meta("actplace.data_cursor").empty())
+    st.data = DataCursor::deserialize(f.meta("actplace.data_cursor"));
+  // The data section's checksum does not cover the header: the record
+  // carries its own, so an edited record is found instead of trusted.
+  if (!f.meta(kRunConfigKey).empty()) {
+    st.runConfig = mapFromJson(f.meta(kRunConfigKey),
+                               "checkpoint: '" + path + "': " + kRunConfigKey);
+    std::string recorded = f.meta(kRunConfigHashKey);
+    if (recorded != runConfigHash(st.runConfig))
+      fail("checkpoint: '", path, "': ", kRunConfigKey,
+           " does not match its SHA-256 ", kRunConfigHashKey, " ('", recorded,
+           "'): the header was edited or damaged");
+  }
+  if (!f.meta(kPlacementKey).empty())
+    st.placement = mapFromJson(f.meta(kPlacementKey),
+                               "checkpoint: '" + path + "': " + kPlacementKey);
+  for (const auto &[k, v] : f.metadata())
+    if (k.rfind("extra.", 0) == 0)
+      st.extra[k.substr(6)] = v;
+  return st;
+}
+} // namespace
+
+std::vector<CheckpointEntry> listCheckpoint(const std::string &stepDir) {
+  std::string indexPath = stepDir + "/index.json";
+  FlatCatalog c;
+  if (fileExists(indexPath)) {
+    Json idx = parseJson(readSmallFile(indexPath), "checkpoint: " + indexPath);
+    if (!idx.is_object() || !idx.contains("tensors"))
+      fail("checkpoint: '", indexPath,
+           "' has no \"tensors\" map (per-rank shards that are not flat)");
+    c = catalogOfIndex(stepDir, idx);
+  } else if (fileExists(stepDir + "/" + checkpointShardName(0, 1))) {
+    c = catalogOfFile(stepDir);
+  } else {
+    fail("checkpoint: '", stepDir, "' holds neither index.json nor ",
+         checkpointShardName(0, 1));
+  }
+  std::vector<CheckpointEntry> out;
+  for (const std::string &name : c.order) {
+    const FlatSource &s = c.tensors.at(name);
+    out.push_back({name, s.dtype, s.shape});
+  }
+  return out;
+}
+
 TrainingState loadCheckpoint(const std::string &stepDir,
                              const std::vector<CheckpointTensor> &tensors,
-                             const ShardInfo &shard) {
+                             const ShardInfo &shard,
+                             const LoadOptions &options) {
   // The index (present for distributed saves) tells a world-size mismatch
   // apart from a missing file.
   std::string indexPath = stepDir + "/index.json";
   int savedWorld = 1;
+  bool sharded = false;
+  for (const CheckpointTensor &t : tensors)
+    sharded = sharded || t.shardNumel > 0;
   if (fileExists(indexPath)) {
     Json idx = parseJson(readSmallFile(indexPath), "checkpoint: " + indexPath);
     auto ws = idx.find("world_size"); // end() when idx is no object
@@ -528,7 +888,17 @@ TrainingState loadCheckpoint(const std::string &stepDir,
         ws->get<uint64_t>() == 0 || ws->get<uint64_t>() > uint64_t(INT_MAX))
       fail("checkpoint: '", indexPath, "' has no valid world_size");
     savedWorld = int(ws->get<uint64_t>());
+    if (idx.contains("tensors"))
+      return loadFlat(stepDir, catalogOfIndex(stepDir, idx), tensors, options);
+  } else if (sharded || options.subset) {
+    return loadFlat(stepDir, catalogOfFile(stepDir), tensors, options);
   }
+  if (sharded)
+    fail("checkpoint: '", stepDir, "' holds per-rank shards without a flat ",
+         "index; a flat-sharded (ZeRO-3) run cannot load it");
+  if (options.subset)
+    fail("checkpoint: '", stepDir, "': loading some tensors needs a flat ",
+         "index or a world-of-one file");
   if (savedWorld != shard.worldSize)
     fail("checkpoint: '", stepDir, "' was saved by ", savedWorld,
          " rank(s) but this run has ", shard.worldSize,
@@ -580,37 +950,7 @@ TrainingState loadCheckpoint(const std::string &stepDir,
     fail("checkpoint: '", path,
          "' does not match this model:", listProblems(problems, 8));
 
-  TrainingState st;
-  st.step = parseUInt(f.meta("actplace.step"), "step");
-  int64_t stepTensor;
-  std::memcpy(&stepTensor, f.data(*stepInfo), sizeof(stepTensor));
-  if (uint64_t(stepTensor) != st.step)
-    fail("checkpoint: '", path, "': step tensor ", stepTensor,
-         " disagrees with metadata step ", st.step);
-  try {
-    st.rng = RngState::deserialize(f.meta("actplace.rng"));
-  } catch (const std::exception &e) {
-    fail("checkpoint: '", path, "': ", e.what());
-  }
-  if (!f.meta("actplace.data_cursor").empty())
-    st.data = DataCursor::deserialize(f.meta("actplace.data_cursor"));
-  // The data section's checksum does not cover the header: the record
-  // carries its own, so an edited record is found instead of trusted.
-  if (!f.meta(kRunConfigKey).empty()) {
-    st.runConfig = mapFromJson(f.meta(kRunConfigKey),
-                               "checkpoint: '" + path + "': " + kRunConfigKey);
-    std::string recorded = f.meta(kRunConfigHashKey);
-    if (recorded != runConfigHash(st.runConfig))
-      fail("checkpoint: '", path, "': ", kRunConfigKey,
-           " does not match its SHA-256 ", kRunConfigHashKey, " ('", recorded,
-           "'): the header was edited or damaged");
-  }
-  if (!f.meta(kPlacementKey).empty())
-    st.placement = mapFromJson(f.meta(kPlacementKey),
-                               "checkpoint: '" + path + "': " + kPlacementKey);
-  for (const auto &[k, v] : f.metadata())
-    if (k.rfind("extra.", 0) == 0)
-      st.extra[k.substr(6)] = v;
+  TrainingState st = stateOf(f, path);
 
   for (const CheckpointTensor &t : tensors)
     if (t.bytes)

@@ -10,6 +10,9 @@
 // Directory layout, one folder per saved step:
 //   <dir>/step-00000100/model.safetensors                  (world of one)
 //   <dir>/step-00000100/model-rank00001-of-00004.safetensors + index.json
+// Flat shards (ZeRO-3): each rank's file holds its slice of every tensor as
+// a 1-D tensor of shardNumel elements; index.json maps every tensor to the
+// files and element ranges that hold it, so any number of ranks can load it.
 //   <dir>/latest      text file naming the newest complete step folder
 // Every file is written to a temporary name, fsynced and renamed; "latest"
 // moves only after all shards are complete, so a crash or a full disk never
@@ -40,6 +43,13 @@ struct CheckpointTensor {
   std::vector<int64_t> shape;
   void *data = nullptr;
   size_t bytes = 0;
+  /// Flat shards (ZeRO-3 data parallelism): 0, the buffer holds the whole
+  /// tensor. Otherwise `shape` is the whole tensor's and the buffer holds
+  /// `shardNumel` elements (`bytes` = shardNumel x element size): elements
+  /// [flatBegin, flatBegin + shardNumel) of the flattened tensor, zeros past
+  /// its end (the padding of the last ranks).
+  int64_t shardNumel = 0;
+  int64_t flatBegin = 0;
 };
 
 inline std::string paramTensorName(const std::string &p) {
@@ -192,15 +202,39 @@ private:
 /// The lock file's name inside a checkpoint folder.
 inline constexpr const char *kCheckpointLockFile = "lock";
 
-/// Loads this rank's shard of the checkpoint in `stepDir` (a folder returned
+struct LoadOptions {
+  /// Load only the requested tensors: the checkpoint may hold others (a
+  /// tool that consolidates the weights alone). Flat layouts only.
+  bool subset = false;
+};
+
+/// Loads this rank's part of the checkpoint in `stepDir` (a folder returned
 /// by saveCheckpoint / latestCheckpoint) into `tensors` and returns the
-/// training state. Verifies the SHA-256 of the shard, the world size, that
-/// every requested tensor exists with the same dtype and shape, and that the
-/// file has no tensor that was not requested. Nothing is written into the
-/// destination buffers unless all checks pass.
+/// training state. Verifies the SHA-256 of every file read, that every
+/// requested tensor exists with the same dtype and (whole) shape, and that
+/// the checkpoint has no tensor that was not requested. Nothing is written
+/// into the destination buffers unless all checks pass.
+///
+/// Layouts: a world-of-one file (replicated state) and flat shards (an
+/// index.json with a "tensors" map, docs/checkpoint-format.md) load into
+/// whole or flat-sharded destinations on any number of ranks: each
+/// destination's element range is read from the files that hold it
+/// (resharding). Other per-rank shards need the same world size (`shard`).
 TrainingState loadCheckpoint(const std::string &stepDir,
                              const std::vector<CheckpointTensor> &tensors,
-                             const ShardInfo &shard);
+                             const ShardInfo &shard,
+                             const LoadOptions &options = LoadOptions());
+
+/// A tensor of a checkpoint as a whole: name, dtype and whole shape.
+struct CheckpointEntry {
+  std::string name;
+  StDType dtype = StDType::F32;
+  std::vector<int64_t> shape;
+};
+/// The tensors of the checkpoint in `stepDir` (a world-of-one file or flat
+/// shards), in file or index order, the step tensor left out. Throws
+/// ap::rt::Error naming the file when it is neither or unreadable.
+std::vector<CheckpointEntry> listCheckpoint(const std::string &stepDir);
 
 /// The shard file name of `rank` in a world of `worldSize`.
 std::string checkpointShardName(int rank, int worldSize);

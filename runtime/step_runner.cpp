@@ -172,6 +172,38 @@ void StepRunner::reduceScatter(uint64_t full, uint64_t shard,
   });
 }
 
+std::vector<double> StepRunner::sumOverRanks(std::vector<double> parts) {
+  if (!dataParallel || dataParallel->size() == 1 || parts.empty())
+    return parts;
+  size_t n = parts.size();
+  if (n * sizeof(double) > kScratchRankSumsBytes)
+    fail("sum over ranks: ", n, " values, room for ",
+         kScratchRankSumsBytes / sizeof(double));
+  // No collective of the step may still be in flight on another stream:
+  // the ranks must issue this one in the same order.
+  dev.synchronize();
+  auto *p = reinterpret_cast<double *>(scratch(kScratchRankSums));
+  dev.copyAsync(p, parts.data(), n * sizeof(double), CopyKind::HostToDevice,
+                Stream::Compute);
+  Communicator *comm = dataParallel;
+  if (dev.kind() == DeviceKind::Cuda)
+    comm->allReduceSum(p, p, n, DType::F64, dev.nativeStream(Stream::Compute));
+  else
+    dev.hostCallback(Stream::Compute, [comm, p, n] {
+      comm->allReduceSum(p, p, n, DType::F64, nullptr);
+    });
+  dev.copyToHostSync(parts.data(), p, n * sizeof(double));
+  return parts;
+}
+
+ShardSpan shardSpan(const ParamEntry &e, int rank) {
+  if (e.shardNumel <= 0)
+    return {0, e.numel, e.numel};
+  int64_t begin = int64_t(rank) * e.shardNumel;
+  int64_t count = std::clamp<int64_t>(e.numel - begin, 0, e.shardNumel);
+  return {begin, count, e.shardNumel};
+}
+
 void StepRunner::zero(uint64_t offset, uint64_t bytes, Stream stream) {
   if (stream != Stream::Comm && stream != Stream::Compute)
     fail("zero: stream ", streamName(stream), " (expected comm or compute)");
@@ -329,13 +361,21 @@ void StepRunner::finalizeGrads(double maxNorm) {
   if (count <= 0)
     fail("finalize_grads: the step has no valid tokens (token count ", count,
          ")");
+  // ZeRO-3: each rank's main grads are its shards of the summed grads, so
+  // the norm below covers this rank's elements only (the padding past a
+  // parameter's end is left out: nothing there is a gradient) and the
+  // fingerprint is this rank's.
+  const int rank = dpRank();
   std::vector<kernels::GradTensor> tensors;
   std::vector<ByteRange> ranges;
   for (const ParamEntry &p : program_.params) {
     if (p.frozen)
       continue;
-    tensors.push_back({static_cast<const float *>(at(p.grad)), p.numel});
-    ranges.push_back({at(p.grad), uint64_t(p.numel) * 4, true});
+    ShardSpan span = shardSpan(p, rank);
+    if (span.count == 0)
+      continue;
+    tensors.push_back({static_cast<const float *>(at(p.grad)), span.count});
+    ranges.push_back({at(p.grad), uint64_t(span.count) * 4, true});
   }
   if (fingerprints_) {
     // Hashing gigabytes is not part of the step: its time is left out of
@@ -353,10 +393,25 @@ void StepRunner::finalizeGrads(double maxNorm) {
   args.maxNorm = 0; // clip computed below from the mean-gradient norm
   args.norm = normDev;
   args.clipCoef = nullptr;
-  launch("finalize_grads",
-         [args](const KernelContext &c) { return kernels::gradNorm(c, args); });
   float rawNorm = 0;
-  dev.copyToHostSync(&rawNorm, normDev, 4);
+  if (!tensors.empty()) {
+    launch("finalize_grads", [args](const KernelContext &c) {
+      return kernels::gradNorm(c, args);
+    });
+    dev.copyToHostSync(&rawNorm, normDev, 4);
+  }
+  if (program_.dataParallelMode == DataParallelMode::Zero3 && dataParallel &&
+      dataParallel->size() > 1) {
+    // The global norm is the root of the sum over ranks of each rank's sum
+    // of squares (the shards partition every parameter), summed in one
+    // fixed order that every rank shares, so every rank clips by the same
+    // coefficient. The kernel gives each rank's norm, so its square stands
+    // for the rank's sum (a relative error of float's rounding). A world of
+    // one skips this: its shard is the whole parameter and the kernel's
+    // norm is replicate's, bit for bit.
+    double squares = double(rawNorm) * double(rawNorm);
+    rawNorm = float(std::sqrt(sumOverRanks({squares})[0]));
+  }
   gradNorm = rawNorm / float(count);
   float clip = 1.f;
   if (maxNorm > 0)
@@ -401,6 +456,9 @@ void StepRunner::adamw(size_t param, double beta1, double beta2, double eps,
   const ParamEntry &p = program_.params.at(param);
   if (p.frozen)
     return;
+  // ZeRO-3: this rank's shard; the padding past the parameter's end is
+  // skipped, so it stays zero whatever eps is (0 / (sqrt(0) + 0) would not).
+  ShardSpan span = shardSpan(p, dpRank());
   kernels::AdamWArgs args;
   args.master = static_cast<float *>(at(p.master));
   args.expAvg = static_cast<float *>(at(p.adamM));
@@ -410,18 +468,21 @@ void StepRunner::adamw(size_t param, double beta1, double beta2, double eps,
       reinterpret_cast<const float *>(scratch(AP_SCRATCH_CLIP_COEF));
   args.computeCopy = at(p.weight);
   args.computeDType = p.dtype;
-  args.n = p.numel;
+  args.n = span.count;
   args.lr = double(lr);
   args.beta1 = beta1;
   args.beta2 = beta2;
   args.eps = eps;
   args.weightDecay = weightDecay;
   args.step = stepIndex + 1;
-  launch(p.name, [args](const KernelContext &c) {
-    return kernels::adamWStep(c, args);
-  });
-  // The main grad starts the next step at zero (gradients accumulate).
-  dev.memsetAsync(at(p.grad), 0, uint64_t(p.numel) * 4, Stream::Compute);
+  if (span.count > 0)
+    launch(p.name, [args](const KernelContext &c) {
+      return kernels::adamWStep(c, args);
+    });
+  // The main grad (the whole shard) starts the next step at zero
+  // (gradients accumulate into it).
+  dev.memsetAsync(at(p.grad), 0, uint64_t(span.bufferNumel) * 4,
+                  Stream::Compute);
 }
 
 void StepRunner::lossMean() {

@@ -42,7 +42,7 @@ int64_t elemBytes(DType d) { return int64_t(dtypeBytes(d)); }
 /// give the same bits as one sequential pass (a 0.8B model took tens of
 /// seconds to initialise on one core).
 void initParameterInParallel(const InitSpec &spec, const RngKey &key,
-                             float *out, size_t n) {
+                             float *out, size_t n, size_t first = 0) {
   constexpr size_t kBlock = 4096, kMinPiece = size_t(1) << 20;
   unsigned hw = std::thread::hardware_concurrency();
   size_t threads = std::clamp<size_t>(hw ? hw : 1, 1, 16);
@@ -52,20 +52,84 @@ void initParameterInParallel(const InitSpec &spec, const RngKey &key,
   for (size_t start = 0; start < n; start += piece)
     workers.emplace_back([&, start] {
       size_t count = std::min(piece, n - start);
-      initParameter(spec, key, DType::F32, out + start, count, start);
+      initParameter(spec, key, DType::F32, out + start, count, first + start);
     });
   for (std::thread &t : workers)
     t.join();
 }
 
+/// This rank's elements of parameter `e`'s FP32 initial values: the slice
+/// [span.begin, span.begin + span.count) of the whole tensor's Philox
+/// values (generated from a 4096-value block boundary, so the bits are
+/// those of one pass over the whole tensor), zeros up to span.bufferNumel.
+std::vector<float> initialValues(const ParamEntry &e, const ShardSpan &span,
+                                 uint64_t seed) {
+  InitSpec spec{e.init, e.initA, e.initB};
+  RngKey key = paramInitKey(seed, e.name);
+  std::vector<float> out(size_t(span.bufferNumel), 0.f);
+  if (span.count == 0)
+    return out;
+  if (span.begin == 0 && span.count == span.bufferNumel) {
+    initParameterInParallel(spec, key, out.data(), size_t(span.count));
+    return out;
+  }
+  size_t first = size_t(span.begin) / 4096 * 4096;
+  size_t lead = size_t(span.begin) - first;
+  std::vector<float> run(lead + size_t(span.count));
+  initParameterInParallel(spec, key, run.data(), run.size(), first);
+  std::copy(run.begin() + long(lead), run.end(), out.begin());
+  return out;
+}
+
+/// The elements of the whole flattened tensor `full` that this rank holds,
+/// zeros up to span.bufferNumel (`full` itself when it is all of them).
+std::vector<float> sliceOf(std::vector<float> full, const ShardSpan &span) {
+  if (span.begin == 0 && span.count == span.bufferNumel &&
+      int64_t(full.size()) == span.count)
+    return full;
+  std::vector<float> out(size_t(span.bufferNumel), 0.f);
+  std::copy(full.begin() + span.begin, full.begin() + span.begin + span.count,
+            out.begin());
+  return out;
+}
+
+/// Writes parameter `e`'s master (when trainable) and compute copy from
+/// this rank's FP32 values `v` (span.bufferNumel of them): the compute copy
+/// is each value rounded once to the storage dtype (RNE for bf16), exactly
+/// what initParameter gives and AdamW refreshes.
+void writeParameter(StepRunner &r, const ParamEntry &e,
+                    const std::vector<float> &v) {
+  if (!e.frozen)
+    r.dev.copyAsync(r.at(e.master), v.data(), v.size() * sizeof(float),
+                    CopyKind::HostToDevice, Stream::Compute);
+  std::vector<char> weight(v.size() * size_t(elemBytes(e.dtype)));
+  kernels::ConvertArgs c;
+  c.from = DType::F32;
+  c.to = e.dtype;
+  c.x = v.data();
+  c.y = weight.data();
+  c.n = int64_t(v.size());
+  if (c.n > 0 &&
+      kernels::convertDType(kernels::KernelContext{}, c) != Status::Ok)
+    fail("parameter ", e.name, ": unsupported storage dtype");
+  r.dev.copyAsync(r.at(e.weight), weight.data(), uint64_t(weight.size()),
+                  CopyKind::HostToDevice, Stream::Compute);
+  r.dev.synchronize();
+}
+
+/// This rank's parameters and masters (ZeRO-3: its shards, the padding
+/// left out), for the params fingerprint.
 std::vector<ByteRange> paramRanges(const Program &p, StepRunner &r) {
   std::vector<ByteRange> out;
+  int rank = r.dpRank();
   for (const ParamEntry &e : p.params)
-    out.push_back(
-        {r.at(e.weight), uint64_t(e.numel * elemBytes(e.dtype)), true});
+    out.push_back({r.at(e.weight),
+                   uint64_t(shardSpan(e, rank).count * elemBytes(e.dtype)),
+                   true});
   for (const ParamEntry &e : p.params)
     if (!e.frozen)
-      out.push_back({r.at(e.master), uint64_t(e.numel) * 4, true});
+      out.push_back(
+          {r.at(e.master), uint64_t(shardSpan(e, rank).count) * 4, true});
   return out;
 }
 
@@ -88,27 +152,13 @@ std::vector<WeightSpec> weightSpecs(const Program &p, bool trainableOnly) {
 /// --init-weights: the FP32 values of the file become the masters, and the
 /// compute copies are those values in their storage dtype (rounded once,
 /// RNE for bf16), as AdamW refreshes them after every step.
+/// ZeRO-3: each rank takes its slice of every whole tensor of the file.
 void loadInitWeights(const Program &p, StepRunner &r, const std::string &path) {
   std::vector<std::vector<float>> values =
       readWeightsF32(path, weightSpecs(p, /*trainableOnly=*/false));
   for (size_t i = 0; i < p.params.size(); ++i) {
     const ParamEntry &e = p.params[i];
-    const std::vector<float> &v = values[i];
-    std::vector<char> host(size_t(e.numel * elemBytes(e.dtype)));
-    for (int64_t j = 0; j < e.numel; ++j) {
-      if (e.dtype == DType::BF16)
-        reinterpret_cast<kernels::bf16 *>(host.data())[j] = kernels::bf16(v[j]);
-      else if (e.dtype == DType::F64)
-        reinterpret_cast<double *>(host.data())[j] = v[j];
-      else
-        reinterpret_cast<float *>(host.data())[j] = v[j];
-    }
-    r.dev.copyAsync(r.at(e.weight), host.data(), host.size(),
-                    CopyKind::HostToDevice, Stream::Compute);
-    if (!e.frozen)
-      r.dev.copyAsync(r.at(e.master), v.data(), v.size() * sizeof(float),
-                      CopyKind::HostToDevice, Stream::Compute);
-    r.dev.synchronize();
+    writeParameter(r, e, sliceOf(std::move(values[i]), shardSpan(e, r.dpRank())));
   }
 }
 
@@ -122,19 +172,35 @@ std::string numberText(double v) {
 /// gets them divided by the token count (the gradient of the step's mean
 /// loss, before clipping), the clip coefficient AdamW applies on top in the
 /// metadata.
+/// ZeRO-3: the ranks' shards are gathered (host backend: the communicator
+/// works on host memory) and rank 0 writes the whole grads; every rank
+/// calls it.
 void dumpGrads(const Program &p, StepRunner &r, const std::string &path,
                int32_t tokenCount, float clipCoef) {
   std::vector<WeightSpec> specs = weightSpecs(p, /*trainableOnly=*/true);
   std::vector<std::vector<float>> values;
+  bool sharded = p.dataParallelMode == DataParallelMode::Zero3 &&
+                 r.dataParallel && r.dataParallel->size() > 1;
+  r.dev.synchronize();
   for (const ParamEntry &e : p.params) {
     if (e.frozen)
       continue;
-    std::vector<float> g(size_t(e.numel));
+    ShardSpan span = shardSpan(e, r.dpRank());
+    std::vector<float> g(size_t(span.bufferNumel));
     r.dev.copyToHostSync(g.data(), r.at(e.grad), g.size() * sizeof(float));
+    if (sharded) {
+      std::vector<float> all(g.size() * size_t(r.dataParallel->size()));
+      r.dataParallel->allGather(g.data(), all.data(), g.size(), DType::F32,
+                                nullptr);
+      all.resize(size_t(e.numel));
+      g = std::move(all);
+    }
     for (float &x : g)
       x /= float(tokenCount);
     values.push_back(std::move(g));
   }
+  if (r.dpRank() != 0)
+    return;
   writeTensorsF32(
       path, specs, values,
       {{"actplace.grads", "token mean over the step, before clipping"},
@@ -152,15 +218,25 @@ struct CheckpointMirror {
   std::vector<CheckpointTensor> tensors;
   std::vector<std::pair<uint64_t, size_t>> device; ///< arena offset, index
 
-  explicit CheckpointMirror(const Program &p) {
+  /// ZeRO-3 on several ranks: this rank's flat shards (CheckpointTensor::
+  /// shardNumel), saved one file per rank with an index; a world of one
+  /// holds whole tensors and saves them as replicate does.
+  CheckpointMirror(const Program &p, int rank) {
+    bool flat = p.dataParallelMode == DataParallelMode::Zero3 &&
+                p.dataParallelSize > 1;
     auto add = [&](const std::string &name, StDType dt, const ParamEntry &e,
                    uint64_t offset, size_t elemSize) {
-      buffers.emplace_back(size_t(e.numel) * elemSize);
+      ShardSpan span = shardSpan(e, rank);
+      buffers.emplace_back(size_t(span.bufferNumel) * elemSize);
       CheckpointTensor t;
       t.name = name;
       t.dtype = dt;
       t.shape.assign(e.shape, e.shape + e.rank);
       t.bytes = buffers.back().size();
+      if (flat) {
+        t.shardNumel = span.bufferNumel;
+        t.flatBegin = span.begin;
+      }
       tensors.push_back(t);
       device.push_back({offset, tensors.size() - 1});
     };
@@ -237,25 +313,30 @@ std::string valueText(float v) {
 /// and Adam moments are reduced on the device, one L2-norm launch over each
 /// (a NaN or Inf anywhere makes the norm NaN or Inf; so does a value near
 /// float's limit, whose square overflows: no healthier), only when
-/// `checkState`. Compute copies are roundings of the masters.
+/// `checkState`. Compute copies are roundings of the masters. `sharded`
+/// (ZeRO-3 on several ranks): each rank reduces its shards and the norms
+/// are combined over the ranks (root of the rank-order sum of squares), so
+/// every rank sees the same verdict and all stop together; every rank must
+/// then call it alike (it is collective).
 std::string nonFiniteInStep(StepRunner &r,
                             const std::vector<kernels::GradTensor> &masters,
                             const std::vector<kernels::GradTensor> &moments1,
                             const std::vector<kernels::GradTensor> &moments2,
-                            bool checkState) {
+                            bool checkState, bool sharded) {
   if (!std::isfinite(r.loss))
     return "the loss is " + valueText(r.loss);
   if (!std::isfinite(r.gradNorm))
     return "the grad norm is " + valueText(r.gradNorm) + " (loss " +
            valueText(r.loss) + ")";
-  if (masters.empty() || !checkState)
+  if ((masters.empty() && !sharded) || !checkState)
     return "";
   const std::vector<kernels::GradTensor> *groups[] = {&masters, &moments1,
                                                       &moments2};
   const char *names[] = {"the master weights", "the Adam first moments",
                          "the Adam second moments"};
   float *out = reinterpret_cast<float *>(r.scratch(AP_SCRATCH_STATE_NORMS));
-  for (int g = 0; g < 3; ++g) {
+  float norms[3] = {0, 0, 0};
+  for (int g = 0; g < 3 && !masters.empty(); ++g) {
     kernels::GradNormArgs args;
     args.tensors = groups[g]->data();
     args.numTensors = int64_t(groups[g]->size());
@@ -265,8 +346,16 @@ std::string nonFiniteInStep(StepRunner &r,
         Stream::Compute, "check_finite",
         [args](const KernelContext &c) { return kernels::gradNorm(c, args); });
   }
-  float norms[3];
-  r.dev.copyToHostSync(norms, out, sizeof(norms));
+  if (!masters.empty())
+    r.dev.copyToHostSync(norms, out, sizeof(norms));
+  if (sharded) {
+    std::vector<double> squares(3);
+    for (int g = 0; g < 3; ++g)
+      squares[g] = double(norms[g]) * double(norms[g]);
+    squares = r.sumOverRanks(squares);
+    for (int g = 0; g < 3; ++g)
+      norms[g] = float(std::sqrt(squares[g]));
+  }
   for (int g = 0; g < 3; ++g)
     if (!std::isfinite(norms[g]))
       return std::string(names[g]) +
@@ -341,7 +430,7 @@ std::pair<std::string, std::string> runDigests(const Program &p,
     prog += std::string(e.name) + " ";
     add(int(e.dtype), e.rank, e.shape[0], e.shape[1], e.shape[2], e.shape[3],
         int(e.init), int(e.frozen), e.weight, e.master, e.grad, e.adamM,
-        e.adamV);
+        e.adamV, e.shardNumel);
     prog += exactNumberText(e.initA) + " " + exactNumberText(e.initB) + "\n";
   }
   const OptimizerSettings &o = p.optimizer;
@@ -496,10 +585,7 @@ int run(int argc, char **argv, const Program &p) {
   const int rank = launchInfo.rank;
   rankContext.rank = rank;
   rankContext.worldSize = worldSize;
-  if (p.dataParallelMode == DataParallelMode::Zero3)
-    fail("this binary was compiled for --data-parallel=zero3, which this "
-         "runtime does not implement (sharded parameters, gathers and "
-         "reduce-scatters); compile with --data-parallel=replicate");
+  const bool zero3 = p.dataParallelMode == DataParallelMode::Zero3;
   if (worldSize != p.dataParallelSize)
     fail("the launcher (", launcherName(launchInfo.launcher), ") started ",
          worldSize, " rank(s) but this binary was compiled for ",
@@ -549,7 +635,13 @@ int run(int argc, char **argv, const Program &p) {
   // Whatever can refuse the run is checked before the first step (in a
   // world of one also before the device starts): the checkpoint to resume
   // and the flags against it, the data, the --save folder.
-  CheckpointMirror mirror(p);
+  // (Several ranks start their device above.)
+  if (zero3 && !flags.dumpGrads.empty() && worldSize > 1 && device &&
+      device->kind() == DeviceKind::Cuda)
+    throw CliError("--dump-grads with --data-parallel=zero3 on several ranks "
+                   "gathers the grad shards through host memory: run it on "
+                   "the host backend (--device host)");
+  CheckpointMirror mirror(p, rank);
   std::optional<TrainingState> resumed;
   std::string resumeDir;
   if (!flags.resume.empty()) {
@@ -731,36 +823,16 @@ int run(int argc, char **argv, const Program &p) {
   dev.memsetAsync(dev.at(0, p.persistentBytes), 0, p.persistentBytes,
                   Stream::Compute);
   dev.synchronize();
-  for (const ParamEntry &e : p.params) {
-    InitSpec spec{e.init, e.initA, e.initB};
-    RngKey key = paramInitKey(flags.seed, e.name);
-    std::vector<float> master(size_t(e.numel));
-    initParameterInParallel(spec, key, master.data(), size_t(e.numel));
-    if (!e.frozen) {
-      dev.copyAsync(r.at(e.master), master.data(), uint64_t(e.numel) * 4,
-                    CopyKind::HostToDevice, Stream::Compute);
-      dev.synchronize();
-    }
-    // The compute copy is the FP32 value rounded once, exactly what
-    // initParameter gives for the storage dtype.
-    std::vector<char> weight(size_t(e.numel * elemBytes(e.dtype)));
-    kernels::ConvertArgs c;
-    c.from = DType::F32;
-    c.to = e.dtype;
-    c.x = master.data();
-    c.y = weight.data();
-    c.n = e.numel;
-    if (kernels::convertDType(kernels::KernelContext{}, c) != Status::Ok)
-      fail("parameter ", e.name, ": unsupported storage dtype");
-    dev.copyAsync(r.at(e.weight), weight.data(), uint64_t(weight.size()),
-                  CopyKind::HostToDevice, Stream::Compute);
-    dev.synchronize();
-  }
+  // ZeRO-3: every rank takes its slice of the whole tensor's values (the
+  // same Philox keys), so any world size starts from the same model.
+  for (const ParamEntry &e : p.params)
+    writeParameter(r, e, initialValues(e, shardSpan(e, rank), flags.seed));
 
   if (!flags.initWeights.empty())
     loadInitWeights(p, r, flags.initWeights);
-  // Every rank holds the same summed grads: rank 0 writes them.
-  if (!flags.dumpGrads.empty() && rank == 0)
+  // Every rank holds the same summed grads (replicate) or gathers its
+  // shards to rank 0 (ZeRO-3, all ranks take part): rank 0 writes them.
+  if (!flags.dumpGrads.empty() && (rank == 0 || zero3))
     r.onGradsFinalized = [&](int32_t tokenCount, float clipCoef) {
       if (r.stepIndex + 1 == flags.steps)
         dumpGrads(p, r, flags.dumpGrads, tokenCount, clipCoef);
@@ -791,13 +863,17 @@ int run(int argc, char **argv, const Program &p) {
   r.tokens.assign(mbElems * size_t(p.microBatches), 0);
   r.labels.assign(mbElems * size_t(p.microBatches), 0);
   // The device buffers the per-step finiteness check reduces.
+  // ZeRO-3: this rank's shards, padding left out.
   std::vector<kernels::GradTensor> masters, moments1, moments2;
-  for (const ParamEntry &e : p.params)
-    if (!e.frozen) {
-      masters.push_back({static_cast<const float *>(r.at(e.master)), e.numel});
-      moments1.push_back({static_cast<const float *>(r.at(e.adamM)), e.numel});
-      moments2.push_back({static_cast<const float *>(r.at(e.adamV)), e.numel});
+  for (const ParamEntry &e : p.params) {
+    int64_t n = shardSpan(e, rank).count;
+    if (!e.frozen && n > 0) {
+      masters.push_back({static_cast<const float *>(r.at(e.master)), n});
+      moments1.push_back({static_cast<const float *>(r.at(e.adamM)), n});
+      moments2.push_back({static_cast<const float *>(r.at(e.adamV)), n});
     }
+  }
+  const bool shardedState = zero3 && worldSize > 1;
 
   std::map<std::string, StepRunner::OpTime> opTimes;
   std::vector<StepRunner::TimelineEntry> timeline;
@@ -851,8 +927,9 @@ int run(int argc, char **argv, const Program &p) {
     bool saving = !flags.save.empty() &&
                   ((flags.saveEvery > 0 && (step + 1) % flags.saveEvery == 0) ||
                    step + 1 == flags.steps);
-    std::string bad = nonFiniteInStep(r, masters, moments1, moments2,
-                                      saving || step + 1 == flags.steps);
+    std::string bad =
+        nonFiniteInStep(r, masters, moments1, moments2,
+                        saving || step + 1 == flags.steps, shardedState);
 
     StepMetrics m;
     m.step = step + 1;
@@ -876,13 +953,16 @@ int run(int argc, char **argv, const Program &p) {
       f.loss = fingerprint(dev, pool, {{&r.loss, 4, false}});
       f.grads = r.gradsFingerprint;
       f.params = fingerprint(dev, pool, paramRanges(p, r));
+      // Per rank: ZeRO-3 ranks fingerprint their shards.
       std::vector<ByteRange> opt;
       for (const ParamEntry &e : p.params)
         if (!e.frozen)
-          opt.push_back({r.at(e.adamM), uint64_t(e.numel) * 4, true});
+          opt.push_back(
+              {r.at(e.adamM), uint64_t(shardSpan(e, rank).count) * 4, true});
       for (const ParamEntry &e : p.params)
         if (!e.frozen)
-          opt.push_back({r.at(e.adamV), uint64_t(e.numel) * 4, true});
+          opt.push_back(
+              {r.at(e.adamV), uint64_t(shardSpan(e, rank).count) * 4, true});
       int64_t stepCount = step + 1;
       opt.push_back({&stepCount, 8, false});
       f.optimizer = fingerprint(dev, pool, opt);
@@ -904,9 +984,17 @@ int run(int argc, char **argv, const Program &p) {
       return stopNotFinite(bad);
     if (saving) {
       mirror.fromDevice(dev);
-      // Every saved value, compute copies included, checked on the host.
-      if (std::string name = firstNonFinite(mirror); !name.empty())
-        return stopNotFinite("tensor '" + name + "' holds NaN or Inf");
+      // Every saved value, compute copies included, checked on the host;
+      // ZeRO-3 ranks check their shards and agree before anyone saves.
+      std::string name = firstNonFinite(mirror);
+      bool allFinite = name.empty();
+      if (shardedState)
+        allFinite = world->allTrue(allFinite);
+      if (!allFinite)
+        return stopNotFinite(name.empty()
+                                 ? std::string("a shard of another rank holds "
+                                               "NaN or Inf")
+                                 : "tensor '" + name + "' holds NaN or Inf");
       TrainingState st;
       st.step = uint64_t(step + 1);
       st.rng.seed = seed;
@@ -917,8 +1005,9 @@ int run(int argc, char **argv, const Program &p) {
       st.placement = placement;
       // Replicated state: rank 0 writes the world-of-one checkpoint and
       // it counts ("latest" moves) once every rank agreed it is complete.
+      // ZeRO-3: every rank writes its shards, rank 0 the index.
       ShardInfo save = ranks;
-      save.replicated = worldSize > 1;
+      save.replicated = worldSize > 1 && !zero3;
       saveCheckpoint(flags.save, mirror.tensors, st, save);
     }
   }
@@ -1018,6 +1107,10 @@ placementOf(const Program &p, const std::string &device, int worldSize) {
   c["pinned_bytes"] = std::to_string(p.pinnedBytes);
   c["offload_scopes"] = std::to_string(p.scopes.size());
   c["side_stream"] = p.sideKernels ? "yes" : "no";
+  // Only where it is not the default, so that replicate checkpoints of
+  // before ZeRO-3 resume without a note.
+  if (p.dataParallelMode == DataParallelMode::Zero3)
+    c["data_parallel"] = "zero3";
   // The rest of the plan (regions, slots, scopes, parameter offsets) as
   // one digest: equal plans place every buffer alike.
   std::string plan = std::to_string(p.persistentBytes) + " " +

@@ -49,6 +49,21 @@ struct ParamEntry {
   int64_t shardNumel = 0;
 };
 
+/// The part of a parameter this rank's buffers hold: elements [begin, begin
+/// + count) of the flattened parameter, in buffers of bufferNumel elements
+/// (the rest, bufferNumel - count, is padding that stays zero). Replicate:
+/// the whole parameter. ZeRO-3: begin = rank x shardNumel, count clipped to
+/// the parameter (0 on a rank past its end).
+struct ShardSpan {
+  int64_t begin = 0, count = 0, bufferNumel = 0;
+};
+ShardSpan shardSpan(const ParamEntry &e, int rank);
+
+/// Bytes of the driver scratch's scalar region (runtime/abi.h
+/// AP_SCRATCH_*) that StepRunner::sumOverRanks stages its doubles in: the
+/// runtime's own scalars, between the loss slot and the state norms.
+inline constexpr uint64_t kScratchRankSums = 32, kScratchRankSumsBytes = 32;
+
 /// Offsets of the step's state scalars.
 struct StateOffsets {
   uint64_t lossSum = kNoOffset, tokenCount = kNoOffset, gradNorm = kNoOffset,
@@ -225,6 +240,14 @@ public:
                      bool accumulate = false);
   /// Zeroes `bytes` at `offset`, enqueued on `stream` (compute or comm).
   void zero(uint64_t offset, uint64_t bytes, Stream stream);
+  /// This rank in the data-parallel group (0 without one).
+  int dpRank() const { return dataParallel ? dataParallel->rank() : 0; }
+  /// Element-wise sums over the data-parallel ranks of a few doubles (at
+  /// most kScratchRankSumsBytes), the same on every rank: one all-reduce
+  /// through the driver scratch after all streams are idle (the host
+  /// communicators sum in rank order; NCCL as for every other collective).
+  /// A world of one returns `parts`. Collective: every rank calls it.
+  std::vector<double> sumOverRanks(std::vector<double> parts);
 
   //===--- Data movement ops (kernels on the compute stream) -----------===//
   /// y[outer, len, inner] = x[outer, offset:offset+len, inner]; x has `dimX`.

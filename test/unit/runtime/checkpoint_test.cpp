@@ -322,6 +322,219 @@ TEST(Checkpoint, ShardedSaveFailingOnOneRankMovesNothing) {
       "allTrue");
 }
 
+/// Two whole tensors and any rank's flat (ZeRO-3) shards of them: rank r of
+/// n holds elements [r x S, (r + 1) x S) of each flattened tensor, S =
+/// ceil(numel / n), zeros past its end; n = 0 stands for the whole tensors.
+struct FlatModel {
+  std::vector<int64_t> shapeA{5, 3}, shapeB;
+  std::vector<float> a;
+  std::vector<bf16> b;
+  FlatModel(float base, int64_t bNumel) : shapeB{bNumel} {
+    for (int i = 0; i < 15; ++i)
+      a.push_back(base + 0.5f * float(i));
+    for (int64_t i = 0; i < bNumel; ++i)
+      b.push_back(bf16(base - 0.25f * float(i)));
+  }
+};
+struct FlatShard {
+  std::vector<int64_t> shapeA, shapeB;
+  int64_t sa = 0, sb = 0, beginA = 0, beginB = 0;
+  bool whole = false;
+  std::vector<float> a;
+  std::vector<bf16> b;
+  /// Rank `rank` of `n`'s shards of `m` (n = 0: whole); `fill` instead of
+  /// the values (a destination to load into).
+  FlatShard(const FlatModel &m, int rank, int n, bool fill = false)
+      : shapeA(m.shapeA), shapeB(m.shapeB), whole(n == 0) {
+    int64_t na = int64_t(m.a.size()), nb = int64_t(m.b.size());
+    sa = whole ? na : (na + n - 1) / n;
+    sb = whole ? nb : (nb + n - 1) / n;
+    beginA = whole ? 0 : rank * sa;
+    beginB = whole ? 0 : rank * sb;
+    a.assign(size_t(sa), fill ? -7.f : 0.f);
+    b.assign(size_t(sb), bf16(fill ? -7.f : 0.f));
+    for (int64_t i = 0; !fill && i < sa && beginA + i < na; ++i)
+      a[size_t(i)] = m.a[size_t(beginA + i)];
+    for (int64_t i = 0; !fill && i < sb && beginB + i < nb; ++i)
+      b[size_t(i)] = m.b[size_t(beginB + i)];
+  }
+  std::vector<CheckpointTensor> tensors() {
+    CheckpointTensor ta{paramTensorName("a"), StDType::F32, shapeA, a.data(),
+                        a.size() * 4};
+    CheckpointTensor tb{masterTensorName("b"), StDType::BF16, shapeB,
+                        b.data(), b.size() * 2};
+    if (!whole) {
+      ta.shardNumel = sa;
+      ta.flatBegin = beginA;
+      tb.shardNumel = sb;
+      tb.flatBegin = beginB;
+    }
+    return {ta, tb};
+  }
+  bool operator==(const FlatShard &o) const {
+    if (a != o.a || b.size() != o.b.size())
+      return false;
+    for (size_t i = 0; i < b.size(); ++i)
+      if (b[i].bits != o.b[i].bits)
+        return false;
+    return true;
+  }
+};
+
+/// Saves `m`'s shards from `n` threads standing for ranks; the step folder.
+std::string saveFlat(const std::string &dir, const FlatModel &m, int n,
+                     uint64_t step) {
+  ThreadAllTrue agree(n);
+  std::vector<std::thread> ranks;
+  std::string stepDir;
+  for (int r = 0; r < n; ++r)
+    ranks.emplace_back([&, r] {
+      FlatShard s(m, r, n);
+      ShardInfo info{r, n, [&](bool ok) { return agree.arrive(ok); }};
+      std::string d = saveCheckpoint(dir, s.tensors(), sampleState(step), info);
+      if (r == 0)
+        stepDir = d;
+    });
+  for (std::thread &t : ranks)
+    t.join();
+  return stepDir;
+}
+
+Json readIndex(const std::string &stepDir) {
+  std::ifstream in(stepDir + "/index.json");
+  return parseJson(std::string(std::istreambuf_iterator<char>(in), {}),
+                   "index");
+}
+
+// ZeRO-3 checkpoints: each rank saves its flat shards, rank 0 an index
+// mapping every tensor to (file, element range); any number of ranks loads
+// it back, each reading the elements it holds from whichever files hold
+// them (resharding), padding zero.
+TEST(CheckpointFlat, SavedByTwoRanksLoadsOnAnyNumberOfRanks) {
+  std::string dir = freshDir("flat");
+  FlatModel m(1.f, 7);
+  std::string stepDir = saveFlat(dir, m, 2, 5);
+  EXPECT_EQ(*latestCheckpoint(dir), stepDir);
+  Json idx = readIndex(stepDir);
+  const Json &a = idx.at("tensors").at("param/a");
+  EXPECT_EQ(a.at("shape"), Json({5, 3}));
+  EXPECT_EQ(a.at("shard_numel").get<int64_t>(), 8);
+  EXPECT_EQ(a.at("data_parallel_size").get<int64_t>(), 2);
+  ASSERT_EQ(a.at("pieces").size(), 2u);
+  EXPECT_EQ(a.at("pieces")[1].at("file").get<std::string>(),
+            "model-rank00001-of-00002.safetensors");
+  EXPECT_EQ(a.at("pieces")[1].at("begin").get<int64_t>(), 8);
+  EXPECT_EQ(a.at("pieces")[1].at("end").get<int64_t>(), 15);
+  // The shard files hold the slices as 1-D tensors of shard_numel.
+  SafetensorsFile f1 =
+      SafetensorsFile::open(stepDir + "/model-rank00001-of-00002.safetensors");
+  EXPECT_EQ(f1.find("master/b")->shape, std::vector<int64_t>{4});
+  for (int n : {0, 1, 2, 3, 4})
+    for (int r = 0; r < std::max(n, 1); ++r) {
+      FlatShard got(m, r, n, /*fill=*/true), want(m, r, n);
+      TrainingState st = loadCheckpoint(stepDir, got.tensors(), ShardInfo{});
+      EXPECT_EQ(st.step, 5u);
+      EXPECT_TRUE(got == want) << "rank " << r << " of " << n;
+    }
+  std::vector<CheckpointEntry> list = listCheckpoint(stepDir);
+  ASSERT_EQ(list.size(), 2u);
+  EXPECT_EQ(list[0].name, "param/a"); // the save's order
+  EXPECT_EQ(list[1].name, "master/b");
+  EXPECT_EQ(list[1].shape, std::vector<int64_t>{7});
+  EXPECT_EQ(list[1].dtype, StDType::BF16);
+  // Some tensors only (a consolidation of the weights), on request.
+  FlatShard whole(m, 0, 0, true), want(m, 0, 0);
+  std::vector<CheckpointTensor> onlyA = {whole.tensors()[0]};
+  expectError([&] { loadCheckpoint(stepDir, onlyA, ShardInfo{}); },
+              "unexpected tensor 'master/b'");
+  loadCheckpoint(stepDir, onlyA, ShardInfo{}, LoadOptions{true});
+  EXPECT_EQ(whole.a, want.a);
+}
+
+// A world-of-one checkpoint (replicate) loads into flat shards: each rank
+// takes its slice.
+TEST(CheckpointFlat, WholeCheckpointLoadsIntoShards) {
+  std::string dir = freshDir("flatwhole");
+  FlatModel m(2.f, 9);
+  FlatShard whole(m, 0, 0);
+  std::string stepDir =
+      saveCheckpoint(dir, whole.tensors(), sampleState(3), ShardInfo{});
+  for (int r = 0; r < 4; ++r) {
+    FlatShard got(m, r, 4, true), want(m, r, 4);
+    loadCheckpoint(stepDir, got.tensors(), ShardInfo{});
+    EXPECT_TRUE(got == want) << "rank " << r << " of 4";
+  }
+  // A world of one holds whole tensors: a flat shard there is refused.
+  FlatShard one(m, 0, 1);
+  expectError(
+      [&] { saveCheckpoint(dir, one.tensors(), sampleState(4), ShardInfo{}); },
+      "flat shard of 'param/a' in a world of one");
+}
+
+// Bad input: a missing shard, a shard of another model, an index that does
+// not cover the model, a model that differs: each named, and the
+// destination keeps what it held.
+TEST(CheckpointFlat, BadShardsAreNamedAndNothingIsWritten) {
+  FlatModel m(1.f, 7), other(3.f, 9);
+  auto untouched = [&](FlatShard &s) {
+    FlatShard fresh(m, 0, 0, true);
+    EXPECT_TRUE(s == fresh) << "the destination was written";
+  };
+  {
+    std::string stepDir = saveFlat(freshDir("flatmissing"), m, 2, 5);
+    std::filesystem::remove(stepDir + "/model-rank00001-of-00002.safetensors");
+    FlatShard got(m, 0, 0, true);
+    expectError([&] { loadCheckpoint(stepDir, got.tensors(), ShardInfo{}); },
+                "shard '" + stepDir +
+                    "/model-rank00001-of-00002.safetensors' is missing");
+    untouched(got);
+    // Rank 0 of two needs only rank 0's file.
+    FlatShard r0(m, 0, 2, true), want(m, 0, 2);
+    loadCheckpoint(stepDir, r0.tensors(), ShardInfo{});
+    EXPECT_TRUE(r0 == want);
+  }
+  {
+    std::string stepDir = saveFlat(freshDir("flatforeign"), m, 2, 5);
+    std::string foreign = saveFlat(freshDir("flatother"), other, 2, 5);
+    std::filesystem::copy_file(
+        foreign + "/model-rank00001-of-00002.safetensors",
+        stepDir + "/model-rank00001-of-00002.safetensors",
+        std::filesystem::copy_options::overwrite_existing);
+    FlatShard got(m, 0, 0, true);
+    expectError([&] { loadCheckpoint(stepDir, got.tensors(), ShardInfo{}); },
+                "model-rank00001-of-00002.safetensors': tensor 'master/b' "
+                "is BF16 [5], " +
+                    stepDir +
+                    "/index.json says BF16 [4]: a shard of another model");
+    untouched(got);
+  }
+  {
+    std::string stepDir = saveFlat(freshDir("flatcover"), m, 2, 5);
+    Json idx = readIndex(stepDir);
+    idx["tensors"]["param/a"]["pieces"].erase(1);
+    std::ofstream(stepDir + "/index.json") << idx.dump();
+    FlatShard got(m, 0, 0, true);
+    expectError([&] { loadCheckpoint(stepDir, got.tensors(), ShardInfo{}); },
+                "tensor 'param/a': elements [8, 15) are in no shard (the "
+                "index does not cover it)");
+    untouched(got);
+    idx["tensors"].erase("master/b");
+    std::ofstream(stepDir + "/index.json") << idx.dump();
+    expectError([&] { loadCheckpoint(stepDir, got.tensors(), ShardInfo{}); },
+                "missing tensor 'master/b'");
+    untouched(got);
+  }
+  {
+    std::string stepDir = saveFlat(freshDir("flatshape"), m, 2, 5);
+    FlatShard got(m, 0, 0, true);
+    got.shapeA = {3, 5};
+    expectError([&] { loadCheckpoint(stepDir, got.tensors(), ShardInfo{}); },
+                stepDir + "/index.json' does not match this model:");
+    expectError([&] { loadCheckpoint(stepDir, got.tensors(), ShardInfo{}); },
+                "tensor 'param/a' has shape [5,3], expected [3,5]");
+  }
+}
+
 TEST(Checkpoint, ReplicatedSaveIsRankZerosFileAgreedByAll) {
   // Replicated data parallelism: every rank holds the same state; rank 0
   // writes one world-of-one file, the others write nothing, and "latest"

@@ -3,8 +3,8 @@
 // The runner's kernel launches on the compute and side streams: each gets
 // its stream's context (workspace, SM target), --op-times records them under
 // their label in both modes, and kernels run on no other stream. trainMain
-// refuses a world size other than the compiled data-parallel size, and
-// zero3 programs.
+// refuses a world size other than the compiled data-parallel size (zero3
+// training: zero3_train_mpi_test.cpp).
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/trainer.h"
@@ -152,8 +152,7 @@ struct LaunchEnv {
 } // namespace
 
 // The world size is compiled in: a launch of another size is refused before
-// anything starts, naming both numbers and both fixes; zero3 programs are
-// refused by this runtime.
+// anything starts, naming both numbers and both fixes.
 TEST(TrainMain, RefusesAWorldSizeOtherThanTheCompiledOne) {
   ::unsetenv("RANK");
   ::unsetenv("WORLD_SIZE");
@@ -179,13 +178,3 @@ TEST(TrainMain, RefusesAWorldSizeOtherThanTheCompiledOne) {
   EXPECT_NE(err.find("--data-parallel-size=3"), std::string::npos) << err;
 }
 
-TEST(TrainMain, RefusesZero3) {
-  Program p;
-  p.dataParallelMode = DataParallelMode::Zero3;
-  auto [rc, err] = trainAlone(p);
-  EXPECT_EQ(rc, 1);
-  EXPECT_NE(err.find("--data-parallel=zero3, which this runtime does not "
-                     "implement"),
-            std::string::npos)
-      << err;
-}
