@@ -7,12 +7,15 @@
 #   build  here: compiles into DIR the one-rank binary `dp1` (2
 #          microbatches), the two-rank binaries `dp2` (1 microbatch each:
 #          the same global batch) and `dp2-offload` (gdn_core_attn, core_attn
-#          and attn_proj offloaded).
+#          and attn_proj offloaded), and the same two under ZeRO-3
+#          (`z2`, `z2-offload`: --data-parallel=zero3, one gather ahead,
+#          core_attn and attn_proj offloaded as in the Megatron-FSDP test).
 #   run    there: trains each for --steps steps (the two-rank ones under
 #          mpirun, --comm as given: auto is NCCL on cuda, mpi-staged stages
 #          device buffers through MPI where the ranks share one GPU) and
 #          checks: both ranks hold identical bits every step; offload on and
-#          off give bitwise-equal per-rank fingerprints, every offloaded
+#          off give bitwise-equal per-rank fingerprints (ZeRO-3: each rank
+#          its own shards, equal loss and grad norm), every offloaded
 #          scope copies both ways each step on every rank (none without
 #          offload) and the pinned pool is empty after every step; two ranks
 #          against one rank with the same global batch give the same loss
@@ -34,6 +37,7 @@ from e2echeck import check, exit_status
 # main grad's terms can carry into the next step.
 REL_BOUND = 2.0 ** -10
 OFFLOAD = "--offload-modules=gdn_core_attn,core_attn,attn_proj"
+ZERO3 = ["--data-parallel=zero3", "--gather-max-inflight=1"]
 
 
 def build(args):
@@ -41,7 +45,13 @@ def build(args):
     arms = [("dp1", ["--micro-batches", "2"]),
             ("dp2", ["--micro-batches", "1", "--data-parallel-size=2"]),
             ("dp2-offload", ["--micro-batches", "1", "--data-parallel-size=2",
-                             "--hide-rule=off", OFFLOAD])]
+                             "--hide-rule=off", OFFLOAD]),
+            ("z2", ["--micro-batches", "1", "--data-parallel-size=2"] +
+             ZERO3),
+            ("z2-offload", ["--micro-batches", "1", "--data-parallel-size=2",
+                            "--hide-rule=off",
+                            "--offload-modules=core_attn,attn_proj"] +
+             ZERO3)]
     for name, flags in arms:
         cmd = [args.compile, args.model, "--seq", str(args.seq),
                "-o", os.path.join(args.dir, name)] + flags
@@ -80,15 +90,30 @@ def close(a, b):
 
 def run(args):
     os.makedirs(args.work, exist_ok=True)
-    one, off, on = (train(args, "dp1", 1), train(args, "dp2", 2),
-                    train(args, "dp2-offload", 2))
+    one = train(args, "dp1", 1)
+    for mode, (a, b) in (("replicate", ("dp2", "dp2-offload")),
+                         ("zero3", ("z2", "z2-offload"))):
+        if os.path.exists(os.path.join(args.dir, a)):
+            check_pair(args, one, mode, train(args, a, 2), train(args, b, 2))
+        else:
+            check(False, "no %s binary in %s" % (a, args.dir))
+    return exit_status("data parallel: ranks identical (zero3: loss and "
+                       "norm), offload bitwise, one rank within %g" %
+                       REL_BOUND)
+
+
+def check_pair(args, one, mode, off, on):
+    """Two ranks of `mode` without and with offload against one rank."""
     if not (one and off and on):
-        return exit_status("")
-    for what, ranks in (("dp2", off), ("dp2-offload", on)):
+        check(False, "%s: a run failed" % mode)
+        return
+    sharded = mode == "zero3"
+    for what, ranks in ((mode, off), (mode + " offload", on)):
         check(all(len(r) == args.steps for r in ranks),
               "%s: %s steps per rank" % (what, [len(r) for r in ranks]))
         for a, b in zip(ranks[0], ranks[1]):
-            check(a["fingerprints"] == b["fingerprints"],
+            check((sharded or a["fingerprints"] == b["fingerprints"]) and
+                  a["loss"] == b["loss"] and a["grad_norm"] == b["grad_norm"],
                   "%s step %d: the ranks differ" % (what, a["step"]))
         for rank, ms in enumerate(ranks):
             for m in ms:
@@ -98,8 +123,8 @@ def run(args):
     for rank in range(2):
         for a, b in zip(off[rank], on[rank]):
             check(a["fingerprints"] == b["fingerprints"],
-                  "rank %d step %d: offload changed the bits" %
-                  (rank, a["step"]))
+                  "%s rank %d step %d: offload changed the bits" %
+                  (mode, rank, a["step"]))
             check(all(c["d2h_count"] == 0 for c in a["transfers"].values()),
                   "rank %d step %d: copies without offload" %
                   (rank, a["step"]))
@@ -114,10 +139,13 @@ def run(args):
               "step %d: one rank loss %r grad norm %r, two ranks %r %r" %
               (a["step"], a["loss"], a["grad_norm"], b["loss"],
                b["grad_norm"]))
-    print("losses: one rank %s, two ranks %s" %
-          ([m["loss"] for m in one[0]], [m["loss"] for m in off[0]]))
-    return exit_status("data parallel: ranks identical, offload bitwise, "
-                       "one rank within %g" % REL_BOUND)
+    print("losses: one rank %s, two ranks (%s) %s" %
+          ([m["loss"] for m in one[0]], mode, [m["loss"] for m in off[0]]))
+    # Ranks sharing one GPU (mpi-staged) each see both processes' memory.
+    for what, ranks in ((mode, off), (mode + " offload", on)):
+        print("%s device peak per rank %s, planned %s bytes" %
+              (what, [r[-1].get("device_peak_bytes") for r in ranks],
+               [r[-1].get("planned_peak_bytes") for r in ranks]))
 
 
 def main():
