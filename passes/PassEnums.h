@@ -19,6 +19,9 @@ enum class HideRule : uint8_t { On, Off };
 enum class RecomputeStream : uint8_t { Compute, Side };
 /// report-format of train-placement-report.
 enum class ReportFormat : uint8_t { Text, Json };
+/// data-parallel: how the data-parallel ranks hold parameters, main grads
+/// and optimizer state (all of them on every rank, or 1/N each, ZeRO-3).
+enum class DataParallelMode : uint8_t { Replicate, Zero3 };
 
 } // namespace ap::train
 

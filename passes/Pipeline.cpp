@@ -118,12 +118,22 @@ struct PlacementPipelineOptions
       llvm::cl::values(
           clEnumValN(train::RecomputeStream::Compute, "compute", ""),
           clEnumValN(train::RecomputeStream::Side, "side", ""))};
+  Option<train::DataParallelMode> dataParallel{
+      *this, "data-parallel",
+      llvm::cl::init(train::DataParallelMode::Replicate),
+      llvm::cl::desc("replicate | zero3: how the ranks hold parameters"),
+      llvm::cl::values(
+          clEnumValN(train::DataParallelMode::Replicate, "replicate", ""),
+          clEnumValN(train::DataParallelMode::Zero3, "zero3", ""))};
   Option<int64_t> dataParallelSize{
       *this, "data-parallel-size", llvm::cl::init(1),
-      llvm::cl::desc("Replicated data-parallel ranks the prediction assumes")};
+      llvm::cl::desc("Data-parallel ranks the prediction assumes")};
   Option<int64_t> gradBucketBytes{
       *this, "grad-bucket-bytes", llvm::cl::init(26214400),
       llvm::cl::desc("Smallest main-grad bucket the prediction assumes")};
+  Option<int64_t> gatherMaxInflight{
+      *this, "gather-max-inflight", llvm::cl::init(1),
+      llvm::cl::desc("zero3: windows gathered ahead the prediction assumes")};
   Option<bool> report{*this, "report", llvm::cl::init(false),
                       llvm::cl::desc("Print the placement report")};
   Option<train::ReportFormat> reportFormat{
@@ -152,8 +162,10 @@ void buildRegisteredPlacementPipeline(OpPassManager &pm,
   cfg.profile = p.profile;
   cfg.fuseRecompute = p.fuseRecompute;
   cfg.recomputeStream = p.recomputeStream;
+  cfg.dataParallel = p.dataParallel;
   cfg.dataParallelSize = p.dataParallelSize;
   cfg.gradBucketBytes = p.gradBucketBytes;
+  cfg.gatherMaxInflight = p.gatherMaxInflight;
   o.report = p.report;
   o.reportFormat = p.reportFormat;
   o.reportFile = p.reportFile;

@@ -44,13 +44,23 @@ defvar PlacementOptions = [
          [{::llvm::cl::values(
              clEnumValN(::ap::train::RecomputeStream::Compute, "compute", "right before its use"),
              clEnumValN(::ap::train::RecomputeStream::Side, "side", "ahead, on the side stream"))}]>,
-  // The step's data-parallel ranks and grad buckets, for the cost model
-  // only (passes/analysis/DataParallelCost.h): the placement is per rank
-  // either way. The bucket default is exec-bucket-grad-reduce's.
+  // The step's data-parallel ranks, how they hold the parameters, grad
+  // buckets (replicate) and gathers ahead (zero3), for the cost model and
+  // the memory timeline only (passes/analysis/DataParallelCost.h): the
+  // placement is per rank either way. The defaults are
+  // exec-bucket-grad-reduce's and exec-shard-params'.
+  Option<"dataParallel", "data-parallel", "::ap::train::DataParallelMode",
+         "::ap::train::DataParallelMode::Replicate",
+         "replicate: every rank holds all parameters and optimizer state; zero3: each rank holds 1/N of them and gathers each layer group's weights for its forward and backward",
+         [{::llvm::cl::values(
+             clEnumValN(::ap::train::DataParallelMode::Replicate, "replicate", "every rank holds everything"),
+             clEnumValN(::ap::train::DataParallelMode::Zero3, "zero3", "1/N per rank, gathered per layer group"))}]>,
   Option<"dataParallelSize", "data-parallel-size", "int64_t", "1",
-         "Replicated data-parallel ranks the step is planned for: the predicted step sums the main grads over them on the comm stream">,
+         "Data-parallel ranks the step is planned for: the predicted step sums the main grads over them on the comm stream (replicate) or gathers and reduce-scatters per layer group (zero3)">,
   Option<"gradBucketBytes", "grad-bucket-bytes", "int64_t", "26214400",
          "Smallest main-grad bucket in bytes the prediction assumes (as exec-bucket-grad-reduce's bucket-bytes; 0: one per grad)">,
+  Option<"gatherMaxInflight", "gather-max-inflight", "int64_t", "1",
+         "zero3: layer-group windows whose weights are gathered ahead of the one computing (as exec-shard-params' gather-max-inflight)">,
 ];
 
 #endif // ACTPLACE_PASSES_PLACEMENTOPTIONS_TD

@@ -12,6 +12,7 @@
 #include "llvm/ADT/SetVector.h"
 
 #include <algorithm>
+#include <optional>
 
 using namespace mlir;
 using namespace ap::train;
@@ -302,7 +303,8 @@ void ap::train::unplace(Block &body) {
   unplaceWith(body, recomputedOriginals(body));
 }
 
-MemoryTimeline MemoryTimeline::compute(ModuleOp module, const CostModel &cost) {
+MemoryTimeline MemoryTimeline::compute(ModuleOp module, const CostModel &cost,
+                                       const DataParallelOptions &dp) {
   MemoryTimeline tl;
   auto step = module.lookupSymbol<func::FuncOp>("train_step");
   if (!step || step.getBody().empty())
@@ -334,11 +336,36 @@ MemoryTimeline MemoryTimeline::compute(ModuleOp module, const CostModel &cost) {
     tl.index[&op] = tl.pts.size();
     tl.pts.push_back({&op});
   }
+  // Zero3: this rank's shards, and the windows' gathered weights and grad
+  // buffers where they are live.
+  std::optional<ZeroLayout> zero;
+  if (dp.zero3()) {
+    zero = ZeroLayout::of(module, loop ? &loop.getBody().front() : nullptr,
+                          dp.ranks, dp.gatherMaxInflight);
+    params = zero->paramBytes;
+    grads = zero->gradBytes;
+    optimizer = zero->optimizerBytes;
+  }
   for (MemoryPoint &p : tl.pts) {
     p.params = params;
     p.grads = grads;
     p.optimizer = optimizer;
     p.workspace = kernelWorkspaceBytes(p.op, kPlannedBackend);
+  }
+  if (zero) {
+    auto hold = [&](Operation *from, Operation *to, int64_t bytes,
+                    bool weights) {
+      for (unsigned i = tl.index.lookup(from), e = tl.index.lookup(to); i <= e;
+           ++i) {
+        MemoryPoint &p = tl.pts[i];
+        (weights ? p.params : p.grads) += bytes;
+        (weights ? p.gatheredParams : p.gradWindows) += bytes;
+      }
+    };
+    for (const ZeroWindow &w : zero->gathers)
+      hold(w.gatherBefore, w.last, w.bytes, /*weights=*/true);
+    for (const ZeroWindow &w : zero->reductions)
+      hold(w.first, w.last, w.bytes, /*weights=*/false);
   }
 
   if (loop) {
@@ -556,8 +583,9 @@ SmallVector<OffDeviceValue> MemoryTimeline::offDeviceAt(unsigned point) const {
   return result;
 }
 
-PlacementMemoryDelta PlacementMemoryDelta::compute(ModuleOp placed,
-                                                   const CostModel &cost) {
+PlacementMemoryDelta
+PlacementMemoryDelta::compute(ModuleOp placed, const CostModel &cost,
+                              const DataParallelOptions &dp) {
   PlacementMemoryDelta d;
   d.unplacedOwner = placed.clone();
   ModuleOp unplaced = *d.unplacedOwner;
@@ -603,8 +631,8 @@ PlacementMemoryDelta PlacementMemoryDelta::compute(ModuleOp placed,
   if (body)
     unplaceWith(*body, originals);
 
-  d.placedTl = MemoryTimeline::compute(placed, cost);
-  d.unplacedTl = MemoryTimeline::compute(unplaced, cost);
+  d.placedTl = MemoryTimeline::compute(placed, cost, dp);
+  d.unplacedTl = MemoryTimeline::compute(unplaced, cost, dp);
   d.toUnplaced.assign(d.placedTl.points().size(), -1);
   d.toPlaced.assign(d.unplacedTl.points().size(), -1);
   for (auto [i, p] : llvm::enumerate(d.placedTl.points()))
@@ -726,9 +754,16 @@ MemoryDeltaAtPoint PlacementMemoryDelta::at(unsigned placedPoint) const {
     r.otherTerms.push_back(
         {inGap ? "workspace of a recompute clone" : "workspace", Value(),
          scopeKey(p.op), ws});
+  // Zero3's gathered weights and grad buffers move with the windows (a
+  // recompute clone reading a weight can extend one); the shards do not.
+  int64_t windows =
+      (u.gatheredParams + u.gradWindows) - (p.gatheredParams + p.gradWindows);
   if (int64_t persistent = (u.params + u.grads + u.optimizer) -
-                           (p.params + p.grads + p.optimizer))
+                           (p.params + p.grads + p.optimizer) - windows)
     r.otherTerms.push_back({"persistent state", Value(), "", persistent});
+  if (windows)
+    r.otherTerms.push_back(
+        {"gathered weights and grad buffers (zero3)", Value(), "", windows});
   for (const MemoryDeltaTerm &t : r.otherTerms)
     r.otherTermsBytes += t.bytes;
   return r;

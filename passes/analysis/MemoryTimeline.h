@@ -26,6 +26,14 @@
 //    offload until the H2D of the last reload of the slot has ended (until
 //    the end of the body when nothing reloads it).
 //
+// Under data-parallel zero3 (DataParallelOptions, DataParallelCost.h) every
+// byte count is per rank: params, grads and optimizer are this rank's
+// shards (ceil(numel / N) elements of each parameter), and in the loop
+// body params also hold the gathered weights of each window (N shards of
+// each of its parameters) from the op its gathers are issued before to the
+// window's last op, grads the fp32 grad buffers of each grad window from
+// its first op to its last (ZeroLayout).
+//
 // A saved activation may occupy several buffers: its own, a reload's, a
 // recompute clone's. MemoryTimeline::offDeviceAt names the activations that
 // are off the device at a point although the step reads them again later.
@@ -39,6 +47,7 @@
 
 #include "dialect/train/TrainOps.h"
 #include "passes/analysis/CostModel.h"
+#include "passes/analysis/DataParallelCost.h"
 #include "passes/analysis/StreamSimulation.h"
 
 #include "mlir/IR/BuiltinOps.h"
@@ -61,6 +70,9 @@ struct MemoryPoint {
   }
   /// Pinned host bytes holding offloaded activations (not device memory).
   int64_t pinnedHost = 0;
+  /// Zero3: the part of params that is gathered weights and the part of
+  /// grads that is window grad buffers (both in total() already).
+  int64_t gatheredParams = 0, gradWindows = 0;
 };
 
 /// One device buffer holding an activation.
@@ -112,10 +124,12 @@ struct OffDeviceValue {
 
 class MemoryTimeline {
 public:
-  /// The timeline of `@train_step` in `module`. Without a `@train_step`
-  /// function the timeline is empty (hasStep() is false); without a
-  /// microbatch loop it has no activations.
-  static MemoryTimeline compute(mlir::ModuleOp module, const CostModel &cost);
+  /// The timeline of `@train_step` in `module` on one of the data-parallel
+  /// ranks `dp` describes. Without a `@train_step` function the timeline is
+  /// empty (hasStep() is false); without a microbatch loop it has no
+  /// activations.
+  static MemoryTimeline compute(mlir::ModuleOp module, const CostModel &cost,
+                                const DataParallelOptions &dp = {});
 
   bool hasStep() const { return !pts.empty(); }
   /// One point per op in program order (the loop body's ops in place of the
@@ -255,7 +269,8 @@ struct MemoryDeltaAtPoint {
 class PlacementMemoryDelta {
 public:
   static PlacementMemoryDelta compute(mlir::ModuleOp placed,
-                                      const CostModel &cost);
+                                      const CostModel &cost,
+                                      const DataParallelOptions &dp = {});
 
   /// The clone with placement undone.
   mlir::ModuleOp unplacedModule() const { return *unplacedOwner; }

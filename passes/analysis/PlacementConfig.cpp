@@ -44,6 +44,10 @@ PlacementConfig::validate(function_ref<InFlightDiagnostic()> emitError) {
     return emitError() << "grad-bucket-bytes must be >= 0 (0 = one bucket "
                           "per grad), got "
                        << gradBucketBytes;
+  if (gatherMaxInflight < 0)
+    return emitError() << "gather-max-inflight must be >= 0 (0 = each "
+                          "window gathered right before it), got "
+                       << gatherMaxInflight;
   if (prefetchDepth < 0)
     return emitError() << "prefetch-depth must be >= 0 (0 = cost model), got "
                        << prefetchDepth;

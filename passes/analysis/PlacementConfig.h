@@ -11,6 +11,7 @@
 
 #include "passes/PassEnums.h"
 #include "passes/analysis/CostModel.h"
+#include "passes/analysis/DataParallelCost.h"
 #include "passes/analysis/SavedActivations.h"
 
 #include "mlir/IR/Diagnostics.h"
@@ -34,11 +35,15 @@ struct PlacementConfig {
   bool fuseRecompute = true;
   /// Where recompute clones run (train-recompute-stream).
   RecomputeStream recomputeStream = RecomputeStream::Compute;
-  /// Replicated data-parallel ranks and the main-grad bucket size the step
-  /// prediction assumes (DataParallelCost.h; exec-bucket-grad-reduce places
-  /// the buckets the same way). 1 rank: no communication.
+  /// Data-parallel ranks, how they hold the parameters, the main-grad
+  /// bucket size (replicate) and the windows gathered ahead (zero3) the
+  /// step prediction and the memory timeline assume (DataParallelCost.h;
+  /// exec-bucket-grad-reduce and exec-shard-params place the collectives
+  /// the same way). 1 replicated rank: no communication.
+  DataParallelMode dataParallel = DataParallelMode::Replicate;
   int64_t dataParallelSize = 1;
   int64_t gradBucketBytes = 26214400;
+  int64_t gatherMaxInflight = 1;
 
   /// Leaves the options select, after alias expansion.
   std::set<std::string> offloadLeaves, recomputeLeaves;
@@ -49,6 +54,16 @@ struct PlacementConfig {
   validate(llvm::function_ref<mlir::InFlightDiagnostic()> emitError);
 
   bool offloading() const { return !offloadLeaves.empty(); }
+
+  /// The data-parallel settings above, as the cost model takes them.
+  DataParallelOptions dataParallelOptions() const {
+    DataParallelOptions o;
+    o.mode = dataParallel;
+    o.ranks = dataParallelSize;
+    o.bucketBytes = gradBucketBytes;
+    o.gatherMaxInflight = gatherMaxInflight;
+    return o;
+  }
 
   /// The cost model, with the constants of the `profile` file when one is
   /// named; a bad file is reported on `diagnosticOp`.
@@ -85,8 +100,10 @@ void recordPlacement(mlir::Operation *op, unsigned index,
     c.profile = profile;                                                       \
     c.fuseRecompute = fuseRecompute;                                           \
     c.recomputeStream = recomputeStream;                                       \
+    c.dataParallel = dataParallel;                                             \
     c.dataParallelSize = dataParallelSize;                                     \
     c.gradBucketBytes = gradBucketBytes;                                       \
+    c.gatherMaxInflight = gatherMaxInflight;                                   \
     return c;                                                                  \
   }()
 

@@ -128,9 +128,9 @@ std::string PlacementChoice::summary() const {
                     (stepAfter - stepBefore) * 1e3)
           .str();
   if (ranks > 1)
-    s += llvm::formatv(", exposed communication {0:F3} ms on {1} ranks "
+    s += llvm::formatv(", exposed communication {0:F3} ms on {1} {2}ranks "
                        "(device peak per rank)",
-                       exposedCommAfter * 1e3, ranks)
+                       exposedCommAfter * 1e3, ranks, zero3 ? "zero3 " : "")
              .str();
   return s;
 }
@@ -186,22 +186,27 @@ public:
 
   /// Predicted totals of `m` as it is (before = the unplaced step).
   PlacementChoice measure(ModuleOp m) const {
-    MemoryTimeline timeline = MemoryTimeline::compute(m, cost);
+    // Under zero3 the peak is one rank's: its shards and the gathered
+    // windows, so a budget only sharding meets is met.
+    DataParallelOptions dpOptions = base.dataParallelOptions();
+    MemoryTimeline timeline = MemoryTimeline::compute(m, cost, dpOptions);
     PlacementChoice c = unplaced;
     c.activationPeakAfter = timeline.activationPeakBytes();
     c.peakAfter = timeline.peakBytes();
     c.stepAfter =
         timeline.bodySimulation().computeSeconds * timeline.microBatches();
-    // On several ranks the step includes the main-grad sums the last
-    // backward does not hide, so a placement that lengthens the backward
-    // is charged only what it adds beyond the communication it covers.
-    if (base.dataParallelSize > 1)
+    // On several ranks the step includes the communication compute does
+    // not hide (the main-grad sums after the last backward, or zero3's
+    // gather waits), so a placement that lengthens the backward is charged
+    // only what it adds beyond the communication it covers.
+    if (base.dataParallelSize > 1 || dpOptions.zero3())
       if (Block *body = SavedActivations::findBody(m)) {
-        DataParallelStep dp = DataParallelStep::predict(
-            *body, timeline.bodySimulation(), cost, timeline.microBatches(),
-            base.dataParallelSize, base.gradBucketBytes);
+        DataParallelStep dp =
+            DataParallelStep::predict(*body, timeline.bodySimulation(), cost,
+                                      timeline.microBatches(), dpOptions);
         c.stepAfter = dp.stepSeconds;
         c.ranks = dp.ranks;
+        c.zero3 = dpOptions.zero3();
         c.exposedCommAfter = dp.exposedCommSeconds;
       }
     return c;

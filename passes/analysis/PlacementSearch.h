@@ -74,6 +74,7 @@ struct PlacementChoice {
   /// communication the step does not hide (part of stepAfter,
   /// DataParallelCost.h).
   int64_t ranks = 1;
+  bool zero3 = false;
   double exposedCommAfter = 0;
 
   double removedShare() const;
@@ -82,8 +83,8 @@ struct PlacementChoice {
   /// when nothing is placed).
   std::string options() const;
   /// "removed 41.2 % of the activation peak, peak 18.1 GiB, step +2.31 %"
-  /// (and, on several ranks, the exposed communication and that the peak
-  /// is per rank).
+  /// (and, on several ranks, the exposed communication, "zero3" when the
+  /// ranks shard, and that the peak is per rank).
   std::string summary() const;
 };
 
@@ -127,8 +128,10 @@ Options placementPassOptions(const PlacementConfig &cfg,
   o.profile = cfg.profile;
   o.fuseRecompute = cfg.fuseRecompute;
   o.recomputeStream = cfg.recomputeStream;
+  o.dataParallel = cfg.dataParallel;
   o.dataParallelSize = cfg.dataParallelSize;
   o.gradBucketBytes = cfg.gradBucketBytes;
+  o.gatherMaxInflight = cfg.gatherMaxInflight;
   return o;
 }
 

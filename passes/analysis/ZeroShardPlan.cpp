@@ -27,6 +27,46 @@ std::string ap::zeroLayerGroup(llvm::StringRef name) {
   return name.str();
 }
 
+SmallVector<ap::ZeroWindowSpan>
+ap::splitZeroWindows(ArrayRef<SmallVector<ZeroUse>> uses) {
+  SmallVector<ZeroWindowSpan> windows;
+  llvm::StringMap<unsigned> open;   // group -> its latest window
+  llvm::StringMap<int64_t> lastUse; // group -> 1 + position of its last use
+  for (auto [position, opUses] : llvm::enumerate(uses)) {
+    if (opUses.empty())
+      continue;
+    // Each group the op uses, once: extend or open its window, judged
+    // against the uses before this op.
+    SmallVector<StringRef> groups;
+    for (const ZeroUse &u : opUses)
+      if (!llvm::is_contained(groups, u.group))
+        groups.push_back(u.group);
+    for (StringRef group : groups) {
+      int64_t other = 0;
+      for (auto &entry : lastUse)
+        if (entry.getKey() != group)
+          other = std::max(other, entry.getValue());
+      auto it = open.find(group);
+      if (it == open.end() || lastUse.lookup(group) <= other) {
+        ZeroWindowSpan w;
+        w.group = group.str();
+        w.first = position;
+        open[group] = windows.size();
+        windows.push_back(std::move(w));
+      }
+      windows[open[group]].last = position;
+    }
+    for (const ZeroUse &u : opUses) {
+      ZeroWindowSpan &w = windows[open[u.group]];
+      if (!llvm::is_contained(w.params, u.param))
+        w.params.push_back(u.param);
+    }
+    for (StringRef group : groups)
+      lastUse[group] = static_cast<int64_t>(position) + 1;
+  }
+  return windows;
+}
+
 namespace {
 /// The persistent buffer `v` is (a view chain of), or null.
 PersistentOp rootPersistent(Value v) {
@@ -36,52 +76,43 @@ PersistentOp rootPersistent(Value v) {
 }
 
 /// Splits the loop body's uses of `role` buffers into windows (see the
-/// header): consecutive uses of one group with no other group's use between.
+/// header and splitZeroWindows).
 SmallVector<ShardWindow> windowsOf(Block &body, BufferRole role,
                                    DenseMap<Operation *, int64_t> &stepOrder) {
-  SmallVector<ShardWindow> windows;
-  llvm::StringMap<unsigned> open;   // group -> its latest window
-  llvm::StringMap<int64_t> lastUse; // group -> body position of last use
-  int64_t position = 0;
+  SmallVector<Operation *> ops;
+  SmallVector<SmallVector<ap::ZeroUse>> uses;
+  SmallVector<PersistentOp> buffers;
+  DenseMap<Operation *, unsigned> bufferIndex;
   for (Operation &op : body) {
-    ++position;
-    SmallVector<std::pair<std::string, PersistentOp>> uses;
+    ops.push_back(&op);
+    SmallVector<ap::ZeroUse> &opUses = uses.emplace_back();
+    if (isa<ViewOp>(op))
+      continue;
     for (Value v : op.getOperands()) {
-      if (!isa<BufferType>(v.getType()) || isa<ViewOp>(op))
+      if (!isa<BufferType>(v.getType()))
         continue;
       PersistentOp p = rootPersistent(v);
-      if (p && p.getRole() == role)
-        uses.push_back({ap::zeroLayerGroup(p.getName()), p});
+      if (!p || p.getRole() != role)
+        continue;
+      auto [it, added] = bufferIndex.try_emplace(p, buffers.size());
+      if (added)
+        buffers.push_back(p);
+      opUses.push_back({ap::zeroLayerGroup(p.getName()), it->second});
     }
-    if (uses.empty())
-      continue;
-    for (auto &[group, p] : uses) {
-      // Latest use of any other group.
-      int64_t other = 0;
-      for (auto &entry : lastUse)
-        if (entry.getKey() != group)
-          other = std::max(other, entry.getValue());
-      auto it = open.find(group);
-      bool extend = it != open.end() && lastUse.lookup(group) > other;
-      if (!extend) {
-        ShardWindow w;
-        w.group = group;
-        w.first = &op;
-        open[group] = windows.size();
-        windows.push_back(std::move(w));
-      }
-      ShardWindow &w = windows[open[group]];
-      w.last = &op;
-      if (!llvm::is_contained(w.buffers, p))
-        w.buffers.push_back(p);
-    }
-    for (auto &[group, p] : uses)
-      lastUse[group] = position;
   }
-  for (ShardWindow &w : windows)
+  SmallVector<ShardWindow> windows;
+  for (const ap::ZeroWindowSpan &span : ap::splitZeroWindows(uses)) {
+    ShardWindow w;
+    w.group = span.group;
+    w.first = ops[span.first];
+    w.last = ops[span.last];
+    for (unsigned b : span.params)
+      w.buffers.push_back(buffers[b]);
     llvm::sort(w.buffers, [&](PersistentOp a, PersistentOp b) {
       return stepOrder.lookup(a) < stepOrder.lookup(b);
     });
+    windows.push_back(std::move(w));
+  }
   return windows;
 }
 } // namespace
@@ -108,7 +139,7 @@ ZeroShardPlan::ZeroShardPlan(StepOp step, int64_t gatherMaxInflight) {
   Block &body = loop.getBody().front();
   gathers = windowsOf(body, BufferRole::Weight, stepOrder);
   reductions = windowsOf(body, BufferRole::MainGrad, stepOrder);
-  int64_t k = std::max<int64_t>(gatherMaxInflight, 0);
   for (size_t w = 0; w < gathers.size(); ++w)
-    gathers[w].gatherBefore = gathers[w >= size_t(k) ? w - k : 0].first;
+    gathers[w].gatherBefore =
+        gathers[ap::zeroGatherAnchor(w, gatherMaxInflight)].first;
 }

@@ -54,6 +54,40 @@ inline int64_t zeroShardElements(int64_t numel, int64_t ranks) {
 /// layers' parameters, the name itself otherwise.
 std::string zeroLayerGroup(llvm::StringRef paramName);
 
+/// One parameter a loop-body op uses (reads, or accumulates the grad of):
+/// its layer group and the caller's index for the parameter.
+struct ZeroUse {
+  std::string group;
+  unsigned param = 0;
+};
+
+/// A window of the rule above over loop-body positions.
+struct ZeroWindowSpan {
+  std::string group;
+  /// Positions (indices into the `uses` given) of the window's first and
+  /// last op.
+  unsigned first = 0, last = 0;
+  /// The parameters used, each once, in the order of their first use.
+  llvm::SmallVector<unsigned> params;
+};
+
+/// The window rule, one place for the pass (exec IR, ZeroShardPlan) and
+/// the cost model (train IR, passes/analysis/DataParallelCost.h): `uses[i]`
+/// are the parameters body op i uses (empty for ops that use none). An op
+/// extends its group's open window when that group was used after every
+/// other group so far, and opens a new window otherwise (an op using two
+/// groups decides for each; one using several parameters of one group
+/// decides once). Windows are returned in the order of their first op.
+llvm::SmallVector<ZeroWindowSpan>
+splitZeroWindows(llvm::ArrayRef<llvm::SmallVector<ZeroUse>> uses);
+
+/// The window before whose first op the gathers of weight window `w` go
+/// under gather-max-inflight `k`: w - k, or the first window.
+inline size_t zeroGatherAnchor(size_t w, int64_t k) {
+  size_t ahead = k > 0 ? static_cast<size_t>(k) : 0;
+  return w >= ahead ? w - ahead : 0;
+}
+
 } // namespace ap
 
 namespace ap::exec {

@@ -13,7 +13,9 @@
 // term PlacementMemoryDelta names. On several data-parallel ranks
 // (data-parallel-size), the step on those ranks (DataParallelCost): the
 // main-grad buckets on the comm stream and the communication the last
-// backward does not hide; every byte count is per rank.
+// backward does not hide (replicate), or each window's gathers and
+// reduce-scatters, the compute waits for gathers and this rank's share of
+// the persistent state (zero3); every byte count is per rank.
 //
 //===----------------------------------------------------------------------===//
 
@@ -61,6 +63,11 @@ struct Totals {
   /// The step on the data-parallel ranks, unplaced and placed (one rank:
   /// no collectives, the compute step).
   DataParallelStep dpBefore, dpAfter;
+  /// Persistent state per rank (the placed timeline's, without zero3's
+  /// gathered windows), the same with every parameter whole, and the most
+  /// zero3 gathered-weight and grad-buffer bytes live at once.
+  int64_t persistent = 0, persistentReplicated = 0;
+  int64_t gatheredPeak = 0, gradWindowPeak = 0;
 
   /// Offloaded bytes per step (each direction). A microbatch count the
   /// verifier accepts times the bytes of one microbatch can exceed int64;
@@ -216,6 +223,10 @@ const char *collectiveName(PredictedCollective::Kind k) {
     return "token count";
   case PredictedCollective::Kind::UnwrittenGrad:
     return "unwritten grad";
+  case PredictedCollective::Kind::GatherWindow:
+    return "all-gather window";
+  case PredictedCollective::Kind::ReduceScatterWindow:
+    return "reduce-scatter window";
   }
   return "";
 }
@@ -240,7 +251,9 @@ void TrainPlacementReportPass::runOnOperation() {
   const CostModel &costs = *costModel;
 
   // The same step without placement, for the "before" columns.
-  PlacementMemoryDelta delta = PlacementMemoryDelta::compute(module, costs);
+  DataParallelOptions dpOptions = cfg.dataParallelOptions();
+  PlacementMemoryDelta delta =
+      PlacementMemoryDelta::compute(module, costs, dpOptions);
   ModuleOp baseline = delta.unplacedModule();
   Block *baselineBody = SavedActivations::findBody(baseline);
   SavedActivations before(*baselineBody);
@@ -258,12 +271,21 @@ void TrainPlacementReportPass::runOnOperation() {
   totals.actPeakAfter = memAfter.activationPeakBytes();
   totals.stepBefore = simBefore.computeSeconds * totals.microBatches;
   totals.stepAfter = simAfter.computeSeconds * totals.microBatches;
-  totals.dpBefore = DataParallelStep::predict(
-      *baselineBody, simBefore, costs, totals.microBatches,
-      cfg.dataParallelSize, cfg.gradBucketBytes);
-  totals.dpAfter =
-      DataParallelStep::predict(*body, simAfter, costs, totals.microBatches,
-                                cfg.dataParallelSize, cfg.gradBucketBytes);
+  totals.dpBefore = DataParallelStep::predict(*baselineBody, simBefore, costs,
+                                              totals.microBatches, dpOptions);
+  totals.dpAfter = DataParallelStep::predict(*body, simAfter, costs,
+                                             totals.microBatches, dpOptions);
+  for (const MemoryPoint &p : memAfter.points()) {
+    totals.persistent =
+        p.params - p.gatheredParams + p.grads - p.gradWindows + p.optimizer;
+    totals.gatheredPeak = std::max(totals.gatheredPeak, p.gatheredParams);
+    totals.gradWindowPeak = std::max(totals.gradWindowPeak, p.gradWindows);
+  }
+  {
+    ZeroLayout whole = ZeroLayout::of(module, nullptr, 1, 0);
+    totals.persistentReplicated =
+        whole.paramBytes + whole.gradBytes + whole.optimizerBytes;
+  }
 
   // Rows: every saved activation of the unplaced step, in forward order;
   // the placed step's producer (same position) carries the decision.
@@ -483,9 +505,10 @@ void TrainPlacementReportPass::runOnOperation() {
                              {"seconds_per_microbatch", c.seconds},
                              {"bytes", c.bytes}});
     const DataParallelStep &dp = totals.dpAfter;
+    bool zero3 = dp.mode == DataParallelMode::Zero3;
     llvm::json::Array jcomm;
-    for (const PredictedCollective &c : dp.collectives)
-      jcomm.push_back(llvm::json::Object{
+    for (const PredictedCollective &c : dp.collectives) {
+      llvm::json::Object jc{
           {"kind", collectiveName(c.kind)},
           {"grads", c.grads},
           {"grad_names", llvm::json::Array(c.gradNames)},
@@ -494,13 +517,35 @@ void TrainPlacementReportPass::runOnOperation() {
                             : std::string("the microbatch loop")},
           {"issue_seconds", c.issue},
           {"start_seconds", c.start},
-          {"end_seconds", c.end}});
+          {"end_seconds", c.end}};
+      if (zero3) {
+        jc["group"] = c.group;
+        jc["params"] = c.params;
+        jc["param_names"] = llvm::json::Array(c.paramNames);
+        jc["before"] = c.before
+                           ? describe(c.before, placedIndex.lookup(c.before))
+                           : std::string();
+        jc["wait_seconds"] = c.wait;
+      }
+      jcomm.push_back(std::move(jc));
+    }
     llvm::json::Object jdp{
         {"size", dp.ranks},
-        {"mode", "replicate"},
+        {"mode", zero3 ? "zero3" : "replicate"},
         {"grad_bucket_bytes", dp.bucketBytes},
         {"peaks_per_rank", true},
         {"buckets", dp.numBuckets()},
+        {"gather_max_inflight", dp.gatherMaxInflight},
+        {"gather_windows", dp.gatherWindows},
+        {"gathers_per_microbatch", dp.gathersPerMicrobatch},
+        {"reduce_scatter_windows", dp.reduceScatterWindows},
+        {"reduce_scatters_per_microbatch", dp.reduceScattersPerMicrobatch},
+        {"gather_wait_seconds_before", totals.dpBefore.gatherWaitSeconds},
+        {"gather_wait_seconds_after", dp.gatherWaitSeconds},
+        {"persistent_bytes", totals.persistent},
+        {"persistent_bytes_replicated", totals.persistentReplicated},
+        {"gathered_weight_peak_bytes", totals.gatheredPeak},
+        {"grad_buffer_peak_bytes", totals.gradWindowPeak},
         {"microbatch_seconds", dp.microbatchSeconds},
         {"compute_step_seconds", dp.computeStepSeconds},
         {"step_seconds_before", totals.dpBefore.stepSeconds},
@@ -570,7 +615,7 @@ void TrainPlacementReportPass::runOnOperation() {
                         totals.transferBytesPerStep());
     const DataParallelStep &dp = totals.dpAfter;
     // One rank keeps the lines as they were; several say the peaks are per
-    // rank (every rank holds the whole replicated plan).
+    // rank (every rank holds the whole replicated plan, or its zero3 share).
     std::string perRank =
         dp.ranks > 1 ? llvm::formatv(" per rank of {0}", dp.ranks).str() : "";
     os << llvm::formatv("predicted device peak: {0} -> {1} bytes ({2:F1} -> "
@@ -597,27 +642,64 @@ void TrainPlacementReportPass::runOnOperation() {
     os << llvm::formatv("predicted step compute time: {0:F3} -> {1:F3} ms "
                         "({2:F2}%)\n",
                         totals.stepBefore * 1e3, totals.stepAfter * 1e3, cost);
-    if (dp.ranks > 1) {
-      os << llvm::formatv(
-          "data parallel: {0} replicated ranks, main grads summed in {1} "
-          "buckets of at least {2} bytes on the comm stream in the last "
-          "microbatch; device bytes are per rank\n",
-          dp.ranks, dp.numBuckets(), dp.bucketBytes);
-      for (const PredictedCollective &c : dp.collectives)
+    bool zero3 = dp.mode == DataParallelMode::Zero3;
+    if (dp.ranks > 1 || zero3) {
+      if (zero3) {
+        os << llvm::formatv(
+            "data parallel: {0} zero3 ranks, per microbatch {1} all-gathers "
+            "in {2} windows (gather-max-inflight {3}) and {4} "
+            "reduce-scatters in {5} windows on the comm stream; device bytes "
+            "are per rank\n",
+            dp.ranks, dp.gathersPerMicrobatch, dp.gatherWindows,
+            dp.gatherMaxInflight, dp.reduceScattersPerMicrobatch,
+            dp.reduceScatterWindows);
+        os << llvm::formatv(
+            "zero3 persistent state per rank: {0} bytes ({1} with every "
+            "parameter whole); gathered weights up to {2} bytes, grad "
+            "buffers up to {3} bytes\n",
+            totals.persistent, totals.persistentReplicated, totals.gatheredPeak,
+            totals.gradWindowPeak);
+      } else {
+        os << llvm::formatv(
+            "data parallel: {0} replicated ranks, main grads summed in {1} "
+            "buckets of at least {2} bytes on the comm stream in the last "
+            "microbatch; device bytes are per rank\n",
+            dp.ranks, dp.numBuckets(), dp.bucketBytes);
+      }
+      for (const PredictedCollective &c : dp.collectives) {
+        if (c.kind == PredictedCollective::Kind::GatherWindow) {
+          os << llvm::formatv(
+              "  comm {0} {1}: {2} params, {3} bytes, issued before {4} at "
+              "{5:F1} us, runs {6:F1} -> {7:F1} us, compute waits {8:F1} "
+              "us\n",
+              collectiveName(c.kind), c.group, c.params, c.bytes,
+              describe(c.before, placedIndex.lookup(c.before)), c.issue * 1e6,
+              c.start * 1e6, c.end * 1e6, c.wait * 1e6);
+          continue;
+        }
+        std::string what = collectiveName(c.kind);
+        if (c.kind == PredictedCollective::Kind::ReduceScatterWindow)
+          what += " " + c.group;
         os << llvm::formatv(
             "  comm {0}: {1} grads, {2} bytes, issued after {3} at {4:F1} "
             "us, runs {5:F1} -> {6:F1} us\n",
-            collectiveName(c.kind), c.grads, c.bytes,
+            what, c.grads, c.bytes,
             c.after ? describe(c.after, placedIndex.lookup(c.after))
                     : std::string("the microbatch loop"),
             c.issue * 1e6, c.start * 1e6, c.end * 1e6);
+      }
       os << llvm::formatv(
           "predicted step time on {0} ranks: {1:F3} -> {2:F3} ms, exposed "
           "communication {3:F1} -> {4:F1} us ({5:F1} us on the comm "
-          "stream)\n",
+          "stream",
           dp.ranks, totals.dpBefore.stepSeconds * 1e3, dp.stepSeconds * 1e3,
           totals.dpBefore.exposedCommSeconds * 1e6, dp.exposedCommSeconds * 1e6,
           dp.commSeconds * 1e6);
+      if (zero3)
+        os << llvm::formatv(", compute waits {0:F1} -> {1:F1} us for gathers",
+                            totals.dpBefore.gatherWaitSeconds * 1e6,
+                            dp.gatherWaitSeconds * 1e6);
+      os << ")\n";
     }
     for (const PeakPoint &pp : peakPoints)
       printPeakPoint(os, pp, names);

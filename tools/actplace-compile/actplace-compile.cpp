@@ -477,10 +477,15 @@ int main(int argc, char **argv) {
   opts.lowering.dataParallelSize = dataParallelSize;
   opts.gradBuckets.bucketBytes = gradBucketBytes;
   opts.zeroShard.gatherMaxInflight = gatherMaxInflight;
-  // The cost model prices the same buckets (the report's and the search's
-  // step prediction on N ranks).
+  // The cost model prices the same buckets or gathers and reduce-scatters
+  // (the report's and the search's step prediction on N ranks), and the
+  // memory timeline holds zero3's shards and gathered windows.
+  placement.dataParallel = dataParallel == DataParallel::Zero3
+                               ? ap::train::DataParallelMode::Zero3
+                               : ap::train::DataParallelMode::Replicate;
   placement.dataParallelSize = dataParallelSize;
   placement.gradBucketBytes = gradBucketBytes;
+  placement.gatherMaxInflight = gatherMaxInflight;
   // The lowering predicts copy completion (how long offloaded bytes stay
   // reserved in the arena) with the profile placement used, unless
   // --copy-hold=peak-rates asks for the defaults.
@@ -694,14 +699,17 @@ int main(int argc, char **argv) {
 
   int64_t unplacedPeak = 0;
   if (drawTimeline)
-    unplacedPeak =
-        ap::train::MemoryTimeline::compute(*module, cost).peakBytes();
+    unplacedPeak = ap::train::MemoryTimeline::compute(
+                       *module, cost, placement.dataParallelOptions())
+                       .peakBytes();
   if (failed(runStages(opts, Stage::Placement, Stage::Placement)))
     return 1;
   ap::train::MemoryChart chart;
   if (drawTimeline)
     chart = ap::train::MemoryChart::build(
-        ap::train::MemoryTimeline::compute(*module, cost), cost);
+        ap::train::MemoryTimeline::compute(*module, cost,
+                                           placement.dataParallelOptions()),
+        cost);
   if (failed(runStages(opts, Stage::Lowering, Stage::Lowering)))
     return 1;
   // What the binary allocates, checked before it is built.
