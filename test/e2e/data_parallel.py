@@ -45,6 +45,16 @@
 #                the same global batch, saying that the world size differs,
 #                loss and grad norm within the bound.
 #
+#
+# --mode zero3 runs equivalence, placement and resume with binaries of
+# several ranks compiled --data-parallel=zero3 (the one-rank reference of
+# equivalence stays replicated): the ranks hold their own shards, so they
+# agree on loss and grad norm every step, not on fingerprints; placements
+# are still bitwise equal per rank; the checkpoint is index.json and one
+# file per rank, which actplace-ckpt consolidates into the tensors one rank
+# saves (checked against them within the bound); resume at the same N is
+# bitwise, and onto another N (1, or 4 with --resume-ranks 4) reshards.
+#
 #===------------------------------------------------------------------------===#
 import argparse
 import json
@@ -75,6 +85,10 @@ def read_f32(path):
         if name == "__metadata__" or t["dtype"] != "F32":
             continue
         b, e = t["data_offsets"]
+        # A checkpoint names an f32 compute weight "param/<HF name>"; a
+        # consolidated file (actplace-ckpt) uses the HF name alone.
+        if name.startswith("param/"):
+            name = name[len("param/"):]
         out[name] = struct.unpack("<%df" % ((e - b) // 4), data[b:e])
     return out
 
@@ -112,14 +126,23 @@ class Runner:
     def __init__(self, args):
         self.args = args
         self.work = args.work
+        self.sharded = args.mode == "zero3"
 
     def path(self, *p):
         return os.path.join(self.work, *p)
 
-    def compile(self, name, *flags):
+    def compile(self, name, *flags, mode=None):
+        """Compiles the model; binaries of several ranks use --mode unless
+        `mode` names another (a one-rank reference is replicated)."""
         binary = self.path(name)
         cmd = [self.args.compile, self.args.model, "-o", binary, "--seq",
                "16"] + list(flags)
+        if mode is None:
+            mode = self.args.mode if any(
+                f.startswith("--data-parallel-size=") for f in flags) \
+                else "replicate"
+        if mode != "replicate":
+            cmd.append("--data-parallel=" + mode)
         r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode != 0:
             print(r.stdout + r.stderr)
@@ -168,8 +191,10 @@ class Runner:
         return r, lines
 
 
-def replicas_agree(what, lines, steps):
-    """Every rank wrote `steps` lines and holds rank 0's bits every step."""
+def replicas_agree(what, lines, steps, sharded=False):
+    """Every rank wrote `steps` lines and holds rank 0's bits every step
+    (`sharded`, ZeRO-3: its own shards, so only the loss and the grad norm
+    are rank 0's)."""
     for rank, ls in enumerate(lines):
         check(len(ls) == steps, "%s rank %d: %d metrics lines, expected %d" %
               (what, rank, len(ls), steps))
@@ -183,7 +208,7 @@ def replicas_agree(what, lines, steps):
                   (what, rank, m["step"]))
     for rank in range(1, len(lines)):
         for a, b in zip(lines[0], lines[rank]):
-            check(a["fingerprints"] == b["fingerprints"] and
+            check((sharded or a["fingerprints"] == b["fingerprints"]) and
                   a["loss"] == b["loss"] and a["grad_norm"] == b["grad_norm"],
                   "%s step %d: rank %d differs from rank 0:\n  %s\n  %s" %
                   (what, a["step"], rank, a["fingerprints"],
@@ -203,7 +228,7 @@ def case_equivalence(t):
                      "--dump-grads", t.path("grads-n1.safetensors"),
                      metrics="n1.jsonl")
     check(r1.returncode == 0, "N=1 run failed")
-    replicas_agree("N=2", l2, steps)
+    replicas_agree("N=2", l2, steps, t.sharded)
     check(len(l1) == 1 and len(l1[0]) == steps, "N=1 metrics lines")
     check(all("rank" not in m for m in l1[0]),
           "a world of one writes rank fields")
@@ -229,11 +254,24 @@ def case_equivalence(t):
                     t.path("grads-n1.safetensors"))
     step_dir = "step-%08d" % steps
     files = sorted(os.listdir(t.path("ck-n2", step_dir)))
-    check(files == ["model.safetensors"],
-          "N=2 checkpoint: expected rank 0's model.safetensors only, found %s"
-          % files)
-    compare_tensors("saved state after %d steps" % steps,
-                    t.path("ck-n2", step_dir, "model.safetensors"),
+    saved = t.path("ck-n2", step_dir, "model.safetensors")
+    if t.sharded:
+        # One file per rank and the index; consolidated, it holds the
+        # tensors one rank saves.
+        shards = ["model-rank%05d-of-%05d.safetensors" % (r, n)
+                  for r in range(n)]
+        check(files == sorted(["index.json"] + shards),
+              "N=%d zero3 checkpoint: expected index.json and %s, found %s"
+              % (n, shards, files))
+        saved = t.path("consolidated.safetensors")
+        r = t.run([t.args.ckpt_tool, "consolidate", "--with-optimizer",
+                   t.path("ck-n2", step_dir), saved])
+        check(r.returncode == 0, "actplace-ckpt consolidate failed")
+    else:
+        check(files == ["model.safetensors"],
+              "N=2 checkpoint: expected rank 0's model.safetensors only, "
+              "found %s" % files)
+    compare_tensors("saved state after %d steps" % steps, saved,
                     t.path("ck-n1", step_dir, "model.safetensors"))
     # A text file (byte tokens): the ranks read consecutive windows of the
     # global batch, so the losses again agree with one rank's.
@@ -246,7 +284,7 @@ def case_equivalence(t):
     r2, l2 = t.train(n2, n, "--steps", "2", data, metrics="n2-text.jsonl")
     r1, l1 = t.train(n1, 1, "--steps", "2", data, metrics="n1-text.jsonl")
     check(r2.returncode == 0 and r1.returncode == 0, "text runs failed")
-    replicas_agree("N=%d text" % n, l2, 2)
+    replicas_agree("N=%d text" % n, l2, 2, t.sharded)
     for a, b in zip(l2[0] if l2 else [], l1[0] if l1 else []):
         check(close(a["loss"], b["loss"]) and
               close(a["grad_norm"], b["grad_norm"]),
@@ -268,8 +306,8 @@ def case_placement(t):
     check(r.returncode == 0, "N=2 without offload failed")
     r, lon = t.train(on, 2, "--steps", str(steps), metrics="on.jsonl")
     check(r.returncode == 0, "N=2 with offload failed")
-    replicas_agree("no offload", loff, steps)
-    replicas_agree("offload", lon, steps)
+    replicas_agree("no offload", loff, steps, t.sharded)
+    replicas_agree("offload", lon, steps, t.sharded)
     for rank in range(2):
         for a, b in zip(loff[rank], lon[rank]):
             check(a["fingerprints"] == b["fingerprints"],
@@ -305,7 +343,7 @@ def case_placement(t):
                      "--hide-rule=off")
     r, lside = t.train(side, 2, "--steps", str(steps), metrics="side.jsonl")
     check(r.returncode == 0, "N=2 with side-stream recompute failed")
-    replicas_agree("side-stream recompute", lside, steps)
+    replicas_agree("side-stream recompute", lside, steps, t.sharded)
     for rank in range(2):
         for a, b in zip(loff[rank], lside[rank]):
             check(a["fingerprints"] == b["fingerprints"],
@@ -435,7 +473,7 @@ def case_resume(t):
     check(r.returncode == 0, "N=2 resume failed")
     check("note:" not in r.stderr,
           "N=2 resume at the same layout printed a note:\n" + r.stderr)
-    replicas_agree("resumed", rest, 2)
+    replicas_agree("resumed", rest, 2, t.sharded)
     for rank in range(2):
         got = first[rank] + rest[rank]
         check([m["step"] for m in got] == [1, 2, 3, 4],
@@ -458,7 +496,7 @@ def case_resume(t):
           "N=%d resume: no note naming the world size:\n%s" %
           (other_n, r.stderr))
     if other_n > 1:
-        replicas_agree("resumed on N=%d" % other_n, other, 2)
+        replicas_agree("resumed on N=%d" % other_n, other, 2, t.sharded)
     check(other and len(other[0]) == 2, "N=%d resume: 2 metrics lines" %
           other_n)
     for a, b in zip(full[0][2:], other[0] if other else []):
@@ -483,6 +521,11 @@ def main():
     ap.add_argument("--resume-ranks", type=int, default=1, choices=(1, 4),
                     help="resume: the other world size that resumes the "
                     "N=2 checkpoint")
+    ap.add_argument("--ckpt-tool", default="actplace-ckpt",
+                    help="zero3: actplace-ckpt, to consolidate checkpoints")
+    ap.add_argument("--mode", default="replicate",
+                    choices=("replicate", "zero3"),
+                    help="--data-parallel of the binaries of several ranks")
     ap.add_argument("--ranks", type=int, default=2,
                     help="equivalence: N ranks x 1 microbatch against one "
                     "rank x N")
