@@ -13,6 +13,7 @@
 #include "llvm/ADT/StringMap.h"
 
 #include <algorithm>
+#include <tuple>
 
 using namespace mlir;
 using namespace ap::train;
@@ -346,14 +347,9 @@ DataParallelStep DataParallelStep::predict(Block &body,
     points.push_back({it->second.first, grads[i].bytes});
   }
 
-  double commFree = 0;
+  CommStream comm{cost, ranks};
   auto run = [&](PredictedCollective c, ArrayRef<int64_t> parts) {
-    c.start = std::max(c.issue, commFree);
-    double t = c.start;
-    for (int64_t bytes : parts)
-      t += cost.collectiveSeconds(Collective::AllReduce, bytes, ranks);
-    c.end = t;
-    commFree = t;
+    std::tie(c.start, c.end) = comm.run(Collective::AllReduce, c.issue, parts);
     s.commSeconds += c.end - c.start;
     s.collectives.push_back(c);
   };
@@ -391,7 +387,7 @@ DataParallelStep DataParallelStep::predict(Block &body,
     c.issue = sim.computeSeconds;
     run(c, {grads[i].bytes});
   }
-  s.exposedCommSeconds = std::max(0.0, commFree - sim.computeSeconds);
+  s.exposedCommSeconds = std::max(0.0, comm.free - sim.computeSeconds);
   s.stepSeconds = s.computeStepSeconds + s.exposedCommSeconds;
   return s;
 }
