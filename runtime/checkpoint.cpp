@@ -587,6 +587,10 @@ struct FlatCatalog {
   std::vector<std::string> order;
   std::map<std::string, FlatSource> tensors;
   std::string stateFile; ///< the file whose metadata is the training state
+  /// Each file's place: its rank among `worldSize` (what its metadata must
+  /// say, so a shard copied under another rank's name is caught).
+  std::map<std::string, int> fileRank;
+  int worldSize = 1;
 };
 
 TrainingState stateOf(const SafetensorsFile &f, const std::string &path);
@@ -596,6 +600,7 @@ FlatCatalog catalogOfFile(const std::string &stepDir) {
   std::string name = checkpointShardName(0, 1);
   c.describedBy = stepDir + "/" + name;
   c.stateFile = name;
+  c.fileRank[name] = 0;
   SafetensorsFile f = SafetensorsFile::open(c.describedBy);
   for (const StTensorInfo &info : f.tensors()) {
     if (info.name == kStepTensor)
@@ -626,8 +631,11 @@ FlatCatalog catalogOfIndex(const std::string &stepDir, const Json &idx) {
         f.get<std::string>().find('/') != std::string::npos)
       fail("checkpoint: '", where, "': shard entry ", f.dump(),
            " is not a file name");
-    files.insert(f.get<std::string>());
+    if (!files.insert(f.get<std::string>()).second)
+      fail("checkpoint: '", where, "' lists shard ", f.dump(), " twice");
+    c.fileRank[f.get<std::string>()] = int(c.fileRank.size());
   }
+  c.worldSize = int(shards->size());
   c.stateFile = (*shards)[0].get<std::string>();
   const Json &map = idx["tensors"];
   if (!map.is_object())
@@ -761,6 +769,13 @@ TrainingState loadFlat(const std::string &stepDir, const FlatCatalog &c,
     if (f.meta("actplace.format") != kFormat)
       fail("checkpoint: '", path, "' is not an actplace checkpoint (format '",
            f.meta("actplace.format"), "')");
+    int fileRank = c.fileRank.at(files[fi]);
+    if (f.meta("actplace.rank") != std::to_string(fileRank) ||
+        f.meta("actplace.world_size") != std::to_string(c.worldSize))
+      fail("checkpoint: '", path, "' is the shard of rank ",
+           f.meta("actplace.rank"), " of ", f.meta("actplace.world_size"),
+           ", but ", c.describedBy, " lists it as rank ", fileRank, " of ",
+           c.worldSize);
     if (fi == 0)
       st = stateOf(f, path);
     else if (f.meta("actplace.step") != std::to_string(st.step))

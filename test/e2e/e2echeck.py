@@ -6,6 +6,8 @@
 # on sys.path when they run).
 #
 #===------------------------------------------------------------------------===#
+import subprocess
+
 failures = []
 
 
@@ -23,3 +25,20 @@ def exit_status(ok_message):
         return 1
     print(ok_message, flush=True)
     return 0
+
+
+def run_logged(cmd, cwd, timeout=120, shown=None):
+    """Runs `cmd` in `cwd`, printing it (as `shown`, if given), its exit
+    status and, when it fails, its stderr; a timeout is a failed check and
+    exit status 124."""
+    print("$ " + (shown or " ".join(cmd)), flush=True)
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True,
+                           timeout=timeout, cwd=cwd)
+    except subprocess.TimeoutExpired:
+        check(False, "timed out after %d s: %s" % (timeout, cmd))
+        return subprocess.CompletedProcess(cmd, 124, "", "timeout")
+    print("  -> %d" % r.returncode, flush=True)
+    if r.returncode != 0 and r.stderr.strip():
+        print("  " + r.stderr.strip().replace("\n", "\n  "), flush=True)
+    return r

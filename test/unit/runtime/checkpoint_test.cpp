@@ -471,9 +471,9 @@ TEST(CheckpointFlat, WholeCheckpointLoadsIntoShards) {
       "flat shard of 'param/a' in a world of one");
 }
 
-// Bad input: a missing shard, a shard of another model, an index that does
-// not cover the model, a model that differs: each named, and the
-// destination keeps what it held.
+// Bad input: a missing shard, a shard of another model, of another rank or
+// of another save, an index that does not cover the model, a model that
+// differs: each named, and the destination keeps what it held.
 TEST(CheckpointFlat, BadShardsAreNamedAndNothingIsWritten) {
   FlatModel m(1.f, 7), other(3.f, 9);
   auto untouched = [&](FlatShard &s) {
@@ -506,6 +506,29 @@ TEST(CheckpointFlat, BadShardsAreNamedAndNothingIsWritten) {
                 "is BF16 [5], " +
                     stepDir +
                     "/index.json says BF16 [4]: a shard of another model");
+    untouched(got);
+  }
+  {
+    // A shard copied under another rank's name, and one of another save.
+    std::string dir = freshDir("flatswap");
+    std::string stepDir = saveFlat(dir, m, 2, 5);
+    std::string later = saveFlat(dir, m, 2, 6);
+    std::string r0 = "/model-rank00000-of-00002.safetensors",
+                r1 = "/model-rank00001-of-00002.safetensors";
+    std::filesystem::copy_file(
+        stepDir + r0, stepDir + r1,
+        std::filesystem::copy_options::overwrite_existing);
+    FlatShard got(m, 0, 0, true);
+    expectError([&] { loadCheckpoint(stepDir, got.tensors(), ShardInfo{}); },
+                stepDir + r1 + "' is the shard of rank 0 of 2, but " +
+                    stepDir + "/index.json lists it as rank 1 of 2");
+    untouched(got);
+    std::filesystem::copy_file(
+        later + r1, stepDir + r1,
+        std::filesystem::copy_options::overwrite_existing);
+    expectError([&] { loadCheckpoint(stepDir, got.tensors(), ShardInfo{}); },
+                stepDir + r1 + "' is of step 6, '" + stepDir + r0 +
+                    "' of step 5 (shards of different saves)");
     untouched(got);
   }
   {
