@@ -917,7 +917,7 @@ TrainingState loadCheckpoint(const std::string &stepDir,
   if (savedWorld != shard.worldSize)
     fail("checkpoint: '", stepDir, "' was saved by ", savedWorld,
          " rank(s) but this run has ", shard.worldSize,
-         " (resharding is not supported)");
+         " (per-rank shards without a flat index load only on as many ranks)");
   std::string path =
       stepDir + "/" + checkpointShardName(shard.rank, shard.worldSize);
   SafetensorsFile f = SafetensorsFile::open(path);

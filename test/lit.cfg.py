@@ -26,4 +26,4 @@ config.substitutions.append(("%actplace_abi", abi_match.group(1) if abi_match el
 llvm_config.use_default_substitutions()
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 tool_dirs = [config.actplace_tools_dir, config.llvm_tools_dir]
-llvm_config.add_tool_substitutions(["actplace-opt", "actplace-import", "actplace-translate", "actplace-compile"], tool_dirs)
+llvm_config.add_tool_substitutions(["actplace-opt", "actplace-import", "actplace-translate", "actplace-compile", "actplace-ckpt"], tool_dirs)

@@ -14,6 +14,7 @@
 #include "runtime/checkpoint.h"
 #include "runtime/error.h"
 #include "runtime/safetensors.h"
+#include "support/Version.h"
 
 #include <cstdio>
 #include <cstring>
@@ -37,6 +38,7 @@ const char *kUsage =
     "  --with-optimizer  also write the FP32 master weights and Adam moments\n"
     "                    (master/<p>, adam_m/<p>, adam_v/<p>)\n"
     "  --help            this text\n"
+    "  --version         the release and the compiler-runtime ABI version\n"
     "\n"
     "Exit status: 0 done, 1 a checkpoint that cannot be read (the message\n"
     "names the file and what was expected), 2 bad usage.\n";
@@ -109,11 +111,16 @@ int consolidate(const std::string &ckpt, const std::string &out,
 
 int main(int argc, char **argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
-  for (const std::string &a : args)
+  for (const std::string &a : args) {
     if (a == "--help" || a == "-h") {
       std::fputs(kUsage, stdout);
       return 0;
     }
+    if (a == "--version") {
+      std::fputs(ap::versionText("actplace-ckpt").c_str(), stdout);
+      return 0;
+    }
+  }
   if (args.empty())
     return usageError("missing command");
   if (args[0] != "consolidate")
