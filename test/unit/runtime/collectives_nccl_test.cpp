@@ -57,7 +57,8 @@ TEST(NcclCollectives, WorldOfOne) {
   CHECK_CUDA(cudaMalloc(&r, n * 4 * 2));
   CHECK_CUDA(cudaMemcpy(d, h.data(), n * 4, cudaMemcpyHostToDevice));
   CHECK_CUDA(cudaMemset(r, 0, n * 8));
-  // Out of place, in place, bf16, broadcast, all-gather, reduce-scatter.
+  // Out of place, in place, bf16, broadcast, all-gather, reduce-scatter
+  // (and its accumulating form).
   w->allReduceSum(d, r, n, DType::F32, s);
   w->allReduceSum(d, d, n, DType::F32, s);
   CHECK_CUDA(cudaStreamSynchronize(s));
@@ -88,6 +89,23 @@ TEST(NcclCollectives, WorldOfOne) {
   CHECK_CUDA(cudaStreamSynchronize(s));
   CHECK_CUDA(cudaMemcpy(back.data(), r, n * 4, cudaMemcpyDeviceToHost));
   EXPECT_EQ(back, h);
+  // Accumulate (a ZeRO-3 main grad over microbatches): NCCL reduces in
+  // place inside the send buffer, then the add kernel adds the block into
+  // recv on the same stream; bf16 adds in float, rounded once.
+  w->reduceScatterSumAdd(d, r, n, DType::F32, s);
+  CHECK_CUDA(cudaStreamSynchronize(s));
+  CHECK_CUDA(cudaMemcpy(back.data(), r, n * 4, cudaMemcpyDeviceToHost));
+  for (size_t i = 0; i < n; ++i)
+    ASSERT_EQ(back[i], h[i] + h[i]) << i;
+  CHECK_CUDA(cudaMemcpy(d, hb.data(), 2000, cudaMemcpyHostToDevice));
+  CHECK_CUDA(cudaMemcpy(r, hb.data(), 2000, cudaMemcpyHostToDevice));
+  w->reduceScatterSumAdd(d, r, 1000, DType::BF16, s);
+  CHECK_CUDA(cudaStreamSynchronize(s));
+  CHECK_CUDA(cudaMemcpy(hb2.data(), r, 2000, cudaMemcpyDeviceToHost));
+  for (size_t i = 0; i < hb.size(); ++i)
+    ASSERT_EQ(hb2[i].bits, bf16(float(hb[i]) + float(hb[i])).bits) << i;
+  // The send buffer is scratch after an accumulate: refill it.
+  CHECK_CUDA(cudaMemcpy(d, h.data(), n * 4, cudaMemcpyHostToDevice));
   w->barrier();
   EXPECT_TRUE(w->allTrue(true));
   EXPECT_FALSE(w->allTrue(false));
