@@ -19,7 +19,8 @@
 #                usage) exits nonzero naming the file and leaves OUT as it
 #                was.
 #   reshard      Same N: 2 steps + --resume to 3 equals 3 steps, per-rank
-#                fingerprints bitwise. Another N: the N=2 zero3 checkpoint
+#                fingerprints bitwise, also resumed by a binary that
+#                offloads (another placement). Another N: the N=2 zero3 checkpoint
 #                resumes on one replicated rank (the same global batch) and
 #                a one-rank checkpoint on two zero3 ranks, each saying the
 #                layout differs; the next step's loss and grad norm and the
@@ -137,10 +138,11 @@ class T:
     def path(self, *p):
         return os.path.join(self.work, *p)
 
-    def compile(self, name, ranks, mode, micro_batches):
+    def compile(self, name, ranks, mode, micro_batches, *flags):
         cmd = [self.args.compile, self.args.model, "-o", self.path(name),
                "--seq", "16", "--micro-batches", str(micro_batches),
                "--data-parallel-size=%d" % ranks, "--data-parallel=" + mode]
+        cmd += list(flags)
         r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode != 0:
             print(r.stdout + r.stderr)
@@ -304,13 +306,24 @@ def case_reshard(t):
                          "--resume", ck, metrics="resumed.jsonl")
     check(r.returncode == 0 and "note:" not in r.stderr,
           "zero3 resume at N=2: rc %d, %s" % (r.returncode, r.stderr))
-    for rank in range(2):
-        a = straight[rank][-1] if rank < len(straight) else {}
-        b = resumed[rank][-1] if rank < len(resumed) else {}
-        check(a.get("fingerprints") == b.get("fingerprints") and
-              a.get("loss") == b.get("loss"),
-              "rank %d step 3: resumed %s, straight %s" %
-              (rank, b.get("fingerprints"), a.get("fingerprints")))
+    # Also under another placement (offload), which keeps every bit.
+    offload = t.compile("z3n2-offload", 2, "zero3", 2,
+                        "--offload-modules=gdn_core_attn,core_attn,attn_proj",
+                        "--hide-rule=off")
+    r, placed = t.train(offload, 2, "--steps", "3", "--save",
+                        t.path("z3-placed"), "--resume", ck,
+                        metrics="placed.jsonl")
+    check(r.returncode == 0 and "resumed under a different placement" in
+          r.stderr, "zero3 resume under offload: rc %d, %s" %
+          (r.returncode, r.stderr))
+    for what, got in (("resumed", resumed), ("resumed with offload", placed)):
+        for rank in range(2):
+            a = straight[rank][-1] if rank < len(straight) else {}
+            b = got[rank][-1] if rank < len(got) else {}
+            check(a.get("fingerprints") == b.get("fingerprints") and
+                  a.get("loss") == b.get("loss"),
+                  "%s rank %d step 3: %s, straight %s" %
+                  (what, rank, b.get("fingerprints"), a.get("fingerprints")))
 
     # N=2 zero3 -> one replicated rank, and one rank -> N=2 zero3.
     r, one = t.train(rep1, 1, "--steps", "3", "--save", t.path("one-res"),
