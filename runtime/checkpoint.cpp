@@ -150,7 +150,8 @@ int64_t numelOf(const std::vector<int64_t> &shape) {
 /// The index's "tensors" map of a flat-sharded save: rank r's file holds
 /// elements [r x shardNumel, (r + 1) x shardNumel) of every tensor (the
 /// same split on every rank, so rank 0 writes it for all), clipped to the
-/// tensor; ranks whose slice is all padding hold no piece.
+/// tensor; ranks whose slice is all padding hold no piece. A whole tensor
+/// among them (shard_numel 0) is read from rank 0's file.
 Json flatIndex(const std::vector<CheckpointTensor> &tensors, int worldSize) {
   Json map = Json::object();
   for (const CheckpointTensor &t : tensors) {
@@ -170,7 +171,7 @@ Json flatIndex(const std::vector<CheckpointTensor> &tensors, int worldSize) {
     }
     map[t.name] = {{"dtype", stDTypeName(t.dtype)},
                    {"shape", t.shape},
-                   {"shard_numel", s},
+                   {"shard_numel", t.shardNumel > 0 ? s : 0},
                    {"data_parallel_size", t.shardNumel > 0 ? worldSize : 1},
                    {"pieces", pieces}};
   }
@@ -673,12 +674,14 @@ FlatCatalog catalogOfIndex(const std::string &stepDir, const Json &idx) {
       if (!files.count(fp.file))
         fail("checkpoint: '", where, "': a piece of '", name, "' is in '",
              fp.file, "', which the index does not list as a shard");
-      if (fp.begin >= fp.end || fp.end > numel ||
-          fp.end - fp.begin > src.shardNumel)
+      // shard_numel 0: the file holds the whole tensor, whole-shaped.
+      int64_t most = src.shardNumel > 0 ? src.shardNumel : numel;
+      if (fp.begin >= fp.end || fp.end > numel || fp.end - fp.begin > most ||
+          (src.shardNumel == 0 && fp.begin != 0))
         fail("checkpoint: '", where, "': the piece of '", name, "' in '",
              fp.file, "' holds elements [", fp.begin, ", ", fp.end,
-             "), not a range of at most shard_numel ", src.shardNumel,
-             " inside its ", numel, " elements");
+             "), not a range of at most shard_numel ", most, " inside its ",
+             numel, " elements");
       src.pieces.push_back(fp);
     }
     std::sort(src.pieces.begin(), src.pieces.end(),

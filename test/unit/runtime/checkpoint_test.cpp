@@ -451,6 +451,35 @@ TEST(CheckpointFlat, SavedByTwoRanksLoadsOnAnyNumberOfRanks) {
   EXPECT_EQ(whole.a, want.a);
 }
 
+// A whole tensor beside flat shards (shard_numel 0 in the index) is read
+// from rank 0's file.
+TEST(CheckpointFlat, WholeTensorBesideShards) {
+  std::string dir = freshDir("flatmixed");
+  FlatModel m(1.5f, 7);
+  ThreadAllTrue agree(2);
+  std::vector<std::thread> ranks;
+  std::string stepDir;
+  for (int r = 0; r < 2; ++r)
+    ranks.emplace_back([&, r] {
+      FlatShard s(m, r, 2), whole(m, 0, 0);
+      std::vector<CheckpointTensor> t = {whole.tensors()[0], s.tensors()[1]};
+      ShardInfo info{r, 2, [&](bool ok) { return agree.arrive(ok); }};
+      std::string d = saveCheckpoint(dir, t, sampleState(2), info);
+      if (r == 0)
+        stepDir = d;
+    });
+  for (std::thread &t : ranks)
+    t.join();
+  EXPECT_EQ(readIndex(stepDir).at("tensors").at("param/a").at("shard_numel"),
+            0);
+  for (int n : {0, 3})
+    for (int r = 0; r < std::max(n, 1); ++r) {
+      FlatShard got(m, r, n, true), want(m, r, n);
+      loadCheckpoint(stepDir, got.tensors(), ShardInfo{});
+      EXPECT_TRUE(got == want) << "rank " << r << " of " << n;
+    }
+}
+
 // A world-of-one checkpoint (replicate) loads into flat shards: each rank
 // takes its slice.
 TEST(CheckpointFlat, WholeCheckpointLoadsIntoShards) {
