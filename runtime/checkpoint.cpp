@@ -758,9 +758,19 @@ TrainingState loadFlat(const std::string &stepDir, const FlatCatalog &c,
         files.push_back(p.file);
   }
   // Staged copies: the destinations change only once every file checked.
+  // (LoadOptions::direct: into the destinations themselves.)
   std::vector<std::vector<uint8_t>> staged(tensors.size());
-  for (size_t i = 0; i < tensors.size(); ++i)
-    staged[i].assign(tensors[i].bytes, 0);
+  std::vector<uint8_t *> into(tensors.size());
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    if (options.direct) {
+      into[i] = static_cast<uint8_t *>(tensors[i].data);
+      if (tensors[i].bytes)
+        std::memset(into[i], 0, tensors[i].bytes);
+    } else {
+      staged[i].assign(tensors[i].bytes, 0);
+      into[i] = staged[i].data();
+    }
+  }
   TrainingState st;
   for (size_t fi = 0; fi < files.size(); ++fi) {
     const std::string path = stepDir + "/" + files[fi];
@@ -797,26 +807,26 @@ TrainingState loadFlat(const std::string &stepDir, const FlatCatalog &c,
         if (p.file != files[fi] || p.begin >= hi || p.end <= lo)
           continue;
         const StTensorInfo *info = f.find(t.name);
-        std::vector<int64_t> shape =
-            src.shardNumel > 0 ? std::vector<int64_t>{src.shardNumel}
-                               : src.shape;
+        std::vector<int64_t> shape = src.shardNumel > 0
+                                         ? std::vector<int64_t>{src.shardNumel}
+                                         : src.shape;
         if (!info)
           fail("checkpoint: '", path, "' has no tensor '", t.name, "' (",
-               c.describedBy, " says it holds elements [", p.begin, ", ",
-               p.end, ") of it): a shard of another model or save");
+               c.describedBy, " says it holds elements [", p.begin, ", ", p.end,
+               ") of it): a shard of another model or save");
         if (info->dtype != src.dtype || info->shape != shape)
           fail("checkpoint: '", path, "': tensor '", t.name, "' is ",
                stDTypeName(info->dtype), " ", shapeString(info->shape), ", ",
                c.describedBy, " says ", stDTypeName(src.dtype), " ",
                shapeString(shape), ": a shard of another model or save");
         int64_t from = std::max(lo, p.begin), to = std::min(hi, p.end);
-        std::memcpy(staged[i].data() + size_t(from - lo) * eb,
+        std::memcpy(into[i] + size_t(from - lo) * eb,
                     f.data(*info) + size_t(from - p.begin) * eb,
                     size_t(to - from) * eb);
       }
     }
   }
-  for (size_t i = 0; i < tensors.size(); ++i)
+  for (size_t i = 0; i < tensors.size() && !options.direct; ++i)
     if (tensors[i].bytes)
       std::memcpy(tensors[i].data, staged[i].data(), tensors[i].bytes);
   return st;

@@ -206,6 +206,11 @@ struct LoadOptions {
   /// Load only the requested tensors: the checkpoint may hold others (a
   /// tool that consolidates the weights alone). Flat layouts only.
   bool subset = false;
+  /// Read into the destinations as the files are read, without a staged
+  /// copy (half the memory): a failure may leave them partly written, for
+  /// callers whose destinations are scratch until the load returns (a tool
+  /// that writes them out afterwards). Flat layouts only.
+  bool direct = false;
 };
 
 /// Loads this rank's part of the checkpoint in `stepDir` (a folder returned

@@ -158,7 +158,8 @@ void loadInitWeights(const Program &p, StepRunner &r, const std::string &path) {
       readWeightsF32(path, weightSpecs(p, /*trainableOnly=*/false));
   for (size_t i = 0; i < p.params.size(); ++i) {
     const ParamEntry &e = p.params[i];
-    writeParameter(r, e, sliceOf(std::move(values[i]), shardSpan(e, r.dpRank())));
+    writeParameter(r, e,
+                   sliceOf(std::move(values[i]), shardSpan(e, r.dpRank())));
   }
 }
 
@@ -222,8 +223,8 @@ struct CheckpointMirror {
   /// shardNumel), saved one file per rank with an index; a world of one
   /// holds whole tensors and saves them as replicate does.
   CheckpointMirror(const Program &p, int rank) {
-    bool flat = p.dataParallelMode == DataParallelMode::Zero3 &&
-                p.dataParallelSize > 1;
+    bool flat =
+        p.dataParallelMode == DataParallelMode::Zero3 && p.dataParallelSize > 1;
     auto add = [&](const std::string &name, StDType dt, const ParamEntry &e,
                    uint64_t offset, size_t elemSize) {
       ShardSpan span = shardSpan(e, rank);

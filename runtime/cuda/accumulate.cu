@@ -45,9 +45,8 @@ void cudaAddInto(ap::kernels::DType dtype, void *recv, const void *add,
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   switch (dtype) {
   case ap::kernels::DType::F32:
-    addF32<<<unsigned(blocks), 256, 0, s>>>(static_cast<float *>(recv),
-                                            static_cast<const float *>(add),
-                                            count);
+    addF32<<<unsigned(blocks), 256, 0, s>>>(
+        static_cast<float *>(recv), static_cast<const float *>(add), count);
     break;
   case ap::kernels::DType::BF16:
     addBf16<<<unsigned(blocks), 256, 0, s>>>(

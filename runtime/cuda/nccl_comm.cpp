@@ -85,8 +85,8 @@ public:
                            DType dtype, void *stream) override {
     // In place (NCCL's rule: the output is the rank's own block of the
     // input), then the block is added into recv on the same stream.
-    char *block =
-        static_cast<char *>(send) + size_t(rank_) * recvCount * dtypeBytes(dtype);
+    char *block = static_cast<char *>(send) +
+                  size_t(rank_) * recvCount * dtypeBytes(dtype);
     AP_NCCL_CHECK(ncclReduceScatter(send, block, recvCount, ncclType(dtype),
                                     ncclSum, comm_, cudaStream_t(stream)));
     cudaAddInto(dtype, recv, block, recvCount, stream);

@@ -1,4 +1,5 @@
-//===- actplace-ckpt.cpp - Checkpoint tools --------------------------------===//
+//===- actplace-ckpt.cpp - Checkpoint tools
+//--------------------------------===//
 //
 // `actplace-ckpt consolidate [--with-optimizer] CKPT OUT.safetensors`: the
 // parameters of a checkpoint (a step folder, or a --save folder whose
@@ -88,8 +89,11 @@ int consolidate(const std::string &ckpt, const std::string &out,
   if (tensors.empty())
     fail("checkpoint '", stepDir, "' holds no parameters (no tensor named '",
          paramTensorName("<p>"), "')");
+  // The buffers are written out only once the load returned: no staged
+  // copy needed.
   LoadOptions options;
   options.subset = true;
+  options.direct = true;
   TrainingState st = loadCheckpoint(stepDir, tensors, ShardInfo{}, options);
   SafetensorsWriter w;
   for (size_t i = 0; i < tensors.size(); ++i)
@@ -124,7 +128,8 @@ int main(int argc, char **argv) {
   if (args.empty())
     return usageError("missing command");
   if (args[0] != "consolidate")
-    return usageError("unknown command '" + args[0] + "' (expected consolidate)");
+    return usageError("unknown command '" + args[0] +
+                      "' (expected consolidate)");
   bool withOptimizer = false;
   std::vector<std::string> positional;
   for (size_t i = 1; i < args.size(); ++i) {

@@ -388,8 +388,9 @@ TEST_F(AbiStepTest, IndicesOutsideTheProgramAreErrors) {
   EXPECT_NE(errorOf([&] {
               ap_reduce_scatter(handle(), 0, 256, 4, AP_DTYPE_F32,
                                 AP_STREAM_COMM, AP_REDUCE_LAST_MICROBATCH);
-            }).find("ap_reduce_scatter: flags 1 (expected 0 or "
-                    "AP_REDUCE_ACCUMULATE)"),
+            })
+                .find("ap_reduce_scatter: flags 1 (expected 0 or "
+                      "AP_REDUCE_ACCUMULATE)"),
             std::string::npos);
   EXPECT_NE(errorOf([&] {
               ap_zero(handle(), 4000, 256, AP_STREAM_COMPUTE);

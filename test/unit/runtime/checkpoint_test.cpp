@@ -361,8 +361,8 @@ struct FlatShard {
   std::vector<CheckpointTensor> tensors() {
     CheckpointTensor ta{paramTensorName("a"), StDType::F32, shapeA, a.data(),
                         a.size() * 4};
-    CheckpointTensor tb{masterTensorName("b"), StDType::BF16, shapeB,
-                        b.data(), b.size() * 2};
+    CheckpointTensor tb{masterTensorName("b"), StDType::BF16, shapeB, b.data(),
+                        b.size() * 2};
     if (!whole) {
       ta.shardNumel = sa;
       ta.flatBegin = beginA;
@@ -449,6 +449,11 @@ TEST(CheckpointFlat, SavedByTwoRanksLoadsOnAnyNumberOfRanks) {
               "unexpected tensor 'master/b'");
   loadCheckpoint(stepDir, onlyA, ShardInfo{}, LoadOptions{true});
   EXPECT_EQ(whole.a, want.a);
+  // Straight into the destinations (no staged copy), padding zeroed.
+  FlatShard direct(m, 3, 4, true), want3(m, 3, 4);
+  loadCheckpoint(stepDir, direct.tensors(), ShardInfo{},
+                 LoadOptions{false, true});
+  EXPECT_TRUE(direct == want3);
 }
 
 // A whole tensor beside flat shards (shard_numel 0 in the index) is read
@@ -549,8 +554,8 @@ TEST(CheckpointFlat, BadShardsAreNamedAndNothingIsWritten) {
         std::filesystem::copy_options::overwrite_existing);
     FlatShard got(m, 0, 0, true);
     expectError([&] { loadCheckpoint(stepDir, got.tensors(), ShardInfo{}); },
-                stepDir + r1 + "' is the shard of rank 0 of 2, but " +
-                    stepDir + "/index.json lists it as rank 1 of 2");
+                stepDir + r1 + "' is the shard of rank 0 of 2, but " + stepDir +
+                    "/index.json lists it as rank 1 of 2");
     untouched(got);
     std::filesystem::copy_file(
         later + r1, stepDir + r1,

@@ -34,8 +34,8 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <string>
 #include <vector>
@@ -338,8 +338,7 @@ TEST_F(Zero3Train, TrainsLikeReplicateTensorByTensor) {
           << "grad norm of step " << s + 1;
   }
   // --dump-grads: rank 0 writes the whole gradients in both modes.
-  SafetensorsFile gr =
-      SafetensorsFile::open(work + "/rep-grads.safetensors");
+  SafetensorsFile gr = SafetensorsFile::open(work + "/rep-grads.safetensors");
   SafetensorsFile gz = SafetensorsFile::open(work + "/z3-grads.safetensors");
   for (const ParamSpec &s : kParams) {
     if (s.frozen)
@@ -372,9 +371,9 @@ TEST_F(Zero3Train, InitWeightsAreSlicedAlike) {
   }
   MPI_Barrier(MPI_COMM_WORLD);
   for (const std::string &mode : {"rep", "z3"})
-    train(modeOf(mode), 1, 0,
-          {"--steps", "1", "--save", work + "/" + mode, "--init-weights",
-           path});
+    train(
+        modeOf(mode), 1, 0,
+        {"--steps", "1", "--save", work + "/" + mode, "--init-weights", path});
   expectSameTensors(stepDir(work + "/rep", 1), stepDir(work + "/z3", 1));
 }
 
@@ -401,8 +400,7 @@ TEST_F(Zero3Train, ResumeIsBitwiseAndCrossesLayouts) {
   train(z3, 2, 0,
         {"--steps", "3", "--save", work + "/z3-resumed", "--resume",
          stepDir(work + "/z3", 1)});
-  expectSameTensors(stepDir(work + "/z3", 3),
-                    stepDir(work + "/z3-resumed", 3));
+  expectSameTensors(stepDir(work + "/z3", 3), stepDir(work + "/z3-resumed", 3));
 
   // One microbatch, where the layouts train alike: each resumes the
   // other's checkpoint of step 1 and reaches the same step 3.
