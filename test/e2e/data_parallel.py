@@ -45,6 +45,8 @@
 #                the same global batch, saying that the world size differs,
 #                loss and grad norm within the bound.
 #
+#   fsdp         the Megatron-FSDP scenario under ZeRO-3 (case_fsdp says
+#                what it checks).
 #
 # --mode zero3 runs equivalence, placement and resume with binaries of
 # several ranks compiled --data-parallel=zero3 (the one-rank reference of
@@ -507,8 +509,63 @@ def case_resume(t):
                           b["grad_norm"], other_n))
 
 
+def case_fsdp(t):
+    """The Megatron-FSDP scenario: ZeRO-3 on N ranks, MLA core_attn and
+    attn_proj offloaded, one gather in flight ahead, clipping at 1.0 (the
+    default max-grad-norm; the tiny model's norms exceed it, so every step
+    clips), several steps. Placement on and off bitwise per rank, D2H and
+    H2D counted per offloaded scope when on and none when off, the pinned
+    pool empty after every step, and one replicated rank with the same
+    global batch within the bound."""
+    steps, n = 5, t.args.ranks
+    common = ["--micro-batches", "1", "--data-parallel-size=%d" % n,
+              "--gather-max-inflight=1"]
+    off = t.compile("fsdp-off", *common, mode="zero3")
+    on = t.compile("fsdp-on", *common, "--hide-rule=off",
+                   "--offload-modules=core_attn,attn_proj", mode="zero3")
+    one = t.compile("fsdp-n1", "--micro-batches", str(n))
+    r, loff = t.train(off, n, "--steps", str(steps), metrics="off.jsonl")
+    check(r.returncode == 0, "zero3 without offload failed")
+    r, lon = t.train(on, n, "--steps", str(steps), metrics="on.jsonl")
+    check(r.returncode == 0, "zero3 with offload failed")
+    r, l1 = t.train(one, 1, "--steps", str(steps), metrics="n1.jsonl")
+    check(r.returncode == 0, "one rank failed")
+    replicas_agree("zero3", loff, steps, sharded=True)
+    replicas_agree("zero3 offload", lon, steps, sharded=True)
+    for rank in range(n):
+        for a, b in zip(loff[rank], lon[rank]):
+            check(a["fingerprints"] == b["fingerprints"],
+                  "rank %d step %d: offload changed the bits" %
+                  (rank, a["step"]))
+            check(all(c["d2h_count"] == 0 and c["h2d_count"] == 0
+                      for c in a["transfers"].values()),
+                  "rank %d step %d: copies without offload" %
+                  (rank, a["step"]))
+            scopes = sorted(b["transfers"])
+            check(scopes and all(s.endswith((".core_attn", ".attn_proj"))
+                                 for s in scopes),
+                  "rank %d step %d: offloaded scopes %s" %
+                  (rank, b["step"], scopes))
+            for scope, c in b["transfers"].items():
+                check(c["d2h_count"] > 0 and
+                      c["d2h_count"] == c["h2d_count"],
+                      "rank %d step %d: scope %s counters %s" %
+                      (rank, b["step"], scope, c))
+    check(loff and any(m["grad_norm"] > 1.0 for m in loff[0]),
+          "no step's grad norm exceeds 1.0: clipping was not exercised")
+    for a, b in zip(loff[0] if loff else [], l1[0] if l1 else []):
+        check(close(a["loss"], b["loss"]) and
+              close(a["grad_norm"], b["grad_norm"]),
+              "step %d: loss, grad norm %r, %r on zero3 N=%d, %r, %r on one "
+              "rank" % (a["step"], a["loss"], a["grad_norm"], n, b["loss"],
+                        b["grad_norm"]))
+    print("zero3 N=%d losses %s, one rank %s" %
+          (n, [m["loss"] for m in loff[0]] if loff else [],
+           [m["loss"] for m in l1[0]] if l1 else []), flush=True)
+
+
 CASES = {"equivalence": case_equivalence, "placement": case_placement,
-         "errors": case_errors, "resume": case_resume}
+         "errors": case_errors, "resume": case_resume, "fsdp": case_fsdp}
 
 
 def main():
