@@ -596,12 +596,31 @@ struct FlatCatalog {
 
 TrainingState stateOf(const SafetensorsFile &f, const std::string &path);
 
+/// A step folder without index.json must hold the world-of-one file.
+void requireWholeFile(const std::string &stepDir) {
+  std::string name = checkpointShardName(0, 1);
+  if (fileExists(stepDir + "/" + name))
+    return;
+  bool shards = false;
+  if (DIR *d = ::opendir(stepDir.c_str())) {
+    while (dirent *e = ::readdir(d))
+      shards = shards || std::strncmp(e->d_name, "model-rank", 10) == 0;
+    ::closedir(d);
+  }
+  fail("checkpoint: '", stepDir, "' has no ", name,
+       shards ? " and no index.json beside its per-rank shards (rank 0 "
+                "writes the index; without it nothing says which elements "
+                "a shard holds)"
+              : "");
+}
+
 FlatCatalog catalogOfFile(const std::string &stepDir) {
   FlatCatalog c;
   std::string name = checkpointShardName(0, 1);
   c.describedBy = stepDir + "/" + name;
   c.stateFile = name;
   c.fileRank[name] = 0;
+  requireWholeFile(stepDir);
   SafetensorsFile f = SafetensorsFile::open(c.describedBy);
   for (const StTensorInfo &info : f.tensors()) {
     if (info.name == kStepTensor)
@@ -920,6 +939,8 @@ TrainingState loadCheckpoint(const std::string &stepDir,
       return loadFlat(stepDir, catalogOfIndex(stepDir, idx), tensors, options);
   } else if (sharded || options.subset) {
     return loadFlat(stepDir, catalogOfFile(stepDir), tensors, options);
+  } else {
+    requireWholeFile(stepDir);
   }
   if (sharded)
     fail("checkpoint: '", stepDir, "' holds per-rank shards without a flat ",

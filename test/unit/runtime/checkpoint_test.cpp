@@ -526,6 +526,11 @@ TEST(CheckpointFlat, BadShardsAreNamedAndNothingIsWritten) {
     FlatShard r0(m, 0, 2, true), want(m, 0, 2);
     loadCheckpoint(stepDir, r0.tensors(), ShardInfo{});
     EXPECT_TRUE(r0 == want);
+    std::filesystem::remove(stepDir + "/index.json");
+    expectError([&] { loadCheckpoint(stepDir, got.tensors(), ShardInfo{}); },
+                "has no model.safetensors and no index.json beside its "
+                "per-rank shards");
+    untouched(got);
   }
   {
     std::string stepDir = saveFlat(freshDir("flatforeign"), m, 2, 5);
