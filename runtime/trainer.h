@@ -8,8 +8,12 @@
 // and trainMain(), the whole binary: flags, device, arena and pinned pool
 // once, parameter init from the Philox RNG, N steps on synthetic (or file)
 // data, the metrics line per step, the pinned-pool check and the NaN/Inf
-// stop. Generated code does not include this header: it reaches all of this
-// through the C ABI of runtime/abi.h (runtime/abi.cpp forwards). No MLIR.
+// stop. Under ZeRO-3 (DataParallelMode::Zero3) every parameter buffer holds
+// this rank's flat shard (ParamEntry::shardNumel, shardSpan): the init, the
+// grad norm, AdamW, the fingerprints and the checkpoints (flat shards with
+// an index) work on shards. Generated code does not include this header: it
+// reaches all of this through the C ABI of runtime/abi.h (runtime/abi.cpp
+// forwards). No MLIR.
 //
 //===----------------------------------------------------------------------===//
 #ifndef ACTPLACE_RUNTIME_TRAINER_H
