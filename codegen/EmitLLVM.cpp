@@ -527,6 +527,7 @@ LogicalResult LLVMSink::program(const ProgramDesc &d) {
       for (int j = 0; j < 5; ++j)
         *offs[j] = q.offsets[j] ? *q.offsets[j] : AP_NO_OFFSET;
       a.shard_numel = q.shardNumel;
+      a.main_grad_bf16 = q.mainGradBf16 ? 1 : 0;
     }
     Image im = Image::of(params.data(), params.size());
     for (size_t i = 0; i < params.size(); ++i)

@@ -134,6 +134,8 @@ struct ProgramDesc {
     std::array<std::optional<uint64_t>, 5> offsets;
     /// ap_param.shard_numel: 0, or the elements of each ZeRO-3 shard.
     int64_t shardNumel = 0;
+    /// ap_param.main_grad_bf16: the ZeRO-3 main-grad shard is bf16.
+    bool mainGradBf16 = false;
   };
   struct AdamW {
     int64_t param = 0;

@@ -678,6 +678,12 @@ LogicalResult Walker::run(EmittedPlan *plan) {
     // flattened parameter (exec-shard-params).
     if (d.dataParallelMode == AP_DP_ZERO3) {
       q.shardNumel = (q.numel + dpSize - 1) / dpSize;
+      for (Operation &op : step->getRegion(0).front())
+        if (auto po = dyn_cast<exec::PersistentOp>(op))
+          if (po.getName() == name &&
+              po.getRole() == exec::BufferRole::MainGrad)
+            q.mainGradBf16 =
+                tensorOf(po->getResult(0)).getElementType().isBF16();
       int64_t held = -1;
       for (Operation &op : step->getRegion(0).front())
         if (auto po = dyn_cast<exec::PersistentOp>(op))
@@ -870,17 +876,25 @@ LogicalResult Walker::walkOp(Operation *op) {
     if (failed(offsetOf(op->getOperand(0), op, o0)) ||
         failed(offsetOf(op->getOperand(1), op, o1)))
       return failure();
+    // The dtype and block bytes are the full buffer's: a bf16 main-grad
+    // shard takes the f32 sum of its block (AP_REDUCE_SHARD_BF16).
     RankedTensorType t = tensorOf(shard);
-    std::optional<DType> dt = dtypeOf(t.getElementType());
+    RankedTensorType ft = tensorOf(op->getOperand(gather ? 1 : 0));
+    std::optional<DType> dt = dtypeOf(ft.getElementType());
     if (!dt)
       return op->emitError(pfx() + "collective of an unsupported element type");
     SmallVector<CallArg> args{CallArg::u64(o0), CallArg::u64(o1),
-                              CallArg::u64(numel(t) * elemBytes(t)),
+                              CallArg::u64(numel(t) * elemBytes(ft)),
                               abiDtype(*dt), stream(op)};
     if (!gather) {
       bool acc = cast<exec::ReduceScatterOp>(op).getAccumulate();
-      args.push_back(CallArg::i32(acc ? AP_REDUCE_ACCUMULATE : 0,
-                                  acc ? "AP_REDUCE_ACCUMULATE" : "0"));
+      bool bf16Shard = t.getElementType() != ft.getElementType();
+      int32_t flags = (acc ? AP_REDUCE_ACCUMULATE : 0) |
+                      (bf16Shard ? AP_REDUCE_SHARD_BF16 : 0);
+      std::string text = bf16Shard ? "AP_REDUCE_ACCUMULATE | AP_REDUCE_SHARD_BF16"
+                         : acc     ? "AP_REDUCE_ACCUMULATE"
+                                   : "0";
+      args.push_back(CallArg::i32(flags, text));
     }
     sink_.call(gather ? "ap_all_gather" : "ap_reduce_scatter", args);
     return success();

@@ -22,6 +22,9 @@ enum class ReportFormat : uint8_t { Text, Json };
 /// data-parallel: how the data-parallel ranks hold parameters, main grads
 /// and optimizer state (all of them on every rank, or 1/N each, ZeRO-3).
 enum class DataParallelMode : uint8_t { Replicate, Zero3 };
+/// main-grad-dtype of exec-shard-params: the element type of the ZeRO-3
+/// main-grad shards (backward kernels accumulate in f32 either way).
+enum class MainGradDtype : uint8_t { F32, BF16 };
 
 } // namespace ap::train
 

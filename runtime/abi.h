@@ -42,8 +42,15 @@ enum { AP_DP_REPLICATE = 0, AP_DP_ZERO3 = 1 };
    grad is final once the last microbatch's backward wrote it).
    AP_REDUCE_ACCUMULATE (ap_reduce_scatter): the shard receives its block of
    the sum added to what it holds (a sharded main grad accumulating
-   microbatches), instead of being overwritten. */
-enum { AP_REDUCE_LAST_MICROBATCH = 1, AP_REDUCE_ACCUMULATE = 2 };
+   microbatches), instead of being overwritten. AP_REDUCE_SHARD_BF16
+   (ap_reduce_scatter, with AP_REDUCE_ACCUMULATE and an f32 `full`): the
+   shard is bf16 (a bf16 main grad): it becomes bf16(float(shard) + the
+   block's f32 sum), one rounding per call. */
+enum {
+  AP_REDUCE_LAST_MICROBATCH = 1,
+  AP_REDUCE_ACCUMULATE = 2,
+  AP_REDUCE_SHARD_BF16 = 4
+};
 
 #ifdef __cplusplus
 extern "C" {
@@ -92,6 +99,7 @@ enum {
 #define AP_SCRATCH_GRAD_NORM 0    /* float: global grad norm */
 #define AP_SCRATCH_CLIP_COEF 4    /* float: gradient clip coefficient */
 #define AP_SCRATCH_LOSS_DISCARD 8 /* Acc: a loss sum nobody reads */
+#define AP_SCRATCH_RANK_SUMS 32   /* 32 bytes: the runtime's sums over ranks */
 #define AP_SCRATCH_STATE_NORMS 64 /* 3 floats: norms of the optimizer state */
 #define AP_SCRATCH_SCALAR_BYTES 256
 
@@ -149,6 +157,11 @@ typedef struct ap_param {
      [rank x shard_numel, (rank + 1) x shard_numel) of the flattened
      parameter, zeros past numel (the last ranks' padding). */
   int64_t shard_numel;
+  /* 0: the main grad (`grad`) is f32. 1: it is bf16 (only under
+     AP_DP_ZERO3, where backward kernels accumulate into f32 per-window
+     buffers and only the runtime reads and writes the main-grad shard:
+     reduce-scatter with AP_REDUCE_SHARD_BF16, the norm, AdamW). */
+  int32_t main_grad_bf16;
 } ap_param;
 
 /* A pinned host slot: offset from the slot region's start, bytes. */

@@ -76,9 +76,24 @@ LogicalResult PersistentOp::verify() {
   BufferRole r = getRole();
   bool fp32 = r == BufferRole::Master || r == BufferRole::MainGrad ||
               r == BufferRole::AdamM || r == BufferRole::AdamV;
-  if (fp32 && !t.getElementType().isF32())
+  // A bf16 main grad exists only under ZeRO-3, where kernels accumulate
+  // into f32 window buffers and only the runtime touches the shard.
+  if (r == BufferRole::MainGrad && t.getElementType().isBF16()) {
+    auto step = (*this)->getParentOfType<StepOp>();
+    auto mode =
+        step ? step->getAttrOfType<StringAttr>(kDataParallelModeAttr) : nullptr;
+    if (!mode || mode.getValue() != "zero3")
+      return emitOpError() << "a bf16 main_grad buffer needs a step with "
+                              "data_parallel = \"zero3\" (kernels accumulate "
+                              "into f32 main grads), got "
+                           << t;
+  } else if (fp32 && !t.getElementType().isF32()) {
     return emitOpError() << "a " << stringifyBufferRole(r)
-                         << " buffer must be f32, got " << t;
+                         << " buffer must be f32"
+                         << (r == BufferRole::MainGrad ? " (or bf16 under zero3)"
+                                                       : "")
+                         << ", got " << t;
+  }
   if (getName().empty())
     return emitOpError() << "name must not be empty";
   return verifyExtent(*this, getOffset(), getBytes(), t);
@@ -210,11 +225,17 @@ LogicalResult AllReduceOp::verify() {
 /// data_parallel_size when it has one), the comm or compute stream.
 static LogicalResult verifyShardCollective(Operation *op, BufferType shard,
                                            BufferType full, Stream stream,
-                                           StringRef communicator) {
+                                           StringRef communicator,
+                                           bool accumulate = false) {
   RankedTensorType s = shard.getTensor(), f = full.getTensor();
-  if (s.getElementType() != f.getElementType())
+  // A bf16 main-grad shard accumulates the f32 sum of an f32 buffer.
+  bool mixed = s.getElementType().isBF16() && f.getElementType().isF32();
+  if (s.getElementType() != f.getElementType() && !(accumulate && mixed))
     return op->emitOpError() << "shard " << s << " and full buffer " << f
-                             << " differ in element type";
+                             << " differ in element type"
+                             << (mixed ? " (only an accumulating scatter adds "
+                                         "f32 into a bf16 shard)"
+                                       : "");
   if (!s.getElementType().isBF16() && !s.getElementType().isF32())
     return op->emitOpError() << "moves bf16 or f32 buffers, got " << s;
   if (stream != Stream::Comm && stream != Stream::Compute)
@@ -244,7 +265,8 @@ LogicalResult AllGatherOp::verify() {
 
 LogicalResult ReduceScatterOp::verify() {
   return verifyShardCollective(*this, getShard().getType(), getFull().getType(),
-                               getStream(), getCommunicator());
+                               getStream(), getCommunicator(),
+                               getAccumulate());
 }
 
 #define GET_OP_CLASSES

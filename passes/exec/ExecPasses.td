@@ -69,7 +69,8 @@ def ExecShardParams : Pass<"exec-shard-params", "mlir::ModuleOp"> {
     are issued `gather-max-inflight` windows ahead (0: right before it).
     Main grads a window accumulates into are transient fp32 buffers, zeroed
     before the window and reduce-scattered (accumulate) into the shard on
-    the comm stream after it. The optimizer and clipping after the loop work
+    the comm stream after it; with `main-grad-dtype=bf16` the shards are
+    bf16 (FP32 masters either way) and each scatter rounds its sum once. The optimizer and clipping after the loop work
     on the shards. Run after convert-train-to-exec and before
     exec-plan-memory, which counts the gathered buffers, and
     exec-schedule-streams, which orders them. Other steps are left
@@ -83,7 +84,16 @@ def ExecShardParams : Pass<"exec-shard-params", "mlir::ModuleOp"> {
   let options = [
     Option<"gatherMaxInflight", "gather-max-inflight", "int64_t", "1",
            "Windows whose parameters are gathered ahead of the one computing "
-           "(0: gather each right before it)">
+           "(0: gather each right before it)">,
+    Option<"mainGradDtype", "main-grad-dtype", "::ap::train::MainGradDtype",
+           "::ap::train::MainGradDtype::F32",
+           "Element type of the main-grad shards",
+           [{::llvm::cl::values(
+               clEnumValN(::ap::train::MainGradDtype::F32, "f32",
+                          "fp32 main grads (default)"),
+               clEnumValN(::ap::train::MainGradDtype::BF16, "bf16",
+                          "bf16 main grads: each reduce-scatter adds its f32 "
+                          "sum into the shard, rounding once"))}]>
   ];
 }
 

@@ -29,11 +29,12 @@ BufferType flatBuffer(MLIRContext *ctx, Type element, int64_t elements) {
 
 int64_t bytesOf(BufferType t) { return alignTo256(tensorBytes(t.getTensor())); }
 
-/// A transient buffer of `ranks` shards like `shard`, flat.
-Value fullBuffer(OpBuilder &b, Location loc, Value shard, int64_t ranks) {
+/// A transient buffer of `ranks` shards like `shard`, flat, of `element`.
+Value fullBuffer(OpBuilder &b, Location loc, Value shard, int64_t ranks,
+                 Type element) {
   RankedTensorType st = cast<BufferType>(shard.getType()).getTensor();
-  BufferType ft = flatBuffer(b.getContext(), st.getElementType(),
-                             st.getNumElements() * ranks);
+  BufferType ft =
+      flatBuffer(b.getContext(), element, st.getNumElements() * ranks);
   return BufferOp::create(b, loc, ft, IntegerAttr(), bytesOf(ft));
 }
 
@@ -95,9 +96,13 @@ struct ExecShardParamsPass
 
     // Shards of every parameter buffer, declared where the full ones were.
     llvm::DenseMap<Value, Value> shardOf;
+    bool bf16Grads = mainGradDtype == ap::train::MainGradDtype::BF16;
     for (PersistentOp p : plan.sharded) {
       RankedTensorType t = p.getType().getTensor();
-      BufferType st = flatBuffer(ctx, t.getElementType(),
+      Type element = t.getElementType();
+      if (bf16Grads && p.getRole() == BufferRole::MainGrad)
+        element = BFloat16Type::get(ctx);
+      BufferType st = flatBuffer(ctx, element,
                                  ap::zeroShardElements(t.getNumElements(), n));
       OpBuilder b(p);
       auto s = PersistentOp::create(b, p.getLoc(), st, p.getName(), p.getRole(),
@@ -112,7 +117,9 @@ struct ExecShardParamsPass
       llvm::DenseMap<Value, Value> replaced;
       for (PersistentOp p : w.buffers) {
         Value shard = shardOf.lookup(p.getResult());
-        Value full = fullBuffer(b, p.getLoc(), shard, n);
+        Value full = fullBuffer(
+            b, p.getLoc(), shard, n,
+            cast<BufferType>(shard.getType()).getTensor().getElementType());
         AllGatherOp::create(b, p.getLoc(), shard, full, "dp", Stream::Comm);
         replaced[p.getResult()] =
             ViewOp::create(b, p.getLoc(), p.getType(), full, /*prefix=*/true);
@@ -128,7 +135,9 @@ struct ExecShardParamsPass
       SmallVector<std::pair<Value, Value>> scatters;
       for (PersistentOp p : w.buffers) {
         Value shard = shardOf.lookup(p.getResult());
-        Value full = fullBuffer(b, p.getLoc(), shard, n);
+        // The window buffer has the kernels' f32 whatever the shard holds.
+        Value full = fullBuffer(b, p.getLoc(), shard, n,
+                                p.getType().getTensor().getElementType());
         ZeroOp::create(b, p.getLoc(), full, Stream::Compute);
         replaced[p.getResult()] =
             ViewOp::create(b, p.getLoc(), p.getType(), full, /*prefix=*/true);

@@ -164,6 +164,17 @@ static cl::opt<int64_t> gatherMaxInflight(
              "0: each right before it). At most this + 1 windows' gathered "
              "parameters are in device memory at once"),
     cl::init(1), cl::cat(category));
+static cl::opt<ap::train::MainGradDtype> mainGradDtype(
+    "main-grad-dtype", cl::init(ap::train::MainGradDtype::F32),
+    cl::desc("Element type of the main grads"),
+    cl::values(clEnumValN(ap::train::MainGradDtype::F32, "fp32",
+                          "FP32 main grads (default)"),
+               clEnumValN(ap::train::MainGradDtype::BF16, "bf16",
+                          "BF16 main-grad shards under --data-parallel=zero3 "
+                          "(backward kernels still accumulate in FP32 per "
+                          "layer; each reduce-scatter rounds its sum into "
+                          "the shard once; FP32 masters either way)")),
+    cl::cat(category));
 static cl::opt<std::string> dtype("dtype", cl::desc("bf16 or f32 (JSON)"),
                                   cl::init("bf16"), cl::cat(category));
 static cl::opt<int64_t> gemmWorkspace(
@@ -338,6 +349,11 @@ static std::string checkOptions() {
                          "windows, got {0}",
                          int64_t(gatherMaxInflight))
         .str();
+  if (mainGradDtype == ap::train::MainGradDtype::BF16 &&
+      dataParallel != DataParallel::Zero3)
+    return "--main-grad-dtype=bf16 needs --data-parallel=zero3 (replicated "
+           "ranks accumulate into the main grads inside the backward "
+           "kernels, which take FP32)";
   if (gatherMaxInflight.getNumOccurrences() &&
       dataParallel != DataParallel::Zero3)
     return "--gather-max-inflight applies to --data-parallel=zero3 only "
@@ -477,6 +493,7 @@ int main(int argc, char **argv) {
   opts.lowering.dataParallelSize = dataParallelSize;
   opts.gradBuckets.bucketBytes = gradBucketBytes;
   opts.zeroShard.gatherMaxInflight = gatherMaxInflight;
+  opts.zeroShard.mainGradDtype = mainGradDtype;
   // The cost model prices the same buckets or gathers and reduce-scatters
   // (the report's and the search's step prediction on N ranks), and the
   // memory timeline holds zero3's shards and gathered windows.
@@ -560,6 +577,9 @@ int main(int argc, char **argv) {
     int64_t unplacedArena = -1;
     ap::train::PlacementChoice best;
     mlir::TimingScope searchTimer = rootTimer.nest("placement search");
+    // A second search (for a lower predicted peak) reuses the first's
+    // placements: same module, same configuration, another goal.
+    ap::train::PlacementSearchCache searchCache;
     for (int attempt = 1;; ++attempt) {
       int moves = 0, start = -1;
       auto result = ap::train::searchPlacement(
@@ -572,7 +592,8 @@ int main(int argc, char **argv) {
             llvm::outs() << llvm::formatv("  {0,2}. {1}: {2}\n", ++moves,
                                           s.move, s.after.summary());
             llvm::outs().flush();
-          });
+          },
+          &searchCache);
       if (failed(result))
         return fail("the placement search failed (diagnostics above)");
       best = result->best;

@@ -25,8 +25,28 @@ exec.step @s {
 // -----
 
 exec.step @s {
-  // expected-error @+1 {{'exec.persistent' op a main_grad buffer must be f32, got 'tensor<4xbf16>'}}
+  // expected-error @+1 {{'exec.persistent' op a main_grad buffer must be f32 (or bf16 under zero3), got 'tensor<4xf16>'}}
+  %g = exec.persistent "w" main_grad bytes 256 : !exec.buffer<tensor<4xf16>>
+  exec.return
+}
+
+// -----
+
+exec.step @s attributes {data_parallel = "replicate", data_parallel_size = 2 : i64} {
+  // expected-error @+1 {{'exec.persistent' op a bf16 main_grad buffer needs a step with data_parallel = "zero3" (kernels accumulate into f32 main grads), got 'tensor<4xbf16>'}}
   %g = exec.persistent "w" main_grad bytes 256 : !exec.buffer<tensor<4xbf16>>
+  exec.return
+}
+
+// -----
+
+exec.step @s attributes {data_parallel = "zero3", data_parallel_size = 2 : i64} {
+  %g = exec.persistent "w" main_grad bytes 256 : !exec.buffer<tensor<4xbf16>>
+  exec.microbatch_loop count 1 {
+    %f = exec.buffer bytes 256 : !exec.buffer<tensor<8xf32>>
+    // expected-error @+1 {{'exec.reduce_scatter' op shard 'tensor<4xbf16>' and full buffer 'tensor<8xf32>' differ in element type (only an accumulating scatter adds f32 into a bf16 shard)}}
+    exec.reduce_scatter %f into %g over "dp" on comm : !exec.buffer<tensor<8xf32>> to !exec.buffer<tensor<4xbf16>>
+  }
   exec.return
 }
 
