@@ -282,19 +282,22 @@ Status lmHeadCrossEntropyBackward(const KernelContext &ctx,
                                   const LmHeadCrossEntropyArgs &args);
 
 //===----------------------------------------------------------------------===//
-// Optimizer. FP32 only (master weights, moments and main grads are float
-// whatever the compute dtype).
+// Optimizer. Master weights and moments are FP32 whatever the compute
+// dtype; main grads are FP32 or BF16 (ZeRO-3's bf16 main grads).
 //===----------------------------------------------------------------------===//
 
-/// One FP32 tensor (or flat range) in a gradient list.
+/// One tensor (or flat range) in a gradient list: n elements of `dtype`
+/// (F32 or BF16).
 struct GradTensor {
-  const float *data = nullptr;
+  const void *data = nullptr;
   int64_t n = 0;
+  DType dtype = DType::F32;
 };
 
 /// Global grad norm over a list of tensors, in list order with a fixed
 /// blocking (partial sums per fixed-size block of 65536 elements in double,
-/// then combined in a fixed order), and the clip coefficient
+/// then combined in a fixed order; a BF16 tensor's elements are widened
+/// exactly, so its blocking is the same), and the clip coefficient
 ///   clipCoef = min(1, maxNorm / (norm + 1e-6))  (1 when maxNorm <= 0).
 /// Outputs are device (or host) float scalars, so no sync is needed.
 struct GradNormArgs {
@@ -308,7 +311,8 @@ size_t gradNormWorkspaceBytes(Backend backend, const GradNormArgs &args);
 Status gradNorm(const KernelContext &ctx, const GradNormArgs &args);
 
 /// AdamW (decoupled weight decay, PyTorch's formulation) over n elements,
-/// step >= 1 is the 1-based step for bias correction; g = grad * clipCoef:
+/// step >= 1 is the 1-based step for bias correction; g = grad * clipCoef
+/// (a BF16 grad widened to float first, exactly):
 ///   p  = p * (1 - lr * weightDecay)
 ///   m  = beta1 m + (1 - beta1) g;  v = beta2 v + (1 - beta2) g^2
 ///   p -= lr / (1 - beta1^step) * m / (sqrt(v) / sqrt(1 - beta2^step) + eps)
@@ -317,7 +321,8 @@ struct AdamWArgs {
   float *master = nullptr;          ///< [n] fp32 master weights
   float *expAvg = nullptr;          ///< [n] first moment
   float *expAvgSq = nullptr;        ///< [n] second moment
-  const float *grad = nullptr;      ///< [n] fp32 main grad
+  const void *grad = nullptr;       ///< [n] main grad of gradDType
+  DType gradDType = DType::F32;     ///< F32 or BF16
   const float *clipCoef = nullptr;  ///< scalar from gradNorm; null: 1
   void *computeCopy = nullptr;      ///< [n] refreshed copy; null: skip
   DType computeDType = DType::BF16; ///< BF16 or F32

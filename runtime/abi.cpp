@@ -226,6 +226,25 @@ Program ap::rt::programOfAbi(const ap_program &p) {
                : std::string(" (replicate: the buffers hold the whole "
                              "parameter)"));
     e.shardNumel = a.shard_numel;
+    // A bf16 main grad is only ever touched by the runtime under ZeRO-3
+    // (backward kernels accumulate into f32 window buffers that the
+    // reduce-scatter adds into it); replicate's kernels write main grads as
+    // f32, and a frozen parameter has none.
+    if (a.main_grad_bf16 != 0 && a.main_grad_bf16 != 1)
+      fail("abi: program: parameter '", a.name, "' has main_grad_bf16 ",
+           a.main_grad_bf16, " (expected 0: f32, or 1: bf16)");
+    if (a.main_grad_bf16 && a.frozen)
+      fail("abi: program: parameter '", a.name,
+           "' is frozen and has main_grad_bf16 1 (a frozen parameter has no "
+           "main grad)");
+    if (a.main_grad_bf16 && p.data_parallel_mode != AP_DP_ZERO3)
+      fail("abi: program: parameter '", a.name,
+           "' has main_grad_bf16 1 under data_parallel_mode ",
+           p.data_parallel_mode,
+           " (bf16 main grads need AP_DP_ZERO3, where only the runtime's "
+           "reduce-scatter, norm and AdamW touch them; replicate's backward "
+           "kernels accumulate into f32 main grads)");
+    e.mainGradBf16 = a.main_grad_bf16 != 0;
     out.params.push_back(e);
   }
   out.state.lossSum = p.state_loss_sum;
@@ -380,13 +399,23 @@ void ap_all_gather(ap_step *step, uint64_t shard, uint64_t full,
 void ap_reduce_scatter(ap_step *step, uint64_t full, uint64_t shard,
                        uint64_t shardBytes, int32_t dtype, int32_t stream,
                        int32_t flags) {
-  if (flags & ~int32_t(AP_REDUCE_ACCUMULATE))
+  if (flags & ~int32_t(AP_REDUCE_ACCUMULATE | AP_REDUCE_SHARD_BF16))
     fail("ap_reduce_scatter: flags ", flags,
-         " (expected 0 or AP_REDUCE_ACCUMULATE)");
+         " (expected 0, AP_REDUCE_ACCUMULATE or AP_REDUCE_ACCUMULATE | "
+         "AP_REDUCE_SHARD_BF16)");
+  const bool shardBf16 = (flags & AP_REDUCE_SHARD_BF16) != 0;
+  if (shardBf16 && !(flags & AP_REDUCE_ACCUMULATE))
+    fail("ap_reduce_scatter: flags ", flags,
+         ": AP_REDUCE_SHARD_BF16 without AP_REDUCE_ACCUMULATE (a bf16 shard "
+         "is a main grad the block sum is added into)");
+  if (shardBf16 && dtype != AP_DTYPE_F32)
+    fail("ap_reduce_scatter: AP_REDUCE_SHARD_BF16 with dtype ", dtype,
+         " (the full buffer must be AP_DTYPE_F32, ", int(AP_DTYPE_F32),
+         "; the shard is bf16)");
   runner(step).reduceScatter(full, shard, shardBytes,
                              dtypeOf("ap_reduce_scatter", dtype),
                              streamOf("ap_reduce_scatter", stream),
-                             (flags & AP_REDUCE_ACCUMULATE) != 0);
+                             (flags & AP_REDUCE_ACCUMULATE) != 0, shardBf16);
 }
 
 void ap_zero(ap_step *step, uint64_t offset, uint64_t bytes, int32_t stream) {

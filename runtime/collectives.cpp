@@ -87,6 +87,11 @@ void addInto(DType dtype, void *recv, const void *add, size_t count) {
     sumInOrder(dtype, blocks, 2, count, recv);
 }
 
+void addIntoBf16(ap::kernels::bf16 *recv, const float *add, size_t count) {
+  for (size_t i = 0; i < count; ++i)
+    recv[i] = ap::kernels::bf16(float(recv[i]) + add[i]);
+}
+
 } // namespace detail
 
 namespace {
@@ -114,6 +119,10 @@ public:
     if (send == recv)
       fail("collectives(self): reduceScatterSumAdd cannot run in place");
     detail::addInto(dtype, recv, send, recvCount);
+  }
+  void reduceScatterSumAddBf16(float *send, ap::kernels::bf16 *recv,
+                               size_t recvCount, void *) override {
+    detail::addIntoBf16(recv, send, recvCount);
   }
   void allGather(const void *send, void *recv, size_t sendCount, DType dtype,
                  void *) override {

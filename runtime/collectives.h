@@ -62,6 +62,12 @@ public:
   /// reduces in place inside it, then adds on the same stream).
   virtual void reduceScatterSumAdd(void *send, void *recv, size_t recvCount,
                                    ap::kernels::DType dtype, void *stream) = 0;
+  /// reduceScatterSumAdd of an F32 `send` into a BF16 `recv` (a bf16
+  /// sharded main grad): recv[i] = bf16(float(recv[i]) + block rank() of the
+  /// F32 rank-order sum), one round-to-nearest-even per call. `send` is
+  /// scratch afterwards.
+  virtual void reduceScatterSumAddBf16(float *send, ap::kernels::bf16 *recv,
+                                       size_t recvCount, void *stream) = 0;
   /// recv holds size() blocks of sendCount elements, block r from rank r.
   virtual void allGather(const void *send, void *recv, size_t sendCount,
                          ap::kernels::DType dtype, void *stream) = 0;
@@ -98,6 +104,9 @@ void sumInOrder(ap::kernels::DType dtype, const void *const *blocks,
 /// once (the host side of reduceScatterSumAdd).
 void addInto(ap::kernels::DType dtype, void *recv, const void *add,
              size_t count);
+/// recv[i] = bf16(float(recv[i]) + add[i]), rounded once (the host side
+/// of reduceScatterSumAddBf16).
+void addIntoBf16(ap::kernels::bf16 *recv, const float *add, size_t count);
 } // namespace detail
 
 /// A world of one on the host backend: reductions are copies.
@@ -170,6 +179,10 @@ createStagedMpiCommunicator(std::unique_ptr<Communicator> host);
 /// runtime/cuda/accumulate.cu.
 void cudaAddInto(ap::kernels::DType dtype, void *recv, const void *add,
                  size_t count, void *stream);
+/// recv[i] = bf16(float(recv[i]) + add[i]) (rounded once) on `stream`:
+/// the add of reduceScatterSumAddBf16 on NCCL.
+void cudaAddIntoBf16(ap::kernels::bf16 *recv, const float *add, size_t count,
+                     void *stream);
 #endif
 
 #if defined(ACTPLACE_HAVE_CUDA)

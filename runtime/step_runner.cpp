@@ -149,13 +149,31 @@ void StepRunner::allGather(uint64_t shard, uint64_t full, uint64_t shardBytes,
 
 void StepRunner::reduceScatter(uint64_t full, uint64_t shard,
                                uint64_t shardBytes, DType dtype, Stream stream,
-                               bool accumulate) {
+                               bool accumulate, bool shardBf16) {
   size_t count =
       shardCount("reduce_scatter", dataParallel, stream, shardBytes, dtype);
   uint64_t ranks = uint64_t(dataParallel->size());
   void *f = dev.at(full, shardBytes * ranks);
-  void *s = dev.at(shard, shardBytes);
   Communicator *comm = dataParallel;
+  if (shardBf16) {
+    // A bf16 main-grad shard: shardBytes are the F32 block's, the shard
+    // holds half of them.
+    if (!accumulate || dtype != DType::F32)
+      fail("reduce_scatter: a bf16 shard takes the accumulated sum of an f32 "
+           "full buffer (got ",
+           accumulate ? "" : "no accumulate, ", "dtype ", int(dtype), ")");
+    auto *fs = static_cast<float *>(f);
+    auto *bs = static_cast<kernels::bf16 *>(dev.at(shard, shardBytes / 2));
+    if (dev.kind() == DeviceKind::Cuda) {
+      comm->reduceScatterSumAddBf16(fs, bs, count, dev.nativeStream(stream));
+      return;
+    }
+    dev.hostCallback(stream, [comm, fs, bs, count] {
+      comm->reduceScatterSumAddBf16(fs, bs, count, nullptr);
+    });
+    return;
+  }
+  void *s = dev.at(shard, shardBytes);
   if (dev.kind() == DeviceKind::Cuda) {
     void *native = dev.nativeStream(stream);
     if (accumulate)
@@ -374,8 +392,9 @@ void StepRunner::finalizeGrads(double maxNorm) {
     ShardSpan span = shardSpan(p, rank);
     if (span.count == 0)
       continue;
-    tensors.push_back({static_cast<const float *>(at(p.grad)), span.count});
-    ranges.push_back({at(p.grad), uint64_t(span.count) * 4, true});
+    tensors.push_back({at(p.grad), span.count, p.gradDType()});
+    ranges.push_back(
+        {at(p.grad), uint64_t(span.count) * dtypeBytes(p.gradDType()), true});
   }
   if (fingerprints_) {
     // Hashing gigabytes is not part of the step: its time is left out of
@@ -463,7 +482,8 @@ void StepRunner::adamw(size_t param, double beta1, double beta2, double eps,
   args.master = static_cast<float *>(at(p.master));
   args.expAvg = static_cast<float *>(at(p.adamM));
   args.expAvgSq = static_cast<float *>(at(p.adamV));
-  args.grad = static_cast<const float *>(at(p.grad));
+  args.grad = at(p.grad);
+  args.gradDType = p.gradDType();
   args.clipCoef =
       reinterpret_cast<const float *>(scratch(AP_SCRATCH_CLIP_COEF));
   args.computeCopy = at(p.weight);
@@ -480,8 +500,9 @@ void StepRunner::adamw(size_t param, double beta1, double beta2, double eps,
       return kernels::adamWStep(c, args);
     });
   // The main grad (the whole shard) starts the next step at zero
-  // (gradients accumulate into it).
-  dev.memsetAsync(at(p.grad), 0, uint64_t(span.bufferNumel) * 4,
+  // (gradients accumulate into it), in its element size.
+  dev.memsetAsync(at(p.grad), 0,
+                  uint64_t(span.bufferNumel) * dtypeBytes(p.gradDType()),
                   Stream::Compute);
 }
 

@@ -188,7 +188,16 @@ void dumpGrads(const Program &p, StepRunner &r, const std::string &path,
       continue;
     ShardSpan span = shardSpan(e, r.dpRank());
     std::vector<float> g(size_t(span.bufferNumel));
-    r.dev.copyToHostSync(g.data(), r.at(e.grad), g.size() * sizeof(float));
+    if (e.mainGradBf16) {
+      // A bf16 main grad is written widened to f32 (exactly), as the file's
+      // every tensor is.
+      std::vector<kernels::bf16> b(g.size());
+      r.dev.copyToHostSync(b.data(), r.at(e.grad), b.size() * 2);
+      for (size_t k = 0; k < b.size(); ++k)
+        g[k] = float(b[k]);
+    } else {
+      r.dev.copyToHostSync(g.data(), r.at(e.grad), g.size() * sizeof(float));
+    }
     if (sharded) {
       std::vector<float> all(g.size() * size_t(r.dataParallel->size()));
       r.dataParallel->allGather(g.data(), all.data(), g.size(), DType::F32,
@@ -431,7 +440,7 @@ std::pair<std::string, std::string> runDigests(const Program &p,
     prog += std::string(e.name) + " ";
     add(int(e.dtype), e.rank, e.shape[0], e.shape[1], e.shape[2], e.shape[3],
         int(e.init), int(e.frozen), e.weight, e.master, e.grad, e.adamM,
-        e.adamV, e.shardNumel);
+        e.adamV, e.shardNumel, int(e.mainGradBf16));
     prog += exactNumberText(e.initA) + " " + exactNumberText(e.initB) + "\n";
   }
   const OptimizerSettings &o = p.optimizer;

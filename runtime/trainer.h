@@ -19,6 +19,7 @@
 #ifndef ACTPLACE_RUNTIME_TRAINER_H
 #define ACTPLACE_RUNTIME_TRAINER_H
 
+#include "runtime/abi.h"
 #include "runtime/runtime.h"
 
 #include <cstdint>
@@ -51,6 +52,15 @@ struct ParamEntry {
   /// elements [rank x shardNumel, (rank + 1) x shardNumel) of the flattened
   /// parameter, zeros past numel (runtime/abi.h ap_param.shard_numel).
   int64_t shardNumel = 0;
+  /// The main grad (`grad`) is bf16 instead of f32 (runtime/abi.h
+  /// ap_param.main_grad_bf16; ZeRO-3 only, never for a frozen parameter):
+  /// only the runtime touches it (the reduce-scatter's add and rounding,
+  /// zeroing, the grad norm, AdamW, fingerprints, --dump-grads).
+  bool mainGradBf16 = false;
+  /// The main grad's element type.
+  kernels::DType gradDType() const {
+    return mainGradBf16 ? kernels::DType::BF16 : kernels::DType::F32;
+  }
 };
 
 /// The part of a parameter this rank's buffers hold: elements [begin, begin
@@ -66,7 +76,11 @@ ShardSpan shardSpan(const ParamEntry &e, int rank);
 /// Bytes of the driver scratch's scalar region (runtime/abi.h
 /// AP_SCRATCH_*) that StepRunner::sumOverRanks stages its doubles in: the
 /// runtime's own scalars, between the loss slot and the state norms.
-inline constexpr uint64_t kScratchRankSums = 32, kScratchRankSumsBytes = 32;
+inline constexpr uint64_t kScratchRankSums = AP_SCRATCH_RANK_SUMS,
+                          kScratchRankSumsBytes = 32;
+static_assert(kScratchRankSums + kScratchRankSumsBytes <=
+                  AP_SCRATCH_STATE_NORMS,
+              "the rank sums end before the state norms");
 
 /// Offsets of the step's state scalars.
 struct StateOffsets {
@@ -238,10 +252,12 @@ public:
   /// This rank's block of the sum over ranks of `full` (ranks x shardBytes)
   /// into `shard`, enqueued on `stream`; `accumulate`: added to what
   /// `shard` holds (the rank-order sum, then one add). `full` is scratch
-  /// afterwards.
+  /// afterwards. `shardBf16` (with `accumulate` and an F32 `full`): the
+  /// shard is bf16 (shardBytes / 2 bytes) and becomes bf16(float(shard) +
+  /// the block's F32 sum), rounded once.
   void reduceScatter(uint64_t full, uint64_t shard, uint64_t shardBytes,
                      kernels::DType dtype, Stream stream,
-                     bool accumulate = false);
+                     bool accumulate = false, bool shardBf16 = false);
   /// Zeroes `bytes` at `offset`, enqueued on `stream` (compute or comm).
   void zero(uint64_t offset, uint64_t bytes, Stream stream);
   /// This rank in the data-parallel group (0 without one).

@@ -4,7 +4,10 @@
 // ranks' blocks in place, then this kernel adds this rank's block into the
 // shard, in float, rounded once to the dtype (the host communicators'
 // detail::addInto does the same per element, so both backends give a
-// sharded main grad the same two roundings: the sum, then the add).
+// sharded main grad the same two roundings: the sum, then the add). A bf16
+// main-grad shard (reduceScatterSumAddBf16) takes the F32 block: the shard
+// widened, the block added in float, rounded once to bf16, as
+// detail::addIntoBf16.
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/collectives.h"
@@ -34,14 +37,34 @@ __global__ void addBf16(__nv_bfloat16 *recv, const __nv_bfloat16 *add,
         __fadd_rn(__bfloat162float(recv[i]), __bfloat162float(add[i])));
 }
 
+__global__ void addF32IntoBf16(__nv_bfloat16 *recv, const float *add,
+                               size_t n) {
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += size_t(gridDim.x) * blockDim.x)
+    recv[i] = __float2bfloat16_rn(__fadd_rn(__bfloat162float(recv[i]), add[i]));
+}
+
+/// A grid-stride loop's grid: it depends on the count only.
+unsigned gridOf(size_t count) {
+  return unsigned(std::min<size_t>((count + 255) / 256, 4096));
+}
+
 } // namespace
+
+void cudaAddIntoBf16(ap::kernels::bf16 *recv, const float *add, size_t count,
+                     void *stream) {
+  if (count == 0)
+    return;
+  addF32IntoBf16<<<gridOf(count), 256, 0, static_cast<cudaStream_t>(stream)>>>(
+      reinterpret_cast<__nv_bfloat16 *>(recv), add, count);
+  AP_CUDA_CHECK(cudaGetLastError());
+}
 
 void cudaAddInto(ap::kernels::DType dtype, void *recv, const void *add,
                  size_t count, void *stream) {
   if (count == 0)
     return;
-  // A grid-stride loop: the grid size depends on the count only.
-  size_t blocks = std::min<size_t>((count + 255) / 256, 4096);
+  size_t blocks = gridOf(count);
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   switch (dtype) {
   case ap::kernels::DType::F32:

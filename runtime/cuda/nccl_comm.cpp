@@ -91,6 +91,15 @@ public:
                                     ncclSum, comm_, cudaStream_t(stream)));
     cudaAddInto(dtype, recv, block, recvCount, stream);
   }
+  void reduceScatterSumAddBf16(float *send, ap::kernels::bf16 *recv,
+                               size_t recvCount, void *stream) override {
+    // The F32 sum in place inside `send`, then read with the bf16 shard and
+    // rounded once into it.
+    float *block = send + size_t(rank_) * recvCount;
+    AP_NCCL_CHECK(ncclReduceScatter(send, block, recvCount, ncclFloat32,
+                                    ncclSum, comm_, cudaStream_t(stream)));
+    cudaAddIntoBf16(recv, block, recvCount, stream);
+  }
   void allGather(const void *send, void *recv, size_t sendCount, DType dtype,
                  void *stream) override {
     AP_NCCL_CHECK(ncclAllGather(send, recv, sendCount, ncclType(dtype), comm_,

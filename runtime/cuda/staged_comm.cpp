@@ -90,6 +90,18 @@ public:
     host_->reduceScatterSumAdd(hin, hout, recvCount, dtype, nullptr);
     toDevice(recv, hout, bytes, stream);
   }
+  void reduceScatterSumAddBf16(float *send, ap::kernels::bf16 *recv,
+                               size_t recvCount, void *stream) override {
+    // As above: the F32 blocks and the bf16 shard staged, the shard back.
+    size_t full = recvCount * sizeof(float) * size_t(size());
+    size_t shard = recvCount * sizeof(ap::kernels::bf16);
+    auto *hin = static_cast<float *>(in_.get(full));
+    auto *hout = static_cast<ap::kernels::bf16 *>(out_.get(shard));
+    toHost(hin, send, full, stream);
+    toHost(hout, recv, shard, stream);
+    host_->reduceScatterSumAddBf16(hin, hout, recvCount, nullptr);
+    toDevice(recv, hout, shard, stream);
+  }
   void allGather(const void *send, void *recv, size_t sendCount, DType dtype,
                  void *stream) override {
     size_t bytes = sendCount * dtypeBytes(dtype);

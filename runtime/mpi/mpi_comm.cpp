@@ -170,6 +170,13 @@ public:
     reduceScatterSum(send, sum.data(), recvCount, dtype, nullptr);
     detail::addInto(dtype, recv, sum.data(), recvCount);
   }
+  void reduceScatterSumAddBf16(float *send, ap::kernels::bf16 *recv,
+                               size_t recvCount, void *) override {
+    // The F32 rank-order sum, then one add and one rounding to bf16.
+    std::vector<float> sum(recvCount);
+    reduceScatterSum(send, sum.data(), recvCount, DType::F32, nullptr);
+    detail::addIntoBf16(recv, sum.data(), recvCount);
+  }
 
   void allGather(const void *send, void *recv, size_t sendCount, DType dtype,
                  void *) override {

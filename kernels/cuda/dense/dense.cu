@@ -721,13 +721,22 @@ __global__ void ceSumKernel(const float *rowLoss, int64_t rows, float *lossSum,
 
 constexpr int kNormThreads = 256;
 
-__global__ void sqPartialKernel(const float *p, int64_t n, double *partial) {
+__device__ __forceinline__ float gradAt(const float *p, int64_t i) {
+  return p[i];
+}
+__device__ __forceinline__ float gradAt(const bf *p, int64_t i) {
+  return ld(p + i);
+}
+
+/// T: float or bf (a bf16 main grad, widened exactly; same blocking).
+template <typename T>
+__global__ void sqPartialKernel(const T *p, int64_t n, double *partial) {
   __shared__ double sh[kNormThreads];
   int64_t b0 = int64_t(blockIdx.x) * ref::kGradNormBlock;
   int64_t b1 = std::min<int64_t>(n, b0 + ref::kGradNormBlock);
   double s = 0;
   for (int64_t i = b0 + threadIdx.x; i < b1; i += kNormThreads) {
-    double v = p[i];
+    double v = gradAt(p, i);
     s += v * v;
   }
   sh[threadIdx.x] = s;
@@ -764,17 +773,18 @@ __global__ void normFinishKernel(const double *partial, int64_t parts,
 }
 
 /// Same operations, in the same order and without contraction, as the
-/// reference: the results are bitwise equal to it.
-template <bool ToBf16>
+/// reference: the results are bitwise equal to it. G: the main grad's
+/// element type (float or bf, widened exactly).
+template <bool ToBf16, typename G>
 __global__ void
-adamWKernel(float *master, float *m, float *v, const float *grad,
+adamWKernel(float *master, float *m, float *v, const G *grad,
             const float *clipCoef, void *copy, int64_t n, float stepSize,
             float bc2Sqrt, float decay, float b1, float b2, float eps) {
   const float cc = clipCoef ? *clipCoef : 1.0f;
   const float ob1 = 1.0f - b1, ob2 = 1.0f - b2;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
-    float g = __fmul_rn(grad[i], cc);
+    float g = __fmul_rn(gradAt(grad, i), cc);
     float p = __fmul_rn(master[i], decay);
     float mi = __fadd_rn(__fmul_rn(b1, m[i]), __fmul_rn(ob1, g));
     float vi = __fadd_rn(__fmul_rn(b2, v[i]), __fmul_rn(ob2, __fmul_rn(g, g)));
@@ -1150,8 +1160,12 @@ Status gradNorm(const KernelContext &ctx, const GradNormArgs &a) {
     if (n == 0)
       continue;
     int64_t blocks = (n + ref::kGradNormBlock - 1) / ref::kGradNormBlock;
-    sqPartialKernel<<<unsigned(blocks), kNormThreads, 0, streamOf(ctx)>>>(
-        a.tensors[t].data, n, partial + off);
+    if (a.tensors[t].dtype == DType::BF16)
+      sqPartialKernel<<<unsigned(blocks), kNormThreads, 0, streamOf(ctx)>>>(
+          static_cast<const bf *>(a.tensors[t].data), n, partial + off);
+    else
+      sqPartialKernel<<<unsigned(blocks), kNormThreads, 0, streamOf(ctx)>>>(
+          static_cast<const float *>(a.tensors[t].data), n, partial + off);
     AP_CUDA_CHECK_LAUNCH(sqPartialKernel);
     off += blocks;
   }
@@ -1169,14 +1183,21 @@ Status adamWStep(const KernelContext &ctx, const AdamWArgs &a) {
   const float stepSize = float(a.lr / bc1), bc2Sqrt = float(std::sqrt(bc2));
   const float decay = float(1.0 - a.lr * a.weightDecay);
   unsigned grid = gridFor(a.n, 256, int64_t(132) * 16);
+  auto run = [&](auto toBf16, auto *grad) {
+    adamWKernel<decltype(toBf16)::value><<<grid, 256, 0, streamOf(ctx)>>>(
+        a.master, a.expAvg, a.expAvgSq, grad, a.clipCoef, a.computeCopy, a.n,
+        stepSize, bc2Sqrt, decay, float(a.beta1), float(a.beta2), float(a.eps));
+  };
+  auto withGrad = [&](auto toBf16) {
+    if (a.gradDType == DType::BF16)
+      run(toBf16, static_cast<const bf *>(a.grad));
+    else
+      run(toBf16, static_cast<const float *>(a.grad));
+  };
   if (a.computeDType == DType::BF16)
-    adamWKernel<true><<<grid, 256, 0, streamOf(ctx)>>>(
-        a.master, a.expAvg, a.expAvgSq, a.grad, a.clipCoef, a.computeCopy, a.n,
-        stepSize, bc2Sqrt, decay, float(a.beta1), float(a.beta2), float(a.eps));
+    withGrad(std::true_type{});
   else
-    adamWKernel<false><<<grid, 256, 0, streamOf(ctx)>>>(
-        a.master, a.expAvg, a.expAvgSq, a.grad, a.clipCoef, a.computeCopy, a.n,
-        stepSize, bc2Sqrt, decay, float(a.beta1), float(a.beta2), float(a.eps));
+    withGrad(std::false_type{});
   AP_CUDA_CHECK_LAUNCH(adamWKernel);
   return Status::Ok;
 }

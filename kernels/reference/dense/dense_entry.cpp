@@ -284,7 +284,8 @@ Status gradNorm(const KernelContext &ctx, const GradNormArgs &a) {
   if (!a.norm || a.numTensors < 0 || (a.numTensors > 0 && !a.tensors))
     return Status::InvalidArgument;
   for (int64_t t = 0; t < a.numTensors; ++t)
-    if (a.tensors[t].n < 0 || (a.tensors[t].n > 0 && !a.tensors[t].data))
+    if (a.tensors[t].n < 0 || (a.tensors[t].n > 0 && !a.tensors[t].data) ||
+        (a.tensors[t].dtype != DType::F32 && a.tensors[t].dtype != DType::BF16))
       return Status::InvalidArgument;
   return dispatch(ctx, a, &cuda::gradNorm, [&] { return ref::gradNorm(a); });
 }
@@ -292,6 +293,7 @@ Status gradNorm(const KernelContext &ctx, const GradNormArgs &a) {
 Status adamWStep(const KernelContext &ctx, const AdamWArgs &a) {
   if (!a.master || !a.expAvg || !a.expAvgSq || !a.grad || a.n < 0 ||
       a.step < 1 ||
+      (a.gradDType != DType::F32 && a.gradDType != DType::BF16) ||
       (a.computeCopy && a.computeDType != DType::BF16 &&
        a.computeDType != DType::F32))
     return Status::InvalidArgument;

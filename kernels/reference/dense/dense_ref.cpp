@@ -411,18 +411,30 @@ Status lmHeadCrossEntropy(const LmHeadCrossEntropyArgs &a, bool backward) {
 // Optimizer
 //===----------------------------------------------------------------------===//
 
+namespace {
+/// The sum of squares of one gradient tensor in kGradNormBlock blocks,
+/// added into `total` block by block (the CUDA kernel's partials, in order).
+template <typename T> void addSquares(const T *p, int64_t n, double &total) {
+  for (int64_t b0 = 0; b0 < n; b0 += kGradNormBlock) {
+    int64_t b1 = std::min(n, b0 + kGradNormBlock);
+    double part = 0;
+    for (int64_t i = b0; i < b1; ++i) {
+      double v = double(toFloat(p[i]));
+      part += v * v;
+    }
+    total += part;
+  }
+}
+} // namespace
+
 Status gradNorm(const GradNormArgs &a) {
   double total = 0;
   for (int64_t t = 0; t < a.numTensors; ++t) {
-    const float *p = a.tensors[t].data;
-    int64_t n = a.tensors[t].n;
-    for (int64_t b0 = 0; b0 < n; b0 += kGradNormBlock) {
-      int64_t b1 = std::min(n, b0 + kGradNormBlock);
-      double part = 0;
-      for (int64_t i = b0; i < b1; ++i)
-        part += double(p[i]) * double(p[i]);
-      total += part;
-    }
+    const GradTensor &g = a.tensors[t];
+    if (g.dtype == DType::BF16)
+      addSquares(static_cast<const bf16 *>(g.data), g.n, total);
+    else
+      addSquares(static_cast<const float *>(g.data), g.n, total);
   }
   double norm = std::sqrt(total);
   *a.norm = float(norm);
@@ -441,8 +453,11 @@ Status adamWStep(const AdamWArgs &a) {
   const float decay = float(1.0 - a.lr * a.weightDecay);
   const float b1 = float(a.beta1), b2 = float(a.beta2), eps = float(a.eps);
   const float cc = a.clipCoef ? *a.clipCoef : 1.0f;
+  const bool bf16Grad = a.gradDType == DType::BF16;
   for (int64_t i = 0; i < a.n; ++i) {
-    float g = a.grad[i] * cc;
+    float gi = bf16Grad ? float(static_cast<const bf16 *>(a.grad)[i])
+                        : static_cast<const float *>(a.grad)[i];
+    float g = gi * cc;
     float p = a.master[i] * decay;
     float m = b1 * a.expAvg[i] + (1.0f - b1) * g;
     float v = b2 * a.expAvgSq[i] + (1.0f - b2) * (g * g);

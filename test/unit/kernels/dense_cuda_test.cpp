@@ -145,6 +145,52 @@ protected:
     ctx.workspaceBytes = bytes;
   }
   void sync() { ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess); }
+  /// AdamW step 7 over the state (p, m, v) on the host with `hostGrad` and
+  /// `clip`, then on the device with `devGrad` and `devClip`: bitwise equal
+  /// results (masters, moments, bf16 compute copy).
+  void expectAdamWBitwise(const std::vector<float> &p,
+                          const std::vector<float> &m,
+                          const std::vector<float> &v, const void *hostGrad,
+                          const void *devGrad, DType gradDType,
+                          const float *clip, const float *devClip) {
+    const size_t n = p.size();
+    std::vector<float> pr = p, mr = m, vr = v;
+    std::vector<bf16> copyRef(n);
+    AdamWArgs a;
+    a.master = pr.data();
+    a.expAvg = mr.data();
+    a.expAvgSq = vr.data();
+    a.grad = hostGrad;
+    a.gradDType = gradDType;
+    a.clipCoef = clip;
+    a.computeCopy = copyRef.data();
+    a.n = int64_t(n);
+    a.lr = 1e-3;
+    a.beta1 = 0.9;
+    a.beta2 = 0.95;
+    a.eps = 1e-8;
+    a.weightDecay = 0.1;
+    a.step = 7;
+    ASSERT_EQ(adamWStep(host, a), Status::Ok);
+    Dev<float> dP(n), dM(n), dV(n);
+    Dev<bf16> dCopy(n);
+    dP.up(p);
+    dM.up(m);
+    dV.up(v);
+    dCopy.poison();
+    a.master = dP.p;
+    a.expAvg = dM.p;
+    a.expAvgSq = dV.p;
+    a.grad = devGrad;
+    a.clipCoef = devClip;
+    a.computeCopy = dCopy.p;
+    ASSERT_EQ(adamWStep(ctx, a), Status::Ok);
+    sync();
+    EXPECT_TRUE(sameBytes(dP.down(), pr));
+    EXPECT_TRUE(sameBytes(dM.down(), mr));
+    EXPECT_TRUE(sameBytes(dV.down(), vr));
+    EXPECT_TRUE(sameBytes(dCopy.down(), copyRef));
+  }
 
   cublasLtHandle_t lt = nullptr;
   cudaStream_t stream = nullptr;
@@ -975,8 +1021,7 @@ TEST_F(DenseCuda, AdamWBitwiseAndGradNorm) {
   float normRef = 0, clipRef = 0;
   GradNormArgs gnHost{hostT.data(), 4, 1.0, &normRef, &clipRef};
   ASSERT_EQ(gradNorm(host, gnHost), Status::Ok);
-  Dev<float> dP(n), dG(n), dM(n), dV(n), dNorm(1), dClip(1);
-  Dev<bf16> dCopy(n);
+  Dev<float> dG(n), dNorm(1), dClip(1);
   dG.up(g);
   std::vector<GradTensor> devT = {{dG.p, 1000003},
                                   {dG.p + 1000003, 65536},
@@ -994,39 +1039,44 @@ TEST_F(DenseCuda, AdamWBitwiseAndGradNorm) {
   EXPECT_NEAR(clip, clipRef, 1e-6 * clipRef);
 
   // AdamW with the device clip coefficient vs the reference with the same.
-  std::vector<float> pr = p, mr = m, vr = v;
-  std::vector<bf16> copyRef(n);
-  AdamWArgs a;
-  a.master = pr.data();
-  a.expAvg = mr.data();
-  a.expAvgSq = vr.data();
-  a.grad = g.data();
-  a.clipCoef = &clip;
-  a.computeCopy = copyRef.data();
-  a.n = n;
-  a.lr = 1e-3;
-  a.beta1 = 0.9;
-  a.beta2 = 0.95;
-  a.eps = 1e-8;
-  a.weightDecay = 0.1;
-  a.step = 7;
-  ASSERT_EQ(adamWStep(host, a), Status::Ok);
-  dP.up(p);
-  dM.up(m);
-  dV.up(v);
-  dCopy.poison();
-  a.master = dP.p;
-  a.expAvg = dM.p;
-  a.expAvgSq = dV.p;
-  a.grad = dG.p;
-  a.clipCoef = dClip.p;
-  a.computeCopy = dCopy.p;
-  ASSERT_EQ(adamWStep(ctx, a), Status::Ok);
+  expectAdamWBitwise(p, m, v, g.data(), dG.p, DType::F32, &clip, dClip.p);
+}
+
+// A bf16 main grad (ZeRO-3): the norm over bf16 tensors (mixed with f32 in
+// one list) within float's rounding of the reference, and AdamW reading the
+// bf16 grad bitwise equal to the reference.
+TEST_F(DenseCuda, AdamWAndGradNormReadBf16Grads) {
+  const int64_t n = (int64_t(1) << 22) + 5;
+  auto p = hashFloats(n, 94, 2.f), m = hashFloats(n, 95, 0.01f),
+       v = hashFloats(n, 96, 1e-4f), f = hashFloats(70001, 97, 0.02f);
+  for (auto &x : v)
+    x = std::fabs(x);
+  std::vector<bf16> g = randBf16(size_t(n), 98, 0.01f);
+  std::vector<GradTensor> hostT = {{g.data(), 1000003, DType::BF16},
+                                   {f.data(), int64_t(f.size())},
+                                   {g.data() + 1000003, n - 1000003,
+                                    DType::BF16}};
+  float normRef = 0, clipRef = 0;
+  GradNormArgs gnHost{hostT.data(), 3, 1.0, &normRef, &clipRef};
+  ASSERT_EQ(gradNorm(host, gnHost), Status::Ok);
+  Dev<bf16> dG(size_t(n));
+  Dev<float> dF(f.size()), dNorm(1), dClip(1);
+  dG.up(g);
+  dF.up(f);
+  std::vector<GradTensor> devT = {{dG.p, 1000003, DType::BF16},
+                                  {dF.p, int64_t(f.size())},
+                                  {dG.p + 1000003, n - 1000003, DType::BF16}};
+  GradNormArgs gn{devT.data(), 3, 1.0, dNorm.p, dClip.p};
+  reserve(gradNormWorkspaceBytes(Backend::Cuda, gn));
+  dNorm.poison();
+  dClip.poison();
+  ASSERT_EQ(gradNorm(ctx, gn), Status::Ok);
   sync();
-  EXPECT_TRUE(sameBytes(dP.down(), pr));
-  EXPECT_TRUE(sameBytes(dM.down(), mr));
-  EXPECT_TRUE(sameBytes(dV.down(), vr));
-  EXPECT_TRUE(sameBytes(dCopy.down(), copyRef));
+  float norm = dNorm.down()[0], clip = dClip.down()[0];
+  EXPECT_NEAR(norm, normRef, 1e-6 * normRef);
+  EXPECT_NEAR(clip, clipRef, 1e-6 * clipRef);
+
+  expectAdamWBitwise(p, m, v, g.data(), dG.p, DType::BF16, &clip, dClip.p);
 }
 
 } // namespace

@@ -748,51 +748,72 @@ TEST(DenseRef, CrossEntropyBf16WithinBounds) {
 // Optimizer
 //===----------------------------------------------------------------------===//
 
-TEST(DenseRef, AdamWMatchesTextbook) {
-  const int64_t n = 1000;
-  auto p0 = randn(n, 100), g0 = randn(n, 101, 0.1);
-  std::vector<float> master = toF32(p0), m(n, 0.f), v(n, 0.f);
-  std::vector<bf16> copy(n);
-  std::vector<double> P(p0), M(n, 0.0), Vv(n, 0.0);
-  const double lr = 3e-3, b1 = 0.9, b2 = 0.95, eps = 1e-8, wd = 0.1;
-  for (int64_t step = 1; step <= 5; ++step) {
-    auto g = randn(n, 200 + step, 0.1);
-    std::vector<float> gf = toF32(g);
-    float clip = step == 3 ? 0.5f : 1.0f;
+/// AdamW's float state from `p0` (and a bf16 compute copy) beside textbook
+/// AdamW (Loshchilov & Hutter, PyTorch's form) in float64.
+struct AdamWCheck {
+  static constexpr double lr = 3e-3, b1 = 0.9, b2 = 0.95, eps = 1e-8,
+                          wd = 0.1;
+  std::vector<float> master, m, v;
+  std::vector<bf16> copy;
+  std::vector<double> P, M, V;
+  explicit AdamWCheck(const std::vector<double> &p0)
+      : master(toF32(p0)), m(p0.size(), 0.f), v(p0.size(), 0.f),
+        copy(p0.size()), P(p0), M(p0.size(), 0.0), V(p0.size(), 0.0) {}
+  /// The kernel's arguments for this state and a grad of `gradDType`.
+  AdamWArgs args(const void *grad, DType gradDType, const float *clip,
+                 int64_t step) {
     AdamWArgs a;
     a.master = master.data();
     a.expAvg = m.data();
     a.expAvgSq = v.data();
-    a.grad = gf.data();
-    a.clipCoef = &clip;
+    a.grad = grad;
+    a.gradDType = gradDType;
+    a.clipCoef = clip;
     a.computeCopy = copy.data();
-    a.n = n;
+    a.n = int64_t(master.size());
     a.lr = lr;
     a.beta1 = b1;
     a.beta2 = b2;
     a.eps = eps;
     a.weightDecay = wd;
     a.step = step;
-    ASSERT_EQ(adamWStep(hostCtx(), a), Status::Ok);
-    // Textbook AdamW (Loshchilov & Hutter, PyTorch's form) in float64.
-    for (int64_t i = 0; i < n; ++i) {
-      double gi = double(gf[i]) * clip;
+    return a;
+  }
+  /// The float64 update with the float grads `g` times `clip`.
+  void textbook(const std::vector<float> &g, double clip, int64_t step) {
+    for (size_t i = 0; i < P.size(); ++i) {
+      double gi = double(g[i]) * clip;
       P[i] *= 1 - lr * wd;
       M[i] = b1 * M[i] + (1 - b1) * gi;
-      Vv[i] = b2 * Vv[i] + (1 - b2) * gi * gi;
+      V[i] = b2 * V[i] + (1 - b2) * gi * gi;
       double mh = M[i] / (1 - std::pow(b1, step));
-      double vh = Vv[i] / (1 - std::pow(b2, step));
+      double vh = V[i] / (1 - std::pow(b2, step));
       P[i] -= lr * mh / (std::sqrt(vh) + eps);
     }
   }
-  for (int64_t i = 0; i < n; ++i) {
-    EXPECT_NEAR(master[i], P[i], 2e-6 * (1 + std::fabs(P[i])));
-    // m sums terms of size ~|g| ~ 0.1 with cancellation: float rounding
-    // of those terms bounds its error, not |m|.
-    EXPECT_NEAR(m[i], M[i], 2e-8 + 1e-6 * std::fabs(M[i]));
-    EXPECT_NEAR(v[i], Vv[i], 1e-5 * (1e-6 + std::fabs(Vv[i])));
-    EXPECT_EQ(copy[i].bits, bf16(master[i]).bits);
+  void expectClose() const {
+    for (size_t i = 0; i < P.size(); ++i) {
+      EXPECT_NEAR(master[i], P[i], 2e-6 * (1 + std::fabs(P[i])));
+      // m sums terms of size ~|g| ~ 0.1 with cancellation: float rounding
+      // of those terms bounds its error, not |m|.
+      EXPECT_NEAR(m[i], M[i], 2e-8 + 1e-6 * std::fabs(M[i]));
+      EXPECT_NEAR(v[i], V[i], 1e-5 * (1e-6 + std::fabs(V[i])));
+      EXPECT_EQ(copy[i].bits, bf16(master[i]).bits);
+    }
   }
+};
+
+TEST(DenseRef, AdamWMatchesTextbook) {
+  const int64_t n = 1000;
+  AdamWCheck c(randn(n, 100));
+  for (int64_t step = 1; step <= 5; ++step) {
+    std::vector<float> gf = toF32(randn(n, 200 + step, 0.1));
+    float clip = step == 3 ? 0.5f : 1.0f;
+    ASSERT_EQ(adamWStep(hostCtx(), c.args(gf.data(), DType::F32, &clip, step)),
+              Status::Ok);
+    c.textbook(gf, clip, step);
+  }
+  c.expectClose();
 }
 
 TEST(DenseRef, GradNormAndClip) {
@@ -813,6 +834,84 @@ TEST(DenseRef, GradNormAndClip) {
   g.maxNorm = 1e6;
   ASSERT_EQ(gradNorm(hostCtx(), g), Status::Ok);
   EXPECT_EQ(clip, 1.0f);
+}
+
+// A bf16 main grad (ZeRO-3): the norm widens each element exactly and
+// keeps the f32 path's blocking, so it equals the f32 norm of the widened
+// values bit for bit, and it is within float's rounding of the float64 norm;
+// mixing dtypes in one list keeps the list order.
+TEST(DenseRef, GradNormOfBf16Grads) {
+  auto a = toF32(randn(70000, 120)), c = toF32(randn(131073, 122));
+  std::vector<bf16> b(65539);
+  auto bd = randn(b.size(), 121, 1e-3);
+  for (size_t i = 0; i < b.size(); ++i)
+    b[i] = bf16(float(bd[i]));
+  std::vector<float> bw(b.size());
+  for (size_t i = 0; i < b.size(); ++i)
+    bw[i] = float(b[i]);
+  GradTensor mixed[3] = {{a.data(), int64_t(a.size())},
+                         {b.data(), int64_t(b.size()), DType::BF16},
+                         {c.data(), int64_t(c.size())}};
+  GradTensor widened[3] = {mixed[0],
+                           {bw.data(), int64_t(bw.size())},
+                           mixed[2]};
+  double ss = 0;
+  for (float x : a)
+    ss += double(x) * double(x);
+  for (bf16 x : b)
+    ss += double(float(x)) * double(float(x));
+  for (float x : c)
+    ss += double(x) * double(x);
+  float norm = 0, clip = 0, normW = 0, clipW = 0;
+  GradNormArgs g{mixed, 3, 100.0, &norm, &clip};
+  ASSERT_EQ(gradNorm(hostCtx(), g), Status::Ok);
+  EXPECT_NEAR(norm, std::sqrt(ss), 1e-6 * std::sqrt(ss));
+  GradNormArgs gw{widened, 3, 100.0, &normW, &clipW};
+  ASSERT_EQ(gradNorm(hostCtx(), gw), Status::Ok);
+  EXPECT_EQ(norm, normW);
+  EXPECT_EQ(clip, clipW);
+  // A bf16 tensor alone.
+  GradNormArgs only{mixed + 1, 1, 0.0, &norm, nullptr};
+  ASSERT_EQ(gradNorm(hostCtx(), only), Status::Ok);
+  double sb = 0;
+  for (bf16 x : b)
+    sb += double(float(x)) * double(float(x));
+  EXPECT_NEAR(norm, std::sqrt(sb), 1e-6 * std::sqrt(sb));
+  // Neither f32 nor bf16.
+  mixed[1].dtype = DType::F64;
+  EXPECT_EQ(gradNorm(hostCtx(), g), Status::InvalidArgument);
+}
+
+// AdamW reading a bf16 main grad: the textbook update in float64 of the
+// widened grads, within the f32 path's bounds, and bitwise the f32 path
+// fed those widened values (the widening is exact).
+TEST(DenseRef, AdamWReadsBf16Grads) {
+  const int64_t n = 1000;
+  auto p0 = randn(n, 130);
+  AdamWCheck c(p0), f(p0);
+  for (int64_t step = 1; step <= 5; ++step) {
+    auto g = randn(n, 230 + step, 0.1);
+    std::vector<bf16> gb(n);
+    std::vector<float> gw(n);
+    for (int64_t i = 0; i < n; ++i) {
+      gb[i] = bf16(float(g[i]));
+      gw[i] = float(gb[i]);
+    }
+    float clip = step == 3 ? 0.5f : 1.0f;
+    ASSERT_EQ(
+        adamWStep(hostCtx(), c.args(gb.data(), DType::BF16, &clip, step)),
+        Status::Ok);
+    ASSERT_EQ(adamWStep(hostCtx(), f.args(gw.data(), DType::F32, &clip, step)),
+              Status::Ok);
+    c.textbook(gw, clip, step);
+  }
+  c.expectClose();
+  EXPECT_EQ(std::memcmp(c.master.data(), f.master.data(), n * 4), 0);
+  EXPECT_EQ(std::memcmp(c.m.data(), f.m.data(), n * 4), 0);
+  EXPECT_EQ(std::memcmp(c.v.data(), f.v.data(), n * 4), 0);
+  float one = 1.f;
+  EXPECT_EQ(adamWStep(hostCtx(), c.args(c.copy.data(), DType::I32, &one, 1)),
+            Status::InvalidArgument);
 }
 
 } // namespace

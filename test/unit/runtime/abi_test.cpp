@@ -21,6 +21,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <tuple>
 
 using namespace ap::rt;
 using namespace ap::kernels;
@@ -186,6 +187,45 @@ TEST(AbiProgramTest, RefusesMalformedTables) {
     a.param.shard_numel = 32;
     EXPECT_EQ(programOfAbi(a.p).params[0].shardNumel, 32);
   }
+  // main_grad_bf16: only under zero3, never on a frozen parameter, 0 or 1.
+  {
+    AbiProgram a;
+    a.param.frozen = 0;
+    a.param.master = a.param.grad = a.param.adam_m = a.param.adam_v = 0;
+    a.param.main_grad_bf16 = 1;
+    auto [rc, err] = trainMainOf(a.p);
+    EXPECT_EQ(rc, 1);
+    EXPECT_NE(err.find("parameter 'w' has main_grad_bf16 1 under "
+                       "data_parallel_mode 0 (bf16 main grads need "
+                       "AP_DP_ZERO3"),
+              std::string::npos)
+        << err;
+    a.param.main_grad_bf16 = 2;
+    a.p.data_parallel_mode = AP_DP_ZERO3;
+    a.param.shard_numel = 64;
+    std::tie(rc, err) = trainMainOf(a.p);
+    EXPECT_EQ(rc, 1);
+    EXPECT_NE(err.find("parameter 'w' has main_grad_bf16 2 (expected 0: f32, "
+                       "or 1: bf16)"),
+              std::string::npos)
+        << err;
+    a.param.main_grad_bf16 = 1;
+    EXPECT_TRUE(programOfAbi(a.p).params[0].mainGradBf16);
+    EXPECT_EQ(programOfAbi(a.p).params[0].gradDType(), DType::BF16);
+    a.param.main_grad_bf16 = 0;
+    EXPECT_FALSE(programOfAbi(a.p).params[0].mainGradBf16);
+  }
+  {
+    AbiProgram a; // frozen
+    a.p.data_parallel_mode = AP_DP_ZERO3;
+    a.param.shard_numel = 64;
+    a.param.main_grad_bf16 = 1;
+    auto [rc, err] = trainMainOf(a.p);
+    EXPECT_EQ(rc, 1);
+    EXPECT_NE(err.find("parameter 'w' is frozen and has main_grad_bf16 1"),
+              std::string::npos)
+        << err;
+  }
   // The driver scratch is a buffer of the plan: inside the arena, with the
   // runtime's scalars.
   {
@@ -349,6 +389,21 @@ TEST_F(AbiStepTest, ZeroAndReduceScatterAccumulateOnOneRank) {
   device->synchronize();
   for (int i = 0; i < 16; ++i)
     ASSERT_EQ(y[i], i < 8 ? 0.f : 0.5f * float(i)) << i;
+  // A bf16 shard: 64 bytes of f32 block, 32 bytes of bf16 shard (the bytes
+  // past it untouched), bf16(float(shard) + block) rounded once: 1 + 2^-9
+  // (a quarter ulp) stays at 1, 1 + 3 x 2^-9 rounds up to 1 + 2^-7.
+  auto *b = static_cast<bf16 *>(ap_at(handle(), 512));
+  for (int i = 0; i < 32; ++i)
+    b[i] = bf16(1.f);
+  for (int i = 0; i < 16; ++i)
+    x[i] = (i % 2 ? 3.f : 1.f) * 0x1p-9f;
+  ap_reduce_scatter(handle(), 0, 512, 64, AP_DTYPE_F32, AP_STREAM_COMM,
+                    AP_REDUCE_ACCUMULATE | AP_REDUCE_SHARD_BF16);
+  device->synchronize();
+  for (int i = 0; i < 16; ++i)
+    ASSERT_EQ(float(b[i]), i % 2 ? 1.f + 0x1p-7f : 1.f) << i;
+  for (int i = 16; i < 32; ++i)
+    ASSERT_EQ(float(b[i]), 1.f) << i;
   runner->dataParallel = nullptr;
 }
 
@@ -389,8 +444,25 @@ TEST_F(AbiStepTest, IndicesOutsideTheProgramAreErrors) {
               ap_reduce_scatter(handle(), 0, 256, 4, AP_DTYPE_F32,
                                 AP_STREAM_COMM, AP_REDUCE_LAST_MICROBATCH);
             })
-                .find("ap_reduce_scatter: flags 1 (expected 0 or "
-                      "AP_REDUCE_ACCUMULATE)"),
+                .find("ap_reduce_scatter: flags 1 (expected 0, "
+                      "AP_REDUCE_ACCUMULATE or AP_REDUCE_ACCUMULATE | "
+                      "AP_REDUCE_SHARD_BF16)"),
+            std::string::npos);
+  // A bf16 shard is a main grad the f32 block sum is added into.
+  EXPECT_NE(errorOf([&] {
+              ap_reduce_scatter(handle(), 0, 256, 4, AP_DTYPE_F32,
+                                AP_STREAM_COMM, AP_REDUCE_SHARD_BF16);
+            })
+                .find("ap_reduce_scatter: flags 4: AP_REDUCE_SHARD_BF16 "
+                      "without AP_REDUCE_ACCUMULATE"),
+            std::string::npos);
+  EXPECT_NE(errorOf([&] {
+              ap_reduce_scatter(handle(), 0, 256, 4, AP_DTYPE_BF16,
+                                AP_STREAM_COMM,
+                                AP_REDUCE_ACCUMULATE | AP_REDUCE_SHARD_BF16);
+            })
+                .find("ap_reduce_scatter: AP_REDUCE_SHARD_BF16 with dtype 0 "
+                      "(the full buffer must be AP_DTYPE_F32"),
             std::string::npos);
   EXPECT_NE(errorOf([&] {
               ap_zero(handle(), 4000, 256, AP_STREAM_COMPUTE);

@@ -5,7 +5,8 @@
 // ap_reduce_scatter), through the C ABI on a host-backend StepRunner whose
 // data-parallel group is the MPI world: each runs on the stream it names,
 // in that stream's order, and gives exact rank-order sums. A
-// last-microbatch reduction runs only in the last microbatch.
+// last-microbatch reduction runs only in the last microbatch. A bf16 shard
+// takes the f32 block sum with one rounding.
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/abi.h"
@@ -155,6 +156,38 @@ TEST_F(StepCollectives, ReduceScatterAccumulateAddsTheBlockSum) {
     bf16 want = bf16(float(bf16(1.f + 0.125f * float(i))) + float(sum));
     ASSERT_EQ(float(shard[i]), float(want)) << i;
   }
+}
+
+// AP_REDUCE_SHARD_BF16: the f32 rank-order sum of this rank's block added
+// to the bf16 shard in float and rounded once (not the sum rounded to bf16
+// first); shard_bytes are the f32 block's, the shard holds half of them and
+// nothing past it changes.
+TEST_F(StepCollectives, ReduceScatterIntoABf16ShardRoundsOnce) {
+  using ap::kernels::bf16;
+  // Rank 0 gives half a bf16 ulp of [1, 2) (2^-8), rank 1 a little more:
+  // one rounding of held + sum goes up; rounding the sum to bf16 first
+  // would leave an exact tie that stays at the even `held`.
+  auto part = [](int r, int e) {
+    return r == 0 ? 0x1p-8f : 0x1p-20f * float(1 + e % 5);
+  };
+  auto heldAt = [](int i) { return 1.f + 0.125f * float(i % 8); };
+  for (int i = 0; i < 64; ++i)
+    f32(0)[i] = part(rank, i);
+  auto *shard = static_cast<bf16 *>(ap_at(handle(), 512));
+  for (int i = 0; i < 40; ++i)
+    shard[i] = bf16(heldAt(i));
+  ap_reduce_scatter(handle(), 0, 512, 128, AP_DTYPE_F32, AP_STREAM_COMM,
+                    AP_REDUCE_ACCUMULATE | AP_REDUCE_SHARD_BF16);
+  device->synchronize();
+  for (int i = 0; i < 32; ++i) {
+    int e = rank * 32 + i;
+    float sum = part(0, e) + part(1, e);
+    ASSERT_EQ(shard[i].bits, bf16(heldAt(i) + sum).bits) << i;
+    ASSERT_EQ(float(shard[i]), heldAt(i) + 0x1p-7f) << i;
+    ASSERT_NE(shard[i].bits, bf16(heldAt(i) + float(bf16(sum))).bits) << i;
+  }
+  for (int i = 32; i < 40; ++i)
+    ASSERT_EQ(float(shard[i]), heldAt(i)) << "past the shard: " << i;
 }
 
 // Stream order: a compute kernel's write that the comm stream waits for
