@@ -231,14 +231,50 @@ ap::train::recomputedOriginals(Block &body) {
     }
     return true;
   };
+  // The forward op a clone matches reads, as its first operand, either
+  // what the clone's first operand is through waits or the forward op of
+  // that operand's recompute clone; so candidates are looked up by name and
+  // first operand instead of scanning the body per clone (the placement
+  // search measures thousands of placed bodies). Each bucket is in body
+  // order and the earliest match of the (at most two) buckets wins, as a
+  // scan from the top would find.
+  llvm::DenseMap<Operation *, unsigned> position;
+  llvm::DenseMap<std::pair<OperationName, Value>,
+                 SmallVector<Operation *, 1>>
+      byFirstOperand;
+  auto firstOperand = [](Operation *op) {
+    return op->getNumOperands() ? op->getOperand(0) : Value();
+  };
+  unsigned index = 0;
+  for (Operation &fwd : body) {
+    position[&fwd] = index++;
+    if (!fwd.hasAttr(kRecomputedAttrName))
+      byFirstOperand[{fwd.getName(), firstOperand(&fwd)}].push_back(&fwd);
+  }
   for (Operation &op : body) {
     if (!op.hasAttr(kRecomputedAttrName))
       continue;
-    for (Operation &fwd : body)
-      if (matches(&op, &fwd)) {
-        forwardOf[&op] = &fwd;
-        break;
-      }
+    SmallVector<Value, 2> keys{Value()};
+    if (Value c = firstOperand(&op)) {
+      keys[0] = throughWaits(c);
+      if (Operation *cp = c.getDefiningOp())
+        if (Operation *f = forwardOf.lookup(cp))
+          keys.push_back(f->getResult(cast<OpResult>(c).getResultNumber()));
+    }
+    Operation *found = nullptr;
+    for (Value key : keys) {
+      auto it = byFirstOperand.find({op.getName(), key});
+      if (it == byFirstOperand.end())
+        continue;
+      for (Operation *fwd : it->second)
+        if (matches(&op, fwd)) {
+          if (!found || position[fwd] < position[found])
+            found = fwd;
+          break;
+        }
+    }
+    if (found)
+      forwardOf[&op] = found;
   }
   return forwardOf;
 }

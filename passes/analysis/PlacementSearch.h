@@ -38,6 +38,8 @@
 #include "llvm/Support/Error.h"
 
 #include <functional>
+#include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -109,6 +111,15 @@ struct PlacementSearchResult {
   int64_t evaluations = 0;
 };
 
+/// Placements already evaluated, by state, for searches of one module under
+/// one configuration (only the goal may differ): actplace-compile searches
+/// again for a lower predicted peak when the planned arena is over the
+/// budget, and most candidates of the second search were placed by the
+/// first. Opaque to callers.
+struct PlacementSearchCache {
+  std::map<std::string, std::optional<PlacementChoice>> placed;
+};
+
 /// The options struct of a placement pass (passes/PlacementOptions.td)
 /// with `cfg`'s settings and the given module lists.
 template <typename Options>
@@ -151,7 +162,8 @@ void addPlacementPasses(mlir::OpPassManager &pm, const PlacementConfig &cfg,
 mlir::FailureOr<PlacementSearchResult>
 searchPlacement(mlir::ModuleOp module, const PlacementConfig &base,
                 const PlacementGoal &goal,
-                std::function<void(const PlacementSearchStep &)> progress = {});
+                std::function<void(const PlacementSearchStep &)> progress = {},
+                PlacementSearchCache *cache = nullptr);
 
 } // namespace ap::train
 

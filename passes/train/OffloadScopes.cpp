@@ -102,12 +102,28 @@ void TrainOffloadScopesPass::runOnOperation() {
 
   std::map<Scope, std::string> dropped; // scope -> why it stays
   std::set<Scope> chosen(candidates.begin(), candidates.end());
+  // Each saved value's owners, once, and per scope the offloadable values
+  // it owns: the loops below ask per scope and per retry (the placement
+  // search runs this pass on thousands of candidates).
+  ArrayRef<SavedActivation> values = saved.values();
+  std::vector<SmallVector<Scope>> ownersAt;
+  std::map<Scope, SmallVector<size_t>> ownedBy;
+  for (auto [i, s] : llvm::enumerate(values)) {
+    ownersAt.push_back(ownersOf(s, cfg));
+    if (isOffloadable(s))
+      for (const Scope &n : ownersAt.back()) {
+        SmallVector<size_t> &owned = ownedBy[n];
+        if (owned.empty() || owned.back() != i)
+          owned.push_back(i);
+      }
+  }
   auto bytesOf = [&](const Scope &scope) {
     int64_t bytes = 0;
-    for (const SavedActivation &s : saved.values())
-      if (isOffloadable(s) && llvm::is_contained(ownersOf(s, cfg), scope) &&
-          allIn(ownersOf(s, cfg), chosen))
-        bytes += s.bytes;
+    auto it = ownedBy.find(scope);
+    if (it != ownedBy.end())
+      for (size_t i : it->second)
+        if (allIn(ownersAt[i], chosen))
+          bytes += values[i].bytes;
     return bytes;
   };
 
@@ -154,9 +170,12 @@ void TrainOffloadScopesPass::runOnOperation() {
   if (cfg.hideRuleOn()) {
     auto lateScope = [&]() -> std::optional<std::pair<Scope, double>> {
       SmallVector<const SavedActivation *> vals;
-      for (const SavedActivation &s : saved.values())
-        if (isOffloadable(s) && allIn(ownersOf(s, cfg), chosen))
+      SmallVector<size_t> valIndex;
+      for (auto [i, s] : llvm::enumerate(values))
+        if (isOffloadable(s) && allIn(ownersAt[i], chosen)) {
           vals.push_back(&s);
+          valIndex.push_back(i);
+        }
       llvm::DenseMap<const SavedActivation *, double> d2hEnd;
       double d2hFree = 0;
       for (const SavedActivation *s : vals) {
@@ -175,9 +194,9 @@ void TrainOffloadScopesPass::runOnOperation() {
       // The latest (in forward order) needer of a late value goes; report
       // how late its latest value would be.
       std::map<Scope, double> lateness;
-      for (auto [s, plan] : llvm::zip(vals, plans))
+      for (auto [i, plan] : llvm::zip(valIndex, plans))
         if (plan.late)
-          for (const Scope &n : ownersOf(*s, cfg))
+          for (const Scope &n : ownersAt[i])
             lateness[n] = std::max(lateness[n], plan.end - plan.deadline);
       std::optional<std::pair<Scope, double>> worst;
       for (const auto &[scope, late] : lateness)

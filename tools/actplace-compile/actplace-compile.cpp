@@ -577,6 +577,9 @@ int main(int argc, char **argv) {
     int64_t unplacedArena = -1;
     ap::train::PlacementChoice best;
     mlir::TimingScope searchTimer = rootTimer.nest("placement search");
+    // A second search (for a lower predicted peak) reuses the first's
+    // placements: same module, same configuration, another goal.
+    ap::train::PlacementSearchCache searchCache;
     for (int attempt = 1;; ++attempt) {
       int moves = 0, start = -1;
       auto result = ap::train::searchPlacement(
@@ -589,7 +592,8 @@ int main(int argc, char **argv) {
             llvm::outs() << llvm::formatv("  {0,2}. {1}: {2}\n", ++moves,
                                           s.move, s.after.summary());
             llvm::outs().flush();
-          });
+          },
+          &searchCache);
       if (failed(result))
         return fail("the placement search failed (diagnostics above)");
       best = result->best;
