@@ -7,6 +7,9 @@
 //
 // Implementations:
 //   - "self": a world of one on the host backend (copies; no launcher).
+//   - "tcp": host backend across processes started without mpirun
+//     (torchrun-style environment): every call an all-gather through rank 0
+//     over the TCP rendezvous, then the same rank-order sums as "mpi".
 //   - "mpi": host backend across processes (Open MPI). Calls block the calling
 //     thread (the runtime issues them from its comm stream's worker, so they
 //     are ordered like any other task on that stream); `stream` is ignored.
@@ -112,6 +115,14 @@ void addIntoBf16(ap::kernels::bf16 *recv, const float *add, size_t count);
 /// A world of one on the host backend: reductions are copies.
 std::unique_ptr<Communicator> createSelfCommunicator();
 
+/// The host backend's world for a launch without mpirun (torchrun-style:
+/// RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT): collectives through rank 0
+/// over TCP (runtime/tcp_comm.cpp), reduced in rank order like "mpi", so
+/// the bits are MPI's. For tests and small runs (each rank moves P times
+/// every buffer). Blocks until all ranks connected (or the timeout).
+std::unique_ptr<Communicator> createTcpCommunicator(const LaunchInfo &launch,
+                                                    double timeoutSeconds);
+
 struct CommOptions {
   /// How long ranks wait for each other in the bootstrap.
   double rendezvousTimeoutSeconds = 300.0;
@@ -127,8 +138,9 @@ struct CommOptions {
 
 /// The world communicator for this process:
 ///   - host backend, world of one: self;
-///   - host backend, several ranks: MPI (launched by mpirun, or MPI already
-///     initialised); an error naming the fix otherwise;
+///   - host backend, several ranks: MPI under mpirun; TCP through rank 0
+///     (createTcpCommunicator) under a torchrun-style launch (RANK,
+///     WORLD_SIZE, MASTER_ADDR, MASTER_PORT) or srun;
 ///   - cuda backend: NCCL; the unique id travels by MPI_Bcast under mpirun
 ///     (when built with MPI), else by TcpRendezvous (MASTER_ADDR/PORT);
 ///     with options.stagedMpi, MPI on device buffers staged through pinned

@@ -23,12 +23,11 @@ createWorldCommunicator(Backend backend, const LaunchInfo &launch,
   if (backend == Backend::Host) {
     if (launch.worldSize == 1)
       return createSelfCommunicator();
-#if defined(ACTPLACE_HAVE_MPI)
+    // Without mpirun (torchrun-style env or srun) the ranks meet over TCP
+    // at MASTER_ADDR:MASTER_PORT and reduce through rank 0.
     if (launch.launcher != Launcher::Mpirun)
-      fail("collectives: the host backend runs multi-process collectives over "
-           "MPI; launch the ",
-           launch.worldSize, " ranks with mpirun (found launcher '",
-           launcherName(launch.launcher), "')");
+      return createTcpCommunicator(launch, options.rendezvousTimeoutSeconds);
+#if defined(ACTPLACE_HAVE_MPI)
     std::unique_ptr<Communicator> c =
         createMpiWorldCommunicator(options.mpiSegmentBytes);
     if (c->size() != launch.worldSize || c->rank() != launch.rank)
@@ -38,7 +37,10 @@ createWorldCommunicator(Backend backend, const LaunchInfo &launch,
     return c;
 #else
     fail("collectives: this build has no MPI, so the host backend cannot run ",
-         launch.worldSize, " ranks (rebuild with Open MPI installed)");
+         launch.worldSize,
+         " ranks under mpirun (rebuild with Open MPI "
+         "installed, or launch torchrun-style: RANK, WORLD_SIZE, "
+         "MASTER_ADDR, MASTER_PORT)");
 #endif
   }
 #if defined(ACTPLACE_HAVE_CUDA)

@@ -166,13 +166,16 @@ void waitReadable(int fd, Clock::time_point deadline, const char *what) {
   }
 }
 
-void sendAll(int fd, const void *data, size_t n) {
+void sendAll(int fd, const void *data, size_t n, int peer = -1) {
   const char *p = static_cast<const char *>(data);
   while (n > 0) {
     ssize_t w = ::send(fd, p, n, MSG_NOSIGNAL);
     if (w < 0) {
       if (errno == EINTR)
         continue;
+      if (peer >= 0 && (errno == EPIPE || errno == ECONNRESET))
+        fail("rendezvous: rank ", peer,
+             " closed its connection (it failed or was killed)");
       fail("rendezvous: send failed: ", std::strerror(errno));
     }
     p += w;
@@ -180,16 +183,27 @@ void sendAll(int fd, const void *data, size_t n) {
   }
 }
 
-void recvAll(int fd, void *data, size_t n, Clock::time_point deadline) {
+/// `peer`: the rank at the other end (-1: not known yet, before its hello).
+void recvAll(int fd, void *data, size_t n, Clock::time_point deadline,
+             int peer = -1) {
   char *p = static_cast<char *>(data);
   while (n > 0) {
     waitReadable(fd, deadline, "a peer's message");
     ssize_t r = ::recv(fd, p, n, 0);
-    if (r == 0)
+    if (r == 0) {
+      if (peer >= 0)
+        fail("rendezvous: rank ", peer,
+             " closed its connection (it failed or was killed)");
       fail("rendezvous: a peer closed the connection (did another rank fail?)");
+    }
     if (r < 0) {
       if (errno == EINTR || errno == EAGAIN)
         continue;
+      // A peer killed with unread data in its socket resets the
+      // connection instead of closing it.
+      if (errno == ECONNRESET && peer >= 0)
+        fail("rendezvous: rank ", peer,
+             " closed its connection (it failed or was killed)");
       fail("rendezvous: recv failed: ", std::strerror(errno));
     }
     p += r;
@@ -197,19 +211,20 @@ void recvAll(int fd, void *data, size_t n, Clock::time_point deadline) {
   }
 }
 
-void sendFrame(int fd, const std::vector<uint8_t> &bytes) {
+void sendFrame(int fd, const std::vector<uint8_t> &bytes, int peer) {
   uint64_t n = bytes.size();
-  sendAll(fd, &n, sizeof(n));
-  sendAll(fd, bytes.data(), bytes.size());
+  sendAll(fd, &n, sizeof(n), peer);
+  sendAll(fd, bytes.data(), bytes.size(), peer);
 }
 
-std::vector<uint8_t> recvFrame(int fd, Clock::time_point deadline) {
+std::vector<uint8_t> recvFrame(int fd, Clock::time_point deadline, int peer) {
   uint64_t n = 0;
-  recvAll(fd, &n, sizeof(n), deadline);
+  recvAll(fd, &n, sizeof(n), deadline, peer);
   if (n > (uint64_t(1) << 30))
-    fail("rendezvous: peer announced a ", n, "-byte message (protocol error)");
+    fail("rendezvous: rank ", peer, " announced a ", n,
+         "-byte message (protocol error)");
   std::vector<uint8_t> out(n);
-  recvAll(fd, out.data(), out.size(), deadline);
+  recvAll(fd, out.data(), out.size(), deadline, peer);
   return out;
 }
 
@@ -319,10 +334,10 @@ TcpRendezvous::broadcast(const std::vector<uint8_t> &bytes) {
                                      std::chrono::duration<double>(timeout_));
   if (rank_ == 0) {
     for (int r = 1; r < world_; ++r)
-      sendFrame(sockets_[r], bytes);
+      sendFrame(sockets_[r], bytes, r);
     return bytes;
   }
-  return recvFrame(sockets_[0], deadline);
+  return recvFrame(sockets_[0], deadline, 0);
 }
 
 std::vector<std::vector<uint8_t>>
@@ -335,15 +350,15 @@ TcpRendezvous::allGather(const std::vector<uint8_t> &mine) {
   if (rank_ == 0) {
     all[0] = mine;
     for (int r = 1; r < world_; ++r)
-      all[r] = recvFrame(sockets_[r], deadline);
+      all[r] = recvFrame(sockets_[r], deadline, r);
     for (int r = 1; r < world_; ++r)
       for (int s = 0; s < world_; ++s)
-        sendFrame(sockets_[r], all[s]);
+        sendFrame(sockets_[r], all[s], r);
     return all;
   }
-  sendFrame(sockets_[0], mine);
+  sendFrame(sockets_[0], mine, 0);
   for (int s = 0; s < world_; ++s)
-    all[s] = recvFrame(sockets_[0], deadline);
+    all[s] = recvFrame(sockets_[0], deadline, 0);
   return all;
 }
 

@@ -47,6 +47,9 @@
 #
 #   fsdp         the Megatron-FSDP scenario under ZeRO-3 (case_fsdp says
 #                what it checks).
+#   torchrun     a torchrun-style launch without mpirun (TCP through rank
+#                0): the MPI run's bits on every rank; a rank killed
+#                mid-training ends the other within 60 s, naming it.
 #
 # --mode zero3 runs equivalence, placement and resume with binaries of
 # several ranks compiled --data-parallel=zero3 (the one-rank reference of
@@ -611,8 +614,108 @@ def case_fsdp(t):
            [m["loss"] for m in l1[0]] if l1 else []), flush=True)
 
 
+def free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def torchrun_env(rank, n, port):
+    env = dict(os.environ)
+    for k in list(env):
+        if k.startswith(("OMPI_", "PMI_", "PMIX_", "SLURM_")):
+            del env[k]
+    env.update({"RANK": str(rank), "WORLD_SIZE": str(n),
+                "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": str(n),
+                "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
+    return env
+
+
+def case_torchrun(t):
+    """A torchrun-style launch (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT;
+    no mpirun): the host backend's TCP communicator gives the bits of the
+    MPI run on every rank; a rank killed mid-training (SIGKILL, no launcher
+    to clean up) makes the other exit within 60 s with an error naming
+    it."""
+    import signal
+    import time
+    n, steps = t.args.ranks, 3
+    binary = t.compile("train-n%d" % n, "--micro-batches", "1",
+                       "--data-parallel-size=%d" % n)
+    r, mpi = t.train(binary, n, "--steps", str(steps), metrics="mpi.jsonl")
+    check(r.returncode == 0, "the mpirun run failed")
+    port = free_port()
+    metrics = t.path("tcp.jsonl")
+    cmd = [binary, "--device", "host", "--steps", str(steps),
+           "--fingerprints", "--metrics", metrics]
+    print("$ RANK=0..%d WORLD_SIZE=%d MASTER_PORT=%d %s" %
+          (n - 1, n, port, " ".join(cmd)), flush=True)
+    procs = [subprocess.Popen(cmd, env=torchrun_env(rank, n, port),
+                              cwd=t.work, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+             for rank in range(n)]
+    for rank, p in enumerate(procs):
+        try:
+            _, err = p.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            _, err = p.communicate()
+        check(p.returncode == 0, "torchrun-style rank %d exited %d:\n%s" %
+              (rank, p.returncode, err))
+    for rank in range(n):
+        path = metrics + ("" if rank == 0 else ".rank%d" % rank)
+        if not check(os.path.exists(path), "no metrics file " + path):
+            continue
+        with open(path) as f:
+            got = [json.loads(l) for l in f if l.strip()]
+        check(len(got) == steps and all(
+            a["fingerprints"] == b["fingerprints"] and a["loss"] == b["loss"]
+            for a, b in zip(got, mpi[rank])),
+              "rank %d: the TCP run differs from the MPI run" % rank)
+    print("torchrun-style launch: every rank's fingerprints equal mpirun's",
+          flush=True)
+    # Rank 1 killed after its first step: no launcher stops rank 0.
+    port = free_port()
+    metrics = t.path("killed.jsonl")
+    cmd = [binary, "--device", "host", "--steps", "100000", "--metrics",
+           metrics]
+    procs = [subprocess.Popen(cmd, env=torchrun_env(rank, n, port),
+                              cwd=t.work, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+             for rank in range(n)]
+    deadline = time.time() + 60
+    while time.time() < deadline and not (
+            os.path.exists(metrics + ".rank1") and
+            os.path.getsize(metrics + ".rank1") > 0):
+        time.sleep(0.1)
+    if not check(procs[1].poll() is None,
+                 "rank 1 ended before it could be killed"):
+        for p in procs:
+            p.kill()
+        return
+    killed = time.time()
+    os.kill(procs[1].pid, signal.SIGKILL)
+    procs[1].communicate()
+    try:
+        _, err = procs[0].communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        for p in procs:
+            p.kill()
+        procs[0].communicate()
+        check(False, "rank 0 still ran 60 s after rank 1 was killed")
+        return
+    took = time.time() - killed
+    print("  rank 0 -> %d %.1f s after rank 1 was killed" %
+          (procs[0].returncode, took), flush=True)
+    check(procs[0].returncode != 0, "rank 0 exited 0 after rank 1 died")
+    check("rank 1 closed its connection" in err and "error: rank 0 of 2" in
+          err, "rank 0's error does not name rank 1:\n" + err)
+
+
 CASES = {"equivalence": case_equivalence, "placement": case_placement,
-         "errors": case_errors, "resume": case_resume, "fsdp": case_fsdp}
+         "errors": case_errors, "resume": case_resume, "fsdp": case_fsdp,
+         "torchrun": case_torchrun}
 
 
 def main():
