@@ -15,6 +15,7 @@
 #include "llvm/Support/FormatVariadic.h"
 
 #include <cmath>
+#include <limits>
 #include <map>
 #include <optional>
 #include <set>
@@ -232,6 +233,11 @@ public:
   /// Placements this search ran (the cache may hold more, from earlier
   /// searches).
   int64_t evaluations() const { return placed; }
+
+  /// Whether `state` was placed (by this search or one sharing the cache).
+  bool has(const State &state) const {
+    return cache.count(std::string(state.begin(), state.end()));
+  }
 
   /// The cached totals of `state`; it must have been evaluated.
   const std::optional<PlacementChoice> &cached(const State &state) const {
@@ -468,6 +474,89 @@ FailureOr<PlacementSearchResult> ap::train::searchPlacement(
     return true;
   };
 
+  // What a move did when last placed: the change of the three totals. A
+  // move's effect drifts little from one state to the next unless a leaf
+  // sharing saved values with it changed (then its entry is dropped), so it
+  // predicts which candidates are worth placing again.
+  struct Delta {
+    double step = 0, peak = 0, act = 0;
+    std::vector<size_t> leaves;
+  };
+  std::map<std::string, Delta> lastDelta;
+  auto changeKey = [](const State &from, const State &to) {
+    std::string k;
+    for (size_t i = 0; i < from.size(); ++i)
+      if (from[i] != to[i])
+        k += std::to_string(i) + char('0' + from[i]) + char('0' + to[i]) + ",";
+    return k;
+  };
+  auto learn = [&](const State &from, const PlacementChoice &cur,
+                   const std::vector<Move> &moves) {
+    for (const Move &m : moves) {
+      if (!eval.has(m.to) || !eval.cached(m.to))
+        continue;
+      const PlacementChoice &c = *eval.cached(m.to);
+      Delta d;
+      d.step = c.stepAfter - cur.stepAfter;
+      d.peak = static_cast<double>(c.peakAfter - cur.peakAfter);
+      d.act = static_cast<double>(c.activationPeakAfter -
+                                  cur.activationPeakAfter);
+      for (size_t i = 0; i < from.size(); ++i)
+        if (from[i] != m.to[i])
+          d.leaves.push_back(i);
+      lastDelta[changeKey(from, m.to)] = std::move(d);
+    }
+  };
+  // After a move: the entries of leaves sharing saved values with a leaf it
+  // changed (or of that leaf) no longer predict.
+  auto forget = [&](const State &from, const State &to) {
+    std::set<size_t> touched;
+    for (size_t i = 0; i < from.size(); ++i)
+      if (from[i] != to[i]) {
+        touched.insert(i);
+        for (const auto &[a, b] : coupled) {
+          if (a == leaves[i])
+            touched.insert(indexOf(b));
+          if (b == leaves[i])
+            touched.insert(indexOf(a));
+        }
+      }
+    for (auto it = lastDelta.begin(); it != lastDelta.end();)
+      if (llvm::any_of(it->second.leaves,
+                       [&](size_t i) { return touched.count(i); }))
+        it = lastDelta.erase(it);
+      else
+        ++it;
+  };
+  // A move's totals: placed (known, maybe rejected) or predicted from its
+  // last change; unknown when neither.
+  struct Prediction {
+    bool known = false;
+    std::optional<PlacementChoice> choice;
+  };
+  auto predict = [&](const State &from, const PlacementChoice &cur,
+                     const Move &m) {
+    Prediction p;
+    if (eval.has(m.to)) {
+      p.known = true;
+      p.choice = eval.cached(m.to);
+      return p;
+    }
+    auto it = lastDelta.find(changeKey(from, m.to));
+    if (it == lastDelta.end())
+      return p;
+    p.known = true;
+    PlacementChoice c = cur;
+    c.stepAfter += it->second.step;
+    c.peakAfter += static_cast<int64_t>(it->second.peak);
+    c.activationPeakAfter += static_cast<int64_t>(it->second.act);
+    p.choice = c;
+    return p;
+  };
+
+  // Greedy candidates placed per step beyond those with no prediction.
+  constexpr size_t kGreedyWidth = 10;
+
   // Places a batch of candidates at once (Evaluator::prefetch).
   auto prefetch = [&](const std::vector<Move> &moves) {
     std::vector<State> states;
@@ -497,6 +586,7 @@ FailureOr<PlacementSearchResult> ap::train::searchPlacement(
       run.current = *c;
     }
     auto accept = [&](const Move &m, const PlacementChoice &c) {
+      forget(run.state, m.to);
       run.state = m.to;
       run.current = c;
       run.trail.push_back(
@@ -519,7 +609,36 @@ FailureOr<PlacementSearchResult> ap::train::searchPlacement(
         if (!(recomputeOnly && offloads(m)) &&
             !(banned && m.to[*banned] != Keep))
           moves.push_back(std::move(m));
-      prefetch(moves);
+      // Placed: the moves placed before (free), those with no prediction,
+      // and the kGreedyWidth best by predicted score.
+      {
+        std::vector<Move> place;
+        std::vector<std::pair<double, size_t>> ranked;
+        for (auto [k, m] : llvm::enumerate(moves)) {
+          Prediction p = predict(run.state, run.current, m);
+          if (!p.known || eval.has(m.to)) {
+            place.push_back(m);
+            continue;
+          }
+          if (!p.choice)
+            continue;
+          double gain = metric(*p.choice) - metric(run.current);
+          double score =
+              gain > 0 ? (p.choice->stepAfter - run.current.stepAfter) /
+                             (budgetGoal ? gain
+                                         : std::min(gain, needed(run.current)))
+                       : std::numeric_limits<double>::infinity();
+          ranked.push_back({score, k});
+        }
+        llvm::stable_sort(ranked, [](const auto &a, const auto &b) {
+          return a.first < b.first;
+        });
+        for (size_t r = 0; r < ranked.size() && r < kGreedyWidth; ++r)
+          place.push_back(moves[ranked[r].second]);
+        prefetch(place);
+        learn(run.state, run.current, moves);
+        moves = std::move(place);
+      }
       for (Move &m : moves) {
         std::optional<PlacementChoice> c = eval(m.to);
         if (!c)
@@ -562,7 +681,10 @@ FailureOr<PlacementSearchResult> ap::train::searchPlacement(
           best.emplace(m, *c);
       };
       std::vector<Move> singles = movesFrom(run.state);
+      // Every single is placed: screening them by their last change lost
+      // the run-16 point (test/passes/train-plan-budget-qwen3.5.test, SIDE).
       prefetch(singles);
+      learn(run.state, run.current, singles);
       for (const Move &m : singles)
         consider(m);
       // No single move helps: try two at once (a swap, say recompute one
@@ -586,9 +708,10 @@ FailureOr<PlacementSearchResult> ap::train::searchPlacement(
               }
             if (clash)
               continue;
-            const std::optional<PlacementChoice> &a = eval.cached(singles[i].to);
-            const std::optional<PlacementChoice> &b = eval.cached(singles[j].to);
-            if (a && b && !promisingPair(run.current, *a, *b))
+            Prediction a = predict(run.state, run.current, singles[i]);
+            Prediction b = predict(run.state, run.current, singles[j]);
+            if (a.choice && b.choice &&
+                !promisingPair(run.current, *a.choice, *b.choice))
               continue;
             pairs.push_back(std::move(m));
           }
