@@ -1059,7 +1059,7 @@ TEST_F(DenseCuda, AdamWAndGradNormReadBf16Grads) {
   float normRef = 0, clipRef = 0;
   GradNormArgs gnHost{hostT.data(), 3, 1.0, &normRef, &clipRef};
   ASSERT_EQ(gradNorm(host, gnHost), Status::Ok);
-  Dev<bf16> dG(size_t(n));
+  Dev<bf16> dG{size_t(n)};
   Dev<float> dF(f.size()), dNorm(1), dClip(1);
   dG.up(g);
   dF.up(f);

@@ -104,6 +104,20 @@ TEST(NcclCollectives, WorldOfOne) {
   CHECK_CUDA(cudaMemcpy(hb2.data(), r, 2000, cudaMemcpyDeviceToHost));
   for (size_t i = 0; i < hb.size(); ++i)
     ASSERT_EQ(hb2[i].bits, bf16(float(hb[i]) + float(hb[i])).bits) << i;
+  // A bf16 main-grad shard: the f32 block added into it in float, rounded
+  // once to bf16 (detail::addIntoBf16's bits).
+  std::vector<float> hf(1000);
+  for (size_t i = 0; i < hf.size(); ++i)
+    hf[i] = float(i) * 0x1p-12f + 0x1p-9f;
+  CHECK_CUDA(cudaMemcpy(d, hf.data(), 4000, cudaMemcpyHostToDevice));
+  CHECK_CUDA(cudaMemcpy(r, hb.data(), 2000, cudaMemcpyHostToDevice));
+  w->reduceScatterSumAddBf16(d, reinterpret_cast<bf16 *>(r), 1000, s);
+  CHECK_CUDA(cudaStreamSynchronize(s));
+  CHECK_CUDA(cudaMemcpy(hb2.data(), r, 2000, cudaMemcpyDeviceToHost));
+  std::vector<bf16> want = hb;
+  detail::addIntoBf16(want.data(), hf.data(), want.size());
+  for (size_t i = 0; i < hb.size(); ++i)
+    ASSERT_EQ(hb2[i].bits, want[i].bits) << i;
   // The send buffer is scratch after an accumulate: refill it.
   CHECK_CUDA(cudaMemcpy(d, h.data(), n * 4, cudaMemcpyHostToDevice));
   w->barrier();
