@@ -776,10 +776,10 @@ __global__ void normFinishKernel(const double *partial, int64_t parts,
 /// reference: the results are bitwise equal to it. G: the main grad's
 /// element type (float or bf, widened exactly).
 template <bool ToBf16, typename G>
-__global__ void
-adamWKernel(float *master, float *m, float *v, const G *grad,
-            const float *clipCoef, void *copy, int64_t n, float stepSize,
-            float bc2Sqrt, float decay, float b1, float b2, float eps) {
+__global__ void adamWKernel(float *master, float *m, float *v, const G *grad,
+                            const float *clipCoef, void *copy, int64_t n,
+                            float stepSize, float bc2Sqrt, float decay,
+                            float b1, float b2, float eps) {
   const float cc = clipCoef ? *clipCoef : 1.0f;
   const float ob1 = 1.0f - b1, ob2 = 1.0f - b2;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;

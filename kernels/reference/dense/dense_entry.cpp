@@ -292,8 +292,7 @@ Status gradNorm(const KernelContext &ctx, const GradNormArgs &a) {
 
 Status adamWStep(const KernelContext &ctx, const AdamWArgs &a) {
   if (!a.master || !a.expAvg || !a.expAvgSq || !a.grad || a.n < 0 ||
-      a.step < 1 ||
-      (a.gradDType != DType::F32 && a.gradDType != DType::BF16) ||
+      a.step < 1 || (a.gradDType != DType::F32 && a.gradDType != DType::BF16) ||
       (a.computeCopy && a.computeDType != DType::BF16 &&
        a.computeDType != DType::F32))
     return Status::InvalidArgument;

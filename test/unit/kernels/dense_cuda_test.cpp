@@ -1052,10 +1052,10 @@ TEST_F(DenseCuda, AdamWAndGradNormReadBf16Grads) {
   for (auto &x : v)
     x = std::fabs(x);
   std::vector<bf16> g = randBf16(size_t(n), 98, 0.01f);
-  std::vector<GradTensor> hostT = {{g.data(), 1000003, DType::BF16},
-                                   {f.data(), int64_t(f.size())},
-                                   {g.data() + 1000003, n - 1000003,
-                                    DType::BF16}};
+  std::vector<GradTensor> hostT = {
+      {g.data(), 1000003, DType::BF16},
+      {f.data(), int64_t(f.size())},
+      {g.data() + 1000003, n - 1000003, DType::BF16}};
   float normRef = 0, clipRef = 0;
   GradNormArgs gnHost{hostT.data(), 3, 1.0, &normRef, &clipRef};
   ASSERT_EQ(gradNorm(host, gnHost), Status::Ok);

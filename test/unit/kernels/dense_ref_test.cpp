@@ -751,8 +751,7 @@ TEST(DenseRef, CrossEntropyBf16WithinBounds) {
 /// AdamW's float state from `p0` (and a bf16 compute copy) beside textbook
 /// AdamW (Loshchilov & Hutter, PyTorch's form) in float64.
 struct AdamWCheck {
-  static constexpr double lr = 3e-3, b1 = 0.9, b2 = 0.95, eps = 1e-8,
-                          wd = 0.1;
+  static constexpr double lr = 3e-3, b1 = 0.9, b2 = 0.95, eps = 1e-8, wd = 0.1;
   std::vector<float> master, m, v;
   std::vector<bf16> copy;
   std::vector<double> P, M, V;
@@ -852,9 +851,7 @@ TEST(DenseRef, GradNormOfBf16Grads) {
   GradTensor mixed[3] = {{a.data(), int64_t(a.size())},
                          {b.data(), int64_t(b.size()), DType::BF16},
                          {c.data(), int64_t(c.size())}};
-  GradTensor widened[3] = {mixed[0],
-                           {bw.data(), int64_t(bw.size())},
-                           mixed[2]};
+  GradTensor widened[3] = {mixed[0], {bw.data(), int64_t(bw.size())}, mixed[2]};
   double ss = 0;
   for (float x : a)
     ss += double(x) * double(x);
@@ -898,9 +895,8 @@ TEST(DenseRef, AdamWReadsBf16Grads) {
       gw[i] = float(gb[i]);
     }
     float clip = step == 3 ? 0.5f : 1.0f;
-    ASSERT_EQ(
-        adamWStep(hostCtx(), c.args(gb.data(), DType::BF16, &clip, step)),
-        Status::Ok);
+    ASSERT_EQ(adamWStep(hostCtx(), c.args(gb.data(), DType::BF16, &clip, step)),
+              Status::Ok);
     ASSERT_EQ(adamWStep(hostCtx(), f.args(gw.data(), DType::F32, &clip, step)),
               Status::Ok);
     c.textbook(gw, clip, step);

@@ -459,7 +459,8 @@ TEST_F(Zero3Train, Bf16MainGradsTrainWithinTheirBound) {
            work + "/" + name + "-grads.safetensors"},
           bf16);
   }
-  auto mf = metricsOf(work + "/f32.jsonl"), mb = metricsOf(work + "/bf16.jsonl");
+  auto mf = metricsOf(work + "/f32.jsonl"),
+       mb = metricsOf(work + "/bf16.jsonl");
   ASSERT_EQ(mf.size(), 4u);
   ASSERT_EQ(mb.size(), 4u);
   for (int r = 1; r < ranks; ++r) {
