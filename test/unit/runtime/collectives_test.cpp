@@ -5,6 +5,13 @@
 
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <string>
+#include <thread>
 #include <vector>
 
 using namespace ap::rt;
@@ -91,17 +98,122 @@ TEST(Collectives, WorldOfOneHost) {
   EXPECT_THROW(makeParallelGroups(*w, 2, 1), Error);
 }
 
-TEST(Collectives, MultiRankHostNeedsMpirun) {
-  LaunchInfo torch;
-  torch.launcher = Launcher::Torchrun;
-  torch.rank = 0;
-  torch.worldSize = 2;
+/// A free TCP port on the loopback interface (bound, then released).
+int freePort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr *>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  ::getsockname(fd, reinterpret_cast<sockaddr *>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+LaunchInfo torchrunRank(int rank, int world, int port) {
+  LaunchInfo info;
+  info.launcher = Launcher::Torchrun;
+  info.rank = rank;
+  info.worldSize = world;
+  info.localRank = rank;
+  info.localWorldSize = world;
+  info.masterAddr = "127.0.0.1";
+  info.masterPort = port;
+  return info;
+}
+
+// A torchrun-style launch on the host backend (no mpirun) meets over TCP
+// and gives every rank the rank-order sums of the MPI path: two ranks as
+// two threads of this process.
+TEST(Collectives, TorchrunHostRanksMeetOverTcp) {
+  const int world = 2, port = freePort();
+  std::vector<std::vector<float>> sums(world), scattered(world),
+      gathered(world), casted(world);
+  std::vector<int> agreed(world);
+  std::vector<std::string> errors(world);
+  auto rank = [&](int r) {
+    try {
+      std::unique_ptr<Communicator> c =
+          createWorldCommunicator(Backend::Host, torchrunRank(r, world, port));
+      EXPECT_STREQ(c->kind(), "tcp");
+      EXPECT_EQ(c->rank(), r);
+      EXPECT_EQ(c->size(), world);
+      // Rank 0 holds 1e8, rank 1 holds 1: rank order gives 1e8 + 1 = 1e8
+      // in float on both ranks (the other order would too; the second
+      // element, -1e8 then 1, tells the orders apart).
+      float mine[2] = {r == 0 ? 1e8f : 1.0f, r == 0 ? -1e8f : 1.0f};
+      sums[r].resize(2);
+      c->allReduceSum(mine, sums[r].data(), 2, DType::F32, nullptr);
+      // Blocks of 2: rank r keeps block r of the sum.
+      float blocks[4] = {float(r + 1), float(10 * (r + 1)), float(100 + r),
+                         float(1000 + r)};
+      scattered[r].resize(2);
+      c->reduceScatterSum(blocks, scattered[r].data(), 2, DType::F32, nullptr);
+      gathered[r].resize(2);
+      float one = float(r + 7);
+      c->allGather(&one, gathered[r].data(), 1, DType::F32, nullptr);
+      float b = r == 1 ? 42.0f : -1.0f;
+      c->broadcast(&b, 1, DType::F32, /*root=*/1, nullptr);
+      casted[r] = {b};
+      agreed[r] = c->allTrue(r == 0) ? 1 : 0;
+      c->barrier();
+    } catch (const Error &e) {
+      errors[r] = e.what();
+    }
+  };
+  std::thread t1(rank, 1);
+  rank(0);
+  t1.join();
+  for (int r = 0; r < world; ++r) {
+    ASSERT_EQ(errors[r], "") << "rank " << r;
+    EXPECT_EQ(sums[r][0], 1e8f + 1.0f);
+    EXPECT_EQ(sums[r][1], -1e8f + 1.0f);
+    EXPECT_EQ(gathered[r], (std::vector<float>{7.0f, 8.0f}));
+    EXPECT_EQ(casted[r], (std::vector<float>{42.0f}));
+    EXPECT_EQ(agreed[r], 0); // rank 1 said false
+  }
+  EXPECT_EQ(scattered[0], (std::vector<float>{1.0f + 2.0f, 10.0f + 20.0f}));
+  EXPECT_EQ(scattered[1],
+            (std::vector<float>{100.0f + 101.0f, 1000.0f + 1001.0f}));
+}
+
+// A rank that goes away makes the other's next collective fail naming it;
+// a rank that never comes is a timeout naming what was awaited.
+TEST(Collectives, TorchrunHostRankGoneIsNamed) {
+  const int world = 2, port = freePort();
+  std::string error;
+  std::thread t1([&] {
+    std::unique_ptr<Communicator> c =
+        createWorldCommunicator(Backend::Host, torchrunRank(1, world, port));
+    c->barrier(); // then rank 1 leaves, closing its socket
+  });
+  {
+    std::unique_ptr<Communicator> c =
+        createWorldCommunicator(Backend::Host, torchrunRank(0, world, port));
+    c->barrier();
+    t1.join();
+    float x = 1, y = 0;
+    try {
+      c->allReduceSum(&x, &y, 1, DType::F32, nullptr);
+    } catch (const Error &e) {
+      error = e.what();
+    }
+  }
+  EXPECT_NE(error.find("rank 1 closed its connection"), std::string::npos)
+      << error;
+
+  CommOptions quick;
+  quick.rendezvousTimeoutSeconds = 0.3;
   try {
-    createWorldCommunicator(Backend::Host, torch);
-    FAIL() << "expected an error";
+    createWorldCommunicator(Backend::Host, torchrunRank(0, 2, freePort()),
+                            quick);
+    FAIL() << "expected a timeout";
   } catch (const Error &e) {
-    // With MPI in the build the message names mpirun; without, it names MPI.
-    EXPECT_NE(std::string(e.what()).find("MPI"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("timed out waiting for the other "
+                                         "ranks to connect"),
+              std::string::npos)
+        << e.what();
   }
 }
 
