@@ -27,6 +27,13 @@
 // recompute first. The best end wins (the earliest on a tie). Deterministic:
 // ties break on the move's spelling.
 //
+// Not every candidate is placed: a greedy step places the moves with no
+// prediction from their last measured change and the 10 best predicted,
+// and the improvement places only pairs whose halves, added up, come near
+// an improvement. Each batch is placed on a few threads, and a cache may
+// be shared by searches of one module and configuration
+// (docs/placement-search.md, "Speed").
+//
 //===----------------------------------------------------------------------===//
 #ifndef ACTPLACE_PASSES_ANALYSIS_PLACEMENTSEARCH_H
 #define ACTPLACE_PASSES_ANALYSIS_PLACEMENTSEARCH_H

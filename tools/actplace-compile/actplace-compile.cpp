@@ -17,6 +17,9 @@
 // module lists: the placement search (PlacementSearch.h, the same as the
 // train-plan-budget pass) picks them under --profile and prints its moves;
 // the rest of the chain then runs as if the chosen lists had been given.
+// --global-batch-tokens N with --memory-budget also chooses the micro-batch
+// size and count: one import, autodiff and search per size (1, 2, 4, 8),
+// the most predicted tokens/s whose planned arena fits wins.
 //
 // --memory-timeline FILE.svg draws the placed step's predicted memory
 // (MemoryTimelineSvg) with the peak of the same step before placement and
@@ -124,6 +127,14 @@ static cl::opt<double> stepBudget(
     cl::desc("Choose the placement: the most activation bytes removed with "
              "the predicted step at most this share longer (0.03 = 3 %)"),
     cl::init(-1), cl::cat(category));
+static cl::opt<int64_t> globalBatchTokens(
+    "global-batch-tokens",
+    cl::desc("With --memory-budget and a JSON config: choose the micro-batch "
+             "size B (1, 2, 4 or 8, dividing) and count M with B x M x seq x "
+             "data-parallel-size = this, together with the placement, for "
+             "the most predicted tokens/s within the budget (replaces "
+             "--micro-batch-size and --micro-batches)"),
+    cl::init(0), cl::cat(category));
 static cl::opt<int64_t> seqLen("seq", cl::desc("Tokens per sequence (JSON)"),
                                cl::init(4096), cl::cat(category));
 static cl::opt<int64_t> microBatchSize("micro-batch-size",
@@ -372,6 +383,26 @@ static std::string checkOptions() {
     return "--step-budget must be in [0, 1) (the share the predicted step "
            "may grow: 0.03 = 3 %), got " +
            g(stepBudget);
+  if (globalBatchTokens.getNumOccurrences()) {
+    if (memoryBudget.empty())
+      return "--global-batch-tokens needs --memory-budget (the micro-batch "
+             "size is chosen for the most tokens/s within it)";
+    if (microBatchSize.getNumOccurrences() || microBatches.getNumOccurrences())
+      return "--global-batch-tokens chooses --micro-batch-size and "
+             "--micro-batches; drop them";
+    if (!llvm::StringRef(input).ends_with(".json"))
+      return "--global-batch-tokens needs a JSON model config (the graph is "
+             "imported once per micro-batch size), got " +
+             std::string(input);
+    int64_t perBatch = seqLen * dataParallelSize;
+    if (globalBatchTokens <= 0 || globalBatchTokens % perBatch != 0)
+      return llvm::formatv("--global-batch-tokens={0} is not a positive "
+                           "multiple of seq x data-parallel-size = {1} x {2} "
+                           "= {3} tokens",
+                           int64_t(globalBatchTokens), int64_t(seqLen),
+                           int64_t(dataParallelSize), perBatch)
+          .str();
+  }
   if (memoryBudget.getNumOccurrences() && memoryBudget.empty())
     return "--memory-budget must be a positive size such as 18GiB, 19.5GB, "
            "512MiB or a byte count, got ''";
@@ -540,6 +571,151 @@ int main(int argc, char **argv) {
   if (failed(runStages(opts, Stage::Autodiff, Stage::Autodiff)))
     return 1;
 
+  // --global-batch-tokens: one import, autodiff and placement search per
+  // micro-batch size B (1, 2, 4, 8 where they divide the sequences per
+  // rank); the most predicted tokens/s within the budget wins, and the
+  // search below starts from that size's placements (the same cache).
+  ap::train::PlacementSearchCache searchCache;
+  if (globalBatchTokens.getNumOccurrences()) {
+    auto goal = ap::train::PlacementGoal::fromOptions(0, memoryBudget, -1);
+    if (!goal)
+      return fail(llvm::toString(goal.takeError()));
+    auto cfg = ap::import::loadModelConfig(input);
+    if (!cfg)
+      return fail(llvm::toString(cfg.takeError()));
+    int64_t sequences = globalBatchTokens / (seqLen * dataParallelSize);
+    struct Candidate {
+      int64_t b = 0, m = 0, arena = 0;
+      ap::train::PlacementChoice best;
+      bool met = false;
+      double tokensPerSecond = 0;
+      mlir::OwningOpRef<mlir::ModuleOp> module;
+      ap::train::PlacementSearchCache cache;
+      /// The least budget this size's choice fits.
+      int64_t needs() const { return std::max(arena, best.peakAfter); }
+      std::string text() const {
+        return llvm::formatv("micro-batch size {0} x {1} micro-batches", b, m)
+            .str();
+      }
+    };
+    std::vector<Candidate> candidates;
+    mlir::TimingScope choiceTimer = rootTimer.nest("micro-batch choice");
+    llvm::outs() << "micro-batch choice: " << int64_t(globalBatchTokens)
+                 << " tokens per step = " << sequences << " sequences of "
+                 << int64_t(seqLen) << " per rank x "
+                 << int64_t(dataParallelSize) << " ranks, " << goal->str()
+                 << "\n";
+    for (int64_t b : {1, 2, 4, 8}) {
+      if (sequences % b != 0)
+        continue;
+      Candidate c;
+      c.b = b;
+      c.m = sequences / b;
+      std::string timerName = "micro-batch size " + std::to_string(b);
+      mlir::TimingScope sizeTimer = choiceTimer.nest(timerName);
+      ap::import::TrainShape shape;
+      shape.seqLen = seqLen;
+      shape.microBatchSize = c.b;
+      shape.microBatches = c.m;
+      shape.dtype = dtype;
+      if (llvm::Error err = ap::import::checkTrainShape(shape))
+        return fail(llvm::toString(std::move(err)));
+      {
+        mlir::TimingScope t = sizeTimer.nest("import and autodiff");
+        c.module = ap::import::buildForwardGraph(ctx, *cfg, shape);
+        if (!c.module)
+          return fail("the imported graph does not verify (diagnostics "
+                      "above)");
+        mlir::PassManager pm(&ctx);
+        ap::buildPipeline(pm, opts, Stage::Autodiff, Stage::Autodiff);
+        if (failed(pm.run(*c.module)))
+          return fail("the compiler pipeline failed (diagnostics above)");
+      }
+      mlir::TimingScope t = sizeTimer.nest("placement search");
+      auto result =
+          ap::train::searchPlacement(*c.module, placement, *goal, {}, &c.cache);
+      if (failed(result))
+        return fail("the placement search failed (diagnostics above)");
+      c.best = result->best;
+      // What the binary allocates is the planned arena (packing and the
+      // workspace region run a little above the predicted peak): a size
+      // fits when its choice's arena does.
+      {
+        mlir::TimingScope t = sizeTimer.nest("lowering the choice");
+        mlir::OwningOpRef<mlir::ModuleOp> clone(c.module->clone());
+        ap::CompileOptions o = opts;
+        o.placement.offloadModules = c.best.offload;
+        o.placement.recomputeModules = c.best.recompute;
+        mlir::PassManager pm(&ctx);
+        ap::buildPipeline(pm, o, Stage::Placement, Stage::Lowering);
+        if (failed(pm.run(*clone)))
+          return fail("the chosen placement did not lower (a compiler bug)");
+        c.arena = stepBytes(*clone, ap::exec::kArenaBytesAttr);
+      }
+      c.met = result->goalMet && double(c.arena) <= goal->value;
+      c.tokensPerSecond = c.best.stepAfter > 0
+                              ? double(globalBatchTokens) / c.best.stepAfter
+                              : 0;
+      llvm::outs() << llvm::formatv(
+          "  {0}: {1}, {2:F0} tokens/s predicted, device peak {3} bytes, "
+          "planned arena {4} bytes{5}\n",
+          c.text(),
+          c.best.options().empty() ? "nothing placed" : c.best.options(),
+          c.tokensPerSecond, c.best.peakAfter, c.arena,
+          c.met ? "" : " (over the budget)");
+      candidates.push_back(std::move(c));
+    }
+    if (candidates.empty())
+      return fail(llvm::formatv("--global-batch-tokens={0}: {1} sequences per "
+                                "rank take no micro-batch size of 1, 2, 4 or 8",
+                                int64_t(globalBatchTokens), sequences)
+                      .str());
+    // The fastest that fits; on a tie the smaller micro-batch (less memory).
+    std::vector<Candidate *> order;
+    for (Candidate &c : candidates)
+      order.push_back(&c);
+    llvm::stable_sort(order, [](const Candidate *a, const Candidate *b) {
+      if (a->met != b->met)
+        return a->met;
+      if (a->met)
+        return a->tokensPerSecond > b->tokensPerSecond;
+      return a->needs() < b->needs();
+    });
+    Candidate &chosen = *order.front();
+    if (!chosen.met)
+      return fail(llvm::formatv(
+                      "{0} is not reachable at --global-batch-tokens={1}: "
+                      "the smallest plan found needs {2} bytes (planned "
+                      "arena and predicted peak; {3}, {4}); give "
+                      "--memory-budget={2} or more",
+                      goal->str(), int64_t(globalBatchTokens), chosen.needs(),
+                      chosen.text(),
+                      chosen.best.options().empty() ? "nothing placed"
+                                                    : chosen.best.options())
+                      .str());
+    llvm::outs() << "micro-batch choice: " << chosen.text() << " ("
+                 << llvm::formatv("{0:F0}", chosen.tokensPerSecond)
+                 << " tokens/s predicted)";
+    if (order.size() > 1) {
+      Candidate &second = *order[1];
+      if (second.met)
+        llvm::outs() << llvm::formatv(
+            "; runner-up {0}: {1:F0} tokens/s, {2:F2} % slower", second.text(),
+            second.tokensPerSecond,
+            100.0 * (1.0 - second.tokensPerSecond / chosen.tokensPerSecond));
+      else
+        llvm::outs() << llvm::formatv(
+            "; runner-up {0} would be {1:F0} tokens/s but its best plan "
+            "needs {2} bytes, over the budget",
+            second.text(), second.tokensPerSecond, second.needs());
+    }
+    llvm::outs() << "\n";
+    microBatchSize = chosen.b;
+    microBatches = chosen.m;
+    module = std::move(chosen.module);
+    searchCache = std::move(chosen.cache);
+  }
+
   // A goal instead of module lists: the search picks them (under the same
   // profile and options), then everything below runs as if they were given.
   if (ap::train::PlacementGoal::requested(activationCut, memoryBudget,
@@ -578,8 +754,8 @@ int main(int argc, char **argv) {
     ap::train::PlacementChoice best;
     mlir::TimingScope searchTimer = rootTimer.nest("placement search");
     // A second search (for a lower predicted peak) reuses the first's
-    // placements: same module, same configuration, another goal.
-    ap::train::PlacementSearchCache searchCache;
+    // placements (searchCache: same module, same configuration, another
+    // goal), as the first reuses --global-batch-tokens' search.
     for (int attempt = 1;; ++attempt) {
       int moves = 0, start = -1;
       auto result = ap::train::searchPlacement(
