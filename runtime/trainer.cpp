@@ -12,6 +12,7 @@
 #include "runtime/abi.h"
 #include "runtime/op_timing.h"
 #include "runtime/weights.h"
+#include "support/DeviceReserve.h"
 
 #include <algorithm>
 #include <array>
@@ -530,12 +531,6 @@ void checkSameRun(Communicator &world, Device *dev, const Program &p,
          listProblems(problems, 8));
 }
 
-/// Device memory the run needs beside the arena: the cuBLASLt handle, the
-/// CUDA allocator's rounding and, on several ranks, NCCL's buffers (its
-/// defaults: a few MiB per channel and peer). A stated margin, not a
-/// measurement; the host backend allocates nothing beside the arena.
-constexpr uint64_t kCudaReserveBytes = uint64_t(256) << 20;
-constexpr uint64_t kNcclReserveBytes = uint64_t(512) << 20;
 
 /// Refuses, before anything is allocated, a plan that cannot fit: the
 /// arena (and any workspace tail) plus the reserve above must be free on
@@ -545,8 +540,13 @@ void checkPlanFits(Device &dev, std::optional<uint64_t> deviceMemory,
                    int worldSize, uint64_t allocBytes, uint64_t planBytes) {
   std::optional<uint64_t> freeBytes = dev.backend().deviceMemoryFree();
   uint64_t reserve = 0;
+  // Device memory the run needs beside the arena: the cuBLASLt handle and,
+  // on several ranks, NCCL's buffers (support/DeviceReserve.h, the numbers
+  // the compiler's --memory-budget=device keeps back too). A stated
+  // margin, not a measurement; the host backend allocates nothing beside
+  // the arena.
   if (dev.kind() == DeviceKind::Cuda)
-    reserve = kCudaReserveBytes + (worldSize > 1 ? kNcclReserveBytes : 0);
+    reserve = ap::support::startReserveBytes(worldSize);
   if (deviceMemory)
     freeBytes = freeBytes ? std::min(*freeBytes, *deviceMemory) : *deviceMemory;
   if (!freeBytes)

@@ -81,6 +81,7 @@ llvm::Expected<DeviceProfile> DeviceProfile::parse(StringRef json,
   };
   static const Field fields[] = {
       {"peakFlops", &DeviceProfile::peakFlops},
+      {"deviceMemoryBytes", &DeviceProfile::deviceMemoryBytes},
       {"memBandwidth", &DeviceProfile::memBandwidth},
       {"launchLatency", &DeviceProfile::launchLatency},
       {"d2hBandwidth", &DeviceProfile::d2hBandwidth},
@@ -225,7 +226,13 @@ llvm::Expected<DeviceProfile> DeviceProfile::parse(StringRef json,
                   "' must be at least 1e3 (a rate per "
                   "second), got " +
                   llvm::formatv("{0:e}", *value).str());
-    if (!isRate && *value > 1e6)
+    // A capacity in bytes: from one MiB to a petabyte.
+    bool isBytes = field->member == &DeviceProfile::deviceMemoryBytes;
+    if (isBytes && !(*value >= 1048576 && *value <= 1e15))
+      return fail("field '" + key +
+                  "' must be a byte count from 1048576 to 1e15, got " +
+                  llvm::formatv("{0:e}", *value).str());
+    if (!isRate && !isBytes && *value > 1e6)
       return fail("field '" + key + "' must be at most 1e6, got " +
                   llvm::formatv("{0:e}", *value).str());
     p.*(field->member) = *value;

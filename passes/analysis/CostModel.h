@@ -29,6 +29,9 @@ namespace ap::train {
 struct DeviceProfile {
   /// Dense BF16 tensor-core FLOP/s.
   double peakFlops = 790e12;
+  /// Device memory capacity in bytes (--memory-budget=device): the H200's
+  /// as nvidia-smi reports it, 143771 MiB.
+  double deviceMemoryBytes = 143771.0 * 1048576.0;
   /// Device memory bytes/s.
   double memBandwidth = 4.0e12;
   /// Seconds added to every kernel launch.

@@ -42,6 +42,7 @@
 #include "passes/analysis/MemoryTimeline.h"
 #include "passes/analysis/PlacementSearch.h"
 #include "passes/render/MemoryTimelineSvg.h"
+#include "support/DeviceReserve.h"
 #include "support/ToolVersion.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -120,7 +121,9 @@ static cl::opt<double> activationCut(
 static cl::opt<std::string> memoryBudget(
     "memory-budget",
     cl::desc("Choose the placement: a predicted device peak of at most this "
-             "(18GiB, 19.5GB, 512MiB, bytes) at the least step time"),
+             "(18GiB, 19.5GB, 512MiB, bytes, or 'device': the profile's "
+             "deviceMemoryBytes less the CUDA context, cuBLASLt and, on "
+             "several ranks, NCCL reserve) at the least step time"),
     cl::init(""), cl::cat(category));
 static cl::opt<double> stepBudget(
     "step-budget",
@@ -421,6 +424,33 @@ int main(int argc, char **argv) {
       "--offload-modules=gdn_core_attn -o train\n"
       "  actplace-compile models/qwen3.5-0.8b.json --micro-batches 4 "
       "--activation-cut=0.5 --profile=PROFILE.json -o train\n");
+  // --memory-budget=device: the device profile's capacity less what the
+  // binary keeps back beside its arena (support/DeviceReserve.h), as bytes.
+  if (memoryBudget == "device") {
+    ap::train::DeviceProfile device;
+    if (!profile.empty()) {
+      auto loaded = ap::train::DeviceProfile::load(profile);
+      if (!loaded)
+        return fail("--memory-budget=device: " +
+                    llvm::toString(loaded.takeError()));
+      device = *loaded;
+    }
+    uint64_t capacity = uint64_t(device.deviceMemoryBytes);
+    uint64_t reserve = ap::support::capacityReserveBytes(dataParallelSize);
+    if (capacity <= reserve)
+      return fail(llvm::formatv("--memory-budget=device: the device has {0} "
+                                "bytes, not more than the {1} kept back",
+                                capacity, reserve)
+                      .str());
+    memoryBudget = std::to_string(capacity - reserve);
+    llvm::errs() << llvm::formatv(
+        "memory budget: device = {0} bytes ({1}) minus {2} kept back "
+        "(CUDA context, cuBLASLt{3}) = {4} bytes\n",
+        capacity,
+        profile.empty() ? std::string("the built-in H200 capacity")
+                        : "deviceMemoryBytes of " + std::string(profile),
+        reserve, dataParallelSize > 1 ? ", NCCL" : "", capacity - reserve);
+  }
   std::string badOption = checkOptions();
   if (!badOption.empty())
     return fail(badOption);
