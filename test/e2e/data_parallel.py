@@ -69,7 +69,7 @@ import struct
 import subprocess
 import sys
 
-from e2echeck import check, exit_status
+from e2echeck import check, exit_status, run_logged
 
 # Relative to the largest magnitude of each tensor (and to each scalar):
 # 2^-18, 32 float ulps of that magnitude. Measured on this model over 3
@@ -156,19 +156,9 @@ class Runner:
         return binary
 
     def run(self, cmd, timeout=120):
-        print("$ " + " ".join(os.path.relpath(c, self.work)
-                              if c.startswith(self.work) else c
-                              for c in cmd), flush=True)
-        try:
-            r = subprocess.run(cmd, capture_output=True, text=True,
-                               timeout=timeout, cwd=self.work)
-        except subprocess.TimeoutExpired:
-            check(False, "timed out after %d s: %s" % (timeout, cmd))
-            return subprocess.CompletedProcess(cmd, 124, "", "timeout")
-        print("  -> %d" % r.returncode, flush=True)
-        if r.returncode != 0 and r.stderr.strip():
-            print("  " + r.stderr.strip().replace("\n", "\n  "), flush=True)
-        return r
+        shown = " ".join(os.path.relpath(c, self.work)
+                         if c.startswith(self.work) else c for c in cmd)
+        return run_logged(cmd, self.work, timeout=timeout, shown=shown)
 
     def mpirun(self, n, *rest, timeout=120):
         return self.run([self.args.mpirun, "-np", str(n), "--oversubscribe",
