@@ -687,8 +687,7 @@ LogicalResult Walker::run(EmittedPlan *plan) {
       int64_t held = -1;
       for (Operation &op : step->getRegion(0).front())
         if (auto po = dyn_cast<exec::PersistentOp>(op))
-          if (po.getName() == name &&
-              po.getRole() == exec::BufferRole::Weight)
+          if (po.getName() == name && po.getRole() == exec::BufferRole::Weight)
             held = numel(tensorOf(po->getResult(0)));
       if (held != q.shardNumel)
         return p->emitError(pfx() + "parameter '")
@@ -891,9 +890,10 @@ LogicalResult Walker::walkOp(Operation *op) {
       bool bf16Shard = t.getElementType() != ft.getElementType();
       int32_t flags = (acc ? AP_REDUCE_ACCUMULATE : 0) |
                       (bf16Shard ? AP_REDUCE_SHARD_BF16 : 0);
-      std::string text = bf16Shard ? "AP_REDUCE_ACCUMULATE | AP_REDUCE_SHARD_BF16"
-                         : acc     ? "AP_REDUCE_ACCUMULATE"
-                                   : "0";
+      std::string text = bf16Shard
+                             ? "AP_REDUCE_ACCUMULATE | AP_REDUCE_SHARD_BF16"
+                         : acc ? "AP_REDUCE_ACCUMULATE"
+                               : "0";
       args.push_back(CallArg::i32(flags, text));
     }
     sink_.call(gather ? "ap_all_gather" : "ap_reduce_scatter", args);

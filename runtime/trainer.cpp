@@ -531,7 +531,6 @@ void checkSameRun(Communicator &world, Device *dev, const Program &p,
          listProblems(problems, 8));
 }
 
-
 /// Refuses, before anything is allocated, a plan that cannot fit: the
 /// arena (and any workspace tail) plus the reserve above must be free on
 /// the device (cuda: measured, capped by --device-memory; host: only when

@@ -90,8 +90,9 @@ LogicalResult PersistentOp::verify() {
   } else if (fp32 && !t.getElementType().isF32()) {
     return emitOpError() << "a " << stringifyBufferRole(r)
                          << " buffer must be f32"
-                         << (r == BufferRole::MainGrad ? " (or bf16 under zero3)"
-                                                       : "")
+                         << (r == BufferRole::MainGrad
+                                 ? " (or bf16 under zero3)"
+                                 : "")
                          << ", got " << t;
   }
   if (getName().empty())
@@ -265,8 +266,7 @@ LogicalResult AllGatherOp::verify() {
 
 LogicalResult ReduceScatterOp::verify() {
   return verifyShardCollective(*this, getShard().getType(), getFull().getType(),
-                               getStream(), getCommunicator(),
-                               getAccumulate());
+                               getStream(), getCommunicator(), getAccumulate());
 }
 
 #define GET_OP_CLASSES

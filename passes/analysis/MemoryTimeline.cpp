@@ -239,8 +239,7 @@ ap::train::recomputedOriginals(Block &body) {
   // order and the earliest match of the (at most two) buckets wins, as a
   // scan from the top would find.
   llvm::DenseMap<Operation *, unsigned> position;
-  llvm::DenseMap<std::pair<OperationName, Value>,
-                 SmallVector<Operation *, 1>>
+  llvm::DenseMap<std::pair<OperationName, Value>, SmallVector<Operation *, 1>>
       byFirstOperand;
   auto firstOperand = [](Operation *op) {
     return op->getNumOperands() ? op->getOperand(0) : Value();

@@ -14,12 +14,12 @@
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FormatVariadic.h"
 
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <map>
 #include <optional>
 #include <set>
-#include <atomic>
 #include <thread>
 
 using namespace mlir;
@@ -468,8 +468,7 @@ FailureOr<PlacementSearchResult> ap::train::searchPlacement(
              static_cast<double>(sum.peakAfter) <= goal.value + byteSlack;
     case PlacementGoal::Kind::StepBudget:
       return metric(sum) + byteSlack > metric(cur) &&
-             sum.stepAfter <=
-                 sum.stepBefore * (1 + goal.value) + stepSlack;
+             sum.stepAfter <= sum.stepBefore * (1 + goal.value) + stepSlack;
     }
     return true;
   };
@@ -499,8 +498,8 @@ FailureOr<PlacementSearchResult> ap::train::searchPlacement(
       Delta d;
       d.step = c.stepAfter - cur.stepAfter;
       d.peak = static_cast<double>(c.peakAfter - cur.peakAfter);
-      d.act = static_cast<double>(c.activationPeakAfter -
-                                  cur.activationPeakAfter);
+      d.act =
+          static_cast<double>(c.activationPeakAfter - cur.activationPeakAfter);
       for (size_t i = 0; i < from.size(); ++i)
         if (from[i] != m.to[i])
           d.leaves.push_back(i);

@@ -713,16 +713,16 @@ int main(int argc, char **argv) {
     });
     Candidate &chosen = *order.front();
     if (!chosen.met)
-      return fail(llvm::formatv(
-                      "{0} is not reachable at --global-batch-tokens={1}: "
-                      "the smallest plan found needs {2} bytes (planned "
-                      "arena and predicted peak; {3}, {4}); give "
-                      "--memory-budget={2} or more",
-                      goal->str(), int64_t(globalBatchTokens), chosen.needs(),
-                      chosen.text(),
-                      chosen.best.options().empty() ? "nothing placed"
-                                                    : chosen.best.options())
-                      .str());
+      return fail(
+          llvm::formatv("{0} is not reachable at --global-batch-tokens={1}: "
+                        "the smallest plan found needs {2} bytes (planned "
+                        "arena and predicted peak; {3}, {4}); give "
+                        "--memory-budget={2} or more",
+                        goal->str(), int64_t(globalBatchTokens), chosen.needs(),
+                        chosen.text(),
+                        chosen.best.options().empty() ? "nothing placed"
+                                                      : chosen.best.options())
+              .str());
     llvm::outs() << "micro-batch choice: " << chosen.text() << " ("
                  << llvm::formatv("{0:F0}", chosen.tokensPerSecond)
                  << " tokens/s predicted)";
@@ -789,7 +789,8 @@ int main(int argc, char **argv) {
     for (int attempt = 1;; ++attempt) {
       int moves = 0, start = -1;
       auto result = ap::train::searchPlacement(
-          *module, base, target, [&](const ap::train::PlacementSearchStep &s) {
+          *module, base, target,
+          [&](const ap::train::PlacementSearchStep &s) {
             if (s.start != start) {
               start = s.start;
               moves = 0;

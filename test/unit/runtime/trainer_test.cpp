@@ -177,4 +177,3 @@ TEST(TrainMain, RefusesAWorldSizeOtherThanTheCompiledOne) {
       << err;
   EXPECT_NE(err.find("--data-parallel-size=3"), std::string::npos) << err;
 }
-
