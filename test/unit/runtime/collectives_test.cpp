@@ -2,13 +2,9 @@
 #include "runtime/collectives.h"
 
 #include "runtime/error.h"
+#include "test/unit/runtime/loopback_util.h"
 
 #include <gtest/gtest.h>
-
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <string>
 #include <thread>
@@ -98,44 +94,19 @@ TEST(Collectives, WorldOfOneHost) {
   EXPECT_THROW(makeParallelGroups(*w, 2, 1), Error);
 }
 
-/// A free TCP port on the loopback interface (bound, then released).
-int freePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr *>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr *>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
-
-LaunchInfo torchrunRank(int rank, int world, int port) {
-  LaunchInfo info;
-  info.launcher = Launcher::Torchrun;
-  info.rank = rank;
-  info.worldSize = world;
-  info.localRank = rank;
-  info.localWorldSize = world;
-  info.masterAddr = "127.0.0.1";
-  info.masterPort = port;
-  return info;
-}
-
 // A torchrun-style launch on the host backend (no mpirun) meets over TCP
 // and gives every rank the rank-order sums of the MPI path: two ranks as
 // two threads of this process.
 TEST(Collectives, TorchrunHostRanksMeetOverTcp) {
-  const int world = 2, port = freePort();
+  const int world = 2, port = test::freePort();
   std::vector<std::vector<float>> sums(world), scattered(world),
       gathered(world), casted(world);
   std::vector<int> agreed(world);
   std::vector<std::string> errors(world);
   auto rank = [&](int r) {
     try {
-      std::unique_ptr<Communicator> c =
-          createWorldCommunicator(Backend::Host, torchrunRank(r, world, port));
+      std::unique_ptr<Communicator> c = createWorldCommunicator(
+          Backend::Host, test::loopbackRank(r, world, port));
       EXPECT_STREQ(c->kind(), "tcp");
       EXPECT_EQ(c->rank(), r);
       EXPECT_EQ(c->size(), world);
@@ -181,16 +152,16 @@ TEST(Collectives, TorchrunHostRanksMeetOverTcp) {
 // A rank that goes away makes the other's next collective fail naming it;
 // a rank that never comes is a timeout naming what was awaited.
 TEST(Collectives, TorchrunHostRankGoneIsNamed) {
-  const int world = 2, port = freePort();
+  const int world = 2, port = test::freePort();
   std::string error;
   std::thread t1([&] {
-    std::unique_ptr<Communicator> c =
-        createWorldCommunicator(Backend::Host, torchrunRank(1, world, port));
+    std::unique_ptr<Communicator> c = createWorldCommunicator(
+        Backend::Host, test::loopbackRank(1, world, port));
     c->barrier(); // then rank 1 leaves, closing its socket
   });
   {
-    std::unique_ptr<Communicator> c =
-        createWorldCommunicator(Backend::Host, torchrunRank(0, world, port));
+    std::unique_ptr<Communicator> c = createWorldCommunicator(
+        Backend::Host, test::loopbackRank(0, world, port));
     c->barrier();
     t1.join();
     float x = 1, y = 0;
@@ -206,8 +177,8 @@ TEST(Collectives, TorchrunHostRankGoneIsNamed) {
   CommOptions quick;
   quick.rendezvousTimeoutSeconds = 0.3;
   try {
-    createWorldCommunicator(Backend::Host, torchrunRank(0, 2, freePort()),
-                            quick);
+    createWorldCommunicator(Backend::Host,
+                            test::loopbackRank(0, 2, test::freePort()), quick);
     FAIL() << "expected a timeout";
   } catch (const Error &e) {
     EXPECT_NE(std::string(e.what()).find("timed out waiting for the other "

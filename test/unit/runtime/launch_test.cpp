@@ -2,6 +2,7 @@
 #include "runtime/launch.h"
 
 #include "runtime/error.h"
+#include "test/unit/runtime/loopback_util.h"
 
 #include <gtest/gtest.h>
 
@@ -99,28 +100,10 @@ TEST(Launch, BadEnvironmentIsAnError) {
                Error);
 }
 
-int freePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
-  ::bind(fd, reinterpret_cast<sockaddr *>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  ::getsockname(fd, reinterpret_cast<sockaddr *>(&a), &len);
-  int port = ntohs(a.sin_port);
-  ::close(fd);
-  return port;
-}
+using test::freePort;
 
 LaunchInfo rankInfo(int rank, int world, int port) {
-  LaunchInfo li;
-  li.launcher = Launcher::Torchrun;
-  li.rank = rank;
-  li.worldSize = world;
-  li.masterAddr = "127.0.0.1";
-  li.masterPort = port;
-  return li;
+  return test::loopbackRank(rank, world, port);
 }
 
 TEST(Rendezvous, ThreeThreadsOnLoopback) {
