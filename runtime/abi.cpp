@@ -300,6 +300,15 @@ int ap_train_main(int argc, char **argv, const ap_program *program) {
   return trainMain(argc, argv, p);
 }
 
+int ap_train_main_stages(int argc, char **argv,
+                         const ap_program *const *stages, int32_t numStages) {
+  if (numStages == 1 && stages)
+    return ap_train_main(argc, argv, stages[0]);
+  std::cerr << "error: abi: ap_train_main_stages: pipeline parallelism ("
+            << numStages << " stages) is not implemented by this runtime yet\n";
+  return 1;
+}
+
 void *ap_at(ap_step *step, uint64_t offset) { return runner(step).at(offset); }
 
 void *ap_scratch(ap_step *step, uint64_t offset) {
@@ -420,6 +429,18 @@ void ap_reduce_scatter(ap_step *step, uint64_t full, uint64_t shard,
 
 void ap_zero(ap_step *step, uint64_t offset, uint64_t bytes, int32_t stream) {
   runner(step).zero(offset, bytes, streamOf("ap_zero", stream));
+}
+
+void ap_pipeline_send(ap_step *step, uint64_t, uint64_t, int32_t, int32_t) {
+  runner(step);
+  fail("abi: ap_pipeline_send: pipeline parallelism is not implemented by "
+       "this runtime yet");
+}
+
+void ap_pipeline_recv(ap_step *step, uint64_t, uint64_t, int32_t, int32_t) {
+  runner(step);
+  fail("abi: ap_pipeline_recv: pipeline parallelism is not implemented by "
+       "this runtime yet");
 }
 
 void ap_slice(ap_step *step, const char *label, uint64_t x, uint64_t y,

@@ -30,7 +30,7 @@
 #include <stdint.h>
 
 /* The contract's version: generated code stores it in ap_program. */
-#define AP_ABI_VERSION 5
+#define AP_ABI_VERSION 6
 
 /* ap_program.data_parallel_mode: every rank holds all parameters and
    optimizer state (main grads all-reduced), or each holds a flat 1/N shard
@@ -45,12 +45,22 @@ enum { AP_DP_REPLICATE = 0, AP_DP_ZERO3 = 1 };
    microbatches), instead of being overwritten. AP_REDUCE_SHARD_BF16
    (ap_reduce_scatter, with AP_REDUCE_ACCUMULATE and an f32 `full`): the
    shard is bf16 (a bf16 main grad): it becomes bf16(float(shard) + the
-   block's f32 sum), one rounding per call. */
+   block's f32 sum), one rounding per call. AP_REDUCE_PIPELINE
+   (ap_all_reduce): the sum runs over the pipeline group (every stage of
+   this data-parallel rank, added in stage order) instead of the
+   data-parallel group: the loss sum and token count after the loop, which
+   only the last stage holds (the others hold 0, so the sum is exact); a
+   pipeline of one stage: no-op. */
 enum {
   AP_REDUCE_LAST_MICROBATCH = 1,
   AP_REDUCE_ACCUMULATE = 2,
-  AP_REDUCE_SHARD_BF16 = 4
+  AP_REDUCE_SHARD_BF16 = 4,
+  AP_REDUCE_PIPELINE = 8
 };
+
+/* ap_pipeline_send / ap_pipeline_recv peers: the neighbouring stage of
+   this pipeline (same data-parallel rank) before or after this one. */
+enum { AP_PEER_PREV = 0, AP_PEER_NEXT = 1 };
 
 #ifdef __cplusplus
 extern "C" {
@@ -162,6 +172,23 @@ typedef struct ap_param {
      buffers and only the runtime reads and writes the main-grad shard:
      reduce-scatter with AP_REDUCE_SHARD_BF16, the norm, AdamW). */
   int32_t main_grad_bf16;
+  /* Nonzero: several stages of the pipeline hold this parameter (the tied
+     embedding / LM-head weight, on the first and the last stage). With
+     pipeline_size > 1, ap_finalize_grads first sums its main grad over the
+     stages holding it, in stage order (first stage's + last stage's, one
+     f32 rounding), and the grad norm counts it once (on the first stage
+     holding it). Both stages then hold the same grad and apply the same
+     AdamW update. */
+  int32_t pipeline_tied;
+  /* AP_NO_OFFSET, or the arena offset of a second f32 main-grad buffer of
+     the same shape (numel elements) holding the LM-head part of a tied
+     weight's gradient on a stage that also holds the embedding part (the
+     one-stage case). ap_finalize_grads, before the norm, sets
+     grad[i] = grad[i] + tied[i] (one f32 rounding) and zeroes the tied
+     buffer. Either form gives embedding part + LM-head part, so the
+     one-stage and the pipelined step have the same bits. Only with
+     shard_numel 0 and main_grad_bf16 0. */
+  uint64_t tied_grad_offset;
 } ap_param;
 
 /* A pinned host slot: offset from the slot region's start, bytes. */
@@ -226,6 +253,13 @@ typedef struct ap_program {
      refuses a launch of another world size. */
   int32_t data_parallel_size;
   int32_t data_parallel_mode;
+  /* Pipeline parallelism as compiled: the number of stages (>= 1; 1: no
+     pipeline) and this program's stage (0-based, < pipeline_size). A
+     pipelined binary holds one program per stage and starts through
+     ap_train_main_stages; world rank = dp + data_parallel_size x stage
+     (ParallelGroups with tensor parallel 1). */
+  int32_t pipeline_size;
+  int32_t pipeline_stage;
   void (*step)(ap_step *);
 } ap_program;
 
@@ -233,6 +267,13 @@ typedef struct ap_program {
    the process exit code (0 done, 1 error, 2 bad flag, 3 a step that is not
    finite; docs/tools.md). */
 int ap_train_main(int argc, char **argv, const ap_program *program);
+/* The pipelined training binary: `stages` holds num_stages programs,
+   stages[s]->pipeline_stage == s and every pipeline_size == num_stages (all
+   checked, as is each program as by ap_train_main). The world size must be
+   data_parallel_size x num_stages; each rank runs the program of its stage
+   (world rank / data_parallel_size). Returns as ap_train_main. */
+int ap_train_main_stages(int argc, char **argv,
+                         const ap_program *const *stages, int32_t num_stages);
 
 /*--- Addresses ------------------------------------------------------------*/
 /* The arena address of a plan offset. */
@@ -267,9 +308,10 @@ void ap_load_input(ap_step *step, const char *name, uint64_t offset,
 /* train.yield: the microbatch's loss sum and token count. */
 void ap_yield(ap_step *step, uint64_t loss_offset, uint64_t count_offset);
 void ap_end_loop(ap_step *step);
-/* Sums `bytes` at arena `offset` over the data-parallel ranks in place, on
+/* Sums `bytes` at arena `offset` over the data-parallel ranks (with
+   AP_REDUCE_PIPELINE: over the stages of this pipeline) in place, on
    `stream` (comm: ordered by the step's events; compute: after the compute
-   stream's earlier work). `flags`: AP_REDUCE_*. A world of one: no-op. */
+   stream's earlier work). `flags`: AP_REDUCE_*. A group of one: no-op. */
 void ap_all_reduce(ap_step *step, uint64_t offset, uint64_t bytes,
                    int32_t dtype, int32_t stream, int32_t flags);
 /* Gathers `shard_bytes` at arena `shard` from every data-parallel rank into
@@ -289,6 +331,25 @@ void ap_reduce_scatter(ap_step *step, uint64_t full, uint64_t shard,
    the per-microbatch gradient buffers of ZeRO-3 sharding, which backward
    kernels accumulate into. */
 void ap_zero(ap_step *step, uint64_t offset, uint64_t bytes, int32_t stream);
+
+/*--- Pipeline point-to-point ----------------------------------------------*/
+/* Sends `bytes` at arena `offset` to the neighbouring stage `peer`
+   (AP_PEER_PREV / AP_PEER_NEXT; an error if this stage has none) on
+   `stream`, which must be AP_STREAM_COMM. Messages between two neighbours
+   in one direction are matched in call order (each side issues them in the
+   same order; no tags). A send never blocks the comm stream: once the comm
+   stream reaches it, the bytes are copied out of the arena (the buffer may
+   be reused by work ordered after the send on the comm stream) and
+   delivered in the background; ap_end_loop waits until every send of the
+   step completed and reports a failed one naming the peer. */
+void ap_pipeline_send(ap_step *step, uint64_t offset, uint64_t bytes,
+                      int32_t peer, int32_t stream);
+/* Receives the next message from `peer` into `bytes` at arena `offset` on
+   `stream` (AP_STREAM_COMM): the comm stream blocks until it arrived, so
+   work that waits on an event recorded on the comm stream after it sees the
+   data. The sender's byte count must equal `bytes`. */
+void ap_pipeline_recv(ap_step *step, uint64_t offset, uint64_t bytes,
+                      int32_t peer, int32_t stream);
 
 /*--- Data movement (compute stream) ---------------------------------------*/
 /* y[outer, len, inner] = x[outer, first:first+len, inner]; x has dim_x. */
@@ -317,6 +378,13 @@ void ap_convert(ap_step *step, const char *label, const void *src, int32_t from,
                 void *dst, int32_t to, int64_t n);
 
 /*--- Step-level ops -------------------------------------------------------*/
+/* Finishes the main grads: adds tied_grad_offset buffers in, sums
+   pipeline_tied grads over the stages holding them, computes the global
+   grad norm (one running sum of squares in parameter order; with stages,
+   continued from stage to stage in stage order, each tied parameter
+   counted on the first stage holding it, the total then sent to every
+   stage) into AP_SCRATCH_GRAD_NORM and the clip coefficient for
+   `max_norm` into AP_SCRATCH_CLIP_COEF. */
 void ap_finalize_grads(ap_step *step, double max_norm);
 void ap_lr_schedule(ap_step *step, double max_lr, double min_lr, int64_t warmup,
                     int64_t total);
