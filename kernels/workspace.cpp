@@ -176,13 +176,6 @@ size_t attentionForwardWorkspaceBytes(const AttentionForwardArgs &) {
 
 namespace detail {
 
-// Measured on the H200 (bench/notes/attention.md): StoredDs's backward is
-// 1.4x faster than RecomputeDq at every model shape at T = 4096 (Qwen3.5
-// GQA, MLA with 16 and 128 heads), for at most 256 MiB of extra scratch.
-AttentionBackwardAlgo attentionBackwardDefaultAlgo(const AttentionShape &) {
-  return AttentionBackwardAlgo::StoredDs;
-}
-
 namespace {
 /// bf16 dS tiles of one (batch, head) pair: the causal half of the 64x64
 /// tiles over T.
@@ -190,11 +183,25 @@ size_t storedDsPairBytes(const AttentionShape &s) {
   const size_t tiles = (count(s.seqLen) + 63) / 64;
   return mul(mul(tiles, tiles + 1) / 2, 64, 64, 2);
 }
+/// Most dS scratch a StoredDs backward takes (one launch's pairs).
+constexpr size_t kStoredDsCap = size_t(256) << 20;
 } // namespace
+
+// Measured on the H200 (bench/notes/attention.md): StoredDs's backward is
+// 1.4x faster than RecomputeDq at every model shape at T = 4096 (Qwen3.5
+// GQA, MLA with 16 and 128 heads), for at most 256 MiB of extra scratch.
+// One pair's dS grows as T^2 (1 GiB at T = 32768, 16 GiB at T = 131072):
+// where a single pair outgrows the cap (T > 16320), the backward recomputes
+// dQ instead, so that its scratch stays linear in T.
+AttentionBackwardAlgo attentionBackwardDefaultAlgo(const AttentionShape &s) {
+  return storedDsPairBytes(s) <= kStoredDsCap
+             ? AttentionBackwardAlgo::StoredDs
+             : AttentionBackwardAlgo::RecomputeDq;
+}
 
 int64_t attentionStoredDsChunk(const AttentionShape &s) {
   const size_t perPair = storedDsPairBytes(s);
-  const size_t cap = size_t(256) << 20;
+  const size_t cap = kStoredDsCap;
   const int64_t pairs = int64_t(s.batch) * s.numQHeads;
   if (pairs <= 0 || perPair == 0)
     return 0; // an invalid shape (attentionValidate): no launch

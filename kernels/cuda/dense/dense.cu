@@ -669,21 +669,25 @@ __global__ void ceLseKernel(const float *logits, const int32_t *labels,
   }
 }
 
-/// dlogits (bf16) = scale * (softmax - onehot), 0 for ignored tokens.
+/// dlogits (bf16) = scale * (softmax - onehot), 0 for ignored tokens. Rows
+/// stride by gridDim.y (at most ceGradGridRows), so a chunk of more rows than
+/// grid.y holds is covered; every element is computed alone, so the stride
+/// changes no bit.
 __global__ void ceGradKernel(const float *logits, const int32_t *labels,
-                             const float *lse, bf *dl, int64_t vocab,
-                             int32_t ignoreIndex, float scale,
+                             const float *lse, bf *dl, int64_t rows,
+                             int64_t vocab, int32_t ignoreIndex, float scale,
                              int64_t rowBase) {
-  const int64_t r = blockIdx.y;
-  int32_t lab = labels[rowBase + r];
-  bool valid = lab != ignoreIndex && lab >= 0 && lab < vocab;
-  float ls = lse[r];
-  for (int64_t v = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; v < vocab;
-       v += int64_t(gridDim.x) * blockDim.x) {
-    float g = valid ? scale * (expf(logits[r * vocab + v] - ls) -
-                               (v == lab ? 1.0f : 0.0f))
-                    : 0.f;
-    dl[r * vocab + v] = st(g);
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+    int32_t lab = labels[rowBase + r];
+    bool valid = lab != ignoreIndex && lab >= 0 && lab < vocab;
+    float ls = lse[r];
+    for (int64_t v = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; v < vocab;
+         v += int64_t(gridDim.x) * blockDim.x) {
+      float g = valid ? scale * (expf(logits[r * vocab + v] - ls) -
+                                 (v == lab ? 1.0f : 0.0f))
+                      : 0.f;
+      dl[r * vocab + v] = st(g);
+    }
   }
 }
 
@@ -751,7 +755,8 @@ __global__ void sqPartialKernel(const T *p, int64_t n, double *partial) {
 }
 
 __global__ void normFinishKernel(const double *partial, int64_t parts,
-                                 double maxNorm, float *norm, float *clipCoef) {
+                                 double maxNorm, float *norm, float *clipCoef,
+                                 const double *initial, double *squares) {
   __shared__ double sh[kNormThreads];
   double s = 0;
   for (int64_t i = threadIdx.x; i < parts; i += kNormThreads)
@@ -764,7 +769,10 @@ __global__ void normFinishKernel(const double *partial, int64_t parts,
     __syncthreads();
   }
   if (threadIdx.x == 0) {
-    float nv = float(sqrt(sh[0]));
+    double total = initial ? *initial + sh[0] : sh[0];
+    if (squares)
+      *squares = total;
+    float nv = float(sqrt(total));
     *norm = nv;
     if (clipCoef)
       *clipCoef =
@@ -1102,10 +1110,11 @@ static Status lmHeadCe(const KernelContext &ctx,
     AP_CUDA_CHECK_LAUNCH(ceSumKernel);
     if (!dh && !dW)
       continue;
-    dim3 grid(unsigned(std::min<int64_t>((V + 1023) / 1024, 64)), unsigned(cn));
-    ceGradKernel<<<grid, 1024, 0, stream>>>(logits, a.labels, lseChunk, dl, V,
-                                            a.ignoreIndex, float(a.gradScale),
-                                            n0);
+    dim3 grid(unsigned(std::min<int64_t>((V + 1023) / 1024, 64)),
+              unsigned(ref::ceGradGridRows(cn)));
+    ceGradKernel<<<grid, 1024, 0, stream>>>(logits, a.labels, lseChunk, dl, cn,
+                                            V, a.ignoreIndex,
+                                            float(a.gradScale), n0);
     AP_CUDA_CHECK_LAUNCH(ceGradKernel);
     if (dh) {
       // dh^T (D x cn) = W^T (stored D x V) * dl^T (stored V x cn).
@@ -1170,7 +1179,8 @@ Status gradNorm(const KernelContext &ctx, const GradNormArgs &a) {
     off += blocks;
   }
   normFinishKernel<<<1, kNormThreads, 0, streamOf(ctx)>>>(
-      partial, off, a.maxNorm, a.norm, a.clipCoef);
+      partial, off, a.maxNorm, a.norm, a.clipCoef, a.initialSquares,
+      a.squares);
   AP_CUDA_CHECK_LAUNCH(normFinishKernel);
   return Status::Ok;
 }

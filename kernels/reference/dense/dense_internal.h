@@ -91,6 +91,12 @@ inline int64_t rmsNormBackwardPartials(int64_t rows, int64_t dim) {
     return rowwise::partials(rows, dim);
   return (rows + kRmsNormRowsPerPartial - 1) / kRmsNormRowsPerPartial;
 }
+/// grid.y of the CUDA cross-entropy gradient kernel for a chunk of `rows`
+/// tokens: one block row per token up to CUDA's grid.y limit (65535), then
+/// the rows stride (a chunk_tokens above 65535 is legal).
+inline int64_t ceGradGridRows(int64_t rows) {
+  return rows < 1 ? 1 : (rows > 65535 ? 65535 : rows);
+}
 /// The cuBLASLt workspace: fixed so the algorithm never depends on it.
 constexpr size_t kCudaGemmWorkspaceBytes = size_t(32) << 20;
 

@@ -16,6 +16,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "kernels/kernels.h"
+#include "long_shapes.h"
 
 #include <gtest/gtest.h>
 
@@ -65,6 +66,68 @@ struct DevBuf {
   ~DevBuf() { cudaFree(p); }
   DevBuf(const DevBuf &) = delete;
   DevBuf &operator=(const DevBuf &) = delete;
+};
+
+/// Device copies of q, k, v, dO and the outputs o, lse, dq, dk, dv of one
+/// attention shape (B, T, Hq, Hkv, Dqk, Dv); `ok` is false when an
+/// allocation or upload failed.
+struct AttnDevice {
+  DevBuf q, k, v, o, lse, dO, dq, dk, dv;
+  bool ok = true;
+  AttnDevice(const AttentionShape &s, const std::vector<bf16> &hq,
+             const std::vector<bf16> &hk, const std::vector<bf16> &hv,
+             const std::vector<bf16> &hdO)
+      : q(hq.size() * 2), k(hk.size() * 2), v(hv.size() * 2),
+        o(size_t(s.batch) * s.seqLen * s.numQHeads * s.headDimV * 2),
+        lse(size_t(s.batch) * s.numQHeads * s.seqLen * 4), dO(hdO.size() * 2),
+        dq(q.n), dk(k.n), dv(v.n) {
+    for (DevBuf *b : {&q, &k, &v, &o, &lse, &dO, &dq, &dk, &dv})
+      ok = ok && b->p;
+    ok = ok && o.n == dO.n &&
+         cudaMemcpy(q.p, hq.data(), q.n, cudaMemcpyHostToDevice) ==
+             cudaSuccess &&
+         cudaMemcpy(k.p, hk.data(), k.n, cudaMemcpyHostToDevice) ==
+             cudaSuccess &&
+         cudaMemcpy(v.p, hv.data(), v.n, cudaMemcpyHostToDevice) ==
+             cudaSuccess &&
+         cudaMemcpy(dO.p, hdO.data(), dO.n, cudaMemcpyHostToDevice) ==
+             cudaSuccess;
+  }
+  AttentionForwardArgs forwardArgs(const AttentionShape &s,
+                                   AttentionKernels kernels) const {
+    AttentionForwardArgs a;
+    a.shape = s;
+    a.kernels = kernels;
+    a.q = q.p;
+    a.k = k.p;
+    a.v = v.p;
+    a.o = o.p;
+    a.lse = lse.p;
+    return a;
+  }
+  AttentionBackwardArgs backwardArgs(const AttentionShape &s,
+                                     AttentionKernels kernels) const {
+    AttentionBackwardArgs a;
+    a.shape = s;
+    a.kernels = kernels;
+    a.q = q.p;
+    a.k = k.p;
+    a.v = v.p;
+    a.o = o.p;
+    a.lse = lse.p;
+    a.dO = dO.p;
+    a.dq = dq.p;
+    a.dk = dk.p;
+    a.dv = dv.p;
+    return a;
+  }
+  /// NaN (0xFF bytes) in every output.
+  bool poisonOutputs() const {
+    for (const DevBuf *b : {&o, &lse, &dq, &dk, &dv})
+      if (cudaMemset(b->p, 0xff, b->n) != cudaSuccess)
+        return false;
+    return true;
+  }
 };
 
 std::vector<bf16> randomBf16(size_t n, std::mt19937 &rng) {
@@ -152,22 +215,18 @@ void runCase(const Case &c,
   fa.lse = lseRef.data();
   ASSERT_EQ(attentionForward(host, fa), Status::Ok);
 
-  DevBuf dQ(nQ * 2), dK(nK * 2), dV(nV * 2), dOut(nO * 2), dLse(nL * 4),
-      dGrad(nO * 2), dDq(nQ * 2), dDk(nK * 2), dDv(nV * 2);
-  AttentionBackwardArgs ba;
-  ba.shape = s;
+  AttnDevice dev(s, q, k, v, dO);
+  ASSERT_TRUE(dev.ok) << "cudaMalloc or upload";
+  DevBuf &dOut = dev.o, &dLse = dev.lse, &dDq = dev.dq, &dDk = dev.dk,
+         &dDv = dev.dv;
+  AttentionBackwardArgs ba = dev.backwardArgs(s, kernels);
   const size_t wsBytes = std::max(detail::attentionBackwardWorkspaceBytesFor(
                                       s, AttentionBackwardAlgo::RecomputeDq),
                                   detail::attentionBackwardWorkspaceBytesFor(
                                       s, AttentionBackwardAlgo::StoredDs));
   ASSERT_GE(wsBytes, attentionBackwardWorkspaceBytes(ba));
   DevBuf ws(std::max<size_t>(wsBytes, 256));
-  for (DevBuf *b : {&dQ, &dK, &dV, &dOut, &dLse, &dGrad, &dDq, &dDk, &dDv, &ws})
-    ASSERT_NE(b->p, nullptr) << "cudaMalloc";
-  CUDA_OK(cudaMemcpy(dQ.p, q.data(), nQ * 2, cudaMemcpyHostToDevice));
-  CUDA_OK(cudaMemcpy(dK.p, k.data(), nK * 2, cudaMemcpyHostToDevice));
-  CUDA_OK(cudaMemcpy(dV.p, v.data(), nV * 2, cudaMemcpyHostToDevice));
-  CUDA_OK(cudaMemcpy(dGrad.p, dO.data(), nO * 2, cudaMemcpyHostToDevice));
+  ASSERT_NE(ws.p, nullptr) << "cudaMalloc";
 
   int sms = 0;
   CUDA_OK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
@@ -178,23 +237,7 @@ void runCase(const Case &c,
   gpu.workspaceBytes = wsBytes;
   gpu.smCount = sms;
 
-  AttentionForwardArgs gf = fa;
-  gf.kernels = kernels;
-  ba.kernels = kernels;
-  gf.q = dQ.p;
-  gf.k = dK.p;
-  gf.v = dV.p;
-  gf.o = dOut.p;
-  gf.lse = dLse.p;
-  ba.q = dQ.p;
-  ba.k = dK.p;
-  ba.v = dV.p;
-  ba.o = dOut.p;
-  ba.lse = dLse.p;
-  ba.dO = dGrad.p;
-  ba.dq = dDq.p;
-  ba.dk = dDk.p;
-  ba.dv = dDv.p;
+  const AttentionForwardArgs gf = dev.forwardArgs(s, kernels);
 
   struct Result {
     std::vector<bf16> o, dq, dk, dv;
@@ -253,18 +296,7 @@ void runCase(const Case &c,
                             dvW = widen(dvRef);
   const std::vector<bf16> o1 = r1.o;
   const std::vector<float> lse1 = r1.lse;
-  auto restoreDeviceArgs = [&] {
-    ba.q = dQ.p;
-    ba.k = dK.p;
-    ba.v = dV.p;
-    ba.o = dOut.p;
-    ba.lse = dLse.p;
-    ba.dO = dGrad.p;
-    ba.dq = dDq.p;
-    ba.dk = dDk.p;
-    ba.dv = dDv.p;
-  };
-  restoreDeviceArgs();
+  ba = dev.backwardArgs(s, kernels);
   Result first[2];
   const AttentionBackwardAlgo algos[2] = {AttentionBackwardAlgo::RecomputeDq,
                                           AttentionBackwardAlgo::StoredDs};
@@ -354,6 +386,246 @@ TEST(AttentionCuda, RejectsUnsupported) {
   fa.shape = {1, 8, 2, 2, 64, 64, 0.1};
   fa.dtype = DType::F32; // CUDA kernels are bf16 only
   EXPECT_EQ(attentionForward(gpu, fa), Status::Unsupported);
+}
+
+//===----------------------------------------------------------------------===//
+// Long sequences: Qwen3.5-0.8B's full attention at 32768 and 131072 tokens
+//===----------------------------------------------------------------------===//
+//
+// Run alone with --gtest_filter='*Long*'. The kernels run on the whole
+// sequence (B = 1, 8 q heads / 2 kv heads of 256) from poisoned outputs and
+// workspace between guard bands: every output finite, the guards intact
+// (no more scratch than the workspace query), a second run the same bits.
+// float64 math then checks slices, with the bounds of the tests above:
+//   - query rows (first, around tile edges, middle, last) of four q heads:
+//     o and lse from their full causal rows, dq from o, lse and dO;
+//   - key rows (first, tile edge, middle, last) of both kv heads: dk and dv
+//     summed over the group's q heads and every query that sees the key,
+//     with P from the GPU's lse and D = dO . o from the GPU's o (the forward
+//     rows above check those), as the reference backward above does.
+
+using ap::test::ErrAcc;
+using ap::test::fastUniform;
+using ap::test::GuardedWorkspace;
+using ap::test::nonFiniteBf16;
+using ap::test::nonFiniteF32;
+using ap::test::parallelFor;
+
+void runLongAttention(int T, bool bothAlgos) {
+  constexpr int Hq = 8, Hkv = 2, D = 256, G = Hq / Hkv;
+  const double scale = 1.0 / 16;
+  SCOPED_TRACE(testing::Message() << "T=" << T);
+  AttentionShape s;
+  s.batch = 1;
+  s.seqLen = T;
+  s.numQHeads = Hq;
+  s.numKvHeads = Hkv;
+  s.headDimQk = D;
+  s.headDimV = D;
+  s.softmaxScale = scale;
+  const size_t N = size_t(T), nQ = N * Hq * D, nK = N * Hkv * D, nL = N * Hq;
+  auto q = fastUniform<bf16>(nQ, 11, -1.7, 1.7),
+       k = fastUniform<bf16>(nK, 12, -1.7, 1.7),
+       v = fastUniform<bf16>(nK, 13, -1.7, 1.7),
+       dO = fastUniform<bf16>(nQ, 14, -1.7, 1.7);
+  AttnDevice dev(s, q, k, v, dO);
+  ASSERT_TRUE(dev.ok) << "cudaMalloc or upload";
+  const AttentionForwardArgs fa = dev.forwardArgs(s, AttentionKernels::Fastest);
+  const AttentionBackwardArgs ba =
+      dev.backwardArgs(s, AttentionKernels::Fastest);
+  const AttentionBackwardAlgo def = detail::attentionBackwardDefaultAlgo(s);
+  std::vector<AttentionBackwardAlgo> algos = {def};
+  if (bothAlgos)
+    algos.push_back(def == AttentionBackwardAlgo::StoredDs
+                        ? AttentionBackwardAlgo::RecomputeDq
+                        : AttentionBackwardAlgo::StoredDs);
+  size_t wsBytes = 0;
+  for (AttentionBackwardAlgo al : algos)
+    wsBytes =
+        std::max(wsBytes, detail::attentionBackwardWorkspaceBytesFor(s, al));
+  std::printf("[attention long] T=%d default %s, workspace %.2f GB\n", T,
+              def == AttentionBackwardAlgo::StoredDs ? "StoredDs"
+                                                     : "RecomputeDq",
+              wsBytes / 1e9);
+  GuardedWorkspace ws(wsBytes);
+  ASSERT_NE(ws.p(), nullptr) << "cudaMalloc of " << wsBytes << " bytes";
+  int sms = 0;
+  CUDA_OK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  KernelContext gpu;
+  gpu.backend = Backend::Cuda;
+  gpu.workspace = ws.p();
+  gpu.workspaceBytes = wsBytes;
+  gpu.smCount = sms;
+  auto raw = [](const DevBuf &b) {
+    std::vector<unsigned char> r(b.n);
+    cudaMemcpy(r.data(), b.p, b.n, cudaMemcpyDeviceToHost);
+    return r;
+  };
+  // Outputs of the default algorithm's first run.
+  std::vector<unsigned char> ro, rl, rdq, rdk, rdv;
+  for (size_t ai = 0; ai < algos.size(); ++ai)
+    for (int run = 0; run < 2; ++run) {
+      SCOPED_TRACE(testing::Message()
+                   << "algorithm " << int(algos[ai]) << " run " << run);
+      ASSERT_TRUE(dev.poisonOutputs());
+      ws.poison();
+      ASSERT_EQ(attentionForward(gpu, fa), Status::Ok);
+      ASSERT_EQ(cuda::attentionBackwardWithAlgo(gpu, ba, algos[ai]),
+                Status::Ok);
+      CUDA_OK(cudaDeviceSynchronize());
+      EXPECT_TRUE(ws.intact()) << "wrote outside its workspace";
+      auto o = raw(dev.o), l = raw(dev.lse), gq = raw(dev.dq), gk = raw(dev.dk),
+           gv = raw(dev.dv);
+      if (ai == 0 && run == 0) {
+        EXPECT_EQ(nonFiniteBf16(o.data(), nQ), 0u) << "o";
+        EXPECT_EQ(nonFiniteF32(l.data(), nL), 0u) << "lse";
+        EXPECT_EQ(nonFiniteBf16(gq.data(), nQ), 0u) << "dq";
+        EXPECT_EQ(nonFiniteBf16(gk.data(), nK), 0u) << "dk";
+        EXPECT_EQ(nonFiniteBf16(gv.data(), nK), 0u) << "dv";
+        ro = std::move(o), rl = std::move(l), rdq = std::move(gq),
+        rdk = std::move(gk), rdv = std::move(gv);
+        continue;
+      }
+      // The forward, dk and dv are the same bits for both algorithms; dq
+      // of the other algorithm differs in summation order only.
+      EXPECT_TRUE(o == ro && l == rl) << "forward differs";
+      EXPECT_TRUE(gk == rdk && gv == rdv) << "dk/dv differ";
+      if (ai == 0)
+        EXPECT_TRUE(gq == rdq) << "dq differs between runs";
+      else
+        EXPECT_EQ(nonFiniteBf16(gq.data(), nQ), 0u) << "dq";
+    }
+  if (::testing::Test::HasFatalFailure())
+    return;
+
+  auto at = [](const std::vector<bf16> &x, size_t i) {
+    return double(toFloat(x[i]));
+  };
+  auto dot = [&](const std::vector<bf16> &a, size_t ia,
+                 const std::vector<bf16> &b, size_t ib) {
+    double acc = 0;
+    for (int c = 0; c < D; ++c)
+      acc += at(a, ia + c) * at(b, ib + c);
+    return acc;
+  };
+  const size_t rows[] = {0, 1, 63, 64, 1000, N / 2 + 17, N - 65, N - 2, N - 1};
+  const int heads[] = {0, 3, 4, 7};
+  struct QTask {
+    int h;
+    size_t i;
+  };
+  std::vector<QTask> qt;
+  for (int h : heads)
+    for (size_t i : rows)
+      qt.push_back({h, i});
+  // Query rows: o, lse, dq in float64 from the inputs alone.
+  std::vector<ErrAcc> eo(qt.size()), edq(qt.size());
+  std::vector<double> lseErr(qt.size());
+  parallelFor(qt.size(), [&](size_t t) {
+    const int h = qt[t].h, hk = h / G;
+    const size_t i = qt[t].i, qi = (i * Hq + h) * D;
+    std::vector<double> sc(i + 1);
+    double m = -INFINITY;
+    for (size_t j = 0; j <= i; ++j) {
+      sc[j] = scale * dot(q, qi, k, (j * Hkv + hk) * D);
+      m = std::max(m, sc[j]);
+    }
+    double l = 0;
+    for (size_t j = 0; j <= i; ++j)
+      l += std::exp(sc[j] - m);
+    const double lse = m + std::log(l);
+    std::vector<double> o(D, 0.0), dq(D, 0.0);
+    for (size_t j = 0; j <= i; ++j) {
+      const double p = std::exp(sc[j] - lse);
+      for (int c = 0; c < D; ++c)
+        o[c] += p * at(v, (j * Hkv + hk) * D + c);
+    }
+    double Di = 0;
+    for (int c = 0; c < D; ++c)
+      Di += at(dO, qi + c) * o[c];
+    for (size_t j = 0; j <= i; ++j) {
+      const double p = std::exp(sc[j] - lse);
+      const double ds = p * (dot(dO, qi, v, (j * Hkv + hk) * D) - Di);
+      for (int c = 0; c < D; ++c)
+        dq[c] += scale * ds * at(k, (j * Hkv + hk) * D + c);
+    }
+    for (int c = 0; c < D; ++c) {
+      eo[t].add(ap::test::bfAt(ro, qi + c), o[c]);
+      edq[t].add(ap::test::bfAt(rdq, qi + c), dq[c]);
+    }
+    lseErr[t] = std::fabs(ap::test::f32At(rl, size_t(h) * N + i) - lse);
+  });
+  // Key rows: dk, dv over the group's q heads and the queries i >= j.
+  const size_t keys[] = {0, 1, 64, N / 2, N - 64, N - 1};
+  struct KTask {
+    int hk;
+    size_t j;
+  };
+  std::vector<KTask> kt;
+  for (int hk = 0; hk < Hkv; ++hk)
+    for (size_t j : keys)
+      kt.push_back({hk, j});
+  std::vector<ErrAcc> edk(kt.size()), edv(kt.size());
+  parallelFor(kt.size(), [&](size_t t) {
+    const int hk = kt[t].hk;
+    const size_t j = kt[t].j, kj = (j * Hkv + hk) * D;
+    std::vector<double> dk(D, 0.0), dv(D, 0.0);
+    for (int h = hk * G; h < (hk + 1) * G; ++h)
+      for (size_t i = j; i < N; ++i) {
+        const size_t qi = (i * Hq + h) * D;
+        const double lse = ap::test::f32At(rl, size_t(h) * N + i);
+        const double p = std::exp(scale * dot(q, qi, k, kj) - lse);
+        double Di = 0;
+        for (int c = 0; c < D; ++c)
+          Di += at(dO, qi + c) * ap::test::bfAt(ro, qi + c);
+        const double ds = p * (dot(dO, qi, v, kj) - Di);
+        for (int c = 0; c < D; ++c) {
+          dv[c] += p * at(dO, qi + c);
+          dk[c] += scale * ds * at(q, qi + c);
+        }
+      }
+    for (int c = 0; c < D; ++c) {
+      edk[t].add(ap::test::bfAt(rdk, kj + c), dk[c]);
+      edv[t].add(ap::test::bfAt(rdv, kj + c), dv[c]);
+    }
+  });
+  ErrAcc to, tdq, tdk, tdv;
+  double tl = 0;
+  for (size_t t = 0; t < qt.size(); ++t) {
+    to.merge(eo[t]);
+    tdq.merge(edq[t]);
+    tl = std::max(tl, lseErr[t]);
+  }
+  for (size_t t = 0; t < kt.size(); ++t) {
+    tdk.merge(edk[t]);
+    tdv.merge(edv[t]);
+  }
+  std::printf("[attention long] T=%d %zu query rows: o frob %.2e max %.2e, "
+              "lse max-abs %.2e, dq frob %.2e max %.2e; %zu key rows: dk "
+              "frob %.2e max %.2e, dv frob %.2e max %.2e\n",
+              T, qt.size(), to.frob(), to.rel(), tl, tdq.frob(), tdq.rel(),
+              kt.size(), tdk.frob(), tdk.rel(), tdv.frob(), tdv.rel());
+  EXPECT_LE(to.frob(), 5e-3);
+  EXPECT_LE(to.rel(), 3e-2);
+  EXPECT_LE(tl, 1e-4);
+  for (const ErrAcc *e : {&tdq, &tdk, &tdv}) {
+    EXPECT_LE(e->frob(), 1e-2);
+    EXPECT_LE(e->rel(), 3e-2);
+  }
+}
+
+/// Both backward algorithms at 32768 tokens (StoredDs then takes 1 GiB of
+/// dS tiles per (batch, head) pair, one pair per launch).
+TEST(AttentionCuda, LongT32768Qwen35Gqa) {
+  if (!haveGpu())
+    GTEST_SKIP() << "no usable GPU";
+  runLongAttention(32768, true);
+}
+
+TEST(AttentionCuda, LongT131072Qwen35Gqa) {
+  if (!haveGpu())
+    GTEST_SKIP() << "no usable GPU";
+  runLongAttention(131072, false);
 }
 
 #else

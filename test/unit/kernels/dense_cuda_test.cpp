@@ -18,6 +18,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "kernels/kernels.h"
+#include "long_shapes.h"
 
 #include <gtest/gtest.h>
 
@@ -191,6 +192,14 @@ protected:
     EXPECT_TRUE(sameBytes(dV.down(), vr));
     EXPECT_TRUE(sameBytes(dCopy.down(), copyRef));
   }
+
+  void embeddingBitwise(const std::vector<int32_t> &ids,
+                        const std::vector<bf16> &w, const std::vector<bf16> &dy,
+                        const std::vector<float> &dw0, int64_t D);
+  void crossEntropyVsReference(LmHeadCrossEntropyArgs a,
+                               const std::vector<bf16> &h,
+                               const std::vector<bf16> &w,
+                               const std::vector<int32_t> &labels);
 
   cublasLtHandle_t lt = nullptr;
   cudaStream_t stream = nullptr;
@@ -826,15 +835,14 @@ TEST_F(DenseCuda, ResidualAddBitwise) {
 // Embedding
 //===----------------------------------------------------------------------===//
 
-TEST_F(DenseCuda, EmbeddingQwenShapeBitwise) {
-  const int64_t N = kT, V = kV, D = kD;
-  auto w = randBf16(V * D, 60, 0.02f), dy = randBf16(N * D, 61);
-  std::vector<int32_t> ids(N);
-  std::mt19937 gen(62);
-  for (int64_t n = 0; n < N; ++n)
-    ids[n] = n % 5 == 0 ? int32_t(n % 7) : int32_t(gen() % V); // duplicates
-  ids[N - 1] = int32_t(V - 1);
-  auto dw0 = hashFloats(V * D, 63, 1e-3f);
+/// The embedding forward and backward over `ids` (N tokens, vocab V = w's
+/// rows, width D): twice on the device from poisoned y and from dw0, each
+/// bitwise equal to the host reference.
+void DenseCuda::embeddingBitwise(const std::vector<int32_t> &ids,
+                                 const std::vector<bf16> &w,
+                                 const std::vector<bf16> &dy,
+                                 const std::vector<float> &dw0, int64_t D) {
+  const int64_t N = int64_t(ids.size()), V = int64_t(w.size()) / D;
   std::vector<bf16> yRef(N * D);
   ASSERT_EQ(embeddingForward(host, {DType::BF16, ids.data(), w.data(),
                                     yRef.data(), N, V, D}),
@@ -864,42 +872,64 @@ TEST_F(DenseCuda, EmbeddingQwenShapeBitwise) {
   }
 }
 
+TEST_F(DenseCuda, EmbeddingQwenShapeBitwise) {
+  const int64_t N = kT, V = kV, D = kD;
+  auto w = randBf16(V * D, 60, 0.02f), dy = randBf16(N * D, 61);
+  std::vector<int32_t> ids(N);
+  std::mt19937 gen(62);
+  for (int64_t n = 0; n < N; ++n)
+    ids[n] = n % 5 == 0 ? int32_t(n % 7) : int32_t(gen() % V); // duplicates
+  ids[N - 1] = int32_t(V - 1);
+  embeddingBitwise(ids, w, dy, hashFloats(V * D, 63, 1e-3f), D);
+}
+
 //===----------------------------------------------------------------------===//
 // LM head + cross-entropy
 //===----------------------------------------------------------------------===//
 
-TEST_F(DenseCuda, CrossEntropyFullVocabVsReference) {
-  // Few tokens so that the host reference stays quick; chunk 4 over 10
-  // tokens exercises a partial last chunk.
-  const int64_t N = 10, D = kD, V = kV;
-  auto h = randBf16(N * D, 70), w = randBf16(V * D, 71, 0.05f);
-  std::vector<int32_t> labels(N);
-  for (int64_t n = 0; n < N; ++n)
-    labels[n] = int32_t((n * 7919) % V);
-  labels[3] = -100;
-  LmHeadCrossEntropyArgs a;
-  a.dtype = DType::BF16;
-  a.tokens = N;
-  a.dim = D;
-  a.vocab = V;
-  a.chunkTokens = 4;
-  a.gradScale = 1.0 / 9;
-  float lossRef = 0;
-  int32_t countRef = 0;
-  std::vector<float> lseRef(N), dWRef(V * D, 0.f);
-  std::vector<bf16> dhRef(N * D);
-  {
-    LmHeadCrossEntropyArgs hA = a;
-    hA.hidden = h.data();
-    hA.weight = w.data();
-    hA.labels = labels.data();
-    hA.lossSum = &lossRef;
-    hA.validCount = &countRef;
-    hA.lse = lseRef.data();
-    hA.dHidden = dhRef.data();
-    hA.dWeight = dWRef.data();
-    ASSERT_EQ(lmHeadCrossEntropyBackward(host, hA), Status::Ok);
-  }
+/// The host reference of the LM head + cross-entropy backward on host data,
+/// for the shape and options of `a` (its pointers are replaced).
+struct LmHeadRef {
+  float loss = 0;
+  int32_t count = 0;
+  std::vector<float> lse, dW;
+  std::vector<bf16> dh;
+};
+LmHeadRef lmHeadReference(const LmHeadCrossEntropyArgs &a,
+                          const std::vector<bf16> &h,
+                          const std::vector<bf16> &w,
+                          const std::vector<int32_t> &labels) {
+  LmHeadRef r;
+  r.lse.assign(a.tokens, 0.f);
+  r.dW.assign(a.vocab * a.dim, 0.f);
+  r.dh.resize(a.tokens * a.dim);
+  LmHeadCrossEntropyArgs hA = a;
+  hA.hidden = h.data();
+  hA.weight = w.data();
+  hA.labels = labels.data();
+  hA.lossSum = &r.loss;
+  hA.validCount = &r.count;
+  hA.lse = r.lse.data();
+  hA.dHidden = r.dh.data();
+  hA.dWeight = r.dW.data();
+  EXPECT_EQ(lmHeadCrossEntropyBackward(KernelContext{}, hA), Status::Ok);
+  return r;
+}
+
+/// The LM head + cross-entropy of `a`'s shape and options on h, w, labels:
+/// forward alone, then the backward twice (bitwise equal), against the host
+/// reference: loss and lse within 1e-4, dh and dW within 2e-2, every dh
+/// element written.
+void DenseCuda::crossEntropyVsReference(LmHeadCrossEntropyArgs a,
+                                        const std::vector<bf16> &h,
+                                        const std::vector<bf16> &w,
+                                        const std::vector<int32_t> &labels) {
+  const int64_t N = a.tokens, D = a.dim, V = a.vocab;
+  const LmHeadRef ref = lmHeadReference(a, h, w, labels);
+  const float lossRef = ref.loss;
+  const int32_t countRef = ref.count;
+  const std::vector<float> &lseRef = ref.lse, &dWRef = ref.dW;
+  const std::vector<bf16> &dhRef = ref.dh;
   Dev<bf16> dH(N * D), dWt(V * D), dDh(N * D);
   Dev<int32_t> dLab(N), dCount(1);
   Dev<float> dLoss(1), dLse(N), dDW(V * D);
@@ -942,6 +972,25 @@ TEST_F(DenseCuda, CrossEntropyFullVocabVsReference) {
   }
   EXPECT_LT(relErr(dh1, dhRef), 2e-2);
   EXPECT_LT(relErr(dW1, dWRef), 2e-2);
+}
+
+TEST_F(DenseCuda, CrossEntropyFullVocabVsReference) {
+  // Few tokens so that the host reference stays quick; chunk 4 over 10
+  // tokens exercises a partial last chunk.
+  const int64_t N = 10, D = kD, V = kV;
+  auto h = randBf16(N * D, 70), w = randBf16(V * D, 71, 0.05f);
+  std::vector<int32_t> labels(N);
+  for (int64_t n = 0; n < N; ++n)
+    labels[n] = int32_t((n * 7919) % V);
+  labels[3] = -100;
+  LmHeadCrossEntropyArgs a;
+  a.dtype = DType::BF16;
+  a.tokens = N;
+  a.dim = D;
+  a.vocab = V;
+  a.chunkTokens = 4;
+  a.gradScale = 1.0 / 9;
+  crossEntropyVsReference(a, h, w, labels);
 }
 
 TEST_F(DenseCuda, CrossEntropyQwenShapeDeterministic) {
@@ -1077,6 +1126,226 @@ TEST_F(DenseCuda, AdamWAndGradNormReadBf16Grads) {
   EXPECT_NEAR(clip, clipRef, 1e-6 * clipRef);
 
   expectAdamWBitwise(p, m, v, g.data(), dG.p, DType::BF16, &clip, dClip.p);
+}
+
+//===----------------------------------------------------------------------===//
+// Long sequences: 131072 tokens (Qwen3.5-0.8B at seq 128k, or B x T of it)
+//===----------------------------------------------------------------------===//
+//
+// Run alone with --gtest_filter='*Long*': the embedding and the chunked LM
+// head + cross-entropy over 131072 tokens of the full vocabulary (the logits
+// would be 3.3e10 elements whole), and a cross-entropy chunk of more rows
+// than a grid's y dimension holds.
+
+using ap::test::ErrAcc;
+using ap::test::fastUniform;
+using ap::test::GuardedWorkspace;
+using ap::test::nonFiniteBf16;
+using ap::test::nonFiniteF32;
+using ap::test::parallelFor;
+
+constexpr int64_t kLongTokens = 131072;
+
+/// Token ids / labels: random over the vocabulary, repeats, the last id.
+std::vector<int32_t> longIds(int64_t n, int64_t vocab, uint32_t seed) {
+  std::vector<int32_t> ids(n);
+  std::mt19937 gen(seed);
+  for (int64_t i = 0; i < n; ++i)
+    ids[i] = i % 5 == 0 ? int32_t(i % 7) : int32_t(gen() % vocab);
+  ids[n - 1] = int32_t(vocab - 1);
+  return ids;
+}
+
+TEST_F(DenseCuda, LongT131072EmbeddingBitwise) {
+  const int64_t N = kLongTokens, V = kV, D = kD;
+  embeddingBitwise(longIds(N, V, 92), fastUniform<bf16>(V * D, 90, -0.05, 0.05),
+                   fastUniform<bf16>(N * D, 91, -1, 1),
+                   fastUniform<float>(V * D, 93, -1e-3, 1e-3), D);
+}
+
+/// The LM head + cross-entropy over 131072 tokens in chunks of 1024 (the
+/// plan's default), forward and backward: lse, dh and dW finite everywhere,
+/// the guards intact, a second run the same bits; float64 checks of the lse
+/// and dh rows of tokens at the start, chunk edges, the middle and the end,
+/// of the loss (from the GPU's lse, checked on those rows, and float64 label
+/// logits of every token), and of dW rows (float64 over every token, with P
+/// from the GPU's lse). Bounds as above: 1e-4 for lse and the loss, 2e-2
+/// for gradients.
+TEST_F(DenseCuda, LongT131072LmHeadCrossEntropyRows) {
+  const int64_t N = kLongTokens, D = kD, V = kV;
+  // Logits about N(0, 1): h in [-1, 1), w in [-0.094, 0.094).
+  auto h = fastUniform<bf16>(N * D, 94, -1, 1),
+       w = fastUniform<bf16>(V * D, 95, -0.094, 0.094);
+  auto labels = longIds(N, V, 96);
+  int32_t valid = 0;
+  for (int64_t n = 0; n < N; ++n) {
+    if (n % 97 == 3)
+      labels[n] = -100;
+    valid += labels[n] != -100;
+  }
+  Dev<bf16> dH(N * D), dWt(V * D), dDh(N * D);
+  Dev<int32_t> dLab(N), dCount(1);
+  Dev<float> dLoss(1), dLse(N), dDW(V * D);
+  for (void *p : {(void *)dH.p, (void *)dWt.p, (void *)dDh.p, (void *)dDW.p})
+    ASSERT_NE(p, nullptr) << "cudaMalloc";
+  dH.up(h);
+  dWt.up(w);
+  dLab.up(labels);
+  LmHeadCrossEntropyArgs a;
+  a.dtype = DType::BF16;
+  a.hidden = dH.p;
+  a.weight = dWt.p;
+  a.labels = dLab.p;
+  a.tokens = N;
+  a.dim = D;
+  a.vocab = V;
+  a.chunkTokens = 1024;
+  a.lossSum = dLoss.p;
+  a.validCount = dCount.p;
+  a.lse = dLse.p;
+  a.gradScale = 1.0 / valid;
+  a.dHidden = dDh.p;
+  a.dWeight = dDW.p;
+  const size_t wsBytes = lmHeadCrossEntropyWorkspaceBytes(Backend::Cuda, a);
+  GuardedWorkspace gws(wsBytes);
+  ASSERT_NE(gws.p(), nullptr);
+  KernelContext c = ctx;
+  c.workspace = gws.p();
+  c.workspaceBytes = wsBytes;
+  std::vector<bf16> dh;
+  std::vector<float> lse, dW;
+  float loss = 0;
+  for (int run = 0; run < 2; ++run) {
+    dDh.poison();
+    dLse.poison();
+    dLoss.poison();
+    gws.poison();
+    ASSERT_EQ(cudaMemset(dDW.p, 0, V * D * sizeof(float)), cudaSuccess);
+    ASSERT_EQ(lmHeadCrossEntropyBackward(c, a), Status::Ok);
+    sync();
+    EXPECT_TRUE(gws.intact())
+        << "wrote outside its " << wsBytes << "-byte workspace";
+    EXPECT_EQ(dCount.down()[0], valid);
+    if (run == 0) {
+      dh = dDh.down(), lse = dLse.down(), dW = dDW.down();
+      loss = dLoss.down()[0];
+      EXPECT_EQ(nonFiniteBf16(dh.data(), dh.size()), 0u) << "dh";
+      EXPECT_EQ(nonFiniteF32(lse.data(), lse.size()), 0u) << "lse";
+      EXPECT_EQ(nonFiniteF32(dW.data(), dW.size()), 0u) << "dW";
+    } else {
+      EXPECT_EQ(dLoss.down()[0], loss);
+      EXPECT_TRUE(sameBytes(dDh.down(), dh));
+      EXPECT_TRUE(sameBytes(dLse.down(), lse));
+      EXPECT_TRUE(sameBytes(dDW.down(), dW));
+    }
+  }
+  std::vector<float> hf(N * D), wf(V * D);
+  parallelFor(size_t(N), [&](size_t n) {
+    for (int64_t d = 0; d < D; ++d)
+      hf[n * D + d] = toFloat(h[n * D + d]);
+  });
+  parallelFor(size_t(V), [&](size_t v) {
+    for (int64_t d = 0; d < D; ++d)
+      wf[v * D + d] = toFloat(w[v * D + d]);
+  });
+  auto dotHW = [&](int64_t n, int64_t v) {
+    double s = 0;
+    for (int64_t d = 0; d < D; ++d)
+      s += double(hf[n * D + d]) * wf[v * D + d];
+    return s;
+  };
+  const double scale = a.gradScale;
+  // Token rows: lse and dh in float64.
+  const int64_t toks[] = {0, 1, 1023, 1024, 3, N / 2, N - 1025, N - 1};
+  constexpr size_t kToks = std::size(toks);
+  ErrAcc eDh[kToks];
+  double lseErr[kToks] = {};
+  parallelFor(kToks, [&](size_t t) {
+    const int64_t n = toks[t];
+    std::vector<double> logit(V);
+    double m = -INFINITY;
+    for (int64_t v = 0; v < V; ++v)
+      m = std::max(m, logit[v] = dotHW(n, v));
+    double sum = 0;
+    for (int64_t v = 0; v < V; ++v)
+      sum += std::exp(logit[v] - m);
+    const double ls = m + std::log(sum);
+    lseErr[t] = std::fabs(lse[n] - ls) / std::max(1.0, std::fabs(ls));
+    std::vector<double> g(D, 0.0);
+    if (labels[n] != -100)
+      for (int64_t v = 0; v < V; ++v) {
+        const double p = std::exp(logit[v] - ls) - (v == labels[n] ? 1 : 0);
+        for (int64_t d = 0; d < D; ++d)
+          g[d] += scale * p * wf[v * D + d];
+      }
+    for (int64_t d = 0; d < D; ++d)
+      eDh[t].add(toFloat(dh[n * D + d]), g[d]);
+  });
+  // The loss: sum of lse - label logit over valid tokens.
+  constexpr int64_t kBlk = 4096;
+  std::vector<double> part(N / kBlk, 0.0);
+  parallelFor(part.size(), [&](size_t b) {
+    for (int64_t n = int64_t(b) * kBlk; n < int64_t(b + 1) * kBlk; ++n)
+      if (labels[n] != -100)
+        part[b] += lse[n] - dotHW(n, labels[n]);
+  });
+  double lossRef = 0;
+  for (double p : part)
+    lossRef += p;
+  // dW rows: labels of checked tokens, the first and last rows, one more.
+  const int64_t vrows[] = {labels[0], labels[N - 1], 0, V - 1, 123457};
+  constexpr size_t kRows = std::size(vrows);
+  ErrAcc eDw[kRows];
+  parallelFor(kRows, [&](size_t r) {
+    const int64_t v = vrows[r];
+    std::vector<double> g(D, 0.0);
+    for (int64_t n = 0; n < N; ++n) {
+      if (labels[n] == -100)
+        continue;
+      const double p =
+          std::exp(dotHW(n, v) - lse[n]) - (v == labels[n] ? 1 : 0);
+      for (int64_t d = 0; d < D; ++d)
+        g[d] += scale * p * hf[n * D + d];
+    }
+    for (int64_t d = 0; d < D; ++d)
+      eDw[r].add(dW[v * D + d], g[d]);
+  });
+  ErrAcc tDh, tDw;
+  double tLse = 0;
+  for (size_t t = 0; t < kToks; ++t) {
+    tDh.merge(eDh[t]);
+    tLse = std::max(tLse, lseErr[t]);
+  }
+  for (size_t r = 0; r < kRows; ++r)
+    tDw.merge(eDw[r]);
+  std::printf("[lm head long] N=%lld loss %.6e ref %.6e; lse rel %.2e, dh "
+              "%.2e over %zu rows, dW %.2e over %zu rows\n",
+              (long long)N, double(loss), lossRef, tLse, tDh.rel(), kToks,
+              tDw.rel(), kRows);
+  EXPECT_NEAR(loss, lossRef, 1e-4 * std::fabs(lossRef));
+  EXPECT_LT(tLse, 1e-4);
+  EXPECT_LT(tDh.rel(), 2e-2);
+  EXPECT_LT(tDw.rel(), 2e-2);
+}
+
+/// One cross-entropy chunk of 70000 tokens: more rows than a grid's y
+/// dimension (65535) holds, which the gradient kernel's rows stride over
+/// (chunk_tokens is any positive count). Small vocabulary and width, so the
+/// host reference checks every output.
+TEST_F(DenseCuda, LongCrossEntropyChunkPastGridRows) {
+  const int64_t N = 70000, D = 32, V = 256;
+  auto h = fastUniform<bf16>(N * D, 97, -1, 1),
+       w = fastUniform<bf16>(V * D, 98, -0.3, 0.3);
+  auto labels = longIds(N, V, 99);
+  labels[65535] = -100;
+  LmHeadCrossEntropyArgs a;
+  a.dtype = DType::BF16;
+  a.tokens = N;
+  a.dim = D;
+  a.vocab = V;
+  a.chunkTokens = N;
+  a.gradScale = 1.0 / N;
+  crossEntropyVsReference(a, h, w, labels);
 }
 
 } // namespace

@@ -16,6 +16,7 @@
 //===----------------------------------------------------------------------===//
 #include "gdn_conv_reference.h"
 #include "kernels/kernels.h"
+#include "long_shapes.h"
 #include "random_data.h"
 
 #include <gtest/gtest.h>
@@ -25,6 +26,7 @@
 #endif
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cmath>
 #include <cstdio>
@@ -141,6 +143,43 @@ struct Shape {
   int B, T, Hk, Hv, dk, dv;
 };
 
+/// Args of one chunked-rule problem (one sequence per batch row); the
+/// pointers in GdnChunkArgs order: inputs q, k, v, g, beta, initialState,
+/// dO, dFinalState, then outputs o, finalState, gCum, tMat, dq, dk, dv, dg,
+/// dbeta, dInitialState.
+GdnChunkArgs chunkArgs(DType dtype, Shape s, float scale,
+                       std::array<const void *, 8> in,
+                       std::array<void *, 10> out) {
+  GdnChunkArgs a;
+  a.dtype = dtype;
+  a.batch = s.B;
+  a.seqLen = s.T;
+  a.keyHeads = s.Hk;
+  a.valueHeads = s.Hv;
+  a.keyDim = s.dk;
+  a.valueDim = s.dv;
+  a.scale = scale;
+  a.q = in[0];
+  a.k = in[1];
+  a.v = in[2];
+  a.g = in[3];
+  a.beta = in[4];
+  a.initialState = in[5];
+  a.dO = in[6];
+  a.dFinalState = in[7];
+  a.o = out[0];
+  a.finalState = out[1];
+  a.gCum = out[2];
+  a.tMat = out[3];
+  a.dq = out[4];
+  a.dk = out[5];
+  a.dv = out[6];
+  a.dg = out[7];
+  a.dbeta = out[8];
+  a.dInitialState = out[9];
+  return a;
+}
+
 void checkChunk(Shape s, uint64_t seed) {
   SCOPED_TRACE(testing::Message()
                << "B=" << s.B << " T=" << s.T << " Hk=" << s.Hk
@@ -171,33 +210,10 @@ void checkChunk(Shape s, uint64_t seed) {
       tm(N * s.Hv * 64 * 2);
   Dev gq(qb.size() * 2), gk(kb.size() * 2), gv(vb.size() * 2), gg(N * s.Hv * 4),
       gb(N * s.Hv * 4), gh0(h0.size() * 4);
-  GdnChunkArgs a;
-  a.dtype = DType::BF16;
-  a.batch = s.B;
-  a.seqLen = s.T;
-  a.keyHeads = s.Hk;
-  a.valueHeads = s.Hv;
-  a.keyDim = s.dk;
-  a.valueDim = s.dv;
-  a.scale = float(1.0 / std::sqrt(double(s.dk)));
-  a.q = dq_.p;
-  a.k = dk_.p;
-  a.v = dv_.p;
-  a.g = dg_.p;
-  a.beta = dbeta_.p;
-  a.initialState = dh0_.p;
-  a.o = o.p;
-  a.finalState = fin.p;
-  a.gCum = gc.p;
-  a.tMat = tm.p;
-  a.dO = ddO.p;
-  a.dFinalState = ddF.p;
-  a.dq = gq.p;
-  a.dk = gk.p;
-  a.dv = gv.p;
-  a.dg = gg.p;
-  a.dbeta = gb.p;
-  a.dInitialState = gh0.p;
+  GdnChunkArgs a =
+      chunkArgs(DType::BF16, s, float(1.0 / std::sqrt(double(s.dk))),
+                {dq_.p, dk_.p, dv_.p, dg_.p, dbeta_.p, dh0_.p, ddO.p, ddF.p},
+                {o.p, fin.p, gc.p, tm.p, gq.p, gk.p, gv.p, gg.p, gb.p, gh0.p});
   size_t wsBytes = std::max(gdnChunkForwardWorkspaceBytes(a),
                             gdnChunkBackwardWorkspaceBytes(a));
   Dev ws(wsBytes);
@@ -295,33 +311,12 @@ void checkChunk(Shape s, uint64_t seed) {
           sdF(dF.begin() + st0, dF.begin() + st0 + stN);
       Vec ro(T * s.dv), rf(stN), rgc(T), rtm(T * 64), rdq(sq.size()),
           rdk(sk.size()), rdv(sv.size()), rdg(T), rdb(T), rdh0(stN);
-      GdnChunkArgs r;
-      r.dtype = DType::F64;
-      r.batch = 1;
-      r.seqLen = s.T;
-      r.keyHeads = 1;
-      r.valueHeads = 1;
-      r.keyDim = s.dk;
-      r.valueDim = s.dv;
-      r.scale = a.scale;
-      r.q = sq.data();
-      r.k = sk.data();
-      r.v = sv.data();
-      r.g = sg.data();
-      r.beta = sb.data();
-      r.initialState = sh0.data();
-      r.o = ro.data();
-      r.finalState = rf.data();
-      r.gCum = rgc.data();
-      r.tMat = rtm.data();
-      r.dO = sdO.data();
-      r.dFinalState = sdF.data();
-      r.dq = rdq.data();
-      r.dk = rdk.data();
-      r.dv = rdv.data();
-      r.dg = rdg.data();
-      r.dbeta = rdb.data();
-      r.dInitialState = rdh0.data();
+      GdnChunkArgs r = chunkArgs(
+          DType::F64, {1, s.T, 1, 1, s.dk, s.dv}, a.scale,
+          {sq.data(), sk.data(), sv.data(), sg.data(), sb.data(), sh0.data(),
+           sdO.data(), sdF.data()},
+          {ro.data(), rf.data(), rgc.data(), rtm.data(), rdq.data(), rdk.data(),
+           rdv.data(), rdg.data(), rdb.data(), rdh0.data()});
       if (gdnChunkForward(KernelContext{}, r) != Status::Ok ||
           gdnChunkBackward(KernelContext{}, r) != Status::Ok) {
         res.ok = false;
@@ -347,21 +342,9 @@ void checkChunk(Shape s, uint64_t seed) {
     res.err[kDq] = relErr(sliceH(ggq, b, s.Hk, s.dk, hk), sumDq);
     res.err[kDk] = relErr(sliceH(ggk, b, s.Hk, s.dk, hk), sumDk);
   };
-  {
-    std::atomic<size_t> next{0};
-    auto worker = [&] {
-      for (size_t i; (i = next++) < results.size();)
-        runTask(int(i / s.Hk), int(i % s.Hk), results[i]);
-    };
-    size_t n = std::min<size_t>(
-        results.size(), std::max(1u, std::thread::hardware_concurrency()));
-    std::vector<std::thread> pool;
-    for (size_t i = 1; i < n; ++i)
-      pool.emplace_back(worker);
-    worker();
-    for (std::thread &t : pool)
-      t.join();
-  }
+  ap::test::parallelFor(results.size(), [&](size_t i) {
+    runTask(int(i / s.Hk), int(i % s.Hk), results[i]);
+  });
   // Per tensor, the worst slice (max |err| / max |ref| within a slice).
   double maxErr[kNumErrs] = {};
   size_t worstTask[kNumErrs] = {};
@@ -970,6 +953,472 @@ TEST_F(GdnCuda, GatedNormAlignedAndElementwiseAccessBitwiseEqual) {
   GatedOut e = checkGated(1500, 16, 128, 1);
   EXPECT_TRUE(v.y == e.y && v.rstd == e.rstd && v.dx == e.dx && v.dz == e.dz &&
               v.dw == e.dw);
+}
+
+//===----------------------------------------------------------------------===//
+// Long sequences: Qwen3.5-0.8B's GDN layer at 32768 and 131072 tokens
+//===----------------------------------------------------------------------===//
+//
+// Run alone with --gtest_filter='*Long*'. Each kernel runs on the whole long
+// shape (B = 1, the model's heads and widths) from poisoned outputs and a
+// poisoned workspace between guard bands: every output element must be
+// finite, the guard bands untouched (the kernel used no more than its
+// workspace query), and a second run must give the same bits. The float64
+// reference then checks slices, with the bounds of the tests above.
+
+using ap::test::bfAt;
+using ap::test::ErrAcc;
+using ap::test::f32At;
+using ap::test::fastUniform;
+using ap::test::GuardedWorkspace;
+using ap::test::nonFiniteBf16;
+using ap::test::nonFiniteF32;
+using ap::test::parallelFor;
+
+/// The chunked rule at B = 1, T tokens, Hk = Hv = 16, dk = dv = 128 (the
+/// Qwen3.5-0.8B GDN layer). The recurrence runs through every chunk, so a
+/// float64 reference over the whole sequence would take minutes; instead the
+/// first and the last P = 128 tokens of every head are checked exactly, with
+/// the boundary states from GPU runs over the rest:
+///   - last P tokens: the GPU forward over tokens [0, T - P) gives the state
+///     at T - P; the reference over [T - P, T) from it (and dFinalState)
+///     gives o, the final state and every gradient of those tokens;
+///   - first P tokens: the reference forward over [0, P) gives the state at
+///     P; a GPU forward + backward over [P, T) from it gives its gradient
+///     dS_P (dInitialState); the reference backward over [0, P) with
+///     dFinalState = dS_P gives the gradients of those tokens and of the
+///     initial state.
+/// Both edges sit where index arithmetic is at its extremes (offsets 0 and
+/// the largest: a 32-bit wrap lands in the last chunks). The sub-runs start
+/// at a chunk boundary (P % 64 == 0), so their chunks are the full run's.
+void checkChunkLong(int T, uint64_t seed) {
+  SCOPED_TRACE(testing::Message() << "T=" << T);
+  constexpr int H = 16, D = 128, P = 128;
+  const size_t N = size_t(T), S = size_t(D) * D;
+  // Inputs: q, k rows of norm 1 (the kernel sees L2-normalised q, k),
+  // rounded to bf16; the reference reads the same bf16 values.
+  auto q = fastUniform<bf16>(N * H * D, seed + 1, -1, 1),
+       k = fastUniform<bf16>(N * H * D, seed + 2, -1, 1);
+  parallelFor(N * H, [&](size_t r) {
+    for (auto *x : {&q, &k}) {
+      double ss = 0;
+      for (int i = 0; i < D; ++i)
+        ss += std::pow(double(toFloat((*x)[r * D + i])), 2);
+      for (int i = 0; i < D; ++i)
+        (*x)[r * D + i] = bf16(float(toFloat((*x)[r * D + i]) / std::sqrt(ss)));
+    }
+  });
+  auto v = fastUniform<bf16>(N * H * D, seed + 3, -1.7, 1.7),
+       dO = fastUniform<bf16>(N * H * D, seed + 4, -1.7, 1.7);
+  auto g = fastUniform<float>(N * H, seed + 5, -0.3, -0.005),
+       beta = fastUniform<float>(N * H, seed + 6, 0.05, 0.95),
+       h0 = fastUniform<float>(H * S, seed + 7, -0.3, 0.3),
+       dF = fastUniform<float>(H * S, seed + 8, -0.3, 0.3);
+  Dev dq_(q), dk_(k), dv_(v), dg_(g), db_(beta), dh0(h0), ddO(dO), ddF(dF);
+  Dev o(N * H * D * 2), fin(H * S * 4), gc(N * H * 4), tm(N * H * 64 * 2),
+      gq(N * H * D * 2), gk(N * H * D * 2), gv(N * H * D * 2), gg(N * H * 4),
+      gb(N * H * 4), gh0(H * S * 4), aux(H * S * 4), auxIn(H * S * 4);
+  for (Dev *d : {&dq_, &dk_, &dv_, &dg_, &db_, &dh0, &ddO, &ddF, &o,   &fin,
+                 &gc,  &tm,  &gq,  &gk,  &gv,  &gg,  &gb,  &gh0, &aux, &auxIn})
+    ASSERT_NE(d->p, nullptr) << "cudaMalloc";
+  GdnChunkArgs a = chunkArgs(
+      DType::BF16, {1, T, H, H, D, D}, float(1.0 / std::sqrt(double(D))),
+      {dq_.p, dk_.p, dv_.p, dg_.p, db_.p, dh0.p, ddO.p, ddF.p},
+      {o.p, fin.p, gc.p, tm.p, gq.p, gk.p, gv.p, gg.p, gb.p, gh0.p});
+  const size_t wsBytes = std::max(gdnChunkForwardWorkspaceBytes(a),
+                                  gdnChunkBackwardWorkspaceBytes(a));
+  std::printf("[gdn chunk long] T=%d workspace %.2f GB\n", T, wsBytes / 1e9);
+  GuardedWorkspace ws(wsBytes);
+  ASSERT_NE(ws.p(), nullptr) << "cudaMalloc of " << wsBytes << " bytes";
+  KernelContext ctx = gpuCtx(ws.p(), wsBytes);
+
+  // The full run, twice: finite everywhere, guards intact, same bits.
+  Dev *outs[] = {&o, &fin, &gq, &gk, &gv, &gg, &gb, &gh0};
+  const char *names[] = {"o",  "finalState", "dq",    "dk",
+                         "dv", "dg",         "dbeta", "dInitialState"};
+  const bool isBf[] = {true, false, true, true, true, false, false, false};
+  std::vector<std::vector<unsigned char>> res;
+  for (int run = 0; run < 2; ++run) {
+    for (Dev *d : outs)
+      d->poison();
+    gc.poison();
+    tm.poison();
+    ws.poison();
+    ASSERT_EQ(gdnChunkForward(ctx, a), Status::Ok);
+    ASSERT_EQ(gdnChunkBackward(ctx, a), Status::Ok);
+    CK(cudaDeviceSynchronize());
+    EXPECT_TRUE(ws.intact())
+        << "wrote outside its " << wsBytes << "-byte workspace";
+    for (size_t i = 0; i < std::size(outs); ++i) {
+      auto r = outs[i]->raw();
+      if (run == 0) {
+        const size_t n = r.size() / (isBf[i] ? 2 : 4);
+        const size_t bad =
+            isBf[i] ? nonFiniteBf16(r.data(), n) : nonFiniteF32(r.data(), n);
+        EXPECT_EQ(bad, 0u) << names[i] << ": " << bad << " of " << n
+                           << " elements not finite";
+        res.push_back(std::move(r));
+      } else {
+        EXPECT_TRUE(r == res[i]) << names[i] << " differs between runs";
+      }
+    }
+  }
+  const auto &ro = res[0], &rfin = res[1], &rdq = res[2], &rdk = res[3],
+             &rdv = res[4], &rdg = res[5], &rdb = res[6], &rdh0 = res[7];
+
+  // One head's tokens [t0, t0 + L) as a one-head float64 problem.
+  struct Slice {
+    Vec q, k, v, g, beta, dO, init, dFin;
+    Vec o, fin, gCum, tMat, dq, dk, dv, dg, db, dInit;
+    GdnChunkArgs r;
+  };
+  auto makeSlice = [&](int h, size_t t0, size_t L, Slice &s) {
+    auto rows = [&](const std::vector<bf16> &x, Vec &out) {
+      out.resize(L * D);
+      for (size_t t = 0; t < L; ++t)
+        for (int i = 0; i < D; ++i)
+          out[t * D + i] = toFloat(x[((t0 + t) * H + h) * D + i]);
+    };
+    rows(q, s.q);
+    rows(k, s.k);
+    rows(v, s.v);
+    rows(dO, s.dO);
+    s.g.resize(L);
+    s.beta.resize(L);
+    for (size_t t = 0; t < L; ++t) {
+      s.g[t] = g[(t0 + t) * H + h];
+      s.beta[t] = beta[(t0 + t) * H + h];
+    }
+    for (Vec *x : {&s.o, &s.dq, &s.dk, &s.dv})
+      x->assign(L * D, 0.0);
+    for (Vec *x : {&s.gCum, &s.dg, &s.db})
+      x->assign(L, 0.0);
+    s.tMat.assign(L * 64, 0.0);
+    for (Vec *x : {&s.fin, &s.dInit})
+      x->assign(S, 0.0);
+    s.r = chunkArgs(DType::F64, {1, int(L), 1, 1, D, D}, a.scale,
+                    {s.q.data(), s.k.data(), s.v.data(), s.g.data(),
+                     s.beta.data(), s.init.data(), s.dO.data(), s.dFin.data()},
+                    {s.o.data(), s.fin.data(), s.gCum.data(), s.tMat.data(),
+                     s.dq.data(), s.dk.data(), s.dv.data(), s.dg.data(),
+                     s.db.data(), s.dInit.data()});
+  };
+  auto stateOf = [&](const std::vector<float> &all, int h) {
+    return Vec(all.begin() + size_t(h) * S, all.begin() + size_t(h + 1) * S);
+  };
+  auto f32Vec = [&](const Dev &d) {
+    std::vector<float> r(d.bytes / 4);
+    cudaMemcpy(r.data(), d.p, d.bytes, cudaMemcpyDeviceToHost);
+    return r;
+  };
+
+  // State at T - P: GPU forward over [0, T - P) (outputs land in the full
+  // run's buffers, already read back).
+  GdnChunkArgs pre = a;
+  pre.seqLen = T - P;
+  pre.finalState = aux.p;
+  aux.poison();
+  ASSERT_EQ(gdnChunkForward(ctx, pre), Status::Ok);
+  CK(cudaDeviceSynchronize());
+  const std::vector<float> stateEnd = f32Vec(aux);
+  EXPECT_EQ(nonFiniteF32(stateEnd.data(), stateEnd.size()), 0u);
+
+  // The first P tokens' forward on the host gives the state at P.
+  std::vector<Slice> first(H), last(H);
+  std::vector<int> ok(2 * H, 1);
+  parallelFor(H, [&](size_t h) {
+    Slice &s = first[h];
+    s.init = stateOf(h0, int(h));
+    s.dFin.assign(S, 0.0);
+    makeSlice(int(h), 0, P, s);
+    ok[h] = gdnChunkForward(KernelContext{}, s.r) == Status::Ok;
+  });
+  std::vector<float> stateP(H * S);
+  for (int h = 0; h < H; ++h)
+    for (size_t i = 0; i < S; ++i)
+      stateP[h * S + i] = float(first[h].fin[i]);
+  // Its gradient dS_P: GPU forward + backward over [P, T) from it.
+  CK(cudaMemcpy(auxIn.p, stateP.data(), auxIn.bytes, cudaMemcpyHostToDevice));
+  GdnChunkArgs suf = a;
+  suf.seqLen = T - P;
+  const size_t tokOff = size_t(P) * H;
+  suf.q = static_cast<const bf16 *>(a.q) + tokOff * D;
+  suf.k = static_cast<const bf16 *>(a.k) + tokOff * D;
+  suf.v = static_cast<const bf16 *>(a.v) + tokOff * D;
+  suf.dO = static_cast<const bf16 *>(a.dO) + tokOff * D;
+  suf.g = static_cast<const float *>(a.g) + tokOff;
+  suf.beta = static_cast<const float *>(a.beta) + tokOff;
+  suf.initialState = auxIn.p;
+  suf.finalState = nullptr;
+  suf.dInitialState = aux.p;
+  aux.poison();
+  ASSERT_EQ(gdnChunkForward(ctx, suf), Status::Ok);
+  ASSERT_EQ(gdnChunkBackward(ctx, suf), Status::Ok);
+  CK(cudaDeviceSynchronize());
+  EXPECT_TRUE(ws.intact());
+  const std::vector<float> dStateP = f32Vec(aux);
+  EXPECT_EQ(nonFiniteF32(dStateP.data(), dStateP.size()), 0u);
+
+  // Reference backward of the first P tokens, and forward + backward of the
+  // last P tokens, per head.
+  parallelFor(2 * H, [&](size_t i) {
+    const int h = int(i % H);
+    if (i < size_t(H)) {
+      Slice &s = first[h];
+      s.dFin = stateOf(dStateP, h);
+      s.r.dFinalState = s.dFin.data();
+      ok[i] = ok[i] && gdnChunkBackward(KernelContext{}, s.r) == Status::Ok;
+      return;
+    }
+    Slice &s = last[h];
+    s.init = stateOf(stateEnd, h);
+    s.dFin = stateOf(dF, h);
+    makeSlice(h, N - P, P, s);
+    ok[i] = gdnChunkForward(KernelContext{}, s.r) == Status::Ok &&
+            gdnChunkBackward(KernelContext{}, s.r) == Status::Ok;
+  });
+  for (size_t i = 0; i < ok.size(); ++i)
+    ASSERT_TRUE(ok[i]) << "reference failed on slice " << i;
+
+  // Per tensor, over both edges of every head: max |err| / max |ref| within
+  // a slice, the worst slice reported.
+  enum { kO, kFin, kDq, kDk, kDv, kDg, kDb, kDh0, kNum };
+  const char *errNames[kNum] = {"o",  "final", "dq",    "dk",
+                                "dv", "dg",    "dbeta", "dh0"};
+  double worst[kNum] = {};
+  for (int edge = 0; edge < 2; ++edge)
+    for (int h = 0; h < H; ++h) {
+      const Slice &s = edge ? last[h] : first[h];
+      const size_t t0 = edge ? N - P : 0;
+      ErrAcc e[kNum];
+      for (size_t t = 0; t < size_t(P); ++t) {
+        for (int c = 0; c < D; ++c) {
+          const size_t gi = ((t0 + t) * H + h) * D + c, li = t * D + c;
+          e[kO].add(bfAt(ro, gi), s.o[li]);
+          e[kDq].add(bfAt(rdq, gi), s.dq[li]);
+          e[kDk].add(bfAt(rdk, gi), s.dk[li]);
+          e[kDv].add(bfAt(rdv, gi), s.dv[li]);
+        }
+        e[kDg].add(f32At(rdg, (t0 + t) * H + h), s.dg[t]);
+        e[kDb].add(f32At(rdb, (t0 + t) * H + h), s.db[t]);
+      }
+      for (size_t i = 0; i < S; ++i) {
+        if (edge)
+          e[kFin].add(f32At(rfin, h * S + i), s.fin[i]);
+        else
+          e[kDh0].add(f32At(rdh0, h * S + i), s.dInit[i]);
+      }
+      for (int t = 0; t < kNum; ++t)
+        if (e[t].count)
+          worst[t] = std::max(worst[t], e[t].rel());
+    }
+  std::printf("[gdn chunk long] T=%d worst rel err over the first and last "
+              "%d tokens of %d heads:",
+              T, P, H);
+  for (int t = 0; t < kNum; ++t) {
+    std::printf(" %s %.2e", errNames[t], worst[t]);
+    EXPECT_LT(worst[t], (t == kO || t == kFin) ? 2e-2 : 4e-2) << errNames[t];
+  }
+  std::printf("\n");
+}
+
+TEST_F(GdnCuda, LongT32768ChunkQwenHeads) { checkChunkLong(32768, 100); }
+TEST_F(GdnCuda, LongT131072ChunkQwenHeads) { checkChunkLong(131072, 200); }
+
+/// The short conv at the Qwen3.5 GDN layer's conv width (q, k, v: 6144
+/// channels, kernel 4) over 131072 tokens, both conv paths: every output
+/// finite, the guards intact, and channel slices against the float64
+/// reference over the whole sequence (channels are independent, so a slice
+/// is a narrower conv with every token: y, dx and the dw of its channels).
+TEST_F(GdnCuda, LongT131072ConvChannelSlices) {
+  constexpr int T = 131072, C = 6144, K = 4, kSlice = 64;
+  const size_t n = size_t(T) * C;
+  auto x = fastUniform<bf16>(n, 301, -2, 2),
+       dy = fastUniform<bf16>(n, 302, -2, 2),
+       w = fastUniform<bf16>(size_t(C) * K, 303, -0.8, 0.8);
+  std::vector<float> dw0(size_t(C) * K, 0.25f);
+  Dev X(x), DY(dy), W(w), Y(n * 2), DX(n * 2), DW(dw0);
+  for (Dev *d : {&X, &DY, &W, &Y, &DX, &DW})
+    ASSERT_NE(d->p, nullptr) << "cudaMalloc";
+  GdnConvArgs a = ConvCase::args(1, T, C, K);
+  a.x = X.p;
+  a.w = W.p;
+  a.y = Y.p;
+  a.dy = DY.p;
+  a.dx = DX.p;
+  a.dw = DW.p;
+  const size_t wsBytes = gdnConvBackwardWorkspaceBytes(a);
+  GuardedWorkspace ws(wsBytes);
+  ASSERT_NE(ws.p(), nullptr);
+  KernelContext ctx = gpuCtx(ws.p(), wsBytes);
+  // Slices: the first, a middle and the last 64 channels (q, k, v).
+  const int starts[] = {0, 2048 + 1000, C - kSlice};
+  forEachConvPath(a, [&] {
+    Y.poison();
+    DX.poison();
+    ws.poison();
+    CK(cudaMemcpy(DW.p, dw0.data(), DW.bytes, cudaMemcpyHostToDevice));
+    ASSERT_EQ(gdnConvForward(ctx, a), Status::Ok);
+    ASSERT_EQ(gdnConvBackward(ctx, a), Status::Ok);
+    CK(cudaDeviceSynchronize());
+    EXPECT_TRUE(ws.intact())
+        << "wrote outside its " << wsBytes << "-byte workspace";
+    auto ry = Y.raw(), rdx = DX.raw();
+    auto rdw = DW.raw();
+    EXPECT_EQ(nonFiniteBf16(ry.data(), n), 0u) << "y";
+    EXPECT_EQ(nonFiniteBf16(rdx.data(), n), 0u) << "dx";
+    EXPECT_EQ(nonFiniteF32(rdw.data(), dw0.size()), 0u) << "dw";
+    ErrAcc ey[3], edx[3], edw[3];
+    parallelFor(3, [&](size_t si) {
+      const int c0 = starts[si];
+      Vec sx(size_t(T) * kSlice), sdy(sx.size()), sw(size_t(kSlice) * K),
+          sdw(sw.size()), oy, odx;
+      for (size_t t = 0; t < size_t(T); ++t)
+        for (int c = 0; c < kSlice; ++c) {
+          sx[t * kSlice + c] = toFloat(x[t * C + c0 + c]);
+          sdy[t * kSlice + c] = toFloat(dy[t * C + c0 + c]);
+        }
+      for (int c = 0; c < kSlice; ++c)
+        for (int j = 0; j < K; ++j) {
+          sw[c * K + j] = toFloat(w[(c0 + c) * K + j]);
+          sdw[c * K + j] = dw0[(c0 + c) * K + j];
+        }
+      ap::test::convReferenceF64(1, T, kSlice, K, sx, sw, sdy, oy, odx, sdw);
+      for (size_t t = 0; t < size_t(T); ++t)
+        for (int c = 0; c < kSlice; ++c) {
+          ey[si].add(bfAt(ry, t * C + c0 + c), oy[t * kSlice + c]);
+          edx[si].add(bfAt(rdx, t * C + c0 + c), odx[t * kSlice + c]);
+        }
+      for (int i = 0; i < kSlice * K; ++i)
+        edw[si].add(f32At(rdw, size_t(c0) * K + i), sdw[i]);
+    });
+    for (int si = 0; si < 3; ++si) {
+      SCOPED_TRACE(testing::Message() << "channels from " << starts[si]);
+      EXPECT_LT(ey[si].rel(), 1e-2);
+      EXPECT_LT(edx[si].rel(), 1e-2);
+      EXPECT_LT(edw[si].rel(), 1e-4); // fp32 sums of exact bf16 products
+    }
+  });
+}
+
+/// The gated RMSNorm of the GDN output (16 heads of 128) over 131072
+/// tokens, 2M rows: every output finite, the guards intact, two runs the
+/// same bits, and the float64 reference on every row (blocks of rows on the
+/// host threads; dw summed over all of them).
+TEST_F(GdnCuda, LongT131072GatedNormAllRows) {
+  constexpr int T = 131072, H = 16, d = 128;
+  const size_t rows = size_t(T) * H, n = rows * d;
+  auto x = fastUniform<bf16>(n, 401, -2, 2),
+       z = fastUniform<bf16>(n, 402, -3, 3),
+       dy = fastUniform<bf16>(n, 403, -2, 2),
+       w = fastUniform<bf16>(d, 404, 0.5, 1.5);
+  std::vector<float> dw0(d, 0.5f);
+  Dev X(x), Z(z), DY(dy), W(w), Y(n * 2), R(rows * 4), DX(n * 2), DZ(n * 2),
+      DW(dw0);
+  for (Dev *p : {&X, &Z, &DY, &W, &Y, &R, &DX, &DZ, &DW})
+    ASSERT_NE(p->p, nullptr) << "cudaMalloc";
+  GdnGatedNormArgs a;
+  a.dtype = DType::BF16;
+  a.tokens = T;
+  a.heads = H;
+  a.dim = d;
+  a.x = X.p;
+  a.z = Z.p;
+  a.w = W.p;
+  a.y = Y.p;
+  a.rstd = R.p;
+  a.dy = DY.p;
+  a.dx = DX.p;
+  a.dz = DZ.p;
+  a.dw = DW.p;
+  const size_t wsBytes = gdnGatedNormBackwardWorkspaceBytes(a);
+  GuardedWorkspace ws(wsBytes);
+  ASSERT_NE(ws.p(), nullptr);
+  KernelContext ctx = gpuCtx(ws.p(), wsBytes);
+  std::vector<std::vector<unsigned char>> first;
+  for (int run = 0; run < 2; ++run) {
+    for (Dev *p : {&Y, &R, &DX, &DZ})
+      p->poison();
+    ws.poison();
+    CK(cudaMemcpy(DW.p, dw0.data(), DW.bytes, cudaMemcpyHostToDevice));
+    ASSERT_EQ(gdnGatedNormForward(ctx, a), Status::Ok);
+    ASSERT_EQ(gdnGatedNormBackward(ctx, a), Status::Ok);
+    CK(cudaDeviceSynchronize());
+    EXPECT_TRUE(ws.intact())
+        << "wrote outside its " << wsBytes << "-byte workspace";
+    std::vector<std::vector<unsigned char>> cur = {Y.raw(), R.raw(), DX.raw(),
+                                                   DZ.raw(), DW.raw()};
+    if (run == 0)
+      first = std::move(cur);
+    else
+      for (size_t i = 0; i < cur.size(); ++i)
+        EXPECT_TRUE(cur[i] == first[i]) << "output " << i << " differs";
+  }
+  EXPECT_EQ(nonFiniteBf16(first[0].data(), n), 0u) << "y";
+  EXPECT_EQ(nonFiniteF32(first[1].data(), rows), 0u) << "rstd";
+  EXPECT_EQ(nonFiniteBf16(first[2].data(), n), 0u) << "dx";
+  EXPECT_EQ(nonFiniteBf16(first[3].data(), n), 0u) << "dz";
+  // The reference in blocks of 1024 tokens; dw per block, summed in order.
+  constexpr size_t kTok = 1024;
+  const size_t blocks = T / kTok, per = kTok * H * d;
+  std::vector<ErrAcc> ey(blocks), er(blocks), edx(blocks), edz(blocks);
+  std::vector<Vec> dwPart(blocks);
+  Vec wv(d);
+  for (int i = 0; i < d; ++i)
+    wv[i] = toFloat(w[i]);
+  std::vector<int> ok(blocks, 0);
+  parallelFor(blocks, [&](size_t b) {
+    const size_t e0 = b * per;
+    Vec sx(per), sz(per), sdy(per), oy(per), orr(kTok * H), odx(per), odz(per);
+    for (size_t i = 0; i < per; ++i) {
+      sx[i] = toFloat(x[e0 + i]);
+      sz[i] = toFloat(z[e0 + i]);
+      sdy[i] = toFloat(dy[e0 + i]);
+    }
+    dwPart[b].assign(d, 0.0);
+    GdnGatedNormArgs r = a;
+    r.dtype = DType::F64;
+    r.tokens = kTok;
+    r.x = sx.data();
+    r.z = sz.data();
+    r.w = wv.data();
+    r.y = oy.data();
+    r.rstd = orr.data();
+    r.dy = sdy.data();
+    r.dx = odx.data();
+    r.dz = odz.data();
+    r.dw = dwPart[b].data();
+    ok[b] = gdnGatedNormForward(KernelContext{}, r) == Status::Ok &&
+            gdnGatedNormBackward(KernelContext{}, r) == Status::Ok;
+    for (size_t i = 0; i < per; ++i) {
+      ey[b].add(bfAt(first[0], e0 + i), oy[i]);
+      edx[b].add(bfAt(first[2], e0 + i), odx[i]);
+      edz[b].add(bfAt(first[3], e0 + i), odz[i]);
+    }
+    for (size_t i = 0; i < kTok * H; ++i)
+      er[b].add(f32At(first[1], b * kTok * H + i), orr[i]);
+  });
+  ErrAcc ty, tr, tdx, tdz, tdw;
+  Vec dwRef(d, 0.0);
+  for (size_t b = 0; b < blocks; ++b) {
+    ASSERT_TRUE(ok[b]) << "reference failed on block " << b;
+    ty.merge(ey[b]);
+    tr.merge(er[b]);
+    tdx.merge(edx[b]);
+    tdz.merge(edz[b]);
+    for (int i = 0; i < d; ++i)
+      dwRef[i] += dwPart[b][i];
+  }
+  for (int i = 0; i < d; ++i)
+    tdw.add(f32At(first[4], i) - dw0[i], dwRef[i]);
+  std::printf("[gated norm long] rel err y %.2e rstd %.2e dx %.2e dz %.2e "
+              "dw %.2e\n",
+              ty.rel(), tr.rel(), tdx.rel(), tdz.rel(), tdw.rel());
+  EXPECT_LT(ty.rel(), 1e-2);
+  EXPECT_LT(tr.rel(), 1e-5);
+  EXPECT_LT(tdx.rel(), 1e-2);
+  EXPECT_LT(tdz.rel(), 1e-2);
+  EXPECT_LT(tdw.rel(), 1e-4);
 }
 
 #else

@@ -11,6 +11,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "kernels/kernels.h"
+#include "kernels/reference/dense/dense_internal.h"
 
 #include <gtest/gtest.h>
 
@@ -123,6 +124,102 @@ TEST(WorkspaceQueries, GdnChunkIsFormerPlanPlusPTiles) {
             360448u + 131072u);
   EXPECT_EQ(gdnChunkBackwardWorkspaceBytes(Backend::Cuda, small),
             1048576u + 131072u);
+}
+
+// Qwen3.5-0.8B at 32768 and 131072 tokens per sequence (B = 1): the sizes
+// pass 2^31 and 2^32 bytes, so a 32-bit product anywhere would show. Each
+// figure is the region list above worked out in 64 bits by hand.
+TEST(WorkspaceQueries, LongContextQwenShapes) {
+  // GDN chunk, Hk = Hv = 16, dk = dv = 128. T = 32768: NT = 512, rows =
+  // 16 * 512 * 64 = 524288, states = 16 * 512 * 128 * 128 = 134217728.
+  // Forward: W, U, Vnew 3 * 134217728, P 67108864, h 536870912. Backward
+  // adds dh 536870912, dVnew 268435456, dQ, dK, dW 3 * 268435456.
+  GdnChunkArgs t32 = gdnChunk(1, 32768, 16, 16, 128, 128);
+  EXPECT_EQ(gdnChunkForwardWorkspaceBytes(Backend::Cuda, t32),
+            uint64_t(1006632960));
+  EXPECT_EQ(gdnChunkBackwardWorkspaceBytes(Backend::Cuda, t32),
+            uint64_t(2617245696));
+  // T = 131072: four times each region.
+  GdnChunkArgs t128 = gdnChunk(1, 131072, 16, 16, 128, 128);
+  EXPECT_EQ(gdnChunkForwardWorkspaceBytes(Backend::Cuda, t128),
+            uint64_t(4026531840));
+  EXPECT_EQ(gdnChunkBackwardWorkspaceBytes(Backend::Cuda, t128),
+            uint64_t(10468982784));
+  // Short conv over q, k, v (6144 channels, kernel 4): 1024 runs of 128
+  // tokens, one fp32 [6144][4] partial each.
+  GdnConvArgs conv;
+  conv.batch = 1;
+  conv.seqLen = 131072;
+  conv.channels = 6144;
+  conv.kernelSize = 4;
+  EXPECT_EQ(gdnConvBackwardWorkspaceBytes(Backend::Cuda, conv),
+            uint64_t(1024) * 6144 * 4 * 4);
+  // Gated norm, 131072 x 16 rows of 128: 16 rows per pass, 128 passes per
+  // block, 1024 fp32 partial rows.
+  GdnGatedNormArgs norm;
+  norm.tokens = 131072;
+  norm.heads = 16;
+  norm.dim = 128;
+  EXPECT_EQ(gdnGatedNormBackwardWorkspaceBytes(Backend::Cuda, norm),
+            uint64_t(1024) * 128 * 4);
+  // RMSNorm over 131072 rows of 1024: 8 rows per pass, 16 passes, 1024
+  // partial rows.
+  RmsNormBackwardArgs rms;
+  rms.rows = 131072;
+  rms.dim = 1024;
+  EXPECT_EQ(rmsNormBackwardWorkspaceBytes(Backend::Cuda, rms),
+            uint64_t(1024) * 1024 * 4);
+  // The LM head's chunk buffers do not grow with the tokens.
+  EXPECT_EQ(lmHeadCrossEntropyChunkWorkspaceBytes(Backend::Cuda,
+                                                  lmHead(131072, 248320, 1024)),
+            1525690368u);
+}
+
+// Attention backward at long T: one (batch, head) pair's dS tiles grow as
+// T^2 (tiles (tiles + 1) / 2 * 8 KiB: 1 GiB at T = 32768, 16 GiB at
+// 131072), so where one pair outgrows the 256 MiB StoredDs cap (T > 16320)
+// the default algorithm recomputes dQ and the scratch is linear in T: D
+// (N Hq 4) plus the GQA partials (N Hq (Dqk + Dv) 4).
+TEST(WorkspaceQueries, AttentionBackwardLinearInLongT) {
+  auto algo = [](int32_t T) {
+    return detail::attentionBackwardDefaultAlgo(
+        attention(1, T, 8, 2, 256, 256).shape);
+  };
+  EXPECT_EQ(algo(4096), AttentionBackwardAlgo::StoredDs);
+  EXPECT_EQ(algo(16320), AttentionBackwardAlgo::StoredDs); // 255 tiles
+  EXPECT_EQ(algo(16384), AttentionBackwardAlgo::RecomputeDq);
+  EXPECT_EQ(algo(131072), AttentionBackwardAlgo::RecomputeDq);
+  // T = 32768: D 1048576, partials 2 * 268435456.
+  EXPECT_EQ(
+      attentionBackwardWorkspaceBytes(attention(1, 32768, 8, 2, 256, 256)),
+      uint64_t(537919488));
+  // T = 131072: D 4194304, partials 2 * 1073741824.
+  EXPECT_EQ(
+      attentionBackwardWorkspaceBytes(attention(1, 131072, 8, 2, 256, 256)),
+      uint64_t(2151677952));
+  // StoredDs on request still sizes its tiles in 64 bits: at T = 131072,
+  // 2048 * 2049 / 2 tiles of 8192 bytes for the one pair a launch holds.
+  EXPECT_EQ(detail::attentionStoredDsChunk(
+                attention(1, 131072, 8, 2, 256, 256).shape),
+            1);
+  EXPECT_EQ(detail::attentionBackwardWorkspaceBytesFor(
+                attention(1, 131072, 8, 2, 256, 256).shape,
+                AttentionBackwardAlgo::StoredDs),
+            uint64_t(2151677952) + uint64_t(2048) * 2049 / 2 * 8192);
+  // Up to the cap nothing changes: T = 4096 (the earlier figure above).
+  EXPECT_EQ(
+      attentionBackwardWorkspaceBytes(attention(1, 4096, 16, 16, 128, 128)),
+      136577024u);
+}
+
+// The cross-entropy gradient kernel puts a chunk's rows on grid.y, which
+// CUDA caps at 65535; longer chunks stride.
+TEST(LaunchShapes, CrossEntropyGradRowsWithinGridLimit) {
+  EXPECT_EQ(ref::ceGradGridRows(1), 1);
+  EXPECT_EQ(ref::ceGradGridRows(1024), 1024);
+  EXPECT_EQ(ref::ceGradGridRows(65535), 65535);
+  EXPECT_EQ(ref::ceGradGridRows(65536), 65535);
+  EXPECT_EQ(ref::ceGradGridRows(131072), 65535);
 }
 
 // Shapes the dialect accepts can need more than 64 bits count: the sizes
