@@ -193,6 +193,8 @@ protected:
     EXPECT_TRUE(sameBytes(dCopy.down(), copyRef));
   }
 
+  void rmsNormCase(int64_t rows, int64_t dim, int64_t stride, bool zc);
+  void ropeCase(const RopeArgs &a, const std::vector<bf16> &x);
   void embeddingBitwise(const std::vector<int32_t> &ids,
                         const std::vector<bf16> &w, const std::vector<bf16> &dy,
                         const std::vector<float> &dw0, int64_t D);
@@ -337,6 +339,119 @@ TEST_F(DenseCuda, LinearSmTargetKeepsTheBits) {
 // RMSNorm
 //===----------------------------------------------------------------------===//
 
+/// RMSNorm forward and backward over `rows` rows of `dim` (row stride
+/// `stride`, 0: dense; zc: zero-centred weight) against the host reference,
+/// twice (bitwise equal), and the backward that rebuilds y.
+void DenseCuda::rmsNormCase(int64_t rows, int64_t dim, int64_t stride,
+                            bool zc) {
+  SCOPED_TRACE(::testing::Message()
+               << "rows " << rows << " dim " << dim << " stride " << stride);
+  const int64_t xs = stride ? stride : dim;
+  auto x = randBf16(rows * xs, 10, 2.f), w = randBf16(dim, 11, 0.5f),
+       dy = randBf16(rows * xs, 12);
+  auto dw0 = hashFloats(dim, 13, 1.f);
+  // Host reference.
+  std::vector<bf16> yRef(rows * dim), dxRef(rows * xs, bf16(7.f));
+  std::vector<float> rsRef(rows), dwRef = dw0;
+  RmsNormForwardArgs f{DType::BF16, x.data(),     w.data(),
+                       yRef.data(), rsRef.data(), rows,
+                       dim,         xs,           0};
+  f.zeroCentered = zc;
+  ASSERT_EQ(rmsNormForward(host, f), Status::Ok);
+  RmsNormBackwardArgs b{DType::BF16, x.data(),     w.data(),     rsRef.data(),
+                        dy.data(),   dxRef.data(), dwRef.data(), rows,
+                        dim,         xs,           xs,           xs};
+  b.zeroCentered = zc;
+  ASSERT_EQ(rmsNormBackward(host, b), Status::Ok);
+
+  Dev<bf16> dX(x.size()), dWt(w.size()), dY(rows * dim), dDy(dy.size()),
+      dDx(rows * xs);
+  Dev<float> dRs(rows), dDw(dim);
+  dX.up(x);
+  dWt.up(w);
+  dDy.up(dy);
+  reserve(rmsNormBackwardWorkspaceBytes(Backend::Cuda, b));
+  std::vector<bf16> y1, dx1;
+  std::vector<float> rs1, dw1;
+  for (int run = 0; run < 2; ++run) {
+    dY.poison(run ? 0x7F : 0xFF);
+    dRs.poison(run ? 0x7F : 0xFF);
+    // Same poison both runs: outside a strided view it must survive, and
+    // the bytes there take part in the determinism comparison.
+    dDx.poison(0xFF);
+    dDw.up(dw0);
+    RmsNormForwardArgs fg = f;
+    fg.x = dX.p;
+    fg.w = dWt.p;
+    fg.y = dY.p;
+    fg.rstd = dRs.p;
+    ASSERT_EQ(rmsNormForward(ctx, fg), Status::Ok);
+    RmsNormBackwardArgs bg = b;
+    bg.x = dX.p;
+    bg.w = dWt.p;
+    bg.rstd = dRs.p;
+    bg.dy = dDy.p;
+    bg.dx = dDx.p;
+    bg.dw = dDw.p;
+    ASSERT_EQ(rmsNormBackward(ctx, bg), Status::Ok);
+    sync();
+    auto y = dY.down(), dx = dDx.down();
+    auto rs = dRs.down(), dw = dDw.down();
+    if (run == 1) {
+      EXPECT_TRUE(sameBytes(y, y1) && sameBytes(dx, dx1) &&
+                  sameBytes(rs, rs1) && sameBytes(dw, dw1))
+          << "rmsnorm not deterministic";
+      break;
+    }
+    y1 = y, dx1 = dx, rs1 = rs, dw1 = dw;
+  }
+  {
+    // train-fuse-recompute: the backward that also writes y (from the
+    // saved rstd) writes the forward's bytes, and dx, dw as without y.
+    Dev<bf16> dY2(rows * dim), dDx2(rows * xs);
+    Dev<float> dDw2(dim);
+    dY2.poison(0xFF);
+    dDx2.poison(0xFF);
+    dDw2.up(dw0);
+    RmsNormBackwardArgs bg = b;
+    bg.x = dX.p;
+    bg.w = dWt.p;
+    bg.rstd = dRs.p;
+    bg.dy = dDy.p;
+    bg.dx = dDx2.p;
+    bg.dw = dDw2.p;
+    bg.y = dY2.p;
+    ASSERT_EQ(rmsNormBackward(ctx, bg), Status::Ok);
+    sync();
+    EXPECT_TRUE(sameBytes(dY2.down(), y1)) << "rebuilt y";
+    EXPECT_TRUE(sameBytes(dDx2.down(), dx1) && sameBytes(dDw2.down(), dw1))
+        << "dx, dw with y";
+  }
+  EXPECT_LT(relErr(y1, yRef), 8e-3);
+  EXPECT_LT(relErr(rs1, rsRef), 1e-5);
+  // Only the dx view is compared; the other half of a strided row must
+  // keep its poison.
+  std::vector<bf16> dxView, dxRefView;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < xs; ++j) {
+      if (j < dim) {
+        dxView.push_back(dx1[r * xs + j]);
+        dxRefView.push_back(dxRef[r * xs + j]);
+      } else if (dx1[r * xs + j].bits != 0xFFFF) {
+        ADD_FAILURE() << "dx written outside its view";
+        r = rows;
+        break;
+      }
+    }
+  EXPECT_LT(relErr(dxView, dxRefView), 1e-2);
+  std::vector<double> dwg(dim), dwr(dim);
+  for (int64_t j = 0; j < dim; ++j) {
+    dwg[j] = double(dw1[j]) - dw0[j];
+    dwr[j] = double(dwRef[j]) - dw0[j];
+  }
+  EXPECT_LT(relErr(dwg, dwr), 1e-4);
+}
+
 TEST_F(DenseCuda, RmsNormModelAndQNormShapes) {
   struct Case {
     int64_t rows, dim, stride;
@@ -350,112 +465,7 @@ TEST_F(DenseCuda, RmsNormModelAndQNormShapes) {
                  Case{kT * 8, 256, 512, true}, Case{kT * 2, 256, 0, true},
                  Case{kT + 3, kD, 0, true}, Case{777, 100, 0, false},
                  Case{1000, 24, 40, true}, Case{301, 1536, 0, true}}) {
-    SCOPED_TRACE(::testing::Message() << "rows " << c.rows << " dim " << c.dim
-                                      << " stride " << c.stride);
-    const int64_t xs = c.stride ? c.stride : c.dim;
-    auto x = randBf16(c.rows * xs, 10, 2.f), w = randBf16(c.dim, 11, 0.5f),
-         dy = randBf16(c.rows * xs, 12);
-    auto dw0 = hashFloats(c.dim, 13, 1.f);
-    // Host reference.
-    std::vector<bf16> yRef(c.rows * c.dim), dxRef(c.rows * xs, bf16(7.f));
-    std::vector<float> rsRef(c.rows), dwRef = dw0;
-    RmsNormForwardArgs f{DType::BF16, x.data(),     w.data(),
-                         yRef.data(), rsRef.data(), c.rows,
-                         c.dim,       xs,           0};
-    f.zeroCentered = c.zc;
-    ASSERT_EQ(rmsNormForward(host, f), Status::Ok);
-    RmsNormBackwardArgs b{DType::BF16, x.data(),     w.data(),     rsRef.data(),
-                          dy.data(),   dxRef.data(), dwRef.data(), c.rows,
-                          c.dim,       xs,           xs,           xs};
-    b.zeroCentered = c.zc;
-    ASSERT_EQ(rmsNormBackward(host, b), Status::Ok);
-
-    Dev<bf16> dX(x.size()), dWt(w.size()), dY(c.rows * c.dim), dDy(dy.size()),
-        dDx(c.rows * xs);
-    Dev<float> dRs(c.rows), dDw(c.dim);
-    dX.up(x);
-    dWt.up(w);
-    dDy.up(dy);
-    reserve(rmsNormBackwardWorkspaceBytes(Backend::Cuda, b));
-    std::vector<bf16> y1, dx1;
-    std::vector<float> rs1, dw1;
-    for (int run = 0; run < 2; ++run) {
-      dY.poison(run ? 0x7F : 0xFF);
-      dRs.poison(run ? 0x7F : 0xFF);
-      // Same poison both runs: outside a strided view it must survive, and
-      // the bytes there take part in the determinism comparison.
-      dDx.poison(0xFF);
-      dDw.up(dw0);
-      RmsNormForwardArgs fg = f;
-      fg.x = dX.p;
-      fg.w = dWt.p;
-      fg.y = dY.p;
-      fg.rstd = dRs.p;
-      ASSERT_EQ(rmsNormForward(ctx, fg), Status::Ok);
-      RmsNormBackwardArgs bg = b;
-      bg.x = dX.p;
-      bg.w = dWt.p;
-      bg.rstd = dRs.p;
-      bg.dy = dDy.p;
-      bg.dx = dDx.p;
-      bg.dw = dDw.p;
-      ASSERT_EQ(rmsNormBackward(ctx, bg), Status::Ok);
-      sync();
-      auto y = dY.down(), dx = dDx.down();
-      auto rs = dRs.down(), dw = dDw.down();
-      if (run == 1) {
-        EXPECT_TRUE(sameBytes(y, y1) && sameBytes(dx, dx1) &&
-                    sameBytes(rs, rs1) && sameBytes(dw, dw1))
-            << "rmsnorm not deterministic";
-        break;
-      }
-      y1 = y, dx1 = dx, rs1 = rs, dw1 = dw;
-    }
-    {
-      // train-fuse-recompute: the backward that also writes y (from the
-      // saved rstd) writes the forward's bytes, and dx, dw as without y.
-      Dev<bf16> dY2(c.rows * c.dim), dDx2(c.rows * xs);
-      Dev<float> dDw2(c.dim);
-      dY2.poison(0xFF);
-      dDx2.poison(0xFF);
-      dDw2.up(dw0);
-      RmsNormBackwardArgs bg = b;
-      bg.x = dX.p;
-      bg.w = dWt.p;
-      bg.rstd = dRs.p;
-      bg.dy = dDy.p;
-      bg.dx = dDx2.p;
-      bg.dw = dDw2.p;
-      bg.y = dY2.p;
-      ASSERT_EQ(rmsNormBackward(ctx, bg), Status::Ok);
-      sync();
-      EXPECT_TRUE(sameBytes(dY2.down(), y1)) << "rebuilt y";
-      EXPECT_TRUE(sameBytes(dDx2.down(), dx1) && sameBytes(dDw2.down(), dw1))
-          << "dx, dw with y";
-    }
-    EXPECT_LT(relErr(y1, yRef), 8e-3);
-    EXPECT_LT(relErr(rs1, rsRef), 1e-5);
-    // Only the dx view is compared; the other half of a strided row must
-    // keep its poison.
-    std::vector<bf16> dxView, dxRefView;
-    for (int64_t r = 0; r < c.rows; ++r)
-      for (int64_t j = 0; j < xs; ++j) {
-        if (j < c.dim) {
-          dxView.push_back(dx1[r * xs + j]);
-          dxRefView.push_back(dxRef[r * xs + j]);
-        } else if (dx1[r * xs + j].bits != 0xFFFF) {
-          ADD_FAILURE() << "dx written outside its view";
-          r = c.rows;
-          break;
-        }
-      }
-    EXPECT_LT(relErr(dxView, dxRefView), 1e-2);
-    std::vector<double> dwg(c.dim), dwr(c.dim);
-    for (int64_t j = 0; j < c.dim; ++j) {
-      dwg[j] = double(dw1[j]) - dw0[j];
-      dwr[j] = double(dwRef[j]) - dw0[j];
-    }
-    EXPECT_LT(relErr(dwg, dwr), 1e-4);
+    rmsNormCase(c.rows, c.dim, c.stride, c.zc);
   }
 }
 
@@ -508,6 +518,45 @@ TEST_F(DenseCuda, RmsNormAlignedAndElementwiseAccessBitwiseEqual) {
 // RoPE
 //===----------------------------------------------------------------------===//
 
+/// RoPE of `a`'s shape on x, forward and backward: twice (bitwise equal)
+/// against the host reference, and in place the same bits.
+void DenseCuda::ropeCase(const RopeArgs &a, const std::vector<bf16> &x) {
+  const int64_t n = a.batch * a.seq * a.heads * a.headDim;
+  for (bool backward : {false, true}) {
+    std::vector<bf16> ref(n);
+    RopeArgs h = a;
+    h.x = x.data();
+    h.y = ref.data();
+    ASSERT_EQ(backward ? ropeBackward(host, h) : ropeForward(host, h),
+              Status::Ok);
+    Dev<bf16> dX(n), dY(n);
+    dX.up(x);
+    std::vector<bf16> first;
+    for (int run = 0; run < 2; ++run) {
+      dY.poison(run ? 0x7F : 0xFF);
+      RopeArgs g = a;
+      g.x = dX.p;
+      g.y = dY.p;
+      ASSERT_EQ(backward ? ropeBackward(ctx, g) : ropeForward(ctx, g),
+                Status::Ok);
+      sync();
+      auto y = dY.down();
+      if (run)
+        EXPECT_TRUE(sameBytes(y, first)) << "rope not deterministic";
+      first = y;
+    }
+    EXPECT_LT(relErr(first, ref), 8e-3);
+    // In place gives the same bits as out of place.
+    RopeArgs g = a;
+    g.x = dX.p;
+    g.y = dX.p;
+    ASSERT_EQ(backward ? ropeBackward(ctx, g) : ropeForward(ctx, g),
+              Status::Ok);
+    sync();
+    EXPECT_TRUE(sameBytes(dX.down(), first));
+  }
+}
+
 TEST_F(DenseCuda, RopeQwenAndMlaShapes) {
   struct Case {
     int64_t heads, headDim, offset, rd;
@@ -529,41 +578,7 @@ TEST_F(DenseCuda, RopeQwenAndMlaShapes) {
     a.offset = c.offset;
     a.rotaryDim = c.rd;
     a.theta = c.theta;
-    const int64_t n = a.batch * a.seq * a.heads * a.headDim;
-    auto x = randBf16(n, 20);
-    for (bool backward : {false, true}) {
-      std::vector<bf16> ref(n);
-      RopeArgs h = a;
-      h.x = x.data();
-      h.y = ref.data();
-      ASSERT_EQ(backward ? ropeBackward(host, h) : ropeForward(host, h),
-                Status::Ok);
-      Dev<bf16> dX(n), dY(n);
-      dX.up(x);
-      std::vector<bf16> first;
-      for (int run = 0; run < 2; ++run) {
-        dY.poison(run ? 0x7F : 0xFF);
-        RopeArgs g = a;
-        g.x = dX.p;
-        g.y = dY.p;
-        ASSERT_EQ(backward ? ropeBackward(ctx, g) : ropeForward(ctx, g),
-                  Status::Ok);
-        sync();
-        auto y = dY.down();
-        if (run)
-          EXPECT_TRUE(sameBytes(y, first)) << "rope not deterministic";
-        first = y;
-      }
-      EXPECT_LT(relErr(first, ref), 8e-3);
-      // In place gives the same bits as out of place.
-      RopeArgs g = a;
-      g.x = dX.p;
-      g.y = dX.p;
-      ASSERT_EQ(backward ? ropeBackward(ctx, g) : ropeForward(ctx, g),
-                Status::Ok);
-      sync();
-      EXPECT_TRUE(sameBytes(dX.down(), first));
-    }
+    ropeCase(a, randBf16(a.batch * a.seq * a.heads * a.headDim, 20));
   }
 }
 
@@ -1154,6 +1169,22 @@ std::vector<int32_t> longIds(int64_t n, int64_t vocab, uint32_t seed) {
     ids[i] = i % 5 == 0 ? int32_t(i % 7) : int32_t(gen() % vocab);
   ids[n - 1] = int32_t(vocab - 1);
   return ids;
+}
+
+/// The final RMSNorm over 131072 rows of 1024, and RoPE of the attention
+/// q (8 heads of 256, a quarter rotated, theta 1e7) at positions up to
+/// 131071 (angles in double on both sides).
+TEST_F(DenseCuda, LongT131072RmsNormAndRope) {
+  rmsNormCase(kLongTokens, kD, 0, true);
+  RopeArgs a{DType::BF16};
+  a.batch = 1;
+  a.seq = kLongTokens;
+  a.heads = 8;
+  a.headDim = 256;
+  a.offset = 0;
+  a.rotaryDim = 64;
+  a.theta = 1e7;
+  ropeCase(a, fastUniform<bf16>(a.seq * a.heads * a.headDim, 89, -2, 2));
 }
 
 TEST_F(DenseCuda, LongT131072EmbeddingBitwise) {
