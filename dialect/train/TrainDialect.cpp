@@ -49,6 +49,26 @@ LogicalResult TrainDialect::verifyOperationAttribute(Operation *op,
              << "' must be a positive integer, got " << attr.getValue();
     return success();
   }
+  if (attr.getName() == kPipelineStagesAttrName ||
+      attr.getName() == kPipelineStageAttrName) {
+    auto n = dyn_cast<IntegerAttr>(attr.getValue());
+    if (!isa<ModuleOp>(op) || !n || n.getValue().getSExtValue() < 0)
+      return op->emitError() << "'" << attr.getName().getValue()
+                             << "' is a module attribute, a non-negative "
+                                "integer; got "
+                             << attr.getValue();
+    return success();
+  }
+  if (attr.getName() == kPipelineLayersAttrName) {
+    auto range = dyn_cast<DenseI64ArrayAttr>(attr.getValue());
+    if (!isa<ModuleOp>(op) || !range || range.size() != 2 ||
+        range[0] < 0 || range[1] <= range[0])
+      return op->emitError() << "'" << kPipelineLayersAttrName
+                             << "' is a module attribute [first, end) of "
+                                "decoder layers; got "
+                             << attr.getValue();
+    return success();
+  }
   if (attr.getName() == kModelNameAttrName) {
     if (!isa<StringAttr>(attr.getValue()))
       return op->emitError() << "'" << kModelNameAttrName

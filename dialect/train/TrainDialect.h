@@ -30,6 +30,14 @@ inline constexpr llvm::StringLiteral kModelNameAttrName = "train.model";
 /// settings is refused naming the field.
 inline constexpr llvm::StringLiteral kModelConfigAttrName =
     "train.model_config";
+/// Module attributes of one pipeline stage (train-pipeline-stage): the
+/// stage count, this stage (0-based) and its decoder layers [first, end).
+inline constexpr llvm::StringLiteral kPipelineStagesAttrName =
+    "train.pipeline_stages";
+inline constexpr llvm::StringLiteral kPipelineStageAttrName =
+    "train.pipeline_stage";
+inline constexpr llvm::StringLiteral kPipelineLayersAttrName =
+    "train.pipeline_layers";
 /// Unit attribute on forward ops cloned into backward by train-recompute.
 inline constexpr llvm::StringLiteral kRecomputedAttrName = "train.recomputed";
 /// Unit attribute on recompute clones that train-recompute-stream issued

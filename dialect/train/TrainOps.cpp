@@ -593,5 +593,24 @@ LogicalResult MicrobatchLoopOp::verify() {
   return success();
 }
 
+LogicalResult YieldOp::verify() {
+  // A stage without the LM head yields nothing; otherwise the loss sum and
+  // the token count, in that order.
+  if (getValues().empty())
+    return success();
+  auto isScalar = [](Value v, Type elt) {
+    auto t = dyn_cast<RankedTensorType>(v.getType());
+    return t && t.getRank() == 0 && t.getElementType() == elt;
+  };
+  Builder b(getContext());
+  if (getValues().size() != 2 || !isScalar(getValues()[0], b.getF32Type()) ||
+      !isScalar(getValues()[1], b.getI32Type()))
+    return emitOpError() << "yields " << getValues().size()
+                         << " values; expected none (a pipeline stage "
+                            "without the loss) or the loss sum "
+                            "(tensor<f32>) and the token count (tensor<i32>)";
+  return success();
+}
+
 #define GET_OP_CLASSES
 #include "dialect/train/TrainOps.cpp.inc"

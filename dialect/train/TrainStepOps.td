@@ -41,8 +41,70 @@ def Train_MicrobatchLoopOp : Train_Op<"microbatch_loop",
 
 def Train_YieldOp : Train_Op<"yield", [Pure, Terminator, HasParent<"MicrobatchLoopOp">]> {
   let summary = "ends a microbatch: its loss sum and token count";
-  let arguments = (ins Train_F32Scalar:$loss_sum, Train_I32Scalar:$token_count);
-  let assemblyFormat = "$loss_sum `,` $token_count attr-dict `:` type($loss_sum) `,` type($token_count)";
+  let description = [{
+    Yields the microbatch's loss sum (f32) and token count (i32). A pipeline
+    stage without the LM head (`train-pipeline-stage`) computes no loss and
+    yields nothing: its loop results are 0 until the step sums them over the
+    pipeline's stages.
+
+    ```mlir
+    train.yield %loss, %count : tensor<f32>, tensor<i32>
+    train.yield
+    ```
+  }];
+  let arguments = (ins Variadic<AnyRankedTensor>:$values);
+  let assemblyFormat = "($values^ `:` type($values))? attr-dict";
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// The loss sum and token count, or null on a stage without the loss.
+    ::mlir::Value getLossSum() { return getValues().empty() ? nullptr : getValues()[0]; }
+    ::mlir::Value getTokenCount() { return getValues().empty() ? nullptr : getValues()[1]; }
+  }];
+}
+
+def Train_PipelinePeer : I32EnumAttr<"PipelinePeer", "neighbouring pipeline stage", [
+  I32EnumAttrCase<"Prev", 0, "prev">,
+  I32EnumAttrCase<"Next", 1, "next">
+]> {
+  let cppNamespace = "::ap::train";
+}
+
+def Train_PipelineSendOp : Train_Op<"pipeline_send", [HasParent<"MicrobatchLoopOp">]> {
+  let summary = "sends one microbatch's boundary value to the neighbouring pipeline stage";
+  let description = [{
+    On a stage of a pipeline-parallel step (`train-pipeline-stage`): the
+    forward sends a layer-boundary activation to the `next` stage, the
+    backward sends the gradient of the stage's input to the `prev` stage.
+    `channel` numbers the values crossing one boundary in one direction in
+    body order; the matching `train.pipeline_recv` on the neighbour has the
+    same channel and the opposite peer. Each microbatch sends once per
+    channel, in microbatch order.
+
+    ```mlir
+    train.pipeline_send %h next channel 0 : tensor<1x64x64xbf16>
+    ```
+  }];
+  let arguments = (ins Train_AnyFloatTensor:$value, Train_PipelinePeer:$peer,
+                       ConfinedAttr<I64Attr, [IntNonNegative]>:$channel);
+  let assemblyFormat = "$value $peer `channel` $channel attr-dict `:` type($value)";
+}
+
+def Train_PipelineRecvOp : Train_Op<"pipeline_recv", [HasParent<"MicrobatchLoopOp">]> {
+  let summary = "receives one microbatch's boundary value from the neighbouring pipeline stage";
+  let description = [{
+    The counterpart of `train.pipeline_send`: the forward of stage s > 0
+    receives its input activation from the `prev` stage, the backward of a
+    stage s < last receives the gradient of its output from the `next`
+    stage (the first backward op of such a stage).
+
+    ```mlir
+    %g = train.pipeline_recv next channel 0 : tensor<1x64x64xbf16>
+    ```
+  }];
+  let arguments = (ins Train_PipelinePeer:$peer,
+                       ConfinedAttr<I64Attr, [IntNonNegative]>:$channel);
+  let results = (outs Train_AnyFloatTensor:$value);
+  let assemblyFormat = "$peer `channel` $channel attr-dict `:` type($value)";
 }
 
 def Train_FinalizeGradsOp : Train_Op<"finalize_grads"> {

@@ -397,6 +397,9 @@ OpCost CostModel::cost(Operation *op) const {
   // copies run on the d2h / h2d queues (StreamSimulation).
   if (isa<ParamRefOp, ReshapeOp, YieldOp, MicrobatchLoopOp, WaitOp>(op))
     return c;
+  // Pipeline sends and receives run on the communication stream.
+  if (isa<PipelineSendOp, PipelineRecvOp>(op))
+    return c;
   // The copy itself runs on the d2h / h2d queue (StreamSimulation); the
   // compute stream only pays the measured slowdown copies cause beside it.
   if (isa<OffloadOp, ReloadOp>(op)) {

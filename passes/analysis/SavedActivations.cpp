@@ -26,6 +26,9 @@ std::string Scope::str() const {
 bool SavedActivations::isBackwardOp(Operation *op) {
   if (op->hasAttr(kRecomputedAttrName) || isa<ReloadOp, WaitOp>(op))
     return true;
+  // A pipeline stage's backward starts with the gradient of its output.
+  if (auto recv = dyn_cast<PipelineRecvOp>(op))
+    return recv.getPeer() == PipelinePeer::Next;
   return isa<EmbeddingGradOp, LinearGradOp, LinearInputGradOp, RMSNormGradOp,
              RMSNormGradRebuildOp, GatedRMSNormGradOp, L2NormGradOp,
              ShortConvGradOp, GDNGatesGradOp, GatedDeltaRuleGradOp, RoPEGradOp,

@@ -290,8 +290,8 @@ void TrainAutodiffPass::runOnOperation() {
   for (Operation &op : forward.getBody().front()) {
     if (auto ret = dyn_cast<func::ReturnOp>(op)) {
       yield = YieldOp::create(bodyBuilder, ret.getLoc(),
-                              mapping.lookup(ret.getOperand(0)),
-                              mapping.lookup(ret.getOperand(1)));
+                              ValueRange{mapping.lookup(ret.getOperand(0)),
+                                         mapping.lookup(ret.getOperand(1))});
       continue;
     }
     bodyBuilder.clone(op, mapping);

@@ -101,6 +101,36 @@ def TrainPrintMemoryTimeline : Pass<"train-print-memory-timeline", "mlir::Module
   ];
 }
 
+def TrainPipelineStage : Pass<"train-pipeline-stage", "mlir::ModuleOp"> {
+  let summary = "Keep one pipeline stage of the training step: its layers, its parameters, sends and receives at its boundaries";
+  let description = [{
+    Runs after train-autodiff. PipelineStages (passes/analysis) assigns the
+    microbatch body's ops to `stages` stages (`layers`: decoder layers per
+    stage, default as even as possible); this pass keeps stage `stage`:
+    its ops, the parameters they read or accumulate gradients into and
+    their AdamW updates. Each value the stage gives a neighbour gets a
+    `train.pipeline_send` after its producer; each value it takes gets a
+    `train.pipeline_recv` (forward inputs before their first use, gradients
+    at the start of the stage's backward). A stage without the LM head
+    yields no loss. The module records `train.pipeline_stages`,
+    `train.pipeline_stage` and the stage's first and end layer.
+    Errors: more stages than layers, layer counts that do not add up, fewer
+    microbatches than stages, a value used two stages away.
+  }];
+  let dependentDialects = ["::ap::train::TrainDialect"];
+  let options = [
+    Option<"stages", "stages", "int64_t", "1", "Pipeline stages (--pipeline-parallel)">,
+    Option<"stage", "stage", "int64_t", "0", "The stage to keep, 0-based">,
+    ListOption<"layers", "layers", "int64_t",
+               "Decoder layers per stage (--pipeline-stages); empty: even split">
+  ];
+  let statistics = [
+    Statistic<"numSends", "sends", "Values sent to a neighbouring stage">,
+    Statistic<"numRecvs", "recvs", "Values received from a neighbouring stage">,
+    Statistic<"numErased", "erased-ops", "Body ops of other stages removed">
+  ];
+}
+
 //===----------------------------------------------------------------------===//
 // Placement. Every pass takes PlacementOptions (passes/PlacementOptions.td).
 //===----------------------------------------------------------------------===//

@@ -494,3 +494,57 @@ func.func @bad_recomputed(%x: tensor<4xbf16>) {
   %y = train.add %x, %x scope<0, mlp_fc2> {train.recomputed = 1 : i64} : (tensor<4xbf16>, tensor<4xbf16>) -> tensor<4xbf16>
   return
 }
+
+// -----
+
+func.func @yield_one(%t: tensor<2x1x8xi32>, %c: tensor<f32>) -> (tensor<f32>, tensor<i32>) {
+  %l, %n = train.microbatch_loop %t, %t : (tensor<2x1x8xi32>, tensor<2x1x8xi32>) -> (tensor<f32>, tensor<i32>) {
+  ^bb0(%tok: tensor<1x8xi32>, %lab: tensor<1x8xi32>):
+    // expected-error @+1 {{'train.yield' op yields 1 values; expected none (a pipeline stage without the loss) or the loss sum (tensor<f32>) and the token count (tensor<i32>)}}
+    train.yield %c : tensor<f32>
+  }
+  return %l, %n : tensor<f32>, tensor<i32>
+}
+
+// -----
+
+func.func @yield_swapped(%t: tensor<2x1x8xi32>, %c: tensor<f32>, %k: tensor<i32>) -> (tensor<f32>, tensor<i32>) {
+  %l, %n = train.microbatch_loop %t, %t : (tensor<2x1x8xi32>, tensor<2x1x8xi32>) -> (tensor<f32>, tensor<i32>) {
+  ^bb0(%tok: tensor<1x8xi32>, %lab: tensor<1x8xi32>):
+    // expected-error @+1 {{'train.yield' op yields 2 values; expected none}}
+    train.yield %k, %c : tensor<i32>, tensor<f32>
+  }
+  return %l, %n : tensor<f32>, tensor<i32>
+}
+
+// -----
+
+func.func @send_outside_loop(%x: tensor<4xbf16>) {
+  // expected-error @+1 {{'train.pipeline_send' op expects parent op 'train.microbatch_loop'}}
+  train.pipeline_send %x next channel 0 : tensor<4xbf16>
+  return
+}
+
+// -----
+
+func.func @send_negative_channel(%t: tensor<2x1x8xi32>, %x: tensor<4xbf16>) -> (tensor<f32>, tensor<i32>) {
+  %l, %n = train.microbatch_loop %t, %t : (tensor<2x1x8xi32>, tensor<2x1x8xi32>) -> (tensor<f32>, tensor<i32>) {
+  ^bb0(%tok: tensor<1x8xi32>, %lab: tensor<1x8xi32>):
+    // expected-error @+1 {{'train.pipeline_send' op attribute 'channel' failed to satisfy constraint}}
+    train.pipeline_send %x prev channel -1 : tensor<4xbf16>
+    train.yield
+  }
+  return %l, %n : tensor<f32>, tensor<i32>
+}
+
+// -----
+
+func.func @recv_int(%t: tensor<2x1x8xi32>) -> (tensor<f32>, tensor<i32>) {
+  %l, %n = train.microbatch_loop %t, %t : (tensor<2x1x8xi32>, tensor<2x1x8xi32>) -> (tensor<f32>, tensor<i32>) {
+  ^bb0(%tok: tensor<1x8xi32>, %lab: tensor<1x8xi32>):
+    // expected-error @+1 {{'train.pipeline_recv' op result #0 must be static bf16 or f32 tensor}}
+    %r = train.pipeline_recv prev channel 0 : tensor<4xi32>
+    train.yield
+  }
+  return %l, %n : tensor<f32>, tensor<i32>
+}

@@ -1,0 +1,154 @@
+//===- PipelineStage.cpp - train-pipeline-stage ---------------------------===//
+//
+// Applies PipelineStages: keeps one stage of the step, with sends and
+// receives where its values cross to a neighbour.
+//
+//===----------------------------------------------------------------------===//
+
+#include "passes/Passes.h"
+#include "passes/analysis/PipelineStages.h"
+#include "passes/analysis/SavedActivations.h"
+
+#include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/StringSet.h"
+
+namespace ap {
+#define GEN_PASS_DEF_TRAINPIPELINESTAGE
+#include "passes/train/TrainPasses.h.inc"
+} // namespace ap
+
+using namespace mlir;
+using namespace ap::train;
+
+namespace {
+struct TrainPipelineStagePass
+    : ap::impl::TrainPipelineStageBase<TrainPipelineStagePass> {
+  using Base::Base;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    MicrobatchLoopOp loop;
+    module.walk([&](MicrobatchLoopOp l) { loop = l; });
+    if (!loop) {
+      module.emitError("train-pipeline-stage: no train.microbatch_loop (run "
+                       "train-autodiff first)");
+      return signalPassFailure();
+    }
+    if (stage < 0 || stage >= stages) {
+      module.emitError() << "train-pipeline-stage: stage " << int64_t(stage)
+                         << " of " << int64_t(stages)
+                         << " (expected 0 to stages - 1)";
+      return signalPassFailure();
+    }
+    SmallVector<int64_t> perStage(layers.begin(), layers.end());
+    FailureOr<PipelineStages> plan =
+        PipelineStages::assign(loop, stages, perStage);
+    if (failed(plan))
+      return signalPassFailure();
+    int64_t micro = loop.getTokens().getType().getDimSize(0);
+    if (micro < stages) {
+      loop.emitError() << "--micro-batches=" << micro
+                       << " is smaller than --pipeline-parallel="
+                       << int64_t(stages)
+                       << ": every stage needs a microbatch in flight (use at "
+                          "least as many microbatches as stages)";
+      return signalPassFailure();
+    }
+    const int self = int(stage);
+    const int last = int(stages) - 1;
+    Block &body = loop.getBody().front();
+    OpBuilder b(module.getContext());
+
+    // The stage's first backward op: where the gradients of its outputs
+    // are received (nothing of its backward can start before them).
+    Operation *backwardStart = nullptr;
+    for (Operation &op : body)
+      if (plan->stageOf.lookup(&op) == self && !isa<ParamRefOp>(op) &&
+          SavedActivations::isBackwardOp(&op)) {
+        backwardStart = &op;
+        break;
+      }
+
+    for (const PipelineStages::Crossing &c : plan->crossings) {
+      const bool forward = c.to > c.from;
+      if (c.from == self) {
+        b.setInsertionPointAfterValue(c.value);
+        PipelineSendOp::create(
+            b, c.value.getLoc(), c.value,
+            forward ? PipelinePeer::Next : PipelinePeer::Prev, c.channel);
+        ++numSends;
+        continue;
+      }
+      if (c.to != self)
+        continue;
+      // Uses on this stage, and the first of them in body order.
+      SmallVector<OpOperand *> uses;
+      Operation *first = nullptr;
+      for (OpOperand &use : c.value.getUses()) {
+        Operation *top = body.findAncestorOpInBlock(*use.getOwner());
+        if (plan->stageOf.lookup(top) != self)
+          continue;
+        uses.push_back(&use);
+        if (!first || top->isBeforeInBlock(first))
+          first = top;
+      }
+      Operation *at = first;
+      if (!forward && backwardStart && backwardStart->isBeforeInBlock(at))
+        at = backwardStart;
+      b.setInsertionPoint(at);
+      auto recv = PipelineRecvOp::create(
+          b, c.value.getLoc(), cast<RankedTensorType>(c.value.getType()),
+          forward ? PipelinePeer::Prev : PipelinePeer::Next, c.channel);
+      for (OpOperand *use : uses)
+        use->set(recv.getResult());
+      ++numRecvs;
+    }
+
+    // Drop the other stages' ops (users first), then unused parameter reads.
+    SmallVector<Operation *> drop;
+    for (Operation &op : body)
+      if (!isa<ParamRefOp, PipelineSendOp, PipelineRecvOp>(op) &&
+          plan->stageOf.lookup(&op) != self)
+        drop.push_back(&op);
+    YieldOp yield = cast<YieldOp>(body.getTerminator());
+    if (self != last) {
+      // No loss on this stage: the loop's results are summed over stages
+      // by the step.
+      b.setInsertionPoint(yield);
+      YieldOp::create(b, yield.getLoc(), ValueRange{});
+    }
+    for (Operation *op : llvm::reverse(drop)) {
+      op->dropAllUses();
+      op->erase();
+      ++numErased;
+    }
+    for (Operation &op : llvm::make_early_inc_range(body))
+      if (isa<ParamRefOp>(op) && op.use_empty())
+        op.erase();
+
+    // Parameters the stage reads or accumulates gradients into.
+    llvm::StringSet<> used;
+    body.walk([&](Operation *op) {
+      if (auto ref = dyn_cast<ParamRefOp>(op))
+        used.insert(ref.getParam());
+      for (NamedAttribute a : op->getAttrs())
+        if (auto sym = dyn_cast<FlatSymbolRefAttr>(a.getValue()))
+          if (a.getName().getValue().ends_with("_grad"))
+            used.insert(sym.getValue());
+    });
+    module.walk([&](AdamWOp adam) {
+      if (!used.contains(adam.getParam()))
+        adam.erase();
+    });
+    for (ParamOp p : llvm::make_early_inc_range(module.getOps<ParamOp>()))
+      if (!used.contains(p.getSymName()))
+        p.erase();
+
+    module->setAttr(kPipelineStagesAttrName, b.getI64IntegerAttr(stages));
+    module->setAttr(kPipelineStageAttrName, b.getI64IntegerAttr(stage));
+    module->setAttr(kPipelineLayersAttrName,
+                    b.getDenseI64ArrayAttr(
+                        {plan->firstLayer[self], plan->firstLayer[self + 1]}));
+  }
+};
+} // namespace
