@@ -300,12 +300,20 @@ struct GradTensor {
 /// exactly, so its blocking is the same), and the clip coefficient
 ///   clipCoef = min(1, maxNorm / (norm + 1e-6))  (1 when maxNorm <= 0).
 /// Outputs are device (or host) float scalars, so no sync is needed.
+/// A pipeline stage continues the sum of squares of the stages before it:
+/// `initialSquares` (a double scalar in the same memory, null: 0) starts
+/// the sum and `squares` receives its final value. The reference's sum is
+/// one running sum over the blocks, so continuing it gives the bits of one
+/// pass over all tensors; the CUDA kernel adds the initial value to its
+/// tree-reduced sum (deterministic, not bitwise equal to one pass).
 struct GradNormArgs {
   const GradTensor *tensors = nullptr; ///< host array of numTensors
   int64_t numTensors = 0;
   double maxNorm = 1.0;
   float *norm = nullptr;     ///< scalar, overwritten
   float *clipCoef = nullptr; ///< scalar, overwritten (may be null)
+  const double *initialSquares = nullptr; ///< scalar read first (may be null)
+  double *squares = nullptr; ///< scalar, overwritten (may be null)
 };
 size_t gradNormWorkspaceBytes(Backend backend, const GradNormArgs &args);
 Status gradNorm(const KernelContext &ctx, const GradNormArgs &args);

@@ -67,6 +67,24 @@ OffloadEngine::ScopeId scopeOf(StepRunner &r, const char *call, uint32_t s) {
   return r.scope[s];
 }
 
+/// A pipeline call's peer (true: the next stage), checked against the
+/// stage and the stream (comm only).
+bool peerIsNext(StepRunner &r, const char *call, int32_t peer,
+                int32_t stream) {
+  Stream s = streamOf(call, stream);
+  if (s != Stream::Comm)
+    fail("abi: ", call, ": stream ", streamName(s),
+         " (pipeline transfers run on the comm stream, AP_STREAM_COMM)");
+  if (peer != AP_PEER_PREV && peer != AP_PEER_NEXT)
+    fail("abi: ", call, ": peer ", peer,
+         " (expected AP_PEER_PREV 0 or AP_PEER_NEXT 1)");
+  bool next = peer == AP_PEER_NEXT;
+  if (next ? r.stage() + 1 >= r.stages() : r.stage() == 0)
+    fail("abi: ", call, ": stage ", r.stage(), " of ", r.stages(),
+         " has no ", next ? "next" : "previous", " stage");
+  return next;
+}
+
 const char *labelOf(const char *call, const char *label) {
   if (!label)
     fail("abi: ", call, ": a null label");
@@ -183,6 +201,18 @@ Program ap::rt::programOfAbi(const ap_program &p) {
       p.data_parallel_mode != AP_DP_ZERO3)
     fail("abi: program: data_parallel_mode is ", p.data_parallel_mode,
          ", not an AP_DP_* value");
+  if (p.pipeline_size < 1)
+    fail("abi: program: pipeline_size is ", p.pipeline_size,
+         " (expected 1 or more stages)");
+  if (p.pipeline_stage < 0 || p.pipeline_stage >= p.pipeline_size)
+    fail("abi: program: pipeline_stage is ", p.pipeline_stage,
+         " (expected 0 to ", p.pipeline_size - 1, " for pipeline_size ",
+         p.pipeline_size, ")");
+  if (p.pipeline_size > 1 && p.data_parallel_mode == AP_DP_ZERO3)
+    fail("abi: program: data_parallel_mode zero3 with pipeline_size ",
+         p.pipeline_size,
+         ": ZeRO-3 sharding of a pipelined program is not supported by this "
+         "runtime yet (compile the pipeline with --data-parallel=replicate)");
   for (uint32_t i = 0; i < p.num_params; ++i) {
     const ap_param &a = p.params[i];
     if (!a.name)
@@ -245,6 +275,30 @@ Program ap::rt::programOfAbi(const ap_program &p) {
            "reduce-scatter, norm and AdamW touch them; replicate's backward "
            "kernels accumulate into f32 main grads)");
     e.mainGradBf16 = a.main_grad_bf16 != 0;
+    if (a.pipeline_tied != 0 && a.pipeline_tied != 1)
+      fail("abi: program: parameter '", a.name, "' has pipeline_tied ",
+           a.pipeline_tied, " (expected 0 or 1)");
+    if (a.pipeline_tied && a.frozen)
+      fail("abi: program: parameter '", a.name,
+           "' is frozen and has pipeline_tied 1 (a frozen parameter has no "
+           "main grad to sum over the stages)");
+    e.pipelineTied = a.pipeline_tied != 0;
+    // A second main grad of the whole parameter in f32: only a replicated,
+    // trainable parameter has the f32 main grad it is added into.
+    if (a.tied_grad_offset != AP_NO_OFFSET) {
+      if (a.frozen || a.shard_numel != 0 || a.main_grad_bf16)
+        fail("abi: program: parameter '", a.name, "' has tied_grad_offset ",
+             a.tied_grad_offset,
+             " but is frozen, sharded or has a bf16 main grad (the tied "
+             "gradient is added into a whole f32 main grad)");
+      if (a.numel < 0 || a.tied_grad_offset > p.arena_bytes ||
+          uint64_t(a.numel) * 4 > p.arena_bytes - a.tied_grad_offset)
+        fail("abi: program: parameter '", a.name, "' has tied_grad_offset ",
+             a.tied_grad_offset, ": ", a.numel,
+             " f32 elements there do not fit the arena of ", p.arena_bytes,
+             " bytes");
+    }
+    e.tiedGrad = a.tied_grad_offset;
     out.params.push_back(e);
   }
   out.state.lossSum = p.state_loss_sum;
@@ -271,8 +325,46 @@ Program ap::rt::programOfAbi(const ap_program &p) {
   out.dataParallelMode = p.data_parallel_mode == AP_DP_ZERO3
                              ? DataParallelMode::Zero3
                              : DataParallelMode::Replicate;
+  out.pipelineSize = p.pipeline_size;
+  out.pipelineStage = p.pipeline_stage;
   out.abiStep = p.step;
   out.step = runAbiStep;
+  return out;
+}
+
+std::vector<Program> ap::rt::programsOfAbiStages(const ap_program *const *stages,
+                                                int32_t numStages) {
+  if (numStages < 1 || !stages)
+    fail("abi: ap_train_main_stages with ", numStages, " stage(s)",
+         stages ? "" : " and a null array", " (expected 1 or more programs)");
+  std::vector<Program> out;
+  for (int32_t s = 0; s < numStages; ++s) {
+    const ap_program *p = stages[s];
+    if (!p)
+      fail("abi: ap_train_main_stages: stage ", s, " has a null program");
+    Program prog = programOfAbi(*p);
+    if (p->pipeline_size != numStages || p->pipeline_stage != s)
+      fail("abi: ap_train_main_stages: program ", s, " of ", numStages,
+           " has pipeline_stage ", p->pipeline_stage, " and pipeline_size ",
+           p->pipeline_size, " (expected stage ", s, " of ", numStages,
+           ": the stages in order)");
+    if (s > 0) {
+      const ap_program *q = stages[0];
+      if (p->data_parallel_size != q->data_parallel_size ||
+          p->data_parallel_mode != q->data_parallel_mode ||
+          p->micro_batches != q->micro_batches || p->batch != q->batch ||
+          p->seq != q->seq || p->vocab != q->vocab)
+        fail("abi: ap_train_main_stages: stage ", s,
+             " has data_parallel_size ", p->data_parallel_size, ", mode ",
+             p->data_parallel_mode, ", micro_batches ", p->micro_batches,
+             ", batch ", p->batch, ", seq ", p->seq, ", vocab ", p->vocab,
+             "; stage 0 has ", q->data_parallel_size, ", ",
+             q->data_parallel_mode, ", ", q->micro_batches, ", ", q->batch,
+             ", ", q->seq, ", ", q->vocab,
+             " (the stages of one pipeline train one batch)");
+    }
+    out.push_back(std::move(prog));
+  }
   return out;
 }
 
@@ -288,25 +380,33 @@ static_assert(int(kernels::DType::I32) == AP_DTYPE_I32 &&
 extern "C" {
 
 int ap_train_main(int argc, char **argv, const ap_program *program) {
-  Program p;
+  std::vector<Program> p;
   try {
     if (!program)
       fail("abi: ap_train_main with a null program");
-    p = programOfAbi(*program);
+    p.push_back(programOfAbi(*program));
+    if (program->pipeline_size != 1)
+      fail("abi: ap_train_main with a program of pipeline_size ",
+           program->pipeline_size,
+           " (a pipelined binary starts through ap_train_main_stages with "
+           "every stage's program)");
   } catch (const std::exception &e) {
     std::cerr << "error: " << e.what() << "\n";
     return 1;
   }
-  return trainMain(argc, argv, p);
+  return trainMainStages(argc, argv, p);
 }
 
 int ap_train_main_stages(int argc, char **argv,
                          const ap_program *const *stages, int32_t numStages) {
-  if (numStages == 1 && stages)
-    return ap_train_main(argc, argv, stages[0]);
-  std::cerr << "error: abi: ap_train_main_stages: pipeline parallelism ("
-            << numStages << " stages) is not implemented by this runtime yet\n";
-  return 1;
+  std::vector<Program> programs;
+  try {
+    programs = programsOfAbiStages(stages, numStages);
+  } catch (const std::exception &e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 1;
+  }
+  return trainMainStages(argc, argv, programs);
 }
 
 void *ap_at(ap_step *step, uint64_t offset) { return runner(step).at(offset); }
@@ -391,11 +491,13 @@ void ap_end_loop(ap_step *step) { runner(step).endLoop(); }
 
 void ap_all_reduce(ap_step *step, uint64_t offset, uint64_t bytes,
                    int32_t dtype, int32_t stream, int32_t flags) {
-  if (flags & ~int32_t(AP_REDUCE_LAST_MICROBATCH))
-    fail("ap_all_reduce: flags ", flags, " (expected AP_REDUCE_* bits)");
+  if (flags & ~int32_t(AP_REDUCE_LAST_MICROBATCH | AP_REDUCE_PIPELINE))
+    fail("ap_all_reduce: flags ", flags,
+         " (expected AP_REDUCE_* bits)");
   runner(step).allReduce(offset, bytes, dtypeOf("ap_all_reduce", dtype),
                          streamOf("ap_all_reduce", stream),
-                         (flags & AP_REDUCE_LAST_MICROBATCH) != 0);
+                         (flags & AP_REDUCE_LAST_MICROBATCH) != 0,
+                         (flags & AP_REDUCE_PIPELINE) != 0);
 }
 
 void ap_all_gather(ap_step *step, uint64_t shard, uint64_t full,
@@ -431,16 +533,18 @@ void ap_zero(ap_step *step, uint64_t offset, uint64_t bytes, int32_t stream) {
   runner(step).zero(offset, bytes, streamOf("ap_zero", stream));
 }
 
-void ap_pipeline_send(ap_step *step, uint64_t, uint64_t, int32_t, int32_t) {
-  runner(step);
-  fail("abi: ap_pipeline_send: pipeline parallelism is not implemented by "
-       "this runtime yet");
+void ap_pipeline_send(ap_step *step, uint64_t offset, uint64_t bytes,
+                      int32_t peer, int32_t stream) {
+  StepRunner &r = runner(step);
+  r.pipelineSend(offset, bytes,
+                 peerIsNext(r, "ap_pipeline_send", peer, stream));
 }
 
-void ap_pipeline_recv(ap_step *step, uint64_t, uint64_t, int32_t, int32_t) {
-  runner(step);
-  fail("abi: ap_pipeline_recv: pipeline parallelism is not implemented by "
-       "this runtime yet");
+void ap_pipeline_recv(ap_step *step, uint64_t offset, uint64_t bytes,
+                      int32_t peer, int32_t stream) {
+  StepRunner &r = runner(step);
+  r.pipelineRecv(offset, bytes,
+                 peerIsNext(r, "ap_pipeline_recv", peer, stream));
 }
 
 void ap_slice(ap_step *step, const char *label, uint64_t x, uint64_t y,

@@ -178,6 +178,28 @@ Json flatIndex(const std::vector<CheckpointTensor> &tensors, int worldSize) {
   return map;
 }
 
+/// The index's "tensors" map of a pipelined save: each tensor whole in the
+/// file of the stage that holds it.
+Json placedIndex(const std::vector<std::pair<CheckpointTensor, int>> &placed,
+                 int worldSize) {
+  Json map = Json::object();
+  for (const auto &[t, file] : placed) {
+    if (file < 0 || file >= worldSize || t.shardNumel != 0)
+      fail("checkpoint: '", t.name, "' placed in file ", file, " of ",
+           worldSize, t.shardNumel ? " as a flat shard" : "");
+    Json pieces = Json::array();
+    pieces.push_back({{"file", checkpointShardName(file, worldSize)},
+                      {"begin", 0},
+                      {"end", numelOf(t.shape)}});
+    map[t.name] = {{"dtype", stDTypeName(t.dtype)},
+                   {"shape", t.shape},
+                   {"shard_numel", 0},
+                   {"data_parallel_size", 1},
+                   {"pieces", pieces}};
+  }
+  return map;
+}
+
 /// Writes this rank's shard (and, on rank 0 of a distributed save, the
 /// index); returns the step folder.
 std::string writeShard(const std::string &dir,
@@ -245,6 +267,8 @@ std::string writeShard(const std::string &dir,
       index["shards"].push_back(checkpointShardName(r, shard.worldSize));
     if (flat)
       index["tensors"] = flatIndex(tensors, shard.worldSize);
+    if (!shard.placedTensors.empty())
+      index["tensors"] = placedIndex(shard.placedTensors, shard.worldSize);
     writeFileAtomically(stepDir + "/index.json",
                         dumpJson(index, "checkpoint: index.json") + "\n",
                         options.sync);
@@ -298,7 +322,7 @@ std::string saveCheckpoint(const std::string &dir,
   agreeOrThrow(shard,
                "writing the shards of step " + std::to_string(state.step),
                kLatestKept, [&] {
-                 if (shard.replicated && shard.rank != 0)
+                 if ((shard.replicated && shard.rank != 0) || !shard.writes)
                    stepDir = dir + "/" + stepFolderName(state.step);
                  else
                    stepDir = writeShard(dir, tensors, state, file, options);
@@ -307,7 +331,7 @@ std::string saveCheckpoint(const std::string &dir,
   // up right after saving.
   agreeOrThrow(
       shard, "publishing step " + std::to_string(state.step), kLatestKept, [&] {
-        if (shard.rank == 0)
+        if (shard.rank == 0 && shard.writes)
           writeFileAtomically(dir + "/latest",
                               stepFolderName(state.step) + "\n", options.sync);
       });

@@ -111,6 +111,17 @@ struct ShardInfo {
   /// (allTrue) that the file is complete. Such a checkpoint loads with
   /// ShardInfo{} on any number of ranks. Unused by locks and loads.
   bool replicated = false;
+  /// Pipeline stages (replicated over data-parallel ranks): `rank` is the
+  /// stage and `worldSize` the number of stages, the files' names and
+  /// records; only the ranks with `writes` (a stage's data-parallel rank 0)
+  /// write their stage's file, every rank votes through allTrue, and the
+  /// writer of stage 0 publishes "latest". Unused by locks and loads.
+  bool writes = true;
+  /// Pipeline stages: every tensor of the model (whole, shard_numel 0) with
+  /// the stage whose file holds it; stage 0's writer puts them in
+  /// index.json's "tensors" map, so a load finds each tensor's file (on any
+  /// number of stages, LoadOptions::subset). Empty otherwise.
+  std::vector<std::pair<CheckpointTensor, int>> placedTensors;
 
   /// The shard info of `comm`'s ranks (using comm.allTrue).
   static ShardInfo of(Communicator &comm) {

@@ -95,6 +95,14 @@ public:
   /// Collective: ranks passing the same `color` form a new communicator,
   /// ordered by `key` (ties by current rank).
   virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
+
+  /// The communicator over host memory this one moves its bytes with:
+  /// itself on the host backend, the wrapped MPI communicator for
+  /// mpi-staged, null for nccl (pipeline sends stage their bytes through it,
+  /// runtime/pipeline.h).
+  virtual Communicator *hostCommunicator() {
+    return backend() == ap::kernels::Backend::Host ? this : nullptr;
+  }
 };
 
 namespace detail {

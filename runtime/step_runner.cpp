@@ -9,6 +9,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/abi.h"
+#include "runtime/pipeline.h"
 #include "runtime/trainer.h"
 
 #include <algorithm>
@@ -32,6 +33,41 @@ StepRunner::StepRunner(const Program &program, Device &device,
     scope.push_back(engine.scope(s));
   lossParts_.assign(size_t(program.microBatches), 0.f);
   countParts_.assign(size_t(program.microBatches), 0);
+}
+
+StepRunner::~StepRunner() = default;
+
+void StepRunner::attachPipeline(Communicator *pp) {
+  if (!pp)
+    fail("pipeline: no pipeline group");
+  if (pp->size() != program_.pipelineSize || pp->rank() != stage())
+    fail("pipeline: the pipeline group has ", pp->size(),
+         " rank(s) and this is rank ", pp->rank(),
+         ", but the program is stage ", stage(), " of ", stages());
+  pipeline = pp;
+  if (pp->size() == 1)
+    return;
+  links_ = createPipelineLinks(dev, *pp);
+  if (pp->size() > 2) {
+    bool ends = stage() == 0 || stage() + 1 == stages();
+    tiedGroup_ = pp->split(ends ? 0 : 1, stage());
+  }
+}
+
+void StepRunner::pipelineSend(uint64_t offset, uint64_t bytes, bool next) {
+  if (!links_)
+    fail("pipeline_send: stage ", stage(), " of a ", stages(),
+         "-stage program has no pipeline neighbours");
+  links_->send(dev.at(offset, bytes), bytes,
+               next ? PipelinePeer::Next : PipelinePeer::Prev);
+}
+
+void StepRunner::pipelineRecv(uint64_t offset, uint64_t bytes, bool next) {
+  if (!links_)
+    fail("pipeline_recv: stage ", stage(), " of a ", stages(),
+         "-stage program has no pipeline neighbours");
+  links_->recv(dev.at(offset, bytes), bytes,
+               next ? PipelinePeer::Next : PipelinePeer::Prev);
 }
 
 char *StepRunner::scratch(uint64_t offset) const {
@@ -66,6 +102,10 @@ void StepRunner::yield(uint64_t lossOff, uint64_t countOff) {
 }
 
 void StepRunner::endLoop() {
+  // Every boundary send of the step has been delivered (or its failure,
+  // naming the peer, is thrown here).
+  if (links_)
+    links_->drain();
   dev.synchronize(Stream::Compute);
   // The same order a device-side running sum would use: microbatch 0 first.
   float sum = 0.f;
@@ -85,21 +125,27 @@ void StepRunner::endLoop() {
 }
 
 void StepRunner::allReduce(uint64_t offset, uint64_t bytes, DType dtype,
-                           Stream stream, bool lastMicrobatchOnly) {
+                           Stream stream, bool lastMicrobatchOnly,
+                           bool overPipeline) {
   if (stream != Stream::Comm && stream != Stream::Compute)
     fail("all_reduce: stream ", streamName(stream),
          " (expected comm or compute)");
-  if (!dataParallel)
+  if (!dataParallel && !overPipeline)
     fail("all_reduce: the step has no data-parallel communicator");
   if (lastMicrobatchOnly && microbatch + 1 != program_.microBatches)
     return;
   void *p = dev.at(offset, bytes);
+  Communicator *comm = overPipeline ? pipeline : dataParallel;
   // A world of one: the sum over "dp" is the buffer itself, so no call (an
-  // in-place sum over one rank is the identity on every backend).
-  if (dataParallel->size() == 1)
+  // in-place sum over one rank is the identity on every backend). The same
+  // for a pipeline of one stage.
+  if (!comm || comm->size() == 1)
     return;
-  size_t count = size_t(bytes) / dtypeBytes(dtype);
-  Communicator *comm = dataParallel;
+  sumOn(comm, p, size_t(bytes) / dtypeBytes(dtype), dtype, stream);
+}
+
+void StepRunner::sumOn(Communicator *comm, void *p, size_t count, DType dtype,
+                       Stream stream) {
   if (dev.kind() == DeviceKind::Cuda) {
     // NCCL enqueues on the stream's cudaStream_t: ordered by its events.
     comm->allReduceSum(p, p, count, dtype, dev.nativeStream(stream));
@@ -191,7 +237,16 @@ void StepRunner::reduceScatter(uint64_t full, uint64_t shard,
 }
 
 std::vector<double> StepRunner::sumOverRanks(std::vector<double> parts) {
-  if (!dataParallel || dataParallel->size() == 1 || parts.empty())
+  return sumScalars(dataParallel, std::move(parts));
+}
+
+std::vector<double> StepRunner::sumOverStages(std::vector<double> parts) {
+  return sumScalars(pipeline, std::move(parts));
+}
+
+std::vector<double> StepRunner::sumScalars(Communicator *comm,
+                                           std::vector<double> parts) {
+  if (!comm || comm->size() == 1 || parts.empty())
     return parts;
   size_t n = parts.size();
   if (n * sizeof(double) > kScratchRankSumsBytes)
@@ -203,7 +258,6 @@ std::vector<double> StepRunner::sumOverRanks(std::vector<double> parts) {
   auto *p = reinterpret_cast<double *>(scratch(kScratchRankSums));
   dev.copyAsync(p, parts.data(), n * sizeof(double), CopyKind::HostToDevice,
                 Stream::Compute);
-  Communicator *comm = dataParallel;
   if (dev.kind() == DeviceKind::Cuda)
     comm->allReduceSum(p, p, n, DType::F64, dev.nativeStream(Stream::Compute));
   else
@@ -354,7 +408,8 @@ void StepRunner::gdnGatesGrad(const char *name, uint64_t a, uint64_t aLog,
 //===----------------------------------------------------------------------===//
 
 void StepRunner::readSummedState() {
-  if (!dataParallel || dataParallel->size() == 1)
+  if ((!dataParallel || dataParallel->size() == 1) &&
+      (!pipeline || pipeline->size() == 1))
     return;
   // The step's all-reduces summed the state buffers over the ranks (the
   // compute stream waits for them, so a full synchronisation covers them):
@@ -384,6 +439,10 @@ void StepRunner::finalizeGrads(double maxNorm) {
   // parameter's end is left out: nothing there is a gradient) and the
   // fingerprint is this rank's.
   const int rank = dpRank();
+  // A tied weight's two gradient parts become one (both forms add the
+  // embedding part and the LM-head part once), before anything reads them.
+  combineTiedGrads();
+  const bool pipelined = pipeline && pipeline->size() > 1;
   std::vector<kernels::GradTensor> tensors;
   std::vector<ByteRange> ranges;
   for (const ParamEntry &p : program_.params) {
@@ -392,9 +451,12 @@ void StepRunner::finalizeGrads(double maxNorm) {
     ShardSpan span = shardSpan(p, rank);
     if (span.count == 0)
       continue;
-    tensors.push_back({at(p.grad), span.count, p.gradDType()});
     ranges.push_back(
         {at(p.grad), uint64_t(span.count) * dtypeBytes(p.gradDType()), true});
+    // A tied weight counts once in the norm: on the first stage holding it.
+    if (pipelined && p.pipelineTied && stage() > 0)
+      continue;
+    tensors.push_back({at(p.grad), span.count, p.gradDType()});
   }
   if (fingerprints_) {
     // Hashing gigabytes is not part of the step: its time is left out of
@@ -413,7 +475,11 @@ void StepRunner::finalizeGrads(double maxNorm) {
   args.norm = normDev;
   args.clipCoef = nullptr;
   float rawNorm = 0;
-  if (!tensors.empty()) {
+  if (pipelined) {
+    // One running sum over the whole model's tensors in parameter order,
+    // continued from stage to stage: the bits of one stage's norm.
+    rawNorm = float(std::sqrt(chainedSquares(tensors)));
+  } else if (!tensors.empty()) {
     launch("finalize_grads", [args](const KernelContext &c) {
       return kernels::gradNorm(c, args);
     });
@@ -444,6 +510,86 @@ void StepRunner::finalizeGrads(double maxNorm) {
   dev.synchronize(Stream::Compute);
   if (onGradsFinalized)
     onGradsFinalized(count, clip);
+}
+
+void StepRunner::combineTiedGrads() {
+  const bool pipelined = pipeline && pipeline->size() > 1;
+  const bool holdsTied = stage() == 0 || stage() + 1 == stages();
+  for (const ParamEntry &p : program_.params) {
+    if (p.frozen)
+      continue;
+    uint64_t bytes = uint64_t(p.numel) * 4;
+    if (p.tiedGrad != kNoOffset) {
+      // grad = grad + tied (one f32 rounding), then the tied part starts
+      // the next step at zero like every main grad.
+      auto *g = static_cast<float *>(dev.at(p.grad, bytes));
+      auto *t = static_cast<float *>(dev.at(p.tiedGrad, bytes));
+      size_t n = size_t(p.numel);
+#if defined(ACTPLACE_HAVE_CUDA)
+      if (dev.kind() == DeviceKind::Cuda)
+        cudaAddInto(DType::F32, g, t, n, dev.nativeStream(Stream::Compute));
+      else
+#endif
+        dev.hostCallback(Stream::Compute, [g, t, n] {
+          detail::addInto(DType::F32, g, t, n);
+        });
+      dev.memsetAsync(t, 0, bytes, Stream::Compute);
+    }
+    if (pipelined && p.pipelineTied) {
+      if (!holdsTied)
+        fail("finalize_grads: parameter '", p.name, "' is pipeline_tied on "
+             "stage ", stage(), " of ", stages(),
+             " (tied weights live on the first and the last stage)");
+      // Two addends: stage 0's value + the last stage's, the same bits in
+      // either order, on both stages.
+      Communicator *ends = tiedGroup_ ? tiedGroup_.get() : pipeline;
+      sumOn(ends, dev.at(p.grad, uint64_t(p.numel) * 4), size_t(p.numel),
+            DType::F32, Stream::Compute);
+    }
+  }
+}
+
+double StepRunner::chainedSquares(
+    const std::vector<kernels::GradTensor> &tensors) {
+  // Scratch doubles: [0] the sum so far (from the previous stage), [1] the
+  // sum after this stage's tensors.
+  auto *sq = reinterpret_cast<double *>(scratch(kScratchRankSums));
+  Communicator *pp = pipeline;
+  const int s = stage(), n = stages();
+  const bool cuda = dev.kind() == DeviceKind::Cuda;
+  void *native = dev.nativeStream(Stream::Compute);
+  // Host: the calls block this thread once the compute stream is idle;
+  // cuda: they are enqueued on the compute stream.
+  auto hostIdle = [&] {
+    if (!cuda)
+      dev.synchronize(Stream::Compute);
+  };
+  if (s == 0) {
+    double zero = 0;
+    dev.copyAsync(sq, &zero, sizeof zero, CopyKind::HostToDevice,
+                  Stream::Compute);
+    dev.synchronize(Stream::Compute);
+  } else {
+    hostIdle();
+    pp->recv(sq, 1, DType::F64, s - 1, native);
+  }
+  kernels::GradNormArgs args;
+  args.tensors = tensors.data();
+  args.numTensors = int64_t(tensors.size());
+  args.maxNorm = 0;
+  args.norm = reinterpret_cast<float *>(scratch(AP_SCRATCH_GRAD_NORM));
+  args.initialSquares = sq;
+  args.squares = sq + 1;
+  launch("finalize_grads", [args](const KernelContext &c) {
+    return kernels::gradNorm(c, args);
+  });
+  hostIdle();
+  if (s + 1 < n)
+    pp->send(sq + 1, 1, DType::F64, s + 1, native);
+  pp->broadcast(sq + 1, 1, DType::F64, n - 1, native);
+  double total = 0;
+  dev.copyToHostSync(&total, sq + 1, sizeof total);
+  return total;
 }
 
 void StepRunner::lrSchedule(double maxLr, double minLr, int64_t warmup,

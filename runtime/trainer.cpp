@@ -23,6 +23,7 @@
 #include <cstring>
 #include <exception>
 #include <optional>
+#include <set>
 #include <sys/stat.h>
 #include <thread>
 
@@ -154,14 +155,51 @@ std::vector<WeightSpec> weightSpecs(const Program &p, bool trainableOnly) {
 /// compute copies are those values in their storage dtype (rounded once,
 /// RNE for bf16), as AdamW refreshes them after every step.
 /// ZeRO-3: each rank takes its slice of every whole tensor of the file.
-void loadInitWeights(const Program &p, StepRunner &r, const std::string &path) {
+/// Pipeline stages: the file holds the whole model (`whole`), and this
+/// stage takes its own parameters (`p`) by name.
+void loadInitWeights(const Program &whole, const Program &p, StepRunner &r,
+                     const std::string &path) {
   std::vector<std::vector<float>> values =
-      readWeightsF32(path, weightSpecs(p, /*trainableOnly=*/false));
-  for (size_t i = 0; i < p.params.size(); ++i) {
-    const ParamEntry &e = p.params[i];
+      readWeightsF32(path, weightSpecs(whole, /*trainableOnly=*/false));
+  std::map<std::string, size_t> index;
+  for (size_t i = 0; i < whole.params.size(); ++i)
+    index[whole.params[i].name] = i;
+  for (const ParamEntry &e : p.params) {
+    auto it = index.find(e.name);
+    if (it == index.end())
+      fail("--init-weights: parameter '", e.name, "' is not in the model");
     writeParameter(r, e,
-                   sliceOf(std::move(values[i]), shardSpan(e, r.dpRank())));
+                   sliceOf(values[it->second], shardSpan(e, r.dpRank())));
   }
+}
+
+/// The whole model of a pipelined binary as one program would describe it:
+/// the stages' parameters in stage order (a tied weight once, where it
+/// first appears) with their AdamW settings, and stage 0's model, shapes
+/// and optimizer schedule. What the run configuration records and
+/// --init-weights reads, the same as the one-stage binary's.
+Program wholeModelOf(const std::vector<Program> &stages) {
+  Program w = stages.at(0);
+  w.params.clear();
+  w.optimizer.adamw.clear();
+  std::map<std::string, int64_t> at;
+  for (const Program &s : stages) {
+    std::vector<int64_t> local(s.params.size(), -1);
+    for (size_t i = 0; i < s.params.size(); ++i) {
+      auto [it, fresh] =
+          at.emplace(s.params[i].name, int64_t(w.params.size()));
+      local[i] = fresh ? it->second : -1;
+      if (fresh)
+        w.params.push_back(s.params[i]);
+    }
+    for (AdamWSettings a : s.optimizer.adamw) {
+      if (a.param < 0 || size_t(a.param) >= local.size() || local[a.param] < 0)
+        continue;
+      a.param = local[size_t(a.param)];
+      w.optimizer.adamw.push_back(a);
+    }
+  }
+  return w;
 }
 
 std::string numberText(double v) {
@@ -221,6 +259,55 @@ void dumpGrads(const Program &p, StepRunner &r, const std::string &path,
        {"actplace.clip_coef", numberText(clipCoef)}});
 }
 
+/// What a checkpoint holds of `p` on `rank` (no data yet): every
+/// parameter's compute copy and, when trainable, its FP32 master and Adam
+/// moments, each with its arena offset. ZeRO-3 on several ranks: this
+/// rank's flat shards (CheckpointTensor::shardNumel).
+std::vector<std::pair<CheckpointTensor, uint64_t>>
+describeCheckpointTensors(const Program &p, int rank) {
+  std::vector<std::pair<CheckpointTensor, uint64_t>> out;
+  bool flat =
+      p.dataParallelMode == DataParallelMode::Zero3 && p.dataParallelSize > 1;
+  auto add = [&](const std::string &name, StDType dt, const ParamEntry &e,
+                 uint64_t offset, size_t elemSize) {
+    ShardSpan span = shardSpan(e, rank);
+    CheckpointTensor t;
+    t.name = name;
+    t.dtype = dt;
+    t.shape.assign(e.shape, e.shape + e.rank);
+    t.bytes = size_t(span.bufferNumel) * elemSize;
+    if (flat) {
+      t.shardNumel = span.bufferNumel;
+      t.flatBegin = span.begin;
+    }
+    out.push_back({t, offset});
+  };
+  for (const ParamEntry &e : p.params) {
+    add(paramTensorName(e.name), stDTypeOf(e.dtype), e, e.weight,
+        size_t(elemBytes(e.dtype)));
+    if (e.frozen)
+      continue;
+    add(masterTensorName(e.name), StDType::F32, e, e.master, 4);
+    add(adamMTensorName(e.name), StDType::F32, e, e.adamM, 4);
+    add(adamVTensorName(e.name), StDType::F32, e, e.adamV, 4);
+  }
+  return out;
+}
+
+/// Pipeline stages: every tensor of the model with the stage whose file
+/// holds it (a tied weight's state in the first stage's file only; the
+/// other stage reads it from there, both hold the same bits).
+std::vector<std::pair<CheckpointTensor, int>>
+stageTensorFiles(const std::vector<Program> &stages) {
+  std::vector<std::pair<CheckpointTensor, int>> out;
+  std::set<std::string> placed;
+  for (size_t s = 0; s < stages.size(); ++s)
+    for (auto &[t, offset] : describeCheckpointTensors(stages[s], 0))
+      if (placed.insert(t.name).second)
+        out.push_back({t, int(s)});
+  return out;
+}
+
 /// Host copies of everything a checkpoint holds: parameters (storage
 /// dtype), FP32 masters and Adam moments. Main grads are zero between steps
 /// (AdamW zeroes them) and are not saved.
@@ -233,32 +320,10 @@ struct CheckpointMirror {
   /// shardNumel), saved one file per rank with an index; a world of one
   /// holds whole tensors and saves them as replicate does.
   CheckpointMirror(const Program &p, int rank) {
-    bool flat =
-        p.dataParallelMode == DataParallelMode::Zero3 && p.dataParallelSize > 1;
-    auto add = [&](const std::string &name, StDType dt, const ParamEntry &e,
-                   uint64_t offset, size_t elemSize) {
-      ShardSpan span = shardSpan(e, rank);
-      buffers.emplace_back(size_t(span.bufferNumel) * elemSize);
-      CheckpointTensor t;
-      t.name = name;
-      t.dtype = dt;
-      t.shape.assign(e.shape, e.shape + e.rank);
-      t.bytes = buffers.back().size();
-      if (flat) {
-        t.shardNumel = span.bufferNumel;
-        t.flatBegin = span.begin;
-      }
+    for (auto [t, offset] : describeCheckpointTensors(p, rank)) {
+      buffers.emplace_back(t.bytes);
       tensors.push_back(t);
       device.push_back({offset, tensors.size() - 1});
-    };
-    for (const ParamEntry &e : p.params) {
-      add(paramTensorName(e.name), stDTypeOf(e.dtype), e, e.weight,
-          size_t(elemBytes(e.dtype)));
-      if (e.frozen)
-        continue;
-      add(masterTensorName(e.name), StDType::F32, e, e.master, 4);
-      add(adamMTensorName(e.name), StDType::F32, e, e.adamM, 4);
-      add(adamVTensorName(e.name), StDType::F32, e, e.adamV, 4);
     }
     for (size_t i = 0; i < tensors.size(); ++i)
       tensors[i].data = buffers[i].data();
@@ -333,13 +398,13 @@ std::string nonFiniteInStep(StepRunner &r,
                             const std::vector<kernels::GradTensor> &masters,
                             const std::vector<kernels::GradTensor> &moments1,
                             const std::vector<kernels::GradTensor> &moments2,
-                            bool checkState, bool sharded) {
+                            bool checkState, bool sharded, bool pipelined) {
   if (!std::isfinite(r.loss))
     return "the loss is " + valueText(r.loss);
   if (!std::isfinite(r.gradNorm))
     return "the grad norm is " + valueText(r.gradNorm) + " (loss " +
            valueText(r.loss) + ")";
-  if ((masters.empty() && !sharded) || !checkState)
+  if ((masters.empty() && !sharded && !pipelined) || !checkState)
     return "";
   const std::vector<kernels::GradTensor> *groups[] = {&masters, &moments1,
                                                       &moments2};
@@ -359,11 +424,16 @@ std::string nonFiniteInStep(StepRunner &r,
   }
   if (!masters.empty())
     r.dev.copyToHostSync(norms, out, sizeof(norms));
-  if (sharded) {
+  if (sharded || pipelined) {
+    // Pipeline stages: each holds its own parameters, so the verdict is
+    // over all of them (the same on every stage, which all stop together).
     std::vector<double> squares(3);
     for (int g = 0; g < 3; ++g)
       squares[g] = double(norms[g]) * double(norms[g]);
-    squares = r.sumOverRanks(squares);
+    if (sharded)
+      squares = r.sumOverRanks(squares);
+    if (pipelined)
+      squares = r.sumOverStages(squares);
     for (int g = 0; g < 3; ++g)
       norms[g] = float(std::sqrt(squares[g]));
   }
@@ -430,7 +500,8 @@ std::pair<std::string, std::string> runDigests(const Program &p,
   add(p.persistentBytes, p.activationBytes, p.workspaceBytes, p.arenaBytes,
       p.pinnedBytes, p.sideWorkspaceBytes, p.scratchBytes, p.scratchOffset);
   add(int(p.sideKernels), int(p.sideAfterHostStart), p.sideSmPercent,
-      p.numEvents, p.dataParallelSize, int(p.dataParallelMode));
+      p.numEvents, p.dataParallelSize, int(p.dataParallelMode),
+      p.pipelineSize, p.pipelineStage);
   const StateOffsets &st = p.state;
   add(st.lossSum, st.tokenCount, st.gradNorm, st.lr, st.loss);
   for (const PinnedSlotSpec &sl : p.slots)
@@ -441,7 +512,8 @@ std::pair<std::string, std::string> runDigests(const Program &p,
     prog += std::string(e.name) + " ";
     add(int(e.dtype), e.rank, e.shape[0], e.shape[1], e.shape[2], e.shape[3],
         int(e.init), int(e.frozen), e.weight, e.master, e.grad, e.adamM,
-        e.adamV, e.shardNumel, int(e.mainGradBf16));
+        e.adamV, e.shardNumel, int(e.mainGradBf16), int(e.pipelineTied),
+        e.tiedGrad);
     prog += exactNumberText(e.initA) + " " + exactNumberText(e.initB) + "\n";
   }
   const OptimizerSettings &o = p.optimizer;
@@ -499,9 +571,19 @@ std::vector<std::string> allGatherBytes(Communicator &world, Device *dev,
 /// (they would deadlock in mismatched collectives or silently average
 /// different models): collective over `world`, every rank fails alike,
 /// naming the ranks that differ from rank 0 and both hashes.
-void checkSameRun(Communicator &world, Device *dev, const Program &p,
-                  const TrainFlags &flags) {
-  auto [prog, run] = runDigests(p, flags);
+void checkSameRun(Communicator &world, Device *dev,
+                  const std::vector<Program> &stages, const TrainFlags &flags) {
+  // A pipelined binary: every rank holds every stage's program.
+  auto [prog, run] = runDigests(stages.at(0), flags);
+  if (stages.size() > 1) {
+    Sha256 h;
+    for (const Program &p : stages) {
+      std::string d = runDigests(p, flags).first;
+      h.update(d.data(), d.size());
+    }
+    std::array<uint8_t, 32> d = h.finish();
+    prog.assign(reinterpret_cast<const char *>(d.data()), d.size());
+  }
   std::vector<std::string> all = allGatherBytes(world, dev, prog + run);
   auto hex = [](const std::string &d) {
     std::array<uint8_t, 32> a;
@@ -575,11 +657,12 @@ void checkPlanFits(Device &dev, std::optional<uint64_t> deviceMemory,
        "micro-batch");
 }
 
-int run(int argc, char **argv, const Program &p) {
+int run(int argc, char **argv, const std::vector<Program> &stages) {
   rankContext = RankContext();
+  const Program &p0 = stages.at(0);
   TrainFlags defaults;
-  if (p.maxLr > 0)
-    defaults.lr = p.maxLr; // the compiled schedule's peak
+  if (p0.maxLr > 0)
+    defaults.lr = p0.maxLr; // the compiled schedule's peak
   TrainFlags flags = parseTrainFlags(argc, argv, defaults);
   if (flags.help) {
     std::fputs(flags.usage.c_str(), stdout);
@@ -594,14 +677,26 @@ int run(int argc, char **argv, const Program &p) {
   const int rank = launchInfo.rank;
   rankContext.rank = rank;
   rankContext.worldSize = worldSize;
-  const bool zero3 = p.dataParallelMode == DataParallelMode::Zero3;
-  if (worldSize != p.dataParallelSize)
+  const bool zero3 = p0.dataParallelMode == DataParallelMode::Zero3;
+  // Pipeline parallelism: one program per stage, world rank = dp + DP x
+  // stage (ParallelGroups with tensor parallel 1).
+  const int stageCount = int(stages.size());
+  const int dpSize = p0.dataParallelSize;
+  if (stageCount > 1 && worldSize != dpSize * stageCount)
+    fail("the launcher (", launcherName(launchInfo.launcher), ") started ",
+         worldSize, " rank(s) but this binary was compiled for ", dpSize,
+         " data-parallel rank(s) x ", stageCount, " pipeline stages = ",
+         dpSize * stageCount, " rank(s): launch ", dpSize * stageCount,
+         " rank(s) (mpirun -np ", dpSize * stageCount,
+         ") or recompile with other --data-parallel-size / "
+         "--pipeline-parallel");
+  if (worldSize != p0.dataParallelSize * stageCount)
     fail("the launcher (", launcherName(launchInfo.launcher), ") started ",
          worldSize, " rank(s) but this binary was compiled for ",
-         p.dataParallelSize,
+         p0.dataParallelSize,
          " data-parallel rank(s) (the plan is per rank, so the world size is "
          "a compile option): launch ",
-         p.dataParallelSize, " rank(s) (mpirun -np ", p.dataParallelSize,
+         p0.dataParallelSize, " rank(s) (mpirun -np ", p0.dataParallelSize,
          ") or recompile with actplace-compile --data-parallel-size=",
          worldSize);
   // Several ranks: the device (the GPU of the local rank) and the world
@@ -630,10 +725,20 @@ int run(int argc, char **argv, const Program &p) {
     rankContext.communicating = true;
     // NCCL gathers through device memory: checked once the arena exists.
     if (world->backend() == kernels::Backend::Host)
-      checkSameRun(*world, nullptr, p, flags);
+      checkSameRun(*world, nullptr, stages, flags);
   } else {
     world = createSelfCommunicator();
   }
+  // The data-parallel and pipeline groups; without stages the world is the
+  // data-parallel group.
+  ParallelGroups groups;
+  int dpRank = rank, stage = 0;
+  if (stageCount > 1) {
+    groups = makeParallelGroups(*world, 1, stageCount);
+    dpRank = groups.dpRank;
+    stage = groups.ppRank;
+  }
+  const Program &p = stages[size_t(stage)];
   // Only rank 0 prints the notes every rank would print alike.
   std::FILE *notes = rank == 0 ? stderr : nullptr;
   auto note = [&](const std::string &text) {
@@ -645,6 +750,10 @@ int run(int argc, char **argv, const Program &p) {
   // world of one also before the device starts): the checkpoint to resume
   // and the flags against it, the data, the --save folder.
   // (Several ranks start their device above.)
+  if (stageCount > 1 && !flags.dumpGrads.empty())
+    throw CliError("--dump-grads with pipeline stages: each stage holds its "
+                   "own parameters' grads and gathering them into one file "
+                   "is not supported yet (run the one-stage binary)");
   if (zero3 && !flags.dumpGrads.empty() && worldSize > 1 && device &&
       device->kind() == DeviceKind::Cuda)
     throw CliError("--dump-grads with --data-parallel=zero3 on several ranks "
@@ -655,7 +764,11 @@ int run(int argc, char **argv, const Program &p) {
   std::string resumeDir;
   if (!flags.resume.empty()) {
     resumeDir = resolveCheckpoint(flags.resume);
-    resumed = loadCheckpoint(resumeDir, mirror.tensors, ShardInfo{});
+    // Pipeline stages read their own tensors out of whatever files hold
+    // them (a checkpoint's index names the file of every tensor).
+    LoadOptions lo;
+    lo.subset = stageCount > 1;
+    resumed = loadCheckpoint(resumeDir, mirror.tensors, ShardInfo{}, lo);
     auto model = resumed->extra.find("model");
     if (model != resumed->extra.end() && model->second != p.model)
       fail("--resume: checkpoint of model '", model->second,
@@ -698,11 +811,15 @@ int run(int argc, char **argv, const Program &p) {
   dc.batch = p.batch;
   dc.seqLen = p.seq;
   dc.microbatchesPerStep = uint32_t(p.microBatches);
-  dc.rank = uint32_t(rank);
-  dc.worldSize = uint32_t(worldSize);
+  // Every stage of a pipeline reads its data-parallel rank's batch (the
+  // first stage the tokens, the last the labels).
+  dc.rank = uint32_t(dpRank);
+  dc.worldSize = uint32_t(dpSize);
   DataLoader data(dc);
-  const std::map<std::string, std::string> runConfig =
-      runConfigOf(p, flags.lr, data.sourceDescription(), worldSize);
+  // The whole model's record, the same for any number of stages.
+  const Program whole = stageCount > 1 ? wholeModelOf(stages) : Program();
+  const std::map<std::string, std::string> runConfig = runConfigOf(
+      stageCount > 1 ? whole : p, flags.lr, data.sourceDescription(), dpSize);
   if (resumed) {
     if (resumed->runConfig.empty()) {
       // Checkpoints of an older actplace have no record: they still load
@@ -822,9 +939,11 @@ int run(int argc, char **argv, const Program &p) {
   PinnedPool pool(dev, layout);
   OffloadEngine engine(dev, pool);
   if (worldSize > 1 && world->backend() != kernels::Backend::Host)
-    checkSameRun(*world, &dev, p, flags);
+    checkSameRun(*world, &dev, stages, flags);
   StepRunner r(p, dev, pool, engine, flags.fingerprints);
-  r.dataParallel = world.get();
+  r.dataParallel = stageCount > 1 ? groups.dp.get() : world.get();
+  if (stageCount > 1)
+    r.attachPipeline(groups.pp.get());
   r.lrOverride = flags.lr;
 
   // Everything persistent starts at zero (grads, moments, state); then the
@@ -838,7 +957,7 @@ int run(int argc, char **argv, const Program &p) {
     writeParameter(r, e, initialValues(e, shardSpan(e, rank), flags.seed));
 
   if (!flags.initWeights.empty())
-    loadInitWeights(p, r, flags.initWeights);
+    loadInitWeights(stageCount > 1 ? whole : p, p, r, flags.initWeights);
   // Every rank holds the same summed grads (replicate) or gathers its
   // shards to rank 0 (ZeRO-3, all ranks take part): rank 0 writes them.
   if (!flags.dumpGrads.empty() && (rank == 0 || zero3))
@@ -850,8 +969,10 @@ int run(int argc, char **argv, const Program &p) {
   // --resume continues a run: weights, masters, moments, the step counter
   // and the data/seed stream come from the checkpoint; --steps is the total.
   int64_t firstStep = 0;
-  const std::map<std::string, std::string> placement = placementOf(
+  std::map<std::string, std::string> placement = placementOf(
       p, dev.kind() == DeviceKind::Cuda ? "cuda" : "host", worldSize);
+  if (stageCount > 1)
+    placement["pipeline_stages"] = std::to_string(stageCount);
   if (resumed) {
     mirror.toDevice(dev);
     firstStep = int64_t(resumed->step);
@@ -883,6 +1004,18 @@ int run(int argc, char **argv, const Program &p) {
     }
   }
   const bool shardedState = zero3 && worldSize > 1;
+  // Pipeline stages save the tensors the index places in their file (a
+  // tied weight's state goes with the first stage holding it).
+  std::vector<CheckpointTensor> ownTensors;
+  if (stageCount > 1) {
+    std::set<std::string> mine;
+    for (const auto &[t, file] : stageTensorFiles(stages))
+      if (file == stage)
+        mine.insert(t.name);
+    for (const CheckpointTensor &t : mirror.tensors)
+      if (mine.count(t.name))
+        ownTensors.push_back(t);
+  }
 
   std::map<std::string, StepRunner::OpTime> opTimes;
   std::vector<StepRunner::TimelineEntry> timeline;
@@ -936,9 +1069,9 @@ int run(int argc, char **argv, const Program &p) {
     bool saving = !flags.save.empty() &&
                   ((flags.saveEvery > 0 && (step + 1) % flags.saveEvery == 0) ||
                    step + 1 == flags.steps);
-    std::string bad =
-        nonFiniteInStep(r, masters, moments1, moments2,
-                        saving || step + 1 == flags.steps, shardedState);
+    std::string bad = nonFiniteInStep(r, masters, moments1, moments2,
+                                      saving || step + 1 == flags.steps,
+                                      shardedState, stageCount > 1);
 
     StepMetrics m;
     m.step = step + 1;
@@ -950,7 +1083,7 @@ int run(int argc, char **argv, const Program &p) {
     // The step's tokens over all ranks (the global batch).
     m.tokensPerS =
         m.stepTimeS > 0
-            ? double(mbElems * size_t(p.microBatches) * size_t(worldSize)) /
+            ? double(mbElems * size_t(p.microBatches) * size_t(dpSize)) /
                   m.stepTimeS
             : 0;
     m.rank = rank;
@@ -997,7 +1130,7 @@ int run(int argc, char **argv, const Program &p) {
       // ZeRO-3 ranks check their shards and agree before anyone saves.
       std::string name = firstNonFinite(mirror);
       bool allFinite = name.empty();
-      if (shardedState)
+      if (shardedState || stageCount > 1)
         allFinite = world->allTrue(allFinite);
       if (!allFinite)
         return stopNotFinite(name.empty()
@@ -1017,7 +1150,17 @@ int run(int argc, char **argv, const Program &p) {
       // ZeRO-3: every rank writes its shards, rank 0 the index.
       ShardInfo save = ranks;
       save.replicated = worldSize > 1 && !zero3;
-      saveCheckpoint(flags.save, mirror.tensors, st, save);
+      if (stageCount > 1) {
+        // One file per stage, written by the stage's data-parallel rank 0
+        // (replicated state), and an index naming the file of every tensor.
+        save.replicated = false;
+        save.rank = stage;
+        save.worldSize = stageCount;
+        save.writes = dpRank == 0;
+        save.placedTensors = stageTensorFiles(stages);
+      }
+      saveCheckpoint(flags.save, stageCount > 1 ? ownTensors : mirror.tensors,
+                     st, save);
     }
   }
   progress.finish();
@@ -1166,8 +1309,15 @@ int rankError(const char *what, int code) {
 } // namespace
 
 int trainMain(int argc, char **argv, const Program &program) {
+  return trainMainStages(argc, argv, {program});
+}
+
+int trainMainStages(int argc, char **argv,
+                    const std::vector<Program> &stages) {
   try {
-    return run(argc, argv, program);
+    if (stages.empty())
+      fail("a training binary without a program");
+    return run(argc, argv, stages);
   } catch (const CliError &e) {
     return rankError(e.what(), 2);
   } catch (const std::exception &e) {

@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -57,6 +58,16 @@ struct ParamEntry {
   /// only the runtime touches it (the reduce-scatter's add and rounding,
   /// zeroing, the grad norm, AdamW, fingerprints, --dump-grads).
   bool mainGradBf16 = false;
+  /// Several pipeline stages hold this parameter (the tied embedding /
+  /// LM-head weight; runtime/abi.h ap_param.pipeline_tied): finalizeGrads
+  /// sums its main grad over the stages holding it, and the grad norm
+  /// counts it on the first of them only.
+  bool pipelineTied = false;
+  /// kNoOffset, or the arena offset of a second f32 main grad of numel
+  /// elements (the LM-head part of a tied weight's gradient on a stage that
+  /// also holds the embedding part): finalizeGrads adds it into `grad` and
+  /// zeroes it (runtime/abi.h ap_param.tied_grad_offset).
+  uint64_t tiedGrad = ~uint64_t(0);
   /// The main grad's element type.
   kernels::DType gradDType() const {
     return mainGradBf16 ? kernels::DType::BF16 : kernels::DType::F32;
@@ -89,6 +100,7 @@ struct StateOffsets {
 };
 
 class StepRunner;
+class PipelineLinks;
 
 /// One parameter's AdamW hyperparameters (train.adamw's arguments).
 struct AdamWSettings {
@@ -155,6 +167,9 @@ struct Program {
   /// of another world size.
   int32_t dataParallelSize = 1;
   DataParallelMode dataParallelMode = DataParallelMode::Replicate;
+  /// Pipeline stages as compiled (1: no pipeline) and this program's stage.
+  int32_t pipelineSize = 1;
+  int32_t pipelineStage = 0;
   void (*step)(StepRunner &) = nullptr;
   /// A program that came through the C ABI (runtime/abi.h): its step, which
   /// `step` calls with the runner as the ap_step handle.
@@ -167,6 +182,7 @@ class StepRunner {
 public:
   StepRunner(const Program &program, Device &dev, PinnedPool &pool,
              OffloadEngine &engine, bool fingerprints);
+  ~StepRunner();
 
   /// The program this runner runs.
   const Program &program() const { return program_; }
@@ -178,6 +194,19 @@ public:
   std::vector<OffloadEngine::ScopeId> scope;
   /// The data-parallel group exec.all_reduce sums over.
   Communicator *dataParallel = nullptr;
+  /// The pipeline group (every stage of this data-parallel rank; stage s is
+  /// rank s), set by attachPipeline; null: no pipeline.
+  Communicator *pipeline = nullptr;
+  /// Makes `pp` the pipeline group: its size must be the program's
+  /// pipelineSize and its rank the program's stage. Creates the links
+  /// ap_pipeline_send/recv use and, with more than two stages, the group
+  /// of the first and the last stage that sums tied grads. Collective over
+  /// `pp` (every stage calls it). A group of one: no links.
+  void attachPipeline(Communicator *pp);
+  /// This program's stage and the number of stages (0 and 1 without a
+  /// pipeline).
+  int stage() const { return program_.pipelineStage; }
+  int stages() const { return program_.pipelineSize; }
 
   /// Arena address of an offset of the plan (checked).
   void *at(uint64_t offset) const { return dev.at(offset); }
@@ -242,9 +271,16 @@ public:
   /// `stream` (comm or compute; ordered against other streams by the
   /// step's events). `lastMicrobatchOnly`: issued inside the microbatch
   /// loop, it runs in the last microbatch only. A world of one: no call.
+  /// `overPipeline` (AP_REDUCE_PIPELINE): the sum runs over `pipeline`
+  /// instead (stage order; no pipeline or one stage: no call).
   void allReduce(uint64_t offset, uint64_t bytes, kernels::DType dtype,
                  Stream stream = Stream::Compute,
-                 bool lastMicrobatchOnly = false);
+                 bool lastMicrobatchOnly = false, bool overPipeline = false);
+  /// ap_pipeline_send / ap_pipeline_recv (runtime/pipeline.h): `bytes` at
+  /// `offset` to / from the neighbouring stage `next` (else the previous
+  /// one), on the comm stream; a send never blocks it, a receive does.
+  void pipelineSend(uint64_t offset, uint64_t bytes, bool next);
+  void pipelineRecv(uint64_t offset, uint64_t bytes, bool next);
   /// `shardBytes` at `shard` from every rank of `dataParallel` into `full`
   /// (rank r's at r x shardBytes), enqueued on `stream` (comm or compute).
   void allGather(uint64_t shard, uint64_t full, uint64_t shardBytes,
@@ -268,6 +304,10 @@ public:
   /// communicators sum in rank order; NCCL as for every other collective).
   /// A world of one returns `parts`. Collective: every rank calls it.
   std::vector<double> sumOverRanks(std::vector<double> parts);
+  /// The same over the stages of this pipeline (each stage's own share of
+  /// a check: the finiteness norms); no pipeline: `parts`. Collective over
+  /// the pipeline group.
+  std::vector<double> sumOverStages(std::vector<double> parts);
 
   //===--- Data movement ops (kernels on the compute stream) -----------===//
   /// y[outer, len, inner] = x[outer, offset:offset+len, inner]; x has `dimX`.
@@ -320,6 +360,17 @@ private:
   /// step's all-reduces summed into the state buffers replace this rank's
   /// host copies (a world of one keeps them).
   void readSummedState();
+  /// The grad norm's sum of squares over this stage's main grads, started
+  /// from the previous stages' sum and passed on (finalizeGrads).
+  double chainedSquares(const std::vector<kernels::GradTensor> &tensors);
+  /// Adds each tied_grad_offset buffer into its main grad and zeroes it;
+  /// sums pipeline_tied main grads over the first and the last stage.
+  void combineTiedGrads();
+  /// In-place f32/f64/... sum of `count` elements at `p` over `comm`,
+  /// issued on `stream` (host: on its worker; cuda: on its native stream).
+  void sumOn(Communicator *comm, void *p, size_t count, kernels::DType dtype,
+             Stream stream);
+  std::vector<double> sumScalars(Communicator *comm, std::vector<double> parts);
 
   struct PendingOpTime {
     std::string name; ///< a copy: read after the step, whoever made it
@@ -331,6 +382,10 @@ private:
 
   const Program &program_;
   bool fingerprints_;
+  std::unique_ptr<PipelineLinks> links_;
+  /// The first and the last stage (more than two stages): tied grads are
+  /// summed over it. With two stages, `pipeline` itself.
+  std::unique_ptr<Communicator> tiedGroup_;
   std::vector<float> lossParts_;
   std::vector<int32_t> countParts_;
   float clipHost_ = 1.f;
@@ -349,6 +404,11 @@ private:
 ///      weights or Adam moments): training stops and that step is not
 ///      saved, so "latest" keeps naming the last good checkpoint.
 int trainMain(int argc, char **argv, const Program &program);
+/// A pipelined binary (runtime/abi.h ap_train_main_stages): `stages[s]` is
+/// stage s of stages.size(); the world must have data-parallel size x
+/// stages ranks, and each runs its stage's program (world rank = dp rank +
+/// data-parallel size x stage). One program: trainMain.
+int trainMainStages(int argc, char **argv, const std::vector<Program> &stages);
 
 /// The shortest decimal text that reads back as `v` exactly.
 std::string exactNumberText(double v);

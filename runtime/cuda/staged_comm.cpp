@@ -138,6 +138,7 @@ public:
   std::unique_ptr<Communicator> split(int color, int key) override {
     return std::make_unique<StagedCommunicator>(host_->split(color, key));
   }
+  Communicator *hostCommunicator() override { return host_.get(); }
 
 private:
   static cudaStream_t native(void *stream) {

@@ -428,7 +428,7 @@ template <typename T> void addSquares(const T *p, int64_t n, double &total) {
 } // namespace
 
 Status gradNorm(const GradNormArgs &a) {
-  double total = 0;
+  double total = a.initialSquares ? *a.initialSquares : 0;
   for (int64_t t = 0; t < a.numTensors; ++t) {
     const GradTensor &g = a.tensors[t];
     if (g.dtype == DType::BF16)
@@ -436,6 +436,8 @@ Status gradNorm(const GradNormArgs &a) {
     else
       addSquares(static_cast<const float *>(g.data), g.n, total);
   }
+  if (a.squares)
+    *a.squares = total;
   double norm = std::sqrt(total);
   *a.norm = float(norm);
   if (a.clipCoef)

@@ -47,6 +47,7 @@ struct AbiProgram {
     param.weight = 0;
     param.master = param.grad = param.adam_m = param.adam_v = AP_NO_OFFSET;
     param.frozen = 1;
+    param.tied_grad_offset = AP_NO_OFFSET;
     adamw.param = 0;
     p.abi_version = AP_ABI_VERSION;
     p.struct_size = sizeof(ap_program);
@@ -68,6 +69,8 @@ struct AbiProgram {
         p.state_loss = AP_NO_OFFSET;
     p.data_parallel_size = 1;
     p.data_parallel_mode = AP_DP_REPLICATE;
+    p.pipeline_size = 1;
+    p.pipeline_stage = 0;
     p.step = emptyStep;
   }
 };
@@ -244,6 +247,158 @@ TEST(AbiProgramTest, RefusesMalformedTables) {
     auto [rc, err] = trainMainOf(a.p);
     EXPECT_EQ(rc, 1);
     EXPECT_NE(err.find("the driver scratch [2048, +16)"), std::string::npos)
+        << err;
+  }
+}
+
+/// ap_train_main_stages' exit code and what it printed on stderr.
+std::pair<int, std::string> trainStagesOf(const ap_program *const *stages,
+                                          int32_t n) {
+  char arg0[] = "abi_test";
+  char *argv[] = {arg0, nullptr};
+  testing::internal::CaptureStderr();
+  int rc = ap_train_main_stages(1, argv, stages, n);
+  return {rc, testing::internal::GetCapturedStderr()};
+}
+
+// ABI 6: the pipeline fields are checked like every other field; the
+// stages of a pipelined binary come in order and agree on the batch; a
+// tied gradient buffer lies in the arena and belongs to a whole f32 grad.
+TEST(AbiProgramTest, RefusesPipelineFieldsOutOfRange) {
+  {
+    // Zero-initialised and never set.
+    AbiProgram a;
+    a.p.pipeline_size = 0;
+    auto [rc, err] = trainMainOf(a.p);
+    EXPECT_EQ(rc, 1);
+    EXPECT_NE(err.find("pipeline_size is 0 (expected 1 or more stages)"),
+              std::string::npos)
+        << err;
+  }
+  {
+    AbiProgram a;
+    a.p.pipeline_size = 2;
+    a.p.pipeline_stage = 2;
+    EXPECT_THROW(
+        {
+          try {
+            programOfAbi(a.p);
+          } catch (const std::exception &e) {
+            EXPECT_NE(std::string(e.what()).find(
+                          "pipeline_stage is 2 (expected 0 to 1 for "
+                          "pipeline_size 2)"),
+                      std::string::npos)
+                << e.what();
+            throw;
+          }
+        },
+        std::exception);
+    a.p.pipeline_stage = -1;
+    EXPECT_THROW(programOfAbi(a.p), std::exception);
+    a.p.pipeline_stage = 1;
+    Program p = programOfAbi(a.p);
+    EXPECT_EQ(p.pipelineSize, 2);
+    EXPECT_EQ(p.pipelineStage, 1);
+    // A one-stage entry for a pipelined program.
+    auto [rc, err] = trainMainOf(a.p);
+    EXPECT_EQ(rc, 1);
+    EXPECT_NE(err.find("ap_train_main with a program of pipeline_size 2"),
+              std::string::npos)
+        << err;
+  }
+  {
+    AbiProgram a;
+    a.p.pipeline_size = 2;
+    a.p.data_parallel_mode = AP_DP_ZERO3;
+    a.param.shard_numel = 64;
+    auto [rc, err] = trainMainOf(a.p);
+    EXPECT_EQ(rc, 1);
+    EXPECT_NE(err.find("data_parallel_mode zero3 with pipeline_size 2"),
+              std::string::npos)
+        << err;
+  }
+  {
+    AbiProgram a;
+    a.param.pipeline_tied = 2;
+    auto [rc, err] = trainMainOf(a.p);
+    EXPECT_EQ(rc, 1);
+    EXPECT_NE(err.find("parameter 'w' has pipeline_tied 2 (expected 0 or 1)"),
+              std::string::npos)
+        << err;
+  }
+  {
+    AbiProgram a;
+    a.param.frozen = 0;
+    a.param.master = a.param.grad = a.param.adam_m = a.param.adam_v = 0;
+    a.param.tied_grad_offset = 4096 - 128;
+    auto [rc, err] = trainMainOf(a.p);
+    EXPECT_EQ(rc, 1);
+    EXPECT_NE(err.find("parameter 'w' has tied_grad_offset 3968: 64 f32 "
+                       "elements there do not fit the arena of 4096 bytes"),
+              std::string::npos)
+        << err;
+    a.param.tied_grad_offset = 1024;
+    EXPECT_EQ(programOfAbi(a.p).params[0].tiedGrad, 1024u);
+    a.param.frozen = 1;
+    std::tie(rc, err) = trainMainOf(a.p);
+    EXPECT_EQ(rc, 1);
+    EXPECT_NE(err.find("parameter 'w' has tied_grad_offset 1024 but is "
+                       "frozen"),
+              std::string::npos)
+        << err;
+  }
+}
+
+TEST(AbiProgramTest, PipelineStagesComeInOrderAndAgree) {
+  AbiProgram s0, s1;
+  s0.p.pipeline_size = s1.p.pipeline_size = 2;
+  s1.p.pipeline_stage = 1;
+  {
+    const ap_program *swapped[] = {&s1.p, &s0.p};
+    auto [rc, err] = trainStagesOf(swapped, 2);
+    EXPECT_EQ(rc, 1);
+    EXPECT_NE(err.find("program 0 of 2 has pipeline_stage 1 and "
+                       "pipeline_size 2 (expected stage 0 of 2"),
+              std::string::npos)
+        << err;
+  }
+  {
+    const ap_program *three[] = {&s0.p, &s1.p, &s1.p};
+    auto [rc, err] = trainStagesOf(three, 3);
+    EXPECT_EQ(rc, 1);
+    EXPECT_NE(err.find("program 0 of 3 has pipeline_stage 0 and "
+                       "pipeline_size 2"),
+              std::string::npos)
+        << err;
+  }
+  {
+    s1.p.micro_batches = 4;
+    const ap_program *stages[] = {&s0.p, &s1.p};
+    auto [rc, err] = trainStagesOf(stages, 2);
+    EXPECT_EQ(rc, 1);
+    EXPECT_NE(err.find("stage 1 has data_parallel_size 1, mode 0, "
+                       "micro_batches 4"),
+              std::string::npos)
+        << err;
+    s1.p.micro_batches = 1;
+  }
+  {
+    auto [rc, err] = trainStagesOf(nullptr, 0);
+    EXPECT_EQ(rc, 1);
+    EXPECT_NE(err.find("ap_train_main_stages with 0 stage(s) and a null "
+                       "array"),
+              std::string::npos)
+        << err;
+  }
+  {
+    // The world (one rank here) must be data_parallel_size x stages.
+    const ap_program *stages[] = {&s0.p, &s1.p};
+    auto [rc, err] = trainStagesOf(stages, 2);
+    EXPECT_EQ(rc, 1);
+    EXPECT_NE(err.find("started 1 rank(s) but this binary was compiled for 1 "
+                       "data-parallel rank(s) x 2 pipeline stages = 2 "
+                       "rank(s)"),
+              std::string::npos)
         << err;
   }
 }
@@ -485,6 +640,43 @@ TEST_F(AbiStepTest, IndicesOutsideTheProgramAreErrors) {
   EXPECT_NE(errorOf([&] {
               ap_launch(nullptr, 0, "t", 0, nullptr, 0);
             }).find("null step handle"),
+            std::string::npos);
+}
+
+// A one-stage program: pipeline transfers have no neighbour, run on the
+// comm stream only and name a peer; a pipeline sum over one stage changes
+// nothing.
+TEST_F(AbiStepTest, PipelineCallsOnOneStage) {
+  EXPECT_NE(errorOf([&] {
+              ap_pipeline_send(handle(), 0, 64, AP_PEER_NEXT, AP_STREAM_COMM);
+            }).find("ap_pipeline_send: stage 0 of 1 has no next stage"),
+            std::string::npos);
+  EXPECT_NE(errorOf([&] {
+              ap_pipeline_recv(handle(), 0, 64, AP_PEER_PREV, AP_STREAM_COMM);
+            }).find("ap_pipeline_recv: stage 0 of 1 has no previous stage"),
+            std::string::npos);
+  EXPECT_NE(errorOf([&] {
+              ap_pipeline_send(handle(), 0, 64, AP_PEER_NEXT,
+                               AP_STREAM_COMPUTE);
+            }).find("ap_pipeline_send: stream compute (pipeline transfers "
+                    "run on the comm stream"),
+            std::string::npos);
+  EXPECT_NE(errorOf([&] {
+              ap_pipeline_recv(handle(), 0, 64, 2, AP_STREAM_COMM);
+            }).find("ap_pipeline_recv: peer 2 (expected AP_PEER_PREV 0 or "
+                    "AP_PEER_NEXT 1)"),
+            std::string::npos);
+  auto *f = static_cast<float *>(ap_at(handle(), 0));
+  for (int i = 0; i < 16; ++i)
+    f[i] = 0.5f * float(i);
+  ap_all_reduce(handle(), 0, 64, AP_DTYPE_F32, AP_STREAM_COMM,
+                AP_REDUCE_PIPELINE);
+  device->synchronize();
+  for (int i = 0; i < 16; ++i)
+    EXPECT_EQ(f[i], 0.5f * float(i)) << i;
+  EXPECT_NE(errorOf([&] {
+              ap_all_reduce(handle(), 0, 64, AP_DTYPE_F32, AP_STREAM_COMM, 16);
+            }).find("ap_all_reduce: flags 16"),
             std::string::npos);
 }
 
