@@ -69,6 +69,17 @@ struct TrainPipelineStagePass
         break;
       }
 
+    // Sends go right after their producer, in channel order (crossings are
+    // numbered in body order). Receives from one neighbour all go where the
+    // first of them is needed (forward inputs: their first use; gradients:
+    // the start of the stage's backward), in channel order, so each side
+    // of a boundary issues its messages in the same order.
+    struct Recv {
+      const PipelineStages::Crossing *crossing;
+      SmallVector<OpOperand *> uses;
+    };
+    SmallVector<Recv> recvs[2]; // by peer: prev, next
+    Operation *recvAt[2] = {nullptr, nullptr};
     for (const PipelineStages::Crossing &c : plan->crossings) {
       const bool forward = c.to > c.from;
       if (c.from == self) {
@@ -81,28 +92,35 @@ struct TrainPipelineStagePass
       }
       if (c.to != self)
         continue;
-      // Uses on this stage, and the first of them in body order.
-      SmallVector<OpOperand *> uses;
+      Recv r{&c, {}};
       Operation *first = nullptr;
       for (OpOperand &use : c.value.getUses()) {
         Operation *top = body.findAncestorOpInBlock(*use.getOwner());
         if (plan->stageOf.lookup(top) != self)
           continue;
-        uses.push_back(&use);
+        r.uses.push_back(&use);
         if (!first || top->isBeforeInBlock(first))
           first = top;
       }
-      Operation *at = first;
-      if (!forward && backwardStart && backwardStart->isBeforeInBlock(at))
-        at = backwardStart;
-      b.setInsertionPoint(at);
-      auto recv = PipelineRecvOp::create(
-          b, c.value.getLoc(), cast<RankedTensorType>(c.value.getType()),
-          forward ? PipelinePeer::Prev : PipelinePeer::Next, c.channel);
-      for (OpOperand *use : uses)
-        use->set(recv.getResult());
-      ++numRecvs;
+      if (!forward && backwardStart && backwardStart->isBeforeInBlock(first))
+        first = backwardStart;
+      int peer = forward ? 0 : 1;
+      if (!recvAt[peer] || first->isBeforeInBlock(recvAt[peer]))
+        recvAt[peer] = first;
+      recvs[peer].push_back(std::move(r));
     }
+    for (int peer = 0; peer < 2; ++peer)
+      for (Recv &r : recvs[peer]) {
+        Value v = r.crossing->value;
+        b.setInsertionPoint(recvAt[peer]);
+        auto recv = PipelineRecvOp::create(
+            b, v.getLoc(), cast<RankedTensorType>(v.getType()),
+            peer == 0 ? PipelinePeer::Prev : PipelinePeer::Next,
+            r.crossing->channel);
+        for (OpOperand *use : r.uses)
+          use->set(recv.getResult());
+        ++numRecvs;
+      }
 
     // Drop the other stages' ops (users first), then unused parameter reads.
     SmallVector<Operation *> drop;
