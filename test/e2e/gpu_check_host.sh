@@ -3,8 +3,10 @@
 #
 # tools/scripts/gpu-check.sh on a CPU-only build: pack a bundle (two GPU
 # tests, short sequences, models/tiny-hybrid.json for the MLA arms and the
-# oracle, no compression), unpack it in another folder and run every part with
-# --device host: GPU tests report skipped, every other part must pass.
+# oracle, no compression), unpack it in another folder, check that its test
+# binaries load the runtime and kernels from its lib/ (test/unit/
+# shared_link_test.sh) and run every part with --device host: GPU tests
+# report skipped, every other part must pass.
 # Then the same bundle with --device cuda, which a CPU-only build cannot
 # serve, must fail: GPU tests that skip and binaries without a GPU are
 # failures on the GPU machine, named in the summary, exit 1.
@@ -22,6 +24,9 @@ rm -rf "$work" && mkdir -p "$work/unpacked" || exit 1
     --oracle-model "$src/models/tiny-hybrid.json" || fail "pack exited $?"
 tar -C "$work/unpacked" -xJf "$work/b.tar.xz" || fail "the bundle does not unpack"
 b=$work/unpacked/gpu-check
+# The test binaries find the shared runtime and kernels in the bundle's lib/,
+# not in the build tree they were linked in.
+bash "$src/test/unit/shared_link_test.sh" bundle "$b" || fail "the bundle's test binaries do not use its lib/"
 "$b/tools/scripts/gpu-check.sh" run "$b" --device host || fail "run --device host exited $?"
 for want in "PASS device" "SKIP unit-tests (0 passed, 2 skipped, 0 failed)" \
     "PASS bitident-tiny (10 placements" "PASS bitident-mla (2 placements" \

@@ -15,7 +15,9 @@
 #       MLA/MLP hybrid with core_attn + attn_proj offload and without, a bf16
 #       gradient-oracle step of tiny-hybrid-gpu, whose head dims the CUDA
 #       attention kernels take), collects the binaries of the ctest label
-#       `gpu` (--tests narrows them, a ctest -R regex), the Python checks and
+#       `gpu` (--tests narrows them, a ctest -R regex) and, in lib/, the
+#       shared runtime and kernels libraries they link (one copy for all of
+#       them; their RUNPATH $ORIGIN/../lib finds it), the Python checks and
 #       this script, strips every binary and writes one tar.xz. Refuses a
 #       bundle over 48 MiB. --seq, --tests, --xz-level, --mla-model
 #       (another model for the MLA arms: hybrid-mla-mlp's 32000-token
@@ -24,7 +26,8 @@
 #       keep the host self-test short; the GPU bundle takes the defaults.
 #
 #   gpu-check.sh run BUNDLE_DIR [--device cuda|host] [--log FILE]
-#       there, in the unpacked folder: nvidia-smi, every GPU unit test,
+#       there, in the unpacked folder: nvidia-smi, every GPU unit test
+#       (which must find the runtime and kernels in the bundle's lib/),
 #       bit identity across placements for both models (gpu_bitident.py),
 #       checkpoint save/resume including a resume under another placement
 #       (gpu_checkpoint.py), replicated data parallelism on 2 ranks
@@ -59,6 +62,12 @@ MLA_ARMS=(
   "none="
   "core_attn+attn_proj=--offload-modules=core_attn,attn_proj"
 )
+
+# actplace_needed FILE...: the libactplace shared libraries the files name
+# in their NEEDED entries.
+actplace_needed() {
+  readelf -d "$@" 2>/dev/null | sed -n 's/.*(NEEDED).*\[\(libactplace[^]]*\)\].*/\1/p' | sort -u
+}
 
 pack() {
   [ $# -ge 2 ] || die "usage: gpu-check.sh pack BUILD_DIR OUT.tar.xz [--no-build] [--seq N] [--tests REGEX] [--xz-level N] [--mla-model M.json] [--oracle-model M.json]"
@@ -125,7 +134,21 @@ for t in json.load(sys.stdin)["tests"]:
     printf '%s\t%s\t%s\n' "$name" "$(basename "$exe")" "$argv" >> "$b/tests.tsv"
   done < "$tsv"
   rm -f "$tsv"
-  echo "pack: $(wc -l < "$b/tests.tsv") GPU tests, $(ls "$b/bin" | wc -l) binaries"
+  # The test binaries link the runtime and kernels as shared libraries
+  # (test/unit/CMakeLists.txt: one copy in the bundle, not one per binary);
+  # lib/ gets every libactplace library they need, directly or through
+  # another, where their RUNPATH $ORIGIN/../lib looks.
+  mkdir -p "$b/lib"
+  local lib todo
+  todo=$(actplace_needed "$b"/bin/*)
+  while [ -n "$todo" ]; do
+    for lib in $todo; do
+      [ -f "$build/lib/$lib" ] || die "a test binary needs $lib, not in $build/lib (build it, or drop --no-build)"
+      strip -o "$b/lib/$lib" "$build/lib/$lib" || die "strip $build/lib/$lib failed"
+    done
+    todo=$(for lib in $(actplace_needed "$b"/lib/*); do [ -e "$b/lib/$lib" ] || echo "$lib"; done)
+  done
+  echo "pack: $(wc -l < "$b/tests.tsv") GPU tests, $(ls "$b/bin" | wc -l) binaries, $(ls "$b/lib" | wc -l) shared libraries ($(du -ch "$b"/lib/* 2>/dev/null | tail -1 | cut -f1))"
 
   local arm armflags=()
   # Each tiny arm also built from its readable C++ (cpp-NAME): the LLVM
@@ -217,11 +240,20 @@ run() {
   fi
 
   echo "== GPU unit tests"
-  local name exe argv rc npass=0 nskip=0 nfail=0 missing
+  local name exe argv rc npass=0 nskip=0 nfail=0 missing foreign libdir
+  libdir=$(cd "$bundle/lib" 2>/dev/null && pwd -P)
   while IFS=$'\t' read -r name exe argv; do
     missing=$(ldd "$bundle/bin/$exe" 2>/dev/null | awk '/not found/ {print $1}' | xargs)
     if [ -n "$missing" ]; then
       echo "FAIL: $name: libraries not found: $missing"; nfail=$((nfail + 1)); continue
+    fi
+    # The runtime and kernels must be the bundle's own (lib/), not a build
+    # tree's that happens to sit at the path the binary was linked in.
+    foreign=$(ldd "$bundle/bin/$exe" 2>/dev/null | while read -r lib _ path _; do
+      case $lib in libactplace*) [ "$(realpath -- "$path")" = "$libdir/$lib" ] || echo "$lib=$path" ;; esac
+    done | xargs)
+    if [ -n "$foreign" ]; then
+      echo "FAIL: $name: libraries from outside $libdir: $foreign"; nfail=$((nfail + 1)); continue
     fi
     mkdir -p "$work/tests/$name"
     if [[ $name == *_ranks_* ]] && [ "$device" = cuda ]; then
