@@ -1,0 +1,551 @@
+//===- KernelGen.cpp - MLIR for element-wise and row-wise groups ----------===//
+//
+// One per-element (or per-row) body per op group, emitted twice: inside scf
+// loops of a func.func for the host, and inside a gpu.func where each thread
+// takes one element (or one row). The body mirrors the reference kernel of
+// the op (kernels/reference/dense/dense_ref.cpp) operation by operation, so
+// that both lowerings compute the reference's bits wherever the underlying
+// instructions are correctly rounded (docs/kernelgen.md).
+//
+//===----------------------------------------------------------------------===//
+#include "kernelgen/KernelGen.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/LLVMIR/LLVMTypes.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinTypes.h"
+
+#include "llvm/ADT/StringSwitch.h"
+
+#include <cmath>
+#include <functional>
+
+using namespace mlir;
+
+namespace ap::kernelgen {
+
+std::string kernelName(const GroupSpec &spec) {
+  auto ty = [](ElemType t) { return t == ElemType::BF16 ? "bf16" : "f32"; };
+  std::string name = "ap_kg_";
+  switch (spec.kind) {
+  case GroupKind::SwiGluForward:
+    name += "swiglu_fwd";
+    break;
+  case GroupKind::SwiGluBackward:
+    name += spec.recomputeY ? "swiglu_bwd_y" : "swiglu_bwd";
+    break;
+  case GroupKind::ResidualAdd:
+    name += "residual_add";
+    break;
+  case GroupKind::RmsNormForward:
+    name += spec.zeroCentered ? "rmsnorm_fwd_zc" : "rmsnorm_fwd";
+    if (!spec.writeRstd)
+      name += "_norstd";
+    break;
+  case GroupKind::AdamW:
+    name += "adamw_grad";
+    name += ty(spec.dtype);
+    name += spec.computeCopy ? std::string("_copy") + ty(*spec.computeCopy)
+                             : std::string("_nocopy");
+    return name;
+  }
+  name += "_";
+  name += ty(spec.dtype);
+  return name;
+}
+
+std::optional<GroupKind> parseGroupKind(llvm::StringRef name) {
+  return llvm::StringSwitch<std::optional<GroupKind>>(name)
+      .Case("swiglu-fwd", GroupKind::SwiGluForward)
+      .Case("swiglu-bwd", GroupKind::SwiGluBackward)
+      .Case("residual-add", GroupKind::ResidualAdd)
+      .Case("rmsnorm-fwd", GroupKind::RmsNormForward)
+      .Case("adamw", GroupKind::AdamW)
+      .Default(std::nullopt);
+}
+
+const char *groupKindNames() {
+  return "swiglu-fwd, swiglu-bwd, residual-add, rmsnorm-fwd, adamw";
+}
+
+AdamWScalars adamWScalars(double lr, double beta1, double beta2, double eps,
+                          double weightDecay, int64_t step) {
+  // The same double expressions, rounded to float at the same points, as
+  // the reference adamWStep.
+  const double bc1 = 1.0 - std::pow(beta1, double(step));
+  const double bc2 = 1.0 - std::pow(beta2, double(step));
+  return {float(lr / bc1), float(std::sqrt(bc2)), float(1.0 - lr * weightDecay),
+          float(beta1),    float(beta2),          float(eps)};
+}
+
+namespace {
+
+/// Emits the per-element code of every group; `gpu` picks pointer address
+/// space 1 (global) and the gpu memref memory space.
+class Emitter {
+public:
+  Emitter(OpBuilder &b, Location loc, bool gpu) : b(b), loc(loc), gpu(gpu) {}
+
+  Type ptrType() {
+    return LLVM::LLVMPointerType::get(b.getContext(), gpu ? 1 : 0);
+  }
+  Type storage(ElemType t) {
+    return t == ElemType::BF16 ? Type(b.getBF16Type()) : Type(b.getF32Type());
+  }
+
+  Value cIndex(int64_t v) { return arith::ConstantIndexOp::create(b, loc, v); }
+  Value cF32(float v) {
+    return arith::ConstantOp::create(b, loc, b.getF32FloatAttr(v));
+  }
+  Value cI32(uint32_t v) {
+    return arith::ConstantOp::create(b, loc, b.getI32IntegerAttr(int32_t(v)));
+  }
+  Value toIndex(Value i64) {
+    return arith::IndexCastOp::create(b, loc, b.getIndexType(), i64);
+  }
+
+  /// A memref over raw storage `ptr`: rank 1 of `size` elements, or rank 2
+  /// [rows, cols] with row stride `stride` (elements). The descriptor is
+  /// built in the LLVM dialect and cast, so the kernel's ABI stays plain
+  /// pointers while its body indexes memrefs.
+  Value memref(Value ptr, Type elem, ArrayRef<Value> sizes,
+               ArrayRef<Value> strides) {
+    MLIRContext *ctx = b.getContext();
+    int64_t rank = static_cast<int64_t>(sizes.size());
+    Type i64 = b.getI64Type();
+    Type arr = LLVM::LLVMArrayType::get(i64, rank);
+    auto descTy = LLVM::LLVMStructType::getLiteral(
+        ctx, {ptrType(), ptrType(), i64, arr, arr});
+    Value d = LLVM::PoisonOp::create(b, loc, descTy);
+    d = LLVM::InsertValueOp::create(b, loc, d, ptr, ArrayRef<int64_t>{0});
+    d = LLVM::InsertValueOp::create(b, loc, d, ptr, ArrayRef<int64_t>{1});
+    Value zero = LLVM::ConstantOp::create(b, loc, i64, b.getI64IntegerAttr(0));
+    d = LLVM::InsertValueOp::create(b, loc, d, zero, ArrayRef<int64_t>{2});
+    for (int64_t i = 0; i < rank; ++i) {
+      d = LLVM::InsertValueOp::create(b, loc, d, sizes[i],
+                                      ArrayRef<int64_t>{3, i});
+      d = LLVM::InsertValueOp::create(b, loc, d, strides[i],
+                                      ArrayRef<int64_t>{4, i});
+    }
+    Attribute space;
+    if (gpu)
+      space = gpu::AddressSpaceAttr::get(ctx, gpu::AddressSpace::Global);
+    SmallVector<int64_t> shape(rank, ShapedType::kDynamic);
+    MemRefLayoutAttrInterface layout;
+    if (rank == 2)
+      layout = StridedLayoutAttr::get(ctx, 0, {ShapedType::kDynamic, 1});
+    auto ty = MemRefType::get(shape, elem, layout, space);
+    return UnrealizedConversionCastOp::create(b, loc, ty, d).getResult(0);
+  }
+  Value memref1(Value ptr, Type elem, Value n) {
+    Value one = LLVM::ConstantOp::create(b, loc, b.getI64Type(),
+                                         b.getI64IntegerAttr(1));
+    return memref(ptr, elem, {n}, {one});
+  }
+  Value memref2(Value ptr, Type elem, Value rows, Value cols, Value stride) {
+    Value one = LLVM::ConstantOp::create(b, loc, b.getI64Type(),
+                                         b.getI64IntegerAttr(1));
+    return memref(ptr, elem, {rows, cols}, {stride, one});
+  }
+
+  /// Loads one element widened to f32: bf16 bits shifted into the high half
+  /// of an f32 (exact, as bf16::toFloat).
+  Value load(Value m, ValueRange idx) {
+    Value v = memref::LoadOp::create(b, loc, m, idx);
+    if (v.getType().isF32())
+      return v;
+    Value bits = arith::BitcastOp::create(b, loc, b.getI16Type(), v);
+    Value w = arith::ExtUIOp::create(b, loc, b.getI32Type(), bits);
+    w = arith::ShLIOp::create(b, loc, w, cI32(16));
+    return arith::BitcastOp::create(b, loc, b.getF32Type(), w);
+  }
+
+  /// Stores an f32 rounded to the memref's element type: bf16 by round to
+  /// nearest even on the bits, NaN kept quiet and non-zero, exactly as
+  /// bf16::fromFloat (the same bits on host and GPU, whatever the target's
+  /// own conversion instruction does with NaN).
+  void store(Value v, Value m, ValueRange idx) {
+    Type elem = cast<MemRefType>(m.getType()).getElementType();
+    if (elem.isF32()) {
+      memref::StoreOp::create(b, loc, v, m, idx);
+      return;
+    }
+    Type i32 = b.getI32Type(), i16 = b.getI16Type();
+    Value u = arith::BitcastOp::create(b, loc, i32, v);
+    Value mag = arith::AndIOp::create(b, loc, u, cI32(0x7fffffffu));
+    Value isNan = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ugt, mag,
+                                        cI32(0x7f800000u));
+    Value hi = arith::ShRUIOp::create(b, loc, u, cI32(16));
+    Value quiet = arith::OrIOp::create(b, loc, hi, cI32(0x40u));
+    Value lsb = arith::AndIOp::create(b, loc, hi, cI32(1u));
+    Value bias = arith::AddIOp::create(b, loc, lsb, cI32(0x7fffu));
+    Value sum = arith::AddIOp::create(b, loc, u, bias);
+    Value rounded = arith::ShRUIOp::create(b, loc, sum, cI32(16));
+    Value bits32 = arith::SelectOp::create(b, loc, isNan, quiet, rounded);
+    Value bits = arith::TruncIOp::create(b, loc, i16, bits32);
+    Value out = arith::BitcastOp::create(b, loc, elem, bits);
+    memref::StoreOp::create(b, loc, out, m, idx);
+  }
+
+  Value add(Value x, Value y) { return arith::AddFOp::create(b, loc, x, y); }
+  Value sub(Value x, Value y) { return arith::SubFOp::create(b, loc, x, y); }
+  Value mul(Value x, Value y) { return arith::MulFOp::create(b, loc, x, y); }
+  Value div(Value x, Value y) { return arith::DivFOp::create(b, loc, x, y); }
+  /// Correctly rounded square root, as std::sqrt. On the GPU the NVPTX
+  /// intrinsic of sqrt.rn.f32 (no flush of denormals): convert-gpu-to-nvvm
+  /// maps math.sqrt to libdevice's __nv_sqrtf, which is the approximate
+  /// sqrt unless the module asks for precise sqrt through nvvm-reflect, and
+  /// it rejects llvm.intr.sqrt.
+  Value sqrt(Value x) {
+    if (gpu)
+      return LLVM::CallIntrinsicOp::create(
+                 b, loc, x.getType(), b.getStringAttr("llvm.nvvm.sqrt.rn.f"),
+                 ValueRange{x})
+          .getResult(0);
+    return math::SqrtOp::create(b, loc, x);
+  }
+  /// 1 / (1 + exp(-x)), the reference's sigmoid.
+  Value sigmoid(Value x) {
+    Value e = math::ExpOp::create(b, loc, arith::NegFOp::create(b, loc, x));
+    return div(cF32(1.0f), add(cF32(1.0f), e));
+  }
+
+  OpBuilder &b;
+  Location loc;
+  bool gpu;
+};
+
+/// A kernel's parameters: pointers first, then i64 integers, then f32
+/// scalars (the order of the ABI in KernelGen.h).
+struct Params {
+  SmallVector<std::string> ptrs, ints, floats;
+};
+
+Params paramsOf(const GroupSpec &s) {
+  Params p;
+  switch (s.kind) {
+  case GroupKind::SwiGluForward:
+    p.ptrs = {"gate", "up", "y"};
+    p.ints = {"rows", "cols", "gateStride", "upStride", "yStride"};
+    break;
+  case GroupKind::SwiGluBackward:
+    p.ptrs = {"gate", "up", "dy", "dgate", "dup"};
+    p.ints = {"rows",     "cols",        "gateStride", "upStride",
+              "dyStride", "dgateStride", "dupStride"};
+    if (s.recomputeY) {
+      p.ptrs.push_back("y");
+      p.ints.push_back("yStride");
+    }
+    break;
+  case GroupKind::ResidualAdd:
+    p.ptrs = {"a", "b", "y"};
+    p.ints = {"n"};
+    break;
+  case GroupKind::RmsNormForward:
+    p.ptrs = {"x", "w", "y"};
+    if (s.writeRstd)
+      p.ptrs.push_back("rstd");
+    p.ints = {"rows", "dim", "xStride", "yStride"};
+    p.floats = {"eps"};
+    break;
+  case GroupKind::AdamW:
+    p.ptrs = {"master", "expAvg", "expAvgSq", "grad", "clipCoef"};
+    if (s.computeCopy)
+      p.ptrs.push_back("computeCopy");
+    p.ints = {"n"};
+    p.floats = {"stepSize", "bc2Sqrt", "decay", "beta1", "beta2", "eps"};
+    break;
+  }
+  return p;
+}
+
+/// Named access to a kernel's block arguments.
+struct Args {
+  Params names;
+  ValueRange values;
+  Value get(llvm::StringRef name) const {
+    size_t i = 0;
+    for (const auto *list : {&names.ptrs, &names.ints, &names.floats})
+      for (const std::string &n : *list) {
+        if (n == name)
+          return values[i];
+        ++i;
+      }
+    llvm_unreachable("unknown kernel parameter");
+  }
+};
+
+/// How a group's work is split: items over `shape` (index values: {n}
+/// elements or rows, or {rows, cols} elements), and the code of one item
+/// given its indices. The code before the items (memrefs, scalars) runs
+/// once per kernel invocation (per thread on the GPU).
+using ItemFn = std::function<void(Emitter &, ValueRange)>;
+struct Work {
+  SmallVector<Value, 2> shape;
+  ItemFn item;
+};
+
+Work swiGluWork(Emitter &e, const GroupSpec &s, const Args &a, bool backward) {
+  Type st = e.storage(s.dtype);
+  Value rows = a.get("rows"), cols = a.get("cols");
+  auto m2 = [&](const char *ptr, const char *stride) {
+    return e.memref2(a.get(ptr), st, rows, cols, a.get(stride));
+  };
+  Value g = m2("gate", "gateStride"), u = m2("up", "upStride");
+  Value dy, dg, du, y;
+  if (backward) {
+    dy = m2("dy", "dyStride");
+    dg = m2("dgate", "dgateStride");
+    du = m2("dup", "dupStride");
+    if (s.recomputeY)
+      y = m2("y", "yStride");
+  } else {
+    y = m2("y", "yStride");
+  }
+  ItemFn item = [=](Emitter &e, ValueRange rc) {
+    Value r = rc[0], c = rc[1];
+    Value gv = e.load(g, {r, c}), uv = e.load(u, {r, c});
+    Value sg = e.sigmoid(gv);
+    if (!backward) {
+      // g * s * u, as swiGluValue.
+      e.store(e.mul(e.mul(gv, sg), uv), y, {r, c});
+      return;
+    }
+    Value d = e.load(dy, {r, c});
+    Value one = e.cF32(1.0f);
+    // d * u * s * (1 + g * (1 - s)), left to right as written.
+    Value dgv =
+        e.mul(e.mul(e.mul(d, uv), sg), e.add(one, e.mul(gv, e.sub(one, sg))));
+    e.store(dgv, dg, {r, c});
+    e.store(e.mul(d, e.mul(gv, sg)), du, {r, c});
+    if (y)
+      e.store(e.mul(e.mul(gv, sg), uv), y, {r, c});
+  };
+  return {{e.toIndex(rows), e.toIndex(cols)}, item};
+}
+
+Work residualAddWork(Emitter &e, const GroupSpec &s, const Args &a) {
+  Type st = e.storage(s.dtype);
+  Value n = a.get("n");
+  Value x = e.memref1(a.get("a"), st, n), z = e.memref1(a.get("b"), st, n),
+        y = e.memref1(a.get("y"), st, n);
+  ItemFn item = [=](Emitter &e, ValueRange i) {
+    e.store(e.add(e.load(x, i), e.load(z, i)), y, i);
+  };
+  return {{e.toIndex(n)}, item};
+}
+
+Work rmsNormWork(Emitter &e, const GroupSpec &s, const Args &a) {
+  Type st = e.storage(s.dtype);
+  Value rows = a.get("rows"), dim = a.get("dim");
+  Value x = e.memref2(a.get("x"), st, rows, dim, a.get("xStride"));
+  Value y = e.memref2(a.get("y"), st, rows, dim, a.get("yStride"));
+  Value w = e.memref1(a.get("w"), st, dim);
+  Value rstd;
+  if (s.writeRstd)
+    rstd = e.memref1(a.get("rstd"), e.b.getF32Type(), rows);
+  Value eps = a.get("eps");
+  Value dimIdx = e.toIndex(dim);
+  // A(dim): the int64 row length converted to f32 once, as the reference.
+  Value dimF = arith::SIToFPOp::create(e.b, e.loc, e.b.getF32Type(), dim);
+  bool zc = s.zeroCentered;
+  ItemFn item = [=](Emitter &e, ValueRange rows) {
+    Value r = rows[0];
+    OpBuilder &b = e.b;
+    Location loc = e.loc;
+    Value zero = e.cIndex(0), one = e.cIndex(1);
+    // Sum of squares in increasing column order, one accumulator: the
+    // reference's reduction order, so rstd has its bits.
+    auto sum = scf::ForOp::create(
+        b, loc, zero, dimIdx, one, ValueRange{e.cF32(0.0f)},
+        [&](OpBuilder &nb, Location nl, Value j, ValueRange acc) {
+          Emitter in(nb, nl, e.gpu);
+          Value v = in.load(x, {r, j});
+          scf::YieldOp::create(nb, nl, in.add(acc[0], in.mul(v, v)));
+        });
+    Value ss = sum.getResult(0);
+    Value rs = e.div(e.cF32(1.0f), e.sqrt(e.add(e.div(ss, dimF), eps)));
+    if (rstd)
+      memref::StoreOp::create(b, loc, rs, rstd, ValueRange{r});
+    scf::ForOp::create(
+        b, loc, zero, dimIdx, one, ValueRange{},
+        [&](OpBuilder &nb, Location nl, Value j, ValueRange) {
+          Emitter in(nb, nl, e.gpu);
+          Value wv = in.load(w, {j});
+          Value weff = zc ? in.add(in.cF32(1.0f), wv) : wv;
+          in.store(in.mul(in.mul(in.load(x, {r, j}), rs), weff), y, {r, j});
+          scf::YieldOp::create(nb, nl);
+        });
+  };
+  return {{e.toIndex(rows)}, item};
+}
+
+Work adamWWork(Emitter &e, const GroupSpec &s, const Args &a) {
+  OpBuilder &b = e.b;
+  Location loc = e.loc;
+  Type f32 = b.getF32Type();
+  Value n = a.get("n");
+  Value master = e.memref1(a.get("master"), f32, n);
+  Value expAvg = e.memref1(a.get("expAvg"), f32, n);
+  Value expAvgSq = e.memref1(a.get("expAvgSq"), f32, n);
+  Value grad = e.memref1(a.get("grad"), e.storage(s.dtype), n);
+  Value copy;
+  if (s.computeCopy)
+    copy = e.memref1(a.get("computeCopy"), e.storage(*s.computeCopy), n);
+  // The clip coefficient: *clipCoef, or 1 when the pointer is null (read
+  // once per invocation; it is a device scalar from the grad norm).
+  Value clipPtr = a.get("clipCoef");
+  Value nullPtr = LLVM::ZeroOp::create(b, loc, clipPtr.getType());
+  Value hasClip =
+      LLVM::ICmpOp::create(b, loc, LLVM::ICmpPredicate::ne, clipPtr, nullPtr);
+  auto ccIf = scf::IfOp::create(
+      b, loc, hasClip,
+      [&](OpBuilder &nb, Location nl) {
+        Value v = LLVM::LoadOp::create(nb, nl, f32, clipPtr);
+        scf::YieldOp::create(nb, nl, v);
+      },
+      [&](OpBuilder &nb, Location nl) {
+        Emitter in(nb, nl, e.gpu);
+        scf::YieldOp::create(nb, nl, in.cF32(1.0f));
+      });
+  Value cc = ccIf.getResult(0);
+  Value stepSize = a.get("stepSize"), bc2Sqrt = a.get("bc2Sqrt"),
+        decay = a.get("decay"), b1 = a.get("beta1"), b2 = a.get("beta2"),
+        eps = a.get("eps");
+  ItemFn item = [=](Emitter &e, ValueRange idx) {
+    Value i = idx[0];
+    Value one = e.cF32(1.0f);
+    Value g = e.mul(e.load(grad, {i}), cc);
+    Value p = e.mul(e.load(master, {i}), decay);
+    Value m = e.add(e.mul(b1, e.load(expAvg, {i})), e.mul(e.sub(one, b1), g));
+    Value v = e.add(e.mul(b2, e.load(expAvgSq, {i})),
+                    e.mul(e.sub(one, b2), e.mul(g, g)));
+    Value denom = e.add(e.div(e.sqrt(v), bc2Sqrt), eps);
+    p = e.sub(p, e.mul(stepSize, e.div(m, denom)));
+    e.store(p, master, {i});
+    e.store(m, expAvg, {i});
+    e.store(v, expAvgSq, {i});
+    if (copy)
+      e.store(p, copy, {i});
+  };
+  return {{e.toIndex(n)}, item};
+}
+
+Work workOf(Emitter &e, const GroupSpec &s, const Args &a) {
+  switch (s.kind) {
+  case GroupKind::SwiGluForward:
+    return swiGluWork(e, s, a, /*backward=*/false);
+  case GroupKind::SwiGluBackward:
+    return swiGluWork(e, s, a, /*backward=*/true);
+  case GroupKind::ResidualAdd:
+    return residualAddWork(e, s, a);
+  case GroupKind::RmsNormForward:
+    return rmsNormWork(e, s, a);
+  case GroupKind::AdamW:
+    return adamWWork(e, s, a);
+  }
+  llvm_unreachable("unknown group kind");
+}
+
+SmallVector<Type> paramTypes(Emitter &e, const Params &p) {
+  SmallVector<Type> types(p.ptrs.size(), e.ptrType());
+  types.append(p.ints.size(), e.b.getI64Type());
+  types.append(p.floats.size(), e.b.getF32Type());
+  return types;
+}
+
+void loadDialects(MLIRContext &context) {
+  context.loadDialect<arith::ArithDialect, func::FuncDialect, gpu::GPUDialect,
+                      LLVM::LLVMDialect, math::MathDialect,
+                      memref::MemRefDialect, scf::SCFDialect>();
+}
+
+} // namespace
+
+OwningOpRef<ModuleOp> buildHostModule(MLIRContext &context,
+                                      ArrayRef<GroupSpec> specs) {
+  loadDialects(context);
+  Location loc = UnknownLoc::get(&context);
+  OwningOpRef<ModuleOp> module = ModuleOp::create(loc);
+  OpBuilder b(&context);
+  for (const GroupSpec &spec : specs) {
+    b.setInsertionPointToEnd(module->getBody());
+    Emitter e(b, loc, /*gpu=*/false);
+    Params params = paramsOf(spec);
+    auto fn = func::FuncOp::create(
+        b, loc, kernelName(spec),
+        b.getFunctionType(paramTypes(e, params), TypeRange{}));
+    Block *entry = fn.addEntryBlock();
+    b.setInsertionPointToStart(entry);
+    Work work = workOf(e, spec, Args{params, entry->getArguments()});
+    // Items in increasing (row-major) order, one after the other.
+    SmallVector<Value> lbs(work.shape.size(), e.cIndex(0)),
+        steps(work.shape.size(), e.cIndex(1));
+    scf::buildLoopNest(b, loc, lbs, work.shape, steps,
+                       [&](OpBuilder &nb, Location nl, ValueRange ivs) {
+                         Emitter in(nb, nl, false);
+                         work.item(in, ivs);
+                       });
+    func::ReturnOp::create(b, loc);
+  }
+  return module;
+}
+
+OwningOpRef<ModuleOp> buildGpuModule(MLIRContext &context,
+                                     ArrayRef<GroupSpec> specs) {
+  loadDialects(context);
+  Location loc = UnknownLoc::get(&context);
+  OwningOpRef<ModuleOp> module = ModuleOp::create(loc);
+  (*module)->setAttr(gpu::GPUDialect::getContainerModuleAttrName(),
+                     UnitAttr::get(&context));
+  OpBuilder b(&context);
+  b.setInsertionPointToEnd(module->getBody());
+  auto gpuModule = gpu::GPUModuleOp::create(b, loc, "ap_kg");
+  for (const GroupSpec &spec : specs) {
+    b.setInsertionPointToEnd(gpuModule.getBody());
+    Emitter e(b, loc, /*gpu=*/true);
+    Params params = paramsOf(spec);
+    auto fn = gpu::GPUFuncOp::create(
+        b, loc, kernelName(spec),
+        b.getFunctionType(paramTypes(e, params), TypeRange{}));
+    fn->setAttr(gpu::GPUDialect::getKernelFuncAttrName(), b.getUnitAttr());
+    // The block size, known to the compiler (.maxntid in PTX: a launch with
+    // larger blocks fails).
+    fn.setKnownBlockSizeAttr(
+        b.getDenseI32ArrayAttr({int32_t(kBlockSize), 1, 1}));
+    Block &entry = fn.getBody().front();
+    b.setInsertionPointToStart(&entry);
+    Work work = workOf(e, spec, Args{params, entry.getArguments()});
+    // One item per thread: i = blockIdx.x * blockDim.x + threadIdx.x over
+    // the flattened shape, split back into (row, col) for 2-d work.
+    Value bid = gpu::BlockIdOp::create(b, loc, gpu::Dimension::x);
+    Value bdim = gpu::BlockDimOp::create(b, loc, gpu::Dimension::x);
+    Value tid = gpu::ThreadIdOp::create(b, loc, gpu::Dimension::x);
+    Value i = arith::AddIOp::create(
+        b, loc, arith::MulIOp::create(b, loc, bid, bdim), tid);
+    Value count = work.shape[0];
+    for (Value extent : ArrayRef<Value>(work.shape).drop_front())
+      count = arith::MulIOp::create(b, loc, count, extent);
+    Value inRange =
+        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, i, count);
+    scf::IfOp::create(b, loc, inRange, [&](OpBuilder &nb, Location nl) {
+      Emitter in(nb, nl, true);
+      SmallVector<Value, 2> idx{i};
+      if (work.shape.size() == 2)
+        idx = {arith::DivUIOp::create(nb, nl, i, work.shape[1]),
+               arith::RemUIOp::create(nb, nl, i, work.shape[1])};
+      work.item(in, idx);
+      scf::YieldOp::create(nb, nl);
+    });
+    gpu::ReturnOp::create(b, loc);
+  }
+  return module;
+}
+
+} // namespace ap::kernelgen

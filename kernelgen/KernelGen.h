@@ -1,0 +1,142 @@
+//===- KernelGen.h - generated element-wise and row-wise kernels -*- C++
+//-*-===//
+//
+// Builds MLIR for small groups of element-wise and row-wise ops (SwiGLU
+// forward and backward, residual add, RMSNorm forward, the AdamW update) and
+// lowers the same per-element code two ways (docs/kernelgen.md):
+//   - host: scf loops -> LLVM dialect -> LLVM IR -> a native object or an
+//     in-process JIT, one plain C function per kernel;
+//   - GPU: one gpu.func per kernel (one thread per element, or per row for
+//     the row-wise ops, kBlockSize threads a block) -> NVVM -> PTX (sm_90a).
+//
+// Numerics: every kernel performs, per element, the operations of the CPU
+// reference kernel of the same op (kernels/reference/dense/dense_ref.cpp) in
+// the same order and association, with no fast-math flags and no fused
+// multiply-add, bf16 values widened exactly and rounded to nearest even with
+// the reference's NaN rule; row reductions run in the reference's order.
+//
+// Kernel ABI (host C function and GPU entry take the same parameters, in this
+// order; pointers are raw element pointers, strides are in elements, with no
+// "0 means contiguous" rule: the caller passes the real stride):
+//   swiglu_fwd   (gate, up, y, rows, cols, gateStride, upStride, yStride)
+//   swiglu_bwd   (gate, up, dy, dgate, dup, [y,] rows, cols, gateStride,
+//                 upStride, dyStride, dgateStride, dupStride, [yStride])
+//   residual_add (a, b, y, n)
+//   rmsnorm_fwd  (x, w, y, [rstd,] rows, dim, xStride, yStride, eps:f32)
+//   adamw        (master, expAvg, expAvgSq, grad, clipCoef, [computeCopy,] n,
+//                 stepSize, bc2Sqrt, decay, beta1, beta2, eps: f32)
+// Integers are int64_t; bracketed parameters exist only when the spec asks
+// for that output. clipCoef may be null (coefficient 1). GPU launch: grid =
+// ceil(work / kBlockSize) blocks of kBlockSize threads, where work is
+// rows*cols (swiglu), n (residual_add, adamw) or rows (rmsnorm_fwd).
+//
+//===----------------------------------------------------------------------===//
+#ifndef ACTPLACE_KERNELGEN_KERNELGEN_H
+#define ACTPLACE_KERNELGEN_KERNELGEN_H
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/OwningOpRef.h"
+#include "mlir/Support/LLVM.h"
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace mlir {
+class DialectRegistry;
+class ExecutionEngine;
+class MLIRContext;
+} // namespace mlir
+
+namespace ap::kernelgen {
+
+/// Threads per block of every generated GPU kernel.
+constexpr int64_t kBlockSize = 256;
+
+enum class GroupKind {
+  SwiGluForward,
+  SwiGluBackward,
+  ResidualAdd,
+  RmsNormForward,
+  AdamW,
+};
+
+/// Storage element types of the generated kernels (math is always f32).
+enum class ElemType { BF16, F32 };
+
+/// One kernel to generate: an op group and its static choices (which outputs
+/// exist, storage types), fixed at generation time so the kernel has no
+/// run-time branches on them.
+struct GroupSpec {
+  GroupKind kind = GroupKind::SwiGluForward;
+  /// Storage type of activations (swiglu, residual add, rmsnorm) and of the
+  /// AdamW main grad.
+  ElemType dtype = ElemType::BF16;
+  /// SwiGluBackward: also write the recomputed forward output y.
+  bool recomputeY = false;
+  /// RmsNormForward: y = x * rstd * (1 + w) (true) or x * rstd * w.
+  bool zeroCentered = true;
+  /// RmsNormForward: also write rstd [rows] (f32).
+  bool writeRstd = true;
+  /// AdamW: write the compute copy of this storage type; nullopt: none.
+  std::optional<ElemType> computeCopy = ElemType::BF16;
+};
+
+/// The symbol of the kernel for `spec`, e.g. "ap_kg_swiglu_fwd_bf16".
+std::string kernelName(const GroupSpec &spec);
+
+/// Parses a group name of the tool (swiglu-fwd, swiglu-bwd, residual-add,
+/// rmsnorm-fwd, adamw); nullopt when unknown.
+std::optional<GroupKind> parseGroupKind(llvm::StringRef name);
+/// The names parseGroupKind accepts, for error messages.
+const char *groupKindNames();
+
+/// Dialects the builders and both lowerings need, with the LLVM IR
+/// translations (LLVM, NVVM, GPU) and the NVVM target attribute.
+void registerKernelGenDialects(mlir::DialectRegistry &registry);
+
+/// Host form: one func.func per spec (scf loops over memrefs made from the
+/// raw pointers), before any lowering.
+mlir::OwningOpRef<mlir::ModuleOp>
+buildHostModule(mlir::MLIRContext &context, llvm::ArrayRef<GroupSpec> specs);
+/// GPU form: one gpu.module "ap_kg" of gpu.func kernels, before lowering.
+mlir::OwningOpRef<mlir::ModuleOp>
+buildGpuModule(mlir::MLIRContext &context, llvm::ArrayRef<GroupSpec> specs);
+
+/// Lowers a host module in place to the LLVM dialect.
+mlir::LogicalResult lowerHostToLLVM(mlir::ModuleOp module);
+/// The LLVM IR text of a lowered host module (for the generic x86-64 CPU the
+/// reference kernels are built for).
+mlir::FailureOr<std::string> hostLLVMIR(mlir::ModuleOp module);
+/// A native relocatable object of a lowered host module, in memory.
+mlir::FailureOr<std::string> hostObject(mlir::ModuleOp module);
+/// A JIT of a lowered host module; look kernels up by kernelName.
+mlir::FailureOr<std::unique_ptr<mlir::ExecutionEngine>>
+jitHostModule(mlir::ModuleOp module);
+
+struct GpuTarget {
+  std::string chip = "sm_90a";
+  std::string features = "+ptx80";
+  /// CUDA toolkit root, for libdevice (the exp of silu); empty: $CUDA_HOME,
+  /// then /usr/local/cuda.
+  std::string toolkitPath;
+};
+/// Lowers a GPU module in place through NVVM to a gpu.binary holding PTX.
+mlir::LogicalResult lowerGpuToBinary(mlir::ModuleOp module,
+                                     const GpuTarget &target);
+/// The PTX text of a module lowered by lowerGpuToBinary.
+mlir::FailureOr<std::string> ptxOf(mlir::ModuleOp module);
+
+/// The f32 scalars of one AdamW step, computed exactly as the reference
+/// kernel computes them (in double, then rounded to float).
+struct AdamWScalars {
+  float stepSize, bc2Sqrt, decay, beta1, beta2, eps;
+};
+AdamWScalars adamWScalars(double lr, double beta1, double beta2, double eps,
+                          double weightDecay, int64_t step);
+
+} // namespace ap::kernelgen
+
+#endif // ACTPLACE_KERNELGEN_KERNELGEN_H

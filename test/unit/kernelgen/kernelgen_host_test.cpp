@@ -1,0 +1,490 @@
+//===- kernelgen_host_test.cpp - generated host kernels vs reference ------===//
+//
+// JIT-compiles the host form of every generated kernel (kernelgen/) and runs
+// it against the CPU reference kernel of the same op on seeded random data,
+// bf16 and f32 storage, several sizes including odd ones and row strides
+// wider than the row. The generated kernels perform the reference's
+// operations in the same order, with the same libm exp (both call the
+// process's expf), so every comparison is bitwise: SwiGLU forward and
+// backward, residual add, RMSNorm forward (y and rstd: the sum of squares
+// runs in increasing column order in both) and the AdamW update.
+//
+//===----------------------------------------------------------------------===//
+#include "kernelgen/KernelGen.h"
+#include "kernels/kernels.h"
+#include "test/unit/kernels/random_data.h"
+
+#include "mlir/ExecutionEngine/ExecutionEngine.h"
+#include "mlir/IR/DialectRegistry.h"
+#include "mlir/IR/MLIRContext.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <vector>
+
+using namespace ap::kernels;
+namespace kg = ap::kernelgen;
+
+namespace {
+
+using I = int64_t;
+
+/// Every kernel the tests run, JIT-compiled once for the whole binary. The
+/// context runs single-threaded: the tests need no pass parallelism, and no
+/// worker threads outlive the tests.
+struct Jit {
+  mlir::MLIRContext context{mlir::MLIRContext::Threading::DISABLED};
+  std::unique_ptr<mlir::ExecutionEngine> engine;
+  std::string error;
+
+  static std::vector<kg::GroupSpec> specs() {
+    std::vector<kg::GroupSpec> all;
+    for (kg::ElemType t : {kg::ElemType::BF16, kg::ElemType::F32}) {
+      kg::GroupSpec s;
+      s.dtype = t;
+      s.kind = kg::GroupKind::SwiGluForward;
+      all.push_back(s);
+      s.kind = kg::GroupKind::SwiGluBackward;
+      s.recomputeY = false;
+      all.push_back(s);
+      s.recomputeY = true;
+      all.push_back(s);
+      s.kind = kg::GroupKind::ResidualAdd;
+      all.push_back(s);
+      s.kind = kg::GroupKind::RmsNormForward;
+      for (bool zc : {true, false}) {
+        s.zeroCentered = zc;
+        s.writeRstd = true;
+        all.push_back(s);
+      }
+      s.zeroCentered = true;
+      s.writeRstd = false;
+      all.push_back(s);
+      s.kind = kg::GroupKind::AdamW;
+      for (std::optional<kg::ElemType> copy :
+           {std::optional<kg::ElemType>(kg::ElemType::BF16),
+            std::optional<kg::ElemType>(kg::ElemType::F32),
+            std::optional<kg::ElemType>()}) {
+        s.computeCopy = copy;
+        all.push_back(s);
+      }
+    }
+    return all;
+  }
+
+  Jit() {
+    mlir::DialectRegistry registry;
+    kg::registerKernelGenDialects(registry);
+    context.appendDialectRegistry(registry);
+    auto module = kg::buildHostModule(context, specs());
+    if (mlir::failed(kg::lowerHostToLLVM(*module))) {
+      error = "lowerHostToLLVM failed";
+      return;
+    }
+    auto jit = kg::jitHostModule(*module);
+    if (mlir::failed(jit)) {
+      error = "jitHostModule failed";
+      return;
+    }
+    engine = std::move(*jit);
+  }
+
+  template <class Fn> Fn *lookup(const kg::GroupSpec &spec) {
+    auto sym = engine->lookup(kg::kernelName(spec));
+    if (!sym) {
+      llvm::consumeError(sym.takeError());
+      return nullptr;
+    }
+    return reinterpret_cast<Fn *>(*sym);
+  }
+};
+
+/// The JIT, built on first use and destroyed when the tests end (a global
+/// test environment's TearDown, before main returns): destroying it among
+/// the static destructors at exit races with LLVM's own.
+std::unique_ptr<Jit> &jitSlot() {
+  static std::unique_ptr<Jit> slot;
+  return slot;
+}
+Jit &jit() {
+  if (!jitSlot())
+    jitSlot() = std::make_unique<Jit>();
+  return *jitSlot();
+}
+struct DestroyJit : ::testing::Environment {
+  void TearDown() override { jitSlot().reset(); }
+};
+const auto *const kDestroyJit =
+    ::testing::AddGlobalTestEnvironment(new DestroyJit);
+
+DType dtypeOf(kg::ElemType t) {
+  return t == kg::ElemType::BF16 ? DType::BF16 : DType::F32;
+}
+size_t bytesOf(kg::ElemType t) { return t == kg::ElemType::BF16 ? 2 : 4; }
+
+/// n storage elements of seeded N(0, s^2) values, in bf16 or f32 bytes, with
+/// a few specials (signed zero, a value that rounds to even in bf16, a
+/// denormal, an overflow to infinity) where n allows.
+std::vector<uint8_t> randomStorage(kg::ElemType t, size_t n, uint64_t seed,
+                                   double s = 1.0, bool specials = true) {
+  std::vector<double> v = ap::test::randn(n, seed, s);
+  if (specials && n >= 8) {
+    v[1] = -0.0;
+    v[3] = 1.00390625; // exactly between two bf16 values: ties to even
+    v[5] = 1e-40;      // denormal in f32
+    v[7] = 3.3e38;     // rounds to +inf in bf16
+  }
+  std::vector<uint8_t> out(n * bytesOf(t));
+  for (size_t i = 0; i < n; ++i) {
+    float f = float(v[i]);
+    if (t == kg::ElemType::BF16) {
+      bf16 b(f);
+      std::memcpy(out.data() + 2 * i, &b.bits, 2);
+    } else {
+      std::memcpy(out.data() + 4 * i, &f, 4);
+    }
+  }
+  return out;
+}
+
+/// Bitwise equality of two byte buffers, naming the first differing element.
+::testing::AssertionResult sameBits(const std::vector<uint8_t> &want,
+                                    const std::vector<uint8_t> &got,
+                                    size_t elemBytes, const char *what) {
+  if (want.size() != got.size())
+    return ::testing::AssertionFailure()
+           << what << ": " << got.size() << " bytes, expected " << want.size();
+  for (size_t i = 0; i < want.size(); i += elemBytes)
+    if (std::memcmp(want.data() + i, got.data() + i, elemBytes) != 0) {
+      uint32_t w = 0, g = 0;
+      std::memcpy(&w, want.data() + i, elemBytes);
+      std::memcpy(&g, got.data() + i, elemBytes);
+      return ::testing::AssertionFailure()
+             << what << ": element " << i / elemBytes << " has bits 0x"
+             << std::hex << g << ", the reference 0x" << w;
+    }
+  return ::testing::AssertionSuccess();
+}
+
+const KernelContext kHost{};
+
+class KernelGenHost : public ::testing::TestWithParam<kg::ElemType> {
+protected:
+  void SetUp() override { ASSERT_TRUE(jit().engine) << jit().error; }
+  kg::ElemType type() const { return GetParam(); }
+};
+
+struct Shape {
+  I rows, cols;
+};
+const Shape kShapes[] = {{1, 1}, {3, 7}, {17, 33}, {4, 256}, {5, 1023}};
+
+TEST_P(KernelGenHost, SwiGluForwardMatchesReference) {
+  kg::GroupSpec spec;
+  spec.kind = kg::GroupKind::SwiGluForward;
+  spec.dtype = type();
+  using Fn = void(const void *, const void *, void *, I, I, I, I, I);
+  Fn *fn = jit().lookup<Fn>(spec);
+  ASSERT_NE(fn, nullptr) << kg::kernelName(spec);
+  size_t eb = bytesOf(type());
+  for (Shape s : kShapes) {
+    // gate and up as the two halves of one fused projection row [gate | up]
+    // (row stride 2*cols), y contiguous.
+    I stride = 2 * s.cols;
+    auto gu = randomStorage(type(), size_t(s.rows * stride), 11 + s.cols, 3.0);
+    std::vector<uint8_t> want(size_t(s.rows * s.cols) * eb, 0xa5),
+        got(want.size(), 0x5a);
+    SwiGluForwardArgs a;
+    a.dtype = dtypeOf(type());
+    a.gate = gu.data();
+    a.up = gu.data() + s.cols * eb;
+    a.y = want.data();
+    a.rows = s.rows;
+    a.cols = s.cols;
+    a.gateStride = a.upStride = stride;
+    ASSERT_EQ(swiGluForward(kHost, a), Status::Ok);
+    fn(a.gate, a.up, got.data(), s.rows, s.cols, stride, stride, s.cols);
+    EXPECT_TRUE(sameBits(want, got, eb, "swiglu y")) << s.rows << "x" << s.cols;
+  }
+}
+
+TEST_P(KernelGenHost, SwiGluBackwardMatchesReference) {
+  size_t eb = bytesOf(type());
+  for (bool recompute : {false, true}) {
+    kg::GroupSpec spec;
+    spec.kind = kg::GroupKind::SwiGluBackward;
+    spec.dtype = type();
+    spec.recomputeY = recompute;
+    void *sym = jit().lookup<void>(spec);
+    ASSERT_NE(sym, nullptr) << kg::kernelName(spec);
+    for (Shape s : kShapes) {
+      size_t n = size_t(s.rows * s.cols);
+      auto g = randomStorage(type(), n, 21 + s.rows, 3.0);
+      auto u = randomStorage(type(), n, 22 + s.rows);
+      auto dy = randomStorage(type(), n, 23 + s.rows);
+      std::vector<uint8_t> dgW(n * eb, 1), duW(n * eb, 2), yW(n * eb, 3);
+      std::vector<uint8_t> dgG(n * eb, 4), duG(n * eb, 5), yG(n * eb, 6);
+      SwiGluBackwardArgs a;
+      a.dtype = dtypeOf(type());
+      a.gate = g.data();
+      a.up = u.data();
+      a.dy = dy.data();
+      a.dgate = dgW.data();
+      a.dup = duW.data();
+      a.y = recompute ? yW.data() : nullptr;
+      a.rows = s.rows;
+      a.cols = s.cols;
+      ASSERT_EQ(swiGluBackward(kHost, a), Status::Ok);
+      I c = s.cols;
+      if (recompute)
+        reinterpret_cast<void (*)(const void *, const void *, const void *,
+                                  void *, void *, void *, I, I, I, I, I, I, I,
+                                  I)>(sym)(g.data(), u.data(), dy.data(),
+                                           dgG.data(), duG.data(), yG.data(),
+                                           s.rows, c, c, c, c, c, c, c);
+      else
+        reinterpret_cast<void (*)(const void *, const void *, const void *,
+                                  void *, void *, I, I, I, I, I, I, I)>(sym)(
+            g.data(), u.data(), dy.data(), dgG.data(), duG.data(), s.rows, c, c,
+            c, c, c, c);
+      EXPECT_TRUE(sameBits(dgW, dgG, eb, "dgate")) << s.rows << "x" << c;
+      EXPECT_TRUE(sameBits(duW, duG, eb, "dup")) << s.rows << "x" << c;
+      if (recompute)
+        EXPECT_TRUE(sameBits(yW, yG, eb, "recomputed y")) << s.rows << "x" << c;
+      else
+        EXPECT_EQ(yG, std::vector<uint8_t>(n * eb, 6)) << "y written";
+    }
+  }
+}
+
+TEST_P(KernelGenHost, ResidualAddMatchesReference) {
+  kg::GroupSpec spec;
+  spec.kind = kg::GroupKind::ResidualAdd;
+  spec.dtype = type();
+  using Fn = void(const void *, const void *, void *, I);
+  Fn *fn = jit().lookup<Fn>(spec);
+  ASSERT_NE(fn, nullptr) << kg::kernelName(spec);
+  size_t eb = bytesOf(type());
+  for (I n : {I(1), I(7), I(1000), I(4097)}) {
+    auto x = randomStorage(type(), size_t(n), 31 + n, 4.0);
+    auto z = randomStorage(type(), size_t(n), 32 + n);
+    std::vector<uint8_t> want(size_t(n) * eb, 7), got(want.size(), 8);
+    ResidualAddArgs a;
+    a.dtype = dtypeOf(type());
+    a.a = x.data();
+    a.b = z.data();
+    a.y = want.data();
+    a.n = n;
+    ASSERT_EQ(residualAddForward(kHost, a), Status::Ok);
+    fn(x.data(), z.data(), got.data(), n);
+    EXPECT_TRUE(sameBits(want, got, eb, "residual y")) << n;
+  }
+}
+
+TEST_P(KernelGenHost, RmsNormForwardMatchesReference) {
+  size_t eb = bytesOf(type());
+  for (bool zc : {true, false})
+    for (bool withRstd : {true, false}) {
+      kg::GroupSpec spec;
+      spec.kind = kg::GroupKind::RmsNormForward;
+      spec.dtype = type();
+      spec.zeroCentered = zc;
+      spec.writeRstd = withRstd;
+      if (!zc && !withRstd)
+        continue; // not generated
+      void *sym = jit().lookup<void>(spec);
+      ASSERT_NE(sym, nullptr) << kg::kernelName(spec);
+      for (Shape s : kShapes) {
+        // x rows strided (a q half of a gated projection), y contiguous.
+        I xs = s.cols + 5;
+        auto x = randomStorage(type(), size_t(s.rows * xs), 41 + s.cols, 2.0,
+                               /*specials=*/false);
+        auto w = randomStorage(type(), size_t(s.cols), 42 + s.cols, 0.5,
+                               /*specials=*/false);
+        std::vector<uint8_t> yW(size_t(s.rows * s.cols) * eb, 9),
+            yG(yW.size(), 10);
+        std::vector<float> rW(size_t(s.rows), 1.f), rG(size_t(s.rows), 2.f);
+        RmsNormForwardArgs a;
+        a.dtype = dtypeOf(type());
+        a.x = x.data();
+        a.w = w.data();
+        a.y = yW.data();
+        a.rstd = rW.data();
+        a.rows = s.rows;
+        a.dim = s.cols;
+        a.xStride = xs;
+        a.eps = 1e-6;
+        a.zeroCentered = zc;
+        ASSERT_EQ(rmsNormForward(kHost, a), Status::Ok);
+        float eps = float(a.eps);
+        if (withRstd)
+          reinterpret_cast<void (*)(const void *, const void *, void *, float *,
+                                    I, I, I, I, float)>(sym)(
+              x.data(), w.data(), yG.data(), rG.data(), s.rows, s.cols, xs,
+              s.cols, eps);
+        else
+          reinterpret_cast<void (*)(const void *, const void *, void *, I, I, I,
+                                    I, float)>(sym)(
+              x.data(), w.data(), yG.data(), s.rows, s.cols, xs, s.cols, eps);
+        EXPECT_TRUE(sameBits(yW, yG, eb, "rmsnorm y"))
+            << kg::kernelName(spec) << " " << s.rows << "x" << s.cols;
+        if (withRstd) {
+          std::vector<uint8_t> rw(rW.size() * 4), rg(rG.size() * 4);
+          std::memcpy(rw.data(), rW.data(), rw.size());
+          std::memcpy(rg.data(), rG.data(), rg.size());
+          EXPECT_TRUE(sameBits(rw, rg, 4, "rstd")) << s.rows << "x" << s.cols;
+        }
+      }
+    }
+}
+
+TEST_P(KernelGenHost, AdamWMatchesReference) {
+  // Here the parameter is the main grad's storage type.
+  kg::ElemType gradType = type();
+  for (std::optional<kg::ElemType> copy :
+       {std::optional<kg::ElemType>(kg::ElemType::BF16),
+        std::optional<kg::ElemType>(kg::ElemType::F32),
+        std::optional<kg::ElemType>()}) {
+    kg::GroupSpec spec;
+    spec.kind = kg::GroupKind::AdamW;
+    spec.dtype = gradType;
+    spec.computeCopy = copy;
+    void *sym = jit().lookup<void>(spec);
+    ASSERT_NE(sym, nullptr) << kg::kernelName(spec);
+    for (I n : {I(1), I(9), I(1000), I(4099)})
+      for (int64_t step : {1, 7}) {
+        for (bool clip : {false, true}) {
+          auto grad = randomStorage(gradType, size_t(n), 51 + n, 1e-2,
+                                    /*specials=*/false);
+          auto toF = [](const std::vector<double> &v) {
+            return std::vector<float>(v.begin(), v.end());
+          };
+          std::vector<float> p = toF(ap::test::randn(size_t(n), 52 + n));
+          std::vector<float> m = toF(ap::test::randn(size_t(n), 53 + n, 1e-2));
+          std::vector<float> v;
+          for (double d : ap::test::randn(size_t(n), 54 + n))
+            v.push_back(float(1e-4 * std::fabs(d)));
+          std::vector<float> pW = p, mW = m, vW = v, pG = p, mG = m, vG = v;
+          size_t cb = copy ? bytesOf(*copy) : 1;
+          std::vector<uint8_t> cW(size_t(n) * cb, 11), cG(cW.size(), 12);
+          float cc = 0.375f;
+          AdamWArgs a;
+          a.master = pW.data();
+          a.expAvg = mW.data();
+          a.expAvgSq = vW.data();
+          a.grad = grad.data();
+          a.gradDType = dtypeOf(gradType);
+          a.clipCoef = clip ? &cc : nullptr;
+          a.computeCopy = copy ? cW.data() : nullptr;
+          a.computeDType = copy ? dtypeOf(*copy) : DType::BF16;
+          a.n = n;
+          a.lr = 3e-4;
+          a.weightDecay = 0.1;
+          a.step = step;
+          ASSERT_EQ(adamWStep(kHost, a), Status::Ok);
+          kg::AdamWScalars k = kg::adamWScalars(a.lr, a.beta1, a.beta2, a.eps,
+                                                a.weightDecay, a.step);
+          const float *ccp = clip ? &cc : nullptr;
+          if (copy)
+            reinterpret_cast<void (*)(float *, float *, float *, const void *,
+                                      const float *, void *, I, float, float,
+                                      float, float, float, float)>(sym)(
+                pG.data(), mG.data(), vG.data(), grad.data(), ccp, cG.data(), n,
+                k.stepSize, k.bc2Sqrt, k.decay, k.beta1, k.beta2, k.eps);
+          else
+            reinterpret_cast<void (*)(float *, float *, float *, const void *,
+                                      const float *, I, float, float, float,
+                                      float, float, float)>(sym)(
+                pG.data(), mG.data(), vG.data(), grad.data(), ccp, n,
+                k.stepSize, k.bc2Sqrt, k.decay, k.beta1, k.beta2, k.eps);
+          auto bytes = [](const std::vector<float> &f) {
+            std::vector<uint8_t> b(f.size() * 4);
+            std::memcpy(b.data(), f.data(), b.size());
+            return b;
+          };
+          std::string where = kg::kernelName(spec) + " n=" + std::to_string(n) +
+                              " step=" + std::to_string(step) +
+                              (clip ? " clip" : "");
+          EXPECT_TRUE(sameBits(bytes(pW), bytes(pG), 4, "master")) << where;
+          EXPECT_TRUE(sameBits(bytes(mW), bytes(mG), 4, "expAvg")) << where;
+          EXPECT_TRUE(sameBits(bytes(vW), bytes(vG), 4, "expAvgSq")) << where;
+          if (copy)
+            EXPECT_TRUE(sameBits(cW, cG, cb, "compute copy")) << where;
+          else
+            EXPECT_EQ(cG, std::vector<uint8_t>(cG.size(), 12)) << where;
+        }
+      }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Storage, KernelGenHost,
+                         ::testing::Values(kg::ElemType::BF16,
+                                           kg::ElemType::F32),
+                         [](const auto &info) {
+                           return info.param == kg::ElemType::BF16
+                                      ? std::string("bf16")
+                                      : std::string("f32");
+                         });
+
+/// bf16 rounding of the generated store against bf16::fromFloat on chosen
+/// sums of two bf16 values: ties to even both ways, overflow to infinity,
+/// denormals, infinity and NaN (kept quiet and non-zero).
+TEST(KernelGenHostBf16, RoundingMatchesReferenceOnSpecials) {
+  ASSERT_TRUE(jit().engine) << jit().error;
+  kg::GroupSpec spec;
+  spec.kind = kg::GroupKind::ResidualAdd;
+  spec.dtype = kg::ElemType::BF16;
+  auto *fn = jit().lookup<void(const void *, const void *, void *, I)>(spec);
+  ASSERT_NE(fn, nullptr);
+  std::vector<uint16_t> a, b;
+  const float fa[] = {1.0f,
+                      1.0f,
+                      -1.0f,
+                      65280.0f,
+                      3.0e38f,
+                      1e-39f,
+                      std::numeric_limits<float>::infinity(),
+                      std::numeric_limits<float>::quiet_NaN()};
+  const float fb[] = {0.00390625f, 0.01171875f, -0.00390625f, 3.0e38f,
+                      3.0e38f,     1e-39f,      -1.0f,        1.0f};
+  for (size_t i = 0; i < sizeof(fa) / sizeof(fa[0]); ++i) {
+    a.push_back(bf16(fa[i]).bits);
+    b.push_back(bf16(fb[i]).bits);
+  }
+  I n = I(a.size());
+  std::vector<uint16_t> want(a.size()), got(a.size());
+  ResidualAddArgs r;
+  r.dtype = DType::BF16;
+  r.a = a.data();
+  r.b = b.data();
+  r.y = want.data();
+  r.n = n;
+  ASSERT_EQ(residualAddForward(kHost, r), Status::Ok);
+  fn(a.data(), b.data(), got.data(), n);
+  for (size_t i = 0; i < want.size(); ++i)
+    EXPECT_EQ(want[i], got[i]) << "element " << i;
+}
+
+/// The in-memory object: an ELF relocatable that defines every kernel.
+TEST(KernelGenHostObject, DefinesEveryKernel) {
+  mlir::DialectRegistry registry;
+  kg::registerKernelGenDialects(registry);
+  mlir::MLIRContext context(registry, mlir::MLIRContext::Threading::DISABLED);
+  auto specs = Jit::specs();
+  auto module = kg::buildHostModule(context, specs);
+  ASSERT_TRUE(mlir::succeeded(kg::lowerHostToLLVM(*module)));
+  auto object = kg::hostObject(*module);
+  ASSERT_TRUE(mlir::succeeded(object));
+  ASSERT_GT(object->size(), 4u);
+  EXPECT_EQ(object->substr(0, 4), std::string("\x7f"
+                                              "ELF"));
+  for (const kg::GroupSpec &s : specs)
+    EXPECT_NE(object->find(kg::kernelName(s)), std::string::npos)
+        << kg::kernelName(s);
+}
+
+} // namespace

@@ -1,0 +1,172 @@
+//===- actplace-kernelgen.cpp - generated kernels, standalone
+//--------------===//
+//
+// Prints the generated element-wise and row-wise kernels (kernelgen/) at one
+// stage: the host MLIR, the GPU MLIR, the host LLVM IR or the PTX for sm_90a.
+// For lit tests and for reading what the generator emits; the compiler does
+// not call it.
+//
+//===----------------------------------------------------------------------===//
+#include "kernelgen/KernelGen.h"
+#include "support/ToolVersion.h"
+
+#include "mlir/IR/DialectRegistry.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Support/FileUtilities.h"
+
+#include "llvm/ADT/SmallVector.h"
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/ToolOutputFile.h"
+#include "llvm/Support/raw_ostream.h"
+
+using namespace llvm;
+namespace kg = ap::kernelgen;
+
+static cl::OptionCategory category("actplace-kernelgen options");
+
+static cl::list<std::string>
+    groups("group", cl::CommaSeparated, cl::OneOrMore,
+           cl::desc("Op groups to generate, comma separated: swiglu-fwd, "
+                    "swiglu-bwd, residual-add, rmsnorm-fwd, adamw, or all"),
+           cl::cat(category));
+static cl::opt<std::string>
+    dtype("dtype", cl::init("bf16"),
+          cl::desc("Storage type of activations and of the AdamW main grad: "
+                   "bf16 or f32"),
+          cl::cat(category));
+static cl::opt<std::string>
+    emit("emit", cl::init("ptx"),
+         cl::desc("What to print: mlir (host kernels before lowering), "
+                  "gpu-mlir (GPU kernels before lowering), llvm (host LLVM "
+                  "IR), ptx (PTX text)"),
+         cl::cat(category));
+static cl::opt<bool>
+    recomputeY("swiglu-recompute-y", cl::init(false),
+               cl::desc("swiglu-bwd also writes the recomputed forward output"),
+               cl::cat(category));
+static cl::opt<bool>
+    plainNorm("rmsnorm-plain", cl::init(false),
+              cl::desc("rmsnorm-fwd scales by w instead of (1 + w)"),
+              cl::cat(category));
+static cl::opt<std::string>
+    adamwCopy("adamw-copy", cl::init("bf16"),
+              cl::desc("AdamW compute copy: bf16, f32 or none"),
+              cl::cat(category));
+static cl::opt<std::string> chip("chip", cl::init("sm_90a"),
+                                 cl::desc("GPU target of --emit=ptx"),
+                                 cl::cat(category));
+static cl::opt<std::string> features("features", cl::init("+ptx80"),
+                                     cl::desc("PTX features of --emit=ptx"),
+                                     cl::cat(category));
+static cl::opt<std::string> output("o", cl::init("-"),
+                                   cl::desc("Output file (- for stdout)"),
+                                   cl::value_desc("file"), cl::cat(category));
+
+static std::optional<kg::ElemType> parseType(StringRef s) {
+  if (s == "bf16")
+    return kg::ElemType::BF16;
+  if (s == "f32")
+    return kg::ElemType::F32;
+  return std::nullopt;
+}
+
+int main(int argc, char **argv) {
+  InitLLVM init(argc, argv);
+  ap::setToolVersionPrinter("actplace-kernelgen");
+  cl::HideUnrelatedOptions(category);
+  cl::ParseCommandLineOptions(
+      argc, argv,
+      "actplace-kernelgen: generated element-wise and row-wise kernels, as "
+      "host MLIR/LLVM IR or as PTX\n");
+
+  std::optional<kg::ElemType> type = parseType(dtype);
+  if (!type) {
+    errs() << "actplace-kernelgen: unknown --dtype '" << dtype
+           << "' (expected bf16 or f32)\n";
+    return 1;
+  }
+  std::optional<kg::ElemType> copyType;
+  if (adamwCopy != "none") {
+    copyType = parseType(adamwCopy);
+    if (!copyType) {
+      errs() << "actplace-kernelgen: unknown --adamw-copy '" << adamwCopy
+             << "' (expected bf16, f32 or none)\n";
+      return 1;
+    }
+  }
+  if (emit != "mlir" && emit != "gpu-mlir" && emit != "llvm" && emit != "ptx") {
+    errs() << "actplace-kernelgen: unknown --emit '" << emit
+           << "' (expected mlir, gpu-mlir, llvm or ptx)\n";
+    return 1;
+  }
+
+  SmallVector<std::string> names;
+  for (const std::string &g : groups) {
+    if (g == "all")
+      names.append(
+          {"swiglu-fwd", "swiglu-bwd", "residual-add", "rmsnorm-fwd", "adamw"});
+    else
+      names.push_back(g);
+  }
+  SmallVector<kg::GroupSpec> specs;
+  for (const std::string &name : names) {
+    std::optional<kg::GroupKind> kind = kg::parseGroupKind(name);
+    if (!kind) {
+      errs() << "actplace-kernelgen: unknown --group '" << name
+             << "' (expected one of " << kg::groupKindNames() << ", all)\n";
+      return 1;
+    }
+    kg::GroupSpec spec;
+    spec.kind = *kind;
+    spec.dtype = *type;
+    spec.recomputeY = recomputeY;
+    spec.zeroCentered = !plainNorm;
+    spec.computeCopy = copyType;
+    specs.push_back(spec);
+  }
+
+  mlir::DialectRegistry registry;
+  kg::registerKernelGenDialects(registry);
+  mlir::MLIRContext context(registry);
+
+  std::string error;
+  auto out = mlir::openOutputFile(output, &error);
+  if (!out) {
+    errs() << "actplace-kernelgen: cannot open " << output << ": " << error
+           << "\n";
+    return 1;
+  }
+  raw_ostream &os = out->os();
+  if (emit == "mlir" || emit == "llvm") {
+    auto module = kg::buildHostModule(context, specs);
+    if (emit == "mlir") {
+      module->print(os);
+    } else {
+      if (mlir::failed(kg::lowerHostToLLVM(*module)))
+        return 1;
+      auto ir = kg::hostLLVMIR(*module);
+      if (mlir::failed(ir))
+        return 1;
+      os << *ir;
+    }
+  } else {
+    auto module = kg::buildGpuModule(context, specs);
+    if (emit == "gpu-mlir") {
+      module->print(os);
+    } else {
+      kg::GpuTarget target;
+      target.chip = chip;
+      target.features = features;
+      if (mlir::failed(kg::lowerGpuToBinary(*module, target)))
+        return 1;
+      auto ptx = kg::ptxOf(*module);
+      if (mlir::failed(ptx))
+        return 1;
+      os << *ptx;
+    }
+  }
+  out->keep();
+  return 0;
+}
