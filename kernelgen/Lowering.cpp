@@ -34,6 +34,7 @@
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/ExecutionEngine/ExecutionEngine.h"
+#include "mlir/ExecutionEngine/OptUtils.h"
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Target/LLVM/NVVM/Target.h"
@@ -117,7 +118,16 @@ FailureOr<std::unique_ptr<llvm::TargetMachine>> hostMachine(ModuleOp module) {
   return machine;
 }
 
-/// The host machine and the lowered module's LLVM IR for it, verified.
+/// LLVM's -O2 pipeline. It keeps every floating-point result: without
+/// fast-math flags it may not reassociate (so the row reduction is not
+/// vectorized out of order), contract, or replace libm calls.
+llvm::Error optimize(llvm::Module &module, llvm::TargetMachine &machine) {
+  return makeOptimizingTransformer(/*optLevel=*/2, /*sizeLevel=*/0,
+                                   &machine)(&module);
+}
+
+/// The host machine and the lowered module's LLVM IR for it, verified and
+/// optimized.
 struct HostIR {
   std::unique_ptr<llvm::TargetMachine> machine;
   std::unique_ptr<llvm::LLVMContext> context;
@@ -141,6 +151,9 @@ FailureOr<HostIR> translate(ModuleOp module) {
   if (llvm::verifyModule(*ir.module, &os))
     return module.emitError("kernelgen: the host LLVM IR does not verify: ")
            << errors;
+  if (llvm::Error e = optimize(*ir.module, *ir.machine))
+    return module.emitError("kernelgen: LLVM -O2 failed on the host kernels: ")
+           << llvm::toString(std::move(e));
   return ir;
 }
 
@@ -177,6 +190,16 @@ FailureOr<std::unique_ptr<ExecutionEngine>> jitHostModule(ModuleOp module) {
     return failure();
   ExecutionEngineOptions options;
   options.jitCodeGenOptLevel = llvm::CodeGenOptLevel::Default;
+  // The same -O2 as the object file; the transformer runs inside create(),
+  // while `optMachine` lives.
+  auto optMachine = hostMachine(module);
+  if (failed(optMachine))
+    return failure();
+  llvm::TargetMachine *optTarget = optMachine->get();
+  auto transformer = [optTarget](llvm::Module *m) {
+    return optimize(*m, *optTarget);
+  };
+  options.transformer = transformer;
   options.enableGDBNotificationListener = false;
   options.enablePerfNotificationListener = false;
   auto engine = ExecutionEngine::create(module, options, std::move(*machine));
