@@ -45,7 +45,10 @@ std::string addrText(Addr a) {
 
 class CppSink : public StepSink {
 public:
-  explicit CppSink(llvm::raw_ostream &os) : os_(os) {}
+  /// `stage` >= 0: one stage of a pipelined binary, written in namespace
+  /// stage<k> without main (emitCppStages adds one for all stages).
+  explicit CppSink(llvm::raw_ostream &os, int stage = -1)
+      : os_(os), stage_(stage) {}
 
   void call(StringRef fn, ArrayRef<CallArg> args, StringRef comment) override {
     // Array arguments become constant locals of a block around the call
@@ -140,6 +143,7 @@ private:
   }
 
   llvm::raw_ostream &os_;
+  int stage_ = -1;
   std::string bodyText_;
   llvm::raw_string_ostream body_{bodyText_};
   int indent_ = 2;
@@ -156,7 +160,9 @@ LogicalResult CppSink::program(const ProgramDesc &d) {
          "\n"
       << "#include \"kernels/kernels.h\"\n#include \"runtime/abi.h\"\n\n"
       << "#include <cstdint>\n\n"
-      << "namespace {\nusing namespace ap::kernels;\n\n";
+      << (stage_ < 0 ? std::string("namespace {\n")
+                     : "namespace stage" + std::to_string(stage_) + " {\n")
+      << "using namespace ap::kernels;\n\n";
   os_ << "// Buffer plan (exec-plan-memory): arena [persistent | activations | "
       << (d.describeSide ? "workspace | side workspace].\n" : "workspace].\n");
   os_ << "constexpr uint64_t kPersistentBytes = " << u64(d.persistentBytes)
@@ -278,14 +284,39 @@ LogicalResult CppSink::program(const ProgramDesc &d) {
       << "  p.data_parallel_mode = "
       << (d.dataParallelMode == AP_DP_ZERO3 ? "AP_DP_ZERO3" : "AP_DP_REPLICATE")
       << ";\n";
+  os_ << "  p.pipeline_size = " << d.pipelineSize << ";\n"
+      << "  p.pipeline_stage = " << d.pipelineStage << ";\n";
   os_ << "  p.num_events = " << d.numEvents << ";\n  p.step = trainStep;\n"
-      << "  return p;\n}\n\nconst ap_program kProgram = makeProgram();\n"
-      << "} // namespace\n\nint main(int argc, char **argv) {\n"
+      << "  return p;\n}\n\nconst ap_program kProgram = makeProgram();\n";
+  if (stage_ >= 0) {
+    os_ << "} // namespace stage" << stage_ << "\n\n";
+    return success();
+  }
+  os_ << "} // namespace\n\nint main(int argc, char **argv) {\n"
       << "  return ap_train_main(argc, argv, &kProgram);\n}\n";
   return success();
 }
 
 } // namespace
+
+LogicalResult emitCppStages(ArrayRef<ModuleOp> stages, llvm::raw_ostream &os,
+                            EmittedPlan *plans) {
+  std::string text;
+  llvm::raw_string_ostream buffer(text);
+  for (auto [k, stage] : llvm::enumerate(stages)) {
+    CppSink sink(buffer, int(k));
+    if (failed(walkStep(stage, sink, "emit-cpp", plans ? &plans[k] : nullptr)))
+      return failure();
+  }
+  buffer << "int main(int argc, char **argv) {\n"
+         << "  static const ap_program *const kStages[] = {";
+  for (size_t k = 0; k < stages.size(); ++k)
+    buffer << (k ? ", " : "") << "&stage" << k << "::kProgram";
+  buffer << "};\n  return ap_train_main_stages(argc, argv, kStages, "
+         << stages.size() << ");\n}\n";
+  os << text;
+  return success();
+}
 
 LogicalResult emitCpp(ModuleOp module, llvm::raw_ostream &os,
                       EmittedPlan *plan) {

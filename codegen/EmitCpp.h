@@ -27,6 +27,13 @@ namespace ap::codegen {
 mlir::LogicalResult emitCpp(mlir::ModuleOp module, llvm::raw_ostream &os,
                             EmittedPlan *plan = nullptr);
 
+/// A pipelined binary's C++: each stage (one module each, stage k at index
+/// k) in namespace stage<k>, then a main that passes the stage programs to
+/// ap_train_main_stages. `plans`, if given, has one entry per stage.
+mlir::LogicalResult emitCppStages(llvm::ArrayRef<mlir::ModuleOp> stages,
+                                  llvm::raw_ostream &os,
+                                  EmittedPlan *plans = nullptr);
+
 /// Registers the `--emit-cpp` translation for actplace-translate.
 void registerEmitCppTranslation();
 

@@ -97,6 +97,8 @@ const llvm::StringMap<std::string> &abiCalls() {
       AP_ABI_CALL(ap_all_gather),
       AP_ABI_CALL(ap_reduce_scatter),
       AP_ABI_CALL(ap_zero),
+      AP_ABI_CALL(ap_pipeline_send),
+      AP_ABI_CALL(ap_pipeline_recv),
       AP_ABI_CALL(ap_slice),
       AP_ABI_CALL(ap_concat),
       AP_ABI_CALL(ap_expand),
@@ -175,8 +177,12 @@ struct Image {
 
 class LLVMSink : public StepSink {
 public:
-  explicit LLVMSink(ModuleOp out)
-      : ctx_(out.getContext()), b_(ctx_), loc_(out.getLoc()), out_(out) {
+  /// `prefix` starts every symbol this sink defines (a pipeline stage's
+  /// "s1."), so several stages share one module; `withMain`: the program
+  /// is the binary's only one and main() runs it.
+  explicit LLVMSink(ModuleOp out, std::string prefix = "", bool withMain = true)
+      : ctx_(out.getContext()), b_(ctx_), loc_(out.getLoc()), out_(out),
+        prefix_(std::move(prefix)), withMain_(withMain) {
     ptrTy_ = LLVM::LLVMPointerType::get(ctx_);
     i8_ = IntegerType::get(ctx_, 8);
     i32_ = IntegerType::get(ctx_, 32);
@@ -185,7 +191,7 @@ public:
     voidTy_ = LLVM::LLVMVoidType::get(ctx_);
     b_.setInsertionPointToEnd(out.getBody());
     auto fnTy = LLVM::LLVMFunctionType::get(voidTy_, {ptrTy_});
-    step_ = LLVM::LLVMFuncOp::create(b_, loc_, "actplace_step", fnTy,
+    step_ = LLVM::LLVMFuncOp::create(b_, loc_, prefix_ + "actplace_step", fnTy,
                                      LLVM::Linkage::Internal);
     Block *entry = step_.addEntryBlock(b_);
     r_ = entry->getArgument(0);
@@ -349,7 +355,8 @@ private:
       return it->second;
     OpBuilder::InsertionGuard guard(b_);
     b_.setInsertionPoint(step_);
-    std::string name = (prefix + "." + Twine(bytesGlobals_.size())).str();
+    std::string name =
+        (prefix_ + prefix + "." + Twine(bytesGlobals_.size())).str();
     auto g = LLVM::GlobalOp::create(
         b_, loc_, LLVM::LLVMArrayType::get(i8_, bytes.size()),
         /*isConstant=*/true, LLVM::Linkage::Private, name,
@@ -371,7 +378,8 @@ private:
     auto g = LLVM::GlobalOp::create(
         b_, loc_, LLVM::LLVMArrayType::get(i8_, text.size()),
         /*isConstant=*/true, LLVM::Linkage::Private,
-        "str." + std::to_string(strings_.size()), b_.getStringAttr(text),
+        prefix_ + "str." + std::to_string(strings_.size()),
+        b_.getStringAttr(text),
         /*alignment=*/1);
     strings_[s] = g;
     return g;
@@ -403,8 +411,9 @@ private:
     }
     run(im.bytes.size());
     auto type = LLVM::LLVMStructType::getLiteral(ctx_, parts, /*packed=*/true);
-    auto g = LLVM::GlobalOp::create(b_, loc_, type, /*isConstant=*/true,
-                                    linkage, name, Attribute(), im.align);
+    auto g =
+        LLVM::GlobalOp::create(b_, loc_, type, /*isConstant=*/true, linkage,
+                               prefix_ + name.str(), Attribute(), im.align);
     Block *init = b_.createBlock(&g.getInitializerRegion());
     b_.setInsertionPointToStart(init);
     Value agg = LLVM::UndefOp::create(b_, loc_, type);
@@ -422,6 +431,11 @@ private:
   }
   std::string symbolOf(LLVM::GlobalOp g) { return g.getSymName().str(); }
 
+public:
+  /// The ap_program global, once program() ran.
+  std::string programSymbol() const { return prefix_ + "program"; }
+
+private:
   MLIRContext *ctx_;
   OpBuilder b_;
   Location loc_;
@@ -433,6 +447,8 @@ private:
   std::map<std::string, LLVM::GlobalOp> bytesGlobals_;
   llvm::StringMap<LLVM::GlobalOp> strings_;
   std::string error_;
+  std::string prefix_;
+  bool withMain_;
 };
 
 LogicalResult LLVMSink::program(const ProgramDesc &d) {
@@ -476,6 +492,8 @@ LogicalResult LLVMSink::program(const ProgramDesc &d) {
   p.num_adamw = uint32_t(d.adamw.size());
   p.data_parallel_size = d.dataParallelSize;
   p.data_parallel_mode = d.dataParallelMode;
+  p.pipeline_size = d.pipelineSize;
+  p.pipeline_stage = d.pipelineStage;
   Image prog = Image::of(&p, 1);
   prog.reloc(&p, 0, &ap_program::model, symbolOf(stringGlobal(d.model)));
   prog.reloc(&p, 0, &ap_program::step, step_.getSymName().str());
@@ -490,14 +508,14 @@ LogicalResult LLVMSink::program(const ProgramDesc &d) {
                symbolOf(stringGlobal(d.modelConfig[i].second)));
     }
     imageGlobal(im, "model_config");
-    prog.reloc(&p, 0, &ap_program::model_config, "model_config");
+    prog.reloc(&p, 0, &ap_program::model_config, prefix_ + "model_config");
   }
   if (!d.slots.empty()) {
     std::vector<ap_slot> slots;
     for (auto [off, bytes] : d.slots)
       slots.push_back({off, bytes});
     imageGlobal(Image::of(slots.data(), slots.size()), "slots");
-    prog.reloc(&p, 0, &ap_program::slots, "slots");
+    prog.reloc(&p, 0, &ap_program::slots, prefix_ + "slots");
   }
   if (!d.scopes.empty()) {
     std::vector<const char *> names(d.scopes.size(), nullptr);
@@ -507,7 +525,7 @@ LogicalResult LLVMSink::program(const ProgramDesc &d) {
       im.relocs.emplace_back(at, symbolOf(stringGlobal(d.scopes[i])));
     }
     imageGlobal(im, "scopes");
-    prog.reloc(&p, 0, &ap_program::scopes, "scopes");
+    prog.reloc(&p, 0, &ap_program::scopes, prefix_ + "scopes");
   }
   if (!d.params.empty()) {
     std::vector<ap_param> params(d.params.size());
@@ -528,22 +546,30 @@ LogicalResult LLVMSink::program(const ProgramDesc &d) {
         *offs[j] = q.offsets[j] ? *q.offsets[j] : AP_NO_OFFSET;
       a.shard_numel = q.shardNumel;
       a.main_grad_bf16 = q.mainGradBf16 ? 1 : 0;
+      a.pipeline_tied = q.pipelineTied ? 1 : 0;
+      a.tied_grad_offset = q.tiedGradOffset ? *q.tiedGradOffset : AP_NO_OFFSET;
     }
     Image im = Image::of(params.data(), params.size());
     for (size_t i = 0; i < params.size(); ++i)
       im.reloc(params.data(), i, &ap_param::name,
                symbolOf(stringGlobal(d.params[i].name)));
     imageGlobal(im, "params");
-    prog.reloc(&p, 0, &ap_program::params, "params");
+    prog.reloc(&p, 0, &ap_program::params, prefix_ + "params");
   }
   if (!d.adamw.empty()) {
     std::vector<ap_adamw> adamw;
     for (const ProgramDesc::AdamW &a : d.adamw)
       adamw.push_back({a.param, a.beta1, a.beta2, a.eps, a.weightDecay});
     imageGlobal(Image::of(adamw.data(), adamw.size()), "adamw");
-    prog.reloc(&p, 0, &ap_program::adamw, "adamw");
+    prog.reloc(&p, 0, &ap_program::adamw, prefix_ + "adamw");
   }
   LLVM::GlobalOp program = imageGlobal(prog, "program");
+  if (!withMain_) {
+    if (!error_.empty())
+      return emitError(loc_, "convert-exec-to-llvm: internal error: ")
+             << error_;
+    return success();
+  }
 
   // int main(int argc, char **argv) { return ap_train_main(argc, argv, &p); }
   b_.setInsertionPointToEnd(out_.getBody());
@@ -587,6 +613,64 @@ LogicalResult lowerStepToLLVM(ModuleOp module, EmittedPlan *plan) {
     module->removeDiscardableAttr(a.getName());
   module.getBody()->getOperations().splice(module.getBody()->end(),
                                            out->getBody()->getOperations());
+  return success();
+}
+
+LogicalResult lowerStagesToLLVM(ModuleOp into, ArrayRef<ModuleOp> stages,
+                                EmittedPlan *plans) {
+  MLIRContext *ctx = into.getContext();
+  ctx->getOrLoadDialect<LLVM::LLVMDialect>();
+  OwningOpRef<ModuleOp> out = ModuleOp::create(into.getLoc());
+  // Each stage's step, tables and program under its own prefix.
+  SmallVector<std::string> programs;
+  for (auto [k, stage] : llvm::enumerate(stages)) {
+    LLVMSink sink(*out, "s" + std::to_string(k) + ".", /*withMain=*/false);
+    if (failed(walkStep(stage, sink, "convert-exec-to-llvm",
+                        plans ? &plans[k] : nullptr)))
+      return failure();
+    programs.push_back(sink.programSymbol());
+  }
+  // const ap_program *stages[] = {&s0.program, ...};
+  // int main(int argc, char **argv) {
+  //   return ap_train_main_stages(argc, argv, stages, N); }
+  OpBuilder b(ctx);
+  Location loc = into.getLoc();
+  b.setInsertionPointToEnd(out->getBody());
+  auto ptr = LLVM::LLVMPointerType::get(ctx);
+  auto i32 = IntegerType::get(ctx, 32);
+  auto tableTy = LLVM::LLVMArrayType::get(ptr, programs.size());
+  auto table = LLVM::GlobalOp::create(b, loc, tableTy, /*isConstant=*/true,
+                                      LLVM::Linkage::Private, "stages",
+                                      Attribute(), alignof(void *));
+  {
+    OpBuilder::InsertionGuard g(b);
+    b.setInsertionPointToStart(b.createBlock(&table.getInitializerRegion()));
+    Value agg = LLVM::UndefOp::create(b, loc, tableTy);
+    for (auto [i, sym] : llvm::enumerate(programs))
+      agg = LLVM::InsertValueOp::create(
+          b, loc, agg, LLVM::AddressOfOp::create(b, loc, ptr, sym), int64_t(i));
+    LLVM::ReturnOp::create(b, loc, agg);
+  }
+  auto trainMain = LLVM::LLVMFuncOp::create(
+      b, loc, "ap_train_main_stages",
+      LLVM::LLVMFunctionType::get(i32, {i32, ptr, ptr, i32}));
+  auto mainFn = LLVM::LLVMFuncOp::create(
+      b, loc, "main", LLVM::LLVMFunctionType::get(i32, {i32, ptr}));
+  Block *entry = mainFn.addEntryBlock(b);
+  b.setInsertionPointToStart(entry);
+  Value count = LLVM::ConstantOp::create(
+      b, loc, i32, b.getI32IntegerAttr(int32_t(programs.size())));
+  Value rc = LLVM::CallOp::create(
+                 b, loc, trainMain,
+                 ValueRange{entry->getArgument(0), entry->getArgument(1),
+                            LLVM::AddressOfOp::create(b, loc, table), count})
+                 .getResult();
+  LLVM::ReturnOp::create(b, loc, rc);
+  into.getBody()->clear();
+  for (NamedAttribute a : into->getDiscardableAttrs())
+    into->removeDiscardableAttr(a.getName());
+  into.getBody()->getOperations().splice(into.getBody()->end(),
+                                         out->getBody()->getOperations());
   return success();
 }
 

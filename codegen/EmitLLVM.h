@@ -19,6 +19,7 @@
 
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/Support/LogicalResult.h"
+#include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/StringRef.h"
 
 #include <string>
@@ -34,6 +35,15 @@ mlir::LogicalResult lowerStepToLLVM(mlir::ModuleOp module,
 /// The LLVM-dialect `module` as a relocatable object for the host (PIC, the
 /// host's triple and data layout) at `path`. `optLevel` 0-3 is LLVM's code
 /// generation level. On failure returns false and sets `error`.
+/// A pipelined binary: each module of `stages` (one planned exec.step
+/// each, stage k at index k) lowered under the prefix "s<k>.", and a main
+/// that passes the stage programs to ap_train_main_stages; the result
+/// replaces the contents of `into` (which may be one of `stages`, walked
+/// before it is replaced). `plans`, if given, has one entry per stage.
+mlir::LogicalResult lowerStagesToLLVM(mlir::ModuleOp into,
+                                      llvm::ArrayRef<mlir::ModuleOp> stages,
+                                      EmittedPlan *plans = nullptr);
+
 bool emitObjectFile(mlir::ModuleOp module, llvm::StringRef path, int optLevel,
                     std::string &error);
 

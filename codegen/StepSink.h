@@ -136,6 +136,10 @@ struct ProgramDesc {
     int64_t shardNumel = 0;
     /// ap_param.main_grad_bf16: the ZeRO-3 main-grad shard is bf16.
     bool mainGradBf16 = false;
+    /// ap_param.pipeline_tied: another pipeline stage holds it too.
+    bool pipelineTied = false;
+    /// ap_param.tied_grad_offset (nullopt: AP_NO_OFFSET).
+    std::optional<uint64_t> tiedGradOffset;
   };
   struct AdamW {
     int64_t param = 0;
@@ -153,6 +157,8 @@ struct ProgramDesc {
   int32_t sideSmPercent = 0;
   /// Data parallelism as compiled (ranks; AP_DP_*).
   int32_t dataParallelSize = 1, dataParallelMode = 0;
+  /// Pipeline parallelism as compiled: stages and this program's stage.
+  int32_t pipelineSize = 1, pipelineStage = 0;
   std::vector<std::pair<uint64_t, uint64_t>> slots; ///< offset, bytes
   std::vector<std::string> scopes;
   std::vector<Param> params;

@@ -577,6 +577,16 @@ LogicalResult Walker::run(EmittedPlan *plan) {
            << exec::kDataParallelSizeAttr << " " << dpSize
            << " (expected 1 or more ranks)";
   d.dataParallelSize = int32_t(dpSize);
+  if (attrOf(step, "pipeline_stages")) {
+    int64_t stages = stepAttr("pipeline_stages");
+    int64_t stage = stepAttr("pipeline_stage");
+    if (stages < 1 || stages > 4096 || stage < 0 || stage >= stages)
+      return step->emitError(pfx() + "exec.step is pipeline stage ")
+             << stage << " of " << stages
+             << " (expected 0 <= stage < stages <= 4096)";
+    d.pipelineSize = int32_t(stages);
+    d.pipelineStage = int32_t(stage);
+  }
   d.dataParallelMode = AP_DP_REPLICATE;
   if (auto mode =
           step->getAttrOfType<StringAttr>(exec::kDataParallelModeAttr)) {
@@ -696,6 +706,10 @@ LogicalResult Walker::run(EmittedPlan *plan) {
                << " ranks holds shards of " << q.shardNumel
                << " (run exec-shard-params)";
     }
+    if (auto tied = step->getAttrOfType<ArrayAttr>("pipeline_tied"))
+      q.pipelineTied = llvm::any_of(tied, [&](Attribute a) {
+        return cast<StringAttr>(a).getValue() == name;
+      });
     d.params.push_back(std::move(q));
   }
   // The optimizer as the step runs it (the same arguments and defaults as
@@ -857,13 +871,39 @@ LogicalResult Walker::walkOp(Operation *op) {
     std::optional<DType> dt = dtypeOf(t.getElementType());
     if (!dt)
       return op->emitError(pfx() + "all-reduce of an unsupported element type");
-    sink_.call(
-        "ap_all_reduce",
-        {CallArg::u64(o), CallArg::u64(numel(t) * elemBytes(t)), abiDtype(*dt),
-         stream(op),
-         CallArg::i32(ar.getLastMicrobatch() ? AP_REDUCE_LAST_MICROBATCH : 0,
-                      ar.getLastMicrobatch() ? "AP_REDUCE_LAST_MICROBATCH"
-                                             : "0")});
+    // "dp" is the data-parallel group, "pp" this rank's pipeline.
+    StringRef group = ar.getCommunicator();
+    if (group != "dp" && group != "pp")
+      return op->emitError(pfx() + "all-reduce over '")
+             << group << "' (expected \"dp\" or \"pp\")";
+    int32_t flags = (ar.getLastMicrobatch() ? AP_REDUCE_LAST_MICROBATCH : 0) |
+                    (group == "pp" ? AP_REDUCE_PIPELINE : 0);
+    std::string text = flags == AP_REDUCE_LAST_MICROBATCH
+                           ? "AP_REDUCE_LAST_MICROBATCH"
+                       : flags == AP_REDUCE_PIPELINE ? "AP_REDUCE_PIPELINE"
+                       : flags == 0                  ? "0"
+                                                     : std::to_string(flags);
+    sink_.call("ap_all_reduce",
+               {CallArg::u64(o), CallArg::u64(numel(t) * elemBytes(t)),
+                abiDtype(*dt), stream(op), CallArg::i32(flags, text)});
+    return success();
+  }
+  if (isa<exec::SendOp, exec::RecvOp>(op)) {
+    uint64_t o;
+    if (failed(offsetOf(op->getOperand(0), op, o)))
+      return failure();
+    RankedTensorType t = tensorOf(op->getOperand(0));
+    bool next = intAttr(op, "peer", 0) == 1;
+    sink_.call(isa<exec::SendOp>(op) ? "ap_pipeline_send" : "ap_pipeline_recv",
+               {CallArg::u64(o), CallArg::u64(numel(t) * elemBytes(t)),
+                CallArg::i32(next ? AP_PEER_NEXT : AP_PEER_PREV,
+                             next ? "AP_PEER_NEXT" : "AP_PEER_PREV"),
+                stream(op)});
+    return success();
+  }
+  if (auto mb = dyn_cast<exec::MicrobatchOp>(op)) {
+    sink_.call("ap_begin_microbatch", {CallArg::i64(int64_t(mb.getIndex()))},
+               mb.getBackward() ? "backward" : "forward");
     return success();
   }
   if (isa<exec::AllGatherOp, exec::ReduceScatterOp>(op)) {

@@ -50,10 +50,20 @@ void buildPipeline(OpPassManager &pm, const CompileOptions &o,
   auto runs = [&](PipelineStage s) { return first <= s && s <= last; };
   if (runs(PipelineStage::Autodiff))
     pm.addPass(createTrainAutodiff(o.autodiff));
-  if (runs(PipelineStage::Placement))
+  if (runs(PipelineStage::Placement)) {
+    if (o.pipelineStages > 1) {
+      TrainPipelineStageOptions stage;
+      stage.stages = o.pipelineStages;
+      stage.stage = o.pipelineStage;
+      stage.layers.assign(o.pipelineLayers.begin(), o.pipelineLayers.end());
+      pm.addPass(createTrainPipelineStage(stage));
+    }
     addPlacementStage(pm, o);
+  }
   if (runs(PipelineStage::Lowering)) {
     pm.addPass(createConvertTrainToExec(o.lowering));
+    if (o.pipelineStages > 1)
+      pm.addPass(createExecPipelineSchedule());
     if (o.lowering.dataParallel == "zero3")
       pm.addPass(createExecShardParams(o.zeroShard));
     else if (o.lowering.dataParallelSize > 1)

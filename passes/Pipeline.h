@@ -20,6 +20,7 @@
 #include "mlir/Pass/PassManager.h"
 
 #include <string>
+#include <vector>
 
 namespace ap {
 
@@ -55,6 +56,12 @@ struct CompileOptions {
   /// exec-shard-params (runs when lowering.dataParallel is "zero3").
   ExecShardParamsOptions zeroShard;
   SideIssue sideIssue = SideIssue::AfterHost;
+  /// Pipeline parallelism: `pipelineStages` > 1 compiles stage
+  /// `pipelineStage` (train-pipeline-stage first in the placement stage,
+  /// exec-pipeline-schedule after the lowering); `pipelineLayers` are the
+  /// decoder layers per stage (empty: even).
+  int64_t pipelineStages = 1, pipelineStage = 0;
+  std::vector<int64_t> pipelineLayers;
 };
 
 /// Adds the passes of stages `first` to `last` (inclusive) for `options`.

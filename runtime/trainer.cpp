@@ -1054,6 +1054,7 @@ int run(int argc, char **argv, const std::vector<Program> &stages) {
       data.next(r.tokens.data() + mb * mbElems, r.labels.data() + mb * mbElems);
     r.stepIndex = step;
     r.fingerprintSeconds = 0;
+    r.beginStep();
     p.step(r);
     dev.synchronize();
     if (r.opTimes)

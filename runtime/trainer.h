@@ -264,6 +264,13 @@ public:
   /// train.yield: the microbatch's loss sum and token count (summed over
   /// microbatches in order by endLoop()).
   void yield(uint64_t lossOff, uint64_t countOff);
+  /// Before each step: every microbatch's loss and token count start at 0
+  /// (a pipeline stage without the loss yields none, so what the previous
+  /// step left there must not be summed again).
+  void beginStep() {
+    lossParts_.assign(lossParts_.size(), 0.f);
+    countParts_.assign(countParts_.size(), 0);
+  }
   /// After the microbatch loop: writes the summed loss and token count into
   /// the state buffers.
   void endLoop();

@@ -221,6 +221,40 @@ LogicalResult AllReduceOp::verify() {
   return success();
 }
 
+static LogicalResult verifyPipelineTransfer(Operation *op, Stream stream) {
+  if (stream != Stream::Comm)
+    return op->emitOpError()
+           << "runs on the comm stream, not " << stringifyStream(stream);
+  if (!op->getParentOfType<MicrobatchLoopOp>())
+    return op->emitOpError()
+           << "belongs in exec.microbatch_loop (a microbatch's boundary "
+              "value)";
+  return success();
+}
+
+LogicalResult SendOp::verify() {
+  return verifyPipelineTransfer(*this, getStream());
+}
+
+LogicalResult RecvOp::verify() {
+  return verifyPipelineTransfer(*this, getStream());
+}
+
+LogicalResult MicrobatchOp::verify() {
+  auto loop = (*this)->getParentOfType<MicrobatchLoopOp>();
+  if (loop.getCount() != 1)
+    return emitOpError() << "marks an unrolled schedule, whose "
+                            "exec.microbatch_loop runs once; this one runs "
+                         << loop.getCount() << " times";
+  auto step = (*this)->getParentOfType<StepOp>();
+  auto micro =
+      step ? step->getAttrOfType<IntegerAttr>("micro_batches") : IntegerAttr();
+  if (micro && int64_t(getIndex()) >= micro.getInt())
+    return emitOpError() << "microbatch " << getIndex() << " of a step with "
+                         << micro.getInt() << " microbatches";
+  return success();
+}
+
 /// Shared checks of exec.all_gather and exec.reduce_scatter: one element
 /// type (bf16 or f32), the full buffer N shards long (N the step's
 /// data_parallel_size when it has one), the comm or compute stream.

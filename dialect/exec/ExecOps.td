@@ -307,6 +307,71 @@ def Exec_AllReduceOp : Exec_Op<"all_reduce"> {
   let hasVerifier = 1;
 }
 
+def Exec_PipelinePeer : I32EnumAttr<"PipelinePeer", "neighbouring pipeline stage", [
+  I32EnumAttrCase<"Prev", 0, "prev">,
+  I32EnumAttrCase<"Next", 1, "next">
+]> {
+  let cppNamespace = "::ap::exec";
+}
+
+def Exec_SendOp : Exec_Op<"send"> {
+  let summary = "sends a buffer to the neighbouring pipeline stage (comm stream)";
+  let description = [{
+    A stage of a pipeline-parallel step sends a layer-boundary activation
+    to the `next` stage in its forward and the gradient of its input to the
+    `prev` stage in its backward. Messages between two neighbours in one
+    direction are matched in issue order; `channel` records which boundary
+    value this is (the receiver's exec.recv has the same channel). The send
+    never blocks the comm stream: the runtime copies the bytes out when the
+    stream reaches it, so work ordered after it on the comm stream may
+    reuse the buffer.
+
+    ```mlir
+    exec.send %h to next channel 0 on comm : !exec.buffer<tensor<1x64x64xbf16>>
+    ```
+  }];
+  let arguments = (ins Exec_AnyBuffer:$buffer, Exec_PipelinePeer:$peer,
+                       Exec_NonNegI64:$channel, Exec_Stream:$stream);
+  let assemblyFormat = "$buffer `to` $peer `channel` $channel `on` $stream attr-dict `:` qualified(type($buffer))";
+  let hasVerifier = 1;
+}
+
+def Exec_RecvOp : Exec_Op<"recv"> {
+  let summary = "receives a buffer from the neighbouring pipeline stage (comm stream)";
+  let description = [{
+    The counterpart of exec.send: writes the next message from `peer` into
+    `buffer`; the comm stream waits until it arrived, so work ordered after
+    it by the step's events reads the data.
+
+    ```mlir
+    exec.recv %g from next channel 0 on comm : !exec.buffer<tensor<1x64x64xbf16>>
+    ```
+  }];
+  let arguments = (ins Exec_AnyBuffer:$buffer, Exec_PipelinePeer:$peer,
+                       Exec_NonNegI64:$channel, Exec_Stream:$stream);
+  let assemblyFormat = "$buffer `from` $peer `channel` $channel `on` $stream attr-dict `:` qualified(type($buffer))";
+  let hasVerifier = 1;
+}
+
+def Exec_MicrobatchOp : Exec_Op<"microbatch", [HasParent<"MicrobatchLoopOp">]> {
+  let summary = "the work after it belongs to microbatch `index` (an unrolled pipeline schedule)";
+  let description = [{
+    In a step whose microbatch loop runs once and holds the stage's whole
+    1F1B schedule (exec-pipeline-schedule), each forward or backward item
+    starts with this marker: inputs loaded, losses yielded and
+    last-microbatch reductions issued after it are those of microbatch
+    `index` (< the step's micro_batches).
+
+    ```mlir
+    exec.microbatch 1 forward
+    exec.microbatch 0 backward
+    ```
+  }];
+  let arguments = (ins Exec_NonNegI64:$index, UnitAttr:$backward);
+  let assemblyFormat = "$index (`backward` $backward^) : (`forward`)? attr-dict";
+  let hasVerifier = 1;
+}
+
 def Exec_AllGatherOp : Exec_Op<"all_gather"> {
   let summary = "gathers every rank's shard into one full buffer (sharded parameters)";
   let description = [{

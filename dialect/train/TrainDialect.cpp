@@ -59,10 +59,20 @@ LogicalResult TrainDialect::verifyOperationAttribute(Operation *op,
                              << attr.getValue();
     return success();
   }
+  if (attr.getName() == kPipelineTiedAttrName) {
+    auto names = dyn_cast<ArrayAttr>(attr.getValue());
+    if (!isa<ModuleOp>(op) || !names ||
+        llvm::any_of(names, [](Attribute a) { return !isa<StringAttr>(a); }))
+      return op->emitError() << "'" << kPipelineTiedAttrName
+                             << "' is a module attribute, an array of "
+                                "parameter names; got "
+                             << attr.getValue();
+    return success();
+  }
   if (attr.getName() == kPipelineLayersAttrName) {
     auto range = dyn_cast<DenseI64ArrayAttr>(attr.getValue());
-    if (!isa<ModuleOp>(op) || !range || range.size() != 2 ||
-        range[0] < 0 || range[1] <= range[0])
+    if (!isa<ModuleOp>(op) || !range || range.size() != 2 || range[0] < 0 ||
+        range[1] <= range[0])
       return op->emitError() << "'" << kPipelineLayersAttrName
                              << "' is a module attribute [first, end) of "
                                 "decoder layers; got "

@@ -38,6 +38,10 @@ inline constexpr llvm::StringLiteral kPipelineStageAttrName =
     "train.pipeline_stage";
 inline constexpr llvm::StringLiteral kPipelineLayersAttrName =
     "train.pipeline_layers";
+/// Module attribute of a pipeline stage: the parameters (an array of
+/// symbol names) another stage also holds (the tied embedding / LM head).
+inline constexpr llvm::StringLiteral kPipelineTiedAttrName =
+    "train.pipeline_tied";
 /// Unit attribute on forward ops cloned into backward by train-recompute.
 inline constexpr llvm::StringLiteral kRecomputedAttrName = "train.recomputed";
 /// Unit attribute on recompute clones that train-recompute-stream issued

@@ -28,6 +28,10 @@ std::optional<Stream> ap::exec::streamOf(Operation *op) {
     return r.getStream();
   if (auto z = dyn_cast<ZeroOp>(op))
     return z.getStream();
+  if (auto s = dyn_cast<SendOp>(op))
+    return s.getStream();
+  if (auto r = dyn_cast<RecvOp>(op))
+    return r.getStream();
   return std::nullopt;
 }
 

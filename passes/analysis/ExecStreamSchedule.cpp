@@ -132,6 +132,10 @@ SmallVector<Access> accessesOf(Operation *op) {
     acc.push_back(locate(r.getShard(), true));
   } else if (auto z = dyn_cast<ZeroOp>(op)) {
     acc.push_back(locate(z.getBuffer(), true));
+  } else if (auto s = dyn_cast<SendOp>(op)) {
+    acc.push_back(locate(s.getBuffer(), false));
+  } else if (auto r = dyn_cast<RecvOp>(op)) {
+    acc.push_back(locate(r.getBuffer(), true));
   } else if (auto loop = dyn_cast<MicrobatchLoopOp>(op)) {
     // The whole loop, seen from the step: compute work reading and writing
     // every buffer from outside it that it touches.

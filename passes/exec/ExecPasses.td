@@ -9,6 +9,28 @@
 
 include "mlir/Pass/PassBase.td"
 
+def ExecPipelineSchedule : Pass<"exec-pipeline-schedule", "mlir::ModuleOp"> {
+  let summary = "Unroll a pipeline stage's microbatch loop into its 1F1B order";
+  let description = [{
+    On a stage s < P - 1 of a pipeline-parallel step (`pipeline_stages` P,
+    `pipeline_stage` s on the exec.step), the loop body's forward (the ops
+    before the receive of the output's gradient) and backward are cloned
+    once per microbatch and laid out in one-forward-one-backward order:
+    P - 1 - s warm-up forwards, then a forward and a backward in turn, then
+    the remaining backwards. The loop then runs once; each item starts with
+    `exec.microbatch` (the runtime's current microbatch). Every value of a
+    microbatch is its own clone, so up to P - s microbatches' saved
+    activations live at once and exec-plan-memory places them by the real
+    schedule. Pinned slots are per microbatch (slot and offset shifted by
+    the body's slot count and pinned bytes); a D2H's done_by_kernel points
+    at the same kernel of its own microbatch's clone. The last stage runs
+    forward and backward of each microbatch in turn, the loop as it is.
+  }];
+  let statistics = [
+    Statistic<"numItems", "items", "Forward and backward items laid out">
+  ];
+}
+
 def ExecPlanMemory : Pass<"exec-plan-memory", "mlir::ModuleOp"> {
   let summary = "Static offsets of every buffer in one device arena; the planned peak";
   let description = [{

@@ -10,6 +10,8 @@
 #include "passes/analysis/SavedActivations.h"
 
 #include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/SetVector.h"
+#include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringSet.h"
 
 namespace ap {
@@ -58,6 +60,29 @@ struct TrainPipelineStagePass
     const int last = int(stages) - 1;
     Block &body = loop.getBody().front();
     OpBuilder b(module.getContext());
+
+    // Which stages hold each parameter (read it, or accumulate its grad):
+    // one held by another stage too is tied across stages.
+    llvm::StringMap<llvm::SmallSetVector<int, 2>> holders;
+    for (Operation &op : body) {
+      if (auto ref = dyn_cast<ParamRefOp>(op)) {
+        for (Operation *user : ref->getUsers())
+          holders[ref.getParam()].insert(
+              plan->stageOf.lookup(body.findAncestorOpInBlock(*user)));
+        continue;
+      }
+      for (NamedAttribute a : op.getAttrs())
+        if (auto sym = dyn_cast<FlatSymbolRefAttr>(a.getValue()))
+          if (a.getName().getValue().ends_with("_grad"))
+            holders[sym.getValue()].insert(plan->stageOf.lookup(&op));
+    }
+    SmallVector<Attribute> tied;
+    for (ParamOp p : module.getOps<ParamOp>()) {
+      auto it = holders.find(p.getSymName());
+      if (it != holders.end() && it->second.size() > 1 &&
+          it->second.contains(self))
+        tied.push_back(b.getStringAttr(p.getSymName()));
+    }
 
     // The stage's first backward op: where the gradients of its outputs
     // are received (nothing of its backward can start before them).
@@ -164,6 +189,8 @@ struct TrainPipelineStagePass
 
     module->setAttr(kPipelineStagesAttrName, b.getI64IntegerAttr(stages));
     module->setAttr(kPipelineStageAttrName, b.getI64IntegerAttr(stage));
+    if (!tied.empty())
+      module->setAttr(kPipelineTiedAttrName, b.getArrayAttr(tied));
     module->setAttr(kPipelineLayersAttrName,
                     b.getDenseI64ArrayAttr(
                         {plan->firstLayer[self], plan->firstLayer[self + 1]}));

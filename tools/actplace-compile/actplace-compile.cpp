@@ -166,6 +166,20 @@ static cl::opt<int64_t> dataParallelSize(
              "a launch of another world size). The global batch is "
              "micro-batches x micro-batch-size x this"),
     cl::init(1), cl::cat(category));
+static cl::opt<int64_t> pipelineParallel(
+    "pipeline-parallel",
+    cl::desc("Pipeline stages: the decoder layers are split into this many "
+             "stages (the embedding on the first, the final norm, LM head and "
+             "loss on the last), each a program of its own run in a "
+             "one-forward-one-backward order over the microbatches; the "
+             "binary runs on data-parallel-size x this ranks (default 1)"),
+    cl::init(1), cl::cat(category));
+static cl::list<int64_t> pipelineStages(
+    "pipeline-stages", cl::CommaSeparated,
+    cl::desc("Decoder layers per stage, comma-separated, one count per stage "
+             "of --pipeline-parallel (default: as even as possible, the "
+             "earlier stages taking the remainder)"),
+    cl::cat(category));
 static cl::opt<int64_t> gradBucketBytes(
     "grad-bucket-bytes",
     cl::desc("Smallest bucket of main grads summed in one go under "
@@ -354,6 +368,14 @@ static std::string checkOptions() {
                          "got {1}",
                          int64_t(1) << 20, int64_t(dataParallelSize))
         .str();
+  if (pipelineParallel < 1 || pipelineParallel > 4096)
+    return llvm::formatv("--pipeline-parallel must be in [1, 4096] stages, "
+                         "got {0}",
+                         int64_t(pipelineParallel))
+        .str();
+  if (!pipelineStages.empty() && pipelineParallel == 1)
+    return "--pipeline-stages needs --pipeline-parallel (the number of stages "
+           "it lists)";
   if (gradBucketBytes < 0 || gradBucketBytes > kMaxPlanBytes)
     return llvm::formatv("--grad-bucket-bytes must be in [0, {0}], got {1}",
                          kMaxPlanBytes, int64_t(gradBucketBytes))
@@ -597,9 +619,156 @@ int main(int argc, char **argv) {
     }
     return mlir::success();
   };
+  // --emit: the readable or LLVM-dialect module as it is, or the object
+  // file, or the binary (object and link).
+  auto finishBinary = [&]() -> int {
+    ap::tools::StepToolchain toolchain = ap::tools::locateStepToolchain();
+    if (emit == Emit::Cpp) {
+      // Not built here: binaries come from the LLVM path. How to build it by
+      // hand (the same headers and archives that path links).
+      llvm::outs() << "wrote " << output << "\nbuild it with: " << ACTPLACE_CXX
+                   << " -std=c++17 -O2 -I" << shellQuote(toolchain.includeRoot)
+                   << " " << ACTPLACE_EXTRA_FLAGS << " " << shellQuote(output)
+                   << " -o BINARY " << toolchain.linkItems << "\n";
+      return 0;
+    }
+    if (emit == Emit::Mlir) {
+      std::error_code ec;
+      llvm::raw_fd_ostream os(output, ec);
+      if (ec)
+        return fail("cannot write " + output + ": " + ec.message());
+      module->print(os);
+      llvm::outs() << "wrote " << output << "\n";
+      return 0;
+    }
+    std::string objPath =
+        emit == Emit::Object ? std::string(output) : output + ".o";
+    {
+      mlir::TimingScope llvmTimer = rootTimer.nest("LLVM (object file)");
+      std::string error;
+      if (!ap::codegen::emitObjectFile(*module, objPath, codegenOpt, error))
+        return fail(error);
+    }
+    if (emit == Emit::Object) {
+      llvm::outs() << "wrote " << output << "\n";
+      return 0;
+    }
+
+    // The link: the host compiler driver as linker only (crt files, the C++
+    // runtime the archives need); nothing is compiled.
+    std::string logPath = output + ".link.log";
+    std::string cmd = std::string(ACTPLACE_CXX) + " " + shellQuote(objPath) +
+                      " -o " + shellQuote(output) + " " + toolchain.linkItems +
+                      " " + linkFlags + " > " + shellQuote(logPath) + " 2>&1";
+    mlir::TimingScope linkTimer = rootTimer.nest("link");
+    int rc = std::system(cmd.c_str());
+    linkTimer.stop();
+    if (rc != 0) {
+      auto log = llvm::MemoryBuffer::getFile(logPath);
+      llvm::errs() << "actplace-compile: error: the step did not link; "
+                      "command:\n  "
+                   << cmd << "\n";
+      if (log)
+        llvm::errs() << (*log)->getBuffer();
+      llvm::errs() << "object kept at " << objPath << "\n";
+      return 1;
+    }
+    llvm::sys::fs::remove(logPath);
+    llvm::sys::fs::remove(objPath);
+    llvm::outs() << "wrote " << output << "\n";
+    return 0;
+  };
+
   using Stage = ap::PipelineStage;
   if (failed(runStages(opts, Stage::Autodiff, Stage::Autodiff)))
     return 1;
+
+  // Pipeline parallelism: one program per stage, each compiled from the
+  // same differentiated step (train-pipeline-stage keeps its part), placed,
+  // lowered and scheduled on its own, then lowered together into one binary.
+  if (pipelineParallel > 1) {
+    if (globalBatchTokens.getNumOccurrences() ||
+        ap::train::PlacementGoal::requested(activationCut, memoryBudget,
+                                            stepBudget))
+      return fail("--pipeline-parallel takes the placement as "
+                  "--offload-modules / --recompute-modules; the placement "
+                  "search (--memory-budget, --activation-cut, --step-budget, "
+                  "--global-batch-tokens) does not plan stages yet");
+    if (dataParallel == DataParallel::Zero3)
+      return fail("--pipeline-parallel with --data-parallel=zero3 is not "
+                  "supported yet; use --data-parallel=replicate");
+    if (!memoryTimeline.empty())
+      return fail("--memory-timeline draws one program; with "
+                  "--pipeline-parallel each stage has its own (not drawn "
+                  "yet)");
+    auto splitList = [](llvm::StringRef text) {
+      std::vector<std::string> out;
+      llvm::SmallVector<llvm::StringRef> parts;
+      if (!text.empty())
+        text.split(parts, ',');
+      for (llvm::StringRef p : parts)
+        out.push_back(p.trim().str());
+      return out;
+    };
+    placement.offloadModules = splitList(offloadModules);
+    placement.recomputeModules = splitList(recomputeModules);
+    std::vector<mlir::OwningOpRef<mlir::ModuleOp>> stages;
+    llvm::SmallVector<mlir::ModuleOp> stageRefs;
+    for (int64_t k = 0; k < pipelineParallel; ++k) {
+      ap::CompileOptions o = opts;
+      o.pipelineStages = pipelineParallel;
+      o.pipelineStage = k;
+      o.pipelineLayers.assign(pipelineStages.begin(), pipelineStages.end());
+      o.report = true;
+      o.reportFile = output + ".stage" + std::to_string(k) + ".report.txt";
+      if (!reportJson.empty())
+        o.jsonReportFile = reportJson + ".stage" + std::to_string(k);
+      mlir::OwningOpRef<mlir::ModuleOp> stage = module->clone();
+      mlir::TimingScope stageTimer =
+          rootTimer.nest("stage " + std::to_string(k));
+      mlir::PassManager pm(&ctx);
+      ap::buildPipeline(pm, o, Stage::Placement, Stage::Lowering);
+      pm.enableTiming(stageTimer);
+      if (failed(pm.run(*stage)))
+        return fail("the compiler pipeline failed for pipeline stage " +
+                    std::to_string(k) + " (diagnostics above)");
+      int64_t arena = stepBytes(*stage, ap::exec::kArenaBytesAttr);
+      if (arena > kMaxPlanBytes)
+        return fail(llvm::formatv("stage {0}'s planned arena is {1} bytes, "
+                                  "over the limit of {2} (2^48) bytes",
+                                  k, arena, kMaxPlanBytes));
+      stageRefs.push_back(*stage);
+      stages.push_back(std::move(stage));
+    }
+    std::vector<ap::codegen::EmittedPlan> plans(stages.size());
+    std::string cppPath = emit == Emit::Cpp ? std::string(output)
+                          : keepSource      ? output + ".cpp"
+                                            : std::string();
+    if (!cppPath.empty()) {
+      std::error_code ec;
+      llvm::raw_fd_ostream os(cppPath, ec);
+      if (ec)
+        return fail("cannot write " + cppPath + ": " + ec.message());
+      if (failed(ap::codegen::emitCppStages(stageRefs, os, plans.data())))
+        return fail("code generation failed (diagnostics above)");
+    }
+    {
+      mlir::TimingScope lowerTimer = rootTimer.nest("lowering to LLVM dialect");
+      if (failed(
+              ap::codegen::lowerStagesToLLVM(*module, stageRefs, plans.data())))
+        return fail("code generation failed (diagnostics above)");
+    }
+    for (auto [k, plan] : llvm::enumerate(plans))
+      llvm::outs() << "stage " << k << " planned peak: arena "
+                   << plan.arenaBytes << " bytes (persistent "
+                   << plan.persistentBytes << ", activations "
+                   << plan.activationBytes << ", workspace "
+                   << plan.workspaceBytes << "), pinned " << plan.pinnedBytes
+                   << " bytes in " << plan.numSlots << " slots, "
+                   << plan.numScopes << " offload scopes; report " << output
+                   << ".stage" << k << ".report.txt\n";
+    return finishBinary();
+  }
 
   // --global-batch-tokens: one import, autodiff and placement search per
   // micro-batch size B (1, 2, 4, 8 where they divide the sequences per
@@ -1020,59 +1189,5 @@ int main(int argc, char **argv) {
                  << unplacedPeak << ")\n";
   }
 
-  ap::tools::StepToolchain toolchain = ap::tools::locateStepToolchain();
-  if (emit == Emit::Cpp) {
-    // Not built here: binaries come from the LLVM path. How to build it by
-    // hand (the same headers and archives that path links).
-    llvm::outs() << "wrote " << output << "\nbuild it with: " << ACTPLACE_CXX
-                 << " -std=c++17 -O2 -I" << shellQuote(toolchain.includeRoot)
-                 << " " << ACTPLACE_EXTRA_FLAGS << " " << shellQuote(output)
-                 << " -o BINARY " << toolchain.linkItems << "\n";
-    return 0;
-  }
-  if (emit == Emit::Mlir) {
-    std::error_code ec;
-    llvm::raw_fd_ostream os(output, ec);
-    if (ec)
-      return fail("cannot write " + output + ": " + ec.message());
-    module->print(os);
-    llvm::outs() << "wrote " << output << "\n";
-    return 0;
-  }
-  std::string objPath =
-      emit == Emit::Object ? std::string(output) : output + ".o";
-  {
-    mlir::TimingScope llvmTimer = rootTimer.nest("LLVM (object file)");
-    std::string error;
-    if (!ap::codegen::emitObjectFile(*module, objPath, codegenOpt, error))
-      return fail(error);
-  }
-  if (emit == Emit::Object) {
-    llvm::outs() << "wrote " << output << "\n";
-    return 0;
-  }
-
-  // The link: the host compiler driver as linker only (crt files, the C++
-  // runtime the archives need); nothing is compiled.
-  std::string logPath = output + ".link.log";
-  std::string cmd = std::string(ACTPLACE_CXX) + " " + shellQuote(objPath) +
-                    " -o " + shellQuote(output) + " " + toolchain.linkItems +
-                    " " + linkFlags + " > " + shellQuote(logPath) + " 2>&1";
-  mlir::TimingScope linkTimer = rootTimer.nest("link");
-  int rc = std::system(cmd.c_str());
-  linkTimer.stop();
-  if (rc != 0) {
-    auto log = llvm::MemoryBuffer::getFile(logPath);
-    llvm::errs() << "actplace-compile: error: the step did not link; "
-                    "command:\n  "
-                 << cmd << "\n";
-    if (log)
-      llvm::errs() << (*log)->getBuffer();
-    llvm::errs() << "object kept at " << objPath << "\n";
-    return 1;
-  }
-  llvm::sys::fs::remove(logPath);
-  llvm::sys::fs::remove(objPath);
-  llvm::outs() << "wrote " << output << "\n";
-  return 0;
+  return finishBinary();
 }

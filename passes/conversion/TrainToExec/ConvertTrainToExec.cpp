@@ -246,8 +246,33 @@ LogicalResult Lowering::lowerBodyOp(Operation *op) {
     return success();
   }
   if (auto yield = dyn_cast<tr::YieldOp>(op)) {
-    // Sums the microbatch's loss and token count into the step's state.
+    // Sums the microbatch's loss and token count into the step's state; a
+    // pipeline stage without the loss yields nothing (its sums stay 0 until
+    // the step adds the stages' sums).
+    if (yield.getValues().empty())
+      return success();
     return lowerKernel(op, {lossAcc, countAcc}, {});
+  }
+  if (auto send = dyn_cast<tr::PipelineSendOp>(op)) {
+    Value src = lookup(op, send.getValue());
+    if (!src)
+      return failure();
+    ex::SendOp::create(b, loc, src,
+                       send.getPeer() == tr::PipelinePeer::Next
+                           ? ex::PipelinePeer::Next
+                           : ex::PipelinePeer::Prev,
+                       send.getChannel(), ex::Stream::Comm);
+    return success();
+  }
+  if (auto recv = dyn_cast<tr::PipelineRecvOp>(op)) {
+    Value dest = transient(loc, recv.getType());
+    ex::RecvOp::create(b, loc, dest,
+                       recv.getPeer() == tr::PipelinePeer::Next
+                           ? ex::PipelinePeer::Next
+                           : ex::PipelinePeer::Prev,
+                       recv.getChannel(), ex::Stream::Comm);
+    map.map(recv.getResult(), dest);
+    return success();
   }
   if (!isa<tr::TrainDialect>(op->getDialect()))
     return op->emitError() << "convert-train-to-exec: unsupported op in the "
@@ -292,6 +317,14 @@ LogicalResult Lowering::lowerStepOp(Operation *op) {
     // each rank's main-grad shards already hold their sums (reduce-scattered
     // in the loop) and the norm sums the ranks' partial squares (runtime).
     SmallVector<Value> grads;
+    // Pipeline stages: only the last holds the loss sum and token count
+    // (the others hold 0), so their sum over the stages is exact.
+    if (auto stages =
+            module->getAttrOfType<IntegerAttr>(tr::kPipelineStagesAttrName);
+        stages && stages.getInt() > 1) {
+      ex::AllReduceOp::create(b, loc, lossAcc, "pp", ex::Stream::Comm);
+      ex::AllReduceOp::create(b, loc, countAcc, "pp", ex::Stream::Comm);
+    }
     ex::AllReduceOp::create(b, loc, lossAcc, "dp", ex::Stream::Comm);
     ex::AllReduceOp::create(b, loc, countAcc, "dp", ex::Stream::Comm);
     for (tr::ParamOp p : module.getOps<tr::ParamOp>())
@@ -394,6 +427,10 @@ LogicalResult Lowering::run() {
     predictCopies(body);
     static const StringRef inputNames[] = {"tokens", "labels"};
     for (auto [arg, name] : llvm::zip(body.getArguments(), inputNames)) {
+      // A pipeline stage loads only what it reads (the first stage the
+      // tokens, the last the labels).
+      if (arg.use_empty())
+        continue;
       Value buf = transient(loc, arg.getType());
       ex::LoadInputOp::create(b, loc, name, buf);
       map.map(arg, buf);
@@ -404,6 +441,12 @@ LogicalResult Lowering::run() {
   }
   if (auto mb = module->getAttrOfType<IntegerAttr>(tr::kMicroBatchesAttrName))
     step->setAttr("micro_batches", mb);
+  // A pipeline stage's program says which stage it is and which of its
+  // parameters another stage also holds.
+  for (StringRef name : {tr::kPipelineStagesAttrName,
+                         tr::kPipelineStageAttrName, tr::kPipelineTiedAttrName})
+    if (Attribute a = module->getAttr(name))
+      step->setAttr(name.drop_front(strlen("train.")), a);
   // The driver scratch, a persistent buffer the plan places like any other
   // (before the loop, after the parameters and state): the runtime's
   // scalars (AP_SCRATCH_SCALAR_BYTES), then two staging arrays for the GDN

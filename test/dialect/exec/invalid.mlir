@@ -357,3 +357,43 @@ exec.step @s {
   exec.reduce_scatter %f into %s over "dp" on comm : !exec.buffer<tensor<64xi32>> to !exec.buffer<tensor<32xi32>>
   exec.return
 }
+
+// -----
+
+exec.step @s {
+  exec.microbatch_loop count 2 {
+    %b = exec.buffer bytes 256 : !exec.buffer<tensor<64xbf16>>
+    // expected-error @+1 {{'exec.send' op runs on the comm stream, not compute}}
+    exec.send %b to next channel 0 on compute : !exec.buffer<tensor<64xbf16>>
+  }
+  exec.return
+}
+
+// -----
+
+exec.step @s {
+  %b = exec.buffer bytes 256 : !exec.buffer<tensor<64xbf16>>
+  // expected-error @+1 {{'exec.recv' op belongs in exec.microbatch_loop (a microbatch's boundary value)}}
+  exec.recv %b from prev channel 0 on comm : !exec.buffer<tensor<64xbf16>>
+  exec.return
+}
+
+// -----
+
+exec.step @s attributes {micro_batches = 2 : i64} {
+  exec.microbatch_loop count 2 {
+    // expected-error @+1 {{'exec.microbatch' op marks an unrolled schedule, whose exec.microbatch_loop runs once; this one runs 2 times}}
+    exec.microbatch 0 forward
+  }
+  exec.return
+}
+
+// -----
+
+exec.step @s attributes {micro_batches = 2 : i64} {
+  exec.microbatch_loop count 1 {
+    // expected-error @+1 {{'exec.microbatch' op microbatch 2 of a step with 2 microbatches}}
+    exec.microbatch 2 backward
+  }
+  exec.return
+}

@@ -68,3 +68,22 @@ exec.step @train_step attributes {arena_bytes = 4096 : i64} {
   // CHECK: exec.return %[[L]] : !exec.buffer<tensor<f32>>
   exec.return %l : !exec.buffer<tensor<f32>>
 }
+
+// A pipeline stage's unrolled schedule: microbatch markers, boundary
+// transfers.
+// CHECK-LABEL: exec.step @stage attributes {micro_batches = 2 : i64}
+exec.step @stage attributes {micro_batches = 2 : i64} {
+  // CHECK: exec.microbatch_loop count 1
+  exec.microbatch_loop count 1 {
+    // CHECK: exec.microbatch 1 forward
+    exec.microbatch 1 forward
+    %h = exec.buffer bytes 256 : !exec.buffer<tensor<64xbf16>>
+    // CHECK: exec.send %{{.*}} to next channel 0 on comm : !exec.buffer<tensor<64xbf16>>
+    exec.send %h to next channel 0 on comm : !exec.buffer<tensor<64xbf16>>
+    // CHECK: exec.microbatch 0 backward
+    exec.microbatch 0 backward
+    // CHECK: exec.recv %{{.*}} from prev channel 3 on comm : !exec.buffer<tensor<64xbf16>>
+    exec.recv %h from prev channel 3 on comm : !exec.buffer<tensor<64xbf16>>
+  }
+  exec.return
+}
