@@ -48,6 +48,13 @@ std::string kernelName(const GroupSpec &spec) {
     if (!spec.writeRstd)
       name += "_norstd";
     break;
+  case GroupKind::RmsNormBackward:
+    name += spec.zeroCentered ? "rmsnorm_bwd_zc" : "rmsnorm_bwd";
+    if (spec.accumulateDw)
+      name += "_dw";
+    if (spec.recomputeY)
+      name += "_y";
+    break;
   case GroupKind::AdamW:
     name += "adamw_grad";
     name += ty(spec.dtype);
@@ -60,18 +67,29 @@ std::string kernelName(const GroupSpec &spec) {
   return name;
 }
 
+std::vector<std::string> gpuKernelNames(const GroupSpec &spec) {
+  std::string name = kernelName(spec);
+  if (spec.kind != GroupKind::RmsNormBackward)
+    return {name};
+  if (!spec.accumulateDw)
+    return {name + "_rows"};
+  return {name + "_rows", name + "_dw"};
+}
+
 std::optional<GroupKind> parseGroupKind(llvm::StringRef name) {
   return llvm::StringSwitch<std::optional<GroupKind>>(name)
       .Case("swiglu-fwd", GroupKind::SwiGluForward)
       .Case("swiglu-bwd", GroupKind::SwiGluBackward)
       .Case("residual-add", GroupKind::ResidualAdd)
       .Case("rmsnorm-fwd", GroupKind::RmsNormForward)
+      .Case("rmsnorm-bwd", GroupKind::RmsNormBackward)
       .Case("adamw", GroupKind::AdamW)
       .Default(std::nullopt);
 }
 
 const char *groupKindNames() {
-  return "swiglu-fwd, swiglu-bwd, residual-add, rmsnorm-fwd, adamw";
+  return "swiglu-fwd, swiglu-bwd, residual-add, rmsnorm-fwd, rmsnorm-bwd, "
+         "adamw";
 }
 
 AdamWScalars adamWScalars(double lr, double beta1, double beta2, double eps,
@@ -254,6 +272,16 @@ Params paramsOf(const GroupSpec &s) {
     p.ints = {"rows", "dim", "xStride", "yStride"};
     p.floats = {"eps"};
     break;
+  case GroupKind::RmsNormBackward:
+    p.ptrs = {"x", "w", "rstd", "dy", "dx"};
+    if (s.accumulateDw)
+      p.ptrs.push_back("dw");
+    if (s.recomputeY)
+      p.ptrs.push_back("y");
+    p.ints = {"rows", "dim", "xStride", "dyStride", "dxStride"};
+    if (s.recomputeY)
+      p.ints.push_back("yStride");
+    break;
   case GroupKind::AdamW:
     p.ptrs = {"master", "expAvg", "expAvgSq", "grad", "clipCoef"};
     if (s.computeCopy)
@@ -289,6 +317,10 @@ using ItemFn = std::function<void(Emitter &, ValueRange)>;
 struct Work {
   SmallVector<Value, 2> shape;
   ItemFn item;
+  /// Appended to the kernel's name for this phase's GPU entry (a group of
+  /// several phases runs them in order in one host function, and as one
+  /// GPU kernel per phase, launched in order).
+  std::string suffix;
 };
 
 Work swiGluWork(Emitter &e, const GroupSpec &s, const Args &a, bool backward) {
@@ -386,6 +418,83 @@ Work rmsNormWork(Emitter &e, const GroupSpec &s, const Args &a) {
   return {{e.toIndex(rows)}, item};
 }
 
+/// RMSNorm backward as the reference computes it: per row, dot = sum_j
+/// (dy * w_eff) * x in increasing j, c = ((dot * rs) * rs) * rs / dim, dx =
+/// (rs * w_eff) * dy - c * x and the recomputed y; then per column j, the
+/// weight gradient sum over rows in increasing order of (dy * x) * rs, added
+/// once to dw[j]. The column phase is separate so that each dw element has
+/// one owner and the reference's row order (no atomics, no tree).
+SmallVector<Work> rmsNormBackwardWork(Emitter &e, const GroupSpec &s,
+                                      const Args &a) {
+  Type st = e.storage(s.dtype), f32 = e.b.getF32Type();
+  Value rows = a.get("rows"), dim = a.get("dim");
+  Value x = e.memref2(a.get("x"), st, rows, dim, a.get("xStride"));
+  Value dy = e.memref2(a.get("dy"), st, rows, dim, a.get("dyStride"));
+  Value dx = e.memref2(a.get("dx"), st, rows, dim, a.get("dxStride"));
+  Value w = e.memref1(a.get("w"), st, dim);
+  Value rstd = e.memref1(a.get("rstd"), f32, rows);
+  Value y, dw;
+  if (s.recomputeY)
+    y = e.memref2(a.get("y"), st, rows, dim, a.get("yStride"));
+  if (s.accumulateDw)
+    dw = e.memref1(a.get("dw"), f32, dim);
+  Value rowsIdx = e.toIndex(rows), dimIdx = e.toIndex(dim);
+  Value dimF = arith::SIToFPOp::create(e.b, e.loc, f32, dim);
+  bool zc = s.zeroCentered;
+  auto weffAt = [w, zc](Emitter &in, Value j) {
+    Value wv = in.load(w, {j});
+    return zc ? in.add(in.cF32(1.0f), wv) : wv;
+  };
+  ItemFn rowItem = [=](Emitter &e, ValueRange idx) {
+    Value r = idx[0];
+    OpBuilder &b = e.b;
+    Location loc = e.loc;
+    Value zero = e.cIndex(0), one = e.cIndex(1);
+    Value rs = memref::LoadOp::create(b, loc, rstd, ValueRange{r});
+    auto dot = scf::ForOp::create(
+        b, loc, zero, dimIdx, one, ValueRange{e.cF32(0.0f)},
+        [&](OpBuilder &nb, Location nl, Value j, ValueRange acc) {
+          Emitter in(nb, nl, e.gpu);
+          Value t = in.mul(in.mul(in.load(dy, {r, j}), weffAt(in, j)),
+                           in.load(x, {r, j}));
+          scf::YieldOp::create(nb, nl, in.add(acc[0], t));
+        });
+    Value c = e.div(e.mul(e.mul(e.mul(dot.getResult(0), rs), rs), rs), dimF);
+    scf::ForOp::create(b, loc, zero, dimIdx, one, ValueRange{},
+                       [&](OpBuilder &nb, Location nl, Value j, ValueRange) {
+                         Emitter in(nb, nl, e.gpu);
+                         Value xv = in.load(x, {r, j}), g = in.load(dy, {r, j});
+                         Value we = weffAt(in, j);
+                         in.store(
+                             in.sub(in.mul(in.mul(rs, we), g), in.mul(c, xv)),
+                             dx, {r, j});
+                         if (y)
+                           in.store(in.mul(in.mul(xv, rs), we), y, {r, j});
+                         scf::YieldOp::create(nb, nl);
+                       });
+  };
+  SmallVector<Work> phases;
+  phases.push_back({{rowsIdx}, rowItem, "_rows"});
+  if (!dw)
+    return phases;
+  ItemFn colItem = [=](Emitter &e, ValueRange idx) {
+    Value j = idx[0];
+    auto sum = scf::ForOp::create(
+        e.b, e.loc, e.cIndex(0), rowsIdx, e.cIndex(1), ValueRange{e.cF32(0.0f)},
+        [&](OpBuilder &nb, Location nl, Value r, ValueRange acc) {
+          Emitter in(nb, nl, e.gpu);
+          Value rs = memref::LoadOp::create(nb, nl, rstd, ValueRange{r});
+          Value t = in.mul(in.mul(in.load(dy, {r, j}), in.load(x, {r, j})), rs);
+          scf::YieldOp::create(nb, nl, in.add(acc[0], t));
+        });
+    Value old = memref::LoadOp::create(e.b, e.loc, dw, ValueRange{j});
+    memref::StoreOp::create(e.b, e.loc, e.add(old, sum.getResult(0)), dw,
+                            ValueRange{j});
+  };
+  phases.push_back({{dimIdx}, colItem, "_dw"});
+  return phases;
+}
+
 Work adamWWork(Emitter &e, const GroupSpec &s, const Args &a) {
   OpBuilder &b = e.b;
   Location loc = e.loc;
@@ -437,18 +546,21 @@ Work adamWWork(Emitter &e, const GroupSpec &s, const Args &a) {
   return {{e.toIndex(n)}, item};
 }
 
-Work workOf(Emitter &e, const GroupSpec &s, const Args &a) {
+/// The phases of a group, in the order they must run.
+SmallVector<Work> workOf(Emitter &e, const GroupSpec &s, const Args &a) {
   switch (s.kind) {
   case GroupKind::SwiGluForward:
-    return swiGluWork(e, s, a, /*backward=*/false);
+    return {swiGluWork(e, s, a, /*backward=*/false)};
   case GroupKind::SwiGluBackward:
-    return swiGluWork(e, s, a, /*backward=*/true);
+    return {swiGluWork(e, s, a, /*backward=*/true)};
   case GroupKind::ResidualAdd:
-    return residualAddWork(e, s, a);
+    return {residualAddWork(e, s, a)};
   case GroupKind::RmsNormForward:
-    return rmsNormWork(e, s, a);
+    return {rmsNormWork(e, s, a)};
+  case GroupKind::RmsNormBackward:
+    return rmsNormBackwardWork(e, s, a);
   case GroupKind::AdamW:
-    return adamWWork(e, s, a);
+    return {adamWWork(e, s, a)};
   }
   llvm_unreachable("unknown group kind");
 }
@@ -483,15 +595,17 @@ OwningOpRef<ModuleOp> buildHostModule(MLIRContext &context,
         b.getFunctionType(paramTypes(e, params), TypeRange{}));
     Block *entry = fn.addEntryBlock();
     b.setInsertionPointToStart(entry);
-    Work work = workOf(e, spec, Args{params, entry->getArguments()});
-    // Items in increasing (row-major) order, one after the other.
-    SmallVector<Value> lbs(work.shape.size(), e.cIndex(0)),
-        steps(work.shape.size(), e.cIndex(1));
-    scf::buildLoopNest(b, loc, lbs, work.shape, steps,
-                       [&](OpBuilder &nb, Location nl, ValueRange ivs) {
-                         Emitter in(nb, nl, false);
-                         work.item(in, ivs);
-                       });
+    // Phases in order; in each, items in increasing (row-major) order, one
+    // after the other.
+    for (Work &work : workOf(e, spec, Args{params, entry->getArguments()})) {
+      SmallVector<Value> lbs(work.shape.size(), e.cIndex(0)),
+          steps(work.shape.size(), e.cIndex(1));
+      scf::buildLoopNest(b, loc, lbs, work.shape, steps,
+                         [&](OpBuilder &nb, Location nl, ValueRange ivs) {
+                           Emitter in(nb, nl, false);
+                           work.item(in, ivs);
+                         });
+    }
     func::ReturnOp::create(b, loc);
   }
   return module;
@@ -508,42 +622,48 @@ OwningOpRef<ModuleOp> buildGpuModule(MLIRContext &context,
   b.setInsertionPointToEnd(module->getBody());
   auto gpuModule = gpu::GPUModuleOp::create(b, loc, "ap_kg");
   for (const GroupSpec &spec : specs) {
-    b.setInsertionPointToEnd(gpuModule.getBody());
-    Emitter e(b, loc, /*gpu=*/true);
-    Params params = paramsOf(spec);
-    auto fn = gpu::GPUFuncOp::create(
-        b, loc, kernelName(spec),
-        b.getFunctionType(paramTypes(e, params), TypeRange{}));
-    fn->setAttr(gpu::GPUDialect::getKernelFuncAttrName(), b.getUnitAttr());
-    // The block size, known to the compiler (.maxntid in PTX: a launch with
-    // larger blocks fails).
-    fn.setKnownBlockSizeAttr(
-        b.getDenseI32ArrayAttr({int32_t(kBlockSize), 1, 1}));
-    Block &entry = fn.getBody().front();
-    b.setInsertionPointToStart(&entry);
-    Work work = workOf(e, spec, Args{params, entry.getArguments()});
-    // One item per thread: i = blockIdx.x * blockDim.x + threadIdx.x over
-    // the flattened shape, split back into (row, col) for 2-d work.
-    Value bid = gpu::BlockIdOp::create(b, loc, gpu::Dimension::x);
-    Value bdim = gpu::BlockDimOp::create(b, loc, gpu::Dimension::x);
-    Value tid = gpu::ThreadIdOp::create(b, loc, gpu::Dimension::x);
-    Value i = arith::AddIOp::create(
-        b, loc, arith::MulIOp::create(b, loc, bid, bdim), tid);
-    Value count = work.shape[0];
-    for (Value extent : ArrayRef<Value>(work.shape).drop_front())
-      count = arith::MulIOp::create(b, loc, count, extent);
-    Value inRange =
-        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, i, count);
-    scf::IfOp::create(b, loc, inRange, [&](OpBuilder &nb, Location nl) {
-      Emitter in(nb, nl, true);
-      SmallVector<Value, 2> idx{i};
-      if (work.shape.size() == 2)
-        idx = {arith::DivUIOp::create(nb, nl, i, work.shape[1]),
-               arith::RemUIOp::create(nb, nl, i, work.shape[1])};
-      work.item(in, idx);
-      scf::YieldOp::create(nb, nl);
-    });
-    gpu::ReturnOp::create(b, loc);
+    // One kernel per phase; each builds the whole group's setup and keeps
+    // its own phase (the rest is dead code LLVM drops).
+    size_t phases = gpuKernelNames(spec).size();
+    for (size_t phase = 0; phase < phases; ++phase) {
+      b.setInsertionPointToEnd(gpuModule.getBody());
+      Emitter e(b, loc, /*gpu=*/true);
+      Params params = paramsOf(spec);
+      auto fn = gpu::GPUFuncOp::create(
+          b, loc, gpuKernelNames(spec)[phase],
+          b.getFunctionType(paramTypes(e, params), TypeRange{}));
+      fn->setAttr(gpu::GPUDialect::getKernelFuncAttrName(), b.getUnitAttr());
+      // The block size, known to the compiler (.maxntid in PTX: a launch
+      // with larger blocks fails).
+      fn.setKnownBlockSizeAttr(
+          b.getDenseI32ArrayAttr({int32_t(kBlockSize), 1, 1}));
+      Block &entry = fn.getBody().front();
+      b.setInsertionPointToStart(&entry);
+      Work work =
+          std::move(workOf(e, spec, Args{params, entry.getArguments()})[phase]);
+      // One item per thread: i = blockIdx.x * blockDim.x + threadIdx.x over
+      // the flattened shape, split back into (row, col) for 2-d work.
+      Value bid = gpu::BlockIdOp::create(b, loc, gpu::Dimension::x);
+      Value bdim = gpu::BlockDimOp::create(b, loc, gpu::Dimension::x);
+      Value tid = gpu::ThreadIdOp::create(b, loc, gpu::Dimension::x);
+      Value i = arith::AddIOp::create(
+          b, loc, arith::MulIOp::create(b, loc, bid, bdim), tid);
+      Value count = work.shape[0];
+      for (Value extent : ArrayRef<Value>(work.shape).drop_front())
+        count = arith::MulIOp::create(b, loc, count, extent);
+      Value inRange =
+          arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, i, count);
+      scf::IfOp::create(b, loc, inRange, [&](OpBuilder &nb, Location nl) {
+        Emitter in(nb, nl, true);
+        SmallVector<Value, 2> idx{i};
+        if (work.shape.size() == 2)
+          idx = {arith::DivUIOp::create(nb, nl, i, work.shape[1]),
+                 arith::RemUIOp::create(nb, nl, i, work.shape[1])};
+        work.item(in, idx);
+        scf::YieldOp::create(nb, nl);
+      });
+      gpu::ReturnOp::create(b, loc);
+    }
   }
   return module;
 }

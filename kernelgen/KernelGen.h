@@ -23,12 +23,15 @@
 //                 upStride, dyStride, dgateStride, dupStride, [yStride])
 //   residual_add (a, b, y, n)
 //   rmsnorm_fwd  (x, w, y, [rstd,] rows, dim, xStride, yStride, eps:f32)
+//   rmsnorm_bwd  (x, w, rstd, dy, dx, [dw,] [y,] rows, dim, xStride,
+//                 dyStride, dxStride, [yStride])
 //   adamw        (master, expAvg, expAvgSq, grad, clipCoef, [computeCopy,] n,
 //                 stepSize, bc2Sqrt, decay, beta1, beta2, eps: f32)
 // Integers are int64_t; bracketed parameters exist only when the spec asks
 // for that output. clipCoef may be null (coefficient 1). GPU launch: grid =
 // ceil(work / kBlockSize) blocks of kBlockSize threads, where work is
-// rows*cols (swiglu), n (residual_add, adamw) or rows (rmsnorm_fwd).
+// rows*cols (swiglu), n (residual_add, adamw), rows (rmsnorm_fwd, the
+// rmsnorm_bwd row kernel) or dim (the rmsnorm_bwd dw kernel).
 //
 //===----------------------------------------------------------------------===//
 #ifndef ACTPLACE_KERNELGEN_KERNELGEN_H
@@ -60,6 +63,7 @@ enum class GroupKind {
   SwiGluBackward,
   ResidualAdd,
   RmsNormForward,
+  RmsNormBackward,
   AdamW,
 };
 
@@ -74,10 +78,14 @@ struct GroupSpec {
   /// Storage type of activations (swiglu, residual add, rmsnorm) and of the
   /// AdamW main grad.
   ElemType dtype = ElemType::BF16;
-  /// SwiGluBackward: also write the recomputed forward output y.
+  /// SwiGluBackward, RmsNormBackward: also write the recomputed forward
+  /// output y.
   bool recomputeY = false;
-  /// RmsNormForward: y = x * rstd * (1 + w) (true) or x * rstd * w.
+  /// RmsNorm*: y = x * rstd * (1 + w) (true) or x * rstd * w.
   bool zeroCentered = true;
+  /// RmsNormBackward: also accumulate the weight gradient into dw [dim]
+  /// (f32 main grad, +=).
+  bool accumulateDw = true;
   /// RmsNormForward: also write rstd [rows] (f32).
   bool writeRstd = true;
   /// AdamW: write the compute copy of this storage type; nullopt: none.
@@ -87,8 +95,14 @@ struct GroupSpec {
 /// The symbol of the kernel for `spec`, e.g. "ap_kg_swiglu_fwd_bf16".
 std::string kernelName(const GroupSpec &spec);
 
+/// The GPU entries of `spec`, in launch order: the kernel name, except for
+/// RmsNormBackward, whose row phase (dx, y: "<name>_rows", one thread per
+/// row) and column phase (dw: "<name>_dw", one thread per column) are two
+/// kernels. The host function runs the phases in the same order.
+std::vector<std::string> gpuKernelNames(const GroupSpec &spec);
+
 /// Parses a group name of the tool (swiglu-fwd, swiglu-bwd, residual-add,
-/// rmsnorm-fwd, adamw); nullopt when unknown.
+/// rmsnorm-fwd, rmsnorm-bwd, adamw); nullopt when unknown.
 std::optional<GroupKind> parseGroupKind(llvm::StringRef name);
 /// The names parseGroupKind accepts, for error messages.
 const char *groupKindNames();

@@ -29,7 +29,8 @@ static cl::OptionCategory category("actplace-kernelgen options");
 static cl::list<std::string>
     groups("group", cl::CommaSeparated, cl::OneOrMore,
            cl::desc("Op groups to generate, comma separated: swiglu-fwd, "
-                    "swiglu-bwd, residual-add, rmsnorm-fwd, adamw, or all"),
+                    "swiglu-bwd, residual-add, rmsnorm-fwd, rmsnorm-bwd, "
+                    "adamw, or all"),
            cl::cat(category));
 static cl::opt<std::string>
     dtype("dtype", cl::init("bf16"),
@@ -42,13 +43,17 @@ static cl::opt<std::string>
                   "gpu-mlir (GPU kernels before lowering), llvm (host LLVM "
                   "IR), ptx (PTX text)"),
          cl::cat(category));
-static cl::opt<bool>
-    recomputeY("swiglu-recompute-y", cl::init(false),
-               cl::desc("swiglu-bwd also writes the recomputed forward output"),
-               cl::cat(category));
+static cl::opt<bool> recomputeY(
+    "recompute-y", cl::init(false),
+    cl::desc("swiglu-bwd and rmsnorm-bwd also write the recomputed forward "
+             "output"),
+    cl::cat(category));
+static cl::opt<bool> noDw("rmsnorm-no-dw", cl::init(false),
+                          cl::desc("rmsnorm-bwd without the weight gradient"),
+                          cl::cat(category));
 static cl::opt<bool>
     plainNorm("rmsnorm-plain", cl::init(false),
-              cl::desc("rmsnorm-fwd scales by w instead of (1 + w)"),
+              cl::desc("rmsnorm-fwd/bwd scale by w instead of (1 + w)"),
               cl::cat(category));
 static cl::opt<std::string>
     adamwCopy("adamw-copy", cl::init("bf16"),
@@ -105,8 +110,8 @@ int main(int argc, char **argv) {
   SmallVector<std::string> names;
   for (const std::string &g : groups) {
     if (g == "all")
-      names.append(
-          {"swiglu-fwd", "swiglu-bwd", "residual-add", "rmsnorm-fwd", "adamw"});
+      names.append({"swiglu-fwd", "swiglu-bwd", "residual-add", "rmsnorm-fwd",
+                    "rmsnorm-bwd", "adamw"});
     else
       names.push_back(g);
   }
@@ -124,6 +129,7 @@ int main(int argc, char **argv) {
     spec.recomputeY = recomputeY;
     spec.zeroCentered = !plainNorm;
     spec.computeCopy = copyType;
+    spec.accumulateDw = !noDw;
     specs.push_back(spec);
   }
 

@@ -7,7 +7,9 @@
 // operations in the same order, with the same libm exp (both call the
 // process's expf), so every comparison is bitwise: SwiGLU forward and
 // backward, residual add, RMSNorm forward (y and rstd: the sum of squares
-// runs in increasing column order in both) and the AdamW update.
+// runs in increasing column order in both), RMSNorm backward (dx, the
+// recomputed y, and dw accumulated over rows in increasing order) and the
+// AdamW update.
 //
 //===----------------------------------------------------------------------===//
 #include "kernelgen/KernelGen.h"
@@ -24,6 +26,8 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <sstream>
+#include <tuple>
 #include <vector>
 
 using namespace ap::kernels;
@@ -64,6 +68,16 @@ struct Jit {
       s.zeroCentered = true;
       s.writeRstd = false;
       all.push_back(s);
+      s.kind = kg::GroupKind::RmsNormBackward;
+      for (auto [zc, dw, y] :
+           {std::tuple{true, true, true}, std::tuple{false, true, false},
+            std::tuple{true, false, false}}) {
+        s.zeroCentered = zc;
+        s.accumulateDw = dw;
+        s.recomputeY = y;
+        all.push_back(s);
+      }
+      s.recomputeY = false;
       s.kind = kg::GroupKind::AdamW;
       for (std::optional<kg::ElemType> copy :
            {std::optional<kg::ElemType>(kg::ElemType::BF16),
@@ -163,9 +177,10 @@ std::vector<uint8_t> randomStorage(kg::ElemType t, size_t n, uint64_t seed,
       uint32_t w = 0, g = 0;
       std::memcpy(&w, want.data() + i, elemBytes);
       std::memcpy(&g, got.data() + i, elemBytes);
-      return ::testing::AssertionFailure()
-             << what << ": element " << i / elemBytes << " has bits 0x"
-             << std::hex << g << ", the reference 0x" << w;
+      std::ostringstream os;
+      os << what << ": element " << i / elemBytes << " has bits 0x" << std::hex
+         << g << ", the reference 0x" << w;
+      return ::testing::AssertionFailure() << os.str();
     }
   return ::testing::AssertionSuccess();
 }
@@ -340,6 +355,95 @@ TEST_P(KernelGenHost, RmsNormForwardMatchesReference) {
         }
       }
     }
+}
+
+TEST_P(KernelGenHost, RmsNormBackwardMatchesReference) {
+  size_t eb = bytesOf(type());
+  for (auto [zc, withDw, withY] :
+       {std::tuple{true, true, true}, std::tuple{false, true, false},
+        std::tuple{true, false, false}}) {
+    kg::GroupSpec spec;
+    spec.kind = kg::GroupKind::RmsNormBackward;
+    spec.dtype = type();
+    spec.zeroCentered = zc;
+    spec.accumulateDw = withDw;
+    spec.recomputeY = withY;
+    void *sym = jit().lookup<void>(spec);
+    ASSERT_NE(sym, nullptr) << kg::kernelName(spec);
+    for (Shape s : kShapes) {
+      size_t n = size_t(s.rows * s.cols);
+      I xs = s.cols + 3; // x strided, dy and dx contiguous
+      auto x = randomStorage(type(), size_t(s.rows * xs), 61 + s.cols, 2.0,
+                             /*specials=*/false);
+      auto w = randomStorage(type(), size_t(s.cols), 62 + s.cols, 0.5,
+                             /*specials=*/false);
+      auto dy = randomStorage(type(), n, 63 + s.cols, 1.0,
+                              /*specials=*/false);
+      // rstd from the forward reference, as a backward gets it.
+      std::vector<float> rstd(size_t(s.rows));
+      std::vector<uint8_t> yFwd(n * eb);
+      RmsNormForwardArgs f;
+      f.dtype = dtypeOf(type());
+      f.x = x.data();
+      f.w = w.data();
+      f.y = yFwd.data();
+      f.rstd = rstd.data();
+      f.rows = s.rows;
+      f.dim = s.cols;
+      f.xStride = xs;
+      f.zeroCentered = zc;
+      ASSERT_EQ(rmsNormForward(kHost, f), Status::Ok);
+      // dw accumulates into an existing main grad.
+      std::vector<float> dwW;
+      for (double d : ap::test::randn(size_t(s.cols), 64 + s.cols))
+        dwW.push_back(float(d));
+      std::vector<float> dwG = dwW;
+      std::vector<uint8_t> dxW(n * eb, 13), dxG(n * eb, 14), yW(n * eb, 15),
+          yG(n * eb, 16);
+      RmsNormBackwardArgs a;
+      a.dtype = dtypeOf(type());
+      a.x = x.data();
+      a.w = w.data();
+      a.rstd = rstd.data();
+      a.dy = dy.data();
+      a.dx = dxW.data();
+      a.dw = withDw ? dwW.data() : nullptr;
+      a.y = withY ? yW.data() : nullptr;
+      a.rows = s.rows;
+      a.dim = s.cols;
+      a.xStride = xs;
+      a.zeroCentered = zc;
+      ASSERT_EQ(rmsNormBackward(kHost, a), Status::Ok);
+      I c = s.cols;
+      // (x, w, rstd, dy, dx, [dw,] [y,] rows, dim, xStride, dyStride,
+      //  dxStride, [yStride])
+      using P = const void *;
+      if (withDw && withY)
+        reinterpret_cast<void (*)(P, P, P, P, void *, float *, void *, I, I, I,
+                                  I, I, I)>(sym)(
+            x.data(), w.data(), rstd.data(), dy.data(), dxG.data(), dwG.data(),
+            yG.data(), s.rows, c, xs, c, c, c);
+      else if (withDw)
+        reinterpret_cast<void (*)(P, P, P, P, void *, float *, I, I, I, I, I)>(
+            sym)(x.data(), w.data(), rstd.data(), dy.data(), dxG.data(),
+                 dwG.data(), s.rows, c, xs, c, c);
+      else
+        reinterpret_cast<void (*)(P, P, P, P, void *, I, I, I, I, I)>(sym)(
+            x.data(), w.data(), rstd.data(), dy.data(), dxG.data(), s.rows, c,
+            xs, c, c);
+      std::string where = kg::kernelName(spec) + " " + std::to_string(s.rows) +
+                          "x" + std::to_string(c);
+      EXPECT_TRUE(sameBits(dxW, dxG, eb, "rmsnorm dx")) << where;
+      if (withY) {
+        EXPECT_TRUE(sameBits(yW, yG, eb, "recomputed y")) << where;
+        EXPECT_TRUE(sameBits(yFwd, yG, eb, "y against the forward")) << where;
+      }
+      std::vector<uint8_t> dwBW(dwW.size() * 4), dwBG(dwG.size() * 4);
+      std::memcpy(dwBW.data(), dwW.data(), dwBW.size());
+      std::memcpy(dwBG.data(), dwG.data(), dwBG.size());
+      EXPECT_TRUE(sameBits(dwBW, dwBG, 4, "rmsnorm dw")) << where;
+    }
+  }
 }
 
 TEST_P(KernelGenHost, AdamWMatchesReference) {
