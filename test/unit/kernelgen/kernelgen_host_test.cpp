@@ -187,6 +187,31 @@ std::vector<uint8_t> randomStorage(kg::ElemType t, size_t n, uint64_t seed,
 
 const KernelContext kHost{};
 
+/// The bytes of an f32 buffer, for sameBits.
+std::vector<uint8_t> rawBytes(const std::vector<float> &f) {
+  std::vector<uint8_t> b(f.size() * sizeof(float));
+  std::memcpy(b.data(), f.data(), b.size());
+  return b;
+}
+
+/// The reference RMSNorm forward of a [rows, dim] x with row stride xs into
+/// a contiguous y and rstd.
+Status referenceRmsNorm(kg::ElemType t, const void *x, const void *w, void *y,
+                        float *rstd, I rows, I dim, I xs, bool zc) {
+  RmsNormForwardArgs a;
+  a.dtype = dtypeOf(t);
+  a.x = x;
+  a.w = w;
+  a.y = y;
+  a.rstd = rstd;
+  a.rows = rows;
+  a.dim = dim;
+  a.xStride = xs;
+  a.eps = 1e-6;
+  a.zeroCentered = zc;
+  return rmsNormForward(kHost, a);
+}
+
 class KernelGenHost : public ::testing::TestWithParam<kg::ElemType> {
 protected:
   void SetUp() override { ASSERT_TRUE(jit().engine) << jit().error; }
@@ -323,19 +348,10 @@ TEST_P(KernelGenHost, RmsNormForwardMatchesReference) {
         std::vector<uint8_t> yW(size_t(s.rows * s.cols) * eb, 9),
             yG(yW.size(), 10);
         std::vector<float> rW(size_t(s.rows), 1.f), rG(size_t(s.rows), 2.f);
-        RmsNormForwardArgs a;
-        a.dtype = dtypeOf(type());
-        a.x = x.data();
-        a.w = w.data();
-        a.y = yW.data();
-        a.rstd = rW.data();
-        a.rows = s.rows;
-        a.dim = s.cols;
-        a.xStride = xs;
-        a.eps = 1e-6;
-        a.zeroCentered = zc;
-        ASSERT_EQ(rmsNormForward(kHost, a), Status::Ok);
-        float eps = float(a.eps);
+        ASSERT_EQ(referenceRmsNorm(type(), x.data(), w.data(), yW.data(),
+                                   rW.data(), s.rows, s.cols, xs, zc),
+                  Status::Ok);
+        float eps = float(1e-6); // the reference's float(eps)
         if (withRstd)
           reinterpret_cast<void (*)(const void *, const void *, void *, float *,
                                     I, I, I, I, float)>(sym)(
@@ -348,10 +364,8 @@ TEST_P(KernelGenHost, RmsNormForwardMatchesReference) {
         EXPECT_TRUE(sameBits(yW, yG, eb, "rmsnorm y"))
             << kg::kernelName(spec) << " " << s.rows << "x" << s.cols;
         if (withRstd) {
-          std::vector<uint8_t> rw(rW.size() * 4), rg(rG.size() * 4);
-          std::memcpy(rw.data(), rW.data(), rw.size());
-          std::memcpy(rg.data(), rG.data(), rg.size());
-          EXPECT_TRUE(sameBits(rw, rg, 4, "rstd")) << s.rows << "x" << s.cols;
+          EXPECT_TRUE(sameBits(rawBytes(rW), rawBytes(rG), 4, "rstd"))
+              << s.rows << "x" << s.cols;
         }
       }
     }
@@ -382,17 +396,9 @@ TEST_P(KernelGenHost, RmsNormBackwardMatchesReference) {
       // rstd from the forward reference, as a backward gets it.
       std::vector<float> rstd(size_t(s.rows));
       std::vector<uint8_t> yFwd(n * eb);
-      RmsNormForwardArgs f;
-      f.dtype = dtypeOf(type());
-      f.x = x.data();
-      f.w = w.data();
-      f.y = yFwd.data();
-      f.rstd = rstd.data();
-      f.rows = s.rows;
-      f.dim = s.cols;
-      f.xStride = xs;
-      f.zeroCentered = zc;
-      ASSERT_EQ(rmsNormForward(kHost, f), Status::Ok);
+      ASSERT_EQ(referenceRmsNorm(type(), x.data(), w.data(), yFwd.data(),
+                                 rstd.data(), s.rows, s.cols, xs, zc),
+                Status::Ok);
       // dw accumulates into an existing main grad.
       std::vector<float> dwW;
       for (double d : ap::test::randn(size_t(s.cols), 64 + s.cols))
@@ -438,10 +444,8 @@ TEST_P(KernelGenHost, RmsNormBackwardMatchesReference) {
         EXPECT_TRUE(sameBits(yW, yG, eb, "recomputed y")) << where;
         EXPECT_TRUE(sameBits(yFwd, yG, eb, "y against the forward")) << where;
       }
-      std::vector<uint8_t> dwBW(dwW.size() * 4), dwBG(dwG.size() * 4);
-      std::memcpy(dwBW.data(), dwW.data(), dwBW.size());
-      std::memcpy(dwBG.data(), dwG.data(), dwBG.size());
-      EXPECT_TRUE(sameBits(dwBW, dwBG, 4, "rmsnorm dw")) << where;
+      EXPECT_TRUE(sameBits(rawBytes(dwW), rawBytes(dwG), 4, "rmsnorm dw"))
+          << where;
     }
   }
 }
@@ -505,17 +509,15 @@ TEST_P(KernelGenHost, AdamWMatchesReference) {
                                       float, float, float)>(sym)(
                 pG.data(), mG.data(), vG.data(), grad.data(), ccp, n,
                 k.stepSize, k.bc2Sqrt, k.decay, k.beta1, k.beta2, k.eps);
-          auto bytes = [](const std::vector<float> &f) {
-            std::vector<uint8_t> b(f.size() * 4);
-            std::memcpy(b.data(), f.data(), b.size());
-            return b;
-          };
           std::string where = kg::kernelName(spec) + " n=" + std::to_string(n) +
                               " step=" + std::to_string(step) +
                               (clip ? " clip" : "");
-          EXPECT_TRUE(sameBits(bytes(pW), bytes(pG), 4, "master")) << where;
-          EXPECT_TRUE(sameBits(bytes(mW), bytes(mG), 4, "expAvg")) << where;
-          EXPECT_TRUE(sameBits(bytes(vW), bytes(vG), 4, "expAvgSq")) << where;
+          EXPECT_TRUE(sameBits(rawBytes(pW), rawBytes(pG), 4, "master"))
+              << where;
+          EXPECT_TRUE(sameBits(rawBytes(mW), rawBytes(mG), 4, "expAvg"))
+              << where;
+          EXPECT_TRUE(sameBits(rawBytes(vW), rawBytes(vG), 4, "expAvgSq"))
+              << where;
           if (copy)
             EXPECT_TRUE(sameBits(cW, cG, cb, "compute copy")) << where;
           else
