@@ -19,6 +19,7 @@
 #include "runtime/trainer.h"
 
 #include "mpi_gtest_main.h"
+#include "train_run_util.h"
 
 #include <gtest/gtest.h>
 
@@ -32,6 +33,8 @@
 
 using namespace ap::rt;
 using ap::kernels::DType;
+using ap::rt::test::metricsOf;
+using ap::rt::test::wholeTensors;
 
 namespace {
 
@@ -227,49 +230,6 @@ protected:
     int rc = trainMainStages(int(flags.size()), argv.data(), stages);
     MPI_Barrier(MPI_COMM_WORLD);
     return rc;
-  }
-
-  /// (loss, grad norm) per step from a metrics file.
-  static std::vector<std::pair<double, double>>
-  metricsOf(const std::string &path) {
-    std::vector<std::pair<double, double>> out;
-    std::ifstream in(path);
-    std::string line;
-    while (std::getline(in, line)) {
-      auto num = [&](const std::string &key) {
-        size_t at = line.find("\"" + key + "\":");
-        return at == std::string::npos
-                   ? NAN
-                   : std::strtod(line.c_str() + at + key.size() + 3, nullptr);
-      };
-      out.push_back({num("loss"), num("grad_norm")});
-    }
-    return out;
-  }
-
-  /// Every tensor of a checkpoint, whole, by name.
-  static std::map<std::string, std::vector<uint8_t>>
-  wholeTensors(const std::string &stepDir) {
-    std::map<std::string, std::vector<uint8_t>> out;
-    std::vector<CheckpointTensor> dest;
-    std::vector<CheckpointEntry> entries = listCheckpoint(stepDir);
-    for (const CheckpointEntry &e : entries) {
-      int64_t n = 1;
-      for (int64_t d : e.shape)
-        n *= d;
-      out[e.name].assign(size_t(n) * stDTypeSize(e.dtype), 0);
-    }
-    for (const CheckpointEntry &e : entries) {
-      CheckpointTensor t;
-      t.name = e.name;
-      t.dtype = e.dtype;
-      t.shape = e.shape;
-      t.data = out[e.name].data();
-      t.bytes = out[e.name].size();
-      dest.push_back(t);
-    }
-    loadCheckpoint(stepDir, dest, ShardInfo{});
-    return out;
   }
 
   int rank = 0;

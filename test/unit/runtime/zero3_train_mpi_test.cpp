@@ -34,6 +34,7 @@
 #include "runtime/weights.h"
 
 #include "mpi_gtest_main.h"
+#include "train_run_util.h"
 
 #include <gtest/gtest.h>
 
@@ -48,6 +49,8 @@
 
 using namespace ap::rt;
 using ap::kernels::DType;
+using ap::rt::test::metricsOf;
+using ap::rt::test::wholeTensors;
 
 namespace {
 
@@ -267,31 +270,6 @@ protected:
     MPI_Barrier(MPI_COMM_WORLD);
   }
 
-  /// Every tensor of the checkpoint in `stepDir`, whole, by name.
-  static std::map<std::string, std::vector<uint8_t>>
-  wholeTensors(const std::string &stepDir) {
-    std::vector<CheckpointEntry> entries = listCheckpoint(stepDir);
-    std::map<std::string, std::vector<uint8_t>> out;
-    std::vector<CheckpointTensor> dest;
-    for (const CheckpointEntry &e : entries) {
-      int64_t n = 1;
-      for (int64_t d : e.shape)
-        n *= d;
-      out[e.name].assign(size_t(n) * stDTypeSize(e.dtype), 0);
-    }
-    for (const CheckpointEntry &e : entries) {
-      CheckpointTensor t;
-      t.name = e.name;
-      t.dtype = e.dtype;
-      t.shape = e.shape;
-      t.data = out[e.name].data();
-      t.bytes = out[e.name].size();
-      dest.push_back(t);
-    }
-    loadCheckpoint(stepDir, dest, ShardInfo{}, LoadOptions{true});
-    return out;
-  }
-
   /// Asserts that two checkpoints hold the same tensors, bit for bit.
   static void expectSameTensors(const std::string &a, const std::string &b) {
     auto ta = wholeTensors(a), tb = wholeTensors(b);
@@ -301,24 +279,6 @@ protected:
       EXPECT_TRUE(bytes == tb[name])
           << "tensor '" << name << "' differs between " << a << " and " << b;
     }
-  }
-
-  /// (loss, grad norm) per step from rank 0's metrics file.
-  static std::vector<std::pair<double, double>>
-  metricsOf(const std::string &path) {
-    std::vector<std::pair<double, double>> out;
-    std::ifstream in(path);
-    std::string line;
-    while (std::getline(in, line)) {
-      auto num = [&](const std::string &key) {
-        size_t at = line.find("\"" + key + "\":");
-        return at == std::string::npos
-                   ? NAN
-                   : std::strtod(line.c_str() + at + key.size() + 3, nullptr);
-      };
-      out.push_back({num("loss"), num("grad_norm")});
-    }
-    return out;
   }
 
   static std::string stepDir(const std::string &dir, int step) {
