@@ -1,4 +1,5 @@
-//===- pipeline.cpp - Pipeline links: host and staged forms ------*- C++ -*-===//
+//===- pipeline.cpp - Pipeline links: host and staged forms ------*- C++
+//-*-===//
 //
 // See pipeline.h. The NCCL form is in runtime/cuda/pipeline_nccl.cpp.
 //

@@ -1,4 +1,5 @@
-//===- pipeline.h - Point-to-point links between pipeline stages -*- C++ -*-===//
+//===- pipeline.h - Point-to-point links between pipeline stages -*- C++
+//-*-===//
 //
 // ap_pipeline_send / ap_pipeline_recv (runtime/abi.h) over the pipeline
 // group of a StepRunner: boundary activations go to the next stage, their

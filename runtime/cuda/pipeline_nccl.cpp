@@ -38,7 +38,8 @@ public:
     down_ = pp.split(0, stage_);
     up_ = pp.split(0, stage_);
     for (Direction *d : {&downDir_, &upDir_}) {
-      AP_CUDA_CHECK(cudaStreamCreateWithFlags(&d->stream, cudaStreamNonBlocking));
+      AP_CUDA_CHECK(
+          cudaStreamCreateWithFlags(&d->stream, cudaStreamNonBlocking));
       AP_CUDA_CHECK(
           cudaEventCreateWithFlags(&d->issued, cudaEventDisableTiming));
       AP_CUDA_CHECK(
@@ -68,8 +69,8 @@ public:
     Communicator &c = next ? *down_ : *up_;
     Staging &s = stage(bytes);
     cudaStream_t comm = cudaStream_t(dev_.nativeStream(Stream::Comm));
-    AP_CUDA_CHECK(cudaMemcpyAsync(s.ptr, src, bytes, cudaMemcpyDeviceToDevice,
-                                  comm));
+    AP_CUDA_CHECK(
+        cudaMemcpyAsync(s.ptr, src, bytes, cudaMemcpyDeviceToDevice, comm));
     AP_CUDA_CHECK(cudaEventRecord(s.ready, comm));
     AP_CUDA_CHECK(cudaStreamWaitEvent(d.stream, s.ready, 0));
     c.send(s.ptr, n, dt, to, d.stream);

@@ -59,8 +59,8 @@ void stage0(StepRunner &r) {
     auto *x = static_cast<float *>(r.at(l.act[mb]));
     r.dev.hostCallback(Stream::Compute, [=] {
       for (int64_t i = 0; i < kAct; ++i)
-        x[i] = embed[i % kEmbed] * float(tok[i % tokens] % 11) * 0.1f +
-               a[i % kA];
+        x[i] =
+            embed[i % kEmbed] * float(tok[i % tokens] % 11) * 0.1f + a[i % kA];
     });
     r.dev.synchronize(Stream::Compute);
     r.pipelineSend(l.act[mb], kAct * 4, /*next=*/true);
@@ -125,8 +125,7 @@ void toyStep(StepRunner &r) {
     stage1(r);
   r.endLoop();
   r.allReduce(p.state.lossSum, 4, DType::F32, Stream::Compute, false, true);
-  r.allReduce(p.state.tokenCount, 4, DType::I32, Stream::Compute, false,
-              true);
+  r.allReduce(p.state.tokenCount, 4, DType::I32, Stream::Compute, false, true);
   r.finalizeGrads(1.0);
   r.lrSchedule(p.maxLr, p.optimizer.minLr, p.optimizer.warmupSteps,
                p.optimizer.totalSteps);
