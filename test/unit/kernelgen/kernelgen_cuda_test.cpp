@@ -1,0 +1,444 @@
+//===- kernelgen_cuda_test.cpp - generated GPU kernels vs reference -------===//
+//
+// Generates the PTX of the GPU kernels (kernelgen/, sm_90a), loads it with
+// the CUDA driver API (cuModuleLoadDataEx: the driver JIT-compiles it for the
+// GPU present) and runs each kernel at the Qwen3.5-0.8B shapes (D = 1024,
+// I = 3584, T = 4096 tokens) and at odd small shapes, against the CPU
+// reference kernel on the same inputs. Skipped without a usable GPU.
+//
+// Expected (docs/kernelgen.md): residual add, RMSNorm forward (y, rstd),
+// RMSNorm backward (dx, y, dw) and AdamW are bitwise equal to the reference
+// (correctly rounded operations in the reference's order); SwiGLU uses
+// libdevice's expf, not glibc's, so each bf16 output may differ from the
+// reference by at most one bf16 ulp. Every kernel is run twice and must give
+// the same bits (determinism).
+//
+// This is a test-only loader; the runtime's driver-API loader is not written
+// yet.
+//
+//===----------------------------------------------------------------------===//
+#include "test/unit/kernelgen/kernelgen_test_util.h"
+
+#include "mlir/IR/DialectRegistry.h"
+#include "mlir/IR/MLIRContext.h"
+
+#include <cuda.h>
+#include <dlfcn.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <iostream>
+#include <string>
+
+using namespace ap::kernelgen::test;
+
+namespace {
+
+// The driver API, opened at run time (libcuda.so.1), so that the binary
+// starts on a machine without a driver and reports itself skipped. cuda.h
+// maps some names to versioned symbols (cuMemAlloc -> cuMemAlloc_v2): the
+// two-level stringizing looks up the versioned name.
+#define AP_CU_FUNCS(X)                                                         \
+  X(cuInit)                                                                    \
+  X(cuDeviceGetCount)                                                          \
+  X(cuDeviceGet)                                                               \
+  X(cuDevicePrimaryCtxRetain)                                                  \
+  X(cuCtxSetCurrent)                                                           \
+  X(cuModuleLoadDataEx)                                                        \
+  X(cuModuleGetFunction)                                                       \
+  X(cuMemAlloc)                                                                \
+  X(cuMemcpyHtoD)                                                              \
+  X(cuMemcpyDtoH)                                                              \
+  X(cuMemFree)                                                                 \
+  X(cuLaunchKernel)                                                            \
+  X(cuCtxSynchronize)                                                          \
+  X(cuGetErrorString)
+#define AP_STR(x) #x
+#define AP_XSTR(x) AP_STR(x)
+
+struct Driver {
+#define AP_DECLARE(f) decltype(&::f) f = nullptr;
+  AP_CU_FUNCS(AP_DECLARE)
+#undef AP_DECLARE
+  std::string missing; ///< why the driver is unusable; empty when loaded
+
+  Driver() {
+    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+      missing = "libcuda.so.1 cannot be opened (no CUDA driver)";
+      return;
+    }
+#define AP_LOAD(f)                                                             \
+  f = reinterpret_cast<decltype(&::f)>(dlsym(h, AP_XSTR(f)));                  \
+  if (!f && missing.empty())                                                   \
+    missing = std::string("libcuda.so.1 has no ") + AP_XSTR(f);
+    AP_CU_FUNCS(AP_LOAD)
+#undef AP_LOAD
+  }
+};
+
+Driver &drv() {
+  static Driver *d = new Driver; // lives until exit, as the driver does
+  return *d;
+}
+
+#define CU(call)                                                               \
+  do {                                                                         \
+    CUresult r_ = (call);                                                      \
+    if (r_ != CUDA_SUCCESS) {                                                  \
+      const char *s_ = nullptr;                                                \
+      drv().cuGetErrorString(r_, &s_);                                         \
+      FAIL() << #call << ": " << (s_ ? s_ : "unknown CUDA error");             \
+    }                                                                          \
+  } while (0)
+
+/// The generated kernels of the test, in one PTX module loaded once.
+struct GpuKernels {
+  CUdevice device = 0;
+  CUcontext context = nullptr;
+  CUmodule module = nullptr;
+  std::string skip, error;
+  size_t ptxBytes = 0;
+
+  static std::vector<kg::GroupSpec> specs() {
+    std::vector<kg::GroupSpec> all;
+    kg::GroupSpec s;
+    s.dtype = kg::ElemType::BF16;
+    s.kind = kg::GroupKind::SwiGluForward;
+    all.push_back(s);
+    s.kind = kg::GroupKind::SwiGluBackward;
+    s.recomputeY = true;
+    all.push_back(s);
+    s.kind = kg::GroupKind::ResidualAdd;
+    all.push_back(s);
+    s.kind = kg::GroupKind::RmsNormForward;
+    all.push_back(s);
+    s.kind = kg::GroupKind::RmsNormBackward;
+    s.accumulateDw = true;
+    all.push_back(s);
+    s.kind = kg::GroupKind::AdamW;
+    s.dtype = kg::ElemType::F32; // f32 main grads, bf16 compute copy
+    s.computeCopy = kg::ElemType::BF16;
+    all.push_back(s);
+    return all;
+  }
+
+  GpuKernels() {
+    if (!drv().missing.empty()) {
+      skip = drv().missing;
+      return;
+    }
+    int count = 0;
+    if (drv().cuInit(0) != CUDA_SUCCESS ||
+        drv().cuDeviceGetCount(&count) != CUDA_SUCCESS || count == 0) {
+      skip = "no usable CUDA device (cuInit or cuDeviceGetCount)";
+      return;
+    }
+    if (drv().cuDeviceGet(&device, 0) != CUDA_SUCCESS ||
+        drv().cuDevicePrimaryCtxRetain(&context, device) != CUDA_SUCCESS ||
+        drv().cuCtxSetCurrent(context) != CUDA_SUCCESS) {
+      error = "cannot make the primary context of device 0 current";
+      return;
+    }
+    mlir::DialectRegistry registry;
+    kg::registerKernelGenDialects(registry);
+    mlir::MLIRContext mlirContext(registry,
+                                  mlir::MLIRContext::Threading::DISABLED);
+    auto gpuModule = kg::buildGpuModule(mlirContext, specs());
+    if (mlir::failed(kg::lowerGpuToBinary(*gpuModule, kg::GpuTarget{}))) {
+      error = "the GPU kernels did not lower to PTX (libdevice found?)";
+      return;
+    }
+    auto ptx = kg::ptxOf(*gpuModule);
+    if (mlir::failed(ptx)) {
+      error = "no PTX in the lowered module";
+      return;
+    }
+    ptxBytes = ptx->size();
+    char log[8192] = {0};
+    CUjit_option opts[] = {CU_JIT_ERROR_LOG_BUFFER,
+                           CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
+    void *vals[] = {log, reinterpret_cast<void *>(sizeof(log))};
+    if (drv().cuModuleLoadDataEx(&module, ptx->c_str(), 2, opts, vals) !=
+        CUDA_SUCCESS)
+      error = std::string("cuModuleLoadDataEx failed: ") + log;
+  }
+
+  CUfunction function(const std::string &name) {
+    CUfunction f = nullptr;
+    if (drv().cuModuleGetFunction(&f, module, name.c_str()) != CUDA_SUCCESS)
+      return nullptr;
+    return f;
+  }
+};
+
+GpuKernels &gpu() {
+  static GpuKernels *instance = new GpuKernels; // lives until exit
+  return *instance;
+}
+
+/// A device copy of a host byte buffer.
+struct DevBuf {
+  CUdeviceptr p = 0;
+  size_t bytes = 0;
+  explicit DevBuf(const void *host, size_t n) : bytes(n) {
+    if (drv().cuMemAlloc(&p, n ? n : 1) == CUDA_SUCCESS && n)
+      drv().cuMemcpyHtoD(p, host, n);
+  }
+  template <class T>
+  explicit DevBuf(const std::vector<T> &v)
+      : DevBuf(v.data(), v.size() * sizeof(T)) {}
+  ~DevBuf() { drv().cuMemFree(p); }
+  DevBuf(const DevBuf &) = delete;
+  std::vector<uint8_t> bytesBack() const {
+    std::vector<uint8_t> out(bytes);
+    drv().cuMemcpyDtoH(out.data(), p, bytes);
+    return out;
+  }
+  std::vector<float> floatsBack() const {
+    std::vector<float> out(bytes / 4);
+    drv().cuMemcpyDtoH(out.data(), p, bytes);
+    return out;
+  }
+};
+
+/// Launches `name` over `items` threads (ceil(items / kBlockSize) blocks of
+/// kBlockSize) with the parameters as the ABI lists them.
+template <class... Args>
+CUresult launch(const std::string &name, int64_t items, Args... args) {
+  CUfunction f = gpu().function(name);
+  if (!f)
+    return CUDA_ERROR_NOT_FOUND;
+  void *params[] = {static_cast<void *>(&args)...};
+  unsigned grid = unsigned((items + kg::kBlockSize - 1) / kg::kBlockSize);
+  CUresult r = drv().cuLaunchKernel(f, grid, 1, 1, unsigned(kg::kBlockSize), 1,
+                                    1, 0, nullptr, params, nullptr);
+  if (r != CUDA_SUCCESS)
+    return r;
+  return drv().cuCtxSynchronize();
+}
+
+/// Each bf16 of `got` within one ulp of `want` (same sign, adjacent bits).
+::testing::AssertionResult withinOneUlp(const std::vector<uint8_t> &want,
+                                        const std::vector<uint8_t> &got,
+                                        const char *what) {
+  size_t differ = 0;
+  for (size_t i = 0; i + 1 < want.size(); i += 2) {
+    uint16_t w, g;
+    std::memcpy(&w, want.data() + i, 2);
+    std::memcpy(&g, got.data() + i, 2);
+    int d = int(w) - int(g);
+    if (d == 0)
+      continue;
+    ++differ;
+    if ((w ^ g) & 0x8000 || d > 1 || d < -1)
+      return ::testing::AssertionFailure()
+             << what << ": element " << i / 2 << " bf16 bits " << g
+             << ", the reference " << w << " (more than one ulp)";
+  }
+  std::cout << "  " << what << ": " << differ << " of " << want.size() / 2
+            << " bf16 outputs one ulp from the reference\n";
+  return ::testing::AssertionSuccess();
+}
+
+class KernelGenCuda : public ::testing::Test {
+protected:
+  void SetUp() override {
+    if (!gpu().skip.empty())
+      GTEST_SKIP() << gpu().skip;
+    ASSERT_TRUE(gpu().error.empty()) << gpu().error;
+  }
+};
+
+struct Shape {
+  I rows, cols;
+};
+// Qwen3.5-0.8B: the MLP's [T, I] and the norms' [T, D], and odd shapes.
+const Shape kMlp[] = {{4096, 3584}, {3, 7}, {17, 33}};
+const Shape kNorm[] = {{4096, 1024}, {5, 1023}, {1, 1}};
+
+const kg::GroupSpec &specOf(kg::GroupKind kind) {
+  static const std::vector<kg::GroupSpec> all = GpuKernels::specs();
+  for (const kg::GroupSpec &s : all)
+    if (s.kind == kind)
+      return s;
+  std::abort();
+}
+
+TEST_F(KernelGenCuda, SwiGluWithinOneUlpOfReference) {
+  const kg::ElemType t = kg::ElemType::BF16;
+  for (Shape s : kMlp) {
+    size_t n = size_t(s.rows * s.cols);
+    auto g = randomStorage(t, n, 71, 3.0), u = randomStorage(t, n, 72),
+         dy = randomStorage(t, n, 73);
+    std::vector<uint8_t> yW(n * 2), dgW(n * 2), duW(n * 2), yBW(n * 2);
+    SwiGluForwardArgs f;
+    f.gate = g.data();
+    f.up = u.data();
+    f.y = yW.data();
+    f.rows = s.rows;
+    f.cols = s.cols;
+    ASSERT_EQ(swiGluForward(kHost, f), Status::Ok);
+    SwiGluBackwardArgs b;
+    b.gate = g.data();
+    b.up = u.data();
+    b.dy = dy.data();
+    b.dgate = dgW.data();
+    b.dup = duW.data();
+    b.y = yBW.data();
+    b.rows = s.rows;
+    b.cols = s.cols;
+    ASSERT_EQ(swiGluBackward(kHost, b), Status::Ok);
+
+    DevBuf dg(g), du(u), ddy(dy), dyOut(std::vector<uint8_t>(n * 2, 0xff)),
+        ddg(std::vector<uint8_t>(n * 2, 0xff)),
+        ddu(std::vector<uint8_t>(n * 2, 0xff)),
+        dyB(std::vector<uint8_t>(n * 2, 0xff));
+    I c = s.cols;
+    std::vector<uint8_t> first;
+    for (int run = 0; run < 2; ++run) {
+      CU(launch(kg::kernelName(specOf(kg::GroupKind::SwiGluForward)), n, dg.p,
+                du.p, dyOut.p, s.rows, c, c, c, c));
+      CU(launch(kg::kernelName(specOf(kg::GroupKind::SwiGluBackward)), n, dg.p,
+                du.p, ddy.p, ddg.p, ddu.p, dyB.p, s.rows, c, c, c, c, c, c, c));
+      auto y = dyOut.bytesBack();
+      if (run == 0)
+        first = y;
+      else
+        EXPECT_EQ(first, y) << "swiglu y differs between two runs";
+    }
+    std::string where = std::to_string(s.rows) + "x" + std::to_string(c);
+    EXPECT_TRUE(withinOneUlp(yW, dyOut.bytesBack(), "swiglu y")) << where;
+    EXPECT_TRUE(withinOneUlp(dgW, ddg.bytesBack(), "dgate")) << where;
+    EXPECT_TRUE(withinOneUlp(duW, ddu.bytesBack(), "dup")) << where;
+    EXPECT_TRUE(withinOneUlp(yBW, dyB.bytesBack(), "recomputed y")) << where;
+    // The backward's recomputed y is the forward's y, bit for bit.
+    EXPECT_TRUE(sameBits(dyOut.bytesBack(), dyB.bytesBack(), 2,
+                         "recomputed y vs forward y"))
+        << where;
+  }
+}
+
+TEST_F(KernelGenCuda, ResidualAddBitwise) {
+  const kg::ElemType t = kg::ElemType::BF16;
+  for (I n : {I(4096 * 1024), I(1), I(1001)}) {
+    auto a = randomStorage(t, size_t(n), 81, 4.0),
+         b = randomStorage(t, size_t(n), 82);
+    std::vector<uint8_t> want(size_t(n) * 2);
+    ResidualAddArgs r;
+    r.a = a.data();
+    r.b = b.data();
+    r.y = want.data();
+    r.n = n;
+    ASSERT_EQ(residualAddForward(kHost, r), Status::Ok);
+    DevBuf da(a), db(b), dy(std::vector<uint8_t>(size_t(n) * 2, 0xff));
+    CU(launch(kg::kernelName(specOf(kg::GroupKind::ResidualAdd)), n, da.p, db.p,
+              dy.p, n));
+    EXPECT_TRUE(sameBits(want, dy.bytesBack(), 2, "residual y")) << n;
+  }
+}
+
+TEST_F(KernelGenCuda, RmsNormForwardAndBackwardBitwise) {
+  const kg::ElemType t = kg::ElemType::BF16;
+  for (Shape s : kNorm) {
+    size_t n = size_t(s.rows * s.cols);
+    I d = s.cols;
+    auto x = randomStorage(t, n, 91, 2.0, false),
+         w = randomStorage(t, size_t(d), 92, 0.5, false),
+         dy = randomStorage(t, n, 93, 1.0, false);
+    std::vector<uint8_t> yW(n * 2);
+    std::vector<float> rstdW(size_t(s.rows));
+    ASSERT_EQ(referenceRmsNorm(t, x.data(), w.data(), yW.data(), rstdW.data(),
+                               s.rows, d, d, /*zc=*/true),
+              Status::Ok);
+    std::vector<float> dw0;
+    for (double v : ap::test::randn(size_t(d), 94))
+      dw0.push_back(float(v));
+    std::vector<float> dwW = dw0;
+    std::vector<uint8_t> dxW(n * 2), yBW(n * 2);
+    RmsNormBackwardArgs b;
+    b.x = x.data();
+    b.w = w.data();
+    b.rstd = rstdW.data();
+    b.dy = dy.data();
+    b.dx = dxW.data();
+    b.dw = dwW.data();
+    b.y = yBW.data();
+    b.rows = s.rows;
+    b.dim = d;
+    ASSERT_EQ(rmsNormBackward(kHost, b), Status::Ok);
+
+    DevBuf dx_(x), dw_(w), ddy(dy), dyOut(std::vector<uint8_t>(n * 2, 0xff)),
+        drstd(std::vector<float>(size_t(s.rows), -1.f)),
+        ddx(std::vector<uint8_t>(n * 2, 0xff)), ddw(dw0),
+        dyB(std::vector<uint8_t>(n * 2, 0xff));
+    float eps = float(1e-6);
+    CU(launch(kg::kernelName(specOf(kg::GroupKind::RmsNormForward)), s.rows,
+              dx_.p, dw_.p, dyOut.p, drstd.p, s.rows, d, d, d, eps));
+    std::string where = std::to_string(s.rows) + "x" + std::to_string(d);
+    EXPECT_TRUE(sameBits(yW, dyOut.bytesBack(), 2, "rmsnorm y")) << where;
+    EXPECT_TRUE(
+        sameBits(rawBytes(rstdW), rawBytes(drstd.floatsBack()), 4, "rstd"))
+        << where;
+    // The backward from the GPU's rstd (equal to the reference's, checked
+    // above): the row kernel, then the dw column kernel.
+    auto names = kg::gpuKernelNames(specOf(kg::GroupKind::RmsNormBackward));
+    ASSERT_EQ(names.size(), 2u);
+    CU(launch(names[0], s.rows, dx_.p, dw_.p, drstd.p, ddy.p, ddx.p, ddw.p,
+              dyB.p, s.rows, d, d, d, d, d));
+    CU(launch(names[1], d, dx_.p, dw_.p, drstd.p, ddy.p, ddx.p, ddw.p, dyB.p,
+              s.rows, d, d, d, d, d));
+    EXPECT_TRUE(sameBits(dxW, ddx.bytesBack(), 2, "rmsnorm dx")) << where;
+    EXPECT_TRUE(sameBits(yBW, dyB.bytesBack(), 2, "recomputed y")) << where;
+    EXPECT_TRUE(
+        sameBits(rawBytes(dwW), rawBytes(ddw.floatsBack()), 4, "rmsnorm dw"))
+        << where;
+  }
+}
+
+TEST_F(KernelGenCuda, AdamWBitwise) {
+  for (I n : {I(1024 * 3584), I(1), I(4099)}) {
+    std::vector<float> p, m, v, g;
+    for (double d : ap::test::randn(size_t(n), 101))
+      p.push_back(float(d));
+    for (double d : ap::test::randn(size_t(n), 102, 1e-2))
+      m.push_back(float(d));
+    for (double d : ap::test::randn(size_t(n), 103))
+      v.push_back(float(1e-4 * std::fabs(d)));
+    for (double d : ap::test::randn(size_t(n), 104, 1e-2))
+      g.push_back(float(d));
+    float cc = 0.375f;
+    DevBuf dp(p), dm(m), dv(v), dg(g), dcc(&cc, sizeof(cc)),
+        dcopy(std::vector<uint8_t>(size_t(n) * 2, 0xff));
+    std::vector<uint8_t> copyW(size_t(n) * 2);
+    AdamWArgs a;
+    a.master = p.data();
+    a.expAvg = m.data();
+    a.expAvgSq = v.data();
+    a.grad = g.data();
+    a.gradDType = DType::F32;
+    a.clipCoef = &cc;
+    a.computeCopy = copyW.data();
+    a.computeDType = DType::BF16;
+    a.n = n;
+    a.lr = 3e-4;
+    a.weightDecay = 0.1;
+    a.step = 7;
+    ASSERT_EQ(adamWStep(kHost, a), Status::Ok);
+    kg::AdamWScalars k =
+        kg::adamWScalars(a.lr, a.beta1, a.beta2, a.eps, a.weightDecay, a.step);
+    CU(launch(kg::kernelName(specOf(kg::GroupKind::AdamW)), n, dp.p, dm.p, dv.p,
+              dg.p, dcc.p, dcopy.p, n, k.stepSize, k.bc2Sqrt, k.decay, k.beta1,
+              k.beta2, k.eps));
+    std::string where = "n=" + std::to_string(n);
+    EXPECT_TRUE(sameBits(rawBytes(p), rawBytes(dp.floatsBack()), 4, "master"))
+        << where;
+    EXPECT_TRUE(sameBits(rawBytes(m), rawBytes(dm.floatsBack()), 4, "expAvg"))
+        << where;
+    EXPECT_TRUE(sameBits(rawBytes(v), rawBytes(dv.floatsBack()), 4, "expAvgSq"))
+        << where;
+    EXPECT_TRUE(sameBits(copyW, dcopy.bytesBack(), 2, "compute copy")) << where;
+  }
+}
+
+} // namespace
