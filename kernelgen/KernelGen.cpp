@@ -48,6 +48,11 @@ std::string kernelName(const GroupSpec &spec) {
     if (!spec.writeRstd)
       name += "_norstd";
     break;
+  case GroupKind::AddRmsNormForward:
+    name += spec.zeroCentered ? "add_rmsnorm_fwd_zc" : "add_rmsnorm_fwd";
+    if (!spec.writeRstd)
+      name += "_norstd";
+    break;
   case GroupKind::RmsNormBackward:
     name += spec.zeroCentered ? "rmsnorm_bwd_zc" : "rmsnorm_bwd";
     if (spec.accumulateDw)
@@ -83,13 +88,14 @@ std::optional<GroupKind> parseGroupKind(llvm::StringRef name) {
       .Case("residual-add", GroupKind::ResidualAdd)
       .Case("rmsnorm-fwd", GroupKind::RmsNormForward)
       .Case("rmsnorm-bwd", GroupKind::RmsNormBackward)
+      .Case("add-rmsnorm-fwd", GroupKind::AddRmsNormForward)
       .Case("adamw", GroupKind::AdamW)
       .Default(std::nullopt);
 }
 
 const char *groupKindNames() {
   return "swiglu-fwd, swiglu-bwd, residual-add, rmsnorm-fwd, rmsnorm-bwd, "
-         "adamw";
+         "add-rmsnorm-fwd, adamw";
 }
 
 AdamWScalars adamWScalars(double lr, double beta1, double beta2, double eps,
@@ -175,7 +181,10 @@ public:
   /// Loads one element widened to f32: bf16 bits shifted into the high half
   /// of an f32 (exact, as bf16::toFloat).
   Value load(Value m, ValueRange idx) {
-    Value v = memref::LoadOp::create(b, loc, m, idx);
+    return widen(memref::LoadOp::create(b, loc, m, idx));
+  }
+  /// A storage value (bf16 or f32) as f32, exactly.
+  Value widen(Value v) {
     if (v.getType().isF32())
       return v;
     Value bits = arith::BitcastOp::create(b, loc, b.getI16Type(), v);
@@ -184,16 +193,13 @@ public:
     return arith::BitcastOp::create(b, loc, b.getF32Type(), w);
   }
 
-  /// Stores an f32 rounded to the memref's element type: bf16 by round to
-  /// nearest even on the bits, NaN kept quiet and non-zero, exactly as
-  /// bf16::fromFloat (the same bits on host and GPU, whatever the target's
-  /// own conversion instruction does with NaN).
-  void store(Value v, Value m, ValueRange idx) {
-    Type elem = cast<MemRefType>(m.getType()).getElementType();
-    if (elem.isF32()) {
-      memref::StoreOp::create(b, loc, v, m, idx);
-      return;
-    }
+  /// An f32 rounded to storage type `elem`: bf16 by round to nearest even
+  /// on the bits, NaN kept quiet and non-zero, exactly as bf16::fromFloat
+  /// (the same bits on host and GPU, whatever the target's own conversion
+  /// instruction does with NaN).
+  Value narrow(Value v, Type elem) {
+    if (elem.isF32())
+      return v;
     Type i32 = b.getI32Type(), i16 = b.getI16Type();
     Value u = arith::BitcastOp::create(b, loc, i32, v);
     Value mag = arith::AndIOp::create(b, loc, u, cI32(0x7fffffffu));
@@ -207,8 +213,13 @@ public:
     Value rounded = arith::ShRUIOp::create(b, loc, sum, cI32(16));
     Value bits32 = arith::SelectOp::create(b, loc, isNan, quiet, rounded);
     Value bits = arith::TruncIOp::create(b, loc, i16, bits32);
-    Value out = arith::BitcastOp::create(b, loc, elem, bits);
-    memref::StoreOp::create(b, loc, out, m, idx);
+    return arith::BitcastOp::create(b, loc, elem, bits);
+  }
+
+  /// Stores an f32 rounded to the memref's element type (narrow).
+  void store(Value v, Value m, ValueRange idx) {
+    Type elem = cast<MemRefType>(m.getType()).getElementType();
+    memref::StoreOp::create(b, loc, narrow(v, elem), m, idx);
   }
 
   Value add(Value x, Value y) { return arith::AddFOp::create(b, loc, x, y); }
@@ -270,6 +281,13 @@ Params paramsOf(const GroupSpec &s) {
     if (s.writeRstd)
       p.ptrs.push_back("rstd");
     p.ints = {"rows", "dim", "xStride", "yStride"};
+    p.floats = {"eps"};
+    break;
+  case GroupKind::AddRmsNormForward:
+    p.ptrs = {"a", "b", "h", "w", "y"};
+    if (s.writeRstd)
+      p.ptrs.push_back("rstd");
+    p.ints = {"rows", "dim"};
     p.floats = {"eps"};
     break;
   case GroupKind::RmsNormBackward:
@@ -418,6 +436,57 @@ Work rmsNormWork(Emitter &e, const GroupSpec &s, const Args &a) {
   return {{e.toIndex(rows)}, item};
 }
 
+/// The residual add and the RMSNorm that reads its output, fused per row:
+/// h = round(a + b) is stored and, widened back from its storage bits, is
+/// the norm's input, so h, y and rstd are the bits of residualAddForward
+/// then rmsNormForward on the stored h (fusion does not change arithmetic).
+/// The second pass reads h back (this thread wrote it).
+Work addRmsNormWork(Emitter &e, const GroupSpec &s, const Args &a) {
+  Type st = e.storage(s.dtype), f32 = e.b.getF32Type();
+  Value rows = a.get("rows"), dim = a.get("dim");
+  auto m2 = [&](const char *ptr) {
+    return e.memref2(a.get(ptr), st, rows, dim, dim);
+  };
+  Value x = m2("a"), z = m2("b"), h = m2("h"), y = m2("y");
+  Value w = e.memref1(a.get("w"), st, dim);
+  Value rstd;
+  if (s.writeRstd)
+    rstd = e.memref1(a.get("rstd"), f32, rows);
+  Value eps = a.get("eps"), dimIdx = e.toIndex(dim);
+  Value dimF = arith::SIToFPOp::create(e.b, e.loc, f32, dim);
+  bool zc = s.zeroCentered;
+  ItemFn item = [=](Emitter &e, ValueRange idx) {
+    Value r = idx[0];
+    OpBuilder &b = e.b;
+    Location loc = e.loc;
+    Value zero = e.cIndex(0), one = e.cIndex(1);
+    auto sum = scf::ForOp::create(
+        b, loc, zero, dimIdx, one, ValueRange{e.cF32(0.0f)},
+        [&](OpBuilder &nb, Location nl, Value j, ValueRange acc) {
+          Emitter in(nb, nl, e.gpu);
+          Value hs =
+              in.narrow(in.add(in.load(x, {r, j}), in.load(z, {r, j})), st);
+          memref::StoreOp::create(nb, nl, hs, h, ValueRange{r, j});
+          Value v = in.widen(hs);
+          scf::YieldOp::create(nb, nl, in.add(acc[0], in.mul(v, v)));
+        });
+    Value rs =
+        e.div(e.cF32(1.0f), e.sqrt(e.add(e.div(sum.getResult(0), dimF), eps)));
+    if (rstd)
+      memref::StoreOp::create(b, loc, rs, rstd, ValueRange{r});
+    scf::ForOp::create(
+        b, loc, zero, dimIdx, one, ValueRange{},
+        [&](OpBuilder &nb, Location nl, Value j, ValueRange) {
+          Emitter in(nb, nl, e.gpu);
+          Value wv = in.load(w, {j});
+          Value weff = zc ? in.add(in.cF32(1.0f), wv) : wv;
+          in.store(in.mul(in.mul(in.load(h, {r, j}), rs), weff), y, {r, j});
+          scf::YieldOp::create(nb, nl);
+        });
+  };
+  return {{e.toIndex(rows)}, item};
+}
+
 /// RMSNorm backward as the reference computes it: per row, dot = sum_j
 /// (dy * w_eff) * x in increasing j, c = ((dot * rs) * rs) * rs / dim, dx =
 /// (rs * w_eff) * dy - c * x and the recomputed y; then per column j, the
@@ -559,6 +628,8 @@ SmallVector<Work> workOf(Emitter &e, const GroupSpec &s, const Args &a) {
     return {rmsNormWork(e, s, a)};
   case GroupKind::RmsNormBackward:
     return rmsNormBackwardWork(e, s, a);
+  case GroupKind::AddRmsNormForward:
+    return {addRmsNormWork(e, s, a)};
   case GroupKind::AdamW:
     return {adamWWork(e, s, a)};
   }

@@ -25,13 +25,16 @@
 //   rmsnorm_fwd  (x, w, y, [rstd,] rows, dim, xStride, yStride, eps:f32)
 //   rmsnorm_bwd  (x, w, rstd, dy, dx, [dw,] [y,] rows, dim, xStride,
 //                 dyStride, dxStride, [yStride])
+//   add_rmsnorm_fwd (a, b, h, w, y, [rstd,] rows, dim, eps: f32): h = a + b
+//                 and y = rmsnorm(h), all [rows, dim] contiguous
 //   adamw        (master, expAvg, expAvgSq, grad, clipCoef, [computeCopy,] n,
 //                 stepSize, bc2Sqrt, decay, beta1, beta2, eps: f32)
 // Integers are int64_t; bracketed parameters exist only when the spec asks
 // for that output. clipCoef may be null (coefficient 1). GPU launch: grid =
 // ceil(work / kBlockSize) blocks of kBlockSize threads, where work is
-// rows*cols (swiglu), n (residual_add, adamw), rows (rmsnorm_fwd, the
-// rmsnorm_bwd row kernel) or dim (the rmsnorm_bwd dw kernel).
+// rows*cols (swiglu), n (residual_add, adamw), rows (rmsnorm_fwd,
+// add_rmsnorm_fwd, the rmsnorm_bwd row kernel) or dim (the rmsnorm_bwd dw
+// kernel).
 //
 //===----------------------------------------------------------------------===//
 #ifndef ACTPLACE_KERNELGEN_KERNELGEN_H
@@ -64,6 +67,8 @@ enum class GroupKind {
   ResidualAdd,
   RmsNormForward,
   RmsNormBackward,
+  /// Residual add then RMSNorm forward of its output, in one kernel.
+  AddRmsNormForward,
   AdamW,
 };
 
@@ -81,12 +86,13 @@ struct GroupSpec {
   /// SwiGluBackward, RmsNormBackward: also write the recomputed forward
   /// output y.
   bool recomputeY = false;
-  /// RmsNorm*: y = x * rstd * (1 + w) (true) or x * rstd * w.
+  /// RmsNorm*, AddRmsNormForward: y = x * rstd * (1 + w) (true) or
+  /// x * rstd * w.
   bool zeroCentered = true;
   /// RmsNormBackward: also accumulate the weight gradient into dw [dim]
   /// (f32 main grad, +=).
   bool accumulateDw = true;
-  /// RmsNormForward: also write rstd [rows] (f32).
+  /// RmsNormForward, AddRmsNormForward: also write rstd [rows] (f32).
   bool writeRstd = true;
   /// AdamW: write the compute copy of this storage type; nullopt: none.
   std::optional<ElemType> computeCopy = ElemType::BF16;
@@ -102,7 +108,7 @@ std::string kernelName(const GroupSpec &spec);
 std::vector<std::string> gpuKernelNames(const GroupSpec &spec);
 
 /// Parses a group name of the tool (swiglu-fwd, swiglu-bwd, residual-add,
-/// rmsnorm-fwd, rmsnorm-bwd, adamw); nullopt when unknown.
+/// rmsnorm-fwd, rmsnorm-bwd, add-rmsnorm-fwd, adamw); nullopt when unknown.
 std::optional<GroupKind> parseGroupKind(llvm::StringRef name);
 /// The names parseGroupKind accepts, for error messages.
 const char *groupKindNames();

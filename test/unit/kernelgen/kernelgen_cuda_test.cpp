@@ -7,11 +7,12 @@
 // reference kernel on the same inputs. Skipped without a usable GPU.
 //
 // Expected (docs/kernelgen.md): residual add, RMSNorm forward (y, rstd),
-// RMSNorm backward (dx, y, dw) and AdamW are bitwise equal to the reference
-// (correctly rounded operations in the reference's order); SwiGLU uses
-// libdevice's expf, not glibc's, so each bf16 output may differ from the
-// reference by at most one bf16 ulp. Every kernel is run twice and must give
-// the same bits (determinism).
+// RMSNorm backward (dx, y, dw), the fused residual add + RMSNorm (against
+// the two reference kernels in sequence) and AdamW are bitwise equal to the
+// reference (correctly rounded operations in the reference's order); SwiGLU
+// uses libdevice's expf, not glibc's, so each bf16 output may differ from
+// the reference by at most one bf16 ulp. SwiGLU runs twice and must give the
+// same bits both times (determinism).
 //
 // This is a test-only loader; the runtime's driver-API loader is not written
 // yet.
@@ -115,6 +116,8 @@ struct GpuKernels {
     all.push_back(s);
     s.kind = kg::GroupKind::RmsNormBackward;
     s.accumulateDw = true;
+    all.push_back(s);
+    s.kind = kg::GroupKind::AddRmsNormForward;
     all.push_back(s);
     s.kind = kg::GroupKind::AdamW;
     s.dtype = kg::ElemType::F32; // f32 main grads, bf16 compute copy
@@ -392,6 +395,40 @@ TEST_F(KernelGenCuda, RmsNormForwardAndBackwardBitwise) {
     EXPECT_TRUE(sameBits(yBW, dyB.bytesBack(), 2, "recomputed y")) << where;
     EXPECT_TRUE(
         sameBits(rawBytes(dwW), rawBytes(ddw.floatsBack()), 4, "rmsnorm dw"))
+        << where;
+  }
+}
+
+TEST_F(KernelGenCuda, FusedAddRmsNormBitwiseToUnfusedReference) {
+  const kg::ElemType t = kg::ElemType::BF16;
+  for (Shape s : kNorm) {
+    size_t n = size_t(s.rows * s.cols);
+    I d = s.cols;
+    auto a = randomStorage(t, n, 121, 3.0, false),
+         b = randomStorage(t, n, 122, 1.0, false),
+         w = randomStorage(t, size_t(d), 123, 0.5, false);
+    std::vector<uint8_t> hW(n * 2), yW(n * 2);
+    std::vector<float> rstdW(size_t(s.rows));
+    ResidualAddArgs r;
+    r.a = a.data();
+    r.b = b.data();
+    r.y = hW.data();
+    r.n = I(n);
+    ASSERT_EQ(residualAddForward(kHost, r), Status::Ok);
+    ASSERT_EQ(referenceRmsNorm(t, hW.data(), w.data(), yW.data(), rstdW.data(),
+                               s.rows, d, d, /*zc=*/true),
+              Status::Ok);
+    DevBuf da(a), db(b), dw(w), dh(std::vector<uint8_t>(n * 2, 0xff)),
+        dy(std::vector<uint8_t>(n * 2, 0xff)),
+        drstd(std::vector<float>(size_t(s.rows), -1.f));
+    float eps = float(1e-6);
+    CU(launch(kg::kernelName(specOf(kg::GroupKind::AddRmsNormForward)), s.rows,
+              da.p, db.p, dh.p, dw.p, dy.p, drstd.p, s.rows, d, eps));
+    std::string where = std::to_string(s.rows) + "x" + std::to_string(d);
+    EXPECT_TRUE(sameBits(hW, dh.bytesBack(), 2, "h")) << where;
+    EXPECT_TRUE(sameBits(yW, dy.bytesBack(), 2, "y")) << where;
+    EXPECT_TRUE(
+        sameBits(rawBytes(rstdW), rawBytes(drstd.floatsBack()), 4, "rstd"))
         << where;
   }
 }

@@ -65,6 +65,13 @@ struct Jit {
       s.zeroCentered = true;
       s.writeRstd = false;
       all.push_back(s);
+      s.kind = kg::GroupKind::AddRmsNormForward;
+      for (bool zc : {true, false}) {
+        s.zeroCentered = zc;
+        s.writeRstd = zc;
+        all.push_back(s);
+      }
+      s.writeRstd = true;
       s.kind = kg::GroupKind::RmsNormBackward;
       for (auto [zc, dw, y] :
            {std::tuple{true, true, true}, std::tuple{false, true, false},
@@ -289,6 +296,57 @@ TEST_P(KernelGenHost, RmsNormForwardMatchesReference) {
         }
       }
     }
+}
+
+/// The fused residual add + RMSNorm gives the bits of the two reference
+/// kernels run one after the other (h stored, then normalized).
+TEST_P(KernelGenHost, AddRmsNormMatchesUnfusedReference) {
+  size_t eb = bytesOf(type());
+  for (bool zc : {true, false}) {
+    kg::GroupSpec spec;
+    spec.kind = kg::GroupKind::AddRmsNormForward;
+    spec.dtype = type();
+    spec.zeroCentered = zc;
+    spec.writeRstd = zc;
+    void *sym = jit().lookup<void>(spec);
+    ASSERT_NE(sym, nullptr) << kg::kernelName(spec);
+    for (Shape s : kShapes) {
+      size_t n = size_t(s.rows * s.cols);
+      auto a = randomStorage(type(), n, 111 + s.cols, 3.0, false),
+           b = randomStorage(type(), n, 112 + s.cols, 1.0, false),
+           w = randomStorage(type(), size_t(s.cols), 113 + s.cols, 0.5, false);
+      std::vector<uint8_t> hW(n * eb, 17), yW(n * eb, 18), hG(n * eb, 19),
+          yG(n * eb, 20);
+      std::vector<float> rW(size_t(s.rows), 1.f), rG(size_t(s.rows), 2.f);
+      ResidualAddArgs r;
+      r.dtype = dtypeOf(type());
+      r.a = a.data();
+      r.b = b.data();
+      r.y = hW.data();
+      r.n = I(n);
+      ASSERT_EQ(residualAddForward(kHost, r), Status::Ok);
+      ASSERT_EQ(referenceRmsNorm(type(), hW.data(), w.data(), yW.data(),
+                                 rW.data(), s.rows, s.cols, s.cols, zc),
+                Status::Ok);
+      using P = const void *;
+      float eps = float(1e-6);
+      if (zc)
+        reinterpret_cast<void (*)(P, P, void *, P, void *, float *, I, I,
+                                  float)>(sym)(a.data(), b.data(), hG.data(),
+                                               w.data(), yG.data(), rG.data(),
+                                               s.rows, s.cols, eps);
+      else
+        reinterpret_cast<void (*)(P, P, void *, P, void *, I, I, float)>(sym)(
+            a.data(), b.data(), hG.data(), w.data(), yG.data(), s.rows, s.cols,
+            eps);
+      std::string where = kg::kernelName(spec) + " " + std::to_string(s.rows) +
+                          "x" + std::to_string(s.cols);
+      EXPECT_TRUE(sameBits(hW, hG, eb, "h = a + b")) << where;
+      EXPECT_TRUE(sameBits(yW, yG, eb, "rmsnorm(h)")) << where;
+      if (zc)
+        EXPECT_TRUE(sameBits(rawBytes(rW), rawBytes(rG), 4, "rstd")) << where;
+    }
+  }
 }
 
 TEST_P(KernelGenHost, RmsNormBackwardMatchesReference) {
