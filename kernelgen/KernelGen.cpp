@@ -391,6 +391,39 @@ Work residualAddWork(Emitter &e, const GroupSpec &s, const Args &a) {
   return {{e.toIndex(n)}, item};
 }
 
+/// One row r of RMSNorm forward, the reference's code: the sum of squares
+/// of element(j) in increasing j (one f32 accumulator), rs = 1 / sqrt(ss /
+/// dim + eps), rstd[r] = rs, then y[r, j] = (x[r, j] * rs) * w_eff[j] with x
+/// read from `x`. The plain norm's element(j) loads x[r, j]; a fused group
+/// computes, stores and returns it, so both share this code and its order.
+void rmsNormRow(Emitter &e, Value r, Value dimIdx, Value dimF, Value eps,
+                Value w, bool zc, Value rstd, Value x, Value y,
+                llvm::function_ref<Value(Emitter &, Value)> element) {
+  OpBuilder &b = e.b;
+  Location loc = e.loc;
+  Value zero = e.cIndex(0), one = e.cIndex(1);
+  auto sum = scf::ForOp::create(
+      b, loc, zero, dimIdx, one, ValueRange{e.cF32(0.0f)},
+      [&](OpBuilder &nb, Location nl, Value j, ValueRange acc) {
+        Emitter in(nb, nl, e.gpu);
+        Value v = element(in, j);
+        scf::YieldOp::create(nb, nl, in.add(acc[0], in.mul(v, v)));
+      });
+  Value rs =
+      e.div(e.cF32(1.0f), e.sqrt(e.add(e.div(sum.getResult(0), dimF), eps)));
+  if (rstd)
+    memref::StoreOp::create(b, loc, rs, rstd, ValueRange{r});
+  scf::ForOp::create(
+      b, loc, zero, dimIdx, one, ValueRange{},
+      [&](OpBuilder &nb, Location nl, Value j, ValueRange) {
+        Emitter in(nb, nl, e.gpu);
+        Value wv = in.load(w, {j});
+        Value weff = zc ? in.add(in.cF32(1.0f), wv) : wv;
+        in.store(in.mul(in.mul(in.load(x, {r, j}), rs), weff), y, {r, j});
+        scf::YieldOp::create(nb, nl);
+      });
+}
+
 Work rmsNormWork(Emitter &e, const GroupSpec &s, const Args &a) {
   Type st = e.storage(s.dtype);
   Value rows = a.get("rows"), dim = a.get("dim");
@@ -405,33 +438,12 @@ Work rmsNormWork(Emitter &e, const GroupSpec &s, const Args &a) {
   // A(dim): the int64 row length converted to f32 once, as the reference.
   Value dimF = arith::SIToFPOp::create(e.b, e.loc, e.b.getF32Type(), dim);
   bool zc = s.zeroCentered;
-  ItemFn item = [=](Emitter &e, ValueRange rows) {
-    Value r = rows[0];
-    OpBuilder &b = e.b;
-    Location loc = e.loc;
-    Value zero = e.cIndex(0), one = e.cIndex(1);
-    // Sum of squares in increasing column order, one accumulator: the
-    // reference's reduction order, so rstd has its bits.
-    auto sum = scf::ForOp::create(
-        b, loc, zero, dimIdx, one, ValueRange{e.cF32(0.0f)},
-        [&](OpBuilder &nb, Location nl, Value j, ValueRange acc) {
-          Emitter in(nb, nl, e.gpu);
-          Value v = in.load(x, {r, j});
-          scf::YieldOp::create(nb, nl, in.add(acc[0], in.mul(v, v)));
-        });
-    Value ss = sum.getResult(0);
-    Value rs = e.div(e.cF32(1.0f), e.sqrt(e.add(e.div(ss, dimF), eps)));
-    if (rstd)
-      memref::StoreOp::create(b, loc, rs, rstd, ValueRange{r});
-    scf::ForOp::create(
-        b, loc, zero, dimIdx, one, ValueRange{},
-        [&](OpBuilder &nb, Location nl, Value j, ValueRange) {
-          Emitter in(nb, nl, e.gpu);
-          Value wv = in.load(w, {j});
-          Value weff = zc ? in.add(in.cF32(1.0f), wv) : wv;
-          in.store(in.mul(in.mul(in.load(x, {r, j}), rs), weff), y, {r, j});
-          scf::YieldOp::create(nb, nl);
-        });
+  ItemFn item = [=](Emitter &e, ValueRange idx) {
+    Value r = idx[0];
+    rmsNormRow(e, r, dimIdx, dimF, eps, w, zc, rstd, x, y,
+               [&](Emitter &in, Value j) {
+                 return in.load(x, {r, j});
+               });
   };
   return {{e.toIndex(rows)}, item};
 }
@@ -457,31 +469,12 @@ Work addRmsNormWork(Emitter &e, const GroupSpec &s, const Args &a) {
   bool zc = s.zeroCentered;
   ItemFn item = [=](Emitter &e, ValueRange idx) {
     Value r = idx[0];
-    OpBuilder &b = e.b;
-    Location loc = e.loc;
-    Value zero = e.cIndex(0), one = e.cIndex(1);
-    auto sum = scf::ForOp::create(
-        b, loc, zero, dimIdx, one, ValueRange{e.cF32(0.0f)},
-        [&](OpBuilder &nb, Location nl, Value j, ValueRange acc) {
-          Emitter in(nb, nl, e.gpu);
+    rmsNormRow(
+        e, r, dimIdx, dimF, eps, w, zc, rstd, h, y, [&](Emitter &in, Value j) {
           Value hs =
               in.narrow(in.add(in.load(x, {r, j}), in.load(z, {r, j})), st);
-          memref::StoreOp::create(nb, nl, hs, h, ValueRange{r, j});
-          Value v = in.widen(hs);
-          scf::YieldOp::create(nb, nl, in.add(acc[0], in.mul(v, v)));
-        });
-    Value rs =
-        e.div(e.cF32(1.0f), e.sqrt(e.add(e.div(sum.getResult(0), dimF), eps)));
-    if (rstd)
-      memref::StoreOp::create(b, loc, rs, rstd, ValueRange{r});
-    scf::ForOp::create(
-        b, loc, zero, dimIdx, one, ValueRange{},
-        [&](OpBuilder &nb, Location nl, Value j, ValueRange) {
-          Emitter in(nb, nl, e.gpu);
-          Value wv = in.load(w, {j});
-          Value weff = zc ? in.add(in.cF32(1.0f), wv) : wv;
-          in.store(in.mul(in.mul(in.load(h, {r, j}), rs), weff), y, {r, j});
-          scf::YieldOp::create(nb, nl);
+          memref::StoreOp::create(in.b, in.loc, hs, h, ValueRange{r, j});
+          return in.widen(hs);
         });
   };
   return {{e.toIndex(rows)}, item};
