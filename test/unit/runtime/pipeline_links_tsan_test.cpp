@@ -1,4 +1,4 @@
-//===- pipeline_links_test.cpp - Pipeline links over a scripted peer ------===//
+//===- pipeline_links_tsan_test.cpp - Pipeline links, scripted peer ------===//
 //
 // The host form of runtime/pipeline.h in one process, over a communicator
 // whose sends block until the test releases them (a receiver that has not
@@ -6,7 +6,7 @@
 // complete (a receive after it finishes first), drain() waits for it, the
 // messages leave in issue order with the bytes the arena held when the
 // comm stream reached each send, and a failed send is reported by drain()
-// naming the peer.
+// naming the peer. Also built with ThreadSanitizer (the sender threads).
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/pipeline.h"
