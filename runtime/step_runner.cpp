@@ -479,6 +479,11 @@ void StepRunner::finalizeGrads(double maxNorm) {
     // One running sum over the whole model's tensors in parameter order,
     // continued from stage to stage: the bits of one stage's norm.
     rawNorm = float(std::sqrt(chainedSquares(tensors)));
+    // The scratch holds the whole model's norm, as on one stage (the
+    // kernel left this stage's partial one there).
+    dev.copyAsync(normDev, &rawNorm, 4, CopyKind::HostToDevice,
+                  Stream::Compute);
+    dev.synchronize(Stream::Compute);
   } else if (!tensors.empty()) {
     launch("finalize_grads", [args](const KernelContext &c) {
       return kernels::gradNorm(c, args);

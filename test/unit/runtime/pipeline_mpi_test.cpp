@@ -312,6 +312,11 @@ TEST_F(Pipeline, TiedGradAndChainedNormAreOneStagesBits) {
   std::memcpy(&b, &r2.runner->gradNorm, 4);
   EXPECT_EQ(a, b) << "one stage " << normOne << ", two stages "
                   << r2.runner->gradNorm;
+  // The driver scratch holds the whole model's norm on every stage.
+  float s1, s2;
+  std::memcpy(&s1, ap_scratch(r1.handle(), AP_SCRATCH_GRAD_NORM), 4);
+  std::memcpy(&s2, ap_scratch(r2.handle(), AP_SCRATCH_GRAD_NORM), 4);
+  EXPECT_EQ(s1, s2);
   // The clip coefficient AdamW applies follows from the norm alike.
   float c1, c2;
   std::memcpy(&c1, ap_scratch(r1.handle(), AP_SCRATCH_CLIP_COEF), 4);
