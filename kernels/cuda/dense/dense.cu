@@ -755,7 +755,8 @@ __global__ void sqPartialKernel(const T *p, int64_t n, double *partial) {
 }
 
 __global__ void normFinishKernel(const double *partial, int64_t parts,
-                                 double maxNorm, float *norm, float *clipCoef) {
+                                 double maxNorm, float *norm, float *clipCoef,
+                                 const double *initial, double *squares) {
   __shared__ double sh[kNormThreads];
   double s = 0;
   for (int64_t i = threadIdx.x; i < parts; i += kNormThreads)
@@ -768,7 +769,10 @@ __global__ void normFinishKernel(const double *partial, int64_t parts,
     __syncthreads();
   }
   if (threadIdx.x == 0) {
-    float nv = float(sqrt(sh[0]));
+    double total = initial ? *initial + sh[0] : sh[0];
+    if (squares)
+      *squares = total;
+    float nv = float(sqrt(total));
     *norm = nv;
     if (clipCoef)
       *clipCoef =
@@ -1175,7 +1179,8 @@ Status gradNorm(const KernelContext &ctx, const GradNormArgs &a) {
     off += blocks;
   }
   normFinishKernel<<<1, kNormThreads, 0, streamOf(ctx)>>>(
-      partial, off, a.maxNorm, a.norm, a.clipCoef);
+      partial, off, a.maxNorm, a.norm, a.clipCoef, a.initialSquares,
+      a.squares);
   AP_CUDA_CHECK_LAUNCH(normFinishKernel);
   return Status::Ok;
 }
