@@ -538,6 +538,14 @@ LogicalResult Walker::run(EmittedPlan *plan) {
     if (k.getCallee() == "train.lr_schedule")
       d.maxLr = dblArg(k.getArgs(), "max_lr", 0);
   });
+  // Recorded by the lowering (a pipeline stage may load no tokens and hold
+  // no embedding).
+  if (attrOf(step, "batch") && attrOf(step, "seq")) {
+    d.batch = stepAttr("batch");
+    d.seq = stepAttr("seq");
+  }
+  if (attrOf(step, "vocab"))
+    d.vocab = stepAttr("vocab");
   if (!d.vocab)
     d.vocab = 256;
   if (auto m = module_->getAttrOfType<StringAttr>(train::kModelNameAttrName))
@@ -684,6 +692,8 @@ LogicalResult Walker::run(EmittedPlan *plan) {
       if (it != pit->second.end())
         q.offsets[i] = it->second;
     }
+    if (auto it = pit->second.find("tied_grad"); it != pit->second.end())
+      q.tiedGradOffset = it->second;
     // ZeRO-3: the persistent buffers are this rank's shards of the
     // flattened parameter (exec-shard-params).
     if (d.dataParallelMode == AP_DP_ZERO3) {

@@ -69,7 +69,11 @@ def Exec_BufferRole : I32EnumAttr<"BufferRole", "role of a persistent buffer", [
   I32EnumAttrCase<"State", 5, "state">,
   // The driver scratch (runtime/abi.h AP_SCRATCH_*): the runtime's scalars,
   // then the GDN gates' dtype staging; one per step.
-  I32EnumAttrCase<"Scratch", 6, "scratch">
+  I32EnumAttrCase<"Scratch", 6, "scratch">,
+  // The LM-head part of a tied weight's gradient, accumulated apart from the
+  // embedding part and added to the main grad once per step (so a one-stage
+  // step sums it as a pipelined one, whose parts are on different stages).
+  I32EnumAttrCase<"TiedGrad", 7, "tied_grad">
 ]> {
   let cppNamespace = "::ap::exec";
 }

@@ -75,7 +75,8 @@ LogicalResult PersistentOp::verify() {
   RankedTensorType t = getResult().getType().getTensor();
   BufferRole r = getRole();
   bool fp32 = r == BufferRole::Master || r == BufferRole::MainGrad ||
-              r == BufferRole::AdamM || r == BufferRole::AdamV;
+              r == BufferRole::AdamM || r == BufferRole::AdamV ||
+              r == BufferRole::TiedGrad;
   // A bf16 main grad exists only under ZeRO-3, where kernels accumulate
   // into f32 window buffers and only the runtime touches the shard.
   if (r == BufferRole::MainGrad && t.getElementType().isBF16()) {

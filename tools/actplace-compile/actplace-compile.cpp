@@ -180,6 +180,15 @@ static cl::list<int64_t> pipelineStages(
              "of --pipeline-parallel (default: as even as possible, the "
              "earlier stages taking the remainder)"),
     cl::cat(category));
+static cl::opt<bool> tiedGradParts(
+    "tied-grad-parts",
+    cl::desc("Sum a tied embedding / LM-head weight's gradient as a pipeline "
+             "does: the LM head's part in a buffer of its own (one more f32 "
+             "copy of the weight), added to the embedding's part once per "
+             "step, so that a one-stage binary and a --pipeline-parallel one "
+             "give the same bits (default off: the parts accumulate "
+             "microbatch by microbatch into one buffer)"),
+    cl::init(false), cl::cat(category));
 static cl::opt<int64_t> gradBucketBytes(
     "grad-bucket-bytes",
     cl::desc("Smallest bucket of main grads summed in one go under "
@@ -574,6 +583,7 @@ int main(int argc, char **argv) {
   opts.lowering.dataParallel =
       dataParallel == DataParallel::Zero3 ? "zero3" : "replicate";
   opts.lowering.dataParallelSize = dataParallelSize;
+  opts.lowering.tiedGradParts = tiedGradParts;
   opts.gradBuckets.bucketBytes = gradBucketBytes;
   opts.zeroShard.gatherMaxInflight = gatherMaxInflight;
   opts.zeroShard.mainGradDtype = mainGradDtype;

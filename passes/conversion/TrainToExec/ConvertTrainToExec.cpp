@@ -21,6 +21,7 @@
 #include "mlir/IR/IRMapping.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/StringMap.h"
+#include "llvm/ADT/StringMap.h"
 
 namespace ap {
 #define GEN_PASS_DEF_CONVERTTRAINTOEXEC
@@ -36,6 +37,8 @@ namespace {
 /// is frozen.
 struct ParamBuffers {
   Value weight, master, grad, adamM, adamV;
+  /// A tied weight's LM-head gradient part (null when untied).
+  Value tiedGrad;
 };
 
 /// Attribute names whose symbol names the parameter a backward op
@@ -48,10 +51,12 @@ bool isGradSymbolAttr(NamedAttribute a) {
 class Lowering {
 public:
   Lowering(ModuleOp module, func::FuncOp func, int64_t gemmWorkspace,
-           tr::CostModel cost, int64_t sideSmPercent, bool zero3)
+           tr::CostModel cost, int64_t sideSmPercent, bool zero3,
+           bool tiedGradParts)
       : module(module), func(func), b(module.getContext()),
         gemmWorkspace(gemmWorkspace), cost(std::move(cost)),
-        sideSmPercent(sideSmPercent), zero3(zero3) {}
+        sideSmPercent(sideSmPercent), zero3(zero3),
+        tiedGradParts(tiedGradParts) {}
 
   LogicalResult run();
 
@@ -109,6 +114,8 @@ private:
   /// ZeRO-3: main grads are reduce-scattered per window
   /// (exec-shard-params), not all-reduced after the loop.
   bool zero3;
+  /// tied-grad-parts: the LM head's part of a tied gradient apart.
+  bool tiedGradParts;
   IRMapping map;
   llvm::StringMap<ParamBuffers> params;
   /// train.offload result -> its pinned slot.
@@ -122,6 +129,12 @@ private:
   Operation *execLoop = nullptr;
   int64_t nextSlot = 0, pinnedOffset = 0;
 };
+
+/// An op of the model's LM head (scope lm_head).
+static bool isLMHeadOp(Operation *op) {
+  auto scope = op->getAttrOfType<tr::ScopeAttr>("scope");
+  return scope && scope.getLayer() < 0 && scope.getModule() == "lm_head";
+}
 
 /// Ops of the loop body that lower to no kernel call.
 static bool lowersToKernel(Operation *op) {
@@ -289,7 +302,11 @@ LogicalResult Lowering::lowerBodyOp(Operation *op) {
       return op->emitError()
              << "convert-train-to-exec: '" << a.getName().getValue()
              << "' names no trainable parameter: @" << name;
-    grads.push_back(it->second.grad);
+    // The LM head's part of a tied weight's gradient accumulates apart.
+    Value grad = it->second.grad;
+    if (it->second.tiedGrad && isLMHeadOp(op))
+      grad = it->second.tiedGrad;
+    grads.push_back(grad);
   }
   if (failed(lowerKernel(op, grads, results)))
     return failure();
@@ -331,6 +348,13 @@ LogicalResult Lowering::lowerStepOp(Operation *op) {
       if (Value g = params[p.getSymName()].grad) {
         if (!zero3)
           ex::AllReduceOp::create(b, loc, g, "dp", ex::Stream::Comm);
+        grads.push_back(g);
+      }
+    // The LM-head parts of tied weights, summed over the ranks like the
+    // main grads (the runtime adds each into its main grad afterwards).
+    for (tr::ParamOp p : module.getOps<tr::ParamOp>())
+      if (Value g = params[p.getSymName()].tiedGrad) {
+        ex::AllReduceOp::create(b, loc, g, "dp", ex::Stream::Comm);
         grads.push_back(g);
       }
     Value norm = stateOf(fin.getGradNorm(), "grad_norm");
@@ -388,6 +412,35 @@ LogicalResult Lowering::run() {
     params[n] = pb;
   }
 
+  // A weight tied between the embedding and the LM head (both accumulate
+  // its gradient in the loop) gets a second gradient buffer for the LM
+  // head's part; the runtime adds it to the main grad once per step, before
+  // the norm, so the sum is (embedding part) + (LM-head part) as on a
+  // pipeline whose ends hold one part each; it costs one f32 copy of the
+  // weight (4 V D bytes), so only when asked. Not under ZeRO-3, whose grads
+  // are reduce-scattered per window.
+  if (tiedGradParts && !zero3) {
+    llvm::StringMap<std::pair<bool, bool>> writers; // LM head, other
+    func.walk([&](Operation *op) {
+      for (NamedAttribute a : op->getAttrs())
+        if (isGradSymbolAttr(a)) {
+          auto &w = writers[cast<FlatSymbolRefAttr>(a.getValue()).getValue()];
+          (isLMHeadOp(op) ? w.first : w.second) = true;
+        }
+    });
+    for (tr::ParamOp p : module.getOps<tr::ParamOp>()) {
+      auto w = writers.find(p.getSymName());
+      ParamBuffers &pb = params[p.getSymName()];
+      if (w == writers.end() || !w->second.first || !w->second.second ||
+          !pb.grad)
+        continue;
+      auto t = cast<RankedTensorType>(p.getType());
+      pb.tiedGrad = persistent(
+          p.getLoc(), p.getSymName(), ex::BufferRole::TiedGrad,
+          RankedTensorType::get(t.getShape(), b.getF32Type()));
+    }
+  }
+
   tr::MicrobatchLoopOp loop;
   for (Operation &op : func.getBody().front()) {
     if (auto l = dyn_cast<tr::MicrobatchLoopOp>(op)) {
@@ -441,6 +494,21 @@ LogicalResult Lowering::run() {
   }
   if (auto mb = module->getAttrOfType<IntegerAttr>(tr::kMicroBatchesAttrName))
     step->setAttr("micro_batches", mb);
+  // A pipeline stage records the microbatch shape and the vocabulary, which
+  // every rank's data loader needs, also on a stage that loads no tokens or
+  // has no embedding (a whole step has its load_input and embedding).
+  if (loop && module->hasAttr(tr::kPipelineStagesAttrName)) {
+    ArrayRef<int64_t> shape = loop.getTokens().getType().getShape();
+    step->setAttr("batch", b.getI64IntegerAttr(shape[1]));
+    step->setAttr("seq", b.getI64IntegerAttr(shape[2]));
+    if (auto cfg =
+            module->getAttrOfType<DictionaryAttr>(tr::kModelConfigAttrName))
+      if (auto v = cfg.getAs<StringAttr>("vocab_size")) {
+        int64_t vocab = 0;
+        if (!v.getValue().getAsInteger(10, vocab) && vocab > 0)
+          step->setAttr("vocab", b.getI64IntegerAttr(vocab));
+      }
+  }
   // A pipeline stage's program says which stage it is and which of its
   // parameters another stage also holds.
   for (StringRef name : {tr::kPipelineStagesAttrName,
@@ -538,7 +606,7 @@ struct ConvertTrainToExecPass
       return signalPassFailure();
     }
     if (failed(Lowering(module, func, gemmWorkspaceBytes, *cost, share,
-                        dataParallel == "zero3")
+                        dataParallel == "zero3", tiedGradParts)
                    .run()))
       return signalPassFailure();
     // One replicated rank is what a step without the attributes means, so

@@ -51,7 +51,12 @@ def ConvertTrainToExec : Pass<"convert-train-to-exec", "mlir::ModuleOp"> {
            "replicate (every rank all of it; main grads all-reduced) or "
            "zero3 (flat 1/N shards)">,
     Option<"dataParallelSize", "data-parallel-size", "int64_t", "1",
-           "Data-parallel ranks the per-rank plan is for">
+           "Data-parallel ranks the per-rank plan is for">,
+    Option<"tiedGradParts", "tied-grad-parts", "bool", "false",
+           "Accumulate the LM-head part of a tied weight's gradient in a "
+           "buffer of its own, added to the main grad once per step (as a "
+           "pipeline, whose ends hold one part each, sums it; costs one f32 "
+           "copy of the weight)">
   ];
 }
 

@@ -1,0 +1,202 @@
+#!/usr/bin/env python3
+#===- pipeline_parallel.py - pipeline-parallel binaries on the host -------===#
+#
+# Binaries compiled with --pipeline-parallel=P run one program per stage on P
+# ranks under mpirun (host backend, MPI). Cases:
+#
+#   equivalence  2 stages x 4 microbatches against one stage: loss and grad
+#                norm bitwise equal every step, and every tensor the stages
+#                save (weights, masters, Adam moments; the tied embedding
+#                on both ends) bitwise equal to the one-stage checkpoint.
+#                Pipelining reorders no arithmetic: each stage runs its
+#                layers' kernels on the same inputs, main grads accumulate
+#                the microbatches in the same order (1F1B keeps backwards
+#                in microbatch order), the grad norm's running sum is
+#                continued from stage to stage, and a tied weight's two
+#                parts are summed once (the one-stage binary is compiled
+#                with --tied-grad-parts to sum them the same way).
+#   three        3 stages of 2 layers (--pipeline-stages=2,2,2) x 3
+#                microbatches against one stage, the same checks.
+#   placement    2 stages with the Megatron-LM scenario's placement
+#                (gdn_core_attn offloaded, gdn_norm_out recomputed) against
+#                none: per-rank fingerprints bitwise equal every step, every
+#                offloaded scope copies both ways on the stage that holds
+#                it, none without, the pinned pool empty after each step.
+#   errors       a 2-stage binary on 1 or 3 ranks is refused naming the
+#                numbers; compile-time refusals name the option.
+#
+#===------------------------------------------------------------------------===#
+import argparse
+import glob
+import os
+import shutil
+import subprocess
+import sys
+
+from data_parallel import Runner, read_f32
+from e2echeck import check, exit_status
+
+PLACEMENT = ["--offload-modules=gdn_core_attn", "--recompute-modules=gdn_norm_out",
+             "--hide-rule=off"]
+
+
+def saved_tensors(ckpt):
+    """{name: floats} over every file of the last save in `ckpt` (a tensor
+    held by two stages must hold the same bits in both)."""
+    step = sorted(glob.glob(os.path.join(ckpt, "step-*")))[-1]
+    out = {}
+    for f in sorted(glob.glob(os.path.join(step, "*.safetensors"))):
+        for name, values in read_f32(f).items():
+            if name in out:
+                check(out[name] == values,
+                      "%s: %s differs between the stage files" % (step, name))
+            out[name] = values
+    return out
+
+
+def same_bits(what, one, staged, steps):
+    check(len(one) == steps and len(staged) == steps,
+          "%s: %d and %d metrics lines, expected %d" %
+          (what, len(one), len(staged), steps))
+    for a, b in zip(one, staged):
+        check(a["loss"] == b["loss"] and a["grad_norm"] == b["grad_norm"],
+              "%s step %d: loss %r / %r, grad norm %r / %r" %
+              (what, a["step"], a["loss"], b["loss"], a["grad_norm"],
+               b["grad_norm"]))
+    print("%s: loss and grad norm bitwise equal over %d steps (last loss %r)"
+          % (what, steps, one[-1]["loss"] if one else None), flush=True)
+
+
+def compare_checkpoints(what, one_dir, staged_dir):
+    a, b = saved_tensors(one_dir), saved_tensors(staged_dir)
+    check(sorted(a) == sorted(b) and a,
+          "%s: the saves hold other tensors: %d / %d" % (what, len(a), len(b)))
+    differ = [n for n in sorted(set(a) & set(b)) if a[n] != b[n]]
+    check(not differ, "%s: %d tensors differ, first %s" %
+          (what, len(differ), differ[:3]))
+    print("%s: %d saved tensors bitwise equal" % (what, len(a)), flush=True)
+
+
+def equivalent(t, name, stages, micro, *flags):
+    steps = 3
+    # The one-stage binary sums the tied embedding's two gradient parts
+    # apart, as the stages do (--tied-grad-parts).
+    one = t.compile(name + "-1", "--micro-batches", str(micro),
+                    "--tied-grad-parts")
+    staged = t.compile(name + "-%d" % stages, "--micro-batches", str(micro),
+                       "--pipeline-parallel=%d" % stages, *flags)
+    r, l1 = t.train(one, 1, "--steps", str(steps), "--save",
+                    t.path(name + "-ckpt1"), metrics=name + "-1.jsonl")
+    check(r.returncode == 0, "one stage failed")
+    r, lp = t.train(staged, stages, "--steps", str(steps), "--save",
+                    t.path(name + "-ckpt%d" % stages),
+                    metrics=name + "-%d.jsonl" % stages)
+    check(r.returncode == 0, "%d stages failed" % stages)
+    # Every rank reports the step's loss and grad norm (summed over stages).
+    for rank, lines in enumerate(lp):
+        same_bits("%s: stage %d against one stage" % (name, rank), l1[0],
+                  lines, steps)
+    compare_checkpoints("%s: checkpoints" % name, t.path(name + "-ckpt1"),
+                        t.path(name + "-ckpt%d" % stages))
+
+
+def case_equivalence(t):
+    equivalent(t, "pp2", 2, 4)
+
+
+def case_three(t):
+    equivalent(t, "pp3", 3, 3, "--pipeline-stages=2,2,2")
+
+
+def case_placement(t):
+    steps = 3
+    off = t.compile("pp2", "--micro-batches", "4", "--pipeline-parallel=2")
+    on = t.compile("pp2-placed", "--micro-batches", "4",
+                   "--pipeline-parallel=2", *PLACEMENT)
+    r, loff = t.train(off, 2, "--steps", str(steps), metrics="off.jsonl")
+    check(r.returncode == 0, "2 stages without placement failed")
+    r, lon = t.train(on, 2, "--steps", str(steps), metrics="on.jsonl")
+    check(r.returncode == 0, "2 stages with placement failed")
+    offloaded = 0
+    for rank in range(2):
+        check(len(loff[rank]) == steps and len(lon[rank]) == steps,
+              "rank %d: missing metrics lines" % rank)
+        for a, b in zip(loff[rank], lon[rank]):
+            check(a["fingerprints"] == b["fingerprints"],
+                  "rank %d step %d: the placement changed the bits:\n  %s\n"
+                  "  %s" % (rank, a["step"], a["fingerprints"],
+                            b["fingerprints"]))
+            check(b["pinned_pool"]["in_use"] == 0,
+                  "rank %d step %d: pinned pool in use" % (rank, b["step"]))
+            for scope, c in a["transfers"].items():
+                check(c["d2h_count"] == 0 and c["h2d_count"] == 0,
+                      "rank %d step %d: %s copied without placement" %
+                      (rank, a["step"], scope))
+            for scope, c in b["transfers"].items():
+                check(c["d2h_count"] > 0 and
+                      c["d2h_count"] == c["h2d_count"] and
+                      c["d2h_bytes"] > 0 and c["h2d_bytes"] > 0,
+                      "rank %d step %d: scope %s counters %s" %
+                      (rank, b["step"], scope, c))
+        scopes = sorted(lon[rank][0]["transfers"]) if lon[rank] else []
+        offloaded += len(scopes)
+        print("stage %d offloaded scopes: %s" % (rank, ", ".join(scopes) or
+                                                  "none"), flush=True)
+    # tiny-hybrid has one GDN layer (layer 0), on the first stage.
+    check(offloaded > 0, "no stage offloaded anything")
+
+
+def case_errors(t):
+    pp2 = t.compile("pp2", "--micro-batches", "2", "--pipeline-parallel=2")
+    for ranks in (1, 3):
+        r = t.mpirun(ranks, pp2, "--device", "host", "--steps", "1") \
+            if ranks > 1 else t.run([pp2, "--device", "host", "--steps", "1"])
+        out = r.stdout + r.stderr
+        check(r.returncode != 0, "2 stages ran on %d ranks" % ranks)
+        check("2" in out and str(ranks) in out and "stage" in out,
+              "2 stages on %d ranks: the error does not name the sizes:\n%s" %
+              (ranks, out))
+    refusals = [
+        (["--pipeline-parallel=2", "--micro-batches", "1"],
+         "--micro-batches=1 is smaller than --pipeline-parallel=2"),
+        (["--pipeline-parallel=7", "--micro-batches", "8"],
+         "--pipeline-parallel=7: more stages than the 6 decoder layers"),
+        (["--pipeline-parallel=2", "--pipeline-stages=4,3",
+          "--micro-batches", "2"],
+         "--pipeline-stages adds up to 7 layers; the model has 6"),
+        (["--pipeline-stages=3,3", "--micro-batches", "2"],
+         "--pipeline-stages needs --pipeline-parallel"),
+        (["--pipeline-parallel=2", "--micro-batches", "2",
+          "--data-parallel-size=2", "--data-parallel=zero3"],
+         "--pipeline-parallel with --data-parallel=zero3 is not supported"),
+    ]
+    for flags, message in refusals:
+        cmd = [t.args.compile, t.args.model, "--seq", "16", "-o",
+               t.path("refused")] + flags
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        check(r.returncode != 0 and message in r.stdout + r.stderr,
+              "%s: expected an error with %r, got rc %d:\n%s" %
+              (" ".join(flags), message, r.returncode, r.stdout + r.stderr))
+
+
+CASES = {"equivalence": case_equivalence, "three": case_three,
+         "placement": case_placement, "errors": case_errors}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--compile", required=True)
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--mpirun", required=True)
+    ap.add_argument("--work", required=True)
+    ap.add_argument("--case", required=True, choices=sorted(CASES))
+    args = ap.parse_args()
+    args.mode = "replicate"
+    shutil.rmtree(args.work, ignore_errors=True)
+    os.makedirs(args.work)
+    CASES[args.case](Runner(args))
+    return exit_status("pipeline parallel %s: ok" % args.case)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
