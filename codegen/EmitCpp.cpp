@@ -205,7 +205,8 @@ LogicalResult CppSink::program(const ProgramDesc &d) {
   if (!d.params.empty()) {
     os_ << "// Parameters: name, dtype, rank, shape, numel, init, frozen, "
            "init a, b,\n// offsets of weight, master, main grad, Adam m, "
-           "Adam v,\n// shard elements (0: whole), bf16 main grad, tied across stages,\n"
+           "Adam v,\n// shard elements (0: whole), bf16 main grad, tied across "
+           "stages,\n"
            "// tied LM-head grad part.\nconst "
            "ap_param kParams[] = {\n";
     for (const ProgramDesc::Param &p : d.params) {

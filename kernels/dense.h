@@ -310,10 +310,10 @@ struct GradNormArgs {
   const GradTensor *tensors = nullptr; ///< host array of numTensors
   int64_t numTensors = 0;
   double maxNorm = 1.0;
-  float *norm = nullptr;     ///< scalar, overwritten
-  float *clipCoef = nullptr; ///< scalar, overwritten (may be null)
+  float *norm = nullptr;                  ///< scalar, overwritten
+  float *clipCoef = nullptr;              ///< scalar, overwritten (may be null)
   const double *initialSquares = nullptr; ///< scalar read first (may be null)
-  double *squares = nullptr; ///< scalar, overwritten (may be null)
+  double *squares = nullptr;              ///< scalar, overwritten (may be null)
 };
 size_t gradNormWorkspaceBytes(Backend backend, const GradNormArgs &args);
 Status gradNorm(const KernelContext &ctx, const GradNormArgs &args);
@@ -390,16 +390,16 @@ namespace detail {
 extern "C" int actplaceDenseCudaAnchor;
 } // namespace detail
 #if defined(ACTPLACE_HAVE_CUDA)
-[[maybe_unused]] __attribute__((
-    used)) static const int *const actplaceDenseCudaAnchorRef =
+[[maybe_unused]]
+__attribute__((used)) static const int *const actplaceDenseCudaAnchorRef =
     &detail::actplaceDenseCudaAnchor;
 #endif
 namespace detail {
 extern "C" int actplaceMovementCudaAnchor;
 } // namespace detail
 #if defined(ACTPLACE_HAVE_CUDA)
-[[maybe_unused]] __attribute__((
-    used)) static const int *const actplaceMovementCudaAnchorRef =
+[[maybe_unused]]
+__attribute__((used)) static const int *const actplaceMovementCudaAnchorRef =
     &detail::actplaceMovementCudaAnchor;
 #endif
 

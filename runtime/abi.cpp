@@ -69,8 +69,7 @@ OffloadEngine::ScopeId scopeOf(StepRunner &r, const char *call, uint32_t s) {
 
 /// A pipeline call's peer (true: the next stage), checked against the
 /// stage and the stream (comm only).
-bool peerIsNext(StepRunner &r, const char *call, int32_t peer,
-                int32_t stream) {
+bool peerIsNext(StepRunner &r, const char *call, int32_t peer, int32_t stream) {
   Stream s = streamOf(call, stream);
   if (s != Stream::Comm)
     fail("abi: ", call, ": stream ", streamName(s),
@@ -80,8 +79,8 @@ bool peerIsNext(StepRunner &r, const char *call, int32_t peer,
          " (expected AP_PEER_PREV 0 or AP_PEER_NEXT 1)");
   bool next = peer == AP_PEER_NEXT;
   if (next ? r.stage() + 1 >= r.stages() : r.stage() == 0)
-    fail("abi: ", call, ": stage ", r.stage(), " of ", r.stages(),
-         " has no ", next ? "next" : "previous", " stage");
+    fail("abi: ", call, ": stage ", r.stage(), " of ", r.stages(), " has no ",
+         next ? "next" : "previous", " stage");
   return next;
 }
 
@@ -332,8 +331,9 @@ Program ap::rt::programOfAbi(const ap_program &p) {
   return out;
 }
 
-std::vector<Program> ap::rt::programsOfAbiStages(const ap_program *const *stages,
-                                                int32_t numStages) {
+std::vector<Program>
+ap::rt::programsOfAbiStages(const ap_program *const *stages,
+                            int32_t numStages) {
   if (numStages < 1 || !stages)
     fail("abi: ap_train_main_stages with ", numStages, " stage(s)",
          stages ? "" : " and a null array", " (expected 1 or more programs)");
@@ -354,13 +354,12 @@ std::vector<Program> ap::rt::programsOfAbiStages(const ap_program *const *stages
           p->data_parallel_mode != q->data_parallel_mode ||
           p->micro_batches != q->micro_batches || p->batch != q->batch ||
           p->seq != q->seq || p->vocab != q->vocab)
-        fail("abi: ap_train_main_stages: stage ", s,
-             " has data_parallel_size ", p->data_parallel_size, ", mode ",
-             p->data_parallel_mode, ", micro_batches ", p->micro_batches,
-             ", batch ", p->batch, ", seq ", p->seq, ", vocab ", p->vocab,
-             "; stage 0 has ", q->data_parallel_size, ", ",
-             q->data_parallel_mode, ", ", q->micro_batches, ", ", q->batch,
-             ", ", q->seq, ", ", q->vocab,
+        fail("abi: ap_train_main_stages: stage ", s, " has data_parallel_size ",
+             p->data_parallel_size, ", mode ", p->data_parallel_mode,
+             ", micro_batches ", p->micro_batches, ", batch ", p->batch,
+             ", seq ", p->seq, ", vocab ", p->vocab, "; stage 0 has ",
+             q->data_parallel_size, ", ", q->data_parallel_mode, ", ",
+             q->micro_batches, ", ", q->batch, ", ", q->seq, ", ", q->vocab,
              " (the stages of one pipeline train one batch)");
     }
     out.push_back(std::move(prog));
@@ -397,8 +396,8 @@ int ap_train_main(int argc, char **argv, const ap_program *program) {
   return trainMainStages(argc, argv, p);
 }
 
-int ap_train_main_stages(int argc, char **argv,
-                         const ap_program *const *stages, int32_t numStages) {
+int ap_train_main_stages(int argc, char **argv, const ap_program *const *stages,
+                         int32_t numStages) {
   std::vector<Program> programs;
   try {
     programs = programsOfAbiStages(stages, numStages);
@@ -492,8 +491,7 @@ void ap_end_loop(ap_step *step) { runner(step).endLoop(); }
 void ap_all_reduce(ap_step *step, uint64_t offset, uint64_t bytes,
                    int32_t dtype, int32_t stream, int32_t flags) {
   if (flags & ~int32_t(AP_REDUCE_LAST_MICROBATCH | AP_REDUCE_PIPELINE))
-    fail("ap_all_reduce: flags ", flags,
-         " (expected AP_REDUCE_* bits)");
+    fail("ap_all_reduce: flags ", flags, " (expected AP_REDUCE_* bits)");
   runner(step).allReduce(offset, bytes, dtypeOf("ap_all_reduce", dtype),
                          streamOf("ap_all_reduce", stream),
                          (flags & AP_REDUCE_LAST_MICROBATCH) != 0,

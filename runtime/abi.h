@@ -272,8 +272,8 @@ int ap_train_main(int argc, char **argv, const ap_program *program);
    checked, as is each program as by ap_train_main). The world size must be
    data_parallel_size x num_stages; each rank runs the program of its stage
    (world rank / data_parallel_size). Returns as ap_train_main. */
-int ap_train_main_stages(int argc, char **argv,
-                         const ap_program *const *stages, int32_t num_stages);
+int ap_train_main_stages(int argc, char **argv, const ap_program *const *stages,
+                         int32_t num_stages);
 
 /*--- Addresses ------------------------------------------------------------*/
 /* The arena address of a plan offset. */

@@ -535,15 +535,16 @@ void StepRunner::combineTiedGrads() {
         cudaAddInto(DType::F32, g, t, n, dev.nativeStream(Stream::Compute));
       else
 #endif
-        dev.hostCallback(Stream::Compute, [g, t, n] {
-          detail::addInto(DType::F32, g, t, n);
-        });
+        dev.hostCallback(Stream::Compute,
+                         [g, t, n] { detail::addInto(DType::F32, g, t, n); });
       dev.memsetAsync(t, 0, bytes, Stream::Compute);
     }
     if (pipelined && p.pipelineTied) {
       if (!holdsTied)
-        fail("finalize_grads: parameter '", p.name, "' is pipeline_tied on "
-             "stage ", stage(), " of ", stages(),
+        fail("finalize_grads: parameter '", p.name,
+             "' is pipeline_tied on "
+             "stage ",
+             stage(), " of ", stages(),
              " (tied weights live on the first and the last stage)");
       // Two addends: stage 0's value + the last stage's, the same bits in
       // either order, on both stages.
@@ -554,8 +555,8 @@ void StepRunner::combineTiedGrads() {
   }
 }
 
-double StepRunner::chainedSquares(
-    const std::vector<kernels::GradTensor> &tensors) {
+double
+StepRunner::chainedSquares(const std::vector<kernels::GradTensor> &tensors) {
   // Scratch doubles: [0] the sum so far (from the previous stage), [1] the
   // sum after this stage's tensors.
   auto *sq = reinterpret_cast<double *>(scratch(kScratchRankSums));
@@ -585,9 +586,8 @@ double StepRunner::chainedSquares(
   args.norm = reinterpret_cast<float *>(scratch(AP_SCRATCH_GRAD_NORM));
   args.initialSquares = sq;
   args.squares = sq + 1;
-  launch("finalize_grads", [args](const KernelContext &c) {
-    return kernels::gradNorm(c, args);
-  });
+  launch("finalize_grads",
+         [args](const KernelContext &c) { return kernels::gradNorm(c, args); });
   hostIdle();
   if (s + 1 < n)
     pp->send(sq + 1, 1, DType::F64, s + 1, native);

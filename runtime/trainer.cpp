@@ -168,8 +168,7 @@ void loadInitWeights(const Program &whole, const Program &p, StepRunner &r,
     auto it = index.find(e.name);
     if (it == index.end())
       fail("--init-weights: parameter '", e.name, "' is not in the model");
-    writeParameter(r, e,
-                   sliceOf(values[it->second], shardSpan(e, r.dpRank())));
+    writeParameter(r, e, sliceOf(values[it->second], shardSpan(e, r.dpRank())));
   }
 }
 
@@ -186,8 +185,7 @@ Program wholeModelOf(const std::vector<Program> &stages) {
   for (const Program &s : stages) {
     std::vector<int64_t> local(s.params.size(), -1);
     for (size_t i = 0; i < s.params.size(); ++i) {
-      auto [it, fresh] =
-          at.emplace(s.params[i].name, int64_t(w.params.size()));
+      auto [it, fresh] = at.emplace(s.params[i].name, int64_t(w.params.size()));
       local[i] = fresh ? it->second : -1;
       if (fresh)
         w.params.push_back(s.params[i]);
@@ -500,8 +498,8 @@ std::pair<std::string, std::string> runDigests(const Program &p,
   add(p.persistentBytes, p.activationBytes, p.workspaceBytes, p.arenaBytes,
       p.pinnedBytes, p.sideWorkspaceBytes, p.scratchBytes, p.scratchOffset);
   add(int(p.sideKernels), int(p.sideAfterHostStart), p.sideSmPercent,
-      p.numEvents, p.dataParallelSize, int(p.dataParallelMode),
-      p.pipelineSize, p.pipelineStage);
+      p.numEvents, p.dataParallelSize, int(p.dataParallelMode), p.pipelineSize,
+      p.pipelineStage);
   const StateOffsets &st = p.state;
   add(st.lossSum, st.tokenCount, st.gradNorm, st.lr, st.loss);
   for (const PinnedSlotSpec &sl : p.slots)
@@ -685,9 +683,9 @@ int run(int argc, char **argv, const std::vector<Program> &stages) {
   if (stageCount > 1 && worldSize != dpSize * stageCount)
     fail("the launcher (", launcherName(launchInfo.launcher), ") started ",
          worldSize, " rank(s) but this binary was compiled for ", dpSize,
-         " data-parallel rank(s) x ", stageCount, " pipeline stages = ",
-         dpSize * stageCount, " rank(s): launch ", dpSize * stageCount,
-         " rank(s) (mpirun -np ", dpSize * stageCount,
+         " data-parallel rank(s) x ", stageCount,
+         " pipeline stages = ", dpSize * stageCount, " rank(s): launch ",
+         dpSize * stageCount, " rank(s) (mpirun -np ", dpSize * stageCount,
          ") or recompile with other --data-parallel-size / "
          "--pipeline-parallel");
   if (worldSize != p0.dataParallelSize * stageCount)
@@ -1313,8 +1311,7 @@ int trainMain(int argc, char **argv, const Program &program) {
   return trainMainStages(argc, argv, {program});
 }
 
-int trainMainStages(int argc, char **argv,
-                    const std::vector<Program> &stages) {
+int trainMainStages(int argc, char **argv, const std::vector<Program> &stages) {
   try {
     if (stages.empty())
       fail("a training binary without a program");

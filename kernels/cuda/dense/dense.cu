@@ -1179,8 +1179,7 @@ Status gradNorm(const KernelContext &ctx, const GradNormArgs &a) {
     off += blocks;
   }
   normFinishKernel<<<1, kNormThreads, 0, streamOf(ctx)>>>(
-      partial, off, a.maxNorm, a.norm, a.clipCoef, a.initialSquares,
-      a.squares);
+      partial, off, a.maxNorm, a.norm, a.clipCoef, a.initialSquares, a.squares);
   AP_CUDA_CHECK_LAUNCH(normFinishKernel);
   return Status::Ok;
 }

@@ -21,7 +21,6 @@
 #include "mlir/IR/IRMapping.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/StringMap.h"
-#include "llvm/ADT/StringMap.h"
 
 namespace ap {
 #define GEN_PASS_DEF_CONVERTTRAINTOEXEC
@@ -435,9 +434,9 @@ LogicalResult Lowering::run() {
           !pb.grad)
         continue;
       auto t = cast<RankedTensorType>(p.getType());
-      pb.tiedGrad = persistent(
-          p.getLoc(), p.getSymName(), ex::BufferRole::TiedGrad,
-          RankedTensorType::get(t.getShape(), b.getF32Type()));
+      pb.tiedGrad =
+          persistent(p.getLoc(), p.getSymName(), ex::BufferRole::TiedGrad,
+                     RankedTensorType::get(t.getShape(), b.getF32Type()));
     }
   }
 

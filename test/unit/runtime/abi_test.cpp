@@ -658,14 +658,15 @@ TEST_F(AbiStepTest, PipelineCallsOnOneStage) {
   EXPECT_NE(errorOf([&] {
               ap_pipeline_send(handle(), 0, 64, AP_PEER_NEXT,
                                AP_STREAM_COMPUTE);
-            }).find("ap_pipeline_send: stream compute (pipeline transfers "
-                    "run on the comm stream"),
+            })
+                .find("ap_pipeline_send: stream compute (pipeline transfers "
+                      "run on the comm stream"),
             std::string::npos);
-  EXPECT_NE(errorOf([&] {
-              ap_pipeline_recv(handle(), 0, 64, 2, AP_STREAM_COMM);
-            }).find("ap_pipeline_recv: peer 2 (expected AP_PEER_PREV 0 or "
-                    "AP_PEER_NEXT 1)"),
-            std::string::npos);
+  EXPECT_NE(
+      errorOf([&] { ap_pipeline_recv(handle(), 0, 64, 2, AP_STREAM_COMM); })
+          .find("ap_pipeline_recv: peer 2 (expected AP_PEER_PREV 0 or "
+                "AP_PEER_NEXT 1)"),
+      std::string::npos);
   auto *f = static_cast<float *>(ap_at(handle(), 0));
   for (int i = 0; i < 16; ++i)
     f[i] = 0.5f * float(i);
