@@ -14,6 +14,10 @@
 #include <mpi.h>
 #include <unistd.h>
 
+#include <cstring>
+#include <filesystem>
+#include <string>
+
 namespace ap::rt::test {
 inline int runMpiGtests(int argc, char **argv) {
   ::alarm(300);
@@ -32,6 +36,31 @@ inline int runMpiGtests(int argc, char **argv) {
   MPI_Finalize();
   return worst;
 }
+/// One fresh folder for all ranks: rank 0 makes it under gtest's temp dir
+/// (`prefix`-XXXXXX), the others learn its name. Collective.
+inline std::string sharedWorkDir(const char *prefix) {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  char dir[256] = {0};
+  if (rank == 0) {
+    std::string tmpl = ::testing::TempDir() + prefix + "-XXXXXX";
+    std::strncpy(dir, tmpl.c_str(), sizeof dir - 1);
+    if (!::mkdtemp(dir))
+      dir[0] = 0;
+  }
+  MPI_Bcast(dir, sizeof dir, MPI_CHAR, 0, MPI_COMM_WORLD);
+  return dir;
+}
+
+/// Removes a sharedWorkDir once every rank is done with it. Collective.
+inline void removeSharedWorkDir(const std::string &dir) {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank == 0 && !dir.empty())
+    std::filesystem::remove_all(dir);
+}
+
 } // namespace ap::rt::test
 
 #define AP_MPI_GTEST_MAIN()                                                    \

@@ -34,6 +34,8 @@
 using namespace ap::rt;
 using ap::kernels::DType;
 using ap::rt::test::metricsOf;
+using ap::rt::test::removeSharedWorkDir;
+using ap::rt::test::sharedWorkDir;
 using ap::rt::test::wholeTensors;
 
 namespace {
@@ -205,20 +207,10 @@ class PipelineTrain : public ::testing::Test {
 protected:
   void SetUp() override {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    char dir[256] = {0};
-    if (rank == 0) {
-      std::string tmpl = ::testing::TempDir() + "ap-pipeline-XXXXXX";
-      std::strncpy(dir, tmpl.c_str(), sizeof dir - 1);
-      ASSERT_NE(::mkdtemp(dir), nullptr);
-    }
-    MPI_Bcast(dir, sizeof dir, MPI_CHAR, 0, MPI_COMM_WORLD);
-    work = dir;
+    work = sharedWorkDir("ap-pipeline");
+    ASSERT_FALSE(work.empty()) << "mkdtemp under " << ::testing::TempDir();
   }
-  void TearDown() override {
-    MPI_Barrier(MPI_COMM_WORLD);
-    if (rank == 0)
-      std::filesystem::remove_all(work);
-  }
+  void TearDown() override { removeSharedWorkDir(work); }
 
   int train(std::vector<Program> stages, std::vector<std::string> flags) {
     flags.insert(flags.begin(), {"train", "--device", "host"});

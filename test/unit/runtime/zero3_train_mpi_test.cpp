@@ -50,6 +50,8 @@
 using namespace ap::rt;
 using ap::kernels::DType;
 using ap::rt::test::metricsOf;
+using ap::rt::test::removeSharedWorkDir;
+using ap::rt::test::sharedWorkDir;
 using ap::rt::test::wholeTensors;
 
 namespace {
@@ -239,21 +241,10 @@ protected:
   void SetUp() override {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &ranks);
-    // One folder for all ranks: rank 0 makes it, the others learn its name.
-    char dir[256] = {0};
-    if (rank == 0) {
-      std::string tmpl = ::testing::TempDir() + "ap-zero3-XXXXXX";
-      std::strncpy(dir, tmpl.c_str(), sizeof dir - 1);
-      ASSERT_NE(::mkdtemp(dir), nullptr);
-    }
-    MPI_Bcast(dir, sizeof dir, MPI_CHAR, 0, MPI_COMM_WORLD);
-    work = dir;
+    work = sharedWorkDir("ap-zero3");
+    ASSERT_FALSE(work.empty()) << "mkdtemp under " << ::testing::TempDir();
   }
-  void TearDown() override {
-    MPI_Barrier(MPI_COMM_WORLD);
-    if (rank == 0)
-      std::filesystem::remove_all(work);
-  }
+  void TearDown() override { removeSharedWorkDir(work); }
 
   /// trainMain on the toy program (its step's layout set for it) with
   /// `flags` on the host backend; every rank must pass.
