@@ -207,7 +207,8 @@ LogicalResult CppSink::program(const ProgramDesc &d) {
            "init a, b,\n// offsets of weight, master, main grad, Adam m, "
            "Adam v,\n// shard elements (0: whole), bf16 main grad, tied across "
            "stages,\n"
-           "// tied LM-head grad part.\nconst "
+           "// tied LM-head grad part, tensor-parallel split dim, segments "
+           "and grad sum.\nconst "
            "ap_param kParams[] = {\n";
     for (const ProgramDesc::Param &p : d.params) {
       os_ << "    {" << cppString(p.name) << ", " << p.dtypeName << ", "
@@ -221,7 +222,11 @@ LogicalResult CppSink::program(const ProgramDesc &d) {
         os_ << ", " << offText(o);
       os_ << ", " << p.shardNumel << ", " << (p.mainGradBf16 ? 1 : 0) << ", "
           << (p.pipelineTied ? 1 : 0) << ", " << offText(p.tiedGradOffset)
-          << "},\n";
+          << ", " << p.tpDim << ", " << p.tpSegments.size() << ", {";
+      for (size_t i = 0; i < 4; ++i)
+        os_ << (i ? ", " : "")
+            << (i < p.tpSegments.size() ? p.tpSegments[i] : 0);
+      os_ << "}, " << (p.tpGradSum ? 1 : 0) << "},\n";
     }
     os_ << "};\n";
   }
@@ -289,7 +294,8 @@ LogicalResult CppSink::program(const ProgramDesc &d) {
       << (d.dataParallelMode == AP_DP_ZERO3 ? "AP_DP_ZERO3" : "AP_DP_REPLICATE")
       << ";\n";
   os_ << "  p.pipeline_size = " << d.pipelineSize << ";\n"
-      << "  p.pipeline_stage = " << d.pipelineStage << ";\n";
+      << "  p.pipeline_stage = " << d.pipelineStage << ";\n"
+      << "  p.tensor_parallel_size = " << d.tensorParallelSize << ";\n";
   os_ << "  p.num_events = " << d.numEvents << ";\n  p.step = trainStep;\n"
       << "  return p;\n}\n\nconst ap_program kProgram = makeProgram();\n";
   if (stage_ >= 0) {

@@ -494,6 +494,7 @@ LogicalResult LLVMSink::program(const ProgramDesc &d) {
   p.data_parallel_mode = d.dataParallelMode;
   p.pipeline_size = d.pipelineSize;
   p.pipeline_stage = d.pipelineStage;
+  p.tensor_parallel_size = d.tensorParallelSize;
   Image prog = Image::of(&p, 1);
   prog.reloc(&p, 0, &ap_program::model, symbolOf(stringGlobal(d.model)));
   prog.reloc(&p, 0, &ap_program::step, step_.getSymName().str());
@@ -548,6 +549,11 @@ LogicalResult LLVMSink::program(const ProgramDesc &d) {
       a.main_grad_bf16 = q.mainGradBf16 ? 1 : 0;
       a.pipeline_tied = q.pipelineTied ? 1 : 0;
       a.tied_grad_offset = q.tiedGradOffset ? *q.tiedGradOffset : AP_NO_OFFSET;
+      a.tp_dim = q.tpDim;
+      a.tp_num_segments = int32_t(q.tpSegments.size());
+      for (size_t j = 0; j < 4; ++j)
+        a.tp_segments[j] = j < q.tpSegments.size() ? q.tpSegments[j] : 0;
+      a.tp_grad_sum = q.tpGradSum ? 1 : 0;
     }
     Image im = Image::of(params.data(), params.size());
     for (size_t i = 0; i < params.size(); ++i)

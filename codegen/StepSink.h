@@ -140,6 +140,10 @@ struct ProgramDesc {
     bool pipelineTied = false;
     /// ap_param.tied_grad_offset (nullopt: AP_NO_OFFSET).
     std::optional<uint64_t> tiedGradOffset;
+    /// ap_param.tp_dim / tp_segments (whole extents) / tp_grad_sum.
+    int32_t tpDim = -1;
+    std::vector<int64_t> tpSegments;
+    bool tpGradSum = false;
   };
   struct AdamW {
     int64_t param = 0;
@@ -159,6 +163,8 @@ struct ProgramDesc {
   int32_t dataParallelSize = 1, dataParallelMode = 0;
   /// Pipeline parallelism as compiled: stages and this program's stage.
   int32_t pipelineSize = 1, pipelineStage = 0;
+  /// Tensor-parallel ranks as compiled.
+  int32_t tensorParallelSize = 1;
   std::vector<std::pair<uint64_t, uint64_t>> slots; ///< offset, bytes
   std::vector<std::string> scopes;
   std::vector<Param> params;

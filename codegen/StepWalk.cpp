@@ -585,6 +585,13 @@ LogicalResult Walker::run(EmittedPlan *plan) {
            << exec::kDataParallelSizeAttr << " " << dpSize
            << " (expected 1 or more ranks)";
   d.dataParallelSize = int32_t(dpSize);
+  if (attrOf(step, "tensor_parallel")) {
+    int64_t tp = stepAttr("tensor_parallel");
+    if (tp < 1 || tp > 1024)
+      return step->emitError(pfx() + "exec.step has tensor_parallel ")
+             << tp << " (expected 1 to 1024 ranks)";
+    d.tensorParallelSize = int32_t(tp);
+  }
   if (attrOf(step, "pipeline_stages")) {
     int64_t stages = stepAttr("pipeline_stages");
     int64_t stage = stepAttr("pipeline_stage");
@@ -720,6 +727,15 @@ LogicalResult Walker::run(EmittedPlan *plan) {
       q.pipelineTied = llvm::any_of(tied, [&](Attribute a) {
         return cast<StringAttr>(a).getValue() == name;
       });
+    if (std::optional<uint64_t> dim = p.getTpDim()) {
+      if (p.getTpSegments()->size() > 4)
+        return p->emitError(pfx() + "parameter '")
+               << name << "' is split into " << p.getTpSegments()->size()
+               << " segments (the runtime takes at most 4)";
+      q.tpDim = int32_t(*dim);
+      q.tpSegments.assign(p.getTpSegments()->begin(), p.getTpSegments()->end());
+    }
+    q.tpGradSum = p.getTpGradSum();
     d.params.push_back(std::move(q));
   }
   // The optimizer as the step runs it (the same arguments and defaults as
@@ -881,16 +897,19 @@ LogicalResult Walker::walkOp(Operation *op) {
     std::optional<DType> dt = dtypeOf(t.getElementType());
     if (!dt)
       return op->emitError(pfx() + "all-reduce of an unsupported element type");
-    // "dp" is the data-parallel group, "pp" this rank's pipeline.
+    // "dp" is the data-parallel group, "pp" this rank's pipeline, "tp"
+    // the ranks sharing its layers.
     StringRef group = ar.getCommunicator();
-    if (group != "dp" && group != "pp")
+    if (group != "dp" && group != "pp" && group != "tp")
       return op->emitError(pfx() + "all-reduce over '")
-             << group << "' (expected \"dp\" or \"pp\")";
+             << group << "' (expected \"dp\", \"pp\" or \"tp\")";
     int32_t flags = (ar.getLastMicrobatch() ? AP_REDUCE_LAST_MICROBATCH : 0) |
-                    (group == "pp" ? AP_REDUCE_PIPELINE : 0);
+                    (group == "pp" ? AP_REDUCE_PIPELINE : 0) |
+                    (group == "tp" ? AP_REDUCE_TENSOR : 0);
     std::string text = flags == AP_REDUCE_LAST_MICROBATCH
                            ? "AP_REDUCE_LAST_MICROBATCH"
                        : flags == AP_REDUCE_PIPELINE ? "AP_REDUCE_PIPELINE"
+                       : flags == AP_REDUCE_TENSOR   ? "AP_REDUCE_TENSOR"
                        : flags == 0                  ? "0"
                                                      : std::to_string(flags);
     sink_.call("ap_all_reduce",

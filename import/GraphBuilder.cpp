@@ -8,6 +8,7 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/Verifier.h"
 #include "llvm/ADT/StringExtras.h"
+#include "llvm/ADT/StringSet.h"
 
 #include <cmath>
 
@@ -26,6 +27,7 @@ public:
     B = shape.microBatchSize;
     T = shape.seqLen;
     D = cfg.hiddenSize;
+    tp = shape.tensorParallel;
   }
 
   OwningOpRef<ModuleOp> build();
@@ -45,6 +47,40 @@ private:
               double a = 0.0, double c = 0.0, Type elt = {});
   Value linearWeight(StringRef name, int64_t out, int64_t in) {
     return param(name, {out, in}, InitKind::Normal, 0.0, cfg.initializerRange);
+  }
+  /// A parameter each tensor-parallel rank holds part of: `dims` are the
+  /// whole tensor's, split along `dim` whose whole extent is the sum of
+  /// `segments` (rank r holds block r of every segment).
+  Value splitParam(StringRef name, SmallVector<int64_t> dims, int64_t dim,
+                   ArrayRef<int64_t> segments, InitKind kind, double a = 0.0,
+                   double c = 0.0, Type elt = {});
+  /// A column-parallel projection's weight [out, in]: its output rows split
+  /// by `segments`.
+  Value columnWeight(StringRef name, ArrayRef<int64_t> segments, int64_t in) {
+    int64_t out = 0;
+    for (int64_t s : segments)
+      out += s;
+    return splitParam(name, {out, in}, 0, segments, InitKind::Normal, 0.0,
+                      cfg.initializerRange);
+  }
+  /// A row-parallel projection's weight [out, in]: its input columns split.
+  Value rowWeight(StringRef name, int64_t out, int64_t in) {
+    return splitParam(name, {out, in}, 1, {in}, InitKind::Normal, 0.0,
+                      cfg.initializerRange);
+  }
+  /// Megatron's f (enter a tensor-parallel region) and g (leave it);
+  /// both the identity without tensor parallelism.
+  Value tpCopy(Value x, int64_t layer, StringRef leaf) {
+    if (tp == 1)
+      return x;
+    return TensorParallelCopyOp::create(b, loc, x.getType(), x,
+                                        scope(layer, leaf));
+  }
+  Value tpReduce(Value x, int64_t layer, StringRef leaf) {
+    if (tp == 1)
+      return x;
+    return TensorParallelReduceOp::create(b, loc, x.getType(), x,
+                                          scope(layer, leaf));
   }
   Value modelNormWeight(StringRef name, int64_t dim) {
     // (1 + w) norms start at w = 0, plain norms at w = 1: both the identity.
@@ -99,6 +135,10 @@ private:
   Location loc;
   Type act;
   int64_t B, T, D;
+  /// Tensor-parallel ranks: head and channel counts below are per rank.
+  int64_t tp = 1;
+  /// The replicated parameters ranks apply to their own heads only.
+  llvm::StringSet<> gradSumParams;
   ModuleOp module;
   /// Insertion point for parameter declarations (before the function).
   Operation *funcOp = nullptr;
@@ -115,32 +155,54 @@ Value GraphEmitter::param(StringRef name, ArrayRef<int64_t> dims, InitKind kind,
     b.setInsertionPoint(funcOp);
     auto init = InitAttr::get(&ctx, kind, llvm::APFloat(a), llvm::APFloat(c));
     ParamOp::create(b, loc, b.getStringAttr(name), TypeAttr::get(type), init,
-                    frozen ? b.getUnitAttr() : UnitAttr());
+                    frozen ? b.getUnitAttr() : UnitAttr(), IntegerAttr(),
+                    DenseI64ArrayAttr(),
+                    gradSumParams.contains(name) ? b.getUnitAttr()
+                                                 : UnitAttr());
   }
   return ParamRefOp::create(b, loc, type, FlatSymbolRefAttr::get(&ctx, name));
 }
 
+Value GraphEmitter::splitParam(StringRef name, SmallVector<int64_t> dims,
+                               int64_t dim, ArrayRef<int64_t> segments,
+                               InitKind kind, double a, double c, Type elt) {
+  if (tp == 1)
+    return param(name, dims, kind, a, c, elt);
+  dims[dim] /= tp;
+  Value ref = param(name, dims, kind, a, c, elt);
+  auto decl = cast<ParamOp>(module.lookupSymbol(name));
+  decl.setTpDimAttr(b.getI64IntegerAttr(dim));
+  decl.setTpSegmentsAttr(b.getDenseI64ArrayAttr(segments));
+  return ref;
+}
+
 Value GraphEmitter::gdnBlock(Value h, int64_t i) {
-  int64_t hk = cfg.linearKeyHeads, hv = cfg.linearValueHeads;
+  // Per rank: key heads hk, value heads hv (tensor parallelism splits both,
+  // so value head j still reads key head j / (hv / hk)).
+  int64_t hkAll = cfg.linearKeyHeads, hvAll = cfg.linearValueHeads;
+  int64_t hk = hkAll / tp, hv = hvAll / tp;
   int64_t dk = cfg.linearKeyHeadDim, dv = cfg.linearValueHeadDim;
-  int64_t convDim = 2 * hk * dk + hv * dv;
+  // q, k and v channels of the fused projection and the conv, whole.
+  SmallVector<int64_t> qkv{hkAll * dk, hkAll * dk, hvAll * dv};
   std::string p = layerName(i, "linear_attn.");
 
   Value x =
       rmsNorm(h, modelNormWeight(layerName(i, "input_layernorm.weight"), D),
               cfg.zeroCenteredNorms, i, "attn_norm");
-  Value mixed = linear(x, linearWeight(p + "in_proj_qkv.weight", convDim, D), i,
+  x = tpCopy(x, i, "gdn_in_proj");
+  Value mixed = linear(x, columnWeight(p + "in_proj_qkv.weight", qkv, D), i,
                        "gdn_in_proj");
-  Value z = linear(x, linearWeight(p + "in_proj_z.weight", hv * dv, D), i,
+  Value z = linear(x, columnWeight(p + "in_proj_z.weight", {hvAll * dv}, D), i,
                    "gdn_in_proj");
   z = reshape(z, {B, T, hv, dv}, i, "gdn_in_proj");
-  Value bLogits =
-      linear(x, linearWeight(p + "in_proj_b.weight", hv, D), i, "gdn_in_proj");
-  Value aLogits =
-      linear(x, linearWeight(p + "in_proj_a.weight", hv, D), i, "gdn_in_proj");
+  Value bLogits = linear(x, columnWeight(p + "in_proj_b.weight", {hvAll}, D), i,
+                         "gdn_in_proj");
+  Value aLogits = linear(x, columnWeight(p + "in_proj_a.weight", {hvAll}, D), i,
+                         "gdn_in_proj");
 
-  Value convW = param(p + "conv1d.weight", {convDim, cfg.linearConvKernel},
-                      InitKind::Normal, 0.0, cfg.initializerRange);
+  Value convW = splitParam(p + "conv1d.weight",
+                           {2 * hkAll * dk + hvAll * dv, cfg.linearConvKernel},
+                           0, qkv, InitKind::Normal, 0.0, cfg.initializerRange);
   // q, k and v come out of the conv in their own tensors (its split
   // output): no slice copies, and no concat of their gradients.
   auto conv = ShortConvOp::create(b, loc,
@@ -160,8 +222,10 @@ Value GraphEmitter::gdnBlock(Value h, int64_t i) {
                               scope(i, "gdn_core_attn"))
                  .getResult();
   Type f32 = b.getF32Type();
-  Value aLog = param(p + "A_log", {hv}, InitKind::LogUniform, 0.01, 16.0, f32);
-  Value dtBias = param(p + "dt_bias", {hv}, InitKind::Ones, 0.0, 0.0, f32);
+  Value aLog = splitParam(p + "A_log", {hvAll}, 0, {hvAll},
+                          InitKind::LogUniform, 0.01, 16.0, f32);
+  Value dtBias = splitParam(p + "dt_bias", {hvAll}, 0, {hvAll}, InitKind::Ones,
+                            0.0, 0.0, f32);
   auto gates = GDNGatesOp::create(b, loc, tensor({B, T, hv}, f32),
                                   tensor({B, T, hv}), aLogits, bLogits, aLog,
                                   dtBias, scope(i, "gdn_core_attn"));
@@ -171,38 +235,53 @@ Value GraphEmitter::gdnBlock(Value h, int64_t i) {
                 b.getI64IntegerAttr(64), scope(i, "gdn_core_attn"))
                 .getResult();
 
+  // One norm weight for every head: each rank applies it to its own heads.
+  if (tp > 1)
+    gradSumParams.insert(p + "norm.weight");
   Value normW = param(p + "norm.weight", {dv}, InitKind::Ones);
   Value yn =
       GatedRMSNormOp::create(b, loc, o.getType(), Type(), o, z, normW,
                              f64(cfg.rmsNormEps), scope(i, "gdn_norm_out"))
           .getResult();
   yn = reshape(yn, {B, T, hv * dv}, i, "gdn_norm_out");
-  Value out = linear(yn, linearWeight(p + "out_proj.weight", D, hv * dv), i,
+  Value out = linear(yn, rowWeight(p + "out_proj.weight", D, hvAll * dv), i,
                      "gdn_out_proj");
+  out = tpReduce(out, i, "gdn_out_proj");
   return add(h, out, i, "gdn_out_proj");
 }
 
 Value GraphEmitter::attentionBlock(Value h, int64_t i) {
-  int64_t hq = cfg.numHeads, hkv = cfg.numKvHeads, hd = cfg.headDim;
+  // Per rank: q heads hq, kv heads hkv (query head j reads kv head
+  // j / (hq / hkv) on every rank alike).
+  int64_t hqAll = cfg.numHeads, hkvAll = cfg.numKvHeads, hd = cfg.headDim;
+  int64_t hq = hqAll / tp, hkv = hkvAll / tp;
   std::string p = layerName(i, "self_attn.");
   Value x =
       rmsNorm(h, modelNormWeight(layerName(i, "input_layernorm.weight"), D),
               cfg.zeroCenteredNorms, i, "attn_norm");
+  x = tpCopy(x, i, "qkv_linear");
 
   // With the output gate, q_proj emits [q | gate] per head.
   int64_t qWidth = cfg.attnOutputGate ? 2 * hd : hd;
-  Value qg = linear(x, linearWeight(p + "q_proj.weight", hq * qWidth, D), i,
-                    "qkv_linear");
+  Value qg = linear(x, columnWeight(p + "q_proj.weight", {hqAll * qWidth}, D),
+                    i, "qkv_linear");
   qg = reshape(qg, {B, T, hq, qWidth}, i, "qkv_linear");
   Value q = cfg.attnOutputGate ? slice(qg, 3, 0, hd, i, "qkv_linear") : qg;
   Value gate =
       cfg.attnOutputGate ? slice(qg, 3, hd, hd, i, "qkv_linear") : Value();
-  Value k = reshape(linear(x, linearWeight(p + "k_proj.weight", hkv * hd, D), i,
-                           "qkv_linear"),
-                    {B, T, hkv, hd}, i, "qkv_linear");
-  Value v = reshape(linear(x, linearWeight(p + "v_proj.weight", hkv * hd, D), i,
-                           "qkv_linear"),
-                    {B, T, hkv, hd}, i, "qkv_linear");
+  Value k =
+      reshape(linear(x, columnWeight(p + "k_proj.weight", {hkvAll * hd}, D), i,
+                     "qkv_linear"),
+              {B, T, hkv, hd}, i, "qkv_linear");
+  Value v =
+      reshape(linear(x, columnWeight(p + "v_proj.weight", {hkvAll * hd}, D), i,
+                     "qkv_linear"),
+              {B, T, hkv, hd}, i, "qkv_linear");
+  // The q and k norms are per head dim, shared by every head.
+  if (tp > 1) {
+    gradSumParams.insert(p + "q_norm.weight");
+    gradSumParams.insert(p + "k_norm.weight");
+  }
   q = rmsNorm(q, modelNormWeight(p + "q_norm.weight", hd),
               cfg.zeroCenteredNorms, i, "qkv_linear");
   k = rmsNorm(k, modelNormWeight(p + "k_norm.weight", hd),
@@ -221,12 +300,17 @@ Value GraphEmitter::attentionBlock(Value h, int64_t i) {
                              scope(i, "attn_proj"));
   o = reshape(o, {B, T, hq * hd}, i, "attn_proj");
   Value out =
-      linear(o, linearWeight(p + "o_proj.weight", D, hq * hd), i, "attn_proj");
+      linear(o, rowWeight(p + "o_proj.weight", D, hqAll * hd), i, "attn_proj");
+  out = tpReduce(out, i, "attn_proj");
   return add(h, out, i, "attn_proj");
 }
 
 Value GraphEmitter::mlaBlock(Value h, int64_t i) {
-  int64_t n = cfg.numHeads, dn = cfg.qkNopeHeadDim, dr = cfg.qkRopeHeadDim;
+  // Per rank: n heads. The latent down projections, their norms and the
+  // shared rotary key are replicated; the up projections are
+  // column-parallel by head and o_proj row-parallel.
+  int64_t nAll = cfg.numHeads, n = nAll / tp;
+  int64_t dn = cfg.qkNopeHeadDim, dr = cfg.qkRopeHeadDim;
   int64_t dvh = cfg.vHeadDim, kvl = cfg.kvLoraRank;
   std::string p = layerName(i, "self_attn.");
   auto plainNorm = [&](StringRef name, int64_t dim) {
@@ -244,11 +328,14 @@ Value GraphEmitter::mlaBlock(Value h, int64_t i) {
                       i, "qkv_linear");
     cq = rmsNorm(cq, plainNorm(p + "q_a_layernorm.weight", *cfg.qLoraRank),
                  false, i, "qkv_linear");
+    cq = tpCopy(cq, i, "mla_up_proj");
     q = linear(
-        cq, linearWeight(p + "q_b_proj.weight", n * (dn + dr), *cfg.qLoraRank),
+        cq,
+        columnWeight(p + "q_b_proj.weight", {nAll * (dn + dr)}, *cfg.qLoraRank),
         i, "mla_up_proj");
   } else {
-    q = linear(x, linearWeight(p + "q_proj.weight", n * (dn + dr), D), i,
+    q = linear(tpCopy(x, i, "qkv_linear"),
+               columnWeight(p + "q_proj.weight", {nAll * (dn + dr)}, D), i,
                "qkv_linear");
   }
   q = reshape(q, {B, T, n, dn + dr}, i, "mla_up_proj");
@@ -270,14 +357,17 @@ Value GraphEmitter::mlaBlock(Value h, int64_t i) {
                       "qkv_linear");
   ckv = rmsNorm(ckv, plainNorm(p + "kv_a_layernorm.weight", kvl), false, i,
                 "qkv_linear");
-  Value kv =
-      linear(ckv, linearWeight(p + "kv_b_proj.weight", n * (dn + dvh), kvl), i,
-             "mla_up_proj");
+  ckv = tpCopy(ckv, i, "mla_up_proj");
+  Value kv = linear(
+      ckv, columnWeight(p + "kv_b_proj.weight", {nAll * (dn + dvh)}, kvl), i,
+      "mla_up_proj");
   kv = reshape(kv, {B, T, n, dn + dvh}, i, "mla_up_proj");
   Value kNope = slice(kv, 3, 0, dn, i, "mla_up_proj");
   Value v = slice(kv, 3, dn, dvh, i, "mla_up_proj");
   kPe = RoPEOp::create(b, loc, kPe.getType(), kPe, rd, f64(cfg.ropeTheta),
                        scope(i, "mla_up_proj"));
+  // Every rank's heads read the shared rotary key: its gradient is summed.
+  kPe = tpCopy(kPe, i, "mla_up_proj");
   kPe = ExpandOp::create(b, loc, tensor({B, T, n, dr}), kPe,
                          scope(i, "mla_up_proj"));
   Value kFull =
@@ -291,12 +381,13 @@ Value GraphEmitter::mlaBlock(Value h, int64_t i) {
           .getResult();
   o = reshape(o, {B, T, n * dvh}, i, "attn_proj");
   Value out =
-      linear(o, linearWeight(p + "o_proj.weight", D, n * dvh), i, "attn_proj");
+      linear(o, rowWeight(p + "o_proj.weight", D, nAll * dvh), i, "attn_proj");
+  out = tpReduce(out, i, "attn_proj");
   return add(h, out, i, "attn_proj");
 }
 
 Value GraphEmitter::mlpBlock(Value h, int64_t i, bool afterMixer) {
-  int64_t inter = cfg.intermediateSize;
+  int64_t interAll = cfg.intermediateSize;
   std::string p = layerName(i, "mlp.");
   // An MLP-only layer's norm is its input norm.
   std::string normName =
@@ -304,14 +395,16 @@ Value GraphEmitter::mlpBlock(Value h, int64_t i, bool afterMixer) {
                               : "input_layernorm.weight");
   Value x = rmsNorm(h, modelNormWeight(normName, D), cfg.zeroCenteredNorms, i,
                     "mlp_norm");
-  Value gate =
-      linear(x, linearWeight(p + "gate_proj.weight", inter, D), i, "mlp_fc1");
-  Value up =
-      linear(x, linearWeight(p + "up_proj.weight", inter, D), i, "mlp_fc1");
+  x = tpCopy(x, i, "mlp_fc1");
+  Value gate = linear(x, columnWeight(p + "gate_proj.weight", {interAll}, D), i,
+                      "mlp_fc1");
+  Value up = linear(x, columnWeight(p + "up_proj.weight", {interAll}, D), i,
+                    "mlp_fc1");
   Value a =
       SwiGLUOp::create(b, loc, gate.getType(), gate, up, scope(i, "mlp_act"));
   Value out =
-      linear(a, linearWeight(p + "down_proj.weight", D, inter), i, "mlp_fc2");
+      linear(a, rowWeight(p + "down_proj.weight", D, interAll), i, "mlp_fc2");
+  out = tpReduce(out, i, "mlp_fc2");
   return add(h, out, i, "mlp_fc2");
 }
 
@@ -323,6 +416,8 @@ OwningOpRef<ModuleOp> GraphEmitter::build() {
     module->setAttr(kModelNameAttrName, b.getStringAttr(name));
   module->setAttr(kMicroBatchesAttrName,
                   b.getI64IntegerAttr(shape.microBatches));
+  if (tp > 1)
+    module->setAttr(kTensorParallelAttrName, b.getI64IntegerAttr(tp));
   SmallVector<NamedAttribute> fields;
   for (const auto &[field, value] : cfg.computeFields())
     fields.push_back(b.getNamedAttr(field, b.getStringAttr(value)));
@@ -412,5 +507,47 @@ llvm::Error ap::import::checkTrainShape(const TrainShape &shape) {
                  " x --micro-batches " + llvm::Twine(shape.microBatches) +
                  ") must be at most " + llvm::Twine(kMaxStepTokens) +
                  " (the step counts its tokens in an i32)");
+  return llvm::Error::success();
+}
+
+llvm::Error ap::import::checkTensorParallel(const ModelConfig &cfg,
+                                            const TrainShape &shape) {
+  int64_t tp = shape.tensorParallel;
+  auto error = [&](const llvm::Twine &msg) {
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   "--tensor-parallel=" + llvm::Twine(tp) +
+                                       ": " + msg);
+  };
+  if (tp < 1 || tp > 1024)
+    return error("expected a size in [1, 1024]");
+  if (tp == 1)
+    return llvm::Error::success();
+  // Each field tensor parallelism splits, with the layers that use it.
+  bool attention = false, mla = false, gdn = false, mlp = false;
+  for (const auto &layer : cfg.layers) {
+    attention |= layer.mixer == Mixer::Attention;
+    mla |= layer.mixer == Mixer::Mla;
+    gdn |= layer.mixer == Mixer::GatedDeltaNet;
+    mlp |= layer.hasMlp;
+  }
+  SmallVector<std::pair<const char *, int64_t>> fields;
+  if (attention || mla)
+    fields.push_back({"num_attention_heads", cfg.numHeads});
+  // kv heads are split, not replicated: more ranks than kv heads would
+  // need copies of a kv head on several ranks (and their gradients summed).
+  if (attention)
+    fields.push_back({"num_key_value_heads", cfg.numKvHeads});
+  if (gdn) {
+    fields.push_back({"linear_num_key_heads", cfg.linearKeyHeads});
+    fields.push_back({"linear_num_value_heads", cfg.linearValueHeads});
+  }
+  if (mlp)
+    fields.push_back({"intermediate_size", cfg.intermediateSize});
+  for (auto [field, value] : fields)
+    if (value % tp != 0)
+      return error(llvm::Twine("the model's ") + field + " (" +
+                   llvm::Twine(value) +
+                   ") is not a multiple of the tensor-parallel size; each "
+                   "rank takes an equal share of it");
   return llvm::Error::success();
 }

@@ -28,6 +28,10 @@ struct TrainShape {
   std::vector<std::string> freezePrefixes;
   /// Overrides the config's name in the module's train.model attribute.
   std::string modelName;
+  /// Tensor-parallel ranks (Megatron-style, docs/parallelism.md): the graph
+  /// is one rank's part of the model, its head and channel counts divided
+  /// by this; 1 builds the whole model.
+  int64_t tensorParallel = 1;
 };
 
 /// Builds the graph; returns null after emitting a diagnostic if the result
@@ -46,6 +50,12 @@ inline constexpr int64_t kMaxStepTokens = 2147483647;
 /// the tokens of a step at most kMaxStepTokens. The message names the
 /// option, the value and the limit.
 llvm::Error checkTrainShape(const TrainShape &shape);
+
+/// Checks that `shape.tensorParallel` divides what it splits in `cfg`
+/// (attention q and kv heads, MLA heads, GDN key and value heads, the MLP
+/// width); the message names the option and the config field.
+llvm::Error checkTensorParallel(const ModelConfig &cfg,
+                                const TrainShape &shape);
 
 } // namespace ap::import
 

@@ -212,6 +212,20 @@ Program ap::rt::programOfAbi(const ap_program &p) {
          p.pipeline_size,
          ": ZeRO-3 sharding of a pipelined program is not supported by this "
          "runtime yet (compile the pipeline with --data-parallel=replicate)");
+  if (p.tensor_parallel_size < 0 || p.tensor_parallel_size > 1024)
+    fail("abi: program: tensor_parallel_size is ", p.tensor_parallel_size,
+         " (expected 0 or 1: none, or up to 1024 ranks)");
+  const int32_t tpSize = std::max<int32_t>(p.tensor_parallel_size, 1);
+  if (tpSize > 1 && p.data_parallel_mode == AP_DP_ZERO3)
+    fail("abi: program: data_parallel_mode zero3 with tensor_parallel_size ",
+         p.tensor_parallel_size,
+         ": ZeRO-3 sharding of a tensor-parallel program is not supported by "
+         "this runtime yet (compile with --data-parallel=replicate)");
+  if (tpSize > 1 && p.pipeline_size > 1)
+    fail("abi: program: tensor_parallel_size ", p.tensor_parallel_size,
+         " with pipeline_size ", p.pipeline_size,
+         ": tensor parallelism inside pipeline stages is not supported by "
+         "this runtime yet");
   for (uint32_t i = 0; i < p.num_params; ++i) {
     const ap_param &a = p.params[i];
     if (!a.name)
@@ -298,6 +312,47 @@ Program ap::rt::programOfAbi(const ap_program &p) {
              " bytes");
     }
     e.tiedGrad = a.tied_grad_offset;
+    // Tensor parallelism: a split parameter's part is whole blocks of its
+    // segments; a tp_grad_sum one is replicated and trainable.
+    if (a.tp_grad_sum != 0 && a.tp_grad_sum != 1)
+      fail("abi: program: parameter '", a.name, "' has tp_grad_sum ",
+           a.tp_grad_sum, " (expected 0 or 1)");
+    if (a.tp_num_segments < 0 || a.tp_num_segments > 4)
+      fail("abi: program: parameter '", a.name, "' has tp_num_segments ",
+           a.tp_num_segments, " (expected 0: replicated, or 1 to 4)");
+    if (a.tp_num_segments > 0) {
+      if (tpSize < 2)
+        fail("abi: program: parameter '", a.name, "' is split along dim ",
+             a.tp_dim, " but tensor_parallel_size is ", p.tensor_parallel_size);
+      if (a.tp_dim < 0 || a.tp_dim >= a.rank)
+        fail("abi: program: parameter '", a.name, "' has tp_dim ", a.tp_dim,
+             " (expected 0 to its rank ", a.rank, " - 1)");
+      if (a.shard_numel != 0 || a.tp_grad_sum)
+        fail("abi: program: parameter '", a.name,
+             "' is split by tensor parallelism and also zero3-sharded or "
+             "tp_grad_sum");
+      int64_t whole = 0;
+      for (int32_t s = 0; s < a.tp_num_segments; ++s) {
+        if (a.tp_segments[s] <= 0 || a.tp_segments[s] % tpSize != 0)
+          fail("abi: program: parameter '", a.name, "' has segment ", s, " of ",
+               a.tp_segments[s],
+               " elements (expected a positive "
+               "multiple of tensor_parallel_size ",
+               tpSize, ")");
+        whole += a.tp_segments[s];
+        e.tpSegments.push_back(a.tp_segments[s]);
+      }
+      if (whole / tpSize != a.shape[a.tp_dim])
+        fail("abi: program: parameter '", a.name, "' holds ", a.shape[a.tp_dim],
+             " along dim ", a.tp_dim, "; its segments (", whole,
+             " in all) over ", tpSize, " ranks give ", whole / tpSize);
+      e.tpDim = a.tp_dim;
+    } else if (a.tp_grad_sum && (a.frozen || tpSize < 2)) {
+      fail("abi: program: parameter '", a.name,
+           "' has tp_grad_sum 1 but is frozen or the program has no tensor "
+           "parallelism");
+    }
+    e.tpGradSum = a.tp_grad_sum != 0;
     out.params.push_back(e);
   }
   out.state.lossSum = p.state_loss_sum;
@@ -326,6 +381,7 @@ Program ap::rt::programOfAbi(const ap_program &p) {
                              : DataParallelMode::Replicate;
   out.pipelineSize = p.pipeline_size;
   out.pipelineStage = p.pipeline_stage;
+  out.tensorParallelSize = tpSize;
   out.abiStep = p.step;
   out.step = runAbiStep;
   return out;
@@ -490,12 +546,14 @@ void ap_end_loop(ap_step *step) { runner(step).endLoop(); }
 
 void ap_all_reduce(ap_step *step, uint64_t offset, uint64_t bytes,
                    int32_t dtype, int32_t stream, int32_t flags) {
-  if (flags & ~int32_t(AP_REDUCE_LAST_MICROBATCH | AP_REDUCE_PIPELINE))
+  if (flags & ~int32_t(AP_REDUCE_LAST_MICROBATCH | AP_REDUCE_PIPELINE |
+                       AP_REDUCE_TENSOR))
     fail("ap_all_reduce: flags ", flags, " (expected AP_REDUCE_* bits)");
   runner(step).allReduce(offset, bytes, dtypeOf("ap_all_reduce", dtype),
                          streamOf("ap_all_reduce", stream),
                          (flags & AP_REDUCE_LAST_MICROBATCH) != 0,
-                         (flags & AP_REDUCE_PIPELINE) != 0);
+                         (flags & AP_REDUCE_PIPELINE) != 0,
+                         (flags & AP_REDUCE_TENSOR) != 0);
 }
 
 void ap_all_gather(ap_step *step, uint64_t shard, uint64_t full,

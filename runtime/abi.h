@@ -30,7 +30,7 @@
 #include <stdint.h>
 
 /* The contract's version: generated code stores it in ap_program. */
-#define AP_ABI_VERSION 6
+#define AP_ABI_VERSION 7
 
 /* ap_program.data_parallel_mode: every rank holds all parameters and
    optimizer state (main grads all-reduced), or each holds a flat 1/N shard
@@ -50,12 +50,18 @@ enum { AP_DP_REPLICATE = 0, AP_DP_ZERO3 = 1 };
    this data-parallel rank, added in stage order) instead of the
    data-parallel group: the loss sum and token count after the loop, which
    only the last stage holds (the others hold 0, so the sum is exact); a
-   pipeline of one stage: no-op. */
+   pipeline of one stage: no-op. AP_REDUCE_TENSOR (ap_all_reduce): the sum
+   runs over the tensor-parallel group (the ranks holding the other parts
+   of this rank's layers, added in rank order): a row-parallel projection's
+   partial output, the input gradient of a column-parallel one (inside the
+   microbatch loop, every microbatch, f32 or bf16), or a tp_grad_sum
+   parameter's main grad (after the loop); a group of one: no-op. */
 enum {
   AP_REDUCE_LAST_MICROBATCH = 1,
   AP_REDUCE_ACCUMULATE = 2,
   AP_REDUCE_SHARD_BF16 = 4,
-  AP_REDUCE_PIPELINE = 8
+  AP_REDUCE_PIPELINE = 8,
+  AP_REDUCE_TENSOR = 16
 };
 
 /* ap_pipeline_send / ap_pipeline_recv peers: the neighbouring stage of
@@ -189,6 +195,20 @@ typedef struct ap_param {
      one-stage and the pipelined step have the same bits. Only with
      shard_numel 0 and main_grad_bf16 0. */
   uint64_t tied_grad_offset;
+  /* Tensor parallelism (ap_program.tensor_parallel_size N > 1).
+     tp_num_segments 0: every tensor-parallel rank holds the whole parameter
+     (replicated; tp_dim is ignored); with tp_grad_sum 1 its main grad on
+     each rank is a partial sum that the step sums over the tensor-parallel
+     group before the norm. tp_num_segments 1..4: `shape` is this rank's
+     part; along tp_dim the whole tensor is the concatenation of
+     tp_num_segments segments of tp_segments[i] elements each, and
+     tensor-parallel rank r holds block r of N of every segment, in segment
+     order (initialised as that part of the whole tensor's values, so any N
+     starts from the same model). */
+  int32_t tp_dim;
+  int32_t tp_num_segments;
+  int64_t tp_segments[4];
+  int32_t tp_grad_sum;
 } ap_param;
 
 /* A pinned host slot: offset from the slot region's start, bytes. */
@@ -260,6 +280,9 @@ typedef struct ap_program {
      (ParallelGroups with tensor parallel 1). */
   int32_t pipeline_size;
   int32_t pipeline_stage;
+  /* Tensor parallelism as compiled: ranks sharing each layer (0 or 1:
+     none). World rank = tp + N x (dp + data_parallel_size x stage). */
+  int32_t tensor_parallel_size;
   void (*step)(ap_step *);
 } ap_program;
 

@@ -126,16 +126,29 @@ void StepRunner::endLoop() {
 
 void StepRunner::allReduce(uint64_t offset, uint64_t bytes, DType dtype,
                            Stream stream, bool lastMicrobatchOnly,
-                           bool overPipeline) {
+                           bool overPipeline, bool overTensor) {
   if (stream != Stream::Comm && stream != Stream::Compute)
     fail("all_reduce: stream ", streamName(stream),
          " (expected comm or compute)");
-  if (!dataParallel && !overPipeline)
+  if (overPipeline && overTensor)
+    fail("all_reduce: over the pipeline and the tensor-parallel group at "
+         "once");
+  if (!dataParallel && !overPipeline && !overTensor)
     fail("all_reduce: the step has no data-parallel communicator");
+  if (overTensor && program_.tensorParallelSize > 1 &&
+      (!tensorParallel ||
+       tensorParallel->size() != program_.tensorParallelSize))
+    fail("all_reduce: the program was compiled for ",
+         program_.tensorParallelSize,
+         " tensor-parallel ranks but the step's "
+         "tensor-parallel group has ",
+         tensorParallel ? tensorParallel->size() : 0);
   if (lastMicrobatchOnly && microbatch + 1 != program_.microBatches)
     return;
   void *p = dev.at(offset, bytes);
-  Communicator *comm = overPipeline ? pipeline : dataParallel;
+  Communicator *comm = overPipeline ? pipeline
+                       : overTensor ? tensorParallel
+                                    : dataParallel;
   // A world of one: the sum over "dp" is the buffer itself, so no call (an
   // in-place sum over one rank is the identity on every backend). The same
   // for a pipeline of one stage.
@@ -481,6 +494,36 @@ void StepRunner::finalizeGrads(double maxNorm) {
     rawNorm = float(std::sqrt(chainedSquares(tensors)));
     // The scratch holds the whole model's norm, as on one stage (the
     // kernel left this stage's partial one there).
+    dev.copyAsync(normDev, &rawNorm, 4, CopyKind::HostToDevice,
+                  Stream::Compute);
+    dev.synchronize(Stream::Compute);
+  } else if (tensorParallel && tensorParallel->size() > 1) {
+    // The split parameters' squares are summed over the tensor-parallel
+    // ranks (each holds a part); the replicated ones (the same on every
+    // rank once tp_grad_sum grads were summed) count once. Each set's norm
+    // comes from the kernel; their squares stand for the sums.
+    std::vector<kernels::GradTensor> split, replicated;
+    size_t k = 0;
+    for (const ParamEntry &p : program_.params) {
+      if (p.frozen || shardSpan(p, rank).count == 0)
+        continue;
+      (p.tpDim >= 0 ? split : replicated).push_back(tensors[k++]);
+    }
+    auto normOf = [&](std::vector<kernels::GradTensor> &set) {
+      if (set.empty())
+        return 0.0;
+      kernels::GradNormArgs a = args;
+      a.tensors = set.data();
+      a.numTensors = int64_t(set.size());
+      launch("finalize_grads",
+             [a](const KernelContext &c) { return kernels::gradNorm(c, a); });
+      float n = 0;
+      dev.copyToHostSync(&n, normDev, 4);
+      return double(n) * double(n);
+    };
+    double splitSquares = normOf(split), replicatedSquares = normOf(replicated);
+    splitSquares = sumScalars(tensorParallel, {splitSquares})[0];
+    rawNorm = float(std::sqrt(splitSquares + replicatedSquares));
     dev.copyAsync(normDev, &rawNorm, 4, CopyKind::HostToDevice,
                   Stream::Compute);
     dev.synchronize(Stream::Compute);

@@ -83,6 +83,42 @@ std::vector<float> initialValues(const ParamEntry &e, const ShardSpan &span,
   return out;
 }
 
+/// A tensor-parallel parameter's part on rank `rank` of `size`: the whole
+/// tensor's initial values (its shape with dim tpDim the segments' sum),
+/// then along tpDim block `rank` of every segment, in segment order
+/// (runtime/abi.h ap_param.tp_segments).
+std::vector<float> tensorParallelPart(const ParamEntry &e, int rank, int size,
+                                      uint64_t seed) {
+  const int d = e.tpDim;
+  int64_t wholeExtent = 0;
+  for (int64_t s : e.tpSegments)
+    wholeExtent += s;
+  int64_t outer = 1, inner = 1;
+  for (int i = 0; i < d; ++i)
+    outer *= e.shape[i];
+  for (int i = d + 1; i < e.rank; ++i)
+    inner *= e.shape[i];
+  const int64_t localExtent = e.shape[d];
+  ParamEntry whole = e;
+  whole.numel = outer * wholeExtent * inner;
+  std::vector<float> all =
+      initialValues(whole, ShardSpan{0, whole.numel, whole.numel}, seed);
+  std::vector<float> out(size_t(e.numel));
+  for (int64_t o = 0; o < outer; ++o) {
+    int64_t segStart = 0, localAt = 0;
+    for (int64_t s : e.tpSegments) {
+      int64_t part = s / size;
+      const float *src =
+          all.data() + (o * wholeExtent + segStart + rank * part) * inner;
+      std::copy(src, src + part * inner,
+                out.data() + (o * localExtent + localAt) * inner);
+      segStart += s;
+      localAt += part;
+    }
+  }
+  return out;
+}
+
 /// The elements of the whole flattened tensor `full` that this rank holds,
 /// zeros up to span.bufferNumel (`full` itself when it is all of them).
 std::vector<float> sliceOf(std::vector<float> full, const ShardSpan &span) {
@@ -680,6 +716,34 @@ int run(int argc, char **argv, const std::vector<Program> &stages) {
   // stage (ParallelGroups with tensor parallel 1).
   const int stageCount = int(stages.size());
   const int dpSize = p0.dataParallelSize;
+  // Tensor parallelism: world rank = tp + TP x (dp + DP x stage).
+  const int tpSize = p0.tensorParallelSize;
+  if (tpSize > 1 && worldSize != tpSize * dpSize * stageCount)
+    fail("the launcher (", launcherName(launchInfo.launcher), ") started ",
+         worldSize, " rank(s) but this binary was compiled for ", tpSize,
+         " tensor-parallel x ", dpSize, " data-parallel x ", stageCount,
+         " pipeline rank(s) = ", tpSize * dpSize * stageCount,
+         " rank(s): launch ", tpSize * dpSize * stageCount, " (mpirun -np ",
+         tpSize * dpSize * stageCount,
+         ") or recompile with other --tensor-parallel / "
+         "--data-parallel-size / --pipeline-parallel");
+  if (tpSize > 1) {
+    // What a tensor-parallel rank holds is its part of each split
+    // parameter; these paths read or write whole tensors.
+    auto refuse = [](const char *flag, const char *what) {
+      throw CliError(std::string(flag) + " with tensor parallelism: " + what +
+                     " is not supported yet (run a binary compiled without "
+                     "--tensor-parallel)");
+    };
+    if (!flags.save.empty())
+      refuse("--save", "saving the ranks' parts of split parameters");
+    if (!flags.resume.empty())
+      refuse("--resume", "loading the ranks' parts of split parameters");
+    if (!flags.initWeights.empty())
+      refuse("--init-weights", "splitting safetensors weights over ranks");
+    if (!flags.dumpGrads.empty())
+      refuse("--dump-grads", "gathering the ranks' grad parts");
+  }
   if (stageCount > 1 && worldSize != dpSize * stageCount)
     fail("the launcher (", launcherName(launchInfo.launcher), ") started ",
          worldSize, " rank(s) but this binary was compiled for ", dpSize,
@@ -688,7 +752,7 @@ int run(int argc, char **argv, const std::vector<Program> &stages) {
          dpSize * stageCount, " rank(s) (mpirun -np ", dpSize * stageCount,
          ") or recompile with other --data-parallel-size / "
          "--pipeline-parallel");
-  if (worldSize != p0.dataParallelSize * stageCount)
+  if (worldSize != p0.dataParallelSize * stageCount * tpSize)
     fail("the launcher (", launcherName(launchInfo.launcher), ") started ",
          worldSize, " rank(s) but this binary was compiled for ",
          p0.dataParallelSize,
@@ -730,11 +794,13 @@ int run(int argc, char **argv, const std::vector<Program> &stages) {
   // The data-parallel and pipeline groups; without stages the world is the
   // data-parallel group.
   ParallelGroups groups;
-  int dpRank = rank, stage = 0;
-  if (stageCount > 1) {
-    groups = makeParallelGroups(*world, 1, stageCount);
+  int dpRank = rank, stage = 0, tpRank = 0;
+  const bool grouped = stageCount > 1 || tpSize > 1;
+  if (grouped) {
+    groups = makeParallelGroups(*world, tpSize, stageCount);
     dpRank = groups.dpRank;
     stage = groups.ppRank;
+    tpRank = groups.tpRank;
   }
   const Program &p = stages[size_t(stage)];
   // Only rank 0 prints the notes every rank would print alike.
@@ -939,9 +1005,11 @@ int run(int argc, char **argv, const std::vector<Program> &stages) {
   if (worldSize > 1 && world->backend() != kernels::Backend::Host)
     checkSameRun(*world, &dev, stages, flags);
   StepRunner r(p, dev, pool, engine, flags.fingerprints);
-  r.dataParallel = stageCount > 1 ? groups.dp.get() : world.get();
+  r.dataParallel = grouped ? groups.dp.get() : world.get();
   if (stageCount > 1)
     r.attachPipeline(groups.pp.get());
+  if (tpSize > 1)
+    r.tensorParallel = groups.tp.get();
   r.lrOverride = flags.lr;
 
   // Everything persistent starts at zero (grads, moments, state); then the
@@ -951,8 +1019,13 @@ int run(int argc, char **argv, const std::vector<Program> &stages) {
   dev.synchronize();
   // ZeRO-3: every rank takes its slice of the whole tensor's values (the
   // same Philox keys), so any world size starts from the same model.
+  // Tensor parallelism: every rank takes its part of the whole tensor's
+  // values, so any number of ranks starts from the same model.
   for (const ParamEntry &e : p.params)
-    writeParameter(r, e, initialValues(e, shardSpan(e, rank), flags.seed));
+    writeParameter(r, e,
+                   e.tpDim >= 0
+                       ? tensorParallelPart(e, tpRank, tpSize, flags.seed)
+                       : initialValues(e, shardSpan(e, rank), flags.seed));
 
   if (!flags.initWeights.empty())
     loadInitWeights(stageCount > 1 ? whole : p, p, r, flags.initWeights);

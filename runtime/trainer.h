@@ -68,6 +68,14 @@ struct ParamEntry {
   /// also holds the embedding part): finalizeGrads adds it into `grad` and
   /// zeroes it (runtime/abi.h ap_param.tied_grad_offset).
   uint64_t tiedGrad = ~uint64_t(0);
+  /// Tensor parallelism (runtime/abi.h ap_param.tp_*): -1, or the dimension
+  /// along which this rank holds block tpRank of tpSize of every segment of
+  /// tpSegments (the whole extents); `shape` is the part's.
+  int32_t tpDim = -1;
+  std::vector<int64_t> tpSegments;
+  /// Replicated, but each rank's main grad is a partial sum (summed over the
+  /// tensor-parallel group by the step before finalize_grads).
+  bool tpGradSum = false;
   /// The main grad's element type.
   kernels::DType gradDType() const {
     return mainGradBf16 ? kernels::DType::BF16 : kernels::DType::F32;
@@ -170,6 +178,8 @@ struct Program {
   /// Pipeline stages as compiled (1: no pipeline) and this program's stage.
   int32_t pipelineSize = 1;
   int32_t pipelineStage = 0;
+  /// Tensor-parallel ranks as compiled (1: none).
+  int32_t tensorParallelSize = 1;
   void (*step)(StepRunner &) = nullptr;
   /// A program that came through the C ABI (runtime/abi.h): its step, which
   /// `step` calls with the runner as the ap_step handle.
@@ -197,6 +207,10 @@ public:
   /// The pipeline group (every stage of this data-parallel rank; stage s is
   /// rank s), set by attachPipeline; null: no pipeline.
   Communicator *pipeline = nullptr;
+  /// The tensor-parallel group (the ranks holding the other parts of this
+  /// rank's layers; rank r holds block r of every split parameter); null
+  /// or a group of one: no tensor parallelism.
+  Communicator *tensorParallel = nullptr;
   /// Makes `pp` the pipeline group: its size must be the program's
   /// pipelineSize and its rank the program's stage. Creates the links
   /// ap_pipeline_send/recv use and, with more than two stages, the group
@@ -280,9 +294,12 @@ public:
   /// loop, it runs in the last microbatch only. A world of one: no call.
   /// `overPipeline` (AP_REDUCE_PIPELINE): the sum runs over `pipeline`
   /// instead (stage order; no pipeline or one stage: no call).
+  /// `overTensor` (AP_REDUCE_TENSOR): over `tensorParallel` (rank order;
+  /// none or one rank: no call).
   void allReduce(uint64_t offset, uint64_t bytes, kernels::DType dtype,
                  Stream stream = Stream::Compute,
-                 bool lastMicrobatchOnly = false, bool overPipeline = false);
+                 bool lastMicrobatchOnly = false, bool overPipeline = false,
+                 bool overTensor = false);
   /// ap_pipeline_send / ap_pipeline_recv (runtime/pipeline.h): `bytes` at
   /// `offset` to / from the neighbouring stage `next` (else the previous
   /// one), on the comm stream; a send never blocks it, a receive does.

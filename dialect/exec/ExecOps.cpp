@@ -202,9 +202,13 @@ LogicalResult H2DOp::verify() {
 
 LogicalResult AllReduceOp::verify() {
   RankedTensorType t = getBuffer().getType().getTensor();
-  if (!t.getElementType().isF32() && !t.getElementType().isInteger(32))
+  // The tensor-parallel group also sums bf16 activations and gradients
+  // inside the loop (every microbatch: they are that microbatch's values).
+  bool tensorParallel = getCommunicator() == "tp";
+  if (!t.getElementType().isF32() && !t.getElementType().isInteger(32) &&
+      !(tensorParallel && t.getElementType().isBF16()))
     return emitOpError() << "sums f32 (main grads, loss) or i32 (token "
-                            "counts) buffers, got "
+                            "counts) buffers, or bf16 ones over \"tp\"; got "
                          << t;
   if (getStream() != Stream::Comm && getStream() != Stream::Compute)
     return emitOpError() << "runs on the comm (or compute) stream, not "
@@ -212,6 +216,13 @@ LogicalResult AllReduceOp::verify() {
   if (getCommunicator().empty())
     return emitOpError() << "communicator must not be empty";
   bool inLoop = (*this)->getParentOfType<MicrobatchLoopOp>() != nullptr;
+  if (inLoop && tensorParallel) {
+    if (getLastMicrobatch())
+      return emitOpError() << "over \"tp\" sums one microbatch's values and "
+                              "runs every microbatch; it cannot be "
+                              "last_microbatch";
+    return success();
+  }
   if (inLoop && !getLastMicrobatch())
     return emitOpError() << "inside exec.microbatch_loop must be marked "
                             "last_microbatch (main grads accumulate over "

@@ -79,6 +79,15 @@ LogicalResult TrainDialect::verifyOperationAttribute(Operation *op,
                              << attr.getValue();
     return success();
   }
+  if (attr.getName() == kTensorParallelAttrName) {
+    auto n = dyn_cast<IntegerAttr>(attr.getValue());
+    if (!isa<ModuleOp>(op) || !n || n.getValue().getSExtValue() < 1)
+      return op->emitError() << "'" << kTensorParallelAttrName
+                             << "' is a module attribute, a positive "
+                                "integer; got "
+                             << attr.getValue();
+    return success();
+  }
   if (attr.getName() == kModelNameAttrName) {
     if (!isa<StringAttr>(attr.getValue()))
       return op->emitError() << "'" << kModelNameAttrName
@@ -243,4 +252,13 @@ LogicalResult InitAttr::verify(function_ref<InFlightDiagnostic()> emitError,
     return success();
   }
   return success();
+}
+
+int64_t ap::train::tensorParallelSize(Operation *op) {
+  auto module =
+      isa<ModuleOp>(op) ? cast<ModuleOp>(op) : op->getParentOfType<ModuleOp>();
+  if (!module)
+    return 1;
+  auto n = module->getAttrOfType<IntegerAttr>(kTensorParallelAttrName);
+  return n ? n.getInt() : 1;
 }

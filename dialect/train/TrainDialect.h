@@ -42,6 +42,10 @@ inline constexpr llvm::StringLiteral kPipelineLayersAttrName =
 /// symbol names) another stage also holds (the tied embedding / LM head).
 inline constexpr llvm::StringLiteral kPipelineTiedAttrName =
     "train.pipeline_tied";
+/// Module attribute: the tensor-parallel size N (>= 1) the graph is one
+/// rank's part of (train.param split, train.tp_copy / train.tp_reduce).
+inline constexpr llvm::StringLiteral kTensorParallelAttrName =
+    "train.tensor_parallel";
 /// Unit attribute on forward ops cloned into backward by train-recompute.
 inline constexpr llvm::StringLiteral kRecomputedAttrName = "train.recomputed";
 /// Unit attribute on recompute clones that train-recompute-stream issued
@@ -57,6 +61,8 @@ inline constexpr llvm::StringLiteral kPlacementAttrName = "train.placement";
 /// On the microbatch loop: most D2H copies pending before compute waits.
 inline constexpr llvm::StringLiteral kMaxInflightAttrName =
     "train.max_inflight";
+/// The module's tensor-parallel size (1 without the attribute).
+int64_t tensorParallelSize(mlir::Operation *op);
 } // namespace ap::train
 
 #endif // ACTPLACE_DIALECT_TRAIN_TRAINDIALECT_H

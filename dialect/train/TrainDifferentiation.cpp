@@ -335,6 +335,29 @@ LogicalResult AddOp::buildBackward(OpBuilder &, ArrayRef<Value> resultGrads,
   return success();
 }
 
+// Megatron's f and g: each one's backward is the other.
+LogicalResult
+TensorParallelCopyOp::buildBackward(OpBuilder &b, ArrayRef<Value> resultGrads,
+                                    ArrayRef<bool> needsGrad,
+                                    function_ref<FlatSymbolRefAttr(Value)>,
+                                    SmallVectorImpl<Value> &operandGrads) {
+  Value dx;
+  if (needsGrad[0])
+    dx = TensorParallelReduceOp::create(b, getLoc(), getType(), resultGrads[0],
+                                        getScope());
+  operandGrads.push_back(dx);
+  return success();
+}
+
+LogicalResult
+TensorParallelReduceOp::buildBackward(OpBuilder &, ArrayRef<Value> resultGrads,
+                                      ArrayRef<bool> needsGrad,
+                                      function_ref<FlatSymbolRefAttr(Value)>,
+                                      SmallVectorImpl<Value> &operandGrads) {
+  operandGrads.push_back(needsGrad[0] ? resultGrads[0] : Value());
+  return success();
+}
+
 LogicalResult ReshapeOp::buildBackward(OpBuilder &b,
                                        ArrayRef<Value> resultGrads,
                                        ArrayRef<bool> needsGrad,

@@ -365,6 +365,68 @@ LogicalResult AttentionOp::verify() {
 }
 
 //===----------------------------------------------------------------------===//
+// Parameters and tensor parallelism
+//===----------------------------------------------------------------------===//
+
+LogicalResult ParamOp::verify() {
+  std::optional<uint64_t> dim = getTpDim();
+  std::optional<ArrayRef<int64_t>> segments = getTpSegments();
+  if (dim.has_value() != segments.has_value())
+    return emitOpError() << "needs both 'tp_dim' and 'tp_segments' (a split "
+                            "parameter) or neither (a replicated one)";
+  if (getTpGradSum() && (dim || tensorParallelSize(*this) < 2))
+    return emitOpError() << "'tp_grad_sum' belongs on a replicated parameter "
+                            "of a module with '"
+                         << kTensorParallelAttrName << "' of at least 2";
+  if (!dim)
+    return success();
+  auto type = cast<RankedTensorType>(getType());
+  if (int64_t(*dim) >= type.getRank())
+    return emitOpError() << "split dimension " << *dim << " is not below the "
+                         << "rank " << type.getRank() << " of " << type;
+  int64_t tp = tensorParallelSize(*this);
+  if (tp < 2)
+    return emitOpError() << "is split, but the module's '"
+                         << kTensorParallelAttrName
+                         << "' is 1 or absent (a split parameter needs at "
+                            "least 2 tensor-parallel ranks)";
+  if (segments->empty())
+    return emitOpError() << "split with no segments";
+  int64_t whole = 0;
+  for (int64_t s : *segments) {
+    if (s <= 0 || s % tp != 0)
+      return emitOpError() << "segment extent " << s
+                           << " is not a positive multiple of the "
+                              "tensor-parallel size "
+                           << tp;
+    whole += s;
+  }
+  int64_t local = type.getDimSize(*dim);
+  if (whole / tp != local)
+    return emitOpError() << "dimension " << *dim << " is " << local
+                         << ", expected " << whole / tp
+                         << " (the segments' extents " << whole << " / " << tp
+                         << " tensor-parallel ranks)";
+  return success();
+}
+
+static LogicalResult verifyTensorParallelOp(Operation *op) {
+  if (tensorParallelSize(op) < 2)
+    return op->emitOpError()
+           << "needs a module with '" << kTensorParallelAttrName
+           << "' of at least 2 (the tensor-parallel group it sums over)";
+  return success();
+}
+
+LogicalResult TensorParallelCopyOp::verify() {
+  return verifyTensorParallelOp(*this);
+}
+
+LogicalResult TensorParallelReduceOp::verify() {
+  return verifyTensorParallelOp(*this);
+}
+
+//===----------------------------------------------------------------------===//
 // Views
 //===----------------------------------------------------------------------===//
 

@@ -90,14 +90,35 @@ def Train_ParamOp : Train_Op<"param", [Symbol]> {
     train.param @model.embed_tokens.weight : tensor<248320x1024xbf16> init <normal, 0.0, 0.02>
     train.param @model.layers.0.linear_attn.A_log : tensor<16xf32> init <log_uniform, 1.0e-02, 1.6e+01> frozen
     ```
+
+    Under tensor parallelism (module attribute `train.tensor_parallel` = N)
+    a parameter with `split` holds this rank's part of the whole tensor:
+    along dimension `tp_dim` the whole tensor is the concatenation of
+    `tp_segments` (their whole extents, e.g. the q, k and v rows of a fused
+    projection), and rank r holds block r of N of every segment, in segment
+    order. `$type` is that part's type. A parameter without `split` is
+    replicated: every rank holds all of it. A replicated parameter that
+    ranks apply to their own heads only (the per-head norms inside a
+    tensor-parallel region) is `tp_grad_sum`: each rank's gradient is a
+    partial sum, summed over the `tp` group once per step before the norm.
+
+    ```mlir
+    train.param @model.layers.0.mlp.gate_proj.weight : tensor<32x64xbf16> init <normal, 0.0, 0.02> split 0 segments [64]
+    ```
   }];
   let arguments = (ins SymbolNameAttr:$sym_name,
                        TypeAttrOf<Train_ParamType>:$type,
                        Train_InitAttr:$init,
-                       UnitAttr:$frozen);
+                       UnitAttr:$frozen,
+                       OptionalAttr<ConfinedAttr<I64Attr, [IntNonNegative]>>:$tp_dim,
+                       OptionalAttr<DenseI64ArrayAttr>:$tp_segments,
+                       UnitAttr:$tp_grad_sum);
   let assemblyFormat = [{
-    $sym_name `:` $type `init` `` $init (`frozen` $frozen^)? attr-dict
+    $sym_name `:` $type `init` `` $init (`frozen` $frozen^)?
+    (`split` $tp_dim^ `segments` $tp_segments)?
+    (`tp_grad_sum` $tp_grad_sum^)? attr-dict
   }];
+  let hasVerifier = 1;
 }
 
 def Train_ParamRefOp : Train_Op<"param_ref",
@@ -346,6 +367,49 @@ def Train_OutputGateOp : Train_ComputeOp<"output_gate", [SameOperandsAndResultTy
   let arguments = (ins Train_AnyFloatTensor:$input, Train_AnyFloatTensor:$gate,
                        Train_ScopeAttr:$scope);
   let results = (outs Train_AnyFloatTensor:$result);
+}
+
+//===----------------------------------------------------------------------===//
+// Tensor parallelism (Megatron's f and g)
+//===----------------------------------------------------------------------===//
+
+def Train_TensorParallelCopyOp : Train_ComputeOp<"tp_copy", [SameOperandsAndResultType, DifferentiableOp]> {
+  let summary = "enters a tensor-parallel region: identity forward, gradient summed over the tensor-parallel ranks";
+  let description = [{
+    Marks a replicated activation (the same on every tensor-parallel rank)
+    that feeds column-parallel projections, each rank computing its own
+    heads or channels from it. Forward it is the identity (a view, no
+    copy); its gradient is the sum over the `tp` group of the ranks' partial
+    input gradients (`train.tp_reduce` of the result's gradient), so that
+    everything before it sees the whole model's gradient.
+
+    ```mlir
+    %xr = train.tp_copy %x scope<0, mlp_fc1>
+        : (tensor<1x64x64xbf16>) -> tensor<1x64x64xbf16>
+    ```
+  }];
+  let arguments = (ins Train_AnyFloatTensor:$input, Train_ScopeAttr:$scope);
+  let results = (outs Train_AnyFloatTensor:$result);
+  let hasVerifier = 1;
+}
+
+def Train_TensorParallelReduceOp : Train_ComputeOp<"tp_reduce", [SameOperandsAndResultType, DifferentiableOp]> {
+  let summary = "leaves a tensor-parallel region: sums the ranks' partial results; gradient passed through";
+  let description = [{
+    The output of a row-parallel projection on one rank is a partial sum
+    over that rank's heads or channels; `train.tp_reduce` sums it over the
+    `tp` group (a fixed-order all-reduce) into the replicated activation.
+    Its gradient is the result's gradient, the same on every rank. Its
+    input must have no other user: the sum is taken in place.
+
+    ```mlir
+    %y = train.tp_reduce %partial scope<0, mlp_fc2>
+        : (tensor<1x64x64xbf16>) -> tensor<1x64x64xbf16>
+    ```
+  }];
+  let arguments = (ins Train_AnyFloatTensor:$input, Train_ScopeAttr:$scope);
+  let results = (outs Train_AnyFloatTensor:$result);
+  let hasVerifier = 1;
 }
 
 //===----------------------------------------------------------------------===//

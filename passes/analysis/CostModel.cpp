@@ -395,8 +395,17 @@ OpCost CostModel::cost(Operation *op) const {
   // Ops that launch nothing: symbol reads, views, terminators, the loop
   // itself (its body is costed op by op) and the placement ops, whose
   // copies run on the d2h / h2d queues (StreamSimulation).
-  if (isa<ParamRefOp, ReshapeOp, YieldOp, MicrobatchLoopOp, WaitOp>(op))
+  if (isa<ParamRefOp, ReshapeOp, YieldOp, MicrobatchLoopOp, WaitOp,
+          TensorParallelCopyOp>(op))
     return c;
+  // A tensor-parallel sum runs on the compute stream, in the step's order:
+  // the collective's time at the profile's all-reduce rates.
+  if (auto reduce = dyn_cast<TensorParallelReduceOp>(op)) {
+    c.seconds =
+        collectiveSeconds(Collective::AllReduce, tensorBytes(reduce.getType()),
+                          tensorParallelSize(op));
+    return c;
+  }
   // Pipeline sends and receives run on the communication stream.
   if (isa<PipelineSendOp, PipelineRecvOp>(op))
     return c;

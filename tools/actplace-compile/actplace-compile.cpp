@@ -166,6 +166,16 @@ static cl::opt<int64_t> dataParallelSize(
              "a launch of another world size). The global batch is "
              "micro-batches x micro-batch-size x this"),
     cl::init(1), cl::cat(category));
+static cl::opt<int64_t> tensorParallel(
+    "tensor-parallel",
+    cl::desc("Tensor-parallel ranks (Megatron-style): attention and MLA "
+             "heads, GDN key and value heads and the MLP width are split "
+             "over this many ranks, column-parallel projections in, "
+             "row-parallel out, one all-reduce after each block's output "
+             "projection; the embedding, norms and LM head are replicated. "
+             "The binary runs on tensor-parallel x data-parallel-size ranks "
+             "(default 1)"),
+    cl::init(1), cl::cat(category));
 static cl::opt<int64_t> pipelineParallel(
     "pipeline-parallel",
     cl::desc("Pipeline stages: the decoder layers are split into this many "
@@ -382,6 +392,17 @@ static std::string checkOptions() {
                          "got {0}",
                          int64_t(pipelineParallel))
         .str();
+  if (tensorParallel < 1 || tensorParallel > 1024)
+    return llvm::formatv("--tensor-parallel must be in [1, 1024] ranks, "
+                         "got {0}",
+                         int64_t(tensorParallel))
+        .str();
+  if (tensorParallel > 1 && pipelineParallel > 1)
+    return "--tensor-parallel with --pipeline-parallel is not supported yet "
+           "(tensor parallelism inside pipeline stages)";
+  if (tensorParallel > 1 && dataParallel == DataParallel::Zero3)
+    return "--tensor-parallel with --data-parallel=zero3 is not supported "
+           "yet; use --data-parallel=replicate";
   if (!pipelineStages.empty() && pipelineParallel == 1)
     return "--pipeline-stages needs --pipeline-parallel (the number of stages "
            "it lists)";
@@ -543,6 +564,9 @@ int main(int argc, char **argv) {
     shape.microBatchSize = microBatchSize;
     shape.microBatches = microBatches;
     shape.dtype = dtype;
+    shape.tensorParallel = tensorParallel;
+    if (llvm::Error err = ap::import::checkTensorParallel(*cfg, shape))
+      return fail(llvm::toString(std::move(err)));
     module = ap::import::buildForwardGraph(ctx, *cfg, shape);
     if (!module)
       return fail("the imported graph does not verify (diagnostics above)");
@@ -827,6 +851,7 @@ int main(int argc, char **argv) {
       shape.microBatchSize = c.b;
       shape.microBatches = c.m;
       shape.dtype = dtype;
+      shape.tensorParallel = tensorParallel;
       if (llvm::Error err = ap::import::checkTrainShape(shape))
         return fail(llvm::toString(std::move(err)));
       {

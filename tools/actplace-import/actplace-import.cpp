@@ -63,6 +63,11 @@ static cl::list<std::string>
 static cl::opt<std::string>
     modelName("model-name", cl::desc("Model name recorded in the graph"),
               cl::init(""), cl::cat(category));
+static cl::opt<int64_t> tensorParallel(
+    "tensor-parallel",
+    cl::desc("Build one rank's part of the model for this many "
+             "tensor-parallel ranks (default 1: the whole model)"),
+    cl::init(1), cl::cat(category));
 
 static cl::opt<bool> listModules(
     "list-modules",
@@ -125,6 +130,9 @@ int main(int argc, char **argv) {
   if (!cfg)
     return fail(llvm::toString(cfg.takeError()));
 
+  shape.tensorParallel = tensorParallel;
+  if (llvm::Error err = ap::import::checkTensorParallel(*cfg, shape))
+    return fail(llvm::toString(std::move(err)));
   shape.freezePrefixes.assign(freeze.begin(), freeze.end());
   shape.modelName = modelName;
   if (shape.modelName.empty() && cfg->name.empty())

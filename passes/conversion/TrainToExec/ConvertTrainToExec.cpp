@@ -138,7 +138,8 @@ static bool isLMHeadOp(Operation *op) {
 /// Ops of the loop body that lower to no kernel call.
 static bool lowersToKernel(Operation *op) {
   return !isa<tr::ParamRefOp, tr::ReshapeOp, tr::OffloadOp, tr::ReloadOp,
-              tr::WaitOp>(op);
+              tr::WaitOp, tr::TensorParallelCopyOp, tr::TensorParallelReduceOp>(
+      op);
 }
 
 void Lowering::predictCopies(Block &body) {
@@ -212,6 +213,30 @@ LogicalResult Lowering::lowerBodyOp(Operation *op) {
       return failure();
     map.map(reshape.getResult(),
             ex::ViewOp::create(b, loc, bufferOf(reshape.getType()), src));
+    return success();
+  }
+  // Megatron's f is a view; g sums its input over the tensor-parallel
+  // ranks in place (the row-parallel projection's partial output, whose
+  // only reader it is), on the compute stream, every microbatch.
+  if (auto copy = dyn_cast<tr::TensorParallelCopyOp>(op)) {
+    Value src = lookup(op, copy.getInput());
+    if (!src)
+      return failure();
+    map.map(copy.getResult(),
+            ex::ViewOp::create(b, loc, bufferOf(copy.getType()), src));
+    return success();
+  }
+  if (auto reduce = dyn_cast<tr::TensorParallelReduceOp>(op)) {
+    Value src = lookup(op, reduce.getInput());
+    if (!src)
+      return failure();
+    if (!reduce.getInput().hasOneUse())
+      return op->emitError()
+             << "convert-train-to-exec: train.tp_reduce sums its input in "
+                "place, but the input has other users (copy it first)";
+    Value sum = ex::ViewOp::create(b, loc, bufferOf(reduce.getType()), src);
+    ex::AllReduceOp::create(b, loc, sum, "tp", ex::Stream::Compute);
+    map.map(reduce.getResult(), sum);
     return success();
   }
   if (auto off = dyn_cast<tr::OffloadOp>(op)) {
@@ -343,6 +368,11 @@ LogicalResult Lowering::lowerStepOp(Operation *op) {
     }
     ex::AllReduceOp::create(b, loc, lossAcc, "dp", ex::Stream::Comm);
     ex::AllReduceOp::create(b, loc, countAcc, "dp", ex::Stream::Comm);
+    // Replicated parameters each tensor-parallel rank applied to its own
+    // heads: their main grads are partial sums, summed over the ranks.
+    for (tr::ParamOp p : module.getOps<tr::ParamOp>())
+      if (Value g = params[p.getSymName()].grad; g && p.getTpGradSum())
+        ex::AllReduceOp::create(b, loc, g, "tp", ex::Stream::Comm);
     for (tr::ParamOp p : module.getOps<tr::ParamOp>())
       if (Value g = params[p.getSymName()].grad) {
         if (!zero3)
@@ -510,8 +540,9 @@ LogicalResult Lowering::run() {
   }
   // A pipeline stage's program says which stage it is and which of its
   // parameters another stage also holds.
-  for (StringRef name : {tr::kPipelineStagesAttrName,
-                         tr::kPipelineStageAttrName, tr::kPipelineTiedAttrName})
+  for (StringRef name :
+       {tr::kPipelineStagesAttrName, tr::kPipelineStageAttrName,
+        tr::kPipelineTiedAttrName, tr::kTensorParallelAttrName})
     if (Attribute a = module->getAttr(name))
       step->setAttr(name.drop_front(strlen("train.")), a);
   // The driver scratch, a persistent buffer the plan places like any other

@@ -131,7 +131,7 @@ exec.step @s {
 
 exec.step @s {
   %g = exec.persistent "w" weight bytes 256 : !exec.buffer<tensor<4xbf16>>
-  // expected-error @+1 {{'exec.all_reduce' op sums f32 (main grads, loss) or i32 (token counts) buffers, got 'tensor<4xbf16>'}}
+  // expected-error @+1 {{'exec.all_reduce' op sums f32 (main grads, loss) or i32 (token counts) buffers, or bf16 ones over "tp"; got 'tensor<4xbf16>'}}
   exec.all_reduce %g over "dp" on comm : !exec.buffer<tensor<4xbf16>>
   exec.return
 }
@@ -161,6 +161,17 @@ exec.step @s {
   exec.microbatch_loop count 2 {
     // expected-error @+1 {{'exec.all_reduce' op inside exec.microbatch_loop must be marked last_microbatch (main grads accumulate over microbatches and are summed once)}}
     exec.all_reduce %g over "dp" on comm : !exec.buffer<tensor<4xf32>>
+  }
+  exec.return
+}
+
+// -----
+
+exec.step @s {
+  %g = exec.persistent "w" main_grad bytes 256 : !exec.buffer<tensor<4xf32>>
+  exec.microbatch_loop count 2 {
+    // expected-error @+1 {{'exec.all_reduce' op over "tp" sums one microbatch's values and runs every microbatch; it cannot be last_microbatch}}
+    exec.all_reduce %g over "tp" on compute last_microbatch : !exec.buffer<tensor<4xf32>>
   }
   exec.return
 }

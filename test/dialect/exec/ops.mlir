@@ -43,8 +43,11 @@ exec.step @train_step attributes {arena_bytes = 4096 : i64} {
     // CHECK: exec.pool_release %[[S]] after %[[E2]] : !exec.host<tensor<1x8x2x2xbf16>>
     exec.pool_release %s after %e2 : !exec.host<tensor<1x8x2x2xbf16>>
     exec.wait %e2 on compute
+    // A tensor-parallel sum of one microbatch's bf16 values, every microbatch.
+    // CHECK: exec.all_reduce %{{.*}} over "tp" on compute : !exec.buffer<tensor<1x8x4xbf16>>
     // CHECK: exec.kernel "train.embedding_grad" ins(%{{.*}}, %{{.*}} : {{.*}}) outs(%[[G]] : !exec.buffer<tensor<4x8xf32>>) workspace 1024 args {weight_grad = @w}
     %rv = exec.view %r : !exec.buffer<tensor<1x8x2x2xbf16>> to !exec.buffer<tensor<1x8x4xbf16>>
+    exec.all_reduce %rv over "tp" on compute : !exec.buffer<tensor<1x8x4xbf16>>
     exec.kernel "train.embedding_grad" ins(%t, %rv : !exec.buffer<tensor<1x8xi32>>, !exec.buffer<tensor<1x8x4xbf16>>) outs(%g : !exec.buffer<tensor<4x8xf32>>) workspace 1024 args {weight_grad = @w}
     // CHECK: exec.all_reduce %[[G]] over "dp" on comm last_microbatch : !exec.buffer<tensor<4x8xf32>>
     exec.all_reduce %g over "dp" on comm last_microbatch : !exec.buffer<tensor<4x8xf32>>

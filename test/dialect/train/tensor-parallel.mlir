@@ -1,0 +1,71 @@
+// RUN: actplace-opt %s -split-input-file -verify-diagnostics | FileCheck %s
+// Tensor parallelism: split parameters, train.tp_copy / train.tp_reduce,
+// and one diagnostic per verifier rule.
+
+// CHECK-LABEL: module attributes {train.tensor_parallel = 2 : i64}
+// CHECK: train.param @w : tensor<32x64xbf16> init<normal, 0.000000e+00, 2.000000e-02> split 0 segments [64]
+// CHECK: train.param @qkv : tensor<3x8xbf16> init<normal, 0.000000e+00, 2.000000e-02> split 0 segments [2, 2, 2]
+// CHECK: train.param @n : tensor<16xbf16> init<ones> tp_grad_sum
+// CHECK: train.tp_copy %{{.*}} scope<0, mlp_fc1>
+// CHECK: train.tp_reduce %{{.*}} scope<0, mlp_fc2>
+module attributes {train.tensor_parallel = 2 : i64} {
+  train.param @w : tensor<32x64xbf16> init <normal, 0.0, 0.02> split 0 segments [64]
+  train.param @qkv : tensor<3x8xbf16> init <normal, 0.0, 0.02> split 0 segments [2, 2, 2]
+  train.param @n : tensor<16xbf16> init <ones, 0.0, 0.0> tp_grad_sum
+  func.func @f(%x: tensor<1x4x64xbf16>) -> tensor<1x4x64xbf16> {
+    %c = train.tp_copy %x scope<0, mlp_fc1> : (tensor<1x4x64xbf16>) -> tensor<1x4x64xbf16>
+    %r = train.tp_reduce %c scope<0, mlp_fc2> : (tensor<1x4x64xbf16>) -> tensor<1x4x64xbf16>
+    return %r : tensor<1x4x64xbf16>
+  }
+}
+
+// -----
+
+module attributes {train.tensor_parallel = 2 : i64} {
+  // expected-error @+1 {{dimension 0 is 16, expected 32 (the segments' extents 64 / 2 tensor-parallel ranks)}}
+  train.param @w : tensor<16x64xbf16> init <normal, 0.0, 0.02> split 0 segments [64]
+}
+
+// -----
+
+module attributes {train.tensor_parallel = 2 : i64} {
+  // expected-error @+1 {{segment extent 3 is not a positive multiple of the tensor-parallel size 2}}
+  train.param @w : tensor<3x64xbf16> init <normal, 0.0, 0.02> split 0 segments [3, 3]
+}
+
+// -----
+
+module attributes {train.tensor_parallel = 2 : i64} {
+  // expected-error @+1 {{split dimension 2 is not below the rank 2 of 'tensor<32x64xbf16>'}}
+  train.param @w : tensor<32x64xbf16> init <normal, 0.0, 0.02> split 2 segments [64]
+}
+
+// -----
+
+module {
+  // expected-error @+1 {{is split, but the module's 'train.tensor_parallel' is 1 or absent}}
+  train.param @w : tensor<32x64xbf16> init <normal, 0.0, 0.02> split 0 segments [64]
+}
+
+// -----
+
+module attributes {train.tensor_parallel = 2 : i64} {
+  // expected-error @+1 {{'tp_grad_sum' belongs on a replicated parameter of a module with 'train.tensor_parallel' of at least 2}}
+  train.param @w : tensor<32x64xbf16> init <normal, 0.0, 0.02> split 0 segments [64] tp_grad_sum
+}
+
+// -----
+
+module {
+  func.func @no_group(%x: tensor<1x4x64xbf16>) {
+    // expected-error @+1 {{needs a module with 'train.tensor_parallel' of at least 2}}
+    %c = train.tp_copy %x scope<0, mlp_fc1> : (tensor<1x4x64xbf16>) -> tensor<1x4x64xbf16>
+    return
+  }
+}
+
+// -----
+
+// expected-error @+1 {{'train.tensor_parallel' is a module attribute, a positive integer; got 0 : i64}}
+module attributes {train.tensor_parallel = 0 : i64} {
+}

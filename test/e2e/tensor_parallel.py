@@ -1,0 +1,197 @@
+#!/usr/bin/env python3
+#===- tensor_parallel.py - tensor-parallel binaries on the host -----------===#
+#
+# Binaries compiled with --tensor-parallel=N run on N ranks under mpirun
+# (host backend, MPI with rank-order sums). tiny-hybrid has a GDN, a gated
+# attention, an MLA and MLP layers, so every split (GDN key/value heads and
+# their conv channels, gates and out projection; q/kv heads; MLA up
+# projections by head; the MLP width) runs. Cases:
+#
+#   equivalence  TP 2 against TP 1 at --dtype f32, 3 steps: each step's loss
+#                and grad norm within a relative 2e-5 of one rank's (the
+#                row-parallel sums and the norm add in another order, so
+#                not bitwise), the two TP ranks bitwise equal to each
+#                other (replicated values after every sum).
+#   placement    TP 2 with the Megatron-LM scenario's placement
+#                (gdn_core_attn offloaded, gdn_norm_out recomputed) against
+#                none, bf16: per-rank fingerprints bitwise equal every step,
+#                each offloaded scope copies both ways when on and never
+#                when off, the pinned pool empty after each step.
+#   dp           TP 2 x DP 2 on 4 ranks against TP 1 x DP 2, f32: the same
+#                bound, every rank reporting the global loss.
+#   errors       a TP 2 binary on 1 or 3 ranks is refused naming the sizes;
+#                compile-time refusals name the option and the model field.
+#
+#===------------------------------------------------------------------------===#
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+
+from data_parallel import Runner
+from e2echeck import check, exit_status
+
+PLACEMENT = ["--offload-modules=gdn_core_attn", "--recompute-modules=gdn_norm_out",
+             "--hide-rule=off"]
+# |a - b| <= BOUND x max(|a|, |b|) per step at f32: summing two partial
+# products instead of one dot product, and the grad norm's squares in two
+# groups, move the last bits of values of order 1 (measured: a few 1e-7).
+BOUND = 2e-5
+
+
+def close(a, b):
+    return abs(a - b) <= BOUND * max(abs(a), abs(b), 1e-30)
+
+
+def within_bound(what, ref, lines, steps):
+    check(len(ref) == steps and len(lines) == steps,
+          "%s: %d and %d metrics lines, expected %d" %
+          (what, len(ref), len(lines), steps))
+    worst = 0.0
+    for a, b in zip(ref, lines):
+        for key in ("loss", "grad_norm"):
+            check(close(a[key], b[key]),
+                  "%s step %d: %s %r against %r (bound %g relative)" %
+                  (what, a["step"], key, b[key], a[key], BOUND))
+            worst = max(worst, abs(a[key] - b[key]) /
+                        max(abs(a[key]), 1e-30))
+    print("%s: loss and grad norm within %g of one rank over %d steps "
+          "(largest relative difference %.3g, last loss %r)" %
+          (what, BOUND, steps, worst, lines[-1]["loss"] if lines else None),
+          flush=True)
+
+
+def ranks_identical(what, lines):
+    for rank in range(1, len(lines)):
+        for a, b in zip(lines[0], lines[rank]):
+            check(a["loss"] == b["loss"] and a["grad_norm"] == b["grad_norm"],
+                  "%s: rank %d step %d reports loss %r / grad norm %r, rank 0 "
+                  "%r / %r" % (what, rank, a["step"], b["loss"],
+                               b["grad_norm"], a["loss"], a["grad_norm"]))
+
+
+def compare(t, name, ranks_ref, ranks, ref_flags, flags):
+    steps = 3
+    ref = t.compile(name + "-ref", "--micro-batches", "2", "--dtype", "f32",
+                    *ref_flags)
+    tp = t.compile(name, "--micro-batches", "2", "--dtype", "f32", *flags)
+    r, lref = t.train(ref, ranks_ref, "--steps", str(steps),
+                      metrics=name + "-ref.jsonl")
+    check(r.returncode == 0, "%s: the reference failed" % name)
+    r, ltp = t.train(tp, ranks, "--steps", str(steps),
+                     metrics=name + ".jsonl")
+    check(r.returncode == 0, "%s: the tensor-parallel run failed" % name)
+    ranks_identical(name, ltp)
+    within_bound("%s against %d rank(s) without tensor parallelism" %
+                 (name, ranks_ref), lref[0], ltp[0], steps)
+
+
+def case_equivalence(t):
+    compare(t, "tp2", 1, 2, [], ["--tensor-parallel=2"])
+
+
+def case_dp(t):
+    compare(t, "tp2dp2", 2, 4, ["--data-parallel-size=2"],
+            ["--tensor-parallel=2", "--data-parallel-size=2"])
+
+
+def case_placement(t):
+    steps = 3
+    off = t.compile("tp2", "--micro-batches", "2", "--tensor-parallel=2")
+    on = t.compile("tp2-placed", "--micro-batches", "2",
+                   "--tensor-parallel=2", *PLACEMENT)
+    r, loff = t.train(off, 2, "--steps", str(steps), metrics="off.jsonl")
+    check(r.returncode == 0, "TP 2 without placement failed")
+    r, lon = t.train(on, 2, "--steps", str(steps), metrics="on.jsonl")
+    check(r.returncode == 0, "TP 2 with placement failed")
+    for rank in range(2):
+        check(len(loff[rank]) == steps and len(lon[rank]) == steps,
+              "rank %d: missing metrics lines" % rank)
+        for a, b in zip(loff[rank], lon[rank]):
+            check(a["fingerprints"] == b["fingerprints"],
+                  "rank %d step %d: the placement changed the bits:\n  %s\n"
+                  "  %s" % (rank, a["step"], a["fingerprints"],
+                            b["fingerprints"]))
+            check(b["pinned_pool"]["in_use"] == 0,
+                  "rank %d step %d: pinned pool in use" % (rank, b["step"]))
+            for scope, c in a["transfers"].items():
+                check(c["d2h_count"] == 0 and c["h2d_count"] == 0,
+                      "rank %d step %d: %s copied without placement" %
+                      (rank, a["step"], scope))
+            check(b["transfers"], "rank %d step %d: nothing offloaded" %
+                  (rank, b["step"]))
+            for scope, c in b["transfers"].items():
+                check(c["d2h_count"] > 0 and
+                      c["d2h_count"] == c["h2d_count"] and
+                      c["d2h_bytes"] > 0 and c["h2d_bytes"] > 0,
+                      "rank %d step %d: scope %s counters %s" %
+                      (rank, b["step"], scope, c))
+        print("rank %d: fingerprints equal with and without placement; "
+              "offloaded %s" % (rank, ", ".join(sorted(lon[rank][0]
+                                                        ["transfers"]))),
+              flush=True)
+    # The ranks hold different parts of the split parameters.
+    check(loff[0][0]["fingerprints"] != loff[1][0]["fingerprints"],
+          "both tensor-parallel ranks hold the same bits")
+
+
+def case_errors(t):
+    tp2 = t.compile("tp2", "--micro-batches", "2", "--tensor-parallel=2")
+    for ranks in (1, 3):
+        r = t.mpirun(ranks, tp2, "--device", "host", "--steps", "1") \
+            if ranks > 1 else t.run([tp2, "--device", "host", "--steps", "1"])
+        out = r.stdout + r.stderr
+        check(r.returncode != 0, "TP 2 ran on %d ranks" % ranks)
+        check("2 tensor-parallel" in out and "started %d rank" % ranks in out,
+              "TP 2 on %d ranks: the error does not name the sizes:\n%s" %
+              (ranks, out))
+    r = t.mpirun(2, tp2, "--device", "host", "--steps", "1", "--save",
+                 t.path("ckpt"))
+    check(r.returncode != 0 and "--save with tensor parallelism" in
+          r.stdout + r.stderr, "TP 2 --save: expected a refusal:\n%s" %
+          (r.stdout + r.stderr))
+    refusals = [
+        (["--tensor-parallel=3"],
+         "--tensor-parallel=3: the model's num_attention_heads (4) is not a "
+         "multiple of the tensor-parallel size"),
+        (["--tensor-parallel=4"],
+         "--tensor-parallel=4: the model's num_key_value_heads (2) is not a "
+         "multiple"),
+        (["--tensor-parallel=0"], "--tensor-parallel must be in [1, 1024]"),
+        (["--tensor-parallel=2", "--pipeline-parallel=2"],
+         "--tensor-parallel with --pipeline-parallel is not supported yet"),
+        (["--tensor-parallel=2", "--data-parallel-size=2",
+          "--data-parallel=zero3"],
+         "--tensor-parallel with --data-parallel=zero3 is not supported yet"),
+    ]
+    for flags, message in refusals:
+        cmd = [t.args.compile, t.args.model, "--seq", "16", "--micro-batches",
+               "2", "-o", t.path("refused")] + flags
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        check(r.returncode != 0 and message in r.stdout + r.stderr,
+              "%s: expected an error with %r, got rc %d:\n%s" %
+              (" ".join(flags), message, r.returncode, r.stdout + r.stderr))
+
+
+CASES = {"equivalence": case_equivalence, "placement": case_placement,
+         "dp": case_dp, "errors": case_errors}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--compile", required=True)
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--mpirun", required=True)
+    ap.add_argument("--work", required=True)
+    ap.add_argument("--case", required=True, choices=sorted(CASES))
+    args = ap.parse_args()
+    args.mode = "replicate"
+    shutil.rmtree(args.work, ignore_errors=True)
+    os.makedirs(args.work)
+    CASES[args.case](Runner(args))
+    return exit_status("tensor parallel %s: ok" % args.case)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
