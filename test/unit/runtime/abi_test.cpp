@@ -317,6 +317,71 @@ TEST(AbiProgramTest, RefusesPipelineFieldsOutOfRange) {
               std::string::npos)
         << err;
   }
+  // Tensor parallelism: the split must be whole blocks of its segments.
+  auto tensorParallelError = [&](int32_t tp, auto edit) {
+    AbiProgram a;
+    a.p.tensor_parallel_size = tp;
+    a.param.tp_dim = 0;
+    a.param.tp_num_segments = 2;
+    a.param.tp_segments[0] = 64;
+    a.param.tp_segments[1] = 64;
+    edit(a);
+    return trainMainOf(a.p);
+  };
+  {
+    auto [rc, err] = tensorParallelError(
+        2, [](AbiProgram &a) { a.param.tp_segments[1] = 32; });
+    EXPECT_EQ(rc, 1);
+    EXPECT_NE(err.find("parameter 'w' holds 64 along dim 0; its segments (96 "
+                       "in all) over 2 ranks give 48"),
+              std::string::npos)
+        << err;
+  }
+  {
+    auto [rc, err] = tensorParallelError(2, [](AbiProgram &a) {
+      a.param.tp_segments[0] = 63;
+      a.param.tp_segments[1] = 65;
+    });
+    EXPECT_EQ(rc, 1);
+    EXPECT_NE(err.find("has segment 0 of 63 elements (expected a positive "
+                       "multiple of tensor_parallel_size 2)"),
+              std::string::npos)
+        << err;
+  }
+  {
+    auto [rc, err] = tensorParallelError(1, [](AbiProgram &) {});
+    EXPECT_EQ(rc, 1);
+    EXPECT_NE(err.find("parameter 'w' is split along dim 0 but "
+                       "tensor_parallel_size is 1"),
+              std::string::npos)
+        << err;
+  }
+  {
+    auto [rc, err] = tensorParallelError(
+        2, [](AbiProgram &a) { a.param.tp_num_segments = 5; });
+    EXPECT_EQ(rc, 1);
+    EXPECT_NE(err.find("has tp_num_segments 5 (expected 0: replicated, or 1 "
+                       "to 4)"),
+              std::string::npos)
+        << err;
+  }
+  {
+    auto [rc, err] = tensorParallelError(2, [](AbiProgram &a) {
+      a.param.tp_num_segments = 0;
+      a.param.tp_grad_sum = 1; // the parameter is frozen
+    });
+    EXPECT_EQ(rc, 1);
+    EXPECT_NE(err.find("has tp_grad_sum 1 but is frozen"), std::string::npos)
+        << err;
+  }
+  {
+    auto [rc, err] =
+        tensorParallelError(2, [](AbiProgram &a) { a.p.pipeline_size = 2; });
+    EXPECT_EQ(rc, 1);
+    EXPECT_NE(err.find("tensor_parallel_size 2 with pipeline_size 2"),
+              std::string::npos)
+        << err;
+  }
   {
     AbiProgram a;
     a.param.pipeline_tied = 2;
@@ -675,9 +740,20 @@ TEST_F(AbiStepTest, PipelineCallsOnOneStage) {
   device->synchronize();
   for (int i = 0; i < 16; ++i)
     EXPECT_EQ(f[i], 0.5f * float(i)) << i;
+  // Over the tensor-parallel group of a program without one: the buffer.
+  ap_all_reduce(handle(), 0, 64, AP_DTYPE_F32, AP_STREAM_COMPUTE,
+                AP_REDUCE_TENSOR);
+  device->synchronize();
+  for (int i = 0; i < 16; ++i)
+    EXPECT_EQ(f[i], 0.5f * float(i)) << i;
   EXPECT_NE(errorOf([&] {
-              ap_all_reduce(handle(), 0, 64, AP_DTYPE_F32, AP_STREAM_COMM, 16);
-            }).find("ap_all_reduce: flags 16"),
+              ap_all_reduce(handle(), 0, 64, AP_DTYPE_F32, AP_STREAM_COMM, 32);
+            }).find("ap_all_reduce: flags 32"),
+            std::string::npos);
+  EXPECT_NE(errorOf([&] {
+              ap_all_reduce(handle(), 0, 64, AP_DTYPE_F32, AP_STREAM_COMM,
+                            AP_REDUCE_PIPELINE | AP_REDUCE_TENSOR);
+            }).find("over the pipeline and the tensor-parallel group at once"),
             std::string::npos);
 }
 
