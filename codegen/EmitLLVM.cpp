@@ -91,6 +91,7 @@ const llvm::StringMap<std::string> &abiCalls() {
       AP_ABI_CALL(ap_reload),
       AP_ABI_CALL(ap_begin_microbatch),
       AP_ABI_CALL(ap_load_input),
+      AP_ABI_CALL(ap_load_input_shard),
       AP_ABI_CALL(ap_yield),
       AP_ABI_CALL(ap_end_loop),
       AP_ABI_CALL(ap_all_reduce),

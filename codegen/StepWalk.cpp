@@ -843,7 +843,8 @@ LogicalResult Walker::walkOp(Operation *op) {
     if (failed(offsetOf(op->getOperand(0), op, o)))
       return failure();
     auto name = cast<StringAttr>(*attrOf(op, "name"));
-    sink_.call("ap_load_input",
+    sink_.call(cast<exec::LoadInputOp>(op).getTpShard() ? "ap_load_input_shard"
+                                                        : "ap_load_input",
                {CallArg::str(name.getValue().str()), CallArg::u64(o),
                 CallArg::u64(numel(tensorOf(op->getOperand(0))) * 4)});
     return success();
@@ -954,15 +955,30 @@ LogicalResult Walker::walkOp(Operation *op) {
     SmallVector<CallArg> args{CallArg::u64(o0), CallArg::u64(o1),
                               CallArg::u64(numel(t) * elemBytes(ft)),
                               abiDtype(*dt), stream(op)};
-    if (!gather) {
+    // "dp": ZeRO-3 shards; "tp": sequence-parallel token shards.
+    StringRef group = gather
+                          ? cast<exec::AllGatherOp>(op).getCommunicator()
+                          : cast<exec::ReduceScatterOp>(op).getCommunicator();
+    if (group != "dp" && group != "tp")
+      return op->emitError(pfx() + "shard collective over '")
+             << group << "' (expected \"dp\" or \"tp\")";
+    bool overTensor = group == "tp";
+    if (gather) {
+      args.push_back(CallArg::i32(overTensor ? AP_REDUCE_TENSOR : 0,
+                                  overTensor ? "AP_REDUCE_TENSOR" : "0"));
+    } else {
       bool acc = cast<exec::ReduceScatterOp>(op).getAccumulate();
       bool bf16Shard = t.getElementType() != ft.getElementType();
       int32_t flags = (acc ? AP_REDUCE_ACCUMULATE : 0) |
-                      (bf16Shard ? AP_REDUCE_SHARD_BF16 : 0);
+                      (bf16Shard ? AP_REDUCE_SHARD_BF16 : 0) |
+                      (overTensor ? AP_REDUCE_TENSOR : 0);
       std::string text = bf16Shard
                              ? "AP_REDUCE_ACCUMULATE | AP_REDUCE_SHARD_BF16"
                          : acc ? "AP_REDUCE_ACCUMULATE"
                                : "0";
+      if (overTensor)
+        text = acc ? "AP_REDUCE_ACCUMULATE | AP_REDUCE_TENSOR"
+                   : "AP_REDUCE_TENSOR";
       args.push_back(CallArg::i32(flags, text));
     }
     sink_.call(gather ? "ap_all_gather" : "ap_reduce_scatter", args);

@@ -28,6 +28,7 @@ public:
     T = shape.seqLen;
     D = cfg.hiddenSize;
     tp = shape.tensorParallel;
+    sp = shape.sequenceParallel && tp > 1;
   }
 
   OwningOpRef<ModuleOp> build();
@@ -81,6 +82,39 @@ private:
       return x;
     return TensorParallelReduceOp::create(b, loc, x.getType(), x,
                                           scope(layer, leaf));
+  }
+  /// A tensor-parallel region's entry and exit: f and g, or with sequence
+  /// parallelism the all-gather of the token shards [1, N/T, d] into
+  /// [B, T, d] and the reduce-scatter back.
+  Value enterRegion(Value x, int64_t layer, StringRef leaf) {
+    if (!sp)
+      return tpCopy(x, layer, leaf);
+    int64_t d = cast<RankedTensorType>(x.getType()).getShape().back();
+    return SequenceParallelGatherOp::create(b, loc, tensor({B, T, d}), x,
+                                            scope(layer, leaf));
+  }
+  Value leaveRegion(Value x, int64_t layer, StringRef leaf) {
+    if (!sp)
+      return tpReduce(x, layer, leaf);
+    return SequenceParallelScatterOp::create(b, loc, residualType(), x,
+                                             scope(layer, leaf));
+  }
+  /// Inside a region entered through sp_gather every rank computes the
+  /// replicated values on the whole sequence, and their gradients stay
+  /// partial until the gather's reduce-scatter sums them: no f there.
+  Value innerCopy(Value x, int64_t layer, StringRef leaf) {
+    return sp ? x : tpCopy(x, layer, leaf);
+  }
+  /// The residual stream: [B, T, D], or this rank's [1, N/T, D] tokens.
+  RankedTensorType residualType() {
+    return sp ? tensor({1, B * T / tp, D}) : tensor({B, T, D});
+  }
+  /// Under sequence parallelism a replicated parameter applied to the
+  /// rank's tokens only (norms between regions, the embedding, the LM head)
+  /// has a partial gradient: summed over the ranks.
+  void tokenLocal(StringRef name) {
+    if (sp)
+      gradSumParams.insert(name);
   }
   Value modelNormWeight(StringRef name, int64_t dim) {
     // (1 + w) norms start at w = 0, plain norms at w = 1: both the identity.
@@ -137,6 +171,8 @@ private:
   int64_t B, T, D;
   /// Tensor-parallel ranks: head and channel counts below are per rank.
   int64_t tp = 1;
+  /// Sequence parallelism (with tp > 1).
+  bool sp = false;
   /// The replicated parameters ranks apply to their own heads only.
   llvm::StringSet<> gradSumParams;
   ModuleOp module;
@@ -186,10 +222,11 @@ Value GraphEmitter::gdnBlock(Value h, int64_t i) {
   SmallVector<int64_t> qkv{hkAll * dk, hkAll * dk, hvAll * dv};
   std::string p = layerName(i, "linear_attn.");
 
+  tokenLocal(layerName(i, "input_layernorm.weight"));
   Value x =
       rmsNorm(h, modelNormWeight(layerName(i, "input_layernorm.weight"), D),
               cfg.zeroCenteredNorms, i, "attn_norm");
-  x = tpCopy(x, i, "gdn_in_proj");
+  x = enterRegion(x, i, "gdn_in_proj");
   Value mixed = linear(x, columnWeight(p + "in_proj_qkv.weight", qkv, D), i,
                        "gdn_in_proj");
   Value z = linear(x, columnWeight(p + "in_proj_z.weight", {hvAll * dv}, D), i,
@@ -246,7 +283,7 @@ Value GraphEmitter::gdnBlock(Value h, int64_t i) {
   yn = reshape(yn, {B, T, hv * dv}, i, "gdn_norm_out");
   Value out = linear(yn, rowWeight(p + "out_proj.weight", D, hvAll * dv), i,
                      "gdn_out_proj");
-  out = tpReduce(out, i, "gdn_out_proj");
+  out = leaveRegion(out, i, "gdn_out_proj");
   return add(h, out, i, "gdn_out_proj");
 }
 
@@ -256,10 +293,11 @@ Value GraphEmitter::attentionBlock(Value h, int64_t i) {
   int64_t hqAll = cfg.numHeads, hkvAll = cfg.numKvHeads, hd = cfg.headDim;
   int64_t hq = hqAll / tp, hkv = hkvAll / tp;
   std::string p = layerName(i, "self_attn.");
+  tokenLocal(layerName(i, "input_layernorm.weight"));
   Value x =
       rmsNorm(h, modelNormWeight(layerName(i, "input_layernorm.weight"), D),
               cfg.zeroCenteredNorms, i, "attn_norm");
-  x = tpCopy(x, i, "qkv_linear");
+  x = enterRegion(x, i, "qkv_linear");
 
   // With the output gate, q_proj emits [q | gate] per head.
   int64_t qWidth = cfg.attnOutputGate ? 2 * hd : hd;
@@ -301,7 +339,7 @@ Value GraphEmitter::attentionBlock(Value h, int64_t i) {
   o = reshape(o, {B, T, hq * hd}, i, "attn_proj");
   Value out =
       linear(o, rowWeight(p + "o_proj.weight", D, hqAll * hd), i, "attn_proj");
-  out = tpReduce(out, i, "attn_proj");
+  out = leaveRegion(out, i, "attn_proj");
   return add(h, out, i, "attn_proj");
 }
 
@@ -316,9 +354,19 @@ Value GraphEmitter::mlaBlock(Value h, int64_t i) {
   auto plainNorm = [&](StringRef name, int64_t dim) {
     return param(name, {dim}, InitKind::Ones);
   };
+  tokenLocal(layerName(i, "input_layernorm.weight"));
   Value x =
       rmsNorm(h, modelNormWeight(layerName(i, "input_layernorm.weight"), D),
               cfg.zeroCenteredNorms, i, "attn_norm");
+  // Sequence parallel: the whole region, the replicated latents included,
+  // runs on the gathered sequence; their gradients are partial (each rank's
+  // heads) until the gather's reduce-scatter, so their weights' are summed.
+  if (sp) {
+    x = enterRegion(x, i, "qkv_linear");
+    for (StringRef w : {"q_a_proj.weight", "q_a_layernorm.weight",
+                        "kv_a_proj_with_mqa.weight", "kv_a_layernorm.weight"})
+      gradSumParams.insert(p + w.str());
+  }
 
   // Queries: down projection + latent norm (qkv_linear), up projection and
   // RoPE (mla_up_proj); without q_lora a single projection.
@@ -328,13 +376,13 @@ Value GraphEmitter::mlaBlock(Value h, int64_t i) {
                       i, "qkv_linear");
     cq = rmsNorm(cq, plainNorm(p + "q_a_layernorm.weight", *cfg.qLoraRank),
                  false, i, "qkv_linear");
-    cq = tpCopy(cq, i, "mla_up_proj");
+    cq = innerCopy(cq, i, "mla_up_proj");
     q = linear(
         cq,
         columnWeight(p + "q_b_proj.weight", {nAll * (dn + dr)}, *cfg.qLoraRank),
         i, "mla_up_proj");
   } else {
-    q = linear(tpCopy(x, i, "qkv_linear"),
+    q = linear(innerCopy(x, i, "qkv_linear"),
                columnWeight(p + "q_proj.weight", {nAll * (dn + dr)}, D), i,
                "qkv_linear");
   }
@@ -357,7 +405,7 @@ Value GraphEmitter::mlaBlock(Value h, int64_t i) {
                       "qkv_linear");
   ckv = rmsNorm(ckv, plainNorm(p + "kv_a_layernorm.weight", kvl), false, i,
                 "qkv_linear");
-  ckv = tpCopy(ckv, i, "mla_up_proj");
+  ckv = innerCopy(ckv, i, "mla_up_proj");
   Value kv = linear(
       ckv, columnWeight(p + "kv_b_proj.weight", {nAll * (dn + dvh)}, kvl), i,
       "mla_up_proj");
@@ -367,7 +415,7 @@ Value GraphEmitter::mlaBlock(Value h, int64_t i) {
   kPe = RoPEOp::create(b, loc, kPe.getType(), kPe, rd, f64(cfg.ropeTheta),
                        scope(i, "mla_up_proj"));
   // Every rank's heads read the shared rotary key: its gradient is summed.
-  kPe = tpCopy(kPe, i, "mla_up_proj");
+  kPe = innerCopy(kPe, i, "mla_up_proj");
   kPe = ExpandOp::create(b, loc, tensor({B, T, n, dr}), kPe,
                          scope(i, "mla_up_proj"));
   Value kFull =
@@ -382,7 +430,7 @@ Value GraphEmitter::mlaBlock(Value h, int64_t i) {
   o = reshape(o, {B, T, n * dvh}, i, "attn_proj");
   Value out =
       linear(o, rowWeight(p + "o_proj.weight", D, nAll * dvh), i, "attn_proj");
-  out = tpReduce(out, i, "attn_proj");
+  out = leaveRegion(out, i, "attn_proj");
   return add(h, out, i, "attn_proj");
 }
 
@@ -393,9 +441,10 @@ Value GraphEmitter::mlpBlock(Value h, int64_t i, bool afterMixer) {
   std::string normName =
       layerName(i, afterMixer ? "post_attention_layernorm.weight"
                               : "input_layernorm.weight");
+  tokenLocal(normName);
   Value x = rmsNorm(h, modelNormWeight(normName, D), cfg.zeroCenteredNorms, i,
                     "mlp_norm");
-  x = tpCopy(x, i, "mlp_fc1");
+  x = enterRegion(x, i, "mlp_fc1");
   Value gate = linear(x, columnWeight(p + "gate_proj.weight", {interAll}, D), i,
                       "mlp_fc1");
   Value up = linear(x, columnWeight(p + "up_proj.weight", {interAll}, D), i,
@@ -404,7 +453,7 @@ Value GraphEmitter::mlpBlock(Value h, int64_t i, bool afterMixer) {
       SwiGLUOp::create(b, loc, gate.getType(), gate, up, scope(i, "mlp_act"));
   Value out =
       linear(a, rowWeight(p + "down_proj.weight", D, interAll), i, "mlp_fc2");
-  out = tpReduce(out, i, "mlp_fc2");
+  out = leaveRegion(out, i, "mlp_fc2");
   return add(h, out, i, "mlp_fc2");
 }
 
@@ -418,6 +467,8 @@ OwningOpRef<ModuleOp> GraphEmitter::build() {
                   b.getI64IntegerAttr(shape.microBatches));
   if (tp > 1)
     module->setAttr(kTensorParallelAttrName, b.getI64IntegerAttr(tp));
+  if (sp)
+    module->setAttr(kSequenceParallelAttrName, b.getUnitAttr());
   SmallVector<NamedAttribute> fields;
   for (const auto &[field, value] : cfg.computeFields())
     fields.push_back(b.getNamedAttr(field, b.getStringAttr(value)));
@@ -436,10 +487,23 @@ OwningOpRef<ModuleOp> GraphEmitter::build() {
   Block *body = func.addEntryBlock();
   b.setInsertionPointToStart(body);
 
+  // Sequence parallelism: the embedding, the norms between regions and the
+  // loss run on this rank's tokens.
+  Value tokens = body->getArgument(0), labels = body->getArgument(1);
+  if (sp) {
+    auto shardType = RankedTensorType::get({1, B * T / tp}, b.getI32Type());
+    tokens = SequenceParallelShardOp::create(b, loc, shardType, tokens,
+                                             scope(-1, "embedding"));
+    labels = SequenceParallelShardOp::create(b, loc, shardType, labels,
+                                             scope(-1, "lm_head"));
+  }
+  tokenLocal("model.embed_tokens.weight");
+  tokenLocal("model.norm.weight");
+  tokenLocal("lm_head.weight");
   Value embed = param("model.embed_tokens.weight", {cfg.vocabSize, D},
                       InitKind::Normal, 0.0, cfg.initializerRange);
-  Value h = EmbeddingOp::create(b, loc, tensor({B, T, D}), body->getArgument(0),
-                                embed, scope(-1, "embedding"));
+  Value h = EmbeddingOp::create(b, loc, residualType(), tokens, embed,
+                                scope(-1, "embedding"));
   for (auto [i, layer] : llvm::enumerate(cfg.layers)) {
     int64_t idx = static_cast<int64_t>(i);
     switch (layer.mixer) {
@@ -465,9 +529,9 @@ OwningOpRef<ModuleOp> GraphEmitter::build() {
                    : param("lm_head.weight", {cfg.vocabSize, D},
                            InitKind::Normal, 0.0, cfg.initializerRange);
   auto ce = LMHeadCrossEntropyOp::create(
-      b, loc, lossType, countType, /*lse=*/Type(), h, head,
-      body->getArgument(1), b.getI64IntegerAttr(shape.lossChunkTokens),
-      b.getI64IntegerAttr(-100), scope(-1, "lm_head"));
+      b, loc, lossType, countType, /*lse=*/Type(), h, head, labels,
+      b.getI64IntegerAttr(shape.lossChunkTokens), b.getI64IntegerAttr(-100),
+      scope(-1, "lm_head"));
   func::ReturnOp::create(b, loc,
                          ValueRange{ce.getLossSum(), ce.getTokenCount()});
 
@@ -520,8 +584,18 @@ llvm::Error ap::import::checkTensorParallel(const ModelConfig &cfg,
   };
   if (tp < 1 || tp > 1024)
     return error("expected a size in [1, 1024]");
+  if (shape.sequenceParallel && tp == 1)
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   "--sequence-parallel needs "
+                                   "--tensor-parallel of at least 2 (the "
+                                   "ranks the tokens are split over)");
   if (tp == 1)
     return llvm::Error::success();
+  if (shape.sequenceParallel && (shape.microBatchSize * shape.seqLen) % tp != 0)
+    return error("--sequence-parallel splits a microbatch's " +
+                 llvm::Twine(shape.microBatchSize * shape.seqLen) +
+                 " tokens (--micro-batch-size x --seq) over the ranks; they "
+                 "are not a multiple of the tensor-parallel size");
   // Each field tensor parallelism splits, with the layers that use it.
   bool attention = false, mla = false, gdn = false, mlp = false;
   for (const auto &layer : cfg.layers) {

@@ -32,6 +32,10 @@ struct TrainShape {
   /// is one rank's part of the model, its head and channel counts divided
   /// by this; 1 builds the whole model.
   int64_t tensorParallel = 1;
+  /// With tensorParallel > 1: the residual stream between tensor-parallel
+  /// regions, the norms there, the embedding and the loss run on this
+  /// rank's 1/tensorParallel of the microbatch's tokens.
+  bool sequenceParallel = false;
 };
 
 /// Builds the graph; returns null after emitting a diagnostic if the result

@@ -538,6 +538,12 @@ void ap_load_input(ap_step *step, const char *name, uint64_t offset,
   runner(step).loadInput(labelOf("ap_load_input", name), offset, bytes);
 }
 
+void ap_load_input_shard(ap_step *step, const char *name, uint64_t offset,
+                         uint64_t bytes) {
+  runner(step).loadInput(labelOf("ap_load_input_shard", name), offset, bytes,
+                         /*tpShard=*/true);
+}
+
 void ap_yield(ap_step *step, uint64_t lossOffset, uint64_t countOffset) {
   runner(step).yield(lossOffset, countOffset);
 }
@@ -557,19 +563,23 @@ void ap_all_reduce(ap_step *step, uint64_t offset, uint64_t bytes,
 }
 
 void ap_all_gather(ap_step *step, uint64_t shard, uint64_t full,
-                   uint64_t shardBytes, int32_t dtype, int32_t stream) {
-  runner(step).allGather(shard, full, shardBytes,
-                         dtypeOf("ap_all_gather", dtype),
-                         streamOf("ap_all_gather", stream));
+                   uint64_t shardBytes, int32_t dtype, int32_t stream,
+                   int32_t flags) {
+  if (flags & ~int32_t(AP_REDUCE_TENSOR))
+    fail("ap_all_gather: flags ", flags, " (expected 0 or AP_REDUCE_TENSOR)");
+  runner(step).allGather(
+      shard, full, shardBytes, dtypeOf("ap_all_gather", dtype),
+      streamOf("ap_all_gather", stream), (flags & AP_REDUCE_TENSOR) != 0);
 }
 
 void ap_reduce_scatter(ap_step *step, uint64_t full, uint64_t shard,
                        uint64_t shardBytes, int32_t dtype, int32_t stream,
                        int32_t flags) {
-  if (flags & ~int32_t(AP_REDUCE_ACCUMULATE | AP_REDUCE_SHARD_BF16))
+  if (flags &
+      ~int32_t(AP_REDUCE_ACCUMULATE | AP_REDUCE_SHARD_BF16 | AP_REDUCE_TENSOR))
     fail("ap_reduce_scatter: flags ", flags,
          " (expected 0, AP_REDUCE_ACCUMULATE or AP_REDUCE_ACCUMULATE | "
-         "AP_REDUCE_SHARD_BF16)");
+         "AP_REDUCE_SHARD_BF16, or AP_REDUCE_TENSOR)");
   const bool shardBf16 = (flags & AP_REDUCE_SHARD_BF16) != 0;
   if (shardBf16 && !(flags & AP_REDUCE_ACCUMULATE))
     fail("ap_reduce_scatter: flags ", flags,
@@ -582,7 +592,8 @@ void ap_reduce_scatter(ap_step *step, uint64_t full, uint64_t shard,
   runner(step).reduceScatter(full, shard, shardBytes,
                              dtypeOf("ap_reduce_scatter", dtype),
                              streamOf("ap_reduce_scatter", stream),
-                             (flags & AP_REDUCE_ACCUMULATE) != 0, shardBf16);
+                             (flags & AP_REDUCE_ACCUMULATE) != 0, shardBf16,
+                             (flags & AP_REDUCE_TENSOR) != 0);
 }
 
 void ap_zero(ap_step *step, uint64_t offset, uint64_t bytes, int32_t stream) {

@@ -328,6 +328,11 @@ void ap_reload(ap_step *step, uint32_t scope, uint32_t slot, uint64_t offset,
 void ap_begin_microbatch(ap_step *step, int64_t microbatch);
 void ap_load_input(ap_step *step, const char *name, uint64_t offset,
                    uint64_t bytes);
+/* Sequence parallelism: as ap_load_input, but only block r of
+   tensor_parallel_size of the microbatch's flattened ids (r this rank in
+   the tensor-parallel group). */
+void ap_load_input_shard(ap_step *step, const char *name, uint64_t offset,
+                         uint64_t bytes);
 /* train.yield: the microbatch's loss sum and token count. */
 void ap_yield(ap_step *step, uint64_t loss_offset, uint64_t count_offset);
 void ap_end_loop(ap_step *step);
@@ -337,14 +342,19 @@ void ap_end_loop(ap_step *step);
    stream's earlier work). `flags`: AP_REDUCE_*. A group of one: no-op. */
 void ap_all_reduce(ap_step *step, uint64_t offset, uint64_t bytes,
                    int32_t dtype, int32_t stream, int32_t flags);
-/* Gathers `shard_bytes` at arena `shard` from every data-parallel rank into
-   arena `full` (rank r's at byte r x shard_bytes) on `stream` (comm or
-   compute). A world of one copies. */
+/* Gathers `shard_bytes` at arena `shard` from every data-parallel rank (with
+   AP_REDUCE_TENSOR in `flags`: tensor-parallel rank) into arena `full` (rank
+   r's at byte r x shard_bytes) on `stream` (comm or compute). A world of one
+   copies. */
 void ap_all_gather(ap_step *step, uint64_t shard, uint64_t full,
-                   uint64_t shard_bytes, int32_t dtype, int32_t stream);
+                   uint64_t shard_bytes, int32_t dtype, int32_t stream,
+                   int32_t flags);
+
 /* Sums `full` (ranks x shard_bytes at arena `full`) over the data-parallel
    ranks and writes this rank's block of the sum to arena `shard`, on
-   `stream`; with AP_REDUCE_ACCUMULATE in `flags` adds it to `shard`
+   `stream` (AP_REDUCE_TENSOR: over the tensor-parallel ranks, a
+   sequence-parallel region's exit); with AP_REDUCE_ACCUMULATE in `flags`
+   adds it to `shard`
    instead. `full` is scratch afterwards (its contents are unspecified). A
    world of one copies (or adds). */
 void ap_reduce_scatter(ap_step *step, uint64_t full, uint64_t shard,

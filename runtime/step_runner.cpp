@@ -78,7 +78,8 @@ char *StepRunner::scratch(uint64_t offset) const {
 // Loop ops
 //===----------------------------------------------------------------------===//
 
-void StepRunner::loadInput(const char *name, uint64_t offset, uint64_t bytes) {
+void StepRunner::loadInput(const char *name, uint64_t offset, uint64_t bytes,
+                           bool tpShard) {
   const std::vector<int32_t> *src = nullptr;
   if (std::strcmp(name, "tokens") == 0)
     src = &tokens;
@@ -87,11 +88,26 @@ void StepRunner::loadInput(const char *name, uint64_t offset, uint64_t bytes) {
   else
     fail("load_input: unknown input '", name, "'");
   uint64_t n = uint64_t(program_.batch * program_.seq);
+  uint64_t first = 0;
+  if (tpShard) {
+    // Sequence parallelism: this rank's block of the flattened microbatch.
+    int ranks = tensorParallel ? tensorParallel->size() : 1;
+    if (ranks != program_.tensorParallelSize || n % uint64_t(ranks) != 0)
+      fail("load_input ", name, ": a token shard over ", ranks,
+           " tensor-parallel rank(s) of ", n,
+           " tokens (the program was "
+           "compiled for ",
+           program_.tensorParallelSize, ")");
+    n /= uint64_t(ranks);
+    first = n * uint64_t(tensorParallel ? tensorParallel->rank() : 0);
+  }
   if (n * sizeof(int32_t) > bytes)
     fail("load_input ", name, ": ", n * 4, " bytes do not fit the ", bytes,
          "-byte buffer");
-  dev.copyAsync(dev.at(offset, n * 4), src->data() + microbatch * n, n * 4,
-                CopyKind::HostToDevice, Stream::Compute);
+  uint64_t perMicrobatch = uint64_t(program_.batch * program_.seq);
+  dev.copyAsync(dev.at(offset, n * 4),
+                src->data() + uint64_t(microbatch) * perMicrobatch + first,
+                n * 4, CopyKind::HostToDevice, Stream::Compute);
 }
 
 void StepRunner::yield(uint64_t lossOff, uint64_t countOff) {
@@ -180,7 +196,8 @@ size_t shardCount(const char *what, Communicator *comm, Stream stream,
   if (stream != Stream::Comm && stream != Stream::Compute)
     fail(what, ": stream ", streamName(stream), " (expected comm or compute)");
   if (!comm)
-    fail(what, ": the step has no data-parallel communicator");
+    fail(what, ": the step has no such communicator (data-parallel, or "
+               "tensor-parallel for a sequence-parallel shard)");
   size_t eb = dtypeBytes(dtype);
   if (shardBytes == 0 || shardBytes % eb != 0)
     fail(what, ": shard of ", shardBytes, " bytes is not a whole number of ",
@@ -190,13 +207,12 @@ size_t shardCount(const char *what, Communicator *comm, Stream stream,
 } // namespace
 
 void StepRunner::allGather(uint64_t shard, uint64_t full, uint64_t shardBytes,
-                           DType dtype, Stream stream) {
-  size_t count =
-      shardCount("all_gather", dataParallel, stream, shardBytes, dtype);
-  uint64_t ranks = uint64_t(dataParallel->size());
+                           DType dtype, Stream stream, bool overTensor) {
+  Communicator *comm = overTensor ? tensorParallel : dataParallel;
+  size_t count = shardCount("all_gather", comm, stream, shardBytes, dtype);
+  uint64_t ranks = uint64_t(comm->size());
   void *s = dev.at(shard, shardBytes);
   void *f = dev.at(full, shardBytes * ranks);
-  Communicator *comm = dataParallel;
   if (dev.kind() == DeviceKind::Cuda) {
     comm->allGather(s, f, count, dtype, dev.nativeStream(stream));
     return;
@@ -208,12 +224,12 @@ void StepRunner::allGather(uint64_t shard, uint64_t full, uint64_t shardBytes,
 
 void StepRunner::reduceScatter(uint64_t full, uint64_t shard,
                                uint64_t shardBytes, DType dtype, Stream stream,
-                               bool accumulate, bool shardBf16) {
-  size_t count =
-      shardCount("reduce_scatter", dataParallel, stream, shardBytes, dtype);
-  uint64_t ranks = uint64_t(dataParallel->size());
+                               bool accumulate, bool shardBf16,
+                               bool overTensor) {
+  Communicator *comm = overTensor ? tensorParallel : dataParallel;
+  size_t count = shardCount("reduce_scatter", comm, stream, shardBytes, dtype);
+  uint64_t ranks = uint64_t(comm->size());
   void *f = dev.at(full, shardBytes * ranks);
-  Communicator *comm = dataParallel;
   if (shardBf16) {
     // A bf16 main-grad shard: shardBytes are the F32 block's, the shard
     // holds half of them.
@@ -422,7 +438,8 @@ void StepRunner::gdnGatesGrad(const char *name, uint64_t a, uint64_t aLog,
 
 void StepRunner::readSummedState() {
   if ((!dataParallel || dataParallel->size() == 1) &&
-      (!pipeline || pipeline->size() == 1))
+      (!pipeline || pipeline->size() == 1) &&
+      (!tensorParallel || tensorParallel->size() == 1))
     return;
   // The step's all-reduces summed the state buffers over the ranks (the
   // compute stream waits for them, so a full synchronisation covers them):

@@ -297,8 +297,14 @@ void dumpGrads(const Program &p, StepRunner &r, const std::string &path,
 /// parameter's compute copy and, when trainable, its FP32 master and Adam
 /// moments, each with its arena offset. ZeRO-3 on several ranks: this
 /// rank's flat shards (CheckpointTensor::shardNumel).
+/// A tensor-parallel rank's part of a split parameter's tensor in a
+/// checkpoint: "<tensor>#tp<rank>of<size>" (docs/checkpoint-format.md).
+std::string tensorPartName(const std::string &name, int tpRank, int tpSize) {
+  return name + "#tp" + std::to_string(tpRank) + "of" + std::to_string(tpSize);
+}
+
 std::vector<std::pair<CheckpointTensor, uint64_t>>
-describeCheckpointTensors(const Program &p, int rank) {
+describeCheckpointTensors(const Program &p, int rank, int tpRank = 0) {
   std::vector<std::pair<CheckpointTensor, uint64_t>> out;
   bool flat =
       p.dataParallelMode == DataParallelMode::Zero3 && p.dataParallelSize > 1;
@@ -306,7 +312,8 @@ describeCheckpointTensors(const Program &p, int rank) {
                  uint64_t offset, size_t elemSize) {
     ShardSpan span = shardSpan(e, rank);
     CheckpointTensor t;
-    t.name = name;
+    t.name = e.tpDim >= 0 ? tensorPartName(name, tpRank, p.tensorParallelSize)
+                          : name;
     t.dtype = dt;
     t.shape.assign(e.shape, e.shape + e.rank);
     t.bytes = size_t(span.bufferNumel) * elemSize;
@@ -342,6 +349,39 @@ stageTensorFiles(const std::vector<Program> &stages) {
   return out;
 }
 
+/// The tensor-parallel size a checkpoint was saved with: T from its
+/// parts' "#tp<r>of<T>" names, 1 without any; 0 when its tensors cannot be
+/// listed (loadCheckpoint then says why).
+int savedTensorParallel(const std::string &stepDir) {
+  std::vector<CheckpointEntry> entries;
+  try {
+    entries = listCheckpoint(stepDir);
+  } catch (const Error &) {
+    return 0;
+  }
+  for (const CheckpointEntry &e : entries) {
+    size_t at = e.name.rfind("#tp");
+    size_t of = at == std::string::npos ? at : e.name.find("of", at);
+    if (of != std::string::npos)
+      return std::atoi(e.name.c_str() + of + 2);
+  }
+  return 1;
+}
+
+/// Tensor parallelism: every tensor of the checkpoint with the file that
+/// holds it, tensor-parallel rank r's parts of split parameters in file r,
+/// the replicated tensors (the same on every rank) in file 0.
+std::vector<std::pair<CheckpointTensor, int>>
+tensorParallelFiles(const Program &p) {
+  std::vector<std::pair<CheckpointTensor, int>> out;
+  std::set<std::string> placed;
+  for (int r = 0; r < p.tensorParallelSize; ++r)
+    for (auto &[t, offset] : describeCheckpointTensors(p, 0, r))
+      if (placed.insert(t.name).second)
+        out.push_back({t, t.name.find("#tp") != std::string::npos ? r : 0});
+  return out;
+}
+
 /// Host copies of everything a checkpoint holds: parameters (storage
 /// dtype), FP32 masters and Adam moments. Main grads are zero between steps
 /// (AdamW zeroes them) and are not saved.
@@ -353,8 +393,8 @@ struct CheckpointMirror {
   /// ZeRO-3 on several ranks: this rank's flat shards (CheckpointTensor::
   /// shardNumel), saved one file per rank with an index; a world of one
   /// holds whole tensors and saves them as replicate does.
-  CheckpointMirror(const Program &p, int rank) {
-    for (auto [t, offset] : describeCheckpointTensors(p, rank)) {
+  CheckpointMirror(const Program &p, int rank, int tpRank = 0) {
+    for (auto [t, offset] : describeCheckpointTensors(p, rank, tpRank)) {
       buffers.emplace_back(t.bytes);
       tensors.push_back(t);
       device.push_back({offset, tensors.size() - 1});
@@ -735,10 +775,6 @@ int run(int argc, char **argv, const std::vector<Program> &stages) {
                      " is not supported yet (run a binary compiled without "
                      "--tensor-parallel)");
     };
-    if (!flags.save.empty())
-      refuse("--save", "saving the ranks' parts of split parameters");
-    if (!flags.resume.empty())
-      refuse("--resume", "loading the ranks' parts of split parameters");
     if (!flags.initWeights.empty())
       refuse("--init-weights", "splitting safetensors weights over ranks");
     if (!flags.dumpGrads.empty())
@@ -823,15 +859,24 @@ int run(int argc, char **argv, const std::vector<Program> &stages) {
     throw CliError("--dump-grads with --data-parallel=zero3 on several ranks "
                    "gathers the grad shards through host memory: run it on "
                    "the host backend (--device host)");
-  CheckpointMirror mirror(p, rank);
+  CheckpointMirror mirror(p, rank, tpRank);
   std::optional<TrainingState> resumed;
   std::string resumeDir;
   if (!flags.resume.empty()) {
     resumeDir = resolveCheckpoint(flags.resume);
     // Pipeline stages read their own tensors out of whatever files hold
     // them (a checkpoint's index names the file of every tensor).
+    // Each rank holds its part of every split parameter: only a run of the
+    // same tensor-parallel size can resume (said before any tensor is
+    // compared).
+    if (int saved = savedTensorParallel(resumeDir);
+        saved > 0 && saved != tpSize)
+      fail("--resume: checkpoint '", resumeDir, "' holds the parts of ", saved,
+           " tensor-parallel rank(s) (tensor_parallel ", saved,
+           ") but this binary was compiled for ", tpSize,
+           ": resume with a binary compiled with --tensor-parallel=", saved);
     LoadOptions lo;
-    lo.subset = stageCount > 1;
+    lo.subset = stageCount > 1 || tpSize > 1;
     resumed = loadCheckpoint(resumeDir, mirror.tensors, ShardInfo{}, lo);
     auto model = resumed->extra.find("model");
     if (model != resumed->extra.end() && model->second != p.model)
@@ -1078,10 +1123,11 @@ int run(int argc, char **argv, const std::vector<Program> &stages) {
   // Pipeline stages save the tensors the index places in their file (a
   // tied weight's state goes with the first stage holding it).
   std::vector<CheckpointTensor> ownTensors;
-  if (stageCount > 1) {
+  if (stageCount > 1 || tpSize > 1) {
     std::set<std::string> mine;
-    for (const auto &[t, file] : stageTensorFiles(stages))
-      if (file == stage)
+    for (const auto &[t, file] :
+         tpSize > 1 ? tensorParallelFiles(p) : stageTensorFiles(stages))
+      if (file == (tpSize > 1 ? tpRank : stage))
         mine.insert(t.name);
     for (const CheckpointTensor &t : mirror.tensors)
       if (mine.count(t.name))
@@ -1202,7 +1248,7 @@ int run(int argc, char **argv, const std::vector<Program> &stages) {
       // ZeRO-3 ranks check their shards and agree before anyone saves.
       std::string name = firstNonFinite(mirror);
       bool allFinite = name.empty();
-      if (shardedState || stageCount > 1)
+      if (shardedState || stageCount > 1 || tpSize > 1)
         allFinite = world->allTrue(allFinite);
       if (!allFinite)
         return stopNotFinite(name.empty()
@@ -1231,7 +1277,19 @@ int run(int argc, char **argv, const std::vector<Program> &stages) {
         save.writes = dpRank == 0;
         save.placedTensors = stageTensorFiles(stages);
       }
-      saveCheckpoint(flags.save, stageCount > 1 ? ownTensors : mirror.tensors,
+      if (tpSize > 1) {
+        // One file per tensor-parallel rank (its parts of the split
+        // parameters; file 0 also the replicated tensors), written by the
+        // data-parallel rank 0 of each, and an index naming every tensor's
+        // file.
+        save.replicated = false;
+        save.rank = tpRank;
+        save.worldSize = tpSize;
+        save.writes = dpRank == 0;
+        save.placedTensors = tensorParallelFiles(p);
+      }
+      saveCheckpoint(flags.save,
+                     stageCount > 1 || tpSize > 1 ? ownTensors : mirror.tensors,
                      st, save);
     }
   }
@@ -1284,6 +1342,10 @@ std::map<std::string, std::string> runConfigOf(const Program &p, double lr,
   c["parameters"] = std::to_string(p.params.size()) + " tensors, " +
                     std::to_string(values) + " values, sha256 " +
                     Sha256::hex(table.finish()).substr(0, 16);
+  // The tensors a checkpoint holds are each rank's parts: another split
+  // cannot resume it.
+  if (p.tensorParallelSize > 1)
+    c["tensor_parallel"] = std::to_string(p.tensorParallelSize);
   c["seq"] = std::to_string(p.seq);
   c["global_batch_tokens"] =
       std::to_string(p.batch * p.microBatches * p.seq * int64_t(worldSize));

@@ -274,7 +274,11 @@ public:
   std::vector<int32_t> tokens, labels; ///< all microbatches of the step
 
   //===--- Loop ops -------------------------------------------------------===//
-  void loadInput(const char *name, uint64_t offset, uint64_t bytes);
+  /// Writes the microbatch's "tokens" or "labels" at `offset`. `tpShard`:
+  /// only block r of tensorParallelSize of them (r this rank in
+  /// `tensorParallel`; a sequence-parallel rank's tokens).
+  void loadInput(const char *name, uint64_t offset, uint64_t bytes,
+                 bool tpShard = false);
   /// train.yield: the microbatch's loss sum and token count (summed over
   /// microbatches in order by endLoop()).
   void yield(uint64_t lossOff, uint64_t countOff);
@@ -307,8 +311,11 @@ public:
   void pipelineRecv(uint64_t offset, uint64_t bytes, bool next);
   /// `shardBytes` at `shard` from every rank of `dataParallel` into `full`
   /// (rank r's at r x shardBytes), enqueued on `stream` (comm or compute).
+  /// `overTensor`: over `tensorParallel` instead (a sequence-parallel
+  /// activation's token shards).
   void allGather(uint64_t shard, uint64_t full, uint64_t shardBytes,
-                 kernels::DType dtype, Stream stream);
+                 kernels::DType dtype, Stream stream, bool overTensor = false);
+
   /// This rank's block of the sum over ranks of `full` (ranks x shardBytes)
   /// into `shard`, enqueued on `stream`; `accumulate`: added to what
   /// `shard` holds (the rank-order sum, then one add). `full` is scratch
@@ -317,7 +324,8 @@ public:
   /// the block's F32 sum), rounded once.
   void reduceScatter(uint64_t full, uint64_t shard, uint64_t shardBytes,
                      kernels::DType dtype, Stream stream,
-                     bool accumulate = false, bool shardBf16 = false);
+                     bool accumulate = false, bool shardBf16 = false,
+                     bool overTensor = false);
   /// Zeroes `bytes` at `offset`, enqueued on `stream` (compute or comm).
   void zero(uint64_t offset, uint64_t bytes, Stream stream);
   /// This rank in the data-parallel group (0 without one).

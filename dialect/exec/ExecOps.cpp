@@ -147,6 +147,8 @@ LogicalResult LoadInputOp::verify() {
   RankedTensorType t = getDest().getType().getTensor();
   if (t.getRank() != 2 || !t.getElementType().isInteger(32))
     return emitOpError() << "dest must hold a 2-D i32 tensor [B, T], got " << t;
+  if (getTpShard() && t.getDimSize(0) != 1)
+    return emitOpError() << "tp_shard loads a [1, N/T] token shard, got " << t;
   return success();
 }
 
@@ -295,12 +297,17 @@ static LogicalResult verifyShardCollective(Operation *op, BufferType shard,
     return op->emitOpError()
            << "full buffer of " << nf
            << " elements is not a whole number of shards of " << ns;
+  // The group's size, where the step records it: data_parallel_size for
+  // "dp", tensor_parallel for "tp" (sequence-parallel token shards).
+  bool tensorParallel = communicator == "tp";
+  StringRef sizeAttr = tensorParallel ? StringRef("tensor_parallel")
+                                      : StringRef(kDataParallelSizeAttr);
   if (auto step = op->getParentOfType<StepOp>())
-    if (auto size = step->getAttrOfType<IntegerAttr>(kDataParallelSizeAttr))
+    if (auto size = step->getAttrOfType<IntegerAttr>(sizeAttr))
       if (nf != ns * size.getInt())
         return op->emitOpError()
                << "full buffer of " << nf << " elements is not "
-               << size.getInt() << " (the step's data_parallel_size) shards of "
+               << size.getInt() << " (the step's " << sizeAttr << ") shards of "
                << ns;
   return success();
 }

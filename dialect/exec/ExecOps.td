@@ -214,8 +214,18 @@ def Exec_WaitOp : Exec_Op<"wait"> {
 
 def Exec_LoadInputOp : Exec_Op<"load_input"> {
   let summary = "writes the current microbatch's tokens or labels into a buffer (compute stream)";
-  let arguments = (ins StrAttr:$name, Exec_AnyBuffer:$dest);
-  let assemblyFormat = "$name `to` $dest attr-dict `:` qualified(type($dest))";
+  let description = [{
+    With `tp_shard` (sequence parallelism) only this rank's block of the
+    flattened microbatch: tokens [r N/T, (r + 1) N/T), r this rank of the
+    T tensor-parallel ranks.
+
+    ```mlir
+    exec.load_input "tokens" to %t : !exec.buffer<tensor<2x64xi32>>
+    exec.load_input "labels" to %l tp_shard : !exec.buffer<tensor<1x64xi32>>
+    ```
+  }];
+  let arguments = (ins StrAttr:$name, Exec_AnyBuffer:$dest, UnitAttr:$tp_shard);
+  let assemblyFormat = "$name `to` $dest (`tp_shard` $tp_shard^)? attr-dict `:` qualified(type($dest))";
   let hasVerifier = 1;
 }
 

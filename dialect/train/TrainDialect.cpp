@@ -88,6 +88,14 @@ LogicalResult TrainDialect::verifyOperationAttribute(Operation *op,
                              << attr.getValue();
     return success();
   }
+  if (attr.getName() == kSequenceParallelAttrName) {
+    if (!isa<ModuleOp>(op) || !isa<UnitAttr>(attr.getValue()) ||
+        tensorParallelSize(op) < 2)
+      return op->emitError() << "'" << kSequenceParallelAttrName
+                             << "' is a unit module attribute of a module "
+                                "with 'train.tensor_parallel' of at least 2";
+    return success();
+  }
   if (attr.getName() == kModelNameAttrName) {
     if (!isa<StringAttr>(attr.getValue()))
       return op->emitError() << "'" << kModelNameAttrName

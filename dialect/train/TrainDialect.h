@@ -46,6 +46,11 @@ inline constexpr llvm::StringLiteral kPipelineTiedAttrName =
 /// rank's part of (train.param split, train.tp_copy / train.tp_reduce).
 inline constexpr llvm::StringLiteral kTensorParallelAttrName =
     "train.tensor_parallel";
+/// Module unit attribute (with train.tensor_parallel >= 2): the residual
+/// stream between tensor-parallel regions is split over the ranks by
+/// tokens (train.sp_gather / sp_scatter / sp_shard).
+inline constexpr llvm::StringLiteral kSequenceParallelAttrName =
+    "train.sequence_parallel";
 /// Unit attribute on forward ops cloned into backward by train-recompute.
 inline constexpr llvm::StringLiteral kRecomputedAttrName = "train.recomputed";
 /// Unit attribute on recompute clones that train-recompute-stream issued

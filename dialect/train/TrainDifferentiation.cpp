@@ -358,6 +358,30 @@ TensorParallelReduceOp::buildBackward(OpBuilder &, ArrayRef<Value> resultGrads,
   return success();
 }
 
+LogicalResult SequenceParallelGatherOp::buildBackward(
+    OpBuilder &b, ArrayRef<Value> resultGrads, ArrayRef<bool> needsGrad,
+    function_ref<FlatSymbolRefAttr(Value)>,
+    SmallVectorImpl<Value> &operandGrads) {
+  Value dx;
+  if (needsGrad[0])
+    dx = SequenceParallelScatterOp::create(b, getLoc(), getInput().getType(),
+                                           resultGrads[0], getScope());
+  operandGrads.push_back(dx);
+  return success();
+}
+
+LogicalResult SequenceParallelScatterOp::buildBackward(
+    OpBuilder &b, ArrayRef<Value> resultGrads, ArrayRef<bool> needsGrad,
+    function_ref<FlatSymbolRefAttr(Value)>,
+    SmallVectorImpl<Value> &operandGrads) {
+  Value dx;
+  if (needsGrad[0])
+    dx = SequenceParallelGatherOp::create(b, getLoc(), getInput().getType(),
+                                          resultGrads[0], getScope());
+  operandGrads.push_back(dx);
+  return success();
+}
+
 LogicalResult ReshapeOp::buildBackward(OpBuilder &b,
                                        ArrayRef<Value> resultGrads,
                                        ArrayRef<bool> needsGrad,

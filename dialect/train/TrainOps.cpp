@@ -418,6 +418,48 @@ static LogicalResult verifyTensorParallelOp(Operation *op) {
   return success();
 }
 
+/// Sequence parallelism: `shard` is [1, N/T, rest...] of `whole` [B, T,
+/// rest...] with N = B x T over T ranks.
+static LogicalResult verifyTokenShard(Operation *op, RankedTensorType whole,
+                                      RankedTensorType shard) {
+  if (failed(verifyTensorParallelOp(op)))
+    return failure();
+  auto module = op->getParentOfType<ModuleOp>();
+  if (!module || !module->hasAttr(kSequenceParallelAttrName))
+    return op->emitOpError()
+           << "needs a module with '" << kSequenceParallelAttrName << "'";
+  int64_t tp = tensorParallelSize(op);
+  if (whole.getElementType() != shard.getElementType() ||
+      whole.getRank() != shard.getRank() || whole.getRank() < 2)
+    return op->emitOpError() << "shard " << shard << " and whole " << whole
+                             << " differ in element type or rank";
+  int64_t tokens = whole.getDimSize(0) * whole.getDimSize(1);
+  if (tokens % tp != 0 || shard.getDimSize(0) != 1 ||
+      shard.getDimSize(1) != tokens / tp)
+    return op->emitOpError()
+           << "shard " << shard << " must be [1, " << tokens / tp
+           << ", ...]: " << tokens << " tokens over " << tp
+           << " tensor-parallel ranks"
+           << (tokens % tp ? " (not a whole number each)" : "");
+  for (int64_t d = 2; d < whole.getRank(); ++d)
+    if (whole.getDimSize(d) != shard.getDimSize(d))
+      return op->emitOpError() << "shard " << shard << " and whole " << whole
+                               << " differ in dimension " << d;
+  return success();
+}
+
+LogicalResult SequenceParallelGatherOp::verify() {
+  return verifyTokenShard(*this, getType(), getInput().getType());
+}
+
+LogicalResult SequenceParallelScatterOp::verify() {
+  return verifyTokenShard(*this, getInput().getType(), getType());
+}
+
+LogicalResult SequenceParallelShardOp::verify() {
+  return verifyTokenShard(*this, getInput().getType(), getType());
+}
+
 LogicalResult TensorParallelCopyOp::verify() {
   return verifyTensorParallelOp(*this);
 }

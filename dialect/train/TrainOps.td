@@ -412,6 +412,65 @@ def Train_TensorParallelReduceOp : Train_ComputeOp<"tp_reduce", [SameOperandsAnd
   let hasVerifier = 1;
 }
 
+def Train_SequenceParallelGatherOp : Train_ComputeOp<"sp_gather", [DifferentiableOp]> {
+  let summary = "enters a tensor-parallel region under sequence parallelism: all-gathers the token shards";
+  let description = [{
+    With sequence parallelism (module attribute `train.sequence_parallel`)
+    the residual stream between tensor-parallel regions is split over the
+    `tp` group by tokens: rank r holds tokens [r N/T, (r + 1) N/T) of the
+    microbatch's N = B x T, as a `[1, N/T, ...]` tensor. This op gathers
+    the shards in rank order into the whole `[B, T, ...]` activation the
+    region's column-parallel projections read; its gradient is the
+    reduce-scatter of the result's gradient (each rank's partial gradient
+    summed, each rank keeping its tokens).
+
+    ```mlir
+    %x = train.sp_gather %xs scope<0, mlp_fc1>
+        : (tensor<1x32x64xbf16>) -> tensor<1x64x64xbf16>
+    ```
+  }];
+  let arguments = (ins Train_AnyFloatTensor:$input, Train_ScopeAttr:$scope);
+  let results = (outs Train_AnyFloatTensor:$result);
+  let hasVerifier = 1;
+}
+
+def Train_SequenceParallelScatterOp : Train_ComputeOp<"sp_scatter", [DifferentiableOp]> {
+  let summary = "leaves a tensor-parallel region under sequence parallelism: reduce-scatters the partial output";
+  let description = [{
+    Sums a row-parallel projection's partial `[B, T, ...]` output over the
+    `tp` group and keeps this rank's token shard `[1, N/T, ...]` of the sum
+    (see `train.sp_gather`); its gradient is the all-gather of the shards'
+    gradients. Its input must have no other user: the runtime may reduce in
+    place.
+
+    ```mlir
+    %ys = train.sp_scatter %partial scope<0, mlp_fc2>
+        : (tensor<1x64x64xbf16>) -> tensor<1x32x64xbf16>
+    ```
+  }];
+  let arguments = (ins Train_AnyFloatTensor:$input, Train_ScopeAttr:$scope);
+  let results = (outs Train_AnyFloatTensor:$result);
+  let hasVerifier = 1;
+}
+
+def Train_SequenceParallelShardOp : Train_ComputeOp<"sp_shard"> {
+  let summary = "this rank's token shard of the microbatch's token ids or labels";
+  let description = [{
+    Under sequence parallelism the embedding and the loss run on the
+    rank's tokens only: `[B, T]` ids in, tokens [r N/T, (r + 1) N/T) of the
+    flattened microbatch out as `[1, N/T]`, r this rank in the `tp` group.
+    Not differentiable (integer ids).
+
+    ```mlir
+    %ts = train.sp_shard %tokens scope<-1, embedding>
+        : (tensor<2x32xi32>) -> tensor<1x32xi32>
+    ```
+  }];
+  let arguments = (ins Train_Tokens:$input, Train_ScopeAttr:$scope);
+  let results = (outs Train_Tokens:$result);
+  let hasVerifier = 1;
+}
+
 //===----------------------------------------------------------------------===//
 // MLP, residual
 //===----------------------------------------------------------------------===//

@@ -396,8 +396,22 @@ OpCost CostModel::cost(Operation *op) const {
   // itself (its body is costed op by op) and the placement ops, whose
   // copies run on the d2h / h2d queues (StreamSimulation).
   if (isa<ParamRefOp, ReshapeOp, YieldOp, MicrobatchLoopOp, WaitOp,
-          TensorParallelCopyOp>(op))
+          TensorParallelCopyOp, SequenceParallelShardOp>(op))
     return c;
+  // Sequence parallelism's all-gather and reduce-scatter, priced on the
+  // whole [B, T, ...] buffer at the profile's rates.
+  if (auto g = dyn_cast<SequenceParallelGatherOp>(op)) {
+    c.seconds =
+        collectiveSeconds(Collective::AllGather, tensorBytes(g.getType()),
+                          tensorParallelSize(op));
+    return c;
+  }
+  if (auto s = dyn_cast<SequenceParallelScatterOp>(op)) {
+    c.seconds = collectiveSeconds(Collective::ReduceScatter,
+                                  tensorBytes(s.getInput().getType()),
+                                  tensorParallelSize(op));
+    return c;
+  }
   // A tensor-parallel sum runs on the compute stream, in the step's order:
   // the collective's time at the profile's all-reduce rates.
   if (auto reduce = dyn_cast<TensorParallelReduceOp>(op)) {

@@ -6,14 +6,14 @@
 // readable C++.
 // RUN: actplace-translate --emit-llvm-ir %s | FileCheck %s --check-prefix=IR
 // RUN: actplace-translate --emit-cpp %s | FileCheck %s --check-prefix=CPP
-// IR-DAG: declare void @ap_all_gather(ptr, i64, i64, i64, i32, i32)
+// IR-DAG: declare void @ap_all_gather(ptr, i64, i64, i64, i32, i32, i32)
 // IR-DAG: declare void @ap_reduce_scatter(ptr, i64, i64, i64, i32, i32, i32)
 // IR-DAG: declare void @ap_zero(ptr, i64, i64, i32)
-// IR:      call void @ap_all_gather(ptr %0, i64 0, i64 2048, i64 64, i32 0, i32 3)
+// IR:      call void @ap_all_gather(ptr %0, i64 0, i64 2048, i64 64, i32 0, i32 3, i32 0)
 // IR-NEXT: call void @ap_reduce_scatter(ptr %0, i64 2304, i64 256, i64 128, i32 1, i32 3, i32 0)
 // IR-NEXT: call void @ap_zero(ptr %0, i64 2304, i64 256, i32 0)
 // IR-NEXT: call void @ap_reduce_scatter(ptr %0, i64 2304, i64 256, i64 128, i32 1, i32 3, i32 2)
-// CPP:      ap_all_gather(r, 0ull, 2048ull, 64ull, AP_DTYPE_BF16, AP_STREAM_COMM);
+// CPP:      ap_all_gather(r, 0ull, 2048ull, 64ull, AP_DTYPE_BF16, AP_STREAM_COMM, 0);
 // CPP-NEXT: ap_reduce_scatter(r, 2304ull, 256ull, 128ull, AP_DTYPE_F32, AP_STREAM_COMM, 0);
 // CPP-NEXT: ap_zero(r, 2304ull, 256ull, AP_STREAM_COMPUTE);
 // CPP-NEXT: ap_reduce_scatter(r, 2304ull, 256ull, 128ull, AP_DTYPE_F32, AP_STREAM_COMM, AP_REDUCE_ACCUMULATE);

@@ -19,6 +19,16 @@
 #                when off, the pinned pool empty after each step.
 #   dp           TP 2 x DP 2 on 4 ranks against TP 1 x DP 2, f32: the same
 #                bound, every rank reporting the global loss.
+#   sp           TP 2 with --sequence-parallel against TP 1, f32: the same
+#                bound (the loss of each rank's tokens summed over the
+#                ranks); then with the Megatron-LM scenario's placement
+#                against none: per-rank fingerprints bitwise equal, copies
+#                per offloaded scope, the pinned pool empty.
+#   checkpoint   TP 2 with --sequence-parallel: 3 steps straight against 2
+#                steps saved (one file per rank and an index) and resumed
+#                for the third: every rank's fingerprints bitwise equal;
+#                resuming that checkpoint with a TP 1 binary is refused
+#                naming tensor_parallel.
 #   errors       a TP 2 binary on 1 or 3 ranks is refused naming the sizes;
 #                compile-time refusals name the option and the model field.
 #
@@ -96,11 +106,22 @@ def case_dp(t):
             ["--tensor-parallel=2", "--data-parallel-size=2"])
 
 
+def case_sp(t):
+    compare(t, "tp2sp", 1, 2, [], ["--tensor-parallel=2",
+                                    "--sequence-parallel"])
+    placement_bitwise(t, "tp2sp", "--sequence-parallel")
+
+
 def case_placement(t):
+    placement_bitwise(t, "tp2")
+
+
+def placement_bitwise(t, name, *flags):
     steps = 3
-    off = t.compile("tp2", "--micro-batches", "2", "--tensor-parallel=2")
-    on = t.compile("tp2-placed", "--micro-batches", "2",
-                   "--tensor-parallel=2", *PLACEMENT)
+    off = t.compile(name + "-off", "--micro-batches", "2",
+                    "--tensor-parallel=2", *flags)
+    on = t.compile(name + "-placed", "--micro-batches", "2",
+                   "--tensor-parallel=2", *(list(flags) + PLACEMENT))
     r, loff = t.train(off, 2, "--steps", str(steps), metrics="off.jsonl")
     check(r.returncode == 0, "TP 2 without placement failed")
     r, lon = t.train(on, 2, "--steps", str(steps), metrics="on.jsonl")
@@ -136,6 +157,45 @@ def case_placement(t):
           "both tensor-parallel ranks hold the same bits")
 
 
+def case_checkpoint(t):
+    flags = ["--micro-batches", "2", "--tensor-parallel=2",
+             "--sequence-parallel"]
+    tp = t.compile("tp2sp", *flags)
+    r, straight = t.train(tp, 2, "--steps", "3", metrics="straight.jsonl")
+    check(r.returncode == 0, "3 steps straight failed")
+    ckpt = t.path("ckpt")
+    r, _ = t.train(tp, 2, "--steps", "2", "--save", ckpt,
+                   metrics="first.jsonl")
+    check(r.returncode == 0, "2 steps with --save failed")
+    step = os.path.join(ckpt, "step-00000002")
+    files = sorted(f for f in os.listdir(step) if f.endswith(".safetensors"))
+    check(len(files) == 2 and os.path.exists(os.path.join(step,
+                                                          "index.json")),
+          "expected one file per tensor-parallel rank and an index in %s, "
+          "found %s" % (step, sorted(os.listdir(step))))
+    r, resumed = t.train(tp, 2, "--steps", "3", "--resume", ckpt,
+                         metrics="resumed.jsonl")
+    check(r.returncode == 0, "the resume failed")
+    for rank in range(2):
+        check(len(straight[rank]) == 3 and len(resumed[rank]) == 1,
+              "rank %d: %d and %d metrics lines" %
+              (rank, len(straight[rank]), len(resumed[rank])))
+        if straight[rank] and resumed[rank]:
+            check(straight[rank][-1]["fingerprints"] ==
+                  resumed[rank][-1]["fingerprints"],
+                  "rank %d: step 3 resumed differs from step 3 straight:\n"
+                  "  %s\n  %s" % (rank, straight[rank][-1]["fingerprints"],
+                                  resumed[rank][-1]["fingerprints"]))
+    print("resumed at step 2: both ranks' step-3 fingerprints equal the "
+          "straight run's; checkpoint files %s" % ", ".join(files), flush=True)
+    one = t.compile("tp1", "--micro-batches", "2")
+    r = t.run([one, "--device", "host", "--steps", "3", "--resume", ckpt])
+    out = r.stdout + r.stderr
+    check(r.returncode != 0 and "tensor_parallel" in out,
+          "TP 1 resuming a TP 2 checkpoint: expected a refusal naming "
+          "tensor_parallel, got rc %d:\n%s" % (r.returncode, out))
+
+
 def case_errors(t):
     tp2 = t.compile("tp2", "--micro-batches", "2", "--tensor-parallel=2")
     for ranks in (1, 3):
@@ -146,10 +206,10 @@ def case_errors(t):
         check("2 tensor-parallel" in out and "started %d rank" % ranks in out,
               "TP 2 on %d ranks: the error does not name the sizes:\n%s" %
               (ranks, out))
-    r = t.mpirun(2, tp2, "--device", "host", "--steps", "1", "--save",
-                 t.path("ckpt"))
-    check(r.returncode != 0 and "--save with tensor parallelism" in
-          r.stdout + r.stderr, "TP 2 --save: expected a refusal:\n%s" %
+    r = t.mpirun(2, tp2, "--device", "host", "--steps", "1", "--dump-grads",
+                 t.path("grads"))
+    check(r.returncode != 0 and "--dump-grads with tensor parallelism" in
+          r.stdout + r.stderr, "TP 2 --dump-grads: expected a refusal:\n%s" %
           (r.stdout + r.stderr))
     refusals = [
         (["--tensor-parallel=3"],
@@ -159,6 +219,12 @@ def case_errors(t):
          "--tensor-parallel=4: the model's num_key_value_heads (2) is not a "
          "multiple"),
         (["--tensor-parallel=0"], "--tensor-parallel must be in [1, 1024]"),
+        (["--sequence-parallel"],
+         "--sequence-parallel needs --tensor-parallel of at least 2"),
+        (["--tensor-parallel=2", "--sequence-parallel", "--seq", "15"],
+         "--tensor-parallel=2: --sequence-parallel splits a microbatch's 15 "
+         "tokens (--micro-batch-size x --seq) over the ranks; they are not a "
+         "multiple of the tensor-parallel size"),
         (["--tensor-parallel=2", "--pipeline-parallel=2"],
          "--tensor-parallel with --pipeline-parallel is not supported yet"),
         (["--tensor-parallel=2", "--data-parallel-size=2",
@@ -166,8 +232,9 @@ def case_errors(t):
          "--tensor-parallel with --data-parallel=zero3 is not supported yet"),
     ]
     for flags, message in refusals:
-        cmd = [t.args.compile, t.args.model, "--seq", "16", "--micro-batches",
-               "2", "-o", t.path("refused")] + flags
+        seq = [] if "--seq" in flags else ["--seq", "16"]
+        cmd = [t.args.compile, t.args.model, "--micro-batches", "2", "-o",
+               t.path("refused")] + seq + flags
         r = subprocess.run(cmd, capture_output=True, text=True)
         check(r.returncode != 0 and message in r.stdout + r.stderr,
               "%s: expected an error with %r, got rc %d:\n%s" %
@@ -175,7 +242,8 @@ def case_errors(t):
 
 
 CASES = {"equivalence": case_equivalence, "placement": case_placement,
-         "dp": case_dp, "errors": case_errors}
+         "dp": case_dp, "sp": case_sp, "checkpoint": case_checkpoint,
+         "errors": case_errors}
 
 
 def main():

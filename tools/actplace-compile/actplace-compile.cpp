@@ -176,6 +176,14 @@ static cl::opt<int64_t> tensorParallel(
              "The binary runs on tensor-parallel x data-parallel-size ranks "
              "(default 1)"),
     cl::init(1), cl::cat(category));
+static cl::opt<bool> sequenceParallel(
+    "sequence-parallel",
+    cl::desc("With --tensor-parallel: the residual stream, the norms "
+             "between the tensor-parallel regions, the embedding and the "
+             "loss run on each rank's 1/T of the tokens; each region's "
+             "input is all-gathered and its output reduce-scattered (saved "
+             "activations there are 1/T per rank)"),
+    cl::init(false), cl::cat(category));
 static cl::opt<int64_t> pipelineParallel(
     "pipeline-parallel",
     cl::desc("Pipeline stages: the decoder layers are split into this many "
@@ -565,6 +573,7 @@ int main(int argc, char **argv) {
     shape.microBatches = microBatches;
     shape.dtype = dtype;
     shape.tensorParallel = tensorParallel;
+    shape.sequenceParallel = sequenceParallel;
     if (llvm::Error err = ap::import::checkTensorParallel(*cfg, shape))
       return fail(llvm::toString(std::move(err)));
     module = ap::import::buildForwardGraph(ctx, *cfg, shape);
@@ -852,7 +861,10 @@ int main(int argc, char **argv) {
       shape.microBatches = c.m;
       shape.dtype = dtype;
       shape.tensorParallel = tensorParallel;
+      shape.sequenceParallel = sequenceParallel;
       if (llvm::Error err = ap::import::checkTrainShape(shape))
+        return fail(llvm::toString(std::move(err)));
+      if (llvm::Error err = ap::import::checkTensorParallel(*cfg, shape))
         return fail(llvm::toString(std::move(err)));
       {
         mlir::TimingScope t = sizeTimer.nest("import and autodiff");

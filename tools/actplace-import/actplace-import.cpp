@@ -68,6 +68,11 @@ static cl::opt<int64_t> tensorParallel(
     cl::desc("Build one rank's part of the model for this many "
              "tensor-parallel ranks (default 1: the whole model)"),
     cl::init(1), cl::cat(category));
+static cl::opt<bool> sequenceParallel(
+    "sequence-parallel",
+    cl::desc("With --tensor-parallel: split the residual stream between the "
+             "tensor-parallel regions over the ranks by tokens"),
+    cl::init(false), cl::cat(category));
 
 static cl::opt<bool> listModules(
     "list-modules",
@@ -131,6 +136,7 @@ int main(int argc, char **argv) {
     return fail(llvm::toString(cfg.takeError()));
 
   shape.tensorParallel = tensorParallel;
+  shape.sequenceParallel = sequenceParallel;
   if (llvm::Error err = ap::import::checkTensorParallel(*cfg, shape))
     return fail(llvm::toString(std::move(err)));
   shape.freezePrefixes.assign(freeze.begin(), freeze.end());

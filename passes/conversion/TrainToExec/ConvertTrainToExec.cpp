@@ -226,6 +226,39 @@ LogicalResult Lowering::lowerBodyOp(Operation *op) {
             ex::ViewOp::create(b, loc, bufferOf(copy.getType()), src));
     return success();
   }
+  // Sequence parallelism: a region's entry all-gathers the token shards,
+  // its exit reduce-scatters the partial output (in place: the input's
+  // only reader); the token shard op was lowered with the inputs.
+  if (auto shard = dyn_cast<tr::SequenceParallelShardOp>(op)) {
+    if (!map.lookupOrNull(shard.getResult()))
+      return op->emitError()
+             << "convert-train-to-exec: train.sp_shard must take a "
+                "microbatch input (tokens or labels) as its only reader";
+    return success();
+  }
+  if (auto gather = dyn_cast<tr::SequenceParallelGatherOp>(op)) {
+    Value src = lookup(op, gather.getInput());
+    if (!src)
+      return failure();
+    Value full = transient(loc, gather.getType());
+    ex::AllGatherOp::create(b, loc, src, full, "tp", ex::Stream::Compute);
+    map.map(gather.getResult(), full);
+    return success();
+  }
+  if (auto scatter = dyn_cast<tr::SequenceParallelScatterOp>(op)) {
+    Value src = lookup(op, scatter.getInput());
+    if (!src)
+      return failure();
+    if (!scatter.getInput().hasOneUse())
+      return op->emitError()
+             << "convert-train-to-exec: train.sp_scatter may reduce its "
+                "input in place, but the input has other users";
+    Value shard = transient(loc, scatter.getType());
+    ex::ReduceScatterOp::create(b, loc, src, shard, "tp", ex::Stream::Compute,
+                                /*accumulate=*/false);
+    map.map(scatter.getResult(), shard);
+    return success();
+  }
   if (auto reduce = dyn_cast<tr::TensorParallelReduceOp>(op)) {
     Value src = lookup(op, reduce.getInput());
     if (!src)
@@ -365,6 +398,12 @@ LogicalResult Lowering::lowerStepOp(Operation *op) {
         stages && stages.getInt() > 1) {
       ex::AllReduceOp::create(b, loc, lossAcc, "pp", ex::Stream::Comm);
       ex::AllReduceOp::create(b, loc, countAcc, "pp", ex::Stream::Comm);
+    }
+    // Sequence parallelism: each tensor-parallel rank's loss covers its
+    // tokens.
+    if (module->hasAttr(tr::kSequenceParallelAttrName)) {
+      ex::AllReduceOp::create(b, loc, lossAcc, "tp", ex::Stream::Comm);
+      ex::AllReduceOp::create(b, loc, countAcc, "tp", ex::Stream::Comm);
     }
     ex::AllReduceOp::create(b, loc, lossAcc, "dp", ex::Stream::Comm);
     ex::AllReduceOp::create(b, loc, countAcc, "dp", ex::Stream::Comm);
@@ -513,6 +552,15 @@ LogicalResult Lowering::run() {
       // tokens, the last the labels).
       if (arg.use_empty())
         continue;
+      // Sequence parallelism: the rank's token shard is loaded directly.
+      if (arg.hasOneUse())
+        if (auto shard = dyn_cast<tr::SequenceParallelShardOp>(
+                *arg.getUsers().begin())) {
+          Value buf = transient(loc, shard.getType());
+          ex::LoadInputOp::create(b, loc, name, buf, /*tp_shard=*/true);
+          map.map(shard.getResult(), buf);
+          continue;
+        }
       Value buf = transient(loc, arg.getType());
       ex::LoadInputOp::create(b, loc, name, buf);
       map.map(arg, buf);
@@ -526,7 +574,8 @@ LogicalResult Lowering::run() {
   // A pipeline stage records the microbatch shape and the vocabulary, which
   // every rank's data loader needs, also on a stage that loads no tokens or
   // has no embedding (a whole step has its load_input and embedding).
-  if (loop && module->hasAttr(tr::kPipelineStagesAttrName)) {
+  if (loop && (module->hasAttr(tr::kPipelineStagesAttrName) ||
+               module->hasAttr(tr::kSequenceParallelAttrName))) {
     ArrayRef<int64_t> shape = loop.getTokens().getType().getShape();
     step->setAttr("batch", b.getI64IntegerAttr(shape[1]));
     step->setAttr("seq", b.getI64IntegerAttr(shape[2]));

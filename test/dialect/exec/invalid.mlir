@@ -408,3 +408,26 @@ exec.step @s attributes {micro_batches = 2 : i64} {
   }
   exec.return
 }
+
+// -----
+
+exec.step @s {
+  exec.microbatch_loop count 1 {
+    %t = exec.buffer bytes 256 : !exec.buffer<tensor<2x8xi32>>
+    // expected-error @+1 {{'exec.load_input' op tp_shard loads a [1, N/T] token shard, got 'tensor<2x8xi32>'}}
+    exec.load_input "tokens" to %t tp_shard : !exec.buffer<tensor<2x8xi32>>
+  }
+  exec.return
+}
+
+// -----
+
+exec.step @s attributes {tensor_parallel = 2 : i64} {
+  exec.microbatch_loop count 1 {
+    %s = exec.buffer bytes 256 : !exec.buffer<tensor<1x8x4xbf16>>
+    %f = exec.buffer bytes 256 : !exec.buffer<tensor<3x8x4xbf16>>
+    // expected-error @+1 {{'exec.all_gather' op full buffer of 96 elements is not 2 (the step's tensor_parallel) shards of 32}}
+    exec.all_gather %s into %f over "tp" on compute : !exec.buffer<tensor<1x8x4xbf16>> to !exec.buffer<tensor<3x8x4xbf16>>
+  }
+  exec.return
+}

@@ -18,6 +18,9 @@ exec.step @train_step attributes {arena_bytes = 4096 : i64} {
     %t = exec.buffer bytes 256 : !exec.buffer<tensor<1x8xi32>>
     // CHECK: exec.load_input "tokens" to %[[T]] : !exec.buffer<tensor<1x8xi32>>
     exec.load_input "tokens" to %t : !exec.buffer<tensor<1x8xi32>>
+    // CHECK: exec.load_input "labels" to %{{.*}} tp_shard : !exec.buffer<tensor<1x8xi32>>
+    %ls = exec.buffer bytes 256 : !exec.buffer<tensor<1x8xi32>>
+    exec.load_input "labels" to %ls tp_shard : !exec.buffer<tensor<1x8xi32>>
     // CHECK: %[[X:.*]] = exec.buffer offset 512 bytes 256 : !exec.buffer<tensor<1x8x4xbf16>>
     %x = exec.buffer offset 512 bytes 256 : !exec.buffer<tensor<1x8x4xbf16>>
     // CHECK: exec.kernel "train.embedding" ins(%[[T]], %[[W]] : !exec.buffer<tensor<1x8xi32>>, !exec.buffer<tensor<4x8xbf16>>) outs(%[[X]] : !exec.buffer<tensor<1x8x4xbf16>>) workspace 0 args {scope = #train.scope<-1, embedding>}

@@ -69,3 +69,55 @@ module {
 // expected-error @+1 {{'train.tensor_parallel' is a module attribute, a positive integer; got 0 : i64}}
 module attributes {train.tensor_parallel = 0 : i64} {
 }
+
+// -----
+
+// Sequence parallelism: 2 x 8 tokens, 8 a rank.
+// CHECK-LABEL: module attributes {train.sequence_parallel, train.tensor_parallel = 2 : i64}
+// CHECK: train.sp_shard %{{.*}} scope<-1, embedding> : (tensor<2x8xi32>) -> tensor<1x8xi32>
+// CHECK: train.sp_gather %{{.*}} scope<0, mlp_fc1> : (tensor<1x8x64xbf16>) -> tensor<2x8x64xbf16>
+// CHECK: train.sp_scatter %{{.*}} scope<0, mlp_fc2> : (tensor<2x8x64xbf16>) -> tensor<1x8x64xbf16>
+module attributes {train.sequence_parallel, train.tensor_parallel = 2 : i64} {
+  func.func @f(%t: tensor<2x8xi32>, %x: tensor<1x8x64xbf16>) -> (tensor<1x8xi32>, tensor<1x8x64xbf16>) {
+    %ts = train.sp_shard %t scope<-1, embedding> : (tensor<2x8xi32>) -> tensor<1x8xi32>
+    %g = train.sp_gather %x scope<0, mlp_fc1> : (tensor<1x8x64xbf16>) -> tensor<2x8x64xbf16>
+    %s = train.sp_scatter %g scope<0, mlp_fc2> : (tensor<2x8x64xbf16>) -> tensor<1x8x64xbf16>
+    return %ts, %s : tensor<1x8xi32>, tensor<1x8x64xbf16>
+  }
+}
+
+// -----
+
+module attributes {train.sequence_parallel, train.tensor_parallel = 2 : i64} {
+  func.func @wrong_shard(%x: tensor<1x4x64xbf16>) {
+    // expected-error @+1 {{shard 'tensor<1x4x64xbf16>' must be [1, 8, ...]: 16 tokens over 2 tensor-parallel ranks}}
+    %g = train.sp_gather %x scope<0, mlp_fc1> : (tensor<1x4x64xbf16>) -> tensor<2x8x64xbf16>
+    return
+  }
+}
+
+// -----
+
+module attributes {train.sequence_parallel, train.tensor_parallel = 2 : i64} {
+  func.func @width(%x: tensor<1x8x32xbf16>) {
+    // expected-error @+1 {{shard 'tensor<1x8x32xbf16>' and whole 'tensor<2x8x64xbf16>' differ in dimension 2}}
+    %g = train.sp_gather %x scope<0, mlp_fc1> : (tensor<1x8x32xbf16>) -> tensor<2x8x64xbf16>
+    return
+  }
+}
+
+// -----
+
+module attributes {train.tensor_parallel = 2 : i64} {
+  func.func @no_sp(%x: tensor<2x8x64xbf16>) {
+    // expected-error @+1 {{needs a module with 'train.sequence_parallel'}}
+    %s = train.sp_scatter %x scope<0, mlp_fc2> : (tensor<2x8x64xbf16>) -> tensor<1x8x64xbf16>
+    return
+  }
+}
+
+// -----
+
+// expected-error @+1 {{'train.sequence_parallel' is a unit module attribute of a module with 'train.tensor_parallel' of at least 2}}
+module attributes {train.sequence_parallel} {
+}

@@ -657,6 +657,11 @@ TEST_F(AbiStepTest, IndicesOutsideTheProgramAreErrors) {
             }).find("ap_all_reduce: flags 6 (expected AP_REDUCE_* bits)"),
             std::string::npos);
   EXPECT_NE(errorOf([&] {
+              ap_all_gather(handle(), 0, 256, 4, AP_DTYPE_F32, AP_STREAM_COMM,
+                            AP_REDUCE_ACCUMULATE);
+            }).find("ap_all_gather: flags 2 (expected 0 or AP_REDUCE_TENSOR)"),
+            std::string::npos);
+  EXPECT_NE(errorOf([&] {
               ap_all_reduce(handle(), 0, 4, AP_DTYPE_F32, AP_STREAM_D2H, 0);
             }).find("all_reduce: stream d2h (expected comm or compute)"),
             std::string::npos);
@@ -666,7 +671,7 @@ TEST_F(AbiStepTest, IndicesOutsideTheProgramAreErrors) {
             })
                 .find("ap_reduce_scatter: flags 1 (expected 0, "
                       "AP_REDUCE_ACCUMULATE or AP_REDUCE_ACCUMULATE | "
-                      "AP_REDUCE_SHARD_BF16)"),
+                      "AP_REDUCE_SHARD_BF16, or AP_REDUCE_TENSOR)"),
             std::string::npos);
   // A bf16 shard is a main grad the f32 block sum is added into.
   EXPECT_NE(errorOf([&] {

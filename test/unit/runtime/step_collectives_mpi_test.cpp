@@ -106,7 +106,7 @@ TEST_F(StepCollectives, LastMicrobatchReductionRunsOnceInTheLastOne) {
 TEST_F(StepCollectives, AllGatherPutsRankRAtBlockR) {
   for (int i = 0; i < 32; ++i)
     f32(0)[i] = value(rank, i);
-  ap_all_gather(handle(), 0, 256, 128, AP_DTYPE_F32, AP_STREAM_COMM);
+  ap_all_gather(handle(), 0, 256, 128, AP_DTYPE_F32, AP_STREAM_COMM, 0);
   device->synchronize();
   for (int r = 0; r < 2; ++r)
     for (int i = 0; i < 32; ++i)
@@ -209,7 +209,7 @@ TEST_F(StepCollectives, CommWaitsForTheComputeRecord) {
 
 TEST_F(StepCollectives, ShardOfPartialElementsIsRefused) {
   try {
-    ap_all_gather(handle(), 0, 256, 6, AP_DTYPE_F32, AP_STREAM_COMM);
+    ap_all_gather(handle(), 0, 256, 6, AP_DTYPE_F32, AP_STREAM_COMM, 0);
     FAIL() << "a 6-byte f32 shard was accepted";
   } catch (const std::exception &e) {
     EXPECT_NE(std::string(e.what()).find("all_gather: shard of 6 bytes is not "
