@@ -249,6 +249,29 @@ void TrainPlacementReportPass::runOnOperation() {
   if (failed(costModel))
     return signalPassFailure();
   const CostModel &costs = *costModel;
+  // Tensor parallelism: the collectives over "tp" one microbatch runs (on
+  // the compute stream, priced by the cost model like any op).
+  struct TensorParallelSummary {
+    int64_t ranks = 1;
+    bool sequenceParallel = false;
+    int64_t allReduces = 0, allGathers = 0, reduceScatters = 0, bytes = 0;
+    double seconds = 0;
+  } tps;
+  tps.ranks = tensorParallelSize(module);
+  tps.sequenceParallel = module->hasAttr(kSequenceParallelAttrName);
+  module.walk([&](Operation *op) {
+    if (!isa<TensorParallelReduceOp, SequenceParallelGatherOp,
+             SequenceParallelScatterOp>(op))
+      return;
+    (isa<TensorParallelReduceOp>(op)     ? tps.allReduces
+     : isa<SequenceParallelGatherOp>(op) ? tps.allGathers
+                                         : tps.reduceScatters) += 1;
+    // The whole [B, T, ...] buffer each moves.
+    Value whole = isa<SequenceParallelGatherOp>(op) ? op->getResult(0)
+                                                    : op->getOperand(0);
+    tps.bytes += tensorBytes(cast<RankedTensorType>(whole.getType()));
+    tps.seconds += costs.cost(op).seconds;
+  });
 
   // The same step without placement, for the "before" columns.
   DataParallelOptions dpOptions = cfg.dataParallelOptions();
@@ -573,6 +596,15 @@ void TrainPlacementReportPass::runOnOperation() {
         {"recompute_scopes", std::move(jrecompute)},
         {"peak_points", std::move(jpeaks)},
         {"data_parallel", std::move(jdp)},
+        {"tensor_parallel",
+         llvm::json::Object{
+             {"ranks", tps.ranks},
+             {"sequence_parallel", tps.sequenceParallel},
+             {"all_reduces_per_microbatch", tps.allReduces},
+             {"all_gathers_per_microbatch", tps.allGathers},
+             {"reduce_scatters_per_microbatch", tps.reduceScatters},
+             {"bytes_per_microbatch", tps.bytes},
+             {"seconds_per_microbatch", tps.seconds}}},
         {"totals",
          llvm::json::Object{
              {"kept_bytes", totals.keptBytes},
@@ -642,6 +674,19 @@ void TrainPlacementReportPass::runOnOperation() {
     os << llvm::formatv("predicted step compute time: {0:F3} -> {1:F3} ms "
                         "({2:F2}%)\n",
                         totals.stepBefore * 1e3, totals.stepAfter * 1e3, cost);
+    if (tps.ranks > 1)
+      os << llvm::formatv(
+          "tensor parallel: {0} ranks{1}; per microbatch {2} all-reduces, {3} "
+          "all-gathers and {4} reduce-scatters over tp on the compute stream "
+          "({5} bytes, {6:F1} us in the step time above); bytes here are "
+          "per rank{7}\n",
+          tps.ranks, tps.sequenceParallel ? ", sequence parallel" : "",
+          tps.allReduces, tps.allGathers, tps.reduceScatters, tps.bytes,
+          tps.seconds * 1e6,
+          tps.sequenceParallel
+              ? " (the per-token values between regions hold 1/" +
+                    std::to_string(tps.ranks) + " of the tokens)"
+              : std::string());
     bool zero3 = dp.mode == DataParallelMode::Zero3;
     if (dp.ranks > 1 || zero3) {
       if (zero3) {
