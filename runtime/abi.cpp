@@ -221,11 +221,6 @@ Program ap::rt::programOfAbi(const ap_program &p) {
          p.tensor_parallel_size,
          ": ZeRO-3 sharding of a tensor-parallel program is not supported by "
          "this runtime yet (compile with --data-parallel=replicate)");
-  if (tpSize > 1 && p.pipeline_size > 1)
-    fail("abi: program: tensor_parallel_size ", p.tensor_parallel_size,
-         " with pipeline_size ", p.pipeline_size,
-         ": tensor parallelism inside pipeline stages is not supported by "
-         "this runtime yet");
   for (uint32_t i = 0; i < p.num_params; ++i) {
     const ap_param &a = p.params[i];
     if (!a.name)
@@ -417,6 +412,12 @@ ap::rt::programsOfAbiStages(const ap_program *const *stages,
              q->data_parallel_size, ", ", q->data_parallel_mode, ", ",
              q->micro_batches, ", ", q->batch, ", ", q->seq, ", ", q->vocab,
              " (the stages of one pipeline train one batch)");
+      if (std::max(p->tensor_parallel_size, 1) !=
+          std::max(q->tensor_parallel_size, 1))
+        fail("abi: ap_train_main_stages: stage ", s,
+             " has tensor_parallel_size ", p->tensor_parallel_size,
+             ", stage 0 has ", q->tensor_parallel_size,
+             " (every stage splits its layers over the same ranks)");
     }
     out.push_back(std::move(prog));
   }

@@ -505,42 +505,35 @@ void StepRunner::finalizeGrads(double maxNorm) {
   args.norm = normDev;
   args.clipCoef = nullptr;
   float rawNorm = 0;
-  if (pipelined) {
+  if (tensorParallel && tensorParallel->size() > 1) {
+    // The split parameters' squares are summed over the tensor-parallel
+    // ranks (each holds a part); the replicated ones (the same on every
+    // rank once tp_grad_sum grads were summed) count once. Each set is one
+    // running sum in parameter order, continued from stage to stage in a
+    // pipeline, so a pipelined run has the bits of one stage.
+    std::vector<kernels::GradTensor> split, replicated;
+    size_t k = 0;
+    for (const ParamEntry &p : program_.params) {
+      if (p.frozen || shardSpan(p, rank).count == 0 ||
+          (pipelined && p.pipelineTied && stage() > 0))
+        continue;
+      (p.tpDim >= 0 ? split : replicated).push_back(tensors[k++]);
+    }
+    double splitSquares =
+        pipelined ? chainedSquares(split) : localSquares(split);
+    double replicatedSquares =
+        pipelined ? chainedSquares(replicated) : localSquares(replicated);
+    splitSquares = sumScalars(tensorParallel, {splitSquares})[0];
+    rawNorm = float(std::sqrt(splitSquares + replicatedSquares));
+    dev.copyAsync(normDev, &rawNorm, 4, CopyKind::HostToDevice,
+                  Stream::Compute);
+    dev.synchronize(Stream::Compute);
+  } else if (pipelined) {
     // One running sum over the whole model's tensors in parameter order,
     // continued from stage to stage: the bits of one stage's norm.
     rawNorm = float(std::sqrt(chainedSquares(tensors)));
     // The scratch holds the whole model's norm, as on one stage (the
     // kernel left this stage's partial one there).
-    dev.copyAsync(normDev, &rawNorm, 4, CopyKind::HostToDevice,
-                  Stream::Compute);
-    dev.synchronize(Stream::Compute);
-  } else if (tensorParallel && tensorParallel->size() > 1) {
-    // The split parameters' squares are summed over the tensor-parallel
-    // ranks (each holds a part); the replicated ones (the same on every
-    // rank once tp_grad_sum grads were summed) count once. Each set's norm
-    // comes from the kernel; their squares stand for the sums.
-    std::vector<kernels::GradTensor> split, replicated;
-    size_t k = 0;
-    for (const ParamEntry &p : program_.params) {
-      if (p.frozen || shardSpan(p, rank).count == 0)
-        continue;
-      (p.tpDim >= 0 ? split : replicated).push_back(tensors[k++]);
-    }
-    auto normOf = [&](std::vector<kernels::GradTensor> &set) {
-      if (set.empty())
-        return 0.0;
-      kernels::GradNormArgs a = args;
-      a.tensors = set.data();
-      a.numTensors = int64_t(set.size());
-      launch("finalize_grads",
-             [a](const KernelContext &c) { return kernels::gradNorm(c, a); });
-      float n = 0;
-      dev.copyToHostSync(&n, normDev, 4);
-      return double(n) * double(n);
-    };
-    double splitSquares = normOf(split), replicatedSquares = normOf(replicated);
-    splitSquares = sumScalars(tensorParallel, {splitSquares})[0];
-    rawNorm = float(std::sqrt(splitSquares + replicatedSquares));
     dev.copyAsync(normDev, &rawNorm, 4, CopyKind::HostToDevice,
                   Stream::Compute);
     dev.synchronize(Stream::Compute);
@@ -613,6 +606,24 @@ void StepRunner::combineTiedGrads() {
             DType::F32, Stream::Compute);
     }
   }
+}
+
+double
+StepRunner::localSquares(const std::vector<kernels::GradTensor> &tensors) {
+  if (tensors.empty())
+    return 0;
+  auto *sq = reinterpret_cast<double *>(scratch(kScratchRankSums));
+  kernels::GradNormArgs args;
+  args.tensors = tensors.data();
+  args.numTensors = int64_t(tensors.size());
+  args.maxNorm = 0;
+  args.norm = reinterpret_cast<float *>(scratch(AP_SCRATCH_GRAD_NORM));
+  args.squares = sq;
+  launch("finalize_grads",
+         [args](const KernelContext &c) { return kernels::gradNorm(c, args); });
+  double total = 0;
+  dev.copyToHostSync(&total, sq, sizeof total);
+  return total;
 }
 
 double

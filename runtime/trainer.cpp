@@ -372,13 +372,18 @@ int savedTensorParallel(const std::string &stepDir) {
 /// holds it, tensor-parallel rank r's parts of split parameters in file r,
 /// the replicated tensors (the same on every rank) in file 0.
 std::vector<std::pair<CheckpointTensor, int>>
-tensorParallelFiles(const Program &p) {
+tensorParallelFiles(const std::vector<Program> &stages) {
   std::vector<std::pair<CheckpointTensor, int>> out;
   std::set<std::string> placed;
-  for (int r = 0; r < p.tensorParallelSize; ++r)
-    for (auto &[t, offset] : describeCheckpointTensors(p, 0, r))
-      if (placed.insert(t.name).second)
-        out.push_back({t, t.name.find("#tp") != std::string::npos ? r : 0});
+  const int tp = stages.at(0).tensorParallelSize;
+  // With pipeline stages too: file stage x T + r.
+  for (size_t s = 0; s < stages.size(); ++s)
+    for (int r = 0; r < tp; ++r)
+      for (auto &[t, offset] : describeCheckpointTensors(stages[s], 0, r))
+        if (placed.insert(t.name).second)
+          out.push_back(
+              {t, int(s) * tp +
+                      (t.name.find("#tp") != std::string::npos ? r : 0)});
   return out;
 }
 
@@ -780,7 +785,7 @@ int run(int argc, char **argv, const std::vector<Program> &stages) {
     if (!flags.dumpGrads.empty())
       refuse("--dump-grads", "gathering the ranks' grad parts");
   }
-  if (stageCount > 1 && worldSize != dpSize * stageCount)
+  if (tpSize == 1 && stageCount > 1 && worldSize != dpSize * stageCount)
     fail("the launcher (", launcherName(launchInfo.launcher), ") started ",
          worldSize, " rank(s) but this binary was compiled for ", dpSize,
          " data-parallel rank(s) x ", stageCount,
@@ -1126,8 +1131,8 @@ int run(int argc, char **argv, const std::vector<Program> &stages) {
   if (stageCount > 1 || tpSize > 1) {
     std::set<std::string> mine;
     for (const auto &[t, file] :
-         tpSize > 1 ? tensorParallelFiles(p) : stageTensorFiles(stages))
-      if (file == (tpSize > 1 ? tpRank : stage))
+         tpSize > 1 ? tensorParallelFiles(stages) : stageTensorFiles(stages))
+      if (file == stage * tpSize + tpRank)
         mine.insert(t.name);
     for (const CheckpointTensor &t : mirror.tensors)
       if (mine.count(t.name))
@@ -1278,15 +1283,15 @@ int run(int argc, char **argv, const std::vector<Program> &stages) {
         save.placedTensors = stageTensorFiles(stages);
       }
       if (tpSize > 1) {
-        // One file per tensor-parallel rank (its parts of the split
-        // parameters; file 0 also the replicated tensors), written by the
-        // data-parallel rank 0 of each, and an index naming every tensor's
-        // file.
+        // One file per tensor-parallel rank of each stage (its parts of the
+        // split parameters; the stage's tensor-parallel rank 0 also the
+        // replicated tensors), written by data-parallel rank 0, and an
+        // index naming every tensor's file.
         save.replicated = false;
-        save.rank = tpRank;
-        save.worldSize = tpSize;
+        save.rank = stage * tpSize + tpRank;
+        save.worldSize = stageCount * tpSize;
         save.writes = dpRank == 0;
-        save.placedTensors = tensorParallelFiles(p);
+        save.placedTensors = tensorParallelFiles(stages);
       }
       saveCheckpoint(flags.save,
                      stageCount > 1 || tpSize > 1 ? ownTensors : mirror.tensors,

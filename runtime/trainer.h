@@ -395,6 +395,9 @@ private:
   /// The grad norm's sum of squares over this stage's main grads, started
   /// from the previous stages' sum and passed on (finalizeGrads).
   double chainedSquares(const std::vector<kernels::GradTensor> &tensors);
+  /// The sum of squares of `tensors` on this rank (one running sum in list
+  /// order, as one stage of chainedSquares); 0 for none.
+  double localSquares(const std::vector<kernels::GradTensor> &tensors);
   /// Adds each tied_grad_offset buffer into its main grad and zeroes it;
   /// sums pipeline_tied main grads over the first and the last stage.
   void combineTiedGrads();

@@ -29,6 +29,10 @@
 #                for the third: every rank's fingerprints bitwise equal;
 #                resuming that checkpoint with a TP 1 binary is refused
 #                naming tensor_parallel.
+#   pp           TP 2 x PP 2 on 4 ranks with --sequence-parallel against
+#                TP 2 alone (--tied-grad-parts), 4 microbatches, f32: loss
+#                and grad norm bitwise equal every step on every rank, and
+#                every saved tensor (each rank's parts) bitwise equal.
 #   errors       a TP 2 binary on 1 or 3 ranks is refused naming the sizes;
 #                compile-time refusals name the option and the model field.
 #
@@ -196,6 +200,38 @@ def case_checkpoint(t):
           "tensor_parallel, got rc %d:\n%s" % (r.returncode, out))
 
 
+def case_pp(t):
+    from pipeline_parallel import saved_tensors
+    steps = 3
+    flags = ["--micro-batches", "4", "--dtype", "f32", "--tensor-parallel=2",
+             "--sequence-parallel"]
+    one = t.compile("tp2", *(flags + ["--tied-grad-parts"]))
+    staged = t.compile("tp2pp2", *(flags + ["--pipeline-parallel=2"]))
+    r, l1 = t.train(one, 2, "--steps", str(steps), "--save", t.path("ck1"),
+                    metrics="tp2.jsonl")
+    check(r.returncode == 0, "TP 2 failed")
+    r, l2 = t.train(staged, 4, "--steps", str(steps), "--save",
+                    t.path("ck2"), metrics="tp2pp2.jsonl")
+    check(r.returncode == 0, "TP 2 x PP 2 failed")
+    for rank, lines in enumerate(l2):
+        check(len(lines) == steps, "rank %d: %d metrics lines" %
+              (rank, len(lines)))
+        for a, b in zip(l1[0], lines):
+            check(a["loss"] == b["loss"] and a["grad_norm"] == b["grad_norm"],
+                  "rank %d step %d: loss %r / %r, grad norm %r / %r" %
+                  (rank, a["step"], b["loss"], a["loss"], b["grad_norm"],
+                   a["grad_norm"]))
+    a, b = saved_tensors(t.path("ck1")), saved_tensors(t.path("ck2"))
+    check(sorted(a) == sorted(b) and a,
+          "the saves hold other tensors: %d / %d" % (len(a), len(b)))
+    differ = [n for n in sorted(set(a) & set(b)) if a[n] != b[n]]
+    check(not differ, "%d saved tensors differ, first %s" %
+          (len(differ), differ[:3]))
+    print("TP 2 x PP 2: loss and grad norm bitwise equal to TP 2 on all 4 "
+          "ranks over %d steps; %d saved tensors bitwise equal" %
+          (steps, len(a)), flush=True)
+
+
 def case_errors(t):
     tp2 = t.compile("tp2", "--micro-batches", "2", "--tensor-parallel=2")
     for ranks in (1, 3):
@@ -225,8 +261,6 @@ def case_errors(t):
          "--tensor-parallel=2: --sequence-parallel splits a microbatch's 15 "
          "tokens (--micro-batch-size x --seq) over the ranks; they are not a "
          "multiple of the tensor-parallel size"),
-        (["--tensor-parallel=2", "--pipeline-parallel=2"],
-         "--tensor-parallel with --pipeline-parallel is not supported yet"),
         (["--tensor-parallel=2", "--data-parallel-size=2",
           "--data-parallel=zero3"],
          "--tensor-parallel with --data-parallel=zero3 is not supported yet"),
@@ -243,6 +277,7 @@ def case_errors(t):
 
 CASES = {"equivalence": case_equivalence, "placement": case_placement,
          "dp": case_dp, "sp": case_sp, "checkpoint": case_checkpoint,
+         "pp": case_pp,
          "errors": case_errors}
 
 

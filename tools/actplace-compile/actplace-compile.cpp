@@ -173,7 +173,8 @@ static cl::opt<int64_t> tensorParallel(
              "over this many ranks, column-parallel projections in, "
              "row-parallel out, one all-reduce after each block's output "
              "projection; the embedding, norms and LM head are replicated. "
-             "The binary runs on tensor-parallel x data-parallel-size ranks "
+             "The binary runs on tensor-parallel x data-parallel-size x "
+             "pipeline-parallel ranks "
              "(default 1)"),
     cl::init(1), cl::cat(category));
 static cl::opt<bool> sequenceParallel(
@@ -405,9 +406,6 @@ static std::string checkOptions() {
                          "got {0}",
                          int64_t(tensorParallel))
         .str();
-  if (tensorParallel > 1 && pipelineParallel > 1)
-    return "--tensor-parallel with --pipeline-parallel is not supported yet "
-           "(tensor parallelism inside pipeline stages)";
   if (tensorParallel > 1 && dataParallel == DataParallel::Zero3)
     return "--tensor-parallel with --data-parallel=zero3 is not supported "
            "yet; use --data-parallel=replicate";

@@ -410,8 +410,11 @@ LogicalResult Lowering::lowerStepOp(Operation *op) {
     // Replicated parameters each tensor-parallel rank applied to its own
     // heads: their main grads are partial sums, summed over the ranks.
     for (tr::ParamOp p : module.getOps<tr::ParamOp>())
-      if (Value g = params[p.getSymName()].grad; g && p.getTpGradSum())
-        ex::AllReduceOp::create(b, loc, g, "tp", ex::Stream::Comm);
+      if (p.getTpGradSum())
+        for (Value g :
+             {params[p.getSymName()].grad, params[p.getSymName()].tiedGrad})
+          if (g)
+            ex::AllReduceOp::create(b, loc, g, "tp", ex::Stream::Comm);
     for (tr::ParamOp p : module.getOps<tr::ParamOp>())
       if (Value g = params[p.getSymName()].grad) {
         if (!zero3)

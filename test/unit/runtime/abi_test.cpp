@@ -375,10 +375,12 @@ TEST(AbiProgramTest, RefusesPipelineFieldsOutOfRange) {
         << err;
   }
   {
-    auto [rc, err] =
-        tensorParallelError(2, [](AbiProgram &a) { a.p.pipeline_size = 2; });
+    auto [rc, err] = tensorParallelError(2, [](AbiProgram &a) {
+      a.p.data_parallel_mode = AP_DP_ZERO3;
+      a.param.shard_numel = 64;
+    });
     EXPECT_EQ(rc, 1);
-    EXPECT_NE(err.find("tensor_parallel_size 2 with pipeline_size 2"),
+    EXPECT_NE(err.find("data_parallel_mode zero3 with tensor_parallel_size 2"),
               std::string::npos)
         << err;
   }
