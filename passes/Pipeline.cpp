@@ -56,6 +56,8 @@ void buildPipeline(OpPassManager &pm, const CompileOptions &o,
       stage.stages = o.pipelineStages;
       stage.stage = o.pipelineStage;
       stage.layers.assign(o.pipelineLayers.begin(), o.pipelineLayers.end());
+      stage.balance = o.pipelineBalanceCost ? "cost" : "layers";
+      stage.profile = o.pipelineProfile;
       pm.addPass(createTrainPipelineStage(stage));
     }
     addPlacementStage(pm, o);

@@ -59,9 +59,13 @@ struct CompileOptions {
   /// Pipeline parallelism: `pipelineStages` > 1 compiles stage
   /// `pipelineStage` (train-pipeline-stage first in the placement stage,
   /// exec-pipeline-schedule after the lowering); `pipelineLayers` are the
-  /// decoder layers per stage (empty: even).
+  /// decoder layers per stage (empty: even, or with `pipelineBalanceCost`
+  /// the split whose slowest stage is fastest under the cost model, whose
+  /// profile is `pipelineProfile`).
   int64_t pipelineStages = 1, pipelineStage = 0;
   std::vector<int64_t> pipelineLayers;
+  bool pipelineBalanceCost = false;
+  std::string pipelineProfile;
 };
 
 /// Adds the passes of stages `first` to `last` (inclusive) for `options`.

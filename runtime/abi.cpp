@@ -216,11 +216,6 @@ Program ap::rt::programOfAbi(const ap_program &p) {
     fail("abi: program: tensor_parallel_size is ", p.tensor_parallel_size,
          " (expected 0 or 1: none, or up to 1024 ranks)");
   const int32_t tpSize = std::max<int32_t>(p.tensor_parallel_size, 1);
-  if (tpSize > 1 && p.data_parallel_mode == AP_DP_ZERO3)
-    fail("abi: program: data_parallel_mode zero3 with tensor_parallel_size ",
-         p.tensor_parallel_size,
-         ": ZeRO-3 sharding of a tensor-parallel program is not supported by "
-         "this runtime yet (compile with --data-parallel=replicate)");
   for (uint32_t i = 0; i < p.num_params; ++i) {
     const ap_param &a = p.params[i];
     if (!a.name)
@@ -322,10 +317,10 @@ Program ap::rt::programOfAbi(const ap_program &p) {
       if (a.tp_dim < 0 || a.tp_dim >= a.rank)
         fail("abi: program: parameter '", a.name, "' has tp_dim ", a.tp_dim,
              " (expected 0 to its rank ", a.rank, " - 1)");
-      if (a.shard_numel != 0 || a.tp_grad_sum)
+      if (a.tp_grad_sum)
         fail("abi: program: parameter '", a.name,
-             "' is split by tensor parallelism and also zero3-sharded or "
-             "tp_grad_sum");
+             "' is split by tensor parallelism and tp_grad_sum (a replicated "
+             "parameter's flag)");
       int64_t whole = 0;
       for (int32_t s = 0; s < a.tp_num_segments; ++s) {
         if (a.tp_segments[s] <= 0 || a.tp_segments[s] % tpSize != 0)

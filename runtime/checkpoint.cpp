@@ -180,21 +180,35 @@ Json flatIndex(const std::vector<CheckpointTensor> &tensors, int worldSize) {
 
 /// The index's "tensors" map of a pipelined save: each tensor whole in the
 /// file of the stage that holds it.
+/// With `group` > 1 (tensor parallelism under ZeRO-3) a flat-sharded
+/// tensor placed in file f has its shards in files f .. f + group - 1.
 Json placedIndex(const std::vector<std::pair<CheckpointTensor, int>> &placed,
-                 int worldSize) {
+                 int worldSize, int group) {
   Json map = Json::object();
   for (const auto &[t, file] : placed) {
-    if (file < 0 || file >= worldSize || t.shardNumel != 0)
+    int files = t.shardNumel > 0 ? group : 1;
+    if (file < 0 || file + files > worldSize ||
+        (t.shardNumel != 0 && group < 2))
       fail("checkpoint: '", t.name, "' placed in file ", file, " of ",
            worldSize, t.shardNumel ? " as a flat shard" : "");
+    int64_t numel = numelOf(t.shape);
+    int64_t s = t.shardNumel > 0 ? t.shardNumel : numel;
+    if (s * files < numel)
+      fail("checkpoint: '", t.name, "' has ", numel, " elements, more than ",
+           files, " shards of ", s);
     Json pieces = Json::array();
-    pieces.push_back({{"file", checkpointShardName(file, worldSize)},
-                      {"begin", 0},
-                      {"end", numelOf(t.shape)}});
+    for (int r = 0; r < files; ++r) {
+      int64_t begin = int64_t(r) * s, end = std::min(begin + s, numel);
+      if (begin >= end)
+        break;
+      pieces.push_back({{"file", checkpointShardName(file + r, worldSize)},
+                        {"begin", begin},
+                        {"end", end}});
+    }
     map[t.name] = {{"dtype", stDTypeName(t.dtype)},
                    {"shape", t.shape},
-                   {"shard_numel", 0},
-                   {"data_parallel_size", 1},
+                   {"shard_numel", t.shardNumel > 0 ? s : 0},
+                   {"data_parallel_size", files},
                    {"pieces", pieces}};
   }
   return map;
@@ -268,7 +282,8 @@ std::string writeShard(const std::string &dir,
     if (flat)
       index["tensors"] = flatIndex(tensors, shard.worldSize);
     if (!shard.placedTensors.empty())
-      index["tensors"] = placedIndex(shard.placedTensors, shard.worldSize);
+      index["tensors"] =
+          placedIndex(shard.placedTensors, shard.worldSize, shard.placedGroup);
     writeFileAtomically(stepDir + "/index.json",
                         dumpJson(index, "checkpoint: index.json") + "\n",
                         options.sync);

@@ -122,6 +122,11 @@ struct ShardInfo {
   /// index.json's "tensors" map, so a load finds each tensor's file (on any
   /// number of stages, LoadOptions::subset). Empty otherwise.
   std::vector<std::pair<CheckpointTensor, int>> placedTensors;
+  /// With placedTensors: a flat-sharded tensor (shard_numel > 0) placed in
+  /// file f is split over files f .. f + placedGroup - 1 (the data-parallel
+  /// ranks of one tensor-parallel rank under ZeRO-3), rank r of the group
+  /// holding elements [r x shard_numel, (r + 1) x shard_numel).
+  int placedGroup = 1;
 
   /// The shard info of `comm`'s ranks (using comm.allTrue).
   static ShardInfo of(Communicator &comm) {

@@ -523,6 +523,13 @@ void StepRunner::finalizeGrads(double maxNorm) {
         pipelined ? chainedSquares(split) : localSquares(split);
     double replicatedSquares =
         pipelined ? chainedSquares(replicated) : localSquares(replicated);
+    // ZeRO-3: each data-parallel rank holds a shard of both sets.
+    if (program_.dataParallelMode == DataParallelMode::Zero3) {
+      std::vector<double> both =
+          sumOverRanks({splitSquares, replicatedSquares});
+      splitSquares = both[0];
+      replicatedSquares = both[1];
+    }
     splitSquares = sumScalars(tensorParallel, {splitSquares})[0];
     rawNorm = float(std::sqrt(splitSquares + replicatedSquares));
     dev.copyAsync(normDev, &rawNorm, 4, CopyKind::HostToDevice,
@@ -544,7 +551,8 @@ void StepRunner::finalizeGrads(double maxNorm) {
     dev.copyToHostSync(&rawNorm, normDev, 4);
   }
   if (program_.dataParallelMode == DataParallelMode::Zero3 && dataParallel &&
-      dataParallel->size() > 1) {
+      dataParallel->size() > 1 &&
+      !(tensorParallel && tensorParallel->size() > 1)) {
     // The global norm is the root of the sum over ranks of each rank's sum
     // of squares (the shards partition every parameter), summed in one
     // fixed order that every rank shares, so every rank clips by the same

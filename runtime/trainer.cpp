@@ -371,19 +371,27 @@ int savedTensorParallel(const std::string &stepDir) {
 /// Tensor parallelism: every tensor of the checkpoint with the file that
 /// holds it, tensor-parallel rank r's parts of split parameters in file r,
 /// the replicated tensors (the same on every rank) in file 0.
+/// With pipeline stages too: file stage x T + r. Under ZeRO-3 (no stages)
+/// each tensor-parallel rank's tensors are flat-sharded over its
+/// data-parallel ranks: file r x DP + d holds rank (r, d)'s shards, and a
+/// tensor is placed at the first file of its group (ShardInfo::
+/// placedGroup).
 std::vector<std::pair<CheckpointTensor, int>>
 tensorParallelFiles(const std::vector<Program> &stages) {
   std::vector<std::pair<CheckpointTensor, int>> out;
   std::set<std::string> placed;
-  const int tp = stages.at(0).tensorParallelSize;
-  // With pipeline stages too: file stage x T + r.
+  const Program &p0 = stages.at(0);
+  const int tp = p0.tensorParallelSize;
+  const int group =
+      p0.dataParallelMode == DataParallelMode::Zero3 ? p0.dataParallelSize : 1;
   for (size_t s = 0; s < stages.size(); ++s)
     for (int r = 0; r < tp; ++r)
       for (auto &[t, offset] : describeCheckpointTensors(stages[s], 0, r))
         if (placed.insert(t.name).second)
           out.push_back(
-              {t, int(s) * tp +
-                      (t.name.find("#tp") != std::string::npos ? r : 0)});
+              {t, (int(s) * tp +
+                   (t.name.find("#tp") != std::string::npos ? r : 0)) *
+                      group});
   return out;
 }
 
@@ -864,7 +872,7 @@ int run(int argc, char **argv, const std::vector<Program> &stages) {
     throw CliError("--dump-grads with --data-parallel=zero3 on several ranks "
                    "gathers the grad shards through host memory: run it on "
                    "the host backend (--device host)");
-  CheckpointMirror mirror(p, rank, tpRank);
+  CheckpointMirror mirror(p, dpRank, tpRank);
   std::optional<TrainingState> resumed;
   std::string resumeDir;
   if (!flags.resume.empty()) {
@@ -1072,10 +1080,12 @@ int run(int argc, char **argv, const std::vector<Program> &stages) {
   // Tensor parallelism: every rank takes its part of the whole tensor's
   // values, so any number of ranks starts from the same model.
   for (const ParamEntry &e : p.params)
-    writeParameter(r, e,
-                   e.tpDim >= 0
-                       ? tensorParallelPart(e, tpRank, tpSize, flags.seed)
-                       : initialValues(e, shardSpan(e, rank), flags.seed));
+    writeParameter(
+        r, e,
+        e.tpDim >= 0
+            ? sliceOf(tensorParallelPart(e, tpRank, tpSize, flags.seed),
+                      shardSpan(e, dpRank))
+            : initialValues(e, shardSpan(e, dpRank), flags.seed));
 
   if (!flags.initWeights.empty())
     loadInitWeights(stageCount > 1 ? whole : p, p, r, flags.initWeights);
@@ -1117,7 +1127,7 @@ int run(int argc, char **argv, const std::vector<Program> &stages) {
   // ZeRO-3: this rank's shards, padding left out.
   std::vector<kernels::GradTensor> masters, moments1, moments2;
   for (const ParamEntry &e : p.params) {
-    int64_t n = shardSpan(e, rank).count;
+    int64_t n = shardSpan(e, dpRank).count;
     if (!e.frozen && n > 0) {
       masters.push_back({static_cast<const float *>(r.at(e.master)), n});
       moments1.push_back({static_cast<const float *>(r.at(e.adamM)), n});
@@ -1130,9 +1140,12 @@ int run(int argc, char **argv, const std::vector<Program> &stages) {
   std::vector<CheckpointTensor> ownTensors;
   if (stageCount > 1 || tpSize > 1) {
     std::set<std::string> mine;
+    // Under ZeRO-3 every data-parallel rank of a tensor-parallel rank
+    // writes its shards of the tensors placed at the group's first file.
+    const int group = zero3 ? dpSize : 1;
     for (const auto &[t, file] :
          tpSize > 1 ? tensorParallelFiles(stages) : stageTensorFiles(stages))
-      if (file == stage * tpSize + tpRank)
+      if (file == (stage * tpSize + tpRank) * group)
         mine.insert(t.name);
     for (const CheckpointTensor &t : mirror.tensors)
       if (mine.count(t.name))
@@ -1223,11 +1236,11 @@ int run(int argc, char **argv, const std::vector<Program> &stages) {
       for (const ParamEntry &e : p.params)
         if (!e.frozen)
           opt.push_back(
-              {r.at(e.adamM), uint64_t(shardSpan(e, rank).count) * 4, true});
+              {r.at(e.adamM), uint64_t(shardSpan(e, dpRank).count) * 4, true});
       for (const ParamEntry &e : p.params)
         if (!e.frozen)
           opt.push_back(
-              {r.at(e.adamV), uint64_t(shardSpan(e, rank).count) * 4, true});
+              {r.at(e.adamV), uint64_t(shardSpan(e, dpRank).count) * 4, true});
       int64_t stepCount = step + 1;
       opt.push_back({&stepCount, 8, false});
       f.optimizer = fingerprint(dev, pool, opt);
@@ -1292,6 +1305,13 @@ int run(int argc, char **argv, const std::vector<Program> &stages) {
         save.worldSize = stageCount * tpSize;
         save.writes = dpRank == 0;
         save.placedTensors = tensorParallelFiles(stages);
+        if (zero3) {
+          // Every rank writes its flat shards: file tp x DP + dp.
+          save.rank = tpRank * dpSize + dpRank;
+          save.worldSize = tpSize * dpSize;
+          save.writes = true;
+          save.placedGroup = dpSize;
+        }
       }
       saveCheckpoint(flags.save,
                      stageCount > 1 || tpSize > 1 ? ownTensors : mirror.tensors,

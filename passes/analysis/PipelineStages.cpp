@@ -7,7 +7,9 @@
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/Support/FormatVariadic.h"
 
+#include <limits>
 #include <map>
+#include <vector>
 
 using namespace mlir;
 using namespace ap::train;
@@ -162,4 +164,72 @@ PipelineStages::assign(MicrobatchLoopOp loop, int64_t stages,
     }
   }
   return p;
+}
+
+FailureOr<SmallVector<int64_t>>
+PipelineStages::balanceByCost(MicrobatchLoopOp loop, int64_t stages,
+                              const CostModel &cost,
+                              SmallVectorImpl<double> *stageSeconds) {
+  Block &body = loop.getBody().front();
+  // Predicted seconds per decoder layer, and of the model-level work each
+  // end stage carries.
+  SmallVector<double> layerSeconds;
+  double first = 0, last = 0;
+  for (Operation &op : body) {
+    auto scope = op.getAttrOfType<ScopeAttr>("scope");
+    if (!scope)
+      continue;
+    double s = cost.cost(&op).seconds;
+    if (scope.getLayer() >= 0) {
+      if (int64_t(layerSeconds.size()) <= scope.getLayer())
+        layerSeconds.resize(scope.getLayer() + 1, 0.0);
+      layerSeconds[scope.getLayer()] += s;
+    } else if (scope.getModule() == "embedding") {
+      first += s;
+    } else {
+      last += s;
+    }
+  }
+  const int64_t layers = int64_t(layerSeconds.size());
+  if (stages < 1 || stages > layers)
+    return loop.emitError()
+               << "--pipeline-parallel=" << stages << ": expected 1 to the "
+               << layers << " decoder layers of the model",
+           failure();
+  SmallVector<double> prefix(layers + 1, 0.0);
+  for (int64_t i = 0; i < layers; ++i)
+    prefix[i + 1] = prefix[i] + layerSeconds[i];
+  auto stageTime = [&](int64_t s, int64_t begin, int64_t end) {
+    return prefix[end] - prefix[begin] + (s == 0 ? first : 0.0) +
+           (s == stages - 1 ? last : 0.0);
+  };
+  // best[s][i]: the smallest largest-stage time of stages 0..s holding
+  // layers [0, i); cut[s][i]: where stage s starts in that split.
+  const double inf = std::numeric_limits<double>::infinity();
+  std::vector<std::vector<double>> best(stages,
+                                        std::vector<double>(layers + 1, inf));
+  std::vector<std::vector<int64_t>> cut(stages,
+                                        std::vector<int64_t>(layers + 1, 0));
+  for (int64_t i = 1; i <= layers; ++i)
+    best[0][i] = stageTime(0, 0, i);
+  for (int64_t s = 1; s < stages; ++s)
+    for (int64_t i = s + 1; i <= layers; ++i)
+      // Later starts first: a tie keeps more layers on the earlier stages.
+      for (int64_t j = i - 1; j >= s; --j) {
+        double t = std::max(best[s - 1][j], stageTime(s, j, i));
+        if (t < best[s][i]) {
+          best[s][i] = t;
+          cut[s][i] = j;
+        }
+      }
+  SmallVector<int64_t> counts(stages, 0);
+  int64_t end = layers;
+  for (int64_t s = stages - 1; s >= 0; --s) {
+    int64_t begin = s == 0 ? 0 : cut[s][end];
+    counts[s] = end - begin;
+    if (stageSeconds)
+      stageSeconds->insert(stageSeconds->begin(), stageTime(s, begin, end));
+    end = begin;
+  }
+  return counts;
 }

@@ -5,16 +5,16 @@
 //
 // Decoder layers are split into P contiguous ranges (given as layers per
 // stage, or as even as the layer count allows, the earlier stages taking
-// the remainder). An op runs on the stage of its scope's layer; the
-// model-level leaves go to the ends: `embedding` to the first stage,
-// `final_norm` and `lm_head` (and the yield of the loss) to the last. One
-// rule moves backward work up: an op whose every operand computed in the
-// body comes from one later stage runs there (the add that sums the two
-// gradients of a layer's input, residual and norm branch, is scoped to the
-// layer that produced that input, but both terms are made one stage up), so
-// one gradient tensor crosses each boundary instead of two. Parameter reads
-// (train.param_ref) run wherever they are used; block arguments (tokens,
-// labels) are loaded by every stage that uses them.
+// the remainder, or balanced by the cost model: balanceByCost). An op runs on
+// the stage of its scope's layer; the model-level leaves go to the ends:
+// `embedding` to the first stage, `final_norm` and `lm_head` (and the yield of
+// the loss) to the last. One rule moves backward work up: an op whose every
+// operand computed in the body comes from one later stage runs there (the add
+// that sums the two gradients of a layer's input, residual and norm branch, is
+// scoped to the layer that produced that input, but both terms are made one
+// stage up), so one gradient tensor crosses each boundary instead of two.
+// Parameter reads (train.param_ref) run wherever they are used; block arguments
+// (tokens, labels) are loaded by every stage that uses them.
 //
 // Every value used on another stage than its own is a crossing. A crossing
 // must go to a neighbouring stage: forward values to the next, gradients to
@@ -27,6 +27,7 @@
 #define ACTPLACE_PASSES_ANALYSIS_PIPELINESTAGES_H
 
 #include "dialect/train/TrainOps.h"
+#include "passes/analysis/CostModel.h"
 
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/DenseMap.h"
@@ -62,6 +63,17 @@ public:
   /// The stage of every body op but train.param_ref.
   llvm::DenseMap<mlir::Operation *, int> stageOf;
   llvm::SmallVector<Crossing> crossings;
+
+  /// Layer counts per stage that minimise the largest stage's predicted
+  /// compute time per microbatch (forward and backward ops of its layers
+  /// under `cost`, the embedding on the first stage, the final norm, LM
+  /// head and loss on the last; communication and the 1F1B bubbles left
+  /// out), each stage at least one layer. Ties go to the split whose
+  /// earlier stages hold more layers. `stageSeconds` receives each stage's
+  /// predicted time when given.
+  static mlir::FailureOr<llvm::SmallVector<int64_t>>
+  balanceByCost(MicrobatchLoopOp loop, int64_t stages, const CostModel &cost,
+                llvm::SmallVectorImpl<double> *stageSeconds = nullptr);
 
   int stageOfLayer(int64_t layer) const;
   /// "layers 0-2" / "layer 3" for diagnostics and reports.

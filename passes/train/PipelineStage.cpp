@@ -43,10 +43,32 @@ struct TrainPipelineStagePass
       return signalPassFailure();
     }
     SmallVector<int64_t> perStage(layers.begin(), layers.end());
+    if (balance != "layers" && balance != "cost") {
+      module.emitError() << "train-pipeline-stage: balance '" << balance
+                         << "' (expected layers or cost)";
+      return signalPassFailure();
+    }
+    if (balance == "cost") {
+      if (!perStage.empty()) {
+        module.emitError() << "--pipeline-balance=cost chooses the layers per "
+                              "stage; --pipeline-stages gives them: pass one "
+                              "of the two";
+        return signalPassFailure();
+      }
+      FailureOr<CostModel> cost = CostModel::fromProfile(profile, module);
+      if (failed(cost))
+        return signalPassFailure();
+      FailureOr<SmallVector<int64_t>> split =
+          PipelineStages::balanceByCost(loop, stages, *cost);
+      if (failed(split))
+        return signalPassFailure();
+      perStage = *split;
+    }
     FailureOr<PipelineStages> plan =
         PipelineStages::assign(loop, stages, perStage);
     if (failed(plan))
       return signalPassFailure();
+    numLayers = plan->firstLayer[stage + 1] - plan->firstLayer[stage];
     int64_t micro = loop.getTokens().getType().getDimSize(0);
     if (micro < stages) {
       loop.emitError() << "--micro-batches=" << micro

@@ -122,9 +122,15 @@ def TrainPipelineStage : Pass<"train-pipeline-stage", "mlir::ModuleOp"> {
     Option<"stages", "stages", "int64_t", "1", "Pipeline stages (--pipeline-parallel)">,
     Option<"stage", "stage", "int64_t", "0", "The stage to keep, 0-based">,
     ListOption<"layers", "layers", "int64_t",
-               "Decoder layers per stage (--pipeline-stages); empty: even split">
+               "Decoder layers per stage (--pipeline-stages); empty: even split">,
+    Option<"balance", "balance", "std::string", "\"layers\"",
+           "Without `layers`: \"layers\" (as even as possible) or \"cost\" "
+           "(the split whose slowest stage is fastest under the cost model)">,
+    Option<"profile", "profile", "std::string", "\"\"",
+           "JSON device profile for balance=cost">
   ];
   let statistics = [
+    Statistic<"numLayers", "stage-layers", "Decoder layers of the kept stage">,
     Statistic<"numSends", "sends", "Values sent to a neighbouring stage">,
     Statistic<"numRecvs", "recvs", "Values received from a neighbouring stage">,
     Statistic<"numErased", "erased-ops", "Body ops of other stages removed">

@@ -33,6 +33,13 @@
 #                TP 2 alone (--tied-grad-parts), 4 microbatches, f32: loss
 #                and grad norm bitwise equal every step on every rank, and
 #                every saved tensor (each rank's parts) bitwise equal.
+#   zero3        TP 2 x DP 2 with --sequence-parallel and
+#                --data-parallel=zero3 on 4 ranks: within the bound of TP 1
+#                x DP 2 at f32; 2 steps saved (4 shard files and an index)
+#                and resumed for the third, every rank's fingerprints
+#                bitwise those of 3 steps straight; with the Megatron-LM
+#                placement, fingerprints bitwise per rank and copies
+#                counted.
 #   errors       a TP 2 binary on 1 or 3 ranks is refused naming the sizes;
 #                compile-time refusals name the option and the model field.
 #
@@ -120,17 +127,17 @@ def case_placement(t):
     placement_bitwise(t, "tp2")
 
 
-def placement_bitwise(t, name, *flags):
+def placement_bitwise(t, name, *flags, ranks=2):
     steps = 3
     off = t.compile(name + "-off", "--micro-batches", "2",
                     "--tensor-parallel=2", *flags)
     on = t.compile(name + "-placed", "--micro-batches", "2",
                    "--tensor-parallel=2", *(list(flags) + PLACEMENT))
-    r, loff = t.train(off, 2, "--steps", str(steps), metrics="off.jsonl")
+    r, loff = t.train(off, ranks, "--steps", str(steps), metrics="off.jsonl")
     check(r.returncode == 0, "TP 2 without placement failed")
-    r, lon = t.train(on, 2, "--steps", str(steps), metrics="on.jsonl")
+    r, lon = t.train(on, ranks, "--steps", str(steps), metrics="on.jsonl")
     check(r.returncode == 0, "TP 2 with placement failed")
-    for rank in range(2):
+    for rank in range(ranks):
         check(len(loff[rank]) == steps and len(lon[rank]) == steps,
               "rank %d: missing metrics lines" % rank)
         for a, b in zip(loff[rank], lon[rank]):
@@ -232,6 +239,36 @@ def case_pp(t):
           (steps, len(a)), flush=True)
 
 
+def case_zero3(t):
+    flags = ["--tensor-parallel=2", "--sequence-parallel",
+             "--data-parallel-size=2", "--data-parallel=zero3"]
+    compare(t, "tp2z3", 2, 4, ["--data-parallel-size=2"], flags)
+    tp = t.path("tp2z3")
+    r, straight = t.train(tp, 4, "--steps", "3", metrics="straight.jsonl")
+    check(r.returncode == 0, "3 steps straight failed")
+    ckpt = t.path("ckpt")
+    r, _ = t.train(tp, 4, "--steps", "2", "--save", ckpt,
+                   metrics="first.jsonl")
+    check(r.returncode == 0, "2 steps with --save failed")
+    files = sorted(os.listdir(os.path.join(ckpt, "step-00000002")))
+    check(len([f for f in files if f.endswith(".safetensors")]) == 4 and
+          "index.json" in files, "expected 4 shard files and an index, "
+          "found %s" % files)
+    r, resumed = t.train(tp, 4, "--steps", "3", "--resume", ckpt,
+                         metrics="resumed.jsonl")
+    check(r.returncode == 0, "the resume failed")
+    for rank in range(4):
+        check(len(straight[rank]) == 3 and len(resumed[rank]) == 1 and
+              straight[rank][-1]["fingerprints"] ==
+              resumed[rank][-1]["fingerprints"],
+              "rank %d: step 3 resumed differs from step 3 straight" % rank)
+    print("zero3: resumed at step 2, all 4 ranks' step-3 fingerprints equal "
+          "the straight run's", flush=True)
+    placement_bitwise(t, "tp2z3p", "--sequence-parallel",
+                      "--data-parallel-size=2", "--data-parallel=zero3",
+                      ranks=4)
+
+
 def case_errors(t):
     tp2 = t.compile("tp2", "--micro-batches", "2", "--tensor-parallel=2")
     for ranks in (1, 3):
@@ -261,9 +298,6 @@ def case_errors(t):
          "--tensor-parallel=2: --sequence-parallel splits a microbatch's 15 "
          "tokens (--micro-batch-size x --seq) over the ranks; they are not a "
          "multiple of the tensor-parallel size"),
-        (["--tensor-parallel=2", "--data-parallel-size=2",
-          "--data-parallel=zero3"],
-         "--tensor-parallel with --data-parallel=zero3 is not supported yet"),
     ]
     for flags, message in refusals:
         seq = [] if "--seq" in flags else ["--seq", "16"]
@@ -277,7 +311,7 @@ def case_errors(t):
 
 CASES = {"equivalence": case_equivalence, "placement": case_placement,
          "dp": case_dp, "sp": case_sp, "checkpoint": case_checkpoint,
-         "pp": case_pp,
+         "pp": case_pp, "zero3": case_zero3,
          "errors": case_errors}
 
 

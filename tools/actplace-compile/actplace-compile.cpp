@@ -40,6 +40,7 @@
 #include "passes/Pipeline.h"
 #include "passes/analysis/CostModel.h"
 #include "passes/analysis/MemoryTimeline.h"
+#include "passes/analysis/PipelineStages.h"
 #include "passes/analysis/PlacementSearch.h"
 #include "passes/render/MemoryTimelineSvg.h"
 #include "support/DeviceReserve.h"
@@ -199,6 +200,20 @@ static cl::list<int64_t> pipelineStages(
              "of --pipeline-parallel (default: as even as possible, the "
              "earlier stages taking the remainder)"),
     cl::cat(category));
+enum class PipelineBalance { Layers, Cost };
+static cl::opt<PipelineBalance> pipelineBalance(
+    "pipeline-balance",
+    cl::desc("How --pipeline-parallel splits the layers when "
+             "--pipeline-stages does not say"),
+    cl::values(clEnumValN(PipelineBalance::Layers, "layers",
+                          "as even a layer count as possible (default)"),
+               clEnumValN(PipelineBalance::Cost, "cost",
+                          "the split whose slowest stage (its layers' "
+                          "forward and backward under the cost model, the "
+                          "embedding on the first, the LM head and loss on "
+                          "the last) is fastest; printed with each stage's "
+                          "predicted time")),
+    cl::init(PipelineBalance::Layers), cl::cat(category));
 static cl::opt<bool> tiedGradParts(
     "tied-grad-parts",
     cl::desc("Sum a tied embedding / LM-head weight's gradient as a pipeline "
@@ -406,9 +421,12 @@ static std::string checkOptions() {
                          "got {0}",
                          int64_t(tensorParallel))
         .str();
-  if (tensorParallel > 1 && dataParallel == DataParallel::Zero3)
-    return "--tensor-parallel with --data-parallel=zero3 is not supported "
-           "yet; use --data-parallel=replicate";
+  if (pipelineBalance == PipelineBalance::Cost && !pipelineStages.empty())
+    return "--pipeline-balance=cost chooses the layers per stage; "
+           "--pipeline-stages gives them: pass one of the two";
+  if (pipelineBalance == PipelineBalance::Cost && pipelineParallel == 1)
+    return "--pipeline-balance=cost needs --pipeline-parallel (the number of "
+           "stages to balance)";
   if (!pipelineStages.empty() && pipelineParallel == 1)
     return "--pipeline-stages needs --pipeline-parallel (the number of stages "
            "it lists)";
@@ -753,13 +771,40 @@ int main(int argc, char **argv) {
     };
     placement.offloadModules = splitList(offloadModules);
     placement.recomputeModules = splitList(recomputeModules);
+    std::vector<int64_t> layersPerStage(pipelineStages.begin(),
+                                        pipelineStages.end());
+    if (pipelineBalance == PipelineBalance::Cost) {
+      // One split for every stage, chosen on the differentiated step.
+      ap::train::MicrobatchLoopOp loop;
+      module->walk([&](ap::train::MicrobatchLoopOp l) { loop = l; });
+      mlir::FailureOr<ap::train::CostModel> cost =
+          ap::train::CostModel::fromProfile(profile, *module);
+      if (!loop || failed(cost))
+        return fail("--pipeline-balance=cost: no cost model for the step "
+                    "(diagnostics above)");
+      llvm::SmallVector<double> seconds;
+      mlir::FailureOr<llvm::SmallVector<int64_t>> split =
+          ap::train::PipelineStages::balanceByCost(loop, pipelineParallel,
+                                                   *cost, &seconds);
+      if (failed(split))
+        return fail("--pipeline-balance=cost failed (diagnostics above)");
+      layersPerStage.assign(split->begin(), split->end());
+      std::string counts, times;
+      for (auto [n, s] : llvm::zip(*split, seconds)) {
+        counts += (counts.empty() ? "" : ",") + std::to_string(n);
+        times += (times.empty() ? "" : ", ") + g(s * 1e3);
+      }
+      llvm::outs() << "pipeline stages balanced by the cost model: "
+                   << "--pipeline-stages=" << counts << " (predicted " << times
+                   << " ms per microbatch, forward and backward)\n";
+    }
     std::vector<mlir::OwningOpRef<mlir::ModuleOp>> stages;
     llvm::SmallVector<mlir::ModuleOp> stageRefs;
     for (int64_t k = 0; k < pipelineParallel; ++k) {
       ap::CompileOptions o = opts;
       o.pipelineStages = pipelineParallel;
       o.pipelineStage = k;
-      o.pipelineLayers.assign(pipelineStages.begin(), pipelineStages.end());
+      o.pipelineLayers = layersPerStage;
       o.report = true;
       o.reportFile = output + ".stage" + std::to_string(k) + ".report.txt";
       if (!reportJson.empty())

@@ -375,12 +375,10 @@ TEST(AbiProgramTest, RefusesPipelineFieldsOutOfRange) {
         << err;
   }
   {
-    auto [rc, err] = tensorParallelError(2, [](AbiProgram &a) {
-      a.p.data_parallel_mode = AP_DP_ZERO3;
-      a.param.shard_numel = 64;
-    });
+    auto [rc, err] =
+        tensorParallelError(2, [](AbiProgram &a) { a.param.tp_grad_sum = 1; });
     EXPECT_EQ(rc, 1);
-    EXPECT_NE(err.find("data_parallel_mode zero3 with tensor_parallel_size 2"),
+    EXPECT_NE(err.find("is split by tensor parallelism and tp_grad_sum"),
               std::string::npos)
         << err;
   }
