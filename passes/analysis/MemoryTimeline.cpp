@@ -5,6 +5,7 @@
 #include "dialect/train/TrainOps.h"
 #include "passes/analysis/GraphSummary.h"
 #include "passes/analysis/KernelWorkspace.h"
+#include "passes/analysis/SavedActivations.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "llvm/ADT/DenseSet.h"
@@ -557,6 +558,36 @@ int MemoryTimeline::indexOf(Operation *op) const {
   return it == index.end() ? -1 : static_cast<int>(it->second);
 }
 
+int64_t MemoryTimeline::heldAcrossBackwardBytes() const {
+  if (bufs.empty() || pts.empty())
+    return 0;
+  // The first backward op of the body, as a program-order point.
+  Block *body = nullptr;
+  for (const MemoryPoint &p : pts)
+    if (p.op && isa<MicrobatchLoopOp>(p.op->getParentOp())) {
+      body = p.op->getBlock();
+      break;
+    }
+  if (!body)
+    return 0;
+  std::optional<unsigned> boundary;
+  for (Operation &op : *body)
+    if (SavedActivations::isBackwardOp(&op)) {
+      int at = indexOf(&op);
+      if (at >= 0)
+        boundary = unsigned(at);
+      break;
+    }
+  if (!boundary)
+    return 0;
+  int64_t held = 0;
+  for (const ActivationBuffer &b : bufs)
+    if (b.origin == ActivationBuffer::Origin::Computed && !b.offloaded &&
+        b.first < *boundary && b.lastUse >= *boundary)
+      held += b.bytes;
+  return held;
+}
+
 int64_t MemoryTimeline::peakBytes() const {
   return peakIdx < 0 ? 0 : pts[peakIdx].total();
 }
@@ -802,4 +833,19 @@ MemoryDeltaAtPoint PlacementMemoryDelta::at(unsigned placedPoint) const {
   for (const MemoryDeltaTerm &t : r.otherTerms)
     r.otherTermsBytes += t.bytes;
   return r;
+}
+
+int64_t ap::train::pipelineInflight(ModuleOp module, int64_t microBatches) {
+  auto stages = module->getAttrOfType<IntegerAttr>(kPipelineStagesAttrName);
+  auto stage = module->getAttrOfType<IntegerAttr>(kPipelineStageAttrName);
+  if (!stages || !stage || stages.getInt() <= 1)
+    return 1;
+  return std::max<int64_t>(
+      1, std::min(stages.getInt() - stage.getInt(), microBatches));
+}
+
+int64_t ap::train::stagePeakBytes(ModuleOp module,
+                                  const MemoryTimeline &timeline) {
+  int64_t k = pipelineInflight(module, timeline.microBatches());
+  return timeline.peakBytes() + (k - 1) * timeline.heldAcrossBackwardBytes();
 }

@@ -140,6 +140,12 @@ public:
 
   int64_t peakBytes() const;
   mlir::Operation *peakOp() const;
+  /// Device bytes one microbatch keeps from its forward to its backward:
+  /// buffers the forward computed (neither offloaded nor reloaded nor
+  /// recomputed) that the backward still reads. A pipeline stage that
+  /// holds k microbatches in flight (1F1B) holds k - 1 more of these at
+  /// its peak than this one-microbatch timeline shows.
+  int64_t heldAcrossBackwardBytes() const;
   int64_t activationPeakBytes() const;
   mlir::Operation *activationPeakOp() const;
   int64_t pinnedHostPeakBytes() const;
@@ -171,6 +177,16 @@ private:
   int64_t numMicroBatches = 1;
   int peakIdx = -1, actPeakIdx = -1, hostPeakIdx = -1;
 };
+
+/// Microbatches a pipeline stage holds in flight at its peak under 1F1B:
+/// min(P - s, microbatches) for stage s of P (module attributes
+/// train.pipeline_stages / train.pipeline_stage); 1 for a whole step.
+int64_t pipelineInflight(mlir::ModuleOp module, int64_t microBatches);
+
+/// The timeline's peak with the other microbatches a pipeline stage holds
+/// in flight: peakBytes() + (pipelineInflight - 1) x
+/// heldAcrossBackwardBytes().
+int64_t stagePeakBytes(mlir::ModuleOp module, const MemoryTimeline &timeline);
 
 /// The forward op each recompute clone (an op carrying
 /// train.recomputed) of `body` copies: the same op name, attributes other

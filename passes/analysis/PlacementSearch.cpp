@@ -262,7 +262,9 @@ public:
     MemoryTimeline timeline = MemoryTimeline::compute(m, cost, dpOptions);
     PlacementChoice c = unplaced;
     c.activationPeakAfter = timeline.activationPeakBytes();
-    c.peakAfter = timeline.peakBytes();
+    // A pipeline stage also holds the other microbatches 1F1B keeps in
+    // flight there.
+    c.peakAfter = stagePeakBytes(m, timeline);
     c.stepAfter =
         timeline.bodySimulation().computeSeconds * timeline.microBatches();
     // On several ranks the step includes the communication compute does

@@ -29,6 +29,19 @@ struct TrainPipelineStagePass
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
+    // A module that already is this stage (the placement search plans a
+    // stage it cut out before) is left as it is.
+    if (auto kept =
+            module->getAttrOfType<IntegerAttr>(kPipelineStageAttrName)) {
+      auto of = module->getAttrOfType<IntegerAttr>(kPipelineStagesAttrName);
+      if (kept.getInt() == stage && of && of.getInt() == stages)
+        return markAllAnalysesPreserved();
+      module.emitError() << "train-pipeline-stage: the module already is "
+                         << "stage " << kept.getInt() << " of "
+                         << (of ? of.getInt() : 0) << "; asked for stage "
+                         << int64_t(stage) << " of " << int64_t(stages);
+      return signalPassFailure();
+    }
     MicrobatchLoopOp loop;
     module.walk([&](MicrobatchLoopOp l) { loop = l; });
     if (!loop) {

@@ -57,6 +57,8 @@ struct Row {
 struct Totals {
   int64_t keptBytes = 0, offloadBytes = 0, recomputeBytes = 0;
   int64_t peakBefore = 0, peakAfter = 0, actPeakBefore = 0, actPeakAfter = 0;
+  /// Microbatches a pipeline stage holds in flight (1 without stages).
+  int64_t inflight = 1;
   double stepBefore = 0, stepAfter = 0, exposed = 0, hidden = 0;
   double recomputeSeconds = 0; ///< recompute kernels, per microbatch
   int64_t microBatches = 1;
@@ -288,8 +290,11 @@ void TrainPlacementReportPass::runOnOperation() {
   Totals totals;
   if (auto mb = module->getAttrOfType<IntegerAttr>(kMicroBatchesAttrName))
     totals.microBatches = mb.getInt();
-  totals.peakBefore = memBefore.peakBytes();
-  totals.peakAfter = memAfter.peakBytes();
+  // A pipeline stage's peak includes the other microbatches 1F1B keeps in
+  // flight there (as the placement search predicts it).
+  totals.peakBefore = stagePeakBytes(module, memBefore);
+  totals.peakAfter = stagePeakBytes(module, memAfter);
+  totals.inflight = pipelineInflight(module, memAfter.microBatches());
   totals.actPeakBefore = memBefore.activationPeakBytes();
   totals.actPeakAfter = memAfter.activationPeakBytes();
   totals.stepBefore = simBefore.computeSeconds * totals.microBatches;
@@ -650,6 +655,11 @@ void TrainPlacementReportPass::runOnOperation() {
     // rank (every rank holds the whole replicated plan, or its zero3 share).
     std::string perRank =
         dp.ranks > 1 ? llvm::formatv(" per rank of {0}", dp.ranks).str() : "";
+    if (totals.inflight > 1)
+      perRank += llvm::formatv(", with the {0} microbatches this pipeline "
+                               "stage holds in flight",
+                               totals.inflight)
+                     .str();
     os << llvm::formatv("predicted device peak: {0} -> {1} bytes ({2:F1} -> "
                         "{3:F1} MiB){4}\n",
                         totals.peakBefore, totals.peakAfter,

@@ -22,6 +22,11 @@
 #                none: per-rank fingerprints bitwise equal every step, every
 #                offloaded scope copies both ways on the stage that holds
 #                it, none without, the pinned pool empty after each step.
+#   budget       2 stages, seq 256, --memory-budget=3000000: each stage is
+#                searched on its own, the first (which holds 2 microbatches
+#                in flight) offloads, the last places nothing, both planned
+#                arenas within the budget; the binary's per-rank
+#                fingerprints bitwise those of the unplaced one.
 #   errors       a 2-stage binary on 1 or 3 ranks is refused naming the
 #                numbers; compile-time refusals name the option.
 #
@@ -146,6 +151,46 @@ def case_placement(t):
     check(offloaded > 0, "no stage offloaded anything")
 
 
+def case_budget(t):
+    import re
+    steps = 2
+    budget = 3000000
+    flags = ["--seq", "256", "--micro-batches", "4", "--pipeline-parallel=2"]
+    off = t.path("pp2-256")
+    on = t.path("pp2-budget")
+    for binary, extra in ((off, []), (on, ["--memory-budget=%d" % budget])):
+        cmd = [t.args.compile, t.args.model, "-o", binary] + flags + extra
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        check(r.returncode == 0, "%s failed:\n%s" % (" ".join(cmd),
+                                                     r.stdout + r.stderr))
+        if binary == on:
+            out = r.stdout
+    arenas = [int(a) for a in re.findall(r"stage \d planned peak: arena (\d+)",
+                                         out)]
+    chose = re.findall(r"chose: (.*) \(descent", out)
+    check(len(arenas) == 2 and all(a <= budget for a in arenas),
+          "planned arenas %s, budget %d" % (arenas, budget))
+    check(len(chose) >= 2 and chose[0] != "nothing placed" and
+          chose[-1] == "nothing placed",
+          "expected the first stage to place and the last not: %s" % chose)
+    print("per-stage search: arenas %s within %d; stage 0 %s, stage 1 %s" %
+          (arenas, budget, chose[-2], chose[-1]), flush=True)
+    r, loff = t.train(off, 2, "--steps", str(steps), metrics="off.jsonl")
+    check(r.returncode == 0, "unplaced stages failed")
+    r, lon = t.train(on, 2, "--steps", str(steps), metrics="on.jsonl")
+    check(r.returncode == 0, "searched stages failed")
+    for rank in range(2):
+        for a, b in zip(loff[rank], lon[rank]):
+            check(a["fingerprints"] == b["fingerprints"],
+                  "rank %d step %d: the searched placement changed the bits" %
+                  (rank, a["step"]))
+            check(b["pinned_pool"]["in_use"] == 0,
+                  "rank %d step %d: pinned pool in use" % (rank, b["step"]))
+    check(lon[0] and any(c["d2h_count"] > 0 for c in
+                         lon[0][0]["transfers"].values()),
+          "stage 0 copied nothing")
+
+
 def case_errors(t):
     pp2 = t.compile("pp2", "--micro-batches", "2", "--pipeline-parallel=2")
     for ranks in (1, 3):
@@ -180,7 +225,8 @@ def case_errors(t):
 
 
 CASES = {"equivalence": case_equivalence, "three": case_three,
-         "placement": case_placement, "errors": case_errors}
+         "placement": case_placement, "budget": case_budget,
+         "errors": case_errors}
 
 
 def main():

@@ -742,17 +742,150 @@ int main(int argc, char **argv) {
   if (failed(runStages(opts, Stage::Autodiff, Stage::Autodiff)))
     return 1;
 
+  // The placement search for a goal (--memory-budget, --activation-cut,
+  // --step-budget) on `searched` (the step, or one pipeline stage of it),
+  // lowered under `lowerOpts` to check the planned arena; the choice goes to
+  // `chosenOffload` / `chosenRecompute`. Returns 0, or 1 after an error.
+  auto searchGoal =
+      [&](mlir::ModuleOp searched, const ap::CompileOptions &lowerOpts,
+          ap::train::PlacementSearchCache *cache, std::string &chosenOffload,
+          std::string &chosenRecompute) -> int {
+    auto goal = ap::train::PlacementGoal::fromOptions(activationCut,
+                                                      memoryBudget, stepBudget);
+    if (!goal)
+      return fail(llvm::toString(goal.takeError()));
+    ap::train::PlacementConfig base = placement;
+    llvm::outs() << "placement search: " << goal->str() << ", cost model "
+                 << (profile.empty() ? std::string("H200 defaults")
+                                     : std::string(profile))
+                 << "\n";
+    // A memory budget bounds what the binary allocates, the planned arena
+    // (exec-plan-memory); the search predicts the memory timeline's peak,
+    // which packing and the shared workspace region exceed by a little. So
+    // the choice is lowered and planned, and when its arena is over, the
+    // search runs again for a predicted peak lower by the excess.
+    auto plannedArena = [&](const ap::train::PlacementChoice &c) -> int64_t {
+      mlir::OwningOpRef<mlir::ModuleOp> clone(searched.clone());
+      ap::CompileOptions o = lowerOpts;
+      o.placement.offloadModules = c.offload;
+      o.placement.recomputeModules = c.recompute;
+      mlir::PassManager pm(&ctx);
+      ap::buildPipeline(pm, o, Stage::Placement, Stage::Lowering);
+      if (failed(pm.run(*clone)))
+        return -1;
+      return stepBytes(*clone, ap::exec::kArenaBytesAttr);
+    };
+    ap::train::PlacementGoal target = *goal;
+    int64_t unplacedArena = -1;
+    ap::train::PlacementChoice best;
+    mlir::TimingScope searchTimer = rootTimer.nest("placement search");
+    // A second search (for a lower predicted peak) reuses the first's
+    // placements (searchCache: same module, same configuration, another
+    // goal), as the first reuses --global-batch-tokens' search.
+    for (int attempt = 1;; ++attempt) {
+      int moves = 0, start = -1;
+      auto result = ap::train::searchPlacement(
+          searched, base, target,
+          [&](const ap::train::PlacementSearchStep &s) {
+            if (s.start != start) {
+              start = s.start;
+              moves = 0;
+              llvm::outs() << s.descent << ":\n";
+            }
+            llvm::outs() << llvm::formatv("  {0,2}. {1}: {2}\n", ++moves,
+                                          s.move, s.after.summary());
+            llvm::outs().flush();
+          },
+          cache);
+      if (failed(result))
+        return fail("the placement search failed (diagnostics above)");
+      best = result->best;
+      if (!result->goalMet)
+        return fail(
+            goal->str() +
+            " is not reachable; the best placement "
+            "found " +
+            best.summary() +
+            (best.options().empty() ? "" : " (" + best.options() + ")"));
+      llvm::outs() << "chose: "
+                   << (best.options().empty() ? "nothing placed"
+                                              : best.options())
+                   << " (descent " << result->start + 1 << ", "
+                   << result->evaluations << " placements evaluated)\n";
+      using Kind = ap::train::PlacementGoal::Kind;
+      if (goal->kind == Kind::StepBudget)
+        break;
+      int64_t arena = plannedArena(best);
+      if (arena < 0)
+        return fail("the chosen placement did not lower (a compiler bug)");
+      llvm::outs() << "planned arena of the choice: " << arena
+                   << " bytes (predicted peak " << best.peakAfter << ")\n";
+      if (goal->kind == Kind::MemoryBudget) {
+        double excess = static_cast<double>(arena) - goal->value;
+        if (excess <= 0)
+          break;
+        // The arena runs `gap` bytes above the predicted peak: ask the
+        // search for a predicted peak that leaves room for it.
+        double gap = static_cast<double>(arena - best.peakAfter);
+        target.value = std::min(target.value, goal->value - gap);
+        llvm::outs() << llvm::formatv(
+            "the arena is {0} bytes over the budget and {1} bytes above the "
+            "predicted peak; searching again for a predicted peak of at most "
+            "{2} bytes\n",
+            static_cast<int64_t>(excess), static_cast<int64_t>(gap),
+            static_cast<int64_t>(target.value));
+      } else {
+        // The cut the binary shows: planned arenas without and with the
+        // placement, against the activation peak.
+        if (unplacedArena < 0 && (unplacedArena = plannedArena({})) < 0)
+          return fail("the unplaced step did not lower (a compiler bug)");
+        double planned = static_cast<double>(unplacedArena - arena) /
+                         best.activationPeakBefore;
+        llvm::outs() << llvm::formatv("planned cut: {0:F2} % of the "
+                                      "activation peak (predicted {1:F2} %)\n",
+                                      100.0 * planned,
+                                      100.0 * best.removedShare());
+        if (planned >= goal->value)
+          break;
+        target.value =
+            std::max(target.value, goal->value + best.removedShare() - planned);
+        if (target.value > 1.0)
+          return fail(
+              goal->str() +
+              " is not reachable as a planned cut: the "
+              "arenas' packing takes back " +
+              llvm::formatv("{0:F2}", 100.0 * (best.removedShare() - planned))
+                  .str() +
+              " points");
+        llvm::outs() << llvm::formatv("searching again for a predicted cut of "
+                                      "at least {0:F2} %\n",
+                                      100.0 * target.value);
+      }
+      if (attempt == 4)
+        return fail(goal->str() +
+                    " is not reachable as planned: the fourth "
+                    "search's choice plans " +
+                    std::to_string(arena) + " bytes");
+    }
+    chosenOffload = llvm::join(best.offload, ",");
+    chosenRecompute = llvm::join(best.recompute, ",");
+    return 0;
+  };
+
   // Pipeline parallelism: one program per stage, each compiled from the
   // same differentiated step (train-pipeline-stage keeps its part), placed,
   // lowered and scheduled on its own, then lowered together into one binary.
   if (pipelineParallel > 1) {
-    if (globalBatchTokens.getNumOccurrences() ||
-        ap::train::PlacementGoal::requested(activationCut, memoryBudget,
-                                            stepBudget))
-      return fail("--pipeline-parallel takes the placement as "
-                  "--offload-modules / --recompute-modules; the placement "
-                  "search (--memory-budget, --activation-cut, --step-budget, "
-                  "--global-batch-tokens) does not plan stages yet");
+    if (globalBatchTokens.getNumOccurrences())
+      return fail("--pipeline-parallel with --global-batch-tokens: the "
+                  "micro-batch search does not plan stages yet; give "
+                  "--micro-batch-size and --micro-batches");
+    const bool stageSearch = ap::train::PlacementGoal::requested(
+        activationCut, memoryBudget, stepBudget);
+    if (stageSearch && (!offloadModules.empty() || !recomputeModules.empty()))
+      return fail("--activation-cut, --memory-budget and --step-budget "
+                  "choose the modules; drop --offload-modules and "
+                  "--recompute-modules");
     if (dataParallel == DataParallel::Zero3)
       return fail("--pipeline-parallel with --data-parallel=zero3 is not "
                   "supported yet; use --data-parallel=replicate");
@@ -805,6 +938,30 @@ int main(int argc, char **argv) {
       o.pipelineStages = pipelineParallel;
       o.pipelineStage = k;
       o.pipelineLayers = layersPerStage;
+      if (stageSearch) {
+        // Each stage is searched on its own, with the goal applying to the
+        // stage: its planned arena holds the microbatches 1F1B keeps in
+        // flight there, so the choice may differ from stage to stage.
+        mlir::OwningOpRef<mlir::ModuleOp> cut = module->clone();
+        {
+          mlir::PassManager pm(&ctx);
+          ap::TrainPipelineStageOptions so;
+          so.stages = pipelineParallel;
+          so.stage = k;
+          so.layers.assign(layersPerStage.begin(), layersPerStage.end());
+          pm.addPass(ap::createTrainPipelineStage(so));
+          if (failed(pm.run(*cut)))
+            return fail("the compiler pipeline failed for pipeline stage " +
+                        std::to_string(k) + " (diagnostics above)");
+        }
+        llvm::outs() << "pipeline stage " << k << ":\n";
+        std::string off, rec;
+        ap::train::PlacementSearchCache stageCache;
+        if (searchGoal(*cut, o, &stageCache, off, rec))
+          return 1;
+        o.placement.offloadModules = splitList(off);
+        o.placement.recomputeModules = splitList(rec);
+      }
       o.report = true;
       o.reportFile = output + ".stage" + std::to_string(k) + ".report.txt";
       if (!reportJson.empty())
@@ -1007,131 +1164,17 @@ int main(int argc, char **argv) {
 
   // A goal instead of module lists: the search picks them (under the same
   // profile and options), then everything below runs as if they were given.
-  if (ap::train::PlacementGoal::requested(activationCut, memoryBudget,
-                                          stepBudget)) {
+  if (pipelineParallel == 1 && ap::train::PlacementGoal::requested(
+                                   activationCut, memoryBudget, stepBudget)) {
     if (!offloadModules.empty() || !recomputeModules.empty())
       return fail("--activation-cut, --memory-budget and --step-budget "
                   "choose the modules; drop --offload-modules and "
                   "--recompute-modules");
-    auto goal = ap::train::PlacementGoal::fromOptions(activationCut,
-                                                      memoryBudget, stepBudget);
-    if (!goal)
-      return fail(llvm::toString(goal.takeError()));
-    ap::train::PlacementConfig base = placement;
-    llvm::outs() << "placement search: " << goal->str() << ", cost model "
-                 << (profile.empty() ? std::string("H200 defaults")
-                                     : std::string(profile))
-                 << "\n";
-    // A memory budget bounds what the binary allocates, the planned arena
-    // (exec-plan-memory); the search predicts the memory timeline's peak,
-    // which packing and the shared workspace region exceed by a little. So
-    // the choice is lowered and planned, and when its arena is over, the
-    // search runs again for a predicted peak lower by the excess.
-    auto plannedArena = [&](const ap::train::PlacementChoice &c) -> int64_t {
-      mlir::OwningOpRef<mlir::ModuleOp> clone(module->clone());
-      ap::CompileOptions o = opts;
-      o.placement.offloadModules = c.offload;
-      o.placement.recomputeModules = c.recompute;
-      mlir::PassManager pm(&ctx);
-      ap::buildPipeline(pm, o, Stage::Placement, Stage::Lowering);
-      if (failed(pm.run(*clone)))
-        return -1;
-      return stepBytes(*clone, ap::exec::kArenaBytesAttr);
-    };
-    ap::train::PlacementGoal target = *goal;
-    int64_t unplacedArena = -1;
-    ap::train::PlacementChoice best;
-    mlir::TimingScope searchTimer = rootTimer.nest("placement search");
-    // A second search (for a lower predicted peak) reuses the first's
-    // placements (searchCache: same module, same configuration, another
-    // goal), as the first reuses --global-batch-tokens' search.
-    for (int attempt = 1;; ++attempt) {
-      int moves = 0, start = -1;
-      auto result = ap::train::searchPlacement(
-          *module, base, target,
-          [&](const ap::train::PlacementSearchStep &s) {
-            if (s.start != start) {
-              start = s.start;
-              moves = 0;
-              llvm::outs() << s.descent << ":\n";
-            }
-            llvm::outs() << llvm::formatv("  {0,2}. {1}: {2}\n", ++moves,
-                                          s.move, s.after.summary());
-            llvm::outs().flush();
-          },
-          &searchCache);
-      if (failed(result))
-        return fail("the placement search failed (diagnostics above)");
-      best = result->best;
-      if (!result->goalMet)
-        return fail(
-            goal->str() +
-            " is not reachable; the best placement "
-            "found " +
-            best.summary() +
-            (best.options().empty() ? "" : " (" + best.options() + ")"));
-      llvm::outs() << "chose: "
-                   << (best.options().empty() ? "nothing placed"
-                                              : best.options())
-                   << " (descent " << result->start + 1 << ", "
-                   << result->evaluations << " placements evaluated)\n";
-      using Kind = ap::train::PlacementGoal::Kind;
-      if (goal->kind == Kind::StepBudget)
-        break;
-      int64_t arena = plannedArena(best);
-      if (arena < 0)
-        return fail("the chosen placement did not lower (a compiler bug)");
-      llvm::outs() << "planned arena of the choice: " << arena
-                   << " bytes (predicted peak " << best.peakAfter << ")\n";
-      if (goal->kind == Kind::MemoryBudget) {
-        double excess = static_cast<double>(arena) - goal->value;
-        if (excess <= 0)
-          break;
-        // The arena runs `gap` bytes above the predicted peak: ask the
-        // search for a predicted peak that leaves room for it.
-        double gap = static_cast<double>(arena - best.peakAfter);
-        target.value = std::min(target.value, goal->value - gap);
-        llvm::outs() << llvm::formatv(
-            "the arena is {0} bytes over the budget and {1} bytes above the "
-            "predicted peak; searching again for a predicted peak of at most "
-            "{2} bytes\n",
-            static_cast<int64_t>(excess), static_cast<int64_t>(gap),
-            static_cast<int64_t>(target.value));
-      } else {
-        // The cut the binary shows: planned arenas without and with the
-        // placement, against the activation peak.
-        if (unplacedArena < 0 && (unplacedArena = plannedArena({})) < 0)
-          return fail("the unplaced step did not lower (a compiler bug)");
-        double planned = static_cast<double>(unplacedArena - arena) /
-                         best.activationPeakBefore;
-        llvm::outs() << llvm::formatv("planned cut: {0:F2} % of the "
-                                      "activation peak (predicted {1:F2} %)\n",
-                                      100.0 * planned,
-                                      100.0 * best.removedShare());
-        if (planned >= goal->value)
-          break;
-        target.value =
-            std::max(target.value, goal->value + best.removedShare() - planned);
-        if (target.value > 1.0)
-          return fail(
-              goal->str() +
-              " is not reachable as a planned cut: the "
-              "arenas' packing takes back " +
-              llvm::formatv("{0:F2}", 100.0 * (best.removedShare() - planned))
-                  .str() +
-              " points");
-        llvm::outs() << llvm::formatv("searching again for a predicted cut of "
-                                      "at least {0:F2} %\n",
-                                      100.0 * target.value);
-      }
-      if (attempt == 4)
-        return fail(goal->str() +
-                    " is not reachable as planned: the fourth "
-                    "search's choice plans " +
-                    std::to_string(arena) + " bytes");
-    }
-    offloadModules = llvm::join(best.offload, ",");
-    recomputeModules = llvm::join(best.recompute, ",");
+    std::string chosenOffload, chosenRecompute;
+    if (searchGoal(*module, opts, &searchCache, chosenOffload, chosenRecompute))
+      return 1;
+    offloadModules = chosenOffload;
+    recomputeModules = chosenRecompute;
   }
 
   // Comma lists, as the passes' list options read them.
