@@ -244,6 +244,18 @@ TrainFlags parseTrainFlags(int argc, const char *const *argv,
   flags.addString("save", &out.save, "checkpoint directory to write", "DIR");
   flags.addInt("save-every", &out.saveEvery,
                "save every N steps (0: at the end only)", 0);
+  flags.addString("eval-data", &out.evalData,
+                  "held-out data (as --data) for an evaluation loss: the "
+                  "compiled step on --eval-steps batches of it, from its "
+                  "start each time, without updating anything; recorded as "
+                  "eval_loss in that step's metrics line",
+                  "SRC");
+  flags.addInt("eval-every", &out.evalEvery,
+               "evaluate every N steps (0: after the last step only)", 0);
+  flags.addInt("eval-steps", &out.evalSteps,
+               "steps' worth of --eval-data batches per evaluation (the "
+               "loss is their token-weighted mean)",
+               1);
   flags.addString("resume", &out.resume,
                   "checkpoint to resume from (a --save folder or one of its "
                   "step folders); --steps stays the total, --seed may only "
@@ -317,6 +329,10 @@ TrainFlags parseTrainFlags(int argc, const char *const *argv,
     throw CliError("--overwrite needs --save DIR");
   if (flags.given("save-every") && out.save.empty())
     throw CliError("--save-every needs --save DIR");
+  if ((flags.given("eval-every") || flags.given("eval-steps")) &&
+      out.evalData.empty())
+    throw CliError("--eval-every and --eval-steps need --eval-data SRC (the "
+                   "held-out data to evaluate on)");
   if (!out.opTimeline.empty() && out.opTimesMode != "stream")
     throw CliError("--op-timeline times launches in stream order: it "
                    "excludes --op-times-mode wait");

@@ -85,6 +85,12 @@ struct TrainFlags {
   std::string save;
   /// Save every N steps (0: only at the end, when --save is given).
   int64_t saveEvery = 0;
+  /// Held-out data (a --data source) the evaluation loss is measured on,
+  /// every `evalEvery` steps (0: after the last step only), over
+  /// `evalSteps` steps' worth of batches read from its start each time.
+  std::string evalData;
+  int64_t evalEvery = 0;
+  int64_t evalSteps = 1;
   /// Checkpoint to resume from, empty for a fresh run.
   std::string resume;
   /// Let a run replace the checkpoints a --save folder already holds

@@ -54,6 +54,8 @@ std::string metricsJson(const StepMetrics &m) {
                              ",\"world_size\":" + text(m.worldSize)
                        : std::string()) +
       ",\"loss\":" + jsonNumber(m.loss) +
+      (m.evalLoss ? ",\"eval_loss\":" + jsonNumber(*m.evalLoss)
+                  : std::string()) +
       ",\"grad_norm\":" + jsonNumber(m.gradNorm) +
       ",\"lr\":" + jsonNumber(m.lr) +
       ",\"step_time_s\":" + jsonNumber(m.stepTimeS) +

@@ -57,6 +57,9 @@ struct StepMetrics {
   PinnedPoolStats pinnedPool;
   std::map<std::string, TransferCounters> transfers;
   std::optional<Fingerprints> fingerprints;
+  /// The evaluation loss measured after this step (--eval-data), when one
+  /// was; written as "eval_loss" after "loss".
+  std::optional<double> evalLoss;
 };
 
 /// The metrics line for `m`, without the trailing newline. Keys appear in

@@ -464,6 +464,16 @@ void StepRunner::finalizeGrads(double maxNorm) {
   if (count <= 0)
     fail("finalize_grads: the step has no valid tokens (token count ", count,
          ")");
+  if (evaluating) {
+    // Only the loss is wanted; AdamW (also evaluating) zeroes the main
+    // grads, the tied LM-head parts are zeroed here.
+    for (const ParamEntry &p : program_.params)
+      if (!p.frozen && p.tiedGrad != kNoOffset)
+        dev.memsetAsync(dev.at(p.tiedGrad, uint64_t(p.numel) * 4), 0,
+                        uint64_t(p.numel) * 4, Stream::Compute);
+    dev.synchronize(Stream::Compute);
+    return;
+  }
   // ZeRO-3: each rank's main grads are its shards of the summed grads, so
   // the norm below covers this rank's elements only (the padding past a
   // parameter's end is left out: nothing there is a gradient) and the
@@ -678,6 +688,8 @@ StepRunner::chainedSquares(const std::vector<kernels::GradTensor> &tensors) {
 
 void StepRunner::lrSchedule(double maxLr, double minLr, int64_t warmup,
                             int64_t total) {
+  if (evaluating)
+    return;
   // --lr replaces the compiled peak; the floor keeps its ratio to it.
   if (program_.maxLr > 0 && lrOverride > 0) {
     minLr *= lrOverride / maxLr;
@@ -708,6 +720,12 @@ void StepRunner::adamw(size_t param, double beta1, double beta2, double eps,
   // ZeRO-3: this rank's shard; the padding past the parameter's end is
   // skipped, so it stays zero whatever eps is (0 / (sqrt(0) + 0) would not).
   ShardSpan span = shardSpan(p, dpRank());
+  if (evaluating) {
+    dev.memsetAsync(at(p.grad), 0,
+                    uint64_t(span.bufferNumel) * dtypeBytes(p.gradDType()),
+                    Stream::Compute);
+    return;
+  }
   kernels::AdamWArgs args;
   args.master = static_cast<float *>(at(p.master));
   args.expAvg = static_cast<float *>(at(p.adamM));

@@ -938,6 +938,16 @@ int run(int argc, char **argv, const std::vector<Program> &stages) {
   dc.rank = uint32_t(dpRank);
   dc.worldSize = uint32_t(dpSize);
   DataLoader data(dc);
+  // Held-out data: the same shape and share per rank, read from its start
+  // at every evaluation.
+  std::optional<DataLoader> evalData;
+  DataCursor evalStart;
+  if (!flags.evalData.empty()) {
+    DataConfig edc = dc;
+    parseDataSource(flags.evalData, edc);
+    evalData.emplace(edc);
+    evalStart = evalData->cursor();
+  }
   // The whole model's record, the same for any number of stages.
   const Program whole = stageCount > 1 ? wholeModelOf(stages) : Program();
   const std::map<std::string, std::string> runConfig = runConfigOf(
@@ -1173,6 +1183,38 @@ int run(int argc, char **argv, const std::vector<Program> &stages) {
                       : flags.metrics + ".rank" + std::to_string(rank);
   MetricsWriter writer(metricsPath);
   ProgressLine progress(flags.steps, notes);
+  // One evaluation: the compiled step over --eval-steps batches of the
+  // held-out data, updating nothing (StepRunner::evaluating); the loss is
+  // the token-weighted mean (each step's loss is its token mean, weighted
+  // by its token count).
+  auto evaluate = [&](int64_t afterStep) -> double {
+    evalData->restore(evalStart);
+    double lossTokens = 0, tokens = 0;
+    // The step's own scalars stay what the step computed (its metrics line
+    // and fingerprints read them afterwards).
+    const float stepLoss = r.loss, stepNorm = r.gradNorm, stepLr = r.lr;
+    r.evaluating = true;
+    for (int64_t e = 0; e < flags.evalSteps; ++e) {
+      for (int64_t mb = 0; mb < p.microBatches; ++mb)
+        evalData->next(r.tokens.data() + mb * mbElems,
+                       r.labels.data() + mb * mbElems);
+      r.beginStep();
+      p.step(r);
+      dev.synchronize();
+      pool.assertNoneInUse("evaluation after step " +
+                           std::to_string(afterStep));
+      engine.assertAllReloaded("evaluation after step " +
+                               std::to_string(afterStep));
+      double count = double(r.lastTokenCount());
+      lossTokens += double(r.loss) * count;
+      tokens += count;
+    }
+    r.evaluating = false;
+    r.loss = stepLoss;
+    r.gradNorm = stepNorm;
+    r.lr = stepLr;
+    return tokens > 0 ? lossTokens / tokens : NAN;
+  };
   for (int64_t step = firstStep; step < flags.steps; ++step) {
     // The first step builds library plans and warms caches: not timed.
     bool timed = (!flags.opTimes.empty() || !flags.opTimeline.empty()) &&
@@ -1214,6 +1256,23 @@ int run(int argc, char **argv, const std::vector<Program> &stages) {
     m.loss = r.loss;
     m.gradNorm = r.gradNorm;
     m.lr = r.lr;
+    // The evaluation runs after the step's own numbers are taken (it reuses
+    // the runner's scalars) and before its time is: it is not the step's.
+    double evalSeconds = 0;
+    if (evalData &&
+        ((flags.evalEvery > 0 && (step + 1) % flags.evalEvery == 0) ||
+         step + 1 == flags.steps)) {
+      auto e0 = std::chrono::steady_clock::now();
+      m.evalLoss = evaluate(step + 1);
+      evalSeconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - e0)
+              .count();
+      progress.finish();
+      note("eval after step " + std::to_string(step + 1) + ": loss " +
+           jsonNumber(*m.evalLoss) + " (" + std::to_string(flags.evalSteps) +
+           " step(s) of " + flags.evalData + ", " +
+           jsonNumber(std::round(evalSeconds * 1000) / 1000) + " s)");
+    }
     m.stepTimeS =
         std::chrono::duration<double>(t1 - t0).count() - r.fingerprintSeconds;
     // The step's tokens over all ranks (the global batch).

@@ -269,6 +269,12 @@ public:
 
   // Step state set by trainMain.
   int64_t stepIndex = 0; ///< 0-based optimizer step
+  /// Evaluation (--eval-data): the step runs its forward and backward for
+  /// the loss, but finalize_grads, the lr schedule and AdamW update nothing
+  /// (no norm, no clip, no parameter or moment change); every main grad
+  /// (and tied LM-head part) is zeroed instead, so training continues as if
+  /// the evaluation had not run.
+  bool evaluating = false;
   int64_t microbatch = 0;
   double lrOverride = 0; ///< --lr: peak learning rate of the schedule
   std::vector<int32_t> tokens, labels; ///< all microbatches of the step
@@ -377,6 +383,11 @@ public:
 
   // Results of the step.
   float loss = 0, gradNorm = 0, lr = 0;
+  /// The last step's token count (summed over microbatches and ranks), as
+  /// its loss mean divided by.
+  int32_t lastTokenCount() const {
+    return countParts_.empty() ? 0 : countParts_[0];
+  }
   std::string gradsFingerprint;
   /// Seconds spent hashing inside the step (--fingerprints), left out of
   /// the step time.

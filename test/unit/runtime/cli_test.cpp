@@ -87,6 +87,13 @@ TEST(Cli, MistakesAreClearErrors) {
   EXPECT_EQ(errorOf({"--data="}),
             "--data: expected a value, got an empty string");
   EXPECT_EQ(errorOf({"--overwrite"}), "--overwrite needs --save DIR");
+  EXPECT_EQ(errorOf({"--eval-every", "5"}),
+            "--eval-every and --eval-steps need --eval-data SRC (the held-out "
+            "data to evaluate on)");
+  EXPECT_EQ(errorOf({"--eval-steps=0", "--eval-data", "synthetic"}),
+            "--eval-steps: 0 is out of range (at least 1)");
+  EXPECT_EQ(errorOf({"--eval-every=-2", "--eval-data", "synthetic"}),
+            "--eval-every: -2 is out of range (at least 0)");
 }
 
 TEST(Cli, OverwriteAndWhetherTheSeedWasGiven) {

@@ -63,6 +63,16 @@ TEST(Metrics, FingerprintsAppearOnlyWhenRequested) {
       << with;
 }
 
+TEST(Metrics, EvalLossFollowsTheLossWhenMeasured) {
+  StepMetrics m = sample();
+  EXPECT_EQ(metricsJson(m).find("eval_loss"), std::string::npos);
+  m.evalLoss = 2.5;
+  std::string with = metricsJson(m);
+  EXPECT_NE(with.find(",\"loss\":3.25,\"eval_loss\":2.5,\"grad_norm\""),
+            std::string::npos)
+      << with;
+}
+
 TEST(Metrics, NumbersReadBackExactlyAndNonFiniteIsNull) {
   EXPECT_EQ(jsonNumber(0.1), "0.1");
   EXPECT_EQ(jsonNumber(-2), "-2");
