@@ -83,40 +83,82 @@ std::vector<float> initialValues(const ParamEntry &e, const ShardSpan &span,
   return out;
 }
 
-/// A tensor-parallel parameter's part on rank `rank` of `size`: the whole
-/// tensor's initial values (its shape with dim tpDim the segments' sum),
-/// then along tpDim block `rank` of every segment, in segment order
-/// (runtime/abi.h ap_param.tp_segments).
-std::vector<float> tensorParallelPart(const ParamEntry &e, int rank, int size,
-                                      uint64_t seed) {
-  const int d = e.tpDim;
-  int64_t wholeExtent = 0;
-  for (int64_t s : e.tpSegments)
-    wholeExtent += s;
-  int64_t outer = 1, inner = 1;
-  for (int i = 0; i < d; ++i)
-    outer *= e.shape[i];
-  for (int i = d + 1; i < e.rank; ++i)
-    inner *= e.shape[i];
-  const int64_t localExtent = e.shape[d];
-  ParamEntry whole = e;
-  whole.numel = outer * wholeExtent * inner;
-  std::vector<float> all =
-      initialValues(whole, ShardSpan{0, whole.numel, whole.numel}, seed);
-  std::vector<float> out(size_t(e.numel));
-  for (int64_t o = 0; o < outer; ++o) {
-    int64_t segStart = 0, localAt = 0;
-    for (int64_t s : e.tpSegments) {
-      int64_t part = s / size;
-      const float *src =
-          all.data() + (o * wholeExtent + segStart + rank * part) * inner;
-      std::copy(src, src + part * inner,
-                out.data() + (o * localExtent + localAt) * inner);
-      segStart += s;
-      localAt += part;
+/// A tensor-parallel split parameter's layout: its part (`e.shape`) and
+/// the whole tensor along tpDim, as outer x extent x inner.
+struct SplitLayout {
+  int64_t outer = 1, inner = 1, localExtent = 0, wholeExtent = 0;
+  explicit SplitLayout(const ParamEntry &e) {
+    for (int64_t s : e.tpSegments)
+      wholeExtent += s;
+    for (int i = 0; i < e.tpDim; ++i)
+      outer *= e.shape[i];
+    for (int i = e.tpDim + 1; i < e.rank; ++i)
+      inner *= e.shape[i];
+    localExtent = e.shape[e.tpDim];
+  }
+  int64_t wholeNumel() const { return outer * wholeExtent * inner; }
+  /// Calls copy(wholeOffset, partOffset, count) for every run of rank r's
+  /// part of T: along tpDim block r of every segment, in segment order.
+  template <typename Fn>
+  void forEachRun(const ParamEntry &e, int r, int T, Fn &&copy) const {
+    for (int64_t o = 0; o < outer; ++o) {
+      int64_t segStart = 0, localAt = 0;
+      for (int64_t s : e.tpSegments) {
+        int64_t part = s / T;
+        copy((o * wholeExtent + segStart + r * part) * inner,
+             (o * localExtent + localAt) * inner, part * inner);
+        segStart += s;
+        localAt += part;
+      }
     }
   }
+};
+
+/// Rank r of T's part of the whole tensor's values `whole`
+/// (runtime/abi.h ap_param.tp_segments).
+std::vector<float> partOfWhole(const ParamEntry &e,
+                               const std::vector<float> &whole, int r, int T) {
+  SplitLayout l(e);
+  std::vector<float> out(size_t(e.numel));
+  l.forEachRun(e, r, T, [&](int64_t at, int64_t to, int64_t n) {
+    std::copy(whole.data() + at, whole.data() + at + n, out.data() + to);
+  });
   return out;
+}
+
+/// The whole tensor from the T ranks' parts, `parts` holding them one after
+/// another in rank order (an all-gather over the tensor-parallel group).
+std::vector<float> wholeOfParts(const ParamEntry &e,
+                                const std::vector<float> &parts, int T) {
+  SplitLayout l(e);
+  std::vector<float> out(size_t(l.wholeNumel()));
+  for (int r = 0; r < T; ++r)
+    l.forEachRun(e, r, T, [&](int64_t at, int64_t from, int64_t n) {
+      const float *src = parts.data() + size_t(r) * size_t(e.numel) + from;
+      std::copy(src, src + n, out.data() + at);
+    });
+  return out;
+}
+
+/// The whole shape of a parameter (its part's shape with tpDim widened to
+/// the segments' sum for a split one).
+std::vector<int64_t> wholeShape(const ParamEntry &e) {
+  std::vector<int64_t> shape(e.shape, e.shape + e.rank);
+  if (e.tpDim >= 0)
+    shape[size_t(e.tpDim)] = SplitLayout(e).wholeExtent;
+  return shape;
+}
+
+/// A tensor-parallel parameter's part on rank `rank` of `size`: that part
+/// of the whole tensor's initial values (the same Philox stream as one
+/// rank's), so any number of ranks starts from the same model.
+std::vector<float> tensorParallelPart(const ParamEntry &e, int rank, int size,
+                                      uint64_t seed) {
+  ParamEntry whole = e;
+  whole.numel = SplitLayout(e).wholeNumel();
+  std::vector<float> all =
+      initialValues(whole, ShardSpan{0, whole.numel, whole.numel}, seed);
+  return partOfWhole(e, all, rank, size);
 }
 
 /// The elements of the whole flattened tensor `full` that this rank holds,
@@ -182,8 +224,7 @@ std::vector<WeightSpec> weightSpecs(const Program &p, bool trainableOnly) {
   std::vector<WeightSpec> specs;
   for (const ParamEntry &e : p.params)
     if (!trainableOnly || !e.frozen)
-      specs.push_back({e.name, stDTypeOf(e.dtype),
-                       std::vector<int64_t>(e.shape, e.shape + e.rank)});
+      specs.push_back({e.name, stDTypeOf(e.dtype), wholeShape(e)});
   return specs;
 }
 
@@ -204,7 +245,12 @@ void loadInitWeights(const Program &whole, const Program &p, StepRunner &r,
     auto it = index.find(e.name);
     if (it == index.end())
       fail("--init-weights: parameter '", e.name, "' is not in the model");
-    writeParameter(r, e, sliceOf(values[it->second], shardSpan(e, r.dpRank())));
+    // Tensor parallelism: this rank's part of the whole tensor first.
+    const std::vector<float> &v = values[it->second];
+    writeParameter(
+        r, e,
+        sliceOf(e.tpDim >= 0 ? partOfWhole(e, v, r.tpRank(), r.tpSize()) : v,
+                shardSpan(e, r.dpRank())));
   }
 }
 
@@ -278,11 +324,18 @@ void dumpGrads(const Program &p, StepRunner &r, const std::string &path,
       all.resize(size_t(e.numel));
       g = std::move(all);
     }
+    // Tensor parallelism: the ranks' parts joined into the whole grad.
+    if (e.tpDim >= 0 && r.tpSize() > 1) {
+      std::vector<float> parts(g.size() * size_t(r.tpSize()));
+      r.tensorParallel->allGather(g.data(), parts.data(), g.size(), DType::F32,
+                                  nullptr);
+      g = wholeOfParts(e, parts, r.tpSize());
+    }
     for (float &x : g)
       x /= float(tokenCount);
     values.push_back(std::move(g));
   }
-  if (r.dpRank() != 0)
+  if (r.dpRank() != 0 || r.tpRank() != 0)
     return;
   writeTensorsF32(
       path, specs, values,
@@ -780,19 +833,6 @@ int run(int argc, char **argv, const std::vector<Program> &stages) {
          tpSize * dpSize * stageCount,
          ") or recompile with other --tensor-parallel / "
          "--data-parallel-size / --pipeline-parallel");
-  if (tpSize > 1) {
-    // What a tensor-parallel rank holds is its part of each split
-    // parameter; these paths read or write whole tensors.
-    auto refuse = [](const char *flag, const char *what) {
-      throw CliError(std::string(flag) + " with tensor parallelism: " + what +
-                     " is not supported yet (run a binary compiled without "
-                     "--tensor-parallel)");
-    };
-    if (!flags.initWeights.empty())
-      refuse("--init-weights", "splitting safetensors weights over ranks");
-    if (!flags.dumpGrads.empty())
-      refuse("--dump-grads", "gathering the ranks' grad parts");
-  }
   if (tpSize == 1 && stageCount > 1 && worldSize != dpSize * stageCount)
     fail("the launcher (", launcherName(launchInfo.launcher), ") started ",
          worldSize, " rank(s) but this binary was compiled for ", dpSize,
@@ -867,11 +907,12 @@ int run(int argc, char **argv, const std::vector<Program> &stages) {
     throw CliError("--dump-grads with pipeline stages: each stage holds its "
                    "own parameters' grads and gathering them into one file "
                    "is not supported yet (run the one-stage binary)");
-  if (zero3 && !flags.dumpGrads.empty() && worldSize > 1 && device &&
-      device->kind() == DeviceKind::Cuda)
-    throw CliError("--dump-grads with --data-parallel=zero3 on several ranks "
-                   "gathers the grad shards through host memory: run it on "
-                   "the host backend (--device host)");
+  if ((zero3 || tpSize > 1) && !flags.dumpGrads.empty() && worldSize > 1 &&
+      device && device->kind() == DeviceKind::Cuda)
+    throw CliError(std::string("--dump-grads with ") +
+                   (zero3 ? "--data-parallel=zero3" : "--tensor-parallel") +
+                   " on several ranks gathers the grad parts through host "
+                   "memory: run it on the host backend (--device host)");
   CheckpointMirror mirror(p, dpRank, tpRank);
   std::optional<TrainingState> resumed;
   std::string resumeDir;
@@ -1101,7 +1142,7 @@ int run(int argc, char **argv, const std::vector<Program> &stages) {
     loadInitWeights(stageCount > 1 ? whole : p, p, r, flags.initWeights);
   // Every rank holds the same summed grads (replicate) or gathers its
   // shards to rank 0 (ZeRO-3, all ranks take part): rank 0 writes them.
-  if (!flags.dumpGrads.empty() && (rank == 0 || zero3))
+  if (!flags.dumpGrads.empty() && (rank == 0 || zero3 || tpSize > 1))
     r.onGradsFinalized = [&](int32_t tokenCount, float clipCoef) {
       if (r.stepIndex + 1 == flags.steps)
         dumpGrads(p, r, flags.dumpGrads, tokenCount, clipCoef);

@@ -336,6 +336,9 @@ public:
   void zero(uint64_t offset, uint64_t bytes, Stream stream);
   /// This rank in the data-parallel group (0 without one).
   int dpRank() const { return dataParallel ? dataParallel->rank() : 0; }
+  /// This rank and the size of the tensor-parallel group (0 and 1 without).
+  int tpRank() const { return tensorParallel ? tensorParallel->rank() : 0; }
+  int tpSize() const { return tensorParallel ? tensorParallel->size() : 1; }
   /// Element-wise sums over the data-parallel ranks of a few doubles (at
   /// most kScratchRankSumsBytes), the same on every rank: one all-reduce
   /// through the driver scratch after all streams are idle (the host
