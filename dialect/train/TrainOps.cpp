@@ -394,7 +394,8 @@ LogicalResult ParamOp::verify() {
     return emitOpError() << "split with no segments";
   int64_t whole = 0;
   for (int64_t s : *segments) {
-    if (s <= 0 || s % tp != 0)
+    // Bounded like any tensor extent, so that their sum cannot overflow.
+    if (s <= 0 || s > ap::kMaxTensorBytes || s % tp != 0)
       return emitOpError() << "segment extent " << s
                            << " is not a positive multiple of the "
                               "tensor-parallel size "

@@ -121,3 +121,11 @@ module attributes {train.tensor_parallel = 2 : i64} {
 // expected-error @+1 {{'train.sequence_parallel' is a unit module attribute of a module with 'train.tensor_parallel' of at least 2}}
 module attributes {train.sequence_parallel} {
 }
+
+// -----
+
+module attributes {train.tensor_parallel = 2 : i64} {
+  // Segments past any tensor extent are refused before they are added up.
+  // expected-error @+1 {{segment extent 4611686018427387904 is not a positive multiple of the tensor-parallel size 2}}
+  train.param @w : tensor<32x64xbf16> init <normal, 0.0, 0.02> split 0 segments [4611686018427387904, 4611686018427387904, 64]
+}
