@@ -1,6 +1,7 @@
 //===- ModelConfig.cpp - model configs with HF-style fields ---------------===//
 
 #include "import/ModelConfig.h"
+#include "support/JsonInteger.h"
 
 #include "support/JsonLimits.h"
 
@@ -224,7 +225,7 @@ public:
 
   std::optional<int64_t> checkPositiveInt(const Value &v, const std::string &q,
                                           const SizeLimit &limit) {
-    std::optional<int64_t> i = v.getAsInteger();
+    std::optional<int64_t> i = ap::jsonInteger(v);
     std::optional<double> d = v.getAsNumber();
     // Also numbers past int64 (1e30, 2^64 - 1): they are too large, not
     // "not an integer".
@@ -695,7 +696,7 @@ llvm::Expected<ModelConfig> ap::import::parseModelConfig(llvm::StringRef text,
     // both mean no q compression.
     const Value *qLora = r.find("q_lora_rank", q);
     if (qLora && qLora->kind() != Value::Null &&
-        qLora->getAsInteger() != std::optional<int64_t>(0))
+        ap::jsonInteger(*qLora) != std::optional<int64_t>(0))
       cfg.qLoraRank = r.checkPositiveInt(*qLora, q, kWidthLimit);
     cfg.kvLoraRank =
         r.positiveInt("kv_lora_rank", why, kWidthLimit).value_or(0);

@@ -210,6 +210,12 @@ Json placedIndex(const std::vector<std::pair<CheckpointTensor, int>> &placed,
                    {"shard_numel", t.shardNumel > 0 ? s : 0},
                    {"data_parallel_size", files},
                    {"pieces", pieces}};
+    // A tensor-parallel part says which part of which whole it is.
+    if (t.part.dim >= 0)
+      map[t.name]["tp_part"] = {{"dim", t.part.dim},
+                                {"segments", t.part.segments},
+                                {"rank", t.partRank},
+                                {"ranks", t.part.ranks}};
   }
   return map;
 }
@@ -616,6 +622,9 @@ struct FlatPiece {
 struct FlatSource {
   StDType dtype = StDType::F32;
   std::vector<int64_t> shape;
+  /// "tp_part" of the index (dim < 0: none).
+  TensorPartLayout part;
+  int partRank = 0;
   /// Elements of the tensor in each file (0: the file holds the whole
   /// tensor under its whole shape).
   int64_t shardNumel = 0;
@@ -719,6 +728,26 @@ FlatCatalog catalogOfIndex(const std::string &stepDir, const Json &idx) {
     for (const Json &d : t["shape"])
       src.shape.push_back(integer(d, "a dimension of '" + name + "'"));
     src.shardNumel = integer(t["shard_numel"], "shard_numel of '" + name + "'");
+    if (t.contains("tp_part")) {
+      const Json &tp = t["tp_part"];
+      if (!tp.is_object() || !tp.contains("dim") || !tp.contains("segments") ||
+          !tp["segments"].is_array() || !tp.contains("rank") ||
+          !tp.contains("ranks"))
+        fail("checkpoint: '", where, "': tensor '", name,
+             "' has a tp_part without dim, segments, rank and ranks");
+      src.part.dim = int(integer(tp["dim"], "tp_part dim of '" + name + "'"));
+      for (const Json &s : tp["segments"])
+        src.part.segments.push_back(
+            integer(s, "a tp_part segment of '" + name + "'"));
+      src.part.ranks =
+          int(integer(tp["ranks"], "tp_part ranks of '" + name + "'"));
+      src.partRank = int(integer(tp["rank"], "tp_part rank of '" + name + "'"));
+      // The layout must describe this part (throws naming what differs).
+      src.part.wholeShape(src.shape);
+      if (src.partRank >= src.part.ranks)
+        fail("checkpoint: '", where, "': tensor '", name, "' is part ",
+             src.partRank, " of ", src.part.ranks);
+    }
     int64_t numel = numelOf(src.shape);
     for (const Json &piece : t["pieces"]) {
       if (!piece.is_object() || !piece.contains("file") ||
@@ -951,7 +980,7 @@ std::vector<CheckpointEntry> listCheckpoint(const std::string &stepDir) {
   std::vector<CheckpointEntry> out;
   for (const std::string &name : c.order) {
     const FlatSource &s = c.tensors.at(name);
-    out.push_back({name, s.dtype, s.shape});
+    out.push_back({name, s.dtype, s.shape, s.part, s.partRank});
   }
   return out;
 }

@@ -26,6 +26,7 @@
 #include "runtime/data.h"
 #include "runtime/rng.h"
 #include "runtime/safetensors.h"
+#include "runtime/tensor_parts.h"
 
 #include <functional>
 #include <map>
@@ -50,6 +51,12 @@ struct CheckpointTensor {
   /// its end (the padding of the last ranks).
   int64_t shardNumel = 0;
   int64_t flatBegin = 0;
+  /// Tensor parallelism: `part.dim` >= 0 when this is rank `partRank`'s
+  /// part of a split tensor (runtime/tensor_parts.h); `shape` is the part's.
+  /// A distributed save records the layout in its index ("tp_part"), so
+  /// actplace-ckpt can join the parts.
+  TensorPartLayout part;
+  int partRank = 0;
 };
 
 inline std::string paramTensorName(const std::string &p) {
@@ -251,6 +258,9 @@ struct CheckpointEntry {
   std::string name;
   StDType dtype = StDType::F32;
   std::vector<int64_t> shape;
+  /// A tensor-parallel part (CheckpointTensor::part): dim < 0 otherwise.
+  TensorPartLayout part;
+  int partRank = 0;
 };
 /// The tensors of the checkpoint in `stepDir` (a world-of-one file or flat
 /// shards), in file or index order, the step tensor left out. Throws

@@ -11,6 +11,7 @@
 #include "runtime/trainer.h"
 #include "runtime/abi.h"
 #include "runtime/op_timing.h"
+#include "runtime/tensor_parts.h"
 #include "runtime/weights.h"
 #include "support/DeviceReserve.h"
 
@@ -83,46 +84,25 @@ std::vector<float> initialValues(const ParamEntry &e, const ShardSpan &span,
   return out;
 }
 
-/// A tensor-parallel split parameter's layout: its part (`e.shape`) and
-/// the whole tensor along tpDim, as outer x extent x inner.
-struct SplitLayout {
-  int64_t outer = 1, inner = 1, localExtent = 0, wholeExtent = 0;
-  explicit SplitLayout(const ParamEntry &e) {
-    for (int64_t s : e.tpSegments)
-      wholeExtent += s;
-    for (int i = 0; i < e.tpDim; ++i)
-      outer *= e.shape[i];
-    for (int i = e.tpDim + 1; i < e.rank; ++i)
-      inner *= e.shape[i];
-    localExtent = e.shape[e.tpDim];
-  }
-  int64_t wholeNumel() const { return outer * wholeExtent * inner; }
-  /// Calls copy(wholeOffset, partOffset, count) for every run of rank r's
-  /// part of T: along tpDim block r of every segment, in segment order.
-  template <typename Fn>
-  void forEachRun(const ParamEntry &e, int r, int T, Fn &&copy) const {
-    for (int64_t o = 0; o < outer; ++o) {
-      int64_t segStart = 0, localAt = 0;
-      for (int64_t s : e.tpSegments) {
-        int64_t part = s / T;
-        copy((o * wholeExtent + segStart + r * part) * inner,
-             (o * localExtent + localAt) * inner, part * inner);
-        segStart += s;
-        localAt += part;
-      }
-    }
-  }
-};
+/// A split parameter's layout (runtime/tensor_parts.h).
+TensorPartLayout partLayoutOf(const ParamEntry &e, int ranks) {
+  TensorPartLayout l;
+  l.dim = e.tpDim;
+  l.segments = e.tpSegments;
+  l.ranks = ranks;
+  return l;
+}
 
-/// Rank r of T's part of the whole tensor's values `whole`
-/// (runtime/abi.h ap_param.tp_segments).
+std::vector<int64_t> partShapeOf(const ParamEntry &e) {
+  return std::vector<int64_t>(e.shape, e.shape + e.rank);
+}
+
+/// Rank r of T's part of the whole tensor's values `whole`.
 std::vector<float> partOfWhole(const ParamEntry &e,
                                const std::vector<float> &whole, int r, int T) {
-  SplitLayout l(e);
   std::vector<float> out(size_t(e.numel));
-  l.forEachRun(e, r, T, [&](int64_t at, int64_t to, int64_t n) {
-    std::copy(whole.data() + at, whole.data() + at + n, out.data() + to);
-  });
+  partLayoutOf(e, T).take(partShapeOf(e), r, sizeof(float), whole.data(),
+                          out.data());
   return out;
 }
 
@@ -130,22 +110,24 @@ std::vector<float> partOfWhole(const ParamEntry &e,
 /// another in rank order (an all-gather over the tensor-parallel group).
 std::vector<float> wholeOfParts(const ParamEntry &e,
                                 const std::vector<float> &parts, int T) {
-  SplitLayout l(e);
-  std::vector<float> out(size_t(l.wholeNumel()));
+  std::vector<const void *> each;
   for (int r = 0; r < T; ++r)
-    l.forEachRun(e, r, T, [&](int64_t at, int64_t from, int64_t n) {
-      const float *src = parts.data() + size_t(r) * size_t(e.numel) + from;
-      std::copy(src, src + n, out.data() + at);
-    });
+    each.push_back(parts.data() + size_t(r) * size_t(e.numel));
+  std::vector<float> out(parts.size());
+  partLayoutOf(e, T).join(partShapeOf(e), sizeof(float), each, out.data());
   return out;
 }
 
 /// The whole shape of a parameter (its part's shape with tpDim widened to
 /// the segments' sum for a split one).
 std::vector<int64_t> wholeShape(const ParamEntry &e) {
-  std::vector<int64_t> shape(e.shape, e.shape + e.rank);
-  if (e.tpDim >= 0)
-    shape[size_t(e.tpDim)] = SplitLayout(e).wholeExtent;
+  if (e.tpDim < 0)
+    return partShapeOf(e);
+  int64_t sum = 0;
+  for (int64_t s : e.tpSegments)
+    sum += s;
+  std::vector<int64_t> shape = partShapeOf(e);
+  shape[size_t(e.tpDim)] = sum;
   return shape;
 }
 
@@ -155,7 +137,7 @@ std::vector<int64_t> wholeShape(const ParamEntry &e) {
 std::vector<float> tensorParallelPart(const ParamEntry &e, int rank, int size,
                                       uint64_t seed) {
   ParamEntry whole = e;
-  whole.numel = SplitLayout(e).wholeNumel();
+  whole.numel = e.numel * size;
   std::vector<float> all =
       initialValues(whole, ShardSpan{0, whole.numel, whole.numel}, seed);
   return partOfWhole(e, all, rank, size);
@@ -367,6 +349,10 @@ describeCheckpointTensors(const Program &p, int rank, int tpRank = 0) {
     CheckpointTensor t;
     t.name = e.tpDim >= 0 ? tensorPartName(name, tpRank, p.tensorParallelSize)
                           : name;
+    if (e.tpDim >= 0) {
+      t.part = partLayoutOf(e, p.tensorParallelSize);
+      t.partRank = tpRank;
+    }
     t.dtype = dt;
     t.shape.assign(e.shape, e.shape + e.rank);
     t.bytes = size_t(span.bufferNumel) * elemSize;

@@ -8,6 +8,7 @@
 
 #include "passes/analysis/CostModel.h"
 #include "passes/analysis/SavedActivations.h"
+#include "support/JsonInteger.h"
 
 #include "dialect/train/TrainOps.h"
 #include "passes/analysis/GraphSummary.h"
@@ -140,7 +141,7 @@ llvm::Expected<DeviceProfile> DeviceProfile::parse(StringRef json,
       continue;
     }
     if (key == "sideSmPercent") {
-      std::optional<int64_t> v = obj->get(key)->getAsInteger();
+      std::optional<int64_t> v = ap::jsonInteger(*obj->get(key));
       if (!v || *v < 1 || *v > 100)
         return fail("field 'sideSmPercent' must be a whole number from 1 to "
                     "100 (side-stream GEMMs' share of the SMs, percent)");

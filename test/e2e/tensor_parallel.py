@@ -28,7 +28,12 @@
 #                steps saved (one file per rank and an index) and resumed
 #                for the third: every rank's fingerprints bitwise equal;
 #                resuming that checkpoint with a TP 1 binary is refused
-#                naming tensor_parallel.
+#                naming tensor_parallel; `actplace-ckpt consolidate` joins
+#                the parts into whole tensors whose masters are within
+#                2 x the summed learning rates of a TP 1 run's (AdamW moves
+#                an element by about lr a step whatever its gradient, so
+#                two runs whose bf16 gradients differ slightly drift apart
+#                by up to that; a wrong join is off by the weights, 1e-2).
 #   pp           TP 2 x PP 2 on 4 ranks with --sequence-parallel against
 #                TP 2 alone (--tied-grad-parts), 4 microbatches, f32: loss
 #                and grad norm bitwise equal every step on every rank, and
@@ -216,6 +221,31 @@ def case_checkpoint(t):
     check(r.returncode != 0 and "tensor_parallel" in out,
           "TP 1 resuming a TP 2 checkpoint: expected a refusal naming "
           "tensor_parallel, got rc %d:\n%s" % (r.returncode, out))
+    # Consolidated, the parts are whole tensors again.
+    ck1 = t.path("ckpt1")
+    r, l1 = t.train(one, 1, "--steps", "2", "--save", ck1,
+                    metrics="ck1.jsonl")
+    check(r.returncode == 0, "TP 1 with --save failed")
+    drift = 2 * sum(l["lr"] for l in l1[0])
+    w1, w2 = t.path("one.safetensors"), t.path("two.safetensors")
+    for src, dst in ((ck1, w1), (ckpt, w2)):
+        r = t.run([t.args.ckpt, "consolidate", "--with-optimizer", src, dst])
+        check(r.returncode == 0, "consolidate %s failed:\n%s" %
+              (src, r.stdout + r.stderr))
+    from data_parallel import read_f32
+    a, b = read_f32(w1), read_f32(w2)
+    masters = [n for n in a if n.startswith("master/")]
+    check(sorted(a) == sorted(b) and masters,
+          "the consolidated files hold other tensors: %s / %s" %
+          (sorted(set(a) - set(b))[:3], sorted(set(b) - set(a))[:3]))
+    worst = 0.0
+    for n in masters:
+        d = max(abs(x - y) for x, y in zip(a[n], b[n]))
+        check(d <= drift, "consolidated %s differs by %g (bound %g)" %
+              (n, d, drift))
+        worst = max(worst, d)
+    print("consolidated: %d tensors, masters within %.3g of TP 1's (bound "
+          "%.3g)" % (len(a), worst, drift), flush=True)
 
 
 def case_pp(t):
@@ -370,6 +400,7 @@ def main():
     ap.add_argument("--compile", required=True)
     ap.add_argument("--model", required=True)
     ap.add_argument("--mpirun", required=True)
+    ap.add_argument("--ckpt", default="actplace-ckpt")
     ap.add_argument("--work", required=True)
     ap.add_argument("--case", required=True, choices=sorted(CASES))
     args = ap.parse_args()

@@ -20,6 +20,7 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -61,6 +62,13 @@ std::string outputName(const std::string &name, bool withOptimizer) {
   return "";
 }
 
+/// The whole tensor's name of a tensor-parallel part ("<t>#tp<r>of<T>"),
+/// or `name` itself.
+std::string partWhole(const std::string &name) {
+  size_t at = name.rfind("#tp");
+  return at == std::string::npos ? name : name.substr(0, at);
+}
+
 int consolidate(const std::string &ckpt, const std::string &out,
                 bool withOptimizer) {
   std::string stepDir = resolveCheckpoint(ckpt);
@@ -68,6 +76,7 @@ int consolidate(const std::string &ckpt, const std::string &out,
   std::vector<std::vector<uint8_t>> buffers;
   std::vector<CheckpointTensor> tensors;
   std::vector<std::string> names;
+  std::vector<size_t> entryOf; ///< tensors[i] is entries[entryOf[i]]
   buffers.reserve(entries.size());
   for (const CheckpointEntry &e : entries) {
     std::string name = outputName(e.name, withOptimizer);
@@ -84,7 +93,8 @@ int consolidate(const std::string &ckpt, const std::string &out,
     t.data = buffers.back().data();
     t.bytes = buffers.back().size();
     tensors.push_back(t);
-    names.push_back(name);
+    names.push_back(partWhole(name));
+    entryOf.push_back(size_t(&e - entries.data()));
   }
   if (tensors.empty())
     fail("checkpoint '", stepDir, "' holds no parameters (no tensor named '",
@@ -96,9 +106,46 @@ int consolidate(const std::string &ckpt, const std::string &out,
   options.direct = true;
   TrainingState st = loadCheckpoint(stepDir, tensors, ShardInfo{}, options);
   SafetensorsWriter w;
+  // Tensor-parallel parts ("<tensor>#tp<r>of<T>") are joined into their
+  // whole tensor under the whole's name, in the order the first part came.
+  std::vector<std::vector<uint8_t>> joined;
+  joined.reserve(tensors.size());
+  std::map<std::string, std::vector<size_t>> partsOf;
   for (size_t i = 0; i < tensors.size(); ++i)
-    w.add(names[i], tensors[i].dtype, tensors[i].shape, tensors[i].data,
-          tensors[i].bytes);
+    if (entries[entryOf[i]].part.dim >= 0)
+      partsOf[names[i]].push_back(i);
+  size_t written = 0;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const CheckpointEntry &e = entries[entryOf[i]];
+    if (e.part.dim < 0) {
+      w.add(names[i], tensors[i].dtype, tensors[i].shape, tensors[i].data,
+            tensors[i].bytes);
+      ++written;
+      continue;
+    }
+    const std::vector<size_t> &group = partsOf[names[i]];
+    if (group.front() != i)
+      continue;
+    std::vector<const void *> parts(size_t(e.part.ranks), nullptr);
+    for (size_t k : group) {
+      const CheckpointEntry &pe = entries[entryOf[k]];
+      if (pe.part.ranks != e.part.ranks || pe.part.dim != e.part.dim ||
+          pe.part.segments != e.part.segments || pe.shape != e.shape ||
+          parts[size_t(pe.partRank)])
+        fail("checkpoint '", stepDir, "': the parts of '", names[i],
+             "' disagree on their layout");
+      parts[size_t(pe.partRank)] = tensors[k].data;
+    }
+    for (const void *p : parts)
+      if (!p)
+        fail("checkpoint '", stepDir, "': '", names[i], "' misses a part of ",
+             e.part.ranks);
+    std::vector<int64_t> shape = e.part.wholeShape(e.shape);
+    joined.emplace_back(tensors[i].bytes * size_t(e.part.ranks));
+    e.part.join(e.shape, stDTypeSize(e.dtype), parts, joined.back().data());
+    w.add(names[i], e.dtype, shape, joined.back().data(), joined.back().size());
+    ++written;
+  }
   w.setMetadata("format", "pt");
   w.setMetadata("actplace.consolidated_from", stepDir);
   w.setMetadata("actplace.step", std::to_string(st.step));
@@ -107,7 +154,7 @@ int consolidate(const std::string &ckpt, const std::string &out,
     w.setMetadata("actplace.model", model->second);
   w.write(out);
   std::fprintf(stderr, "actplace-ckpt: wrote %zu tensors of step %llu to %s\n",
-               tensors.size(), (unsigned long long)st.step, out.c_str());
+               written, (unsigned long long)st.step, out.c_str());
   return 0;
 }
 
