@@ -407,6 +407,105 @@ int savedTensorParallel(const std::string &stepDir) {
   return 1;
 }
 
+/// Loads a checkpoint saved under another tensor-parallel size into
+/// `mirror` (this rank's tensors under `tpSize`): every tensor is read
+/// whole (a saved part's siblings joined by the index's tp_part layout),
+/// and this rank takes its part of each split one. Whole tensors only (no
+/// ZeRO-3 flat shards on either side).
+TrainingState loadResharded(const std::string &stepDir,
+                            std::vector<CheckpointTensor> &mirror, int tpRank,
+                            int tpSize) {
+  std::vector<CheckpointEntry> entries = listCheckpoint(stepDir);
+  auto baseOf = [](const std::string &name) {
+    size_t at = name.rfind("#tp");
+    return at == std::string::npos ? name : name.substr(0, at);
+  };
+  // The saved tensors of each whole tensor: itself, or its parts by rank.
+  std::map<std::string, std::vector<const CheckpointEntry *>> saved;
+  for (const CheckpointEntry &e : entries) {
+    auto &slot = saved[baseOf(e.name)];
+    if (e.part.dim < 0) {
+      slot.assign(1, &e);
+      continue;
+    }
+    slot.resize(size_t(e.part.ranks), nullptr);
+    slot[size_t(e.partRank)] = &e;
+  }
+  std::vector<std::vector<uint8_t>> buffers;
+  std::vector<CheckpointTensor> requests;
+  std::vector<std::vector<size_t>> sources(mirror.size());
+  buffers.reserve(entries.size());
+  for (size_t i = 0; i < mirror.size(); ++i) {
+    const CheckpointTensor &m = mirror[i];
+    if (m.shardNumel > 0)
+      fail("--resume: resharding a tensor-parallel checkpoint into ZeRO-3 "
+           "shards is not supported (resume with --tensor-parallel as saved)");
+    auto it = saved.find(baseOf(m.name));
+    if (it == saved.end())
+      fail("--resume: checkpoint '", stepDir, "' has no tensor '",
+           baseOf(m.name), "' (nor parts of it)");
+    for (const CheckpointEntry *e : it->second) {
+      if (!e)
+        fail("--resume: checkpoint '", stepDir, "' misses a part of '",
+             it->first, "'");
+      int64_t n = 1;
+      for (int64_t d : e->shape)
+        n *= d;
+      buffers.emplace_back(size_t(n) * stDTypeSize(e->dtype));
+      CheckpointTensor r;
+      r.name = e->name;
+      r.dtype = e->dtype;
+      r.shape = e->shape;
+      r.data = buffers.back().data();
+      r.bytes = buffers.back().size();
+      requests.push_back(r);
+      sources[i].push_back(requests.size() - 1);
+    }
+  }
+  LoadOptions lo;
+  lo.subset = true;
+  lo.direct = true;
+  TrainingState st = loadCheckpoint(stepDir, requests, ShardInfo{}, lo);
+  for (size_t i = 0; i < mirror.size(); ++i) {
+    CheckpointTensor &m = mirror[i];
+    const std::vector<const CheckpointEntry *> &from =
+        saved.find(baseOf(m.name))->second;
+    const CheckpointEntry &first = *from.front();
+    if (first.dtype != m.dtype)
+      fail("--resume: tensor '", first.name, "' is ", stDTypeName(first.dtype),
+           ", this run holds ", stDTypeName(m.dtype));
+    size_t elem = stDTypeSize(m.dtype);
+    // The whole tensor: the saved one, or its parts joined.
+    std::vector<uint8_t> joined;
+    const void *whole = requests[sources[i].front()].data;
+    std::vector<int64_t> wholeShape = first.shape;
+    if (first.part.dim >= 0) {
+      std::vector<const void *> parts;
+      for (size_t k : sources[i])
+        parts.push_back(requests[k].data);
+      wholeShape = first.part.wholeShape(first.shape);
+      joined.resize(requests[sources[i].front()].bytes * parts.size());
+      first.part.join(first.shape, elem, parts, joined.data());
+      whole = joined.data();
+    }
+    if (m.part.dim >= 0) {
+      if (m.part.wholeShape(m.shape) != wholeShape)
+        fail("--resume: tensor '", baseOf(m.name),
+             "' is saved with another "
+             "whole shape than this model's");
+      m.part.take(m.shape, tpRank, elem, whole, m.data);
+    } else {
+      if (wholeShape != m.shape)
+        fail("--resume: tensor '", m.name,
+             "' is saved with another shape "
+             "than this model's");
+      std::memcpy(m.data, whole, m.bytes);
+    }
+  }
+  (void)tpSize;
+  return st;
+}
+
 /// Tensor parallelism: every tensor of the checkpoint with the file that
 /// holds it, tensor-parallel rank r's parts of split parameters in file r,
 /// the replicated tensors (the same on every rank) in file 0.
@@ -909,15 +1008,29 @@ int run(int argc, char **argv, const std::vector<Program> &stages) {
     // Each rank holds its part of every split parameter: only a run of the
     // same tensor-parallel size can resume (said before any tensor is
     // compared).
+    // A checkpoint of another tensor-parallel size is resharded: every
+    // tensor read whole (parts joined), each rank taking its part.
     if (int saved = savedTensorParallel(resumeDir);
-        saved > 0 && saved != tpSize)
-      fail("--resume: checkpoint '", resumeDir, "' holds the parts of ", saved,
-           " tensor-parallel rank(s) (tensor_parallel ", saved,
-           ") but this binary was compiled for ", tpSize,
-           ": resume with a binary compiled with --tensor-parallel=", saved);
-    LoadOptions lo;
-    lo.subset = stageCount > 1 || tpSize > 1;
-    resumed = loadCheckpoint(resumeDir, mirror.tensors, ShardInfo{}, lo);
+        saved > 0 && saved != tpSize) {
+      if (zero3)
+        fail("--resume: checkpoint '", resumeDir, "' holds the parts of ",
+             saved,
+             " tensor-parallel rank(s) but this binary was compiled "
+             "for ",
+             tpSize,
+             " with --data-parallel=zero3: resharding into "
+             "ZeRO-3 shards is not supported (resume with "
+             "--tensor-parallel=",
+             saved, ")");
+      resumed = loadResharded(resumeDir, mirror.tensors, tpRank, tpSize);
+      note("note: --resume: checkpoint '" + resumeDir + "' of " +
+           std::to_string(saved) + " tensor-parallel rank(s) resharded onto " +
+           std::to_string(tpSize));
+    } else {
+      LoadOptions lo;
+      lo.subset = stageCount > 1 || tpSize > 1;
+      resumed = loadCheckpoint(resumeDir, mirror.tensors, ShardInfo{}, lo);
+    }
     auto model = resumed->extra.find("model");
     if (model != resumed->extra.end() && model->second != p.model)
       fail("--resume: checkpoint of model '", model->second,
@@ -1141,6 +1254,8 @@ int run(int argc, char **argv, const std::vector<Program> &stages) {
       p, dev.kind() == DeviceKind::Cuda ? "cuda" : "host", worldSize);
   if (stageCount > 1)
     placement["pipeline_stages"] = std::to_string(stageCount);
+  if (tpSize > 1)
+    placement["tensor_parallel"] = std::to_string(tpSize);
   if (resumed) {
     mirror.toDevice(dev);
     firstStep = int64_t(resumed->step);
@@ -1440,23 +1555,25 @@ std::map<std::string, std::string> runConfigOf(const Program &p, double lr,
   Sha256 table;
   int64_t values = 0;
   for (const ParamEntry &e : p.params) {
+    // Whole shapes: a tensor-parallel part stands for its whole tensor, so
+    // any tensor-parallel size has the same record (checkpoints reshard).
     std::string line =
         std::string(e.name) + " " + std::to_string(int(e.dtype)) + " [";
-    for (int32_t i = 0; i < e.rank; ++i)
-      line += (i ? "," : "") + std::to_string(e.shape[i]);
+    std::vector<int64_t> shape = wholeShape(e);
+    for (size_t i = 0; i < shape.size(); ++i)
+      line += (i ? "," : "") + std::to_string(shape[i]);
     line += "] " + std::to_string(int(e.init)) + " " +
             exactNumberText(e.initA) + " " + exactNumberText(e.initB) +
             (e.frozen ? " frozen" : "") + "\n";
     table.update(line.data(), line.size());
-    values += e.numel;
+    int64_t n = 1;
+    for (int64_t d : shape)
+      n *= d;
+    values += n;
   }
   c["parameters"] = std::to_string(p.params.size()) + " tensors, " +
                     std::to_string(values) + " values, sha256 " +
                     Sha256::hex(table.finish()).substr(0, 16);
-  // The tensors a checkpoint holds are each rank's parts: another split
-  // cannot resume it.
-  if (p.tensorParallelSize > 1)
-    c["tensor_parallel"] = std::to_string(p.tensorParallelSize);
   c["seq"] = std::to_string(p.seq);
   c["global_batch_tokens"] =
       std::to_string(p.batch * p.microBatches * p.seq * int64_t(worldSize));
