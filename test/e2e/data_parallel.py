@@ -69,7 +69,7 @@ import struct
 import subprocess
 import sys
 
-from e2echeck import check, exit_status, run_logged
+from e2echeck import check, exit_status, placement_steps_agree, run_logged
 
 # Relative to the largest magnitude of each tensor (and to each scalar):
 # 2^-18, 32 float ulps of that magnitude. Measured on this model over 3
@@ -304,22 +304,7 @@ def case_placement(t):
     replicas_agree("no offload", loff, steps, t.sharded)
     replicas_agree("offload", lon, steps, t.sharded)
     for rank in range(2):
-        for a, b in zip(loff[rank], lon[rank]):
-            check(a["fingerprints"] == b["fingerprints"],
-                  "rank %d step %d: offload changed the bits:\n  %s\n  %s" %
-                  (rank, a["step"], a["fingerprints"], b["fingerprints"]))
-            for scope, c in a["transfers"].items():
-                check(c["d2h_count"] == 0 and c["h2d_count"] == 0,
-                      "rank %d step %d: %s transferred without offload" %
-                      (rank, a["step"], scope))
-            check(b["transfers"], "rank %d step %d: no offload scopes" %
-                  (rank, b["step"]))
-            for scope, c in b["transfers"].items():
-                check(c["d2h_count"] > 0 and
-                      c["d2h_count"] == c["h2d_count"] and
-                      c["d2h_bytes"] > 0 and c["h2d_bytes"] > 0,
-                      "rank %d step %d: scope %s counters %s" %
-                      (rank, b["step"], scope, c))
+        placement_steps_agree(rank, loff[rank], lon[rank])
         scopes = sorted(lon[rank][0]["transfers"]) if lon[rank] else []
         for leaf in ("gdn_core_attn", "core_attn", "attn_proj"):
             check(any(s.endswith("." + leaf) for s in scopes),

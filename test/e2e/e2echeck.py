@@ -18,6 +18,31 @@ def check(cond, msg):
     return cond
 
 
+def placement_steps_agree(rank, off, on, offloads=True):
+    """One rank's metrics lines without (`off`) and with (`on`) a placement:
+    the same fingerprints every step, the pinned pool empty, no copies
+    without placement and, with it, each scope copied both ways (at least
+    one scope when `offloads`)."""
+    for a, b in zip(off, on):
+        check(a["fingerprints"] == b["fingerprints"],
+              "rank %d step %d: the placement changed the bits:\n  %s\n"
+              "  %s" % (rank, a["step"], a["fingerprints"], b["fingerprints"]))
+        check(b["pinned_pool"]["in_use"] == 0,
+              "rank %d step %d: pinned pool in use" % (rank, b["step"]))
+        for scope, c in a["transfers"].items():
+            check(c["d2h_count"] == 0 and c["h2d_count"] == 0,
+                  "rank %d step %d: %s copied without placement" %
+                  (rank, a["step"], scope))
+        if offloads:
+            check(b["transfers"], "rank %d step %d: nothing offloaded" %
+                  (rank, b["step"]))
+        for scope, c in b["transfers"].items():
+            check(c["d2h_count"] > 0 and c["d2h_count"] == c["h2d_count"] and
+                  c["d2h_bytes"] > 0 and c["h2d_bytes"] > 0,
+                  "rank %d step %d: scope %s counters %s" %
+                  (rank, b["step"], scope, c))
+
+
 def exit_status(ok_message):
     """1 after printing the count of failures, else 0 after ok_message."""
     if failures:

@@ -39,7 +39,7 @@ import subprocess
 import sys
 
 from data_parallel import Runner, read_f32
-from e2echeck import check, exit_status
+from e2echeck import check, exit_status, placement_steps_agree
 
 PLACEMENT = ["--offload-modules=gdn_core_attn", "--recompute-modules=gdn_norm_out",
              "--hide-rule=off"]
@@ -126,23 +126,9 @@ def case_placement(t):
     for rank in range(2):
         check(len(loff[rank]) == steps and len(lon[rank]) == steps,
               "rank %d: missing metrics lines" % rank)
-        for a, b in zip(loff[rank], lon[rank]):
-            check(a["fingerprints"] == b["fingerprints"],
-                  "rank %d step %d: the placement changed the bits:\n  %s\n"
-                  "  %s" % (rank, a["step"], a["fingerprints"],
-                            b["fingerprints"]))
-            check(b["pinned_pool"]["in_use"] == 0,
-                  "rank %d step %d: pinned pool in use" % (rank, b["step"]))
-            for scope, c in a["transfers"].items():
-                check(c["d2h_count"] == 0 and c["h2d_count"] == 0,
-                      "rank %d step %d: %s copied without placement" %
-                      (rank, a["step"], scope))
-            for scope, c in b["transfers"].items():
-                check(c["d2h_count"] > 0 and
-                      c["d2h_count"] == c["h2d_count"] and
-                      c["d2h_bytes"] > 0 and c["h2d_bytes"] > 0,
-                      "rank %d step %d: scope %s counters %s" %
-                      (rank, b["step"], scope, c))
+        # A stage may hold no offloaded scope (tiny-hybrid's one GDN
+        # layer is on the first); the count below needs one somewhere.
+        placement_steps_agree(rank, loff[rank], lon[rank], offloads=False)
         scopes = sorted(lon[rank][0]["transfers"]) if lon[rank] else []
         offloaded += len(scopes)
         print("stage %d offloaded scopes: %s" % (rank, ", ".join(scopes) or
@@ -180,12 +166,7 @@ def case_budget(t):
     r, lon = t.train(on, 2, "--steps", str(steps), metrics="on.jsonl")
     check(r.returncode == 0, "searched stages failed")
     for rank in range(2):
-        for a, b in zip(loff[rank], lon[rank]):
-            check(a["fingerprints"] == b["fingerprints"],
-                  "rank %d step %d: the searched placement changed the bits" %
-                  (rank, a["step"]))
-            check(b["pinned_pool"]["in_use"] == 0,
-                  "rank %d step %d: pinned pool in use" % (rank, b["step"]))
+        placement_steps_agree(rank, loff[rank], lon[rank], offloads=False)
     check(lon[0] and any(c["d2h_count"] > 0 for c in
                          lon[0][0]["transfers"].values()),
           "stage 0 copied nothing")

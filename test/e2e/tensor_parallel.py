@@ -67,7 +67,7 @@ import subprocess
 import sys
 
 from data_parallel import Runner
-from e2echeck import check, exit_status
+from e2echeck import check, exit_status, placement_steps_agree
 
 PLACEMENT = ["--offload-modules=gdn_core_attn", "--recompute-modules=gdn_norm_out",
              "--hide-rule=off"]
@@ -161,25 +161,7 @@ def placement_bitwise(t, name, *flags, ranks=2):
     for rank in range(ranks):
         check(len(loff[rank]) == steps and len(lon[rank]) == steps,
               "rank %d: missing metrics lines" % rank)
-        for a, b in zip(loff[rank], lon[rank]):
-            check(a["fingerprints"] == b["fingerprints"],
-                  "rank %d step %d: the placement changed the bits:\n  %s\n"
-                  "  %s" % (rank, a["step"], a["fingerprints"],
-                            b["fingerprints"]))
-            check(b["pinned_pool"]["in_use"] == 0,
-                  "rank %d step %d: pinned pool in use" % (rank, b["step"]))
-            for scope, c in a["transfers"].items():
-                check(c["d2h_count"] == 0 and c["h2d_count"] == 0,
-                      "rank %d step %d: %s copied without placement" %
-                      (rank, a["step"], scope))
-            check(b["transfers"], "rank %d step %d: nothing offloaded" %
-                  (rank, b["step"]))
-            for scope, c in b["transfers"].items():
-                check(c["d2h_count"] > 0 and
-                      c["d2h_count"] == c["h2d_count"] and
-                      c["d2h_bytes"] > 0 and c["h2d_bytes"] > 0,
-                      "rank %d step %d: scope %s counters %s" %
-                      (rank, b["step"], scope, c))
+        placement_steps_agree(rank, loff[rank], lon[rank])
         print("rank %d: fingerprints equal with and without placement; "
               "offloaded %s" % (rank, ", ".join(sorted(lon[rank][0]
                                                         ["transfers"]))),
