@@ -21,8 +21,10 @@ def ExecPipelineSchedule : Pass<"exec-pipeline-schedule", "mlir::ModuleOp"> {
     `exec.microbatch` (the runtime's current microbatch). Every value of a
     microbatch is its own clone, so up to P - s microbatches' saved
     activations live at once and exec-plan-memory places them by the real
-    schedule. Pinned slots are per microbatch (slot and offset shifted by
-    the body's slot count and pinned bytes); a D2H's done_by_kernel points
+    schedule. Pinned slots come in one set per microbatch in flight
+    (min(P - 1 - s, microbatches) + 1 sets; microbatch j takes set j mod
+    that, whose previous user's backward ran before j's forward); a D2H's
+    done_by_kernel points
     at the same kernel of its own microbatch's clone. The last stage runs
     forward and backward of each microbatch in turn, the loop as it is.
   }];

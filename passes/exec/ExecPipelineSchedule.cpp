@@ -89,7 +89,12 @@ struct ExecPipelineSchedulePass
              << " receives no gradient from the next stage, so its "
                 "backward cannot be found";
 
-    // Per-microbatch pinned slots: the body's slots repeated.
+    // Pinned slots: the body's slots repeated once per microbatch in
+    // flight. 1F1B runs microbatch j's forward after microbatch
+    // j - (warm-up + 1)'s whole backward, where that one released its
+    // slots (after its reloads, which its backward kernels waited for), so
+    // j takes set j mod (warm-up + 1) and the stage holds warm-up + 1 sets,
+    // not one per microbatch.
     int64_t slots = 0, pinned = 0;
     for (Operation &op : body)
       if (auto a = dyn_cast<PoolAcquireOp>(op)) {
@@ -109,6 +114,8 @@ struct ExecPipelineSchedulePass
     Block *out = &unrolled.getBody().emplaceBlock();
     b.setInsertionPointToStart(out);
     int64_t count = micro.getInt();
+    const int64_t slotSets =
+        std::min(stages.getInt() - 1 - stage.getInt(), count) + 1;
     SmallVector<IRMapping> maps(count);
     // New ordinal of kernel k of microbatch m's clone (k = kernels: the end
     // of its backward).
@@ -125,8 +132,9 @@ struct ExecPipelineSchedulePass
         if (auto k = ordinal.find(op); k != ordinal.end())
           newOrdinal[m][k->second] = next++;
         if (auto a = dyn_cast<PoolAcquireOp>(clone)) {
-          a.setSlot(a.getSlot() + uint64_t(m * slots));
-          a.setOffset(a.getOffset() + uint64_t(m * pinned));
+          int64_t set = m % slotSets;
+          a.setSlot(a.getSlot() + uint64_t(set * slots));
+          a.setOffset(a.getOffset() + uint64_t(set * pinned));
         }
         if (auto d = dyn_cast<D2HOp>(clone); d && d.getDoneByKernel()) {
           d2hs.push_back(d);
