@@ -207,11 +207,6 @@ Program ap::rt::programOfAbi(const ap_program &p) {
     fail("abi: program: pipeline_stage is ", p.pipeline_stage,
          " (expected 0 to ", p.pipeline_size - 1, " for pipeline_size ",
          p.pipeline_size, ")");
-  if (p.pipeline_size > 1 && p.data_parallel_mode == AP_DP_ZERO3)
-    fail("abi: program: data_parallel_mode zero3 with pipeline_size ",
-         p.pipeline_size,
-         ": ZeRO-3 sharding of a pipelined program is not supported by this "
-         "runtime yet (compile the pipeline with --data-parallel=replicate)");
   if (p.tensor_parallel_size < 0 || p.tensor_parallel_size > 1024)
     fail("abi: program: tensor_parallel_size is ", p.tensor_parallel_size,
          " (expected 0 or 1: none, or up to 1024 ranks)");

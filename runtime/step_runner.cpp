@@ -618,10 +618,12 @@ void StepRunner::combineTiedGrads() {
              stage(), " of ", stages(),
              " (tied weights live on the first and the last stage)");
       // Two addends: stage 0's value + the last stage's, the same bits in
-      // either order, on both stages.
+      // either order, on both stages. ZeRO-3: this rank's shard (the same
+      // elements on both ends, in the main grad's dtype).
       Communicator *ends = tiedGroup_ ? tiedGroup_.get() : pipeline;
-      sumOn(ends, dev.at(p.grad, uint64_t(p.numel) * 4), size_t(p.numel),
-            DType::F32, Stream::Compute);
+      size_t n = size_t(shardSpan(p, dpRank()).bufferNumel);
+      sumOn(ends, dev.at(p.grad, n * dtypeBytes(p.gradDType())), n,
+            p.gradDType(), Stream::Compute);
     }
   }
 }

@@ -374,20 +374,6 @@ describeCheckpointTensors(const Program &p, int rank, int tpRank = 0) {
   return out;
 }
 
-/// Pipeline stages: every tensor of the model with the stage whose file
-/// holds it (a tied weight's state in the first stage's file only; the
-/// other stage reads it from there, both hold the same bits).
-std::vector<std::pair<CheckpointTensor, int>>
-stageTensorFiles(const std::vector<Program> &stages) {
-  std::vector<std::pair<CheckpointTensor, int>> out;
-  std::set<std::string> placed;
-  for (size_t s = 0; s < stages.size(); ++s)
-    for (auto &[t, offset] : describeCheckpointTensors(stages[s], 0))
-      if (placed.insert(t.name).second)
-        out.push_back({t, int(s)});
-  return out;
-}
-
 /// The tensor-parallel size a checkpoint was saved with: T from its
 /// parts' "#tp<r>of<T>" names, 1 without any; 0 when its tensors cannot be
 /// listed (loadCheckpoint then says why).
@@ -1295,8 +1281,7 @@ int run(int argc, char **argv, const std::vector<Program> &stages) {
     // Under ZeRO-3 every data-parallel rank of a tensor-parallel rank
     // writes its shards of the tensors placed at the group's first file.
     const int group = zero3 ? dpSize : 1;
-    for (const auto &[t, file] :
-         tpSize > 1 ? tensorParallelFiles(stages) : stageTensorFiles(stages))
+    for (const auto &[t, file] : tensorParallelFiles(stages))
       if (file == (stage * tpSize + tpRank) * group)
         mine.insert(t.name);
     for (const CheckpointTensor &t : mirror.tensors)
@@ -1487,32 +1472,20 @@ int run(int argc, char **argv, const std::vector<Program> &stages) {
       // ZeRO-3: every rank writes its shards, rank 0 the index.
       ShardInfo save = ranks;
       save.replicated = worldSize > 1 && !zero3;
-      if (stageCount > 1) {
-        // One file per stage, written by the stage's data-parallel rank 0
-        // (replicated state), and an index naming the file of every tensor.
+      if (stageCount > 1 || tpSize > 1) {
+        // One file per (stage, tensor-parallel rank): its parts of split
+        // parameters, the stage's tensors (a tied weight's in the first
+        // stage's file), the replicated ones in its tensor-parallel rank 0
+        // file; written by data-parallel rank 0 (replicated state) or, under
+        // ZeRO-3, by every rank (its flat shards, file x DP + dp). The index
+        // names every tensor's file (or group of shard files).
+        const int group = zero3 ? dpSize : 1;
         save.replicated = false;
-        save.rank = stage;
-        save.worldSize = stageCount;
-        save.writes = dpRank == 0;
-        save.placedTensors = stageTensorFiles(stages);
-      }
-      if (tpSize > 1) {
-        // One file per tensor-parallel rank of each stage (its parts of the
-        // split parameters; the stage's tensor-parallel rank 0 also the
-        // replicated tensors), written by data-parallel rank 0, and an
-        // index naming every tensor's file.
-        save.replicated = false;
-        save.rank = stage * tpSize + tpRank;
-        save.worldSize = stageCount * tpSize;
-        save.writes = dpRank == 0;
+        save.rank = (stage * tpSize + tpRank) * group + (zero3 ? dpRank : 0);
+        save.worldSize = stageCount * tpSize * group;
+        save.writes = zero3 || dpRank == 0;
         save.placedTensors = tensorParallelFiles(stages);
-        if (zero3) {
-          // Every rank writes its flat shards: file tp x DP + dp.
-          save.rank = tpRank * dpSize + dpRank;
-          save.worldSize = tpSize * dpSize;
-          save.writes = true;
-          save.placedGroup = dpSize;
-        }
+        save.placedGroup = group;
       }
       saveCheckpoint(flags.save,
                      stageCount > 1 || tpSize > 1 ? ownTensors : mirror.tensors,

@@ -886,9 +886,6 @@ int main(int argc, char **argv) {
       return fail("--activation-cut, --memory-budget and --step-budget "
                   "choose the modules; drop --offload-modules and "
                   "--recompute-modules");
-    if (dataParallel == DataParallel::Zero3)
-      return fail("--pipeline-parallel with --data-parallel=zero3 is not "
-                  "supported yet; use --data-parallel=replicate");
     if (!memoryTimeline.empty())
       return fail("--memory-timeline draws one program; with "
                   "--pipeline-parallel each stage has its own (not drawn "

@@ -307,13 +307,15 @@ TEST(AbiProgramTest, RefusesPipelineFieldsOutOfRange) {
         << err;
   }
   {
+    // Zero3 shards are ceil(numel / data_parallel_size), pipelined or not.
     AbiProgram a;
     a.p.pipeline_size = 2;
     a.p.data_parallel_mode = AP_DP_ZERO3;
+    a.p.data_parallel_size = 2;
     a.param.shard_numel = 64;
     auto [rc, err] = trainMainOf(a.p);
     EXPECT_EQ(rc, 1);
-    EXPECT_NE(err.find("data_parallel_mode zero3 with pipeline_size 2"),
+    EXPECT_NE(err.find("parameter 'w' has shard_numel 64; expected 32"),
               std::string::npos)
         << err;
   }
