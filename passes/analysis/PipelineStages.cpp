@@ -166,16 +166,16 @@ PipelineStages::assign(MicrobatchLoopOp loop, int64_t stages,
   return p;
 }
 
-FailureOr<SmallVector<int64_t>>
-PipelineStages::balanceByCost(MicrobatchLoopOp loop, int64_t stages,
-                              const CostModel &cost,
-                              SmallVectorImpl<double> *stageSeconds) {
-  Block &body = loop.getBody().front();
-  // Predicted seconds per decoder layer, and of the model-level work each
-  // end stage carries.
+namespace {
+/// Predicted seconds per decoder layer of a microbatch (forward and
+/// backward), and of the model-level work the first stage (`first`: the
+/// embedding) and the last (`last`: the final norm, LM head and loss)
+/// carry.
+SmallVector<double> layerSecondsOf(MicrobatchLoopOp loop, const CostModel &cost,
+                                   double &first, double &last) {
   SmallVector<double> layerSeconds;
-  double first = 0, last = 0;
-  for (Operation &op : body) {
+  first = last = 0;
+  for (Operation &op : loop.getBody().front()) {
     auto scope = op.getAttrOfType<ScopeAttr>("scope");
     if (!scope)
       continue;
@@ -190,6 +190,36 @@ PipelineStages::balanceByCost(MicrobatchLoopOp loop, int64_t stages,
       last += s;
     }
   }
+  return layerSeconds;
+}
+} // namespace
+
+SmallVector<double>
+PipelineStages::stageSeconds(MicrobatchLoopOp loop,
+                             ArrayRef<int64_t> layersPerStage,
+                             const CostModel &cost) {
+  double first = 0, last = 0;
+  SmallVector<double> layerSeconds = layerSecondsOf(loop, cost, first, last);
+  SmallVector<double> out;
+  int64_t at = 0;
+  for (auto [s, n] : llvm::enumerate(layersPerStage)) {
+    double t = s == 0 ? first : 0.0;
+    for (int64_t i = at; i < at + n && i < int64_t(layerSeconds.size()); ++i)
+      t += layerSeconds[i];
+    if (s + 1 == layersPerStage.size())
+      t += last;
+    out.push_back(t);
+    at += n;
+  }
+  return out;
+}
+
+FailureOr<SmallVector<int64_t>>
+PipelineStages::balanceByCost(MicrobatchLoopOp loop, int64_t stages,
+                              const CostModel &cost,
+                              SmallVectorImpl<double> *stageSeconds) {
+  double first = 0, last = 0;
+  SmallVector<double> layerSeconds = layerSecondsOf(loop, cost, first, last);
   const int64_t layers = int64_t(layerSeconds.size());
   if (stages < 1 || stages > layers)
     return loop.emitError()

@@ -75,6 +75,12 @@ public:
   balanceByCost(MicrobatchLoopOp loop, int64_t stages, const CostModel &cost,
                 llvm::SmallVectorImpl<double> *stageSeconds = nullptr);
 
+  /// Each stage's predicted compute time per microbatch (as balanceByCost
+  /// counts it) for `layersPerStage`.
+  static llvm::SmallVector<double>
+  stageSeconds(MicrobatchLoopOp loop, llvm::ArrayRef<int64_t> layersPerStage,
+               const CostModel &cost);
+
   int stageOfLayer(int64_t layer) const;
   /// "layers 0-2" / "layer 3" for diagnostics and reports.
   std::string layerRange(int stage) const;

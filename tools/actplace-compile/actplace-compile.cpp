@@ -928,6 +928,35 @@ int main(int argc, char **argv) {
                    << "--pipeline-stages=" << counts << " (predicted " << times
                    << " ms per microbatch, forward and backward)\n";
     }
+    // The 1F1B step before placement: M + P - 1 slots of the slowest
+    // stage's forward and backward (P - 1 of them the fill and drain
+    // bubble), communication left out.
+    {
+      ap::train::MicrobatchLoopOp loop;
+      module->walk([&](ap::train::MicrobatchLoopOp l) { loop = l; });
+      mlir::FailureOr<ap::train::CostModel> cost =
+          ap::train::CostModel::fromProfile(profile, *module);
+      mlir::FailureOr<ap::train::PipelineStages> split = mlir::failure();
+      if (loop)
+        split = ap::train::PipelineStages::assign(loop, pipelineParallel,
+                                                  layersPerStage);
+      if (succeeded(cost) && succeeded(split)) {
+        llvm::SmallVector<int64_t> counts;
+        for (int64_t s = 0; s < pipelineParallel; ++s)
+          counts.push_back(split->firstLayer[s + 1] - split->firstLayer[s]);
+        llvm::SmallVector<double> seconds =
+            ap::train::PipelineStages::stageSeconds(loop, counts, *cost);
+        double slowest = *std::max_element(seconds.begin(), seconds.end());
+        int64_t m = microBatches, p = pipelineParallel;
+        llvm::outs() << llvm::formatv(
+            "pipeline: {0} stages x {1} microbatches (1F1B): predicted step "
+            "{2:F3} ms before placement = {3} x the slowest stage's "
+            "{4:F3} ms per microbatch; the fill and drain bubble is {5:F1} % "
+            "of it\n",
+            p, m, double(m + p - 1) * slowest * 1e3, m + p - 1, slowest * 1e3,
+            100.0 * double(p - 1) / double(m + p - 1));
+      }
+    }
     std::vector<mlir::OwningOpRef<mlir::ModuleOp>> stages;
     llvm::SmallVector<mlir::ModuleOp> stageRefs;
     for (int64_t k = 0; k < pipelineParallel; ++k) {
