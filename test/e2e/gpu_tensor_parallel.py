@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 #===- gpu_tensor_parallel.py - tensor parallelism on the GPU --------------===#
 #
-# Runs on the GPU machine, in a folder of binaries compiled here from one
-# model (tiny-hybrid-gpu by default) for the cuda backend:
+# `build` compiles, here, the arms below from one model (tiny-hybrid-gpu in
+# gpu-check.sh); `run` runs them, on the GPU machine (or on the host backend
+# for the bundle's self-test), in the folder they were built into:
 #
 #   tp1            one rank, no tensor parallelism (the reference)
 #   tp2            --tensor-parallel=2
@@ -15,7 +16,8 @@
 #                  tp2pp2sp)
 #
 # With one GPU the ranks share it through --comm mpi-staged (MPI on device
-# buffers staged through pinned memory): bits and peaks, not speed. Checks:
+# buffers staged through pinned memory): bits and peaks, not speed; on two
+# or more GPUs --comm auto is NCCL. Checks:
 # the tensor-parallel ranks report the same loss and grad norm; tp2 and
 # tp2sp are within BOUND of tp1 (bf16: the row-parallel sums round their
 # two partial products apart); tp2sp-placed has tp2sp's fingerprints on
@@ -38,18 +40,41 @@ BOUND = {"loss": 2e-3, "grad_norm": 3e-2}
 PLACED_SCOPES = ("gdn_core_attn",)
 
 
-def run(args, name, ranks, steps):
+PLACED = ["--offload-modules=gdn_core_attn", "--recompute-modules=gdn_norm_out",
+          "--hide-rule=off"]
+TP2SP = ["--tensor-parallel=2", "--sequence-parallel"]
+ARMS = [("tp1", 1, []), ("tp2", 2, ["--tensor-parallel=2"]),
+        ("tp2sp", 2, TP2SP), ("tp2sp-placed", 2, TP2SP + PLACED),
+        ("tp2sp-tied", 2, TP2SP + ["--tied-grad-parts"]),
+        ("tp2pp2sp", 4, TP2SP + ["--pipeline-parallel=2"])]
+
+
+def build(args):
+    os.makedirs(args.dir, exist_ok=True)
+    for name, _, flags in ARMS:
+        cmd = [args.compile, args.model, "--seq", str(args.seq),
+               "--micro-batches", "4", "-o", os.path.join(args.dir, name)] + \
+              flags
+        print("$ " + " ".join(cmd), flush=True)
+        if subprocess.run(cmd, stdout=subprocess.DEVNULL).returncode != 0:
+            return 1
+    return 0
+
+
+def train(args, name, ranks, steps):
     binary = os.path.join(args.dir, name)
-    metrics = os.path.join(args.dir, name + ".jsonl")
-    for f in os.listdir(args.dir):
+    os.makedirs(args.work, exist_ok=True)
+    metrics = os.path.join(args.work, name + ".jsonl")
+    for f in os.listdir(args.work):
         if f.startswith(name + ".jsonl"):
-            os.remove(os.path.join(args.dir, f))
-    cmd = [binary, "--device", "cuda", "--steps", str(steps), "--metrics",
-           metrics, "--fingerprints"]
+            os.remove(os.path.join(args.work, f))
+    cmd = [binary, "--device", args.device, "--steps", str(steps),
+           "--metrics", metrics, "--fingerprints"]
     if ranks > 1:
         cmd = [args.mpirun, "-np", str(ranks), "--oversubscribe",
-               "--allow-run-as-root", "-x", "NCCL_NVLS_ENABLE=0"] + cmd + \
-              ["--comm", "mpi-staged"]
+               "--allow-run-as-root", "-x", "NCCL_NVLS_ENABLE=0"] + cmd
+        if args.comm != "auto":
+            cmd += ["--comm", args.comm]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     if r.returncode != 0:
         print("FAIL: %s exited %d\n%s" % (name, r.returncode,
@@ -70,12 +95,7 @@ def run(args, name, ranks, steps):
     return lines
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--dir", default=".")
-    ap.add_argument("--mpirun", default="mpirun")
-    ap.add_argument("--steps", type=int, default=3)
-    args = ap.parse_args()
+def run(args):
     failures = []
 
     def check(ok, what):
@@ -83,10 +103,8 @@ def main():
             failures.append(what)
             print("FAIL: " + what, flush=True)
 
-    arms = {"tp1": 1, "tp2": 2, "tp2sp": 2, "tp2sp-placed": 2,
-            "tp2sp-tied": 2, "tp2pp2sp": 4}
-    out = {name: run(args, name, ranks, args.steps)
-           for name, ranks in arms.items()}
+    out = {name: train(args, name, ranks, args.steps)
+           for name, ranks, _ in ARMS}
     for name, lines in out.items():
         if lines is None:
             failures.append(name + " did not run")
@@ -152,6 +170,26 @@ def main():
     print("gpu tensor parallel: %s" %
           ("PASS" if not failures else "FAIL (%d)" % len(failures)))
     return 0 if not failures else 1
+
+
+def main():
+    ap = argparse.ArgumentParser(
+        description="tensor parallelism on prebuilt binaries")
+    sub = ap.add_subparsers(dest="mode", required=True)
+    b = sub.add_parser("build")
+    b.add_argument("--compile", required=True)
+    b.add_argument("--model", required=True)
+    b.add_argument("--dir", required=True)
+    b.add_argument("--seq", type=int, default=1024)
+    r = sub.add_parser("run")
+    r.add_argument("--dir", required=True)
+    r.add_argument("--work", required=True)
+    r.add_argument("--mpirun", default="mpirun")
+    r.add_argument("--device", default="cuda", choices=("cuda", "host"))
+    r.add_argument("--comm", default="auto", choices=("auto", "mpi-staged"))
+    r.add_argument("--steps", type=int, default=3)
+    args = ap.parse_args()
+    return build(args) if args.mode == "build" else run(args)
 
 
 if __name__ == "__main__":

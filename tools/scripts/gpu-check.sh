@@ -32,7 +32,10 @@
 #       checkpoint save/resume including a resume under another placement
 #       (gpu_checkpoint.py), replicated data parallelism on 2 ranks
 #       (gpu_data_parallel.py: NCCL on two GPUs, MPI on staged device
-#       buffers when the ranks share one), the bf16 step against the PyTorch oracle
+#       buffers when the ranks share one), tensor parallelism on 2 and 4
+#       ranks (gpu_tensor_parallel.py: TP 2, TP 2 + SP, placed, TP 2 x PP 2
+#       x SP; NCCL with a GPU per rank, else staged MPI), the bf16 step
+#       against the PyTorch oracle
 #       (grad_oracle.py, bounds in its BF16_BOUNDS). One log (default
 #       BUNDLE_DIR/gpu-check.log), one PASS/FAIL/SKIP line per part, exit 1
 #       if any part failed. On cuda a GPU test that skips (exit 77) or an
@@ -122,7 +125,7 @@ for t in json.load(sys.stdin)["tests"]:
   local b=$stage/gpu-check
   mkdir -p "$b/bin" "$b/test/e2e" "$b/tools/scripts" "$b/tools/torchref" "$b/arms"
   cp "$src/tools/scripts/gpu-check.sh" "$b/tools/scripts/"
-  cp "$src"/test/e2e/{gpu_bitident,gpu_checkpoint,gpu_data_parallel,grad_oracle,e2echeck}.py "$b/test/e2e/"
+  cp "$src"/test/e2e/{gpu_bitident,gpu_checkpoint,gpu_data_parallel,gpu_tensor_parallel,grad_oracle,e2echeck}.py "$b/test/e2e/"
   cp "$src"/tools/torchref/*.py "$b/tools/torchref/"
 
   : > "$b/tests.tsv"
@@ -165,6 +168,9 @@ for t in json.load(sys.stdin)["tests"]:
   python3 "$src/test/e2e/gpu_data_parallel.py" build --compile "$compile" \
       --model "$src/models/tiny-hybrid-gpu.json" --dir "$b/arms/dp" \
       --seq "$seq_tiny" > /dev/null || die "data-parallel arms failed"
+  python3 "$src/test/e2e/gpu_tensor_parallel.py" build --compile "$compile" \
+      --model "$src/models/tiny-hybrid-gpu.json" --dir "$b/arms/tp" \
+      --seq "$seq_tiny" > /dev/null || die "tensor-parallel arms failed"
   python3 "$src/test/e2e/grad_oracle.py" --build-only --dtype bf16 \
       --import-tool "$import" --compile "$compile" \
       --model "$oracle_model" --work "$stage/grad" || die "bf16 oracle step failed to build"
@@ -337,6 +343,22 @@ run() {
       part data-parallel PASS "2 ranks, --comm $comm: ranks identical, offload bitwise, one rank within the bound"
     else
       part data-parallel FAIL "--comm $comm"
+    fi
+  fi
+
+  echo "== tensor parallel: 2 and 4 ranks"
+  if ! command -v mpirun > /dev/null; then
+    skipped tensor-parallel "no mpirun"
+  else
+    # As for data parallelism: NCCL with a GPU per rank, else MPI on staged
+    # device buffers (4 ranks of TP 2 x PP 2 need 4 GPUs for NCCL).
+    local tpcomm=auto
+    [ "$device" = cuda ] && [ "$ngpus" -lt 4 ] && tpcomm=mpi-staged
+    if python3 "$bundle/test/e2e/gpu_tensor_parallel.py" run --dir "$bundle/arms/tp" \
+        --work "$work/tp" --device "$device" --comm "$tpcomm"; then
+      part tensor-parallel PASS "--comm $tpcomm: TP 2 (+ SP) within the bf16 bound of one rank, placement bitwise per rank, TP 2 x PP 2 x SP against TP 2 x SP"
+    else
+      part tensor-parallel FAIL "--comm $tpcomm"
     fi
   fi
 
