@@ -886,10 +886,6 @@ int main(int argc, char **argv) {
       return fail("--activation-cut, --memory-budget and --step-budget "
                   "choose the modules; drop --offload-modules and "
                   "--recompute-modules");
-    if (!memoryTimeline.empty())
-      return fail("--memory-timeline draws one program; with "
-                  "--pipeline-parallel each stage has its own (not drawn "
-                  "yet)");
     auto splitList = [](llvm::StringRef text) {
       std::vector<std::string> out;
       llvm::SmallVector<llvm::StringRef> parts;
@@ -957,6 +953,59 @@ int main(int argc, char **argv) {
             100.0 * double(p - 1) / double(m + p - 1));
       }
     }
+    // --memory-timeline with stages: FILE.stage<k>.svg per stage, the
+    // placed stage's one-microbatch timeline with the peak the stage
+    // predicts with the microbatches 1F1B keeps in flight there.
+    auto drawStageTimeline = [&](mlir::ModuleOp placed,
+                                 const ap::CompileOptions &o,
+                                 int64_t k) -> int {
+      mlir::FailureOr<ap::train::CostModel> cost =
+          ap::train::CostModel::fromProfile(profile, placed);
+      if (failed(cost))
+        return fail("--memory-timeline: no cost model (diagnostics above)");
+      ap::train::MemoryTimeline timeline = ap::train::MemoryTimeline::compute(
+          placed, *cost, o.placement.dataParallelOptions());
+      ap::train::MemoryChart chart =
+          ap::train::MemoryChart::build(timeline, *cost);
+      ap::train::MemoryChartStyle style;
+      style.title =
+          memoryTimelineTitle.empty()
+              ? llvm::sys::path::filename(input).str() + " pipeline stage " +
+                    std::to_string(k) + " of " +
+                    std::to_string(pipelineParallel)
+              : memoryTimelineTitle + " (stage " + std::to_string(k) + ")";
+      int64_t inflight =
+          ap::train::pipelineInflight(placed, timeline.microBatches());
+      std::string placed_;
+      if (!o.placement.offloadModules.empty())
+        placed_ += "offload " + llvm::join(o.placement.offloadModules, ",");
+      if (!o.placement.recomputeModules.empty())
+        placed_ += std::string(placed_.empty() ? "" : ", ") + "recompute " +
+                   llvm::join(o.placement.recomputeModules, ",");
+      style.notes.push_back("one microbatch; 1F1B holds up to " +
+                            std::to_string(inflight) +
+                            " in flight on this stage; placement: " +
+                            (placed_.empty() ? std::string("none") : placed_));
+      style.lines.push_back({"predicted stage peak with the microbatches in "
+                             "flight",
+                             ap::train::stagePeakBytes(placed, timeline)});
+      style.axis = memoryTimelineAxis;
+      llvm::StringRef base(memoryTimeline);
+      std::string path =
+          base.ends_with(".svg")
+              ? base.drop_back(4).str() + ".stage" + std::to_string(k) + ".svg"
+              : base.str() + ".stage" + std::to_string(k);
+      std::error_code ec;
+      llvm::raw_fd_ostream os(path, ec);
+      if (ec)
+        return fail("cannot write " + path + ": " + ec.message());
+      ap::train::writeMemoryChartSvg(chart, style, os);
+      llvm::outs() << "memory timeline of stage " << k << ": " << path
+                   << " (one microbatch's peak " << chart.peakBytes()
+                   << " bytes; with " << inflight << " in flight "
+                   << ap::train::stagePeakBytes(placed, timeline) << ")\n";
+      return 0;
+    };
     std::vector<mlir::OwningOpRef<mlir::ModuleOp>> stages;
     llvm::SmallVector<mlir::ModuleOp> stageRefs;
     for (int64_t k = 0; k < pipelineParallel; ++k) {
@@ -995,12 +1044,19 @@ int main(int argc, char **argv) {
       mlir::OwningOpRef<mlir::ModuleOp> stage = module->clone();
       mlir::TimingScope stageTimer =
           rootTimer.nest("stage " + std::to_string(k));
-      mlir::PassManager pm(&ctx);
-      ap::buildPipeline(pm, o, Stage::Placement, Stage::Lowering);
-      pm.enableTiming(stageTimer);
-      if (failed(pm.run(*stage)))
-        return fail("the compiler pipeline failed for pipeline stage " +
-                    std::to_string(k) + " (diagnostics above)");
+      // Placement, then (for --memory-timeline) the stage's chart of its
+      // placed step, then the lowering.
+      for (Stage part : {Stage::Placement, Stage::Lowering}) {
+        mlir::PassManager pm(&ctx);
+        ap::buildPipeline(pm, o, part, part);
+        pm.enableTiming(stageTimer);
+        if (failed(pm.run(*stage)))
+          return fail("the compiler pipeline failed for pipeline stage " +
+                      std::to_string(k) + " (diagnostics above)");
+        if (part == Stage::Placement && !memoryTimeline.empty())
+          if (int rc = drawStageTimeline(*stage, o, k))
+            return rc;
+      }
       int64_t arena = stepBytes(*stage, ap::exec::kArenaBytesAttr);
       if (arena > kMaxPlanBytes)
         return fail(llvm::formatv("stage {0}'s planned arena is {1} bytes, "
