@@ -876,12 +876,9 @@ int main(int argc, char **argv) {
   // same differentiated step (train-pipeline-stage keeps its part), placed,
   // lowered and scheduled on its own, then lowered together into one binary.
   if (pipelineParallel > 1) {
-    if (globalBatchTokens.getNumOccurrences())
-      return fail("--pipeline-parallel with --global-batch-tokens: the "
-                  "micro-batch search does not plan stages yet; give "
-                  "--micro-batch-size and --micro-batches");
     const bool stageSearch = ap::train::PlacementGoal::requested(
         activationCut, memoryBudget, stepBudget);
+
     if (stageSearch && (!offloadModules.empty() || !recomputeModules.empty()))
       return fail("--activation-cut, --memory-budget and --step-budget "
                   "choose the modules; drop --offload-modules and "
@@ -923,6 +920,137 @@ int main(int argc, char **argv) {
       llvm::outs() << "pipeline stages balanced by the cost model: "
                    << "--pipeline-stages=" << counts << " (predicted " << times
                    << " ms per microbatch, forward and backward)\n";
+    }
+    // --global-batch-tokens with stages: each micro-batch size (with at
+    // least as many microbatches as stages) is imported, cut into its
+    // stages and each stage searched for the budget; the 1F1B step is
+    // M + P - 1 slots of the slowest stage's predicted time per
+    // microbatch, and the fastest size whose every stage plans within the
+    // budget wins.
+    if (globalBatchTokens.getNumOccurrences()) {
+      auto goal = ap::train::PlacementGoal::fromOptions(0, memoryBudget, -1);
+      if (!goal)
+        return fail(llvm::toString(goal.takeError()));
+      auto cfg = ap::import::loadModelConfig(input);
+      if (!cfg)
+        return fail(llvm::toString(cfg.takeError()));
+      int64_t sequences = globalBatchTokens / (seqLen * dataParallelSize);
+      struct StageChoice {
+        ap::train::PlacementChoice best;
+        int64_t arena = 0;
+      };
+      struct PipelineCandidate {
+        int64_t b = 0, m = 0;
+        std::vector<StageChoice> stages;
+        bool met = true;
+        double tokensPerSecond = 0;
+        mlir::OwningOpRef<mlir::ModuleOp> module;
+      };
+      std::vector<PipelineCandidate> candidates;
+      llvm::outs() << "micro-batch choice with " << pipelineParallel
+                   << " stages: " << int64_t(globalBatchTokens)
+                   << " tokens per step = " << sequences << " sequences of "
+                   << int64_t(seqLen) << " per pipeline, " << goal->str()
+                   << " per stage\n";
+      for (int64_t b : {1, 2, 4, 8}) {
+        if (sequences % b != 0 || sequences / b < pipelineParallel)
+          continue;
+        PipelineCandidate c;
+        c.b = b;
+        c.m = sequences / b;
+        ap::import::TrainShape shape;
+        shape.seqLen = seqLen;
+        shape.microBatchSize = c.b;
+        shape.microBatches = c.m;
+        shape.dtype = dtype;
+        shape.tensorParallel = tensorParallel;
+        shape.sequenceParallel = sequenceParallel;
+        if (llvm::Error err = ap::import::checkTrainShape(shape))
+          return fail(llvm::toString(std::move(err)));
+        c.module = ap::import::buildForwardGraph(ctx, *cfg, shape);
+        if (!c.module)
+          return fail("the imported graph does not verify (diagnostics "
+                      "above)");
+        {
+          mlir::PassManager pm(&ctx);
+          ap::buildPipeline(pm, opts, Stage::Autodiff, Stage::Autodiff);
+          if (failed(pm.run(*c.module)))
+            return fail("the compiler pipeline failed (diagnostics above)");
+        }
+        double slowest = 0;
+        for (int64_t k = 0; k < pipelineParallel; ++k) {
+          ap::CompileOptions o = opts;
+          o.pipelineStages = pipelineParallel;
+          o.pipelineStage = k;
+          o.pipelineLayers = layersPerStage;
+          mlir::OwningOpRef<mlir::ModuleOp> cut = c.module->clone();
+          {
+            mlir::PassManager pm(&ctx);
+            ap::TrainPipelineStageOptions so;
+            so.stages = pipelineParallel;
+            so.stage = k;
+            so.layers.assign(layersPerStage.begin(), layersPerStage.end());
+            pm.addPass(ap::createTrainPipelineStage(so));
+            if (failed(pm.run(*cut)))
+              return fail("the compiler pipeline failed for pipeline stage " +
+                          std::to_string(k) + " (diagnostics above)");
+          }
+          ap::train::PlacementSearchCache cache;
+          auto result =
+              ap::train::searchPlacement(*cut, placement, *goal, {}, &cache);
+          if (failed(result))
+            return fail("the placement search failed (diagnostics above)");
+          StageChoice s;
+          s.best = result->best;
+          o.placement.offloadModules = s.best.offload;
+          o.placement.recomputeModules = s.best.recompute;
+          mlir::PassManager pm(&ctx);
+          ap::buildPipeline(pm, o, Stage::Placement, Stage::Lowering);
+          if (failed(pm.run(*cut)))
+            return fail("the chosen placement did not lower (a compiler "
+                        "bug)");
+          s.arena = stepBytes(*cut, ap::exec::kArenaBytesAttr);
+          // The choice goes by the predicted peaks; the chosen size's
+          // stages are searched again below against their planned arenas
+          // (packing runs a little above the prediction).
+          c.met = c.met && result->goalMet;
+          slowest = std::max(slowest, s.best.stepAfter / double(c.m));
+          c.stages.push_back(std::move(s));
+        }
+        double step = double(c.m + pipelineParallel - 1) * slowest;
+        c.tokensPerSecond = step > 0 ? double(globalBatchTokens) / step : 0;
+        std::string arenas;
+        for (const StageChoice &s : c.stages)
+          arenas += (arenas.empty() ? "" : ", ") + std::to_string(s.arena);
+        llvm::outs() << llvm::formatv(
+            "  micro-batch size {0} x {1} micro-batches: {2:F0} tokens/s "
+            "predicted (1F1B over the slowest stage), first planned arenas "
+            "{3} bytes{4}\n",
+            c.b, c.m, c.tokensPerSecond, arenas,
+            c.met ? "" : " (a stage's predicted peak is over the budget)");
+        candidates.push_back(std::move(c));
+      }
+      PipelineCandidate *chosen = nullptr;
+      for (PipelineCandidate &c : candidates)
+        if (c.met && (!chosen || c.tokensPerSecond > chosen->tokensPerSecond))
+          chosen = &c;
+      if (!chosen)
+        return fail(
+            llvm::formatv("{0} is not reachable at --global-batch-tokens={1} "
+                          "with {2} stages: no micro-batch size of 1, 2, 4 or "
+                          "8 with at least {2} microbatches plans every stage "
+                          "within it",
+                          goal->str(), int64_t(globalBatchTokens),
+                          int64_t(pipelineParallel))
+                .str());
+      llvm::outs() << llvm::formatv("micro-batch choice: micro-batch size {0} "
+                                    "x {1} micro-batches ({2:F0} tokens/s "
+                                    "predicted)\n",
+                                    chosen->b, chosen->m,
+                                    chosen->tokensPerSecond);
+      microBatchSize = chosen->b;
+      microBatches = chosen->m;
+      module = std::move(chosen->module);
     }
     // The 1F1B step before placement: M + P - 1 slots of the slowest
     // stage's forward and backward (P - 1 of them the fill and drain
