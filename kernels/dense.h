@@ -302,10 +302,11 @@ struct GradTensor {
 /// Outputs are device (or host) float scalars, so no sync is needed.
 /// A pipeline stage continues the sum of squares of the stages before it:
 /// `initialSquares` (a double scalar in the same memory, null: 0) starts
-/// the sum and `squares` receives its final value. The reference's sum is
-/// one running sum over the blocks, so continuing it gives the bits of one
-/// pass over all tensors; the CUDA kernel adds the initial value to its
-/// tree-reduced sum (deterministic, not bitwise equal to one pass).
+/// the sum and `squares` receives its final value. Both backends sum the
+/// blocks' partials in one running sum, so continuing it gives the bits of
+/// one pass over all tensors on the same backend (the CUDA partials are
+/// reduced in another order than the reference's, so the backends agree to
+/// rounding, not bitwise).
 struct GradNormArgs {
   const GradTensor *tensors = nullptr; ///< host array of numTensors
   int64_t numTensors = 0;

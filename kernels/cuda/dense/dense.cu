@@ -754,22 +754,17 @@ __global__ void sqPartialKernel(const T *p, int64_t n, double *partial) {
     partial[blockIdx.x] = sh[0];
 }
 
+/// One running sum over the block partials in list order, started from
+/// `initial`: a pipeline stage continuing the previous stages' sum gets the
+/// bits of one pass over all their tensors (a tree over the partials would
+/// not). One thread: a step has about one partial per 65536 elements.
 __global__ void normFinishKernel(const double *partial, int64_t parts,
                                  double maxNorm, float *norm, float *clipCoef,
                                  const double *initial, double *squares) {
-  __shared__ double sh[kNormThreads];
-  double s = 0;
-  for (int64_t i = threadIdx.x; i < parts; i += kNormThreads)
-    s += partial[i];
-  sh[threadIdx.x] = s;
-  __syncthreads();
-  for (int k = kNormThreads / 2; k > 0; k >>= 1) {
-    if (threadIdx.x < k)
-      sh[threadIdx.x] += sh[threadIdx.x + k];
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) {
-    double total = initial ? *initial + sh[0] : sh[0];
+  if (threadIdx.x == 0 && blockIdx.x == 0) {
+    double total = initial ? *initial : 0.0;
+    for (int64_t i = 0; i < parts; ++i)
+      total = __dadd_rn(total, partial[i]);
     if (squares)
       *squares = total;
     float nv = float(sqrt(total));
@@ -1178,7 +1173,7 @@ Status gradNorm(const KernelContext &ctx, const GradNormArgs &a) {
     AP_CUDA_CHECK_LAUNCH(sqPartialKernel);
     off += blocks;
   }
-  normFinishKernel<<<1, kNormThreads, 0, streamOf(ctx)>>>(
+  normFinishKernel<<<1, 32, 0, streamOf(ctx)>>>(
       partial, off, a.maxNorm, a.norm, a.clipCoef, a.initialSquares, a.squares);
   AP_CUDA_CHECK_LAUNCH(normFinishKernel);
   return Status::Ok;
