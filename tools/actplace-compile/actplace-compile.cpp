@@ -872,6 +872,32 @@ int main(int argc, char **argv) {
     return 0;
   };
 
+  // --global-batch-tokens: the differentiated step of `config` for one
+  // micro-batch size `b` x `m` microbatches (a candidate of the choice).
+  auto importCandidate = [&](const ap::import::ModelConfig &config, int64_t b,
+                             int64_t m,
+                             mlir::OwningOpRef<mlir::ModuleOp> &out) -> int {
+    ap::import::TrainShape shape;
+    shape.seqLen = seqLen;
+    shape.microBatchSize = b;
+    shape.microBatches = m;
+    shape.dtype = dtype;
+    shape.tensorParallel = tensorParallel;
+    shape.sequenceParallel = sequenceParallel;
+    if (llvm::Error err = ap::import::checkTrainShape(shape))
+      return fail(llvm::toString(std::move(err)));
+    if (llvm::Error err = ap::import::checkTensorParallel(config, shape))
+      return fail(llvm::toString(std::move(err)));
+    out = ap::import::buildForwardGraph(ctx, config, shape);
+    if (!out)
+      return fail("the imported graph does not verify (diagnostics above)");
+    mlir::PassManager pm(&ctx);
+    ap::buildPipeline(pm, opts, Stage::Autodiff, Stage::Autodiff);
+    if (failed(pm.run(*out)))
+      return fail("the compiler pipeline failed (diagnostics above)");
+    return 0;
+  };
+
   // Pipeline parallelism: one program per stage, each compiled from the
   // same differentiated step (train-pipeline-stage keeps its part), placed,
   // lowered and scheduled on its own, then lowered together into one binary.
@@ -958,25 +984,8 @@ int main(int argc, char **argv) {
         PipelineCandidate c;
         c.b = b;
         c.m = sequences / b;
-        ap::import::TrainShape shape;
-        shape.seqLen = seqLen;
-        shape.microBatchSize = c.b;
-        shape.microBatches = c.m;
-        shape.dtype = dtype;
-        shape.tensorParallel = tensorParallel;
-        shape.sequenceParallel = sequenceParallel;
-        if (llvm::Error err = ap::import::checkTrainShape(shape))
-          return fail(llvm::toString(std::move(err)));
-        c.module = ap::import::buildForwardGraph(ctx, *cfg, shape);
-        if (!c.module)
-          return fail("the imported graph does not verify (diagnostics "
-                      "above)");
-        {
-          mlir::PassManager pm(&ctx);
-          ap::buildPipeline(pm, opts, Stage::Autodiff, Stage::Autodiff);
-          if (failed(pm.run(*c.module)))
-            return fail("the compiler pipeline failed (diagnostics above)");
-        }
+        if (importCandidate(*cfg, c.b, c.m, c.module))
+          return 1;
         double slowest = 0;
         for (int64_t k = 0; k < pipelineParallel; ++k) {
           ap::CompileOptions o = opts;
@@ -1265,27 +1274,10 @@ int main(int argc, char **argv) {
       c.m = sequences / b;
       std::string timerName = "micro-batch size " + std::to_string(b);
       mlir::TimingScope sizeTimer = choiceTimer.nest(timerName);
-      ap::import::TrainShape shape;
-      shape.seqLen = seqLen;
-      shape.microBatchSize = c.b;
-      shape.microBatches = c.m;
-      shape.dtype = dtype;
-      shape.tensorParallel = tensorParallel;
-      shape.sequenceParallel = sequenceParallel;
-      if (llvm::Error err = ap::import::checkTrainShape(shape))
-        return fail(llvm::toString(std::move(err)));
-      if (llvm::Error err = ap::import::checkTensorParallel(*cfg, shape))
-        return fail(llvm::toString(std::move(err)));
       {
         mlir::TimingScope t = sizeTimer.nest("import and autodiff");
-        c.module = ap::import::buildForwardGraph(ctx, *cfg, shape);
-        if (!c.module)
-          return fail("the imported graph does not verify (diagnostics "
-                      "above)");
-        mlir::PassManager pm(&ctx);
-        ap::buildPipeline(pm, opts, Stage::Autodiff, Stage::Autodiff);
-        if (failed(pm.run(*c.module)))
-          return fail("the compiler pipeline failed (diagnostics above)");
+        if (importCandidate(*cfg, c.b, c.m, c.module))
+          return 1;
       }
       mlir::TimingScope t = sizeTimer.nest("placement search");
       auto result =
