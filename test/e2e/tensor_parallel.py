@@ -56,6 +56,8 @@
 #                relative to its largest magnitude), from the seeded init
 #                and from a weights file (TP 1's gradient file, which names
 #                and shapes every parameter) that each rank splits itself.
+#   all          (label long: 8 ranks) TP 2 + SP x PP 2 x DP 2 zero3 against
+#                TP 1 x DP 2, f32: within BOUND every step on every rank.
 #   errors       a TP 2 binary on 1 or 3 ranks is refused naming the sizes;
 #                compile-time refusals name the option and the model field.
 #
@@ -374,6 +376,13 @@ def case_weights(t):
                                                       l1[0][0]["loss"]))
 
 
+def case_all(t):
+    compare(t, "all8", 2, 8, ["--data-parallel-size=2"],
+            ["--tensor-parallel=2", "--sequence-parallel",
+             "--pipeline-parallel=2", "--data-parallel-size=2",
+             "--data-parallel=zero3"])
+
+
 def case_errors(t):
     tp2 = t.compile("tp2", "--micro-batches", "2", "--tensor-parallel=2")
     for ranks in (1, 3):
@@ -412,7 +421,7 @@ def case_errors(t):
 CASES = {"equivalence": case_equivalence, "placement": case_placement,
          "dp": case_dp, "sp": case_sp, "checkpoint": case_checkpoint,
          "pp": case_pp, "zero3": case_zero3, "weights": case_weights,
-         "reshard": case_reshard,
+         "reshard": case_reshard, "all": case_all,
          "errors": case_errors}
 
 
