@@ -585,8 +585,8 @@ LogicalResult Walker::run(EmittedPlan *plan) {
            << exec::kDataParallelSizeAttr << " " << dpSize
            << " (expected 1 or more ranks)";
   d.dataParallelSize = int32_t(dpSize);
-  if (attrOf(step, "tensor_parallel")) {
-    int64_t tp = stepAttr("tensor_parallel");
+  if (attrOf(step, exec::kTensorParallelAttr)) {
+    int64_t tp = stepAttr(exec::kTensorParallelAttr);
     if (tp < 1 || tp > 1024)
       return step->emitError(pfx() + "exec.step has tensor_parallel ")
              << tp << " (expected 1 to 1024 ranks)";

@@ -51,6 +51,10 @@ inline constexpr llvm::StringLiteral kPinnedBytesAttr = "pinned_bytes";
 inline constexpr llvm::StringLiteral kDataParallelSizeAttr =
     "data_parallel_size";
 inline constexpr llvm::StringLiteral kDataParallelModeAttr = "data_parallel";
+/// Tensor parallelism the step is planned for (convert-train-to-exec copies
+/// the module's train.tensor_parallel): the ranks sharing each layer
+/// (absent: 1); the size of the "tp" group its collectives run over.
+inline constexpr llvm::StringLiteral kTensorParallelAttr = "tensor_parallel";
 } // namespace ap::exec
 
 #endif // ACTPLACE_DIALECT_EXEC_EXECDIALECT_H

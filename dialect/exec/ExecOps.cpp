@@ -300,7 +300,7 @@ static LogicalResult verifyShardCollective(Operation *op, BufferType shard,
   // The group's size, where the step records it: data_parallel_size for
   // "dp", tensor_parallel for "tp" (sequence-parallel token shards).
   bool tensorParallel = communicator == "tp";
-  StringRef sizeAttr = tensorParallel ? StringRef("tensor_parallel")
+  StringRef sizeAttr = tensorParallel ? StringRef(kTensorParallelAttr)
                                       : StringRef(kDataParallelSizeAttr);
   if (auto step = op->getParentOfType<StepOp>())
     if (auto size = step->getAttrOfType<IntegerAttr>(sizeAttr))
