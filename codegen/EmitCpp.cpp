@@ -103,6 +103,14 @@ public:
     line(indent_) << "}\n";
   }
 
+  // Never reached: the walk refuses kernels = "generated" for this form
+  // (holdsGeneratedKernels is false).
+  void launchGenerated(int32_t, StringRef, StringRef label, uint32_t,
+                       StringRef kernelName, const KernelArgs &) override {
+    line(indent_) << "// generated kernel " << kernelName << " (" << label
+                  << ") has no C++ form\n";
+  }
+
   void beginLoop(int64_t count) override {
     line(indent_) << "for (int64_t mb = 0; mb < " << count << "; ++mb) {\n";
     indent_ += 2;

@@ -23,6 +23,7 @@
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinOps.h"
+#include "mlir/Parser/Parser.h"
 #include "mlir/Target/LLVMIR/Dialect/Builtin/BuiltinToLLVMIRTranslation.h"
 #include "mlir/Target/LLVMIR/Dialect/LLVMIR/LLVMToLLVMIRTranslation.h"
 #include "mlir/Target/LLVMIR/Export.h"
@@ -83,33 +84,20 @@ const llvm::StringMap<std::string> &abiCalls() {
     #fn, AbiSignature<decltype(fn)>::get()                                     \
   }
   static const llvm::StringMap<std::string> calls = {
-      AP_ABI_CALL(ap_launch),
-      AP_ABI_CALL(ap_record),
-      AP_ABI_CALL(ap_wait),
-      AP_ABI_CALL(ap_wait_copy),
-      AP_ABI_CALL(ap_offload),
-      AP_ABI_CALL(ap_reload),
-      AP_ABI_CALL(ap_begin_microbatch),
-      AP_ABI_CALL(ap_load_input),
-      AP_ABI_CALL(ap_load_input_shard),
-      AP_ABI_CALL(ap_yield),
-      AP_ABI_CALL(ap_end_loop),
-      AP_ABI_CALL(ap_all_reduce),
-      AP_ABI_CALL(ap_all_gather),
-      AP_ABI_CALL(ap_reduce_scatter),
-      AP_ABI_CALL(ap_zero),
-      AP_ABI_CALL(ap_pipeline_send),
-      AP_ABI_CALL(ap_pipeline_recv),
-      AP_ABI_CALL(ap_slice),
-      AP_ABI_CALL(ap_concat),
-      AP_ABI_CALL(ap_expand),
-      AP_ABI_CALL(ap_expand_grad),
-      AP_ABI_CALL(ap_gdn_gates),
-      AP_ABI_CALL(ap_gdn_gates_grad),
-      AP_ABI_CALL(ap_convert),
-      AP_ABI_CALL(ap_finalize_grads),
-      AP_ABI_CALL(ap_lr_schedule),
-      AP_ABI_CALL(ap_adamw_step),
+      AP_ABI_CALL(ap_launch),         AP_ABI_CALL(ap_launch_generated),
+      AP_ABI_CALL(ap_record),         AP_ABI_CALL(ap_wait),
+      AP_ABI_CALL(ap_wait_copy),      AP_ABI_CALL(ap_offload),
+      AP_ABI_CALL(ap_reload),         AP_ABI_CALL(ap_begin_microbatch),
+      AP_ABI_CALL(ap_load_input),     AP_ABI_CALL(ap_load_input_shard),
+      AP_ABI_CALL(ap_yield),          AP_ABI_CALL(ap_end_loop),
+      AP_ABI_CALL(ap_all_reduce),     AP_ABI_CALL(ap_all_gather),
+      AP_ABI_CALL(ap_reduce_scatter), AP_ABI_CALL(ap_zero),
+      AP_ABI_CALL(ap_pipeline_send),  AP_ABI_CALL(ap_pipeline_recv),
+      AP_ABI_CALL(ap_slice),          AP_ABI_CALL(ap_concat),
+      AP_ABI_CALL(ap_expand),         AP_ABI_CALL(ap_expand_grad),
+      AP_ABI_CALL(ap_gdn_gates),      AP_ABI_CALL(ap_gdn_gates_grad),
+      AP_ABI_CALL(ap_convert),        AP_ABI_CALL(ap_finalize_grads),
+      AP_ABI_CALL(ap_lr_schedule),    AP_ABI_CALL(ap_adamw_step),
       AP_ABI_CALL(ap_loss_mean)};
 #undef AP_ABI_CALL
   return calls;
@@ -135,10 +123,10 @@ char kindLetter(CallArg::Kind k) {
   return '?';
 }
 
-/// The largest args struct of AP_KERNEL_LIST: the one stack buffer every
-/// launch fills (ap_launch copies it).
+/// The largest args struct of AP_KERNEL_LIST or generated kernel's slots:
+/// the one stack buffer every launch fills (the runtime copies it).
 constexpr size_t kMaxArgsBytes = [] {
-  size_t m = 0;
+  size_t m = 8 * AP_GENERATED_MAX_PARAMS; // ap_launch_generated's slots
 #define AP_ARGS_SIZE(ID, fn, Args) m = std::max(m, sizeof(ap::kernels::Args));
   AP_KERNEL_LIST(AP_ARGS_SIZE)
 #undef AP_ARGS_SIZE
@@ -216,6 +204,19 @@ public:
 
   void launch(int32_t stream, StringRef, StringRef label, int32_t kernel,
               StringRef, const KernelArgs &args) override {
+    launchWith("ap_launch", stream, label, kernel, args);
+  }
+  void launchGenerated(int32_t stream, StringRef, StringRef label,
+                       uint32_t kernel, StringRef,
+                       const KernelArgs &args) override {
+    launchWith("ap_launch_generated", stream, label, int32_t(kernel), args);
+  }
+  bool holdsGeneratedKernels() const override { return true; }
+
+  /// `fn`(step, stream, label, kernel, &args, sizeof args): the args image
+  /// copied into the launch buffer, its pointers stored at run time.
+  void launchWith(StringRef fn, int32_t stream, StringRef label, int32_t kernel,
+                  const KernelArgs &args) {
     uint64_t size = args.bytes.size();
     if (size > kMaxArgsBytes) {
       error_ = "args struct " + args.type + " is larger than the launch buffer";
@@ -233,7 +234,7 @@ public:
                               ArrayRef<LLVM::GEPArg>{int32_t(f.offset)});
       LLVM::StoreOp::create(b_, loc_, p, slot);
     }
-    emitCall("ap_launch", "ipipl",
+    emitCall(fn, "ipipl",
              {r_, cst(i32_, stream), addressOf(stringGlobal(label)),
               cst(i32_, kernel), argsBuf_, cst(i64_, size)});
   }
@@ -264,6 +265,11 @@ public:
   LogicalResult program(const ProgramDesc &d) override;
 
   const std::string &error() const { return error_; }
+
+  /// The generated kernels' table (prefix "generated"), their host code
+  /// (absorbed into the module) and PTX (`ptxSymbol`, empty when none).
+  LogicalResult generatedKernels(const std::vector<kernelgen::GroupSpec> &specs,
+                                 std::string &ptxSymbol);
 
 private:
   struct Loop {
@@ -452,6 +458,79 @@ private:
   bool withMain_;
 };
 
+LogicalResult
+LLVMSink::generatedKernels(const std::vector<kernelgen::GroupSpec> &specs,
+                           std::string &ptxSymbol) {
+  // The table: per kernel its name, parameter kinds, packed host function
+  // and GPU entries.
+  std::vector<ap_generated_kernel> kernels(specs.size());
+  std::vector<std::string> entrySymbols;
+  for (auto [i, spec] : llvm::enumerate(specs)) {
+    std::vector<kernelgen::GpuEntry> entries = kernelgen::gpuEntries(spec);
+    std::vector<ap_generated_entry> es(entries.size());
+    for (auto [j, e] : llvm::enumerate(entries)) {
+      es[j].work_params[0] = e.workParams.size() > 0 ? e.workParams[0] : -1;
+      es[j].work_params[1] = e.workParams.size() > 1 ? e.workParams[1] : -1;
+    }
+    Image im = Image::of(es.data(), es.size());
+    for (auto [j, e] : llvm::enumerate(entries))
+      im.reloc(es.data(), j, &ap_generated_entry::name,
+               symbolOf(stringGlobal(e.name)));
+    std::string name = "gen_entries." + std::to_string(i);
+    imageGlobal(im, name);
+    entrySymbols.push_back(prefix_ + name);
+    kernels[i].num_entries = uint32_t(entries.size());
+  }
+  // The host kernels with their packed entries, once per module (pipeline
+  // stages share them).
+  std::string text, error;
+  if (!kernelgen::packedHostKernels(specs, text, error))
+    return emitError(loc_, "convert-exec-to-llvm: generated kernels: ")
+           << error;
+  OwningOpRef<ModuleOp> host =
+      parseSourceString<ModuleOp>(text, ParserConfig(ctx_));
+  if (!host)
+    return emitError(loc_, "convert-exec-to-llvm: the generated host kernels "
+                           "did not parse back");
+  for (Operation &op : llvm::make_early_inc_range(*host->getBody())) {
+    auto sym = dyn_cast<SymbolOpInterface>(op);
+    if (sym && out_.lookupSymbol(sym.getName()))
+      continue;
+    op.remove();
+    out_.getBody()->push_back(&op);
+  }
+  Image im = Image::of(kernels.data(), kernels.size());
+  for (auto [i, spec] : llvm::enumerate(specs)) {
+    std::string params;
+    for (const kernelgen::KernelParam &kp : kernelgen::kernelParams(spec))
+      params.push_back(kp.kind);
+    im.reloc(kernels.data(), i, &ap_generated_kernel::name,
+             symbolOf(stringGlobal(kernelgen::kernelName(spec))));
+    im.reloc(kernels.data(), i, &ap_generated_kernel::params,
+             symbolOf(stringGlobal(params)));
+    im.reloc(kernels.data(), i, &ap_generated_kernel::host,
+             kernelgen::packedName(spec));
+    im.reloc(kernels.data(), i, &ap_generated_kernel::entries, entrySymbols[i]);
+  }
+  imageGlobal(im, "generated");
+  // The PTX of the GPU entries; without a CUDA toolkit (libdevice) the
+  // binary runs its generated kernels on the host backend only.
+  kernelgen::GpuTarget target;
+  if (kernelgen::libdeviceToolkit(target).empty()) {
+    emitWarning(loc_, "convert-exec-to-llvm: no CUDA toolkit with "
+                      "nvvm/libdevice/libdevice.10.bc ($CUDA_HOME, "
+                      "$CUDA_PATH, /usr/local/cuda): the binary's generated "
+                      "kernels have no PTX and run on the host backend only");
+    return success();
+  }
+  std::string ptx;
+  if (!kernelgen::kernelsPtx(specs, target, ptx, error))
+    return emitError(loc_, "convert-exec-to-llvm: generated kernels: ")
+           << error;
+  ptxSymbol = symbolOf(stringGlobal(ptx));
+  return success();
+}
+
 LogicalResult LLVMSink::program(const ProgramDesc &d) {
   // Close the step.
   LLVM::ReturnOp::create(b_, loc_, ValueRange{});
@@ -496,7 +575,18 @@ LogicalResult LLVMSink::program(const ProgramDesc &d) {
   p.pipeline_size = d.pipelineSize;
   p.pipeline_stage = d.pipelineStage;
   p.tensor_parallel_size = d.tensorParallelSize;
+  p.num_generated = uint32_t(d.generated.size());
+  std::string ptxSymbol;
+  if (!d.generated.empty()) {
+    if (failed(generatedKernels(d.generated, ptxSymbol)))
+      return failure();
+  }
   Image prog = Image::of(&p, 1);
+  if (!d.generated.empty()) {
+    prog.reloc(&p, 0, &ap_program::generated, prefix_ + "generated");
+    if (!ptxSymbol.empty())
+      prog.reloc(&p, 0, &ap_program::generated_ptx, ptxSymbol);
+  }
   prog.reloc(&p, 0, &ap_program::model, symbolOf(stringGlobal(d.model)));
   prog.reloc(&p, 0, &ap_program::step, step_.getSymName().str());
 

@@ -20,6 +20,7 @@
 #ifndef ACTPLACE_CODEGEN_STEPSINK_H
 #define ACTPLACE_CODEGEN_STEPSINK_H
 
+#include "kernelgen/KernelGen.h"
 #include "kernels/kernels.h"
 #include "runtime/abi.h"
 
@@ -177,6 +178,9 @@ struct ProgramDesc {
   std::optional<double> maxGradNorm;
   std::vector<AdamW> adamw;
   uint32_t numEvents = 0;
+  /// The generated kernels the step launches (ap_launch_generated's index),
+  /// each once.
+  std::vector<kernelgen::GroupSpec> generated;
 };
 
 /// What the walk produces, in program order.
@@ -191,6 +195,14 @@ public:
   virtual void launch(int32_t stream, llvm::StringRef streamName,
                       llvm::StringRef label, int32_t kernel,
                       llvm::StringRef kernelName, const KernelArgs &args) = 0;
+  /// A generated kernel launch: ap_launch_generated(step, stream, label,
+  /// kernel, &args, sizeof args), `args` one 8-byte slot per parameter.
+  virtual void launchGenerated(int32_t stream, llvm::StringRef streamName,
+                               llvm::StringRef label, uint32_t kernel,
+                               llvm::StringRef kernelName,
+                               const KernelArgs &args) = 0;
+  /// Whether this form can hold generated kernels (their host code and PTX).
+  virtual bool holdsGeneratedKernels() const { return false; }
   /// `for (mb = 0; mb < count; ++mb) {` ... `}` around the calls between.
   virtual void beginLoop(int64_t count) = 0;
   virtual void endLoop() = 0;
@@ -206,6 +218,9 @@ struct EmittedPlan {
            workspaceBytes = 0, sideWorkspaceBytes = 0, pinnedBytes = 0,
            scratchBytes = 0;
   size_t numParams = 0, numSlots = 0, numScopes = 0;
+  /// Generated kernels (kernels = "generated"): distinct kernels, and
+  /// launches in the step (a launch inside the microbatch loop counts once).
+  size_t numGenerated = 0, generatedLaunches = 0;
 };
 
 /// Walks `module` (the train.param table and one planned, scheduled

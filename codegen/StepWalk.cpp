@@ -19,6 +19,7 @@
 #include "dialect/exec/KernelSignatures.h"
 #include "dialect/train/TrainDialect.h"
 #include "dialect/train/TrainOps.h"
+#include "kernelgen/KernelGen.h"
 
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/IR/Diagnostics.h"
@@ -382,6 +383,12 @@ private:
   std::map<unsigned, std::pair<uint64_t, uint64_t>> slotSpec_;
   Operation *numOp_ = nullptr; ///< op of the first number num() refused
   std::string numError_;
+  /// exec.step kernels = "generated": element-wise and row-wise calls with
+  /// a kernelgen group launch the generated kernel.
+  bool generated_ = false;
+  std::vector<kernelgen::GroupSpec> genSpecs_; ///< launched, each once
+  std::map<std::string, unsigned> genIndex_;   ///< kernelName -> index
+  size_t genLaunches_ = 0; ///< generated launches in the step's text
 };
 
 double Walker::num(Operation *op, double v, StringRef attr, bool f32) {
@@ -510,6 +517,21 @@ LogicalResult Walker::run(EmittedPlan *plan) {
                                      "convert-train-to-exec first)");
   if (failed(collect(step)))
     return failure();
+  if (Attribute k = step->getAttr(exec::kKernelsAttr)) {
+    auto mode = dyn_cast<StringAttr>(k);
+    if (!mode ||
+        (mode.getValue() != "library" && mode.getValue() != "generated"))
+      return step->emitError(pfx() + "exec.step has ")
+             << exec::kKernelsAttr << " = " << k
+             << " (expected \"library\" or \"generated\")";
+    generated_ = mode.getValue() == "generated";
+    if (generated_ && !sink_.holdsGeneratedKernels())
+      return step->emitError(pfx() + "exec.step has ")
+             << exec::kKernelsAttr
+             << " = \"generated\", which this output form cannot hold (the "
+                "readable C++ form has no generated kernels; build the "
+                "binary through LLVM)";
+  }
   gateStage_ = uint64_t(exec::alignTo256(int64_t(maxGateElems_) * 8));
   for (train::ParamOp p : params)
     paramIndex_[p.getSymName()] = paramIndex_.size();
@@ -577,6 +599,7 @@ LogicalResult Walker::run(EmittedPlan *plan) {
 
   d.sideKernels = sideKernels_;
   d.sideAfterHostStart = sideAfterHost_;
+  d.generated = genSpecs_;
   int64_t dpSize = attrOf(step, exec::kDataParallelSizeAttr)
                        ? stepAttr(exec::kDataParallelSizeAttr)
                        : 1;
@@ -784,6 +807,8 @@ LogicalResult Walker::run(EmittedPlan *plan) {
     plan->numParams = d.params.size();
     plan->numSlots = d.slots.size();
     plan->numScopes = d.scopes.size();
+    plan->numGenerated = d.generated.size();
+    plan->generatedLaunches = genLaunches_;
   }
   return success();
 }
@@ -1043,6 +1068,63 @@ LogicalResult Walker::walkKernel(Operation *op) {
                  side ? "AP_STREAM_SIDE" : "AP_STREAM_COMPUTE", label, id,
                  idName, A.done());
   };
+  // A generated kernel (exec.step kernels = "generated"): one 8-byte slot
+  // per parameter of its kernelgen ABI, set by name from `vals`.
+  struct GenArg {
+    char kind;
+    Addr addr;
+    int64_t i = 0;
+    float f = 0;
+  };
+  auto P = [](Addr a) { return GenArg{'p', a}; };
+  auto L = [](int64_t v) { return GenArg{'l', {}, v}; };
+  auto F = [](float v) { return GenArg{'f', {}, 0, v}; };
+  auto launchGen =
+      [&](const kernelgen::GroupSpec &spec,
+          const std::map<std::string, GenArg> &vals) -> LogicalResult {
+    std::string name = kernelgen::kernelName(spec);
+    auto [it, fresh] = genIndex_.try_emplace(name, unsigned(genSpecs_.size()));
+    if (fresh)
+      genSpecs_.push_back(spec);
+    std::vector<kernelgen::KernelParam> params = kernelgen::kernelParams(spec);
+    KernelArgs a;
+    a.type = "generated";
+    a.align = 8;
+    a.bytes.assign(8 * params.size(), 0);
+    for (auto [i, p] : llvm::enumerate(params)) {
+      auto v = vals.find(p.name);
+      if (v == vals.end() || v->second.kind != p.kind)
+        return op->emitError(pfx() + "internal error: parameter '")
+               << p.name << "' of generated kernel " << name << " not set";
+      KernelArgs::Field f{p.name, "", uint64_t(8 * i)};
+      if (p.kind == 'p') {
+        f.isPtr = true;
+        f.addr = v->second.addr;
+      } else if (p.kind == 'l') {
+        std::memcpy(&a.bytes[8 * i], &v->second.i, 8);
+        f.text = std::to_string(v->second.i);
+      } else {
+        std::memcpy(&a.bytes[8 * i], &v->second.f, 4);
+        f.text = fmtFloat(v->second.f);
+      }
+      a.fields.push_back(std::move(f));
+    }
+    ++genLaunches_;
+    sink_.launchGenerated(side ? AP_STREAM_SIDE : AP_STREAM_COMPUTE,
+                          side ? "AP_STREAM_SIDE" : "AP_STREAM_COMPUTE", label,
+                          it->second, name, a);
+    return success();
+  };
+  // The storage type of a generated kernel for `v` (none: the library's).
+  auto genType = [&](Value v) -> std::optional<kernelgen::ElemType> {
+    if (!generated_)
+      return std::nullopt;
+    if (dt(v) == DType::BF16)
+      return kernelgen::ElemType::BF16;
+    if (dt(v) == DType::F32)
+      return kernelgen::ElemType::F32;
+    return std::nullopt;
+  };
   auto lbl = [&] { return CallArg::str(label); };
   // The runner's helpers (data movement, dtype staging in the shared driver
   // scratch, the step-level ops) run on the compute stream only.
@@ -1106,6 +1188,40 @@ LogicalResult Walker::walkKernel(Operation *op) {
     int64_t d = nel(ins[1]);
     int64_t rows = nel(ins[0]) / d;
     bool zc = args && args.get("zero_centered");
+    if (auto et = genType(ins[0]); et && (fwd || results >= 1)) {
+      kernelgen::GroupSpec g;
+      g.dtype = *et;
+      g.zeroCentered = zc;
+      std::map<std::string, GenArg> v{{"x", P(at(ins[0]))},
+                                      {"w", P(at(ins[1]))},
+                                      {"rows", L(rows)},
+                                      {"dim", L(d)},
+                                      {"xStride", L(d)}};
+      if (fwd) {
+        g.kind = kernelgen::GroupKind::RmsNormForward;
+        g.writeRstd = true;
+        v["y"] = P(at(outs[0]));
+        v["rstd"] = P(at(outs[1]));
+        v["yStride"] = L(d);
+        v["eps"] = F(float(arg(op, args, "eps", 1e-6, /*f32=*/true)));
+        return launchGen(g, v);
+      }
+      g.kind = kernelgen::GroupKind::RmsNormBackward;
+      g.recomputeY = rebuildsY && results == 2;
+      g.accumulateDw = grads >= 1;
+      v["rstd"] = P(at(ins[2]));
+      v["dy"] = P(at(ins[3]));
+      v["dx"] = P(at(outs[0]));
+      v["dyStride"] = L(d);
+      v["dxStride"] = L(d);
+      if (g.recomputeY) {
+        v["y"] = P(at(outs[1]));
+        v["yStride"] = L(d);
+      }
+      if (g.accumulateDw)
+        v["dw"] = P(at(outs[results]));
+      return launchGen(g, v);
+    }
     if (fwd) {
       ArgsOf<RmsNormForwardArgs> A("RmsNormForwardArgs");
       SETV(dtype, dt(ins[0]));
@@ -1537,6 +1653,32 @@ LogicalResult Walker::walkKernel(Operation *op) {
             : failed(expectCounts(3, rebuildsY ? 3 : 2)))
       return failure();
     int64_t cols = dim(ins[0], -1), rows = nel(ins[0]) / cols;
+    if (auto et = genType(ins[0])) {
+      kernelgen::GroupSpec g;
+      g.dtype = *et;
+      std::map<std::string, GenArg> v{
+          {"gate", P(at(ins[0]))}, {"up", P(at(ins[1]))},
+          {"rows", L(rows)},       {"cols", L(cols)},
+          {"gateStride", L(cols)}, {"upStride", L(cols)}};
+      if (fwd) {
+        g.kind = kernelgen::GroupKind::SwiGluForward;
+        v["y"] = P(at(outs[0]));
+        v["yStride"] = L(cols);
+        return launchGen(g, v);
+      }
+      g.kind = kernelgen::GroupKind::SwiGluBackward;
+      g.recomputeY = rebuildsY;
+      v["dy"] = P(at(ins[2]));
+      v["dgate"] = P(at(outs[0]));
+      v["dup"] = P(at(outs[1]));
+      for (const char *s : {"dyStride", "dgateStride", "dupStride"})
+        v[s] = L(cols);
+      if (rebuildsY) {
+        v["y"] = P(at(outs[2]));
+        v["yStride"] = L(cols);
+      }
+      return launchGen(g, v);
+    }
     auto common = [&](auto &A) {
       SETV(dtype, dt(ins[0]));
       SETP(gate, at(ins[0]));
@@ -1564,6 +1706,15 @@ LogicalResult Walker::walkKernel(Operation *op) {
   if (callee == "train.add") {
     if (failed(expectCounts(2, 1)))
       return failure();
+    if (auto et = genType(ins[0])) {
+      kernelgen::GroupSpec g;
+      g.kind = kernelgen::GroupKind::ResidualAdd;
+      g.dtype = *et;
+      return launchGen(g, {{"a", P(at(ins[0]))},
+                           {"b", P(at(ins[1]))},
+                           {"y", P(at(outs[0]))},
+                           {"n", L(nel(outs[0]))}});
+    }
     ArgsOf<ResidualAddArgs> A("ResidualAddArgs");
     SETV(dtype, dt(ins[0]));
     SETP(a, at(ins[0]));

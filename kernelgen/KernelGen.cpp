@@ -413,15 +413,15 @@ void rmsNormRow(Emitter &e, Value r, Value dimIdx, Value dimF, Value eps,
       e.div(e.cF32(1.0f), e.sqrt(e.add(e.div(sum.getResult(0), dimF), eps)));
   if (rstd)
     memref::StoreOp::create(b, loc, rs, rstd, ValueRange{r});
-  scf::ForOp::create(
-      b, loc, zero, dimIdx, one, ValueRange{},
-      [&](OpBuilder &nb, Location nl, Value j, ValueRange) {
-        Emitter in(nb, nl, e.gpu);
-        Value wv = in.load(w, {j});
-        Value weff = zc ? in.add(in.cF32(1.0f), wv) : wv;
-        in.store(in.mul(in.mul(in.load(x, {r, j}), rs), weff), y, {r, j});
-        scf::YieldOp::create(nb, nl);
-      });
+  scf::ForOp::create(b, loc, zero, dimIdx, one, ValueRange{},
+                     [&](OpBuilder &nb, Location nl, Value j, ValueRange) {
+                       Emitter in(nb, nl, e.gpu);
+                       Value wv = in.load(w, {j});
+                       Value weff = zc ? in.add(in.cF32(1.0f), wv) : wv;
+                       in.store(in.mul(in.mul(in.load(x, {r, j}), rs), weff), y,
+                                {r, j});
+                       scf::YieldOp::create(nb, nl);
+                     });
 }
 
 Work rmsNormWork(Emitter &e, const GroupSpec &s, const Args &a) {
@@ -441,9 +441,7 @@ Work rmsNormWork(Emitter &e, const GroupSpec &s, const Args &a) {
   ItemFn item = [=](Emitter &e, ValueRange idx) {
     Value r = idx[0];
     rmsNormRow(e, r, dimIdx, dimF, eps, w, zc, rstd, x, y,
-               [&](Emitter &in, Value j) {
-                 return in.load(x, {r, j});
-               });
+               [&](Emitter &in, Value j) { return in.load(x, {r, j}); });
   };
   return {{e.toIndex(rows)}, item};
 }
@@ -643,6 +641,57 @@ void loadDialects(MLIRContext &context) {
 }
 
 } // namespace
+
+std::vector<KernelParam> kernelParams(const GroupSpec &spec) {
+  Params p = paramsOf(spec);
+  std::vector<KernelParam> out;
+  for (const std::string &n : p.ptrs)
+    out.push_back({n, 'p'});
+  for (const std::string &n : p.ints)
+    out.push_back({n, 'l'});
+  for (const std::string &n : p.floats)
+    out.push_back({n, 'f'});
+  return out;
+}
+
+std::vector<GpuEntry> gpuEntries(const GroupSpec &spec) {
+  std::vector<KernelParam> params = kernelParams(spec);
+  auto index = [&](llvm::StringRef name) {
+    for (size_t i = 0; i < params.size(); ++i)
+      if (params[i].name == name)
+        return int(i);
+    llvm_unreachable("gpuEntries: no such kernel parameter");
+  };
+  std::vector<std::string> names = gpuKernelNames(spec);
+  std::vector<GpuEntry> out;
+  for (size_t phase = 0; phase < names.size(); ++phase) {
+    GpuEntry e{names[phase], {}};
+    switch (spec.kind) {
+    case GroupKind::SwiGluForward:
+    case GroupKind::SwiGluBackward:
+      e.workParams = {index("rows"), index("cols")};
+      break;
+    case GroupKind::ResidualAdd:
+    case GroupKind::AdamW:
+      e.workParams = {index("n")};
+      break;
+    case GroupKind::RmsNormForward:
+    case GroupKind::AddRmsNormForward:
+      e.workParams = {index("rows")};
+      break;
+    case GroupKind::RmsNormBackward:
+      // Rows first; the dw phase (when present) walks the columns.
+      e.workParams = {index(phase == 0 ? "rows" : "dim")};
+      break;
+    }
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+std::string packedName(const GroupSpec &spec) {
+  return kernelName(spec) + "_packed";
+}
 
 OwningOpRef<ModuleOp> buildHostModule(MLIRContext &context,
                                       ArrayRef<GroupSpec> specs) {

@@ -143,11 +143,50 @@ struct GpuTarget {
   /// then /usr/local/cuda.
   std::string toolkitPath;
 };
+/// The CUDA toolkit root holding nvvm/libdevice/libdevice.10.bc:
+/// target.toolkitPath, else $CUDA_HOME, $CUDA_PATH, /usr/local/cuda; empty
+/// when none does (the GPU lowering then fails).
+std::string libdeviceToolkit(const GpuTarget &target);
 /// Lowers a GPU module in place through NVVM to a gpu.binary holding PTX.
 mlir::LogicalResult lowerGpuToBinary(mlir::ModuleOp module,
                                      const GpuTarget &target);
 /// The PTX text of a module lowered by lowerGpuToBinary.
 mlir::FailureOr<std::string> ptxOf(mlir::ModuleOp module);
+
+/// One parameter of a kernel's ABI (the list above): its name and kind,
+/// 'p' a pointer, 'l' an int64_t, 'f' a float.
+struct KernelParam {
+  std::string name;
+  char kind;
+};
+std::vector<KernelParam> kernelParams(const GroupSpec &spec);
+
+/// A GPU entry of `spec` (gpuKernelNames order) and its thread count: the
+/// product of the int64 parameters at `workParams` (indices into
+/// kernelParams), launched as ceil(work / kBlockSize) blocks.
+struct GpuEntry {
+  std::string name;
+  std::vector<int> workParams;
+};
+std::vector<GpuEntry> gpuEntries(const GroupSpec &spec);
+
+/// The host function a binary calls: `<kernelName>_packed(void **params)`,
+/// params[i] pointing at parameter i of kernelParams (the calling convention
+/// of cuLaunchKernel's kernelParams, so host and GPU launches take one
+/// argument array).
+std::string packedName(const GroupSpec &spec);
+
+/// For a training binary (codegen): the host kernels of `specs` lowered to
+/// the LLVM dialect with their packed entries, printed as MLIR text (built in
+/// a context of its own; only LLVM-dialect ops, parseable where the LLVM
+/// dialect is loaded). Duplicated specs (same kernelName) are generated once.
+/// On failure returns false and sets `error` (the diagnostics).
+bool packedHostKernels(llvm::ArrayRef<GroupSpec> specs, std::string &mlirText,
+                       std::string &error);
+/// The PTX of `specs`' GPU entries (one module), built in a context of its
+/// own. On failure returns false and sets `error`.
+bool kernelsPtx(llvm::ArrayRef<GroupSpec> specs, const GpuTarget &target,
+                std::string &ptx, std::string &error);
 
 /// The f32 scalars of one AdamW step, computed exactly as the reference
 /// kernel computes them (in double, then rounded to float).

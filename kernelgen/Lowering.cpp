@@ -211,10 +211,7 @@ FailureOr<std::unique_ptr<ExecutionEngine>> jitHostModule(ModuleOp module) {
   return std::move(*engine);
 }
 
-namespace {
-
-/// $CUDA_HOME, then /usr/local/cuda; empty when neither holds libdevice.
-std::string findToolkit(const GpuTarget &target) {
+std::string libdeviceToolkit(const GpuTarget &target) {
   if (!target.toolkitPath.empty())
     return target.toolkitPath;
   const char *candidates[] = {std::getenv("CUDA_HOME"),
@@ -230,10 +227,8 @@ std::string findToolkit(const GpuTarget &target) {
   return "";
 }
 
-} // namespace
-
 LogicalResult lowerGpuToBinary(ModuleOp module, const GpuTarget &target) {
-  std::string toolkit = findToolkit(target);
+  std::string toolkit = libdeviceToolkit(target);
   if (toolkit.empty())
     return module.emitError(
         "kernelgen: no CUDA toolkit with nvvm/libdevice/libdevice.10.bc "

@@ -13,6 +13,7 @@
 
 #include "kernels/kernels.h"
 #include "runtime/error.h"
+#include "runtime/generated.h"
 #include "runtime/trainer.h"
 
 #include <cstring>
@@ -148,7 +149,35 @@ Program ap::rt::programOfAbi(const ap_program &p) {
   checkArray("scopes", p.scopes, p.num_scopes);
   checkArray("params", p.params, p.num_params);
   checkArray("adamw", p.adamw, p.num_adamw);
+  checkArray("generated", p.generated, p.num_generated);
   Program out;
+  for (uint32_t i = 0; i < p.num_generated; ++i) {
+    const ap_generated_kernel &g = p.generated[i];
+    if (!g.name || !g.params || !g.host)
+      fail("abi: program: generated kernel ", i,
+           " has a null name, parameter list or host function");
+    size_t n = std::strlen(g.params);
+    if (n == 0 || n > AP_GENERATED_MAX_PARAMS ||
+        std::strspn(g.params, "plf") != n)
+      fail("abi: program: generated kernel '", g.name, "' has parameters '",
+           g.params, "' (expected 1 to ", AP_GENERATED_MAX_PARAMS,
+           " of 'p', 'l', 'f')");
+    if (g.num_entries == 0 || !g.entries)
+      fail("abi: program: generated kernel '", g.name, "' has no GPU entry");
+    for (uint32_t e = 0; e < g.num_entries; ++e) {
+      const ap_generated_entry &en = g.entries[e];
+      if (!en.name)
+        fail("abi: program: generated kernel '", g.name, "' entry ", e,
+             " has no name");
+      for (int32_t w : en.work_params)
+        if (w != -1 && (w < 0 || size_t(w) >= n || g.params[w] != 'l'))
+          fail("abi: program: generated kernel '", g.name, "' entry '", en.name,
+               "' counts its threads by parameter ", w,
+               ", which is not an int64 parameter of '", g.params, "'");
+    }
+    out.generated.push_back(g);
+  }
+  out.generatedPtx = p.generated_ptx;
   out.model = p.model ? p.model : "";
   for (uint32_t i = 0; i < p.num_model_config; ++i) {
     const ap_config_entry &e = p.model_config[i];
@@ -483,6 +512,34 @@ void ap_launch(ap_step *step, int32_t stream, const char *label, int32_t kernel,
     fail("abi: ap_launch '", label, "': ", k.id, " takes ", k.argsSize,
          " bytes of arguments, got ", args ? argsSize : 0);
   k.launch(r, s, label, args);
+}
+
+void ap_launch_generated(ap_step *step, int32_t stream, const char *label,
+                         uint32_t kernel, const void *args, uint64_t argsSize) {
+  StepRunner &r = runner(step);
+  labelOf("ap_launch_generated", label);
+  Stream s = streamOf("ap_launch_generated", stream);
+  if (s != Stream::Compute && s != Stream::Side)
+    fail("abi: ap_launch_generated '", label,
+         "': kernels run on the compute or the side stream, not ",
+         streamName(s));
+  const Program &prog = r.program();
+  if (kernel >= prog.generated.size())
+    fail("abi: ap_launch_generated '", label, "': generated kernel ", kernel,
+         " (the program has ", prog.generated.size(), ")");
+  const ap_generated_kernel &k = prog.generated[kernel];
+  size_t n = std::strlen(k.params);
+  if (!args || argsSize != 8 * n)
+    fail("abi: ap_launch_generated '", label, "': ", k.name, " takes ", 8 * n,
+         " bytes of arguments (", n, " parameters), got ", args ? argsSize : 0);
+  ++r.generatedLaunches;
+  GeneratedLaunch launch;
+  launch.kernel = &k;
+  launch.ptx = prog.generatedPtx;
+  std::memcpy(launch.slots, args, argsSize);
+  r.launchOn(s, label, [launch](const kernels::KernelContext &c) mutable {
+    return launchGenerated(c, launch);
+  });
 }
 
 void ap_record(ap_step *step, uint32_t event, int32_t stream) {

@@ -30,7 +30,7 @@
 #include <stdint.h>
 
 /* The contract's version: generated code stores it in ap_program. */
-#define AP_ABI_VERSION 7
+#define AP_ABI_VERSION 8
 
 /* ap_program.data_parallel_mode: every rank holds all parameters and
    optimizer state (main grads all-reduced), or each holds a flat 1/N shard
@@ -227,6 +227,31 @@ typedef struct ap_config_entry {
   const char *key, *value;
 } ap_config_entry;
 
+/* The most parameters a generated kernel may take. */
+#define AP_GENERATED_MAX_PARAMS 32
+
+/* A generated kernel's GPU entry (PTX function name) and its thread count:
+   the product of the int64 parameters at work_params[0] and work_params[1]
+   (-1: factor 1), launched as ceil(work / 256) blocks of 256 threads. */
+typedef struct ap_generated_entry {
+  const char *name;
+  int32_t work_params[2];
+} ap_generated_entry;
+
+/* A kernel the compiler generated (kernelgen: a group of element-wise and
+   row-wise ops). Its arguments are one 8-byte slot per parameter, in order
+   ('p' a pointer, 'l' an int64_t, 'f' a float in the slot's first 4 bytes).
+   The host backend calls `host` with an array pointing at the slots; the
+   cuda backend launches `entries` in order, on the same array, from the
+   program's generated_ptx. */
+typedef struct ap_generated_kernel {
+  const char *name;
+  const char *params; /* one of 'p', 'l', 'f' per parameter */
+  void (*host)(void **params);
+  const ap_generated_entry *entries;
+  uint32_t num_entries;
+} ap_generated_kernel;
+
 /* The whole program. Zero-initialise, then set every field. */
 typedef struct ap_program {
   uint32_t abi_version; /* AP_ABI_VERSION */
@@ -283,6 +308,12 @@ typedef struct ap_program {
   /* Tensor parallelism as compiled: ranks sharing each layer (0 or 1:
      none). World rank = tp + N x (dp + data_parallel_size x stage). */
   int32_t tensor_parallel_size;
+  /* Generated kernels (ap_launch_generated) and the PTX of their GPU entries
+     (NUL-terminated; null when the compiler had no CUDA toolkit, and then a
+     generated launch on the cuda backend fails naming the kernel). */
+  const ap_generated_kernel *generated;
+  uint32_t num_generated;
+  const char *generated_ptx;
   void (*step)(ap_step *);
 } ap_program;
 
@@ -310,6 +341,11 @@ void *ap_scratch(ap_step *step, uint64_t offset);
    `label` names it in errors and --op-times. */
 void ap_launch(ap_step *step, int32_t stream, const char *label, int32_t kernel,
                const void *args, uint64_t args_size);
+/* Launches generated kernel `kernel` (an index into ap_program.generated)
+   on `stream` (compute or side) with a copy of `args`: 8 bytes per
+   parameter (args_size must be 8 x the parameter count). */
+void ap_launch_generated(ap_step *step, int32_t stream, const char *label,
+                         uint32_t kernel, const void *args, uint64_t args_size);
 void ap_record(ap_step *step, uint32_t event, int32_t stream);
 void ap_wait(ap_step *step, int32_t stream, uint32_t event);
 /* The compute stream waits for a reload's H2D event; --op-times records

@@ -63,6 +63,8 @@ std::string metricsJson(const StepMetrics &m) {
       ",\"device_peak_bytes\":" + text(m.devicePeakBytes) +
       ",\"planned_peak_bytes\":" + text(m.plannedPeakBytes) +
       ",\"pinned_pool\":" + text(pinned) + ",\"transfers\":" + text(transfers);
+  if (m.generatedLaunches)
+    line += ",\"generated_launches\":" + text(*m.generatedLaunches);
   if (m.fingerprints) {
     const Fingerprints &f = *m.fingerprints;
     line += ",\"fingerprints\":" + text({{"loss", f.loss},

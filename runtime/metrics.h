@@ -60,6 +60,9 @@ struct StepMetrics {
   /// The evaluation loss measured after this step (--eval-data), when one
   /// was; written as "eval_loss" after "loss".
   std::optional<double> evalLoss;
+  /// Generated kernels the step launched, for a program that has any;
+  /// written as "generated_launches" after "transfers".
+  std::optional<uint64_t> generatedLaunches;
 };
 
 /// The metrics line for `m`, without the trailing newline. Keys appear in

@@ -1383,6 +1383,8 @@ int run(int argc, char **argv, const std::vector<Program> &stages) {
     m.loss = r.loss;
     m.gradNorm = r.gradNorm;
     m.lr = r.lr;
+    if (!p.generated.empty())
+      m.generatedLaunches = r.generatedLaunches;
     // The evaluation runs after the step's own numbers are taken (it reuses
     // the runner's scalars) and before its time is: it is not the step's.
     double evalSeconds = 0;

@@ -180,6 +180,10 @@ struct Program {
   int32_t pipelineStage = 0;
   /// Tensor-parallel ranks as compiled (1: none).
   int32_t tensorParallelSize = 1;
+  /// Generated kernels (runtime/abi.h ap_generated_kernel; checked by
+  /// programOfAbi) and the PTX of their GPU entries (null: none embedded).
+  std::vector<ap_generated_kernel> generated;
+  const char *generatedPtx = nullptr;
   void (*step)(StepRunner &) = nullptr;
   /// A program that came through the C ABI (runtime/abi.h): its step, which
   /// `step` calls with the runner as the ap_step handle.
@@ -291,7 +295,10 @@ public:
   /// Before each step: every microbatch's loss and token count start at 0
   /// (a pipeline stage without the loss yields none, so what the previous
   /// step left there must not be summed again).
+  /// Generated kernels launched (ap_launch_generated) since beginStep.
+  uint64_t generatedLaunches = 0;
   void beginStep() {
+    generatedLaunches = 0;
     lossParts_.assign(lossParts_.size(), 0.f);
     countParts_.assign(countParts_.size(), 0);
   }

@@ -55,6 +55,11 @@ inline constexpr llvm::StringLiteral kDataParallelModeAttr = "data_parallel";
 /// the module's train.tensor_parallel): the ranks sharing each layer
 /// (absent: 1); the size of the "tp" group its collectives run over.
 inline constexpr llvm::StringLiteral kTensorParallelAttr = "tensor_parallel";
+/// Which implementation the element-wise and row-wise kernels of the step
+/// get: "library" (absent: the kernel library's) or "generated" (kernelgen's
+/// kernels where a group exists for the call, the library's elsewhere).
+/// actplace-compile --kernels writes it; the emitter reads it.
+inline constexpr llvm::StringLiteral kKernelsAttr = "kernels";
 } // namespace ap::exec
 
 #endif // ACTPLACE_DIALECT_EXEC_EXECDIALECT_H

@@ -28,7 +28,8 @@
 #   gpu-check.sh run BUNDLE_DIR [--device cuda|host] [--log FILE]
 #       there, in the unpacked folder: nvidia-smi, every GPU unit test
 #       (which must find the runtime and kernels in the bundle's lib/),
-#       bit identity across placements for both models (gpu_bitident.py),
+#       bit identity across placements for both models and for the tiny one
+#       with generated kernels (gpu_bitident.py),
 #       checkpoint save/resume including a resume under another placement
 #       (gpu_checkpoint.py), replicated data parallelism on 2 ranks
 #       (gpu_data_parallel.py: NCCL on two GPUs, MPI on staged device
@@ -64,6 +65,14 @@ TINY_ARMS=(
 MLA_ARMS=(
   "none="
   "core_attn+attn_proj=--offload-modules=core_attn,attn_proj"
+)
+# tiny-hybrid-gpu with the compiler's generated kernels (--kernels=generated:
+# PTX loaded through the driver API) under placements, fused recompute
+# included: the same bits in every arm.
+GEN_ARMS=(
+  "none=--kernels=generated"
+  "gdn_core_attn=--kernels=generated --offload-modules=gdn_core_attn"
+  "recompute=--kernels=generated --recompute-modules=gdn_norm_out,mlp_act,mlp_norm"
 )
 
 # actplace_needed FILE...: the libactplace shared libraries the files name
@@ -160,6 +169,11 @@ for t in json.load(sys.stdin)["tests"]:
   python3 "$src/test/e2e/gpu_bitident.py" build --compile "$compile" \
       --model "$src/models/tiny-hybrid-gpu.json" --dir "$b/arms/tiny" \
       --seq "$seq_tiny" --micro-batches 4 "${armflags[@]}" || die "tiny-hybrid-gpu arms failed"
+  armflags=()
+  for arm in "${GEN_ARMS[@]}"; do armflags+=(--arm "$arm"); done
+  python3 "$src/test/e2e/gpu_bitident.py" build --compile "$compile" \
+      --model "$src/models/tiny-hybrid-gpu.json" --dir "$b/arms/gen" \
+      --seq "$seq_tiny" --micro-batches 4 "${armflags[@]}" || die "generated-kernel arms failed"
   armflags=()
   for arm in "${MLA_ARMS[@]}"; do armflags+=(--arm "$arm"); done
   python3 "$src/test/e2e/gpu_bitident.py" build --compile "$compile" \
@@ -310,7 +324,7 @@ run() {
   else part unit-tests PASS "$counts"; fi
 
   local model
-  for model in tiny mla; do
+  for model in tiny mla gen; do
     echo "== bit identity across placements: $(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["model"])' "$bundle/arms/$model/arms.json")"
     if python3 "$bundle/test/e2e/gpu_bitident.py" run --dir "$bundle/arms/$model" \
         --steps 3 --device "$device" --out "$work/bit-$model"; then

@@ -16,9 +16,11 @@
 #include "kernels/kernels.h"
 #include "test/unit/kernelgen/kernelgen_test_util.h"
 
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/ExecutionEngine/ExecutionEngine.h"
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/IR/MLIRContext.h"
+#include "mlir/Parser/Parser.h"
 
 #include <gtest/gtest.h>
 
@@ -569,6 +571,44 @@ TEST(KernelGenHostObject, DefinesEveryKernel) {
   for (const kg::GroupSpec &s : specs)
     EXPECT_NE(object->find(kg::kernelName(s)), std::string::npos)
         << kg::kernelName(s);
+}
+
+/// What a training binary takes: every kernel's packed entry (its
+/// parameter kinds checked against the lowered function by the generator),
+/// parsed back where only the LLVM dialect is loaded; each GPU entry counts
+/// its threads by int64 parameters; duplicated specs are generated once.
+TEST(KernelGenBinary, PackedEntriesMatchTheKernelAbi) {
+  auto specs = Jit::specs();
+  std::vector<kg::GroupSpec> twice = specs;
+  twice.insert(twice.end(), specs.begin(), specs.end());
+  std::string text, error;
+  ASSERT_TRUE(kg::packedHostKernels(twice, text, error)) << error;
+  mlir::MLIRContext context(mlir::MLIRContext::Threading::DISABLED);
+  context.loadDialect<mlir::LLVM::LLVMDialect>();
+  auto module = mlir::parseSourceString<mlir::ModuleOp>(text, &context);
+  ASSERT_TRUE(module) << "the packed kernels do not parse back";
+  for (const kg::GroupSpec &s : specs) {
+    auto packed =
+        module->lookupSymbol<mlir::LLVM::LLVMFuncOp>(kg::packedName(s));
+    ASSERT_TRUE(packed) << kg::packedName(s);
+    EXPECT_EQ(packed.getFunctionType().getNumParams(), 1u);
+    auto fn = module->lookupSymbol<mlir::LLVM::LLVMFuncOp>(kg::kernelName(s));
+    ASSERT_TRUE(fn) << kg::kernelName(s);
+    std::vector<kg::KernelParam> params = kg::kernelParams(s);
+    EXPECT_EQ(fn.getFunctionType().getNumParams(), params.size());
+    for (const kg::GpuEntry &e : kg::gpuEntries(s)) {
+      EXPECT_FALSE(e.workParams.empty()) << e.name;
+      for (int w : e.workParams) {
+        ASSERT_LT(size_t(w), params.size()) << e.name;
+        EXPECT_EQ(params[w].kind, 'l') << e.name << " parameter " << w;
+      }
+    }
+    EXPECT_EQ(kg::gpuEntries(s).size(), kg::gpuKernelNames(s).size());
+  }
+  size_t defs = 0;
+  for (auto fn : module->getOps<mlir::LLVM::LLVMFuncOp>())
+    defs += !fn.isExternal() && fn.getName().ends_with("_packed");
+  EXPECT_EQ(defs, specs.size());
 }
 
 } // namespace

@@ -492,6 +492,59 @@ TEST(AbiProgramTest, SideSmPercentReachesTheProgram) {
   }
 }
 
+// A generated kernel for the tests: y[i] = a[i] + 2 b[i] (f32) over n
+// elements, from its argument slots (pointers a, b, y; int64 n; float
+// unused), as a compiled binary's packed host entry is called.
+extern "C" void testGeneratedAxpy(void **params) {
+  const float *a = *static_cast<const float *const *>(params[0]);
+  const float *b = *static_cast<const float *const *>(params[1]);
+  float *y = *static_cast<float *const *>(params[2]);
+  int64_t n = *static_cast<const int64_t *>(params[3]);
+  float scale = *static_cast<const float *>(params[4]);
+  for (int64_t i = 0; i < n; ++i)
+    y[i] = a[i] + scale * b[i];
+}
+
+// The generated-kernel table reaches the Program; a table whose entries
+// cannot be launched is refused naming the kernel and the field.
+TEST(AbiProgramTest, GeneratedKernelTablesAreChecked) {
+  ap_generated_entry entry{"test_axpy", {3, -1}};
+  ap_generated_kernel kernel{"test_axpy", "ppplf", &testGeneratedAxpy, &entry,
+                             1};
+  AbiProgram a;
+  a.p.generated = &kernel;
+  a.p.num_generated = 1;
+  a.p.generated_ptx = ".version 8.0";
+  Program p = programOfAbi(a.p);
+  ASSERT_EQ(p.generated.size(), 1u);
+  EXPECT_STREQ(p.generated[0].name, "test_axpy");
+  EXPECT_STREQ(p.generatedPtx, ".version 8.0");
+  auto refused = [&](const char *what) {
+    auto [rc, err] = trainMainOf(a.p);
+    EXPECT_EQ(rc, 1);
+    EXPECT_NE(err.find(what), std::string::npos) << err;
+  };
+  kernel.params = "pppxf";
+  refused("generated kernel 'test_axpy' has parameters 'pppxf' (expected 1 "
+          "to 32 of 'p', 'l', 'f')");
+  kernel.params = "ppplf";
+  entry.work_params[0] = 0; // a pointer counts no threads
+  refused("entry 'test_axpy' counts its threads by parameter 0, which is not "
+          "an int64 parameter of 'ppplf'");
+  entry.work_params[0] = 7;
+  refused("counts its threads by parameter 7");
+  entry.work_params[0] = 3;
+  kernel.host = nullptr;
+  refused("generated kernel 0 has a null name, parameter list or host "
+          "function");
+  kernel.host = &testGeneratedAxpy;
+  kernel.num_entries = 0;
+  refused("generated kernel 'test_axpy' has no GPU entry");
+  kernel.num_entries = 1;
+  a.p.generated = nullptr;
+  refused("generated has 1 entries and no data");
+}
+
 /// A step runner on the host backend, seen through the ABI handle.
 class AbiStepTest : public ::testing::Test {
 protected:
@@ -585,6 +638,61 @@ TEST_F(AbiStepTest, LaunchRefusesUnknownIdsSizesAndStreams) {
   });
   EXPECT_NE(err.find("stream 9 is not an AP_STREAM_* value"), std::string::npos)
       << err;
+}
+
+// ap_launch_generated calls the kernel's host function on the host backend
+// with pointers to a copy of the argument slots, in stream order, and counts
+// the launch; wrong kernel indices and argument sizes are refused.
+TEST_F(AbiStepTest, LaunchGeneratedRunsTheHostFunctionFromItsSlots) {
+  ap_generated_entry entry{"test_axpy", {3, -1}};
+  ap_generated_kernel kernel{"test_axpy", "ppplf", &testGeneratedAxpy, &entry,
+                             1};
+  program.generated = {kernel};
+  auto *a = static_cast<float *>(ap_at(handle(), 0));
+  auto *b = static_cast<float *>(ap_at(handle(), 256));
+  for (int i = 0; i < 16; ++i) {
+    a[i] = float(i);
+    b[i] = 0.5f;
+  }
+  uint64_t slots[5] = {};
+  void *pa = a, *pb = b, *py = ap_at(handle(), 512);
+  int64_t n = 16;
+  float scale = 4.f;
+  std::memcpy(&slots[0], &pa, 8);
+  std::memcpy(&slots[1], &pb, 8);
+  std::memcpy(&slots[2], &py, 8);
+  std::memcpy(&slots[3], &n, 8);
+  std::memcpy(&slots[4], &scale, 4);
+  runner->beginStep();
+  ap_launch_generated(handle(), AP_STREAM_COMPUTE, "t/gen", 0, slots,
+                      sizeof slots);
+  std::memset(slots, 0, sizeof slots); // the runtime copied them
+  device->synchronize();
+  auto *y = static_cast<const float *>(py);
+  for (int i = 0; i < 16; ++i)
+    EXPECT_EQ(y[i], float(i) + 2.f) << i;
+  EXPECT_EQ(runner->generatedLaunches, 1u);
+
+  std::string err = errorOf([&] {
+    ap_launch_generated(handle(), AP_STREAM_COMPUTE, "t/gen", 1, slots,
+                        sizeof slots);
+  });
+  EXPECT_NE(err.find("'t/gen': generated kernel 1 (the program has 1)"),
+            std::string::npos)
+      << err;
+  err = errorOf([&] {
+    ap_launch_generated(handle(), AP_STREAM_COMPUTE, "t/gen", 0, slots, 32);
+  });
+  EXPECT_NE(err.find("test_axpy takes 40 bytes of arguments (5 parameters), "
+                     "got 32"),
+            std::string::npos)
+      << err;
+  err = errorOf([&] {
+    ap_launch_generated(handle(), AP_STREAM_H2D, "t/gen", 0, slots,
+                        sizeof slots);
+  });
+  EXPECT_NE(err.find("not h2d"), std::string::npos) << err;
+  program.generated.clear();
 }
 
 // ap_zero clears its range in stream order; a world of one's

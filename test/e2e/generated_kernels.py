@@ -1,0 +1,188 @@
+#!/usr/bin/env python3
+#===- generated_kernels.py - --kernels=generated in training binaries -----===#
+#
+# actplace-compile --kernels=generated launches kernelgen's kernels (SwiGLU
+# forward and backward, residual add, RMSNorm forward and backward) through
+# ap_launch_generated instead of the library's. On the host backend the
+# generated host code computes the reference kernels' bits, so every case
+# compares a generated binary with the library binary of the same flags:
+#
+#   bits       fingerprints (loss, grads, params, optimizer) equal step by
+#              step for: no placement; gdn_core_attn, core_attn, attn_proj
+#              offloaded; SwiGLU and norms recomputed inside their backward
+#              (the generated backward kernels that rebuild y); recompute on
+#              the side stream; f32 storage; 2 pipeline stages (mpirun).
+#   launched   the generated binary reports generated_launches > 0 in every
+#              metrics line, the library one has no such field; the compile
+#              prints the kernel count; the binary holds the kernels it
+#              needs (the rebuilding backward kernels in the recompute case).
+#   placement  in the generated binaries, offload and recompute change no
+#              bit (the same fingerprints as without placement), every
+#              offloaded scope is copied both ways, the pinned pool is empty.
+#   ptx        with a CUDA toolkit (libdevice) the binary embeds PTX for
+#              sm_90a with the kernels' entries; without one the compile
+#              warns and the binary has none (reported as such).
+#   errors     --kernels=generated with --emit=cpp or --keep-source is
+#              refused naming the reason; --emit=mlir shows the calls.
+#
+#===------------------------------------------------------------------------===#
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+from e2echeck import check, exit_status, placement_steps_agree
+from data_parallel import Runner
+
+STEPS = 3
+OFFLOAD = ["--offload-modules=gdn_core_attn,core_attn,attn_proj",
+           "--hide-rule=off"]
+CASES = {
+    "none": [],
+    "offload": OFFLOAD,
+    "recompute-fused": ["--recompute-modules=mlp_act,mlp_norm,gdn_norm_out"],
+    "recompute-side": ["--recompute-modules=gdn_in_proj,gdn_prep,mlp_fc1",
+                       "--recompute-stream=side"] + OFFLOAD,
+    "f32": ["--dtype", "f32"] + OFFLOAD,
+}
+
+
+def libdevice():
+    for root in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"),
+                 "/usr/local/cuda"):
+        if root and os.path.exists(os.path.join(
+                root, "nvvm", "libdevice", "libdevice.10.bc")):
+            return True
+    return False
+
+
+def compile_both(t, name, flags):
+    """The library and the generated binary of `flags`; the generated
+    compile's output."""
+    lib = t.compile(name + "-lib", "--micro-batches", "2", *flags)
+    gen_path = t.path(name + "-gen")
+    cmd = [t.args.compile, t.args.model, "-o", gen_path, "--seq", "16",
+           "--micro-batches", "2", "--kernels=generated"] + flags
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    check(r.returncode == 0, "%s: generated compile failed: %s" %
+          (name, r.stderr))
+    return lib, gen_path, r
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--compile", required=True)
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--mpirun", default="")
+    ap.add_argument("--work", required=True)
+    args = ap.parse_args()
+    args.mode = "replicate"
+    shutil.rmtree(args.work, ignore_errors=True)
+    os.makedirs(args.work)
+    t = Runner(args)
+    have_ptx = libdevice()
+
+    gen_lines = {}
+    for name, flags in CASES.items():
+        lib, gen, out = compile_both(t, name, flags)
+        m = re.search(r"generated kernels: (\d+) \((\d+) launches",
+                      out.stdout)
+        check(m and int(m.group(1)) > 0 and int(m.group(2)) > 0,
+              "%s: the compile reports no generated kernels:\n%s" %
+              (name, out.stdout[-400:]))
+        _, a = t.train(lib, 1, "--steps", str(STEPS),
+                       metrics=name + "-lib.jsonl")
+        _, b = t.train(gen, 1, "--steps", str(STEPS),
+                       metrics=name + "-gen.jsonl")
+        a, b = a[0], b[0]
+        check(len(a) == STEPS and len(b) == STEPS,
+              "%s: %d / %d metrics lines" % (name, len(a), len(b)))
+        for x, y in zip(a, b):
+            check(x["fingerprints"] == y["fingerprints"],
+                  "%s step %d: generated kernels changed the bits:\n  %s\n"
+                  "  %s" % (name, x["step"], x["fingerprints"],
+                            y["fingerprints"]))
+            check("generated_launches" not in x,
+                  "%s step %d: the library binary reports generated "
+                  "launches" % (name, x["step"]))
+            check(y.get("generated_launches", 0) > 0,
+                  "%s step %d: no generated launches (%s)" %
+                  (name, y["step"], y.get("generated_launches")))
+        gen_lines[name] = b
+        with open(gen, "rb") as f:
+            image = f.read()
+        dtype = "f32" if name == "f32" else "bf16"
+        needed = ["ap_kg_swiglu_fwd_" + dtype, "ap_kg_residual_add_" + dtype]
+        if name == "recompute-fused":
+            needed += ["ap_kg_swiglu_bwd_y_" + dtype,
+                       "ap_kg_rmsnorm_bwd_zc_dw_y_" + dtype]
+        for k in needed:
+            check(k.encode() + b"\0" in image,
+                  "%s: the binary has no generated kernel %s" % (name, k))
+        if have_ptx:
+            check(b".target sm_90a" in image and
+                  b".visible .entry ap_kg_swiglu_fwd_" + dtype.encode() in
+                  image, "%s: no PTX for sm_90a in the binary" % name)
+        else:
+            check("no CUDA toolkit" in out.stderr,
+                  "%s: no libdevice here and no warning: %s" %
+                  (name, out.stderr))
+        print("%s: %s generated, library and generated bitwise equal over "
+              "%d steps (%s launches a step)" %
+              (name, m.group(1) if m else "?", STEPS,
+               b[0].get("generated_launches") if b else "?"), flush=True)
+    print("ptx: " + ("embedded (sm_90a)" if have_ptx else
+                     "skipped: no CUDA toolkit with libdevice here"),
+          flush=True)
+
+    # Placement inside the generated binaries.
+    placement_steps_agree(0, gen_lines["none"], gen_lines["offload"])
+    for name in ("recompute-fused", "recompute-side"):
+        for x, y in zip(gen_lines["none"], gen_lines[name]):
+            check(x["fingerprints"] == y["fingerprints"],
+                  "%s step %d: recompute changed the bits of the generated "
+                  "binary" % (name, x["step"]))
+
+    # Errors and the MLIR form.
+    for bad in (["--emit=cpp"], ["--keep-source"]):
+        r = subprocess.run([args.compile, args.model, "-o", t.path("bad"),
+                            "--kernels=generated"] + bad,
+                           capture_output=True, text=True)
+        check(r.returncode != 0 and "no readable C++ form" in r.stderr,
+              "--kernels=generated %s: expected a refusal, got %d: %s" %
+              (bad, r.returncode, r.stderr))
+    r = subprocess.run([args.compile, args.model, "-o", t.path("step.mlir"),
+                        "--kernels=generated", "--emit=mlir"],
+                       capture_output=True, text=True)
+    text = open(t.path("step.mlir")).read() if r.returncode == 0 else ""
+    check("llvm.call @ap_launch_generated" in text and
+          "llvm.func @ap_kg_rmsnorm_fwd_zc_bf16_packed" in text,
+          "--emit=mlir: no generated launches or kernels in the module")
+
+    # Two pipeline stages: each stage's program has its own table; the
+    # host kernels are defined once in the binary.
+    if args.mpirun:
+        lib, gen, _ = compile_both(t, "pp2", ["--micro-batches", "4",
+                                              "--pipeline-parallel=2"])
+        _, a = t.train(lib, 2, "--steps", "2", metrics="pp2-lib.jsonl")
+        _, b = t.train(gen, 2, "--steps", "2", metrics="pp2-gen.jsonl")
+        for rank in range(2):
+            for x, y in zip(a[rank], b[rank]):
+                check(x["fingerprints"] == y["fingerprints"],
+                      "pp2 stage %d step %d: generated kernels changed the "
+                      "bits" % (rank, x["step"]))
+            check(len(b[rank]) == 2 and
+                  all(y.get("generated_launches", 0) > 0 for y in b[rank]),
+                  "pp2 stage %d: no generated launches" % rank)
+        print("pp2: both stages bitwise equal to the library binary",
+              flush=True)
+    else:
+        print("pp2: skipped (no mpirun)", flush=True)
+
+    return exit_status("generated kernels: all checks passed")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
