@@ -1703,6 +1703,33 @@ LogicalResult Walker::walkKernel(Operation *op) {
     }
     return success();
   }
+  if (callee == "train.add_rms_norm") {
+    // exec-generate-kernels' fusion: only a generated kernel implements it.
+    if (failed(expectCounts(3, 3)))
+      return failure();
+    auto et = genType(ins[0]);
+    if (!et)
+      return op->emitError(pfx() + "'train.add_rms_norm' runs only as a "
+                                   "generated kernel of bf16 or f32 "
+                                   "(exec.step ")
+             << exec::kKernelsAttr << " = \"generated\")";
+    int64_t d = nel(ins[2]);
+    kernelgen::GroupSpec g;
+    g.kind = kernelgen::GroupKind::AddRmsNormForward;
+    g.dtype = *et;
+    g.zeroCentered = args && args.get("zero_centered");
+    g.writeRstd = true;
+    return launchGen(
+        g, {{"a", P(at(ins[0]))},
+            {"b", P(at(ins[1]))},
+            {"w", P(at(ins[2]))},
+            {"h", P(at(outs[0]))},
+            {"y", P(at(outs[1]))},
+            {"rstd", P(at(outs[2]))},
+            {"rows", L(nel(ins[0]) / d)},
+            {"dim", L(d)},
+            {"eps", F(float(arg(op, args, "eps", 1e-6, /*f32=*/true)))}});
+  }
   if (callee == "train.add") {
     if (failed(expectCounts(2, 1)))
       return failure();

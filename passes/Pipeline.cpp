@@ -70,6 +70,8 @@ void buildPipeline(OpPassManager &pm, const CompileOptions &o,
       pm.addPass(createExecShardParams(o.zeroShard));
     else if (o.lowering.dataParallelSize > 1)
       pm.addPass(createExecBucketGradReduce(o.gradBuckets));
+    if (o.generatedKernels)
+      pm.addPass(createExecGenerateKernels({o.fuseKernels}));
     pm.addPass(createExecPlanMemory());
     pm.addPass(createExecScheduleStreams());
     if (o.sideIssue == SideIssue::AfterHost)

@@ -56,6 +56,11 @@ struct CompileOptions {
   /// exec-shard-params (runs when lowering.dataParallel is "zero3").
   ExecShardParamsOptions zeroShard;
   SideIssue sideIssue = SideIssue::AfterHost;
+  /// exec-generate-kernels (runs when `generatedKernels`): kernelgen's
+  /// kernels for the element-wise and row-wise calls, `fuseKernels` fusing
+  /// residual add + RMSNorm.
+  bool generatedKernels = false;
+  bool fuseKernels = true;
   /// Pipeline parallelism: `pipelineStages` > 1 compiles stage
   /// `pipelineStage` (train-pipeline-stage first in the placement stage,
   /// exec-pipeline-schedule after the lowering); `pipelineLayers` are the

@@ -60,6 +60,11 @@ inline constexpr llvm::StringLiteral kTensorParallelAttr = "tensor_parallel";
 /// kernels where a group exists for the call, the library's elsewhere).
 /// actplace-compile --kernels writes it; the emitter reads it.
 inline constexpr llvm::StringLiteral kKernelsAttr = "kernels";
+/// exec-generate-kernels: residual add + RMSNorm pairs fused into one
+/// generated kernel, and the bytes of h those kernels do not read back (one
+/// pass over the step's text).
+inline constexpr llvm::StringLiteral kFusedAddNormAttr = "fused_add_norm";
+inline constexpr llvm::StringLiteral kFusedSavedBytesAttr = "fused_saved_bytes";
 } // namespace ap::exec
 
 #endif // ACTPLACE_DIALECT_EXEC_EXECDIALECT_H

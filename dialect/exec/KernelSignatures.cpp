@@ -78,6 +78,9 @@ const KernelSignature kSignatures[] = {
     // With a fused recompute the backward also rebuilds the product.
     {"train.swiglu_grad", 3, 3, 2, 3, {}},
     {"train.add", 2, 2, 1, 1, {}},
+    // h = a + b, then RMSNorm of h in one generated kernel
+    // (exec-generate-kernels): ins a, b, w; results h, y, rstd.
+    {"train.add_rms_norm", 3, 3, 3, 3, kNorm},
     {"train.lm_head_cross_entropy", 3, 3, 3, 3, kLmHead},
     {"train.lm_head_cross_entropy_grad", 4, 4, 0, 1, kLmHead},
     {"train.lm_head_cross_entropy_with_grad", 3, 3, 3, 3, kLmHead},

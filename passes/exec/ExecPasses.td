@@ -79,6 +79,43 @@ def ExecBucketGradReduce : Pass<"exec-bucket-grad-reduce", "mlir::ModuleOp"> {
   ];
 }
 
+def ExecGenerateKernels : Pass<"exec-generate-kernels", "mlir::ModuleOp"> {
+  let summary = "Run the step's element-wise and row-wise kernels as generated kernels, fusing residual add + RMSNorm";
+  let description = [{
+    Marks every exec.step `kernels = "generated"`: the emitter then
+    launches kernelgen's kernels for the calls that have a group (SwiGLU,
+    residual add, RMSNorm forward and backward) instead of the library's
+    (docs/kernelgen.md). With `fuse`, each residual add whose output the
+    next kernel normalizes (AddNormFusion in passes/analysis: same block and
+    stream, only buffer declarations between, bf16 or f32) becomes one
+    `train.add_rms_norm` call at the norm's place, reading a, b and the norm
+    weight and writing h, y and rstd, which only a generated kernel
+    implements. Records `fused_add_norm` (pairs) and
+    `fused_saved_bytes` (the reads of h the fused kernels save in one pass
+    over the step's text) on the step. Run before exec-plan-memory, which
+    then keeps the fused call's outputs off its inputs.
+
+    ```mlir
+    exec.kernel "train.add" ins(%a, %b : ...) outs(%h : ...) workspace 0
+    exec.kernel "train.rms_norm" ins(%h, %w : ...) outs(%y, %rstd : ...)
+        workspace 0 args {eps = 1.0e-06 : f64, zero_centered}
+    // becomes
+    exec.kernel "train.add_rms_norm" ins(%a, %b, %w : ...)
+        outs(%h, %y, %rstd : ...) workspace 0
+        args {eps = 1.0e-06 : f64, zero_centered}
+    ```
+  }];
+  let statistics = [
+    Statistic<"numFused", "fused", "Residual add + RMSNorm pairs fused into one generated kernel">,
+    Statistic<"numRejected", "rejected", "Residual add + RMSNorm pairs left apart (AddNormFusion's conditions)">
+  ];
+  let options = [
+    Option<"fuse", "fuse", "bool", "true",
+           "Fuse residual add + RMSNorm pairs (false: generated kernels, "
+           "one per call)">
+  ];
+}
+
 def ExecShardParams : Pass<"exec-shard-params", "mlir::ModuleOp"> {
   let summary = "ZeRO-3: shard parameters, grads and optimizer state; gather per layer group, reduce-scatter its grads";
   let description = [{

@@ -12,6 +12,10 @@
 #              offloaded; SwiGLU and norms recomputed inside their backward
 #              (the generated backward kernels that rebuild y); recompute on
 #              the side stream; f32 storage; 2 pipeline stages (mpirun).
+#   fused      each residual add whose output the next kernel normalizes
+#              runs with that RMSNorm as one generated kernel (the compile
+#              reports the pairs; --fuse-kernels=false keeps them apart),
+#              with the same bits.
 #   launched   the generated binary reports generated_launches > 0 in every
 #              metrics line, the library one has no such field; the compile
 #              prints the kernel count; the binary holds the kernels it
@@ -46,6 +50,7 @@ CASES = {
     "recompute-side": ["--recompute-modules=gdn_in_proj,gdn_prep,mlp_fc1",
                        "--recompute-stream=side"] + OFFLOAD,
     "f32": ["--dtype", "f32"] + OFFLOAD,
+    "unfused": ["--fuse-kernels=false"] + OFFLOAD,
 }
 
 
@@ -129,9 +134,21 @@ def main():
             check("no CUDA toolkit" in out.stderr,
                   "%s: no libdevice here and no warning: %s" %
                   (name, out.stderr))
-        print("%s: %s generated, library and generated bitwise equal over "
-              "%d steps (%s launches a step)" %
-              (name, m.group(1) if m else "?", STEPS,
+        fused = re.search(r"kernel fusion: (\d+) residual add \+ RMSNorm",
+                          out.stdout)
+        fused_pairs = int(fused.group(1)) if fused else 0
+        if name == "unfused":
+            check(fused_pairs == 0 and b"ap_kg_add_rmsnorm" not in image,
+                  "unfused: --fuse-kernels=false fused %d pairs" % fused_pairs)
+        else:
+            check(fused_pairs > 0 and
+                  ("ap_kg_add_rmsnorm_fwd_zc_" + dtype).encode() in image,
+                  "%s: no residual add + RMSNorm fused (%d pairs)" %
+                  (name, fused_pairs))
+        print("%s: %s generated kernels, %d add + RMSNorm pairs fused, "
+              "library and generated bitwise equal over %d steps (%s "
+              "launches a step)" %
+              (name, m.group(1) if m else "?", fused_pairs, STEPS,
                b[0].get("generated_launches") if b else "?"), flush=True)
     print("ptx: " + ("embedded (sm_90a)" if have_ptx else
                      "skipped: no CUDA toolkit with libdevice here"),
