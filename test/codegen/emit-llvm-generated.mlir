@@ -1,7 +1,8 @@
 // RUN: actplace-translate --emit-llvm-step %s 2>/dev/null | FileCheck %s
 // RUN: not actplace-translate --emit-cpp %s 2>&1 | FileCheck %s --check-prefix=CPP
 // RUN: sed 's/kernels = "generated"/kernels = "fast"/' %s | not actplace-translate --emit-llvm-step 2>&1 | FileCheck %s --check-prefix=BAD
-// RUN: sed 's/kernels = "generated"/kernels = "library"/' %s | actplace-translate --emit-llvm-step 2>&1 | FileCheck %s --check-prefix=LIB
+// RUN: sed -e 's/kernels = "generated"/kernels = "library"/' -e '/"train.add_rms_norm"/d' %s | actplace-translate --emit-llvm-step 2>&1 | FileCheck %s --check-prefix=LIB
+// RUN: sed 's/kernels = "generated"/kernels = "library"/' %s | not actplace-translate --emit-llvm-step 2>&1 | FileCheck %s --check-prefix=FUSED-LIB
 
 // exec.step kernels = "generated": the element-wise and row-wise calls with
 // a kernelgen group (residual add, SwiGLU, RMSNorm forward, RMSNorm backward
@@ -24,6 +25,8 @@
 // CHECK-DAG: constant @str.{{[0-9]+}}("ap_kg_rmsnorm_bwd_zc_dw_bf16_rows\00")
 // CHECK-DAG: constant @str.{{[0-9]+}}("ap_kg_rmsnorm_bwd_zc_dw_bf16_dw\00")
 // CHECK-DAG: constant @str.{{[0-9]+}}("ap_kg_residual_add_f32\00")
+// CHECK-DAG: constant @str.{{[0-9]+}}("ap_kg_add_rmsnorm_fwd_zc_bf16\00")
+// CHECK-DAG: constant @str.{{[0-9]+}}("ppppppllf\00")
 // CHECK-LABEL: llvm.func internal @actplace_step(
 // The add: kernel 0, three pointers and n in four 8-byte slots.
 // CHECK:      llvm.mlir.addressof @str.{{[0-9]+}} : !llvm.ptr
@@ -56,6 +59,11 @@
 // CHECK-NEXT: llvm.mlir.constant(0 : i32) : i32
 // CHECK-NEXT: llvm.mlir.constant(32 : i64) : i64
 // CHECK-NEXT: llvm.call @ap_launch_generated(
+// The fused residual add + RMSNorm: kernel 5, 6 pointers, rows, dim, eps.
+// CHECK:      llvm.mlir.addressof @str.{{[0-9]+}} : !llvm.ptr
+// CHECK-NEXT: llvm.mlir.constant(5 : i32) : i32
+// CHECK-NEXT: llvm.mlir.constant(72 : i64) : i64
+// CHECK-NEXT: llvm.call @ap_launch_generated(
 // CHECK-NOT:  llvm.call @ap_launch_generated(
 // CHECK:      llvm.return
 
@@ -73,6 +81,8 @@
 // CPP: error: emit-cpp: exec.step has kernels = "generated", which this output form cannot hold
 
 // BAD: error: convert-exec-to-llvm: exec.step has kernels = "fast" (expected "library" or "generated")
+
+// FUSED-LIB: error: convert-exec-to-llvm: 'train.add_rms_norm' runs only as a generated kernel of bf16 or f32 (exec.step kernels = "generated")
 
 // LIB-NOT: ap_launch_generated
 // LIB-NOT: ap_kg_
@@ -99,6 +109,8 @@ module {
     exec.kernel "train.rms_norm_grad" ins(%x, %nw, %r, %y : !exec.buffer<tensor<1x8x8xbf16>>, !exec.buffer<tensor<8xbf16>>, !exec.buffer<tensor<8xf32>>, !exec.buffer<tensor<1x8x8xbf16>>) outs(%dx, %ng : !exec.buffer<tensor<1x8x8xbf16>>, !exec.buffer<tensor<8xf32>>) workspace 0 args {zero_centered, weight_grad = @nw, scope = #train.scope<0, mlp_norm>}
     exec.kernel "train.add" ins(%fa, %fb : !exec.buffer<tensor<8x8xf32>>, !exec.buffer<tensor<8x8xf32>>) outs(%fc : !exec.buffer<tensor<8x8xf32>>) workspace 0 args {scope = #train.scope<1, mlp_fc1>}
     exec.kernel "train.add" ins(%dx, %y : !exec.buffer<tensor<1x8x8xbf16>>, !exec.buffer<tensor<1x8x8xbf16>>) outs(%z : !exec.buffer<tensor<1x8x8xbf16>>) workspace 0 args {scope = #train.scope<1, mlp_fc1>}
+    %h5 = exec.buffer offset 3328 bytes 256 : !exec.buffer<tensor<1x8x8xbf16>>
+    exec.kernel "train.add_rms_norm" ins(%x, %y, %nw : !exec.buffer<tensor<1x8x8xbf16>>, !exec.buffer<tensor<1x8x8xbf16>>, !exec.buffer<tensor<8xbf16>>) outs(%h5, %z, %r : !exec.buffer<tensor<1x8x8xbf16>>, !exec.buffer<tensor<1x8x8xbf16>>, !exec.buffer<tensor<8xf32>>) workspace 0 args {eps = 1.0e-06 : f64, zero_centered, scope = #train.scope<1, mlp_norm>}
     exec.return
   }
 }

@@ -290,6 +290,21 @@ exec.step @s {
 
 // -----
 
+// The fused residual add + RMSNorm (exec-generate-kernels) reads a, b and
+// the weight.
+exec.step @s {
+  %x = exec.buffer offset 0 bytes 256 : !exec.buffer<tensor<4x4xbf16>>
+  %w = exec.buffer offset 256 bytes 256 : !exec.buffer<tensor<4xbf16>>
+  %y = exec.buffer offset 512 bytes 256 : !exec.buffer<tensor<4x4xbf16>>
+  %r = exec.buffer offset 768 bytes 256 : !exec.buffer<tensor<4xf32>>
+  %h = exec.buffer offset 1024 bytes 256 : !exec.buffer<tensor<4x4xbf16>>
+  // expected-error @+1 {{'exec.kernel' op "train.add_rms_norm" takes 3 input buffers, got 2}}
+  exec.kernel "train.add_rms_norm" ins(%x, %w : !exec.buffer<tensor<4x4xbf16>>, !exec.buffer<tensor<4xbf16>>) outs(%h, %y, %r : !exec.buffer<tensor<4x4xbf16>>, !exec.buffer<tensor<4x4xbf16>>, !exec.buffer<tensor<4xf32>>) workspace 0 args {eps = 1.0e-6 : f64}
+  exec.return
+}
+
+// -----
+
 exec.step @s {
   %x = exec.buffer offset 0 bytes 256 : !exec.buffer<tensor<4x4xbf16>>
   %y = exec.buffer offset 256 bytes 256 : !exec.buffer<tensor<4x4xbf16>>
