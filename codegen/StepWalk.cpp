@@ -1622,6 +1622,27 @@ LogicalResult Walker::walkKernel(Operation *op) {
     if (fwd ? failed(expectCounts(2, 1)) : failed(expectCounts(3, 2)))
       return failure();
     int64_t cols = dim(ins[0], -1), rows = nel(ins[0]) / cols;
+    if (auto et = genType(ins[0])) {
+      kernelgen::GroupSpec g;
+      g.kind = fwd ? kernelgen::GroupKind::SigmoidGateForward
+                   : kernelgen::GroupKind::SigmoidGateBackward;
+      g.dtype = *et;
+      std::map<std::string, GenArg> v{
+          {"o", P(at(ins[0]))}, {"gate", P(at(ins[1]))},
+          {"rows", L(rows)},    {"cols", L(cols)},
+          {"oStride", L(cols)}, {"gateStride", L(cols)}};
+      if (fwd) {
+        v["y"] = P(at(outs[0]));
+        v["yStride"] = L(cols);
+      } else {
+        v["dy"] = P(at(ins[2]));
+        v["dout"] = P(at(outs[0]));
+        v["dgate"] = P(at(outs[1]));
+        for (const char *s : {"dyStride", "doStride", "dgateStride"})
+          v[s] = L(cols);
+      }
+      return launchGen(g, v);
+    }
     auto common = [&](auto &A) {
       SETV(dtype, dt(ins[0]));
       SETP(o, at(ins[0]));

@@ -60,6 +60,12 @@ std::string kernelName(const GroupSpec &spec) {
     if (spec.recomputeY)
       name += "_y";
     break;
+  case GroupKind::SigmoidGateForward:
+    name += "sigmoid_gate_fwd";
+    break;
+  case GroupKind::SigmoidGateBackward:
+    name += "sigmoid_gate_bwd";
+    break;
   case GroupKind::AdamW:
     name += "adamw_grad";
     name += ty(spec.dtype);
@@ -90,12 +96,14 @@ std::optional<GroupKind> parseGroupKind(llvm::StringRef name) {
       .Case("rmsnorm-bwd", GroupKind::RmsNormBackward)
       .Case("add-rmsnorm-fwd", GroupKind::AddRmsNormForward)
       .Case("adamw", GroupKind::AdamW)
+      .Case("sigmoid-gate-fwd", GroupKind::SigmoidGateForward)
+      .Case("sigmoid-gate-bwd", GroupKind::SigmoidGateBackward)
       .Default(std::nullopt);
 }
 
 const char *groupKindNames() {
   return "swiglu-fwd, swiglu-bwd, residual-add, rmsnorm-fwd, rmsnorm-bwd, "
-         "add-rmsnorm-fwd, adamw";
+         "add-rmsnorm-fwd, adamw, sigmoid-gate-fwd, sigmoid-gate-bwd";
 }
 
 AdamWScalars adamWScalars(double lr, double beta1, double beta2, double eps,
@@ -300,6 +308,15 @@ Params paramsOf(const GroupSpec &s) {
     if (s.recomputeY)
       p.ints.push_back("yStride");
     break;
+  case GroupKind::SigmoidGateForward:
+    p.ptrs = {"o", "gate", "y"};
+    p.ints = {"rows", "cols", "oStride", "gateStride", "yStride"};
+    break;
+  case GroupKind::SigmoidGateBackward:
+    p.ptrs = {"o", "gate", "dy", "dout", "dgate"};
+    p.ints = {"rows",     "cols",     "oStride",    "gateStride",
+              "dyStride", "doStride", "dgateStride"};
+    break;
   case GroupKind::AdamW:
     p.ptrs = {"master", "expAvg", "expAvgSq", "grad", "clipCoef"};
     if (s.computeCopy)
@@ -376,6 +393,41 @@ Work swiGluWork(Emitter &e, const GroupSpec &s, const Args &a, bool backward) {
     e.store(e.mul(d, e.mul(gv, sg)), du, {r, c});
     if (y)
       e.store(e.mul(e.mul(gv, sg), uv), y, {r, c});
+  };
+  return {{e.toIndex(rows), e.toIndex(cols)}, item};
+}
+
+/// The sigmoid output gate, the reference's sigmoidGateForward /
+/// sigmoidGateBackward per element: y = o * s; do = d * s and dgate =
+/// ((d * o) * s) * (1 - s), left to right as written, s = sigmoid(gate).
+Work sigmoidGateWork(Emitter &e, const GroupSpec &s, const Args &a,
+                     bool backward) {
+  Type st = e.storage(s.dtype);
+  Value rows = a.get("rows"), cols = a.get("cols");
+  auto m2 = [&](const char *ptr, const char *stride) {
+    return e.memref2(a.get(ptr), st, rows, cols, a.get(stride));
+  };
+  Value o = m2("o", "oStride"), g = m2("gate", "gateStride");
+  Value y, dy, dO, dg;
+  if (backward) {
+    dy = m2("dy", "dyStride");
+    dO = m2("dout", "doStride");
+    dg = m2("dgate", "dgateStride");
+  } else {
+    y = m2("y", "yStride");
+  }
+  ItemFn item = [=](Emitter &e, ValueRange rc) {
+    Value r = rc[0], c = rc[1];
+    Value sg = e.sigmoid(e.load(g, {r, c}));
+    if (!backward) {
+      e.store(e.mul(e.load(o, {r, c}), sg), y, {r, c});
+      return;
+    }
+    Value d = e.load(dy, {r, c});
+    e.store(e.mul(d, sg), dO, {r, c});
+    Value one = e.cF32(1.0f);
+    e.store(e.mul(e.mul(e.mul(d, e.load(o, {r, c})), sg), e.sub(one, sg)), dg,
+            {r, c});
   };
   return {{e.toIndex(rows), e.toIndex(cols)}, item};
 }
@@ -623,6 +675,10 @@ SmallVector<Work> workOf(Emitter &e, const GroupSpec &s, const Args &a) {
     return {addRmsNormWork(e, s, a)};
   case GroupKind::AdamW:
     return {adamWWork(e, s, a)};
+  case GroupKind::SigmoidGateForward:
+    return {sigmoidGateWork(e, s, a, /*backward=*/false)};
+  case GroupKind::SigmoidGateBackward:
+    return {sigmoidGateWork(e, s, a, /*backward=*/true)};
   }
   llvm_unreachable("unknown group kind");
 }
@@ -669,6 +725,8 @@ std::vector<GpuEntry> gpuEntries(const GroupSpec &spec) {
     switch (spec.kind) {
     case GroupKind::SwiGluForward:
     case GroupKind::SwiGluBackward:
+    case GroupKind::SigmoidGateForward:
+    case GroupKind::SigmoidGateBackward:
       e.workParams = {index("rows"), index("cols")};
       break;
     case GroupKind::ResidualAdd:

@@ -29,10 +29,13 @@
 //                 and y = rmsnorm(h), all [rows, dim] contiguous
 //   adamw        (master, expAvg, expAvgSq, grad, clipCoef, [computeCopy,] n,
 //                 stepSize, bc2Sqrt, decay, beta1, beta2, eps: f32)
+//   sigmoid_gate_fwd (o, gate, y, rows, cols, oStride, gateStride, yStride)
+//   sigmoid_gate_bwd (o, gate, dy, dout, dgate, rows, cols, oStride,
+//                 gateStride, dyStride, doStride, dgateStride)
 // Integers are int64_t; bracketed parameters exist only when the spec asks
 // for that output. clipCoef may be null (coefficient 1). GPU launch: grid =
 // ceil(work / kBlockSize) blocks of kBlockSize threads, where work is
-// rows*cols (swiglu), n (residual_add, adamw), rows (rmsnorm_fwd,
+// rows*cols (swiglu, sigmoid_gate), n (residual_add, adamw), rows (rmsnorm_fwd,
 // add_rmsnorm_fwd, the rmsnorm_bwd row kernel) or dim (the rmsnorm_bwd dw
 // kernel).
 //
@@ -70,6 +73,9 @@ enum class GroupKind {
   /// Residual add then RMSNorm forward of its output, in one kernel.
   AddRmsNormForward,
   AdamW,
+  /// Sigmoid output gate y = o * sigmoid(gate), and its backward.
+  SigmoidGateForward,
+  SigmoidGateBackward,
 };
 
 /// Storage element types of the generated kernels (math is always f32).

@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 #===- generated_kernels.py - --kernels=generated in training binaries -----===#
 #
-# actplace-compile --kernels=generated launches kernelgen's kernels (SwiGLU
-# forward and backward, residual add, RMSNorm forward and backward) through
-# ap_launch_generated instead of the library's. On the host backend the
-# generated host code computes the reference kernels' bits, so every case
+# actplace-compile --kernels=generated launches kernelgen's kernels (SwiGLU,
+# residual add, RMSNorm, the sigmoid output gate, forward and backward)
+# through ap_launch_generated instead of the library's. On the host backend
+# the generated host code computes the reference kernels' bits, so every case
 # compares a generated binary with the library binary of the same flags:
 #
 #   bits       fingerprints (loss, grads, params, optimizer) equal step by
@@ -119,7 +119,9 @@ def main():
         with open(gen, "rb") as f:
             image = f.read()
         dtype = "f32" if name == "f32" else "bf16"
-        needed = ["ap_kg_swiglu_fwd_" + dtype, "ap_kg_residual_add_" + dtype]
+        needed = ["ap_kg_swiglu_fwd_" + dtype, "ap_kg_residual_add_" + dtype,
+                  "ap_kg_sigmoid_gate_fwd_" + dtype,
+                  "ap_kg_sigmoid_gate_bwd_" + dtype]
         if name == "recompute-fused":
             needed += ["ap_kg_swiglu_bwd_y_" + dtype,
                        "ap_kg_rmsnorm_bwd_zc_dw_y_" + dtype]

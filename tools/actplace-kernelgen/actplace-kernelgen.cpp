@@ -30,7 +30,8 @@ static cl::list<std::string>
     groups("group", cl::CommaSeparated, cl::OneOrMore,
            cl::desc("Op groups to generate, comma separated: swiglu-fwd, "
                     "swiglu-bwd, residual-add, rmsnorm-fwd, rmsnorm-bwd, "
-                    "add-rmsnorm-fwd, adamw, or all"),
+                    "add-rmsnorm-fwd, adamw, sigmoid-gate-fwd, "
+                    "sigmoid-gate-bwd, or all"),
            cl::cat(category));
 static cl::opt<std::string>
     dtype("dtype", cl::init("bf16"),
@@ -111,7 +112,8 @@ int main(int argc, char **argv) {
   for (const std::string &g : groups) {
     if (g == "all")
       names.append({"swiglu-fwd", "swiglu-bwd", "residual-add", "rmsnorm-fwd",
-                    "rmsnorm-bwd", "add-rmsnorm-fwd", "adamw"});
+                    "rmsnorm-bwd", "add-rmsnorm-fwd", "adamw",
+                    "sigmoid-gate-fwd", "sigmoid-gate-bwd"});
     else
       names.push_back(g);
   }

@@ -92,6 +92,10 @@ struct Jit {
         s.computeCopy = copy;
         all.push_back(s);
       }
+      s.kind = kg::GroupKind::SigmoidGateForward;
+      all.push_back(s);
+      s.kind = kg::GroupKind::SigmoidGateBackward;
+      all.push_back(s);
     }
     return all;
   }
@@ -227,6 +231,62 @@ TEST_P(KernelGenHost, SwiGluBackwardMatchesReference) {
       else
         EXPECT_EQ(yG, std::vector<uint8_t>(n * eb, 6)) << "y written";
     }
+  }
+}
+
+// The sigmoid output gate, forward and backward: o read with a row stride
+// wider than the row and the gate as the second half of one [o | gate] row
+// (the gated projection's layout), outputs contiguous.
+TEST_P(KernelGenHost, SigmoidGateMatchesReference) {
+  size_t eb = bytesOf(type());
+  kg::GroupSpec fwd, bwd;
+  fwd.kind = kg::GroupKind::SigmoidGateForward;
+  bwd.kind = kg::GroupKind::SigmoidGateBackward;
+  fwd.dtype = bwd.dtype = type();
+  using FwdFn = void(const void *, const void *, void *, I, I, I, I, I);
+  using BwdFn = void(const void *, const void *, const void *, void *, void *,
+                     I, I, I, I, I, I, I);
+  FwdFn *f = jit().lookup<FwdFn>(fwd);
+  BwdFn *bk = jit().lookup<BwdFn>(bwd);
+  ASSERT_NE(f, nullptr) << kg::kernelName(fwd);
+  ASSERT_NE(bk, nullptr) << kg::kernelName(bwd);
+  for (Shape s : kShapes) {
+    I stride = 2 * s.cols;
+    size_t n = size_t(s.rows * s.cols);
+    auto og = randomStorage(type(), size_t(s.rows * stride), 31 + s.cols, 3.0);
+    auto dy = randomStorage(type(), n, 32 + s.rows);
+    const uint8_t *o = og.data(), *g = og.data() + s.cols * eb;
+    std::vector<uint8_t> yW(n * eb, 1), yG(n * eb, 2);
+    SigmoidGateForwardArgs a;
+    a.dtype = dtypeOf(type());
+    a.o = o;
+    a.gate = g;
+    a.y = yW.data();
+    a.rows = s.rows;
+    a.cols = s.cols;
+    a.oStride = a.gateStride = stride;
+    ASSERT_EQ(sigmoidGateForward(kHost, a), Status::Ok);
+    f(o, g, yG.data(), s.rows, s.cols, stride, stride, s.cols);
+    EXPECT_TRUE(sameBits(yW, yG, eb, "gate y")) << s.rows << "x" << s.cols;
+
+    std::vector<uint8_t> doW(n * eb, 3), dgW(n * eb, 4), doG(n * eb, 5),
+        dgG(n * eb, 6);
+    SigmoidGateBackwardArgs b;
+    b.dtype = dtypeOf(type());
+    b.o = o;
+    b.gate = g;
+    b.dy = dy.data();
+    b.dout = doW.data();
+    b.dgate = dgW.data();
+    b.rows = s.rows;
+    b.cols = s.cols;
+    b.oStride = b.gateStride = stride;
+    ASSERT_EQ(sigmoidGateBackward(kHost, b), Status::Ok);
+    I c = s.cols;
+    bk(o, g, dy.data(), doG.data(), dgG.data(), s.rows, c, stride, stride, c, c,
+       c);
+    EXPECT_TRUE(sameBits(doW, doG, eb, "gate do")) << s.rows << "x" << c;
+    EXPECT_TRUE(sameBits(dgW, dgG, eb, "gate dgate")) << s.rows << "x" << c;
   }
 }
 
