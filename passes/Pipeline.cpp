@@ -148,6 +148,12 @@ struct PlacementPipelineOptions
   Option<int64_t> gatherMaxInflight{
       *this, "gather-max-inflight", llvm::cl::init(1),
       llvm::cl::desc("zero3: windows gathered ahead the prediction assumes")};
+  Option<train::MainGradDtype> mainGradDtype{
+      *this, "main-grad-dtype", llvm::cl::init(train::MainGradDtype::F32),
+      llvm::cl::desc("zero3: main-grad shard type the per-rank memory "
+                     "assumes"),
+      llvm::cl::values(clEnumValN(train::MainGradDtype::F32, "f32", ""),
+                       clEnumValN(train::MainGradDtype::BF16, "bf16", ""))};
   Option<bool> report{*this, "report", llvm::cl::init(false),
                       llvm::cl::desc("Print the placement report")};
   Option<train::ReportFormat> reportFormat{
@@ -180,6 +186,7 @@ void buildRegisteredPlacementPipeline(OpPassManager &pm,
   cfg.dataParallelSize = p.dataParallelSize;
   cfg.gradBucketBytes = p.gradBucketBytes;
   cfg.gatherMaxInflight = p.gatherMaxInflight;
+  cfg.mainGradDtype = p.mainGradDtype;
   o.report = p.report;
   o.reportFormat = p.reportFormat;
   o.reportFile = p.reportFile;

@@ -61,6 +61,12 @@ defvar PlacementOptions = [
          "Smallest main-grad bucket in bytes the prediction assumes (as exec-bucket-grad-reduce's bucket-bytes; 0: one per grad)">,
   Option<"gatherMaxInflight", "gather-max-inflight", "int64_t", "1",
          "zero3: layer-group windows whose weights are gathered ahead of the one computing (as exec-shard-params' gather-max-inflight)">,
+  Option<"mainGradDtype", "main-grad-dtype", "::ap::train::MainGradDtype",
+         "::ap::train::MainGradDtype::F32",
+         "zero3: the main-grad shards' type the per-rank memory assumes (as exec-shard-params' main-grad-dtype)",
+         [{::llvm::cl::values(
+             clEnumValN(::ap::train::MainGradDtype::F32, "f32", "f32 main-grad shards (default)"),
+             clEnumValN(::ap::train::MainGradDtype::BF16, "bf16", "bf16 main-grad shards"))}]>,
 ];
 
 #endif // ACTPLACE_PASSES_PLACEMENTOPTIONS_TD

@@ -48,7 +48,7 @@ int64_t ZeroParam::gradBufferBytes(int64_t ranks) const {
 }
 
 ZeroLayout ZeroLayout::of(ModuleOp module, Block *body, int64_t ranks,
-                          int64_t gatherMaxInflight) {
+                          int64_t gatherMaxInflight, bool bf16MainGrads) {
   ZeroLayout l;
   l.ranks = std::max<int64_t>(ranks, 1);
   llvm::StringMap<unsigned> index;
@@ -63,8 +63,9 @@ ZeroLayout ZeroLayout::of(ModuleOp module, Block *body, int64_t ranks,
       index[zp.name] = l.params.size();
       l.paramBytes += zp.shardBytes();
       if (zp.trainable) {
-        // FP32 main grad; FP32 master and two FP32 Adam moments.
-        l.gradBytes += 4 * zp.shardElements;
+        // The main grad (FP32, or BF16 shards); FP32 master and two FP32
+        // Adam moments.
+        l.gradBytes += (bf16MainGrads ? 2 : 4) * zp.shardElements;
         l.optimizerBytes += 12 * zp.shardElements;
       }
       l.params.push_back(std::move(zp));
@@ -176,7 +177,8 @@ DataParallelStep predictZero3(Block &body, const StreamSimulation &sim,
   Operation *parent = body.getParentOp();
   auto module = parent ? parent->getParentOfType<ModuleOp>() : ModuleOp();
   ZeroLayout layout =
-      ZeroLayout::of(module, &body, options.ranks, options.gatherMaxInflight);
+      ZeroLayout::of(module, &body, options.ranks, options.gatherMaxInflight,
+                     options.bf16MainGrads);
   s.gatherMaxInflight = options.gatherMaxInflight;
   s.gatherWindows = layout.gathers.size();
   s.gathersPerMicrobatch = layout.numGathers();

@@ -93,6 +93,8 @@ struct DataParallelOptions {
   int64_t bucketBytes = 26214400;
   /// Zero3: windows gathered ahead of the one computing.
   int64_t gatherMaxInflight = 1;
+  /// Zero3: main-grad shards are bf16 (2 bytes an element, not 4).
+  bool bf16MainGrads = false;
   bool zero3() const { return mode == DataParallelMode::Zero3; }
 };
 
@@ -133,13 +135,14 @@ struct ZeroLayout {
   /// body order of their first write.
   llvm::SmallVector<ZeroWindow> gathers, reductions;
   /// This rank's persistent state (MemoryTimeline's categories): weight
-  /// shards; fp32 main-grad shards; fp32 master and Adam moment shards.
+  /// shards; main-grad shards (fp32, or bf16 with `bf16MainGrads`); fp32
+  /// master and Adam moment shards.
   int64_t paramBytes = 0, gradBytes = 0, optimizerBytes = 0;
 
   /// The layout of `module`'s parameters over `ranks`, with the windows of
   /// the microbatch loop body `body` (none when it is null).
   static ZeroLayout of(mlir::ModuleOp module, mlir::Block *body, int64_t ranks,
-                       int64_t gatherMaxInflight);
+                       int64_t gatherMaxInflight, bool bf16MainGrads = false);
   /// Collectives per microbatch: one per parameter of each window.
   int64_t numGathers() const;
   int64_t numReduceScatters() const;

@@ -377,7 +377,7 @@ MemoryTimeline MemoryTimeline::compute(ModuleOp module, const CostModel &cost,
   std::optional<ZeroLayout> zero;
   if (dp.zero3()) {
     zero = ZeroLayout::of(module, loop ? &loop.getBody().front() : nullptr,
-                          dp.ranks, dp.gatherMaxInflight);
+                          dp.ranks, dp.gatherMaxInflight, dp.bf16MainGrads);
     params = zero->paramBytes;
     grads = zero->gradBytes;
     optimizer = zero->optimizerBytes;

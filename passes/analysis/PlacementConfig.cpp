@@ -48,6 +48,10 @@ PlacementConfig::validate(function_ref<InFlightDiagnostic()> emitError) {
     return emitError() << "gather-max-inflight must be >= 0 (0 = each "
                           "window gathered right before it), got "
                        << gatherMaxInflight;
+  if (mainGradDtype == MainGradDtype::BF16 &&
+      dataParallel != DataParallelMode::Zero3)
+    return emitError() << "main-grad-dtype=bf16 needs data-parallel=zero3 "
+                          "(replicated ranks keep f32 main grads)";
   if (prefetchDepth < 0)
     return emitError() << "prefetch-depth must be >= 0 (0 = cost model), got "
                        << prefetchDepth;

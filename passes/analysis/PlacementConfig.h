@@ -44,6 +44,8 @@ struct PlacementConfig {
   int64_t dataParallelSize = 1;
   int64_t gradBucketBytes = 26214400;
   int64_t gatherMaxInflight = 1;
+  /// Zero3: the main-grad shards' type (exec-shard-params' main-grad-dtype).
+  MainGradDtype mainGradDtype = MainGradDtype::F32;
 
   /// Leaves the options select, after alias expansion.
   std::set<std::string> offloadLeaves, recomputeLeaves;
@@ -62,6 +64,7 @@ struct PlacementConfig {
     o.ranks = dataParallelSize;
     o.bucketBytes = gradBucketBytes;
     o.gatherMaxInflight = gatherMaxInflight;
+    o.bf16MainGrads = mainGradDtype == MainGradDtype::BF16;
     return o;
   }
 
@@ -104,6 +107,7 @@ void recordPlacement(mlir::Operation *op, unsigned index,
     c.dataParallelSize = dataParallelSize;                                     \
     c.gradBucketBytes = gradBucketBytes;                                       \
     c.gatherMaxInflight = gatherMaxInflight;                                   \
+    c.mainGradDtype = mainGradDtype;                                           \
     return c;                                                                  \
   }()
 

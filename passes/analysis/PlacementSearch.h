@@ -150,6 +150,7 @@ Options placementPassOptions(const PlacementConfig &cfg,
   o.dataParallelSize = cfg.dataParallelSize;
   o.gradBucketBytes = cfg.gradBucketBytes;
   o.gatherMaxInflight = cfg.gatherMaxInflight;
+  o.mainGradDtype = cfg.mainGradDtype;
   return o;
 }
 

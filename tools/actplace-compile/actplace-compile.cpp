@@ -705,6 +705,7 @@ int main(int argc, char **argv) {
   placement.dataParallelSize = dataParallelSize;
   placement.gradBucketBytes = gradBucketBytes;
   placement.gatherMaxInflight = gatherMaxInflight;
+  placement.mainGradDtype = mainGradDtype;
   // The lowering predicts copy completion (how long offloaded bytes stay
   // reserved in the arena) with the profile placement used, unless
   // --copy-hold=peak-rates asks for the defaults.
