@@ -268,7 +268,7 @@ public:
 
   /// The generated kernels' table (prefix "generated"), their host code
   /// (absorbed into the module) and PTX (`ptxSymbol`, empty when none).
-  LogicalResult generatedKernels(const std::vector<kernelgen::GroupSpec> &specs,
+  LogicalResult generatedKernels(const std::vector<ProgramDesc::Generated> &all,
                                  std::string &ptxSymbol);
 
 private:
@@ -459,60 +459,87 @@ private:
 };
 
 LogicalResult
-LLVMSink::generatedKernels(const std::vector<kernelgen::GroupSpec> &specs,
+LLVMSink::generatedKernels(const std::vector<ProgramDesc::Generated> &all,
                            std::string &ptxSymbol) {
   // The table: per kernel its name, parameter kinds, packed host function
-  // and GPU entries.
-  std::vector<ap_generated_kernel> kernels(specs.size());
+  // (kernelgen) or PTX and launch shape (Triton), and GPU entries.
+  std::vector<kernelgen::GroupSpec> specs;
+  std::vector<ap_generated_kernel> kernels(all.size());
   std::vector<std::string> entrySymbols;
-  for (auto [i, spec] : llvm::enumerate(specs)) {
-    std::vector<kernelgen::GpuEntry> entries = kernelgen::gpuEntries(spec);
-    std::vector<ap_generated_entry> es(entries.size());
-    for (auto [j, e] : llvm::enumerate(entries)) {
-      es[j].work_params[0] = e.workParams.size() > 0 ? e.workParams[0] : -1;
-      es[j].work_params[1] = e.workParams.size() > 1 ? e.workParams[1] : -1;
+  for (auto [i, g] : llvm::enumerate(all)) {
+    std::vector<ap_generated_entry> es;
+    std::vector<std::string> names;
+    if (g.spec) {
+      specs.push_back(*g.spec);
+      for (const kernelgen::GpuEntry &e : kernelgen::gpuEntries(*g.spec)) {
+        ap_generated_entry en{};
+        en.work_params[0] = e.workParams.size() > 0 ? e.workParams[0] : -1;
+        en.work_params[1] = e.workParams.size() > 1 ? e.workParams[1] : -1;
+        es.push_back(en);
+        names.push_back(e.name);
+      }
+    } else {
+      // A Triton kernel: one entry, its grid in the launch's args.
+      es.push_back({nullptr, {-1, -1}});
+      names.push_back(g.triton->name);
+      kernels[i].triton = 1;
+      kernels[i].num_warps = int32_t(g.triton->numWarps);
+      kernels[i].shared_bytes = int32_t(g.triton->sharedBytes);
+      kernels[i].hidden_params = int32_t(g.triton->hiddenParams);
     }
     Image im = Image::of(es.data(), es.size());
-    for (auto [j, e] : llvm::enumerate(entries))
+    for (auto [j, name] : llvm::enumerate(names))
       im.reloc(es.data(), j, &ap_generated_entry::name,
-               symbolOf(stringGlobal(e.name)));
+               symbolOf(stringGlobal(name)));
     std::string name = "gen_entries." + std::to_string(i);
     imageGlobal(im, name);
     entrySymbols.push_back(prefix_ + name);
-    kernels[i].num_entries = uint32_t(entries.size());
+    kernels[i].num_entries = uint32_t(es.size());
   }
   // The host kernels with their packed entries, once per module (pipeline
   // stages share them).
   std::string text, error;
-  if (!kernelgen::packedHostKernels(specs, text, error))
-    return emitError(loc_, "convert-exec-to-llvm: generated kernels: ")
-           << error;
-  OwningOpRef<ModuleOp> host =
-      parseSourceString<ModuleOp>(text, ParserConfig(ctx_));
-  if (!host)
-    return emitError(loc_, "convert-exec-to-llvm: the generated host kernels "
-                           "did not parse back");
-  for (Operation &op : llvm::make_early_inc_range(*host->getBody())) {
-    auto sym = dyn_cast<SymbolOpInterface>(op);
-    if (sym && out_.lookupSymbol(sym.getName()))
-      continue;
-    op.remove();
-    out_.getBody()->push_back(&op);
+  if (!specs.empty()) {
+    if (!kernelgen::packedHostKernels(specs, text, error))
+      return emitError(loc_, "convert-exec-to-llvm: generated kernels: ")
+             << error;
+    OwningOpRef<ModuleOp> host =
+        parseSourceString<ModuleOp>(text, ParserConfig(ctx_));
+    if (!host)
+      return emitError(loc_, "convert-exec-to-llvm: the generated host "
+                             "kernels did not parse back");
+    for (Operation &op : llvm::make_early_inc_range(*host->getBody())) {
+      auto sym = dyn_cast<SymbolOpInterface>(op);
+      if (sym && out_.lookupSymbol(sym.getName()))
+        continue;
+      op.remove();
+      out_.getBody()->push_back(&op);
+    }
   }
   Image im = Image::of(kernels.data(), kernels.size());
-  for (auto [i, spec] : llvm::enumerate(specs)) {
-    std::string params;
-    for (const kernelgen::KernelParam &kp : kernelgen::kernelParams(spec))
-      params.push_back(kp.kind);
+  for (auto [i, g] : llvm::enumerate(all)) {
+    std::string params, name;
+    if (g.spec) {
+      for (const kernelgen::KernelParam &kp : kernelgen::kernelParams(*g.spec))
+        params.push_back(kp.kind);
+      name = kernelgen::kernelName(*g.spec);
+      im.reloc(kernels.data(), i, &ap_generated_kernel::host,
+               kernelgen::packedName(*g.spec));
+    } else {
+      params = g.triton->kinds();
+      name = g.triton->name;
+      im.reloc(kernels.data(), i, &ap_generated_kernel::ptx,
+               symbolOf(stringGlobal(g.triton->ptx)));
+    }
     im.reloc(kernels.data(), i, &ap_generated_kernel::name,
-             symbolOf(stringGlobal(kernelgen::kernelName(spec))));
+             symbolOf(stringGlobal(name)));
     im.reloc(kernels.data(), i, &ap_generated_kernel::params,
              symbolOf(stringGlobal(params)));
-    im.reloc(kernels.data(), i, &ap_generated_kernel::host,
-             kernelgen::packedName(spec));
     im.reloc(kernels.data(), i, &ap_generated_kernel::entries, entrySymbols[i]);
   }
   imageGlobal(im, "generated");
+  if (specs.empty())
+    return success();
   // The PTX of the GPU entries; without a CUDA toolkit (libdevice) the
   // binary runs its generated kernels on the host backend only.
   kernelgen::GpuTarget target;

@@ -20,6 +20,7 @@
 #ifndef ACTPLACE_CODEGEN_STEPSINK_H
 #define ACTPLACE_CODEGEN_STEPSINK_H
 
+#include "codegen/TritonKernel.h"
 #include "kernelgen/KernelGen.h"
 #include "kernels/kernels.h"
 #include "runtime/abi.h"
@@ -178,9 +179,15 @@ struct ProgramDesc {
   std::optional<double> maxGradNorm;
   std::vector<AdamW> adamw;
   uint32_t numEvents = 0;
+  /// A kernel ap_launch_generated launches: kernelgen's (`spec`) or one
+  /// Triton compiled (`triton`).
+  struct Generated {
+    std::optional<kernelgen::GroupSpec> spec;
+    std::optional<TritonKernel> triton;
+  };
   /// The generated kernels the step launches (ap_launch_generated's index),
   /// each once.
-  std::vector<kernelgen::GroupSpec> generated;
+  std::vector<Generated> generated;
 };
 
 /// What the walk produces, in program order.

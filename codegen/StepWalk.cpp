@@ -386,8 +386,11 @@ private:
   /// exec.step kernels = "generated": element-wise and row-wise calls with
   /// a kernelgen group launch the generated kernel.
   bool generated_ = false;
-  std::vector<kernelgen::GroupSpec> genSpecs_; ///< launched, each once
-  std::map<std::string, unsigned> genIndex_;   ///< kernelName -> index
+  /// Launched generated kernels, each once, and their index by name.
+  std::vector<ProgramDesc::Generated> genSpecs_;
+  std::map<std::string, unsigned> genIndex_;
+  /// --triton-kernel: the Triton kernel implementing each op (by callee).
+  std::map<std::string, TritonKernel> triton_;
   size_t genLaunches_ = 0; ///< generated launches in the step's text
 };
 
@@ -517,6 +520,29 @@ LogicalResult Walker::run(EmittedPlan *plan) {
                                      "convert-train-to-exec first)");
   if (failed(collect(step)))
     return failure();
+  if (Attribute t = step->getAttr(exec::kTritonKernelsAttr)) {
+    auto list = dyn_cast<ArrayAttr>(t);
+    if (!list)
+      return step->emitError(pfx() + "exec.step's ")
+             << exec::kTritonKernelsAttr << " is not an array";
+    for (Attribute entry : list) {
+      std::string error = "an entry is not a dictionary";
+      auto dict = dyn_cast<DictionaryAttr>(entry);
+      std::optional<TritonKernel> k =
+          dict ? TritonKernel::fromAttr(dict, error) : std::nullopt;
+      if (!k)
+        return step->emitError(pfx() + "exec.step's ")
+               << exec::kTritonKernelsAttr << ": " << error;
+      if (!triton_.emplace(k->op, *k).second)
+        return step->emitError(pfx() + "two Triton kernels implement '")
+               << k->op << "'";
+    }
+    if (!triton_.empty() && !sink_.holdsGeneratedKernels())
+      return step->emitError(pfx() + "the step has Triton kernels, which "
+                                     "this output form cannot hold (the "
+                                     "readable C++ form; build the binary "
+                                     "through LLVM)");
+  }
   if (Attribute k = step->getAttr(exec::kKernelsAttr)) {
     auto mode = dyn_cast<StringAttr>(k);
     if (!mode ||
@@ -1085,7 +1111,7 @@ LogicalResult Walker::walkKernel(Operation *op) {
     std::string name = kernelgen::kernelName(spec);
     auto [it, fresh] = genIndex_.try_emplace(name, unsigned(genSpecs_.size()));
     if (fresh)
-      genSpecs_.push_back(spec);
+      genSpecs_.push_back({spec, std::nullopt});
     std::vector<kernelgen::KernelParam> params = kernelgen::kernelParams(spec);
     KernelArgs a;
     a.type = "generated";
@@ -1148,6 +1174,74 @@ LogicalResult Walker::walkKernel(Operation *op) {
              << ")";
     return success();
   };
+
+  // A Triton kernel for this op (--triton-kernel): its parameters from the
+  // manifest's mapping, the grid computed here, after them.
+  auto launchTriton = [&](const TritonKernel &t) -> LogicalResult {
+    auto where = [&]() {
+      return op->emitError(pfx() + "Triton kernel ")
+             << t.name << " (" << t.manifest << ") for '" << callee << "': ";
+    };
+    if (ins.empty())
+      return where() << "the call has no input to take the sizes from";
+    int64_t cols = dim(ins[0], -1), n = nel(ins[0]);
+    int64_t rows = cols > 0 ? n / cols : 0;
+    size_t np = t.args.size();
+    KernelArgs a;
+    a.type = "triton";
+    a.align = 8;
+    a.bytes.assign(8 * (np + 3), 0);
+    for (auto [i, arg] : llvm::enumerate(t.args)) {
+      KernelArgs::Field f{arg.kind == TritonArg::Size ? arg.size
+                                                      : std::string("buffer"),
+                          "", uint64_t(8 * i)};
+      if (arg.kind != TritonArg::Size) {
+        const SmallVector<Value> &bufs =
+            arg.kind == TritonArg::Input ? ins : outs;
+        if (size_t(arg.index) >= bufs.size())
+          return where() << (arg.kind == TritonArg::Input ? "in" : "out")
+                         << arg.index << " maps a buffer the call does not "
+                         << "have (" << bufs.size() << ")";
+        f.isPtr = true;
+        f.addr = at(bufs[arg.index]);
+      } else if (arg.type == 'f') {
+        float eps = float(this->arg(op, args, "eps", 1e-6, /*f32=*/true));
+        std::memcpy(&a.bytes[8 * i], &eps, 4);
+        f.text = fmtFloat(eps);
+      } else {
+        int64_t v = arg.size == "n" ? n : arg.size == "rows" ? rows : cols;
+        if (arg.type == 'i' && v > std::numeric_limits<int32_t>::max())
+          return where() << arg.size << " = " << v << " does not fit the "
+                         << "kernel's i32 parameter";
+        if (arg.type == 'i') {
+          int32_t v32 = int32_t(v);
+          std::memcpy(&a.bytes[8 * i], &v32, 4);
+        } else {
+          std::memcpy(&a.bytes[8 * i], &v, 8);
+        }
+        f.text = std::to_string(v);
+      }
+      a.fields.push_back(std::move(f));
+    }
+    for (int d = 0; d < 3; ++d) {
+      llvm::Expected<int64_t> g = tritonGridValue(t.grid[d], n, rows, cols);
+      if (!g)
+        return where() << llvm::toString(g.takeError());
+      std::memcpy(&a.bytes[8 * (np + d)], &*g, 8);
+      a.fields.push_back({"grid", std::to_string(*g), uint64_t(8 * (np + d))});
+    }
+    std::string key = "triton:" + t.name;
+    auto [it, fresh] = genIndex_.try_emplace(key, unsigned(genSpecs_.size()));
+    if (fresh)
+      genSpecs_.push_back({std::nullopt, t});
+    ++genLaunches_;
+    sink_.launchGenerated(side ? AP_STREAM_SIDE : AP_STREAM_COMPUTE,
+                          side ? "AP_STREAM_SIDE" : "AP_STREAM_COMPUTE", label,
+                          it->second, t.name, a);
+    return success();
+  };
+  if (auto t = triton_.find(callee.str()); t != triton_.end())
+    return launchTriton(t->second);
 
   if (callee == "train.embedding") {
     if (failed(expectCounts(2, 1)))

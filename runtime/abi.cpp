@@ -153,15 +153,24 @@ Program ap::rt::programOfAbi(const ap_program &p) {
   Program out;
   for (uint32_t i = 0; i < p.num_generated; ++i) {
     const ap_generated_kernel &g = p.generated[i];
-    if (!g.name || !g.params || !g.host)
+    if (!g.name || !g.params || (!g.host && !g.triton))
       fail("abi: program: generated kernel ", i,
            " has a null name, parameter list or host function");
     size_t n = std::strlen(g.params);
     if (n == 0 || n > AP_GENERATED_MAX_PARAMS ||
-        std::strspn(g.params, "plf") != n)
+        std::strspn(g.params, "plif") != n)
       fail("abi: program: generated kernel '", g.name, "' has parameters '",
            g.params, "' (expected 1 to ", AP_GENERATED_MAX_PARAMS,
-           " of 'p', 'l', 'f')");
+           " of 'p', 'l', 'i', 'f')");
+    if (g.triton &&
+        (!g.ptx || g.num_warps < 1 || g.num_warps > 32 || g.shared_bytes < 0 ||
+         g.hidden_params < 0 || g.hidden_params > 2 ||
+         n + size_t(g.hidden_params) > AP_GENERATED_MAX_PARAMS))
+      fail("abi: program: Triton kernel '", g.name,
+           "' needs its PTX, 1 to 32 warps, non-negative shared memory and "
+           "0 to 2 hidden parameters (has ",
+           g.num_warps, " warps, ", g.shared_bytes, " bytes, ", g.hidden_params,
+           " hidden)");
     if (g.num_entries == 0 || !g.entries)
       fail("abi: program: generated kernel '", g.name, "' has no GPU entry");
     for (uint32_t e = 0; e < g.num_entries; ++e) {
@@ -529,9 +538,11 @@ void ap_launch_generated(ap_step *step, int32_t stream, const char *label,
          " (the program has ", prog.generated.size(), ")");
   const ap_generated_kernel &k = prog.generated[kernel];
   size_t n = std::strlen(k.params);
-  if (!args || argsSize != 8 * n)
-    fail("abi: ap_launch_generated '", label, "': ", k.name, " takes ", 8 * n,
-         " bytes of arguments (", n, " parameters), got ", args ? argsSize : 0);
+  size_t slots = n + (k.triton ? 3 : 0);
+  if (!args || argsSize != 8 * slots)
+    fail("abi: ap_launch_generated '", label, "': ", k.name, " takes ",
+         8 * slots, " bytes of arguments (", n, " parameters",
+         k.triton ? " and the grid" : "", "), got ", args ? argsSize : 0);
   ++r.generatedLaunches;
   GeneratedLaunch launch;
   launch.kernel = &k;

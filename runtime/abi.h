@@ -30,7 +30,7 @@
 #include <stdint.h>
 
 /* The contract's version: generated code stores it in ap_program. */
-#define AP_ABI_VERSION 8
+#define AP_ABI_VERSION 9
 
 /* ap_program.data_parallel_mode: every rank holds all parameters and
    optimizer state (main grads all-reduced), or each holds a flat 1/N shard
@@ -239,17 +239,27 @@ typedef struct ap_generated_entry {
 } ap_generated_entry;
 
 /* A kernel the compiler generated (kernelgen: a group of element-wise and
-   row-wise ops). Its arguments are one 8-byte slot per parameter, in order
-   ('p' a pointer, 'l' an int64_t, 'f' a float in the slot's first 4 bytes).
-   The host backend calls `host` with an array pointing at the slots; the
-   cuda backend launches `entries` in order, on the same array, from the
-   program's generated_ptx. */
+   row-wise ops) or took from Triton (--triton-kernel). Its arguments are one
+   8-byte slot per parameter, in order ('p' a pointer, 'l' an int64_t, 'i'
+   an int32_t or 'f' a float in the slot's first 4 bytes). The host backend
+   calls `host` with an array pointing at the slots; the cuda backend
+   launches `entries` in order, on the same array, from the program's
+   generated_ptx.
+   A Triton kernel (`triton` nonzero) has no host function (the host backend
+   refuses it) and one entry; its PTX is `ptx`; its launch args hold three
+   more int64 slots after the parameters, the grid (x, y, z); the block is
+   32 x num_warps threads with shared_bytes of dynamic shared memory, and
+   hidden_params null pointers follow the parameters (Triton's scratch
+   pointers). */
 typedef struct ap_generated_kernel {
   const char *name;
-  const char *params; /* one of 'p', 'l', 'f' per parameter */
+  const char *params; /* one of 'p', 'l', 'i', 'f' per parameter */
   void (*host)(void **params);
   const ap_generated_entry *entries;
   uint32_t num_entries;
+  int32_t triton;
+  int32_t num_warps, shared_bytes, hidden_params;
+  const char *ptx;
 } ap_generated_kernel;
 
 /* The whole program. Zero-initialise, then set every field. */
@@ -343,7 +353,8 @@ void ap_launch(ap_step *step, int32_t stream, const char *label, int32_t kernel,
                const void *args, uint64_t args_size);
 /* Launches generated kernel `kernel` (an index into ap_program.generated)
    on `stream` (compute or side) with a copy of `args`: 8 bytes per
-   parameter (args_size must be 8 x the parameter count). */
+   parameter (args_size must be 8 x the parameter count, plus 24 for a
+   Triton kernel's grid). */
 void ap_launch_generated(ap_step *step, int32_t stream, const char *label,
                          uint32_t kernel, const void *args, uint64_t args_size);
 void ap_record(ap_step *step, uint32_t event, int32_t stream);

@@ -29,9 +29,21 @@ kernels::Status launchGenerated(const kernels::KernelContext &ctx,
   if (n == 0 || n > AP_GENERATED_MAX_PARAMS)
     fail("generated kernel '", launch.kernel->name, "': ", n,
          " parameters (1 to ", AP_GENERATED_MAX_PARAMS, " supported)");
+  // A Triton kernel's hidden trailing pointers (its scratch) are null.
+  static const uint64_t kNull = 0;
   void *params[AP_GENERATED_MAX_PARAMS];
   for (size_t i = 0; i < n; ++i)
     params[i] = &launch.slots[i];
+  if (launch.kernel->triton) {
+    if (n + size_t(launch.kernel->hidden_params) > AP_GENERATED_MAX_PARAMS)
+      fail("Triton kernel '", launch.kernel->name, "': too many parameters");
+    for (int32_t h = 0; h < launch.kernel->hidden_params; ++h)
+      params[n + size_t(h)] = const_cast<uint64_t *>(&kNull);
+    if (ctx.backend == kernels::Backend::Host)
+      fail("Triton kernel '", launch.kernel->name,
+           "' runs on the cuda backend only (it has no host form; compile "
+           "without --triton-kernel for the host backend)");
+  }
   if (ctx.backend == kernels::Backend::Host) {
     launch.kernel->host(params);
     return kernels::Status::Ok;

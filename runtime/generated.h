@@ -29,7 +29,8 @@ namespace ap::rt {
 struct GeneratedLaunch {
   const ap_generated_kernel *kernel = nullptr;
   const char *ptx = nullptr;
-  uint64_t slots[AP_GENERATED_MAX_PARAMS] = {};
+  /// The parameters' slots, then a Triton kernel's grid (x, y, z).
+  uint64_t slots[AP_GENERATED_MAX_PARAMS + 3] = {};
 };
 
 /// The threads of `entry` for the arguments of `launch` (the product of its

@@ -933,6 +933,16 @@ int run(int argc, char **argv, const std::vector<Program> &stages) {
     dopts.shareDevices = flags.comm == "mpi-staged";
     dopts.quiet = rank != 0;
     device = std::make_unique<Device>(dopts);
+    // Kernels Triton compiled have no host form: refuse before any step.
+    if (device->kind() == DeviceKind::Host)
+      for (const Program &stage : stages)
+        for (const ap_generated_kernel &g : stage.generated)
+          if (g.triton)
+            throw CliError(std::string("this binary runs the Triton kernel '") +
+                           g.name +
+                           "' (actplace-compile --triton-kernel), which has no "
+                           "host form: run it on the cuda backend (--device "
+                           "cuda), or compile without --triton-kernel");
   };
   std::unique_ptr<Communicator> world;
   if (worldSize > 1) {

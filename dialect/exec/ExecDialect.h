@@ -64,6 +64,11 @@ inline constexpr llvm::StringLiteral kKernelsAttr = "kernels";
 /// generated kernel, and the bytes of h those kernels do not read back (one
 /// pass over the step's text).
 inline constexpr llvm::StringLiteral kFusedAddNormAttr = "fused_add_norm";
+/// Kernels Triton compiled that implement train ops of the step
+/// (actplace-compile --triton-kernel): an array of dictionaries
+/// (codegen/TritonKernel.h), which the emitter launches instead of the
+/// library's or kernelgen's kernel for every call of their op.
+inline constexpr llvm::StringLiteral kTritonKernelsAttr = "triton_kernels";
 inline constexpr llvm::StringLiteral kFusedSavedBytesAttr = "fused_saved_bytes";
 } // namespace ap::exec
 

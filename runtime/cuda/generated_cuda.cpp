@@ -15,6 +15,8 @@
 #include <cuda.h>
 #include <dlfcn.h>
 
+#include <cstdlib>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <string>
@@ -29,6 +31,7 @@ namespace {
   X(cuModuleLoadDataEx)                                                        \
   X(cuModuleGetFunction)                                                       \
   X(cuLaunchKernel)                                                            \
+  X(cuFuncSetAttribute)                                                        \
   X(cuGetErrorString)
 #define AP_GEN_STR(x) #x
 #define AP_GEN_XSTR(x) AP_GEN_STR(x)
@@ -81,7 +84,8 @@ CUfunction functionOf(const GeneratedLaunch &launch,
   const char *kernel = launch.kernel->name;
   if (!d.missing.empty())
     fail("generated kernel '", kernel, "': ", d.missing);
-  if (!launch.ptx)
+  const char *ptx = launch.kernel->ptx ? launch.kernel->ptx : launch.ptx;
+  if (!ptx)
     fail("generated kernel '", kernel,
          "': the program holds no PTX (actplace-compile found no CUDA "
          "toolkit with libdevice); compile with one, or run on the host "
@@ -90,19 +94,32 @@ CUfunction functionOf(const GeneratedLaunch &launch,
   AP_CUDA_CHECK(cudaGetDevice(&device));
   Cache &c = cache();
   std::lock_guard<std::mutex> lock(c.mu);
-  auto key = std::make_pair(device, launch.ptx);
+  auto key = std::make_pair(device, ptx);
   auto it = c.modules.find(key);
   if (it == c.modules.end()) {
     // cudart makes the device's primary context current on first use; make
     // sure it exists before the driver API loads into it (once: the call
     // may synchronise).
     AP_CUDA_CHECK(cudaFree(nullptr));
+    // PTX for a newer GPU than this one fails to JIT with a vague error:
+    // name both.
+    int major = 0, minor = 0;
+    AP_CUDA_CHECK(cudaDeviceGetAttribute(
+        &major, cudaDevAttrComputeCapabilityMajor, device));
+    AP_CUDA_CHECK(cudaDeviceGetAttribute(
+        &minor, cudaDevAttrComputeCapabilityMinor, device));
+    if (const char *t = std::strstr(ptx, ".target sm_")) {
+      int arch = std::atoi(t + 11);
+      if (arch > major * 10 + minor)
+        fail("generated kernel '", kernel, "': its PTX targets sm_", arch,
+             ", newer than device ", device, " (sm_", major * 10 + minor, ")");
+    }
     char log[4096] = {};
     CUjit_option opts[] = {CU_JIT_ERROR_LOG_BUFFER,
                            CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
     void *vals[] = {log, reinterpret_cast<void *>(uintptr_t(sizeof log))};
     CUmodule module = nullptr;
-    CUresult r = d.cuModuleLoadDataEx(&module, launch.ptx, 2, opts, vals);
+    CUresult r = d.cuModuleLoadDataEx(&module, ptx, 2, opts, vals);
     if (r != CUDA_SUCCESS)
       fail("generated kernel '", kernel,
            "': cuModuleLoadDataEx of the program's PTX failed on device ",
@@ -128,6 +145,34 @@ void launchGeneratedCuda(void *stream, const GeneratedLaunch &launch,
                          void **params) {
   constexpr uint64_t kBlock = 256; // kernelgen::kBlockSize, .maxntid
   const ap_generated_kernel &k = *launch.kernel;
+  if (k.triton) {
+    // Triton's launch: the grid the compiler computed (after the
+    // parameters' slots), 32 x num_warps threads, its shared memory.
+    size_t n = std::strlen(k.params);
+    uint64_t grid[3];
+    for (int d = 0; d < 3; ++d) {
+      grid[d] = launch.slots[n + size_t(d)];
+      if (grid[d] < 1 || grid[d] > 0x7fffffffull)
+        fail("Triton kernel '", k.name, "': grid dimension ", d, " is ",
+             grid[d]);
+    }
+    CUfunction fn = functionOf(launch, k.entries[0]);
+    if (k.shared_bytes > 48 * 1024) {
+      CUresult r = driver().cuFuncSetAttribute(
+          fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, k.shared_bytes);
+      if (r != CUDA_SUCCESS)
+        fail("Triton kernel '", k.name, "': ", k.shared_bytes,
+             " bytes of shared memory refused: ", driver().errorOf(r));
+    }
+    CUresult r = driver().cuLaunchKernel(
+        fn, unsigned(grid[0]), unsigned(grid[1]), unsigned(grid[2]),
+        unsigned(32 * k.num_warps), 1, 1, unsigned(k.shared_bytes),
+        static_cast<CUstream>(stream), params, nullptr);
+    if (r != CUDA_SUCCESS)
+      fail("Triton kernel '", k.name,
+           "': cuLaunchKernel failed: ", driver().errorOf(r));
+    return;
+  }
   for (uint32_t e = 0; e < k.num_entries; ++e) {
     const ap_generated_entry &entry = k.entries[e];
     uint64_t work = generatedWork(launch, entry);

@@ -32,6 +32,7 @@
 
 #include "codegen/EmitCpp.h"
 #include "codegen/EmitLLVM.h"
+#include "codegen/TritonKernel.h"
 #include "dialect/exec/ExecDialect.h"
 #include "dialect/exec/ExecOps.h"
 #include "dialect/train/TrainDialect.h"
@@ -286,6 +287,14 @@ static cl::opt<Kernels> kernelsOpt(
                           "binary and PTX for sm_90a, loaded with the CUDA "
                           "driver API (docs/kernelgen.md)")),
     cl::cat(category));
+static cl::list<std::string> tritonKernels(
+    "triton-kernel",
+    cl::desc("A manifest (JSON) registering a kernel Triton compiled (its PTX "
+             "and metadata JSON) as the implementation of one train op: "
+             "{\"op\", \"metadata\", \"ptx\", \"args\", \"grid\"} "
+             "(docs/kernelgen.md); repeatable, one per op. The binary then "
+             "needs the cuda backend"),
+    cl::cat(category));
 static cl::opt<bool> fuseKernels(
     "fuse-kernels", cl::init(true),
     cl::desc("With --kernels=generated, fuse each residual add with the "
@@ -401,6 +410,53 @@ static std::string g(double v) {
   llvm::raw_string_ostream os(s);
   os << llvm::format("%g", v);
   return s;
+}
+
+/// The --triton-kernel manifests, loaded once (loadTritonKernels).
+static std::vector<ap::codegen::TritonKernel> &loadedTritonKernels() {
+  static std::vector<ap::codegen::TritonKernel> kernels;
+  return kernels;
+}
+
+/// Reads every --triton-kernel manifest and its Triton files; an error
+/// names the file and the field.
+static llvm::Error loadTritonKernels() {
+  std::map<std::string, std::string> byOp;
+  for (const std::string &path : tritonKernels) {
+    llvm::Expected<ap::codegen::TritonKernel> k =
+        ap::codegen::loadTritonKernel(path);
+    if (!k)
+      return k.takeError();
+    auto [it, fresh] = byOp.emplace(k->op, path);
+    if (!fresh)
+      return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                     "--triton-kernel: " + path + " and " +
+                                         it->second + " both implement '" +
+                                         k->op + "' (one kernel per op)");
+    loadedTritonKernels().push_back(std::move(*k));
+  }
+  return llvm::Error::success();
+}
+
+/// The Triton kernels on every exec.step of `module` (the emitter launches
+/// them for their ops); says which op no call of the step uses.
+static void attachTritonKernels(mlir::ModuleOp module,
+                                llvm::StringRef prefix = "") {
+  if (loadedTritonKernels().empty())
+    return;
+  module.walk([&](ap::exec::StepOp step) {
+    llvm::SmallVector<mlir::Attribute> entries;
+    for (const ap::codegen::TritonKernel &k : loadedTritonKernels()) {
+      entries.push_back(k.toAttr(step.getContext()));
+      int64_t calls = 0;
+      step->walk(
+          [&](ap::exec::KernelOp call) { calls += call.getCallee() == k.op; });
+      llvm::outs() << prefix << "Triton kernel " << k.name << " (" << k.manifest
+                   << "): " << calls << " calls of " << k.op << "\n";
+    }
+    step->setAttr(ap::exec::kTritonKernelsAttr,
+                  mlir::ArrayAttr::get(step.getContext(), entries));
+  });
 }
 
 /// The fusion exec-generate-kernels did in `module`'s step, priced at the
@@ -556,6 +612,11 @@ int main(int argc, char **argv) {
       "--offload-modules=gdn_core_attn -o train\n"
       "  actplace-compile models/qwen3.5-0.8b.json --micro-batches 4 "
       "--activation-cut=0.5 --profile=PROFILE.json -o train\n");
+  if (!tritonKernels.empty() && (emit == Emit::Cpp || keepSource))
+    return fail("--triton-kernel has no readable C++ form (--emit=cpp, "
+                "--keep-source); use --emit=binary, object or mlir");
+  if (llvm::Error e = loadTritonKernels())
+    return fail(llvm::toString(std::move(e)));
   if (kernelsOpt == Kernels::Generated && (emit == Emit::Cpp || keepSource))
     return fail("--kernels=generated has no readable C++ form (--emit=cpp, "
                 "--keep-source): the generated kernels exist as LLVM and PTX "
@@ -1279,8 +1340,10 @@ int main(int argc, char **argv) {
     }
     {
       mlir::TimingScope lowerTimer = rootTimer.nest("lowering to LLVM dialect");
-      for (auto [k, stage] : llvm::enumerate(stageRefs))
+      for (auto [k, stage] : llvm::enumerate(stageRefs)) {
         printFusion(stage, "stage " + std::to_string(k) + " ");
+        attachTritonKernels(stage, "stage " + std::to_string(k) + " ");
+      }
       if (failed(
               ap::codegen::lowerStagesToLLVM(*module, stageRefs, plans.data())))
         return fail("code generation failed (diagnostics above)");
@@ -1553,6 +1616,7 @@ int main(int argc, char **argv) {
   {
     mlir::TimingScope lowerTimer = rootTimer.nest("lowering to LLVM dialect");
     printFusion(*module);
+    attachTritonKernels(*module);
     if (failed(ap::codegen::lowerStepToLLVM(*module, &plan)))
       return fail("code generation failed (diagnostics above)");
   }

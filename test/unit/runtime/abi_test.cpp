@@ -526,7 +526,7 @@ TEST(AbiProgramTest, GeneratedKernelTablesAreChecked) {
   };
   kernel.params = "pppxf";
   refused("generated kernel 'test_axpy' has parameters 'pppxf' (expected 1 "
-          "to 32 of 'p', 'l', 'f')");
+          "to 32 of 'p', 'l', 'i', 'f')");
   kernel.params = "ppplf";
   entry.work_params[0] = 0; // a pointer counts no threads
   refused("entry 'test_axpy' counts its threads by parameter 0, which is not "
@@ -541,6 +541,19 @@ TEST(AbiProgramTest, GeneratedKernelTablesAreChecked) {
   kernel.num_entries = 0;
   refused("generated kernel 'test_axpy' has no GPU entry");
   kernel.num_entries = 1;
+  // A Triton kernel has no host function but needs its PTX and a launch
+  // shape.
+  kernel.host = nullptr;
+  kernel.triton = 1;
+  kernel.num_warps = 4;
+  refused("Triton kernel 'test_axpy' needs its PTX, 1 to 32 warps");
+  kernel.ptx = ".target sm_90a";
+  EXPECT_EQ(programOfAbi(a.p).generated[0].triton, 1);
+  kernel.num_warps = 64;
+  refused("(has 64 warps, 0 bytes, 0 hidden)");
+  kernel.num_warps = 4;
+  kernel.triton = 0;
+  kernel.host = &testGeneratedAxpy;
   a.p.generated = nullptr;
   refused("generated has 1 entries and no data");
 }
@@ -692,6 +705,30 @@ TEST_F(AbiStepTest, LaunchGeneratedRunsTheHostFunctionFromItsSlots) {
                         sizeof slots);
   });
   EXPECT_NE(err.find("not h2d"), std::string::npos) << err;
+
+  // A Triton kernel: the grid follows its parameters (3 more slots), and
+  // the host backend refuses it (no host form), naming it.
+  ap_generated_kernel triton{
+      "test_triton", "ppplf", nullptr, &entry, 1, 1, 4, 0, 2, ".target"};
+  program.generated = {triton};
+  err = errorOf([&] {
+    ap_launch_generated(handle(), AP_STREAM_COMPUTE, "t/tri", 0, slots,
+                        sizeof slots);
+  });
+  EXPECT_NE(err.find("test_triton takes 64 bytes of arguments (5 parameters "
+                     "and the grid), got 40"),
+            std::string::npos)
+      << err;
+  uint64_t withGrid[8] = {};
+  err = errorOf([&] {
+    ap_launch_generated(handle(), AP_STREAM_COMPUTE, "t/tri", 0, withGrid,
+                        sizeof withGrid);
+    device->synchronize();
+  });
+  EXPECT_NE(err.find("Triton kernel 'test_triton' runs on the cuda backend "
+                     "only"),
+            std::string::npos)
+      << err;
   program.generated.clear();
 }
 
