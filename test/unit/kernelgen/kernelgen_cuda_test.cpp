@@ -14,8 +14,9 @@
 // the reference by at most one bf16 ulp. SwiGLU runs twice and must give the
 // same bits both times (determinism).
 //
-// This is a test-only loader; the runtime's driver-API loader is not written
-// yet.
+// The loader here is the test's own, so that a kernel can be checked apart
+// from the runtime's (runtime/cuda/generated_cuda.cpp), which the GPU
+// end-to-end arms exercise.
 //
 //===----------------------------------------------------------------------===//
 #include "test/unit/kernelgen/kernelgen_test_util.h"
@@ -118,6 +119,10 @@ struct GpuKernels {
     s.accumulateDw = true;
     all.push_back(s);
     s.kind = kg::GroupKind::AddRmsNormForward;
+    all.push_back(s);
+    s.kind = kg::GroupKind::SigmoidGateForward;
+    all.push_back(s);
+    s.kind = kg::GroupKind::SigmoidGateBackward;
     all.push_back(s);
     s.kind = kg::GroupKind::AdamW;
     s.dtype = kg::ElemType::F32; // f32 main grads, bf16 compute copy
@@ -319,6 +324,55 @@ TEST_F(KernelGenCuda, SwiGluWithinOneUlpOfReference) {
     EXPECT_TRUE(sameBits(dyOut.bytesBack(), dyB.bytesBack(), 2,
                          "recomputed y vs forward y"))
         << where;
+  }
+}
+
+// The sigmoid output gate at Qwen3.5-0.8B's attention shape ([T x H, hd]
+// = [4096 x 8, 256]) and odd ones: libdevice's exp, so within one bf16 ulp
+// of the reference; two runs bitwise equal.
+TEST_F(KernelGenCuda, SigmoidGateWithinOneUlpOfReference) {
+  const kg::ElemType t = kg::ElemType::BF16;
+  for (Shape s : {Shape{32768, 256}, Shape{3, 7}, Shape{17, 33}}) {
+    size_t n = size_t(s.rows * s.cols);
+    auto o = randomStorage(t, n, 91), g = randomStorage(t, n, 92, 3.0),
+         dy = randomStorage(t, n, 93);
+    std::vector<uint8_t> yW(n * 2), doW(n * 2), dgW(n * 2);
+    SigmoidGateForwardArgs f;
+    f.o = o.data();
+    f.gate = g.data();
+    f.y = yW.data();
+    f.rows = s.rows;
+    f.cols = s.cols;
+    ASSERT_EQ(sigmoidGateForward(kHost, f), Status::Ok);
+    SigmoidGateBackwardArgs b;
+    b.o = o.data();
+    b.gate = g.data();
+    b.dy = dy.data();
+    b.dout = doW.data();
+    b.dgate = dgW.data();
+    b.rows = s.rows;
+    b.cols = s.cols;
+    ASSERT_EQ(sigmoidGateBackward(kHost, b), Status::Ok);
+    DevBuf dO(o), dG(g), dDy(dy), dY(std::vector<uint8_t>(n * 2, 0xff)),
+        dDo(std::vector<uint8_t>(n * 2, 0xff)),
+        dDg(std::vector<uint8_t>(n * 2, 0xff));
+    I c = s.cols;
+    std::vector<uint8_t> first;
+    for (int run = 0; run < 2; ++run) {
+      CU(launch(kg::kernelName(specOf(kg::GroupKind::SigmoidGateForward)), n,
+                dO.p, dG.p, dY.p, s.rows, c, c, c, c));
+      CU(launch(kg::kernelName(specOf(kg::GroupKind::SigmoidGateBackward)), n,
+                dO.p, dG.p, dDy.p, dDo.p, dDg.p, s.rows, c, c, c, c, c, c));
+      auto dgate = dDg.bytesBack();
+      if (run == 0)
+        first = dgate;
+      else
+        EXPECT_EQ(first, dgate) << "gate dgate differs between two runs";
+    }
+    std::string where = std::to_string(s.rows) + "x" + std::to_string(c);
+    EXPECT_TRUE(withinOneUlp(yW, dY.bytesBack(), "gate y")) << where;
+    EXPECT_TRUE(withinOneUlp(doW, dDo.bytesBack(), "gate do")) << where;
+    EXPECT_TRUE(withinOneUlp(dgW, dDg.bytesBack(), "gate dgate")) << where;
   }
 }
 
