@@ -278,7 +278,7 @@ enum class Kernels { Library, Generated };
 static cl::opt<Kernels> kernelsOpt(
     "kernels", cl::init(Kernels::Library),
     cl::desc("Implementation of the element-wise and row-wise kernels "
-             "(SwiGLU, residual add, RMSNorm forward and backward)"),
+             "(SwiGLU, residual add, RMSNorm and the sigmoid output gate, forward and backward)"),
     cl::values(clEnumValN(Kernels::Library, "library",
                           "the kernel library's hand-written kernels "
                           "(default)"),
@@ -299,7 +299,7 @@ static cl::opt<bool> fuseKernels(
     "fuse-kernels", cl::init(true),
     cl::desc("With --kernels=generated, fuse each residual add with the "
              "RMSNorm of its output into one generated kernel "
-             "(exec-generate-kernels)"),
+             "(exec-generate-kernels; default true)"),
     cl::cat(category));
 static cl::opt<int> codegenOpt(
     "codegen-opt", cl::init(0),
