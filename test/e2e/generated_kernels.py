@@ -14,7 +14,9 @@
 #              the side stream; f32 storage; 2 pipeline stages (mpirun).
 #   fused      each residual add whose output the next kernel normalizes
 #              runs with that RMSNorm as one generated kernel (the compile
-#              reports the pairs; --fuse-kernels=false keeps them apart),
+#              reports the pairs, and the JSON report the same count with
+#              the bytes and time saved; --fuse-kernels=false keeps them
+#              apart),
 #              with the same bits.
 #   launched   the generated binary reports generated_launches > 0 in every
 #              metrics line, the library one has no such field; the compile
@@ -31,6 +33,7 @@
 #
 #===------------------------------------------------------------------------===#
 import argparse
+import json
 import os
 import re
 import shutil
@@ -69,7 +72,8 @@ def compile_both(t, name, flags):
     lib = t.compile(name + "-lib", "--micro-batches", "2", *flags)
     gen_path = t.path(name + "-gen")
     cmd = [t.args.compile, t.args.model, "-o", gen_path, "--seq", "16",
-           "--micro-batches", "2", "--kernels=generated"] + flags
+           "--micro-batches", "2", "--kernels=generated",
+           "--report-json", gen_path + ".report.json"] + flags
     r = subprocess.run(cmd, capture_output=True, text=True)
     check(r.returncode == 0, "%s: generated compile failed: %s" %
           (name, r.stderr))
@@ -139,6 +143,14 @@ def main():
         fused = re.search(r"kernel fusion: (\d+) residual add \+ RMSNorm",
                           out.stdout)
         fused_pairs = int(fused.group(1)) if fused else 0
+        # The JSON report records the fusion the compile printed.
+        with open(gen + ".report.json") as f:
+            entry = json.load(f).get("kernel_fusion")
+        check((entry or {}).get("pairs", 0) == fused_pairs and
+              (fused_pairs == 0 or entry["saved_read_bytes"] > 0 and
+               entry["predicted_saving_us"] > 0),
+              "%s: the report's kernel_fusion %s, the compile printed %d "
+              "pairs" % (name, entry, fused_pairs))
         if name == "unfused":
             check(fused_pairs == 0 and b"ap_kg_add_rmsnorm" not in image,
                   "unfused: --fuse-kernels=false fused %d pairs" % fused_pairs)

@@ -65,6 +65,7 @@
 #include "llvm/Support/Format.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/JSON.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 #include "llvm/Support/Program.h"
@@ -459,11 +460,48 @@ static void attachTritonKernels(mlir::ModuleOp module,
   });
 }
 
+/// Adds the kernel fusion of a step to the JSON placement report at `path`
+/// (written by the placement passes before the exec pipeline decides the
+/// fusion), as "kernel_fusion": {pairs, saved_read_bytes,
+/// predicted_saving_us} per microbatch. Returns an error message, empty on
+/// success.
+static std::string addFusionToReport(llvm::StringRef path, int64_t pairs,
+                                     int64_t bytes, double us) {
+  auto buffer = llvm::MemoryBuffer::getFile(path);
+  if (!buffer)
+    return "cannot read the report " + path.str() + ": " +
+           buffer.getError().message();
+  llvm::Expected<llvm::json::Value> parsed =
+      llvm::json::parse((*buffer)->getBuffer());
+  if (!parsed)
+    return "the report " + path.str() + " is not JSON: " +
+           llvm::toString(parsed.takeError());
+  llvm::json::Object *root = parsed->getAsObject();
+  if (!root)
+    return "the report " + path.str() + " is not a JSON object";
+  root->insert({"kernel_fusion",
+                llvm::json::Object{{"kind", "residual_add+rms_norm"},
+                                   {"pairs", pairs},
+                                   {"saved_read_bytes", bytes},
+                                   {"predicted_saving_us", us},
+                                   {"per", "microbatch"}}});
+  std::error_code ec;
+  llvm::raw_fd_ostream os(path, ec);
+  if (ec)
+    return "cannot write the report " + path.str() + ": " + ec.message();
+  os << llvm::formatv("{0:2}", llvm::json::Value(std::move(*parsed))) << "\n";
+  return "";
+}
+
 /// The fusion exec-generate-kernels did in `module`'s step, priced at the
-/// profile's memory bandwidth and launch latency (docs/kernelgen.md).
-static void printFusion(mlir::ModuleOp module, llvm::StringRef prefix = "") {
+/// profile's memory bandwidth and launch latency (docs/kernelgen.md); also
+/// recorded in the JSON report `reportPath` when one is written.
+static std::string printFusion(mlir::ModuleOp module,
+                               llvm::StringRef reportPath,
+                               llvm::StringRef prefix = "") {
+  std::string error;
   if (kernelsOpt != Kernels::Generated || !fuseKernels)
-    return;
+    return error;
   module.walk([&](ap::exec::StepOp step) {
     auto pairs =
         step->getAttrOfType<mlir::IntegerAttr>(ap::exec::kFusedAddNormAttr);
@@ -484,7 +522,10 @@ static void printFusion(mlir::ModuleOp module, llvm::StringRef prefix = "") {
                  << pairs.getInt() << " launches and " << bytes.getInt()
                  << " bytes of reads fewer per microbatch, predicted " << g(us)
                  << " us less\n";
+    if (!reportPath.empty() && error.empty())
+      error = addFusionToReport(reportPath, pairs.getInt(), bytes.getInt(), us);
   });
+  return error;
 }
 
 /// Prints what the generated kernels of `plan` are, when any.
@@ -1341,7 +1382,13 @@ int main(int argc, char **argv) {
     {
       mlir::TimingScope lowerTimer = rootTimer.nest("lowering to LLVM dialect");
       for (auto [k, stage] : llvm::enumerate(stageRefs)) {
-        printFusion(stage, "stage " + std::to_string(k) + " ");
+        std::string stageReport =
+            reportJson.empty() ? std::string()
+                               : reportJson + ".stage" + std::to_string(k);
+        std::string error =
+            printFusion(stage, stageReport, "stage " + std::to_string(k) + " ");
+        if (!error.empty())
+          return fail(error);
         attachTritonKernels(stage, "stage " + std::to_string(k) + " ");
       }
       if (failed(
@@ -1615,7 +1662,9 @@ int main(int argc, char **argv) {
   }
   {
     mlir::TimingScope lowerTimer = rootTimer.nest("lowering to LLVM dialect");
-    printFusion(*module);
+    std::string error = printFusion(*module, reportJson);
+    if (!error.empty())
+      return fail(error);
     attachTritonKernels(*module);
     if (failed(ap::codegen::lowerStepToLLVM(*module, &plan)))
       return fail("code generation failed (diagnostics above)");
