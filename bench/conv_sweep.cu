@@ -9,8 +9,8 @@
 // The per-channel arithmetic is the library's, so every variant gives the
 // bits of y and dx of the per-element kernels (the library's fallback path,
 // which shares none of the windowed code), and the sweep checks each, and the
-// library's windowed path, against them bitwise (dw depends on R). Its run of
-// 2026-12-01 (bench/notes/gdn.md) chose 4 tokens ahead for the forward and
+// library's windowed path, against them bitwise (dw depends on R). Its
+// results (bench/notes/gdn.md) chose 4 tokens ahead for the forward and
 // __restrict__ pointers for both. Median of 21 samples of 20 calls over
 // rotating operand copies (no L2 reuse), as bench/elem_bench.cu. First, the
 // library's dx pass by tokens loaded ahead (dense dy, and dy in the step's
@@ -357,7 +357,8 @@ int main() {
               lib[1] * 1e3);
   // The library's dx pass alone, by how many tokens it loads ahead (dense
   // dy; the library's own count also with dy in the step's three groups),
-  // and the sweep's kernel with the shape at run time (112 us in d24).
+  // and the sweep's kernel with the shape at run time, the control the
+  // library's dx pass is measured against (times in bench/notes/gdn.md).
   {
     dim3 grid((C + 127) / 128, unsigned((N + 127) / 128));
     ConvGroups<const bf *> dense{};
@@ -446,8 +447,8 @@ int main() {
   runBwd<2, 16, 4, 128>();
   runBwd<4, 16, 4, 64>();
   runBwd<8, 32, 4, 64>();
-  // The library's backward again, last in the process (d24 found the first
-  // and last timings equal).
+  // The library's backward again, last in the process: shows whether run
+  // order moves the timings (bench/notes/gdn.md, "Run order tested").
   double libLate = timeCalls([&](int i) {
     a.x = x[i];
     a.dy = dy[i];

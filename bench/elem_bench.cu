@@ -5,9 +5,9 @@
 // card. Each sample is one CUDA-event pair around 20 back-to-back calls that
 // cycle through enough copies of the operands (>= 160 MB) that no call finds
 // its inputs in the 50 MB L2; prints the median per call over 21 samples and
-// the bytes each call must move. The old-vs-new comparison of 076225e
-// (bench/notes/dense.md, 2026-12-01) ran an earlier version of this file
-// against a copy of the b9a54af kernels; that copy is gone.
+// the bytes each call must move. The old-vs-new comparison in
+// bench/notes/dense.md ran an earlier version of this file against a copy
+// of the kernels it replaced; that copy is gone.
 // Build: bench/elem_bench.sh.
 //
 //===----------------------------------------------------------------------===//

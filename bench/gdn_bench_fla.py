@@ -11,8 +11,9 @@ import triton  # noqa: E402
 import fla.ops.common.chunk_o as chunk_o  # noqa: E402
 from fla.ops.gated_delta_rule import chunk_gated_delta_rule  # noqa: E402
 
-# FLA bc3b101 refuses its gated backward on Hopper with Triton 3.4..3.7.1
-# (FLA issue #640); the benchmark overrides the guard at run time.
+# The FLA version bench/notes/gdn.md names refuses its gated backward on
+# Hopper with Triton 3.4..3.7.1 (FLA issue #640); the benchmark overrides the
+# guard at run time.
 chunk_o.TRITON_ABOVE_3_7_1 = True
 
 print(f"torch {torch.__version__} triton {triton.__version__}")

@@ -287,7 +287,7 @@ const char *trafficName(Traffic t) {
 /// given traffic enqueued first (long enough to outlast all launches; the
 /// bench reports whether it did). Alone and with-traffic runs alternate so
 /// clock and temperature drift shows up in the alone runs.
-/// Caveat (2026-12-01 clock experiment, bench/notes/runtime.md): 30 GEMM
+/// Caveat (the clock experiment in bench/notes/runtime.md): 30 GEMM
 /// launches (~45 ms) fall inside the ~60 ms after an idle gap in which a
 /// power-capped GEMM still runs at boost clock, and the alone runs follow
 /// the longer idle gap (the copies draining), so for the GEMM this compares

@@ -72,8 +72,8 @@ def cmd_calibrate(a):
             json.load(open(a.op_times)).get("mode", "wait") == "wait"
         if t1 > none_meas and waited:
             # Launches timed one by one (each waited for) take longer than
-            # the same launches back to back in the step (on the H200,
-            # c1bcd09: 464.5 ms of timed launches in a 426.5 ms step). The
+            # the same launches back to back in the step (by 9 % on the
+            # H200; bench/notes/training.md has the figures). The
             # excess is charged per launch, not per second: short kernels
             # carry most of it (fitted here, checked on the arms held out).
             # Stream-mode times (the default since --op-times-mode) are the
@@ -134,7 +134,8 @@ def cmd_calibrate(a):
     slowdown = max(0.0, num / den) if den else 0.0
     if a.copy_hold_slack is not None:
         # Not fitted here: the margin on each D2H's predicted end at which
-        # the tight-hold arms measured no compute stall (training.md, run 5).
+        # the tight-hold arms measured no compute stall (an A/B of hold
+        # margins in bench/notes/training.md).
         profile["copyHoldSlack"] = a.copy_hold_slack
     if not used and a.copy_slowdown_from:
         # No offload-only arm in this run: the compute lost per byte copied
@@ -202,7 +203,8 @@ def fit_side_capacity(a, profile, med, predicted, none_meas, none_pred,
     of measured minus predicted step increase, by golden-section search on
     [0, 1] (each arm's prediction only falls as the capacity grows). Sets
     profile["sideCapacity"]; prints each arm's measured and predicted
-    increase. Run 13 fitted it by hand the same way (training.md)."""
+    increase. bench/notes/training.md has a fit made by hand the same
+    way."""
     names = [n for n in a.side_capacity_arms.split(",") if n]
     if not names:
         return

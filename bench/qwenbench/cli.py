@@ -163,7 +163,8 @@ def main():
                    "the H200 defaults)")
     f.add_argument("--sets", default="",
                    help="recompute sets, ';' between sets, ',' between "
-                   "leaves (default: the run-6 list)")
+                   "leaves (default: frontier_sets in "
+                   "bench/qwenbench/arms.json)")
     add_shape_args(f)
     f.add_argument("--recompute-only", action="store_true",
                    help="also each recompute set with nothing offloaded")

@@ -683,7 +683,8 @@ FailureOr<PlacementSearchResult> ap::train::searchPlacement(
       };
       std::vector<Move> singles = movesFrom(run.state);
       // Every single is placed: screening them by their last change lost
-      // the run-16 point (test/passes/train-plan-budget-qwen3.5.test, SIDE).
+      // the 2 % budget's 60.6 % placement that the SIDE case of
+      // test/passes/train-plan-budget-qwen3.5.test expects.
       prefetch(singles);
       learn(run.state, run.current, singles);
       for (const Move &m : singles)
@@ -731,10 +732,11 @@ FailureOr<PlacementSearchResult> ap::train::searchPlacement(
   // first), so ties keep the earlier choice. The greedy is myopic where
   // leaves compete for one resource (the side stream's idle SMs, the copy
   // links): cheap small moves taken early can shut out a bigger one that
-  // would have paid more. Run 16 found such a point five leaves away from
-  // the search's choice, beyond what the improvement moves reach. So: the
-  // plain descent; one that recomputes before it offloads; and one per leaf
-  // the best so far placed, with that leaf kept through the greedy.
+  // would have paid more. A better point can lie several leaves away from
+  // the greedy's choice, beyond what the improvement moves (one or two
+  // leaves) reach (bench/notes/training.md, "The search's blind spot").
+  // So: the plain descent; one that recomputes before it offloads; and one
+  // per leaf the best so far placed, with that leaf kept through the greedy.
   PlacementSearchResult result;
   std::optional<Descent> winner;
   auto offer = [&](Descent run, int start) {
@@ -764,9 +766,9 @@ FailureOr<PlacementSearchResult> ap::train::searchPlacement(
   }
   // From the best's recompute alone (its offloads kept), recompute first:
   // an offload taken early can hold the place of a recompute that removes
-  // more. Run 17: under the fit over all its calls a 3 % budget ended at
-  // the 60 % placement plus two offloads (67.2 %), three moves from the same
-  // recompute plus gdn_prep (73.5 %, also within the budget).
+  // more. The other descents can end at a recompute set plus offloads a few
+  // moves from the same set plus one more recomputed leaf, which removes
+  // more within the same budget (bench/notes/training.md has the case).
   State recomputed = winner->state;
   llvm::replace(recomputed, static_cast<int8_t>(Offload),
                 static_cast<int8_t>(Keep));
