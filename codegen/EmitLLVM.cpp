@@ -475,12 +475,14 @@ LLVMSink::generatedKernels(const std::vector<ProgramDesc::Generated> &all,
         ap_generated_entry en{};
         en.work_params[0] = e.workParams.size() > 0 ? e.workParams[0] : -1;
         en.work_params[1] = e.workParams.size() > 1 ? e.workParams[1] : -1;
+        en.threads_per_item = int32_t(e.threadsPerItem);
+        en.block_size = int32_t(e.blockSize);
         es.push_back(en);
         names.push_back(e.name);
       }
     } else {
       // A Triton kernel: one entry, its grid in the launch's args.
-      es.push_back({nullptr, {-1, -1}});
+      es.push_back({nullptr, {-1, -1}, 0, 0});
       names.push_back(g.triton->name);
       kernels[i].triton = 1;
       kernels[i].num_warps = int32_t(g.triton->numWarps);

@@ -349,6 +349,9 @@ struct Args {
 /// given its indices. The code before the items (memrefs, scalars) runs
 /// once per kernel invocation (per thread on the GPU).
 using ItemFn = std::function<void(Emitter &, ValueRange)>;
+/// A GPU body written for the whole block: thread and block ids (index) and
+/// the block's shared f32 array (Work::sharedFloats).
+using BlockFn = std::function<void(Emitter &, Value, Value, Value)>;
 struct Work {
   SmallVector<Value, 2> shape;
   ItemFn item;
@@ -356,7 +359,141 @@ struct Work {
   /// several phases runs them in order in one host function, and as one
   /// GPU kernel per phase, launched in order).
   std::string suffix;
+  /// GPU threads per item: 1, or kLanes for a warp per row, whose item
+  /// function receives (row, lane) (on the host: (row), the lanes emulated
+  /// inside rowSum).
+  int64_t threadsPerItem = 1;
+  int64_t blockSize = kBlockSize;
+  /// When set, the GPU kernel is this body instead of the item mapping,
+  /// with a shared array of sharedFloats f32 (the host runs `item` per
+  /// element of `shape` as usual).
+  BlockFn gpuBlock;
+  int64_t sharedFloats = 0;
 };
+
+/// The lane of a warp-per-row item (GPU), null on the host.
+Value laneOf(ValueRange idx) { return idx.size() > 1 ? idx[1] : Value(); }
+
+/// A host scratch array of 2 x kLanes f32 for the reduction emulation
+/// (allocated once per kernel call, in the function's entry); null on the
+/// GPU, where the lanes are threads.
+Value rowScratch(Emitter &e) {
+  if (e.gpu)
+    return Value();
+  return memref::AllocaOp::create(
+      e.b, e.loc, MemRefType::get({2 * kLanes}, e.b.getF32Type()));
+}
+
+using TermFn = llvm::function_ref<Value(Emitter &, Value)>;
+
+/// Sum of term(j) for j = first, first + kLanes, ... < n, from 0, in
+/// increasing j (one lane's or one row group's partial).
+Value stridedSum(Emitter &e, Value first, Value n, TermFn term) {
+  auto loop = scf::ForOp::create(
+      e.b, e.loc, first, n, e.cIndex(kLanes), ValueRange{e.cF32(0.0f)},
+      [&](OpBuilder &nb, Location nl, Value j, ValueRange acc) {
+        Emitter in(nb, nl, e.gpu);
+        Value t = term(in, j);
+        scf::YieldOp::create(nb, nl, in.add(acc[0], t));
+      });
+  return loop.getResult(0);
+}
+
+/// One step of a host reduction tree: scratch[dest + i] = scratch[i] +
+/// scratch[partner(i)] for i in [0, count) (dest 0: in place).
+void hostPairSums(
+    Emitter &e, Value scratch, Value count, Value dest,
+    llvm::function_ref<Value(OpBuilder &, Location, Value)> partner) {
+  scf::ForOp::create(
+      e.b, e.loc, e.cIndex(0), count, e.cIndex(1), ValueRange{},
+      [&](OpBuilder &nb, Location nl, Value i, ValueRange) {
+        Emitter in(nb, nl, false);
+        Value v =
+            in.add(memref::LoadOp::create(nb, nl, scratch, i),
+                   memref::LoadOp::create(nb, nl, scratch, partner(nb, nl, i)));
+        memref::StoreOp::create(nb, nl, v, scratch,
+                                arith::AddIOp::create(nb, nl, i, dest));
+        scf::YieldOp::create(nb, nl);
+      });
+}
+
+/// The host's butterfly over the kLanes partials in scratch[0, kLanes):
+/// p[l] = p[l] + p[l ^ k] for k = 16, 8, 4, 2, 1 (new values staged in
+/// scratch[kLanes, 2 kLanes), then copied back); the result is p[0].
+void hostButterfly(Emitter &e, Value scratch) {
+  Value lanes = e.cIndex(kLanes);
+  for (int64_t k = kLanes / 2; k >= 1; k /= 2) {
+    Value kv = e.cIndex(k);
+    hostPairSums(e, scratch, lanes, lanes,
+                 [&](OpBuilder &nb, Location nl, Value l) -> Value {
+                   return arith::XOrIOp::create(nb, nl, l, kv);
+                 });
+    scf::ForOp::create(e.b, e.loc, e.cIndex(0), lanes, e.cIndex(1),
+                       ValueRange{},
+                       [&](OpBuilder &nb, Location nl, Value l, ValueRange) {
+                         Value at = arith::AddIOp::create(nb, nl, l, lanes);
+                         Value v = memref::LoadOp::create(nb, nl, scratch, at);
+                         memref::StoreOp::create(nb, nl, v, scratch, l);
+                         scf::YieldOp::create(nb, nl);
+                       });
+  }
+}
+
+/// kernelgen's row sum of term(j), j in [0, n) (KernelGen.h, Numerics):
+/// on the GPU this lane's strided partial, then the butterfly through warp
+/// shuffles (every lane gets the sum); on the host the kLanes partials one
+/// after the other into `scratch`, then the same butterfly.
+Value rowSum(Emitter &e, Value lane, Value scratch, Value n, TermFn term) {
+  if (e.gpu) {
+    Value acc = stridedSum(e, lane, n, term);
+    for (int32_t k = int32_t(kLanes / 2); k >= 1; k /= 2) {
+      auto other = gpu::ShuffleOp::create(e.b, e.loc, acc, k, int32_t(kLanes),
+                                          gpu::ShuffleMode::XOR);
+      acc = e.add(acc, other.getShuffleResult());
+    }
+    return acc;
+  }
+  scf::ForOp::create(e.b, e.loc, e.cIndex(0), e.cIndex(kLanes), e.cIndex(1),
+                     ValueRange{},
+                     [&](OpBuilder &nb, Location nl, Value l, ValueRange) {
+                       Emitter in(nb, nl, false);
+                       Value p = stridedSum(in, l, n, term);
+                       memref::StoreOp::create(nb, nl, p, scratch, l);
+                       scf::YieldOp::create(nb, nl);
+                     });
+  hostButterfly(e, scratch);
+  return memref::LoadOp::create(e.b, e.loc, scratch, ValueRange{e.cIndex(0)});
+}
+
+/// Runs body(j) for every j in [0, n) of a row: the lane's j = lane, lane +
+/// kLanes, ... on the GPU, all j in order on the host.
+void forEachInRow(Emitter &e, Value lane, Value n,
+                  llvm::function_ref<void(Emitter &, Value)> body) {
+  Value first = lane ? lane : e.cIndex(0);
+  Value step = e.cIndex(lane ? kLanes : 1);
+  scf::ForOp::create(e.b, e.loc, first, n, step, ValueRange{},
+                     [&](OpBuilder &nb, Location nl, Value j, ValueRange) {
+                       Emitter in(nb, nl, e.gpu);
+                       body(in, j);
+                       scf::YieldOp::create(nb, nl);
+                     });
+}
+
+/// Runs body once per row: on the GPU in lane 0 only.
+void oncePerRow(Emitter &e, Value lane,
+                llvm::function_ref<void(Emitter &)> body) {
+  if (!lane) {
+    body(e);
+    return;
+  }
+  Value isFirst = arith::CmpIOp::create(e.b, e.loc, arith::CmpIPredicate::eq,
+                                        lane, e.cIndex(0));
+  scf::IfOp::create(e.b, e.loc, isFirst, [&](OpBuilder &nb, Location nl) {
+    Emitter in(nb, nl, e.gpu);
+    body(in);
+    scf::YieldOp::create(nb, nl);
+  });
+}
 
 Work swiGluWork(Emitter &e, const GroupSpec &s, const Args &a, bool backward) {
   Type st = e.storage(s.dtype);
@@ -443,37 +580,29 @@ Work residualAddWork(Emitter &e, const GroupSpec &s, const Args &a) {
   return {{e.toIndex(n)}, item};
 }
 
-/// One row r of RMSNorm forward, the reference's code: the sum of squares
-/// of element(j) in increasing j (one f32 accumulator), rs = 1 / sqrt(ss /
-/// dim + eps), rstd[r] = rs, then y[r, j] = (x[r, j] * rs) * w_eff[j] with x
-/// read from `x`. The plain norm's element(j) loads x[r, j]; a fused group
-/// computes, stores and returns it, so both share this code and its order.
-void rmsNormRow(Emitter &e, Value r, Value dimIdx, Value dimF, Value eps,
-                Value w, bool zc, Value rstd, Value x, Value y,
-                llvm::function_ref<Value(Emitter &, Value)> element) {
-  OpBuilder &b = e.b;
-  Location loc = e.loc;
-  Value zero = e.cIndex(0), one = e.cIndex(1);
-  auto sum = scf::ForOp::create(
-      b, loc, zero, dimIdx, one, ValueRange{e.cF32(0.0f)},
-      [&](OpBuilder &nb, Location nl, Value j, ValueRange acc) {
-        Emitter in(nb, nl, e.gpu);
-        Value v = element(in, j);
-        scf::YieldOp::create(nb, nl, in.add(acc[0], in.mul(v, v)));
-      });
-  Value rs =
-      e.div(e.cF32(1.0f), e.sqrt(e.add(e.div(sum.getResult(0), dimF), eps)));
+/// One row r of RMSNorm forward, the reference's per-element code in
+/// kernelgen's row order: the sum of squares of element(j) (rowSum), rs = 1
+/// / sqrt(ss / dim + eps), rstd[r] = rs, then y[r, j] = (x[r, j] * rs) *
+/// w_eff[j] with x read from `x`. The plain norm's element(j) loads x[r, j];
+/// a fused group computes, stores and returns it, so both share this code
+/// and its order. On the GPU each lane reads back only the x it stored.
+void rmsNormRow(Emitter &e, Value r, Value lane, Value scratch, Value dimIdx,
+                Value dimF, Value eps, Value w, bool zc, Value rstd, Value x,
+                Value y, llvm::function_ref<Value(Emitter &, Value)> element) {
+  Value ss = rowSum(e, lane, scratch, dimIdx, [&](Emitter &in, Value j) {
+    Value v = element(in, j);
+    return in.mul(v, v);
+  });
+  Value rs = e.div(e.cF32(1.0f), e.sqrt(e.add(e.div(ss, dimF), eps)));
   if (rstd)
-    memref::StoreOp::create(b, loc, rs, rstd, ValueRange{r});
-  scf::ForOp::create(b, loc, zero, dimIdx, one, ValueRange{},
-                     [&](OpBuilder &nb, Location nl, Value j, ValueRange) {
-                       Emitter in(nb, nl, e.gpu);
-                       Value wv = in.load(w, {j});
-                       Value weff = zc ? in.add(in.cF32(1.0f), wv) : wv;
-                       in.store(in.mul(in.mul(in.load(x, {r, j}), rs), weff), y,
-                                {r, j});
-                       scf::YieldOp::create(nb, nl);
-                     });
+    oncePerRow(e, lane, [&](Emitter &in) {
+      memref::StoreOp::create(in.b, in.loc, rs, rstd, ValueRange{r});
+    });
+  forEachInRow(e, lane, dimIdx, [&](Emitter &in, Value j) {
+    Value wv = in.load(w, {j});
+    Value weff = zc ? in.add(in.cF32(1.0f), wv) : wv;
+    in.store(in.mul(in.mul(in.load(x, {r, j}), rs), weff), y, {r, j});
+  });
 }
 
 Work rmsNormWork(Emitter &e, const GroupSpec &s, const Args &a) {
@@ -489,20 +618,23 @@ Work rmsNormWork(Emitter &e, const GroupSpec &s, const Args &a) {
   Value dimIdx = e.toIndex(dim);
   // A(dim): the int64 row length converted to f32 once, as the reference.
   Value dimF = arith::SIToFPOp::create(e.b, e.loc, e.b.getF32Type(), dim);
+  Value scratch = rowScratch(e);
   bool zc = s.zeroCentered;
   ItemFn item = [=](Emitter &e, ValueRange idx) {
     Value r = idx[0];
-    rmsNormRow(e, r, dimIdx, dimF, eps, w, zc, rstd, x, y,
+    rmsNormRow(e, r, laneOf(idx), scratch, dimIdx, dimF, eps, w, zc, rstd, x, y,
                [&](Emitter &in, Value j) { return in.load(x, {r, j}); });
   };
-  return {{e.toIndex(rows)}, item};
+  Work work{{e.toIndex(rows)}, item};
+  work.threadsPerItem = kLanes;
+  return work;
 }
 
 /// The residual add and the RMSNorm that reads its output, fused per row:
 /// h = round(a + b) is stored and, widened back from its storage bits, is
-/// the norm's input, so h, y and rstd are the bits of residualAddForward
-/// then rmsNormForward on the stored h (fusion does not change arithmetic).
-/// The second pass reads h back (this thread wrote it).
+/// the norm's input, so h, y and rstd are the bits of the residual add then
+/// the generated RMSNorm on the stored h (fusion does not change
+/// arithmetic). The second pass reads h back (the thread that wrote it).
 Work addRmsNormWork(Emitter &e, const GroupSpec &s, const Args &a) {
   Type st = e.storage(s.dtype), f32 = e.b.getF32Type();
   Value rows = a.get("rows"), dim = a.get("dim");
@@ -516,26 +648,29 @@ Work addRmsNormWork(Emitter &e, const GroupSpec &s, const Args &a) {
     rstd = e.memref1(a.get("rstd"), f32, rows);
   Value eps = a.get("eps"), dimIdx = e.toIndex(dim);
   Value dimF = arith::SIToFPOp::create(e.b, e.loc, f32, dim);
+  Value scratch = rowScratch(e);
   bool zc = s.zeroCentered;
   ItemFn item = [=](Emitter &e, ValueRange idx) {
     Value r = idx[0];
-    rmsNormRow(
-        e, r, dimIdx, dimF, eps, w, zc, rstd, h, y, [&](Emitter &in, Value j) {
-          Value hs =
-              in.narrow(in.add(in.load(x, {r, j}), in.load(z, {r, j})), st);
-          memref::StoreOp::create(in.b, in.loc, hs, h, ValueRange{r, j});
-          return in.widen(hs);
-        });
+    rmsNormRow(e, r, laneOf(idx), scratch, dimIdx, dimF, eps, w, zc, rstd, h, y,
+               [&](Emitter &in, Value j) {
+                 Value hs = in.narrow(
+                     in.add(in.load(x, {r, j}), in.load(z, {r, j})), st);
+                 memref::StoreOp::create(in.b, in.loc, hs, h, ValueRange{r, j});
+                 return in.widen(hs);
+               });
   };
-  return {{e.toIndex(rows)}, item};
+  Work work{{e.toIndex(rows)}, item};
+  work.threadsPerItem = kLanes;
+  return work;
 }
 
-/// RMSNorm backward as the reference computes it: per row, dot = sum_j
-/// (dy * w_eff) * x in increasing j, c = ((dot * rs) * rs) * rs / dim, dx =
-/// (rs * w_eff) * dy - c * x and the recomputed y; then per column j, the
-/// weight gradient sum over rows in increasing order of (dy * x) * rs, added
-/// once to dw[j]. The column phase is separate so that each dw element has
-/// one owner and the reference's row order (no atomics, no tree).
+/// RMSNorm backward with the reference's per-element code: per row, dot =
+/// the row sum of (dy * w_eff) * x, c = ((dot * rs) * rs) * rs / dim, dx =
+/// (rs * w_eff) * dy - c * x and the recomputed y; then per column j the
+/// weight gradient, the column sum of (dy * x) * rs over rows, added once to
+/// dw[j]. Both sums in kernelgen's order (KernelGen.h). The column phase is
+/// separate so that each dw element has one owner (no atomics).
 SmallVector<Work> rmsNormBackwardWork(Emitter &e, const GroupSpec &s,
                                       const Args &a) {
   Type st = e.storage(s.dtype), f32 = e.b.getF32Type();
@@ -552,58 +687,125 @@ SmallVector<Work> rmsNormBackwardWork(Emitter &e, const GroupSpec &s,
     dw = e.memref1(a.get("dw"), f32, dim);
   Value rowsIdx = e.toIndex(rows), dimIdx = e.toIndex(dim);
   Value dimF = arith::SIToFPOp::create(e.b, e.loc, f32, dim);
+  Value scratch = rowScratch(e);
   bool zc = s.zeroCentered;
   auto weffAt = [w, zc](Emitter &in, Value j) {
     Value wv = in.load(w, {j});
     return zc ? in.add(in.cF32(1.0f), wv) : wv;
   };
   ItemFn rowItem = [=](Emitter &e, ValueRange idx) {
-    Value r = idx[0];
+    Value r = idx[0], lane = laneOf(idx);
+    Value rs = memref::LoadOp::create(e.b, e.loc, rstd, ValueRange{r});
+    Value dot = rowSum(e, lane, scratch, dimIdx, [&](Emitter &in, Value j) {
+      return in.mul(in.mul(in.load(dy, {r, j}), weffAt(in, j)),
+                    in.load(x, {r, j}));
+    });
+    Value c = e.div(e.mul(e.mul(e.mul(dot, rs), rs), rs), dimF);
+    forEachInRow(e, lane, dimIdx, [&](Emitter &in, Value j) {
+      Value xv = in.load(x, {r, j}), g = in.load(dy, {r, j});
+      Value we = weffAt(in, j);
+      in.store(in.sub(in.mul(in.mul(rs, we), g), in.mul(c, xv)), dx, {r, j});
+      if (y)
+        in.store(in.mul(in.mul(xv, rs), we), y, {r, j});
+    });
+  };
+  SmallVector<Work> phases;
+  Work rowsPhase{{rowsIdx}, rowItem, "_rows"};
+  rowsPhase.threadsPerItem = kLanes;
+  phases.push_back(rowsPhase);
+  if (!dw)
+    return phases;
+  auto term = [=](Emitter &in, Value r, Value j) {
+    Value rs = memref::LoadOp::create(in.b, in.loc, rstd, ValueRange{r});
+    return in.mul(in.mul(in.load(dy, {r, j}), in.load(x, {r, j})), rs);
+  };
+  // Host: per column, the kLanes row-group partials then the halving tree
+  // (the GPU block's order below).
+  ItemFn colItem = [=](Emitter &e, ValueRange idx) {
+    Value j = idx[0];
     OpBuilder &b = e.b;
     Location loc = e.loc;
     Value zero = e.cIndex(0), one = e.cIndex(1);
-    Value rs = memref::LoadOp::create(b, loc, rstd, ValueRange{r});
-    auto dot = scf::ForOp::create(
-        b, loc, zero, dimIdx, one, ValueRange{e.cF32(0.0f)},
-        [&](OpBuilder &nb, Location nl, Value j, ValueRange acc) {
-          Emitter in(nb, nl, e.gpu);
-          Value t = in.mul(in.mul(in.load(dy, {r, j}), weffAt(in, j)),
-                           in.load(x, {r, j}));
-          scf::YieldOp::create(nb, nl, in.add(acc[0], t));
-        });
-    Value c = e.div(e.mul(e.mul(e.mul(dot.getResult(0), rs), rs), rs), dimF);
-    scf::ForOp::create(b, loc, zero, dimIdx, one, ValueRange{},
-                       [&](OpBuilder &nb, Location nl, Value j, ValueRange) {
-                         Emitter in(nb, nl, e.gpu);
-                         Value xv = in.load(x, {r, j}), g = in.load(dy, {r, j});
-                         Value we = weffAt(in, j);
-                         in.store(
-                             in.sub(in.mul(in.mul(rs, we), g), in.mul(c, xv)),
-                             dx, {r, j});
-                         if (y)
-                           in.store(in.mul(in.mul(xv, rs), we), y, {r, j});
+    scf::ForOp::create(b, loc, zero, e.cIndex(kLanes), one, ValueRange{},
+                       [&](OpBuilder &nb, Location nl, Value g, ValueRange) {
+                         Emitter in(nb, nl, false);
+                         Value p = stridedSum(in, g, rowsIdx,
+                                              [&](Emitter &t, Value r) {
+                                                return term(t, r, j);
+                                              });
+                         memref::StoreOp::create(nb, nl, p, scratch, g);
                          scf::YieldOp::create(nb, nl);
                        });
+    // Halving in place: p[g] = p[g] + p[g + k] for g < k.
+    for (int64_t k = kLanes / 2; k >= 1; k /= 2) {
+      Value kv = e.cIndex(k);
+      hostPairSums(e, scratch, kv, zero,
+                   [&](OpBuilder &nb, Location nl, Value g) -> Value {
+                     return arith::AddIOp::create(nb, nl, g, kv);
+                   });
+    }
+    Value sum = memref::LoadOp::create(b, loc, scratch, ValueRange{zero});
+    Value old = memref::LoadOp::create(b, loc, dw, ValueRange{j});
+    memref::StoreOp::create(b, loc, e.add(old, sum), dw, ValueRange{j});
   };
-  SmallVector<Work> phases;
-  phases.push_back({{rowsIdx}, rowItem, "_rows"});
-  if (!dw)
-    return phases;
-  ItemFn colItem = [=](Emitter &e, ValueRange idx) {
-    Value j = idx[0];
-    auto sum = scf::ForOp::create(
-        e.b, e.loc, e.cIndex(0), rowsIdx, e.cIndex(1), ValueRange{e.cF32(0.0f)},
-        [&](OpBuilder &nb, Location nl, Value r, ValueRange acc) {
-          Emitter in(nb, nl, e.gpu);
-          Value rs = memref::LoadOp::create(nb, nl, rstd, ValueRange{r});
-          Value t = in.mul(in.mul(in.load(dy, {r, j}), in.load(x, {r, j})), rs);
-          scf::YieldOp::create(nb, nl, in.add(acc[0], t));
+  // GPU: a block of kLanes x kLanes threads per kLanes columns; thread t is
+  // column lane t % kLanes of the block's tile and row group g = t /
+  // kLanes; the partials meet in shared memory (g-major) and halve there.
+  BlockFn colBlock = [=](Emitter &e, Value tid, Value bid, Value shared) {
+    OpBuilder &b = e.b;
+    Location loc = e.loc;
+    Value lanes = e.cIndex(kLanes);
+    Value lane = arith::RemUIOp::create(b, loc, tid, lanes);
+    Value g = arith::DivUIOp::create(b, loc, tid, lanes);
+    Value j = arith::AddIOp::create(
+        b, loc, arith::MulIOp::create(b, loc, bid, lanes), lane);
+    Value inCols =
+        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, j, dimIdx);
+    auto partial = scf::IfOp::create(
+        b, loc, inCols,
+        [&](OpBuilder &nb, Location nl) {
+          Emitter in(nb, nl, true);
+          Value p = stridedSum(in, g, rowsIdx, [&](Emitter &t, Value r) {
+            return term(t, r, j);
+          });
+          scf::YieldOp::create(nb, nl, p);
+        },
+        [&](OpBuilder &nb, Location nl) {
+          Emitter in(nb, nl, true);
+          scf::YieldOp::create(nb, nl, in.cF32(0.0f));
         });
-    Value old = memref::LoadOp::create(e.b, e.loc, dw, ValueRange{j});
-    memref::StoreOp::create(e.b, e.loc, e.add(old, sum.getResult(0)), dw,
-                            ValueRange{j});
+    memref::StoreOp::create(b, loc, partial.getResult(0), shared, tid);
+    gpu::BarrierOp::create(b, loc);
+    for (int64_t k = kLanes / 2; k >= 1; k /= 2) {
+      Value below = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, g,
+                                          e.cIndex(k));
+      scf::IfOp::create(b, loc, below, [&](OpBuilder &nb, Location nl) {
+        Emitter in(nb, nl, true);
+        Value other = arith::AddIOp::create(nb, nl, tid, in.cIndex(k * kLanes));
+        Value v = in.add(memref::LoadOp::create(nb, nl, shared, tid),
+                         memref::LoadOp::create(nb, nl, shared, other));
+        memref::StoreOp::create(nb, nl, v, shared, tid);
+        scf::YieldOp::create(nb, nl);
+      });
+      gpu::BarrierOp::create(b, loc);
+    }
+    Value first =
+        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, g, e.cIndex(0));
+    Value writes = arith::AndIOp::create(b, loc, first, inCols);
+    scf::IfOp::create(b, loc, writes, [&](OpBuilder &nb, Location nl) {
+      Emitter in(nb, nl, true);
+      Value sum = memref::LoadOp::create(nb, nl, shared, lane);
+      Value old = memref::LoadOp::create(nb, nl, dw, ValueRange{j});
+      memref::StoreOp::create(nb, nl, in.add(old, sum), dw, ValueRange{j});
+      scf::YieldOp::create(nb, nl);
+    });
   };
-  phases.push_back({{dimIdx}, colItem, "_dw"});
+  Work colPhase{{dimIdx}, colItem, "_dw"};
+  colPhase.threadsPerItem = kLanes;
+  colPhase.blockSize = kLanes * kLanes;
+  colPhase.gpuBlock = colBlock;
+  colPhase.sharedFloats = kLanes * kLanes;
+  phases.push_back(colPhase);
   return phases;
 }
 
@@ -736,10 +938,15 @@ std::vector<GpuEntry> gpuEntries(const GroupSpec &spec) {
     case GroupKind::RmsNormForward:
     case GroupKind::AddRmsNormForward:
       e.workParams = {index("rows")};
+      e.threadsPerItem = int(kLanes);
       break;
     case GroupKind::RmsNormBackward:
-      // Rows first; the dw phase (when present) walks the columns.
+      // Rows first, a warp each; the dw phase (when present) a block per
+      // kLanes columns with kLanes threads (row groups) per column.
       e.workParams = {index(phase == 0 ? "rows" : "dim")};
+      e.threadsPerItem = int(kLanes);
+      if (phase == 1)
+        e.blockSize = int(kLanes * kLanes);
       break;
     }
     out.push_back(std::move(e));
@@ -804,21 +1011,39 @@ OwningOpRef<ModuleOp> buildGpuModule(MLIRContext &context,
           b, loc, gpuKernelNames(spec)[phase],
           b.getFunctionType(paramTypes(e, params), TypeRange{}));
       fn->setAttr(gpu::GPUDialect::getKernelFuncAttrName(), b.getUnitAttr());
-      // The block size, known to the compiler (.maxntid in PTX: a launch
-      // with larger blocks fails).
-      fn.setKnownBlockSizeAttr(
-          b.getDenseI32ArrayAttr({int32_t(kBlockSize), 1, 1}));
       Block &entry = fn.getBody().front();
       b.setInsertionPointToStart(&entry);
       Work work =
           std::move(workOf(e, spec, Args{params, entry.getArguments()})[phase]);
-      // One item per thread: i = blockIdx.x * blockDim.x + threadIdx.x over
-      // the flattened shape, split back into (row, col) for 2-d work.
+      // The block size, known to the compiler (.maxntid in PTX: a launch
+      // with larger blocks fails).
+      fn.setKnownBlockSizeAttr(
+          b.getDenseI32ArrayAttr({int32_t(work.blockSize), 1, 1}));
       Value bid = gpu::BlockIdOp::create(b, loc, gpu::Dimension::x);
-      Value bdim = gpu::BlockDimOp::create(b, loc, gpu::Dimension::x);
       Value tid = gpu::ThreadIdOp::create(b, loc, gpu::Dimension::x);
+      if (work.gpuBlock) {
+        auto space =
+            gpu::AddressSpaceAttr::get(&context, gpu::AddressSpace::Workgroup);
+        Value shared = fn.addWorkgroupAttribution(
+            MemRefType::get({work.sharedFloats}, b.getF32Type(),
+                            MemRefLayoutAttrInterface(), space),
+            loc);
+        work.gpuBlock(e, tid, bid, shared);
+        gpu::ReturnOp::create(b, loc);
+        continue;
+      }
+      // One item per threadsPerItem threads: t = blockIdx.x * blockDim.x +
+      // threadIdx.x, item t / threadsPerItem (lane t % threadsPerItem) over
+      // the flattened shape, split back into (row, col) for 2-d work.
+      Value bdim = gpu::BlockDimOp::create(b, loc, gpu::Dimension::x);
       Value i = arith::AddIOp::create(
           b, loc, arith::MulIOp::create(b, loc, bid, bdim), tid);
+      Value lane;
+      if (work.threadsPerItem > 1) {
+        Value per = e.cIndex(work.threadsPerItem);
+        lane = arith::RemUIOp::create(b, loc, i, per);
+        i = arith::DivUIOp::create(b, loc, i, per);
+      }
       Value count = work.shape[0];
       for (Value extent : ArrayRef<Value>(work.shape).drop_front())
         count = arith::MulIOp::create(b, loc, count, extent);
@@ -830,6 +1055,8 @@ OwningOpRef<ModuleOp> buildGpuModule(MLIRContext &context,
         if (work.shape.size() == 2)
           idx = {arith::DivUIOp::create(nb, nl, i, work.shape[1]),
                  arith::RemUIOp::create(nb, nl, i, work.shape[1])};
+        if (lane)
+          idx.push_back(lane);
         work.item(in, idx);
         scf::YieldOp::create(nb, nl);
       });

@@ -6,14 +6,25 @@
 // lowers the same per-element code two ways (docs/kernelgen.md):
 //   - host: scf loops -> LLVM dialect -> LLVM IR -> a native object or an
 //     in-process JIT, one plain C function per kernel;
-//   - GPU: one gpu.func per kernel (one thread per element, or per row for
-//     the row-wise ops, kBlockSize threads a block) -> NVVM -> PTX (sm_90a).
+//   - GPU: one gpu.func per kernel (one thread per element; a warp per row
+//     for the row-wise ops; a block per 32 columns for the RMSNorm weight
+//     gradient) -> NVVM -> PTX (sm_90a).
 //
 // Numerics: every kernel performs, per element, the operations of the CPU
 // reference kernel of the same op (kernels/reference/dense/dense_ref.cpp) in
 // the same order and association, with no fast-math flags and no fused
 // multiply-add, bf16 values widened exactly and rounded to nearest even with
-// the reference's NaN rule; row reductions run in the reference's order.
+// the reference's NaN rule. Reductions run in kernelgen's own fixed order,
+// the same on host and GPU (so the two lowerings give the same bits), not the
+// reference's sequential one:
+//   - a row sum over j in [0, n): lane l of 32 adds the terms of j = l,
+//     l + 32, ... in increasing j from 0; the 32 partials combine in a
+//     butterfly, p[l] = p[l] + p[l ^ k] for k = 16, 8, 4, 2, 1 (every lane
+//     ends with the same value);
+//   - a column sum over rows r in [0, rows) (the RMSNorm weight gradient):
+//     group g of 32 adds the terms of r = g, g + 32, ... in increasing r from
+//     0; then p[g] = p[g] + p[g + k] for g < k, k = 16, 8, 4, 2, 1; the
+//     result p[0] is added once to the main grad.
 //
 // Kernel ABI (host C function and GPU entry take the same parameters, in this
 // order; pointers are raw element pointers, strides are in elements, with no
@@ -33,11 +44,13 @@
 //   sigmoid_gate_bwd (o, gate, dy, dout, dgate, rows, cols, oStride,
 //                 gateStride, dyStride, doStride, dgateStride)
 // Integers are int64_t; bracketed parameters exist only when the spec asks
-// for that output. clipCoef may be null (coefficient 1). GPU launch: grid =
-// ceil(work / kBlockSize) blocks of kBlockSize threads, where work is
-// rows*cols (swiglu, sigmoid_gate), n (residual_add, adamw), rows (rmsnorm_fwd,
-// add_rmsnorm_fwd, the rmsnorm_bwd row kernel) or dim (the rmsnorm_bwd dw
-// kernel).
+// for that output. clipCoef may be null (coefficient 1). GPU launch (per
+// entry, gpuEntries): grid = ceil(work * threadsPerItem / blockSize) blocks
+// of blockSize threads, where work is rows*cols (swiglu, sigmoid_gate), n
+// (residual_add, adamw; one thread per item, blocks of kBlockSize), rows
+// (rmsnorm_fwd, add_rmsnorm_fwd, the rmsnorm_bwd row kernel: a warp of 32
+// threads per row, blocks of kBlockSize) or dim (the rmsnorm_bwd dw kernel:
+// 32 threads per column, blocks of 1024 = 32 columns x 32 row groups).
 //
 //===----------------------------------------------------------------------===//
 #ifndef ACTPLACE_KERNELGEN_KERNELGEN_H
@@ -108,8 +121,8 @@ struct GroupSpec {
 std::string kernelName(const GroupSpec &spec);
 
 /// The GPU entries of `spec`, in launch order: the kernel name, except for
-/// RmsNormBackward, whose row phase (dx, y: "<name>_rows", one thread per
-/// row) and column phase (dw: "<name>_dw", one thread per column) are two
+/// RmsNormBackward, whose row phase (dx, y: "<name>_rows", a warp per row)
+/// and column phase (dw: "<name>_dw", 32 row groups per column) are two
 /// kernels. The host function runs the phases in the same order.
 std::vector<std::string> gpuKernelNames(const GroupSpec &spec);
 
@@ -167,12 +180,19 @@ struct KernelParam {
 };
 std::vector<KernelParam> kernelParams(const GroupSpec &spec);
 
-/// A GPU entry of `spec` (gpuKernelNames order) and its thread count: the
+/// Lanes of a row-wise kernel's warp and row groups of a column sum (the
+/// fixed reduction order above).
+constexpr int64_t kLanes = 32;
+
+/// A GPU entry of `spec` (gpuKernelNames order) and its launch: work is the
 /// product of the int64 parameters at `workParams` (indices into
-/// kernelParams), launched as ceil(work / kBlockSize) blocks.
+/// kernelParams), each item takes threadsPerItem threads, launched as
+/// ceil(work * threadsPerItem / blockSize) blocks of blockSize threads.
 struct GpuEntry {
   std::string name;
   std::vector<int> workParams;
+  int threadsPerItem = 1;
+  int blockSize = int(kBlockSize);
 };
 std::vector<GpuEntry> gpuEntries(const GroupSpec &spec);
 

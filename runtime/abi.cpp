@@ -178,6 +178,11 @@ Program ap::rt::programOfAbi(const ap_program &p) {
       if (!en.name)
         fail("abi: program: generated kernel '", g.name, "' entry ", e,
              " has no name");
+      if (!g.triton && (en.threads_per_item < 1 || en.threads_per_item > 1024 ||
+                        en.block_size < 1 || en.block_size > 1024))
+        fail("abi: program: generated kernel '", g.name, "' entry '", en.name,
+             "' has ", en.threads_per_item, " threads per item and blocks of ",
+             en.block_size, " (1 to 1024 each)");
       for (int32_t w : en.work_params)
         if (w != -1 && (w < 0 || size_t(w) >= n || g.params[w] != 'l'))
           fail("abi: program: generated kernel '", g.name, "' entry '", en.name,

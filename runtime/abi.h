@@ -30,7 +30,7 @@
 #include <stdint.h>
 
 /* The contract's version: generated code stores it in ap_program. */
-#define AP_ABI_VERSION 9
+#define AP_ABI_VERSION 10
 
 /* ap_program.data_parallel_mode: every rank holds all parameters and
    optimizer state (main grads all-reduced), or each holds a flat 1/N shard
@@ -230,12 +230,16 @@ typedef struct ap_config_entry {
 /* The most parameters a generated kernel may take. */
 #define AP_GENERATED_MAX_PARAMS 32
 
-/* A generated kernel's GPU entry (PTX function name) and its thread count:
-   the product of the int64 parameters at work_params[0] and work_params[1]
-   (-1: factor 1), launched as ceil(work / 256) blocks of 256 threads. */
+/* A generated kernel's GPU entry (PTX function name) and its launch: work
+   is the product of the int64 parameters at work_params[0] and
+   work_params[1] (-1: factor 1), each item takes threads_per_item threads
+   (1 to 1024), launched as ceil(work * threads_per_item / block_size) blocks
+   of block_size threads (1 to 1024; the kernel's .maxntid). Unused (0) in a
+   Triton kernel's entry. */
 typedef struct ap_generated_entry {
   const char *name;
   int32_t work_params[2];
+  int32_t threads_per_item, block_size;
 } ap_generated_entry;
 
 /* A kernel the compiler generated (kernelgen: a group of element-wise and

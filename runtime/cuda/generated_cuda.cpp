@@ -143,7 +143,6 @@ CUfunction functionOf(const GeneratedLaunch &launch,
 
 void launchGeneratedCuda(void *stream, const GeneratedLaunch &launch,
                          void **params) {
-  constexpr uint64_t kBlock = 256; // kernelgen::kBlockSize, .maxntid
   const ap_generated_kernel &k = *launch.kernel;
   if (k.triton) {
     // Triton's launch: the grid the compiler computed (after the
@@ -178,13 +177,16 @@ void launchGeneratedCuda(void *stream, const GeneratedLaunch &launch,
     uint64_t work = generatedWork(launch, entry);
     if (work == 0)
       continue;
-    uint64_t blocks = (work + kBlock - 1) / kBlock;
-    if (blocks > 0x7fffffffull)
+    uint64_t threads = work * uint64_t(entry.threads_per_item);
+    uint64_t block = uint64_t(entry.block_size);
+    uint64_t blocks = (threads + block - 1) / block;
+    if (blocks > 0x7fffffffull ||
+        threads / uint64_t(entry.threads_per_item) != work)
       fail("generated kernel '", k.name, "' entry '", entry.name, "': ", work,
            " threads exceed one grid dimension");
     CUfunction fn = functionOf(launch, entry);
     CUresult r = driver().cuLaunchKernel(
-        fn, unsigned(blocks), 1, 1, unsigned(kBlock), 1, 1, 0,
+        fn, unsigned(blocks), 1, 1, unsigned(block), 1, 1, 0,
         static_cast<CUstream>(stream), params, nullptr);
     if (r != CUDA_SUCCESS)
       fail("generated kernel '", k.name, "' entry '", entry.name,

@@ -4,14 +4,20 @@
 # actplace-compile --kernels=generated launches kernelgen's kernels (SwiGLU,
 # residual add, RMSNorm, the sigmoid output gate, forward and backward)
 # through ap_launch_generated instead of the library's. On the host backend
-# the generated host code computes the reference kernels' bits, so every case
-# compares a generated binary with the library binary of the same flags:
+# the generated host code computes the reference kernels' per-element
+# arithmetic with kernelgen's own reduction order (the one its GPU kernels
+# use), so every case compares a generated binary with the library binary of
+# the same flags within bounds, and generated binaries with each other bit
+# for bit:
 #
-#   bits       fingerprints (loss, grads, params, optimizer) equal step by
-#              step for: no placement; gdn_core_attn, core_attn, attn_proj
-#              offloaded; SwiGLU and norms recomputed inside their backward
-#              (the generated backward kernels that rebuild y); recompute on
-#              the side stream; f32 storage; 2 pipeline stages (mpirun).
+#   bounds     loss and grad norm of each generated binary within
+#              LOSS_TOL / GRAD_NORM_TOL of the library binary's, step by step
+#              (RMSNorm sums run in kernelgen's lane order, not the
+#              reference's), for: no placement; gdn_core_attn, core_attn,
+#              attn_proj offloaded; SwiGLU and norms recomputed inside their
+#              backward (the generated backward kernels that rebuild y);
+#              recompute on the side stream; f32 storage; 2 pipeline stages
+#              (mpirun).
 #   fused      each residual add whose output the next kernel normalizes
 #              runs with that RMSNorm as one generated kernel (the compile
 #              reports the pairs, and the JSON report the same count with
@@ -22,9 +28,11 @@
 #              metrics line, the library one has no such field; the compile
 #              prints the kernel count; the binary holds the kernels it
 #              needs (the rebuilding backward kernels in the recompute case).
-#   placement  in the generated binaries, offload and recompute change no
-#              bit (the same fingerprints as without placement), every
-#              offloaded scope is copied both ways, the pinned pool is empty.
+#   placement  in the generated binaries, offload, recompute (fused or on
+#              the side stream) and the add + RMSNorm fusion change no bit
+#              (the same fingerprints as the generated binary without
+#              placement), every offloaded scope is copied both ways, the
+#              pinned pool is empty.
 #   ptx        with a CUDA toolkit (libdevice) the binary embeds PTX for
 #              sm_90a with the kernels' entries; without one the compile
 #              warns and the binary has none (reported as such).
@@ -55,6 +63,32 @@ CASES = {
     "f32": ["--dtype", "f32"] + OFFLOAD,
     "unfused": ["--fuse-kernels=false"] + OFFLOAD,
 }
+
+
+# Generated kernels against the library ones: the same per-element
+# arithmetic, but row and column sums (RMSNorm) in kernelgen's lane order
+# rather than the reference's sequential one, so losses and grad norms agree
+# within these relative bounds (3 steps of the tiny model, bf16 or f32).
+LOSS_TOL = 1e-3
+GRAD_NORM_TOL = 1e-2
+
+
+def close_to_library(name, lib, gen):
+    """Each step's loss and grad norm of `gen` within the bounds of `lib`'s;
+    returns the largest relative differences seen."""
+    worst = {"loss": 0.0, "grad_norm": 0.0}
+    check(len(lib) == len(gen), "%s: %d library and %d generated metrics "
+          "lines" % (name, len(lib), len(gen)))
+    for x, y in zip(lib, gen):
+        for key, tol in (("loss", LOSS_TOL), ("grad_norm", GRAD_NORM_TOL)):
+            if key not in x:
+                continue
+            rel = abs(x[key] - y[key]) / max(abs(x[key]), 1e-30)
+            worst[key] = max(worst[key], rel)
+            check(rel <= tol, "%s step %d: %s %r against the library's %r "
+                  "(relative %.2e, bound %.0e)" %
+                  (name, x["step"], key, y[key], x[key], rel, tol))
+    return worst
 
 
 def libdevice():
@@ -108,11 +142,8 @@ def main():
         a, b = a[0], b[0]
         check(len(a) == STEPS and len(b) == STEPS,
               "%s: %d / %d metrics lines" % (name, len(a), len(b)))
+        worst = close_to_library(name, a, b)
         for x, y in zip(a, b):
-            check(x["fingerprints"] == y["fingerprints"],
-                  "%s step %d: generated kernels changed the bits:\n  %s\n"
-                  "  %s" % (name, x["step"], x["fingerprints"],
-                            y["fingerprints"]))
             check("generated_launches" not in x,
                   "%s step %d: the library binary reports generated "
                   "launches" % (name, x["step"]))
@@ -160,9 +191,10 @@ def main():
                   "%s: no residual add + RMSNorm fused (%d pairs)" %
                   (name, fused_pairs))
         print("%s: %s generated kernels, %d add + RMSNorm pairs fused, "
-              "library and generated bitwise equal over %d steps (%s "
-              "launches a step)" %
+              "within the bounds of the library binary over %d steps "
+              "(loss %.1e, grad norm %.1e relative; %s launches a step)" %
               (name, m.group(1) if m else "?", fused_pairs, STEPS,
+               worst["loss"], worst["grad_norm"],
                b[0].get("generated_launches") if b else "?"), flush=True)
     print("ptx: " + ("embedded (sm_90a)" if have_ptx else
                      "skipped: no CUDA toolkit with libdevice here"),
@@ -170,11 +202,14 @@ def main():
 
     # Placement inside the generated binaries.
     placement_steps_agree(0, gen_lines["none"], gen_lines["offload"])
-    for name in ("recompute-fused", "recompute-side"):
+    for name in ("recompute-fused", "recompute-side", "unfused"):
         for x, y in zip(gen_lines["none"], gen_lines[name]):
             check(x["fingerprints"] == y["fingerprints"],
-                  "%s step %d: recompute changed the bits of the generated "
-                  "binary" % (name, x["step"]))
+                  "%s step %d: %s changed the bits of the generated binary" %
+                  (name, x["step"],
+                   "fusion" if name == "unfused" else "recompute"))
+    print("placement and fusion: generated binaries bitwise equal to the "
+          "generated one without placement", flush=True)
 
     # Errors and the MLIR form.
     for bad in (["--emit=cpp"], ["--keep-source"]):
@@ -200,14 +235,11 @@ def main():
         _, a = t.train(lib, 2, "--steps", "2", metrics="pp2-lib.jsonl")
         _, b = t.train(gen, 2, "--steps", "2", metrics="pp2-gen.jsonl")
         for rank in range(2):
-            for x, y in zip(a[rank], b[rank]):
-                check(x["fingerprints"] == y["fingerprints"],
-                      "pp2 stage %d step %d: generated kernels changed the "
-                      "bits" % (rank, x["step"]))
+            close_to_library("pp2 stage %d" % rank, a[rank], b[rank])
             check(len(b[rank]) == 2 and
                   all(y.get("generated_launches", 0) > 0 for y in b[rank]),
                   "pp2 stage %d: no generated launches" % rank)
-        print("pp2: both stages bitwise equal to the library binary",
+        print("pp2: both stages within the bounds of the library binary",
               flush=True)
     else:
         print("pp2: skipped (no mpirun)", flush=True)

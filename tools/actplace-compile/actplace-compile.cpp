@@ -279,7 +279,8 @@ enum class Kernels { Library, Generated };
 static cl::opt<Kernels> kernelsOpt(
     "kernels", cl::init(Kernels::Library),
     cl::desc("Implementation of the element-wise and row-wise kernels "
-             "(SwiGLU, residual add, RMSNorm and the sigmoid output gate, forward and backward)"),
+             "(SwiGLU, residual add, RMSNorm and the sigmoid output gate, "
+             "forward and backward)"),
     cl::values(clEnumValN(Kernels::Library, "library",
                           "the kernel library's hand-written kernels "
                           "(default)"),
@@ -474,17 +475,17 @@ static std::string addFusionToReport(llvm::StringRef path, int64_t pairs,
   llvm::Expected<llvm::json::Value> parsed =
       llvm::json::parse((*buffer)->getBuffer());
   if (!parsed)
-    return "the report " + path.str() + " is not JSON: " +
-           llvm::toString(parsed.takeError());
+    return "the report " + path.str() +
+           " is not JSON: " + llvm::toString(parsed.takeError());
   llvm::json::Object *root = parsed->getAsObject();
   if (!root)
     return "the report " + path.str() + " is not a JSON object";
-  root->insert({"kernel_fusion",
-                llvm::json::Object{{"kind", "residual_add+rms_norm"},
-                                   {"pairs", pairs},
-                                   {"saved_read_bytes", bytes},
-                                   {"predicted_saving_us", us},
-                                   {"per", "microbatch"}}});
+  root->insert(
+      {"kernel_fusion", llvm::json::Object{{"kind", "residual_add+rms_norm"},
+                                           {"pairs", pairs},
+                                           {"saved_read_bytes", bytes},
+                                           {"predicted_saving_us", us},
+                                           {"per", "microbatch"}}});
   std::error_code ec;
   llvm::raw_fd_ostream os(path, ec);
   if (ec)

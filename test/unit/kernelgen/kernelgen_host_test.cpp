@@ -314,7 +314,7 @@ TEST_P(KernelGenHost, ResidualAddMatchesReference) {
   }
 }
 
-TEST_P(KernelGenHost, RmsNormForwardMatchesReference) {
+TEST_P(KernelGenHost, RmsNormForwardMatchesModelAndReference) {
   size_t eb = bytesOf(type());
   for (bool zc : {true, false})
     for (bool withRstd : {true, false}) {
@@ -337,10 +337,15 @@ TEST_P(KernelGenHost, RmsNormForwardMatchesReference) {
         std::vector<uint8_t> yW(size_t(s.rows * s.cols) * eb, 9),
             yG(yW.size(), 10);
         std::vector<float> rW(size_t(s.rows), 1.f), rG(size_t(s.rows), 2.f);
-        ASSERT_EQ(referenceRmsNorm(type(), x.data(), w.data(), yW.data(),
-                                   rW.data(), s.rows, s.cols, xs, zc),
+        // Bits: kernelgen's order (the model); a bound: the reference.
+        std::vector<uint8_t> yR(yW.size());
+        std::vector<float> rR(rW.size());
+        ASSERT_EQ(referenceRmsNorm(type(), x.data(), w.data(), yR.data(),
+                                   rR.data(), s.rows, s.cols, xs, zc),
                   Status::Ok);
         float eps = float(1e-6); // the reference's float(eps)
+        modelRmsNorm(type(), x.data(), w.data(), yW.data(), rW.data(), s.rows,
+                     s.cols, xs, zc, eps);
         if (withRstd)
           reinterpret_cast<void (*)(const void *, const void *, void *, float *,
                                     I, I, I, I, float)>(sym)(
@@ -352,17 +357,22 @@ TEST_P(KernelGenHost, RmsNormForwardMatchesReference) {
               x.data(), w.data(), yG.data(), s.rows, s.cols, xs, s.cols, eps);
         EXPECT_TRUE(sameBits(yW, yG, eb, "rmsnorm y"))
             << kg::kernelName(spec) << " " << s.rows << "x" << s.cols;
+        EXPECT_TRUE(closeTo(type(), yR, yG, orderTol(type()), "y vs reference"))
+            << kg::kernelName(spec) << " " << s.rows << "x" << s.cols;
         if (withRstd) {
           EXPECT_TRUE(sameBits(rawBytes(rW), rawBytes(rG), 4, "rstd"))
+              << s.rows << "x" << s.cols;
+          EXPECT_TRUE(closeTo(kg::ElemType::F32, rawBytes(rR), rawBytes(rG),
+                              1e-5, "rstd vs reference"))
               << s.rows << "x" << s.cols;
         }
       }
     }
 }
 
-/// The fused residual add + RMSNorm gives the bits of the two reference
-/// kernels run one after the other (h stored, then normalized).
-TEST_P(KernelGenHost, AddRmsNormMatchesUnfusedReference) {
+/// The fused residual add + RMSNorm gives the bits of the reference residual
+/// add then kernelgen's RMSNorm on the stored h (fusion changes no bit).
+TEST_P(KernelGenHost, AddRmsNormMatchesUnfusedKernels) {
   size_t eb = bytesOf(type());
   for (bool zc : {true, false}) {
     kg::GroupSpec spec;
@@ -387,11 +397,10 @@ TEST_P(KernelGenHost, AddRmsNormMatchesUnfusedReference) {
       r.y = hW.data();
       r.n = I(n);
       ASSERT_EQ(residualAddForward(kHost, r), Status::Ok);
-      ASSERT_EQ(referenceRmsNorm(type(), hW.data(), w.data(), yW.data(),
-                                 rW.data(), s.rows, s.cols, s.cols, zc),
-                Status::Ok);
       using P = const void *;
       float eps = float(1e-6);
+      modelRmsNorm(type(), hW.data(), w.data(), yW.data(), rW.data(), s.rows,
+                   s.cols, s.cols, zc, eps);
       if (zc)
         reinterpret_cast<void (*)(P, P, void *, P, void *, float *, I, I,
                                   float)>(sym)(a.data(), b.data(), hG.data(),
@@ -411,7 +420,7 @@ TEST_P(KernelGenHost, AddRmsNormMatchesUnfusedReference) {
   }
 }
 
-TEST_P(KernelGenHost, RmsNormBackwardMatchesReference) {
+TEST_P(KernelGenHost, RmsNormBackwardMatchesModelAndReference) {
   size_t eb = bytesOf(type());
   for (auto [zc, withDw, withY] :
        {std::tuple{true, true, true}, std::tuple{false, true, false},
@@ -460,6 +469,14 @@ TEST_P(KernelGenHost, RmsNormBackwardMatchesReference) {
       a.xStride = xs;
       a.zeroCentered = zc;
       ASSERT_EQ(rmsNormBackward(kHost, a), Status::Ok);
+      // The reference's outputs bound the generated ones; the model of
+      // kernelgen's order gives their bits.
+      std::vector<uint8_t> dxR = dxW, yR = yW;
+      std::vector<float> dwR = dwW;
+      dwW = dwG;
+      modelRmsNormBackward(type(), x.data(), w.data(), rstd.data(), dy.data(),
+                           dxW.data(), withDw ? dwW.data() : nullptr,
+                           withY ? yW.data() : nullptr, s.rows, s.cols, xs, zc);
       I c = s.cols;
       // (x, w, rstd, dy, dx, [dw,] [y,] rows, dim, xStride, dyStride,
       //  dxStride, [yStride])
@@ -480,11 +497,18 @@ TEST_P(KernelGenHost, RmsNormBackwardMatchesReference) {
       std::string where = kg::kernelName(spec) + " " + std::to_string(s.rows) +
                           "x" + std::to_string(c);
       EXPECT_TRUE(sameBits(dxW, dxG, eb, "rmsnorm dx")) << where;
+      EXPECT_TRUE(
+          closeTo(type(), dxR, dxG, orderTol(type()), "dx vs reference"))
+          << where;
       if (withY) {
         EXPECT_TRUE(sameBits(yW, yG, eb, "recomputed y")) << where;
+        EXPECT_TRUE(sameBits(yR, yG, eb, "recomputed y vs reference")) << where;
         EXPECT_TRUE(sameBits(yFwd, yG, eb, "y against the forward")) << where;
       }
       EXPECT_TRUE(sameBits(rawBytes(dwW), rawBytes(dwG), 4, "rmsnorm dw"))
+          << where;
+      EXPECT_TRUE(closeTo(kg::ElemType::F32, rawBytes(dwR), rawBytes(dwG), 1e-5,
+                          "dw vs reference"))
           << where;
     }
   }

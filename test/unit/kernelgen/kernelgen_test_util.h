@@ -1,9 +1,9 @@
 //===- kernelgen_test_util.h - shared helpers of the kernelgen tests -*- C++
 //-*-===//
 //
-// Seeded storage buffers, bitwise comparison and the reference RMSNorm
-// forward, shared by the host (JIT) and GPU (driver API) tests of the
-// generated kernels.
+// Seeded storage buffers, bitwise comparison, the reference RMSNorm forward
+// and a model of kernelgen's reduction orders, shared by the host (JIT) and
+// GPU (driver API) tests of the generated kernels.
 //
 //===----------------------------------------------------------------------===//
 #ifndef ACTPLACE_TEST_UNIT_KERNELGEN_KERNELGEN_TEST_UTIL_H
@@ -15,6 +15,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <sstream>
 #include <vector>
@@ -79,6 +81,141 @@ inline ::testing::AssertionResult sameBits(const std::vector<uint8_t> &want,
 }
 
 inline const KernelContext kHost{};
+
+/// Storage element i of a bf16 or f32 buffer, widened to f32.
+inline float loadAt(kg::ElemType t, const void *p, I i) {
+  if (t == kg::ElemType::F32)
+    return static_cast<const float *>(p)[i];
+  return bf16::toFloat(static_cast<const uint16_t *>(p)[i]);
+}
+/// Stores f32 v as element i of a bf16 (round to nearest even) or f32
+/// buffer.
+inline void storeAt(kg::ElemType t, void *p, I i, float v) {
+  if (t == kg::ElemType::F32)
+    static_cast<float *>(p)[i] = v;
+  else
+    static_cast<uint16_t *>(p)[i] = bf16::fromFloat(v);
+}
+
+// A plain C++ model of kernelgen's fixed reduction orders (KernelGen.h,
+// Numerics), written apart from the generator so a test can hold the
+// generated kernels to them bit for bit. Every sum and product is its own
+// f32 operation (no contraction on the generic x86-64 target).
+
+/// Row sum: lane l of kg::kLanes sums term(j) for j = l, l + 32, ... from 0;
+/// then p[l] = p[l] + p[l ^ k], k = 16, 8, 4, 2, 1; the result p[0].
+template <class F> float modelRowSum(I n, F term) {
+  constexpr int L = int(kg::kLanes);
+  float p[L], q[L];
+  for (int l = 0; l < L; ++l) {
+    float acc = 0.f;
+    for (I j = l; j < n; j += L)
+      acc = acc + term(j);
+    p[l] = acc;
+  }
+  for (int k = L / 2; k >= 1; k /= 2) {
+    for (int l = 0; l < L; ++l)
+      q[l] = p[l] + p[l ^ k];
+    std::memcpy(p, q, sizeof(p));
+  }
+  return p[0];
+}
+
+/// Column sum: row group g sums term(r) for r = g, g + 32, ... from 0; then
+/// p[g] = p[g] + p[g + k] for g < k, k = 16, 8, 4, 2, 1; the result p[0].
+template <class F> float modelColumnSum(I rows, F term) {
+  constexpr int L = int(kg::kLanes);
+  float p[L];
+  for (int g = 0; g < L; ++g) {
+    float acc = 0.f;
+    for (I r = g; r < rows; r += L)
+      acc = acc + term(r);
+    p[g] = acc;
+  }
+  for (int k = L / 2; k >= 1; k /= 2)
+    for (int g = 0; g < k; ++g)
+      p[g] = p[g] + p[g + k];
+  return p[0];
+}
+
+/// kernelgen's RMSNorm forward: the reference's per-element code with the
+/// row sum above. x [rows, dim] with row stride xs, y contiguous.
+inline void modelRmsNorm(kg::ElemType t, const void *x, const void *w, void *y,
+                         float *rstd, I rows, I dim, I xs, bool zc, float eps) {
+  for (I r = 0; r < rows; ++r) {
+    float ss = modelRowSum(dim, [&](I j) {
+      float v = loadAt(t, x, r * xs + j);
+      return v * v;
+    });
+    float rs = 1.0f / std::sqrt(ss / float(dim) + eps);
+    if (rstd)
+      rstd[r] = rs;
+    for (I j = 0; j < dim; ++j) {
+      float wv = loadAt(t, w, j);
+      float we = zc ? 1.0f + wv : wv;
+      storeAt(t, y, r * dim + j, loadAt(t, x, r * xs + j) * rs * we);
+    }
+  }
+}
+
+/// kernelgen's RMSNorm backward: dx (contiguous), the recomputed y (when
+/// y is not null) and dw += the column sums (when dw is not null).
+inline void modelRmsNormBackward(kg::ElemType t, const void *x, const void *w,
+                                 const float *rstd, const void *dy, void *dx,
+                                 float *dw, void *y, I rows, I dim, I xs,
+                                 bool zc) {
+  auto weff = [&](I j) {
+    float wv = loadAt(t, w, j);
+    return zc ? 1.0f + wv : wv;
+  };
+  for (I r = 0; r < rows; ++r) {
+    float rs = rstd[r];
+    float dot = modelRowSum(dim, [&](I j) {
+      return loadAt(t, dy, r * dim + j) * weff(j) * loadAt(t, x, r * xs + j);
+    });
+    float c = dot * rs * rs * rs / float(dim);
+    for (I j = 0; j < dim; ++j) {
+      float xv = loadAt(t, x, r * xs + j), g = loadAt(t, dy, r * dim + j);
+      storeAt(t, dx, r * dim + j, rs * weff(j) * g - c * xv);
+      if (y)
+        storeAt(t, y, r * dim + j, xv * rs * weff(j));
+    }
+  }
+  if (dw)
+    for (I j = 0; j < dim; ++j)
+      dw[j] = dw[j] + modelColumnSum(rows, [&](I r) {
+                return loadAt(t, dy, r * dim + j) * loadAt(t, x, r * xs + j) *
+                       rstd[r];
+              });
+}
+
+/// Max |got - want| within tol x max |want| over a storage buffer (two
+/// orders of the same sums: a bound, not bits).
+inline ::testing::AssertionResult closeTo(kg::ElemType t,
+                                          const std::vector<uint8_t> &want,
+                                          const std::vector<uint8_t> &got,
+                                          double tol, const char *what) {
+  size_t eb = bytesOf(t), n = want.size() / eb;
+  if (got.size() != want.size())
+    return ::testing::AssertionFailure() << what << ": sizes differ";
+  double scale = 0, worst = 0;
+  for (size_t i = 0; i < n; ++i) {
+    double a = loadAt(t, want.data(), I(i)), b = loadAt(t, got.data(), I(i));
+    if (std::isfinite(a))
+      scale = std::max(scale, std::fabs(a));
+    if (std::isfinite(a) || std::isfinite(b))
+      worst = std::max(worst, std::fabs(a - b));
+  }
+  if (!(worst <= tol * scale))
+    return ::testing::AssertionFailure()
+           << what << ": max |difference| " << worst << " above " << tol
+           << " x max |reference| " << scale;
+  return ::testing::AssertionSuccess();
+}
+/// The bound of closeTo for a storage type: two bf16 ulps, or 1e-5 in f32.
+inline double orderTol(kg::ElemType t) {
+  return t == kg::ElemType::BF16 ? 2.0 / 128 : 1e-5;
+}
 
 /// The bytes of an f32 buffer, for sameBits.
 inline std::vector<uint8_t> rawBytes(const std::vector<float> &f) {

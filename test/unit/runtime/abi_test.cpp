@@ -508,7 +508,7 @@ extern "C" void testGeneratedAxpy(void **params) {
 // The generated-kernel table reaches the Program; a table whose entries
 // cannot be launched is refused naming the kernel and the field.
 TEST(AbiProgramTest, GeneratedKernelTablesAreChecked) {
-  ap_generated_entry entry{"test_axpy", {3, -1}};
+  ap_generated_entry entry{"test_axpy", {3, -1}, 1, 256};
   ap_generated_kernel kernel{"test_axpy", "ppplf", &testGeneratedAxpy, &entry,
                              1};
   AbiProgram a;
@@ -534,6 +534,13 @@ TEST(AbiProgramTest, GeneratedKernelTablesAreChecked) {
   entry.work_params[0] = 7;
   refused("counts its threads by parameter 7");
   entry.work_params[0] = 3;
+  entry.block_size = 2048;
+  refused("entry 'test_axpy' has 1 threads per item and blocks of 2048 (1 to "
+          "1024 each)");
+  entry.block_size = 256;
+  entry.threads_per_item = 0;
+  refused("has 0 threads per item");
+  entry.threads_per_item = 1;
   kernel.host = nullptr;
   refused("generated kernel 0 has a null name, parameter list or host "
           "function");
@@ -657,7 +664,7 @@ TEST_F(AbiStepTest, LaunchRefusesUnknownIdsSizesAndStreams) {
 // with pointers to a copy of the argument slots, in stream order, and counts
 // the launch; wrong kernel indices and argument sizes are refused.
 TEST_F(AbiStepTest, LaunchGeneratedRunsTheHostFunctionFromItsSlots) {
-  ap_generated_entry entry{"test_axpy", {3, -1}};
+  ap_generated_entry entry{"test_axpy", {3, -1}, 1, 256};
   ap_generated_kernel kernel{"test_axpy", "ppplf", &testGeneratedAxpy, &entry,
                              1};
   program.generated = {kernel};
