@@ -411,8 +411,8 @@ void hostPairSums(
         Value v =
             in.add(memref::LoadOp::create(nb, nl, scratch, i),
                    memref::LoadOp::create(nb, nl, scratch, partner(nb, nl, i)));
-        memref::StoreOp::create(nb, nl, v, scratch,
-                                arith::AddIOp::create(nb, nl, i, dest));
+        Value at = arith::AddIOp::create(nb, nl, i, dest);
+        memref::StoreOp::create(nb, nl, v, scratch, at);
         scf::YieldOp::create(nb, nl);
       });
 }
