@@ -56,7 +56,8 @@ void buildPipeline(OpPassManager &pm, const CompileOptions &o,
       stage.stages = o.pipelineStages;
       stage.stage = o.pipelineStage;
       stage.layers.assign(o.pipelineLayers.begin(), o.pipelineLayers.end());
-      stage.balance = o.pipelineBalanceCost ? "cost" : "layers";
+      stage.balance = o.pipelineBalanceCost ? train::StageBalance::Cost
+                                            : train::StageBalance::Layers;
       stage.profile = o.pipelineProfile;
       pm.addPass(createTrainPipelineStage(stage));
     }
@@ -66,7 +67,7 @@ void buildPipeline(OpPassManager &pm, const CompileOptions &o,
     pm.addPass(createConvertTrainToExec(o.lowering));
     if (o.pipelineStages > 1)
       pm.addPass(createExecPipelineSchedule());
-    if (o.lowering.dataParallel == "zero3")
+    if (o.lowering.dataParallel == train::DataParallelMode::Zero3)
       pm.addPass(createExecShardParams(o.zeroShard));
     else if (o.lowering.dataParallelSize > 1)
       pm.addPass(createExecBucketGradReduce(o.gradBuckets));
@@ -114,9 +115,10 @@ struct PlacementPipelineOptions
   Option<int64_t> prefetchDepth{*this, "prefetch-depth", llvm::cl::init(0),
                                 llvm::cl::desc("0: cost model; N: reference "
                                                "rule")};
-  Option<std::string> computeDtype{*this, "compute-dtype",
-                                   llvm::cl::init("bf16"),
-                                   llvm::cl::desc("Compute dtype")};
+  Option<train::ComputeDtype> computeDtype{
+      *this, "compute-dtype", llvm::cl::init(train::ComputeDtype::BF16),
+      llvm::cl::desc("Compute dtype"),
+      llvm::cl::values(AP_COMPUTE_DTYPE_VALUES)};
   Option<bool> cudaGraphs{*this, "cuda-graphs", llvm::cl::init(false),
                           llvm::cl::desc("CUDA-graph capture")};
   Option<std::string> profile{*this, "profile", llvm::cl::init(""),
@@ -136,9 +138,7 @@ struct PlacementPipelineOptions
       *this, "data-parallel",
       llvm::cl::init(train::DataParallelMode::Replicate),
       llvm::cl::desc("replicate | zero3: how the ranks hold parameters"),
-      llvm::cl::values(
-          clEnumValN(train::DataParallelMode::Replicate, "replicate", ""),
-          clEnumValN(train::DataParallelMode::Zero3, "zero3", ""))};
+      llvm::cl::values(AP_DATA_PARALLEL_VALUES)};
   Option<int64_t> dataParallelSize{
       *this, "data-parallel-size", llvm::cl::init(1),
       llvm::cl::desc("Data-parallel ranks the prediction assumes")};

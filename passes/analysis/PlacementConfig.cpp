@@ -55,14 +55,9 @@ PlacementConfig::validate(function_ref<InFlightDiagnostic()> emitError) {
   if (prefetchDepth < 0)
     return emitError() << "prefetch-depth must be >= 0 (0 = cost model), got "
                        << prefetchDepth;
-  static const char *const kDtypes[] = {"bf16", "f16", "f32", "fp8", "fp4"};
-  if (!llvm::is_contained(kDtypes, computeDtype))
-    return emitError() << "compute-dtype must be one of bf16, f16, f32, fp8, "
-                          "fp4, got '"
-                       << computeDtype << "'";
-  if (offloading() && computeDtype != "bf16")
+  if (offloading() && computeDtype != ComputeDtype::BF16)
     return emitError() << "offload requires compute-dtype=bf16, got '"
-                       << computeDtype
+                       << computeDtypeName(computeDtype)
                        << "' (placement bit-identity is only established for "
                           "BF16 compute)";
   if (offloading() && cudaGraphs)

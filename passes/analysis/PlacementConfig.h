@@ -29,7 +29,7 @@ struct PlacementConfig {
   int64_t maxInflight = 0;
   HideRule hideRule = HideRule::On;
   int64_t prefetchDepth = 0;
-  std::string computeDtype = "bf16";
+  ComputeDtype computeDtype = ComputeDtype::BF16;
   bool cudaGraphs = false;
   std::string profile;
   bool fuseRecompute = true;

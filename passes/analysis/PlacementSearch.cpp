@@ -362,7 +362,8 @@ FailureOr<PlacementSearchResult> ap::train::searchPlacement(
   auto indexOf = [&](const std::string &leaf) {
     return static_cast<size_t>(llvm::find(leaves, leaf) - leaves.begin());
   };
-  bool offloadAllowed = config.computeDtype == "bf16" && !config.cudaGraphs;
+  bool offloadAllowed =
+      config.computeDtype == ComputeDtype::BF16 && !config.cudaGraphs;
 
   PlacementSearchCache ownCache;
   Evaluator eval(module, config, *cost, leaves,

@@ -56,12 +56,7 @@ struct TrainPipelineStagePass
       return signalPassFailure();
     }
     SmallVector<int64_t> perStage(layers.begin(), layers.end());
-    if (balance != "layers" && balance != "cost") {
-      module.emitError() << "train-pipeline-stage: balance '" << balance
-                         << "' (expected layers or cost)";
-      return signalPassFailure();
-    }
-    if (balance == "cost") {
+    if (balance == StageBalance::Cost) {
       if (!perStage.empty()) {
         module.emitError() << "--pipeline-balance=cost chooses the layers per "
                               "stage; --pipeline-stages gives them: pass one "

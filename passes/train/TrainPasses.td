@@ -123,9 +123,15 @@ def TrainPipelineStage : Pass<"train-pipeline-stage", "mlir::ModuleOp"> {
     Option<"stage", "stage", "int64_t", "0", "The stage to keep, 0-based">,
     ListOption<"layers", "layers", "int64_t",
                "Decoder layers per stage (--pipeline-stages); empty: even split">,
-    Option<"balance", "balance", "std::string", "\"layers\"",
-           "Without `layers`: \"layers\" (as even as possible) or \"cost\" "
-           "(the split whose slowest stage is fastest under the cost model)">,
+    Option<"balance", "balance", "::ap::train::StageBalance",
+           "::ap::train::StageBalance::Layers",
+           "Without `layers`: how the layers are split into stages",
+           [{::llvm::cl::values(
+               clEnumValN(::ap::train::StageBalance::Layers, "layers",
+                          "as even as possible"),
+               clEnumValN(::ap::train::StageBalance::Cost, "cost",
+                          "the split whose slowest stage is fastest under "
+                          "the cost model"))}]>,
     Option<"profile", "profile", "std::string", "\"\"",
            "JSON device profile for balance=cost">
   ];

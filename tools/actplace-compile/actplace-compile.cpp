@@ -150,20 +150,11 @@ static cl::opt<int64_t> microBatchSize("micro-batch-size",
 static cl::opt<int64_t> microBatches("micro-batches",
                                      cl::desc("Microbatches per step"),
                                      cl::init(1), cl::cat(category));
-enum class DataParallel { Replicate, Zero3 };
+using DataParallel = ap::train::DataParallelMode;
 static cl::opt<DataParallel> dataParallel(
     "data-parallel", cl::init(DataParallel::Replicate),
     cl::desc("How data-parallel ranks hold parameters and optimizer state"),
-    cl::values(clEnumValN(DataParallel::Replicate, "replicate",
-                          "every rank holds all of them; main grads are "
-                          "summed over ranks in buckets on the comm stream "
-                          "during the last microbatch's backward (default)"),
-               clEnumValN(DataParallel::Zero3, "zero3",
-                          "each rank holds 1/N of every parameter, main "
-                          "grad and optimizer state; a layer group's "
-                          "weights are gathered before its forward and its "
-                          "backward, its grads reduce-scattered after")),
-    cl::cat(category));
+    cl::values(AP_DATA_PARALLEL_VALUES), cl::cat(category));
 static cl::opt<int64_t> dataParallelSize(
     "data-parallel-size",
     cl::desc("Data-parallel ranks (the plan is per rank; the binary refuses "
@@ -249,8 +240,19 @@ static cl::opt<ap::train::MainGradDtype> mainGradDtype(
                           "layer; each reduce-scatter rounds its sum into "
                           "the shard once; FP32 masters either way)")),
     cl::cat(category));
-static cl::opt<std::string> dtype("dtype", cl::desc("bf16 or f32 (JSON)"),
-                                  cl::init("bf16"), cl::cat(category));
+enum class StorageDtype { BF16, F32 };
+static cl::opt<StorageDtype>
+    dtypeOpt("dtype",
+             cl::desc("Storage type of activations and weights (JSON)"),
+             cl::init(StorageDtype::BF16),
+             cl::values(clEnumValN(StorageDtype::BF16, "bf16",
+                                   "bfloat16, FP32 masters (default)"),
+                        clEnumValN(StorageDtype::F32, "f32", "float32")),
+             cl::cat(category));
+/// The importer's spelling of --dtype.
+static std::string dtypeName() {
+  return dtypeOpt == StorageDtype::F32 ? "f32" : "bf16";
+}
 static cl::opt<int64_t> gemmWorkspace(
     "gemm-workspace-bytes",
     cl::desc("cuBLASLt workspace declared by GEMM kernels (default: 32 MiB "
@@ -750,7 +752,7 @@ int main(int argc, char **argv) {
     shape.seqLen = seqLen;
     shape.microBatchSize = microBatchSize;
     shape.microBatches = microBatches;
-    shape.dtype = dtype;
+    shape.dtype = dtypeName();
     shape.tensorParallel = tensorParallel;
     shape.sequenceParallel = sequenceParallel;
     if (llvm::Error err = ap::import::checkTensorParallel(*cfg, shape))
@@ -792,8 +794,7 @@ int main(int argc, char **argv) {
                   "must be integers");
   }
   opts.lowering.gemmWorkspaceBytes = gemmWorkspace;
-  opts.lowering.dataParallel =
-      dataParallel == DataParallel::Zero3 ? "zero3" : "replicate";
+  opts.lowering.dataParallel = dataParallel;
   opts.lowering.dataParallelSize = dataParallelSize;
   opts.lowering.tiedGradParts = tiedGradParts;
   opts.gradBuckets.bucketBytes = gradBucketBytes;
@@ -802,9 +803,7 @@ int main(int argc, char **argv) {
   // The cost model prices the same buckets or gathers and reduce-scatters
   // (the report's and the search's step prediction on N ranks), and the
   // memory timeline holds zero3's shards and gathered windows.
-  placement.dataParallel = dataParallel == DataParallel::Zero3
-                               ? ap::train::DataParallelMode::Zero3
-                               : ap::train::DataParallelMode::Replicate;
+  placement.dataParallel = dataParallel;
   placement.dataParallelSize = dataParallelSize;
   placement.gradBucketBytes = gradBucketBytes;
   placement.gatherMaxInflight = gatherMaxInflight;
@@ -1047,7 +1046,7 @@ int main(int argc, char **argv) {
     shape.seqLen = seqLen;
     shape.microBatchSize = b;
     shape.microBatches = m;
-    shape.dtype = dtype;
+    shape.dtype = dtypeName();
     shape.tensorParallel = tensorParallel;
     shape.sequenceParallel = sequenceParallel;
     if (llvm::Error err = ap::import::checkTrainShape(shape))
@@ -1686,7 +1685,8 @@ int main(int argc, char **argv) {
       if (llvm::StringRef(input).ends_with(".json"))
         style.title += " seq " + std::to_string(seqLen) + ", micro-batch " +
                        std::to_string(microBatchSize) + ", " +
-                       std::to_string(microBatches) + " microbatches, " + dtype;
+                       std::to_string(microBatches) + " microbatches, " +
+                       dtypeName();
     }
     style.notes.push_back(
         "placement: " +

@@ -681,24 +681,21 @@ struct ConvertTrainToExecPass
                          << " (expected 1 or more ranks)";
       return signalPassFailure();
     }
-    if (dataParallel != "replicate" && dataParallel != "zero3") {
-      module.emitError() << "convert-train-to-exec: data-parallel '"
-                         << std::string(dataParallel)
-                         << "' (expected replicate or zero3)";
-      return signalPassFailure();
-    }
-    if (failed(Lowering(module, func, gemmWorkspaceBytes, *cost, share,
-                        dataParallel == "zero3", tiedGradParts)
+    bool zero3 = dataParallel == ap::train::DataParallelMode::Zero3;
+    if (failed(Lowering(module, func, gemmWorkspaceBytes, *cost, share, zero3,
+                        tiedGradParts)
                    .run()))
       return signalPassFailure();
     // One replicated rank is what a step without the attributes means, so
     // single-rank IR stays as it was; ZeRO-3 is recorded at any size.
-    if (dataParallelSize > 1 || dataParallel == "zero3")
+    if (dataParallelSize > 1 || zero3)
       for (ex::StepOp step : module.getOps<ex::StepOp>()) {
         Builder b(module.getContext());
         step->setAttr(ex::kDataParallelSizeAttr,
                       b.getI64IntegerAttr(dataParallelSize));
-        step->setAttr(ex::kDataParallelModeAttr, b.getStringAttr(dataParallel));
+        step->setAttr(
+            ex::kDataParallelModeAttr,
+            b.getStringAttr(ap::train::dataParallelName(dataParallel)));
       }
   }
 };

@@ -46,10 +46,10 @@ def ConvertTrainToExec : Pass<"convert-train-to-exec", "mlir::ModuleOp"> {
            "with side kernels (exec.step side_sm_percent); 0: the profile's "
            "sideSmPercent. Give the placement profile's when `profile` is "
            "another">,
-    Option<"dataParallel", "data-parallel", "std::string", "\"replicate\"",
-           "How data-parallel ranks hold parameters and optimizer state: "
-           "replicate (every rank all of it; main grads all-reduced) or "
-           "zero3 (flat 1/N shards)">,
+    Option<"dataParallel", "data-parallel", "::ap::train::DataParallelMode",
+           "::ap::train::DataParallelMode::Replicate",
+           "How data-parallel ranks hold parameters and optimizer state",
+           [{::llvm::cl::values(AP_DATA_PARALLEL_VALUES)}]>,
     Option<"dataParallelSize", "data-parallel-size", "int64_t", "1",
            "Data-parallel ranks the per-rank plan is for">,
     Option<"tiedGradParts", "tied-grad-parts", "bool", "false",
