@@ -30,92 +30,6 @@ using namespace mlir;
 
 namespace ap::kernelgen {
 
-std::string kernelName(const GroupSpec &spec) {
-  auto ty = [](ElemType t) { return t == ElemType::BF16 ? "bf16" : "f32"; };
-  std::string name = "ap_kg_";
-  switch (spec.kind) {
-  case GroupKind::SwiGluForward:
-    name += "swiglu_fwd";
-    break;
-  case GroupKind::SwiGluBackward:
-    name += spec.recomputeY ? "swiglu_bwd_y" : "swiglu_bwd";
-    break;
-  case GroupKind::ResidualAdd:
-    name += "residual_add";
-    break;
-  case GroupKind::RmsNormForward:
-    name += spec.zeroCentered ? "rmsnorm_fwd_zc" : "rmsnorm_fwd";
-    if (!spec.writeRstd)
-      name += "_norstd";
-    break;
-  case GroupKind::AddRmsNormForward:
-    name += spec.zeroCentered ? "add_rmsnorm_fwd_zc" : "add_rmsnorm_fwd";
-    if (!spec.writeRstd)
-      name += "_norstd";
-    break;
-  case GroupKind::RmsNormBackward:
-    name += spec.zeroCentered ? "rmsnorm_bwd_zc" : "rmsnorm_bwd";
-    if (spec.accumulateDw)
-      name += "_dw";
-    if (spec.recomputeY)
-      name += "_y";
-    break;
-  case GroupKind::SigmoidGateForward:
-    name += "sigmoid_gate_fwd";
-    break;
-  case GroupKind::SigmoidGateBackward:
-    name += "sigmoid_gate_bwd";
-    break;
-  case GroupKind::AdamW:
-    name += "adamw_grad";
-    name += ty(spec.dtype);
-    name += spec.computeCopy ? std::string("_copy") + ty(*spec.computeCopy)
-                             : std::string("_nocopy");
-    return name;
-  }
-  name += "_";
-  name += ty(spec.dtype);
-  return name;
-}
-
-std::vector<std::string> gpuKernelNames(const GroupSpec &spec) {
-  std::string name = kernelName(spec);
-  if (spec.kind != GroupKind::RmsNormBackward)
-    return {name};
-  if (!spec.accumulateDw)
-    return {name + "_rows"};
-  return {name + "_rows", name + "_dw"};
-}
-
-std::optional<GroupKind> parseGroupKind(llvm::StringRef name) {
-  return llvm::StringSwitch<std::optional<GroupKind>>(name)
-      .Case("swiglu-fwd", GroupKind::SwiGluForward)
-      .Case("swiglu-bwd", GroupKind::SwiGluBackward)
-      .Case("residual-add", GroupKind::ResidualAdd)
-      .Case("rmsnorm-fwd", GroupKind::RmsNormForward)
-      .Case("rmsnorm-bwd", GroupKind::RmsNormBackward)
-      .Case("add-rmsnorm-fwd", GroupKind::AddRmsNormForward)
-      .Case("adamw", GroupKind::AdamW)
-      .Case("sigmoid-gate-fwd", GroupKind::SigmoidGateForward)
-      .Case("sigmoid-gate-bwd", GroupKind::SigmoidGateBackward)
-      .Default(std::nullopt);
-}
-
-const char *groupKindNames() {
-  return "swiglu-fwd, swiglu-bwd, residual-add, rmsnorm-fwd, rmsnorm-bwd, "
-         "add-rmsnorm-fwd, adamw, sigmoid-gate-fwd, sigmoid-gate-bwd";
-}
-
-AdamWScalars adamWScalars(double lr, double beta1, double beta2, double eps,
-                          double weightDecay, int64_t step) {
-  // The same double expressions, rounded to float at the same points, as
-  // the reference adamWStep.
-  const double bc1 = 1.0 - std::pow(beta1, double(step));
-  const double bc2 = 1.0 - std::pow(beta2, double(step));
-  return {float(lr / bc1), float(std::sqrt(bc2)), float(1.0 - lr * weightDecay),
-          float(beta1),    float(beta2),          float(eps)};
-}
-
 namespace {
 
 /// Emits the per-element code of every group; `gpu` picks pointer address
@@ -258,73 +172,19 @@ public:
   bool gpu;
 };
 
-/// A kernel's parameters: pointers first, then i64 integers, then f32
-/// scalars (the order of the ABI in KernelGen.h).
+/// A kernel's parameters by kind: pointers first, then i64 integers, then
+/// f32 scalars (kernelParams' order, KernelAbi.h).
 struct Params {
   SmallVector<std::string> ptrs, ints, floats;
 };
 
 Params paramsOf(const GroupSpec &s) {
   Params p;
-  switch (s.kind) {
-  case GroupKind::SwiGluForward:
-    p.ptrs = {"gate", "up", "y"};
-    p.ints = {"rows", "cols", "gateStride", "upStride", "yStride"};
-    break;
-  case GroupKind::SwiGluBackward:
-    p.ptrs = {"gate", "up", "dy", "dgate", "dup"};
-    p.ints = {"rows",     "cols",        "gateStride", "upStride",
-              "dyStride", "dgateStride", "dupStride"};
-    if (s.recomputeY) {
-      p.ptrs.push_back("y");
-      p.ints.push_back("yStride");
-    }
-    break;
-  case GroupKind::ResidualAdd:
-    p.ptrs = {"a", "b", "y"};
-    p.ints = {"n"};
-    break;
-  case GroupKind::RmsNormForward:
-    p.ptrs = {"x", "w", "y"};
-    if (s.writeRstd)
-      p.ptrs.push_back("rstd");
-    p.ints = {"rows", "dim", "xStride", "yStride"};
-    p.floats = {"eps"};
-    break;
-  case GroupKind::AddRmsNormForward:
-    p.ptrs = {"a", "b", "h", "w", "y"};
-    if (s.writeRstd)
-      p.ptrs.push_back("rstd");
-    p.ints = {"rows", "dim"};
-    p.floats = {"eps"};
-    break;
-  case GroupKind::RmsNormBackward:
-    p.ptrs = {"x", "w", "rstd", "dy", "dx"};
-    if (s.accumulateDw)
-      p.ptrs.push_back("dw");
-    if (s.recomputeY)
-      p.ptrs.push_back("y");
-    p.ints = {"rows", "dim", "xStride", "dyStride", "dxStride"};
-    if (s.recomputeY)
-      p.ints.push_back("yStride");
-    break;
-  case GroupKind::SigmoidGateForward:
-    p.ptrs = {"o", "gate", "y"};
-    p.ints = {"rows", "cols", "oStride", "gateStride", "yStride"};
-    break;
-  case GroupKind::SigmoidGateBackward:
-    p.ptrs = {"o", "gate", "dy", "dout", "dgate"};
-    p.ints = {"rows",     "cols",     "oStride",    "gateStride",
-              "dyStride", "doStride", "dgateStride"};
-    break;
-  case GroupKind::AdamW:
-    p.ptrs = {"master", "expAvg", "expAvgSq", "grad", "clipCoef"};
-    if (s.computeCopy)
-      p.ptrs.push_back("computeCopy");
-    p.ints = {"n"};
-    p.floats = {"stepSize", "bc2Sqrt", "decay", "beta1", "beta2", "eps"};
-    break;
-  }
+  for (const KernelParam &k : kernelParams(s))
+    (k.kind == 'p'   ? p.ptrs
+     : k.kind == 'l' ? p.ints
+                     : p.floats)
+        .push_back(k.name);
   return p;
 }
 
@@ -899,64 +759,6 @@ void loadDialects(MLIRContext &context) {
 }
 
 } // namespace
-
-std::vector<KernelParam> kernelParams(const GroupSpec &spec) {
-  Params p = paramsOf(spec);
-  std::vector<KernelParam> out;
-  for (const std::string &n : p.ptrs)
-    out.push_back({n, 'p'});
-  for (const std::string &n : p.ints)
-    out.push_back({n, 'l'});
-  for (const std::string &n : p.floats)
-    out.push_back({n, 'f'});
-  return out;
-}
-
-std::vector<GpuEntry> gpuEntries(const GroupSpec &spec) {
-  std::vector<KernelParam> params = kernelParams(spec);
-  auto index = [&](llvm::StringRef name) {
-    for (size_t i = 0; i < params.size(); ++i)
-      if (params[i].name == name)
-        return int(i);
-    llvm_unreachable("gpuEntries: no such kernel parameter");
-  };
-  std::vector<std::string> names = gpuKernelNames(spec);
-  std::vector<GpuEntry> out;
-  for (size_t phase = 0; phase < names.size(); ++phase) {
-    GpuEntry e{names[phase], {}};
-    switch (spec.kind) {
-    case GroupKind::SwiGluForward:
-    case GroupKind::SwiGluBackward:
-    case GroupKind::SigmoidGateForward:
-    case GroupKind::SigmoidGateBackward:
-      e.workParams = {index("rows"), index("cols")};
-      break;
-    case GroupKind::ResidualAdd:
-    case GroupKind::AdamW:
-      e.workParams = {index("n")};
-      break;
-    case GroupKind::RmsNormForward:
-    case GroupKind::AddRmsNormForward:
-      e.workParams = {index("rows")};
-      e.threadsPerItem = int(kLanes);
-      break;
-    case GroupKind::RmsNormBackward:
-      // Rows first, a warp each; the dw phase (when present) a block per
-      // kLanes columns with kLanes threads (row groups) per column.
-      e.workParams = {index(phase == 0 ? "rows" : "dim")};
-      e.threadsPerItem = int(kLanes);
-      if (phase == 1)
-        e.blockSize = int(kLanes * kLanes);
-      break;
-    }
-    out.push_back(std::move(e));
-  }
-  return out;
-}
-
-std::string packedName(const GroupSpec &spec) {
-  return kernelName(spec) + "_packed";
-}
 
 OwningOpRef<ModuleOp> buildHostModule(MLIRContext &context,
                                       ArrayRef<GroupSpec> specs) {

@@ -9,7 +9,7 @@
 #ifndef ACTPLACE_TEST_UNIT_KERNELGEN_KERNELGEN_TEST_UTIL_H
 #define ACTPLACE_TEST_UNIT_KERNELGEN_KERNELGEN_TEST_UTIL_H
 
-#include "kernelgen/KernelGen.h"
+#include "kernelgen/KernelAbi.h"
 #include "kernels/kernels.h"
 #include "test/unit/kernels/random_data.h"
 

@@ -1,0 +1,147 @@
+//===- KernelAbi.h - kernelgen kernels: names, parameters, launches -*- C++
+//-*-===//
+//
+// What a caller of kernelgen's kernels needs, with no MLIR: the op groups
+// and their static choices (GroupSpec), each kernel's symbol, parameter
+// list and GPU launch shape, and the AdamW scalars the host computes. The
+// generators (KernelGen.h) build the kernels these describe; the runtime's
+// tables (codegen) and the GPU test use only this.
+//
+// Kernel ABI (host C function and GPU entry take the same parameters, in this
+// order; pointers are raw element pointers, strides are in elements, with no
+// "0 means contiguous" rule: the caller passes the real stride):
+//   swiglu_fwd   (gate, up, y, rows, cols, gateStride, upStride, yStride)
+//   swiglu_bwd   (gate, up, dy, dgate, dup, [y,] rows, cols, gateStride,
+//                 upStride, dyStride, dgateStride, dupStride, [yStride])
+//   residual_add (a, b, y, n)
+//   rmsnorm_fwd  (x, w, y, [rstd,] rows, dim, xStride, yStride, eps:f32)
+//   rmsnorm_bwd  (x, w, rstd, dy, dx, [dw,] [y,] rows, dim, xStride,
+//                 dyStride, dxStride, [yStride])
+//   add_rmsnorm_fwd (a, b, h, w, y, [rstd,] rows, dim, eps: f32): h = a + b
+//                 and y = rmsnorm(h), all [rows, dim] contiguous
+//   adamw        (master, expAvg, expAvgSq, grad, clipCoef, [computeCopy,] n,
+//                 stepSize, bc2Sqrt, decay, beta1, beta2, eps: f32)
+//   sigmoid_gate_fwd (o, gate, y, rows, cols, oStride, gateStride, yStride)
+//   sigmoid_gate_bwd (o, gate, dy, dout, dgate, rows, cols, oStride,
+//                 gateStride, dyStride, doStride, dgateStride)
+// Integers are int64_t; bracketed parameters exist only when the spec asks
+// for that output. clipCoef may be null (coefficient 1). GPU launch (per
+// entry, gpuEntries): grid = ceil(work * threadsPerItem / blockSize) blocks
+// of blockSize threads, where work is rows*cols (swiglu, sigmoid_gate), n
+// (residual_add, adamw; one thread per item, blocks of kBlockSize), rows
+// (rmsnorm_fwd, add_rmsnorm_fwd, the rmsnorm_bwd row kernel: a warp of 32
+// threads per row, blocks of kBlockSize) or dim (the rmsnorm_bwd dw kernel:
+// 32 threads per column, blocks of 1024 = 32 columns x 32 row groups).
+//
+//===----------------------------------------------------------------------===//
+#ifndef ACTPLACE_KERNELGEN_KERNELABI_H
+#define ACTPLACE_KERNELGEN_KERNELABI_H
+
+#include "llvm/ADT/StringRef.h"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ap::kernelgen {
+
+/// Threads per block of every generated GPU kernel.
+constexpr int64_t kBlockSize = 256;
+
+enum class GroupKind {
+  SwiGluForward,
+  SwiGluBackward,
+  ResidualAdd,
+  RmsNormForward,
+  RmsNormBackward,
+  /// Residual add then RMSNorm forward of its output, in one kernel.
+  AddRmsNormForward,
+  AdamW,
+  /// Sigmoid output gate y = o * sigmoid(gate), and its backward.
+  SigmoidGateForward,
+  SigmoidGateBackward,
+};
+
+/// Storage element types of the generated kernels (math is always f32).
+enum class ElemType { BF16, F32 };
+
+/// One kernel to generate: an op group and its static choices (which outputs
+/// exist, storage types), fixed at generation time so the kernel has no
+/// run-time branches on them.
+struct GroupSpec {
+  GroupKind kind = GroupKind::SwiGluForward;
+  /// Storage type of activations (swiglu, residual add, rmsnorm) and of the
+  /// AdamW main grad.
+  ElemType dtype = ElemType::BF16;
+  /// SwiGluBackward, RmsNormBackward: also write the recomputed forward
+  /// output y.
+  bool recomputeY = false;
+  /// RmsNorm*, AddRmsNormForward: y = x * rstd * (1 + w) (true) or
+  /// x * rstd * w.
+  bool zeroCentered = true;
+  /// RmsNormBackward: also accumulate the weight gradient into dw [dim]
+  /// (f32 main grad, +=).
+  bool accumulateDw = true;
+  /// RmsNormForward, AddRmsNormForward: also write rstd [rows] (f32).
+  bool writeRstd = true;
+  /// AdamW: write the compute copy of this storage type; nullopt: none.
+  std::optional<ElemType> computeCopy = ElemType::BF16;
+};
+
+/// The symbol of the kernel for `spec`, e.g. "ap_kg_swiglu_fwd_bf16".
+std::string kernelName(const GroupSpec &spec);
+
+/// The GPU entries of `spec`, in launch order: the kernel name, except for
+/// RmsNormBackward, whose row phase (dx, y: "<name>_rows", a warp per row)
+/// and column phase (dw: "<name>_dw", 32 row groups per column) are two
+/// kernels. The host function runs the phases in the same order.
+std::vector<std::string> gpuKernelNames(const GroupSpec &spec);
+
+/// Parses a group name of the tool (swiglu-fwd, swiglu-bwd, residual-add,
+/// rmsnorm-fwd, rmsnorm-bwd, add-rmsnorm-fwd, adamw); nullopt when unknown.
+std::optional<GroupKind> parseGroupKind(llvm::StringRef name);
+/// The names parseGroupKind accepts, for error messages.
+const char *groupKindNames();
+
+/// One parameter of a kernel's ABI (the list above): its name and kind,
+/// 'p' a pointer, 'l' an int64_t, 'f' a float.
+struct KernelParam {
+  std::string name;
+  char kind;
+};
+std::vector<KernelParam> kernelParams(const GroupSpec &spec);
+
+/// Lanes of a row-wise kernel's warp and row groups of a column sum (the
+/// fixed reduction order, KernelGen.h).
+constexpr int64_t kLanes = 32;
+
+/// A GPU entry of `spec` (gpuKernelNames order) and its launch: work is the
+/// product of the int64 parameters at `workParams` (indices into
+/// kernelParams), each item takes threadsPerItem threads, launched as
+/// ceil(work * threadsPerItem / blockSize) blocks of blockSize threads.
+struct GpuEntry {
+  std::string name;
+  std::vector<int> workParams;
+  int threadsPerItem = 1;
+  int blockSize = int(kBlockSize);
+};
+std::vector<GpuEntry> gpuEntries(const GroupSpec &spec);
+
+/// The host function a binary calls: `<kernelName>_packed(void **params)`,
+/// params[i] pointing at parameter i of kernelParams (the calling convention
+/// of cuLaunchKernel's kernelParams, so host and GPU launches take one
+/// argument array).
+std::string packedName(const GroupSpec &spec);
+
+/// The f32 scalars of one AdamW step, computed exactly as the reference
+/// kernel computes them (in double, then rounded to float).
+struct AdamWScalars {
+  float stepSize, bc2Sqrt, decay, beta1, beta2, eps;
+};
+AdamWScalars adamWScalars(double lr, double beta1, double beta2, double eps,
+                          double weightDecay, int64_t step);
+
+} // namespace ap::kernelgen
+
+#endif // ACTPLACE_KERNELGEN_KERNELABI_H

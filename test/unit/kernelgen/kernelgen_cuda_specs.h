@@ -1,0 +1,49 @@
+//===- kernelgen_cuda_specs.h - the kernels kernelgen_cuda_test runs -*- C++
+//-*-===//
+//
+// The group specs whose PTX kernelgen_cuda_test loads: shared by the test
+// and by the build-time generator that embeds that PTX in it
+// (kernelgen_cuda_test_ptx.cpp), so the test binary needs no MLIR.
+//
+//===----------------------------------------------------------------------===//
+#ifndef ACTPLACE_TEST_UNIT_KERNELGEN_KERNELGEN_CUDA_SPECS_H
+#define ACTPLACE_TEST_UNIT_KERNELGEN_KERNELGEN_CUDA_SPECS_H
+
+#include "kernelgen/KernelAbi.h"
+
+#include <vector>
+
+namespace ap::kernelgen::test {
+
+inline std::vector<GroupSpec> cudaTestSpecs() {
+  std::vector<GroupSpec> all;
+  GroupSpec s;
+  s.dtype = ElemType::BF16;
+  s.kind = GroupKind::SwiGluForward;
+  all.push_back(s);
+  s.kind = GroupKind::SwiGluBackward;
+  s.recomputeY = true;
+  all.push_back(s);
+  s.kind = GroupKind::ResidualAdd;
+  all.push_back(s);
+  s.kind = GroupKind::RmsNormForward;
+  all.push_back(s);
+  s.kind = GroupKind::RmsNormBackward;
+  s.accumulateDw = true;
+  all.push_back(s);
+  s.kind = GroupKind::AddRmsNormForward;
+  all.push_back(s);
+  s.kind = GroupKind::SigmoidGateForward;
+  all.push_back(s);
+  s.kind = GroupKind::SigmoidGateBackward;
+  all.push_back(s);
+  s.kind = GroupKind::AdamW;
+  s.dtype = ElemType::F32; // f32 main grads, bf16 compute copy
+  s.computeCopy = ElemType::BF16;
+  all.push_back(s);
+  return all;
+}
+
+} // namespace ap::kernelgen::test
+
+#endif // ACTPLACE_TEST_UNIT_KERNELGEN_KERNELGEN_CUDA_SPECS_H
