@@ -246,17 +246,48 @@ Value rowScratch(Emitter &e) {
 
 using TermFn = llvm::function_ref<Value(Emitter &, Value)>;
 
+/// Terms a strided sum computes before adding them: their loads are issued
+/// together, so a thread waits for memory once per kSumUnroll terms rather
+/// than once per term. The adds stay one after the other in increasing j.
+constexpr int64_t kSumUnroll = 4;
+
 /// Sum of term(j) for j = first, first + kLanes, ... < n, from 0, in
-/// increasing j (one lane's or one row group's partial).
+/// increasing j (one lane's or one row group's partial): kSumUnroll terms
+/// an iteration while they all exist, then one at a time.
 Value stridedSum(Emitter &e, Value first, Value n, TermFn term) {
-  auto loop = scf::ForOp::create(
-      e.b, e.loc, first, n, e.cIndex(kLanes), ValueRange{e.cF32(0.0f)},
+  OpBuilder &b = e.b;
+  Location loc = e.loc;
+  Value lanes = e.cIndex(kLanes);
+  // Groups start below n - (kSumUnroll - 1) * kLanes (signed: n may be
+  // smaller); the loop carries the next j for the tail.
+  Value groupEnd =
+      arith::SubIOp::create(b, loc, n, e.cIndex((kSumUnroll - 1) * kLanes));
+  auto groups = scf::ForOp::create(
+      b, loc, first, groupEnd, e.cIndex(kSumUnroll * kLanes),
+      ValueRange{e.cF32(0.0f), first},
+      [&](OpBuilder &nb, Location nl, Value j, ValueRange acc) {
+        Emitter in(nb, nl, e.gpu);
+        SmallVector<Value, kSumUnroll> terms;
+        for (int64_t u = 0; u < kSumUnroll; ++u)
+          terms.push_back(
+              term(in, u == 0 ? j
+                              : Value(arith::AddIOp::create(
+                                    nb, nl, j, in.cIndex(u * kLanes)))));
+        Value sum = acc[0];
+        for (Value t : terms)
+          sum = in.add(sum, t);
+        Value next =
+            arith::AddIOp::create(nb, nl, j, in.cIndex(kSumUnroll * kLanes));
+        scf::YieldOp::create(nb, nl, ValueRange{sum, next});
+      });
+  auto tail = scf::ForOp::create(
+      b, loc, groups.getResult(1), n, lanes, ValueRange{groups.getResult(0)},
       [&](OpBuilder &nb, Location nl, Value j, ValueRange acc) {
         Emitter in(nb, nl, e.gpu);
         Value t = term(in, j);
         scf::YieldOp::create(nb, nl, in.add(acc[0], t));
       });
-  return loop.getResult(0);
+  return tail.getResult(0);
 }
 
 /// One step of a host reduction tree: scratch[dest + i] = scratch[i] +
