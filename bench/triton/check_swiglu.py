@@ -37,7 +37,7 @@ def run(binary, steps, metrics):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[2])
+    ap = argparse.ArgumentParser(description="A binary with a Triton kernel against the library binary on the GPU.")
     ap.add_argument("library")
     ap.add_argument("triton")
     ap.add_argument("--steps", type=int, default=3)
