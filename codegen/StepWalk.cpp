@@ -31,6 +31,7 @@
 #include <limits>
 #include <map>
 #include <new>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -386,6 +387,9 @@ private:
   /// exec.step kernels = "generated": element-wise and row-wise calls with
   /// a kernelgen group launch the generated kernel.
   bool generated_ = false;
+  /// exec.step generated_ops: the train ops that take generated kernels
+  /// (empty: every op with a group).
+  std::set<std::string> generatedOps_;
   /// Launched generated kernels, each once, and their index by name.
   std::vector<ProgramDesc::Generated> genSpecs_;
   std::map<std::string, unsigned> genIndex_;
@@ -557,6 +561,22 @@ LogicalResult Walker::run(EmittedPlan *plan) {
              << " = \"generated\", which this output form cannot hold (the "
                 "readable C++ form has no generated kernels; build the "
                 "binary through LLVM)";
+  }
+  if (Attribute ops = step->getAttr(exec::kGeneratedOpsAttr)) {
+    auto list = dyn_cast<ArrayAttr>(ops);
+    if (!list || !generated_)
+      return step->emitError(pfx() + "exec.step has ")
+             << exec::kGeneratedOpsAttr << " = " << ops
+             << " (expected an array of train op names, with kernels = "
+                "\"generated\")";
+    for (Attribute a : list) {
+      auto name = dyn_cast<StringAttr>(a);
+      if (!name)
+        return step->emitError(pfx() + "exec.step has ")
+               << exec::kGeneratedOpsAttr << " entry " << a
+               << " (expected a train op name)";
+      generatedOps_.insert(name.str());
+    }
   }
   gateStage_ = uint64_t(exec::alignTo256(int64_t(maxGateElems_) * 8));
   for (train::ParamOp p : params)
@@ -1143,7 +1163,11 @@ LogicalResult Walker::walkKernel(Operation *op) {
   };
   // The storage type of a generated kernel for `v` (none: the library's).
   auto genType = [&](Value v) -> std::optional<kernelgen::ElemType> {
-    if (!generated_)
+    // A backward that rebuilds a recomputed output counts as its op.
+    StringRef op = callee;
+    op.consume_back("_rebuild");
+    if (!generated_ ||
+        (!generatedOps_.empty() && !generatedOps_.count(op.str())))
       return std::nullopt;
     if (dt(v) == DType::BF16)
       return kernelgen::ElemType::BF16;

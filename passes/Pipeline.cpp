@@ -71,8 +71,12 @@ void buildPipeline(OpPassManager &pm, const CompileOptions &o,
       pm.addPass(createExecShardParams(o.zeroShard));
     else if (o.lowering.dataParallelSize > 1)
       pm.addPass(createExecBucketGradReduce(o.gradBuckets));
-    if (o.generatedKernels)
-      pm.addPass(createExecGenerateKernels({o.fuseKernels}));
+    if (o.generatedKernels) {
+      ExecGenerateKernelsOptions gen;
+      gen.fuse = o.fuseKernels;
+      gen.ops.assign(o.generatedOps.begin(), o.generatedOps.end());
+      pm.addPass(createExecGenerateKernels(gen));
+    }
     pm.addPass(createExecPlanMemory());
     pm.addPass(createExecScheduleStreams());
     if (o.sideIssue == SideIssue::AfterHost)

@@ -60,6 +60,9 @@ struct CompileOptions {
   /// kernels for the element-wise and row-wise calls, `fuseKernels` fusing
   /// residual add + RMSNorm.
   bool generatedKernels = false;
+  /// With generatedKernels: only these train ops (empty: every op that has
+  /// a group; --kernels=auto's choice).
+  std::vector<std::string> generatedOps;
   bool fuseKernels = true;
   /// Pipeline parallelism: `pipelineStages` > 1 compiles stage
   /// `pipelineStage` (train-pipeline-stage first in the placement stage,

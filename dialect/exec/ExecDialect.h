@@ -60,6 +60,9 @@ inline constexpr llvm::StringLiteral kTensorParallelAttr = "tensor_parallel";
 /// kernels where a group exists for the call, the library's elsewhere).
 /// actplace-compile --kernels writes it; the emitter reads it.
 inline constexpr llvm::StringLiteral kKernelsAttr = "kernels";
+/// exec-generate-kernels: with kernels = "generated", the train ops that
+/// take generated kernels (absent: every op that has a group).
+inline constexpr llvm::StringLiteral kGeneratedOpsAttr = "generated_ops";
 /// exec-generate-kernels: residual add + RMSNorm pairs fused into one
 /// generated kernel, and the bytes of h those kernels do not read back (one
 /// pass over the step's text).

@@ -161,6 +161,21 @@ llvm::Expected<DeviceProfile> DeviceProfile::parse(StringRef json,
           return fail("provenance['" + kv.first.str() + "'] must be a string");
       continue;
     }
+    if (key == "generatedKernelRatio") {
+      const llvm::json::Object *ops = obj->get(key)->getAsObject();
+      if (!ops)
+        return fail("field 'generatedKernelRatio' must be an object of op "
+                    "names to positive numbers (generated over library "
+                    "kernel time)");
+      for (const auto &kv : *ops) {
+        std::optional<double> v = kv.second.getAsNumber();
+        if (!v || !(*v > 0) || !std::isfinite(*v))
+          return fail("generatedKernelRatio['" + kv.first.str() +
+                      "'] must be a positive finite number");
+        p.generatedKernelRatio[kv.first.str()] = *v;
+      }
+      continue;
+    }
     if (key == "opScale") {
       const llvm::json::Object *ops = obj->get(key)->getAsObject();
       if (!ops)
@@ -185,7 +200,7 @@ llvm::Expected<DeviceProfile> DeviceProfile::parse(StringRef json,
       for (const Field &f : fields)
         known += (known.empty() ? "" : ", ") + f.key.str();
       known += ", opScale, h2dSlowdown, d2hSlowdown, sideCapacity, "
-               "sideSmPercent, provenance";
+               "sideSmPercent, generatedKernelRatio, provenance";
       return fail("unknown field '" + key + "' (known fields: " + known + ")");
     }
     std::optional<double> value = obj->get(key)->getAsNumber();

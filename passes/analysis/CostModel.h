@@ -45,6 +45,12 @@ struct DeviceProfile {
   /// time over the time the rates above predict. Every op's predicted
   /// seconds are multiplied by it; 1 uses the rates as they are.
   double computeScale = 1.0;
+  /// Measured time of kernelgen's kernel over the library kernel's, by train
+  /// op ("train.swiglu"; "train.add_rms_norm": the fused kernel over the add
+  /// and RMSNorm it replaces), at the model's shapes (bench/qwenbench's op
+  /// times of a --kernels=generated arm against the library arm).
+  /// --kernels=auto generates the ops below 1; absent ops stay library.
+  std::map<std::string, double> generatedKernelRatio;
   /// Compute seconds lost per byte copied over the host link: D2H and H2D
   /// copies slow the kernels running beside them (they share HBM and the
   /// SMs' memory system), charged to the compute stream at the op that

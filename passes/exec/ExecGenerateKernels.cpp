@@ -29,6 +29,12 @@ struct ExecGenerateKernelsPass
     for (StepOp step : getOperation().getOps<StepOp>()) {
       OpBuilder b(step);
       step->setAttr(kKernelsAttr, b.getStringAttr("generated"));
+      if (!ops.empty()) {
+        SmallVector<Attribute> names;
+        for (const std::string &name : ops)
+          names.push_back(b.getStringAttr(name));
+        step->setAttr(kGeneratedOpsAttr, b.getArrayAttr(names));
+      }
       if (!fuse)
         continue;
       ap::AddNormFusion fusion(step);

@@ -82,7 +82,9 @@ def ExecBucketGradReduce : Pass<"exec-bucket-grad-reduce", "mlir::ModuleOp"> {
 def ExecGenerateKernels : Pass<"exec-generate-kernels", "mlir::ModuleOp"> {
   let summary = "Run the step's element-wise and row-wise kernels as generated kernels, fusing residual add + RMSNorm";
   let description = [{
-    Marks every exec.step `kernels = "generated"`: the emitter then
+    Marks every exec.step `kernels = "generated"` (with `ops`, also
+    `generated_ops`, the train ops that take generated kernels; the others
+    keep the library's): the emitter then
     launches kernelgen's kernels for the calls that have a group (SwiGLU,
     residual add, RMSNorm forward and backward) instead of the library's
     (docs/kernelgen.md). With `fuse`, each residual add whose output the
@@ -112,7 +114,10 @@ def ExecGenerateKernels : Pass<"exec-generate-kernels", "mlir::ModuleOp"> {
   let options = [
     Option<"fuse", "fuse", "bool", "true",
            "Fuse residual add + RMSNorm pairs (false: generated kernels, "
-           "one per call)">
+           "one per call)">,
+    ListOption<"ops", "ops", "std::string",
+               "Only these train ops get generated kernels (recorded as the "
+               "step's generated_ops; empty: every op that has a group)">
   ];
 }
 

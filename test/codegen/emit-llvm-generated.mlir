@@ -3,6 +3,9 @@
 // RUN: sed 's/kernels = "generated"/kernels = "fast"/' %s | not actplace-translate --emit-llvm-step 2>&1 | FileCheck %s --check-prefix=BAD
 // RUN: sed -e 's/kernels = "generated"/kernels = "library"/' -e '/"train.add_rms_norm"/d' %s | actplace-translate --emit-llvm-step 2>&1 | FileCheck %s --check-prefix=LIB
 // RUN: sed 's/kernels = "generated"/kernels = "library"/' %s | not actplace-translate --emit-llvm-step 2>&1 | FileCheck %s --check-prefix=FUSED-LIB
+// RUN: sed 's/kernels = "generated"/kernels = "generated", generated_ops = ["train.swiglu", "train.add_rms_norm"]/' %s | actplace-translate --emit-llvm-step 2>&1 | FileCheck %s --check-prefix=SUBSET
+// RUN: sed 's/kernels = "generated"/kernels = "library", generated_ops = ["train.swiglu"]/' %s | not actplace-translate --emit-llvm-step 2>&1 | FileCheck %s --check-prefix=OPS-LIB
+// RUN: sed 's/kernels = "generated"/kernels = "generated", generated_ops = [7]/' %s | not actplace-translate --emit-llvm-step 2>&1 | FileCheck %s --check-prefix=OPS-BAD
 
 // exec.step kernels = "generated": the element-wise and row-wise calls with
 // a kernelgen group (residual add, SwiGLU, RMSNorm forward, RMSNorm backward
@@ -83,6 +86,16 @@
 // BAD: error: convert-exec-to-llvm: exec.step has kernels = "fast" (expected "library" or "generated")
 
 // FUSED-LIB: error: convert-exec-to-llvm: 'train.add_rms_norm' runs only as a generated kernel of bf16 or f32 (exec.step kernels = "generated")
+
+// generated_ops (--kernels=auto's choice): only those ops launch generated
+// kernels; the adds and norms outside the list keep the library's.
+// SUBSET-DAG: llvm.func @ap_kg_swiglu_fwd_bf16_packed(
+// SUBSET-DAG: llvm.func @ap_kg_add_rmsnorm_fwd_zc_bf16_packed(
+// SUBSET-NOT: llvm.func @ap_kg_residual_add
+// SUBSET-NOT: llvm.func @ap_kg_rmsnorm_fwd
+// SUBSET-NOT: llvm.func @ap_kg_rmsnorm_bwd
+// OPS-LIB: error: convert-exec-to-llvm: exec.step has generated_ops = ["train.swiglu"] (expected an array of train op names, with kernels = "generated")
+// OPS-BAD: error: convert-exec-to-llvm: exec.step has generated_ops entry 7 : i64 (expected a train op name)
 
 // LIB-NOT: ap_launch_generated
 // LIB-NOT: ap_kg_
