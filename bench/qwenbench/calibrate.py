@@ -57,6 +57,14 @@ def cmd_calibrate(a):
         base["opScale"] = dict(base.get("opScale", {}),
                                **op_scales_from_times(manifest, a.op_times,
                                                       build))
+    if a.generated_op_times:
+        if not a.op_times:
+            sys.exit("calibrate: --generated-op-times needs --op-times (the "
+                     "library binary's, to compare with)")
+        base["generatedKernelRatio"] = generated_kernel_ratios(
+            json.load(open(a.op_times)), json.load(open(a.generated_op_times)))
+        for name, r in base["generatedKernelRatio"].items():
+            log(f"  {name}: generated / library kernel time x{r}")
 
     def predicted(arm, profile):
         return predicted_step(manifest, arm, profile, build)
@@ -375,6 +383,54 @@ def op_name_of_label(label):
 def launches_per_step(path):
     times = json.load(open(path))
     return sum(t["count"] for t in times["ops"].values()) / times["steps"]
+
+
+# The train ops kernelgen generates (actplace-compile --kernels, KernelAbi.h);
+# train.add_rms_norm is the fused residual add + RMSNorm.
+GENERATED_OPS = ("train.swiglu", "train.swiglu_grad", "train.add",
+                 "train.rms_norm", "train.rms_norm_grad", "train.output_gate",
+                 "train.output_gate_grad")
+
+
+def generated_kernel_ratios(library, generated):
+    """generatedKernelRatio from the --op-times of a library binary and of
+    the same model compiled with --kernels=generated (dicts as the binaries
+    write them): per generated op, the mean time per launch of the
+    generated kernel over the library kernel's, both over the launch labels
+    the two runs share with the same count (the same calls at the same
+    shapes; a "(recompute)" rebuild counts as its op). train.add_rms_norm:
+    the fused kernel's mean over the library's mean residual add plus mean
+    RMSNorm of the same scopes (which add fed which norm is not in the
+    labels; the adds of all scopes are averaged)."""
+    lib, gen = library["ops"], generated["ops"]
+    sums = {}
+    for label, g in gen.items():
+        name = op_name_of_label(label)
+        if name not in GENERATED_OPS:
+            continue
+        lt = lib.get(label)
+        if not lt or lt["count"] != g["count"] or not g["count"]:
+            continue
+        acc = sums.setdefault(name, [0.0, 0.0])
+        acc[0] += g["seconds"]
+        acc[1] += lt["seconds"]
+    ratios = {name: round(gs / ls, 4) for name, (gs, ls) in sorted(sums.items())
+              if gs > 0 and ls > 0}
+
+    def mean(ops, label_ok):
+        n = sum(t["count"] for k, t in ops.items() if label_ok(k))
+        sec = sum(t["seconds"] for k, t in ops.items() if label_ok(k))
+        return sec / n if n else 0.0
+    fused = [k for k in gen if op_name_of_label(k) == "train.add_rms_norm"]
+    if fused:
+        scopes = {k.rsplit("/", 1)[0] for k in fused}
+        f = mean(gen, lambda k: k in fused)
+        norm = mean(lib, lambda k: op_name_of_label(k) == "train.rms_norm"
+                    and k.rsplit("/", 1)[0] in scopes)
+        add = mean(lib, lambda k: op_name_of_label(k) == "train.add")
+        if f > 0 and norm + add > 0:
+            ratios["train.add_rms_norm"] = round(f / (norm + add), 4)
+    return ratios
 
 
 def op_scales_from_times(manifest, path, build, per_launch=0.0):

@@ -117,6 +117,12 @@ def main():
     c.add_argument("--op-times", default="",
                    help="the no-placement binary's --op-times JSON: opScale "
                    "for every op it timed (overrides --op-scale entries)")
+    c.add_argument("--generated-op-times", default="",
+                   help="the --op-times JSON of the same model compiled with "
+                   "--kernels=generated (qwen_train_bench.py run "
+                   "--op-times-arms gen writes op-times-gen.json): the "
+                   "profile's generatedKernelRatio, which --kernels=auto "
+                   "reads")
     c.add_argument("--copy-slowdown-from", default="",
                    help="profile whose copySlowdownPerByte to keep when the "
                    "run has no offload-only arm to fit it on")
