@@ -313,11 +313,4 @@ void dumpGrads(const Program &p, StepRunner &r, const std::string &path,
        {"actplace.clip_coef", numberText(clipCoef)}});
 }
 
-/// What a checkpoint holds of `p` on `rank` (no data yet): every
-/// parameter's compute copy and, when trainable, its FP32 master and Adam
-/// moments, each with its arena offset. ZeRO-3 on several ranks: this
-/// rank's flat shards (CheckpointTensor::shardNumel).
-/// A tensor-parallel rank's part of a split parameter's tensor in a
-/// checkpoint: "<tensor>#tp<rank>of<size>" (docs/checkpoint-format.md).
-
 } // namespace ap::rt

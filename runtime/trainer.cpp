@@ -38,10 +38,16 @@ using kernels::Status;
 
 namespace {
 
+/// A tensor-parallel rank's part of a split parameter's tensor in a
+/// checkpoint: "<tensor>#tp<rank>of<size>" (docs/checkpoint-format.md).
 std::string tensorPartName(const std::string &name, int tpRank, int tpSize) {
   return name + "#tp" + std::to_string(tpRank) + "of" + std::to_string(tpSize);
 }
 
+/// What a checkpoint holds of `p` on `rank` (no data yet): every
+/// parameter's compute copy and, when trainable, its FP32 master and Adam
+/// moments, each with its arena offset. ZeRO-3 on several ranks: this
+/// rank's flat shards (CheckpointTensor::shardNumel).
 std::vector<std::pair<CheckpointTensor, uint64_t>>
 describeCheckpointTensors(const Program &p, int rank, int tpRank = 0) {
   std::vector<std::pair<CheckpointTensor, uint64_t>> out;
