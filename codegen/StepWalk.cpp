@@ -1546,6 +1546,27 @@ LogicalResult Walker::walkKernel(Operation *op) {
     bool fwd = callee == "train.l2_norm";
     Value shaped = fwd ? ins[0] : ins[0];
     int64_t h = dim(shaped, -2), d = dim(shaped, -1);
+    // Heads lie contiguously per token: [tokens x heads, d] rows.
+    if (auto et = genType(shaped)) {
+      kernelgen::GroupSpec g;
+      g.kind = fwd ? kernelgen::GroupKind::L2NormForward
+                   : kernelgen::GroupKind::L2NormBackward;
+      g.dtype = *et;
+      std::map<std::string, GenArg> v{{"rows", L(nel(shaped) / d)},
+                                      {"dim", L(d)}};
+      if (fwd) {
+        v["x"] = P(at(ins[0]));
+        v["y"] = P(at(outs[0]));
+        v["rstd"] = P(at(outs[1]));
+        v["eps"] = F(float(arg(op, args, "eps", 1e-6, /*f32=*/true)));
+      } else {
+        v["y"] = P(at(ins[0]));
+        v["rstd"] = P(at(ins[1]));
+        v["dy"] = P(at(ins[2]));
+        v["dx"] = P(at(outs[0]));
+      }
+      return launchGen(g, v);
+    }
     ArgsOf<GdnL2NormArgs> A("GdnL2NormArgs");
     SETV(dtype, dt(shaped));
     SETV(tokens, nel(shaped) / (h * d));

@@ -59,6 +59,12 @@ std::string kernelName(const GroupSpec &spec) {
   case GroupKind::SigmoidGateBackward:
     name += "sigmoid_gate_bwd";
     break;
+  case GroupKind::L2NormForward:
+    name += "l2norm_fwd";
+    break;
+  case GroupKind::L2NormBackward:
+    name += "l2norm_bwd";
+    break;
   case GroupKind::AdamW:
     name += "adamw_grad";
     name += ty(spec.dtype);
@@ -91,12 +97,15 @@ std::optional<GroupKind> parseGroupKind(llvm::StringRef name) {
       .Case("adamw", GroupKind::AdamW)
       .Case("sigmoid-gate-fwd", GroupKind::SigmoidGateForward)
       .Case("sigmoid-gate-bwd", GroupKind::SigmoidGateBackward)
+      .Case("l2norm-fwd", GroupKind::L2NormForward)
+      .Case("l2norm-bwd", GroupKind::L2NormBackward)
       .Default(std::nullopt);
 }
 
 const char *groupKindNames() {
   return "swiglu-fwd, swiglu-bwd, residual-add, rmsnorm-fwd, rmsnorm-bwd, "
-         "add-rmsnorm-fwd, adamw, sigmoid-gate-fwd, sigmoid-gate-bwd";
+         "add-rmsnorm-fwd, adamw, sigmoid-gate-fwd, sigmoid-gate-bwd, "
+         "l2norm-fwd, l2norm-bwd";
 }
 
 AdamWScalars adamWScalars(double lr, double beta1, double beta2, double eps,
@@ -170,6 +179,15 @@ Params paramsOf(const GroupSpec &s) {
     p.ints = {"rows",     "cols",     "oStride",    "gateStride",
               "dyStride", "doStride", "dgateStride"};
     break;
+  case GroupKind::L2NormForward:
+    p.ptrs = {"x", "y", "rstd"};
+    p.ints = {"rows", "dim"};
+    p.floats = {"eps"};
+    break;
+  case GroupKind::L2NormBackward:
+    p.ptrs = {"y", "rstd", "dy", "dx"};
+    p.ints = {"rows", "dim"};
+    break;
   case GroupKind::AdamW:
     p.ptrs = {"master", "expAvg", "expAvgSq", "grad", "clipCoef"};
     if (s.computeCopy)
@@ -220,6 +238,8 @@ std::vector<GpuEntry> gpuEntries(const GroupSpec &spec) {
       break;
     case GroupKind::RmsNormForward:
     case GroupKind::AddRmsNormForward:
+    case GroupKind::L2NormForward:
+    case GroupKind::L2NormBackward:
       e.workParams = {index("rows")};
       e.threadsPerItem = int(kLanes);
       break;

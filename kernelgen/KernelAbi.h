@@ -24,6 +24,10 @@
 //   sigmoid_gate_fwd (o, gate, y, rows, cols, oStride, gateStride, yStride)
 //   sigmoid_gate_bwd (o, gate, dy, dout, dgate, rows, cols, oStride,
 //                 gateStride, dyStride, doStride, dgateStride)
+//   l2norm_fwd   (x, y, rstd, rows, dim, eps: f32): per row (a token's
+//                 head) y = x / sqrt(sum x^2 + eps), rstd that factor; all
+//                 [rows, dim] contiguous
+//   l2norm_bwd   (y, rstd, dy, dx, rows, dim): dx = rstd (dy - (dy . y) y)
 // Integers are int64_t; bracketed parameters exist only when the spec asks
 // for that output. clipCoef may be null (coefficient 1). GPU launch (per
 // entry, gpuEntries): grid = ceil(work * threadsPerItem / blockSize) blocks
@@ -61,6 +65,9 @@ enum class GroupKind {
   /// Sigmoid output gate y = o * sigmoid(gate), and its backward.
   SigmoidGateForward,
   SigmoidGateBackward,
+  /// L2 norm of each head's vector (GDN's q and k), and its backward.
+  L2NormForward,
+  L2NormBackward,
 };
 
 /// Storage element types of the generated kernels (math is always f32).

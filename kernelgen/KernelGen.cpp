@@ -700,6 +700,57 @@ SmallVector<Work> rmsNormBackwardWork(Emitter &e, const GroupSpec &s,
   return phases;
 }
 
+/// The L2 norm of each row (a token's head of GDN's q or k), the
+/// reference's gdnref::l2NormForward / l2NormBackward per element with
+/// kernelgen's row sums: forward ss = sum x^2, r = 1 / sqrt(ss + eps),
+/// rstd[row] = r, y = x * r; backward dot = sum dy * y, dx = r * (dy - dot
+/// * y). Rows are contiguous, a warp each on the GPU.
+Work l2NormWork(Emitter &e, const GroupSpec &s, const Args &a, bool backward) {
+  Type st = e.storage(s.dtype), f32 = e.b.getF32Type();
+  Value rows = a.get("rows"), dim = a.get("dim");
+  auto m2 = [&](const char *ptr) {
+    return e.memref2(a.get(ptr), st, rows, dim, dim);
+  };
+  Value rstd = e.memref1(a.get("rstd"), f32, rows);
+  Value dimIdx = e.toIndex(dim);
+  Value scratch = rowScratch(e);
+  ItemFn item;
+  if (!backward) {
+    Value x = m2("x"), y = m2("y"), eps = a.get("eps");
+    item = [=](Emitter &e, ValueRange idx) {
+      Value r = idx[0], lane = laneOf(idx);
+      Value ss = rowSum(e, lane, scratch, dimIdx, [&](Emitter &in, Value j) {
+        Value v = in.load(x, {r, j});
+        return in.mul(v, v);
+      });
+      Value rs = e.div(e.cF32(1.0f), e.sqrt(e.add(ss, eps)));
+      oncePerRow(e, lane, [&](Emitter &in) {
+        memref::StoreOp::create(in.b, in.loc, rs, rstd, ValueRange{r});
+      });
+      forEachInRow(e, lane, dimIdx, [&](Emitter &in, Value j) {
+        in.store(in.mul(in.load(x, {r, j}), rs), y, {r, j});
+      });
+    };
+  } else {
+    Value y = m2("y"), dy = m2("dy"), dx = m2("dx");
+    item = [=](Emitter &e, ValueRange idx) {
+      Value r = idx[0], lane = laneOf(idx);
+      Value dot = rowSum(e, lane, scratch, dimIdx, [&](Emitter &in, Value j) {
+        return in.mul(in.load(dy, {r, j}), in.load(y, {r, j}));
+      });
+      Value rs = memref::LoadOp::create(e.b, e.loc, rstd, ValueRange{r});
+      forEachInRow(e, lane, dimIdx, [&](Emitter &in, Value j) {
+        Value g = in.load(dy, {r, j});
+        in.store(in.mul(rs, in.sub(g, in.mul(dot, in.load(y, {r, j})))), dx,
+                 {r, j});
+      });
+    };
+  }
+  Work work{{e.toIndex(rows)}, item};
+  work.threadsPerItem = kLanes;
+  return work;
+}
+
 Work adamWWork(Emitter &e, const GroupSpec &s, const Args &a) {
   OpBuilder &b = e.b;
   Location loc = e.loc;
@@ -772,6 +823,10 @@ SmallVector<Work> workOf(Emitter &e, const GroupSpec &s, const Args &a) {
     return {sigmoidGateWork(e, s, a, /*backward=*/false)};
   case GroupKind::SigmoidGateBackward:
     return {sigmoidGateWork(e, s, a, /*backward=*/true)};
+  case GroupKind::L2NormForward:
+    return {l2NormWork(e, s, a, /*backward=*/false)};
+  case GroupKind::L2NormBackward:
+    return {l2NormWork(e, s, a, /*backward=*/true)};
   }
   llvm_unreachable("unknown group kind");
 }

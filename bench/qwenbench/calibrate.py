@@ -389,7 +389,8 @@ def launches_per_step(path):
 # train.add_rms_norm is the fused residual add + RMSNorm.
 GENERATED_OPS = ("train.swiglu", "train.swiglu_grad", "train.add",
                  "train.rms_norm", "train.rms_norm_grad", "train.output_gate",
-                 "train.output_gate_grad")
+                 "train.output_gate_grad", "train.l2_norm",
+                 "train.l2_norm_grad")
 
 
 def generated_kernel_ratios(library, generated):

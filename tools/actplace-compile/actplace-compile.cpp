@@ -281,8 +281,8 @@ enum class Kernels { Library, Generated, Auto };
 static cl::opt<Kernels> kernelsOpt(
     "kernels", cl::init(Kernels::Library),
     cl::desc("Implementation of the element-wise and row-wise kernels "
-             "(SwiGLU, residual add, RMSNorm and the sigmoid output gate, "
-             "forward and backward)"),
+             "(SwiGLU, residual add, RMSNorm, the sigmoid output gate and "
+             "GDN's L2 norm, forward and backward)"),
     cl::values(clEnumValN(Kernels::Library, "library",
                           "the kernel library's hand-written kernels "
                           "(default)"),
@@ -477,9 +477,9 @@ static bool fuseGenerated = false;
 
 /// The train ops kernelgen has groups for (the fused add + RMSNorm apart).
 static const char *const kGeneratedOpNames[] = {
-    "train.swiglu",          "train.swiglu_grad",   "train.add",
-    "train.rms_norm",        "train.rms_norm_grad", "train.output_gate",
-    "train.output_gate_grad"};
+    "train.swiglu",           "train.swiglu_grad",   "train.add",
+    "train.rms_norm",         "train.rms_norm_grad", "train.output_gate",
+    "train.output_gate_grad", "train.l2_norm",       "train.l2_norm_grad"};
 
 /// Applies --kernels (and, for auto, the profile's measurements) to the
 /// three settings above; prints auto's choice. Returns an error message,

@@ -113,7 +113,8 @@ int main(int argc, char **argv) {
     if (g == "all")
       names.append({"swiglu-fwd", "swiglu-bwd", "residual-add", "rmsnorm-fwd",
                     "rmsnorm-bwd", "add-rmsnorm-fwd", "adamw",
-                    "sigmoid-gate-fwd", "sigmoid-gate-bwd"});
+                    "sigmoid-gate-fwd", "sigmoid-gate-bwd", "l2norm-fwd",
+                    "l2norm-bwd"});
     else
       names.push_back(g);
   }

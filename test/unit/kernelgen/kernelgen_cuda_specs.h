@@ -37,6 +37,10 @@ inline std::vector<GroupSpec> cudaTestSpecs() {
   all.push_back(s);
   s.kind = GroupKind::SigmoidGateBackward;
   all.push_back(s);
+  s.kind = GroupKind::L2NormForward;
+  all.push_back(s);
+  s.kind = GroupKind::L2NormBackward;
+  all.push_back(s);
   s.kind = GroupKind::AdamW;
   s.dtype = ElemType::F32; // f32 main grads, bf16 compute copy
   s.computeCopy = ElemType::BF16;

@@ -493,6 +493,37 @@ TEST_F(KernelGenCuda, FusedAddRmsNormBitwiseToUnfusedKernels) {
   }
 }
 
+// GDN's L2 norm at Qwen3.5-0.8B's q/k shape ([4096 x 16, 128]) and odd
+// ones: bitwise to the model of kernelgen's row order.
+TEST_F(KernelGenCuda, L2NormBitwiseToModel) {
+  const kg::ElemType t = kg::ElemType::BF16;
+  for (Shape s : {Shape{65536, 128}, Shape{5, 1023}, Shape{1, 1}}) {
+    size_t n = size_t(s.rows * s.cols);
+    I d = s.cols;
+    auto x = randomStorage(t, n, 141, 2.0, false),
+         dy = randomStorage(t, n, 142, 1.0, false);
+    float eps = 1e-6f;
+    std::vector<uint8_t> yW(n * 2), dxW(n * 2);
+    std::vector<float> rW(size_t(s.rows));
+    modelL2Norm(t, x.data(), yW.data(), rW.data(), s.rows, d, eps);
+    modelL2NormBackward(t, yW.data(), rW.data(), dy.data(), dxW.data(), s.rows,
+                        d);
+    kg::GroupSpec f, b;
+    f.kind = kg::GroupKind::L2NormForward;
+    b.kind = kg::GroupKind::L2NormBackward;
+    DevBuf dx_(x), ddy(dy), dy_(std::vector<uint8_t>(n * 2, 0xff)),
+        dr(std::vector<float>(size_t(s.rows), -1.f)),
+        ddx(std::vector<uint8_t>(n * 2, 0xff));
+    CU(launch(kg::kernelName(f), s.rows, dx_.p, dy_.p, dr.p, s.rows, d, eps));
+    std::string where = std::to_string(s.rows) + "x" + std::to_string(d);
+    EXPECT_TRUE(sameBits(yW, dy_.bytesBack(), 2, "l2norm y")) << where;
+    EXPECT_TRUE(sameBits(rawBytes(rW), rawBytes(dr.floatsBack()), 4, "rstd"))
+        << where;
+    CU(launch(kg::kernelName(b), s.rows, dy_.p, dr.p, ddy.p, ddx.p, s.rows, d));
+    EXPECT_TRUE(sameBits(dxW, ddx.bytesBack(), 2, "l2norm dx")) << where;
+  }
+}
+
 TEST_F(KernelGenCuda, AdamWBitwise) {
   for (I n : {I(1024 * 3584), I(1), I(4099)}) {
     std::vector<float> p, m, v, g;

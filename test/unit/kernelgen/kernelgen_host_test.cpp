@@ -96,6 +96,10 @@ struct Jit {
       all.push_back(s);
       s.kind = kg::GroupKind::SigmoidGateBackward;
       all.push_back(s);
+      s.kind = kg::GroupKind::L2NormForward;
+      all.push_back(s);
+      s.kind = kg::GroupKind::L2NormBackward;
+      all.push_back(s);
     }
     return all;
   }
@@ -511,6 +515,64 @@ TEST_P(KernelGenHost, RmsNormBackwardMatchesModelAndReference) {
                           "dw vs reference"))
           << where;
     }
+  }
+}
+
+/// GDN's L2 norm over each head (rows of [tokens x heads, dim]): bitwise to
+/// the model of kernelgen's row order, within bounds of the reference.
+TEST_P(KernelGenHost, L2NormMatchesModelAndReference) {
+  size_t eb = bytesOf(type());
+  kg::GroupSpec fs, bs;
+  fs.dtype = bs.dtype = type();
+  fs.kind = kg::GroupKind::L2NormForward;
+  bs.kind = kg::GroupKind::L2NormBackward;
+  using P = const void *;
+  auto *fwd = jit().lookup<void(P, void *, float *, I, I, float)>(fs);
+  auto *bwd = jit().lookup<void(P, P, P, void *, I, I)>(bs);
+  ASSERT_NE(fwd, nullptr);
+  ASSERT_NE(bwd, nullptr);
+  for (Shape s : kShapes) {
+    size_t n = size_t(s.rows * s.cols);
+    auto x = randomStorage(type(), n, 131 + s.cols, 2.0, false),
+         dy = randomStorage(type(), n, 132 + s.cols, 1.0, false);
+    float eps = 1e-6f;
+    std::vector<uint8_t> yW(n * eb), yG(n * eb, 7), yR(n * eb);
+    std::vector<float> rW(size_t(s.rows)), rG(size_t(s.rows), 3.f),
+        rR(size_t(s.rows));
+    modelL2Norm(type(), x.data(), yW.data(), rW.data(), s.rows, s.cols, eps);
+    fwd(x.data(), yG.data(), rG.data(), s.rows, s.cols, eps);
+    GdnL2NormArgs a;
+    a.dtype = dtypeOf(type());
+    a.tokens = s.rows;
+    a.heads = 1;
+    a.dim = int32_t(s.cols);
+    a.eps = eps;
+    a.x = x.data();
+    a.y = yR.data();
+    a.rstd = rR.data();
+    ASSERT_EQ(gdnL2NormForward(kHost, a), Status::Ok);
+    std::string where = std::to_string(s.rows) + "x" + std::to_string(s.cols);
+    EXPECT_TRUE(sameBits(yW, yG, eb, "l2norm y")) << where;
+    EXPECT_TRUE(sameBits(rawBytes(rW), rawBytes(rG), 4, "l2norm rstd"))
+        << where;
+    EXPECT_TRUE(closeTo(type(), yR, yG, orderTol(type()), "y vs reference"))
+        << where;
+    EXPECT_TRUE(closeTo(kg::ElemType::F32, rawBytes(rR), rawBytes(rG), 1e-5,
+                        "rstd vs reference"))
+        << where;
+    // The backward from the same y and rstd on both sides.
+    std::vector<uint8_t> dxW(n * eb), dxG(n * eb, 9), dxR(n * eb);
+    modelL2NormBackward(type(), yW.data(), rW.data(), dy.data(), dxW.data(),
+                        s.rows, s.cols);
+    bwd(yW.data(), rW.data(), dy.data(), dxG.data(), s.rows, s.cols);
+    a.y = yW.data();
+    a.rstd = rW.data();
+    a.dy = dy.data();
+    a.dx = dxR.data();
+    ASSERT_EQ(gdnL2NormBackward(kHost, a), Status::Ok);
+    EXPECT_TRUE(sameBits(dxW, dxG, eb, "l2norm dx")) << where;
+    EXPECT_TRUE(closeTo(type(), dxR, dxG, orderTol(type()), "dx vs reference"))
+        << where;
   }
 }
 

@@ -189,6 +189,35 @@ inline void modelRmsNormBackward(kg::ElemType t, const void *x, const void *w,
               });
 }
 
+/// kernelgen's L2 norm of each contiguous row of x [rows, dim]: y and rstd;
+/// with dy, the backward dx from y and rstd.
+inline void modelL2Norm(kg::ElemType t, const void *x, void *y, float *rstd,
+                        I rows, I dim, float eps) {
+  for (I r = 0; r < rows; ++r) {
+    float ss = modelRowSum(dim, [&](I j) {
+      float v = loadAt(t, x, r * dim + j);
+      return v * v;
+    });
+    float rs = 1.0f / std::sqrt(ss + eps);
+    rstd[r] = rs;
+    for (I j = 0; j < dim; ++j)
+      storeAt(t, y, r * dim + j, loadAt(t, x, r * dim + j) * rs);
+  }
+}
+inline void modelL2NormBackward(kg::ElemType t, const void *y,
+                                const float *rstd, const void *dy, void *dx,
+                                I rows, I dim) {
+  for (I r = 0; r < rows; ++r) {
+    float dot = modelRowSum(dim, [&](I j) {
+      return loadAt(t, dy, r * dim + j) * loadAt(t, y, r * dim + j);
+    });
+    for (I j = 0; j < dim; ++j)
+      storeAt(t, dx, r * dim + j,
+              rstd[r] * (loadAt(t, dy, r * dim + j) -
+                         dot * loadAt(t, y, r * dim + j)));
+  }
+}
+
 /// Max |got - want| within tol x max |want| over a storage buffer (two
 /// orders of the same sums: a bound, not bits).
 inline ::testing::AssertionResult closeTo(kg::ElemType t,
