@@ -127,6 +127,27 @@ def close(a, b):
     return abs(a - b) <= FP32_BOUND * max(abs(a), abs(b))
 
 
+def replicated_runner(mpirun_required=True, extra=None):
+    """The command line the single-mode e2e scripts share (--compile,
+    --model, --mpirun, --work, and what `extra(parser)` adds), a fresh
+    --work folder and a Runner for replicated ranks: (args, runner)."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--compile", required=True)
+    ap.add_argument("--model", required=True)
+    if mpirun_required:
+        ap.add_argument("--mpirun", required=True)
+    else:
+        ap.add_argument("--mpirun", default="")
+    ap.add_argument("--work", required=True)
+    if extra:
+        extra(ap)
+    args = ap.parse_args()
+    args.mode = "replicate"
+    shutil.rmtree(args.work, ignore_errors=True)
+    os.makedirs(args.work)
+    return args, Runner(args)
+
+
 class Runner:
     def __init__(self, args):
         self.args = args

@@ -6,9 +6,31 @@
 # on sys.path when they run).
 #
 #===------------------------------------------------------------------------===#
+import argparse
 import subprocess
 
 failures = []
+
+
+def prebuilt_cli(description, default_seq):
+    """The command line of the GPU checks that build binaries here and run
+    them on the GPU machine (gpu-check.sh): `build --compile --model --dir
+    [--seq]` and `run --dir --work [--mpirun --device --comm --steps]`."""
+    ap = argparse.ArgumentParser(description=description)
+    sub = ap.add_subparsers(dest="mode", required=True)
+    b = sub.add_parser("build")
+    b.add_argument("--compile", required=True)
+    b.add_argument("--model", required=True)
+    b.add_argument("--dir", required=True)
+    b.add_argument("--seq", type=int, default=default_seq)
+    r = sub.add_parser("run")
+    r.add_argument("--dir", required=True)
+    r.add_argument("--work", required=True)
+    r.add_argument("--mpirun", default="mpirun")
+    r.add_argument("--device", default="cuda", choices=("cuda", "host"))
+    r.add_argument("--comm", default="auto", choices=("auto", "mpi-staged"))
+    r.add_argument("--steps", type=int, default=3)
+    return ap.parse_args()
 
 
 def check(cond, msg):

@@ -17,12 +17,9 @@
 #   errors     --eval-every or --eval-steps without --eval-data is refused.
 #
 #===------------------------------------------------------------------------===#
-import argparse
-import os
-import shutil
 import sys
 
-from data_parallel import Runner
+from data_parallel import replicated_runner
 from e2echeck import check, exit_status
 
 PLACEMENT = ["--offload-modules=gdn_core_attn", "--recompute-modules=gdn_norm_out",
@@ -30,16 +27,7 @@ PLACEMENT = ["--offload-modules=gdn_core_attn", "--recompute-modules=gdn_norm_ou
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--compile", required=True)
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--mpirun", required=True)
-    ap.add_argument("--work", required=True)
-    args = ap.parse_args()
-    args.mode = "replicate"
-    shutil.rmtree(args.work, ignore_errors=True)
-    os.makedirs(args.work)
-    t = Runner(args)
+    args, t = replicated_runner()
     steps = 3
 
     # exact: 2 microbatches of one 16-token sequence each take 32 bytes.

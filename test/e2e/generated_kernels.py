@@ -41,16 +41,14 @@
 #              refused naming the reason; --emit=mlir shows the calls.
 #
 #===------------------------------------------------------------------------===#
-import argparse
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 
 from e2echeck import check, exit_status, placement_steps_agree
-from data_parallel import Runner
+from data_parallel import replicated_runner
 
 STEPS = 3
 OFFLOAD = ["--offload-modules=gdn_core_attn,core_attn,attn_proj",
@@ -116,16 +114,7 @@ def compile_both(t, name, flags):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--compile", required=True)
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--mpirun", default="")
-    ap.add_argument("--work", required=True)
-    args = ap.parse_args()
-    args.mode = "replicate"
-    shutil.rmtree(args.work, ignore_errors=True)
-    os.makedirs(args.work)
-    t = Runner(args)
+    args, t = replicated_runner(mpirun_required=False)
     have_ptx = libdevice()
 
     gen_lines = {}

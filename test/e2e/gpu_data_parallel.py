@@ -24,13 +24,12 @@
 #          "Running on several ranks").
 #
 #===------------------------------------------------------------------------===#
-import argparse
 import json
 import os
 import subprocess
 import sys
 
-from e2echeck import check, exit_status
+from e2echeck import check, exit_status, prebuilt_cli
 
 # Relative, on loss and grad norm: the host test's fp32 bound (2^-18)
 # widened for bf16 activations, whose roundings the two associations of a
@@ -149,22 +148,7 @@ def check_pair(args, one, mode, off, on):
 
 
 def main():
-    ap = argparse.ArgumentParser(
-        description="replicated data parallelism on prebuilt binaries")
-    sub = ap.add_subparsers(dest="mode", required=True)
-    b = sub.add_parser("build")
-    b.add_argument("--compile", required=True)
-    b.add_argument("--model", required=True)
-    b.add_argument("--dir", required=True)
-    b.add_argument("--seq", type=int, default=4096)
-    r = sub.add_parser("run")
-    r.add_argument("--dir", required=True)
-    r.add_argument("--work", required=True)
-    r.add_argument("--mpirun", default="mpirun")
-    r.add_argument("--device", default="cuda", choices=("cuda", "host"))
-    r.add_argument("--comm", default="auto", choices=("auto", "mpi-staged"))
-    r.add_argument("--steps", type=int, default=3)
-    args = ap.parse_args()
+    args = prebuilt_cli("replicated data parallelism on prebuilt binaries", 4096)
     return build(args) if args.mode == "build" else run(args)
 
 

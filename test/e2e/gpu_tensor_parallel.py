@@ -29,11 +29,12 @@
 # rank) and PASS or FAIL.
 #
 #===------------------------------------------------------------------------===#
-import argparse
 import json
 import os
 import subprocess
 import sys
+
+from e2echeck import prebuilt_cli
 
 # Relative difference of loss and grad norm against one rank, bf16.
 BOUND = {"loss": 2e-3, "grad_norm": 3e-2}
@@ -172,22 +173,7 @@ def run(args):
 
 
 def main():
-    ap = argparse.ArgumentParser(
-        description="tensor parallelism on prebuilt binaries")
-    sub = ap.add_subparsers(dest="mode", required=True)
-    b = sub.add_parser("build")
-    b.add_argument("--compile", required=True)
-    b.add_argument("--model", required=True)
-    b.add_argument("--dir", required=True)
-    b.add_argument("--seq", type=int, default=1024)
-    r = sub.add_parser("run")
-    r.add_argument("--dir", required=True)
-    r.add_argument("--work", required=True)
-    r.add_argument("--mpirun", default="mpirun")
-    r.add_argument("--device", default="cuda", choices=("cuda", "host"))
-    r.add_argument("--comm", default="auto", choices=("auto", "mpi-staged"))
-    r.add_argument("--steps", type=int, default=3)
-    args = ap.parse_args()
+    args = prebuilt_cli("tensor parallelism on prebuilt binaries", 1024)
     return build(args) if args.mode == "build" else run(args)
 
 

@@ -38,14 +38,12 @@
 #                numbers; compile-time refusals name the option.
 #
 #===------------------------------------------------------------------------===#
-import argparse
 import glob
 import os
-import shutil
 import subprocess
 import sys
 
-from data_parallel import Runner, read_f32
+from data_parallel import read_f32, replicated_runner
 from e2echeck import check, exit_status, placement_steps_agree
 
 PLACEMENT = ["--offload-modules=gdn_core_attn", "--recompute-modules=gdn_norm_out",
@@ -262,17 +260,9 @@ CASES = {"equivalence": case_equivalence, "three": case_three,
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--compile", required=True)
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--mpirun", required=True)
-    ap.add_argument("--work", required=True)
-    ap.add_argument("--case", required=True, choices=sorted(CASES))
-    args = ap.parse_args()
-    args.mode = "replicate"
-    shutil.rmtree(args.work, ignore_errors=True)
-    os.makedirs(args.work)
-    CASES[args.case](Runner(args))
+    args, t = replicated_runner(extra=lambda ap: ap.add_argument(
+        "--case", required=True, choices=sorted(CASES)))
+    CASES[args.case](t)
     return exit_status("pipeline parallel %s: ok" % args.case)
 
 

@@ -62,13 +62,11 @@
 #                compile-time refusals name the option and the model field.
 #
 #===------------------------------------------------------------------------===#
-import argparse
 import os
-import shutil
 import subprocess
 import sys
 
-from data_parallel import Runner
+from data_parallel import replicated_runner
 from e2echeck import check, exit_status, placement_steps_agree
 
 PLACEMENT = ["--offload-modules=gdn_core_attn", "--recompute-modules=gdn_norm_out",
@@ -426,18 +424,11 @@ CASES = {"equivalence": case_equivalence, "placement": case_placement,
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--compile", required=True)
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--mpirun", required=True)
-    ap.add_argument("--ckpt", default="actplace-ckpt")
-    ap.add_argument("--work", required=True)
-    ap.add_argument("--case", required=True, choices=sorted(CASES))
-    args = ap.parse_args()
-    args.mode = "replicate"
-    shutil.rmtree(args.work, ignore_errors=True)
-    os.makedirs(args.work)
-    CASES[args.case](Runner(args))
+    def extra(ap):
+        ap.add_argument("--ckpt", default="actplace-ckpt")
+        ap.add_argument("--case", required=True, choices=sorted(CASES))
+    args, t = replicated_runner(extra=extra)
+    CASES[args.case](t)
     return exit_status("tensor parallel %s: ok" % args.case)
 
 

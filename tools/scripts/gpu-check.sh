@@ -342,39 +342,35 @@ run() {
     part checkpoint FAIL
   fi
 
-  echo "== data parallel: 2 ranks"
-  if ! command -v mpirun > /dev/null; then
-    skipped data-parallel "no mpirun"
-  else
-    # Two GPUs: NCCL, one rank each. One GPU: NCCL refuses two ranks on it,
-    # so the collectives go through MPI on staged device buffers (bits and
-    # peaks, not speed).
+  # ranks_part NAME SCRIPT ARMS GPUS LABEL WHAT: a multi-rank check of
+  # prebuilt binaries (SCRIPT run over arms/ARMS). NCCL with a GPU per rank
+  # (GPUS ranks); with fewer GPUs NCCL refuses two ranks on one, so the
+  # collectives go through MPI on staged device buffers (bits and peaks, not
+  # speed).
+  ranks_part() {
+    local name=$1 script=$2 arms=$3 need=$4 label=$5 what=$6
+    if ! command -v mpirun > /dev/null; then
+      skipped "$name" "no mpirun"
+      return
+    fi
     local comm=auto ngpus=0
-    [ "$device" = cuda ] && ngpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
-    [ "$device" = cuda ] && [ "$ngpus" -lt 2 ] && comm=mpi-staged
-    if python3 "$bundle/test/e2e/gpu_data_parallel.py" run --dir "$bundle/arms/dp" \
-        --work "$work/dp" --device "$device" --comm "$comm"; then
-      part data-parallel PASS "2 ranks, --comm $comm: ranks identical, offload bitwise, one rank within the bound"
-    else
-      part data-parallel FAIL "--comm $comm"
+    if [ "$device" = cuda ]; then
+      ngpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+      [ "$ngpus" -lt "$need" ] && comm=mpi-staged
     fi
-  fi
-
+    if python3 "$bundle/test/e2e/$script" run --dir "$bundle/arms/$arms" \
+        --work "$work/$arms" --device "$device" --comm "$comm"; then
+      part "$name" PASS "$label--comm $comm: $what"
+    else
+      part "$name" FAIL "--comm $comm"
+    fi
+  }
+  echo "== data parallel: 2 ranks"
+  ranks_part data-parallel gpu_data_parallel.py dp 2 "2 ranks, " \
+    "ranks identical, offload bitwise, one rank within the bound"
   echo "== tensor parallel: 2 and 4 ranks"
-  if ! command -v mpirun > /dev/null; then
-    skipped tensor-parallel "no mpirun"
-  else
-    # As for data parallelism: NCCL with a GPU per rank, else MPI on staged
-    # device buffers (4 ranks of TP 2 x PP 2 need 4 GPUs for NCCL).
-    local tpcomm=auto
-    [ "$device" = cuda ] && [ "$ngpus" -lt 4 ] && tpcomm=mpi-staged
-    if python3 "$bundle/test/e2e/gpu_tensor_parallel.py" run --dir "$bundle/arms/tp" \
-        --work "$work/tp" --device "$device" --comm "$tpcomm"; then
-      part tensor-parallel PASS "--comm $tpcomm: TP 2 (+ SP) within the bf16 bound of one rank, placement bitwise per rank, TP 2 x PP 2 x SP against TP 2 x SP"
-    else
-      part tensor-parallel FAIL "--comm $tpcomm"
-    fi
-  fi
+  ranks_part tensor-parallel gpu_tensor_parallel.py tp 4 "" \
+    "TP 2 (+ SP) within the bf16 bound of one rank, placement bitwise per rank, TP 2 x PP 2 x SP against TP 2 x SP"
 
   echo "== bf16 step against the PyTorch oracle"
   local py=""
