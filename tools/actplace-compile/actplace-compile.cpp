@@ -468,6 +468,25 @@ static void attachTritonKernels(mlir::ModuleOp module,
   });
 }
 
+/// What --global-batch-tokens chooses from, for one program and for
+/// pipeline stages alike: the memory budget as a goal, the model config, and
+/// the sequences each data-parallel rank trains per step.
+struct BatchChoiceInputs {
+  ap::train::PlacementGoal goal;
+  ap::import::ModelConfig cfg;
+  int64_t sequences = 0;
+};
+static llvm::Expected<BatchChoiceInputs> batchChoiceInputs() {
+  auto goal = ap::train::PlacementGoal::fromOptions(0, memoryBudget, -1);
+  if (!goal)
+    return goal.takeError();
+  auto cfg = ap::import::loadModelConfig(input);
+  if (!cfg)
+    return cfg.takeError();
+  return BatchChoiceInputs{*goal, std::move(*cfg),
+                           globalBatchTokens / (seqLen * dataParallelSize)};
+}
+
 /// What --kernels decided: whether generated kernels run, and for which
 /// train ops (empty: every op with a group), and whether add + RMSNorm
 /// pairs fuse (chooseKernels).
@@ -1186,13 +1205,12 @@ int main(int argc, char **argv) {
     // microbatch, and the fastest size whose every stage plans within the
     // budget wins.
     if (globalBatchTokens.getNumOccurrences()) {
-      auto goal = ap::train::PlacementGoal::fromOptions(0, memoryBudget, -1);
-      if (!goal)
-        return fail(llvm::toString(goal.takeError()));
-      auto cfg = ap::import::loadModelConfig(input);
-      if (!cfg)
-        return fail(llvm::toString(cfg.takeError()));
-      int64_t sequences = globalBatchTokens / (seqLen * dataParallelSize);
+      auto batch = batchChoiceInputs();
+      if (!batch)
+        return fail(llvm::toString(batch.takeError()));
+      const ap::train::PlacementGoal *goal = &batch->goal;
+      const ap::import::ModelConfig *cfg = &batch->cfg;
+      int64_t sequences = batch->sequences;
       struct StageChoice {
         ap::train::PlacementChoice best;
         int64_t arena = 0;
@@ -1482,13 +1500,12 @@ int main(int argc, char **argv) {
   // search below starts from that size's placements (the same cache).
   ap::train::PlacementSearchCache searchCache;
   if (globalBatchTokens.getNumOccurrences()) {
-    auto goal = ap::train::PlacementGoal::fromOptions(0, memoryBudget, -1);
-    if (!goal)
-      return fail(llvm::toString(goal.takeError()));
-    auto cfg = ap::import::loadModelConfig(input);
-    if (!cfg)
-      return fail(llvm::toString(cfg.takeError()));
-    int64_t sequences = globalBatchTokens / (seqLen * dataParallelSize);
+    auto batch = batchChoiceInputs();
+    if (!batch)
+      return fail(llvm::toString(batch.takeError()));
+    const ap::train::PlacementGoal *goal = &batch->goal;
+    const ap::import::ModelConfig *cfg = &batch->cfg;
+    int64_t sequences = batch->sequences;
     struct Candidate {
       int64_t b = 0, m = 0, arena = 0;
       ap::train::PlacementChoice best;
