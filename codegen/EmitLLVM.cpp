@@ -80,9 +80,7 @@ template <typename... A> struct AbiSignature<void(ap_step *, A...)> {
 /// The parameter kinds after `ap_step *` of every call a step makes.
 const llvm::StringMap<std::string> &abiCalls() {
 #define AP_ABI_CALL(fn)                                                        \
-  {                                                                            \
-    #fn, AbiSignature<decltype(fn)>::get()                                     \
-  }
+  std::make_pair(llvm::StringRef(#fn), AbiSignature<decltype(fn)>::get())
   static const llvm::StringMap<std::string> calls = {
       AP_ABI_CALL(ap_launch),         AP_ABI_CALL(ap_launch_generated),
       AP_ABI_CALL(ap_record),         AP_ABI_CALL(ap_wait),

@@ -513,8 +513,9 @@ Work rmsNormWork(Emitter &e, const GroupSpec &s, const Args &a) {
   bool zc = s.zeroCentered;
   ItemFn item = [=](Emitter &e, ValueRange idx) {
     Value r = idx[0];
+    auto element = [&](Emitter &in, Value j) { return in.load(x, {r, j}); };
     rmsNormRow(e, r, laneOf(idx), scratch, dimIdx, dimF, eps, w, zc, rstd, x, y,
-               [&](Emitter &in, Value j) { return in.load(x, {r, j}); });
+               element);
   };
   Work work{{e.toIndex(rows)}, item};
   work.threadsPerItem = kLanes;

@@ -391,16 +391,15 @@ namespace detail {
 extern "C" int actplaceDenseCudaAnchor;
 } // namespace detail
 #if defined(ACTPLACE_HAVE_CUDA)
-[[maybe_unused]]
-__attribute__((used)) static const int *const actplaceDenseCudaAnchorRef =
+[[maybe_unused, gnu::used]] static const int *const actplaceDenseCudaAnchorRef =
     &detail::actplaceDenseCudaAnchor;
 #endif
 namespace detail {
 extern "C" int actplaceMovementCudaAnchor;
 } // namespace detail
 #if defined(ACTPLACE_HAVE_CUDA)
-[[maybe_unused]]
-__attribute__((used)) static const int *const actplaceMovementCudaAnchorRef =
+[[maybe_unused,
+  gnu::used]] static const int *const actplaceMovementCudaAnchorRef =
     &detail::actplaceMovementCudaAnchor;
 #endif
 

@@ -254,8 +254,7 @@ namespace detail {
 extern "C" int actplaceGdnCudaAnchor;
 } // namespace detail
 #if defined(ACTPLACE_HAVE_CUDA)
-[[maybe_unused]] __attribute__((
-    used)) static const int *const actplaceGdnCudaAnchorRef =
+[[maybe_unused, gnu::used]] static const int *const actplaceGdnCudaAnchorRef =
     &detail::actplaceGdnCudaAnchor;
 #endif
 
