@@ -475,12 +475,13 @@ LLVMSink::generatedKernels(const std::vector<ProgramDesc::Generated> &all,
         en.work_params[1] = e.workParams.size() > 1 ? e.workParams[1] : -1;
         en.threads_per_item = int32_t(e.threadsPerItem);
         en.block_size = int32_t(e.blockSize);
+        en.vector = int32_t(e.vector);
         es.push_back(en);
         names.push_back(e.name);
       }
     } else {
       // A Triton kernel: one entry, its grid in the launch's args.
-      es.push_back({nullptr, {-1, -1}, 0, 0});
+      es.push_back({nullptr, {-1, -1}, 0, 0, 0});
       names.push_back(g.triton->name);
       kernels[i].triton = 1;
       kernels[i].num_warps = int32_t(g.triton->numWarps);

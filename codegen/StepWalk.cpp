@@ -1146,7 +1146,9 @@ LogicalResult Walker::walkKernel(Operation *op) {
       if (p.kind == 'p') {
         f.isPtr = true;
         f.addr = v->second.addr;
-      } else if (p.kind == 'l') {
+      } else if (p.kind == 'l' || p.kind == 'w') {
+        // 'w': the workspace bytes the kernel needs (the runtime passes the
+        // stream's workspace in their place).
         std::memcpy(&a.bytes[8 * i], &v->second.i, 8);
         f.text = std::to_string(v->second.i);
       } else {
@@ -1336,8 +1338,14 @@ LogicalResult Walker::walkKernel(Operation *op) {
         v["y"] = P(at(outs[1]));
         v["yStride"] = L(d);
       }
-      if (g.accumulateDw)
+      if (g.accumulateDw) {
         v["dw"] = P(at(outs[results]));
+        // The partial column sums: the stream's workspace (the plan's
+        // workspace query counts them, KernelWorkspace.cpp).
+        v["dwPartial"] = GenArg{
+            'w', {}, int64_t(kernelgen::rmsNormDwWorkspaceBytes(rows, d))};
+        v["dwParts"] = L(kernelgen::rmsNormDwParts(rows));
+      }
       return launchGen(g, v);
     }
     if (fwd) {

@@ -76,7 +76,8 @@ LogicalResult addPackedEntries(ModuleOp module, ArrayRef<GroupSpec> specs) {
     SmallVector<Value> args;
     for (auto [i, p] : llvm::enumerate(params)) {
       Type t = type.getParamType(i);
-      bool expected = p.kind == 'p'   ? isa<LLVM::LLVMPointerType>(t)
+      bool expected = p.kind == 'p' || p.kind == 'w'
+                          ? isa<LLVM::LLVMPointerType>(t)
                       : p.kind == 'l' ? t.isInteger(64)
                                       : t.isF32();
       if (!expected)

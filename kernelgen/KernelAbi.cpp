@@ -83,7 +83,7 @@ std::vector<std::string> gpuKernelNames(const GroupSpec &spec) {
     return {name};
   if (!spec.accumulateDw)
     return {name + "_rows"};
-  return {name + "_rows", name + "_dw"};
+  return {name + "_rows", name + "_dwpart", name + "_dw"};
 }
 
 std::optional<GroupKind> parseGroupKind(llvm::StringRef name) {
@@ -123,7 +123,7 @@ namespace {
 /// A kernel's parameters: pointers first, then i64 integers, then f32
 /// scalars (the order of the ABI in KernelGen.h).
 struct Params {
-  std::vector<std::string> ptrs, ints, floats;
+  std::vector<std::string> ptrs, workspaces, ints, floats;
 };
 
 Params paramsOf(const GroupSpec &s) {
@@ -169,6 +169,10 @@ Params paramsOf(const GroupSpec &s) {
     p.ints = {"rows", "dim", "xStride", "dyStride", "dxStride"};
     if (s.recomputeY)
       p.ints.push_back("yStride");
+    if (s.accumulateDw) {
+      p.workspaces = {"dwPartial"};
+      p.ints.push_back("dwParts");
+    }
     break;
   case GroupKind::SigmoidGateForward:
     p.ptrs = {"o", "gate", "y"};
@@ -206,6 +210,8 @@ std::vector<KernelParam> kernelParams(const GroupSpec &spec) {
   std::vector<KernelParam> out;
   for (const std::string &n : p.ptrs)
     out.push_back({n, 'p'});
+  for (const std::string &n : p.workspaces)
+    out.push_back({n, 'w'});
   for (const std::string &n : p.ints)
     out.push_back({n, 'l'});
   for (const std::string &n : p.floats)
@@ -231,10 +237,12 @@ std::vector<GpuEntry> gpuEntries(const GroupSpec &spec) {
     case GroupKind::SigmoidGateForward:
     case GroupKind::SigmoidGateBackward:
       e.workParams = {index("rows"), index("cols")};
+      e.vector = int(vectorOf(spec));
       break;
     case GroupKind::ResidualAdd:
     case GroupKind::AdamW:
       e.workParams = {index("n")};
+      e.vector = int(vectorOf(spec));
       break;
     case GroupKind::RmsNormForward:
     case GroupKind::AddRmsNormForward:
@@ -244,17 +252,63 @@ std::vector<GpuEntry> gpuEntries(const GroupSpec &spec) {
       e.threadsPerItem = int(kLanes);
       break;
     case GroupKind::RmsNormBackward:
-      // Rows first, a warp each; the dw phase (when present) a block per
-      // kLanes columns with kLanes threads (row groups) per column.
-      e.workParams = {index(phase == 0 ? "rows" : "dim")};
-      e.threadsPerItem = int(kLanes);
-      if (phase == 1)
+      // Rows first, a warp each; then (with dw) kDwGroups row groups per
+      // (part, column), kLanes columns a block; then kLanes groups of parts
+      // per column, kLanes columns a block.
+      if (phase == 0) {
+        e.workParams = {index("rows")};
+        e.threadsPerItem = int(kLanes);
+      } else if (phase == 1) {
+        e.workParams = {index("dwParts"), index("dim")};
+        e.threadsPerItem = int(kDwGroups);
+        e.blockSize = int(kLanes * kDwGroups);
+      } else {
+        e.workParams = {index("dim")};
+        e.threadsPerItem = int(kLanes);
         e.blockSize = int(kLanes * kLanes);
+      }
       break;
     }
     out.push_back(std::move(e));
   }
   return out;
+}
+
+uint64_t gpuBlocks(const GpuEntry &e, const std::vector<int64_t> &ints) {
+  uint64_t factors[2] = {1, 1};
+  size_t n = e.workParams.size();
+  for (size_t i = 0; i < n; ++i)
+    factors[i] = uint64_t(ints.at(size_t(e.workParams[i])));
+  if (n > 0)
+    factors[n - 1] =
+        (factors[n - 1] + uint64_t(e.vector) - 1) / uint64_t(e.vector);
+  uint64_t threads = factors[0] * factors[1] * uint64_t(e.threadsPerItem);
+  return (threads + uint64_t(e.blockSize) - 1) / uint64_t(e.blockSize);
+}
+
+int64_t rmsNormDwParts(int64_t rows) {
+  return rows <= 0 ? 0 : (rows + kDwRowsPerPart - 1) / kDwRowsPerPart;
+}
+
+uint64_t rmsNormDwWorkspaceBytes(int64_t rows, int64_t dim) {
+  if (rows <= 0 || dim <= 0)
+    return 0;
+  return uint64_t(rmsNormDwParts(rows)) * uint64_t(dim) * sizeof(float);
+}
+
+int64_t vectorOf(const GroupSpec &spec) {
+  switch (spec.kind) {
+  case GroupKind::SwiGluForward:
+  case GroupKind::SwiGluBackward:
+  case GroupKind::SigmoidGateForward:
+  case GroupKind::SigmoidGateBackward:
+  case GroupKind::ResidualAdd:
+    return spec.dtype == ElemType::BF16 ? 8 : 4;
+  case GroupKind::AdamW:
+    return 4; // f32 master weights and moments
+  default:
+    return 1;
+  }
 }
 
 std::string packedName(const GroupSpec &spec) {

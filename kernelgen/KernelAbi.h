@@ -15,8 +15,10 @@
 //                 upStride, dyStride, dgateStride, dupStride, [yStride])
 //   residual_add (a, b, y, n)
 //   rmsnorm_fwd  (x, w, y, [rstd,] rows, dim, xStride, yStride, eps:f32)
-//   rmsnorm_bwd  (x, w, rstd, dy, dx, [dw,] [y,] rows, dim, xStride,
-//                 dyStride, dxStride, [yStride])
+//   rmsnorm_bwd  (x, w, rstd, dy, dx, [dw,] [y,] [dwPartial: workspace,]
+//                 rows, dim, xStride, dyStride, dxStride, [yStride,]
+//                 [dwParts]); with dw: dwParts = rmsNormDwParts(rows) and
+//                 dwPartial rmsNormDwWorkspaceBytes(rows, dim) of scratch
 //   add_rmsnorm_fwd (a, b, h, w, y, [rstd,] rows, dim, eps: f32): h = a + b
 //                 and y = rmsnorm(h), all [rows, dim] contiguous
 //   adamw        (master, expAvg, expAvgSq, grad, clipCoef, [computeCopy,] n,
@@ -31,11 +33,14 @@
 // Integers are int64_t; bracketed parameters exist only when the spec asks
 // for that output. clipCoef may be null (coefficient 1). GPU launch (per
 // entry, gpuEntries): grid = ceil(work * threadsPerItem / blockSize) blocks
-// of blockSize threads, where work is rows*cols (swiglu, sigmoid_gate), n
-// (residual_add, adamw; one thread per item, blocks of kBlockSize), rows
-// (rmsnorm_fwd, add_rmsnorm_fwd, the rmsnorm_bwd row kernel: a warp of 32
-// threads per row, blocks of kBlockSize) or dim (the rmsnorm_bwd dw kernel:
-// 32 threads per column, blocks of 1024 = 32 columns x 32 row groups).
+// of blockSize threads, where work is rows * ceil(cols / vector) (swiglu,
+// sigmoid_gate: a thread per `vector` consecutive elements of a row),
+// ceil(n / vector) (residual_add, adamw), rows (rmsnorm_fwd,
+// add_rmsnorm_fwd, l2norm, the rmsnorm_bwd row kernel: a warp of 32
+// threads per row, blocks of kBlockSize), dwParts * dim (the rmsnorm_bwd
+// dw partial kernel: 8 row groups per (part, column), blocks of 256 = 32
+// columns x 8) or dim (the rmsnorm_bwd dw kernel: 32 threads per column
+// summing the parts, blocks of 1024 = 32 columns x 32 groups).
 //
 //===----------------------------------------------------------------------===//
 #ifndef ACTPLACE_KERNELGEN_KERNELABI_H
@@ -101,8 +106,9 @@ std::string kernelName(const GroupSpec &spec);
 
 /// The GPU entries of `spec`, in launch order: the kernel name, except for
 /// RmsNormBackward, whose row phase (dx, y: "<name>_rows", a warp per row)
-/// and column phase (dw: "<name>_dw", 32 row groups per column) are two
-/// kernels. The host function runs the phases in the same order.
+/// and, with dw, the partial column sums over parts of the rows
+/// ("<name>_dwpart") and the sum of the parts ("<name>_dw") are kernels of
+/// their own. The host function runs the phases in the same order.
 std::vector<std::string> gpuKernelNames(const GroupSpec &spec);
 
 /// Parses a group name of the tool (swiglu-fwd, swiglu-bwd, residual-add,
@@ -112,7 +118,8 @@ std::optional<GroupKind> parseGroupKind(llvm::StringRef name);
 const char *groupKindNames();
 
 /// One parameter of a kernel's ABI (the list above): its name and kind,
-/// 'p' a pointer, 'l' an int64_t, 'f' a float.
+/// 'p' a pointer, 'w' a pointer to kernel workspace (the launching stream's:
+/// the runtime passes it), 'l' an int64_t, 'f' a float.
 struct KernelParam {
   std::string name;
   char kind;
@@ -123,17 +130,38 @@ std::vector<KernelParam> kernelParams(const GroupSpec &spec);
 /// fixed reduction order, KernelGen.h).
 constexpr int64_t kLanes = 32;
 
+/// Row groups of the RMSNorm dw partial sums, and the rows of one part: the
+/// dw of rows [p * kDwRowsPerPart, (p + 1) * kDwRowsPerPart) is one partial
+/// per column (kDwGroups row groups, then a halving tree), and the parts of
+/// a column meet in a second phase (kLanes groups, then a halving tree).
+constexpr int64_t kDwGroups = 8;
+constexpr int64_t kDwRowsPerPart = 128;
+/// The parts of an RMSNorm dw over `rows` (the dwParts parameter).
+int64_t rmsNormDwParts(int64_t rows);
+/// The workspace of an RMSNorm backward with dw: one f32 per part and
+/// column.
+uint64_t rmsNormDwWorkspaceBytes(int64_t rows, int64_t dim);
+
+/// Elements per GPU thread of an element-wise group (16 bytes of its
+/// widest storage: 8 bf16 or 4 f32), 1 for row-wise groups.
+int64_t vectorOf(const GroupSpec &spec);
+
 /// A GPU entry of `spec` (gpuKernelNames order) and its launch: work is the
 /// product of the int64 parameters at `workParams` (indices into
-/// kernelParams), each item takes threadsPerItem threads, launched as
+/// kernelParams), the last rounded up to whole vectors of `vector`
+/// elements; each item takes threadsPerItem threads, launched as
 /// ceil(work * threadsPerItem / blockSize) blocks of blockSize threads.
 struct GpuEntry {
   std::string name;
   std::vector<int> workParams;
   int threadsPerItem = 1;
   int blockSize = int(kBlockSize);
+  int vector = 1;
 };
 std::vector<GpuEntry> gpuEntries(const GroupSpec &spec);
+/// Blocks of entry `e` for the int64 parameter values `ints` (indexed like
+/// kernelParams; other entries unused).
+uint64_t gpuBlocks(const GpuEntry &e, const std::vector<int64_t> &ints);
 
 /// The host function a binary calls: `<kernelName>_packed(void **params)`,
 /// params[i] pointing at parameter i of kernelParams (the calling convention

@@ -109,7 +109,10 @@ public:
   Value widen(Value v) {
     if (v.getType().isF32())
       return v;
-    Value bits = arith::BitcastOp::create(b, loc, b.getI16Type(), v);
+    return widenBits(arith::BitcastOp::create(b, loc, b.getI16Type(), v));
+  }
+  /// bf16 bits (i16) as f32, exactly.
+  Value widenBits(Value bits) {
     Value w = arith::ExtUIOp::create(b, loc, b.getI32Type(), bits);
     w = arith::ShLIOp::create(b, loc, w, cI32(16));
     return arith::BitcastOp::create(b, loc, b.getF32Type(), w);
@@ -180,10 +183,11 @@ struct Params {
 
 Params paramsOf(const GroupSpec &s) {
   Params p;
+  // Workspace pointers are pointers (they follow the others).
   for (const KernelParam &k : kernelParams(s))
-    (k.kind == 'p'   ? p.ptrs
-     : k.kind == 'l' ? p.ints
-                     : p.floats)
+    (k.kind == 'p' || k.kind == 'w' ? p.ptrs
+     : k.kind == 'l'                ? p.ints
+                                    : p.floats)
         .push_back(k.name);
   return p;
 }
@@ -215,18 +219,12 @@ using BlockFn = std::function<void(Emitter &, Value, Value, Value)>;
 struct Work {
   SmallVector<Value, 2> shape;
   ItemFn item;
-  /// Appended to the kernel's name for this phase's GPU entry (a group of
-  /// several phases runs them in order in one host function, and as one
-  /// GPU kernel per phase, launched in order).
-  std::string suffix;
-  /// GPU threads per item: 1, or kLanes for a warp per row, whose item
-  /// function receives (row, lane) (on the host: (row), the lanes emulated
-  /// inside rowSum).
-  int64_t threadsPerItem = 1;
-  int64_t blockSize = kBlockSize;
   /// When set, the GPU kernel is this body instead of the item mapping,
-  /// with a shared array of sharedFloats f32 (the host runs `item` per
-  /// element of `shape` as usual).
+  /// with a shared array of sharedFloats f32 (none when 0; the host runs
+  /// `item` per element of `shape` as usual). Without it, GPU item t of
+  /// the entry's launch (gpuEntries) runs `item`: with threadsPerItem > 1
+  /// (a warp per row) given (row, lane), on the host (row) with the lanes
+  /// emulated inside rowSum.
   BlockFn gpuBlock;
   int64_t sharedFloats = 0;
 };
@@ -251,19 +249,20 @@ using TermFn = llvm::function_ref<Value(Emitter &, Value)>;
 /// than once per term. The adds stay one after the other in increasing j.
 constexpr int64_t kSumUnroll = 4;
 
-/// Sum of term(j) for j = first, first + kLanes, ... < n, from 0, in
+/// Sum of term(j) for j = first, first + stride, ... < n, from 0, in
 /// increasing j (one lane's or one row group's partial): kSumUnroll terms
 /// an iteration while they all exist, then one at a time.
-Value stridedSum(Emitter &e, Value first, Value n, TermFn term) {
+Value stridedSum(Emitter &e, Value first, Value n, TermFn term,
+                 int64_t stride = kLanes) {
   OpBuilder &b = e.b;
   Location loc = e.loc;
-  Value lanes = e.cIndex(kLanes);
-  // Groups start below n - (kSumUnroll - 1) * kLanes (signed: n may be
+  Value lanes = e.cIndex(stride);
+  // Groups start below n - (kSumUnroll - 1) * stride (signed: n may be
   // smaller); the loop carries the next j for the tail.
   Value groupEnd =
-      arith::SubIOp::create(b, loc, n, e.cIndex((kSumUnroll - 1) * kLanes));
+      arith::SubIOp::create(b, loc, n, e.cIndex((kSumUnroll - 1) * stride));
   auto groups = scf::ForOp::create(
-      b, loc, first, groupEnd, e.cIndex(kSumUnroll * kLanes),
+      b, loc, first, groupEnd, e.cIndex(kSumUnroll * stride),
       ValueRange{e.cF32(0.0f), first},
       [&](OpBuilder &nb, Location nl, Value j, ValueRange acc) {
         Emitter in(nb, nl, e.gpu);
@@ -272,12 +271,12 @@ Value stridedSum(Emitter &e, Value first, Value n, TermFn term) {
           terms.push_back(
               term(in, u == 0 ? j
                               : Value(arith::AddIOp::create(
-                                    nb, nl, j, in.cIndex(u * kLanes)))));
+                                    nb, nl, j, in.cIndex(u * stride)))));
         Value sum = acc[0];
         for (Value t : terms)
           sum = in.add(sum, t);
         Value next =
-            arith::AddIOp::create(nb, nl, j, in.cIndex(kSumUnroll * kLanes));
+            arith::AddIOp::create(nb, nl, j, in.cIndex(kSumUnroll * stride));
         scf::YieldOp::create(nb, nl, ValueRange{sum, next});
       });
   auto tail = scf::ForOp::create(
@@ -386,43 +385,233 @@ void oncePerRow(Emitter &e, Value lane,
   });
 }
 
-Work swiGluWork(Emitter &e, const GroupSpec &s, const Args &a, bool backward) {
+/// One operand of an element-wise group: raw storage `ptr` of element type
+/// `elem`, rank 2 [rows, cols] with row stride `stride` (elements), or rank
+/// 1 when stride is null; `m` is its memref (Emitter::memref).
+struct Operand {
+  Value ptr, stride, m;
+  Type elem;
+};
+
+/// An element-wise group: the same f32 function of the inputs' element
+/// (r, c) (or i) gives the outputs' element, no element depends on another.
+/// `fn` gets the inputs widened to f32 and returns one f32 per output, which
+/// are rounded to storage. Every input is loaded before any output is
+/// stored, so an output may alias an input (same element).
+struct ElementWise {
+  SmallVector<Operand, 4> ins, outs;
+  std::function<SmallVector<Value, 4>(Emitter &, ArrayRef<Value>)> fn;
+  /// Index extents: rows (null for rank 1) and cols (rank 1: n).
+  Value rows, cols;
+  /// Elements per GPU thread (vectorOf).
+  int64_t vector = 1;
+};
+
+/// Host: items (r, c) (or i) in increasing order, scalar loads and stores.
+/// GPU: thread t takes `vector` consecutive elements of a row, c0 = (t %
+/// chunks) * vector of row t / chunks (chunks = ceil(cols / vector)); where
+/// every operand's address of c0 is 16-byte aligned (base pointers aligned,
+/// strides multiples of `vector`) and the chunk is whole, one vector load
+/// per input and one vector store per output, else the elements one by one.
+/// The arithmetic per element is the same either way, so the bits are.
+Work elementWiseWork(Emitter &e, ElementWise ew) {
+  SmallVector<Value, 2> shape;
+  if (ew.rows)
+    shape.push_back(ew.rows);
+  shape.push_back(ew.cols);
+  ItemFn item = [ew](Emitter &e, ValueRange idx) {
+    SmallVector<Value, 4> in;
+    for (const Operand &o : ew.ins)
+      in.push_back(e.load(o.m, idx));
+    SmallVector<Value, 4> out = ew.fn(e, in);
+    for (auto [o, v] : llvm::zip_equal(ew.outs, out))
+      e.store(v, o.m, idx);
+  };
+  BlockFn block = [ew, item](Emitter &e, Value tid, Value bid, Value) {
+    OpBuilder &b = e.b;
+    Location loc = e.loc;
+    Type i64 = b.getI64Type();
+    int64_t vec = ew.vector;
+    Value vecIdx = e.cIndex(vec);
+    Value bdim = gpu::BlockDimOp::create(b, loc, gpu::Dimension::x);
+    Value t = arith::AddIOp::create(
+        b, loc, arith::MulIOp::create(b, loc, bid, bdim), tid);
+    // chunks = ceil(cols / vec).
+    Value chunks = arith::DivUIOp::create(
+        b, loc, arith::AddIOp::create(b, loc, ew.cols, e.cIndex(vec - 1)),
+        vecIdx);
+    Value total = ew.rows
+                      ? Value(arith::MulIOp::create(b, loc, ew.rows, chunks))
+                      : chunks;
+    Value inRange =
+        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, t, total);
+    scf::IfOp::create(b, loc, inRange, [&](OpBuilder &nb, Location nl) {
+      Emitter in(nb, nl, true);
+      Value r, chunk = t;
+      if (ew.rows) {
+        r = arith::DivUIOp::create(nb, nl, t, chunks);
+        chunk = arith::RemUIOp::create(nb, nl, t, chunks);
+      }
+      Value c0 = arith::MulIOp::create(nb, nl, chunk, vecIdx);
+      // Whole chunk and every operand aligned: vector path.
+      Value c1 = arith::AddIOp::create(nb, nl, c0, vecIdx);
+      Value ok =
+          arith::CmpIOp::create(nb, nl, arith::CmpIPredicate::ule, c1, ew.cols);
+      auto zero64 = [&] {
+        return LLVM::ConstantOp::create(nb, nl, i64, nb.getI64IntegerAttr(0));
+      };
+      auto bytesOf = [](const Operand &o) {
+        return int64_t(o.elem.isF32() ? 4 : 2);
+      };
+      for (const auto *list : {&ew.ins, &ew.outs})
+        for (const Operand &o : *list) {
+          Value addr = LLVM::PtrToIntOp::create(nb, nl, i64, o.ptr);
+          Value mis = LLVM::AndOp::create(
+              nb, nl, addr,
+              LLVM::ConstantOp::create(
+                  nb, nl, i64, nb.getI64IntegerAttr(vec * bytesOf(o) - 1)));
+          Value good = LLVM::ICmpOp::create(nb, nl, LLVM::ICmpPredicate::eq,
+                                            mis, zero64());
+          ok = arith::AndIOp::create(nb, nl, ok, good);
+          if (!o.stride)
+            continue;
+          Value smis = LLVM::AndOp::create(
+              nb, nl, o.stride,
+              LLVM::ConstantOp::create(nb, nl, i64,
+                                       nb.getI64IntegerAttr(vec - 1)));
+          ok = arith::AndIOp::create(
+              nb, nl, ok,
+              LLVM::ICmpOp::create(nb, nl, LLVM::ICmpPredicate::eq, smis,
+                                   zero64()));
+        }
+      Value r64 =
+          r ? Value(arith::IndexCastOp::create(nb, nl, i64, r)) : Value();
+      Value c64 = arith::IndexCastOp::create(nb, nl, i64, c0);
+      auto addressOf = [&](OpBuilder &ob, Location ol, const Operand &o) {
+        Value off = c64;
+        if (o.stride)
+          off = LLVM::AddOp::create(
+              ob, ol, LLVM::MulOp::create(ob, ol, r64, o.stride), c64);
+        Type et =
+            o.elem.isF32() ? Type(ob.getF32Type()) : Type(ob.getI16Type());
+        return LLVM::GEPOp::create(ob, ol, o.ptr.getType(), et, o.ptr,
+                                   ValueRange{off});
+      };
+      scf::IfOp::create(
+          nb, nl, ok,
+          [&](OpBuilder &vb, Location vl) {
+            Emitter v(vb, vl, true);
+            SmallVector<SmallVector<Value, 4>> lanesIn(vec);
+            for (const Operand &o : ew.ins) {
+              bool f32 = o.elem.isF32();
+              Type et = f32 ? Type(vb.getF32Type()) : Type(vb.getI16Type());
+              Value x = LLVM::LoadOp::create(vb, vl, VectorType::get({vec}, et),
+                                             addressOf(vb, vl, o),
+                                             unsigned(vec * bytesOf(o)));
+              for (int64_t k = 0; k < vec; ++k) {
+                Value kk = LLVM::ConstantOp::create(vb, vl, vb.getI32Type(),
+                                                    vb.getI32IntegerAttr(k));
+                Value el = LLVM::ExtractElementOp::create(vb, vl, x, kk);
+                lanesIn[k].push_back(f32 ? el : v.widenBits(el));
+              }
+            }
+            SmallVector<SmallVector<Value, 4>> lanesOut;
+            for (int64_t k = 0; k < vec; ++k)
+              lanesOut.push_back(ew.fn(v, lanesIn[k]));
+            for (auto [oi, o] : llvm::enumerate(ew.outs)) {
+              bool f32 = o.elem.isF32();
+              Type et = f32 ? Type(vb.getF32Type()) : Type(vb.getI16Type());
+              Type vt = VectorType::get({vec}, et);
+              Value x = LLVM::PoisonOp::create(vb, vl, vt);
+              for (int64_t k = 0; k < vec; ++k) {
+                Value el = v.narrow(lanesOut[k][oi], o.elem);
+                if (!f32)
+                  el = arith::BitcastOp::create(vb, vl, vb.getI16Type(), el);
+                Value kk = LLVM::ConstantOp::create(vb, vl, vb.getI32Type(),
+                                                    vb.getI32IntegerAttr(k));
+                x = LLVM::InsertElementOp::create(vb, vl, x, el, kk);
+              }
+              LLVM::StoreOp::create(vb, vl, x, addressOf(vb, vl, o),
+                                    unsigned(vec * bytesOf(o)));
+            }
+            scf::YieldOp::create(vb, vl);
+          },
+          [&](OpBuilder &sb, Location sl) {
+            Value end = arith::MinUIOp::create(sb, sl, c1, ew.cols);
+            scf::ForOp::create(
+                sb, sl, c0, end, Emitter(sb, sl, true).cIndex(1), ValueRange{},
+                [&](OpBuilder &fb, Location fl, Value c, ValueRange) {
+                  Emitter f(fb, fl, true);
+                  SmallVector<Value, 2> idx;
+                  if (r)
+                    idx.push_back(r);
+                  idx.push_back(c);
+                  item(f, idx);
+                  scf::YieldOp::create(fb, fl);
+                });
+            scf::YieldOp::create(sb, sl);
+          });
+      scf::YieldOp::create(nb, nl);
+    });
+  };
+  Work work{shape, item};
+  work.gpuBlock = block;
+  return work;
+}
+
+/// A 2-d element-wise group over [rows, cols] of spec.dtype storage: its
+/// extents and vector width, and `op(ptr, stride)` naming an operand by its
+/// pointer and row-stride parameters.
+struct Grid2D {
+  ElementWise ew;
+  std::function<Operand(const char *, const char *)> op;
+};
+Grid2D grid2D(Emitter &e, const GroupSpec &s, const Args &a) {
   Type st = e.storage(s.dtype);
   Value rows = a.get("rows"), cols = a.get("cols");
-  auto m2 = [&](const char *ptr, const char *stride) {
-    return e.memref2(a.get(ptr), st, rows, cols, a.get(stride));
+  Grid2D g;
+  g.ew.rows = e.toIndex(rows);
+  g.ew.cols = e.toIndex(cols);
+  g.ew.vector = vectorOf(s);
+  g.op = [&e, a, st, rows, cols](const char *ptr, const char *stride) {
+    Value p = a.get(ptr), str = a.get(stride);
+    return Operand{p, str, e.memref2(p, st, rows, cols, str), st};
   };
-  Value g = m2("gate", "gateStride"), u = m2("up", "upStride");
-  Value dy, dg, du, y;
-  if (backward) {
-    dy = m2("dy", "dyStride");
-    dg = m2("dgate", "dgateStride");
-    du = m2("dup", "dupStride");
-    if (s.recomputeY)
-      y = m2("y", "yStride");
-  } else {
-    y = m2("y", "yStride");
+  return g;
+}
+
+Work swiGluWork(Emitter &e, const GroupSpec &s, const Args &a, bool backward) {
+  Grid2D g = grid2D(e, s, a);
+  ElementWise &ew = g.ew;
+  auto &op = g.op;
+  ew.ins = {op("gate", "gateStride"), op("up", "upStride")};
+  if (!backward) {
+    ew.outs = {op("y", "yStride")};
+    // g * s * u, as swiGluValue.
+    ew.fn = [](Emitter &e, ArrayRef<Value> in) -> SmallVector<Value, 4> {
+      Value gv = in[0], uv = in[1];
+      return {e.mul(e.mul(gv, e.sigmoid(gv)), uv)};
+    };
+    return elementWiseWork(e, ew);
   }
-  ItemFn item = [=](Emitter &e, ValueRange rc) {
-    Value r = rc[0], c = rc[1];
-    Value gv = e.load(g, {r, c}), uv = e.load(u, {r, c});
+  ew.ins.push_back(op("dy", "dyStride"));
+  ew.outs = {op("dgate", "dgateStride"), op("dup", "dupStride")};
+  bool withY = s.recomputeY;
+  if (withY)
+    ew.outs.push_back(op("y", "yStride"));
+  ew.fn = [withY](Emitter &e, ArrayRef<Value> in) -> SmallVector<Value, 4> {
+    Value gv = in[0], uv = in[1], d = in[2];
     Value sg = e.sigmoid(gv);
-    if (!backward) {
-      // g * s * u, as swiGluValue.
-      e.store(e.mul(e.mul(gv, sg), uv), y, {r, c});
-      return;
-    }
-    Value d = e.load(dy, {r, c});
     Value one = e.cF32(1.0f);
     // d * u * s * (1 + g * (1 - s)), left to right as written.
     Value dgv =
         e.mul(e.mul(e.mul(d, uv), sg), e.add(one, e.mul(gv, e.sub(one, sg))));
-    e.store(dgv, dg, {r, c});
-    e.store(e.mul(d, e.mul(gv, sg)), du, {r, c});
-    if (y)
-      e.store(e.mul(e.mul(gv, sg), uv), y, {r, c});
+    SmallVector<Value, 4> out{dgv, e.mul(d, e.mul(gv, sg))};
+    if (withY)
+      out.push_back(e.mul(e.mul(gv, sg), uv));
+    return out;
   };
-  return {{e.toIndex(rows), e.toIndex(cols)}, item};
+  return elementWiseWork(e, ew);
 }
 
 /// The sigmoid output gate, the reference's sigmoidGateForward /
@@ -430,45 +619,44 @@ Work swiGluWork(Emitter &e, const GroupSpec &s, const Args &a, bool backward) {
 /// ((d * o) * s) * (1 - s), left to right as written, s = sigmoid(gate).
 Work sigmoidGateWork(Emitter &e, const GroupSpec &s, const Args &a,
                      bool backward) {
-  Type st = e.storage(s.dtype);
-  Value rows = a.get("rows"), cols = a.get("cols");
-  auto m2 = [&](const char *ptr, const char *stride) {
-    return e.memref2(a.get(ptr), st, rows, cols, a.get(stride));
-  };
-  Value o = m2("o", "oStride"), g = m2("gate", "gateStride");
-  Value y, dy, dO, dg;
-  if (backward) {
-    dy = m2("dy", "dyStride");
-    dO = m2("dout", "doStride");
-    dg = m2("dgate", "dgateStride");
-  } else {
-    y = m2("y", "yStride");
+  Grid2D g = grid2D(e, s, a);
+  ElementWise &ew = g.ew;
+  auto &op = g.op;
+  ew.ins = {op("o", "oStride"), op("gate", "gateStride")};
+  if (!backward) {
+    ew.outs = {op("y", "yStride")};
+    ew.fn = [](Emitter &e, ArrayRef<Value> in) -> SmallVector<Value, 4> {
+      return {e.mul(in[0], e.sigmoid(in[1]))};
+    };
+    return elementWiseWork(e, ew);
   }
-  ItemFn item = [=](Emitter &e, ValueRange rc) {
-    Value r = rc[0], c = rc[1];
-    Value sg = e.sigmoid(e.load(g, {r, c}));
-    if (!backward) {
-      e.store(e.mul(e.load(o, {r, c}), sg), y, {r, c});
-      return;
-    }
-    Value d = e.load(dy, {r, c});
-    e.store(e.mul(d, sg), dO, {r, c});
+  ew.ins.push_back(op("dy", "dyStride"));
+  ew.outs = {op("dout", "doStride"), op("dgate", "dgateStride")};
+  ew.fn = [](Emitter &e, ArrayRef<Value> in) -> SmallVector<Value, 4> {
+    Value o = in[0], d = in[2];
+    Value sg = e.sigmoid(in[1]);
     Value one = e.cF32(1.0f);
-    e.store(e.mul(e.mul(e.mul(d, e.load(o, {r, c})), sg), e.sub(one, sg)), dg,
-            {r, c});
+    return {e.mul(d, sg), e.mul(e.mul(e.mul(d, o), sg), e.sub(one, sg))};
   };
-  return {{e.toIndex(rows), e.toIndex(cols)}, item};
+  return elementWiseWork(e, ew);
 }
 
 Work residualAddWork(Emitter &e, const GroupSpec &s, const Args &a) {
   Type st = e.storage(s.dtype);
   Value n = a.get("n");
-  Value x = e.memref1(a.get("a"), st, n), z = e.memref1(a.get("b"), st, n),
-        y = e.memref1(a.get("y"), st, n);
-  ItemFn item = [=](Emitter &e, ValueRange i) {
-    e.store(e.add(e.load(x, i), e.load(z, i)), y, i);
+  auto op = [&](const char *ptr) {
+    Value p = a.get(ptr);
+    return Operand{p, Value(), e.memref1(p, st, n), st};
   };
-  return {{e.toIndex(n)}, item};
+  ElementWise ew;
+  ew.cols = e.toIndex(n);
+  ew.vector = vectorOf(s);
+  ew.ins = {op("a"), op("b")};
+  ew.outs = {op("y")};
+  ew.fn = [](Emitter &e, ArrayRef<Value> in) -> SmallVector<Value, 4> {
+    return {e.add(in[0], in[1])};
+  };
+  return elementWiseWork(e, ew);
 }
 
 /// One row r of RMSNorm forward, the reference's per-element code in
@@ -518,7 +706,6 @@ Work rmsNormWork(Emitter &e, const GroupSpec &s, const Args &a) {
                element);
   };
   Work work{{e.toIndex(rows)}, item};
-  work.threadsPerItem = kLanes;
   return work;
 }
 
@@ -553,7 +740,6 @@ Work addRmsNormWork(Emitter &e, const GroupSpec &s, const Args &a) {
                });
   };
   Work work{{e.toIndex(rows)}, item};
-  work.threadsPerItem = kLanes;
   return work;
 }
 
@@ -602,100 +788,159 @@ SmallVector<Work> rmsNormBackwardWork(Emitter &e, const GroupSpec &s,
     });
   };
   SmallVector<Work> phases;
-  Work rowsPhase{{rowsIdx}, rowItem, "_rows"};
-  rowsPhase.threadsPerItem = kLanes;
-  phases.push_back(rowsPhase);
+  phases.push_back(Work{{rowsIdx}, rowItem});
   if (!dw)
     return phases;
+  // dw[j] += the column sum of (dy * x) * rs over rows, in two phases:
+  // partial[p][j] over rows [p * kDwRowsPerPart, ...) (kDwGroups row
+  // groups, then a halving tree), then the parts of column j (kLanes
+  // groups of parts, then a halving tree). The partials live in the
+  // workspace `dwPartial` [dwParts, dim] f32 on both targets.
+  Value parts = a.get("dwParts");
+  Value partsIdx = e.toIndex(parts);
+  Value partial = e.memref2(a.get("dwPartial"), f32, parts, dim, dim);
   auto term = [=](Emitter &in, Value r, Value j) {
     Value rs = memref::LoadOp::create(in.b, in.loc, rstd, ValueRange{r});
     return in.mul(in.mul(in.load(dy, {r, j}), in.load(x, {r, j})), rs);
   };
-  // Host: per column, the kLanes row-group partials then the halving tree
-  // (the GPU block's order below).
-  ItemFn colItem = [=](Emitter &e, ValueRange idx) {
-    Value j = idx[0];
-    OpBuilder &b = e.b;
-    Location loc = e.loc;
-    Value zero = e.cIndex(0), one = e.cIndex(1);
-    scf::ForOp::create(b, loc, zero, e.cIndex(kLanes), one, ValueRange{},
-                       [&](OpBuilder &nb, Location nl, Value g, ValueRange) {
-                         Emitter in(nb, nl, false);
-                         Value p = stridedSum(in, g, rowsIdx,
-                                              [&](Emitter &t, Value r) {
-                                                return term(t, r, j);
-                                              });
-                         memref::StoreOp::create(nb, nl, p, scratch, g);
-                         scf::YieldOp::create(nb, nl);
-                       });
-    // Halving in place: p[g] = p[g] + p[g + k] for g < k.
-    for (int64_t k = kLanes / 2; k >= 1; k /= 2) {
+  // Group g's partial of part p, column j: rows p * C + g, + kDwGroups, ...
+  // below min((p + 1) * C, rows).
+  auto partSum = [=](Emitter &in, Value p, Value g, Value j) {
+    OpBuilder &b = in.b;
+    Location loc = in.loc;
+    Value lo = arith::MulIOp::create(b, loc, p, in.cIndex(kDwRowsPerPart));
+    Value hi = arith::MinUIOp::create(
+        b, loc, arith::AddIOp::create(b, loc, lo, in.cIndex(kDwRowsPerPart)),
+        rowsIdx);
+    return stridedSum(
+        in, arith::AddIOp::create(b, loc, lo, g), hi,
+        [&](Emitter &t, Value r) { return term(t, r, j); }, kDwGroups);
+  };
+  // Group g's partial of column j's parts: p = g, g + kLanes, ...
+  auto partsSum = [=](Emitter &in, Value g, Value j) {
+    return stridedSum(in, g, partsIdx, [&](Emitter &t, Value p) {
+      return memref::LoadOp::create(t.b, t.loc, partial, ValueRange{p, j})
+          .getResult();
+    });
+  };
+  // The host's halving over scratch[0, groups): p[g] = p[g] + p[g + k] for
+  // g < k, k = groups / 2, ..., 1; returns p[0].
+  auto hostHalve = [=](Emitter &e, int64_t groups) -> Value {
+    Value zero = e.cIndex(0);
+    for (int64_t k = groups / 2; k >= 1; k /= 2) {
       Value kv = e.cIndex(k);
       hostPairSums(e, scratch, kv, zero,
                    [&](OpBuilder &nb, Location nl, Value g) -> Value {
                      return arith::AddIOp::create(nb, nl, g, kv);
                    });
     }
-    Value sum = memref::LoadOp::create(b, loc, scratch, ValueRange{zero});
-    Value old = memref::LoadOp::create(b, loc, dw, ValueRange{j});
-    memref::StoreOp::create(b, loc, e.add(old, sum), dw, ValueRange{j});
+    return memref::LoadOp::create(e.b, e.loc, scratch, ValueRange{zero});
   };
-  // GPU: a block of kLanes x kLanes threads per kLanes columns; thread t is
-  // column lane t % kLanes of the block's tile and row group g = t /
-  // kLanes; the partials meet in shared memory (g-major) and halve there.
-  BlockFn colBlock = [=](Emitter &e, Value tid, Value bid, Value shared) {
-    OpBuilder &b = e.b;
-    Location loc = e.loc;
-    Value lanes = e.cIndex(kLanes);
-    Value lane = arith::RemUIOp::create(b, loc, tid, lanes);
-    Value g = arith::DivUIOp::create(b, loc, tid, lanes);
-    Value j = arith::AddIOp::create(
-        b, loc, arith::MulIOp::create(b, loc, bid, lanes), lane);
-    Value inCols =
-        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, j, dimIdx);
-    auto partial = scf::IfOp::create(
-        b, loc, inCols,
-        [&](OpBuilder &nb, Location nl) {
-          Emitter in(nb, nl, true);
-          Value p = stridedSum(in, g, rowsIdx, [&](Emitter &t, Value r) {
-            return term(t, r, j);
-          });
-          scf::YieldOp::create(nb, nl, p);
-        },
-        [&](OpBuilder &nb, Location nl) {
-          Emitter in(nb, nl, true);
-          scf::YieldOp::create(nb, nl, in.cF32(0.0f));
+  // The host runs the groups' loops one after the other into scratch.
+  auto hostGroups = [=](Emitter &e, int64_t groups,
+                        std::function<Value(Emitter &, Value)> sum) {
+    scf::ForOp::create(
+        e.b, e.loc, e.cIndex(0), e.cIndex(groups), e.cIndex(1), ValueRange{},
+        [&](OpBuilder &nb, Location nl, Value g, ValueRange) {
+          Emitter in(nb, nl, false);
+          memref::StoreOp::create(nb, nl, sum(in, g), scratch, g);
+          scf::YieldOp::create(nb, nl);
         });
-    memref::StoreOp::create(b, loc, partial.getResult(0), shared, tid);
-    gpu::BarrierOp::create(b, loc);
-    for (int64_t k = kLanes / 2; k >= 1; k /= 2) {
-      Value below = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, g,
-                                          e.cIndex(k));
-      scf::IfOp::create(b, loc, below, [&](OpBuilder &nb, Location nl) {
+  };
+  ItemFn partItem = [=](Emitter &e, ValueRange idx) {
+    Value p = idx[0], j = idx[1];
+    hostGroups(e, kDwGroups,
+               [&](Emitter &in, Value g) { return partSum(in, p, g, j); });
+    memref::StoreOp::create(e.b, e.loc, hostHalve(e, kDwGroups), partial,
+                            ValueRange{p, j});
+  };
+  ItemFn colItem = [=](Emitter &e, ValueRange idx) {
+    Value j = idx[0];
+    hostGroups(e, kLanes,
+               [&](Emitter &in, Value g) { return partsSum(in, g, j); });
+    Value sum = hostHalve(e, kLanes);
+    Value old = memref::LoadOp::create(e.b, e.loc, dw, ValueRange{j});
+    memref::StoreOp::create(e.b, e.loc, e.add(old, sum), dw, ValueRange{j});
+  };
+  // GPU: a block of kLanes x `groups` threads; thread t is lane t % kLanes
+  // (an item: the block's items are consecutive) and group g = t / kLanes;
+  // the partials meet in shared memory (g-major) and halve there; group 0
+  // of each item in range finishes it.
+  auto groupBlock = [](int64_t groups, Value items,
+                       std::function<Value(Emitter &, Value, Value)> sum,
+                       std::function<void(Emitter &, Value, Value)> finish) {
+    return [=](Emitter &e, Value tid, Value bid, Value shared) {
+      OpBuilder &b = e.b;
+      Location loc = e.loc;
+      Value lanes = e.cIndex(kLanes);
+      Value lane = arith::RemUIOp::create(b, loc, tid, lanes);
+      Value g = arith::DivUIOp::create(b, loc, tid, lanes);
+      Value item = arith::AddIOp::create(
+          b, loc, arith::MulIOp::create(b, loc, bid, lanes), lane);
+      Value inItems =
+          arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, item, items);
+      auto mine = scf::IfOp::create(
+          b, loc, inItems,
+          [&](OpBuilder &nb, Location nl) {
+            Emitter in(nb, nl, true);
+            scf::YieldOp::create(nb, nl, sum(in, item, g));
+          },
+          [&](OpBuilder &nb, Location nl) {
+            Emitter in(nb, nl, true);
+            scf::YieldOp::create(nb, nl, in.cF32(0.0f));
+          });
+      memref::StoreOp::create(b, loc, mine.getResult(0), shared, tid);
+      gpu::BarrierOp::create(b, loc);
+      for (int64_t k = groups / 2; k >= 1; k /= 2) {
+        Value below = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult,
+                                            g, e.cIndex(k));
+        scf::IfOp::create(b, loc, below, [&](OpBuilder &nb, Location nl) {
+          Emitter in(nb, nl, true);
+          Value other =
+              arith::AddIOp::create(nb, nl, tid, in.cIndex(k * kLanes));
+          Value v = in.add(memref::LoadOp::create(nb, nl, shared, tid),
+                           memref::LoadOp::create(nb, nl, shared, other));
+          memref::StoreOp::create(nb, nl, v, shared, tid);
+          scf::YieldOp::create(nb, nl);
+        });
+        gpu::BarrierOp::create(b, loc);
+      }
+      Value first = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, g,
+                                          e.cIndex(0));
+      Value writes = arith::AndIOp::create(b, loc, first, inItems);
+      scf::IfOp::create(b, loc, writes, [&](OpBuilder &nb, Location nl) {
         Emitter in(nb, nl, true);
-        Value other = arith::AddIOp::create(nb, nl, tid, in.cIndex(k * kLanes));
-        Value v = in.add(memref::LoadOp::create(nb, nl, shared, tid),
-                         memref::LoadOp::create(nb, nl, shared, other));
-        memref::StoreOp::create(nb, nl, v, shared, tid);
+        finish(in, item, memref::LoadOp::create(nb, nl, shared, lane));
         scf::YieldOp::create(nb, nl);
       });
-      gpu::BarrierOp::create(b, loc);
-    }
-    Value first =
-        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, g, e.cIndex(0));
-    Value writes = arith::AndIOp::create(b, loc, first, inCols);
-    scf::IfOp::create(b, loc, writes, [&](OpBuilder &nb, Location nl) {
-      Emitter in(nb, nl, true);
-      Value sum = memref::LoadOp::create(nb, nl, shared, lane);
-      Value old = memref::LoadOp::create(nb, nl, dw, ValueRange{j});
-      memref::StoreOp::create(nb, nl, in.add(old, sum), dw, ValueRange{j});
-      scf::YieldOp::create(nb, nl);
-    });
+    };
   };
-  Work colPhase{{dimIdx}, colItem, "_dw"};
-  colPhase.threadsPerItem = kLanes;
-  colPhase.blockSize = kLanes * kLanes;
-  colPhase.gpuBlock = colBlock;
+  // Part phase items: (p, j) flattened with j fastest.
+  Value partItems = arith::MulIOp::create(e.b, e.loc, partsIdx, dimIdx);
+  Work partPhase{{partsIdx, dimIdx}, partItem};
+  partPhase.gpuBlock = groupBlock(
+      kDwGroups, partItems,
+      [=](Emitter &in, Value item, Value g) {
+        Value p = arith::DivUIOp::create(in.b, in.loc, item, dimIdx);
+        Value j = arith::RemUIOp::create(in.b, in.loc, item, dimIdx);
+        return partSum(in, p, g, j);
+      },
+      [=](Emitter &in, Value item, Value v) {
+        Value p = arith::DivUIOp::create(in.b, in.loc, item, dimIdx);
+        Value j = arith::RemUIOp::create(in.b, in.loc, item, dimIdx);
+        memref::StoreOp::create(in.b, in.loc, v, partial, ValueRange{p, j});
+      });
+  partPhase.sharedFloats = kLanes * kDwGroups;
+  phases.push_back(partPhase);
+  Work colPhase{{dimIdx}, colItem};
+  colPhase.gpuBlock = groupBlock(
+      kLanes, dimIdx,
+      [=](Emitter &in, Value j, Value g) { return partsSum(in, g, j); },
+      [=](Emitter &in, Value j, Value v) {
+        Value old = memref::LoadOp::create(in.b, in.loc, dw, ValueRange{j});
+        memref::StoreOp::create(in.b, in.loc, in.add(old, v), dw,
+                                ValueRange{j});
+      });
   colPhase.sharedFloats = kLanes * kLanes;
   phases.push_back(colPhase);
   return phases;
@@ -748,7 +993,6 @@ Work l2NormWork(Emitter &e, const GroupSpec &s, const Args &a, bool backward) {
     };
   }
   Work work{{e.toIndex(rows)}, item};
-  work.threadsPerItem = kLanes;
   return work;
 }
 
@@ -757,13 +1001,19 @@ Work adamWWork(Emitter &e, const GroupSpec &s, const Args &a) {
   Location loc = e.loc;
   Type f32 = b.getF32Type();
   Value n = a.get("n");
-  Value master = e.memref1(a.get("master"), f32, n);
-  Value expAvg = e.memref1(a.get("expAvg"), f32, n);
-  Value expAvgSq = e.memref1(a.get("expAvgSq"), f32, n);
-  Value grad = e.memref1(a.get("grad"), e.storage(s.dtype), n);
-  Value copy;
+  auto op = [&](const char *ptr, Type elem) {
+    Value p = a.get(ptr);
+    return Operand{p, Value(), e.memref1(p, elem, n), elem};
+  };
+  ElementWise ew;
+  ew.cols = e.toIndex(n);
+  ew.vector = vectorOf(s);
+  Operand master = op("master", f32), expAvg = op("expAvg", f32),
+          expAvgSq = op("expAvgSq", f32);
+  ew.ins = {master, expAvg, expAvgSq, op("grad", e.storage(s.dtype))};
+  ew.outs = {master, expAvg, expAvgSq};
   if (s.computeCopy)
-    copy = e.memref1(a.get("computeCopy"), e.storage(*s.computeCopy), n);
+    ew.outs.push_back(op("computeCopy", e.storage(*s.computeCopy)));
   // The clip coefficient: *clipCoef, or 1 when the pointer is null (read
   // once per invocation; it is a device scalar from the grad norm).
   Value clipPtr = a.get("clipCoef");
@@ -784,23 +1034,22 @@ Work adamWWork(Emitter &e, const GroupSpec &s, const Args &a) {
   Value stepSize = a.get("stepSize"), bc2Sqrt = a.get("bc2Sqrt"),
         decay = a.get("decay"), b1 = a.get("beta1"), b2 = a.get("beta2"),
         eps = a.get("eps");
-  ItemFn item = [=](Emitter &e, ValueRange idx) {
-    Value i = idx[0];
+  bool copy = s.computeCopy.has_value();
+  // The reference's statements in order.
+  ew.fn = [=](Emitter &e, ArrayRef<Value> in) -> SmallVector<Value, 4> {
     Value one = e.cF32(1.0f);
-    Value g = e.mul(e.load(grad, {i}), cc);
-    Value p = e.mul(e.load(master, {i}), decay);
-    Value m = e.add(e.mul(b1, e.load(expAvg, {i})), e.mul(e.sub(one, b1), g));
-    Value v = e.add(e.mul(b2, e.load(expAvgSq, {i})),
-                    e.mul(e.sub(one, b2), e.mul(g, g)));
+    Value g = e.mul(in[3], cc);
+    Value p = e.mul(in[0], decay);
+    Value m = e.add(e.mul(b1, in[1]), e.mul(e.sub(one, b1), g));
+    Value v = e.add(e.mul(b2, in[2]), e.mul(e.sub(one, b2), e.mul(g, g)));
     Value denom = e.add(e.div(e.sqrt(v), bc2Sqrt), eps);
     p = e.sub(p, e.mul(stepSize, e.div(m, denom)));
-    e.store(p, master, {i});
-    e.store(m, expAvg, {i});
-    e.store(v, expAvgSq, {i});
+    SmallVector<Value, 4> out{p, m, v};
     if (copy)
-      e.store(p, copy, {i});
+      out.push_back(p);
+    return out;
   };
-  return {{e.toIndex(n)}, item};
+  return elementWiseWork(e, ew);
 }
 
 /// The phases of a group, in the order they must run.
@@ -891,13 +1140,14 @@ OwningOpRef<ModuleOp> buildGpuModule(MLIRContext &context,
   for (const GroupSpec &spec : specs) {
     // One kernel per phase; each builds the whole group's setup and keeps
     // its own phase (the rest is dead code LLVM drops).
-    size_t phases = gpuKernelNames(spec).size();
-    for (size_t phase = 0; phase < phases; ++phase) {
+    std::vector<GpuEntry> entries = gpuEntries(spec);
+    for (size_t phase = 0; phase < entries.size(); ++phase) {
+      const GpuEntry &launch = entries[phase];
       b.setInsertionPointToEnd(gpuModule.getBody());
       Emitter e(b, loc, /*gpu=*/true);
       Params params = paramsOf(spec);
       auto fn = gpu::GPUFuncOp::create(
-          b, loc, gpuKernelNames(spec)[phase],
+          b, loc, launch.name,
           b.getFunctionType(paramTypes(e, params), TypeRange{}));
       fn->setAttr(gpu::GPUDialect::getKernelFuncAttrName(), b.getUnitAttr());
       Block &entry = fn.getBody().front();
@@ -907,16 +1157,19 @@ OwningOpRef<ModuleOp> buildGpuModule(MLIRContext &context,
       // The block size, known to the compiler (.maxntid in PTX: a launch
       // with larger blocks fails).
       fn.setKnownBlockSizeAttr(
-          b.getDenseI32ArrayAttr({int32_t(work.blockSize), 1, 1}));
+          b.getDenseI32ArrayAttr({int32_t(launch.blockSize), 1, 1}));
       Value bid = gpu::BlockIdOp::create(b, loc, gpu::Dimension::x);
       Value tid = gpu::ThreadIdOp::create(b, loc, gpu::Dimension::x);
       if (work.gpuBlock) {
-        auto space =
-            gpu::AddressSpaceAttr::get(&context, gpu::AddressSpace::Workgroup);
-        Value shared = fn.addWorkgroupAttribution(
-            MemRefType::get({work.sharedFloats}, b.getF32Type(),
-                            MemRefLayoutAttrInterface(), space),
-            loc);
+        Value shared;
+        if (work.sharedFloats > 0) {
+          auto space = gpu::AddressSpaceAttr::get(&context,
+                                                  gpu::AddressSpace::Workgroup);
+          shared = fn.addWorkgroupAttribution(
+              MemRefType::get({work.sharedFloats}, b.getF32Type(),
+                              MemRefLayoutAttrInterface(), space),
+              loc);
+        }
         work.gpuBlock(e, tid, bid, shared);
         gpu::ReturnOp::create(b, loc);
         continue;
@@ -928,8 +1181,8 @@ OwningOpRef<ModuleOp> buildGpuModule(MLIRContext &context,
       Value i = arith::AddIOp::create(
           b, loc, arith::MulIOp::create(b, loc, bid, bdim), tid);
       Value lane;
-      if (work.threadsPerItem > 1) {
-        Value per = e.cIndex(work.threadsPerItem);
+      if (launch.threadsPerItem > 1) {
+        Value per = e.cIndex(launch.threadsPerItem);
         lane = arith::RemUIOp::create(b, loc, i, per);
         i = arith::DivUIOp::create(b, loc, i, per);
       }

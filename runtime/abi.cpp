@@ -158,10 +158,10 @@ Program ap::rt::programOfAbi(const ap_program &p) {
            " has a null name, parameter list or host function");
     size_t n = std::strlen(g.params);
     if (n == 0 || n > AP_GENERATED_MAX_PARAMS ||
-        std::strspn(g.params, "plif") != n)
+        std::strspn(g.params, "plifw") != n)
       fail("abi: program: generated kernel '", g.name, "' has parameters '",
            g.params, "' (expected 1 to ", AP_GENERATED_MAX_PARAMS,
-           " of 'p', 'l', 'i', 'f')");
+           " of 'p', 'l', 'i', 'f', 'w')");
     if (g.triton &&
         (!g.ptx || g.num_warps < 1 || g.num_warps > 32 || g.shared_bytes < 0 ||
          g.hidden_params < 0 || g.hidden_params > 2 ||
@@ -183,6 +183,9 @@ Program ap::rt::programOfAbi(const ap_program &p) {
         fail("abi: program: generated kernel '", g.name, "' entry '", en.name,
              "' has ", en.threads_per_item, " threads per item and blocks of ",
              en.block_size, " (1 to 1024 each)");
+      if (!g.triton && (en.vector < 1 || en.vector > 64))
+        fail("abi: program: generated kernel '", g.name, "' entry '", en.name,
+             "' has items of ", en.vector, " elements (1 to 64)");
       for (int32_t w : en.work_params)
         if (w != -1 && (w < 0 || size_t(w) >= n || g.params[w] != 'l'))
           fail("abi: program: generated kernel '", g.name, "' entry '", en.name,

@@ -30,7 +30,7 @@
 #include <stdint.h>
 
 /* The contract's version: generated code stores it in ap_program. */
-#define AP_ABI_VERSION 10
+#define AP_ABI_VERSION 11
 
 /* ap_program.data_parallel_mode: every rank holds all parameters and
    optimizer state (main grads all-reduced), or each holds a flat 1/N shard
@@ -232,20 +232,27 @@ typedef struct ap_config_entry {
 
 /* A generated kernel's GPU entry (PTX function name) and its launch: work
    is the product of the int64 parameters at work_params[0] and
-   work_params[1] (-1: factor 1), each item takes threads_per_item threads
-   (1 to 1024), launched as ceil(work * threads_per_item / block_size) blocks
-   of block_size threads (1 to 1024; the kernel's .maxntid). Unused (0) in a
-   Triton kernel's entry. */
+   work_params[1] (-1: factor 1), the last present factor first rounded up
+   to whole vectors of `vector` elements (1 to 64: an item is that many
+   consecutive elements; 1: one), so work = p0 * ceil(p1 / vector); each
+   item takes threads_per_item threads (1 to 1024), launched as
+   ceil(work * threads_per_item / block_size) blocks of block_size threads
+   (1 to 1024; the kernel's .maxntid). Unused (0) in a Triton kernel's
+   entry. */
 typedef struct ap_generated_entry {
   const char *name;
   int32_t work_params[2];
   int32_t threads_per_item, block_size;
+  int32_t vector;
 } ap_generated_entry;
 
 /* A kernel the compiler generated (kernelgen: a group of element-wise and
    row-wise ops) or took from Triton (--triton-kernel). Its arguments are one
    8-byte slot per parameter, in order ('p' a pointer, 'l' an int64_t, 'i'
-   an int32_t or 'f' a float in the slot's first 4 bytes). The host backend
+   an int32_t, 'f' a float in the slot's first 4 bytes, or 'w' the
+   launching stream's kernel workspace: the slot holds the bytes the kernel
+   needs, and the runtime checks that the workspace has them and passes its
+   address in their place). The host backend
    calls `host` with an array pointing at the slots; the cuda backend
    launches `entries` in order, on the same array, from the program's
    generated_ptx.
@@ -257,7 +264,7 @@ typedef struct ap_generated_entry {
    pointers). */
 typedef struct ap_generated_kernel {
   const char *name;
-  const char *params; /* one of 'p', 'l', 'i', 'f' per parameter */
+  const char *params; /* one of 'p', 'l', 'i', 'f', 'w' per parameter */
   void (*host)(void **params);
   const ap_generated_entry *entries;
   uint32_t num_entries;

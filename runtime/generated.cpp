@@ -9,8 +9,10 @@ namespace ap::rt {
 
 uint64_t generatedWork(const GeneratedLaunch &launch,
                        const ap_generated_entry &entry) {
-  uint64_t work = 1;
-  for (int32_t w : entry.work_params) {
+  uint64_t factors[2] = {1, 1};
+  int last = -1;
+  for (int i = 0; i < 2; ++i) {
+    int32_t w = entry.work_params[i];
     if (w < 0)
       continue;
     int64_t v;
@@ -18,9 +20,14 @@ uint64_t generatedWork(const GeneratedLaunch &launch,
     if (v < 0)
       fail("generated kernel '", launch.kernel->name, "' entry '", entry.name,
            "': thread count parameter ", w, " is ", v);
-    work *= uint64_t(v);
+    factors[i] = uint64_t(v);
+    last = i;
   }
-  return work;
+  // The last factor counts elements; an item is `vector` of them.
+  uint64_t vec = entry.vector > 1 ? uint64_t(entry.vector) : 1;
+  if (last >= 0)
+    factors[last] = (factors[last] + vec - 1) / vec;
+  return factors[0] * factors[1];
 }
 
 kernels::Status launchGenerated(const kernels::KernelContext &ctx,
@@ -31,9 +38,22 @@ kernels::Status launchGenerated(const kernels::KernelContext &ctx,
          " parameters (1 to ", AP_GENERATED_MAX_PARAMS, " supported)");
   // A Triton kernel's hidden trailing pointers (its scratch) are null.
   static const uint64_t kNull = 0;
+  // The arguments: the slots, with the stream's workspace in place of the
+  // bytes a 'w' parameter asks for (a copy: the launch may run again).
+  uint64_t slots[AP_GENERATED_MAX_PARAMS];
   void *params[AP_GENERATED_MAX_PARAMS];
-  for (size_t i = 0; i < n; ++i)
-    params[i] = &launch.slots[i];
+  for (size_t i = 0; i < n; ++i) {
+    slots[i] = launch.slots[i];
+    params[i] = &slots[i];
+    if (launch.kernel->params[i] != 'w')
+      continue;
+    uint64_t need = launch.slots[i];
+    if (need > 0 && (!ctx.workspace || ctx.workspaceBytes < need))
+      fail("generated kernel '", launch.kernel->name, "': parameter ", i,
+           " needs ", need, " bytes of kernel workspace, the stream has ",
+           ctx.workspace ? ctx.workspaceBytes : 0);
+    slots[i] = reinterpret_cast<uintptr_t>(ctx.workspace);
+  }
   if (launch.kernel->triton) {
     if (n + size_t(launch.kernel->hidden_params) > AP_GENERATED_MAX_PARAMS)
       fail("Triton kernel '", launch.kernel->name, "': too many parameters");

@@ -9,6 +9,8 @@
 #include "passes/analysis/KernelWorkspace.h"
 
 #include "dialect/train/TrainOps.h"
+#include "kernelgen/KernelAbi.h"
+#include "kernels/dense.h"
 
 #include "llvm/ADT/TypeSwitch.h"
 
@@ -102,6 +104,27 @@ int64_t ap::train::kernelWorkspaceBytes(Operation *op, k::Backend backend) {
                        g.getScale().convertToDouble()};
             return k::attentionBackwardWorkspaceBytes(a);
           })
+          .Case<RMSNormGradOp, RMSNormGradRebuildOp>(
+              [&](auto g) -> std::optional<size_t> {
+                // The weight gradient's partial column sums: the library
+                // kernel's, or kernelgen's when the step runs generated
+                // kernels (the larger of the two; the plan is the same
+                // either way).
+                if (!g.getWeightGrad())
+                  return 0;
+                k::RmsNormBackwardArgs a;
+                a.dim =
+                    cast<ShapedType>(g.getWeight().getType()).getNumElements();
+                if (a.dim <= 0)
+                  return std::nullopt;
+                a.rows =
+                    cast<ShapedType>(g.getInput().getType()).getNumElements() /
+                    a.dim;
+                return std::max<size_t>(
+                    k::rmsNormBackwardWorkspaceBytes(backend, a),
+                    size_t(
+                        ap::kernelgen::rmsNormDwWorkspaceBytes(a.rows, a.dim)));
+              })
           .Case<LMHeadCrossEntropyOp, LMHeadCrossEntropyGradOp,
                 LMHeadCrossEntropyWithGradOp>(
               [&](auto l) -> std::optional<size_t> {

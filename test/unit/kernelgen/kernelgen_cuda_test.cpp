@@ -34,6 +34,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <string>
+#include <type_traits>
 
 using namespace ap::kernelgen::test;
 
@@ -189,20 +190,30 @@ kg::GpuEntry entryOf(const std::string &name) {
   return kg::GpuEntry{name, {}};
 }
 
-/// Launches `name` over `items` work items as the runtime does
-/// (ceil(items x threadsPerItem / blockSize) blocks of blockSize threads)
-/// with the parameters as the ABI lists them.
+/// An int64 parameter's value (the others count no work).
+template <class T> int64_t intOf(T v) {
+  if constexpr (std::is_integral_v<T> && sizeof(T) == 8)
+    return int64_t(v);
+  else
+    return 0;
+}
+
+/// Launches `name` with the parameters as the ABI lists them, in the
+/// runtime's grid: kg::gpuBlocks of the entry's work parameters (their
+/// values taken from `args`), blockSize threads a block.
 template <class... Args>
-CUresult launch(const std::string &name, int64_t items, Args... args) {
+CUresult launch(const std::string &name, Args... args) {
   CUfunction f = gpu().function(name);
   if (!f)
     return CUDA_ERROR_NOT_FOUND;
   kg::GpuEntry e = entryOf(name);
   void *params[] = {static_cast<void *>(&args)...};
-  int64_t threads = items * e.threadsPerItem;
-  unsigned grid = unsigned((threads + e.blockSize - 1) / e.blockSize);
-  CUresult r = drv().cuLaunchKernel(f, grid, 1, 1, unsigned(e.blockSize), 1, 1,
-                                    0, nullptr, params, nullptr);
+  uint64_t blocks = kg::gpuBlocks(e, {intOf(args)...});
+  if (blocks == 0)
+    return CUDA_SUCCESS;
+  CUresult r =
+      drv().cuLaunchKernel(f, unsigned(blocks), 1, 1, unsigned(e.blockSize), 1,
+                           1, 0, nullptr, params, nullptr);
   if (r != CUDA_SUCCESS)
     return r;
   return drv().cuCtxSynchronize();
@@ -256,7 +267,9 @@ struct Shape {
 };
 // Qwen3.5-0.8B: the MLP's [T, I] and the norms' [T, D], and odd shapes.
 const Shape kMlp[] = {{4096, 3584}, {3, 7}, {17, 33}};
-const Shape kNorm[] = {{4096, 1024}, {5, 1023}, {1, 1}};
+// RMSNorm at the hidden size and at the q/k norms (Qwen3.5-0.8B, 4096
+// tokens: 8 heads of 256), and odd shapes.
+const Shape kNorm[] = {{4096, 1024}, {32768, 256}, {5, 1023}, {1, 1}};
 
 const kg::GroupSpec &specOf(kg::GroupKind kind) {
   static const std::vector<kg::GroupSpec> all = GpuKernels::specs();
@@ -298,9 +311,9 @@ TEST_F(KernelGenCuda, SwiGluWithinOneUlpOfReference) {
     I c = s.cols;
     std::vector<uint8_t> first;
     for (int run = 0; run < 2; ++run) {
-      CU(launch(kg::kernelName(specOf(kg::GroupKind::SwiGluForward)), n, dg.p,
+      CU(launch(kg::kernelName(specOf(kg::GroupKind::SwiGluForward)), dg.p,
                 du.p, dyOut.p, s.rows, c, c, c, c));
-      CU(launch(kg::kernelName(specOf(kg::GroupKind::SwiGluBackward)), n, dg.p,
+      CU(launch(kg::kernelName(specOf(kg::GroupKind::SwiGluBackward)), dg.p,
                 du.p, ddy.p, ddg.p, ddu.p, dyB.p, s.rows, c, c, c, c, c, c, c));
       auto y = dyOut.bytesBack();
       if (run == 0)
@@ -352,9 +365,9 @@ TEST_F(KernelGenCuda, SigmoidGateWithinOneUlpOfReference) {
     I c = s.cols;
     std::vector<uint8_t> first;
     for (int run = 0; run < 2; ++run) {
-      CU(launch(kg::kernelName(specOf(kg::GroupKind::SigmoidGateForward)), n,
-                dO.p, dG.p, dY.p, s.rows, c, c, c, c));
-      CU(launch(kg::kernelName(specOf(kg::GroupKind::SigmoidGateBackward)), n,
+      CU(launch(kg::kernelName(specOf(kg::GroupKind::SigmoidGateForward)), dO.p,
+                dG.p, dY.p, s.rows, c, c, c, c));
+      CU(launch(kg::kernelName(specOf(kg::GroupKind::SigmoidGateBackward)),
                 dO.p, dG.p, dDy.p, dDo.p, dDg.p, s.rows, c, c, c, c, c, c));
       auto dgate = dDg.bytesBack();
       if (run == 0)
@@ -382,7 +395,7 @@ TEST_F(KernelGenCuda, ResidualAddBitwise) {
     r.n = n;
     ASSERT_EQ(residualAddForward(kHost, r), Status::Ok);
     DevBuf da(a), db(b), dy(std::vector<uint8_t>(size_t(n) * 2, 0xff));
-    CU(launch(kg::kernelName(specOf(kg::GroupKind::ResidualAdd)), n, da.p, db.p,
+    CU(launch(kg::kernelName(specOf(kg::GroupKind::ResidualAdd)), da.p, db.p,
               dy.p, n));
     EXPECT_TRUE(sameBits(want, dy.bytesBack(), 2, "residual y")) << n;
   }
@@ -428,8 +441,8 @@ TEST_F(KernelGenCuda, RmsNormForwardAndBackwardBitwiseToModel) {
         ddx(std::vector<uint8_t>(n * 2, 0xff)), ddw(dw0),
         dyB(std::vector<uint8_t>(n * 2, 0xff));
     float eps = float(1e-6);
-    CU(launch(kg::kernelName(specOf(kg::GroupKind::RmsNormForward)), s.rows,
-              dx_.p, dw_.p, dyOut.p, drstd.p, s.rows, d, d, d, eps));
+    CU(launch(kg::kernelName(specOf(kg::GroupKind::RmsNormForward)), dx_.p,
+              dw_.p, dyOut.p, drstd.p, s.rows, d, d, d, eps));
     std::string where = std::to_string(s.rows) + "x" + std::to_string(d);
     EXPECT_TRUE(sameBits(yW, dyOut.bytesBack(), 2, "rmsnorm y")) << where;
     EXPECT_TRUE(
@@ -440,12 +453,15 @@ TEST_F(KernelGenCuda, RmsNormForwardAndBackwardBitwiseToModel) {
         << where;
     // The backward from the GPU's rstd (equal to the reference's, checked
     // above): the row kernel, then the dw column kernel.
+    // The row kernel, the dw partial sums (into the workspace) and their
+    // sum into dw.
     auto names = kg::gpuKernelNames(specOf(kg::GroupKind::RmsNormBackward));
-    ASSERT_EQ(names.size(), 2u);
-    CU(launch(names[0], s.rows, dx_.p, dw_.p, drstd.p, ddy.p, ddx.p, ddw.p,
-              dyB.p, s.rows, d, d, d, d, d));
-    CU(launch(names[1], d, dx_.p, dw_.p, drstd.p, ddy.p, ddx.p, ddw.p, dyB.p,
-              s.rows, d, d, d, d, d));
+    ASSERT_EQ(names.size(), 3u);
+    I parts = kg::rmsNormDwParts(s.rows);
+    DevBuf ws(std::vector<float>(size_t(parts * d), -3.f));
+    for (const std::string &name : names)
+      CU(launch(name, dx_.p, dw_.p, drstd.p, ddy.p, ddx.p, ddw.p, dyB.p, ws.p,
+                s.rows, d, d, d, d, d, parts));
     EXPECT_TRUE(sameBits(dxW, ddx.bytesBack(), 2, "rmsnorm dx")) << where;
     EXPECT_TRUE(sameBits(yBW, dyB.bytesBack(), 2, "recomputed y")) << where;
     EXPECT_TRUE(
@@ -482,8 +498,8 @@ TEST_F(KernelGenCuda, FusedAddRmsNormBitwiseToUnfusedKernels) {
         dy(std::vector<uint8_t>(n * 2, 0xff)),
         drstd(std::vector<float>(size_t(s.rows), -1.f));
     float eps = float(1e-6);
-    CU(launch(kg::kernelName(specOf(kg::GroupKind::AddRmsNormForward)), s.rows,
-              da.p, db.p, dh.p, dw.p, dy.p, drstd.p, s.rows, d, eps));
+    CU(launch(kg::kernelName(specOf(kg::GroupKind::AddRmsNormForward)), da.p,
+              db.p, dh.p, dw.p, dy.p, drstd.p, s.rows, d, eps));
     std::string where = std::to_string(s.rows) + "x" + std::to_string(d);
     EXPECT_TRUE(sameBits(hW, dh.bytesBack(), 2, "h")) << where;
     EXPECT_TRUE(sameBits(yW, dy.bytesBack(), 2, "y")) << where;
@@ -514,12 +530,12 @@ TEST_F(KernelGenCuda, L2NormBitwiseToModel) {
     DevBuf dx_(x), ddy(dy), dy_(std::vector<uint8_t>(n * 2, 0xff)),
         dr(std::vector<float>(size_t(s.rows), -1.f)),
         ddx(std::vector<uint8_t>(n * 2, 0xff));
-    CU(launch(kg::kernelName(f), s.rows, dx_.p, dy_.p, dr.p, s.rows, d, eps));
+    CU(launch(kg::kernelName(f), dx_.p, dy_.p, dr.p, s.rows, d, eps));
     std::string where = std::to_string(s.rows) + "x" + std::to_string(d);
     EXPECT_TRUE(sameBits(yW, dy_.bytesBack(), 2, "l2norm y")) << where;
     EXPECT_TRUE(sameBits(rawBytes(rW), rawBytes(dr.floatsBack()), 4, "rstd"))
         << where;
-    CU(launch(kg::kernelName(b), s.rows, dy_.p, dr.p, ddy.p, ddx.p, s.rows, d));
+    CU(launch(kg::kernelName(b), dy_.p, dr.p, ddy.p, ddx.p, s.rows, d));
     EXPECT_TRUE(sameBits(dxW, ddx.bytesBack(), 2, "l2norm dx")) << where;
   }
 }
@@ -555,7 +571,7 @@ TEST_F(KernelGenCuda, AdamWBitwise) {
     ASSERT_EQ(adamWStep(kHost, a), Status::Ok);
     kg::AdamWScalars k =
         kg::adamWScalars(a.lr, a.beta1, a.beta2, a.eps, a.weightDecay, a.step);
-    CU(launch(kg::kernelName(specOf(kg::GroupKind::AdamW)), n, dp.p, dm.p, dv.p,
+    CU(launch(kg::kernelName(specOf(kg::GroupKind::AdamW)), dp.p, dm.p, dv.p,
               dg.p, dcc.p, dcopy.p, n, k.stepSize, k.bc2Sqrt, k.decay, k.beta1,
               k.beta2, k.eps));
     std::string where = "n=" + std::to_string(n);

@@ -437,7 +437,12 @@ TEST_P(KernelGenHost, RmsNormBackwardMatchesModelAndReference) {
     spec.recomputeY = withY;
     void *sym = jit().lookup<void>(spec);
     ASSERT_NE(sym, nullptr) << kg::kernelName(spec);
-    for (Shape s : kShapes) {
+    // Also rows over several dw parts (a short last one), and over more
+    // than kLanes parts.
+    std::vector<Shape> shapes(std::begin(kShapes), std::end(kShapes));
+    shapes.push_back({300, 40});
+    shapes.push_back({4500, 3});
+    for (Shape s : shapes) {
       size_t n = size_t(s.rows * s.cols);
       I xs = s.cols + 3; // x strided, dy and dx contiguous
       auto x = randomStorage(type(), size_t(s.rows * xs), 61 + s.cols, 2.0,
@@ -482,18 +487,23 @@ TEST_P(KernelGenHost, RmsNormBackwardMatchesModelAndReference) {
                            dxW.data(), withDw ? dwW.data() : nullptr,
                            withY ? yW.data() : nullptr, s.rows, s.cols, xs, zc);
       I c = s.cols;
-      // (x, w, rstd, dy, dx, [dw,] [y,] rows, dim, xStride, dyStride,
-      //  dxStride, [yStride])
+      // (x, w, rstd, dy, dx, [dw,] [y,] [dwPartial,] rows, dim, xStride,
+      //  dyStride, dxStride, [yStride,] [dwParts])
       using P = const void *;
+      I parts = kg::rmsNormDwParts(s.rows);
+      ASSERT_EQ(kg::rmsNormDwWorkspaceBytes(s.rows, c),
+                uint64_t(parts * c) * sizeof(float));
+      std::vector<float> partial(size_t(parts * c), -7.f);
       if (withDw && withY)
-        reinterpret_cast<void (*)(P, P, P, P, void *, float *, void *, I, I, I,
+        reinterpret_cast<void (*)(P, P, P, P, void *, float *, void *, float *,
+                                  I, I, I, I, I, I, I)>(sym)(
+            x.data(), w.data(), rstd.data(), dy.data(), dxG.data(), dwG.data(),
+            yG.data(), partial.data(), s.rows, c, xs, c, c, c, parts);
+      else if (withDw)
+        reinterpret_cast<void (*)(P, P, P, P, void *, float *, float *, I, I, I,
                                   I, I, I)>(sym)(
             x.data(), w.data(), rstd.data(), dy.data(), dxG.data(), dwG.data(),
-            yG.data(), s.rows, c, xs, c, c, c);
-      else if (withDw)
-        reinterpret_cast<void (*)(P, P, P, P, void *, float *, I, I, I, I, I)>(
-            sym)(x.data(), w.data(), rstd.data(), dy.data(), dxG.data(),
-                 dwG.data(), s.rows, c, xs, c, c);
+            partial.data(), s.rows, c, xs, c, c, parts);
       else
         reinterpret_cast<void (*)(P, P, P, P, void *, I, I, I, I, I)>(sym)(
             x.data(), w.data(), rstd.data(), dy.data(), dxG.data(), s.rows, c,

@@ -121,21 +121,35 @@ template <class F> float modelRowSum(I n, F term) {
   return p[0];
 }
 
-/// Column sum: row group g sums term(r) for r = g, g + 32, ... from 0; then
-/// p[g] = p[g] + p[g + k] for g < k, k = 16, 8, 4, 2, 1; the result p[0].
-template <class F> float modelColumnSum(I rows, F term) {
-  constexpr int L = int(kg::kLanes);
-  float p[L];
-  for (int g = 0; g < L; ++g) {
+/// Grouped sum of term(r), r in [lo, hi): group g of G sums r = lo + g,
+/// lo + g + G, ... from 0; then p[g] = p[g] + p[g + k] for g < k, k = G / 2,
+/// ..., 1; the result p[0].
+template <class F> float modelGroupSum(int G, I lo, I hi, F term) {
+  std::vector<float> p(size_t(G), 0.f);
+  for (int g = 0; g < G; ++g) {
     float acc = 0.f;
-    for (I r = g; r < rows; r += L)
+    for (I r = lo + g; r < hi; r += G)
       acc = acc + term(r);
-    p[g] = acc;
+    p[size_t(g)] = acc;
   }
-  for (int k = L / 2; k >= 1; k /= 2)
+  for (int k = G / 2; k >= 1; k /= 2)
     for (int g = 0; g < k; ++g)
-      p[g] = p[g] + p[g + k];
+      p[size_t(g)] = p[size_t(g)] + p[size_t(g + k)];
   return p[0];
+}
+
+/// Column sum over rows: per part of kg::kDwRowsPerPart rows the grouped
+/// sum of kg::kDwGroups groups, then the grouped sum of the parts with
+/// kg::kLanes groups.
+template <class F> float modelColumnSum(I rows, F term) {
+  const I parts = kg::rmsNormDwParts(rows);
+  std::vector<float> sums(static_cast<size_t>(parts));
+  for (I p = 0; p < parts; ++p)
+    sums[size_t(p)] =
+        modelGroupSum(int(kg::kDwGroups), p * kg::kDwRowsPerPart,
+                      std::min(rows, (p + 1) * kg::kDwRowsPerPart), term);
+  return modelGroupSum(int(kg::kLanes), 0, parts,
+                       [&](I p) { return sums[size_t(p)]; });
 }
 
 /// kernelgen's RMSNorm forward: the reference's per-element code with the

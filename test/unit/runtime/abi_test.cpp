@@ -505,10 +505,17 @@ extern "C" void testGeneratedAxpy(void **params) {
     y[i] = a[i] + scale * b[i];
 }
 
+// A generated kernel with a workspace parameter: writes the workspace
+// address it was given to *y (pointer y, workspace, int64 n unused).
+extern "C" void testGeneratedWorkspace(void **params) {
+  void **y = *static_cast<void **const *>(params[0]);
+  *y = *static_cast<void *const *>(params[1]);
+}
+
 // The generated-kernel table reaches the Program; a table whose entries
 // cannot be launched is refused naming the kernel and the field.
 TEST(AbiProgramTest, GeneratedKernelTablesAreChecked) {
-  ap_generated_entry entry{"test_axpy", {3, -1}, 1, 256};
+  ap_generated_entry entry{"test_axpy", {3, -1}, 1, 256, 1};
   ap_generated_kernel kernel{"test_axpy", "ppplf", &testGeneratedAxpy, &entry,
                              1};
   AbiProgram a;
@@ -526,7 +533,7 @@ TEST(AbiProgramTest, GeneratedKernelTablesAreChecked) {
   };
   kernel.params = "pppxf";
   refused("generated kernel 'test_axpy' has parameters 'pppxf' (expected 1 "
-          "to 32 of 'p', 'l', 'i', 'f')");
+          "to 32 of 'p', 'l', 'i', 'f', 'w')");
   kernel.params = "ppplf";
   entry.work_params[0] = 0; // a pointer counts no threads
   refused("entry 'test_axpy' counts its threads by parameter 0, which is not "
@@ -541,6 +548,11 @@ TEST(AbiProgramTest, GeneratedKernelTablesAreChecked) {
   entry.threads_per_item = 0;
   refused("has 0 threads per item");
   entry.threads_per_item = 1;
+  entry.vector = 0;
+  refused("entry 'test_axpy' has items of 0 elements (1 to 64)");
+  entry.vector = 65;
+  refused("has items of 65 elements");
+  entry.vector = 1;
   kernel.host = nullptr;
   refused("generated kernel 0 has a null name, parameter list or host "
           "function");
@@ -664,7 +676,7 @@ TEST_F(AbiStepTest, LaunchRefusesUnknownIdsSizesAndStreams) {
 // with pointers to a copy of the argument slots, in stream order, and counts
 // the launch; wrong kernel indices and argument sizes are refused.
 TEST_F(AbiStepTest, LaunchGeneratedRunsTheHostFunctionFromItsSlots) {
-  ap_generated_entry entry{"test_axpy", {3, -1}, 1, 256};
+  ap_generated_entry entry{"test_axpy", {3, -1}, 1, 256, 1};
   ap_generated_kernel kernel{"test_axpy", "ppplf", &testGeneratedAxpy, &entry,
                              1};
   program.generated = {kernel};
@@ -712,6 +724,34 @@ TEST_F(AbiStepTest, LaunchGeneratedRunsTheHostFunctionFromItsSlots) {
                         sizeof slots);
   });
   EXPECT_NE(err.find("not h2d"), std::string::npos) << err;
+
+  // A 'w' parameter: the slot holds the bytes the kernel needs; the kernel
+  // gets the stream's workspace (1024 bytes on compute) in their place, or
+  // the launch is refused naming both sizes.
+  ap_generated_entry wsEntry{"test_ws", {2, -1}, 1, 256, 1};
+  ap_generated_kernel wsKernel{"test_ws", "pwl", &testGeneratedWorkspace,
+                               &wsEntry, 1};
+  program.generated = {wsKernel};
+  uint64_t wsSlots[3] = {};
+  void *out = ap_at(handle(), 1024);
+  std::memcpy(&wsSlots[0], &out, 8);
+  wsSlots[1] = 1024;
+  ap_launch_generated(handle(), AP_STREAM_COMPUTE, "t/ws", 0, wsSlots,
+                      sizeof wsSlots);
+  device->synchronize();
+  EXPECT_EQ(*static_cast<void **>(out), device->workspace());
+  EXPECT_NE(device->workspace(), nullptr);
+  EXPECT_EQ(wsSlots[1], 1024u); // the caller's slots are untouched
+  wsSlots[1] = 1025;
+  err = errorOf([&] {
+    ap_launch_generated(handle(), AP_STREAM_COMPUTE, "t/ws", 0, wsSlots,
+                        sizeof wsSlots);
+    device->synchronize();
+  });
+  EXPECT_NE(err.find("generated kernel 'test_ws': parameter 1 needs 1025 "
+                     "bytes of kernel workspace, the stream has 1024"),
+            std::string::npos)
+      << err;
 
   // A Triton kernel: the grid follows its parameters (3 more slots), and
   // the host backend refuses it (no host form), naming it.
