@@ -296,6 +296,10 @@ uint64_t rmsNormDwWorkspaceBytes(int64_t rows, int64_t dim) {
   return uint64_t(rmsNormDwParts(rows)) * uint64_t(dim) * sizeof(float);
 }
 
+int64_t rowChunkOf(ElemType storage) {
+  return storage == ElemType::BF16 ? 8 : 4;
+}
+
 int64_t vectorOf(const GroupSpec &spec) {
   switch (spec.kind) {
   case GroupKind::SwiGluForward:

@@ -142,6 +142,11 @@ int64_t rmsNormDwParts(int64_t rows);
 /// column.
 uint64_t rmsNormDwWorkspaceBytes(int64_t rows, int64_t dim);
 
+/// Elements of a row chunk in the row sums' order (16 bytes of storage: 8
+/// bf16 or 4 f32): lane l of kLanes owns the chunks l, l + kLanes, ... of
+/// rowChunkOf consecutive elements (Numerics in docs/kernelgen.md).
+int64_t rowChunkOf(ElemType storage);
+
 /// Elements per GPU thread of an element-wise group (16 bytes of its
 /// widest storage: 8 bf16 or 4 f32), 1 for row-wise groups.
 int64_t vectorOf(const GroupSpec &spec);

@@ -32,6 +32,8 @@ namespace ap::kernelgen {
 
 namespace {
 
+struct ChunkCtx;
+
 /// Emits the per-element code of every group; `gpu` picks pointer address
 /// space 1 (global) and the gpu memref memory space.
 class Emitter {
@@ -101,10 +103,9 @@ public:
   }
 
   /// Loads one element widened to f32: bf16 bits shifted into the high half
-  /// of an f32 (exact, as bf16::toFloat).
-  Value load(Value m, ValueRange idx) {
-    return widen(memref::LoadOp::create(b, loc, m, idx));
-  }
+  /// of an f32 (exact, as bf16::toFloat). Inside a row chunk (`chunk`), an
+  /// element of the chunk comes from the chunk's loads of that operand.
+  Value load(Value m, ValueRange idx);
   /// A storage value (bf16 or f32) as f32, exactly.
   Value widen(Value v) {
     if (v.getType().isF32())
@@ -141,11 +142,9 @@ public:
     return arith::BitcastOp::create(b, loc, elem, bits);
   }
 
-  /// Stores an f32 rounded to the memref's element type (narrow).
-  void store(Value v, Value m, ValueRange idx) {
-    Type elem = cast<MemRefType>(m.getType()).getElementType();
-    memref::StoreOp::create(b, loc, narrow(v, elem), m, idx);
-  }
+  /// Stores an f32 rounded to the memref's element type (narrow); inside a
+  /// vector row chunk, with the chunk's other elements when it ends.
+  void store(Value v, Value m, ValueRange idx);
 
   Value add(Value x, Value y) { return arith::AddFOp::create(b, loc, x, y); }
   Value sub(Value x, Value y) { return arith::SubFOp::create(b, loc, x, y); }
@@ -173,7 +172,191 @@ public:
   OpBuilder &b;
   Location loc;
   bool gpu;
+  /// The row chunk whose elements load and store go through (or null).
+  ChunkCtx *chunk = nullptr;
 };
+
+/// The raw view of a memref built by Emitter::memref: its pointer and row
+/// stride (i64; null for rank 1), read back from the descriptor's inserts.
+struct RawView {
+  Value ptr, stride;
+  Type elem;
+  int64_t rank;
+};
+RawView rawView(Value m) {
+  auto ty = cast<MemRefType>(m.getType());
+  RawView v{Value(), Value(), ty.getElementType(), ty.getRank()};
+  Value d = m.getDefiningOp<UnrealizedConversionCastOp>()->getOperand(0);
+  while (auto ins = d.getDefiningOp<LLVM::InsertValueOp>()) {
+    ArrayRef<int64_t> pos = ins.getPosition();
+    if (pos.size() == 1 && pos[0] == 1)
+      v.ptr = ins.getValue();
+    if (v.rank == 2 && pos.size() == 2 && pos[0] == 4 && pos[1] == 0)
+      v.stride = ins.getValue();
+    d = ins.getContainer();
+  }
+  assert(v.ptr && (v.rank == 1 || v.stride) && "not a kernelgen memref");
+  return v;
+}
+
+int64_t bytesOfElem(Type t) { return t.isF32() ? 4 : 2; }
+
+/// True (i1) where every memref's storage is aligned for a chunk of `vec`
+/// elements at a multiple of `vec` (16 bytes): its pointer aligned to vec
+/// elements and, in rank 2, its row stride a multiple of vec.
+Value chunksAligned(Emitter &e, ArrayRef<Value> memrefs, int64_t vec) {
+  OpBuilder &b = e.b;
+  Location loc = e.loc;
+  Type i64 = b.getI64Type();
+  auto c64 = [&](int64_t v) {
+    return LLVM::ConstantOp::create(b, loc, i64, b.getI64IntegerAttr(v));
+  };
+  Value ok = arith::ConstantOp::create(b, loc, b.getBoolAttr(true));
+  auto zeroAfterMask = [&](Value x, int64_t mask) {
+    Value low = LLVM::AndOp::create(b, loc, x, c64(mask));
+    return LLVM::ICmpOp::create(b, loc, LLVM::ICmpPredicate::eq, low, c64(0));
+  };
+  for (Value m : memrefs) {
+    RawView v = rawView(m);
+    Value addr = LLVM::PtrToIntOp::create(b, loc, i64, v.ptr);
+    ok = arith::AndIOp::create(
+        b, loc, ok, zeroAfterMask(addr, vec * bytesOfElem(v.elem) - 1));
+    if (v.stride)
+      ok = arith::AndIOp::create(b, loc, ok, zeroAfterMask(v.stride, vec - 1));
+  }
+  return ok;
+}
+
+/// One chunk of `vec` consecutive elements of a row, [c0, c0 + vec): the
+/// element indices js, and per memref the elements loaded (f32) and the
+/// values to store (storage type). With `vector`, each memref's chunk is
+/// one aligned vector load and one vector store (flush); otherwise every
+/// element is a scalar load (all of a memref's chunk at its first use) and
+/// stores happen at once. The elements and the arithmetic on them are the
+/// same either way.
+struct ChunkCtx {
+  Value c0;
+  int64_t vec;
+  bool vector;
+  SmallVector<Value, 8> js;
+  llvm::DenseMap<Value, SmallVector<Value, 8>> loaded;
+  llvm::DenseMap<Value, SmallVector<Value, 8>> stores;
+  SmallVector<Value, 4> storeOrder;
+
+  ChunkCtx(Emitter &e, Value c0, int64_t vec, bool vector)
+      : c0(c0), vec(vec), vector(vector) {
+    for (int64_t k = 0; k < vec; ++k)
+      js.push_back(
+          k == 0 ? c0
+                 : Value(arith::AddIOp::create(e.b, e.loc, c0, e.cIndex(k))));
+  }
+  /// The position of `j` in the chunk, or -1.
+  int64_t indexOf(Value j) const {
+    for (int64_t k = 0; k < vec; ++k)
+      if (js[k] == j)
+        return k;
+    return -1;
+  }
+  /// The address of the chunk in memref `m` (row `idx[0]` in rank 2).
+  Value address(Emitter &e, Value m, ValueRange idx) {
+    RawView v = rawView(m);
+    Type i64 = e.b.getI64Type();
+    Value off = arith::IndexCastOp::create(e.b, e.loc, i64, c0);
+    if (v.rank == 2) {
+      Value r = arith::IndexCastOp::create(e.b, e.loc, i64, idx[0]);
+      off = LLVM::AddOp::create(
+          e.b, e.loc, LLVM::MulOp::create(e.b, e.loc, r, v.stride), off);
+    }
+    Type et = v.elem.isF32() ? Type(e.b.getF32Type()) : Type(e.b.getI16Type());
+    return LLVM::GEPOp::create(e.b, e.loc, v.ptr.getType(), et, v.ptr,
+                               ValueRange{off});
+  }
+  Value load(Emitter &e, Value m, ValueRange idx, int64_t k) {
+    auto it = loaded.find(m);
+    if (it == loaded.end()) {
+      SmallVector<Value, 8> elems;
+      Type elem = cast<MemRefType>(m.getType()).getElementType();
+      if (vector) {
+        bool f32 = elem.isF32();
+        Type et = f32 ? Type(e.b.getF32Type()) : Type(e.b.getI16Type());
+        Value x = LLVM::LoadOp::create(e.b, e.loc, VectorType::get({vec}, et),
+                                       address(e, m, idx),
+                                       unsigned(vec * bytesOfElem(elem)));
+        for (int64_t i = 0; i < vec; ++i) {
+          Value el = LLVM::ExtractElementOp::create(
+              e.b, e.loc, x,
+              LLVM::ConstantOp::create(e.b, e.loc, e.b.getI32Type(),
+                                       e.b.getI32IntegerAttr(int32_t(i))));
+          elems.push_back(f32 ? el : e.widenBits(el));
+        }
+      } else {
+        for (int64_t i = 0; i < vec; ++i) {
+          SmallVector<Value, 2> at(idx.begin(), idx.end());
+          at.back() = js[i];
+          elems.push_back(e.widen(memref::LoadOp::create(e.b, e.loc, m, at)));
+        }
+      }
+      it = loaded.try_emplace(m, std::move(elems)).first;
+    }
+    return it->second[k];
+  }
+  void flush(Emitter &e) {
+    for (Value m : storeOrder) {
+      Type elem = cast<MemRefType>(m.getType()).getElementType();
+      bool f32 = elem.isF32();
+      Type et = f32 ? Type(e.b.getF32Type()) : Type(e.b.getI16Type());
+      Value x = LLVM::PoisonOp::create(e.b, e.loc, VectorType::get({vec}, et));
+      SmallVector<Value, 8> &vals = stores[m];
+      for (int64_t i = 0; i < vec; ++i) {
+        assert(vals[i] && "a vector chunk stores every element");
+        Value el = f32 ? vals[i]
+                       : Value(arith::BitcastOp::create(
+                             e.b, e.loc, e.b.getI16Type(), vals[i]));
+        x = LLVM::InsertElementOp::create(
+            e.b, e.loc, x, el,
+            LLVM::ConstantOp::create(e.b, e.loc, e.b.getI32Type(),
+                                     e.b.getI32IntegerAttr(int32_t(i))));
+      }
+      SmallVector<Value, 2> idx;
+      if (cast<MemRefType>(m.getType()).getRank() == 2)
+        idx.push_back(rowOf[m]);
+      LLVM::StoreOp::create(e.b, e.loc, x, address(e, m, idx),
+                            unsigned(vec * bytesOfElem(elem)));
+    }
+    storeOrder.clear();
+    stores.clear();
+  }
+  /// The row index of each rank-2 memref stored to.
+  llvm::DenseMap<Value, Value> rowOf;
+};
+
+Value Emitter::load(Value m, ValueRange idx) {
+  if (chunk) {
+    int64_t k = chunk->indexOf(idx.back());
+    if (k >= 0)
+      return chunk->load(*this, m, idx, k);
+  }
+  return widen(memref::LoadOp::create(b, loc, m, idx));
+}
+
+void Emitter::store(Value v, Value m, ValueRange idx) {
+  Type elem = cast<MemRefType>(m.getType()).getElementType();
+  if (chunk && chunk->vector) {
+    int64_t k = chunk->indexOf(idx.back());
+    if (k >= 0) {
+      auto [it, fresh] = chunk->stores.try_emplace(m);
+      if (fresh) {
+        it->second.assign(chunk->vec, Value());
+        chunk->storeOrder.push_back(m);
+        if (idx.size() == 2)
+          chunk->rowOf[m] = idx[0];
+      }
+      it->second[k] = narrow(v, elem);
+      return;
+    }
+  }
+  memref::StoreOp::create(b, loc, narrow(v, elem), m, idx);
+}
 
 /// A kernel's parameters by kind: pointers first, then i64 integers, then
 /// f32 scalars (kernelParams' order, KernelAbi.h).
@@ -329,13 +512,88 @@ void hostButterfly(Emitter &e, Value scratch) {
   }
 }
 
+/// Runs body(in, j) for the elements of a row that lane `lane` owns, in
+/// increasing j: the chunks c = lane, lane + kLanes, ... of `vec` elements
+/// [c vec, c vec + vec) below the last whole chunk (inside a ChunkCtx:
+/// vector loads and stores where `aligned` holds, scalar ones otherwise),
+/// then, in the lane owning it, the short last chunk element by element.
+/// `acc` is threaded through body (a sum) or empty (a pass with stores).
+SmallVector<Value, 1> forLaneChunks(
+    Emitter &e, Value lane, Value n, int64_t vec, Value aligned, ValueRange acc,
+    llvm::function_ref<SmallVector<Value, 1>(Emitter &, Value, ValueRange)>
+        body) {
+  OpBuilder &b = e.b;
+  Location loc = e.loc;
+  Value vecIdx = e.cIndex(vec);
+  Value full = arith::DivUIOp::create(b, loc, n, vecIdx);
+  auto chunks = [&](OpBuilder &ob, Location ol, bool vector) {
+    Emitter o(ob, ol, e.gpu);
+    auto loop = scf::ForOp::create(
+        ob, ol, lane, full, o.cIndex(kLanes), acc,
+        [&](OpBuilder &nb, Location nl, Value c, ValueRange it) {
+          Emitter in(nb, nl, e.gpu);
+          ChunkCtx ctx(in, arith::MulIOp::create(nb, nl, c, in.cIndex(vec)),
+                       vec, vector);
+          in.chunk = &ctx;
+          SmallVector<Value, 1> cur(it.begin(), it.end());
+          for (int64_t k = 0; k < vec; ++k)
+            cur = body(in, ctx.js[k], cur);
+          ctx.flush(in);
+          scf::YieldOp::create(nb, nl, cur);
+        });
+    return SmallVector<Value, 1>(loop.getResults());
+  };
+  SmallVector<Value, 1> cur;
+  if (aligned) {
+    auto ifOp = scf::IfOp::create(
+        b, loc, aligned,
+        [&](OpBuilder &nb, Location nl) {
+          scf::YieldOp::create(nb, nl, chunks(nb, nl, true));
+        },
+        [&](OpBuilder &nb, Location nl) {
+          scf::YieldOp::create(nb, nl, chunks(nb, nl, false));
+        });
+    cur.assign(ifOp.getResults().begin(), ifOp.getResults().end());
+  } else {
+    cur = chunks(b, loc, false);
+  }
+  // The last chunk when short: elements [full vec, n) in lane full % kLanes.
+  Value tailStart = arith::MulIOp::create(b, loc, full, vecIdx);
+  Value owner = arith::RemUIOp::create(b, loc, full, e.cIndex(kLanes));
+  Value mine =
+      arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, lane, owner);
+  auto tail = scf::IfOp::create(
+      b, loc, mine,
+      [&](OpBuilder &nb, Location nl) {
+        auto loop = scf::ForOp::create(
+            nb, nl, tailStart, n, Emitter(nb, nl, e.gpu).cIndex(1), cur,
+            [&](OpBuilder &fb, Location fl, Value j, ValueRange it) {
+              Emitter in(fb, fl, e.gpu);
+              scf::YieldOp::create(fb, fl, body(in, j, it));
+            });
+        scf::YieldOp::create(nb, nl, loop.getResults());
+      },
+      [&](OpBuilder &nb, Location nl) { scf::YieldOp::create(nb, nl, cur); });
+  return SmallVector<Value, 1>(tail.getResults());
+}
+
 /// kernelgen's row sum of term(j), j in [0, n) (KernelGen.h, Numerics):
-/// on the GPU this lane's strided partial, then the butterfly through warp
-/// shuffles (every lane gets the sum); on the host the kLanes partials one
-/// after the other into `scratch`, then the same butterfly.
-Value rowSum(Emitter &e, Value lane, Value scratch, Value n, TermFn term) {
+/// lane l sums the elements of its chunks in increasing j from 0
+/// (forLaneChunks), then the lanes' partials meet in the butterfly: on the
+/// GPU through warp shuffles (every lane gets the sum); on the host the
+/// kLanes partials one after the other into `scratch`, then the same
+/// butterfly.
+Value rowSum(Emitter &e, Value lane, Value scratch, Value n, int64_t vec,
+             Value aligned, TermFn term) {
+  auto partial = [&](Emitter &on, Value l, Value al) {
+    return forLaneChunks(
+        on, l, n, vec, al, ValueRange{on.cF32(0.0f)},
+        [&](Emitter &in, Value j, ValueRange acc) -> SmallVector<Value, 1> {
+          return {in.add(acc[0], term(in, j))};
+        })[0];
+  };
   if (e.gpu) {
-    Value acc = stridedSum(e, lane, n, term);
+    Value acc = partial(e, lane, aligned);
     for (int32_t k = int32_t(kLanes / 2); k >= 1; k /= 2) {
       auto other = gpu::ShuffleOp::create(e.b, e.loc, acc, k, int32_t(kLanes),
                                           gpu::ShuffleMode::XOR);
@@ -343,25 +601,30 @@ Value rowSum(Emitter &e, Value lane, Value scratch, Value n, TermFn term) {
     }
     return acc;
   }
-  scf::ForOp::create(e.b, e.loc, e.cIndex(0), e.cIndex(kLanes), e.cIndex(1),
-                     ValueRange{},
-                     [&](OpBuilder &nb, Location nl, Value l, ValueRange) {
-                       Emitter in(nb, nl, false);
-                       Value p = stridedSum(in, l, n, term);
-                       memref::StoreOp::create(nb, nl, p, scratch, l);
-                       scf::YieldOp::create(nb, nl);
-                     });
+  scf::ForOp::create(
+      e.b, e.loc, e.cIndex(0), e.cIndex(kLanes), e.cIndex(1), ValueRange{},
+      [&](OpBuilder &nb, Location nl, Value l, ValueRange) {
+        Emitter in(nb, nl, false);
+        memref::StoreOp::create(nb, nl, partial(in, l, Value()), scratch, l);
+        scf::YieldOp::create(nb, nl);
+      });
   hostButterfly(e, scratch);
   return memref::LoadOp::create(e.b, e.loc, scratch, ValueRange{e.cIndex(0)});
 }
 
-/// Runs body(j) for every j in [0, n) of a row: the lane's j = lane, lane +
-/// kLanes, ... on the GPU, all j in order on the host.
-void forEachInRow(Emitter &e, Value lane, Value n,
+/// Runs body(j) for every j in [0, n) of a row: the lane's chunks on the
+/// GPU (forLaneChunks), all j in order on the host.
+void forEachInRow(Emitter &e, Value lane, Value n, int64_t vec, Value aligned,
                   llvm::function_ref<void(Emitter &, Value)> body) {
-  Value first = lane ? lane : e.cIndex(0);
-  Value step = e.cIndex(lane ? kLanes : 1);
-  scf::ForOp::create(e.b, e.loc, first, n, step, ValueRange{},
+  if (lane) {
+    forLaneChunks(e, lane, n, vec, aligned, ValueRange{},
+                  [&](Emitter &in, Value j, ValueRange) {
+                    body(in, j);
+                    return SmallVector<Value, 1>{};
+                  });
+    return;
+  }
+  scf::ForOp::create(e.b, e.loc, e.cIndex(0), n, e.cIndex(1), ValueRange{},
                      [&](OpBuilder &nb, Location nl, Value j, ValueRange) {
                        Emitter in(nb, nl, e.gpu);
                        body(in, j);
@@ -666,18 +929,20 @@ Work residualAddWork(Emitter &e, const GroupSpec &s, const Args &a) {
 /// a fused group computes, stores and returns it, so both share this code
 /// and its order. On the GPU each lane reads back only the x it stored.
 void rmsNormRow(Emitter &e, Value r, Value lane, Value scratch, Value dimIdx,
-                Value dimF, Value eps, Value w, bool zc, Value rstd, Value x,
-                Value y, llvm::function_ref<Value(Emitter &, Value)> element) {
-  Value ss = rowSum(e, lane, scratch, dimIdx, [&](Emitter &in, Value j) {
-    Value v = element(in, j);
-    return in.mul(v, v);
-  });
+                int64_t vec, Value aligned, Value dimF, Value eps, Value w,
+                bool zc, Value rstd, Value x, Value y,
+                llvm::function_ref<Value(Emitter &, Value)> element) {
+  Value ss =
+      rowSum(e, lane, scratch, dimIdx, vec, aligned, [&](Emitter &in, Value j) {
+        Value v = element(in, j);
+        return in.mul(v, v);
+      });
   Value rs = e.div(e.cF32(1.0f), e.sqrt(e.add(e.div(ss, dimF), eps)));
   if (rstd)
     oncePerRow(e, lane, [&](Emitter &in) {
       memref::StoreOp::create(in.b, in.loc, rs, rstd, ValueRange{r});
     });
-  forEachInRow(e, lane, dimIdx, [&](Emitter &in, Value j) {
+  forEachInRow(e, lane, dimIdx, vec, aligned, [&](Emitter &in, Value j) {
     Value wv = in.load(w, {j});
     Value weff = zc ? in.add(in.cF32(1.0f), wv) : wv;
     in.store(in.mul(in.mul(in.load(x, {r, j}), rs), weff), y, {r, j});
@@ -699,11 +964,13 @@ Work rmsNormWork(Emitter &e, const GroupSpec &s, const Args &a) {
   Value dimF = arith::SIToFPOp::create(e.b, e.loc, e.b.getF32Type(), dim);
   Value scratch = rowScratch(e);
   bool zc = s.zeroCentered;
+  int64_t vec = rowChunkOf(s.dtype);
   ItemFn item = [=](Emitter &e, ValueRange idx) {
     Value r = idx[0];
     auto element = [&](Emitter &in, Value j) { return in.load(x, {r, j}); };
-    rmsNormRow(e, r, laneOf(idx), scratch, dimIdx, dimF, eps, w, zc, rstd, x, y,
-               element);
+    Value aligned = e.gpu ? chunksAligned(e, {x, y, w}, vec) : Value();
+    rmsNormRow(e, r, laneOf(idx), scratch, dimIdx, vec, aligned, dimF, eps, w,
+               zc, rstd, x, y, element);
   };
   Work work{{e.toIndex(rows)}, item};
   return work;
@@ -729,14 +996,15 @@ Work addRmsNormWork(Emitter &e, const GroupSpec &s, const Args &a) {
   Value dimF = arith::SIToFPOp::create(e.b, e.loc, f32, dim);
   Value scratch = rowScratch(e);
   bool zc = s.zeroCentered;
+  int64_t vec = rowChunkOf(s.dtype);
   ItemFn item = [=](Emitter &e, ValueRange idx) {
     Value r = idx[0];
-    rmsNormRow(e, r, laneOf(idx), scratch, dimIdx, dimF, eps, w, zc, rstd, h, y,
-               [&](Emitter &in, Value j) {
-                 Value hs = in.narrow(
-                     in.add(in.load(x, {r, j}), in.load(z, {r, j})), st);
-                 memref::StoreOp::create(in.b, in.loc, hs, h, ValueRange{r, j});
-                 return in.widen(hs);
+    Value aligned = e.gpu ? chunksAligned(e, {x, z, h, y, w}, vec) : Value();
+    rmsNormRow(e, r, laneOf(idx), scratch, dimIdx, vec, aligned, dimF, eps, w,
+               zc, rstd, h, y, [&](Emitter &in, Value j) {
+                 Value sum = in.add(in.load(x, {r, j}), in.load(z, {r, j}));
+                 in.store(sum, h, {r, j});
+                 return in.widen(in.narrow(sum, st));
                });
   };
   Work work{{e.toIndex(rows)}, item};
@@ -771,15 +1039,24 @@ SmallVector<Work> rmsNormBackwardWork(Emitter &e, const GroupSpec &s,
     Value wv = in.load(w, {j});
     return zc ? in.add(in.cF32(1.0f), wv) : wv;
   };
+  int64_t vec = rowChunkOf(s.dtype);
   ItemFn rowItem = [=](Emitter &e, ValueRange idx) {
     Value r = idx[0], lane = laneOf(idx);
+    Value aligned;
+    if (e.gpu) {
+      SmallVector<Value, 5> views{x, dy, dx, w};
+      if (y)
+        views.push_back(y);
+      aligned = chunksAligned(e, views, vec);
+    }
     Value rs = memref::LoadOp::create(e.b, e.loc, rstd, ValueRange{r});
-    Value dot = rowSum(e, lane, scratch, dimIdx, [&](Emitter &in, Value j) {
-      return in.mul(in.mul(in.load(dy, {r, j}), weffAt(in, j)),
-                    in.load(x, {r, j}));
-    });
+    Value dot = rowSum(
+        e, lane, scratch, dimIdx, vec, aligned, [&](Emitter &in, Value j) {
+          return in.mul(in.mul(in.load(dy, {r, j}), weffAt(in, j)),
+                        in.load(x, {r, j}));
+        });
     Value c = e.div(e.mul(e.mul(e.mul(dot, rs), rs), rs), dimF);
-    forEachInRow(e, lane, dimIdx, [&](Emitter &in, Value j) {
+    forEachInRow(e, lane, dimIdx, vec, aligned, [&](Emitter &in, Value j) {
       Value xv = in.load(x, {r, j}), g = in.load(dy, {r, j});
       Value we = weffAt(in, j);
       in.store(in.sub(in.mul(in.mul(rs, we), g), in.mul(c, xv)), dx, {r, j});
@@ -960,20 +1237,23 @@ Work l2NormWork(Emitter &e, const GroupSpec &s, const Args &a, bool backward) {
   Value rstd = e.memref1(a.get("rstd"), f32, rows);
   Value dimIdx = e.toIndex(dim);
   Value scratch = rowScratch(e);
+  int64_t vec = rowChunkOf(s.dtype);
   ItemFn item;
   if (!backward) {
     Value x = m2("x"), y = m2("y"), eps = a.get("eps");
     item = [=](Emitter &e, ValueRange idx) {
       Value r = idx[0], lane = laneOf(idx);
-      Value ss = rowSum(e, lane, scratch, dimIdx, [&](Emitter &in, Value j) {
-        Value v = in.load(x, {r, j});
-        return in.mul(v, v);
-      });
+      Value aligned = e.gpu ? chunksAligned(e, {x, y}, vec) : Value();
+      Value ss = rowSum(e, lane, scratch, dimIdx, vec, aligned,
+                        [&](Emitter &in, Value j) {
+                          Value v = in.load(x, {r, j});
+                          return in.mul(v, v);
+                        });
       Value rs = e.div(e.cF32(1.0f), e.sqrt(e.add(ss, eps)));
       oncePerRow(e, lane, [&](Emitter &in) {
         memref::StoreOp::create(in.b, in.loc, rs, rstd, ValueRange{r});
       });
-      forEachInRow(e, lane, dimIdx, [&](Emitter &in, Value j) {
+      forEachInRow(e, lane, dimIdx, vec, aligned, [&](Emitter &in, Value j) {
         in.store(in.mul(in.load(x, {r, j}), rs), y, {r, j});
       });
     };
@@ -981,11 +1261,13 @@ Work l2NormWork(Emitter &e, const GroupSpec &s, const Args &a, bool backward) {
     Value y = m2("y"), dy = m2("dy"), dx = m2("dx");
     item = [=](Emitter &e, ValueRange idx) {
       Value r = idx[0], lane = laneOf(idx);
-      Value dot = rowSum(e, lane, scratch, dimIdx, [&](Emitter &in, Value j) {
-        return in.mul(in.load(dy, {r, j}), in.load(y, {r, j}));
-      });
+      Value aligned = e.gpu ? chunksAligned(e, {y, dy, dx}, vec) : Value();
+      Value dot = rowSum(
+          e, lane, scratch, dimIdx, vec, aligned, [&](Emitter &in, Value j) {
+            return in.mul(in.load(dy, {r, j}), in.load(y, {r, j}));
+          });
       Value rs = memref::LoadOp::create(e.b, e.loc, rstd, ValueRange{r});
-      forEachInRow(e, lane, dimIdx, [&](Emitter &in, Value j) {
+      forEachInRow(e, lane, dimIdx, vec, aligned, [&](Emitter &in, Value j) {
         Value g = in.load(dy, {r, j});
         in.store(in.mul(rs, in.sub(g, in.mul(dot, in.load(y, {r, j})))), dx,
                  {r, j});

@@ -102,16 +102,17 @@ inline void storeAt(kg::ElemType t, void *p, I i, float v) {
 // generated kernels to them bit for bit. Every sum and product is its own
 // f32 operation (no contraction on the generic x86-64 target).
 
-/// Row sum: lane l of kg::kLanes sums term(j) for j = l, l + 32, ... from 0;
-/// then p[l] = p[l] + p[l ^ k], k = 16, 8, 4, 2, 1; the result p[0].
-template <class F> float modelRowSum(I n, F term) {
+/// Row sum: lane l of kg::kLanes sums term(j) for the j of its chunks
+/// (elements [c vec, c vec + vec) for c = l, l + 32, ...; vec =
+/// kg::rowChunkOf of the storage) in increasing j from 0; then p[l] = p[l] +
+/// p[l ^ k], k = 16, 8, 4, 2, 1; the result p[0].
+template <class F> float modelRowSum(kg::ElemType t, I n, F term) {
   constexpr int L = int(kg::kLanes);
-  float p[L], q[L];
-  for (int l = 0; l < L; ++l) {
-    float acc = 0.f;
-    for (I j = l; j < n; j += L)
-      acc = acc + term(j);
-    p[l] = acc;
+  const I vec = kg::rowChunkOf(t);
+  float p[L] = {}, q[L];
+  for (I j = 0; j < n; ++j) {
+    int l = int((j / vec) % L);
+    p[l] = p[l] + term(j);
   }
   for (int k = L / 2; k >= 1; k /= 2) {
     for (int l = 0; l < L; ++l)
@@ -157,7 +158,7 @@ template <class F> float modelColumnSum(I rows, F term) {
 inline void modelRmsNorm(kg::ElemType t, const void *x, const void *w, void *y,
                          float *rstd, I rows, I dim, I xs, bool zc, float eps) {
   for (I r = 0; r < rows; ++r) {
-    float ss = modelRowSum(dim, [&](I j) {
+    float ss = modelRowSum(t, dim, [&](I j) {
       float v = loadAt(t, x, r * xs + j);
       return v * v;
     });
@@ -184,7 +185,7 @@ inline void modelRmsNormBackward(kg::ElemType t, const void *x, const void *w,
   };
   for (I r = 0; r < rows; ++r) {
     float rs = rstd[r];
-    float dot = modelRowSum(dim, [&](I j) {
+    float dot = modelRowSum(t, dim, [&](I j) {
       return loadAt(t, dy, r * dim + j) * weff(j) * loadAt(t, x, r * xs + j);
     });
     float c = dot * rs * rs * rs / float(dim);
@@ -208,7 +209,7 @@ inline void modelRmsNormBackward(kg::ElemType t, const void *x, const void *w,
 inline void modelL2Norm(kg::ElemType t, const void *x, void *y, float *rstd,
                         I rows, I dim, float eps) {
   for (I r = 0; r < rows; ++r) {
-    float ss = modelRowSum(dim, [&](I j) {
+    float ss = modelRowSum(t, dim, [&](I j) {
       float v = loadAt(t, x, r * dim + j);
       return v * v;
     });
@@ -222,7 +223,7 @@ inline void modelL2NormBackward(kg::ElemType t, const void *y,
                                 const float *rstd, const void *dy, void *dx,
                                 I rows, I dim) {
   for (I r = 0; r < rows; ++r) {
-    float dot = modelRowSum(dim, [&](I j) {
+    float dot = modelRowSum(t, dim, [&](I j) {
       return loadAt(t, dy, r * dim + j) * loadAt(t, y, r * dim + j);
     });
     for (I j = 0; j < dim; ++j)
