@@ -296,7 +296,9 @@ uint64_t rmsNormDwWorkspaceBytes(int64_t rows, int64_t dim) {
   return uint64_t(rmsNormDwParts(rows)) * uint64_t(dim) * sizeof(float);
 }
 
-int64_t rowChunkOf(ElemType storage) {
+int64_t rowChunkOf(GroupKind kind, ElemType storage) {
+  if (kind == GroupKind::L2NormForward || kind == GroupKind::L2NormBackward)
+    return 4;
   return storage == ElemType::BF16 ? 8 : 4;
 }
 

@@ -142,10 +142,12 @@ int64_t rmsNormDwParts(int64_t rows);
 /// column.
 uint64_t rmsNormDwWorkspaceBytes(int64_t rows, int64_t dim);
 
-/// Elements of a row chunk in the row sums' order (16 bytes of storage: 8
-/// bf16 or 4 f32): lane l of kLanes owns the chunks l, l + kLanes, ... of
-/// rowChunkOf consecutive elements (Numerics in docs/kernelgen.md).
-int64_t rowChunkOf(ElemType storage);
+/// Elements of a row chunk in the row sums' order: lane l of kLanes owns
+/// the chunks l, l + kLanes, ... of rowChunkOf consecutive elements
+/// (Numerics in docs/kernelgen.md). 16 bytes of storage (8 bf16, 4 f32),
+/// except the L2 norms of GDN's heads: 4 elements, so that a 128-wide head
+/// is one chunk per lane.
+int64_t rowChunkOf(GroupKind kind, ElemType storage);
 
 /// Elements per GPU thread of an element-wise group (16 bytes of its
 /// widest storage: 8 bf16 or 4 f32), 1 for row-wise groups.

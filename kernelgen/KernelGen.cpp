@@ -964,7 +964,7 @@ Work rmsNormWork(Emitter &e, const GroupSpec &s, const Args &a) {
   Value dimF = arith::SIToFPOp::create(e.b, e.loc, e.b.getF32Type(), dim);
   Value scratch = rowScratch(e);
   bool zc = s.zeroCentered;
-  int64_t vec = rowChunkOf(s.dtype);
+  int64_t vec = rowChunkOf(s.kind, s.dtype);
   ItemFn item = [=](Emitter &e, ValueRange idx) {
     Value r = idx[0];
     auto element = [&](Emitter &in, Value j) { return in.load(x, {r, j}); };
@@ -996,7 +996,7 @@ Work addRmsNormWork(Emitter &e, const GroupSpec &s, const Args &a) {
   Value dimF = arith::SIToFPOp::create(e.b, e.loc, f32, dim);
   Value scratch = rowScratch(e);
   bool zc = s.zeroCentered;
-  int64_t vec = rowChunkOf(s.dtype);
+  int64_t vec = rowChunkOf(s.kind, s.dtype);
   ItemFn item = [=](Emitter &e, ValueRange idx) {
     Value r = idx[0];
     Value aligned = e.gpu ? chunksAligned(e, {x, z, h, y, w}, vec) : Value();
@@ -1039,7 +1039,7 @@ SmallVector<Work> rmsNormBackwardWork(Emitter &e, const GroupSpec &s,
     Value wv = in.load(w, {j});
     return zc ? in.add(in.cF32(1.0f), wv) : wv;
   };
-  int64_t vec = rowChunkOf(s.dtype);
+  int64_t vec = rowChunkOf(s.kind, s.dtype);
   ItemFn rowItem = [=](Emitter &e, ValueRange idx) {
     Value r = idx[0], lane = laneOf(idx);
     Value aligned;
@@ -1237,7 +1237,7 @@ Work l2NormWork(Emitter &e, const GroupSpec &s, const Args &a, bool backward) {
   Value rstd = e.memref1(a.get("rstd"), f32, rows);
   Value dimIdx = e.toIndex(dim);
   Value scratch = rowScratch(e);
-  int64_t vec = rowChunkOf(s.dtype);
+  int64_t vec = rowChunkOf(s.kind, s.dtype);
   ItemFn item;
   if (!backward) {
     Value x = m2("x"), y = m2("y"), eps = a.get("eps");

@@ -104,11 +104,10 @@ inline void storeAt(kg::ElemType t, void *p, I i, float v) {
 
 /// Row sum: lane l of kg::kLanes sums term(j) for the j of its chunks
 /// (elements [c vec, c vec + vec) for c = l, l + 32, ...; vec =
-/// kg::rowChunkOf of the storage) in increasing j from 0; then p[l] = p[l] +
+/// kg::rowChunkOf of the group) in increasing j from 0; then p[l] = p[l] +
 /// p[l ^ k], k = 16, 8, 4, 2, 1; the result p[0].
-template <class F> float modelRowSum(kg::ElemType t, I n, F term) {
+template <class F> float modelRowSum(I vec, I n, F term) {
   constexpr int L = int(kg::kLanes);
-  const I vec = kg::rowChunkOf(t);
   float p[L] = {}, q[L];
   for (I j = 0; j < n; ++j) {
     int l = int((j / vec) % L);
@@ -158,10 +157,11 @@ template <class F> float modelColumnSum(I rows, F term) {
 inline void modelRmsNorm(kg::ElemType t, const void *x, const void *w, void *y,
                          float *rstd, I rows, I dim, I xs, bool zc, float eps) {
   for (I r = 0; r < rows; ++r) {
-    float ss = modelRowSum(t, dim, [&](I j) {
-      float v = loadAt(t, x, r * xs + j);
-      return v * v;
-    });
+    float ss = modelRowSum(kg::rowChunkOf(kg::GroupKind::RmsNormForward, t),
+                           dim, [&](I j) {
+                             float v = loadAt(t, x, r * xs + j);
+                             return v * v;
+                           });
     float rs = 1.0f / std::sqrt(ss / float(dim) + eps);
     if (rstd)
       rstd[r] = rs;
@@ -185,9 +185,11 @@ inline void modelRmsNormBackward(kg::ElemType t, const void *x, const void *w,
   };
   for (I r = 0; r < rows; ++r) {
     float rs = rstd[r];
-    float dot = modelRowSum(t, dim, [&](I j) {
-      return loadAt(t, dy, r * dim + j) * weff(j) * loadAt(t, x, r * xs + j);
-    });
+    float dot = modelRowSum(kg::rowChunkOf(kg::GroupKind::RmsNormForward, t),
+                            dim, [&](I j) {
+                              return loadAt(t, dy, r * dim + j) * weff(j) *
+                                     loadAt(t, x, r * xs + j);
+                            });
     float c = dot * rs * rs * rs / float(dim);
     for (I j = 0; j < dim; ++j) {
       float xv = loadAt(t, x, r * xs + j), g = loadAt(t, dy, r * dim + j);
@@ -209,10 +211,11 @@ inline void modelRmsNormBackward(kg::ElemType t, const void *x, const void *w,
 inline void modelL2Norm(kg::ElemType t, const void *x, void *y, float *rstd,
                         I rows, I dim, float eps) {
   for (I r = 0; r < rows; ++r) {
-    float ss = modelRowSum(t, dim, [&](I j) {
-      float v = loadAt(t, x, r * dim + j);
-      return v * v;
-    });
+    float ss = modelRowSum(kg::rowChunkOf(kg::GroupKind::L2NormForward, t), dim,
+                           [&](I j) {
+                             float v = loadAt(t, x, r * dim + j);
+                             return v * v;
+                           });
     float rs = 1.0f / std::sqrt(ss + eps);
     rstd[r] = rs;
     for (I j = 0; j < dim; ++j)
@@ -223,9 +226,10 @@ inline void modelL2NormBackward(kg::ElemType t, const void *y,
                                 const float *rstd, const void *dy, void *dx,
                                 I rows, I dim) {
   for (I r = 0; r < rows; ++r) {
-    float dot = modelRowSum(t, dim, [&](I j) {
-      return loadAt(t, dy, r * dim + j) * loadAt(t, y, r * dim + j);
-    });
+    float dot = modelRowSum(
+        kg::rowChunkOf(kg::GroupKind::L2NormForward, t), dim, [&](I j) {
+          return loadAt(t, dy, r * dim + j) * loadAt(t, y, r * dim + j);
+        });
     for (I j = 0; j < dim; ++j)
       storeAt(t, dx, r * dim + j,
               rstd[r] * (loadAt(t, dy, r * dim + j) -
