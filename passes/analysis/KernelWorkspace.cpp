@@ -104,6 +104,31 @@ int64_t ap::train::kernelWorkspaceBytes(Operation *op, k::Backend backend) {
                        g.getScale().convertToDouble()};
             return k::attentionBackwardWorkspaceBytes(a);
           })
+          .Case([&](ShortConvGradOp g) -> std::optional<size_t> {
+            // The weight gradient's per-run partials (kernels/gdn.h).
+            k::GdnConvArgs a;
+            a.batch = dim(g.getInput(), 0);
+            a.seqLen = dim(g.getInput(), 1);
+            a.channels = dim(g.getInput(), 2);
+            std::optional<int32_t> ks = i32(dim(g.getWeight(), 1));
+            if (!ks)
+              return std::nullopt;
+            a.kernelSize = *ks;
+            return k::gdnConvBackwardWorkspaceBytes(backend, a);
+          })
+          .Case([&](GatedRMSNormGradOp g) -> std::optional<size_t> {
+            // The weight gradient's per-block partials; x [.., H, d].
+            auto x = cast<ShapedType>(g.getInput().getType());
+            std::optional<int32_t> h = i32(x.getDimSize(x.getRank() - 2)),
+                                   d = i32(x.getDimSize(x.getRank() - 1));
+            if (!h || !d || *h <= 0 || *d <= 0)
+              return std::nullopt;
+            k::GdnGatedNormArgs a;
+            a.heads = *h;
+            a.dim = *d;
+            a.tokens = x.getNumElements() / (int64_t(*h) * *d);
+            return k::gdnGatedNormBackwardWorkspaceBytes(backend, a);
+          })
           .Case<RMSNormGradOp, RMSNormGradRebuildOp>(
               [&](auto g) -> std::optional<size_t> {
                 // The weight gradient's partial column sums: the library
