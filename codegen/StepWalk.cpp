@@ -1125,6 +1125,16 @@ LogicalResult Walker::walkKernel(Operation *op) {
   auto P = [](Addr a) { return GenArg{'p', a}; };
   auto L = [](int64_t v) { return GenArg{'l', {}, v}; };
   auto F = [](float v) { return GenArg{'f', {}, 0, v}; };
+  // A norm backward's weight gradient: dw, and its partial column sums in
+  // the stream's workspace (the plan's workspace query counts them,
+  // KernelWorkspace.cpp).
+  auto setDw = [&](std::map<std::string, GenArg> &v, Addr dw, int64_t rows,
+                   int64_t d) {
+    v["dw"] = P(dw);
+    v["dwPartial"] =
+        GenArg{'w', {}, int64_t(kernelgen::rmsNormDwWorkspaceBytes(rows, d))};
+    v["dwParts"] = L(kernelgen::rmsNormDwParts(rows));
+  };
   auto launchGen =
       [&](const kernelgen::GroupSpec &spec,
           const std::map<std::string, GenArg> &vals) -> LogicalResult {
@@ -1338,14 +1348,8 @@ LogicalResult Walker::walkKernel(Operation *op) {
         v["y"] = P(at(outs[1]));
         v["yStride"] = L(d);
       }
-      if (g.accumulateDw) {
-        v["dw"] = P(at(outs[results]));
-        // The partial column sums: the stream's workspace (the plan's
-        // workspace query counts them, KernelWorkspace.cpp).
-        v["dwPartial"] = GenArg{
-            'w', {}, int64_t(kernelgen::rmsNormDwWorkspaceBytes(rows, d))};
-        v["dwParts"] = L(kernelgen::rmsNormDwParts(rows));
-      }
+      if (g.accumulateDw)
+        setDw(v, at(outs[results]), rows, d);
       return launchGen(g, v);
     }
     if (fwd) {
@@ -1683,6 +1687,36 @@ LogicalResult Walker::walkKernel(Operation *op) {
       callee == "train.gated_rms_norm_grad") {
     bool fwd = callee == "train.gated_rms_norm";
     int64_t h = dim(ins[0], -2), d = dim(ins[0], -1);
+    if (auto et = genType(ins[0]); et && (fwd || results >= 2)) {
+      // Rows of d: one per token and head, contiguous.
+      int64_t rows = nel(ins[0]) / d;
+      kernelgen::GroupSpec g;
+      g.dtype = *et;
+      std::map<std::string, GenArg> v{{"x", P(at(ins[0]))},
+                                      {"z", P(at(ins[1]))},
+                                      {"w", P(at(ins[2]))},
+                                      {"rows", L(rows)},
+                                      {"dim", L(d)}};
+      if (fwd) {
+        g.kind = kernelgen::GroupKind::GatedNormForward;
+        v["y"] = P(at(outs[0]));
+        v["rstd"] = P(at(outs[1]));
+        v["eps"] = F(float(arg(op, args, "eps", 1e-6, /*f32=*/true)));
+        return launchGen(g, v);
+      }
+      g.kind = kernelgen::GroupKind::GatedNormBackward;
+      g.recomputeY = results == 3;
+      g.accumulateDw = grads >= 1;
+      v["rstd"] = P(at(ins[3]));
+      v["dy"] = P(at(ins[4]));
+      v["dx"] = P(at(outs[0]));
+      v["dz"] = P(at(outs[1]));
+      if (g.recomputeY)
+        v["y"] = P(at(outs[2]));
+      if (g.accumulateDw)
+        setDw(v, at(outs[results]), rows, d);
+      return launchGen(g, v);
+    }
     ArgsOf<GdnGatedNormArgs> A("GdnGatedNormArgs");
     SETV(dtype, dt(ins[0]));
     SETV(tokens, nel(ins[0]) / (h * d));

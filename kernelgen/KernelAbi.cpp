@@ -65,6 +65,16 @@ std::string kernelName(const GroupSpec &spec) {
   case GroupKind::L2NormBackward:
     name += "l2norm_bwd";
     break;
+  case GroupKind::GatedNormForward:
+    name += "gated_norm_fwd";
+    break;
+  case GroupKind::GatedNormBackward:
+    name += "gated_norm_bwd";
+    if (spec.accumulateDw)
+      name += "_dw";
+    if (spec.recomputeY)
+      name += "_y";
+    break;
   case GroupKind::AdamW:
     name += "adamw_grad";
     name += ty(spec.dtype);
@@ -79,7 +89,8 @@ std::string kernelName(const GroupSpec &spec) {
 
 std::vector<std::string> gpuKernelNames(const GroupSpec &spec) {
   std::string name = kernelName(spec);
-  if (spec.kind != GroupKind::RmsNormBackward)
+  if (spec.kind != GroupKind::RmsNormBackward &&
+      spec.kind != GroupKind::GatedNormBackward)
     return {name};
   if (!spec.accumulateDw)
     return {name + "_rows"};
@@ -99,13 +110,15 @@ std::optional<GroupKind> parseGroupKind(llvm::StringRef name) {
       .Case("sigmoid-gate-bwd", GroupKind::SigmoidGateBackward)
       .Case("l2norm-fwd", GroupKind::L2NormForward)
       .Case("l2norm-bwd", GroupKind::L2NormBackward)
+      .Case("gated-norm-fwd", GroupKind::GatedNormForward)
+      .Case("gated-norm-bwd", GroupKind::GatedNormBackward)
       .Default(std::nullopt);
 }
 
 const char *groupKindNames() {
   return "swiglu-fwd, swiglu-bwd, residual-add, rmsnorm-fwd, rmsnorm-bwd, "
          "add-rmsnorm-fwd, adamw, sigmoid-gate-fwd, sigmoid-gate-bwd, "
-         "l2norm-fwd, l2norm-bwd";
+         "l2norm-fwd, l2norm-bwd, gated-norm-fwd, gated-norm-bwd";
 }
 
 AdamWScalars adamWScalars(double lr, double beta1, double beta2, double eps,
@@ -192,6 +205,23 @@ Params paramsOf(const GroupSpec &s) {
     p.ptrs = {"y", "rstd", "dy", "dx"};
     p.ints = {"rows", "dim"};
     break;
+  case GroupKind::GatedNormForward:
+    p.ptrs = {"x", "z", "w", "y", "rstd"};
+    p.ints = {"rows", "dim"};
+    p.floats = {"eps"};
+    break;
+  case GroupKind::GatedNormBackward:
+    p.ptrs = {"x", "z", "w", "rstd", "dy", "dx", "dz"};
+    if (s.accumulateDw)
+      p.ptrs.push_back("dw");
+    if (s.recomputeY)
+      p.ptrs.push_back("y");
+    p.ints = {"rows", "dim"};
+    if (s.accumulateDw) {
+      p.workspaces = {"dwPartial"};
+      p.ints.push_back("dwParts");
+    }
+    break;
   case GroupKind::AdamW:
     p.ptrs = {"master", "expAvg", "expAvgSq", "grad", "clipCoef"};
     if (s.computeCopy)
@@ -248,10 +278,12 @@ std::vector<GpuEntry> gpuEntries(const GroupSpec &spec) {
     case GroupKind::AddRmsNormForward:
     case GroupKind::L2NormForward:
     case GroupKind::L2NormBackward:
+    case GroupKind::GatedNormForward:
       e.workParams = {index("rows")};
       e.threadsPerItem = int(kLanes);
       break;
     case GroupKind::RmsNormBackward:
+    case GroupKind::GatedNormBackward:
       // Rows first, a warp each; then (with dw) kDwGroups row groups per
       // (part, column), kLanes columns a block; then kLanes groups of parts
       // per column, kLanes columns a block.
@@ -297,7 +329,9 @@ uint64_t rmsNormDwWorkspaceBytes(int64_t rows, int64_t dim) {
 }
 
 int64_t rowChunkOf(GroupKind kind, ElemType storage) {
-  if (kind == GroupKind::L2NormForward || kind == GroupKind::L2NormBackward)
+  if (kind == GroupKind::L2NormForward || kind == GroupKind::L2NormBackward ||
+      kind == GroupKind::GatedNormForward ||
+      kind == GroupKind::GatedNormBackward)
     return 4;
   return storage == ElemType::BF16 ? 8 : 4;
 }

@@ -30,6 +30,10 @@
 //                 head) y = x / sqrt(sum x^2 + eps), rstd that factor; all
 //                 [rows, dim] contiguous
 //   l2norm_bwd   (y, rstd, dy, dx, rows, dim): dx = rstd (dy - (dy . y) y)
+//   gated_norm_fwd (x, z, w, y, rstd, rows, dim, eps: f32): per row (a
+//                 token's head) y = w x rstd z sigmoid(z); all contiguous
+//   gated_norm_bwd (x, z, w, rstd, dy, dx, dz, [dw,] [y,] [dwPartial:
+//                 workspace,] rows, dim, [dwParts]); dw as rmsnorm_bwd's
 // Integers are int64_t; bracketed parameters exist only when the spec asks
 // for that output. clipCoef may be null (coefficient 1). GPU launch (per
 // entry, gpuEntries): grid = ceil(work * threadsPerItem / blockSize) blocks
@@ -73,6 +77,10 @@ enum class GroupKind {
   /// L2 norm of each head's vector (GDN's q and k), and its backward.
   L2NormForward,
   L2NormBackward,
+  /// GDN's gated RMSNorm of each head's output, y = w x rstd z sigmoid(z),
+  /// and its backward (dx, dz; optionally dw += and the recomputed y).
+  GatedNormForward,
+  GatedNormBackward,
 };
 
 /// Storage element types of the generated kernels (math is always f32).
@@ -145,8 +153,8 @@ uint64_t rmsNormDwWorkspaceBytes(int64_t rows, int64_t dim);
 /// Elements of a row chunk in the row sums' order: lane l of kLanes owns
 /// the chunks l, l + kLanes, ... of rowChunkOf consecutive elements
 /// (Numerics in docs/kernelgen.md). 16 bytes of storage (8 bf16, 4 f32),
-/// except the L2 norms of GDN's heads: 4 elements, so that a 128-wide head
-/// is one chunk per lane.
+/// except the norms of GDN's heads (L2, gated): 4 elements, so that a
+/// 128-wide head is one chunk per lane.
 int64_t rowChunkOf(GroupKind kind, ElemType storage);
 
 /// Elements per GPU thread of an element-wise group (16 bytes of its

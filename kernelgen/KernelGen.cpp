@@ -1011,75 +1011,22 @@ Work addRmsNormWork(Emitter &e, const GroupSpec &s, const Args &a) {
   return work;
 }
 
-/// RMSNorm backward with the reference's per-element code: per row, dot =
-/// the row sum of (dy * w_eff) * x, c = ((dot * rs) * rs) * rs / dim, dx =
-/// (rs * w_eff) * dy - c * x and the recomputed y; then per column j the
-/// weight gradient, the column sum of (dy * x) * rs over rows, added once to
-/// dw[j]. Both sums in kernelgen's order (KernelGen.h). The column phase is
-/// separate so that each dw element has one owner (no atomics).
-SmallVector<Work> rmsNormBackwardWork(Emitter &e, const GroupSpec &s,
-                                      const Args &a) {
-  Type st = e.storage(s.dtype), f32 = e.b.getF32Type();
-  Value rows = a.get("rows"), dim = a.get("dim");
-  Value x = e.memref2(a.get("x"), st, rows, dim, a.get("xStride"));
-  Value dy = e.memref2(a.get("dy"), st, rows, dim, a.get("dyStride"));
-  Value dx = e.memref2(a.get("dx"), st, rows, dim, a.get("dxStride"));
-  Value w = e.memref1(a.get("w"), st, dim);
-  Value rstd = e.memref1(a.get("rstd"), f32, rows);
-  Value y, dw;
-  if (s.recomputeY)
-    y = e.memref2(a.get("y"), st, rows, dim, a.get("yStride"));
-  if (s.accumulateDw)
-    dw = e.memref1(a.get("dw"), f32, dim);
-  Value rowsIdx = e.toIndex(rows), dimIdx = e.toIndex(dim);
-  Value dimF = arith::SIToFPOp::create(e.b, e.loc, f32, dim);
-  Value scratch = rowScratch(e);
-  bool zc = s.zeroCentered;
-  auto weffAt = [w, zc](Emitter &in, Value j) {
-    Value wv = in.load(w, {j});
-    return zc ? in.add(in.cF32(1.0f), wv) : wv;
-  };
-  int64_t vec = rowChunkOf(s.kind, s.dtype);
-  ItemFn rowItem = [=](Emitter &e, ValueRange idx) {
-    Value r = idx[0], lane = laneOf(idx);
-    Value aligned;
-    if (e.gpu) {
-      SmallVector<Value, 5> views{x, dy, dx, w};
-      if (y)
-        views.push_back(y);
-      aligned = chunksAligned(e, views, vec);
-    }
-    Value rs = memref::LoadOp::create(e.b, e.loc, rstd, ValueRange{r});
-    Value dot = rowSum(
-        e, lane, scratch, dimIdx, vec, aligned, [&](Emitter &in, Value j) {
-          return in.mul(in.mul(in.load(dy, {r, j}), weffAt(in, j)),
-                        in.load(x, {r, j}));
-        });
-    Value c = e.div(e.mul(e.mul(e.mul(dot, rs), rs), rs), dimF);
-    forEachInRow(e, lane, dimIdx, vec, aligned, [&](Emitter &in, Value j) {
-      Value xv = in.load(x, {r, j}), g = in.load(dy, {r, j});
-      Value we = weffAt(in, j);
-      in.store(in.sub(in.mul(in.mul(rs, we), g), in.mul(c, xv)), dx, {r, j});
-      if (y)
-        in.store(in.mul(in.mul(xv, rs), we), y, {r, j});
-    });
-  };
-  SmallVector<Work> phases;
-  phases.push_back(Work{{rowsIdx}, rowItem});
-  if (!dw)
-    return phases;
-  // dw[j] += the column sum of (dy * x) * rs over rows, in two phases:
-  // partial[p][j] over rows [p * kDwRowsPerPart, ...) (kDwGroups row
-  // groups, then a halving tree), then the parts of column j (kLanes
-  // groups of parts, then a halving tree). The partials live in the
-  // workspace `dwPartial` [dwParts, dim] f32 on both targets.
+/// The dw of a norm's backward, dw[j] += the column sum of term(r, j) over
+/// rows, as two phases appended to `phases`: partial[p][j] over rows [p *
+/// kDwRowsPerPart, ...) (kDwGroups row groups, then a halving tree), then
+/// the parts of column j (kLanes groups of parts, then a halving tree). The
+/// partials live in the workspace `dwPartial` [dwParts, dim] f32 on both
+/// targets.
+void appendDwPhases(SmallVector<Work> &phases, Emitter &e, const Args &a,
+                    Value rowsIdx, Value dimIdx, Value dw, Value scratch,
+                    std::function<Value(Emitter &, Value, Value)> term) {
+  if (!dw) // no weight gradient asked for
+    return;
+  Type f32 = e.b.getF32Type();
+  Value dim = a.get("dim");
   Value parts = a.get("dwParts");
   Value partsIdx = e.toIndex(parts);
   Value partial = e.memref2(a.get("dwPartial"), f32, parts, dim, dim);
-  auto term = [=](Emitter &in, Value r, Value j) {
-    Value rs = memref::LoadOp::create(in.b, in.loc, rstd, ValueRange{r});
-    return in.mul(in.mul(in.load(dy, {r, j}), in.load(x, {r, j})), rs);
-  };
   // Group g's partial of part p, column j: rows p * C + g, + kDwGroups, ...
   // below min((p + 1) * C, rows).
   auto partSum = [=](Emitter &in, Value p, Value g, Value j) {
@@ -1220,6 +1167,69 @@ SmallVector<Work> rmsNormBackwardWork(Emitter &e, const GroupSpec &s,
       });
   colPhase.sharedFloats = kLanes * kLanes;
   phases.push_back(colPhase);
+}
+
+/// RMSNorm backward with the reference's per-element code: per row, dot =
+/// the row sum of (dy * w_eff) * x, c = ((dot * rs) * rs) * rs / dim, dx =
+/// (rs * w_eff) * dy - c * x and the recomputed y; then per column j the
+/// weight gradient, the column sum of (dy * x) * rs over rows, added once to
+/// dw[j]. Both sums in kernelgen's order (KernelGen.h). The column phase is
+/// separate so that each dw element has one owner (no atomics).
+SmallVector<Work> rmsNormBackwardWork(Emitter &e, const GroupSpec &s,
+                                      const Args &a) {
+  Type st = e.storage(s.dtype), f32 = e.b.getF32Type();
+  Value rows = a.get("rows"), dim = a.get("dim");
+  Value x = e.memref2(a.get("x"), st, rows, dim, a.get("xStride"));
+  Value dy = e.memref2(a.get("dy"), st, rows, dim, a.get("dyStride"));
+  Value dx = e.memref2(a.get("dx"), st, rows, dim, a.get("dxStride"));
+  Value w = e.memref1(a.get("w"), st, dim);
+  Value rstd = e.memref1(a.get("rstd"), f32, rows);
+  Value y, dw;
+  if (s.recomputeY)
+    y = e.memref2(a.get("y"), st, rows, dim, a.get("yStride"));
+  if (s.accumulateDw)
+    dw = e.memref1(a.get("dw"), f32, dim);
+  Value rowsIdx = e.toIndex(rows), dimIdx = e.toIndex(dim);
+  Value dimF = arith::SIToFPOp::create(e.b, e.loc, f32, dim);
+  Value scratch = rowScratch(e);
+  bool zc = s.zeroCentered;
+  auto weffAt = [w, zc](Emitter &in, Value j) {
+    Value wv = in.load(w, {j});
+    return zc ? in.add(in.cF32(1.0f), wv) : wv;
+  };
+  int64_t vec = rowChunkOf(s.kind, s.dtype);
+  ItemFn rowItem = [=](Emitter &e, ValueRange idx) {
+    Value r = idx[0], lane = laneOf(idx);
+    Value aligned;
+    if (e.gpu) {
+      SmallVector<Value, 5> views{x, dy, dx, w};
+      if (y)
+        views.push_back(y);
+      aligned = chunksAligned(e, views, vec);
+    }
+    Value rs = memref::LoadOp::create(e.b, e.loc, rstd, ValueRange{r});
+    Value dot = rowSum(
+        e, lane, scratch, dimIdx, vec, aligned, [&](Emitter &in, Value j) {
+          return in.mul(in.mul(in.load(dy, {r, j}), weffAt(in, j)),
+                        in.load(x, {r, j}));
+        });
+    Value c = e.div(e.mul(e.mul(e.mul(dot, rs), rs), rs), dimF);
+    forEachInRow(e, lane, dimIdx, vec, aligned, [&](Emitter &in, Value j) {
+      Value xv = in.load(x, {r, j}), g = in.load(dy, {r, j});
+      Value we = weffAt(in, j);
+      in.store(in.sub(in.mul(in.mul(rs, we), g), in.mul(c, xv)), dx, {r, j});
+      if (y)
+        in.store(in.mul(in.mul(xv, rs), we), y, {r, j});
+    });
+  };
+  SmallVector<Work> phases{Work{{rowsIdx}, rowItem}};
+  // dw[j] += the column sum of (dy * x) * rs over rows.
+  appendDwPhases(
+      phases, e, a, rowsIdx, dimIdx, dw, scratch,
+      [=](Emitter &in, Value r, Value j) {
+        Value rs = memref::LoadOp::create(in.b, in.loc, rstd, ValueRange{r});
+        return in.mul(in.mul(in.load(dy, {r, j}), in.load(x, {r, j})), rs);
+      });
   return phases;
 }
 
@@ -1276,6 +1286,109 @@ Work l2NormWork(Emitter &e, const GroupSpec &s, const Args &a, bool backward) {
   }
   Work work{{e.toIndex(rows)}, item};
   return work;
+}
+
+/// GDN's gated RMSNorm of each row (a token's head), the reference's
+/// gdnref::gatedNormForward / gatedNormBackward per element with kernelgen's
+/// sums. Forward: ss = sum x^2, r = 1 / sqrt(ss / dim + eps), rstd[row] = r,
+/// y = (((w * x) * r) * z) * s with s = sigmoid(z). Backward, with xh = x *
+/// r and dyh = (dy * z) * s: dz = (((dy * w) * xh) * s) * (1 + z * (1 - s)),
+/// mean = sum (w * dyh) * xh / dim, dx = r * (w * dyh - (x * r) * mean), the
+/// recomputed y as the forward's, and dw += the column sum of dyh * xh.
+/// Rows are contiguous, a warp each on the GPU.
+SmallVector<Work> gatedNormWork(Emitter &e, const GroupSpec &s, const Args &a,
+                                bool backward) {
+  Type st = e.storage(s.dtype), f32 = e.b.getF32Type();
+  Value rows = a.get("rows"), dim = a.get("dim");
+  auto m2 = [&](const char *ptr) {
+    return e.memref2(a.get(ptr), st, rows, dim, dim);
+  };
+  Value x = m2("x"), z = m2("z");
+  Value w = e.memref1(a.get("w"), st, dim);
+  Value rstd = e.memref1(a.get("rstd"), f32, rows);
+  Value rowsIdx = e.toIndex(rows), dimIdx = e.toIndex(dim);
+  Value dimF = arith::SIToFPOp::create(e.b, e.loc, f32, dim);
+  Value scratch = rowScratch(e);
+  int64_t vec = rowChunkOf(s.kind, s.dtype);
+  // The forward's value, shared by the backward that rebuilds y.
+  auto value = [](Emitter &in, Value wv, Value xv, Value r, Value zv,
+                  Value sg) {
+    return in.mul(in.mul(in.mul(in.mul(wv, xv), r), zv), sg);
+  };
+  if (!backward) {
+    Value y = m2("y"), eps = a.get("eps");
+    ItemFn item = [=](Emitter &e, ValueRange idx) {
+      Value r = idx[0], lane = laneOf(idx);
+      Value aligned = e.gpu ? chunksAligned(e, {x, z, w, y}, vec) : Value();
+      Value ss = rowSum(e, lane, scratch, dimIdx, vec, aligned,
+                        [&](Emitter &in, Value j) {
+                          Value v = in.load(x, {r, j});
+                          return in.mul(v, v);
+                        });
+      Value rs = e.div(e.cF32(1.0f), e.sqrt(e.add(e.div(ss, dimF), eps)));
+      oncePerRow(e, lane, [&](Emitter &in) {
+        memref::StoreOp::create(in.b, in.loc, rs, rstd, ValueRange{r});
+      });
+      forEachInRow(e, lane, dimIdx, vec, aligned, [&](Emitter &in, Value j) {
+        Value zv = in.load(z, {r, j});
+        in.store(value(in, in.load(w, {j}), in.load(x, {r, j}), rs, zv,
+                       in.sigmoid(zv)),
+                 y, {r, j});
+      });
+    };
+    return {Work{{rowsIdx}, item}};
+  }
+  Value dy = m2("dy"), dx = m2("dx"), dz = m2("dz");
+  Value y, dw;
+  if (s.recomputeY)
+    y = m2("y");
+  if (s.accumulateDw)
+    dw = e.memref1(a.get("dw"), f32, dim);
+  // dyh = (dy * z) * s at (r, j).
+  auto dyhAt = [=](Emitter &in, Value r, Value j) {
+    Value zv = in.load(z, {r, j});
+    return in.mul(in.mul(in.load(dy, {r, j}), zv), in.sigmoid(zv));
+  };
+  ItemFn rowItem = [=](Emitter &e, ValueRange idx) {
+    Value r = idx[0], lane = laneOf(idx);
+    Value aligned;
+    if (e.gpu) {
+      SmallVector<Value, 8> views{x, z, w, dy, dx, dz};
+      if (y)
+        views.push_back(y);
+      aligned = chunksAligned(e, views, vec);
+    }
+    Value rs = memref::LoadOp::create(e.b, e.loc, rstd, ValueRange{r});
+    Value sum = rowSum(
+        e, lane, scratch, dimIdx, vec, aligned, [&](Emitter &in, Value j) {
+          Value xh = in.mul(in.load(x, {r, j}), rs);
+          return in.mul(in.mul(in.load(w, {j}), dyhAt(in, r, j)), xh);
+        });
+    Value mean = e.div(sum, dimF);
+    forEachInRow(e, lane, dimIdx, vec, aligned, [&](Emitter &in, Value j) {
+      Value xv = in.load(x, {r, j}), wv = in.load(w, {j});
+      Value zv = in.load(z, {r, j}), g = in.load(dy, {r, j});
+      Value sg = in.sigmoid(zv);
+      Value xh = in.mul(xv, rs);
+      Value one = in.cF32(1.0f);
+      if (y)
+        in.store(value(in, wv, xv, rs, zv, sg), y, {r, j});
+      in.store(in.mul(in.mul(in.mul(in.mul(g, wv), xh), sg),
+                      in.add(one, in.mul(zv, in.sub(one, sg)))),
+               dz, {r, j});
+      Value wdy = in.mul(wv, in.mul(in.mul(g, zv), sg));
+      in.store(in.mul(rs, in.sub(wdy, in.mul(in.mul(xv, rs), mean))), dx,
+               {r, j});
+    });
+  };
+  SmallVector<Work> phases{Work{{rowsIdx}, rowItem}};
+  appendDwPhases(
+      phases, e, a, rowsIdx, dimIdx, dw, scratch,
+      [=](Emitter &in, Value r, Value j) {
+        Value rs = memref::LoadOp::create(in.b, in.loc, rstd, ValueRange{r});
+        return in.mul(dyhAt(in, r, j), in.mul(in.load(x, {r, j}), rs));
+      });
+  return phases;
 }
 
 Work adamWWork(Emitter &e, const GroupSpec &s, const Args &a) {
@@ -1359,6 +1472,10 @@ SmallVector<Work> workOf(Emitter &e, const GroupSpec &s, const Args &a) {
     return {l2NormWork(e, s, a, /*backward=*/false)};
   case GroupKind::L2NormBackward:
     return {l2NormWork(e, s, a, /*backward=*/true)};
+  case GroupKind::GatedNormForward:
+    return gatedNormWork(e, s, a, /*backward=*/false);
+  case GroupKind::GatedNormBackward:
+    return gatedNormWork(e, s, a, /*backward=*/true);
   }
   llvm_unreachable("unknown group kind");
 }

@@ -127,7 +127,13 @@ int64_t ap::train::kernelWorkspaceBytes(Operation *op, k::Backend backend) {
             a.heads = *h;
             a.dim = *d;
             a.tokens = x.getNumElements() / (int64_t(*h) * *d);
-            return k::gdnGatedNormBackwardWorkspaceBytes(backend, a);
+            if (!g.getWeightGrad())
+              return k::gdnGatedNormBackwardWorkspaceBytes(backend, a);
+            // With dw: also kernelgen's partials when generated.
+            return std::max<size_t>(
+                k::gdnGatedNormBackwardWorkspaceBytes(backend, a),
+                size_t(ap::kernelgen::rmsNormDwWorkspaceBytes(
+                    a.tokens * a.heads, a.dim)));
           })
           .Case<RMSNormGradOp, RMSNormGradRebuildOp>(
               [&](auto g) -> std::optional<size_t> {

@@ -110,12 +110,13 @@ int main(int argc, char **argv) {
 
   SmallVector<std::string> names;
   for (const std::string &g : groups) {
-    if (g == "all")
-      names.append({"swiglu-fwd", "swiglu-bwd", "residual-add", "rmsnorm-fwd",
-                    "rmsnorm-bwd", "add-rmsnorm-fwd", "adamw",
-                    "sigmoid-gate-fwd", "sigmoid-gate-bwd", "l2norm-fwd",
-                    "l2norm-bwd"});
-    else
+    if (g == "all") {
+      // Every group, in the order groupKindNames lists them.
+      SmallVector<StringRef> all;
+      StringRef(kg::groupKindNames()).split(all, ", ");
+      for (StringRef name : all)
+        names.push_back(name.str());
+    } else
       names.push_back(g);
   }
   SmallVector<kg::GroupSpec> specs;

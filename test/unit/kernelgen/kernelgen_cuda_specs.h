@@ -41,6 +41,11 @@ inline std::vector<GroupSpec> cudaTestSpecs() {
   all.push_back(s);
   s.kind = GroupKind::L2NormBackward;
   all.push_back(s);
+  s.kind = GroupKind::GatedNormForward;
+  all.push_back(s);
+  s.kind = GroupKind::GatedNormBackward; // with dw and the rebuilt y
+  all.push_back(s);
+  s.recomputeY = false;
   s.kind = GroupKind::AdamW;
   s.dtype = ElemType::F32; // f32 main grads, bf16 compute copy
   s.computeCopy = ElemType::BF16;

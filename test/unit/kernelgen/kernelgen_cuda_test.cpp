@@ -540,6 +540,77 @@ TEST_F(KernelGenCuda, L2NormBitwiseToModel) {
   }
 }
 
+// GDN's gated RMSNorm at Qwen3.5-0.8B's shape ([4096 x 16, 128]) and odd
+// ones: rstd bitwise to the model of kernelgen's order; y, dz, dx and dw
+// within bounds of it (sigmoid's exp is libdevice's, not glibc's, and its
+// last bit reaches the sums); two runs bitwise equal.
+TEST_F(KernelGenCuda, GatedNormWithinBoundsAndDeterministic) {
+  const kg::ElemType t = kg::ElemType::BF16;
+  for (Shape s : {Shape{65536, 128}, Shape{5, 1023}, Shape{1, 1}}) {
+    size_t n = size_t(s.rows * s.cols);
+    I d = s.cols;
+    auto x = randomStorage(t, n, 151, 2.0, false),
+         z = randomStorage(t, n, 152, 2.0, false),
+         w = randomStorage(t, size_t(d), 153, 0.5, false),
+         dy = randomStorage(t, n, 154, 1.0, false);
+    float eps = 1e-6f;
+    std::vector<uint8_t> yW(n * 2), dxW(n * 2), dzW(n * 2), ybW(n * 2);
+    std::vector<float> rW(size_t(s.rows)), dw0;
+    for (double v : ap::test::randn(size_t(d), 155))
+      dw0.push_back(float(v));
+    std::vector<float> dwW = dw0;
+    modelGatedNorm(t, x.data(), z.data(), w.data(), yW.data(), rW.data(),
+                   s.rows, d, eps);
+    modelGatedNormBackward(t, x.data(), z.data(), w.data(), rW.data(),
+                           dy.data(), dxW.data(), dzW.data(), dwW.data(),
+                           ybW.data(), s.rows, d);
+    kg::GroupSpec f, b;
+    f.kind = kg::GroupKind::GatedNormForward;
+    b.kind = kg::GroupKind::GatedNormBackward;
+    b.recomputeY = true;
+    I parts = kg::rmsNormDwParts(s.rows);
+    std::string where = std::to_string(s.rows) + "x" + std::to_string(d);
+    std::vector<uint8_t> first;
+    for (int run = 0; run < 2; ++run) {
+      DevBuf dx_(x), dz_(z), dw_(w), ddy(dy),
+          dyOut(std::vector<uint8_t>(n * 2, 0xff)),
+          dr(std::vector<float>(size_t(s.rows), -1.f)),
+          ddx(std::vector<uint8_t>(n * 2, 0xff)),
+          ddz(std::vector<uint8_t>(n * 2, 0xff)),
+          dyB(std::vector<uint8_t>(n * 2, 0xff)), ddw(dw0),
+          ws(std::vector<float>(size_t(parts * d), -3.f));
+      CU(launch(kg::kernelName(f), dx_.p, dz_.p, dw_.p, dyOut.p, dr.p, s.rows,
+                d, eps));
+      EXPECT_TRUE(sameBits(rawBytes(rW), rawBytes(dr.floatsBack()), 4, "rstd"))
+          << where;
+      EXPECT_TRUE(closeTo(t, yW, dyOut.bytesBack(), orderTol(t), "y")) << where;
+      // The backward from the model's rstd.
+      DevBuf dr2(rW);
+      for (const std::string &name : kg::gpuKernelNames(b))
+        CU(launch(name, dx_.p, dz_.p, dw_.p, dr2.p, ddy.p, ddx.p, ddz.p, ddw.p,
+                  dyB.p, ws.p, s.rows, d, parts));
+      EXPECT_TRUE(closeTo(t, dxW, ddx.bytesBack(), orderTol(t), "dx")) << where;
+      EXPECT_TRUE(closeTo(t, dzW, ddz.bytesBack(), orderTol(t), "dz")) << where;
+      EXPECT_TRUE(closeTo(t, ybW, dyB.bytesBack(), orderTol(t), "rebuilt y"))
+          << where;
+      EXPECT_TRUE(sameBits(dyOut.bytesBack(), dyB.bytesBack(), 2,
+                           "rebuilt y against the forward"))
+          << where;
+      EXPECT_TRUE(closeTo(kg::ElemType::F32, rawBytes(dwW),
+                          rawBytes(ddw.floatsBack()), 1e-5, "dw"))
+          << where;
+      std::vector<uint8_t> all = ddx.bytesBack();
+      for (auto part : {ddz.bytesBack(), rawBytes(ddw.floatsBack())})
+        all.insert(all.end(), part.begin(), part.end());
+      if (run == 0)
+        first = all;
+      else
+        EXPECT_EQ(first, all)
+            << "gated norm differs between two runs " << where;
+    }
+  }
+}
+
 TEST_F(KernelGenCuda, AdamWBitwise) {
   for (I n : {I(1024 * 3584), I(1), I(4099)}) {
     std::vector<float> p, m, v, g;

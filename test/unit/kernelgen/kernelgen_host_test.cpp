@@ -100,6 +100,16 @@ struct Jit {
       all.push_back(s);
       s.kind = kg::GroupKind::L2NormBackward;
       all.push_back(s);
+      s.kind = kg::GroupKind::GatedNormForward;
+      all.push_back(s);
+      s.kind = kg::GroupKind::GatedNormBackward;
+      for (auto [dw, y] : {std::pair{true, true}, std::pair{false, false}}) {
+        s.accumulateDw = dw;
+        s.recomputeY = y;
+        all.push_back(s);
+      }
+      s.accumulateDw = true;
+      s.recomputeY = false;
     }
     return all;
   }
@@ -583,6 +593,107 @@ TEST_P(KernelGenHost, L2NormMatchesModelAndReference) {
     EXPECT_TRUE(sameBits(dxW, dxG, eb, "l2norm dx")) << where;
     EXPECT_TRUE(closeTo(type(), dxR, dxG, orderTol(type()), "dx vs reference"))
         << where;
+  }
+}
+
+// GDN's gated RMSNorm: bitwise to the model of kernelgen's order, within
+// bounds of the reference; the backward with dw (several parts) and the
+// rebuilt y, and without either.
+TEST_P(KernelGenHost, GatedNormMatchesModelAndReference) {
+  size_t eb = bytesOf(type());
+  kg::GroupSpec fs, bs, bs0;
+  fs.dtype = bs.dtype = bs0.dtype = type();
+  fs.kind = kg::GroupKind::GatedNormForward;
+  bs.kind = bs0.kind = kg::GroupKind::GatedNormBackward;
+  bs.recomputeY = true;
+  bs0.accumulateDw = false;
+  using P = const void *;
+  // (x, z, w, y, rstd, rows, dim, eps)
+  auto *fwd = jit().lookup<void(P, P, P, void *, float *, I, I, float)>(fs);
+  // (x, z, w, rstd, dy, dx, dz, dw, y, dwPartial, rows, dim, dwParts)
+  auto *bwd = jit()
+                  .lookup<void(P, P, P, P, P, void *, void *, float *, void *,
+                               float *, I, I, I)>(bs);
+  // (x, z, w, rstd, dy, dx, dz, rows, dim)
+  auto *bwd0 = jit().lookup<void(P, P, P, P, P, void *, void *, I, I)>(bs0);
+  ASSERT_NE(fwd, nullptr);
+  ASSERT_NE(bwd, nullptr);
+  ASSERT_NE(bwd0, nullptr);
+  std::vector<Shape> shapes(std::begin(kShapes), std::end(kShapes));
+  shapes.push_back({300, 16});
+  for (Shape s : shapes) {
+    size_t n = size_t(s.rows * s.cols);
+    I d = s.cols;
+    auto x = randomStorage(type(), n, 141 + s.cols, 2.0, false),
+         z = randomStorage(type(), n, 142 + s.cols, 2.0, false),
+         w = randomStorage(type(), size_t(d), 143 + s.cols, 0.5, false),
+         dy = randomStorage(type(), n, 144 + s.cols, 1.0, false);
+    float eps = 1e-6f;
+    std::vector<uint8_t> yW(n * eb), yG(n * eb, 7), yR(n * eb);
+    std::vector<float> rW(size_t(s.rows)), rG(size_t(s.rows), 3.f),
+        rR(size_t(s.rows));
+    modelGatedNorm(type(), x.data(), z.data(), w.data(), yW.data(), rW.data(),
+                   s.rows, d, eps);
+    fwd(x.data(), z.data(), w.data(), yG.data(), rG.data(), s.rows, d, eps);
+    GdnGatedNormArgs a;
+    a.dtype = dtypeOf(type());
+    a.tokens = s.rows;
+    a.heads = 1;
+    a.dim = int32_t(d);
+    a.eps = eps;
+    a.x = x.data();
+    a.z = z.data();
+    a.w = w.data();
+    a.y = yR.data();
+    a.rstd = rR.data();
+    ASSERT_EQ(gdnGatedNormForward(kHost, a), Status::Ok);
+    std::string where = std::to_string(s.rows) + "x" + std::to_string(d);
+    EXPECT_TRUE(sameBits(yW, yG, eb, "gated norm y")) << where;
+    EXPECT_TRUE(sameBits(rawBytes(rW), rawBytes(rG), 4, "gated norm rstd"))
+        << where;
+    EXPECT_TRUE(closeTo(type(), yR, yG, orderTol(type()), "y vs reference"))
+        << where;
+    // The backward from the model's rstd on every side.
+    std::vector<float> dw0;
+    for (double v : ap::test::randn(size_t(d), 145 + s.cols))
+      dw0.push_back(float(v));
+    std::vector<float> dwW = dw0, dwG = dw0, dwR = dw0;
+    std::vector<uint8_t> dxW(n * eb), dzW(n * eb), ybW(n * eb);
+    std::vector<uint8_t> dxG(n * eb, 9), dzG(n * eb, 9), ybG(n * eb, 9);
+    std::vector<uint8_t> dxR(n * eb), dzR(n * eb);
+    modelGatedNormBackward(type(), x.data(), z.data(), w.data(), rW.data(),
+                           dy.data(), dxW.data(), dzW.data(), dwW.data(),
+                           ybW.data(), s.rows, d);
+    I parts = kg::rmsNormDwParts(s.rows);
+    std::vector<float> partial(size_t(parts * d), -5.f);
+    bwd(x.data(), z.data(), w.data(), rW.data(), dy.data(), dxG.data(),
+        dzG.data(), dwG.data(), ybG.data(), partial.data(), s.rows, d, parts);
+    EXPECT_TRUE(sameBits(dxW, dxG, eb, "gated norm dx")) << where;
+    EXPECT_TRUE(sameBits(dzW, dzG, eb, "gated norm dz")) << where;
+    EXPECT_TRUE(sameBits(ybW, ybG, eb, "rebuilt y")) << where;
+    EXPECT_TRUE(sameBits(yW, ybG, eb, "rebuilt y against the forward"))
+        << where;
+    EXPECT_TRUE(sameBits(rawBytes(dwW), rawBytes(dwG), 4, "gated norm dw"))
+        << where;
+    a.y = nullptr;
+    a.rstd = rW.data();
+    a.dy = dy.data();
+    a.dx = dxR.data();
+    a.dz = dzR.data();
+    a.dw = dwR.data();
+    ASSERT_EQ(gdnGatedNormBackward(kHost, a), Status::Ok);
+    EXPECT_TRUE(closeTo(type(), dxR, dxG, orderTol(type()), "dx vs reference"))
+        << where;
+    EXPECT_TRUE(sameBits(dzR, dzG, eb, "dz vs reference")) << where;
+    EXPECT_TRUE(closeTo(kg::ElemType::F32, rawBytes(dwR), rawBytes(dwG), 1e-5,
+                        "dw vs reference"))
+        << where;
+    // Without dw and y: the same dx and dz.
+    std::vector<uint8_t> dx0(n * eb, 11), dz0(n * eb, 11);
+    bwd0(x.data(), z.data(), w.data(), rW.data(), dy.data(), dx0.data(),
+         dz0.data(), s.rows, d);
+    EXPECT_TRUE(sameBits(dxG, dx0, eb, "dx without dw")) << where;
+    EXPECT_TRUE(sameBits(dzG, dz0, eb, "dz without dw")) << where;
   }
 }
 

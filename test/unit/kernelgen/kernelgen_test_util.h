@@ -237,6 +237,65 @@ inline void modelL2NormBackward(kg::ElemType t, const void *y,
   }
 }
 
+/// kernelgen's gated RMSNorm of each contiguous row of x [rows, dim] (GDN's
+/// norm of a head's output): y = (((w x) r) z) s, s = sigmoid(z), and rstd.
+inline float modelSigmoid(float v) { return 1.0f / (1.0f + std::exp(-v)); }
+inline void modelGatedNorm(kg::ElemType t, const void *x, const void *z,
+                           const void *w, void *y, float *rstd, I rows, I dim,
+                           float eps) {
+  const I vec = kg::rowChunkOf(kg::GroupKind::GatedNormForward, t);
+  for (I r = 0; r < rows; ++r) {
+    float ss = modelRowSum(vec, dim, [&](I j) {
+      float v = loadAt(t, x, r * dim + j);
+      return v * v;
+    });
+    float rs = 1.0f / std::sqrt(ss / float(dim) + eps);
+    rstd[r] = rs;
+    for (I j = 0; j < dim; ++j) {
+      float zv = loadAt(t, z, r * dim + j);
+      storeAt(t, y, r * dim + j,
+              loadAt(t, w, j) * loadAt(t, x, r * dim + j) * rs * zv *
+                  modelSigmoid(zv));
+    }
+  }
+}
+/// Its backward: dx, dz, the rebuilt y (when y is not null) and dw += the
+/// column sums of ((dy z) s) (x r) (when dw is not null).
+inline void modelGatedNormBackward(kg::ElemType t, const void *x, const void *z,
+                                   const void *w, const float *rstd,
+                                   const void *dy, void *dx, void *dz,
+                                   float *dw, void *y, I rows, I dim) {
+  const I vec = kg::rowChunkOf(kg::GroupKind::GatedNormBackward, t);
+  auto at = [&](const void *p, I r, I j) { return loadAt(t, p, r * dim + j); };
+  auto dyh = [&](I r, I j) {
+    float zv = at(z, r, j);
+    return at(dy, r, j) * zv * modelSigmoid(zv);
+  };
+  for (I r = 0; r < rows; ++r) {
+    float rs = rstd[r];
+    float mean =
+        modelRowSum(vec, dim,
+                    [&](I j) {
+                      return loadAt(t, w, j) * dyh(r, j) * (at(x, r, j) * rs);
+                    }) /
+        float(dim);
+    for (I j = 0; j < dim; ++j) {
+      float xv = at(x, r, j), wv = loadAt(t, w, j), zv = at(z, r, j),
+            g = at(dy, r, j), s = modelSigmoid(zv), xh = xv * rs;
+      if (y)
+        storeAt(t, y, r * dim + j, wv * xv * rs * zv * s);
+      storeAt(t, dz, r * dim + j, g * wv * xh * s * (1.0f + zv * (1.0f - s)));
+      float wdy = wv * (g * zv * s);
+      storeAt(t, dx, r * dim + j, rs * (wdy - xv * rs * mean));
+    }
+  }
+  if (dw)
+    for (I j = 0; j < dim; ++j)
+      dw[j] = dw[j] + modelColumnSum(rows, [&](I r) {
+                return dyh(r, j) * (at(x, r, j) * rstd[r]);
+              });
+}
+
 /// Max |got - want| within tol x max |want| over a storage buffer (two
 /// orders of the same sums: a bound, not bits).
 inline ::testing::AssertionResult closeTo(kg::ElemType t,
