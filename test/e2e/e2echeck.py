@@ -23,6 +23,9 @@ def prebuilt_cli(description, default_seq):
     b.add_argument("--model", required=True)
     b.add_argument("--dir", required=True)
     b.add_argument("--seq", type=int, default=default_seq)
+    b.add_argument("--micro-batches", type=int, default=None,
+                   help="microbatches per rank (each script's default "
+                        "otherwise)")
     r = sub.add_parser("run")
     r.add_argument("--dir", required=True)
     r.add_argument("--work", required=True)
@@ -89,3 +92,76 @@ def run_logged(cmd, cwd, timeout=120, shown=None):
     if r.returncode != 0 and r.stderr.strip():
         print("  " + r.stderr.strip().replace("\n", "\n  "), flush=True)
     return r
+
+
+class GpuProcessMemory:
+    """Samples each process's device memory with nvidia-smi while a
+    multi-rank run shares one GPU (cudaMemGetInfo, behind the binaries'
+    device_peak_bytes, sees every process on the GPU, so a rank's own peak
+    comes from here). A process is named by its MPI or torchrun rank, read
+    from /proc/PID/environ; pids the driver reports from outside this pid
+    namespace stay unnamed. Use as a context manager; `peaks` then maps
+    rank -> largest sampled MiB (the process's CUDA context included)."""
+
+    def __init__(self, period_s=0.2):
+        import shutil
+        import threading
+        self.period_s = period_s
+        self.peaks = {}
+        self.unnamed = {}
+        self.available = shutil.which("nvidia-smi") is not None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    @staticmethod
+    def _rank(pid):
+        try:
+            with open("/proc/%d/environ" % pid, "rb") as f:
+                env = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0")
+                           if b"=" in kv)
+        except OSError:
+            return None
+        for key in (b"OMPI_COMM_WORLD_RANK", b"PMI_RANK", b"RANK"):
+            if key in env:
+                return int(env[key])
+        return 0
+
+    def _run(self):
+        while not self._stop.is_set():
+            try:
+                out = subprocess.run(
+                    ["nvidia-smi", "--query-compute-apps=pid,used_memory",
+                     "--format=csv,noheader,nounits"], capture_output=True,
+                    text=True, timeout=10).stdout
+            except (OSError, subprocess.TimeoutExpired):
+                out = ""
+            for line in out.splitlines():
+                parts = [p.strip() for p in line.split(",")]
+                if len(parts) != 2 or not parts[0].isdigit() or \
+                        not parts[1].isdigit():
+                    continue
+                pid, mib = int(parts[0]), int(parts[1])
+                rank = self._rank(pid)
+                into = self.peaks if rank is not None else self.unnamed
+                key = rank if rank is not None else pid
+                into[key] = max(into.get(key, 0), mib)
+            self._stop.wait(self.period_s)
+
+    def __enter__(self):
+        if self.available:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        if self.available:
+            self._stop.set()
+            self._thread.join()
+        return False
+
+    def describe(self):
+        if not self.available:
+            return "no nvidia-smi"
+        text = "per-process MiB by rank %s" % dict(sorted(self.peaks.items()))
+        if self.unnamed:
+            text += ", unnamed pids %s" % self.unnamed
+        return text

@@ -29,7 +29,14 @@ import os
 import subprocess
 import sys
 
-from e2echeck import check, exit_status, prebuilt_cli
+from e2echeck import GpuProcessMemory, check, exit_status, prebuilt_cli
+
+# What a rank may use beyond its plan: the CUDA context and cuBLASLt, the
+# reserve the compiler keeps back for them (support/DeviceReserve.h; ranks
+# sharing one GPU through mpi-staged have no NCCL buffers).
+RESERVE_MIB = 768 + 256
+# Per-process device memory of the last multi-rank arm, by arm name.
+PROCESS_MIB = {}
 
 # Relative, on loss and grad norm: the host test's fp32 bound (2^-18)
 # widened for bf16 activations, whose roundings the two associations of a
@@ -74,7 +81,10 @@ def train(args, name, ranks):
                "--allow-run-as-root", "-x", "NCCL_NVLS_ENABLE=0"] + cmd + \
               ["--comm", args.comm]
     print("$ " + " ".join(cmd), flush=True)
-    r = subprocess.run(cmd, timeout=600)
+    with GpuProcessMemory() as mem:
+        r = subprocess.run(cmd, timeout=600)
+    if args.device == "cuda":
+        PROCESS_MIB[name] = mem
     if not check(r.returncode == 0, "%s exited %d" % (name, r.returncode)):
         return None
     out = [lines(metrics)]
@@ -90,8 +100,9 @@ def close(a, b):
 def run(args):
     os.makedirs(args.work, exist_ok=True)
     one = train(args, "dp1", 1)
-    for mode, (a, b) in (("replicate", ("dp2", "dp2-offload")),
-                         ("zero3", ("z2", "z2-offload"))):
+    args.arm_names = {"replicate": ("dp2", "dp2-offload"),
+                      "zero3": ("z2", "z2-offload")}
+    for mode, (a, b) in args.arm_names.items():
         if os.path.exists(os.path.join(args.dir, a)):
             check_pair(args, one, mode, train(args, a, 2), train(args, b, 2))
         else:
@@ -140,11 +151,26 @@ def check_pair(args, one, mode, off, on):
                b["grad_norm"]))
     print("losses: one rank %s, two ranks (%s) %s" %
           ([m["loss"] for m in one[0]], mode, [m["loss"] for m in off[0]]))
-    # Ranks sharing one GPU (mpi-staged) each see both processes' memory.
-    for what, ranks in ((mode, off), (mode + " offload", on)):
+    # Ranks sharing one GPU (mpi-staged) each see both processes' memory in
+    # device_peak_bytes; nvidia-smi's per-process numbers are each rank's.
+    for what, name, ranks in ((mode, args.arm_names[mode][0], off),
+                              (mode + " offload", args.arm_names[mode][1],
+                               on)):
+        planned = [r[-1].get("planned_peak_bytes") for r in ranks]
         print("%s device peak per rank %s, planned %s bytes" %
               (what, [r[-1].get("device_peak_bytes") for r in ranks],
-               [r[-1].get("planned_peak_bytes") for r in ranks]))
+               planned))
+        mem = PROCESS_MIB.get(name)
+        if mem is None:
+            continue
+        print("%s %s" % (what, mem.describe()), flush=True)
+        for rank, plan in enumerate(planned):
+            if rank in mem.peaks and plan:
+                check(mem.peaks[rank] <= plan / 2**20 + RESERVE_MIB,
+                      "%s rank %d: process peak %d MiB above the plan "
+                      "%.0f MiB + %d MiB reserve" %
+                      (what, rank, mem.peaks[rank], plan / 2**20,
+                       RESERVE_MIB))
 
 
 def main():

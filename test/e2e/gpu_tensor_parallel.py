@@ -14,6 +14,9 @@
 #                  --pipeline-parallel=2 (4 ranks)
 #   tp2sp-tied     tp2sp compiled with --tied-grad-parts (the reference of
 #                  tp2pp2sp)
+#   tp1-tied       tp1 with --tied-grad-parts (the reference of pp2)
+#   pp2            --pipeline-parallel=2 (2 ranks)
+#   pp2-placed     pp2 with tp2sp-placed's placement
 #
 # With one GPU the ranks share it through --comm mpi-staged (MPI on device
 # buffers staged through pinned memory): bits and peaks, not speed; on two
@@ -24,9 +27,11 @@
 # every rank, copies both ways for each offloaded scope and an empty pinned
 # pool; tp2pp2sp has tp2sp-tied's loss and grad norm bitwise on every rank
 # (the grad norm is one running sum over the blocks' partials continued
-# from stage to stage, on the GPU too). Prints
+# from stage to stage, on the GPU too), and so has pp2 against tp1-tied;
+# pp2-placed has pp2's fingerprints per stage, with copies as above. Prints
 # one line per arm (loss, grad norm, measured and planned device peak per
-# rank) and PASS or FAIL.
+# rank, and on a GPU each rank's own process peak from nvidia-smi) and PASS
+# or FAIL.
 #
 #===------------------------------------------------------------------------===#
 import json
@@ -34,7 +39,7 @@ import os
 import subprocess
 import sys
 
-from e2echeck import prebuilt_cli
+from e2echeck import GpuProcessMemory, prebuilt_cli
 
 # Relative difference of loss and grad norm against one rank, bf16.
 BOUND = {"loss": 2e-3, "grad_norm": 3e-2}
@@ -47,15 +52,18 @@ TP2SP = ["--tensor-parallel=2", "--sequence-parallel"]
 ARMS = [("tp1", 1, []), ("tp2", 2, ["--tensor-parallel=2"]),
         ("tp2sp", 2, TP2SP), ("tp2sp-placed", 2, TP2SP + PLACED),
         ("tp2sp-tied", 2, TP2SP + ["--tied-grad-parts"]),
-        ("tp2pp2sp", 4, TP2SP + ["--pipeline-parallel=2"])]
+        ("tp2pp2sp", 4, TP2SP + ["--pipeline-parallel=2"]),
+        ("tp1-tied", 1, ["--tied-grad-parts"]),
+        ("pp2", 2, ["--pipeline-parallel=2"]),
+        ("pp2-placed", 2, ["--pipeline-parallel=2"] + PLACED)]
 
 
 def build(args):
     os.makedirs(args.dir, exist_ok=True)
     for name, _, flags in ARMS:
         cmd = [args.compile, args.model, "--seq", str(args.seq),
-               "--micro-batches", "4", "-o", os.path.join(args.dir, name)] + \
-              flags
+               "--micro-batches", str(args.micro_batches or 4),
+               "-o", os.path.join(args.dir, name)] + flags
         print("$ " + " ".join(cmd), flush=True)
         if subprocess.run(cmd, stdout=subprocess.DEVNULL).returncode != 0:
             return 1
@@ -76,7 +84,8 @@ def train(args, name, ranks, steps):
                "--allow-run-as-root", "-x", "NCCL_NVLS_ENABLE=0"] + cmd
         if args.comm != "auto":
             cmd += ["--comm", args.comm]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    with GpuProcessMemory() as mem:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     if r.returncode != 0:
         print("FAIL: %s exited %d\n%s" % (name, r.returncode,
                                            (r.stdout + r.stderr)[-3000:]))
@@ -93,6 +102,8 @@ def train(args, name, ranks, steps):
                   " ".join("%.1f/%.1f" % (l["device_peak_bytes"] / 2**20,
                                           l["planned_peak_bytes"] / 2**20)
                            for l in last)), flush=True)
+    if args.device == "cuda":
+        print("%-13s %s" % (name, mem.describe()), flush=True)
     return lines
 
 
@@ -133,43 +144,67 @@ def run(args):
             print("%s against tp1: largest relative difference loss %.3g, "
                   "grad norm %.3g" % (name, worst.get("loss", 0),
                                       worst.get("grad_norm", 0)), flush=True)
-    base, placed = out.get("tp2sp"), out.get("tp2sp-placed")
-    if base and placed:
-        for rank in range(2):
-            for a, b in zip(base[rank], placed[rank]):
-                check(a["fingerprints"] == b["fingerprints"],
-                      "tp2sp-placed rank %d step %d: fingerprints differ "
-                      "from tp2sp" % (rank, a["step"]))
-                check(b["pinned_pool"]["in_use"] == 0,
-                      "tp2sp-placed rank %d step %d: pinned pool in use" %
-                      (rank, b["step"]))
-                copied = [s for s, c in b["transfers"].items()
-                          if c["d2h_count"] > 0 and
-                          c["d2h_count"] == c["h2d_count"]]
-                check(any(p in s for s in copied for p in PLACED_SCOPES),
-                      "tp2sp-placed rank %d step %d: transfers %s" %
-                      (rank, b["step"], b["transfers"]))
-                for s, c in a["transfers"].items():
-                    check(c["d2h_count"] == 0,
-                          "tp2sp rank %d: %s copied without placement" %
-                          (rank, s))
-        if not failures:
-            print("tp2sp-placed: fingerprints equal to tp2sp on both ranks "
-                  "every step; offloaded %s" %
-                  ", ".join(sorted(placed[0][0]["transfers"])), flush=True)
-    tied, staged = out.get("tp2sp-tied"), out.get("tp2pp2sp")
-    if tied and staged:
+    # Every tensor-parallel rank holds a part of every GDN layer; a pipeline
+    # stage may hold none.
+    for base_name, placed_name, every in (("tp2sp", "tp2sp-placed", True),
+                                          ("pp2", "pp2-placed", False)):
+        placement_agrees(out, base_name, placed_name, every, check, failures)
+    for ref_name, staged_name in (("tp2sp-tied", "tp2pp2sp"),
+                                  ("tp1-tied", "pp2")):
+        tied, staged = out.get(ref_name), out.get(staged_name)
+        if not (tied and staged):
+            continue
         for rank, rl in enumerate(staged):
             for a, b in zip(tied[0], rl):
                 check(a["loss"] == b["loss"] and
                       a["grad_norm"] == b["grad_norm"],
-                      "tp2pp2sp rank %d step %d: loss %r / grad norm %r, "
-                      "tp2sp-tied %r / %r" % (rank, b["step"], b["loss"],
-                                              b["grad_norm"], a["loss"],
-                                              a["grad_norm"]))
+                      "%s rank %d step %d: loss %r / grad norm %r, %s %r / "
+                      "%r" % (staged_name, rank, b["step"], b["loss"],
+                              b["grad_norm"], ref_name, a["loss"],
+                              a["grad_norm"]))
     print("gpu tensor parallel: %s" %
           ("PASS" if not failures else "FAIL (%d)" % len(failures)))
     return 0 if not failures else 1
+
+
+def placement_agrees(out, base_name, placed_name, every_rank, check,
+                     failures):
+    """`placed_name` has `base_name`'s fingerprints on every rank, copies
+    each scope it offloads both ways and leaves the pinned pool empty; a
+    placed scope is copied on every rank (`every_rank`) or on one at
+    least."""
+    base, placed = out.get(base_name), out.get(placed_name)
+    if base and placed:
+        before = len(failures)
+        placed_ranks = set()
+        for rank in range(len(base)):
+            for a, b in zip(base[rank], placed[rank]):
+                check(a["fingerprints"] == b["fingerprints"],
+                      "%s rank %d step %d: fingerprints differ from %s" %
+                      (placed_name, rank, a["step"], base_name))
+                check(b["pinned_pool"]["in_use"] == 0,
+                      "%s rank %d step %d: pinned pool in use" %
+                      (placed_name, rank, b["step"]))
+                check(all(c["d2h_count"] == c["h2d_count"]
+                          for c in b["transfers"].values()),
+                      "%s rank %d step %d: transfers %s" %
+                      (placed_name, rank, b["step"], b["transfers"]))
+                if any(p in s and c["d2h_count"] > 0
+                       for s, c in b["transfers"].items()
+                       for p in PLACED_SCOPES):
+                    placed_ranks.add(rank)
+                for s, c in a["transfers"].items():
+                    check(c["d2h_count"] == 0,
+                          "%s rank %d: %s copied without placement" %
+                          (base_name, rank, s))
+        check(placed_ranks == set(range(len(base))) if every_rank
+              else bool(placed_ranks),
+              "%s: %s copied on ranks %s only" %
+              (placed_name, "/".join(PLACED_SCOPES), sorted(placed_ranks)))
+        if len(failures) == before:
+            print("%s: fingerprints equal to %s on every rank every step; "
+                  "offloaded %s" % (placed_name, base_name, ", ".join(
+                      sorted(placed[0][0]["transfers"]))), flush=True)
 
 
 def main():
