@@ -601,6 +601,8 @@ LogicalResult Walker::run(EmittedPlan *plan) {
     }
   });
   step->walk([&](exec::KernelOp k) {
+    // A vocab-parallel table is a block of the vocabulary; the lowering
+    // records the whole one in the step's `vocab` (below).
     if (k.getCallee() == "train.embedding")
       d.vocab = tensorOf(k.getInputs()[1]).getDimSize(0);
     if (k.getCallee() == "train.lr_schedule")
@@ -1290,6 +1292,10 @@ LogicalResult Walker::walkKernel(Operation *op) {
     SETV(tokens, nel(ins[0]));
     SETV(vocab, dim(ins[1], 0));
     SETV(dim, dim(ins[1], 1));
+    // The runtime fills the rank's block of the vocabulary (kernels/dense.h
+    // VocabGroup).
+    if (args && args.get("vocab_parallel"))
+      SETV(vocabParallel, int32_t(1));
     launch(A, "embeddingForward");
     return success();
   }
@@ -1304,6 +1310,8 @@ LogicalResult Walker::walkKernel(Operation *op) {
     SETV(tokens, nel(ins[0]));
     SETV(vocab, dim(outs[0], 0));
     SETV(dim, dim(outs[0], 1));
+    if (args && args.get("vocab_parallel"))
+      SETV(vocabParallel, int32_t(1));
     launch(A, "embeddingBackward");
     return success();
   }
@@ -1978,6 +1986,8 @@ LogicalResult Walker::walkKernel(Operation *op) {
     SETV(vocab, vocab);
     SETV(chunkTokens, intArg(args, "chunk_tokens", 1024));
     SETV(ignoreIndex, intArg(args, "ignore_index", -100));
+    if (args && args.get("vocab_parallel"))
+      SETV(vocabParallel, int32_t(1));
     if (fwd) {
       SETP(lossSum, at(outs[0]));
       SETP(validCount, at(outs[1]));

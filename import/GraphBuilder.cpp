@@ -487,23 +487,23 @@ OwningOpRef<ModuleOp> GraphEmitter::build() {
   Block *body = func.addEntryBlock();
   b.setInsertionPointToStart(body);
 
-  // Sequence parallelism: the embedding, the norms between regions and the
-  // loss run on this rank's tokens.
+  // Tensor parallelism splits the vocabulary (Megatron's vocab-parallel
+  // embedding and LM head): each rank holds a block of the table's rows,
+  // looks up the ids of its rows and sums the ranks' lookups as a
+  // row-parallel projection does (with sequence parallelism the sum is a
+  // reduce-scatter onto the rank's tokens). The ids are the whole
+  // microbatch's on every rank.
   Value tokens = body->getArgument(0), labels = body->getArgument(1);
-  if (sp) {
-    auto shardType = RankedTensorType::get({1, B * T / tp}, b.getI32Type());
-    tokens = SequenceParallelShardOp::create(b, loc, shardType, tokens,
-                                             scope(-1, "embedding"));
-    labels = SequenceParallelShardOp::create(b, loc, shardType, labels,
-                                             scope(-1, "lm_head"));
-  }
-  tokenLocal("model.embed_tokens.weight");
   tokenLocal("model.norm.weight");
-  tokenLocal("lm_head.weight");
-  Value embed = param("model.embed_tokens.weight", {cfg.vocabSize, D},
-                      InitKind::Normal, 0.0, cfg.initializerRange);
-  Value h = EmbeddingOp::create(b, loc, residualType(), tokens, embed,
-                                scope(-1, "embedding"));
+  Value embed = tp > 1 ? splitParam("model.embed_tokens.weight",
+                                    {cfg.vocabSize, D}, 0, {cfg.vocabSize},
+                                    InitKind::Normal, 0.0, cfg.initializerRange)
+                       : param("model.embed_tokens.weight", {cfg.vocabSize, D},
+                               InitKind::Normal, 0.0, cfg.initializerRange);
+  Value h = EmbeddingOp::create(b, loc, tensor({B, T, D}), tokens, embed,
+                                scope(-1, "embedding"),
+                                tp > 1 ? b.getUnitAttr() : UnitAttr());
+  h = leaveRegion(h, -1, "embedding");
   for (auto [i, layer] : llvm::enumerate(cfg.layers)) {
     int64_t idx = static_cast<int64_t>(i);
     switch (layer.mixer) {
@@ -524,14 +524,22 @@ OwningOpRef<ModuleOp> GraphEmitter::build() {
   }
   h = rmsNorm(h, modelNormWeight("model.norm.weight", D), cfg.zeroCenteredNorms,
               -1, "final_norm");
-  Value head = cfg.tieWordEmbeddings
-                   ? embed
-                   : param("lm_head.weight", {cfg.vocabSize, D},
-                           InitKind::Normal, 0.0, cfg.initializerRange);
+  Value head = embed;
+  if (!cfg.tieWordEmbeddings)
+    head = tp > 1 ? splitParam("lm_head.weight", {cfg.vocabSize, D}, 0,
+                               {cfg.vocabSize}, InitKind::Normal, 0.0,
+                               cfg.initializerRange)
+                  : param("lm_head.weight", {cfg.vocabSize, D},
+                          InitKind::Normal, 0.0, cfg.initializerRange);
+  // The vocab-parallel LM head reads the whole sequence on every rank (an
+  // all-gather of the token shards with sequence parallelism) and its
+  // hidden gradient is a partial sum: Megatron's f, or the gather whose
+  // gradient is the reduce-scatter.
+  h = enterRegion(h, -1, "lm_head");
   auto ce = LMHeadCrossEntropyOp::create(
       b, loc, lossType, countType, /*lse=*/Type(), h, head, labels,
       b.getI64IntegerAttr(shape.lossChunkTokens), b.getI64IntegerAttr(-100),
-      scope(-1, "lm_head"));
+      scope(-1, "lm_head"), tp > 1 ? b.getUnitAttr() : UnitAttr());
   func::ReturnOp::create(b, loc,
                          ValueRange{ce.getLossSum(), ce.getTokenCount()});
 
@@ -617,6 +625,8 @@ llvm::Error ap::import::checkTensorParallel(const ModelConfig &cfg,
   }
   if (mlp)
     fields.push_back({"intermediate_size", cfg.intermediateSize});
+  // The embedding and LM head split the vocabulary's rows.
+  fields.push_back({"vocab_size", cfg.vocabSize});
   for (auto [field, value] : fields)
     if (value % tp != 0)
       return error(llvm::Twine("the model's ") + field + " (" +

@@ -207,12 +207,40 @@ Status residualAddBackward(const KernelContext &ctx,
                            const ResidualAddBackwardArgs &args);
 
 //===----------------------------------------------------------------------===//
+// The vocabulary split over tensor-parallel ranks (Megatron's vocab-parallel
+// embedding and LM head): rank r of `ranks` holds rows [offset, offset +
+// vocab) of the whole [vocab x ranks, dim] table, offset = r x vocab. The
+// embedding looks up the ids of its rows and writes zero rows for the others
+// (the ranks' outputs are then summed); the cross-entropy exchanges each
+// token's partial softmax statistics through `allGather`. The runtime fills
+// it for launches of a program compiled with --tensor-parallel; ranks 1
+// (the default) is the whole vocabulary on this rank, and nothing else is
+// read.
+//===----------------------------------------------------------------------===//
+
+struct VocabGroup {
+  int32_t ranks = 1;  ///< ranks sharing the vocabulary (1: not split)
+  int64_t offset = 0; ///< this rank's first row: rank x vocab
+  /// Gathers `n` floats from every rank of the group into recv[ranks x n]
+  /// in rank order, ordered on ctx's stream (device memory on cuda, host
+  /// memory on host); the same bits on every rank. Throws on failure (the
+  /// runtime's collective errors). Null when ranks is 1.
+  void (*allGather)(void *self, const KernelContext &ctx, const float *send,
+                    float *recv, int64_t n) = nullptr;
+  void *self = nullptr;
+};
+
+//===----------------------------------------------------------------------===//
 // Token embedding. Forward gathers rows of W [vocab, dim]; ids outside
 // [0, vocab) give zero rows (the host backend also returns InvalidArgument;
 // the CUDA backend cannot report without a sync). Backward: each vocab row
 // has one owner that adds dy rows of its tokens in increasing token order,
 //   dw[id] += dy[n] for n = 0..tokens-1,
 // the same order on both backends (no atomics; results are bitwise equal).
+// With a split vocabulary (group.ranks > 1) W holds rows [group.offset,
+// group.offset + vocab): id maps to row id - group.offset, ids of other
+// ranks' rows give zero rows forward and nothing backward, and only ids
+// outside [0, vocab x group.ranks) are invalid.
 //===----------------------------------------------------------------------===//
 
 struct EmbeddingForwardArgs {
@@ -221,6 +249,10 @@ struct EmbeddingForwardArgs {
   const void *w = nullptr;      ///< [vocab, dim]
   void *y = nullptr;            ///< [tokens, dim]
   int64_t tokens = 0, vocab = 0, dim = 0;
+  /// The generated step sets it when the table is this tensor-parallel
+  /// rank's block; the runtime then fills `group`.
+  int32_t vocabParallel = 0;
+  VocabGroup group;
 };
 struct EmbeddingBackwardArgs {
   DType dtype = DType::BF16;
@@ -228,6 +260,8 @@ struct EmbeddingBackwardArgs {
   const void *dy = nullptr;     ///< [tokens, dim]
   void *dw = nullptr;           ///< [vocab, dim] acc main grad, +=
   int64_t tokens = 0, vocab = 0, dim = 0;
+  int32_t vocabParallel = 0; ///< as EmbeddingForwardArgs
+  VocabGroup group;
 };
 Status embeddingForward(const KernelContext &ctx,
                         const EmbeddingForwardArgs &args);
@@ -248,6 +282,15 @@ Status embeddingBackward(const KernelContext &ctx,
 //   dWeight += dlogits^T h     [vocab, dim] acc main grad of the tied weight.
 // gradScale is the caller's loss scaling (1 / total valid tokens for a mean).
 // Labels outside [0, vocab) other than ignoreIndex are treated as ignored.
+// With a split vocabulary (group.ranks > 1, the weight is this rank's rows
+// [group.offset, group.offset + vocab)): per token each rank computes the
+// running (max, sum of exp) over its logits and the label's logit if the
+// label is its row (else 0); the ranks all-gather these triples and every
+// rank merges them in rank order (the same online merge as within a row), so
+// lse, loss, lossSum and validCount are the whole vocabulary's and equal on
+// every rank. Labels are valid in [0, vocab x group.ranks). dlogits cover the
+// rank's rows; dHidden is this rank's partial sum (the graph sums it over
+// the ranks), dWeight its rows' gradient.
 //===----------------------------------------------------------------------===//
 
 struct LmHeadCrossEntropyArgs {
@@ -263,11 +306,15 @@ struct LmHeadCrossEntropyArgs {
   void *lse = nullptr;           ///< [tokens] acc (may be null)
   // Backward only.
   double gradScale = 1.0;
-  void *dHidden = nullptr; ///< [tokens, dim], overwritten (may be null)
-  void *dWeight = nullptr; ///< [vocab, dim] acc main grad, += (may be null)
+  void *dHidden = nullptr;   ///< [tokens, dim], overwritten (may be null)
+  void *dWeight = nullptr;   ///< [vocab, dim] acc main grad, += (may be null)
+  int32_t vocabParallel = 0; ///< as EmbeddingForwardArgs
+  VocabGroup group;
 };
 /// Proportional to min(chunkTokens, tokens) * vocab, independent of tokens
-/// beyond one chunk (plus the GEMM workspace on CUDA).
+/// beyond one chunk (plus the GEMM workspace on CUDA); with a split
+/// vocabulary also the gathered statistics, 3 floats per chunk token and
+/// rank (group.ranks is read; the rest of the group need not be filled).
 size_t lmHeadCrossEntropyWorkspaceBytes(Backend backend,
                                         const LmHeadCrossEntropyArgs &args);
 /// The chunk buffers alone (fp32 logits, bf16 dlogits, per-token state):

@@ -72,9 +72,16 @@ size_t lmHeadCrossEntropyChunkWorkspaceBytes(Backend backend,
   if (c <= 0)
     return 0;
   // fp32 logits, bf16 dlogits, per-token loss, valid flag and lse.
-  return add(add(align256(mul(count(c), count(a.vocab), 4)),
-                 align256(mul(count(c), count(a.vocab), 2))),
-             align256(mul(count(c), 12)));
+  size_t bytes = add(add(align256(mul(count(c), count(a.vocab), 4)),
+                         align256(mul(count(c), count(a.vocab), 2))),
+                     align256(mul(count(c), 12)));
+  // A split vocabulary: the fp32 statistics sent and the ranks' gathered.
+  if (a.group.ranks > 1) {
+    size_t stats = mul(count(c), size_t(ref::kCeStats), sizeof(float));
+    bytes = add(add(bytes, align256(stats)),
+                align256(mul(count(a.group.ranks), stats)));
+  }
+  return bytes;
 }
 
 size_t lmHeadCrossEntropyWorkspaceBytes(Backend backend,

@@ -95,12 +95,59 @@ const char *labelOf(const char *call, const char *label) {
 
 using Launcher = void (*)(StepRunner &, Stream, const char *, const void *);
 
+/// The tensor-parallel ranks' all-gather, for kernels that exchange data
+/// between their launches (the vocab-parallel cross-entropy's statistics).
+void vocabAllGather(void *self, const kernels::KernelContext &ctx,
+                    const float *send, float *recv, int64_t n) {
+  static_cast<Communicator *>(self)->allGather(
+      send, recv, size_t(n), kernels::DType::F32,
+      ctx.backend == kernels::Backend::Cuda ? ctx.stream : nullptr);
+}
+
+/// Completes a launch's args with what only the runtime knows. A
+/// vocab-parallel embedding or LM head (the step sets vocabParallel): this
+/// tensor-parallel rank's block of the vocabulary and the group's
+/// all-gather. Other args are complete as the step wrote them.
+template <typename Args>
+void completeArgs(StepRunner &, const char *, Args &) {}
+template <typename Args>
+void completeVocab(StepRunner &r, const char *label, Args &a) {
+  if (!a.vocabParallel)
+    return;
+  Communicator *tp = r.tensorParallel;
+  if (!tp)
+    fail("abi: ap_launch '", label,
+         "': a vocab-parallel launch in a step without a tensor-parallel "
+         "group (the program's tensor_parallel_size is ",
+         r.program().tensorParallelSize, ")");
+  a.group.ranks = tp->size();
+  a.group.offset = int64_t(tp->rank()) * a.vocab;
+  a.group.allGather = &vocabAllGather;
+  a.group.self = tp;
+}
+template <>
+void completeArgs(StepRunner &r, const char *label,
+                  kernels::EmbeddingForwardArgs &a) {
+  completeVocab(r, label, a);
+}
+template <>
+void completeArgs(StepRunner &r, const char *label,
+                  kernels::EmbeddingBackwardArgs &a) {
+  completeVocab(r, label, a);
+}
+template <>
+void completeArgs(StepRunner &r, const char *label,
+                  kernels::LmHeadCrossEntropyArgs &a) {
+  completeVocab(r, label, a);
+}
+
 template <typename Args, kernels::Status (*Entry)(
                              const kernels::KernelContext &, const Args &)>
 void launchCopy(StepRunner &r, Stream stream, const char *label,
                 const void *args) {
   Args a;
   std::memcpy(static_cast<void *>(&a), args, sizeof(Args));
+  completeArgs(r, label, a);
   r.launchOn(stream, label,
              [a](const kernels::KernelContext &c) { return Entry(c, a); });
 }

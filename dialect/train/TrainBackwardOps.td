@@ -29,7 +29,9 @@ def Train_EmbeddingGradOp : Train_AccumulatingGradOp<"embedding_grad"> {
     ```
   }];
   let arguments = (ins Train_Tokens:$tokens, Train_Float3D:$result_grad,
-                       FlatSymbolRefAttr:$weight_grad, Train_ScopeAttr:$scope);
+                       FlatSymbolRefAttr:$weight_grad, Train_ScopeAttr:$scope,
+                       UnitAttr:$vocab_parallel);
+  let hasVerifier = 1;
 }
 
 def Train_LinearGradOp : Train_AccumulatingGradOp<"linear_grad"> {
@@ -211,8 +213,10 @@ def Train_LMHeadCrossEntropyGradOp : Train_AccumulatingGradOp<"lm_head_cross_ent
                        Train_F32Tensor:$lse,
                        DefaultValuedAttr<I64Attr, "1024">:$chunk_tokens,
                        DefaultValuedAttr<I64Attr, "-100">:$ignore_index,
-                       OptionalAttr<FlatSymbolRefAttr>:$weight_grad, Train_ScopeAttr:$scope);
+                       OptionalAttr<FlatSymbolRefAttr>:$weight_grad, Train_ScopeAttr:$scope,
+                       UnitAttr:$vocab_parallel);
   let results = (outs Train_Float3D:$hidden_grad);
+  let hasVerifier = 1;
 }
 
 def Train_LMHeadCrossEntropyWithGradOp
@@ -239,7 +243,8 @@ def Train_LMHeadCrossEntropyWithGradOp
   let arguments = (ins Train_Float3D:$hidden, Train_Float2D:$weight, Train_Tokens:$labels,
                        DefaultValuedAttr<I64Attr, "1024">:$chunk_tokens,
                        DefaultValuedAttr<I64Attr, "-100">:$ignore_index,
-                       OptionalAttr<FlatSymbolRefAttr>:$weight_grad, Train_ScopeAttr:$scope);
+                       OptionalAttr<FlatSymbolRefAttr>:$weight_grad, Train_ScopeAttr:$scope,
+                       UnitAttr:$vocab_parallel);
   let results = (outs Train_F32Scalar:$loss_sum, Train_I32Scalar:$token_count,
                       Train_Float3D:$hidden_grad);
   let hasVerifier = 1;

@@ -73,7 +73,7 @@ LogicalResult EmbeddingOp::buildBackward(
     SmallVectorImpl<Value> &operandGrads) {
   if (FlatSymbolRefAttr sym = paramGradSymbol(getTable()))
     EmbeddingGradOp::create(b, getLoc(), getTokens(), resultGrads[0], sym,
-                            getScope());
+                            getScope(), getVocabParallelAttr());
   operandGrads.append({Value(), Value()});
   return success();
 }
@@ -448,7 +448,8 @@ Operation *LMHeadCrossEntropyOp::withSavedResults(OpBuilder &b) {
   auto op = LMHeadCrossEntropyOp::create(
       b, getLoc(), getLossSum().getType(), getTokenCount().getType(),
       f32Like(h, {h.getDimSize(0), h.getDimSize(1)}), getHidden(), getWeight(),
-      getLabels(), getChunkTokensAttr(), getIgnoreIndexAttr(), getScope());
+      getLabels(), getChunkTokensAttr(), getIgnoreIndexAttr(), getScope(),
+      getVocabParallelAttr());
   return replaceWith(*this, op);
 }
 
@@ -463,7 +464,7 @@ LogicalResult LMHeadCrossEntropyOp::buildBackward(
     dh = LMHeadCrossEntropyGradOp::create(
         b, getLoc(), getHidden().getType(), getHidden(), getWeight(),
         getLabels(), getLse(), getChunkTokensAttr(), getIgnoreIndexAttr(), sym,
-        getScope());
+        getScope(), getVocabParallelAttr());
   }
   operandGrads.append({needsGrad[0] ? dh : Value(), Value(), Value()});
   return success();

@@ -109,8 +109,27 @@ LogicalResult ParamRefOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
 // Embedding, linear, norms
 //===----------------------------------------------------------------------===//
 
+/// `vocab_parallel` splits the vocabulary over tensor-parallel ranks: the
+/// module must be one rank's part of such a split.
+static LogicalResult verifyVocabParallel(Operation *op, bool vocabParallel) {
+  if (!vocabParallel)
+    return success();
+  auto module = op->getParentOfType<ModuleOp>();
+  auto tp = module ? module->getAttrOfType<IntegerAttr>(kTensorParallelAttrName)
+                   : IntegerAttr();
+  if (!tp || tp.getInt() < 2)
+    return op->emitOpError()
+           << "vocab_parallel needs a module split over tensor-parallel "
+              "ranks ('"
+           << kTensorParallelAttrName << "' of at least 2), got "
+           << (tp ? std::to_string(tp.getInt()) : std::string("none"));
+  return success();
+}
+
 LogicalResult EmbeddingOp::verify() {
   Checker c(*this);
+  if (failed(verifyVocabParallel(*this, getVocabParallel())))
+    return failure();
   Type res = getType();
   if (failed(c.sameElement("result", res, "table", getTable().getType())) ||
       failed(c.dim("result", res, 0, dimOf(getTokens(), 0),
@@ -580,7 +599,8 @@ static LogicalResult verifyLMHeadOperands(OpTy op, Checker &c) {
 
 LogicalResult LMHeadCrossEntropyOp::verify() {
   Checker c(*this);
-  if (failed(verifyLMHeadOperands(*this, c)))
+  if (failed(verifyLMHeadOperands(*this, c)) ||
+      failed(verifyVocabParallel(*this, getVocabParallel())))
     return failure();
   auto h = getHidden().getType();
   if (Value lse = getLse()) {
@@ -594,10 +614,24 @@ LogicalResult LMHeadCrossEntropyOp::verify() {
 
 LogicalResult LMHeadCrossEntropyWithGradOp::verify() {
   Checker c(*this);
-  if (failed(verifyLMHeadOperands(*this, c)))
+  if (failed(verifyLMHeadOperands(*this, c)) ||
+      failed(verifyVocabParallel(*this, getVocabParallel())))
     return failure();
   return c.sameType("hidden_grad", getHiddenGrad().getType(), "hidden's type",
                     getHidden().getType());
+}
+
+LogicalResult LMHeadCrossEntropyGradOp::verify() {
+  Checker c(*this);
+  if (failed(verifyLMHeadOperands(*this, c)) ||
+      failed(verifyVocabParallel(*this, getVocabParallel())))
+    return failure();
+  return c.sameType("hidden_grad", getHiddenGrad().getType(), "hidden's type",
+                    getHidden().getType());
+}
+
+LogicalResult EmbeddingGradOp::verify() {
+  return verifyVocabParallel(*this, getVocabParallel());
 }
 
 //===----------------------------------------------------------------------===//

@@ -145,12 +145,20 @@ def Train_EmbeddingOp : Train_ComputeOp<"embedding", [DifferentiableOp]> {
     `out[b, t, :] = table[tokens[b, t], :]`. Token ids outside [0, V) are a
     data error reported by the runtime.
 
+    With `vocab_parallel` (a module split over tensor-parallel ranks) the
+    table is this rank's block of the vocabulary's rows (rank r holds rows
+    [r V', (r + 1) V') of the whole table, V' its first dimension): ids of
+    other ranks' rows give zero rows, so the ranks' outputs sum to the
+    lookup (a train.tp_reduce or train.sp_scatter follows), and ids outside
+    [0, V' x ranks) are the data error.
+
     ```mlir
     %h = train.embedding %tokens, %table scope<-1, embedding>
         : (tensor<1x4096xi32>, tensor<248320x1024xbf16>) -> tensor<1x4096x1024xbf16>
     ```
   }];
-  let arguments = (ins Train_Tokens:$tokens, Train_Float2D:$table, Train_ScopeAttr:$scope);
+  let arguments = (ins Train_Tokens:$tokens, Train_Float2D:$table, Train_ScopeAttr:$scope,
+                       UnitAttr:$vocab_parallel);
   let results = (outs Train_Float3D:$result);
   let hasVerifier = 1;
 }
@@ -581,6 +589,13 @@ def Train_LMHeadCrossEntropyOp : Train_ComputeOp<"lm_head_cross_entropy", [Diffe
     train-autodiff the op also returns the per-token log-sum-exp of the
     logits (f32 [B, T]) so its backward recomputes each chunk's logits once.
 
+    With `vocab_parallel` `weight` is this tensor-parallel rank's block of
+    the vocabulary's rows (as for train.embedding): each chunk's softmax
+    statistics are exchanged between the ranks, so the loss sum, the token
+    count and the LSE are the whole vocabulary's and equal on every rank;
+    `hidden` must be the whole sequence on every rank, and its gradient is
+    this rank's partial sum.
+
     ```mlir
     %loss, %count = train.lm_head_cross_entropy %h, %table, %labels scope<-1, lm_head>
         {chunk_tokens = 1024 : i64}
@@ -591,7 +606,7 @@ def Train_LMHeadCrossEntropyOp : Train_ComputeOp<"lm_head_cross_entropy", [Diffe
   let arguments = (ins Train_Float3D:$hidden, Train_Float2D:$weight, Train_Tokens:$labels,
                        DefaultValuedAttr<I64Attr, "1024">:$chunk_tokens,
                        DefaultValuedAttr<I64Attr, "-100">:$ignore_index,
-                       Train_ScopeAttr:$scope);
+                       Train_ScopeAttr:$scope, UnitAttr:$vocab_parallel);
   let results = (outs Train_F32Scalar:$loss_sum, Train_I32Scalar:$token_count,
                       Optional<Train_F32Tensor>:$lse);
   let hasVerifier = 1;

@@ -12,6 +12,7 @@
 #include "kernelgen/KernelAbi.h"
 #include "kernels/dense.h"
 
+#include "mlir/IR/BuiltinOps.h"
 #include "llvm/ADT/TypeSwitch.h"
 
 #include <algorithm>
@@ -64,6 +65,12 @@ template <class Op> k::LmHeadCrossEntropyArgs lmHeadArgs(Op l) {
   a.vocab = dim(l.getWeight(), 0);
   a.dim = dim(l.getWeight(), 1);
   a.chunkTokens = l.getChunkTokens();
+  // A vocab-parallel head also holds the ranks' gathered statistics.
+  if (l.getVocabParallel())
+    if (auto module = l->template getParentOfType<ModuleOp>())
+      if (auto tp = module->template getAttrOfType<IntegerAttr>(
+              kTensorParallelAttrName))
+        a.group.ranks = int32_t(tp.getInt());
   return a;
 }
 

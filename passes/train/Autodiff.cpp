@@ -195,7 +195,8 @@ LogicalResult TrainAutodiffPass::differentiate(Block &body, YieldOp yield) {
           loss.getTokenCount().getType(), loss.getHidden().getType(),
           loss.getHidden(), loss.getWeight(), loss.getLabels(),
           loss.getChunkTokensAttr(), loss.getIgnoreIndexAttr(),
-          paramGradSymbol(loss.getWeight()), loss.getScope());
+          paramGradSymbol(loss.getWeight()), loss.getScope(),
+          loss.getVocabParallelAttr());
       loss.getLossSum().replaceAllUsesWith(fused.getLossSum());
       loss.getTokenCount().replaceAllUsesWith(fused.getTokenCount());
       operandGrads.append(

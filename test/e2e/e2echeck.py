@@ -7,6 +7,7 @@
 #
 #===------------------------------------------------------------------------===#
 import argparse
+import os
 import subprocess
 
 failures = []
@@ -33,6 +34,10 @@ def prebuilt_cli(description, default_seq):
     r.add_argument("--device", default="cuda", choices=("cuda", "host"))
     r.add_argument("--comm", default="auto", choices=("auto", "mpi-staged"))
     r.add_argument("--steps", type=int, default=3)
+    r.add_argument("--timeout", type=int, default=600,
+                   help="seconds per run before its ranks are killed")
+    r.add_argument("--arms", default="",
+                   help="comma-separated arms to run (default: all built)")
     return ap.parse_args()
 
 
@@ -94,16 +99,42 @@ def run_logged(cmd, cwd, timeout=120, shown=None):
     return r
 
 
+def run_group(cmd, timeout, log=None):
+    """Runs `cmd` (an mpirun line or a binary) in a session of its own, its
+    output to the file `log` (else inherited); on timeout kills the whole
+    session, ranks included (mpirun killed alone leaves them holding the
+    GPU), and returns 124; else the exit status."""
+    import signal
+    out = open(log, "w") if log else None
+    try:
+        p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT if out
+                             else None, start_new_session=True)
+        try:
+            return p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+            print("timed out after %d s: %s" % (timeout, " ".join(cmd)),
+                  flush=True)
+            return 124
+    finally:
+        if out:
+            out.close()
+
+
 class GpuProcessMemory:
     """Samples each process's device memory with nvidia-smi while a
     multi-rank run shares one GPU (cudaMemGetInfo, behind the binaries'
     device_peak_bytes, sees every process on the GPU, so a rank's own peak
     comes from here). A process is named by its MPI or torchrun rank, read
     from /proc/PID/environ; pids the driver reports from outside this pid
-    namespace stay unnamed. Use as a context manager; `peaks` then maps
-    rank -> largest sampled MiB (the process's CUDA context included)."""
+    namespace stay unnamed (a pid is named only when its command line holds
+    `binary`). Use as a context manager; `peaks` then maps rank -> largest
+    sampled MiB (the process's CUDA context included), `unnamed` pid ->
+    MiB."""
 
-    def __init__(self, period_s=0.2):
+    def __init__(self, binary, period_s=0.2):
+        self.binary = os.path.abspath(binary).encode()
         import shutil
         import threading
         self.period_s = period_s
@@ -113,9 +144,11 @@ class GpuProcessMemory:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
-    @staticmethod
-    def _rank(pid):
+    def _rank(self, pid):
         try:
+            with open("/proc/%d/cmdline" % pid, "rb") as f:
+                if self.binary not in f.read():
+                    return None
             with open("/proc/%d/environ" % pid, "rb") as f:
                 env = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0")
                            if b"=" in kv)
@@ -165,3 +198,8 @@ class GpuProcessMemory:
         if self.unnamed:
             text += ", unnamed pids %s" % self.unnamed
         return text
+
+    def largest(self):
+        """The largest sampled process, named or not (MiB; 0 if none)."""
+        return max(list(self.peaks.values()) + list(self.unnamed.values()),
+                   default=0)

@@ -76,10 +76,16 @@ PLACEMENT = ["--offload-modules=gdn_core_attn", "--recompute-modules=gdn_norm_ou
 # groups, move the last bits of values of order 1 (measured: a few 1e-7).
 BOUND = 2e-5
 # Per tensor, |a - b| <= GRAD_BOUND x max |a|: every row-parallel sum and
-# every f gradient adds partial products in another order, and the small
-# GDN gate gradients (A_log, dt_bias, in_proj_a) come out of cancelling
-# sums (measured up to 1.6e-5 on tiny-hybrid's seeded init, 3e-7 elsewhere).
+# every f gradient adds partial products in another order (measured up to
+# 1e-5 on tiny-hybrid's seeded init). The small GDN gate gradients (A_log, dt_bias) come out of
+# cancelling sums over the tokens, which magnify those reorderings relative
+# to their largest value; the vocab-parallel LM head, whose hidden gradient
+# is a sum of the ranks' partial products, reaches every gradient, and with
+# it they measure up to 6.6e-5 on tiny-hybrid's seeded init (1.6e-5 with
+# the vocabulary replicated): GATE_GRAD_BOUND for them.
 GRAD_BOUND = 2.0 ** -14
+GATE_GRAD_BOUND = 2.0 ** -12
+GATE_GRADS = ("linear_attn.A_log", "linear_attn.dt_bias")
 
 
 def close(a, b):
@@ -297,17 +303,23 @@ def compare_tensors(what, a_path, b_path):
     a, b = read_f32(a_path), read_f32(b_path)
     check(sorted(a) == sorted(b) and a, "%s: the files hold other tensors" %
           what)
-    worst = 0.0
+    worst = worst_gate = 0.0
     for name in sorted(set(a) & set(b)):
         check(len(a[name]) == len(b[name]), "%s: %s has %d / %d values" %
               (what, name, len(a[name]), len(b[name])))
         scale = max(abs(x) for x in a[name]) or 1.0
         d = max(abs(x - y) for x, y in zip(a[name], b[name]))
-        check(d <= GRAD_BOUND * scale, "%s: %s differs by %g, above %g x "
-              "max |value| %g" % (what, name, d, GRAD_BOUND, scale))
-        worst = max(worst, d / scale)
+        gate = name.endswith(GATE_GRADS)
+        bound = GATE_GRAD_BOUND if gate else GRAD_BOUND
+        check(d <= bound * scale, "%s: %s differs by %g, above %g x "
+              "max |value| %g" % (what, name, d, bound, scale))
+        if gate:
+            worst_gate = max(worst_gate, d / scale)
+        else:
+            worst = max(worst, d / scale)
     print("%s: %d tensors, worst difference %.3g of the tensor's largest "
-          "magnitude (bound %.3g)" % (what, len(a), worst, GRAD_BOUND),
+          "magnitude (bound %.3g), GDN gates %.3g (bound %.3g)" %
+          (what, len(a), worst, GRAD_BOUND, worst_gate, GATE_GRAD_BOUND),
           flush=True)
 
 

@@ -548,13 +548,15 @@ template <class F> void withWidth(int w, F &&f) {
 // Embedding.
 //===----------------------------------------------------------------------===//
 
+/// w holds the table's rows [offset, offset + vocab) (offset 0 unless the
+/// vocabulary is split); ids of other rows give zero rows.
 __global__ void embedFwdKernel(const int32_t *ids, const bf *w, bf *y,
-                               int64_t vocab, int64_t dim) {
+                               int64_t vocab, int64_t dim, int64_t offset) {
   int64_t n = blockIdx.x;
-  int32_t id = ids[n];
+  int64_t id = int64_t(ids[n]) - offset;
   bool ok = id >= 0 && id < vocab;
   for (int64_t d = threadIdx.x; d < dim; d += blockDim.x)
-    y[n * dim + d] = ok ? w[int64_t(id) * dim + d] : st(0.f);
+    y[n * dim + d] = ok ? w[id * dim + d] : st(0.f);
 }
 
 constexpr int kEmbThreads = 256;
@@ -563,9 +565,11 @@ constexpr int64_t kEmbRowsPerOwner = 512;
 /// Each block owns kEmbRowsPerOwner vocab rows. It scans the ids in token
 /// order, compacts the tokens that hit its rows (order kept), and adds their
 /// dy rows; the thread that owns column d of the block adds every term of
-/// that column, in token order, so the sums are fixed.
+/// that column, in token order, so the sums are fixed. dw holds the table's
+/// rows [offset, offset + vocab); tokens of other rows are skipped.
 __global__ void embedBwdKernel(const int32_t *ids, const bf *dy, float *dw,
-                               int64_t tokens, int64_t vocab, int64_t dim) {
+                               int64_t tokens, int64_t vocab, int64_t dim,
+                               int64_t offset) {
   __shared__ int32_t hits[kEmbThreads];
   __shared__ int warpCount[kEmbThreads / 32];
   const int64_t v0 = int64_t(blockIdx.x) * kEmbRowsPerOwner;
@@ -575,7 +579,7 @@ __global__ void embedBwdKernel(const int32_t *ids, const bf *dy, float *dw,
     int64_t n = n0 + threadIdx.x;
     bool mine = false;
     if (n < tokens) {
-      int32_t id = ids[n];
+      int64_t id = int64_t(ids[n]) - offset;
       mine = id >= v0 && id < v1;
     }
     unsigned mask = __ballot_sync(0xffffffffu, mine);
@@ -592,7 +596,7 @@ __global__ void embedBwdKernel(const int32_t *ids, const bf *dy, float *dw,
     __syncthreads();
     for (int e = 0; e < total; ++e) {
       int64_t tok = hits[e];
-      float *row = dw + int64_t(ids[tok]) * dim;
+      float *row = dw + (int64_t(ids[tok]) - offset) * dim;
       const bf *src = dy + tok * dim;
       for (int64_t d = threadIdx.x; d < dim; d += kEmbThreads)
         row[d] += ld(src + d);
@@ -617,13 +621,14 @@ __device__ __forceinline__ void lseMerge(float &m, float &s, float m2,
   m = mn;
 }
 
-/// One block per token row of the chunk: lse, per-token loss and validity.
-__global__ void ceLseKernel(const float *logits, const int32_t *labels,
-                            int64_t vocab, int32_t ignoreIndex, float *lseOut,
-                            float *lseChunk, float *rowLoss, int64_t rowBase) {
+/// The running (max, sum of exp) of one row l[0, vocab) in a fixed order: each
+/// thread over its strided slice, then the lanes of a warp pairwise in lane
+/// order, then the warps in order by thread 0, which alone calls
+/// finish(max, sum). Every thread of the block must call it.
+template <class Finish>
+__device__ __forceinline__ void ceRowStats(const float *l, int64_t vocab,
+                                           Finish &&finish) {
   __shared__ float sm[kCeThreads / 32], ss[kCeThreads / 32];
-  const int64_t r = blockIdx.x;
-  const float *l = logits + r * vocab;
   float m = -INFINITY, s = 0.f;
   for (int64_t v = threadIdx.x; v < vocab; v += kCeThreads) {
     float x = l[v];
@@ -658,6 +663,17 @@ __global__ void ceLseKernel(const float *logits, const int32_t *labels,
     float M = sm[0], S = ss[0];
     for (int k = 1; k < kCeThreads / 32; ++k)
       lseMerge(M, S, sm[k], ss[k]);
+    finish(M, S);
+  }
+}
+
+/// One block per token row of the chunk: lse, per-token loss and validity.
+__global__ void ceLseKernel(const float *logits, const int32_t *labels,
+                            int64_t vocab, int32_t ignoreIndex, float *lseOut,
+                            float *lseChunk, float *rowLoss, int64_t rowBase) {
+  const int64_t r = blockIdx.x;
+  const float *l = logits + r * vocab;
+  ceRowStats(l, vocab, [&](float M, float S) {
     float lse = M + logf(S);
     lseChunk[r] = lse;
     if (lseOut)
@@ -666,25 +682,76 @@ __global__ void ceLseKernel(const float *logits, const int32_t *labels,
     bool valid = lab != ignoreIndex && lab >= 0 && lab < vocab;
     rowLoss[2 * r] = valid ? lse - l[lab] : 0.f;
     rowLoss[2 * r + 1] = valid ? 1.f : 0.f;
+  });
+}
+
+/// A split vocabulary, one block per token row of the chunk: the row's
+/// statistics over this rank's logits (ceLseKernel's merge order) into
+/// stats[r][ref::kCeStats]: max, sum of exp, and the label's logit if this
+/// rank holds the label's row (the table's rows [offset, offset + vocab)),
+/// else 0.
+__global__ void ceStatsKernel(const float *logits, const int32_t *labels,
+                              int64_t vocab, int64_t offset, float *stats,
+                              int64_t rowBase) {
+  const int64_t r = blockIdx.x;
+  const float *l = logits + r * vocab;
+  ceRowStats(l, vocab, [&](float M, float S) {
+    int64_t lab = int64_t(labels[rowBase + r]) - offset;
+    float *o = stats + r * ref::kCeStats;
+    o[0] = M;
+    o[1] = S;
+    o[2] = lab >= 0 && lab < vocab ? l[lab] : 0.f;
+  });
+}
+
+/// A split vocabulary, one thread per token row: merges the ranks' gathered
+/// statistics (gathered[rank][rows][ref::kCeStats]) in rank order, from rank
+/// 0's, into the row's lse, loss and validity (ceLseKernel's outputs); the
+/// label's logit is the sum of the ranks' (one is nonzero), labels are valid
+/// in [0, labelBound).
+__global__ void ceMergeKernel(const float *gathered, int32_t ranks,
+                              int64_t rows, const int32_t *labels,
+                              int64_t labelBound, int32_t ignoreIndex,
+                              float *lseOut, float *lseChunk, float *rowLoss,
+                              int64_t rowBase) {
+  for (int64_t r = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; r < rows;
+       r += int64_t(gridDim.x) * blockDim.x) {
+    const float *first = gathered + r * ref::kCeStats;
+    float M = first[0], S = first[1], t = first[2];
+    for (int32_t k = 1; k < ranks; ++k) {
+      const float *o = gathered + (k * rows + r) * ref::kCeStats;
+      lseMerge(M, S, o[0], o[1]);
+      t += o[2];
+    }
+    float lse = M + logf(S);
+    lseChunk[r] = lse;
+    if (lseOut)
+      lseOut[rowBase + r] = lse;
+    int32_t lab = labels[rowBase + r];
+    bool valid = lab != ignoreIndex && lab >= 0 && lab < labelBound;
+    rowLoss[2 * r] = valid ? lse - t : 0.f;
+    rowLoss[2 * r + 1] = valid ? 1.f : 0.f;
   }
 }
 
 /// dlogits (bf16) = scale * (softmax - onehot), 0 for ignored tokens. Rows
 /// stride by gridDim.y (at most ceGradGridRows), so a chunk of more rows than
 /// grid.y holds is covered; every element is computed alone, so the stride
-/// changes no bit.
+/// changes no bit. Column v is the table's row v + vocabOffset (0 unless the
+/// vocabulary is split); labels are valid in [0, labelBound).
 __global__ void ceGradKernel(const float *logits, const int32_t *labels,
                              const float *lse, bf *dl, int64_t rows,
                              int64_t vocab, int32_t ignoreIndex, float scale,
-                             int64_t rowBase) {
+                             int64_t rowBase, int64_t vocabOffset,
+                             int64_t labelBound) {
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
     int32_t lab = labels[rowBase + r];
-    bool valid = lab != ignoreIndex && lab >= 0 && lab < vocab;
+    bool valid = lab != ignoreIndex && lab >= 0 && lab < labelBound;
     float ls = lse[r];
     for (int64_t v = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; v < vocab;
          v += int64_t(gridDim.x) * blockDim.x) {
       float g = valid ? scale * (expf(logits[r * vocab + v] - ls) -
-                                 (v == lab ? 1.0f : 0.0f))
+                                 (v + vocabOffset == lab ? 1.0f : 0.0f))
                       : 0.f;
       dl[r * vocab + v] = st(g);
     }
@@ -1037,7 +1104,7 @@ Status embeddingForward(const KernelContext &ctx,
     return Status::Unsupported;
   embedFwdKernel<<<unsigned(a.tokens), 256, 0, streamOf(ctx)>>>(
       a.ids, static_cast<const bf *>(a.w), static_cast<bf *>(a.y), a.vocab,
-      a.dim);
+      a.dim, ref::vocabOffset(a.group));
   AP_CUDA_CHECK_LAUNCH(embedFwdKernel);
   return Status::Ok;
 }
@@ -1050,7 +1117,7 @@ Status embeddingBackward(const KernelContext &ctx,
       unsigned((a.vocab + kEmbRowsPerOwner - 1) / kEmbRowsPerOwner);
   embedBwdKernel<<<owners, kEmbThreads, 0, streamOf(ctx)>>>(
       a.ids, static_cast<const bf *>(a.dy), static_cast<float *>(a.dw),
-      a.tokens, a.vocab, a.dim);
+      a.tokens, a.vocab, a.dim, ref::vocabOffset(a.group));
   AP_CUDA_CHECK_LAUNCH(embedBwdKernel);
   return Status::Ok;
 }
@@ -1074,6 +1141,21 @@ static Status lmHeadCe(const KernelContext &ctx,
   float *rowLoss = reinterpret_cast<float *>(ws);
   float *lseChunk = rowLoss + 2 * chunk;
   ws += up(size_t(chunk) * 12);
+  // A split vocabulary: each row's statistics sent, and every rank's
+  // gathered (kernels/workspace.cpp sizes the same regions).
+  const VocabGroup &group = a.group;
+  const bool split = group.ranks > 1;
+  const int64_t offset = ref::vocabOffset(group);
+  const int64_t bound = ref::vocabBound(group, V);
+  if (split && !group.allGather)
+    return Status::InvalidArgument;
+  float *statsSend = nullptr, *statsRecv = nullptr;
+  if (split) {
+    statsSend = reinterpret_cast<float *>(ws);
+    ws += up(size_t(chunk) * ref::kCeStats * 4);
+    statsRecv = reinterpret_cast<float *>(ws);
+    ws += up(size_t(group.ranks) * size_t(chunk) * ref::kCeStats * 4);
+  }
   void *gemmWs = ws;
   const bf *h = static_cast<const bf *>(a.hidden);
   const bf *w = static_cast<const bf *>(a.weight);
@@ -1096,10 +1178,23 @@ static Status lmHeadCe(const KernelContext &ctx,
     Status st = gemm(ctx, s, w, h + n0 * D, logits, gemmWs);
     if (st != Status::Ok)
       return st;
-    ceLseKernel<<<unsigned(cn), kCeThreads, 0, stream>>>(
-        logits, a.labels, V, a.ignoreIndex, static_cast<float *>(a.lse),
-        lseChunk, rowLoss, n0);
-    AP_CUDA_CHECK_LAUNCH(ceLseKernel);
+    if (split) {
+      ceStatsKernel<<<unsigned(cn), kCeThreads, 0, stream>>>(
+          logits, a.labels, V, offset, statsSend, n0);
+      AP_CUDA_CHECK_LAUNCH(ceStatsKernel);
+      // Ordered on the stream between the two kernels.
+      group.allGather(group.self, ctx, statsSend, statsRecv,
+                      cn * ref::kCeStats);
+      ceMergeKernel<<<gridFor(cn, 256), 256, 0, stream>>>(
+          statsRecv, group.ranks, cn, a.labels, bound, a.ignoreIndex,
+          static_cast<float *>(a.lse), lseChunk, rowLoss, n0);
+      AP_CUDA_CHECK_LAUNCH(ceMergeKernel);
+    } else {
+      ceLseKernel<<<unsigned(cn), kCeThreads, 0, stream>>>(
+          logits, a.labels, V, a.ignoreIndex, static_cast<float *>(a.lse),
+          lseChunk, rowLoss, n0);
+      AP_CUDA_CHECK_LAUNCH(ceLseKernel);
+    }
     ceSumKernel<<<1, 1024, 0, stream>>>(rowLoss, cn, lossSum, a.validCount,
                                         n0 == 0);
     AP_CUDA_CHECK_LAUNCH(ceSumKernel);
@@ -1107,9 +1202,9 @@ static Status lmHeadCe(const KernelContext &ctx,
       continue;
     dim3 grid(unsigned(std::min<int64_t>((V + 1023) / 1024, 64)),
               unsigned(ref::ceGradGridRows(cn)));
-    ceGradKernel<<<grid, 1024, 0, stream>>>(logits, a.labels, lseChunk, dl, cn,
-                                            V, a.ignoreIndex,
-                                            float(a.gradScale), n0);
+    ceGradKernel<<<grid, 1024, 0, stream>>>(
+        logits, a.labels, lseChunk, dl, cn, V, a.ignoreIndex,
+        float(a.gradScale), n0, offset, bound);
     AP_CUDA_CHECK_LAUNCH(ceGradKernel);
     if (dh) {
       // dh^T (D x cn) = W^T (stored D x V) * dl^T (stored V x cn).

@@ -11,6 +11,8 @@
 #define AP_DENSE_CUDA_HOOK __attribute__((weak))
 #include "kernels/reference/dense/dense_internal.h"
 
+#include <limits>
+
 namespace ap::kernels {
 namespace {
 
@@ -45,6 +47,16 @@ bool isFloatType(DType t) {
 }
 bool strideOk(int64_t stride, int64_t cols) {
   return stride == 0 || stride >= cols;
+}
+/// A split vocabulary's group (read only when ranks > 1): the rank's `vocab`
+/// rows lie inside the whole table of vocab x ranks rows, whose row count
+/// fits in int64.
+bool vocabGroupOk(const VocabGroup &g, int64_t vocab) {
+  if (g.ranks == 1)
+    return true;
+  if (g.ranks < 1 || vocab > std::numeric_limits<int64_t>::max() / g.ranks)
+    return false;
+  return g.offset >= 0 && g.offset <= vocab * (g.ranks - 1);
 }
 
 } // namespace
@@ -223,7 +235,7 @@ Status residualAddBackward(const KernelContext &ctx,
 Status embeddingForward(const KernelContext &ctx,
                         const EmbeddingForwardArgs &a) {
   if (!isFloatType(a.dtype) || !a.ids || !a.w || !a.y || a.tokens <= 0 ||
-      a.vocab <= 0 || a.dim <= 0)
+      a.vocab <= 0 || a.dim <= 0 || !vocabGroupOk(a.group, a.vocab))
     return Status::InvalidArgument;
   return dispatch(ctx, a, &cuda::embeddingForward, [&] {
     return byDType(a.dtype, [&](auto tag) {
@@ -235,7 +247,7 @@ Status embeddingForward(const KernelContext &ctx,
 Status embeddingBackward(const KernelContext &ctx,
                          const EmbeddingBackwardArgs &a) {
   if (!isFloatType(a.dtype) || !a.ids || !a.dy || !a.dw || a.tokens <= 0 ||
-      a.vocab <= 0 || a.dim <= 0)
+      a.vocab <= 0 || a.dim <= 0 || !vocabGroupOk(a.group, a.vocab))
     return Status::InvalidArgument;
   return dispatch(ctx, a, &cuda::embeddingBackward, [&] {
     return byDType(a.dtype, [&](auto tag) {
@@ -251,7 +263,8 @@ Status embeddingBackward(const KernelContext &ctx,
 static bool ceOk(const LmHeadCrossEntropyArgs &a) {
   return isFloatType(a.dtype) && a.hidden && a.weight && a.labels &&
          a.lossSum && a.tokens > 0 && a.dim > 0 && a.vocab > 0 &&
-         a.chunkTokens > 0;
+         a.chunkTokens > 0 && vocabGroupOk(a.group, a.vocab) &&
+         (a.group.ranks == 1 || a.group.allGather);
 }
 
 Status lmHeadCrossEntropyForward(const KernelContext &ctx,
@@ -260,7 +273,7 @@ Status lmHeadCrossEntropyForward(const KernelContext &ctx,
     return Status::InvalidArgument;
   return dispatch(ctx, a, &cuda::lmHeadCrossEntropyForward, [&] {
     return byDType(a.dtype, [&](auto tag) {
-      return ref::lmHeadCrossEntropy<decltype(tag)>(a, false);
+      return ref::lmHeadCrossEntropy<decltype(tag)>(ctx, a, false);
     });
   });
 }
@@ -271,7 +284,7 @@ Status lmHeadCrossEntropyBackward(const KernelContext &ctx,
     return Status::InvalidArgument;
   return dispatch(ctx, a, &cuda::lmHeadCrossEntropyBackward, [&] {
     return byDType(a.dtype, [&](auto tag) {
-      return ref::lmHeadCrossEntropy<decltype(tag)>(a, true);
+      return ref::lmHeadCrossEntropy<decltype(tag)>(ctx, a, true);
     });
   });
 }

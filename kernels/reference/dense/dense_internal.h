@@ -72,8 +72,10 @@ template <class T> Status residualAddForward(const ResidualAddArgs &a);
 template <class T> Status residualAddBackward(const ResidualAddBackwardArgs &a);
 template <class T> Status embeddingForward(const EmbeddingForwardArgs &a);
 template <class T> Status embeddingBackward(const EmbeddingBackwardArgs &a);
+/// ctx is handed to a.group.allGather when the vocabulary is split.
 template <class T>
-Status lmHeadCrossEntropy(const LmHeadCrossEntropyArgs &a, bool backward);
+Status lmHeadCrossEntropy(const KernelContext &ctx,
+                          const LmHeadCrossEntropyArgs &a, bool backward);
 Status gradNorm(const GradNormArgs &a);
 Status adamWStep(const AdamWArgs &a);
 Status copyRows(const CopyRowsArgs &a);
@@ -97,6 +99,22 @@ inline int64_t rmsNormBackwardPartials(int64_t rows, int64_t dim) {
 inline int64_t ceGradGridRows(int64_t rows) {
   return rows < 1 ? 1 : (rows > 65535 ? 65535 : rows);
 }
+/// The per-token softmax statistics a rank of a split vocabulary sends
+/// (kernels/dense.h, VocabGroup), in floats: the running max m, the sum of
+/// exp(logit - m) over the rank's logits and the label's logit (0 when the
+/// label is another rank's row). A chunk of cn tokens sends
+/// [cn][kCeStats] (token-major) and receives [ranks][cn][kCeStats].
+constexpr int64_t kCeStats = 3;
+/// The row of the whole table that local row 0 of `group` holds: 0 unless the
+/// vocabulary is split.
+inline int64_t vocabOffset(const VocabGroup &group) {
+  return group.ranks > 1 ? group.offset : 0;
+}
+/// Labels and ids are valid in [0, vocabBound): the whole table's rows.
+inline int64_t vocabBound(const VocabGroup &group, int64_t vocab) {
+  return group.ranks > 1 ? vocab * group.ranks : vocab;
+}
+
 /// The cuBLASLt workspace: fixed so the algorithm never depends on it.
 constexpr size_t kCudaGemmWorkspaceBytes = size_t(32) << 20;
 

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 namespace ap::kernels::ref {
@@ -294,16 +295,20 @@ Status residualAddBackward(const ResidualAddBackwardArgs &a) {
 template <class T> Status embeddingForward(const EmbeddingForwardArgs &a) {
   const T *w = static_cast<const T *>(a.w);
   T *y = static_cast<T *>(a.y);
+  // This rank's rows [off, off + vocab) of the table's [0, bound).
+  const int64_t off = vocabOffset(a.group),
+                bound = vocabBound(a.group, a.vocab);
   Status st = Status::Ok;
   for (int64_t n = 0; n < a.tokens; ++n) {
-    int32_t id = a.ids[n];
+    int64_t id = a.ids[n];
     T *yr = y + n * a.dim;
-    if (id < 0 || id >= a.vocab) {
+    if (id < off || id >= off + a.vocab) {
       std::fill(yr, yr + a.dim, store<T>(Acc<T>(0)));
-      st = Status::InvalidArgument;
+      if (id < 0 || id >= bound)
+        st = Status::InvalidArgument;
       continue;
     }
-    std::copy(w + int64_t(id) * a.dim, w + (int64_t(id) + 1) * a.dim, yr);
+    std::copy(w + (id - off) * a.dim, w + (id - off + 1) * a.dim, yr);
   }
   return st;
 }
@@ -311,12 +316,13 @@ template <class T> Status embeddingForward(const EmbeddingForwardArgs &a) {
 template <class T> Status embeddingBackward(const EmbeddingBackwardArgs &a) {
   const T *dy = static_cast<const T *>(a.dy);
   Acc<T> *dw = static_cast<Acc<T> *>(a.dw);
+  const int64_t off = vocabOffset(a.group);
   // Token order per vocab row: the order the CUDA owner kernel uses too.
   for (int64_t n = 0; n < a.tokens; ++n) {
-    int32_t id = a.ids[n];
-    if (id < 0 || id >= a.vocab)
+    int64_t id = a.ids[n];
+    if (id < off || id >= off + a.vocab)
       continue;
-    Acc<T> *row = dw + int64_t(id) * a.dim;
+    Acc<T> *row = dw + (id - off) * a.dim;
     for (int64_t d = 0; d < a.dim; ++d)
       row[d] += load(dy[n * a.dim + d]);
   }
@@ -327,8 +333,19 @@ template <class T> Status embeddingBackward(const EmbeddingBackwardArgs &a) {
 // Tied LM head + chunked cross-entropy
 //===----------------------------------------------------------------------===//
 
+/// Online (max, sum of exp) merge of (m2, s2) into (m, s) in a fixed operand
+/// order: the CUDA kernels' lseMerge.
+template <class A> void lseMerge(A &m, A &s, A m2, A s2) {
+  A mn = std::max(m, m2);
+  if (mn == -std::numeric_limits<A>::infinity())
+    return;
+  s = s * std::exp(m - mn) + s2 * std::exp(m2 - mn);
+  m = mn;
+}
+
 template <class T>
-Status lmHeadCrossEntropy(const LmHeadCrossEntropyArgs &a, bool backward) {
+Status lmHeadCrossEntropy(const KernelContext &ctx,
+                          const LmHeadCrossEntropyArgs &a, bool backward) {
   using A = Acc<T>;
   const T *h = static_cast<const T *>(a.hidden);
   const T *w = static_cast<const T *>(a.weight);
@@ -338,6 +355,18 @@ Status lmHeadCrossEntropy(const LmHeadCrossEntropyArgs &a, bool backward) {
   const int64_t N = a.tokens, D = a.dim, V = a.vocab;
   const int64_t chunk =
       std::min<int64_t>(std::max<int64_t>(a.chunkTokens, 1), N);
+  // A split vocabulary: this rank's logits are the whole table's columns
+  // [off, off + V) of [0, bound), and each row's statistics are all-gathered
+  // as floats (the group's collective), so with f64 storage the merged lse
+  // carries fp32 rounding.
+  const VocabGroup &group = a.group;
+  const bool split = group.ranks > 1;
+  const int64_t off = vocabOffset(group), bound = vocabBound(group, V);
+  std::vector<float> send, recv;
+  if (split) {
+    send.resize(static_cast<size_t>(chunk * kCeStats));
+    recv.resize(static_cast<size_t>(group.ranks * chunk * kCeStats));
+  }
   auto wa = toAcc(w, V * D);
   std::vector<A> wt;
   if (dh)
@@ -359,14 +388,43 @@ Status lmHeadCrossEntropy(const LmHeadCrossEntropyArgs &a, bool backward) {
       A s = 0;
       for (int64_t v = 0; v < V; ++v)
         s += std::exp(l[v] - mx);
+      int32_t lab = a.labels[n0 + r];
+      if (split) {
+        float *stats = send.data() + r * kCeStats;
+        stats[0] = float(mx);
+        stats[1] = float(s);
+        stats[2] = lab >= off && lab < off + V ? float(l[lab - off]) : 0.f;
+        continue;
+      }
       A ls = mx + std::log(s);
       rowLse[r] = ls;
       if (lse)
         lse[n0 + r] = ls;
-      int32_t lab = a.labels[n0 + r];
       if (lab != a.ignoreIndex && lab >= 0 && lab < V) {
         lossSum += ls - l[lab];
         ++count;
+      }
+    }
+    if (split) {
+      group.allGather(group.self, ctx, send.data(), recv.data(), cn * kCeStats);
+      // Every rank merges the same gathered bits in rank order.
+      for (int64_t r = 0; r < cn; ++r) {
+        const float *first = recv.data() + r * kCeStats;
+        A m = first[0], s = first[1], t = first[2];
+        for (int32_t k = 1; k < group.ranks; ++k) {
+          const float *o = recv.data() + (k * cn + r) * kCeStats;
+          lseMerge(m, s, A(o[0]), A(o[1]));
+          t += A(o[2]);
+        }
+        A ls = m + std::log(s);
+        rowLse[r] = ls;
+        if (lse)
+          lse[n0 + r] = ls;
+        int32_t lab = a.labels[n0 + r];
+        if (lab != a.ignoreIndex && lab >= 0 && lab < bound) {
+          lossSum += ls - t;
+          ++count;
+        }
       }
     }
     if (!dh && !dW)
@@ -375,11 +433,11 @@ Status lmHeadCrossEntropy(const LmHeadCrossEntropyArgs &a, bool backward) {
     std::vector<A> dl(static_cast<size_t>(cn * V));
     for (int64_t r = 0; r < cn; ++r) {
       int32_t lab = a.labels[n0 + r];
-      bool valid = lab != a.ignoreIndex && lab >= 0 && lab < V;
+      bool valid = lab != a.ignoreIndex && lab >= 0 && lab < bound;
       for (int64_t v = 0; v < V; ++v) {
         A g = valid
                   ? A(a.gradScale) * (std::exp(logits[r * V + v] - rowLse[r]) -
-                                      (v == lab ? A(1) : A(0)))
+                                      (v + off == lab ? A(1) : A(0)))
                   : A(0);
         dl[r * V + v] = load(store<T>(g));
       }
@@ -498,7 +556,8 @@ Status adamWStep(const AdamWArgs &a) {
   template Status residualAddBackward<T>(const ResidualAddBackwardArgs &);     \
   template Status embeddingForward<T>(const EmbeddingForwardArgs &);           \
   template Status embeddingBackward<T>(const EmbeddingBackwardArgs &);         \
-  template Status lmHeadCrossEntropy<T>(const LmHeadCrossEntropyArgs &, bool);
+  template Status lmHeadCrossEntropy<T>(const KernelContext &,                 \
+                                        const LmHeadCrossEntropyArgs &, bool);
 
 AP_DENSE_INSTANTIATE(bf16)
 AP_DENSE_INSTANTIATE(float)

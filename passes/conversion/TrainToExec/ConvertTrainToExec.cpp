@@ -399,9 +399,17 @@ LogicalResult Lowering::lowerStepOp(Operation *op) {
       ex::AllReduceOp::create(b, loc, lossAcc, "pp", ex::Stream::Comm);
       ex::AllReduceOp::create(b, loc, countAcc, "pp", ex::Stream::Comm);
     }
-    // Sequence parallelism: each tensor-parallel rank's loss covers its
-    // tokens.
-    if (module->hasAttr(tr::kSequenceParallelAttrName)) {
+    // Sequence parallelism with a loss on each rank's tokens: summed over
+    // the ranks. A vocab-parallel loss is the whole sequence's on every
+    // rank already, and a stage without the loss holds zeros (summed over
+    // the stages above; summing them over the ranks again would count the
+    // loss stage's tokens once per rank).
+    bool shardedLoss = false;
+    module.walk([&](Operation *op) {
+      if (isa<tr::LMHeadCrossEntropyOp, tr::LMHeadCrossEntropyWithGradOp>(op))
+        shardedLoss |= !op->hasAttr("vocab_parallel");
+    });
+    if (module->hasAttr(tr::kSequenceParallelAttrName) && shardedLoss) {
       ex::AllReduceOp::create(b, loc, lossAcc, "tp", ex::Stream::Comm);
       ex::AllReduceOp::create(b, loc, countAcc, "tp", ex::Stream::Comm);
     }
@@ -576,9 +584,13 @@ LogicalResult Lowering::run() {
     step->setAttr("micro_batches", mb);
   // A pipeline stage records the microbatch shape and the vocabulary, which
   // every rank's data loader needs, also on a stage that loads no tokens or
-  // has no embedding (a whole step has its load_input and embedding).
+  // has no embedding (a whole step has its load_input and embedding); so
+  // does a tensor-parallel rank, whose embedding holds a block of the
+  // vocabulary.
+  auto tpSize = module->getAttrOfType<IntegerAttr>(tr::kTensorParallelAttrName);
   if (loop && (module->hasAttr(tr::kPipelineStagesAttrName) ||
-               module->hasAttr(tr::kSequenceParallelAttrName))) {
+               module->hasAttr(tr::kSequenceParallelAttrName) ||
+               (tpSize && tpSize.getInt() > 1))) {
     ArrayRef<int64_t> shape = loop.getTokens().getType().getShape();
     step->setAttr("batch", b.getI64IntegerAttr(shape[1]));
     step->setAttr("seq", b.getI64IntegerAttr(shape[2]));

@@ -129,3 +129,33 @@ module attributes {train.tensor_parallel = 2 : i64} {
   // expected-error @+1 {{segment extent 4611686018427387904 is not a positive multiple of the tensor-parallel size 2}}
   train.param @w : tensor<32x64xbf16> init <normal, 0.0, 0.02> split 0 segments [4611686018427387904, 4611686018427387904, 64]
 }
+
+// -----
+
+// A vocab-parallel embedding and LM head outside a tensor-parallel module.
+func.func @vocab_parallel_alone(%t: tensor<2x4xi32>, %e: tensor<16x8xbf16>, %h: tensor<2x4x8xbf16>) {
+  // expected-error @+1 {{'train.embedding' op vocab_parallel needs a module split over tensor-parallel ranks ('train.tensor_parallel' of at least 2), got none}}
+  %y = train.embedding %t, %e scope<-1, embedding> {vocab_parallel} : (tensor<2x4xi32>, tensor<16x8xbf16>) -> tensor<2x4x8xbf16>
+  return
+}
+
+// -----
+
+module attributes {train.tensor_parallel = 1 : i64} {
+  func.func @vocab_parallel_one_rank(%t: tensor<2x4xi32>, %e: tensor<16x8xbf16>, %h: tensor<2x4x8xbf16>) {
+    // expected-error @+1 {{'train.lm_head_cross_entropy' op vocab_parallel needs a module split over tensor-parallel ranks ('train.tensor_parallel' of at least 2), got 1}}
+    %l, %c = train.lm_head_cross_entropy %h, %e, %t scope<-1, lm_head> {vocab_parallel} : (tensor<2x4x8xbf16>, tensor<16x8xbf16>, tensor<2x4xi32>) -> (tensor<f32>, tensor<i32>)
+    return
+  }
+}
+
+// -----
+
+// In a tensor-parallel module both take the rank's rows.
+module attributes {train.tensor_parallel = 2 : i64} {
+  func.func @vocab_parallel_ok(%t: tensor<2x4xi32>, %e: tensor<16x8xbf16>, %h: tensor<2x4x8xbf16>) {
+    %y = train.embedding %t, %e scope<-1, embedding> {vocab_parallel} : (tensor<2x4xi32>, tensor<16x8xbf16>) -> tensor<2x4x8xbf16>
+    %l, %c = train.lm_head_cross_entropy %h, %e, %t scope<-1, lm_head> {vocab_parallel} : (tensor<2x4x8xbf16>, tensor<16x8xbf16>, tensor<2x4xi32>) -> (tensor<f32>, tensor<i32>)
+    return
+  }
+}

@@ -15,6 +15,13 @@
 //    dlogits: 2e-2.
 //  - Embedding, residual add and AdamW are bitwise equal to the reference by
 //    construction (same operations in the same order).
+//  - A vocabulary split over ranks (threads sharing the device) against the
+//    unsplit kernels: loss and lse 1e-5 (the same sums merged in another
+//    order); dW 1e-3 (fp32 weight gradient of bf16 dlogits that differ only
+//    where the lse's last bits round them differently); dh 2e-2 (the sum of
+//    the ranks' bf16-rounded partials); the ranks agree bitwise, and the
+//    split embedding sums (forward) and concatenates (backward) to the
+//    unsplit bits.
 //
 //===----------------------------------------------------------------------===//
 #include "kernels/kernels.h"
@@ -27,9 +34,17 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
+#include <mutex>
 #include <random>
+#include <thread>
 #include <vector>
 
 using namespace ap::kernels;
@@ -1065,6 +1080,429 @@ TEST_F(DenseCuda, CrossEntropyQwenShapeDeterministic) {
   EXPECT_LT(mean, std::log(double(V)) + 3.0);
   for (auto v : dh1)
     ASSERT_FALSE(std::isnan(toFloat(v)));
+}
+
+//===----------------------------------------------------------------------===//
+// Split vocabulary (VocabGroup): R ranks as R threads sharing the device.
+//===----------------------------------------------------------------------===//
+
+/// A reusable barrier of `n` threads. A rank that never arrives is a kernel
+/// bug (a missing or extra allGather): the test aborts instead of hanging.
+class Barrier {
+public:
+  explicit Barrier(int n) : n_(n) {}
+  void wait() {
+    std::unique_lock<std::mutex> lock(mu_);
+    const uint64_t gen = gen_;
+    if (++arrived_ == n_) {
+      arrived_ = 0;
+      ++gen_;
+      cv_.notify_all();
+      return;
+    }
+    if (!cv_.wait_for(lock, std::chrono::seconds(120),
+                      [&] { return gen_ != gen; })) {
+      std::fprintf(stderr, "barrier: a rank never arrived\n");
+      std::abort();
+    }
+  }
+
+private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  const int n_;
+  int arrived_ = 0;
+  uint64_t gen_ = 0;
+};
+
+/// The ranks of a split vocabulary as threads on one device. A rank's
+/// allGather copies its send buffer into its host slot (after the work on
+/// its stream), waits for every rank, uploads the slots in rank order into
+/// recv on its stream and synchronizes it, and waits again so that no slot is
+/// rewritten before every rank has read it.
+class DeviceThreadGroup {
+public:
+  explicit DeviceThreadGroup(int ranks)
+      : barrier_(ranks), slots_(ranks), members_(ranks), calls_(ranks, 0) {
+    for (int r = 0; r < ranks; ++r)
+      members_[r] = {this, r};
+  }
+  int ranks() const { return int(slots_.size()); }
+  /// Rank r's group, `vocab` rows per rank.
+  VocabGroup group(int r, int64_t vocab) {
+    VocabGroup g;
+    g.ranks = ranks();
+    g.offset = r * vocab;
+    g.allGather = &DeviceThreadGroup::allGather;
+    g.self = &members_[r];
+    return g;
+  }
+  /// Runs fn(rank) on one thread per rank and joins them.
+  template <class Fn> void run(Fn &&fn) {
+    std::vector<std::thread> threads;
+    for (int r = 0; r < ranks(); ++r)
+      threads.emplace_back([&fn, r] { fn(r); });
+    for (auto &t : threads)
+      t.join();
+  }
+  int64_t calls(int r) const { return calls_[r]; }
+  /// False once a copy failed or ranks gathered different counts.
+  bool ok() const { return ok_; }
+
+private:
+  struct Member {
+    DeviceThreadGroup *group = nullptr;
+    int rank = 0;
+  };
+  static void allGather(void *self, const KernelContext &ctx, const float *send,
+                        float *recv, int64_t n) {
+    auto *m = static_cast<Member *>(self);
+    DeviceThreadGroup &g = *m->group;
+    auto stream = static_cast<cudaStream_t>(ctx.stream);
+    std::vector<float> &mine = g.slots_[m->rank];
+    mine.resize(size_t(n));
+    bool ok = cudaMemcpyAsync(mine.data(), send, size_t(n) * sizeof(float),
+                              cudaMemcpyDeviceToHost, stream) == cudaSuccess &&
+              cudaStreamSynchronize(stream) == cudaSuccess;
+    ++g.calls_[m->rank];
+    g.barrier_.wait();
+    for (int k = 0; k < g.ranks(); ++k) {
+      const std::vector<float> &slot = g.slots_[k];
+      ok = ok && int64_t(slot.size()) == n &&
+           cudaMemcpyAsync(recv + k * n, slot.data(), size_t(n) * sizeof(float),
+                           cudaMemcpyHostToDevice, stream) == cudaSuccess;
+    }
+    ok = cudaStreamSynchronize(stream) == cudaSuccess && ok;
+    if (!ok)
+      g.ok_ = false;
+    g.barrier_.wait();
+  }
+
+  Barrier barrier_;
+  std::vector<std::vector<float>> slots_;
+  std::vector<Member> members_;
+  std::vector<int64_t> calls_;
+  std::atomic<bool> ok_{true};
+};
+
+/// One rank's CUDA context: its own stream, cuBLASLt handle and workspace,
+/// as the fixture sets up its own.
+struct RankContext {
+  cublasLtHandle_t lt = nullptr;
+  cudaStream_t stream = nullptr;
+  void *ws = nullptr;
+  KernelContext ctx;
+  RankContext(int smCount, size_t workspaceBytes) {
+    if (cublasLtCreate(&lt) != CUBLAS_STATUS_SUCCESS ||
+        cudaStreamCreate(&stream) != cudaSuccess ||
+        cudaMalloc(&ws, workspaceBytes) != cudaSuccess)
+      return;
+    ctx.backend = Backend::Cuda;
+    ctx.stream = stream;
+    ctx.cublasLt = lt;
+    ctx.smCount = smCount;
+    ctx.workspace = ws;
+    ctx.workspaceBytes = workspaceBytes;
+  }
+  ~RankContext() {
+    if (ws)
+      cudaFree(ws);
+    if (stream)
+      cudaStreamDestroy(stream);
+    if (lt)
+      cublasLtDestroy(lt);
+  }
+  RankContext(const RankContext &) = delete;
+  bool ready() const { return ctx.workspace != nullptr; }
+};
+
+/// One rank's (or the unsplit) LM head + cross-entropy outputs on the host:
+/// the forward alone, then the backward, which writes loss, count and lse
+/// again.
+struct CeResult {
+  float lossFwd = -1, loss = -1;
+  int32_t countFwd = -1, count = -1;
+  std::vector<float> lseFwd, lse, dW;
+  std::vector<bf16> dh;
+  Status fwd = Status::Unsupported, bwd = Status::Unsupported;
+  bool copied = false;
+};
+
+/// Runs `a` (device hidden, labels and weight; the outputs are allocated
+/// here, poisoned first) forward then backward on ctx, and downloads the
+/// outputs.
+CeResult runCeOnDevice(const KernelContext &ctx, LmHeadCrossEntropyArgs a) {
+  CeResult r;
+  const int64_t N = a.tokens, D = a.dim, V = a.vocab;
+  Dev<float> dLoss(1), dLse(N), dDW(V * D);
+  Dev<int32_t> dCount(1);
+  Dev<bf16> dDh(N * D);
+  auto stream = static_cast<cudaStream_t>(ctx.stream);
+  if (cudaMemsetAsync(dLoss.p, 0xFF, sizeof(float), stream) != cudaSuccess ||
+      cudaMemsetAsync(dLse.p, 0xFF, N * sizeof(float), stream) != cudaSuccess ||
+      cudaMemsetAsync(dDh.p, 0xFF, N * D * sizeof(bf16), stream) !=
+          cudaSuccess ||
+      cudaMemsetAsync(dDW.p, 0, V * D * sizeof(float), stream) != cudaSuccess)
+    return r;
+  a.lossSum = dLoss.p;
+  a.validCount = dCount.p;
+  a.lse = dLse.p;
+  r.fwd = lmHeadCrossEntropyForward(ctx, a);
+  if (r.fwd != Status::Ok || cudaStreamSynchronize(stream) != cudaSuccess)
+    return r;
+  r.lossFwd = dLoss.down()[0];
+  r.countFwd = dCount.down()[0];
+  r.lseFwd = dLse.down();
+  if (cudaMemsetAsync(dLse.p, 0xFF, N * sizeof(float), stream) != cudaSuccess)
+    return r;
+  a.dHidden = dDh.p;
+  a.dWeight = dDW.p;
+  r.bwd = lmHeadCrossEntropyBackward(ctx, a);
+  if (r.bwd != Status::Ok || cudaStreamSynchronize(stream) != cudaSuccess)
+    return r;
+  r.loss = dLoss.down()[0];
+  r.count = dCount.down()[0];
+  r.lse = dLse.down();
+  r.dh = dDh.down();
+  r.dW = dDW.down();
+  r.copied = true;
+  return r;
+}
+
+/// The vocabulary of Vt rows split over `ranks` threads, each with its own
+/// stream, handle, workspace and weight block: the ranks agree bitwise on
+/// loss, count and lse (forward and backward alike, and over two runs with
+/// every output); the split run is within the file's split bounds of the
+/// unsplit CUDA run (the ranks' dW blocks side by side, the sum of their dh
+/// partials).
+void vocabParallelCeCase(const KernelContext &unsplitCtx, int ranks, int64_t N,
+                         int64_t chunk, int64_t D, int64_t Vt) {
+  const int64_t V = Vt / ranks;
+  ASSERT_EQ(V * ranks, Vt);
+  auto h = randBf16(N * D, 400), w = randBf16(Vt * D, 401, 0.05f);
+  std::vector<int32_t> labels(N);
+  for (int64_t n = 0; n < N; ++n)
+    labels[n] = n % 41 == 3 ? -100 : int32_t((n * 7919) % Vt);
+  labels[0] = 0;
+  labels[1] = int32_t(Vt - 1);
+  labels[N - 1] = -100; // in the last, partial chunk
+  int32_t valid = 0;
+  for (int32_t l : labels)
+    valid += l != -100;
+  for (int r = 0; r < ranks; ++r)
+    ASSERT_TRUE(
+        std::any_of(labels.begin(), labels.end(),
+                    [&](int32_t l) { return l >= r * V && l < (r + 1) * V; }))
+        << "no label in rank " << r << "'s block";
+  Dev<bf16> dH(N * D), dW(Vt * D);
+  Dev<int32_t> dLab(N);
+  dH.up(h);
+  dW.up(w);
+  dLab.up(labels);
+  LmHeadCrossEntropyArgs a;
+  a.dtype = DType::BF16;
+  a.hidden = dH.p;
+  a.weight = dW.p;
+  a.labels = dLab.p;
+  a.tokens = N;
+  a.dim = D;
+  a.vocab = Vt;
+  a.chunkTokens = chunk;
+  a.gradScale = 1.0 / valid;
+  ASSERT_LE(lmHeadCrossEntropyWorkspaceBytes(Backend::Cuda, a),
+            unsplitCtx.workspaceBytes);
+  const CeResult whole = runCeOnDevice(unsplitCtx, a);
+  ASSERT_EQ(whole.fwd, Status::Ok);
+  ASSERT_EQ(whole.bwd, Status::Ok);
+  ASSERT_TRUE(whole.copied);
+  EXPECT_EQ(whole.count, valid);
+
+  // Each rank's weight block in its own buffer (as a rank holds it).
+  std::vector<std::unique_ptr<Dev<bf16>>> blocks;
+  std::vector<std::unique_ptr<RankContext>> ctxs;
+  LmHeadCrossEntropyArgs split = a;
+  split.vocab = V;
+  split.group.ranks = ranks;
+  const size_t wsBytes = lmHeadCrossEntropyWorkspaceBytes(Backend::Cuda, split);
+  for (int r = 0; r < ranks; ++r) {
+    blocks.push_back(std::make_unique<Dev<bf16>>(V * D));
+    blocks.back()->up(
+        std::vector<bf16>(w.begin() + r * V * D, w.begin() + (r + 1) * V * D));
+    ctxs.push_back(std::make_unique<RankContext>(unsplitCtx.smCount, wsBytes));
+    ASSERT_TRUE(ctxs.back()->ready());
+  }
+  std::vector<CeResult> first;
+  for (int run = 0; run < 2; ++run) {
+    DeviceThreadGroup group(ranks);
+    std::vector<CeResult> out(ranks);
+    group.run([&](int r) {
+      LmHeadCrossEntropyArgs ar = split;
+      ar.weight = blocks[r]->p;
+      ar.group = group.group(r, V);
+      out[r] = runCeOnDevice(ctxs[r]->ctx, ar);
+    });
+    ASSERT_TRUE(group.ok());
+    const int64_t chunks = (N + chunk - 1) / chunk;
+    for (int r = 0; r < ranks; ++r) {
+      ASSERT_EQ(out[r].fwd, Status::Ok) << r;
+      ASSERT_EQ(out[r].bwd, Status::Ok) << r;
+      ASSERT_TRUE(out[r].copied) << r;
+      EXPECT_EQ(group.calls(r), 2 * chunks) << r; // one gather per chunk
+      EXPECT_EQ(out[r].count, valid) << r;
+      EXPECT_EQ(out[r].countFwd, valid) << r;
+      EXPECT_TRUE(sameBytes(std::vector<float>{out[r].loss},
+                            std::vector<float>{out[0].loss}))
+          << r;
+      EXPECT_TRUE(sameBytes(std::vector<float>{out[r].loss},
+                            std::vector<float>{out[r].lossFwd}))
+          << r;
+      EXPECT_TRUE(sameBytes(out[r].lse, out[0].lse)) << r;
+      EXPECT_TRUE(sameBytes(out[r].lse, out[r].lseFwd)) << r;
+      if (run) {
+        EXPECT_TRUE(sameBytes(out[r].dh, first[r].dh)) << r;
+        EXPECT_TRUE(sameBytes(out[r].dW, first[r].dW)) << r;
+        EXPECT_TRUE(sameBytes(out[r].lse, first[r].lse)) << r;
+      }
+    }
+    if (run == 0)
+      first = std::move(out);
+  }
+
+  std::vector<float> dWcat;
+  std::vector<double> dhSum(N * D, 0.0), dhWhole(N * D);
+  for (int r = 0; r < ranks; ++r) {
+    dWcat.insert(dWcat.end(), first[r].dW.begin(), first[r].dW.end());
+    for (int64_t i = 0; i < N * D; ++i)
+      dhSum[i] += val(first[r].dh[i]);
+  }
+  for (int64_t i = 0; i < N * D; ++i)
+    dhWhole[i] = val(whole.dh[i]);
+  const double lossErr =
+      std::fabs(double(first[0].loss) - whole.loss) / std::fabs(whole.loss);
+  const double lseErr = relErr(first[0].lse, whole.lse);
+  const double dhErr = relErr(dhSum, dhWhole);
+  const double dWErr = relErr(dWcat, whole.dW);
+  std::printf("split R=%d N=%lld D=%lld V=%lld vs unsplit: loss %.3g lse "
+              "%.3g dh %.3g dW %.3g\n",
+              ranks, (long long)N, (long long)D, (long long)Vt, lossErr, lseErr,
+              dhErr, dWErr);
+  EXPECT_LE(lossErr, 1e-5);
+  EXPECT_LE(lseErr, 1e-5);
+  EXPECT_LE(dhErr, 2e-2);
+  EXPECT_LE(dWErr, 1e-3);
+}
+
+TEST_F(DenseCuda, VocabParallelCrossEntropyMatchesUnsplit) {
+  // 300 tokens in chunks of 128 (the last partial), a 8000-row vocabulary.
+  const int64_t N = 300, chunk = 128, D = 256, Vt = 8000;
+  LmHeadCrossEntropyArgs a;
+  a.tokens = N;
+  a.dim = D;
+  a.vocab = Vt;
+  a.chunkTokens = chunk;
+  reserve(lmHeadCrossEntropyWorkspaceBytes(Backend::Cuda, a));
+  for (int ranks : {2, 4}) {
+    vocabParallelCeCase(ctx, ranks, N, chunk, D, Vt);
+    if (HasFatalFailure())
+      return;
+  }
+}
+
+TEST_F(DenseCuda, VocabParallelCrossEntropyNeedsAllGather) {
+  Dev<bf16> dH(4 * 8), dW(16 * 8);
+  Dev<int32_t> dLab(4);
+  Dev<float> dLoss(1);
+  LmHeadCrossEntropyArgs a;
+  a.dtype = DType::BF16;
+  a.hidden = dH.p;
+  a.weight = dW.p;
+  a.labels = dLab.p;
+  a.tokens = 4;
+  a.dim = 8;
+  a.vocab = 16;
+  a.lossSum = dLoss.p;
+  a.group.ranks = 2;
+  a.group.offset = 16;
+  reserve(lmHeadCrossEntropyWorkspaceBytes(Backend::Cuda, a));
+  EXPECT_EQ(lmHeadCrossEntropyForward(ctx, a), Status::InvalidArgument);
+  EXPECT_EQ(lmHeadCrossEntropyBackward(ctx, a), Status::InvalidArgument);
+}
+
+// Each id's row lives on one rank and the others write zero rows, so the
+// ranks' outputs sum to the unsplit output exactly, ids outside the whole
+// table give zero rows everywhere, and each rank's backward adds the same dy
+// rows in the same order to its block.
+TEST_F(DenseCuda, VocabParallelEmbeddingSumsToUnsplit) {
+  const int64_t N = 4096, D = 512, Vt = 3000;
+  auto w = randBf16(Vt * D, 410, 0.02f), dy = randBf16(N * D, 411);
+  auto dw0 = hashFloats(Vt * D, 412, 1e-3f);
+  std::vector<int32_t> ids(N);
+  std::mt19937 gen(413);
+  for (int64_t n = 0; n < N; ++n)
+    ids[n] = n % 5 == 0 ? int32_t(n % 7) : int32_t(gen() % Vt); // duplicates
+  ids[1] = int32_t(Vt - 1);
+  ids[2] = int32_t(Vt); // outside the table: zero rows, no gradient
+  ids[3] = -1;
+  Dev<int32_t> dIds(N);
+  Dev<bf16> dWt(Vt * D), dDy(N * D), dY(N * D);
+  Dev<float> dDw(Vt * D);
+  dIds.up(ids);
+  dWt.up(w);
+  dDy.up(dy);
+  dDw.up(dw0);
+  dY.poison();
+  ASSERT_EQ(embeddingForward(ctx, {DType::BF16, dIds.p, dWt.p, dY.p, N, Vt, D}),
+            Status::Ok);
+  ASSERT_EQ(
+      embeddingBackward(ctx, {DType::BF16, dIds.p, dDy.p, dDw.p, N, Vt, D}),
+      Status::Ok);
+  sync();
+  const auto y = dY.down();
+  const auto dw = dDw.down();
+  for (int ranks : {2, 4}) {
+    const int64_t V = Vt / ranks;
+    std::vector<float> sum(N * D, 0.f);
+    std::vector<float> dwSplit;
+    for (int r = 0; r < ranks; ++r) {
+      Dev<bf16> dWr(V * D), dYr(N * D);
+      Dev<float> dDwr(V * D);
+      dWr.up(std::vector<bf16>(w.begin() + r * V * D,
+                               w.begin() + (r + 1) * V * D));
+      dDwr.up(std::vector<float>(dw0.begin() + r * V * D,
+                                 dw0.begin() + (r + 1) * V * D));
+      dYr.poison();
+      VocabGroup g;
+      g.ranks = ranks;
+      g.offset = r * V;
+      EmbeddingForwardArgs f{DType::BF16, dIds.p, dWr.p, dYr.p, N, V, D};
+      f.group = g;
+      ASSERT_EQ(embeddingForward(ctx, f), Status::Ok);
+      EmbeddingBackwardArgs b{DType::BF16, dIds.p, dDy.p, dDwr.p, N, V, D};
+      b.group = g;
+      ASSERT_EQ(embeddingBackward(ctx, b), Status::Ok);
+      sync();
+      const auto yr = dYr.down();
+      int64_t wrongRows = 0;
+      for (int64_t n = 0; n < N; ++n) {
+        const bool mine = ids[n] >= r * V && ids[n] < (r + 1) * V;
+        bool rowOk = true;
+        for (int64_t d = 0; d < D; ++d) {
+          const uint16_t bits = yr[n * D + d].bits;
+          rowOk = rowOk && bits == (mine ? y[n * D + d].bits : uint16_t(0));
+          sum[n * D + d] += toFloat(yr[n * D + d]);
+        }
+        wrongRows += !rowOk;
+      }
+      EXPECT_EQ(wrongRows, 0) << "R=" << ranks << " rank " << r;
+      const auto dwr = dDwr.down();
+      dwSplit.insert(dwSplit.end(), dwr.begin(), dwr.end());
+    }
+    std::vector<bf16> sumBf16(N * D);
+    for (int64_t i = 0; i < N * D; ++i)
+      sumBf16[i] = bf16(sum[i]);
+    EXPECT_TRUE(sameBytes(sumBf16, y)) << ranks;
+    EXPECT_TRUE(sameBytes(dwSplit, dw)) << ranks;
+  }
 }
 
 //===----------------------------------------------------------------------===//

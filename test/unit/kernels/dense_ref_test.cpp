@@ -4,7 +4,8 @@
 // CI tests of the dense reference kernels (kernels/dense.h, host backend):
 // float64 instances against direct float64 formulas and central finite
 // differences, bf16/f32 instances against float64 within stated bounds,
-// chunked cross-entropy against the unchunked formula, AdamW against the
+// chunked cross-entropy against the unchunked formula, the vocabulary split
+// over ranks (run as threads) against the unsplit kernels, AdamW against the
 // textbook update.
 //
 //===----------------------------------------------------------------------===//
@@ -13,10 +14,18 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <mutex>
 #include <random>
+#include <thread>
+#include <type_traits>
 #include <vector>
 
 using namespace ap::kernels;
@@ -742,6 +751,440 @@ TEST(DenseRef, CrossEntropyBf16WithinBounds) {
   EXPECT_LT(relErr(toD(lse), ref.lse), 1e-5);
   EXPECT_LT(relErr(toD(dh), ref.dh), 1.5e-2);
   EXPECT_LT(relErr(toD(dW), ref.dW), 1e-2);
+}
+
+//===----------------------------------------------------------------------===//
+// Split vocabulary (VocabGroup): R ranks as R threads of this process.
+//===----------------------------------------------------------------------===//
+
+/// A reusable barrier of `n` threads. A rank that never arrives is a kernel
+/// bug (a missing or extra allGather): the test aborts instead of hanging.
+class Barrier {
+public:
+  explicit Barrier(int n) : n_(n) {}
+  void wait() {
+    std::unique_lock<std::mutex> lock(mu_);
+    const uint64_t gen = gen_;
+    if (++arrived_ == n_) {
+      arrived_ = 0;
+      ++gen_;
+      cv_.notify_all();
+      return;
+    }
+    if (!cv_.wait_for(lock, std::chrono::seconds(60),
+                      [&] { return gen_ != gen; })) {
+      std::fprintf(stderr, "barrier: a rank never arrived\n");
+      std::abort();
+    }
+  }
+
+private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  const int n_;
+  int arrived_ = 0;
+  uint64_t gen_ = 0;
+};
+
+/// The ranks of a split vocabulary as threads sharing host memory. Each
+/// rank's allGather writes its send buffer into its slot, waits for every
+/// rank, copies the slots in rank order into recv, and waits again so that
+/// no slot is rewritten before every rank has read it.
+class ThreadGroup {
+public:
+  explicit ThreadGroup(int ranks)
+      : barrier_(ranks), slots_(ranks), members_(ranks), calls_(ranks, 0) {
+    for (int r = 0; r < ranks; ++r)
+      members_[r] = {this, r};
+  }
+  int ranks() const { return int(slots_.size()); }
+  /// Rank r's group, `vocab` rows per rank.
+  VocabGroup group(int r, int64_t vocab) {
+    VocabGroup g;
+    g.ranks = ranks();
+    g.offset = r * vocab;
+    g.allGather = &ThreadGroup::allGather;
+    g.self = &members_[r];
+    return g;
+  }
+  /// Runs fn(rank) on one thread per rank and joins them.
+  template <class Fn> void run(Fn &&fn) {
+    std::vector<std::thread> threads;
+    for (int r = 0; r < ranks(); ++r)
+      threads.emplace_back([&fn, r] { fn(r); });
+    for (auto &t : threads)
+      t.join();
+  }
+  int64_t calls(int r) const { return calls_[r]; }
+  /// False once ranks gathered different counts.
+  bool countsAgreed() const { return countsAgreed_; }
+
+private:
+  struct Member {
+    ThreadGroup *group = nullptr;
+    int rank = 0;
+  };
+  static void allGather(void *self, const KernelContext &, const float *send,
+                        float *recv, int64_t n) {
+    auto *m = static_cast<Member *>(self);
+    ThreadGroup &g = *m->group;
+    g.slots_[m->rank].assign(send, send + n);
+    ++g.calls_[m->rank];
+    g.barrier_.wait();
+    for (int k = 0; k < g.ranks(); ++k) {
+      const std::vector<float> &slot = g.slots_[k];
+      if (int64_t(slot.size()) != n) {
+        g.countsAgreed_ = false;
+        continue;
+      }
+      std::copy(slot.begin(), slot.end(), recv + k * n);
+    }
+    g.barrier_.wait();
+  }
+
+  Barrier barrier_;
+  std::vector<std::vector<float>> slots_;
+  std::vector<Member> members_;
+  std::vector<int64_t> calls_;
+  std::atomic<bool> countsAgreed_{true};
+};
+
+template <class T> std::vector<T> castTo(const std::vector<double> &v) {
+  std::vector<T> r(v.size());
+  for (size_t i = 0; i < v.size(); ++i)
+    r[i] = T(float(v[i]));
+  return r;
+}
+template <> std::vector<double> castTo<double>(const std::vector<double> &v) {
+  return v;
+}
+template <class T> constexpr DType dtypeOf() {
+  return std::is_same_v<T, bf16>    ? DType::BF16
+         : std::is_same_v<T, float> ? DType::F32
+                                    : DType::F64;
+}
+template <class T>
+using AccOf = std::conditional_t<std::is_same_v<T, double>, double, float>;
+template <class T> bool sameBits(const T &a, const T &b) {
+  return std::memcmp(&a, &b, sizeof(T)) == 0;
+}
+template <class T>
+bool sameBits(const std::vector<T> &a, const std::vector<T> &b) {
+  return a.size() == b.size() &&
+         std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+}
+
+/// One rank's (or the unsplit) LM head + cross-entropy: the forward alone,
+/// then the backward, which writes loss, count and lse again.
+template <class T> struct CeOutputs {
+  using A = AccOf<T>;
+  A lossFwd = -1, loss = -1;
+  int32_t countFwd = -1, count = -1;
+  std::vector<A> lseFwd, lse, dW;
+  std::vector<T> dh;
+  Status fwd = Status::Unsupported, bwd = Status::Unsupported;
+};
+template <class T>
+CeOutputs<T> runCe(const T *h, const T *w, const int32_t *labels, int64_t N,
+                   int64_t D, int64_t V, int64_t chunk, double scale,
+                   const VocabGroup &group) {
+  using A = AccOf<T>;
+  CeOutputs<T> o;
+  o.lseFwd.assign(N, A(-1));
+  o.lse.assign(N, A(-1));
+  o.dW.assign(V * D, A(0));
+  o.dh.assign(N * D, T(-1.0f));
+  LmHeadCrossEntropyArgs a;
+  a.dtype = dtypeOf<T>();
+  a.hidden = h;
+  a.weight = w;
+  a.labels = labels;
+  a.tokens = N;
+  a.dim = D;
+  a.vocab = V;
+  a.chunkTokens = chunk;
+  a.lossSum = &o.lossFwd;
+  a.validCount = &o.countFwd;
+  a.lse = o.lseFwd.data();
+  a.group = group;
+  o.fwd = lmHeadCrossEntropyForward(hostCtx(), a);
+  a.lossSum = &o.loss;
+  a.validCount = &o.count;
+  a.lse = o.lse.data();
+  a.gradScale = scale;
+  a.dHidden = o.dh.data();
+  a.dWeight = o.dW.data();
+  o.bwd = lmHeadCrossEntropyBackward(hostCtx(), a);
+  return o;
+}
+
+/// Tensor-relative bounds of a split run (loss: relative).
+struct SplitBounds {
+  double loss, lse, dh, dW;
+};
+
+/// A random problem (37 tokens in chunks of 16, the last one partial; labels
+/// in every rank's block, ignored ones in both chunks' kinds) with its
+/// 40-row vocabulary split over `ranks` threads: the ranks agree bitwise on
+/// loss, count and lse (forward and backward alike); the split run is within
+/// `unsplit` of the same dtype's unsplit run and within `f64` of float64
+/// math: loss, lse, the ranks' dWeight blocks side by side, and the sum of
+/// their dHidden partials. The gathered statistics are fp32 whatever the
+/// dtype, so f64 agrees with the unsplit run to fp32 rounding, not to f64's.
+template <class T>
+void vocabParallelCe(int ranks, const SplitBounds &unsplitBound,
+                     const SplitBounds &f64Bound) {
+  using A = AccOf<T>;
+  const int64_t N = 37, chunk = 16, D = 24, Vt = 40, V = Vt / ranks;
+  ASSERT_EQ(V * ranks, Vt);
+  const std::vector<T> h = castTo<T>(randn(N * D, 300)),
+                       w = castTo<T>(randn(Vt * D, 301, 0.5));
+  std::vector<int32_t> labels(N);
+  for (int64_t n = 0; n < N; ++n)
+    labels[n] = int32_t((n * 13 + 5) % Vt);
+  labels[0] = 0;
+  labels[1] = int32_t(Vt - 1);
+  labels[4] = labels[19] = labels[36] = -100;
+  for (int r = 0; r < ranks; ++r)
+    ASSERT_TRUE(
+        std::any_of(labels.begin(), labels.end(),
+                    [&](int32_t l) { return l >= r * V && l < (r + 1) * V; }))
+        << "no label in rank " << r << "'s block";
+  const int32_t valid = int32_t(N - 3);
+  const double scale = 1.0 / valid;
+  const CeRef ref = naiveCe(toD(h), toD(w), labels, N, D, Vt, scale);
+  const CeOutputs<T> whole = runCe(h.data(), w.data(), labels.data(), N, D, Vt,
+                                   chunk, scale, VocabGroup{});
+  ASSERT_EQ(whole.fwd, Status::Ok);
+  ASSERT_EQ(whole.bwd, Status::Ok);
+
+  ThreadGroup group(ranks);
+  std::vector<CeOutputs<T>> out(ranks);
+  group.run([&](int r) {
+    out[r] = runCe(h.data(), w.data() + r * V * D, labels.data(), N, D, V,
+                   chunk, scale, group.group(r, V));
+  });
+  ASSERT_TRUE(group.countsAgreed());
+  const int64_t chunks = (N + chunk - 1) / chunk;
+  for (int r = 0; r < ranks; ++r) {
+    ASSERT_EQ(out[r].fwd, Status::Ok) << r;
+    ASSERT_EQ(out[r].bwd, Status::Ok) << r;
+    EXPECT_EQ(group.calls(r), 2 * chunks) << r; // one gather per chunk
+    EXPECT_TRUE(sameBits(out[r].loss, out[0].loss)) << r;
+    EXPECT_TRUE(sameBits(out[r].loss, out[r].lossFwd)) << r;
+    EXPECT_EQ(out[r].count, valid) << r;
+    EXPECT_EQ(out[r].countFwd, valid) << r;
+    EXPECT_TRUE(sameBits(out[r].lse, out[0].lse)) << r;
+    EXPECT_TRUE(sameBits(out[r].lse, out[r].lseFwd)) << r;
+  }
+  EXPECT_EQ(whole.count, valid);
+  EXPECT_EQ(ref.count, valid);
+
+  std::vector<double> dW, dh(N * D, 0.0);
+  for (int r = 0; r < ranks; ++r) {
+    dW.insert(dW.end(), out[r].dW.begin(), out[r].dW.end());
+    auto part = toD(out[r].dh);
+    for (int64_t i = 0; i < N * D; ++i)
+      dh[i] += part[i];
+  }
+  const A loss = out[0].loss;
+  const std::vector<double> lse = toD(out[0].lse);
+  const double lossVsWhole =
+      std::fabs(double(loss) - double(whole.loss)) / std::fabs(whole.loss);
+  const double lossVsRef = std::fabs(double(loss) - ref.loss) / ref.loss;
+  const SplitBounds vsWhole{lossVsWhole, relErr(lse, toD(whole.lse)),
+                            relErr(dh, toD(whole.dh)),
+                            relErr(dW, toD(whole.dW))};
+  const SplitBounds vsRef{lossVsRef, relErr(lse, ref.lse), relErr(dh, ref.dh),
+                          relErr(dW, ref.dW)};
+  const char *name = std::is_same_v<T, bf16>    ? "bf16"
+                     : std::is_same_v<T, float> ? "f32"
+                                                : "f64";
+  std::printf("split %s R=%d vs unsplit: loss %.3g lse %.3g dh %.3g dW "
+              "%.3g; vs f64: loss %.3g lse %.3g dh %.3g dW %.3g\n",
+              name, ranks, vsWhole.loss, vsWhole.lse, vsWhole.dh, vsWhole.dW,
+              vsRef.loss, vsRef.lse, vsRef.dh, vsRef.dW);
+  EXPECT_LE(vsWhole.loss, unsplitBound.loss);
+  EXPECT_LE(vsWhole.lse, unsplitBound.lse);
+  EXPECT_LE(vsWhole.dh, unsplitBound.dh);
+  EXPECT_LE(vsWhole.dW, unsplitBound.dW);
+  EXPECT_LE(vsRef.loss, f64Bound.loss);
+  EXPECT_LE(vsRef.lse, f64Bound.lse);
+  EXPECT_LE(vsRef.dh, f64Bound.dh);
+  EXPECT_LE(vsRef.dW, f64Bound.dW);
+}
+
+// f32: fp32 logits and statistics, the ranks' merge another rounding of the
+// same sums: 1e-5. bf16: as CrossEntropyBf16WithinBounds against float64;
+// against the unsplit run the dlogits round to bf16 alike except where the
+// lse's last bits differ, and dh sums the ranks' bf16-rounded partials.
+// f64: the statistics travel as fp32 (kernels/dense.h: allGather of floats).
+TEST(DenseRef, VocabParallelCrossEntropyF32) {
+  for (int ranks : {2, 4})
+    vocabParallelCe<float>(ranks, {1e-5, 1e-5, 1e-5, 1e-5},
+                           {1e-5, 1e-5, 1e-5, 1e-5});
+}
+TEST(DenseRef, VocabParallelCrossEntropyBf16) {
+  for (int ranks : {2, 4})
+    vocabParallelCe<bf16>(ranks, {1e-5, 1e-5, 1.5e-2, 1e-2},
+                          {1e-5, 1e-5, 1.5e-2, 1e-2});
+}
+TEST(DenseRef, VocabParallelCrossEntropyF64) {
+  for (int ranks : {2, 4})
+    vocabParallelCe<double>(ranks, {1e-6, 1e-6, 1e-6, 1e-6},
+                            {1e-6, 1e-6, 1e-6, 1e-6});
+}
+
+// Each id's row lives on one rank and the others write zero rows, so the
+// ranks' outputs sum to the unsplit output exactly; each rank's backward
+// adds the same dy rows in the same order to its block.
+TEST(DenseRef, VocabParallelEmbeddingSumsToUnsplit) {
+  const int64_t Vt = 40, D = 6, N = 50;
+  const auto w = toF32(randn(Vt * D, 310)), dy = toF32(randn(N * D, 311)),
+             dw0 = toF32(randn(Vt * D, 312));
+  std::vector<int32_t> ids(N);
+  for (int64_t n = 0; n < N; ++n)
+    ids[n] = int32_t((n * 17 + n / 3) % Vt); // N > Vt: repeated ids
+  ids[0] = 0;
+  ids[1] = int32_t(Vt - 1);
+  std::vector<float> y(N * D), dw = dw0;
+  ASSERT_EQ(embeddingForward(hostCtx(), {DType::F32, ids.data(), w.data(),
+                                         y.data(), N, Vt, D}),
+            Status::Ok);
+  ASSERT_EQ(embeddingBackward(hostCtx(), {DType::F32, ids.data(), dy.data(),
+                                          dw.data(), N, Vt, D}),
+            Status::Ok);
+  for (int ranks : {2, 4}) {
+    const int64_t V = Vt / ranks;
+    std::vector<float> sum(N * D, 0.f), dwSplit;
+    for (int r = 0; r < ranks; ++r) {
+      std::vector<float> yr(N * D, 7.f);
+      std::vector<float> dwr(dw0.begin() + r * V * D,
+                             dw0.begin() + (r + 1) * V * D);
+      VocabGroup g;
+      g.ranks = ranks;
+      g.offset = r * V;
+      EmbeddingForwardArgs f{
+          DType::F32, ids.data(), w.data() + r * V * D, yr.data(), N, V, D};
+      f.group = g;
+      ASSERT_EQ(embeddingForward(hostCtx(), f), Status::Ok);
+      EmbeddingBackwardArgs b{DType::F32, ids.data(), dy.data(), dwr.data(),
+                              N,          V,          D};
+      b.group = g;
+      ASSERT_EQ(embeddingBackward(hostCtx(), b), Status::Ok);
+      for (int64_t n = 0; n < N; ++n) {
+        bool mine = ids[n] / V == r;
+        for (int64_t d = 0; d < D; ++d) {
+          float v = yr[n * D + d];
+          EXPECT_TRUE(mine ? sameBits(v, y[n * D + d]) : sameBits(v, 0.f))
+              << "R=" << ranks << " rank " << r << " token " << n;
+          sum[n * D + d] += v;
+        }
+      }
+      dwSplit.insert(dwSplit.end(), dwr.begin(), dwr.end());
+    }
+    EXPECT_TRUE(sameBits(sum, y)) << ranks;
+    EXPECT_TRUE(sameBits(dwSplit, dw)) << ranks;
+  }
+}
+
+TEST(DenseRef, VocabParallelInvalidArguments) {
+  const int64_t Vt = 8, V = 4, D = 3, N = 4;
+  const auto w = toF32(randn(V * D, 320)), dy = toF32(randn(N * D, 321));
+  VocabGroup g;
+  g.ranks = 2;
+  g.offset = V; // rank 1: rows [4, 8)
+  // Ids of rank 0's rows are valid (zero rows here); only ids outside the
+  // whole table are not, and their rows are zero too.
+  std::vector<int32_t> ids = {0, 5, 7, 3};
+  std::vector<float> y(N * D, 7.f);
+  EmbeddingForwardArgs f{DType::F32, ids.data(), w.data(), y.data(), N, V, D};
+  f.group = g;
+  EXPECT_EQ(embeddingForward(hostCtx(), f), Status::Ok);
+  for (int64_t d = 0; d < D; ++d) {
+    EXPECT_EQ(y[0 * D + d], 0.f);
+    EXPECT_EQ(y[1 * D + d], w[1 * D + d]);
+    EXPECT_EQ(y[2 * D + d], w[3 * D + d]);
+    EXPECT_EQ(y[3 * D + d], 0.f);
+  }
+  for (int32_t bad : {int32_t(Vt), -1}) {
+    ids[2] = bad;
+    std::fill(y.begin(), y.end(), 7.f);
+    EXPECT_EQ(embeddingForward(hostCtx(), f), Status::InvalidArgument) << bad;
+    for (int64_t d = 0; d < D; ++d) {
+      EXPECT_EQ(y[1 * D + d], w[1 * D + d]); // the valid rows are written
+      EXPECT_EQ(y[2 * D + d], 0.f);
+    }
+    // The backward skips every id outside the rank's rows.
+    std::vector<float> dw(V * D, 0.f);
+    EmbeddingBackwardArgs b{DType::F32, ids.data(), dy.data(), dw.data(),
+                            N,          V,          D};
+    b.group = g;
+    ASSERT_EQ(embeddingBackward(hostCtx(), b), Status::Ok);
+    for (int64_t i = 0; i < V * D; ++i)
+      EXPECT_EQ(dw[i], i / D == 1 ? dy[1 * D + i % D] : 0.f) << i;
+  }
+  // A group whose rows leave the table, or no ranks.
+  for (auto [ranks, offset] :
+       {std::pair<int32_t, int64_t>{2, Vt}, {2, -V}, {0, 0}}) {
+    f.group.ranks = ranks;
+    f.group.offset = offset;
+    EXPECT_EQ(embeddingForward(hostCtx(), f), Status::InvalidArgument);
+  }
+
+  // Cross-entropy: a split vocabulary needs allGather.
+  const auto h = toF32(randn(N * D, 322));
+  std::vector<int32_t> labels = {int32_t(Vt), -100, 2, int32_t(Vt) + 5};
+  float loss = -1;
+  int32_t count = -1;
+  LmHeadCrossEntropyArgs a;
+  a.dtype = DType::F32;
+  a.hidden = h.data();
+  a.weight = w.data();
+  a.labels = labels.data();
+  a.tokens = N;
+  a.dim = D;
+  a.vocab = V;
+  a.chunkTokens = 2;
+  a.lossSum = &loss;
+  a.validCount = &count;
+  a.group = g;
+  EXPECT_EQ(lmHeadCrossEntropyForward(hostCtx(), a), Status::InvalidArgument);
+  EXPECT_EQ(lmHeadCrossEntropyBackward(hostCtx(), a), Status::InvalidArgument);
+  // Labels past the whole table count as ignored, on every rank alike.
+  ThreadGroup group(2);
+  std::vector<float> losses(2, -1.f);
+  std::vector<int32_t> counts(2, -1);
+  std::vector<Status> st(2, Status::Unsupported);
+  const auto w0 = toF32(randn(V * D, 323));
+  group.run([&](int r) {
+    LmHeadCrossEntropyArgs ar = a;
+    ar.weight = r ? w.data() : w0.data();
+    ar.lossSum = &losses[r];
+    ar.validCount = &counts[r];
+    ar.group = group.group(r, V);
+    st[r] = lmHeadCrossEntropyForward(hostCtx(), ar);
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(st[r], Status::Ok);
+    EXPECT_EQ(counts[r], 1);
+    EXPECT_GT(losses[r], 0.f);
+  }
+  EXPECT_TRUE(sameBits(losses[0], losses[1]));
+
+  // The CUDA workspace adds the sent and the gathered statistics (3 floats
+  // per chunk token, and per rank), each 256-byte aligned; host needs none.
+  LmHeadCrossEntropyArgs s;
+  s.tokens = 100;
+  s.vocab = 1000;
+  s.chunkTokens = 30;
+  const size_t one = lmHeadCrossEntropyChunkWorkspaceBytes(Backend::Cuda, s);
+  s.group.ranks = 4; // nothing else of the group is read
+  EXPECT_EQ(lmHeadCrossEntropyChunkWorkspaceBytes(Backend::Cuda, s),
+            one + 512 + 1536);
+  EXPECT_EQ(lmHeadCrossEntropyWorkspaceBytes(Backend::Cuda, s),
+            one + 512 + 1536 + linearWorkspaceBytes(Backend::Cuda));
+  EXPECT_EQ(lmHeadCrossEntropyWorkspaceBytes(Backend::Host, s), 0u);
 }
 
 //===----------------------------------------------------------------------===//
