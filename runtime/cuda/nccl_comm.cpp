@@ -6,6 +6,14 @@
 // fixed world size and NCCL configuration; set NCCL_ALGO/NCCL_PROTO to pin
 // the algorithm when comparing runs on different topologies.
 //
+// A rank that dies or hangs would leave the others blocked inside NCCL
+// kernels forever, so every communicator has a watchdog thread (NCCL's own
+// asynchronous error plus a timeout on each enqueued collective, as
+// PyTorch's process groups do): on an error, or a collective that has not
+// completed ACTPLACE_COMM_TIMEOUT seconds (default 600) after it was
+// enqueued, it names the communicator and what happened on stderr, aborts
+// the communicator and ends the process with exit status 1.
+//
 //===----------------------------------------------------------------------===//
 #include "runtime/collectives.h"
 
@@ -16,7 +24,16 @@
 #include <nccl.h>
 #endif
 
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
 #include <cstring>
+#include <deque>
+#include <iostream>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
 
 namespace ap::rt {
 
@@ -51,13 +68,124 @@ ncclDataType_t ncclType(DType t) {
   fail("NCCL: unsupported dtype ", int(t));
 }
 
+/// Seconds a collective may stay incomplete before the watchdog aborts:
+/// ACTPLACE_COMM_TIMEOUT when set to a positive number, else 600.
+double commTimeoutSeconds() {
+  if (const char *v = std::getenv("ACTPLACE_COMM_TIMEOUT")) {
+    char *end = nullptr;
+    double s = std::strtod(v, &end);
+    if (end != v && *end == '\0' && s > 0)
+      return s;
+    fail("NCCL: ACTPLACE_COMM_TIMEOUT='", v,
+         "' (expected a positive number of seconds)");
+  }
+  return 600;
+}
+
+/// Watches one communicator: its collectives, each marked by an event
+/// recorded after it on its stream, and NCCL's asynchronous error. Events
+/// are reused once complete. Invariant: `pending_` is in enqueue order per
+/// communicator, so the oldest incomplete collective is at its front.
+class NcclWatchdog {
+public:
+  NcclWatchdog(ncclComm_t comm, int rank, int size)
+      : comm_(comm), rank_(rank), size_(size), timeout_(commTimeoutSeconds()) {
+    AP_CUDA_CHECK(cudaGetDevice(&device_));
+    thread_ = std::thread([this] { run(); });
+  }
+  ~NcclWatchdog() {
+    {
+      std::lock_guard<std::mutex> g(m_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+    for (auto &p : pending_)
+      cudaEventDestroy(p.event);
+    for (cudaEvent_t e : free_)
+      cudaEventDestroy(e);
+  }
+
+  /// Marks the collective just enqueued on `stream`.
+  void enqueued(cudaStream_t stream) {
+    std::lock_guard<std::mutex> g(m_);
+    cudaEvent_t e;
+    if (!free_.empty()) {
+      e = free_.back();
+      free_.pop_back();
+    } else {
+      AP_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    }
+    AP_CUDA_CHECK(cudaEventRecord(e, stream));
+    pending_.push_back({e, Clock::now()});
+  }
+
+private:
+  using Clock = std::chrono::steady_clock;
+  struct Pending {
+    cudaEvent_t event;
+    Clock::time_point since;
+  };
+
+  void run() {
+    cudaSetDevice(device_);
+    std::unique_lock<std::mutex> lock(m_);
+    while (
+        !cv_.wait_for(lock, std::chrono::seconds(1), [&] { return stop_; })) {
+      ncclResult_t async = ncclSuccess;
+      if (ncclCommGetAsyncError(comm_, &async) == ncclSuccess &&
+          async != ncclSuccess && async != ncclInProgress)
+        abortProcess(std::string("reports an asynchronous error: ") +
+                     ncclGetErrorString(async) + " (" +
+                     ncclGetLastError(comm_) + ")");
+      while (!pending_.empty() &&
+             cudaEventQuery(pending_.front().event) == cudaSuccess) {
+        free_.push_back(pending_.front().event);
+        pending_.pop_front();
+      }
+      if (!pending_.empty()) {
+        double waited =
+            std::chrono::duration<double>(Clock::now() - pending_.front().since)
+                .count();
+        if (waited > timeout_)
+          abortProcess("a collective enqueued " +
+                       std::to_string(int64_t(waited)) +
+                       " s ago has not completed (ACTPLACE_COMM_TIMEOUT is " +
+                       std::to_string(int64_t(timeout_)) + " s)");
+      }
+    }
+  }
+
+  [[noreturn]] void abortProcess(const std::string &what) {
+    std::cerr << "error: NCCL: the communicator of rank " << rank_ << " of "
+              << size_ << " " << what
+              << ": another rank failed or hangs, or the network broke; "
+                 "aborting the communicator and exiting"
+              << std::endl;
+    ncclCommAbort(comm_);
+    std::_Exit(1);
+  }
+
+  ncclComm_t comm_;
+  int rank_, size_, device_ = 0;
+  double timeout_;
+  std::mutex m_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::deque<Pending> pending_;
+  std::vector<cudaEvent_t> free_;
+  std::thread thread_;
+};
+
 class NcclCommunicator final : public Communicator {
 public:
   explicit NcclCommunicator(ncclComm_t comm) : comm_(comm) {
     AP_NCCL_CHECK(ncclCommUserRank(comm_, &rank_));
     AP_NCCL_CHECK(ncclCommCount(comm_, &size_));
+    watchdog_ = std::make_unique<NcclWatchdog>(comm_, rank_, size_);
   }
   ~NcclCommunicator() override {
+    watchdog_.reset();
     if (barrierBuf_)
       cudaFree(barrierBuf_);
     if (barrierStream_)
@@ -75,11 +203,13 @@ public:
                     void *stream) override {
     AP_NCCL_CHECK(ncclAllReduce(send, recv, count, ncclType(dtype), ncclSum,
                                 comm_, cudaStream_t(stream)));
+    watchdog_->enqueued(cudaStream_t(stream));
   }
   void reduceScatterSum(const void *send, void *recv, size_t recvCount,
                         DType dtype, void *stream) override {
     AP_NCCL_CHECK(ncclReduceScatter(send, recv, recvCount, ncclType(dtype),
                                     ncclSum, comm_, cudaStream_t(stream)));
+    watchdog_->enqueued(cudaStream_t(stream));
   }
   void reduceScatterSumAdd(void *send, void *recv, size_t recvCount,
                            DType dtype, void *stream) override {
@@ -89,6 +219,7 @@ public:
                   size_t(rank_) * recvCount * dtypeBytes(dtype);
     AP_NCCL_CHECK(ncclReduceScatter(send, block, recvCount, ncclType(dtype),
                                     ncclSum, comm_, cudaStream_t(stream)));
+    watchdog_->enqueued(cudaStream_t(stream));
     cudaAddInto(dtype, recv, block, recvCount, stream);
   }
   void reduceScatterSumAddBf16(float *send, ap::kernels::bf16 *recv,
@@ -98,12 +229,14 @@ public:
     float *block = send + size_t(rank_) * recvCount;
     AP_NCCL_CHECK(ncclReduceScatter(send, block, recvCount, ncclFloat32,
                                     ncclSum, comm_, cudaStream_t(stream)));
+    watchdog_->enqueued(cudaStream_t(stream));
     cudaAddIntoBf16(recv, block, recvCount, stream);
   }
   void allGather(const void *send, void *recv, size_t sendCount, DType dtype,
                  void *stream) override {
     AP_NCCL_CHECK(ncclAllGather(send, recv, sendCount, ncclType(dtype), comm_,
                                 cudaStream_t(stream)));
+    watchdog_->enqueued(cudaStream_t(stream));
   }
   void broadcast(void *buf, size_t count, DType dtype, int root,
                  void *stream) override {
@@ -112,18 +245,21 @@ public:
            "-rank communicator");
     AP_NCCL_CHECK(ncclBroadcast(buf, buf, count, ncclType(dtype), root, comm_,
                                 cudaStream_t(stream)));
+    watchdog_->enqueued(cudaStream_t(stream));
   }
   void send(const void *buf, size_t count, DType dtype, int peer,
             void *stream) override {
     checkPeer(peer, "send");
     AP_NCCL_CHECK(ncclSend(buf, count, ncclType(dtype), peer, comm_,
                            cudaStream_t(stream)));
+    watchdog_->enqueued(cudaStream_t(stream));
   }
   void recv(void *buf, size_t count, DType dtype, int peer,
             void *stream) override {
     checkPeer(peer, "recv");
     AP_NCCL_CHECK(ncclRecv(buf, count, ncclType(dtype), peer, comm_,
                            cudaStream_t(stream)));
+    watchdog_->enqueued(cudaStream_t(stream));
   }
 
   void barrier() override { (void)allTrue(true); }
@@ -141,6 +277,7 @@ public:
                                   cudaMemcpyHostToDevice, barrierStream_));
     AP_NCCL_CHECK(ncclAllReduce(barrierBuf_, barrierBuf_, 1, ncclInt32, ncclMin,
                                 comm_, barrierStream_));
+    watchdog_->enqueued(barrierStream_);
     AP_CUDA_CHECK(cudaMemcpyAsync(&v, barrierBuf_, sizeof(v),
                                   cudaMemcpyDeviceToHost, barrierStream_));
     AP_CUDA_CHECK(cudaStreamSynchronize(barrierStream_));
@@ -164,6 +301,7 @@ private:
 
   ncclComm_t comm_ = nullptr;
   int rank_ = 0, size_ = 1;
+  std::unique_ptr<NcclWatchdog> watchdog_;
   cudaStream_t barrierStream_ = nullptr;
   void *barrierBuf_ = nullptr;
 };
