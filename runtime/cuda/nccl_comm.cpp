@@ -24,12 +24,14 @@
 #include <nccl.h>
 #endif
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <iostream>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -162,7 +164,15 @@ private:
               << ": another rank failed or hangs, or the network broke; "
                  "aborting the communicator and exiting"
               << std::endl;
-    ncclCommAbort(comm_);
+    // ncclCommAbort may itself wait for the stuck work: it gets a few
+    // seconds on a thread of its own, then the process ends regardless.
+    auto done = std::make_shared<std::atomic<bool>>(false);
+    std::thread([c = comm_, done] {
+      ncclCommAbort(c);
+      done->store(true);
+    }).detach();
+    for (int i = 0; i < 50 && !done->load(); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
     std::_Exit(1);
   }
 

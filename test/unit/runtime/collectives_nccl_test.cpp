@@ -16,7 +16,11 @@
 #include <cuda_runtime.h>
 #endif
 
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <thread>
 #include <vector>
 
 using namespace ap::rt;
@@ -160,6 +164,54 @@ TEST(NcclCollectives, WorldOfOne) {
   cudaFree(d);
   cudaFree(r);
   cudaStreamDestroy(s);
+}
+
+/// A collective behind a host function that sleeps 30 s (a stand-in for a
+/// peer that never arrives): with ACTPLACE_COMM_TIMEOUT=2 the watchdog
+/// names the stuck collective and ends the process with status 1 well
+/// before the sleep ends. Run as a death test in a re-executed child, so
+/// the CUDA context is the child's own.
+void hangOneCollective() {
+  setenv("ACTPLACE_COMM_TIMEOUT", "2", 1);
+  cudaSetDevice(0);
+  LaunchInfo none;
+  auto w = createWorldCommunicator(Backend::Cuda, none);
+  cudaStream_t s;
+  cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  float *d = nullptr;
+  cudaMalloc(&d, 4);
+  cudaLaunchHostFunc(
+      s, [](void *) { std::this_thread::sleep_for(std::chrono::seconds(30)); },
+      nullptr);
+  w->allReduceSum(d, d, 1, DType::F32, s);
+  std::this_thread::sleep_for(std::chrono::seconds(25));
+  std::exit(0); // the watchdog did not act
+}
+
+TEST(NcclCollectivesDeathTest, WatchdogEndsAStuckCollective) {
+  if (!haveGpu())
+    GTEST_SKIP() << "no usable GPU";
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(hangOneCollective(), ::testing::ExitedWithCode(1),
+              "error: NCCL: the communicator of rank 0 of 1 a collective "
+              "enqueued [0-9]+ s ago has not completed "
+              "\\(ACTPLACE_COMM_TIMEOUT is 2 s\\)");
+}
+
+TEST(NcclCollectivesDeathTest, BadTimeoutIsRefused) {
+  if (!haveGpu())
+    GTEST_SKIP() << "no usable GPU";
+  setenv("ACTPLACE_COMM_TIMEOUT", "soon", 1);
+  LaunchInfo none;
+  try {
+    createWorldCommunicator(Backend::Cuda, none);
+    ADD_FAILURE() << "ACTPLACE_COMM_TIMEOUT=soon was accepted";
+  } catch (const Error &e) {
+    EXPECT_NE(std::string(e.what()).find("ACTPLACE_COMM_TIMEOUT='soon'"),
+              std::string::npos)
+        << e.what();
+  }
+  unsetenv("ACTPLACE_COMM_TIMEOUT");
 }
 
 #else
