@@ -861,10 +861,63 @@ LogicalResult Walker::run(EmittedPlan *plan) {
   return success();
 }
 
+/// Runs of ZeRO-3 gathers a block issues back to back on one stream (only
+/// that stream's records and waits, and ops that make no call, between
+/// them: a window's parameters, exec-shard-params): the first op and the
+/// last op of each run of two or more gathers. The runtime may launch such
+/// a run as one collective (ap_comm_group_begin / end); gathers copy
+/// bytes, so no bit changes.
+static std::pair<llvm::DenseSet<Operation *>, llvm::DenseSet<Operation *>>
+gatherRuns(Block &block) {
+  llvm::DenseSet<Operation *> firsts, lasts;
+  Operation *first = nullptr, *last = nullptr;
+  int64_t stream = -1, gathers = 0;
+  auto close = [&] {
+    if (gathers >= 2) {
+      firsts.insert(first);
+      lasts.insert(last);
+    }
+    first = last = nullptr;
+    gathers = 0;
+  };
+  for (Operation &op : block) {
+    auto g = dyn_cast<exec::AllGatherOp>(op);
+    bool dpGather = g && g.getCommunicator() == "dp";
+    int64_t s = intAttr(&op, "stream", 0);
+    if (dpGather && first && s == stream) {
+      ++gathers;
+      last = &op;
+      continue;
+    }
+    if (first && s == stream && isa<exec::RecordOp, exec::WaitOp>(op)) {
+      last = &op;
+      continue;
+    }
+    // Folded into the calls' operands: no call of their own.
+    if (first && isa<exec::BufferOp, exec::PersistentOp, exec::ViewOp,
+                     exec::EventCreateOp>(op))
+      continue;
+    close();
+    if (dpGather) {
+      first = last = &op;
+      stream = s;
+      gathers = 1;
+    }
+  }
+  close();
+  return {firsts, lasts};
+}
+
 LogicalResult Walker::walkBlock(Block &block) {
-  for (Operation &op : block)
+  auto [firsts, lasts] = gatherRuns(block);
+  for (Operation &op : block) {
+    if (firsts.contains(&op))
+      sink_.call("ap_comm_group_begin", {stream(&op)});
     if (failed(walkOp(&op)))
       return failure();
+    if (lasts.contains(&op))
+      sink_.call("ap_comm_group_end", {stream(&op)});
+  }
   return success();
 }
 

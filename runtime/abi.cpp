@@ -610,7 +610,15 @@ void ap_launch_generated(ap_step *step, int32_t stream, const char *label,
 
 void ap_record(ap_step *step, uint32_t event, int32_t stream) {
   StepRunner &r = runner(step);
-  r.dev.record(eventOf(r, "ap_record", event), streamOf("ap_record", stream));
+  r.record(eventOf(r, "ap_record", event), streamOf("ap_record", stream));
+}
+
+void ap_comm_group_begin(ap_step *step, int32_t stream) {
+  runner(step).commGroupBegin(streamOf("ap_comm_group_begin", stream));
+}
+
+void ap_comm_group_end(ap_step *step, int32_t stream) {
+  runner(step).commGroupEnd(streamOf("ap_comm_group_end", stream));
 }
 
 void ap_wait(ap_step *step, int32_t stream, uint32_t event) {

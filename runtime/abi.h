@@ -400,6 +400,15 @@ void ap_end_loop(ap_step *step);
    stream's earlier work). `flags`: AP_REDUCE_*. A group of one: no-op. */
 void ap_all_reduce(ap_step *step, uint64_t offset, uint64_t bytes,
                    int32_t dtype, int32_t stream, int32_t flags);
+/* A group of data-parallel all-gathers on `stream` (a ZeRO-3 window's
+   parameters, issued back to back): between begin and end only
+   ap_all_gather without AP_REDUCE_TENSOR, ap_wait and ap_record may be
+   called on `stream`; the communicator may launch the gathers as one (NCCL
+   group calls), and ap_record on `stream` takes effect at the end. Gathers
+   copy bytes, so the group changes no bit. Groups do not nest; the end
+   names the begin's stream. */
+void ap_comm_group_begin(ap_step *step, int32_t stream);
+void ap_comm_group_end(ap_step *step, int32_t stream);
 /* Gathers `shard_bytes` at arena `shard` from every data-parallel rank (with
    AP_REDUCE_TENSOR in `flags`: tensor-parallel rank) into arena `full` (rank
    r's at byte r x shard_bytes) on `stream` (comm or compute). A world of one

@@ -85,6 +85,13 @@ public:
 
   /// Blocks the calling thread until every rank has called it (host side;
   /// on nccl it does not wait for earlier work on other streams).
+  /// Collectives issued between groupStart and groupEnd may be launched
+  /// as one (NCCL's group calls), enqueued at groupEnd. Only calls whose
+  /// result does not depend on the launch (all-gathers, copies) are put in
+  /// a group (StepRunner::commGroupBegin). Default: no group, each call
+  /// runs as it is issued.
+  virtual void groupStart() {}
+  virtual void groupEnd() {}
   virtual void barrier() = 0;
 
   /// Blocks until every rank has called it and returns the logical AND of

@@ -149,6 +149,9 @@ void StepRunner::allReduce(uint64_t offset, uint64_t bytes, DType dtype,
   if (overPipeline && overTensor)
     fail("all_reduce: over the pipeline and the tensor-parallel group at "
          "once");
+  if (groupStream_ && *groupStream_ == stream)
+    fail("all_reduce: inside a group of all-gathers on the ",
+         streamName(stream), " stream (a group holds all-gathers only)");
   if (!dataParallel && !overPipeline && !overTensor)
     fail("all_reduce: the step has no data-parallel communicator");
   if (overTensor && program_.tensorParallelSize > 1 &&
@@ -208,6 +211,10 @@ size_t shardCount(const char *what, Communicator *comm, Stream stream,
 
 void StepRunner::allGather(uint64_t shard, uint64_t full, uint64_t shardBytes,
                            DType dtype, Stream stream, bool overTensor) {
+  if (groupStream_ && *groupStream_ == stream && overTensor)
+    fail("all_gather: over the tensor-parallel ranks inside a group of "
+         "data-parallel all-gathers on the ",
+         streamName(stream), " stream");
   Communicator *comm = overTensor ? tensorParallel : dataParallel;
   size_t count = shardCount("all_gather", comm, stream, shardBytes, dtype);
   uint64_t ranks = uint64_t(comm->size());
@@ -222,10 +229,47 @@ void StepRunner::allGather(uint64_t shard, uint64_t full, uint64_t shardBytes,
   });
 }
 
+void StepRunner::commGroupBegin(Stream stream) {
+  if (groupStream_)
+    fail("comm group: a group is already open on the ",
+         streamName(*groupStream_), " stream (groups do not nest)");
+  if (stream != Stream::Comm && stream != Stream::Compute)
+    fail("comm group: stream ", streamName(stream),
+         " (expected comm or compute)");
+  groupStream_ = stream;
+  if (dataParallel && dev.kind() == DeviceKind::Cuda)
+    dataParallel->groupStart();
+}
+
+void StepRunner::commGroupEnd(Stream stream) {
+  if (!groupStream_ || *groupStream_ != stream)
+    fail("comm group: an end on the ", streamName(stream), " stream ",
+         groupStream_ ? "while the open group is on the " +
+                            std::string(streamName(*groupStream_)) + " stream"
+                      : std::string("without a begin"));
+  if (dataParallel && dev.kind() == DeviceKind::Cuda)
+    dataParallel->groupEnd();
+  groupStream_.reset();
+  for (EventId e : groupRecords_)
+    dev.record(e, stream);
+  groupRecords_.clear();
+}
+
+void StepRunner::record(EventId event, Stream stream) {
+  if (groupStream_ && *groupStream_ == stream) {
+    groupRecords_.push_back(event);
+    return;
+  }
+  dev.record(event, stream);
+}
+
 void StepRunner::reduceScatter(uint64_t full, uint64_t shard,
                                uint64_t shardBytes, DType dtype, Stream stream,
                                bool accumulate, bool shardBf16,
                                bool overTensor) {
+  if (groupStream_ && *groupStream_ == stream)
+    fail("reduce_scatter: inside a group of all-gathers on the ",
+         streamName(stream), " stream (a group holds all-gathers only)");
   Communicator *comm = overTensor ? tensorParallel : dataParallel;
   size_t count = shardCount("reduce_scatter", comm, stream, shardBytes, dtype);
   uint64_t ranks = uint64_t(comm->size());

@@ -26,6 +26,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -341,6 +342,17 @@ public:
                      bool overTensor = false);
   /// Zeroes `bytes` at `offset`, enqueued on `stream` (compute or comm).
   void zero(uint64_t offset, uint64_t bytes, Stream stream);
+  /// A group of data-parallel all-gathers on `stream` (ZeRO-3: a window's
+  /// parameters): between begin and end only allGather over
+  /// `dataParallel` may be issued on `stream`, and records on `stream`
+  /// wait until the end (the communicator may launch the group as one, so
+  /// nothing of it is enqueued before then). Gathers copy bytes, so a group
+  /// changes no bit. Groups do not nest; the end names the begin's stream.
+  void commGroupBegin(Stream stream);
+  void commGroupEnd(Stream stream);
+  /// Records `event` on `stream`, after the open group's end when the group
+  /// is on `stream`.
+  void record(EventId event, Stream stream);
   /// This rank in the data-parallel group (0 without one).
   int dpRank() const { return dataParallel ? dataParallel->rank() : 0; }
   /// This rank and the size of the tensor-parallel group (0 and 1 without).
@@ -445,6 +457,9 @@ private:
   std::vector<float> lossParts_;
   std::vector<int32_t> countParts_;
   float clipHost_ = 1.f;
+  /// The open all-gather group's stream and the records it holds back.
+  std::optional<Stream> groupStream_;
+  std::vector<EventId> groupRecords_;
 };
 
 /// The training binary: parses the train flags, runs `program`. Returns the

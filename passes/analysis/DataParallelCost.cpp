@@ -195,16 +195,27 @@ DataParallelStep predictZero3(Block &body, const StreamSimulation &sim,
   }
   for (auto [w, window] : llvm::enumerate(layout.reductions))
     scatterAt[window.last].push_back(w);
+  // A window's gathers run as one collective (the step issues them back to
+  // back and the runtime groups them: ap_comm_group_begin), so they pay
+  // one latency; its reduce-scatters accumulate into the shards and run
+  // one by one.
   auto partsOf = [&](const ZeroWindow &w, bool weights) {
     SmallVector<int64_t> parts;
-    for (unsigned p : w.params)
-      parts.push_back(weights ? layout.params[p].gatheredBytes(layout.ranks)
-                              : layout.params[p].gradBufferBytes(layout.ranks));
+    int64_t gathered = 0;
+    for (unsigned p : w.params) {
+      if (weights)
+        gathered += layout.params[p].gatheredBytes(layout.ranks);
+      else
+        parts.push_back(layout.params[p].gradBufferBytes(layout.ranks));
+    }
+    if (weights)
+      parts.push_back(gathered);
     return parts;
   };
   CommStream comm{cost, options.ranks};
-  // Runs a window's collectives (one per parameter) from `issue`; `list`:
-  // adds them to the step's list, times from `t0`. Returns their end.
+  // Runs a window's collectives (its gathers as one, its reduce-scatters one
+  // per parameter) from `issue`; `list`: adds them to the step's list, times
+  // from `t0`. Returns their end.
   auto runWindow = [&](const ZeroWindow &w, bool weights, Operation *at,
                        double issue, double t0, bool list) {
     auto [start, end] =

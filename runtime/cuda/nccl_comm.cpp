@@ -24,6 +24,7 @@
 #include <nccl.h>
 #endif
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -213,13 +214,13 @@ public:
                     void *stream) override {
     AP_NCCL_CHECK(ncclAllReduce(send, recv, count, ncclType(dtype), ncclSum,
                                 comm_, cudaStream_t(stream)));
-    watchdog_->enqueued(cudaStream_t(stream));
+    mark(cudaStream_t(stream));
   }
   void reduceScatterSum(const void *send, void *recv, size_t recvCount,
                         DType dtype, void *stream) override {
     AP_NCCL_CHECK(ncclReduceScatter(send, recv, recvCount, ncclType(dtype),
                                     ncclSum, comm_, cudaStream_t(stream)));
-    watchdog_->enqueued(cudaStream_t(stream));
+    mark(cudaStream_t(stream));
   }
   void reduceScatterSumAdd(void *send, void *recv, size_t recvCount,
                            DType dtype, void *stream) override {
@@ -229,7 +230,7 @@ public:
                   size_t(rank_) * recvCount * dtypeBytes(dtype);
     AP_NCCL_CHECK(ncclReduceScatter(send, block, recvCount, ncclType(dtype),
                                     ncclSum, comm_, cudaStream_t(stream)));
-    watchdog_->enqueued(cudaStream_t(stream));
+    mark(cudaStream_t(stream));
     cudaAddInto(dtype, recv, block, recvCount, stream);
   }
   void reduceScatterSumAddBf16(float *send, ap::kernels::bf16 *recv,
@@ -239,14 +240,14 @@ public:
     float *block = send + size_t(rank_) * recvCount;
     AP_NCCL_CHECK(ncclReduceScatter(send, block, recvCount, ncclFloat32,
                                     ncclSum, comm_, cudaStream_t(stream)));
-    watchdog_->enqueued(cudaStream_t(stream));
+    mark(cudaStream_t(stream));
     cudaAddIntoBf16(recv, block, recvCount, stream);
   }
   void allGather(const void *send, void *recv, size_t sendCount, DType dtype,
                  void *stream) override {
     AP_NCCL_CHECK(ncclAllGather(send, recv, sendCount, ncclType(dtype), comm_,
                                 cudaStream_t(stream)));
-    watchdog_->enqueued(cudaStream_t(stream));
+    mark(cudaStream_t(stream));
   }
   void broadcast(void *buf, size_t count, DType dtype, int root,
                  void *stream) override {
@@ -255,21 +256,40 @@ public:
            "-rank communicator");
     AP_NCCL_CHECK(ncclBroadcast(buf, buf, count, ncclType(dtype), root, comm_,
                                 cudaStream_t(stream)));
-    watchdog_->enqueued(cudaStream_t(stream));
+    mark(cudaStream_t(stream));
   }
   void send(const void *buf, size_t count, DType dtype, int peer,
             void *stream) override {
     checkPeer(peer, "send");
     AP_NCCL_CHECK(ncclSend(buf, count, ncclType(dtype), peer, comm_,
                            cudaStream_t(stream)));
-    watchdog_->enqueued(cudaStream_t(stream));
+    mark(cudaStream_t(stream));
   }
   void recv(void *buf, size_t count, DType dtype, int peer,
             void *stream) override {
     checkPeer(peer, "recv");
     AP_NCCL_CHECK(ncclRecv(buf, count, ncclType(dtype), peer, comm_,
                            cudaStream_t(stream)));
-    watchdog_->enqueued(cudaStream_t(stream));
+    mark(cudaStream_t(stream));
+  }
+
+  void groupStart() override {
+    if (inGroup_)
+      fail("NCCL: a group is already open");
+    AP_NCCL_CHECK(ncclGroupStart());
+    inGroup_ = true;
+    groupStreams_.clear();
+  }
+  void groupEnd() override {
+    if (!inGroup_)
+      fail("NCCL: a group end without a start");
+    inGroup_ = false;
+    AP_NCCL_CHECK(ncclGroupEnd());
+    // The group's collectives are enqueued now: the watchdog's marks go
+    // after them.
+    for (cudaStream_t s : groupStreams_)
+      watchdog_->enqueued(s);
+    groupStreams_.clear();
   }
 
   void barrier() override { (void)allTrue(true); }
@@ -287,7 +307,7 @@ public:
                                   cudaMemcpyHostToDevice, barrierStream_));
     AP_NCCL_CHECK(ncclAllReduce(barrierBuf_, barrierBuf_, 1, ncclInt32, ncclMin,
                                 comm_, barrierStream_));
-    watchdog_->enqueued(barrierStream_);
+    mark(barrierStream_);
     AP_CUDA_CHECK(cudaMemcpyAsync(&v, barrierBuf_, sizeof(v),
                                   cudaMemcpyDeviceToHost, barrierStream_));
     AP_CUDA_CHECK(cudaStreamSynchronize(barrierStream_));
@@ -303,6 +323,18 @@ public:
   }
 
 private:
+  /// The watchdog's mark after a collective enqueued on `s` (in a group:
+  /// at its end).
+  void mark(cudaStream_t s) {
+    if (!inGroup_) {
+      watchdog_->enqueued(s);
+      return;
+    }
+    if (std::find(groupStreams_.begin(), groupStreams_.end(), s) ==
+        groupStreams_.end())
+      groupStreams_.push_back(s);
+  }
+
   void checkPeer(int peer, const char *what) const {
     if (peer < 0 || peer >= size_ || peer == rank_)
       fail("NCCL: ", what, " peer ", peer, " is not another rank of this ",
@@ -312,6 +344,10 @@ private:
   ncclComm_t comm_ = nullptr;
   int rank_ = 0, size_ = 1;
   std::unique_ptr<NcclWatchdog> watchdog_;
+  /// Inside groupStart/groupEnd: NCCL enqueues at the end, so the
+  /// watchdog marks the streams used then.
+  bool inGroup_ = false;
+  std::vector<cudaStream_t> groupStreams_;
   cudaStream_t barrierStream_ = nullptr;
   void *barrierBuf_ = nullptr;
 };

@@ -166,6 +166,41 @@ TEST(NcclCollectives, WorldOfOne) {
   cudaStreamDestroy(s);
 }
 
+/// Gathers in a group (NCCL group calls, enqueued at the end) give the same
+/// blocks as one by one, and the watchdog marks them after the end.
+TEST(NcclCollectives, GatherGroupOfOne) {
+  if (!haveGpu())
+    GTEST_SKIP() << "no usable GPU";
+  CHECK_CUDA(cudaSetDevice(0));
+  LaunchInfo none;
+  auto w = createWorldCommunicator(Backend::Cuda, none);
+  cudaStream_t s;
+  CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  const size_t n = 4099;
+  std::vector<float> h(3 * n);
+  for (size_t i = 0; i < h.size(); ++i)
+    h[i] = float(i) * 0.25f - 7.0f;
+  float *src = nullptr, *dst = nullptr;
+  CHECK_CUDA(cudaMalloc(&src, h.size() * 4));
+  CHECK_CUDA(cudaMalloc(&dst, h.size() * 4));
+  CHECK_CUDA(cudaMemcpy(src, h.data(), h.size() * 4, cudaMemcpyHostToDevice));
+  CHECK_CUDA(cudaMemset(dst, 0, h.size() * 4));
+  w->groupStart();
+  for (int k = 0; k < 3; ++k)
+    w->allGather(src + k * n, dst + k * n, n, DType::F32, s);
+  w->groupEnd();
+  std::vector<float> back(h.size());
+  CHECK_CUDA(cudaMemcpyAsync(back.data(), dst, h.size() * 4,
+                             cudaMemcpyDeviceToHost, s));
+  CHECK_CUDA(cudaStreamSynchronize(s));
+  for (size_t i = 0; i < h.size(); ++i)
+    ASSERT_EQ(back[i], h[i]) << i;
+  EXPECT_THROW(w->groupEnd(), Error);
+  cudaFree(src);
+  cudaFree(dst);
+  cudaStreamDestroy(s);
+}
+
 /// A collective behind a host function that sleeps 30 s (a stand-in for a
 /// peer that never arrives): with ACTPLACE_COMM_TIMEOUT=2 the watchdog
 /// names the stuck collective and ends the process with status 1 well

@@ -6,7 +6,8 @@
 // data-parallel group is the MPI world: each runs on the stream it names,
 // in that stream's order, and gives exact rank-order sums. A
 // last-microbatch reduction runs only in the last microbatch. A bf16 shard
-// takes the f32 block sum with one rounding.
+// takes the f32 block sum with one rounding. A group of gathers gives the
+// blocks of its gathers and holds back records on its stream to its end.
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/abi.h"
@@ -21,7 +22,9 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 using namespace ap::rt;
@@ -205,6 +208,67 @@ TEST_F(StepCollectives, CommWaitsForTheComputeRecord) {
   device->synchronize();
   for (int i = 0; i < 64; ++i)
     ASSERT_EQ(f32(0)[i], value(0, i) + value(1, i)) << i;
+}
+
+// A group of gathers (a ZeRO-3 window): the same blocks as one by one, and
+// a record on the group's stream takes effect at the end, so a stream that
+// waits for it sees every gather of the group.
+TEST_F(StepCollectives, GatherGroupGivesTheSameBlocksAndRecordsAtTheEnd) {
+  for (int i = 0; i < 32; ++i) {
+    f32(0)[i] = value(rank, i);
+    f32(128)[i] = value(rank, i + 32);
+  }
+  EventId ev = device->createEvent();
+  ap_comm_group_begin(handle(), AP_STREAM_COMM);
+  ap_all_gather(handle(), 0, 256, 128, AP_DTYPE_F32, AP_STREAM_COMM, 0);
+  runner->record(ev, Stream::Comm);
+  ap_all_gather(handle(), 128, 512, 128, AP_DTYPE_F32, AP_STREAM_COMM, 0);
+  ap_comm_group_end(handle(), AP_STREAM_COMM);
+  device->wait(Stream::Compute, ev);
+  std::vector<float> seen(128);
+  device->copyAsync(seen.data(), f32(256), 512, CopyKind::DeviceToHost,
+                    Stream::Compute);
+  device->synchronize();
+  for (int r = 0; r < 2; ++r)
+    for (int i = 0; i < 32; ++i) {
+      ASSERT_EQ(seen[r * 32 + i], value(r, i)) << r << " " << i;
+      ASSERT_EQ(f32(512)[r * 32 + i], value(r, i + 32)) << r << " " << i;
+    }
+}
+
+TEST_F(StepCollectives, GatherGroupHoldsAllGathersOnly) {
+  auto errorOf = [&](const std::function<void()> &f) {
+    try {
+      f();
+    } catch (const std::exception &e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  ap_comm_group_begin(handle(), AP_STREAM_COMM);
+  EXPECT_NE(errorOf([&] {
+              ap_comm_group_begin(handle(), AP_STREAM_COMM);
+            }).find("a group is already open on the comm stream"),
+            std::string::npos);
+  EXPECT_NE(errorOf([&] {
+              ap_reduce_scatter(handle(), 0, 512, 128, AP_DTYPE_F32,
+                                AP_STREAM_COMM, 0);
+            }).find("reduce_scatter: inside a group of all-gathers"),
+            std::string::npos);
+  EXPECT_NE(errorOf([&] {
+              ap_all_reduce(handle(), 0, 256, AP_DTYPE_F32, AP_STREAM_COMM, 0);
+            }).find("all_reduce: inside a group of all-gathers"),
+            std::string::npos);
+  EXPECT_NE(errorOf([&] { ap_comm_group_end(handle(), AP_STREAM_COMPUTE); })
+                .find("an end on the compute stream while the open group is "
+                      "on the comm stream"),
+            std::string::npos);
+  ap_comm_group_end(handle(), AP_STREAM_COMM);
+  EXPECT_NE(errorOf([&] {
+              ap_comm_group_end(handle(), AP_STREAM_COMM);
+            }).find("an end on the comm stream without a begin"),
+            std::string::npos);
+  device->synchronize();
 }
 
 TEST_F(StepCollectives, ShardOfPartialElementsIsRefused) {
