@@ -31,11 +31,12 @@
 #       bit identity across placements for both models and for the tiny one
 #       with generated kernels (gpu_bitident.py),
 #       checkpoint save/resume including a resume under another placement
-#       (gpu_checkpoint.py), replicated data parallelism on 2 ranks
-#       (gpu_data_parallel.py: NCCL on two GPUs, MPI on staged device
-#       buffers when the ranks share one), tensor parallelism on 2 and 4
-#       ranks (gpu_tensor_parallel.py: TP 2, TP 2 + SP, placed, TP 2 x PP 2
-#       x SP; NCCL with a GPU per rank, else staged MPI), the bf16 step
+#       (gpu_checkpoint.py), data parallelism (replicated and ZeRO-3) on 2
+#       ranks (gpu_data_parallel.py: NCCL on two GPUs, MPI on staged device
+#       buffers when the ranks share one), tensor and pipeline parallelism
+#       on 2 and 4 ranks (gpu_tensor_parallel.py: TP 2, TP 2 + SP, placed,
+#       PP 2, PP 2 placed, TP 2 x PP 2 x SP; NCCL with a GPU per rank, else
+#       staged MPI; each rank's own device memory from nvidia-smi), the bf16 step
 #       against the PyTorch oracle
 #       (grad_oracle.py, bounds in its BF16_BOUNDS). One log (default
 #       BUNDLE_DIR/gpu-check.log), one PASS/FAIL/SKIP line per part, exit 1
