@@ -12,6 +12,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sched.h>
 #include <sys/socket.h>
 #include <thread>
 #include <unistd.h>
@@ -131,6 +132,20 @@ detectLaunch(const std::function<const char *(const char *)> &getenv) {
          info.localWorldSize, " local ranks (launcher ",
          launcherName(info.launcher), ")");
   return info;
+}
+
+unsigned usableCores() {
+#if defined(__linux__)
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+    int n = CPU_COUNT(&set);
+    if (n > 0)
+      return unsigned(n);
+  }
+#endif
+  unsigned hw = std::thread::hardware_concurrency();
+  return hw ? hw : 1;
 }
 
 LaunchInfo detectLaunch() {

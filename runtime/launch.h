@@ -43,6 +43,13 @@ struct LaunchInfo {
   int masterPort = 29500;
 };
 
+/// The cores this process may run on: its CPU affinity, which launchers
+/// set (mpirun binds each of 2 ranks to one core by default), else the
+/// machine's hardware threads; at least 1. Host thread pools (parameter
+/// initialisation, fingerprint hashing) size by it, so a bound rank does
+/// not run a thread per machine core on its one core.
+unsigned usableCores();
+
 /// Reads the launch environment of this process. Throws ap::rt::Error on
 /// inconsistent values (rank outside the world, non-numeric fields).
 LaunchInfo detectLaunch();

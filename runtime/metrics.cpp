@@ -3,6 +3,7 @@
 
 #include "runtime/error.h"
 #include "runtime/json.h"
+#include "runtime/launch.h"
 #include "runtime/sha256.h"
 
 #include <algorithm>
@@ -146,10 +147,7 @@ std::vector<Leaf> leavesOf(const std::vector<ByteRange> &ranges) {
   return leaves;
 }
 
-size_t hashGroupSize() {
-  unsigned hw = std::thread::hardware_concurrency();
-  return std::clamp<size_t>(hw ? hw : 1, 1, 16);
-}
+size_t hashGroupSize() { return std::clamp<size_t>(usableCores(), 1, 16); }
 
 /// Staging layout: one slot per leaf of a group, each as large as the
 /// largest device leaf.

@@ -6,7 +6,9 @@
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/train_params.h"
+
 #include "runtime/abi.h"
+#include "runtime/launch.h"
 
 #include <algorithm>
 #include <cmath>
@@ -31,8 +33,7 @@ int64_t elemBytes(DType d) { return int64_t(dtypeBytes(d)); }
 static void initParameterInParallel(const InitSpec &spec, const RngKey &key,
                                     float *out, size_t n, size_t first = 0) {
   constexpr size_t kBlock = 4096, kMinPiece = size_t(1) << 20;
-  unsigned hw = std::thread::hardware_concurrency();
-  size_t threads = std::clamp<size_t>(hw ? hw : 1, 1, 16);
+  size_t threads = std::clamp<size_t>(usableCores(), 1, 16);
   size_t piece =
       std::max(kMinPiece, (n / threads + kBlock - 1) / kBlock * kBlock);
   std::vector<std::thread> workers;

@@ -9,6 +9,7 @@
 #include <arpa/inet.h>
 #include <map>
 #include <netinet/in.h>
+#include <sched.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <thread>
@@ -199,3 +200,21 @@ TEST(Rendezvous, TimeoutsAndMisconfiguration) {
 }
 
 } // namespace
+
+// The host pools size by the cores this process may use: its affinity.
+TEST(UsableCores, FollowTheAffinity) {
+  cpu_set_t saved;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(saved), &saved), 0);
+  EXPECT_EQ(ap::rt::usableCores(), unsigned(CPU_COUNT(&saved)));
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &saved)) {
+      CPU_SET(c, &one);
+      break;
+    }
+  ASSERT_EQ(sched_setaffinity(0, sizeof(one), &one), 0);
+  EXPECT_EQ(ap::rt::usableCores(), 1u);
+  ASSERT_EQ(sched_setaffinity(0, sizeof(saved), &saved), 0);
+  EXPECT_EQ(ap::rt::usableCores(), unsigned(CPU_COUNT(&saved)));
+}
