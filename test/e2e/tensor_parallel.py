@@ -12,6 +12,8 @@
 #                row-parallel sums and the norm add in another order, so
 #                not bitwise), the two TP ranks bitwise equal to each
 #                other (replicated values after every sum).
+#   untied       an untied LM head (its lm_head.weight split by vocabulary
+#                rows): TP 2 and TP 2 + SP against TP 1, f32, the same bound.
 #   placement    TP 2 with the Megatron-LM scenario's placement
 #                (gdn_core_attn offloaded, gdn_norm_out recomputed) against
 #                none, bf16: per-rank fingerprints bitwise equal every step,
@@ -20,8 +22,8 @@
 #   dp           TP 2 x DP 2 on 4 ranks against TP 1 x DP 2, f32: the same
 #                bound, every rank reporting the global loss.
 #   sp           TP 2 with --sequence-parallel against TP 1, f32: the same
-#                bound (the loss of each rank's tokens summed over the
-#                ranks); then with the Megatron-LM scenario's placement
+#                bound (every rank's loss the whole sequence's: the
+#                vocab-parallel head); then with the Megatron-LM scenario's placement
 #                against none: per-rank fingerprints bitwise equal, copies
 #                per offloaded scope, the pinned pool empty.
 #   checkpoint   TP 2 with --sequence-parallel: 3 steps straight against 2
@@ -62,6 +64,7 @@
 #                compile-time refusals name the option and the model field.
 #
 #===------------------------------------------------------------------------===#
+import json
 import os
 import subprocess
 import sys
@@ -148,6 +151,22 @@ def case_sp(t):
     compare(t, "tp2sp", 1, 2, [], ["--tensor-parallel=2",
                                     "--sequence-parallel"])
     placement_bitwise(t, "tp2sp", "--sequence-parallel")
+
+
+def case_untied(t):
+    """An untied LM head (its own lm_head.weight, split by vocabulary rows
+    like the embedding): TP 2 and TP 2 + SP within the bound of TP 1."""
+    with open(t.args.model) as f:
+        config = json.load(f)
+    config["tie_word_embeddings"] = False
+    untied = t.path("untied.json")
+    os.makedirs(t.work, exist_ok=True)
+    with open(untied, "w") as f:
+        json.dump(config, f)
+    t.args.model = untied
+    compare(t, "untied-tp2", 1, 2, [], ["--tensor-parallel=2"])
+    compare(t, "untied-tp2sp", 1, 2, [], ["--tensor-parallel=2",
+                                           "--sequence-parallel"])
 
 
 def case_placement(t):
@@ -432,7 +451,7 @@ CASES = {"equivalence": case_equivalence, "placement": case_placement,
          "dp": case_dp, "sp": case_sp, "checkpoint": case_checkpoint,
          "pp": case_pp, "zero3": case_zero3, "weights": case_weights,
          "reshard": case_reshard, "all": case_all,
-         "errors": case_errors}
+         "errors": case_errors, "untied": case_untied}
 
 
 def main():
