@@ -612,22 +612,23 @@ LogicalResult LMHeadCrossEntropyOp::verify() {
   return success();
 }
 
-LogicalResult LMHeadCrossEntropyWithGradOp::verify() {
-  Checker c(*this);
-  if (failed(verifyLMHeadOperands(*this, c)) ||
-      failed(verifyVocabParallel(*this, getVocabParallel())))
+/// The LM head's backward forms: its operands, and a hidden gradient of
+/// the hidden state's type.
+template <typename OpTy> static LogicalResult verifyLMHeadGrad(OpTy op) {
+  Checker c(op);
+  if (failed(verifyLMHeadOperands(op, c)) ||
+      failed(verifyVocabParallel(op, op.getVocabParallel())))
     return failure();
-  return c.sameType("hidden_grad", getHiddenGrad().getType(), "hidden's type",
-                    getHidden().getType());
+  return c.sameType("hidden_grad", op.getHiddenGrad().getType(),
+                    "hidden's type", op.getHidden().getType());
+}
+
+LogicalResult LMHeadCrossEntropyWithGradOp::verify() {
+  return verifyLMHeadGrad(*this);
 }
 
 LogicalResult LMHeadCrossEntropyGradOp::verify() {
-  Checker c(*this);
-  if (failed(verifyLMHeadOperands(*this, c)) ||
-      failed(verifyVocabParallel(*this, getVocabParallel())))
-    return failure();
-  return c.sameType("hidden_grad", getHiddenGrad().getType(), "hidden's type",
-                    getHidden().getType());
+  return verifyLMHeadGrad(*this);
 }
 
 LogicalResult EmbeddingGradOp::verify() {

@@ -667,6 +667,19 @@ __device__ __forceinline__ void ceRowStats(const float *l, int64_t vocab,
   }
 }
 
+/// A token row's outputs from its log-sum-exp and its label's logit: the
+/// lse (chunk and, when asked, the whole step's) and the [loss, valid] pair.
+__device__ __forceinline__ void ceRowOutputs(float lse, float labelLogit,
+                                             bool valid, int64_t r,
+                                             int64_t rowBase, float *lseOut,
+                                             float *lseChunk, float *rowLoss) {
+  lseChunk[r] = lse;
+  if (lseOut)
+    lseOut[rowBase + r] = lse;
+  rowLoss[2 * r] = valid ? lse - labelLogit : 0.f;
+  rowLoss[2 * r + 1] = valid ? 1.f : 0.f;
+}
+
 /// One block per token row of the chunk: lse, per-token loss and validity.
 __global__ void ceLseKernel(const float *logits, const int32_t *labels,
                             int64_t vocab, int32_t ignoreIndex, float *lseOut,
@@ -674,14 +687,10 @@ __global__ void ceLseKernel(const float *logits, const int32_t *labels,
   const int64_t r = blockIdx.x;
   const float *l = logits + r * vocab;
   ceRowStats(l, vocab, [&](float M, float S) {
-    float lse = M + logf(S);
-    lseChunk[r] = lse;
-    if (lseOut)
-      lseOut[rowBase + r] = lse;
     int32_t lab = labels[rowBase + r];
     bool valid = lab != ignoreIndex && lab >= 0 && lab < vocab;
-    rowLoss[2 * r] = valid ? lse - l[lab] : 0.f;
-    rowLoss[2 * r + 1] = valid ? 1.f : 0.f;
+    ceRowOutputs(M + logf(S), valid ? l[lab] : 0.f, valid, r, rowBase, lseOut,
+                 lseChunk, rowLoss);
   });
 }
 
@@ -723,14 +732,9 @@ __global__ void ceMergeKernel(const float *gathered, int32_t ranks,
       lseMerge(M, S, o[0], o[1]);
       t += o[2];
     }
-    float lse = M + logf(S);
-    lseChunk[r] = lse;
-    if (lseOut)
-      lseOut[rowBase + r] = lse;
     int32_t lab = labels[rowBase + r];
     bool valid = lab != ignoreIndex && lab >= 0 && lab < labelBound;
-    rowLoss[2 * r] = valid ? lse - t : 0.f;
-    rowLoss[2 * r + 1] = valid ? 1.f : 0.f;
+    ceRowOutputs(M + logf(S), t, valid, r, rowBase, lseOut, lseChunk, rowLoss);
   }
 }
 

@@ -26,6 +26,7 @@
 //===----------------------------------------------------------------------===//
 #include "kernels/kernels.h"
 #include "long_shapes.h"
+#include "vocab_threads.h"
 
 #include <gtest/gtest.h>
 
@@ -34,17 +35,12 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <atomic>
-#include <chrono>
 #include <cmath>
-#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
-#include <mutex>
 #include <random>
-#include <thread>
 #include <vector>
 
 using namespace ap::kernels;
@@ -1086,104 +1082,31 @@ TEST_F(DenseCuda, CrossEntropyQwenShapeDeterministic) {
 // Split vocabulary (VocabGroup): R ranks as R threads sharing the device.
 //===----------------------------------------------------------------------===//
 
-/// A reusable barrier of `n` threads. A rank that never arrives is a kernel
-/// bug (a missing or extra allGather): the test aborts instead of hanging.
-class Barrier {
-public:
-  explicit Barrier(int n) : n_(n) {}
-  void wait() {
-    std::unique_lock<std::mutex> lock(mu_);
-    const uint64_t gen = gen_;
-    if (++arrived_ == n_) {
-      arrived_ = 0;
-      ++gen_;
-      cv_.notify_all();
-      return;
-    }
-    if (!cv_.wait_for(lock, std::chrono::seconds(120),
-                      [&] { return gen_ != gen; })) {
-      std::fprintf(stderr, "barrier: a rank never arrived\n");
-      std::abort();
-    }
+/// Device buffers: the rank's send buffer to its host slot after the work
+/// on its stream, the slots back into recv on that stream, synchronized.
+struct DeviceSlots {
+  static cudaStream_t stream(const KernelContext &ctx) {
+    return static_cast<cudaStream_t>(ctx.stream);
   }
-
-private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  const int n_;
-  int arrived_ = 0;
-  uint64_t gen_ = 0;
+  static bool toSlot(const KernelContext &ctx, const float *send,
+                     std::vector<float> &slot, int64_t n) {
+    slot.resize(size_t(n));
+    return cudaMemcpyAsync(slot.data(), send, size_t(n) * sizeof(float),
+                           cudaMemcpyDeviceToHost,
+                           stream(ctx)) == cudaSuccess &&
+           cudaStreamSynchronize(stream(ctx)) == cudaSuccess;
+  }
+  static bool fromSlot(const KernelContext &ctx, const std::vector<float> &slot,
+                       float *recv) {
+    return cudaMemcpyAsync(recv, slot.data(), slot.size() * sizeof(float),
+                           cudaMemcpyHostToDevice, stream(ctx)) == cudaSuccess;
+  }
+  static bool done(const KernelContext &ctx) {
+    return cudaStreamSynchronize(stream(ctx)) == cudaSuccess;
+  }
 };
-
-/// The ranks of a split vocabulary as threads on one device. A rank's
-/// allGather copies its send buffer into its host slot (after the work on
-/// its stream), waits for every rank, uploads the slots in rank order into
-/// recv on its stream and synchronizes it, and waits again so that no slot is
-/// rewritten before every rank has read it.
-class DeviceThreadGroup {
-public:
-  explicit DeviceThreadGroup(int ranks)
-      : barrier_(ranks), slots_(ranks), members_(ranks), calls_(ranks, 0) {
-    for (int r = 0; r < ranks; ++r)
-      members_[r] = {this, r};
-  }
-  int ranks() const { return int(slots_.size()); }
-  /// Rank r's group, `vocab` rows per rank.
-  VocabGroup group(int r, int64_t vocab) {
-    VocabGroup g;
-    g.ranks = ranks();
-    g.offset = r * vocab;
-    g.allGather = &DeviceThreadGroup::allGather;
-    g.self = &members_[r];
-    return g;
-  }
-  /// Runs fn(rank) on one thread per rank and joins them.
-  template <class Fn> void run(Fn &&fn) {
-    std::vector<std::thread> threads;
-    for (int r = 0; r < ranks(); ++r)
-      threads.emplace_back([&fn, r] { fn(r); });
-    for (auto &t : threads)
-      t.join();
-  }
-  int64_t calls(int r) const { return calls_[r]; }
-  /// False once a copy failed or ranks gathered different counts.
-  bool ok() const { return ok_; }
-
-private:
-  struct Member {
-    DeviceThreadGroup *group = nullptr;
-    int rank = 0;
-  };
-  static void allGather(void *self, const KernelContext &ctx, const float *send,
-                        float *recv, int64_t n) {
-    auto *m = static_cast<Member *>(self);
-    DeviceThreadGroup &g = *m->group;
-    auto stream = static_cast<cudaStream_t>(ctx.stream);
-    std::vector<float> &mine = g.slots_[m->rank];
-    mine.resize(size_t(n));
-    bool ok = cudaMemcpyAsync(mine.data(), send, size_t(n) * sizeof(float),
-                              cudaMemcpyDeviceToHost, stream) == cudaSuccess &&
-              cudaStreamSynchronize(stream) == cudaSuccess;
-    ++g.calls_[m->rank];
-    g.barrier_.wait();
-    for (int k = 0; k < g.ranks(); ++k) {
-      const std::vector<float> &slot = g.slots_[k];
-      ok = ok && int64_t(slot.size()) == n &&
-           cudaMemcpyAsync(recv + k * n, slot.data(), size_t(n) * sizeof(float),
-                           cudaMemcpyHostToDevice, stream) == cudaSuccess;
-    }
-    ok = cudaStreamSynchronize(stream) == cudaSuccess && ok;
-    if (!ok)
-      g.ok_ = false;
-    g.barrier_.wait();
-  }
-
-  Barrier barrier_;
-  std::vector<std::vector<float>> slots_;
-  std::vector<Member> members_;
-  std::vector<int64_t> calls_;
-  std::atomic<bool> ok_{true};
-};
+/// The ranks of a split vocabulary as threads on one device.
+using DeviceThreadGroup = ap::test::ThreadVocabGroup<DeviceSlots>;
 
 /// One rank's CUDA context: its own stream, cuBLASLt handle and workspace,
 /// as the fixture sets up its own.

@@ -10,21 +10,17 @@
 //
 //===----------------------------------------------------------------------===//
 #include "kernels/kernels.h"
+#include "vocab_threads.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <atomic>
-#include <chrono>
 #include <cmath>
-#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
-#include <mutex>
 #include <random>
-#include <thread>
 #include <type_traits>
 #include <vector>
 
@@ -757,97 +753,8 @@ TEST(DenseRef, CrossEntropyBf16WithinBounds) {
 // Split vocabulary (VocabGroup): R ranks as R threads of this process.
 //===----------------------------------------------------------------------===//
 
-/// A reusable barrier of `n` threads. A rank that never arrives is a kernel
-/// bug (a missing or extra allGather): the test aborts instead of hanging.
-class Barrier {
-public:
-  explicit Barrier(int n) : n_(n) {}
-  void wait() {
-    std::unique_lock<std::mutex> lock(mu_);
-    const uint64_t gen = gen_;
-    if (++arrived_ == n_) {
-      arrived_ = 0;
-      ++gen_;
-      cv_.notify_all();
-      return;
-    }
-    if (!cv_.wait_for(lock, std::chrono::seconds(60),
-                      [&] { return gen_ != gen; })) {
-      std::fprintf(stderr, "barrier: a rank never arrived\n");
-      std::abort();
-    }
-  }
-
-private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  const int n_;
-  int arrived_ = 0;
-  uint64_t gen_ = 0;
-};
-
-/// The ranks of a split vocabulary as threads sharing host memory. Each
-/// rank's allGather writes its send buffer into its slot, waits for every
-/// rank, copies the slots in rank order into recv, and waits again so that
-/// no slot is rewritten before every rank has read it.
-class ThreadGroup {
-public:
-  explicit ThreadGroup(int ranks)
-      : barrier_(ranks), slots_(ranks), members_(ranks), calls_(ranks, 0) {
-    for (int r = 0; r < ranks; ++r)
-      members_[r] = {this, r};
-  }
-  int ranks() const { return int(slots_.size()); }
-  /// Rank r's group, `vocab` rows per rank.
-  VocabGroup group(int r, int64_t vocab) {
-    VocabGroup g;
-    g.ranks = ranks();
-    g.offset = r * vocab;
-    g.allGather = &ThreadGroup::allGather;
-    g.self = &members_[r];
-    return g;
-  }
-  /// Runs fn(rank) on one thread per rank and joins them.
-  template <class Fn> void run(Fn &&fn) {
-    std::vector<std::thread> threads;
-    for (int r = 0; r < ranks(); ++r)
-      threads.emplace_back([&fn, r] { fn(r); });
-    for (auto &t : threads)
-      t.join();
-  }
-  int64_t calls(int r) const { return calls_[r]; }
-  /// False once ranks gathered different counts.
-  bool countsAgreed() const { return countsAgreed_; }
-
-private:
-  struct Member {
-    ThreadGroup *group = nullptr;
-    int rank = 0;
-  };
-  static void allGather(void *self, const KernelContext &, const float *send,
-                        float *recv, int64_t n) {
-    auto *m = static_cast<Member *>(self);
-    ThreadGroup &g = *m->group;
-    g.slots_[m->rank].assign(send, send + n);
-    ++g.calls_[m->rank];
-    g.barrier_.wait();
-    for (int k = 0; k < g.ranks(); ++k) {
-      const std::vector<float> &slot = g.slots_[k];
-      if (int64_t(slot.size()) != n) {
-        g.countsAgreed_ = false;
-        continue;
-      }
-      std::copy(slot.begin(), slot.end(), recv + k * n);
-    }
-    g.barrier_.wait();
-  }
-
-  Barrier barrier_;
-  std::vector<std::vector<float>> slots_;
-  std::vector<Member> members_;
-  std::vector<int64_t> calls_;
-  std::atomic<bool> countsAgreed_{true};
-};
+/// The ranks of a split vocabulary as threads sharing host memory.
+using ThreadGroup = ap::test::ThreadVocabGroup<ap::test::HostSlots>;
 
 template <class T> std::vector<T> castTo(const std::vector<double> &v) {
   std::vector<T> r(v.size());
@@ -964,7 +871,7 @@ void vocabParallelCe(int ranks, const SplitBounds &unsplitBound,
     out[r] = runCe(h.data(), w.data() + r * V * D, labels.data(), N, D, V,
                    chunk, scale, group.group(r, V));
   });
-  ASSERT_TRUE(group.countsAgreed());
+  ASSERT_TRUE(group.ok());
   const int64_t chunks = (N + chunk - 1) / chunk;
   for (int r = 0; r < ranks; ++r) {
     ASSERT_EQ(out[r].fwd, Status::Ok) << r;
