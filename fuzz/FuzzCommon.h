@@ -105,11 +105,25 @@ private:
 
 /// Aborts when a pass reports success but leaves IR that does not verify
 /// (the pass manager's own verifier would turn that into an ordinary error).
+/// The verifier's first diagnostic goes into the message, so a finding in a
+/// CI log says what broke without its input.
 struct VerifyAfterEachPass : mlir::PassInstrumentation {
   void runAfterPass(mlir::Pass *pass, mlir::Operation *op) override {
-    if (mlir::failed(mlir::verify(op)))
+    std::string first;
+    mlir::LogicalResult verified = mlir::success();
+    {
+      mlir::ScopedDiagnosticHandler capture(
+          op->getContext(), [&](mlir::Diagnostic &d) {
+            if (first.empty() &&
+                d.getSeverity() == mlir::DiagnosticSeverity::Error)
+              first = d.str();
+            return mlir::success();
+          });
+      verified = mlir::verify(op);
+    }
+    if (mlir::failed(verified))
       fuzzFailure(llvm::Twine(pass->getArgument()) +
-                  " succeeded but left IR that does not verify");
+                  " succeeded but left IR that does not verify: " + first);
   }
 };
 

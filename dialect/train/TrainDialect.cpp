@@ -8,6 +8,7 @@
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/OpImplementation.h"
 #include "llvm/ADT/TypeSwitch.h"
+#include "llvm/Support/JSON.h"
 
 using namespace mlir;
 using namespace ap::train;
@@ -137,10 +138,16 @@ LogicalResult TrainDialect::verifyOperationAttribute(Operation *op,
   }
   if (attr.getName() == kPlacementAttrName) {
     auto entries = dyn_cast<ArrayAttr>(attr.getValue());
+    // The decisions are read back as text (the placement report writes
+    // them to JSON), so each must be UTF-8.
     if (!entries || entries.size() != op->getNumResults() ||
-        !llvm::all_of(entries, [](Attribute a) { return isa<StringAttr>(a); }))
-      return op->emitError() << "'" << kPlacementAttrName
-                             << "' must be an array of one string per result";
+        !llvm::all_of(entries, [](Attribute a) {
+          auto s = dyn_cast<StringAttr>(a);
+          return s && llvm::json::isUTF8(s.getValue());
+        }))
+      return op->emitError()
+             << "'" << kPlacementAttrName
+             << "' must be an array of one UTF-8 string per result";
     return success();
   }
   if (attr.getName() == kMaxInflightAttrName) {

@@ -70,7 +70,7 @@ template <class Op> k::LmHeadCrossEntropyArgs lmHeadArgs(Op l) {
     if (auto module = l->template getParentOfType<ModuleOp>())
       if (auto tp = module->template getAttrOfType<IntegerAttr>(
               kTensorParallelAttrName))
-        a.group.ranks = int32_t(tp.getInt());
+        a.group.ranks = int32_t(std::min<int64_t>(tp.getInt(), INT32_MAX));
   return a;
 }
 

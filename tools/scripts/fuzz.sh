@@ -360,6 +360,19 @@ for t in "${targets[@]}"; do
         print_report "$out/logs/$t.replay.log"
       fi
     done
+    # The crash folder is gone with a CI machine: a small input is printed
+    # too, so the log alone reproduces the finding.
+    for f in $(ls -t "$crashes" | head -"$new" || true); do
+      encoded=$(gzip -9c "$crashes/$f" | base64 -w 100)
+      if [ "${#encoded}" -le 65536 ]; then
+        echo "  $f, gzip + base64 (save the lines between the markers to F, then: base64 -d F | gunzip > $f):" >&2
+        echo "  ----- begin $f" >&2
+        echo "$encoded" >&2
+        echo "  ----- end $f" >&2
+      else
+        echo "  $f: ${#encoded} characters gzipped and base64-encoded, not printed" >&2
+      fi
+    done
     echo "  replay with: tools/scripts/fuzz.sh --no-build --build $build --replay FILE ${t}" >&2
   fi
 done

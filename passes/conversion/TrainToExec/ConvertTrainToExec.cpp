@@ -65,14 +65,32 @@ private:
   }
   Value persistent(Location loc, StringRef name, ex::BufferRole role,
                    RankedTensorType t) {
+    checkBytes(loc, t,
+               (llvm::Twine("the ") + ex::stringifyBufferRole(role) +
+                " buffer of @" + name)
+                   .str());
     return ex::PersistentOp::create(
         b, loc, ex::BufferType::get(b.getContext(), t), name, role,
         /*offset=*/IntegerAttr(), ex::alignTo256(ex::tensorBytes(t)));
   }
   Value transient(Location loc, Type t) {
     auto rt = cast<RankedTensorType>(t);
+    checkBytes(loc, rt, "a buffer");
     return ex::BufferOp::create(b, loc, bufferOf(t), /*offset=*/IntegerAttr(),
                                 ex::alignTo256(ex::tensorBytes(rt)));
+  }
+  /// A train tensor may hold up to ap::kMaxTensorBytes, but its f32 master,
+  /// main grad and Adam moments are twice a bf16 weight, and a kernel's
+  /// scratch has no bound in the train dialect: what the exec dialect
+  /// cannot hold is an error here, before an op that does not verify.
+  void checkBytes(Location loc, RankedTensorType t, const std::string &what) {
+    int64_t bytes = ex::tensorBytes(t);
+    if ((bytes >= 0 && bytes <= ap::kMaxTensorBytes) || oversized)
+      return;
+    oversized = true;
+    emitError(loc) << "convert-train-to-exec: " << what << " holds " << t
+                   << ", more than the " << ap::kMaxTensorBytes
+                   << " bytes one buffer may hold";
   }
   Value lookup(Operation *user, Value v) {
     Value m = map.lookupOrNull(v);
@@ -126,6 +144,9 @@ private:
   DenseMap<Operation *, std::optional<int64_t>> doneByKernel;
   Value lossAcc, countAcc;
   Operation *execLoop = nullptr;
+  /// A buffer over the exec dialect's limit was refused (the first one
+  /// gets an error); the lowering fails.
+  bool oversized = false;
   int64_t nextSlot = 0, pinnedOffset = 0;
 };
 
@@ -188,9 +209,16 @@ LogicalResult Lowering::lowerKernel(Operation *op, ArrayRef<Value> extraOutputs,
   for (NamedAttribute a : op->getAttrs())
     if (a.getName() != tr::kPlacementAttrName)
       args.push_back(a);
+  int64_t workspace = workspaceOf(op);
+  if (workspace > ap::kMaxTensorBytes)
+    return op->emitError() << "convert-train-to-exec: the kernel of "
+                           << op->getName() << " needs " << workspace
+                           << " bytes of scratch, more than the "
+                           << ap::kMaxTensorBytes
+                           << " bytes one kernel's scratch may take";
   auto k =
       ex::KernelOp::create(b, op->getLoc(), op->getName().getStringRef(), ins,
-                           outs, workspaceOf(op), b.getDictionaryAttr(args));
+                           outs, workspace, b.getDictionaryAttr(args));
   // Recompute issued ahead (train-recompute-stream) runs on the side stream.
   if (op->hasAttr(tr::kSideStreamAttrName))
     k.setStream(ex::Stream::Side);
@@ -490,6 +518,8 @@ LogicalResult Lowering::run() {
     }
     params[n] = pb;
   }
+  if (oversized)
+    return failure();
 
   // A weight tied between the embedding and the LM head (both accumulate
   // its gradient in the loop) gets a second gradient buffer for the LM
@@ -650,6 +680,8 @@ LogicalResult Lowering::run() {
                          .wasInterrupted();
   if (sideKernels)
     step->setAttr(ex::kSideSmPercentAttr, b.getI64IntegerAttr(sideSmPercent));
+  if (oversized)
+    return failure();
   func.erase();
   return success();
 }

@@ -439,6 +439,24 @@ module attributes {train.micro_batches = 0 : i64} {
 
 // -----
 
+func.func @placement_count(%x: tensor<2x4x8xbf16>) {
+  // expected-error @+1 {{'train.placement' must be an array of one UTF-8 string per result}}
+  %y = train.swiglu %x, %x scope<0, mlp_act> {train.placement = ["keep", "offload"]} : (tensor<2x4x8xbf16>, tensor<2x4x8xbf16>) -> tensor<2x4x8xbf16>
+  return
+}
+
+// -----
+
+// The report writes the decisions to JSON: a byte sequence that is not UTF-8
+// is refused here.
+func.func @placement_not_utf8(%x: tensor<2x4x8xbf16>) {
+  // expected-error @+1 {{'train.placement' must be an array of one UTF-8 string per result}}
+  %y = train.swiglu %x, %x scope<0, mlp_act> {train.placement = ["\EA\EA"]} : (tensor<2x4x8xbf16>, tensor<2x4x8xbf16>) -> tensor<2x4x8xbf16>
+  return
+}
+
+// -----
+
 // expected-error @+1 {{unknown train dialect attribute 'train.bogus'}}
 module attributes {train.bogus = 1 : i64} {
 }
