@@ -303,7 +303,9 @@ LogicalResult CppSink::program(const ProgramDesc &d) {
       << ";\n";
   os_ << "  p.pipeline_size = " << d.pipelineSize << ";\n"
       << "  p.pipeline_stage = " << d.pipelineStage << ";\n"
-      << "  p.tensor_parallel_size = " << d.tensorParallelSize << ";\n";
+      << "  p.tensor_parallel_size = " << d.tensorParallelSize << ";\n"
+      << "  p.document_separator = " << d.documentSeparator << ";\n"
+      << "  p.ignore_index = " << d.ignoreIndex << ";\n";
   os_ << "  p.num_events = " << d.numEvents << ";\n  p.step = trainStep;\n"
       << "  return p;\n}\n\nconst ap_program kProgram = makeProgram();\n";
   if (stage_ >= 0) {

@@ -604,6 +604,8 @@ LogicalResult LLVMSink::program(const ProgramDesc &d) {
   p.pipeline_size = d.pipelineSize;
   p.pipeline_stage = d.pipelineStage;
   p.tensor_parallel_size = d.tensorParallelSize;
+  p.document_separator = d.documentSeparator;
+  p.ignore_index = d.ignoreIndex;
   p.num_generated = uint32_t(d.generated.size());
   std::string ptxSymbol;
   if (!d.generated.empty()) {

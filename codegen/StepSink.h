@@ -167,6 +167,10 @@ struct ProgramDesc {
   int32_t pipelineSize = 1, pipelineStage = 0;
   /// Tensor-parallel ranks as compiled.
   int32_t tensorParallelSize = 1;
+  /// Packed sequences: train.doc_starts' separator (-1: none) and the LM
+  /// head's ignore_index.
+  int64_t documentSeparator = -1;
+  int64_t ignoreIndex = -100;
   std::vector<std::pair<uint64_t, uint64_t>> slots; ///< offset, bytes
   std::vector<std::string> scopes;
   std::vector<Param> params;

@@ -607,6 +607,10 @@ LogicalResult Walker::run(EmittedPlan *plan) {
       d.vocab = tensorOf(k.getInputs()[1]).getDimSize(0);
     if (k.getCallee() == "train.lr_schedule")
       d.maxLr = dblArg(k.getArgs(), "max_lr", 0);
+    if (k.getCallee() == "train.doc_starts")
+      d.documentSeparator = intArg(k.getArgs(), "separator", -1);
+    if (k.getCallee().starts_with("train.lm_head_cross_entropy"))
+      d.ignoreIndex = intArg(k.getArgs(), "ignore_index", -100);
   });
   // Recorded by the lowering (a pipeline stage may load no tokens and hold
   // no embedding).
@@ -1136,6 +1140,17 @@ LogicalResult Walker::walkKernel(Operation *op) {
     if (failed(offsetOf(v, op, o)))
       return failure();
   }
+  // Packed sequences: the ops that mix tokens along the sequence take the
+  // document starts (i32 [B, T], train.doc_starts) as their last input;
+  // every other input of theirs is floating point.
+  Value docStarts;
+  if ((callee == "train.short_conv" || callee == "train.short_conv_grad" ||
+       callee == "train.gated_delta_rule" ||
+       callee == "train.gated_delta_rule_grad" || callee == "train.rope" ||
+       callee == "train.rope_grad" || callee == "train.attention" ||
+       callee == "train.attention_grad") &&
+      !ins.empty() && tensorOf(ins.back()).getElementType().isInteger(32))
+    docStarts = ins.pop_back_val();
   std::string scope = scopeName(args);
   std::string label = (scope.empty() ? std::string("step") : scope) + "/" +
                       callee.drop_front(6).str();
@@ -1331,9 +1346,31 @@ LogicalResult Walker::walkKernel(Operation *op) {
                           it->second, t.name, a);
     return success();
   };
-  if (auto t = triton_.find(callee.str()); t != triton_.end())
+  if (auto t = triton_.find(callee.str()); t != triton_.end()) {
+    // A Triton kernel's manifest maps the op's buffers; it has no
+    // document starts.
+    if (docStarts)
+      return op->emitError(pfx() + "'")
+             << callee
+             << "' of packed sequences (document starts) has no Triton "
+                "kernel form; drop its --triton-kernel";
     return launchTriton(t->second);
+  }
 
+  if (callee == "train.doc_starts") {
+    if (failed(expectCounts(1, 1)))
+      return failure();
+    if (side)
+      return notOnSide("no side-stream form");
+    ArgsOf<DocumentStartsArgs> A("DocumentStartsArgs");
+    SETP(tokens, at(ins[0]));
+    SETP(docStart, at(outs[0]));
+    SETV(batch, dim(ins[0], 0));
+    SETV(seq, dim(ins[0], 1));
+    SETV(separator, int32_t(intArg(args, "separator", 0)));
+    launch(A, "documentStarts");
+    return success();
+  }
   if (callee == "train.embedding") {
     if (failed(expectCounts(2, 1)))
       return failure();
@@ -1506,6 +1543,8 @@ LogicalResult Walker::walkKernel(Operation *op) {
     SETV(kernelSize, dim(ins[1], 1));
     SETP(x, at(ins[0]));
     SETP(w, at(ins[1]));
+    if (docStarts)
+      SETP(docStart, at(docStarts));
     // A split conv's channel groups (its results; the grad's dy operands):
     // one buffer each.
     auto groups = [&](ArrayRef<Value> vs, bool outputs) {
@@ -1718,6 +1757,8 @@ LogicalResult Walker::walkKernel(Operation *op) {
     SETP(k, at(kk));
     SETP(v, at(v));
     SETP(beta, betaAt);
+    if (docStarts)
+      SETP(docStart, at(docStarts));
     if (fwd) {
       SETP(g, at(ins[3]));
       SETP(o, at(outs[0]));
@@ -1819,6 +1860,8 @@ LogicalResult Walker::walkKernel(Operation *op) {
     SETV(offset, intArg(args, "offset", 0));
     SETV(rotaryDim, intArg(args, "rotary_dim", dim(ins[0], 3)));
     SETV(theta, arg(op, args, "theta", 1e4));
+    if (docStarts)
+      SETP(docStart, at(docStarts));
     launch(A, callee == "train.rope" ? "ropeForward" : "ropeBackward");
     return success();
   }
@@ -1839,6 +1882,8 @@ LogicalResult Walker::walkKernel(Operation *op) {
       SETP(q, at(ins[0]));
       SETP(k, at(ins[1]));
       SETP(v, at(ins[2]));
+      if (docStarts)
+        SETP(docStart, at(docStarts));
     };
     if (fwd) {
       ArgsOf<AttentionForwardArgs> A("AttentionForwardArgs");

@@ -173,6 +173,9 @@ private:
   int64_t tp = 1;
   /// Sequence parallelism (with tp > 1).
   bool sp = false;
+  /// Packed sequences: the train.doc_starts of the microbatch (null when
+  /// every row is one sequence).
+  Value docStarts;
   /// The replicated parameters ranks apply to their own heads only.
   llvm::StringSet<> gradSumParams;
   ModuleOp module;
@@ -242,11 +245,11 @@ Value GraphEmitter::gdnBlock(Value h, int64_t i) {
                            0, qkv, InitKind::Normal, 0.0, cfg.initializerRange);
   // q, k and v come out of the conv in their own tensors (its split
   // output): no slice copies, and no concat of their gradients.
-  auto conv = ShortConvOp::create(b, loc,
-                                  TypeRange{tensor({B, T, hk * dk}),
-                                            tensor({B, T, hk * dk}),
-                                            tensor({B, T, hv * dv})},
-                                  mixed, convW, scope(i, "gdn_prep"));
+  auto conv = ShortConvOp::create(
+      b, loc,
+      TypeRange{tensor({B, T, hk * dk}), tensor({B, T, hk * dk}),
+                tensor({B, T, hv * dv})},
+      mixed, convW, docStarts, scope(i, "gdn_prep"));
   Value q = reshape(conv.getOutputs()[0], {B, T, hk, dk}, i, "gdn_prep");
   Value k = reshape(conv.getOutputs()[1], {B, T, hk, dk}, i, "gdn_prep");
   Value v = reshape(conv.getOutputs()[2], {B, T, hv, dv}, i, "gdn_prep");
@@ -268,7 +271,8 @@ Value GraphEmitter::gdnBlock(Value h, int64_t i) {
                                   dtBias, scope(i, "gdn_core_attn"));
   Value o = GatedDeltaRuleOp::create(
                 b, loc, v.getType(), TypeRange(), qn, kn, v, gates.getG(),
-                gates.getBeta(), f64(1.0 / std::sqrt(static_cast<double>(dk))),
+                gates.getBeta(), docStarts,
+                f64(1.0 / std::sqrt(static_cast<double>(dk))),
                 b.getI64IntegerAttr(64), scope(i, "gdn_core_attn"))
                 .getResult();
 
@@ -325,11 +329,12 @@ Value GraphEmitter::attentionBlock(Value h, int64_t i) {
   k = rmsNorm(k, modelNormWeight(p + "k_norm.weight", hd),
               cfg.zeroCenteredNorms, i, "qkv_linear");
   auto rd = b.getI64IntegerAttr(cfg.rotaryDim());
-  q = RoPEOp::create(b, loc, q.getType(), q, rd, f64(cfg.ropeTheta),
+  q = RoPEOp::create(b, loc, q.getType(), q, docStarts, rd, f64(cfg.ropeTheta),
                      scope(i, "qkv_linear"));
-  k = RoPEOp::create(b, loc, k.getType(), k, rd, f64(cfg.ropeTheta),
+  k = RoPEOp::create(b, loc, k.getType(), k, docStarts, rd, f64(cfg.ropeTheta),
                      scope(i, "qkv_linear"));
   Value o = AttentionOp::create(b, loc, tensor({B, T, hq, hd}), Type(), q, k, v,
+                                docStarts,
                                 f64(1.0 / std::sqrt(static_cast<double>(hd))),
                                 scope(i, "core_attn"))
                 .getResult();
@@ -390,8 +395,8 @@ Value GraphEmitter::mlaBlock(Value h, int64_t i) {
   Value qNope = slice(q, 3, 0, dn, i, "mla_up_proj");
   Value qPe = slice(q, 3, dn, dr, i, "mla_up_proj");
   auto rd = b.getI64IntegerAttr(dr);
-  qPe = RoPEOp::create(b, loc, qPe.getType(), qPe, rd, f64(cfg.ropeTheta),
-                       scope(i, "mla_up_proj"));
+  qPe = RoPEOp::create(b, loc, qPe.getType(), qPe, docStarts, rd,
+                       f64(cfg.ropeTheta), scope(i, "mla_up_proj"));
   Value qFull =
       ConcatOp::create(b, loc, tensor({B, T, n, dn + dr}),
                        ValueRange{qNope, qPe}, 3, scope(i, "mla_up_proj"));
@@ -412,8 +417,8 @@ Value GraphEmitter::mlaBlock(Value h, int64_t i) {
   kv = reshape(kv, {B, T, n, dn + dvh}, i, "mla_up_proj");
   Value kNope = slice(kv, 3, 0, dn, i, "mla_up_proj");
   Value v = slice(kv, 3, dn, dvh, i, "mla_up_proj");
-  kPe = RoPEOp::create(b, loc, kPe.getType(), kPe, rd, f64(cfg.ropeTheta),
-                       scope(i, "mla_up_proj"));
+  kPe = RoPEOp::create(b, loc, kPe.getType(), kPe, docStarts, rd,
+                       f64(cfg.ropeTheta), scope(i, "mla_up_proj"));
   // Every rank's heads read the shared rotary key: its gradient is summed.
   kPe = innerCopy(kPe, i, "mla_up_proj");
   kPe = ExpandOp::create(b, loc, tensor({B, T, n, dr}), kPe,
@@ -422,11 +427,11 @@ Value GraphEmitter::mlaBlock(Value h, int64_t i) {
       ConcatOp::create(b, loc, tensor({B, T, n, dn + dr}),
                        ValueRange{kNope, kPe}, 3, scope(i, "mla_up_proj"));
 
-  Value o =
-      AttentionOp::create(b, loc, tensor({B, T, n, dvh}), Type(), qFull, kFull,
-                          v, f64(1.0 / std::sqrt(static_cast<double>(dn + dr))),
-                          scope(i, "core_attn"))
-          .getResult();
+  Value o = AttentionOp::create(
+                b, loc, tensor({B, T, n, dvh}), Type(), qFull, kFull, v,
+                docStarts, f64(1.0 / std::sqrt(static_cast<double>(dn + dr))),
+                scope(i, "core_attn"))
+                .getResult();
   o = reshape(o, {B, T, n * dvh}, i, "attn_proj");
   Value out =
       linear(o, rowWeight(p + "o_proj.weight", D, nAll * dvh), i, "attn_proj");
@@ -494,6 +499,14 @@ OwningOpRef<ModuleOp> GraphEmitter::build() {
   // reduce-scatter onto the rank's tokens). The ids are the whole
   // microbatch's on every rank.
   Value tokens = body->getArgument(0), labels = body->getArgument(1);
+  // Packed sequences: the documents' starts, from the separators in the
+  // ids, for every op that mixes tokens along the sequence (the ids are
+  // the whole microbatch's on every tensor-parallel rank, so the starts
+  // are too).
+  if (shape.documentSeparator >= 0)
+    docStarts = DocStartsOp::create(
+        b, loc, tokens.getType(), tokens,
+        b.getI64IntegerAttr(shape.documentSeparator), scope(-1, "embedding"));
   tokenLocal("model.norm.weight");
   Value embed = tp > 1 ? splitParam("model.embed_tokens.weight",
                                     {cfg.vocabSize, D}, 0, {cfg.vocabSize},
@@ -580,6 +593,18 @@ llvm::Error ap::import::checkTrainShape(const TrainShape &shape) {
                  ") must be at most " + llvm::Twine(kMaxStepTokens) +
                  " (the step counts its tokens in an i32)");
   return llvm::Error::success();
+}
+
+llvm::Error ap::import::checkDocumentSeparator(const ModelConfig &cfg,
+                                               const TrainShape &shape) {
+  int64_t sep = shape.documentSeparator;
+  if (sep == -1 || (sep >= 0 && sep < cfg.vocabSize))
+    return llvm::Error::success();
+  return llvm::createStringError(
+      llvm::inconvertibleErrorCode(),
+      "--document-separator=" + llvm::Twine(sep) +
+          ": expected a token id in [0, " + llvm::Twine(cfg.vocabSize) +
+          ") (the config's vocab_size), or -1 for one sequence per row");
 }
 
 llvm::Error ap::import::checkTensorParallel(const ModelConfig &cfg,

@@ -36,6 +36,11 @@ struct TrainShape {
   /// regions, the norms there, the embedding and the loss run on this
   /// rank's 1/tensorParallel of the microbatch's tokens.
   bool sequenceParallel = false;
+  /// Packed sequences: when >= 0, the token id that ends each document in
+  /// the data (several documents per sequence); the GDN state, the short
+  /// conv, RoPE positions and attention restart at every document
+  /// (train.doc_starts). -1: every row is one sequence.
+  int64_t documentSeparator = -1;
 };
 
 /// Builds the graph; returns null after emitting a diagnostic if the result
@@ -58,6 +63,10 @@ llvm::Error checkTrainShape(const TrainShape &shape);
 /// Checks that `shape.tensorParallel` divides what it splits in `cfg`
 /// (attention q and kv heads, MLA heads, GDN key and value heads, the MLP
 /// width); the message names the option and the config field.
+/// The packed-sequence separator: -1 (none) or a token id of the vocabulary.
+llvm::Error checkDocumentSeparator(const ModelConfig &cfg,
+                                   const TrainShape &shape);
+
 llvm::Error checkTensorParallel(const ModelConfig &cfg,
                                 const TrainShape &shape);
 

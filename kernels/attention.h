@@ -8,7 +8,8 @@
 //     scale 1/16. The sigmoid output gate is a separate op (dense kernels).
 //   - MLA: q/k head dim 192 (128 nope + 64 rope), v head dim 128, Hq == Hkv.
 //
-// Layouts (row-major, each batch row its own sequence, positions 0..T-1):
+// Layouts (row-major, each batch row its own sequence, positions 0..T-1, or
+// with docStart each document of a packed row, kernels/kernels.h):
 //   q  [B, T, Hq,  Dqk]    k  [B, T, Hkv, Dqk]    v [B, T, Hkv, Dv]
 //   o  [B, T, Hq,  Dv ]    lse [B, Hq, T]  (natural log of the softmax
 //                                           denominator of the scaled scores)
@@ -16,7 +17,8 @@
 // head, as in HF repeat_kv).
 //
 // Math: S = scale Q K^T with the causal mask (key j visible to query i iff
-// j <= i), P = softmax_row(S) in fp32, O = P V, lse_i = log sum_j exp(S_ij).
+// docStart(i) <= j <= i, docStart(i) = 0 without packed documents),
+// P = softmax_row(S) in fp32, O = P V, lse_i = log sum_j exp(S_ij).
 // Backward (FlashAttention-2): P is recomputed from lse; D_i = dO_i . O_i;
 // dP = dO V^T; dS = P * (dP - D); dQ = scale dS K; dK = scale dS^T Q;
 // dV = P^T dO. dK and dV of a kv head sum over the q heads of its group, in
@@ -66,6 +68,8 @@ struct AttentionForwardArgs {
   void *o = nullptr;
   void *lse = nullptr;
   AttentionKernels kernels = AttentionKernels::Fastest;
+  /// [B, T] packed documents (kernels/kernels.h); null: one per row.
+  const int32_t *docStart = nullptr;
 };
 
 /// Backward: dq, dk, dv are overwritten. o and lse are the forward's outputs.
@@ -82,6 +86,8 @@ struct AttentionBackwardArgs {
   void *dk = nullptr;
   void *dv = nullptr;
   AttentionKernels kernels = AttentionKernels::Fastest;
+  /// [B, T] packed documents (kernels/kernels.h); null: one per row.
+  const int32_t *docStart = nullptr;
 };
 
 /// How the CUDA backward gets dQ without float atomics (both deterministic):
@@ -155,6 +161,8 @@ static inline Status attentionForward(const KernelContext &ctx,
                                       const AttentionForwardArgs &args) {
   if (ctx.backend == Backend::Host)
     return reference::attentionForward(args);
+  if (args.docStart) // packed documents: host only so far (kernels/kernels.h)
+    return Status::Unsupported;
 #ifdef ACTPLACE_HAVE_CUDA
   return cuda::attentionForward(ctx, args);
 #else
@@ -167,6 +175,8 @@ static inline Status attentionBackward(const KernelContext &ctx,
                                        const AttentionBackwardArgs &args) {
   if (ctx.backend == Backend::Host)
     return reference::attentionBackward(args);
+  if (args.docStart) // packed documents: host only so far (kernels/kernels.h)
+    return Status::Unsupported;
 #ifdef ACTPLACE_HAVE_CUDA
   return cuda::attentionBackward(ctx, args);
 #else

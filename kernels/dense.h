@@ -117,6 +117,8 @@ Status rmsNormBackward(const KernelContext &ctx,
 // Qwen3.5: headDim 256, offset 0, rotaryDim 64, theta 1e7. MLA: q heads of
 // 192 with offset 128, rotaryDim 64; k_pe as heads = 1, headDim 64.
 // Backward: the same map with -a (the transpose of a rotation).
+// With docStart (packed documents) the position of token t is
+// t - docStart[b*seq + t]: positions restart at every document.
 //===----------------------------------------------------------------------===//
 
 struct RopeArgs {
@@ -127,10 +129,27 @@ struct RopeArgs {
   int64_t batch = 0, seq = 0, heads = 0, headDim = 0;
   int64_t offset = 0, rotaryDim = 0;
   double theta = 1e7;
+  /// [batch, seq] packed documents (kernels/kernels.h); null: one per row.
+  const int32_t *docStart = nullptr;
 };
 
 Status ropeForward(const KernelContext &ctx, const RopeArgs &args);
 Status ropeBackward(const KernelContext &ctx, const RopeArgs &args);
+
+//===----------------------------------------------------------------------===//
+// Document starts of packed sequences (kernels/kernels.h). Both backends.
+//===----------------------------------------------------------------------===//
+
+/// Packed sequences: each token's document start from the token ids. A
+/// document begins at t = 0 and right after every `separator` token (the
+/// separator ends its document).
+struct DocumentStartsArgs {
+  const int32_t *tokens = nullptr; ///< [B, T]
+  int32_t *docStart = nullptr;     ///< [B, T], written
+  int64_t batch = 0, seq = 0;
+  int32_t separator = 0;
+};
+Status documentStarts(const KernelContext &ctx, const DocumentStartsArgs &args);
 
 //===----------------------------------------------------------------------===//
 // Elementwise ops over [rows, cols] views with row strides (0 = cols), so that

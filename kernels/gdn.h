@@ -15,10 +15,11 @@
 // norm weight) are in the storage type.
 //
 // Layout. Row-major [B, T, ...]; each batch row is its own sequence (conv
-// state and recurrent state reset per row). Per-head tensors [B, T, H, d] may
-// have a token stride (elements between consecutive tokens) larger than H*d,
-// so that q, k, v can be read straight out of the conv output [B, T, conv_dim]
-// without a copy; a stride of 0 means dense (H*d).
+// state and recurrent state reset per row), or, with docStart, each document
+// of a packed row (kernels/kernels.h, "Packed sequences"). Per-head tensors
+// [B, T, H, d] may have a token stride (elements between consecutive tokens)
+// larger than H*d, so that q, k, v can be read straight out of the conv
+// output [B, T, conv_dim] without a copy; a stride of 0 means dense (H*d).
 //
 // Gradients: input gradients overwrite; weight gradients accumulate (+=) into
 // Acc buffers. All reductions use a fixed order: two runs give identical bits.
@@ -44,7 +45,8 @@ constexpr int kGdnChunk = 64;
 // Causal depthwise short conv + SiLU
 //===----------------------------------------------------------------------===//
 
-/// y[b,t,c] = silu(sum_j w[c,j] x[b, t-(kc-1)+j, c]), zeros before t = 0.
+/// y[b,t,c] = silu(sum_j w[c,j] x[b, t-(kc-1)+j, c]), zeros before t = 0
+/// (with docStart: before the first token of t's document).
 /// Saved for backward: x and w (pre is recomputed).
 ///
 /// Split output. With splits = S > 0 the output channels come in S
@@ -80,6 +82,8 @@ struct GdnConvArgs {
   void *ys[kGdnConvMaxSplits] = {};
   const void *dys[kGdnConvMaxSplits] = {};
   GdnConvKernels kernels = GdnConvKernels::Fastest;
+  /// [B, T] packed documents (kernels/kernels.h); null: one per row.
+  const int32_t *docStart = nullptr;
 };
 /// Whether `a`'s split layout is usable: 0 <= splits <= kGdnConvMaxSplits,
 /// positive groups that sum to the channels.
@@ -168,6 +172,13 @@ Status gdnL2NormBackward(const KernelContext &ctx, const GdnL2NormArgs &args);
 /// gCum, beta, tMat, initialState and recomputes W, U, the chunk states and
 /// Vnew. Both cuda entries need dk, dv multiples of 16 and <= 256 (Unsupported
 /// otherwise); the host reference takes any size.
+///
+/// Packed documents (docStart): the state resets at each document start and
+/// every document is computed as its own row: its chunk n covers its tokens
+/// n*64 .. n*64+63, gCum is local to those chunks and row r of its chunk n is
+/// stored at token docStart + n*64 + r. initialState is the state before a
+/// row's first document, finalState the one after its last (and so for
+/// dInitialState, dFinalState).
 struct GdnChunkArgs {
   DType dtype = DType::BF16;
   int64_t batch = 0, seqLen = 0;
@@ -196,6 +207,8 @@ struct GdnChunkArgs {
   void *dg = nullptr;    ///< [B, T, Hv] Acc: gradient of the raw g
   void *dbeta = nullptr; ///< [B, T, Hv] Acc
   void *dInitialState = nullptr; ///< [B, Hv, dk, dv] Acc; optional
+  /// [B, T] packed documents (kernels/kernels.h); null: one per row.
+  const int32_t *docStart = nullptr;
 };
 Status gdnChunkForward(const KernelContext &ctx, const GdnChunkArgs &args);
 Status gdnChunkBackward(const KernelContext &ctx, const GdnChunkArgs &args);

@@ -93,6 +93,33 @@ inline float toFloat(bf16 v) { return static_cast<float>(v); }
 inline float toFloat(float v) { return v; }
 inline double toFloat(double v) { return v; }
 
+/// Packed sequences. Long-context training packs several documents into one
+/// sequence row. The kernels that mix tokens along the sequence (short conv,
+/// chunked gated delta rule, RoPE, attention) take an optional per-token
+///   const int32_t *docStart; // [B, T]
+/// where docStart[b*T + t] is the position, within row b, of the first token
+/// of token t's document, and compute every document exactly as if it were
+/// its own row. Null means each row is one document. A valid array has
+/// docStart[b*T + 0] == 0 and, for t > 0, docStart[b*T + t] equal to either
+/// docStart[b*T + t - 1] (t continues its document) or t (t starts one); the
+/// host entries check this and answer InvalidArgument otherwise.
+/// documentStarts (kernels/dense.h) builds the array from token ids.
+/// Packed sequences run on the host backend only so far: a Cuda call with a
+/// non-null docStart answers Unsupported.
+inline bool docStartValid(const int32_t *docStart, int64_t batch, int64_t seq) {
+  if (!docStart)
+    return true;
+  for (int64_t b = 0; b < batch; ++b) {
+    const int32_t *d = docStart + b * seq;
+    if (seq > 0 && d[0] != 0)
+      return false;
+    for (int64_t t = 1; t < seq; ++t)
+      if (d[t] != d[t - 1] && d[t] != t)
+        return false;
+  }
+  return true;
+}
+
 } // namespace ap::kernels
 
 #include "kernels/attention.h"

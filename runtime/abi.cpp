@@ -460,6 +460,14 @@ Program ap::rt::programOfAbi(const ap_program &p) {
   out.pipelineSize = p.pipeline_size;
   out.pipelineStage = p.pipeline_stage;
   out.tensorParallelSize = tpSize;
+  if (p.document_separator < -1 || p.document_separator >= p.vocab)
+    fail("abi: program: document_separator is ", p.document_separator,
+         ", expected -1 (none) or a token id below the vocabulary's ", p.vocab);
+  if (p.ignore_index > INT32_MAX || p.ignore_index < INT32_MIN)
+    fail("abi: program: ignore_index ", p.ignore_index,
+         " is not a 32-bit label");
+  out.documentSeparator = p.document_separator;
+  out.ignoreIndex = p.ignore_index;
   out.abiStep = p.step;
   out.step = runAbiStep;
   return out;

@@ -30,7 +30,7 @@
 #include <stdint.h>
 
 /* The contract's version: generated code stores it in ap_program. */
-#define AP_ABI_VERSION 12
+#define AP_ABI_VERSION 13
 
 /* ap_program.data_parallel_mode: every rank holds all parameters and
    optimizer state (main grads all-reduced), or each holds a flat 1/N shard
@@ -149,7 +149,8 @@ enum {
   X(GDN_GATED_NORM_FORWARD, gdnGatedNormForward, GdnGatedNormArgs)             \
   X(GDN_GATED_NORM_BACKWARD, gdnGatedNormBackward, GdnGatedNormArgs)           \
   X(ATTENTION_FORWARD, attentionForward, AttentionForwardArgs)                 \
-  X(ATTENTION_BACKWARD, attentionBackward, AttentionBackwardArgs)
+  X(ATTENTION_BACKWARD, attentionBackward, AttentionBackwardArgs)              \
+  X(DOCUMENT_STARTS, documentStarts, DocumentStartsArgs)
 
 #define AP_KERNEL_ENUM_ENTRY(id, entry, args) AP_KERNEL_##id,
 enum { AP_KERNEL_LIST(AP_KERNEL_ENUM_ENTRY) AP_KERNEL_COUNT };
@@ -329,6 +330,12 @@ typedef struct ap_program {
   /* Tensor parallelism as compiled: ranks sharing each layer (0 or 1:
      none). World rank = tp + N x (dp + data_parallel_size x stage). */
   int32_t tensor_parallel_size;
+  /* Packed sequences: the token id that ends each document (-1: one
+     sequence per row), and the label value the LM head ignores. The data
+     loader gives every separator's next-token label (the next document's
+     first token) that value. */
+  int64_t document_separator;
+  int64_t ignore_index;
   /* Generated kernels (ap_launch_generated) and the PTX of their GPU entries
      (NUL-terminated; null when the compiler had no CUDA toolkit, and then a
      generated launch on the cuda backend fails naming the kernel). */

@@ -297,6 +297,12 @@ void DataLoader::fill(uint64_t step, uint32_t microbatch, int32_t *tokens,
 
 void DataLoader::next(int32_t *tokens, int32_t *labels) {
   fill(cursor_.step, cursor_.microbatch, tokens, labels);
+  if (config_.documentSeparator >= 0) {
+    const int64_t n = config_.batch * config_.seqLen;
+    for (int64_t i = 0; i < n; ++i)
+      if (tokens[i] == config_.documentSeparator)
+        labels[i] = config_.ignoreIndex;
+  }
   if (++cursor_.microbatch == config_.microbatchesPerStep) {
     cursor_.microbatch = 0;
     ++cursor_.step;

@@ -54,6 +54,11 @@ struct DataConfig {
   /// once in a pseudo-random order (a Philox-keyed permutation per epoch,
   /// shared by all ranks so that they still read disjoint windows).
   bool shuffle = false;
+  /// Packed sequences: a label whose token is this id (the end of a
+  /// document) becomes `ignoreIndex`, so the loss does not train the
+  /// separator to predict the next document's first token. -1: none.
+  int64_t documentSeparator = -1;
+  int32_t ignoreIndex = -100;
 };
 
 /// Parses a --data value: "synthetic", "tokens:PATH" (uint16), "tokens16:PATH",

@@ -181,6 +181,9 @@ struct Program {
   int32_t pipelineStage = 0;
   /// Tensor-parallel ranks as compiled (1: none).
   int32_t tensorParallelSize = 1;
+  /// Packed sequences (ap_program.document_separator): -1 none.
+  int64_t documentSeparator = -1;
+  int64_t ignoreIndex = -100;
   /// Generated kernels (runtime/abi.h ap_generated_kernel; checked by
   /// programOfAbi) and the PTX of their GPU entries (null: none embedded).
   std::vector<ap_generated_kernel> generated;

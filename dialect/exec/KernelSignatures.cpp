@@ -31,6 +31,7 @@ const KernelArgSpec kConcat[] = {{"dim", K::Int, req}};
 const KernelArgSpec kLmHead[] = {{"chunk_tokens", K::Int, req},
                                  {"ignore_index", K::Int, req},
                                  {"weight_grad", K::Symbol, opt}};
+const KernelArgSpec kSeparator[] = {{"separator", K::Int, req}};
 const KernelArgSpec kFinalize[] = {{"max_norm", K::Float, req}};
 const KernelArgSpec kLr[] = {{"max_lr", K::Float, req},
                              {"min_lr", K::Float, req},
@@ -44,9 +45,12 @@ const KernelArgSpec kAdamW[] = {{"param", K::Symbol, req},
 
 // Inputs and results (outputs before the main grads) per callee, from the
 // kernels' argument structs (kernels/*.h) as the emitter fills them.
+// The ops that mix tokens along the sequence take one more input under
+// packed sequences: the i32 document starts (train.doc_starts), last.
 const KernelSignature kSignatures[] = {
     {"train.embedding", 2, 2, 1, 1, {}},
     {"train.embedding_grad", 2, 2, 0, 0, kWeightGrad},
+    {"train.doc_starts", 1, 1, 1, 1, kSeparator},
     {"train.rms_norm", 2, 2, 2, 2, kNorm},
     {"train.rms_norm_grad", 4, 4, 0, 1, kNormGrad},
     // The norm's output rebuilt in its backward (train-fuse-recompute).
@@ -54,8 +58,8 @@ const KernelSignature kSignatures[] = {
     {"train.linear", 2, 2, 1, 1, {}},
     {"train.linear_grad", 3, 3, 0, 1, kWeightGrad},
     {"train.linear_input_grad", 2, 2, 1, 1, {}},
-    {"train.short_conv", 2, 2, 1, 4, {}},
-    {"train.short_conv_grad", 3, 6, 0, 1, kWeightGrad},
+    {"train.short_conv", 2, 3, 1, 4, {}},
+    {"train.short_conv_grad", 3, 7, 0, 1, kWeightGrad},
     {"train.slice", 1, 1, 1, 1, kSlice},
     {"train.concat", 1, -1, 1, 1, kConcat},
     {"train.expand", 1, 1, 1, 1, {}},
@@ -64,14 +68,14 @@ const KernelSignature kSignatures[] = {
     {"train.l2_norm_grad", 3, 3, 1, 1, {}},
     {"train.gdn_gates", 4, 4, 2, 2, {}},
     {"train.gdn_gates_grad", 7, 7, 2, 2, kGates},
-    {"train.gated_delta_rule", 5, 5, 3, 3, kChunk},
-    {"train.gated_delta_rule_grad", 7, 7, 5, 5, kChunk},
+    {"train.gated_delta_rule", 5, 6, 3, 3, kChunk},
+    {"train.gated_delta_rule_grad", 7, 8, 5, 5, kChunk},
     {"train.gated_rms_norm", 3, 3, 2, 2, kEps},
     {"train.gated_rms_norm_grad", 5, 5, 1, 3, kWeightGrad},
-    {"train.rope", 1, 1, 1, 1, kRope},
-    {"train.rope_grad", 1, 1, 1, 1, kRope},
-    {"train.attention", 3, 3, 2, 2, kScale},
-    {"train.attention_grad", 6, 6, 3, 3, kScale},
+    {"train.rope", 1, 2, 1, 1, kRope},
+    {"train.rope_grad", 1, 2, 1, 1, kRope},
+    {"train.attention", 3, 4, 2, 2, kScale},
+    {"train.attention_grad", 6, 7, 3, 3, kScale},
     {"train.output_gate", 2, 2, 1, 1, {}},
     {"train.output_gate_grad", 3, 3, 2, 2, {}},
     {"train.swiglu", 2, 2, 1, 1, {}},

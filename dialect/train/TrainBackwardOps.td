@@ -114,7 +114,8 @@ def Train_L2NormGradOp : Train_ComputeOp<"l2_norm_grad"> {
   let results = (outs Train_Float4D:$input_grad);
 }
 
-def Train_ShortConvGradOp : Train_AccumulatingGradOp<"short_conv_grad"> {
+def Train_ShortConvGradOp : Train_AccumulatingGradOp<"short_conv_grad",
+    [AttrSizedOperandSegments]> {
   let summary = "causal depthwise conv + SiLU backward (recomputes the pre-activation)";
   let description = [{
     One `result_grads` operand per result of the `train.short_conv`, in order
@@ -122,8 +123,16 @@ def Train_ShortConvGradOp : Train_AccumulatingGradOp<"short_conv_grad"> {
   }];
   let arguments = (ins Train_Float3D:$input, Train_Float2D:$weight,
                        Variadic<Train_Float3D>:$result_grads,
+                       Optional<Train_Tokens>:$doc_starts,
                        OptionalAttr<FlatSymbolRefAttr>:$weight_grad, Train_ScopeAttr:$scope);
   let results = (outs Optional<Train_Float3D>:$input_grad);
+  let hasVerifier = 1;
+  // Two operand groups of variable length: the packed sequences' document
+  // starts are spelled out.
+  let assemblyFormat = [{
+    $input `,` $weight (`,` $result_grads^)? (`docs` $doc_starts^)? `scope` `` $scope
+    attr-dict `:` functional-type(operands, results)
+  }];
 }
 
 def Train_GDNGatesGradOp : Train_AccumulatingGradOp<"gdn_gates_grad"> {
@@ -145,7 +154,7 @@ def Train_GatedDeltaRuleGradOp : Train_ComputeOp<"gated_delta_rule_grad"> {
   }];
   let arguments = (ins Train_Float4D:$q, Train_Float4D:$k, Train_Float4D:$v,
                        Train_F32_3D:$g_cumsum, Train_Float3D:$beta, Train_Float4D:$chunk_t,
-                       Train_Float4D:$result_grad,
+                       Train_Float4D:$result_grad, Optional<Train_Tokens>:$doc_starts,
                        F64Attr:$scale, DefaultValuedAttr<I64Attr, "64">:$chunk_size,
                        Train_ScopeAttr:$scope);
   let results = (outs Train_Float4D:$q_grad, Train_Float4D:$k_grad, Train_Float4D:$v_grad,
@@ -155,17 +164,20 @@ def Train_GatedDeltaRuleGradOp : Train_ComputeOp<"gated_delta_rule_grad"> {
 
 def Train_RoPEGradOp : Train_ComputeOp<"rope_grad"> {
   let summary = "RoPE backward: rotate dy by -theta";
-  let arguments = (ins Train_Float4D:$result_grad, I64Attr:$rotary_dim, F64Attr:$theta,
-                       Train_ScopeAttr:$scope);
+  let arguments = (ins Train_Float4D:$result_grad, Optional<Train_Tokens>:$doc_starts,
+                       I64Attr:$rotary_dim, F64Attr:$theta, Train_ScopeAttr:$scope);
   let results = (outs Train_Float4D:$input_grad);
+  let hasVerifier = 1;
 }
 
 def Train_AttentionGradOp : Train_ComputeOp<"attention_grad"> {
   let summary = "causal attention backward (FlashAttention-2 style, deterministic)";
   let arguments = (ins Train_Float4D:$q, Train_Float4D:$k, Train_Float4D:$v,
                        Train_Float4D:$result, Train_F32Tensor:$lse, Train_Float4D:$result_grad,
+                       Optional<Train_Tokens>:$doc_starts,
                        F64Attr:$scale, Train_ScopeAttr:$scope);
   let results = (outs Train_Float4D:$q_grad, Train_Float4D:$k_grad, Train_Float4D:$v_grad);
+  let hasVerifier = 1;
 }
 
 def Train_OutputGateGradOp : Train_ComputeOp<"output_gate_grad"> {

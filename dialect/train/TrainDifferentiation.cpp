@@ -193,10 +193,12 @@ LogicalResult ShortConvOp::buildBackward(
                               "for every result";
   if (!nothingNeeded(needsGrad[0], sym))
     dx = ShortConvGradOp::create(b, getLoc(), typeIf(needsGrad[0], getInput()),
-                                 getInput(), getWeight(), resultGrads, sym,
-                                 getScope())
+                                 getInput(), getWeight(), resultGrads,
+                                 getDocStarts(), sym, getScope())
              .getInputGrad();
   operandGrads.append({dx, Value()});
+  if (getDocStarts())
+    operandGrads.push_back(Value());
   return success();
 }
 
@@ -230,10 +232,10 @@ Operation *GatedDeltaRuleOp::withSavedResults(OpBuilder &b) {
   tShape.push_back(getChunkSize());
   Type saved[] = {getG().getType(),
                   RankedTensorType::get(tShape, v.getElementType())};
-  auto op = GatedDeltaRuleOp::create(b, getLoc(), getResult().getType(),
-                                     TypeRange(saved), getQ(), getK(), getV(),
-                                     getG(), getBeta(), getScaleAttr(),
-                                     getChunkSizeAttr(), getScope());
+  auto op = GatedDeltaRuleOp::create(
+      b, getLoc(), getResult().getType(), TypeRange(saved), getQ(), getK(),
+      getV(), getG(), getBeta(), getDocStarts(), getScaleAttr(),
+      getChunkSizeAttr(), getScope());
   return replaceWith(*this, op);
 }
 
@@ -247,8 +249,8 @@ GatedDeltaRuleOp::buildBackward(OpBuilder &b, ArrayRef<Value> resultGrads,
   auto op = GatedDeltaRuleGradOp::create(
       b, getLoc(), getQ().getType(), getK().getType(), getV().getType(),
       getG().getType(), getBeta().getType(), getQ(), getK(), getV(),
-      getGCumsum(), getBeta(), getChunkT(), resultGrads[0], getScaleAttr(),
-      getChunkSizeAttr(), getScope());
+      getGCumsum(), getBeta(), getChunkT(), resultGrads[0], getDocStarts(),
+      getScaleAttr(), getChunkSizeAttr(), getScope());
   appendNeeded(needsGrad, op->getResults(), operandGrads);
   return success();
 }
@@ -264,8 +266,11 @@ LogicalResult RoPEOp::buildBackward(OpBuilder &b, ArrayRef<Value> resultGrads,
   Value dx;
   if (needsGrad[0])
     dx = RoPEGradOp::create(b, getLoc(), getInput().getType(), resultGrads[0],
-                            getRotaryDimAttr(), getThetaAttr(), getScope());
+                            getDocStarts(), getRotaryDimAttr(), getThetaAttr(),
+                            getScope());
   operandGrads.push_back(dx);
+  if (getDocStarts())
+    operandGrads.push_back(Value());
   return success();
 }
 
@@ -276,7 +281,8 @@ Operation *AttentionOp::withSavedResults(OpBuilder &b) {
   auto q = getQ().getType();
   auto lse = f32Like(q, {q.getDimSize(0), q.getDimSize(2), q.getDimSize(1)});
   auto op = AttentionOp::create(b, getLoc(), getResult().getType(), lse, getQ(),
-                                getK(), getV(), getScaleAttr(), getScope());
+                                getK(), getV(), getDocStarts(), getScaleAttr(),
+                                getScope());
   return replaceWith(*this, op);
 }
 
@@ -287,10 +293,10 @@ LogicalResult AttentionOp::buildBackward(OpBuilder &b,
                                          SmallVectorImpl<Value> &operandGrads) {
   if (noOperandNeedsGrad(needsGrad, operandGrads))
     return success();
-  auto op = AttentionGradOp::create(b, getLoc(), getQ().getType(),
-                                    getK().getType(), getV().getType(), getQ(),
-                                    getK(), getV(), getResult(), getLse(),
-                                    resultGrads[0], getScaleAttr(), getScope());
+  auto op = AttentionGradOp::create(
+      b, getLoc(), getQ().getType(), getK().getType(), getV().getType(), getQ(),
+      getK(), getV(), getResult(), getLse(), resultGrads[0], getDocStarts(),
+      getScaleAttr(), getScope());
   appendNeeded(needsGrad, op->getResults(), operandGrads);
   return success();
 }

@@ -9,6 +9,8 @@
 
 #include "dialect/train/TrainOps.h"
 
+#include <limits>
+
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/OpImplementation.h"
@@ -123,6 +125,31 @@ static LogicalResult verifyVocabParallel(Operation *op, bool vocabParallel) {
               "ranks ('"
            << kTensorParallelAttrName << "' of at least 2), got "
            << (tp ? std::to_string(tp.getInt()) : std::string("none"));
+  return success();
+}
+
+/// Packed sequences: `docStarts` (train.doc_starts), where present, is
+/// [B, T] of `x` [B, T, ...].
+static LogicalResult verifyDocStarts(Checker &c, Value docStarts, Type x) {
+  if (!docStarts)
+    return success();
+  auto t = cast<RankedTensorType>(x);
+  if (failed(c.dim("doc_starts", docStarts.getType(), 0, t.getDimSize(0),
+                   "the batch B")) ||
+      failed(c.dim("doc_starts", docStarts.getType(), 1, t.getDimSize(1),
+                   "the sequence length T")))
+    return failure();
+  return success();
+}
+
+LogicalResult DocStartsOp::verify() {
+  Checker c(*this);
+  if (failed(c.sameType("result", getType(), "tokens", getTokens().getType())))
+    return failure();
+  int64_t sep = getSeparator();
+  if (sep < 0 || sep > std::numeric_limits<int32_t>::max())
+    return emitOpError() << "separator is " << sep
+                         << ", expected a token id in [0, 2^31)";
   return success();
 }
 
@@ -257,7 +284,7 @@ LogicalResult ShortConvOp::verify() {
   if (kc < 1 || kc > kMaxConvKernel)
     return emitOpError() << "weight dimension 1 (the kernel size Kc) is " << kc
                          << ", expected 1 to " << kMaxConvKernel;
-  return success();
+  return verifyDocStarts(c, getDocStarts(), in);
 }
 
 LogicalResult GDNGatesOp::verify() {
@@ -315,30 +342,51 @@ LogicalResult GatedDeltaRuleOp::verify() {
       return emitOpError() << "saved results must be (g_cumsum: " << gt
                            << ", T: " << expectedT << ")";
   }
-  if (failed(verifyGdnChunkSize(*this, getChunkSize())))
+  if (failed(verifyGdnChunkSize(*this, getChunkSize())) ||
+      failed(verifyDocStarts(c, getDocStarts(), q)))
     return failure();
   return c.positive("scale", getScale().convertToDouble());
 }
 
 LogicalResult GatedDeltaRuleGradOp::verify() {
   // The cost model and the memory timeline count chunks as T / chunk_size.
-  if (failed(verifyGdnChunkSize(*this, getChunkSize())))
+  Checker c(*this);
+  if (failed(verifyGdnChunkSize(*this, getChunkSize())) ||
+      failed(verifyDocStarts(c, getDocStarts(), getQ().getType())))
     return failure();
-  return Checker(*this).positive("scale", getScale().convertToDouble());
+  return c.positive("scale", getScale().convertToDouble());
 }
 
 //===----------------------------------------------------------------------===//
 // Attention
 //===----------------------------------------------------------------------===//
 
+/// RoPE and its backward: x and y of one type, the rotary dims within the
+/// head, theta > 0, the document starts [B, T].
+static LogicalResult verifyRoPE(Operation *op, Value x, Value y,
+                                int64_t rotaryDim, double theta,
+                                Value docStarts) {
+  Checker c(op);
+  if (failed(c.sameType("result", y.getType(), "input", x.getType())))
+    return failure();
+  int64_t headDim = cast<RankedTensorType>(x.getType()).getDimSize(3);
+  if (rotaryDim <= 0 || rotaryDim % 2 != 0 || rotaryDim > headDim)
+    return op->emitOpError() << "rotary_dim is " << rotaryDim
+                             << ", expected an even number in [2, " << headDim
+                             << "] (the head dim)";
+  if (failed(verifyDocStarts(c, docStarts, x.getType())))
+    return failure();
+  return c.positive("theta", theta);
+}
+
 LogicalResult RoPEOp::verify() {
-  int64_t headDim = getInput().getType().getDimSize(3);
-  int64_t rd = getRotaryDim();
-  if (rd <= 0 || rd % 2 != 0 || rd > headDim)
-    return emitOpError() << "rotary_dim is " << rd
-                         << ", expected an even number in [2, " << headDim
-                         << "] (the head dim)";
-  return Checker(*this).positive("theta", getTheta().convertToDouble());
+  return verifyRoPE(*this, getInput(), getResult(), getRotaryDim(),
+                    getTheta().convertToDouble(), getDocStarts());
+}
+
+LogicalResult RoPEGradOp::verify() {
+  return verifyRoPE(*this, getResultGrad(), getInputGrad(), getRotaryDim(),
+                    getTheta().convertToDouble(), getDocStarts());
 }
 
 LogicalResult AttentionOp::verify() {
@@ -378,9 +426,20 @@ LogicalResult AttentionOp::verify() {
   if (failed(c.dim("result", res, 0, q.getDimSize(0), "q's batch B")) ||
       failed(c.dim("result", res, 1, q.getDimSize(1), "q's sequence length")) ||
       failed(c.dim("result", res, 2, hq, "q's heads Hq")) ||
-      failed(c.dim("result", res, 3, v.getDimSize(3), "v's head dim Dv")))
+      failed(c.dim("result", res, 3, v.getDimSize(3), "v's head dim Dv")) ||
+      failed(verifyDocStarts(c, getDocStarts(), q)))
     return failure();
   return c.positive("scale", getScale().convertToDouble());
+}
+
+LogicalResult AttentionGradOp::verify() {
+  Checker c(*this);
+  return verifyDocStarts(c, getDocStarts(), getQ().getType());
+}
+
+LogicalResult ShortConvGradOp::verify() {
+  Checker c(*this);
+  return verifyDocStarts(c, getDocStarts(), getInput().getType());
 }
 
 //===----------------------------------------------------------------------===//

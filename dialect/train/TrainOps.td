@@ -163,6 +163,29 @@ def Train_EmbeddingOp : Train_ComputeOp<"embedding", [DifferentiableOp]> {
   let hasVerifier = 1;
 }
 
+def Train_DocStartsOp : Train_ComputeOp<"doc_starts"> {
+  let summary = "packed sequences: where each token's document begins";
+  let description = [{
+    Several documents packed into one sequence are separated by a
+    `separator` token (the end-of-document id), which ends its document:
+    a document begins at t = 0 and right after every separator. `result[b,
+    t]` is the position in row b of the first token of t's document. The
+    ops that mix tokens along the sequence (`train.short_conv`,
+    `train.gated_delta_rule`, `train.rope`, `train.attention` and their
+    backwards) take it as their `doc_starts` operand and treat each
+    document as its own sequence. Not differentiable (a function of the
+    token ids).
+
+    ```mlir
+    %starts = train.doc_starts %tokens scope<-1, embedding> {separator = 248044 : i64}
+        : (tensor<1x4096xi32>) -> tensor<1x4096xi32>
+    ```
+  }];
+  let arguments = (ins Train_Tokens:$tokens, I64Attr:$separator, Train_ScopeAttr:$scope);
+  let results = (outs Train_Tokens:$result);
+  let hasVerifier = 1;
+}
+
 def Train_LinearOp : Train_ComputeOp<"linear", [DifferentiableOp]> {
   let summary = "linear layer without bias, y = x W^T";
   let description = [{
@@ -244,6 +267,9 @@ def Train_ShortConvOp : Train_ComputeOp<"short_conv", [DifferentiableOp]> {
     `pre[b, t, c] = sum_j w[c, j] * x[b, t - (Kc - 1) + j, c]` with zeros before
     each sequence start (every batch row is a sequence), then `y = silu(pre)`.
     `x` is [B, T, C], `weight` is [C, Kc] with 1 <= Kc <= 8, no bias.
+    With `doc_starts` (packed sequences, `train.doc_starts`) every document
+    is a sequence: the window of token t reads x only from its document's
+    first token on.
 
     With more than one result the output channels are split, in order, into
     groups of the results' sizes [B, T, C_i] (summing to C): the GDN layer's
@@ -259,7 +285,8 @@ def Train_ShortConvOp : Train_ComputeOp<"short_conv", [DifferentiableOp]> {
         -> (tensor<1x4096x2048xbf16>, tensor<1x4096x2048xbf16>, tensor<1x4096x2048xbf16>)
     ```
   }];
-  let arguments = (ins Train_Float3D:$input, Train_Float2D:$weight, Train_ScopeAttr:$scope);
+  let arguments = (ins Train_Float3D:$input, Train_Float2D:$weight,
+                       Optional<Train_Tokens>:$doc_starts, Train_ScopeAttr:$scope);
   let results = (outs Variadic<Train_Float3D>:$outputs);
   let hasVerifier = 1;
 }
@@ -296,6 +323,9 @@ def Train_GatedDeltaRuleOp : Train_ComputeOp<"gated_delta_rule", [Differentiable
     what its backward reads beside q, k, v and beta (docs/model-math.md 1.5): the
     chunk-local cumulative sum of g (f32 [B, T, Hv]) and the per-chunk
     T = (I + A)^-1 rows ([B, T, Hv, 64], the storage type of v).
+    With `doc_starts` (packed sequences) the state restarts at zero at every
+    document's first token, and the chunks restart there: each document is
+    computed as its own sequence.
 
     ```mlir
     %o = train.gated_delta_rule %q, %k, %v, %g, %beta scope<0, gdn_core_attn>
@@ -306,6 +336,7 @@ def Train_GatedDeltaRuleOp : Train_ComputeOp<"gated_delta_rule", [Differentiable
   }];
   let arguments = (ins Train_Float4D:$q, Train_Float4D:$k, Train_Float4D:$v,
                        Train_F32_3D:$g, Train_Float3D:$beta,
+                       Optional<Train_Tokens>:$doc_starts,
                        F64Attr:$scale, DefaultValuedAttr<I64Attr, "64">:$chunk_size,
                        Train_ScopeAttr:$scope);
   let results = (outs Train_Float4D:$result, Variadic<Train_AnyFloatTensor>:$saved);
@@ -321,10 +352,11 @@ def Train_GatedDeltaRuleOp : Train_ComputeOp<"gated_delta_rule", [Differentiable
 // Attention
 //===----------------------------------------------------------------------===//
 
-def Train_RoPEOp : Train_ComputeOp<"rope", [SameOperandsAndResultType, DifferentiableOp]> {
+def Train_RoPEOp : Train_ComputeOp<"rope", [DifferentiableOp]> {
   let summary = "rotary position embedding (rotate-half) on the first rotary_dim dims";
   let description = [{
-    Positions are 0..T-1 within each batch row. Dims [0, rotary_dim) of every
+    Positions are 0..T-1 within each batch row (with `doc_starts`, packed
+    sequences: within each document). Dims [0, rotary_dim) of every
     head are rotated in rotate-half pairing (i, i + rotary_dim / 2) with
     frequencies theta^(-2i / rotary_dim); the remaining dims pass through.
     rotary_dim must be even and at most the head dim.
@@ -334,8 +366,8 @@ def Train_RoPEOp : Train_ComputeOp<"rope", [SameOperandsAndResultType, Different
         : (tensor<1x4096x8x256xbf16>) -> tensor<1x4096x8x256xbf16>
     ```
   }];
-  let arguments = (ins Train_Float4D:$input, I64Attr:$rotary_dim, F64Attr:$theta,
-                       Train_ScopeAttr:$scope);
+  let arguments = (ins Train_Float4D:$input, Optional<Train_Tokens>:$doc_starts,
+                       I64Attr:$rotary_dim, F64Attr:$theta, Train_ScopeAttr:$scope);
   let results = (outs Train_Float4D:$result);
   let hasVerifier = 1;
 }
@@ -350,7 +382,8 @@ def Train_AttentionOp : Train_ComputeOp<"attention", [DifferentiableSavingOp]> {
     `train.output_gate` in the `attn_proj` scope, because docs/architecture.md places the
     gate there and the attention output is then needed by both scopes.
     After train-autodiff the op also returns the softmax log-sum-exp
-    `lse` (f32 [B, Hq, T]) its backward reads.
+    `lse` (f32 [B, Hq, T]) its backward reads. With `doc_starts` (packed
+    sequences) a query sees only the keys of its own document.
 
     ```mlir
     %o = train.attention %q, %k, %v scope<3, core_attn> {scale = 6.250000e-02 : f64}
@@ -359,6 +392,7 @@ def Train_AttentionOp : Train_ComputeOp<"attention", [DifferentiableSavingOp]> {
     ```
   }];
   let arguments = (ins Train_Float4D:$q, Train_Float4D:$k, Train_Float4D:$v,
+                       Optional<Train_Tokens>:$doc_starts,
                        F64Attr:$scale, Train_ScopeAttr:$scope);
   let results = (outs Train_Float4D:$result, Optional<Train_F32Tensor>:$lse);
   let hasVerifier = 1;

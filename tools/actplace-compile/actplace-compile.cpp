@@ -172,6 +172,13 @@ static cl::opt<int64_t> tensorParallel(
              "pipeline-parallel ranks "
              "(default 1)"),
     cl::init(1), cl::cat(category));
+static cl::opt<int64_t> documentSeparator(
+    "document-separator",
+    cl::desc("Packed sequences: the token id that ends each document in the "
+             "data; the GDN state, short conv, RoPE positions and attention "
+             "restart after it, and the separator's next-token label is not "
+             "trained on (default -1: one sequence per row)"),
+    cl::init(-1), cl::cat(category));
 static cl::opt<bool> sequenceParallel(
     "sequence-parallel",
     cl::desc("With --tensor-parallel: the residual stream, the norms "
@@ -669,6 +676,11 @@ static std::string checkOptions() {
   if (!pipelineStages.empty() && pipelineParallel == 1)
     return "--pipeline-stages needs --pipeline-parallel (the number of stages "
            "it lists)";
+  // A later stage would need the first stage's document starts (or the
+  // ids): not sent between stages yet.
+  if (documentSeparator >= 0 && pipelineParallel > 1)
+    return "--document-separator (packed sequences) does not combine with "
+           "--pipeline-parallel yet";
   if (gradBucketBytes < 0 || gradBucketBytes > kMaxPlanBytes)
     return llvm::formatv("--grad-bucket-bytes must be in [0, {0}], got {1}",
                          kMaxPlanBytes, int64_t(gradBucketBytes))
@@ -839,6 +851,9 @@ int main(int argc, char **argv) {
     shape.tensorParallel = tensorParallel;
     shape.sequenceParallel = sequenceParallel;
     if (llvm::Error err = ap::import::checkTensorParallel(*cfg, shape))
+      return fail(llvm::toString(std::move(err)));
+    shape.documentSeparator = documentSeparator;
+    if (llvm::Error err = ap::import::checkDocumentSeparator(*cfg, shape))
       return fail(llvm::toString(std::move(err)));
     module = ap::import::buildForwardGraph(ctx, *cfg, shape);
     if (!module)
@@ -1138,6 +1153,9 @@ int main(int argc, char **argv) {
     if (llvm::Error err = ap::import::checkTrainShape(shape))
       return fail(llvm::toString(std::move(err)));
     if (llvm::Error err = ap::import::checkTensorParallel(config, shape))
+      return fail(llvm::toString(std::move(err)));
+    shape.documentSeparator = documentSeparator;
+    if (llvm::Error err = ap::import::checkDocumentSeparator(config, shape))
       return fail(llvm::toString(std::move(err)));
     out = ap::import::buildForwardGraph(ctx, config, shape);
     if (!out)

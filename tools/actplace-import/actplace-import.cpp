@@ -63,6 +63,12 @@ static cl::list<std::string>
 static cl::opt<std::string>
     modelName("model-name", cl::desc("Model name recorded in the graph"),
               cl::init(""), cl::cat(category));
+static cl::opt<int64_t> documentSeparator(
+    "document-separator",
+    cl::desc("Packed sequences: the token id that ends each document in the "
+             "data; the GDN state, short conv, RoPE positions and attention "
+             "restart after it (default -1: one sequence per row)"),
+    cl::init(-1), cl::cat(category));
 static cl::opt<int64_t> tensorParallel(
     "tensor-parallel",
     cl::desc("Build one rank's part of the model for this many "
@@ -138,6 +144,9 @@ int main(int argc, char **argv) {
   shape.tensorParallel = tensorParallel;
   shape.sequenceParallel = sequenceParallel;
   if (llvm::Error err = ap::import::checkTensorParallel(*cfg, shape))
+    return fail(llvm::toString(std::move(err)));
+  shape.documentSeparator = documentSeparator;
+  if (llvm::Error err = ap::import::checkDocumentSeparator(*cfg, shape))
     return fail(llvm::toString(std::move(err)));
   shape.freezePrefixes.assign(freeze.begin(), freeze.end());
   shape.modelName = modelName;

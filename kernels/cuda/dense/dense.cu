@@ -2,10 +2,11 @@
 //
 // CUDA implementations of the dense op family (kernels/dense.h) for bf16
 // storage: RMSNorm, RoPE, SwiGLU, sigmoid gate, residual add, embedding,
-// chunked LM-head cross-entropy, grad norm, AdamW. Deterministic throughout:
-// reductions run in a fixed order (warp butterflies, fixed shared-memory
-// trees, per-block partials summed in index order), nothing uses float
-// atomics, and no launch shape depends on pointer values.
+// chunked LM-head cross-entropy, grad norm, AdamW; and the document starts of
+// packed sequences. Deterministic throughout: reductions run in a fixed order
+// (warp butterflies, fixed shared-memory trees, per-block partials summed in
+// index order), nothing uses float atomics, and no launch shape depends on
+// pointer values.
 //
 //===----------------------------------------------------------------------===//
 #include "kernels/cuda/dense/dense_cuda.h"
@@ -358,6 +359,54 @@ __global__ void ropeVecKernel(const bf *x, bf *y, int64_t seq, int heads,
       *reinterpret_cast<uint4 *>(yh + e) =
           *reinterpret_cast<const uint4 *>(xh + e);
     }
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Document starts of packed sequences: one block per row.
+//===----------------------------------------------------------------------===//
+
+constexpr int kDocThreads = 256;
+
+/// docStart[t] = max over s <= t of (tokens[s-1] == separator ? s : 0): an
+/// inclusive prefix max over the row, a tile of kDocThreads tokens at a time
+/// (warp scans, then the warps before and the tiles before as carry). Max of
+/// integers is exact, so the result is the host loop's whatever the order.
+__global__ void __launch_bounds__(kDocThreads)
+    documentStartsKernel(const int32_t *tokens, int32_t *docStart, int64_t seq,
+                         int32_t separator) {
+  __shared__ int32_t warpMax[kDocThreads / 32];
+  __shared__ int32_t carry;
+  const int64_t row = blockIdx.x;
+  const int32_t *tok = tokens + row * seq;
+  int32_t *ds = docStart + row * seq;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (threadIdx.x == 0)
+    carry = 0;
+  __syncthreads();
+  for (int64_t t0 = 0; t0 < seq; t0 += kDocThreads) {
+    const int64_t t = t0 + threadIdx.x;
+    int32_t v = t > 0 && t < seq && tok[t - 1] == separator ? int32_t(t) : 0;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      int32_t u = __shfl_up_sync(0xffffffffu, v, o);
+      if (lane >= o)
+        v = max(v, u);
+    }
+    if (lane == 31)
+      warpMax[warp] = v;
+    __syncthreads();
+    int32_t before = carry;
+    for (int w = 0; w < warp; ++w)
+      before = max(before, warpMax[w]);
+    v = max(v, before);
+    if (t < seq)
+      ds[t] = v;
+    // Every thread has read carry and warpMax before the next tile's.
+    __syncthreads();
+    if (threadIdx.x == kDocThreads - 1)
+      carry = v;
+    __syncthreads();
   }
 }
 
@@ -992,6 +1041,15 @@ Status ropeForward(const KernelContext &ctx, const RopeArgs &a) {
 }
 Status ropeBackward(const KernelContext &ctx, const RopeArgs &a) {
   return ropeLaunch(ctx, a, true);
+}
+
+Status documentStarts(const KernelContext &ctx, const DocumentStartsArgs &a) {
+  if (a.batch > int64_t(0x7fffffff)) // grid.x limit
+    return Status::Unsupported;
+  documentStartsKernel<<<unsigned(a.batch), kDocThreads, 0, streamOf(ctx)>>>(
+      a.tokens, a.docStart, a.seq, a.separator);
+  AP_CUDA_CHECK_LAUNCH(documentStartsKernel);
+  return Status::Ok;
 }
 
 Status swiGluForward(const KernelContext &ctx, const SwiGluForwardArgs &a) {

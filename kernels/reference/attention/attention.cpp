@@ -82,6 +82,13 @@ template <typename Acc> Acc dot(const Acc *a, const Acc *b, int64_t n) {
 /// Rows per work item.
 constexpr int64_t kChunk = 16;
 
+/// The first key query i of row b sees: its document's first token
+/// (kernels/kernels.h, "Packed sequences"), 0 when the row is one document.
+inline int64_t firstKey(const int32_t *docStart, int64_t b, int64_t Tn,
+                        int64_t i) {
+  return docStart ? docStart[b * Tn + i] : 0;
+}
+
 template <typename T> Status forwardImpl(const AttentionForwardArgs &a) {
   using Acc = typename AccOf<T>::type;
   const AttentionShape &s = a.shape;
@@ -105,14 +112,15 @@ template <typename T> Status forwardImpl(const AttentionForwardArgs &a) {
     std::vector<Acc> sc(Tn), acc(Dv);
     for (int64_t i = c * kChunk; i < std::min(Tn, (c + 1) * kChunk); ++i) {
       const Acc *qi = &q[((b * Tn + i) * Hq + h) * Dqk];
+      const int64_t j0 = firstKey(a.docStart, b, Tn, i);
       Acc m = -INFINITY;
-      for (int64_t j = 0; j <= i; ++j) {
+      for (int64_t j = j0; j <= i; ++j) {
         sc[j] = dot(qi, &k[((b * Tn + j) * Hkv + hk) * Dqk], Dqk) * scale;
         m = std::max(m, sc[j]);
       }
       Acc l = 0;
       std::fill(acc.begin(), acc.end(), Acc(0));
-      for (int64_t j = 0; j <= i; ++j) {
+      for (int64_t j = j0; j <= i; ++j) {
         Acc p = std::exp(sc[j] - m);
         l += p;
         const Acc *vj = &v[((b * Tn + j) * Hkv + hk) * Dv];
@@ -174,7 +182,7 @@ template <typename T> Status backwardImpl(const AttentionBackwardArgs &a) {
     std::vector<Acc> acc(Dqk);
     for (int64_t i = c * kChunk; i < std::min(Tn, (c + 1) * kChunk); ++i) {
       std::fill(acc.begin(), acc.end(), Acc(0));
-      for (int64_t j = 0; j <= i; ++j) {
+      for (int64_t j = firstKey(a.docStart, b, Tn, i); j <= i; ++j) {
         Acc p, ds;
         probs(b, h, i, j, p, ds);
         const Acc *kj = &k[((b * Tn + j) * Hkv + hk) * Dqk];
@@ -188,7 +196,8 @@ template <typename T> Status backwardImpl(const AttentionBackwardArgs &a) {
   });
 
   // dK, dV: items (batch, kv head, chunk of key rows); sums over the group's
-  // q heads in increasing order, then query rows ascending.
+  // q heads in increasing order, then query rows ascending: those of key j's
+  // document, which end where a query no longer sees j.
   parallelItems(B * Hkv * chunks, [&](int64_t item) {
     const int64_t c = item / (B * Hkv); // first chunks see the most rows
     const int64_t b = (item % (B * Hkv)) / Hkv, hk = item % Hkv;
@@ -197,7 +206,8 @@ template <typename T> Status backwardImpl(const AttentionBackwardArgs &a) {
       std::fill(dkAcc.begin(), dkAcc.end(), Acc(0));
       std::fill(dvAcc.begin(), dvAcc.end(), Acc(0));
       for (int64_t h = hk * group; h < (hk + 1) * group; ++h)
-        for (int64_t i = j; i < Tn; ++i) {
+        for (int64_t i = j; i < Tn && firstKey(a.docStart, b, Tn, i) <= j;
+             ++i) {
           Acc p, ds;
           probs(b, h, i, j, p, ds);
           const Acc *qi = &q[((b * Tn + i) * Hq + h) * Dqk];
@@ -227,7 +237,8 @@ namespace reference {
 Status attentionForward(const AttentionForwardArgs &a) {
   if (Status st = attentionValidate(a.shape, a.dtype); st != Status::Ok)
     return st;
-  if (!a.q || !a.k || !a.v || !a.o || !a.lse)
+  if (!a.q || !a.k || !a.v || !a.o || !a.lse ||
+      !docStartValid(a.docStart, a.shape.batch, a.shape.seqLen))
     return Status::InvalidArgument;
   switch (a.dtype) {
   case DType::BF16:
@@ -245,7 +256,7 @@ Status attentionBackward(const AttentionBackwardArgs &a) {
   if (Status st = attentionValidate(a.shape, a.dtype); st != Status::Ok)
     return st;
   if (!a.q || !a.k || !a.v || !a.o || !a.lse || !a.dO || !a.dq || !a.dk ||
-      !a.dv)
+      !a.dv || !docStartValid(a.docStart, a.shape.batch, a.shape.seqLen))
     return Status::InvalidArgument;
   switch (a.dtype) {
   case DType::BF16:

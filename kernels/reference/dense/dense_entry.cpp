@@ -133,9 +133,22 @@ static bool ropeOk(const RopeArgs &a) {
          a.offset + a.rotaryDim <= a.headDim && a.theta > 0;
 }
 
+/// Packed documents (kernels/kernels.h): host only so far; the host checks
+/// the array's contract.
+static Status ropeDocStartOk(const KernelContext &ctx, const RopeArgs &a) {
+  if (!a.docStart)
+    return Status::Ok;
+  if (ctx.backend != Backend::Host)
+    return Status::Unsupported;
+  return docStartValid(a.docStart, a.batch, a.seq) ? Status::Ok
+                                                   : Status::InvalidArgument;
+}
+
 Status ropeForward(const KernelContext &ctx, const RopeArgs &a) {
   if (!ropeOk(a))
     return Status::InvalidArgument;
+  if (Status st = ropeDocStartOk(ctx, a); st != Status::Ok)
+    return st;
   return dispatch(ctx, a, &cuda::ropeForward, [&] {
     return byDType(
         a.dtype, [&](auto tag) { return ref::rope<decltype(tag)>(a, false); });
@@ -145,10 +158,21 @@ Status ropeForward(const KernelContext &ctx, const RopeArgs &a) {
 Status ropeBackward(const KernelContext &ctx, const RopeArgs &a) {
   if (!ropeOk(a))
     return Status::InvalidArgument;
+  if (Status st = ropeDocStartOk(ctx, a); st != Status::Ok)
+    return st;
   return dispatch(ctx, a, &cuda::ropeBackward, [&] {
     return byDType(a.dtype,
                    [&](auto tag) { return ref::rope<decltype(tag)>(a, true); });
   });
+}
+
+Status documentStarts(const KernelContext &ctx, const DocumentStartsArgs &a) {
+  // Positions are int32: a row longer than that has no docStart array.
+  if (!a.tokens || !a.docStart || a.batch <= 0 || a.seq <= 0 ||
+      a.seq > std::numeric_limits<int32_t>::max())
+    return Status::InvalidArgument;
+  return dispatch(ctx, a, &cuda::documentStarts,
+                  [&] { return ref::documentStarts(a); });
 }
 
 //===----------------------------------------------------------------------===//

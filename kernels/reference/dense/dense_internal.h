@@ -64,6 +64,7 @@ Status linearBackward(const T *x, const T *w, const T *dy, T *dx, Acc<T> *dw,
 template <class T> Status rmsNormForward(const RmsNormForwardArgs &a);
 template <class T> Status rmsNormBackward(const RmsNormBackwardArgs &a);
 template <class T> Status rope(const RopeArgs &a, bool backward);
+Status documentStarts(const DocumentStartsArgs &a);
 template <class T> Status swiGluForward(const SwiGluForwardArgs &a);
 template <class T> Status swiGluBackward(const SwiGluBackwardArgs &a);
 template <class T> Status sigmoidGateForward(const SigmoidGateForwardArgs &a);
@@ -136,6 +137,7 @@ AP_DENSE_HOOK(rmsNormForward, RmsNormForwardArgs)
 AP_DENSE_HOOK(rmsNormBackward, RmsNormBackwardArgs)
 AP_DENSE_HOOK(ropeForward, RopeArgs)
 AP_DENSE_HOOK(ropeBackward, RopeArgs)
+AP_DENSE_HOOK(documentStarts, DocumentStartsArgs)
 AP_DENSE_HOOK(swiGluForward, SwiGluForwardArgs)
 AP_DENSE_HOOK(swiGluBackward, SwiGluBackwardArgs)
 AP_DENSE_HOOK(sigmoidGateForward, SigmoidGateForwardArgs)

@@ -153,7 +153,8 @@ template <class T> Status rope(const RopeArgs &a, bool backward) {
   const T *x = static_cast<const T *>(a.x);
   T *y = static_cast<T *>(a.y);
   int64_t h = a.rotaryDim / 2;
-  // cos/sin per (position, frequency): angle in double, rounded to acc.
+  // cos/sin per (position, frequency): angle in double, rounded to acc. A
+  // token's position is at most its index, with or without packed documents.
   std::vector<A> cs(static_cast<size_t>(a.seq * h)), sn(cs.size());
   for (int64_t t = 0; t < a.seq; ++t)
     for (int64_t i = 0; i < h; ++i) {
@@ -173,13 +174,32 @@ template <class T> Status rope(const RopeArgs &a, bool backward) {
               y[base + j] = x[base + j];
         const T *xr = x + base + a.offset;
         T *yr = y + base + a.offset;
+        const int64_t pos = a.docStart ? t - a.docStart[b * a.seq + t] : t;
         for (int64_t i = 0; i < h; ++i) {
-          A c = cs[t * h + i], s = sn[t * h + i];
+          A c = cs[pos * h + i], s = sn[pos * h + i];
           A x1 = load(xr[i]), x2 = load(xr[i + h]);
           yr[i] = store<T>(x1 * c - x2 * s);
           yr[i + h] = store<T>(x2 * c + x1 * s);
         }
       }
+  return Status::Ok;
+}
+
+//===----------------------------------------------------------------------===//
+// Document starts of packed sequences
+//===----------------------------------------------------------------------===//
+
+Status documentStarts(const DocumentStartsArgs &a) {
+  for (int64_t b = 0; b < a.batch; ++b) {
+    const int32_t *tok = a.tokens + b * a.seq;
+    int32_t *ds = a.docStart + b * a.seq;
+    int32_t start = 0;
+    for (int64_t t = 0; t < a.seq; ++t) {
+      ds[t] = start;
+      if (tok[t] == a.separator)
+        start = int32_t(t + 1);
+    }
+  }
   return Status::Ok;
 }
 

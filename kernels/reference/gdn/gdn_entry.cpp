@@ -41,12 +41,18 @@ Status dispatchHost(const Args &a, HostFn &&fn) {
     return Status::InvalidArgument;
   }
 }
+
+/// Whether a call packs several documents per row (kernels/kernels.h): the
+/// conv and the chunked rule take docStart, the other ops have none.
+template <typename Args> bool packedDocuments(const Args &) { return false; }
+bool packedDocuments(const GdnConvArgs &a) { return a.docStart != nullptr; }
+bool packedDocuments(const GdnChunkArgs &a) { return a.docStart != nullptr; }
 } // namespace
 
 #define AP_GDN_ENTRY(Entry, Args, Fn)                                          \
   Status Entry(const KernelContext &ctx, const Args &a) {                      \
     if (ctx.backend == Backend::Cuda) {                                        \
-      if (!gdncuda::Fn)                                                        \
+      if (!gdncuda::Fn || packedDocuments(a))                                  \
         return Status::Unsupported;                                            \
       return gdncuda::Fn(ctx, a);                                              \
     }                                                                          \

@@ -27,18 +27,25 @@ static std::pair<Ptr, int64_t> convOut(const GdnConvArgs &a, Ptr dense,
   return {groups[s], row * a.splitChannels[s] + c};
 }
 
+/// The first position of row b that the window of token t reads: its
+/// document's first token (kernels/kernels.h), 0 when the row is one.
+static int64_t convWindowStart(const GdnConvArgs &a, int64_t b, int64_t t) {
+  return a.docStart ? a.docStart[b * a.seqLen + t] : 0;
+}
+
 template <typename S> Status convForward(const GdnConvArgs &a) {
   using A = AccOf<S>;
-  if (!gdnConvSplitsValid(a))
+  if (!gdnConvSplitsValid(a) || !docStartValid(a.docStart, a.batch, a.seqLen))
     return Status::InvalidArgument;
   const int64_t C = a.channels, T = a.seqLen, K = a.kernelSize;
   for (int64_t b = 0; b < a.batch; ++b)
     for (int64_t t = 0; t < T; ++t)
       for (int64_t c = 0; c < C; ++c) {
+        const int64_t lo = convWindowStart(a, b, t);
         A pre = 0;
         for (int64_t j = 0; j < K; ++j) {
           int64_t ts = t - (K - 1) + j;
-          if (ts >= 0)
+          if (ts >= lo)
             pre += ld<S>(a.w, c * K + j) * ld<S>(a.x, (b * T + ts) * C + c);
         }
         auto [y, at] = convOut<void *>(a, a.y, a.ys, b * T + t, c);
@@ -49,7 +56,7 @@ template <typename S> Status convForward(const GdnConvArgs &a) {
 
 template <typename S> Status convBackward(const GdnConvArgs &a) {
   using A = AccOf<S>;
-  if (!gdnConvSplitsValid(a))
+  if (!gdnConvSplitsValid(a) || !docStartValid(a.docStart, a.batch, a.seqLen))
     return Status::InvalidArgument;
   const int64_t C = a.channels, T = a.seqLen, K = a.kernelSize;
   std::vector<A> dpre(static_cast<size_t>(T));
@@ -57,13 +64,15 @@ template <typename S> Status convBackward(const GdnConvArgs &a) {
   for (int64_t c = 0; c < C; ++c) {
     std::vector<A> dwc(static_cast<size_t>(K), A(0));
     for (int64_t b = 0; b < a.batch; ++b) {
-      auto X = [&](int64_t t) {
-        return t < 0 ? A(0) : ld<S>(a.x, (b * T + t) * C + c);
+      // x at ts as the window of output token t reads it.
+      auto X = [&](int64_t t, int64_t ts) {
+        return ts < convWindowStart(a, b, t) ? A(0)
+                                             : ld<S>(a.x, (b * T + ts) * C + c);
       };
       for (int64_t t = 0; t < T; ++t) {
         A pre = 0;
         for (int64_t j = 0; j < K; ++j)
-          pre += ld<S>(a.w, c * K + j) * X(t - (K - 1) + j);
+          pre += ld<S>(a.w, c * K + j) * X(t, t - (K - 1) + j);
         A s = sigm(pre);
         auto [dy, at] = convOut<const void *>(a, a.dy, a.dys, b * T + t, c);
         dpre[t] = ld<S>(dy, at) * s * (A(1) + pre * (A(1) - s));
@@ -71,15 +80,16 @@ template <typename S> Status convBackward(const GdnConvArgs &a) {
       for (int64_t t = 0; t < T; ++t) {
         A dx = 0;
         for (int64_t j = 0; j < K; ++j) {
+          // Output td reads x at t only within t's document.
           int64_t td = t + K - 1 - j;
-          if (td < T)
+          if (td < T && convWindowStart(a, b, td) <= t)
             dx += ld<S>(a.w, c * K + j) * dpre[td];
         }
         st<S>(a.dx, (b * T + t) * C + c, dx);
       }
       for (int64_t j = 0; j < K; ++j)
         for (int64_t t = 0; t < T; ++t)
-          dwc[j] += dpre[t] * X(t - K + 1 + j);
+          dwc[j] += dpre[t] * X(t, t - K + 1 + j);
     }
     for (int64_t j = 0; j < K; ++j)
       dw[c * K + j] += dwc[j];

@@ -205,9 +205,12 @@ LogicalResult Lowering::lowerKernel(Operation *op, ArrayRef<Value> extraOutputs,
     ins.push_back(m);
   }
   outs.append(extraOutputs.begin(), extraOutputs.end());
+  // The kernel's inputs are one flat list: the train op's operand groups
+  // (operandSegmentSizes) do not carry over.
   SmallVector<NamedAttribute> args;
   for (NamedAttribute a : op->getAttrs())
-    if (a.getName() != tr::kPlacementAttrName)
+    if (a.getName() != tr::kPlacementAttrName &&
+        a.getName() != "operandSegmentSizes")
       args.push_back(a);
   int64_t workspace = workspaceOf(op);
   if (workspace > ap::kMaxTensorBytes)

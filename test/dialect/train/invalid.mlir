@@ -566,3 +566,52 @@ func.func @recv_int(%t: tensor<2x1x8xi32>) -> (tensor<f32>, tensor<i32>) {
   }
   return %l, %n : tensor<f32>, tensor<i32>
 }
+
+// -----
+
+func.func @doc_starts_separator(%t: tensor<1x16xi32>) {
+  // expected-error @+1 {{separator is -1, expected a token id in [0, 2^31)}}
+  %d = train.doc_starts %t scope<-1, embedding> {separator = -1 : i64} : (tensor<1x16xi32>) -> tensor<1x16xi32>
+  return
+}
+
+// -----
+
+func.func @doc_starts_shape(%t: tensor<1x16xi32>) {
+  // expected-error @+1 {{'train.doc_starts' op result has type 'tensor<2x8xi32>', expected 'tensor<1x16xi32>' (the type of tokens)}}
+  %d = train.doc_starts %t scope<-1, embedding> {separator = 10 : i64} : (tensor<1x16xi32>) -> tensor<2x8xi32>
+  return
+}
+
+// -----
+
+// The document starts of packed sequences are [B, T] of the op's tokens.
+func.func @conv_doc_starts(%x: tensor<1x16x8xbf16>, %w: tensor<8x4xbf16>, %d: tensor<1x8xi32>) {
+  // expected-error @+1 {{doc_starts dimension 1 is 8, expected 16 (the sequence length T)}}
+  %y = train.short_conv %x, %w, %d scope<0, gdn_prep> : (tensor<1x16x8xbf16>, tensor<8x4xbf16>, tensor<1x8xi32>) -> tensor<1x16x8xbf16>
+  return
+}
+
+// -----
+
+func.func @rope_doc_starts(%x: tensor<2x16x2x8xbf16>, %d: tensor<1x16xi32>) {
+  // expected-error @+1 {{doc_starts dimension 0 is 1, expected 2 (the batch B)}}
+  %y = train.rope %x, %d scope<0, qkv_linear> {rotary_dim = 8 : i64, theta = 1.0e4 : f64} : (tensor<2x16x2x8xbf16>, tensor<1x16xi32>) -> tensor<2x16x2x8xbf16>
+  return
+}
+
+// -----
+
+func.func @rope_type(%x: tensor<1x16x2x8xbf16>) {
+  // expected-error @+1 {{'train.rope' op result has type 'tensor<1x16x2x8xf32>'}}
+  %y = train.rope %x scope<0, qkv_linear> {rotary_dim = 8 : i64, theta = 1.0e4 : f64} : (tensor<1x16x2x8xbf16>) -> tensor<1x16x2x8xf32>
+  return
+}
+
+// -----
+
+func.func @conv_grad_doc_starts(%x: tensor<1x16x8xbf16>, %w: tensor<8x4xbf16>, %dy: tensor<1x16x8xbf16>, %d: tensor<1x15xi32>) {
+  // expected-error @+1 {{doc_starts dimension 1 is 15, expected 16 (the sequence length T)}}
+  %dx = train.short_conv_grad %x, %w, %dy docs %d scope<0, gdn_prep> : (tensor<1x16x8xbf16>, tensor<8x4xbf16>, tensor<1x16x8xbf16>, tensor<1x15xi32>) -> tensor<1x16x8xbf16>
+  return
+}

@@ -22,19 +22,8 @@ namespace {
 
 using ap::test::randn;
 using ap::test::uniform;
+using ap::test::unitRows;
 using ap::test::Vec;
-/// Rows of `d` scaled to unit L2 norm (the recurrence sees normalised q, k).
-Vec unitRows(size_t rows, size_t d, uint64_t seed) {
-  Vec v = randn(rows * d, seed);
-  for (size_t r = 0; r < rows; ++r) {
-    double s = 0;
-    for (size_t i = 0; i < d; ++i)
-      s += v[r * d + i] * v[r * d + i];
-    for (size_t i = 0; i < d; ++i)
-      v[r * d + i] /= std::sqrt(s);
-  }
-  return v;
-}
 double dot(const Vec &a, const Vec &b) {
   double s = 0;
   for (size_t i = 0; i < a.size(); ++i)

@@ -7,6 +7,7 @@
 #ifndef ACTPLACE_TEST_UNIT_KERNELS_RANDOM_DATA_H
 #define ACTPLACE_TEST_UNIT_KERNELS_RANDOM_DATA_H
 
+#include <cmath>
 #include <cstdint>
 #include <random>
 #include <vector>
@@ -22,6 +23,20 @@ inline Vec randn(size_t n, uint64_t seed, double s = 1.0) {
   Vec v(n);
   for (auto &x : v)
     x = d(rng);
+  return v;
+}
+
+/// `rows` rows of `d` N(0, 1) samples, each scaled to unit L2 norm (the
+/// GDN recurrence sees L2-normalised q, k).
+inline Vec unitRows(size_t rows, size_t d, uint64_t seed) {
+  Vec v = randn(rows * d, seed);
+  for (size_t r = 0; r < rows; ++r) {
+    double s = 0;
+    for (size_t i = 0; i < d; ++i)
+      s += v[r * d + i] * v[r * d + i];
+    for (size_t i = 0; i < d; ++i)
+      v[r * d + i] /= std::sqrt(s);
+  }
   return v;
 }
 

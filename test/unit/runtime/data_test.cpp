@@ -75,6 +75,34 @@ TEST(Data, SyntheticLayoutAndDeterminism) {
   EXPECT_THROW(dl.fill(5, 2, tok2.data(), lab2.data()), Error);
 }
 
+// Packed sequences: a label whose token is the document separator becomes
+// the ignored label; nothing else changes.
+TEST(Data, DocumentSeparatorIgnoresTheSeparatorsLabel) {
+  DataConfig plain = baseConfig();
+  plain.vocabSize = 4; // separators are frequent
+  DataConfig packed = plain;
+  packed.documentSeparator = 2;
+  packed.ignoreIndex = -7;
+  DataLoader a(plain), b(packed);
+  size_t n = a.microbatchElements();
+  std::vector<int32_t> ta(n), la(n), tb(n), lb(n);
+  int masked = 0;
+  for (int mb = 0; mb < 4; ++mb) {
+    a.next(ta.data(), la.data());
+    b.next(tb.data(), lb.data());
+    ASSERT_EQ(ta, tb);
+    for (size_t i = 0; i < n; ++i) {
+      if (tb[i] == 2) {
+        EXPECT_EQ(lb[i], -7) << "microbatch " << mb << " token " << i;
+        ++masked;
+      } else {
+        EXPECT_EQ(lb[i], la[i]) << "microbatch " << mb << " token " << i;
+      }
+    }
+  }
+  EXPECT_GT(masked, 0);
+}
+
 TEST(Data, ResumeFromCursorMatchesUninterruptedRun) {
   DataConfig c = baseConfig();
   size_t n = size_t(c.batch * c.seqLen);

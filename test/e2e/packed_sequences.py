@@ -1,0 +1,156 @@
+#!/usr/bin/env python3
+#===- packed_sequences.py - documents packed into one sequence -----------===#
+#
+# actplace-compile --document-separator ID: several documents per sequence,
+# each ending with the separator token; the GDN state, the short conv, RoPE
+# positions and attention restart after it, and the separator's next-token
+# label is not trained on. Checks, host backend, tiny hybrid (GDN, gated
+# attention and MLA layers), 2 steps:
+#
+#   rows       one 16-token sequence holding two 8-token documents trains
+#              bit for bit as two 8-token rows of the same tokens (loss,
+#              gradients, parameters, optimizer state every step)
+#   separated  the same packed data through a binary without a separator
+#              gives other bits (the documents did see each other there)
+#   inert      on data without the separator the packed binary is bitwise
+#              the one without --document-separator
+#   placement  with gdn_core_attn and core_attn offloaded and gdn_prep and
+#              qkv_linear recomputed the packed run is bitwise unchanged
+#   errors     a separator outside the vocabulary, with pipeline stages, and
+#              a packed binary asked to run on the cuda backend (its kernels
+#              there do not read document starts yet)
+#
+#===------------------------------------------------------------------------===#
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+
+from e2echeck import check, exit_status, run_logged
+
+SEP = 10  # '\n' of the byte-text data (the tiny model's vocabulary is 256)
+STEPS = 2
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--compile", required=True)
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--work", required=True)
+    args = ap.parse_args()
+    shutil.rmtree(args.work, ignore_errors=True)
+    os.makedirs(args.work)
+    path = lambda *p: os.path.join(args.work, *p)
+
+    def compile_(name, *flags, expect_ok=True):
+        cmd = [args.compile, args.model, "-o", path(name)] + list(flags)
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if expect_ok and r.returncode != 0:
+            print(r.stdout + r.stderr)
+            print("FAIL: " + " ".join(cmd))
+            sys.exit(1)
+        return path(name), r
+
+    def train(binary, data, tag):
+        metrics = path(tag + ".jsonl")
+        r = run_logged([binary, "--device", "host", "--steps", str(STEPS),
+                        "--data", "text:" + data, "--fingerprints",
+                        "--metrics", metrics], args.work)
+        check(r.returncode == 0, "%s: the run failed" % tag)
+        if not os.path.exists(metrics):
+            return []
+        import json
+        with open(metrics) as f:
+            return [json.loads(l) for l in f if l.strip()]
+
+    # The byte text is one stream; a step of T = 16 reads its window of 17
+    # bytes [16 s, 16 s + 16] (the last one is the last token's label).
+    # Step s holds document A (7 bytes and the separator) and document B
+    # (8 bytes). The rows binary (T = 8, two rows a step) reads the same
+    # bytes as the windows [16 s, 16 s + 8] and [16 s + 8, 16 s + 16]: A
+    # with the separator's label (B's first byte, ignored in both) and B.
+    packed_bytes, plain_bytes = bytearray(), bytearray()
+    for s in range(STEPS):
+        a = [(37 * i + 11 * s + 3) % 256 for i in range(7)]
+        b = [(53 * i + 17 * s + 5) % 256 for i in range(8)]
+        a = [x if x != SEP else 11 for x in a]
+        b = [x if x != SEP else 12 for x in b]
+        packed_bytes += bytes(a + [SEP] + b)
+        plain_bytes += bytes(a + [13] + b)
+    packed_bytes.append(42)
+    plain_bytes.append(42)
+    for name, data in (("packed.txt", packed_bytes), ("plain.txt", plain_bytes)):
+        with open(path(name), "wb") as f:
+            f.write(data)
+
+    one = ["--micro-batch-size", "1", "--micro-batches", "1"]
+    sep = ["--document-separator", str(SEP)]
+    packed, _ = compile_("packed", "--seq", "16", *one, *sep)
+    rows, _ = compile_("rows", "--seq", "8", "--micro-batch-size", "2",
+                       "--micro-batches", "1", *sep)
+    plain, _ = compile_("plain", "--seq", "16", *one)
+    placed, _ = compile_("placed", "--seq", "16", *one, *sep,
+                         "--offload-modules=gdn_core_attn,core_attn",
+                         "--recompute-modules=gdn_prep,qkv_linear",
+                         "--hide-rule=off")
+
+    def same(tag, x, y, equal=True):
+        check(len(x) == STEPS and len(y) == STEPS,
+              "%s: %d and %d metrics lines, expected %d" %
+              (tag, len(x), len(y), STEPS))
+        for a, b in zip(x, y):
+            fa, fb = a.get("fingerprints"), b.get("fingerprints")
+            if equal:
+                check(fa == fb and a["loss"] == b["loss"],
+                      "%s: step %d differs:\n  %r %s\n  %r %s" %
+                      (tag, a["step"], a["loss"], fa, b["loss"], fb))
+            else:
+                check(fa["grads"] != fb["grads"],
+                      "%s: step %d has equal gradients" % (tag, a["step"]))
+
+    p = train(packed, path("packed.txt"), "packed")
+    same("rows", p, train(rows, path("packed.txt"), "rows"))
+    print("rows: two documents in one sequence train bitwise as two rows "
+          "(losses %s)" % [l["loss"] for l in p], flush=True)
+    same("separated", p, train(plain, path("packed.txt"), "plain-on-packed"),
+         equal=False)
+    print("separated: without the separator the same tokens train "
+          "differently", flush=True)
+    same("inert", train(packed, path("plain.txt"), "packed-on-plain"),
+         train(plain, path("plain.txt"), "plain"))
+    print("inert: without separators in the data the packed binary is the "
+          "plain one bitwise", flush=True)
+    on = train(placed, path("packed.txt"), "placed")
+    same("placement", p, on)
+    for l in on:
+        copies = sum(t["d2h_count"] for t in l["transfers"].values())
+        check(copies > 0 and l["pinned_pool"]["in_use"] == 0,
+              "placement: step %d offloaded %d copies, pinned in use %d" %
+              (l["step"], copies, l["pinned_pool"]["in_use"]))
+    print("placement: offload and recompute leave the packed run bitwise "
+          "unchanged", flush=True)
+
+    r = run_logged([packed, "--device", "cuda", "--steps", "1"], args.work)
+    check(r.returncode == 2 and "run on the host backend only so far" in
+          r.stderr, "errors: --device cuda: rc %d\n%s" % (r.returncode,
+                                                           r.stderr))
+    _, r = compile_("bad-sep", "--seq", "16", "--document-separator", "256",
+                    expect_ok=False)
+    check(r.returncode != 0 and "--document-separator=256: expected a token "
+          "id in [0, 256)" in r.stdout + r.stderr,
+          "errors: separator 256: rc %d\n%s" % (r.returncode,
+                                               r.stdout + r.stderr))
+    _, r = compile_("bad-pp", "--seq", "16", *sep, "--pipeline-parallel=2",
+                    "--micro-batches", "2", expect_ok=False)
+    check(r.returncode != 0 and "does not combine with --pipeline-parallel"
+          in r.stdout + r.stderr,
+          "errors: with pipeline stages: rc %d\n%s" % (r.returncode,
+                                                      r.stdout + r.stderr))
+    print("errors: a separator outside the vocabulary, pipeline stages and "
+          "--device cuda are refused", flush=True)
+    return exit_status("packed sequences")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
