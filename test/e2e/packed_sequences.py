@@ -16,6 +16,11 @@
 #              the one without --document-separator
 #   placement  with gdn_core_attn and core_attn offloaded and gdn_prep and
 #              qkv_linear recomputed the packed run is bitwise unchanged
+#   ranks      (with --mpirun) 2 data-parallel ranks against one rank of 2
+#              microbatches: the loss bitwise, the grad norm within 1e-5
+#              (the main grads associate the microbatches' sums
+#              differently, data_parallel.py says how); tensor parallel 2
+#              with sequence parallelism within 1e-4 of one rank's loss
 #   errors     a separator outside the vocabulary, with pipeline stages, and
 #              a packed binary asked to run on the cuda backend (its kernels
 #              there do not read document starts yet)
@@ -38,6 +43,7 @@ def main():
     ap.add_argument("--compile", required=True)
     ap.add_argument("--model", required=True)
     ap.add_argument("--work", required=True)
+    ap.add_argument("--mpirun", default="")
     args = ap.parse_args()
     shutil.rmtree(args.work, ignore_errors=True)
     os.makedirs(args.work)
@@ -52,11 +58,14 @@ def main():
             sys.exit(1)
         return path(name), r
 
-    def train(binary, data, tag):
+    def train(binary, data, tag, ranks=1):
         metrics = path(tag + ".jsonl")
-        r = run_logged([binary, "--device", "host", "--steps", str(STEPS),
-                        "--data", "text:" + data, "--fingerprints",
-                        "--metrics", metrics], args.work)
+        cmd = [binary, "--device", "host", "--steps", str(STEPS), "--data",
+               "text:" + data, "--fingerprints", "--metrics", metrics]
+        if ranks > 1:
+            cmd = [args.mpirun, "-np", str(ranks), "--oversubscribe",
+                   "--allow-run-as-root", "--bind-to", "none"] + cmd
+        r = run_logged(cmd, args.work)
         check(r.returncode == 0, "%s: the run failed" % tag)
         if not os.path.exists(metrics):
             return []
@@ -70,8 +79,9 @@ def main():
     # (8 bytes). The rows binary (T = 8, two rows a step) reads the same
     # bytes as the windows [16 s, 16 s + 8] and [16 s + 8, 16 s + 16]: A
     # with the separator's label (B's first byte, ignored in both) and B.
+    # Two windows a step for the 2-microbatch and 2-rank binaries.
     packed_bytes, plain_bytes = bytearray(), bytearray()
-    for s in range(STEPS):
+    for s in range(2 * STEPS):
         a = [(37 * i + 11 * s + 3) % 256 for i in range(7)]
         b = [(53 * i + 17 * s + 5) % 256 for i in range(8)]
         a = [x if x != SEP else 11 for x in a]
@@ -135,6 +145,38 @@ def main():
     check(r.returncode == 2 and "run on the host backend only so far" in
           r.stderr, "errors: --device cuda: rc %d\n%s" % (r.returncode,
                                                            r.stderr))
+    if args.mpirun:
+        mb2, _ = compile_("mb2", "--seq", "16", "--micro-batch-size", "1",
+                          "--micro-batches", "2", *sep)
+        dp2, _ = compile_("dp2", "--seq", "16", *one, *sep,
+                          "--data-parallel-size=2")
+        m = train(mb2, path("packed.txt"), "mb2")
+        d = train(dp2, path("packed.txt"), "dp2", ranks=2)
+        check(len(m) == STEPS and len(d) == STEPS,
+              "ranks (data parallel): %d and %d lines" % (len(m), len(d)))
+        for a, b in zip(m, d):
+            gn = abs(a["grad_norm"] - b["grad_norm"]) / abs(a["grad_norm"])
+            check(a["loss"] == b["loss"] and gn <= 1e-5,
+                  "ranks (data parallel): step %d loss %r / %r, grad norm "
+                  "%r / %r" % (a["step"], a["loss"], b["loss"],
+                               a["grad_norm"], b["grad_norm"]))
+        tp2, _ = compile_("tp2", "--seq", "16", *one, *sep,
+                          "--tensor-parallel=2", "--sequence-parallel")
+        t = train(tp2, path("packed.txt"), "tp2", ranks=2)
+        check(len(t) == STEPS, "ranks (tensor parallel): %d lines" % len(t))
+        for a, b in zip(p, t):
+            rel = abs(a["loss"] - b["loss"]) / abs(a["loss"])
+            gn = abs(a["grad_norm"] - b["grad_norm"]) / abs(a["grad_norm"])
+            check(rel <= 1e-4 and gn <= 1e-3,
+                  "ranks (tensor parallel): step %d loss %r / %r (%.2g), "
+                  "grad norm %r / %r (%.2g)" %
+                  (a["step"], a["loss"], b["loss"], rel, a["grad_norm"],
+                   b["grad_norm"], gn))
+        print("ranks: 2 data-parallel ranks as 2 microbatches (loss "
+              "bitwise); tensor parallel 2 + SP within 1e-4 of one rank",
+              flush=True)
+    else:
+        print("ranks: skipped (no mpirun in this build)", flush=True)
     _, r = compile_("bad-sep", "--seq", "16", "--document-separator", "256",
                     expect_ok=False)
     check(r.returncode != 0 and "--document-separator=256: expected a token "
