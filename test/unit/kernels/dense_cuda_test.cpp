@@ -1548,6 +1548,42 @@ TEST_F(DenseCuda, LongT131072RmsNormAndRope) {
   ropeCase(a, fastUniform<bf16>(a.seq * a.heads * a.headDim, 89, -2, 2));
 }
 
+// Packed sequences: the document starts of 2 rows of 131072 ids (several
+// thread tiles per row), separators at random places, in runs, at the row
+// ends and none in the second row, against the host kernel.
+TEST_F(DenseCuda, LongT131072DocumentStartsMatchHost) {
+  const int64_t B = 2, T = kLongTokens;
+  const int32_t sep = 7;
+  std::vector<int32_t> ids(B * T);
+  std::mt19937 gen(90);
+  for (int64_t i = 0; i < B * T; ++i)
+    ids[i] = int32_t(gen() % 1000);
+  for (int64_t t = 0; t < T; ++t) {
+    if (ids[t] == sep || gen() % 997 == 0)
+      ids[t] = sep;
+    if (ids[T + t] == sep)
+      ids[T + t] = sep + 1;
+  }
+  ids[0] = ids[1] = ids[2] = sep;
+  ids[T - 1] = sep;
+  DocumentStartsArgs a;
+  a.batch = B;
+  a.seq = T;
+  a.separator = sep;
+  std::vector<int32_t> want(B * T);
+  a.tokens = ids.data();
+  a.docStart = want.data();
+  ASSERT_EQ(documentStarts(host, a), Status::Ok);
+  Dev<int32_t> dIds(B * T), dStart(B * T);
+  dIds.up(ids);
+  dStart.poison();
+  a.tokens = dIds.p;
+  a.docStart = dStart.p;
+  ASSERT_EQ(documentStarts(ctx, a), Status::Ok);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(dStart.down(), want);
+}
+
 TEST_F(DenseCuda, LongT131072EmbeddingBitwise) {
   const int64_t N = kLongTokens, V = kV, D = kD;
   embeddingBitwise(longIds(N, V, 92), fastUniform<bf16>(V * D, 90, -0.05, 0.05),
