@@ -24,6 +24,8 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
+#include <mutex>
 
 using namespace mlir;
 using namespace ap::train;
@@ -38,7 +40,24 @@ llvm::Expected<DeviceProfile> DeviceProfile::load(StringRef jsonPath) {
     return llvm::createStringError(
         buffer.getError(), "cannot read device profile '%s': %s",
         jsonPath.str().c_str(), buffer.getError().message().c_str());
-  return parse((*buffer)->getBuffer(), jsonPath);
+  // Every placement pass reads the profile, and the placement search runs
+  // them on thousands of candidates: profiles parsed before are kept, by
+  // path and content (a file rewritten in between is parsed again).
+  static std::mutex mutex;
+  static std::map<std::pair<std::string, std::string>, DeviceProfile> parsed;
+  std::pair<std::string, std::string> key(jsonPath.str(),
+                                          (*buffer)->getBuffer().str());
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (auto it = parsed.find(key); it != parsed.end())
+      return it->second;
+  }
+  llvm::Expected<DeviceProfile> p = parse((*buffer)->getBuffer(), jsonPath);
+  if (p) {
+    std::lock_guard<std::mutex> lock(mutex);
+    parsed.emplace(std::move(key), *p);
+  }
+  return p;
 }
 
 FailureOr<CostModel> CostModel::fromProfile(StringRef profilePath,
@@ -351,7 +370,7 @@ double CostModel::slowdownBeside(Operation *op, CopyDirection dir) const {
       dir == CopyDirection::HostToDevice ? prof.h2dSlowdown : prof.d2hSlowdown;
   if (table.empty())
     return 0;
-  auto it = table.find(op->getName().getStringRef().str());
+  auto it = table.find(std::string_view(op->getName().getStringRef()));
   if (it == table.end())
     it = table.find("*");
   return it == table.end() ? 0 : it->second;
@@ -359,7 +378,7 @@ double CostModel::slowdownBeside(Operation *op, CopyDirection dir) const {
 
 double CostModel::sideCapacity(Operation *op) const {
   const auto &table = prof.sideCapacity;
-  auto it = table.find(op->getName().getStringRef().str());
+  auto it = table.find(std::string_view(op->getName().getStringRef()));
   if (it == table.end())
     it = table.find("*");
   return it == table.end() ? 0 : it->second;
@@ -617,7 +636,8 @@ OpCost CostModel::cost(Operation *op) const {
   if (!handled)
     c.bytes = operandAndResultBytes(op);
 
-  auto scaled = prof.opScale.find(op->getName().getStringRef().str());
+  auto scaled =
+      prof.opScale.find(std::string_view(op->getName().getStringRef()));
   // The three LM-head ops run the same chunked GEMM + cross-entropy kernels
   // (the fused one is the grad op's entry): a profile timed with one form of
   // the loss (fuse-loss-grad on or off) has scales for that form's ops only,
@@ -628,15 +648,17 @@ OpCost CostModel::cost(Operation *op) const {
                             LMHeadCrossEntropyGradOp::getOperationName(),
                             LMHeadCrossEntropyOp::getOperationName()})
       if (scaled == prof.opScale.end())
-        scaled = prof.opScale.find(alias.str());
+        scaled = prof.opScale.find(std::string_view(alias));
   // The input half of a split linear backward runs the dx GEMM of
   // linear_grad; a profile timed before the split has only the whole op.
   if (isa<LinearInputGradOp>(op) && scaled == prof.opScale.end())
-    scaled = prof.opScale.find(LinearGradOp::getOperationName().str());
+    scaled =
+        prof.opScale.find(std::string_view(LinearGradOp::getOperationName()));
   // The rebuilding norm backward is the norm backward kernel with one more
   // store.
   if (isa<RMSNormGradRebuildOp>(op) && scaled == prof.opScale.end())
-    scaled = prof.opScale.find(RMSNormGradOp::getOperationName().str());
+    scaled =
+        prof.opScale.find(std::string_view(RMSNormGradOp::getOperationName()));
   double scale =
       scaled == prof.opScale.end() ? prof.computeScale : scaled->second;
   // A linear_grad with dx and dW is already two GEMM launches under one

@@ -26,6 +26,10 @@ namespace ap::train {
 /// The device constants of the cost model. Defaults are one H200 (dense BF16
 /// tensor-core peak, HBM3e bandwidth) and the PCIe rates measured on our H200
 /// host: 55 GB/s one way, ~101 GB/s for both directions at once.
+/// Per-op tables of a profile (op name -> value), looked up by an op's name
+/// without building a string (std::less<> compares with string views).
+using OpTable = std::map<std::string, double, std::less<>>;
+
 struct DeviceProfile {
   /// Dense BF16 tensor-core FLOP/s.
   double peakFlops = 790e12;
@@ -50,7 +54,7 @@ struct DeviceProfile {
   /// and RMSNorm it replaces), at the model's shapes (bench/qwenbench's op
   /// times of a --kernels=generated arm against the library arm).
   /// --kernels=auto generates the ops below 1; absent ops stay library.
-  std::map<std::string, double> generatedKernelRatio;
+  OpTable generatedKernelRatio;
   /// Compute seconds lost per byte copied over the host link: D2H and H2D
   /// copies slow the kernels running beside them (they share HBM and the
   /// SMs' memory system), charged to the compute stream at the op that
@@ -65,7 +69,7 @@ struct DeviceProfile {
   /// an H2D costs the GDN chunk backward a quarter of what it costs a
   /// model-shape GEMM per byte, and a D2H costs either almost nothing
   /// (bench/notes/runtime.md).
-  std::map<std::string, double> h2dSlowdown, d2hSlowdown;
+  OpTable h2dSlowdown, d2hSlowdown;
   /// Multiplies h2dSlowdown / d2hSlowdown in a step that runs recompute on
   /// the side stream (any op marked train.side_stream). Copies there land
   /// beside the side GEMMs as well as the kernel they overlap, and on the
@@ -83,7 +87,7 @@ struct DeviceProfile {
   /// Per op name ("train.gated_delta_rule"): measured over rate-based time
   /// of that op alone (from the kernel benchmarks); replaces computeScale
   /// for the ops it names.
-  std::map<std::string, double> opScale;
+  OpTable opScale;
   /// Side-stream capacity by op name ("*" for the ops not named; absent:
   /// 0): seconds of side-stream work (recompute issued ahead, at its own
   /// alone speed) that run beside one second of the op without slowing it.
@@ -100,8 +104,7 @@ struct DeviceProfile {
   /// the host's first, SM-filling launch (exec-defer-side-issue, the
   /// default), the 60 % placement measured what 0.27 predicts; the default
   /// is that (bench/notes/training.md has the runs).
-  std::map<std::string, double> sideCapacity = {
-      {"train.gated_delta_rule_grad", 0.27}};
+  OpTable sideCapacity = {{"train.gated_delta_rule_grad", 0.27}};
   /// The share of the SMs, in percent (1 to 100), that side-stream GEMMs
   /// ask for (cuBLASLt's SM count target), leaving the rest to the kernel
   /// they run beside: sideCapacity holds for this share only. The

@@ -129,8 +129,7 @@ struct TrainPrintMemoryTimelinePass
                         p.computeScale, p.copySlowdownPerByte, p.copyHoldSlack);
     // The per-op copy slowdowns, one "op=rate" per line (sorted by op).
     for (const auto &[dir, table] :
-         {std::pair<const char *, const std::map<std::string, double> *>{
-              "h2d", &p.h2dSlowdown},
+         {std::pair<const char *, const OpTable *>{"h2d", &p.h2dSlowdown},
           {"d2h", &p.d2hSlowdown}})
       for (const auto &[name, rate] : *table)
         os << llvm::formatv("profile: {0} slowdown beside {1} = {2:E3} s/B\n",

@@ -183,11 +183,18 @@ make_seeds() {
       if [ -n "$bin" ]; then
         # Forward graphs, steps, placed steps and exec modules of the small
         # models: the inputs the passes see in real use.
-        local m name
-        for m in tiny-hybrid tiny-qwen3.5 hybrid-mla-mlp; do
+        # The packed form (tiny-hybrid+packed: --document-separator) adds
+        # train.doc_starts and the ops that read it.
+        local m name import_flags
+        for m in tiny-hybrid tiny-qwen3.5 hybrid-mla-mlp tiny-hybrid+packed; do
           name=$dir/gen.$m
+          import_flags=()
+          if [ "${m%+packed}" != "$m" ]; then
+            import_flags=(--document-separator 10)
+            m=${m%+packed}
+          fi
           # (Warnings about modules a model lacks go to the log.)
-          { "$bin/actplace-import" "$root/models/$m.json" --seq 64 --micro-batches 2 -o "$name.forward.mlir" &&
+          { "$bin/actplace-import" "$root/models/$m.json" --seq 64 --micro-batches 2 "${import_flags[@]}" -o "$name.forward.mlir" &&
             "$bin/actplace-opt" "$name.forward.mlir" -train-autodiff -o "$name.step.mlir" &&
             "$bin/actplace-opt" "$name.step.mlir" \
               '-train-placement-pipeline=offload-modules=gdn_core_attn,core_attn,mlp recompute-modules=gdn_norm_out hide-rule=off' \
