@@ -640,7 +640,7 @@ int run(int argc, char **argv, const std::vector<Program> &stages) {
     DeviceOptions dopts;
     dopts.device = flags.device;
     // Packed sequences: the CUDA kernels of the short conv, the gated delta
-    // rule, RoPE and attention do not read document starts yet.
+    // rule and attention do not read document starts yet.
     int64_t separator = -1;
     for (const Program &stage : stages)
       separator = std::max(separator, stage.documentSeparator);

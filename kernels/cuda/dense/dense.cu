@@ -296,12 +296,20 @@ __device__ __forceinline__ void ropeTable(float *cs, float *sn, int64_t t, I rd,
   __syncthreads();
 }
 
+/// Token `tok`'s position: within its row, or within its document when the
+/// row packs several (kernels/kernels.h, docStart).
+__device__ __forceinline__ int64_t ropePosition(int64_t tok, int64_t seq,
+                                                const int32_t *docStart) {
+  return tok % seq - (docStart ? int64_t(docStart[tok]) : 0);
+}
+
 __global__ void ropeKernel(const bf *x, bf *y, int64_t seq, int64_t heads,
                            int64_t headDim, int64_t offset, int64_t rd,
-                           double theta, bool backward) {
+                           double theta, bool backward,
+                           const int32_t *docStart) {
   __shared__ float cs[kRopeMaxHalf], sn[kRopeMaxHalf];
   const int64_t tok = blockIdx.x;
-  ropeTable(cs, sn, tok % seq, rd, theta, backward);
+  ropeTable(cs, sn, ropePosition(tok, seq, docStart), rd, theta, backward);
   const int64_t h = rd / 2;
   const bf *xt = x + tok * heads * headDim;
   bf *yt = y + tok * heads * headDim;
@@ -327,10 +335,10 @@ __global__ void ropeKernel(const bf *x, bf *y, int64_t seq, int64_t heads,
 /// headDim in multiples of 8 and 16-byte aligned x and y.
 __global__ void ropeVecKernel(const bf *x, bf *y, int64_t seq, int heads,
                               int headDim, int offset, int rd, double theta,
-                              bool backward) {
+                              bool backward, const int32_t *docStart) {
   __shared__ float cs[kRopeMaxHalf], sn[kRopeMaxHalf];
   const int64_t tok = blockIdx.x;
-  ropeTable(cs, sn, tok % seq, rd, theta, backward);
+  ropeTable(cs, sn, ropePosition(tok, seq, docStart), rd, theta, backward);
   const int h = rd / 2;
   // In place, the pass-through elements are already where they belong.
   const int pairItems = h / 8, copyItems = x != y ? (headDim - rd) / 8 : 0;
@@ -1026,13 +1034,13 @@ static Status ropeLaunch(const KernelContext &ctx, const RopeArgs &a,
     ropeVecKernel<<<unsigned(tokens), threads, 0, streamOf(ctx)>>>(
         static_cast<const bf *>(a.x), static_cast<bf *>(a.y), a.seq,
         int(a.heads), int(a.headDim), int(a.offset), int(a.rotaryDim), a.theta,
-        backward);
+        backward, a.docStart);
     AP_CUDA_CHECK_LAUNCH(ropeVecKernel);
     return Status::Ok;
   }
   ropeKernel<<<unsigned(tokens), 256, 0, streamOf(ctx)>>>(
       static_cast<const bf *>(a.x), static_cast<bf *>(a.y), a.seq, a.heads,
-      a.headDim, a.offset, a.rotaryDim, a.theta, backward);
+      a.headDim, a.offset, a.rotaryDim, a.theta, backward, a.docStart);
   AP_CUDA_CHECK_LAUNCH(ropeKernel);
   return Status::Ok;
 }

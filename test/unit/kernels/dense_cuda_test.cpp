@@ -666,6 +666,79 @@ struct SwiGluCase {
   Dev<bf16> dG, dU, dDy, dY, dDg, dDu;
 };
 
+// Packed sequences: a row of documents starting at 0, 37, 106 (inside the
+// second 64-token block) and 199 rotates each document bitwise as the same
+// kernel rotates it alone as a row, forward and backward, and within the
+// usual bound of the host's packed rotation; for Qwen's and MLA's heads.
+TEST_F(DenseCuda, RopePackedDocumentsAsRows) {
+  const int64_t T = 200;
+  const std::vector<int64_t> starts = {0, 37, 106, 199};
+  std::vector<int32_t> ds(T);
+  for (size_t d = 0; d < starts.size(); ++d)
+    for (int64_t t = starts[d]; t < (d + 1 < starts.size() ? starts[d + 1] : T);
+         ++t)
+      ds[t] = int32_t(starts[d]);
+  Dev<int32_t> dDs(T);
+  dDs.up(ds);
+  struct Case {
+    int64_t heads, headDim, offset, rd;
+    double theta;
+  };
+  for (Case c : {Case{8, 256, 0, 64, 1e7}, Case{4, 192, 128, 64, 1e4}})
+    for (bool backward : {false, true}) {
+      RopeArgs a{DType::BF16};
+      a.batch = 1;
+      a.seq = T;
+      a.heads = c.heads;
+      a.headDim = c.headDim;
+      a.offset = c.offset;
+      a.rotaryDim = c.rd;
+      a.theta = c.theta;
+      const int64_t per = c.heads * c.headDim, n = T * per;
+      auto x = randBf16(n, 95);
+      auto run = [&](RopeArgs r) { // r.x/r.y device pointers
+        return backward ? ropeBackward(ctx, r) : ropeForward(ctx, r);
+      };
+      Dev<bf16> dX(n), dY(n);
+      dX.up(x);
+      dY.poison();
+      RopeArgs p = a;
+      p.x = dX.p;
+      p.y = dY.p;
+      p.docStart = dDs.p;
+      ASSERT_EQ(run(p), Status::Ok);
+      sync();
+      std::vector<bf16> packed = dY.down();
+      // Each document alone, as its own row.
+      for (size_t d = 0; d < starts.size(); ++d) {
+        int64_t t0 = starts[d],
+                len = (d + 1 < starts.size() ? starts[d + 1] : T) - t0;
+        Dev<bf16> dDoc(len * per);
+        std::vector<bf16> doc(x.begin() + t0 * per,
+                              x.begin() + (t0 + len) * per);
+        dDoc.up(doc);
+        RopeArgs r = a;
+        r.seq = len;
+        r.x = r.y = dDoc.p;
+        ASSERT_EQ(run(r), Status::Ok);
+        sync();
+        std::vector<bf16> alone = dDoc.down();
+        std::vector<bf16> part(packed.begin() + t0 * per,
+                               packed.begin() + (t0 + len) * per);
+        EXPECT_TRUE(sameBytes(part, alone))
+            << "document at " << t0 << (backward ? " backward" : " forward");
+      }
+      std::vector<bf16> ref(n);
+      RopeArgs h = a;
+      h.x = x.data();
+      h.y = ref.data();
+      h.docStart = ds.data();
+      ASSERT_EQ(backward ? ropeBackward(host, h) : ropeForward(host, h),
+                Status::Ok);
+      EXPECT_LT(relErr(packed, ref), 8e-3);
+    }
+}
+
 TEST_F(DenseCuda, SwiGluBackwardRebuildsForwardBits) {
   // train-fuse-recompute reads the activation from the backward kernel: its
   // y must be the forward kernel's bytes, and dg, du as without y. The MLP
