@@ -326,9 +326,10 @@ int main() {
     dyd.ptr[0] = (const bf *)dy[0];
     unsigned blocks = unsigned((N * C + 255) / 256);
     convFwdKernel<<<blocks, 256, 0, gStream>>>(
-        N, int(N), C, K, (const bf *)x[0], (const bf *)w, yd);
+        N, int(N), C, K, (const bf *)x[0], (const bf *)w, yd, nullptr);
     convDxKernel<<<blocks, 256, 0, gStream>>>(N, int(N), C, K, (const bf *)x[0],
-                                              (const bf *)w, dyd, (bf *)dx[0]);
+                                              (const bf *)w, dyd, (bf *)dx[0],
+                                              nullptr);
     CK(cudaGetLastError());
   }
   CK(cudaStreamSynchronize(gStream));

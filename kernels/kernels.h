@@ -104,10 +104,10 @@ inline double toFloat(double v) { return v; }
 /// docStart[b*T + t - 1] (t continues its document) or t (t starts one); the
 /// host entries check this and answer InvalidArgument otherwise.
 /// documentStarts (kernels/dense.h) builds the array from token ids.
-/// On the cuda backend RoPE takes packed sequences (its docStart in device
-/// memory, unchecked); the short conv, the gated delta rule and attention
-/// do not yet, and a Cuda call of theirs with a non-null docStart answers
-/// Unsupported.
+/// On the cuda backend RoPE and the short conv take packed sequences (their
+/// docStart in device memory, unchecked); the gated delta rule and
+/// attention do not yet, and a Cuda call of theirs with a non-null docStart
+/// answers Unsupported.
 inline bool docStartValid(const int32_t *docStart, int64_t batch, int64_t seq) {
   if (!docStart)
     return true;

@@ -639,8 +639,8 @@ int run(int argc, char **argv, const std::vector<Program> &stages) {
   auto startDevice = [&] {
     DeviceOptions dopts;
     dopts.device = flags.device;
-    // Packed sequences: the CUDA kernels of the short conv, the gated delta
-    // rule and attention do not read document starts yet.
+    // Packed sequences: the CUDA kernels of the gated delta rule and
+    // attention do not read document starts yet.
     int64_t separator = -1;
     for (const Program &stage : stages)
       separator = std::max(separator, stage.documentSeparator);

@@ -48,17 +48,25 @@ __device__ __forceinline__ ConvColumn<P> columnOf(const ConvGroups<P> &g,
   return {p + (c - start), long(end - start)};
 }
 
+/// Where token `tok`'s window may start: its row's first token, or its
+/// document's first one when the row packs several (kernels/kernels.h,
+/// docStart; null: one document per row).
+__device__ __forceinline__ int convFirst(const int *ds, long tok) {
+  return ds ? ds[tok] : 0;
+}
+
 __global__ void convFwdKernel(long N, int T, int Cc, int K, const bf *x,
-                              const bf *w, ConvGroups<bf *> y) {
+                              const bf *w, ConvGroups<bf *> y, const int *ds) {
   for (long i = blockIdx.x * long(blockDim.x) + threadIdx.x; i < N * Cc;
        i += long(gridDim.x) * blockDim.x) {
     int c = int(i % Cc);
     long tok = i / Cc;
     int t = int(tok % T);
+    const int first = convFirst(ds, tok);
     float pre = 0.f;
     for (int j = 0; j < K; ++j) {
       int ts = t - (K - 1) + j;
-      if (ts >= 0)
+      if (ts >= first)
         pre += b2f(w[c * K + j]) * b2f(x[(tok - t + ts) * Cc + c]);
     }
     ConvColumn<bf *> col = columnOf(y, c);
@@ -67,11 +75,13 @@ __global__ void convFwdKernel(long N, int T, int Cc, int K, const bf *x,
 }
 
 __device__ float convDpre(long tok, int t, int c, int Cc, int K, const bf *x,
-                          const bf *w, const ConvGroups<const bf *> &dy) {
+                          const bf *w, const ConvGroups<const bf *> &dy,
+                          const int *ds) {
+  const int first = convFirst(ds, tok);
   float pre = 0.f;
   for (int j = 0; j < K; ++j) {
     int ts = t - (K - 1) + j;
-    if (ts >= 0)
+    if (ts >= first)
       pre += b2f(w[c * K + j]) * b2f(x[(tok - t + ts) * Cc + c]);
   }
   float s = sigmoidf_(pre);
@@ -80,7 +90,8 @@ __device__ float convDpre(long tok, int t, int c, int Cc, int K, const bf *x,
 }
 
 __global__ void convDxKernel(long N, int T, int Cc, int K, const bf *x,
-                             const bf *w, ConvGroups<const bf *> dy, bf *dx) {
+                             const bf *w, ConvGroups<const bf *> dy, bf *dx,
+                             const int *ds) {
   for (long i = blockIdx.x * long(blockDim.x) + threadIdx.x; i < N * Cc;
        i += long(gridDim.x) * blockDim.x) {
     int c = int(i % Cc);
@@ -89,8 +100,10 @@ __global__ void convDxKernel(long N, int T, int Cc, int K, const bf *x,
     float s = 0.f;
     for (int j = 0; j < K; ++j) {
       int td = t + K - 1 - j;
-      if (td < T)
-        s += b2f(w[c * K + j]) * convDpre(tok - t + td, td, c, Cc, K, x, w, dy);
+      // Output td reads x[t] only when t is in td's document.
+      if (td < T && convFirst(ds, tok - t + td) <= t)
+        s += b2f(w[c * K + j]) *
+             convDpre(tok - t + td, td, c, Cc, K, x, w, dy, ds);
     }
     dx[i] = f2b(s);
   }
@@ -99,7 +112,7 @@ __global__ void convDxKernel(long N, int T, int Cc, int K, const bf *x,
 /// partial[blk][c][j] = sum over tokens of block blk of dpre[t,c] x[t-K+1+j,c].
 __global__ void convDwPartialKernel(long N, int T, int Cc, int K, const bf *x,
                                     const bf *w, ConvGroups<const bf *> dy,
-                                    float *partial) {
+                                    float *partial, const int *ds) {
   int c = blockIdx.y * blockDim.x + threadIdx.x;
   if (c >= Cc)
     return;
@@ -107,11 +120,12 @@ __global__ void convDwPartialKernel(long N, int T, int Cc, int K, const bf *x,
   long tEnd = min(N, long(blockIdx.x + 1) * kConvRows);
   for (long tok = long(blockIdx.x) * kConvRows; tok < tEnd; ++tok) {
     int t = int(tok % T);
-    float dp = convDpre(tok, t, c, Cc, K, x, w, dy);
+    float dp = convDpre(tok, t, c, Cc, K, x, w, dy, ds);
+    const int first = convFirst(ds, tok);
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
       int ts = t - K + 1 + j;
-      if (j < K && ts >= 0)
+      if (j < K && ts >= first)
         acc[j] += dp * b2f(x[(tok - t + ts) * Cc + c]);
     }
   }

@@ -372,7 +372,8 @@ void opsAnchor() {}
 /// grid: the windowed kernels put runs of tokens on grid.y, so more than
 /// 65535 runs (about 2M tokens forward) take the per-element ones.
 bool convWindowed(const GdnConvArgs &a, long tokens) {
-  return a.kernels == GdnConvKernels::Fastest &&
+  // Packed documents (docStart) take the per-element kernels.
+  return a.kernels == GdnConvKernels::Fastest && !a.docStart &&
          (tokens + kConvFwdRows - 1) / kConvFwdRows <= 65535;
 }
 
@@ -412,7 +413,7 @@ Status convForward(const KernelContext &ctx, const GdnConvArgs &a) {
   convFwdKernel<<<gridFor(N * a.channels, 256), 256, 0,
                   (cudaStream_t)ctx.stream>>>(
       N, int(a.seqLen), int(a.channels), a.kernelSize, (const bf *)a.x,
-      (const bf *)a.w, groupsOf<bf *>(a, a.y, a.ys));
+      (const bf *)a.w, groupsOf<bf *>(a, a.y, a.ys), a.docStart);
   AP_GDN_LAUNCH_CHECK(convFwdKernel);
   return Status::Ok;
 }
@@ -446,13 +447,13 @@ Status convBackward(const KernelContext &ctx, const GdnConvArgs &a) {
   }
   convDxKernel<<<gridFor(N * Cc, 256), 256, 0, s>>>(
       N, T, Cc, K, (const bf *)a.x, (const bf *)a.w,
-      groupsOf<const bf *>(a, a.dy, a.dys), (bf *)a.dx);
+      groupsOf<const bf *>(a, a.dy, a.dys), (bf *)a.dx, a.docStart);
   AP_GDN_LAUNCH_CHECK(convDxKernel);
   long nb = (N + kConvRows - 1) / kConvRows;
   float *partial = (float *)ctx.workspace;
   convDwPartialKernel<<<dim3(unsigned(nb), (Cc + 127) / 128), 128, 0, s>>>(
       N, T, Cc, K, (const bf *)a.x, (const bf *)a.w,
-      groupsOf<const bf *>(a, a.dy, a.dys), partial);
+      groupsOf<const bf *>(a, a.dy, a.dys), partial, a.docStart);
   AP_GDN_LAUNCH_CHECK(convDwPartialKernel);
   sumPartialsKernel<<<gridFor(long(Cc) * K, 256), 256, 0, s>>>(
       nb, long(Cc) * K, partial, (float *)a.dw);

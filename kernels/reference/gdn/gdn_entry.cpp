@@ -42,10 +42,10 @@ Status dispatchHost(const Args &a, HostFn &&fn) {
   }
 }
 
-/// Whether a call packs several documents per row (kernels/kernels.h): the
-/// conv and the chunked rule take docStart, the other ops have none.
+/// Whether a call packs several documents per row (kernels/kernels.h) that
+/// its cuda kernels cannot take yet: the chunked rule's docStart (the
+/// conv's cuda kernels read it; the other ops have none).
 template <typename Args> bool packedDocuments(const Args &) { return false; }
-bool packedDocuments(const GdnConvArgs &a) { return a.docStart != nullptr; }
 bool packedDocuments(const GdnChunkArgs &a) { return a.docStart != nullptr; }
 } // namespace
 

@@ -161,24 +161,26 @@ Outputs inLayout(const Problem &p, std::vector<int> widths, F &&kernels) {
   return o;
 }
 
-/// The launches of gdn_ops.cu's per-element path.
-Outputs perElement(const Problem &p, std::vector<int> widths = {}) {
+/// The launches of gdn_ops.cu's per-element path (with `ds`, packed
+/// documents: kernels/kernels.h docStart).
+Outputs perElement(const Problem &p, std::vector<int> widths = {},
+                   const int *ds = nullptr) {
   long N = p.N();
   return inLayout(
       p, widths,
       [&](ConvGroups<bf *> y, ConvGroups<const bf *> dy, Outputs &o) {
         unsigned blocks = unsigned((N * p.C + 255) / 256);
         launch({blocks, 1}, 256, [&] {
-          convFwdKernel(N, p.T, p.C, p.K, p.x.data(), p.w.data(), y);
+          convFwdKernel(N, p.T, p.C, p.K, p.x.data(), p.w.data(), y, ds);
         });
         launch({blocks, 1}, 256, [&] {
           convDxKernel(N, p.T, p.C, p.K, p.x.data(), p.w.data(), dy,
-                       o.dx.data());
+                       o.dx.data(), ds);
         });
         launch({unsigned(p.rowBlocks()), unsigned((p.C + 127) / 128)}, 128,
                [&] {
                  convDwPartialKernel(N, p.T, p.C, p.K, p.x.data(), p.w.data(),
-                                     dy, o.partial.data());
+                                     dy, o.partial.data(), ds);
                });
       });
 }
@@ -234,6 +236,48 @@ TEST(GdnConvEmulation, WindowedEqualsPerElementBitwise) {
     Problem p(s.B, s.T, s.C, s.K, 7);
     EXPECT_TRUE(sameBits(perElement(p), windowed(p)));
   }
+}
+
+/// Packed sequences: a row of documents starting at 0, 37, 106 and 199
+/// through the per-element kernels (the path packed rows take) gives each
+/// document's y and dx bitwise as the same kernels give them for that
+/// document alone as a row, and its dw partials sum to the documents' own
+/// within fp32 rounding.
+TEST(GdnConvEmulation, PackedDocumentsAsRows) {
+  const int T = 200, C = 37, K = 4;
+  const std::vector<int> starts = {0, 37, 106, 199};
+  auto lengthOf = [&](size_t d) {
+    return (d + 1 < starts.size() ? starts[d + 1] : T) - starts[d];
+  };
+  std::vector<int> ds(T);
+  for (size_t d = 0; d < starts.size(); ++d)
+    for (int t = starts[d]; t < starts[d] + lengthOf(d); ++t)
+      ds[size_t(t)] = starts[d];
+  Problem p(1, T, C, K, 41);
+  Outputs packed = perElement(p, {}, ds.data());
+  std::vector<double> dwPacked(size_t(C) * K, 0.0), dwDocs(dwPacked.size(), 0);
+  for (size_t i = 0; i < packed.partial.size(); ++i)
+    dwPacked[i % dwPacked.size()] += packed.partial[i];
+  for (size_t d = 0; d < starts.size(); ++d) {
+    const int t0 = starts[d], L = lengthOf(d);
+    const size_t off = size_t(t0) * C, n = size_t(L) * C;
+    Problem one(1, L, C, K, 42);
+    one.w = p.w;
+    std::copy_n(p.x.begin() + off, n, one.x.begin());
+    std::copy_n(p.dy.begin() + off, n, one.dy.begin());
+    Outputs alone = perElement(one);
+    EXPECT_EQ(
+        std::memcmp(alone.y.data(), packed.y.data() + off, n * sizeof(bf)), 0)
+        << "y of the document at " << t0;
+    EXPECT_EQ(
+        std::memcmp(alone.dx.data(), packed.dx.data() + off, n * sizeof(bf)), 0)
+        << "dx of the document at " << t0;
+    for (size_t i = 0; i < alone.partial.size(); ++i)
+      dwDocs[i % dwDocs.size()] += alone.partial[i];
+  }
+  for (size_t i = 0; i < dwDocs.size(); ++i)
+    EXPECT_NEAR(dwPacked[i], dwDocs[i], 1e-4 * (1 + std::fabs(dwDocs[i])))
+        << "dw " << i;
 }
 
 /// The output in groups (q, k, v of the GDN layer: widths that are not

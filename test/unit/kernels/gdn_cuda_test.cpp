@@ -537,6 +537,55 @@ TEST_F(GdnCuda, ConvForwardBackward) {
   EXPECT_EQ(c.DW.f32(), dwg);
 }
 
+// Packed sequences: a row of documents starting at 0, 37, 106 and 199
+// (kernels/kernels.h, docStart) gives each document's y and dx bitwise as
+// the kernels give them for that document alone as a row, and dw within the
+// float64 reference's bound of the documents' summed gradients; with either
+// conv path asked for (packed rows take the per-element kernels).
+TEST_F(GdnCuda, ConvPackedDocumentsAsRows) {
+  const int T = 200, Cc = 160, K = 4;
+  const std::vector<int> starts = {0, 37, 106, 199};
+  auto lengthOf = [&](size_t d) {
+    return (d + 1 < starts.size() ? starts[d + 1] : T) - starts[d];
+  };
+  std::vector<int32_t> ds(T);
+  for (size_t d = 0; d < starts.size(); ++d)
+    for (int t = starts[d]; t < starts[d] + lengthOf(d); ++t)
+      ds[size_t(t)] = starts[d];
+  Dev dDs(ds);
+  for (GdnConvKernels k :
+       {GdnConvKernels::PerElement, GdnConvKernels::Fastest}) {
+    ConvCase p(1, T, Cc, K, 31, 0.25f);
+    p.a.kernels = k;
+    p.a.docStart = static_cast<const int32_t *>(dDs.p);
+    p.run();
+    auto py = p.Y.raw(), pdx = p.DX.raw();
+    Vec pdw = p.DW.f32();
+    Vec rdw(p.dw0.begin(), p.dw0.end());
+    for (size_t d = 0; d < starts.size(); ++d) {
+      const int t0 = starts[d], L = lengthOf(d);
+      const size_t off = size_t(t0) * Cc, n = size_t(L) * Cc;
+      ConvCase one(1, L, Cc, K, 32, 0.25f);
+      one.a.kernels = k;
+      CK(cudaMemcpy(one.X.p, static_cast<char *>(p.X.p) + off * 2, n * 2,
+                    cudaMemcpyDeviceToDevice));
+      CK(cudaMemcpy(one.DY.p, static_cast<char *>(p.DY.p) + off * 2, n * 2,
+                    cudaMemcpyDeviceToDevice));
+      CK(cudaMemcpy(one.W.p, p.W.p, p.W.bytes, cudaMemcpyDeviceToDevice));
+      one.run();
+      auto oy = one.Y.raw(), odx = one.DX.raw();
+      EXPECT_TRUE(std::equal(oy.begin(), oy.end(), py.begin() + off * 2))
+          << "y of the document at " << t0;
+      EXPECT_TRUE(std::equal(odx.begin(), odx.end(), pdx.begin() + off * 2))
+          << "dx of the document at " << t0;
+      Vec xs(p.x.begin() + off, p.x.begin() + off + n),
+          dys(p.dy.begin() + off, p.dy.begin() + off + n), ry, rdx;
+      ap::test::convReferenceF64(1, L, Cc, K, xs, p.w, dys, ry, rdx, rdw);
+    }
+    EXPECT_LT(relErr(pdw, rdw), 1e-4);
+  }
+}
+
 /// Runs `body` with `a` asking for the per-element conv kernels, then for
 /// the windowed ones (GdnConvKernels::Fastest, the default).
 template <typename F> void forEachConvPath(GdnConvArgs &a, F &&body) {

@@ -529,18 +529,19 @@ struct AllOps {
     attnF.docStart = attnB.docStart = d;
   }
   /// Every entry's status on ctx, each with its name; the naive oracle on
-  /// the host only. RoPE runs packed documents on the cuda backend too
-  /// (dense_cuda_test checks it there): it is left out on cuda, where these
-  /// host buffers would reach a kernel.
+  /// the host only. RoPE and the short conv run packed documents on the
+  /// cuda backend too (dense_cuda_test and gdn_cuda_test check them there):
+  /// they are left out on cuda, where these host buffers would reach a
+  /// kernel.
   std::vector<std::pair<std::string, Status>> run(const KernelContext &ctx) {
     std::vector<std::pair<std::string, Status>> r = {
-        {"gdnConvForward", gdnConvForward(ctx, conv)},
-        {"gdnConvBackward", gdnConvBackward(ctx, conv)},
         {"gdnChunkForward", gdnChunkForward(ctx, chunk)},
         {"gdnChunkBackward", gdnChunkBackward(ctx, chunk)},
         {"attentionForward", attentionForward(ctx, attnF)},
         {"attentionBackward", attentionBackward(ctx, attnB)}};
     if (ctx.backend == Backend::Host) {
+      r.push_back({"gdnConvForward", gdnConvForward(ctx, conv)});
+      r.push_back({"gdnConvBackward", gdnConvBackward(ctx, conv)});
       r.push_back({"ropeForward", ropeForward(ctx, rope)});
       r.push_back({"ropeBackward", ropeBackward(ctx, rope)});
       r.push_back({"gdnRecurrentForwardReference",
