@@ -26,6 +26,7 @@
 //===----------------------------------------------------------------------===//
 #include "kernels/kernels.h"
 #include "long_shapes.h"
+#include "packed_documents.h"
 #include "vocab_threads.h"
 
 #include <gtest/gtest.h>
@@ -671,13 +672,9 @@ struct SwiGluCase {
 // kernel rotates it alone as a row, forward and backward, and within the
 // usual bound of the host's packed rotation; for Qwen's and MLA's heads.
 TEST_F(DenseCuda, RopePackedDocumentsAsRows) {
-  const int64_t T = 200;
-  const std::vector<int64_t> starts = {0, 37, 106, 199};
-  std::vector<int32_t> ds(T);
-  for (size_t d = 0; d < starts.size(); ++d)
-    for (int64_t t = starts[d]; t < (d + 1 < starts.size() ? starts[d + 1] : T);
-         ++t)
-      ds[t] = int32_t(starts[d]);
+  const ap::test::PackedRow &row = ap::test::kPackedRow200;
+  const int64_t T = row.T;
+  const std::vector<int32_t> ds = row.docStart();
   Dev<int32_t> dDs(T);
   dDs.up(ds);
   struct Case {
@@ -710,9 +707,8 @@ TEST_F(DenseCuda, RopePackedDocumentsAsRows) {
       sync();
       std::vector<bf16> packed = dY.down();
       // Each document alone, as its own row.
-      for (size_t d = 0; d < starts.size(); ++d) {
-        int64_t t0 = starts[d],
-                len = (d + 1 < starts.size() ? starts[d + 1] : T) - t0;
+      for (size_t d = 0; d < row.documents(); ++d) {
+        int64_t t0 = row.starts[d], len = row.length(d);
         Dev<bf16> dDoc(len * per);
         std::vector<bf16> doc(x.begin() + t0 * per,
                               x.begin() + (t0 + len) * per);

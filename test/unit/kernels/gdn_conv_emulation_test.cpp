@@ -14,6 +14,7 @@
 #include "gdn_conv_reference.h"
 #include "kernels/cuda/gdn/gdn_layout.h"
 #include "kernels/kernels.h"
+#include "packed_documents.h"
 #include "random_data.h"
 
 #include <gtest/gtest.h>
@@ -244,22 +245,16 @@ TEST(GdnConvEmulation, WindowedEqualsPerElementBitwise) {
 /// document alone as a row, and its dw partials sum to the documents' own
 /// within fp32 rounding.
 TEST(GdnConvEmulation, PackedDocumentsAsRows) {
-  const int T = 200, C = 37, K = 4;
-  const std::vector<int> starts = {0, 37, 106, 199};
-  auto lengthOf = [&](size_t d) {
-    return (d + 1 < starts.size() ? starts[d + 1] : T) - starts[d];
-  };
-  std::vector<int> ds(T);
-  for (size_t d = 0; d < starts.size(); ++d)
-    for (int t = starts[d]; t < starts[d] + lengthOf(d); ++t)
-      ds[size_t(t)] = starts[d];
+  const ap::test::PackedRow &row = ap::test::kPackedRow200;
+  const int T = row.T, C = 37, K = 4;
+  const std::vector<int32_t> ds = row.docStart();
   Problem p(1, T, C, K, 41);
   Outputs packed = perElement(p, {}, ds.data());
   std::vector<double> dwPacked(size_t(C) * K, 0.0), dwDocs(dwPacked.size(), 0);
   for (size_t i = 0; i < packed.partial.size(); ++i)
     dwPacked[i % dwPacked.size()] += packed.partial[i];
-  for (size_t d = 0; d < starts.size(); ++d) {
-    const int t0 = starts[d], L = lengthOf(d);
+  for (size_t d = 0; d < row.documents(); ++d) {
+    const int t0 = row.starts[d], L = row.length(d);
     const size_t off = size_t(t0) * C, n = size_t(L) * C;
     Problem one(1, L, C, K, 42);
     one.w = p.w;

@@ -17,6 +17,7 @@
 #include "gdn_conv_reference.h"
 #include "kernels/kernels.h"
 #include "long_shapes.h"
+#include "packed_documents.h"
 #include "random_data.h"
 
 #include <gtest/gtest.h>
@@ -543,16 +544,9 @@ TEST_F(GdnCuda, ConvForwardBackward) {
 // float64 reference's bound of the documents' summed gradients; with either
 // conv path asked for (packed rows take the per-element kernels).
 TEST_F(GdnCuda, ConvPackedDocumentsAsRows) {
-  const int T = 200, Cc = 160, K = 4;
-  const std::vector<int> starts = {0, 37, 106, 199};
-  auto lengthOf = [&](size_t d) {
-    return (d + 1 < starts.size() ? starts[d + 1] : T) - starts[d];
-  };
-  std::vector<int32_t> ds(T);
-  for (size_t d = 0; d < starts.size(); ++d)
-    for (int t = starts[d]; t < starts[d] + lengthOf(d); ++t)
-      ds[size_t(t)] = starts[d];
-  Dev dDs(ds);
+  const ap::test::PackedRow &row = ap::test::kPackedRow200;
+  const int T = row.T, Cc = 160, K = 4;
+  Dev dDs(row.docStart());
   for (GdnConvKernels k :
        {GdnConvKernels::PerElement, GdnConvKernels::Fastest}) {
     ConvCase p(1, T, Cc, K, 31, 0.25f);
@@ -562,8 +556,8 @@ TEST_F(GdnCuda, ConvPackedDocumentsAsRows) {
     auto py = p.Y.raw(), pdx = p.DX.raw();
     Vec pdw = p.DW.f32();
     Vec rdw(p.dw0.begin(), p.dw0.end());
-    for (size_t d = 0; d < starts.size(); ++d) {
-      const int t0 = starts[d], L = lengthOf(d);
+    for (size_t d = 0; d < row.documents(); ++d) {
+      const int t0 = row.starts[d], L = row.length(d);
       const size_t off = size_t(t0) * Cc, n = size_t(L) * Cc;
       ConvCase one(1, L, Cc, K, 32, 0.25f);
       one.a.kernels = k;
