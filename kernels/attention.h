@@ -161,8 +161,6 @@ static inline Status attentionForward(const KernelContext &ctx,
                                       const AttentionForwardArgs &args) {
   if (ctx.backend == Backend::Host)
     return reference::attentionForward(args);
-  if (args.docStart) // packed documents: host only so far (kernels/kernels.h)
-    return Status::Unsupported;
 #ifdef ACTPLACE_HAVE_CUDA
   return cuda::attentionForward(ctx, args);
 #else
@@ -175,8 +173,6 @@ static inline Status attentionBackward(const KernelContext &ctx,
                                        const AttentionBackwardArgs &args) {
   if (ctx.backend == Backend::Host)
     return reference::attentionBackward(args);
-  if (args.docStart) // packed documents: host only so far (kernels/kernels.h)
-    return Status::Unsupported;
 #ifdef ACTPLACE_HAVE_CUDA
   return cuda::attentionBackward(ctx, args);
 #else

@@ -104,10 +104,11 @@ inline double toFloat(double v) { return v; }
 /// docStart[b*T + t - 1] (t continues its document) or t (t starts one); the
 /// host entries check this and answer InvalidArgument otherwise.
 /// documentStarts (kernels/dense.h) builds the array from token ids.
-/// On the cuda backend RoPE and the short conv take packed sequences (their
-/// docStart in device memory, unchecked); the gated delta rule and
-/// attention do not yet, and a Cuda call of theirs with a non-null docStart
-/// answers Unsupported.
+/// On the cuda backend docStart is in device memory. RoPE and the short conv
+/// read it per element (unchecked); the gated delta rule and attention read
+/// it back to the host, check it (InvalidArgument) and run their kernels
+/// once per document on its own tokens (kernels/cuda/documents.h), which
+/// waits for the call's stream.
 inline bool docStartValid(const int32_t *docStart, int64_t batch, int64_t seq) {
   if (!docStart)
     return true;

@@ -639,25 +639,6 @@ int run(int argc, char **argv, const std::vector<Program> &stages) {
   auto startDevice = [&] {
     DeviceOptions dopts;
     dopts.device = flags.device;
-    // Packed sequences: the CUDA kernels of the gated delta rule and
-    // attention do not read document starts yet.
-    int64_t separator = -1;
-    for (const Program &stage : stages)
-      separator = std::max(separator, stage.documentSeparator);
-    if (separator >= 0) {
-      if (flags.device == DeviceKind::Cuda)
-        throw CliError("this binary trains packed sequences (actplace-compile "
-                       "--document-separator=" +
-                       std::to_string(separator) +
-                       "), which run on the host backend only so far: run it "
-                       "with --device host");
-      if (!flags.device && rank == 0)
-        std::fprintf(stderr,
-                     "note: packed sequences (--document-separator=%lld) run "
-                     "on the host backend only so far: using it\n",
-                     static_cast<long long>(separator));
-      dopts.device = DeviceKind::Host;
-    }
     dopts.deviceIndex = launchInfo.localRank;
     dopts.shareDevices = flags.comm == "mpi-staged";
     dopts.quiet = rank != 0;

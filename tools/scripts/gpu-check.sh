@@ -29,7 +29,7 @@
 #       there, in the unpacked folder: nvidia-smi, every GPU unit test
 #       (which must find the runtime and kernels in the bundle's lib/),
 #       bit identity across placements for both models and for the tiny one
-#       with generated kernels (gpu_bitident.py),
+#       with generated kernels and on packed sequences (gpu_bitident.py),
 #       checkpoint save/resume including a resume under another placement
 #       (gpu_checkpoint.py), data parallelism (replicated and ZeRO-3) on 2
 #       ranks (gpu_data_parallel.py: NCCL on two GPUs, MPI on staged device
@@ -74,6 +74,14 @@ GEN_ARMS=(
   "none=--kernels=generated"
   "gdn_core_attn=--kernels=generated --offload-modules=gdn_core_attn"
   "recompute=--kernels=generated --recompute-modules=gdn_norm_out,mlp_act,mlp_norm"
+)
+# tiny-hybrid-gpu trained on packed sequences (--document-separator: the
+# synthetic data's token 10 ends a document, about every 512 tokens), so the
+# cuda GDN chunk and attention run per document: the same bits in every arm.
+PACKED_ARMS=(
+  "packed=--document-separator=10"
+  "packed+offload=--document-separator=10 --offload-modules=gdn_core_attn,core_attn"
+  "packed+recompute=--document-separator=10 --recompute-modules=gdn_norm_out,mlp_act"
 )
 
 # actplace_needed FILE...: the libactplace shared libraries the files name
@@ -175,6 +183,11 @@ for t in json.load(sys.stdin)["tests"]:
   python3 "$src/test/e2e/gpu_bitident.py" build --compile "$compile" \
       --model "$src/models/tiny-hybrid-gpu.json" --dir "$b/arms/gen" \
       --seq "$seq_tiny" --micro-batches 4 "${armflags[@]}" || die "generated-kernel arms failed"
+  armflags=()
+  for arm in "${PACKED_ARMS[@]}"; do armflags+=(--arm "$arm"); done
+  python3 "$src/test/e2e/gpu_bitident.py" build --compile "$compile" \
+      --model "$src/models/tiny-hybrid-gpu.json" --dir "$b/arms/packed" \
+      --seq "$seq_tiny" --micro-batches 4 "${armflags[@]}" || die "packed-sequence arms failed"
   armflags=()
   for arm in "${MLA_ARMS[@]}"; do armflags+=(--arm "$arm"); done
   python3 "$src/test/e2e/gpu_bitident.py" build --compile "$compile" \
@@ -325,7 +338,7 @@ run() {
   else part unit-tests PASS "$counts"; fi
 
   local model
-  for model in tiny mla gen; do
+  for model in tiny mla gen packed; do
     echo "== bit identity across placements: $(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["model"])' "$bundle/arms/$model/arms.json")"
     if python3 "$bundle/test/e2e/gpu_bitident.py" run --dir "$bundle/arms/$model" \
         --steps 3 --device "$device" --out "$work/bit-$model"; then

@@ -33,6 +33,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "kernels/cuda/attention/wgmma_sm90.cuh"
+#include "kernels/cuda/documents.h"
 #include "kernels/kernels.h"
 
 #include <cuda_bf16.h>
@@ -40,6 +41,8 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <type_traits>
+#include <vector>
 
 namespace ap::kernels::cuda {
 namespace {
@@ -180,6 +183,9 @@ struct Params {
   __nv_bfloat16 *dsBuf;
   int bhOffset; // first (batch * Hq + head) of this launch
   int B, T, Hq, Hkv, group;
+  /// Distance between consecutive (batch, head) rows of lse: T, or the
+  /// packed row's length when the launch covers one document of it.
+  int64_t lsePitch;
   float scale, scaleLog2;
 };
 
@@ -196,7 +202,7 @@ template <int DQK, int DV> struct HeadRows {
         dO(p.dO + (int64_t(b) * p.T * p.Hq + h) * DV),
         k(p.k + (int64_t(b) * p.T * p.Hkv + hk) * DQK),
         v(p.v + (int64_t(b) * p.T * p.Hkv + hk) * DV),
-        lse(p.lseIn + (int64_t(b) * p.Hq + h) * p.T),
+        lse(p.lseIn + (int64_t(b) * p.Hq + h) * p.lsePitch),
         D(p.Dd + (int64_t(b) * p.Hq + h) * p.T) {}
 };
 
@@ -378,7 +384,7 @@ __global__ void __launch_bounds__(128) attnFwdKernel(Params p) {
           *reinterpret_cast<uint32_t *>(gO + dt * 8 + 2 * t4) = packBf16(
               oAcc[m][dt][2 * hf] * inv, oAcc[m][dt][2 * hf + 1] * inv);
         if (t4 == 0)
-          p.lse[(int64_t(b) * p.Hq + h) * T + row] =
+          p.lse[(int64_t(b) * p.Hq + h) * p.lsePitch + row] =
               mRow[m][hf] * kLn2 + logf(l);
       }
     }
@@ -783,8 +789,7 @@ __global__ void __launch_bounds__(256) attnBwdQKernel(Params p) {
   loadTile<BR, DV, 256>(sO, hr.dO + q0 * hr.oStride, hr.oStride, T - q0, tid);
   if (tid < 2 * BR) {
     const int r = q0 + (tid & (BR - 1));
-    const float *src =
-        (tid < BR ? p.lseIn : p.Dd) + (int64_t(b) * p.Hq + h) * T;
+    const float *src = tid < BR ? hr.lse : hr.D;
     sLse[tid] = r < T ? src[r] : 0.f; // sD follows sLse
   }
   loadKV(0, 0);
@@ -1216,7 +1221,8 @@ __global__ void __launch_bounds__(256, 1) attnFwdSm90Kernel(Params p) {
         *reinterpret_cast<uint32_t *>(gO + dt * 8 + 2 * t4) =
             packBf16(o[4 * dt + 2 * hf] * inv, o[4 * dt + 2 * hf + 1] * inv);
       if (t4 == 0)
-        p.lse[(int64_t(b) * p.Hq + h) * T + row] = mRow[hf] * kLn2 + logf(l);
+        p.lse[(int64_t(b) * p.Hq + h) * p.lsePitch + row] =
+            mRow[hf] * kLn2 + logf(l);
     }
   }
 #endif
@@ -1486,6 +1492,7 @@ Params makeParams(const AttentionShape &s) {
   Params p{};
   p.B = s.batch;
   p.T = s.seqLen;
+  p.lsePitch = s.seqLen;
   p.Hq = s.numQHeads;
   p.Hkv = s.numKvHeads;
   p.group = s.numQHeads / s.numKvHeads;
@@ -1669,8 +1676,151 @@ struct BwdLauncher {
 
 } // namespace
 
+namespace {
+
+/// Element offsets of one document of a packed call (kernels/cuda/
+/// documents.h) in the [B, T, H, D] tensors and the [B, Hq, T] lse.
+struct DocOffsets {
+  int64_t q, kv, vv, o, lse;
+  DocOffsets(const AttentionShape &s, const cudadocs::Document &doc) {
+    const int64_t tok = doc.row * s.seqLen + doc.start;
+    q = tok * s.numQHeads * s.headDimQk;
+    kv = tok * s.numKvHeads * s.headDimQk;
+    vv = tok * s.numKvHeads * s.headDimV;
+    o = tok * s.numQHeads * s.headDimV;
+    lse = doc.row * s.numQHeads * s.seqLen + doc.start;
+  }
+};
+
+template <typename T> T *shift(T *p, int64_t elements) {
+  using E = std::conditional_t<std::is_const_v<T>, const __nv_bfloat16,
+                               __nv_bfloat16>;
+  return p ? (T *)((E *)p + elements) : p;
+}
+template <typename T> T *shiftF(T *p, int64_t elements) {
+  using E = std::conditional_t<std::is_const_v<T>, const float, float>;
+  return p ? (T *)((E *)p + elements) : p;
+}
+
+Status forwardImpl(const KernelContext &ctx, const AttentionForwardArgs &a,
+                   int64_t lsePitch);
+Status backwardImpl(const KernelContext &ctx, const AttentionBackwardArgs &a,
+                    AttentionBackwardAlgo algo, int64_t lsePitch);
+
+/// Packed rows: every document runs as a batch-1 call over its own tokens
+/// (kernels/cuda/documents.h), so its bits are those of the document alone;
+/// lse keeps the packed row's pitch.
+Status forwardPacked(const KernelContext &ctx, const AttentionForwardArgs &a) {
+  std::vector<cudadocs::Document> docs;
+  if (Status st = cudadocs::readDocuments(static_cast<cudaStream_t>(ctx.stream),
+                                          a.docStart, a.shape.batch,
+                                          a.shape.seqLen, docs);
+      st != Status::Ok)
+    return st;
+  for (const cudadocs::Document &doc : docs) {
+    const DocOffsets off(a.shape, doc);
+    AttentionForwardArgs d = a;
+    d.docStart = nullptr;
+    d.shape.batch = 1;
+    d.shape.seqLen = static_cast<int32_t>(doc.length);
+    d.q = shift(a.q, off.q);
+    d.k = shift(a.k, off.kv);
+    d.v = shift(a.v, off.vv);
+    d.o = shift(a.o, off.o);
+    d.lse = shiftF(a.lse, off.lse);
+    if (Status st = forwardImpl(ctx, d, a.shape.seqLen); st != Status::Ok)
+      return st;
+  }
+  return Status::Ok;
+}
+
+/// algo: the one every document takes, or, when null, per document the
+/// default of its own shape (as alone) where that fits the workspace the
+/// packed call's shape asks for, else RecomputeDq (linear scratch). Both are
+/// functions of the shape and the document lengths only.
+Status backwardPacked(const KernelContext &ctx, const AttentionBackwardArgs &a,
+                      const AttentionBackwardAlgo *algo) {
+  std::vector<cudadocs::Document> docs;
+  if (Status st = cudadocs::readDocuments(static_cast<cudaStream_t>(ctx.stream),
+                                          a.docStart, a.shape.batch,
+                                          a.shape.seqLen, docs);
+      st != Status::Ok)
+    return st;
+  const size_t packedNeed = detail::attentionBackwardWorkspaceBytesFor(
+      a.shape, detail::attentionBackwardDefaultAlgo(a.shape));
+  for (const cudadocs::Document &doc : docs) {
+    const DocOffsets off(a.shape, doc);
+    AttentionBackwardArgs d = a;
+    d.docStart = nullptr;
+    d.shape.batch = 1;
+    d.shape.seqLen = static_cast<int32_t>(doc.length);
+    d.q = shift(a.q, off.q);
+    d.k = shift(a.k, off.kv);
+    d.v = shift(a.v, off.vv);
+    d.o = shift(a.o, off.o);
+    d.dO = shift(a.dO, off.o);
+    d.dq = shift(a.dq, off.q);
+    d.dk = shift(a.dk, off.kv);
+    d.dv = shift(a.dv, off.vv);
+    d.lse = shiftF(a.lse, off.lse);
+    AttentionBackwardAlgo use;
+    if (algo) {
+      use = *algo;
+    } else {
+      use = detail::attentionBackwardDefaultAlgo(d.shape);
+      if (detail::attentionBackwardWorkspaceBytesFor(d.shape, use) > packedNeed)
+        use = AttentionBackwardAlgo::RecomputeDq;
+    }
+    if (Status st = backwardImpl(ctx, d, use, a.shape.seqLen); st != Status::Ok)
+      return st;
+  }
+  return Status::Ok;
+}
+
+} // namespace
+
 Status attentionForward(const KernelContext &ctx,
                         const AttentionForwardArgs &a) {
+  if (Status st = attentionValidate(a.shape, a.dtype); st != Status::Ok)
+    return st;
+  if (!a.docStart)
+    return forwardImpl(ctx, a, a.shape.seqLen);
+  if (!a.q || !a.k || !a.v || !a.o || !a.lse)
+    return Status::InvalidArgument;
+  if (a.dtype != DType::BF16)
+    return Status::Unsupported;
+  return forwardPacked(ctx, a);
+}
+
+Status attentionBackwardWithAlgo(const KernelContext &ctx,
+                                 const AttentionBackwardArgs &a,
+                                 AttentionBackwardAlgo algo) {
+  if (Status st = attentionValidate(a.shape, a.dtype); st != Status::Ok)
+    return st;
+  if (!a.docStart)
+    return backwardImpl(ctx, a, algo, a.shape.seqLen);
+  if (a.dtype != DType::BF16)
+    return Status::Unsupported;
+  return backwardPacked(ctx, a, &algo);
+}
+
+Status attentionBackward(const KernelContext &ctx,
+                         const AttentionBackwardArgs &a) {
+  if (a.docStart) {
+    if (Status st = attentionValidate(a.shape, a.dtype); st != Status::Ok)
+      return st;
+    if (a.dtype != DType::BF16)
+      return Status::Unsupported;
+    return backwardPacked(ctx, a, nullptr);
+  }
+  return attentionBackwardWithAlgo(
+      ctx, a, detail::attentionBackwardDefaultAlgo(a.shape));
+}
+
+namespace {
+
+Status forwardImpl(const KernelContext &ctx, const AttentionForwardArgs &a,
+                   int64_t lsePitch) {
   if (Status st = attentionValidate(a.shape, a.dtype); st != Status::Ok)
     return st;
   if (!a.q || !a.k || !a.v || !a.o || !a.lse)
@@ -1685,14 +1835,14 @@ Status attentionForward(const KernelContext &ctx,
   p.v = static_cast<const __nv_bfloat16 *>(a.v);
   p.oOut = static_cast<__nv_bfloat16 *>(a.o);
   p.lse = static_cast<float *>(a.lse);
+  p.lsePitch = lsePitch;
   return dispatchDims(
       a.shape,
       FwdLauncher{static_cast<cudaStream_t>(ctx.stream), p, a.kernels});
 }
 
-Status attentionBackwardWithAlgo(const KernelContext &ctx,
-                                 const AttentionBackwardArgs &a,
-                                 AttentionBackwardAlgo algo) {
+Status backwardImpl(const KernelContext &ctx, const AttentionBackwardArgs &a,
+                    AttentionBackwardAlgo algo, int64_t lsePitch) {
   if (Status st = attentionValidate(a.shape, a.dtype); st != Status::Ok)
     return st;
   if (!a.q || !a.k || !a.v || !a.o || !a.lse || !a.dO || !a.dq || !a.dk ||
@@ -1713,6 +1863,7 @@ Status attentionBackwardWithAlgo(const KernelContext &ctx,
   p.o = static_cast<const __nv_bfloat16 *>(a.o);
   p.dO = static_cast<const __nv_bfloat16 *>(a.dO);
   p.lseIn = static_cast<const float *>(a.lse);
+  p.lsePitch = lsePitch;
   p.dq = static_cast<__nv_bfloat16 *>(a.dq);
   p.dk = static_cast<__nv_bfloat16 *>(a.dk);
   p.dv = static_cast<__nv_bfloat16 *>(a.dv);
@@ -1736,10 +1887,6 @@ Status attentionBackwardWithAlgo(const KernelContext &ctx,
                                      a.kernels});
 }
 
-Status attentionBackward(const KernelContext &ctx,
-                         const AttentionBackwardArgs &a) {
-  return attentionBackwardWithAlgo(
-      ctx, a, detail::attentionBackwardDefaultAlgo(a.shape));
-}
+} // namespace
 
 } // namespace ap::kernels::cuda

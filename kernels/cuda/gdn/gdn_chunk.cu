@@ -13,6 +13,7 @@
 // states and gradient accumulators are fp32; no atomics.
 //
 //===----------------------------------------------------------------------===//
+#include "kernels/cuda/documents.h"
 #include "kernels/cuda/gdn/gdn_chunk.cuh"
 
 #include <algorithm>
@@ -1337,9 +1338,85 @@ Status runState(const Dims &d, const GdnChunkArgs &a, cudaStream_t s,
   return Status::Ok;
 }
 
+/// The call for one document of a packed call (kernels/cuda/documents.h):
+/// batch 1 over the document's tokens, every per-token tensor offset to its
+/// first token, the row's initial state (and its gradient) on the row's
+/// first document only, its final state (and its gradient) on the last.
+GdnChunkArgs documentArgs(const GdnChunkArgs &a,
+                          const cudadocs::Document &doc) {
+  const long Hk = a.keyHeads, Hv = a.valueHeads;
+  const long qs = a.qStride ? a.qStride : Hk * a.keyDim;
+  const long ks = a.kStride ? a.kStride : Hk * a.keyDim;
+  const long vs = a.vStride ? a.vStride : Hv * a.valueDim;
+  const long os = Hv * a.valueDim, state = Hv * a.keyDim * a.valueDim;
+  const long tok = doc.row * a.seqLen + doc.start;
+  auto st = [](auto *p, long off) {
+    return p ? (decltype(p))((bf *)p + off) : p;
+  };
+  auto acc = [](auto *p, long off) {
+    return p ? (decltype(p))((float *)p + off) : p;
+  };
+  GdnChunkArgs d = a;
+  d.docStart = nullptr;
+  d.batch = 1;
+  d.seqLen = doc.length;
+  d.qStride = qs;
+  d.kStride = ks;
+  d.vStride = vs;
+  d.q = st(a.q, tok * qs);
+  d.k = st(a.k, tok * ks);
+  d.v = st(a.v, tok * vs);
+  d.g = acc(a.g, tok * Hv);
+  d.beta = acc(a.beta, tok * Hv);
+  d.o = st(a.o, tok * os);
+  d.gCum = acc(a.gCum, tok * Hv);
+  d.tMat = st(a.tMat, tok * Hv * C);
+  d.dO = st(a.dO, tok * os);
+  d.dq = st(a.dq, tok * qs);
+  d.dk = st(a.dk, tok * ks);
+  d.dv = st(a.dv, tok * vs);
+  d.dg = acc(a.dg, tok * Hv);
+  d.dbeta = acc(a.dbeta, tok * Hv);
+  const long row = doc.row * state;
+  d.initialState = doc.first ? acc(a.initialState, row) : nullptr;
+  d.dInitialState = doc.first ? acc(a.dInitialState, row) : nullptr;
+  d.finalState = doc.last ? acc(a.finalState, row) : nullptr;
+  d.dFinalState = doc.last ? acc(a.dFinalState, row) : nullptr;
+  return d;
+}
+
 } // namespace
 
+Status chunkForward(const KernelContext &ctx, const GdnChunkArgs &a);
+Status chunkBackward(const KernelContext &ctx, const GdnChunkArgs &a);
+
+/// Packed rows: each document runs as its own row, one after another on the
+/// call's stream, reusing the workspace (a document's need is at most the
+/// whole call's). Only the first document's backward records
+/// firstLaunchDone.
+static Status chunkPacked(const KernelContext &ctx, const GdnChunkArgs &a,
+                          bool backward) {
+  if (!supported(a))
+    return Status::Unsupported;
+  std::vector<cudadocs::Document> docs;
+  if (Status st = cudadocs::readDocuments((cudaStream_t)ctx.stream, a.docStart,
+                                          a.batch, a.seqLen, docs);
+      st != Status::Ok)
+    return st;
+  KernelContext one = ctx;
+  for (const cudadocs::Document &doc : docs) {
+    const GdnChunkArgs d = documentArgs(a, doc);
+    if (Status st = backward ? chunkBackward(one, d) : chunkForward(one, d);
+        st != Status::Ok)
+      return st;
+    one.firstLaunchDone = nullptr;
+  }
+  return Status::Ok;
+}
+
 Status chunkForward(const KernelContext &ctx, const GdnChunkArgs &a) {
+  if (a.docStart)
+    return chunkPacked(ctx, a, false);
   if (!supported(a))
     return Status::Unsupported;
   if (!a.q || !a.k || !a.v || !a.g || !a.beta || !a.o || !a.gCum || !a.tMat)
@@ -1374,6 +1451,8 @@ Status chunkForward(const KernelContext &ctx, const GdnChunkArgs &a) {
 }
 
 Status chunkBackward(const KernelContext &ctx, const GdnChunkArgs &a) {
+  if (a.docStart)
+    return chunkPacked(ctx, a, true);
   if (!supported(a))
     return Status::Unsupported;
   if (!a.q || !a.k || !a.v || !a.beta || !a.gCum || !a.tMat || !a.dO || !a.dq ||

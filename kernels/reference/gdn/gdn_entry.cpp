@@ -42,17 +42,12 @@ Status dispatchHost(const Args &a, HostFn &&fn) {
   }
 }
 
-/// Whether a call packs several documents per row (kernels/kernels.h) that
-/// its cuda kernels cannot take yet: the chunked rule's docStart (the
-/// conv's cuda kernels read it; the other ops have none).
-template <typename Args> bool packedDocuments(const Args &) { return false; }
-bool packedDocuments(const GdnChunkArgs &a) { return a.docStart != nullptr; }
 } // namespace
 
 #define AP_GDN_ENTRY(Entry, Args, Fn)                                          \
   Status Entry(const KernelContext &ctx, const Args &a) {                      \
     if (ctx.backend == Backend::Cuda) {                                        \
-      if (!gdncuda::Fn || packedDocuments(a))                                  \
+      if (!gdncuda::Fn)                                                        \
         return Status::Unsupported;                                            \
       return gdncuda::Fn(ctx, a);                                              \
     }                                                                          \

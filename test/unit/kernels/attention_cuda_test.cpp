@@ -17,6 +17,7 @@
 //===----------------------------------------------------------------------===//
 #include "kernels/kernels.h"
 #include "long_shapes.h"
+#include "packed_documents.h"
 
 #include <gtest/gtest.h>
 
@@ -386,6 +387,150 @@ TEST(AttentionCuda, RejectsUnsupported) {
   fa.shape = {1, 8, 2, 2, 64, 64, 0.1};
   fa.dtype = DType::F32; // CUDA kernels are bf16 only
   EXPECT_EQ(attentionForward(gpu, fa), Status::Unsupported);
+}
+
+//===----------------------------------------------------------------------===//
+// Packed sequences
+//===----------------------------------------------------------------------===//
+
+/// Two rows of 200 tokens, row 0 holding documents at 0, 37, 106 and 199
+/// (kernels/kernels.h, docStart), row 1 one document. The packed forward and
+/// default backward write every output (NaN poison), equal bitwise what the
+/// kernels give for each document alone as its own row copied into fresh
+/// buffers (o, lse, dq, dk, dv), and the packed o and lse match the host
+/// reference of the packed rows within the bounds above.
+void runPacked(const Case &c, AttentionKernels kernels) {
+  SCOPED_TRACE(c.name);
+  const ap::test::PackedRow &row0 = ap::test::kPackedRow200;
+  ASSERT_EQ(c.B, 2);
+  ASSERT_EQ(c.T, row0.T);
+  AttentionShape s{c.B, c.T, c.Hq, c.Hkv, c.Dqk, c.Dv, c.scale};
+  const size_t N = size_t(c.B) * c.T;
+  const size_t qw = size_t(c.Hq) * c.Dqk, kw = size_t(c.Hkv) * c.Dqk,
+               vw = size_t(c.Hkv) * c.Dv, ow = size_t(c.Hq) * c.Dv;
+  std::vector<int32_t> ds = row0.docStart();
+  ds.resize(N, 0);
+  std::mt19937 rng(77u + c.Hq);
+  std::vector<bf16> q = randomBf16(N * qw, rng), k = randomBf16(N * kw, rng),
+                    v = randomBf16(N * vw, rng), dO = randomBf16(N * ow, rng);
+  AttnDevice dev(s, q, k, v, dO);
+  ASSERT_TRUE(dev.ok);
+  DevBuf dDs(ds.size() * 4);
+  CUDA_OK(cudaMemcpy(dDs.p, ds.data(), dDs.n, cudaMemcpyHostToDevice));
+  AttentionForwardArgs fa = dev.forwardArgs(s, kernels);
+  AttentionBackwardArgs ba = dev.backwardArgs(s, kernels);
+  fa.docStart = ba.docStart = static_cast<const int32_t *>(dDs.p);
+  const size_t wsBytes =
+      std::max<size_t>(attentionBackwardWorkspaceBytes(ba), 256);
+  DevBuf ws(wsBytes);
+  ASSERT_NE(ws.p, nullptr);
+  KernelContext gpu;
+  gpu.backend = Backend::Cuda;
+  gpu.workspace = ws.p;
+  gpu.workspaceBytes = wsBytes;
+  CUDA_OK(
+      cudaDeviceGetAttribute(&gpu.smCount, cudaDevAttrMultiProcessorCount, 0));
+  ASSERT_TRUE(dev.poisonOutputs());
+  ASSERT_EQ(attentionForward(gpu, fa), Status::Ok);
+  ASSERT_EQ(attentionBackward(gpu, ba), Status::Ok);
+  CUDA_OK(cudaDeviceSynchronize());
+  auto fetch = [](const DevBuf &b) {
+    std::vector<unsigned char> h(b.n);
+    EXPECT_EQ(cudaMemcpy(h.data(), b.p, b.n, cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    return h;
+  };
+  const auto po = fetch(dev.o), plse = fetch(dev.lse), pdq = fetch(dev.dq),
+             pdk = fetch(dev.dk), pdv = fetch(dev.dv);
+  {
+    std::vector<float> lse(N * c.Hq);
+    std::memcpy(lse.data(), plse.data(), plse.size());
+    size_t bad = 0;
+    for (float x : lse)
+      bad += !std::isfinite(x);
+    EXPECT_EQ(bad, 0u) << "lse has unwritten elements";
+  }
+  struct Doc {
+    int b, start, len;
+  };
+  std::vector<Doc> docs;
+  for (size_t d = 0; d < row0.documents(); ++d)
+    docs.push_back({0, row0.starts[d], row0.length(d)});
+  docs.push_back({1, 0, c.T});
+  for (const Doc &doc : docs) {
+    SCOPED_TRACE(::testing::Message()
+                 << "document at row " << doc.b << " token " << doc.start);
+    const size_t L = size_t(doc.len), tok = size_t(doc.b) * c.T + doc.start;
+    AttentionShape one{1, doc.len, c.Hq, c.Hkv, c.Dqk, c.Dv, c.scale};
+    auto slice = [&](const std::vector<bf16> &x, size_t w) {
+      return std::vector<bf16>(x.begin() + tok * w, x.begin() + (tok + L) * w);
+    };
+    AttnDevice alone(one, slice(q, qw), slice(k, kw), slice(v, vw),
+                     slice(dO, ow));
+    ASSERT_TRUE(alone.ok);
+    ASSERT_TRUE(alone.poisonOutputs());
+    ASSERT_EQ(attentionForward(gpu, alone.forwardArgs(one, kernels)),
+              Status::Ok);
+    ASSERT_EQ(attentionBackward(gpu, alone.backwardArgs(one, kernels)),
+              Status::Ok);
+    CUDA_OK(cudaDeviceSynchronize());
+    struct Cmp {
+      const char *name;
+      const DevBuf *alone;
+      const std::vector<unsigned char> *packed;
+      size_t width;
+    };
+    for (Cmp m :
+         {Cmp{"o", &alone.o, &po, ow}, Cmp{"dq", &alone.dq, &pdq, qw},
+          Cmp{"dk", &alone.dk, &pdk, kw}, Cmp{"dv", &alone.dv, &pdv, vw}}) {
+      const auto al = fetch(*m.alone);
+      EXPECT_TRUE(std::equal(al.begin(), al.end(),
+                             m.packed->begin() + tok * m.width * 2))
+          << m.name;
+    }
+    const auto al = fetch(alone.lse);
+    for (int h = 0; h < c.Hq; ++h)
+      EXPECT_EQ(
+          std::memcmp(al.data() + size_t(h) * L * 4,
+                      plse.data() +
+                          ((size_t(doc.b) * c.Hq + h) * c.T + doc.start) * 4,
+                      L * 4),
+          0)
+          << "lse of head " << h;
+  }
+  // The host reference of the packed rows.
+  std::vector<bf16> oRef(N * ow);
+  std::vector<float> lseRef(N * c.Hq), lseGot(N * c.Hq);
+  AttentionForwardArgs hf;
+  hf.shape = s;
+  hf.q = q.data();
+  hf.k = k.data();
+  hf.v = v.data();
+  hf.o = oRef.data();
+  hf.lse = lseRef.data();
+  hf.docStart = ds.data();
+  ASSERT_EQ(attentionForward(KernelContext{}, hf), Status::Ok);
+  std::vector<bf16> oGot(N * ow);
+  std::memcpy(oGot.data(), po.data(), po.size());
+  std::memcpy(lseGot.data(), plse.data(), plse.size());
+  compare("o", widen(oGot), widen(oRef), 5e-3, 3e-2);
+  double maxErr = 0;
+  for (size_t i = 0; i < lseRef.size(); ++i)
+    maxErr = std::max(maxErr, double(std::fabs(lseGot[i] - lseRef[i])));
+  EXPECT_LE(maxErr, 1e-4) << "lse";
+}
+
+TEST(AttentionCuda, PackedDocumentsAsRows) {
+  if (!haveGpu())
+    GTEST_SKIP() << "no usable GPU";
+  const Case cases[] = {
+      {"packed-gqa-d256", 2, 200, 4, 2, 256, 256, 0.0625},
+      {"packed-mla", 2, 200, 3, 3, 192, 128, 0.0721687836},
+  };
+  for (const Case &c : cases)
+    for (AttentionKernels k :
+         {AttentionKernels::Fastest, AttentionKernels::Portable})
+      runPacked(c, k);
 }
 
 //===----------------------------------------------------------------------===//

@@ -466,6 +466,169 @@ TEST_F(GdnCuda, ChunkGroupedQKGradientSum) {
   EXPECT_LT(relErr(o.bf(), ro), 2e-2);
 }
 
+// Packed sequences: 2 rows of 200 tokens, row 0 holding documents at 0, 37,
+// 106 (inside the second 64-token chunk) and 199, row 1 one document, with
+// grouped heads (Hv = 2 Hk). Every output of the packed forward and backward
+// is written (NaN poison) and equals bitwise what the kernels give for each
+// document alone, as its own row copied into fresh buffers: o, gCum, tMat,
+// dq, dk, dv, dg, dbeta at the document's tokens; a row's finalState and
+// dInitialState those of its last and first document, whose initial state
+// and final-state gradient are the row's. The packed o and dq also match the
+// float64 host reference of the packed row.
+TEST_F(GdnCuda, ChunkPackedDocumentsAsRows) {
+  const ap::test::PackedRow &row0 = ap::test::kPackedRow200;
+  const Shape s{2, row0.T, 2, 4, 64, 64};
+  const size_t N = size_t(s.B) * s.T, T = size_t(s.T);
+  const size_t qw = size_t(s.Hk) * s.dk, vw = size_t(s.Hv) * s.dv,
+               hw = size_t(s.Hv), tw = size_t(s.Hv) * 64,
+               stN = size_t(s.Hv) * s.dk * s.dv;
+  std::vector<int32_t> ds = row0.docStart();
+  ds.resize(N, 0); // row 1: one document
+  struct Doc {
+    int b, start, len;
+    bool first, last;
+  };
+  std::vector<Doc> docs;
+  for (size_t d = 0; d < row0.documents(); ++d)
+    docs.push_back(
+        {0, row0.starts[d], row0.length(d), d == 0, d + 1 == row0.documents()});
+  docs.push_back({1, 0, s.T, true, true});
+
+  Vec q = randn(N * qw, 41, 0.125), k = randn(N * qw, 42, 0.125),
+      v = randn(N * vw, 43), g = uniform(N * hw, 44, -0.3, -0.005),
+      beta = uniform(N * hw, 45, 0.05, 0.95),
+      h0 = randn(size_t(s.B) * stN, 46, 0.2), dO = randn(N * vw, 47),
+      dF = randn(h0.size(), 48, 0.2);
+  auto qb = toBf(q), kb = toBf(k), vb = toBf(v), dOb = toBf(dO);
+  auto gf = toF(g), btf = toF(beta), h0f = toF(h0), dFf = toF(dF);
+  Dev iq(qb), ik(kb), iv(vb), ig(gf), ib(btf), ih0(h0f), idO(dOb), idF(dFf),
+      dDs(ds);
+  Dev o(N * vw * 2), fin(h0.size() * 4), gc(N * hw * 4), tm(N * tw * 2),
+      gq(N * qw * 2), gk(N * qw * 2), gv(N * vw * 2), gg(N * hw * 4),
+      gb(N * hw * 4), gh0(h0.size() * 4);
+  const float scale = 0.125f;
+  GdnChunkArgs a =
+      chunkArgs(DType::BF16, s, scale,
+                {iq.p, ik.p, iv.p, ig.p, ib.p, ih0.p, idO.p, idF.p},
+                {o.p, fin.p, gc.p, tm.p, gq.p, gk.p, gv.p, gg.p, gb.p, gh0.p});
+  a.docStart = static_cast<const int32_t *>(dDs.p);
+  const size_t wsBytes = std::max(gdnChunkForwardWorkspaceBytes(a),
+                                  gdnChunkBackwardWorkspaceBytes(a));
+  Dev ws(wsBytes);
+  ASSERT_NE(ws.p, nullptr);
+  const KernelContext ctx = gpuCtx(ws.p, wsBytes);
+  Dev *outs[] = {&o, &fin, &gc, &tm, &gq, &gk, &gv, &gg, &gb, &gh0};
+  for (Dev *d : outs)
+    d->poison();
+  ASSERT_EQ(gdnChunkForward(ctx, a), Status::Ok);
+  ASSERT_EQ(gdnChunkBackward(ctx, a), Status::Ok);
+  CK(cudaDeviceSynchronize());
+  std::vector<std::vector<unsigned char>> packed;
+  for (Dev *d : outs)
+    packed.push_back(d->raw());
+  {
+    const char *names[] = {"o",  "finalState", "gCum", "tMat",  "dq",
+                           "dk", "dv",         "dg",   "dbeta", "dInitial"};
+    for (size_t i = 0; i < std::size(outs); ++i) {
+      // tMat rows past a document's last chunk row are not written (as
+      // for a row's tail chunk), so only the rest must be finite.
+      if (i == 3)
+        continue;
+      Vec x = (i == 1 || i == 2 || i >= 7) ? outs[i]->f32() : outs[i]->bf();
+      size_t bad = 0;
+      for (double e : x)
+        bad += !std::isfinite(e);
+      EXPECT_EQ(bad, 0u) << names[i] << " has unwritten elements";
+    }
+  }
+  // Each document alone.
+  for (const Doc &doc : docs) {
+    SCOPED_TRACE(::testing::Message()
+                 << "document at row " << doc.b << " token " << doc.start);
+    const size_t L = size_t(doc.len), tok = size_t(doc.b) * T + doc.start;
+    auto sub = [&](const Dev &src, size_t width, size_t elem) {
+      auto d = std::make_unique<Dev>(L * width * elem);
+      EXPECT_EQ(cudaMemcpy(
+                    d->p, static_cast<const char *>(src.p) + tok * width * elem,
+                    d->bytes, cudaMemcpyDeviceToDevice),
+                cudaSuccess);
+      return d;
+    };
+    auto sq = sub(iq, qw, 2), sk = sub(ik, qw, 2), sv = sub(iv, vw, 2),
+         sg = sub(ig, hw, 4), sb = sub(ib, hw, 4), sdO = sub(idO, vw, 2);
+    Dev sh0(stN * 4), sdF(stN * 4);
+    CK(cudaMemcpy(sh0.p, static_cast<const char *>(ih0.p) + doc.b * stN * 4,
+                  stN * 4, cudaMemcpyDeviceToDevice));
+    CK(cudaMemcpy(sdF.p, static_cast<const char *>(idF.p) + doc.b * stN * 4,
+                  stN * 4, cudaMemcpyDeviceToDevice));
+    Dev oo(L * vw * 2), of(stN * 4), ogc(L * hw * 4), otm(L * tw * 2),
+        oq(L * qw * 2), ok(L * qw * 2), ov(L * vw * 2), og(L * hw * 4),
+        ob(L * hw * 4), oh0(stN * 4);
+    GdnChunkArgs one = chunkArgs(
+        DType::BF16, {1, doc.len, s.Hk, s.Hv, s.dk, s.dv}, scale,
+        {sq->p, sk->p, sv->p, sg->p, sb->p, doc.first ? sh0.p : nullptr, sdO->p,
+         doc.last ? sdF.p : nullptr},
+        {oo.p, of.p, ogc.p, otm.p, oq.p, ok.p, ov.p, og.p, ob.p, oh0.p});
+    ASSERT_EQ(gdnChunkForward(ctx, one), Status::Ok);
+    ASSERT_EQ(gdnChunkBackward(ctx, one), Status::Ok);
+    CK(cudaDeviceSynchronize());
+    struct Cmp {
+      const char *name;
+      Dev *alone;
+      size_t out, width, elem;
+    };
+    for (Cmp c : {Cmp{"o", &oo, 0, vw, 2}, Cmp{"gCum", &ogc, 2, hw, 4},
+                  Cmp{"dq", &oq, 4, qw, 2}, Cmp{"dk", &ok, 5, qw, 2},
+                  Cmp{"dv", &ov, 6, vw, 2}, Cmp{"dg", &og, 7, hw, 4},
+                  Cmp{"dbeta", &ob, 8, hw, 4}}) {
+      auto al = c.alone->raw();
+      EXPECT_TRUE(std::equal(al.begin(), al.end(),
+                             packed[c.out].begin() + tok * c.width * c.elem))
+          << c.name;
+    }
+    // tMat: the rows the document's chunks fill.
+    {
+      auto al = otm.raw();
+      bool same = true;
+      for (size_t t = 0; t < L && same; ++t)
+        same =
+            std::equal(al.begin() + t * tw * 2, al.begin() + (t + 1) * tw * 2,
+                       packed[3].begin() + (tok + t) * tw * 2);
+      EXPECT_TRUE(same) << "tMat";
+    }
+    if (doc.last) {
+      auto al = of.raw();
+      EXPECT_TRUE(
+          std::equal(al.begin(), al.end(), packed[1].begin() + doc.b * stN * 4))
+          << "finalState";
+    }
+    if (doc.first) {
+      auto al = oh0.raw();
+      EXPECT_TRUE(
+          std::equal(al.begin(), al.end(), packed[9].begin() + doc.b * stN * 4))
+          << "dInitialState";
+    }
+  }
+  // The float64 host reference of the packed rows.
+  Vec ro(N * vw), rf(h0.size()), rgc(N * hw), rtm(N * tw), rdq(N * qw),
+      rdk(N * qw), rdv(N * vw), rdg(N * hw), rdb(N * hw), rdh0(h0.size());
+  GdnChunkArgs r =
+      chunkArgs(DType::F64, s, scale,
+                {q.data(), k.data(), v.data(), g.data(), beta.data(), h0.data(),
+                 dO.data(), dF.data()},
+                {ro.data(), rf.data(), rgc.data(), rtm.data(), rdq.data(),
+                 rdk.data(), rdv.data(), rdg.data(), rdb.data(), rdh0.data()});
+  r.docStart = ds.data();
+  ASSERT_EQ(gdnChunkForward(KernelContext{}, r), Status::Ok);
+  ASSERT_EQ(gdnChunkBackward(KernelContext{}, r), Status::Ok);
+  const double eo = relErr(o.bf(), ro), eq = relErr(gq.bf(), rdq);
+  std::printf("[gdn chunk packed] rel err against the float64 reference: o "
+              "%.2e dq %.2e\n",
+              eo, eq);
+  EXPECT_LT(eo, 2e-2);
+  EXPECT_LT(eq, 4e-2);
+}
+
 //===----------------------------------------------------------------------===//
 // Short conv, gates, L2 norm, gated norm
 //===----------------------------------------------------------------------===//
