@@ -333,12 +333,20 @@ class GatedDeltaNet(nn.Module):
         o = self.kernels.gdn(repeat_heads(l2norm(q), r),
                              repeat_heads(l2norm(k), r), v, g, beta,
                              dk ** -0.5)
-        # Gated RMSNorm per (token, head): w * (o rstd) * silu(z).
+        yn = self.gated_norm(o, z, x.dtype)
+        return self.out_proj(yn.reshape(B, T, hv * dv))
+
+    def gated_norm(self, o, z, dtype):
+        """The gated RMSNorm per (token, head): w * (o rstd) * silu(z) over
+        the last dim of o and z [B, T, Hv, dv], in at least fp32 (at least
+        `dtype`), returned in `dtype`. A method of its own so that a
+        benchmark can swap in a fused kernel (bench/qwen_torch_peer.py
+        --fused-norms)."""
+        acc = acc_dtype(dtype)
         of = o.to(acc)
         rstd = torch.rsqrt(of.pow(2).mean(-1, keepdim=True) + self.eps)
-        yn = (self.norm.weight.to(acc) * (of * rstd) *
-              F.silu(z.to(acc))).to(x.dtype)
-        return self.out_proj(yn.reshape(B, T, hv * dv))
+        return (self.norm.weight.to(acc) * (of * rstd) *
+                F.silu(z.to(acc))).to(dtype)
 
 
 class GatedAttention(nn.Module):
