@@ -1707,30 +1707,41 @@ Status forwardImpl(const KernelContext &ctx, const AttentionForwardArgs &a,
 Status backwardImpl(const KernelContext &ctx, const AttentionBackwardArgs &a,
                     AttentionBackwardAlgo algo, int64_t lsePitch);
 
-/// Packed rows: every document runs as a batch-1 call over its own tokens
-/// (kernels/cuda/documents.h), so its bits are those of the document alone;
-/// lse keeps the packed row's pitch.
+/// One document of a packed call as a batch-1 call over its own tokens
+/// (kernels/cuda/documents.h), so that its bits are those of the document
+/// alone; lse keeps the packed row's pitch (the caller passes it). The
+/// fields of both directions; the backward's gradients are shifted below.
+template <typename Args>
+Args documentArgs(const Args &a, const cudadocs::Document &doc) {
+  const DocOffsets off(a.shape, doc);
+  Args d = a;
+  d.docStart = nullptr;
+  d.shape.batch = 1;
+  d.shape.seqLen = static_cast<int32_t>(doc.length);
+  d.q = shift(a.q, off.q);
+  d.k = shift(a.k, off.kv);
+  d.v = shift(a.v, off.vv);
+  d.o = shift(a.o, off.o);
+  d.lse = shiftF(a.lse, off.lse);
+  return d;
+}
+
+template <typename Args>
+Status readDocuments(const KernelContext &ctx, const Args &a,
+                     std::vector<cudadocs::Document> &docs) {
+  return cudadocs::readDocuments(static_cast<cudaStream_t>(ctx.stream),
+                                 a.docStart, a.shape.batch, a.shape.seqLen,
+                                 docs);
+}
+
 Status forwardPacked(const KernelContext &ctx, const AttentionForwardArgs &a) {
   std::vector<cudadocs::Document> docs;
-  if (Status st = cudadocs::readDocuments(static_cast<cudaStream_t>(ctx.stream),
-                                          a.docStart, a.shape.batch,
-                                          a.shape.seqLen, docs);
-      st != Status::Ok)
+  if (Status st = readDocuments(ctx, a, docs); st != Status::Ok)
     return st;
-  for (const cudadocs::Document &doc : docs) {
-    const DocOffsets off(a.shape, doc);
-    AttentionForwardArgs d = a;
-    d.docStart = nullptr;
-    d.shape.batch = 1;
-    d.shape.seqLen = static_cast<int32_t>(doc.length);
-    d.q = shift(a.q, off.q);
-    d.k = shift(a.k, off.kv);
-    d.v = shift(a.v, off.vv);
-    d.o = shift(a.o, off.o);
-    d.lse = shiftF(a.lse, off.lse);
-    if (Status st = forwardImpl(ctx, d, a.shape.seqLen); st != Status::Ok)
+  for (const cudadocs::Document &doc : docs)
+    if (Status st = forwardImpl(ctx, documentArgs(a, doc), a.shape.seqLen);
+        st != Status::Ok)
       return st;
-  }
   return Status::Ok;
 }
 
@@ -1741,28 +1752,17 @@ Status forwardPacked(const KernelContext &ctx, const AttentionForwardArgs &a) {
 Status backwardPacked(const KernelContext &ctx, const AttentionBackwardArgs &a,
                       const AttentionBackwardAlgo *algo) {
   std::vector<cudadocs::Document> docs;
-  if (Status st = cudadocs::readDocuments(static_cast<cudaStream_t>(ctx.stream),
-                                          a.docStart, a.shape.batch,
-                                          a.shape.seqLen, docs);
-      st != Status::Ok)
+  if (Status st = readDocuments(ctx, a, docs); st != Status::Ok)
     return st;
   const size_t packedNeed = detail::attentionBackwardWorkspaceBytesFor(
       a.shape, detail::attentionBackwardDefaultAlgo(a.shape));
   for (const cudadocs::Document &doc : docs) {
     const DocOffsets off(a.shape, doc);
-    AttentionBackwardArgs d = a;
-    d.docStart = nullptr;
-    d.shape.batch = 1;
-    d.shape.seqLen = static_cast<int32_t>(doc.length);
-    d.q = shift(a.q, off.q);
-    d.k = shift(a.k, off.kv);
-    d.v = shift(a.v, off.vv);
-    d.o = shift(a.o, off.o);
+    AttentionBackwardArgs d = documentArgs(a, doc);
     d.dO = shift(a.dO, off.o);
     d.dq = shift(a.dq, off.q);
     d.dk = shift(a.dk, off.kv);
     d.dv = shift(a.dv, off.vv);
-    d.lse = shiftF(a.lse, off.lse);
     AttentionBackwardAlgo use;
     if (algo) {
       use = *algo;
