@@ -135,7 +135,7 @@ PipelineStages::assign(MicrobatchLoopOp loop, int64_t stages,
   std::map<std::pair<int, int>, int64_t> channels;
   for (Operation &op : body) {
     auto def = p.stageOf.find(&op);
-    if (def == p.stageOf.end())
+    if (def == p.stageOf.end() || isa<DocStartsOp>(op))
       continue;
     for (Value r : op.getResults()) {
       llvm::SmallVector<int> targets;

@@ -14,7 +14,10 @@
 // scoped to the layer that produced that input, but both terms are made one
 // stage up), so one gradient tensor crosses each boundary instead of two.
 // Parameter reads (train.param_ref) run wherever they are used; block arguments
-// (tokens, labels) are loaded by every stage that uses them.
+// (tokens, labels) are loaded by every stage that uses them. So is
+// train.doc_starts (packed sequences): a function of the tokens alone, it is
+// not a crossing; train-pipeline-stage computes it again on every other
+// stage that uses it, from that stage's own tokens.
 //
 // Every value used on another stage than its own is a crossing. A crossing
 // must go to a neighbouring stage: forward values to the next, gradients to

@@ -177,6 +177,32 @@ struct TrainPipelineStagePass
         ++numRecvs;
       }
 
+    // Document starts (packed sequences) made on another stage are made
+    // again here from this stage's tokens, before their first use: the
+    // analysis counts them as no crossing (PipelineStages.h).
+    for (Operation &op : llvm::make_early_inc_range(body)) {
+      auto starts = dyn_cast<DocStartsOp>(op);
+      if (!starts || plan->stageOf.lookup(&op) == self)
+        continue;
+      SmallVector<OpOperand *> uses;
+      Operation *first = nullptr;
+      for (OpOperand &use : starts.getResult().getUses()) {
+        Operation *top = body.findAncestorOpInBlock(*use.getOwner());
+        if (plan->stageOf.lookup(top) != self)
+          continue;
+        uses.push_back(&use);
+        if (!first || top->isBeforeInBlock(first))
+          first = top;
+      }
+      if (uses.empty())
+        continue;
+      b.setInsertionPoint(first);
+      Operation *copy = b.clone(op);
+      plan->stageOf[copy] = self;
+      for (OpOperand *use : uses)
+        use->set(copy->getResult(0));
+    }
+
     // Drop the other stages' ops (users first), then unused parameter reads.
     SmallVector<Operation *> drop;
     for (Operation &op : body)

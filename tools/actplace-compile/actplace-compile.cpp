@@ -683,11 +683,6 @@ static std::string checkOptions() {
   if (!pipelineStages.empty() && pipelineParallel == 1)
     return "--pipeline-stages needs --pipeline-parallel (the number of stages "
            "it lists)";
-  // A later stage would need the first stage's document starts (or the
-  // ids): not sent between stages yet.
-  if (documentSeparator >= 0 && pipelineParallel > 1)
-    return "--document-separator (packed sequences) does not combine with "
-           "--pipeline-parallel yet";
   if (gradBucketBytes < 0 || gradBucketBytes > kMaxPlanBytes)
     return llvm::formatv("--grad-bucket-bytes must be in [0, {0}], got {1}",
                          kMaxPlanBytes, int64_t(gradBucketBytes))
