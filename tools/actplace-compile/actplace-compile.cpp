@@ -125,9 +125,11 @@ static cl::opt<double> activationCut(
 static cl::opt<std::string> memoryBudget(
     "memory-budget",
     cl::desc("Choose the placement: a predicted device peak of at most this "
-             "(18GiB, 19.5GB, 512MiB, bytes, or 'device': the profile's "
+             "(18GiB, 19.5GB, 512MiB, bytes; 'device': the profile's "
              "deviceMemoryBytes less the CUDA context, cuBLASLt and, on "
-             "several ranks, NCCL reserve) at the least step time"),
+             "several ranks, NCCL reserve; 'process:SIZE': the process's "
+             "device memory as the driver counts it, SIZE less the same "
+             "reserve) at the least step time"),
     cl::init(""), cl::cat(category));
 static cl::opt<double> stepBudget(
     "step-budget",
@@ -788,6 +790,30 @@ int main(int argc, char **argv) {
         profile.empty() ? std::string("the built-in H200 capacity")
                         : "deviceMemoryBytes of " + std::string(profile),
         reserve, dataParallelSize > 1 ? ", NCCL" : "", capacity - reserve);
+  }
+  // --memory-budget=process:SIZE: the process's whole device memory (what
+  // nvidia-smi shows for it, the CUDA context included), so the plan gets
+  // SIZE less the reserve `device` keeps back too.
+  if (llvm::StringRef(memoryBudget).starts_with("process:")) {
+    std::string size = memoryBudget.substr(8);
+    auto parsed = ap::train::PlacementGoal::fromOptions(0, size, -1);
+    if (!parsed)
+      return fail("--memory-budget=" + memoryBudget + ": " +
+                  llvm::toString(parsed.takeError()));
+    uint64_t total = uint64_t(parsed->value);
+    uint64_t reserve = ap::support::capacityReserveBytes(dataParallelSize);
+    if (total <= reserve)
+      return fail(llvm::formatv("--memory-budget={0}: {1} bytes are not more "
+                                "than the {2} kept back (CUDA context, "
+                                "cuBLASLt{3})",
+                                std::string(memoryBudget), total, reserve,
+                                dataParallelSize > 1 ? ", NCCL" : "")
+                      .str());
+    llvm::errs() << llvm::formatv(
+        "memory budget: process {0} bytes minus {1} kept back (CUDA "
+        "context, cuBLASLt{2}) = {3} bytes\n",
+        total, reserve, dataParallelSize > 1 ? ", NCCL" : "", total - reserve);
+    memoryBudget = std::to_string(total - reserve);
   }
   std::string badOption = checkOptions();
   if (!badOption.empty())
