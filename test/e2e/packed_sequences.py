@@ -157,33 +157,29 @@ def main():
                   "ranks (data parallel): step %d loss %r / %r, grad norm "
                   "%r / %r" % (a["step"], a["loss"], b["loss"],
                                a["grad_norm"], b["grad_norm"]))
+        def close(tag, ref, got, loss_bound, norm_bound):
+            """got's loss and grad norm within the relative bounds of ref's,
+            step by step."""
+            check(len(got) == STEPS, "%s: %d lines" % (tag, len(got)))
+            for a, b in zip(ref, got):
+                rel = abs(a["loss"] - b["loss"]) / abs(a["loss"])
+                gn = abs(a["grad_norm"] - b["grad_norm"]) / abs(a["grad_norm"])
+                check(rel <= loss_bound and gn <= norm_bound,
+                      "%s: step %d loss %r / %r (%.2g), grad norm %r / %r "
+                      "(%.2g)" % (tag, a["step"], a["loss"], b["loss"], rel,
+                                  a["grad_norm"], b["grad_norm"], gn))
+
         tp2, _ = compile_("tp2", "--seq", "16", *one, *sep,
                           "--tensor-parallel=2", "--sequence-parallel")
-        t = train(tp2, path("packed.txt"), "tp2", ranks=2)
-        check(len(t) == STEPS, "ranks (tensor parallel): %d lines" % len(t))
-        for a, b in zip(p, t):
-            rel = abs(a["loss"] - b["loss"]) / abs(a["loss"])
-            gn = abs(a["grad_norm"] - b["grad_norm"]) / abs(a["grad_norm"])
-            check(rel <= 1e-4 and gn <= 1e-3,
-                  "ranks (tensor parallel): step %d loss %r / %r (%.2g), "
-                  "grad norm %r / %r (%.2g)" %
-                  (a["step"], a["loss"], b["loss"], rel, a["grad_norm"],
-                   b["grad_norm"], gn))
+        close("ranks (tensor parallel)", p,
+              train(tp2, path("packed.txt"), "tp2", ranks=2), 1e-4, 1e-3)
         # Pipeline parallel 2 (each stage makes the document starts from
         # its own tokens) against one rank of the same 2 microbatches.
         pp2, _ = compile_("pp2", "--seq", "16", "--micro-batch-size", "1",
                           "--micro-batches", "2", *sep,
                           "--pipeline-parallel=2")
         q = train(pp2, path("packed.txt"), "pp2", ranks=2)
-        check(len(q) == STEPS, "ranks (pipeline parallel): %d lines" % len(q))
-        for a, b in zip(m, q):
-            rel = abs(a["loss"] - b["loss"]) / abs(a["loss"])
-            gn = abs(a["grad_norm"] - b["grad_norm"]) / abs(a["grad_norm"])
-            check(rel <= 1e-6 and gn <= 1e-5,
-                  "ranks (pipeline parallel): step %d loss %r / %r (%.2g), "
-                  "grad norm %r / %r (%.2g)" %
-                  (a["step"], a["loss"], b["loss"], rel, a["grad_norm"],
-                   b["grad_norm"], gn))
+        close("ranks (pipeline parallel)", m, q, 1e-6, 1e-5)
         print("ranks: 2 data-parallel ranks as 2 microbatches (loss "
               "bitwise); tensor parallel 2 + SP within 1e-4 of one rank; "
               "pipeline parallel 2 within 1e-6 (losses %s / %s)" %
