@@ -69,6 +69,31 @@ struct DevBuf {
   DevBuf &operator=(const DevBuf &) = delete;
 };
 
+/// A cuda KernelContext on the default stream with `ws` as its workspace
+/// and the device's SM count.
+KernelContext gpuContext(void *ws, size_t wsBytes) {
+  KernelContext gpu;
+  gpu.backend = Backend::Cuda;
+  gpu.workspace = ws;
+  gpu.workspaceBytes = wsBytes;
+  cudaDeviceGetAttribute(&gpu.smCount, cudaDevAttrMultiProcessorCount, 0);
+  return gpu;
+}
+
+/// Forward args over the given buffers (host or device).
+AttentionForwardArgs forwardArgsOf(const AttentionShape &s, const void *q,
+                                   const void *k, const void *v, void *o,
+                                   void *lse) {
+  AttentionForwardArgs a;
+  a.shape = s;
+  a.q = q;
+  a.k = k;
+  a.v = v;
+  a.o = o;
+  a.lse = lse;
+  return a;
+}
+
 /// Device copies of q, k, v, dO and the outputs o, lse, dq, dk, dv of one
 /// attention shape (B, T, Hq, Hkv, Dqk, Dv); `ok` is false when an
 /// allocation or upload failed.
@@ -96,14 +121,8 @@ struct AttnDevice {
   }
   AttentionForwardArgs forwardArgs(const AttentionShape &s,
                                    AttentionKernels kernels) const {
-    AttentionForwardArgs a;
-    a.shape = s;
+    AttentionForwardArgs a = forwardArgsOf(s, q.p, k.p, v.p, o.p, lse.p);
     a.kernels = kernels;
-    a.q = q.p;
-    a.k = k.p;
-    a.v = v.p;
-    a.o = o.p;
-    a.lse = lse.p;
     return a;
   }
   AttentionBackwardArgs backwardArgs(const AttentionShape &s,
@@ -207,13 +226,8 @@ void runCase(const Case &c,
   std::vector<bf16> oRef(nO), dqRef(nQ), dkRef(nK), dvRef(nV);
   std::vector<float> lseRef(nL);
   KernelContext host;
-  AttentionForwardArgs fa;
-  fa.shape = s;
-  fa.q = q.data();
-  fa.k = k.data();
-  fa.v = v.data();
-  fa.o = oRef.data();
-  fa.lse = lseRef.data();
+  AttentionForwardArgs fa = forwardArgsOf(s, q.data(), k.data(), v.data(),
+                                          oRef.data(), lseRef.data());
   ASSERT_EQ(attentionForward(host, fa), Status::Ok);
 
   AttnDevice dev(s, q, k, v, dO);
@@ -229,14 +243,7 @@ void runCase(const Case &c,
   DevBuf ws(std::max<size_t>(wsBytes, 256));
   ASSERT_NE(ws.p, nullptr) << "cudaMalloc";
 
-  int sms = 0;
-  CUDA_OK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-  KernelContext gpu;
-  gpu.backend = Backend::Cuda;
-  gpu.stream = nullptr;
-  gpu.workspace = ws.p;
-  gpu.workspaceBytes = wsBytes;
-  gpu.smCount = sms;
+  const KernelContext gpu = gpuContext(ws.p, wsBytes);
 
   const AttentionForwardArgs gf = dev.forwardArgs(s, kernels);
 
@@ -424,12 +431,7 @@ void runPacked(const Case &c, AttentionKernels kernels) {
       std::max<size_t>(attentionBackwardWorkspaceBytes(ba), 256);
   DevBuf ws(wsBytes);
   ASSERT_NE(ws.p, nullptr);
-  KernelContext gpu;
-  gpu.backend = Backend::Cuda;
-  gpu.workspace = ws.p;
-  gpu.workspaceBytes = wsBytes;
-  CUDA_OK(
-      cudaDeviceGetAttribute(&gpu.smCount, cudaDevAttrMultiProcessorCount, 0));
+  const KernelContext gpu = gpuContext(ws.p, wsBytes);
   ASSERT_TRUE(dev.poisonOutputs());
   ASSERT_EQ(attentionForward(gpu, fa), Status::Ok);
   ASSERT_EQ(attentionBackward(gpu, ba), Status::Ok);
@@ -501,13 +503,8 @@ void runPacked(const Case &c, AttentionKernels kernels) {
   // The host reference of the packed rows.
   std::vector<bf16> oRef(N * ow);
   std::vector<float> lseRef(N * c.Hq), lseGot(N * c.Hq);
-  AttentionForwardArgs hf;
-  hf.shape = s;
-  hf.q = q.data();
-  hf.k = k.data();
-  hf.v = v.data();
-  hf.o = oRef.data();
-  hf.lse = lseRef.data();
+  AttentionForwardArgs hf = forwardArgsOf(s, q.data(), k.data(), v.data(),
+                                          oRef.data(), lseRef.data());
   hf.docStart = ds.data();
   ASSERT_EQ(attentionForward(KernelContext{}, hf), Status::Ok);
   std::vector<bf16> oGot(N * ow);
@@ -594,13 +591,7 @@ void runLongAttention(int T, bool bothAlgos) {
               wsBytes / 1e9);
   GuardedWorkspace ws(wsBytes);
   ASSERT_NE(ws.p(), nullptr) << "cudaMalloc of " << wsBytes << " bytes";
-  int sms = 0;
-  CUDA_OK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-  KernelContext gpu;
-  gpu.backend = Backend::Cuda;
-  gpu.workspace = ws.p();
-  gpu.workspaceBytes = wsBytes;
-  gpu.smCount = sms;
+  const KernelContext gpu = gpuContext(ws.p(), wsBytes);
   auto raw = [](const DevBuf &b) {
     std::vector<unsigned char> r(b.n);
     cudaMemcpy(r.data(), b.p, b.n, cudaMemcpyDeviceToHost);
