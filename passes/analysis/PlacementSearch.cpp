@@ -321,7 +321,7 @@ private:
 FailureOr<PlacementSearchResult> ap::train::searchPlacement(
     ModuleOp module, const PlacementConfig &base, const PlacementGoal &goal,
     std::function<void(const PlacementSearchStep &)> progress,
-    PlacementSearchCache *sharedCache) {
+    PlacementSearchCache *sharedCache, PlacementSearchDepth depth) {
   if (!base.offloadModules.empty() || !base.recomputeModules.empty())
     return module.emitError()
            << "the placement search chooses offload-modules and "
@@ -758,8 +758,9 @@ FailureOr<PlacementSearchResult> ap::train::searchPlacement(
     offer(descend(start, "recompute first", true, std::nullopt), start);
     ++start;
   }
+  const bool full = depth == PlacementSearchDepth::Full;
   State placedByBest = winner->state;
-  for (size_t i = 0; i < leaves.size(); ++i) {
+  for (size_t i = 0; full && i < leaves.size(); ++i) {
     if (placedByBest[i] == Keep)
       continue;
     offer(descend(start, "greedy without " + leaves[i], false, i), start);
@@ -773,7 +774,7 @@ FailureOr<PlacementSearchResult> ap::train::searchPlacement(
   State recomputed = winner->state;
   llvm::replace(recomputed, static_cast<int8_t>(Offload),
                 static_cast<int8_t>(Keep));
-  if (offloadAllowed && recomputed != winner->state) {
+  if (full && offloadAllowed && recomputed != winner->state) {
     offer(descend(start, "the best's recompute, then recompute first", true,
                   std::nullopt, recomputed),
           start);

@@ -18,8 +18,9 @@
 // train-plan-budget pass) picks them under --profile and prints its moves;
 // the rest of the chain then runs as if the chosen lists had been given.
 // --global-batch-tokens N with --memory-budget also chooses the micro-batch
-// size and count: one import, autodiff and search per size (1, 2, 4, 8),
-// the most predicted tokens/s whose planned arena fits wins.
+// size and count: one import, autodiff and screening search per size (1,
+// 2, 4, 8), a full search for the contenders; the most predicted tokens/s
+// whose planned arena fits wins.
 //
 // --memory-timeline FILE.svg draws the placed step's predicted memory
 // (MemoryTimelineSvg) with the peak of the same step before placement and
@@ -144,6 +145,15 @@ static cl::opt<int64_t> globalBatchTokens(
              "the most predicted tokens/s within the budget (replaces "
              "--micro-batch-size and --micro-batches)"),
     cl::init(0), cl::cat(category));
+static cl::opt<bool> searchScreen(
+    "search-screen",
+    cl::desc("Under --memory-budget, screen with the placement search's "
+             "first two descents before the full search: to learn the "
+             "planned arena's gap above the predicted peak, and to rank "
+             "--global-batch-tokens' micro-batch sizes so that only the "
+             "contenders get the full search (default true; false runs "
+             "the full search for every size and attempt, slower)"),
+    cl::init(true), cl::cat(category));
 static cl::opt<int64_t> seqLen("seq", cl::desc("Tokens per sequence (JSON)"),
                                cl::init(4096), cl::cat(category));
 static cl::opt<int64_t> microBatchSize("micro-batch-size",
@@ -1041,10 +1051,39 @@ int main(int argc, char **argv) {
   // --step-budget) on `searched` (the step, or one pipeline stage of it),
   // lowered under `lowerOpts` to check the planned arena; the choice goes to
   // `chosenOffload` / `chosenRecompute`. Returns 0, or 1 after an error.
+  // The accepted moves of a search, as the report prints them.
+  auto printTrail = [](llvm::ArrayRef<ap::train::PlacementSearchStep> trail) {
+    int moves = 0, start = -1;
+    for (const ap::train::PlacementSearchStep &s : trail) {
+      if (s.start != start) {
+        start = s.start;
+        moves = 0;
+        llvm::outs() << s.descent << ":\n";
+      }
+      llvm::outs() << llvm::formatv("  {0,2}. {1}: {2}\n", ++moves, s.move,
+                                    s.after.summary());
+    }
+    llvm::outs().flush();
+  };
+  auto printChose = [](const ap::train::PlacementSearchResult &r) {
+    llvm::outs() << "chose: "
+                 << (r.best.options().empty() ? "nothing placed"
+                                              : r.best.options())
+                 << " (descent " << r.start + 1 << ", " << r.evaluations
+                 << " placements evaluated)\n";
+  };
+  // A search --global-batch-tokens already ran (and lowered) for the
+  // chosen size: reported, not repeated.
+  struct FinishedSearch {
+    ap::train::PlacementSearchResult result;
+    int64_t arena = 0;
+  };
+
   auto searchGoal =
       [&](mlir::ModuleOp searched, const ap::CompileOptions &lowerOpts,
           ap::train::PlacementSearchCache *cache, std::string &chosenOffload,
-          std::string &chosenRecompute) -> int {
+          std::string &chosenRecompute,
+          const FinishedSearch *finished = nullptr) -> int {
     auto goal = ap::train::PlacementGoal::fromOptions(activationCut,
                                                       memoryBudget, stepBudget);
     if (!goal)
@@ -1054,6 +1093,17 @@ int main(int argc, char **argv) {
                  << (profile.empty() ? std::string("H200 defaults")
                                      : std::string(profile))
                  << "\n";
+    if (finished) {
+      printTrail(finished->result.trail);
+      printChose(finished->result);
+      llvm::outs() << "planned arena of the choice: " << finished->arena
+                   << " bytes (predicted peak "
+                   << finished->result.best.peakAfter
+                   << "; searched by the micro-batch choice)\n";
+      chosenOffload = llvm::join(finished->result.best.offload, ",");
+      chosenRecompute = llvm::join(finished->result.best.recompute, ",");
+      return 0;
+    }
     // A memory budget bounds what the binary allocates, the planned arena
     // (exec-plan-memory); the search predicts the memory timeline's peak,
     // which packing and the shared workspace region exceed by a little. So
@@ -1074,10 +1124,53 @@ int main(int argc, char **argv) {
     int64_t unplacedArena = -1;
     ap::train::PlacementChoice best;
     mlir::TimingScope searchTimer = rootTimer.nest("placement search");
-    // A second search (for a lower predicted peak) reuses the first's
-    // placements (searchCache: same module, same configuration, another
-    // goal), as the first reuses --global-batch-tokens' search.
+    using Kind = ap::train::PlacementGoal::Kind;
+    // Under a memory budget a screening search (its first two descents,
+    // PlacementSearchDepth::Screen) learns the arena's gap above the
+    // predicted peak first, so that the full search usually runs once, at
+    // an aim that leaves room for it. The full search reuses the screen's
+    // placements. An aim the screen cannot meet is not taken.
+    if (goal->kind == Kind::MemoryBudget && searchScreen) {
+      auto screen =
+          ap::train::searchPlacement(searched, base, target, {}, cache,
+                                     ap::train::PlacementSearchDepth::Screen);
+      for (int attempt = 1; attempt <= 3; ++attempt) {
+        if (failed(screen))
+          return fail("the placement search failed (diagnostics above)");
+        if (!screen->goalMet)
+          break;
+        int64_t arena = plannedArena(screen->best);
+        if (arena < 0)
+          return fail("the screened placement did not lower (a compiler bug)");
+        double gap = static_cast<double>(arena - screen->best.peakAfter);
+        llvm::outs() << llvm::formatv(
+            "screen: {0} ({1} placements), predicted peak {2} bytes, planned "
+            "arena {3} bytes\n",
+            screen->best.options().empty() ? "nothing placed"
+                                           : screen->best.options(),
+            screen->evaluations, screen->best.peakAfter, arena);
+        if (static_cast<double>(arena) <= goal->value ||
+            goal->value - gap >= target.value)
+          break;
+        ap::train::PlacementGoal lower = target;
+        lower.value = goal->value - gap;
+        auto next =
+            ap::train::searchPlacement(searched, base, lower, {}, cache,
+                                       ap::train::PlacementSearchDepth::Screen);
+        if (failed(next))
+          return fail("the placement search failed (diagnostics above)");
+        if (!next->goalMet)
+          break;
+        target = lower;
+        screen = std::move(next);
+        llvm::outs() << llvm::formatv(
+            "screen: the arena runs {0} bytes above the predicted peak; the "
+            "full search aims at a predicted peak of at most {1} bytes\n",
+            static_cast<int64_t>(gap), static_cast<int64_t>(target.value));
+      }
+    }
     for (int attempt = 1;; ++attempt) {
+      const bool lowered = target.value < goal->value;
       int moves = 0, start = -1;
       auto result = ap::train::searchPlacement(
           searched, base, target,
@@ -1095,7 +1188,6 @@ int main(int argc, char **argv) {
       if (failed(result))
         return fail("the placement search failed (diagnostics above)");
       best = result->best;
-      using Kind = ap::train::PlacementGoal::Kind;
       auto unreachable = [&] {
         return fail(
             goal->str() +
@@ -1107,13 +1199,9 @@ int main(int argc, char **argv) {
       // A second search aims below the budget by the arena's gap; missing
       // that aim is fine while the arena still fits the budget (below).
       const bool aimMissed = !result->goalMet;
-      if (aimMissed && (attempt == 1 || goal->kind != Kind::MemoryBudget))
+      if (aimMissed && (!lowered || goal->kind != Kind::MemoryBudget))
         return unreachable();
-      llvm::outs() << "chose: "
-                   << (best.options().empty() ? "nothing placed"
-                                              : best.options())
-                   << " (descent " << result->start + 1 << ", "
-                   << result->evaluations << " placements evaluated)\n";
+      printChose(*result);
       if (goal->kind == Kind::StepBudget)
         break;
       int64_t arena = plannedArena(best);
@@ -1555,6 +1643,7 @@ int main(int argc, char **argv) {
   // rank); the most predicted tokens/s within the budget wins, and the
   // search below starts from that size's placements (the same cache).
   ap::train::PlacementSearchCache searchCache;
+  std::optional<FinishedSearch> chosenSearch;
   if (globalBatchTokens.getNumOccurrences()) {
     auto batch = batchChoiceInputs();
     if (!batch)
@@ -1569,6 +1658,13 @@ int main(int argc, char **argv) {
       double tokensPerSecond = 0;
       mlir::OwningOpRef<mlir::ModuleOp> module;
       ap::train::PlacementSearchCache cache;
+      /// The aim of its last search (the budget, or lower by the arena's
+      /// gap), and its last search (full once it is a contender).
+      ap::train::PlacementGoal target;
+      ap::train::PlacementSearchResult searched;
+      bool full = false;
+      /// Placements of all its searches.
+      int64_t evaluations = 0;
       /// The least budget this size's choice fits.
       int64_t needs() const { return std::max(arena, best.peakAfter); }
       std::string text() const {
@@ -1578,6 +1674,67 @@ int main(int argc, char **argv) {
     };
     std::vector<Candidate> candidates;
     mlir::TimingScope choiceTimer = rootTimer.nest("micro-batch choice");
+    // Searches size `c` at `depth` from its aim. What the binary allocates
+    // is the planned arena (packing and the workspace region run a little
+    // above the predicted peak): a size fits when its choice's arena does.
+    // When the search met its aim with a predicted peak but the arena is
+    // over, it runs again (up to three times, reusing its placements) for a
+    // predicted peak lower by the arena's gap above it.
+    auto searchSize = [&](Candidate &c, ap::train::PlacementSearchDepth depth,
+                          mlir::TimingScope &sizeTimer) -> int {
+      const bool full = depth == ap::train::PlacementSearchDepth::Full;
+      for (int attempt = 1;; ++attempt) {
+        mlir::TimingScope t =
+            sizeTimer.nest(full ? "placement search" : "screening search");
+        auto result = ap::train::searchPlacement(*c.module, placement, c.target,
+                                                 {}, &c.cache, depth);
+        if (failed(result))
+          return fail("the placement search failed (diagnostics above)");
+        c.best = result->best;
+        c.evaluations += result->evaluations;
+        c.searched = std::move(*result);
+        c.searched.evaluations = c.evaluations;
+        {
+          mlir::TimingScope t = sizeTimer.nest("lowering the choice");
+          mlir::OwningOpRef<mlir::ModuleOp> clone(c.module->clone());
+          ap::CompileOptions o = opts;
+          o.placement.offloadModules = c.best.offload;
+          o.placement.recomputeModules = c.best.recompute;
+          mlir::PassManager pm(&ctx);
+          ap::buildPipeline(pm, o, Stage::Placement, Stage::Lowering);
+          if (failed(pm.run(*clone)))
+            return fail("the chosen placement did not lower (a compiler bug)");
+          c.arena = stepBytes(*clone, ap::exec::kArenaBytesAttr);
+        }
+        // Met against the user's budget (a retry's lower target is only
+        // the search's aim).
+        c.met = double(c.arena) <= goal->value &&
+                double(c.best.peakAfter) <= goal->value;
+        if (c.met || !c.searched.goalMet || attempt == 4)
+          break;
+        const double gap = double(c.arena - c.best.peakAfter);
+        if (goal->value - gap >= c.target.value)
+          break; // no lower target to try
+        c.target.value = goal->value - gap;
+        llvm::outs() << llvm::formatv(
+            "  {0}: planned arena {1} bytes, over the budget; {2} again for "
+            "a predicted peak of at most {3} bytes\n",
+            c.text(), c.arena, full ? "searching" : "screening",
+            int64_t(c.target.value));
+      }
+      c.tokensPerSecond = c.best.stepAfter > 0
+                              ? double(globalBatchTokens) / c.best.stepAfter
+                              : 0;
+      llvm::outs() << llvm::formatv(
+          "  {0}: {1}, {2:F0} tokens/s predicted, device peak {3} bytes, "
+          "planned arena {4} bytes{5}{6}\n",
+          c.text(),
+          c.best.options().empty() ? "nothing placed" : c.best.options(),
+          c.tokensPerSecond, c.best.peakAfter, c.arena,
+          c.met ? "" : " (over the budget)",
+          full ? " (full search)" : " (screen)");
+      return 0;
+    };
     llvm::outs() << "micro-batch choice: " << int64_t(globalBatchTokens)
                  << " tokens per step = " << sequences << " sequences of "
                  << int64_t(seqLen) << " per rank x "
@@ -1596,58 +1753,47 @@ int main(int argc, char **argv) {
         if (importCandidate(*cfg, c.b, c.m, lossChunkTokens, c.module))
           return 1;
       }
-      // What the binary allocates is the planned arena (packing and the
-      // workspace region run a little above the predicted peak): a size
-      // fits when its choice's arena does. When the search met the budget
-      // with a predicted peak but the arena is over, it runs again (up to
-      // three times, reusing its placements) for a predicted peak lower by
-      // the arena's gap above it, as the single search below does.
-      ap::train::PlacementGoal target = *goal;
-      for (int attempt = 1;; ++attempt) {
-        mlir::TimingScope t = sizeTimer.nest("placement search");
-        auto result = ap::train::searchPlacement(*c.module, placement, target,
-                                                 {}, &c.cache);
-        if (failed(result))
-          return fail("the placement search failed (diagnostics above)");
-        c.best = result->best;
-        {
-          mlir::TimingScope t = sizeTimer.nest("lowering the choice");
-          mlir::OwningOpRef<mlir::ModuleOp> clone(c.module->clone());
-          ap::CompileOptions o = opts;
-          o.placement.offloadModules = c.best.offload;
-          o.placement.recomputeModules = c.best.recompute;
-          mlir::PassManager pm(&ctx);
-          ap::buildPipeline(pm, o, Stage::Placement, Stage::Lowering);
-          if (failed(pm.run(*clone)))
-            return fail("the chosen placement did not lower (a compiler bug)");
-          c.arena = stepBytes(*clone, ap::exec::kArenaBytesAttr);
-        }
-        // Met against the user's budget (a retry's lower target is only
-        // the search's aim).
-        c.met = double(c.arena) <= goal->value &&
-                double(c.best.peakAfter) <= goal->value;
-        if (c.met || !result->goalMet || attempt == 4)
-          break;
-        const double gap = double(c.arena - c.best.peakAfter);
-        if (goal->value - gap >= target.value)
-          break; // no lower target to try
-        target.value = goal->value - gap;
-        llvm::outs() << llvm::formatv(
-            "  {0}: planned arena {1} bytes, over the budget; searching "
-            "again for a predicted peak of at most {2} bytes\n",
-            c.text(), c.arena, int64_t(target.value));
-      }
-      c.tokensPerSecond = c.best.stepAfter > 0
-                              ? double(globalBatchTokens) / c.best.stepAfter
-                              : 0;
-      llvm::outs() << llvm::formatv(
-          "  {0}: {1}, {2:F0} tokens/s predicted, device peak {3} bytes, "
-          "planned arena {4} bytes{5}\n",
-          c.text(),
-          c.best.options().empty() ? "nothing placed" : c.best.options(),
-          c.tokensPerSecond, c.best.peakAfter, c.arena,
-          c.met ? "" : " (over the budget)");
+      c.target = *goal;
+      if (searchSize(c,
+                     searchScreen ? ap::train::PlacementSearchDepth::Screen
+                                  : ap::train::PlacementSearchDepth::Full,
+                     sizeTimer))
+        return 1;
+      c.full = !searchScreen;
       candidates.push_back(std::move(c));
+    }
+    // The screens rank the sizes. The full search, from a screen's aim,
+    // goes to the contenders: the sizes met within kContenderMargin of the
+    // fastest screened size, and faster sizes the screen left less than
+    // kNearMiss over the budget; when none met, every size. A full search
+    // only adds descents (the first two are the screen's), so it never
+    // makes a size slower; on the recorded cases it gained at most half a
+    // percent.
+    constexpr double kContenderMargin = 0.02, kNearMiss = 0.05;
+    double fastest = 0;
+    for (const Candidate &c : candidates)
+      if (c.met)
+        fastest = std::max(fastest, c.tokensPerSecond);
+    for (Candidate &c : candidates) {
+      if (c.full)
+        continue;
+      bool contender =
+          c.met ? c.tokensPerSecond >= (1 - kContenderMargin) * fastest
+                : c.tokensPerSecond > fastest &&
+                      double(c.needs()) <= (1 + kNearMiss) * goal->value;
+      if (fastest > 0 && !contender)
+        continue;
+      // A choice at the unplaced step (nothing placed, or only copies that
+      // hide): no search does better.
+      if (c.met && c.best.stepAfter <= c.best.stepBefore)
+        continue;
+      mlir::TimingScope sizeTimer =
+          choiceTimer.nest("micro-batch size " + std::to_string(c.b));
+      if (fastest == 0)
+        c.target = *goal;
+      c.full = true;
+      if (searchSize(c, ap::train::PlacementSearchDepth::Full, sizeTimer))
+        return 1;
     }
     if (candidates.empty())
       return fail(llvm::formatv("--global-batch-tokens={0}: {1} sequences per "
@@ -1698,6 +1844,8 @@ int main(int argc, char **argv) {
     microBatches = chosen.m;
     module = std::move(chosen.module);
     searchCache = std::move(chosen.cache);
+    if (chosen.met)
+      chosenSearch = FinishedSearch{std::move(chosen.searched), chosen.arena};
   }
 
   // A goal instead of module lists: the search picks them (under the same
@@ -1709,7 +1857,8 @@ int main(int argc, char **argv) {
                   "choose the modules; drop --offload-modules and "
                   "--recompute-modules");
     std::string chosenOffload, chosenRecompute;
-    if (searchGoal(*module, opts, &searchCache, chosenOffload, chosenRecompute))
+    if (searchGoal(*module, opts, &searchCache, chosenOffload, chosenRecompute,
+                   chosenSearch ? &*chosenSearch : nullptr))
       return 1;
     offloadModules = chosenOffload;
     recomputeModules = chosenRecompute;
