@@ -68,8 +68,17 @@ Candidate match(SwiGLUGradOp grad) {
 /// The forward op `clone` was copied from: same name, operands and
 /// attributes (but the placement ones), not itself a clone.
 template <typename OpT> OpT forwardOf(OpT clone) {
-  for (OpT op : clone->getBlock()->template getOps<OpT>()) {
-    if (op == clone || op->hasAttr(kRecomputedAttrName) ||
+  // The forward op reads the clone's operands, so it is among the users of
+  // the first; the earliest match in the block wins (as a scan of the block
+  // from the top would find) without scanning the block per clone: the
+  // placement search runs this pass on thousands of clones.
+  if (clone->getNumOperands() == 0)
+    return {};
+  OpT found;
+  for (Operation *user : clone->getOperand(0).getUsers()) {
+    auto op = dyn_cast<OpT>(user);
+    if (!op || op == clone || op->getBlock() != clone->getBlock() ||
+        op->hasAttr(kRecomputedAttrName) ||
         !llvm::equal(op->getOperands(), clone->getOperands()))
       continue;
     bool same = llvm::all_of(clone->getAttrs(), [&](NamedAttribute a) {
@@ -77,10 +86,10 @@ template <typename OpT> OpT forwardOf(OpT clone) {
              a.getName() == kPlacementAttrName ||
              op->getAttr(a.getName()) == a.getValue();
     });
-    if (same)
-      return op;
+    if (same && (!found || op->isBeforeInBlock(found)))
+      found = op;
   }
-  return {};
+  return found;
 }
 
 /// A reader of a recomputed norm's output: the weight gradient of a linear,
