@@ -16,12 +16,14 @@
 
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/SymbolTable.h"
+#include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/TypeSwitch.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/MemoryBuffer.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -351,7 +353,63 @@ double trainableElements(Operation *op) {
 // CostModel
 //===----------------------------------------------------------------------===//
 
-CostModel::CostModel(DeviceProfile p) : prof(p) {}
+CostModel::CostModel(DeviceProfile p) : prof(p) {
+  static std::atomic<uint64_t> next{1};
+  id = next.fetch_add(1);
+}
+
+CostModel::NameValues CostModel::valuesOf(Operation *op) const {
+  thread_local llvm::DenseMap<std::pair<uint64_t, const void *>, NameValues>
+      cache;
+  auto key = std::make_pair(id, op->getName().getAsOpaquePointer());
+  auto it = cache.find(key);
+  if (it != cache.end())
+    return it->second;
+  NameValues v = resolve(op);
+  cache.try_emplace(key, v);
+  return v;
+}
+
+CostModel::NameValues CostModel::resolve(Operation *op) const {
+  NameValues v;
+  auto lookup = [&](const OpTable &table, bool star) -> const double * {
+    auto it = table.find(std::string_view(op->getName().getStringRef()));
+    if (it == table.end() && star)
+      it = table.find("*");
+    return it == table.end() ? nullptr : &it->second;
+  };
+  if (const double *d = lookup(prof.h2dSlowdown, true))
+    v.h2dSlowdown = *d;
+  if (const double *d = lookup(prof.d2hSlowdown, true))
+    v.d2hSlowdown = *d;
+  if (const double *d = lookup(prof.sideCapacity, true))
+    v.sideCapacity = *d;
+  auto scaled =
+      prof.opScale.find(std::string_view(op->getName().getStringRef()));
+  // The three LM-head ops run the same chunked GEMM + cross-entropy kernels
+  // (the fused one is the grad op's entry): a profile timed with one form of
+  // the loss (fuse-loss-grad on or off) has scales for that form's ops only,
+  // and they stand for the other form's.
+  if (isa<LMHeadCrossEntropyOp, LMHeadCrossEntropyGradOp,
+          LMHeadCrossEntropyWithGradOp>(op))
+    for (StringRef alias : {LMHeadCrossEntropyWithGradOp::getOperationName(),
+                            LMHeadCrossEntropyGradOp::getOperationName(),
+                            LMHeadCrossEntropyOp::getOperationName()})
+      if (scaled == prof.opScale.end())
+        scaled = prof.opScale.find(std::string_view(alias));
+  // The input half of a split linear backward runs the dx GEMM of
+  // linear_grad; a profile timed before the split has only the whole op.
+  if (isa<LinearInputGradOp>(op) && scaled == prof.opScale.end())
+    scaled =
+        prof.opScale.find(std::string_view(LinearGradOp::getOperationName()));
+  // The rebuilding norm backward is the norm backward kernel with one more
+  // store.
+  if (isa<RMSNormGradRebuildOp>(op) && scaled == prof.opScale.end())
+    scaled =
+        prof.opScale.find(std::string_view(RMSNormGradOp::getOperationName()));
+  v.scale = scaled == prof.opScale.end() ? prof.computeScale : scaled->second;
+  return v;
+}
 
 double CostModel::copyBandwidth(CopyDirection dir,
                                 bool otherDirectionBusy) const {
@@ -370,18 +428,12 @@ double CostModel::slowdownBeside(Operation *op, CopyDirection dir) const {
       dir == CopyDirection::HostToDevice ? prof.h2dSlowdown : prof.d2hSlowdown;
   if (table.empty())
     return 0;
-  auto it = table.find(std::string_view(op->getName().getStringRef()));
-  if (it == table.end())
-    it = table.find("*");
-  return it == table.end() ? 0 : it->second;
+  NameValues v = valuesOf(op);
+  return dir == CopyDirection::HostToDevice ? v.h2dSlowdown : v.d2hSlowdown;
 }
 
 double CostModel::sideCapacity(Operation *op) const {
-  const auto &table = prof.sideCapacity;
-  auto it = table.find(std::string_view(op->getName().getStringRef()));
-  if (it == table.end())
-    it = table.find("*");
-  return it == table.end() ? 0 : it->second;
+  return prof.sideCapacity.empty() ? 0 : valuesOf(op).sideCapacity;
 }
 
 double CostModel::collectiveSeconds(Collective kind, int64_t bytes,
@@ -636,31 +688,7 @@ OpCost CostModel::cost(Operation *op) const {
   if (!handled)
     c.bytes = operandAndResultBytes(op);
 
-  auto scaled =
-      prof.opScale.find(std::string_view(op->getName().getStringRef()));
-  // The three LM-head ops run the same chunked GEMM + cross-entropy kernels
-  // (the fused one is the grad op's entry): a profile timed with one form of
-  // the loss (fuse-loss-grad on or off) has scales for that form's ops only,
-  // and they stand for the other form's.
-  if (isa<LMHeadCrossEntropyOp, LMHeadCrossEntropyGradOp,
-          LMHeadCrossEntropyWithGradOp>(op))
-    for (StringRef alias : {LMHeadCrossEntropyWithGradOp::getOperationName(),
-                            LMHeadCrossEntropyGradOp::getOperationName(),
-                            LMHeadCrossEntropyOp::getOperationName()})
-      if (scaled == prof.opScale.end())
-        scaled = prof.opScale.find(std::string_view(alias));
-  // The input half of a split linear backward runs the dx GEMM of
-  // linear_grad; a profile timed before the split has only the whole op.
-  if (isa<LinearInputGradOp>(op) && scaled == prof.opScale.end())
-    scaled =
-        prof.opScale.find(std::string_view(LinearGradOp::getOperationName()));
-  // The rebuilding norm backward is the norm backward kernel with one more
-  // store.
-  if (isa<RMSNormGradRebuildOp>(op) && scaled == prof.opScale.end())
-    scaled =
-        prof.opScale.find(std::string_view(RMSNormGradOp::getOperationName()));
-  double scale =
-      scaled == prof.opScale.end() ? prof.computeScale : scaled->second;
+  double scale = valuesOf(op).scale;
   // A linear_grad with dx and dW is already two GEMM launches under one
   // op's latency; split by train-fuse-recompute it is the same two
   // launches, so the dx half adds no latency of its own.
@@ -672,6 +700,27 @@ OpCost CostModel::cost(Operation *op) const {
 }
 
 std::string ap::train::scopeKey(Operation *op) {
-  // One spelling of scope names for every report: Scope::str().
-  return op->hasAttr("scope") ? Scope::of(op).str() : std::string();
+  // One spelling of scope names for every report: Scope::str(). The memory
+  // timeline asks for every op of every clone the placement search places,
+  // so each scope attribute (uniqued) is spelled once per thread.
+  Attribute any = op->getAttr("scope");
+  if (!any)
+    return std::string();
+  auto attr = dyn_cast<ScopeAttr>(any);
+  if (!attr)
+    return Scope::of(op).str();
+  // An entry is checked against the attribute's contents: an attribute of
+  // a context destroyed since may have left its address to another.
+  struct Spelled {
+    int64_t layer;
+    std::string module, key;
+  };
+  thread_local llvm::DenseMap<Attribute, Spelled> spelled;
+  auto it = spelled.find(attr);
+  if (it == spelled.end() || it->second.layer != attr.getLayer() ||
+      it->second.module != attr.getModule()) {
+    Spelled s{attr.getLayer(), attr.getModule().str(), Scope::of(op).str()};
+    it = spelled.insert_or_assign(attr, std::move(s)).first;
+  }
+  return it->second.key;
 }

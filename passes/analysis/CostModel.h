@@ -217,7 +217,22 @@ public:
                                                 llvm::StringRef who = "");
 
 private:
+  /// The profile's per-op-name values for one op name: its compute scale
+  /// (opScale with the aliases cost() documents, or computeScale), copy
+  /// slowdowns and side capacity.
+  struct NameValues {
+    double scale = 1, h2dSlowdown = 0, d2hSlowdown = 0, sideCapacity = 0;
+  };
+  /// NameValues of `op`'s name, resolved once per name, cost model and
+  /// thread: the tables are string-keyed maps, and the placement search
+  /// asks for every op of thousands of placed clones.
+  NameValues valuesOf(mlir::Operation *op) const;
+  NameValues resolve(mlir::Operation *op) const;
+
   DeviceProfile prof;
+  /// Distinguishes cost models (and their profiles) in the per-thread cache;
+  /// a copy shares its source's, as it shares its profile.
+  uint64_t id;
 };
 
 /// The scope key used in reports: "L<layer>.<leaf>" for decoder layers,

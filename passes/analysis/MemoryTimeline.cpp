@@ -89,12 +89,18 @@ Value forwardOfFused(Operation *grad, Block &body,
   SmallVector<Value> forwardInputs;
   for (Value in : grad->getOperands().take_front(inputs))
     forwardInputs.push_back(originalOf(in, clones, /*throughViews=*/false));
-  for (Operation &op : body)
-    if (op.getName().getStringRef() == name &&
-        !op.hasAttr(kRecomputedAttrName) &&
-        llvm::equal(op.getOperands(), forwardInputs))
-      return op.getResult(0);
-  return Value();
+  // The forward op reads the first input, so it is among that value's
+  // users; the earliest match in the body wins, as a scan from the top
+  // would find, without scanning the body per backward (the placement
+  // search measures thousands of placed bodies).
+  Operation *found = nullptr;
+  for (Operation *op : forwardInputs.front().getUsers())
+    if (op->getBlock() == &body && op->getName().getStringRef() == name &&
+        !op->hasAttr(kRecomputedAttrName) &&
+        llvm::equal(op->getOperands(), forwardInputs) &&
+        (!found || op->isBeforeInBlock(found)))
+      found = op;
+  return found ? found->getResult(0) : Value();
 }
 
 /// The microbatch loop body of `@train_step`, or null.
