@@ -1011,9 +1011,12 @@ def cmd_train(a):
         if cuda:
             # The caching allocator's limit; above the device's memory it is
             # the whole device.
-            total = torch.cuda.get_device_properties(device).total_memory
+            # The allocator's cap takes a device index ("cuda" has none).
+            index = device.index if device.index is not None else \
+                torch.cuda.current_device()
+            total = torch.cuda.get_device_properties(index).total_memory
             fraction = min(1.0, a.memory_cap_gib * 2 ** 30 / total)
-            torch.cuda.set_per_process_memory_fraction(fraction, device)
+            torch.cuda.set_per_process_memory_fraction(fraction, index)
             summary["memory_cap_fraction"] = fraction
         else:
             log("--memory-cap-gib: no cap on device %s" % device)
