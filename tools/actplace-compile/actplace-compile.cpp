@@ -1079,6 +1079,22 @@ int main(int argc, char **argv) {
     int64_t arena = 0;
   };
 
+  // The planned arena (exec-plan-memory) of `module` placed as `c` and
+  // lowered under `lowerOpts`; -1 when it does not lower.
+  auto plannedArenaOf = [&](mlir::ModuleOp module,
+                            const ap::CompileOptions &lowerOpts,
+                            const ap::train::PlacementChoice &c) -> int64_t {
+    mlir::OwningOpRef<mlir::ModuleOp> clone(module.clone());
+    ap::CompileOptions o = lowerOpts;
+    o.placement.offloadModules = c.offload;
+    o.placement.recomputeModules = c.recompute;
+    mlir::PassManager pm(&ctx);
+    ap::buildPipeline(pm, o, Stage::Placement, Stage::Lowering);
+    if (failed(pm.run(*clone)))
+      return -1;
+    return stepBytes(*clone, ap::exec::kArenaBytesAttr);
+  };
+
   auto searchGoal =
       [&](mlir::ModuleOp searched, const ap::CompileOptions &lowerOpts,
           ap::train::PlacementSearchCache *cache, std::string &chosenOffload,
@@ -1109,16 +1125,8 @@ int main(int argc, char **argv) {
     // which packing and the shared workspace region exceed by a little. So
     // the choice is lowered and planned, and when its arena is over, the
     // search runs again for a predicted peak lower by the excess.
-    auto plannedArena = [&](const ap::train::PlacementChoice &c) -> int64_t {
-      mlir::OwningOpRef<mlir::ModuleOp> clone(searched.clone());
-      ap::CompileOptions o = lowerOpts;
-      o.placement.offloadModules = c.offload;
-      o.placement.recomputeModules = c.recompute;
-      mlir::PassManager pm(&ctx);
-      ap::buildPipeline(pm, o, Stage::Placement, Stage::Lowering);
-      if (failed(pm.run(*clone)))
-        return -1;
-      return stepBytes(*clone, ap::exec::kArenaBytesAttr);
+    auto plannedArena = [&](const ap::train::PlacementChoice &c) {
+      return plannedArenaOf(searched, lowerOpts, c);
     };
     ap::train::PlacementGoal target = *goal;
     int64_t unplacedArena = -1;
@@ -1696,15 +1704,9 @@ int main(int argc, char **argv) {
         c.searched.evaluations = c.evaluations;
         {
           mlir::TimingScope t = sizeTimer.nest("lowering the choice");
-          mlir::OwningOpRef<mlir::ModuleOp> clone(c.module->clone());
-          ap::CompileOptions o = opts;
-          o.placement.offloadModules = c.best.offload;
-          o.placement.recomputeModules = c.best.recompute;
-          mlir::PassManager pm(&ctx);
-          ap::buildPipeline(pm, o, Stage::Placement, Stage::Lowering);
-          if (failed(pm.run(*clone)))
+          c.arena = plannedArenaOf(*c.module, opts, c.best);
+          if (c.arena < 0)
             return fail("the chosen placement did not lower (a compiler bug)");
-          c.arena = stepBytes(*clone, ap::exec::kArenaBytesAttr);
         }
         // Met against the user's budget (a retry's lower target is only
         // the search's aim).
