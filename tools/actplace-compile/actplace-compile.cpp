@@ -1051,10 +1051,11 @@ int main(int argc, char **argv) {
   // --step-budget) on `searched` (the step, or one pipeline stage of it),
   // lowered under `lowerOpts` to check the planned arena; the choice goes to
   // `chosenOffload` / `chosenRecompute`. Returns 0, or 1 after an error.
-  // The accepted moves of a search, as the report prints them.
-  auto printTrail = [](llvm::ArrayRef<ap::train::PlacementSearchStep> trail) {
+  // Prints a search's accepted moves as they come (or, replayed, a trail):
+  // a heading per descent, the moves numbered within it.
+  struct TrailPrinter {
     int moves = 0, start = -1;
-    for (const ap::train::PlacementSearchStep &s : trail) {
+    void operator()(const ap::train::PlacementSearchStep &s) {
       if (s.start != start) {
         start = s.start;
         moves = 0;
@@ -1062,8 +1063,13 @@ int main(int argc, char **argv) {
       }
       llvm::outs() << llvm::formatv("  {0,2}. {1}: {2}\n", ++moves, s.move,
                                     s.after.summary());
+      llvm::outs().flush();
     }
-    llvm::outs().flush();
+  };
+  auto printTrail = [](llvm::ArrayRef<ap::train::PlacementSearchStep> trail) {
+    TrailPrinter print;
+    for (const ap::train::PlacementSearchStep &s : trail)
+      print(s);
   };
   auto printChose = [](const ap::train::PlacementSearchResult &r) {
     llvm::outs() << "chose: "
@@ -1179,20 +1185,8 @@ int main(int argc, char **argv) {
     }
     for (int attempt = 1;; ++attempt) {
       const bool lowered = target.value < goal->value;
-      int moves = 0, start = -1;
-      auto result = ap::train::searchPlacement(
-          searched, base, target,
-          [&](const ap::train::PlacementSearchStep &s) {
-            if (s.start != start) {
-              start = s.start;
-              moves = 0;
-              llvm::outs() << s.descent << ":\n";
-            }
-            llvm::outs() << llvm::formatv("  {0,2}. {1}: {2}\n", ++moves,
-                                          s.move, s.after.summary());
-            llvm::outs().flush();
-          },
-          cache);
+      auto result = ap::train::searchPlacement(searched, base, target,
+                                               TrailPrinter(), cache);
       if (failed(result))
         return fail("the placement search failed (diagnostics above)");
       best = result->best;
