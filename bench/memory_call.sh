@@ -29,6 +29,12 @@
 #
 #===------------------------------------------------------------------------===#
 set -u
+case "${1:-}" in
+-h | --help | "")
+  sed -n '2,/^#===-*===#$/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
+  exit 0
+  ;;
+esac
 T0=$SECONDS
 DEADLINE=${DEADLINE:-580}
 left() { echo $((DEADLINE - (SECONDS - T0))); }
