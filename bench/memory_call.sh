@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 #===- memory_call.sh - issue 31's GPU runs, in one device call -------------===#
 #
-# Runs on the GPU machine, from the repository root, what
+# Runs on the GPU machine, from the repository root (after
+# bench/memory_call_prepare.sh here), what
 # bench/notes/long-context.md records: our arms (built here beforehand with
 # bench/memory_bench.py build and test/e2e/gpu_bitident.py build, packed into
 # one or more gpu-carry/*.tar.xz holding mem/ and mla2k/) and the PyTorch
