@@ -32,8 +32,9 @@ import sys
 from e2echeck import (GpuProcessMemory, check, exit_status, prebuilt_cli,
                       run_group)
 
-# What a rank may use beyond its plan: the CUDA context and cuBLASLt, the
-# reserve the compiler keeps back for them (support/DeviceReserve.h; ranks
+# What a rank may use beyond its plan, as the driver counts the process: the
+# CUDA context and cuBLASLt, the reserve `--memory-budget=process:SIZE`
+# keeps back for them (support/DeviceReserve.h, processReserveBytes; ranks
 # sharing one GPU through mpi-staged have no NCCL buffers).
 RESERVE_MIB = 768 + 256
 # Per-process device memory of the last multi-rank arm, by arm name.

@@ -127,10 +127,11 @@ static cl::opt<std::string> memoryBudget(
     "memory-budget",
     cl::desc("Choose the placement: a predicted device peak of at most this "
              "(18GiB, 19.5GB, 512MiB, bytes; 'device': the profile's "
-             "deviceMemoryBytes less the CUDA context, cuBLASLt and, on "
-             "several ranks, NCCL reserve; 'process:SIZE': the process's "
-             "device memory as the driver counts it, SIZE less the same "
-             "reserve) at the least step time"),
+             "deviceMemoryBytes less what the driver and the CUDA context "
+             "hold at start and the cuBLASLt and, on several ranks, NCCL "
+             "reserve; 'process:SIZE': the process's device memory as the "
+             "driver counts it, SIZE less the context and the same library "
+             "reserves) at the least step time"),
     cl::init(""), cl::cat(category));
 static cl::opt<double> stepBudget(
     "step-budget",
@@ -786,7 +787,7 @@ int main(int argc, char **argv) {
       device = *loaded;
     }
     uint64_t capacity = uint64_t(device.deviceMemoryBytes);
-    uint64_t reserve = ap::support::capacityReserveBytes(dataParallelSize);
+    uint64_t reserve = ap::support::deviceReserveBytes(dataParallelSize);
     if (capacity <= reserve)
       return fail(llvm::formatv("--memory-budget=device: the device has {0} "
                                 "bytes, not more than the {1} kept back",
@@ -795,7 +796,7 @@ int main(int argc, char **argv) {
     memoryBudget = std::to_string(capacity - reserve);
     llvm::errs() << llvm::formatv(
         "memory budget: device = {0} bytes ({1}) minus {2} kept back "
-        "(CUDA context, cuBLASLt{3}) = {4} bytes\n",
+        "(driver and CUDA context, cuBLASLt{3}) = {4} bytes\n",
         capacity,
         profile.empty() ? std::string("the built-in H200 capacity")
                         : "deviceMemoryBytes of " + std::string(profile),
@@ -803,7 +804,8 @@ int main(int argc, char **argv) {
   }
   // --memory-budget=process:SIZE: the process's whole device memory (what
   // nvidia-smi shows for it, the CUDA context included), so the plan gets
-  // SIZE less the reserve `device` keeps back too.
+  // SIZE less the context as the process's count has it and the library
+  // reserves.
   if (llvm::StringRef(memoryBudget).starts_with("process:")) {
     std::string size = memoryBudget.substr(8);
     auto parsed = ap::train::PlacementGoal::fromOptions(0, size, -1);
@@ -811,7 +813,7 @@ int main(int argc, char **argv) {
       return fail("--memory-budget=" + memoryBudget + ": " +
                   llvm::toString(parsed.takeError()));
     uint64_t total = uint64_t(parsed->value);
-    uint64_t reserve = ap::support::capacityReserveBytes(dataParallelSize);
+    uint64_t reserve = ap::support::processReserveBytes(dataParallelSize);
     if (total <= reserve)
       return fail(llvm::formatv("--memory-budget={0}: {1} bytes are not more "
                                 "than the {2} kept back (CUDA context, "
