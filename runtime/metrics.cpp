@@ -63,6 +63,9 @@ std::string metricsJson(const StepMetrics &m) {
       ",\"tokens_per_s\":" + jsonNumber(m.tokensPerS) +
       ",\"device_peak_bytes\":" + text(m.devicePeakBytes) +
       ",\"planned_peak_bytes\":" + text(m.plannedPeakBytes) +
+      (m.deviceFreeAtStartBytes ? ",\"device_free_at_start_bytes\":" +
+                                      text(*m.deviceFreeAtStartBytes)
+                                : std::string()) +
       ",\"pinned_pool\":" + text(pinned) + ",\"transfers\":" + text(transfers);
   if (m.generatedLaunches)
     line += ",\"generated_launches\":" + text(*m.generatedLaunches);

@@ -54,6 +54,11 @@ struct StepMetrics {
   double tokensPerS = 0;
   uint64_t devicePeakBytes = 0;
   uint64_t plannedPeakBytes = 0;
+  /// The free device memory the start-up check read (cuda: after the
+  /// context was made, before the arena), when one was measured; written as
+  /// "device_free_at_start_bytes" after "planned_peak_bytes". The device's
+  /// capacity less it is what `--memory-budget=device` must keep back.
+  std::optional<uint64_t> deviceFreeAtStartBytes;
   PinnedPoolStats pinnedPool;
   std::map<std::string, TransferCounters> transfers;
   std::optional<Fingerprints> fingerprints;

@@ -538,9 +538,14 @@ void checkSameRun(Communicator &world, Device *dev,
 /// arena (and any workspace tail) plus the reserve above must be free on
 /// the device (cuda: measured, capped by --device-memory; host: only when
 /// --device-memory simulates a capacity). The message names both numbers.
-void checkPlanFits(Device &dev, std::optional<uint64_t> deviceMemory,
-                   int worldSize, uint64_t allocBytes, uint64_t planBytes) {
-  std::optional<uint64_t> freeBytes = dev.backend().deviceMemoryFree();
+/// Returns the free memory the backend measured (none on the host), before
+/// any --device-memory cap, for the metrics.
+std::optional<uint64_t> checkPlanFits(Device &dev,
+                                      std::optional<uint64_t> deviceMemory,
+                                      int worldSize, uint64_t allocBytes,
+                                      uint64_t planBytes) {
+  const std::optional<uint64_t> measured = dev.backend().deviceMemoryFree();
+  std::optional<uint64_t> freeBytes = measured;
   uint64_t reserve = 0;
   // Device memory the run needs beside the arena: the cuBLASLt handle and,
   // on several ranks, NCCL's buffers (support/DeviceReserve.h, the numbers
@@ -552,10 +557,10 @@ void checkPlanFits(Device &dev, std::optional<uint64_t> deviceMemory,
   if (deviceMemory)
     freeBytes = freeBytes ? std::min(*freeBytes, *deviceMemory) : *deviceMemory;
   if (!freeBytes)
-    return;
+    return measured;
   uint64_t need = allocBytes + reserve;
   if (need <= *freeBytes)
-    return;
+    return measured;
   auto gib = [](uint64_t b) {
     char buf[32];
     std::snprintf(buf, sizeof buf, "%.2f GiB", double(b) / double(1ull << 30));
@@ -903,10 +908,11 @@ int run(int argc, char **argv, const std::vector<Program> &stages) {
   bool planSideFits = sideWs > 0 && p.sideWorkspaceBytes >= sideWs &&
                       planSideOffset + p.sideWorkspaceBytes <= p.arenaBytes &&
                       planSideOffset % 256 == 0;
-  checkPlanFits(dev, flags.deviceMemory, worldSize,
-                p.arenaBytes + (planWorkspaceFits ? 0 : alignUp(ws, 256)) +
-                    (planSideFits ? 0 : alignUp(sideWs, 256)),
-                p.arenaBytes);
+  const std::optional<uint64_t> freeAtStart =
+      checkPlanFits(dev, flags.deviceMemory, worldSize,
+                    p.arenaBytes + (planWorkspaceFits ? 0 : alignUp(ws, 256)) +
+                        (planSideFits ? 0 : alignUp(sideWs, 256)),
+                    p.arenaBytes);
   dev.allocateArena(p.arenaBytes, planWorkspaceFits ? 0 : alignUp(ws, 256),
                     planSideFits ? 0 : alignUp(sideWs, 256));
   if (planWorkspaceFits)
@@ -1135,6 +1141,7 @@ int run(int argc, char **argv, const std::vector<Program> &stages) {
     m.rank = rank;
     m.worldSize = worldSize;
     m.plannedPeakBytes = p.arenaBytes;
+    m.deviceFreeAtStartBytes = freeAtStart;
     collectRuntimeMetrics(m, dev, pool, &engine);
     if (flags.fingerprints) {
       Fingerprints f;

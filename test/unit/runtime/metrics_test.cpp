@@ -46,6 +46,19 @@ TEST(Metrics, LineFollowsTheDocumentedSchemaExactly) {
             "4096,\"h2d_bytes\":4096}}}");
 }
 
+TEST(Metrics, FreeMemoryAtStartFollowsThePlannedPeakWhenMeasured) {
+  StepMetrics m = sample();
+  std::string plain = metricsJson(m);
+  EXPECT_EQ(plain.find("device_free_at_start_bytes"), std::string::npos);
+  m.deviceFreeAtStartBytes = 84460896256ull;
+  std::string with = metricsJson(m);
+  EXPECT_NE(with.find("\"planned_peak_bytes\":1200000,"
+                      "\"device_free_at_start_bytes\":84460896256,"
+                      "\"pinned_pool\":"),
+            std::string::npos)
+      << with;
+}
+
 TEST(Metrics, FingerprintsAppearOnlyWhenRequested) {
   StepMetrics m = sample();
   m.transfers.clear();
