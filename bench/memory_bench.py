@@ -187,6 +187,10 @@ def run_arm(arm, binary, a, work):
                 "device_peak_bytes": max(l.get("device_peak_bytes", 0)
                                          for l in lines),
                 "planned_peak_bytes": lines[-1].get("planned_peak_bytes"),
+                # What the driver and the context held at start: the
+                # capacity less this (metrics, cuda only).
+                "device_free_at_start_bytes":
+                    lines[0].get("device_free_at_start_bytes"),
                 "losses": [l.get("loss") for l in lines]})
     if arm.get("budget_gib"):
         budget = arm["budget_gib"] << 30
