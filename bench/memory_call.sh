@@ -54,11 +54,11 @@ pack() {
   cp /tmp/peer/*.jsonl /tmp/peer/*.log "$R/" 2>/dev/null
   tar -cJf "$OUT/results.tar.xz" -C "$R" . -C /tmp/peer triton-cache 2>/dev/null
 }
-grid() { # grid OUT-NAME ARGS...
+grid() { # [GRID_TIMEOUT=s] grid OUT-NAME ARGS...
   local name=$1
   shift
   timeout $(($(left) - 10)) python3 bench/qwen_torch_peer.py grid "$@" \
-    --timeout-s 150 --max-wall-s $(($(left) - 30)) --resume \
+    --timeout-s "${GRID_TIMEOUT:-150}" --max-wall-s $(($(left) - 30)) --resume \
     --out "/tmp/peer/$name.jsonl" 2>&1 | grep -v '^{' | tail -50
 }
 for phase in "$@"; do
@@ -95,7 +95,8 @@ for phase in "$@"; do
     grid budgets-soc --budgets-gib 16,24 --seqs 4096 --global-batch-tokens 65536 \
       --mbs 1,2,4 --activations none,layer,selective --save-on-cpu on --steps 3 --warmup 2 ;;
   peer-compile)
-    grid budgets-compile --compile --budgets-gib 24,40,80 --seqs 4096 \
+    # Compiling 24 layers takes minutes the first time: a longer limit.
+    GRID_TIMEOUT=420 grid budgets-compile --compile --budgets-gib 24,40,80 --seqs 4096 \
       --global-batch-tokens 65536 --mbs 4 --activations none,layer --steps 3 --warmup 2 ;;
   peer-lengths)
     # One sequence a step, as our length arms (1 x 1); each seq its own grid.
