@@ -1702,6 +1702,21 @@ LogicalResult Walker::walkKernel(Operation *op) {
   if (callee == "train.gdn_gates") {
     if (failed(expectCounts(4, 2)))
       return failure();
+    int64_t heads = dim(ins[0], -1), rows = nel(ins[0]) / heads;
+    if (auto et = genType(ins[0]);
+        et && dt(ins[1]) == dt(ins[0]) && dt(outs[1]) == dt(ins[0])) {
+      kernelgen::GroupSpec g;
+      g.kind = kernelgen::GroupKind::GdnGatesForward;
+      g.dtype = *et;
+      return launchGen(g, {{"a", P(at(ins[0]))},
+                           {"b", P(at(ins[1]))},
+                           {"aLog", P(at(ins[2]))},
+                           {"dtBias", P(at(ins[3]))},
+                           {"g", P(at(outs[0]))},
+                           {"beta", P(at(outs[1]))},
+                           {"rows", L(rows)},
+                           {"heads", L(heads)}});
+    }
     sink_.call("ap_gdn_gates",
                {lbl(), off(ins[0]), off(ins[1]), off(ins[2]), off(ins[3]),
                 off(outs[0]), off(outs[1]),
@@ -1714,6 +1729,34 @@ LogicalResult Walker::walkKernel(Operation *op) {
       return op->emitError(pfx() + "train.gdn_gates_grad of frozen gate "
                                    "parameters is not supported");
     // ins: a, A_log, dt_bias, g, beta, dg, dbeta; outs: da, db, dA_log, ddt.
+    int64_t heads = dim(ins[0], -1), rows = nel(ins[0]) / heads;
+    if (auto et = genType(ins[0]);
+        et && dt(ins[4]) == dt(ins[0]) && dt(ins[6]) == dt(ins[0]) &&
+        dt(outs[0]) == dt(ins[0]) && dt(outs[1]) == dt(ins[0])) {
+      kernelgen::GroupSpec g;
+      g.kind = kernelgen::GroupKind::GdnGatesBackward;
+      g.dtype = *et;
+      // The partial column sums: the stream's workspace (the plan's
+      // workspace query counts them, KernelWorkspace.cpp).
+      return launchGen(
+          g, {{"a", P(at(ins[0]))},
+              {"aLog", P(at(ins[1]))},
+              {"dtBias", P(at(ins[2]))},
+              {"beta", P(at(ins[4]))},
+              {"dg", P(at(ins[5]))},
+              {"dbeta", P(at(ins[6]))},
+              {"da", P(at(outs[0]))},
+              {"db", P(at(outs[1]))},
+              {"dALog", P(at(outs[2]))},
+              {"dDtBias", P(at(outs[3]))},
+              {"partial",
+               GenArg{'w',
+                      {},
+                      int64_t(kernelgen::gdnGatesWorkspaceBytes(rows, heads))}},
+              {"rows", L(rows)},
+              {"heads", L(heads)},
+              {"parts", L(kernelgen::rmsNormDwParts(rows))}});
+    }
     sink_.call("ap_gdn_gates_grad",
                {lbl(), off(ins[0]), off(ins[1]), off(ins[2]), off(ins[4]),
                 off(ins[5]), off(ins[6]), off(outs[0]), off(outs[1]),

@@ -75,6 +75,12 @@ std::string kernelName(const GroupSpec &spec) {
     if (spec.recomputeY)
       name += "_y";
     break;
+  case GroupKind::GdnGatesForward:
+    name += "gdn_gates_fwd";
+    break;
+  case GroupKind::GdnGatesBackward:
+    name += "gdn_gates_bwd";
+    break;
   case GroupKind::AdamW:
     name += "adamw_grad";
     name += ty(spec.dtype);
@@ -89,6 +95,9 @@ std::string kernelName(const GroupSpec &spec) {
 
 std::vector<std::string> gpuKernelNames(const GroupSpec &spec) {
   std::string name = kernelName(spec);
+  if (spec.kind == GroupKind::GdnGatesBackward)
+    return {name + "_elem", name + "_alogpart", name + "_alog",
+            name + "_dtpart", name + "_dt"};
   if (spec.kind != GroupKind::RmsNormBackward &&
       spec.kind != GroupKind::GatedNormBackward)
     return {name};
@@ -112,13 +121,16 @@ std::optional<GroupKind> parseGroupKind(llvm::StringRef name) {
       .Case("l2norm-bwd", GroupKind::L2NormBackward)
       .Case("gated-norm-fwd", GroupKind::GatedNormForward)
       .Case("gated-norm-bwd", GroupKind::GatedNormBackward)
+      .Case("gdn-gates-fwd", GroupKind::GdnGatesForward)
+      .Case("gdn-gates-bwd", GroupKind::GdnGatesBackward)
       .Default(std::nullopt);
 }
 
 const char *groupKindNames() {
   return "swiglu-fwd, swiglu-bwd, residual-add, rmsnorm-fwd, rmsnorm-bwd, "
          "add-rmsnorm-fwd, adamw, sigmoid-gate-fwd, sigmoid-gate-bwd, "
-         "l2norm-fwd, l2norm-bwd, gated-norm-fwd, gated-norm-bwd";
+         "l2norm-fwd, l2norm-bwd, gated-norm-fwd, gated-norm-bwd, "
+         "gdn-gates-fwd, gdn-gates-bwd";
 }
 
 AdamWScalars adamWScalars(double lr, double beta1, double beta2, double eps,
@@ -222,6 +234,16 @@ Params paramsOf(const GroupSpec &s) {
       p.ints.push_back("dwParts");
     }
     break;
+  case GroupKind::GdnGatesForward:
+    p.ptrs = {"a", "b", "aLog", "dtBias", "g", "beta"};
+    p.ints = {"rows", "heads"};
+    break;
+  case GroupKind::GdnGatesBackward:
+    p.ptrs = {"a",     "aLog", "dtBias", "beta",  "dg",
+              "dbeta", "da",   "db",     "dALog", "dDtBias"};
+    p.workspaces = {"partial"};
+    p.ints = {"rows", "heads", "parts"};
+    break;
   case GroupKind::AdamW:
     p.ptrs = {"master", "expAvg", "expAvgSq", "grad", "clipCoef"};
     if (s.computeCopy)
@@ -282,6 +304,26 @@ std::vector<GpuEntry> gpuEntries(const GroupSpec &spec) {
       e.workParams = {index("rows")};
       e.threadsPerItem = int(kLanes);
       break;
+    case GroupKind::GdnGatesForward:
+      e.workParams = {index("rows"), index("heads")};
+      e.vector = int(vectorOf(spec));
+      break;
+    case GroupKind::GdnGatesBackward:
+      // The element phase (da, db) as an element-wise group; then, for
+      // dA_log and for dt_bias, the two phases of a norm's dw.
+      if (phase == 0) {
+        e.workParams = {index("rows"), index("heads")};
+        e.vector = int(vectorOf(spec));
+      } else if (phase % 2 == 1) {
+        e.workParams = {index("parts"), index("heads")};
+        e.threadsPerItem = int(kDwGroups);
+        e.blockSize = int(kLanes * kDwGroups);
+      } else {
+        e.workParams = {index("heads")};
+        e.threadsPerItem = int(kLanes);
+        e.blockSize = int(kLanes * kLanes);
+      }
+      break;
     case GroupKind::RmsNormBackward:
     case GroupKind::GatedNormBackward:
       // Rows first, a warp each; then (with dw) kDwGroups row groups per
@@ -328,6 +370,10 @@ uint64_t rmsNormDwWorkspaceBytes(int64_t rows, int64_t dim) {
   return uint64_t(rmsNormDwParts(rows)) * uint64_t(dim) * sizeof(float);
 }
 
+uint64_t gdnGatesWorkspaceBytes(int64_t rows, int64_t heads) {
+  return 2 * rmsNormDwWorkspaceBytes(rows, heads);
+}
+
 int64_t rowChunkOf(GroupKind kind, ElemType storage) {
   if (kind == GroupKind::L2NormForward || kind == GroupKind::L2NormBackward ||
       kind == GroupKind::GatedNormForward ||
@@ -346,6 +392,9 @@ int64_t vectorOf(const GroupSpec &spec) {
     return spec.dtype == ElemType::BF16 ? 8 : 4;
   case GroupKind::AdamW:
     return 4; // f32 master weights and moments
+  case GroupKind::GdnGatesForward:
+  case GroupKind::GdnGatesBackward:
+    return 4; // f32 g, dg and the per-head parameters
   default:
     return 1;
   }

@@ -34,6 +34,13 @@
 //                 token's head) y = w x rstd z sigmoid(z); all contiguous
 //   gated_norm_bwd (x, z, w, rstd, dy, dx, dz, [dw,] [y,] [dwPartial:
 //                 workspace,] rows, dim, [dwParts]); dw as rmsnorm_bwd's
+//   gdn_gates_fwd (a, b, aLog, dtBias, g, beta, rows, heads): a, b, beta
+//                 [rows, heads] storage, g [rows, heads] f32, aLog and
+//                 dtBias [heads] f32; all contiguous
+//   gdn_gates_bwd (a, aLog, dtBias, beta, dg, dbeta, da, db, dALog,
+//                 dDtBias, partial: workspace, rows, heads, parts): dg f32;
+//                 dALog, dDtBias [heads] f32 +=; parts =
+//                 rmsNormDwParts(rows), partial gdnGatesWorkspaceBytes
 // Integers are int64_t; bracketed parameters exist only when the spec asks
 // for that output. clipCoef may be null (coefficient 1). GPU launch (per
 // entry, gpuEntries): grid = ceil(work * threadsPerItem / blockSize) blocks
@@ -81,6 +88,11 @@ enum class GroupKind {
   /// and its backward (dx, dz; optionally dw += and the recomputed y).
   GatedNormForward,
   GatedNormBackward,
+  /// GDN's gates, beta = sigmoid(b) and g = -exp(A_log) softplus(a +
+  /// dt_bias) per (token, head), and their backward (da, db; dA_log and
+  /// dt_bias's gradient += their column sums over tokens).
+  GdnGatesForward,
+  GdnGatesBackward,
 };
 
 /// Storage element types of the generated kernels (math is always f32).
@@ -149,6 +161,10 @@ int64_t rmsNormDwParts(int64_t rows);
 /// The workspace of an RMSNorm backward with dw: one f32 per part and
 /// column.
 uint64_t rmsNormDwWorkspaceBytes(int64_t rows, int64_t dim);
+/// The workspace of a GDN gates backward: the partial column sums of its
+/// two gradients (dA_log's, then dt_bias's), each as an RMSNorm dw's over
+/// `rows` tokens and `heads` columns.
+uint64_t gdnGatesWorkspaceBytes(int64_t rows, int64_t heads);
 
 /// Elements of a row chunk in the row sums' order: lane l of kLanes owns
 /// the chunks l, l + kLanes, ... of rowChunkOf consecutive elements

@@ -34,6 +34,9 @@ namespace {
 
 struct ChunkCtx;
 
+/// The C library's log1p of float, which host kernels call.
+constexpr llvm::StringLiteral kLog1pf = "log1pf";
+
 /// Emits the per-element code of every group; `gpu` picks pointer address
 /// space 1 (global) and the gpu memref memory space.
 class Emitter {
@@ -163,6 +166,10 @@ public:
           .getResult(0);
     return math::SqrtOp::create(b, loc, x);
   }
+  /// log(1 + x) as the C library's log1pf: on the host a call to log1pf
+  /// itself (MLIR's math-to-LLVM lowering would approximate it); on the GPU
+  /// libdevice's __nv_log1pf.
+  Value log1p(Value x);
   /// 1 / (1 + exp(-x)), the reference's sigmoid.
   Value sigmoid(Value x) {
     Value e = math::ExpOp::create(b, loc, arith::NegFOp::create(b, loc, x));
@@ -329,6 +336,16 @@ struct ChunkCtx {
   /// The row index of each rank-2 memref stored to.
   llvm::DenseMap<Value, Value> rowOf;
 };
+
+Value Emitter::log1p(Value x) {
+  if (gpu)
+    return math::Log1pOp::create(b, loc, x);
+  // buildHostModule declares log1pf (the calls are built inside loops that
+  // are not in the module yet, so they cannot add it themselves).
+  return func::CallOp::create(b, loc, kLog1pf, TypeRange{b.getF32Type()},
+                              ValueRange{x})
+      .getResult(0);
+}
 
 Value Emitter::load(Value m, ValueRange idx) {
   if (chunk) {
@@ -1017,16 +1034,25 @@ Work addRmsNormWork(Emitter &e, const GroupSpec &s, const Args &a) {
 /// the parts of column j (kLanes groups of parts, then a halving tree). The
 /// partials live in the workspace `dwPartial` [dwParts, dim] f32 on both
 /// targets.
-void appendDwPhases(SmallVector<Work> &phases, Emitter &e, const Args &a,
+/// Where a column sum's partials live: `partial` [parts, dim] f32 (raw
+/// pointer; dim and parts i64).
+struct DwSum {
+  Value dim, parts, partial;
+};
+/// A norm backward's dw partials: the dim, dwParts and dwPartial
+/// parameters.
+DwSum normDwSum(const Args &a) {
+  return {a.get("dim"), a.get("dwParts"), a.get("dwPartial")};
+}
+
+void appendDwPhases(SmallVector<Work> &phases, Emitter &e, DwSum where,
                     Value rowsIdx, Value dimIdx, Value dw, Value scratch,
                     std::function<Value(Emitter &, Value, Value)> term) {
-  if (!dw) // no weight gradient asked for
-    return;
   Type f32 = e.b.getF32Type();
-  Value dim = a.get("dim");
-  Value parts = a.get("dwParts");
+  Value dim = where.dim;
+  Value parts = where.parts;
   Value partsIdx = e.toIndex(parts);
-  Value partial = e.memref2(a.get("dwPartial"), f32, parts, dim, dim);
+  Value partial = e.memref2(where.partial, f32, parts, dim, dim);
   // Group g's partial of part p, column j: rows p * C + g, + kDwGroups, ...
   // below min((p + 1) * C, rows).
   auto partSum = [=](Emitter &in, Value p, Value g, Value j) {
@@ -1224,12 +1250,13 @@ SmallVector<Work> rmsNormBackwardWork(Emitter &e, const GroupSpec &s,
   };
   SmallVector<Work> phases{Work{{rowsIdx}, rowItem}};
   // dw[j] += the column sum of (dy * x) * rs over rows.
-  appendDwPhases(
-      phases, e, a, rowsIdx, dimIdx, dw, scratch,
-      [=](Emitter &in, Value r, Value j) {
-        Value rs = memref::LoadOp::create(in.b, in.loc, rstd, ValueRange{r});
-        return in.mul(in.mul(in.load(dy, {r, j}), in.load(x, {r, j})), rs);
-      });
+  if (dw)
+    appendDwPhases(
+        phases, e, normDwSum(a), rowsIdx, dimIdx, dw, scratch,
+        [=](Emitter &in, Value r, Value j) {
+          Value rs = memref::LoadOp::create(in.b, in.loc, rstd, ValueRange{r});
+          return in.mul(in.mul(in.load(dy, {r, j}), in.load(x, {r, j})), rs);
+        });
   return phases;
 }
 
@@ -1382,12 +1409,108 @@ SmallVector<Work> gatedNormWork(Emitter &e, const GroupSpec &s, const Args &a,
     });
   };
   SmallVector<Work> phases{Work{{rowsIdx}, rowItem}};
+  if (dw)
+    appendDwPhases(
+        phases, e, normDwSum(a), rowsIdx, dimIdx, dw, scratch,
+        [=](Emitter &in, Value r, Value j) {
+          Value rs = memref::LoadOp::create(in.b, in.loc, rstd, ValueRange{r});
+          return in.mul(dyhAt(in, r, j), in.mul(in.load(x, {r, j}), rs));
+        });
+  return phases;
+}
+
+/// GDN's gates per (token, head), the reference's gdnref::gatesForward /
+/// gatesBackward per element, left to right as written, with e = exp(A_log)
+/// and x = a + dt_bias: forward g = -e * softplus(x) (softplus(x) = x for x
+/// > 20, else log1p(exp(x))) and beta = sigmoid(b); backward da = (dg * -e)
+/// * dsp (dsp = 1 for x > 20, else sigmoid(x)) and db = (dbeta * beta) * (1
+/// - beta), then dA_log += the column sum over tokens of dg * (-e *
+/// softplus(x)) and dt_bias's gradient += that of da (before rounding), in
+/// a norm dw's order (appendDwPhases). A_log and dt_bias are read as
+/// [rows, heads] operands of row stride 0.
+SmallVector<Work> gdnGatesWork(Emitter &e, const GroupSpec &s, const Args &a,
+                               bool backward) {
+  OpBuilder &b = e.b;
+  Location loc = e.loc;
+  Type st = e.storage(s.dtype), f32 = b.getF32Type();
+  Value rows = a.get("rows"), heads = a.get("heads");
+  Value zero =
+      LLVM::ConstantOp::create(b, loc, b.getI64Type(), b.getI64IntegerAttr(0));
+  auto op = [&](const char *ptr, Type elem, bool perHead = false) {
+    Value p = a.get(ptr), stride = perHead ? zero : heads;
+    return Operand{p, stride, e.memref2(p, elem, rows, heads, stride), elem};
+  };
+  ElementWise ew;
+  ew.rows = e.toIndex(rows);
+  ew.cols = e.toIndex(heads);
+  ew.vector = vectorOf(s);
+  Operand aLog = op("aLog", f32, true), dtBias = op("dtBias", f32, true);
+  auto over20 = [](Emitter &in, Value x) {
+    return arith::CmpFOp::create(in.b, in.loc, arith::CmpFPredicate::OGT, x,
+                                 in.cF32(20.0f));
+  };
+  auto softplus = [over20](Emitter &in, Value x) {
+    return arith::SelectOp::create(
+               in.b, in.loc, over20(in, x), x,
+               in.log1p(math::ExpOp::create(in.b, in.loc, x)))
+        .getResult();
+  };
+  auto negExp = [](Emitter &in, Value v) {
+    return arith::NegFOp::create(in.b, in.loc,
+                                 math::ExpOp::create(in.b, in.loc, v))
+        .getResult();
+  };
+  if (!backward) {
+    ew.ins = {op("a", st), op("b", st), aLog, dtBias};
+    ew.outs = {op("g", f32), op("beta", st)};
+    ew.fn = [=](Emitter &in, ArrayRef<Value> v) -> SmallVector<Value, 4> {
+      return {in.mul(negExp(in, v[2]), softplus(in, in.add(v[0], v[3]))),
+              in.sigmoid(v[1])};
+    };
+    return {elementWiseWork(e, ew)};
+  }
+  Operand av = op("a", st), dg = op("dg", f32);
+  ew.ins = {av, aLog, dtBias, dg, op("beta", st), op("dbeta", st)};
+  ew.outs = {op("da", st), op("db", st)};
+  // da before rounding, at (r, h) from its loaded inputs.
+  auto daOf = [=](Emitter &in, Value a0, Value al, Value dt, Value g) {
+    Value x = in.add(a0, dt);
+    Value dsp = arith::SelectOp::create(in.b, in.loc, over20(in, x),
+                                        in.cF32(1.0f), in.sigmoid(x));
+    return in.mul(in.mul(g, negExp(in, al)), dsp);
+  };
+  ew.fn = [=](Emitter &in, ArrayRef<Value> v) -> SmallVector<Value, 4> {
+    Value bt = v[4];
+    return {daOf(in, v[0], v[1], v[2], v[3]),
+            in.mul(in.mul(v[5], bt), in.sub(in.cF32(1.0f), bt))};
+  };
+  SmallVector<Work> phases{elementWiseWork(e, ew)};
+  Value rowsIdx = e.toIndex(rows), headsIdx = e.toIndex(heads);
+  Value scratch = rowScratch(e);
+  Value parts = a.get("parts");
+  Value partial = a.get("partial");
+  // dt_bias's partials follow dA_log's: parts x heads floats on.
+  Value second = LLVM::GEPOp::create(
+      b, loc, partial.getType(), f32, partial,
+      ValueRange{LLVM::MulOp::create(b, loc, parts, heads)});
+  Value dALog = e.memref1(a.get("dALog"), f32, heads);
+  Value dDtBias = e.memref1(a.get("dDtBias"), f32, heads);
+  auto loadAt = [](Emitter &in, const Operand &o, Value r, Value h) {
+    return in.load(o.m, {r, h});
+  };
   appendDwPhases(
-      phases, e, a, rowsIdx, dimIdx, dw, scratch,
-      [=](Emitter &in, Value r, Value j) {
-        Value rs = memref::LoadOp::create(in.b, in.loc, rstd, ValueRange{r});
-        return in.mul(dyhAt(in, r, j), in.mul(in.load(x, {r, j}), rs));
+      phases, e, {heads, parts, partial}, rowsIdx, headsIdx, dALog, scratch,
+      [=](Emitter &in, Value r, Value h) {
+        Value x = in.add(loadAt(in, av, r, h), loadAt(in, dtBias, r, h));
+        Value sp = softplus(in, x);
+        return in.mul(loadAt(in, dg, r, h),
+                      in.mul(negExp(in, loadAt(in, aLog, r, h)), sp));
       });
+  appendDwPhases(phases, e, {heads, parts, second}, rowsIdx, headsIdx, dDtBias,
+                 scratch, [=](Emitter &in, Value r, Value h) {
+                   return daOf(in, loadAt(in, av, r, h), loadAt(in, aLog, r, h),
+                               loadAt(in, dtBias, r, h), loadAt(in, dg, r, h));
+                 });
   return phases;
 }
 
@@ -1476,6 +1599,10 @@ SmallVector<Work> workOf(Emitter &e, const GroupSpec &s, const Args &a) {
     return gatedNormWork(e, s, a, /*backward=*/false);
   case GroupKind::GatedNormBackward:
     return gatedNormWork(e, s, a, /*backward=*/true);
+  case GroupKind::GdnGatesForward:
+    return gdnGatesWork(e, s, a, /*backward=*/false);
+  case GroupKind::GdnGatesBackward:
+    return gdnGatesWork(e, s, a, /*backward=*/true);
   }
   llvm_unreachable("unknown group kind");
 }
@@ -1501,6 +1628,15 @@ OwningOpRef<ModuleOp> buildHostModule(MLIRContext &context,
   Location loc = UnknownLoc::get(&context);
   OwningOpRef<ModuleOp> module = ModuleOp::create(loc);
   OpBuilder b(&context);
+  if (llvm::any_of(specs, [](const GroupSpec &s) {
+        return s.kind == GroupKind::GdnGatesForward ||
+               s.kind == GroupKind::GdnGatesBackward;
+      })) {
+    b.setInsertionPointToEnd(module->getBody());
+    Type f32 = b.getF32Type();
+    func::FuncOp::create(b, loc, kLog1pf, b.getFunctionType({f32}, {f32}))
+        .setPrivate();
+  }
   for (const GroupSpec &spec : specs) {
     b.setInsertionPointToEnd(module->getBody());
     Emitter e(b, loc, /*gpu=*/false);

@@ -390,7 +390,9 @@ def launches_per_step(path):
 GENERATED_OPS = ("train.swiglu", "train.swiglu_grad", "train.add",
                  "train.rms_norm", "train.rms_norm_grad", "train.output_gate",
                  "train.output_gate_grad", "train.l2_norm",
-                 "train.l2_norm_grad")
+                 "train.l2_norm_grad", "train.gated_rms_norm",
+                 "train.gated_rms_norm_grad", "train.gdn_gates",
+                 "train.gdn_gates_grad")
 
 
 def generated_kernel_ratios(library, generated):

@@ -142,6 +142,18 @@ int64_t ap::train::kernelWorkspaceBytes(Operation *op, k::Backend backend) {
                 size_t(ap::kernelgen::rmsNormDwWorkspaceBytes(
                     a.tokens * a.heads, a.dim)));
           })
+          .Case([&](GDNGatesGradOp g) -> std::optional<size_t> {
+            // The library runs the gates backward in the runner's own
+            // scratch; kernelgen's partial column sums of dA_log and
+            // dt_bias's gradient take the stream's workspace when the step
+            // runs generated kernels.
+            auto a = cast<ShapedType>(g.getA().getType());
+            int64_t heads = a.getDimSize(a.getRank() - 1);
+            if (heads <= 0)
+              return std::nullopt;
+            return size_t(ap::kernelgen::gdnGatesWorkspaceBytes(
+                a.getNumElements() / heads, heads));
+          })
           .Case<RMSNormGradOp, RMSNormGradRebuildOp>(
               [&](auto g) -> std::optional<size_t> {
                 // The weight gradient's partial column sums: the library

@@ -2,8 +2,8 @@
 #===- generated_kernels.py - --kernels=generated in training binaries -----===#
 #
 # actplace-compile --kernels=generated launches kernelgen's kernels (SwiGLU,
-# residual add, RMSNorm, the sigmoid output gate, GDN's L2 norm, forward and
-# backward)
+# residual add, RMSNorm, the sigmoid output gate, GDN's L2 norm and gates,
+# forward and backward)
 # through ap_launch_generated instead of the library's. On the host backend
 # the generated host code computes the reference kernels' per-element
 # arithmetic with kernelgen's own reduction order (the one its GPU kernels
@@ -148,7 +148,9 @@ def main():
         needed = ["ap_kg_swiglu_fwd_" + dtype, "ap_kg_residual_add_" + dtype,
                   "ap_kg_sigmoid_gate_fwd_" + dtype,
                   "ap_kg_sigmoid_gate_bwd_" + dtype,
-                  "ap_kg_l2norm_fwd_" + dtype, "ap_kg_l2norm_bwd_" + dtype]
+                  "ap_kg_l2norm_fwd_" + dtype, "ap_kg_l2norm_bwd_" + dtype,
+                  "ap_kg_gdn_gates_fwd_" + dtype,
+                  "ap_kg_gdn_gates_bwd_" + dtype]
         if name == "recompute-fused":
             needed += ["ap_kg_swiglu_bwd_y_" + dtype,
                        "ap_kg_rmsnorm_bwd_zc_dw_y_" + dtype]

@@ -521,10 +521,19 @@ static std::vector<std::string> generatedOps;
 static bool fuseGenerated = false;
 
 /// The train ops kernelgen has groups for (the fused add + RMSNorm apart).
-static const char *const kGeneratedOpNames[] = {
-    "train.swiglu",           "train.swiglu_grad",   "train.add",
-    "train.rms_norm",         "train.rms_norm_grad", "train.output_gate",
-    "train.output_gate_grad", "train.l2_norm",       "train.l2_norm_grad"};
+static const char *const kGeneratedOpNames[] = {"train.swiglu",
+                                                "train.swiglu_grad",
+                                                "train.add",
+                                                "train.rms_norm",
+                                                "train.rms_norm_grad",
+                                                "train.output_gate",
+                                                "train.output_gate_grad",
+                                                "train.l2_norm",
+                                                "train.l2_norm_grad",
+                                                "train.gated_rms_norm",
+                                                "train.gated_rms_norm_grad",
+                                                "train.gdn_gates",
+                                                "train.gdn_gates_grad"};
 
 /// Applies --kernels (and, for auto, the profile's measurements) to the
 /// three settings above; prints auto's choice. Returns an error message,

@@ -31,7 +31,9 @@ static cl::list<std::string>
            cl::desc("Op groups to generate, comma separated: swiglu-fwd, "
                     "swiglu-bwd, residual-add, rmsnorm-fwd, rmsnorm-bwd, "
                     "add-rmsnorm-fwd, adamw, sigmoid-gate-fwd, "
-                    "sigmoid-gate-bwd, or all"),
+                    "sigmoid-gate-bwd, l2norm-fwd, l2norm-bwd, "
+                    "gated-norm-fwd, gated-norm-bwd, gdn-gates-fwd, "
+                    "gdn-gates-bwd, or all"),
            cl::cat(category));
 static cl::opt<std::string>
     dtype("dtype", cl::init("bf16"),

@@ -46,6 +46,10 @@ inline std::vector<GroupSpec> cudaTestSpecs() {
   s.kind = GroupKind::GatedNormBackward; // with dw and the rebuilt y
   all.push_back(s);
   s.recomputeY = false;
+  s.kind = GroupKind::GdnGatesForward;
+  all.push_back(s);
+  s.kind = GroupKind::GdnGatesBackward;
+  all.push_back(s);
   s.kind = GroupKind::AdamW;
   s.dtype = ElemType::F32; // f32 main grads, bf16 compute copy
   s.computeCopy = ElemType::BF16;

@@ -611,6 +611,100 @@ TEST_F(KernelGenCuda, GatedNormWithinBoundsAndDeterministic) {
   }
 }
 
+// GDN's gates at Qwen3.5-0.8B's shape (4 x 4096 tokens, 16 heads) and odd
+// ones: the GPU's exp and log1p are libdevice's, not the host's libm, so
+// every output is held to a bound of the host kernel's (the model of
+// kernelgen's order for the two column sums), and to itself run to run.
+TEST_F(KernelGenCuda, GdnGatesWithinBoundsAndDeterministic) {
+  const kg::ElemType t = kg::ElemType::BF16;
+  for (Shape s : {Shape{16384, 16}, Shape{3, 7}, Shape{1000, 5}}) {
+    size_t n = size_t(s.rows * s.cols);
+    I h = s.cols;
+    auto a = randomStorage(t, n, 161, 6.0), b = randomStorage(t, n, 162, 3.0),
+         dbeta = randomStorage(t, n, 163, 1.0, false);
+    for (size_t i = 2; i < n; i += 11) // around and above softplus's 20
+      storeAt(t, a.data(), I(i), 17.0f + 0.25f * float(i % 29));
+    std::vector<float> aLog, dtBias, dg, dA0, dT0;
+    for (double v : ap::test::randn(size_t(h), 164, 0.5))
+      aLog.push_back(float(v));
+    for (double v : ap::test::randn(size_t(h), 165))
+      dtBias.push_back(float(v));
+    for (double v : ap::test::randn(n, 166))
+      dg.push_back(float(v));
+    for (double v : ap::test::randn(size_t(h), 167))
+      dA0.push_back(float(v));
+    for (double v : ap::test::randn(size_t(h), 168))
+      dT0.push_back(float(v));
+    // The host: the reference's per-element outputs (which the host kernel
+    // matches bit for bit) and the model's column sums.
+    std::vector<float> gW(n);
+    std::vector<uint8_t> betaW(n * 2), daW(n * 2), dbW(n * 2);
+    std::vector<float> dAW = dA0, dTW = dT0, dAR = dA0, dTR = dT0;
+    GdnGatesArgs r;
+    r.dtype = DType::BF16;
+    r.tokens = s.rows;
+    r.heads = int32_t(h);
+    r.a = a.data();
+    r.b = b.data();
+    r.aLog = aLog.data();
+    r.dtBias = dtBias.data();
+    r.g = gW.data();
+    r.beta = betaW.data();
+    ASSERT_EQ(gdnGatesForward(kHost, r), Status::Ok);
+    r.dg = dg.data();
+    r.dbeta = dbeta.data();
+    r.da = daW.data();
+    r.db = dbW.data();
+    r.dALog = dAR.data();
+    r.dDtBias = dTR.data();
+    ASSERT_EQ(gdnGatesBackward(kHost, r), Status::Ok);
+    modelGdnGatesSums(t, a.data(), aLog.data(), dtBias.data(), dg.data(),
+                      dAW.data(), dTW.data(), s.rows, h);
+    kg::GroupSpec f, bw;
+    f.kind = kg::GroupKind::GdnGatesForward;
+    bw.kind = kg::GroupKind::GdnGatesBackward;
+    I parts = kg::rmsNormDwParts(s.rows);
+    std::string where = std::to_string(s.rows) + "x" + std::to_string(h);
+    std::vector<uint8_t> first;
+    for (int run = 0; run < 2; ++run) {
+      DevBuf da_(a), db_(b), dal(aLog), ddt(dtBias), ddg(dg), ddbeta(dbeta),
+          dgOut(std::vector<float>(n, -1.f)),
+          dbetaOut(std::vector<uint8_t>(n * 2, 0xff)),
+          dda(std::vector<uint8_t>(n * 2, 0xff)),
+          ddb(std::vector<uint8_t>(n * 2, 0xff)), ddA(dA0), ddT(dT0),
+          ws(std::vector<float>(size_t(2 * parts * h), -3.f));
+      CU(launch(kg::kernelName(f), da_.p, db_.p, dal.p, ddt.p, dgOut.p,
+                dbetaOut.p, s.rows, h));
+      EXPECT_TRUE(closeTo(kg::ElemType::F32, rawBytes(gW),
+                          rawBytes(dgOut.floatsBack()), 1e-5, "g"))
+          << where;
+      EXPECT_TRUE(closeTo(t, betaW, dbetaOut.bytesBack(), orderTol(t), "beta"))
+          << where;
+      // The backward from the host's beta (the reference's bits).
+      DevBuf dbetaIn(betaW);
+      for (const std::string &name : kg::gpuKernelNames(bw))
+        CU(launch(name, da_.p, dal.p, ddt.p, dbetaIn.p, ddg.p, ddbeta.p, dda.p,
+                  ddb.p, ddA.p, ddT.p, ws.p, s.rows, h, parts));
+      EXPECT_TRUE(closeTo(t, daW, dda.bytesBack(), orderTol(t), "da")) << where;
+      EXPECT_TRUE(sameBits(dbW, ddb.bytesBack(), 2, "db")) << where;
+      EXPECT_TRUE(closeTo(kg::ElemType::F32, rawBytes(dAW),
+                          rawBytes(ddA.floatsBack()), 1e-5, "dA_log"))
+          << where;
+      EXPECT_TRUE(closeTo(kg::ElemType::F32, rawBytes(dTW),
+                          rawBytes(ddT.floatsBack()), 1e-5, "ddt_bias"))
+          << where;
+      std::vector<uint8_t> all = rawBytes(dgOut.floatsBack());
+      for (auto part : {dbetaOut.bytesBack(), dda.bytesBack(), ddb.bytesBack(),
+                        rawBytes(ddA.floatsBack()), rawBytes(ddT.floatsBack())})
+        all.insert(all.end(), part.begin(), part.end());
+      if (run == 0)
+        first = all;
+      else
+        EXPECT_EQ(first, all) << "GDN gates differ between two runs " << where;
+    }
+  }
+}
+
 TEST_F(KernelGenCuda, AdamWBitwise) {
   for (I n : {I(1024 * 3584), I(1), I(4099)}) {
     std::vector<float> p, m, v, g;

@@ -110,6 +110,10 @@ struct Jit {
       }
       s.accumulateDw = true;
       s.recomputeY = false;
+      s.kind = kg::GroupKind::GdnGatesForward;
+      all.push_back(s);
+      s.kind = kg::GroupKind::GdnGatesBackward;
+      all.push_back(s);
     }
     return all;
   }
@@ -694,6 +698,102 @@ TEST_P(KernelGenHost, GatedNormMatchesModelAndReference) {
          dz0.data(), s.rows, d);
     EXPECT_TRUE(sameBits(dxG, dx0, eb, "dx without dw")) << where;
     EXPECT_TRUE(sameBits(dzG, dz0, eb, "dz without dw")) << where;
+  }
+}
+
+// GDN's gates: g, beta, da and db bitwise to the reference (the same
+// per-element code and libm calls); dA_log and dt_bias's gradient bitwise to
+// the model of kernelgen's column sums and within bounds of the reference's
+// token-order sums. Inputs put some of a + dt_bias above softplus's
+// threshold of 20.
+TEST_P(KernelGenHost, GdnGatesMatchModelAndReference) {
+  size_t eb = bytesOf(type());
+  kg::GroupSpec fs, bs;
+  fs.dtype = bs.dtype = type();
+  fs.kind = kg::GroupKind::GdnGatesForward;
+  bs.kind = kg::GroupKind::GdnGatesBackward;
+  using P = const void *;
+  // (a, b, aLog, dtBias, g, beta, rows, heads)
+  auto *fwd = jit().lookup<void(P, P, P, P, void *, void *, I, I)>(fs);
+  // (a, aLog, dtBias, beta, dg, dbeta, da, db, dALog, dDtBias, partial,
+  //  rows, heads, parts)
+  auto *bwd = jit()
+                  .lookup<void(P, P, P, P, P, P, void *, void *, float *,
+                               float *, float *, I, I, I)>(bs);
+  ASSERT_NE(fwd, nullptr);
+  ASSERT_NE(bwd, nullptr);
+  const Shape shapes[] = {{1, 16}, {3, 7}, {300, 16}, {1000, 5}, {4096, 16}};
+  for (Shape s : shapes) {
+    size_t n = size_t(s.rows * s.cols);
+    I h = s.cols;
+    std::string where = std::to_string(s.rows) + "x" + std::to_string(h);
+    auto a = randomStorage(type(), n, 151 + s.cols, 6.0),
+         b = randomStorage(type(), n, 152 + s.cols, 3.0),
+         dbeta = randomStorage(type(), n, 153 + s.cols, 1.0, false);
+    for (size_t i = 2; i < n; i += 11) // around and above the threshold
+      storeAt(type(), a.data(), I(i), 17.0f + 0.25f * float(i % 29));
+    std::vector<float> aLog, dtBias, dg;
+    for (double v : ap::test::randn(size_t(h), 154 + s.cols, 0.5))
+      aLog.push_back(float(v));
+    for (double v : ap::test::randn(size_t(h), 155 + s.cols, 1.0))
+      dtBias.push_back(float(v));
+    for (double v : ap::test::randn(n, 156 + s.cols, 1.0))
+      dg.push_back(float(v));
+    std::vector<float> gG(n, 3.f), gR(n);
+    std::vector<uint8_t> betaG(n * eb, 7), betaR(n * eb);
+    fwd(a.data(), b.data(), aLog.data(), dtBias.data(), gG.data(), betaG.data(),
+        s.rows, h);
+    GdnGatesArgs r;
+    r.dtype = dtypeOf(type());
+    r.tokens = s.rows;
+    r.heads = int32_t(h);
+    r.a = a.data();
+    r.b = b.data();
+    r.aLog = aLog.data();
+    r.dtBias = dtBias.data();
+    r.g = gR.data();
+    r.beta = betaR.data();
+    ASSERT_EQ(gdnGatesForward(kHost, r), Status::Ok);
+    EXPECT_TRUE(sameBits(rawBytes(gR), rawBytes(gG), 4, "gates g")) << where;
+    EXPECT_TRUE(sameBits(betaR, betaG, eb, "gates beta")) << where;
+
+    std::vector<float> dA0, dT0;
+    for (double v : ap::test::randn(size_t(h), 157 + s.cols))
+      dA0.push_back(float(v));
+    for (double v : ap::test::randn(size_t(h), 158 + s.cols))
+      dT0.push_back(float(v));
+    std::vector<float> dAG = dA0, dTG = dT0, dAR = dA0, dTR = dT0, dAW = dA0,
+                       dTW = dT0;
+    std::vector<uint8_t> daG(n * eb, 9), dbG(n * eb, 9), daR(n * eb),
+        dbR(n * eb);
+    I parts = kg::rmsNormDwParts(s.rows);
+    ASSERT_EQ(kg::gdnGatesWorkspaceBytes(s.rows, h),
+              uint64_t(2 * parts * h) * sizeof(float));
+    std::vector<float> partial(size_t(2 * parts * h), -5.f);
+    bwd(a.data(), aLog.data(), dtBias.data(), betaG.data(), dg.data(),
+        dbeta.data(), daG.data(), dbG.data(), dAG.data(), dTG.data(),
+        partial.data(), s.rows, h, parts);
+    r.g = gG.data();
+    r.beta = betaG.data();
+    r.dg = dg.data();
+    r.dbeta = dbeta.data();
+    r.da = daR.data();
+    r.db = dbR.data();
+    r.dALog = dAR.data();
+    r.dDtBias = dTR.data();
+    ASSERT_EQ(gdnGatesBackward(kHost, r), Status::Ok);
+    EXPECT_TRUE(sameBits(daR, daG, eb, "gates da")) << where;
+    EXPECT_TRUE(sameBits(dbR, dbG, eb, "gates db")) << where;
+    modelGdnGatesSums(type(), a.data(), aLog.data(), dtBias.data(), dg.data(),
+                      dAW.data(), dTW.data(), s.rows, h);
+    EXPECT_TRUE(sameBits(rawBytes(dAW), rawBytes(dAG), 4, "dA_log")) << where;
+    EXPECT_TRUE(sameBits(rawBytes(dTW), rawBytes(dTG), 4, "ddt_bias")) << where;
+    EXPECT_TRUE(closeTo(kg::ElemType::F32, rawBytes(dAR), rawBytes(dAG), 1e-5,
+                        "dA_log vs reference"))
+        << where;
+    EXPECT_TRUE(closeTo(kg::ElemType::F32, rawBytes(dTR), rawBytes(dTG), 1e-5,
+                        "ddt_bias vs reference"))
+        << where;
   }
 }
 

@@ -296,6 +296,29 @@ inline void modelGatedNormBackward(kg::ElemType t, const void *x, const void *z,
               });
 }
 
+/// kernelgen's GDN gates backward sums over the tokens of a [rows, heads]
+/// problem: dALog[h] += the column sum of dg * (-exp(aLog[h]) * sp) and
+/// dDtBias[h] += that of da = (dg * -exp(aLog[h])) * dsp (before rounding),
+/// with x = a + dtBias[h], sp = softplus (threshold 20), dsp its slope.
+inline void modelGdnGatesSums(kg::ElemType t, const void *a, const float *aLog,
+                              const float *dtBias, const float *dg,
+                              float *dALog, float *dDtBias, I rows, I heads) {
+  for (I h = 0; h < heads; ++h) {
+    float ne = -std::exp(aLog[h]);
+    auto x = [&](I r) { return loadAt(t, a, r * heads + h) + dtBias[h]; };
+    dALog[h] = dALog[h] + modelColumnSum(rows, [&](I r) {
+                 float v = x(r);
+                 float sp = v > 20.0f ? v : std::log1p(std::exp(v));
+                 return dg[r * heads + h] * (ne * sp);
+               });
+    dDtBias[h] = dDtBias[h] + modelColumnSum(rows, [&](I r) {
+                   float v = x(r);
+                   float dsp = v > 20.0f ? 1.0f : modelSigmoid(v);
+                   return dg[r * heads + h] * ne * dsp;
+                 });
+  }
+}
+
 /// Max |got - want| within tol x max |want| over a storage buffer (two
 /// orders of the same sums: a bound, not bits).
 inline ::testing::AssertionResult closeTo(kg::ElemType t,
