@@ -1892,6 +1892,29 @@ LogicalResult Walker::walkKernel(Operation *op) {
   if (callee == "train.rope" || callee == "train.rope_grad") {
     if (failed(expectCounts(1, 1)))
       return failure();
+    if (auto et = genType(ins[0]); et && dt(outs[0]) == dt(ins[0])) {
+      kernelgen::GroupSpec g;
+      g.kind = callee == "train.rope" ? kernelgen::GroupKind::RopeForward
+                                      : kernelgen::GroupKind::RopeBackward;
+      g.dtype = *et;
+      g.packed = bool(docStarts);
+      double theta = arg(op, args, "theta", 1e4);
+      int64_t thetaBits;
+      std::memcpy(&thetaBits, &theta, sizeof(theta));
+      std::map<std::string, GenArg> v{
+          {"x", P(at(ins[0]))},
+          {"y", P(at(outs[0]))},
+          {"rows", L(dim(ins[0], 0) * dim(ins[0], 1) * dim(ins[0], 2))},
+          {"seq", L(dim(ins[0], 1))},
+          {"heads", L(dim(ins[0], 2))},
+          {"headDim", L(dim(ins[0], 3))},
+          {"offset", L(intArg(args, "offset", 0))},
+          {"rotaryDim", L(intArg(args, "rotary_dim", dim(ins[0], 3)))},
+          {"thetaBits", L(thetaBits)}};
+      if (docStarts)
+        v["docStart"] = P(at(docStarts));
+      return launchGen(g, v);
+    }
     ArgsOf<RopeArgs> A("RopeArgs");
     SETV(dtype, dt(ins[0]));
     SETP(x, at(ins[0]));

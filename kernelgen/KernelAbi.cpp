@@ -81,6 +81,12 @@ std::string kernelName(const GroupSpec &spec) {
   case GroupKind::GdnGatesBackward:
     name += "gdn_gates_bwd";
     break;
+  case GroupKind::RopeForward:
+  case GroupKind::RopeBackward:
+    name += spec.kind == GroupKind::RopeForward ? "rope_fwd" : "rope_bwd";
+    if (spec.packed)
+      name += "_packed";
+    break;
   case GroupKind::AdamW:
     name += "adamw_grad";
     name += ty(spec.dtype);
@@ -123,6 +129,8 @@ std::optional<GroupKind> parseGroupKind(llvm::StringRef name) {
       .Case("gated-norm-bwd", GroupKind::GatedNormBackward)
       .Case("gdn-gates-fwd", GroupKind::GdnGatesForward)
       .Case("gdn-gates-bwd", GroupKind::GdnGatesBackward)
+      .Case("rope-fwd", GroupKind::RopeForward)
+      .Case("rope-bwd", GroupKind::RopeBackward)
       .Default(std::nullopt);
 }
 
@@ -130,7 +138,7 @@ const char *groupKindNames() {
   return "swiglu-fwd, swiglu-bwd, residual-add, rmsnorm-fwd, rmsnorm-bwd, "
          "add-rmsnorm-fwd, adamw, sigmoid-gate-fwd, sigmoid-gate-bwd, "
          "l2norm-fwd, l2norm-bwd, gated-norm-fwd, gated-norm-bwd, "
-         "gdn-gates-fwd, gdn-gates-bwd";
+         "gdn-gates-fwd, gdn-gates-bwd, rope-fwd, rope-bwd";
 }
 
 AdamWScalars adamWScalars(double lr, double beta1, double beta2, double eps,
@@ -244,6 +252,14 @@ Params paramsOf(const GroupSpec &s) {
     p.workspaces = {"partial"};
     p.ints = {"rows", "heads", "parts"};
     break;
+  case GroupKind::RopeForward:
+  case GroupKind::RopeBackward:
+    p.ptrs = {"x", "y"};
+    if (s.packed)
+      p.ptrs.push_back("docStart");
+    p.ints = {"rows",   "seq",       "heads",    "headDim",
+              "offset", "rotaryDim", "thetaBits"};
+    break;
   case GroupKind::AdamW:
     p.ptrs = {"master", "expAvg", "expAvgSq", "grad", "clipCoef"};
     if (s.computeCopy)
@@ -307,6 +323,11 @@ std::vector<GpuEntry> gpuEntries(const GroupSpec &spec) {
     case GroupKind::GdnGatesForward:
       e.workParams = {index("rows"), index("heads")};
       e.vector = int(vectorOf(spec));
+      break;
+    case GroupKind::RopeForward:
+    case GroupKind::RopeBackward:
+      // A thread per element of a token's head.
+      e.workParams = {index("rows"), index("headDim")};
       break;
     case GroupKind::GdnGatesBackward:
       // The element phase (da, db) as an element-wise group; then, for

@@ -41,6 +41,10 @@
 //                 dDtBias, partial: workspace, rows, heads, parts): dg f32;
 //                 dALog, dDtBias [heads] f32 +=; parts =
 //                 rmsNormDwParts(rows), partial gdnGatesWorkspaceBytes
+//   rope_fwd, rope_bwd (x, y, [docStart,] rows, seq, heads, headDim, offset,
+//                 rotaryDim, thetaBits): x, y [rows = batch x seq x heads,
+//                 headDim] contiguous; docStart [batch, seq] i32 (packed);
+//                 thetaBits the bits of the f64 theta (an int64 slot)
 // Integers are int64_t; bracketed parameters exist only when the spec asks
 // for that output. clipCoef may be null (coefficient 1). GPU launch (per
 // entry, gpuEntries): grid = ceil(work * threadsPerItem / blockSize) blocks
@@ -93,6 +97,10 @@ enum class GroupKind {
   /// dt_bias's gradient += their column sums over tokens).
   GdnGatesForward,
   GdnGatesBackward,
+  /// Rotary position embedding (rotate-half pairs over rotaryDim dims from
+  /// offset; the rest copied), and its backward (the rotation by -angle).
+  RopeForward,
+  RopeBackward,
 };
 
 /// Storage element types of the generated kernels (math is always f32).
@@ -117,6 +125,9 @@ struct GroupSpec {
   bool accumulateDw = true;
   /// RmsNormForward, AddRmsNormForward: also write rstd [rows] (f32).
   bool writeRstd = true;
+  /// RopeForward/Backward: positions restart at each packed document
+  /// (the docStart operand, kernels/kernels.h).
+  bool packed = false;
   /// AdamW: write the compute copy of this storage type; nullopt: none.
   std::optional<ElemType> computeCopy = ElemType::BF16;
 };

@@ -1514,6 +1514,101 @@ SmallVector<Work> gdnGatesWork(Emitter &e, const GroupSpec &s, const Args &a,
   return phases;
 }
 
+/// Rotary position embedding, the reference's rope per element: element j
+/// of row r (token t = (r / heads) % seq of its batch row, at position pos =
+/// t, or t less its document's start when packed) is copied outside [offset,
+/// offset + rotaryDim); inside, with h = rotaryDim / 2, pair index i (j -
+/// offset, less h in the second half), c = cos(a) and s = sin(a) (-sin(a)
+/// backward) of a = pos * theta^(-2 i / rotaryDim) in double rounded to f32,
+/// it is x1 * c - x2 * s in the first half and x2 * c + x1 * s in the
+/// second (x1 = x[offset + i], x2 = x[offset + i + h]). A thread per
+/// element; the pair's two threads each compute the angle.
+Work ropeWork(Emitter &e, const GroupSpec &s, const Args &a, bool backward) {
+  OpBuilder &b = e.b;
+  Location loc = e.loc;
+  Type st = e.storage(s.dtype), f64 = b.getF64Type(), i64 = b.getI64Type();
+  Value rows = a.get("rows"), headDim = a.get("headDim");
+  Value x = e.memref2(a.get("x"), st, rows, headDim, headDim);
+  Value y = e.memref2(a.get("y"), st, rows, headDim, headDim);
+  Value seq = a.get("seq"), heads = a.get("heads");
+  Value docStart;
+  if (s.packed) {
+    // [batch, seq] as one run of rows / heads tokens.
+    Value tokens = arith::DivUIOp::create(b, loc, rows, heads);
+    docStart = e.memref1(a.get("docStart"), b.getI32Type(), tokens);
+  }
+  Value offset = e.toIndex(a.get("offset"));
+  Value rd = a.get("rotaryDim");
+  Value rdIdx = e.toIndex(rd);
+  Value half = arith::DivUIOp::create(b, loc, rdIdx, e.cIndex(2));
+  Value end = arith::AddIOp::create(b, loc, offset, rdIdx);
+  Value theta = arith::BitcastOp::create(b, loc, f64, a.get("thetaBits"));
+  Value rdF = arith::SIToFPOp::create(b, loc, f64, rd);
+  Value headsIdx = e.toIndex(heads), seqIdx = e.toIndex(seq);
+  ItemFn item = [=](Emitter &in, ValueRange idx) {
+    OpBuilder &b = in.b;
+    Location loc = in.loc;
+    Value r = idx[0], j = idx[1];
+    auto ult = [&](Value p, Value q) {
+      return arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, p, q);
+    };
+    Value inside = arith::AndIOp::create(
+        b, loc,
+        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::uge, j, offset),
+        ult(j, end));
+    scf::IfOp::create(
+        b, loc, inside,
+        [&](OpBuilder &nb, Location nl) {
+          Emitter e(nb, nl, in.gpu);
+          Value i = arith::SubIOp::create(nb, nl, j, offset);
+          Value first =
+              arith::CmpIOp::create(nb, nl, arith::CmpIPredicate::ult, i, half);
+          Value i0 = arith::SelectOp::create(
+              nb, nl, first, i, arith::SubIOp::create(nb, nl, i, half));
+          Value c1 = arith::AddIOp::create(nb, nl, offset, i0);
+          Value c2 = arith::AddIOp::create(nb, nl, c1, half);
+          Value x1 = e.load(x, {r, c1}), x2 = e.load(x, {r, c2});
+          // The token's position.
+          Value tok = arith::DivUIOp::create(nb, nl, r, headsIdx);
+          Value t = arith::RemUIOp::create(nb, nl, tok, seqIdx);
+          Value pos = arith::IndexCastOp::create(nb, nl, i64, t);
+          if (docStart) {
+            Value ds =
+                memref::LoadOp::create(nb, nl, docStart, ValueRange{tok});
+            pos = arith::SubIOp::create(
+                nb, nl, pos, arith::ExtSIOp::create(nb, nl, i64, ds));
+          }
+          // invFreq = theta^((-2 i) / rotaryDim), the angle in double.
+          Value iF = arith::SIToFPOp::create(
+              nb, nl, f64, arith::IndexCastOp::create(nb, nl, i64, i0));
+          Value m2 =
+              arith::ConstantOp::create(nb, nl, nb.getF64FloatAttr(-2.0));
+          Value expo = arith::DivFOp::create(
+              nb, nl, arith::MulFOp::create(nb, nl, m2, iF), rdF);
+          Value inv = math::PowFOp::create(nb, nl, theta, expo);
+          Value ang = arith::MulFOp::create(
+              nb, nl, arith::SIToFPOp::create(nb, nl, f64, pos), inv);
+          Type f32 = nb.getF32Type();
+          Value c = arith::TruncFOp::create(nb, nl, f32,
+                                            math::CosOp::create(nb, nl, ang));
+          Value sd = math::SinOp::create(nb, nl, ang);
+          if (backward)
+            sd = arith::NegFOp::create(nb, nl, sd);
+          Value sv = arith::TruncFOp::create(nb, nl, f32, sd);
+          Value lo = e.sub(e.mul(x1, c), e.mul(x2, sv));
+          Value hi = e.add(e.mul(x2, c), e.mul(x1, sv));
+          e.store(arith::SelectOp::create(nb, nl, first, lo, hi), y, {r, j});
+          scf::YieldOp::create(nb, nl);
+        },
+        [&](OpBuilder &nb, Location nl) {
+          Emitter e(nb, nl, in.gpu);
+          e.store(e.load(x, {r, j}), y, {r, j});
+          scf::YieldOp::create(nb, nl);
+        });
+  };
+  return Work{{e.toIndex(rows), e.toIndex(headDim)}, item};
+}
+
 Work adamWWork(Emitter &e, const GroupSpec &s, const Args &a) {
   OpBuilder &b = e.b;
   Location loc = e.loc;
@@ -1603,6 +1698,10 @@ SmallVector<Work> workOf(Emitter &e, const GroupSpec &s, const Args &a) {
     return gdnGatesWork(e, s, a, /*backward=*/false);
   case GroupKind::GdnGatesBackward:
     return gdnGatesWork(e, s, a, /*backward=*/true);
+  case GroupKind::RopeForward:
+    return {ropeWork(e, s, a, /*backward=*/false)};
+  case GroupKind::RopeBackward:
+    return {ropeWork(e, s, a, /*backward=*/true)};
   }
   llvm_unreachable("unknown group kind");
 }

@@ -3,7 +3,7 @@
 #
 # actplace-compile --kernels=generated launches kernelgen's kernels (SwiGLU,
 # residual add, RMSNorm, the sigmoid output gate, GDN's L2 norm and gates,
-# forward and backward)
+# RoPE, forward and backward)
 # through ap_launch_generated instead of the library's. On the host backend
 # the generated host code computes the reference kernels' per-element
 # arithmetic with kernelgen's own reduction order (the one its GPU kernels
@@ -150,7 +150,8 @@ def main():
                   "ap_kg_sigmoid_gate_bwd_" + dtype,
                   "ap_kg_l2norm_fwd_" + dtype, "ap_kg_l2norm_bwd_" + dtype,
                   "ap_kg_gdn_gates_fwd_" + dtype,
-                  "ap_kg_gdn_gates_bwd_" + dtype]
+                  "ap_kg_gdn_gates_bwd_" + dtype,
+                  "ap_kg_rope_fwd_" + dtype, "ap_kg_rope_bwd_" + dtype]
         if name == "recompute-fused":
             needed += ["ap_kg_swiglu_bwd_y_" + dtype,
                        "ap_kg_rmsnorm_bwd_zc_dw_y_" + dtype]

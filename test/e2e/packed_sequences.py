@@ -9,7 +9,9 @@
 #
 #   rows       one 16-token sequence holding two 8-token documents trains
 #              bit for bit as two 8-token rows of the same tokens (loss,
-#              gradients, parameters, optimizer state every step)
+#              gradients, parameters, optimizer state every step); also
+#              with --kernels=generated (the generated RoPE restarts its
+#              positions at each document)
 #   separated  the same packed data through a binary without a separator
 #              gives other bits (the documents did see each other there)
 #   inert      on data without the separator the packed binary is bitwise
@@ -124,6 +126,15 @@ def main():
     same("rows", p, train(rows, path("packed.txt"), "rows"))
     print("rows: two documents in one sequence train bitwise as two rows "
           "(losses %s)" % [l["loss"] for l in p], flush=True)
+    # The same with the compiler's generated kernels (RoPE's reads the
+    # document starts like the library's).
+    gen = ["--kernels=generated"]
+    packed_gen, _ = compile_("packed-gen", "--seq", "16", *one, *sep, *gen)
+    rows_gen, _ = compile_("rows-gen", "--seq", "8", "--micro-batch-size",
+                           "2", "--micro-batches", "1", *sep, *gen)
+    same("generated rows", train(packed_gen, path("packed.txt"), "packed-gen"),
+         train(rows_gen, path("packed.txt"), "rows-gen"))
+    print("generated rows: the same with --kernels=generated", flush=True)
     same("separated", p, train(plain, path("packed.txt"), "plain-on-packed"),
          equal=False)
     print("separated: without the separator the same tokens train "

@@ -533,7 +533,9 @@ static const char *const kGeneratedOpNames[] = {"train.swiglu",
                                                 "train.gated_rms_norm",
                                                 "train.gated_rms_norm_grad",
                                                 "train.gdn_gates",
-                                                "train.gdn_gates_grad"};
+                                                "train.gdn_gates_grad",
+                                                "train.rope",
+                                                "train.rope_grad"};
 
 /// Applies --kernels (and, for auto, the profile's measurements) to the
 /// three settings above; prints auto's choice. Returns an error message,

@@ -33,7 +33,7 @@ static cl::list<std::string>
                     "add-rmsnorm-fwd, adamw, sigmoid-gate-fwd, "
                     "sigmoid-gate-bwd, l2norm-fwd, l2norm-bwd, "
                     "gated-norm-fwd, gated-norm-bwd, gdn-gates-fwd, "
-                    "gdn-gates-bwd, or all"),
+                    "gdn-gates-bwd, rope-fwd, rope-bwd, or all"),
            cl::cat(category));
 static cl::opt<std::string>
     dtype("dtype", cl::init("bf16"),

@@ -50,6 +50,14 @@ inline std::vector<GroupSpec> cudaTestSpecs() {
   all.push_back(s);
   s.kind = GroupKind::GdnGatesBackward;
   all.push_back(s);
+  for (bool packed : {false, true}) {
+    s.packed = packed;
+    s.kind = GroupKind::RopeForward;
+    all.push_back(s);
+    s.kind = GroupKind::RopeBackward;
+    all.push_back(s);
+  }
+  s.packed = false;
   s.kind = GroupKind::AdamW;
   s.dtype = ElemType::F32; // f32 main grads, bf16 compute copy
   s.computeCopy = ElemType::BF16;

@@ -705,6 +705,77 @@ TEST_F(KernelGenCuda, GdnGatesWithinBoundsAndDeterministic) {
   }
 }
 
+// RoPE at Qwen3.5-0.8B's q (4096 tokens, 8 heads of 256, rotary 64, theta
+// 1e7), an odd shape with an offset, and packed documents: libdevice's
+// double pow, cos and sin against the host's libm, so within one bf16 ulp
+// of the reference (the host kernel's bits), and the same bits run to run.
+TEST_F(KernelGenCuda, RopeWithinOneUlpAndDeterministic) {
+  const kg::ElemType t = kg::ElemType::BF16;
+  struct Case {
+    I batch, seq, heads, headDim, offset, rotaryDim;
+    double theta;
+    bool packed;
+  };
+  const Case cases[] = {{1, 4096, 8, 256, 0, 64, 1e7, false},
+                        {2, 37, 3, 10, 2, 6, 1e4, false},
+                        {2, 200, 2, 64, 0, 64, 1e6, true}};
+  for (const Case &c : cases) {
+    I rows = c.batch * c.seq * c.heads;
+    size_t n = size_t(rows * c.headDim);
+    auto x = randomStorage(t, n, 181, 2.0);
+    std::vector<int32_t> docStart(size_t(c.batch * c.seq));
+    for (I b = 0; b < c.batch; ++b)
+      for (I s = 0; s < c.seq; ++s)
+        docStart[size_t(b * c.seq + s)] = int32_t(s >= 199   ? 199
+                                                  : s >= 106 ? 106
+                                                  : s >= 37  ? 37
+                                                             : 0);
+    int64_t thetaBits;
+    std::memcpy(&thetaBits, &c.theta, 8);
+    std::string where = std::to_string(c.seq) + "x" +
+                        std::to_string(c.headDim) + (c.packed ? " packed" : "");
+    for (bool backward : {false, true}) {
+      std::vector<uint8_t> yW(n * 2);
+      RopeArgs r;
+      r.dtype = DType::BF16;
+      r.x = x.data();
+      r.y = yW.data();
+      r.batch = c.batch;
+      r.seq = c.seq;
+      r.heads = c.heads;
+      r.headDim = c.headDim;
+      r.offset = c.offset;
+      r.rotaryDim = c.rotaryDim;
+      r.theta = c.theta;
+      r.docStart = c.packed ? docStart.data() : nullptr;
+      ASSERT_EQ(backward ? ropeBackward(kHost, r) : ropeForward(kHost, r),
+                Status::Ok);
+      kg::GroupSpec g;
+      g.kind =
+          backward ? kg::GroupKind::RopeBackward : kg::GroupKind::RopeForward;
+      g.packed = c.packed;
+      std::vector<uint8_t> first;
+      for (int run = 0; run < 2; ++run) {
+        DevBuf dx(x), dy(std::vector<uint8_t>(n * 2, 0xff)), dd(docStart);
+        if (c.packed)
+          CU(launch(kg::kernelName(g), dx.p, dy.p, dd.p, rows, c.seq, c.heads,
+                    c.headDim, c.offset, c.rotaryDim, thetaBits));
+        else
+          CU(launch(kg::kernelName(g), dx.p, dy.p, rows, c.seq, c.heads,
+                    c.headDim, c.offset, c.rotaryDim, thetaBits));
+        std::vector<uint8_t> got = dy.bytesBack();
+        if (run == 0) {
+          first = got;
+          EXPECT_TRUE(withinOneUlp(yW, got, backward ? "rope dx" : "rope y"))
+              << where;
+        } else {
+          EXPECT_EQ(first, got) << "RoPE differs between two runs " << where;
+        }
+      }
+    }
+  }
+}
+
 TEST_F(KernelGenCuda, AdamWBitwise) {
   for (I n : {I(1024 * 3584), I(1), I(4099)}) {
     std::vector<float> p, m, v, g;

@@ -114,6 +114,14 @@ struct Jit {
       all.push_back(s);
       s.kind = kg::GroupKind::GdnGatesBackward;
       all.push_back(s);
+      for (bool packed : {false, true}) {
+        s.packed = packed;
+        s.kind = kg::GroupKind::RopeForward;
+        all.push_back(s);
+        s.kind = kg::GroupKind::RopeBackward;
+        all.push_back(s);
+      }
+      s.packed = false;
     }
     return all;
   }
@@ -794,6 +802,78 @@ TEST_P(KernelGenHost, GdnGatesMatchModelAndReference) {
     EXPECT_TRUE(closeTo(kg::ElemType::F32, rawBytes(dTR), rawBytes(dTG), 1e-5,
                         "ddt_bias vs reference"))
         << where;
+  }
+}
+
+// RoPE forward and backward: bitwise to the reference (the same double
+// angle through the same libm pow, cos and sin, then the same f32
+// arithmetic), at Qwen3.5-0.8B's partial rotary (64 of 256 dims), a rotary
+// part after an offset, the whole head, and packed documents.
+TEST_P(KernelGenHost, RopeMatchesReference) {
+  size_t eb = bytesOf(type());
+  struct Case {
+    I batch, seq, heads, headDim, offset, rotaryDim;
+    double theta;
+    bool packed;
+  };
+  const Case cases[] = {{1, 300, 2, 256, 0, 64, 1e7, false},
+                        {2, 37, 3, 10, 2, 6, 1e4, false},
+                        {1, 5, 1, 8, 0, 8, 1e4, false},
+                        {2, 200, 2, 64, 0, 64, 1e6, true}};
+  using P = const void *;
+  for (const Case &c : cases) {
+    kg::GroupSpec fs, bs;
+    fs.dtype = bs.dtype = type();
+    fs.kind = kg::GroupKind::RopeForward;
+    bs.kind = kg::GroupKind::RopeBackward;
+    fs.packed = bs.packed = c.packed;
+    I rows = c.batch * c.seq * c.heads;
+    size_t n = size_t(rows * c.headDim);
+    std::string where =
+        std::to_string(c.seq) + "x" + std::to_string(c.headDim) + " rd " +
+        std::to_string(c.rotaryDim) + (c.packed ? " packed" : "");
+    auto x = randomStorage(type(), n, 171 + c.headDim, 2.0);
+    // Documents at 0/37/106/199 of each row (the packed kernels' test).
+    std::vector<int32_t> docStart(size_t(c.batch * c.seq));
+    for (I b = 0; b < c.batch; ++b)
+      for (I t = 0; t < c.seq; ++t) {
+        I s0 = t >= 199 ? 199 : t >= 106 ? 106 : t >= 37 ? 37 : 0;
+        docStart[size_t(b * c.seq + t)] = int32_t(s0);
+      }
+    int64_t thetaBits;
+    std::memcpy(&thetaBits, &c.theta, 8);
+    for (bool backward : {false, true}) {
+      std::vector<uint8_t> yG(n * eb, 7), yR(n * eb, 5);
+      if (c.packed) {
+        auto *fn = jit().lookup<void(P, void *, P, I, I, I, I, I, I, int64_t)>(
+            backward ? bs : fs);
+        ASSERT_NE(fn, nullptr);
+        fn(x.data(), yG.data(), docStart.data(), rows, c.seq, c.heads,
+           c.headDim, c.offset, c.rotaryDim, thetaBits);
+      } else {
+        auto *fn = jit().lookup<void(P, void *, I, I, I, I, I, I, int64_t)>(
+            backward ? bs : fs);
+        ASSERT_NE(fn, nullptr);
+        fn(x.data(), yG.data(), rows, c.seq, c.heads, c.headDim, c.offset,
+           c.rotaryDim, thetaBits);
+      }
+      RopeArgs r;
+      r.dtype = dtypeOf(type());
+      r.x = x.data();
+      r.y = yR.data();
+      r.batch = c.batch;
+      r.seq = c.seq;
+      r.heads = c.heads;
+      r.headDim = c.headDim;
+      r.offset = c.offset;
+      r.rotaryDim = c.rotaryDim;
+      r.theta = c.theta;
+      r.docStart = c.packed ? docStart.data() : nullptr;
+      ASSERT_EQ(backward ? ropeBackward(kHost, r) : ropeForward(kHost, r),
+                Status::Ok);
+      EXPECT_TRUE(sameBits(yR, yG, eb, backward ? "rope dx" : "rope y"))
+          << where;
+    }
   }
 }
 
