@@ -2202,6 +2202,34 @@ LogicalResult Walker::walkKernel(Operation *op) {
     auto sym = args ? args.getAs<FlatSymbolRefAttr>("param") : nullptr;
     if (!sym || !paramIndex_.count(sym.getValue()))
       return op->emitError(pfx() + "train.adamw without a known `param`");
+    // outs: weight (the compute copy), master, main grad, Adam m and v.
+    std::optional<kernelgen::ElemType> gradType, copyType;
+    if (outs.size() == 5) {
+      gradType = genType(outs[2]);
+      copyType = genType(outs[0]);
+    }
+    if (gradType && copyType) {
+      // kernelgen's AdamW over the parameter's flat buffers: the runtime
+      // fills its arguments (the shard, the learning rate, the step).
+      kernelgen::GroupSpec g;
+      g.kind = kernelgen::GroupKind::AdamW;
+      g.dtype = *gradType;
+      g.computeCopy = *copyType;
+      std::string name = kernelgen::kernelName(g);
+      auto [it, fresh] =
+          genIndex_.try_emplace(name, unsigned(genSpecs_.size()));
+      if (fresh)
+        genSpecs_.push_back({g, std::nullopt});
+      sink_.call("ap_adamw_step_generated",
+                 {CallArg::u32(paramIndex_[sym.getValue()]),
+                  CallArg::u32(it->second),
+                  CallArg::f64(arg(op, args, "beta1", 0.9)),
+                  CallArg::f64(arg(op, args, "beta2", 0.999)),
+                  CallArg::f64(arg(op, args, "eps", 1e-8)),
+                  CallArg::f64(arg(op, args, "weight_decay", 0))},
+                 sym.getValue());
+      return success();
+    }
     sink_.call("ap_adamw_step",
                {CallArg::u32(paramIndex_[sym.getValue()]),
                 CallArg::f64(arg(op, args, "beta1", 0.9)),

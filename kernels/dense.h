@@ -406,6 +406,14 @@ struct AdamWArgs {
   int64_t step = 1;
 };
 Status adamWStep(const KernelContext &ctx, const AdamWArgs &args);
+/// The f32 scalars of one AdamW step: the bias corrections in double, then
+/// rounded to float at fixed points. Every implementation takes them from
+/// here (the reference, the CUDA kernel, a generated AdamW the runtime
+/// launches), so the update's bits do not depend on which one runs.
+struct AdamWScalars {
+  float stepSize, bc2Sqrt, decay, beta1, beta2, eps;
+};
+AdamWScalars adamWScalars(const AdamWArgs &args);
 
 //===----------------------------------------------------------------------===//
 // Data movement: the train dialect's view ops (slice, concat, expand) and the

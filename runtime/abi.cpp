@@ -817,6 +817,19 @@ void ap_adamw_step(ap_step *step, uint32_t param, double beta1, double beta2,
   r.adamw(param, beta1, beta2, eps, weightDecay);
 }
 
+void ap_adamw_step_generated(ap_step *step, uint32_t param, uint32_t kernel,
+                             double beta1, double beta2, double eps,
+                             double weightDecay) {
+  StepRunner &r = runner(step);
+  if (param >= r.program().params.size())
+    fail("abi: ap_adamw_step_generated: parameter ", param, " of ",
+         r.program().params.size());
+  if (kernel >= r.program().generated.size())
+    fail("abi: ap_adamw_step_generated: generated kernel ", kernel,
+         " (the program has ", r.program().generated.size(), ")");
+  r.adamw(param, beta1, beta2, eps, weightDecay, int64_t(kernel));
+}
+
 void ap_loss_mean(ap_step *step) { runner(step).lossMean(); }
 
 } // extern "C"

@@ -30,7 +30,7 @@
 #include <stdint.h>
 
 /* The contract's version: generated code stores it in ap_program. */
-#define AP_ABI_VERSION 13
+#define AP_ABI_VERSION 14
 
 /* ap_program.data_parallel_mode: every rank holds all parameters and
    optimizer state (main grads all-reduced), or each holds a flat 1/N shard
@@ -497,6 +497,16 @@ void ap_lr_schedule(ap_step *step, double max_lr, double min_lr, int64_t warmup,
                     int64_t total);
 void ap_adamw_step(ap_step *step, uint32_t param, double beta1, double beta2,
                    double eps, double weight_decay);
+/* ap_adamw_step through generated kernel `kernel` (an index into
+   ap_program.generated: kernelgen's AdamW over the parameter's flat f32
+   buffers, parameters master, expAvg, expAvgSq, grad, clipCoef,
+   computeCopy, n, then the six f32 scalars of kernels::adamWScalars); the
+   runtime fills the arguments from the parameter's buffers, its shard
+   under ZeRO-3, the step's learning rate and step index, as for the
+   library kernel. */
+void ap_adamw_step_generated(ap_step *step, uint32_t param, uint32_t kernel,
+                             double beta1, double beta2, double eps,
+                             double weight_decay);
 void ap_loss_mean(ap_step *step);
 
 #ifdef __cplusplus

@@ -9,6 +9,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/abi.h"
+#include "runtime/generated.h"
 #include "runtime/pipeline.h"
 #include "runtime/trainer.h"
 
@@ -759,7 +760,7 @@ void StepRunner::lrSchedule(double maxLr, double minLr, int64_t warmup,
 }
 
 void StepRunner::adamw(size_t param, double beta1, double beta2, double eps,
-                       double weightDecay) {
+                       double weightDecay, int64_t generated) {
   const ParamEntry &p = program_.params.at(param);
   if (p.frozen)
     return;
@@ -789,10 +790,36 @@ void StepRunner::adamw(size_t param, double beta1, double beta2, double eps,
   args.eps = eps;
   args.weightDecay = weightDecay;
   args.step = stepIndex + 1;
-  if (span.count > 0)
+  if (span.count > 0 && generated >= 0) {
+    // kernelgen's AdamW: master, expAvg, expAvgSq, grad, clipCoef,
+    // computeCopy, n, stepSize, bc2Sqrt, decay, beta1, beta2, eps.
+    const ap_generated_kernel &k = program_.generated.at(size_t(generated));
+    if (std::strcmp(k.params, "pppppplffffff") != 0)
+      fail("adamw of '", p.name, "': generated kernel '", k.name,
+           "' takes parameters '", k.params,
+           "', not an AdamW's (6 pointers, n, 6 floats)");
+    GeneratedLaunch g;
+    g.kernel = &k;
+    g.ptx = program_.generatedPtx;
+    auto ptr = [](const void *q) { return uint64_t(uintptr_t(q)); };
+    kernels::AdamWScalars s = kernels::adamWScalars(args);
+    float f[6] = {s.stepSize, s.bc2Sqrt, s.decay, s.beta1, s.beta2, s.eps};
+    uint64_t slots[13] = {ptr(args.master),   ptr(args.expAvg),
+                          ptr(args.expAvgSq), ptr(args.grad),
+                          ptr(args.clipCoef), ptr(args.computeCopy),
+                          uint64_t(args.n)};
+    for (int i = 0; i < 6; ++i)
+      std::memcpy(&slots[7 + i], &f[i], sizeof(float));
+    std::memcpy(g.slots, slots, sizeof(slots));
+    ++generatedLaunches;
+    launch(p.name, [g](const KernelContext &c) mutable {
+      return launchGenerated(c, g);
+    });
+  } else if (span.count > 0) {
     launch(p.name, [args](const KernelContext &c) {
       return kernels::adamWStep(c, args);
     });
+  }
   // The main grad (the whole shard) starts the next step at zero
   // (gradients accumulate into it), in its element size.
   dev.memsetAsync(at(p.grad), 0,

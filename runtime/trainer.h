@@ -402,8 +402,11 @@ public:
   //===--- Step-level ops -------------------------------------------------===//
   void finalizeGrads(double maxNorm);
   void lrSchedule(double maxLr, double minLr, int64_t warmup, int64_t total);
+  /// The AdamW update of one parameter: the library kernel, or generated
+  /// kernel `generated` (an index into the program's generated kernels)
+  /// with the same arguments.
   void adamw(size_t param, double beta1, double beta2, double eps,
-             double weightDecay);
+             double weightDecay, int64_t generated = -1);
   void lossMean();
 
   // Results of the step.

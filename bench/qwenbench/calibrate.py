@@ -392,7 +392,8 @@ GENERATED_OPS = ("train.swiglu", "train.swiglu_grad", "train.add",
                  "train.output_gate_grad", "train.l2_norm",
                  "train.l2_norm_grad", "train.gated_rms_norm",
                  "train.gated_rms_norm_grad", "train.gdn_gates",
-                 "train.gdn_gates_grad", "train.rope", "train.rope_grad")
+                 "train.gdn_gates_grad", "train.rope", "train.rope_grad",
+                 "train.adamw")
 
 
 def generated_kernel_ratios(library, generated):

@@ -37,6 +37,8 @@
 #   ptx        with a CUDA toolkit (libdevice) the binary embeds PTX for
 #              sm_90a with the kernels' entries; without one the compile
 #              warns and the binary has none (reported as such).
+#   adamw      --kernels=auto generating only the AdamW update gives the
+#              library binary's bits (parameters, optimizer state, loss).
 #   errors     --kernels=generated with --emit=cpp or --keep-source is
 #              refused naming the reason; --emit=mlir shows the calls.
 #
@@ -118,7 +120,7 @@ def main():
     args, t = replicated_runner(mpirun_required=False)
     have_ptx = libdevice()
 
-    gen_lines = {}
+    gen_lines, lib_lines = {}, {}
     for name, flags in CASES.items():
         lib, gen, out = compile_both(t, name, flags)
         m = re.search(r"generated kernels: (\d+) \((\d+) launches",
@@ -142,6 +144,7 @@ def main():
                   "%s step %d: no generated launches (%s)" %
                   (name, y["step"], y.get("generated_launches")))
         gen_lines[name] = b
+        lib_lines[name] = a
         with open(gen, "rb") as f:
             image = f.read()
         dtype = "f32" if name == "f32" else "bf16"
@@ -205,6 +208,37 @@ def main():
                    "fusion" if name == "unfused" else "recompute"))
     print("placement and fusion: generated binaries bitwise equal to the "
           "generated one without placement", flush=True)
+
+    # The AdamW update alone generated (--kernels=auto with only its ratio
+    # measured faster): kernelgen's AdamW performs the reference's
+    # operations in order with the same scalars (kernels::adamWScalars), so
+    # the binary is the library one bit for bit: parameters, optimizer
+    # state and loss at every step.
+    prof = t.path("adamw-profile.json")
+    with open(prof, "w") as f:
+        json.dump({"generatedKernelRatio": {"train.adamw": 0.5}}, f)
+    adam = t.path("adamw-gen")
+    r = subprocess.run([args.compile, args.model, "-o", adam, "--seq", "16",
+                        "--micro-batches", "2", "--kernels=auto",
+                        "--profile=" + prof], capture_output=True, text=True)
+    check(r.returncode == 0 and "generated for train.adamw;" in r.stdout,
+          "adamw: the auto compile failed or chose otherwise: %s%s" %
+          (r.stdout[-300:], r.stderr))
+    _, c = t.train(adam, 1, "--steps", str(STEPS), metrics="adamw-gen.jsonl")
+    c = c[0]
+    with open(adam, "rb") as f:
+        check(b"ap_kg_adamw_gradf32_copybf16\0" in f.read(),
+              "adamw: the binary has no generated AdamW")
+    check(len(c) == STEPS, "adamw: %d metrics lines" % len(c))
+    for x, y in zip(lib_lines["none"], c):
+        check(x["fingerprints"] == y["fingerprints"] and
+              x["loss"] == y["loss"] and y.get("generated_launches", 0) > 0,
+              "adamw step %d: the generated AdamW binary differs from the "
+              "library one (or launched none: %s)" %
+              (x["step"], y.get("generated_launches")))
+    print("adamw: the update through kernelgen's AdamW (%s launches a step) "
+          "is the library binary bit for bit over %d steps" %
+          (c[0].get("generated_launches"), STEPS), flush=True)
 
     # Errors and the MLIR form.
     for bad in (["--emit=cpp"], ["--keep-source"]):

@@ -535,7 +535,8 @@ static const char *const kGeneratedOpNames[] = {"train.swiglu",
                                                 "train.gdn_gates",
                                                 "train.gdn_gates_grad",
                                                 "train.rope",
-                                                "train.rope_grad"};
+                                                "train.rope_grad",
+                                                "train.adamw"};
 
 /// Applies --kernels (and, for auto, the profile's measurements) to the
 /// three settings above; prints auto's choice. Returns an error message,

@@ -1347,15 +1347,12 @@ Status gradNorm(const KernelContext &ctx, const GradNormArgs &a) {
 Status adamWStep(const KernelContext &ctx, const AdamWArgs &a) {
   if (a.n == 0)
     return Status::Ok;
-  const double bc1 = 1.0 - std::pow(a.beta1, double(a.step));
-  const double bc2 = 1.0 - std::pow(a.beta2, double(a.step));
-  const float stepSize = float(a.lr / bc1), bc2Sqrt = float(std::sqrt(bc2));
-  const float decay = float(1.0 - a.lr * a.weightDecay);
+  const AdamWScalars k = adamWScalars(a);
   unsigned grid = gridFor(a.n, 256, int64_t(132) * 16);
   auto run = [&](auto toBf16, auto *grad) {
     adamWKernel<decltype(toBf16)::value><<<grid, 256, 0, streamOf(ctx)>>>(
         a.master, a.expAvg, a.expAvgSq, grad, a.clipCoef, a.computeCopy, a.n,
-        stepSize, bc2Sqrt, decay, float(a.beta1), float(a.beta2), float(a.eps));
+        k.stepSize, k.bc2Sqrt, k.decay, k.beta1, k.beta2, k.eps);
   };
   auto withGrad = [&](auto toBf16) {
     if (a.gradDType == DType::BF16)

@@ -11,6 +11,7 @@
 #define AP_DENSE_CUDA_HOOK __attribute__((weak))
 #include "kernels/reference/dense/dense_internal.h"
 
+#include <cmath>
 #include <limits>
 
 namespace ap::kernels {
@@ -324,6 +325,17 @@ Status gradNorm(const KernelContext &ctx, const GradNormArgs &a) {
         (a.tensors[t].dtype != DType::F32 && a.tensors[t].dtype != DType::BF16))
       return Status::InvalidArgument;
   return dispatch(ctx, a, &cuda::gradNorm, [&] { return ref::gradNorm(a); });
+}
+
+AdamWScalars adamWScalars(const AdamWArgs &a) {
+  const double bc1 = 1.0 - std::pow(a.beta1, double(a.step));
+  const double bc2 = 1.0 - std::pow(a.beta2, double(a.step));
+  return {float(a.lr / bc1),
+          float(std::sqrt(bc2)),
+          float(1.0 - a.lr * a.weightDecay),
+          float(a.beta1),
+          float(a.beta2),
+          float(a.eps)};
 }
 
 Status adamWStep(const KernelContext &ctx, const AdamWArgs &a) {

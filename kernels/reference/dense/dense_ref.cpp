@@ -527,11 +527,9 @@ Status gradNorm(const GradNormArgs &a) {
 }
 
 Status adamWStep(const AdamWArgs &a) {
-  const double bc1 = 1.0 - std::pow(a.beta1, double(a.step));
-  const double bc2 = 1.0 - std::pow(a.beta2, double(a.step));
-  const float stepSize = float(a.lr / bc1), bc2Sqrt = float(std::sqrt(bc2));
-  const float decay = float(1.0 - a.lr * a.weightDecay);
-  const float b1 = float(a.beta1), b2 = float(a.beta2), eps = float(a.eps);
+  const AdamWScalars k = adamWScalars(a);
+  const float stepSize = k.stepSize, bc2Sqrt = k.bc2Sqrt, decay = k.decay;
+  const float b1 = k.beta1, b2 = k.beta2, eps = k.eps;
   const float cc = a.clipCoef ? *a.clipCoef : 1.0f;
   const bool bf16Grad = a.gradDType == DType::BF16;
   for (int64_t i = 0; i < a.n; ++i) {
