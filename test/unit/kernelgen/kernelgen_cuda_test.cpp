@@ -711,45 +711,23 @@ TEST_F(KernelGenCuda, GdnGatesWithinBoundsAndDeterministic) {
 // of the reference (the host kernel's bits), and the same bits run to run.
 TEST_F(KernelGenCuda, RopeWithinOneUlpAndDeterministic) {
   const kg::ElemType t = kg::ElemType::BF16;
-  struct Case {
-    I batch, seq, heads, headDim, offset, rotaryDim;
-    double theta;
-    bool packed;
-  };
-  const Case cases[] = {{1, 4096, 8, 256, 0, 64, 1e7, false},
-                        {2, 37, 3, 10, 2, 6, 1e4, false},
-                        {2, 200, 2, 64, 0, 64, 1e6, true}};
-  for (const Case &c : cases) {
+  const RopeCase cases[] = {{1, 4096, 8, 256, 0, 64, 1e7, false},
+                            {2, 37, 3, 10, 2, 6, 1e4, false},
+                            {2, 200, 2, 64, 0, 64, 1e6, true}};
+  for (const RopeCase &c : cases) {
     I rows = c.batch * c.seq * c.heads;
     size_t n = size_t(rows * c.headDim);
     auto x = randomStorage(t, n, 181, 2.0);
-    std::vector<int32_t> docStart(size_t(c.batch * c.seq));
-    for (I b = 0; b < c.batch; ++b)
-      for (I s = 0; s < c.seq; ++s)
-        docStart[size_t(b * c.seq + s)] = int32_t(s >= 199   ? 199
-                                                  : s >= 106 ? 106
-                                                  : s >= 37  ? 37
-                                                             : 0);
+    std::vector<int32_t> docStart = packedDocStarts(c.batch, c.seq);
     int64_t thetaBits;
     std::memcpy(&thetaBits, &c.theta, 8);
     std::string where = std::to_string(c.seq) + "x" +
                         std::to_string(c.headDim) + (c.packed ? " packed" : "");
     for (bool backward : {false, true}) {
       std::vector<uint8_t> yW(n * 2);
-      RopeArgs r;
-      r.dtype = DType::BF16;
-      r.x = x.data();
-      r.y = yW.data();
-      r.batch = c.batch;
-      r.seq = c.seq;
-      r.heads = c.heads;
-      r.headDim = c.headDim;
-      r.offset = c.offset;
-      r.rotaryDim = c.rotaryDim;
-      r.theta = c.theta;
-      r.docStart = c.packed ? docStart.data() : nullptr;
-      ASSERT_EQ(backward ? ropeBackward(kHost, r) : ropeForward(kHost, r),
-                Status::Ok);
+      ASSERT_EQ(
+          referenceRope(t, c, x.data(), yW.data(), docStart.data(), backward),
+          Status::Ok);
       kg::GroupSpec g;
       g.kind =
           backward ? kg::GroupKind::RopeBackward : kg::GroupKind::RopeForward;

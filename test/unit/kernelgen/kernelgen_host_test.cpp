@@ -811,17 +811,12 @@ TEST_P(KernelGenHost, GdnGatesMatchModelAndReference) {
 // part after an offset, the whole head, and packed documents.
 TEST_P(KernelGenHost, RopeMatchesReference) {
   size_t eb = bytesOf(type());
-  struct Case {
-    I batch, seq, heads, headDim, offset, rotaryDim;
-    double theta;
-    bool packed;
-  };
-  const Case cases[] = {{1, 300, 2, 256, 0, 64, 1e7, false},
-                        {2, 37, 3, 10, 2, 6, 1e4, false},
-                        {1, 5, 1, 8, 0, 8, 1e4, false},
-                        {2, 200, 2, 64, 0, 64, 1e6, true}};
+  const RopeCase cases[] = {{1, 300, 2, 256, 0, 64, 1e7, false},
+                            {2, 37, 3, 10, 2, 6, 1e4, false},
+                            {1, 5, 1, 8, 0, 8, 1e4, false},
+                            {2, 200, 2, 64, 0, 64, 1e6, true}};
   using P = const void *;
-  for (const Case &c : cases) {
+  for (const RopeCase &c : cases) {
     kg::GroupSpec fs, bs;
     fs.dtype = bs.dtype = type();
     fs.kind = kg::GroupKind::RopeForward;
@@ -833,13 +828,7 @@ TEST_P(KernelGenHost, RopeMatchesReference) {
         std::to_string(c.seq) + "x" + std::to_string(c.headDim) + " rd " +
         std::to_string(c.rotaryDim) + (c.packed ? " packed" : "");
     auto x = randomStorage(type(), n, 171 + c.headDim, 2.0);
-    // Documents at 0/37/106/199 of each row (the packed kernels' test).
-    std::vector<int32_t> docStart(size_t(c.batch * c.seq));
-    for (I b = 0; b < c.batch; ++b)
-      for (I t = 0; t < c.seq; ++t) {
-        I s0 = t >= 199 ? 199 : t >= 106 ? 106 : t >= 37 ? 37 : 0;
-        docStart[size_t(b * c.seq + t)] = int32_t(s0);
-      }
+    std::vector<int32_t> docStart = packedDocStarts(c.batch, c.seq);
     int64_t thetaBits;
     std::memcpy(&thetaBits, &c.theta, 8);
     for (bool backward : {false, true}) {
@@ -857,19 +846,8 @@ TEST_P(KernelGenHost, RopeMatchesReference) {
         fn(x.data(), yG.data(), rows, c.seq, c.heads, c.headDim, c.offset,
            c.rotaryDim, thetaBits);
       }
-      RopeArgs r;
-      r.dtype = dtypeOf(type());
-      r.x = x.data();
-      r.y = yR.data();
-      r.batch = c.batch;
-      r.seq = c.seq;
-      r.heads = c.heads;
-      r.headDim = c.headDim;
-      r.offset = c.offset;
-      r.rotaryDim = c.rotaryDim;
-      r.theta = c.theta;
-      r.docStart = c.packed ? docStart.data() : nullptr;
-      ASSERT_EQ(backward ? ropeBackward(kHost, r) : ropeForward(kHost, r),
+      ASSERT_EQ(referenceRope(type(), c, x.data(), yR.data(), docStart.data(),
+                              backward),
                 Status::Ok);
       EXPECT_TRUE(sameBits(yR, yG, eb, backward ? "rope dx" : "rope y"))
           << where;

@@ -319,6 +319,46 @@ inline void modelGdnGatesSums(kg::ElemType t, const void *a, const float *aLog,
   }
 }
 
+/// One RoPE problem of the tests: x [batch, seq, heads, headDim], rotary
+/// dims [offset, offset + rotaryDim), and whether the rows pack documents.
+struct RopeCase {
+  I batch, seq, heads, headDim, offset, rotaryDim;
+  double theta;
+  bool packed;
+};
+
+/// Document starts [batch, seq] with documents at 0, 37, 106 and 199 of
+/// each row (those below seq).
+inline std::vector<int32_t> packedDocStarts(I batch, I seq) {
+  std::vector<int32_t> out(size_t(batch * seq));
+  for (I b = 0; b < batch; ++b)
+    for (I t = 0; t < seq; ++t)
+      out[size_t(b * seq + t)] = int32_t(t >= 199   ? 199
+                                         : t >= 106 ? 106
+                                         : t >= 37  ? 37
+                                                    : 0);
+  return out;
+}
+
+/// The reference RoPE (forward, or backward: the rotation by minus the
+/// angle) of case `c` from x into y, with `docStart` when c.packed.
+inline Status referenceRope(kg::ElemType t, const RopeCase &c, const void *x,
+                            void *y, const int32_t *docStart, bool backward) {
+  RopeArgs r;
+  r.dtype = dtypeOf(t);
+  r.x = x;
+  r.y = y;
+  r.batch = c.batch;
+  r.seq = c.seq;
+  r.heads = c.heads;
+  r.headDim = c.headDim;
+  r.offset = c.offset;
+  r.rotaryDim = c.rotaryDim;
+  r.theta = c.theta;
+  r.docStart = c.packed ? docStart : nullptr;
+  return backward ? ropeBackward(kHost, r) : ropeForward(kHost, r);
+}
+
 /// Max |got - want| within tol x max |want| over a storage buffer (two
 /// orders of the same sums: a bound, not bits).
 inline ::testing::AssertionResult closeTo(kg::ElemType t,
