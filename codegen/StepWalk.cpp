@@ -1899,17 +1899,19 @@ LogicalResult Walker::walkKernel(Operation *op) {
       g.dtype = *et;
       g.packed = bool(docStarts);
       double theta = arg(op, args, "theta", 1e4);
+      int64_t rotaryDim = intArg(args, "rotary_dim", dim(ins[0], 3));
       int64_t thetaBits;
       std::memcpy(&thetaBits, &theta, sizeof(theta));
       std::map<std::string, GenArg> v{
           {"x", P(at(ins[0]))},
           {"y", P(at(outs[0]))},
-          {"rows", L(dim(ins[0], 0) * dim(ins[0], 1) * dim(ins[0], 2))},
+          {"tokens", L(dim(ins[0], 0) * dim(ins[0], 1))},
           {"seq", L(dim(ins[0], 1))},
           {"heads", L(dim(ins[0], 2))},
           {"headDim", L(dim(ins[0], 3))},
           {"offset", L(intArg(args, "offset", 0))},
-          {"rotaryDim", L(intArg(args, "rotary_dim", dim(ins[0], 3)))},
+          {"rotaryDim", L(rotaryDim)},
+          {"cols", L(dim(ins[0], 3) - rotaryDim / 2)},
           {"thetaBits", L(thetaBits)}};
       if (docStarts)
         v["docStart"] = P(at(docStarts));

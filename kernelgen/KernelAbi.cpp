@@ -257,8 +257,8 @@ Params paramsOf(const GroupSpec &s) {
     p.ptrs = {"x", "y"};
     if (s.packed)
       p.ptrs.push_back("docStart");
-    p.ints = {"rows",   "seq",       "heads",    "headDim",
-              "offset", "rotaryDim", "thetaBits"};
+    p.ints = {"tokens", "seq",       "heads", "headDim",
+              "offset", "rotaryDim", "cols",  "thetaBits"};
     break;
   case GroupKind::AdamW:
     p.ptrs = {"master", "expAvg", "expAvgSq", "grad", "clipCoef"};
@@ -326,8 +326,8 @@ std::vector<GpuEntry> gpuEntries(const GroupSpec &spec) {
       break;
     case GroupKind::RopeForward:
     case GroupKind::RopeBackward:
-      // A thread per element of a token's head.
-      e.workParams = {index("rows"), index("headDim")};
+      // A thread per (token, rotary pair or copied column), over the heads.
+      e.workParams = {index("tokens"), index("cols")};
       break;
     case GroupKind::GdnGatesBackward:
       // The element phase (da, db) as an element-wise group; then, for

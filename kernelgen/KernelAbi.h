@@ -41,10 +41,12 @@
 //                 dDtBias, partial: workspace, rows, heads, parts): dg f32;
 //                 dALog, dDtBias [heads] f32 +=; parts =
 //                 rmsNormDwParts(rows), partial gdnGatesWorkspaceBytes
-//   rope_fwd, rope_bwd (x, y, [docStart,] rows, seq, heads, headDim, offset,
-//                 rotaryDim, thetaBits): x, y [rows = batch x seq x heads,
-//                 headDim] contiguous; docStart [batch, seq] i32 (packed);
-//                 thetaBits the bits of the f64 theta (an int64 slot)
+//   rope_fwd, rope_bwd (x, y, [docStart,] tokens, seq, heads, headDim,
+//                 offset, rotaryDim, cols, thetaBits): x, y [tokens = batch x
+//                 seq, heads, headDim] contiguous; docStart [batch, seq] i32
+//                 (packed); cols = headDim - rotaryDim / 2 (the items of a
+//                 token: rotary pairs and copied columns); thetaBits the bits
+//                 of the f64 theta (an int64 slot)
 // Integers are int64_t; bracketed parameters exist only when the spec asks
 // for that output. clipCoef may be null (coefficient 1). GPU launch (per
 // entry, gpuEntries): grid = ceil(work * threadsPerItem / blockSize) blocks

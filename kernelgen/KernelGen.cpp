@@ -1514,62 +1514,62 @@ SmallVector<Work> gdnGatesWork(Emitter &e, const GroupSpec &s, const Args &a,
   return phases;
 }
 
-/// Rotary position embedding, the reference's rope per element: element j
-/// of row r (token t = (r / heads) % seq of its batch row, at position pos =
-/// t, or t less its document's start when packed) is copied outside [offset,
-/// offset + rotaryDim); inside, with h = rotaryDim / 2, pair index i (j -
-/// offset, less h in the second half), c = cos(a) and s = sin(a) (-sin(a)
-/// backward) of a = pos * theta^(-2 i / rotaryDim) in double rounded to f32,
-/// it is x1 * c - x2 * s in the first half and x2 * c + x1 * s in the
-/// second (x1 = x[offset + i], x2 = x[offset + i + h]). A thread per
-/// element; the pair's two threads each compute the angle.
+/// Rotary position embedding, the reference's rope per element. Item (tok,
+/// k) of a token (position pos = its index t = tok % seq in its batch row,
+/// or t less its document's start when packed) is a column of every head:
+/// with h = rotaryDim / 2, k below offset is column k and k from offset + h
+/// on is column k + h, copied; k in [offset, offset + h) is the rotary pair
+/// i = k - offset, whose c = cos(a) and s = sin(a) (-sin(a) backward) of a =
+/// pos * theta^(-2 i / rotaryDim) in double rounded to f32 are computed once
+/// and give x1 * c - x2 * s at column offset + i and x2 * c + x1 * s at
+/// offset + i + h of every head (x1, x2 the head's two columns). Each output
+/// element is the reference's arithmetic; only the angle is shared.
 Work ropeWork(Emitter &e, const GroupSpec &s, const Args &a, bool backward) {
   OpBuilder &b = e.b;
   Location loc = e.loc;
   Type st = e.storage(s.dtype), f64 = b.getF64Type(), i64 = b.getI64Type();
-  Value rows = a.get("rows"), headDim = a.get("headDim");
+  Value tokens = a.get("tokens"), heads = a.get("heads");
+  Value headDim = a.get("headDim");
+  Value rows = arith::MulIOp::create(b, loc, tokens, heads);
   Value x = e.memref2(a.get("x"), st, rows, headDim, headDim);
   Value y = e.memref2(a.get("y"), st, rows, headDim, headDim);
-  Value seq = a.get("seq"), heads = a.get("heads");
   Value docStart;
-  if (s.packed) {
-    // [batch, seq] as one run of rows / heads tokens.
-    Value tokens = arith::DivUIOp::create(b, loc, rows, heads);
+  if (s.packed)
     docStart = e.memref1(a.get("docStart"), b.getI32Type(), tokens);
-  }
   Value offset = e.toIndex(a.get("offset"));
   Value rd = a.get("rotaryDim");
-  Value rdIdx = e.toIndex(rd);
-  Value half = arith::DivUIOp::create(b, loc, rdIdx, e.cIndex(2));
-  Value end = arith::AddIOp::create(b, loc, offset, rdIdx);
+  Value half = arith::DivUIOp::create(b, loc, e.toIndex(rd), e.cIndex(2));
+  Value pairEnd = arith::AddIOp::create(b, loc, offset, half);
   Value theta = arith::BitcastOp::create(b, loc, f64, a.get("thetaBits"));
   Value rdF = arith::SIToFPOp::create(b, loc, f64, rd);
-  Value headsIdx = e.toIndex(heads), seqIdx = e.toIndex(seq);
+  Value headsIdx = e.toIndex(heads), seqIdx = e.toIndex(a.get("seq"));
+  // body(row) for the rows of token `tok`'s heads, in head order.
+  auto forHeads = [=](Emitter &in, Value tok,
+                      std::function<void(Emitter &, Value)> body) {
+    Value first = arith::MulIOp::create(in.b, in.loc, tok, headsIdx);
+    scf::ForOp::create(in.b, in.loc, in.cIndex(0), headsIdx, in.cIndex(1),
+                       ValueRange{},
+                       [&](OpBuilder &nb, Location nl, Value hh, ValueRange) {
+                         Emitter e(nb, nl, in.gpu);
+                         body(e, arith::AddIOp::create(nb, nl, first, hh));
+                         scf::YieldOp::create(nb, nl);
+                       });
+  };
   ItemFn item = [=](Emitter &in, ValueRange idx) {
     OpBuilder &b = in.b;
     Location loc = in.loc;
-    Value r = idx[0], j = idx[1];
-    auto ult = [&](Value p, Value q) {
-      return arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, p, q);
-    };
-    Value inside = arith::AndIOp::create(
+    Value tok = idx[0], k = idx[1];
+    Value isPair = arith::AndIOp::create(
         b, loc,
-        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::uge, j, offset),
-        ult(j, end));
+        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::uge, k, offset),
+        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, k, pairEnd));
     scf::IfOp::create(
-        b, loc, inside,
+        b, loc, isPair,
         [&](OpBuilder &nb, Location nl) {
           Emitter e(nb, nl, in.gpu);
-          Value i = arith::SubIOp::create(nb, nl, j, offset);
-          Value first =
-              arith::CmpIOp::create(nb, nl, arith::CmpIPredicate::ult, i, half);
-          Value i0 = arith::SelectOp::create(
-              nb, nl, first, i, arith::SubIOp::create(nb, nl, i, half));
-          Value c1 = arith::AddIOp::create(nb, nl, offset, i0);
-          Value c2 = arith::AddIOp::create(nb, nl, c1, half);
-          Value x1 = e.load(x, {r, c1}), x2 = e.load(x, {r, c2});
+          Value i = arith::SubIOp::create(nb, nl, k, offset);
+          Value c1 = k, c2 = arith::AddIOp::create(nb, nl, k, half);
           // The token's position.
-          Value tok = arith::DivUIOp::create(nb, nl, r, headsIdx);
           Value t = arith::RemUIOp::create(nb, nl, tok, seqIdx);
           Value pos = arith::IndexCastOp::create(nb, nl, i64, t);
           if (docStart) {
@@ -1580,7 +1580,7 @@ Work ropeWork(Emitter &e, const GroupSpec &s, const Args &a, bool backward) {
           }
           // invFreq = theta^((-2 i) / rotaryDim), the angle in double.
           Value iF = arith::SIToFPOp::create(
-              nb, nl, f64, arith::IndexCastOp::create(nb, nl, i64, i0));
+              nb, nl, f64, arith::IndexCastOp::create(nb, nl, i64, i));
           Value m2 =
               arith::ConstantOp::create(nb, nl, nb.getF64FloatAttr(-2.0));
           Value expo = arith::DivFOp::create(
@@ -1595,18 +1595,27 @@ Work ropeWork(Emitter &e, const GroupSpec &s, const Args &a, bool backward) {
           if (backward)
             sd = arith::NegFOp::create(nb, nl, sd);
           Value sv = arith::TruncFOp::create(nb, nl, f32, sd);
-          Value lo = e.sub(e.mul(x1, c), e.mul(x2, sv));
-          Value hi = e.add(e.mul(x2, c), e.mul(x1, sv));
-          e.store(arith::SelectOp::create(nb, nl, first, lo, hi), y, {r, j});
+          forHeads(e, tok, [&](Emitter &h, Value r) {
+            Value x1 = h.load(x, {r, c1}), x2 = h.load(x, {r, c2});
+            h.store(h.sub(h.mul(x1, c), h.mul(x2, sv)), y, {r, c1});
+            h.store(h.add(h.mul(x2, c), h.mul(x1, sv)), y, {r, c2});
+          });
           scf::YieldOp::create(nb, nl);
         },
         [&](OpBuilder &nb, Location nl) {
           Emitter e(nb, nl, in.gpu);
-          e.store(e.load(x, {r, j}), y, {r, j});
+          // Copied: column k below the pairs, k + h after them.
+          Value below = arith::CmpIOp::create(nb, nl, arith::CmpIPredicate::ult,
+                                              k, offset);
+          Value col = arith::SelectOp::create(
+              nb, nl, below, k, arith::AddIOp::create(nb, nl, k, half));
+          forHeads(e, tok, [&](Emitter &h, Value r) {
+            h.store(h.load(x, {r, col}), y, {r, col});
+          });
           scf::YieldOp::create(nb, nl);
         });
   };
-  return Work{{e.toIndex(rows), e.toIndex(headDim)}, item};
+  return Work{{e.toIndex(tokens), e.toIndex(a.get("cols"))}, item};
 }
 
 Work adamWWork(Emitter &e, const GroupSpec &s, const Args &a) {

@@ -715,8 +715,8 @@ TEST_F(KernelGenCuda, RopeWithinOneUlpAndDeterministic) {
                             {2, 37, 3, 10, 2, 6, 1e4, false},
                             {2, 200, 2, 64, 0, 64, 1e6, true}};
   for (const RopeCase &c : cases) {
-    I rows = c.batch * c.seq * c.heads;
-    size_t n = size_t(rows * c.headDim);
+    I tokens = c.batch * c.seq, cols = c.headDim - c.rotaryDim / 2;
+    size_t n = size_t(tokens * c.heads * c.headDim);
     auto x = randomStorage(t, n, 181, 2.0);
     std::vector<int32_t> docStart = packedDocStarts(c.batch, c.seq);
     int64_t thetaBits;
@@ -736,11 +736,11 @@ TEST_F(KernelGenCuda, RopeWithinOneUlpAndDeterministic) {
       for (int run = 0; run < 2; ++run) {
         DevBuf dx(x), dy(std::vector<uint8_t>(n * 2, 0xff)), dd(docStart);
         if (c.packed)
-          CU(launch(kg::kernelName(g), dx.p, dy.p, dd.p, rows, c.seq, c.heads,
-                    c.headDim, c.offset, c.rotaryDim, thetaBits));
+          CU(launch(kg::kernelName(g), dx.p, dy.p, dd.p, tokens, c.seq, c.heads,
+                    c.headDim, c.offset, c.rotaryDim, cols, thetaBits));
         else
-          CU(launch(kg::kernelName(g), dx.p, dy.p, rows, c.seq, c.heads,
-                    c.headDim, c.offset, c.rotaryDim, thetaBits));
+          CU(launch(kg::kernelName(g), dx.p, dy.p, tokens, c.seq, c.heads,
+                    c.headDim, c.offset, c.rotaryDim, cols, thetaBits));
         std::vector<uint8_t> got = dy.bytesBack();
         if (run == 0) {
           first = got;

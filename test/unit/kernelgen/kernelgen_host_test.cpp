@@ -822,8 +822,8 @@ TEST_P(KernelGenHost, RopeMatchesReference) {
     fs.kind = kg::GroupKind::RopeForward;
     bs.kind = kg::GroupKind::RopeBackward;
     fs.packed = bs.packed = c.packed;
-    I rows = c.batch * c.seq * c.heads;
-    size_t n = size_t(rows * c.headDim);
+    I tokens = c.batch * c.seq, cols = c.headDim - c.rotaryDim / 2;
+    size_t n = size_t(tokens * c.heads * c.headDim);
     std::string where =
         std::to_string(c.seq) + "x" + std::to_string(c.headDim) + " rd " +
         std::to_string(c.rotaryDim) + (c.packed ? " packed" : "");
@@ -834,17 +834,18 @@ TEST_P(KernelGenHost, RopeMatchesReference) {
     for (bool backward : {false, true}) {
       std::vector<uint8_t> yG(n * eb, 7), yR(n * eb, 5);
       if (c.packed) {
-        auto *fn = jit().lookup<void(P, void *, P, I, I, I, I, I, I, int64_t)>(
-            backward ? bs : fs);
+        auto *fn =
+            jit().lookup<void(P, void *, P, I, I, I, I, I, I, I, int64_t)>(
+                backward ? bs : fs);
         ASSERT_NE(fn, nullptr);
-        fn(x.data(), yG.data(), docStart.data(), rows, c.seq, c.heads,
-           c.headDim, c.offset, c.rotaryDim, thetaBits);
+        fn(x.data(), yG.data(), docStart.data(), tokens, c.seq, c.heads,
+           c.headDim, c.offset, c.rotaryDim, cols, thetaBits);
       } else {
-        auto *fn = jit().lookup<void(P, void *, I, I, I, I, I, I, int64_t)>(
+        auto *fn = jit().lookup<void(P, void *, I, I, I, I, I, I, I, int64_t)>(
             backward ? bs : fs);
         ASSERT_NE(fn, nullptr);
-        fn(x.data(), yG.data(), rows, c.seq, c.heads, c.headDim, c.offset,
-           c.rotaryDim, thetaBits);
+        fn(x.data(), yG.data(), tokens, c.seq, c.heads, c.headDim, c.offset,
+           c.rotaryDim, cols, thetaBits);
       }
       ASSERT_EQ(referenceRope(type(), c, x.data(), yR.data(), docStart.data(),
                               backward),
