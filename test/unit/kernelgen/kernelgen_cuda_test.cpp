@@ -620,39 +620,19 @@ TEST_F(KernelGenCuda, GdnGatesWithinBoundsAndDeterministic) {
   for (Shape s : {Shape{16384, 16}, Shape{3, 7}, Shape{1000, 5}}) {
     size_t n = size_t(s.rows * s.cols);
     I h = s.cols;
-    auto a = randomStorage(t, n, 161, 6.0), b = randomStorage(t, n, 162, 3.0),
-         dbeta = randomStorage(t, n, 163, 1.0, false);
-    for (size_t i = 2; i < n; i += 11) // around and above softplus's 20
-      storeAt(t, a.data(), I(i), 17.0f + 0.25f * float(i % 29));
-    std::vector<float> aLog, dtBias, dg, dA0, dT0;
-    for (double v : ap::test::randn(size_t(h), 164, 0.5))
-      aLog.push_back(float(v));
-    for (double v : ap::test::randn(size_t(h), 165))
-      dtBias.push_back(float(v));
-    for (double v : ap::test::randn(n, 166))
-      dg.push_back(float(v));
-    for (double v : ap::test::randn(size_t(h), 167))
-      dA0.push_back(float(v));
-    for (double v : ap::test::randn(size_t(h), 168))
-      dT0.push_back(float(v));
+    GatesInputs in = gatesInputs(t, s.rows, h, 160);
+    const auto &a = in.a, &b = in.b, &dbeta = in.dbeta;
+    const auto &aLog = in.aLog, &dtBias = in.dtBias, &dg = in.dg;
+    const auto &dA0 = in.dALog0, &dT0 = in.dDtBias0;
     // The host: the reference's per-element outputs (which the host kernel
     // matches bit for bit) and the model's column sums.
     std::vector<float> gW(n);
     std::vector<uint8_t> betaW(n * 2), daW(n * 2), dbW(n * 2);
     std::vector<float> dAW = dA0, dTW = dT0, dAR = dA0, dTR = dT0;
-    GdnGatesArgs r;
-    r.dtype = DType::BF16;
-    r.tokens = s.rows;
-    r.heads = int32_t(h);
-    r.a = a.data();
-    r.b = b.data();
-    r.aLog = aLog.data();
-    r.dtBias = dtBias.data();
+    GdnGatesArgs r = gatesArgs(t, in, s.rows, h);
     r.g = gW.data();
     r.beta = betaW.data();
     ASSERT_EQ(gdnGatesForward(kHost, r), Status::Ok);
-    r.dg = dg.data();
-    r.dbeta = dbeta.data();
     r.da = daW.data();
     r.db = dbW.data();
     r.dALog = dAR.data();

@@ -735,41 +735,21 @@ TEST_P(KernelGenHost, GdnGatesMatchModelAndReference) {
     size_t n = size_t(s.rows * s.cols);
     I h = s.cols;
     std::string where = std::to_string(s.rows) + "x" + std::to_string(h);
-    auto a = randomStorage(type(), n, 151 + s.cols, 6.0),
-         b = randomStorage(type(), n, 152 + s.cols, 3.0),
-         dbeta = randomStorage(type(), n, 153 + s.cols, 1.0, false);
-    for (size_t i = 2; i < n; i += 11) // around and above the threshold
-      storeAt(type(), a.data(), I(i), 17.0f + 0.25f * float(i % 29));
-    std::vector<float> aLog, dtBias, dg;
-    for (double v : ap::test::randn(size_t(h), 154 + s.cols, 0.5))
-      aLog.push_back(float(v));
-    for (double v : ap::test::randn(size_t(h), 155 + s.cols, 1.0))
-      dtBias.push_back(float(v));
-    for (double v : ap::test::randn(n, 156 + s.cols, 1.0))
-      dg.push_back(float(v));
+    GatesInputs in = gatesInputs(type(), s.rows, h, 150 + uint64_t(s.cols));
+    const auto &a = in.a, &b = in.b, &dbeta = in.dbeta;
+    const auto &aLog = in.aLog, &dtBias = in.dtBias, &dg = in.dg;
     std::vector<float> gG(n, 3.f), gR(n);
     std::vector<uint8_t> betaG(n * eb, 7), betaR(n * eb);
     fwd(a.data(), b.data(), aLog.data(), dtBias.data(), gG.data(), betaG.data(),
         s.rows, h);
-    GdnGatesArgs r;
-    r.dtype = dtypeOf(type());
-    r.tokens = s.rows;
-    r.heads = int32_t(h);
-    r.a = a.data();
-    r.b = b.data();
-    r.aLog = aLog.data();
-    r.dtBias = dtBias.data();
+    GdnGatesArgs r = gatesArgs(type(), in, s.rows, h);
     r.g = gR.data();
     r.beta = betaR.data();
     ASSERT_EQ(gdnGatesForward(kHost, r), Status::Ok);
     EXPECT_TRUE(sameBits(rawBytes(gR), rawBytes(gG), 4, "gates g")) << where;
     EXPECT_TRUE(sameBits(betaR, betaG, eb, "gates beta")) << where;
 
-    std::vector<float> dA0, dT0;
-    for (double v : ap::test::randn(size_t(h), 157 + s.cols))
-      dA0.push_back(float(v));
-    for (double v : ap::test::randn(size_t(h), 158 + s.cols))
-      dT0.push_back(float(v));
+    const std::vector<float> &dA0 = in.dALog0, &dT0 = in.dDtBias0;
     std::vector<float> dAG = dA0, dTG = dT0, dAR = dA0, dTR = dT0, dAW = dA0,
                        dTW = dT0;
     std::vector<uint8_t> daG(n * eb, 9), dbG(n * eb, 9), daR(n * eb),
@@ -783,8 +763,6 @@ TEST_P(KernelGenHost, GdnGatesMatchModelAndReference) {
         partial.data(), s.rows, h, parts);
     r.g = gG.data();
     r.beta = betaG.data();
-    r.dg = dg.data();
-    r.dbeta = dbeta.data();
     r.da = daR.data();
     r.db = dbR.data();
     r.dALog = dAR.data();

@@ -319,6 +319,52 @@ inline void modelGdnGatesSums(kg::ElemType t, const void *a, const float *aLog,
   }
 }
 
+/// Inputs of a GDN gates test over [rows, heads]: a (every eleventh element
+/// from the third set around and above softplus's threshold of 20), b and
+/// dbeta in storage; A_log, dt_bias, dg and the two parameter gradients'
+/// starting values in f32. Seeds seed + 1 ... seed + 8.
+struct GatesInputs {
+  std::vector<uint8_t> a, b, dbeta;
+  std::vector<float> aLog, dtBias, dg, dALog0, dDtBias0;
+};
+inline GatesInputs gatesInputs(kg::ElemType t, I rows, I heads, uint64_t seed) {
+  size_t n = size_t(rows * heads);
+  auto floats = [](size_t count, uint64_t s, double scale) {
+    std::vector<float> out;
+    for (double v : ap::test::randn(count, s, scale))
+      out.push_back(float(v));
+    return out;
+  };
+  GatesInputs in;
+  in.a = randomStorage(t, n, seed + 1, 6.0);
+  in.b = randomStorage(t, n, seed + 2, 3.0);
+  in.dbeta = randomStorage(t, n, seed + 3, 1.0, false);
+  for (size_t i = 2; i < n; i += 11)
+    storeAt(t, in.a.data(), I(i), 17.0f + 0.25f * float(i % 29));
+  in.aLog = floats(size_t(heads), seed + 4, 0.5);
+  in.dtBias = floats(size_t(heads), seed + 5, 1.0);
+  in.dg = floats(n, seed + 6, 1.0);
+  in.dALog0 = floats(size_t(heads), seed + 7, 1.0);
+  in.dDtBias0 = floats(size_t(heads), seed + 8, 1.0);
+  return in;
+}
+
+/// The reference gates' arguments over `in` (outputs and gradients unset).
+inline GdnGatesArgs gatesArgs(kg::ElemType t, const GatesInputs &in, I rows,
+                              I heads) {
+  GdnGatesArgs r;
+  r.dtype = dtypeOf(t);
+  r.tokens = rows;
+  r.heads = int32_t(heads);
+  r.a = in.a.data();
+  r.b = in.b.data();
+  r.aLog = in.aLog.data();
+  r.dtBias = in.dtBias.data();
+  r.dg = in.dg.data();
+  r.dbeta = in.dbeta.data();
+  return r;
+}
+
 /// One RoPE problem of the tests: x [batch, seq, heads, headDim], rotary
 /// dims [offset, offset + rotaryDim), and whether the rows pack documents.
 struct RopeCase {
