@@ -675,6 +675,42 @@ TEST_F(AbiStepTest, LaunchRefusesUnknownIdsSizesAndStreams) {
 // ap_launch_generated calls the kernel's host function on the host backend
 // with pointers to a copy of the argument slots, in stream order, and counts
 // the launch; wrong kernel indices and argument sizes are refused.
+// ap_adamw_step_generated refuses a kernel index past the program's table
+// and a generated kernel whose parameter kinds are not an AdamW's, naming
+// the parameter and the kernel, before anything is launched.
+TEST_F(AbiStepTest, AdamWGeneratedRefusesAWrongKernel) {
+  ParamEntry w{};
+  w.name = "w";
+  w.dtype = DType::F32;
+  w.rank = 1;
+  w.shape[0] = 16;
+  w.numel = 16;
+  w.weight = 0;
+  w.master = 256;
+  w.grad = 512;
+  w.adamM = 768;
+  w.adamV = 1024;
+  program.params = {w};
+  ap_generated_entry entry{"test_axpy", {3, -1}, 1, 256, 1};
+  ap_generated_kernel kernel{"test_axpy", "ppplf", &testGeneratedAxpy, &entry,
+                             1};
+  program.generated = {kernel};
+  runner->beginStep();
+  std::string err = errorOf(
+      [&] { ap_adamw_step_generated(handle(), 0, 1, 0.9, 0.95, 1e-8, 0); });
+  EXPECT_NE(err.find("ap_adamw_step_generated: generated kernel 1 (the "
+                     "program has 1)"),
+            std::string::npos)
+      << err;
+  err = errorOf(
+      [&] { ap_adamw_step_generated(handle(), 0, 0, 0.9, 0.95, 1e-8, 0); });
+  EXPECT_NE(err.find("adamw of 'w': generated kernel 'test_axpy' takes "
+                     "parameters 'ppplf', not an AdamW's"),
+            std::string::npos)
+      << err;
+  EXPECT_EQ(runner->generatedLaunches, 0u);
+}
+
 TEST_F(AbiStepTest, LaunchGeneratedRunsTheHostFunctionFromItsSlots) {
   ap_generated_entry entry{"test_axpy", {3, -1}, 1, 256, 1};
   ap_generated_kernel kernel{"test_axpy", "ppplf", &testGeneratedAxpy, &entry,
@@ -841,6 +877,10 @@ TEST_F(AbiStepTest, IndicesOutsideTheProgramAreErrors) {
   EXPECT_NE(errorOf([&] {
               ap_adamw_step(handle(), 0, 0.9, 0.95, 1e-8, 0);
             }).find("ap_adamw_step: parameter 0 of 0"),
+            std::string::npos);
+  EXPECT_NE(errorOf([&] {
+              ap_adamw_step_generated(handle(), 0, 0, 0.9, 0.95, 1e-8, 0);
+            }).find("ap_adamw_step_generated: parameter 0 of 0"),
             std::string::npos);
   EXPECT_NE(errorOf([&] {
               ap_all_reduce(handle(), 0, 4, 17, AP_STREAM_COMM, 0);
