@@ -97,7 +97,8 @@ const llvm::StringMap<std::string> &abiCalls() {
       AP_ABI_CALL(ap_convert),        AP_ABI_CALL(ap_finalize_grads),
       AP_ABI_CALL(ap_lr_schedule),    AP_ABI_CALL(ap_adamw_step),
       AP_ABI_CALL(ap_loss_mean),      AP_ABI_CALL(ap_comm_group_begin),
-      AP_ABI_CALL(ap_comm_group_end), AP_ABI_CALL(ap_adamw_step_generated)};
+      AP_ABI_CALL(ap_comm_group_end), AP_ABI_CALL(ap_adamw_step_generated),
+      AP_ABI_CALL(ap_finalize_grads_generated)};
 #undef AP_ABI_CALL
   return calls;
 }

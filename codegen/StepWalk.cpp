@@ -396,6 +396,8 @@ private:
   /// --triton-kernel: the Triton kernel implementing each op (by callee).
   std::map<std::string, TritonKernel> triton_;
   size_t genLaunches_ = 0; ///< generated launches in the step's text
+  /// Main grads of each dtype exist (the grad norm's generated kernels).
+  bool mainGradBf16_ = false, mainGradF32_ = false;
 };
 
 double Walker::num(Operation *op, double v, StringRef attr, bool f32) {
@@ -446,6 +448,10 @@ LogicalResult Walker::collect(Operation *step) {
       off_[p->getResult(0)] = uint64_t(o);
       persistent_[p.getName().str()]
                  [exec::stringifyBufferRole(p.getRole()).str()] = uint64_t(o);
+      if (p.getRole() == exec::BufferRole::MainGrad)
+        (tensorOf(p->getResult(0)).getElementType().isBF16() ? mainGradBf16_
+                                                              : mainGradF32_) =
+            true;
       if (p.getRole() == exec::BufferRole::Scratch) {
         if (scratch_)
           return op->emitError(pfx() + "a second driver scratch buffer"),
@@ -2188,8 +2194,36 @@ LogicalResult Walker::walkKernel(Operation *op) {
     return success();
   }
   if (callee == "train.finalize_grads") {
-    sink_.call("ap_finalize_grads",
-               {CallArg::f64(arg(op, args, "max_norm", 1.0))});
+    double maxNorm = arg(op, args, "max_norm", 1.0);
+    if (generated_ && (generatedOps_.empty() || generatedOps_.count(callee.str()))) {
+      // kernelgen's grad norm: the sums of squares for each main-grad dtype
+      // the step has, then the finish; the runtime fills their arguments.
+      auto index = [&](kernelgen::GroupSpec g) {
+        std::string name = kernelgen::kernelName(g);
+        auto [it, fresh] =
+            genIndex_.try_emplace(name, unsigned(genSpecs_.size()));
+        if (fresh)
+          genSpecs_.push_back({g, std::nullopt});
+        return uint64_t(it->second);
+      };
+      auto squares = [&](bool present, kernelgen::ElemType t) {
+        if (!present)
+          return uint64_t(AP_GENERATED_NONE);
+        kernelgen::GroupSpec g;
+        g.kind = kernelgen::GroupKind::GradNormSquares;
+        g.dtype = t;
+        return index(g);
+      };
+      kernelgen::GroupSpec finish;
+      finish.kind = kernelgen::GroupKind::GradNormFinish;
+      sink_.call("ap_finalize_grads_generated",
+                 {CallArg::f64(maxNorm),
+                  CallArg::u32(squares(mainGradBf16_, kernelgen::ElemType::BF16)),
+                  CallArg::u32(squares(mainGradF32_, kernelgen::ElemType::F32)),
+                  CallArg::u32(index(finish))});
+      return success();
+    }
+    sink_.call("ap_finalize_grads", {CallArg::f64(maxNorm)});
     return success();
   }
   if (callee == "train.lr_schedule") {

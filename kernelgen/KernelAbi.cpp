@@ -87,6 +87,11 @@ std::string kernelName(const GroupSpec &spec) {
     if (spec.packed)
       name += "_packed";
     break;
+  case GroupKind::GradNormSquares:
+    name += "gradnorm_sq";
+    break;
+  case GroupKind::GradNormFinish:
+    return name + "gradnorm_finish";
   case GroupKind::AdamW:
     name += "adamw_grad";
     name += ty(spec.dtype);
@@ -131,6 +136,8 @@ std::optional<GroupKind> parseGroupKind(llvm::StringRef name) {
       .Case("gdn-gates-bwd", GroupKind::GdnGatesBackward)
       .Case("rope-fwd", GroupKind::RopeForward)
       .Case("rope-bwd", GroupKind::RopeBackward)
+      .Case("gradnorm-sq", GroupKind::GradNormSquares)
+      .Case("gradnorm-finish", GroupKind::GradNormFinish)
       .Default(std::nullopt);
 }
 
@@ -138,7 +145,8 @@ const char *groupKindNames() {
   return "swiglu-fwd, swiglu-bwd, residual-add, rmsnorm-fwd, rmsnorm-bwd, "
          "add-rmsnorm-fwd, adamw, sigmoid-gate-fwd, sigmoid-gate-bwd, "
          "l2norm-fwd, l2norm-bwd, gated-norm-fwd, gated-norm-bwd, "
-         "gdn-gates-fwd, gdn-gates-bwd, rope-fwd, rope-bwd";
+         "gdn-gates-fwd, gdn-gates-bwd, rope-fwd, rope-bwd, gradnorm-sq, "
+         "gradnorm-finish";
 }
 
 AdamWScalars adamWScalars(double lr, double beta1, double beta2, double eps,
@@ -260,6 +268,14 @@ Params paramsOf(const GroupSpec &s) {
     p.ints = {"tokens", "seq",       "heads", "headDim",
               "offset", "rotaryDim", "cols",  "thetaBits"};
     break;
+  case GroupKind::GradNormSquares:
+    p.ptrs = {"grad", "partial"};
+    p.ints = {"n"};
+    break;
+  case GroupKind::GradNormFinish:
+    p.ptrs = {"partial", "initial", "norm", "clipCoef", "squares"};
+    p.ints = {"parts", "maxNormBits"};
+    break;
   case GroupKind::AdamW:
     p.ptrs = {"master", "expAvg", "expAvgSq", "grad", "clipCoef"};
     if (s.computeCopy)
@@ -329,6 +345,18 @@ std::vector<GpuEntry> gpuEntries(const GroupSpec &spec) {
       // A thread per (token, rotary pair or copied column), over the heads.
       e.workParams = {index("tokens"), index("cols")};
       break;
+    case GroupKind::GradNormSquares:
+      // A block of kGradNormThreads threads per block of kGradNormBlock
+      // elements.
+      e.workParams = {index("n")};
+      e.vector = int(kGradNormBlock);
+      e.threadsPerItem = int(kGradNormThreads);
+      e.blockSize = int(kGradNormThreads);
+      break;
+    case GroupKind::GradNormFinish:
+      // One thread (of one warp) sums the partials in order.
+      e.blockSize = int(kLanes);
+      break;
     case GroupKind::GdnGatesBackward:
       // The element phase (da, db) as an element-wise group; then, for
       // dA_log and for dt_bias, the two phases of a norm's dw.
@@ -379,6 +407,10 @@ uint64_t gpuBlocks(const GpuEntry &e, const std::vector<int64_t> &ints) {
         (factors[n - 1] + uint64_t(e.vector) - 1) / uint64_t(e.vector);
   uint64_t threads = factors[0] * factors[1] * uint64_t(e.threadsPerItem);
   return (threads + uint64_t(e.blockSize) - 1) / uint64_t(e.blockSize);
+}
+
+int64_t gradNormParts(int64_t n) {
+  return n <= 0 ? 0 : (n + kGradNormBlock - 1) / kGradNormBlock;
 }
 
 int64_t rmsNormDwParts(int64_t rows) {

@@ -103,6 +103,12 @@ enum class GroupKind {
   /// offset; the rest copied), and its backward (the rotation by -angle).
   RopeForward,
   RopeBackward,
+  /// The global grad norm: per tensor the f64 sums of squares of its blocks
+  /// of kGradNormBlock elements (GradNormSquares, storage dtype), then one
+  /// running sum over all partials, the norm and the clip coefficient
+  /// (GradNormFinish).
+  GradNormSquares,
+  GradNormFinish,
 };
 
 /// Storage element types of the generated kernels (math is always f32).
@@ -178,6 +184,17 @@ uint64_t rmsNormDwWorkspaceBytes(int64_t rows, int64_t dim);
 /// two gradients (dA_log's, then dt_bias's), each as an RMSNorm dw's over
 /// `rows` tokens and `heads` columns.
 uint64_t gdnGatesWorkspaceBytes(int64_t rows, int64_t heads);
+
+/// The grad norm's blocking, the kernel library's (kernels/dense.h
+/// GradNormArgs): a partial per block of kGradNormBlock elements, summed by
+/// kGradNormThreads threads (thread t the elements t, t + kGradNormThreads,
+/// ... of the block in increasing order, in f64), whose partials halve in a
+/// tree (p[t] = p[t] + p[t + k] for t < k, k = kGradNormThreads / 2, ...,
+/// 1).
+constexpr int64_t kGradNormBlock = 65536;
+constexpr int64_t kGradNormThreads = 256;
+/// The partials of a tensor of n elements.
+int64_t gradNormParts(int64_t n);
 
 /// Elements of a row chunk in the row sums' order: lane l of kLanes owns
 /// the chunks l, l + kLanes, ... of rowChunkOf consecutive elements

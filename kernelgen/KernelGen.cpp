@@ -54,6 +54,9 @@ public:
   Value cF32(float v) {
     return arith::ConstantOp::create(b, loc, b.getF32FloatAttr(v));
   }
+  Value cF64(double v) {
+    return arith::ConstantOp::create(b, loc, b.getF64FloatAttr(v));
+  }
   Value cI32(uint32_t v) {
     return arith::ConstantOp::create(b, loc, b.getI32IntegerAttr(int32_t(v)));
   }
@@ -161,7 +164,9 @@ public:
   Value sqrt(Value x) {
     if (gpu)
       return LLVM::CallIntrinsicOp::create(
-                 b, loc, x.getType(), b.getStringAttr("llvm.nvvm.sqrt.rn.f"),
+                 b, loc, x.getType(),
+                 b.getStringAttr(x.getType().isF64() ? "llvm.nvvm.sqrt.rn.d"
+                                                     : "llvm.nvvm.sqrt.rn.f"),
                  ValueRange{x})
           .getResult(0);
     return math::SqrtOp::create(b, loc, x);
@@ -427,6 +432,8 @@ struct Work {
   /// emulated inside rowSum.
   BlockFn gpuBlock;
   int64_t sharedFloats = 0;
+  /// The shared array's element type (null: f32).
+  Type sharedElem;
 };
 
 /// The lane of a warp-per-row item (GPU), null on the host.
@@ -449,11 +456,12 @@ using TermFn = llvm::function_ref<Value(Emitter &, Value)>;
 /// than once per term. The adds stay one after the other in increasing j.
 constexpr int64_t kSumUnroll = 4;
 
-/// Sum of term(j) for j = first, first + stride, ... < n, from 0, in
-/// increasing j (one lane's or one row group's partial): kSumUnroll terms
-/// an iteration while they all exist, then one at a time.
+/// Sum of term(j) for j = first, first + stride, ... < n, from 0 (`zero`,
+/// of the terms' type; null: f32), in increasing j (one lane's or one row
+/// group's partial): kSumUnroll terms an iteration while they all exist,
+/// then one at a time.
 Value stridedSum(Emitter &e, Value first, Value n, TermFn term,
-                 int64_t stride = kLanes) {
+                 int64_t stride = kLanes, Value zero = Value()) {
   OpBuilder &b = e.b;
   Location loc = e.loc;
   Value lanes = e.cIndex(stride);
@@ -463,7 +471,7 @@ Value stridedSum(Emitter &e, Value first, Value n, TermFn term,
       arith::SubIOp::create(b, loc, n, e.cIndex((kSumUnroll - 1) * stride));
   auto groups = scf::ForOp::create(
       b, loc, first, groupEnd, e.cIndex(kSumUnroll * stride),
-      ValueRange{e.cF32(0.0f), first},
+      ValueRange{zero ? zero : e.cF32(0.0f), first},
       [&](OpBuilder &nb, Location nl, Value j, ValueRange acc) {
         Emitter in(nb, nl, e.gpu);
         SmallVector<Value, kSumUnroll> terms;
@@ -526,6 +534,63 @@ void hostButterfly(Emitter &e, Value scratch) {
                          memref::StoreOp::create(nb, nl, v, scratch, l);
                          scf::YieldOp::create(nb, nl);
                        });
+  }
+}
+
+/// The halving tree over scratch[0, count) on the host: p[t] = p[t] + p[t +
+/// k] for t < k, k = count / 2, ..., 1 (in place: a level reads only
+/// indices it does not write); returns p[0].
+Value hostHalving(Emitter &e, Value scratch, int64_t count) {
+  Value zero = e.cIndex(0);
+  for (int64_t k = count / 2; k >= 1; k /= 2) {
+    Value kv = e.cIndex(k);
+    hostPairSums(e, scratch, kv, zero,
+                 [&](OpBuilder &nb, Location nl, Value t) -> Value {
+                   return arith::AddIOp::create(nb, nl, t, kv);
+                 });
+  }
+  return memref::LoadOp::create(e.b, e.loc, scratch, ValueRange{zero});
+}
+
+/// The value of sum() where `cond` holds, else `zero` (GPU code: a thread
+/// outside the work contributes the neutral partial).
+Value valueIf(Emitter &e, Value cond, const std::function<Value(Emitter &)> &sum,
+              const std::function<Value(Emitter &)> &zero) {
+  auto op = scf::IfOp::create(
+      e.b, e.loc, cond,
+      [&](OpBuilder &nb, Location nl) {
+        Emitter in(nb, nl, true);
+        scf::YieldOp::create(nb, nl, sum(in));
+      },
+      [&](OpBuilder &nb, Location nl) {
+        Emitter in(nb, nl, true);
+        scf::YieldOp::create(nb, nl, zero(in));
+      });
+  return op.getResult(0);
+}
+
+/// A block's halving tree in shared memory: stores `mine` at shared[tid],
+/// then for k = count / 2, ..., 1 the threads at `level` < k add
+/// shared[tid + k * stride] into shared[tid], a barrier after each step
+/// (level: a thread's group, whose partials sit `stride` apart).
+void sharedHalve(Emitter &e, Value shared, Value tid, Value mine, Value level,
+                 int64_t count, int64_t stride) {
+  OpBuilder &b = e.b;
+  Location loc = e.loc;
+  memref::StoreOp::create(b, loc, mine, shared, tid);
+  gpu::BarrierOp::create(b, loc);
+  for (int64_t k = count / 2; k >= 1; k /= 2) {
+    Value below = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult,
+                                        level, e.cIndex(k));
+    scf::IfOp::create(b, loc, below, [&](OpBuilder &nb, Location nl) {
+      Emitter in(nb, nl, true);
+      Value other = arith::AddIOp::create(nb, nl, tid, in.cIndex(k * stride));
+      Value v = in.add(memref::LoadOp::create(nb, nl, shared, tid),
+                       memref::LoadOp::create(nb, nl, shared, other));
+      memref::StoreOp::create(nb, nl, v, shared, tid);
+      scf::YieldOp::create(nb, nl);
+    });
+    gpu::BarrierOp::create(b, loc);
   }
 }
 
@@ -1073,18 +1138,8 @@ void appendDwPhases(SmallVector<Work> &phases, Emitter &e, DwSum where,
           .getResult();
     });
   };
-  // The host's halving over scratch[0, groups): p[g] = p[g] + p[g + k] for
-  // g < k, k = groups / 2, ..., 1; returns p[0].
-  auto hostHalve = [=](Emitter &e, int64_t groups) -> Value {
-    Value zero = e.cIndex(0);
-    for (int64_t k = groups / 2; k >= 1; k /= 2) {
-      Value kv = e.cIndex(k);
-      hostPairSums(e, scratch, kv, zero,
-                   [&](OpBuilder &nb, Location nl, Value g) -> Value {
-                     return arith::AddIOp::create(nb, nl, g, kv);
-                   });
-    }
-    return memref::LoadOp::create(e.b, e.loc, scratch, ValueRange{zero});
+  auto hostHalve = [=](Emitter &e, int64_t groups) {
+    return hostHalving(e, scratch, groups);
   };
   // The host runs the groups' loops one after the other into scratch.
   auto hostGroups = [=](Emitter &e, int64_t groups,
@@ -1129,32 +1184,10 @@ void appendDwPhases(SmallVector<Work> &phases, Emitter &e, DwSum where,
           b, loc, arith::MulIOp::create(b, loc, bid, lanes), lane);
       Value inItems =
           arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, item, items);
-      auto mine = scf::IfOp::create(
-          b, loc, inItems,
-          [&](OpBuilder &nb, Location nl) {
-            Emitter in(nb, nl, true);
-            scf::YieldOp::create(nb, nl, sum(in, item, g));
-          },
-          [&](OpBuilder &nb, Location nl) {
-            Emitter in(nb, nl, true);
-            scf::YieldOp::create(nb, nl, in.cF32(0.0f));
-          });
-      memref::StoreOp::create(b, loc, mine.getResult(0), shared, tid);
-      gpu::BarrierOp::create(b, loc);
-      for (int64_t k = groups / 2; k >= 1; k /= 2) {
-        Value below = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult,
-                                            g, e.cIndex(k));
-        scf::IfOp::create(b, loc, below, [&](OpBuilder &nb, Location nl) {
-          Emitter in(nb, nl, true);
-          Value other =
-              arith::AddIOp::create(nb, nl, tid, in.cIndex(k * kLanes));
-          Value v = in.add(memref::LoadOp::create(nb, nl, shared, tid),
-                           memref::LoadOp::create(nb, nl, shared, other));
-          memref::StoreOp::create(nb, nl, v, shared, tid);
-          scf::YieldOp::create(nb, nl);
-        });
-        gpu::BarrierOp::create(b, loc);
-      }
+      Value mine = valueIf(
+          e, inItems, [&](Emitter &in) { return sum(in, item, g); },
+          [](Emitter &in) { return in.cF32(0.0f); });
+      sharedHalve(e, shared, tid, mine, g, groups, kLanes);
       Value first = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, g,
                                           e.cIndex(0));
       Value writes = arith::AndIOp::create(b, loc, first, inItems);
@@ -1674,6 +1707,175 @@ Work adamWWork(Emitter &e, const GroupSpec &s, const Args &a) {
   return elementWiseWork(e, ew);
 }
 
+/// Runs body on the GPU in thread 0 of block 0 only.
+void inFirstThread(Emitter &e, Value tid, Value bid,
+                   const std::function<void(Emitter &)> &body) {
+  Value zero = e.cIndex(0);
+  Value first = arith::AndIOp::create(
+      e.b, e.loc,
+      arith::CmpIOp::create(e.b, e.loc, arith::CmpIPredicate::eq, tid, zero),
+      arith::CmpIOp::create(e.b, e.loc, arith::CmpIPredicate::eq, bid, zero));
+  scf::IfOp::create(e.b, e.loc, first, [&](OpBuilder &nb, Location nl) {
+    Emitter in(nb, nl, true);
+    body(in);
+    scf::YieldOp::create(nb, nl);
+  });
+}
+
+/// A raw scalar pointer parameter compared with null (i1: not null).
+Value notNull(Emitter &e, Value ptr) {
+  Value null = LLVM::ZeroOp::create(e.b, e.loc, ptr.getType());
+  return LLVM::ICmpOp::create(e.b, e.loc, LLVM::ICmpPredicate::ne, ptr, null);
+}
+
+/// The grad norm's sums of squares per block of kGradNormBlock elements in
+/// the kernel library's order (KernelAbi.h): thread t of block b adds v * v
+/// (v the element widened exactly to f64, so the product is exact and a
+/// fused multiply-add would give the same bits) over the block's elements
+/// t, t + kGradNormThreads, ... in increasing order; the threads' partials
+/// halve in a tree into partial[b]. The host runs the threads one after the
+/// other into a scratch array, then the same tree.
+Work gradNormSquaresWork(Emitter &e, const GroupSpec &s, const Args &a) {
+  OpBuilder &b = e.b;
+  Location loc = e.loc;
+  Type f64 = b.getF64Type();
+  Value n = a.get("n");
+  Value nIdx = e.toIndex(n);
+  Value block = e.cIndex(kGradNormBlock);
+  Value partsIdx = arith::DivUIOp::create(
+      b, loc,
+      arith::AddIOp::create(b, loc, nIdx, e.cIndex(kGradNormBlock - 1)),
+      block);
+  Value grad = e.memref1(a.get("grad"), e.storage(s.dtype), n);
+  Value partial =
+      e.memref1(a.get("partial"), f64,
+                arith::IndexCastOp::create(b, loc, b.getI64Type(), partsIdx));
+  auto threadSum = [=](Emitter &in, Value blk, Value t) -> Value {
+    Value lo = arith::MulIOp::create(in.b, in.loc, blk, block);
+    Value hi = arith::MinUIOp::create(
+        in.b, in.loc, arith::AddIOp::create(in.b, in.loc, lo, block), nIdx);
+    return stridedSum(
+        in, arith::AddIOp::create(in.b, in.loc, lo, t), hi,
+        [&](Emitter &q, Value i) {
+          Value v = arith::ExtFOp::create(q.b, q.loc, q.b.getF64Type(),
+                                          q.load(grad, {i}));
+          return q.mul(v, v);
+        },
+        kGradNormThreads, in.cF64(0.0));
+  };
+  Value scratch;
+  if (!e.gpu)
+    scratch = memref::AllocaOp::create(
+        b, loc, MemRefType::get({kGradNormThreads}, f64));
+  ItemFn item = [=](Emitter &e, ValueRange idx) {
+    Value blk = idx[0];
+    scf::ForOp::create(
+        e.b, e.loc, e.cIndex(0), e.cIndex(kGradNormThreads), e.cIndex(1),
+        ValueRange{}, [&](OpBuilder &nb, Location nl, Value t, ValueRange) {
+          Emitter in(nb, nl, false);
+          memref::StoreOp::create(nb, nl, threadSum(in, blk, t), scratch, t);
+          scf::YieldOp::create(nb, nl);
+        });
+    memref::StoreOp::create(e.b, e.loc,
+                            hostHalving(e, scratch, kGradNormThreads), partial,
+                            ValueRange{blk});
+  };
+  Work w{{partsIdx}, item};
+  w.gpuBlock = [=](Emitter &e, Value tid, Value bid, Value shared) {
+    OpBuilder &b = e.b;
+    Location loc = e.loc;
+    Value inRange =
+        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult, bid, partsIdx);
+    Value mine = valueIf(
+        e, inRange, [&](Emitter &in) { return threadSum(in, bid, tid); },
+        [](Emitter &in) { return in.cF64(0.0); });
+    sharedHalve(e, shared, tid, mine, tid, kGradNormThreads, 1);
+    Value first = arith::AndIOp::create(
+        b, loc, inRange,
+        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, tid,
+                              e.cIndex(0)));
+    scf::IfOp::create(b, loc, first, [&](OpBuilder &nb, Location nl) {
+      Value v = memref::LoadOp::create(nb, nl, shared,
+                                       ValueRange{Emitter(nb, nl, true).cIndex(0)});
+      memref::StoreOp::create(nb, nl, v, partial, ValueRange{bid});
+      scf::YieldOp::create(nb, nl);
+    });
+  };
+  w.sharedFloats = kGradNormThreads;
+  w.sharedElem = f64;
+  return w;
+}
+
+/// The grad norm from its partials, the kernel library's finish: one
+/// running f64 sum from *initial (0 when null) over partial[0, parts) in
+/// order; *squares = the sum (when not null); *norm = f32(sqrt(sum));
+/// *clipCoef (when not null) = f32(min(1, maxNorm / (f64(norm) + 1e-6)))
+/// for maxNorm > 0, else 1 (std::min's rule: a NaN quotient gives 1). One
+/// thread on the GPU.
+Work gradNormFinishWork(Emitter &e, const GroupSpec &, const Args &a) {
+  OpBuilder &b = e.b;
+  Location loc = e.loc;
+  Type f64 = b.getF64Type(), f32 = b.getF32Type();
+  Value parts = a.get("parts");
+  Value partsIdx = e.toIndex(parts);
+  Value partial = e.memref1(a.get("partial"), f64, parts);
+  Value initial = a.get("initial"), norm = a.get("norm"),
+        clipCoef = a.get("clipCoef"), squares = a.get("squares");
+  Value maxNorm = arith::BitcastOp::create(b, loc, f64, a.get("maxNormBits"));
+  auto body = [=](Emitter &e) {
+    OpBuilder &b = e.b;
+    Location loc = e.loc;
+    auto start = scf::IfOp::create(
+        b, loc, notNull(e, initial),
+        [&](OpBuilder &nb, Location nl) {
+          scf::YieldOp::create(
+              nb, nl, LLVM::LoadOp::create(nb, nl, f64, initial).getResult());
+        },
+        [&](OpBuilder &nb, Location nl) {
+          scf::YieldOp::create(nb, nl, Emitter(nb, nl, e.gpu).cF64(0.0));
+        });
+    auto sum = scf::ForOp::create(
+        b, loc, e.cIndex(0), partsIdx, e.cIndex(1),
+        ValueRange{start.getResult(0)},
+        [&](OpBuilder &nb, Location nl, Value i, ValueRange acc) {
+          Emitter in(nb, nl, e.gpu);
+          Value p = memref::LoadOp::create(nb, nl, partial, ValueRange{i});
+          scf::YieldOp::create(nb, nl, in.add(acc[0], p));
+        });
+    Value total = sum.getResult(0);
+    scf::IfOp::create(b, loc, notNull(e, squares),
+                      [&](OpBuilder &nb, Location nl) {
+                        LLVM::StoreOp::create(nb, nl, total, squares);
+                        scf::YieldOp::create(nb, nl);
+                      });
+    Value nv = arith::TruncFOp::create(b, loc, f32, e.sqrt(total));
+    LLVM::StoreOp::create(b, loc, nv, norm);
+    scf::IfOp::create(
+        b, loc, notNull(e, clipCoef), [&](OpBuilder &nb, Location nl) {
+          Emitter in(nb, nl, e.gpu);
+          Value q = in.div(
+              maxNorm,
+              in.add(arith::ExtFOp::create(nb, nl, f64, nv), in.cF64(1e-6)));
+          Value one = in.cF64(1.0);
+          Value below =
+              arith::CmpFOp::create(nb, nl, arith::CmpFPredicate::OLT, q, one);
+          Value m = arith::SelectOp::create(nb, nl, below, q, one);
+          Value positive = arith::CmpFOp::create(
+              nb, nl, arith::CmpFPredicate::OGT, maxNorm, in.cF64(0.0));
+          Value c = arith::SelectOp::create(
+              nb, nl, positive, arith::TruncFOp::create(nb, nl, f32, m),
+              in.cF32(1.0f));
+          LLVM::StoreOp::create(nb, nl, c, clipCoef);
+          scf::YieldOp::create(nb, nl);
+        });
+  };
+  Work w{{e.cIndex(1)}, [=](Emitter &e, ValueRange) { body(e); }};
+  w.gpuBlock = [=](Emitter &e, Value tid, Value bid, Value) {
+    inFirstThread(e, tid, bid, body);
+  };
+  return w;
+}
+
 /// The phases of a group, in the order they must run.
 SmallVector<Work> workOf(Emitter &e, const GroupSpec &s, const Args &a) {
   switch (s.kind) {
@@ -1711,6 +1913,10 @@ SmallVector<Work> workOf(Emitter &e, const GroupSpec &s, const Args &a) {
     return {ropeWork(e, s, a, /*backward=*/false)};
   case GroupKind::RopeBackward:
     return {ropeWork(e, s, a, /*backward=*/true)};
+  case GroupKind::GradNormSquares:
+    return {gradNormSquaresWork(e, s, a)};
+  case GroupKind::GradNormFinish:
+    return {gradNormFinishWork(e, s, a)};
   }
   llvm_unreachable("unknown group kind");
 }
@@ -1809,7 +2015,9 @@ OwningOpRef<ModuleOp> buildGpuModule(MLIRContext &context,
           auto space = gpu::AddressSpaceAttr::get(&context,
                                                   gpu::AddressSpace::Workgroup);
           shared = fn.addWorkgroupAttribution(
-              MemRefType::get({work.sharedFloats}, b.getF32Type(),
+              MemRefType::get({work.sharedFloats},
+                              work.sharedElem ? work.sharedElem
+                                              : Type(b.getF32Type()),
                               MemRefLayoutAttrInterface(), space),
               loc);
         }

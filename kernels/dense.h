@@ -382,6 +382,15 @@ struct GradNormArgs {
   const double *initialSquares = nullptr; ///< scalar read first (may be null)
   double *squares = nullptr;              ///< scalar, overwritten (may be null)
 };
+/// The blocking above: the elements of one partial sum, and the partials
+/// of a tensor of n elements (a generated grad norm, kernelgen's
+/// GradNormSquares, uses the same).
+constexpr int64_t kGradNormBlockElements = 65536;
+inline int64_t gradNormParts(int64_t n) {
+  return n <= 0 ? 0 : (n + kGradNormBlockElements - 1) / kGradNormBlockElements;
+}
+/// The partials, one double each (at least one), on both backends (the host
+/// reference needs none, a generated host kernel does).
 size_t gradNormWorkspaceBytes(Backend backend, const GradNormArgs &args);
 Status gradNorm(const KernelContext &ctx, const GradNormArgs &args);
 

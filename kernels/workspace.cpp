@@ -90,13 +90,10 @@ size_t lmHeadCrossEntropyWorkspaceBytes(Backend backend,
   return chunk ? add(chunk, linearWorkspaceBytes(backend)) : 0;
 }
 
-size_t gradNormWorkspaceBytes(Backend backend, const GradNormArgs &a) {
-  if (backend != Backend::Cuda)
-    return 0;
+size_t gradNormWorkspaceBytes(Backend, const GradNormArgs &a) {
   size_t parts = 0;
   for (int64_t t = 0; t < a.numTensors; ++t)
-    parts = add(parts, count((a.tensors[t].n + ref::kGradNormBlock - 1) /
-                             ref::kGradNormBlock));
+    parts = add(parts, count(gradNormParts(a.tensors[t].n)));
   return mul(std::max<size_t>(parts, 1), sizeof(double));
 }
 

@@ -230,9 +230,9 @@ Program ap::rt::programOfAbi(const ap_program &p) {
         fail("abi: program: generated kernel '", g.name, "' entry '", en.name,
              "' has ", en.threads_per_item, " threads per item and blocks of ",
              en.block_size, " (1 to 1024 each)");
-      if (!g.triton && (en.vector < 1 || en.vector > 64))
+      if (!g.triton && (en.vector < 1 || en.vector > 65536))
         fail("abi: program: generated kernel '", g.name, "' entry '", en.name,
-             "' has items of ", en.vector, " elements (1 to 64)");
+             "' has items of ", en.vector, " elements (1 to 65536)");
       for (int32_t w : en.work_params)
         if (w != -1 && (w < 0 || size_t(w) >= n || g.params[w] != 'l'))
           fail("abi: program: generated kernel '", g.name, "' entry '", en.name,
@@ -801,6 +801,26 @@ void ap_convert(ap_step *step, const char *label, const void *src, int32_t from,
 
 void ap_finalize_grads(ap_step *step, double maxNorm) {
   runner(step).finalizeGrads(maxNorm);
+}
+
+void ap_finalize_grads_generated(ap_step *step, double maxNorm,
+                                 uint32_t squaresBf16, uint32_t squaresF32,
+                                 uint32_t finish) {
+  StepRunner &r = runner(step);
+  size_t kernels = r.program().generated.size();
+  auto index = [&](uint32_t k, const char *what, bool optional) -> int64_t {
+    if (optional && k == AP_GENERATED_NONE)
+      return -1;
+    if (k >= kernels)
+      fail("abi: ap_finalize_grads_generated: ", what, " kernel ", k,
+           " (the program has ", kernels, " generated kernels)");
+    return int64_t(k);
+  };
+  StepRunner::GeneratedNorm g;
+  g.squaresBf16 = index(squaresBf16, "bf16 sums of squares", true);
+  g.squaresF32 = index(squaresF32, "f32 sums of squares", true);
+  g.finish = index(finish, "finish", false);
+  r.finalizeGrads(maxNorm, g);
 }
 
 void ap_lr_schedule(ap_step *step, double maxLr, double minLr, int64_t warmup,

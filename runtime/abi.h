@@ -234,7 +234,7 @@ typedef struct ap_config_entry {
 /* A generated kernel's GPU entry (PTX function name) and its launch: work
    is the product of the int64 parameters at work_params[0] and
    work_params[1] (-1: factor 1), the last present factor first rounded up
-   to whole vectors of `vector` elements (1 to 64: an item is that many
+   to whole vectors of `vector` elements (1 to 65536: an item is that many
    consecutive elements; 1: one), so work = p0 * ceil(p1 / vector); each
    item takes threads_per_item threads (1 to 1024), launched as
    ceil(work * threads_per_item / block_size) blocks of block_size threads
@@ -493,6 +493,16 @@ void ap_convert(ap_step *step, const char *label, const void *src, int32_t from,
    stage) into AP_SCRATCH_GRAD_NORM and the clip coefficient for
    `max_norm` into AP_SCRATCH_CLIP_COEF. */
 void ap_finalize_grads(ap_step *step, double max_norm);
+/* ap_finalize_grads with the grad norm through generated kernels (indices
+   into ap_program.generated; AP_GENERATED_NONE where the program has no
+   main grad of that dtype): kernelgen's sums of squares of bf16 and of f32
+   main grads (grad, partial, n) and its finish (partial, initial, norm,
+   clipCoef, squares, parts, maxNormBits), the library kernel's blocking
+   and order; the runtime passes the partials in the stream's workspace. */
+#define AP_GENERATED_NONE 0xffffffffu
+void ap_finalize_grads_generated(ap_step *step, double max_norm,
+                                 uint32_t squares_bf16, uint32_t squares_f32,
+                                 uint32_t finish);
 void ap_lr_schedule(ap_step *step, double max_lr, double min_lr, int64_t warmup,
                     int64_t total);
 void ap_adamw_step(ap_step *step, uint32_t param, double beta1, double beta2,

@@ -499,6 +499,11 @@ void StepRunner::readSummedState() {
 }
 
 void StepRunner::finalizeGrads(double maxNorm) {
+  finalizeGrads(maxNorm, GeneratedNorm());
+}
+
+void StepRunner::finalizeGrads(double maxNorm, const GeneratedNorm &generated) {
+  generatedNorm_ = generated;
   // Every microbatch is done (endLoop synchronised). The main grads hold
   // sums over the step's tokens; the division by the token count and the
   // clip are folded into one coefficient that AdamW applies (g * coef), so
@@ -600,9 +605,7 @@ void StepRunner::finalizeGrads(double maxNorm) {
                   Stream::Compute);
     dev.synchronize(Stream::Compute);
   } else if (!tensors.empty()) {
-    launch("finalize_grads", [args](const KernelContext &c) {
-      return kernels::gradNorm(c, args);
-    });
+    launch("finalize_grads", gradNormKernel(args));
     dev.copyToHostSync(&rawNorm, normDev, 4);
   }
   if (program_.dataParallelMode == DataParallelMode::Zero3 && dataParallel &&
@@ -673,6 +676,77 @@ void StepRunner::combineTiedGrads() {
   }
 }
 
+KernelFn StepRunner::gradNormKernel(const kernels::GradNormArgs &args) {
+  if (generatedNorm_.finish < 0)
+    return [args](const KernelContext &c) { return kernels::gradNorm(c, args); };
+  // kernelgen's grad norm: per tensor its sums of squares (grad, partial,
+  // n) into consecutive f64 partials of the workspace, then the finish
+  // (partial, initial, norm, clipCoef, squares, parts, maxNormBits).
+  auto kernelAt = [&](int64_t index, const char *params,
+                      const char *what) -> const ap_generated_kernel * {
+    if (index < 0)
+      return nullptr;
+    const ap_generated_kernel &k = program_.generated.at(size_t(index));
+    if (std::strcmp(k.params, params) != 0)
+      fail("finalize_grads: generated kernel '", k.name, "' takes parameters '",
+           k.params, "', not a grad norm ", what, "'s ('", params, "')");
+    return &k;
+  };
+  const ap_generated_kernel *squares16 =
+      kernelAt(generatedNorm_.squaresBf16, "ppl", "sums of squares");
+  const ap_generated_kernel *squares32 =
+      kernelAt(generatedNorm_.squaresF32, "ppl", "sums of squares");
+  const ap_generated_kernel *finish =
+      kernelAt(generatedNorm_.finish, "pppppll", "finish");
+  for (int64_t t = 0; t < args.numTensors; ++t)
+    if (!(args.tensors[t].dtype == DType::BF16 ? squares16 : squares32))
+      fail("finalize_grads: no generated sums of squares for a ",
+           args.tensors[t].dtype == DType::BF16 ? "bf16" : "f32", " main grad (the program's "
+           "ap_finalize_grads_generated names none)");
+  const char *ptx = program_.generatedPtx;
+  uint64_t *counter = &generatedLaunches;
+  return [args, squares16, squares32, finish, ptx,
+          counter](const KernelContext &c) {
+    auto ptr = [](const void *q) { return uint64_t(uintptr_t(q)); };
+    int64_t parts = 0;
+    for (int64_t t = 0; t < args.numTensors; ++t)
+      parts += kernels::gradNormParts(args.tensors[t].n);
+    uint64_t need = uint64_t(std::max<int64_t>(parts, 1)) * sizeof(double);
+    if (!c.workspace || c.workspaceBytes < need)
+      fail("finalize_grads: the generated grad norm needs ", need,
+           " bytes of kernel workspace for its partials, the stream has ",
+           c.workspace ? c.workspaceBytes : 0);
+    auto *partial = static_cast<double *>(c.workspace);
+    int64_t off = 0;
+    for (int64_t t = 0; t < args.numTensors; ++t) {
+      const kernels::GradTensor &g = args.tensors[t];
+      if (g.n == 0)
+        continue;
+      GeneratedLaunch l;
+      l.kernel = g.dtype == DType::BF16 ? squares16 : squares32;
+      l.ptx = ptx;
+      uint64_t slots[3] = {ptr(g.data), ptr(partial + off), uint64_t(g.n)};
+      std::memcpy(l.slots, slots, sizeof slots);
+      launchGenerated(c, l);
+      ++*counter;
+      off += kernels::gradNormParts(g.n);
+    }
+    GeneratedLaunch l;
+    l.kernel = finish;
+    l.ptx = ptx;
+    uint64_t maxNormBits;
+    std::memcpy(&maxNormBits, &args.maxNorm, sizeof maxNormBits);
+    uint64_t slots[7] = {ptr(partial),          ptr(args.initialSquares),
+                         ptr(args.norm),        ptr(args.clipCoef),
+                         ptr(args.squares),     uint64_t(off),
+                         maxNormBits};
+    std::memcpy(l.slots, slots, sizeof slots);
+    launchGenerated(c, l);
+    ++*counter;
+    return kernels::Status::Ok;
+  };
+}
+
 double
 StepRunner::localSquares(const std::vector<kernels::GradTensor> &tensors) {
   if (tensors.empty())
@@ -684,8 +758,7 @@ StepRunner::localSquares(const std::vector<kernels::GradTensor> &tensors) {
   args.maxNorm = 0;
   args.norm = reinterpret_cast<float *>(scratch(AP_SCRATCH_GRAD_NORM));
   args.squares = sq;
-  launch("finalize_grads",
-         [args](const KernelContext &c) { return kernels::gradNorm(c, args); });
+  launch("finalize_grads", gradNormKernel(args));
   double total = 0;
   dev.copyToHostSync(&total, sq, sizeof total);
   return total;
@@ -722,8 +795,7 @@ StepRunner::chainedSquares(const std::vector<kernels::GradTensor> &tensors) {
   args.norm = reinterpret_cast<float *>(scratch(AP_SCRATCH_GRAD_NORM));
   args.initialSquares = sq;
   args.squares = sq + 1;
-  launch("finalize_grads",
-         [args](const KernelContext &c) { return kernels::gradNorm(c, args); });
+  launch("finalize_grads", gradNormKernel(args));
   hostIdle();
   if (s + 1 < n)
     pp->send(sq + 1, 1, DType::F64, s + 1, native);

@@ -400,6 +400,13 @@ public:
                void *dst, kernels::DType to, int64_t n);
 
   //===--- Step-level ops -------------------------------------------------===//
+  /// The grad norm's generated kernels (indices into the program's generated
+  /// kernels; -1: none): the sums of squares of bf16 and of f32 main grads,
+  /// and the finish. With no finish, the library kernel runs.
+  struct GeneratedNorm {
+    int64_t squaresBf16 = -1, squaresF32 = -1, finish = -1;
+  };
+  void finalizeGrads(double maxNorm, const GeneratedNorm &generated);
   void finalizeGrads(double maxNorm);
   void lrSchedule(double maxLr, double minLr, int64_t warmup, int64_t total);
   /// The AdamW update of one parameter: the library kernel, or generated
@@ -437,6 +444,11 @@ private:
   /// The sum of squares of `tensors` on this rank (one running sum in list
   /// order, as one stage of chainedSquares); 0 for none.
   double localSquares(const std::vector<kernels::GradTensor> &tensors);
+  /// The grad norm over args' tensors as one kernel entry: the library's
+  /// kernels::gradNorm, or the generated kernels of generatedNorm_ (the
+  /// same partials and order, in the launching stream's workspace).
+  KernelFn gradNormKernel(const kernels::GradNormArgs &args);
+  GeneratedNorm generatedNorm_;
   /// Adds each tied_grad_offset buffer into its main grad and zeroes it;
   /// sums pipeline_tied main grads over the first and the last stage.
   void combineTiedGrads();

@@ -393,7 +393,7 @@ GENERATED_OPS = ("train.swiglu", "train.swiglu_grad", "train.add",
                  "train.l2_norm_grad", "train.gated_rms_norm",
                  "train.gated_rms_norm_grad", "train.gdn_gates",
                  "train.gdn_gates_grad", "train.rope", "train.rope_grad",
-                 "train.adamw")
+                 "train.finalize_grads", "train.adamw")
 
 
 def generated_kernel_ratios(library, generated):

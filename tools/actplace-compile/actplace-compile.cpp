@@ -536,6 +536,7 @@ static const char *const kGeneratedOpNames[] = {"train.swiglu",
                                                 "train.gdn_gates_grad",
                                                 "train.rope",
                                                 "train.rope_grad",
+                                                "train.finalize_grads",
                                                 "train.adamw"};
 
 /// Applies --kernels (and, for auto, the profile's measurements) to the

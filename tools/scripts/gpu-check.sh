@@ -54,8 +54,9 @@ set -u -o pipefail
 LIMIT_BYTES=$((48 * 1024 * 1024))
 die() { echo "gpu-check: error: $*" >&2; exit 2; }
 
-# The five placements of tiny-hybrid-gpu (the first is the baseline) and
-# the two of the MLA/MLP hybrid.
+# The five placements of tiny-hybrid-gpu (the first is the baseline; pack
+# adds an arm with the generated grad norm and AdamW) and the two of the
+# MLA/MLP hybrid.
 TINY_ARMS=(
   "none="
   "gdn_core_attn=--offload-modules=gdn_core_attn"
@@ -175,6 +176,12 @@ for t in json.load(sys.stdin)["tests"]:
   # Each tiny arm also built from its readable C++ (cpp-NAME): the LLVM
   # path and the C++ path give the same bits.
   for arm in "${TINY_ARMS[@]}"; do armflags+=(--arm "$arm" --cpp-arm "${arm%%=*}"); done
+  # And one arm whose grad norm and AdamW update are kernelgen's
+  # (--kernels=auto with only those measured faster): they keep the kernel
+  # library's order and operations, so this arm too has the baseline's bits.
+  echo '{"generatedKernelRatio": {"train.finalize_grads": 0.5, "train.adamw": 0.5}}' \
+    > "$stage/exact-ops.json"
+  armflags+=(--arm "norm+adamw-generated=--kernels=auto --profile=$stage/exact-ops.json")
   python3 "$src/test/e2e/gpu_bitident.py" build --compile "$compile" \
       --model "$src/models/tiny-hybrid-gpu.json" --dir "$b/arms/tiny" \
       --seq "$seq_tiny" --micro-batches 4 "${armflags[@]}" || die "tiny-hybrid-gpu arms failed"

@@ -84,7 +84,7 @@ template <class T> Status sumRepeats(const SumRepeatsArgs &a);
 Status convertDType(const ConvertArgs &a);
 
 /// Fixed blocking of the grad-norm reduction (both backends).
-constexpr int64_t kGradNormBlock = 65536;
+constexpr int64_t kGradNormBlock = kGradNormBlockElements;
 /// Rows per partial sum in the CUDA RMSNorm dw reduction of rows wider than
 /// rowwise::kMaxDim (narrower rows: rowwise::partials).
 constexpr int64_t kRmsNormRowsPerPartial = 32;

@@ -122,7 +122,12 @@ struct Jit {
         all.push_back(s);
       }
       s.packed = false;
+      s.kind = kg::GroupKind::GradNormSquares;
+      all.push_back(s);
     }
+    kg::GroupSpec finish;
+    finish.kind = kg::GroupKind::GradNormFinish;
+    all.push_back(finish);
     return all;
   }
 
@@ -911,6 +916,83 @@ TEST_P(KernelGenHost, AdamWMatchesReference) {
   }
 }
 
+/// The grad norm: each tensor's partials bitwise to the model of the
+/// library's CUDA order (kernelgen_test_util.h), the finish's sum, norm and
+/// clip bitwise to the model's over them, with and without a starting sum
+/// (a pipeline stage's); against the reference kernel (sequential within a
+/// block) the sum of squares within 1e-12 relative and the f32 norm within
+/// one ulp.
+TEST_P(KernelGenHost, GradNormMatchesModelAndReference) {
+  static_assert(kg::kGradNormBlock == ap::kernels::kGradNormBlockElements,
+                "kernelgen's grad-norm blocking is the library's");
+  kg::GroupSpec sq;
+  sq.kind = kg::GroupKind::GradNormSquares;
+  sq.dtype = type();
+  kg::GroupSpec fin;
+  fin.kind = kg::GroupKind::GradNormFinish;
+  auto *squares = jit().lookup<void(const void *, double *, I)>(sq);
+  auto *finish = jit().lookup<void(const double *, const double *, float *,
+                                   float *, double *, I, I)>(fin);
+  ASSERT_NE(squares, nullptr);
+  ASSERT_NE(finish, nullptr);
+  std::vector<std::vector<uint8_t>> data;
+  std::vector<GradTensor> tensors;
+  std::vector<double> model;
+  for (I n : kGradNormSizes) {
+    data.push_back(randomStorage(type(), size_t(n), 61 + n, 1e-2, false));
+    tensors.push_back({data.back().data(), n, dtypeOf(type())});
+  }
+  std::vector<double> partial;
+  for (const GradTensor &g : tensors) {
+    std::vector<double> want = modelGradNormPartials(type(), g.data, g.n);
+    std::vector<double> got(want.size(), -1.0);
+    ASSERT_EQ(I(want.size()), ap::kernels::gradNormParts(g.n));
+    squares(g.data, got.data(), g.n);
+    std::vector<uint8_t> wb(want.size() * 8), gb(got.size() * 8);
+    std::memcpy(wb.data(), want.data(), wb.size());
+    std::memcpy(gb.data(), got.data(), gb.size());
+    EXPECT_TRUE(sameBits(wb, gb, 8, "partials")) << "n=" << g.n;
+    partial.insert(partial.end(), got.begin(), got.end());
+  }
+  for (double initial : {0.0, 12.375})
+    for (double maxNorm : {0.0, 1.0, 1e9}) {
+      GradNormResult want = modelGradNormFinish(partial, initial, maxNorm);
+      double gotSquares = -1;
+      float gotNorm = -1, gotClip = -1;
+      finish(partial.data(), initial != 0 ? &initial : nullptr, &gotNorm,
+             &gotClip, &gotSquares, I(partial.size()), doubleBits(maxNorm));
+      std::string where = "initial " + std::to_string(initial) + " maxNorm " +
+                          std::to_string(maxNorm);
+      EXPECT_EQ(doubleBits(gotSquares), doubleBits(want.squares)) << where;
+      EXPECT_EQ(std::memcmp(&gotNorm, &want.norm, 4), 0)
+          << where << ": " << gotNorm << " against " << want.norm;
+      EXPECT_EQ(std::memcmp(&gotClip, &want.clip, 4), 0)
+          << where << ": " << gotClip << " against " << want.clip;
+      // The null outputs are skipped, the norm still written.
+      float normOnly = -1;
+      finish(partial.data(), nullptr, &normOnly, nullptr, nullptr,
+             I(partial.size()), doubleBits(maxNorm));
+      EXPECT_EQ(normOnly, modelGradNormFinish(partial, 0, maxNorm).norm);
+      // The reference kernel: the same sums in its own order.
+      GradNormArgs r;
+      r.tensors = tensors.data();
+      r.numTensors = I(tensors.size());
+      r.maxNorm = maxNorm;
+      double refSquares = 0;
+      float refNorm = 0, refClip = 0;
+      r.norm = &refNorm;
+      r.clipCoef = &refClip;
+      r.squares = &refSquares;
+      r.initialSquares = initial != 0 ? &initial : nullptr;
+      ASSERT_EQ(gradNorm(kHost, r), Status::Ok);
+      EXPECT_LE(std::fabs(gotSquares - refSquares), 1e-12 * refSquares)
+          << where;
+      EXPECT_LE(std::fabs(gotNorm - refNorm),
+                std::nextafter(refNorm, 1e30f) - refNorm)
+          << where;
+    }
+}
+
 INSTANTIATE_TEST_SUITE_P(Storage, KernelGenHost,
                          ::testing::Values(kg::ElemType::BF16,
                                            kg::ElemType::F32),
@@ -1001,7 +1083,12 @@ TEST(KernelGenBinary, PackedEntriesMatchTheKernelAbi) {
     std::vector<kg::KernelParam> params = kg::kernelParams(s);
     EXPECT_EQ(fn.getFunctionType().getNumParams(), params.size());
     for (const kg::GpuEntry &e : kg::gpuEntries(s)) {
-      EXPECT_FALSE(e.workParams.empty()) << e.name;
+      // The grad norm's finish is one block whatever its arguments.
+      if (s.kind == kg::GroupKind::GradNormFinish)
+        EXPECT_EQ(kg::gpuBlocks(e, std::vector<int64_t>(params.size(), 5)),
+                  1u);
+      else
+        EXPECT_FALSE(e.workParams.empty()) << e.name;
       for (int w : e.workParams) {
         ASSERT_LT(size_t(w), params.size()) << e.name;
         EXPECT_EQ(params[w].kind, 'l') << e.name << " parameter " << w;

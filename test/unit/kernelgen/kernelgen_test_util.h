@@ -433,6 +433,66 @@ inline double orderTol(kg::ElemType t) {
   return t == kg::ElemType::BF16 ? 2.0 / 128 : 1e-5;
 }
 
+/// The grad norm's tensor sizes: one element, part of a block, a whole
+/// block, a block and one element, several blocks and a short last one.
+inline const I kGradNormSizes[] = {1, 1000, kg::kGradNormBlock,
+                                   kg::kGradNormBlock + 1,
+                                   3 * kg::kGradNormBlock + 77};
+
+/// The grad norm's partials of one tensor in kernelgen's order (KernelAbi.h,
+/// the kernel library's CUDA order): per block of kGradNormBlock elements,
+/// thread t of kGradNormThreads sums v * v (v widened exactly to f64) over
+/// the elements t, t + kGradNormThreads, ... in increasing order; then p[t]
+/// = p[t] + p[t + k] for t < k, k = kGradNormThreads / 2, ..., 1.
+inline std::vector<double> modelGradNormPartials(kg::ElemType t, const void *p,
+                                                 I n) {
+  constexpr I T = kg::kGradNormThreads;
+  std::vector<double> out;
+  for (I b0 = 0; b0 < n; b0 += kg::kGradNormBlock) {
+    I b1 = std::min(n, b0 + kg::kGradNormBlock);
+    double part[T];
+    for (I th = 0; th < T; ++th) {
+      double sum = 0;
+      for (I i = b0 + th; i < b1; i += T) {
+        double v = double(loadAt(t, p, i));
+        sum += v * v;
+      }
+      part[th] = sum;
+    }
+    for (I k = T / 2; k >= 1; k /= 2)
+      for (I th = 0; th < k; ++th)
+        part[th] = part[th] + part[th + k];
+    out.push_back(part[0]);
+  }
+  return out;
+}
+
+/// The grad norm's finish over the partials: one running sum from
+/// `initial`, the norm sqrt(sum) as f32, the clip coefficient min(1,
+/// maxNorm / (norm + 1e-6)) (1 for maxNorm <= 0).
+struct GradNormResult {
+  double squares;
+  float norm, clip;
+};
+inline GradNormResult modelGradNormFinish(const std::vector<double> &partials,
+                                          double initial, double maxNorm) {
+  double total = initial;
+  for (double p : partials)
+    total = total + p;
+  float norm = float(std::sqrt(total));
+  float clip = maxNorm > 0
+                   ? float(std::min(1.0, maxNorm / (double(norm) + 1e-6)))
+                   : 1.0f;
+  return {total, norm, clip};
+}
+
+/// The bits of an f64, for the finish's maxNormBits slot.
+inline I doubleBits(double v) {
+  I bits;
+  std::memcpy(&bits, &v, sizeof bits);
+  return bits;
+}
+
 /// The bytes of an f32 buffer, for sameBits.
 inline std::vector<uint8_t> rawBytes(const std::vector<float> &f) {
   std::vector<uint8_t> b(f.size() * sizeof(float));

@@ -549,9 +549,9 @@ TEST(AbiProgramTest, GeneratedKernelTablesAreChecked) {
   refused("has 0 threads per item");
   entry.threads_per_item = 1;
   entry.vector = 0;
-  refused("entry 'test_axpy' has items of 0 elements (1 to 64)");
-  entry.vector = 65;
-  refused("has items of 65 elements");
+  refused("entry 'test_axpy' has items of 0 elements (1 to 65536)");
+  entry.vector = 65537;
+  refused("has items of 65537 elements");
   entry.vector = 1;
   kernel.host = nullptr;
   refused("generated kernel 0 has a null name, parameter list or host "
@@ -708,6 +708,27 @@ TEST_F(AbiStepTest, AdamWGeneratedRefusesAWrongKernel) {
                      "parameters 'ppplf', not an AdamW's"),
             std::string::npos)
       << err;
+  EXPECT_EQ(runner->generatedLaunches, 0u);
+}
+
+TEST_F(AbiStepTest, FinalizeGradsGeneratedRefusesKernelsOutOfRange) {
+  ap_generated_entry entry{"test_axpy", {3, -1}, 1, 256, 1};
+  ap_generated_kernel kernel{"test_axpy", "ppplf", &testGeneratedAxpy, &entry,
+                             1};
+  program.generated = {kernel};
+  runner->beginStep();
+  auto refused = [&](uint32_t bf16, uint32_t f32, uint32_t finish,
+                     const std::string &what) {
+    std::string err = errorOf(
+        [&] { ap_finalize_grads_generated(handle(), 1.0, bf16, f32, finish); });
+    EXPECT_NE(err.find("ap_finalize_grads_generated: " + what), std::string::npos)
+        << err;
+  };
+  refused(AP_GENERATED_NONE, 0, 1,
+          "finish kernel 1 (the program has 1 generated kernels)");
+  refused(AP_GENERATED_NONE, 0, AP_GENERATED_NONE, "finish kernel 4294967295");
+  refused(2, AP_GENERATED_NONE, 0, "bf16 sums of squares kernel 2");
+  refused(AP_GENERATED_NONE, 7, 0, "f32 sums of squares kernel 7");
   EXPECT_EQ(runner->generatedLaunches, 0u);
 }
 
