@@ -65,14 +65,25 @@ llvm::Expected<DeviceProfile> DeviceProfile::load(StringRef jsonPath) {
 FailureOr<CostModel> CostModel::fromProfile(StringRef profilePath,
                                             Operation *diagnosticOp,
                                             StringRef who) {
-  if (profilePath.empty())
-    return CostModel();
-  llvm::Expected<DeviceProfile> prof = DeviceProfile::load(profilePath);
-  if (!prof) {
-    diagnosticOp->emitError() << who << llvm::toString(prof.takeError());
-    return failure();
+  DeviceProfile p;
+  if (!profilePath.empty()) {
+    llvm::Expected<DeviceProfile> prof = DeviceProfile::load(profilePath);
+    if (!prof) {
+      diagnosticOp->emitError() << who << llvm::toString(prof.takeError());
+      return failure();
+    }
+    p = std::move(*prof);
   }
-  return CostModel(*prof);
+  // The compile's --kernels choice, carried by the module.
+  auto module = dyn_cast<ModuleOp>(diagnosticOp);
+  if (!module)
+    module = diagnosticOp->getParentOfType<ModuleOp>();
+  if (module)
+    if (auto ops = module->getAttrOfType<ArrayAttr>(kModuleGeneratedOpsAttr))
+      for (Attribute a : ops)
+        if (auto name = dyn_cast<StringAttr>(a))
+          p.generatedOps.insert(name.str());
+  return CostModel(p);
 }
 
 llvm::Expected<DeviceProfile> DeviceProfile::parse(StringRef json,
@@ -408,7 +419,37 @@ CostModel::NameValues CostModel::resolve(Operation *op) const {
     scaled =
         prof.opScale.find(std::string_view(RMSNormGradOp::getOperationName()));
   v.scale = scaled == prof.opScale.end() ? prof.computeScale : scaled->second;
+  StringRef name = op->getName().getStringRef();
+  if (prof.generatedOps.count(name)) {
+    // A backward that rebuilds a recomputed output runs its op's kernel.
+    StringRef base = name;
+    base.consume_back("_rebuild");
+    auto ratio = prof.generatedKernelRatio.find(std::string_view(base));
+    if (ratio != prof.generatedKernelRatio.end())
+      v.generated = ratio->second;
+  }
   return v;
+}
+
+double CostModel::generatedFactor(Operation *op, const NameValues &v) const {
+  static constexpr std::string_view kFused = "train.add_rms_norm";
+  if (!prof.generatedOps.count(kFused) || !isa<AddOp, RMSNormOp>(op))
+    return v.generated;
+  // The pairs exec-generate-kernels fuses (passes/analysis/KernelFusion.h):
+  // a residual add whose sum a norm reads as its x.
+  bool fused = false;
+  if (auto add = dyn_cast<AddOp>(op))
+    fused = llvm::any_of(add->getUsers(), [&](Operation *user) {
+      auto norm = dyn_cast<RMSNormOp>(user);
+      return norm && norm->getOperand(0) == add->getResult(0);
+    });
+  else
+    fused = op->getOperand(0).getDefiningOp<AddOp>() != nullptr;
+  if (!fused)
+    return v.generated;
+  auto ratio = prof.generatedKernelRatio.find(kFused);
+  return ratio == prof.generatedKernelRatio.end() ? v.generated
+                                                  : ratio->second;
 }
 
 double CostModel::copyBandwidth(CopyDirection dir,
@@ -688,7 +729,8 @@ OpCost CostModel::cost(Operation *op) const {
   if (!handled)
     c.bytes = operandAndResultBytes(op);
 
-  double scale = valuesOf(op).scale;
+  NameValues values = valuesOf(op);
+  double scale = values.scale * generatedFactor(op, values);
   // A linear_grad with dx and dW is already two GEMM launches under one
   // op's latency; split by train-fuse-recompute it is the same two
   // launches, so the dx half adds no latency of its own.

@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 
 namespace ap::train {
@@ -55,6 +56,14 @@ struct DeviceProfile {
   /// times of a --kernels=generated arm against the library arm).
   /// --kernels=auto generates the ops below 1; absent ops stay library.
   OpTable generatedKernelRatio;
+  /// The train ops whose generated kernel the planned step runs (not a
+  /// profile key: the compile's --kernels choice, which fromProfile reads
+  /// from the module's kModuleGeneratedOpsAttr). Each one's predicted seconds
+  /// are multiplied by its generatedKernelRatio (1 where none is recorded);
+  /// with "train.add_rms_norm" among them, a train.add whose sum a
+  /// train.rms_norm normalizes, and that norm, by the fused kernel's ratio
+  /// instead (it replaces both: each keeps that share of its time).
+  std::set<std::string, std::less<>> generatedOps;
   /// Compute seconds lost per byte copied over the host link: D2H and H2D
   /// copies slow the kernels running beside them (they share HBM and the
   /// SMs' memory system), charged to the compute stream at the op that
@@ -222,7 +231,12 @@ private:
   /// slowdowns and side capacity.
   struct NameValues {
     double scale = 1, h2dSlowdown = 0, d2hSlowdown = 0, sideCapacity = 0;
+    /// generatedKernelRatio where the op's kernel is generated, else 1.
+    double generated = 1;
   };
+  /// The generated-kernel factor of `op` (NameValues::generated, or the
+  /// fused add + RMSNorm ratio for a fused pair's add and norm).
+  double generatedFactor(mlir::Operation *op, const NameValues &v) const;
   /// NameValues of `op`'s name, resolved once per name, cost model and
   /// thread: the tables are string-keyed maps, and the placement search
   /// asks for every op of thousands of placed clones.
@@ -234,6 +248,12 @@ private:
   /// a copy shares its source's, as it shares its profile.
   uint64_t id;
 };
+
+/// The module attribute naming the train ops whose generated kernel the
+/// step runs (an array of op names, set by actplace-compile from --kernels;
+/// DeviceProfile::generatedOps).
+inline constexpr llvm::StringLiteral kModuleGeneratedOpsAttr =
+    "actplace.generated_ops";
 
 /// The scope key used in reports: "L<layer>.<leaf>" for decoder layers,
 /// "model.<leaf>" for model-level leaves (layer -1), "" when `op` has no

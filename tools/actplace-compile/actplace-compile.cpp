@@ -539,6 +539,27 @@ static const char *const kGeneratedOpNames[] = {"train.swiglu",
                                                 "train.finalize_grads",
                                                 "train.adamw"};
 
+/// Records chooseKernels' decision on `module` for the cost model
+/// (kModuleGeneratedOpsAttr): the train ops whose generated kernel the step
+/// runs, so the placement search and the report predict their time with
+/// the profile's generatedKernelRatio.
+static void markGeneratedOps(mlir::ModuleOp module) {
+  if (!useGenerated)
+    return;
+  mlir::Builder b(module.getContext());
+  llvm::SmallVector<mlir::Attribute> names;
+  if (generatedOps.empty()) { // --kernels=generated: every op with a group
+    for (const char *op : kGeneratedOpNames)
+      names.push_back(b.getStringAttr(op));
+    if (fuseGenerated)
+      names.push_back(b.getStringAttr("train.add_rms_norm"));
+  } else {
+    for (const std::string &op : generatedOps)
+      names.push_back(b.getStringAttr(op));
+  }
+  module->setAttr(ap::train::kModuleGeneratedOpsAttr, b.getArrayAttr(names));
+}
+
 /// Applies --kernels (and, for auto, the profile's measurements) to the
 /// three settings above; prints auto's choice. Returns an error message,
 /// empty on success.
@@ -923,6 +944,10 @@ int main(int argc, char **argv) {
       return fail("cannot parse " + input);
   }
 
+  if (std::string error = chooseKernels(); !error.empty())
+    return fail(error);
+  markGeneratedOps(*module);
+
   // One options struct for the whole compile (passes/Pipeline.h); the
   // module lists may still come from the search below.
   ap::CompileOptions opts;
@@ -975,8 +1000,6 @@ int main(int argc, char **argv) {
     opts.lowering.sideSmPercent = prof->sideSmPercent;
   }
   opts.sideIssue = sideIssue;
-  if (std::string error = chooseKernels(); !error.empty())
-    return fail(error);
   opts.generatedKernels = useGenerated;
   opts.generatedOps = generatedOps;
   opts.fuseKernels = fuseGenerated;
@@ -1303,6 +1326,7 @@ int main(int argc, char **argv) {
     out = ap::import::buildForwardGraph(ctx, config, shape);
     if (!out)
       return fail("the imported graph does not verify (diagnostics above)");
+    markGeneratedOps(*out);
     mlir::PassManager pm(&ctx);
     ap::buildPipeline(pm, opts, Stage::Autodiff, Stage::Autodiff);
     if (failed(pm.run(*out)))
