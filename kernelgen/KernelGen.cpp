@@ -554,8 +554,7 @@ Value hostHalving(Emitter &e, Value scratch, int64_t count) {
 
 /// The value of sum() where `cond` holds, else `zero` (GPU code: a thread
 /// outside the work contributes the neutral partial).
-Value valueIf(Emitter &e, Value cond,
-              const std::function<Value(Emitter &)> &sum,
+Value valueIf(Emitter &e, Value cond, const std::function<Value(Emitter &)> &sum,
               const std::function<Value(Emitter &)> &zero) {
   auto op = scf::IfOp::create(
       e.b, e.loc, cond,
@@ -713,141 +712,6 @@ void forEachInRow(Emitter &e, Value lane, Value n, int64_t vec, Value aligned,
                        body(in, j);
                        scf::YieldOp::create(nb, nl);
                      });
-}
-
-/// The register paths of rowSumThenPass: rows of at most 1 or 2 chunks a
-/// lane (256 or 512 bf16 columns, 128 or 256 f32; the L2 and gated norms'
-/// 128-wide heads need 4-element chunks, 1 a lane). Wider rows read twice:
-/// with 4 chunks a lane in registers the 1024-wide RMSNorm measured slower
-/// than reading its row twice
-/// (bench/notes/runs/kernelgen-2026-12-06-0c6ffde.md).
-constexpr int64_t kRowRegChunkCounts[] = {1, 2};
-
-/// Flushes the vector stores of `ctx` where `cond` holds (a lane's chunk
-/// that exists). A stored operand read later in the same chunk is taken
-/// from the stored values (widened from storage: the bits a read-back
-/// gives) instead of memory.
-void flushIf(Emitter &e, ChunkCtx &ctx, Value cond) {
-  if (ctx.storeOrder.empty())
-    return;
-  for (Value m : ctx.storeOrder)
-    if (!ctx.loaded.count(m)) {
-      SmallVector<Value, 8> back;
-      for (Value v : ctx.stores[m])
-        back.push_back(e.widen(v));
-      ctx.loaded[m] = std::move(back);
-    }
-  scf::IfOp::create(e.b, e.loc, cond, [&](OpBuilder &nb, Location nl) {
-    Emitter in(nb, nl, true);
-    ctx.flush(in);
-    scf::YieldOp::create(nb, nl);
-  });
-}
-
-/// A row's sum of term(j) in kernelgen's order (rowSum), then `between` on
-/// the sum (its scalars, written once per row), then body(j, that value)
-/// for every j of the row (forEachInRow). On the GPU, when the row's
-/// operands are aligned and its length is a multiple of `vec` of at most K
-/// chunks a lane (kRowRegChunkCounts, the smallest K that holds it), each
-/// lane loads its chunks once and keeps them in registers for both passes,
-/// and what both passes compute from the same elements is computed once:
-/// chunk k of lane l is c = l + k kLanes as on the other path; a lane
-/// without chunk k loads chunk 0 in its place, leaves it out of the sum (a
-/// select, so the sum's adds and order are the other path's) and stores
-/// nothing. The elements and arithmetic are the same, so the bits are.
-void rowSumThenPass(Emitter &e, Value lane, Value scratch, Value n, int64_t vec,
-                    Value aligned, TermFn term,
-                    llvm::function_ref<Value(Emitter &, Value)> between,
-                    llvm::function_ref<void(Emitter &, Value, Value)> body) {
-  auto twoPasses = [&](Emitter &in, Value al) {
-    Value v = between(in, rowSum(in, lane, scratch, n, vec, al, term));
-    forEachInRow(in, lane, n, vec, al,
-                 [&](Emitter &q, Value j) { body(q, j, v); });
-  };
-  if (!lane || !aligned) {
-    twoPasses(e, aligned);
-    return;
-  }
-  OpBuilder &b = e.b;
-  Location loc = e.loc;
-  Value vecIdx = e.cIndex(vec);
-  Value full = arith::DivUIOp::create(b, loc, n, vecIdx);
-  auto cmp = [&](OpBuilder &ob, Location ol, arith::CmpIPredicate p, Value x,
-                 Value y) {
-    return arith::CmpIOp::create(ob, ol, p, x, y).getResult();
-  };
-  Value whole = cmp(b, loc, arith::CmpIPredicate::eq,
-                    arith::RemUIOp::create(b, loc, n, vecIdx), e.cIndex(0));
-  Value regs = arith::AndIOp::create(
-      b, loc, aligned,
-      arith::AndIOp::create(
-          b, loc, whole,
-          cmp(b, loc, arith::CmpIPredicate::uge, full, e.cIndex(1))));
-  // The register path with K chunks a lane.
-  auto inRegisters = [&](Emitter &in, int64_t K) {
-    OpBuilder &nb = in.b;
-    Location nl = in.loc;
-    SmallVector<std::unique_ptr<ChunkCtx>, 2> chunks;
-    SmallVector<Value, 2> has;
-    for (int64_t k = 0; k < K; ++k) {
-      Value c = arith::AddIOp::create(nb, nl, lane, in.cIndex(k * kLanes));
-      Value mine = cmp(nb, nl, arith::CmpIPredicate::ult, c, full);
-      Value at = arith::SelectOp::create(nb, nl, mine, c, in.cIndex(0));
-      chunks.push_back(std::make_unique<ChunkCtx>(
-          in, arith::MulIOp::create(nb, nl, at, in.cIndex(vec)), vec,
-          /*vector=*/true));
-      has.push_back(mine);
-    }
-    Value acc = in.cF32(0.0f);
-    for (int64_t k = 0; k < K; ++k) {
-      in.chunk = chunks[k].get();
-      Value sum = acc;
-      for (int64_t i = 0; i < vec; ++i)
-        sum = in.add(sum, term(in, chunks[k]->js[i]));
-      acc = arith::SelectOp::create(nb, nl, has[k], sum, acc);
-      flushIf(in, *chunks[k], has[k]);
-    }
-    in.chunk = nullptr;
-    for (int32_t k = int32_t(kLanes / 2); k >= 1; k /= 2) {
-      auto other = gpu::ShuffleOp::create(nb, nl, acc, k, int32_t(kLanes),
-                                          gpu::ShuffleMode::XOR);
-      acc = in.add(acc, other.getShuffleResult());
-    }
-    Value v = between(in, acc);
-    for (int64_t k = 0; k < K; ++k) {
-      in.chunk = chunks[k].get();
-      for (int64_t i = 0; i < vec; ++i)
-        body(in, chunks[k]->js[i], v);
-      flushIf(in, *chunks[k], has[k]);
-    }
-    in.chunk = nullptr;
-  };
-  // if (K = 1 holds the row) ... else if (K = 2) ... else two passes.
-  std::function<void(Emitter &, size_t)> choose = [&](Emitter &in,
-                                                      size_t variant) {
-    if (variant == std::size(kRowRegChunkCounts)) {
-      twoPasses(in, aligned);
-      return;
-    }
-    int64_t K = kRowRegChunkCounts[variant];
-    Value fits =
-        arith::AndIOp::create(in.b, in.loc, regs,
-                              cmp(in.b, in.loc, arith::CmpIPredicate::ule, full,
-                                  in.cIndex(K * kLanes)));
-    scf::IfOp::create(
-        in.b, in.loc, fits,
-        [&](OpBuilder &nb, Location nl) {
-          Emitter on(nb, nl, true);
-          inRegisters(on, K);
-          scf::YieldOp::create(nb, nl);
-        },
-        [&](OpBuilder &nb, Location nl) {
-          Emitter on(nb, nl, true);
-          choose(on, variant + 1);
-          scf::YieldOp::create(nb, nl);
-        });
-  };
-  choose(e, 0);
 }
 
 /// Runs body once per row: on the GPU in lane 0 only.
@@ -1150,25 +1014,21 @@ void rmsNormRow(Emitter &e, Value r, Value lane, Value scratch, Value dimIdx,
                 int64_t vec, Value aligned, Value dimF, Value eps, Value w,
                 bool zc, Value rstd, Value x, Value y,
                 llvm::function_ref<Value(Emitter &, Value)> element) {
-  rowSumThenPass(
-      e, lane, scratch, dimIdx, vec, aligned,
-      [&](Emitter &in, Value j) {
+  Value ss =
+      rowSum(e, lane, scratch, dimIdx, vec, aligned, [&](Emitter &in, Value j) {
         Value v = element(in, j);
         return in.mul(v, v);
-      },
-      [&](Emitter &e, Value ss) {
-        Value rs = e.div(e.cF32(1.0f), e.sqrt(e.add(e.div(ss, dimF), eps)));
-        if (rstd)
-          oncePerRow(e, lane, [&](Emitter &in) {
-            memref::StoreOp::create(in.b, in.loc, rs, rstd, ValueRange{r});
-          });
-        return rs;
-      },
-      [&](Emitter &in, Value j, Value rs) {
-        Value wv = in.load(w, {j});
-        Value weff = zc ? in.add(in.cF32(1.0f), wv) : wv;
-        in.store(in.mul(in.mul(in.load(x, {r, j}), rs), weff), y, {r, j});
       });
+  Value rs = e.div(e.cF32(1.0f), e.sqrt(e.add(e.div(ss, dimF), eps)));
+  if (rstd)
+    oncePerRow(e, lane, [&](Emitter &in) {
+      memref::StoreOp::create(in.b, in.loc, rs, rstd, ValueRange{r});
+    });
+  forEachInRow(e, lane, dimIdx, vec, aligned, [&](Emitter &in, Value j) {
+    Value wv = in.load(w, {j});
+    Value weff = zc ? in.add(in.cF32(1.0f), wv) : wv;
+    in.store(in.mul(in.mul(in.load(x, {r, j}), rs), weff), y, {r, j});
+  });
 }
 
 Work rmsNormWork(Emitter &e, const GroupSpec &s, const Args &a) {
@@ -1407,23 +1267,19 @@ SmallVector<Work> rmsNormBackwardWork(Emitter &e, const GroupSpec &s,
       aligned = chunksAligned(e, views, vec);
     }
     Value rs = memref::LoadOp::create(e.b, e.loc, rstd, ValueRange{r});
-    rowSumThenPass(
-        e, lane, scratch, dimIdx, vec, aligned,
-        [&](Emitter &in, Value j) {
+    Value dot = rowSum(
+        e, lane, scratch, dimIdx, vec, aligned, [&](Emitter &in, Value j) {
           return in.mul(in.mul(in.load(dy, {r, j}), weffAt(in, j)),
                         in.load(x, {r, j}));
-        },
-        [&](Emitter &e, Value dot) {
-          return e.div(e.mul(e.mul(e.mul(dot, rs), rs), rs), dimF);
-        },
-        [&](Emitter &in, Value j, Value c) {
-          Value xv = in.load(x, {r, j}), g = in.load(dy, {r, j});
-          Value we = weffAt(in, j);
-          in.store(in.sub(in.mul(in.mul(rs, we), g), in.mul(c, xv)), dx,
-                   {r, j});
-          if (y)
-            in.store(in.mul(in.mul(xv, rs), we), y, {r, j});
         });
+    Value c = e.div(e.mul(e.mul(e.mul(dot, rs), rs), rs), dimF);
+    forEachInRow(e, lane, dimIdx, vec, aligned, [&](Emitter &in, Value j) {
+      Value xv = in.load(x, {r, j}), g = in.load(dy, {r, j});
+      Value we = weffAt(in, j);
+      in.store(in.sub(in.mul(in.mul(rs, we), g), in.mul(c, xv)), dx, {r, j});
+      if (y)
+        in.store(in.mul(in.mul(xv, rs), we), y, {r, j});
+    });
   };
   SmallVector<Work> phases{Work{{rowsIdx}, rowItem}};
   // dw[j] += the column sum of (dy * x) * rs over rows.
@@ -1458,40 +1314,34 @@ Work l2NormWork(Emitter &e, const GroupSpec &s, const Args &a, bool backward) {
     item = [=](Emitter &e, ValueRange idx) {
       Value r = idx[0], lane = laneOf(idx);
       Value aligned = e.gpu ? chunksAligned(e, {x, y}, vec) : Value();
-      rowSumThenPass(
-          e, lane, scratch, dimIdx, vec, aligned,
-          [&](Emitter &in, Value j) {
-            Value v = in.load(x, {r, j});
-            return in.mul(v, v);
-          },
-          [&](Emitter &e, Value ss) {
-            Value rs = e.div(e.cF32(1.0f), e.sqrt(e.add(ss, eps)));
-            oncePerRow(e, lane, [&](Emitter &in) {
-              memref::StoreOp::create(in.b, in.loc, rs, rstd, ValueRange{r});
-            });
-            return rs;
-          },
-          [&](Emitter &in, Value j, Value rs) {
-            in.store(in.mul(in.load(x, {r, j}), rs), y, {r, j});
-          });
+      Value ss = rowSum(e, lane, scratch, dimIdx, vec, aligned,
+                        [&](Emitter &in, Value j) {
+                          Value v = in.load(x, {r, j});
+                          return in.mul(v, v);
+                        });
+      Value rs = e.div(e.cF32(1.0f), e.sqrt(e.add(ss, eps)));
+      oncePerRow(e, lane, [&](Emitter &in) {
+        memref::StoreOp::create(in.b, in.loc, rs, rstd, ValueRange{r});
+      });
+      forEachInRow(e, lane, dimIdx, vec, aligned, [&](Emitter &in, Value j) {
+        in.store(in.mul(in.load(x, {r, j}), rs), y, {r, j});
+      });
     };
   } else {
     Value y = m2("y"), dy = m2("dy"), dx = m2("dx");
     item = [=](Emitter &e, ValueRange idx) {
       Value r = idx[0], lane = laneOf(idx);
       Value aligned = e.gpu ? chunksAligned(e, {y, dy, dx}, vec) : Value();
-      Value rs = memref::LoadOp::create(e.b, e.loc, rstd, ValueRange{r});
-      rowSumThenPass(
-          e, lane, scratch, dimIdx, vec, aligned,
-          [&](Emitter &in, Value j) {
+      Value dot = rowSum(
+          e, lane, scratch, dimIdx, vec, aligned, [&](Emitter &in, Value j) {
             return in.mul(in.load(dy, {r, j}), in.load(y, {r, j}));
-          },
-          [](Emitter &, Value dot) { return dot; },
-          [&](Emitter &in, Value j, Value dot) {
-            Value g = in.load(dy, {r, j});
-            in.store(in.mul(rs, in.sub(g, in.mul(dot, in.load(y, {r, j})))), dx,
-                     {r, j});
           });
+      Value rs = memref::LoadOp::create(e.b, e.loc, rstd, ValueRange{r});
+      forEachInRow(e, lane, dimIdx, vec, aligned, [&](Emitter &in, Value j) {
+        Value g = in.load(dy, {r, j});
+        in.store(in.mul(rs, in.sub(g, in.mul(dot, in.load(y, {r, j})))), dx,
+                 {r, j});
+      });
     };
   }
   Work work{{e.toIndex(rows)}, item};
@@ -1530,25 +1380,21 @@ SmallVector<Work> gatedNormWork(Emitter &e, const GroupSpec &s, const Args &a,
     ItemFn item = [=](Emitter &e, ValueRange idx) {
       Value r = idx[0], lane = laneOf(idx);
       Value aligned = e.gpu ? chunksAligned(e, {x, z, w, y}, vec) : Value();
-      rowSumThenPass(
-          e, lane, scratch, dimIdx, vec, aligned,
-          [&](Emitter &in, Value j) {
-            Value v = in.load(x, {r, j});
-            return in.mul(v, v);
-          },
-          [&](Emitter &e, Value ss) {
-            Value rs = e.div(e.cF32(1.0f), e.sqrt(e.add(e.div(ss, dimF), eps)));
-            oncePerRow(e, lane, [&](Emitter &in) {
-              memref::StoreOp::create(in.b, in.loc, rs, rstd, ValueRange{r});
-            });
-            return rs;
-          },
-          [&](Emitter &in, Value j, Value rs) {
-            Value zv = in.load(z, {r, j});
-            in.store(value(in, in.load(w, {j}), in.load(x, {r, j}), rs, zv,
-                           in.sigmoid(zv)),
-                     y, {r, j});
-          });
+      Value ss = rowSum(e, lane, scratch, dimIdx, vec, aligned,
+                        [&](Emitter &in, Value j) {
+                          Value v = in.load(x, {r, j});
+                          return in.mul(v, v);
+                        });
+      Value rs = e.div(e.cF32(1.0f), e.sqrt(e.add(e.div(ss, dimF), eps)));
+      oncePerRow(e, lane, [&](Emitter &in) {
+        memref::StoreOp::create(in.b, in.loc, rs, rstd, ValueRange{r});
+      });
+      forEachInRow(e, lane, dimIdx, vec, aligned, [&](Emitter &in, Value j) {
+        Value zv = in.load(z, {r, j});
+        in.store(value(in, in.load(w, {j}), in.load(x, {r, j}), rs, zv,
+                       in.sigmoid(zv)),
+                 y, {r, j});
+      });
     };
     return {Work{{rowsIdx}, item}};
   }
@@ -1573,28 +1419,27 @@ SmallVector<Work> gatedNormWork(Emitter &e, const GroupSpec &s, const Args &a,
       aligned = chunksAligned(e, views, vec);
     }
     Value rs = memref::LoadOp::create(e.b, e.loc, rstd, ValueRange{r});
-    rowSumThenPass(
-        e, lane, scratch, dimIdx, vec, aligned,
-        [&](Emitter &in, Value j) {
+    Value sum = rowSum(
+        e, lane, scratch, dimIdx, vec, aligned, [&](Emitter &in, Value j) {
           Value xh = in.mul(in.load(x, {r, j}), rs);
           return in.mul(in.mul(in.load(w, {j}), dyhAt(in, r, j)), xh);
-        },
-        [&](Emitter &e, Value sum) { return e.div(sum, dimF); },
-        [&](Emitter &in, Value j, Value mean) {
-          Value xv = in.load(x, {r, j}), wv = in.load(w, {j});
-          Value zv = in.load(z, {r, j}), g = in.load(dy, {r, j});
-          Value sg = in.sigmoid(zv);
-          Value xh = in.mul(xv, rs);
-          Value one = in.cF32(1.0f);
-          if (y)
-            in.store(value(in, wv, xv, rs, zv, sg), y, {r, j});
-          in.store(in.mul(in.mul(in.mul(in.mul(g, wv), xh), sg),
-                          in.add(one, in.mul(zv, in.sub(one, sg)))),
-                   dz, {r, j});
-          Value wdy = in.mul(wv, in.mul(in.mul(g, zv), sg));
-          in.store(in.mul(rs, in.sub(wdy, in.mul(in.mul(xv, rs), mean))), dx,
-                   {r, j});
         });
+    Value mean = e.div(sum, dimF);
+    forEachInRow(e, lane, dimIdx, vec, aligned, [&](Emitter &in, Value j) {
+      Value xv = in.load(x, {r, j}), wv = in.load(w, {j});
+      Value zv = in.load(z, {r, j}), g = in.load(dy, {r, j});
+      Value sg = in.sigmoid(zv);
+      Value xh = in.mul(xv, rs);
+      Value one = in.cF32(1.0f);
+      if (y)
+        in.store(value(in, wv, xv, rs, zv, sg), y, {r, j});
+      in.store(in.mul(in.mul(in.mul(in.mul(g, wv), xh), sg),
+                      in.add(one, in.mul(zv, in.sub(one, sg)))),
+               dz, {r, j});
+      Value wdy = in.mul(wv, in.mul(in.mul(g, zv), sg));
+      in.store(in.mul(rs, in.sub(wdy, in.mul(in.mul(xv, rs), mean))), dx,
+               {r, j});
+    });
   };
   SmallVector<Work> phases{Work{{rowsIdx}, rowItem}};
   if (dw)
@@ -1898,7 +1743,8 @@ Work gradNormSquaresWork(Emitter &e, const GroupSpec &s, const Args &a) {
   Value nIdx = e.toIndex(n);
   Value block = e.cIndex(kGradNormBlock);
   Value partsIdx = arith::DivUIOp::create(
-      b, loc, arith::AddIOp::create(b, loc, nIdx, e.cIndex(kGradNormBlock - 1)),
+      b, loc,
+      arith::AddIOp::create(b, loc, nIdx, e.cIndex(kGradNormBlock - 1)),
       block);
   Value grad = e.memref1(a.get("grad"), e.storage(s.dtype), n);
   Value partial =
@@ -1949,8 +1795,8 @@ Work gradNormSquaresWork(Emitter &e, const GroupSpec &s, const Args &a) {
         arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, tid,
                               e.cIndex(0)));
     scf::IfOp::create(b, loc, first, [&](OpBuilder &nb, Location nl) {
-      Value v = memref::LoadOp::create(
-          nb, nl, shared, ValueRange{Emitter(nb, nl, true).cIndex(0)});
+      Value v = memref::LoadOp::create(nb, nl, shared,
+                                       ValueRange{Emitter(nb, nl, true).cIndex(0)});
       memref::StoreOp::create(nb, nl, v, partial, ValueRange{bid});
       scf::YieldOp::create(nb, nl);
     });
@@ -2007,9 +1853,9 @@ Work gradNormFinishWork(Emitter &e, const GroupSpec &, const Args &a) {
     scf::IfOp::create(
         b, loc, notNull(e, clipCoef), [&](OpBuilder &nb, Location nl) {
           Emitter in(nb, nl, e.gpu);
-          Value q =
-              in.div(maxNorm, in.add(arith::ExtFOp::create(nb, nl, f64, nv),
-                                     in.cF64(1e-6)));
+          Value q = in.div(
+              maxNorm,
+              in.add(arith::ExtFOp::create(nb, nl, f64, nv), in.cF64(1e-6)));
           Value one = in.cF64(1.0);
           Value below =
               arith::CmpFOp::create(nb, nl, arith::CmpFPredicate::OLT, q, one);
