@@ -52,6 +52,8 @@ std::string kernelName(const GroupSpec &spec) {
       name += "_dw";
     if (spec.recomputeY)
       name += "_y";
+    if (spec.addResidual)
+      name += "_add";
     break;
   case GroupKind::SigmoidGateForward:
     name += "sigmoid_gate_fwd";
@@ -203,6 +205,8 @@ Params paramsOf(const GroupSpec &s) {
     break;
   case GroupKind::RmsNormBackward:
     p.ptrs = {"x", "w", "rstd", "dy", "dx"};
+    if (s.addResidual)
+      p.ptrs.push_back("res");
     if (s.accumulateDw)
       p.ptrs.push_back("dw");
     if (s.recomputeY)

@@ -15,7 +15,7 @@
 //                 upStride, dyStride, dgateStride, dupStride, [yStride])
 //   residual_add (a, b, y, n)
 //   rmsnorm_fwd  (x, w, y, [rstd,] rows, dim, xStride, yStride, eps:f32)
-//   rmsnorm_bwd  (x, w, rstd, dy, dx, [dw,] [y,] [dwPartial: workspace,]
+//   rmsnorm_bwd  (x, w, rstd, dy, dx, [res,] [dw,] [y,] [dwPartial: workspace,]
 //                 rows, dim, xStride, dyStride, dxStride, [yStride,]
 //                 [dwParts]); with dw: dwParts = rmsNormDwParts(rows) and
 //                 dwPartial rmsNormDwWorkspaceBytes(rows, dim) of scratch
@@ -133,6 +133,11 @@ struct GroupSpec {
   bool accumulateDw = true;
   /// RmsNormForward, AddRmsNormForward: also write rstd [rows] (f32).
   bool writeRstd = true;
+  /// RmsNormBackward: dx is a residual add's output, dx = round(dx) + res
+  /// (the norm's gradient rounded to storage as it would be stored, then
+  /// the add's f32 sum of the two widened values), res [rows, dim] with dx's
+  /// row stride; the gradient itself is not stored.
+  bool addResidual = false;
   /// RopeForward/Backward: positions restart at each packed document
   /// (the docStart operand, kernels/kernels.h).
   bool packed = false;

@@ -1243,11 +1243,13 @@ SmallVector<Work> rmsNormBackwardWork(Emitter &e, const GroupSpec &s,
   Value dx = e.memref2(a.get("dx"), st, rows, dim, a.get("dxStride"));
   Value w = e.memref1(a.get("w"), st, dim);
   Value rstd = e.memref1(a.get("rstd"), f32, rows);
-  Value y, dw;
+  Value y, dw, res;
   if (s.recomputeY)
     y = e.memref2(a.get("y"), st, rows, dim, a.get("yStride"));
   if (s.accumulateDw)
     dw = e.memref1(a.get("dw"), f32, dim);
+  if (s.addResidual)
+    res = e.memref2(a.get("res"), st, rows, dim, a.get("dxStride"));
   Value rowsIdx = e.toIndex(rows), dimIdx = e.toIndex(dim);
   Value dimF = arith::SIToFPOp::create(e.b, e.loc, f32, dim);
   Value scratch = rowScratch(e);
@@ -1261,9 +1263,11 @@ SmallVector<Work> rmsNormBackwardWork(Emitter &e, const GroupSpec &s,
     Value r = idx[0], lane = laneOf(idx);
     Value aligned;
     if (e.gpu) {
-      SmallVector<Value, 5> views{x, dy, dx, w};
+      SmallVector<Value, 6> views{x, dy, dx, w};
       if (y)
         views.push_back(y);
+      if (res)
+        views.push_back(res);
       aligned = chunksAligned(e, views, vec);
     }
     Value rs = memref::LoadOp::create(e.b, e.loc, rstd, ValueRange{r});
@@ -1276,7 +1280,12 @@ SmallVector<Work> rmsNormBackwardWork(Emitter &e, const GroupSpec &s,
     forEachInRow(e, lane, dimIdx, vec, aligned, [&](Emitter &in, Value j) {
       Value xv = in.load(x, {r, j}), g = in.load(dy, {r, j});
       Value we = weffAt(in, j);
-      in.store(in.sub(in.mul(in.mul(rs, we), g), in.mul(c, xv)), dx, {r, j});
+      Value grad = in.sub(in.mul(in.mul(rs, we), g), in.mul(c, xv));
+      // Fused with the residual add that reads it: the gradient as stored
+      // (rounded to storage), then the add's sum of the widened values.
+      if (res)
+        grad = in.add(in.load(res, {r, j}), in.widen(in.narrow(grad, st)));
+      in.store(grad, dx, {r, j});
       if (y)
         in.store(in.mul(in.mul(xv, rs), we), y, {r, j});
     });

@@ -54,6 +54,11 @@ static cl::opt<bool> recomputeY(
 static cl::opt<bool> noDw("rmsnorm-no-dw", cl::init(false),
                           cl::desc("rmsnorm-bwd without the weight gradient"),
                           cl::cat(category));
+static cl::opt<bool> addResidual(
+    "rmsnorm-add", cl::init(false),
+    cl::desc("rmsnorm-bwd fused with the residual add that reads its dx "
+             "(dx = round(dx) + res)"),
+    cl::cat(category));
 static cl::opt<bool>
     plainNorm("rmsnorm-plain", cl::init(false),
               cl::desc("rmsnorm-fwd/bwd scale by w instead of (1 + w)"),
@@ -136,6 +141,7 @@ int main(int argc, char **argv) {
     spec.zeroCentered = !plainNorm;
     spec.computeCopy = copyType;
     spec.accumulateDw = !noDw;
+    spec.addResidual = addResidual && spec.kind == kg::GroupKind::RmsNormBackward;
     specs.push_back(spec);
   }
 

@@ -84,6 +84,12 @@ struct Jit {
         all.push_back(s);
       }
       s.recomputeY = false;
+      s.zeroCentered = false;
+      s.accumulateDw = true;
+      s.addResidual = true;
+      all.push_back(s);
+      s.addResidual = false;
+      s.zeroCentered = true;
       s.kind = kg::GroupKind::AdamW;
       for (std::optional<kg::ElemType> copy :
            {std::optional<kg::ElemType>(kg::ElemType::BF16),
@@ -552,6 +558,57 @@ TEST_P(KernelGenHost, RmsNormBackwardMatchesModelAndReference) {
                           "dw vs reference"))
           << where;
     }
+  }
+}
+
+/// RMSNorm backward fused with the residual add that reads its dx: the same
+/// bits as the generated backward, then the generated residual add of its
+/// stored dx and the other addend (fusion does not change arithmetic), and
+/// the same dw.
+TEST_P(KernelGenHost, RmsNormBackwardAddMatchesTheUnfusedKernels) {
+  size_t eb = bytesOf(type());
+  kg::GroupSpec fusedSpec, gradSpec, addSpec;
+  fusedSpec.kind = gradSpec.kind = kg::GroupKind::RmsNormBackward;
+  fusedSpec.zeroCentered = gradSpec.zeroCentered = false;
+  fusedSpec.dtype = gradSpec.dtype = addSpec.dtype = type();
+  fusedSpec.addResidual = true;
+  addSpec.kind = kg::GroupKind::ResidualAdd;
+  using P = const void *;
+  auto *fused = jit().lookup<void(P, P, P, P, void *, P, float *, float *, I, I,
+                                  I, I, I, I)>(fusedSpec);
+  auto *grad = jit().lookup<void(P, P, P, P, void *, float *, float *, I, I, I,
+                                 I, I, I)>(gradSpec);
+  auto *add = jit().lookup<void(P, P, void *, I)>(addSpec);
+  ASSERT_NE(fused, nullptr);
+  ASSERT_NE(grad, nullptr);
+  ASSERT_NE(add, nullptr);
+  for (Shape s : {Shape{4, 256}, Shape{17, 33}, Shape{300, 40}}) {
+    size_t n = size_t(s.rows * s.cols);
+    I c = s.cols;
+    auto x = randomStorage(type(), n, 71 + c, 2.0, false);
+    auto w = randomStorage(type(), size_t(c), 72 + c, 0.5, false);
+    auto dy = randomStorage(type(), n, 73 + c, 1.0, false);
+    auto res = randomStorage(type(), n, 74 + c, 1.0, false);
+    std::vector<float> rstd(size_t(s.rows));
+    std::vector<uint8_t> yFwd(n * eb);
+    ASSERT_EQ(referenceRmsNorm(type(), x.data(), w.data(), yFwd.data(),
+                               rstd.data(), s.rows, c, c, false),
+              Status::Ok);
+    std::vector<float> dwU;
+    for (double d : ap::test::randn(size_t(c), 75 + c))
+      dwU.push_back(float(d));
+    std::vector<float> dwF = dwU;
+    I parts = kg::rmsNormDwParts(s.rows);
+    std::vector<float> partial(size_t(parts * c));
+    std::vector<uint8_t> dx(n * eb, 1), sumU(n * eb, 2), sumF(n * eb, 3);
+    grad(x.data(), w.data(), rstd.data(), dy.data(), dx.data(), dwU.data(),
+         partial.data(), s.rows, c, c, c, c, parts);
+    add(res.data(), dx.data(), sumU.data(), I(n));
+    fused(x.data(), w.data(), rstd.data(), dy.data(), sumF.data(), res.data(),
+          dwF.data(), partial.data(), s.rows, c, c, c, c, parts);
+    std::string where = std::to_string(s.rows) + "x" + std::to_string(c);
+    EXPECT_TRUE(sameBits(sumU, sumF, eb, "dx + res")) << where;
+    EXPECT_TRUE(sameBits(rawBytes(dwU), rawBytes(dwF), 4, "dw")) << where;
   }
 }
 
