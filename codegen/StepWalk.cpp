@@ -2112,6 +2112,34 @@ LogicalResult Walker::walkKernel(Operation *op) {
             {"dim", L(d)},
             {"eps", F(float(arg(op, args, "eps", 1e-6, /*f32=*/true)))}});
   }
+  if (callee == "train.rms_norm_grad_add") {
+    // exec-generate-kernels' fusion: RMSNorm backward, then the residual
+    // add of its dx (ins x, w, rstd, dy, the other addend; outs the sum,
+    // then the weight grad).
+    auto et = genType(ins[0]);
+    if (!et || ins.size() != 5 || results != 1)
+      return op->emitError(pfx() + "'train.rms_norm_grad_add' runs only as "
+                                   "a generated kernel of bf16 or f32 with "
+                                   "5 inputs and the sum as its one result "
+                                   "(exec.step ")
+             << exec::kKernelsAttr << " = \"generated\")";
+    int64_t d = nel(ins[1]);
+    int64_t rows = nel(ins[0]) / d;
+    kernelgen::GroupSpec g;
+    g.kind = kernelgen::GroupKind::RmsNormBackward;
+    g.dtype = *et;
+    g.zeroCentered = args && args.get("zero_centered");
+    g.accumulateDw = grads >= 1;
+    g.addResidual = true;
+    std::map<std::string, GenArg> v{
+        {"x", P(at(ins[0]))},  {"w", P(at(ins[1]))},  {"rstd", P(at(ins[2]))},
+        {"dy", P(at(ins[3]))}, {"res", P(at(ins[4]))}, {"dx", P(at(outs[0]))},
+        {"rows", L(rows)},     {"dim", L(d)},         {"xStride", L(d)},
+        {"dyStride", L(d)},    {"dxStride", L(d)}};
+    if (g.accumulateDw)
+      setDw(v, at(outs[1]), rows, d);
+    return launchGen(g, v);
+  }
   if (callee == "train.add") {
     if (failed(expectCounts(2, 1)))
       return failure();

@@ -74,6 +74,7 @@ void buildPipeline(OpPassManager &pm, const CompileOptions &o,
     if (o.generatedKernels) {
       ExecGenerateKernelsOptions gen;
       gen.fuse = o.fuseKernels;
+      gen.fuseNormGradAdd = o.fuseNormGradAdd;
       gen.ops.assign(o.generatedOps.begin(), o.generatedOps.end());
       pm.addPass(createExecGenerateKernels(gen));
     }

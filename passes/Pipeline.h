@@ -64,6 +64,9 @@ struct CompileOptions {
   /// a group; --kernels=auto's choice).
   std::vector<std::string> generatedOps;
   bool fuseKernels = true;
+  /// And RMSNorm backward + residual add pairs (exec-generate-kernels
+  /// fuse-norm-grad-add).
+  bool fuseNormGradAdd = false;
   /// Pipeline parallelism: `pipelineStages` > 1 compiles stage
   /// `pipelineStage` (train-pipeline-stage first in the placement stage,
   /// exec-pipeline-schedule after the lowering); `pipelineLayers` are the

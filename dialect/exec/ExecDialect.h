@@ -73,6 +73,13 @@ inline constexpr llvm::StringLiteral kFusedAddNormAttr = "fused_add_norm";
 /// library's or kernelgen's kernel for every call of their op.
 inline constexpr llvm::StringLiteral kTritonKernelsAttr = "triton_kernels";
 inline constexpr llvm::StringLiteral kFusedSavedBytesAttr = "fused_saved_bytes";
+/// exec.step: RMSNorm backward + residual add pairs exec-generate-kernels
+/// fused (train.rms_norm_grad_add), and the bytes of dx they neither write
+/// nor read back in one pass over the step's text.
+inline constexpr llvm::StringLiteral kFusedNormGradAddAttr =
+    "fused_norm_grad_add";
+inline constexpr llvm::StringLiteral kFusedNormGradSavedBytesAttr =
+    "fused_norm_grad_saved_bytes";
 } // namespace ap::exec
 
 #endif // ACTPLACE_DIALECT_EXEC_EXECDIALECT_H

@@ -85,6 +85,10 @@ const KernelSignature kSignatures[] = {
     // h = a + b, then RMSNorm of h in one generated kernel
     // (exec-generate-kernels): ins a, b, w; results h, y, rstd.
     {"train.add_rms_norm", 3, 3, 3, 3, kNorm},
+    // RMSNorm backward then the residual add of its dx in one generated
+    // kernel (exec-generate-kernels): ins x, w, rstd, dy, the other
+    // addend; result the sum (then the weight grad).
+    {"train.rms_norm_grad_add", 5, 5, 1, 1, kNormGrad},
     {"train.lm_head_cross_entropy", 3, 3, 3, 3, kLmHead},
     {"train.lm_head_cross_entropy_grad", 4, 4, 0, 1, kLmHead},
     {"train.lm_head_cross_entropy_with_grad", 3, 3, 3, 3, kLmHead},

@@ -432,7 +432,28 @@ CostModel::NameValues CostModel::resolve(Operation *op) const {
 }
 
 double CostModel::generatedFactor(Operation *op, const NameValues &v) const {
-  static constexpr std::string_view kFused = "train.add_rms_norm";
+  static constexpr std::string_view kFused = "train.add_rms_norm",
+                                    kGradFused = "train.rms_norm_grad_add";
+  auto fusedRatio = [&](std::string_view name) {
+    auto ratio = prof.generatedKernelRatio.find(name);
+    return ratio == prof.generatedKernelRatio.end() ? v.generated
+                                                    : ratio->second;
+  };
+  // The RMSNorm backward + residual add pairs exec-generate-kernels fuses:
+  // a norm gradient whose dx only an add reads.
+  if (prof.generatedOps.count(kGradFused)) {
+    auto onlyReadByAdd = [](Value dx) {
+      return dx.hasOneUse() && isa<AddOp>(*dx.getUsers().begin());
+    };
+    if (auto grad = dyn_cast<RMSNormGradOp>(op))
+      if (onlyReadByAdd(grad->getResult(0)))
+        return fusedRatio(kGradFused);
+    if (isa<AddOp>(op))
+      for (Value in : op->getOperands())
+        if (auto grad = in.getDefiningOp<RMSNormGradOp>())
+          if (onlyReadByAdd(in))
+            return fusedRatio(kGradFused);
+  }
   if (!prof.generatedOps.count(kFused) || !isa<AddOp, RMSNormOp>(op))
     return v.generated;
   // The pairs exec-generate-kernels fuses (passes/analysis/KernelFusion.h):
@@ -445,11 +466,7 @@ double CostModel::generatedFactor(Operation *op, const NameValues &v) const {
     });
   else
     fused = op->getOperand(0).getDefiningOp<AddOp>() != nullptr;
-  if (!fused)
-    return v.generated;
-  auto ratio = prof.generatedKernelRatio.find(kFused);
-  return ratio == prof.generatedKernelRatio.end() ? v.generated
-                                                  : ratio->second;
+  return fused ? fusedRatio(kFused) : v.generated;
 }
 
 double CostModel::copyBandwidth(CopyDirection dir,

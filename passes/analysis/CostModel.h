@@ -62,7 +62,9 @@ struct DeviceProfile {
   /// are multiplied by its generatedKernelRatio (1 where none is recorded);
   /// with "train.add_rms_norm" among them, a train.add whose sum a
   /// train.rms_norm normalizes, and that norm, by the fused kernel's ratio
-  /// instead (it replaces both: each keeps that share of its time).
+  /// instead (it replaces both: each keeps that share of its time); with
+  /// "train.rms_norm_grad_add", a train.rms_norm_grad whose dx only a
+  /// train.add reads, and that add, by that fused ratio.
   std::set<std::string, std::less<>> generatedOps;
   /// Compute seconds lost per byte copied over the host link: D2H and H2D
   /// copies slow the kernels running beside them (they share HBM and the

@@ -33,27 +33,64 @@
 
 namespace ap {
 
-/// The fusable residual add + RMSNorm pairs of one step, in program order.
-class AddNormFusion {
+/// The pairs a fusion found in one step, in program order, and the pairs it
+/// saw that do not fuse (for the statistics).
+template <class PairT> class FusionPairs {
 public:
-  struct Pair {
-    exec::KernelOp add, norm;
-    /// Bytes of h: the read the fused kernel saves.
-    int64_t hBytes = 0;
-  };
-
-  explicit AddNormFusion(exec::StepOp step);
-
+  using Pair = PairT;
   const std::vector<Pair> &pairs() const { return pairs_; }
+  int64_t rejected() const { return rejected_; }
+
+protected:
+  std::vector<Pair> pairs_;
+  int64_t rejected_ = 0;
+};
+
+struct AddNormPair {
+  exec::KernelOp add, norm;
+  /// Bytes of h: the read the fused kernel saves.
+  int64_t hBytes = 0;
+};
+
+/// The fusable residual add + RMSNorm pairs of one step.
+class AddNormFusion : public FusionPairs<AddNormPair> {
+public:
+  explicit AddNormFusion(exec::StepOp step);
   /// Bytes of every saved read of h in one pass over the step's text (a
   /// pair inside the microbatch loop counts once).
   int64_t savedBytes() const;
-  /// add + rms_norm pairs seen that do not fuse, for the statistics.
-  int64_t rejected() const { return rejected_; }
+};
 
-private:
-  std::vector<Pair> pairs_;
-  int64_t rejected_ = 0;
+/// The fusable RMSNorm backward + residual add pairs of one step: a
+/// `train.rms_norm_grad` whose dx only a `train.add` reads, the residual
+/// stream's gradient dh = other + dx, becomes `train.rms_norm_grad_add`
+/// (kernelgen's RmsNormBackward with addResidual): the row kernel adds the
+/// other addend to its gradient rounded to storage, as the add would read
+/// it, so dh keeps its bits while dx is neither stored nor read back.
+///
+/// A pair fuses when:
+///   - the norm has its gradient dx as its only non-grad result (no rebuilt
+///     y) and the add reads dx as one of its two inputs, the other not dx;
+///   - dx is used by nothing else (no copy, view, wait or other kernel);
+///   - the two are in the same block, on the same stream, with only buffer
+///     declarations between them;
+///   - dx, the other addend and the sum are bf16 or f32 of one type whose
+///     last extent is the norm weight's.
+/// The price: per pair one write and one read of dx less and one launch
+/// less.
+struct NormGradAddPair {
+  exec::KernelOp norm, add;
+  /// The add's other input (the residual stream's incoming gradient).
+  mlir::Value other;
+  /// Bytes of dx: each of the write and the read the fused kernel saves.
+  int64_t dxBytes = 0;
+};
+class NormGradAddFusion : public FusionPairs<NormGradAddPair> {
+public:
+  explicit NormGradAddFusion(exec::StepOp step);
+  /// Bytes of every saved write and read of dx in one pass over the step's
+  /// text.
+  int64_t savedBytes() const;
 };
 
 } // namespace ap

@@ -35,10 +35,8 @@ struct ExecGenerateKernelsPass
           names.push_back(b.getStringAttr(name));
         step->setAttr(kGeneratedOpsAttr, b.getArrayAttr(names));
       }
-      if (!fuse)
+      if (!fuse && !fuseNormGradAdd)
         continue;
-      ap::AddNormFusion fusion(step);
-      numRejected += fusion.rejected();
       // Kernel ordinals of each microbatch loop body before the fusion: a
       // D2H's done_by_kernel names a kernel by its ordinal there.
       SmallVector<std::pair<Block *, SmallVector<Operation *>>> before;
@@ -52,21 +50,59 @@ struct ExecGenerateKernelsPass
       }
       // The fused kernel that replaced each erased add and norm.
       DenseMap<Operation *, Operation *> replacedBy;
-      for (ap::AddNormFusion::Pair p : fusion.pairs()) {
-        b.setInsertionPoint(p.norm);
-        Value ins[] = {p.add.getInputs()[0], p.add.getInputs()[1],
-                       p.norm.getInputs()[1]};
-        Value outs[] = {p.add.getOutputs()[0], p.norm.getOutputs()[0],
-                        p.norm.getOutputs()[1]};
-        auto fused = KernelOp::create(b, p.norm.getLoc(), "train.add_rms_norm",
-                                      ValueRange(ins), ValueRange(outs),
-                                      /*workspace=*/0, p.norm.getArgs(),
-                                      p.norm.getStream());
-        replacedBy[p.add] = fused;
-        replacedBy[p.norm] = fused;
-        p.norm.erase();
-        p.add.erase();
-        ++numFused;
+      int64_t pairs = 0, savedBytes = 0;
+      if (fuse) {
+        ap::AddNormFusion fusion(step);
+        numRejected += fusion.rejected();
+        for (ap::AddNormFusion::Pair p : fusion.pairs()) {
+          b.setInsertionPoint(p.norm);
+          Value ins[] = {p.add.getInputs()[0], p.add.getInputs()[1],
+                         p.norm.getInputs()[1]};
+          Value outs[] = {p.add.getOutputs()[0], p.norm.getOutputs()[0],
+                          p.norm.getOutputs()[1]};
+          auto fused = KernelOp::create(
+              b, p.norm.getLoc(), "train.add_rms_norm", ValueRange(ins),
+              ValueRange(outs), /*workspace=*/0, p.norm.getArgs(),
+              p.norm.getStream());
+          replacedBy[p.add] = fused;
+          replacedBy[p.norm] = fused;
+          p.norm.erase();
+          p.add.erase();
+          ++numFused;
+        }
+        pairs = int64_t(fusion.pairs().size());
+        savedBytes = fusion.savedBytes();
+      }
+      int64_t gradPairs = 0, gradSavedBytes = 0;
+      if (fuseNormGradAdd) {
+        ap::NormGradAddFusion fusion(step);
+        for (ap::NormGradAddFusion::Pair p : fusion.pairs()) {
+          // At the add: the norm's inputs and the other addend are all
+          // written before the norm.
+          b.setInsertionPoint(p.add);
+          SmallVector<Value> ins(p.norm.getInputs().begin(),
+                                 p.norm.getInputs().end());
+          ins.push_back(p.other);
+          SmallVector<Value> outs{p.add.getOutputs()[0]};
+          outs.append(std::next(p.norm.getOutputs().begin()),
+                      p.norm.getOutputs().end());
+          Value dx = p.norm.getOutputs()[0];
+          auto fused = KernelOp::create(
+              b, p.add.getLoc(), "train.rms_norm_grad_add", ValueRange(ins),
+              ValueRange(outs), p.norm.getWorkspace(), p.norm.getArgs(),
+              p.norm.getStream());
+          replacedBy[p.add] = fused;
+          replacedBy[p.norm] = fused;
+          p.norm.erase();
+          p.add.erase();
+          // dx is gone: its buffer declaration too.
+          if (dx.use_empty())
+            if (auto buf = dx.getDefiningOp<BufferOp>())
+              buf.erase();
+          ++numFusedGradAdd;
+        }
+        gradPairs = int64_t(fusion.pairs().size());
+        gradSavedBytes = fusion.savedBytes();
       }
       // Renumber done_by_kernel to name the same kernel (for an erased one,
       // the fused kernel that does its work); without this every later
@@ -86,10 +122,15 @@ struct ExecGenerateKernelsPass
               ordinalAfter.lookup(now ? now : kernels[*k])));
         }
       }
-      step->setAttr(kFusedAddNormAttr,
-                    b.getI64IntegerAttr(int64_t(fusion.pairs().size())));
-      step->setAttr(kFusedSavedBytesAttr,
-                    b.getI64IntegerAttr(fusion.savedBytes()));
+      if (fuse) {
+        step->setAttr(kFusedAddNormAttr, b.getI64IntegerAttr(pairs));
+        step->setAttr(kFusedSavedBytesAttr, b.getI64IntegerAttr(savedBytes));
+      }
+      if (fuseNormGradAdd) {
+        step->setAttr(kFusedNormGradAddAttr, b.getI64IntegerAttr(gradPairs));
+        step->setAttr(kFusedNormGradSavedBytesAttr,
+                      b.getI64IntegerAttr(gradSavedBytes));
+      }
     }
   }
 };

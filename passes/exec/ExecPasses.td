@@ -94,7 +94,14 @@ def ExecGenerateKernels : Pass<"exec-generate-kernels", "mlir::ModuleOp"> {
     weight and writing h, y and rstd, which only a generated kernel
     implements. Records `fused_add_norm` (pairs) and
     `fused_saved_bytes` (the reads of h the fused kernels save in one pass
-    over the step's text) on the step. Run before exec-plan-memory, which
+    over the step's text) on the step. With `fuse-norm-grad-add`, each
+    RMSNorm backward whose dx only the next kernel, a residual add, reads
+    (NormGradAddFusion: no rebuilt y, dx used by nothing else, same block
+    and stream, only buffer declarations between) becomes one
+    `train.rms_norm_grad_add` call at the add's place, reading x, w, rstd,
+    dy and the add's other input and writing the sum and the weight grad;
+    dx's buffer goes. Records `fused_norm_grad_add` and
+    `fused_norm_grad_saved_bytes` (dx's write and read). Run before exec-plan-memory, which
     then keeps the fused call's outputs off its inputs.
 
     ```mlir
@@ -109,12 +116,16 @@ def ExecGenerateKernels : Pass<"exec-generate-kernels", "mlir::ModuleOp"> {
   }];
   let statistics = [
     Statistic<"numFused", "fused", "Residual add + RMSNorm pairs fused into one generated kernel">,
-    Statistic<"numRejected", "rejected", "Residual add + RMSNorm pairs left apart (AddNormFusion's conditions)">
+    Statistic<"numRejected", "rejected", "Residual add + RMSNorm pairs left apart (AddNormFusion's conditions)">,
+    Statistic<"numFusedGradAdd", "fused-grad-add", "RMSNorm backward + residual add pairs fused into one generated kernel">
   ];
   let options = [
     Option<"fuse", "fuse", "bool", "true",
            "Fuse residual add + RMSNorm pairs (false: generated kernels, "
            "one per call)">,
+    Option<"fuseNormGradAdd", "fuse-norm-grad-add", "bool", "false",
+           "Fuse RMSNorm backward + residual add pairs into "
+           "train.rms_norm_grad_add (NormGradAddFusion)">,
     ListOption<"ops", "ops", "std::string",
                "Only these train ops get generated kernels (recorded as the "
                "step's generated_ops; empty: every op that has a group)">

@@ -23,8 +23,9 @@
 #              runs with that RMSNorm as one generated kernel (the compile
 #              reports the pairs, and the JSON report the same count with
 #              the bytes and time saved; --fuse-kernels=false keeps them
-#              apart),
-#              with the same bits.
+#              apart), and each RMSNorm backward whose dx only a residual
+#              add reads runs with that add (the compile reports those
+#              pairs), with the same bits.
 #   launched   the generated binary reports generated_launches > 0 in every
 #              metrics line, the library one has no such field; the compile
 #              prints the kernel count; the binary holds the kernels it
@@ -182,6 +183,18 @@ def main():
                entry["predicted_saving_us"] > 0),
               "%s: the report's kernel_fusion %s, the compile printed %d "
               "pairs" % (name, entry, fused_pairs))
+        grad_fused = re.search(r"kernel fusion: (\d+) RMSNorm backward \+ "
+                               r"residual add", out.stdout)
+        grad_pairs = int(grad_fused.group(1)) if grad_fused else 0
+        if name == "unfused":
+            check(grad_pairs == 0 and b"_dw_add_" not in image,
+                  "unfused: --fuse-kernels=false fused %d RMSNorm backward "
+                  "+ add pairs" % grad_pairs)
+        else:
+            check(grad_pairs > 0 and
+                  ("ap_kg_rmsnorm_bwd_zc_dw_add_" + dtype).encode() in image,
+                  "%s: no RMSNorm backward + residual add fused (%d pairs)" %
+                  (name, grad_pairs))
         if name == "unfused":
             check(fused_pairs == 0 and b"ap_kg_add_rmsnorm" not in image,
                   "unfused: --fuse-kernels=false fused %d pairs" % fused_pairs)
@@ -190,10 +203,11 @@ def main():
                   ("ap_kg_add_rmsnorm_fwd_zc_" + dtype).encode() in image,
                   "%s: no residual add + RMSNorm fused (%d pairs)" %
                   (name, fused_pairs))
-        print("%s: %s generated kernels, %d add + RMSNorm pairs fused, "
+        print("%s: %s generated kernels, %d add + RMSNorm and %d RMSNorm "
+              "backward + add pairs fused, "
               "within the bounds of the library binary over %d steps "
               "(loss %.1e, grad norm %.1e relative; %s launches a step)" %
-              (name, m.group(1) if m else "?", fused_pairs, STEPS,
+              (name, m.group(1) if m else "?", fused_pairs, grad_pairs, STEPS,
                worst["loss"], worst["grad_norm"],
                b[0].get("generated_launches") if b else "?"), flush=True)
     print("ptx: " + ("embedded (sm_90a)" if have_ptx else

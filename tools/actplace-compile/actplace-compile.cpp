@@ -519,6 +519,8 @@ static llvm::Expected<BatchChoiceInputs> batchChoiceInputs() {
 static bool useGenerated = false;
 static std::vector<std::string> generatedOps;
 static bool fuseGenerated = false;
+/// And RMSNorm backward + residual add pairs (train.rms_norm_grad_add).
+static bool fuseGradAdd = false;
 
 /// The train ops kernelgen has groups for (the fused add + RMSNorm apart).
 static const char *const kGeneratedOpNames[] = {"train.swiglu",
@@ -553,6 +555,8 @@ static void markGeneratedOps(mlir::ModuleOp module) {
       names.push_back(b.getStringAttr(op));
     if (fuseGenerated)
       names.push_back(b.getStringAttr("train.add_rms_norm"));
+    if (fuseGradAdd)
+      names.push_back(b.getStringAttr("train.rms_norm_grad_add"));
   } else {
     for (const std::string &op : generatedOps)
       names.push_back(b.getStringAttr(op));
@@ -566,6 +570,7 @@ static void markGeneratedOps(mlir::ModuleOp module) {
 static std::string chooseKernels() {
   useGenerated = kernelsOpt == Kernels::Generated;
   fuseGenerated = useGenerated && fuseKernels;
+  fuseGradAdd = fuseGenerated;
   generatedOps.clear();
   if (kernelsOpt != Kernels::Auto)
     return "";
@@ -592,6 +597,12 @@ static std::string chooseKernels() {
   if (fuseGenerated) {
     generatedOps.push_back("train.add_rms_norm");
     chosen += (chosen.empty() ? "" : ", ") + std::string("train.add_rms_norm");
+  }
+  fuseGradAdd = fuseKernels && faster("train.rms_norm_grad_add");
+  if (fuseGradAdd) {
+    generatedOps.push_back("train.rms_norm_grad_add");
+    chosen +=
+        (chosen.empty() ? "" : ", ") + std::string("train.rms_norm_grad_add");
   }
   useGenerated = !generatedOps.empty();
   if (!useGenerated)
@@ -646,30 +657,45 @@ static std::string printFusion(mlir::ModuleOp module,
                                llvm::StringRef reportPath,
                                llvm::StringRef prefix = "") {
   std::string error;
-  if (!useGenerated || !fuseGenerated)
+  if (!useGenerated || (!fuseGenerated && !fuseGradAdd))
     return error;
+  ap::train::DeviceProfile device;
+  if (!profile.empty())
+    if (auto loaded = ap::train::DeviceProfile::load(profile))
+      device = *loaded;
   module.walk([&](ap::exec::StepOp step) {
-    auto pairs =
-        step->getAttrOfType<mlir::IntegerAttr>(ap::exec::kFusedAddNormAttr);
-    auto bytes =
-        step->getAttrOfType<mlir::IntegerAttr>(ap::exec::kFusedSavedBytesAttr);
-    if (!pairs || !bytes)
-      return;
-    ap::train::DeviceProfile device;
-    if (!profile.empty())
-      if (auto loaded = ap::train::DeviceProfile::load(profile))
-        device = *loaded;
-    double us = (double(bytes.getInt()) / device.memBandwidth +
-                 double(pairs.getInt()) * device.launchLatency) *
-                1e6;
-    llvm::outs() << prefix << "kernel fusion: " << pairs.getInt()
-                 << " residual add + RMSNorm pairs in one generated kernel "
-                    "each: "
-                 << pairs.getInt() << " launches and " << bytes.getInt()
-                 << " bytes of reads fewer per microbatch, predicted " << g(us)
-                 << " us less\n";
-    if (!reportPath.empty() && error.empty())
-      error = addFusionToReport(reportPath, pairs.getInt(), bytes.getInt(), us);
+    // One fusion's line: its pairs (attribute `pairsAttr`) and the bytes
+    // they save (`bytesAttr`), priced; returns the predicted microseconds,
+    // or -1 when the step records none.
+    auto report = [&](llvm::StringRef pairsAttr, llvm::StringRef bytesAttr,
+                      llvm::StringRef what, llvm::StringRef bytesWhat,
+                      int64_t &pairs, int64_t &bytes) {
+      auto p = step->getAttrOfType<mlir::IntegerAttr>(pairsAttr);
+      auto b = step->getAttrOfType<mlir::IntegerAttr>(bytesAttr);
+      if (!p || !b)
+        return -1.0;
+      pairs = p.getInt();
+      bytes = b.getInt();
+      double us = (double(bytes) / device.memBandwidth +
+                   double(pairs) * device.launchLatency) *
+                  1e6;
+      llvm::outs() << prefix << "kernel fusion: " << pairs << " " << what
+                   << " pairs in one generated kernel each: " << pairs
+                   << " launches and " << bytes << " bytes of " << bytesWhat
+                   << " fewer per microbatch, predicted " << g(us)
+                   << " us less\n";
+      return us;
+    };
+    int64_t pairs = 0, bytes = 0, gradPairs = 0, gradBytes = 0;
+    double us = report(ap::exec::kFusedAddNormAttr,
+                       ap::exec::kFusedSavedBytesAttr,
+                       "residual add + RMSNorm", "reads", pairs, bytes);
+    report(ap::exec::kFusedNormGradAddAttr,
+           ap::exec::kFusedNormGradSavedBytesAttr,
+           "RMSNorm backward + residual add", "writes and reads", gradPairs,
+           gradBytes);
+    if (us >= 0 && !reportPath.empty() && error.empty())
+      error = addFusionToReport(reportPath, pairs, bytes, us);
   });
   return error;
 }
@@ -1003,6 +1029,7 @@ int main(int argc, char **argv) {
   opts.generatedKernels = useGenerated;
   opts.generatedOps = generatedOps;
   opts.fuseKernels = fuseGenerated;
+  opts.fuseNormGradAdd = fuseGradAdd;
 
   // Three stages so the memory timeline can see the step before placement
   // and the placed step while it is still in the train dialect.

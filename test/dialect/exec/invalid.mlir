@@ -305,6 +305,21 @@ exec.step @s {
 
 // -----
 
+// The fused RMSNorm backward + residual add (exec-generate-kernels) reads
+// x, w, rstd, dy and the other addend.
+exec.step @s {
+  %x = exec.buffer offset 0 bytes 256 : !exec.buffer<tensor<4x4xbf16>>
+  %w = exec.buffer offset 256 bytes 256 : !exec.buffer<tensor<4xbf16>>
+  %r = exec.buffer offset 512 bytes 256 : !exec.buffer<tensor<4xf32>>
+  %dy = exec.buffer offset 768 bytes 256 : !exec.buffer<tensor<4x4xbf16>>
+  %s = exec.buffer offset 1024 bytes 256 : !exec.buffer<tensor<4x4xbf16>>
+  // expected-error @+1 {{'exec.kernel' op "train.rms_norm_grad_add" takes 5 input buffers, got 4}}
+  exec.kernel "train.rms_norm_grad_add" ins(%x, %w, %r, %dy : !exec.buffer<tensor<4x4xbf16>>, !exec.buffer<tensor<4xbf16>>, !exec.buffer<tensor<4xf32>>, !exec.buffer<tensor<4x4xbf16>>) outs(%s : !exec.buffer<tensor<4x4xbf16>>) workspace 0
+  exec.return
+}
+
+// -----
+
 exec.step @s {
   %x = exec.buffer offset 0 bytes 256 : !exec.buffer<tensor<4x4xbf16>>
   %y = exec.buffer offset 256 bytes 256 : !exec.buffer<tensor<4x4xbf16>>

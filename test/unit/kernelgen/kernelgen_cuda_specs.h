@@ -46,6 +46,10 @@ inline std::vector<GroupSpec> cudaTestSpecs() {
   s.kind = GroupKind::GatedNormBackward; // with dw and the rebuilt y
   all.push_back(s);
   s.recomputeY = false;
+  s.kind = GroupKind::RmsNormBackward; // fused with the residual add
+  s.addResidual = true;
+  all.push_back(s);
+  s.addResidual = false;
   s.kind = GroupKind::GdnGatesForward;
   all.push_back(s);
   s.kind = GroupKind::GdnGatesBackward;

@@ -476,6 +476,55 @@ TEST_F(KernelGenCuda, RmsNormForwardAndBackwardBitwiseToModel) {
   }
 }
 
+/// RMSNorm backward fused with the residual add of its dx: the sum is the
+/// model's dx rounded to bf16 plus the other addend (the generated add's
+/// arithmetic), dw the model's, bit for bit.
+TEST_F(KernelGenCuda, RmsNormBackwardAddBitwiseToModel) {
+  const kg::ElemType t = kg::ElemType::BF16;
+  kg::GroupSpec spec;
+  for (const kg::GroupSpec &g : GpuKernels::specs())
+    if (g.kind == kg::GroupKind::RmsNormBackward && g.addResidual)
+      spec = g;
+  ASSERT_TRUE(spec.addResidual);
+  for (Shape s : kNorm) {
+    size_t n = size_t(s.rows * s.cols);
+    I d = s.cols;
+    auto x = randomStorage(t, n, 191, 2.0, false),
+         w = randomStorage(t, size_t(d), 192, 0.5, false),
+         dy = randomStorage(t, n, 193, 1.0, false),
+         res = randomStorage(t, n, 195, 1.0, false);
+    std::vector<float> rstd(size_t(s.rows));
+    std::vector<uint8_t> y(n * 2);
+    modelRmsNorm(t, x.data(), w.data(), y.data(), rstd.data(), s.rows, d, d,
+                 /*zc=*/true, float(1e-6));
+    std::vector<float> dw0;
+    for (double v : ap::test::randn(size_t(d), 194))
+      dw0.push_back(float(v));
+    std::vector<float> dwW = dw0;
+    std::vector<uint8_t> dxW(n * 2), sumW(n * 2);
+    modelRmsNormBackward(t, x.data(), w.data(), rstd.data(), dy.data(),
+                         dxW.data(), dwW.data(), nullptr, s.rows, d, d,
+                         /*zc=*/true);
+    for (I i = 0; i < I(n); ++i)
+      storeAt(t, sumW.data(), i,
+              loadAt(t, res.data(), i) + loadAt(t, dxW.data(), i));
+    DevBuf dx_(x), dw_(w), ddy(dy), dres(res), drstd(rstd),
+        dsum(std::vector<uint8_t>(n * 2, 0xff)), ddw(dw0);
+    I parts = kg::rmsNormDwParts(s.rows);
+    DevBuf ws(std::vector<float>(size_t(parts * d), -3.f));
+    // (x, w, rstd, dy, dx: the sum, res, dw, dwPartial, rows, dim, xStride,
+    //  dyStride, dxStride, dwParts)
+    for (const std::string &name : kg::gpuKernelNames(spec))
+      CU(launch(name, dx_.p, dw_.p, drstd.p, ddy.p, dsum.p, dres.p, ddw.p, ws.p,
+                s.rows, d, d, d, d, parts));
+    std::string where = std::to_string(s.rows) + "x" + std::to_string(d);
+    EXPECT_TRUE(sameBits(sumW, dsum.bytesBack(), 2, "dx + res")) << where;
+    EXPECT_TRUE(
+        sameBits(rawBytes(dwW), rawBytes(ddw.floatsBack()), 4, "rmsnorm dw"))
+        << where;
+  }
+}
+
 TEST_F(KernelGenCuda, FusedAddRmsNormBitwiseToUnfusedKernels) {
   const kg::ElemType t = kg::ElemType::BF16;
   for (Shape s : kNorm) {
