@@ -405,7 +405,8 @@ def generated_kernel_ratios(library, generated):
     shapes; a "(recompute)" rebuild counts as its op). train.add_rms_norm:
     the fused kernel's mean over the library's mean residual add plus mean
     RMSNorm of the same scopes (which add fed which norm is not in the
-    labels; the adds of all scopes are averaged)."""
+    labels; the adds of all scopes are averaged); train.rms_norm_grad_add
+    likewise against the RMSNorm backward and the mean add."""
     lib, gen = library["ops"], generated["ops"]
     sums = {}
     for label, g in gen.items():
@@ -425,15 +426,21 @@ def generated_kernel_ratios(library, generated):
         n = sum(t["count"] for k, t in ops.items() if label_ok(k))
         sec = sum(t["seconds"] for k, t in ops.items() if label_ok(k))
         return sec / n if n else 0.0
-    fused = [k for k in gen if op_name_of_label(k) == "train.add_rms_norm"]
-    if fused:
+    # The fused kernels against the library's norm (forward or backward)
+    # of the same scopes plus its mean residual add.
+    for fused_op, norm_op in (("train.add_rms_norm", "train.rms_norm"),
+                              ("train.rms_norm_grad_add",
+                               "train.rms_norm_grad")):
+        fused = [k for k in gen if op_name_of_label(k) == fused_op]
+        if not fused:
+            continue
         scopes = {k.rsplit("/", 1)[0] for k in fused}
         f = mean(gen, lambda k: k in fused)
-        norm = mean(lib, lambda k: op_name_of_label(k) == "train.rms_norm"
+        norm = mean(lib, lambda k: op_name_of_label(k) == norm_op
                     and k.rsplit("/", 1)[0] in scopes)
         add = mean(lib, lambda k: op_name_of_label(k) == "train.add")
         if f > 0 and norm + add > 0:
-            ratios["train.add_rms_norm"] = round(f / (norm + add), 4)
+            ratios[fused_op] = round(f / (norm + add), 4)
     return ratios
 
 
