@@ -177,7 +177,8 @@ def main():
         fused_pairs = int(fused.group(1)) if fused else 0
         # The JSON report records the fusion the compile printed.
         with open(gen + ".report.json") as f:
-            entry = json.load(f).get("kernel_fusion")
+            report = json.load(f)
+        entry = report.get("kernel_fusion")
         check((entry or {}).get("pairs", 0) == fused_pairs and
               (fused_pairs == 0 or entry["saved_read_bytes"] > 0 and
                entry["predicted_saving_us"] > 0),
@@ -186,6 +187,11 @@ def main():
         grad_fused = re.search(r"kernel fusion: (\d+) RMSNorm backward \+ "
                                r"residual add", out.stdout)
         grad_pairs = int(grad_fused.group(1)) if grad_fused else 0
+        back = report.get("kernel_fusion_backward")
+        check((back or {}).get("pairs", 0) == grad_pairs and
+              (grad_pairs == 0 or back["saved_write_and_read_bytes"] > 0),
+              "%s: the report's kernel_fusion_backward %s, the compile "
+              "printed %d pairs" % (name, back, grad_pairs))
         if name == "unfused":
             check(grad_pairs == 0 and b"_dw_add_" not in image,
                   "unfused: --fuse-kernels=false fused %d RMSNorm backward "

@@ -617,12 +617,13 @@ static std::string chooseKernels() {
   return "";
 }
 
-/// Adds the kernel fusion of a step to the JSON placement report at `path`
+/// Adds one kernel fusion of a step to the JSON placement report at `path`
 /// (written by the placement passes before the exec pipeline decides the
-/// fusion), as "kernel_fusion": {pairs, saved_read_bytes,
-/// predicted_saving_us} per microbatch. Returns an error message, empty on
-/// success.
-static std::string addFusionToReport(llvm::StringRef path, int64_t pairs,
+/// fusion), as `key`: {kind, pairs, `bytesField`, predicted_saving_us} per
+/// microbatch. Returns an error message, empty on success.
+static std::string addFusionToReport(llvm::StringRef path, llvm::StringRef key,
+                                     llvm::StringRef kind,
+                                     llvm::StringRef bytesField, int64_t pairs,
                                      int64_t bytes, double us) {
   auto buffer = llvm::MemoryBuffer::getFile(path);
   if (!buffer)
@@ -636,12 +637,11 @@ static std::string addFusionToReport(llvm::StringRef path, int64_t pairs,
   llvm::json::Object *root = parsed->getAsObject();
   if (!root)
     return "the report " + path.str() + " is not a JSON object";
-  root->insert(
-      {"kernel_fusion", llvm::json::Object{{"kind", "residual_add+rms_norm"},
-                                           {"pairs", pairs},
-                                           {"saved_read_bytes", bytes},
-                                           {"predicted_saving_us", us},
-                                           {"per", "microbatch"}}});
+  (*root)[key] = llvm::json::Object{{"kind", kind},
+                                    {"pairs", pairs},
+                                    {bytesField, bytes},
+                                    {"predicted_saving_us", us},
+                                    {"per", "microbatch"}};
   std::error_code ec;
   llvm::raw_fd_ostream os(path, ec);
   if (ec)
@@ -690,12 +690,19 @@ static std::string printFusion(mlir::ModuleOp module,
     double us = report(ap::exec::kFusedAddNormAttr,
                        ap::exec::kFusedSavedBytesAttr,
                        "residual add + RMSNorm", "reads", pairs, bytes);
-    report(ap::exec::kFusedNormGradAddAttr,
-           ap::exec::kFusedNormGradSavedBytesAttr,
-           "RMSNorm backward + residual add", "writes and reads", gradPairs,
-           gradBytes);
+    double gradUs = report(ap::exec::kFusedNormGradAddAttr,
+                           ap::exec::kFusedNormGradSavedBytesAttr,
+                           "RMSNorm backward + residual add",
+                           "writes and reads", gradPairs, gradBytes);
     if (us >= 0 && !reportPath.empty() && error.empty())
-      error = addFusionToReport(reportPath, pairs, bytes, us);
+      error = addFusionToReport(reportPath, "kernel_fusion",
+                                "residual_add+rms_norm", "saved_read_bytes",
+                                pairs, bytes, us);
+    if (gradUs >= 0 && !reportPath.empty() && error.empty())
+      error = addFusionToReport(reportPath, "kernel_fusion_backward",
+                                "rms_norm_grad+residual_add",
+                                "saved_write_and_read_bytes", gradPairs,
+                                gradBytes, gradUs);
   });
   return error;
 }
