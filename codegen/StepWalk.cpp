@@ -450,7 +450,7 @@ LogicalResult Walker::collect(Operation *step) {
                  [exec::stringifyBufferRole(p.getRole()).str()] = uint64_t(o);
       if (p.getRole() == exec::BufferRole::MainGrad)
         (tensorOf(p->getResult(0)).getElementType().isBF16() ? mainGradBf16_
-                                                              : mainGradF32_) =
+                                                             : mainGradF32_) =
             true;
       if (p.getRole() == exec::BufferRole::Scratch) {
         if (scratch_)
@@ -2132,9 +2132,9 @@ LogicalResult Walker::walkKernel(Operation *op) {
     g.accumulateDw = grads >= 1;
     g.addResidual = true;
     std::map<std::string, GenArg> v{
-        {"x", P(at(ins[0]))},  {"w", P(at(ins[1]))},  {"rstd", P(at(ins[2]))},
+        {"x", P(at(ins[0]))},  {"w", P(at(ins[1]))},   {"rstd", P(at(ins[2]))},
         {"dy", P(at(ins[3]))}, {"res", P(at(ins[4]))}, {"dx", P(at(outs[0]))},
-        {"rows", L(rows)},     {"dim", L(d)},         {"xStride", L(d)},
+        {"rows", L(rows)},     {"dim", L(d)},          {"xStride", L(d)},
         {"dyStride", L(d)},    {"dxStride", L(d)}};
     if (g.accumulateDw)
       setDw(v, at(outs[1]), rows, d);
@@ -2223,7 +2223,8 @@ LogicalResult Walker::walkKernel(Operation *op) {
   }
   if (callee == "train.finalize_grads") {
     double maxNorm = arg(op, args, "max_norm", 1.0);
-    if (generated_ && (generatedOps_.empty() || generatedOps_.count(callee.str()))) {
+    if (generated_ &&
+        (generatedOps_.empty() || generatedOps_.count(callee.str()))) {
       // kernelgen's grad norm: the sums of squares for each main-grad dtype
       // the step has, then the finish; the runtime fills their arguments.
       auto index = [&](kernelgen::GroupSpec g) {
@@ -2244,11 +2245,12 @@ LogicalResult Walker::walkKernel(Operation *op) {
       };
       kernelgen::GroupSpec finish;
       finish.kind = kernelgen::GroupKind::GradNormFinish;
-      sink_.call("ap_finalize_grads_generated",
-                 {CallArg::f64(maxNorm),
-                  CallArg::u32(squares(mainGradBf16_, kernelgen::ElemType::BF16)),
-                  CallArg::u32(squares(mainGradF32_, kernelgen::ElemType::F32)),
-                  CallArg::u32(index(finish))});
+      sink_.call(
+          "ap_finalize_grads_generated",
+          {CallArg::f64(maxNorm),
+           CallArg::u32(squares(mainGradBf16_, kernelgen::ElemType::BF16)),
+           CallArg::u32(squares(mainGradF32_, kernelgen::ElemType::F32)),
+           CallArg::u32(index(finish))});
       return success();
     }
     sink_.call("ap_finalize_grads", {CallArg::f64(maxNorm)});

@@ -554,7 +554,8 @@ Value hostHalving(Emitter &e, Value scratch, int64_t count) {
 
 /// The value of sum() where `cond` holds, else `zero` (GPU code: a thread
 /// outside the work contributes the neutral partial).
-Value valueIf(Emitter &e, Value cond, const std::function<Value(Emitter &)> &sum,
+Value valueIf(Emitter &e, Value cond,
+              const std::function<Value(Emitter &)> &sum,
               const std::function<Value(Emitter &)> &zero) {
   auto op = scf::IfOp::create(
       e.b, e.loc, cond,
@@ -1752,8 +1753,7 @@ Work gradNormSquaresWork(Emitter &e, const GroupSpec &s, const Args &a) {
   Value nIdx = e.toIndex(n);
   Value block = e.cIndex(kGradNormBlock);
   Value partsIdx = arith::DivUIOp::create(
-      b, loc,
-      arith::AddIOp::create(b, loc, nIdx, e.cIndex(kGradNormBlock - 1)),
+      b, loc, arith::AddIOp::create(b, loc, nIdx, e.cIndex(kGradNormBlock - 1)),
       block);
   Value grad = e.memref1(a.get("grad"), e.storage(s.dtype), n);
   Value partial =
@@ -1804,8 +1804,8 @@ Work gradNormSquaresWork(Emitter &e, const GroupSpec &s, const Args &a) {
         arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, tid,
                               e.cIndex(0)));
     scf::IfOp::create(b, loc, first, [&](OpBuilder &nb, Location nl) {
-      Value v = memref::LoadOp::create(nb, nl, shared,
-                                       ValueRange{Emitter(nb, nl, true).cIndex(0)});
+      Value v = memref::LoadOp::create(
+          nb, nl, shared, ValueRange{Emitter(nb, nl, true).cIndex(0)});
       memref::StoreOp::create(nb, nl, v, partial, ValueRange{bid});
       scf::YieldOp::create(nb, nl);
     });
@@ -1862,9 +1862,9 @@ Work gradNormFinishWork(Emitter &e, const GroupSpec &, const Args &a) {
     scf::IfOp::create(
         b, loc, notNull(e, clipCoef), [&](OpBuilder &nb, Location nl) {
           Emitter in(nb, nl, e.gpu);
-          Value q = in.div(
-              maxNorm,
-              in.add(arith::ExtFOp::create(nb, nl, f64, nv), in.cF64(1e-6)));
+          Value q =
+              in.div(maxNorm, in.add(arith::ExtFOp::create(nb, nl, f64, nv),
+                                     in.cF64(1e-6)));
           Value one = in.cF64(1.0);
           Value below =
               arith::CmpFOp::create(nb, nl, arith::CmpFPredicate::OLT, q, one);

@@ -678,7 +678,8 @@ void StepRunner::combineTiedGrads() {
 
 KernelFn StepRunner::gradNormKernel(const kernels::GradNormArgs &args) {
   if (generatedNorm_.finish < 0)
-    return [args](const KernelContext &c) { return kernels::gradNorm(c, args); };
+    return
+        [args](const KernelContext &c) { return kernels::gradNorm(c, args); };
   // kernelgen's grad norm: per tensor its sums of squares (grad, partial,
   // n) into consecutive f64 partials of the workspace, then the finish
   // (partial, initial, norm, clipCoef, squares, parts, maxNormBits).
@@ -701,7 +702,8 @@ KernelFn StepRunner::gradNormKernel(const kernels::GradNormArgs &args) {
   for (int64_t t = 0; t < args.numTensors; ++t)
     if (!(args.tensors[t].dtype == DType::BF16 ? squares16 : squares32))
       fail("finalize_grads: no generated sums of squares for a ",
-           args.tensors[t].dtype == DType::BF16 ? "bf16" : "f32", " main grad (the program's "
+           args.tensors[t].dtype == DType::BF16 ? "bf16" : "f32",
+           " main grad (the program's "
            "ap_finalize_grads_generated names none)");
   const char *ptx = program_.generatedPtx;
   uint64_t *counter = &generatedLaunches;
@@ -736,9 +738,9 @@ KernelFn StepRunner::gradNormKernel(const kernels::GradNormArgs &args) {
     l.ptx = ptx;
     uint64_t maxNormBits;
     std::memcpy(&maxNormBits, &args.maxNorm, sizeof maxNormBits);
-    uint64_t slots[7] = {ptr(partial),          ptr(args.initialSquares),
-                         ptr(args.norm),        ptr(args.clipCoef),
-                         ptr(args.squares),     uint64_t(off),
+    uint64_t slots[7] = {ptr(partial),      ptr(args.initialSquares),
+                         ptr(args.norm),    ptr(args.clipCoef),
+                         ptr(args.squares), uint64_t(off),
                          maxNormBits};
     std::memcpy(l.slots, slots, sizeof slots);
     launchGenerated(c, l);

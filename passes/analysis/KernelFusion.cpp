@@ -124,9 +124,9 @@ NormGradAddFusion::NormGradAddFusion(exec::StepOp step) {
         continue;
       }
       RankedTensorType t = tensorOf(dx);
-      pairs_.push_back({norm, add, other,
-                        t.getNumElements() *
-                            (t.getElementType().isBF16() ? 2 : 4)});
+      pairs_.push_back(
+          {norm, add, other,
+           t.getNumElements() * (t.getElementType().isBF16() ? 2 : 4)});
       return;
     }
   });

@@ -60,10 +60,10 @@ struct ExecGenerateKernelsPass
                          p.norm.getInputs()[1]};
           Value outs[] = {p.add.getOutputs()[0], p.norm.getOutputs()[0],
                           p.norm.getOutputs()[1]};
-          auto fused = KernelOp::create(
-              b, p.norm.getLoc(), "train.add_rms_norm", ValueRange(ins),
-              ValueRange(outs), /*workspace=*/0, p.norm.getArgs(),
-              p.norm.getStream());
+          auto fused = KernelOp::create(b, p.norm.getLoc(),
+                                        "train.add_rms_norm", ValueRange(ins),
+                                        ValueRange(outs), /*workspace=*/0,
+                                        p.norm.getArgs(), p.norm.getStream());
           replacedBy[p.add] = fused;
           replacedBy[p.norm] = fused;
           p.norm.erase();

@@ -687,9 +687,9 @@ static std::string printFusion(mlir::ModuleOp module,
       return us;
     };
     int64_t pairs = 0, bytes = 0, gradPairs = 0, gradBytes = 0;
-    double us = report(ap::exec::kFusedAddNormAttr,
-                       ap::exec::kFusedSavedBytesAttr,
-                       "residual add + RMSNorm", "reads", pairs, bytes);
+    double us =
+        report(ap::exec::kFusedAddNormAttr, ap::exec::kFusedSavedBytesAttr,
+               "residual add + RMSNorm", "reads", pairs, bytes);
     double gradUs = report(ap::exec::kFusedNormGradAddAttr,
                            ap::exec::kFusedNormGradSavedBytesAttr,
                            "RMSNorm backward + residual add",
@@ -699,10 +699,9 @@ static std::string printFusion(mlir::ModuleOp module,
                                 "residual_add+rms_norm", "saved_read_bytes",
                                 pairs, bytes, us);
     if (gradUs >= 0 && !reportPath.empty() && error.empty())
-      error = addFusionToReport(reportPath, "kernel_fusion_backward",
-                                "rms_norm_grad+residual_add",
-                                "saved_write_and_read_bytes", gradPairs,
-                                gradBytes, gradUs);
+      error = addFusionToReport(
+          reportPath, "kernel_fusion_backward", "rms_norm_grad+residual_add",
+          "saved_write_and_read_bytes", gradPairs, gradBytes, gradUs);
   });
   return error;
 }

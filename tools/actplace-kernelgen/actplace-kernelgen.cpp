@@ -141,7 +141,8 @@ int main(int argc, char **argv) {
     spec.zeroCentered = !plainNorm;
     spec.computeCopy = copyType;
     spec.accumulateDw = !noDw;
-    spec.addResidual = addResidual && spec.kind == kg::GroupKind::RmsNormBackward;
+    spec.addResidual =
+        addResidual && spec.kind == kg::GroupKind::RmsNormBackward;
     specs.push_back(spec);
   }
 

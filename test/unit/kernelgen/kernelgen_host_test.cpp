@@ -574,10 +574,13 @@ TEST_P(KernelGenHost, RmsNormBackwardAddMatchesTheUnfusedKernels) {
   fusedSpec.addResidual = true;
   addSpec.kind = kg::GroupKind::ResidualAdd;
   using P = const void *;
-  auto *fused = jit().lookup<void(P, P, P, P, void *, P, float *, float *, I, I,
-                                  I, I, I, I)>(fusedSpec);
-  auto *grad = jit().lookup<void(P, P, P, P, void *, float *, float *, I, I, I,
-                                 I, I, I)>(gradSpec);
+  auto *fused = jit()
+                    .lookup<void(P, P, P, P, void *, P, float *, float *, I, I,
+                                 I, I, I, I)>(fusedSpec);
+  auto *grad =
+      jit()
+          .lookup<void(P, P, P, P, void *, float *, float *, I, I, I, I, I, I)>(
+              gradSpec);
   auto *add = jit().lookup<void(P, P, void *, I)>(addSpec);
   ASSERT_NE(fused, nullptr);
   ASSERT_NE(grad, nullptr);
@@ -988,8 +991,9 @@ TEST_P(KernelGenHost, GradNormMatchesModelAndReference) {
   kg::GroupSpec fin;
   fin.kind = kg::GroupKind::GradNormFinish;
   auto *squares = jit().lookup<void(const void *, double *, I)>(sq);
-  auto *finish = jit().lookup<void(const double *, const double *, float *,
-                                   float *, double *, I, I)>(fin);
+  auto *finish = jit()
+                     .lookup<void(const double *, const double *, float *,
+                                  float *, double *, I, I)>(fin);
   ASSERT_NE(squares, nullptr);
   ASSERT_NE(finish, nullptr);
   std::vector<std::vector<uint8_t>> data;
@@ -1142,8 +1146,7 @@ TEST(KernelGenBinary, PackedEntriesMatchTheKernelAbi) {
     for (const kg::GpuEntry &e : kg::gpuEntries(s)) {
       // The grad norm's finish is one block whatever its arguments.
       if (s.kind == kg::GroupKind::GradNormFinish)
-        EXPECT_EQ(kg::gpuBlocks(e, std::vector<int64_t>(params.size(), 5)),
-                  1u);
+        EXPECT_EQ(kg::gpuBlocks(e, std::vector<int64_t>(params.size(), 5)), 1u);
       else
         EXPECT_FALSE(e.workParams.empty()) << e.name;
       for (int w : e.workParams) {

@@ -721,7 +721,8 @@ TEST_F(AbiStepTest, FinalizeGradsGeneratedRefusesKernelsOutOfRange) {
                      const std::string &what) {
     std::string err = errorOf(
         [&] { ap_finalize_grads_generated(handle(), 1.0, bf16, f32, finish); });
-    EXPECT_NE(err.find("ap_finalize_grads_generated: " + what), std::string::npos)
+    EXPECT_NE(err.find("ap_finalize_grads_generated: " + what),
+              std::string::npos)
         << err;
   };
   refused(AP_GENERATED_NONE, 0, 1,
