@@ -393,6 +393,14 @@ private:
   /// Launched generated kernels, each once, and their index by name.
   std::vector<ProgramDesc::Generated> genSpecs_;
   std::map<std::string, unsigned> genIndex_;
+  /// The program's index of kernelgen kernel `spec`, added on first use.
+  unsigned generatedIndex(const kernelgen::GroupSpec &spec) {
+    auto [it, fresh] = genIndex_.try_emplace(kernelgen::kernelName(spec),
+                                             unsigned(genSpecs_.size()));
+    if (fresh)
+      genSpecs_.push_back({spec, std::nullopt});
+    return it->second;
+  }
   /// --triton-kernel: the Triton kernel implementing each op (by callee).
   std::map<std::string, TritonKernel> triton_;
   size_t genLaunches_ = 0; ///< generated launches in the step's text
@@ -1215,9 +1223,7 @@ LogicalResult Walker::walkKernel(Operation *op) {
       [&](const kernelgen::GroupSpec &spec,
           const std::map<std::string, GenArg> &vals) -> LogicalResult {
     std::string name = kernelgen::kernelName(spec);
-    auto [it, fresh] = genIndex_.try_emplace(name, unsigned(genSpecs_.size()));
-    if (fresh)
-      genSpecs_.push_back({spec, std::nullopt});
+    unsigned index = generatedIndex(spec);
     std::vector<kernelgen::KernelParam> params = kernelgen::kernelParams(spec);
     KernelArgs a;
     a.type = "generated";
@@ -1246,7 +1252,7 @@ LogicalResult Walker::walkKernel(Operation *op) {
     ++genLaunches_;
     sink_.launchGenerated(side ? AP_STREAM_SIDE : AP_STREAM_COMPUTE,
                           side ? "AP_STREAM_SIDE" : "AP_STREAM_COMPUTE", label,
-                          it->second, name, a);
+                          index, name, a);
     return success();
   };
   // The storage type of a generated kernel for `v` (none: the library's).
@@ -2227,13 +2233,8 @@ LogicalResult Walker::walkKernel(Operation *op) {
         (generatedOps_.empty() || generatedOps_.count(callee.str()))) {
       // kernelgen's grad norm: the sums of squares for each main-grad dtype
       // the step has, then the finish; the runtime fills their arguments.
-      auto index = [&](kernelgen::GroupSpec g) {
-        std::string name = kernelgen::kernelName(g);
-        auto [it, fresh] =
-            genIndex_.try_emplace(name, unsigned(genSpecs_.size()));
-        if (fresh)
-          genSpecs_.push_back({g, std::nullopt});
-        return uint64_t(it->second);
+      auto index = [&](const kernelgen::GroupSpec &g) {
+        return uint64_t(generatedIndex(g));
       };
       auto squares = [&](bool present, kernelgen::ElemType t) {
         if (!present)
@@ -2274,6 +2275,8 @@ LogicalResult Walker::walkKernel(Operation *op) {
       gradType = genType(outs[2]);
       copyType = genType(outs[0]);
     }
+    // The hyperparameters, after the parameter (and the generated kernel).
+    std::vector<CallArg> call{CallArg::u32(paramIndex_[sym.getValue()])};
     if (gradType && copyType) {
       // kernelgen's AdamW over the parameter's flat buffers: the runtime
       // fills its arguments (the shard, the learning rate, the step).
@@ -2281,28 +2284,15 @@ LogicalResult Walker::walkKernel(Operation *op) {
       g.kind = kernelgen::GroupKind::AdamW;
       g.dtype = *gradType;
       g.computeCopy = *copyType;
-      std::string name = kernelgen::kernelName(g);
-      auto [it, fresh] =
-          genIndex_.try_emplace(name, unsigned(genSpecs_.size()));
-      if (fresh)
-        genSpecs_.push_back({g, std::nullopt});
-      sink_.call("ap_adamw_step_generated",
-                 {CallArg::u32(paramIndex_[sym.getValue()]),
-                  CallArg::u32(it->second),
-                  CallArg::f64(arg(op, args, "beta1", 0.9)),
-                  CallArg::f64(arg(op, args, "beta2", 0.999)),
-                  CallArg::f64(arg(op, args, "eps", 1e-8)),
-                  CallArg::f64(arg(op, args, "weight_decay", 0))},
-                 sym.getValue());
-      return success();
+      call.push_back(CallArg::u32(generatedIndex(g)));
     }
-    sink_.call("ap_adamw_step",
-               {CallArg::u32(paramIndex_[sym.getValue()]),
-                CallArg::f64(arg(op, args, "beta1", 0.9)),
-                CallArg::f64(arg(op, args, "beta2", 0.999)),
-                CallArg::f64(arg(op, args, "eps", 1e-8)),
-                CallArg::f64(arg(op, args, "weight_decay", 0))},
-               sym.getValue());
+    for (auto [name, fallback] :
+         {std::pair{"beta1", 0.9}, std::pair{"beta2", 0.999},
+          std::pair{"eps", 1e-8}, std::pair{"weight_decay", 0.0}})
+      call.push_back(CallArg::f64(arg(op, args, name, fallback)));
+    sink_.call(gradType && copyType ? "ap_adamw_step_generated"
+                                    : "ap_adamw_step",
+               call, sym.getValue());
     return success();
   }
   if (callee == "train.loss_mean") {
