@@ -1,0 +1,46 @@
+//===- bench_specs.h - the kernels kernelgen_bench times --------*- C++ -*-===//
+//
+// The group specs whose PTX kernelgen_bench loads, as the Qwen3.5-0.8B step
+// uses them (bf16 storage; the norms' weight gradients accumulated): shared
+// by the bench and its build-time PTX generator (bench_ptx.cpp), so the
+// bench binary links no MLIR.
+//
+//===----------------------------------------------------------------------===//
+#ifndef ACTPLACE_BENCH_KERNELGEN_BENCH_SPECS_H
+#define ACTPLACE_BENCH_KERNELGEN_BENCH_SPECS_H
+
+#include "kernelgen/KernelAbi.h"
+
+#include <vector>
+
+namespace ap::kernelgen::bench {
+
+/// Spec of `kind` with the step's choices: bf16, zero-centred RMSNorm with
+/// rstd and dw, no recomputed y, not packed.
+inline GroupSpec stepSpec(GroupKind kind) {
+  GroupSpec s;
+  s.kind = kind;
+  s.dtype = ElemType::BF16;
+  s.recomputeY = false;
+  return s;
+}
+
+inline std::vector<GroupSpec> benchSpecs() {
+  std::vector<GroupSpec> all;
+  for (GroupKind k : {GroupKind::RmsNormForward, GroupKind::RmsNormBackward,
+                      GroupKind::AddRmsNormForward, GroupKind::L2NormForward,
+                      GroupKind::L2NormBackward, GroupKind::GatedNormForward,
+                      GroupKind::GatedNormBackward, GroupKind::SwiGluForward,
+                      GroupKind::SwiGluBackward, GroupKind::SigmoidGateForward,
+                      GroupKind::SigmoidGateBackward, GroupKind::RopeForward,
+                      GroupKind::RopeBackward, GroupKind::ResidualAdd})
+    all.push_back(stepSpec(k));
+  GroupSpec fused = stepSpec(GroupKind::RmsNormBackward);
+  fused.addResidual = true;
+  all.push_back(fused);
+  return all;
+}
+
+} // namespace ap::kernelgen::bench
+
+#endif // ACTPLACE_BENCH_KERNELGEN_BENCH_SPECS_H
