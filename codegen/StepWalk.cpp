@@ -1218,6 +1218,7 @@ LogicalResult Walker::walkKernel(Operation *op) {
     v["dwPartial"] =
         GenArg{'w', {}, int64_t(kernelgen::rmsNormDwWorkspaceBytes(rows, d))};
     v["dwParts"] = L(kernelgen::rmsNormDwParts(rows));
+    v["dwPartItems"] = L(kernelgen::rmsNormDwPartItems(rows, d));
   };
   auto launchGen =
       [&](const kernelgen::GroupSpec &spec,

@@ -10,6 +10,7 @@
 
 #include "llvm/ADT/StringSwitch.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -217,6 +218,7 @@ Params paramsOf(const GroupSpec &s) {
     if (s.accumulateDw) {
       p.workspaces = {"dwPartial"};
       p.ints.push_back("dwParts");
+      p.ints.push_back("dwPartItems");
     }
     break;
   case GroupKind::SigmoidGateForward:
@@ -252,6 +254,7 @@ Params paramsOf(const GroupSpec &s) {
     if (s.accumulateDw) {
       p.workspaces = {"dwPartial"};
       p.ints.push_back("dwParts");
+      p.ints.push_back("dwPartItems");
     }
     break;
   case GroupKind::GdnGatesForward:
@@ -379,14 +382,21 @@ std::vector<GpuEntry> gpuEntries(const GroupSpec &spec) {
       break;
     case GroupKind::RmsNormBackward:
     case GroupKind::GatedNormBackward:
-      // Rows first, a warp each; then (with dw) kDwGroups row groups per
-      // (part, column), kLanes columns a block; then kLanes groups of parts
+      // Without dw: rows, a warp each. With dw: first a block of kDwGroups
+      // warps per part (warp g the rows of group g, which also sums their
+      // dw partials up to kRowDwMaxDim columns); then, for wider rows,
+      // kDwGroups row groups per (part, column), kLanes columns a block
+      // (dwPartItems items: none otherwise); then kLanes groups of parts
       // per column, kLanes columns a block.
-      if (phase == 0) {
+      if (phase == 0 && !spec.accumulateDw) {
         e.workParams = {index("rows")};
         e.threadsPerItem = int(kLanes);
+      } else if (phase == 0) {
+        e.workParams = {index("dwParts")};
+        e.threadsPerItem = int(kLanes * kDwGroups);
+        e.blockSize = int(kLanes * kDwGroups);
       } else if (phase == 1) {
-        e.workParams = {index("dwParts"), index("dim")};
+        e.workParams = {index("dwPartItems")};
         e.threadsPerItem = int(kDwGroups);
         e.blockSize = int(kLanes * kDwGroups);
       } else {
@@ -417,8 +427,22 @@ int64_t gradNormParts(int64_t n) {
   return n <= 0 ? 0 : (n + kGradNormBlock - 1) / kGradNormBlock;
 }
 
+int64_t rmsNormDwRowsPerPart(int64_t rows) {
+  int64_t span = kDwPartRows * kMaxDwParts;
+  return kDwPartRows * std::max<int64_t>(1, (rows + span - 1) / span);
+}
+
 int64_t rmsNormDwParts(int64_t rows) {
-  return rows <= 0 ? 0 : (rows + kDwRowsPerPart - 1) / kDwRowsPerPart;
+  if (rows <= 0)
+    return 0;
+  int64_t r = rmsNormDwRowsPerPart(rows);
+  return (rows + r - 1) / r;
+}
+
+int64_t rmsNormDwPartItems(int64_t rows, int64_t dim) {
+  if (rows <= 0 || dim <= kRowDwMaxDim)
+    return 0;
+  return rmsNormDwParts(rows) * dim;
 }
 
 uint64_t rmsNormDwWorkspaceBytes(int64_t rows, int64_t dim) {

@@ -17,8 +17,10 @@
 //   rmsnorm_fwd  (x, w, y, [rstd,] rows, dim, xStride, yStride, eps:f32)
 //   rmsnorm_bwd  (x, w, rstd, dy, dx, [res,] [dw,] [y,] [dwPartial: workspace,]
 //                 rows, dim, xStride, dyStride, dxStride, [yStride,]
-//                 [dwParts]); with dw: dwParts = rmsNormDwParts(rows) and
-//                 dwPartial rmsNormDwWorkspaceBytes(rows, dim) of scratch
+//                 [dwParts, dwPartItems]); with dw: dwParts =
+//                 rmsNormDwParts(rows), dwPartItems =
+//                 rmsNormDwPartItems(rows, dim) and dwPartial
+//                 rmsNormDwWorkspaceBytes(rows, dim) of scratch
 //   add_rmsnorm_fwd (a, b, h, w, y, [rstd,] rows, dim, eps: f32): h = a + b
 //                 and y = rmsnorm(h), all [rows, dim] contiguous
 //   adamw        (master, expAvg, expAvgSq, grad, clipCoef, [computeCopy,] n,
@@ -33,7 +35,8 @@
 //   gated_norm_fwd (x, z, w, y, rstd, rows, dim, eps: f32): per row (a
 //                 token's head) y = w x rstd z sigmoid(z); all contiguous
 //   gated_norm_bwd (x, z, w, rstd, dy, dx, dz, [dw,] [y,] [dwPartial:
-//                 workspace,] rows, dim, [dwParts]); dw as rmsnorm_bwd's
+//                 workspace,] rows, dim, [dwParts, dwPartItems]); dw as
+//                 rmsnorm_bwd's
 //   gdn_gates_fwd (a, b, aLog, dtBias, g, beta, rows, heads): a, b, beta
 //                 [rows, heads] storage, g [rows, heads] f32, aLog and
 //                 dtBias [heads] f32; all contiguous
@@ -175,13 +178,28 @@ std::vector<KernelParam> kernelParams(const GroupSpec &spec);
 constexpr int64_t kLanes = 32;
 
 /// Row groups of the RMSNorm dw partial sums, and the rows of one part: the
-/// dw of rows [p * kDwRowsPerPart, (p + 1) * kDwRowsPerPart) is one partial
-/// per column (kDwGroups row groups, then a halving tree), and the parts of
-/// a column meet in a second phase (kLanes groups, then a halving tree).
+/// dw of rows [p * R, (p + 1) * R), R = rmsNormDwRowsPerPart(rows), is one
+/// partial per column (kDwGroups row groups, then a halving tree), and the
+/// parts of a column meet in a second phase (kLanes groups, then a halving
+/// tree). R is kDwPartRows (two rows a group) while that makes at most
+/// kMaxDwParts parts, else the smallest multiple of kDwPartRows that does:
+/// a function of the shape alone, so the order is too.
 constexpr int64_t kDwGroups = 8;
-constexpr int64_t kDwRowsPerPart = 128;
+constexpr int64_t kDwPartRows = 16;
+constexpr int64_t kMaxDwParts = 1024;
+/// The rows of one dw part over `rows` rows.
+int64_t rmsNormDwRowsPerPart(int64_t rows);
 /// The parts of an RMSNorm dw over `rows` (the dwParts parameter).
 int64_t rmsNormDwParts(int64_t rows);
+/// Widest row whose dw partials the GPU row kernel of an RMSNorm or gated
+/// norm backward sums itself, in shared memory (kDwGroups x this many f32,
+/// 32 KiB a block): it reads each row once for dx and dw. Wider rows leave
+/// the partials to a kernel of their own, which reads the rows again.
+constexpr int64_t kRowDwMaxDim = 1024;
+/// The dwPartItems parameter of a norm backward with dw: the items of its
+/// separate partial kernel, parts x dim when dim > kRowDwMaxDim, else 0
+/// (the row kernel wrote the partials; the launch is skipped).
+int64_t rmsNormDwPartItems(int64_t rows, int64_t dim);
 /// The workspace of an RMSNorm backward with dw: one f32 per part and
 /// column.
 uint64_t rmsNormDwWorkspaceBytes(int64_t rows, int64_t dim);

@@ -1096,7 +1096,7 @@ Work addRmsNormWork(Emitter &e, const GroupSpec &s, const Args &a) {
 
 /// The dw of a norm's backward, dw[j] += the column sum of term(r, j) over
 /// rows, as two phases appended to `phases`: partial[p][j] over rows [p *
-/// kDwRowsPerPart, ...) (kDwGroups row groups, then a halving tree), then
+/// R, ...) (dwPartRows; kDwGroups row groups, then a halving tree), then
 /// the parts of column j (kLanes groups of parts, then a halving tree). The
 /// partials live in the workspace `dwPartial` [dwParts, dim] f32 on both
 /// targets.
@@ -1111,6 +1111,27 @@ DwSum normDwSum(const Args &a) {
   return {a.get("dim"), a.get("dwParts"), a.get("dwPartial")};
 }
 
+/// The rows [lo, hi) of dw part p over `rowsIdx` rows (KernelAbi.h,
+/// rmsNormDwRowsPerPart): R = kDwPartRows * max(1, ceil(rows / (kDwPartRows
+/// * kMaxDwParts))), lo = p * R, hi = min(lo + R, rows).
+std::pair<Value, Value> dwPartRows(Emitter &e, Value rowsIdx, Value p) {
+  OpBuilder &b = e.b;
+  Location loc = e.loc;
+  Value span = e.cIndex(kDwPartRows * kMaxDwParts);
+  Value spans = arith::DivUIOp::create(
+      b, loc,
+      arith::AddIOp::create(b, loc, rowsIdx,
+                            e.cIndex(kDwPartRows * kMaxDwParts - 1)),
+      span);
+  Value r =
+      arith::MulIOp::create(b, loc, e.cIndex(kDwPartRows),
+                            arith::MaxUIOp::create(b, loc, spans, e.cIndex(1)));
+  Value lo = arith::MulIOp::create(b, loc, p, r);
+  Value hi = arith::MinUIOp::create(
+      b, loc, arith::AddIOp::create(b, loc, lo, r), rowsIdx);
+  return {lo, hi};
+}
+
 void appendDwPhases(SmallVector<Work> &phases, Emitter &e, DwSum where,
                     Value rowsIdx, Value dimIdx, Value dw, Value scratch,
                     std::function<Value(Emitter &, Value, Value)> term) {
@@ -1119,15 +1140,12 @@ void appendDwPhases(SmallVector<Work> &phases, Emitter &e, DwSum where,
   Value parts = where.parts;
   Value partsIdx = e.toIndex(parts);
   Value partial = e.memref2(where.partial, f32, parts, dim, dim);
-  // Group g's partial of part p, column j: rows p * C + g, + kDwGroups, ...
-  // below min((p + 1) * C, rows).
+  // Group g's partial of part p, column j: rows p * R + g, + kDwGroups, ...
+  // below min((p + 1) * R, rows).
   auto partSum = [=](Emitter &in, Value p, Value g, Value j) {
     OpBuilder &b = in.b;
     Location loc = in.loc;
-    Value lo = arith::MulIOp::create(b, loc, p, in.cIndex(kDwRowsPerPart));
-    Value hi = arith::MinUIOp::create(
-        b, loc, arith::AddIOp::create(b, loc, lo, in.cIndex(kDwRowsPerPart)),
-        rowsIdx);
+    auto [lo, hi] = dwPartRows(in, rowsIdx, p);
     return stridedSum(
         in, arith::AddIOp::create(b, loc, lo, g), hi,
         [&](Emitter &t, Value r) { return term(t, r, j); }, kDwGroups);
@@ -1229,6 +1247,103 @@ void appendDwPhases(SmallVector<Work> &phases, Emitter &e, DwSum where,
   phases.push_back(colPhase);
 }
 
+/// Adds a row element's dw term to the row group's partial of its column
+/// (null: the row kernel leaves dw to the partial kernel).
+using DwAccFn = std::function<void(Emitter &, Value j, Value term)>;
+/// A norm backward's work on row r in lane `lane` (GPU) or the whole row
+/// (host, lane null), with the dw terms handed to `acc` when set.
+using NormRowFn =
+    std::function<void(Emitter &, Value r, Value lane, const DwAccFn &acc)>;
+
+/// The GPU row kernel of a norm backward with dw (gpuEntries: a block of
+/// kDwGroups warps per dw part): warp g runs `row` on the rows p * R + g,
+/// + kDwGroups, ... of part p = the block. With at most kRowDwMaxDim
+/// columns it also sums each column's dw terms per warp in shared memory
+/// (row order, from 0: the part phase's group sum), halves the kDwGroups
+/// sums as the part phase does and writes partial[p][j], so the rows are
+/// read once for dx and dw and the part phase's launch has no items
+/// (rmsNormDwPartItems). The same additions in the same order: the bits of
+/// the separate phases, which the host runs.
+Work normRowDwPhase(Value rowsIdx, Value dimIdx, Value partial, NormRowFn row,
+                    ItemFn hostItem) {
+  Work w{{rowsIdx}, std::move(hostItem)};
+  w.sharedFloats = kDwGroups * kRowDwMaxDim;
+  w.gpuBlock = [=](Emitter &e, Value tid, Value bid, Value shared) {
+    OpBuilder &b = e.b;
+    Location loc = e.loc;
+    Value lanes = e.cIndex(kLanes);
+    Value lane = arith::RemUIOp::create(b, loc, tid, lanes);
+    Value g = arith::DivUIOp::create(b, loc, tid, lanes);
+    auto [lo, hi] = dwPartRows(e, rowsIdx, bid);
+    Value first = arith::AddIOp::create(b, loc, lo, g);
+    auto rows = [&](Emitter &in, const DwAccFn &acc) {
+      scf::ForOp::create(in.b, in.loc, first, hi, in.cIndex(kDwGroups),
+                         ValueRange{},
+                         [&](OpBuilder &nb, Location nl, Value r, ValueRange) {
+                           Emitter on(nb, nl, true);
+                           row(on, r, lane, acc);
+                           scf::YieldOp::create(nb, nl);
+                         });
+    };
+    // Every thread's loop over [from, to) in steps of the block's size.
+    auto blockLoop = [&](Emitter &in, Value to,
+                         llvm::function_ref<void(Emitter &, Value)> body) {
+      scf::ForOp::create(in.b, in.loc, tid, to, in.cIndex(kDwGroups * kLanes),
+                         ValueRange{},
+                         [&](OpBuilder &nb, Location nl, Value t, ValueRange) {
+                           Emitter on(nb, nl, true);
+                           body(on, t);
+                           scf::YieldOp::create(nb, nl);
+                         });
+    };
+    // One copy of the row loop (a second one for the wide rows made the f32
+    // kernel with y spill around the division's slow path); the shared
+    // work is under `fuse`, the same for every thread of the block.
+    Value fuse = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ule,
+                                       dimIdx, e.cIndex(kRowDwMaxDim));
+    auto ifFuse = [&](Emitter &in, llvm::function_ref<void(Emitter &)> body) {
+      scf::IfOp::create(in.b, in.loc, fuse, [&](OpBuilder &nb, Location nl) {
+        Emitter on(nb, nl, true);
+        body(on);
+        scf::YieldOp::create(nb, nl);
+      });
+    };
+    Value sums = arith::MulIOp::create(b, loc, dimIdx, e.cIndex(kDwGroups));
+    ifFuse(e, [&](Emitter &in) {
+      blockLoop(in, sums, [&](Emitter &z, Value t) {
+        memref::StoreOp::create(z.b, z.loc, z.cF32(0.0f), shared, t);
+      });
+    });
+    gpu::BarrierOp::create(b, loc);
+    Value base = arith::MulIOp::create(b, loc, g, dimIdx);
+    rows(e, [&](Emitter &q, Value j, Value term) {
+      ifFuse(q, [&](Emitter &in) {
+        Value at = arith::AddIOp::create(in.b, in.loc, base, j);
+        Value v = memref::LoadOp::create(in.b, in.loc, shared, at);
+        memref::StoreOp::create(in.b, in.loc, in.add(v, term), shared, at);
+      });
+    });
+    gpu::BarrierOp::create(b, loc);
+    ifFuse(e, [&](Emitter &in) {
+      blockLoop(in, dimIdx, [&](Emitter &q, Value j) {
+        SmallVector<Value, kDwGroups> p;
+        for (int64_t k = 0; k < kDwGroups; ++k) {
+          Value at = arith::AddIOp::create(
+              q.b, q.loc, j,
+              arith::MulIOp::create(q.b, q.loc, dimIdx, q.cIndex(k)));
+          p.push_back(memref::LoadOp::create(q.b, q.loc, shared, at));
+        }
+        // p[t] = p[t] + p[t + k], as sharedHalve.
+        for (int64_t k = kDwGroups / 2; k >= 1; k /= 2)
+          for (int64_t t = 0; t < k; ++t)
+            p[t] = q.add(p[t], p[t + k]);
+        memref::StoreOp::create(q.b, q.loc, p[0], partial, ValueRange{bid, j});
+      });
+    });
+  };
+  return w;
+}
+
 /// RMSNorm backward with the reference's per-element code: per row, dot =
 /// the row sum of (dy * w_eff) * x, c = ((dot * rs) * rs) * rs / dim, dx =
 /// (rs * w_eff) * dy - c * x and the recomputed y; then per column j the
@@ -1260,8 +1375,7 @@ SmallVector<Work> rmsNormBackwardWork(Emitter &e, const GroupSpec &s,
     return zc ? in.add(in.cF32(1.0f), wv) : wv;
   };
   int64_t vec = rowChunkOf(s.kind, s.dtype);
-  ItemFn rowItem = [=](Emitter &e, ValueRange idx) {
-    Value r = idx[0], lane = laneOf(idx);
+  NormRowFn row = [=](Emitter &e, Value r, Value lane, const DwAccFn &acc) {
     Value aligned;
     if (e.gpu) {
       SmallVector<Value, 6> views{x, dy, dx, w};
@@ -1289,17 +1403,27 @@ SmallVector<Work> rmsNormBackwardWork(Emitter &e, const GroupSpec &s,
       in.store(grad, dx, {r, j});
       if (y)
         in.store(in.mul(in.mul(xv, rs), we), y, {r, j});
+      if (acc)
+        acc(in, j, in.mul(in.mul(g, xv), rs));
     });
   };
-  SmallVector<Work> phases{Work{{rowsIdx}, rowItem}};
-  // dw[j] += the column sum of (dy * x) * rs over rows.
-  if (dw)
-    appendDwPhases(
-        phases, e, normDwSum(a), rowsIdx, dimIdx, dw, scratch,
-        [=](Emitter &in, Value r, Value j) {
-          Value rs = memref::LoadOp::create(in.b, in.loc, rstd, ValueRange{r});
-          return in.mul(in.mul(in.load(dy, {r, j}), in.load(x, {r, j})), rs);
-        });
+  ItemFn rowItem = [=](Emitter &e, ValueRange idx) {
+    row(e, idx[0], laneOf(idx), DwAccFn());
+  };
+  if (!dw)
+    return {Work{{rowsIdx}, rowItem}};
+  // dw[j] += the column sum of (dy * x) * rs over rows: on the GPU the row
+  // kernel's partials (up to kRowDwMaxDim columns), else the part phase's.
+  DwSum where = normDwSum(a);
+  Value partial = e.memref2(where.partial, f32, where.parts, dim, dim);
+  SmallVector<Work> phases{
+      normRowDwPhase(rowsIdx, dimIdx, partial, row, rowItem)};
+  appendDwPhases(
+      phases, e, where, rowsIdx, dimIdx, dw, scratch,
+      [=](Emitter &in, Value r, Value j) {
+        Value rs = memref::LoadOp::create(in.b, in.loc, rstd, ValueRange{r});
+        return in.mul(in.mul(in.load(dy, {r, j}), in.load(x, {r, j})), rs);
+      });
   return phases;
 }
 
@@ -1419,8 +1543,7 @@ SmallVector<Work> gatedNormWork(Emitter &e, const GroupSpec &s, const Args &a,
     Value zv = in.load(z, {r, j});
     return in.mul(in.mul(in.load(dy, {r, j}), zv), in.sigmoid(zv));
   };
-  ItemFn rowItem = [=](Emitter &e, ValueRange idx) {
-    Value r = idx[0], lane = laneOf(idx);
+  NormRowFn row = [=](Emitter &e, Value r, Value lane, const DwAccFn &acc) {
     Value aligned;
     if (e.gpu) {
       SmallVector<Value, 8> views{x, z, w, dy, dx, dz};
@@ -1446,19 +1569,31 @@ SmallVector<Work> gatedNormWork(Emitter &e, const GroupSpec &s, const Args &a,
       in.store(in.mul(in.mul(in.mul(in.mul(g, wv), xh), sg),
                       in.add(one, in.mul(zv, in.sub(one, sg)))),
                dz, {r, j});
-      Value wdy = in.mul(wv, in.mul(in.mul(g, zv), sg));
+      Value dyh = in.mul(in.mul(g, zv), sg);
+      Value wdy = in.mul(wv, dyh);
       in.store(in.mul(rs, in.sub(wdy, in.mul(in.mul(xv, rs), mean))), dx,
                {r, j});
+      if (acc)
+        acc(in, j, in.mul(dyh, xh));
     });
   };
-  SmallVector<Work> phases{Work{{rowsIdx}, rowItem}};
-  if (dw)
-    appendDwPhases(
-        phases, e, normDwSum(a), rowsIdx, dimIdx, dw, scratch,
-        [=](Emitter &in, Value r, Value j) {
-          Value rs = memref::LoadOp::create(in.b, in.loc, rstd, ValueRange{r});
-          return in.mul(dyhAt(in, r, j), in.mul(in.load(x, {r, j}), rs));
-        });
+  ItemFn rowItem = [=](Emitter &e, ValueRange idx) {
+    row(e, idx[0], laneOf(idx), DwAccFn());
+  };
+  if (!dw)
+    return {Work{{rowsIdx}, rowItem}};
+  // dw as the RMSNorm backward's: the row kernel's partials on the GPU up
+  // to kRowDwMaxDim columns, else the part phase's.
+  DwSum where = normDwSum(a);
+  Value partial = e.memref2(where.partial, f32, where.parts, dim, dim);
+  SmallVector<Work> phases{
+      normRowDwPhase(rowsIdx, dimIdx, partial, row, rowItem)};
+  appendDwPhases(
+      phases, e, where, rowsIdx, dimIdx, dw, scratch,
+      [=](Emitter &in, Value r, Value j) {
+        Value rs = memref::LoadOp::create(in.b, in.loc, rstd, ValueRange{r});
+        return in.mul(dyhAt(in, r, j), in.mul(in.load(x, {r, j}), rs));
+      });
   return phases;
 }
 

@@ -21,10 +21,12 @@
 //     l + 32, ... in increasing j from 0; the 32 partials combine in a
 //     butterfly, p[l] = p[l] + p[l ^ k] for k = 16, 8, 4, 2, 1 (every lane
 //     ends with the same value);
-//   - a column sum over rows r in [0, rows) (the RMSNorm weight gradient):
-//     group g of 32 adds the terms of r = g, g + 32, ... in increasing r from
-//     0; then p[g] = p[g] + p[g + k] for g < k, k = 16, 8, 4, 2, 1; the
-//     result p[0] is added once to the main grad.
+//   - a column sum over rows r in [0, rows) (the norms' weight gradients):
+//     per part p of R rows (rmsNormDwRowsPerPart), row group g of 8 adds the
+//     terms of r = p R + g, + 8, ... in increasing r from 0, then q[g] =
+//     q[g] + q[g + k] for g < k, k = 4, 2, 1; per column, group g of 32 adds
+//     the parts g, g + 32, ... from 0, then the same halving with k = 16,
+//     ..., 1; the result p[0] is added once to the main grad.
 //
 // The kernels' names, parameters and launch shapes: KernelAbi.h.
 //

@@ -310,19 +310,21 @@ std::vector<Case> buildCases(Pool &pool, const KernelContext &ctx0,
       ba.dim = dim;
       ba.xStride = ba.dyStride = ba.dxStride = dim;
       b.lib.push_back([=](cudaStream_t) { KS(rmsNormBackward(ctx, ba)); });
-      GenLaunch::Args bargs{{"x", ptr(ba.x)},
-                            {"w", ptr(ba.w)},
-                            {"rstd", ptr(ba.rstd)},
-                            {"dy", ptr(ba.dy)},
-                            {"dx", ptr(ba.dx)},
-                            {"dw", ptr(ba.dw)},
-                            {"res", ptr(bf("res", s))},
-                            {"rows", uint64_t(rows)},
-                            {"dim", uint64_t(dim)},
-                            {"xStride", uint64_t(dim)},
-                            {"dyStride", uint64_t(dim)},
-                            {"dxStride", uint64_t(dim)},
-                            {"dwParts", uint64_t(kg::rmsNormDwParts(rows))}};
+      GenLaunch::Args bargs{
+          {"x", ptr(ba.x)},
+          {"w", ptr(ba.w)},
+          {"rstd", ptr(ba.rstd)},
+          {"dy", ptr(ba.dy)},
+          {"dx", ptr(ba.dx)},
+          {"dw", ptr(ba.dw)},
+          {"res", ptr(bf("res", s))},
+          {"rows", uint64_t(rows)},
+          {"dim", uint64_t(dim)},
+          {"xStride", uint64_t(dim)},
+          {"dyStride", uint64_t(dim)},
+          {"dxStride", uint64_t(dim)},
+          {"dwParts", uint64_t(kg::rmsNormDwParts(rows))},
+          {"dwPartItems", uint64_t(kg::rmsNormDwPartItems(rows, dim))}};
       b.gen.push_back(
           GenLaunch(spec(kg::GroupKind::RmsNormBackward), bargs, genWs));
       ResidualAddArgs add;
@@ -455,20 +457,21 @@ std::vector<Case> buildCases(Pool &pool, const KernelContext &ctx0,
                                  {"dim", uint64_t(K)},
                                  {"eps", f32(1e-6f)}},
                                 genWs));
-      b.gen.push_back(
-          GenLaunch(spec(kg::GroupKind::GatedNormBackward),
-                    {{"x", ptr(g.x)},
-                     {"z", ptr(g.z)},
-                     {"w", ptr(g.w)},
-                     {"rstd", ptr(g.rstd)},
-                     {"dy", ptr(g.dy)},
-                     {"dx", ptr(g.dx)},
-                     {"dz", ptr(g.dz)},
-                     {"dw", ptr(g.dw)},
-                     {"rows", uint64_t(rows)},
-                     {"dim", uint64_t(K)},
-                     {"dwParts", uint64_t(kg::rmsNormDwParts(rows))}},
-                    genWs));
+      b.gen.push_back(GenLaunch(
+          spec(kg::GroupKind::GatedNormBackward),
+          {{"x", ptr(g.x)},
+           {"z", ptr(g.z)},
+           {"w", ptr(g.w)},
+           {"rstd", ptr(g.rstd)},
+           {"dy", ptr(g.dy)},
+           {"dx", ptr(g.dx)},
+           {"dz", ptr(g.dz)},
+           {"dw", ptr(g.dw)},
+           {"rows", uint64_t(rows)},
+           {"dim", uint64_t(K)},
+           {"dwParts", uint64_t(kg::rmsNormDwParts(rows))},
+           {"dwPartItems", uint64_t(kg::rmsNormDwPartItems(rows, K))}},
+          genWs));
     }
     cases.push_back(std::move(f));
     cases.push_back(std::move(b));

@@ -25,7 +25,7 @@
 // CHECK-DAG: constant @str.{{[0-9]+}}("ppplllll\00")
 // CHECK-DAG: constant @str.{{[0-9]+}}("ap_kg_rmsnorm_fwd_zc_bf16\00")
 // CHECK-DAG: constant @str.{{[0-9]+}}("ppppllllf\00")
-// CHECK-DAG: constant @str.{{[0-9]+}}("ppppppwllllll\00")
+// CHECK-DAG: constant @str.{{[0-9]+}}("ppppppwlllllll\00")
 // CHECK-DAG: constant @str.{{[0-9]+}}("ap_kg_rmsnorm_bwd_zc_dw_bf16_rows\00")
 // CHECK-DAG: constant @str.{{[0-9]+}}("ap_kg_rmsnorm_bwd_zc_dw_bf16_dwpart\00")
 // CHECK-DAG: constant @str.{{[0-9]+}}("ap_kg_rmsnorm_bwd_zc_dw_bf16_dw\00")
@@ -46,14 +46,14 @@
 // The linear: a library kernel.
 // CHECK:      llvm.call @ap_launch(
 // RMSNorm forward (kernel 2: 4 pointers, 4 integers, eps) and backward
-// with dw (kernel 3: 6 pointers, the workspace, 6 integers).
+// with dw (kernel 3: 6 pointers, the workspace, 7 integers).
 // CHECK:      llvm.mlir.addressof @str.{{[0-9]+}} : !llvm.ptr
 // CHECK-NEXT: [[K2:%[0-9]+]] = llvm.mlir.constant(2 : i32) : i32
 // CHECK-NEXT: [[S2:%[0-9]+]] = llvm.mlir.constant(72 : i64) : i64
 // CHECK-NEXT: llvm.call @ap_launch_generated(%arg0, {{%[0-9]+}}, {{%[0-9]+}}, [[K2]], {{%[0-9]+}}, [[S2]])
 // CHECK:      llvm.mlir.addressof @str.{{[0-9]+}} : !llvm.ptr
 // CHECK-NEXT: [[K3:%[0-9]+]] = llvm.mlir.constant(3 : i32) : i32
-// CHECK-NEXT: [[S3:%[0-9]+]] = llvm.mlir.constant(104 : i64) : i64
+// CHECK-NEXT: [[S3:%[0-9]+]] = llvm.mlir.constant(112 : i64) : i64
 // CHECK-NEXT: llvm.call @ap_launch_generated(%arg0, {{%[0-9]+}}, {{%[0-9]+}}, [[K3]], {{%[0-9]+}}, [[S3]])
 // The f32 add is kernel 4; the second bf16 add reuses kernel 0.
 // CHECK:      llvm.mlir.addressof @str.{{[0-9]+}} : !llvm.ptr

@@ -269,7 +269,10 @@ struct Shape {
 const Shape kMlp[] = {{4096, 3584}, {3, 7}, {17, 33}};
 // RMSNorm at the hidden size and at the q/k norms (Qwen3.5-0.8B, 4096
 // tokens: 8 heads of 256), and odd shapes.
-const Shape kNorm[] = {{4096, 1024}, {32768, 256}, {5, 1023}, {1, 1}};
+// {37, 1536} is wider than kRowDwMaxDim: its backward's dw partials come
+// from their own kernel.
+const Shape kNorm[] = {
+    {4096, 1024}, {32768, 256}, {5, 1023}, {1, 1}, {37, 1536}};
 
 const kg::GroupSpec &specOf(kg::GroupKind kind) {
   static const std::vector<kg::GroupSpec> all = GpuKernels::specs();
@@ -461,7 +464,8 @@ TEST_F(KernelGenCuda, RmsNormForwardAndBackwardBitwiseToModel) {
     DevBuf ws(std::vector<float>(size_t(parts * d), -3.f));
     for (const std::string &name : names)
       CU(launch(name, dx_.p, dw_.p, drstd.p, ddy.p, ddx.p, ddw.p, dyB.p, ws.p,
-                s.rows, d, d, d, d, d, parts));
+                s.rows, d, d, d, d, d, parts,
+                kg::rmsNormDwPartItems(s.rows, d)));
     EXPECT_TRUE(sameBits(dxW, ddx.bytesBack(), 2, "rmsnorm dx")) << where;
     EXPECT_TRUE(sameBits(yBW, dyB.bytesBack(), 2, "recomputed y")) << where;
     EXPECT_TRUE(
@@ -513,10 +517,10 @@ TEST_F(KernelGenCuda, RmsNormBackwardAddBitwiseToModel) {
     I parts = kg::rmsNormDwParts(s.rows);
     DevBuf ws(std::vector<float>(size_t(parts * d), -3.f));
     // (x, w, rstd, dy, dx: the sum, res, dw, dwPartial, rows, dim, xStride,
-    //  dyStride, dxStride, dwParts)
+    //  dyStride, dxStride, dwParts, dwPartItems)
     for (const std::string &name : kg::gpuKernelNames(spec))
       CU(launch(name, dx_.p, dw_.p, drstd.p, ddy.p, dsum.p, dres.p, ddw.p, ws.p,
-                s.rows, d, d, d, d, parts));
+                s.rows, d, d, d, d, parts, kg::rmsNormDwPartItems(s.rows, d)));
     std::string where = std::to_string(s.rows) + "x" + std::to_string(d);
     EXPECT_TRUE(sameBits(sumW, dsum.bytesBack(), 2, "dx + res")) << where;
     EXPECT_TRUE(
@@ -595,7 +599,8 @@ TEST_F(KernelGenCuda, L2NormBitwiseToModel) {
 // last bit reaches the sums); two runs bitwise equal.
 TEST_F(KernelGenCuda, GatedNormWithinBoundsAndDeterministic) {
   const kg::ElemType t = kg::ElemType::BF16;
-  for (Shape s : {Shape{65536, 128}, Shape{5, 1023}, Shape{1, 1}}) {
+  for (Shape s :
+       {Shape{65536, 128}, Shape{5, 1023}, Shape{1, 1}, Shape{37, 1536}}) {
     size_t n = size_t(s.rows * s.cols);
     I d = s.cols;
     auto x = randomStorage(t, n, 151, 2.0, false),
@@ -637,7 +642,8 @@ TEST_F(KernelGenCuda, GatedNormWithinBoundsAndDeterministic) {
       DevBuf dr2(rW);
       for (const std::string &name : kg::gpuKernelNames(b))
         CU(launch(name, dx_.p, dz_.p, dw_.p, dr2.p, ddy.p, ddx.p, ddz.p, ddw.p,
-                  dyB.p, ws.p, s.rows, d, parts));
+                  dyB.p, ws.p, s.rows, d, parts,
+                  kg::rmsNormDwPartItems(s.rows, d)));
       EXPECT_TRUE(closeTo(t, dxW, ddx.bytesBack(), orderTol(t), "dx")) << where;
       EXPECT_TRUE(closeTo(t, dzW, ddz.bytesBack(), orderTol(t), "dz")) << where;
       EXPECT_TRUE(closeTo(t, ybW, dyB.bytesBack(), orderTol(t), "rebuilt y"))

@@ -521,7 +521,7 @@ TEST_P(KernelGenHost, RmsNormBackwardMatchesModelAndReference) {
                            withY ? yW.data() : nullptr, s.rows, s.cols, xs, zc);
       I c = s.cols;
       // (x, w, rstd, dy, dx, [dw,] [y,] [dwPartial,] rows, dim, xStride,
-      //  dyStride, dxStride, [yStride,] [dwParts])
+      //  dyStride, dxStride, [yStride,] [dwParts, dwPartItems])
       using P = const void *;
       I parts = kg::rmsNormDwParts(s.rows);
       ASSERT_EQ(kg::rmsNormDwWorkspaceBytes(s.rows, c),
@@ -529,14 +529,16 @@ TEST_P(KernelGenHost, RmsNormBackwardMatchesModelAndReference) {
       std::vector<float> partial(size_t(parts * c), -7.f);
       if (withDw && withY)
         reinterpret_cast<void (*)(P, P, P, P, void *, float *, void *, float *,
-                                  I, I, I, I, I, I, I)>(sym)(
+                                  I, I, I, I, I, I, I, I)>(sym)(
             x.data(), w.data(), rstd.data(), dy.data(), dxG.data(), dwG.data(),
-            yG.data(), partial.data(), s.rows, c, xs, c, c, c, parts);
+            yG.data(), partial.data(), s.rows, c, xs, c, c, c, parts,
+            kg::rmsNormDwPartItems(s.rows, c));
       else if (withDw)
         reinterpret_cast<void (*)(P, P, P, P, void *, float *, float *, I, I, I,
-                                  I, I, I)>(sym)(
+                                  I, I, I, I)>(sym)(
             x.data(), w.data(), rstd.data(), dy.data(), dxG.data(), dwG.data(),
-            partial.data(), s.rows, c, xs, c, c, parts);
+            partial.data(), s.rows, c, xs, c, c, parts,
+            kg::rmsNormDwPartItems(s.rows, c));
       else
         reinterpret_cast<void (*)(P, P, P, P, void *, I, I, I, I, I)>(sym)(
             x.data(), w.data(), rstd.data(), dy.data(), dxG.data(), s.rows, c,
@@ -576,11 +578,10 @@ TEST_P(KernelGenHost, RmsNormBackwardAddMatchesTheUnfusedKernels) {
   using P = const void *;
   auto *fused = jit()
                     .lookup<void(P, P, P, P, void *, P, float *, float *, I, I,
-                                 I, I, I, I)>(fusedSpec);
-  auto *grad =
-      jit()
-          .lookup<void(P, P, P, P, void *, float *, float *, I, I, I, I, I, I)>(
-              gradSpec);
+                                 I, I, I, I, I)>(fusedSpec);
+  auto *grad = jit()
+                   .lookup<void(P, P, P, P, void *, float *, float *, I, I, I,
+                                I, I, I, I)>(gradSpec);
   auto *add = jit().lookup<void(P, P, void *, I)>(addSpec);
   ASSERT_NE(fused, nullptr);
   ASSERT_NE(grad, nullptr);
@@ -604,11 +605,12 @@ TEST_P(KernelGenHost, RmsNormBackwardAddMatchesTheUnfusedKernels) {
     I parts = kg::rmsNormDwParts(s.rows);
     std::vector<float> partial(size_t(parts * c));
     std::vector<uint8_t> dx(n * eb, 1), sumU(n * eb, 2), sumF(n * eb, 3);
+    I items = kg::rmsNormDwPartItems(s.rows, c);
     grad(x.data(), w.data(), rstd.data(), dy.data(), dx.data(), dwU.data(),
-         partial.data(), s.rows, c, c, c, c, parts);
+         partial.data(), s.rows, c, c, c, c, parts, items);
     add(res.data(), dx.data(), sumU.data(), I(n));
     fused(x.data(), w.data(), rstd.data(), dy.data(), sumF.data(), res.data(),
-          dwF.data(), partial.data(), s.rows, c, c, c, c, parts);
+          dwF.data(), partial.data(), s.rows, c, c, c, c, parts, items);
     std::string where = std::to_string(s.rows) + "x" + std::to_string(c);
     EXPECT_TRUE(sameBits(sumU, sumF, eb, "dx + res")) << where;
     EXPECT_TRUE(sameBits(rawBytes(dwU), rawBytes(dwF), 4, "dw")) << where;
@@ -687,10 +689,11 @@ TEST_P(KernelGenHost, GatedNormMatchesModelAndReference) {
   using P = const void *;
   // (x, z, w, y, rstd, rows, dim, eps)
   auto *fwd = jit().lookup<void(P, P, P, void *, float *, I, I, float)>(fs);
-  // (x, z, w, rstd, dy, dx, dz, dw, y, dwPartial, rows, dim, dwParts)
+  // (x, z, w, rstd, dy, dx, dz, dw, y, dwPartial, rows, dim, dwParts,
+  //  dwPartItems)
   auto *bwd = jit()
                   .lookup<void(P, P, P, P, P, void *, void *, float *, void *,
-                               float *, I, I, I)>(bs);
+                               float *, I, I, I, I)>(bs);
   // (x, z, w, rstd, dy, dx, dz, rows, dim)
   auto *bwd0 = jit().lookup<void(P, P, P, P, P, void *, void *, I, I)>(bs0);
   ASSERT_NE(fwd, nullptr);
@@ -744,7 +747,8 @@ TEST_P(KernelGenHost, GatedNormMatchesModelAndReference) {
     I parts = kg::rmsNormDwParts(s.rows);
     std::vector<float> partial(size_t(parts * d), -5.f);
     bwd(x.data(), z.data(), w.data(), rW.data(), dy.data(), dxG.data(),
-        dzG.data(), dwG.data(), ybG.data(), partial.data(), s.rows, d, parts);
+        dzG.data(), dwG.data(), ybG.data(), partial.data(), s.rows, d, parts,
+        kg::rmsNormDwPartItems(s.rows, d));
     EXPECT_TRUE(sameBits(dxW, dxG, eb, "gated norm dx")) << where;
     EXPECT_TRUE(sameBits(dzW, dzG, eb, "gated norm dz")) << where;
     EXPECT_TRUE(sameBits(ybW, ybG, eb, "rebuilt y")) << where;

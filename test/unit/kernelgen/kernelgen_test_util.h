@@ -138,16 +138,16 @@ template <class F> float modelGroupSum(int G, I lo, I hi, F term) {
   return p[0];
 }
 
-/// Column sum over rows: per part of kg::kDwRowsPerPart rows the grouped
-/// sum of kg::kDwGroups groups, then the grouped sum of the parts with
-/// kg::kLanes groups.
+/// Column sum over rows: per part of kg::rmsNormDwRowsPerPart(rows) rows
+/// the grouped sum of kg::kDwGroups groups, then the grouped sum of the
+/// parts with kg::kLanes groups.
 template <class F> float modelColumnSum(I rows, F term) {
   const I parts = kg::rmsNormDwParts(rows);
+  const I per = kg::rmsNormDwRowsPerPart(rows);
   std::vector<float> sums(static_cast<size_t>(parts));
   for (I p = 0; p < parts; ++p)
-    sums[size_t(p)] =
-        modelGroupSum(int(kg::kDwGroups), p * kg::kDwRowsPerPart,
-                      std::min(rows, (p + 1) * kg::kDwRowsPerPart), term);
+    sums[size_t(p)] = modelGroupSum(int(kg::kDwGroups), p * per,
+                                    std::min(rows, (p + 1) * per), term);
   return modelGroupSum(int(kg::kLanes), 0, parts,
                        [&](I p) { return sums[size_t(p)]; });
 }
