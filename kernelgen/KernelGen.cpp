@@ -1344,6 +1344,30 @@ Work normRowDwPhase(Value rowsIdx, Value dimIdx, Value partial, NormRowFn row,
   return w;
 }
 
+/// A norm backward's phases: `row` per row (a warp each on the GPU); with
+/// dw (null: none) the row kernel of normRowDwPhase, then appendDwPhases
+/// over `term` (the same terms the row hands its DwAccFn).
+SmallVector<Work>
+normBackwardPhases(Emitter &e, const Args &a, Value dw, Value scratch,
+                   NormRowFn row,
+                   std::function<Value(Emitter &, Value, Value)> term) {
+  Value dim = a.get("dim");
+  Value rowsIdx = e.toIndex(a.get("rows")), dimIdx = e.toIndex(dim);
+  ItemFn rowItem = [=](Emitter &e, ValueRange idx) {
+    row(e, idx[0], laneOf(idx), DwAccFn());
+  };
+  if (!dw)
+    return {Work{{rowsIdx}, rowItem}};
+  DwSum where = normDwSum(a);
+  Value partial =
+      e.memref2(where.partial, e.b.getF32Type(), where.parts, dim, dim);
+  SmallVector<Work> phases{
+      normRowDwPhase(rowsIdx, dimIdx, partial, row, rowItem)};
+  appendDwPhases(phases, e, where, rowsIdx, dimIdx, dw, scratch,
+                 std::move(term));
+  return phases;
+}
+
 /// RMSNorm backward with the reference's per-element code: per row, dot =
 /// the row sum of (dy * w_eff) * x, c = ((dot * rs) * rs) * rs / dim, dx =
 /// (rs * w_eff) * dy - c * x and the recomputed y; then per column j the
@@ -1407,24 +1431,12 @@ SmallVector<Work> rmsNormBackwardWork(Emitter &e, const GroupSpec &s,
         acc(in, j, in.mul(in.mul(g, xv), rs));
     });
   };
-  ItemFn rowItem = [=](Emitter &e, ValueRange idx) {
-    row(e, idx[0], laneOf(idx), DwAccFn());
-  };
-  if (!dw)
-    return {Work{{rowsIdx}, rowItem}};
-  // dw[j] += the column sum of (dy * x) * rs over rows: on the GPU the row
-  // kernel's partials (up to kRowDwMaxDim columns), else the part phase's.
-  DwSum where = normDwSum(a);
-  Value partial = e.memref2(where.partial, f32, where.parts, dim, dim);
-  SmallVector<Work> phases{
-      normRowDwPhase(rowsIdx, dimIdx, partial, row, rowItem)};
-  appendDwPhases(
-      phases, e, where, rowsIdx, dimIdx, dw, scratch,
-      [=](Emitter &in, Value r, Value j) {
+  // dw[j] += the column sum of (dy * x) * rs over rows.
+  return normBackwardPhases(
+      e, a, dw, scratch, row, [=](Emitter &in, Value r, Value j) {
         Value rs = memref::LoadOp::create(in.b, in.loc, rstd, ValueRange{r});
         return in.mul(in.mul(in.load(dy, {r, j}), in.load(x, {r, j})), rs);
       });
-  return phases;
 }
 
 /// The L2 norm of each row (a token's head of GDN's q or k), the
@@ -1577,24 +1589,12 @@ SmallVector<Work> gatedNormWork(Emitter &e, const GroupSpec &s, const Args &a,
         acc(in, j, in.mul(dyh, xh));
     });
   };
-  ItemFn rowItem = [=](Emitter &e, ValueRange idx) {
-    row(e, idx[0], laneOf(idx), DwAccFn());
-  };
-  if (!dw)
-    return {Work{{rowsIdx}, rowItem}};
-  // dw as the RMSNorm backward's: the row kernel's partials on the GPU up
-  // to kRowDwMaxDim columns, else the part phase's.
-  DwSum where = normDwSum(a);
-  Value partial = e.memref2(where.partial, f32, where.parts, dim, dim);
-  SmallVector<Work> phases{
-      normRowDwPhase(rowsIdx, dimIdx, partial, row, rowItem)};
-  appendDwPhases(
-      phases, e, where, rowsIdx, dimIdx, dw, scratch,
-      [=](Emitter &in, Value r, Value j) {
+  // dw[j] += the column sum of dyh * (x * rs) over rows.
+  return normBackwardPhases(
+      e, a, dw, scratch, row, [=](Emitter &in, Value r, Value j) {
         Value rs = memref::LoadOp::create(in.b, in.loc, rstd, ValueRange{r});
         return in.mul(dyhAt(in, r, j), in.mul(in.load(x, {r, j}), rs));
       });
-  return phases;
 }
 
 /// GDN's gates per (token, head), the reference's gdnref::gatesForward /
