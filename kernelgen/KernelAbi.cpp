@@ -340,8 +340,10 @@ std::vector<GpuEntry> gpuEntries(const GroupSpec &spec) {
     case GroupKind::L2NormForward:
     case GroupKind::L2NormBackward:
     case GroupKind::GatedNormForward:
+      // A warp per kRowsPerWarp rows.
       e.workParams = {index("rows")};
       e.threadsPerItem = int(kLanes);
+      e.vector = int(kRowsPerWarp);
       break;
     case GroupKind::GdnGatesForward:
       e.workParams = {index("rows"), index("heads")};

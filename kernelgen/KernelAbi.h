@@ -176,6 +176,10 @@ std::vector<KernelParam> kernelParams(const GroupSpec &spec);
 /// Lanes of a row-wise kernel's warp and row groups of a column sum (the
 /// fixed reduction order, KernelGen.h).
 constexpr int64_t kLanes = 32;
+/// Rows a warp of a row-wise forward kernel (and the L2 norm's backward)
+/// takes: up to this many rows' loads in flight at once where a row is a
+/// chunk a lane (the register path, KernelGen.cpp rowGroupBlock).
+constexpr int64_t kRowsPerWarp = 4;
 
 /// Row groups of the RMSNorm dw partial sums, and the rows of one part: the
 /// dw of rows [p * R, (p + 1) * R), R = rmsNormDwRowsPerPart(rows), is one

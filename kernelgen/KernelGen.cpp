@@ -731,6 +731,208 @@ void oncePerRow(Emitter &e, Value lane,
   });
 }
 
+/// A row-wise kernel's work on one row r: the row sum's term(r, j), the
+/// row's value from that sum (between(r, lane, sum): its scalar outputs,
+/// such as rstd, stored once per row: oncePerRow), and the output pass
+/// body(r, j, value).
+struct RowPasses {
+  std::function<Value(Emitter &, Value, Value)> term;
+  std::function<Value(Emitter &, Value, Value, Value)> between;
+  std::function<void(Emitter &, Value, Value, Value)> body;
+};
+
+/// Row r in two passes over memory: the row sum (rowSum), `between`, then
+/// the output pass (forEachInRow). The host's form, and the GPU's for rows
+/// the register path does not take.
+void rowTwoPasses(Emitter &e, const RowPasses &p, Value r, Value lane,
+                  Value scratch, Value n, int64_t vec, Value aligned) {
+  Value sum = rowSum(e, lane, scratch, n, vec, aligned,
+                     [&](Emitter &in, Value j) { return p.term(in, r, j); });
+  Value v = p.between(e, r, lane, sum);
+  forEachInRow(e, lane, n, vec, aligned,
+               [&](Emitter &in, Value j) { p.body(in, r, j, v); });
+}
+
+/// Flushes the vector stores of `ctx` where `cond` holds. A stored operand
+/// read later in the same chunk is then taken from the stored values
+/// (widened from storage: the bits a read-back gives) instead of memory.
+void flushIf(Emitter &e, ChunkCtx &ctx, Value cond) {
+  if (ctx.storeOrder.empty())
+    return;
+  for (Value m : ctx.storeOrder)
+    if (!ctx.loaded.count(m)) {
+      SmallVector<Value, 8> back;
+      for (Value v : ctx.stores[m])
+        back.push_back(e.widen(v));
+      ctx.loaded[m] = std::move(back);
+    }
+  scf::IfOp::create(e.b, e.loc, cond, [&](OpBuilder &nb, Location nl) {
+    Emitter in(nb, nl, true);
+    ctx.flush(in);
+    scf::YieldOp::create(nb, nl);
+  });
+}
+
+/// The GPU kernel of a row-wise group whose rows are independent: warp w of
+/// block b takes the kRowsPerWarp rows from r0 = (8 b + w) kRowsPerWarp
+/// (gpuEntries). Where the rows' operands are aligned (`aligned`, computed
+/// in the block) and a row is K whole chunks a lane or fewer (K = 1, 2, 4:
+/// n / vec <= 32 K, n % vec = 0), the lanes load their chunks of 4 / K rows
+/// at once and keep them in registers for both passes, so a warp has 4 / K
+/// rows' loads in flight instead of one chunk's: chunk k of lane l is c = l
+/// + 32 k as in forLaneChunks, a lane without it loads chunk 0 instead,
+/// leaves it out of the sum (a select: the sum's adds and order are the
+/// loop's) and stores nothing; rows past the end repeat r0's loads and
+/// store nothing but r0's own scalars again (the same bits). Wider or
+/// unaligned rows run rowTwoPasses one after the other. The same elements
+/// and arithmetic per row either way, so the bits are the host's.
+BlockFn rowGroupBlock(Value rowsIdx, Value n, int64_t vec,
+                      std::function<Value(Emitter &)> alignedOf,
+                      RowPasses passes, int64_t maxAtOnce, int64_t maxChunks) {
+  return [=](Emitter &e, Value tid, Value bid, Value) {
+    OpBuilder &b = e.b;
+    Location loc = e.loc;
+    auto cmp = [](Emitter &in, arith::CmpIPredicate p, Value x, Value y) {
+      return arith::CmpIOp::create(in.b, in.loc, p, x, y).getResult();
+    };
+    auto andOf = [](Emitter &in, Value x, Value y) {
+      return arith::AndIOp::create(in.b, in.loc, x, y).getResult();
+    };
+    Value lanes = e.cIndex(kLanes);
+    Value lane = arith::RemUIOp::create(b, loc, tid, lanes);
+    Value warp = arith::DivUIOp::create(b, loc, tid, lanes);
+    Value item = arith::AddIOp::create(
+        b, loc,
+        arith::MulIOp::create(b, loc, bid, e.cIndex(kBlockSize / kLanes)),
+        warp);
+    Value r0 = arith::MulIOp::create(b, loc, item, e.cIndex(kRowsPerWarp));
+    Value any = cmp(e, arith::CmpIPredicate::ult, r0, rowsIdx);
+    scf::IfOp::create(b, loc, any, [&](OpBuilder &ob, Location ol) {
+      Emitter in(ob, ol, true);
+      Value aligned = alignedOf(in);
+      Value vecIdx = in.cIndex(vec);
+      Value full = arith::DivUIOp::create(ob, ol, n, vecIdx);
+      Value whole =
+          cmp(in, arith::CmpIPredicate::eq,
+              arith::RemUIOp::create(ob, ol, n, vecIdx), in.cIndex(0));
+      Value regs =
+          andOf(in, andOf(in, aligned, whole),
+                cmp(in, arith::CmpIPredicate::uge, full, in.cIndex(1)));
+      // K chunks a lane, G = kRowsPerWarp / K rows at once.
+      auto inRegisters = [&](Emitter &q, int64_t K) {
+        int64_t G = std::min(kRowsPerWarp / K, maxAtOnce);
+        for (int64_t g0 = 0; g0 < kRowsPerWarp; g0 += G) {
+          SmallVector<Value, 4> rc, valid;
+          for (int64_t t = 0; t < G; ++t) {
+            Value rt = arith::AddIOp::create(q.b, q.loc, r0, q.cIndex(g0 + t));
+            Value ok = cmp(q, arith::CmpIPredicate::ult, rt, rowsIdx);
+            valid.push_back(ok);
+            rc.push_back(arith::SelectOp::create(q.b, q.loc, ok, rt, r0));
+          }
+          SmallVector<Value, 4> has;
+          SmallVector<std::unique_ptr<ChunkCtx>, 16> ctx; // [t * K + k]
+          for (int64_t k = 0; k < K; ++k) {
+            Value c =
+                arith::AddIOp::create(q.b, q.loc, lane, q.cIndex(k * kLanes));
+            Value mine = cmp(q, arith::CmpIPredicate::ult, c, full);
+            has.push_back(mine);
+          }
+          for (int64_t t = 0; t < G; ++t)
+            for (int64_t k = 0; k < K; ++k) {
+              Value c =
+                  arith::AddIOp::create(q.b, q.loc, lane, q.cIndex(k * kLanes));
+              Value at =
+                  arith::SelectOp::create(q.b, q.loc, has[k], c, q.cIndex(0));
+              ctx.push_back(std::make_unique<ChunkCtx>(
+                  q, arith::MulIOp::create(q.b, q.loc, at, q.cIndex(vec)), vec,
+                  /*vector=*/true));
+            }
+          // Every term first (their loads issued together), then each
+          // row's sum in the loop's order.
+          SmallVector<SmallVector<Value, 32>, 4> terms(G);
+          for (int64_t t = 0; t < G; ++t)
+            for (int64_t k = 0; k < K; ++k) {
+              ChunkCtx &cx = *ctx[t * K + k];
+              q.chunk = &cx;
+              for (int64_t i = 0; i < vec; ++i)
+                terms[t].push_back(passes.term(q, rc[t], cx.js[i]));
+              q.chunk = nullptr;
+            }
+          SmallVector<Value, 4> acc;
+          for (int64_t t = 0; t < G; ++t) {
+            Value a = q.cF32(0.0f);
+            for (int64_t k = 0; k < K; ++k) {
+              Value sum = a;
+              for (int64_t i = 0; i < vec; ++i)
+                sum = q.add(sum, terms[t][k * vec + i]);
+              a = arith::SelectOp::create(q.b, q.loc, has[k], sum, a);
+              flushIf(q, *ctx[t * K + k], andOf(q, has[k], valid[t]));
+            }
+            acc.push_back(a);
+          }
+          for (int32_t k = int32_t(kLanes / 2); k >= 1; k /= 2)
+            for (int64_t t = 0; t < G; ++t) {
+              auto other =
+                  gpu::ShuffleOp::create(q.b, q.loc, acc[t], k, int32_t(kLanes),
+                                         gpu::ShuffleMode::XOR);
+              acc[t] = q.add(acc[t], other.getShuffleResult());
+            }
+          for (int64_t t = 0; t < G; ++t) {
+            Value v = passes.between(q, rc[t], lane, acc[t]);
+            for (int64_t k = 0; k < K; ++k) {
+              ChunkCtx &cx = *ctx[t * K + k];
+              q.chunk = &cx;
+              for (int64_t i = 0; i < vec; ++i)
+                passes.body(q, rc[t], cx.js[i], v);
+              q.chunk = nullptr;
+              flushIf(q, cx, andOf(q, has[k], valid[t]));
+            }
+          }
+        }
+      };
+      auto oneByOne = [&](Emitter &q) {
+        Value end = arith::MinUIOp::create(
+            q.b, q.loc,
+            arith::AddIOp::create(q.b, q.loc, r0, q.cIndex(kRowsPerWarp)),
+            rowsIdx);
+        scf::ForOp::create(
+            q.b, q.loc, r0, end, q.cIndex(1), ValueRange{},
+            [&](OpBuilder &nb, Location nl, Value r, ValueRange) {
+              Emitter on(nb, nl, true);
+              rowTwoPasses(on, passes, r, lane, Value(), n, vec, aligned);
+              scf::YieldOp::create(nb, nl);
+            });
+      };
+      // if (K = 1 holds the rows) ... else if (K = 2) ... else if (K = 4)
+      // ... else one by one.
+      std::function<void(Emitter &, int64_t)> choose = [&](Emitter &q,
+                                                           int64_t K) {
+        if (K > maxChunks) {
+          oneByOne(q);
+          return;
+        }
+        Value fits = andOf(
+            q, regs,
+            cmp(q, arith::CmpIPredicate::ule, full, q.cIndex(K * kLanes)));
+        scf::IfOp::create(
+            q.b, q.loc, fits,
+            [&](OpBuilder &nb, Location nl) {
+              Emitter on(nb, nl, true);
+              inRegisters(on, K);
+              scf::YieldOp::create(nb, nl);
+            },
+            [&](OpBuilder &nb, Location nl) {
+              Emitter on(nb, nl, true);
+              choose(on, 2 * K);
+              scf::YieldOp::create(nb, nl);
+            });
+      };
+      choose(in, 1);
+      scf::YieldOp::create(ob, ol);
+    });
+  };
+}
+
 /// One operand of an element-wise group: raw storage `ptr` of element type
 /// `elem`, rank 2 [rows, cols] with row stride `stride` (elements), or rank
 /// 1 when stride is null; `m` is its memref (Emitter::memref).
@@ -1011,25 +1213,44 @@ Work residualAddWork(Emitter &e, const GroupSpec &s, const Args &a) {
 /// w_eff[j] with x read from `x`. The plain norm's element(j) loads x[r, j];
 /// a fused group computes, stores and returns it, so both share this code
 /// and its order. On the GPU each lane reads back only the x it stored.
-void rmsNormRow(Emitter &e, Value r, Value lane, Value scratch, Value dimIdx,
-                int64_t vec, Value aligned, Value dimF, Value eps, Value w,
-                bool zc, Value rstd, Value x, Value y,
-                llvm::function_ref<Value(Emitter &, Value)> element) {
-  Value ss =
-      rowSum(e, lane, scratch, dimIdx, vec, aligned, [&](Emitter &in, Value j) {
-        Value v = element(in, j);
-        return in.mul(v, v);
+RowPasses rmsNormPasses(Value dimF, Value eps, Value w, bool zc, Value rstd,
+                        Value x, Value y,
+                        std::function<Value(Emitter &, Value, Value)> element) {
+  RowPasses p;
+  p.term = [=](Emitter &in, Value r, Value j) {
+    Value v = element(in, r, j);
+    return in.mul(v, v);
+  };
+  p.between = [=](Emitter &e, Value r, Value lane, Value ss) {
+    Value rs = e.div(e.cF32(1.0f), e.sqrt(e.add(e.div(ss, dimF), eps)));
+    if (rstd)
+      oncePerRow(e, lane, [&](Emitter &in) {
+        memref::StoreOp::create(in.b, in.loc, rs, rstd, ValueRange{r});
       });
-  Value rs = e.div(e.cF32(1.0f), e.sqrt(e.add(e.div(ss, dimF), eps)));
-  if (rstd)
-    oncePerRow(e, lane, [&](Emitter &in) {
-      memref::StoreOp::create(in.b, in.loc, rs, rstd, ValueRange{r});
-    });
-  forEachInRow(e, lane, dimIdx, vec, aligned, [&](Emitter &in, Value j) {
+    return rs;
+  };
+  p.body = [=](Emitter &in, Value r, Value j, Value rs) {
     Value wv = in.load(w, {j});
     Value weff = zc ? in.add(in.cF32(1.0f), wv) : wv;
     in.store(in.mul(in.mul(in.load(x, {r, j}), rs), weff), y, {r, j});
-  });
+  };
+  return p;
+}
+
+/// The Work of a row-wise group whose rows are independent: on the host
+/// row by row in two passes, on the GPU rowGroupBlock's kRowsPerWarp rows
+/// a warp, at most maxAtOnce of them in registers at once, rows of at most
+/// maxChunks chunks a lane (1, 2 or 4) in registers.
+Work rowGroupWork(Value rowsIdx, Value n, int64_t vec, Value scratch,
+                  std::function<Value(Emitter &)> alignedOf, RowPasses passes,
+                  int64_t maxAtOnce = kRowsPerWarp, int64_t maxChunks = 4) {
+  Work w{{rowsIdx}, [=](Emitter &e, ValueRange idx) {
+           rowTwoPasses(e, passes, idx[0], laneOf(idx), scratch, n, vec,
+                        Value());
+         }};
+  w.gpuBlock =
+      rowGroupBlock(rowsIdx, n, vec, alignedOf, passes, maxAtOnce, maxChunks);
+  return w;
 }
 
 Work rmsNormWork(Emitter &e, const GroupSpec &s, const Args &a) {
@@ -1048,15 +1269,15 @@ Work rmsNormWork(Emitter &e, const GroupSpec &s, const Args &a) {
   Value scratch = rowScratch(e);
   bool zc = s.zeroCentered;
   int64_t vec = rowChunkOf(s.kind, s.dtype);
-  ItemFn item = [=](Emitter &e, ValueRange idx) {
-    Value r = idx[0];
-    auto element = [&](Emitter &in, Value j) { return in.load(x, {r, j}); };
-    Value aligned = e.gpu ? chunksAligned(e, {x, y, w}, vec) : Value();
-    rmsNormRow(e, r, laneOf(idx), scratch, dimIdx, vec, aligned, dimF, eps, w,
-               zc, rstd, x, y, element);
-  };
-  Work work{{e.toIndex(rows)}, item};
-  return work;
+  return rowGroupWork(
+      e.toIndex(rows), dimIdx, vec, scratch,
+      [=](Emitter &in) {
+        return chunksAligned(in, {x, y, w}, vec);
+      },
+      rmsNormPasses(dimF, eps, w, zc, rstd, x, y,
+                    [=](Emitter &in, Value r, Value j) {
+                      return in.load(x, {r, j});
+                    }));
 }
 
 /// The residual add and the RMSNorm that reads its output, fused per row:
@@ -1080,18 +1301,17 @@ Work addRmsNormWork(Emitter &e, const GroupSpec &s, const Args &a) {
   Value scratch = rowScratch(e);
   bool zc = s.zeroCentered;
   int64_t vec = rowChunkOf(s.kind, s.dtype);
-  ItemFn item = [=](Emitter &e, ValueRange idx) {
-    Value r = idx[0];
-    Value aligned = e.gpu ? chunksAligned(e, {x, z, h, y, w}, vec) : Value();
-    rmsNormRow(e, r, laneOf(idx), scratch, dimIdx, vec, aligned, dimF, eps, w,
-               zc, rstd, h, y, [&](Emitter &in, Value j) {
-                 Value sum = in.add(in.load(x, {r, j}), in.load(z, {r, j}));
-                 in.store(sum, h, {r, j});
-                 return in.widen(in.narrow(sum, st));
-               });
-  };
-  Work work{{e.toIndex(rows)}, item};
-  return work;
+  return rowGroupWork(
+      e.toIndex(rows), dimIdx, vec, scratch,
+      [=](Emitter &in) {
+        return chunksAligned(in, {x, z, h, y, w}, vec);
+      },
+      rmsNormPasses(
+          dimF, eps, w, zc, rstd, h, y, [=](Emitter &in, Value r, Value j) {
+            Value sum = in.add(in.load(x, {r, j}), in.load(z, {r, j}));
+            in.store(sum, h, {r, j});
+            return in.widen(in.narrow(sum, st));
+          }));
 }
 
 /// The dw of a norm's backward, dw[j] += the column sum of term(r, j) over
@@ -1454,44 +1674,48 @@ Work l2NormWork(Emitter &e, const GroupSpec &s, const Args &a, bool backward) {
   Value dimIdx = e.toIndex(dim);
   Value scratch = rowScratch(e);
   int64_t vec = rowChunkOf(s.kind, s.dtype);
-  ItemFn item;
+  Value rowsIdx = e.toIndex(rows);
+  RowPasses p;
   if (!backward) {
     Value x = m2("x"), y = m2("y"), eps = a.get("eps");
-    item = [=](Emitter &e, ValueRange idx) {
-      Value r = idx[0], lane = laneOf(idx);
-      Value aligned = e.gpu ? chunksAligned(e, {x, y}, vec) : Value();
-      Value ss = rowSum(e, lane, scratch, dimIdx, vec, aligned,
-                        [&](Emitter &in, Value j) {
-                          Value v = in.load(x, {r, j});
-                          return in.mul(v, v);
-                        });
+    p.term = [=](Emitter &in, Value r, Value j) {
+      Value v = in.load(x, {r, j});
+      return in.mul(v, v);
+    };
+    p.between = [=](Emitter &e, Value r, Value lane, Value ss) {
       Value rs = e.div(e.cF32(1.0f), e.sqrt(e.add(ss, eps)));
       oncePerRow(e, lane, [&](Emitter &in) {
         memref::StoreOp::create(in.b, in.loc, rs, rstd, ValueRange{r});
       });
-      forEachInRow(e, lane, dimIdx, vec, aligned, [&](Emitter &in, Value j) {
-        in.store(in.mul(in.load(x, {r, j}), rs), y, {r, j});
-      });
+      return rs;
     };
-  } else {
-    Value y = m2("y"), dy = m2("dy"), dx = m2("dx");
-    item = [=](Emitter &e, ValueRange idx) {
-      Value r = idx[0], lane = laneOf(idx);
-      Value aligned = e.gpu ? chunksAligned(e, {y, dy, dx}, vec) : Value();
-      Value dot = rowSum(
-          e, lane, scratch, dimIdx, vec, aligned, [&](Emitter &in, Value j) {
-            return in.mul(in.load(dy, {r, j}), in.load(y, {r, j}));
-          });
-      Value rs = memref::LoadOp::create(e.b, e.loc, rstd, ValueRange{r});
-      forEachInRow(e, lane, dimIdx, vec, aligned, [&](Emitter &in, Value j) {
-        Value g = in.load(dy, {r, j});
-        in.store(in.mul(rs, in.sub(g, in.mul(dot, in.load(y, {r, j})))), dx,
-                 {r, j});
-      });
+    p.body = [=](Emitter &in, Value r, Value j, Value rs) {
+      in.store(in.mul(in.load(x, {r, j}), rs), y, {r, j});
     };
+    return rowGroupWork(
+        rowsIdx, dimIdx, vec, scratch,
+        [=](Emitter &in) {
+          return chunksAligned(in, {x, y}, vec);
+        },
+        p);
   }
-  Work work{{e.toIndex(rows)}, item};
-  return work;
+  Value y = m2("y"), dy = m2("dy"), dx = m2("dx");
+  p.term = [=](Emitter &in, Value r, Value j) {
+    return in.mul(in.load(dy, {r, j}), in.load(y, {r, j}));
+  };
+  p.between = [](Emitter &, Value, Value, Value dot) { return dot; };
+  p.body = [=](Emitter &in, Value r, Value j, Value dot) {
+    Value rs = memref::LoadOp::create(in.b, in.loc, rstd, ValueRange{r});
+    Value g = in.load(dy, {r, j});
+    in.store(in.mul(rs, in.sub(g, in.mul(dot, in.load(y, {r, j})))), dx,
+             {r, j});
+  };
+  return rowGroupWork(
+      rowsIdx, dimIdx, vec, scratch,
+      [=](Emitter &in) {
+        return chunksAligned(in, {y, dy, dx}, vec);
+      },
+      p);
 }
 
 /// GDN's gated RMSNorm of each row (a token's head), the reference's
@@ -1523,26 +1747,33 @@ SmallVector<Work> gatedNormWork(Emitter &e, const GroupSpec &s, const Args &a,
   };
   if (!backward) {
     Value y = m2("y"), eps = a.get("eps");
-    ItemFn item = [=](Emitter &e, ValueRange idx) {
-      Value r = idx[0], lane = laneOf(idx);
-      Value aligned = e.gpu ? chunksAligned(e, {x, z, w, y}, vec) : Value();
-      Value ss = rowSum(e, lane, scratch, dimIdx, vec, aligned,
-                        [&](Emitter &in, Value j) {
-                          Value v = in.load(x, {r, j});
-                          return in.mul(v, v);
-                        });
+    RowPasses p;
+    p.term = [=](Emitter &in, Value r, Value j) {
+      Value v = in.load(x, {r, j});
+      return in.mul(v, v);
+    };
+    p.between = [=](Emitter &e, Value r, Value lane, Value ss) {
       Value rs = e.div(e.cF32(1.0f), e.sqrt(e.add(e.div(ss, dimF), eps)));
       oncePerRow(e, lane, [&](Emitter &in) {
         memref::StoreOp::create(in.b, in.loc, rs, rstd, ValueRange{r});
       });
-      forEachInRow(e, lane, dimIdx, vec, aligned, [&](Emitter &in, Value j) {
-        Value zv = in.load(z, {r, j});
-        in.store(value(in, in.load(w, {j}), in.load(x, {r, j}), rs, zv,
-                       in.sigmoid(zv)),
-                 y, {r, j});
-      });
+      return rs;
     };
-    return {Work{{rowsIdx}, item}};
+    p.body = [=](Emitter &in, Value r, Value j, Value rs) {
+      Value zv = in.load(z, {r, j});
+      in.store(value(in, in.load(w, {j}), in.load(x, {r, j}), rs, zv,
+                     in.sigmoid(zv)),
+               y, {r, j});
+    };
+    // At most 2 chunks a lane in registers (heads up to 256 wide): with 4
+    // the sigmoids' correctly rounded divisions, a slow-path call each,
+    // made ptxas spill.
+    return {rowGroupWork(
+        rowsIdx, dimIdx, vec, scratch,
+        [=](Emitter &in) {
+          return chunksAligned(in, {x, z, w, y}, vec);
+        },
+        p, /*maxAtOnce=*/4, /*maxChunks=*/2)};
   }
   Value dy = m2("dy"), dx = m2("dx"), dz = m2("dz");
   Value y, dw;
