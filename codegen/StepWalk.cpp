@@ -1221,8 +1221,11 @@ LogicalResult Walker::walkKernel(Operation *op) {
     v["dwPartItems"] = L(kernelgen::rmsNormDwPartItems(rows, d));
   };
   auto launchGen =
-      [&](const kernelgen::GroupSpec &spec,
+      [&](kernelgen::GroupSpec spec,
           const std::map<std::string, GenArg> &vals) -> LogicalResult {
+    // A row-wise group's rows a warp: a launch choice from the row length.
+    if (kernelgen::hasRowsPerWarp(spec.kind))
+      spec.rowsPerWarp = kernelgen::rowsPerWarpFor(spec, vals.at("dim").i);
     std::string name = kernelgen::kernelName(spec);
     unsigned index = generatedIndex(spec);
     std::vector<kernelgen::KernelParam> params = kernelgen::kernelParams(spec);

@@ -102,9 +102,29 @@ std::string kernelName(const GroupSpec &spec) {
                              : std::string("_nocopy");
     return name;
   }
+  if (hasRowsPerWarp(spec.kind) && spec.rowsPerWarp > 1)
+    name += "_r" + std::to_string(spec.rowsPerWarp);
   name += "_";
   name += ty(spec.dtype);
   return name;
+}
+
+bool hasRowsPerWarp(GroupKind kind) {
+  return kind == GroupKind::RmsNormForward ||
+         kind == GroupKind::AddRmsNormForward ||
+         kind == GroupKind::L2NormForward ||
+         kind == GroupKind::L2NormBackward ||
+         kind == GroupKind::GatedNormForward;
+}
+
+int rowsPerWarpFor(const GroupSpec &spec, int64_t dim) {
+  if (!hasRowsPerWarp(spec.kind))
+    return 1;
+  int64_t chunks = (dim + rowChunkOf(spec.kind, spec.dtype) - 1) /
+                   rowChunkOf(spec.kind, spec.dtype);
+  if (chunks <= kLanes)
+    return 4;
+  return chunks <= 2 * kLanes ? 2 : 1;
 }
 
 std::vector<std::string> gpuKernelNames(const GroupSpec &spec) {
@@ -340,10 +360,13 @@ std::vector<GpuEntry> gpuEntries(const GroupSpec &spec) {
     case GroupKind::L2NormForward:
     case GroupKind::L2NormBackward:
     case GroupKind::GatedNormForward:
-      // A warp per kRowsPerWarp rows.
+      // A warp per rowsPerWarp rows.
+      if (spec.rowsPerWarp != 1 && spec.rowsPerWarp != 2 &&
+          spec.rowsPerWarp != kRowsPerWarp)
+        abiBug("gpuEntries: rowsPerWarp is not 1, 2 or 4");
       e.workParams = {index("rows")};
       e.threadsPerItem = int(kLanes);
-      e.vector = int(kRowsPerWarp);
+      e.vector = spec.rowsPerWarp;
       break;
     case GroupKind::GdnGatesForward:
       e.workParams = {index("rows"), index("heads")};

@@ -146,7 +146,23 @@ struct GroupSpec {
   bool packed = false;
   /// AdamW: write the compute copy of this storage type; nullopt: none.
   std::optional<ElemType> computeCopy = ElemType::BF16;
+  /// The row-wise groups with independent rows (RMSNorm and add + RMSNorm
+  /// forward, the L2 norms, the gated norm forward): rows a GPU warp takes
+  /// (1, 2 or 4; rowsPerWarpFor picks it from the row length). With more
+  /// than one, rows of at most 4 / rowsPerWarp aligned chunks a lane are
+  /// loaded together and kept in registers for both passes; a launch
+  /// choice only: every row's arithmetic, and so its bits, is the same.
+  int rowsPerWarp = 1;
 };
+
+/// Whether `kind` is one of the row-wise groups rowsPerWarp applies to.
+bool hasRowsPerWarp(GroupKind kind);
+/// The rowsPerWarp for rows of `dim` elements of `spec`'s kind and storage:
+/// 4 where a row is one chunk a lane (rowChunkOf), 2 where it is two, 1
+/// for wider rows (which then read a row twice, a chunk at a time; measured
+/// faster than 4 chunks a lane in registers at Qwen3.5-0.8B's 1024) and for
+/// the other kinds.
+int rowsPerWarpFor(const GroupSpec &spec, int64_t dim);
 
 /// The symbol of the kernel for `spec`, e.g. "ap_kg_swiglu_fwd_bf16".
 std::string kernelName(const GroupSpec &spec);
@@ -176,9 +192,8 @@ std::vector<KernelParam> kernelParams(const GroupSpec &spec);
 /// Lanes of a row-wise kernel's warp and row groups of a column sum (the
 /// fixed reduction order, KernelGen.h).
 constexpr int64_t kLanes = 32;
-/// Rows a warp of a row-wise forward kernel (and the L2 norm's backward)
-/// takes: up to this many rows' loads in flight at once where a row is a
-/// chunk a lane (the register path, KernelGen.cpp rowGroupBlock).
+/// The most rows a warp of a row-wise kernel takes (GroupSpec::rowsPerWarp)
+/// and the most chunks a lane keeps in registers across them.
 constexpr int64_t kRowsPerWarp = 4;
 
 /// Row groups of the RMSNorm dw partial sums, and the rows of one part: the

@@ -774,21 +774,21 @@ void flushIf(Emitter &e, ChunkCtx &ctx, Value cond) {
 }
 
 /// The GPU kernel of a row-wise group whose rows are independent: warp w of
-/// block b takes the kRowsPerWarp rows from r0 = (8 b + w) kRowsPerWarp
-/// (gpuEntries). Where the rows' operands are aligned (`aligned`, computed
-/// in the block) and a row is K whole chunks a lane or fewer (K = 1, 2, 4:
-/// n / vec <= 32 K, n % vec = 0), the lanes load their chunks of 4 / K rows
-/// at once and keep them in registers for both passes, so a warp has 4 / K
-/// rows' loads in flight instead of one chunk's: chunk k of lane l is c = l
-/// + 32 k as in forLaneChunks, a lane without it loads chunk 0 instead,
-/// leaves it out of the sum (a select: the sum's adds and order are the
-/// loop's) and stores nothing; rows past the end repeat r0's loads and
-/// store nothing but r0's own scalars again (the same bits). Wider or
-/// unaligned rows run rowTwoPasses one after the other. The same elements
-/// and arithmetic per row either way, so the bits are the host's.
+/// block b takes the `rpw` rows from r0 = (8 b + w) rpw (gpuEntries,
+/// GroupSpec::rowsPerWarp). With rpw > 1, where the rows' operands are
+/// aligned (`aligned`, computed in the block) and a row is K whole chunks a
+/// lane or fewer (K rpw <= 4: n / vec <= 32 K, n % vec = 0), the lanes load
+/// their chunks of the rpw rows at once and keep them in registers for both
+/// passes, so a warp has rpw rows' loads in flight instead of one chunk's:
+/// chunk k of lane l is c = l + 32 k as in forLaneChunks, a lane without it
+/// loads chunk 0 instead, leaves it out of the sum (a select: the sum's adds
+/// and order are the loop's) and stores nothing; rows past the end repeat
+/// r0's loads and store nothing but r0's own scalars again (the same bits).
+/// Other rows run rowTwoPasses one after the other. The same elements and
+/// arithmetic per row either way, so the bits are the host's.
 BlockFn rowGroupBlock(Value rowsIdx, Value n, int64_t vec,
                       std::function<Value(Emitter &)> alignedOf,
-                      RowPasses passes, int64_t maxAtOnce, int64_t maxChunks) {
+                      RowPasses passes, int64_t rpw) {
   return [=](Emitter &e, Value tid, Value bid, Value) {
     OpBuilder &b = e.b;
     Location loc = e.loc;
@@ -805,7 +805,7 @@ BlockFn rowGroupBlock(Value rowsIdx, Value n, int64_t vec,
         b, loc,
         arith::MulIOp::create(b, loc, bid, e.cIndex(kBlockSize / kLanes)),
         warp);
-    Value r0 = arith::MulIOp::create(b, loc, item, e.cIndex(kRowsPerWarp));
+    Value r0 = arith::MulIOp::create(b, loc, item, e.cIndex(rpw));
     Value any = cmp(e, arith::CmpIPredicate::ult, r0, rowsIdx);
     scf::IfOp::create(b, loc, any, [&](OpBuilder &ob, Location ol) {
       Emitter in(ob, ol, true);
@@ -818,10 +818,10 @@ BlockFn rowGroupBlock(Value rowsIdx, Value n, int64_t vec,
       Value regs =
           andOf(in, andOf(in, aligned, whole),
                 cmp(in, arith::CmpIPredicate::uge, full, in.cIndex(1)));
-      // K chunks a lane, G = kRowsPerWarp / K rows at once.
+      // K chunks a lane of all rpw rows at once.
       auto inRegisters = [&](Emitter &q, int64_t K) {
-        int64_t G = std::min(kRowsPerWarp / K, maxAtOnce);
-        for (int64_t g0 = 0; g0 < kRowsPerWarp; g0 += G) {
+        int64_t G = rpw;
+        for (int64_t g0 = 0; g0 < rpw; g0 += G) {
           SmallVector<Value, 4> rc, valid;
           for (int64_t t = 0; t < G; ++t) {
             Value rt = arith::AddIOp::create(q.b, q.loc, r0, q.cIndex(g0 + t));
@@ -892,8 +892,7 @@ BlockFn rowGroupBlock(Value rowsIdx, Value n, int64_t vec,
       };
       auto oneByOne = [&](Emitter &q) {
         Value end = arith::MinUIOp::create(
-            q.b, q.loc,
-            arith::AddIOp::create(q.b, q.loc, r0, q.cIndex(kRowsPerWarp)),
+            q.b, q.loc, arith::AddIOp::create(q.b, q.loc, r0, q.cIndex(rpw)),
             rowsIdx);
         scf::ForOp::create(
             q.b, q.loc, r0, end, q.cIndex(1), ValueRange{},
@@ -907,7 +906,7 @@ BlockFn rowGroupBlock(Value rowsIdx, Value n, int64_t vec,
       // ... else one by one.
       std::function<void(Emitter &, int64_t)> choose = [&](Emitter &q,
                                                            int64_t K) {
-        if (K > maxChunks) {
+        if (rpw == 1 || K * rpw > kRowsPerWarp) {
           oneByOne(q);
           return;
         }
@@ -1238,18 +1237,15 @@ RowPasses rmsNormPasses(Value dimF, Value eps, Value w, bool zc, Value rstd,
 }
 
 /// The Work of a row-wise group whose rows are independent: on the host
-/// row by row in two passes, on the GPU rowGroupBlock's kRowsPerWarp rows
-/// a warp, at most maxAtOnce of them in registers at once, rows of at most
-/// maxChunks chunks a lane (1, 2 or 4) in registers.
+/// row by row in two passes, on the GPU rowGroupBlock's `rpw` rows a warp.
 Work rowGroupWork(Value rowsIdx, Value n, int64_t vec, Value scratch,
                   std::function<Value(Emitter &)> alignedOf, RowPasses passes,
-                  int64_t maxAtOnce = kRowsPerWarp, int64_t maxChunks = 4) {
+                  int64_t rpw) {
   Work w{{rowsIdx}, [=](Emitter &e, ValueRange idx) {
            rowTwoPasses(e, passes, idx[0], laneOf(idx), scratch, n, vec,
                         Value());
          }};
-  w.gpuBlock =
-      rowGroupBlock(rowsIdx, n, vec, alignedOf, passes, maxAtOnce, maxChunks);
+  w.gpuBlock = rowGroupBlock(rowsIdx, n, vec, alignedOf, passes, rpw);
   return w;
 }
 
@@ -1277,7 +1273,8 @@ Work rmsNormWork(Emitter &e, const GroupSpec &s, const Args &a) {
       rmsNormPasses(dimF, eps, w, zc, rstd, x, y,
                     [=](Emitter &in, Value r, Value j) {
                       return in.load(x, {r, j});
-                    }));
+                    }),
+      s.rowsPerWarp);
 }
 
 /// The residual add and the RMSNorm that reads its output, fused per row:
@@ -1307,11 +1304,13 @@ Work addRmsNormWork(Emitter &e, const GroupSpec &s, const Args &a) {
         return chunksAligned(in, {x, z, h, y, w}, vec);
       },
       rmsNormPasses(
-          dimF, eps, w, zc, rstd, h, y, [=](Emitter &in, Value r, Value j) {
+          dimF, eps, w, zc, rstd, h, y,
+          [=](Emitter &in, Value r, Value j) {
             Value sum = in.add(in.load(x, {r, j}), in.load(z, {r, j}));
             in.store(sum, h, {r, j});
             return in.widen(in.narrow(sum, st));
-          }));
+          }),
+      s.rowsPerWarp);
 }
 
 /// The dw of a norm's backward, dw[j] += the column sum of term(r, j) over
@@ -1697,7 +1696,7 @@ Work l2NormWork(Emitter &e, const GroupSpec &s, const Args &a, bool backward) {
         [=](Emitter &in) {
           return chunksAligned(in, {x, y}, vec);
         },
-        p);
+        p, s.rowsPerWarp);
   }
   Value y = m2("y"), dy = m2("dy"), dx = m2("dx");
   p.term = [=](Emitter &in, Value r, Value j) {
@@ -1715,7 +1714,7 @@ Work l2NormWork(Emitter &e, const GroupSpec &s, const Args &a, bool backward) {
       [=](Emitter &in) {
         return chunksAligned(in, {y, dy, dx}, vec);
       },
-      p);
+      p, s.rowsPerWarp);
 }
 
 /// GDN's gated RMSNorm of each row (a token's head), the reference's
@@ -1765,15 +1764,12 @@ SmallVector<Work> gatedNormWork(Emitter &e, const GroupSpec &s, const Args &a,
                      in.sigmoid(zv)),
                y, {r, j});
     };
-    // At most 2 chunks a lane in registers (heads up to 256 wide): with 4
-    // the sigmoids' correctly rounded divisions, a slow-path call each,
-    // made ptxas spill.
     return {rowGroupWork(
         rowsIdx, dimIdx, vec, scratch,
         [=](Emitter &in) {
           return chunksAligned(in, {x, z, w, y}, vec);
         },
-        p, /*maxAtOnce=*/4, /*maxChunks=*/2)};
+        p, s.rowsPerWarp)};
   }
   Value dy = m2("dy"), dx = m2("dx"), dz = m2("dz");
   Value y, dw;

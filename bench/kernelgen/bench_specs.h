@@ -25,13 +25,32 @@ inline GroupSpec stepSpec(GroupKind kind) {
   return s;
 }
 
+/// stepSpec(kind) for rows of `dim` elements, with the rows a warp the
+/// step's code generation picks (rowsPerWarpFor).
+inline GroupSpec stepSpec(GroupKind kind, int64_t dim) {
+  GroupSpec s = stepSpec(kind);
+  s.rowsPerWarp = rowsPerWarpFor(s, dim);
+  return s;
+}
+
 inline std::vector<GroupSpec> benchSpecs() {
   std::vector<GroupSpec> all;
-  for (GroupKind k : {GroupKind::RmsNormForward, GroupKind::RmsNormBackward,
-                      GroupKind::AddRmsNormForward, GroupKind::L2NormForward,
-                      GroupKind::L2NormBackward, GroupKind::GatedNormForward,
-                      GroupKind::GatedNormBackward, GroupKind::SwiGluForward,
-                      GroupKind::SwiGluBackward, GroupKind::SigmoidGateForward,
+  // The row-wise groups at the bench's row lengths (hidden 1024, q/k norms
+  // 256, GDN heads 128).
+  for (GroupKind k : {GroupKind::RmsNormForward, GroupKind::AddRmsNormForward,
+                      GroupKind::L2NormForward, GroupKind::L2NormBackward,
+                      GroupKind::GatedNormForward})
+    for (int64_t dim : {1024, 256, 128}) {
+      GroupSpec s = stepSpec(k, dim);
+      bool seen = false;
+      for (const GroupSpec &o : all)
+        seen = seen || (o.kind == s.kind && o.rowsPerWarp == s.rowsPerWarp);
+      if (!seen)
+        all.push_back(s);
+    }
+  for (GroupKind k : {GroupKind::RmsNormBackward, GroupKind::GatedNormBackward,
+                      GroupKind::SwiGluForward, GroupKind::SwiGluBackward,
+                      GroupKind::SigmoidGateForward,
                       GroupKind::SigmoidGateBackward, GroupKind::RopeForward,
                       GroupKind::RopeBackward, GroupKind::ResidualAdd})
     all.push_back(stepSpec(k));

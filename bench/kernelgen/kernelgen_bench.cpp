@@ -288,17 +288,18 @@ std::vector<Case> buildCases(Pool &pool, const KernelContext &ctx0,
       fa.dim = dim;
       fa.xStride = fa.yStride = dim;
       f.lib.push_back([=](cudaStream_t) { KS(rmsNormForward(ctx, fa)); });
-      f.gen.push_back(GenLaunch(spec(kg::GroupKind::RmsNormForward),
-                                {{"x", ptr(fa.x)},
-                                 {"w", ptr(fa.w)},
-                                 {"y", ptr(fa.y)},
-                                 {"rstd", ptr(fa.rstd)},
-                                 {"rows", uint64_t(rows)},
-                                 {"dim", uint64_t(dim)},
-                                 {"xStride", uint64_t(dim)},
-                                 {"yStride", uint64_t(dim)},
-                                 {"eps", f32(1e-6f)}},
-                                genWs));
+      f.gen.push_back(
+          GenLaunch(kg::bench::stepSpec(kg::GroupKind::RmsNormForward, dim),
+                    {{"x", ptr(fa.x)},
+                     {"w", ptr(fa.w)},
+                     {"y", ptr(fa.y)},
+                     {"rstd", ptr(fa.rstd)},
+                     {"rows", uint64_t(rows)},
+                     {"dim", uint64_t(dim)},
+                     {"xStride", uint64_t(dim)},
+                     {"yStride", uint64_t(dim)},
+                     {"eps", f32(1e-6f)}},
+                    genWs));
       RmsNormBackwardArgs ba;
       ba.x = bf("x", s);
       ba.w = bf("w", 0);
@@ -371,17 +372,18 @@ std::vector<Case> buildCases(Pool &pool, const KernelContext &ctx0,
         KS(residualAddForward(ctx, add));
         KS(rmsNormForward(ctx, fa));
       });
-      c.gen.push_back(GenLaunch(spec(kg::GroupKind::AddRmsNormForward),
-                                {{"a", ptr(add.a)},
-                                 {"b", ptr(add.b)},
-                                 {"h", ptr(add.y)},
-                                 {"w", ptr(fa.w)},
-                                 {"y", ptr(fa.y)},
-                                 {"rstd", ptr(fa.rstd)},
-                                 {"rows", uint64_t(T)},
-                                 {"dim", uint64_t(D)},
-                                 {"eps", f32(1e-6f)}},
-                                genWs));
+      c.gen.push_back(
+          GenLaunch(kg::bench::stepSpec(kg::GroupKind::AddRmsNormForward, D),
+                    {{"a", ptr(add.a)},
+                     {"b", ptr(add.b)},
+                     {"h", ptr(add.y)},
+                     {"w", ptr(fa.w)},
+                     {"y", ptr(fa.y)},
+                     {"rstd", ptr(fa.rstd)},
+                     {"rows", uint64_t(T)},
+                     {"dim", uint64_t(D)},
+                     {"eps", f32(1e-6f)}},
+                    genWs));
     }
     cases.push_back(std::move(c));
   }
@@ -406,22 +408,24 @@ std::vector<Case> buildCases(Pool &pool, const KernelContext &ctx0,
       a.dx = bf("dx", s);
       f.lib.push_back([=](cudaStream_t) { KS(gdnL2NormForward(ctx, a)); });
       b.lib.push_back([=](cudaStream_t) { KS(gdnL2NormBackward(ctx, a)); });
-      f.gen.push_back(GenLaunch(spec(kg::GroupKind::L2NormForward),
-                                {{"x", ptr(a.x)},
-                                 {"y", ptr(a.y)},
-                                 {"rstd", ptr(a.rstd)},
-                                 {"rows", uint64_t(rows)},
-                                 {"dim", uint64_t(K)},
-                                 {"eps", f32(1e-6f)}},
-                                genWs));
-      b.gen.push_back(GenLaunch(spec(kg::GroupKind::L2NormBackward),
-                                {{"y", ptr(a.y)},
-                                 {"rstd", ptr(a.rstd)},
-                                 {"dy", ptr(a.dy)},
-                                 {"dx", ptr(a.dx)},
-                                 {"rows", uint64_t(rows)},
-                                 {"dim", uint64_t(K)}},
-                                genWs));
+      f.gen.push_back(
+          GenLaunch(kg::bench::stepSpec(kg::GroupKind::L2NormForward, K),
+                    {{"x", ptr(a.x)},
+                     {"y", ptr(a.y)},
+                     {"rstd", ptr(a.rstd)},
+                     {"rows", uint64_t(rows)},
+                     {"dim", uint64_t(K)},
+                     {"eps", f32(1e-6f)}},
+                    genWs));
+      b.gen.push_back(
+          GenLaunch(kg::bench::stepSpec(kg::GroupKind::L2NormBackward, K),
+                    {{"y", ptr(a.y)},
+                     {"rstd", ptr(a.rstd)},
+                     {"dy", ptr(a.dy)},
+                     {"dx", ptr(a.dx)},
+                     {"rows", uint64_t(rows)},
+                     {"dim", uint64_t(K)}},
+                    genWs));
     }
     cases.push_back(std::move(f));
     cases.push_back(std::move(b));
@@ -447,16 +451,17 @@ std::vector<Case> buildCases(Pool &pool, const KernelContext &ctx0,
       g.dz = bf("dz", s);
       g.dw = fl("dw", 0);
       b.lib.push_back([=](cudaStream_t) { KS(gdnGatedNormBackward(ctx, g)); });
-      f.gen.push_back(GenLaunch(spec(kg::GroupKind::GatedNormForward),
-                                {{"x", ptr(a.x)},
-                                 {"z", ptr(a.z)},
-                                 {"w", ptr(a.w)},
-                                 {"y", ptr(a.y)},
-                                 {"rstd", ptr(a.rstd)},
-                                 {"rows", uint64_t(rows)},
-                                 {"dim", uint64_t(K)},
-                                 {"eps", f32(1e-6f)}},
-                                genWs));
+      f.gen.push_back(
+          GenLaunch(kg::bench::stepSpec(kg::GroupKind::GatedNormForward, K),
+                    {{"x", ptr(a.x)},
+                     {"z", ptr(a.z)},
+                     {"w", ptr(a.w)},
+                     {"y", ptr(a.y)},
+                     {"rstd", ptr(a.rstd)},
+                     {"rows", uint64_t(rows)},
+                     {"dim", uint64_t(K)},
+                     {"eps", f32(1e-6f)}},
+                    genWs));
       b.gen.push_back(GenLaunch(
           spec(kg::GroupKind::GatedNormBackward),
           {{"x", ptr(g.x)},

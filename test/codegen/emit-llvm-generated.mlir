@@ -12,7 +12,8 @@
 // with its main grad, in bf16 and f32) launch generated kernels through
 // ap_launch_generated, each distinct kernel once in the program's table in
 // first-launch order; the linear stays a library launch. The host kernels
-// and their packed entries are functions of the module.
+// and their packed entries are functions of the module. The forward norms'
+// short rows take 4 rows a GPU warp (kernelName's _r4).
 
 // CHECK-DAG: llvm.func @ap_launch_generated(!llvm.ptr, i32, !llvm.ptr, i32, !llvm.ptr, i64)
 // CHECK-DAG: llvm.func @ap_launch(!llvm.ptr, i32, !llvm.ptr, i32, !llvm.ptr, i64)
@@ -23,14 +24,14 @@
 // CHECK-DAG: constant @str.{{[0-9]+}}("pppl\00")
 // CHECK-DAG: constant @str.{{[0-9]+}}("ap_kg_swiglu_fwd_bf16\00")
 // CHECK-DAG: constant @str.{{[0-9]+}}("ppplllll\00")
-// CHECK-DAG: constant @str.{{[0-9]+}}("ap_kg_rmsnorm_fwd_zc_bf16\00")
+// CHECK-DAG: constant @str.{{[0-9]+}}("ap_kg_rmsnorm_fwd_zc_r4_bf16\00")
 // CHECK-DAG: constant @str.{{[0-9]+}}("ppppllllf\00")
 // CHECK-DAG: constant @str.{{[0-9]+}}("ppppppwlllllll\00")
 // CHECK-DAG: constant @str.{{[0-9]+}}("ap_kg_rmsnorm_bwd_zc_dw_bf16_rows\00")
 // CHECK-DAG: constant @str.{{[0-9]+}}("ap_kg_rmsnorm_bwd_zc_dw_bf16_dwpart\00")
 // CHECK-DAG: constant @str.{{[0-9]+}}("ap_kg_rmsnorm_bwd_zc_dw_bf16_dw\00")
 // CHECK-DAG: constant @str.{{[0-9]+}}("ap_kg_residual_add_f32\00")
-// CHECK-DAG: constant @str.{{[0-9]+}}("ap_kg_add_rmsnorm_fwd_zc_bf16\00")
+// CHECK-DAG: constant @str.{{[0-9]+}}("ap_kg_add_rmsnorm_fwd_zc_r4_bf16\00")
 // CHECK-DAG: constant @str.{{[0-9]+}}("ppppppllf\00")
 // CHECK-LABEL: llvm.func internal @actplace_step(
 // The add: kernel 0, three pointers and n in four 8-byte slots.
@@ -79,7 +80,7 @@
 // CHECK-DAG: llvm.func @ap_kg_residual_add_bf16_packed(%arg0: !llvm.ptr) {
 // CHECK-DAG: llvm.func @ap_kg_residual_add_f32_packed(%arg0: !llvm.ptr) {
 // CHECK-DAG: llvm.func @ap_kg_swiglu_fwd_bf16_packed(%arg0: !llvm.ptr) {
-// CHECK-DAG: llvm.func @ap_kg_rmsnorm_fwd_zc_bf16_packed(%arg0: !llvm.ptr) {
+// CHECK-DAG: llvm.func @ap_kg_rmsnorm_fwd_zc_r4_bf16_packed(%arg0: !llvm.ptr) {
 // CHECK-DAG: llvm.mlir.addressof @generated
 // CHECK-LABEL: llvm.func @main(
 
@@ -92,7 +93,7 @@
 // generated_ops (--kernels=auto's choice): only those ops launch generated
 // kernels; the adds and norms outside the list keep the library's.
 // SUBSET-DAG: llvm.func @ap_kg_swiglu_fwd_bf16_packed(
-// SUBSET-DAG: llvm.func @ap_kg_add_rmsnorm_fwd_zc_bf16_packed(
+// SUBSET-DAG: llvm.func @ap_kg_add_rmsnorm_fwd_zc_r4_bf16_packed(
 // SUBSET-NOT: llvm.func @ap_kg_residual_add
 // SUBSET-NOT: llvm.func @ap_kg_rmsnorm_fwd
 // SUBSET-NOT: llvm.func @ap_kg_rmsnorm_bwd

@@ -161,8 +161,16 @@ def main():
         if name == "recompute-fused":
             needed += ["ap_kg_swiglu_bwd_y_" + dtype,
                        "ap_kg_rmsnorm_bwd_zc_dw_y_" + dtype]
+        # The row-wise groups take 1, 2 or 4 rows a warp by their row
+        # length (kernelName's _r2 / _r4).
+        rows = ["ap_kg_l2norm_fwd_", "ap_kg_l2norm_bwd_"]
         for k in needed:
-            check(k.encode() + b"\0" in image,
+            pattern = re.escape(k.encode())
+            for prefix in rows:
+                if k.startswith(prefix):
+                    pattern = (re.escape(prefix[:-1].encode()) +
+                               rb"(_r[24])?_" + re.escape(dtype.encode()))
+            check(re.search(pattern + rb"\0", image) is not None,
                   "%s: the binary has no generated kernel %s" % (name, k))
         if have_ptx:
             check(b".target sm_90a" in image and
@@ -206,7 +214,8 @@ def main():
                   "unfused: --fuse-kernels=false fused %d pairs" % fused_pairs)
         else:
             check(fused_pairs > 0 and
-                  ("ap_kg_add_rmsnorm_fwd_zc_" + dtype).encode() in image,
+                  re.search(rb"ap_kg_add_rmsnorm_fwd_zc(_r[24])?_" +
+                            dtype.encode(), image) is not None,
                   "%s: no residual add + RMSNorm fused (%d pairs)" %
                   (name, fused_pairs))
         print("%s: %s generated kernels, %d add + RMSNorm and %d RMSNorm "
@@ -285,7 +294,8 @@ def main():
                        capture_output=True, text=True)
     text = open(t.path("step.mlir")).read() if r.returncode == 0 else ""
     check("llvm.call @ap_launch_generated" in text and
-          "llvm.func @ap_kg_rmsnorm_fwd_zc_bf16_packed" in text,
+          re.search(r"llvm\.func @ap_kg_rmsnorm_fwd_zc(_r[24])?_bf16_packed",
+                    text) is not None,
           "--emit=mlir: no generated launches or kernels in the module")
 
     # Two pipeline stages: each stage's program has its own table; the

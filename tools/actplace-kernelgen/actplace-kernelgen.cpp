@@ -59,6 +59,12 @@ static cl::opt<bool> addResidual(
     cl::desc("rmsnorm-bwd fused with the residual add that reads its dx "
              "(dx = round(dx) + res)"),
     cl::cat(category));
+static cl::opt<int> rowsPerWarp(
+    "rows-per-warp", cl::init(1),
+    cl::desc("Rows a GPU warp takes in the row-wise groups with independent "
+             "rows (rmsnorm-fwd, add-rmsnorm-fwd, l2norm-fwd/bwd, "
+             "gated-norm-fwd): 1, 2 or 4"),
+    cl::cat(category));
 static cl::opt<bool>
     plainNorm("rmsnorm-plain", cl::init(false),
               cl::desc("rmsnorm-fwd/bwd scale by w instead of (1 + w)"),
@@ -109,6 +115,11 @@ int main(int argc, char **argv) {
       return 1;
     }
   }
+  if (rowsPerWarp != 1 && rowsPerWarp != 2 && rowsPerWarp != 4) {
+    errs() << "actplace-kernelgen: --rows-per-warp " << rowsPerWarp
+           << " (expected 1, 2 or 4)\n";
+    return 1;
+  }
   if (emit != "mlir" && emit != "gpu-mlir" && emit != "llvm" && emit != "ptx") {
     errs() << "actplace-kernelgen: unknown --emit '" << emit
            << "' (expected mlir, gpu-mlir, llvm or ptx)\n";
@@ -143,6 +154,8 @@ int main(int argc, char **argv) {
     spec.accumulateDw = !noDw;
     spec.addResidual =
         addResidual && spec.kind == kg::GroupKind::RmsNormBackward;
+    if (kg::hasRowsPerWarp(spec.kind))
+      spec.rowsPerWarp = rowsPerWarp;
     specs.push_back(spec);
   }
 

@@ -62,6 +62,16 @@ inline std::vector<GroupSpec> cudaTestSpecs() {
     all.push_back(s);
   }
   s.packed = false;
+  // The row-wise groups with 2 and 4 rows a warp (the register path).
+  for (GroupKind k : {GroupKind::RmsNormForward, GroupKind::AddRmsNormForward,
+                      GroupKind::L2NormForward, GroupKind::L2NormBackward,
+                      GroupKind::GatedNormForward})
+    for (int rpw : {2, 4}) {
+      GroupSpec r;
+      r.kind = k;
+      r.rowsPerWarp = rpw;
+      all.push_back(r);
+    }
   s.kind = GroupKind::AdamW;
   s.dtype = ElemType::F32; // f32 main grads, bf16 compute copy
   s.computeCopy = ElemType::BF16;

@@ -274,6 +274,14 @@ const Shape kMlp[] = {{4096, 3584}, {3, 7}, {17, 33}};
 const Shape kNorm[] = {
     {4096, 1024}, {32768, 256}, {5, 1023}, {1, 1}, {37, 1536}};
 
+/// The spec of `kind` with `rpw` rows a warp (kernelgen_cuda_specs.h).
+kg::GroupSpec rowsSpec(kg::GroupKind kind, int rpw) {
+  kg::GroupSpec s;
+  s.kind = kind;
+  s.rowsPerWarp = rpw;
+  return s;
+}
+
 const kg::GroupSpec &specOf(kg::GroupKind kind) {
   static const std::vector<kg::GroupSpec> all = GpuKernels::specs();
   for (const kg::GroupSpec &s : all)
@@ -444,9 +452,22 @@ TEST_F(KernelGenCuda, RmsNormForwardAndBackwardBitwiseToModel) {
         ddx(std::vector<uint8_t>(n * 2, 0xff)), ddw(dw0),
         dyB(std::vector<uint8_t>(n * 2, 0xff));
     float eps = float(1e-6);
+    std::string where = std::to_string(s.rows) + "x" + std::to_string(d);
+    // 2 and 4 rows a warp (the register path where a row is 1 or 2 chunks a
+    // lane): the same bits.
+    for (int rpw : {2, 4}) {
+      DevBuf y2(std::vector<uint8_t>(n * 2, 0xff)),
+          r2(std::vector<float>(size_t(s.rows), -1.f));
+      CU(launch(kg::kernelName(rowsSpec(kg::GroupKind::RmsNormForward, rpw)),
+                dx_.p, dw_.p, y2.p, r2.p, s.rows, d, d, d, eps));
+      EXPECT_TRUE(sameBits(yW, y2.bytesBack(), 2, "rmsnorm y, rows a warp"))
+          << where << " " << rpw;
+      EXPECT_TRUE(sameBits(rawBytes(rstdW), rawBytes(r2.floatsBack()), 4,
+                           "rstd, rows a warp"))
+          << where << " " << rpw;
+    }
     CU(launch(kg::kernelName(specOf(kg::GroupKind::RmsNormForward)), dx_.p,
               dw_.p, dyOut.p, drstd.p, s.rows, d, d, d, eps));
-    std::string where = std::to_string(s.rows) + "x" + std::to_string(d);
     EXPECT_TRUE(sameBits(yW, dyOut.bytesBack(), 2, "rmsnorm y")) << where;
     EXPECT_TRUE(
         closeTo(t, yR, dyOut.bytesBack(), orderTol(t), "y vs reference"))
@@ -551,9 +572,23 @@ TEST_F(KernelGenCuda, FusedAddRmsNormBitwiseToUnfusedKernels) {
         dy(std::vector<uint8_t>(n * 2, 0xff)),
         drstd(std::vector<float>(size_t(s.rows), -1.f));
     float eps = float(1e-6);
+    std::string where = std::to_string(s.rows) + "x" + std::to_string(d);
+    for (int rpw : {2, 4}) {
+      DevBuf h2(std::vector<uint8_t>(n * 2, 0xff)),
+          y2(std::vector<uint8_t>(n * 2, 0xff)),
+          r2(std::vector<float>(size_t(s.rows), -1.f));
+      CU(launch(kg::kernelName(rowsSpec(kg::GroupKind::AddRmsNormForward, rpw)),
+                da.p, db.p, h2.p, dw.p, y2.p, r2.p, s.rows, d, eps));
+      EXPECT_TRUE(sameBits(hW, h2.bytesBack(), 2, "h, rows a warp"))
+          << where << " " << rpw;
+      EXPECT_TRUE(sameBits(yW, y2.bytesBack(), 2, "y, rows a warp"))
+          << where << " " << rpw;
+      EXPECT_TRUE(sameBits(rawBytes(rstdW), rawBytes(r2.floatsBack()), 4,
+                           "rstd, rows a warp"))
+          << where << " " << rpw;
+    }
     CU(launch(kg::kernelName(specOf(kg::GroupKind::AddRmsNormForward)), da.p,
               db.p, dh.p, dw.p, dy.p, drstd.p, s.rows, d, eps));
-    std::string where = std::to_string(s.rows) + "x" + std::to_string(d);
     EXPECT_TRUE(sameBits(hW, dh.bytesBack(), 2, "h")) << where;
     EXPECT_TRUE(sameBits(yW, dy.bytesBack(), 2, "y")) << where;
     EXPECT_TRUE(
@@ -590,6 +625,22 @@ TEST_F(KernelGenCuda, L2NormBitwiseToModel) {
         << where;
     CU(launch(kg::kernelName(b), dy_.p, dr.p, ddy.p, ddx.p, s.rows, d));
     EXPECT_TRUE(sameBits(dxW, ddx.bytesBack(), 2, "l2norm dx")) << where;
+    for (int rpw : {2, 4}) {
+      DevBuf y2(std::vector<uint8_t>(n * 2, 0xff)),
+          r2(std::vector<float>(size_t(s.rows), -1.f)),
+          dx2(std::vector<uint8_t>(n * 2, 0xff));
+      CU(launch(kg::kernelName(rowsSpec(kg::GroupKind::L2NormForward, rpw)),
+                dx_.p, y2.p, r2.p, s.rows, d, eps));
+      EXPECT_TRUE(sameBits(yW, y2.bytesBack(), 2, "l2norm y, rows a warp"))
+          << where << " " << rpw;
+      EXPECT_TRUE(sameBits(rawBytes(rW), rawBytes(r2.floatsBack()), 4,
+                           "rstd, rows a warp"))
+          << where << " " << rpw;
+      CU(launch(kg::kernelName(rowsSpec(kg::GroupKind::L2NormBackward, rpw)),
+                y2.p, r2.p, ddy.p, dx2.p, s.rows, d));
+      EXPECT_TRUE(sameBits(dxW, dx2.bytesBack(), 2, "l2norm dx, rows a warp"))
+          << where << " " << rpw;
+    }
   }
 }
 
@@ -637,6 +688,20 @@ TEST_F(KernelGenCuda, GatedNormWithinBoundsAndDeterministic) {
                 d, eps));
       EXPECT_TRUE(sameBits(rawBytes(rW), rawBytes(dr.floatsBack()), 4, "rstd"))
           << where;
+      // 2 and 4 rows a warp: the bits of one row a warp.
+      for (int rpw : {2, 4}) {
+        DevBuf y2(std::vector<uint8_t>(n * 2, 0xff)),
+            r2(std::vector<float>(size_t(s.rows), -1.f));
+        CU(launch(
+            kg::kernelName(rowsSpec(kg::GroupKind::GatedNormForward, rpw)),
+            dx_.p, dz_.p, dw_.p, y2.p, r2.p, s.rows, d, eps));
+        EXPECT_TRUE(sameBits(dyOut.bytesBack(), y2.bytesBack(), 2,
+                             "gated y, rows a warp"))
+            << where << " " << rpw;
+        EXPECT_TRUE(sameBits(rawBytes(rW), rawBytes(r2.floatsBack()), 4,
+                             "gated rstd, rows a warp"))
+            << where << " " << rpw;
+      }
       EXPECT_TRUE(closeTo(t, yW, dyOut.bytesBack(), orderTol(t), "y")) << where;
       // The backward from the model's rstd.
       DevBuf dr2(rW);

@@ -1167,3 +1167,37 @@ TEST(KernelGenBinary, PackedEntriesMatchTheKernelAbi) {
 }
 
 } // namespace
+
+// Rows a warp of the row-wise groups: 4 where a row is one chunk a lane, 2
+// where it is two, 1 wider (and for the other kinds); the choice names the
+// kernel and sets the launch's rows per item.
+TEST(KernelGenAbi, RowsPerWarpFollowsTheRowLength) {
+  kg::GroupSpec s;
+  s.kind = kg::GroupKind::RmsNormForward;
+  EXPECT_EQ(kg::rowsPerWarpFor(s, 256), 4);  // 32 chunks of 8
+  EXPECT_EQ(kg::rowsPerWarpFor(s, 257), 2);  // 33 chunks
+  EXPECT_EQ(kg::rowsPerWarpFor(s, 512), 2);  // 64 chunks
+  EXPECT_EQ(kg::rowsPerWarpFor(s, 1024), 1); // 128 chunks
+  s.dtype = kg::ElemType::F32;
+  EXPECT_EQ(kg::rowsPerWarpFor(s, 256), 2); // 64 chunks of 4
+  s.dtype = kg::ElemType::BF16;
+  s.kind = kg::GroupKind::L2NormForward;
+  EXPECT_EQ(kg::rowsPerWarpFor(s, 128), 4); // 32 chunks of 4
+  s.kind = kg::GroupKind::RmsNormBackward;
+  EXPECT_EQ(kg::rowsPerWarpFor(s, 128), 1);
+  EXPECT_FALSE(kg::hasRowsPerWarp(s.kind));
+  s.kind = kg::GroupKind::GatedNormForward;
+  s.rowsPerWarp = 4;
+  EXPECT_EQ(kg::kernelName(s), "ap_kg_gated_norm_fwd_r4_bf16");
+  std::vector<kg::GpuEntry> e = kg::gpuEntries(s);
+  ASSERT_EQ(e.size(), 1u);
+  EXPECT_EQ(e[0].vector, 4);
+  // 10 rows at 4 a warp: 3 warps, one block of 256 threads.
+  std::vector<int64_t> ints(kg::kernelParams(s).size(), 0);
+  for (size_t i = 0; i < ints.size(); ++i)
+    if (kg::kernelParams(s)[i].name == "rows")
+      ints[i] = 10;
+  EXPECT_EQ(kg::gpuBlocks(e[0], ints), 1u);
+  s.rowsPerWarp = 1;
+  EXPECT_EQ(kg::kernelName(s), "ap_kg_gated_norm_fwd_bf16");
+}
