@@ -374,8 +374,10 @@ std::vector<GpuEntry> gpuEntries(const GroupSpec &spec) {
       break;
     case GroupKind::RopeForward:
     case GroupKind::RopeBackward:
-      // A thread per (token, rotary pair or copied column), over the heads.
-      e.workParams = {index("tokens"), index("cols")};
+      // A block per token (its pairs' table in shared memory, then 8 pairs
+      // or 8 copied columns of a head a thread).
+      e.workParams = {index("tokens")};
+      e.threadsPerItem = int(kBlockSize);
       break;
     case GroupKind::GradNormSquares:
       // A block of kGradNormThreads threads per block of kGradNormBlock

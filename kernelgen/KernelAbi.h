@@ -192,6 +192,9 @@ std::vector<KernelParam> kernelParams(const GroupSpec &spec);
 /// Lanes of a row-wise kernel's warp and row groups of a column sum (the
 /// fixed reduction order, KernelGen.h).
 constexpr int64_t kLanes = 32;
+/// Rotary pairs (rotaryDim / 2) whose cos and sin a GPU RoPE block keeps in
+/// its shared table; more take the item-per-thread path.
+constexpr int64_t kRopeMaxHalf = 256;
 /// The most rows a warp of a row-wise kernel takes (GroupSpec::rowsPerWarp)
 /// and the most chunks a lane keeps in registers across them.
 constexpr int64_t kRowsPerWarp = 4;

@@ -1960,6 +1960,36 @@ Work ropeWork(Emitter &e, const GroupSpec &s, const Args &a, bool backward) {
                          scf::YieldOp::create(nb, nl);
                        });
   };
+  // cos and sin (-sin backward) of pair i's angle at token `tok`, in
+  // double rounded to f32: the position t = tok % seq (less its document's
+  // start when packed), a = pos * theta^((-2 i) / rotaryDim).
+  auto angleOf = [=](Emitter &e, Value tok,
+                     Value i) -> std::pair<Value, Value> {
+    OpBuilder &nb = e.b;
+    Location nl = e.loc;
+    Value t = arith::RemUIOp::create(nb, nl, tok, seqIdx);
+    Value pos = arith::IndexCastOp::create(nb, nl, i64, t);
+    if (docStart) {
+      Value ds = memref::LoadOp::create(nb, nl, docStart, ValueRange{tok});
+      pos = arith::SubIOp::create(nb, nl, pos,
+                                  arith::ExtSIOp::create(nb, nl, i64, ds));
+    }
+    Value iF = arith::SIToFPOp::create(
+        nb, nl, f64, arith::IndexCastOp::create(nb, nl, i64, i));
+    Value m2 = arith::ConstantOp::create(nb, nl, nb.getF64FloatAttr(-2.0));
+    Value expo = arith::DivFOp::create(
+        nb, nl, arith::MulFOp::create(nb, nl, m2, iF), rdF);
+    Value inv = math::PowFOp::create(nb, nl, theta, expo);
+    Value ang = arith::MulFOp::create(
+        nb, nl, arith::SIToFPOp::create(nb, nl, f64, pos), inv);
+    Type f32 = nb.getF32Type();
+    Value c =
+        arith::TruncFOp::create(nb, nl, f32, math::CosOp::create(nb, nl, ang));
+    Value sd = math::SinOp::create(nb, nl, ang);
+    if (backward)
+      sd = arith::NegFOp::create(nb, nl, sd);
+    return {c, arith::TruncFOp::create(nb, nl, f32, sd)};
+  };
   ItemFn item = [=](Emitter &in, ValueRange idx) {
     OpBuilder &b = in.b;
     Location loc = in.loc;
@@ -1974,32 +2004,7 @@ Work ropeWork(Emitter &e, const GroupSpec &s, const Args &a, bool backward) {
           Emitter e(nb, nl, in.gpu);
           Value i = arith::SubIOp::create(nb, nl, k, offset);
           Value c1 = k, c2 = arith::AddIOp::create(nb, nl, k, half);
-          // The token's position.
-          Value t = arith::RemUIOp::create(nb, nl, tok, seqIdx);
-          Value pos = arith::IndexCastOp::create(nb, nl, i64, t);
-          if (docStart) {
-            Value ds =
-                memref::LoadOp::create(nb, nl, docStart, ValueRange{tok});
-            pos = arith::SubIOp::create(
-                nb, nl, pos, arith::ExtSIOp::create(nb, nl, i64, ds));
-          }
-          // invFreq = theta^((-2 i) / rotaryDim), the angle in double.
-          Value iF = arith::SIToFPOp::create(
-              nb, nl, f64, arith::IndexCastOp::create(nb, nl, i64, i));
-          Value m2 =
-              arith::ConstantOp::create(nb, nl, nb.getF64FloatAttr(-2.0));
-          Value expo = arith::DivFOp::create(
-              nb, nl, arith::MulFOp::create(nb, nl, m2, iF), rdF);
-          Value inv = math::PowFOp::create(nb, nl, theta, expo);
-          Value ang = arith::MulFOp::create(
-              nb, nl, arith::SIToFPOp::create(nb, nl, f64, pos), inv);
-          Type f32 = nb.getF32Type();
-          Value c = arith::TruncFOp::create(nb, nl, f32,
-                                            math::CosOp::create(nb, nl, ang));
-          Value sd = math::SinOp::create(nb, nl, ang);
-          if (backward)
-            sd = arith::NegFOp::create(nb, nl, sd);
-          Value sv = arith::TruncFOp::create(nb, nl, f32, sd);
+          auto [c, sv] = angleOf(e, tok, i);
           forHeads(e, tok, [&](Emitter &h, Value r) {
             Value x1 = h.load(x, {r, c1}), x2 = h.load(x, {r, c2});
             h.store(h.sub(h.mul(x1, c), h.mul(x2, sv)), y, {r, c1});
@@ -2020,7 +2025,146 @@ Work ropeWork(Emitter &e, const GroupSpec &s, const Args &a, bool backward) {
           scf::YieldOp::create(nb, nl);
         });
   };
-  return Work{{e.toIndex(tokens), e.toIndex(a.get("cols"))}, item};
+  Value colsIdx = e.toIndex(a.get("cols"));
+  Work w{{e.toIndex(tokens), colsIdx}, item};
+  // GPU: a block per token. Its pairs' cos and sin go to a shared table
+  // once (the same values as angleOf per item); then, where x and y are
+  // 16-byte aligned and offset, rotaryDim / 2 and headDim are multiples of
+  // 8 (and rotaryDim / 2 <= kRopeMaxHalf), a thread takes 8 pairs of one
+  // head (two 16-byte loads and stores) or 8 copied columns, over the
+  // token's heads; otherwise the items above, a thread each in turn. Every
+  // element's arithmetic is the item's, so the bits are the host's.
+  w.sharedFloats = 2 * kRopeMaxHalf;
+  w.gpuBlock = [=](Emitter &e, Value tid, Value bid, Value shared) {
+    OpBuilder &b = e.b;
+    Location loc = e.loc;
+    Value tok = bid;
+    Value threads = e.cIndex(kBlockSize);
+    auto blockLoop = [&](Emitter &in, Value count,
+                         llvm::function_ref<void(Emitter &, Value)> body) {
+      scf::ForOp::create(in.b, in.loc, tid, count, threads, ValueRange{},
+                         [&](OpBuilder &nb, Location nl, Value t, ValueRange) {
+                           Emitter on(nb, nl, true);
+                           body(on, t);
+                           scf::YieldOp::create(nb, nl);
+                         });
+    };
+    auto cmp = [](Emitter &in, arith::CmpIPredicate p, Value l, Value r) {
+      return arith::CmpIOp::create(in.b, in.loc, p, l, r).getResult();
+    };
+    auto rem8 = [&](Value v) {
+      return cmp(e, arith::CmpIPredicate::eq,
+                 arith::RemUIOp::create(b, loc, v, e.cIndex(8)), e.cIndex(0));
+    };
+    Value headDimIdx = e.toIndex(headDim);
+    Value tabled =
+        cmp(e, arith::CmpIPredicate::ule, half, e.cIndex(kRopeMaxHalf));
+    Value vec = arith::AndIOp::create(
+        b, loc, chunksAligned(e, {x, y}, 8),
+        arith::AndIOp::create(
+            b, loc, tabled,
+            arith::AndIOp::create(
+                b, loc, rem8(headDimIdx),
+                arith::AndIOp::create(b, loc, rem8(offset), rem8(half)))));
+    // The table (only the vector path reads it): cs[i], then sn[i] at
+    // kRopeMaxHalf + i.
+    scf::IfOp::create(b, loc, vec, [&](OpBuilder &nb, Location nl) {
+      Emitter in(nb, nl, true);
+      blockLoop(in, half, [&](Emitter &q, Value i) {
+        auto [c, sv] = angleOf(q, tok, i);
+        memref::StoreOp::create(q.b, q.loc, c, shared, i);
+        Value at = arith::AddIOp::create(q.b, q.loc, i, q.cIndex(kRopeMaxHalf));
+        memref::StoreOp::create(q.b, q.loc, sv, shared, at);
+      });
+      scf::YieldOp::create(nb, nl);
+    });
+    gpu::BarrierOp::create(b, loc);
+    scf::IfOp::create(
+        b, loc, vec,
+        [&](OpBuilder &nb, Location nl) {
+          Emitter in(nb, nl, true);
+          Value eight = in.cIndex(8);
+          Value pairItems = arith::DivUIOp::create(nb, nl, half, eight);
+          Value rdIdx = in.toIndex(rd);
+          Value copyItems = arith::DivUIOp::create(
+              nb, nl, arith::SubIOp::create(nb, nl, headDimIdx, rdIdx), eight);
+          Value perHead = arith::AddIOp::create(nb, nl, pairItems, copyItems);
+          Value items = arith::MulIOp::create(nb, nl, headsIdx, perHead);
+          Value first = arith::MulIOp::create(nb, nl, tok, headsIdx);
+          blockLoop(in, items, [&](Emitter &q, Value it) {
+            OpBuilder &qb = q.b;
+            Location ql = q.loc;
+            Value head = arith::DivUIOp::create(qb, ql, it, perHead);
+            Value k = arith::RemUIOp::create(qb, ql, it, perHead);
+            Value r = arith::AddIOp::create(qb, ql, first, head);
+            Value isPair = cmp(q, arith::CmpIPredicate::ult, k, pairItems);
+            scf::IfOp::create(
+                qb, ql, isPair,
+                [&](OpBuilder &pb, Location pl) {
+                  Emitter p(pb, pl, true);
+                  Value i0 = arith::MulIOp::create(pb, pl, k, p.cIndex(8));
+                  Value c1 = arith::AddIOp::create(pb, pl, offset, i0);
+                  Value c2 = arith::AddIOp::create(pb, pl, c1, half);
+                  ChunkCtx lo(p, c1, 8, /*vector=*/true),
+                      hi(p, c2, 8, /*vector=*/true);
+                  SmallVector<Value, 8> x1, x2;
+                  p.chunk = &lo;
+                  for (int64_t q8 = 0; q8 < 8; ++q8)
+                    x1.push_back(p.load(x, {r, lo.js[q8]}));
+                  p.chunk = &hi;
+                  for (int64_t q8 = 0; q8 < 8; ++q8)
+                    x2.push_back(p.load(x, {r, hi.js[q8]}));
+                  SmallVector<Value, 8> y1, y2;
+                  for (int64_t q8 = 0; q8 < 8; ++q8) {
+                    Value i = arith::AddIOp::create(pb, pl, i0, p.cIndex(q8));
+                    Value c = memref::LoadOp::create(pb, pl, shared, i);
+                    Value at = arith::AddIOp::create(pb, pl, i,
+                                                     p.cIndex(kRopeMaxHalf));
+                    Value sv = memref::LoadOp::create(pb, pl, shared, at);
+                    y1.push_back(p.sub(p.mul(x1[q8], c), p.mul(x2[q8], sv)));
+                    y2.push_back(p.add(p.mul(x2[q8], c), p.mul(x1[q8], sv)));
+                  }
+                  p.chunk = &lo;
+                  for (int64_t q8 = 0; q8 < 8; ++q8)
+                    p.store(y1[q8], y, {r, lo.js[q8]});
+                  lo.flush(p);
+                  p.chunk = &hi;
+                  for (int64_t q8 = 0; q8 < 8; ++q8)
+                    p.store(y2[q8], y, {r, hi.js[q8]});
+                  hi.flush(p);
+                  p.chunk = nullptr;
+                  scf::YieldOp::create(pb, pl);
+                },
+                [&](OpBuilder &pb, Location pl) {
+                  Emitter p(pb, pl, true);
+                  // Copied: 8 columns below the pairs or past them.
+                  Value j = arith::MulIOp::create(
+                      pb, pl, arith::SubIOp::create(pb, pl, k, pairItems),
+                      p.cIndex(8));
+                  Value below = cmp(p, arith::CmpIPredicate::ult, j, offset);
+                  Value col = arith::SelectOp::create(
+                      pb, pl, below, j,
+                      arith::AddIOp::create(pb, pl, j, rdIdx));
+                  ChunkCtx cx(p, col, 8, /*vector=*/true);
+                  p.chunk = &cx;
+                  for (int64_t q8 = 0; q8 < 8; ++q8)
+                    p.store(p.load(x, {r, cx.js[q8]}), y, {r, cx.js[q8]});
+                  cx.flush(p);
+                  p.chunk = nullptr;
+                  scf::YieldOp::create(pb, pl);
+                });
+          });
+          scf::YieldOp::create(nb, nl);
+        },
+        [&](OpBuilder &nb, Location nl) {
+          Emitter in(nb, nl, true);
+          blockLoop(in, colsIdx, [&](Emitter &q, Value k) {
+            item(q, {tok, k});
+          });
+          scf::YieldOp::create(nb, nl);
+        });
+  };
+  return w;
 }
 
 Work adamWWork(Emitter &e, const GroupSpec &s, const Args &a) {
