@@ -55,12 +55,16 @@
 // entry, gpuEntries): grid = ceil(work * threadsPerItem / blockSize) blocks
 // of blockSize threads, where work is rows * ceil(cols / vector) (swiglu,
 // sigmoid_gate: a thread per `vector` consecutive elements of a row),
-// ceil(n / vector) (residual_add, adamw), rows (rmsnorm_fwd,
-// add_rmsnorm_fwd, l2norm, the rmsnorm_bwd row kernel: a warp of 32
-// threads per row, blocks of kBlockSize), dwParts * dim (the rmsnorm_bwd
-// dw partial kernel: 8 row groups per (part, column), blocks of 256 = 32
-// columns x 8) or dim (the rmsnorm_bwd dw kernel: 32 threads per column
-// summing the parts, blocks of 1024 = 32 columns x 32 groups).
+// ceil(n / vector) (residual_add, adamw), ceil(rows / rowsPerWarp)
+// (rmsnorm_fwd, add_rmsnorm_fwd, l2norm, gated_norm_fwd: a warp of 32
+// threads per rowsPerWarp rows, blocks of kBlockSize), rows (a norm
+// backward's row kernel without dw: a warp per row), dwParts (with dw: a
+// block of 8 warps per part of rows, which also sums the part's dw
+// partials up to kRowDwMaxDim columns), dwPartItems (the dw partial kernel
+// for wider rows: 8 row groups per (part, column), blocks of 256 = 32
+// columns x 8; 0 otherwise), dim (the dw kernel: 32 threads per column
+// summing the parts, blocks of 1024 = 32 columns x 32 groups) or tokens
+// (rope: a block of kBlockSize threads per token).
 //
 //===----------------------------------------------------------------------===//
 #ifndef ACTPLACE_KERNELGEN_KERNELABI_H
