@@ -268,6 +268,25 @@ std::vector<Case> buildCases(Pool &pool, const KernelContext &ctx0,
   auto fl = [&](const char *role, int s) { return pool.get(role, s, 4); };
   auto spec = [](kg::GroupKind k) { return kg::bench::stepSpec(k); };
   KernelContext ctx = ctx0;
+  // The norms' generated arguments for operand set s: every role's buffer
+  // under the kernels' parameter names (the same buffers the library calls
+  // get), the shape, contiguous strides, eps and the dw parts; GenLaunch
+  // takes the names its kernel has.
+  auto normArgs = [&](int s, int64_t rows, int64_t dim) {
+    GenLaunch::Args a;
+    for (const char *role : {"x", "y", "z", "dy", "dx", "dz", "res"})
+      a[role] = ptr(bf(role, s));
+    a["w"] = ptr(bf("w", 0));
+    a["rstd"] = ptr(fl("rstd", s));
+    a["dw"] = ptr(fl("dw", 0));
+    for (const char *n : {"dim", "xStride", "yStride", "dyStride", "dxStride"})
+      a[n] = uint64_t(dim);
+    a["rows"] = uint64_t(rows);
+    a["eps"] = f32(1e-6f);
+    a["dwParts"] = uint64_t(kg::rmsNormDwParts(rows));
+    a["dwPartItems"] = uint64_t(kg::rmsNormDwPartItems(rows, dim));
+    return a;
+  };
 
   // RMSNorm forward and backward (with dw) at the hidden size and at the
   // q/k norms' [T x 8 heads, 256].
@@ -290,16 +309,7 @@ std::vector<Case> buildCases(Pool &pool, const KernelContext &ctx0,
       f.lib.push_back([=](cudaStream_t) { KS(rmsNormForward(ctx, fa)); });
       f.gen.push_back(
           GenLaunch(kg::bench::stepSpec(kg::GroupKind::RmsNormForward, dim),
-                    {{"x", ptr(fa.x)},
-                     {"w", ptr(fa.w)},
-                     {"y", ptr(fa.y)},
-                     {"rstd", ptr(fa.rstd)},
-                     {"rows", uint64_t(rows)},
-                     {"dim", uint64_t(dim)},
-                     {"xStride", uint64_t(dim)},
-                     {"yStride", uint64_t(dim)},
-                     {"eps", f32(1e-6f)}},
-                    genWs));
+                    normArgs(s, rows, dim), genWs));
       RmsNormBackwardArgs ba;
       ba.x = bf("x", s);
       ba.w = bf("w", 0);
@@ -311,21 +321,7 @@ std::vector<Case> buildCases(Pool &pool, const KernelContext &ctx0,
       ba.dim = dim;
       ba.xStride = ba.dyStride = ba.dxStride = dim;
       b.lib.push_back([=](cudaStream_t) { KS(rmsNormBackward(ctx, ba)); });
-      GenLaunch::Args bargs{
-          {"x", ptr(ba.x)},
-          {"w", ptr(ba.w)},
-          {"rstd", ptr(ba.rstd)},
-          {"dy", ptr(ba.dy)},
-          {"dx", ptr(ba.dx)},
-          {"dw", ptr(ba.dw)},
-          {"res", ptr(bf("res", s))},
-          {"rows", uint64_t(rows)},
-          {"dim", uint64_t(dim)},
-          {"xStride", uint64_t(dim)},
-          {"dyStride", uint64_t(dim)},
-          {"dxStride", uint64_t(dim)},
-          {"dwParts", uint64_t(kg::rmsNormDwParts(rows))},
-          {"dwPartItems", uint64_t(kg::rmsNormDwPartItems(rows, dim))}};
+      GenLaunch::Args bargs = normArgs(s, rows, dim);
       b.gen.push_back(
           GenLaunch(spec(kg::GroupKind::RmsNormBackward), bargs, genWs));
       ResidualAddArgs add;
@@ -410,22 +406,10 @@ std::vector<Case> buildCases(Pool &pool, const KernelContext &ctx0,
       b.lib.push_back([=](cudaStream_t) { KS(gdnL2NormBackward(ctx, a)); });
       f.gen.push_back(
           GenLaunch(kg::bench::stepSpec(kg::GroupKind::L2NormForward, K),
-                    {{"x", ptr(a.x)},
-                     {"y", ptr(a.y)},
-                     {"rstd", ptr(a.rstd)},
-                     {"rows", uint64_t(rows)},
-                     {"dim", uint64_t(K)},
-                     {"eps", f32(1e-6f)}},
-                    genWs));
+                    normArgs(s, rows, K), genWs));
       b.gen.push_back(
           GenLaunch(kg::bench::stepSpec(kg::GroupKind::L2NormBackward, K),
-                    {{"y", ptr(a.y)},
-                     {"rstd", ptr(a.rstd)},
-                     {"dy", ptr(a.dy)},
-                     {"dx", ptr(a.dx)},
-                     {"rows", uint64_t(rows)},
-                     {"dim", uint64_t(K)}},
-                    genWs));
+                    normArgs(s, rows, K), genWs));
     }
     cases.push_back(std::move(f));
     cases.push_back(std::move(b));
@@ -453,30 +437,9 @@ std::vector<Case> buildCases(Pool &pool, const KernelContext &ctx0,
       b.lib.push_back([=](cudaStream_t) { KS(gdnGatedNormBackward(ctx, g)); });
       f.gen.push_back(
           GenLaunch(kg::bench::stepSpec(kg::GroupKind::GatedNormForward, K),
-                    {{"x", ptr(a.x)},
-                     {"z", ptr(a.z)},
-                     {"w", ptr(a.w)},
-                     {"y", ptr(a.y)},
-                     {"rstd", ptr(a.rstd)},
-                     {"rows", uint64_t(rows)},
-                     {"dim", uint64_t(K)},
-                     {"eps", f32(1e-6f)}},
-                    genWs));
-      b.gen.push_back(GenLaunch(
-          spec(kg::GroupKind::GatedNormBackward),
-          {{"x", ptr(g.x)},
-           {"z", ptr(g.z)},
-           {"w", ptr(g.w)},
-           {"rstd", ptr(g.rstd)},
-           {"dy", ptr(g.dy)},
-           {"dx", ptr(g.dx)},
-           {"dz", ptr(g.dz)},
-           {"dw", ptr(g.dw)},
-           {"rows", uint64_t(rows)},
-           {"dim", uint64_t(K)},
-           {"dwParts", uint64_t(kg::rmsNormDwParts(rows))},
-           {"dwPartItems", uint64_t(kg::rmsNormDwPartItems(rows, K))}},
-          genWs));
+                    normArgs(s, rows, K), genWs));
+      b.gen.push_back(GenLaunch(spec(kg::GroupKind::GatedNormBackward),
+                                normArgs(s, rows, K), genWs));
     }
     cases.push_back(std::move(f));
     cases.push_back(std::move(b));
