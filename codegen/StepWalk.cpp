@@ -2122,16 +2122,23 @@ LogicalResult Walker::walkKernel(Operation *op) {
             {"dim", L(d)},
             {"eps", F(float(arg(op, args, "eps", 1e-6, /*f32=*/true)))}});
   }
-  if (callee == "train.rms_norm_grad_add") {
-    // exec-generate-kernels' fusion: RMSNorm backward, then the residual
-    // add of its dx (ins x, w, rstd, dy, the other addend; outs the sum,
+  if (callee == "train.rms_norm_grad_add" ||
+      callee == "train.rms_norm_grad_sum") {
+    // exec-generate-kernels' fusions: RMSNorm backward with the residual
+    // add of its dx (_add: ins x, w, rstd, dy or its addends, the other
+    // addend last; outs the sum, then the weight grad), or with the chain
+    // of adds forming its dy (_sum: ins x, w, rstd, dy's addends; outs dx,
     // then the weight grad).
+    bool withAdd = callee == "train.rms_norm_grad_add";
+    int addends = int(ins.size()) - (withAdd ? 4 : 3);
     auto et = genType(ins[0]);
-    if (!et || ins.size() != 5 || results != 1)
-      return op->emitError(pfx() + "'train.rms_norm_grad_add' runs only as "
-                                   "a generated kernel of bf16 or f32 with "
-                                   "5 inputs and the sum as its one result "
-                                   "(exec.step ")
+    if (!et || results != 1 || addends < (withAdd ? 1 : 2) ||
+        addends > kernelgen::kMaxDyAddends)
+      return op->emitError(pfx() + "'" + callee.str() +
+                           "' runs only as a generated kernel of bf16 or f32 "
+                           "with x, w, rstd, 1 to 4 addends of dy" +
+                           (withAdd ? ", the other addend" : "") +
+                           " and one result (exec.step ")
              << exec::kKernelsAttr << " = \"generated\")";
     int64_t d = nel(ins[1]);
     int64_t rows = nel(ins[0]) / d;
@@ -2140,12 +2147,17 @@ LogicalResult Walker::walkKernel(Operation *op) {
     g.dtype = *et;
     g.zeroCentered = args && args.get("zero_centered");
     g.accumulateDw = grads >= 1;
-    g.addResidual = true;
+    g.addResidual = withAdd;
+    g.dyAddends = addends;
     std::map<std::string, GenArg> v{
-        {"x", P(at(ins[0]))},  {"w", P(at(ins[1]))},   {"rstd", P(at(ins[2]))},
-        {"dy", P(at(ins[3]))}, {"res", P(at(ins[4]))}, {"dx", P(at(outs[0]))},
-        {"rows", L(rows)},     {"dim", L(d)},          {"xStride", L(d)},
-        {"dyStride", L(d)},    {"dxStride", L(d)}};
+        {"x", P(at(ins[0]))},  {"w", P(at(ins[1]))},  {"rstd", P(at(ins[2]))},
+        {"dy", P(at(ins[3]))}, {"dx", P(at(outs[0]))}, {"rows", L(rows)},
+        {"dim", L(d)},         {"xStride", L(d)},      {"dyStride", L(d)},
+        {"dxStride", L(d)}};
+    for (int k = 1; k < addends; ++k)
+      v["dy" + std::to_string(k)] = P(at(ins[3 + k]));
+    if (withAdd)
+      v["res"] = P(at(ins.back()));
     if (g.accumulateDw)
       setDw(v, at(outs[1]), rows, d);
     return launchGen(g, v);

@@ -55,6 +55,8 @@ std::string kernelName(const GroupSpec &spec) {
       name += "_y";
     if (spec.addResidual)
       name += "_add";
+    if (spec.dyAddends > 1)
+      name += "_sum" + std::to_string(spec.dyAddends);
     break;
   case GroupKind::SigmoidGateForward:
     name += "sigmoid_gate_fwd";
@@ -226,6 +228,8 @@ Params paramsOf(const GroupSpec &s) {
     break;
   case GroupKind::RmsNormBackward:
     p.ptrs = {"x", "w", "rstd", "dy", "dx"};
+    for (int k = 1; k < s.dyAddends; ++k)
+      p.ptrs.push_back("dy" + std::to_string(k));
     if (s.addResidual)
       p.ptrs.push_back("res");
     if (s.accumulateDw)

@@ -145,6 +145,12 @@ struct GroupSpec {
   /// the add's f32 sum of the two widened values), res [rows, dim] with dx's
   /// row stride; the gradient itself is not stored.
   bool addResidual = false;
+  /// RmsNormBackward: dy is the sum of this many addends (1 to
+  /// kMaxDyAddends; pointers dy, dy1, dy2, dy3 with dy's row stride), as a
+  /// chain of residual adds would store it: ((dy + dy1) rounded to storage
+  /// + dy2) rounded, ..., each add the f32 sum of its two widened operands.
+  /// The sums are formed where dy is read and never stored.
+  int dyAddends = 1;
   /// RopeForward/Backward: positions restart at each packed document
   /// (the docStart operand, kernels/kernels.h).
   bool packed = false;
@@ -199,6 +205,8 @@ constexpr int64_t kLanes = 32;
 /// Rotary pairs (rotaryDim / 2) whose cos and sin a GPU RoPE block keeps in
 /// its shared table; more take the item-per-thread path.
 constexpr int64_t kRopeMaxHalf = 256;
+/// The most addends of a norm backward's dy (GroupSpec::dyAddends).
+constexpr int kMaxDyAddends = 4;
 /// The most rows a warp of a row-wise kernel takes (GroupSpec::rowsPerWarp)
 /// and the most chunks a lane keeps in registers across them.
 constexpr int64_t kRowsPerWarp = 4;

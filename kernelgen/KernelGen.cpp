@@ -1609,6 +1609,19 @@ SmallVector<Work> rmsNormBackwardWork(Emitter &e, const GroupSpec &s,
     dw = e.memref1(a.get("dw"), f32, dim);
   if (s.addResidual)
     res = e.memref2(a.get("res"), st, rows, dim, a.get("dxStride"));
+  // dy's further addends (GroupSpec::dyAddends), with dy's row stride.
+  SmallVector<Value, kMaxDyAddends> dyMore;
+  for (int k = 1; k < s.dyAddends; ++k)
+    dyMore.push_back(e.memref2(a.get(("dy" + std::to_string(k)).c_str()), st,
+                               rows, dim, a.get("dyStride")));
+  // dy as the chain of adds would have stored it: each add the f32 sum of
+  // its two widened operands, rounded to storage before the next reads it.
+  auto dyAt = [=](Emitter &in, Value r, Value j) {
+    Value g = in.load(dy, {r, j});
+    for (Value more : dyMore)
+      g = in.widen(in.narrow(in.add(g, in.load(more, {r, j})), st));
+    return g;
+  };
   Value rowsIdx = e.toIndex(rows), dimIdx = e.toIndex(dim);
   Value dimF = arith::SIToFPOp::create(e.b, e.loc, f32, dim);
   Value scratch = rowScratch(e);
@@ -1621,7 +1634,8 @@ SmallVector<Work> rmsNormBackwardWork(Emitter &e, const GroupSpec &s,
   NormRowFn row = [=](Emitter &e, Value r, Value lane, const DwAccFn &acc) {
     Value aligned;
     if (e.gpu) {
-      SmallVector<Value, 6> views{x, dy, dx, w};
+      SmallVector<Value, 9> views{x, dy, dx, w};
+      views.append(dyMore.begin(), dyMore.end());
       if (y)
         views.push_back(y);
       if (res)
@@ -1631,12 +1645,12 @@ SmallVector<Work> rmsNormBackwardWork(Emitter &e, const GroupSpec &s,
     Value rs = memref::LoadOp::create(e.b, e.loc, rstd, ValueRange{r});
     Value dot = rowSum(
         e, lane, scratch, dimIdx, vec, aligned, [&](Emitter &in, Value j) {
-          return in.mul(in.mul(in.load(dy, {r, j}), weffAt(in, j)),
+          return in.mul(in.mul(dyAt(in, r, j), weffAt(in, j)),
                         in.load(x, {r, j}));
         });
     Value c = e.div(e.mul(e.mul(e.mul(dot, rs), rs), rs), dimF);
     forEachInRow(e, lane, dimIdx, vec, aligned, [&](Emitter &in, Value j) {
-      Value xv = in.load(x, {r, j}), g = in.load(dy, {r, j});
+      Value xv = in.load(x, {r, j}), g = dyAt(in, r, j);
       Value we = weffAt(in, j);
       Value grad = in.sub(in.mul(in.mul(rs, we), g), in.mul(c, xv));
       // Fused with the residual add that reads it: the gradient as stored
@@ -1654,7 +1668,7 @@ SmallVector<Work> rmsNormBackwardWork(Emitter &e, const GroupSpec &s,
   return normBackwardPhases(
       e, a, dw, scratch, row, [=](Emitter &in, Value r, Value j) {
         Value rs = memref::LoadOp::create(in.b, in.loc, rstd, ValueRange{r});
-        return in.mul(in.mul(in.load(dy, {r, j}), in.load(x, {r, j})), rs);
+        return in.mul(in.mul(dyAt(in, r, j), in.load(x, {r, j})), rs);
       });
 }
 

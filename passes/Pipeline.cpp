@@ -75,6 +75,7 @@ void buildPipeline(OpPassManager &pm, const CompileOptions &o,
       ExecGenerateKernelsOptions gen;
       gen.fuse = o.fuseKernels;
       gen.fuseNormGradAdd = o.fuseNormGradAdd;
+      gen.fuseDySum = o.fuseDySum;
       gen.ops.assign(o.generatedOps.begin(), o.generatedOps.end());
       pm.addPass(createExecGenerateKernels(gen));
     }

@@ -67,6 +67,9 @@ struct CompileOptions {
   /// And RMSNorm backward + residual add pairs (exec-generate-kernels
   /// fuse-norm-grad-add).
   bool fuseNormGradAdd = false;
+  /// And the chains of residual adds forming an RMSNorm backward's dy
+  /// (exec-generate-kernels fuse-dy-sum).
+  bool fuseDySum = false;
   /// Pipeline parallelism: `pipelineStages` > 1 compiles stage
   /// `pipelineStage` (train-pipeline-stage first in the placement stage,
   /// exec-pipeline-schedule after the lowering); `pipelineLayers` are the

@@ -57,6 +57,12 @@ inline std::vector<GroupSpec> benchSpecs() {
   GroupSpec fused = stepSpec(GroupKind::RmsNormBackward);
   fused.addResidual = true;
   all.push_back(fused);
+  // and with the chain of adds forming dy (the MLP norm's 2 addends, the
+  // GDN layers' input norm's 4).
+  for (int addends : {2, kMaxDyAddends}) {
+    fused.dyAddends = addends;
+    all.push_back(fused);
+  }
   return all;
 }
 

@@ -288,6 +288,21 @@ std::vector<Case> buildCases(Pool &pool, const KernelContext &ctx0,
     return a;
   };
 
+  // The library's RMSNorm backward (with dw) of operand set s.
+  auto normGradArgs = [&](int s, int64_t rows, int64_t dim) {
+    RmsNormBackwardArgs ba;
+    ba.x = bf("x", s);
+    ba.w = bf("w", 0);
+    ba.rstd = fl("rstd", s);
+    ba.dy = bf("dy", s);
+    ba.dx = bf("dx", s);
+    ba.dw = fl("dw", 0);
+    ba.rows = rows;
+    ba.dim = dim;
+    ba.xStride = ba.dyStride = ba.dxStride = dim;
+    return ba;
+  };
+
   // RMSNorm forward and backward (with dw) at the hidden size and at the
   // q/k norms' [T x 8 heads, 256].
   for (auto [rows, dim] : {std::pair<int64_t, int64_t>{T, D}, {T * 8, 256}}) {
@@ -310,16 +325,7 @@ std::vector<Case> buildCases(Pool &pool, const KernelContext &ctx0,
       f.gen.push_back(
           GenLaunch(kg::bench::stepSpec(kg::GroupKind::RmsNormForward, dim),
                     normArgs(s, rows, dim), genWs));
-      RmsNormBackwardArgs ba;
-      ba.x = bf("x", s);
-      ba.w = bf("w", 0);
-      ba.rstd = fl("rstd", s);
-      ba.dy = bf("dy", s);
-      ba.dx = bf("dx", s);
-      ba.dw = fl("dw", 0);
-      ba.rows = rows;
-      ba.dim = dim;
-      ba.xStride = ba.dyStride = ba.dxStride = dim;
+      RmsNormBackwardArgs ba = normGradArgs(s, rows, dim);
       b.lib.push_back([=](cudaStream_t) { KS(rmsNormBackward(ctx, ba)); });
       GenLaunch::Args bargs = normArgs(s, rows, dim);
       b.gen.push_back(
@@ -343,6 +349,52 @@ std::vector<Case> buildCases(Pool &pool, const KernelContext &ctx0,
     cases.push_back(std::move(b));
     if (dim == D)
       cases.push_back(std::move(fb));
+  }
+
+  // RMSNorm backward fused with the chain of adds forming its dy and with
+  // the residual add of its dx (the GDN layers' input norm: 4 addends; the
+  // MLP norm: 2) against the library's adds, backward and add.
+  for (int addends : {2, kg::kMaxDyAddends}) {
+    double tensor = double(T * D * 2);
+    Case c{"rms_norm_grad_add sum" + std::to_string(addends) + " (vs " +
+               std::to_string(addends - 1) + " adds + grad + add)",
+           std::to_string(T) + "x" + std::to_string(D),
+           (addends + 3) * tensor + T * 4.0};
+    const char *parts[] = {"g0", "g1", "g2", "g3"};
+    const char *sums[] = {"s1", "s2", "dy"};
+    for (int s = 0; s < sets; ++s) {
+      std::vector<ResidualAddArgs> adds;
+      for (int k = 1; k < addends; ++k) {
+        ResidualAddArgs a;
+        a.a = k == 1 ? bf(parts[0], s) : adds.back().y;
+        a.b = bf(parts[k], s);
+        a.y = bf(k == addends - 1 ? "dy" : sums[k - 1], s);
+        a.n = T * D;
+        adds.push_back(a);
+      }
+      RmsNormBackwardArgs ba = normGradArgs(s, T, D);
+      ResidualAddArgs res;
+      res.a = bf("dx", s);
+      res.b = bf("res", s);
+      res.y = bf("sum", s);
+      res.n = T * D;
+      c.lib.push_back([=](cudaStream_t) {
+        for (const ResidualAddArgs &a : adds)
+          KS(residualAddForward(ctx, a));
+        KS(rmsNormBackward(ctx, ba));
+        KS(residualAddForward(ctx, res));
+      });
+      kg::GroupSpec fused = kg::bench::stepSpec(kg::GroupKind::RmsNormBackward);
+      fused.addResidual = true;
+      fused.dyAddends = addends;
+      GenLaunch::Args fargs = normArgs(s, T, D);
+      fargs["dy"] = ptr(bf(parts[0], s));
+      for (int k = 1; k < addends; ++k)
+        fargs["dy" + std::to_string(k)] = ptr(bf(parts[k], s));
+      fargs["dx"] = ptr(res.y);
+      c.gen.push_back(GenLaunch(fused, fargs, genWs));
+    }
+    cases.push_back(std::move(c));
   }
 
   {

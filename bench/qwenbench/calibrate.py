@@ -406,7 +406,10 @@ def generated_kernel_ratios(library, generated):
     the fused kernel's mean over the library's mean residual add plus mean
     RMSNorm of the same scopes (which add fed which norm is not in the
     labels; the adds of all scopes are averaged); train.rms_norm_grad_add
-    likewise against the RMSNorm backward and the mean add."""
+    likewise against the RMSNorm backward and the mean add, plus the adds
+    of the norm's scope the generated run fused into it (the chain forming
+    dy), and train.rms_norm_grad_sum (or, where only _add kernels carry
+    chains, the same ratio) against the backward and its chain."""
     lib, gen = library["ops"], generated["ops"]
     sums = {}
     for label, g in gen.items():
@@ -428,19 +431,47 @@ def generated_kernel_ratios(library, generated):
         return sec / n if n else 0.0
     # The fused kernels against the library's norm (forward or backward)
     # of the same scopes plus its mean residual add.
-    for fused_op, norm_op in (("train.add_rms_norm", "train.rms_norm"),
-                              ("train.rms_norm_grad_add",
-                               "train.rms_norm_grad")):
+    fused = [k for k in gen if op_name_of_label(k) == "train.add_rms_norm"]
+    if fused:
+        scopes = {k.rsplit("/", 1)[0] for k in fused}
+        f = mean(gen, lambda k: k in fused)
+        norm = mean(lib, lambda k: op_name_of_label(k) == "train.rms_norm"
+                    and k.rsplit("/", 1)[0] in scopes)
+        add = mean(lib, lambda k: op_name_of_label(k) == "train.add")
+        if f > 0 and norm + add > 0:
+            ratios["train.add_rms_norm"] = round(f / (norm + add), 4)
+    # The fused norm backwards against the library kernels they replace:
+    # the RMSNorm backward of their scopes, for _add a mean residual add per
+    # launch, and the adds of their scopes that the generated run no longer
+    # launches (the chain forming dy, which carries the norm's scope). One
+    # ratio of totals: with both fusions in one kernel it is the time of
+    # everything the kernel replaces, which the cost model spreads over the
+    # norm, its residual add and the chain's adds alike.
+    add = mean(lib, lambda k: op_name_of_label(k) == "train.add")
+    chained = False
+    for fused_op in ("train.rms_norm_grad_add", "train.rms_norm_grad_sum"):
         fused = [k for k in gen if op_name_of_label(k) == fused_op]
         if not fused:
             continue
         scopes = {k.rsplit("/", 1)[0] for k in fused}
-        f = mean(gen, lambda k: k in fused)
-        norm = mean(lib, lambda k: op_name_of_label(k) == norm_op
-                    and k.rsplit("/", 1)[0] in scopes)
-        add = mean(lib, lambda k: op_name_of_label(k) == "train.add")
-        if f > 0 and norm + add > 0:
-            ratios[fused_op] = round(f / (norm + add), 4)
+        f = sum(gen[k]["seconds"] for k in fused)
+        launches = sum(gen[k]["count"] for k in fused)
+        in_scopes = [k for k in lib if k.rsplit("/", 1)[0] in scopes]
+        norm = sum(lib[k]["seconds"] for k in in_scopes
+                   if op_name_of_label(k) == "train.rms_norm_grad")
+        chain = [k for k in in_scopes
+                 if op_name_of_label(k) == "train.add" and k not in gen]
+        replaced = norm + sum(lib[k]["seconds"] for k in chain)
+        if fused_op == "train.rms_norm_grad_add":
+            replaced += add * launches
+        if f > 0 and replaced > 0:
+            ratios[fused_op] = round(f / replaced, 4)
+            chained = chained or bool(chain)
+    # A chain fused into the _add kernels only: the same ratio prices its
+    # adds.
+    if chained and "train.rms_norm_grad_sum" not in ratios and \
+            "train.rms_norm_grad_add" in ratios:
+        ratios["train.rms_norm_grad_sum"] = ratios["train.rms_norm_grad_add"]
     return ratios
 
 

@@ -80,6 +80,15 @@ inline constexpr llvm::StringLiteral kFusedNormGradAddAttr =
     "fused_norm_grad_add";
 inline constexpr llvm::StringLiteral kFusedNormGradSavedBytesAttr =
     "fused_norm_grad_saved_bytes";
+/// exec.step: chains of residual adds exec-generate-kernels fused into the
+/// RMSNorm backward that reads their sum as dy (train.rms_norm_grad_sum, or
+/// the addends of a train.rms_norm_grad_add), the adds those chains hold,
+/// and the bytes of the intermediate sums they neither write nor read back
+/// in one pass over the step's text.
+inline constexpr llvm::StringLiteral kFusedDySumAttr = "fused_dy_sum";
+inline constexpr llvm::StringLiteral kFusedDySumAddsAttr = "fused_dy_sum_adds";
+inline constexpr llvm::StringLiteral kFusedDySumSavedBytesAttr =
+    "fused_dy_sum_saved_bytes";
 } // namespace ap::exec
 
 #endif // ACTPLACE_DIALECT_EXEC_EXECDIALECT_H

@@ -86,9 +86,15 @@ const KernelSignature kSignatures[] = {
     // (exec-generate-kernels): ins a, b, w; results h, y, rstd.
     {"train.add_rms_norm", 3, 3, 3, 3, kNorm},
     // RMSNorm backward then the residual add of its dx in one generated
-    // kernel (exec-generate-kernels): ins x, w, rstd, dy, the other
-    // addend; result the sum (then the weight grad).
-    {"train.rms_norm_grad_add", 5, 5, 1, 1, kNormGrad},
+    // kernel (exec-generate-kernels): ins x, w, rstd, dy (or, fused with
+    // the chain of adds that formed it, its 2 to 4 addends), the other
+    // addend last; result the sum (then the weight grad).
+    {"train.rms_norm_grad_add", 5, 8, 1, 1, kNormGrad},
+    // RMSNorm backward whose dy a chain of residual adds forms, in one
+    // generated kernel (exec-generate-kernels): ins x, w, rstd, then dy's
+    // 2 to 4 addends in the chain's order; results dx (then the weight
+    // grad).
+    {"train.rms_norm_grad_sum", 5, 7, 0, 1, kNormGrad},
     {"train.lm_head_cross_entropy", 3, 3, 3, 3, kLmHead},
     {"train.lm_head_cross_entropy_grad", 4, 4, 0, 1, kLmHead},
     {"train.lm_head_cross_entropy_with_grad", 3, 3, 3, 3, kLmHead},

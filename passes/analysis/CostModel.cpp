@@ -433,7 +433,8 @@ CostModel::NameValues CostModel::resolve(Operation *op) const {
 
 double CostModel::generatedFactor(Operation *op, const NameValues &v) const {
   static constexpr std::string_view kFused = "train.add_rms_norm",
-                                    kGradFused = "train.rms_norm_grad_add";
+                                    kGradFused = "train.rms_norm_grad_add",
+                                    kSumFused = "train.rms_norm_grad_sum";
   auto fusedRatio = [&](std::string_view name) {
     auto ratio = prof.generatedKernelRatio.find(name);
     return ratio == prof.generatedKernelRatio.end() ? v.generated
@@ -453,6 +454,34 @@ double CostModel::generatedFactor(Operation *op, const NameValues &v) const {
         if (auto grad = in.getDefiningOp<RMSNormGradOp>())
           if (onlyReadByAdd(in))
             return fusedRatio(kGradFused);
+  }
+  // The chains of adds exec-generate-kernels folds into the norm gradient
+  // that reads their sum as dy: an add whose sum only that gradient, or
+  // only the next add of such a chain, reads, and the gradient itself (the
+  // chain's length limit and the back-to-back order are the exec-level
+  // fusion's; a prediction takes every such add as fused).
+  if (prof.generatedOps.count(kSumFused)) {
+    auto inChain = [](Operation *add) {
+      while (true) {
+        Value sum = add->getResult(0);
+        if (!sum.hasOneUse())
+          return false;
+        Operation *user = *sum.getUsers().begin();
+        if (auto grad = dyn_cast<RMSNormGradOp>(user))
+          return grad.getResultGrad() == sum;
+        if (!isa<AddOp>(user))
+          return false;
+        add = user;
+      }
+    };
+    if (isa<AddOp>(op) && inChain(op))
+      return fusedRatio(kSumFused);
+    // (A gradient fused with its residual add took that ratio above.)
+    if (auto grad = dyn_cast<RMSNormGradOp>(op)) {
+      Operation *dyDef = grad.getResultGrad().getDefiningOp();
+      if (dyDef && isa<AddOp>(dyDef) && inChain(dyDef))
+        return fusedRatio(kSumFused);
+    }
   }
   if (!prof.generatedOps.count(kFused) || !isa<AddOp, RMSNormOp>(op))
     return v.generated;

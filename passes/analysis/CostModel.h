@@ -64,7 +64,11 @@ struct DeviceProfile {
   /// train.rms_norm normalizes, and that norm, by the fused kernel's ratio
   /// instead (it replaces both: each keeps that share of its time); with
   /// "train.rms_norm_grad_add", a train.rms_norm_grad whose dx only a
-  /// train.add reads, and that add, by that fused ratio.
+  /// train.add reads, and that add, by that fused ratio; with
+  /// "train.rms_norm_grad_sum", each train.add of a chain whose sum only
+  /// the next add or, at its end, a train.rms_norm_grad reads as dy, and
+  /// that gradient (unless its residual add took it), by that ratio (the
+  /// fused kernel over the adds and the gradient it replaces).
   std::set<std::string, std::less<>> generatedOps;
   /// Compute seconds lost per byte copied over the host link: D2H and H2D
   /// copies slow the kernels running beside them (they share HBM and the

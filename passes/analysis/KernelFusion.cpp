@@ -132,6 +132,94 @@ NormGradAddFusion::NormGradAddFusion(exec::StepOp step) {
   });
 }
 
+DySumFusion::DySumFusion(exec::StepOp step) {
+  step->walk([&](exec::KernelOp norm) {
+    StringRef callee = norm.getCallee();
+    if ((callee != "train.rms_norm_grad" &&
+         callee != "train.rms_norm_grad_add") ||
+        norm.getInputs().size() < 4)
+      return;
+    // Only a backward still reading one dy (not already a chain's).
+    size_t dyInputs = norm.getInputs().size() -
+                      (callee == "train.rms_norm_grad_add" ? 4 : 3);
+    if (dyInputs != 1)
+      return;
+    Value dy = norm.getInputs()[3];
+    RankedTensorType t = tensorOf(dy);
+    if (!generatedStorage(t))
+      return;
+    // The add writing `sum` joins the chain read by `reader` (DySumFusion's
+    // conditions in KernelFusion.h).
+    auto joining = [&](Value sum, exec::KernelOp reader) -> exec::KernelOp {
+      exec::KernelOp add;
+      for (Operation *user : sum.getUsers()) {
+        auto k = dyn_cast<exec::KernelOp>(user);
+        if (k && k != reader && k.getCallee() == "train.add" &&
+            llvm::is_contained(k.getOutputs(), sum))
+          add = k;
+      }
+      if (!add || add.getInputs().size() != 2 ||
+          add.getOutputs().size() != 1 || add.getOutputs()[0] != sum)
+        return {};
+      for (Operation *user : sum.getUsers())
+        if (user != add.getOperation() && user != reader.getOperation())
+          return {};
+      if (llvm::is_contained(add.getInputs(), sum) ||
+          llvm::count(reader.getInputs(), sum) != 1 ||
+          !backToBack(add, reader))
+        return {};
+      for (Value in : add.getInputs())
+        if (tensorOf(in) != t)
+          return {};
+      return add;
+    };
+    DySumChain chain;
+    chain.norm = norm;
+    exec::KernelOp reader = norm;
+    Value sum = dy;
+    // Walk back from dy: each add's other input goes before the addends
+    // found so far (it is added later than the chain's earlier sums).
+    SmallVector<Value, 4> later;
+    while (exec::KernelOp add = joining(sum, reader)) {
+      chain.adds.insert(chain.adds.begin(), add);
+      Value a = add.getInputs()[0], b = add.getInputs()[1];
+      // The input an earlier add of the chain writes, if any and if the
+      // chain may grow (3 adds at most).
+      Value inner;
+      if (chain.adds.size() < size_t(kernelgen::kMaxDyAddends - 1))
+        for (Value in : {a, b})
+          if (!inner && joining(in, add))
+            inner = in;
+      if (!inner) {
+        chain.addends = {a, b};
+        break;
+      }
+      later.insert(later.begin(), inner == a ? b : a);
+      sum = inner;
+      reader = add;
+    }
+    if (chain.adds.empty())
+      return;
+    chain.addends.append(later.begin(), later.end());
+    chain.sumBytes = t.getNumElements() * (t.getElementType().isBF16() ? 2 : 4);
+    pairs_.push_back(std::move(chain));
+  });
+}
+
+int64_t DySumFusion::adds() const {
+  int64_t total = 0;
+  for (const Pair &c : pairs_)
+    total += int64_t(c.adds.size());
+  return total;
+}
+
+int64_t DySumFusion::savedBytes() const {
+  int64_t total = 0;
+  for (const Pair &c : pairs_)
+    total += 2 * int64_t(c.adds.size()) * c.sumBytes;
+  return total;
+}
+
 int64_t NormGradAddFusion::savedBytes() const {
   int64_t total = 0;
   for (const Pair &p : pairs_)

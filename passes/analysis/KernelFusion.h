@@ -27,6 +27,9 @@
 #define ACTPLACE_PASSES_ANALYSIS_KERNELFUSION_H
 
 #include "dialect/exec/ExecOps.h"
+#include "kernelgen/KernelAbi.h"
+
+#include "llvm/ADT/SmallVector.h"
 
 #include <cstdint>
 #include <vector>
@@ -90,6 +93,51 @@ public:
   explicit NormGradAddFusion(exec::StepOp step);
   /// Bytes of every saved write and read of dx in one pass over the step's
   /// text.
+  int64_t savedBytes() const;
+};
+
+/// The chains of residual adds whose sum an RMSNorm backward reads as dy:
+/// s1 = a0 + a1, s2 = s1 + a2, ..., dy = s_m (the gradient of a value
+/// several kernels read, summed in the order the backward formed it). The
+/// backward (`train.rms_norm_grad`, or a `train.rms_norm_grad_add` that
+/// NormGradAddFusion made) becomes one call over the m + 1 addends
+/// (`train.rms_norm_grad_sum`, or the `_add` call with them in dy's place),
+/// kernelgen's RmsNormBackward with dyAddends: the kernel forms each sum
+/// where dy is read, rounded to storage as the add stores it, so dy keeps
+/// its bits while no sum is written or read back.
+///
+/// An add joins the chain when:
+///   - it is a `train.add` with two inputs and one output, the sum, which
+///     nothing but the next kernel of the chain reads (no copy, view, wait
+///     or other kernel);
+///   - it runs right before that kernel: same block and stream, only buffer
+///     declarations between;
+///   - its inputs and sum are the backward's dy type (bf16 or f32) and
+///     shape.
+/// At most kernelgen::kMaxDyAddends addends (3 adds): a longer chain keeps its earlier
+/// sum stored, as an addend. Since an add's two operands commute (one f32
+/// addition, then the rounding), which input of an add carries the chain
+/// does not matter.
+/// The price: per fused add one write and one read of its sum less and one
+/// launch less.
+struct DySumChain {
+  /// The backward reading dy.
+  exec::KernelOp norm;
+  /// The adds, in program (and summation) order.
+  llvm::SmallVector<exec::KernelOp, 3> adds;
+  /// dy's addends in summation order: the first add's two inputs, then
+  /// each later add's other input.
+  llvm::SmallVector<mlir::Value, 4> addends;
+  /// Bytes of one sum (dy's bytes).
+  int64_t sumBytes = 0;
+};
+class DySumFusion : public FusionPairs<DySumChain> {
+public:
+  explicit DySumFusion(exec::StepOp step);
+  /// The adds of every chain.
+  int64_t adds() const;
+  /// Bytes of every saved write and read of an intermediate sum in one pass
+  /// over the step's text.
   int64_t savedBytes() const;
 };
 

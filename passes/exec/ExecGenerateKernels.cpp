@@ -1,7 +1,10 @@
 //===- ExecGenerateKernels.cpp - exec-generate-kernels --------------------===//
 //
-// Marks the step for generated kernels and applies AddNormFusion: each
-// fusable residual add + RMSNorm pair becomes one train.add_rms_norm call.
+// Marks the step for generated kernels and applies the fusions of
+// passes/analysis/KernelFusion.h: residual add + RMSNorm pairs
+// (train.add_rms_norm), RMSNorm backward + residual add pairs
+// (train.rms_norm_grad_add), then the chains of adds forming an RMSNorm
+// backward's dy (train.rms_norm_grad_sum, or the addends of the _add call).
 //
 //===----------------------------------------------------------------------===//
 
@@ -35,7 +38,7 @@ struct ExecGenerateKernelsPass
           names.push_back(b.getStringAttr(name));
         step->setAttr(kGeneratedOpsAttr, b.getArrayAttr(names));
       }
-      if (!fuse && !fuseNormGradAdd)
+      if (!fuse && !fuseNormGradAdd && !fuseDySum)
         continue;
       // Kernel ordinals of each microbatch loop body before the fusion: a
       // D2H's done_by_kernel names a kernel by its ordinal there.
@@ -104,6 +107,53 @@ struct ExecGenerateKernelsPass
         gradPairs = int64_t(fusion.pairs().size());
         gradSavedBytes = fusion.savedBytes();
       }
+      int64_t sumChains = 0, sumAdds = 0, sumSavedBytes = 0;
+      if (fuseDySum) {
+        // After the pairs above: a backward they fused with its residual add
+        // takes the chain too (one kernel from the addends of dy to the
+        // residual stream's gradient).
+        ap::DySumFusion fusion(step);
+        for (const ap::DySumFusion::Pair &c : fusion.pairs()) {
+          KernelOp norm = c.norm;
+          bool withAdd = norm.getCallee() == "train.rms_norm_grad_add";
+          b.setInsertionPoint(norm);
+          // x, w, rstd, dy's addends, then (with the residual add) the
+          // other addend.
+          SmallVector<Value> ins(norm.getInputs().begin(),
+                                 norm.getInputs().begin() + 3);
+          ins.append(c.addends.begin(), c.addends.end());
+          if (withAdd)
+            ins.push_back(norm.getInputs().back());
+          auto fused = KernelOp::create(
+              b, norm.getLoc(),
+              withAdd ? "train.rms_norm_grad_add" : "train.rms_norm_grad_sum",
+              ValueRange(ins), norm.getOutputs(), norm.getWorkspace(),
+              norm.getArgs(), norm.getStream());
+          // Whatever the norm stood for (an earlier fusion's kernels) now
+          // runs in the new kernel.
+          for (auto &entry : replacedBy)
+            if (entry.second == norm.getOperation())
+              entry.second = fused;
+          replacedBy[norm] = fused;
+          SmallVector<Value, 3> sums;
+          for (KernelOp add : c.adds) {
+            replacedBy[add] = fused;
+            sums.push_back(add.getOutputs()[0]);
+          }
+          norm.erase();
+          for (KernelOp add : llvm::reverse(c.adds))
+            add.erase();
+          // The sums are gone: their buffer declarations too.
+          for (Value sum : sums)
+            if (sum.use_empty())
+              if (auto buf = sum.getDefiningOp<BufferOp>())
+                buf.erase();
+          ++numFusedDySum;
+        }
+        sumChains = int64_t(fusion.pairs().size());
+        sumAdds = fusion.adds();
+        sumSavedBytes = fusion.savedBytes();
+      }
       // Renumber done_by_kernel to name the same kernel (for an erased one,
       // the fused kernel that does its work); without this every later
       // ordinal would name a kernel one further on per fused pair before it,
@@ -125,6 +175,12 @@ struct ExecGenerateKernelsPass
       if (fuse) {
         step->setAttr(kFusedAddNormAttr, b.getI64IntegerAttr(pairs));
         step->setAttr(kFusedSavedBytesAttr, b.getI64IntegerAttr(savedBytes));
+      }
+      if (fuseDySum) {
+        step->setAttr(kFusedDySumAttr, b.getI64IntegerAttr(sumChains));
+        step->setAttr(kFusedDySumAddsAttr, b.getI64IntegerAttr(sumAdds));
+        step->setAttr(kFusedDySumSavedBytesAttr,
+                      b.getI64IntegerAttr(sumSavedBytes));
       }
       if (fuseNormGradAdd) {
         step->setAttr(kFusedNormGradAddAttr, b.getI64IntegerAttr(gradPairs));

@@ -101,8 +101,17 @@ def ExecGenerateKernels : Pass<"exec-generate-kernels", "mlir::ModuleOp"> {
     `train.rms_norm_grad_add` call at the add's place, reading x, w, rstd,
     dy and the add's other input and writing the sum and the weight grad;
     dx's buffer goes. Records `fused_norm_grad_add` and
-    `fused_norm_grad_saved_bytes` (dx's write and read). Run before exec-plan-memory, which
-    then keeps the fused call's outputs off its inputs.
+    `fused_norm_grad_saved_bytes` (dx's write and read). With
+    `fuse-dy-sum`, after those, each chain of up to three residual adds
+    whose sum an RMSNorm backward reads as dy (DySumFusion: each sum read
+    only by the next kernel of the chain, back to back, one type and shape)
+    goes into that backward: `train.rms_norm_grad_sum` reading x, w, rstd
+    and dy's 2 to 4 addends in summation order, or, for a
+    `train.rms_norm_grad_add`, the same call with the addends in dy's place;
+    the sums' buffers go. Records `fused_dy_sum` (chains), `fused_dy_sum_adds`
+    and `fused_dy_sum_saved_bytes` (each sum's write and read). Run before
+    exec-plan-memory, which then keeps the fused call's outputs off its
+    inputs.
 
     ```mlir
     exec.kernel "train.add" ins(%a, %b : ...) outs(%h : ...) workspace 0
@@ -117,7 +126,8 @@ def ExecGenerateKernels : Pass<"exec-generate-kernels", "mlir::ModuleOp"> {
   let statistics = [
     Statistic<"numFused", "fused", "Residual add + RMSNorm pairs fused into one generated kernel">,
     Statistic<"numRejected", "rejected", "Residual add + RMSNorm pairs left apart (AddNormFusion's conditions)">,
-    Statistic<"numFusedGradAdd", "fused-grad-add", "RMSNorm backward + residual add pairs fused into one generated kernel">
+    Statistic<"numFusedGradAdd", "fused-grad-add", "RMSNorm backward + residual add pairs fused into one generated kernel">,
+    Statistic<"numFusedDySum", "fused-dy-sum", "Chains of residual adds fused into the RMSNorm backward that reads their sum">
   ];
   let options = [
     Option<"fuse", "fuse", "bool", "true",
@@ -126,6 +136,9 @@ def ExecGenerateKernels : Pass<"exec-generate-kernels", "mlir::ModuleOp"> {
     Option<"fuseNormGradAdd", "fuse-norm-grad-add", "bool", "false",
            "Fuse RMSNorm backward + residual add pairs into "
            "train.rms_norm_grad_add (NormGradAddFusion)">,
+    Option<"fuseDySum", "fuse-dy-sum", "bool", "false",
+           "Fuse the chains of residual adds forming an RMSNorm backward's "
+           "dy into that backward (DySumFusion)">,
     ListOption<"ops", "ops", "std::string",
                "Only these train ops get generated kernels (recorded as the "
                "step's generated_ops; empty: every op that has a group)">

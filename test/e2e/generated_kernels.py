@@ -23,15 +23,17 @@
 #              runs with that RMSNorm as one generated kernel (the compile
 #              reports the pairs, and the JSON report the same count with
 #              the bytes and time saved; --fuse-kernels=false keeps them
-#              apart), and each RMSNorm backward whose dx only a residual
-#              add reads runs with that add (the compile reports those
-#              pairs), with the same bits.
+#              apart), each RMSNorm backward whose dx only a residual
+#              add reads runs with that add, and each chain of adds forming
+#              an RMSNorm backward's dy runs inside that backward (the
+#              compile and the JSON report give those pairs and chains),
+#              with the same bits.
 #   launched   the generated binary reports generated_launches > 0 in every
 #              metrics line, the library one has no such field; the compile
 #              prints the kernel count; the binary holds the kernels it
 #              needs (the rebuilding backward kernels in the recompute case).
 #   placement  in the generated binaries, offload, recompute (fused or on
-#              the side stream) and the add + RMSNorm fusion change no bit
+#              the side stream) and the fusions change no bit
 #              (the same fingerprints as the generated binary without
 #              placement), every offloaded scope is copied both ways, the
 #              pinned pool is empty.
@@ -150,7 +152,9 @@ def main():
         with open(gen, "rb") as f:
             image = f.read()
         dtype = "f32" if name == "f32" else "bf16"
-        needed = ["ap_kg_swiglu_fwd_" + dtype, "ap_kg_residual_add_" + dtype,
+        # (Every residual add of the tiny model runs inside a fused norm
+        # kernel unless fusion is off.)
+        needed = ["ap_kg_swiglu_fwd_" + dtype,
                   "ap_kg_sigmoid_gate_fwd_" + dtype,
                   "ap_kg_sigmoid_gate_bwd_" + dtype,
                   "ap_kg_l2norm_fwd_" + dtype, "ap_kg_l2norm_bwd_" + dtype,
@@ -158,6 +162,8 @@ def main():
                   "ap_kg_gdn_gates_bwd_" + dtype,
                   "ap_kg_rope_fwd_" + dtype, "ap_kg_rope_bwd_" + dtype,
                   "ap_kg_gradnorm_sq_f32", "ap_kg_gradnorm_finish"]
+        if name == "unfused":
+            needed.append("ap_kg_residual_add_" + dtype)
         if name == "recompute-fused":
             needed += ["ap_kg_swiglu_bwd_y_" + dtype,
                        "ap_kg_rmsnorm_bwd_zc_dw_y_" + dtype]
@@ -206,9 +212,29 @@ def main():
                   "+ add pairs" % grad_pairs)
         else:
             check(grad_pairs > 0 and
-                  ("ap_kg_rmsnorm_bwd_zc_dw_add_" + dtype).encode() in image,
+                  re.search(rb"ap_kg_rmsnorm_bwd_zc_dw_add(_sum[234])?_" +
+                            dtype.encode(), image) is not None,
                   "%s: no RMSNorm backward + residual add fused (%d pairs)" %
                   (name, grad_pairs))
+        sums = re.search(r"kernel fusion: (\d+) chains of residual adds "
+                         r"\((\d+) adds\)", out.stdout)
+        chains = int(sums.group(1)) if sums else 0
+        chain_adds = int(sums.group(2)) if sums else 0
+        dy_sum = report.get("kernel_fusion_dy_sum")
+        check((dy_sum or {}).get("pairs", 0) == chains and
+              (chains == 0 or dy_sum["saved_write_and_read_bytes"] > 0),
+              "%s: the report's kernel_fusion_dy_sum %s, the compile printed "
+              "%d chains" % (name, dy_sum, chains))
+        if name == "unfused":
+            check(chains == 0 and re.search(rb"ap_kg_rmsnorm_bwd\w*_sum[234]",
+                                            image) is None,
+                  "unfused: --fuse-kernels=false fused %d add chains" % chains)
+        else:
+            check(chains > 0 and chain_adds >= chains and
+                  re.search(rb"ap_kg_rmsnorm_bwd_zc_dw(_add)?_sum[234]_" +
+                            dtype.encode(), image) is not None,
+                  "%s: no add chain fused into an RMSNorm backward (%d)" %
+                  (name, chains))
         if name == "unfused":
             check(fused_pairs == 0 and b"ap_kg_add_rmsnorm" not in image,
                   "unfused: --fuse-kernels=false fused %d pairs" % fused_pairs)
@@ -219,10 +245,11 @@ def main():
                   "%s: no residual add + RMSNorm fused (%d pairs)" %
                   (name, fused_pairs))
         print("%s: %s generated kernels, %d add + RMSNorm and %d RMSNorm "
-              "backward + add pairs fused, "
+              "backward + add pairs and %d add chains (%d adds) fused, "
               "within the bounds of the library binary over %d steps "
               "(loss %.1e, grad norm %.1e relative; %s launches a step)" %
-              (name, m.group(1) if m else "?", fused_pairs, grad_pairs, STEPS,
+              (name, m.group(1) if m else "?", fused_pairs, grad_pairs,
+               chains, chain_adds, STEPS,
                worst["loss"], worst["grad_norm"],
                b[0].get("generated_launches") if b else "?"), flush=True)
     print("ptx: " + ("embedded (sm_90a)" if have_ptx else

@@ -332,9 +332,11 @@ static cl::list<std::string> tritonKernels(
     cl::cat(category));
 static cl::opt<bool> fuseKernels(
     "fuse-kernels", cl::init(true),
-    cl::desc("With --kernels=generated, fuse each residual add with the "
-             "RMSNorm of its output into one generated kernel "
-             "(exec-generate-kernels; default true)"),
+    cl::desc("With --kernels=generated, fuse back-to-back element-wise and "
+             "row-wise kernels into one generated kernel: each residual add "
+             "with the RMSNorm of its output, each RMSNorm backward with the "
+             "residual add of its dx and with the chain of adds forming its "
+             "dy (exec-generate-kernels; default true)"),
     cl::cat(category));
 static cl::opt<int> codegenOpt(
     "codegen-opt", cl::init(0),
@@ -521,6 +523,9 @@ static std::vector<std::string> generatedOps;
 static bool fuseGenerated = false;
 /// And RMSNorm backward + residual add pairs (train.rms_norm_grad_add).
 static bool fuseGradAdd = false;
+/// And the chains of adds forming an RMSNorm backward's dy
+/// (train.rms_norm_grad_sum).
+static bool fuseDySum = false;
 
 /// The train ops kernelgen has groups for (the fused add + RMSNorm apart).
 static const char *const kGeneratedOpNames[] = {"train.swiglu",
@@ -557,6 +562,8 @@ static void markGeneratedOps(mlir::ModuleOp module) {
       names.push_back(b.getStringAttr("train.add_rms_norm"));
     if (fuseGradAdd)
       names.push_back(b.getStringAttr("train.rms_norm_grad_add"));
+    if (fuseDySum)
+      names.push_back(b.getStringAttr("train.rms_norm_grad_sum"));
   } else {
     for (const std::string &op : generatedOps)
       names.push_back(b.getStringAttr(op));
@@ -571,6 +578,7 @@ static std::string chooseKernels() {
   useGenerated = kernelsOpt == Kernels::Generated;
   fuseGenerated = useGenerated && fuseKernels;
   fuseGradAdd = fuseGenerated;
+  fuseDySum = fuseGenerated;
   generatedOps.clear();
   if (kernelsOpt != Kernels::Auto)
     return "";
@@ -603,6 +611,12 @@ static std::string chooseKernels() {
     generatedOps.push_back("train.rms_norm_grad_add");
     chosen +=
         (chosen.empty() ? "" : ", ") + std::string("train.rms_norm_grad_add");
+  }
+  fuseDySum = fuseKernels && faster("train.rms_norm_grad_sum");
+  if (fuseDySum) {
+    generatedOps.push_back("train.rms_norm_grad_sum");
+    chosen +=
+        (chosen.empty() ? "" : ", ") + std::string("train.rms_norm_grad_sum");
   }
   useGenerated = !generatedOps.empty();
   if (!useGenerated)
@@ -657,7 +671,7 @@ static std::string printFusion(mlir::ModuleOp module,
                                llvm::StringRef reportPath,
                                llvm::StringRef prefix = "") {
   std::string error;
-  if (!useGenerated || (!fuseGenerated && !fuseGradAdd))
+  if (!useGenerated || (!fuseGenerated && !fuseGradAdd && !fuseDySum))
     return error;
   ap::train::DeviceProfile device;
   if (!profile.empty())
@@ -694,6 +708,35 @@ static std::string printFusion(mlir::ModuleOp module,
                            ap::exec::kFusedNormGradSavedBytesAttr,
                            "RMSNorm backward + residual add",
                            "writes and reads", gradPairs, gradBytes);
+    // The add chains folded into a norm backward's dy: each add saves a
+    // write and a read of its sum and a launch.
+    int64_t sumChains = 0, sumAdds = 0, sumBytes = 0;
+    double sumUs = -1;
+    if (auto c = step->getAttrOfType<mlir::IntegerAttr>(
+            ap::exec::kFusedDySumAttr)) {
+      auto a = step->getAttrOfType<mlir::IntegerAttr>(
+          ap::exec::kFusedDySumAddsAttr);
+      auto by = step->getAttrOfType<mlir::IntegerAttr>(
+          ap::exec::kFusedDySumSavedBytesAttr);
+      sumChains = c.getInt();
+      sumAdds = a ? a.getInt() : 0;
+      sumBytes = by ? by.getInt() : 0;
+      sumUs = (double(sumBytes) / device.memBandwidth +
+               double(sumAdds) * device.launchLatency) *
+              1e6;
+      llvm::outs() << prefix << "kernel fusion: " << sumChains
+                   << " chains of residual adds (" << sumAdds
+                   << " adds) in the RMSNorm backward reading their sum: "
+                   << sumAdds << " launches and " << sumBytes
+                   << " bytes of writes and reads fewer per microbatch, "
+                      "predicted "
+                   << g(sumUs) << " us less\n";
+    }
+    if (sumUs >= 0 && !reportPath.empty() && error.empty())
+      error = addFusionToReport(reportPath, "kernel_fusion_dy_sum",
+                                "residual_add_chain+rms_norm_grad",
+                                "saved_write_and_read_bytes", sumChains,
+                                sumBytes, sumUs);
     if (us >= 0 && !reportPath.empty() && error.empty())
       error = addFusionToReport(reportPath, "kernel_fusion",
                                 "residual_add+rms_norm", "saved_read_bytes",
@@ -1036,6 +1079,7 @@ int main(int argc, char **argv) {
   opts.generatedOps = generatedOps;
   opts.fuseKernels = fuseGenerated;
   opts.fuseNormGradAdd = fuseGradAdd;
+  opts.fuseDySum = fuseDySum;
 
   // Three stages so the memory timeline can see the step before placement
   // and the placed step while it is still in the train dialect.

@@ -59,6 +59,12 @@ static cl::opt<bool> addResidual(
     cl::desc("rmsnorm-bwd fused with the residual add that reads its dx "
              "(dx = round(dx) + res)"),
     cl::cat(category));
+static cl::opt<int> dyAddends(
+    "rmsnorm-dy-addends", cl::init(1),
+    cl::desc("rmsnorm-bwd whose dy is the sum of this many addends (1 to 4: "
+             "a chain of residual adds formed where dy is read, each sum "
+             "rounded to storage as the add stores it)"),
+    cl::cat(category));
 static cl::opt<int> rowsPerWarp(
     "rows-per-warp", cl::init(1),
     cl::desc("Rows a GPU warp takes in the row-wise groups with independent "
@@ -115,6 +121,11 @@ int main(int argc, char **argv) {
       return 1;
     }
   }
+  if (dyAddends < 1 || dyAddends > kg::kMaxDyAddends) {
+    errs() << "actplace-kernelgen: --rmsnorm-dy-addends " << dyAddends
+           << " is not 1 to " << kg::kMaxDyAddends << "\n";
+    return 1;
+  }
   if (rowsPerWarp != 1 && rowsPerWarp != 2 && rowsPerWarp != 4) {
     errs() << "actplace-kernelgen: --rows-per-warp " << rowsPerWarp
            << " (expected 1, 2 or 4)\n";
@@ -154,6 +165,8 @@ int main(int argc, char **argv) {
     spec.accumulateDw = !noDw;
     spec.addResidual =
         addResidual && spec.kind == kg::GroupKind::RmsNormBackward;
+    if (spec.kind == kg::GroupKind::RmsNormBackward)
+      spec.dyAddends = dyAddends;
     if (kg::hasRowsPerWarp(spec.kind))
       spec.rowsPerWarp = rowsPerWarp;
     specs.push_back(spec);

@@ -37,6 +37,28 @@ class GeneratedRatios(unittest.TestCase):
         self.assertEqual(generated_kernel_ratios(lib, gen),
                          {"train.add_rms_norm": 0.6})
 
+    def test_norm_grad_add_without_chain(self):
+        lib = times({"L0.mlp_norm/rms_norm_grad": (4, 0.8),
+                     "L0.mlp_fc2/add": (4, 0.4),
+                     "L0.mlp_norm/add": (4, 0.4)})
+        gen = times({"L0.mlp_norm/rms_norm_grad_add": (4, 0.6),
+                     "L0.mlp_norm/add": (4, 0.5)})
+        # The chain's add still runs (it is in the generated run): 0.6 /
+        # (0.8 + mean add 0.1 x 4 launches).
+        self.assertEqual(generated_kernel_ratios(lib, gen),
+                         {"train.add": 1.25, "train.rms_norm_grad_add": 0.5})
+
+    def test_chain_in_the_norm_grad(self):
+        lib = times({"L0.attn_norm/rms_norm_grad": (4, 0.8),
+                     "L0.attn_norm/add": (12, 1.2),
+                     "L0.mlp_fc2/add": (4, 0.4)})
+        gen = times({"L0.attn_norm/rms_norm_grad_add": (4, 1.2)})
+        # 1.2 / (0.8 + the chain 1.2 + mean add 0.1 x 4 launches); the
+        # chain's adds take the same ratio.
+        self.assertEqual(generated_kernel_ratios(lib, gen),
+                         {"train.rms_norm_grad_add": 0.5,
+                          "train.rms_norm_grad_sum": 0.5})
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -306,15 +306,30 @@ exec.step @s {
 // -----
 
 // The fused RMSNorm backward + residual add (exec-generate-kernels) reads
-// x, w, rstd, dy and the other addend.
+// x, w, rstd, dy (or its 2 to 4 addends) and the other addend.
 exec.step @s {
   %x = exec.buffer offset 0 bytes 256 : !exec.buffer<tensor<4x4xbf16>>
   %w = exec.buffer offset 256 bytes 256 : !exec.buffer<tensor<4xbf16>>
   %r = exec.buffer offset 512 bytes 256 : !exec.buffer<tensor<4xf32>>
   %dy = exec.buffer offset 768 bytes 256 : !exec.buffer<tensor<4x4xbf16>>
   %s = exec.buffer offset 1024 bytes 256 : !exec.buffer<tensor<4x4xbf16>>
-  // expected-error @+1 {{'exec.kernel' op "train.rms_norm_grad_add" takes 5 input buffers, got 4}}
+  // expected-error @+1 {{'exec.kernel' op "train.rms_norm_grad_add" takes 5 to 8 input buffers, got 4}}
   exec.kernel "train.rms_norm_grad_add" ins(%x, %w, %r, %dy : !exec.buffer<tensor<4x4xbf16>>, !exec.buffer<tensor<4xbf16>>, !exec.buffer<tensor<4xf32>>, !exec.buffer<tensor<4x4xbf16>>) outs(%s : !exec.buffer<tensor<4x4xbf16>>) workspace 0
+  exec.return
+}
+
+// -----
+
+// The RMSNorm backward fused with the chain of adds forming its dy reads x,
+// w, rstd and 2 to 4 addends: 8 inputs are too many.
+exec.step @s {
+  %x = exec.buffer offset 0 bytes 256 : !exec.buffer<tensor<4x4xbf16>>
+  %w = exec.buffer offset 256 bytes 256 : !exec.buffer<tensor<4xbf16>>
+  %r = exec.buffer offset 512 bytes 256 : !exec.buffer<tensor<4xf32>>
+  %dy = exec.buffer offset 768 bytes 256 : !exec.buffer<tensor<4x4xbf16>>
+  %dx = exec.buffer offset 1024 bytes 256 : !exec.buffer<tensor<4x4xbf16>>
+  // expected-error @+1 {{'exec.kernel' op "train.rms_norm_grad_sum" takes 5 to 7 input buffers, got 8}}
+  exec.kernel "train.rms_norm_grad_sum" ins(%x, %w, %r, %dy, %dy, %dy, %dy, %dy : !exec.buffer<tensor<4x4xbf16>>, !exec.buffer<tensor<4xbf16>>, !exec.buffer<tensor<4xf32>>, !exec.buffer<tensor<4x4xbf16>>, !exec.buffer<tensor<4x4xbf16>>, !exec.buffer<tensor<4x4xbf16>>, !exec.buffer<tensor<4x4xbf16>>, !exec.buffer<tensor<4x4xbf16>>) outs(%dx : !exec.buffer<tensor<4x4xbf16>>) workspace 0
   exec.return
 }
 

@@ -49,6 +49,10 @@ inline std::vector<GroupSpec> cudaTestSpecs() {
   s.kind = GroupKind::RmsNormBackward; // fused with the residual add
   s.addResidual = true;
   all.push_back(s);
+  // and with the chain of three adds forming its dy (GDN layers' input norm)
+  s.dyAddends = kMaxDyAddends;
+  all.push_back(s);
+  s.dyAddends = 1;
   s.addResidual = false;
   s.kind = GroupKind::GdnGatesForward;
   all.push_back(s);

@@ -33,6 +33,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <iostream>
+#include <memory>
 #include <string>
 #include <type_traits>
 
@@ -501,29 +502,41 @@ TEST_F(KernelGenCuda, RmsNormForwardAndBackwardBitwiseToModel) {
   }
 }
 
-/// RMSNorm backward fused with the residual add of its dx: the sum is the
-/// model's dx rounded to bf16 plus the other addend (the generated add's
-/// arithmetic), dw the model's, bit for bit.
-TEST_F(KernelGenCuda, RmsNormBackwardAddBitwiseToModel) {
+/// RMSNorm backward fused with the residual add of its dx, its dy the sum
+/// of `addends` addends (1: dy itself; else the chain of adds forming it,
+/// dy = ((d0 + d1) + d2) + ..., each sum rounded to storage as the add
+/// kernel stores it): the sum is the model's dx of that dy rounded to bf16
+/// plus the other addend (the generated add's arithmetic), dw the model's,
+/// bit for bit.
+void checkNormBackwardAdd(int addends, int seed) {
   const kg::ElemType t = kg::ElemType::BF16;
   kg::GroupSpec spec;
   for (const kg::GroupSpec &g : GpuKernels::specs())
-    if (g.kind == kg::GroupKind::RmsNormBackward && g.addResidual)
+    if (g.kind == kg::GroupKind::RmsNormBackward && g.addResidual &&
+        g.dyAddends == addends)
       spec = g;
   ASSERT_TRUE(spec.addResidual);
+  ASSERT_TRUE(addends == 1 || addends == kg::kMaxDyAddends);
   for (Shape s : kNorm) {
     size_t n = size_t(s.rows * s.cols);
     I d = s.cols;
-    auto x = randomStorage(t, n, 191, 2.0, false),
-         w = randomStorage(t, size_t(d), 192, 0.5, false),
-         dy = randomStorage(t, n, 193, 1.0, false),
-         res = randomStorage(t, n, 195, 1.0, false);
+    auto x = randomStorage(t, n, seed, 2.0, false),
+         w = randomStorage(t, size_t(d), seed + 1, 0.5, false),
+         res = randomStorage(t, n, seed + 2, 1.0, false);
+    std::vector<std::vector<uint8_t>> part;
+    for (int k = 0; k < addends; ++k)
+      part.push_back(randomStorage(t, n, seed + 5 + k, 1.0, false));
+    std::vector<uint8_t> dy = part[0];
+    for (int k = 1; k < addends; ++k)
+      for (I i = 0; i < I(n); ++i)
+        storeAt(t, dy.data(), i,
+                loadAt(t, dy.data(), i) + loadAt(t, part[k].data(), i));
     std::vector<float> rstd(size_t(s.rows));
     std::vector<uint8_t> y(n * 2);
     modelRmsNorm(t, x.data(), w.data(), y.data(), rstd.data(), s.rows, d, d,
                  /*zc=*/true, float(1e-6));
     std::vector<float> dw0;
-    for (double v : ap::test::randn(size_t(d), 194))
+    for (double v : ap::test::randn(size_t(d), seed + 3))
       dw0.push_back(float(v));
     std::vector<float> dwW = dw0;
     std::vector<uint8_t> dxW(n * 2), sumW(n * 2);
@@ -533,21 +546,39 @@ TEST_F(KernelGenCuda, RmsNormBackwardAddBitwiseToModel) {
     for (I i = 0; i < I(n); ++i)
       storeAt(t, sumW.data(), i,
               loadAt(t, res.data(), i) + loadAt(t, dxW.data(), i));
-    DevBuf dx_(x), dw_(w), ddy(dy), dres(res), drstd(rstd),
+    std::vector<std::unique_ptr<DevBuf>> dd;
+    for (const auto &p : part)
+      dd.push_back(std::make_unique<DevBuf>(p));
+    DevBuf dx_(x), dw_(w), dres(res), drstd(rstd),
         dsum(std::vector<uint8_t>(n * 2, 0xff)), ddw(dw0);
-    I parts = kg::rmsNormDwParts(s.rows);
+    I parts = kg::rmsNormDwParts(s.rows), items = kg::rmsNormDwPartItems(
+                                              s.rows, d);
     DevBuf ws(std::vector<float>(size_t(parts * d), -3.f));
-    // (x, w, rstd, dy, dx: the sum, res, dw, dwPartial, rows, dim, xStride,
-    //  dyStride, dxStride, dwParts, dwPartItems)
+    // (x, w, rstd, dy, dx: the sum, [dy1, dy2, dy3,] res, dw, dwPartial,
+    //  rows, dim, xStride, dyStride, dxStride, dwParts, dwPartItems)
     for (const std::string &name : kg::gpuKernelNames(spec))
-      CU(launch(name, dx_.p, dw_.p, drstd.p, ddy.p, dsum.p, dres.p, ddw.p, ws.p,
-                s.rows, d, d, d, d, parts, kg::rmsNormDwPartItems(s.rows, d)));
-    std::string where = std::to_string(s.rows) + "x" + std::to_string(d);
+      CU(addends == 1
+             ? launch(name, dx_.p, dw_.p, drstd.p, dd[0]->p, dsum.p, dres.p,
+                      ddw.p, ws.p, s.rows, d, d, d, d, parts, items)
+             : launch(name, dx_.p, dw_.p, drstd.p, dd[0]->p, dsum.p, dd[1]->p,
+                      dd[2]->p, dd[3]->p, dres.p, ddw.p, ws.p, s.rows, d, d, d,
+                      d, parts, items));
+    std::string where = std::to_string(s.rows) + "x" + std::to_string(d) +
+                        ", " + std::to_string(addends) + " addends";
     EXPECT_TRUE(sameBits(sumW, dsum.bytesBack(), 2, "dx + res")) << where;
     EXPECT_TRUE(
         sameBits(rawBytes(dwW), rawBytes(ddw.floatsBack()), 4, "rmsnorm dw"))
         << where;
   }
+}
+
+TEST_F(KernelGenCuda, RmsNormBackwardAddBitwiseToModel) {
+  checkNormBackwardAdd(1, 191);
+}
+
+/// With the chain of three adds forming dy (the GDN layers' input norm).
+TEST_F(KernelGenCuda, RmsNormBackwardOfAnAddChainBitwiseToModel) {
+  checkNormBackwardAdd(kg::kMaxDyAddends, 291);
 }
 
 TEST_F(KernelGenCuda, FusedAddRmsNormBitwiseToUnfusedKernels) {

@@ -77,7 +77,7 @@ struct Jit {
       s.kind = kg::GroupKind::RmsNormBackward;
       for (auto [zc, dw, y] :
            {std::tuple{true, true, true}, std::tuple{false, true, false},
-            std::tuple{true, false, false}}) {
+            std::tuple{true, false, false}, std::tuple{true, true, false}}) {
         s.zeroCentered = zc;
         s.accumulateDw = dw;
         s.recomputeY = y;
@@ -88,8 +88,14 @@ struct Jit {
       s.accumulateDw = true;
       s.addResidual = true;
       all.push_back(s);
-      s.addResidual = false;
+      // dy formed from a chain of adds: alone, and with the residual add.
       s.zeroCentered = true;
+      s.dyAddends = kg::kMaxDyAddends;
+      all.push_back(s);
+      s.addResidual = false;
+      s.dyAddends = 3;
+      all.push_back(s);
+      s.dyAddends = 1;
       s.kind = kg::GroupKind::AdamW;
       for (std::optional<kg::ElemType> copy :
            {std::optional<kg::ElemType>(kg::ElemType::BF16),
@@ -614,6 +620,92 @@ TEST_P(KernelGenHost, RmsNormBackwardAddMatchesTheUnfusedKernels) {
     std::string where = std::to_string(s.rows) + "x" + std::to_string(c);
     EXPECT_TRUE(sameBits(sumU, sumF, eb, "dx + res")) << where;
     EXPECT_TRUE(sameBits(rawBytes(dwU), rawBytes(dwF), 4, "dw")) << where;
+  }
+}
+
+/// RMSNorm backward whose dy is a chain of residual adds' sum, formed where
+/// dy is read: the same bits as the generated adds, each storing its sum,
+/// then the generated backward of the stored dy (and, with addResidual, the
+/// add of its dx), and the same dw.
+TEST_P(KernelGenHost, RmsNormBackwardOfAnAddChainMatchesTheUnfusedKernels) {
+  size_t eb = bytesOf(type());
+  using P = const void *;
+  kg::GroupSpec gradSpec, addSpec, sum3Spec, sum4AddSpec;
+  gradSpec.kind = kg::GroupKind::RmsNormBackward;
+  gradSpec.dtype = addSpec.dtype = type();
+  addSpec.kind = kg::GroupKind::ResidualAdd;
+  sum3Spec = sum4AddSpec = gradSpec;
+  sum3Spec.dyAddends = 3;
+  sum4AddSpec.dyAddends = kg::kMaxDyAddends;
+  sum4AddSpec.addResidual = true;
+  auto *grad = jit()
+                   .lookup<void(P, P, P, P, void *, float *, float *, I, I, I,
+                                I, I, I, I)>(gradSpec);
+  auto *add = jit().lookup<void(P, P, void *, I)>(addSpec);
+  auto *sum3 = jit()
+                   .lookup<void(P, P, P, P, void *, P, P, float *, float *, I,
+                                I, I, I, I, I, I)>(sum3Spec);
+  auto *sum4Add = jit()
+                      .lookup<void(P, P, P, P, void *, P, P, P, P, float *,
+                                   float *, I, I, I, I, I, I, I)>(sum4AddSpec);
+  ASSERT_NE(grad, nullptr);
+  ASSERT_NE(add, nullptr);
+  ASSERT_NE(sum3, nullptr);
+  ASSERT_NE(sum4Add, nullptr);
+  EXPECT_NE(kg::kernelName(sum4AddSpec).find("_dw_add_sum4_"),
+            std::string::npos)
+      << kg::kernelName(sum4AddSpec);
+  for (Shape s : {Shape{4, 256}, Shape{17, 33}, Shape{300, 40}, Shape{3, 1100}}) {
+    size_t n = size_t(s.rows * s.cols);
+    I c = s.cols;
+    auto x = randomStorage(type(), n, 81 + c, 2.0, false);
+    auto w = randomStorage(type(), size_t(c), 82 + c, 0.5, false);
+    std::vector<std::vector<uint8_t>> d;
+    for (int k = 0; k < kg::kMaxDyAddends; ++k)
+      d.push_back(randomStorage(type(), n, 83 + 7 * k + c, 1.0, false));
+    auto res = randomStorage(type(), n, 84 + c, 1.0, false);
+    std::vector<float> rstd(size_t(s.rows));
+    std::vector<uint8_t> yFwd(n * eb);
+    ASSERT_EQ(referenceRmsNorm(type(), x.data(), w.data(), yFwd.data(),
+                               rstd.data(), s.rows, c, c, true),
+              Status::Ok);
+    std::vector<float> dw0;
+    for (double v : ap::test::randn(size_t(c), 85 + c))
+      dw0.push_back(float(v));
+    I parts = kg::rmsNormDwParts(s.rows);
+    I items = kg::rmsNormDwPartItems(s.rows, c);
+    std::vector<float> partial(size_t(parts * c));
+    std::string where = std::to_string(s.rows) + "x" + std::to_string(c);
+    // The unfused chain: s1 = d0 + d1, s2 = s1 + d2 (dy of sum3), s3 = s2 +
+    // d3 (dy of sum4), each stored; then the backward of the stored dy.
+    std::vector<uint8_t> s1(n * eb), s2(n * eb), s3(n * eb);
+    add(d[0].data(), d[1].data(), s1.data(), I(n));
+    add(s1.data(), d[2].data(), s2.data(), I(n));
+    add(d[3].data(), s2.data(), s3.data(), I(n)); // either operand order
+    {
+      std::vector<float> dwU = dw0, dwF = dw0;
+      std::vector<uint8_t> dxU(n * eb, 1), dxF(n * eb, 2);
+      grad(x.data(), w.data(), rstd.data(), s2.data(), dxU.data(), dwU.data(),
+           partial.data(), s.rows, c, c, c, c, parts, items);
+      sum3(x.data(), w.data(), rstd.data(), d[0].data(), dxF.data(),
+           d[1].data(), d[2].data(), dwF.data(), partial.data(), s.rows, c, c,
+           c, c, parts, items);
+      EXPECT_TRUE(sameBits(dxU, dxF, eb, "dx of a 3-addend dy")) << where;
+      EXPECT_TRUE(sameBits(rawBytes(dwU), rawBytes(dwF), 4, "dw")) << where;
+    }
+    {
+      std::vector<float> dwU = dw0, dwF = dw0;
+      std::vector<uint8_t> dxU(n * eb, 1), sumU(n * eb, 2), sumF(n * eb, 3);
+      grad(x.data(), w.data(), rstd.data(), s3.data(), dxU.data(), dwU.data(),
+           partial.data(), s.rows, c, c, c, c, parts, items);
+      add(res.data(), dxU.data(), sumU.data(), I(n));
+      sum4Add(x.data(), w.data(), rstd.data(), d[0].data(), sumF.data(),
+              d[1].data(), d[2].data(), d[3].data(), res.data(), dwF.data(),
+              partial.data(), s.rows, c, c, c, c, parts, items);
+      EXPECT_TRUE(sameBits(sumU, sumF, eb, "dx + res of a 4-addend dy"))
+          << where;
+      EXPECT_TRUE(sameBits(rawBytes(dwU), rawBytes(dwF), 4, "dw")) << where;
+    }
   }
 }
 
