@@ -106,6 +106,8 @@ std::string kernelName(const GroupSpec &spec) {
   }
   if (hasRowsPerWarp(spec.kind) && spec.rowsPerWarp > 1)
     name += "_r" + std::to_string(spec.rowsPerWarp);
+  else if (hasRowsPerWarp(spec.kind) && spec.rowInRegisters)
+    name += "_k";
   name += "_";
   name += ty(spec.dtype);
   return name;

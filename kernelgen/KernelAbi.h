@@ -163,6 +163,11 @@ struct GroupSpec {
   /// loaded together and kept in registers for both passes; a launch
   /// choice only: every row's arithmetic, and so its bits, is the same.
   int rowsPerWarp = 1;
+  /// The same groups with rowsPerWarp 1: a row of at most kRowsPerWarp
+  /// aligned chunks a lane is loaded once and kept in registers for both
+  /// passes (kernel suffix _k) instead of read again for the second; a
+  /// launch choice only, as rowsPerWarp.
+  bool rowInRegisters = false;
 };
 
 /// Whether `kind` is one of the row-wise groups rowsPerWarp applies to.

@@ -784,11 +784,13 @@ void flushIf(Emitter &e, ChunkCtx &ctx, Value cond) {
 /// loads chunk 0 instead, leaves it out of the sum (a select: the sum's adds
 /// and order are the loop's) and stores nothing; rows past the end repeat
 /// r0's loads and store nothing but r0's own scalars again (the same bits).
-/// Other rows run rowTwoPasses one after the other. The same elements and
-/// arithmetic per row either way, so the bits are the host's.
+/// Other rows run rowTwoPasses one after the other. With `keepOne` (rpw 1,
+/// GroupSpec::rowInRegisters) a row of up to kRowsPerWarp chunks a lane
+/// takes the register path alone: read once instead of twice. The same
+/// elements and arithmetic per row either way, so the bits are the host's.
 BlockFn rowGroupBlock(Value rowsIdx, Value n, int64_t vec,
                       std::function<Value(Emitter &)> alignedOf,
-                      RowPasses passes, int64_t rpw) {
+                      RowPasses passes, int64_t rpw, bool keepOne) {
   return [=](Emitter &e, Value tid, Value bid, Value) {
     OpBuilder &b = e.b;
     Location loc = e.loc;
@@ -906,7 +908,7 @@ BlockFn rowGroupBlock(Value rowsIdx, Value n, int64_t vec,
       // ... else one by one.
       std::function<void(Emitter &, int64_t)> choose = [&](Emitter &q,
                                                            int64_t K) {
-        if (rpw == 1 || K * rpw > kRowsPerWarp) {
+        if ((rpw == 1 && !keepOne) || K * rpw > kRowsPerWarp) {
           oneByOne(q);
           return;
         }
@@ -1240,12 +1242,14 @@ RowPasses rmsNormPasses(Value dimF, Value eps, Value w, bool zc, Value rstd,
 /// row by row in two passes, on the GPU rowGroupBlock's `rpw` rows a warp.
 Work rowGroupWork(Value rowsIdx, Value n, int64_t vec, Value scratch,
                   std::function<Value(Emitter &)> alignedOf, RowPasses passes,
-                  int64_t rpw) {
+                  const GroupSpec &s) {
+  int64_t rpw = s.rowsPerWarp;
+  bool keepOne = rpw == 1 && s.rowInRegisters;
   Work w{{rowsIdx}, [=](Emitter &e, ValueRange idx) {
            rowTwoPasses(e, passes, idx[0], laneOf(idx), scratch, n, vec,
                         Value());
          }};
-  w.gpuBlock = rowGroupBlock(rowsIdx, n, vec, alignedOf, passes, rpw);
+  w.gpuBlock = rowGroupBlock(rowsIdx, n, vec, alignedOf, passes, rpw, keepOne);
   return w;
 }
 
@@ -1274,7 +1278,7 @@ Work rmsNormWork(Emitter &e, const GroupSpec &s, const Args &a) {
                     [=](Emitter &in, Value r, Value j) {
                       return in.load(x, {r, j});
                     }),
-      s.rowsPerWarp);
+      s);
 }
 
 /// The residual add and the RMSNorm that reads its output, fused per row:
@@ -1310,7 +1314,7 @@ Work addRmsNormWork(Emitter &e, const GroupSpec &s, const Args &a) {
             in.store(sum, h, {r, j});
             return in.widen(in.narrow(sum, st));
           }),
-      s.rowsPerWarp);
+      s);
 }
 
 /// The dw of a norm's backward, dw[j] += the column sum of term(r, j) over
@@ -1710,7 +1714,7 @@ Work l2NormWork(Emitter &e, const GroupSpec &s, const Args &a, bool backward) {
         [=](Emitter &in) {
           return chunksAligned(in, {x, y}, vec);
         },
-        p, s.rowsPerWarp);
+        p, s);
   }
   Value y = m2("y"), dy = m2("dy"), dx = m2("dx");
   p.term = [=](Emitter &in, Value r, Value j) {
@@ -1728,7 +1732,7 @@ Work l2NormWork(Emitter &e, const GroupSpec &s, const Args &a, bool backward) {
       [=](Emitter &in) {
         return chunksAligned(in, {y, dy, dx}, vec);
       },
-      p, s.rowsPerWarp);
+      p, s);
 }
 
 /// GDN's gated RMSNorm of each row (a token's head), the reference's
@@ -1783,7 +1787,7 @@ SmallVector<Work> gatedNormWork(Emitter &e, const GroupSpec &s, const Args &a,
         [=](Emitter &in) {
           return chunksAligned(in, {x, z, w, y}, vec);
         },
-        p, s.rowsPerWarp)};
+        p, s)};
   }
   Value dy = m2("dy"), dx = m2("dx"), dz = m2("dz");
   Value y, dw;

@@ -54,6 +54,12 @@ inline std::vector<GroupSpec> benchSpecs() {
                       GroupKind::SigmoidGateBackward, GroupKind::RopeForward,
                       GroupKind::RopeBackward, GroupKind::ResidualAdd})
     all.push_back(stepSpec(k));
+  // One row a warp read once into registers (the hidden size's forwards).
+  for (GroupKind k : {GroupKind::RmsNormForward, GroupKind::AddRmsNormForward}) {
+    GroupSpec keep = stepSpec(k);
+    keep.rowInRegisters = true;
+    all.push_back(keep);
+  }
   GroupSpec fused = stepSpec(GroupKind::RmsNormBackward);
   fused.addResidual = true;
   all.push_back(fused);

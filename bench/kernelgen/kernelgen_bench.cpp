@@ -312,6 +312,10 @@ std::vector<Case> buildCases(Pool &pool, const KernelContext &ctx0,
     Case b{"rms_norm_grad", shape, 3 * tensor + rows * 4.0};
     Case fb{"rms_norm_grad_add (vs grad + add)", shape,
             4 * tensor + rows * 4.0};
+    // The same forward with one row a warp read once into registers.
+    Case fk{"rms_norm (row in registers)", shape, 2 * tensor + rows * 4.0};
+    kg::GroupSpec keep = kg::bench::stepSpec(kg::GroupKind::RmsNormForward);
+    keep.rowInRegisters = true;
     for (int s = 0; s < sets; ++s) {
       RmsNormForwardArgs fa;
       fa.x = bf("x", s);
@@ -325,6 +329,8 @@ std::vector<Case> buildCases(Pool &pool, const KernelContext &ctx0,
       f.gen.push_back(
           GenLaunch(kg::bench::stepSpec(kg::GroupKind::RmsNormForward, dim),
                     normArgs(s, rows, dim), genWs));
+      fk.lib.push_back(f.lib.back());
+      fk.gen.push_back(GenLaunch(keep, normArgs(s, rows, dim), genWs));
       RmsNormBackwardArgs ba = normGradArgs(s, rows, dim);
       b.lib.push_back([=](cudaStream_t) { KS(rmsNormBackward(ctx, ba)); });
       GenLaunch::Args bargs = normArgs(s, rows, dim);
@@ -347,8 +353,10 @@ std::vector<Case> buildCases(Pool &pool, const KernelContext &ctx0,
     }
     cases.push_back(std::move(f));
     cases.push_back(std::move(b));
-    if (dim == D)
+    if (dim == D) {
+      cases.push_back(std::move(fk));
       cases.push_back(std::move(fb));
+    }
   }
 
   // RMSNorm backward fused with the chain of adds forming its dy and with
@@ -400,6 +408,11 @@ std::vector<Case> buildCases(Pool &pool, const KernelContext &ctx0,
   {
     // The fused residual add + RMSNorm against the two library kernels.
     double tensor = double(T * D * 2);
+    Case ck{"add_rms_norm (row in registers)",
+            std::to_string(T) + "x" + std::to_string(D),
+            4 * double(T * D * 2) + T * 4.0};
+    kg::GroupSpec keep = kg::bench::stepSpec(kg::GroupKind::AddRmsNormForward);
+    keep.rowInRegisters = true;
     Case c{"add_rms_norm (vs add + rms_norm)",
            std::to_string(T) + "x" + std::to_string(D), 4 * tensor + T * 4.0};
     for (int s = 0; s < sets; ++s) {
@@ -432,8 +445,21 @@ std::vector<Case> buildCases(Pool &pool, const KernelContext &ctx0,
                      {"dim", uint64_t(D)},
                      {"eps", f32(1e-6f)}},
                     genWs));
+      ck.lib.push_back(c.lib.back());
+      ck.gen.push_back(GenLaunch(keep,
+                                 {{"a", ptr(add.a)},
+                                  {"b", ptr(add.b)},
+                                  {"h", ptr(add.y)},
+                                  {"w", ptr(fa.w)},
+                                  {"y", ptr(fa.y)},
+                                  {"rstd", ptr(fa.rstd)},
+                                  {"rows", uint64_t(T)},
+                                  {"dim", uint64_t(D)},
+                                  {"eps", f32(1e-6f)}},
+                                 genWs));
     }
     cases.push_back(std::move(c));
+    cases.push_back(std::move(ck));
   }
 
   // GDN's per-head norms: [T, 16 heads, 128].

@@ -65,6 +65,12 @@ static cl::opt<int> dyAddends(
              "a chain of residual adds formed where dy is read, each sum "
              "rounded to storage as the add stores it)"),
     cl::cat(category));
+static cl::opt<bool> rowInRegisters(
+    "row-in-registers", cl::init(false),
+    cl::desc("With --rows-per-warp=1: a row of at most 4 chunks a lane is "
+             "read once and kept in registers for both passes (kernel "
+             "suffix _k)"),
+    cl::cat(category));
 static cl::opt<int> rowsPerWarp(
     "rows-per-warp", cl::init(1),
     cl::desc("Rows a GPU warp takes in the row-wise groups with independent "
@@ -169,6 +175,8 @@ int main(int argc, char **argv) {
       spec.dyAddends = dyAddends;
     if (kg::hasRowsPerWarp(spec.kind))
       spec.rowsPerWarp = rowsPerWarp;
+    if (kg::hasRowsPerWarp(spec.kind))
+      spec.rowInRegisters = rowInRegisters && rowsPerWarp == 1;
     specs.push_back(spec);
   }
 

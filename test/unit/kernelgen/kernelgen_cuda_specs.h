@@ -66,14 +66,16 @@ inline std::vector<GroupSpec> cudaTestSpecs() {
     all.push_back(s);
   }
   s.packed = false;
-  // The row-wise groups with 2 and 4 rows a warp (the register path).
+  // The row-wise groups with 2 and 4 rows a warp (the register path), and
+  // with one row a warp kept in registers (rowInRegisters).
   for (GroupKind k : {GroupKind::RmsNormForward, GroupKind::AddRmsNormForward,
                       GroupKind::L2NormForward, GroupKind::L2NormBackward,
                       GroupKind::GatedNormForward})
-    for (int rpw : {2, 4}) {
+    for (int rpw : {1, 2, 4}) {
       GroupSpec r;
       r.kind = k;
       r.rowsPerWarp = rpw;
+      r.rowInRegisters = rpw == 1;
       all.push_back(r);
     }
   s.kind = GroupKind::AdamW;

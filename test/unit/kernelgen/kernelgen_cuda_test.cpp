@@ -275,11 +275,13 @@ const Shape kMlp[] = {{4096, 3584}, {3, 7}, {17, 33}};
 const Shape kNorm[] = {
     {4096, 1024}, {32768, 256}, {5, 1023}, {1, 1}, {37, 1536}};
 
-/// The spec of `kind` with `rpw` rows a warp (kernelgen_cuda_specs.h).
+/// The spec of `kind` with `rpw` rows a warp (kernelgen_cuda_specs.h); 1:
+/// one row a warp kept in registers (rowInRegisters, the _k kernel).
 kg::GroupSpec rowsSpec(kg::GroupKind kind, int rpw) {
   kg::GroupSpec s;
   s.kind = kind;
   s.rowsPerWarp = rpw;
+  s.rowInRegisters = rpw == 1;
   return s;
 }
 
@@ -454,9 +456,10 @@ TEST_F(KernelGenCuda, RmsNormForwardAndBackwardBitwiseToModel) {
         dyB(std::vector<uint8_t>(n * 2, 0xff));
     float eps = float(1e-6);
     std::string where = std::to_string(s.rows) + "x" + std::to_string(d);
-    // 2 and 4 rows a warp (the register path where a row is 1 or 2 chunks a
-    // lane): the same bits.
-    for (int rpw : {2, 4}) {
+    // One row a warp kept in registers, and 2 and 4 rows a warp (the
+    // register path where a row is up to 4, 2 or 1 chunks a lane): the same
+    // bits.
+    for (int rpw : {1, 2, 4}) {
       DevBuf y2(std::vector<uint8_t>(n * 2, 0xff)),
           r2(std::vector<float>(size_t(s.rows), -1.f));
       CU(launch(kg::kernelName(rowsSpec(kg::GroupKind::RmsNormForward, rpw)),
@@ -604,7 +607,7 @@ TEST_F(KernelGenCuda, FusedAddRmsNormBitwiseToUnfusedKernels) {
         drstd(std::vector<float>(size_t(s.rows), -1.f));
     float eps = float(1e-6);
     std::string where = std::to_string(s.rows) + "x" + std::to_string(d);
-    for (int rpw : {2, 4}) {
+    for (int rpw : {1, 2, 4}) {
       DevBuf h2(std::vector<uint8_t>(n * 2, 0xff)),
           y2(std::vector<uint8_t>(n * 2, 0xff)),
           r2(std::vector<float>(size_t(s.rows), -1.f));
@@ -656,7 +659,7 @@ TEST_F(KernelGenCuda, L2NormBitwiseToModel) {
         << where;
     CU(launch(kg::kernelName(b), dy_.p, dr.p, ddy.p, ddx.p, s.rows, d));
     EXPECT_TRUE(sameBits(dxW, ddx.bytesBack(), 2, "l2norm dx")) << where;
-    for (int rpw : {2, 4}) {
+    for (int rpw : {1, 2, 4}) {
       DevBuf y2(std::vector<uint8_t>(n * 2, 0xff)),
           r2(std::vector<float>(size_t(s.rows), -1.f)),
           dx2(std::vector<uint8_t>(n * 2, 0xff));
@@ -719,8 +722,9 @@ TEST_F(KernelGenCuda, GatedNormWithinBoundsAndDeterministic) {
                 d, eps));
       EXPECT_TRUE(sameBits(rawBytes(rW), rawBytes(dr.floatsBack()), 4, "rstd"))
           << where;
-      // 2 and 4 rows a warp: the bits of one row a warp.
-      for (int rpw : {2, 4}) {
+      // One row in registers, 2 and 4 rows a warp: the bits of one row a
+      // warp.
+      for (int rpw : {1, 2, 4}) {
         DevBuf y2(std::vector<uint8_t>(n * 2, 0xff)),
             r2(std::vector<float>(size_t(s.rows), -1.f));
         CU(launch(
