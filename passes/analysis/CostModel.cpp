@@ -17,6 +17,7 @@
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/SymbolTable.h"
 #include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/TypeSwitch.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
@@ -56,8 +57,12 @@ llvm::Expected<DeviceProfile> DeviceProfile::load(StringRef jsonPath) {
   }
   llvm::Expected<DeviceProfile> p = parse((*buffer)->getBuffer(), jsonPath);
   if (p) {
+    static uint64_t loads = 0;
     std::lock_guard<std::mutex> lock(mutex);
-    parsed.emplace(std::move(key), *p);
+    auto [it, inserted] = parsed.emplace(std::move(key), *p);
+    if (inserted)
+      it->second.loadedAs = ++loads;
+    p->loadedAs = it->second.loadedAs;
   }
   return p;
 }
@@ -83,7 +88,20 @@ FailureOr<CostModel> CostModel::fromProfile(StringRef profilePath,
       for (Attribute a : ops)
         if (auto name = dyn_cast<StringAttr>(a))
           p.generatedOps.insert(name.str());
-  return CostModel(p);
+  CostModel model(p);
+  // The models of one loaded profile (or of the defaults) and one kernel
+  // choice are the same model: they share an id, so valuesOf resolves each
+  // op name once per thread for all of them. Every placement pass builds
+  // its own model, and the placement search runs them on thousands of
+  // clones.
+  static std::mutex mutex;
+  static std::map<std::pair<uint64_t, std::string>, uint64_t> ids;
+  std::pair<uint64_t, std::string> key(
+      p.loadedAs, llvm::join(p.generatedOps.begin(), p.generatedOps.end(),
+                             std::string(1, '\0')));
+  std::lock_guard<std::mutex> lock(mutex);
+  model.id = ids.try_emplace(std::move(key), model.id).first->second;
+  return model;
 }
 
 llvm::Expected<DeviceProfile> DeviceProfile::parse(StringRef json,

@@ -172,6 +172,12 @@ struct DeviceProfile {
   /// The same, from JSON text; `origin` names the source in messages.
   static llvm::Expected<DeviceProfile> parse(llvm::StringRef json,
                                              llvm::StringRef origin);
+
+  /// Which file load() read this profile from: one number per path and
+  /// content it parsed (0 for a profile not from load()). Cost models of
+  /// one loaded profile share their per-op-name cache through it
+  /// (CostModel::fromProfile).
+  uint64_t loadedAs = 0;
 };
 
 /// Predicted work of one op on the compute stream.

@@ -12,6 +12,18 @@ using namespace mlir;
 using namespace ap::train;
 
 int64_t ap::train::tensorBytes(Type type) {
+  // Tensors of the common element types without the ShapedType and
+  // FloatType interface lookups: the cost model and the memory timeline
+  // ask for every operand and result of every op of thousands of placed
+  // clones in the placement search.
+  if (auto ranked = dyn_cast<RankedTensorType>(type)) {
+    Type element = ranked.getElementType();
+    int64_t bytes = element.isBF16() || element.isF16() ? 2
+                    : element.isF32()                   ? 4
+                                                        : 0;
+    if (bytes)
+      return ranked.getNumElements() * bytes;
+  }
   auto shaped = cast<ShapedType>(type);
   int64_t bits = shaped.getElementTypeBitWidth();
   return shaped.getNumElements() * ((bits + 7) / 8);

@@ -346,7 +346,8 @@ void ap::train::unplace(Block &body) {
 }
 
 MemoryTimeline MemoryTimeline::compute(ModuleOp module, const CostModel &cost,
-                                       const DataParallelOptions &dp) {
+                                       const DataParallelOptions &dp,
+                                       Detail detail) {
   MemoryTimeline tl;
   auto step = module.lookupSymbol<func::FuncOp>("train_step");
   if (!step || step.getBody().empty())
@@ -417,8 +418,14 @@ MemoryTimeline MemoryTimeline::compute(ModuleOp module, const CostModel &cost,
     tl.sim = StreamSimulation::simulate(body, cost);
     const unsigned begin = tl.bodyFirst;
     const unsigned end = begin + tl.sim.ops.size() - 1;
+    // Originals and scopes only for the full timeline; the origin also
+    // where heldAcrossBackwardBytes counts toward the peak.
+    const bool full = detail == Detail::Full;
+    const bool origins =
+        full || pipelineInflight(module, tl.numMicroBatches) > 1;
     const llvm::DenseMap<Operation *, Operation *> clones =
-        recomputedOriginals(body);
+        origins ? recomputedOriginals(body)
+                : llvm::DenseMap<Operation *, Operation *>();
 
     // Point index of the body op that holds `user` (users may sit in
     // nested regions).
@@ -436,16 +443,21 @@ MemoryTimeline MemoryTimeline::compute(ModuleOp module, const CostModel &cost,
       buf.scope = std::move(scope);
       buf.bytes = tensorBytes(root.getType());
       buf.first = first;
-      // A fused recompute's output copies the forward value, as a clone's
-      // result does.
-      Value rebuilt = isRebuiltActivation(root)
-                          ? forwardOfFused(root.getDefiningOp(), body, clones)
-                          : Value();
-      buf.original = rebuilt ? rebuilt : originalOf(root, clones);
-      if (root.getDefiningOp<ReloadOp>())
-        buf.origin = ActivationBuffer::Origin::Reload;
-      else if (clones.count(root.getDefiningOp()) || isRebuiltActivation(root))
-        buf.origin = ActivationBuffer::Origin::Recompute;
+      if (full) {
+        // A fused recompute's output copies the forward value, as a
+        // clone's result does.
+        Value rebuilt = isRebuiltActivation(root)
+                            ? forwardOfFused(root.getDefiningOp(), body, clones)
+                            : Value();
+        buf.original = rebuilt ? rebuilt : originalOf(root, clones);
+      }
+      if (origins) {
+        if (root.getDefiningOp<ReloadOp>())
+          buf.origin = ActivationBuffer::Origin::Reload;
+        else if (clones.count(root.getDefiningOp()) ||
+                 isRebuiltActivation(root))
+          buf.origin = ActivationBuffer::Origin::Recompute;
+      }
       // Walk the root and its aliases (reshape / wait results) for uses.
       unsigned lastDevice = first;
       double d2hEnd = -1;
@@ -490,18 +502,20 @@ MemoryTimeline MemoryTimeline::compute(ModuleOp module, const CostModel &cost,
       // parameters.
       if (isa<ReshapeOp, WaitOp, ParamRefOp>(op))
         continue;
-      std::string scope = scopeKey(&op);
+      std::string scope = full ? scopeKey(&op) : std::string();
       for (Value r : op.getResults())
         addBuffer(r, tl.index.lookup(&op), scope);
     }
 
     // Activations that may leave the device and come back.
-    llvm::MapVector<Value, SmallVector<unsigned, 2>> byOriginal;
-    for (auto [i, b] : llvm::enumerate(tl.bufs))
-      byOriginal[b.original].push_back(i);
-    for (auto &entry : byOriginal)
-      if (entry.second.size() > 1)
-        tl.returningGroups.push_back(std::move(entry.second));
+    if (full) {
+      llvm::MapVector<Value, SmallVector<unsigned, 2>> byOriginal;
+      for (auto [i, b] : llvm::enumerate(tl.bufs))
+        byOriginal[b.original].push_back(i);
+      for (auto &entry : byOriginal)
+        if (entry.second.size() > 1)
+          tl.returningGroups.push_back(std::move(entry.second));
+    }
 
     // Difference arrays keep this linear in ops + buffers.
     SmallVector<int64_t> act(tl.pts.size() + 1, 0), host(tl.pts.size() + 1, 0);

@@ -128,8 +128,20 @@ public:
   /// ranks `dp` describes. Without a `@train_step` function the timeline is
   /// empty (hasStep() is false); without a microbatch loop it has no
   /// activations.
+  /// What a timeline holds. `Full`: everything below. `Peaks`: the points,
+  /// the peaks, the simulation and each buffer's bytes and extent, but no
+  /// buffer's scope or original and no returning groups (so offDeviceAt and
+  /// PlacementMemoryDelta have nothing to explain with); origin is set only
+  /// where a pipeline stage holds several microbatches (stagePeakBytes
+  /// reads it). For the placement search, which predicts thousands of
+  /// placed clones and reads only their peaks and step time: matching each
+  /// recompute clone to its forward op and spelling each op's scope serve
+  /// the reports, not those numbers.
+  enum class Detail { Full, Peaks };
+
   static MemoryTimeline compute(mlir::ModuleOp module, const CostModel &cost,
-                                const DataParallelOptions &dp = {});
+                                const DataParallelOptions &dp = {},
+                                Detail detail = Detail::Full);
 
   bool hasStep() const { return !pts.empty(); }
   /// One point per op in program order (the loop body's ops in place of the

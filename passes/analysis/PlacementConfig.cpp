@@ -88,8 +88,20 @@ bool PlacementConfig::isRecomputed(Operation *op) const {
   return false;
 }
 
+namespace {
+thread_local bool unrecorded = false;
+} // namespace
+
+UnrecordedPlacements::UnrecordedPlacements() : before(unrecorded) {
+  unrecorded = true;
+}
+UnrecordedPlacements::~UnrecordedPlacements() { unrecorded = before; }
+bool UnrecordedPlacements::recording() { return !unrecorded; }
+
 void ap::train::recordPlacement(Operation *op, unsigned index,
                                 StringRef decision) {
+  if (unrecorded)
+    return;
   MLIRContext *ctx = op->getContext();
   SmallVector<Attribute> entries(op->getNumResults(), StringAttr::get(ctx));
   if (auto old = op->getAttrOfType<ArrayAttr>(kPlacementAttrName))

@@ -80,9 +80,27 @@ struct PlacementConfig {
 };
 
 /// Records the placement decision for result `index` of `op` in its
-/// `train.placement` attribute (read by the placement report).
+/// `train.placement` attribute (read by the placement report), unless an
+/// UnrecordedPlacements is alive on this thread.
 void recordPlacement(mlir::Operation *op, unsigned index,
                      llvm::StringRef decision);
+
+/// While one is alive, the placement passes on this thread leave out what
+/// only the report reads (the train.placement attributes and the reasons
+/// they spell): nothing the memory timeline or the cost model reads. The
+/// placement search places thousands of clones and only measures them.
+class UnrecordedPlacements {
+public:
+  UnrecordedPlacements();
+  ~UnrecordedPlacements();
+  UnrecordedPlacements(const UnrecordedPlacements &) = delete;
+  UnrecordedPlacements &operator=(const UnrecordedPlacements &) = delete;
+  /// Whether the passes on this thread record their decisions.
+  static bool recording();
+
+private:
+  bool before;
+};
 
 } // namespace ap::train
 

@@ -259,7 +259,8 @@ public:
     // Under zero3 the peak is one rank's: its shards and the gathered
     // windows, so a budget only sharding meets is met.
     DataParallelOptions dpOptions = base.dataParallelOptions();
-    MemoryTimeline timeline = MemoryTimeline::compute(m, cost, dpOptions);
+    MemoryTimeline timeline = MemoryTimeline::compute(
+        m, cost, dpOptions, MemoryTimeline::Detail::Peaks);
     PlacementChoice c = unplaced;
     c.activationPeakAfter = timeline.activationPeakBytes();
     // A pipeline stage also holds the other microbatches 1F1B keeps in
@@ -300,8 +301,12 @@ private:
     pm.enableVerifier(false);
     addPlacementPasses(pm, base, leavesOf(state, Offload),
                        leavesOf(state, Recompute));
-    if (failed(pm.run(*clone)))
-      return std::nullopt;
+    {
+      // Measured, never reported.
+      UnrecordedPlacements unrecorded;
+      if (failed(pm.run(*clone)))
+        return std::nullopt;
+    }
     PlacementChoice c = measure(*clone);
     c.recompute = leavesOf(state, Recompute);
     c.offload = leavesOf(state, Offload);

@@ -63,7 +63,15 @@ SavedActivations::SavedActivations(ModuleOp module) {
 
 SavedActivations::SavedActivations(Block &b) : body(&b) { analyse(); }
 
-void SavedActivations::analyse() {
+SavedActivations SavedActivations::orderOnly(ModuleOp module) {
+  SavedActivations s;
+  s.body = findBodyOrEmitError(module);
+  if (s.body)
+    s.analyse(/*listValues=*/false);
+  return s;
+}
+
+void SavedActivations::analyse(bool listValues) {
   for (Operation &op : *body) {
     index[&op] = order.size();
     order.push_back(&op);
@@ -76,6 +84,8 @@ void SavedActivations::analyse() {
       bwdStart = i;
       break;
     }
+  if (!listValues)
+    return;
 
   auto consider = [&](Value v, Operation *producer, int64_t defIndex) {
     auto type = dyn_cast<RankedTensorType>(v.getType());

@@ -57,6 +57,12 @@ public:
   /// (after a diagnostic) when there is none.
   explicit SavedActivations(mlir::ModuleOp module);
   explicit SavedActivations(mlir::Block &body);
+  /// The body's order, op indices and backward start only; values() is
+  /// empty. For passes that read no more (train-recompute,
+  /// train-recompute-stream): listing the values walks every forward
+  /// result's users, and the placement search runs those passes on
+  /// thousands of clones.
+  static SavedActivations orderOnly(mlir::ModuleOp module);
 
   bool valid() const { return body != nullptr; }
   mlir::Block *getBody() const { return body; }
@@ -78,7 +84,8 @@ public:
   static mlir::Block *findBodyOrEmitError(mlir::ModuleOp module);
 
 private:
-  void analyse();
+  SavedActivations() = default;
+  void analyse(bool listValues = true);
 
   mlir::Block *body = nullptr;
   llvm::SmallVector<mlir::Operation *> order;

@@ -202,6 +202,8 @@ void splitInputGrad(OpBuilder &b, LinearGradOp linear) {
 }
 
 void remarkFused(Operation *clone, StringRef what) {
+  if (!UnrecordedPlacements::recording())
+    return;
   std::string scope = Scope::of(clone).str();
   remark::passed(clone->getLoc(), remark::RemarkOpts::name("fuse-recompute")
                                       .category("actplace-placement")

@@ -215,6 +215,8 @@ void TrainOffloadScopesPass::runOnOperation() {
   }
 
   // Apply: offload after the producer, reload + wait before the first use.
+  // The decisions and remarks only when recorded (UnrecordedPlacements).
+  const bool recording = UnrecordedPlacements::recording();
   OpBuilder b(&getContext());
   llvm::DenseMap<Operation *, Operation *> lastCopyAfter;
   for (const SavedActivation &s : saved.values()) {
@@ -225,7 +227,7 @@ void TrainOffloadScopesPass::runOnOperation() {
     bool selected = llvm::any_of(
         owners, [&](const Scope &n) { return candidates.count(n); });
     if (!allIn(owners, chosen)) {
-      if (!selected)
+      if (!selected || !recording)
         continue;
       // Name the first owner that keeps it, and why.
       for (const Scope &n : owners) {
@@ -265,6 +267,8 @@ void TrainOffloadScopesPass::runOnOperation() {
       return top && !isa<OffloadOp>(top) && saved.indexOf(top) >= bwdStart &&
              use.getOwner() != ready.getDefiningOp();
     });
+    if (!recording)
+      continue;
     recordPlacement(s.producer, resultIndex, "offload");
     remark::passed(s.producer->getLoc(), remark::RemarkOpts::name("offload")
                                              .category("actplace-placement")
@@ -273,11 +277,14 @@ void TrainOffloadScopesPass::runOnOperation() {
             s.producer->getName().getStringRef() + " (" + copyScope.str() + ")")
                .str();
   }
-  for (const auto &[scope, why] : dropped)
+  for (const auto &[scope, why] : dropped) {
+    if (!recording)
+      break;
     remark::missed(module.getLoc(), remark::RemarkOpts::name("offload")
                                         .category("actplace-placement")
                                         .subCategory(scope.str()))
         << (scope.str() + " stays on the device: " + why);
+  }
   if (cfg.maxInflight > 0)
     saved.getBody()->getParentOp()->setAttr(
         kMaxInflightAttrName, b.getI64IntegerAttr(cfg.maxInflight));

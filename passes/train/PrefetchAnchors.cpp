@@ -44,6 +44,11 @@ void TrainPrefetchAnchorsPass::runOnOperation() {
   if (failed(costModel))
     return signalPassFailure();
   const CostModel &costs = *costModel;
+  // Without reloads there is nothing to move: no timeline to cost (the
+  // placement search runs this pass on thousands of clones, many of them
+  // with nothing offloaded).
+  if (llvm::none_of(*body, [](Operation &op) { return isa<ReloadOp>(op); }))
+    return markAllAnalysesPreserved();
 
   // Compute timeline of the body without stalls.
   SmallVector<Operation *> ops;

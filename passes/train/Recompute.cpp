@@ -34,7 +34,7 @@ struct TrainRecomputePass : ap::impl::TrainRecomputeBase<TrainRecomputePass> {
       return signalPassFailure();
     if (cfg.recomputeLeaves.empty())
       return markAllAnalysesPreserved();
-    SavedActivations saved(module);
+    SavedActivations saved = SavedActivations::orderOnly(module);
     if (!saved.valid())
       return signalPassFailure();
 
@@ -84,6 +84,8 @@ struct TrainRecomputePass : ap::impl::TrainRecomputeBase<TrainRecomputePass> {
         use.set(clone->getResult(resultIndex));
       }
 
+    if (!UnrecordedPlacements::recording())
+      return;
     for (auto [orig, clone] : clones) {
       Scope scope = Scope::of(orig);
 

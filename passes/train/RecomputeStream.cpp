@@ -68,7 +68,7 @@ struct TrainRecomputeStreamPass
     FailureOr<CostModel> cost = cfg.costModel(module);
     if (failed(cost))
       return signalPassFailure();
-    SavedActivations saved(module);
+    SavedActivations saved = SavedActivations::orderOnly(module);
     if (!saved.valid())
       return signalPassFailure();
 
