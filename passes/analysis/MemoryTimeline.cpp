@@ -366,6 +366,15 @@ MemoryTimeline MemoryTimeline::compute(ModuleOp module, const CostModel &cost,
 
   // Program order: the function's ops with the loop replaced by its body.
   MicrobatchLoopOp loop;
+  {
+    size_t points = 0;
+    for (Operation &op : step.getBody().front())
+      points += isa<MicrobatchLoopOp>(op)
+                    ? op.getRegion(0).front().getOperations().size()
+                    : 1;
+    tl.pts.reserve(points);
+    tl.index.reserve(points);
+  }
   for (Operation &op : step.getBody().front()) {
     if (auto l = dyn_cast<MicrobatchLoopOp>(op)) {
       loop = l;

@@ -86,8 +86,9 @@ void recordPlacement(mlir::Operation *op, unsigned index,
                      llvm::StringRef decision);
 
 /// While one is alive, the placement passes on this thread leave out what
-/// only the report reads (the train.placement attributes and the reasons
-/// they spell): nothing the memory timeline or the cost model reads. The
+/// only a person reads (the train.placement attributes the report reads,
+/// the reasons they spell, remarks, train-verify-placement-config's
+/// warnings): nothing the memory timeline or the cost model reads. The
 /// placement search places thousands of clones and only measures them.
 class UnrecordedPlacements {
 public:

@@ -10,10 +10,12 @@
 #include "support/ByteSize.h"
 
 #include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/IRMapping.h"
 #include "mlir/Pass/PassManager.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FormatVariadic.h"
 
+#include <array>
 #include <atomic>
 #include <cmath>
 #include <limits>
@@ -165,7 +167,7 @@ public:
   Evaluator(ModuleOp module, const PlacementConfig &base, const CostModel &cost,
             std::vector<std::string> leaves, PlacementSearchCache &cache)
       : module(module), base(base), cost(cost), leaves(std::move(leaves)),
-        cache(cache.placed) {}
+        cache(cache.placed), sourceLoop(bodyOnlyLoop(module)) {}
 
   /// The placed totals of `state`, or nullopt when the passes reject it.
   std::optional<PlacementChoice> operator()(const State &state) {
@@ -179,7 +181,7 @@ public:
       // for a goal, not for this combination.
       ScopedDiagnosticHandler silence(module.getContext(),
                                       [](Diagnostic &) { return success(); });
-      result = place(state);
+      result = place(state, /*worker=*/0);
     }
     cache.emplace(key, result);
     ++placed;
@@ -214,14 +216,14 @@ public:
     {
       ScopedDiagnosticHandler silence(module.getContext(),
                                       [](Diagnostic &) { return success(); });
-      auto work = [&] {
+      auto work = [&](unsigned worker) {
         for (size_t i; (i = next.fetch_add(1)) < todo.size();)
-          results[i] = place(todo[i]);
+          results[i] = place(todo[i], worker);
       };
       std::vector<std::thread> pool;
       for (unsigned t = 1; t < threads; ++t)
-        pool.emplace_back(work);
-      work();
+        pool.emplace_back(work, t);
+      work(0);
       for (std::thread &t : pool)
         t.join();
     }
@@ -290,11 +292,71 @@ private:
   /// per batch gain nothing.
   static constexpr unsigned kMaxThreads = 8;
 
-  /// Thread-safe: reads `module` only (clone) and places the clone; the
-  /// caller silences the diagnostics.
-  std::optional<PlacementChoice> place(const State &state) const {
+  /// The microbatch loop of `m` when a candidate can be placed on a copy of
+  /// `m` whose loop body alone is copied again (Workspace): the step has
+  /// one loop and nothing in its body reads a value from outside it (the
+  /// placement passes change the body and the loop's attributes only).
+  /// Null otherwise: each candidate gets a whole clone.
+  static MicrobatchLoopOp bodyOnlyLoop(ModuleOp m) {
+    MicrobatchLoopOp found;
+    int loops = 0;
+    m.walk([&](MicrobatchLoopOp loop) {
+      found = loop;
+      ++loops;
+    });
+    if (loops != 1 || found->getNumRegions() != 1 ||
+        !llvm::hasSingleElement(found->getRegion(0)))
+      return {};
+    Region &body = found->getRegion(0);
+    bool closed = true;
+    body.walk([&](Operation *op) {
+      for (Value v : op->getOperands())
+        closed &= body.isAncestor(v.getParentRegion());
+    });
+    return closed ? found : MicrobatchLoopOp();
+  }
+
+  /// A worker's copy of the module: its loop body is replaced by a fresh
+  /// copy of the source's for every candidate, the rest (parameters, the
+  /// optimizer step after the loop) is copied once. The same IR as a whole
+  /// clone, for a fraction of the copying and freeing.
+  struct Workspace {
+    OwningOpRef<ModuleOp> module;
+    MicrobatchLoopOp loop;
+  };
+
+  /// `worker`'s module holding an unplaced copy of the source.
+  ModuleOp unplacedCopy(unsigned worker) const {
+    Workspace &ws = workspaces[worker];
+    if (!ws.module) {
+      ws.module = cast<ModuleOp>(module->clone());
+      ws.loop = bodyOnlyLoop(*ws.module);
+      return *ws.module;
+    }
+    Block &from = sourceLoop->getRegion(0).front();
+    Block &to = ws.loop->getRegion(0).front();
+    to.clear();
+    IRMapping map;
+    map.map(from.getArguments(), to.getArguments());
+    for (Operation &op : from)
+      to.push_back(op.clone(map));
+    ws.loop->setDiscardableAttrs(sourceLoop->getDiscardableAttrDictionary());
+    return *ws.module;
+  }
+
+  /// Thread-safe for distinct workers: reads `module` only (clone) and
+  /// places the clone; the caller silences the diagnostics.
+  std::optional<PlacementChoice> place(const State &state,
+                                       unsigned worker) const {
     ModuleOp source = module;
-    OwningOpRef<ModuleOp> clone(source.clone());
+    OwningOpRef<ModuleOp> owned;
+    ModuleOp clone;
+    if (sourceLoop) {
+      clone = unplacedCopy(worker);
+    } else {
+      owned = source.clone();
+      clone = *owned;
+    }
     PassManager pm(source.getContext(), ModuleOp::getOperationName());
     // The passes are verified by their own tests; the search places
     // hundreds of clones.
@@ -304,10 +366,10 @@ private:
     {
       // Measured, never reported.
       UnrecordedPlacements unrecorded;
-      if (failed(pm.run(*clone)))
+      if (failed(pm.run(clone)))
         return std::nullopt;
     }
-    PlacementChoice c = measure(*clone);
+    PlacementChoice c = measure(clone);
     c.recompute = leavesOf(state, Recompute);
     c.offload = leavesOf(state, Offload);
     return c;
@@ -319,6 +381,8 @@ private:
   std::vector<std::string> leaves;
   std::map<std::string, std::optional<PlacementChoice>> &cache;
   int64_t placed = 0;
+  MicrobatchLoopOp sourceLoop;
+  mutable std::array<Workspace, kMaxThreads> workspaces;
 };
 
 } // namespace

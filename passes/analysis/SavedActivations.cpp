@@ -94,8 +94,6 @@ void SavedActivations::analyse(bool listValues) {
     SavedActivation s;
     s.value = v;
     s.producer = producer;
-    s.scope = Scope::of(producer);
-    s.bytes = tensorBytes(type);
     s.defIndex = defIndex;
     for (Operation *user : v.getUsers()) {
       // Uses inside nested regions count at their top-level op.
@@ -114,6 +112,9 @@ void SavedActivations::analyse(bool listValues) {
     }
     if (s.firstUse < 0 || s.neededBy.empty())
       return;
+    // Only for the values kept: most forward results are not.
+    s.scope = Scope::of(producer);
+    s.bytes = tensorBytes(type);
     llvm::sort(s.neededBy);
     saved.push_back(std::move(s));
   };

@@ -217,6 +217,9 @@ StreamSimulation StreamSimulation::simulate(Block &block,
           ? cost.profile().sideStreamCopyScale
           : 1.0;
   double t = 0;
+  size_t numOps = block.getOperations().size();
+  sim.ops.reserve(numOps);
+  sim.opIndex.reserve(numOps);
   SideQueue side(sim.ops);
   auto stallUntil = [&](SimulatedOp &s, double ready) {
     if (ready <= t)

@@ -88,7 +88,7 @@ void TrainOffloadScopesPass::runOnOperation() {
   for (int64_t i = 0; i < bwdStart; ++i)
     if (ops[i]->hasAttr("scope")) {
       Scope s = Scope::of(ops[i]);
-      firstForward.emplace(s, i);
+      firstForward.try_emplace(s, i);
     }
   std::set<Scope> candidates;
   for (const SavedActivation &s : saved.values())

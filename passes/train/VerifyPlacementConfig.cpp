@@ -27,7 +27,11 @@ struct TrainVerifyPlacementConfigPass
       return signalPassFailure();
 
     // Leaves the model has; selecting others is allowed (configs are shared
-    // across models) but most likely a mistake.
+    // across models) but most likely a mistake. Not for placements that are
+    // only measured (UnrecordedPlacements): the placement search lists
+    // leaves of the model only, and silences warnings anyway.
+    if (!UnrecordedPlacements::recording())
+      return markAllAnalysesPreserved();
     std::set<std::string> present;
     module.walk([&](Operation *op) {
       if (auto scope = op->getAttrOfType<ScopeAttr>("scope"))
