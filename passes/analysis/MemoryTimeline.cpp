@@ -488,7 +488,7 @@ MemoryTimeline MemoryTimeline::compute(ModuleOp module, const CostModel &cost,
           lastDevice = std::max(lastDevice, static_cast<unsigned>(idx));
           if (isa<ReshapeOp, WaitOp>(user) && user->getOperand(0) == v)
             worklist.push_back(user->getResult(0));
-          else if (!user->hasAttr(kRecomputedAttrName))
+          else if (!user->getDiscardableAttr(kRecomputedAttrName))
             buf.readByStep = true;
         }
       }
@@ -504,6 +504,12 @@ MemoryTimeline MemoryTimeline::compute(ModuleOp module, const CostModel &cost,
       tl.bufs.push_back(std::move(buf));
     };
 
+    {
+      size_t values = body.getNumArguments();
+      for (Operation &op : body)
+        values += op.getNumResults();
+      tl.bufs.reserve(values);
+    }
     for (BlockArgument arg : body.getArguments())
       addBuffer(arg, begin, "inputs");
     for (Operation &op : body) {

@@ -24,7 +24,9 @@ std::string Scope::str() const {
 }
 
 bool SavedActivations::isBackwardOp(Operation *op) {
-  if (op->hasAttr(kRecomputedAttrName) || isa<ReloadOp, WaitOp>(op))
+  // A discardable attribute: looked up without asking the op's inherent
+  // ones by name (this runs for every op of every placed clone).
+  if (op->getDiscardableAttr(kRecomputedAttrName) || isa<ReloadOp, WaitOp>(op))
     return true;
   // A pipeline stage's backward starts with the gradient of its output.
   if (auto recv = dyn_cast<PipelineRecvOp>(op))
@@ -39,7 +41,8 @@ bool SavedActivations::isBackwardOp(Operation *op) {
 
 Block *SavedActivations::findBody(ModuleOp module) {
   Block *found = nullptr;
-  module.walk([&](MicrobatchLoopOp loop) {
+  // Pre-order: the loop is found before its body is walked.
+  module->walk<WalkOrder::PreOrder>([&](MicrobatchLoopOp loop) {
     found = &loop.getBody().front();
     return WalkResult::interrupt();
   });
@@ -72,6 +75,9 @@ SavedActivations SavedActivations::orderOnly(ModuleOp module) {
 }
 
 void SavedActivations::analyse(bool listValues) {
+  size_t numOps = body->getOperations().size();
+  order.reserve(numOps);
+  index.reserve(numOps);
   for (Operation &op : *body) {
     index[&op] = order.size();
     order.push_back(&op);

@@ -213,7 +213,10 @@ StreamSimulation StreamSimulation::simulate(Block &block,
   // side GEMMs too (DeviceProfile::sideStreamCopyScale).
   const double besideScale =
       llvm::any_of(block,
-                   [](Operation &o) { return o.hasAttr(kSideStreamAttrName); })
+                   [](Operation &o) {
+                     return o.getDiscardableAttr(kSideStreamAttrName) !=
+                            nullptr;
+                   })
           ? cost.profile().sideStreamCopyScale
           : 1.0;
   double t = 0;
@@ -233,7 +236,7 @@ StreamSimulation StreamSimulation::simulate(Block &block,
     sim.opIndex[&op] = sim.ops.size();
     SimulatedOp s;
     s.op = &op;
-    if (op.hasAttr(kSideStreamAttrName)) {
+    if (op.getDiscardableAttr(kSideStreamAttrName)) {
       // Issued now, run beside the compute ops that follow.
       double seconds = cost.cost(&op).seconds;
       s.side = true;

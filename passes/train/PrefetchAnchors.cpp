@@ -54,6 +54,10 @@ void TrainPrefetchAnchorsPass::runOnOperation() {
   SmallVector<Operation *> ops;
   llvm::DenseMap<Operation *, int64_t> index;
   SmallVector<double> end;
+  size_t numOps = body->getOperations().size();
+  ops.reserve(numOps);
+  index.reserve(numOps);
+  end.reserve(numOps);
   double now = 0;
   int64_t bwdStart = -1;
   for (Operation &op : *body) {
