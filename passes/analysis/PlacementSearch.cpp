@@ -12,6 +12,7 @@
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/IRMapping.h"
 #include "mlir/Pass/PassManager.h"
+#include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FormatVariadic.h"
 
@@ -167,7 +168,11 @@ public:
   Evaluator(ModuleOp module, const PlacementConfig &base, const CostModel &cost,
             std::vector<std::string> leaves, PlacementSearchCache &cache)
       : module(module), base(base), cost(cost), leaves(std::move(leaves)),
-        cache(cache.placed), sourceLoop(bodyOnlyLoop(module)) {}
+        cache(cache.placed), sourceLoop(bodyOnlyLoop(module)) {
+    if (sourceLoop)
+      sourceBwdStart = static_cast<size_t>(
+          SavedActivations(sourceLoop->getRegion(0).front()).backwardStart());
+  }
 
   /// The placed totals of `state`, or nullopt when the passes reject it.
   std::optional<PlacementChoice> operator()(const State &state) {
@@ -316,29 +321,58 @@ private:
     return closed ? found : MicrobatchLoopOp();
   }
 
-  /// A worker's copy of the module: its loop body is replaced by a fresh
-  /// copy of the source's for every candidate, the rest (parameters, the
-  /// optimizer step after the loop) is copied once. The same IR as a whole
-  /// clone, for a fraction of the copying and freeing.
+  /// A worker's copy of the module, copied once. Before each candidate its
+  /// loop body is made the source's again: the placement passes change
+  /// only the backward part of the body (clones, copies and rewritten
+  /// backward ops go there), the offloads they put after forward ops and
+  /// the loop's attributes; forward ops keep their attributes (nothing is
+  /// recorded, UnrecordedPlacements) and lose only backward readers. So
+  /// every op that is not one of the forward ops is erased, and the
+  /// source's backward part is copied after them: the same IR as a whole
+  /// clone (the same ops in the same order, and uses in the same order),
+  /// for a fraction of the copying and freeing.
   struct Workspace {
     OwningOpRef<ModuleOp> module;
     MicrobatchLoopOp loop;
+    /// The copies of the source body's forward ops, and the source body's
+    /// arguments and forward results mapped to theirs.
+    llvm::DenseSet<Operation *> forward;
+    IRMapping forwardValues;
   };
 
   /// `worker`'s module holding an unplaced copy of the source.
   ModuleOp unplacedCopy(unsigned worker) const {
     Workspace &ws = workspaces[worker];
+    Block &from = sourceLoop->getRegion(0).front();
+    auto backward = llvm::make_range(std::next(from.begin(), sourceBwdStart),
+                                     from.end());
     if (!ws.module) {
-      ws.module = cast<ModuleOp>(module->clone());
-      ws.loop = bodyOnlyLoop(*ws.module);
+      IRMapping map;
+      ws.module = cast<ModuleOp>(module->clone(map));
+      MicrobatchLoopOp source = sourceLoop;
+      ws.loop = cast<MicrobatchLoopOp>(map.lookup(source.getOperation()));
+      for (BlockArgument arg : from.getArguments())
+        ws.forwardValues.map(arg, map.lookup(arg));
+      for (Operation &op : llvm::make_range(from.begin(), backward.begin())) {
+        ws.forward.insert(map.lookup(&op));
+        for (Value v : op.getResults())
+          ws.forwardValues.map(v, map.lookup(v));
+      }
       return *ws.module;
     }
-    Block &from = sourceLoop->getRegion(0).front();
     Block &to = ws.loop->getRegion(0).front();
-    to.clear();
-    IRMapping map;
-    map.map(from.getArguments(), to.getArguments());
-    for (Operation &op : from)
+    SmallVector<Operation *> placed;
+    for (Operation &op : to)
+      if (!ws.forward.contains(&op))
+        placed.push_back(&op);
+    // Forward ops read none of them: drop their reads of each other, then
+    // erase them.
+    for (Operation *op : placed)
+      op->dropAllReferences();
+    for (Operation *op : placed)
+      op->erase();
+    IRMapping map = ws.forwardValues;
+    for (Operation &op : backward)
       to.push_back(op.clone(map));
     ws.loop->setDiscardableAttrs(sourceLoop->getDiscardableAttrDictionary());
     return *ws.module;
@@ -382,6 +416,8 @@ private:
   std::map<std::string, std::optional<PlacementChoice>> &cache;
   int64_t placed = 0;
   MicrobatchLoopOp sourceLoop;
+  /// Index of the first backward op in sourceLoop's body.
+  size_t sourceBwdStart = 0;
   mutable std::array<Workspace, kMaxThreads> workspaces;
 };
 
