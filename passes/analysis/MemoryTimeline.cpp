@@ -882,5 +882,9 @@ int64_t ap::train::pipelineInflight(ModuleOp module, int64_t microBatches) {
 int64_t ap::train::stagePeakBytes(ModuleOp module,
                                   const MemoryTimeline &timeline) {
   int64_t k = pipelineInflight(module, timeline.microBatches());
+  // The held bytes only where other microbatches are in flight (the
+  // placement search asks for every placed clone).
+  if (k <= 1)
+    return timeline.peakBytes();
   return timeline.peakBytes() + (k - 1) * timeline.heldAcrossBackwardBytes();
 }

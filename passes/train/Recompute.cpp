@@ -47,6 +47,15 @@ struct TrainRecomputePass : ap::impl::TrainRecomputeBase<TrainRecomputePass> {
              saved.indexOf(op) < bwdStart &&
              !isa<ParamRefOp, OffloadOp, ReloadOp, WaitOp>(op);
     };
+    // Asked for every operand of every backward op: answered once per
+    // producer (the pass erases nothing, so no op takes another's place).
+    llvm::DenseMap<Operation *, bool> selectedOps;
+    auto selected = [&](Operation *op) {
+      auto [it, inserted] = selectedOps.try_emplace(op, false);
+      if (inserted)
+        it->second = isForward(op) && cfg.isRecomputed(op);
+      return it->second;
+    };
     llvm::DenseMap<Operation *, Operation *> clones;
     OpBuilder b(&getContext());
 
@@ -58,7 +67,7 @@ struct TrainRecomputePass : ap::impl::TrainRecomputeBase<TrainRecomputePass> {
       IRMapping mapping;
       for (Value operand : op->getOperands()) {
         Operation *producer = operand.getDefiningOp();
-        if (isForward(producer) && cfg.isRecomputed(producer))
+        if (selected(producer))
           mapping.map(
               operand,
               recompute(producer, before)
@@ -76,7 +85,7 @@ struct TrainRecomputePass : ap::impl::TrainRecomputeBase<TrainRecomputePass> {
     for (Operation *user : backward)
       for (OpOperand &use : user->getOpOperands()) {
         Operation *producer = use.get().getDefiningOp();
-        if (!isForward(producer) || !cfg.isRecomputed(producer))
+        if (!selected(producer))
           continue;
         Operation *clone = recompute(producer, user);
         unsigned resultIndex = cast<OpResult>(use.get()).getResultNumber();
