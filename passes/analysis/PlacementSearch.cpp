@@ -210,8 +210,13 @@ public:
     if (!module.getContext()->isMultithreadingEnabled())
       threads = 1;
     // The first placement runs alone: it loads what the passes need
-    // (dialects, the profile) before any other thread could.
-    if (todo.size() < 2 || threads < 2 || placed == 0) {
+    // (dialects, the profile) before any other thread could. The rest of
+    // its batch (the first greedy step's moves) is spread as any other.
+    if (!todo.empty() && threads >= 2 && placed == 0) {
+      (*this)(todo.front());
+      todo.erase(todo.begin());
+    }
+    if (todo.size() < 2 || threads < 2) {
       for (const State &s : todo)
         (*this)(s);
       return;
