@@ -7,8 +7,9 @@
 // removed, a device-peak budget, or a step-time budget) at the least
 // predicted step time (or, for a step budget, the most bytes removed).
 //
-// Every candidate is placed for real: the placement passes run on a clone of
-// the differentiated module and the memory timeline with its stream
+// Every candidate is placed for real: the placement passes run on a copy of
+// the differentiated module (one per thread, its backward part copied again
+// for each candidate) and the memory timeline with its stream
 // simulation (the cost model, under the given profile) gives the activation
 // peak, the device peak and the step time. So the choice accounts for what
 // whole-leaf estimates miss: values shared between scopes, the hide rule,
