@@ -29,6 +29,7 @@
 #include <limits>
 #include <map>
 #include <mutex>
+#include <string_view>
 
 using namespace mlir;
 using namespace ap::train;
@@ -46,20 +47,27 @@ llvm::Expected<DeviceProfile> DeviceProfile::load(StringRef jsonPath) {
   // Every placement pass reads the profile, and the placement search runs
   // them on thousands of candidates: profiles parsed before are kept, by
   // path and content (a file rewritten in between is parsed again).
+  // Looked up by path, then content, without copying either (std::less<>).
   static std::mutex mutex;
-  static std::map<std::pair<std::string, std::string>, DeviceProfile> parsed;
-  std::pair<std::string, std::string> key(jsonPath.str(),
-                                          (*buffer)->getBuffer().str());
+  static std::map<std::string,
+                  std::map<std::string, DeviceProfile, std::less<>>,
+                  std::less<>>
+      parsed;
+  std::string_view path(jsonPath.data(), jsonPath.size());
+  std::string_view content((*buffer)->getBufferStart(),
+                           (*buffer)->getBufferSize());
   {
     std::lock_guard<std::mutex> lock(mutex);
-    if (auto it = parsed.find(key); it != parsed.end())
-      return it->second;
+    if (auto byPath = parsed.find(path); byPath != parsed.end())
+      if (auto it = byPath->second.find(content); it != byPath->second.end())
+        return it->second;
   }
   llvm::Expected<DeviceProfile> p = parse((*buffer)->getBuffer(), jsonPath);
   if (p) {
     static uint64_t loads = 0;
     std::lock_guard<std::mutex> lock(mutex);
-    auto [it, inserted] = parsed.emplace(std::move(key), *p);
+    auto [it, inserted] =
+        parsed[std::string(path)].try_emplace(std::string(content), *p);
     if (inserted)
       it->second.loadedAs = ++loads;
     p->loadedAs = it->second.loadedAs;
@@ -88,7 +96,6 @@ FailureOr<CostModel> CostModel::fromProfile(StringRef profilePath,
       for (Attribute a : ops)
         if (auto name = dyn_cast<StringAttr>(a))
           p.generatedOps.insert(name.str());
-  CostModel model(p);
   // The models of one loaded profile (or of the defaults) and one kernel
   // choice are the same model: they share an id, so valuesOf resolves each
   // op name once per thread for all of them. Every placement pass builds
@@ -99,6 +106,7 @@ FailureOr<CostModel> CostModel::fromProfile(StringRef profilePath,
   std::pair<uint64_t, std::string> key(
       p.loadedAs, llvm::join(p.generatedOps.begin(), p.generatedOps.end(),
                              std::string(1, '\0')));
+  CostModel model(std::move(p));
   std::lock_guard<std::mutex> lock(mutex);
   model.id = ids.try_emplace(std::move(key), model.id).first->second;
   return model;
@@ -382,7 +390,7 @@ double trainableElements(Operation *op) {
 // CostModel
 //===----------------------------------------------------------------------===//
 
-CostModel::CostModel(DeviceProfile p) : prof(p) {
+CostModel::CostModel(DeviceProfile p) : prof(std::move(p)) {
   static std::atomic<uint64_t> next{1};
   id = next.fetch_add(1);
 }
