@@ -2150,7 +2150,7 @@ LogicalResult Walker::walkKernel(Operation *op) {
     g.addResidual = withAdd;
     g.dyAddends = addends;
     std::map<std::string, GenArg> v{
-        {"x", P(at(ins[0]))},  {"w", P(at(ins[1]))},  {"rstd", P(at(ins[2]))},
+        {"x", P(at(ins[0]))},  {"w", P(at(ins[1]))},   {"rstd", P(at(ins[2]))},
         {"dy", P(at(ins[3]))}, {"dx", P(at(outs[0]))}, {"rows", L(rows)},
         {"dim", L(d)},         {"xStride", L(d)},      {"dyStride", L(d)},
         {"dxStride", L(d)}};

@@ -1647,11 +1647,11 @@ SmallVector<Work> rmsNormBackwardWork(Emitter &e, const GroupSpec &s,
       aligned = chunksAligned(e, views, vec);
     }
     Value rs = memref::LoadOp::create(e.b, e.loc, rstd, ValueRange{r});
-    Value dot = rowSum(
-        e, lane, scratch, dimIdx, vec, aligned, [&](Emitter &in, Value j) {
-          return in.mul(in.mul(dyAt(in, r, j), weffAt(in, j)),
-                        in.load(x, {r, j}));
-        });
+    Value dot = rowSum(e, lane, scratch, dimIdx, vec, aligned,
+                       [&](Emitter &in, Value j) {
+                         return in.mul(in.mul(dyAt(in, r, j), weffAt(in, j)),
+                                       in.load(x, {r, j}));
+                       });
     Value c = e.div(e.mul(e.mul(e.mul(dot, rs), rs), rs), dimF);
     forEachInRow(e, lane, dimIdx, vec, aligned, [&](Emitter &in, Value j) {
       Value xv = in.load(x, {r, j}), g = dyAt(in, r, j);

@@ -55,7 +55,8 @@ inline std::vector<GroupSpec> benchSpecs() {
                       GroupKind::RopeBackward, GroupKind::ResidualAdd})
     all.push_back(stepSpec(k));
   // One row a warp read once into registers (the hidden size's forwards).
-  for (GroupKind k : {GroupKind::RmsNormForward, GroupKind::AddRmsNormForward}) {
+  for (GroupKind k :
+       {GroupKind::RmsNormForward, GroupKind::AddRmsNormForward}) {
     GroupSpec keep = stepSpec(k);
     keep.rowInRegisters = true;
     all.push_back(keep);

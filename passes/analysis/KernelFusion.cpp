@@ -140,8 +140,8 @@ DySumFusion::DySumFusion(exec::StepOp step) {
         norm.getInputs().size() < 4)
       return;
     // Only a backward still reading one dy (not already a chain's).
-    size_t dyInputs = norm.getInputs().size() -
-                      (callee == "train.rms_norm_grad_add" ? 4 : 3);
+    size_t dyInputs =
+        norm.getInputs().size() - (callee == "train.rms_norm_grad_add" ? 4 : 3);
     if (dyInputs != 1)
       return;
     Value dy = norm.getInputs()[3];
@@ -158,15 +158,14 @@ DySumFusion::DySumFusion(exec::StepOp step) {
             llvm::is_contained(k.getOutputs(), sum))
           add = k;
       }
-      if (!add || add.getInputs().size() != 2 ||
-          add.getOutputs().size() != 1 || add.getOutputs()[0] != sum)
+      if (!add || add.getInputs().size() != 2 || add.getOutputs().size() != 1 ||
+          add.getOutputs()[0] != sum)
         return {};
       for (Operation *user : sum.getUsers())
         if (user != add.getOperation() && user != reader.getOperation())
           return {};
       if (llvm::is_contained(add.getInputs(), sum) ||
-          llvm::count(reader.getInputs(), sum) != 1 ||
-          !backToBack(add, reader))
+          llvm::count(reader.getInputs(), sum) != 1 || !backToBack(add, reader))
         return {};
       for (Value in : add.getInputs())
         if (tensorOf(in) != t)

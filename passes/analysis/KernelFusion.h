@@ -114,9 +114,9 @@ public:
 ///     declarations between;
 ///   - its inputs and sum are the backward's dy type (bf16 or f32) and
 ///     shape.
-/// At most kernelgen::kMaxDyAddends addends (3 adds): a longer chain keeps its earlier
-/// sum stored, as an addend. Since an add's two operands commute (one f32
-/// addition, then the rounding), which input of an add carries the chain
+/// At most kernelgen::kMaxDyAddends addends (3 adds): a longer chain keeps its
+/// earlier sum stored, as an addend. Since an add's two operands commute (one
+/// f32 addition, then the rounding), which input of an add carries the chain
 /// does not matter.
 /// The price: per fused add one write and one read of its sum less and one
 /// launch less.

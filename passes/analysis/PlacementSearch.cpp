@@ -349,8 +349,8 @@ private:
   ModuleOp unplacedCopy(unsigned worker) const {
     Workspace &ws = workspaces[worker];
     Block &from = sourceLoop->getRegion(0).front();
-    auto backward = llvm::make_range(std::next(from.begin(), sourceBwdStart),
-                                     from.end());
+    auto backward =
+        llvm::make_range(std::next(from.begin(), sourceBwdStart), from.end());
     if (!ws.module) {
       IRMapping map;
       ws.module = cast<ModuleOp>(module->clone(map));

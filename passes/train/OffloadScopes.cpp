@@ -74,9 +74,8 @@ public:
     SmallVector<unsigned> order(scopes.size());
     for (unsigned i = 0; i < order.size(); ++i)
       order[i] = i;
-    llvm::sort(order, [&](unsigned a, unsigned b) {
-      return scopes[a] < scopes[b];
-    });
+    llvm::sort(order,
+               [&](unsigned a, unsigned b) { return scopes[a] < scopes[b]; });
     SmallVector<unsigned> rank(order.size());
     std::vector<Scope> sorted;
     sorted.reserve(order.size());

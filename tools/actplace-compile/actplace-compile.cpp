@@ -712,10 +712,10 @@ static std::string printFusion(mlir::ModuleOp module,
     // write and a read of its sum and a launch.
     int64_t sumChains = 0, sumAdds = 0, sumBytes = 0;
     double sumUs = -1;
-    if (auto c = step->getAttrOfType<mlir::IntegerAttr>(
-            ap::exec::kFusedDySumAttr)) {
-      auto a = step->getAttrOfType<mlir::IntegerAttr>(
-          ap::exec::kFusedDySumAddsAttr);
+    if (auto c =
+            step->getAttrOfType<mlir::IntegerAttr>(ap::exec::kFusedDySumAttr)) {
+      auto a =
+          step->getAttrOfType<mlir::IntegerAttr>(ap::exec::kFusedDySumAddsAttr);
       auto by = step->getAttrOfType<mlir::IntegerAttr>(
           ap::exec::kFusedDySumSavedBytesAttr);
       sumChains = c.getInt();

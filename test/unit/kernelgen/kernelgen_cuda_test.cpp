@@ -554,8 +554,8 @@ void checkNormBackwardAdd(int addends, int seed) {
       dd.push_back(std::make_unique<DevBuf>(p));
     DevBuf dx_(x), dw_(w), dres(res), drstd(rstd),
         dsum(std::vector<uint8_t>(n * 2, 0xff)), ddw(dw0);
-    I parts = kg::rmsNormDwParts(s.rows), items = kg::rmsNormDwPartItems(
-                                              s.rows, d);
+    I parts = kg::rmsNormDwParts(s.rows),
+      items = kg::rmsNormDwPartItems(s.rows, d);
     DevBuf ws(std::vector<float>(size_t(parts * d), -3.f));
     // (x, w, rstd, dy, dx: the sum, [dy1, dy2, dy3,] res, dw, dwPartial,
     //  rows, dim, xStride, dyStride, dxStride, dwParts, dwPartItems)

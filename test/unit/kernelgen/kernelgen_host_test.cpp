@@ -655,7 +655,8 @@ TEST_P(KernelGenHost, RmsNormBackwardOfAnAddChainMatchesTheUnfusedKernels) {
   EXPECT_NE(kg::kernelName(sum4AddSpec).find("_dw_add_sum4_"),
             std::string::npos)
       << kg::kernelName(sum4AddSpec);
-  for (Shape s : {Shape{4, 256}, Shape{17, 33}, Shape{300, 40}, Shape{3, 1100}}) {
+  for (Shape s :
+       {Shape{4, 256}, Shape{17, 33}, Shape{300, 40}, Shape{3, 1100}}) {
     size_t n = size_t(s.rows * s.cols);
     I c = s.cols;
     auto x = randomStorage(type(), n, 81 + c, 2.0, false);
