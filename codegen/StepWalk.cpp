@@ -1226,6 +1226,10 @@ LogicalResult Walker::walkKernel(Operation *op) {
     // A row-wise group's rows a warp: a launch choice from the row length.
     if (kernelgen::hasRowsPerWarp(spec.kind))
       spec.rowsPerWarp = kernelgen::rowsPerWarpFor(spec, vals.at("dim").i);
+    // A norm backward's narrow rows in registers, its dw partials too.
+    if (kernelgen::hasDwRowInRegisters(spec.kind))
+      spec.rowInRegisters =
+          kernelgen::rowInRegistersFor(spec, vals.at("dim").i);
     std::string name = kernelgen::kernelName(spec);
     unsigned index = generatedIndex(spec);
     std::vector<kernelgen::KernelParam> params = kernelgen::kernelParams(spec);

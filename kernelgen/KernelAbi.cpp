@@ -106,7 +106,9 @@ std::string kernelName(const GroupSpec &spec) {
   }
   if (hasRowsPerWarp(spec.kind) && spec.rowsPerWarp > 1)
     name += "_r" + std::to_string(spec.rowsPerWarp);
-  else if (hasRowsPerWarp(spec.kind) && spec.rowInRegisters)
+  else if ((hasRowsPerWarp(spec.kind) ||
+            (hasDwRowInRegisters(spec.kind) && spec.accumulateDw)) &&
+           spec.rowInRegisters)
     name += "_k";
   name += "_";
   name += ty(spec.dtype);
@@ -129,6 +131,18 @@ int rowsPerWarpFor(const GroupSpec &spec, int64_t dim) {
   if (chunks <= kLanes)
     return 4;
   return chunks <= 2 * kLanes ? 2 : 1;
+}
+
+bool hasDwRowInRegisters(GroupKind kind) {
+  return kind == GroupKind::RmsNormBackward ||
+         kind == GroupKind::GatedNormBackward;
+}
+
+bool rowInRegistersFor(const GroupSpec &spec, int64_t dim) {
+  if (!hasDwRowInRegisters(spec.kind) || !spec.accumulateDw)
+    return false;
+  int64_t vec = rowChunkOf(spec.kind, spec.dtype);
+  return (dim + vec - 1) / vec <= kLanes;
 }
 
 std::vector<std::string> gpuKernelNames(const GroupSpec &spec) {

@@ -166,7 +166,12 @@ struct GroupSpec {
   /// The same groups with rowsPerWarp 1: a row of at most kRowsPerWarp
   /// aligned chunks a lane is loaded once and kept in registers for both
   /// passes (kernel suffix _k) instead of read again for the second; a
-  /// launch choice only, as rowsPerWarp.
+  /// launch choice only, as rowsPerWarp. RmsNormBackward and
+  /// GatedNormBackward with dw: a row of at most one aligned chunk a lane
+  /// is loaded once, two rows of a warp at a time, and the warp's dw
+  /// column partials stay in registers over its rows instead of shared
+  /// memory (suffix _k; rowInRegistersFor picks it); the same additions in
+  /// the same order, so the same bits.
   bool rowInRegisters = false;
 };
 
@@ -178,6 +183,13 @@ bool hasRowsPerWarp(GroupKind kind);
 /// faster than 4 chunks a lane in registers at Qwen3.5-0.8B's 1024) and for
 /// the other kinds.
 int rowsPerWarpFor(const GroupSpec &spec, int64_t dim);
+/// Whether `spec` (a norm backward with dw) takes rows of `dim` elements
+/// in registers (GroupSpec::rowInRegisters): where a row is at most one
+/// chunk a lane (rowChunkOf). False for the other kinds, whose _k variant
+/// code generation does not pick.
+bool rowInRegistersFor(const GroupSpec &spec, int64_t dim);
+/// Whether `kind` is a norm backward that rowInRegistersFor applies to.
+bool hasDwRowInRegisters(GroupKind kind);
 
 /// The symbol of the kernel for `spec`, e.g. "ap_kg_swiglu_fwd_bf16".
 std::string kernelName(const GroupSpec &spec);

@@ -1478,6 +1478,44 @@ using DwAccFn = std::function<void(Emitter &, Value j, Value term)>;
 using NormRowFn =
     std::function<void(Emitter &, Value r, Value lane, const DwAccFn &acc)>;
 
+/// A norm backward's row in its parts: `pre` the row's scalar (its saved
+/// rstd), the row sum's term(r, j, pre), the row's value from that sum
+/// (between(pre, sum); no stores), and the output pass body(r, j, pre, v),
+/// which stores the row's outputs at j and returns the element's dw term
+/// (null unless `wantDw`). `aligned`: the GPU condition for vector chunks
+/// of every operand (chunksAligned).
+struct NormPasses {
+  std::function<Value(Emitter &, Value r)> pre;
+  std::function<Value(Emitter &, Value r, Value j, Value pre)> term;
+  std::function<Value(Emitter &, Value pre, Value sum)> between;
+  std::function<Value(Emitter &, Value r, Value j, Value pre, Value v,
+                      bool wantDw)>
+      body;
+  std::function<Value(Emitter &)> aligned;
+};
+
+/// Row r of `p` in two passes over memory: the row sum (rowSum), between,
+/// then the output pass (forEachInRow) handing the dw terms to `acc`. The
+/// host's form, and the GPU's where the register path does not apply.
+NormRowFn normRowOf(NormPasses p, Value scratch, Value dimIdx, int64_t vec) {
+  return [=](Emitter &e, Value r, Value lane, const DwAccFn &acc) {
+    Value aligned = e.gpu ? p.aligned(e) : Value();
+    Value pre = p.pre(e, r);
+    Value sum = rowSum(e, lane, scratch, dimIdx, vec, aligned,
+                       [&](Emitter &in, Value j) { return p.term(in, r, j, pre); });
+    Value v = p.between(e, pre, sum);
+    forEachInRow(e, lane, dimIdx, vec, aligned, [&](Emitter &in, Value j) {
+      Value t = p.body(in, r, j, pre, v, bool(acc));
+      if (acc)
+        acc(in, j, t);
+    });
+  };
+}
+
+/// Rows of a warp that the register path of a norm backward's row kernel
+/// takes at once (its loads in flight together).
+constexpr int64_t kDwRowsAtOnce = 1;
+
 /// The GPU row kernel of a norm backward with dw (gpuEntries: a block of
 /// kDwGroups warps per dw part): warp g runs `row` on the rows p * R + g,
 /// + kDwGroups, ... of part p = the block. With at most kRowDwMaxDim
@@ -1487,8 +1525,20 @@ using NormRowFn =
 /// read once for dx and dw and the part phase's launch has no items
 /// (rmsNormDwPartItems). The same additions in the same order: the bits of
 /// the separate phases, which the host runs.
-Work normRowDwPhase(Value rowsIdx, Value dimIdx, Value partial, NormRowFn row,
-                    ItemFn hostItem) {
+///
+/// With `inRegisters` (GroupSpec::rowInRegisters), where every operand is
+/// aligned and a row is at most one whole chunk a lane (dim % vec = 0, dim
+/// <= kLanes vec), a warp instead takes kDwRowsAtOnce of its rows at once
+/// (r, r + kDwGroups), reads each row once into registers for both passes
+/// (a lane without a chunk loads chunk 0, leaves it out of the sum and
+/// stores nothing; a row past the part repeats r's loads and stores
+/// nothing), and keeps its column partials in registers (one a column it
+/// owns), adding each row's terms in row order from 0 as the shared-memory
+/// sums do, then stores them where those would be: the same bits.
+Work normRowDwPhase(Value rowsIdx, Value dimIdx, Value partial,
+                    NormPasses passes, Value scratch, int64_t vec,
+                    bool inRegisters, ItemFn hostItem) {
+  NormRowFn row = normRowOf(passes, scratch, dimIdx, vec);
   Work w{{rowsIdx}, std::move(hostItem)};
   w.sharedFloats = kDwGroups * kRowDwMaxDim;
   w.gpuBlock = [=](Emitter &e, Value tid, Value bid, Value shared) {
@@ -1539,13 +1589,120 @@ Work normRowDwPhase(Value rowsIdx, Value dimIdx, Value partial, NormRowFn row,
     });
     gpu::BarrierOp::create(b, loc);
     Value base = arith::MulIOp::create(b, loc, g, dimIdx);
-    rows(e, [&](Emitter &q, Value j, Value term) {
-      ifFuse(q, [&](Emitter &in) {
-        Value at = arith::AddIOp::create(in.b, in.loc, base, j);
-        Value v = memref::LoadOp::create(in.b, in.loc, shared, at);
-        memref::StoreOp::create(in.b, in.loc, in.add(v, term), shared, at);
+    auto sharedRows = [&](Emitter &on) {
+      rows(on, [&](Emitter &q, Value j, Value term) {
+        ifFuse(q, [&](Emitter &in) {
+          Value at = arith::AddIOp::create(in.b, in.loc, base, j);
+          Value v = memref::LoadOp::create(in.b, in.loc, shared, at);
+          memref::StoreOp::create(in.b, in.loc, in.add(v, term), shared, at);
+        });
       });
-    });
+    };
+    // The register path: the lane's chunk c0 of kDwRowsAtOnce rows an
+    // iteration, its dw partials the loop's values.
+    auto registerRows = [&](Emitter &q, Value full) {
+      auto cmp = [&](Emitter &in, arith::CmpIPredicate p, Value x, Value y) {
+        return arith::CmpIOp::create(in.b, in.loc, p, x, y).getResult();
+      };
+      Value has = cmp(q, arith::CmpIPredicate::ult, lane, full);
+      Value c0 = arith::MulIOp::create(
+          q.b, q.loc,
+          arith::SelectOp::create(q.b, q.loc, has, lane, q.cIndex(0)),
+          q.cIndex(vec));
+      SmallVector<Value, 8> init(vec, q.cF32(0.0f));
+      auto loop = scf::ForOp::create(
+          q.b, q.loc, first, hi, q.cIndex(kDwRowsAtOnce * kDwGroups), init,
+          [&](OpBuilder &nb, Location nl, Value r, ValueRange it) {
+            Emitter in(nb, nl, true);
+            SmallVector<Value, 8> acc(it.begin(), it.end());
+            SmallVector<Value, kDwRowsAtOnce> rc, ok, pre, sum;
+            SmallVector<std::unique_ptr<ChunkCtx>, kDwRowsAtOnce> ctx;
+            for (int64_t t = 0; t < kDwRowsAtOnce; ++t) {
+              Value rt = arith::AddIOp::create(nb, nl, r,
+                                               in.cIndex(t * kDwGroups));
+              Value valid = cmp(in, arith::CmpIPredicate::ult, rt, hi);
+              rc.push_back(arith::SelectOp::create(nb, nl, valid, rt, r));
+              ok.push_back(arith::AndIOp::create(nb, nl, valid, has));
+              ctx.push_back(std::make_unique<ChunkCtx>(in, c0, vec, true));
+              pre.push_back(passes.pre(in, rc[t]));
+            }
+            // Every row's terms first (their loads issued together), then
+            // each sum in the lane loop's order.
+            for (int64_t t = 0; t < kDwRowsAtOnce; ++t) {
+              in.chunk = ctx[t].get();
+              SmallVector<Value, 8> terms;
+              for (int64_t i = 0; i < vec; ++i)
+                terms.push_back(passes.term(in, rc[t], ctx[t]->js[i], pre[t]));
+              in.chunk = nullptr;
+              Value s = in.cF32(0.0f);
+              for (Value term : terms)
+                s = in.add(s, term);
+              sum.push_back(
+                  arith::SelectOp::create(nb, nl, has, s, in.cF32(0.0f)));
+            }
+            for (int32_t k = int32_t(kLanes / 2); k >= 1; k /= 2)
+              for (int64_t t = 0; t < kDwRowsAtOnce; ++t) {
+                auto other =
+                    gpu::ShuffleOp::create(nb, nl, sum[t], k, int32_t(kLanes),
+                                           gpu::ShuffleMode::XOR);
+                sum[t] = in.add(sum[t], other.getShuffleResult());
+              }
+            for (int64_t t = 0; t < kDwRowsAtOnce; ++t) {
+              Value v = passes.between(in, pre[t], sum[t]);
+              in.chunk = ctx[t].get();
+              for (int64_t i = 0; i < vec; ++i) {
+                Value d = passes.body(in, rc[t], ctx[t]->js[i], pre[t], v,
+                                      /*wantDw=*/true);
+                acc[i] = arith::SelectOp::create(nb, nl, ok[t],
+                                                 in.add(acc[i], d), acc[i]);
+              }
+              in.chunk = nullptr;
+              flushIf(in, *ctx[t], ok[t]);
+            }
+            scf::YieldOp::create(nb, nl, acc);
+          });
+      scf::IfOp::create(q.b, q.loc, has, [&](OpBuilder &nb, Location nl) {
+        Emitter in(nb, nl, true);
+        Value at = arith::AddIOp::create(nb, nl, base, c0);
+        for (int64_t i = 0; i < vec; ++i)
+          memref::StoreOp::create(
+              nb, nl, loop.getResult(i), shared,
+              ValueRange{arith::AddIOp::create(nb, nl, at, in.cIndex(i))});
+        scf::YieldOp::create(nb, nl);
+      });
+    };
+    if (!inRegisters) {
+      sharedRows(e);
+    } else {
+      Value aligned = passes.aligned(e);
+      Value vecIdx = e.cIndex(vec);
+      Value full = arith::DivUIOp::create(b, loc, dimIdx, vecIdx);
+      auto cmp = [&](arith::CmpIPredicate p, Value x, Value y) {
+        return arith::CmpIOp::create(b, loc, p, x, y).getResult();
+      };
+      Value regs = arith::AndIOp::create(b, loc, fuse, aligned);
+      regs = arith::AndIOp::create(
+          b, loc, regs,
+          cmp(arith::CmpIPredicate::eq,
+              arith::RemUIOp::create(b, loc, dimIdx, vecIdx), e.cIndex(0)));
+      regs = arith::AndIOp::create(
+          b, loc, regs, cmp(arith::CmpIPredicate::uge, full, e.cIndex(1)));
+      regs = arith::AndIOp::create(
+          b, loc, regs,
+          cmp(arith::CmpIPredicate::ule, full, e.cIndex(kLanes)));
+      scf::IfOp::create(
+          b, loc, regs,
+          [&](OpBuilder &nb, Location nl) {
+            Emitter on(nb, nl, true);
+            registerRows(on, full);
+            scf::YieldOp::create(nb, nl);
+          },
+          [&](OpBuilder &nb, Location nl) {
+            Emitter on(nb, nl, true);
+            sharedRows(on);
+            scf::YieldOp::create(nb, nl);
+          });
+    }
     gpu::BarrierOp::create(b, loc);
     ifFuse(e, [&](Emitter &in) {
       blockLoop(in, dimIdx, [&](Emitter &q, Value j) {
@@ -1567,15 +1724,16 @@ Work normRowDwPhase(Value rowsIdx, Value dimIdx, Value partial, NormRowFn row,
   return w;
 }
 
-/// A norm backward's phases: `row` per row (a warp each on the GPU); with
-/// dw (null: none) the row kernel of normRowDwPhase, then appendDwPhases
-/// over `term` (the same terms the row hands its DwAccFn).
+/// A norm backward's phases: the row of `passes` per row (a warp each on
+/// the GPU); with dw (null: none) the row kernel of normRowDwPhase, then
+/// appendDwPhases over `term` (the same terms the row's body returns).
 SmallVector<Work>
-normBackwardPhases(Emitter &e, const Args &a, Value dw, Value scratch,
-                   NormRowFn row,
+normBackwardPhases(Emitter &e, const GroupSpec &s, const Args &a, Value dw,
+                   Value scratch, int64_t vec, NormPasses passes,
                    std::function<Value(Emitter &, Value, Value)> term) {
   Value dim = a.get("dim");
   Value rowsIdx = e.toIndex(a.get("rows")), dimIdx = e.toIndex(dim);
+  NormRowFn row = normRowOf(passes, scratch, dimIdx, vec);
   ItemFn rowItem = [=](Emitter &e, ValueRange idx) {
     row(e, idx[0], laneOf(idx), DwAccFn());
   };
@@ -1584,8 +1742,9 @@ normBackwardPhases(Emitter &e, const Args &a, Value dw, Value scratch,
   DwSum where = normDwSum(a);
   Value partial =
       e.memref2(where.partial, e.b.getF32Type(), where.parts, dim, dim);
-  SmallVector<Work> phases{
-      normRowDwPhase(rowsIdx, dimIdx, partial, row, rowItem)};
+  SmallVector<Work> phases{normRowDwPhase(rowsIdx, dimIdx, partial, passes,
+                                          scratch, vec, s.rowInRegisters,
+                                          rowItem)};
   appendDwPhases(phases, e, where, rowsIdx, dimIdx, dw, scratch,
                  std::move(term));
   return phases;
@@ -1635,42 +1794,42 @@ SmallVector<Work> rmsNormBackwardWork(Emitter &e, const GroupSpec &s,
     return zc ? in.add(in.cF32(1.0f), wv) : wv;
   };
   int64_t vec = rowChunkOf(s.kind, s.dtype);
-  NormRowFn row = [=](Emitter &e, Value r, Value lane, const DwAccFn &acc) {
-    Value aligned;
-    if (e.gpu) {
-      SmallVector<Value, 9> views{x, dy, dx, w};
-      views.append(dyMore.begin(), dyMore.end());
-      if (y)
-        views.push_back(y);
-      if (res)
-        views.push_back(res);
-      aligned = chunksAligned(e, views, vec);
-    }
-    Value rs = memref::LoadOp::create(e.b, e.loc, rstd, ValueRange{r});
-    Value dot = rowSum(e, lane, scratch, dimIdx, vec, aligned,
-                       [&](Emitter &in, Value j) {
-                         return in.mul(in.mul(dyAt(in, r, j), weffAt(in, j)),
-                                       in.load(x, {r, j}));
-                       });
-    Value c = e.div(e.mul(e.mul(e.mul(dot, rs), rs), rs), dimF);
-    forEachInRow(e, lane, dimIdx, vec, aligned, [&](Emitter &in, Value j) {
-      Value xv = in.load(x, {r, j}), g = dyAt(in, r, j);
-      Value we = weffAt(in, j);
-      Value grad = in.sub(in.mul(in.mul(rs, we), g), in.mul(c, xv));
-      // Fused with the residual add that reads it: the gradient as stored
-      // (rounded to storage), then the add's sum of the widened values.
-      if (res)
-        grad = in.add(in.load(res, {r, j}), in.widen(in.narrow(grad, st)));
-      in.store(grad, dx, {r, j});
-      if (y)
-        in.store(in.mul(in.mul(xv, rs), we), y, {r, j});
-      if (acc)
-        acc(in, j, in.mul(in.mul(g, xv), rs));
-    });
+  NormPasses p;
+  p.aligned = [=](Emitter &e) {
+    SmallVector<Value, 9> views{x, dy, dx, w};
+    views.append(dyMore.begin(), dyMore.end());
+    if (y)
+      views.push_back(y);
+    if (res)
+      views.push_back(res);
+    return chunksAligned(e, views, vec);
+  };
+  p.pre = [=](Emitter &e, Value r) {
+    return memref::LoadOp::create(e.b, e.loc, rstd, ValueRange{r}).getResult();
+  };
+  p.term = [=](Emitter &in, Value r, Value j, Value) {
+    return in.mul(in.mul(dyAt(in, r, j), weffAt(in, j)), in.load(x, {r, j}));
+  };
+  p.between = [=](Emitter &e, Value rs, Value dot) {
+    return e.div(e.mul(e.mul(e.mul(dot, rs), rs), rs), dimF);
+  };
+  p.body = [=](Emitter &in, Value r, Value j, Value rs, Value c,
+               bool wantDw) -> Value {
+    Value xv = in.load(x, {r, j}), g = dyAt(in, r, j);
+    Value we = weffAt(in, j);
+    Value grad = in.sub(in.mul(in.mul(rs, we), g), in.mul(c, xv));
+    // Fused with the residual add that reads it: the gradient as stored
+    // (rounded to storage), then the add's sum of the widened values.
+    if (res)
+      grad = in.add(in.load(res, {r, j}), in.widen(in.narrow(grad, st)));
+    in.store(grad, dx, {r, j});
+    if (y)
+      in.store(in.mul(in.mul(xv, rs), we), y, {r, j});
+    return wantDw ? in.mul(in.mul(g, xv), rs) : Value();
   };
   // dw[j] += the column sum of (dy * x) * rs over rows.
   return normBackwardPhases(
-      e, a, dw, scratch, row, [=](Emitter &in, Value r, Value j) {
+      e, s, a, dw, scratch, vec, p, [=](Emitter &in, Value r, Value j) {
         Value rs = memref::LoadOp::create(in.b, in.loc, rstd, ValueRange{r});
         return in.mul(in.mul(dyAt(in, r, j), in.load(x, {r, j})), rs);
       });
@@ -1800,43 +1959,42 @@ SmallVector<Work> gatedNormWork(Emitter &e, const GroupSpec &s, const Args &a,
     Value zv = in.load(z, {r, j});
     return in.mul(in.mul(in.load(dy, {r, j}), zv), in.sigmoid(zv));
   };
-  NormRowFn row = [=](Emitter &e, Value r, Value lane, const DwAccFn &acc) {
-    Value aligned;
-    if (e.gpu) {
-      SmallVector<Value, 8> views{x, z, w, dy, dx, dz};
-      if (y)
-        views.push_back(y);
-      aligned = chunksAligned(e, views, vec);
-    }
-    Value rs = memref::LoadOp::create(e.b, e.loc, rstd, ValueRange{r});
-    Value sum = rowSum(
-        e, lane, scratch, dimIdx, vec, aligned, [&](Emitter &in, Value j) {
-          Value xh = in.mul(in.load(x, {r, j}), rs);
-          return in.mul(in.mul(in.load(w, {j}), dyhAt(in, r, j)), xh);
-        });
-    Value mean = e.div(sum, dimF);
-    forEachInRow(e, lane, dimIdx, vec, aligned, [&](Emitter &in, Value j) {
-      Value xv = in.load(x, {r, j}), wv = in.load(w, {j});
-      Value zv = in.load(z, {r, j}), g = in.load(dy, {r, j});
-      Value sg = in.sigmoid(zv);
-      Value xh = in.mul(xv, rs);
-      Value one = in.cF32(1.0f);
-      if (y)
-        in.store(value(in, wv, xv, rs, zv, sg), y, {r, j});
-      in.store(in.mul(in.mul(in.mul(in.mul(g, wv), xh), sg),
-                      in.add(one, in.mul(zv, in.sub(one, sg)))),
-               dz, {r, j});
-      Value dyh = in.mul(in.mul(g, zv), sg);
-      Value wdy = in.mul(wv, dyh);
-      in.store(in.mul(rs, in.sub(wdy, in.mul(in.mul(xv, rs), mean))), dx,
-               {r, j});
-      if (acc)
-        acc(in, j, in.mul(dyh, xh));
-    });
+  NormPasses p;
+  p.aligned = [=](Emitter &e) {
+    SmallVector<Value, 8> views{x, z, w, dy, dx, dz};
+    if (y)
+      views.push_back(y);
+    return chunksAligned(e, views, vec);
+  };
+  p.pre = [=](Emitter &e, Value r) {
+    return memref::LoadOp::create(e.b, e.loc, rstd, ValueRange{r}).getResult();
+  };
+  p.term = [=](Emitter &in, Value r, Value j, Value rs) {
+    Value xh = in.mul(in.load(x, {r, j}), rs);
+    return in.mul(in.mul(in.load(w, {j}), dyhAt(in, r, j)), xh);
+  };
+  p.between = [=](Emitter &e, Value, Value sum) { return e.div(sum, dimF); };
+  p.body = [=](Emitter &in, Value r, Value j, Value rs, Value mean,
+               bool wantDw) -> Value {
+    Value xv = in.load(x, {r, j}), wv = in.load(w, {j});
+    Value zv = in.load(z, {r, j}), g = in.load(dy, {r, j});
+    Value sg = in.sigmoid(zv);
+    Value xh = in.mul(xv, rs);
+    Value one = in.cF32(1.0f);
+    if (y)
+      in.store(value(in, wv, xv, rs, zv, sg), y, {r, j});
+    in.store(in.mul(in.mul(in.mul(in.mul(g, wv), xh), sg),
+                    in.add(one, in.mul(zv, in.sub(one, sg)))),
+             dz, {r, j});
+    Value dyh = in.mul(in.mul(g, zv), sg);
+    Value wdy = in.mul(wv, dyh);
+    in.store(in.mul(rs, in.sub(wdy, in.mul(in.mul(xv, rs), mean))), dx,
+             {r, j});
+    return wantDw ? in.mul(dyh, xh) : Value();
   };
   // dw[j] += the column sum of dyh * (x * rs) over rows.
   return normBackwardPhases(
-      e, a, dw, scratch, row, [=](Emitter &in, Value r, Value j) {
+      e, s, a, dw, scratch, vec, p, [=](Emitter &in, Value r, Value j) {
         Value rs = memref::LoadOp::create(in.b, in.loc, rstd, ValueRange{r});
         return in.mul(dyhAt(in, r, j), in.mul(in.load(x, {r, j}), rs));
       });

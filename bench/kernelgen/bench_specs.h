@@ -25,11 +25,14 @@ inline GroupSpec stepSpec(GroupKind kind) {
   return s;
 }
 
-/// stepSpec(kind) for rows of `dim` elements, with the rows a warp the
-/// step's code generation picks (rowsPerWarpFor).
+/// stepSpec(kind) for rows of `dim` elements, with the rows a warp and,
+/// for the norm backwards, the register path that the step's code
+/// generation picks (rowsPerWarpFor, rowInRegistersFor).
 inline GroupSpec stepSpec(GroupKind kind, int64_t dim) {
   GroupSpec s = stepSpec(kind);
   s.rowsPerWarp = rowsPerWarpFor(s, dim);
+  if (hasDwRowInRegisters(kind))
+    s.rowInRegisters = rowInRegistersFor(s, dim);
   return s;
 }
 
@@ -61,6 +64,10 @@ inline std::vector<GroupSpec> benchSpecs() {
     keep.rowInRegisters = true;
     all.push_back(keep);
   }
+  // The norm backwards of narrow rows in registers, dw partials too (the
+  // q/k norms' 256, the GDN heads' 128).
+  all.push_back(stepSpec(GroupKind::RmsNormBackward, 256));
+  all.push_back(stepSpec(GroupKind::GatedNormBackward, 128));
   GroupSpec fused = stepSpec(GroupKind::RmsNormBackward);
   fused.addResidual = true;
   all.push_back(fused);

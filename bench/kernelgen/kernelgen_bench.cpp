@@ -310,6 +310,12 @@ std::vector<Case> buildCases(Pool &pool, const KernelContext &ctx0,
     double tensor = double(rows * dim * 2);
     Case f{"rms_norm", shape, 2 * tensor + rows * 4.0};
     Case b{"rms_norm_grad", shape, 3 * tensor + rows * 4.0};
+    // The backward without the register path (dw partials in shared
+    // memory, rows read twice), where the step takes it.
+    Case bs{"rms_norm_grad (dw in shared memory)", shape,
+            3 * tensor + rows * 4.0};
+    kg::GroupSpec bstep =
+        kg::bench::stepSpec(kg::GroupKind::RmsNormBackward, dim);
     Case fb{"rms_norm_grad_add (vs grad + add)", shape,
             4 * tensor + rows * 4.0};
     // The same forward with one row a warp read once into registers.
@@ -334,7 +340,9 @@ std::vector<Case> buildCases(Pool &pool, const KernelContext &ctx0,
       RmsNormBackwardArgs ba = normGradArgs(s, rows, dim);
       b.lib.push_back([=](cudaStream_t) { KS(rmsNormBackward(ctx, ba)); });
       GenLaunch::Args bargs = normArgs(s, rows, dim);
-      b.gen.push_back(
+      b.gen.push_back(GenLaunch(bstep, bargs, genWs));
+      bs.lib.push_back(b.lib.back());
+      bs.gen.push_back(
           GenLaunch(spec(kg::GroupKind::RmsNormBackward), bargs, genWs));
       ResidualAddArgs add;
       add.a = bf("dx", s);
@@ -353,6 +361,8 @@ std::vector<Case> buildCases(Pool &pool, const KernelContext &ctx0,
     }
     cases.push_back(std::move(f));
     cases.push_back(std::move(b));
+    if (bstep.rowInRegisters)
+      cases.push_back(std::move(bs));
     if (dim == D) {
       cases.push_back(std::move(fk));
       cases.push_back(std::move(fb));
@@ -481,6 +491,8 @@ std::vector<Case> buildCases(Pool &pool, const KernelContext &ctx0,
   {
     Case f{"gated_rms_norm", headShape, 3 * head + rows * 4.0};
     Case b{"gated_rms_norm_grad", headShape, 5 * head + rows * 4.0};
+    Case bs{"gated_rms_norm_grad (dw in shared memory)", headShape,
+            5 * head + rows * 4.0};
     for (int s = 0; s < sets; ++s) {
       GdnGatedNormArgs a;
       a.tokens = T;
@@ -502,11 +514,16 @@ std::vector<Case> buildCases(Pool &pool, const KernelContext &ctx0,
       f.gen.push_back(
           GenLaunch(kg::bench::stepSpec(kg::GroupKind::GatedNormForward, K),
                     normArgs(s, rows, K), genWs));
-      b.gen.push_back(GenLaunch(spec(kg::GroupKind::GatedNormBackward),
-                                normArgs(s, rows, K), genWs));
+      b.gen.push_back(
+          GenLaunch(kg::bench::stepSpec(kg::GroupKind::GatedNormBackward, K),
+                    normArgs(s, rows, K), genWs));
+      bs.lib.push_back(b.lib.back());
+      bs.gen.push_back(GenLaunch(spec(kg::GroupKind::GatedNormBackward),
+                                 normArgs(s, rows, K), genWs));
     }
     cases.push_back(std::move(f));
     cases.push_back(std::move(b));
+    cases.push_back(std::move(bs));
   }
   // The two gated element-wise pairs: SwiGLU over the MLP's [T, I] and the
   // attention output gate over [T x 8 heads, 256]. Forward (a, b) -> y,

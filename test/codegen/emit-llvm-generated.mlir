@@ -27,9 +27,9 @@
 // CHECK-DAG: constant @str.{{[0-9]+}}("ap_kg_rmsnorm_fwd_zc_r4_bf16\00")
 // CHECK-DAG: constant @str.{{[0-9]+}}("ppppllllf\00")
 // CHECK-DAG: constant @str.{{[0-9]+}}("ppppppwlllllll\00")
-// CHECK-DAG: constant @str.{{[0-9]+}}("ap_kg_rmsnorm_bwd_zc_dw_bf16_rows\00")
-// CHECK-DAG: constant @str.{{[0-9]+}}("ap_kg_rmsnorm_bwd_zc_dw_bf16_dwpart\00")
-// CHECK-DAG: constant @str.{{[0-9]+}}("ap_kg_rmsnorm_bwd_zc_dw_bf16_dw\00")
+// CHECK-DAG: constant @str.{{[0-9]+}}("ap_kg_rmsnorm_bwd_zc_dw_k_bf16_rows\00")
+// CHECK-DAG: constant @str.{{[0-9]+}}("ap_kg_rmsnorm_bwd_zc_dw_k_bf16_dwpart\00")
+// CHECK-DAG: constant @str.{{[0-9]+}}("ap_kg_rmsnorm_bwd_zc_dw_k_bf16_dw\00")
 // CHECK-DAG: constant @str.{{[0-9]+}}("ap_kg_residual_add_f32\00")
 // CHECK-DAG: constant @str.{{[0-9]+}}("ap_kg_add_rmsnorm_fwd_zc_r4_bf16\00")
 // CHECK-DAG: constant @str.{{[0-9]+}}("ppppppllf\00")
@@ -75,7 +75,7 @@
 
 // The table: packed host entries, GPU entries; the host kernels beside it.
 // CHECK-DAG: llvm.mlir.global private constant @generated()
-// CHECK-DAG: llvm.mlir.addressof @ap_kg_rmsnorm_bwd_zc_dw_bf16_packed
+// CHECK-DAG: llvm.mlir.addressof @ap_kg_rmsnorm_bwd_zc_dw_k_bf16_packed
 // CHECK-DAG: llvm.func @ap_kg_residual_add_bf16(
 // CHECK-DAG: llvm.func @ap_kg_residual_add_bf16_packed(%arg0: !llvm.ptr) {
 // CHECK-DAG: llvm.func @ap_kg_residual_add_f32_packed(%arg0: !llvm.ptr) {

@@ -166,9 +166,10 @@ def main():
             needed.append("ap_kg_residual_add_" + dtype)
         if name == "recompute-fused":
             needed += ["ap_kg_swiglu_bwd_y_" + dtype,
-                       "ap_kg_rmsnorm_bwd_zc_dw_y_" + dtype]
+                       "ap_kg_rmsnorm_bwd_zc_dw_y_k_" + dtype]
         # The row-wise groups take 1, 2 or 4 rows a warp by their row
-        # length (kernelName's _r2 / _r4).
+        # length (kernelName's _r2 / _r4); the norm backwards of the tiny
+        # model's narrow rows take the register path (_k).
         rows = ["ap_kg_l2norm_fwd_", "ap_kg_l2norm_bwd_"]
         for k in needed:
             pattern = re.escape(k.encode())
@@ -212,7 +213,7 @@ def main():
                   "+ add pairs" % grad_pairs)
         else:
             check(grad_pairs > 0 and
-                  re.search(rb"ap_kg_rmsnorm_bwd_zc_dw_add(_sum[234])?_" +
+                  re.search(rb"ap_kg_rmsnorm_bwd_zc_dw_add(_sum[234])?_k_" +
                             dtype.encode(), image) is not None,
                   "%s: no RMSNorm backward + residual add fused (%d pairs)" %
                   (name, grad_pairs))
@@ -231,7 +232,7 @@ def main():
                   "unfused: --fuse-kernels=false fused %d add chains" % chains)
         else:
             check(chains > 0 and chain_adds >= chains and
-                  re.search(rb"ap_kg_rmsnorm_bwd_zc_dw(_add)?_sum[234]_" +
+                  re.search(rb"ap_kg_rmsnorm_bwd_zc_dw(_add)?_sum[234]_k_" +
                             dtype.encode(), image) is not None,
                   "%s: no add chain fused into an RMSNorm backward (%d)" %
                   (name, chains))

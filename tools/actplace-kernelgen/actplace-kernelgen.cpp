@@ -69,7 +69,9 @@ static cl::opt<bool> rowInRegisters(
     "row-in-registers", cl::init(false),
     cl::desc("With --rows-per-warp=1: a row of at most 4 chunks a lane is "
              "read once and kept in registers for both passes (kernel "
-             "suffix _k)"),
+             "suffix _k); rmsnorm-bwd and gated-norm-bwd with dw: rows of at "
+             "most one chunk a lane read once, two a warp at a time, the dw "
+             "partials in registers"),
     cl::cat(category));
 static cl::opt<int> rowsPerWarp(
     "rows-per-warp", cl::init(1),
@@ -177,6 +179,8 @@ int main(int argc, char **argv) {
       spec.rowsPerWarp = rowsPerWarp;
     if (kg::hasRowsPerWarp(spec.kind))
       spec.rowInRegisters = rowInRegisters && rowsPerWarp == 1;
+    if (kg::hasDwRowInRegisters(spec.kind))
+      spec.rowInRegisters = rowInRegisters && spec.accumulateDw;
     specs.push_back(spec);
   }
 

@@ -45,6 +45,14 @@ inline std::vector<GroupSpec> cudaTestSpecs() {
   all.push_back(s);
   s.kind = GroupKind::GatedNormBackward; // with dw and the rebuilt y
   all.push_back(s);
+  // Both norm backwards with narrow rows and their dw partials in
+  // registers (rowInRegisters, the _k kernels).
+  for (GroupKind k : {GroupKind::RmsNormBackward, GroupKind::GatedNormBackward}) {
+    GroupSpec r = s;
+    r.kind = k;
+    r.rowInRegisters = true;
+    all.push_back(r);
+  }
   s.recomputeY = false;
   s.kind = GroupKind::RmsNormBackward; // fused with the residual add
   s.addResidual = true;

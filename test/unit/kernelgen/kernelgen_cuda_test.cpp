@@ -271,9 +271,11 @@ const Shape kMlp[] = {{4096, 3584}, {3, 7}, {17, 33}};
 // RMSNorm at the hidden size and at the q/k norms (Qwen3.5-0.8B, 4096
 // tokens: 8 heads of 256), and odd shapes.
 // {37, 1536} is wider than kRowDwMaxDim: its backward's dw partials come
-// from their own kernel.
-const Shape kNorm[] = {
-    {4096, 1024}, {32768, 256}, {5, 1023}, {1, 1}, {37, 1536}};
+// from their own kernel. {1000, 200} takes the backward's register path
+// (_k) with lanes that own no chunk and parts whose rows do not fill the
+// last pair of rows a warp.
+const Shape kNorm[] = {{4096, 1024}, {32768, 256}, {5, 1023},
+                       {1, 1},       {37, 1536},   {1000, 200}};
 
 /// The spec of `kind` with `rpw` rows a warp (kernelgen_cuda_specs.h); 1:
 /// one row a warp kept in registers (rowInRegisters, the _k kernel).
@@ -496,6 +498,26 @@ TEST_F(KernelGenCuda, RmsNormForwardAndBackwardBitwiseToModel) {
     EXPECT_TRUE(
         sameBits(rawBytes(dwW), rawBytes(ddw.floatsBack()), 4, "rmsnorm dw"))
         << where;
+    // The rows in registers with their dw partials (the _k kernels; rows
+    // too wide or unaligned take the shared-memory path): the same bits.
+    {
+      kg::GroupSpec k = specOf(kg::GroupKind::RmsNormBackward);
+      k.rowInRegisters = true;
+      DevBuf kdx(std::vector<uint8_t>(n * 2, 0xff)), kdw(dw0),
+          ky(std::vector<uint8_t>(n * 2, 0xff)),
+          kws(std::vector<float>(size_t(parts * d), -3.f));
+      for (const std::string &name : kg::gpuKernelNames(k))
+        CU(launch(name, dx_.p, dw_.p, drstd.p, ddy.p, kdx.p, kdw.p, ky.p,
+                  kws.p, s.rows, d, d, d, d, d, parts,
+                  kg::rmsNormDwPartItems(s.rows, d)));
+      EXPECT_TRUE(sameBits(dxW, kdx.bytesBack(), 2, "rmsnorm dx, _k"))
+          << where;
+      EXPECT_TRUE(sameBits(yBW, ky.bytesBack(), 2, "recomputed y, _k"))
+          << where;
+      EXPECT_TRUE(sameBits(rawBytes(dwW), rawBytes(kdw.floatsBack()), 4,
+                           "rmsnorm dw, _k"))
+          << where;
+    }
     EXPECT_TRUE(
         closeTo(t, dxR, ddx.bytesBack(), orderTol(t), "dx vs reference"))
         << where;
@@ -684,8 +706,8 @@ TEST_F(KernelGenCuda, L2NormBitwiseToModel) {
 // last bit reaches the sums); two runs bitwise equal.
 TEST_F(KernelGenCuda, GatedNormWithinBoundsAndDeterministic) {
   const kg::ElemType t = kg::ElemType::BF16;
-  for (Shape s :
-       {Shape{65536, 128}, Shape{5, 1023}, Shape{1, 1}, Shape{37, 1536}}) {
+  for (Shape s : {Shape{65536, 128}, Shape{5, 1023}, Shape{1, 1},
+                  Shape{37, 1536}, Shape{1000, 100}}) {
     size_t n = size_t(s.rows * s.cols);
     I d = s.cols;
     auto x = randomStorage(t, n, 151, 2.0, false),
@@ -757,6 +779,29 @@ TEST_F(KernelGenCuda, GatedNormWithinBoundsAndDeterministic) {
       std::vector<uint8_t> all = ddx.bytesBack();
       for (auto part : {ddz.bytesBack(), rawBytes(ddw.floatsBack())})
         all.insert(all.end(), part.begin(), part.end());
+      // The rows in registers with their dw partials (_k): the bits of the
+      // shared-memory path.
+      {
+        kg::GroupSpec k = b;
+        k.rowInRegisters = true;
+        DevBuf kdx(std::vector<uint8_t>(n * 2, 0xff)),
+            kdz(std::vector<uint8_t>(n * 2, 0xff)),
+            ky(std::vector<uint8_t>(n * 2, 0xff)), kdw(dw0),
+            kws(std::vector<float>(size_t(parts * d), -3.f));
+        for (const std::string &name : kg::gpuKernelNames(k))
+          CU(launch(name, dx_.p, dz_.p, dw_.p, dr2.p, ddy.p, kdx.p, kdz.p,
+                    kdw.p, ky.p, kws.p, s.rows, d, parts,
+                    kg::rmsNormDwPartItems(s.rows, d)));
+        std::vector<uint8_t> kall = kdx.bytesBack();
+        for (auto part : {kdz.bytesBack(), rawBytes(kdw.floatsBack())})
+          kall.insert(kall.end(), part.begin(), part.end());
+        EXPECT_EQ(all, kall) << "gated norm backward, _k against the "
+                                "shared-memory path "
+                             << where;
+        EXPECT_TRUE(sameBits(dyB.bytesBack(), ky.bytesBack(), 2,
+                             "rebuilt y, _k"))
+            << where;
+      }
       if (run == 0)
         first = all;
       else

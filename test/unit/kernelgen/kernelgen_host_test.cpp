@@ -1294,3 +1294,39 @@ TEST(KernelGenAbi, RowsPerWarpFollowsTheRowLength) {
   s.rowsPerWarp = 1;
   EXPECT_EQ(kg::kernelName(s), "ap_kg_gated_norm_fwd_bf16");
 }
+
+// The norm backwards with dw take rows of at most one chunk a lane in
+// registers (the _k kernels): the q/k norms' 256 and the GDN heads' 128 do,
+// the hidden size's 1024 does not, nor a backward without dw; the launch
+// is the shared-memory path's.
+TEST(KernelGenAbi, NormBackwardRowInRegistersFollowsTheRowLength) {
+  kg::GroupSpec s;
+  s.kind = kg::GroupKind::RmsNormBackward;
+  EXPECT_TRUE(kg::hasDwRowInRegisters(s.kind));
+  EXPECT_TRUE(kg::rowInRegistersFor(s, 256));   // 32 chunks of 8
+  EXPECT_FALSE(kg::rowInRegistersFor(s, 257));  // 33 chunks
+  EXPECT_FALSE(kg::rowInRegistersFor(s, 1024)); // 128 chunks
+  s.dtype = kg::ElemType::F32;
+  EXPECT_FALSE(kg::rowInRegistersFor(s, 256)); // 64 chunks of 4
+  EXPECT_TRUE(kg::rowInRegistersFor(s, 128));
+  s.dtype = kg::ElemType::BF16;
+  s.kind = kg::GroupKind::GatedNormBackward;
+  EXPECT_TRUE(kg::rowInRegistersFor(s, 128)); // 32 chunks of 4
+  EXPECT_FALSE(kg::rowInRegistersFor(s, 256));
+  s.accumulateDw = false;
+  EXPECT_FALSE(kg::rowInRegistersFor(s, 128));
+  s.accumulateDw = true;
+  s.rowInRegisters = true;
+  EXPECT_EQ(kg::kernelName(s), "ap_kg_gated_norm_bwd_dw_k_bf16");
+  kg::GroupSpec shared = s;
+  shared.rowInRegisters = false;
+  std::vector<kg::GpuEntry> k = kg::gpuEntries(s), sh = kg::gpuEntries(shared);
+  ASSERT_EQ(k.size(), sh.size());
+  for (size_t i = 0; i < k.size(); ++i) {
+    EXPECT_EQ(k[i].blockSize, sh[i].blockSize) << i;
+    EXPECT_EQ(k[i].workParams, sh[i].workParams) << i;
+  }
+  s.kind = kg::GroupKind::L2NormBackward; // not a norm backward with dw
+  EXPECT_FALSE(kg::hasDwRowInRegisters(s.kind));
+  EXPECT_FALSE(kg::rowInRegistersFor(s, 128));
+}
