@@ -1514,7 +1514,7 @@ NormRowFn normRowOf(NormPasses p, Value scratch, Value dimIdx, int64_t vec) {
 
 /// Rows of a warp that the register path of a norm backward's row kernel
 /// takes at once (its loads in flight together).
-constexpr int64_t kDwRowsAtOnce = 1;
+constexpr int64_t kDwRowsAtOnce = 2;
 
 /// The GPU row kernel of a norm backward with dw (gpuEntries: a block of
 /// kDwGroups warps per dw part): warp g runs `row` on the rows p * R + g,
