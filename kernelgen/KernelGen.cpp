@@ -2095,6 +2095,10 @@ SmallVector<Work> gdnGatesWork(Emitter &e, const GroupSpec &s, const Args &a,
   return phases;
 }
 
+/// The prefetch of a RoPE block's first x chunks (KernelGen.cpp's ropeWork):
+/// into L2, which the loads after the table then hit.
+constexpr const char *kRopePrefetch = "llvm.nvvm.prefetch.global.L2";
+
 /// Rotary position embedding, the reference's rope per element. Item (tok,
 /// k) of a token (position pos = its index t = tok % seq in its batch row,
 /// or t less its document's start when packed) is a column of every head:
@@ -2243,9 +2247,50 @@ Work ropeWork(Emitter &e, const GroupSpec &s, const Args &a, bool backward) {
                 b, loc, rem8(headDimIdx),
                 arith::AndIOp::create(b, loc, rem8(offset), rem8(half)))));
     // The table (only the vector path reads it): cs[i], then sn[i] at
-    // kRopeMaxHalf + i.
+    // kRopeMaxHalf + i. Before it each thread prefetches the x chunks of
+    // its first item below, so that their trip from memory overlaps the
+    // angles' computation instead of following the barrier.
     scf::IfOp::create(b, loc, vec, [&](OpBuilder &nb, Location nl) {
       Emitter in(nb, nl, true);
+      {
+        Value eight = in.cIndex(8);
+        Value pairItems = arith::DivUIOp::create(nb, nl, half, eight);
+        Value rdIdx = in.toIndex(rd);
+        Value copyItems = arith::DivUIOp::create(
+            nb, nl, arith::SubIOp::create(nb, nl, headDimIdx, rdIdx), eight);
+        Value perHead = arith::AddIOp::create(nb, nl, pairItems, copyItems);
+        Value items = arith::MulIOp::create(nb, nl, headsIdx, perHead);
+        Value mine = cmp(in, arith::CmpIPredicate::ult, tid, items);
+        scf::IfOp::create(nb, nl, mine, [&](OpBuilder &pb, Location pl) {
+          Emitter p(pb, pl, true);
+          Value head = arith::DivUIOp::create(pb, pl, tid, perHead);
+          Value k = arith::RemUIOp::create(pb, pl, tid, perHead);
+          Value r = arith::AddIOp::create(
+              pb, pl, arith::MulIOp::create(pb, pl, tok, headsIdx), head);
+          Value isPair = cmp(p, arith::CmpIPredicate::ult, k, pairItems);
+          Value j = arith::MulIOp::create(
+              pb, pl, arith::SubIOp::create(pb, pl, k, pairItems), eight);
+          Value copyCol = arith::SelectOp::create(
+              pb, pl, cmp(p, arith::CmpIPredicate::ult, j, offset), j,
+              arith::AddIOp::create(pb, pl, j, rdIdx));
+          Value pairCol = arith::AddIOp::create(
+              pb, pl, offset, arith::MulIOp::create(pb, pl, k, eight));
+          Value col = arith::SelectOp::create(pb, pl, isPair, pairCol, copyCol);
+          auto prefetch = [&](Emitter &q, Value c) {
+            ChunkCtx cx(q, c, 8, /*vector=*/true);
+            LLVM::CallIntrinsicOp::create(
+                q.b, q.loc, q.b.getStringAttr(kRopePrefetch),
+                ValueRange{cx.address(q, x, {r})});
+          };
+          prefetch(p, col);
+          scf::IfOp::create(pb, pl, isPair, [&](OpBuilder &qb, Location ql) {
+            Emitter q(qb, ql, true);
+            prefetch(q, arith::AddIOp::create(qb, ql, pairCol, half));
+            scf::YieldOp::create(qb, ql);
+          });
+          scf::YieldOp::create(pb, pl);
+        });
+      }
       blockLoop(in, half, [&](Emitter &q, Value i) {
         auto [c, sv] = angleOf(q, tok, i);
         memref::StoreOp::create(q.b, q.loc, c, shared, i);
