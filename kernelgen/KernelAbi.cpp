@@ -394,10 +394,12 @@ std::vector<GpuEntry> gpuEntries(const GroupSpec &spec) {
       break;
     case GroupKind::RopeForward:
     case GroupKind::RopeBackward:
-      // A block per token (its pairs' table in shared memory, then 8 pairs
-      // or 8 copied columns of a head a thread).
+      // A block per kRopeTokensPerBlock tokens (their pairs' tables in
+      // shared memory, then 8 pairs or 8 copied columns of a head a
+      // thread).
+      static_assert(kBlockSize % kRopeTokensPerBlock == 0);
       e.workParams = {index("tokens")};
-      e.threadsPerItem = int(kBlockSize);
+      e.threadsPerItem = int(kBlockSize / kRopeTokensPerBlock);
       break;
     case GroupKind::GradNormSquares:
       // A block of kGradNormThreads threads per block of kGradNormBlock

@@ -222,6 +222,9 @@ constexpr int64_t kLanes = 32;
 /// Rotary pairs (rotaryDim / 2) whose cos and sin a GPU RoPE block keeps in
 /// its shared table; more take the item-per-thread path.
 constexpr int64_t kRopeMaxHalf = 256;
+/// Tokens a GPU RoPE block takes (their tables at once; kBlockSize must be
+/// a multiple of it).
+constexpr int64_t kRopeTokensPerBlock = 4;
 /// The most addends of a norm backward's dy (GroupSpec::dyAddends).
 constexpr int kMaxDyAddends = 4;
 /// The most rows a warp of a row-wise kernel takes (GroupSpec::rowsPerWarp)

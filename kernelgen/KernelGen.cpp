@@ -2207,30 +2207,53 @@ Work ropeWork(Emitter &e, const GroupSpec &s, const Args &a, bool backward) {
   };
   Value colsIdx = e.toIndex(a.get("cols"));
   Work w{{e.toIndex(tokens), colsIdx}, item};
-  // GPU: a block per token. Its pairs' cos and sin go to a shared table
-  // once (the same values as angleOf per item); then, where x and y are
-  // 16-byte aligned and offset, rotaryDim / 2 and headDim are multiples of
-  // 8 (and rotaryDim / 2 <= kRopeMaxHalf), a thread takes 8 pairs of one
-  // head (two 16-byte loads and stores) or 8 copied columns, over the
-  // token's heads; otherwise the items above, a thread each in turn. Every
-  // element's arithmetic is the item's, so the bits are the host's.
-  w.sharedFloats = 2 * kRopeMaxHalf;
+  // GPU: a block per kRopeTokensPerBlock tokens. Their pairs' cos and sin
+  // go to a shared table once (the same values as angleOf per item: token
+  // t's at [t kRopeMaxHalf, ...), sin kRopeTokensPerBlock kRopeMaxHalf
+  // further); then, where x and y are 16-byte aligned and offset,
+  // rotaryDim / 2 and headDim are multiples of 8 (and rotaryDim / 2 <=
+  // kRopeMaxHalf), a thread takes 8 pairs of one head (two 16-byte loads
+  // and stores) or 8 copied columns, over the tokens' heads, the chunks of
+  // its first item prefetched into L2 before the table is computed;
+  // otherwise the items above, a thread each in turn, token after token.
+  // Several tokens a block: the table's latency (double pow, cos, sin) is
+  // paid once for them, with fewer blocks one after the other on an SM.
+  // Every element's arithmetic is the item's, so the bits are the host's.
+  w.sharedFloats = 2 * kRopeTokensPerBlock * kRopeMaxHalf;
   w.gpuBlock = [=](Emitter &e, Value tid, Value bid, Value shared) {
     OpBuilder &b = e.b;
     Location loc = e.loc;
-    Value tok = bid;
+    Value tokensIdx = e.toIndex(tokens);
+    Value tok0 = arith::MulIOp::create(b, loc, bid,
+                                       e.cIndex(kRopeTokensPerBlock));
+    // The block's tokens: min(kRopeTokensPerBlock, tokens - tok0).
+    Value nTok = arith::MinUIOp::create(
+        b, loc, e.cIndex(kRopeTokensPerBlock),
+        arith::SubIOp::create(b, loc, tokensIdx, tok0));
     Value threads = e.cIndex(kBlockSize);
-    auto blockLoop = [&](Emitter &in, Value count,
-                         llvm::function_ref<void(Emitter &, Value)> body) {
-      scf::ForOp::create(in.b, in.loc, tid, count, threads, ValueRange{},
+    auto loopFrom = [&](Emitter &in, Value from, Value count,
+                        llvm::function_ref<void(Emitter &, Value)> body) {
+      scf::ForOp::create(in.b, in.loc, from, count, threads, ValueRange{},
                          [&](OpBuilder &nb, Location nl, Value t, ValueRange) {
                            Emitter on(nb, nl, true);
                            body(on, t);
                            scf::YieldOp::create(nb, nl);
                          });
     };
+    auto blockLoop = [&](Emitter &in, Value count,
+                         llvm::function_ref<void(Emitter &, Value)> body) {
+      loopFrom(in, tid, count, body);
+    };
     auto cmp = [](Emitter &in, arith::CmpIPredicate p, Value l, Value r) {
       return arith::CmpIOp::create(in.b, in.loc, p, l, r).getResult();
+    };
+    auto ifThen = [](Emitter &q, Value cond,
+                     llvm::function_ref<void(Emitter &)> body) {
+      scf::IfOp::create(q.b, q.loc, cond, [&](OpBuilder &nb, Location nl) {
+        Emitter in(nb, nl, true);
+        body(in);
+        scf::YieldOp::create(nb, nl);
+      });
     };
     auto rem8 = [&](Value v) {
       return cmp(e, arith::CmpIPredicate::eq,
@@ -2246,132 +2269,163 @@ Work ropeWork(Emitter &e, const GroupSpec &s, const Args &a, bool backward) {
             arith::AndIOp::create(
                 b, loc, rem8(headDimIdx),
                 arith::AndIOp::create(b, loc, rem8(offset), rem8(half)))));
-    // The table (only the vector path reads it): cs[i], then sn[i] at
-    // kRopeMaxHalf + i. Before it each thread prefetches the x chunks of
-    // its first item below, so that their trip from memory overlaps the
-    // angles' computation instead of following the barrier.
-    scf::IfOp::create(b, loc, vec, [&](OpBuilder &nb, Location nl) {
-      Emitter in(nb, nl, true);
-      {
-        Value eight = in.cIndex(8);
-        Value pairItems = arith::DivUIOp::create(nb, nl, half, eight);
-        Value rdIdx = in.toIndex(rd);
-        Value copyItems = arith::DivUIOp::create(
-            nb, nl, arith::SubIOp::create(nb, nl, headDimIdx, rdIdx), eight);
-        Value perHead = arith::AddIOp::create(nb, nl, pairItems, copyItems);
-        Value items = arith::MulIOp::create(nb, nl, headsIdx, perHead);
-        Value mine = cmp(in, arith::CmpIPredicate::ult, tid, items);
-        scf::IfOp::create(nb, nl, mine, [&](OpBuilder &pb, Location pl) {
-          Emitter p(pb, pl, true);
-          Value head = arith::DivUIOp::create(pb, pl, tid, perHead);
-          Value k = arith::RemUIOp::create(pb, pl, tid, perHead);
-          Value r = arith::AddIOp::create(
-              pb, pl, arith::MulIOp::create(pb, pl, tok, headsIdx), head);
-          Value isPair = cmp(p, arith::CmpIPredicate::ult, k, pairItems);
-          Value j = arith::MulIOp::create(
-              pb, pl, arith::SubIOp::create(pb, pl, k, pairItems), eight);
-          Value copyCol = arith::SelectOp::create(
-              pb, pl, cmp(p, arith::CmpIPredicate::ult, j, offset), j,
-              arith::AddIOp::create(pb, pl, j, rdIdx));
-          Value pairCol = arith::AddIOp::create(
-              pb, pl, offset, arith::MulIOp::create(pb, pl, k, eight));
-          Value col = arith::SelectOp::create(pb, pl, isPair, pairCol, copyCol);
-          auto prefetch = [&](Emitter &q, Value c) {
-            ChunkCtx cx(q, c, 8, /*vector=*/true);
-            LLVM::CallIntrinsicOp::create(
-                q.b, q.loc, q.b.getStringAttr(kRopePrefetch),
-                ValueRange{cx.address(q, x, {r})});
-          };
-          prefetch(p, col);
-          scf::IfOp::create(pb, pl, isPair, [&](OpBuilder &qb, Location ql) {
-            Emitter q(qb, ql, true);
-            prefetch(q, arith::AddIOp::create(qb, ql, pairCol, half));
-            scf::YieldOp::create(qb, ql);
-          });
-          scf::YieldOp::create(pb, pl);
-        });
+    // The vector path's items of one token: per head, pairItems items of 8
+    // pairs, then copyItems items of 8 copied columns; item `it` of the
+    // block is item it % items of token tok0 + it / items. (Index
+    // arithmetic only, read where `vec` holds; divisors of at least 1.)
+    // (Computed where used, after the table, so that they do not live
+    // across the angles' libdevice calls.)
+    struct VecConsts {
+      Value pairItems, rdIdx, perHead, items, blockItems;
+    };
+    auto constsOf = [&](Emitter &q) {
+      OpBuilder &cb = q.b;
+      Location cl = q.loc;
+      Value eight = q.cIndex(8);
+      VecConsts k;
+      k.pairItems = arith::DivUIOp::create(cb, cl, half, eight);
+      k.rdIdx = q.toIndex(rd);
+      Value copyItems = arith::DivUIOp::create(
+          cb, cl, arith::SubIOp::create(cb, cl, headDimIdx, k.rdIdx), eight);
+      k.perHead = arith::MaxUIOp::create(
+          cb, cl, arith::AddIOp::create(cb, cl, k.pairItems, copyItems),
+          q.cIndex(1));
+      k.items = arith::MulIOp::create(cb, cl, headsIdx, k.perHead);
+      k.blockItems = arith::MulIOp::create(cb, cl, nTok, k.items);
+      return k;
+    };
+    struct VecItem {
+      Value r, k, isPair, table;
+    };
+    auto itemAt = [&](Emitter &q, const VecConsts &c, Value it) {
+      Value t = arith::DivUIOp::create(q.b, q.loc, it, c.items);
+      Value rest = arith::RemUIOp::create(q.b, q.loc, it, c.items);
+      Value head = arith::DivUIOp::create(q.b, q.loc, rest, c.perHead);
+      Value k = arith::RemUIOp::create(q.b, q.loc, rest, c.perHead);
+      Value tok = arith::AddIOp::create(q.b, q.loc, tok0, t);
+      Value r = arith::AddIOp::create(
+          q.b, q.loc, arith::MulIOp::create(q.b, q.loc, tok, headsIdx), head);
+      Value table =
+          arith::MulIOp::create(q.b, q.loc, t, q.cIndex(kRopeMaxHalf));
+      return VecItem{r, k, cmp(q, arith::CmpIPredicate::ult, k, c.pairItems),
+                     table};
+    };
+    // A pair item's columns (x1 at offset + 8 k, x2 h further) and a copy
+    // item's (8 columns below the pairs or past them).
+    auto pairCol = [&](Emitter &p, Value k) {
+      return arith::AddIOp::create(
+                 p.b, p.loc, offset,
+                 arith::MulIOp::create(p.b, p.loc, k, p.cIndex(8)))
+          .getResult();
+    };
+    auto copyCol = [&](Emitter &p, const VecConsts &c, Value k) {
+      Value j = arith::MulIOp::create(
+          p.b, p.loc, arith::SubIOp::create(p.b, p.loc, k, c.pairItems),
+          p.cIndex(8));
+      return arith::SelectOp::create(
+                 p.b, p.loc, cmp(p, arith::CmpIPredicate::ult, j, offset), j,
+                 arith::AddIOp::create(p.b, p.loc, j, c.rdIdx))
+          .getResult();
+    };
+    auto pairItem = [&](Emitter &p, const VecItem &v) {
+      Value c1 = pairCol(p, v.k);
+      Value c2 = arith::AddIOp::create(p.b, p.loc, c1, half);
+      Value i0 = arith::MulIOp::create(p.b, p.loc, v.k, p.cIndex(8));
+      ChunkCtx lo(p, c1, 8, /*vector=*/true), hi(p, c2, 8, /*vector=*/true);
+      SmallVector<Value, 8> x1, x2;
+      p.chunk = &lo;
+      for (int64_t q8 = 0; q8 < 8; ++q8)
+        x1.push_back(p.load(x, {v.r, lo.js[q8]}));
+      p.chunk = &hi;
+      for (int64_t q8 = 0; q8 < 8; ++q8)
+        x2.push_back(p.load(x, {v.r, hi.js[q8]}));
+      SmallVector<Value, 8> y1, y2;
+      for (int64_t q8 = 0; q8 < 8; ++q8) {
+        Value i = arith::AddIOp::create(
+            p.b, p.loc, v.table,
+            arith::AddIOp::create(p.b, p.loc, i0, p.cIndex(q8)));
+        Value c = memref::LoadOp::create(p.b, p.loc, shared, i);
+        Value at = arith::AddIOp::create(
+            p.b, p.loc, i, p.cIndex(kRopeTokensPerBlock * kRopeMaxHalf));
+        Value sv = memref::LoadOp::create(p.b, p.loc, shared, at);
+        y1.push_back(p.sub(p.mul(x1[q8], c), p.mul(x2[q8], sv)));
+        y2.push_back(p.add(p.mul(x2[q8], c), p.mul(x1[q8], sv)));
       }
-      blockLoop(in, half, [&](Emitter &q, Value i) {
-        auto [c, sv] = angleOf(q, tok, i);
-        memref::StoreOp::create(q.b, q.loc, c, shared, i);
-        Value at = arith::AddIOp::create(q.b, q.loc, i, q.cIndex(kRopeMaxHalf));
-        memref::StoreOp::create(q.b, q.loc, sv, shared, at);
+      p.chunk = &lo;
+      for (int64_t q8 = 0; q8 < 8; ++q8)
+        p.store(y1[q8], y, {v.r, lo.js[q8]});
+      lo.flush(p);
+      p.chunk = &hi;
+      for (int64_t q8 = 0; q8 < 8; ++q8)
+        p.store(y2[q8], y, {v.r, hi.js[q8]});
+      hi.flush(p);
+      p.chunk = nullptr;
+    };
+    auto copyItem = [&](Emitter &p, const VecConsts &c, const VecItem &v) {
+      ChunkCtx cx(p, copyCol(p, c, v.k), 8, /*vector=*/true);
+      p.chunk = &cx;
+      for (int64_t q8 = 0; q8 < 8; ++q8)
+        p.store(p.load(x, {v.r, cx.js[q8]}), y, {v.r, cx.js[q8]});
+      cx.flush(p);
+      p.chunk = nullptr;
+    };
+    // The table (only the vector path reads it). Before it each thread
+    // prefetches the x chunks of its first item, so that their trip from
+    // memory overlaps the angles' computation instead of following the
+    // barrier.
+    ifThen(e, vec, [&](Emitter &in) {
+      {
+        VecConsts c = constsOf(in);
+        ifThen(in, cmp(in, arith::CmpIPredicate::ult, tid, c.blockItems),
+               [&](Emitter &p) {
+                 VecItem v = itemAt(p, c, tid);
+                 auto prefetch = [&](Emitter &q, Value col) {
+                   ChunkCtx cx(q, col, 8, /*vector=*/true);
+                   LLVM::CallIntrinsicOp::create(
+                       q.b, q.loc, q.b.getStringAttr(kRopePrefetch),
+                       ValueRange{cx.address(q, x, {v.r})});
+                 };
+                 Value c1 = pairCol(p, v.k);
+                 prefetch(p, arith::SelectOp::create(p.b, p.loc, v.isPair, c1,
+                                                     copyCol(p, c, v.k)));
+                 ifThen(p, v.isPair, [&](Emitter &q) {
+                   prefetch(q, arith::AddIOp::create(q.b, q.loc, c1, half));
+                 });
+               });
+      }
+      Value entries = arith::MulIOp::create(in.b, in.loc, nTok, half);
+      blockLoop(in, entries, [&](Emitter &q, Value at) {
+        Value t = arith::DivUIOp::create(q.b, q.loc, at, half);
+        Value i = arith::RemUIOp::create(q.b, q.loc, at, half);
+        auto [c, sv] =
+            angleOf(q, arith::AddIOp::create(q.b, q.loc, tok0, t), i);
+        Value ci = arith::AddIOp::create(
+            q.b, q.loc,
+            arith::MulIOp::create(q.b, q.loc, t, q.cIndex(kRopeMaxHalf)), i);
+        memref::StoreOp::create(q.b, q.loc, c, shared, ci);
+        Value si = arith::AddIOp::create(
+            q.b, q.loc, ci, q.cIndex(kRopeTokensPerBlock * kRopeMaxHalf));
+        memref::StoreOp::create(q.b, q.loc, sv, shared, si);
       });
-      scf::YieldOp::create(nb, nl);
     });
     gpu::BarrierOp::create(b, loc);
     scf::IfOp::create(
         b, loc, vec,
         [&](OpBuilder &nb, Location nl) {
           Emitter in(nb, nl, true);
-          Value eight = in.cIndex(8);
-          Value pairItems = arith::DivUIOp::create(nb, nl, half, eight);
-          Value rdIdx = in.toIndex(rd);
-          Value copyItems = arith::DivUIOp::create(
-              nb, nl, arith::SubIOp::create(nb, nl, headDimIdx, rdIdx), eight);
-          Value perHead = arith::AddIOp::create(nb, nl, pairItems, copyItems);
-          Value items = arith::MulIOp::create(nb, nl, headsIdx, perHead);
-          Value first = arith::MulIOp::create(nb, nl, tok, headsIdx);
-          blockLoop(in, items, [&](Emitter &q, Value it) {
-            OpBuilder &qb = q.b;
-            Location ql = q.loc;
-            Value head = arith::DivUIOp::create(qb, ql, it, perHead);
-            Value k = arith::RemUIOp::create(qb, ql, it, perHead);
-            Value r = arith::AddIOp::create(qb, ql, first, head);
-            Value isPair = cmp(q, arith::CmpIPredicate::ult, k, pairItems);
+          VecConsts c = constsOf(in);
+          blockLoop(in, c.blockItems, [&](Emitter &q, Value it) {
+            VecItem v = itemAt(q, c, it);
             scf::IfOp::create(
-                qb, ql, isPair,
+                q.b, q.loc, v.isPair,
                 [&](OpBuilder &pb, Location pl) {
                   Emitter p(pb, pl, true);
-                  Value i0 = arith::MulIOp::create(pb, pl, k, p.cIndex(8));
-                  Value c1 = arith::AddIOp::create(pb, pl, offset, i0);
-                  Value c2 = arith::AddIOp::create(pb, pl, c1, half);
-                  ChunkCtx lo(p, c1, 8, /*vector=*/true),
-                      hi(p, c2, 8, /*vector=*/true);
-                  SmallVector<Value, 8> x1, x2;
-                  p.chunk = &lo;
-                  for (int64_t q8 = 0; q8 < 8; ++q8)
-                    x1.push_back(p.load(x, {r, lo.js[q8]}));
-                  p.chunk = &hi;
-                  for (int64_t q8 = 0; q8 < 8; ++q8)
-                    x2.push_back(p.load(x, {r, hi.js[q8]}));
-                  SmallVector<Value, 8> y1, y2;
-                  for (int64_t q8 = 0; q8 < 8; ++q8) {
-                    Value i = arith::AddIOp::create(pb, pl, i0, p.cIndex(q8));
-                    Value c = memref::LoadOp::create(pb, pl, shared, i);
-                    Value at = arith::AddIOp::create(pb, pl, i,
-                                                     p.cIndex(kRopeMaxHalf));
-                    Value sv = memref::LoadOp::create(pb, pl, shared, at);
-                    y1.push_back(p.sub(p.mul(x1[q8], c), p.mul(x2[q8], sv)));
-                    y2.push_back(p.add(p.mul(x2[q8], c), p.mul(x1[q8], sv)));
-                  }
-                  p.chunk = &lo;
-                  for (int64_t q8 = 0; q8 < 8; ++q8)
-                    p.store(y1[q8], y, {r, lo.js[q8]});
-                  lo.flush(p);
-                  p.chunk = &hi;
-                  for (int64_t q8 = 0; q8 < 8; ++q8)
-                    p.store(y2[q8], y, {r, hi.js[q8]});
-                  hi.flush(p);
-                  p.chunk = nullptr;
+                  pairItem(p, v);
                   scf::YieldOp::create(pb, pl);
                 },
                 [&](OpBuilder &pb, Location pl) {
                   Emitter p(pb, pl, true);
-                  // Copied: 8 columns below the pairs or past them.
-                  Value j = arith::MulIOp::create(
-                      pb, pl, arith::SubIOp::create(pb, pl, k, pairItems),
-                      p.cIndex(8));
-                  Value below = cmp(p, arith::CmpIPredicate::ult, j, offset);
-                  Value col = arith::SelectOp::create(
-                      pb, pl, below, j,
-                      arith::AddIOp::create(pb, pl, j, rdIdx));
-                  ChunkCtx cx(p, col, 8, /*vector=*/true);
-                  p.chunk = &cx;
-                  for (int64_t q8 = 0; q8 < 8; ++q8)
-                    p.store(p.load(x, {r, cx.js[q8]}), y, {r, cx.js[q8]});
-                  cx.flush(p);
-                  p.chunk = nullptr;
+                  copyItem(p, c, v);
                   scf::YieldOp::create(pb, pl);
                 });
           });
@@ -2379,8 +2433,12 @@ Work ropeWork(Emitter &e, const GroupSpec &s, const Args &a, bool backward) {
         },
         [&](OpBuilder &nb, Location nl) {
           Emitter in(nb, nl, true);
-          blockLoop(in, colsIdx, [&](Emitter &q, Value k) {
-            item(q, {tok, k});
+          // The block's (token, column) items flattened, token-major.
+          Value all = arith::MulIOp::create(nb, nl, nTok, colsIdx);
+          blockLoop(in, all, [&](Emitter &p, Value it) {
+            Value t = arith::DivUIOp::create(p.b, p.loc, it, colsIdx);
+            Value k = arith::RemUIOp::create(p.b, p.loc, it, colsIdx);
+            item(p, {arith::AddIOp::create(p.b, p.loc, tok0, t), k});
           });
           scf::YieldOp::create(nb, nl);
         });
