@@ -75,7 +75,11 @@
 
 #include <cstdlib>
 #include <fstream>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <sstream>
+#include <thread>
 
 namespace cl = llvm::cl;
 
@@ -865,6 +869,14 @@ static std::string checkOptions() {
 
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
+#ifdef __GLIBC__
+  // The placement search clones and frees the step's module thousands of
+  // times on several threads; glibc's defaults hand the freed pages back
+  // to the kernel (trim, munmap) and fault them in again on the next
+  // clone. Keep them.
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  mallopt(M_MMAP_THRESHOLD, 1 << 30);
+#endif
   ap::setToolVersionPrinter("actplace-compile");
   ap::registerAllActplacePasses();
   cl::HideUnrelatedOptions(category);
@@ -1799,7 +1811,8 @@ int main(int argc, char **argv) {
     // over, it runs again (up to three times, reusing its placements) for a
     // predicted peak lower by the arena's gap above it.
     auto searchSize = [&](Candidate &c, ap::train::PlacementSearchDepth depth,
-                          mlir::TimingScope &sizeTimer) -> int {
+                          mlir::TimingScope &sizeTimer,
+                          llvm::raw_ostream &os) -> int {
       const bool full = depth == ap::train::PlacementSearchDepth::Full;
       for (int attempt = 1;; ++attempt) {
         mlir::TimingScope t =
@@ -1828,7 +1841,7 @@ int main(int argc, char **argv) {
         if (goal->value - gap >= c.target.value)
           break; // no lower target to try
         c.target.value = goal->value - gap;
-        llvm::outs() << llvm::formatv(
+        os << llvm::formatv(
             "  {0}: planned arena {1} bytes, over the budget; {2} again for "
             "a predicted peak of at most {3} bytes\n",
             c.text(), c.arena, full ? "searching" : "screening",
@@ -1837,7 +1850,7 @@ int main(int argc, char **argv) {
       c.tokensPerSecond = c.best.stepAfter > 0
                               ? double(globalBatchTokens) / c.best.stepAfter
                               : 0;
-      llvm::outs() << llvm::formatv(
+      os << llvm::formatv(
           "  {0}: {1}, {2:F0} tokens/s predicted, device peak {3} bytes, "
           "planned arena {4} bytes{5}{6}\n",
           c.text(),
@@ -1852,6 +1865,48 @@ int main(int argc, char **argv) {
                  << int64_t(seqLen) << " per rank x "
                  << int64_t(dataParallelSize) << " ranks, " << goal->str()
                  << "\n";
+    // Searches the sizes `todo` at `depth`, each under its timer: on
+    // threads of their own where the context runs multi-threaded (each
+    // search evaluates on several threads too; together they keep the
+    // cores busy through each other's serial parts: the first placement,
+    // each descent's last candidates, the lowering of the choice), one
+    // after the other otherwise. Each search is deterministic and owns its
+    // module and cache, so the choices do not depend on the threads; what
+    // they print comes out in the order of `todo`.
+    auto searchSizes = [&](llvm::ArrayRef<Candidate *> todo,
+                           ap::train::PlacementSearchDepth depth,
+                           llvm::MutableArrayRef<mlir::TimingScope> timers)
+        -> int {
+      std::vector<std::string> text(todo.size());
+      std::vector<int> rc(todo.size(), 0);
+      auto run = [&](size_t i) {
+        llvm::raw_string_ostream os(text[i]);
+        rc[i] = searchSize(*todo[i], depth, timers[i], os);
+      };
+      if (todo.size() > 1 && ctx.isMultithreadingEnabled()) {
+        // What the passes load on first use is loaded here, before any
+        // two searches could load it at once.
+        ctx.loadAllAvailableDialects();
+        std::vector<std::thread> pool;
+        for (size_t i = 1; i < todo.size(); ++i)
+          pool.emplace_back(run, i);
+        run(0);
+        for (std::thread &t : pool)
+          t.join();
+      } else {
+        for (size_t i = 0; i < todo.size(); ++i)
+          run(i);
+      }
+      for (const std::string &t : text)
+        llvm::outs() << t;
+      for (int r : rc)
+        if (r)
+          return r;
+      return 0;
+    };
+    // Every size's import and autodiff first (on this thread: they build
+    // IR and load dialects), then their screens together.
+    std::vector<mlir::TimingScope> sizeTimers;
     for (int64_t b : {1, 2, 4, 8}) {
       if (sequences % b != 0)
         continue;
@@ -1859,20 +1914,25 @@ int main(int argc, char **argv) {
       c.b = b;
       c.m = sequences / b;
       std::string timerName = "micro-batch size " + std::to_string(b);
-      mlir::TimingScope sizeTimer = choiceTimer.nest(timerName);
+      sizeTimers.push_back(choiceTimer.nest(timerName));
       {
-        mlir::TimingScope t = sizeTimer.nest("import and autodiff");
+        mlir::TimingScope t = sizeTimers.back().nest("import and autodiff");
         if (importCandidate(*cfg, c.b, c.m, lossChunkTokens, c.module))
           return 1;
       }
       c.target = *goal;
-      if (searchSize(c,
-                     searchScreen ? ap::train::PlacementSearchDepth::Screen
-                                  : ap::train::PlacementSearchDepth::Full,
-                     sizeTimer))
-        return 1;
       c.full = !searchScreen;
       candidates.push_back(std::move(c));
+    }
+    {
+      std::vector<Candidate *> todo;
+      for (Candidate &c : candidates)
+        todo.push_back(&c);
+      if (searchSizes(todo,
+                      searchScreen ? ap::train::PlacementSearchDepth::Screen
+                                   : ap::train::PlacementSearchDepth::Full,
+                      sizeTimers))
+        return 1;
     }
     // The screens rank the sizes. The full search, from a screen's aim,
     // goes to the contenders: the sizes met within kContenderMargin of the
@@ -1889,6 +1949,7 @@ int main(int argc, char **argv) {
     for (const Candidate &c : candidates)
       if (c.met)
         fastest = std::max(fastest, c.tokensPerSecond);
+    std::vector<Candidate *> contenders;
     for (Candidate &c : candidates) {
       if (c.full)
         continue;
@@ -1902,12 +1963,18 @@ int main(int argc, char **argv) {
       // hide): no search does better.
       if (c.met && c.best.stepAfter <= c.best.stepBefore)
         continue;
-      mlir::TimingScope sizeTimer =
-          choiceTimer.nest("micro-batch size " + std::to_string(c.b));
       if (fastest == 0)
         c.target = *goal;
       c.full = true;
-      if (searchSize(c, ap::train::PlacementSearchDepth::Full, sizeTimer))
+      contenders.push_back(&c);
+    }
+    {
+      std::vector<mlir::TimingScope> timers;
+      for (Candidate *c : contenders)
+        timers.push_back(
+            choiceTimer.nest("micro-batch size " + std::to_string(c->b)));
+      if (searchSizes(contenders, ap::train::PlacementSearchDepth::Full,
+                      timers))
         return 1;
     }
     if (candidates.empty())
