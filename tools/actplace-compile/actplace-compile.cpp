@@ -1872,7 +1872,10 @@ int main(int argc, char **argv) {
     // each descent's last candidates, the lowering of the choice), one
     // after the other otherwise. Each search is deterministic and owns its
     // module and cache, so the choices do not depend on the threads; what
-    // they print comes out in the order of `todo`.
+    // they print comes out in the order of `todo`. (While one search places
+    // candidates it silences the context's diagnostics, which the others
+    // share: a choice that fails to lower, a compiler bug, may then be
+    // reported without its pass's diagnostics.)
     auto searchSizes = [&](llvm::ArrayRef<Candidate *> todo,
                            ap::train::PlacementSearchDepth depth,
                            llvm::MutableArrayRef<mlir::TimingScope> timers)
