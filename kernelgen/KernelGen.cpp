@@ -1501,8 +1501,9 @@ NormRowFn normRowOf(NormPasses p, Value scratch, Value dimIdx, int64_t vec) {
   return [=](Emitter &e, Value r, Value lane, const DwAccFn &acc) {
     Value aligned = e.gpu ? p.aligned(e) : Value();
     Value pre = p.pre(e, r);
-    Value sum = rowSum(e, lane, scratch, dimIdx, vec, aligned,
-                       [&](Emitter &in, Value j) { return p.term(in, r, j, pre); });
+    Value sum =
+        rowSum(e, lane, scratch, dimIdx, vec, aligned,
+               [&](Emitter &in, Value j) { return p.term(in, r, j, pre); });
     Value v = p.between(e, pre, sum);
     forEachInRow(e, lane, dimIdx, vec, aligned, [&](Emitter &in, Value j) {
       Value t = p.body(in, r, j, pre, v, bool(acc));
@@ -1618,8 +1619,8 @@ Work normRowDwPhase(Value rowsIdx, Value dimIdx, Value partial,
             SmallVector<Value, kDwRowsAtOnce> rc, ok, pre, sum;
             SmallVector<std::unique_ptr<ChunkCtx>, kDwRowsAtOnce> ctx;
             for (int64_t t = 0; t < kDwRowsAtOnce; ++t) {
-              Value rt = arith::AddIOp::create(nb, nl, r,
-                                               in.cIndex(t * kDwGroups));
+              Value rt =
+                  arith::AddIOp::create(nb, nl, r, in.cIndex(t * kDwGroups));
               Value valid = cmp(in, arith::CmpIPredicate::ult, rt, hi);
               rc.push_back(arith::SelectOp::create(nb, nl, valid, rt, r));
               ok.push_back(arith::AndIOp::create(nb, nl, valid, has));
@@ -1642,9 +1643,8 @@ Work normRowDwPhase(Value rowsIdx, Value dimIdx, Value partial,
             }
             for (int32_t k = int32_t(kLanes / 2); k >= 1; k /= 2)
               for (int64_t t = 0; t < kDwRowsAtOnce; ++t) {
-                auto other =
-                    gpu::ShuffleOp::create(nb, nl, sum[t], k, int32_t(kLanes),
-                                           gpu::ShuffleMode::XOR);
+                auto other = gpu::ShuffleOp::create(
+                    nb, nl, sum[t], k, int32_t(kLanes), gpu::ShuffleMode::XOR);
                 sum[t] = in.add(sum[t], other.getShuffleResult());
               }
             for (int64_t t = 0; t < kDwRowsAtOnce; ++t) {
@@ -1688,8 +1688,7 @@ Work normRowDwPhase(Value rowsIdx, Value dimIdx, Value partial,
       regs = arith::AndIOp::create(
           b, loc, regs, cmp(arith::CmpIPredicate::uge, full, e.cIndex(1)));
       regs = arith::AndIOp::create(
-          b, loc, regs,
-          cmp(arith::CmpIPredicate::ule, full, e.cIndex(kLanes)));
+          b, loc, regs, cmp(arith::CmpIPredicate::ule, full, e.cIndex(kLanes)));
       scf::IfOp::create(
           b, loc, regs,
           [&](OpBuilder &nb, Location nl) {
@@ -1988,8 +1987,7 @@ SmallVector<Work> gatedNormWork(Emitter &e, const GroupSpec &s, const Args &a,
              dz, {r, j});
     Value dyh = in.mul(in.mul(g, zv), sg);
     Value wdy = in.mul(wv, dyh);
-    in.store(in.mul(rs, in.sub(wdy, in.mul(in.mul(xv, rs), mean))), dx,
-             {r, j});
+    in.store(in.mul(rs, in.sub(wdy, in.mul(in.mul(xv, rs), mean))), dx, {r, j});
     return wantDw ? in.mul(dyh, xh) : Value();
   };
   // dw[j] += the column sum of dyh * (x * rs) over rows.
@@ -2224,12 +2222,12 @@ Work ropeWork(Emitter &e, const GroupSpec &s, const Args &a, bool backward) {
     OpBuilder &b = e.b;
     Location loc = e.loc;
     Value tokensIdx = e.toIndex(tokens);
-    Value tok0 = arith::MulIOp::create(b, loc, bid,
-                                       e.cIndex(kRopeTokensPerBlock));
+    Value tok0 =
+        arith::MulIOp::create(b, loc, bid, e.cIndex(kRopeTokensPerBlock));
     // The block's tokens: min(kRopeTokensPerBlock, tokens - tok0).
-    Value nTok = arith::MinUIOp::create(
-        b, loc, e.cIndex(kRopeTokensPerBlock),
-        arith::SubIOp::create(b, loc, tokensIdx, tok0));
+    Value nTok =
+        arith::MinUIOp::create(b, loc, e.cIndex(kRopeTokensPerBlock),
+                               arith::SubIOp::create(b, loc, tokensIdx, tok0));
     Value threads = e.cIndex(kBlockSize);
     auto loopFrom = [&](Emitter &in, Value from, Value count,
                         llvm::function_ref<void(Emitter &, Value)> body) {

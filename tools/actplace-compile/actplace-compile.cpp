@@ -1876,10 +1876,10 @@ int main(int argc, char **argv) {
     // candidates it silences the context's diagnostics, which the others
     // share: a choice that fails to lower, a compiler bug, may then be
     // reported without its pass's diagnostics.)
-    auto searchSizes = [&](llvm::ArrayRef<Candidate *> todo,
-                           ap::train::PlacementSearchDepth depth,
-                           llvm::MutableArrayRef<mlir::TimingScope> timers)
-        -> int {
+    auto searchSizes =
+        [&](llvm::ArrayRef<Candidate *> todo,
+            ap::train::PlacementSearchDepth depth,
+            llvm::MutableArrayRef<mlir::TimingScope> timers) -> int {
       std::vector<std::string> text(todo.size());
       std::vector<int> rc(todo.size(), 0);
       auto run = [&](size_t i) {

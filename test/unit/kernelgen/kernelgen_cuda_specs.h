@@ -47,7 +47,8 @@ inline std::vector<GroupSpec> cudaTestSpecs() {
   all.push_back(s);
   // Both norm backwards with narrow rows and their dw partials in
   // registers (rowInRegisters, the _k kernels).
-  for (GroupKind k : {GroupKind::RmsNormBackward, GroupKind::GatedNormBackward}) {
+  for (GroupKind k :
+       {GroupKind::RmsNormBackward, GroupKind::GatedNormBackward}) {
     GroupSpec r = s;
     r.kind = k;
     r.rowInRegisters = true;

@@ -507,11 +507,10 @@ TEST_F(KernelGenCuda, RmsNormForwardAndBackwardBitwiseToModel) {
           ky(std::vector<uint8_t>(n * 2, 0xff)),
           kws(std::vector<float>(size_t(parts * d), -3.f));
       for (const std::string &name : kg::gpuKernelNames(k))
-        CU(launch(name, dx_.p, dw_.p, drstd.p, ddy.p, kdx.p, kdw.p, ky.p,
-                  kws.p, s.rows, d, d, d, d, d, parts,
+        CU(launch(name, dx_.p, dw_.p, drstd.p, ddy.p, kdx.p, kdw.p, ky.p, kws.p,
+                  s.rows, d, d, d, d, d, parts,
                   kg::rmsNormDwPartItems(s.rows, d)));
-      EXPECT_TRUE(sameBits(dxW, kdx.bytesBack(), 2, "rmsnorm dx, _k"))
-          << where;
+      EXPECT_TRUE(sameBits(dxW, kdx.bytesBack(), 2, "rmsnorm dx, _k")) << where;
       EXPECT_TRUE(sameBits(yBW, ky.bytesBack(), 2, "recomputed y, _k"))
           << where;
       EXPECT_TRUE(sameBits(rawBytes(dwW), rawBytes(kdw.floatsBack()), 4,
@@ -798,8 +797,8 @@ TEST_F(KernelGenCuda, GatedNormWithinBoundsAndDeterministic) {
         EXPECT_EQ(all, kall) << "gated norm backward, _k against the "
                                 "shared-memory path "
                              << where;
-        EXPECT_TRUE(sameBits(dyB.bytesBack(), ky.bytesBack(), 2,
-                             "rebuilt y, _k"))
+        EXPECT_TRUE(
+            sameBits(dyB.bytesBack(), ky.bytesBack(), 2, "rebuilt y, _k"))
             << where;
       }
       if (run == 0)
