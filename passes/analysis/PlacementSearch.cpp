@@ -147,6 +147,9 @@ std::string PlacementChoice::summary() const {
 
 namespace {
 
+/// Set on a thread while it places candidates (PlacingThread).
+thread_local bool tPlacing = false;
+
 enum Decision : int8_t { Keep = 0, Recompute = 1, Offload = 2 };
 
 const char *decisionName(Decision d) {
@@ -182,10 +185,8 @@ public:
       return it->second;
     std::optional<PlacementChoice> result;
     {
-      // A candidate the passes reject is skipped, silently: the user asked
-      // for a goal, not for this combination.
-      ScopedDiagnosticHandler silence(module.getContext(),
-                                      [](Diagnostic &) { return success(); });
+      ScopedDiagnosticHandler silence(module.getContext(), dropPlacingDiagnostics);
+      PlacingThread placing;
       result = place(state, /*worker=*/0);
     }
     cache.emplace(key, result);
@@ -224,9 +225,9 @@ public:
     std::vector<std::optional<PlacementChoice>> results(todo.size());
     std::atomic<size_t> next{0};
     {
-      ScopedDiagnosticHandler silence(module.getContext(),
-                                      [](Diagnostic &) { return success(); });
+      ScopedDiagnosticHandler silence(module.getContext(), dropPlacingDiagnostics);
       auto work = [&](unsigned worker) {
+        PlacingThread placing;
         for (size_t i; (i = next.fetch_add(1)) < todo.size();)
           results[i] = place(todo[i], worker);
       };
@@ -919,3 +920,13 @@ FailureOr<PlacementSearchResult> ap::train::searchPlacement(
   result.evaluations = eval.evaluations();
   return result;
 }
+
+LogicalResult ap::train::dropPlacingDiagnostics(Diagnostic &) {
+  return success(tPlacing);
+}
+
+ap::train::PlacingThread::PlacingThread() : outer(tPlacing) {
+  tPlacing = true;
+}
+
+ap::train::PlacingThread::~PlacingThread() { tPlacing = outer; }

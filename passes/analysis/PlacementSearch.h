@@ -186,6 +186,27 @@ searchPlacement(mlir::ModuleOp module, const PlacementConfig &base,
                 PlacementSearchCache *cache = nullptr,
                 PlacementSearchDepth depth = PlacementSearchDepth::Full);
 
+/// A candidate the passes reject is skipped silently (the user asked for a
+/// goal, not for that combination), while searches may run side by side in
+/// one context and share its diagnostic handlers. So the search drops only
+/// the diagnostics of the threads placing its candidates: it registers
+/// dropPlacingDiagnostics on the context while placing and marks each
+/// placing thread with a PlacingThread; diagnostics of any other thread
+/// (another search's lowering, the caller) pass on to the next handler.
+mlir::LogicalResult dropPlacingDiagnostics(mlir::Diagnostic &diag);
+/// Marks the constructing thread as placing candidates until destroyed
+/// (nests).
+class PlacingThread {
+public:
+  PlacingThread();
+  ~PlacingThread();
+  PlacingThread(const PlacingThread &) = delete;
+  PlacingThread &operator=(const PlacingThread &) = delete;
+
+private:
+  bool outer;
+};
+
 } // namespace ap::train
 
 #endif // ACTPLACE_PASSES_ANALYSIS_PLACEMENTSEARCH_H

@@ -1872,10 +1872,9 @@ int main(int argc, char **argv) {
     // each descent's last candidates, the lowering of the choice), one
     // after the other otherwise. Each search is deterministic and owns its
     // module and cache, so the choices do not depend on the threads; what
-    // they print comes out in the order of `todo`. (While one search places
-    // candidates it silences the context's diagnostics, which the others
-    // share: a choice that fails to lower, a compiler bug, may then be
-    // reported without its pass's diagnostics.)
+    // they print comes out in the order of `todo`. (A search drops only the
+    // diagnostics of the threads placing its candidates, so a choice that
+    // fails to lower still reports its pass's diagnostics.)
     auto searchSizes =
         [&](llvm::ArrayRef<Candidate *> todo,
             ap::train::PlacementSearchDepth depth,

@@ -1,0 +1,62 @@
+//===- placement_search_threads_test.cpp - the search beside others --------===//
+//
+// Placement searches may run side by side in one MLIRContext (the micro-batch
+// sizes of actplace-compile --global-batch-tokens) and share its diagnostic
+// handlers. A search drops the diagnostics of the threads placing its
+// candidates (a rejected candidate is skipped silently), and only those:
+// another thread's error still reaches the handlers below.
+//
+//===----------------------------------------------------------------------===//
+#include "passes/analysis/PlacementSearch.h"
+
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/Location.h"
+#include "mlir/IR/MLIRContext.h"
+
+#include <gtest/gtest.h>
+
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+TEST(PlacementSearchThreads, DropsOnlyThePlacingThreadsDiagnostics) {
+  mlir::MLIRContext ctx;
+  std::mutex mutex;
+  std::vector<std::string> seen;
+  mlir::ScopedDiagnosticHandler outer(&ctx, [&](mlir::Diagnostic &d) {
+    std::lock_guard<std::mutex> lock(mutex);
+    seen.push_back(d.str());
+    return mlir::success();
+  });
+  auto emit = [&](const char *text) {
+    mlir::emitError(mlir::UnknownLoc::get(&ctx)) << text;
+  };
+  {
+    mlir::ScopedDiagnosticHandler drop(&ctx,
+                                       ap::train::dropPlacingDiagnostics);
+    // A worker placing a candidate, and a thread that is not (another
+    // search lowering its choice) at the same time.
+    std::thread placing([&] {
+      ap::train::PlacingThread p;
+      emit("rejected candidate");
+    });
+    std::thread other([&] { emit("lowering failed"); });
+    placing.join();
+    other.join();
+    // This thread: placing (nested marks end where they began), then not.
+    {
+      ap::train::PlacingThread p;
+      { ap::train::PlacingThread nested; }
+      emit("rejected on the caller's thread");
+    }
+    emit("after placing");
+  }
+  emit("no search");
+  EXPECT_EQ(seen, (std::vector<std::string>{"lowering failed", "after placing",
+                                            "no search"}));
+}
+
+} // namespace
