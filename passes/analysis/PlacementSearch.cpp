@@ -185,7 +185,8 @@ public:
       return it->second;
     std::optional<PlacementChoice> result;
     {
-      ScopedDiagnosticHandler silence(module.getContext(), dropPlacingDiagnostics);
+      ScopedDiagnosticHandler silence(module.getContext(),
+                                      dropPlacingDiagnostics);
       PlacingThread placing;
       result = place(state, /*worker=*/0);
     }
@@ -225,7 +226,8 @@ public:
     std::vector<std::optional<PlacementChoice>> results(todo.size());
     std::atomic<size_t> next{0};
     {
-      ScopedDiagnosticHandler silence(module.getContext(), dropPlacingDiagnostics);
+      ScopedDiagnosticHandler silence(module.getContext(),
+                                      dropPlacingDiagnostics);
       auto work = [&](unsigned worker) {
         PlacingThread placing;
         for (size_t i; (i = next.fetch_add(1)) < todo.size();)
@@ -925,8 +927,6 @@ LogicalResult ap::train::dropPlacingDiagnostics(Diagnostic &) {
   return success(tPlacing);
 }
 
-ap::train::PlacingThread::PlacingThread() : outer(tPlacing) {
-  tPlacing = true;
-}
+ap::train::PlacingThread::PlacingThread() : outer(tPlacing) { tPlacing = true; }
 
 ap::train::PlacingThread::~PlacingThread() { tPlacing = outer; }

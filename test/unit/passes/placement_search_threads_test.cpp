@@ -1,4 +1,5 @@
-//===- placement_search_threads_test.cpp - the search beside others --------===//
+//===- placement_search_threads_test.cpp - the search beside others
+//--------===//
 //
 // Placement searches may run side by side in one MLIRContext (the micro-batch
 // sizes of actplace-compile --global-batch-tokens) and share its diagnostic
@@ -35,8 +36,7 @@ TEST(PlacementSearchThreads, DropsOnlyThePlacingThreadsDiagnostics) {
     mlir::emitError(mlir::UnknownLoc::get(&ctx)) << text;
   };
   {
-    mlir::ScopedDiagnosticHandler drop(&ctx,
-                                       ap::train::dropPlacingDiagnostics);
+    mlir::ScopedDiagnosticHandler drop(&ctx, ap::train::dropPlacingDiagnostics);
     // A worker placing a candidate, and a thread that is not (another
     // search lowering its choice) at the same time.
     std::thread placing([&] {
@@ -49,7 +49,9 @@ TEST(PlacementSearchThreads, DropsOnlyThePlacingThreadsDiagnostics) {
     // This thread: placing (nested marks end where they began), then not.
     {
       ap::train::PlacingThread p;
-      { ap::train::PlacingThread nested; }
+      {
+        ap::train::PlacingThread nested;
+      }
       emit("rejected on the caller's thread");
     }
     emit("after placing");
