@@ -25,6 +25,7 @@
 
 #include <cmath>
 #include <functional>
+#include <tuple>
 
 using namespace mlir;
 
@@ -715,6 +716,43 @@ void forEachInRow(Emitter &e, Value lane, Value n, int64_t vec, Value aligned,
                      });
 }
 
+/// Where a row of `n` elements can be held in registers: its operands
+/// aligned for vector chunks of `vec` (`aligned`), the row whole chunks, at
+/// least one; returns that condition and the row's chunk count.
+std::pair<Value, Value> wholeAlignedChunks(Emitter &e, Value aligned, Value n,
+                                           int64_t vec) {
+  OpBuilder &b = e.b;
+  Location loc = e.loc;
+  Value vecIdx = e.cIndex(vec);
+  Value full = arith::DivUIOp::create(b, loc, n, vecIdx);
+  Value whole = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq,
+                                      arith::RemUIOp::create(b, loc, n, vecIdx),
+                                      e.cIndex(0));
+  Value some = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::uge, full,
+                                     e.cIndex(1));
+  Value ok = arith::AndIOp::create(
+      b, loc, arith::AndIOp::create(b, loc, aligned, whole), some);
+  return {ok, full};
+}
+
+/// GPU code: thenBody where `cond` holds, elseBody otherwise.
+void gpuIfElse(Emitter &e, Value cond,
+               llvm::function_ref<void(Emitter &)> thenBody,
+               llvm::function_ref<void(Emitter &)> elseBody) {
+  scf::IfOp::create(
+      e.b, e.loc, cond,
+      [&](OpBuilder &nb, Location nl) {
+        Emitter on(nb, nl, true);
+        thenBody(on);
+        scf::YieldOp::create(nb, nl);
+      },
+      [&](OpBuilder &nb, Location nl) {
+        Emitter on(nb, nl, true);
+        elseBody(on);
+        scf::YieldOp::create(nb, nl);
+      });
+}
+
 /// Runs body once per row: on the GPU in lane 0 only.
 void oncePerRow(Emitter &e, Value lane,
                 llvm::function_ref<void(Emitter &)> body) {
@@ -811,15 +849,8 @@ BlockFn rowGroupBlock(Value rowsIdx, Value n, int64_t vec,
     Value any = cmp(e, arith::CmpIPredicate::ult, r0, rowsIdx);
     scf::IfOp::create(b, loc, any, [&](OpBuilder &ob, Location ol) {
       Emitter in(ob, ol, true);
-      Value aligned = alignedOf(in);
-      Value vecIdx = in.cIndex(vec);
-      Value full = arith::DivUIOp::create(ob, ol, n, vecIdx);
-      Value whole =
-          cmp(in, arith::CmpIPredicate::eq,
-              arith::RemUIOp::create(ob, ol, n, vecIdx), in.cIndex(0));
-      Value regs =
-          andOf(in, andOf(in, aligned, whole),
-                cmp(in, arith::CmpIPredicate::uge, full, in.cIndex(1)));
+      Value aligned = alignedOf(in), regs, full;
+      std::tie(regs, full) = wholeAlignedChunks(in, aligned, n, vec);
       // K chunks a lane of all rpw rows at once.
       auto inRegisters = [&](Emitter &q, int64_t K) {
         int64_t G = rpw;
@@ -915,18 +946,9 @@ BlockFn rowGroupBlock(Value rowsIdx, Value n, int64_t vec,
         Value fits = andOf(
             q, regs,
             cmp(q, arith::CmpIPredicate::ule, full, q.cIndex(K * kLanes)));
-        scf::IfOp::create(
-            q.b, q.loc, fits,
-            [&](OpBuilder &nb, Location nl) {
-              Emitter on(nb, nl, true);
-              inRegisters(on, K);
-              scf::YieldOp::create(nb, nl);
-            },
-            [&](OpBuilder &nb, Location nl) {
-              Emitter on(nb, nl, true);
-              choose(on, 2 * K);
-              scf::YieldOp::create(nb, nl);
-            });
+        gpuIfElse(
+            q, fits, [&](Emitter &on) { inRegisters(on, K); },
+            [&](Emitter &on) { choose(on, 2 * K); });
       };
       choose(in, 1);
       scf::YieldOp::create(ob, ol);
@@ -1271,13 +1293,10 @@ Work rmsNormWork(Emitter &e, const GroupSpec &s, const Args &a) {
   int64_t vec = rowChunkOf(s.kind, s.dtype);
   return rowGroupWork(
       e.toIndex(rows), dimIdx, vec, scratch,
-      [=](Emitter &in) {
-        return chunksAligned(in, {x, y, w}, vec);
-      },
-      rmsNormPasses(dimF, eps, w, zc, rstd, x, y,
-                    [=](Emitter &in, Value r, Value j) {
-                      return in.load(x, {r, j});
-                    }),
+      [=](Emitter &in) { return chunksAligned(in, {x, y, w}, vec); },
+      rmsNormPasses(
+          dimF, eps, w, zc, rstd, x, y,
+          [=](Emitter &in, Value r, Value j) { return in.load(x, {r, j}); }),
       s);
 }
 
@@ -1304,16 +1323,14 @@ Work addRmsNormWork(Emitter &e, const GroupSpec &s, const Args &a) {
   int64_t vec = rowChunkOf(s.kind, s.dtype);
   return rowGroupWork(
       e.toIndex(rows), dimIdx, vec, scratch,
-      [=](Emitter &in) {
-        return chunksAligned(in, {x, z, h, y, w}, vec);
-      },
-      rmsNormPasses(
-          dimF, eps, w, zc, rstd, h, y,
-          [=](Emitter &in, Value r, Value j) {
-            Value sum = in.add(in.load(x, {r, j}), in.load(z, {r, j}));
-            in.store(sum, h, {r, j});
-            return in.widen(in.narrow(sum, st));
-          }),
+      [=](Emitter &in) { return chunksAligned(in, {x, z, h, y, w}, vec); },
+      rmsNormPasses(dimF, eps, w, zc, rstd, h, y,
+                    [=](Emitter &in, Value r, Value j) {
+                      Value sum =
+                          in.add(in.load(x, {r, j}), in.load(z, {r, j}));
+                      in.store(sum, h, {r, j});
+                      return in.widen(in.narrow(sum, st));
+                    }),
       s);
 }
 
@@ -1674,33 +1691,16 @@ Work normRowDwPhase(Value rowsIdx, Value dimIdx, Value partial,
     if (!inRegisters) {
       sharedRows(e);
     } else {
-      Value aligned = passes.aligned(e);
-      Value vecIdx = e.cIndex(vec);
-      Value full = arith::DivUIOp::create(b, loc, dimIdx, vecIdx);
-      auto cmp = [&](arith::CmpIPredicate p, Value x, Value y) {
-        return arith::CmpIOp::create(b, loc, p, x, y).getResult();
-      };
-      Value regs = arith::AndIOp::create(b, loc, fuse, aligned);
-      regs = arith::AndIOp::create(
-          b, loc, regs,
-          cmp(arith::CmpIPredicate::eq,
-              arith::RemUIOp::create(b, loc, dimIdx, vecIdx), e.cIndex(0)));
-      regs = arith::AndIOp::create(
-          b, loc, regs, cmp(arith::CmpIPredicate::uge, full, e.cIndex(1)));
-      regs = arith::AndIOp::create(
-          b, loc, regs, cmp(arith::CmpIPredicate::ule, full, e.cIndex(kLanes)));
-      scf::IfOp::create(
-          b, loc, regs,
-          [&](OpBuilder &nb, Location nl) {
-            Emitter on(nb, nl, true);
-            registerRows(on, full);
-            scf::YieldOp::create(nb, nl);
-          },
-          [&](OpBuilder &nb, Location nl) {
-            Emitter on(nb, nl, true);
-            sharedRows(on);
-            scf::YieldOp::create(nb, nl);
-          });
+      Value fits, full;
+      std::tie(fits, full) =
+          wholeAlignedChunks(e, passes.aligned(e), dimIdx, vec);
+      Value regs = arith::AndIOp::create(
+          b, loc, arith::AndIOp::create(b, loc, fuse, fits),
+          arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ule, full,
+                                e.cIndex(kLanes)));
+      gpuIfElse(
+          e, regs, [&](Emitter &on) { registerRows(on, full); },
+          [&](Emitter &on) { sharedRows(on); });
     }
     gpu::BarrierOp::create(b, loc);
     ifFuse(e, [&](Emitter &in) {
@@ -1869,10 +1869,7 @@ Work l2NormWork(Emitter &e, const GroupSpec &s, const Args &a, bool backward) {
     };
     return rowGroupWork(
         rowsIdx, dimIdx, vec, scratch,
-        [=](Emitter &in) {
-          return chunksAligned(in, {x, y}, vec);
-        },
-        p, s);
+        [=](Emitter &in) { return chunksAligned(in, {x, y}, vec); }, p, s);
   }
   Value y = m2("y"), dy = m2("dy"), dx = m2("dx");
   p.term = [=](Emitter &in, Value r, Value j) {
@@ -1887,10 +1884,7 @@ Work l2NormWork(Emitter &e, const GroupSpec &s, const Args &a, bool backward) {
   };
   return rowGroupWork(
       rowsIdx, dimIdx, vec, scratch,
-      [=](Emitter &in) {
-        return chunksAligned(in, {y, dy, dx}, vec);
-      },
-      p, s);
+      [=](Emitter &in) { return chunksAligned(in, {y, dy, dx}, vec); }, p, s);
 }
 
 /// GDN's gated RMSNorm of each row (a token's head), the reference's
@@ -1942,10 +1936,8 @@ SmallVector<Work> gatedNormWork(Emitter &e, const GroupSpec &s, const Args &a,
     };
     return {rowGroupWork(
         rowsIdx, dimIdx, vec, scratch,
-        [=](Emitter &in) {
-          return chunksAligned(in, {x, z, w, y}, vec);
-        },
-        p, s)};
+        [=](Emitter &in) { return chunksAligned(in, {x, z, w, y}, vec); }, p,
+        s)};
   }
   Value dy = m2("dy"), dx = m2("dx"), dz = m2("dz");
   Value y, dw;

@@ -443,14 +443,13 @@ std::vector<Case> buildCases(Pool &pool, const KernelContext &ctx0,
         KS(residualAddForward(ctx, add));
         KS(rmsNormForward(ctx, fa));
       });
-      GenLaunch::Args args{{"a", ptr(add.a)},     {"b", ptr(add.b)},
-                           {"h", ptr(add.y)},     {"w", ptr(fa.w)},
-                           {"y", ptr(fa.y)},      {"rstd", ptr(fa.rstd)},
-                           {"rows", uint64_t(T)}, {"dim", uint64_t(D)},
-                           {"eps", f32(1e-6f)}};
-      c.gen.push_back(GenLaunch(
-          kg::bench::stepSpec(kg::GroupKind::AddRmsNormForward, D), args,
-          genWs));
+      GenLaunch::Args args{
+          {"a", ptr(add.a)},     {"b", ptr(add.b)},    {"h", ptr(add.y)},
+          {"w", ptr(fa.w)},      {"y", ptr(fa.y)},     {"rstd", ptr(fa.rstd)},
+          {"rows", uint64_t(T)}, {"dim", uint64_t(D)}, {"eps", f32(1e-6f)}};
+      c.gen.push_back(
+          GenLaunch(kg::bench::stepSpec(kg::GroupKind::AddRmsNormForward, D),
+                    args, genWs));
       ck.lib.push_back(c.lib.back());
       ck.gen.push_back(GenLaunch(keep, args, genWs));
     }
