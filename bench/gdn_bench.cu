@@ -3,7 +3,9 @@
 // Times gdnChunkForward and gdnChunkBackward at the Qwen3.5-0.8B GDN shape
 // (T=4096, Hk=Hv=16, dk=dv=128, B=1 and 4) with CUDA events (median of 30
 // after 5 warm-ups) and prints the matmul FLOPs and the bytes-moved floor of
-// each. Build: see bench/gdn_bench.sh.
+// each. "splits": then the same per work split of the sequential state
+// passes (GdnChunkArgs::stateSplit x stateSlicesPerCta), each split's outputs
+// compared bitwise with the shape's own choice. Build: see bench/gdn_bench.sh.
 //
 //===----------------------------------------------------------------------===//
 #include "bench/bench_timing.h"
@@ -18,6 +20,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 using namespace ap::kernels;
@@ -29,6 +32,20 @@ void *devZeros(size_t n) {
   CK(cudaMalloc(&p, n));
   CK(cudaMemset(p, 0, n));
   return p;
+}
+
+/// Every output of one forward + backward, as bytes.
+std::vector<std::vector<char>> outputs(const GdnChunkArgs &a, size_t rows,
+                                       int dk, int dv) {
+  std::vector<std::pair<const void *, size_t>> bufs = {
+      {a.o, rows * dv * 2},  {a.dq, rows * dk * 2}, {a.dk, rows * dk * 2},
+      {a.dv, rows * dv * 2}, {a.dg, rows * 4},      {a.dbeta, rows * 4}};
+  std::vector<std::vector<char>> r;
+  for (auto [p, n] : bufs) {
+    r.emplace_back(n);
+    CK(cudaMemcpy(r.back().data(), p, n, cudaMemcpyDeviceToHost));
+  }
+  return r;
 }
 
 template <typename F> double medianMs(F &&f, cudaStream_t s) {
@@ -46,6 +63,7 @@ template <typename F> double medianMs(F &&f, cudaStream_t s) {
 int main(int argc, char **argv) {
   // "once": one fwd + bwd per batch size, no timing (for a profiler).
   const bool once = argc > 1 && std::string(argv[1]) == "once";
+  const bool splits = argc > 1 && std::string(argv[1]) == "splits";
   int dev = 0, sms = 0;
   CK(cudaGetDevice(&dev));
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
@@ -124,6 +142,39 @@ int main(int argc, char **argv) {
                 "TFLOP/s: fwd %.3f "
                 "ms, bwd %.3f ms\n",
                 fwdMB / 4300, bwdMB / 4300, fwdG / 790, bwdG / 790);
+    if (!splits)
+      continue;
+    // The shape's own choice, then every split: times and bits.
+    const size_t rows = N * H;
+    fwd();
+    bwd();
+    CK(cudaStreamSynchronize(s));
+    const auto ref = outputs(a, rows, dk, dv);
+    std::printf("     split slices/CTA   fwd_ms   bwd_ms total_ms  bits\n");
+    const int combos[][2] = {{1, 1}, {1, 2}, {1, 4}, {1, 8}, {2, 1},
+                             {2, 2}, {2, 4}, {4, 1}, {4, 2}};
+    for (auto [ks, nw] : combos) {
+      a.stateSplit = ks;
+      a.stateSlicesPerCta = nw;
+      for (void *p : {a.o, a.dq, a.dk, a.dv})
+        CK(cudaMemset(p, 0xff, (p == a.o || p == a.dv ? dv : dk) * rows * 2));
+      fwd();
+      bwd();
+      CK(cudaStreamSynchronize(s));
+      const bool same = outputs(a, rows, dk, dv) == ref;
+      double f = medianMs(fwd, s);
+      fwd();
+      double g = medianMs(bwd, s);
+      double fb = medianMs(
+          [&] {
+            fwd();
+            bwd();
+          },
+          s);
+      std::printf("     %5d %10d %8.3f %8.3f %8.3f  %s\n", ks, nw, f, g, fb,
+                  same ? "equal" : "DIFFER");
+    }
+    a.stateSplit = a.stateSlicesPerCta = 0;
   }
   return 0;
 }

@@ -209,6 +209,13 @@ struct GdnChunkArgs {
   void *dInitialState = nullptr; ///< [B, Hv, dk, dv] Acc; optional
   /// [B, T] packed documents (kernels/kernels.h); null: one per row.
   const int32_t *docStart = nullptr;
+  /// Work split of the cuda sequential state passes (dk 64 or 128): warps
+  /// sharing one 16-column state slice (1, 2 or 4; each owns a quarter or a
+  /// half of the chunk's positions and of the key columns) and slices per
+  /// CTA. 0: chosen by shape. Every split gives the same bits (each product
+  /// tile keeps its own accumulation order), so these are for tests and
+  /// benchmarks; code generation leaves them 0. Other values: InvalidArgument.
+  int32_t stateSplit = 0, stateSlicesPerCta = 0;
 };
 Status gdnChunkForward(const KernelContext &ctx, const GdnChunkArgs &args);
 Status gdnChunkBackward(const KernelContext &ctx, const GdnChunkArgs &args);

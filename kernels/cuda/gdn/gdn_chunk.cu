@@ -1422,6 +1422,8 @@ Status chunkForward(const KernelContext &ctx, const GdnChunkArgs &a) {
   if (!a.q || !a.k || !a.v || !a.g || !a.beta || !a.o || !a.gCum || !a.tMat)
     return Status::InvalidArgument;
   Dims d = dimsOf(a);
+  if (!stateSplitOk(d))
+    return Status::InvalidArgument;
   Ws w;
   // The size is the shared query's (kernels/workspace.cpp); a carve that
   // outgrew it is refused rather than run past the workspace.
@@ -1459,6 +1461,8 @@ Status chunkBackward(const KernelContext &ctx, const GdnChunkArgs &a) {
       !a.dk || !a.dv || !a.dg || !a.dbeta)
     return Status::InvalidArgument;
   Dims d = dimsOf(a);
+  if (!stateSplitOk(d))
+    return Status::InvalidArgument;
   Ws w;
   const size_t need = gdnChunkBackwardWorkspaceBytes(Backend::Cuda, a);
   if (ctx.workspaceBytes < need ||
@@ -1468,8 +1472,9 @@ Status chunkBackward(const KernelContext &ctx, const GdnChunkArgs &a) {
   if (Status st = runWU(d, a, s, true, w); st != Status::Ok)
     return st;
   // The W/U pass runs a CTA per chunk and head on every SM; the state passes
-  // after it keep about a quarter of the SMs busy: the point where work on
-  // another stream can start without taking SMs from the wide pass.
+  // after it run at most one wave of small CTAs that are latency-bound (a
+  // chunk at a time): the point where work on another stream can start
+  // without taking SMs from the wide pass.
   if (ctx.firstLaunchDone)
     AP_GDN_CUDA_CHECK(cudaEventRecord((cudaEvent_t)ctx.firstLaunchDone, s));
   const bool direct = d.r == 1;

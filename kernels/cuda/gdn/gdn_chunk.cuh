@@ -28,6 +28,8 @@ struct Dims {
   /// 16-byte aligned base). Only the load instructions differ, never the
   /// values.
   bool vq, vk, vv, vo, vt;
+  /// GdnChunkArgs::stateSplit / stateSlicesPerCta (0: by shape).
+  int split, slices;
 };
 
 inline Dims dimsOf(const GdnChunkArgs &a) {
@@ -52,6 +54,8 @@ inline Dims dimsOf(const GdnChunkArgs &a) {
   d.vv = al(a.v, d.vs);
   d.vo = al(a.dO, long(d.Hv) * d.dv);
   d.vt = al(a.tMat, long(d.Hv) * C);
+  d.split = a.stateSplit;
+  d.slices = a.stateSlicesPerCta;
   return d;
 }
 
@@ -162,6 +166,10 @@ template <typename F> Status withDk(int dk, F &&f) {
     return f(std::integral_constant<int, 0>{});
   }
 }
+
+/// Whether d.split / d.slices name a work split the passes have (GdnChunkArgs
+/// stateSplit, stateSlicesPerCta).
+bool stateSplitOk(const Dims &d);
 
 /// Forward pass over the chunks. With o set (the forward): writes o (and
 /// finalState when set); q and P are read. Otherwise (backward recompute):

@@ -181,42 +181,74 @@ GdnChunkArgs chunkArgs(DType dtype, Shape s, float scale,
   return a;
 }
 
+/// One chunked-rule problem on the device, every buffer in GdnChunkArgs
+/// order: bf16 q, k (unit rows: the kernel sees L2-normalised inputs), v,
+/// dO; fp32 g, beta, an initial state and a final-state gradient; all outputs.
+/// The host copies hold the values as stored (rounded to bf16 / f32).
+struct ChunkProblem {
+  Vec q, k, v, g, beta, h0, dO, dF;
+  std::vector<std::unique_ptr<Dev>> in, out;
+  GdnChunkArgs a;
+  ChunkProblem(Shape s, uint64_t seed) {
+    const size_t N = size_t(s.B) * s.T;
+    q = randn(N * s.Hk * s.dk, seed + 1);
+    k = randn(N * s.Hk * s.dk, seed + 2);
+    for (Vec *x : {&q, &k})
+      for (size_t r = 0; r < N * s.Hk; ++r) {
+        double ss = 0;
+        for (int i = 0; i < s.dk; ++i)
+          ss += (*x)[r * s.dk + i] * (*x)[r * s.dk + i];
+        for (int i = 0; i < s.dk; ++i)
+          (*x)[r * s.dk + i] /= std::sqrt(ss);
+      }
+    v = randn(N * s.Hv * s.dv, seed + 3);
+    g = uniform(N * s.Hv, seed + 4, -0.3, -0.005);
+    beta = uniform(N * s.Hv, seed + 5, 0.05, 0.95);
+    h0 = randn(size_t(s.B) * s.Hv * s.dk * s.dv, seed + 6, 0.2);
+    dO = randn(N * s.Hv * s.dv, seed + 7);
+    dF = randn(h0.size(), seed + 8, 0.2);
+    auto bf16In = [&](Vec &x) { in.push_back(std::make_unique<Dev>(toBf(x))); };
+    auto f32In = [&](Vec &x) { in.push_back(std::make_unique<Dev>(toF(x))); };
+    bf16In(q);
+    bf16In(k);
+    bf16In(v);
+    f32In(g);
+    f32In(beta);
+    f32In(h0);
+    bf16In(dO);
+    f32In(dF);
+    const size_t sizes[] = {N * s.Hv * s.dv * 2, h0.size() * 4, N * s.Hv * 4,
+                            N * s.Hv * 64 * 2,   q.size() * 2,  k.size() * 2,
+                            v.size() * 2,        N * s.Hv * 4,  N * s.Hv * 4,
+                            h0.size() * 4};
+    for (size_t b : sizes)
+      out.push_back(std::make_unique<Dev>(b));
+    std::array<const void *, 8> ip;
+    std::array<void *, 10> op;
+    for (size_t i = 0; i < ip.size(); ++i)
+      ip[i] = in[i]->p;
+    for (size_t i = 0; i < op.size(); ++i)
+      op[i] = out[i]->p;
+    a = chunkArgs(DType::BF16, s, float(1.0 / std::sqrt(double(s.dk))), ip, op);
+  }
+  size_t workspaceBytes() const {
+    return std::max(gdnChunkForwardWorkspaceBytes(a),
+                    gdnChunkBackwardWorkspaceBytes(a));
+  }
+};
+
 void checkChunk(Shape s, uint64_t seed) {
   SCOPED_TRACE(testing::Message()
                << "B=" << s.B << " T=" << s.T << " Hk=" << s.Hk
                << " Hv=" << s.Hv << " dk=" << s.dk << " dv=" << s.dv);
-  const size_t N = size_t(s.B) * s.T;
-  // q, k unit rows (the kernel sees L2-normalised inputs).
-  Vec q = randn(N * s.Hk * s.dk, seed + 1),
-      k = randn(N * s.Hk * s.dk, seed + 2);
-  for (Vec *x : {&q, &k})
-    for (size_t r = 0; r < N * s.Hk; ++r) {
-      double ss = 0;
-      for (int i = 0; i < s.dk; ++i)
-        ss += (*x)[r * s.dk + i] * (*x)[r * s.dk + i];
-      for (int i = 0; i < s.dk; ++i)
-        (*x)[r * s.dk + i] /= std::sqrt(ss);
-    }
-  Vec v = randn(N * s.Hv * s.dv, seed + 3),
-      g = uniform(N * s.Hv, seed + 4, -0.3, -0.005),
-      beta = uniform(N * s.Hv, seed + 5, 0.05, 0.95),
-      h0 = randn(size_t(s.B) * s.Hv * s.dk * s.dv, seed + 6, 0.2),
-      dO = randn(N * s.Hv * s.dv, seed + 7),
-      dF = randn(h0.size(), seed + 8, 0.2);
-  auto qb = toBf(q), kb = toBf(k), vb = toBf(v), dOb = toBf(dO);
-  auto gf = toF(g), bf_ = toF(beta), h0f = toF(h0), dFf = toF(dF);
-  Dev dq_(qb), dk_(kb), dv_(vb), dg_(gf), dbeta_(bf_), dh0_(h0f), ddO(dOb),
-      ddF(dFf);
-  Dev o(N * s.Hv * s.dv * 2), fin(h0.size() * 4), gc(N * s.Hv * 4),
-      tm(N * s.Hv * 64 * 2);
-  Dev gq(qb.size() * 2), gk(kb.size() * 2), gv(vb.size() * 2), gg(N * s.Hv * 4),
-      gb(N * s.Hv * 4), gh0(h0.size() * 4);
-  GdnChunkArgs a =
-      chunkArgs(DType::BF16, s, float(1.0 / std::sqrt(double(s.dk))),
-                {dq_.p, dk_.p, dv_.p, dg_.p, dbeta_.p, dh0_.p, ddO.p, ddF.p},
-                {o.p, fin.p, gc.p, tm.p, gq.p, gk.p, gv.p, gg.p, gb.p, gh0.p});
-  size_t wsBytes = std::max(gdnChunkForwardWorkspaceBytes(a),
-                            gdnChunkBackwardWorkspaceBytes(a));
+  ChunkProblem pb(s, seed);
+  const Vec &q = pb.q, &k = pb.k, &v = pb.v, &g = pb.g, &beta = pb.beta,
+            &h0 = pb.h0, &dO = pb.dO, &dF = pb.dF;
+  Dev &o = *pb.out[0], &fin = *pb.out[1], &gc = *pb.out[2], &tm = *pb.out[3],
+      &gq = *pb.out[4], &gk = *pb.out[5], &gv = *pb.out[6], &gg = *pb.out[7],
+      &gb = *pb.out[8], &gh0 = *pb.out[9];
+  GdnChunkArgs a = pb.a;
+  const size_t wsBytes = pb.workspaceBytes();
   Dev ws(wsBytes);
   ASSERT_NE(ws.p, nullptr);
   KernelContext ctx = gpuCtx(ws.p, wsBytes);
@@ -392,6 +424,94 @@ TEST_F(GdnCuda, ChunkGroupedQwenWidth) {
 /// Enough (sequence, head) pairs that the register-state passes take eight
 /// warps per CTA; a tail chunk of 44.
 TEST_F(GdnCuda, ChunkManyHeads) { checkChunk({2, 300, 48, 48, 64, 128}, 7); }
+
+/// Every work split of the sequential state passes (GdnChunkArgs::stateSplit
+/// x stateSlicesPerCta) gives the bits of the unsplit passes, in every output
+/// (states and their gradients included); splits the passes do not have are
+/// refused with InvalidArgument before anything runs.
+void checkStateSplits(Shape s, uint64_t seed) {
+  SCOPED_TRACE(testing::Message()
+               << "B=" << s.B << " T=" << s.T << " Hk=" << s.Hk
+               << " Hv=" << s.Hv << " dk=" << s.dk << " dv=" << s.dv);
+  ChunkProblem pb(s, seed);
+  GdnChunkArgs &a = pb.a;
+  Dev ws(pb.workspaceBytes());
+  ASSERT_NE(ws.p, nullptr);
+  KernelContext ctx = gpuCtx(ws.p, ws.bytes);
+  Dev &o = *pb.out[0];
+  const char *names[] = {"o",  "finalState", "gCum", "tMat",  "dq",
+                         "dk", "dv",         "dg",   "dbeta", "dInitialState"};
+  using Bytes = std::vector<std::vector<unsigned char>>;
+  auto run = [&](int split, int slices) -> Bytes {
+    a.stateSplit = split;
+    a.stateSlicesPerCta = slices;
+    for (auto &d : pb.out)
+      d->poison();
+    ws.poison();
+    EXPECT_EQ(gdnChunkForward(ctx, a), Status::Ok);
+    ws.poison();
+    EXPECT_EQ(gdnChunkBackward(ctx, a), Status::Ok);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    Bytes r;
+    for (auto &d : pb.out)
+      r.push_back(d->raw());
+    return r;
+  };
+  const auto base = run(1, 1);
+  const int combos[][2] = {{0, 0}, {1, 4}, {1, 8}, {2, 1},
+                           {2, 2}, {2, 4}, {4, 1}, {4, 2}};
+  for (auto [split, slices] : combos) {
+    const auto r = run(split, slices);
+    for (size_t i = 0; i < r.size(); ++i)
+      EXPECT_TRUE(r[i] == base[i])
+          << names[i] << " with split " << split << " x " << slices
+          << " slices differs from the unsplit passes";
+  }
+  // Splits the passes do not have: nothing runs, the outputs stay poisoned.
+  const int bad[][2] = {{3, 0}, {8, 0}, {-1, 0}, {0, 9}, {4, 4}, {2, -1}};
+  for (auto [split, slices] : bad) {
+    a.stateSplit = split;
+    a.stateSlicesPerCta = slices;
+    o.poison();
+    EXPECT_EQ(gdnChunkForward(ctx, a), Status::InvalidArgument)
+        << split << " x " << slices;
+    EXPECT_EQ(gdnChunkBackward(ctx, a), Status::InvalidArgument)
+        << split << " x " << slices;
+    CK(cudaDeviceSynchronize());
+    const Vec ov = o.bf();
+    EXPECT_TRUE(std::all_of(ov.begin(), ov.end(), [](double x) {
+      return std::isnan(x);
+    })) << "a refused split wrote o";
+  }
+}
+
+// A grouped Qwen-width head pair with a tail chunk (300 = 4 x 64 + 44), and
+// dk = 64 with three 16-column slices (a CTA of two slices has an idle one).
+TEST_F(GdnCuda, ChunkStateSplitsGiveTheSameBits) {
+  checkStateSplits({1, 300, 1, 2, 128, 128}, 11);
+  checkStateSplits({2, 200, 2, 2, 64, 48}, 12);
+}
+
+// A split needs dk 64 or 128 (the compile-time key widths).
+TEST_F(GdnCuda, ChunkStateSplitRefusedForOtherKeyWidths) {
+  for (Shape s : {Shape{1, 100, 1, 1, 32, 64}, Shape{1, 100, 1, 1, 256, 64}}) {
+    const size_t N = size_t(s.B) * s.T;
+    Dev q(N * s.dk * 2), k(N * s.dk * 2), v(N * s.dv * 2), g(N * 4), b(N * 4);
+    Dev o(N * s.dv * 2), gc(N * 4), tm(N * 64 * 2);
+    GdnChunkArgs a =
+        chunkArgs(DType::BF16, s, 0.1f,
+                  {q.p, k.p, v.p, g.p, b.p, nullptr, nullptr, nullptr},
+                  {o.p, nullptr, gc.p, tm.p, nullptr, nullptr, nullptr, nullptr,
+                   nullptr, nullptr});
+    Dev ws(gdnChunkForwardWorkspaceBytes(a));
+    KernelContext ctx = gpuCtx(ws.p, ws.bytes);
+    a.stateSplit = 2;
+    EXPECT_EQ(gdnChunkForward(ctx, a), Status::InvalidArgument) << s.dk;
+    a.stateSplit = 1;
+    EXPECT_EQ(gdnChunkForward(ctx, a), Status::Ok) << s.dk;
+    CK(cudaDeviceSynchronize());
+  }
+}
 
 /// Grouped heads: dq/dk of the GPU equal the sum of per-value-head
 /// references (checked on a small shape where the full reference is cheap).
