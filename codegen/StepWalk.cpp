@@ -1840,6 +1840,11 @@ LogicalResult Walker::walkKernel(Operation *op) {
     bool dbetaStored = dt(outs[4]) != acc;
     Addr dbetaScratch{Addr::Scratch, dbetaStage()};
     SETP(dbeta, dbetaStored ? dbetaScratch : at(outs[4]));
+    // A host of side-stream work runs the unsplit state passes, which leave
+    // SMs to the side stream (the form its side capacity and sideHostScale
+    // describe); every split gives the same bits.
+    if (args && args.get(ap::train::kSideHostAttrName))
+      SETV(stateSplit, 1);
     launch(A, "gdnChunkBackward");
     if (dbetaStored)
       sink_.call("ap_convert",

@@ -183,6 +183,21 @@ llvm::Expected<DeviceProfile> DeviceProfile::parse(StringRef json,
       }
       continue;
     }
+    if (key == "sideHostScale") {
+      const llvm::json::Object *ops = obj->get(key)->getAsObject();
+      if (!ops)
+        return fail("field 'sideHostScale' must be an object of op names to "
+                    "numbers >= 1");
+      p.sideHostScale.clear();
+      for (const auto &kv : *ops) {
+        std::optional<double> v = kv.second.getAsNumber();
+        if (!v || !(*v >= 1) || !std::isfinite(*v))
+          return fail("sideHostScale['" + kv.first.str() +
+                      "'] must be a finite number >= 1");
+        p.sideHostScale[kv.first.str()] = *v;
+      }
+      continue;
+    }
     if (key == "sideCapacity") {
       const llvm::json::Object *ops = obj->get(key)->getAsObject();
       if (!ops)
@@ -258,7 +273,8 @@ llvm::Expected<DeviceProfile> DeviceProfile::parse(StringRef json,
       for (const Field &f : fields)
         known += (known.empty() ? "" : ", ") + f.key.str();
       known += ", opScale, h2dSlowdown, d2hSlowdown, sideCapacity, "
-               "sideSmPercent, generatedKernelRatio, provenance";
+               "sideHostScale, sideSmPercent, generatedKernelRatio, "
+               "provenance";
       return fail("unknown field '" + key + "' (known fields: " + known + ")");
     }
     std::optional<double> value = obj->get(key)->getAsNumber();
@@ -421,6 +437,8 @@ CostModel::NameValues CostModel::resolve(Operation *op) const {
     v.d2hSlowdown = *d;
   if (const double *d = lookup(prof.sideCapacity, true))
     v.sideCapacity = *d;
+  if (const double *d = lookup(prof.sideHostScale, false))
+    v.sideHostScale = *d;
   auto scaled =
       prof.opScale.find(std::string_view(op->getName().getStringRef()));
   // The three LM-head ops run the same chunked GEMM + cross-entropy kernels
@@ -803,6 +821,9 @@ OpCost CostModel::cost(Operation *op) const {
 
   NameValues values = valuesOf(op);
   double scale = values.scale * generatedFactor(op, values);
+  // A host of side-stream work runs its SM-sparing form.
+  if (op->hasAttr(kSideHostAttrName))
+    scale *= values.sideHostScale;
   // A linear_grad with dx and dW is already two GEMM launches under one
   // op's latency; split by train-fuse-recompute it is the same two
   // launches, so the dx half adds no latency of its own.

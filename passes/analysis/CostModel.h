@@ -106,9 +106,12 @@ struct DeviceProfile {
   /// Side-stream capacity by op name ("*" for the ops not named; absent:
   /// 0): seconds of side-stream work (recompute issued ahead, at its own
   /// alone speed) that run beside one second of the op without slowing it.
-  /// A kernel that leaves most SMs idle (the GDN chunk backward's
-  /// sequential state passes: about 32 of 132 SMs at one sequence) hosts
-  /// side work; a GEMM or a bandwidth-bound kernel hosts none. Measured on
+  /// A kernel that leaves most SMs idle hosts side work; a GEMM or a
+  /// bandwidth-bound kernel hosts none. The GDN chunk backward does so in
+  /// its SM-sparing form (its sequential state passes unsplit: about 32 of
+  /// 132 SMs at one sequence), which it runs where it hosts side work and
+  /// which costs sideHostScale (below); the capacity is that form's. On
+  /// the H200
   /// the H200: alone with one stream of GEMMs beside it, the chunk backward
   /// of one Qwen3.5-0.8B layer (0.887 ms) absorbed eight model-shape GEMMs
   /// (0.40 ms at full speed) run on 99 SMs at +0.013 ms, twelve (0.60 ms)
@@ -120,6 +123,13 @@ struct DeviceProfile {
   /// default), the 60 % placement measured what 0.27 predicts; the default
   /// is that (bench/notes/training.md has the runs).
   OpTable sideCapacity = {{"train.gated_delta_rule_grad", 0.27}};
+  /// By op name: the time of an op that hosts side work (marked
+  /// train.side_host, which lowers it to its SM-sparing form) over its
+  /// default time. The GDN chunk backward splits each state slice over 4
+  /// warps at one sequence (every SM busy, 1.39x faster on an H100:
+  /// bench/notes/gdn.md, "split state passes"); hosting, it runs unsplit.
+  /// Ops not named: 1.
+  OpTable sideHostScale = {{"train.gated_delta_rule_grad", 1.39}};
   /// The share of the SMs, in percent (1 to 100), that side-stream GEMMs
   /// ask for (cuBLASLt's SM count target), leaving the rest to the kernel
   /// they run beside: sideCapacity holds for this share only. The
@@ -163,7 +173,8 @@ struct DeviceProfile {
   /// the objects `opScale` (op name -> positive number), `h2dSlowdown` and
   /// `d2hSlowdown` (op name or "*" -> non-negative number; not together
   /// with a non-zero copySlowdownPerByte), `sideCapacity` (op name or "*"
-  /// -> number in [0, 1]; replaces the default table), `sideSmPercent`
+  /// -> number in [0, 1]; replaces the default table), `sideHostScale`
+  /// (op name -> number >= 1; replaces the default table), `sideSmPercent`
   /// (a whole number from 1 to 100);
   /// absent fields keep their defaults. An unknown key, a non-numeric or
   /// non-positive value, or malformed JSON is an error naming the file and
@@ -242,7 +253,8 @@ private:
   /// (opScale with the aliases cost() documents, or computeScale), copy
   /// slowdowns and side capacity.
   struct NameValues {
-    double scale = 1, h2dSlowdown = 0, d2hSlowdown = 0, sideCapacity = 0;
+    double scale = 1, h2dSlowdown = 0, d2hSlowdown = 0, sideCapacity = 0,
+           sideHostScale = 1;
     /// generatedKernelRatio where the op's kernel is generated, else 1.
     double generated = 1;
   };

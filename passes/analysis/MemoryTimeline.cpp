@@ -202,6 +202,10 @@ void unplaceWith(Block &body,
       dead.push_back(&op);
   for (Operation *op : dead)
     op->erase();
+  // With the clones gone nothing hosts side-stream work, and a host's
+  // SM-sparing form (CostModel, sideHostScale) is not the unplaced step's.
+  for (Operation &op : body)
+    op.removeDiscardableAttr(kSideHostAttrName);
 }
 
 } // namespace

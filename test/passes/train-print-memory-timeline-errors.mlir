@@ -19,7 +19,7 @@
 
 // NOSTEP: error: train-print-memory-timeline: the module has no @train_step function; run -train-autodiff first to build the training step
 // NOLOOP: error: train-print-memory-timeline: @train_step has no train.microbatch_loop; run -train-autodiff first to build the training step
-// UNKNOWN: error: train-print-memory-timeline: device profile '{{.*}}unknown-field.json': unknown field 'peakFlop' (known fields: peakFlops, deviceMemoryBytes, memBandwidth, launchLatency, d2hBandwidth, h2dBandwidth, duplexBandwidth, computeScale, copySlowdownPerByte, copyHoldSlack, sideStreamCopyScale, allReduceBusBandwidth, allReduceLatency, allGatherBusBandwidth, allGatherLatency, reduceScatterBusBandwidth, reduceScatterLatency, opScale, h2dSlowdown, d2hSlowdown, sideCapacity, sideSmPercent, generatedKernelRatio, provenance)
+// UNKNOWN: error: train-print-memory-timeline: device profile '{{.*}}unknown-field.json': unknown field 'peakFlop' (known fields: peakFlops, deviceMemoryBytes, memBandwidth, launchLatency, d2hBandwidth, h2dBandwidth, duplexBandwidth, computeScale, copySlowdownPerByte, copyHoldSlack, sideStreamCopyScale, allReduceBusBandwidth, allReduceLatency, allGatherBusBandwidth, allGatherLatency, reduceScatterBusBandwidth, reduceScatterLatency, opScale, h2dSlowdown, d2hSlowdown, sideCapacity, sideHostScale, sideSmPercent, generatedKernelRatio, provenance)
 // NAN: error: train-print-memory-timeline: device profile '{{.*}}not-a-number.json': field 'launchLatency' must be a number
 // ZERO: error: train-print-memory-timeline: device profile '{{.*}}zero-rate.json': field 'h2dBandwidth' must be positive, got 0
 // MALFORMED: error: train-print-memory-timeline: device profile '{{.*}}malformed.json': invalid JSON:
