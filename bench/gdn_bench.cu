@@ -1,11 +1,12 @@
 //===- gdn_bench.cu - chunked gated delta rule timing -----------*- C++ -*-===//
 //
 // Times gdnChunkForward and gdnChunkBackward at the Qwen3.5-0.8B GDN shape
-// (T=4096, Hk=Hv=16, dk=dv=128, B=1 and 4) with CUDA events (median of 30
-// after 5 warm-ups) and prints the matmul FLOPs and the bytes-moved floor of
-// each. "splits": then the same per work split of the sequential state
-// passes (GdnChunkArgs::stateSplit x stateSlicesPerCta), each split's outputs
-// compared bitwise with the shape's own choice. Build: see bench/gdn_bench.sh.
+// (T=4096, Hk=Hv=16, dk=dv=128; B=1, 2 and 4: the step's 4 x 1, 2 x 2 and
+// 1 x 4) with CUDA events (median of 30 after 5 warm-ups) and prints the
+// matmul FLOPs and the bytes-moved floor of each. "splits": then the same
+// per work split of the sequential state passes (GdnChunkArgs::stateSplit x
+// stateSlicesPerCta), each split's outputs compared bitwise with the shape's
+// own choice. Build: see bench/gdn_bench.sh.
 //
 //===----------------------------------------------------------------------===//
 #include "bench/bench_timing.h"
@@ -72,7 +73,7 @@ int main(int argc, char **argv) {
   std::printf("%-4s %-5s %9s %9s %9s %10s %10s %10s %10s\n", "B", "T", "fwd_ms",
               "bwd_ms", "total_ms", "fwd_GFLOP", "bwd_GFLOP", "fwd_MB",
               "bwd_MB");
-  for (int B : {1, 4}) {
+  for (int B : {1, 2, 4}) {
     const int T = 4096, H = 16, dk = 128, dv = 128;
     const size_t N = size_t(B) * T;
     GdnChunkArgs a = ap::bench::gdnChunkOperands(
