@@ -12,7 +12,8 @@ ARMS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)),
                          "arms.json")
 
 KEYS = {"name", "what", "recompute", "offload", "goal", "profile", "flags",
-        "default"}
+        "default", "shape"}
+SHAPE_KEYS = ("micro_batch_size", "micro_batches")
 GOALS = ("activation-cut", "memory-budget", "step-budget")
 # Flags the arm's own fields spell: a copy in "flags" could disagree.
 FIELD_FLAGS = ("--recompute-modules", "--offload-modules", "--profile") + \
@@ -28,6 +29,9 @@ class Arm(typing.NamedTuple):
     profile: str           # "" or a device name (bench/profiles/NAME.json)
     flags: list
     default: bool
+    # (micro_batch_size, micro_batches) of its own, or None: the build's.
+    # The tokens a step must be the build's (build refuses other shapes).
+    shape: typing.Optional[tuple] = None
 
 
 class ArmTable(typing.NamedTuple):
@@ -108,13 +112,39 @@ def parse(data, source=ARMS_FILE, profiles_dir=None):
         default = entry.get("default", False)
         if not isinstance(default, bool):
             raise ValueError(f"{where}: 'default' must be true or false")
+        shape = None
+        if "shape" in entry:
+            sh = entry["shape"]
+            if not isinstance(sh, dict) or set(sh) != set(SHAPE_KEYS) or \
+                    not all(type(sh[k]) is int and sh[k] >= 1
+                            for k in SHAPE_KEYS):
+                raise ValueError(f"{where}: 'shape' must be an object of "
+                                 "positive integers micro_batch_size and "
+                                 f"micro_batches, got {sh!r}")
+            shape = (sh["micro_batch_size"], sh["micro_batches"])
         arms[name] = Arm(name, entry["what"], recompute, offload, goal,
-                         profile, flags, default)
+                         profile, flags, default, shape)
     sets = [_strings(s, f"{source}: frontier_sets[{i}]") if s else []
             for i, s in enumerate(data.get("frontier_sets", []))]
     leaf_cost = _strings(data.get("leaf_cost_set", []),
                          f"{source}: leaf_cost_set")
     return ArmTable(arms, sets, leaf_cost)
+
+
+def shape_of(arm, micro_batch_size, micro_batches, seq):
+    """The (micro_batch_size, micro_batches) `arm` builds with: its own shape
+    or the build's. An own shape must keep the build's tokens a step
+    (micro_batch_size x micro_batches x seq), so every arm of a run trains
+    on the same tokens and their step times compare."""
+    if arm.shape is None:
+        return micro_batch_size, micro_batches
+    mbs, mb = arm.shape
+    if mbs * mb != micro_batch_size * micro_batches:
+        raise ValueError(
+            f"arm '{arm.name}': shape {mb} x {mbs} is {mbs * mb * seq} tokens "
+            f"a step, the build's {micro_batches} x {micro_batch_size} is "
+            f"{micro_batch_size * micro_batches * seq}")
+    return mbs, mb
 
 
 def load(path=ARMS_FILE, profiles_dir=None):

@@ -35,6 +35,10 @@ def cmd_build(a):
         modules = modlist.from_build(os.path.join(build, "bin"))
         arm_flags = {arm: armtable.flags(table.get(arm), modules)
                      for arm in arms}
+        arm_shape = {arm: armtable.shape_of(table.get(arm),
+                                            a.micro_batch_size,
+                                            a.micro_batches, a.seq)
+                     for arm in arms}
     except (KeyError, ValueError, OSError, RuntimeError) as e:
         sys.exit(f"build: {e.args[0] if e.args else e}")
     carry = os.path.abspath(a.carry)
@@ -68,13 +72,14 @@ def cmd_build(a):
             flags, what = arm_flags[arm], table.get(arm).what
             base = os.path.join(carry, arm)
             binary = os.path.join(tmp, arm)
+            mbs, mb = arm_shape[arm]
             cmd = [compiler, model, "--seq", str(a.seq),
-                   "--micro-batch-size", str(a.micro_batch_size),
-                   "--micro-batches", str(a.micro_batches), "--dtype", a.dtype,
+                   "--micro-batch-size", str(mbs),
+                   "--micro-batches", str(mb), "--dtype", a.dtype,
                    *flags, "--report-json", base + ".report.json",
                    "--memory-timeline", base + ".svg",
                    "--memory-timeline-title",
-                   f"{name} seq {a.seq}, {a.micro_batches} x {a.micro_batch_size}"
+                   f"{name} seq {a.seq}, {mb} x {mbs}"
                    f" sequences, {a.dtype}: arm '{arm}'",
                    "-o", binary]
             log(f"[{arm}]", " ".join(cmd[1:]))
@@ -100,6 +105,7 @@ def cmd_build(a):
                 "report": arm + ".report.json", "svg": arm + ".svg",
                 "compile_seconds": round(seconds, 1),
                 "planned_arena_bytes": planned,
+                "micro_batch_size": mbs, "micro_batches": mb,
             }
             if goal_options(flags):
                 manifest["arms"][arm]["chosen"] = chosen_flags(p.stdout)

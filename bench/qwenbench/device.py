@@ -263,6 +263,19 @@ def check_arm_lines(arm, lines, steps):
     return bad
 
 
+def arm_shape(manifest, arm):
+    """(micro_batch_size, micro_batches) of a built arm: its own (arms.json
+    'shape') or the build's."""
+    info = manifest["arms"][arm]
+    return (info.get("micro_batch_size", manifest["micro_batch_size"]),
+            info.get("micro_batches", manifest["micro_batches"]))
+
+
+def shape_text(shape):
+    mbs, mb = shape
+    return f"{mb} x {mbs}"
+
+
 def cmd_check(a):
     """Bit identity and stability: every arm STEPS steps with
     --fingerprints in its own process; fingerprints (loss, grads, params,
@@ -282,6 +295,16 @@ def cmd_check(a):
             sys.exit(f"check: --baseline {a.baseline} has {len(reference)} "
                      f"steps, fewer than --steps {a.steps}")
     _, manifest, arms, out, bindir = open_carry(a, "qwen-check-")
+    if a.fingerprints and reference is None:
+        # Bits compare only between arms of one microbatch shape: another
+        # shape accumulates the step's gradients in another order.
+        shapes = {arm: arm_shape(manifest, arm) for arm in arms}
+        other = [arm for arm in arms if shapes[arm] != shapes[arms[0]]]
+        if other:
+            shutil.rmtree(bindir, ignore_errors=True)
+            sys.exit(f"check: --fingerprints compares arms of one microbatch "
+                     f"shape; {other[0]} is {shape_text(shapes[other[0]])}, "
+                     f"{arms[0]} {shape_text(shapes[arms[0]])}")
     runs, bad = {}, []
     for arm in arms:
         path = os.path.join(bindir, arm)

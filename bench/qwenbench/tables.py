@@ -161,6 +161,15 @@ def print_table(a):
     procs = run.get("processes", [])
     failed = [p for p in procs if p["rc"] != 0]
 
+    # An arm of another microbatch shape (arms.json 'shape'; the same tokens
+    # a step) is measured against none like any arm, but its report's
+    # predictions are against its own unplaced step, not none's.
+    def shape(arm):
+        info = manifest["arms"][arm]
+        return (info.get("micro_batch_size", manifest["micro_batch_size"]),
+                info.get("micro_batches", micro))
+    own_shape = {arm: shape(arm) != (manifest["micro_batch_size"], micro)
+                 for arm in arms}
     base = stats.get("none", {})
     print(f"# {manifest['model']}: seq {manifest['seq']}, "
           f"{micro} x {manifest['micro_batch_size']} sequences, "
@@ -187,12 +196,16 @@ def print_table(a):
     for arm in arms:
         s = stats[arm]
         t = s["report"]
-        pred_exposed = t["exposed_transfer_seconds_per_microbatch"] * micro
+        label = arm
+        if own_shape[arm]:
+            label += " ({1} x {0})".format(*shape(arm))
+        pred_exposed = (t["exposed_transfer_seconds_per_microbatch"] *
+                        shape(arm)[1])
         pred_delta = t["step_seconds_after"] - t["step_seconds_before"]
         pred_removed = 100 * (1 - t["activation_peak_bytes_after"] /
                               t["activation_peak_bytes_before"])
         if not s["n"]:
-            print(f"| {arm} | 0 | no measured steps | | | | | "
+            print(f"| {label} | 0 | no measured steps | | | | | "
                   f"{fmt_mib(t['peak_bytes_after'])} | {pred_removed:.1f} / - "
                   f"| | | {pred_exposed * 1e3:.2f} | {pred_delta * 1e3:.2f} | | "
                   f"| {measured_stall(a.results, arm)} |")
@@ -203,12 +216,13 @@ def print_table(a):
         meas_delta = "-"
         err = "-"
         if base.get("n"):
-            if act_before:
+            if act_before and not own_shape[arm]:
                 meas_removed = (f"{100 * (base['device_peak'] - s['device_peak']) / act_before:.1f}")
             delta = s["median"] - base["median"]
             meas_delta = f"{delta * 1e3:+.2f}"
-            err = f"{100 * (delta - pred_delta) / base['median']:+.2f}"
-        print(f"| {arm} | {s['n']} | {s['median'] * 1e3:.2f} "
+            if not own_shape[arm]:
+                err = f"{100 * (delta - pred_delta) / base['median']:+.2f}"
+        print(f"| {label} | {s['n']} | {s['median'] * 1e3:.2f} "
               f"[{s['min'] * 1e3:.2f}, {s['max'] * 1e3:.2f}] | "
               f"{s['tokens']:,.0f} | {mfu:.3g} | {fmt_mib(s['planned'])} | "
               f"{fmt_mib(s['device_peak'])} ({vs_plan:+.2f}%) | "
@@ -245,6 +259,11 @@ def print_table(a):
           "median step time minus the no-offload arm's median; 'meas. stall "
           "ms' = the compute stream's waits for reloads per step, from the "
           "arm's op times (run --op-times-arms; '-' without them).")
+    if any(own_shape.values()):
+        print("An arm shown as (M x B) runs M microbatches of B sequences "
+              "(the same tokens a step); its step is measured against none's, "
+              "its predictions are against its own unplaced step, so its "
+              "removed peak and prediction error are not shown.")
     bad = [arm for arm in arms if stats[arm]["n"] and
            (stats[arm]["pinned_in_use"] != 0 or not stats[arm]["finite"])]
     if bad:

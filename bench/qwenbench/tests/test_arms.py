@@ -114,6 +114,34 @@ class ParseErrors(unittest.TestCase):
                    "arm 'a': profile 'nosuchdevice': no such file")
         self.check({"name": "a", "what": "w", "offload": "all"},
                    "arm 'a': 'offload' (or \"rest\"): expected a list")
+        for shape in ({"micro_batch_size": 2}, {"micro_batch_size": 0,
+                                                "micro_batches": 4},
+                      {"micro_batch_size": 2.0, "micro_batches": 2},
+                      {"micro_batch_size": 2, "micro_batches": 2, "seq": 8},
+                      [2, 2]):
+            self.check({"name": "a", "what": "w", "shape": shape},
+                       "arm 'a': 'shape' must be an object of positive "
+                       "integers micro_batch_size and micro_batches")
+
+
+class Shapes(unittest.TestCase):
+    def test_own_shape_keeps_the_tokens(self):
+        t = arms.parse(table_with(
+            {"name": "two", "what": "w",
+             "shape": {"micro_batch_size": 2, "micro_batches": 2}}))
+        self.assertEqual(arms.shape_of(t.get("none"), 1, 4, 64), (1, 4))
+        self.assertEqual(arms.shape_of(t.get("two"), 1, 4, 64), (2, 2))
+        with self.assertRaises(ValueError) as e:
+            arms.shape_of(t.get("two"), 1, 8, 64)
+        self.assertIn("arm 'two': shape 2 x 2 is 256 tokens a step, the "
+                      "build's 8 x 1 is 512", str(e.exception))
+
+    def test_shape_arms_in_the_file(self):
+        t = arms.load()
+        for name, shape in (("none-2x2", (2, 2)), ("none-1x4", (4, 1))):
+            arm = t.get(name)
+            self.assertEqual(arm.shape, shape)
+            self.assertEqual(arms.shape_of(arm, 1, 4, 4096), shape)
 
     def test_arms_json_round_trip(self):
         # The file parses as the loader reads it; names are unique.
