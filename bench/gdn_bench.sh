@@ -2,6 +2,8 @@
 # Builds (here) or runs (on the GPU machine) the GDN benchmark.
 #   bench/gdn_bench.sh build   -> build-gdn/gdn_bench (nvcc, sm_90a)
 #   bench/gdn_bench.sh run     -> ours, then FLA, in one process tree
+#   bench/gdn_bench.sh interleave [N [DIR]] -> ours and FLA alternated, N
+#                                 samples each, median and range
 set -euo pipefail
 cd "$(dirname "$0")/.."
 case "${1:-run}" in
@@ -16,6 +18,11 @@ run)
   nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,noheader || true
   ./build-gdn/gdn_bench
   PYTHONUNBUFFERED=1 python3 bench/gdn_bench_fla.py
+  ;;
+interleave)
+  # Ours and FLA alternated in fresh processes, ${2:-5} samples each, with
+  # median and range (what a comparison against the peer reports).
+  python3 bench/gdn_interleave.py run --samples "${2:-5}" --out "${3:-gdn-interleave}"
   ;;
 profile)
   # Per-kernel device time of one fwd + bwd (B=1, then B=4).

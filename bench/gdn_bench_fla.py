@@ -18,7 +18,7 @@ chunk_o.TRITON_ABOVE_3_7_1 = True
 
 print(f"torch {torch.__version__} triton {triton.__version__}")
 print(f"{'B':<4} {'T':<5} {'fla_fwd_ms':>10} {'fla_bwd_ms':>10} {'fla_total_ms':>12}")
-for B in (1, 4):
+for B in (1, 2, 4):
     T, H, K, V = 4096, 16, 128, 128
     torch.manual_seed(B)
     dev = "cuda"
