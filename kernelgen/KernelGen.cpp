@@ -240,6 +240,13 @@ Value chunksAligned(Emitter &e, ArrayRef<Value> memrefs, int64_t vec) {
   return ok;
 }
 
+/// rowGroupWork's row condition: chunksAligned over `memrefs`, evaluated in
+/// the emitter the work is built in.
+std::function<Value(Emitter &)> chunksAlignedOf(SmallVector<Value> memrefs,
+                                                int64_t vec) {
+  return [=](Emitter &in) { return chunksAligned(in, memrefs, vec); };
+}
+
 /// One chunk of `vec` consecutive elements of a row, [c0, c0 + vec): the
 /// element indices js, and per memref the elements loaded (f32) and the
 /// values to store (storage type). With `vector`, each memref's chunk is
@@ -1291,13 +1298,10 @@ Work rmsNormWork(Emitter &e, const GroupSpec &s, const Args &a) {
   Value scratch = rowScratch(e);
   bool zc = s.zeroCentered;
   int64_t vec = rowChunkOf(s.kind, s.dtype);
-  return rowGroupWork(
-      e.toIndex(rows), dimIdx, vec, scratch,
-      [=](Emitter &in) { return chunksAligned(in, {x, y, w}, vec); },
-      rmsNormPasses(
-          dimF, eps, w, zc, rstd, x, y,
-          [=](Emitter &in, Value r, Value j) { return in.load(x, {r, j}); }),
-      s);
+  auto load = [=](Emitter &in, Value r, Value j) { return in.load(x, {r, j}); };
+  return rowGroupWork(e.toIndex(rows), dimIdx, vec, scratch,
+                      chunksAlignedOf({x, y, w}, vec),
+                      rmsNormPasses(dimF, eps, w, zc, rstd, x, y, load), s);
 }
 
 /// The residual add and the RMSNorm that reads its output, fused per row:
@@ -1321,17 +1325,16 @@ Work addRmsNormWork(Emitter &e, const GroupSpec &s, const Args &a) {
   Value scratch = rowScratch(e);
   bool zc = s.zeroCentered;
   int64_t vec = rowChunkOf(s.kind, s.dtype);
-  return rowGroupWork(
-      e.toIndex(rows), dimIdx, vec, scratch,
-      [=](Emitter &in) { return chunksAligned(in, {x, z, h, y, w}, vec); },
-      rmsNormPasses(dimF, eps, w, zc, rstd, h, y,
-                    [=](Emitter &in, Value r, Value j) {
-                      Value sum =
-                          in.add(in.load(x, {r, j}), in.load(z, {r, j}));
-                      in.store(sum, h, {r, j});
-                      return in.widen(in.narrow(sum, st));
-                    }),
-      s);
+  // h = round(a + b), stored; the norm reads its storage bits.
+  auto addThenLoad = [=](Emitter &in, Value r, Value j) {
+    Value sum = in.add(in.load(x, {r, j}), in.load(z, {r, j}));
+    in.store(sum, h, {r, j});
+    return in.widen(in.narrow(sum, st));
+  };
+  return rowGroupWork(e.toIndex(rows), dimIdx, vec, scratch,
+                      chunksAlignedOf({x, z, h, y, w}, vec),
+                      rmsNormPasses(dimF, eps, w, zc, rstd, h, y, addThenLoad),
+                      s);
 }
 
 /// The dw of a norm's backward, dw[j] += the column sum of term(r, j) over
@@ -1867,9 +1870,8 @@ Work l2NormWork(Emitter &e, const GroupSpec &s, const Args &a, bool backward) {
     p.body = [=](Emitter &in, Value r, Value j, Value rs) {
       in.store(in.mul(in.load(x, {r, j}), rs), y, {r, j});
     };
-    return rowGroupWork(
-        rowsIdx, dimIdx, vec, scratch,
-        [=](Emitter &in) { return chunksAligned(in, {x, y}, vec); }, p, s);
+    return rowGroupWork(rowsIdx, dimIdx, vec, scratch,
+                        chunksAlignedOf({x, y}, vec), p, s);
   }
   Value y = m2("y"), dy = m2("dy"), dx = m2("dx");
   p.term = [=](Emitter &in, Value r, Value j) {
@@ -1882,9 +1884,8 @@ Work l2NormWork(Emitter &e, const GroupSpec &s, const Args &a, bool backward) {
     in.store(in.mul(rs, in.sub(g, in.mul(dot, in.load(y, {r, j})))), dx,
              {r, j});
   };
-  return rowGroupWork(
-      rowsIdx, dimIdx, vec, scratch,
-      [=](Emitter &in) { return chunksAligned(in, {y, dy, dx}, vec); }, p, s);
+  return rowGroupWork(rowsIdx, dimIdx, vec, scratch,
+                      chunksAlignedOf({y, dy, dx}, vec), p, s);
 }
 
 /// GDN's gated RMSNorm of each row (a token's head), the reference's
@@ -1934,10 +1935,8 @@ SmallVector<Work> gatedNormWork(Emitter &e, const GroupSpec &s, const Args &a,
                      in.sigmoid(zv)),
                y, {r, j});
     };
-    return {rowGroupWork(
-        rowsIdx, dimIdx, vec, scratch,
-        [=](Emitter &in) { return chunksAligned(in, {x, z, w, y}, vec); }, p,
-        s)};
+    return {rowGroupWork(rowsIdx, dimIdx, vec, scratch,
+                         chunksAlignedOf({x, z, w, y}, vec), p, s)};
   }
   Value dy = m2("dy"), dx = m2("dx"), dz = m2("dz");
   Value y, dw;

@@ -584,9 +584,10 @@ __global__ void __launch_bounds__(256, 1)
     // dO^T fragments (A operand, k = chunk rows) straight from the dO tile.
     uint32_t aO[4][4];
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk)
+    for (int kk = 0; kk < 4; ++kk) {
       ldsm4t(aO[kk],
              Os + (16 * kk + lr + 8 * lhi) * pdo + 16 * pt.slice + 8 * lsel);
+    }
     // dVnew^T += dO^T P.
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk)

@@ -17,6 +17,7 @@
 #include <gtest/gtest.h>
 
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -49,9 +50,9 @@ TEST(PlacementSearchThreads, DropsOnlyThePlacingThreadsDiagnostics) {
     // This thread: placing (nested marks end where they began), then not.
     {
       ap::train::PlacingThread p;
-      {
-        ap::train::PlacingThread nested;
-      }
+      std::optional<ap::train::PlacingThread> nested;
+      nested.emplace();
+      nested.reset();
       emit("rejected on the caller's thread");
     }
     emit("after placing");
