@@ -59,6 +59,26 @@ template <typename F> double medianMs(F &&f, cudaStream_t s) {
   return ap::bench::median(ms);
 }
 
+/// Medians of the forward, the backward (after one forward: it reads the
+/// saved g cumsum and T) and the two back to back, in ms.
+struct Times {
+  double fwd, bwd, both;
+};
+template <typename F, typename B>
+Times fwdBwdTimes(F &&fwd, B &&bwd, cudaStream_t s) {
+  Times t;
+  t.fwd = medianMs(fwd, s);
+  fwd();
+  t.bwd = medianMs(bwd, s);
+  t.both = medianMs(
+      [&] {
+        fwd();
+        bwd();
+      },
+      s);
+  return t;
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -107,15 +127,8 @@ int main(int argc, char **argv) {
       CK(cudaStreamSynchronize(s));
       continue;
     }
-    double tf = medianMs(fwd, s);
-    fwd();
-    double tb = medianMs(bwd, s);
-    double both = medianMs(
-        [&] {
-          fwd();
-          bwd();
-        },
-        s);
+    const Times t = fwdBwdTimes(fwd, bwd, s);
+    const double tf = t.fwd, tb = t.bwd, both = t.both;
     // Matmul FLOPs per (chunk, head) as the kernels do them (2 per MAC).
     const double c = 64, K = dk, V = dv, cc = c * c;
     double fwdMac = cc * K /*KK^T*/ + cc * K + cc * V /*W, U*/ +
@@ -163,17 +176,9 @@ int main(int argc, char **argv) {
       bwd();
       CK(cudaStreamSynchronize(s));
       const bool same = outputs(a, rows, dk, dv) == ref;
-      double f = medianMs(fwd, s);
-      fwd();
-      double g = medianMs(bwd, s);
-      double fb = medianMs(
-          [&] {
-            fwd();
-            bwd();
-          },
-          s);
-      std::printf("     %5d %10d %8.3f %8.3f %8.3f  %s\n", ks, nw, f, g, fb,
-                  same ? "equal" : "DIFFER");
+      const Times t = fwdBwdTimes(fwd, bwd, s);
+      std::printf("     %5d %10d %8.3f %8.3f %8.3f  %s\n", ks, nw, t.fwd, t.bwd,
+                  t.both, same ? "equal" : "DIFFER");
     }
     a.stateSplit = a.stateSlicesPerCta = 0;
   }

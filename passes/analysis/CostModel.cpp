@@ -183,34 +183,40 @@ llvm::Expected<DeviceProfile> DeviceProfile::parse(StringRef json,
       }
       continue;
     }
-    if (key == "sideHostScale") {
+    // A table that replaces its default: every entry a number passing `ok`.
+    auto replaceTable = [&](OpTable &table, const std::string &objectError,
+                            auto ok,
+                            const std::string &entryError) -> llvm::Error {
       const llvm::json::Object *ops = obj->get(key)->getAsObject();
       if (!ops)
-        return fail("field 'sideHostScale' must be an object of op names to "
-                    "numbers >= 1");
-      p.sideHostScale.clear();
+        return fail(objectError);
+      table.clear();
       for (const auto &kv : *ops) {
         std::optional<double> v = kv.second.getAsNumber();
-        if (!v || !(*v >= 1) || !std::isfinite(*v))
-          return fail("sideHostScale['" + kv.first.str() +
-                      "'] must be a finite number >= 1");
-        p.sideHostScale[kv.first.str()] = *v;
+        if (!v || !ok(*v))
+          return fail(key.str() + "['" + kv.first.str() + "'] " + entryError);
+        table[kv.first.str()] = *v;
       }
+      return llvm::Error::success();
+    };
+    if (key == "sideHostScale") {
+      if (llvm::Error e = replaceTable(
+              p.sideHostScale,
+              "field 'sideHostScale' must be an object of op names to "
+              "numbers >= 1",
+              [](double v) { return v >= 1 && std::isfinite(v); },
+              "must be a finite number >= 1"))
+        return std::move(e);
       continue;
     }
     if (key == "sideCapacity") {
-      const llvm::json::Object *ops = obj->get(key)->getAsObject();
-      if (!ops)
-        return fail("field 'sideCapacity' must be an object of op names (or "
-                    "\"*\") to numbers in [0, 1]");
-      p.sideCapacity.clear();
-      for (const auto &kv : *ops) {
-        std::optional<double> v = kv.second.getAsNumber();
-        if (!v || !(*v >= 0 && *v <= 1))
-          return fail("sideCapacity['" + kv.first.str() +
-                      "'] must be a number in [0, 1]");
-        p.sideCapacity[kv.first.str()] = *v;
-      }
+      if (llvm::Error e = replaceTable(
+              p.sideCapacity,
+              "field 'sideCapacity' must be an object of op names (or \"*\") "
+              "to numbers in [0, 1]",
+              [](double v) { return v >= 0 && v <= 1; },
+              "must be a number in [0, 1]"))
+        return std::move(e);
       continue;
     }
     if (key == "sideSmPercent") {
