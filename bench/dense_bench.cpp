@@ -10,6 +10,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "bench/bench_timing.h"
+#include "kernels/cuda/dense/dense_cuda.h"
 #include "kernels/kernels.h"
 
 #include <cublasLt.h>
@@ -97,7 +98,23 @@ void benchLinear(const char *name, int64_t in, int64_t out) {
 } // namespace
 
 int main(int argc, char **argv) {
-  bool quick = argc > 1 && std::string(argv[1]) == "--quick";
+  // --quick: the LM head at chunk 1024 only; --ce: only the LM head (chunk
+  // 1024, its GEMMs alone beside it), for interleaving two builds in a call.
+  bool quick = false, ceOnly = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--quick")
+      quick = true;
+    else if (arg == "--ce")
+      quick = ceOnly = true;
+    else {
+      std::fprintf(stderr,
+                   "dense_bench: unknown argument '%s' (expected --quick or "
+                   "--ce)\n",
+                   arg.c_str());
+      return 2;
+    }
+  }
   cublasLtHandle_t lt;
   if (cublasLtCreate(&lt) != CUBLAS_STATUS_SUCCESS)
     return 1;
@@ -123,72 +140,76 @@ int main(int argc, char **argv) {
   gCtx.workspaceBytes = wsBytes;
 
   // GEMMs: MLP gate/up (and fused), down, GDN in_proj_qkv, out_proj.
-  benchLinear("gemm.mlp_up_1024x3584", D, I);
-  benchLinear("gemm.mlp_gateup_1024x7168", D, 2 * I);
-  benchLinear("gemm.mlp_down_3584x1024", I, D);
-  benchLinear("gemm.gdn_qkv_1024x6144", D, 6144);
-  benchLinear("gemm.gdn_out_2048x1024", 2048, D);
+  if (!ceOnly) {
+    benchLinear("gemm.mlp_up_1024x3584", D, I);
+    benchLinear("gemm.mlp_gateup_1024x7168", D, 2 * I);
+    benchLinear("gemm.mlp_down_3584x1024", I, D);
+    benchLinear("gemm.gdn_qkv_1024x6144", D, 6144);
+    benchLinear("gemm.gdn_out_2048x1024", 2048, D);
 
-  {
-    // RMSNorm: model norm [T, D]; q_norm [T*8, 256] on the gated q_proj view.
-    // x, dy, dx hold the gated q_proj view [T*8, 512]; y the q_norm output.
-    auto *x = devAlloc(T * 8192), *w = devAlloc(2048), *y = devAlloc(T * 4096),
-         *rs = devAlloc(T * 8 * 4), *dy = devAlloc(T * 8192),
-         *dx = devAlloc(T * 8192), *dw = devAlloc(4096);
-    RmsNormForwardArgs f{DType::BF16, x, w, y, rs, T, D};
-    report("rmsnorm.fwd_4096x1024",
-           timeMs([&] { KS(rmsNormForward(gCtx, f)); }), 0,
-           2.0 * T * D * 2 + 4.0 * T);
-    RmsNormBackwardArgs b{DType::BF16, x, w, rs, dy, dx, dw, T, D};
-    report("rmsnorm.bwd_4096x1024",
-           timeMs([&] { KS(rmsNormBackward(gCtx, b)); }), 0,
-           2.0 * T * D * 3 + 4.0 * T);
-    RmsNormForwardArgs q{DType::BF16, x, w, y, rs, T * 8, 256, 512, 256};
-    report("rmsnorm.qnorm_fwd_32768x256_stride512",
-           timeMs([&] { KS(rmsNormForward(gCtx, q)); }), 0,
-           2.0 * T * 8 * 256 * 2 + 4.0 * T * 8);
-    RmsNormBackwardArgs qb{DType::BF16, x,     w,   rs,  dy,  dx,
-                           dw,          T * 8, 256, 512, 512, 512};
-    report("rmsnorm.qnorm_bwd_32768x256_stride512",
-           timeMs([&] { KS(rmsNormBackward(gCtx, qb)); }), 0,
-           2.0 * T * 8 * 256 * 3 + 4.0 * T * 8);
+    {
+      // RMSNorm: model norm [T, D]; q_norm [T*8, 256] on the gated q_proj view.
+      // x, dy, dx hold the gated q_proj view [T*8, 512]; y the q_norm output.
+      auto *x = devAlloc(T * 8192), *w = devAlloc(2048),
+           *y = devAlloc(T * 4096), *rs = devAlloc(T * 8 * 4),
+           *dy = devAlloc(T * 8192), *dx = devAlloc(T * 8192),
+           *dw = devAlloc(4096);
+      RmsNormForwardArgs f{DType::BF16, x, w, y, rs, T, D};
+      report("rmsnorm.fwd_4096x1024",
+             timeMs([&] { KS(rmsNormForward(gCtx, f)); }), 0,
+             2.0 * T * D * 2 + 4.0 * T);
+      RmsNormBackwardArgs b{DType::BF16, x, w, rs, dy, dx, dw, T, D};
+      report("rmsnorm.bwd_4096x1024",
+             timeMs([&] { KS(rmsNormBackward(gCtx, b)); }), 0,
+             2.0 * T * D * 3 + 4.0 * T);
+      RmsNormForwardArgs q{DType::BF16, x, w, y, rs, T * 8, 256, 512, 256};
+      report("rmsnorm.qnorm_fwd_32768x256_stride512",
+             timeMs([&] { KS(rmsNormForward(gCtx, q)); }), 0,
+             2.0 * T * 8 * 256 * 2 + 4.0 * T * 8);
+      RmsNormBackwardArgs qb{DType::BF16, x,     w,   rs,  dy,  dx,
+                             dw,          T * 8, 256, 512, 512, 512};
+      report("rmsnorm.qnorm_bwd_32768x256_stride512",
+             timeMs([&] { KS(rmsNormBackward(gCtx, qb)); }), 0,
+             2.0 * T * 8 * 256 * 3 + 4.0 * T * 8);
 
-    RopeArgs r{DType::BF16, x, y, 1, T, 8, 256, 0, 64, 1e7};
-    report("rope.fwd_q_4096x8x256_rd64",
-           timeMs([&] { KS(ropeForward(gCtx, r)); }), 0, 2.0 * T * 8 * 256 * 2);
-    RopeArgs ri{DType::BF16, x, x, 1, T, 8, 256, 0, 64, 1e7};
-    report("rope.fwd_q_inplace", timeMs([&] { KS(ropeForward(gCtx, ri)); }), 0,
-           2.0 * T * 8 * 64 * 2);
-    for (void *p : {x, w, y, rs, dy, dx, dw})
-      CK(cudaFree(p));
-  }
-  {
-    // Big enough for [T, I] and for the gated q_proj view [T*8, 512].
-    const int64_t bytes = std::max<int64_t>(T * I * 2, T * 8 * 512 * 2);
-    auto *g = devAlloc(bytes), *u = devAlloc(bytes), *y = devAlloc(bytes),
-         *dy = devAlloc(bytes), *dg = devAlloc(bytes), *du = devAlloc(bytes);
-    SwiGluForwardArgs f{DType::BF16, g, u, y, T, I};
-    report("swiglu.fwd_4096x3584", timeMs([&] { KS(swiGluForward(gCtx, f)); }),
-           0, 2.0 * T * I * 3);
-    SwiGluBackwardArgs b{DType::BF16, g, u, dy, dg, du, T, I};
-    report("swiglu.bwd_4096x3584", timeMs([&] { KS(swiGluBackward(gCtx, b)); }),
-           0, 2.0 * T * I * 5);
-    SigmoidGateForwardArgs gf{DType::BF16, g, u, y, T * 8, 256, 0, 512, 0};
-    report("gate.fwd_32768x256",
-           timeMs([&] { KS(sigmoidGateForward(gCtx, gf)); }), 0,
-           2.0 * T * 8 * 256 * 3);
-    SigmoidGateBackwardArgs gb{DType::BF16, g, u,   dy, dg, du, T * 8,
-                               256,         0, 512, 0,  0,  512};
-    report("gate.bwd_32768x256",
-           timeMs([&] { KS(sigmoidGateBackward(gCtx, gb)); }), 0,
-           2.0 * T * 8 * 256 * 5);
-    ResidualAddArgs ra{DType::BF16, g, u, y, T * D};
-    report("residual.fwd_4096x1024",
-           timeMs([&] { KS(residualAddForward(gCtx, ra)); }), 0,
-           2.0 * T * D * 3);
-    for (void *p : {g, u, y, dy, dg, du})
-      CK(cudaFree(p));
-  }
+      RopeArgs r{DType::BF16, x, y, 1, T, 8, 256, 0, 64, 1e7};
+      report("rope.fwd_q_4096x8x256_rd64",
+             timeMs([&] { KS(ropeForward(gCtx, r)); }), 0,
+             2.0 * T * 8 * 256 * 2);
+      RopeArgs ri{DType::BF16, x, x, 1, T, 8, 256, 0, 64, 1e7};
+      report("rope.fwd_q_inplace", timeMs([&] { KS(ropeForward(gCtx, ri)); }),
+             0, 2.0 * T * 8 * 64 * 2);
+      for (void *p : {x, w, y, rs, dy, dx, dw})
+        CK(cudaFree(p));
+    }
+    {
+      // Big enough for [T, I] and for the gated q_proj view [T*8, 512].
+      const int64_t bytes = std::max<int64_t>(T * I * 2, T * 8 * 512 * 2);
+      auto *g = devAlloc(bytes), *u = devAlloc(bytes), *y = devAlloc(bytes),
+           *dy = devAlloc(bytes), *dg = devAlloc(bytes), *du = devAlloc(bytes);
+      SwiGluForwardArgs f{DType::BF16, g, u, y, T, I};
+      report("swiglu.fwd_4096x3584",
+             timeMs([&] { KS(swiGluForward(gCtx, f)); }), 0, 2.0 * T * I * 3);
+      SwiGluBackwardArgs b{DType::BF16, g, u, dy, dg, du, T, I};
+      report("swiglu.bwd_4096x3584",
+             timeMs([&] { KS(swiGluBackward(gCtx, b)); }), 0, 2.0 * T * I * 5);
+      SigmoidGateForwardArgs gf{DType::BF16, g, u, y, T * 8, 256, 0, 512, 0};
+      report("gate.fwd_32768x256",
+             timeMs([&] { KS(sigmoidGateForward(gCtx, gf)); }), 0,
+             2.0 * T * 8 * 256 * 3);
+      SigmoidGateBackwardArgs gb{DType::BF16, g, u,   dy, dg, du, T * 8,
+                                 256,         0, 512, 0,  0,  512};
+      report("gate.bwd_32768x256",
+             timeMs([&] { KS(sigmoidGateBackward(gCtx, gb)); }), 0,
+             2.0 * T * 8 * 256 * 5);
+      ResidualAddArgs ra{DType::BF16, g, u, y, T * D};
+      report("residual.fwd_4096x1024",
+             timeMs([&] { KS(residualAddForward(gCtx, ra)); }), 0,
+             2.0 * T * D * 3);
+      for (void *p : {g, u, y, dy, dg, du})
+        CK(cudaFree(p));
+    }
+  } // !ceOnly
   {
     auto *w = devAlloc(V * D * 2), *y = devAlloc(T * D * 2),
          *dy = devAlloc(T * D * 2), *dw = devAlloc(V * D * 4);
@@ -198,13 +219,16 @@ int main(int argc, char **argv) {
     int32_t *dIds;
     CK(cudaMalloc(&dIds, T * 4));
     CK(cudaMemcpy(dIds, ids.data(), T * 4, cudaMemcpyHostToDevice));
-    EmbeddingForwardArgs f{DType::BF16, dIds, w, y, T, V, D};
-    report("embedding.fwd_4096x1024",
-           timeMs([&] { KS(embeddingForward(gCtx, f)); }), 0, 2.0 * T * D * 2);
-    EmbeddingBackwardArgs b{DType::BF16, dIds, dy, dw, T, V, D};
-    report("embedding.bwd_4096x1024_V248320",
-           timeMs([&] { KS(embeddingBackward(gCtx, b)); }), 0,
-           2.0 * T * D + 8.0 * T * D);
+    if (!ceOnly) {
+      EmbeddingForwardArgs f{DType::BF16, dIds, w, y, T, V, D};
+      report("embedding.fwd_4096x1024",
+             timeMs([&] { KS(embeddingForward(gCtx, f)); }), 0,
+             2.0 * T * D * 2);
+      EmbeddingBackwardArgs b{DType::BF16, dIds, dy, dw, T, V, D};
+      report("embedding.bwd_4096x1024_V248320",
+             timeMs([&] { KS(embeddingBackward(gCtx, b)); }), 0,
+             2.0 * T * D + 8.0 * T * D);
+    }
 
     // Chunked LM head + CE, forward+backward (the backward entry computes
     // the loss too): 3 GEMMs of 2*T*D*V each.
@@ -241,11 +265,50 @@ int main(int argc, char **argv) {
              flops / 3, 2.0 * V * D + 8.0 * T * V,
              ",\"workspace_mib\":" + std::to_string(wsb >> 20));
     }
+    {
+      // The LM head's three GEMMs alone at chunk 1024, as lmHeadCe issues
+      // them (fp32 logits, dh, dW += into the fp32 main grad): what the
+      // cross-entropy passes add is the difference to ce.fwd_bwd_chunk1024.
+      using namespace ap::kernels::cuda;
+      const int64_t chunk = 1024;
+      auto up = [](size_t b) { return (b + 255) / 256 * 256; };
+      char *ws = static_cast<char *>(gCtx.workspace);
+      void *logits = ws;
+      void *dl = ws + up(size_t(chunk) * V * 4);
+      void *gemmWs = ws + up(size_t(chunk) * V * 4) + up(size_t(chunk) * V * 2);
+      CK(cudaMemset(dl, 0, size_t(chunk) * V * 2));
+      GemmShape lg;
+      lg.transA = true;
+      lg.m = V, lg.n = chunk, lg.k = D;
+      lg.lda = D, lg.ldb = D, lg.ldd = V;
+      lg.dType = GemmType::F32;
+      GemmShape gh;
+      gh.m = D, gh.n = chunk, gh.k = V;
+      gh.lda = D, gh.ldb = V, gh.ldd = D;
+      GemmShape gw;
+      gw.transB = true;
+      gw.m = D, gw.n = V, gw.k = chunk;
+      gw.lda = D, gw.ldb = V, gw.ldd = D;
+      gw.dType = GemmType::F32;
+      gw.accumulate = true;
+      auto *hb = static_cast<char *>(h), *dhb = static_cast<char *>(dh);
+      report("ce.gemms_chunk1024",
+             timeMs(
+                 [&] {
+                   for (int64_t n0 = 0; n0 < T; n0 += chunk) {
+                     KS(gemm(gCtx, lg, w, hb + n0 * D * 2, logits, gemmWs));
+                     KS(gemm(gCtx, gh, w, dl, dhb + n0 * D * 2, gemmWs));
+                     KS(gemm(gCtx, gw, hb + n0 * D * 2, dl, dw, gemmWs));
+                   }
+                 },
+                 2, 7),
+             3 * 2.0 * T * D * V, 2.0 * V * D * 3 + 8.0 * V * D + 6.0 * T * V);
+    }
     for (void *p : {(void *)w, y, dy, dw, h, dh, (void *)dIds, (void *)loss,
                     (void *)count})
       CK(cudaFree(p));
   }
-  {
+  if (!ceOnly) {
     // Optimizer over 0.75B parameters (Qwen3.5-0.8B), one flat range.
     const int64_t n = 752'000'000;
     auto *p = static_cast<float *>(devAlloc(n * 4)),

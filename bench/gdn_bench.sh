@@ -8,6 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 case "${1:-run}" in
 build)
+  mkdir -p build-gdn
   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr \
     -Xptxas -v -I. bench/gdn_bench.cu kernels/cuda/gdn/gdn_chunk.cu \
     kernels/cuda/gdn/gdn_state.cu \
