@@ -678,22 +678,64 @@ __device__ __forceinline__ void lseMerge(float &m, float &s, float m2,
   m = mn;
 }
 
+/// Adds four logits to a running (max, sum of exp): the max of the four
+/// first, the sum rescaled once if it grew, then their exps in order. A NaN
+/// logit makes the sum NaN (its exp is NaN whatever the max).
+__device__ __forceinline__ void lseAdd4(float &m, float &s, float4 x) {
+  float mx = fmaxf(fmaxf(x.x, x.y), fmaxf(x.z, x.w));
+  if (mx > m) {
+    s = s * expf(m - mx);
+    m = mx;
+  }
+  s += expf(x.x - m);
+  s += expf(x.y - m);
+  s += expf(x.z - m);
+  s += expf(x.w - m);
+}
+
+/// Whether a row of `vocab` fp32 logits at l can be read as float4 (and its
+/// bf16 gradient row written as 4-element groups): every row of the chunk
+/// then starts 16-byte aligned, since rows are vocab * 4 bytes apart.
+__device__ __forceinline__ bool ceRowVectors(const float *l, int64_t vocab) {
+  return vocab % 4 == 0 && reinterpret_cast<uintptr_t>(l) % 16 == 0;
+}
+
 /// The running (max, sum of exp) of one row l[0, vocab) in a fixed order: each
-/// thread over its strided slice, then the lanes of a warp pairwise in lane
-/// order, then the warps in order by thread 0, which alone calls
-/// finish(max, sum). Every thread of the block must call it.
+/// thread over its strided slice (where the row is float4-aligned, groups of
+/// four consecutive logits, four groups loaded before any is added so that
+/// enough bytes are in flight; otherwise element by element), then the lanes
+/// of a warp pairwise in lane order, then the warps in order by thread 0,
+/// which alone calls finish(max, sum). The path depends on the shape and
+/// alignment only, so a row's bits do not change between calls. Every
+/// thread of the block must call it.
 template <class Finish>
 __device__ __forceinline__ void ceRowStats(const float *l, int64_t vocab,
                                            Finish &&finish) {
   __shared__ float sm[kCeThreads / 32], ss[kCeThreads / 32];
   float m = -INFINITY, s = 0.f;
-  for (int64_t v = threadIdx.x; v < vocab; v += kCeThreads) {
-    float x = l[v];
-    if (x > m) {
-      s = s * expf(m - x) + 1.0f;
-      m = x;
-    } else {
-      s += expf(x - m);
+  if (ceRowVectors(l, vocab)) {
+    const float4 *l4 = reinterpret_cast<const float4 *>(l);
+    const int64_t n4 = vocab / 4;
+    int64_t v = threadIdx.x;
+    for (; v + 3 * kCeThreads < n4; v += 4 * kCeThreads) {
+      float4 a = l4[v], b = l4[v + kCeThreads], c = l4[v + 2 * kCeThreads],
+             d = l4[v + 3 * kCeThreads];
+      lseAdd4(m, s, a);
+      lseAdd4(m, s, b);
+      lseAdd4(m, s, c);
+      lseAdd4(m, s, d);
+    }
+    for (; v < n4; v += kCeThreads)
+      lseAdd4(m, s, l4[v]);
+  } else {
+    for (int64_t v = threadIdx.x; v < vocab; v += kCeThreads) {
+      float x = l[v];
+      if (x > m) {
+        s = s * expf(m - x) + 1.0f;
+        m = x;
+      } else {
+        s += expf(x - m);
+      }
     }
   }
 #pragma unroll
@@ -795,26 +837,56 @@ __global__ void ceMergeKernel(const float *gathered, int32_t ranks,
   }
 }
 
+/// One logit's gradient: scale * (softmax - onehot), 0 for ignored tokens.
+__device__ __forceinline__ float ceGradValue(float logit, float ls, bool hot,
+                                             bool valid, float scale) {
+  return valid ? scale * (expf(logit - ls) - (hot ? 1.0f : 0.0f)) : 0.f;
+}
+
 /// dlogits (bf16) = scale * (softmax - onehot), 0 for ignored tokens. Rows
 /// stride by gridDim.y (at most ceGradGridRows), so a chunk of more rows than
-/// grid.y holds is covered; every element is computed alone, so the stride
-/// changes no bit. Column v is the table's row v + vocabOffset (0 unless the
-/// vocabulary is split); labels are valid in [0, labelBound).
+/// grid.y holds is covered. Where the rows are float4-aligned a thread takes
+/// groups of four logits (one 16-byte load, one 8-byte store), else single
+/// logits; every element is computed alone, so neither the stride nor the
+/// path changes a bit. Column v is the table's row v + vocabOffset (0 unless
+/// the vocabulary is split); labels are valid in [0, labelBound).
 __global__ void ceGradKernel(const float *logits, const int32_t *labels,
                              const float *lse, bf *dl, int64_t rows,
                              int64_t vocab, int32_t ignoreIndex, float scale,
                              int64_t rowBase, int64_t vocabOffset,
                              int64_t labelBound) {
+  const bool vectors =
+      ceRowVectors(logits, vocab) && reinterpret_cast<uintptr_t>(dl) % 8 == 0;
+  const int64_t step = int64_t(gridDim.x) * blockDim.x;
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
     int32_t lab = labels[rowBase + r];
     bool valid = lab != ignoreIndex && lab >= 0 && lab < labelBound;
     float ls = lse[r];
-    for (int64_t v = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; v < vocab;
-         v += int64_t(gridDim.x) * blockDim.x) {
-      float g = valid ? scale * (expf(logits[r * vocab + v] - ls) -
-                                 (v + vocabOffset == lab ? 1.0f : 0.0f))
-                      : 0.f;
-      dl[r * vocab + v] = st(g);
+    // The label's column in this rank's block (may be outside it).
+    const int64_t hot = int64_t(lab) - vocabOffset;
+    if (vectors) {
+      const float4 *l4 = reinterpret_cast<const float4 *>(logits + r * vocab);
+      uint2 *d4 = reinterpret_cast<uint2 *>(dl + r * vocab);
+      for (int64_t q = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+           q < vocab / 4; q += step) {
+        float4 x = l4[q];
+        const int64_t v = 4 * q;
+        __nv_bfloat162 lo = __floats2bfloat162_rn(
+            ceGradValue(x.x, ls, v == hot, valid, scale),
+            ceGradValue(x.y, ls, v + 1 == hot, valid, scale));
+        __nv_bfloat162 hi = __floats2bfloat162_rn(
+            ceGradValue(x.z, ls, v + 2 == hot, valid, scale),
+            ceGradValue(x.w, ls, v + 3 == hot, valid, scale));
+        uint2 packed;
+        packed.x = *reinterpret_cast<uint32_t *>(&lo);
+        packed.y = *reinterpret_cast<uint32_t *>(&hi);
+        d4[q] = packed;
+      }
+    } else {
+      for (int64_t v = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+           v < vocab; v += step)
+        dl[r * vocab + v] =
+            st(ceGradValue(logits[r * vocab + v], ls, v == hot, valid, scale));
     }
   }
 }
@@ -1270,7 +1342,11 @@ static Status lmHeadCe(const KernelContext &ctx,
     AP_CUDA_CHECK_LAUNCH(ceSumKernel);
     if (!dh && !dW)
       continue;
-    dim3 grid(unsigned(std::min<int64_t>((V + 1023) / 1024, 64)),
+    // Columns per thread pass: groups of four where the rows are aligned
+    // (the kernel decides; a grid sized for groups still covers single
+    // logits, with more passes).
+    const int64_t items = V % 4 == 0 ? V / 4 : V;
+    dim3 grid(unsigned(std::min<int64_t>((items + 1023) / 1024, 64)),
               unsigned(ref::ceGradGridRows(cn)));
     ceGradKernel<<<grid, 1024, 0, stream>>>(
         logits, a.labels, lseChunk, dl, cn, V, a.ignoreIndex,

@@ -1088,6 +1088,29 @@ TEST_F(DenseCuda, CrossEntropyFullVocabVsReference) {
   crossEntropyVsReference(a, h, w, labels);
 }
 
+TEST_F(DenseCuda, CrossEntropyOddVocabVsReference) {
+  // A vocabulary that is not a multiple of 4 takes the element-by-element
+  // row statistics and gradient (the aligned shapes read groups of four):
+  // labels at both ends of the rows and between, one ignored, chunk 16 over
+  // 37 tokens.
+  const int64_t N = 37, D = 256, V = 50257;
+  auto h = randBf16(N * D, 72), w = randBf16(V * D, 73, 0.05f);
+  std::vector<int32_t> labels(N);
+  for (int64_t n = 0; n < N; ++n)
+    labels[n] = int32_t((n * 104729) % V);
+  labels[1] = 0;
+  labels[2] = int32_t(V - 1);
+  labels[5] = -100;
+  LmHeadCrossEntropyArgs a;
+  a.dtype = DType::BF16;
+  a.tokens = N;
+  a.dim = D;
+  a.vocab = V;
+  a.chunkTokens = 16;
+  a.gradScale = 1.0 / 36;
+  crossEntropyVsReference(a, h, w, labels);
+}
+
 TEST_F(DenseCuda, CrossEntropyQwenShapeDeterministic) {
   const int64_t N = kT, D = kD, V = kV;
   auto h = randBf16(N * D, 80), w = randBf16(V * D, 81, 0.05f);
