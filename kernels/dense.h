@@ -336,7 +336,8 @@ struct LmHeadCrossEntropyArgs {
 /// rank (group.ranks is read; the rest of the group need not be filled).
 size_t lmHeadCrossEntropyWorkspaceBytes(Backend backend,
                                         const LmHeadCrossEntropyArgs &args);
-/// The chunk buffers alone (fp32 logits, bf16 dlogits, per-token state):
+/// The chunk buffers alone (bf16 logits, overwritten by the bf16 dlogits;
+/// per-token state):
 /// lmHeadCrossEntropyWorkspaceBytes less linearWorkspaceBytes, for a memory
 /// plan that reserves the GEMM workspace once for every GEMM.
 size_t

@@ -71,9 +71,9 @@ size_t lmHeadCrossEntropyChunkWorkspaceBytes(Backend backend,
   int64_t c = std::min(a.chunkTokens, a.tokens);
   if (c <= 0)
     return 0;
-  // fp32 logits, bf16 dlogits, per-token loss, valid flag and lse.
-  size_t bytes = add(add(align256(mul(count(c), count(a.vocab), 4)),
-                         align256(mul(count(c), count(a.vocab), 2))),
+  // bf16 logits (overwritten by their gradient), per-token loss, valid flag
+  // and lse.
+  size_t bytes = add(align256(mul(count(c), count(a.vocab), 2)),
                      align256(mul(count(c), 12)));
   // A split vocabulary: the fp32 statistics sent and the ranks' gathered.
   if (a.group.ranks > 1) {

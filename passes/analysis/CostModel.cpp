@@ -773,8 +773,8 @@ OpCost CostModel::cost(Operation *op) const {
             double N = numel(l.getLabels());
             double V = dim(l.getWeight(), 0), D = dim(l.getWeight(), 1);
             c.flops = 2 * N * V * D;
-            // fp32 logits written and read back for the log-sum-exp.
-            c.bytes = operandAndResultBytes(op) + N * V * 8;
+            // bf16 logits written and read back for the log-sum-exp.
+            c.bytes = operandAndResultBytes(op) + N * V * 4;
             return true;
           })
           .Case<LMHeadCrossEntropyGradOp, LMHeadCrossEntropyWithGradOp>(
@@ -787,10 +787,11 @@ OpCost CostModel::cost(Operation *op) const {
                 // dW += dlogits^T hidden.
                 bool dW = static_cast<bool>(l.getWeightGradAttr());
                 c.flops = (dW ? 6 : 4) * N * V * D;
-                // fp32 logits written and read, bf16 dlogits written and
-                // read by each gradient GEMM.
+                // bf16 logits written and read twice (statistics,
+                // gradient), the bf16 dlogits written over them and read by
+                // each gradient GEMM.
                 c.bytes =
-                    operandAndResultBytes(op) + N * V * (8 + 2 + (dW ? 4 : 2));
+                    operandAndResultBytes(op) + N * V * (6 + 2 + (dW ? 4 : 2));
                 if (dW)
                   c.bytes += mainGradBytes(l.getWeight());
                 return true;

@@ -15,33 +15,33 @@
 // reloaded %a and the kept %u right before the down projection's backward.
 //
 // Constants: params 8192 + 3 x 4096 = 20480; 10240 trainable elements:
-// grads 40960, optimizer 122880; sum 184320. LM-head workspace 25344.
+// grads 40960, optimizer 122880; sum 184320. LM-head workspace 8960.
 //
 // Unplaced (offload, reload, wait and the clone gone; the down projection's
 // backward reads %m, the SwiGLU backward %a): the peak is the LM-head
 // backward (#10 there) with tokens and labels 512, %h 8192, %a 4096, %u 4096,
 // %m 4096, %b 8192, loss and count 8, lse 256 and %db 8192 = 37640 bytes of
-// activations: 184320 + 37640 + 25344 = 247304.
+// activations: 184320 + 37640 + 8960 = 230920.
 //
 // Placed: %a left the device after the SwiGLU (#7, its last forward read;
 // its 0.074 us D2H ended at 8.083 us, before the SwiGLU started at 12.012)
 // and comes back at the reload (#12); the forward %m is dead after the down
 // projection (#9) and comes back with the clone (#14). The LM-head backward
 // (#11) is the placed peak: 37640 - 4096 - 4096 = 29448 of activations,
-// 184320 + 29448 + 25344 = 239112. The difference, 8192 bytes, is exactly
+// 184320 + 29448 + 8960 = 222728. The difference, 8192 bytes, is exactly
 // %a and %m.
-// TEXT: predicted device peak: 247304 -> 239112 bytes
-// TEXT: predicted device bytes at the placed peak #11 train.lm_head_cross_entropy_grad (model.lm_head): before 247304 (at #10 train.lm_head_cross_entropy_grad (model.lm_head)) -> after 239112 bytes, difference 8192 = off the device 8192 bytes (2 values) + other terms 0 bytes + unaccounted 0 bytes
+// TEXT: predicted device peak: 230920 -> 222728 bytes
+// TEXT: predicted device bytes at the placed peak #11 train.lm_head_cross_entropy_grad (model.lm_head): before 230920 (at #10 train.lm_head_cross_entropy_grad (model.lm_head)) -> after 222728 bytes, difference 8192 = off the device 8192 bytes (2 values) + other terms 0 bytes + unaccounted 0 bytes
 // TEXT-NEXT: off the device: #3 train.linear#0 | L0.mlp_fc1 | 4096 bytes | offloaded | left after #7 train.swiglu (L0.mlp_act) | back at #12 train.reload (L0.mlp_act)
 // TEXT-NEXT: off the device: #6 train.swiglu#0 | L0.mlp_act | 4096 bytes | recomputed | left after #9 train.linear (L0.mlp_fc2) | back at #14 train.swiglu (L0.mlp_act)
 // The unplaced step peaks at the same op.
-// TEXT-NEXT: predicted device bytes at the unplaced peak #11 train.lm_head_cross_entropy_grad (model.lm_head): before 247304 (at #10 train.lm_head_cross_entropy_grad (model.lm_head)) -> after 239112 bytes, difference 8192 = off the device 8192 bytes (2 values) + other terms 0 bytes + unaccounted 0 bytes
+// TEXT-NEXT: predicted device bytes at the unplaced peak #11 train.lm_head_cross_entropy_grad (model.lm_head): before 230920 (at #10 train.lm_head_cross_entropy_grad (model.lm_head)) -> after 222728 bytes, difference 8192 = off the device 8192 bytes (2 values) + other terms 0 bytes + unaccounted 0 bytes
 // TEXT-NOT: other term:
 
 // JSON: "peak_points": {
 // JSON-NEXT: "placed_peak": {
-// JSON-NEXT: "bytes_after": 239112,
-// JSON-NEXT: "bytes_before": 247304,
+// JSON-NEXT: "bytes_after": 222728,
+// JSON-NEXT: "bytes_before": 230920,
 // JSON-NEXT: "difference_bytes": 8192,
 // JSON-NEXT: "gap_after_op_before": null,
 // JSON-NEXT: "off_device": [
@@ -73,7 +73,7 @@
 
 // The same values from the placed step alone (MemoryTimeline::offDeviceAt),
 // named by their points in it.
-// TIMELINE: peak: 239112 bytes (0.23 MiB) at train.lm_head_cross_entropy_grad #11
+// TIMELINE: peak: 222728 bytes (0.21 MiB) at train.lm_head_cross_entropy_grad #11
 // TIMELINE: off the device at peak: 8192 bytes in 2 values
 // TIMELINE-NEXT: train.linear #3#0 L0.mlp_fc1 4096 offloaded left after #7 back at #12
 // TIMELINE-NEXT: train.swiglu #7#0 L0.mlp_act 4096 recomputed left after #9 back at #14
@@ -83,9 +83,9 @@
 // when its reload's buffer is allocated (#11): at the LM-head backward (#12)
 // it is held twice. Only %m is off the device (+4096); the second copy of
 // %a is named as another term (-4096); the placed peak equals the unplaced
-// one, 184320 + 37640 + 25344 = 247304.
-// EARLY: predicted device peak: 247304 -> 247304 bytes
-// EARLY: predicted device bytes at the placed peak #12 train.lm_head_cross_entropy_grad (model.lm_head): before 247304 (at #10 train.lm_head_cross_entropy_grad (model.lm_head)) -> after 247304 bytes, difference 0 = off the device 4096 bytes (1 values) + other terms -4096 bytes + unaccounted 0 bytes
+// one, 184320 + 37640 + 8960 = 230920.
+// EARLY: predicted device peak: 230920 -> 230920 bytes
+// EARLY: predicted device bytes at the placed peak #12 train.lm_head_cross_entropy_grad (model.lm_head): before 230920 (at #10 train.lm_head_cross_entropy_grad (model.lm_head)) -> after 230920 bytes, difference 0 = off the device 4096 bytes (1 values) + other terms -4096 bytes + unaccounted 0 bytes
 // EARLY-NEXT: off the device: #6 train.swiglu#0 | L0.mlp_act | 4096 bytes | recomputed | left after #9 train.linear (L0.mlp_fc2) | back at #14 train.swiglu (L0.mlp_act)
 // EARLY-NEXT: other term: reloaded before the original left | #3 train.linear#0 | L0.mlp_fc1 | -4096 bytes
 

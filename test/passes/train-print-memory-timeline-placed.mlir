@@ -11,13 +11,13 @@
 //
 // Constants: params 8192 + 4096 + 4096 = 16384; 8192 trainable elements:
 // grads 4 * 8192 = 32768, optimizer 12 * 8192 = 98304; sum 147456.
-// LM-head workspace (c = 64 tokens, V = 64): 16384 + 8192 + 768 = 25344.
+// LM-head workspace (c = 64 tokens, V = 64): bf16 logits 8192 + 768 = 8960.
 //
 // keep: at the LM-head backward (#7) live are the tokens and labels
 // (256 + 256), %h 8192, %a 4096, %b 8192, loss and count 8, lse 256,
-// %db 8192 = 29448; total 147456 + 29448 + 25344 = 202248.
+// %db 8192 = 29448; total 147456 + 29448 + 8960 = 185864.
 // KEEP: activations max: 29448 bytes
-// KEEP: peak: 202248 bytes (0.19 MiB) at train.lm_head_cross_entropy_grad #7
+// KEEP: peak: 185864 bytes (0.18 MiB) at train.lm_head_cross_entropy_grad #7
 // KEEP: activation peak: 29448 bytes (0.03 MiB) at train.lm_head_cross_entropy_grad #7
 // KEEP-NEXT: activations at peak by scope:
 // KEEP-NEXT:   inputs 512
@@ -35,7 +35,7 @@
 // 29448 - 4096 = 25352 (and the reload region, 256 + 8192 + 8 + 8192 +
 // 4096 + 4096 = 24840 at #11, stays below it).
 // PLACED: pinned host max: 4096 bytes
-// PLACED: peak: 198152 bytes (0.19 MiB) at train.lm_head_cross_entropy_grad #8
+// PLACED: peak: 181768 bytes (0.17 MiB) at train.lm_head_cross_entropy_grad #8
 // PLACED: activation peak: 25352 bytes (0.02 MiB) at train.lm_head_cross_entropy_grad #8
 // PLACED-NEXT: activations at peak by scope:
 // PLACED-NEXT:   inputs 512
@@ -44,10 +44,10 @@
 // PLACED-NEXT:   model.lm_head 8456
 // The reload is issued where it stands, right before its wait, so the whole
 // H2D (0.074 us) is exposed. Busy time: embedding 4.00416, linears 4.004096
-// each, LM head 4.012418 (49672 bytes), its grad 4.0288 (115200 bytes),
-// linear_grads 4.009216 and 4.01024, embedding_grad 4.010304 = 32.083 us.
-// PLACED-NEXT: body time: 32.158 us (busy 32.083 us, exposed 0.074 us)
-// PLACED-NEXT: copies: d2h 1 x 4096 bytes in 0.074 us, h2d 1 x 4096 bytes in 0.074 us, last copy ends at 20.128 us
+// each, LM head 4.008322 (33288 bytes), its grad 4.026752 (107008 bytes),
+// linear_grads 4.009216 and 4.01024, embedding_grad 4.010304 = 32.077 us.
+// PLACED-NEXT: body time: 32.152 us (busy 32.077 us, exposed 0.074 us)
+// PLACED-NEXT: copies: d2h 1 x 4096 bytes in 0.074 us, h2d 1 x 4096 bytes in 0.074 us, last copy ends at 20.122 us
 // PLACED-NEXT: exposed L0.mlp_fc1 0.074 us
 
 // PLACED-OPS: #3 train.linear L0.mlp_fc1 total=160256 act=12800 ws=0 host=0
@@ -56,22 +56,22 @@
 // PLACED-OPS-NEXT: #5 train.param_ref - total=160256 act=12800 ws=0 host=4096
 // PLACED-OPS-NEXT: #6 train.linear L0.mlp_fc2 total=168448 act=20992 ws=0 host=4096
 // %a is gone from here on: 512 + 8192 + 8192 + 8 + 256.
-// PLACED-OPS-NEXT: #7 train.lm_head_cross_entropy model.lm_head total=189960 act=17160 ws=25344 host=4096
-// PLACED-OPS-NEXT: #8 train.lm_head_cross_entropy_grad model.lm_head total=198152 act=25352 ws=25344 host=4096
+// PLACED-OPS-NEXT: #7 train.lm_head_cross_entropy model.lm_head total=173576 act=17160 ws=8960 host=4096
+// PLACED-OPS-NEXT: #8 train.lm_head_cross_entropy_grad model.lm_head total=181768 act=25352 ws=8960 host=4096
 // The reload's buffer: 256 + 8192 + 8 + 8192 + 4096.
-// PLACED-OPS-NEXT: #9 train.reload L0.mlp_fc1 total=168200 act=20744 ws=0 host=4096 flops=0 bytes=0 dur=0.000 start=20.054{{$}}
+// PLACED-OPS-NEXT: #9 train.reload L0.mlp_fc1 total=168200 act=20744 ws=0 host=4096 flops=0 bytes=0 dur=0.000 start=20.047{{$}}
 // The pinned slot is free once the H2D has ended (before the wait resumes).
-// PLACED-OPS-NEXT: #10 train.wait L0.mlp_fc1 total=168200 act=20744 ws=0 host=0 flops=0 bytes=0 dur=0.000 start=20.128 stall=0.074{{$}}
+// PLACED-OPS-NEXT: #10 train.wait L0.mlp_fc1 total=168200 act=20744 ws=0 host=0 flops=0 bytes=0 dur=0.000 start=20.122 stall=0.074{{$}}
 // PLACED-OPS-NEXT: #11 train.linear_grad L0.mlp_fc2 total=172296 act=24840 ws=0 host=0
 // PLACED-OPS: copy d2h L0.mlp_fc1 #4 bytes=4096 issue=8.008 start=8.008 end=8.083
-// PLACED-OPS-NEXT: copy h2d L0.mlp_fc1 #9 bytes=4096 issue=20.054 start=20.054 end=20.128
+// PLACED-OPS-NEXT: copy h2d L0.mlp_fc1 #9 bytes=4096 issue=20.047 start=20.047 end=20.122
 
-// early: the H2D (issued at 16.025 us) ends under the LM-head backward, so
+// early: the H2D (issued at 16.021 us) ends under the LM-head backward, so
 // nothing is exposed, but %a is back on the device during that op: the peak
 // is the keep peak again.
-// EARLY: peak: 202248 bytes (0.19 MiB) at train.lm_head_cross_entropy_grad #9
+// EARLY: peak: 185864 bytes (0.18 MiB) at train.lm_head_cross_entropy_grad #9
 // EARLY: activation peak: 29448 bytes (0.03 MiB) at train.lm_head_cross_entropy_grad #9
-// EARLY: body time: 32.083 us (busy 32.083 us, exposed 0.000 us)
+// EARLY: body time: 32.077 us (busy 32.077 us, exposed 0.000 us)
 // EARLY-NOT: {{^}}exposed
 
 //--- keep.mlir

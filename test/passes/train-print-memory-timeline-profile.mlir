@@ -37,11 +37,11 @@
 
 // The three LM-head ops run the same kernels: a profile timed on the fused
 // loss (a scale for lm_head_cross_entropy_with_grad only) scales the
-// two-op form here too, 3 x 4.012 and 3 x 4.029 us; other ops keep
+// two-op form here too, 3 x 4.008 and 3 x 4.027 us; other ops keep
 // computeScale 1 (fc1 4.004 us).
 // LMHEAD: #3 train.linear L0.mlp_fc1 {{.*}} dur=4.004 start=4.004{{$}}
-// LMHEAD: #10 train.lm_head_cross_entropy model.lm_head {{.*}} dur=12.037 start=
-// LMHEAD-NEXT: #11 train.lm_head_cross_entropy_grad model.lm_head {{.*}} dur=12.086 start=
+// LMHEAD: #10 train.lm_head_cross_entropy model.lm_head {{.*}} dur=12.025 start=
+// LMHEAD-NEXT: #11 train.lm_head_cross_entropy_grad model.lm_head {{.*}} dur=12.080 start=
 
 // slow-link: every kernel takes exactly 1 us (launch latency; FLOP and
 // memory rates too high to matter) and the link moves 1e9 B/s one way,

@@ -18,20 +18,20 @@
 //   %ls, %n 4 + 4      [#4, #8] (yielded)   %lse 1x8xf32 32 [#4, #5]
 //   %dy 256 [#5, #6]   %dh 256 [#6, #7]
 // Workspace of the LM head ops (chunk c = min(4, 8) = 4 tokens, V = 32):
-//   align256(4*32*4) + align256(4*32*2) + align256(4*12) = 512 + 256 + 256
-//   = 1024 at #4 and #5.
-// Peak: #5 = 13888 + (64 + 256 + 256 + 8 + 32 + 256) + 1024 = 13888 + 872
-// + 1024 = 15784.
+//   align256(4*32*2) (bf16 logits, overwritten by their gradient)
+//   + align256(4*12) = 256 + 256 = 512 at #4 and #5.
+// Peak: #5 = 13888 + (64 + 256 + 256 + 8 + 32 + 256) + 512 = 13888 + 872
+// + 512 = 15272.
 
 // CHECK: memory timeline of @train_step: 15 ops, body #0..#8, 2 microbatches
 // CHECK: params: 1600 bytes (0.00 MiB)
 // CHECK-NEXT: grads: 3072 bytes
 // CHECK-NEXT: optimizer: 9216 bytes
 // CHECK-NEXT: activations max: 872 bytes
-// CHECK-NEXT: workspace max: 1024 bytes
+// CHECK-NEXT: workspace max: 512 bytes
 // CHECK-NEXT: pinned host max: 0 bytes
-// CHECK-NEXT: peak: 15784 bytes (0.02 MiB) at train.lm_head_cross_entropy_grad #5
-// CHECK-NEXT: peak breakdown: params=1600 grads=3072 optimizer=9216 activations=872 workspace=1024
+// CHECK-NEXT: peak: 15272 bytes (0.01 MiB) at train.lm_head_cross_entropy_grad #5
+// CHECK-NEXT: peak breakdown: params=1600 grads=3072 optimizer=9216 activations=872 workspace=512
 // CHECK-NEXT: activation peak: 872 bytes (0.00 MiB) at train.lm_head_cross_entropy_grad #5
 // CHECK-NEXT: activations at peak by scope:
 // CHECK-NEXT:   inputs 64
@@ -39,9 +39,9 @@
 // CHECK-NEXT:   model.embedding 256
 // CHECK-NEXT:   model.lm_head 296
 // Six kernels of 4 us launch latency each; all are memory-bound here:
-// 18888 bytes / 4e12 B/s = 0.0047 us. After the loop five launches and
-// 9216 + 4 + 17408 + 8704 + 12 bytes; step = 2 * 24.0047 + 20.0088.
-// CHECK-NEXT: body time: 24.005 us (busy 24.005 us, exposed 0.000 us)
+// 17352 bytes / 4e12 B/s = 0.0043 us. After the loop five launches and
+// 9216 + 4 + 17408 + 8704 + 12 bytes; step = 2 * 24.0043 + 20.0088.
+// CHECK-NEXT: body time: 24.004 us (busy 24.004 us, exposed 0.000 us)
 // CHECK-NEXT: copies: d2h 0 x 0 bytes in 0.000 us, h2d 0 x 0 bytes in 0.000 us, last copy ends at 0.000 us
 // CHECK-NEXT: step time: 68.018 us (2 x body + 20.009 us after the loop)
 // CHECK-NOT: #0
@@ -51,8 +51,8 @@
 // = 8192; embedding_grad one add per element of dh = 128; finalize_grads
 // 3 * 768; adamw 12 * numel.
 // Bytes: embedding 32 + 2*256; linear 256 + 512 + 256; LM head operands and
-// results 256 + 1024 + 32 + 4 + 4 + 32 plus fp32 logits 8*N*V = 2048;
-// its grad 256 + 1024 + 32 + 32 + 256 + N*V*14 = 3584 + main grad 8*512;
+// results 256 + 1024 + 32 + 4 + 4 + 32 plus bf16 logits 4*N*V = 1024;
+// its grad 256 + 1024 + 32 + 32 + 256 + N*V*12 = 3072 + main grad 8*512;
 // linear_grad dy 256 + W 512 + dx 256 + x 256 + main grad 8*256;
 // embedding_grad 32 + 256 + 8*128; finalize_grads 12*768;
 // adamw numel*(24 + 4 + 4 + 2).
@@ -60,11 +60,11 @@
 // PEROP-NEXT: #1 train.embedding model.embedding total=14208 act=320 ws=0 host=0 flops=0 bytes=544 dur=4.000 start=0.000{{$}}
 // PEROP-NEXT: #2 train.param_ref - total=14208 act=320 ws=0 host=0 flops=0 bytes=0 dur=0.000 start=4.000{{$}}
 // PEROP-NEXT: #3 train.linear L0.mlp_fc1 total=14464 act=576 ws=0 host=0 flops=4096 bytes=1024 dur=4.000 start=4.000{{$}}
-// PEROP-NEXT: #4 train.lm_head_cross_entropy model.lm_head total=15528 act=616 ws=1024 host=0 flops=8192 bytes=3400 dur=4.001 start=8.000{{$}}
-// PEROP-NEXT: #5 train.lm_head_cross_entropy_grad model.lm_head total=15784 act=872 ws=1024 host=0 flops=24576 bytes=9280 dur=4.002 start=12.001{{$}}
-// PEROP-NEXT: #6 train.linear_grad L0.mlp_fc1 total=14696 act=808 ws=0 host=0 flops=8192 bytes=3328 dur=4.001 start=16.004{{$}}
+// PEROP-NEXT: #4 train.lm_head_cross_entropy model.lm_head total=15016 act=616 ws=512 host=0 flops=8192 bytes=2376 dur=4.001 start=8.000{{$}}
+// PEROP-NEXT: #5 train.lm_head_cross_entropy_grad model.lm_head total=15272 act=872 ws=512 host=0 flops=24576 bytes=8768 dur=4.002 start=12.001{{$}}
+// PEROP-NEXT: #6 train.linear_grad L0.mlp_fc1 total=14696 act=808 ws=0 host=0 flops=8192 bytes=3328 dur=4.001 start=16.003{{$}}
 // PEROP-NEXT: #7 train.embedding_grad model.embedding total=14184 act=296 ws=0 host=0 flops=128 bytes=1312 dur=4.000 start=20.004{{$}}
-// PEROP-NEXT: #8 train.yield - total=13896 act=8 ws=0 host=0 flops=0 bytes=0 dur=0.000 start=24.005{{$}}
+// PEROP-NEXT: #8 train.yield - total=13896 act=8 ws=0 host=0 flops=0 bytes=0 dur=0.000 start=24.004{{$}}
 // PEROP-NEXT: #9 train.finalize_grads - total=13888 act=0 ws=0 host=0 flops=2304 bytes=9216 dur=4.002{{$}}
 // PEROP-NEXT: #10 train.lr_schedule - total=13888 act=0 ws=0 host=0 flops=0 bytes=4 dur=4.000{{$}}
 // PEROP-NEXT: #11 train.adamw - total=13888 act=0 ws=0 host=0 flops=6144 bytes=17408 dur=4.004{{$}}

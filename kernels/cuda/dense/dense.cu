@@ -678,58 +678,73 @@ __device__ __forceinline__ void lseMerge(float &m, float &s, float m2,
   m = mn;
 }
 
-/// Adds four logits to a running (max, sum of exp): the max of the four
+/// Eight bf16 logits from one 16-byte load, as floats.
+__device__ __forceinline__ void ceUnpack8(uint4 q, float (&x)[8]) {
+  const uint32_t w[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    __nv_bfloat162 t = *reinterpret_cast<const __nv_bfloat162 *>(&w[k]);
+    x[2 * k] = __low2float(t);
+    x[2 * k + 1] = __high2float(t);
+  }
+}
+
+/// Adds eight logits to a running (max, sum of exp): the max of the eight
 /// first, the sum rescaled once if it grew, then their exps in order. A NaN
 /// logit makes the sum NaN (its exp is NaN whatever the max).
-__device__ __forceinline__ void lseAdd4(float &m, float &s, float4 x) {
-  float mx = fmaxf(fmaxf(x.x, x.y), fmaxf(x.z, x.w));
+__device__ __forceinline__ void lseAdd8(float &m, float &s, uint4 q) {
+  float x[8];
+  ceUnpack8(q, x);
+  float mx = x[0];
+#pragma unroll
+  for (int k = 1; k < 8; ++k)
+    mx = fmaxf(mx, x[k]);
   if (mx > m) {
     s = s * expf(m - mx);
     m = mx;
   }
-  s += expf(x.x - m);
-  s += expf(x.y - m);
-  s += expf(x.z - m);
-  s += expf(x.w - m);
+#pragma unroll
+  for (int k = 0; k < 8; ++k)
+    s += expf(x[k] - m);
 }
 
-/// Whether a row of `vocab` fp32 logits at l can be read as float4 (and its
-/// bf16 gradient row written as 4-element groups): every row of the chunk
-/// then starts 16-byte aligned, since rows are vocab * 4 bytes apart.
-__device__ __forceinline__ bool ceRowVectors(const float *l, int64_t vocab) {
-  return vocab % 4 == 0 && reinterpret_cast<uintptr_t>(l) % 16 == 0;
+/// Whether a row of `vocab` bf16 logits at l can be read (and its gradient
+/// written) eight elements at a time: every row of the chunk then starts
+/// 16-byte aligned, since rows are vocab * 2 bytes apart.
+__device__ __forceinline__ bool ceRowVectors(const bf *l, int64_t vocab) {
+  return vocab % 8 == 0 && reinterpret_cast<uintptr_t>(l) % 16 == 0;
 }
 
-/// The running (max, sum of exp) of one row l[0, vocab) in a fixed order: each
-/// thread over its strided slice (where the row is float4-aligned, groups of
-/// four consecutive logits, four groups loaded before any is added so that
-/// enough bytes are in flight; otherwise element by element), then the lanes
-/// of a warp pairwise in lane order, then the warps in order by thread 0,
-/// which alone calls finish(max, sum). The path depends on the shape and
-/// alignment only, so a row's bits do not change between calls. Every
-/// thread of the block must call it.
+/// The running (max, sum of exp) of one row l[0, vocab) of bf16 logits in a
+/// fixed order: each thread over its strided slice (where the row is
+/// 16-byte aligned, groups of eight consecutive logits, four groups loaded
+/// before any is added so that enough bytes are in flight; otherwise element
+/// by element), then the lanes of a warp pairwise in lane order, then the
+/// warps in order by thread 0, which alone calls finish(max, sum). The path
+/// depends on the shape and alignment only, so a row's bits do not change
+/// between calls. Every thread of the block must call it.
 template <class Finish>
-__device__ __forceinline__ void ceRowStats(const float *l, int64_t vocab,
+__device__ __forceinline__ void ceRowStats(const bf *l, int64_t vocab,
                                            Finish &&finish) {
   __shared__ float sm[kCeThreads / 32], ss[kCeThreads / 32];
   float m = -INFINITY, s = 0.f;
   if (ceRowVectors(l, vocab)) {
-    const float4 *l4 = reinterpret_cast<const float4 *>(l);
-    const int64_t n4 = vocab / 4;
+    const uint4 *l8 = reinterpret_cast<const uint4 *>(l);
+    const int64_t n8 = vocab / 8;
     int64_t v = threadIdx.x;
-    for (; v + 3 * kCeThreads < n4; v += 4 * kCeThreads) {
-      float4 a = l4[v], b = l4[v + kCeThreads], c = l4[v + 2 * kCeThreads],
-             d = l4[v + 3 * kCeThreads];
-      lseAdd4(m, s, a);
-      lseAdd4(m, s, b);
-      lseAdd4(m, s, c);
-      lseAdd4(m, s, d);
+    for (; v + 3 * kCeThreads < n8; v += 4 * kCeThreads) {
+      uint4 a = l8[v], b = l8[v + kCeThreads], c = l8[v + 2 * kCeThreads],
+            d = l8[v + 3 * kCeThreads];
+      lseAdd8(m, s, a);
+      lseAdd8(m, s, b);
+      lseAdd8(m, s, c);
+      lseAdd8(m, s, d);
     }
-    for (; v < n4; v += kCeThreads)
-      lseAdd4(m, s, l4[v]);
+    for (; v < n8; v += kCeThreads)
+      lseAdd8(m, s, l8[v]);
   } else {
     for (int64_t v = threadIdx.x; v < vocab; v += kCeThreads) {
-      float x = l[v];
+      float x = ld(l + v);
       if (x > m) {
         s = s * expf(m - x) + 1.0f;
         m = x;
@@ -780,16 +795,16 @@ __device__ __forceinline__ void ceRowOutputs(float lse, float labelLogit,
 }
 
 /// One block per token row of the chunk: lse, per-token loss and validity.
-__global__ void ceLseKernel(const float *logits, const int32_t *labels,
+__global__ void ceLseKernel(const bf *logits, const int32_t *labels,
                             int64_t vocab, int32_t ignoreIndex, float *lseOut,
                             float *lseChunk, float *rowLoss, int64_t rowBase) {
   const int64_t r = blockIdx.x;
-  const float *l = logits + r * vocab;
+  const bf *l = logits + r * vocab;
   ceRowStats(l, vocab, [&](float M, float S) {
     int32_t lab = labels[rowBase + r];
     bool valid = lab != ignoreIndex && lab >= 0 && lab < vocab;
-    ceRowOutputs(M + logf(S), valid ? l[lab] : 0.f, valid, r, rowBase, lseOut,
-                 lseChunk, rowLoss);
+    ceRowOutputs(M + logf(S), valid ? ld(l + lab) : 0.f, valid, r, rowBase,
+                 lseOut, lseChunk, rowLoss);
   });
 }
 
@@ -798,17 +813,17 @@ __global__ void ceLseKernel(const float *logits, const int32_t *labels,
 /// stats[r][ref::kCeStats]: max, sum of exp, and the label's logit if this
 /// rank holds the label's row (the table's rows [offset, offset + vocab)),
 /// else 0.
-__global__ void ceStatsKernel(const float *logits, const int32_t *labels,
+__global__ void ceStatsKernel(const bf *logits, const int32_t *labels,
                               int64_t vocab, int64_t offset, float *stats,
                               int64_t rowBase) {
   const int64_t r = blockIdx.x;
-  const float *l = logits + r * vocab;
+  const bf *l = logits + r * vocab;
   ceRowStats(l, vocab, [&](float M, float S) {
     int64_t lab = int64_t(labels[rowBase + r]) - offset;
     float *o = stats + r * ref::kCeStats;
     o[0] = M;
     o[1] = S;
-    o[2] = lab >= 0 && lab < vocab ? l[lab] : 0.f;
+    o[2] = lab >= 0 && lab < vocab ? ld(l + lab) : 0.f;
   });
 }
 
@@ -843,20 +858,20 @@ __device__ __forceinline__ float ceGradValue(float logit, float ls, bool hot,
   return valid ? scale * (expf(logit - ls) - (hot ? 1.0f : 0.0f)) : 0.f;
 }
 
-/// dlogits (bf16) = scale * (softmax - onehot), 0 for ignored tokens. Rows
-/// stride by gridDim.y (at most ceGradGridRows), so a chunk of more rows than
-/// grid.y holds is covered. Where the rows are float4-aligned a thread takes
-/// groups of four logits (one 16-byte load, one 8-byte store), else single
-/// logits; every element is computed alone, so neither the stride nor the
-/// path changes a bit. Column v is the table's row v + vocabOffset (0 unless
-/// the vocabulary is split); labels are valid in [0, labelBound).
-__global__ void ceGradKernel(const float *logits, const int32_t *labels,
-                             const float *lse, bf *dl, int64_t rows,
-                             int64_t vocab, int32_t ignoreIndex, float scale,
-                             int64_t rowBase, int64_t vocabOffset,
-                             int64_t labelBound) {
-  const bool vectors =
-      ceRowVectors(logits, vocab) && reinterpret_cast<uintptr_t>(dl) % 8 == 0;
+/// dlogits = scale * (softmax - onehot), 0 for ignored tokens, written in
+/// bf16 over the logits it is computed from (each element is read and
+/// written by the same thread). Rows stride by gridDim.y (at most
+/// ceGradGridRows), so a chunk of more rows than grid.y holds is covered.
+/// Where the rows are 16-byte aligned a thread takes groups of eight
+/// logits (one 16-byte load and store), else single logits; every element
+/// is computed alone, so neither the stride nor the path changes a bit.
+/// Column v is the table's row v + vocabOffset (0 unless the vocabulary is
+/// split); labels are valid in [0, labelBound).
+__global__ void ceGradKernel(bf *logits, const int32_t *labels,
+                             const float *lse, int64_t rows, int64_t vocab,
+                             int32_t ignoreIndex, float scale, int64_t rowBase,
+                             int64_t vocabOffset, int64_t labelBound) {
+  const bool vectors = ceRowVectors(logits, vocab);
   const int64_t step = int64_t(gridDim.x) * blockDim.x;
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
     int32_t lab = labels[rowBase + r];
@@ -864,29 +879,28 @@ __global__ void ceGradKernel(const float *logits, const int32_t *labels,
     float ls = lse[r];
     // The label's column in this rank's block (may be outside it).
     const int64_t hot = int64_t(lab) - vocabOffset;
+    bf *row = logits + r * vocab;
     if (vectors) {
-      const float4 *l4 = reinterpret_cast<const float4 *>(logits + r * vocab);
-      uint2 *d4 = reinterpret_cast<uint2 *>(dl + r * vocab);
+      uint4 *row8 = reinterpret_cast<uint4 *>(row);
       for (int64_t q = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-           q < vocab / 4; q += step) {
-        float4 x = l4[q];
-        const int64_t v = 4 * q;
-        __nv_bfloat162 lo = __floats2bfloat162_rn(
-            ceGradValue(x.x, ls, v == hot, valid, scale),
-            ceGradValue(x.y, ls, v + 1 == hot, valid, scale));
-        __nv_bfloat162 hi = __floats2bfloat162_rn(
-            ceGradValue(x.z, ls, v + 2 == hot, valid, scale),
-            ceGradValue(x.w, ls, v + 3 == hot, valid, scale));
-        uint2 packed;
-        packed.x = *reinterpret_cast<uint32_t *>(&lo);
-        packed.y = *reinterpret_cast<uint32_t *>(&hi);
-        d4[q] = packed;
+           q < vocab / 8; q += step) {
+        float x[8];
+        ceUnpack8(row8[q], x);
+        uint32_t w[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          const int64_t v = 8 * q + 2 * k;
+          __nv_bfloat162 t = __floats2bfloat162_rn(
+              ceGradValue(x[2 * k], ls, v == hot, valid, scale),
+              ceGradValue(x[2 * k + 1], ls, v + 1 == hot, valid, scale));
+          w[k] = *reinterpret_cast<uint32_t *>(&t);
+        }
+        row8[q] = make_uint4(w[0], w[1], w[2], w[3]);
       }
     } else {
       for (int64_t v = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
            v < vocab; v += step)
-        dl[r * vocab + v] =
-            st(ceGradValue(logits[r * vocab + v], ls, v == hot, valid, scale));
+        row[v] = st(ceGradValue(ld(row + v), ls, v == hot, valid, scale));
     }
   }
 }
@@ -1275,10 +1289,10 @@ static Status lmHeadCe(const KernelContext &ctx,
   const int64_t chunk = std::min(a.chunkTokens, N);
   auto up = [](size_t b) { return (b + 255) / 256 * 256; };
   char *ws = static_cast<char *>(ctx.workspace);
-  float *logits = reinterpret_cast<float *>(ws);
-  ws += up(size_t(chunk) * V * 4);
-  bf *dl = reinterpret_cast<bf *>(ws);
+  // The chunk's bf16 logits, overwritten by their gradient.
+  bf *logits = reinterpret_cast<bf *>(ws);
   ws += up(size_t(chunk) * V * 2);
+  bf *dl = logits;
   // Per chunk row: [loss, valid] pairs, then the row lse.
   float *rowLoss = reinterpret_cast<float *>(ws);
   float *lseChunk = rowLoss + 2 * chunk;
@@ -1307,7 +1321,9 @@ static Status lmHeadCe(const KernelContext &ctx,
   cudaStream_t stream = streamOf(ctx);
   for (int64_t n0 = 0; n0 < N; n0 += chunk) {
     const int64_t cn = std::min(chunk, N - n0);
-    // logits^T (V x cn) = op_T(W stored D x V) * h^T (stored D x cn), fp32.
+    // logits^T (V x cn) = op_T(W stored D x V) * h^T (stored D x cn),
+    // accumulated in fp32 and rounded to bf16 (the row statistics and the
+    // gradient compute in fp32 from them).
     GemmShape s;
     s.transA = true;
     s.m = V;
@@ -1316,7 +1332,6 @@ static Status lmHeadCe(const KernelContext &ctx,
     s.lda = D;
     s.ldb = D;
     s.ldd = V;
-    s.dType = GemmType::F32;
     Status st = gemm(ctx, s, w, h + n0 * D, logits, gemmWs);
     if (st != Status::Ok)
       return st;
@@ -1342,15 +1357,15 @@ static Status lmHeadCe(const KernelContext &ctx,
     AP_CUDA_CHECK_LAUNCH(ceSumKernel);
     if (!dh && !dW)
       continue;
-    // Columns per thread pass: groups of four where the rows are aligned
+    // Columns per thread pass: groups of eight where the rows are aligned
     // (the kernel decides; a grid sized for groups still covers single
     // logits, with more passes).
-    const int64_t items = V % 4 == 0 ? V / 4 : V;
+    const int64_t items = V % 8 == 0 ? V / 8 : V;
     dim3 grid(unsigned(std::min<int64_t>((items + 1023) / 1024, 64)),
               unsigned(ref::ceGradGridRows(cn)));
-    ceGradKernel<<<grid, 1024, 0, stream>>>(
-        logits, a.labels, lseChunk, dl, cn, V, a.ignoreIndex,
-        float(a.gradScale), n0, offset, bound);
+    ceGradKernel<<<grid, 1024, 0, stream>>>(logits, a.labels, lseChunk, cn, V,
+                                            a.ignoreIndex, float(a.gradScale),
+                                            n0, offset, bound);
     AP_CUDA_CHECK_LAUNCH(ceGradKernel);
     if (dh) {
       // dh^T (D x cn) = W^T (stored D x V) * dl^T (stored V x cn).

@@ -397,8 +397,11 @@ Status lmHeadCrossEntropy(const KernelContext &ctx,
   for (int64_t n0 = 0; n0 < N; n0 += chunk) {
     int64_t cn = std::min(chunk, N - n0);
     auto ha = toAcc(h + n0 * D, cn * D);
-    gemmNT(ha.data(), wa.data(), cn, V, D,
-           [&](int64_t i, int64_t j, A s) { logits[i * V + j] = s; });
+    // Logits rounded to storage (bf16 on the training path, as the CUDA
+    // GEMM writes them); statistics and gradients from them in acc.
+    gemmNT(ha.data(), wa.data(), cn, V, D, [&](int64_t i, int64_t j, A s) {
+      logits[i * V + j] = load(store<T>(s));
+    });
     std::vector<A> rowLse(static_cast<size_t>(cn));
     for (int64_t r = 0; r < cn; ++r) {
       const A *l = logits.data() + r * V;

@@ -1090,7 +1090,7 @@ TEST_F(DenseCuda, CrossEntropyFullVocabVsReference) {
 
 TEST_F(DenseCuda, CrossEntropyOddVocabVsReference) {
   // A vocabulary that is not a multiple of 4 takes the element-by-element
-  // row statistics and gradient (the aligned shapes read groups of four):
+  // row statistics and gradient (the aligned shapes read groups of eight):
   // labels at both ends of the rows and between, one ignored, chunk 16 over
   // 37 tokens.
   const int64_t N = 37, D = 256, V = 50257;

@@ -596,11 +596,16 @@ struct CeRef {
 };
 
 /// The unchunked formula on full logits, float64.
+/// The cross-entropy in float64; with bf16Logits the logits are rounded to
+/// bf16 first, as the op defines them for bf16 storage (the GEMM's output
+/// precision), and everything after them is float64.
 CeRef naiveCe(const std::vector<double> &h, const std::vector<double> &w,
               const std::vector<int32_t> &labels, int64_t N, int64_t D,
-              int64_t V, double scale) {
+              int64_t V, double scale, bool bf16Logits = false) {
   CeRef r;
   auto logits = naiveLinear(h, w, N, D, V);
+  if (bf16Logits)
+    logits = roundBf16(logits);
   r.lse.resize(N);
   r.dh.assign(N * D, 0.0);
   r.dW.assign(V * D, 0.0);
@@ -719,7 +724,7 @@ TEST(DenseRef, CrossEntropyBf16WithinBounds) {
   for (int64_t n = 0; n < N; ++n)
     labels[n] = int32_t((n * 37) % V);
   labels[0] = -100;
-  auto ref = naiveCe(h, w, labels, N, D, V, 1.0);
+  auto ref = naiveCe(h, w, labels, N, D, V, 1.0, /*bf16Logits=*/true);
   auto hb = toBf16(h), wb = toBf16(w);
   float loss = 0;
   int32_t count = 0;
@@ -741,8 +746,10 @@ TEST(DenseRef, CrossEntropyBf16WithinBounds) {
   a.dWeight = dW.data();
   ASSERT_EQ(lmHeadCrossEntropyBackward(hostCtx(), a), Status::Ok);
   EXPECT_EQ(count, N - 1);
-  // fp32 logits and softmax: loss to ~1e-5; gradients pass through bf16
-  // dlogits (2^-8 relative each) and bf16 dh.
+  // bf16 logits (rounded alike in the float64 oracle; a logit whose fp32 sum
+  // sits at a rounding boundary may round the other way), fp32 softmax:
+  // loss to ~1e-5; gradients pass through bf16 dlogits (2^-8 relative each)
+  // and bf16 dh.
   EXPECT_NEAR(loss, ref.loss, 1e-5 * std::fabs(ref.loss));
   EXPECT_LT(relErr(toD(lse), ref.lse), 1e-5);
   EXPECT_LT(relErr(toD(dh), ref.dh), 1.5e-2);
@@ -859,7 +866,8 @@ void vocabParallelCe(int ranks, const SplitBounds &unsplitBound,
         << "no label in rank " << r << "'s block";
   const int32_t valid = int32_t(N - 3);
   const double scale = 1.0 / valid;
-  const CeRef ref = naiveCe(toD(h), toD(w), labels, N, D, Vt, scale);
+  const CeRef ref =
+      naiveCe(toD(h), toD(w), labels, N, D, Vt, scale, std::is_same_v<T, bf16>);
   const CeOutputs<T> whole = runCe(h.data(), w.data(), labels.data(), N, D, Vt,
                                    chunk, scale, VocabGroup{});
   ASSERT_EQ(whole.fwd, Status::Ok);
@@ -922,7 +930,8 @@ void vocabParallelCe(int ranks, const SplitBounds &unsplitBound,
 }
 
 // f32: fp32 logits and statistics, the ranks' merge another rounding of the
-// same sums: 1e-5. bf16: as CrossEntropyBf16WithinBounds against float64;
+// same sums: 1e-5. bf16: as CrossEntropyBf16WithinBounds against float64
+// (bf16 logits in both);
 // against the unsplit run the dlogits round to bf16 alike except where the
 // lse's last bits differ, and dh sums the ranks' bf16-rounded partials.
 // f64: the statistics travel as fp32 (kernels/dense.h: allGather of floats).

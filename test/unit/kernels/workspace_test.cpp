@@ -59,21 +59,22 @@ GdnChunkArgs gdnChunk(int64_t B, int64_t T, int32_t Hk, int32_t Hv, int32_t dk,
 }
 
 // The LM head's chunk buffers, c = min(chunk_tokens, tokens) rows:
-// align256(c V 4) + align256(c V 2) + align256(12 c), the cost model's
-// lmHeadWorkspace; the full query adds the 32 MiB GEMM workspace.
+// align256(c V 2) (the bf16 logits, overwritten by their gradient) +
+// align256(12 c), what plans reserve for it; the full query adds the
+// 32 MiB GEMM workspace.
 TEST(WorkspaceQueries, LmHeadCudaMatchesFormerPlan) {
-  // c = 1024, V = 248320: 1017118720 + 508559360 + 12288.
+  // c = 1024, V = 248320: 508559360 + 12288.
   EXPECT_EQ(lmHeadCrossEntropyChunkWorkspaceBytes(Backend::Cuda,
                                                   lmHead(8192, 248320, 1024)),
-            1525690368u);
-  // c = 100 (fewer tokens than a chunk), V = 1000: align256(400000) = 400128,
-  // align256(200000) = 200192, align256(1200) = 1280.
+            508571648u);
+  // c = 100 (fewer tokens than a chunk), V = 1000: align256(200000) =
+  // 200192, align256(1200) = 1280.
   EXPECT_EQ(lmHeadCrossEntropyChunkWorkspaceBytes(Backend::Cuda,
                                                   lmHead(100, 1000, 1024)),
-            601600u);
+            201472u);
   EXPECT_EQ(
       lmHeadCrossEntropyWorkspaceBytes(Backend::Cuda, lmHead(100, 1000, 1024)),
-      601600u + kGemm);
+      201472u + kGemm);
   EXPECT_EQ(linearWorkspaceBytes(Backend::Cuda), kGemm);
 }
 
@@ -172,7 +173,7 @@ TEST(WorkspaceQueries, LongContextQwenShapes) {
   // The LM head's chunk buffers do not grow with the tokens.
   EXPECT_EQ(lmHeadCrossEntropyChunkWorkspaceBytes(Backend::Cuda,
                                                   lmHead(131072, 248320, 1024)),
-            1525690368u);
+            508571648u);
 }
 
 // Attention backward at long T: one (batch, head) pair's dS tiles grow as
