@@ -135,13 +135,13 @@ TEST(DenseRef, LinearF64MatchesNaiveAndFiniteDifferences) {
                   const std::vector<double> &ww) {
     return dot(naiveLinear(xx, ww, M, K, N), r);
   };
-  checkFd(
-      x, [&](auto &xx) { return loss(xx, w); }, dx);
+  auto fdX = [&](auto &xx) { return loss(xx, w); };
+  checkFd(x, fdX, dx);
   std::vector<double> dwOnly(N * K);
   for (size_t i = 0; i < dw.size(); ++i)
     dwOnly[i] = dw[i] - dw0[i]; // dw accumulates onto the main grad
-  checkFd(
-      w, [&](auto &ww) { return loss(x, ww); }, dwOnly);
+  auto fdW = [&](auto &ww) { return loss(x, ww); };
+  checkFd(w, fdW, dwOnly);
   // A second microbatch adds the same gradient again.
   ASSERT_EQ(linearBackward(hostCtx(), {DType::F64, x.data(), w.data(), r.data(),
                                        nullptr, dw.data(), M, K, N}),
@@ -427,10 +427,10 @@ TEST(DenseRef, SwiGluFiniteDifferences) {
   SwiGluBackwardArgs b{DType::F64, g.data(),  u.data(), r.data(),
                        dg.data(),  du.data(), rows,     cols};
   ASSERT_EQ(swiGluBackward(hostCtx(), b), Status::Ok);
-  checkFd(
-      g, [&](auto &gg) { return dot(fwd(gg, u), r); }, dg);
-  checkFd(
-      u, [&](auto &uu) { return dot(fwd(g, uu), r); }, du);
+  auto fdG = [&](auto &gg) { return dot(fwd(gg, u), r); };
+  checkFd(g, fdG, dg);
+  auto fdU = [&](auto &uu) { return dot(fwd(g, uu), r); };
+  checkFd(u, fdU, du);
 }
 
 TEST(DenseRef, SwiGluFusedHalvesBf16) {
@@ -531,10 +531,10 @@ TEST(DenseRef, SigmoidGateFiniteDifferences) {
   SigmoidGateBackwardArgs b{DType::F64, o.data(),  g.data(), r.data(),
                             dO.data(),  dg.data(), rows,     cols};
   ASSERT_EQ(sigmoidGateBackward(hostCtx(), b), Status::Ok);
-  checkFd(
-      o, [&](auto &oo) { return dot(fwd(oo, g), r); }, dO);
-  checkFd(
-      g, [&](auto &gg) { return dot(fwd(o, gg), r); }, dg);
+  auto fdO = [&](auto &oo) { return dot(fwd(oo, g), r); };
+  checkFd(o, fdO, dO);
+  auto fdG = [&](auto &gg) { return dot(fwd(o, gg), r); };
+  checkFd(g, fdG, dg);
 }
 
 TEST(DenseRef, ResidualAdd) {
@@ -711,10 +711,10 @@ TEST(DenseRef, CrossEntropyFiniteDifferences) {
   a.dHidden = dh.data();
   a.dWeight = dW.data();
   ASSERT_EQ(lmHeadCrossEntropyBackward(hostCtx(), a), Status::Ok);
-  checkFd(
-      h, [&](auto &hh) { return lossOf(hh, w); }, dh);
-  checkFd(
-      w, [&](auto &ww) { return lossOf(h, ww); }, dW);
+  auto fdH = [&](auto &hh) { return lossOf(hh, w); };
+  checkFd(h, fdH, dh);
+  auto fdW = [&](auto &ww) { return lossOf(h, ww); };
+  checkFd(w, fdW, dW);
 }
 
 TEST(DenseRef, CrossEntropyBf16WithinBounds) {
