@@ -46,7 +46,9 @@ constexpr long N = 4096;
 constexpr int C = 6144, K = 4;
 constexpr int kCalls = 20, kSamples = 21, kSets = 4;
 
-template <int V> struct alignas(2 * V) BfV { bf v[V]; };
+template <int V> struct alignas(2 * V) BfV {
+  bf v[V]; // V consecutive bf16: one aligned access
+};
 
 template <int V> __device__ __forceinline__ BfV<V> ld(const bf *p) {
   return *reinterpret_cast<const BfV<V> *>(p);

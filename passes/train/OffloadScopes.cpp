@@ -271,8 +271,9 @@ void TrainOffloadScopesPass::runOnOperation() {
         requests.push_back(
             {s->firstUse, d2hEnd[s],
              costs.copySeconds(s->bytes, CopyDirection::HostToDevice, false)});
-      SmallVector<ReloadPlan> plans = planReloads(
-          end, bwdStart, [](int64_t) { return true; }, requests);
+      auto everyOpAnchors = [](int64_t) { return true; };
+      SmallVector<ReloadPlan> plans =
+          planReloads(end, bwdStart, everyOpAnchors, requests);
       // The latest (in forward order) needer of a late value goes; report
       // how late its latest value would be.
       std::vector<double> lateness(numScopes, 0);

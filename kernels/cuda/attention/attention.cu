@@ -1384,9 +1384,11 @@ __global__ void __launch_bounds__(256, 1) attnBwdKVSm90Kernel(Params p) {
     const int kv = kvRow + 8 * hf;
     if (kv >= T)
       continue;
+    using DkRows = const float[DQK / 8][4];
+    using DvRows = const float[DV / 8][4];
     storeDkDvRow<DQK, DV>(p, b, h, hk, kv, hf, t4, 0, 0,
-                          reinterpret_cast<const float (&)[DQK / 8][4]>(dk),
-                          reinterpret_cast<const float (&)[DV / 8][4]>(dv));
+                          reinterpret_cast<DkRows &>(dk),
+                          reinterpret_cast<DvRows &>(dv));
   }
 #endif
 }

@@ -24,8 +24,12 @@ namespace ap::kernels {
 
 namespace {
 
-template <typename T> struct AccOf { using type = float; };
-template <> struct AccOf<double> { using type = double; };
+template <typename T> struct AccOf {
+  using type = float; // f32 accumulation for bf16 and f32 storage
+};
+template <> struct AccOf<double> {
+  using type = double; // f64 storage accumulates in f64
+};
 
 template <typename T> T fromAcc(typename AccOf<T>::type x) {
   return static_cast<T>(x);

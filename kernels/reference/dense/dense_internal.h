@@ -17,8 +17,12 @@ namespace ref {
 
 /// Accumulation type of a storage type: float for bf16/float, double for
 /// double (kernels/dense.h).
-template <class T> struct AccOf { using type = float; };
-template <> struct AccOf<double> { using type = double; };
+template <class T> struct AccOf {
+  using type = float; // f32 accumulation for bf16 and f32 storage
+};
+template <> struct AccOf<double> {
+  using type = double; // f64 storage accumulates in f64
+};
 template <class T> using Acc = typename AccOf<T>::type;
 
 template <class T> inline Acc<T> load(T v) {

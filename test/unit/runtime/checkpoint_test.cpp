@@ -702,9 +702,7 @@ TEST(Checkpoint, FolderContentsAndRemoval) {
   ToyState a(1);
   saveCheckpoint(dir, a.tensors(), sampleState(2), {});
   saveCheckpoint(dir, a.tensors(), sampleState(6), {});
-  {
-    std::ofstream(dir + "/notes.txt") << "keep me\n";
-  }
+  std::ofstream(dir + "/notes.txt") << "keep me\n"; // closed here
   CheckpointFolderContents c = inspectCheckpointFolder(dir);
   ASSERT_TRUE(c.latestStep.has_value());
   EXPECT_EQ(*c.latestStep, 6u);
@@ -733,9 +731,7 @@ TEST(Checkpoint, LockRefusesASecondHolderNamingTheFirst) {
   EXPECT_TRUE(second.held());
   // A folder that cannot be made is reported at once.
   std::string file = freshDir("lock_file");
-  {
-    std::ofstream(file) << "x";
-  }
+  std::ofstream(file) << "x"; // closed here
   expectError([&] { CheckpointLock::acquire(file + "/ckpt", {}, "run-c"); },
               "cannot create directory '" + file + "/ckpt'");
 }
