@@ -199,7 +199,7 @@ static cl::opt<int64_t> documentSeparator(
 static cl::opt<int64_t> lossChunkTokens(
     "loss-chunk-tokens",
     cl::desc("Tokens per chunk of the LM head + cross-entropy, whose cuda "
-             "scratch is chunk x vocabulary x 6 bytes (default 1024, as "
+             "scratch is chunk x vocabulary x 2 bytes (default 1024, as "
              "actplace-import)"),
     cl::init(1024), cl::cat(category));
 static cl::opt<bool> sequenceParallel(
