@@ -1069,6 +1069,19 @@ void DenseCuda::crossEntropyVsReference(LmHeadCrossEntropyArgs a,
   EXPECT_LT(relErr(dW1, dWRef), 2e-2);
 }
 
+/// The bf16 LM head + cross-entropy arguments of one shape (pointers unset).
+LmHeadCrossEntropyArgs bf16CeArgs(int64_t tokens, int64_t dim, int64_t vocab,
+                                  int64_t chunkTokens, double gradScale) {
+  LmHeadCrossEntropyArgs a;
+  a.dtype = DType::BF16;
+  a.tokens = tokens;
+  a.dim = dim;
+  a.vocab = vocab;
+  a.chunkTokens = chunkTokens;
+  a.gradScale = gradScale;
+  return a;
+}
+
 TEST_F(DenseCuda, CrossEntropyFullVocabVsReference) {
   // Few tokens so that the host reference stays quick; chunk 4 over 10
   // tokens exercises a partial last chunk.
@@ -1078,18 +1091,11 @@ TEST_F(DenseCuda, CrossEntropyFullVocabVsReference) {
   for (int64_t n = 0; n < N; ++n)
     labels[n] = int32_t((n * 7919) % V);
   labels[3] = -100;
-  LmHeadCrossEntropyArgs a;
-  a.dtype = DType::BF16;
-  a.tokens = N;
-  a.dim = D;
-  a.vocab = V;
-  a.chunkTokens = 4;
-  a.gradScale = 1.0 / 9;
-  crossEntropyVsReference(a, h, w, labels);
+  crossEntropyVsReference(bf16CeArgs(N, D, V, 4, 1.0 / 9), h, w, labels);
 }
 
 TEST_F(DenseCuda, CrossEntropyOddVocabVsReference) {
-  // A vocabulary that is not a multiple of 4 takes the element-by-element
+  // A vocabulary that is not a multiple of 8 takes the element-by-element
   // row statistics and gradient (the aligned shapes read groups of eight):
   // labels at both ends of the rows and between, one ignored, chunk 16 over
   // 37 tokens.
@@ -1101,14 +1107,7 @@ TEST_F(DenseCuda, CrossEntropyOddVocabVsReference) {
   labels[1] = 0;
   labels[2] = int32_t(V - 1);
   labels[5] = -100;
-  LmHeadCrossEntropyArgs a;
-  a.dtype = DType::BF16;
-  a.tokens = N;
-  a.dim = D;
-  a.vocab = V;
-  a.chunkTokens = 16;
-  a.gradScale = 1.0 / 36;
-  crossEntropyVsReference(a, h, w, labels);
+  crossEntropyVsReference(bf16CeArgs(N, D, V, 16, 1.0 / 36), h, w, labels);
 }
 
 TEST_F(DenseCuda, CrossEntropyQwenShapeDeterministic) {
