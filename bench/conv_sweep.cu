@@ -16,9 +16,10 @@
 // library's dx pass by tokens loaded ahead (dense dy, and dy in the step's
 // three groups) and the sweep's kernel with the shape at run time; last, the
 // library's backward again. `conv_sweep --tiled` times only the library's
-// backward and bwdTiled, the backward with x and dpre staged in shared memory
-// (its dx and dw partials checked bitwise against the library's), twice in
-// turn. Build and run: bench/conv_sweep.sh [build folder].
+// staged backward (GdnConvKernels::Staged: x and dpre in shared memory, its dx
+// and dw partials checked bitwise against the windowed path's) and the
+// windowed one, two rounds in turn. Build and run: bench/conv_sweep.sh [build
+// folder].
 //
 //===----------------------------------------------------------------------===//
 #include "bench/bench_timing.h"
@@ -201,122 +202,6 @@ __global__ void bwd(long nArg, int ccArg, const bf *__restrict__ x,
       partial[(long(blockIdx.y) * cc + c0 + v) * K + j] = acc[v][j];
 }
 
-/// The backward over a tile of TR tokens (one dw partial: the library's
-/// kConvRows) x TC channels in three phases, with x and dpre staged in shared
-/// memory and every global access 16 bytes (8 channels):
-///   1. x of the tile's tokens, the K - 1 before and the K - 1 after (zero
-///      outside [0, n));
-///   2. dpre of the tile's tokens and the K - 1 after (zero at or past n), an
-///      item of 8 channels a thread, dy read once from global memory;
-///   3. dx of the tile's tokens, 8 channels an item, then the dw partial: a
-///      thread per (channel, tap) summing the tile's tokens in order.
-/// Every value's operations are convWindowBwdKernel's in the same order (the
-/// window's zero terms included), so dx and the partials are its bits; the
-/// sequence restarts every T tokens as there. Only the dense dy layout (the
-/// sweep's); TC * K == TH.
-template <int TC, int TR, int TH>
-__global__ void __launch_bounds__(TH)
-    bwdTiled(long n, int T, int cc, const bf *__restrict__ x,
-             const bf *__restrict__ w, const bf *__restrict__ dy,
-             bf *__restrict__ dx, float *__restrict__ partial) {
-  static_assert(TC * K == TH && TC % 8 == 0, "a thread per (channel, tap)");
-  constexpr int XR = TR + 2 * (K - 1); // x rows: tok0 - (K - 1) ...
-  constexpr int DR = TR + K - 1;       // dpre rows: tok0 ...
-  constexpr int XP = TC + 8;           // x row pitch (bf16): rows 16 B apart
-                                       // in banks, so the taps do not clash
-  constexpr int V8 = TC / 8;
-  extern __shared__ __align__(16) unsigned char smem[];
-  bf *xs = reinterpret_cast<bf *>(smem);
-  float *dps = reinterpret_cast<float *>(smem + XR * XP * sizeof(bf));
-  const int c0 = blockIdx.x * TC;
-  const long tok0 = long(blockIdx.y) * TR;
-  const long tokEnd = min(n, tok0 + TR);
-  const int tid = threadIdx.x;
-  // 1. x rows.
-  for (int it = tid; it < XR * V8; it += TH) {
-    const int r = it / V8, v = it % V8;
-    const long tok = tok0 - (K - 1) + r;
-    BfV<8> h = {};
-    if (tok >= 0 && tok < n)
-      h = ld<8>(x + tok * cc + c0 + v * 8);
-    *reinterpret_cast<BfV<8> *>(xs + r * XP + v * 8) = h;
-  }
-  __syncthreads();
-  // A thread's items are always its 8 channels v * 8 .. v * 8 + 7 (TH is
-  // a multiple of V8): their weights once, in registers.
-  static_assert(TH % V8 == 0, "fixed channels a thread");
-  const int v = tid % V8;
-  float wr[8][K];
-#pragma unroll
-  for (int q = 0; q < 8; ++q)
-#pragma unroll
-    for (int j = 0; j < K; ++j)
-      wr[q][j] = b2f(w[(c0 + v * 8 + q) * K + j]);
-  // 2. dpre. Row d is token tok0 + d; its window's tap j reads x row
-  // d + j, zero before its sequence's first token.
-  for (int d = tid / V8; d < DR; d += TH / V8) {
-    const long tok = tok0 + d;
-    float dp[8];
-    if (tok < n) {
-      const int t = int(tok % T);
-      const BfV<8> g = ld<8>(dy + tok * cc + c0 + v * 8);
-#pragma unroll
-      for (int q = 0; q < 8; ++q) {
-        const int c = v * 8 + q;
-        float pre = 0.f;
-#pragma unroll
-        for (int j = 0; j < K; ++j) {
-          const float xv =
-              t - (K - 1) + j >= 0 ? b2f(xs[(d + j) * XP + c]) : 0.f;
-          pre += wr[q][j] * xv;
-        }
-        const float sg = sigmoidf_(pre);
-        dp[q] = b2f(g.v[q]) * sg * (1.f + pre * (1.f - sg));
-      }
-    } else {
-#pragma unroll
-      for (int q = 0; q < 8; ++q)
-        dp[q] = 0.f;
-    }
-#pragma unroll
-    for (int q = 0; q < 8; ++q)
-      dps[d * TC + v * 8 + q] = dp[q];
-  }
-  __syncthreads();
-  // 3. dx: token tok0 + e takes dpre of tokens e .. e + K - 1 of its
-  // sequence.
-  for (int e = tid / V8; e < TR; e += TH / V8) {
-    const long tok = tok0 + e;
-    if (tok >= tokEnd)
-      break;
-    const int te = int(tok % T);
-    BfV<8> o;
-#pragma unroll
-    for (int q = 0; q < 8; ++q) {
-      const int c = v * 8 + q;
-      float sdx = 0.f;
-#pragma unroll
-      for (int j = 0; j < K; ++j)
-        if (te + K - 1 - j < T)
-          sdx += wr[q][j] * dps[(e + K - 1 - j) * TC + c];
-      o.v[q] = f2b(sdx);
-    }
-    *reinterpret_cast<BfV<8> *>(dx + tok * cc + c0 + v * 8) = o;
-  }
-  // The dw partial of channel c, tap j: the tile's tokens in order.
-  {
-    const int c = tid / K, j = tid % K;
-    float acc = 0.f;
-    for (long tok = tok0; tok < tokEnd; ++tok) {
-      const int e = int(tok - tok0);
-      const int t = int(tok % T);
-      const float xv = t - (K - 1) + j >= 0 ? b2f(xs[(e + j) * XP + c]) : 0.f;
-      acc += dps[e * TC + c] * xv;
-    }
-    partial[(long(blockIdx.y) * cc + c0 + c) * K + j] = acc;
-  }
-}
-
 cudaStream_t gStream;
 std::vector<void *> x, y, dy, dx;
 void *w, *partial, *ws;
@@ -384,36 +269,6 @@ template <long CN, int CC> void runRuntimeShape(const char *name) {
          fetch(dx[0], size_t(N) * C * 2) == refDx);
 }
 
-/// bwdTiled<TC, TR, TH>: timed, then dx compared bitwise with the
-/// per-element kernels and, where its tiles are the library's dw partials
-/// (TR == kConvRows), the partials with the library's.
-template <int TC, int TR, int TH> void runTiled() {
-  dim3 grid(C / TC, unsigned((N + TR - 1) / TR));
-  const size_t smem =
-      size_t(TR + 2 * (K - 1)) * (TC + 8) * 2 + size_t(TR + K - 1) * TC * 4;
-  CK(cudaFuncSetAttribute(bwdTiled<TC, TR, TH>,
-                          cudaFuncAttributeMaxDynamicSharedMemorySize,
-                          int(smem)));
-  auto run = [&](int i) {
-    bwdTiled<TC, TR, TH><<<grid, TH, smem, gStream>>>(
-        N, int(N), C, (const bf *)x[i], (const bf *)w, (const bf *)dy[i],
-        (bf *)dx[i], (float *)partial);
-  };
-  double ms = timeCalls(run);
-  CK(cudaGetLastError());
-  run(0);
-  CK(cudaStreamSynchronize(gStream));
-  bool same = fetch(dx[0], size_t(N) * C * 2) == refDx;
-  if (TR == kConvRows)
-    same = same && fetch(partial, refPartial.size()) == refPartial;
-  std::printf("{\"kernel\":\"short_conv_grad_tiled\",\"TC\":%d,\"R\":%d,"
-              "\"threads\":%d,\"smem\":%zu,\"us\":%.2f,\"gbps\":%.0f,"
-              "\"bitwise_as_library\":%s}\n",
-              TC, TR, TH, smem, ms * 1e3, 6.0 * N * C / 1e6 / (ms * 1e-3) / 1e3,
-              same ? "true" : "false");
-  std::fflush(stdout);
-}
-
 void *devRandom(size_t n, unsigned seed) {
   std::vector<uint16_t> h(n);
   unsigned s = seed;
@@ -433,7 +288,7 @@ void *devRandom(size_t n, unsigned seed) {
 } // namespace
 
 int main(int argc, char **argv) {
-  // --tiled: the library and the tiled backward only (seconds).
+  // --tiled: the library's staged and windowed backward only (seconds).
   const bool tiledOnly = argc > 1 && std::strcmp(argv[1], "--tiled") == 0;
   CK(cudaStreamCreate(&gStream));
   for (int i = 0; i < kSets; ++i) {
@@ -513,9 +368,26 @@ int main(int argc, char **argv) {
               lib[1] * 1e3);
   if (tiledOnly) {
     for (int round = 0; round < 2; ++round) {
-      runTiled<64, 128, 256>();
-      runTiled<32, 128, 128>();
-      runTiled<64, 64, 256>();
+      // The library's staged backward (GdnConvKernels::Staged), its bits
+      // against the windowed path's.
+      a.kernels = GdnConvKernels::Staged;
+      double libStaged = timeCalls([&](int i) {
+        a.x = x[i];
+        a.dy = dy[i];
+        a.dx = dx[i];
+        KS(gdnConvBackward(ctx, a));
+      });
+      a.x = x[0];
+      a.dy = dy[0];
+      a.dx = dx[0];
+      KS(gdnConvBackward(ctx, a));
+      CK(cudaStreamSynchronize(gStream));
+      const bool stagedSame = fetch(dx[0], size_t(N) * C * 2) == refDx &&
+                              fetch(ws, refPartial.size()) == refPartial;
+      a.kernels = GdnConvKernels::Fastest;
+      std::printf(
+          "{\"library_staged_bwd_us\":%.2f,\"bitwise_as_library\":%s}\n",
+          libStaged * 1e3, stagedSame ? "true" : "false");
       double libAgain = timeCalls([&](int i) {
         a.x = x[i];
         a.dy = dy[i];

@@ -371,4 +371,163 @@ template <typename F> void withKernelSize(int k, F &&f) {
   }
 }
 
+/// The staged conv backward (GdnConvKernels::Staged): a block per run of
+/// kConvRows tokens (one dw partial, as the windowed backward) and
+/// kConvStagedChannels channels, in three phases separated by barriers, its
+/// global accesses 16 bytes (8 channels) each:
+///   0. x of the run, the K - 1 tokens before it and the K - 1 after (zero
+///      outside [0, N)) into shared memory;
+///   1. dpre of the run's tokens and the K - 1 after (zero at or past N), 8
+///      channels a thread and item, dy read once from global memory, into
+///      shared memory as floats;
+///   2. dx of the run's tokens, 8 channels an item; then the dw partial, a
+///      thread per (channel, tap) at a time summing the run's tokens in order.
+/// Every value's operations are convWindowBwdKernel's, in the same order and
+/// with the window's zero terms, so dx and the partials are its bits. The
+/// phases are functions of (phase, thread) so that the host emulation test
+/// can run every thread of a phase before the next phase.
+constexpr int kConvStagedChannels = 64;
+constexpr int kConvStagedThreads = 256;
+
+/// 8 consecutive bf16 channels: one 16-byte access.
+struct alignas(16) ConvBf8 {
+  bf v[8];
+};
+
+template <int K> struct ConvStagedTile {
+  static constexpr int TC = kConvStagedChannels, TR = kConvRows,
+                       TH = kConvStagedThreads;
+  static constexpr int XR = TR + 2 * (K - 1); // x rows from tok0 - (K - 1)
+  static constexpr int DR = TR + K - 1;       // dpre rows from tok0
+  // x row pitch in bf16: consecutive rows 16 bytes apart in the banks, so
+  // the taps of one channel (rows e .. e + K - 1) do not clash.
+  static constexpr int XP = TC + 8;
+  static constexpr int V8 = TC / 8;
+  static constexpr long xBytes = long(XR) * XP * 2;
+  static constexpr long smemBytes = xBytes + long(DR) * TC * 4;
+  static_assert(TH % V8 == 0, "a thread's items keep their 8 channels");
+};
+
+/// Phase `phase` of thread `tid` of block (bx, by) of the staged backward;
+/// `dyc` is dy at channel c0 = bx * kConvStagedChannels of its group (the
+/// tile lies in one), a token's row dyStride elements after the previous.
+template <int K>
+__device__ __forceinline__ void
+convStagedBwdPhase(int phase, int tid, int bx, int by, long N, int T, int Cc,
+                   const bf *__restrict__ x, const bf *__restrict__ w,
+                   const bf *__restrict__ dyc, long dyStride,
+                   bf *__restrict__ dx, float *__restrict__ partial,
+                   unsigned char *smem) {
+  using S = ConvStagedTile<K>;
+  bf *xs = reinterpret_cast<bf *>(smem);
+  float *dps = reinterpret_cast<float *>(smem + S::xBytes);
+  const int c0 = bx * S::TC;
+  const long tok0 = long(by) * S::TR;
+  const long tokEnd = min(N, tok0 + S::TR);
+  if (phase == 0) {
+    for (int it = tid; it < S::XR * S::V8; it += S::TH) {
+      const int r = it / S::V8, v = it % S::V8;
+      const long tok = tok0 - (K - 1) + r;
+      ConvBf8 h = {};
+      if (tok >= 0 && tok < N)
+        h = *reinterpret_cast<const ConvBf8 *>(x + tok * Cc + c0 + v * 8);
+      *reinterpret_cast<ConvBf8 *>(xs + r * S::XP + v * 8) = h;
+    }
+    return;
+  }
+  // A thread's items keep the 8 channels v * 8 .. v * 8 + 7.
+  const int v = tid % S::V8;
+  float wr[8][K];
+#pragma unroll
+  for (int q = 0; q < 8; ++q)
+#pragma unroll
+    for (int j = 0; j < K; ++j)
+      wr[q][j] = b2f(w[(c0 + v * 8 + q) * K + j]);
+  if (phase == 1) {
+    // Row d is token tok0 + d; its window's tap j is x row d + j, zero
+    // before the token's sequence starts.
+    for (int d = tid / S::V8; d < S::DR; d += S::TH / S::V8) {
+      const long tok = tok0 + d;
+      float dp[8];
+      if (tok < N) {
+        const int t = int(tok % T);
+        const ConvBf8 g =
+            *reinterpret_cast<const ConvBf8 *>(dyc + tok * dyStride + v * 8);
+#pragma unroll
+        for (int q = 0; q < 8; ++q) {
+          float pre = 0.f;
+#pragma unroll
+          for (int j = 0; j < K; ++j) {
+            const float xv = t - (K - 1) + j >= 0
+                                 ? b2f(xs[(d + j) * S::XP + v * 8 + q])
+                                 : 0.f;
+            pre += wr[q][j] * xv;
+          }
+          const float sg = sigmoidf_(pre);
+          dp[q] = b2f(g.v[q]) * sg * (1.f + pre * (1.f - sg));
+        }
+      } else {
+#pragma unroll
+        for (int q = 0; q < 8; ++q)
+          dp[q] = 0.f;
+      }
+#pragma unroll
+      for (int q = 0; q < 8; ++q)
+        dps[d * S::TC + v * 8 + q] = dp[q];
+    }
+    return;
+  }
+  // Phase 2. dx of token tok0 + e: dpre of tokens e .. e + K - 1 of its
+  // sequence.
+  for (int e = tid / S::V8; e < S::TR; e += S::TH / S::V8) {
+    const long tok = tok0 + e;
+    if (tok >= tokEnd)
+      break;
+    const int te = int(tok % T);
+    ConvBf8 o;
+#pragma unroll
+    for (int q = 0; q < 8; ++q) {
+      float sdx = 0.f;
+#pragma unroll
+      for (int j = 0; j < K; ++j)
+        if (te + K - 1 - j < T)
+          sdx += wr[q][j] * dps[(e + K - 1 - j) * S::TC + v * 8 + q];
+      o.v[q] = f2b(sdx);
+    }
+    *reinterpret_cast<ConvBf8 *>(dx + tok * Cc + c0 + v * 8) = o;
+  }
+  // The dw partial of (channel c, tap j): the run's tokens in order.
+  for (int pj = tid; pj < S::TC * K; pj += S::TH) {
+    const int c = pj / K, j = pj % K;
+    float acc = 0.f;
+    for (long tok = tok0; tok < tokEnd; ++tok) {
+      const int e = int(tok - tok0), t = int(tok % T);
+      const float xv =
+          t - (K - 1) + j >= 0 ? b2f(xs[(e + j) * S::XP + c]) : 0.f;
+      acc += dps[e * S::TC + c] * xv;
+    }
+    partial[(long(by) * Cc + c0 + c) * K + j] = acc;
+  }
+}
+
+#ifndef AP_GDN_CONV_HOST_EMULATION
+template <int K>
+__global__ void __launch_bounds__(kConvStagedThreads)
+    convStagedBwdKernel(long N, int T, int Cc, const bf *__restrict__ x,
+                        const bf *__restrict__ w, ConvGroups<const bf *> dy,
+                        bf *__restrict__ dx, float *__restrict__ partial) {
+  extern __shared__ __align__(16) unsigned char convStagedSmem[];
+  const ConvColumn<const bf *> dyc =
+      columnOf(dy, int(blockIdx.x) * kConvStagedChannels);
+  convStagedBwdPhase<K>(0, threadIdx.x, blockIdx.x, blockIdx.y, N, T, Cc, x, w,
+                        dyc.p, dyc.stride, dx, partial, convStagedSmem);
+  __syncthreads();
+  convStagedBwdPhase<K>(1, threadIdx.x, blockIdx.x, blockIdx.y, N, T, Cc, x, w,
+                        dyc.p, dyc.stride, dx, partial, convStagedSmem);
+  __syncthreads();
+  convStagedBwdPhase<K>(2, threadIdx.x, blockIdx.x, blockIdx.y, N, T, Cc, x, w,
+                        dyc.p, dyc.stride, dx, partial, convStagedSmem);
+}
+#endif
+
 #endif // ACTPLACE_KERNELS_CUDA_GDN_GDN_CONV_KERNELS_CUH

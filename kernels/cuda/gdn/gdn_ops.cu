@@ -373,8 +373,24 @@ void opsAnchor() {}
 /// 65535 runs (about 2M tokens forward) take the per-element ones.
 bool convWindowed(const GdnConvArgs &a, long tokens) {
   // Packed documents (docStart) take the per-element kernels.
-  return a.kernels == GdnConvKernels::Fastest && !a.docStart &&
+  return a.kernels != GdnConvKernels::PerElement && !a.docStart &&
          (tokens + kConvFwdRows - 1) / kConvFwdRows <= 65535;
+}
+
+/// Whether the backward of `a` (windowed) can run staged: tiles of
+/// kConvStagedChannels channels that each lie in one output group, every
+/// access 16-byte aligned.
+bool convStaged(const GdnConvArgs &a) {
+  auto aligned = [](const void *p) { return uintptr_t(p) % 16 == 0; };
+  if (a.kernels != GdnConvKernels::Staged ||
+      a.channels % kConvStagedChannels != 0 || !aligned(a.x) || !aligned(a.dx))
+    return false;
+  if (a.splits == 0)
+    return aligned(a.dy);
+  for (int s = 0; s < a.splits; ++s)
+    if (a.splitChannels[s] % kConvStagedChannels != 0 || !aligned(a.dys[s]))
+      return false;
+  return true;
 }
 
 /// The conv output layout of `a`: its groups, or the dense buffer as one.
@@ -395,7 +411,8 @@ Status convForward(const KernelContext &ctx, const GdnConvArgs &a) {
   if (a.dtype != DType::BF16 || a.kernelSize < 1 || a.kernelSize > 8)
     return Status::Unsupported;
   if (!gdnConvSplitsValid(a) || (a.kernels != GdnConvKernels::Fastest &&
-                                 a.kernels != GdnConvKernels::PerElement))
+                                 a.kernels != GdnConvKernels::PerElement &&
+                                 a.kernels != GdnConvKernels::Staged))
     return Status::InvalidArgument;
   long N = a.batch * a.seqLen;
   if (convWindowed(a, N)) {
@@ -422,7 +439,8 @@ Status convBackward(const KernelContext &ctx, const GdnConvArgs &a) {
   if (a.dtype != DType::BF16 || a.kernelSize < 1 || a.kernelSize > 8)
     return Status::Unsupported;
   if (!gdnConvSplitsValid(a) || (a.kernels != GdnConvKernels::Fastest &&
-                                 a.kernels != GdnConvKernels::PerElement))
+                                 a.kernels != GdnConvKernels::PerElement &&
+                                 a.kernels != GdnConvKernels::Staged))
     return Status::InvalidArgument;
   if (ctx.workspaceBytes < gdnConvBackwardWorkspaceBytes(Backend::Cuda, a))
     return Status::InvalidArgument;
@@ -432,14 +450,37 @@ Status convBackward(const KernelContext &ctx, const GdnConvArgs &a) {
   if (convWindowed(a, N)) {
     long nb = (N + kConvRows - 1) / kConvRows;
     float *partial = (float *)ctx.workspace;
-    dim3 grid(unsigned((Cc + 127) / 128), unsigned(nb));
-    withKernelSize(K, [&](auto k) {
-      constexpr int KK = decltype(k)::value;
-      convWindowBwdKernel<KK><<<grid, 128, 0, s>>>(
-          N, T, Cc, (const bf *)a.x, (const bf *)a.w,
-          groupsOf<const bf *>(a, a.dy, a.dys), (bf *)a.dx, partial);
-    });
-    AP_GDN_LAUNCH_CHECK(convWindowBwdKernel);
+    if (convStaged(a)) {
+      dim3 grid(unsigned(Cc / kConvStagedChannels), unsigned(nb));
+      Status st = Status::Ok;
+      withKernelSize(K, [&](auto k) {
+        constexpr int KK = decltype(k)::value;
+        constexpr int bytes = int(ConvStagedTile<KK>::smemBytes);
+        // Over the 48 KB a launch gets without asking (once per process and
+        // device is enough; asking again is harmless).
+        if (cudaFuncSetAttribute(convStagedBwdKernel<KK>,
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 bytes) != cudaSuccess) {
+          st = Status::BackendError;
+          return;
+        }
+        convStagedBwdKernel<KK><<<grid, kConvStagedThreads, bytes, s>>>(
+            N, T, Cc, (const bf *)a.x, (const bf *)a.w,
+            groupsOf<const bf *>(a, a.dy, a.dys), (bf *)a.dx, partial);
+      });
+      if (st != Status::Ok)
+        return st;
+      AP_GDN_LAUNCH_CHECK(convStagedBwdKernel);
+    } else {
+      dim3 grid(unsigned((Cc + 127) / 128), unsigned(nb));
+      withKernelSize(K, [&](auto k) {
+        constexpr int KK = decltype(k)::value;
+        convWindowBwdKernel<KK><<<grid, 128, 0, s>>>(
+            N, T, Cc, (const bf *)a.x, (const bf *)a.w,
+            groupsOf<const bf *>(a, a.dy, a.dys), (bf *)a.dx, partial);
+      });
+      AP_GDN_LAUNCH_CHECK(convWindowBwdKernel);
+    }
     sumPartialsKernel<<<gridFor(long(Cc) * K, 256), 256, 0, s>>>(
         nb, long(Cc) * K, partial, (float *)a.dw);
     AP_GDN_LAUNCH_CHECK(sumPartialsKernel);

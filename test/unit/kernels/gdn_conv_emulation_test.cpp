@@ -63,6 +63,9 @@ using std::min;
 #define __device__ static
 #define __forceinline__ inline
 #define __restrict__
+// The staged backward's phases only (its kernel wrapper needs shared memory
+// and barriers): stagedBackward below runs them phase by phase.
+#define AP_GDN_CONV_HOST_EMULATION
 #include "kernels/cuda/gdn/gdn_conv_kernels.cuh"
 #undef __restrict__
 #undef __global__
@@ -210,6 +213,41 @@ Outputs windowed(const Problem &p, std::vector<int> widths = {}) {
       });
 }
 
+/// The windowed forward and the staged backward (GdnConvKernels::Staged) as
+/// gdn_ops.cu launches them: every thread of a block runs a phase before any
+/// runs the next, as the kernel's barriers order them, each block with its
+/// own shared memory (poisoned, so a read of what no phase wrote shows).
+/// p.C and every group's width are multiples of kConvStagedChannels.
+Outputs staged(const Problem &p, std::vector<int> widths = {}) {
+  long N = p.N();
+  return inLayout(
+      p, widths,
+      [&](ConvGroups<bf *> y, ConvGroups<const bf *> dy, Outputs &o) {
+        withKernelSize(p.K, [&](auto k) {
+          constexpr int K = decltype(k)::value;
+          launch({unsigned((p.C + 127) / 128),
+                  unsigned((N + kConvFwdRows - 1) / kConvFwdRows)},
+                 128, [&] {
+                   convWindowFwdKernel<K>(N, p.T, p.C, p.x.data(), p.w.data(),
+                                          y);
+                 });
+          std::vector<unsigned char> smem(size_t(ConvStagedTile<K>::smemBytes));
+          for (unsigned by = 0; by < unsigned(p.rowBlocks()); ++by)
+            for (int bx = 0; bx < p.C / kConvStagedChannels; ++bx) {
+              std::fill(smem.begin(), smem.end(), 0xff);
+              const ConvColumn<const bf *> dyc =
+                  columnOf(dy, bx * kConvStagedChannels);
+              for (int phase = 0; phase < 3; ++phase)
+                for (int tid = 0; tid < kConvStagedThreads; ++tid)
+                  convStagedBwdPhase<K>(phase, tid, bx, int(by), N, p.T, p.C,
+                                        p.x.data(), p.w.data(), dyc.p,
+                                        dyc.stride, o.dx.data(),
+                                        o.partial.data(), smem.data());
+            }
+        });
+      });
+}
+
 bool sameBits(const Outputs &a, const Outputs &b) {
   return std::memcmp(a.y.data(), b.y.data(), a.y.size() * sizeof(bf)) == 0 &&
          std::memcmp(a.dx.data(), b.dx.data(), a.dx.size() * sizeof(bf)) == 0 &&
@@ -310,6 +348,30 @@ TEST(GdnConvEmulation, BackwardBitsDoNotDependOnTokensAhead) {
     EXPECT_TRUE(sameBits(one, windowed<2>(p)));
     EXPECT_TRUE(sameBits(one, windowed<3>(p)));
     EXPECT_TRUE(sameBits(one, windowed<8>(p)));
+  }
+}
+
+/// The staged backward (tiles of 64 channels, x and dpre in shared memory)
+/// gives the windowed backward's dx and dw partials bit for bit: sequences
+/// shorter than a run of kConvRows tokens, starting inside one, longer than
+/// one, N not a multiple of it, T < K, several tiles of channels, every
+/// kernel size; dense and in groups (the GDN layer's q, k, v).
+TEST(GdnConvEmulation, StagedBackwardEqualsWindowedBitwise) {
+  const Shape shapes[] = {{3, 5, 64, 4},     {2, 200, 128, 4}, {1, 300, 64, 1},
+                          {4, 77, 192, 2},   {1, 129, 64, 3},  {2, 3, 64, 8},
+                          {1, 1000, 128, 4}, {5, 33, 64, 5},   {1, 2, 64, 4}};
+  for (const Shape &s : shapes) {
+    SCOPED_TRACE(::testing::Message() << "B=" << s.B << " T=" << s.T
+                                      << " C=" << s.C << " K=" << s.K);
+    Problem p(s.B, s.T, s.C, s.K, 53);
+    const Outputs ref = windowed(p);
+    EXPECT_TRUE(sameBits(ref, staged(p)));
+    if (s.C >= 3 * kConvStagedChannels) {
+      const std::vector<int> widths = {kConvStagedChannels,
+                                       s.C - 2 * kConvStagedChannels,
+                                       kConvStagedChannels};
+      EXPECT_TRUE(sameBits(ref, staged(p, widths)));
+    }
   }
 }
 

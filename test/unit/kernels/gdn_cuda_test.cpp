@@ -864,15 +864,46 @@ TEST_F(GdnCuda, ConvPackedDocumentsAsRows) {
 }
 
 /// Runs `body` with `a` asking for the per-element conv kernels, then for
-/// the windowed ones (GdnConvKernels::Fastest, the default).
+/// the windowed ones (GdnConvKernels::Fastest, the default), then for the
+/// staged backward (windowed where the shape does not allow it).
 template <typename F> void forEachConvPath(GdnConvArgs &a, F &&body) {
-  for (GdnConvKernels k :
-       {GdnConvKernels::PerElement, GdnConvKernels::Fastest}) {
-    SCOPED_TRACE(
-        ::testing::Message()
-        << (k == GdnConvKernels::PerElement ? "per-element" : "windowed"));
+  for (GdnConvKernels k : {GdnConvKernels::PerElement, GdnConvKernels::Fastest,
+                           GdnConvKernels::Staged}) {
+    SCOPED_TRACE(::testing::Message()
+                 << (k == GdnConvKernels::PerElement ? "per-element"
+                     : k == GdnConvKernels::Fastest  ? "windowed"
+                                                     : "staged"));
     a.kernels = k;
     body();
+  }
+}
+
+// The staged backward (x and dpre in shared memory, tiles of 64 channels)
+// gives the windowed backward's y, dx and dw bit for bit, at the Qwen3.5
+// shape and where runs of 128 tokens cross sequence starts, every kernel
+// size, several channel tiles; and the same bits on a second run.
+TEST_F(GdnCuda, ConvStagedBackwardBitwiseAsWindowed) {
+  struct Shape {
+    int B, T, Cc, K;
+  };
+  for (Shape sh :
+       {Shape{1, 4096, 6144, 4}, Shape{2, 200, 128, 4}, Shape{4, 77, 192, 2},
+        Shape{1, 129, 64, 3}, Shape{2, 3, 64, 8}, Shape{3, 1000, 128, 4},
+        Shape{1, 300, 64, 1}}) {
+    SCOPED_TRACE(::testing::Message() << "B=" << sh.B << " T=" << sh.T
+                                      << " C=" << sh.Cc << " K=" << sh.K);
+    ConvCase c(sh.B, sh.T, sh.Cc, sh.K, 13, 0.25f);
+    c.a.kernels = GdnConvKernels::Fastest;
+    c.run();
+    const auto y = c.Y.raw(), dx = c.DX.raw();
+    const Vec dw = c.DW.f32();
+    c.a.kernels = GdnConvKernels::Staged;
+    for (int rep = 0; rep < 2; ++rep) {
+      c.run();
+      EXPECT_TRUE(c.Y.raw() == y) << "run " << rep;
+      EXPECT_TRUE(c.DX.raw() == dx) << "run " << rep;
+      EXPECT_EQ(c.DW.f32(), dw) << "run " << rep;
+    }
   }
 }
 
