@@ -395,6 +395,35 @@ int main(int argc, char **argv) {
         KS(gdnConvBackward(ctx, a));
       });
       std::printf("{\"library_windowed_bwd_us_again\":%.2f}\n", libAgain * 1e3);
+      // The staged kernel with registers for 3 blocks an SM (its dx pass
+      // and partials; the dw sum is the library's).
+      {
+        constexpr int bytes = int(ConvStagedTile<K>::smemBytes);
+        CK(cudaFuncSetAttribute(convStagedBwdKernel<K, 3>,
+                                cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                bytes));
+        ConvGroups<const bf *> dense{};
+        dense.n = 1;
+        dense.start[1] = C;
+        dim3 grid(C / kConvStagedChannels,
+                  unsigned((N + kConvRows - 1) / kConvRows));
+        auto run3 = [&](int i) {
+          dense.ptr[0] = (const bf *)dy[i];
+          convStagedBwdKernel<K, 3>
+              <<<grid, kConvStagedThreads, bytes, gStream>>>(
+                  N, int(N), C, (const bf *)x[i], (const bf *)w, dense,
+                  (bf *)dx[i], (float *)partial);
+        };
+        double ms3 = timeCalls(run3);
+        CK(cudaGetLastError());
+        run3(0);
+        CK(cudaStreamSynchronize(gStream));
+        const bool same3 = fetch(dx[0], size_t(N) * C * 2) == refDx &&
+                           fetch(partial, refPartial.size()) == refPartial;
+        std::printf(
+            "{\"staged_dx_pass_3_blocks_us\":%.2f,\"bitwise_as_library\":%s}\n",
+            ms3 * 1e3, same3 ? "true" : "false");
+      }
     }
     return 0;
   }

@@ -511,8 +511,11 @@ convStagedBwdPhase(int phase, int tid, int bx, int by, long N, int T, int Cc,
 }
 
 #ifndef AP_GDN_CONV_HOST_EMULATION
-template <int K>
-__global__ void __launch_bounds__(kConvStagedThreads)
+/// MinBlocks: blocks an SM the registers must allow (__launch_bounds__); the
+/// library leaves it at 1 (96 registers at K = 4, no spills), conv_sweep
+/// also times 3 (80 registers, a few spilled).
+template <int K, int MinBlocks = 1>
+__global__ void __launch_bounds__(kConvStagedThreads, MinBlocks)
     convStagedBwdKernel(long N, int T, int Cc, const bf *__restrict__ x,
                         const bf *__restrict__ w, ConvGroups<const bf *> dy,
                         bf *__restrict__ dx, float *__restrict__ partial) {
