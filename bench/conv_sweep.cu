@@ -16,10 +16,10 @@
 // library's dx pass by tokens loaded ahead (dense dy, and dy in the step's
 // three groups) and the sweep's kernel with the shape at run time; last, the
 // library's backward again. `conv_sweep --tiled` times only the library's
-// staged backward (GdnConvKernels::Staged: x and dpre in shared memory, its dx
-// and dw partials checked bitwise against the windowed path's) and the
-// windowed one, two rounds in turn. Build and run: bench/conv_sweep.sh [build
-// folder].
+// staged kernels (GdnConvKernels::Staged: x and, backward, dpre in shared
+// memory; y, dx and the dw partials checked bitwise against the windowed
+// path's) and the windowed ones, two rounds in turn. Build and run:
+// bench/conv_sweep.sh [build folder].
 //
 //===----------------------------------------------------------------------===//
 #include "bench/bench_timing.h"
@@ -288,7 +288,7 @@ void *devRandom(size_t n, unsigned seed) {
 } // namespace
 
 int main(int argc, char **argv) {
-  // --tiled: the library's staged and windowed backward only (seconds).
+  // --tiled: the library's staged and windowed kernels only (seconds).
   const bool tiledOnly = argc > 1 && std::strcmp(argv[1], "--tiled") == 0;
   CK(cudaStreamCreate(&gStream));
   for (int i = 0; i < kSets; ++i) {
@@ -368,9 +368,22 @@ int main(int argc, char **argv) {
               lib[1] * 1e3);
   if (tiledOnly) {
     for (int round = 0; round < 2; ++round) {
-      // The library's staged backward (GdnConvKernels::Staged), its bits
-      // against the windowed path's.
+      // The library's staged forward and backward (GdnConvKernels::Staged),
+      // their bits against the windowed path's.
       a.kernels = GdnConvKernels::Staged;
+      double fwdStaged = timeCalls([&](int i) {
+        a.x = x[i];
+        a.y = y[i];
+        KS(gdnConvForward(ctx, a));
+      });
+      a.x = x[0];
+      a.y = y[0];
+      KS(gdnConvForward(ctx, a));
+      CK(cudaStreamSynchronize(gStream));
+      std::printf(
+          "{\"library_staged_fwd_us\":%.2f,\"bitwise_as_library\":%s}\n",
+          fwdStaged * 1e3,
+          fetch(y[0], size_t(N) * C * 2) == refY ? "true" : "false");
       double libStaged = timeCalls([&](int i) {
         a.x = x[i];
         a.dy = dy[i];
@@ -394,7 +407,14 @@ int main(int argc, char **argv) {
         a.dx = dx[i];
         KS(gdnConvBackward(ctx, a));
       });
-      std::printf("{\"library_windowed_bwd_us_again\":%.2f}\n", libAgain * 1e3);
+      double fwdAgain = timeCalls([&](int i) {
+        a.x = x[i];
+        a.y = y[i];
+        KS(gdnConvForward(ctx, a));
+      });
+      std::printf("{\"library_windowed_bwd_us_again\":%.2f,"
+                  "\"library_windowed_fwd_us_again\":%.2f}\n",
+                  libAgain * 1e3, fwdAgain * 1e3);
       // The staged kernel with registers for 3 blocks an SM (its dx pass
       // and partials; the dw sum is the library's).
       {

@@ -61,13 +61,13 @@ constexpr int kGdnConvMaxSplits = 4;
 /// (runs of tokens share their loads; bitwise equal to the per-element ones
 /// and faster at the model shapes, bench/notes/training.md) where the grid
 /// allows, else the per-element ones. PerElement: the per-element kernels
-/// always, for tests and benchmarks that compare the two. Staged: the
-/// forward as Fastest; the backward with x and dpre staged in shared memory
-/// per run of tokens and 64 channels (16-byte global accesses) where the
-/// layout allows it (no packed documents; channels, and every split group's
-/// start, multiples of 64; 16-byte aligned x, dx and groups), else as
-/// Fastest: the windowed backward's bits either way. The host backend has
-/// one implementation and ignores it.
+/// always, for tests and benchmarks that compare the two. Staged: x (and,
+/// backward, dpre) staged in shared memory per run of 128 tokens and 64
+/// channels, every global access 16 bytes, where the layout allows it (no
+/// packed documents; channels, and every split group's width, multiples of
+/// 64; 16-byte aligned x, y or dx, and groups), else as Fastest: the
+/// windowed kernels' bits either way. The host backend has one
+/// implementation and ignores it.
 enum class GdnConvKernels : int32_t { Fastest = 0, PerElement = 1, Staged = 2 };
 
 struct GdnConvArgs {

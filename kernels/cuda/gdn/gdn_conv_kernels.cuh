@@ -510,6 +510,63 @@ convStagedBwdPhase(int phase, int tid, int bx, int by, long N, int T, int Cc,
   }
 }
 
+/// The staged forward (GdnConvKernels::Staged), the same tiles: x of the run
+/// and the K - 1 tokens before it into shared memory (phase 0), then y of
+/// the run's tokens, 8 channels an item and one 16-byte store (phase 1), with
+/// convWindowFwdKernel's operations, so its bits. `yc` is y at channel c0 of
+/// its group, a token's row yStride elements after the previous.
+template <int K>
+__device__ __forceinline__ void
+convStagedFwdPhase(int phase, int tid, int bx, int by, long N, int T, int Cc,
+                   const bf *__restrict__ x, const bf *__restrict__ w,
+                   bf *__restrict__ yc, long yStride, unsigned char *smem) {
+  using S = ConvStagedTile<K>;
+  constexpr int XRF = S::TR + K - 1; // x rows from tok0 - (K - 1)
+  bf *xs = reinterpret_cast<bf *>(smem);
+  const int c0 = bx * S::TC;
+  const long tok0 = long(by) * S::TR;
+  const long tokEnd = min(N, tok0 + S::TR);
+  if (phase == 0) {
+    for (int it = tid; it < XRF * S::V8; it += S::TH) {
+      const int r = it / S::V8, v = it % S::V8;
+      const long tok = tok0 - (K - 1) + r;
+      ConvBf8 h = {};
+      if (tok >= 0 && tok < N)
+        h = *reinterpret_cast<const ConvBf8 *>(x + tok * Cc + c0 + v * 8);
+      *reinterpret_cast<ConvBf8 *>(xs + r * S::XP + v * 8) = h;
+    }
+    return;
+  }
+  const int v = tid % S::V8;
+  float wr[8][K];
+#pragma unroll
+  for (int q = 0; q < 8; ++q)
+#pragma unroll
+    for (int j = 0; j < K; ++j)
+      wr[q][j] = b2f(w[(c0 + v * 8 + q) * K + j]);
+  // Token tok0 + e: its window's tap j is x row e + j, zero before its
+  // sequence starts.
+  for (int e = tid / S::V8; e < S::TR; e += S::TH / S::V8) {
+    const long tok = tok0 + e;
+    if (tok >= tokEnd)
+      break;
+    const int t = int(tok % T);
+    ConvBf8 o;
+#pragma unroll
+    for (int q = 0; q < 8; ++q) {
+      float pre = 0.f;
+#pragma unroll
+      for (int j = 0; j < K; ++j) {
+        const float xv =
+            t - (K - 1) + j >= 0 ? b2f(xs[(e + j) * S::XP + v * 8 + q]) : 0.f;
+        pre += wr[q][j] * xv;
+      }
+      o.v[q] = f2b(pre * sigmoidf_(pre));
+    }
+    *reinterpret_cast<ConvBf8 *>(yc + tok * yStride + v * 8) = o;
+  }
+}
+
 #ifndef AP_GDN_CONV_HOST_EMULATION
 /// MinBlocks: blocks an SM the registers must allow (__launch_bounds__); the
 /// library leaves it at 1 (96 registers at K = 4, no spills), conv_sweep
@@ -530,6 +587,20 @@ __global__ void __launch_bounds__(kConvStagedThreads, MinBlocks)
   __syncthreads();
   convStagedBwdPhase<K>(2, threadIdx.x, blockIdx.x, blockIdx.y, N, T, Cc, x, w,
                         dyc.p, dyc.stride, dx, partial, convStagedSmem);
+}
+template <int K>
+__global__ void __launch_bounds__(kConvStagedThreads)
+    convStagedFwdKernel(long N, int T, int Cc, const bf *__restrict__ x,
+                        const bf *__restrict__ w, ConvGroups<bf *> y) {
+  __shared__ __align__(16) unsigned char
+      convStagedFwdSmem[(kConvRows + K - 1) * (kConvStagedChannels + 8) * 2];
+  const ConvColumn<bf *> yc =
+      columnOf(y, int(blockIdx.x) * kConvStagedChannels);
+  convStagedFwdPhase<K>(0, threadIdx.x, blockIdx.x, blockIdx.y, N, T, Cc, x, w,
+                        yc.p, yc.stride, convStagedFwdSmem);
+  __syncthreads();
+  convStagedFwdPhase<K>(1, threadIdx.x, blockIdx.x, blockIdx.y, N, T, Cc, x, w,
+                        yc.p, yc.stride, convStagedFwdSmem);
 }
 #endif
 

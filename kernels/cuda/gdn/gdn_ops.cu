@@ -377,18 +377,20 @@ bool convWindowed(const GdnConvArgs &a, long tokens) {
          (tokens + kConvFwdRows - 1) / kConvFwdRows <= 65535;
 }
 
-/// Whether the backward of `a` (windowed) can run staged: tiles of
+/// Whether the forward or backward of `a` (windowed) can run staged: tiles of
 /// kConvStagedChannels channels that each lie in one output group, every
 /// access 16-byte aligned.
-bool convStaged(const GdnConvArgs &a) {
+bool convStaged(const GdnConvArgs &a, bool backward) {
   auto aligned = [](const void *p) { return uintptr_t(p) % 16 == 0; };
   if (a.kernels != GdnConvKernels::Staged ||
-      a.channels % kConvStagedChannels != 0 || !aligned(a.x) || !aligned(a.dx))
+      a.channels % kConvStagedChannels != 0 || !aligned(a.x) ||
+      (backward && !aligned(a.dx)))
     return false;
   if (a.splits == 0)
-    return aligned(a.dy);
+    return aligned(backward ? a.dy : a.y);
   for (int s = 0; s < a.splits; ++s)
-    if (a.splitChannels[s] % kConvStagedChannels != 0 || !aligned(a.dys[s]))
+    if (a.splitChannels[s] % kConvStagedChannels != 0 ||
+        !aligned(backward ? a.dys[s] : a.ys[s]))
       return false;
   return true;
 }
@@ -415,6 +417,19 @@ Status convForward(const KernelContext &ctx, const GdnConvArgs &a) {
                                  a.kernels != GdnConvKernels::Staged))
     return Status::InvalidArgument;
   long N = a.batch * a.seqLen;
+  if (convWindowed(a, N) && convStaged(a, false)) {
+    dim3 grid(unsigned(a.channels / kConvStagedChannels),
+              unsigned((N + kConvRows - 1) / kConvRows));
+    withKernelSize(a.kernelSize, [&](auto k) {
+      constexpr int K = decltype(k)::value;
+      convStagedFwdKernel<K>
+          <<<grid, kConvStagedThreads, 0, (cudaStream_t)ctx.stream>>>(
+              N, int(a.seqLen), int(a.channels), (const bf *)a.x,
+              (const bf *)a.w, groupsOf<bf *>(a, a.y, a.ys));
+    });
+    AP_GDN_LAUNCH_CHECK(convStagedFwdKernel);
+    return Status::Ok;
+  }
   if (convWindowed(a, N)) {
     dim3 grid(unsigned((a.channels + 127) / 128),
               unsigned((N + kConvFwdRows - 1) / kConvFwdRows));
@@ -450,7 +465,7 @@ Status convBackward(const KernelContext &ctx, const GdnConvArgs &a) {
   if (convWindowed(a, N)) {
     long nb = (N + kConvRows - 1) / kConvRows;
     float *partial = (float *)ctx.workspace;
-    if (convStaged(a)) {
+    if (convStaged(a, true)) {
       dim3 grid(unsigned(Cc / kConvStagedChannels), unsigned(nb));
       Status st = Status::Ok;
       withKernelSize(K, [&](auto k) {

@@ -213,8 +213,8 @@ Outputs windowed(const Problem &p, std::vector<int> widths = {}) {
       });
 }
 
-/// The windowed forward and the staged backward (GdnConvKernels::Staged) as
-/// gdn_ops.cu launches them: every thread of a block runs a phase before any
+/// The staged forward and backward (GdnConvKernels::Staged) as gdn_ops.cu
+/// launches them: every thread of a block runs a phase before any
 /// runs the next, as the kernel's barriers order them, each block with its
 /// own shared memory (poisoned, so a read of what no phase wrote shows).
 /// p.C and every group's width are multiples of kConvStagedChannels.
@@ -225,13 +225,17 @@ Outputs staged(const Problem &p, std::vector<int> widths = {}) {
       [&](ConvGroups<bf *> y, ConvGroups<const bf *> dy, Outputs &o) {
         withKernelSize(p.K, [&](auto k) {
           constexpr int K = decltype(k)::value;
-          launch({unsigned((p.C + 127) / 128),
-                  unsigned((N + kConvFwdRows - 1) / kConvFwdRows)},
-                 128, [&] {
-                   convWindowFwdKernel<K>(N, p.T, p.C, p.x.data(), p.w.data(),
-                                          y);
-                 });
           std::vector<unsigned char> smem(size_t(ConvStagedTile<K>::smemBytes));
+          for (unsigned by = 0; by < unsigned(p.rowBlocks()); ++by)
+            for (int bx = 0; bx < p.C / kConvStagedChannels; ++bx) {
+              std::fill(smem.begin(), smem.end(), 0xff);
+              const ConvColumn<bf *> yc = columnOf(y, bx * kConvStagedChannels);
+              for (int phase = 0; phase < 2; ++phase)
+                for (int tid = 0; tid < kConvStagedThreads; ++tid)
+                  convStagedFwdPhase<K>(phase, tid, bx, int(by), N, p.T, p.C,
+                                        p.x.data(), p.w.data(), yc.p, yc.stride,
+                                        smem.data());
+            }
           for (unsigned by = 0; by < unsigned(p.rowBlocks()); ++by)
             for (int bx = 0; bx < p.C / kConvStagedChannels; ++bx) {
               std::fill(smem.begin(), smem.end(), 0xff);
@@ -351,12 +355,12 @@ TEST(GdnConvEmulation, BackwardBitsDoNotDependOnTokensAhead) {
   }
 }
 
-/// The staged backward (tiles of 64 channels, x and dpre in shared memory)
-/// gives the windowed backward's dx and dw partials bit for bit: sequences
+/// The staged kernels (tiles of 64 channels, x and dpre in shared memory)
+/// give the windowed kernels' y, dx and dw partials bit for bit: sequences
 /// shorter than a run of kConvRows tokens, starting inside one, longer than
 /// one, N not a multiple of it, T < K, several tiles of channels, every
 /// kernel size; dense and in groups (the GDN layer's q, k, v).
-TEST(GdnConvEmulation, StagedBackwardEqualsWindowedBitwise) {
+TEST(GdnConvEmulation, StagedEqualsWindowedBitwise) {
   const Shape shapes[] = {{3, 5, 64, 4},     {2, 200, 128, 4}, {1, 300, 64, 1},
                           {4, 77, 192, 2},   {1, 129, 64, 3},  {2, 3, 64, 8},
                           {1, 1000, 128, 4}, {5, 33, 64, 5},   {1, 2, 64, 4}};

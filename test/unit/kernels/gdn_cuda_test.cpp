@@ -878,11 +878,11 @@ template <typename F> void forEachConvPath(GdnConvArgs &a, F &&body) {
   }
 }
 
-// The staged backward (x and dpre in shared memory, tiles of 64 channels)
-// gives the windowed backward's y, dx and dw bit for bit, at the Qwen3.5
+// The staged kernels (x and dpre in shared memory, tiles of 64 channels)
+// give the windowed kernels' y, dx and dw bit for bit, at the Qwen3.5
 // shape and where runs of 128 tokens cross sequence starts, every kernel
 // size, several channel tiles; and the same bits on a second run.
-TEST_F(GdnCuda, ConvStagedBackwardBitwiseAsWindowed) {
+TEST_F(GdnCuda, ConvStagedBitwiseAsWindowed) {
   struct Shape {
     int B, T, Cc, K;
   };
