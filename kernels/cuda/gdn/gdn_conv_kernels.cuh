@@ -404,7 +404,10 @@ template <int K> struct ConvStagedTile {
   static constexpr int XP = TC + 8;
   static constexpr int V8 = TC / 8;
   static constexpr long xBytes = long(XR) * XP * 2;
-  static constexpr long smemBytes = xBytes + long(DR) * TC * 4;
+  static constexpr long dpBytes = long(DR) * TC * 4;
+  // The tile's weights as floats after x and dpre (read from shared memory,
+  // so that 8 x K of them are not held in registers across the phases).
+  static constexpr long smemBytes = xBytes + dpBytes + long(TC) * K * 4;
   static_assert(TH % V8 == 0, "a thread's items keep their 8 channels");
 };
 
@@ -421,6 +424,7 @@ convStagedBwdPhase(int phase, int tid, int bx, int by, long N, int T, int Cc,
   using S = ConvStagedTile<K>;
   bf *xs = reinterpret_cast<bf *>(smem);
   float *dps = reinterpret_cast<float *>(smem + S::xBytes);
+  float *wsm = reinterpret_cast<float *>(smem + S::xBytes + S::dpBytes);
   const int c0 = bx * S::TC;
   const long tok0 = long(by) * S::TR;
   const long tokEnd = min(N, tok0 + S::TR);
@@ -433,16 +437,14 @@ convStagedBwdPhase(int phase, int tid, int bx, int by, long N, int T, int Cc,
         h = *reinterpret_cast<const ConvBf8 *>(x + tok * Cc + c0 + v * 8);
       *reinterpret_cast<ConvBf8 *>(xs + r * S::XP + v * 8) = h;
     }
+    for (int i = tid; i < S::TC * K; i += S::TH)
+      wsm[i] = b2f(w[long(c0) * K + i]);
     return;
   }
   // A thread's items keep the 8 channels v * 8 .. v * 8 + 7.
   const int v = tid % S::V8;
-  float wr[8][K];
-#pragma unroll
-  for (int q = 0; q < 8; ++q)
-#pragma unroll
-    for (int j = 0; j < K; ++j)
-      wr[q][j] = b2f(w[(c0 + v * 8 + q) * K + j]);
+  // Channel v * 8 + q's tap j.
+  const float *wq = wsm + v * 8 * K;
   if (phase == 1) {
     // Row d is token tok0 + d; its window's tap j is x row d + j, zero
     // before the token's sequence starts.
@@ -461,7 +463,7 @@ convStagedBwdPhase(int phase, int tid, int bx, int by, long N, int T, int Cc,
             const float xv = t - (K - 1) + j >= 0
                                  ? b2f(xs[(d + j) * S::XP + v * 8 + q])
                                  : 0.f;
-            pre += wr[q][j] * xv;
+            pre += wq[q * K + j] * xv;
           }
           const float sg = sigmoidf_(pre);
           dp[q] = b2f(g.v[q]) * sg * (1.f + pre * (1.f - sg));
@@ -491,7 +493,7 @@ convStagedBwdPhase(int phase, int tid, int bx, int by, long N, int T, int Cc,
 #pragma unroll
       for (int j = 0; j < K; ++j)
         if (te + K - 1 - j < T)
-          sdx += wr[q][j] * dps[(e + K - 1 - j) * S::TC + v * 8 + q];
+          sdx += wq[q * K + j] * dps[(e + K - 1 - j) * S::TC + v * 8 + q];
       o.v[q] = f2b(sdx);
     }
     *reinterpret_cast<ConvBf8 *>(dx + tok * Cc + c0 + v * 8) = o;
@@ -568,10 +570,10 @@ convStagedFwdPhase(int phase, int tid, int bx, int by, long N, int T, int Cc,
 }
 
 #ifndef AP_GDN_CONV_HOST_EMULATION
-/// MinBlocks: blocks an SM the registers must allow (__launch_bounds__); the
-/// library leaves it at 1 (96 registers at K = 4, no spills), conv_sweep
-/// also times 3 (80 registers, a few spilled).
-template <int K, int MinBlocks = 1>
+/// MinBlocks: blocks an SM the registers must allow (__launch_bounds__): the
+/// library asks for 4 (at most 64 registers, no spills for K = 1-8, ptxas;
+/// 4 blocks' shared memory fits an SM), conv_sweep also times 2.
+template <int K, int MinBlocks = 4>
 __global__ void __launch_bounds__(kConvStagedThreads, MinBlocks)
     convStagedBwdKernel(long N, int T, int Cc, const bf *__restrict__ x,
                         const bf *__restrict__ w, ConvGroups<const bf *> dy,
