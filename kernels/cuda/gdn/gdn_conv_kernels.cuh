@@ -376,7 +376,8 @@ template <typename F> void withKernelSize(int k, F &&f) {
 /// kConvStagedChannels channels, in three phases separated by barriers, its
 /// global accesses 16 bytes (8 channels) each:
 ///   0. x of the run, the K - 1 tokens before it and the K - 1 after (zero
-///      outside [0, N)) into shared memory;
+///      outside [0, N)), and the tile's weights as floats, into shared
+///      memory;
 ///   1. dpre of the run's tokens and the K - 1 after (zero at or past N), 8
 ///      channels a thread and item, dy read once from global memory, into
 ///      shared memory as floats;
