@@ -412,6 +412,24 @@ template <int K> struct ConvStagedTile {
   static_assert(TH % V8 == 0, "a thread's items keep their 8 channels");
 };
 
+/// Phase 0's x rows of both staged kernels: `rows` rows of the tile's
+/// channels from token tok0 - (K - 1), zero outside [0, N), 16 bytes a
+/// thread and item.
+template <int K>
+__device__ __forceinline__ void convStageX(int tid, int rows, long tok0, long N,
+                                           int Cc, int c0,
+                                           const bf *__restrict__ x, bf *xs) {
+  using S = ConvStagedTile<K>;
+  for (int it = tid; it < rows * S::V8; it += S::TH) {
+    const int r = it / S::V8, v = it % S::V8;
+    const long tok = tok0 - (K - 1) + r;
+    ConvBf8 h = {};
+    if (tok >= 0 && tok < N)
+      h = *reinterpret_cast<const ConvBf8 *>(x + tok * Cc + c0 + v * 8);
+    *reinterpret_cast<ConvBf8 *>(xs + r * S::XP + v * 8) = h;
+  }
+}
+
 /// Phase `phase` of thread `tid` of block (bx, by) of the staged backward;
 /// `dyc` is dy at channel c0 = bx * kConvStagedChannels of its group (the
 /// tile lies in one), a token's row dyStride elements after the previous.
@@ -430,14 +448,7 @@ convStagedBwdPhase(int phase, int tid, int bx, int by, long N, int T, int Cc,
   const long tok0 = long(by) * S::TR;
   const long tokEnd = min(N, tok0 + S::TR);
   if (phase == 0) {
-    for (int it = tid; it < S::XR * S::V8; it += S::TH) {
-      const int r = it / S::V8, v = it % S::V8;
-      const long tok = tok0 - (K - 1) + r;
-      ConvBf8 h = {};
-      if (tok >= 0 && tok < N)
-        h = *reinterpret_cast<const ConvBf8 *>(x + tok * Cc + c0 + v * 8);
-      *reinterpret_cast<ConvBf8 *>(xs + r * S::XP + v * 8) = h;
-    }
+    convStageX<K>(tid, S::XR, tok0, N, Cc, c0, x, xs);
     for (int i = tid; i < S::TC * K; i += S::TH)
       wsm[i] = b2f(w[long(c0) * K + i]);
     return;
@@ -530,14 +541,7 @@ convStagedFwdPhase(int phase, int tid, int bx, int by, long N, int T, int Cc,
   const long tok0 = long(by) * S::TR;
   const long tokEnd = min(N, tok0 + S::TR);
   if (phase == 0) {
-    for (int it = tid; it < XRF * S::V8; it += S::TH) {
-      const int r = it / S::V8, v = it % S::V8;
-      const long tok = tok0 - (K - 1) + r;
-      ConvBf8 h = {};
-      if (tok >= 0 && tok < N)
-        h = *reinterpret_cast<const ConvBf8 *>(x + tok * Cc + c0 + v * 8);
-      *reinterpret_cast<ConvBf8 *>(xs + r * S::XP + v * 8) = h;
-    }
+    convStageX<K>(tid, XRF, tok0, N, Cc, c0, x, xs);
     return;
   }
   const int v = tid % S::V8;
