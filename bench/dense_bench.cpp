@@ -325,6 +325,45 @@ int main(int argc, char **argv) {
       return 1;
     report("gradnorm_752M", timeMs([&] { KS(gradNorm(gCtx, gn)); }, 2, 9), 0,
            4.0 * n);
+    {
+      // The step's list: Qwen3.5-0.8B's 320 parameters (18 GDN and 6
+      // attention layers, tied embedding), views of one buffer, in the
+      // model's order. Most are vectors of a few thousand elements, so the
+      // launches, not the bytes, set the time of one launch per tensor.
+      std::vector<int64_t> sizes = {int64_t(248320) * 1024};
+      for (int l = 0; l < 24; ++l) {
+        sizes.push_back(1024); // input_layernorm
+        if (l % 4 == 3) {      // full attention: q (with gate), k, v, o, norms
+          for (int64_t s :
+               {int64_t(4096) * 1024, int64_t(512) * 1024, int64_t(512) * 1024,
+                int64_t(1024) * 2048, int64_t(256), int64_t(256)})
+            sizes.push_back(s);
+        } else { // GDN: qkv, z, a, b, conv, A_log, dt_bias, norm, out
+          for (int64_t s :
+               {int64_t(6144) * 1024, int64_t(2048) * 1024, int64_t(16) * 1024,
+                int64_t(16) * 1024, int64_t(6144) * 4, int64_t(16), int64_t(16),
+                int64_t(128), int64_t(1024) * 2048})
+            sizes.push_back(s);
+        }
+        sizes.push_back(1024); // post_attention_layernorm
+        for (int k = 0; k < 3; ++k)
+          sizes.push_back(int64_t(3584) * 1024); // gate, up, down
+      }
+      sizes.push_back(1024); // final norm
+      std::vector<GradTensor> list;
+      int64_t total = 0;
+      for (int64_t s : sizes) {
+        list.push_back({g + total, s});
+        total += s;
+      }
+      if (total > n)
+        return 1;
+      GradNormArgs gl{list.data(), int64_t(list.size()), 1.0, norm, clip};
+      if (gradNormWorkspaceBytes(Backend::Cuda, gl) > gCtx.workspaceBytes)
+        return 1;
+      report("gradnorm_qwen_320_tensors",
+             timeMs([&] { KS(gradNorm(gCtx, gl)); }, 2, 9), 0, 4.0 * total);
+    }
     AdamWArgs a;
     a.master = p;
     a.expAvg = m;

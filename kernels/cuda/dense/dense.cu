@@ -946,16 +946,75 @@ __device__ __forceinline__ float gradAt(const bf *p, int64_t i) {
   return ld(p + i);
 }
 
-/// T: float or bf (a bf16 main grad, widened exactly; same blocking).
+/// The grad norm's partial sums, many tensors a launch. A step's norm covers
+/// every parameter (hundreds of tensors, most of them a few thousand
+/// elements): one launch each left the GPU waiting on the host's launches
+/// for longer than the whole read takes. A launch covers up to
+/// kNormBatchTensors tensors of one element type; each CUDA block finds its
+/// tensor by a binary search over the batch's block prefix (the same for
+/// every thread of the block) and writes the partial of its 65536-element
+/// block into that block's slot of the list order, so how tensors are
+/// grouped into launches never changes a partial or the final sum.
+constexpr int kNormBatchTensors = 256;
+struct NormBatch {
+  const void *data[kNormBatchTensors];
+  int64_t n[kNormBatchTensors];
+  /// The slot of the tensor's first partial in the list-order partials.
+  int64_t partialOffset[kNormBatchTensors];
+  /// The batch's CUDA blocks before each tensor's; firstBlock[count] is the
+  /// launch's grid size.
+  int64_t firstBlock[kNormBatchTensors + 1];
+  int32_t count;
+};
+
+/// T: float or bf (a bf16 main grad, widened exactly; same blocking). Thread
+/// t of a block sums elements b0 + t, b0 + t + 256, ... in that order (a
+/// float or bf16 squared is exact in double, so contraction cannot change a
+/// bit), then the block adds the 256 sums in a fixed tree. A full block
+/// issues its loads eight at a time ahead of the sums, which keeps enough
+/// bytes in flight to run at the copy rate; the order of the sums stays the
+/// same.
 template <typename T>
-__global__ void sqPartialKernel(const T *p, int64_t n, double *partial) {
+__global__ void __launch_bounds__(kNormThreads)
+    sqPartialKernel(const __grid_constant__ NormBatch batch, double *partial) {
   __shared__ double sh[kNormThreads];
-  int64_t b0 = int64_t(blockIdx.x) * ref::kGradNormBlock;
-  int64_t b1 = std::min<int64_t>(n, b0 + ref::kGradNormBlock);
+  const int64_t blk = blockIdx.x;
+  int lo = 0, hi = batch.count - 1;
+  while (lo < hi) {
+    int mid = (lo + hi + 1) / 2;
+    if (batch.firstBlock[mid] <= blk)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  const T *p = static_cast<const T *>(batch.data[lo]);
+  const int64_t n = batch.n[lo];
+  const int64_t local = blk - batch.firstBlock[lo];
+  const int64_t b0 = local * ref::kGradNormBlock;
+  const int64_t b1 = std::min<int64_t>(n, b0 + ref::kGradNormBlock);
   double s = 0;
-  for (int64_t i = b0 + threadIdx.x; i < b1; i += kNormThreads) {
-    double v = gradAt(p, i);
-    s += v * v;
+  if (b1 - b0 == ref::kGradNormBlock) {
+    constexpr int kPerThread = int(ref::kGradNormBlock) / kNormThreads;
+    constexpr int kAhead = 8;
+    static_assert(kPerThread % kAhead == 0, "whole rounds of loads");
+    const T *q = p + b0 + threadIdx.x;
+#pragma unroll 1
+    for (int r = 0; r < kPerThread; r += kAhead) {
+      float v[kAhead];
+#pragma unroll
+      for (int u = 0; u < kAhead; ++u)
+        v[u] = gradAt(q, int64_t(r + u) * kNormThreads);
+#pragma unroll
+      for (int u = 0; u < kAhead; ++u) {
+        double d = v[u];
+        s += d * d;
+      }
+    }
+  } else {
+    for (int64_t i = b0 + threadIdx.x; i < b1; i += kNormThreads) {
+      double v = gradAt(p, i);
+      s += v * v;
+    }
   }
   sh[threadIdx.x] = s;
   __syncthreads();
@@ -965,20 +1024,34 @@ __global__ void sqPartialKernel(const T *p, int64_t n, double *partial) {
     __syncthreads();
   }
   if (threadIdx.x == 0)
-    partial[blockIdx.x] = sh[0];
+    partial[batch.partialOffset[lo] + local] = sh[0];
 }
 
 /// One running sum over the block partials in list order, started from
 /// `initial`: a pipeline stage continuing the previous stages' sum gets the
 /// bits of one pass over all their tensors (a tree over the partials would
-/// not). One thread: a step has about one partial per 65536 elements.
-__global__ void normFinishKernel(const double *partial, int64_t parts,
-                                 double maxNorm, float *norm, float *clipCoef,
-                                 const double *initial, double *squares) {
-  if (threadIdx.x == 0 && blockIdx.x == 0) {
-    double total = initial ? *initial : 0.0;
-    for (int64_t i = 0; i < parts; ++i)
-      total = __dadd_rn(total, partial[i]);
+/// not). The block stages the partials in shared memory a chunk at a time
+/// and one thread adds them in order: the adds stay one dependent chain
+/// (about 0.75B parameters give 11,500 of them), but none waits on a load
+/// from global memory.
+constexpr int kNormFinishChunk = 2048;
+__global__ void __launch_bounds__(kNormThreads)
+    normFinishKernel(const double *partial, int64_t parts, double maxNorm,
+                     float *norm, float *clipCoef, const double *initial,
+                     double *squares) {
+  __shared__ double chunk[kNormFinishChunk];
+  double total = initial ? *initial : 0.0;
+  for (int64_t c0 = 0; c0 < parts; c0 += kNormFinishChunk) {
+    const int m = int(std::min<int64_t>(kNormFinishChunk, parts - c0));
+    for (int i = threadIdx.x; i < m; i += blockDim.x)
+      chunk[i] = partial[c0 + i];
+    __syncthreads();
+    if (threadIdx.x == 0)
+      for (int i = 0; i < m; ++i)
+        total = __dadd_rn(total, chunk[i]);
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
     if (squares)
       *squares = total;
     float nv = float(sqrt(total));
@@ -1413,23 +1486,55 @@ Status gradNorm(const KernelContext &ctx, const GradNormArgs &a) {
   size_t need = gradNormWorkspaceBytes(Backend::Cuda, a);
   if (!ctx.workspace || ctx.workspaceBytes < need)
     return Status::InvalidArgument;
+  for (int64_t t = 0; t < a.numTensors; ++t)
+    if (a.tensors[t].n > 0 && !a.tensors[t].data)
+      return Status::InvalidArgument;
   double *partial = static_cast<double *>(ctx.workspace);
+  // One batch per element type, launched whenever it fills; each tensor's
+  // partials keep their list-order slots (off), whatever batch it is in.
+  NormBatch batches[2];
+  for (NormBatch &b : batches) {
+    b.count = 0;
+    b.firstBlock[0] = 0;
+  }
+  auto launch = [&](NormBatch &b, bool isBf16) -> Status {
+    if (b.count == 0)
+      return Status::Ok;
+    const unsigned grid = unsigned(b.firstBlock[b.count]);
+    if (isBf16)
+      sqPartialKernel<bf><<<grid, kNormThreads, 0, streamOf(ctx)>>>(b, partial);
+    else
+      sqPartialKernel<float>
+          <<<grid, kNormThreads, 0, streamOf(ctx)>>>(b, partial);
+    AP_CUDA_CHECK_LAUNCH(sqPartialKernel);
+    b.count = 0;
+    return Status::Ok;
+  };
   int64_t off = 0;
   for (int64_t t = 0; t < a.numTensors; ++t) {
-    int64_t n = a.tensors[t].n;
-    if (n == 0)
+    const int64_t n = a.tensors[t].n;
+    if (n <= 0)
       continue;
-    int64_t blocks = (n + ref::kGradNormBlock - 1) / ref::kGradNormBlock;
-    if (a.tensors[t].dtype == DType::BF16)
-      sqPartialKernel<<<unsigned(blocks), kNormThreads, 0, streamOf(ctx)>>>(
-          static_cast<const bf *>(a.tensors[t].data), n, partial + off);
-    else
-      sqPartialKernel<<<unsigned(blocks), kNormThreads, 0, streamOf(ctx)>>>(
-          static_cast<const float *>(a.tensors[t].data), n, partial + off);
-    AP_CUDA_CHECK_LAUNCH(sqPartialKernel);
+    const bool isBf16 = a.tensors[t].dtype == DType::BF16;
+    NormBatch &b = batches[isBf16 ? 1 : 0];
+    const int64_t blocks = gradNormParts(n);
+    b.data[b.count] = a.tensors[t].data;
+    b.n[b.count] = n;
+    b.partialOffset[b.count] = off;
+    b.firstBlock[b.count + 1] = b.firstBlock[b.count] + blocks;
+    ++b.count;
     off += blocks;
+    // A grid's x dimension holds 2^31 - 1 blocks: 1.4e14 elements, far past
+    // any device; a full batch goes now.
+    if (b.count == kNormBatchTensors)
+      if (Status st = launch(b, isBf16); st != Status::Ok)
+        return st;
   }
-  normFinishKernel<<<1, 32, 0, streamOf(ctx)>>>(
+  if (Status st = launch(batches[0], false); st != Status::Ok)
+    return st;
+  if (Status st = launch(batches[1], true); st != Status::Ok)
+    return st;
+  normFinishKernel<<<1, kNormThreads, 0, streamOf(ctx)>>>(
       partial, off, a.maxNorm, a.norm, a.clipCoef, a.initialSquares, a.squares);
   AP_CUDA_CHECK_LAUNCH(normFinishKernel);
   return Status::Ok;

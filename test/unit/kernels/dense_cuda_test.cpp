@@ -40,6 +40,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <random>
 #include <vector>
@@ -1593,6 +1594,112 @@ TEST_F(DenseCuda, AdamWAndGradNormReadBf16Grads) {
   EXPECT_NEAR(clip, clipRef, 1e-6 * clipRef);
 
   expectAdamWBitwise(p, m, v, g.data(), dG.p, DType::BF16, &clip, dClip.p);
+}
+
+// The CUDA grad norm's order, emulated on the host in double: per tensor,
+// blocks of kGradNormBlockElements; in a block, thread t of 256 sums
+// elements t, t + 256, ... in order, then the 256 sums meet in the tree
+// sh[t] += sh[t + k] for k = 128, 64, ..., 1; the block partials are added
+// one after another in list order, after `initial`. Every operation is
+// IEEE double (a float or bf16 squared is exact), so the GPU must give
+// these bits whatever tensors it groups into a launch.
+static double
+cudaOrderSquares(const std::vector<std::function<double(int64_t)>> &elem,
+                 const std::vector<int64_t> &sizes, double initial) {
+  constexpr int kThreads = 256;
+  double total = initial;
+  for (size_t t = 0; t < sizes.size(); ++t) {
+    for (int64_t b0 = 0; b0 < sizes[t]; b0 += kGradNormBlockElements) {
+      const int64_t b1 = std::min(sizes[t], b0 + kGradNormBlockElements);
+      double sh[kThreads];
+      for (int th = 0; th < kThreads; ++th) {
+        double s = 0;
+        for (int64_t i = b0 + th; i < b1; i += kThreads) {
+          double v = elem[t](i);
+          s += v * v;
+        }
+        sh[th] = s;
+      }
+      for (int k = kThreads / 2; k > 0; k >>= 1)
+        for (int th = 0; th < k; ++th)
+          sh[th] += sh[th + k];
+      total += sh[0];
+    }
+  }
+  return total;
+}
+
+// Many tensors (more than one launch holds, f32 and bf16 interleaved, empty
+// ones, sizes on both sides of a block boundary): the sum of squares and
+// the norm are the bits of the emulated order, started from a pipeline
+// stage's running sum, and match the reference to rounding.
+TEST_F(DenseCuda, GradNormManyTensorsBitsOfTheBlockOrder) {
+  const int numTensors = 600;
+  std::vector<int64_t> sizes(numTensors);
+  std::vector<DType> types(numTensors);
+  int64_t nf = 0, nb = 0;
+  for (int t = 0; t < numTensors; ++t) {
+    const uint32_t h = uint32_t(t) * 2654435761u;
+    const int64_t choices[] = {0,      1,     7,     1024,         4096,
+                               65535,  65536, 65537, 131072 + 300, 2048,
+                               200003, 5000,  16};
+    sizes[t] = choices[h % 13];
+    types[t] = (t % 3 == 1) ? DType::BF16 : DType::F32;
+    (types[t] == DType::BF16 ? nb : nf) += sizes[t];
+  }
+  auto f = hashFloats(nf, 130, 0.02f);
+  std::vector<bf16> g = randBf16(size_t(nb), 131, 0.01f);
+  Dev<float> dF{size_t(nf)};
+  Dev<bf16> dG{size_t(nb)};
+  dF.up(f);
+  dG.up(g);
+  std::vector<GradTensor> hostT, devT;
+  std::vector<std::function<double(int64_t)>> elem;
+  int64_t of = 0, ob = 0;
+  for (int t = 0; t < numTensors; ++t) {
+    if (types[t] == DType::BF16) {
+      hostT.push_back({g.data() + ob, sizes[t], DType::BF16});
+      devT.push_back({dG.p + ob, sizes[t], DType::BF16});
+      const bf16 *base = g.data() + ob;
+      elem.push_back([base](int64_t i) { return double(toFloat(base[i])); });
+      ob += sizes[t];
+    } else {
+      hostT.push_back({f.data() + of, sizes[t]});
+      devT.push_back({dF.p + of, sizes[t]});
+      const float *base = f.data() + of;
+      elem.push_back([base](int64_t i) { return double(base[i]); });
+      of += sizes[t];
+    }
+  }
+  const double initial = 3.25;
+  const double want = cudaOrderSquares(elem, sizes, initial);
+
+  Dev<float> dNorm(1), dClip(1);
+  Dev<double> dInitial(1), dSquares(1);
+  dInitial.up({initial});
+  GradNormArgs gn{devT.data(), numTensors, 1.0,       dNorm.p,
+                  dClip.p,     dInitial.p, dSquares.p};
+  reserve(gradNormWorkspaceBytes(Backend::Cuda, gn));
+  dNorm.poison();
+  dSquares.poison();
+  ASSERT_EQ(gradNorm(ctx, gn), Status::Ok);
+  sync();
+  const double squares = dSquares.down()[0];
+  const float norm = dNorm.down()[0];
+  EXPECT_EQ(std::memcmp(&squares, &want, 8), 0)
+      << "squares " << squares << " want " << want;
+  const float wantNorm = float(std::sqrt(want));
+  EXPECT_EQ(std::memcmp(&norm, &wantNorm, 4), 0)
+      << "norm " << norm << " want " << wantNorm;
+
+  // The reference (its own order) agrees to rounding.
+  float normRef = 0, clipRef = 0;
+  double initialHost = initial, squaresRef = 0;
+  GradNormArgs gnHost{hostT.data(), numTensors,   1.0,        &normRef,
+                      &clipRef,     &initialHost, &squaresRef};
+  ASSERT_EQ(gradNorm(host, gnHost), Status::Ok);
+  EXPECT_NEAR(squares, squaresRef, 1e-12 * squaresRef);
+  EXPECT_NEAR(dClip.down()[0], clipRef, 1e-6 * clipRef);
 }
 
 //===----------------------------------------------------------------------===//
