@@ -1596,6 +1596,32 @@ TEST_F(DenseCuda, AdamWAndGradNormReadBf16Grads) {
   expectAdamWBitwise(p, m, v, g.data(), dG.p, DType::BF16, &clip, dClip.p);
 }
 
+// A grad view 4 bytes (f32) or 2 bytes (bf16) into its buffer cannot take
+// the 16- or 8-byte loads of the four-a-thread kernel: the element-by-element
+// one runs (the other would stop at a misaligned address), with the
+// reference's bits; n % 4 = 1 leaves a tail for the aligned case too.
+TEST_F(DenseCuda, AdamWMisalignedGradBitwise) {
+  const int64_t n = 100001;
+  auto p = hashFloats(n, 140, 2.f), m = hashFloats(n, 141, 0.01f),
+       v = hashFloats(n, 142, 1e-4f), g = hashFloats(n + 1, 143, 0.02f);
+  for (auto &x : v)
+    x = std::fabs(x);
+  std::vector<bf16> gb = randBf16(size_t(n + 1), 144, 0.01f);
+  Dev<float> dG{size_t(n + 1)}, dClip{1};
+  Dev<bf16> dGb{size_t(n + 1)};
+  dG.up(g);
+  dGb.up(gb);
+  const float clip = 0.75f;
+  dClip.up({clip});
+  expectAdamWBitwise(p, m, v, g.data() + 1, dG.p + 1, DType::F32, &clip,
+                     dClip.p);
+  expectAdamWBitwise(p, m, v, gb.data() + 1, dGb.p + 1, DType::BF16, &clip,
+                     dClip.p);
+  // The same update from aligned views: the four-a-thread kernel, same bits.
+  expectAdamWBitwise(p, m, v, g.data(), dG.p, DType::F32, &clip, dClip.p);
+  expectAdamWBitwise(p, m, v, gb.data(), dGb.p, DType::BF16, &clip, dClip.p);
+}
+
 // The CUDA grad norm's order, emulated on the host in double: per tensor,
 // blocks of kGradNormBlockElements; in a block, thread t of 256 sums
 // elements t, t + 256, ... in order, then the 256 sums meet in the tree
