@@ -308,13 +308,40 @@ int main(int argc, char **argv) {
       CK(cudaFree(p));
   }
   if (!ceOnly) {
-    // Optimizer over 0.75B parameters (Qwen3.5-0.8B), one flat range.
-    const int64_t n = 752'000'000;
-    auto *p = static_cast<float *>(devAlloc(n * 4)),
-         *g = static_cast<float *>(devAlloc(n * 4)),
-         *m = static_cast<float *>(devAlloc(n * 4)),
-         *v = static_cast<float *>(devAlloc(n * 4));
-    auto *copy = devAlloc(n * 2);
+    // Optimizer over 0.75B parameters (Qwen3.5-0.8B): one flat range, and
+    // the step's list of its 320 parameters (18 GDN and 6 attention layers,
+    // tied embedding) as views of the same buffers in the model's order.
+    // Most of them are vectors of a few thousand elements, so with one
+    // launch per tensor the launches, not the bytes, set the time.
+    std::vector<int64_t> sizes = {int64_t(248320) * 1024};
+    for (int l = 0; l < 24; ++l) {
+      sizes.push_back(1024); // input_layernorm
+      if (l % 4 == 3) {      // full attention: q (with gate), k, v, o, norms
+        for (int64_t s :
+             {int64_t(4096) * 1024, int64_t(512) * 1024, int64_t(512) * 1024,
+              int64_t(1024) * 2048, int64_t(256), int64_t(256)})
+          sizes.push_back(s);
+      } else { // GDN: qkv, z, a, b, conv, A_log, dt_bias, norm, out
+        for (int64_t s :
+             {int64_t(6144) * 1024, int64_t(2048) * 1024, int64_t(16) * 1024,
+              int64_t(16) * 1024, int64_t(6144) * 4, int64_t(16), int64_t(16),
+              int64_t(128), int64_t(1024) * 2048})
+          sizes.push_back(s);
+      }
+      sizes.push_back(1024); // post_attention_layernorm
+      for (int k = 0; k < 3; ++k)
+        sizes.push_back(int64_t(3584) * 1024); // gate, up, down
+    }
+    sizes.push_back(1024); // final norm
+    int64_t listTotal = 0;
+    for (int64_t s : sizes)
+      listTotal += s;
+    const int64_t n = 752'000'000, cap = std::max(n, listTotal);
+    auto *p = static_cast<float *>(devAlloc(cap * 4)),
+         *g = static_cast<float *>(devAlloc(cap * 4)),
+         *m = static_cast<float *>(devAlloc(cap * 4)),
+         *v = static_cast<float *>(devAlloc(cap * 4));
+    auto *copy = static_cast<char *>(devAlloc(cap * 2));
     float *norm, *clip;
     CK(cudaMalloc(&norm, 4));
     CK(cudaMalloc(&clip, 4));
@@ -325,56 +352,53 @@ int main(int argc, char **argv) {
       return 1;
     report("gradnorm_752M", timeMs([&] { KS(gradNorm(gCtx, gn)); }, 2, 9), 0,
            4.0 * n);
-    {
-      // The step's list: Qwen3.5-0.8B's 320 parameters (18 GDN and 6
-      // attention layers, tied embedding), views of one buffer, in the
-      // model's order. Most are vectors of a few thousand elements, so the
-      // launches, not the bytes, set the time of one launch per tensor.
-      std::vector<int64_t> sizes = {int64_t(248320) * 1024};
-      for (int l = 0; l < 24; ++l) {
-        sizes.push_back(1024); // input_layernorm
-        if (l % 4 == 3) {      // full attention: q (with gate), k, v, o, norms
-          for (int64_t s :
-               {int64_t(4096) * 1024, int64_t(512) * 1024, int64_t(512) * 1024,
-                int64_t(1024) * 2048, int64_t(256), int64_t(256)})
-            sizes.push_back(s);
-        } else { // GDN: qkv, z, a, b, conv, A_log, dt_bias, norm, out
-          for (int64_t s :
-               {int64_t(6144) * 1024, int64_t(2048) * 1024, int64_t(16) * 1024,
-                int64_t(16) * 1024, int64_t(6144) * 4, int64_t(16), int64_t(16),
-                int64_t(128), int64_t(1024) * 2048})
-            sizes.push_back(s);
-        }
-        sizes.push_back(1024); // post_attention_layernorm
-        for (int k = 0; k < 3; ++k)
-          sizes.push_back(int64_t(3584) * 1024); // gate, up, down
-      }
-      sizes.push_back(1024); // final norm
-      std::vector<GradTensor> list;
-      int64_t total = 0;
-      for (int64_t s : sizes) {
-        list.push_back({g + total, s});
-        total += s;
-      }
-      if (total > n)
-        return 1;
-      GradNormArgs gl{list.data(), int64_t(list.size()), 1.0, norm, clip};
-      if (gradNormWorkspaceBytes(Backend::Cuda, gl) > gCtx.workspaceBytes)
-        return 1;
-      report("gradnorm_qwen_320_tensors",
-             timeMs([&] { KS(gradNorm(gCtx, gl)); }, 2, 9), 0, 4.0 * total);
+    std::vector<GradTensor> list;
+    std::vector<AdamWArgs> adamList;
+    for (int64_t off = 0, i = 0; i < int64_t(sizes.size()); off += sizes[i++]) {
+      list.push_back({g + off, sizes[i]});
+      AdamWArgs a;
+      a.master = p + off;
+      a.expAvg = m + off;
+      a.expAvgSq = v + off;
+      a.grad = g + off;
+      a.clipCoef = clip;
+      a.computeCopy = copy + 2 * off;
+      a.n = sizes[i];
+      adamList.push_back(a);
     }
-    AdamWArgs a;
+    GradNormArgs gl{list.data(), int64_t(list.size()), 1.0, norm, clip};
+    if (gradNormWorkspaceBytes(Backend::Cuda, gl) > gCtx.workspaceBytes)
+      return 1;
+    report("gradnorm_qwen_320_tensors",
+           timeMs([&] { KS(gradNorm(gCtx, gl)); }, 2, 9), 0, 4.0 * listTotal);
+    AdamWArgs a = adamList[0];
     a.master = p;
     a.expAvg = m;
     a.expAvgSq = v;
     a.grad = g;
-    a.clipCoef = clip;
     a.computeCopy = copy;
     a.n = n;
     report("adamw_752M_bf16copy", timeMs([&] { KS(adamWStep(gCtx, a)); }, 2, 9),
            0, 30.0 * n);
-    for (void *q : {(void *)p, (void *)g, (void *)m, (void *)v, copy,
+    // The step's optimizer both ways, in one binary: one update and one
+    // memset of its main grad per tensor (what the runtime did), and the
+    // batched updates that zero the grads as they read them.
+    report("adamw_qwen_320_one_by_one_memset",
+           timeMs(
+               [&] {
+                 for (const AdamWArgs &x : adamList) {
+                   KS(adamWStep(gCtx, x));
+                   CK(cudaMemsetAsync(const_cast<void *>(x.grad), 0, x.n * 4,
+                                      gStream));
+                 }
+               },
+               2, 9),
+           0, 34.0 * listTotal);
+    AdamWBatchArgs batch{adamList.data(), int64_t(adamList.size()), true};
+    report("adamw_qwen_320_batched_zeroing",
+           timeMs([&] { KS(adamWSteps(gCtx, batch)); }, 2, 9), 0,
+           34.0 * listTotal);
+    for (void *q : {(void *)p, (void *)g, (void *)m, (void *)v, (void *)copy,
                     (void *)norm, (void *)clip})
       CK(cudaFree(q));
   }

@@ -416,6 +416,19 @@ struct AdamWArgs {
   int64_t step = 1;
 };
 Status adamWStep(const KernelContext &ctx, const AdamWArgs &args);
+/// AdamW over many tensors in a few launches: each tensor's update is
+/// adamWStep's, bit for bit, and with `zeroGrads` its n main-grad elements
+/// are set to zero once read (in the grad's element size), so the main
+/// grads start the next step at zero without a pass of their own. A step
+/// updates hundreds of parameters, most of a few thousand elements: one
+/// launch and one memset each left the GPU waiting on launches. Tensors
+/// must not overlap.
+struct AdamWBatchArgs {
+  const AdamWArgs *tensors = nullptr; ///< host array of numTensors
+  int64_t numTensors = 0;
+  bool zeroGrads = false;
+};
+Status adamWSteps(const KernelContext &ctx, const AdamWBatchArgs &args);
 /// The f32 scalars of one AdamW step: the bias corrections in double, then
 /// rounded to float at fixed points. Every implementation takes them from
 /// here (the reference, the CUDA kernel, a generated AdamW the runtime

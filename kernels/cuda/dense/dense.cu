@@ -946,6 +946,22 @@ __device__ __forceinline__ float gradAt(const bf *p, int64_t i) {
   return ld(p + i);
 }
 
+/// The tensor of a batched launch that block `blk` works on: the last t
+/// with firstBlock[t] <= blk (firstBlock: the blocks before each tensor's,
+/// non-decreasing). Every thread of the block computes the same answer.
+__device__ __forceinline__ int batchTensorOf(const int64_t *firstBlock,
+                                             int count, int64_t blk) {
+  int lo = 0, hi = count - 1;
+  while (lo < hi) {
+    int mid = (lo + hi + 1) / 2;
+    if (firstBlock[mid] <= blk)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  return lo;
+}
+
 /// The grad norm's partial sums, many tensors a launch. A step's norm covers
 /// every parameter (hundreds of tensors, most of them a few thousand
 /// elements): one launch each left the GPU waiting on the host's launches
@@ -979,14 +995,7 @@ __global__ void __launch_bounds__(kNormThreads)
     sqPartialKernel(const __grid_constant__ NormBatch batch, double *partial) {
   __shared__ double sh[kNormThreads];
   const int64_t blk = blockIdx.x;
-  int lo = 0, hi = batch.count - 1;
-  while (lo < hi) {
-    int mid = (lo + hi + 1) / 2;
-    if (batch.firstBlock[mid] <= blk)
-      lo = mid;
-    else
-      hi = mid - 1;
-  }
+  const int lo = batchTensorOf(batch.firstBlock, batch.count, blk);
   const T *p = static_cast<const T *>(batch.data[lo]);
   const int64_t n = batch.n[lo];
   const int64_t local = blk - batch.firstBlock[lo];
@@ -1148,6 +1157,51 @@ __device__ __forceinline__ float4 loadGrad4(const bf *g, int64_t quad) {
       __uint_as_float(u.y << 16), __uint_as_float(u.y & 0xffff0000u));
 }
 
+/// Four updated masters' compute copy, one 8-byte (bf16) or 16-byte store.
+template <bool ToBf16>
+__device__ __forceinline__ void adamWStoreCopy4(void *copy, int64_t quad,
+                                                float4 p) {
+  if (ToBf16) {
+    __nv_bfloat162 lo = __halves2bfloat162(st(p.x), st(p.y));
+    __nv_bfloat162 hi = __halves2bfloat162(st(p.z), st(p.w));
+    uint2 u;
+    u.x = *reinterpret_cast<uint32_t *>(&lo);
+    u.y = *reinterpret_cast<uint32_t *>(&hi);
+    reinterpret_cast<uint2 *>(copy)[quad] = u;
+  } else {
+    reinterpret_cast<float4 *>(copy)[quad] = p;
+  }
+}
+
+__device__ __forceinline__ void zeroGrad4(float *g, int64_t quad) {
+  reinterpret_cast<float4 *>(g)[quad] = make_float4(0.f, 0.f, 0.f, 0.f);
+}
+__device__ __forceinline__ void zeroGrad4(bf *g, int64_t quad) {
+  reinterpret_cast<uint2 *>(g)[quad] = make_uint2(0u, 0u);
+}
+
+/// Quad q of one tensor read, updated and written back (and its compute
+/// copy); with `zero` the grad's four elements are zeroed once read (only
+/// adamWSteps passes it, whose grads are writable).
+template <bool ToBf16, typename G>
+__device__ __forceinline__ void adamWQuadAt(const AdamWConsts &k, float4 *P,
+                                            float4 *M, float4 *V, const G *grad,
+                                            void *copy, int64_t q, bool zero) {
+  float4 p = P[q], mi = M[q], vi = V[q];
+  const float4 g = loadGrad4(grad, q);
+  if (zero)
+    zeroGrad4(const_cast<G *>(grad), q);
+  adamWElement(k, g.x, p.x, mi.x, vi.x);
+  adamWElement(k, g.y, p.y, mi.y, vi.y);
+  adamWElement(k, g.z, p.z, mi.z, vi.z);
+  adamWElement(k, g.w, p.w, mi.w, vi.w);
+  P[q] = p;
+  M[q] = mi;
+  V[q] = vi;
+  if (copy)
+    adamWStoreCopy4<ToBf16>(copy, q, p);
+}
+
 /// Four elements a thread with 16-byte loads and stores (8-byte for bf16),
 /// where every buffer is aligned for them: the update is memory-bound (30
 /// bytes an element with a bf16 copy), and the element-by-element kernel's
@@ -1167,31 +1221,73 @@ adamWQuadKernel(float *master, float *m, float *v, const G *grad,
   auto *V = reinterpret_cast<float4 *>(v);
   for (int64_t q = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; q < quads;
        q += int64_t(gridDim.x) * blockDim.x) {
-    float4 p = P[q], mi = M[q], vi = V[q];
-    const float4 g = loadGrad4(grad, q);
-    adamWElement(k, g.x, p.x, mi.x, vi.x);
-    adamWElement(k, g.y, p.y, mi.y, vi.y);
-    adamWElement(k, g.z, p.z, mi.z, vi.z);
-    adamWElement(k, g.w, p.w, mi.w, vi.w);
-    P[q] = p;
-    M[q] = mi;
-    V[q] = vi;
-    if (copy) {
-      if (ToBf16) {
-        __nv_bfloat162 lo = __halves2bfloat162(st(p.x), st(p.y));
-        __nv_bfloat162 hi = __halves2bfloat162(st(p.z), st(p.w));
-        uint2 u;
-        u.x = *reinterpret_cast<uint32_t *>(&lo);
-        u.y = *reinterpret_cast<uint32_t *>(&hi);
-        reinterpret_cast<uint2 *>(copy)[q] = u;
-      } else {
-        reinterpret_cast<float4 *>(copy)[q] = p;
-      }
-    }
+    adamWQuadAt<ToBf16>(k, P, M, V, grad, copy, q, false);
   }
   if (blockIdx.x == 0 && threadIdx.x < n - quads * 4) {
     const int64_t i = quads * 4 + threadIdx.x;
     adamWAt<ToBf16>(k, master, m, v, grad, copy, i);
+  }
+}
+
+/// AdamW over up to kAdamWBatchTensors tensors a launch (adamWSteps), each
+/// with its own scalars and buffers, all aligned for the quad kernel's
+/// accesses. A block takes kAdamWQuadsPerBlock quads of one tensor (found
+/// by a binary search over the batch's block prefix, as the grad norm's
+/// partials are), a thread four of them 256 quads apart; the tensor's last
+/// block also takes its n % 4 last elements. With zeroGrad the grad's
+/// elements are zeroed once read.
+constexpr int kAdamWBatchTensors = 96;
+constexpr int kAdamWThreads = 256;
+constexpr int64_t kAdamWQuadsPerBlock = 4 * kAdamWThreads;
+struct AdamWBatchTensor {
+  float *master, *m, *v;
+  void *grad; // written only with zeroGrad
+  const float *clipCoef;
+  void *copy;
+  int64_t n;
+  float stepSize, bc2Sqrt, decay, b1, b2, eps;
+};
+struct AdamWBatch {
+  AdamWBatchTensor t[kAdamWBatchTensors];
+  /// The batch's blocks before each tensor's; firstBlock[count] is the grid.
+  int64_t firstBlock[kAdamWBatchTensors + 1];
+  int32_t count;
+  bool zeroGrad;
+};
+
+__device__ __forceinline__ void zeroGradAt(float *g, int64_t i) { g[i] = 0.f; }
+__device__ __forceinline__ void zeroGradAt(bf *g, int64_t i) {
+  g[i] = __ushort_as_bfloat16(0);
+}
+
+template <bool ToBf16, typename G>
+__global__ void __launch_bounds__(kAdamWThreads)
+    adamWBatchKernel(const __grid_constant__ AdamWBatch batch) {
+  const int64_t blk = blockIdx.x;
+  const int lo = batchTensorOf(batch.firstBlock, batch.count, blk);
+  const AdamWBatchTensor &t = batch.t[lo];
+  const AdamWConsts k = adamWConsts(t.clipCoef, t.stepSize, t.bc2Sqrt, t.decay,
+                                    t.b1, t.b2, t.eps);
+  const int64_t local = blk - batch.firstBlock[lo];
+  const int64_t quads = t.n / 4;
+  G *grad = static_cast<G *>(t.grad);
+  auto *P = reinterpret_cast<float4 *>(t.master);
+  auto *M = reinterpret_cast<float4 *>(t.m);
+  auto *V = reinterpret_cast<float4 *>(t.v);
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const int64_t q =
+        local * kAdamWQuadsPerBlock + j * kAdamWThreads + threadIdx.x;
+    if (q >= quads)
+      break;
+    adamWQuadAt<ToBf16>(k, P, M, V, grad, t.copy, q, batch.zeroGrad);
+  }
+  const int64_t lastBlock = batch.firstBlock[lo + 1] - 1 - batch.firstBlock[lo];
+  if (local == lastBlock && threadIdx.x < t.n - quads * 4) {
+    const int64_t i = quads * 4 + threadIdx.x;
+    adamWAt<ToBf16>(k, t.master, t.m, t.v, grad, t.copy, i);
+    if (batch.zeroGrad)
+      zeroGradAt(grad, i);
   }
 }
 
@@ -1681,6 +1777,83 @@ Status adamWStep(const KernelContext &ctx, const AdamWArgs &a) {
   else
     withGrad(std::false_type{});
   AP_CUDA_CHECK_LAUNCH(adamWKernel);
+  return Status::Ok;
+}
+
+Status adamWSteps(const KernelContext &ctx, const AdamWBatchArgs &a) {
+  auto aligned = [](const void *p, uintptr_t bytes) {
+    return p == nullptr || uintptr_t(p) % bytes == 0;
+  };
+  // One batch per (grad type, copy type); tensors the quad accesses cannot
+  // take run alone through adamWStep, their grads zeroed after.
+  AdamWBatch batches[4];
+  for (AdamWBatch &b : batches) {
+    b.count = 0;
+    b.firstBlock[0] = 0;
+    b.zeroGrad = a.zeroGrads;
+  }
+  auto launch = [&](int group) -> Status {
+    AdamWBatch &b = batches[group];
+    if (b.count == 0)
+      return Status::Ok;
+    const unsigned grid = unsigned(b.firstBlock[b.count]);
+    switch (group) {
+    case 0:
+      adamWBatchKernel<false, float>
+          <<<grid, kAdamWThreads, 0, streamOf(ctx)>>>(b);
+      break;
+    case 1:
+      adamWBatchKernel<true, float>
+          <<<grid, kAdamWThreads, 0, streamOf(ctx)>>>(b);
+      break;
+    case 2:
+      adamWBatchKernel<false, bf><<<grid, kAdamWThreads, 0, streamOf(ctx)>>>(b);
+      break;
+    default:
+      adamWBatchKernel<true, bf><<<grid, kAdamWThreads, 0, streamOf(ctx)>>>(b);
+      break;
+    }
+    AP_CUDA_CHECK_LAUNCH(adamWBatchKernel);
+    b.count = 0;
+    return Status::Ok;
+  };
+  for (int64_t i = 0; i < a.numTensors; ++i) {
+    const AdamWArgs &x = a.tensors[i];
+    if (x.n == 0)
+      continue;
+    const bool gradBf16 = x.gradDType == DType::BF16,
+               copyBf16 = x.computeDType == DType::BF16;
+    const size_t gradBytes = gradBf16 ? 2 : 4;
+    if (!(aligned(x.master, 16) && aligned(x.expAvg, 16) &&
+          aligned(x.expAvgSq, 16) && aligned(x.grad, 4 * gradBytes) &&
+          aligned(x.computeCopy, copyBf16 ? 8 : 16))) {
+      if (Status st = cuda::adamWStep(ctx, x); st != Status::Ok)
+        return st;
+      if (a.zeroGrads)
+        AP_CUDA_CHECK(cudaMemsetAsync(const_cast<void *>(x.grad), 0,
+                                      size_t(x.n) * gradBytes, streamOf(ctx)));
+      continue;
+    }
+    const int group = (gradBf16 ? 2 : 0) + (copyBf16 ? 1 : 0);
+    AdamWBatch &b = batches[group];
+    const AdamWScalars k = adamWScalars(x);
+    b.t[b.count] = {
+        x.master,   x.expAvg,      x.expAvgSq, const_cast<void *>(x.grad),
+        x.clipCoef, x.computeCopy, x.n,        k.stepSize,
+        k.bc2Sqrt,  k.decay,       k.beta1,    k.beta2,
+        k.eps};
+    const int64_t quads = x.n / 4;
+    const int64_t blocks = std::max<int64_t>(
+        1, (quads + kAdamWQuadsPerBlock - 1) / kAdamWQuadsPerBlock);
+    b.firstBlock[b.count + 1] = b.firstBlock[b.count] + blocks;
+    ++b.count;
+    if (b.count == kAdamWBatchTensors)
+      if (Status st = launch(group); st != Status::Ok)
+        return st;
+  }
+  for (int group = 0; group < 4; ++group)
+    if (Status st = launch(group); st != Status::Ok)
+      return st;
   return Status::Ok;
 }
 

@@ -12,6 +12,7 @@
 #include "kernels/reference/dense/dense_internal.h"
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 namespace ap::kernels {
@@ -338,13 +339,39 @@ AdamWScalars adamWScalars(const AdamWArgs &a) {
           float(a.eps)};
 }
 
+namespace {
+bool adamWArgsOk(const AdamWArgs &a) {
+  return a.master && a.expAvg && a.expAvgSq && a.grad && a.n >= 0 &&
+         a.step >= 1 &&
+         (a.gradDType == DType::F32 || a.gradDType == DType::BF16) &&
+         (!a.computeCopy || a.computeDType == DType::BF16 ||
+          a.computeDType == DType::F32);
+}
+} // namespace
+
 Status adamWStep(const KernelContext &ctx, const AdamWArgs &a) {
-  if (!a.master || !a.expAvg || !a.expAvgSq || !a.grad || a.n < 0 ||
-      a.step < 1 || (a.gradDType != DType::F32 && a.gradDType != DType::BF16) ||
-      (a.computeCopy && a.computeDType != DType::BF16 &&
-       a.computeDType != DType::F32))
+  if (!adamWArgsOk(a))
     return Status::InvalidArgument;
   return dispatch(ctx, a, &cuda::adamWStep, [&] { return ref::adamWStep(a); });
+}
+
+Status adamWSteps(const KernelContext &ctx, const AdamWBatchArgs &a) {
+  if (a.numTensors < 0 || (a.numTensors > 0 && !a.tensors))
+    return Status::InvalidArgument;
+  for (int64_t t = 0; t < a.numTensors; ++t)
+    if (!adamWArgsOk(a.tensors[t]))
+      return Status::InvalidArgument;
+  return dispatch(ctx, a, &cuda::adamWSteps, [&] {
+    for (int64_t t = 0; t < a.numTensors; ++t) {
+      const AdamWArgs &x = a.tensors[t];
+      if (Status st = ref::adamWStep(x); st != Status::Ok)
+        return st;
+      if (a.zeroGrads)
+        std::memset(const_cast<void *>(x.grad), 0,
+                    size_t(x.n) * (x.gradDType == DType::BF16 ? 2 : 4));
+    }
+    return Status::Ok;
+  });
 }
 
 //===----------------------------------------------------------------------===//

@@ -1622,6 +1622,118 @@ TEST_F(DenseCuda, AdamWMisalignedGradBitwise) {
   expectAdamWBitwise(p, m, v, gb.data(), dGb.p, DType::BF16, &clip, dClip.p);
 }
 
+// AdamW over a list in few launches (adamWSteps): more tensors than one
+// launch takes, f32 and bf16 grads, bf16, f32 and no compute copies, sizes
+// from 1 to past a block's quads with every n % 4, one tensor whose grad view
+// is misaligned (adamWStep alone, then a memset); every master, moment and
+// copy equal to the reference's adamWStep bit for bit, every grad zero.
+TEST_F(DenseCuda, AdamWStepsBitwiseAndZeroGrads) {
+  const int numTensors = 230;
+  const int64_t choices[] = {1,    3,    4,    5,     7, 1024,
+                             4095, 4096, 4097, 70001, 0, 262147};
+  struct Slot {
+    int64_t n, off; // elements, offset in the flat buffers (a multiple of 4)
+    DType grad, copy;
+    bool hasCopy, misaligned;
+  };
+  std::vector<Slot> slots;
+  int64_t total = 0;
+  for (int t = 0; t < numTensors; ++t) {
+    Slot sl;
+    sl.n = choices[(uint32_t(t) * 2654435761u >> 7) % 12];
+    sl.off = total;
+    sl.grad = t % 2 ? DType::BF16 : DType::F32;
+    sl.copy = t % 3 == 2 ? DType::F32 : DType::BF16;
+    sl.hasCopy = t % 7 != 3;
+    sl.misaligned = t == 17;
+    slots.push_back(sl);
+    total += (sl.n + 1 + 3) / 4 * 4; // room for the misaligned view's shift
+  }
+  auto p = hashFloats(total, 150, 2.f), m = hashFloats(total, 151, 0.01f),
+       v = hashFloats(total, 152, 1e-4f), gf = hashFloats(total, 153, 0.02f);
+  for (auto &x : v)
+    x = std::fabs(x);
+  std::vector<bf16> gb = randBf16(size_t(total), 154, 0.01f);
+  Dev<float> dP{size_t(total)}, dM{size_t(total)}, dV{size_t(total)},
+      dGf{size_t(total)}, dCopyF{size_t(total)}, dClip{1};
+  Dev<bf16> dGb{size_t(total)}, dCopyB{size_t(total)};
+  dP.up(p);
+  dM.up(m);
+  dV.up(v);
+  dGf.up(gf);
+  dGb.up(gb);
+  dCopyF.poison();
+  dCopyB.poison();
+  const float clip = 0.6f;
+  dClip.up({clip});
+  std::vector<float> pr = p, mr = m, vr = v, copyFr(static_cast<size_t>(total));
+  std::vector<bf16> copyBr(static_cast<size_t>(total));
+  std::vector<AdamWArgs> devList;
+  for (int t = 0; t < numTensors; ++t) {
+    const Slot &sl = slots[t];
+    const int64_t o = sl.off;
+    const int64_t go = o + (sl.misaligned ? 1 : 0);
+    AdamWArgs a;
+    a.gradDType = sl.grad;
+    a.computeDType = sl.copy;
+    a.n = sl.n;
+    a.lr = 1e-3;
+    a.beta1 = 0.9;
+    a.beta2 = 0.95;
+    a.eps = 1e-8;
+    a.weightDecay = t % 5 == 0 ? 0.0 : 0.1;
+    a.step = 3 + t % 4;
+    AdamWArgs h = a;
+    h.master = pr.data() + o;
+    h.expAvg = mr.data() + o;
+    h.expAvgSq = vr.data() + o;
+    h.grad = sl.grad == DType::BF16 ? static_cast<const void *>(gb.data() + go)
+                                    : gf.data() + go;
+    h.clipCoef = &clip;
+    h.computeCopy = !sl.hasCopy ? nullptr
+                    : sl.copy == DType::BF16
+                        ? static_cast<void *>(copyBr.data() + o)
+                        : copyFr.data() + o;
+    ASSERT_EQ(adamWStep(host, h), Status::Ok) << t;
+    a.master = dP.p + o;
+    a.expAvg = dM.p + o;
+    a.expAvgSq = dV.p + o;
+    a.grad = sl.grad == DType::BF16 ? static_cast<const void *>(dGb.p + go)
+                                    : dGf.p + go;
+    a.clipCoef = dClip.p;
+    a.computeCopy = !sl.hasCopy              ? nullptr
+                    : sl.copy == DType::BF16 ? static_cast<void *>(dCopyB.p + o)
+                                             : dCopyF.p + o;
+    devList.push_back(a);
+  }
+  AdamWBatchArgs batch{devList.data(), int64_t(devList.size()), true};
+  ASSERT_EQ(adamWSteps(ctx, batch), Status::Ok);
+  sync();
+  const auto P = dP.down(), M = dM.down(), V = dV.down(), CF = dCopyF.down(),
+             GF = dGf.down();
+  const auto CB = dCopyB.down(), GB = dGb.down();
+  int wrong = 0;
+  for (int t = 0; t < numTensors; ++t) {
+    const Slot &sl = slots[t];
+    const int64_t go = sl.off + (sl.misaligned ? 1 : 0);
+    bool ok = true;
+    for (int64_t i = sl.off; i < sl.off + sl.n; ++i) {
+      ok = ok && std::memcmp(&P[i], &pr[i], 4) == 0 &&
+           std::memcmp(&M[i], &mr[i], 4) == 0 &&
+           std::memcmp(&V[i], &vr[i], 4) == 0;
+      if (sl.hasCopy)
+        ok = ok &&
+             (sl.copy == DType::BF16 ? CB[i].bits == copyBr[i].bits
+                                     : std::memcmp(&CF[i], &copyFr[i], 4) == 0);
+    }
+    for (int64_t i = go; i < go + sl.n; ++i)
+      ok = ok && (sl.grad == DType::BF16 ? GB[i].bits == 0 : GF[i] == 0.f);
+    wrong += !ok;
+    EXPECT_TRUE(ok) << "tensor " << t << " n " << sl.n;
+  }
+  EXPECT_EQ(wrong, 0);
+}
+
 // The CUDA grad norm's order, emulated on the host in double: per tensor,
 // blocks of kGradNormBlockElements; in a block, thread t of 256 sums
 // elements t, t + 256, ... in order, then the 256 sums meet in the tree

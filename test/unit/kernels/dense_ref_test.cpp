@@ -1238,6 +1238,64 @@ TEST(DenseRef, GradNormOfBf16Grads) {
   EXPECT_EQ(gradNorm(hostCtx(), g), Status::InvalidArgument);
 }
 
+// AdamW over a list (adamWSteps): each tensor's update is adamWStep's bit
+// for bit, the grads are zeroed only with zeroGrads, and a bad entry anywhere
+// in the list is refused before any tensor changes.
+TEST(DenseRef, AdamWStepsEqualsOneByOne) {
+  const int64_t n = 777;
+  auto p0 = randn(n, 140);
+  AdamWCheck a(p0), b(p0), c(p0), a1(p0), b1(p0), c1(p0);
+  std::vector<float> ga = toF32(randn(n, 141, 0.1));
+  std::vector<bf16> gb(n);
+  auto gbd = randn(n, 142, 0.1);
+  for (int64_t i = 0; i < n; ++i)
+    gb[i] = bf16(float(gbd[i]));
+  std::vector<float> gc = toF32(randn(n, 143, 0.1));
+  std::vector<float> ga1 = ga, gc1 = gc;
+  std::vector<bf16> gb1 = gb;
+  float clip = 0.75f;
+  AdamWArgs list[3] = {a.args(ga.data(), DType::F32, &clip, 4),
+                       b.args(gb.data(), DType::BF16, &clip, 4),
+                       c.args(gc.data(), DType::F32, &clip, 4)};
+  list[2].computeCopy = nullptr; // a tensor without a compute copy
+  list[1].weightDecay = 0.0;     // per-tensor settings
+  AdamWBatchArgs batch{list, 3, true};
+  // An entry that adamWStep refuses: nothing runs.
+  list[1].gradDType = DType::I32;
+  EXPECT_EQ(adamWSteps(hostCtx(), batch), Status::InvalidArgument);
+  EXPECT_EQ(a.master, toF32(p0));
+  EXPECT_EQ(ga, ga1);
+  list[1].gradDType = DType::BF16;
+  ASSERT_EQ(adamWSteps(hostCtx(), batch), Status::Ok);
+
+  AdamWArgs one[3] = {a1.args(ga1.data(), DType::F32, &clip, 4),
+                      b1.args(gb1.data(), DType::BF16, &clip, 4),
+                      c1.args(gc1.data(), DType::F32, &clip, 4)};
+  one[2].computeCopy = nullptr;
+  one[1].weightDecay = 0.0;
+  for (const AdamWArgs &x : one)
+    ASSERT_EQ(adamWStep(hostCtx(), x), Status::Ok);
+  for (auto [x, y] : {std::pair{&a, &a1}, {&b, &b1}, {&c, &c1}}) {
+    EXPECT_EQ(std::memcmp(x->master.data(), y->master.data(), n * 4), 0);
+    EXPECT_EQ(std::memcmp(x->m.data(), y->m.data(), n * 4), 0);
+    EXPECT_EQ(std::memcmp(x->v.data(), y->v.data(), n * 4), 0);
+    EXPECT_EQ(std::memcmp(x->copy.data(), y->copy.data(), n * 2), 0);
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    EXPECT_EQ(ga[i], 0.f);
+    EXPECT_EQ(gb[i].bits, 0);
+    EXPECT_EQ(gc[i], 0.f);
+  }
+  // Without zeroGrads the grads are left as they were.
+  batch.zeroGrads = false;
+  std::vector<float> gKeep = toF32(randn(n, 144, 0.1)), gKeep0 = gKeep;
+  AdamWArgs keep = a.args(gKeep.data(), DType::F32, &clip, 5);
+  batch.tensors = &keep;
+  batch.numTensors = 1;
+  ASSERT_EQ(adamWSteps(hostCtx(), batch), Status::Ok);
+  EXPECT_EQ(gKeep, gKeep0);
+}
+
 // AdamW reading a bf16 main grad: the textbook update in float64 of the
 // widened grads, within the f32 path's bounds, and bitwise the f32 path
 // fed those widened values (the widening is exact).
