@@ -237,6 +237,11 @@ public:
       text = field ? "true" : "false";
     else if constexpr (std::is_same_v<F, DType>)
       text = std::string("DType::") + dtypeSuffix(field);
+    else if constexpr (std::is_same_v<F, GdnConvKernels>)
+      text = field == GdnConvKernels::Staged ? "GdnConvKernels::Staged"
+             : field == GdnConvKernels::PerElement
+                 ? "GdnConvKernels::PerElement"
+                 : "GdnConvKernels::Fastest";
     else if constexpr (std::is_same_v<F, float>)
       text = fmtFloat(field);
     else if constexpr (std::is_same_v<F, double>) {
@@ -387,6 +392,8 @@ private:
   /// exec.step kernels = "generated": element-wise and row-wise calls with
   /// a kernelgen group launch the generated kernel.
   bool generated_ = false;
+  /// exec.step short_conv_kernels: what GdnConvArgs::kernels asks for.
+  GdnConvKernels convKernels_ = GdnConvKernels::Fastest;
   /// exec.step generated_ops: the train ops that take generated kernels
   /// (empty: every op with a group).
   std::set<std::string> generatedOps_;
@@ -575,6 +582,17 @@ LogicalResult Walker::run(EmittedPlan *plan) {
              << " = \"generated\", which this output form cannot hold (the "
                 "readable C++ form has no generated kernels; build the "
                 "binary through LLVM)";
+  }
+  if (Attribute k = step->getAttr(exec::kShortConvKernelsAttr)) {
+    auto mode = dyn_cast<StringAttr>(k);
+    if (mode && mode.getValue() == "staged")
+      convKernels_ = GdnConvKernels::Staged;
+    else if (mode && mode.getValue() == "per-element")
+      convKernels_ = GdnConvKernels::PerElement;
+    else
+      return step->emitError(pfx() + "exec.step has ")
+             << exec::kShortConvKernelsAttr << " = " << k
+             << " (expected \"staged\" or \"per-element\")";
   }
   if (Attribute ops = step->getAttr(exec::kGeneratedOpsAttr)) {
     auto list = dyn_cast<ArrayAttr>(ops);
@@ -1565,6 +1583,8 @@ LogicalResult Walker::walkKernel(Operation *op) {
     SETP(w, at(ins[1]));
     if (docStarts)
       SETP(docStart, at(docStarts));
+    if (convKernels_ != GdnConvKernels::Fastest)
+      SETV(kernels, convKernels_);
     // A split conv's channel groups (its results; the grad's dy operands):
     // one buffer each.
     auto groups = [&](ArrayRef<Value> vs, bool outputs) {

@@ -60,6 +60,14 @@ inline constexpr llvm::StringLiteral kTensorParallelAttr = "tensor_parallel";
 /// kernels where a group exists for the call, the library's elsewhere).
 /// actplace-compile --kernels writes it; the emitter reads it.
 inline constexpr llvm::StringLiteral kKernelsAttr = "kernels";
+/// Which CUDA kernels the step's short convolutions (GDN's conv1d, forward
+/// and backward) ask for: "staged" (kernels::GdnConvKernels::Staged, a
+/// block's rows staged through shared memory) or "per-element" (absent: the
+/// library's default). Every choice gives the same bits; the host backend
+/// ignores it. actplace-compile --short-conv-kernels writes it; the emitter
+/// sets GdnConvArgs::kernels from it.
+inline constexpr llvm::StringLiteral kShortConvKernelsAttr =
+    "short_conv_kernels";
 /// exec-generate-kernels: with kernels = "generated", the train ops that
 /// take generated kernels (absent: every op that has a group).
 inline constexpr llvm::StringLiteral kGeneratedOpsAttr = "generated_ops";

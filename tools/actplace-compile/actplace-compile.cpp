@@ -326,6 +326,23 @@ static cl::opt<Kernels> kernelsOpt(
                           "library where it has no measurement")),
     cl::cat(category));
 
+enum class ShortConvKernels { Default, Staged, PerElement };
+static cl::opt<ShortConvKernels> shortConvKernels(
+    "short-conv-kernels", cl::init(ShortConvKernels::Default),
+    cl::desc("CUDA kernels of GDN's short convolution, forward and backward "
+             "(the same bits whichever runs; the host backend has one)"),
+    cl::values(clEnumValN(ShortConvKernels::Default, "default",
+                          "the kernel library's default (default)"),
+               clEnumValN(ShortConvKernels::Staged, "staged",
+                          "a block per 128 tokens x 64 channels, its rows "
+                          "staged through shared memory with 16-byte "
+                          "accesses (the windowed kernels where the layout "
+                          "does not allow it)"),
+               clEnumValN(ShortConvKernels::PerElement, "per-element",
+                          "a thread per output element (the reference "
+                          "layout, for comparisons)")),
+    cl::cat(category));
+
 static cl::list<std::string> tritonKernels(
     "triton-kernel",
     cl::desc("A manifest (JSON) registering a kernel Triton compiled (its PTX "
@@ -477,6 +494,19 @@ static llvm::Error loadTritonKernels() {
     loadedTritonKernels().push_back(std::move(*k));
   }
   return llvm::Error::success();
+}
+
+/// --short-conv-kernels on every exec.step of `module` (the emitter sets
+/// the short convolutions' GdnConvArgs::kernels from it).
+static void markShortConvKernels(mlir::ModuleOp module) {
+  if (shortConvKernels == ShortConvKernels::Default)
+    return;
+  const char *mode =
+      shortConvKernels == ShortConvKernels::Staged ? "staged" : "per-element";
+  module.walk([&](ap::exec::StepOp step) {
+    step->setAttr(ap::exec::kShortConvKernelsAttr,
+                  mlir::StringAttr::get(step.getContext(), mode));
+  });
 }
 
 /// The Triton kernels on every exec.step of `module` (the emitter launches
@@ -1749,6 +1779,7 @@ int main(int argc, char **argv) {
         if (!error.empty())
           return fail(error);
         attachTritonKernels(stage, "stage " + std::to_string(k) + " ");
+        markShortConvKernels(stage);
       }
       if (failed(
               ap::codegen::lowerStagesToLLVM(*module, stageRefs, plans.data())))
@@ -2140,6 +2171,7 @@ int main(int argc, char **argv) {
         llvm::outs() << l << "\n";
   }
 
+  markShortConvKernels(*module);
   // The readable C++ (--emit=cpp, --keep-source) is printed from the
   // planned exec module, before the LLVM lowering replaces it.
   ap::codegen::EmittedPlan plan;
