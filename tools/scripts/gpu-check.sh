@@ -9,7 +9,8 @@
 #                [--oracle-model M.json]
 #       here, in a CUDA build (-DACTPLACE_ENABLE_CUDA=ON): builds what it
 #       needs (unless --no-build), compiles with BUILD_DIR's actplace-compile
-#       the end-to-end arms (tiny-hybrid-gpu under five placements, each
+#       the end-to-end arms (tiny-hybrid-gpu under five placements and with
+#       the staged short-conv kernels, each
 #       also built from its readable C++ as arm cpp-NAME, and for 2
 #       data-parallel ranks with and without offload beside one rank; the
 #       MLA/MLP hybrid with core_attn + attn_proj offload and without, a bf16
@@ -55,14 +56,17 @@ LIMIT_BYTES=$((48 * 1024 * 1024))
 die() { echo "gpu-check: error: $*" >&2; exit 2; }
 
 # The five placements of tiny-hybrid-gpu (the first is the baseline; pack
-# adds an arm with the generated grad norm and AdamW) and the two of the
-# MLA/MLP hybrid.
+# adds an arm with the generated grad norm and AdamW), one with the short
+# convolution's staged kernels (its q/k/v groups of 128 and 256 channels take
+# them: the same bits as the windowed ones), and the two of the MLA/MLP
+# hybrid.
 TINY_ARMS=(
   "none="
   "gdn_core_attn=--offload-modules=gdn_core_attn"
   "core_attn+attn_proj=--offload-modules=core_attn,attn_proj"
   "recompute=--recompute-modules=gdn_norm_out,mlp_act"
   "gdn_core_attn+recompute=--offload-modules=gdn_core_attn --recompute-modules=gdn_norm_out"
+  "staged-conv=--short-conv-kernels=staged"
 )
 MLA_ARMS=(
   "none="
