@@ -29,7 +29,7 @@ b=$work/unpacked/gpu-check
 bash "$src/test/unit/shared_link_test.sh" bundle "$b" || fail "the bundle's test binaries do not use its lib/"
 "$b/tools/scripts/gpu-check.sh" run "$b" --device host || fail "run --device host exited $?"
 for want in "PASS device" "SKIP unit-tests (0 passed, 2 skipped, 0 failed)" \
-    "PASS bitident-tiny (11 placements" "PASS bitident-mla (2 placements" \
+    "PASS bitident-tiny (13 placements" "PASS bitident-mla (2 placements" \
     "PASS checkpoint" "PASS data-parallel (2 ranks, --comm auto" "PASS on host"; do
   grep -q "^gpu-check: $want" "$b/gpu-check.log" || fail "no 'gpu-check: $want' in $b/gpu-check.log"
 done
