@@ -889,7 +889,7 @@ void StepRunner::adamw(size_t param, double beta1, double beta2, double eps,
     launch(p.name, [g](const KernelContext &c) mutable {
       return launchGenerated(c, g);
     });
-  } else if (span.count > 0 && span.bufferNumel == span.count) {
+  } else if (span.count > 0 && batchAdamW && span.bufferNumel == span.count) {
     // Held back for flushAdamW, which also zeroes this main grad (the
     // whole buffer: no shard padding here).
     pendingAdamW_.push_back(args);

@@ -426,6 +426,12 @@ public:
   /// nothing reads a master, moment, weight or grad before its update ran. Each
   /// tensor's update has the bits of its own adamWStep.
   void flushAdamW();
+  /// Whether adamw holds the library updates back for flushAdamW. Off: on
+  /// the H100 the batched kernel took 15.2 ms for the model's 320 tensors
+  /// against 10.6 ms for one launch and one memset each
+  /// (bench/notes/dense.md); kept, with its kernel's tests, until the
+  /// batched kernel is faster.
+  bool batchAdamW = false;
   void lossMean();
 
   // Results of the step.

@@ -939,8 +939,8 @@ TEST_F(GdnCuda, ConvWindowsAcrossSequences) {
   }
 }
 
-// Both conv paths give the same bits at the Qwen3.5 shape (they sum the same
-// terms in the same order).
+// Every conv path (per-element, windowed, staged) gives the same bits at the
+// Qwen3.5 shape (they sum the same terms in the same order).
 TEST_F(GdnCuda, ConvPathsBitwiseEqual) {
   ConvCase c(1, 4096, 6144, 4, 21, 0.25f);
   std::vector<std::vector<unsigned char>> ys, dxs;
@@ -951,10 +951,12 @@ TEST_F(GdnCuda, ConvPathsBitwiseEqual) {
     dxs.push_back(c.DX.raw());
     dws.push_back(c.DW.f32());
   });
-  ASSERT_EQ(ys.size(), 2u);
-  EXPECT_TRUE(ys[0] == ys[1]);
-  EXPECT_TRUE(dxs[0] == dxs[1]);
-  EXPECT_EQ(dws[0], dws[1]);
+  ASSERT_EQ(ys.size(), 3u);
+  for (size_t k = 1; k < ys.size(); ++k) {
+    EXPECT_TRUE(ys[0] == ys[k]) << "path " << k;
+    EXPECT_TRUE(dxs[0] == dxs[k]) << "path " << k;
+    EXPECT_EQ(dws[0], dws[k]) << "path " << k;
+  }
 }
 
 // The split output layout at the Qwen3.5 shape (q, k, v of 2048 channels
