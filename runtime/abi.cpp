@@ -26,20 +26,10 @@ using namespace ap::rt;
 
 namespace {
 
-/// The step's runner, as the optimizer's calls take it: AdamW updates may
-/// stay held back (StepRunner::flushAdamW).
-StepRunner &optimizerRunner(ap_step *step) {
+StepRunner &runner(ap_step *step) {
   if (!step)
     fail("abi: a call with a null step handle");
   return *reinterpret_cast<StepRunner *>(step);
-}
-
-/// The step's runner for every other call: the AdamW updates held back run
-/// first, so whatever this call reads or enqueues comes after them.
-StepRunner &runner(ap_step *step) {
-  StepRunner &r = optimizerRunner(step);
-  r.flushAdamW();
-  return r;
 }
 
 Stream streamOf(const char *call, int32_t s) {
@@ -840,7 +830,7 @@ void ap_lr_schedule(ap_step *step, double maxLr, double minLr, int64_t warmup,
 
 void ap_adamw_step(ap_step *step, uint32_t param, double beta1, double beta2,
                    double eps, double weightDecay) {
-  StepRunner &r = optimizerRunner(step);
+  StepRunner &r = runner(step);
   if (param >= r.program().params.size())
     fail("abi: ap_adamw_step: parameter ", param, " of ",
          r.program().params.size());
@@ -850,7 +840,7 @@ void ap_adamw_step(ap_step *step, uint32_t param, double beta1, double beta2,
 void ap_adamw_step_generated(ap_step *step, uint32_t param, uint32_t kernel,
                              double beta1, double beta2, double eps,
                              double weightDecay) {
-  StepRunner &r = optimizerRunner(step);
+  StepRunner &r = runner(step);
   if (param >= r.program().params.size())
     fail("abi: ap_adamw_step_generated: parameter ", param, " of ",
          r.program().params.size());

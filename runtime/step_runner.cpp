@@ -889,11 +889,6 @@ void StepRunner::adamw(size_t param, double beta1, double beta2, double eps,
     launch(p.name, [g](const KernelContext &c) mutable {
       return launchGenerated(c, g);
     });
-  } else if (span.count > 0 && batchAdamW && span.bufferNumel == span.count) {
-    // Held back for flushAdamW, which also zeroes this main grad (the
-    // whole buffer: no shard padding here).
-    pendingAdamW_.push_back(args);
-    return;
   } else if (span.count > 0) {
     launch(p.name, [args](const KernelContext &c) {
       return kernels::adamWStep(c, args);
@@ -906,21 +901,7 @@ void StepRunner::adamw(size_t param, double beta1, double beta2, double eps,
                   Stream::Compute);
 }
 
-void StepRunner::flushAdamW() {
-  if (pendingAdamW_.empty())
-    return;
-  // The closure owns the list: a launch may run it after this returns.
-  auto list = std::make_shared<std::vector<kernels::AdamWArgs>>(
-      std::move(pendingAdamW_));
-  pendingAdamW_.clear();
-  launch("adamw", [list](const KernelContext &c) {
-    kernels::AdamWBatchArgs batch{list->data(), int64_t(list->size()), true};
-    return kernels::adamWSteps(c, batch);
-  });
-}
-
 void StepRunner::lossMean() {
-  flushAdamW();
   readSummedState();
   int32_t count = countParts_.empty() ? 0 : countParts_[0];
   loss = lossParts_.empty() || count <= 0 ? NAN : lossParts_[0] / float(count);

@@ -1055,7 +1055,6 @@ int run(int argc, char **argv, const std::vector<Program> &stages) {
                        r.labels.data() + mb * mbElems);
       r.beginStep();
       p.step(r);
-      r.flushAdamW(); // a step whose last call was an update
       dev.synchronize();
       pool.assertNoneInUse("evaluation after step " +
                            std::to_string(afterStep));
@@ -1089,7 +1088,6 @@ int run(int argc, char **argv, const std::vector<Program> &stages) {
     r.fingerprintSeconds = 0;
     r.beginStep();
     p.step(r);
-    r.flushAdamW(); // a step whose last call was an update
     dev.synchronize();
     if (r.opTimes)
       r.collectOpTimes();

@@ -414,24 +414,6 @@ public:
   /// with the same arguments.
   void adamw(size_t param, double beta1, double beta2, double eps,
              double weightDecay, int64_t generated = -1);
-  /// The library AdamW updates of consecutive adamw calls are held back and
-  /// run here, all of them through kernels::adamWSteps, which also zeroes
-  /// their main grads: on the GPU a few launches, where a step updates
-  /// hundreds of parameters, most of them a few thousand elements, and one
-  /// launch plus one memset each cost more than their bytes (the host
-  /// backend runs the same path, so CI exercises the flushes). A shard with
-  /// padding past its parameter's end is updated at once, as before. Every
-  /// entry point of the step's ABI other than adamw flushes first
-  /// (runtime/abi.cpp), and so does the trainer when the step returns, so
-  /// nothing reads a master, moment, weight or grad before its update ran. Each
-  /// tensor's update has the bits of its own adamWStep.
-  void flushAdamW();
-  /// Whether adamw holds the library updates back for flushAdamW. Off: on
-  /// the H100 the batched kernel took 15.2 ms for the model's 320 tensors
-  /// against 10.6 ms for one launch and one memset each
-  /// (bench/notes/dense.md); kept, with its kernel's tests, until the
-  /// batched kernel is faster.
-  bool batchAdamW = false;
   void lossMean();
 
   // Results of the step.
@@ -493,8 +475,6 @@ private:
   std::vector<float> lossParts_;
   std::vector<int32_t> countParts_;
   float clipHost_ = 1.f;
-  /// The library AdamW updates held back since the last flushAdamW.
-  std::vector<kernels::AdamWArgs> pendingAdamW_;
   /// The open all-gather group's stream and the records it holds back.
   std::optional<Stream> groupStream_;
   std::vector<EventId> groupRecords_;

@@ -369,18 +369,14 @@ def write_copy_beside(a, profile, med, fit_arms, predicted, scale,
 
 def op_name_of_label(label):
     """The train op a launch label of the binary belongs to: labels are
-    '<scope>/<op>' (plus '(recompute)'), 'finalize_grads', 'adamw' (the
-    library's updates of a whole step, batched by the runtime), or a
-    parameter's name for its own AdamW launch (a generated AdamW, and
-    binaries before the batching)."""
+    '<scope>/<op>' (plus '(recompute)'), 'finalize_grads', or a parameter's
+    name for its AdamW launch."""
     if label.endswith("/wait"):
         return None  # a wait for a reload, not a kernel (measured_stall)
     if "/" in label:
         return "train." + label.split("/", 1)[1].replace("(recompute)", "")
     if label == "finalize_grads":
         return "train.finalize_grads"
-    if label == "adamw":
-        return "train.adamw"
     return "train.adamw" if "." in label else None
 
 
@@ -426,14 +422,6 @@ def generated_kernel_ratios(library, generated):
         acc = sums.setdefault(name, [0.0, 0.0])
         acc[0] += g["seconds"]
         acc[1] += lt["seconds"]
-    # AdamW: the library's updates run as one batched label ("adamw"), a
-    # generated AdamW as one label per parameter, so the step's totals are
-    # compared (the same updates either way).
-    if "adamw" in lib and "adamw" not in gen:
-        gen_adamw = sum(t["seconds"] for k, t in gen.items()
-                        if op_name_of_label(k) == "train.adamw")
-        if gen_adamw > 0:
-            sums["train.adamw"] = [gen_adamw, lib["adamw"]["seconds"]]
     ratios = {name: round(gs / ls, 4) for name, (gs, ls) in sorted(sums.items())
               if gs > 0 and ls > 0}
 

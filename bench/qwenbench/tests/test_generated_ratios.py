@@ -23,16 +23,6 @@ class GeneratedRatios(unittest.TestCase):
         # recompute label has no library twin with that label.
         self.assertEqual(r, {"train.swiglu": 2.0})
 
-    def test_batched_library_adamw_against_per_parameter(self):
-        # The library's AdamW is one batched label a step; a generated AdamW
-        # is one label per parameter: their totals are compared.
-        lib = times({"adamw": (2, 1.0), "finalize_grads": (2, 0.5)})
-        gen = times({"model.norm.weight": (2, 0.25),
-                     "model.embed_tokens.weight": (2, 1.25),
-                     "finalize_grads": (2, 0.5)})
-        self.assertEqual(generated_kernel_ratios(lib, gen),
-                         {"train.adamw": 1.5, "train.finalize_grads": 1.0})
-
     def test_counts_must_match(self):
         lib = times({"L0.attn_norm/rms_norm": (8, 1.0)})
         gen = times({"L0.attn_norm/rms_norm": (2, 0.1)})
