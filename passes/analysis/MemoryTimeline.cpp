@@ -630,6 +630,14 @@ int64_t MemoryTimeline::heldAcrossBackwardBytes() const {
 int64_t MemoryTimeline::peakBytes() const {
   return peakIdx < 0 ? 0 : pts[peakIdx].total();
 }
+int64_t MemoryTimeline::workspaceRegionPeakBytes() const {
+  int64_t rest = 0, workspace = 0;
+  for (const MemoryPoint &p : pts) {
+    rest = std::max(rest, p.total() - p.workspace);
+    workspace = std::max(workspace, p.workspace);
+  }
+  return rest + workspace;
+}
 Operation *MemoryTimeline::peakOp() const {
   return peakIdx < 0 ? nullptr : pts[peakIdx].op;
 }
@@ -884,11 +892,14 @@ int64_t ap::train::pipelineInflight(ModuleOp module, int64_t microBatches) {
 }
 
 int64_t ap::train::stagePeakBytes(ModuleOp module,
-                                  const MemoryTimeline &timeline) {
+                                  const MemoryTimeline &timeline,
+                                  bool workspaceRegion) {
   int64_t k = pipelineInflight(module, timeline.microBatches());
+  int64_t peak = workspaceRegion ? timeline.workspaceRegionPeakBytes()
+                                 : timeline.peakBytes();
   // The held bytes only where other microbatches are in flight (the
   // placement search asks for every placed clone).
   if (k <= 1)
-    return timeline.peakBytes();
-  return timeline.peakBytes() + (k - 1) * timeline.heldAcrossBackwardBytes();
+    return peak;
+  return peak + (k - 1) * timeline.heldAcrossBackwardBytes();
 }

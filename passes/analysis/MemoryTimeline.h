@@ -152,6 +152,13 @@ public:
 
   int64_t peakBytes() const;
   mlir::Operation *peakOp() const;
+  /// The peak with every op's kernel workspace at the largest any op asks
+  /// for: max over points of (total - workspace), plus the largest
+  /// workspace. The planned arena holds one workspace region of that size
+  /// for the whole step beside the packed activations (exec-plan-memory),
+  /// so this, not peakBytes(), is what the arena cannot go below; the two
+  /// differ where the peak's own op needs less workspace than another op.
+  int64_t workspaceRegionPeakBytes() const;
   /// Device bytes one microbatch keeps from its forward to its backward:
   /// buffers the forward computed (neither offloaded nor reloaded nor
   /// recomputed) that the backward still reads. A pipeline stage that
@@ -197,8 +204,10 @@ int64_t pipelineInflight(mlir::ModuleOp module, int64_t microBatches);
 
 /// The timeline's peak with the other microbatches a pipeline stage holds
 /// in flight: peakBytes() + (pipelineInflight - 1) x
-/// heldAcrossBackwardBytes().
-int64_t stagePeakBytes(mlir::ModuleOp module, const MemoryTimeline &timeline);
+/// heldAcrossBackwardBytes(); with `workspaceRegion`,
+/// workspaceRegionPeakBytes() in place of peakBytes().
+int64_t stagePeakBytes(mlir::ModuleOp module, const MemoryTimeline &timeline,
+                       bool workspaceRegion = false);
 
 /// The forward op each recompute clone (an op carrying
 /// train.recomputed) of `body` copies: the same op name, attributes other

@@ -260,6 +260,8 @@ public:
   }
 
   PlacementChoice unplaced;
+  /// PlacementGoal::workspaceRegion: the peak measure() reports.
+  bool workspaceRegion = false;
 
   std::vector<std::string> leavesOf(const State &state, Decision d) const {
     std::vector<std::string> out;
@@ -280,7 +282,7 @@ public:
     c.activationPeakAfter = timeline.activationPeakBytes();
     // A pipeline stage also holds the other microbatches 1F1B keeps in
     // flight there.
-    c.peakAfter = stagePeakBytes(m, timeline);
+    c.peakAfter = stagePeakBytes(m, timeline, workspaceRegion);
     c.stepAfter =
         timeline.bodySimulation().computeSeconds * timeline.microBatches();
     // On several ranks the step includes the communication compute does
@@ -479,8 +481,18 @@ FailureOr<PlacementSearchResult> ap::train::searchPlacement(
       config.computeDtype == ComputeDtype::BF16 && !config.cudaGraphs;
 
   PlacementSearchCache ownCache;
-  Evaluator eval(module, config, *cost, leaves,
-                 sharedCache ? *sharedCache : ownCache);
+  PlacementSearchCache &cache = sharedCache ? *sharedCache : ownCache;
+  const bool workspaceRegion =
+      goal.kind == PlacementGoal::Kind::MemoryBudget && goal.workspaceRegion;
+  if (cache.workspaceRegion && *cache.workspaceRegion != workspaceRegion)
+    return module.emitError()
+           << "placement search: a cache of placements judged "
+           << (*cache.workspaceRegion ? "with" : "without")
+           << " the workspace region reused by a search "
+           << (workspaceRegion ? "with" : "without") << " it (a compiler bug)";
+  cache.workspaceRegion = workspaceRegion;
+  Evaluator eval(module, config, *cost, leaves, cache);
+  eval.workspaceRegion = workspaceRegion;
   eval.unplaced = PlacementChoice();
   {
     PlacementChoice before = eval.measure(module);

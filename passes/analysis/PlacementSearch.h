@@ -60,6 +60,15 @@ struct PlacementGoal {
   /// MemoryBudget: bytes the predicted device peak may reach.
   /// StepBudget: predicted step-time increase allowed, share of the step.
   double value = 0;
+  /// MemoryBudget: judge each placement by MemoryTimeline's
+  /// workspaceRegionPeakBytes (every op's workspace at the largest, as the
+  /// planned arena holds it) instead of the timeline's peak, so that a
+  /// choice meeting the budget leaves its planned arena over it only by
+  /// the activations' packing. actplace-compile sets it where it plans the
+  /// choice's arena; the train-plan-budget pass keeps the timeline's peak.
+  /// The device peaks a search reports are then that bound. Searches
+  /// sharing a PlacementSearchCache must agree on it.
+  bool workspaceRegion = false;
 
   /// From the three options; exactly one must be set (activation-cut and
   /// step-budget > 0 or unset = 0 / -1, memory-budget non-empty). Memory
@@ -126,6 +135,10 @@ struct PlacementSearchResult {
 /// first. Opaque to callers.
 struct PlacementSearchCache {
   std::map<std::string, std::optional<PlacementChoice>> placed;
+  /// PlacementGoal::workspaceRegion of the placements in `placed` (set by
+  /// the first search that uses the cache; a later search with the other
+  /// setting is refused).
+  std::optional<bool> workspaceRegion;
 };
 
 /// How much of the search runs. `Full` is every descent the header comment

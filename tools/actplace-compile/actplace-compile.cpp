@@ -159,6 +159,14 @@ static cl::opt<bool> searchScreen(
              "contenders get the full search (default true; false runs "
              "the full search for every size and attempt, slower)"),
     cl::init(true), cl::cat(category));
+static cl::opt<bool> searchWorkspaceRegion(
+    "search-workspace-region",
+    cl::desc("Under --memory-budget, judge each placement by its peak with "
+             "every kernel's workspace at the largest, the workspace region "
+             "the planned arena holds, rather than the memory timeline's "
+             "own peak (default true; false: the timeline's peak, the "
+             "arena's gap left to the searches again)"),
+    cl::init(true), cl::cat(category));
 static cl::opt<int64_t> seqLen("seq", cl::desc("Tokens per sequence (JSON)"),
                                cl::init(4096), cl::cat(category));
 static cl::opt<int64_t> microBatchSize("micro-batch-size",
@@ -542,6 +550,9 @@ static llvm::Expected<BatchChoiceInputs> batchChoiceInputs() {
   auto goal = ap::train::PlacementGoal::fromOptions(0, memoryBudget, -1);
   if (!goal)
     return goal.takeError();
+  // Each size's choice is lowered and its arena planned: judge placements
+  // by the peak the arena cannot go below (PlacementGoal::workspaceRegion).
+  goal->workspaceRegion = searchWorkspaceRegion;
   auto cfg = ap::import::loadModelConfig(input);
   if (!cfg)
     return cfg.takeError();
@@ -1267,6 +1278,9 @@ int main(int argc, char **argv) {
                                                       memoryBudget, stepBudget);
     if (!goal)
       return fail(llvm::toString(goal.takeError()));
+    // The choice's arena is planned below: a memory budget judges
+    // placements by the peak that arena cannot go below.
+    goal->workspaceRegion = searchWorkspaceRegion;
     ap::train::PlacementConfig base = placement;
     llvm::outs() << "placement search: " << goal->str() << ", cost model "
                  << (profile.empty() ? std::string("H200 defaults")
@@ -1824,6 +1838,16 @@ int main(int argc, char **argv) {
       ap::train::PlacementGoal target;
       ap::train::PlacementSearchResult searched;
       bool full = false;
+      /// The fastest choice of its searches so far that met the budget
+      /// (planned arena and predicted peak), with its arena and search.
+      /// A later search can end slower: its greedy takes other moves where
+      /// the cache already holds their placements, and a retry aims lower.
+      struct Met {
+        ap::train::PlacementChoice best;
+        int64_t arena = 0;
+        ap::train::PlacementSearchResult searched;
+      };
+      std::optional<Met> bestMet;
       /// Placements of all its searches.
       int64_t evaluations = 0;
       /// The least budget this size's choice fits.
@@ -1866,6 +1890,9 @@ int main(int argc, char **argv) {
         // the search's aim).
         c.met = double(c.arena) <= goal->value &&
                 double(c.best.peakAfter) <= goal->value;
+        if (c.met && (!c.bestMet ||
+                      c.best.stepAfter < c.bestMet->best.stepAfter - 1e-12))
+          c.bestMet = {c.best, c.arena, c.searched};
         if (c.met || !c.searched.goalMet || attempt == 4)
           break;
         const double gap = double(c.arena - c.best.peakAfter);
@@ -1877,6 +1904,20 @@ int main(int argc, char **argv) {
             "a predicted peak of at most {3} bytes\n",
             c.text(), c.arena, full ? "searching" : "screening",
             int64_t(c.target.value));
+      }
+      const bool keepEarlier =
+          c.bestMet &&
+          (!c.met || c.bestMet->best.stepAfter < c.best.stepAfter - 1e-12);
+      if (keepEarlier) {
+        int64_t evaluations = c.searched.evaluations;
+        c.best = c.bestMet->best;
+        c.arena = c.bestMet->arena;
+        c.searched = c.bestMet->searched;
+        c.searched.evaluations = evaluations;
+        c.met = true;
+        os << llvm::formatv("  {0}: keeps an earlier search's choice, faster "
+                            "within the budget\n",
+                            c.text());
       }
       c.tokensPerSecond = c.best.stepAfter > 0
                               ? double(globalBatchTokens) / c.best.stepAfter
