@@ -146,6 +146,10 @@ struct TrainPrintMemoryTimelinePass
                         "activations={3} workspace={4}\n",
                         peak.params, peak.grads, peak.optimizer,
                         peak.activations, peak.workspace);
+    // What the planned arena cannot go below: it holds the largest
+    // workspace for the whole step, beside the packed activations.
+    os << "peak with the workspace region: "
+       << withMiB(tl.workspaceRegionPeakBytes()) << "\n";
     os << "activation peak: " << withMiB(tl.activationPeakBytes()) << " at "
        << at(tl.activationPeakOp()) << "\n";
     os << "activations at peak by scope:\n";

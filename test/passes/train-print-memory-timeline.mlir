@@ -32,6 +32,7 @@
 // CHECK-NEXT: pinned host max: 0 bytes
 // CHECK-NEXT: peak: 15272 bytes (0.01 MiB) at train.lm_head_cross_entropy_grad #5
 // CHECK-NEXT: peak breakdown: params=1600 grads=3072 optimizer=9216 activations=872 workspace=512
+// CHECK-NEXT: peak with the workspace region: 15272 bytes (0.01 MiB)
 // CHECK-NEXT: activation peak: 872 bytes (0.00 MiB) at train.lm_head_cross_entropy_grad #5
 // CHECK-NEXT: activations at peak by scope:
 // CHECK-NEXT:   inputs 64
