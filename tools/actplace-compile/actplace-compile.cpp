@@ -538,6 +538,19 @@ static void attachTritonKernels(mlir::ModuleOp module,
   });
 }
 
+/// When a choice meets the budget by its predicted peak but its planned
+/// arena is over, a search again for a lower peak is no faster than it; an
+/// earlier choice within the budget whose predicted step is within this
+/// share of it is kept instead: a search again could gain no more than a
+/// full search has gained over its screen on the recorded cases (0.4 %).
+constexpr double kRetryGain = 0.004;
+
+/// "+0.017" / "-0.665": the percent by which step `a` exceeds step `b`.
+static std::string stepChange(double a, double b) {
+  double pct = 100.0 * (a / b - 1);
+  return (pct >= 0 ? "+" : "") + llvm::formatv("{0:F3}", pct).str();
+}
+
 /// What --global-batch-tokens chooses from, for one program and for
 /// pipeline stages alike: the memory budget as a goal, the model config, and
 /// the sequences each data-parallel rank trains per step.
@@ -1397,6 +1410,23 @@ int main(int argc, char **argv) {
           break;
         if (aimMissed)
           return unreachable();
+        // A screened choice within the budget and within kRetryGain of
+        // this one is kept instead of searching again.
+        if (screenMet &&
+            screenMet->first.stepAfter <= best.stepAfter * (1 + kRetryGain)) {
+          llvm::outs() << llvm::formatv(
+              "the arena is {0} bytes over the budget; the screen's choice, "
+              "within it, predicts a step {1} % against this one's: keeps it "
+              "instead of searching again: {2}\n",
+              static_cast<int64_t>(excess),
+              stepChange(screenMet->first.stepAfter, best.stepAfter),
+              screenMet->first.options());
+          best = screenMet->first;
+          llvm::outs() << "planned arena of the choice: " << screenMet->second
+                       << " bytes (predicted peak " << best.peakAfter << ")\n";
+          screenMet.reset();
+          break;
+        }
         // The arena runs `gap` bytes above the predicted peak: ask the
         // search for a predicted peak that leaves room for it.
         double gap = static_cast<double>(arena - best.peakAfter);
@@ -1911,6 +1941,19 @@ int main(int argc, char **argv) {
           c.bestMet = {c.best, c.arena, c.searched};
         if (c.met || !c.searched.goalMet || attempt == 4)
           break;
+        // A search for a lower peak is no faster than this choice: with an
+        // earlier choice within the budget and within kRetryGain of it,
+        // keep that one (below) instead of searching again.
+        if (c.bestMet &&
+            c.bestMet->best.stepAfter <= c.best.stepAfter * (1 + kRetryGain)) {
+          os << llvm::formatv(
+              "  {0}: planned arena {1} bytes, over the budget; an earlier "
+              "choice within it predicts a step {2} % against this one's: no "
+              "search again\n",
+              c.text(), c.arena,
+              stepChange(c.bestMet->best.stepAfter, c.best.stepAfter));
+          break;
+        }
         const double gap = double(c.arena - c.best.peakAfter);
         if (goal->value - gap >= c.target.value)
           break; // no lower target to try
@@ -1931,8 +1974,8 @@ int main(int argc, char **argv) {
         c.searched = c.bestMet->searched;
         c.searched.evaluations = evaluations;
         c.met = true;
-        os << llvm::formatv("  {0}: keeps an earlier search's choice, faster "
-                            "within the budget\n",
+        os << llvm::formatv("  {0}: keeps an earlier search's choice, the "
+                            "fastest within the budget\n",
                             c.text());
       }
       c.tokensPerSecond = c.best.stepAfter > 0
