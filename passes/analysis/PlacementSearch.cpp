@@ -437,6 +437,16 @@ FailureOr<PlacementSearchResult> ap::train::searchPlacement(
     ModuleOp module, const PlacementConfig &base, const PlacementGoal &goal,
     std::function<void(const PlacementSearchStep &)> progress,
     PlacementSearchCache *sharedCache, PlacementSearchDepth depth) {
+  // A cache's placements carry the peak of one measure.
+  const bool workspaceRegion =
+      goal.kind == PlacementGoal::Kind::MemoryBudget && goal.workspaceRegion;
+  if (sharedCache && sharedCache->workspaceRegion &&
+      *sharedCache->workspaceRegion != workspaceRegion)
+    return module.emitError()
+           << "placement search: a cache of placements judged "
+           << (*sharedCache->workspaceRegion ? "with" : "without")
+           << " the workspace region reused by a search "
+           << (workspaceRegion ? "with" : "without") << " it (a compiler bug)";
   if (!base.offloadModules.empty() || !base.recomputeModules.empty())
     return module.emitError()
            << "the placement search chooses offload-modules and "
@@ -482,14 +492,6 @@ FailureOr<PlacementSearchResult> ap::train::searchPlacement(
 
   PlacementSearchCache ownCache;
   PlacementSearchCache &cache = sharedCache ? *sharedCache : ownCache;
-  const bool workspaceRegion =
-      goal.kind == PlacementGoal::Kind::MemoryBudget && goal.workspaceRegion;
-  if (cache.workspaceRegion && *cache.workspaceRegion != workspaceRegion)
-    return module.emitError()
-           << "placement search: a cache of placements judged "
-           << (*cache.workspaceRegion ? "with" : "without")
-           << " the workspace region reused by a search "
-           << (workspaceRegion ? "with" : "without") << " it (a compiler bug)";
   cache.workspaceRegion = workspaceRegion;
   Evaluator eval(module, config, *cost, leaves, cache);
   eval.workspaceRegion = workspaceRegion;

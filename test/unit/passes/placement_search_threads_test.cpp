@@ -10,6 +10,7 @@
 //===----------------------------------------------------------------------===//
 #include "passes/analysis/PlacementSearch.h"
 
+#include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/Location.h"
 #include "mlir/IR/MLIRContext.h"
@@ -60,6 +61,36 @@ TEST(PlacementSearchThreads, DropsOnlyThePlacingThreadsDiagnostics) {
   emit("no search");
   EXPECT_EQ(seen, (std::vector<std::string>{"lowering failed", "after placing",
                                             "no search"}));
+}
+
+// A cache's placements carry the peak of one measure (the timeline's, or
+// with the workspace region): a search with the other measure is refused
+// before it reads the module or the cache.
+TEST(PlacementSearchCache, RefusesTheOtherPeakMeasure) {
+  mlir::MLIRContext ctx;
+  std::vector<std::string> seen;
+  mlir::ScopedDiagnosticHandler handler(&ctx, [&](mlir::Diagnostic &d) {
+    seen.push_back(d.str());
+    return mlir::success();
+  });
+  mlir::OwningOpRef<mlir::ModuleOp> module =
+      mlir::ModuleOp::create(mlir::UnknownLoc::get(&ctx));
+  ap::train::PlacementGoal goal;
+  goal.kind = ap::train::PlacementGoal::Kind::MemoryBudget;
+  goal.value = 1e9;
+  goal.workspaceRegion = false;
+  ap::train::PlacementSearchCache cache;
+  cache.workspaceRegion = true;
+  auto result = ap::train::searchPlacement(
+      *module, ap::train::PlacementConfig(), goal, {}, &cache,
+      ap::train::PlacementSearchDepth::Screen);
+  EXPECT_TRUE(mlir::failed(result));
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0], "placement search: a cache of placements judged with the "
+                     "workspace region reused by a search without it (a "
+                     "compiler bug)");
+  EXPECT_TRUE(cache.placed.empty());
+  EXPECT_EQ(cache.workspaceRegion, std::optional<bool>(true));
 }
 
 } // namespace
