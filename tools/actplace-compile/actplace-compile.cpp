@@ -551,6 +551,36 @@ static std::string stepChange(double a, double b) {
   return (pct >= 0 ? "+" : "") + llvm::formatv("{0:F3}", pct).str();
 }
 
+/// The fastest choice a compile's searches planned within the budget
+/// (planned arena and predicted peak), with its arena and the search that
+/// found it. A later search can end slower (its greedy, finding earlier
+/// placements in the cache, may take other moves; a retry aims lower), so
+/// the compile keeps this one where it is faster.
+struct FastestWithinBudget {
+  struct Entry {
+    ap::train::PlacementChoice choice;
+    int64_t arena = 0;
+    ap::train::PlacementSearchResult searched;
+  };
+  std::optional<Entry> kept;
+
+  void offer(const ap::train::PlacementChoice &choice, int64_t arena,
+             const ap::train::PlacementSearchResult &searched) {
+    if (!kept || choice.stepAfter < kept->choice.stepAfter - 1e-12)
+      kept = Entry{choice, arena, searched};
+  }
+  /// Whether the kept choice predicts a faster step than `step`.
+  bool fasterThan(double step) const {
+    return kept && kept->choice.stepAfter < step - 1e-12;
+  }
+  /// Whether the kept choice is within kRetryGain of `step`: a search again
+  /// for a lower peak (no faster than the choice that missed) is not worth
+  /// its time.
+  bool withinRetryGain(double step) const {
+    return kept && kept->choice.stepAfter <= step * (1 + kRetryGain);
+  }
+};
+
 /// What --global-batch-tokens chooses from, for one program and for
 /// pipeline stages alike: the memory budget as a goal, the model config, and
 /// the sequences each data-parallel rank trains per step.
@@ -1328,10 +1358,8 @@ int main(int argc, char **argv) {
     // predicted peak first, so that the full search usually runs once, at
     // an aim that leaves room for it. The full search reuses the screen's
     // placements. An aim the screen cannot meet is not taken.
-    // The fastest screened choice that planned within the budget: a full
-    // search can end slower (its greedy, finding the screen's placements
-    // in the cache, may take other moves; a retry aims lower).
-    std::optional<std::pair<ap::train::PlacementChoice, int64_t>> screenMet;
+    // The fastest screened choice that planned within the budget.
+    FastestWithinBudget screenMet;
     if (goal->kind == Kind::MemoryBudget && searchScreen) {
       auto screen =
           ap::train::searchPlacement(searched, base, target, {}, cache,
@@ -1352,10 +1380,8 @@ int main(int argc, char **argv) {
                                            : screen->best.options(),
             screen->evaluations, screen->best.peakAfter, arena);
         if (static_cast<double>(arena) <= goal->value &&
-            static_cast<double>(screen->best.peakAfter) <= goal->value &&
-            (!screenMet ||
-             screen->best.stepAfter < screenMet->first.stepAfter - 1e-12))
-          screenMet = {screen->best, arena};
+            static_cast<double>(screen->best.peakAfter) <= goal->value)
+          screenMet.offer(screen->best, arena, *screen);
         if (static_cast<double>(arena) <= goal->value ||
             goal->value - gap >= target.value)
           break;
@@ -1412,19 +1438,19 @@ int main(int argc, char **argv) {
           return unreachable();
         // A screened choice within the budget and within kRetryGain of
         // this one is kept instead of searching again.
-        if (screenMet &&
-            screenMet->first.stepAfter <= best.stepAfter * (1 + kRetryGain)) {
+        if (screenMet.withinRetryGain(best.stepAfter)) {
           llvm::outs() << llvm::formatv(
               "the arena is {0} bytes over the budget; the screen's choice, "
               "within it, predicts a step {1} % against this one's: keeps it "
               "instead of searching again: {2}\n",
               static_cast<int64_t>(excess),
-              stepChange(screenMet->first.stepAfter, best.stepAfter),
-              screenMet->first.options());
-          best = screenMet->first;
-          llvm::outs() << "planned arena of the choice: " << screenMet->second
-                       << " bytes (predicted peak " << best.peakAfter << ")\n";
-          screenMet.reset();
+              stepChange(screenMet.kept->choice.stepAfter, best.stepAfter),
+              screenMet.kept->choice.options());
+          best = screenMet.kept->choice;
+          llvm::outs() << "planned arena of the choice: "
+                       << screenMet.kept->arena << " bytes (predicted peak "
+                       << best.peakAfter << ")\n";
+          screenMet.kept.reset();
           break;
         }
         // The arena runs `gap` bytes above the predicted peak: ask the
@@ -1470,11 +1496,11 @@ int main(int argc, char **argv) {
                     "search's choice plans " +
                     std::to_string(arena) + " bytes");
     }
-    if (screenMet && screenMet->first.stepAfter < best.stepAfter - 1e-12) {
-      best = screenMet->first;
+    if (screenMet.fasterThan(best.stepAfter)) {
+      best = screenMet.kept->choice;
       llvm::outs() << "keeps the screen's choice, faster within the budget: "
                    << best.options() << "\n"
-                   << "planned arena of the choice: " << screenMet->second
+                   << "planned arena of the choice: " << screenMet.kept->arena
                    << " bytes (predicted peak " << best.peakAfter << ")\n";
     }
     chosenOffload = llvm::join(best.offload, ",");
@@ -1884,16 +1910,8 @@ int main(int argc, char **argv) {
       ap::train::PlacementGoal target;
       ap::train::PlacementSearchResult searched;
       bool full = false;
-      /// The fastest choice of its searches so far that met the budget
-      /// (planned arena and predicted peak), with its arena and search.
-      /// A later search can end slower: its greedy takes other moves where
-      /// the cache already holds their placements, and a retry aims lower.
-      struct Met {
-        ap::train::PlacementChoice best;
-        int64_t arena = 0;
-        ap::train::PlacementSearchResult searched;
-      };
-      std::optional<Met> bestMet;
+      /// The fastest choice of its searches so far within the budget.
+      FastestWithinBudget bestMet;
       /// Placements of all its searches.
       int64_t evaluations = 0;
       /// The least budget this size's choice fits.
@@ -1936,22 +1954,20 @@ int main(int argc, char **argv) {
         // the search's aim).
         c.met = double(c.arena) <= goal->value &&
                 double(c.best.peakAfter) <= goal->value;
-        if (c.met && (!c.bestMet ||
-                      c.best.stepAfter < c.bestMet->best.stepAfter - 1e-12))
-          c.bestMet = {c.best, c.arena, c.searched};
+        if (c.met)
+          c.bestMet.offer(c.best, c.arena, c.searched);
         if (c.met || !c.searched.goalMet || attempt == 4)
           break;
         // A search for a lower peak is no faster than this choice: with an
         // earlier choice within the budget and within kRetryGain of it,
         // keep that one (below) instead of searching again.
-        if (c.bestMet &&
-            c.bestMet->best.stepAfter <= c.best.stepAfter * (1 + kRetryGain)) {
+        if (c.bestMet.withinRetryGain(c.best.stepAfter)) {
           os << llvm::formatv(
               "  {0}: planned arena {1} bytes, over the budget; an earlier "
               "choice within it predicts a step {2} % against this one's: no "
               "search again\n",
               c.text(), c.arena,
-              stepChange(c.bestMet->best.stepAfter, c.best.stepAfter));
+              stepChange(c.bestMet.kept->choice.stepAfter, c.best.stepAfter));
           break;
         }
         const double gap = double(c.arena - c.best.peakAfter);
@@ -1965,13 +1981,12 @@ int main(int argc, char **argv) {
             int64_t(c.target.value));
       }
       const bool keepEarlier =
-          c.bestMet &&
-          (!c.met || c.bestMet->best.stepAfter < c.best.stepAfter - 1e-12);
+          c.bestMet.kept && (!c.met || c.bestMet.fasterThan(c.best.stepAfter));
       if (keepEarlier) {
         int64_t evaluations = c.searched.evaluations;
-        c.best = c.bestMet->best;
-        c.arena = c.bestMet->arena;
-        c.searched = c.bestMet->searched;
+        c.best = c.bestMet.kept->choice;
+        c.arena = c.bestMet.kept->arena;
+        c.searched = c.bestMet.kept->searched;
         c.searched.evaluations = evaluations;
         c.met = true;
         os << llvm::formatv("  {0}: keeps an earlier search's choice, the "
